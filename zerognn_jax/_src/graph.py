@@ -1,0 +1,213 @@
+"""Compressed sparse row graphs: built on the host with NumPy, moved to the device once.
+
+Ids. Node ids are int32 everywhere: 2**31 nodes is far beyond the largest graph that fits
+one GPU (ogbn-papers100M has 111M nodes). `indptr` is int32 while the graph has fewer
+than 2**31 directed edges; past that it must be int64, which JAX only keeps on the
+device with `jax_enable_x64` on, and building such a graph without it is an error that
+says so. Host-side construction works in NumPy int64 and narrows at the end.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+class CSRGraph(NamedTuple):
+    """A directed graph in CSR form; row `v` lists the neighbours that `v` samples from.
+
+    The arrays are NumPy while the graph is built and stored, JAX arrays after
+    `to_device()`; every function that reads a graph accepts either.
+
+    Attributes:
+      indptr: int32[N + 1] (int64 with x64 for >= 2**31 edges), row offsets, indptr[0] = 0.
+      indices: int32[E], neighbour ids of each row, rows concatenated.
+      weights: float32[E] or None, optional per-edge weights.
+    """
+
+    indptr: jax.Array
+    indices: jax.Array
+    weights: jax.Array | None = None
+
+    @property
+    def num_nodes(self) -> int:
+        return self.indptr.shape[0] - 1
+
+    @property
+    def num_edges(self) -> int:
+        return self.indices.shape[0]
+
+    def degrees(self) -> jax.Array:
+        """int32[N]: out-degree of every node (the number of neighbours it can sample)."""
+        return (self.indptr[1:] - self.indptr[:-1]).astype(jnp.int32)
+
+    def max_degree(self) -> int:
+        """Largest row length, read on the host (call outside jitted code)."""
+        return int(np.max(np.diff(np.asarray(self.indptr)), initial=0))
+
+    def to_device(self, device=None) -> CSRGraph:
+        """The same graph with its arrays on `device` (default: JAX's default device)."""
+        return jax.device_put(self, device)
+
+
+def _as_id_array(name: str, values) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0):
+            raise TypeError(
+                f"{name} must have an integer dtype, got {arr.dtype} "
+                "(cast explicitly if the values are whole numbers)"
+            )
+        raise TypeError(f"{name} must have an integer dtype, got {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
+    if ids.size == 0:
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0:
+        pos = int(np.argmin(ids))
+        raise ValueError(f"{name} has a negative node id {lo} at position {pos}")
+    if hi >= num_nodes:
+        pos = int(np.argmax(ids))
+        raise ValueError(
+            f"{name} has node id {hi} at position {pos}, out of range for num_nodes={num_nodes}"
+        )
+
+
+def from_edge_list(
+    src,
+    dst,
+    num_nodes: int | None = None,
+    *,
+    weights=None,
+    make_undirected: bool = False,
+    remove_self_loops: bool = False,
+    remove_duplicates: bool = False,
+    sort_neighbors: bool = True,
+) -> CSRGraph:
+    """Builds a host-side CSRGraph from edges `src[i] -> dst[i]`.
+
+    Row `src[i]` gets neighbour `dst[i]`. `make_undirected` adds every reverse edge;
+    `remove_duplicates` keeps one copy of each (src, dst) pair (the first weight wins);
+    `sort_neighbors` orders each row by neighbour id. Inputs may be NumPy or JAX arrays.
+    """
+    src = _as_id_array("src", src)
+    dst = _as_id_array("dst", dst)
+    if src.shape != dst.shape:
+        raise ValueError(f"src and dst differ in length: {src.shape[0]} vs {dst.shape[0]}")
+    if num_nodes is None:
+        num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1)) + 1)
+    if num_nodes < 0 or num_nodes > _INT32_MAX:
+        raise ValueError(f"num_nodes must be in [0, 2**31 - 1], got {num_nodes}")
+    _check_ids("src", src, num_nodes)
+    _check_ids("dst", dst, num_nodes)
+    w = None
+    if weights is not None:
+        w = np.asarray(weights, dtype=np.float32)
+        if w.shape != src.shape:
+            raise ValueError(f"weights has shape {w.shape}, expected ({src.shape[0]},)")
+        if not np.all(np.isfinite(w)):
+            raise ValueError("weights contain NaN or inf")
+    if make_undirected:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        w = None if w is None else np.concatenate([w, w])
+    if remove_self_loops:
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+        w = None if w is None else w[keep]
+    key = src * np.int64(max(num_nodes, 1)) + dst if (sort_neighbors or remove_duplicates) else src
+    order = np.argsort(key, kind="stable")
+    src, dst, key = src[order], dst[order], key[order]
+    w = None if w is None else w[order]
+    if remove_duplicates and key.size:
+        first = np.ones(key.shape, bool)
+        first[1:] = key[1:] != key[:-1]
+        src, dst = src[first], dst[first]
+        w = None if w is None else w[first]
+    counts = np.bincount(src, minlength=num_nodes)
+    indptr = np.zeros(num_nodes + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return csr_from_arrays(indptr, dst, w)
+
+
+def csr_from_arrays(indptr, indices, weights=None, *, validate: bool = True) -> CSRGraph:
+    """Wraps existing CSR arrays as a host-side CSRGraph, narrowing ids to int32."""
+    indptr = np.asarray(indptr)
+    indices = np.asarray(indices)
+    if validate:
+        if indptr.ndim != 1 or indptr.shape[0] < 1:
+            raise ValueError(f"indptr must be 1-D with at least one entry, got {indptr.shape}")
+        if indptr[0] != 0 or indptr[-1] != indices.shape[0]:
+            raise ValueError(
+                f"indptr must start at 0 and end at len(indices)={indices.shape[0]}, "
+                f"got {int(indptr[0])} and {int(indptr[-1])}"
+            )
+        if np.any(np.diff(indptr) < 0):
+            row = int(np.argmax(np.diff(indptr) < 0))
+            raise ValueError(f"indptr decreases at row {row}")
+        if not np.issubdtype(indices.dtype, np.integer):
+            raise TypeError(f"indices must have an integer dtype, got {indices.dtype}")
+        _check_ids("indices", indices, indptr.shape[0] - 1)
+    num_edges = indices.shape[0]
+    if num_edges > _INT32_MAX and not jax.config.jax_enable_x64:
+        raise ValueError(
+            f"the graph has {num_edges} directed edges, more than int32 offsets hold; "
+            "enable 64-bit offsets with jax.config.update('jax_enable_x64', True)"
+        )
+    ptr_dtype = np.int32 if num_edges <= _INT32_MAX else np.int64
+    w = None if weights is None else np.asarray(weights, np.float32)
+    return CSRGraph(indptr.astype(ptr_dtype, copy=False), indices.astype(np.int32, copy=False), w)
+
+
+def from_scipy(matrix, **kwargs) -> CSRGraph:
+    """Builds a CSRGraph from a SciPy sparse matrix; nonzero (i, j) is the edge i -> j.
+
+    Stored values become edge weights unless they are all one. Keyword arguments go to
+    `from_edge_list` (make_undirected, remove_self_loops, ...).
+    """
+    coo = matrix.tocoo()
+    if coo.shape[0] != coo.shape[1]:
+        raise ValueError(f"adjacency matrix must be square, got shape {coo.shape}")
+    data = np.asarray(coo.data, np.float32)
+    weights = None if np.all(data == 1) else data
+    return from_edge_list(coo.row, coo.col, coo.shape[0], weights=weights, **kwargs)
+
+
+def to_edge_list(graph: CSRGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Host copies (src, dst) of every directed edge, in CSR order."""
+    indptr = np.asarray(graph.indptr)
+    src = np.repeat(np.arange(graph.num_nodes, dtype=np.int32), np.diff(indptr))
+    return src, np.asarray(graph.indices)
+
+
+def to_jraph(graph: CSRGraph, node_features=None):
+    """A jraph.GraphsTuple holding the graph's edges as receivers <- senders (needs jraph)."""
+    import jraph  # optional dependency
+
+    src, dst = to_edge_list(graph)
+    return jraph.GraphsTuple(
+        nodes=node_features,
+        edges=None if graph.weights is None else graph.weights,
+        senders=jnp.asarray(dst),
+        receivers=jnp.asarray(src),
+        n_node=jnp.asarray([graph.num_nodes]),
+        n_edge=jnp.asarray([graph.num_edges]),
+        globals=None,
+    )
+
+
+def from_jraph(graphs_tuple, **kwargs) -> CSRGraph:
+    """Builds a CSRGraph from a single-graph jraph.GraphsTuple (receivers sample senders)."""
+    n = int(np.sum(np.asarray(graphs_tuple.n_node)))
+    return from_edge_list(
+        np.asarray(graphs_tuple.receivers), np.asarray(graphs_tuple.senders), n, **kwargs
+    )

@@ -1,0 +1,180 @@
+"""GNN models in Flax Linen: GraphSAGE, GCN, GAT and an MLP baseline.
+
+The interface every model (built-in or a user's) follows:
+
+    model.apply(variables, x, views, train=..., rngs={"dropout": key}) -> logits
+
+where `x` is float[S_L, d] (features of the outermost level) and `views` holds one edge
+view per layer, innermost last (`views[i]` feeds layer i; its destinations are the
+first `view.num_dst` rows of its sources). A model that also defines
+`layer(self, i, h_src, h_dst, view, *, train)` and `num_layers` gets exact layer-wise
+inference over the whole graph; otherwise evaluation samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from zerognn_jax._src.blocks import gcn_weights, mean_weights
+
+
+class SAGEConv(nn.Module):
+    """GraphSAGE: W_self h_i + W_neigh AGG_j h_j, AGG in {mean, sum, max}."""
+
+    features: int
+    aggregator: str = "mean"
+
+    @nn.compact
+    def __call__(self, h_src, h_dst, view):
+        if self.aggregator == "max":
+            agg = view.max(h_src)
+        else:
+            w = mean_weights(view) if self.aggregator == "mean" else view.edge_mask[..., None]
+            agg = view.weighted_sum(h_src[:, None, :], w.astype(h_src.dtype))[:, 0, :]
+        neigh = nn.Dense(self.features, use_bias=False, name="neigh")(agg)
+        return nn.Dense(self.features, name="self")(h_dst) + neigh
+
+
+class GCNConv(nn.Module):
+    """GCN: W sum_j h_j / sqrt((d_i+1)(d_j+1)) over neighbours and the node itself."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, h_src, h_dst, view):
+        dense = nn.Dense(self.features, use_bias=False,
+                         kernel_init=nn.initializers.glorot_uniform())
+        z_src, z_dst = dense(h_src), dense(h_dst)
+        agg = view.weighted_sum(z_src[:, None, :], gcn_weights(view))[:, 0, :]
+        self_w = 1.0 / (view.dst_deg.astype(jnp.float32) + 1.0)
+        bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        return agg + self_w[:, None] * z_dst + bias
+
+
+class GATConv(nn.Module):
+    """GAT: multi-head attention over each node's sampled neighbours and itself."""
+
+    features: int
+    heads: int = 4
+    negative_slope: float = 0.2
+
+    @nn.compact
+    def __call__(self, h_src, h_dst, view):
+        h, f = self.heads, self.features // self.heads
+        dense = nn.Dense(h * f, use_bias=False)
+        z_src, z_dst = dense(h_src).reshape(-1, h, f), dense(h_dst).reshape(-1, h, f)
+        init = nn.initializers.lecun_normal()
+        a_src = self.param("att_src", init, (1, h, f))
+        a_dst = self.param("att_dst", init, (1, h, f))
+        s_src, s_dst = jnp.sum(z_src * a_src, -1), jnp.sum(z_dst * a_dst, -1)  # [*, H]
+        act = lambda v: nn.leaky_relu(v, self.negative_slope)
+        logits = act(view.src_of_edges(s_src) + view.dst_of_edges(s_dst))
+        self_logits = act(jnp.sum(z_dst * a_src, -1) + s_dst)
+        w_edges, w_self = view.softmax(logits, self_logits)
+        out = view.weighted_sum(z_src, w_edges) + w_self[..., None] * z_dst
+        bias = self.param("bias", nn.initializers.zeros, (h * f,))
+        return out.reshape(-1, h * f) + bias
+
+
+class GNN(nn.Module):
+    """A stack of message-passing layers with ReLU, dropout and optional norm.
+
+    Attributes:
+      conv: "sage", "gcn" or "gat".
+      hidden: width of every hidden layer; num_layers: number of conv layers.
+      num_classes: output width.
+      aggregator: for SAGE: "mean", "sum" or "max". heads: for GAT.
+      dropout: rate applied to each layer's input. norm: "none", "layer" or "batch".
+    """
+
+    conv: str
+    hidden: int
+    num_layers: int
+    num_classes: int
+    aggregator: str = "mean"
+    heads: int = 4
+    dropout: float = 0.5
+    norm: str = "none"
+
+    def setup(self):
+        widths = [self.hidden] * (self.num_layers - 1) + [self.num_classes]
+        self.convs = [self._make_conv(w, last=i == self.num_layers - 1)
+                      for i, w in enumerate(widths)]
+        norm = {"none": None, "layer": nn.LayerNorm, "batch": nn.BatchNorm}[self.norm]
+        self.norms = [norm() for _ in widths[:-1]] if norm else []
+        self.drop = nn.Dropout(self.dropout)
+
+    def _make_conv(self, width, last):
+        if self.conv == "sage":
+            return SAGEConv(width, self.aggregator)
+        if self.conv == "gcn":
+            return GCNConv(width)
+        if self.conv == "gat":
+            heads = 1 if last else self.heads
+            return GATConv(width, heads=heads)
+        raise ValueError(f"unknown conv {self.conv!r}; choose sage, gcn or gat")
+
+    def layer(self, i, h_src, h_dst, view, *, train: bool):
+        """Layer i. `h_dst=None` means the destinations are the first rows of `h_src`
+        (sampled blocks); layer-wise inference passes them explicitly."""
+        h_src = self.drop(h_src, deterministic=not train)
+        if h_dst is None:
+            h_dst = h_src[: view.num_dst]
+        else:
+            h_dst = self.drop(h_dst, deterministic=not train)
+        out = self.convs[i](h_src, h_dst, view)
+        if i == self.num_layers - 1:
+            return out
+        if self.norm == "batch":
+            out = self.norms[i](out, use_running_average=not train, mask=view.dst_valid[:, None])
+        elif self.norm == "layer":
+            out = self.norms[i](out)
+        return nn.relu(out)
+
+    def __call__(self, x, views: Sequence, *, train: bool):
+        h = x
+        for i, view in enumerate(views):
+            h = self.layer(i, h, None, view, train=train)
+        return h
+
+
+class MLP(nn.Module):
+    """Feature-only baseline: ignores the graph (uses only the seeds' own rows)."""
+
+    hidden: int
+    num_layers: int
+    num_classes: int
+    dropout: float = 0.5
+
+    @nn.compact
+    def __call__(self, x, views: Sequence, *, train: bool):
+        h = x[: views[-1].num_dst] if views else x
+        for i in range(self.num_layers):
+            h = nn.Dropout(self.dropout)(h, deterministic=not train)
+            h = nn.Dense(self.hidden if i < self.num_layers - 1 else self.num_classes)(h)
+            if i < self.num_layers - 1:
+                h = nn.relu(h)
+        return h
+
+
+def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
+               dropout: float = 0.5, norm: str = "none", heads: int = 4) -> nn.Module:
+    """Builds a model by name: sage (mean), sage-max, sage-sum, gcn, gat, mlp."""
+    if name == "mlp":
+        return MLP(hidden, num_layers, num_classes, dropout)
+    conv, _, agg = name.partition("-")
+    if conv not in ("sage", "gcn", "gat") or (agg and conv != "sage") or (
+            agg and agg not in ("mean", "sum", "max")):
+        raise ValueError(
+            f"unknown model {name!r}; choose sage, sage-max, sage-sum, gcn, gat or mlp"
+        )
+    return GNN(conv, hidden, num_layers, num_classes, aggregator=agg or "mean",
+               heads=heads, dropout=dropout, norm=norm)
+
+
+def count_params(params) -> int:
+    return sum(int(x.size) for x in jax.tree_util.tree_leaves(params))
