@@ -74,6 +74,17 @@ class StepProgram:
     batch_size: int
     seed: int
     kernels: kernels_lib.Kernels = kernels_lib.XLA
+    axis_name: str | None = None
+    num_shards: int = 1
+
+    @property
+    def global_batch(self) -> int:
+        """Seeds per step over all data-parallel shards."""
+        return self.batch_size * self.num_shards
+
+    def _shard_reduce(self, fn, tree):
+        return jax.tree_util.tree_map(lambda x: fn(x, self.axis_name), tree) \
+            if self.axis_name else tree
 
     def __post_init__(self):
         object.__setattr__(self, "_programs", {})
@@ -93,12 +104,17 @@ class StepProgram:
         return logits, new_vars, mb
 
     def _step(self, state: TrainState, step, data, perm, epoch, num_steps, capacities):
-        seeds, valid = envelope_lib.step_seeds(perm, step, self.batch_size)
+        # Shard d of D takes batch index step * D + d (of size B) from the permutation
+        # padded for the global batch: its seeds and its random stream are exactly those
+        # of that batch index in a one-device run with batch size B.
+        shard = jax.lax.axis_index(self.axis_name) if self.axis_name else 0
+        batch_index = step * self.num_shards + shard
+        seeds, valid = envelope_lib.step_seeds(perm, batch_index, self.batch_size)
         active = step < num_steps
         valid = valid & active
-        key = rng.step_key(self.seed, epoch, step, 0)
+        key = rng.step_key(self.seed, epoch, batch_index, 0)
         drop_key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(self.seed), epoch),
-                                      step)
+                                      batch_index)
         labels = data.labels[seeds]
         weight = valid.astype(jnp.float32)
 
@@ -112,11 +128,14 @@ class StepProgram:
 
         (loss, (logits, new_vars, mb)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params)
+        grads = self._shard_reduce(jax.lax.pmean, grads)
+        overflow = self._shard_reduce(jax.lax.psum, mb.overflow.astype(jnp.int32)) > 0
         updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        batch_stats = new_vars.get("batch_stats", state.batch_stats)
-        bad = active & mb.overflow
-        ok = active & ~mb.overflow & ~state.overflowed
+        batch_stats = self._shard_reduce(jax.lax.pmean,
+                                         new_vars.get("batch_stats", state.batch_stats))
+        bad = active & overflow
+        ok = active & ~overflow & ~state.overflowed
         pick = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, old)
         new_state = TrainState(
             pick(params, state.params), pick(batch_stats, state.batch_stats),
@@ -125,9 +144,12 @@ class StepProgram:
         )
         correct = jnp.sum((jnp.argmax(logits, -1) == labels) * weight)
         edges = sum(jnp.sum(b.mask.astype(jnp.int32)) for b in mb.blocks)
-        metrics = {"loss": loss, "correct": correct, "seeds": jnp.sum(weight),
-                   "counts": mb.counts, "edges": edges, "overflow": bad,
-                   "applied": ok}
+        seen = jnp.sum(weight)
+        loss_sum, correct, seen, edges = self._shard_reduce(
+            jax.lax.psum, (loss * seen, correct, seen, edges))
+        metrics = {"loss": loss_sum / jnp.maximum(seen, 1.0), "correct": correct,
+                   "seeds": seen, "counts": self._shard_reduce(jax.lax.pmax, mb.counts),
+                   "edges": edges, "overflow": bad, "applied": ok}
         return new_state, metrics
 
     def chunk_program(self, envelope: envelope_lib.Envelope, chunk_steps: int, args):
@@ -155,7 +177,7 @@ class StepProgram:
 def init_state(program: StepProgram, data: DeviceData, envelope: envelope_lib.Envelope,
                train_idx) -> TrainState:
     """Initialises model variables on a real first batch, and the optimizer."""
-    perm = envelope_lib.epoch_seeds(jnp.asarray(train_idx, jnp.int32), program.batch_size,
+    perm = envelope_lib.epoch_seeds(jnp.asarray(train_idx, jnp.int32), program.global_batch,
                                     program.seed, 0)
     seeds, valid = envelope_lib.step_seeds(perm, 0, program.batch_size)
     key = rng.step_key(program.seed, 0, 0, 0)
@@ -196,9 +218,9 @@ def run_epoch(program: StepProgram, state: TrainState, data: DeviceData, train_i
     called after every chunk (for progress bars).
     """
     train_idx = jnp.asarray(train_idx, jnp.int32)
-    total = envelope_lib.num_steps(train_idx.shape[0], program.batch_size)
+    total = envelope_lib.num_steps(train_idx.shape[0], program.global_batch)
     chunk = total if chunk_steps <= 0 else min(chunk_steps, total)
-    perm = envelope_lib.epoch_seeds(train_idx, program.batch_size, program.seed, epoch)
+    perm = envelope_lib.epoch_seeds(train_idx, program.global_batch, program.seed, epoch)
     start, overflows, chunks, parts = 0, 0, 0, []
     while start < total:
         args = (state, data, perm, jnp.int32(epoch), jnp.int32(start), jnp.int32(total))

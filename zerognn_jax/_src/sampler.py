@@ -32,12 +32,14 @@ class SamplerConfig:
       replace: sample with replacement.
       dedup: deduplicate each level (False: tree mode, exact static sizes, no metadata).
       relabel_method: "table" or "sort" (see relabel.py), for the XLA relabel.
+      all_neighbors: per hop, take every neighbour; set by `resolve` for -1 fanouts.
     """
 
     fanouts: tuple[int, ...]
     replace: bool = False
     dedup: bool = True
     relabel_method: str = "table"
+    all_neighbors: tuple[bool, ...] = ()
 
     def __post_init__(self):
         fanouts = tuple(int(f) for f in self.fanouts)
@@ -52,14 +54,11 @@ class SamplerConfig:
     def num_hops(self) -> int:
         return len(self.fanouts)
 
-    @property
-    def full_neighborhood(self) -> tuple[bool, ...]:
-        return tuple(f == -1 for f in self.fanouts)
-
     def resolve(self, max_degree: int) -> SamplerConfig:
-        """Replaces -1 fanouts by `max_degree` (at least 1)."""
+        """Replaces -1 fanouts by `max_degree` (at least 1), marking those hops as full."""
+        full = tuple(f == -1 for f in self.fanouts)
         fanouts = tuple(max(max_degree, 1) if f == -1 else f for f in self.fanouts)
-        return dataclasses.replace(self, fanouts=fanouts)
+        return dataclasses.replace(self, fanouts=fanouts, all_neighbors=full)
 
 
 class Block(NamedTuple):
@@ -127,7 +126,7 @@ def sample_minibatch(
     valid = seed_valid
     count = jnp.sum(seed_valid.astype(jnp.int32))
     nodes, valids, degs, blocks, counts = [ids], [valid], [], [], [count]
-    full = config.full_neighborhood
+    full = config.all_neighbors or (False,) * config.num_hops
     for hop, fanout in enumerate(config.fanouts):
         degs.append(_degrees(graph.indptr, ids, valid))
         nbr, mask = kernels_lib.sample_neighbors(
