@@ -42,8 +42,14 @@ class Kernels:
 
     @classmethod
     def parse(cls, spec: str, *, interpret: bool = False) -> Kernels:
-        """From "xla", "pallas", or per op: "sample=pallas,relabel=xla" (others xla)."""
+        """From "auto", "xla", "pallas", or per op: "sample=pallas,relabel=xla" (others xla).
+
+        "auto" picks what measured fastest on an H100 (docs/kernels.md): the Pallas
+        sampler with XLA for the other ops on a GPU, XLA everywhere else.
+        """
         spec = spec.strip()
+        if spec == "auto":
+            return cls(sample="pallas") if jax.default_backend() == "gpu" else cls()
         if spec in IMPLEMENTATIONS:
             return cls(**{op: spec for op in OPS}, interpret=interpret)
         choices = {}
@@ -51,7 +57,7 @@ class Kernels:
             op, sep, impl = part.partition("=")
             if not sep or op.strip() not in OPS:
                 raise ValueError(
-                    f"bad kernel spec {part!r} in {spec!r}: expected 'xla', 'pallas' or "
+                    f"bad kernel spec {part!r} in {spec!r}: expected 'auto', 'xla', 'pallas' or "
                     f"OP=IMPL with OP in {OPS}"
                 )
             choices[op.strip()] = impl.strip()

@@ -1,0 +1,130 @@
+"""Neighbour sampling as one Pallas kernel: the twin of `sampling.sample_neighbors_reference`.
+
+One program takes a block of frontier rows and all K slots of each (K padded to a power
+of two). It reads the two CSR bounds of each row, draws the slots with the same uint32
+counter hash as the reference (`zerognn_jax._src.rng`, called inside the kernel), runs
+Floyd's algorithm vectorised over the block's rows, gathers the chosen neighbour ids and
+stores them with the validity mask. Output is bit-identical to the reference.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plt
+
+from pallas_kernels import Tiling, cdiv, fanout_loop, launch, next_pow2
+from zerognn_jax._src import rng
+
+TILING = Tiling(block_rows=128, num_warps=4)
+
+
+def _floyd(key, node, deg, slots, fanout: int):
+    """int32[R, KP]: Floyd's uniform `fanout`-subset of [0, deg) per row, as the reference."""
+    chosen = jnp.full((node.shape[0], slots.shape[1]), -1, jnp.int32)
+
+    def step(i, chosen):
+        j = deg - fanout + i
+        t = rng.uniform_below(rng.slot_bits(key, node, i), jnp.maximum(j + 1, 1))
+        taken = jnp.max(jnp.where(chosen == t[:, None], 1, 0), axis=1) > 0
+        pick = jnp.where(taken, j, t)
+        return jnp.where(slots == i, pick[:, None], chosen)
+
+    return fanout_loop(fanout, step, chosen)
+
+
+def _slot_offsets(key, node, deg, slots, fanout, replace, all_neighbors):
+    """(edge offsets within each row, slot mask), both [R, KP]."""
+    if replace:
+        bits = rng.slot_bits(key, node[:, None], slots)
+        offsets = rng.uniform_below(bits, jnp.maximum(deg, 1)[:, None])
+        return offsets, (deg[:, None] > 0) & (slots < fanout)
+    offsets = jnp.broadcast_to(slots, (node.shape[0], slots.shape[1]))
+    if not all_neighbors:
+        offsets = jnp.where(deg[:, None] > fanout, _floyd(key, node, deg, slots, fanout), offsets)
+    return offsets, slots < jnp.minimum(deg, fanout)[:, None]
+
+
+def _sample_kernel(
+    key_ref, indptr_ref, indices_ref, frontier_ref, valid_ref, nbr_ref, mask_ref, *,
+    c, fanout, rows, lanes, replace, all_neighbors
+):
+    r = pl.program_id(0) * rows + jnp.arange(rows, dtype=jnp.int32)
+    live = r < c
+    ok = plt.load(valid_ref.at[r], mask=live, other=False) & live
+    node = plt.load(frontier_ref.at[r], mask=live, other=0)
+    start = plt.load(indptr_ref.at[node], mask=ok, other=0)
+    deg = jnp.where(ok, plt.load(indptr_ref.at[node + 1], mask=ok, other=0) - start, 0)
+    slots = jnp.arange(lanes, dtype=jnp.int32)[None, :]
+    offsets, mask = _slot_offsets(key_ref[0], node, deg, slots, fanout, replace, all_neighbors)
+    edge = jnp.where(mask, start[:, None] + offsets, 0)
+    nbr = plt.load(indices_ref.at[edge], mask=mask, other=0)
+    out = live[:, None] & (slots < fanout)
+    plt.store(nbr_ref.at[r[:, None], slots], nbr, mask=out)
+    plt.store(mask_ref.at[r[:, None], slots], mask, mask=out)
+
+
+def _check(indptr, indices, frontier, valid, key, fanout):
+    if fanout < 1:
+        raise ValueError(f"fanout must be at least 1, got {fanout}")
+    if indptr.ndim != 1 or indices.ndim != 1:
+        raise ValueError(f"indptr and indices must be 1-D, got {indptr.shape} and {indices.shape}")
+    if indptr.dtype != jnp.int32 or indices.dtype != jnp.int32:
+        raise ValueError(
+            f"the Pallas sampler needs int32 indptr and indices (fewer than 2**31 edges), "
+            f"got {indptr.dtype} and {indices.dtype}"
+        )
+    if frontier.ndim != 1 or valid.shape != frontier.shape:
+        raise ValueError(
+            f"frontier and valid must be 1-D of one length, got {frontier.shape} and "
+            f"{valid.shape}"
+        )
+    if jnp.size(key) != 1:
+        raise ValueError(f"key must be a scalar, got shape {jnp.shape(key)}")
+
+
+def sample_neighbors(
+    indptr: jax.Array,
+    indices: jax.Array,
+    frontier: jax.Array,
+    valid: jax.Array,
+    key: jax.Array,
+    fanout: int,
+    *,
+    replace: bool = False,
+    all_neighbors: bool = False,
+    interpret: bool = False,
+) -> tuple[jax.Array, jax.Array]:
+    """Pallas twin of `sampling.sample_neighbors_reference` (same arguments and outputs).
+
+    Returns nbr int32[C, K] (0 in invalid slots) and mask bool[C, K], bit-identical to
+    the reference. `interpret=True` runs the kernel in the Pallas interpreter.
+    """
+    _check(indptr, indices, frontier, valid, key, fanout)
+    c = frontier.shape[0]
+    lanes = next_pow2(fanout)
+    rows, params = launch(TILING, c, lanes)
+    kernel = functools.partial(
+        _sample_kernel, c=c, fanout=fanout, rows=rows, lanes=lanes, replace=replace,
+        all_neighbors=all_neighbors,
+    )
+    return pl.pallas_call(
+        kernel,
+        out_shape=(
+            jax.ShapeDtypeStruct((c, fanout), jnp.int32),
+            jax.ShapeDtypeStruct((c, fanout), jnp.bool_),
+        ),
+        grid=(cdiv(c, rows),),
+        compiler_params=params,
+        interpret=interpret,
+        name="zerognn_sample_neighbors",
+    )(
+        jnp.reshape(key, (1,)).astype(jnp.uint32),
+        indptr,
+        indices,
+        frontier.astype(jnp.int32),
+        valid.astype(jnp.bool_),
+    )
