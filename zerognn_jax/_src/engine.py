@@ -22,7 +22,7 @@ import optax
 
 from zerognn_jax._src import envelope as envelope_lib
 from zerognn_jax._src import kernels as kernels_lib
-from zerognn_jax._src import rng
+from zerognn_jax._src import parallel, rng
 from zerognn_jax._src.blocks import EllView
 from zerognn_jax._src.graph import CSRGraph
 from zerognn_jax._src.sampler import MiniBatch, SamplerConfig, sample_minibatch
@@ -64,6 +64,20 @@ def views_for(mb: MiniBatch, kernels: kernels_lib.Kernels) -> tuple[EllView, ...
     return tuple(views)
 
 
+def step_keys(seed: int, epoch, batch_index) -> tuple[jax.Array, jax.Array]:
+    """(sampling key, dropout key) of one batch index; every engine derives them here."""
+    key = rng.step_key(seed, epoch, batch_index, 0)
+    drop_key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), epoch),
+                                  batch_index)
+    return key, drop_key
+
+
+def masked_cross_entropy(logits, labels, weight) -> jax.Array:
+    """Mean softmax cross-entropy over the rows whose float `weight` is 1."""
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    return jnp.sum(ce * weight) / jnp.maximum(jnp.sum(weight), 1.0)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class StepProgram:
     """The pieces a step needs that are not arrays; builds and caches chunk programs."""
@@ -76,6 +90,8 @@ class StepProgram:
     kernels: kernels_lib.Kernels = kernels_lib.XLA
     axis_name: str | None = None
     num_shards: int = 1
+    mesh: jax.sharding.Mesh | None = None
+    shard_features: bool = False
 
     @property
     def global_batch(self) -> int:
@@ -95,13 +111,28 @@ class StepProgram:
         """Samples around `seeds` and runs the model; returns (logits, new_vars, minibatch)."""
         mb = sample_minibatch(data.graph, seeds, valid, key, self.sampler, capacities,
                               self.kernels)
-        x = kernels_lib.gather_rows(self.kernels, data.features, mb.nodes[-1], mb.valid[-1])
+        logits, new_vars = self.apply_model(variables, data, mb, train=train,
+                                            dropout_key=dropout_key)
+        return logits, new_vars, mb
+
+    def apply_model(self, variables, data: DeviceData, mb: MiniBatch, *, train: bool,
+                    dropout_key=None):
+        """Gathers the outermost level's features and runs the model; (logits, new_vars).
+
+        Shapes follow `mb`: the scan engine passes envelope-sized levels, the host
+        engine (host_engine.py) levels cut to their real or bucketed sizes.
+        """
+        if self.shard_features:
+            x = parallel.gather_sharded_rows(self.kernels, data.features, mb.nodes[-1],
+                                             mb.valid[-1], self.axis_name)
+        else:
+            x = kernels_lib.gather_rows(self.kernels, data.features, mb.nodes[-1],
+                                        mb.valid[-1])
         views = views_for(mb, self.kernels)
         mutable = ["batch_stats"] if train and variables.get("batch_stats") else False
         rngs = {"dropout": dropout_key} if train else {}
         out = self.model.apply(variables, x, views, train=train, rngs=rngs, mutable=mutable)
-        logits, new_vars = out if mutable else (out, {})
-        return logits, new_vars, mb
+        return out if mutable else (out, {})
 
     def _step(self, state: TrainState, step, data, perm, epoch, num_steps, capacities):
         # Shard d of D takes batch index step * D + d (of size B) from the permutation
@@ -112,9 +143,7 @@ class StepProgram:
         seeds, valid = envelope_lib.step_seeds(perm, batch_index, self.batch_size)
         active = step < num_steps
         valid = valid & active
-        key = rng.step_key(self.seed, epoch, batch_index, 0)
-        drop_key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(self.seed), epoch),
-                                      batch_index)
+        key, drop_key = step_keys(self.seed, epoch, batch_index)
         labels = data.labels[seeds]
         weight = valid.astype(jnp.float32)
 
@@ -122,9 +151,7 @@ class StepProgram:
             variables = {"params": params, "batch_stats": state.batch_stats}
             logits, new_vars, mb = self.forward(variables, data, seeds, valid, key, capacities,
                                                 train=True, dropout_key=drop_key)
-            ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-            loss = jnp.sum(ce * weight) / jnp.maximum(jnp.sum(weight), 1.0)
-            return loss, (logits, new_vars, mb)
+            return masked_cross_entropy(logits, labels, weight), (logits, new_vars, mb)
 
         (loss, (logits, new_vars, mb)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params)
@@ -156,7 +183,8 @@ class StepProgram:
         """The compiled chunk `(state, data, perm, epoch, start, num_steps) -> (state, metrics)`.
 
         Compiled ahead of time for `args` and cached per (envelope, chunk length); `state`
-        is donated. Compilation time accumulates in `self.compile_seconds`.
+        is donated. Compilation time accumulates in `self.compile_seconds`. With a mesh
+        the program is one SPMD program over it (`parallel.shard_chunk`).
         """
         key = (envelope, chunk_steps)
         if key not in self._programs:
@@ -167,6 +195,8 @@ class StepProgram:
                 body = lambda s, step: self._step(s, step, data, perm, epoch, num_steps, caps)
                 return jax.lax.scan(body, state, steps)
 
+            if self.mesh is not None:
+                run = parallel.shard_chunk(run, self, args[1])
             t0 = time.perf_counter()
             self._programs[key] = jax.jit(run, donate_argnums=0).lower(*args).compile()
             object.__setattr__(self, "compile_seconds",
@@ -176,22 +206,29 @@ class StepProgram:
 
 def init_state(program: StepProgram, data: DeviceData, envelope: envelope_lib.Envelope,
                train_idx) -> TrainState:
-    """Initialises model variables on a real first batch, and the optimizer."""
+    """Initialises model variables on a real first batch, and the optimizer.
+
+    With a mesh the state comes back replicated on it.
+    """
     perm = envelope_lib.epoch_seeds(jnp.asarray(train_idx, jnp.int32), program.global_batch,
                                     program.seed, 0)
-    seeds, valid = envelope_lib.step_seeds(perm, 0, program.batch_size)
-    key = rng.step_key(program.seed, 0, 0, 0)
-    mb = sample_minibatch(data.graph, seeds, valid, key, program.sampler,
-                          envelope.capacities, program.kernels)
-    x = kernels_lib.gather_rows(program.kernels, data.features, mb.nodes[-1], mb.valid[-1])
-    init_key = jax.random.PRNGKey(program.seed)
-    variables = jax.jit(lambda k, x, mb: program.model.init(
-        {"params": k, "dropout": k}, x, views_for(mb, program.kernels), train=False))(
-            init_key, x, mb)
+
+    def init(data, perm):
+        seeds, valid = envelope_lib.step_seeds(perm, 0, program.batch_size)
+        key = rng.step_key(program.seed, 0, 0, 0)
+        mb = sample_minibatch(data.graph, seeds, valid, key, program.sampler,
+                              envelope.capacities, program.kernels)
+        x = kernels_lib.gather_rows(program.kernels, data.features, mb.nodes[-1], mb.valid[-1])
+        init_key = jax.random.PRNGKey(program.seed)
+        return program.model.init({"params": init_key, "dropout": init_key}, x,
+                                  views_for(mb, program.kernels), train=False)
+
+    variables = jax.jit(init)(data, perm)
     params = variables["params"]
     batch_stats = variables.get("batch_stats", {})
-    return TrainState(params, batch_stats, program.tx.init(params), jnp.array(False),
-                      jnp.array(0, jnp.int32))
+    state = TrainState(params, batch_stats, program.tx.init(params), jnp.array(False),
+                       jnp.array(0, jnp.int32))
+    return state if program.mesh is None else parallel.replicate(state, program.mesh)
 
 
 @dataclasses.dataclass
@@ -215,7 +252,8 @@ def run_epoch(program: StepProgram, state: TrainState, data: DeviceData, train_i
     """Runs one epoch chunk by chunk, growing the envelope on overflow.
 
     `chunk_steps=0` runs the whole epoch as one program. `on_chunk(done, total)` is
-    called after every chunk (for progress bars).
+    called after every chunk (for progress bars). With a mesh, `data` must have been
+    placed by `parallel.place_data`.
     """
     train_idx = jnp.asarray(train_idx, jnp.int32)
     total = envelope_lib.num_steps(train_idx.shape[0], program.global_batch)
@@ -224,6 +262,8 @@ def run_epoch(program: StepProgram, state: TrainState, data: DeviceData, train_i
     start, overflows, chunks, parts = 0, 0, 0, []
     while start < total:
         args = (state, data, perm, jnp.int32(epoch), jnp.int32(start), jnp.int32(total))
+        if program.mesh is not None:
+            args = parallel.place_args(program, args)
         state, metrics = program.chunk_program(envelope, chunk, args)(*args)
         metrics, overflowed, failed = jax.device_get((metrics, state.overflowed,
                                                       state.failed_step))

@@ -15,7 +15,7 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
-from zerognn_jax._src import engine
+from zerognn_jax._src import engine, host_engine, parallel
 from zerognn_jax._src import envelope as envelope_lib
 from zerognn_jax._src import evaluate as evaluate_lib
 from zerognn_jax._src.dataset import Dataset
@@ -35,6 +35,11 @@ class TrainConfig:
     `normalize_features=None` row-normalises Planetoid features and leaves others.
     `envelope` is "calibrate" (tight, measured) or "conservative" (the safe bound).
     `chunk_steps=0` compiles a whole epoch into one program.
+    `engine` is "scan" (a chunk of steps per program) or the host-mediated baseline,
+    "host-exact" or "host-bucketed" (see host_engine.py).
+    `devices` is the number of devices per process to train on (0 = all local ones);
+    `batch_size` is per device, so a step trains on batch_size x devices x processes
+    seeds. `shard_features` splits the feature table by rows across those devices.
     """
 
     dataset: str = "tiny"
@@ -52,10 +57,11 @@ class TrainConfig:
     heads: int = 4
     epochs: int = 10
     seed: int = 0
-    kernels: str = "xla"
+    kernels: str = "auto"
     replace: bool = False
     dedup: bool = True
     chunk_steps: int = 0
+    engine: str = "scan"
     envelope: str = "calibrate"
     margin: float = 1.1
     multiple: int = 128
@@ -66,6 +72,8 @@ class TrainConfig:
     checkpoint_dir: str | None = None
     metrics_out: str | None = None
     progress: bool = True
+    devices: int = 1
+    shard_features: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
@@ -83,6 +91,10 @@ class TrainConfig:
             (self.envelope in ("calibrate", "conservative"),
              f"envelope must be calibrate or conservative, got {self.envelope!r}"),
             (self.chunk_steps >= 0, f"chunk_steps must be >= 0, got {self.chunk_steps}"),
+            (self.engine in host_engine.ENGINES,
+             f"engine must be one of {host_engine.ENGINES}, got {self.engine!r}"),
+            (self.devices >= 0, f"devices must be >= 0 (0 = all local devices), "
+                                f"got {self.devices}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -117,8 +129,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None):
     norm = cfg.normalize_features
     if norm or (norm is None and dataset.name in PLANETOID):
         feats = feats / np.maximum(feats.sum(axis=1, keepdims=True), 1e-12)
-    data = engine.DeviceData(dataset.graph.to_device(), jnp.asarray(feats, jnp.float32),
-                             jnp.asarray(np.maximum(dataset.labels, 0)))
+    labels = np.maximum(dataset.labels, 0).astype(np.int32)
     sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, dedup=cfg.dedup)
     sampler = sampler.resolve(dataset.graph.max_degree())
     model = make_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
@@ -126,7 +137,14 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None):
                        heads=cfg.heads)
     program = engine.StepProgram(model, make_optimizer(cfg), sampler, cfg.batch_size, cfg.seed,
                                  Kernels.parse(cfg.kernels))
-    return dataset, data, program
+    mesh = parallel.make_mesh(cfg.devices)
+    if mesh.size == 1 and not cfg.shard_features:
+        data = engine.DeviceData(dataset.graph.to_device(), jnp.asarray(feats, jnp.float32),
+                                 jnp.asarray(labels))
+        return dataset, data, program
+    program = parallel.data_parallel(program, mesh, shard_features=cfg.shard_features)
+    host = engine.DeviceData(dataset.graph, np.asarray(feats, np.float32), labels)
+    return dataset, parallel.place_data(host, program), program
 
 
 def choose_envelope(cfg: TrainConfig, dataset: Dataset, data, program) -> tuple:
@@ -154,6 +172,7 @@ def level_dims(cfg: TrainConfig, dataset: Dataset) -> tuple[int, ...]:
 def evaluate(cfg: TrainConfig, program, variables, data, dataset) -> dict:
     """Train/val/test accuracy under `cfg.eval_mode`."""
     splits = {s: getattr(dataset, f"{s}_idx") for s in ("train", "val", "test")}
+    program = parallel.eval_view(program)
     if cfg.eval_mode == "none":
         return {}
     if cfg.eval_mode == "full" and evaluate_lib.supports_layerwise(program.model):
@@ -190,8 +209,9 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None) -> TrainResult:
     calibrate_seconds = time.perf_counter() - t0
     dims = level_dims(cfg, dataset)
     envelope_lib.check_fits(env, program.sampler.fanouts, dims,
-                            envelope_lib.device_memory_limit())
+                            envelope_lib.device_memory_limit(jax.local_devices()[0]))
     state = engine.init_state(program, data, env, dataset.train_idx)
+    runner = host_engine.make_runner(cfg.engine, program, chunk_steps=cfg.chunk_steps)
     history, start_epoch, ckpt = [], 0, None
     if cfg.checkpoint_dir:
         from zerognn_jax._src.checkpoint import Checkpointer
@@ -203,14 +223,16 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None) -> TrainResult:
                     "opt_state": state.opt_state}
             restored, meta = ckpt.restore(last, like)
             state = state._replace(**restored)
-            env = envelope_lib.Envelope(meta["batch_size"], tuple(meta["capacities"]))
+            if meta["batch_size"] == env.batch_size:  # else saved with another device count
+                env = envelope_lib.Envelope(meta["batch_size"], tuple(meta["capacities"]))
             history, start_epoch = meta["history"], last + 1
-    metrics_file = open(cfg.metrics_out, "a") if cfg.metrics_out else None  # noqa: SIM115
+    lead = jax.process_index() == 0  # one writer when several processes train together
+    metrics_file = open(cfg.metrics_out, "a") if cfg.metrics_out and lead else None  # noqa: SIM115
     bar = tqdm(total=cfg.epochs, initial=start_epoch, desc="epochs", unit="epoch",
-               disable=not cfg.progress, file=sys.stderr, dynamic_ncols=True)
+               disable=not (cfg.progress and lead), file=sys.stderr, dynamic_ncols=True)
     try:
         for epoch in range(start_epoch, cfg.epochs):
-            record, state, env = _train_epoch(cfg, program, state, data, dataset, epoch, env, bar)
+            record, state, env = _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar)
             history.append(record)
             _write_json(metrics_file, record)
             if ckpt is not None:
@@ -231,14 +253,13 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None) -> TrainResult:
     return TrainResult(_variables(state), history, summary, program, data)
 
 
-def _train_epoch(cfg, program, state, data, dataset, epoch, env, bar):
-    compile_before = program.compile_seconds
+def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar):
+    program, compile_before = runner.program, runner.compile_seconds
     t0 = time.perf_counter()
-    res = engine.run_epoch(program, state, data, dataset.train_idx, epoch, env,
-                           chunk_steps=cfg.chunk_steps, margin=cfg.margin,
+    res = runner.run_epoch(state, data, dataset.train_idx, epoch, env, margin=cfg.margin,
                            multiple=cfg.multiple)
     wall = time.perf_counter() - t0
-    compile_s = program.compile_seconds - compile_before
+    compile_s = runner.compile_seconds - compile_before
     record = {"epoch": epoch, "loss": res.loss, "train_batch_acc": res.train_acc,
               "epoch_seconds": wall - compile_s, "compile_seconds": compile_s,
               "steps": res.steps, "chunks": res.chunks, "overflows": res.overflows,
@@ -259,9 +280,12 @@ def _summary(cfg, dataset, program, state, env, cal, history, final,
     summary = {"summary": True, "dataset": dataset.name, "model": cfg.model,
                "params": count_params(state.params),
                "kernels": program.kernels.describe(), "fanouts": list(program.sampler.fanouts),
-               "batch_size": cfg.batch_size, "epochs": len(history),
+               "batch_size": cfg.batch_size, "devices": program.num_shards,
+               "processes": jax.process_count(), "global_batch": program.global_batch,
+               "shard_features": program.shard_features, "epochs": len(history),
                "median_epoch_seconds": float(np.median(times)) if times else None,
-               "compile_seconds": program.compile_seconds,
+               "engine": cfg.engine,
+               "compile_seconds": sum(h["compile_seconds"] for h in history),
                "calibrate_seconds": calibrate_seconds,
                "overflows": int(sum(h["overflows"] for h in history)),
                "envelope": list(env.levels), "device": jax.devices()[0].device_kind,

@@ -1,0 +1,169 @@
+"""Runs data-parallel training in a fresh process with N virtual CPU devices.
+
+`tests/test_parallel.py` starts this script, because `jax_num_cpu_devices` must be set
+before JAX starts its backends (the pytest process keeps its single device). Usage:
+
+    python _parallel_worker.py equivalence OUT_DIR --cpu-devices 8
+    python _parallel_worker.py train OUT_DIR [--cpu-devices N] [--name RUN] [--epochs E]
+        [--ckpt DIR] [--eval-mode M] [--shard-features]
+        [--coordinator HOST:PORT --num-processes P --process-id I]
+
+Every command writes `<OUT_DIR>/<run>.npz` (flattened parameters) and
+`<OUT_DIR>/<run>.json` (losses, summary) per run; the test compares them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+import numpy as np
+
+GLOO_UNAVAILABLE = 77  # exit status: this jaxlib has no gloo CPU collectives
+
+# The test problem: every layer sees full neighbourhoods and there is no dropout, so a
+# step's loss is a mean over seeds whatever the batch split, and train size 192 is a
+# multiple of every global batch used (32), so every device's batch is full.
+NUM_NODES, TRAIN, GLOBAL_BATCH = 400, 192, 32
+
+
+def make_problem():
+    """A random 400-node graph, 8 features, 3 classes (labels follow the features)."""
+    from zerognn_jax import from_edge_list, make_dataset
+
+    rs = np.random.default_rng(0)
+    graph = from_edge_list(rs.integers(0, NUM_NODES, 1600), rs.integers(0, NUM_NODES, 1600),
+                           NUM_NODES, make_undirected=True, remove_self_loops=True,
+                           remove_duplicates=True)
+    feats = rs.normal(size=(NUM_NODES, 8)).astype(np.float32)
+    labels = np.argmax(feats[:, :3] + rs.normal(scale=0.5, size=(NUM_NODES, 3)), 1)
+    order = rs.permutation(NUM_NODES)
+    return make_dataset("dp-test", graph.indptr, graph.indices, feats, labels,
+                        order[:TRAIN], order[TRAIN:300], order[300:], 3)
+
+
+def train_config(shards: int, **overrides):
+    """TrainConfig for the test problem over `shards` devices, global batch 32."""
+    from zerognn_jax import TrainConfig
+
+    base = dict(dataset="dp-test", model="sage", hidden=16, layers=2, fanouts=(-1, -1),
+                batch_size=GLOBAL_BATCH // shards, devices=shards, dropout=0.0, epochs=2,
+                eval_mode="full", progress=False, lr=1e-2)
+    return TrainConfig(**{**base, **overrides})
+
+
+def flat(params) -> dict:
+    import jax
+
+    leaves = jax.tree_util.tree_leaves_with_path(jax.device_get(params))
+    return {jax.tree_util.keystr(path): np.asarray(x) for path, x in leaves}
+
+
+def save_run(out: pathlib.Path, name: str, params, record: dict) -> None:
+    np.savez(out / f"{name}.npz", **flat(params))
+    (out / f"{name}.json").write_text(json.dumps(record))
+
+
+def engine_run(devices: int, *, shard_features=False, tiny_envelope=False):
+    """Two epochs of SGD through the engine API, in chunks of 4 steps.
+
+    `tiny_envelope` starts from capacities equal to the batch, so the first steps
+    overflow and the engine must grow the envelope and replay them.
+    Returns (params, record with losses, overflows and the final envelope).
+    """
+    import jax.numpy as jnp
+    import optax
+
+    import zerognn_jax as zg
+    from zerognn_jax._src import parallel
+
+    ds = make_problem()
+    sampler = zg.SamplerConfig((-1, -1)).resolve(ds.graph.max_degree())
+    model = zg.make_model("sage", hidden=16, num_layers=2, num_classes=3, dropout=0.0)
+    batch = GLOBAL_BATCH // devices
+    program = zg.StepProgram(model, optax.sgd(0.5), sampler, batch, seed=3)
+    if devices > 1 or shard_features:
+        program = parallel.data_parallel(program, parallel.make_mesh(devices),
+                                         shard_features=shard_features)
+        data = parallel.place_data(zg.DeviceData(ds.graph, ds.features, ds.labels), program)
+    else:
+        data = zg.DeviceData(ds.graph.to_device(), jnp.asarray(ds.features),
+                             jnp.asarray(ds.labels))
+    env = zg.conservative(batch, sampler.fanouts, NUM_NODES)
+    if tiny_envelope:
+        env = zg.Envelope(batch, (batch, batch))
+    state, losses, overflows = zg.init_state(program, data, env, ds.train_idx), [], 0
+    for epoch in range(2):
+        res = zg.run_epoch(program, state, data, ds.train_idx, epoch, env, chunk_steps=4)
+        state, env = res.state, res.envelope
+        losses.append(res.loss)
+        overflows += res.overflows
+    return state.params, {"losses": losses, "overflows": overflows, "envelope": env.levels}
+
+
+def cmd_equivalence(args, out: pathlib.Path) -> None:
+    """Engine runs: one device; 4 devices from a tiny envelope; 8 with split features."""
+    runs = {
+        "ref_sgd": dict(devices=1),
+        "dp4_tiny_envelope": dict(devices=4, tiny_envelope=True),
+        "dp8_sharded": dict(devices=8, shard_features=True),
+    }
+    for name, kwargs in runs.items():
+        params, record = engine_run(**kwargs)
+        save_run(out, name, params, record)
+
+
+def cmd_train(args, out: pathlib.Path) -> None:
+    """The trainer over every device of every process (`devices=0`)."""
+    import jax
+
+    from zerognn_jax import train
+    from zerognn_jax._src import parallel
+
+    parallel.initialize_distributed(args.coordinator, args.num_processes, args.process_id,
+                                    timeout_s=60)
+    cfg = train_config(jax.device_count(), devices=0, epochs=args.epochs,
+                       checkpoint_dir=args.ckpt, eval_mode=args.eval_mode,
+                       shard_features=args.shard_features)
+    result = train(cfg, make_problem())
+    if jax.process_index() == 0:
+        save_run(out, args.name, result.variables["params"],
+                 {"losses": [h["loss"] for h in result.history], "summary": result.summary})
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command", choices=("equivalence", "train"))
+    parser.add_argument("out")
+    parser.add_argument("--cpu-devices", type=int, default=1)
+    parser.add_argument("--name", default="run")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--ckpt")
+    parser.add_argument("--eval-mode", default="none")
+    parser.add_argument("--shard-features", action="store_true")
+    parser.add_argument("--coordinator")
+    parser.add_argument("--num-processes", type=int)
+    parser.add_argument("--process-id", type=int)
+    args = parser.parse_args(argv)
+
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", args.cpu_devices)
+    if args.coordinator:
+        try:
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        except Exception as err:  # noqa: BLE001 - any failure means no gloo here
+            print(f"gloo CPU collectives unavailable: {err}", file=sys.stderr)
+            return GLOO_UNAVAILABLE
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    {"equivalence": cmd_equivalence, "train": cmd_train}[args.command](args, out)
+    if args.coordinator:
+        jax.distributed.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""`zerognn bench` end to end on CPU, and the trace parsing behind the GPU fraction."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from zerognn_jax._src import bench, bench_report, profiling
+from zerognn_jax._src.bench_workload import FIELDS, VARIANTS
+
+# Compile faster: the CPU run checks plumbing, not speed.
+FAST_XLA = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+NUMBERS = ("epoch_seconds", "compile_seconds", "warmup_seconds", "steps_per_second",
+           "sampled_edges_per_second", "envelope_bytes", "ideal_bytes", "envelope_over_ideal",
+           "steps_per_epoch", "steps_timed", "overflows")
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench")
+    out, png = tmp / "bench.jsonl", tmp / "bench.png"
+    cmd = [sys.executable, "-m", "zerognn_jax.cli", "bench", "--preset", "tiny",
+           "--layers", "1", "--fanouts", "4", "--hidden", "16", "--batch-size", "128",
+           "--epochs", "1", "--host-steps", "2", "--check-steps", "2", "--phases",
+           "--batch-sizes", "128", "--out", str(out), "--plot", str(png), "--no-progress"]
+    env = dict(os.environ, XLA_FLAGS=FAST_XLA, JAX_PLATFORMS="cpu")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    return records, png, proc.stdout
+
+
+def test_every_config_reports_every_field(bench_run):
+    records, _, _ = bench_run
+    configs = {r["config"]: r for r in records if r["kind"] == "config"}
+    assert set(configs) == set(VARIANTS)
+    for name, r in configs.items():
+        assert set(FIELDS) <= set(r), name
+        assert r["status"] in ("ok", "skipped"), (name, r["reason"])
+        if r["status"] == "skipped":
+            assert name == "scan-pallas" and r["reason"]
+            continue
+        for field in NUMBERS:
+            assert isinstance(r[field], (int, float)) and r[field] >= 0, (name, field)
+        assert len(r["envelope"]) == 2 and r["device"] == "cpu"
+        assert r["jax_version"] == jax.__version__
+        assert isinstance(r["git_commit"], (str, type(None)))
+        # No GPU: no execution fraction and no allocator statistics.
+        assert r["gpu_fraction"] is None and r["peak_bytes_in_use"] is None
+    assert configs["host-exact"]["extrapolated"] and not configs["scan-xla"]["extrapolated"]
+    assert configs["host-exact"]["shapes_compiled"] == 2
+    assert configs["scan-cmdbuf"]["peak_scope"] == "config"  # measured in its own process
+
+
+def test_check_phases_sweep_and_summary(bench_run):
+    records, png, stdout = bench_run
+    kinds = {r["kind"]: r for r in records}
+    check = kinds["check"]
+    assert check["status"] == "ok" and check["counts_equal"] and check["edges_equal"]
+    phases = kinds["phases"]
+    assert phases["sample_epoch_seconds"] > 0 and phases["floor_epoch_seconds"] > 0
+    assert set(phases["bytes_per_step"]) == {"features", "csr", "activations", "optimizer"}
+    sweep = [r for r in records if r["kind"] == "sweep"]
+    assert {r["config"] for r in sweep} == {"scan-xla", "host-bucketed"}
+    assert all(r["step_seconds"] > 0 for r in sweep)
+    summary = kinds["summary"]
+    assert summary["speedup_vs_host-exact"]["host-exact"] == pytest.approx(1.0)
+    assert "scan-xla" in summary["goals"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "scan-xla" in stdout.splitlines()[-1] or "goals" in stdout
+
+
+def test_options_are_checked():
+    with pytest.raises(ValueError, match="unknown configs"):
+        bench.BenchOptions(configs=("scan-fast",))
+    with pytest.raises(ValueError, match="host_steps"):
+        bench.BenchOptions(host_steps=0)
+
+
+def test_a_failing_child_becomes_an_error_record():
+    options = bench.BenchOptions(dataset="tiny", configs=("scan-xla",), progress=False)
+    (record,) = bench.run_child(options, "--xla_no_such_flag=1", timeout=120)
+    assert record["status"] == "error" and "xla_no_such_flag" in record["reason"]
+    assert set(FIELDS) <= set(record)
+
+
+def test_union_length_counts_overlaps_once():
+    assert profiling.union_length([]) == 0
+    assert profiling.union_length([(0, 2), (1, 3), (5, 6), (5.5, 5.7)]) == pytest.approx(4.0)
+
+
+def _event(pid, tid, ts, dur, name="k"):
+    return {"ph": "X", "pid": pid, "tid": tid, "ts": ts, "dur": dur, "name": name}
+
+
+def _meta(pid, tid, kind, name):
+    event = {"ph": "M", "pid": pid, "name": kind, "args": {"name": name}}
+    return event if tid is None else dict(event, tid=tid)
+
+
+def test_execution_fraction_reads_device_streams(tmp_path):
+    events = [
+        _meta(1, None, "process_name", "/device:GPU:0"),
+        _meta(1, 7, "thread_name", "Stream #7(compute)"),
+        _meta(1, 8, "thread_name", "Stream #8(memcpy)"),
+        _meta(1, 9, "thread_name", "XLA Modules"),
+        _meta(2, None, "process_name", "/host:CPU"),
+        _meta(2, 1, "thread_name", "python"),
+        _event(2, 1, 100, 100, profiling.WINDOW),
+        _event(1, 7, 90, 20),  # clipped to [100, 110]
+        _event(1, 7, 120, 30),
+        _event(1, 8, 140, 20),  # overlaps the kernel above: union [120, 160]
+        _event(1, 9, 100, 100, "jit_run"),  # a derived line spanning gaps: ignored
+        _event(2, 1, 150, 10, "host work"),  # host events do not count
+        _event(1, 7, 250, 10),  # outside the window
+    ]
+    path = tmp_path / "t.trace.json.gz"
+    with gzip.open(path, "wt") as handle:
+        json.dump({"traceEvents": events}, handle)
+    got = profiling.execution_fraction(path)
+    assert got["fraction"] == pytest.approx(0.5)
+    assert got["busy_seconds"] == pytest.approx(50e-6)
+    assert got["window_seconds"] == pytest.approx(100e-6)
+    assert got["lines"] == ["/device:GPU:0 / Stream #7(compute)",
+                            "/device:GPU:0 / Stream #8(memcpy)"]
+
+
+def test_a_cpu_trace_has_no_device_fraction(tmp_path):
+    double = jax.jit(lambda x: x * 2)
+    with profiling.traced_window(tmp_path):
+        jax.block_until_ready(double(jnp.ones(8)))
+    assert profiling.execution_fraction(profiling.find_trace(tmp_path)) is None
+    with pytest.raises(FileNotFoundError):
+        profiling.find_trace(tmp_path / "missing")
+
+
+def test_summary_and_table_from_records():
+    options = bench.BenchOptions(dataset="tiny")
+    base = {"kind": "config", "status": "ok", "extrapolated": False, "batch_size": 1024,
+            "steps_per_epoch": 100}
+    records = [
+        {**dict.fromkeys(FIELDS), **base, "config": "host-exact", "epoch_seconds": 2.0,
+         "gpu_fraction": 0.2},
+        {**dict.fromkeys(FIELDS), **base, "config": "scan-xla", "epoch_seconds": 0.25,
+         "gpu_fraction": 0.97},
+        {**bench.blank_record("config", "scan-pallas", options), "status": "skipped",
+         "reason": "kernels not importable: no module"},
+    ]
+    summary = bench_report.summarize(records)
+    assert summary["speedup_vs_host-exact"]["scan-xla"] == pytest.approx(8.0)
+    assert summary["goals"]["scan-xla"] == {"speedup_vs_host_exact": True,
+                                            "gpu_fraction": True, "epoch_seconds": True}
+    table = bench_report.format_table([*records, summary])
+    assert "scan-pallas    skipped: kernels not importable" in table
+    assert "goals scan-xla: speedup_vs_host_exact met" in table
+    assert "step time (ms) vs batch size, scan-xla: b=1024 2.50" in table
+
+
+def test_children_get_no_blank_xla_flags(monkeypatch):
+    # XLA takes a non-empty XLA_FLAGS without "--" for a file name and aborts.
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    assert "XLA_FLAGS" not in bench.child_env()
+    assert bench.child_env(" --xla_a=1 ")["XLA_FLAGS"] == "--xla_a=1"
+    monkeypatch.setenv("XLA_FLAGS", "--xla_b=2")
+    assert bench.child_env("--xla_a=1")["XLA_FLAGS"] == "--xla_b=2 --xla_a=1"

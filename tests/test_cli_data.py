@@ -1,0 +1,78 @@
+"""`zerognn data info` and `zerognn data generate`, driven through their argparse parser."""
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from zerognn_jax._src import cli_data
+from zerognn_jax._src.datasets import load_npz
+
+PLANETOID = Path(__file__).parents[2] / "shared" / "datasets" / "planetoid"
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="zerognn")
+    cli_data.add_data_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+def test_info_prints_one_json_object(capsys):
+    assert run(["data", "info", "tiny", "--seed", "1"]) == 0
+    out, err = capsys.readouterr()
+    stats = json.loads(out)
+    assert out.count("\n") == 1 and err == ""
+    assert stats["name"] == "tiny" and stats["classes"] == 47 and stats["features"] == 100
+
+
+def test_info_planetoid_with_root(capsys):
+    if not (PLANETOID / "ind.cora.x").is_file():
+        pytest.skip(f"no Planetoid files in {PLANETOID}")
+    assert run(["data", "info", "cora", "--root", str(PLANETOID)]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert (stats["nodes"], stats["directed_edges"], stats["train"]) == (2708, 10_556, 140)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["data", "info", "karate"], "zerognn: error: unknown dataset 'karate'; valid names:"),
+        (["data", "info", "cora", "--root", "/nonexistent"],
+         "zerognn: error: Planetoid file /nonexistent/ind.cora.x not found"),
+        (["data", "info", "/nonexistent/d.npz"],
+         "zerognn: error: dataset file /nonexistent/d.npz does not exist"),
+        (["data", "info", "cora", "--scale", "2"],
+         "zerognn: error: scale applies to products-like and rmat only"),
+        (["data", "generate", "rmat", "--out", "graph.bin"],
+         "zerognn: error: --out must end in .npz, got 'graph.bin'"),
+    ],
+)
+def test_errors_go_to_stderr_with_exit_code_2(argv, message, capsys):
+    assert run(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(message)
+
+
+def test_generate_products_like_writes_a_loadable_file(tmp_path, capsys):
+    out = tmp_path / "p.npz"
+    assert run(["data", "generate", "products-like", "--scale", "0.001", "--seed", "5",
+                "--out", str(out)]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["nodes"] == 2449 and stats["train"] == 197
+    assert load_npz(out).stats() == stats
+
+
+def test_generate_rmat(tmp_path, capsys):
+    out = tmp_path / "r.npz"
+    assert run(["data", "generate", "rmat", "--scale", str(2**-9), "--out", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["nodes"] == 4096
+    assert out.is_file()
+
+
+def test_generate_rejects_unknown_preset(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run(["data", "generate", "cora", "--out", "x.npz"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'cora'" in capsys.readouterr().err

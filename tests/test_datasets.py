@@ -1,0 +1,476 @@
+"""Dataset loaders: Planetoid (local and downloaded), OGB layout, synthetic presets, npz."""
+
+import functools
+import gzip
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import zerognn_jax._src.datasets as datasets_pkg
+from zerognn_jax._src.dataset import make_dataset
+from zerognn_jax._src.datasets import (
+    load_dataset,
+    load_npz,
+    planetoid,
+    products_like,
+    rmat,
+    row_normalize,
+    save_npz,
+    storage,
+)
+from zerognn_jax._src.datasets.undirected import undirected_csr
+
+SHARED = Path(__file__).parents[2] / "shared" / "datasets"
+PLANETOID = SHARED / "planetoid"
+needs_planetoid = pytest.mark.skipif(
+    not (PLANETOID / "ind.cora.x").is_file(), reason=f"no Planetoid files in {PLANETOID}"
+)
+
+
+def check_undirected_simple(graph):
+    """Rows sorted and duplicate-free, no self-loops, every edge stored both ways."""
+    indptr, indices = np.asarray(graph.indptr), np.asarray(graph.indices)
+    src = np.repeat(np.arange(graph.num_nodes), np.diff(indptr))
+    assert not np.any(src == indices)
+    same_row = src[1:] == src[:-1]
+    assert np.all(indices[1:][same_row] > indices[:-1][same_row])
+    forward = set(zip(src.tolist(), indices.tolist()))
+    assert forward == {(b, a) for a, b in forward}
+
+
+def tiny_arrays(n=6):
+    return dict(
+        name="t", indptr=np.zeros(n + 1, np.int64), indices=np.zeros(0, np.int64),
+        features=np.ones((n, 3), np.float32), labels=np.arange(n) % 2,
+        train_idx=[0, 1], val_idx=[2], test_idx=[3, 4], num_classes=2,
+    )
+
+
+# ---------------------------------------------------------------- Planetoid
+
+
+@needs_planetoid
+def test_cora_counts_and_standard_split():
+    ds = load_dataset("cora", root=PLANETOID)
+    assert ds.num_nodes == 2708 and ds.features.shape == (2708, 1433)
+    assert ds.num_classes == 7 and ds.graph.num_edges == 10_556
+    assert (ds.train_idx.size, ds.val_idx.size, ds.test_idx.size) == (140, 500, 1000)
+    np.testing.assert_array_equal(ds.train_idx, np.arange(140))
+    np.testing.assert_array_equal(ds.val_idx, np.arange(140, 640))
+    assert ds.test_idx.min() == 1708 and ds.test_idx.max() == 2707
+    assert np.bincount(ds.labels[ds.train_idx]).tolist() == [20] * 7
+    assert set(np.unique(ds.features).tolist()) == {0.0, 1.0}
+    check_undirected_simple(ds.graph)
+
+
+@needs_planetoid
+def test_citeseer_counts_and_unlabelled_gap_nodes():
+    ds = load_dataset("CiteSeer", root=PLANETOID)
+    assert ds.num_nodes == 3327 and ds.features.shape == (3327, 3703)
+    assert ds.num_classes == 6 and ds.graph.num_edges == 2 * 4552
+    assert (ds.train_idx.size, ds.val_idx.size, ds.test_idx.size) == (120, 500, 1000)
+    gaps = np.flatnonzero(ds.labels == -1)
+    assert gaps.size == 15 and gaps.min() >= 2312
+    assert not ds.features[gaps].any()
+    assert np.all(ds.labels[ds.test_idx] >= 0)
+
+
+@needs_planetoid
+def test_row_normalize():
+    ds = load_dataset("cora", root=PLANETOID)
+    sums = row_normalize(ds.features).sum(axis=1)
+    np.testing.assert_allclose(sums, 1.0, rtol=1e-5)
+    assert row_normalize(np.zeros((2, 3))).tolist() == [[0.0] * 3] * 2
+
+
+@pytest.fixture
+def cora_copy(tmp_path):
+    if not (PLANETOID / "ind.cora.x").is_file():
+        pytest.skip(f"no Planetoid files in {PLANETOID}")
+    folder = tmp_path / "cora"
+    folder.mkdir()
+    for path in PLANETOID.glob("ind.cora.*"):
+        shutil.copyfile(path, folder / path.name)
+    return folder
+
+
+def flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_checksum_mismatch_names_file_and_digests(cora_copy):
+    flip_last_byte(cora_copy / "ind.cora.graph")
+    expected = planetoid.SHA256["ind.cora.graph"]
+    with pytest.raises(ValueError, match=rf"checksum mismatch for .*ind\.cora\.graph: "
+                                         rf"expected sha256 {expected}, got [0-9a-f]{{64}}"):
+        load_dataset("cora", root=cora_copy)
+
+
+def test_missing_planetoid_file_suggests_download(cora_copy):
+    (cora_copy / "ind.cora.ty").unlink()
+    with pytest.raises(FileNotFoundError, match=r"ind\.cora\.ty not found .*download=True"):
+        load_dataset("cora", root=cora_copy)
+
+
+# ------------------------------------------------------- download over HTTP
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def serve():
+    """serve(folder) -> base URL of an HTTP server on 127.0.0.1 for `folder`."""
+    servers = []
+
+    def start(folder: Path) -> str:
+        handler = functools.partial(_QuietHandler, directory=str(folder))
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@needs_planetoid
+def test_download_fetches_verifies_and_is_quiet(tmp_path, serve, monkeypatch, capfd):
+    monkeypatch.setenv(planetoid.URL_ENV, serve(PLANETOID))
+    root = tmp_path / "cache"
+    ds = load_dataset("cora", root=root, download=True)
+    assert ds.num_nodes == 2708 and ds.graph.num_edges == 10_556
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        f"ind.cora.{part}" for part in ("x", "y", "tx", "ty", "allx", "ally", "graph",
+                                        "test.index"))
+    assert capfd.readouterr().err == ""
+
+
+@needs_planetoid
+def test_download_only_fetches_missing_files(tmp_path, serve, cora_copy):
+    (cora_copy / "ind.cora.allx").unlink()
+    before = (cora_copy / "ind.cora.x").stat().st_mtime_ns
+    ds = planetoid.load_planetoid("cora", cora_copy, download=True, base_url=serve(PLANETOID))
+    assert ds.num_nodes == 2708
+    assert (cora_copy / "ind.cora.allx").is_file()
+    assert (cora_copy / "ind.cora.x").stat().st_mtime_ns == before
+
+
+def test_download_checksum_mismatch_leaves_nothing_behind(tmp_path, serve, cora_copy):
+    flip_last_byte(cora_copy / "ind.cora.x")
+    root = tmp_path / "cache"
+    with pytest.raises(ValueError, match=r"checksum mismatch for .*ind\.cora\.x: expected"):
+        planetoid.load_planetoid("cora", root, download=True, base_url=serve(cora_copy))
+    assert list(root.iterdir()) == []
+
+
+def test_download_http_error_is_reported(tmp_path, serve):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConnectionError, match=r"cannot download http://127\.0\.0\.1:\d+/"
+                                              r"ind\.cora\.x: HTTP Error 404"):
+        planetoid.load_planetoid("cora", tmp_path / "cache", download=True, base_url=serve(empty))
+    assert not any((tmp_path / "cache").glob("*"))
+
+
+# ---------------------------------------------------------------------- OGB
+
+
+def write_csv_gz(path: Path, rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        for row in rows:
+            f.write(",".join(str(v) for v in np.atleast_1d(row)) + "\n")
+
+
+def write_ogb_split(folder: Path, split: str, train, valid, test) -> None:
+    for part, ids in (("train", train), ("valid", valid), ("test", test)):
+        write_csv_gz(folder / "split" / split / f"{part}.csv.gz", ids)
+
+
+def make_fake_arxiv(root: Path) -> Path:
+    folder = root / "ogbn_arxiv"
+    raw = folder / "raw"
+    # Directed citations with a reciprocal pair (0-1), a duplicate (2->3) and a self-loop.
+    write_csv_gz(raw / "edge.csv.gz", [(0, 1), (1, 0), (2, 3), (2, 3), (4, 4), (4, 0)])
+    write_csv_gz(raw / "node-feat.csv.gz", np.arange(15, dtype=np.float32).reshape(5, 3) / 4)
+    write_csv_gz(raw / "node-label.csv.gz", [3, 0, 39, 3, 1])
+    write_csv_gz(raw / "num-node-list.csv.gz", [5])
+    write_csv_gz(raw / "num-edge-list.csv.gz", [6])
+    write_ogb_split(folder, "time", [0, 1], [2], [3, 4])
+    return folder
+
+
+def test_ogb_arxiv_layout_is_read_and_symmetrised(tmp_path):
+    make_fake_arxiv(tmp_path)
+    ds = load_dataset("ogbn-arxiv", root=tmp_path)
+    assert ds.num_nodes == 5 and ds.num_classes == 40
+    assert ds.graph.num_edges == 6  # {0,1}, {2,3}, {0,4} both ways
+    check_undirected_simple(ds.graph)
+    np.testing.assert_allclose(ds.features[1], [0.75, 1.0, 1.25])
+    assert ds.labels.tolist() == [3, 0, 39, 3, 1]
+    assert ds.train_idx.tolist() == [0, 1] and ds.test_idx.tolist() == [3, 4]
+
+
+def test_ogb_parsed_form_is_cached_and_refreshed(tmp_path, monkeypatch):
+    folder = make_fake_arxiv(tmp_path)
+    load_dataset("ogbn-arxiv", root=tmp_path)
+    cache = folder / "processed" / "zerognn.npz"
+    assert cache.is_file()
+    from zerognn_jax._src.datasets import ogb
+
+    def fail(*args):
+        raise AssertionError("raw files read again")
+
+    monkeypatch.setattr(ogb, "load_ogb", fail)
+    assert load_dataset("ogbn-arxiv", root=tmp_path).num_nodes == 5
+    monkeypatch.undo()
+    write_csv_gz(folder / "raw" / "node-label.csv.gz", [1, 1, 1, 1, 1])
+    os.utime(cache, (0, 0))  # the cache is now older than the raw files
+    assert load_dataset("ogbn-arxiv", root=tmp_path).labels.tolist() == [1] * 5
+
+
+def test_ogb_products_layout(tmp_path):
+    folder = tmp_path / "ogbn_products"
+    write_csv_gz(folder / "raw" / "edge.csv.gz", [(0, 1), (1, 2), (2, 3)])
+    write_csv_gz(folder / "raw" / "node-feat.csv.gz", np.ones((4, 2)))
+    write_csv_gz(folder / "raw" / "node-label.csv.gz", [46, 0, 1, 2])
+    write_csv_gz(folder / "raw" / "num-node-list.csv.gz", [4])
+    write_ogb_split(folder, "sales_ranking", [0], [1], [2, 3])
+    ds = load_dataset("ogbn-products", root=tmp_path)
+    assert ds.num_classes == 47 and ds.graph.num_edges == 6
+
+
+def test_ogb_papers100m_npz_layout_with_nan_labels(tmp_path):
+    folder = tmp_path / "ogbn_papers100M"
+    (folder / "raw").mkdir(parents=True)
+    np.savez(folder / "raw" / "data.npz", edge_index=np.array([[0, 1, 3], [1, 2, 3]]),
+             node_feat=np.ones((4, 2), np.float16), num_nodes_list=np.array([4]),
+             num_edges_list=np.array([3]), node_year=np.zeros((4, 1), np.int64))
+    np.savez(folder / "raw" / "node-label.npz",
+             node_label=np.array([[5.0], [np.nan], [171.0], [np.nan]], np.float32))
+    write_ogb_split(folder, "time", [0], [2], [])
+    ds = load_dataset("ogbn-papers100M", root=tmp_path)
+    assert ds.labels.tolist() == [5, -1, 171, -1] and ds.num_classes == 172
+    assert ds.graph.num_edges == 4 and ds.features.dtype == np.float32
+
+
+def test_ogb_missing_file_and_root(tmp_path):
+    folder = make_fake_arxiv(tmp_path)
+    (folder / "raw" / "node-feat.csv.gz").unlink()
+    with pytest.raises(FileNotFoundError, match=r"OGB file .*ogbn_arxiv/raw/node-feat\.csv\.gz"):
+        load_dataset("ogbn-arxiv", root=tmp_path)
+    with pytest.raises(ValueError, match=r"ogbn-arxiv needs root="):
+        load_dataset("ogbn-arxiv")
+
+
+# ---------------------------------------------------------------- synthetic
+
+
+def test_products_like_counts_scale_linearly():
+    ds = products_like(scale=0.001, seed=0)
+    assert ds.num_nodes == 2449 and ds.features.shape == (2449, 100)
+    assert ds.features.dtype == np.float32 and ds.num_classes == 47
+    assert abs(ds.graph.num_edges / 2 / 61_859 - 1) < 0.01
+    assert (ds.train_idx.size, ds.val_idx.size) == (197, 39)
+    assert ds.test_idx.size == 2449 - 197 - 39
+    assert ds.labels.min() >= 0 and ds.labels.max() < 47
+    check_undirected_simple(ds.graph)
+
+
+def test_products_like_is_deterministic_per_seed():
+    a, b, c = products_like(0.001, seed=3), products_like(0.001, seed=3), products_like(0.001, 4)
+    for name in ("features", "labels", "train_idx", "test_idx"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    np.testing.assert_array_equal(a.graph.indices, b.graph.indices)
+    assert not np.array_equal(a.labels, c.labels)
+
+
+def test_products_like_is_homophilous_with_power_law_degrees():
+    ds = products_like(0.01, seed=0)
+    g = ds.graph
+    degrees = np.diff(g.indptr)
+    src = np.repeat(np.arange(g.num_nodes), degrees)
+    assert np.mean(ds.labels[src] == ds.labels[g.indices]) > 0.5
+    assert degrees.max() > 20 * np.median(degrees)
+
+
+def test_products_like_rejects_tiny_scale():
+    with pytest.raises(ValueError, match=r"scale=0\.0001 gives 245 nodes"):
+        products_like(scale=1e-4)
+
+
+def test_tiny_preset():
+    ds = load_dataset("tiny")
+    assert ds.name == "tiny" and 4000 < ds.num_nodes < 6000
+
+
+def test_products_like_cache_in_root(tmp_path, monkeypatch):
+    ds = load_dataset("products-like", root=tmp_path, scale=0.001, seed=1)
+    path = tmp_path / "products-like-0.001-1.npz"
+    assert path.is_file()
+    monkeypatch.setattr(datasets_pkg, "products_like", None)  # a rebuild would fail
+    again = load_dataset("products-like", root=tmp_path, scale=0.001, seed=1)
+    np.testing.assert_array_equal(again.features, ds.features)
+
+
+def test_rmat_graph500_shape_and_determinism():
+    a, b = rmat(12, edge_factor=8, seed=1), rmat(12, edge_factor=8, seed=1)
+    assert a.num_nodes == 4096 and a.name == "rmat-12"
+    assert 0 < a.graph.num_edges <= 2 * 8 * 4096
+    np.testing.assert_array_equal(a.graph.indices, b.graph.indices)
+    check_undirected_simple(a.graph)
+    degrees = np.diff(a.graph.indptr)
+    assert degrees.max() > 10 * degrees.mean()  # skewed, as R-MAT should be
+    assert load_dataset("rmat", scale=2**-9).num_nodes == 4096
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(scale_log2=0), r"scale_log2 must be in \[1, 30\], got 0"),
+        (dict(scale_log2=5, edge_factor=0), r"edge_factor must be >= 1, got 0"),
+        (dict(scale_log2=5, a=0.6, b=0.3, c=0.3), r"a \+ b \+ c <= 1, got 0\.6, 0\.3, 0\.3"),
+    ],
+)
+def test_rmat_rejects_bad_parameters(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        rmat(**kwargs)
+
+
+def test_undirected_csr_checks_ids():
+    g = undirected_csr(np.array([0, 2, 2]), np.array([2, 0, 2]), 3)
+    assert np.asarray(g.indices).tolist() == [2, 0]
+    with pytest.raises(ValueError, match=r"dst ids span \[0, 3\], outside \[0, 3\)"):
+        undirected_csr(np.array([0, 1]), np.array([3, 0]), 3)
+    with pytest.raises(ValueError, match=r"edge ids must be integers, got float64"):
+        undirected_csr(np.array([0.0]), np.array([1]), 3)
+
+
+# -------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (dict(features=np.ones((5, 3))), r"features have 5 rows but the graph has 6 nodes"),
+        (dict(labels=np.zeros(7, np.int64)), r"labels must have shape \(6,\), got \(7,\)"),
+        (dict(features=np.where(np.eye(6, 3) > 0, np.nan, 1.0)),
+         r"features contain NaN or inf \(3 entries; first at row 0, column 0\)"),
+        (dict(features=np.full((6, 3), np.inf)), r"features contain NaN or inf"),
+        (dict(train_idx=[]), r"train_idx is empty"),
+        (dict(val_idx=[1, 2]), r"train and val splits overlap in 1 nodes \(first: 1\)"),
+        (dict(test_idx=[2, 2]), r"test_idx lists a node more than once"),
+        (dict(test_idx=[6]), r"test_idx has node ids outside \[0, 6\)"),
+        (dict(labels=np.array([0, 1, 2, 0, 1, 0])), r"labels must lie in \[-1, 2\)"),
+    ],
+)
+def test_dataset_validation_names_the_problem(change, match):
+    with pytest.raises(ValueError, match=match):
+        make_dataset(**{**tiny_arrays(), **change})
+
+
+# ---------------------------------------------------------------- npz files
+
+
+def test_npz_round_trip(tmp_path):
+    ds = products_like(0.001, seed=2)
+    path = save_npz(ds, tmp_path / "sub" / "d.npz")
+    back = load_npz(path)
+    assert back.name == ds.name and back.num_classes == ds.num_classes
+    for name in ("features", "labels", "train_idx", "val_idx", "test_idx"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(ds, name))
+    np.testing.assert_array_equal(back.graph.indptr, ds.graph.indptr)
+    np.testing.assert_array_equal(back.graph.indices, ds.graph.indices)
+    assert back.graph.weights is None
+    assert load_dataset(str(path)).stats() == ds.stats()
+    assert [p.name for p in path.parent.iterdir()] == ["d.npz"]  # no temp file left
+
+
+def test_npz_round_trip_keeps_weights(tmp_path):
+    arrays = tiny_arrays(2)
+    arrays.update(indptr=[0, 1, 2], indices=[1, 0], weights=np.float32([0.5, 2.0]),
+                  train_idx=[0], val_idx=[], test_idx=[1])
+    back = load_npz(save_npz(make_dataset(**arrays), tmp_path / "w.npz"))
+    np.testing.assert_array_equal(back.graph.weights, np.float32([0.5, 2.0]))
+
+
+@pytest.fixture
+def saved(tmp_path):
+    return save_npz(make_dataset(**tiny_arrays()), tmp_path / "d.npz")
+
+
+def test_npz_truncated_file(saved):
+    saved.write_bytes(saved.read_bytes()[:200])
+    with pytest.raises(ValueError, match=rf"{saved} is not a readable zerognn dataset file"):
+        load_npz(saved)
+
+
+def test_npz_corrupt_file(saved):
+    saved.write_bytes(b"this is not a zip archive at all" * 10)
+    with pytest.raises(ValueError, match=rf"{saved} is not a readable zerognn dataset file"):
+        load_npz(saved)
+
+
+def test_npz_missing_key(saved):
+    with np.load(saved) as npz:
+        arrays = {k: npz[k] for k in npz.files if k not in ("labels", "val_idx")}
+    np.savez(saved, **arrays)
+    with pytest.raises(ValueError, match=r"d\.npz is not a readable .*missing key\(s\) labels, "
+                                         r"val_idx"):
+        load_npz(saved)
+
+
+def test_npz_other_version(saved):
+    with np.load(saved) as npz:
+        arrays = dict(npz)
+    np.savez(saved, **{**arrays, "format_version": np.int64(99)})
+    with pytest.raises(ValueError, match=r"has format_version 99; .* reads 1"):
+        load_npz(saved)
+
+
+def test_npz_invalid_arrays_name_the_file(saved):
+    with np.load(saved) as npz:
+        arrays = dict(npz)
+    np.savez(saved, **{**arrays, "features": np.ones((2, 3), np.float32)})
+    with pytest.raises(ValueError, match=r"d\.npz holds an invalid dataset: features have 2 rows"):
+        load_npz(saved)
+
+
+def test_npz_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"nope\.npz does not exist"):
+        load_dataset(str(tmp_path / "nope.npz"))
+
+
+def test_atomic_write_failure_leaves_nothing(tmp_path):
+    target = tmp_path / "x.npz"
+    with pytest.raises(RuntimeError):
+        with storage.atomic_write(target) as f:
+            f.write(b"partial")
+            raise RuntimeError("disk full")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------- dispatch
+
+
+def test_unknown_name_lists_valid_names():
+    with pytest.raises(ValueError, match=r"unknown dataset 'karate'; valid names: cora, "
+                                         r"citeseer, pubmed, ogbn-arxiv.*products-like, tiny"):
+        load_dataset("karate")
+
+
+def test_scale_only_for_synthetic_presets():
+    with pytest.raises(ValueError, match=r"scale applies to products-like and rmat only"):
+        load_dataset("cora", scale=0.5)

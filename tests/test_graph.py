@@ -1,0 +1,167 @@
+"""CSR construction: directions, self-loops, duplicates, ordering, SciPy interop, bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse
+
+from zerognn_jax._src.graph import (
+    CSRGraph,
+    csr_from_arrays,
+    from_edge_list,
+    from_jraph,
+    from_scipy,
+    to_edge_list,
+    to_jraph,
+)
+
+
+def rows(graph: CSRGraph) -> list[list[int]]:
+    indptr, indices = np.asarray(graph.indptr), np.asarray(graph.indices)
+    return [indices[indptr[v]:indptr[v + 1]].tolist() for v in range(graph.num_nodes)]
+
+
+def test_directed_edges_become_rows_of_their_source():
+    g = from_edge_list([0, 1, 2, 0], [1, 2, 0, 2], 4)
+    assert rows(g) == [[1, 2], [2], [0], []]
+    assert g.indptr.dtype == np.int32 and g.indices.dtype == np.int32
+    assert g.num_nodes == 4 and g.num_edges == 4
+    assert np.asarray(g.degrees()).tolist() == [2, 1, 1, 0]
+    assert g.max_degree() == 2
+
+
+def test_num_nodes_defaults_to_largest_id_plus_one():
+    assert from_edge_list([0, 3], [1, 2]).num_nodes == 4
+    assert from_edge_list(np.zeros(0, np.int32), np.zeros(0, np.int32)).num_nodes == 0
+
+
+def test_make_undirected_adds_reverse_edges():
+    g = from_edge_list([0, 1], [1, 2], 3, make_undirected=True)
+    assert rows(g) == [[1], [0, 2], [1]]
+
+
+def test_self_loops_kept_unless_removed():
+    assert rows(from_edge_list([0, 1], [0, 0], 2)) == [[0], [0]]
+    assert rows(from_edge_list([0, 1], [0, 0], 2, remove_self_loops=True)) == [[], [0]]
+
+
+def test_duplicates_kept_unless_removed_and_first_weight_wins():
+    src, dst, w = [0, 0, 0, 1], [1, 1, 2, 0], [5.0, 7.0, 1.0, 2.0]
+    assert rows(from_edge_list(src, dst, 3)) == [[1, 1, 2], [0], []]
+    g = from_edge_list(src, dst, 3, weights=w, remove_duplicates=True)
+    assert rows(g) == [[1, 2], [0], []]
+    np.testing.assert_array_equal(g.weights, np.float32([5.0, 1.0, 2.0]))
+
+
+def test_undirected_with_duplicates_in_both_directions_collapses_to_one_pair():
+    g = from_edge_list([0, 1, 0], [1, 0, 1], 2, make_undirected=True, remove_duplicates=True)
+    assert rows(g) == [[1], [0]]
+
+
+def test_sort_neighbors_orders_rows_and_can_be_turned_off():
+    assert rows(from_edge_list([0, 0, 0], [3, 1, 2], 4)) == [[1, 2, 3], [], [], []]
+    unsorted = from_edge_list([0, 1, 0, 0], [3, 0, 1, 2], 4, sort_neighbors=False)
+    assert rows(unsorted) == [[3, 1, 2], [0], [], []]
+
+
+def test_accepts_jax_arrays_and_moves_to_device():
+    g = from_edge_list(jnp.array([0, 1]), jnp.array([1, 0]), 2)
+    dev = g.to_device()
+    assert isinstance(dev.indices, jax.Array)
+    assert rows(dev) == [[1], [0]]
+    assert np.asarray(dev.degrees()).tolist() == [1, 1]
+
+
+def test_random_graph_matches_a_set_reference():
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 50, 400), rng.integers(0, 50, 400)
+    g = from_edge_list(src, dst, 50, make_undirected=True, remove_self_loops=True,
+                       remove_duplicates=True)
+    expected = {(a, b) for a, b in zip(src.tolist(), dst.tolist()) if a != b}
+    expected |= {(b, a) for a, b in expected}
+    gs, gd = to_edge_list(g)
+    assert list(zip(gs.tolist(), gd.tolist())) == sorted(expected)
+
+
+def test_from_scipy_reads_weights_only_when_not_all_one():
+    ones = scipy.sparse.csr_matrix(np.array([[0, 1], [1, 0]], np.float32))
+    assert from_scipy(ones).weights is None
+    weighted = from_scipy(scipy.sparse.coo_matrix(np.array([[0, 2.5], [0, 0]])))
+    assert rows(weighted) == [[1], []]
+    np.testing.assert_array_equal(weighted.weights, np.float32([2.5]))
+    sym = from_scipy(scipy.sparse.csr_matrix(np.array([[0, 1], [0, 0]])), make_undirected=True)
+    assert rows(sym) == [[1], [0]]
+
+
+def test_from_scipy_rejects_non_square():
+    with pytest.raises(ValueError, match=r"must be square, got shape \(2, 3\)"):
+        from_scipy(scipy.sparse.csr_matrix(np.ones((2, 3))))
+
+
+def test_csr_from_arrays_narrows_to_int32():
+    g = csr_from_arrays(np.array([0, 1, 2], np.int64), np.array([1, 0], np.int64))
+    assert g.indptr.dtype == np.int32 and g.indices.dtype == np.int32
+    assert rows(g) == [[1], [0]]
+
+
+def test_jraph_round_trip():
+    pytest.importorskip("jraph")
+    g = from_edge_list([0, 1, 1], [1, 0, 2], 3)
+    assert rows(from_jraph(to_jraph(g))) == rows(g)
+
+
+@pytest.mark.parametrize(
+    ("src", "dst", "num_nodes", "error", "match"),
+    [
+        ([0, 5], [1, 2], 5, ValueError, r"src has node id 5 at position 1, out of range for "
+                                        r"num_nodes=5"),
+        ([0, 1], [1, 7], 5, ValueError, r"dst has node id 7 at position 1, out of range"),
+        ([0, -1], [1, 2], 5, ValueError, r"src has a negative node id -1 at position 1"),
+        ([0, 1], [-3, 2], 5, ValueError, r"dst has a negative node id -3 at position 0"),
+        ([0.0, 1.0], [1, 2], 5, TypeError, r"src must have an integer dtype, got float64 "
+                                            r"\(cast explicitly"),
+        ([0, 1], [1.5, 2.0], 5, TypeError, r"dst must have an integer dtype, got float64$"),
+        ([True, False], [1, 2], 5, TypeError, r"src must have an integer dtype, got bool"),
+        ([0, 1, 2], [1, 2], 5, ValueError, r"src and dst differ in length: 3 vs 2"),
+        ([[0, 1]], [[1, 2]], 5, ValueError, r"src must be one-dimensional, got shape \(1, 2\)"),
+        ([0], [1], -1, ValueError, r"num_nodes must be in \[0, 2\*\*31 - 1\], got -1"),
+        ([0], [1], 2**31, ValueError, r"num_nodes must be in \[0, 2\*\*31 - 1\], got 2147483648"),
+    ],
+)
+def test_from_edge_list_rejects_bad_ids(src, dst, num_nodes, error, match):
+    with pytest.raises(error, match=match):
+        from_edge_list(np.array(src), np.array(dst), num_nodes)
+
+
+@pytest.mark.parametrize(
+    ("weights", "match"),
+    [
+        ([1.0], r"weights has shape \(1,\), expected \(2,\)"),
+        ([1.0, np.nan], r"weights contain NaN or inf"),
+        ([np.inf, 1.0], r"weights contain NaN or inf"),
+    ],
+)
+def test_from_edge_list_rejects_bad_weights(weights, match):
+    with pytest.raises(ValueError, match=match):
+        from_edge_list([0, 1], [1, 0], 2, weights=np.array(weights))
+
+
+@pytest.mark.parametrize(
+    ("indptr", "indices", "error", "match"),
+    [
+        ([], [], ValueError, r"indptr must be 1-D with at least one entry, got \(0,\)"),
+        ([[0, 1]], [0], ValueError, r"indptr must be 1-D"),
+        ([1, 2], [0, 0], ValueError, r"must start at 0 and end at len\(indices\)=2, got 1 and 2"),
+        ([0, 1], [0, 0], ValueError, r"end at len\(indices\)=2, got 0 and 1"),
+        ([0, 2, 1, 2], [0, 1], ValueError, r"indptr decreases at row 1"),
+        ([0, 1, 2], [0, 2], ValueError, r"indices has node id 2 at position 1, out of range "
+                                        r"for num_nodes=2"),
+        ([0, 1, 2], [0, -1], ValueError, r"indices has a negative node id -1"),
+        ([0, 1, 2], [0.0, 1.0], TypeError, r"indices must have an integer dtype, got float64"),
+    ],
+)
+def test_csr_from_arrays_rejects_bad_arrays(indptr, indices, error, match):
+    with pytest.raises(error, match=match):
+        csr_from_arrays(np.array(indptr, dtype=np.int64 if indptr == [] else None),
+                        np.array(indices))

@@ -1,0 +1,200 @@
+"""Data-parallel training: equivalence with one device, checkpoints across device counts,
+two processes over JAX's distributed runtime, and the CLI flags.
+
+Runs with several devices happen in fresh processes (`_parallel_worker.py`) with virtual
+CPU devices, since `jax_num_cpu_devices` must be set before JAX starts its backends;
+this pytest process keeps its single device. Workers start early and in parallel
+(compilation is mostly single-threaded), each under a time limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+
+import _parallel_worker as worker
+import jax
+import numpy as np
+import pytest
+
+from zerognn_jax import train
+from zerognn_jax._src import parallel
+
+WORKER = pathlib.Path(worker.__file__)
+REPO = WORKER.parents[1]
+TIMEOUT_S = 150
+
+
+class Job:
+    """A worker process whose output lands in `out`; `wait` checks how it ended."""
+
+    def __init__(self, out: pathlib.Path, *args: str):
+        self.out, self.log = out, out.with_suffix(".log")
+        out.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)}
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen([sys.executable, "-X", "faulthandler", str(WORKER),
+                                          *args, str(out)],
+                                         stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def wait(self) -> pathlib.Path:
+        try:
+            code = self.proc.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"worker timed out after {TIMEOUT_S} s:\n{self.tail()}")
+        if code == worker.GLOO_UNAVAILABLE:
+            pytest.skip(f"this jaxlib has no gloo CPU collectives: {self.tail()}")
+        assert code == 0, f"worker exited with {code}:\n{self.tail()}"
+        return self.out
+
+    def tail(self) -> str:
+        return self.log.read_text()[-3000:]
+
+
+def load(out: pathlib.Path, name: str) -> tuple[dict, dict]:
+    with np.load(out / f"{name}.npz") as params:
+        return dict(params), json.loads((out / f"{name}.json").read_text())
+
+
+def assert_params_close(a: dict, b: dict, rtol=1e-5, atol=1e-6):
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], rtol=rtol, atol=atol, err_msg=key)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_process_jobs(root: pathlib.Path) -> list[Job]:
+    """Two processes of 2 CPU devices each, joined over a loopback coordinator (gloo)."""
+    args = ["train", "--cpu-devices", "2", "--name", "two", "--epochs", "3",
+            "--coordinator", f"127.0.0.1:{free_port()}", "--num-processes", "2"]
+    return [Job(root / f"two{pid}", *args, "--process-id", str(pid)) for pid in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every multi-device run, started as soon as what it needs exists.
+
+    The 8-device equivalence run goes on in the background while a checkpoint is saved on
+    2 devices and training resumes from it on 4 (features split, in a worker) and on 1
+    (here); the two-process run starts once those are done.
+    """
+    root = tmp_path_factory.mktemp("parallel")
+    jobs = {"equivalence": Job(root / "equivalence", "equivalence", "--cpu-devices", "8")}
+    try:
+        Job(root / "save", "train", "--cpu-devices", "2", "--name", "saved",
+            "--ckpt", str(root / "ckpt")).wait()
+        for copy in ("ckpt4", "ckpt1"):
+            shutil.copytree(root / "ckpt", root / copy)
+        jobs["resume4"] = Job(root / "resume4", "train", "--cpu-devices", "4", "--name",
+                              "resumed4", "--epochs", "3", "--shard-features", "--eval-mode",
+                              "sampled", "--ckpt", str(root / "ckpt4"))
+        one = train(worker.train_config(1, epochs=3, eval_mode="none",
+                                        checkpoint_dir=str(root / "ckpt1")),
+                    worker.make_problem())
+        jobs["resume4"].wait()
+        jobs["two0"], jobs["two1"] = two_process_jobs(root)
+        yield {"jobs": jobs, "resumed1": (worker.flat(one.variables["params"]), one.summary)}
+    finally:
+        for job in jobs.values():
+            if job.proc.poll() is None:
+                job.proc.kill()
+                job.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def equivalence(runs):
+    return runs["jobs"]["equivalence"].wait()
+
+
+@pytest.fixture(scope="module")
+def resumed(runs):
+    """Epoch 2 after a checkpoint saved on 2 devices: on 4 (features split) and on 1."""
+    return load(runs["jobs"]["resume4"].out, "resumed4"), runs["resumed1"]
+
+
+def test_make_mesh_names_the_bad_device_count():
+    have = jax.local_device_count()
+    with pytest.raises(ValueError, match=f"--devices {have + 1} .* {have} local"):
+        parallel.make_mesh(have + 1)
+    assert parallel.make_mesh(0).size == have
+
+
+def test_initialize_distributed_checks_its_flags():
+    assert parallel.initialize_distributed(None) is False
+    with pytest.raises(ValueError, match="--num-processes and --process-id"):
+        parallel.initialize_distributed("127.0.0.1:1234", 2)
+    with pytest.raises(ValueError, match=r"--process-id 2 must lie in \[0, 2\)"):
+        parallel.initialize_distributed("127.0.0.1:1234", 2, 2)
+
+
+def test_placement_checks_data_is_on_the_mesh(small_graph):
+    import optax
+
+    import zerognn_jax as zg
+
+    sampler = zg.SamplerConfig((2,)).resolve(small_graph.max_degree())
+    model = zg.make_model("sage", hidden=4, num_layers=1, num_classes=2)
+    program = parallel.data_parallel(zg.StepProgram(model, optax.sgd(0.1), sampler, 8, 0),
+                                     parallel.make_mesh(1), shard_features=True)
+    n = small_graph.num_nodes
+    data = zg.DeviceData(small_graph, np.zeros((n, 3), np.float32), np.zeros(n, np.int32))  # host
+    with pytest.raises(ValueError, match=r"data.graph.indptr .* parallel.place_data"):
+        parallel.check_placed(data, program)
+    placed = parallel.place_data(data, program)
+    assert placed.features.sharding.is_equivalent_to(parallel.row_sharded(program.mesh), 2)
+    assert program.global_batch == 8
+
+
+def test_data_parallel_matches_one_device(equivalence):
+    ref, ref_record = load(equivalence, "ref_sgd")
+    for name in ("dp4_tiny_envelope", "dp8_sharded"):
+        params, record = load(equivalence, name)
+        assert_params_close(params, ref)
+        np.testing.assert_allclose(record["losses"], ref_record["losses"], rtol=1e-5)
+    _, tiny = load(equivalence, "dp4_tiny_envelope")
+    assert tiny["overflows"] >= 1  # the envelope grew and the failed steps were replayed
+
+
+def test_checkpoint_restores_across_device_counts(resumed):
+    (params4, record4), (params1, summary1) = resumed
+    assert_params_close(params4, params1)
+    summary4 = record4["summary"]
+    assert (summary4["devices"], summary4["global_batch"]) == (4, 32)
+    assert (summary1["devices"], summary1["global_batch"]) == (1, 32)
+    assert len(record4["losses"]) == 3  # two epochs restored from the record, one trained
+
+
+def test_two_processes_train_like_one(runs, resumed):
+    out = runs["jobs"]["two0"].wait()
+    runs["jobs"]["two1"].wait()
+    params, record = load(out, "two")
+    (params4, record4), _ = resumed
+    assert (record["summary"]["processes"], record["summary"]["devices"]) == (2, 4)
+    assert_params_close(params, params4, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(record["losses"], record4["losses"], rtol=1e-5)
+
+
+def test_cli_distributed_flags(monkeypatch, capsys):
+    from zerognn_jax import cli
+
+    for name in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+        monkeypatch.delenv(name, raising=False)
+    args = cli.build_parser().parse_args(
+        ["train", "--devices", "0", "--shard-features", "--coordinator", "10.0.0.1:9000",
+         "--num-processes", "2", "--process-id", "1"])
+    assert (args.devices, args.shard_features, args.coordinator) == (0, True, "10.0.0.1:9000")
+    assert (args.num_processes, args.process_id) == (2, 1)
+    assert cli.main(["train", "--coordinator", "10.0.0.1:9000"]) == 2
+    assert "--num-processes and --process-id" in capsys.readouterr().err

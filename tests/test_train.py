@@ -1,0 +1,123 @@
+"""End-to-end learning on real data, interruption and resume, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from zerognn_jax import TrainConfig, load_dataset, train
+
+
+def _gcn_config(name, seed):
+    # Kipf & Welling's setup: 2 layers, 16 hidden, dropout 0.5, weight decay 5e-4,
+    # Adam lr 0.01, 200 epochs, full neighbourhoods, the whole train split per step.
+    return TrainConfig(dataset=name, model="gcn", hidden=16, layers=2, fanouts=(-1, -1),
+                       batch_size=140, lr=0.01, weight_decay=5e-4, dropout=0.5, epochs=200,
+                       eval_every=0, progress=False, seed=seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, target", [("cora", 0.80), ("citeseer", 0.69)])
+def test_gcn_reaches_published_accuracy(planetoid_root, name, target):
+    ds = load_dataset(name, planetoid_root)
+    accs = [train(_gcn_config(name, seed), ds).summary["test_acc"] for seed in range(5)]
+    print(name, "test accuracy per seed:", accs)
+    assert np.mean(accs) >= target, accs
+
+
+@pytest.mark.slow
+def test_sage_beats_mlp_on_products_like():
+    ds = load_dataset("products-like", scale=0.01, seed=0)
+    common = dict(hidden=64, layers=2, fanouts=(10, 5), batch_size=256, lr=3e-3, epochs=5,
+                  dropout=0.2, eval_every=0, progress=False)
+    sage = train(TrainConfig(model="sage", **common), ds).summary
+    mlp = train(TrainConfig(model="mlp", **common), ds).summary
+    print("sage", sage["test_acc"], "mlp", mlp["test_acc"])
+    assert sage["test_acc"] > mlp["test_acc"] + 0.05
+
+
+def _cli(*args, env=None):
+    return [sys.executable, "-m", "zerognn_jax.cli", *args]
+
+
+def _train_args(root, ckpt, metrics, epochs=40):
+    return _cli("train", "--dataset", "cora", "--root", root, "--model", "gcn", "--hidden", "16",
+                "--layers", "2", "--fanouts=-1,-1", "--batch-size", "140", "--lr", "0.01",
+                "--weight-decay", "5e-4", "--epochs", str(epochs), "--eval-every", "0",
+                "--no-progress", "--checkpoint-dir", str(ckpt), "--metrics-out", str(metrics))
+
+
+def _summary(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def _wait_for_checkpoint(proc, ckpt: pathlib.Path, epoch: int, timeout=300.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = [int(p.name) for p in ckpt.glob("*") if p.name.isdigit()]
+        if done and max(done) >= epoch:
+            return max(done)
+        if proc.poll() is not None:
+            pytest.fail("training finished before it could be interrupted")
+        time.sleep(0.02)
+    pytest.fail("no checkpoint appeared in time")
+
+
+def test_killed_run_resumes_to_the_same_result(planetoid_root, tmp_path):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    full = subprocess.run(_train_args(planetoid_root, tmp_path / "a", tmp_path / "a.jsonl"),
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert full.returncode == 0, full.stderr
+    ckpt = tmp_path / "b"
+    proc = subprocess.Popen(_train_args(planetoid_root, ckpt, tmp_path / "b.jsonl"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    killed_after = _wait_for_checkpoint(proc, ckpt, epoch=3)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert killed_after < 39
+    resumed = subprocess.run(_train_args(planetoid_root, ckpt, tmp_path / "b.jsonl"),
+                             capture_output=True, text=True, env=env, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = _summary(full.stdout), _summary(resumed.stdout)
+    assert b["epochs"] == 40
+    for key in ("train_acc", "val_acc", "test_acc"):
+        assert a[key] == b[key], key
+    records = [json.loads(line) for line in (tmp_path / "b.jsonl").read_text().splitlines()]
+    epochs = [r["epoch"] for r in records if "epoch" in r]
+    # Every epoch was trained; the ones after the last checkpoint may appear twice.
+    assert sorted(set(epochs)) == list(range(40))
+
+
+def test_default_cli_run_trains_the_embedded_graph(tmp_path):
+    out = subprocess.run(_cli("train", "--epochs", "1", "--no-progress", "--metrics-out",
+                              str(tmp_path / "m.jsonl")),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    summary = _summary(out.stdout)
+    assert summary["dataset"] == "tiny" and summary["epochs"] == 1
+    assert 0.0 <= summary["test_acc"] <= 1.0
+    records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert {"epoch", "loss", "epoch_seconds", "compile_seconds", "steps", "overflows",
+            "envelope"} <= set(records[0])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--fanouts", "5,0", "--layers", "2"], "fanout of hop 1 must be positive"),
+    (["--layers", "2"], "need one fanout per layer"),
+    (["--batch-size", "0"], "batch_size must be >= 1"),
+    (["--kernels", "fast"], "bad kernel spec"),
+    (["--dataset", "nope"], "nope"),
+])
+def test_cli_rejects_bad_arguments(args, message):
+    out = subprocess.run(_cli("train", "--epochs", "1", "--no-progress", *args),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2
+    assert message in out.stderr and "zerognn: error:" in out.stderr

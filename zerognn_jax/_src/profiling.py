@@ -1,0 +1,113 @@
+"""GPU execution fraction from a `jax.profiler` trace.
+
+`traced_window` records a region under the profiler and marks it with a host
+annotation; `execution_fraction` reads the Chrome-format `*.trace.json.gz` that the
+profiler writes (`<log_dir>/plugins/profile/<run>/<host>.trace.json.gz`), takes every
+event on a device stream line ("Stream #..." threads of a "/device:..." process:
+kernels, copies and memsets as CUPTI reports them, not the derived "XLA Modules" or
+"XLA Ops" lines, which span idle gaps), and divides the length of the union of their
+intervals, clipped to the annotated window, by the window's length.
+
+XLA runs command buffers op by op while profiling unless
+`--xla_enable_command_buffers_during_profiling=true` is set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import pathlib
+import re
+
+import jax
+
+WINDOW = "zerognn_profiled_window"
+_STREAM = re.compile(r"^\s*stream\b", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def traced_window(log_dir: str | pathlib.Path):
+    """Profiles the block into `log_dir`, marked by a host annotation named WINDOW.
+
+    The block should end with a device sync, so that its device work lies inside.
+    """
+    with jax.profiler.trace(str(log_dir)), jax.profiler.TraceAnnotation(WINDOW):
+        yield
+
+
+def find_trace(log_dir: str | pathlib.Path) -> pathlib.Path:
+    """The newest `*.trace.json.gz` under `log_dir`; FileNotFoundError if none."""
+    found = sorted(pathlib.Path(log_dir).glob("plugins/profile/*/*.trace.json.gz"),
+                   key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise FileNotFoundError(f"no *.trace.json.gz under {log_dir}/plugins/profile")
+    return found[-1]
+
+
+def load_events(path: str | pathlib.Path) -> list[dict]:
+    """The `traceEvents` list of a Chrome-format trace (gzipped or not)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as handle:
+        return json.load(handle)["traceEvents"]
+
+
+def stream_lines(events: list[dict]) -> dict[tuple, str]:
+    """{(pid, tid): "process / thread"} for the stream lines of device processes."""
+    processes, threads = {}, {}
+    for e in events:
+        if e.get("ph") != "M":
+            continue
+        if e.get("name") == "process_name":
+            processes[e["pid"]] = e["args"]["name"]
+        elif e.get("name") == "thread_name":
+            threads[(e["pid"], e["tid"])] = e["args"]["name"]
+    return {key: f"{processes[key[0]]} / {name}" for key, name in threads.items()
+            if processes.get(key[0], "").startswith("/device:") and _STREAM.match(name)}
+
+
+def line_names(path: str | pathlib.Path) -> list[str]:
+    """Every "process / thread" name of a trace (to diagnose a trace with no device)."""
+    events = load_events(path)
+    processes = {e["pid"]: e["args"]["name"] for e in events
+                 if e.get("ph") == "M" and e.get("name") == "process_name"}
+    return sorted({f"{processes.get(e['pid'], e['pid'])} / {e['args']['name']}"
+                   for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"})
+
+
+def union_length(intervals) -> float:
+    """Total length covered by (start, end) intervals, overlaps counted once."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def _window(events: list[dict]) -> tuple[float, float]:
+    marks = [e for e in events if e.get("ph") == "X" and e.get("name") == WINDOW]
+    if not marks:
+        raise ValueError(f"the trace holds no {WINDOW!r} annotation")
+    mark = max(marks, key=lambda e: e["dur"])
+    return float(mark["ts"]), float(mark["ts"] + mark["dur"])
+
+
+def execution_fraction(path: str | pathlib.Path) -> dict | None:
+    """Device busy time over the annotated window, or None if the trace has no device.
+
+    Returns {"fraction", "busy_seconds", "window_seconds", "events", "lines"}: the
+    union of device stream events clipped to the window, over the window's length.
+    """
+    events = load_events(path)
+    lines = stream_lines(events)
+    if not lines:
+        return None
+    lo, hi = _window(events)
+    spans = [(max(float(e["ts"]), lo), min(float(e["ts"] + e["dur"]), hi)) for e in events
+             if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in lines]
+    spans = [(a, b) for a, b in spans if b > a]
+    busy = union_length(spans)
+    return {"fraction": busy / max(hi - lo, 1e-9), "busy_seconds": busy * 1e-6,
+            "window_seconds": (hi - lo) * 1e-6, "events": len(spans),
+            "lines": sorted(set(lines.values()))}
