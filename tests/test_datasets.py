@@ -266,6 +266,14 @@ def test_ogb_papers100m_npz_layout_with_nan_labels(tmp_path):
     assert ds.graph.num_edges == 4 and ds.features.dtype == np.float32
 
 
+def test_ogb_npz_missing_key(tmp_path):
+    raw = tmp_path / "ogbn_papers100M" / "raw"
+    raw.mkdir(parents=True)
+    np.savez(raw / "data.npz", edge_index=np.zeros((2, 0), np.int64))
+    with pytest.raises(ValueError, match=r"data\.npz lacks key\(s\) node_feat, num_nodes_list"):
+        load_dataset("ogbn-papers100M", root=tmp_path)
+
+
 def test_ogb_missing_file_and_root(tmp_path):
     folder = make_fake_arxiv(tmp_path)
     (folder / "raw" / "node-feat.csv.gz").unlink()

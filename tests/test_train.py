@@ -121,3 +121,8 @@ def test_cli_rejects_bad_arguments(args, message):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2
     assert message in out.stderr and "zerognn: error:" in out.stderr
+
+
+def test_host_engine_refuses_several_devices():
+    with pytest.raises(ValueError, match="host-mediated engine 'host-exact' runs on one device"):
+        TrainConfig(engine="host-exact", devices=2)

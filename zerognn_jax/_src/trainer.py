@@ -95,6 +95,9 @@ class TrainConfig:
              f"engine must be one of {host_engine.ENGINES}, got {self.engine!r}"),
             (self.devices >= 0, f"devices must be >= 0 (0 = all local devices), "
                                 f"got {self.devices}"),
+            (self.engine == "scan" or (self.devices == 1 and not self.shard_features),
+             f"the host-mediated engine {self.engine!r} runs on one device without split "
+             f"features; got devices={self.devices}, shard_features={self.shard_features}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -274,6 +277,12 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar):
     return record, res.state, res.envelope
 
 
+def _peak_bytes() -> int | None:
+    """Peak device memory of this process's first device, where JAX reports it."""
+    stats = jax.local_devices()[0].memory_stats()
+    return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
+
+
 def _summary(cfg, dataset, program, state, env, cal, history, final,
              calibrate_seconds) -> dict:
     times = [h["epoch_seconds"] for h in history]
@@ -289,6 +298,7 @@ def _summary(cfg, dataset, program, state, env, cal, history, final,
                "calibrate_seconds": calibrate_seconds,
                "overflows": int(sum(h["overflows"] for h in history)),
                "envelope": list(env.levels), "device": jax.devices()[0].device_kind,
+               "peak_bytes_in_use": _peak_bytes(),
                "jax_version": jax.__version__, **final}
     if cal is not None:
         report = envelope_lib.memory_report(env, cal.max_counts, program.sampler.fanouts,

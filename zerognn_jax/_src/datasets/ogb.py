@@ -122,12 +122,10 @@ def _read_csv_graph(raw: Path):
 
 def _read_binary(raw: Path):
     """(src, dst, features, labels) of the npz layout (papers100M)."""
-    with np.load(_require(raw / "data.npz"), allow_pickle=False) as data:
-        edge_index = data["edge_index"]
-        features = data["node_feat"]
-        num_nodes = int(np.sum(data["num_nodes_list"]))
-    with np.load(_require(raw / "node-label.npz"), allow_pickle=False) as data:
-        labels = _as_labels(data["node_label"])
+    edge_index, features, num_nodes_list = _npz_arrays(
+        raw / "data.npz", "edge_index", "node_feat", "num_nodes_list")
+    (labels,) = _npz_arrays(raw / "node-label.npz", "node_label")
+    labels, num_nodes = _as_labels(labels), int(np.sum(num_nodes_list))
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"{raw}/data.npz: edge_index must be [2, E], got {edge_index.shape}")
     if features.shape[0] != num_nodes:
@@ -136,3 +134,11 @@ def _read_binary(raw: Path):
             f"{features.shape[0]} rows"
         )
     return edge_index[0], edge_index[1], features, labels
+
+
+def _npz_arrays(path: Path, *keys: str) -> list[np.ndarray]:
+    with np.load(_require(path), allow_pickle=False) as data:
+        missing = [k for k in keys if k not in data.files]
+        if missing:
+            raise ValueError(f"{path} lacks key(s) {', '.join(missing)}; has {data.files}")
+        return [data[k] for k in keys]
