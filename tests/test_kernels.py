@@ -312,3 +312,13 @@ def test_pallas_preconditions_name_the_numbers():
     with pytest.raises(ValueError, match="fanout must be at least 1, got 0"):
         g = jnp.zeros(3, jnp.int32)
         pk_sample.sample_neighbors(g, g, g, jnp.ones(3, bool), jnp.uint32(0), 0)
+
+
+def test_auto_kernels_are_xla_off_gpu():
+    from zerognn_jax._src.kernels import Kernels
+
+    chosen = Kernels.parse("auto")
+    if jax.default_backend() == "gpu":
+        assert chosen == Kernels(sample="pallas")
+    else:
+        assert chosen == Kernels()

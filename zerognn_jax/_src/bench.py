@@ -161,6 +161,7 @@ def _run_here(state: _Run, configs: list[str]) -> None:
     if not (configs or options.check_steps or options.phases or options.batch_sizes):
         return
     from zerognn_jax._src import bench_workload as workload
+    from zerognn_jax._src.envelope import device_peak_bytes
 
     wb = workload.Workbench(options)
     if options.check_steps:
@@ -171,7 +172,7 @@ def _run_here(state: _Run, configs: list[str]) -> None:
             state.skip("config", name, "time budget (--deadline) spent")
             continue
         _guarded(state, "config", name, lambda name=name: dict(
-            workload.measure(wb, VARIANTS[name]), peak_bytes_in_use=workload.peak_bytes(),
+            workload.measure(wb, VARIANTS[name]), peak_bytes_in_use=device_peak_bytes(),
             peak_scope="process"))
     if options.phases:
         _guarded(state, "phases", "phases", lambda: workload.phase_timings(wb))

@@ -91,12 +91,6 @@ def blank_record(kind: str, name: str, options) -> dict:
     return record
 
 
-def peak_bytes() -> int | None:
-    """The device allocator's peak so far in this process (None on CPU)."""
-    stats = jax.devices()[0].memory_stats()
-    return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
-
-
 def timed(fn, reps: int = 3) -> float:
     """Median seconds of `fn()` (ended by a device sync) after one warm-up call."""
     jax.block_until_ready(fn())

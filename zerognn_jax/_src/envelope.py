@@ -222,8 +222,17 @@ def check_fits(envelope: Envelope, fanouts, level_dims, limit_bytes: int | None)
             )
 
 
+def _memory_stat(name: str, device=None) -> int | None:
+    device = device or jax.local_devices()[0]
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    return int(stats[name]) if stats and name in stats else None
+
+
 def device_memory_limit(device=None) -> int | None:
     """Bytes the device's allocator may use, or None where JAX does not say (CPU)."""
-    device = device or jax.devices()[0]
-    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
-    return int(stats["bytes_limit"]) if stats and "bytes_limit" in stats else None
+    return _memory_stat("bytes_limit", device)
+
+
+def device_peak_bytes(device=None) -> int | None:
+    """The device allocator's peak use so far in this process, or None (CPU)."""
+    return _memory_stat("peak_bytes_in_use", device)

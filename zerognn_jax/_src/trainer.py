@@ -19,6 +19,7 @@ from zerognn_jax._src import engine, host_engine, parallel
 from zerognn_jax._src import envelope as envelope_lib
 from zerognn_jax._src import evaluate as evaluate_lib
 from zerognn_jax._src.dataset import Dataset
+from zerognn_jax._src.datasets import load_dataset, row_normalize
 from zerognn_jax._src.kernels import Kernels
 from zerognn_jax._src.models import count_params, make_model
 from zerognn_jax._src.sampler import SamplerConfig
@@ -125,13 +126,11 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
 def prepare(cfg: TrainConfig, dataset: Dataset | None = None):
     """Loads the data and builds (dataset, device data, step program)."""
     if dataset is None:
-        from zerognn_jax._src.datasets import load_dataset
-
         dataset = load_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
     feats = dataset.features
     norm = cfg.normalize_features
     if norm or (norm is None and dataset.name in PLANETOID):
-        feats = feats / np.maximum(feats.sum(axis=1, keepdims=True), 1e-12)
+        feats = row_normalize(feats)
     labels = np.maximum(dataset.labels, 0).astype(np.int32)
     sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, dedup=cfg.dedup)
     sampler = sampler.resolve(dataset.graph.max_degree())
@@ -212,7 +211,7 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None) -> TrainResult:
     calibrate_seconds = time.perf_counter() - t0
     dims = level_dims(cfg, dataset)
     envelope_lib.check_fits(env, program.sampler.fanouts, dims,
-                            envelope_lib.device_memory_limit(jax.local_devices()[0]))
+                            envelope_lib.device_memory_limit())
     state = engine.init_state(program, data, env, dataset.train_idx)
     runner = host_engine.make_runner(cfg.engine, program, chunk_steps=cfg.chunk_steps)
     history, start_epoch, ckpt = [], 0, None
@@ -277,12 +276,6 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar):
     return record, res.state, res.envelope
 
 
-def _peak_bytes() -> int | None:
-    """Peak device memory of this process's first device, where JAX reports it."""
-    stats = jax.local_devices()[0].memory_stats()
-    return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
-
-
 def _summary(cfg, dataset, program, state, env, cal, history, final,
              calibrate_seconds) -> dict:
     times = [h["epoch_seconds"] for h in history]
@@ -298,7 +291,7 @@ def _summary(cfg, dataset, program, state, env, cal, history, final,
                "calibrate_seconds": calibrate_seconds,
                "overflows": int(sum(h["overflows"] for h in history)),
                "envelope": list(env.levels), "device": jax.devices()[0].device_kind,
-               "peak_bytes_in_use": _peak_bytes(),
+               "peak_bytes_in_use": envelope_lib.device_peak_bytes(),
                "jax_version": jax.__version__, **final}
     if cal is not None:
         report = envelope_lib.memory_report(env, cal.max_counts, program.sampler.fanouts,
