@@ -30,7 +30,7 @@ SWEEP=${SWEEP:-256,4096,8192}
 HOST_STEPS=${HOST_STEPS:-12}
 CHECK_STEPS=${CHECK_STEPS:-4}
 EPOCHS=${EPOCHS:-3}
-CONFIGS=${CONFIGS:-scan-xla,host-exact,host-bucketed,scan-cmdbuf,scan-pallas,scan-tree}
+CONFIGS=${CONFIGS:-scan-xla,host-exact,host-bucketed,scan-cmdbuf,scan-pallas,scan-tree,scan-bf16}
 RESERVE=${RESERVE:-170}  # seconds kept for step 3
 PY=${PYTHON:-python3}
 

@@ -216,6 +216,51 @@ def test_weighted_sum_and_grads_match_reference(impl, s, c, k, heads, f, repeat_
     _assert_close(dw, ref_dw, f)
 
 
+def _numpy_weighted_sum(h, nbr, w, ct):
+    """Loops: the output, d(sum(out * ct))/dh and /dw, in float64."""
+    h, w, ct = (np.asarray(a, np.float64) for a in (h, w, ct))
+    out, dh, dw = np.zeros(ct.shape), np.zeros(h.shape), np.zeros(w.shape)
+    for c in range(nbr.shape[0]):
+        for k in range(nbr.shape[1]):
+            s = nbr[c, k]
+            out[c] += w[c, k][:, None] * h[s]
+            dh[s] += w[c, k][:, None] * ct[c]
+            dw[c, k] = np.sum(h[s] * ct[c], axis=-1)
+    return out, dh, dw
+
+
+@pytest.mark.parametrize("dtype, tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)])
+def test_weighted_sum_reference_against_loops(dtype, tol):
+    """The XLA reference (the oracle of the kernel tests) against plain loops, with the
+    same row gathered by many slots, in float32 and in bfloat16 (float32 accumulation)."""
+    s, c, k, heads, f = 60, 50, 6, 2, 5
+    nbr, mask = _ell(s, c, k, seed=21, repeat_first=True)
+    nbr[:, 2] = 7  # one row fed by a whole column
+    h = _features((s, heads, f), seed=21).astype(dtype)
+    w = jnp.asarray(_rng(6, 21).random((c, k, heads)) * mask[..., None], dtype)
+    ct = jnp.asarray(_rng(7, 21).standard_normal((c, heads, f)), dtype)
+    fn = lambda h, w: jnp.sum((aggregate.weighted_sum_reference(h, jnp.asarray(nbr), w)
+                               * ct).astype(jnp.float32))
+    out = aggregate.weighted_sum_reference(h, jnp.asarray(nbr), w)
+    dh, dw = jax.grad(fn, (0, 1))(h, w)
+    assert out.dtype == dh.dtype == dw.dtype == dtype
+    for got, want in zip((out, dh, dw), _numpy_weighted_sum(h, nbr, w, ct), strict=True):
+        got = np.asarray(got, np.float64)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+def test_max_reference_against_loops():
+    s, c, k = 50, 40, 6
+    nbr, mask = _ell(s, c, k, seed=22, repeat_first=True)
+    h = np.asarray(_rng(8, 22).standard_normal((s, 7)), np.float32)
+    want = np.zeros((c, 7), np.float32)
+    for row in range(c):
+        if mask[row].any():
+            want[row] = h[nbr[row][mask[row]]].max(axis=0)
+    got = aggregate.max_reference(jnp.asarray(h), jnp.asarray(nbr), jnp.asarray(mask))
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
 def test_tiling_override_splits_features_and_heads():
     """Feature tiles narrower than a row: heads straddle programs, d weights sum partials."""
     s, c, k, heads, f = 40, 24, 3, 4, 12

@@ -81,6 +81,29 @@ def test_custom_model_trains_through_the_engine():
     assert not evaluate_lib.supports_layerwise(program.model)
 
 
+@pytest.mark.parametrize("name", ["sage", "gcn", "gat", "sage-max", "mlp"])
+def test_bfloat16_model_follows_float32(name):
+    """Same parameters, bfloat16 computation: float32 logits within bfloat16 rounding."""
+    graph, data = _data()
+    n = graph.num_nodes
+    sampler = SamplerConfig((4, 4))
+    env = Envelope(n, (n, n))
+    logits = {}
+    for dtype in (jnp.float32, jnp.bfloat16):
+        model = make_model(name, hidden=16, num_layers=2, num_classes=3, dtype=dtype)
+        program = StepProgram(model, optax.sgd(0.1), sampler, n, seed=0)
+        d = data._replace(features=data.features.astype(dtype))
+        params = init_state(program, d, env, np.arange(n)).params
+        logits[dtype], _, _ = program.forward({"params": params}, d, jnp.arange(n, dtype=jnp.int32),
+                                              jnp.ones(n, bool), jnp.uint32(3), env.capacities,
+                                              train=False)
+        assert jax.tree_util.tree_leaves(params)[0].dtype == jnp.float32
+    assert logits[jnp.bfloat16].dtype == jnp.float32
+    ref = np.asarray(logits[jnp.float32])
+    np.testing.assert_allclose(np.asarray(logits[jnp.bfloat16]), ref, rtol=0.05,
+                               atol=0.05 * np.abs(ref).max())
+
+
 def test_unknown_model_name():
     with pytest.raises(ValueError, match="unknown model 'gin'"):
         make_model("gin", hidden=4, num_layers=2, num_classes=2)

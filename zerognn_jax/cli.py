@@ -22,6 +22,8 @@ HELP = {
                       "that do not fit one device; each step fetches rows from their owners)",
     "kernels": "auto (fastest measured per op), xla, pallas, or per op: "
                "sample=pallas,relabel=xla,gather=xla,aggregate=xla",
+    "dtype": "float32, or bfloat16 (features and activations in half the bytes; sums and "
+             "gradients accumulate in float32)",
     "dedup": "deduplicate sampled nodes (--no-dedup: tree sampling, the ablation)",
     "chunk_steps": "steps per compiled program; 0 = the whole epoch",
     "engine": "scan (default), or the host-mediated baseline: host-exact, host-bucketed",

@@ -1,9 +1,10 @@
 """`zerognn bench`: the scan engine against the host-mediated baseline, and its ablations.
 
 Configurations (`--configs`): host-exact and host-bucketed (host_engine.py), scan-xla,
-scan-pallas, scan-tree (no dedup) and scan-cmdbuf (the scan engine with XLA command
-buffers over its loop, `bench_workload.CMDBUF_FLAGS`; it runs in a child process,
-since XLA reads its flags once at start). Each is measured the same way:
+scan-pallas, scan-tree (no dedup), scan-bf16 (bfloat16 features and activations) and
+scan-cmdbuf (the scan engine with XLA command buffers over its loop,
+`bench_workload.CMDBUF_FLAGS`; it runs in a child process, since XLA reads its flags
+once at start). Each is measured the same way:
 
 1. warm-up: epoch 0, which compiles what the epoch needs (`compile_seconds`);
 2. `--epochs` timed replays of epoch 0, each ended by a device sync; their median,

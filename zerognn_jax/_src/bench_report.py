@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-SCAN_CONFIGS = ("scan-xla", "scan-pallas", "scan-cmdbuf", "scan-tree")
+SCAN_CONFIGS = ("scan-xla", "scan-pallas", "scan-cmdbuf", "scan-tree", "scan-bf16")
 GOALS = {"speedup_vs_host_exact": 5.0, "gpu_fraction": 0.95, "epoch_seconds": 0.3}
 
 

@@ -37,12 +37,13 @@ CMDBUF_FLAGS = ("--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL "
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """One benchmark configuration: engine, kernels, sampling mode, XLA flags."""
+    """One benchmark configuration: engine, kernels, sampling mode, dtype, XLA flags."""
 
     name: str
     engine: str = "scan"
     kernels: str = "xla"
     dedup: bool = True
+    dtype: str = "float32"
     xla_flags: str = ""
 
 
@@ -52,11 +53,12 @@ VARIANTS = {v.name: v for v in (
     Variant("scan-xla"),
     Variant("scan-pallas", kernels="pallas"),
     Variant("scan-tree", dedup=False),
+    Variant("scan-bf16", dtype="bfloat16"),
     Variant("scan-cmdbuf", xla_flags=CMDBUF_FLAGS),
 )}
 
 FIELDS = (
-    "kind", "config", "status", "reason", "engine", "kernels", "dedup", "xla_flags",
+    "kind", "config", "status", "reason", "engine", "kernels", "dedup", "dtype", "xla_flags",
     "dataset", "scale", "batch_size", "fanouts", "steps_per_epoch", "steps_timed",
     "extrapolated", "epoch_seconds", "epoch_seconds_runs", "compile_seconds",
     "warmup_seconds", "shapes_compiled", "steps_per_second", "sampled_edges_per_second",
@@ -87,7 +89,7 @@ def blank_record(kind: str, name: str, options) -> dict:
     variant = VARIANTS.get(name)
     if variant is not None:
         record.update(engine=variant.engine, kernels=variant.kernels, dedup=variant.dedup,
-                      xla_flags=variant.xla_flags)
+                      dtype=variant.dtype, xla_flags=variant.xla_flags)
     return record
 
 
@@ -115,6 +117,7 @@ class Workbench:
         self.dataset, self.data, self.program = trainer.prepare(self.cfg)
         self.train_idx = jnp.asarray(self.dataset.train_idx, jnp.int32)
         self._calibrations = {}
+        self._data = {"float32": self.data}
         self.envelope, self.calibration = self.calibrated(options.batch_size)
         self.state = engine.init_state(self.program, self.data, self.envelope,
                                        self.dataset.train_idx)
@@ -151,6 +154,13 @@ class Workbench:
             self._calibrations[batch_size] = env, cal
         return self._calibrations[batch_size]
 
+    def data_for(self, variant: Variant) -> engine.DeviceData:
+        """The device data with the feature table in the variant's dtype."""
+        if variant.dtype not in self._data:
+            self._data[variant.dtype] = self.data._replace(
+                features=self.data.features.astype(variant.dtype))
+        return self._data[variant.dtype]
+
     def program_for(self, variant: Variant, batch_size: int):
         """(StepProgram, starting envelope) of a variant at `batch_size`.
 
@@ -158,7 +168,8 @@ class Workbench:
         """
         kernels = kernels_lib.Kernels.parse(variant.kernels,
                                             interpret=jax.default_backend() == "cpu")
-        program = dataclasses.replace(self.program, batch_size=batch_size, kernels=kernels)
+        program = dataclasses.replace(self.program, batch_size=batch_size, kernels=kernels,
+                                      model=self.program.model.clone(dtype=variant.dtype))
         if variant.dedup:
             return program, self.calibrated(batch_size)[0]
         program = dataclasses.replace(
@@ -194,7 +205,7 @@ def measure(wb: Workbench, variant: Variant, *, kind: str = "config",
     def run(on_step=None):
         state, envelope = (last[0].state, last[0].envelope) if last[0] else (
             wb.fresh_state(), env)
-        last[0] = runner.run_epoch(state, wb.data, wb.train_idx, 0, envelope,
+        last[0] = runner.run_epoch(state, wb.data_for(variant), wb.train_idx, 0, envelope,
                                    margin=wb.cfg.margin, multiple=wb.cfg.multiple,
                                    on_step=on_step)
         jax.block_until_ready(last[0].state.params)

@@ -25,6 +25,7 @@ from zerognn_jax._src.models import count_params, make_model
 from zerognn_jax._src.sampler import SamplerConfig
 
 PLANETOID = ("cora", "citeseer", "pubmed")
+DTYPES = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,8 @@ class TrainConfig:
     `normalize_features=None` row-normalises Planetoid features and leaves others.
     `envelope` is "calibrate" (tight, measured) or "conservative" (the safe bound).
     `chunk_steps=0` compiles a whole epoch into one program.
+    `dtype` is the model's computation dtype and the feature table's on the device:
+    "float32", or "bfloat16" (half the bytes; sums and gradients accumulate in float32).
     `engine` is "scan" (a chunk of steps per program) or the host-mediated baseline,
     "host-exact" or "host-bucketed" (see host_engine.py).
     `devices` is the number of devices per process to train on (0 = all local ones);
@@ -56,6 +59,7 @@ class TrainConfig:
     dropout: float = 0.5
     norm: str = "none"
     heads: int = 4
+    dtype: str = "float32"
     epochs: int = 10
     seed: int = 0
     kernels: str = "auto"
@@ -87,6 +91,7 @@ class TrainConfig:
             (self.lr > 0 and math.isfinite(self.lr), f"lr must be positive, got {self.lr}"),
             (0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}"),
             (self.hidden >= 1, f"hidden must be >= 1, got {self.hidden}"),
+            (self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}"),
             (self.eval_mode in ("full", "sampled", "none"),
              f"eval_mode must be full, sampled or none, got {self.eval_mode!r}"),
             (self.envelope in ("calibrate", "conservative"),
@@ -134,18 +139,19 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None):
     labels = np.maximum(dataset.labels, 0).astype(np.int32)
     sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, dedup=cfg.dedup)
     sampler = sampler.resolve(dataset.graph.max_degree())
+    dtype = jnp.dtype(cfg.dtype)
     model = make_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
                        num_classes=dataset.num_classes, dropout=cfg.dropout, norm=cfg.norm,
-                       heads=cfg.heads)
+                       heads=cfg.heads, dtype=dtype)
     program = engine.StepProgram(model, make_optimizer(cfg), sampler, cfg.batch_size, cfg.seed,
                                  Kernels.parse(cfg.kernels))
     mesh = parallel.make_mesh(cfg.devices)
     if mesh.size == 1 and not cfg.shard_features:
-        data = engine.DeviceData(dataset.graph.to_device(), jnp.asarray(feats, jnp.float32),
+        data = engine.DeviceData(dataset.graph.to_device(), jnp.asarray(feats, dtype),
                                  jnp.asarray(labels))
         return dataset, data, program
     program = parallel.data_parallel(program, mesh, shard_features=cfg.shard_features)
-    host = engine.DeviceData(dataset.graph, np.asarray(feats, np.float32), labels)
+    host = engine.DeviceData(dataset.graph, np.asarray(feats).astype(dtype), labels)
     return dataset, parallel.place_data(host, program), program
 
 

@@ -1,0 +1,205 @@
+"""Times the scan engine's epoch under alternative formulations of the model step.
+
+    PYTHONPATH=. python3 benchmarks/step_forms.py --root .cache/zerognn [--forms a,b] \
+        [--profile a,b]
+
+Workload: products-like, SAGE-mean 3x256, fanouts 15,10,5, batch 1024, Adam, XLA
+kernels, calibrated envelope. `library` is the code as it stands; every other form
+swaps one piece (how the neighbour weighted sum is written and differentiated, one or
+two matmuls per SAGE layer, dropout, computation dtype) and prints one JSON line:
+median epoch seconds over `--repeats` replays after a warm-up epoch, compile seconds,
+and the mean loss of the last replay (forms that only reformulate must match
+`library` to rounding; `two-matmul` initialises differently). `--profile` adds the
+device kernels by time per step for the named forms. docs/benchmarks.md has the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import dataclasses
+import json
+import statistics
+import tempfile
+import time
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from zerognn_jax._src import aggregate, engine, models, profiling, trainer
+
+
+def sum_middle_axis(h_src, nbr, weights):
+    """Gather [C, K, ...] and reduce over the middle (fanout) axis."""
+    gathered = h_src[nbr]
+    return jnp.sum(gathered * weights[..., None].astype(h_src.dtype), axis=1)
+
+
+def sum_unrolled(h_src, nbr, weights):
+    """sum_k h_src[nbr[:, k]] * weights[:, k]: K row gathers added in one loop fusion."""
+    out = None
+    for k in range(nbr.shape[1]):
+        term = h_src[nbr[:, k]] * weights[:, k, :, None].astype(h_src.dtype)
+        out = term if out is None else out + term
+    return out
+
+
+def sum_same_dtype(h_src, nbr, weights):
+    """The library's slot-major form, but summed (and scattered) in the input's dtype."""
+    w = jnp.swapaxes(weights, 0, 1)[..., None].astype(h_src.dtype)
+    return jnp.sum(h_src[nbr.T] * w, axis=0)
+
+
+def with_flat_scatter(forward):
+    """`forward` with a custom VJP: the source gradient as one scatter in [C * K] order."""
+
+    @jax.custom_vjp
+    def op(h_src, nbr, weights):
+        return forward(h_src, nbr, weights)
+
+    def fwd(h_src, nbr, weights):
+        return forward(h_src, nbr, weights), (h_src, nbr, weights)
+
+    def bwd(res, g):
+        h_src, nbr, weights = res
+        c, k = nbr.shape
+        contrib = (g[:, None] * weights[..., None].astype(g.dtype)).reshape(
+            (c * k,) + g.shape[1:])
+        dh = jax.ops.segment_sum(contrib, nbr.reshape(-1), num_segments=h_src.shape[0])
+        dw = jnp.einsum("chf,ckhf->ckh", g, h_src[nbr]).astype(weights.dtype)
+        return dh.astype(h_src.dtype), None, dw
+
+    op.defvjp(fwd, bwd)
+    return op
+
+
+class SAGETwoMatmul(nn.Module):
+    """SAGE-mean as W_self h_i + W_neigh mean_j h_j: two matmuls, two outputs added."""
+
+    features: int
+    dtype: object = jnp.float32
+
+    @nn.compact
+    def __call__(self, h_src, h_dst, view):
+        w = models.mean_weights(view).astype(h_src.dtype)
+        agg = view.weighted_sum(h_src[:, None, :], w)[:, 0, :]
+        neigh = nn.Dense(self.features, use_bias=False, dtype=self.dtype)(agg)
+        return nn.Dense(self.features, dtype=self.dtype)(h_dst) + neigh
+
+
+class TwoMatmulGNN(models.GNN):
+    def _make_conv(self, width, last):
+        return SAGETwoMatmul(width, dtype=self.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Form:
+    name: str
+    weighted_sum: object = None  # None: the library's
+    two_matmul: bool = False
+    dropout: float = 0.5
+    dtype: object = jnp.float32
+
+
+FORMS = {f.name: f for f in (
+    Form("library"),
+    Form("library-bf16", dtype=jnp.bfloat16),
+    Form("middle-axis", weighted_sum=sum_middle_axis),
+    Form("unrolled", weighted_sum=sum_unrolled),
+    Form("unrolled-flat-scatter", weighted_sum=with_flat_scatter(sum_unrolled)),
+    Form("two-matmul", two_matmul=True),
+    Form("previous", weighted_sum=sum_middle_axis, two_matmul=True),
+    Form("bf16-sum-in-bf16", weighted_sum=sum_same_dtype, dtype=jnp.bfloat16),
+    Form("no-dropout", dropout=0.0),
+)}
+
+
+@contextlib.contextmanager
+def patched_weighted_sum(fn):
+    original = aggregate.weighted_sum_reference
+    aggregate.weighted_sum_reference = fn or original
+    try:
+        yield
+    finally:
+        aggregate.weighted_sum_reference = original
+
+
+def build(form: Form, base_program, base_data, num_classes):
+    cls = TwoMatmulGNN if form.two_matmul else models.GNN
+    model = cls("sage", 256, 3, num_classes, dropout=form.dropout, dtype=form.dtype)
+    data = base_data._replace(features=base_data.features.astype(form.dtype))
+    return dataclasses.replace(base_program, model=model), data
+
+
+def top_kernels(trace_path, steps: int, limit: int = 12):
+    """[(kernel name, microseconds per step)] of the busiest device kernels."""
+    events = profiling.load_events(trace_path)
+    lines = profiling.stream_lines(events)
+    totals = collections.Counter()
+    for e in events:
+        if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in lines:
+            totals[e["name"]] += float(e["dur"])
+    return [(name[:60], round(us / steps, 1)) for name, us in totals.most_common(limit)]
+
+
+def measure(form, program, data, envelope, train_idx, repeats, profile):
+    state = engine.init_state(program, data, envelope, train_idx)
+    epoch = lambda st: engine.run_epoch(program, st, data, train_idx, 0, envelope)
+    res = epoch(state)
+    jax.block_until_ready(res.state.params)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        res = epoch(res.state)
+        jax.block_until_ready(res.state.params)
+        times.append(time.perf_counter() - t0)
+    record = {"form": form.name, "epoch_seconds": round(statistics.median(times), 4),
+              "runs": [round(t, 4) for t in times],
+              "compile_seconds": round(program.compile_seconds, 1),
+              "loss": round(res.loss, 5), "overflows": res.overflows}
+    if profile:
+        with tempfile.TemporaryDirectory() as tmp:
+            with profiling.traced_window(tmp):
+                res = epoch(res.state)
+                jax.block_until_ready(res.state.params)
+            record["top_kernels_us_per_step"] = top_kernels(profiling.find_trace(tmp),
+                                                            res.steps)
+    return record
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", default="products-like")
+    p.add_argument("--root", default=None)
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--forms", default=",".join(FORMS))
+    p.add_argument("--profile", default="")
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    forms = [f for f in args.forms.split(",") if f]
+    unknown = [f for f in forms if f not in FORMS]
+    if unknown:
+        p.error(f"unknown forms {unknown}; choose from {', '.join(FORMS)}")
+    cfg = trainer.TrainConfig(dataset=args.dataset, root=args.root, scale=args.scale,
+                              model="sage", hidden=256, layers=3, fanouts=(15, 10, 5),
+                              batch_size=1024, kernels="xla", eval_mode="none",
+                              progress=False)
+    dataset, data, program = trainer.prepare(cfg)
+    envelope, _ = trainer.choose_envelope(cfg, dataset, data, program)
+    print(json.dumps({"device": jax.devices()[0].device_kind, "jax": jax.__version__,
+                      "envelope": list(envelope.levels)}), flush=True)
+    profile = set(args.profile.split(","))
+    train_idx = jnp.asarray(dataset.train_idx, jnp.int32)
+    for name in forms:
+        form = FORMS[name]
+        with patched_weighted_sum(form.weighted_sum):
+            prog, dat = build(form, program, data, dataset.num_classes)
+            record = measure(form, prog, dat, envelope, train_idx, args.repeats,
+                             name in profile)
+        print(json.dumps(record), flush=True)
+
+
+if __name__ == "__main__":
+    main()
