@@ -170,3 +170,22 @@ def test_children_get_no_blank_xla_flags(monkeypatch):
     assert bench.child_env(" --xla_a=1 ")["XLA_FLAGS"] == "--xla_a=1"
     monkeypatch.setenv("XLA_FLAGS", "--xla_b=2")
     assert bench.child_env("--xla_a=1")["XLA_FLAGS"] == "--xla_b=2 --xla_a=1"
+
+
+def test_git_commit_marks_a_dirty_tree(tmp_path, monkeypatch):
+    from zerognn_jax._src import bench_workload
+
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True,
+                                    capture_output=True, text=True).stdout.strip()
+    git("init", "-q")
+    (tmp_path / "f.txt").write_text("one\n")
+    git("add", "f.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
+    monkeypatch.setattr(bench_workload, "REPO", tmp_path)
+    read = bench_workload.git_commit.__wrapped__
+    head = git("rev-parse", "HEAD")
+    assert read() == head
+    (tmp_path / "f.txt").write_text("two\n")
+    assert read() == head + "+dirty"
+    monkeypatch.setattr(bench_workload, "REPO", tmp_path / "absent")
+    assert read() is None

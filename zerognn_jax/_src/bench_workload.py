@@ -70,13 +70,17 @@ FIELDS = (
 
 @functools.cache
 def git_commit() -> str | None:
-    """The checkout's commit, or None outside a git checkout."""
+    """The checkout's commit, with "+dirty" when tracked files differ from it; None
+    outside a git checkout (a copied tree whose files differ says so, not a clean id)."""
+    git = ["git", "-C", str(REPO)]
     try:
-        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=True,
-                             capture_output=True, text=True, timeout=10)
+        head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run([*git, "diff", "--quiet", "HEAD", "--"], capture_output=True,
+                               timeout=30).returncode != 0
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    return (head + "+dirty" if dirty else head) or None
 
 
 def blank_record(kind: str, name: str, options) -> dict:
