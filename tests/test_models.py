@@ -12,9 +12,11 @@ from conftest import random_graph
 
 from zerognn_jax import (
     DeviceData,
+    EllView,
     Envelope,
     SamplerConfig,
     StepProgram,
+    TrainConfig,
     init_state,
     layerwise_logits,
     make_model,
@@ -109,3 +111,44 @@ def test_unknown_model_name():
         make_model("gin", hidden=4, num_layers=2, num_classes=2)
     with pytest.raises(ValueError, match="unknown model 'gcn-max'"):
         make_model("gcn-max", hidden=4, num_layers=2, num_classes=2)
+
+
+def _random_views(num_layers, rows=(8, 16, 32), fanout=3, seed=0):
+    """`num_layers` random EllViews, outermost first: layer i maps rows[L-i] -> rows[L-1-i]."""
+    rs = np.random.default_rng(seed)
+    views = []
+    for i in range(num_layers):
+        dst, src = rows[num_layers - 1 - i], rows[num_layers - i]
+        nbr = rs.integers(0, src, (dst, fanout)).astype(np.int32)
+        mask = rs.random((dst, fanout)) < 0.8
+        views.append(EllView(jnp.asarray(np.where(mask, nbr, 0)), jnp.asarray(mask),
+                             jnp.ones(dst, bool), jnp.full(dst, fanout, jnp.int32),
+                             jnp.full(src, fanout, jnp.int32)))
+    x = jnp.asarray(rs.normal(size=(rows[num_layers], 5)).astype(np.float32))
+    return x, tuple(views)
+
+
+def _train_eval_differ(model, num_layers) -> bool:
+    x, views = _random_views(num_layers)
+    variables = model.init(jax.random.PRNGKey(0), x, views, train=False)
+    train = model.apply(variables, x, views, train=True, rngs={"dropout": jax.random.PRNGKey(1)})
+    return not np.allclose(train, model.apply(variables, x, views, train=False))
+
+
+@pytest.mark.parametrize("name", ["sage", "sage-max", "gcn", "gat", "mlp"])
+def test_default_dropout_leaves_features_whole(name):
+    """Under the default config the first layer sees the raw features undropped, as in
+    PyG's and DGL's examples; hidden activations are dropped; `input_dropout` drops the
+    features. (One layer: only the features can be dropped; two: hidden ones too.)"""
+    make = lambda layers, **kw: make_model(name, hidden=8, num_layers=layers, num_classes=3,
+                                           dropout=0.5, **kw)
+    assert not _train_eval_differ(make(1), 1)
+    assert _train_eval_differ(make(1, input_dropout=0.5), 1)
+    assert _train_eval_differ(make(2), 2)
+
+
+def test_config_default_has_no_input_dropout():
+    cfg = TrainConfig()
+    assert cfg.dropout == 0.5 and cfg.input_dropout == 0.0
+    with pytest.raises(ValueError, match="input_dropout must be in"):
+        TrainConfig(input_dropout=1.0)

@@ -23,7 +23,8 @@ def main(argv=None):
     for seed in range(args.seeds):
         config = zg.TrainConfig(dataset="cora", model="gcn", hidden=16, layers=2,
                                 fanouts=(-1, -1), batch_size=140, lr=0.01, weight_decay=5e-4,
-                                dropout=0.5, epochs=args.epochs, eval_every=0, seed=seed)
+                                dropout=0.5, input_dropout=0.5, epochs=args.epochs,
+                                eval_every=0, seed=seed)
         accs.append(zg.train(config, dataset).summary["test_acc"])
     print(json.dumps({"test_acc_per_seed": accs, "mean": float(np.mean(accs))}))
     return accs

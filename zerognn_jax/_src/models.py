@@ -115,12 +115,17 @@ class GATConv(nn.Module):
 class GNN(nn.Module):
     """A stack of message-passing layers with ReLU, dropout and optional norm.
 
+    Dropout falls where PyG's and DGL's GraphSAGE examples put it: on the hidden
+    activations (after each ReLU, i.e. on the input of every layer but the first).
+    The raw features are dropped only with `input_dropout` > 0 (the GCN paper's recipe).
+
     Attributes:
       conv: "sage", "gcn" or "gat".
       hidden: width of every hidden layer; num_layers: number of conv layers.
       num_classes: output width.
       aggregator: for SAGE: "mean", "sum" or "max". heads: for GAT.
-      dropout: rate applied to each layer's input. norm: "none", "layer" or "batch".
+      dropout: rate on the hidden activations. input_dropout: rate on the raw features.
+      norm: "none", "layer" or "batch".
       dtype: the computation dtype (bfloat16 halves the bytes gathered and scattered);
         parameters stay float32 and the logits come back float32.
     """
@@ -133,6 +138,7 @@ class GNN(nn.Module):
     heads: int = 4
     dropout: float = 0.5
     norm: str = "none"
+    input_dropout: float = 0.0
     dtype: Any = jnp.float32
 
     def setup(self):
@@ -141,7 +147,8 @@ class GNN(nn.Module):
                       for i, w in enumerate(widths)]
         norm = {"none": None, "layer": nn.LayerNorm, "batch": nn.BatchNorm}[self.norm]
         self.norms = [norm(dtype=self.dtype) for _ in widths[:-1]] if norm else []
-        self.drop = Dropout(self.dropout)
+        self.drop_input = Dropout(self.input_dropout)
+        self.drop_hidden = Dropout(self.dropout)
 
     def _make_conv(self, width, last):
         if self.conv == "sage":
@@ -156,11 +163,12 @@ class GNN(nn.Module):
     def layer(self, i, h_src, h_dst, view, *, train: bool):
         """Layer i. `h_dst=None` means the destinations are the first rows of `h_src`
         (sampled blocks); layer-wise inference passes them explicitly."""
-        h_src = self.drop(h_src.astype(self.dtype), deterministic=not train)
+        drop = self.drop_input if i == 0 else self.drop_hidden
+        h_src = drop(h_src.astype(self.dtype), deterministic=not train)
         if h_dst is None:
             h_dst = h_src[: view.num_dst]
         else:
-            h_dst = self.drop(h_dst.astype(self.dtype), deterministic=not train)
+            h_dst = drop(h_dst.astype(self.dtype), deterministic=not train)
         out = self.convs[i](h_src, h_dst, view)
         if i == self.num_layers - 1:
             return out.astype(jnp.float32)
@@ -178,19 +186,24 @@ class GNN(nn.Module):
 
 
 class MLP(nn.Module):
-    """Feature-only baseline: ignores the graph (uses only the seeds' own rows)."""
+    """Feature-only baseline: ignores the graph (uses only the seeds' own rows).
+
+    Dropout as in `GNN`: `dropout` on hidden activations, `input_dropout` on features.
+    """
 
     hidden: int
     num_layers: int
     num_classes: int
     dropout: float = 0.5
+    input_dropout: float = 0.0
     dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x, views: Sequence, *, train: bool):
         h = (x[: views[-1].num_dst] if views else x).astype(self.dtype)
         for i in range(self.num_layers):
-            h = Dropout(self.dropout)(h, deterministic=not train)
+            rate = self.input_dropout if i == 0 else self.dropout
+            h = Dropout(rate)(h, deterministic=not train)
             h = nn.Dense(self.hidden if i < self.num_layers - 1 else self.num_classes,
                          dtype=self.dtype)(h)
             if i < self.num_layers - 1:
@@ -199,11 +212,11 @@ class MLP(nn.Module):
 
 
 def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
-               dropout: float = 0.5, norm: str = "none", heads: int = 4,
-               dtype: Any = jnp.float32) -> nn.Module:
+               dropout: float = 0.5, input_dropout: float = 0.0, norm: str = "none",
+               heads: int = 4, dtype: Any = jnp.float32) -> nn.Module:
     """Builds a model by name: sage (mean), sage-max, sage-sum, gcn, gat, mlp."""
     if name == "mlp":
-        return MLP(hidden, num_layers, num_classes, dropout, dtype=dtype)
+        return MLP(hidden, num_layers, num_classes, dropout, input_dropout, dtype=dtype)
     conv, _, agg = name.partition("-")
     if conv not in ("sage", "gcn", "gat") or (agg and conv != "sage") or (
             agg and agg not in ("mean", "sum", "max")):
@@ -211,7 +224,8 @@ def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
             f"unknown model {name!r}; choose sage, sage-max, sage-sum, gcn, gat or mlp"
         )
     return GNN(conv, hidden, num_layers, num_classes, aggregator=agg or "mean",
-               heads=heads, dropout=dropout, norm=norm, dtype=dtype)
+               heads=heads, dropout=dropout, norm=norm, input_dropout=input_dropout,
+               dtype=dtype)
 
 
 def count_params(params) -> int:

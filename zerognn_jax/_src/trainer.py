@@ -57,6 +57,7 @@ class TrainConfig:
     lr: float = 3e-3
     weight_decay: float = 0.0
     dropout: float = 0.5
+    input_dropout: float = 0.0
     norm: str = "none"
     heads: int = 4
     dtype: str = "float32"
@@ -90,6 +91,8 @@ class TrainConfig:
             (self.epochs >= 0, f"epochs must be >= 0, got {self.epochs}"),
             (self.lr > 0 and math.isfinite(self.lr), f"lr must be positive, got {self.lr}"),
             (0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}"),
+            (0.0 <= self.input_dropout < 1.0,
+             f"input_dropout must be in [0, 1), got {self.input_dropout}"),
             (self.hidden >= 1, f"hidden must be >= 1, got {self.hidden}"),
             (self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}"),
             (self.eval_mode in ("full", "sampled", "none"),
@@ -141,7 +144,8 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None):
     sampler = sampler.resolve(dataset.graph.max_degree())
     dtype = jnp.dtype(cfg.dtype)
     model = make_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
-                       num_classes=dataset.num_classes, dropout=cfg.dropout, norm=cfg.norm,
+                       num_classes=dataset.num_classes, dropout=cfg.dropout,
+                       input_dropout=cfg.input_dropout, norm=cfg.norm,
                        heads=cfg.heads, dtype=dtype)
     program = engine.StepProgram(model, make_optimizer(cfg), sampler, cfg.batch_size, cfg.seed,
                                  Kernels.parse(cfg.kernels))
