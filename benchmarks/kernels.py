@@ -49,12 +49,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from pallas_kernels import Tiling
 from pallas_kernels import aggregate as pk_aggregate
+from pallas_kernels import counter_hash
 from pallas_kernels import gather as pk_gather
 from pallas_kernels import relabel as pk_relabel
 from pallas_kernels import sample as pk_sample
-from zerognn_jax._src import aggregate, relabel, rng, sampling
+from pallas_kernels.common import Tiling
+from zerognn_jax._src.ops import aggregate, gather, relabel
+from zerognn_jax._src.sampling import uniform as sampling
 
 NODES, EDGES, FEATURES, HIDDEN = 2_449_029, 123_718_280, 100, 256
 FANOUTS = (15, 10, 5)
@@ -90,7 +92,7 @@ def sampled_batch(indptr, indices, seeds, num_nodes: int):
     hops = []
     for hop, fanout in enumerate(FANOUTS):
         valid = jnp.arange(frontier.shape[0]) < count
-        key = rng.step_key(0, 0, 0, hop)
+        key = counter_hash.step_key(0, 0, 0, hop)
         nbr, mask = jax.jit(sampling.sample_neighbors_reference, static_argnums=5)(
             indptr, indices, frontier, valid, key, fanout
         )
@@ -158,7 +160,7 @@ def pallas_ops(interpret: bool, tiling: Tiling | None = None) -> dict:
 XLA_OPS = {
     "sample": sampling.sample_neighbors_reference,
     "relabel": relabel.relabel_reference,
-    "gather": aggregate.gather_rows_reference,
+    "gather": gather.gather_rows_reference,
     "weighted_sum": aggregate.weighted_sum_reference,
     "max": aggregate.max_reference,
 }

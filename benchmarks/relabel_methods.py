@@ -14,14 +14,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src import envelope as envelope_lib
-from zerognn_jax._src.datasets import load_dataset
-from zerognn_jax._src.kernels import Kernels
-from zerognn_jax._src.sampler import SamplerConfig
+from zerognn_jax._src.data.loaders import load_dataset
+from zerognn_jax._src.ops.registry import Kernels
+from zerognn_jax._src.ops.relabel import relabel_sorted
+from zerognn_jax._src.sampling.calibrate import calibrate, sample_epoch_counts
+from zerognn_jax._src.sampling.minibatch import SamplerConfig
+from zerognn_jax._src.sampling.seeds import epoch_seeds
 
 
 def _time_epoch(graph, perm, config, envelope, kernels, repeats):
-    run = lambda: envelope_lib.sample_epoch_counts(
+    run = lambda: sample_epoch_counts(
         graph, perm, 0, 0, batch_size=envelope.batch_size, config=config,
         capacities=envelope.capacities, kernels=kernels)
     counts = jax.block_until_ready(run())[0]
@@ -43,16 +45,15 @@ def main():
     ds = load_dataset("products-like", args.root, scale=args.scale)
     graph = ds.graph.to_device()
     train_idx = jnp.asarray(ds.train_idx)
-    perm = envelope_lib.epoch_seeds(train_idx, args.batch_size, 0, 0)
-    base = SamplerConfig((15, 10, 5))
-    env = envelope_lib.calibrate(graph, ds.train_idx, args.batch_size, base).envelope
+    perm = epoch_seeds(train_idx, args.batch_size, 0, 0)
+    config = SamplerConfig((15, 10, 5))
+    env = calibrate(graph, ds.train_idx, args.batch_size, config).envelope
     reference = None
     samplers = ("xla", "pallas") if jax.default_backend() == "gpu" else ("xla",)
     for sampler in samplers:
-        for method in ("table", "sort"):
-            config = SamplerConfig((15, 10, 5), relabel_method=method)
-            seconds, counts = _time_epoch(graph, perm, config, env,
-                                          Kernels(sample=sampler), args.repeats)
+        for method, relabel in (("table", "xla"), ("sort", relabel_sorted)):
+            kernels = Kernels(sample=sampler, relabel=relabel)
+            seconds, counts = _time_epoch(graph, perm, config, env, kernels, args.repeats)
             reference = counts if reference is None else reference
             print(json.dumps({"sampler": sampler, "relabel": method, "epoch_seconds": seconds,
                               "counts_equal": bool(np.array_equal(counts, reference)),

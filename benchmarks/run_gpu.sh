@@ -40,7 +40,7 @@ rm -f "$OUT_DIR/bench.jsonl" "$OUT_DIR/bench.log"
 TRACES=$(mktemp -d)
 T0=$SECONDS
 left() { echo $((BUDGET - (SECONDS - T0))); }
-WORKLOAD=(--preset "$PRESET" --root "$ROOT" --scale "$SCALE" --layers "$LAYERS"
+WORKLOAD=(--dataset "$PRESET" --root "$ROOT" --scale "$SCALE" --layers "$LAYERS"
           --hidden "$HIDDEN" --fanouts "$FANOUTS" --batch-size "$BATCH"
           --epochs "$EPOCHS" --host-steps "$HOST_STEPS"
           --envelope-cache "$ROOT/envelope-$PRESET-$SCALE-$BATCH.json"
@@ -54,7 +54,7 @@ $PY -c "import jax; print('jax', jax.__version__, jax.devices())"
 echo "== 1. data ($PRESET, scale $SCALE) [$(left) s left]"
 $PY - "$PRESET" "$ROOT" "$SCALE" <<'EOF'
 import sys, time
-from zerognn_jax._src.datasets import load_dataset
+from zerognn_jax._src.data.loaders import load_dataset
 t0 = time.perf_counter()
 ds = load_dataset(sys.argv[1], sys.argv[2], scale=float(sys.argv[3]))
 print(f"{ds.name}: {ds.num_nodes:,} nodes, {ds.graph.num_edges:,} edges, "
@@ -79,4 +79,4 @@ rm -rf "$TRACES"
 
 echo "== 4. results [$(left) s left]; the log ends:"
 grep -v '^{' "$OUT_DIR/bench.log" | tail -n 8 | cut -c1-400
-$PY -m zerognn_jax._src.bench_report "$OUT_DIR/bench.jsonl" --plot "$OUT_DIR/bench.png"
+$PY -m zerognn_jax._src.bench.report "$OUT_DIR/bench.jsonl" --plot "$OUT_DIR/bench.png"

@@ -99,7 +99,7 @@ def allreduce_microseconds(params, devices: int, iters: int = 200) -> float:
     import jax
     from jax.sharding import PartitionSpec as P
 
-    from zerognn_jax._src import parallel
+    from zerognn_jax._src.training import parallel
 
     mesh = parallel.make_mesh(devices)
 
@@ -109,7 +109,7 @@ def allreduce_microseconds(params, devices: int, iters: int = 200) -> float:
 
     run = jax.jit(jax.shard_map(chain, mesh=mesh, in_specs=P(), out_specs=P(),
                                 check_vma=False))
-    tree = parallel.replicate(params, mesh)
+    tree = jax.device_put(params, parallel.replicated(mesh))
     jax.block_until_ready(run(tree))
     t0 = time.perf_counter()
     jax.block_until_ready(run(tree))
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
 
     if args.cpu_devices:
         jax.config.update("jax_num_cpu_devices", args.cpu_devices)
-    from zerognn_jax._src.datasets import load_dataset
+    from zerognn_jax._src.data.loaders import load_dataset
 
     t0 = time.perf_counter()
     dataset = load_dataset("products-like", args.root, scale=args.scale)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import dataclasses
 import json
 import statistics
@@ -28,7 +27,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from zerognn_jax._src import aggregate, engine, models, profiling, trainer
+from zerognn_jax._src.bench import profiling
+from zerognn_jax._src.nn import models
+from zerognn_jax._src.ops.registry import Kernels
+from zerognn_jax._src.sampling.calibrate import choose_envelope
+from zerognn_jax._src.training import trainer
+from zerognn_jax._src.training.config import TrainConfig
+from zerognn_jax._src.training.program import init_state
+from zerognn_jax._src.training.scan import ScanEngine
 
 
 def sum_middle_axis(h_src, nbr, weights):
@@ -116,21 +122,12 @@ FORMS = {f.name: f for f in (
 )}
 
 
-@contextlib.contextmanager
-def patched_weighted_sum(fn):
-    original = aggregate.weighted_sum_reference
-    aggregate.weighted_sum_reference = fn or original
-    try:
-        yield
-    finally:
-        aggregate.weighted_sum_reference = original
-
-
 def build(form: Form, base_program, base_data, num_classes):
     cls = TwoMatmulGNN if form.two_matmul else models.GNN
     model = cls("sage", 256, 3, num_classes, dropout=form.dropout, dtype=form.dtype)
     data = base_data._replace(features=base_data.features.astype(form.dtype))
-    return dataclasses.replace(base_program, model=model), data
+    kernels = Kernels(weighted_sum=form.weighted_sum or "xla")
+    return dataclasses.replace(base_program, model=model, kernels=kernels), data
 
 
 def top_kernels(trace_path, steps: int, limit: int = 12):
@@ -145,8 +142,9 @@ def top_kernels(trace_path, steps: int, limit: int = 12):
 
 
 def measure(form, program, data, envelope, train_idx, repeats, profile):
-    state = engine.init_state(program, data, envelope, train_idx)
-    epoch = lambda st: engine.run_epoch(program, st, data, train_idx, 0, envelope)
+    state = init_state(program, data, envelope, train_idx)
+    engine = ScanEngine(program)
+    epoch = lambda st: engine.run_epoch(st, data, train_idx, 0, envelope)
     res = epoch(state)
     jax.block_until_ready(res.state.params)
     times = []
@@ -157,7 +155,7 @@ def measure(form, program, data, envelope, train_idx, repeats, profile):
         times.append(time.perf_counter() - t0)
     record = {"form": form.name, "epoch_seconds": round(statistics.median(times), 4),
               "runs": [round(t, 4) for t in times],
-              "compile_seconds": round(program.compile_seconds, 1),
+              "compile_seconds": round(engine.compile_seconds, 1),
               "loss": round(res.loss, 5), "overflows": res.overflows}
     if profile:
         with tempfile.TemporaryDirectory() as tmp:
@@ -182,22 +180,20 @@ def main():
     unknown = [f for f in forms if f not in FORMS]
     if unknown:
         p.error(f"unknown forms {unknown}; choose from {', '.join(FORMS)}")
-    cfg = trainer.TrainConfig(dataset=args.dataset, root=args.root, scale=args.scale,
+    cfg = TrainConfig(dataset=args.dataset, root=args.root, scale=args.scale,
                               model="sage", hidden=256, layers=3, fanouts=(15, 10, 5),
                               batch_size=1024, kernels="xla", eval_mode="none",
                               progress=False)
     dataset, data, program = trainer.prepare(cfg)
-    envelope, _ = trainer.choose_envelope(cfg, dataset, data, program)
+    envelope, _ = choose_envelope(data.graph, dataset.train_idx, cfg.batch_size, program.sampler)
     print(json.dumps({"device": jax.devices()[0].device_kind, "jax": jax.__version__,
                       "envelope": list(envelope.levels)}), flush=True)
     profile = set(args.profile.split(","))
     train_idx = jnp.asarray(dataset.train_idx, jnp.int32)
     for name in forms:
         form = FORMS[name]
-        with patched_weighted_sum(form.weighted_sum):
-            prog, dat = build(form, program, data, dataset.num_classes)
-            record = measure(form, prog, dat, envelope, train_idx, args.repeats,
-                             name in profile)
+        prog, dat = build(form, program, data, dataset.num_classes)
+        record = measure(form, prog, dat, envelope, train_idx, args.repeats, name in profile)
         print(json.dumps(record), flush=True)
 
 

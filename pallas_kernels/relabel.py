@@ -31,11 +31,9 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from pallas_kernels import Tiling, atomic, cdiv, launch, scatter
-from zerognn_jax._src.relabel import Relabeled
+from pallas_kernels.common import Tiling, atomic, cdiv, launch, scatter
 
 TILING = Tiling(block_rows=1024, num_warps=4)
-METHODS = ("table", "sort")
 # Positions are kept in float32, exact below this bound.
 MAX_POSITIONS = 2**24
 
@@ -98,10 +96,8 @@ def _localise_kernel(table_ref, nbr_ref, mask_ref, local_ref, *, m, block):
     plt.store(local_ref.at[q], jnp.where(ok, local, 0), mask=live)
 
 
-def _check(frontier, nbr, mask, capacity, method):
+def _check(frontier, nbr, mask, capacity):
     c, k = nbr.shape
-    if method not in METHODS:
-        raise ValueError(f"unknown relabel method {method!r}; choose from {sorted(METHODS)}")
     if capacity < c:
         raise ValueError(f"capacity {capacity} is smaller than the frontier capacity {c}")
     if frontier.shape != (c,) or mask.shape != (c, k):
@@ -124,15 +120,11 @@ def relabel(
     capacity: int,
     num_nodes: int,
     *,
-    method: str = "table",
     interpret: bool = False,
-) -> Relabeled:
-    """Pallas twin of `relabel.relabel_reference`; identical output.
-
-    `method` is validated and otherwise ignored: both reference methods define the same
-    result, which this kernel computes with its own table scheme (module docstring).
-    """
-    _check(frontier, nbr, mask, capacity, method)
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Pallas twin of `relabel_reference`: the same (frontier, count, nbr_local), computed
+    with its own table scheme (module docstring)."""
+    _check(frontier, nbr, mask, capacity)
     c, k = nbr.shape
     m = c * k
     block, params = launch(TILING, m, 1)
@@ -172,4 +164,4 @@ def relabel(
         name="zerognn_relabel_localise",
     )(table, flat_nbr, flat_mask)
     n_next = count[0] + jnp.sum(counts)
-    return Relabeled(out, n_next, local.reshape(c, k))
+    return out, n_next, local.reshape(c, k)

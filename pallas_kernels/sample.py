@@ -1,8 +1,8 @@
-"""Neighbour sampling as one Pallas kernel: the twin of `sampling.sample_neighbors_reference`.
+"""Uniform neighbour sampling as one Pallas kernel: the twin of `sample_neighbors_reference`.
 
 One program takes a block of frontier rows and all K slots of each (K padded to a power
 of two). It reads the two CSR bounds of each row, draws the slots with the same uint32
-counter hash as the reference (`zerognn_jax._src.rng`, called inside the kernel), runs
+counter hash as the reference (`counter_hash`, called inside the kernel), runs
 Floyd's algorithm vectorised over the block's rows, gathers the chosen neighbour ids and
 stores them with the validity mask. Output is bit-identical to the reference.
 """
@@ -16,8 +16,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from pallas_kernels import Tiling, cdiv, fanout_loop, launch, next_pow2
-from zerognn_jax._src import rng
+from pallas_kernels import counter_hash
+from pallas_kernels.common import Tiling, cdiv, fanout_loop, launch, next_pow2
 
 TILING = Tiling(block_rows=128, num_warps=4)
 
@@ -28,7 +28,7 @@ def _floyd(key, node, deg, slots, fanout: int):
 
     def step(i, chosen):
         j = deg - fanout + i
-        t = rng.uniform_below(rng.slot_bits(key, node, i), jnp.maximum(j + 1, 1))
+        t = counter_hash.uniform_below(counter_hash.slot_bits(key, node, i), jnp.maximum(j + 1, 1))
         taken = jnp.max(jnp.where(chosen == t[:, None], 1, 0), axis=1) > 0
         pick = jnp.where(taken, j, t)
         return jnp.where(slots == i, pick[:, None], chosen)
@@ -39,8 +39,8 @@ def _floyd(key, node, deg, slots, fanout: int):
 def _slot_offsets(key, node, deg, slots, fanout, replace, all_neighbors):
     """(edge offsets within each row, slot mask), both [R, KP]."""
     if replace:
-        bits = rng.slot_bits(key, node[:, None], slots)
-        offsets = rng.uniform_below(bits, jnp.maximum(deg, 1)[:, None])
+        bits = counter_hash.slot_bits(key, node[:, None], slots)
+        offsets = counter_hash.uniform_below(bits, jnp.maximum(deg, 1)[:, None])
         return offsets, (deg[:, None] > 0) & (slots < fanout)
     offsets = jnp.broadcast_to(slots, (node.shape[0], slots.shape[1]))
     if not all_neighbors:

@@ -77,7 +77,6 @@ def engine_run(devices: int, *, shard_features=False, tiny_envelope=False):
     import optax
 
     import zerognn_jax as zg
-    from zerognn_jax._src import parallel
 
     ds = make_problem()
     sampler = zg.SamplerConfig((-1, -1)).resolve(ds.graph.max_degree())
@@ -85,9 +84,8 @@ def engine_run(devices: int, *, shard_features=False, tiny_envelope=False):
     batch = GLOBAL_BATCH // devices
     program = zg.StepProgram(model, optax.sgd(0.5), sampler, batch, seed=3)
     if devices > 1 or shard_features:
-        program = parallel.data_parallel(program, parallel.make_mesh(devices),
-                                         shard_features=shard_features)
-        data = parallel.place_data(zg.DeviceData(ds.graph, ds.features, ds.labels), program)
+        program = program.with_mesh(zg.make_mesh(devices), shard_features=shard_features)
+        data = program.parallel.place_data(zg.DeviceData(ds.graph, ds.features, ds.labels))
     else:
         data = zg.DeviceData(ds.graph.to_device(), jnp.asarray(ds.features),
                              jnp.asarray(ds.labels))
@@ -95,8 +93,9 @@ def engine_run(devices: int, *, shard_features=False, tiny_envelope=False):
     if tiny_envelope:
         env = zg.Envelope(batch, (batch, batch))
     state, losses, overflows = zg.init_state(program, data, env, ds.train_idx), [], 0
+    engine = zg.ScanEngine(program, chunk_steps=4)
     for epoch in range(2):
-        res = zg.run_epoch(program, state, data, ds.train_idx, epoch, env, chunk_steps=4)
+        res = engine.run_epoch(state, data, ds.train_idx, epoch, env)
         state, env = res.state, res.envelope
         losses.append(res.loss)
         overflows += res.overflows
@@ -120,7 +119,7 @@ def cmd_train(args, out: pathlib.Path) -> None:
     import jax
 
     from zerognn_jax import train
-    from zerognn_jax._src import parallel
+    from zerognn_jax._src.training import parallel
 
     parallel.initialize_distributed(args.coordinator, args.num_processes, args.process_id,
                                     timeout_s=60)

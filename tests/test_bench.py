@@ -12,8 +12,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from zerognn_jax._src import bench, bench_report, profiling
-from zerognn_jax._src.bench_workload import FIELDS, VARIANTS
+from zerognn_jax import TrainConfig
+from zerognn_jax._src.bench import profiling
+from zerognn_jax._src.bench import report as bench_report
+from zerognn_jax._src.bench import run as bench
+from zerognn_jax._src.bench.workload import FIELDS, VARIANTS
 
 # Compile faster: the CPU run checks plumbing, not speed.
 FAST_XLA = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
@@ -26,7 +29,7 @@ NUMBERS = ("epoch_seconds", "compile_seconds", "warmup_seconds", "steps_per_seco
 def bench_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bench")
     out, png = tmp / "bench.jsonl", tmp / "bench.png"
-    cmd = [sys.executable, "-m", "zerognn_jax.cli", "bench", "--preset", "tiny",
+    cmd = [sys.executable, "-m", "zerognn_jax.cli", "bench", "--dataset", "tiny",
            "--layers", "1", "--fanouts", "4", "--hidden", "16", "--batch-size", "128",
            "--epochs", "1", "--host-steps", "2", "--check-steps", "2", "--phases",
            "--batch-sizes", "128", "--out", str(out), "--plot", str(png), "--no-progress"]
@@ -85,7 +88,8 @@ def test_options_are_checked():
 
 
 def test_a_failing_child_becomes_an_error_record():
-    options = bench.BenchOptions(dataset="tiny", configs=("scan-xla",), progress=False)
+    options = bench.BenchOptions(TrainConfig(dataset="tiny", progress=False),
+                                 configs=("scan-xla",))
     (record,) = bench.run_child(options, "--xla_no_such_flag=1", timeout=120)
     assert record["status"] == "error" and "xla_no_such_flag" in record["reason"]
     assert set(FIELDS) <= set(record)
@@ -142,7 +146,7 @@ def test_a_cpu_trace_has_no_device_fraction(tmp_path):
 
 
 def test_summary_and_table_from_records():
-    options = bench.BenchOptions(dataset="tiny")
+    options = bench.BenchOptions(TrainConfig(dataset="tiny"))
     base = {"kind": "config", "status": "ok", "extrapolated": False, "batch_size": 1024,
             "steps_per_epoch": 100}
     records = [
@@ -173,7 +177,7 @@ def test_children_get_no_blank_xla_flags(monkeypatch):
 
 
 def test_git_commit_marks_a_dirty_tree(tmp_path, monkeypatch):
-    from zerognn_jax._src import bench_workload
+    from zerognn_jax._src.bench import workload as bench_workload
 
     git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True,
                                     capture_output=True, text=True).stdout.strip()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from zerognn_jax._src import cli_data
-from zerognn_jax._src.datasets import load_npz
+from zerognn_jax import load_npz
+from zerognn_jax.cli import data as cli_data
 
 PLANETOID = Path(__file__).parents[2] / "shared" / "datasets" / "planetoid"
 

@@ -11,19 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import zerognn_jax._src.datasets as datasets_pkg
-from zerognn_jax._src.dataset import make_dataset
-from zerognn_jax._src.datasets import (
+import zerognn_jax._src.data.loaders as datasets_pkg
+from zerognn_jax._src.data import planetoid, storage
+from zerognn_jax._src.data.dataset import make_dataset
+from zerognn_jax._src.data.loaders import (
     load_dataset,
     load_npz,
-    planetoid,
     products_like,
     rmat,
     row_normalize,
     save_npz,
-    storage,
 )
-from zerognn_jax._src.datasets.undirected import undirected_csr
+from zerognn_jax._src.data.undirected import undirected_csr
 
 SHARED = Path(__file__).parents[2] / "shared" / "datasets"
 PLANETOID = SHARED / "planetoid"
@@ -228,7 +227,7 @@ def test_ogb_parsed_form_is_cached_and_refreshed(tmp_path, monkeypatch):
     load_dataset("ogbn-arxiv", root=tmp_path)
     cache = folder / "processed" / "zerognn.npz"
     assert cache.is_file()
-    from zerognn_jax._src.datasets import ogb
+    from zerognn_jax._src.data import ogb
 
     def fail(*args):
         raise AssertionError("raw files read again")

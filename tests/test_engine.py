@@ -12,11 +12,12 @@ from conftest import random_graph
 from zerognn_jax import (
     DeviceData,
     Envelope,
+    EnvelopePolicy,
     SamplerConfig,
+    ScanEngine,
     StepProgram,
     init_state,
     make_model,
-    run_epoch,
 )
 
 
@@ -38,13 +39,13 @@ def _train(data, env, epochs=2, program=None, chunk_steps=0):
     train_idx = np.arange(200)
     program = program or _program()
     state = init_state(program, data, Envelope(32, (512, 512)), train_idx)
+    engine = ScanEngine(program, chunk_steps, EnvelopePolicy(multiple=8))
     results = []
     for epoch in range(epochs):
-        res = run_epoch(program, state, data, train_idx, epoch, env, chunk_steps=chunk_steps,
-                        multiple=8)
+        res = engine.run_epoch(state, data, train_idx, epoch, env)
         state, env = res.state, res.envelope
         results.append(res)
-    return program, results
+    return engine, results
 
 
 def test_tiny_envelope_recovers_and_matches_a_large_one():
@@ -73,7 +74,7 @@ def test_overflowing_step_applies_no_update():
     before = jax.tree_util.tree_map(np.asarray, state.params)
     perm = jnp.arange(224, dtype=jnp.int32)
     args = (state, data, perm, jnp.int32(0), jnp.int32(0), jnp.int32(7))
-    out, metrics = program.chunk_program(env, 7, args)(*args)
+    out, metrics = ScanEngine(program).chunk_program(env, 7, args)(*args)
     assert bool(out.overflowed) and int(out.failed_step) == 0
     assert not np.asarray(metrics["applied"]).any()
     for x, y in zip(jax.tree_util.tree_leaves(before), jax.tree_util.tree_leaves(out.params)):
@@ -82,8 +83,8 @@ def test_overflowing_step_applies_no_update():
 
 def test_second_epoch_reuses_the_compiled_program():
     data = _problem()
-    program, results = _train(data, Envelope(32, (512, 512)), epochs=3)
-    assert len(program._programs) == 1
+    engine, results = _train(data, Envelope(32, (512, 512)), epochs=3)
+    assert len(engine._programs) == 1
     assert all(r.overflows == 0 and r.chunks == 1 for r in results)
 
 
@@ -91,7 +92,7 @@ def test_batch_larger_than_training_set_is_padded():
     data = _problem()
     program = _program(batch_size=64)
     state = init_state(program, data, Envelope(64, (512, 512)), np.arange(20))
-    res = run_epoch(program, state, data, np.arange(20), 0, Envelope(64, (512, 512)))
+    res = ScanEngine(program).run_epoch(state, data, np.arange(20), 0, Envelope(64, (512, 512)))
     assert res.steps == 1 and res.overflows == 0
     assert np.isfinite(res.loss)
 

@@ -6,26 +6,37 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from zerognn_jax import Envelope, SamplerConfig, calibrate, conservative, grow
-from zerognn_jax._src import envelope as envelope_lib
+from zerognn_jax import (
+    Envelope,
+    EnvelopePolicy,
+    Kernels,
+    SamplerConfig,
+    calibrate,
+    conservative,
+    epoch_seeds,
+    grow,
+)
+from zerognn_jax._src.sampling.calibrate import sample_epoch_counts
+from zerognn_jax._src.training import memory
 
 
 def test_conservative_bound_is_capped_and_rounded():
-    env = conservative(64, (15, 10), num_nodes=5000, multiple=128)
+    env = conservative(64, (15, 10), num_nodes=5000, policy=EnvelopePolicy(multiple=128))
     assert env.levels == (64, 1024, 5120)  # 64*16 = 1024; min(5000, 1024*11) -> 5120
 
 
 def test_calibrated_envelope_covers_every_training_step(small_graph):
     g = small_graph.to_device()
     cfg = SamplerConfig((4, 3))
-    cal = calibrate(g, np.arange(200), 16, cfg, multiple=8, margin=1.1)
-    safe = conservative(16, (4, 3), 300, multiple=8)
+    policy = EnvelopePolicy(margin=1.1, multiple=8)
+    cal = calibrate(g, np.arange(200), 16, cfg, policy=policy)
+    safe = conservative(16, (4, 3), 300, policy)
     assert all(c <= s for c, s in zip(cal.envelope.capacities, safe.capacities))
     assert all(c >= m for c, m in zip(cal.envelope.levels, cal.max_counts))
-    perm = envelope_lib.epoch_seeds(jnp.arange(200), 16, 0, 0)
-    counts, edges, overflow = envelope_lib.sample_epoch_counts(
+    perm = epoch_seeds(jnp.arange(200), 16, 0, 0)
+    counts, edges, overflow = sample_epoch_counts(
         g, perm, 0, 0, batch_size=16, config=cfg, capacities=cal.envelope.capacities,
-        kernels=envelope_lib.kernels_lib.XLA)
+        kernels=Kernels())
     assert not np.asarray(overflow).any()
     assert np.asarray(counts).max(axis=0).tolist() == list(cal.max_counts)
     assert cal.steps == 13 and np.all(np.asarray(edges) > 0)
@@ -33,7 +44,7 @@ def test_calibrated_envelope_covers_every_training_step(small_graph):
 
 def test_grow_covers_the_failed_counts():
     env = Envelope(32, (128, 256))
-    bigger = grow(env, (32, 300, 280), margin=1.1, multiple=128)
+    bigger = grow(env, (32, 300, 280), EnvelopePolicy(margin=1.1, multiple=128))
     assert bigger.capacities[0] >= 330
     # The later level was cut short by the first overflow, so it grows too.
     assert bigger.capacities[1] > 256
@@ -41,8 +52,8 @@ def test_grow_covers_the_failed_counts():
 
 def test_memory_report_ratio():
     env = Envelope(10, (128, 256))
-    report = envelope_lib.memory_report(env, (10, 100, 200), (5, 3), (7, 16, 32))
-    per = envelope_lib.level_bytes((5, 3), (7, 16, 32))
+    report = memory.memory_report(env, (10, 100, 200), (5, 3), (7, 16, 32))
+    per = memory.level_bytes((5, 3), (7, 16, 32))
     assert report["envelope_bytes"] == 10 * per[0] + 128 * per[1] + 256 * per[2]
     assert report["ideal_bytes"] == 10 * per[0] + 100 * per[1] + 200 * per[2]
     assert report["ratio"] == pytest.approx(report["envelope_bytes"] / report["ideal_bytes"])
@@ -51,8 +62,8 @@ def test_memory_report_ratio():
 def test_envelope_that_cannot_fit_names_the_level():
     env = Envelope(1024, (20_000, 2_000_000))
     with pytest.raises(ValueError, match=r"level 2 \(hop 2\) needs capacity 2,000,000"):
-        envelope_lib.check_fits(env, (15, 10), (47, 256, 100), limit_bytes=1 << 30)
-    envelope_lib.check_fits(env, (15, 10), (47, 256, 100), limit_bytes=1 << 40)
+        memory.check_fits(env, (15, 10), (47, 256, 100), limit_bytes=1 << 30)
+    memory.check_fits(env, (15, 10), (47, 256, 100), limit_bytes=1 << 40)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -65,6 +76,13 @@ def test_bad_envelopes(kwargs, match):
         Envelope(**kwargs)
 
 
-def test_bad_margin(small_graph):
-    with pytest.raises(ValueError, match="margin must be >= 1.0"):
-        calibrate(small_graph.to_device(), np.arange(10), 4, SamplerConfig((2,)), margin=0.5)
+@pytest.mark.parametrize("kwargs, match", [
+    ({"margin": 0.5}, "margin must be a finite number >= 1, got 0.5"),
+    ({"margin": float("nan")}, "margin must be a finite number >= 1"),
+    ({"multiple": 0}, "multiple must be >= 1, got 0"),
+    ({"multiple": -128}, "multiple must be >= 1, got -128"),
+    ({"growth": 1.0}, "growth must be > 1, got 1.0"),
+])
+def test_bad_policy(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        EnvelopePolicy(**kwargs)

@@ -6,15 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse
 
-from zerognn_jax._src.graph import (
-    CSRGraph,
-    csr_from_arrays,
-    from_edge_list,
-    from_jraph,
-    from_scipy,
-    to_edge_list,
-    to_jraph,
-)
+from zerognn_jax import CSRGraph, from_edge_list, from_jraph, from_scipy, to_jraph
+from zerognn_jax._src.data.graph import csr_from_arrays, to_edge_list
 
 
 def rows(graph: CSRGraph) -> list[list[int]]:

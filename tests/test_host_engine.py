@@ -12,17 +12,20 @@ from conftest import random_graph
 from zerognn_jax import (
     DeviceData,
     Envelope,
+    EnvelopePolicy,
+    HostEngine,
     SamplerConfig,
+    ScanEngine,
     StepProgram,
     TrainConfig,
     init_state,
     make_dataset,
+    make_engine,
     make_model,
-    run_epoch,
     sample_minibatch,
     train,
 )
-from zerognn_jax._src import host_engine
+from zerognn_jax._src.training import host as host_engine
 
 TRAIN_IDX = np.arange(100)  # 4 steps of 32: the last one is cut short
 ENVELOPE = Envelope(32, (256, 512))
@@ -87,8 +90,8 @@ def test_cut_batch_gives_the_same_logits(problem):
 @pytest.mark.parametrize("name", ["host-exact", "host-bucketed"])
 def test_host_engine_trains_like_the_scan_engine(problem, name):
     program, data, state = problem
-    host = host_engine.make_runner(name, program)
-    scan = run_epoch(program, _copy(state), data, TRAIN_IDX, 1, ENVELOPE)
+    host = make_engine(name, program)
+    scan = ScanEngine(program).run_epoch(_copy(state), data, TRAIN_IDX, 1, ENVELOPE)
     res = host.run_epoch(_copy(state), data, TRAIN_IDX, 1, ENVELOPE)
     # Same seeds and keys: the same subgraphs, step for step, and the same updates.
     assert (res.steps, res.max_counts, res.sampled_edges) == (
@@ -103,9 +106,8 @@ def test_host_engine_trains_like_the_scan_engine(problem, name):
 
 def test_host_engine_grows_a_small_envelope(problem):
     program, data, state = problem
-    host = host_engine.HostEngine(program, "bucketed", max_steps=1)
-    small = host.run_epoch(_copy(state), data, TRAIN_IDX, 0, Envelope(32, (64, 160)),
-                           multiple=8)
+    host = HostEngine(program, "bucketed", max_steps=1, policy=EnvelopePolicy(multiple=8))
+    small = host.run_epoch(_copy(state), data, TRAIN_IDX, 0, Envelope(32, (64, 160)))
     large = host.run_epoch(_copy(state), data, TRAIN_IDX, 0, ENVELOPE)
     assert small.overflows >= 1 and large.overflows == 0 and small.steps == 1
     assert small.envelope.capacities != (64, 160)
@@ -117,9 +119,9 @@ def test_host_engine_refuses_tree_sampling(problem):
     program = problem[0]
     tree = StepProgram(program.model, program.tx, SamplerConfig((4, 3), dedup=False), 32, 1)
     with pytest.raises(ValueError, match="dedup"):
-        host_engine.HostEngine(tree)
+        HostEngine(tree)
     with pytest.raises(ValueError, match="unknown engine"):
-        host_engine.make_runner("host", program)
+        make_engine("host", program)
 
 
 def test_train_runs_the_host_engine():

@@ -23,16 +23,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels import Tiling, launch, next_pow2
 from pallas_kernels import aggregate as pk_aggregate
+from pallas_kernels import counter_hash
 from pallas_kernels import relabel as pk_relabel
 from pallas_kernels import sample as pk_sample
-from zerognn_jax._src import aggregate, kernels, relabel, rng, sampling
+from pallas_kernels.common import Tiling, launch, next_pow2
+from zerognn_jax._src.ops import aggregate, gather, relabel
+from zerognn_jax._src.ops.registry import Kernels
+from zerognn_jax._src.sampling import uniform as sampling
 
 IMPLS = [
-    pytest.param(kernels.Kernels.parse("xla"), id="xla"),
-    pytest.param(kernels.Kernels.parse("pallas", interpret=True), id="pallas-interpret"),
-    pytest.param(kernels.Kernels.parse("pallas"), id="pallas-gpu", marks=pytest.mark.gpu),
+    pytest.param(Kernels.parse("xla"), id="xla"),
+    pytest.param(Kernels.parse("pallas", interpret=True), id="pallas-interpret"),
+    pytest.param(Kernels.parse("pallas"), id="pallas-gpu", marks=pytest.mark.gpu),
 ]
 
 
@@ -73,10 +76,10 @@ def test_sample_matches_reference(impl, fanout, replace, all_neighbors):
     frontier = r.integers(0, 200, c).astype(np.int32)
     valid = r.random(c) < 0.8
     frontier[~valid] = 0
-    key = rng.step_key(3, 1, 4, 1)
+    key = counter_hash.step_key(3, 1, 4, 1)
     args = (jnp.asarray(indptr), jnp.asarray(indices), jnp.asarray(frontier), jnp.asarray(valid))
     opts = dict(replace=replace, all_neighbors=all_neighbors)
-    nbr, mask = jax.jit(lambda *a: kernels.sample_neighbors(impl, *a, key, fanout, **opts))(*args)
+    nbr, mask = jax.jit(lambda *a: sampling.sample_neighbors(impl, *a, key, fanout, **opts))(*args)
     ref_nbr, ref_mask = jax.jit(
         lambda *a: sampling.sample_neighbors_reference(*a, key, fanout, **opts)
     )(*args)
@@ -124,7 +127,7 @@ def _hop(c: int, k: int, n: int, count: int, seed: int):
 def test_relabel_matches_reference(impl, c, k, n, count, capacity):
     frontier, nbr, mask = _hop(c, k, n, count, seed=c)
     args = (jnp.asarray(frontier), jnp.int32(count), jnp.asarray(nbr), jnp.asarray(mask))
-    out = jax.jit(lambda *a: kernels.relabel_hop(impl, *a, capacity, n))(*args)
+    out = jax.jit(lambda *a: relabel.relabel(impl, *a, capacity, n))(*args)
     ref = jax.jit(lambda *a: relabel.relabel_reference(*a, capacity, n))(*args)
     for name, got, want in zip(ref._fields, out, ref):
         np.testing.assert_array_equal(got, want, err_msg=name)
@@ -147,7 +150,7 @@ def test_relabel_does_not_retrace(impl):
     @jax.jit
     def hop(frontier, count, nbr, mask):
         traces.append(None)
-        return kernels.relabel_hop(impl, frontier, count, nbr, mask, 128, 60)
+        return relabel.relabel(impl, frontier, count, nbr, mask, 128, 60)
 
     for seed in (0, 1):
         frontier, nbr, mask = _hop(16, 4, 60, 12, seed)
@@ -165,8 +168,8 @@ def test_gather_matches_reference(impl, d):
     table = jnp.asarray(r.standard_normal((90, d)).astype(np.float32))
     ids = jnp.asarray(r.integers(0, 90, 45).astype(np.int32))
     valid = jnp.asarray(r.random(45) < 0.8)
-    got = jax.jit(lambda *a: kernels.gather_rows(impl, *a))(table, ids, valid)
-    np.testing.assert_array_equal(got, aggregate.gather_rows_reference(table, ids, valid))
+    got = jax.jit(lambda *a: gather.gather_rows(impl, *a))(table, ids, valid)
+    np.testing.assert_array_equal(got, gather.gather_rows_reference(table, ids, valid))
 
 
 # ------------------------------------------------------------------------------- aggregation
@@ -207,9 +210,9 @@ def test_weighted_sum_and_grads_match_reference(impl, s, c, k, heads, f, repeat_
     def loss(fn):
         return jax.jit(jax.value_and_grad(lambda h, w: jnp.sum(fn(h, nbr, w) * ct), (0, 1)))
 
-    out = jax.jit(lambda h, w: kernels.weighted_sum(impl, h, nbr, w))(h, w)
+    out = jax.jit(lambda h, w: aggregate.weighted_sum(impl, h, nbr, w))(h, w)
     _assert_close(out, aggregate.weighted_sum_reference(h, nbr, w), k)
-    val, (dh, dw) = loss(lambda *a: kernels.weighted_sum(impl, *a))(h, w)
+    val, (dh, dw) = loss(lambda *a: aggregate.weighted_sum(impl, *a))(h, w)
     ref_val, (ref_dh, ref_dw) = loss(aggregate.weighted_sum_reference)(h, w)
     _assert_close(val, ref_val, c * k * f)
     _assert_close(dh, ref_dh, k)
@@ -290,11 +293,11 @@ def test_max_and_grad_match_reference(impl, s, c, k, heads, f, repeat_first):
     def grad(fn):
         return jax.jit(jax.grad(lambda h: jnp.sum(fn(h, nbr, mask) * ct)))
 
-    out = jax.jit(lambda h: kernels.neighbor_max(impl, h, nbr, mask))(h)
+    out = jax.jit(lambda h: aggregate.neighbor_max(impl, h, nbr, mask))(h)
     ref = aggregate.max_reference(h, nbr, mask)
     np.testing.assert_array_equal(out, ref)
     assert not np.asarray(out)[::6].any(), "empty rows must be zero"
-    got = grad(lambda *a: kernels.neighbor_max(impl, *a))(h)
+    got = grad(lambda *a: aggregate.neighbor_max(impl, *a))(h)
     _assert_close(got, grad(aggregate.max_reference)(h), k)
 
 
@@ -360,10 +363,28 @@ def test_pallas_preconditions_name_the_numbers():
 
 
 def test_auto_kernels_are_xla_off_gpu():
-    from zerognn_jax._src.kernels import Kernels
+    from zerognn_jax._src.ops.registry import Kernels
 
     chosen = Kernels.parse("auto")
     if jax.default_backend() == "gpu":
         assert chosen == Kernels(sample="pallas")
     else:
         assert chosen == Kernels()
+
+
+def test_a_callable_replaces_an_op(small_graph):
+    """Any function with the reference's signature can stand in for an op: here the
+    sort-based relabel, which must give the table-based default's minibatch."""
+    from zerognn_jax import SamplerConfig, sample_minibatch
+
+    g = small_graph.to_device()
+    seeds, valid = jnp.arange(0, 40, 2, dtype=jnp.int32), jnp.ones(20, bool)
+    run = lambda k: sample_minibatch(g, seeds, valid, jnp.uint32(9), SamplerConfig((4, 3)),
+                                     (128, 256), k)
+    chosen = Kernels(relabel=relabel.relabel_sorted)
+    assert "relabel=relabel_sorted" in chosen.describe()
+    for a, b in zip(jax.tree_util.tree_leaves(run(chosen)),
+                    jax.tree_util.tree_leaves(run(Kernels()))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="or a callable"):
+        Kernels(gather="cuda")

@@ -15,15 +15,15 @@ from zerognn_jax import (
     EllView,
     Envelope,
     SamplerConfig,
+    ScanEngine,
     StepProgram,
     TrainConfig,
     init_state,
     layerwise_logits,
     make_model,
-    run_epoch,
+    mean_weights,
 )
-from zerognn_jax._src import evaluate as evaluate_lib
-from zerognn_jax._src.blocks import mean_weights
+from zerognn_jax._src.training import evaluate as evaluate_lib
 
 
 def _data(num_nodes=120):
@@ -78,7 +78,7 @@ def test_custom_model_trains_through_the_engine():
     program = StepProgram(TwoHopMean(3), optax.adam(1e-2), SamplerConfig((4, 4)), 16, seed=1)
     env = Envelope(16, (128, 128))
     state = init_state(program, data, env, np.arange(100))
-    res = run_epoch(program, state, data, np.arange(100), 0, env)
+    res = ScanEngine(program).run_epoch(state, data, np.arange(100), 0, env)
     assert res.steps == 7 and np.isfinite(res.loss)
     assert not evaluate_lib.supports_layerwise(program.model)
 

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from zerognn_jax import train
-from zerognn_jax._src import parallel
+from zerognn_jax._src.training import parallel
 
 WORKER = pathlib.Path(worker.__file__)
 REPO = WORKER.parents[1]
@@ -146,14 +146,15 @@ def test_placement_checks_data_is_on_the_mesh(small_graph):
 
     sampler = zg.SamplerConfig((2,)).resolve(small_graph.max_degree())
     model = zg.make_model("sage", hidden=4, num_layers=1, num_classes=2)
-    program = parallel.data_parallel(zg.StepProgram(model, optax.sgd(0.1), sampler, 8, 0),
-                                     parallel.make_mesh(1), shard_features=True)
+    program = zg.StepProgram(model, optax.sgd(0.1), sampler, 8, 0).with_mesh(
+        zg.make_mesh(1), shard_features=True)
     n = small_graph.num_nodes
     data = zg.DeviceData(small_graph, np.zeros((n, 3), np.float32), np.zeros(n, np.int32))  # host
-    with pytest.raises(ValueError, match=r"data.graph.indptr .* parallel.place_data"):
-        parallel.check_placed(data, program)
-    placed = parallel.place_data(data, program)
-    assert placed.features.sharding.is_equivalent_to(parallel.row_sharded(program.mesh), 2)
+    with pytest.raises(ValueError, match=r"data.graph.indptr .*place_data"):
+        program.parallel.check_placed(data)
+    placed = program.parallel.place_data(data)
+    assert placed.features.sharding.is_equivalent_to(
+        parallel.row_sharded(program.parallel.mesh), 2)
     assert program.global_batch == 8
 
 

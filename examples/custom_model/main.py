@@ -50,8 +50,9 @@ def main(argv=None):
     calibration = zg.calibrate(data.graph, dataset.train_idx, 128, program.sampler)
     envelope = calibration.envelope
     state = zg.init_state(program, data, envelope, dataset.train_idx)
+    engine = zg.ScanEngine(program)  # compiles the epoch once, reuses it every epoch
     for epoch in range(args.epochs):
-        result = zg.run_epoch(program, state, data, dataset.train_idx, epoch, envelope)
+        result = engine.run_epoch(state, data, dataset.train_idx, epoch, envelope)
         state, envelope = result.state, result.envelope
         print(json.dumps({"epoch": epoch, "loss": result.loss, "train_acc": result.train_acc}))
     logits = zg.sampled_logits(program, {"params": state.params}, data, dataset.test_idx,

@@ -1,0 +1,262 @@
+"""The runner behind `zerognn bench`: the scan engine against the host-mediated baseline,
+and its ablations (flags in `zerognn_jax/cli/bench.py`).
+
+Configurations (`--configs`): host-exact and host-bucketed (host_engine.py), scan-xla,
+scan-pallas, scan-tree (no dedup), scan-bf16 (bfloat16 features and activations) and
+scan-cmdbuf (the scan engine with XLA command buffers over its loop,
+`bench_workload.CMDBUF_FLAGS`; it runs in a child process, since XLA reads its flags
+once at start). Each is measured the same way:
+
+1. warm-up: epoch 0, which compiles what the epoch needs (`compile_seconds`);
+2. `--epochs` timed replays of epoch 0, each ended by a device sync; their median,
+   less any compile time inside, is `epoch_seconds`. Replays keep the warm-up's
+   shapes, so host-exact runs compiled programs: its epoch time is the best case of a
+   framework whose shape changes are free, and `compile_seconds` is what each new
+   epoch costs it on top. With `--host-steps N` the host engines run the first N steps
+   of the epoch and their times are scaled to the whole epoch (`extrapolated`);
+3. one more replay under `jax.profiler`: the GPU execution fraction (profiling.py).
+
+Every record is one JSON line on stdout and in `--out`; a table ends the output.
+`--isolate` runs each configuration in its own process, so that its peak device
+memory is its own (`peak_scope` "config"; otherwise "process", the peak so far).
+`--check-steps`, `--phases` and `--batch-sizes` add the scan-vs-host subgraph check,
+the split of an epoch into sampling, gathering and the rest with a roofline, and
+the step-time-vs-batch-size sweep.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from zerognn_jax._src.bench.workload import REPO, VARIANTS, blank_record
+from zerognn_jax._src.training.config import TrainConfig
+
+
+def bench_defaults() -> TrainConfig:
+    """The workload `zerognn bench` measures unless told otherwise: products-like at full
+    scale, SAGE 3x256, fanouts 15,10,5, batch 1024 (TrainConfig's defaults), 3 timed
+    epochs per configuration, no evaluation."""
+    return TrainConfig(dataset="products-like", epochs=3, eval_mode="none")
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchOptions:
+    """What to run: the training workload (`train`; its `epochs` are the timed epochs per
+    configuration) and what to measure on it. The `zerognn bench` flags map onto these."""
+
+    train: TrainConfig = dataclasses.field(default_factory=bench_defaults)
+    configs: tuple[str, ...] = tuple(VARIANTS)
+    host_steps: int | None = None
+    check_steps: int = 0
+    phases: bool = False
+    batch_sizes: tuple[int, ...] = ()
+    isolate: bool = False
+    deadline: float | None = None
+    out: str | None = None
+    plot: str | None = None
+    trace_dir: str | None = None
+    envelope_cache: str | None = None
+
+    def __post_init__(self):
+        if isinstance(self.train, dict):  # from JSON (a child process's options)
+            object.__setattr__(self, "train", TrainConfig(**self.train))
+        object.__setattr__(self, "batch_sizes", tuple(int(v) for v in self.batch_sizes))
+        object.__setattr__(self, "configs", tuple(self.configs))
+        unknown = [c for c in self.configs if c not in VARIANTS]
+        checks = [
+            (not unknown, f"unknown configs {unknown}; choose from {', '.join(VARIANTS)}"),
+            (self.train.epochs >= 1, f"epochs must be >= 1, got {self.train.epochs}"),
+            (self.host_steps is None or self.host_steps >= 1,
+             f"host_steps must be >= 1, got {self.host_steps}"),
+            (self.check_steps >= 0, f"check_steps must be >= 0, got {self.check_steps}"),
+            (all(b >= 1 for b in self.batch_sizes),
+             f"batch sizes must be >= 1, got {self.batch_sizes}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    def child(self, config: str, envelope_cache: str | None) -> BenchOptions:
+        """The options of a child process that measures `config` alone."""
+        return dataclasses.replace(self, configs=(config,), check_steps=0, phases=False,
+                                   batch_sizes=(), isolate=False, deadline=None, plot=None,
+                                   envelope_cache=envelope_cache)
+
+
+class _Run:
+    """One `run`: the records so far, the output file, the clock for `deadline`."""
+
+    def __init__(self, options: BenchOptions, out):
+        self.options, self.out = options, out
+        self.records, self.started = [], time.perf_counter()
+
+    def left(self) -> float | None:
+        if self.options.deadline is None:
+            return None
+        return self.options.deadline - (time.perf_counter() - self.started)
+
+    def out_of_time(self) -> bool:
+        left = self.left()
+        return left is not None and left <= 0
+
+    def emit(self, record: dict) -> None:
+        self.records.append(record)
+        line = json.dumps(record)
+        print(line, flush=True)
+        if self.out is not None:
+            self.out.write(line + "\n")
+            self.out.flush()
+
+    def skip(self, kind: str, name: str, reason: str) -> None:
+        self.emit(dict(blank_record(kind, name, self.options), status="skipped",
+                       reason=reason))
+
+
+def _needs_child(options: BenchOptions, name: str) -> bool:
+    flags = VARIANTS[name].xla_flags
+    return options.isolate or bool(flags) and flags not in os.environ.get("XLA_FLAGS", "")
+
+
+def run(options: BenchOptions) -> list[dict]:
+    """Runs what `options` asks for; returns the records (also printed and written)."""
+    from zerognn_jax._src.bench import report as bench_report
+
+    with open(options.out, "a") if options.out else _nowhere() as out:
+        state = _Run(options, out)
+        with tempfile.TemporaryDirectory() as tmp:
+            cache = options.envelope_cache or str(pathlib.Path(tmp) / "envelope.json")
+            options = dataclasses.replace(options, envelope_cache=cache)
+            state.options = options
+            children = [c for c in options.configs if _needs_child(options, c)]
+            for name in children:  # before this process takes the device
+                _measure_in_child(state, name)
+            _run_here(state, [c for c in options.configs if c not in children])
+        summary = bench_report.summarize(state.records)
+        if summary is not None:
+            state.emit(summary)
+    print(bench_report.format_table(state.records), flush=True)
+    if options.plot:
+        bench_report.plot(state.records, options.plot)
+    return state.records
+
+
+def _nowhere():
+    return open(os.devnull, "w")  # noqa: SIM115
+
+
+def _run_here(state: _Run, configs: list[str]) -> None:
+    """Measures in this process: the check, the configs, the phases, the sweep."""
+    options = state.options
+    if not (configs or options.check_steps or options.phases or options.batch_sizes):
+        return
+    from zerognn_jax._src.bench import workload
+    from zerognn_jax._src.training.memory import device_peak_bytes
+
+    wb = workload.Workbench(options)
+    if options.check_steps:
+        _guarded(state, "check", "scan-vs-host-exact",
+                 lambda: workload.check_equivalence(wb, options.check_steps))
+    for name in configs:
+        if state.out_of_time():
+            state.skip("config", name, "time budget (--deadline) spent")
+            continue
+        _guarded(state, "config", name, lambda name=name: dict(
+            workload.measure(wb, VARIANTS[name]), peak_bytes_in_use=device_peak_bytes(),
+            peak_scope="process"))
+    if options.phases:
+        _guarded(state, "phases", "phases", lambda: workload.phase_timings(wb))
+    for batch_size in options.batch_sizes:
+        for name in ("scan-xla", "host-bucketed"):
+            if state.out_of_time():
+                state.skip("sweep", name, f"time budget (--deadline) spent (b={batch_size})")
+                continue
+            _guarded(state, "sweep", name,
+                     lambda b=batch_size, name=name: workload.sweep_point(wb, name, b))
+
+
+def _guarded(state: _Run, kind: str, name: str, measure) -> None:
+    """Emits `measure()`'s record, or a skipped/error record if it raises."""
+    try:
+        record = measure()
+    except ImportError as err:
+        state.skip(kind, name, f"kernels not importable: {err}")
+        return
+    except Exception as err:  # noqa: BLE001 - one failed measurement must not end the run
+        state.emit(dict(blank_record(kind, name, state.options), status="error",
+                        reason=f"{type(err).__name__}: {err}"[:600]))
+        return
+    state.emit(record)
+
+
+def _measure_in_child(state: _Run, name: str) -> None:
+    if state.out_of_time():
+        state.skip("config", name, "time budget (--deadline) spent")
+        return
+    child = state.options.child(name, state.options.envelope_cache)
+    for record in run_child(child, VARIANTS[name].xla_flags, timeout=state.left()):
+        state.emit(record)
+
+
+def _pump(stream, tail: collections.deque) -> None:
+    """Copies a child's stderr to ours as it comes (progress bars) and keeps its end."""
+    for chunk in iter(lambda: stream.read(256), ""):
+        sys.stderr.write(chunk)
+        tail.append(chunk)
+
+
+def child_env(xla_flags: str = "") -> dict:
+    """Our environment with `xla_flags` added to XLA_FLAGS and the repo on PYTHONPATH.
+
+    XLA reads a non-empty XLA_FLAGS that does not start with "--" as a file name, so
+    the variable is left out when there are no flags.
+    """
+    env = dict(os.environ)
+    flags = " ".join(filter(None, [env.pop("XLA_FLAGS", "").strip(), xla_flags.strip()]))
+    if flags:
+        env["XLA_FLAGS"] = flags
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def run_child(options: BenchOptions, xla_flags: str = "",
+              timeout: float | None = None) -> list[dict]:
+    """Runs `options` in a fresh Python process, `xla_flags` added to XLA_FLAGS.
+
+    Returns the child's records; if it fails, one error record per config with the
+    end of its stderr as the reason.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        out, spec = pathlib.Path(tmp) / "records.jsonl", pathlib.Path(tmp) / "options.json"
+        spec.write_text(json.dumps(dataclasses.asdict(dataclasses.replace(
+            options, out=str(out)))))
+        env = child_env(xla_flags)
+        cmd = [sys.executable, "-m", "zerognn_jax.cli", "bench", "--options-json", str(spec)]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        tail = collections.deque(maxlen=64)
+        pump = threading.Thread(target=_pump, args=(proc.stderr, tail), daemon=True)
+        pump.start()
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = "timeout"
+        pump.join(timeout=10)
+        records = [json.loads(line) for line in out.read_text().splitlines()] \
+            if out.is_file() else []
+    records = [r for r in records if r["kind"] != "summary"]
+    if code == 0 and records:
+        return [dict(r, peak_scope="config") for r in records]
+    what = "timed out" if code == "timeout" else f"exited with {code}"
+    reason = f"child process {what}: " + " ".join("".join(tail).split())[-600:]
+    return [dict(blank_record("config", c, options), status="error", reason=reason)
+            for c in options.configs]

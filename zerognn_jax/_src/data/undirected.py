@@ -1,0 +1,56 @@
+"""Undirected CSR graphs from large edge lists, built with SciPy's counting sorts.
+
+`graph.from_edge_list` sorts int64 keys of every directed edge, which costs ~20 s and
+several GB for 124M edges. Here each undirected edge is stored once as (min, max) in an
+upper-triangular boolean SciPy matrix: COO -> CSR is a counting sort that merges
+duplicates, and `U + U.T` mirrors it into both directions with sorted rows, in C++.
+Indices stay int32 throughout (SciPy picks int64 only past 2**31 - 1 entries).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse
+
+from zerognn_jax._src.data.graph import CSRGraph, csr_from_arrays
+
+
+def canonical_pairs(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int[E] x2 -> int32[E'] x2: (min, max) of each edge, self-loops dropped."""
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    return np.minimum(src, dst).astype(np.int32), np.maximum(src, dst).astype(np.int32)
+
+
+def upper_matrix(lo: np.ndarray, hi: np.ndarray, num_nodes: int) -> scipy.sparse.csr_matrix:
+    """bool CSR [N, N] with one entry per distinct pair (lo[i], hi[i]), lo < hi."""
+    data = np.ones(lo.shape[0], dtype=bool)
+    return scipy.sparse.coo_matrix((data, (lo, hi)), shape=(num_nodes, num_nodes)).tocsr()
+
+
+def symmetric_graph(upper: scipy.sparse.csr_matrix) -> CSRGraph:
+    """The CSRGraph holding every entry of `upper` in both directions, rows sorted."""
+    full = (upper + upper.T).tocsr()
+    full.sort_indices()
+    return csr_from_arrays(full.indptr, full.indices, validate=False)
+
+
+def undirected_csr(src, dst, num_nodes: int) -> CSRGraph:
+    """CSRGraph of the undirected graph on edges {src[i], dst[i]}: both directions stored,
+    self-loops and duplicates dropped, neighbours sorted.
+
+    Args:
+      src, dst: int[E] node ids in [0, num_nodes).
+    """
+    src, dst = np.asarray(src), np.asarray(dst)
+    if src.shape != dst.shape or src.ndim != 1:
+        raise ValueError(f"src and dst must be 1-D of equal length, got {src.shape}, {dst.shape}")
+    if not (np.issubdtype(src.dtype, np.integer) and np.issubdtype(dst.dtype, np.integer)):
+        raise ValueError(f"edge ids must be integers, got {src.dtype} and {dst.dtype}")
+    for label, ids in (("src", src), ("dst", dst)):
+        if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
+            raise ValueError(
+                f"{label} ids span [{int(ids.min())}, {int(ids.max())}], outside "
+                f"[0, {num_nodes})"
+            )
+    return symmetric_graph(upper_matrix(*canonical_pairs(src, dst), num_nodes))

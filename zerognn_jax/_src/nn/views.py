@@ -1,0 +1,139 @@
+"""What a GNN layer sees of its edges: sampled ELL blocks or exact edge chunks.
+
+Both views offer the same methods, so one layer definition serves sampled training
+(`EllView`: edges as a [C, K] neighbour matrix with a mask) and exact layer-wise
+inference (`EdgeView`: a flat chunk of CSR edges). Edge-shaped arrays are [C, K, ...]
+for the first and [E, ...] for the second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from zerognn_jax._src.ops.aggregate import neighbor_max, weighted_sum
+from zerognn_jax._src.ops.registry import XLA, Kernels
+
+
+def _gcn_norm(dst_deg, src_deg, sampled):
+    """Symmetric GCN weight 1/sqrt((d_i + 1)(d_j + 1)), rescaled by d_i / sampled_i."""
+    scale = dst_deg.astype(jnp.float32) / jnp.maximum(sampled, 1).astype(jnp.float32)
+    return scale * jax.lax.rsqrt((dst_deg + 1.0) * (src_deg + 1.0))
+
+
+@dataclasses.dataclass(frozen=True)
+class EllView:
+    """A sampled block. nbr, mask: [C, K]; dst_valid, dst_deg: [C]; src_deg: [S]."""
+
+    nbr: jax.Array
+    mask: jax.Array
+    dst_valid: jax.Array
+    dst_deg: jax.Array
+    src_deg: jax.Array
+    kernels: Kernels = XLA
+
+    @property
+    def num_dst(self) -> int:
+        return self.nbr.shape[0]
+
+    @property
+    def edge_mask(self) -> jax.Array:
+        return self.mask
+
+    def dst_of_edges(self, x_dst: jax.Array) -> jax.Array:
+        return jnp.broadcast_to(x_dst[:, None], self.nbr.shape + x_dst.shape[1:])
+
+    def src_of_edges(self, x_src: jax.Array) -> jax.Array:
+        return x_src[self.nbr]
+
+    def edge_count(self) -> jax.Array:
+        """float32[C]: sampled edges per destination."""
+        return jnp.sum(self.mask, axis=1).astype(jnp.float32)
+
+    def weighted_sum(self, h_src: jax.Array, weights: jax.Array) -> jax.Array:
+        """[C, H, F] from h_src [S, H, F] and weights [C, K, H] (zero where masked)."""
+        return weighted_sum(self.kernels, h_src, self.nbr, weights)
+
+    def max(self, h_src: jax.Array) -> jax.Array:
+        return neighbor_max(self.kernels, h_src, self.nbr, self.mask)
+
+    def softmax(self, logits: jax.Array, self_logits: jax.Array):
+        """Softmax over each row's valid edges plus a self term; returns (w_edges, w_self).
+
+        logits: [C, K, H]; self_logits: [C, H].
+        """
+        neg = jnp.array(-jnp.inf, logits.dtype)
+        masked = jnp.where(self.mask[..., None], logits, neg)
+        top = jnp.maximum(jnp.max(masked, axis=1), self_logits)
+        e = jnp.where(self.mask[..., None], jnp.exp(masked - top[:, None]), 0.0)
+        e_self = jnp.exp(self_logits - top)
+        total = jnp.sum(e, axis=1) + e_self
+        return e / total[:, None], e_self / total
+
+
+@dataclasses.dataclass(frozen=True)
+class EdgeView:
+    """A chunk of whole-graph CSR edges. src, dst, mask: [E]; dst in [0, num_dst)."""
+
+    src: jax.Array
+    dst: jax.Array
+    mask: jax.Array
+    dst_valid: jax.Array
+    dst_deg: jax.Array
+    src_deg: jax.Array
+    num_dst: int
+
+    @property
+    def edge_mask(self) -> jax.Array:
+        return self.mask
+
+    def dst_of_edges(self, x_dst: jax.Array) -> jax.Array:
+        return x_dst[self.dst]
+
+    def src_of_edges(self, x_src: jax.Array) -> jax.Array:
+        return x_src[self.src]
+
+    def _segment_sum(self, values):
+        return jax.ops.segment_sum(values, self.dst, num_segments=self.num_dst)
+
+    def edge_count(self) -> jax.Array:
+        return self._segment_sum(self.mask.astype(jnp.float32))
+
+    def weighted_sum(self, h_src: jax.Array, weights: jax.Array) -> jax.Array:
+        return self._segment_sum(h_src[self.src] * weights[..., None])
+
+    def max(self, h_src: jax.Array) -> jax.Array:
+        vals = jnp.where(self.mask[:, None], h_src[self.src], -jnp.inf)
+        best = jax.ops.segment_max(vals, self.dst, num_segments=self.num_dst)
+        return jnp.where(jnp.isfinite(best), best, 0.0)
+
+    def softmax(self, logits: jax.Array, self_logits: jax.Array):
+        masked = jnp.where(self.mask[:, None], logits, -jnp.inf)
+        top = jax.ops.segment_max(masked, self.dst, num_segments=self.num_dst)
+        top = jnp.maximum(top, self_logits)
+        e = jnp.where(self.mask[:, None], jnp.exp(masked - top[self.dst]), 0.0)
+        e_self = jnp.exp(self_logits - top)
+        total = self._segment_sum(e) + e_self
+        return e / total[self.dst], e_self / total
+
+
+def mean_weights(view) -> jax.Array:
+    """Edge weights [edges..., 1] of a mean over each destination's valid edges."""
+    count = view.edge_count()
+    w = view.edge_mask / jnp.maximum(view.dst_of_edges(count), 1.0)
+    return w.astype(jnp.float32)[..., None]
+
+
+def gcn_weights(view) -> jax.Array:
+    """Edge weights [edges..., 1] of sampled symmetric GCN normalisation.
+
+    Exact GCN (with self loops) when every neighbour is present; with sampling each
+    edge is scaled by degree / sampled count so the sum stays unbiased.
+    """
+    count = view.dst_of_edges(view.edge_count())
+    dst_deg = view.dst_of_edges(view.dst_deg.astype(jnp.float32))
+    src_deg = view.src_of_edges(view.src_deg.astype(jnp.float32))
+    w = _gcn_norm(dst_deg, src_deg, count)
+    return jnp.where(view.edge_mask, w, 0.0)[..., None]

@@ -1,0 +1,94 @@
+"""Which implementation each op runs: the XLA reference, its Pallas twin, or a callable.
+
+Ops: `sample` (neighbour sampling), `relabel` (dedup into the next frontier), `gather`
+(feature rows), `weighted_sum` and `max` (aggregation over the fanout axis). Each op's
+module in this folder holds its reference and a dispatcher that asks `implementation`
+what to run; Pallas kernels (`pallas_kernels/`) are imported only when selected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+
+OPS = ("sample", "relabel", "gather", "weighted_sum", "max")
+IMPLEMENTATIONS = ("xla", "pallas")
+# "aggregate" in a spec string names both aggregation ops at once.
+_ALIASES = {"aggregate": ("weighted_sum", "max")}
+
+Impl = str | Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernels:
+    """Per op: "xla" (the reference), "pallas", or a callable with the reference's signature.
+
+    Hashable (callables hash by identity), so it can be a static argument.
+    `interpret=True` runs Pallas kernels through the Pallas interpreter (CPU tests).
+    """
+
+    sample: Impl = "xla"
+    relabel: Impl = "xla"
+    gather: Impl = "xla"
+    weighted_sum: Impl = "xla"
+    max: Impl = "xla"
+    interpret: bool = False
+
+    def __post_init__(self):
+        for op in OPS:
+            impl = getattr(self, op)
+            if not callable(impl) and impl not in IMPLEMENTATIONS:
+                raise ValueError(f"kernel implementation for {op!r} must be one of "
+                                 f"{IMPLEMENTATIONS} or a callable, got {impl!r}")
+
+    @classmethod
+    def parse(cls, spec: str, *, interpret: bool = False) -> Kernels:
+        """From "auto", "xla", "pallas", or per op: "sample=pallas,aggregate=xla" (others xla).
+
+        "auto" picks what measured fastest on an H100 (docs/kernels.md): the Pallas
+        sampler with XLA for the other ops on a GPU, XLA everywhere else.
+        """
+        spec = spec.strip()
+        if spec == "auto":
+            return cls(sample="pallas") if jax.default_backend() == "gpu" else cls()
+        if spec in IMPLEMENTATIONS:
+            return cls(**dict.fromkeys(OPS, spec), interpret=interpret)
+        choices = {}
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            op, sep, impl = (s.strip() for s in part.partition("="))
+            if not sep or (op not in OPS and op not in _ALIASES):
+                raise ValueError(f"bad kernel spec {part!r} in {spec!r}: expected 'auto', "
+                                 f"'xla', 'pallas' or OP=IMPL with OP in "
+                                 f"{(*OPS, *_ALIASES)}")
+            choices.update(dict.fromkeys(_ALIASES.get(op, (op,)), impl))
+        return cls(**choices, interpret=interpret)
+
+    def describe(self) -> str:
+        name = lambda impl: impl if isinstance(impl, str) else getattr(
+            impl, "__name__", type(impl).__name__)
+        return ",".join(f"{op}={name(getattr(self, op))}" for op in OPS)
+
+
+XLA = Kernels()
+
+
+@functools.cache
+def _pallas(op: str) -> Callable:
+    from pallas_kernels import aggregate, gather, relabel, sample
+
+    return {"sample": sample.sample_neighbors, "relabel": relabel.relabel,
+            "gather": gather.gather_rows, "weighted_sum": aggregate.weighted_sum,
+            "max": aggregate.neighbor_max}[op]
+
+
+def implementation(kernels: Kernels, op: str) -> Callable | None:
+    """The callable `kernels` selects for `op`, or None for the XLA reference."""
+    impl = getattr(kernels, op)
+    if impl == "xla":
+        return None
+    if impl == "pallas":
+        return functools.partial(_pallas(op), interpret=kernels.interpret)
+    return impl

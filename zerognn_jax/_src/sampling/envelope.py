@@ -1,0 +1,106 @@
+"""The execution envelope: a static capacity per sampled level, and the policy that sizes it.
+
+`conservative` is always safe and far too large; calibration (calibrate.py) measures
+real batches and keeps the largest count per level plus the policy's margin; `grow`
+enlarges the capacities after an overflow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvelopePolicy:
+    """How capacities are sized: one frozen value shared by calibration, growth and engines.
+
+    Attributes:
+      margin: capacity = margin x the largest count seen (>= 1).
+      multiple: capacities are rounded up to a multiple of this (>= 1).
+      growth: after an overflow, a level that overflowed although an earlier level had
+        already grown grows by at least this factor (> 1).
+    """
+
+    margin: float = 1.1
+    multiple: int = 128
+    growth: float = 2.0
+
+    def __post_init__(self):
+        if not (self.margin >= 1.0 and math.isfinite(self.margin)):
+            raise ValueError(f"margin must be a finite number >= 1, got {self.margin}")
+        if self.multiple < 1:
+            raise ValueError(f"multiple must be >= 1, got {self.multiple}")
+        if not self.growth > 1.0:
+            raise ValueError(f"growth must be > 1, got {self.growth}")
+
+
+DEFAULT_POLICY = EnvelopePolicy()
+
+
+@dataclasses.dataclass(frozen=True)
+class Envelope:
+    """Static buffer capacities. `capacities[l]` is C_{l+1}, the size of level l + 1."""
+
+    batch_size: int
+    capacities: tuple[int, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "capacities", tuple(int(c) for c in self.capacities))
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+        prev = self.batch_size
+        for hop, cap in enumerate(self.capacities):
+            if cap < prev:
+                raise ValueError(
+                    f"capacity of level {hop + 1} ({cap}) is below that of level {hop} ({prev}); "
+                    "capacities must not decrease"
+                )
+            prev = cap
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        """(B, C_1, ..., C_L)."""
+        return (self.batch_size, *self.capacities)
+
+
+def round_up(x: float, multiple: int) -> int:
+    return int(math.ceil(x / multiple) * multiple)
+
+
+def monotone(batch_size, sizes, multiple) -> Envelope:
+    """An envelope holding `sizes`, each rounded up to `multiple`, made non-decreasing."""
+    caps, prev = [], batch_size
+    for size in sizes:
+        prev = max(prev, round_up(max(size, 1), multiple))
+        caps.append(prev)
+    return Envelope(batch_size, tuple(caps))
+
+
+def conservative(batch_size: int, fanouts, num_nodes: int,
+                 policy: EnvelopePolicy = DEFAULT_POLICY) -> Envelope:
+    """The always-safe bound C_{l+1} = min(N, C_l (1 + f_l)), rounded up."""
+    sizes, c = [], batch_size
+    for f in fanouts:
+        c = min(num_nodes, c * (1 + f))
+        sizes.append(c)
+    return monotone(batch_size, sizes, policy.multiple)
+
+
+def grow(envelope: Envelope, counts, policy: EnvelopePolicy = DEFAULT_POLICY) -> Envelope:
+    """Capacities after an overflow seen with per-level `counts` (B, n_1, ..., n_L).
+
+    The first level that overflowed gets margin x its count; every later level, whose
+    count was cut short by that overflow, grows by at least the same ratio (and by
+    `policy.growth` if it overflowed itself).
+    """
+    margin, factor = policy.margin, policy.growth
+    counts = [int(c) for c in counts[1:]]
+    sizes, ratio = [], 1.0
+    for cap, cnt in zip(envelope.capacities, counts):
+        want = cap * ratio
+        if cnt > cap:
+            want = max(want, cnt * margin, cap * (factor if ratio > 1.0 else 1.0))
+            ratio = max(ratio, want / cap)
+        sizes.append(want)
+    return monotone(envelope.batch_size, sizes, policy.multiple)

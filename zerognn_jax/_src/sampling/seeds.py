@@ -1,0 +1,44 @@
+"""The seed schedule: which training nodes each step of an epoch trains on, and its keys.
+
+Every engine (scan, host-mediated, data parallel, calibration) takes its seeds and its
+random streams from here, so they all see the same batches for the same (seed, epoch,
+batch index).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from pallas_kernels import counter_hash
+
+
+def epoch_seeds(train_idx: jax.Array, batch_size: int, seed, epoch) -> jax.Array:
+    """int32[steps * B]: the epoch's shuffled training ids, padded at the end with -1."""
+    steps = num_steps(train_idx.shape[0], batch_size)
+    key = jax.random.fold_in(jax.random.PRNGKey(seed), epoch)
+    perm = jax.random.permutation(key, train_idx.astype(jnp.int32))
+    pad = steps * batch_size - perm.shape[0]
+    return jnp.concatenate([perm, jnp.full((pad,), -1, jnp.int32)])
+
+
+def num_steps(num_train: int, batch_size: int) -> int:
+    return max(1, -(-num_train // batch_size))
+
+
+def step_seeds(perm: jax.Array, step, batch_size: int):
+    """(seeds int32[B], valid bool[B]) for step `step` of a padded permutation."""
+    seeds = jax.lax.dynamic_slice(perm, (step * batch_size,), (batch_size,))
+    return jnp.maximum(seeds, 0), seeds >= 0
+
+
+def step_keys(seed: int, epoch, batch_index) -> tuple[jax.Array, jax.Array]:
+    """(sampling key, dropout key) of one batch index.
+
+    The sampling key is a uint32 counter-hash word (`counter_hash.step_key`); the dropout
+    key a `jax.random` key folded from the seed, the epoch and the batch index.
+    """
+    key = counter_hash.step_key(seed, epoch, batch_index, 0)
+    drop_key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), epoch),
+                                  batch_index)
+    return key, drop_key

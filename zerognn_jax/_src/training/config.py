@@ -1,0 +1,119 @@
+"""`TrainConfig`: every option of a training run, validated once, when it is built."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from zerognn_jax._src.nn.models import MODELS, NORMS
+from zerognn_jax._src.ops.registry import Kernels
+from zerognn_jax._src.sampling.envelope import EnvelopePolicy
+from zerognn_jax._src.training.engines import ENGINES
+
+DTYPES = ("float32", "bfloat16")
+# The closed sets among the options (the CLI offers them as choices).
+CHOICES = {
+    "model": MODELS, "norm": NORMS, "dtype": DTYPES, "engine": ENGINES,
+    "envelope": ("calibrate", "conservative"), "eval_mode": ("full", "sampled", "none"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything `train` needs; the CLI flags map one to one onto these fields.
+
+    `fanouts` lists the seeds' hop first; -1 means all neighbours. `eval_mode` is
+    "full" (exact layer-wise), "sampled" (the training fanouts) or "none".
+    `normalize_features=None` row-normalises Planetoid features and leaves others.
+    `envelope` is "calibrate" (tight, measured) or "conservative" (the safe bound).
+    `chunk_steps=0` compiles a whole epoch into one program.
+    `dtype` is the model's computation dtype and the feature table's on the device:
+    "float32", or "bfloat16" (half the bytes; sums and gradients accumulate in float32).
+    `engine` is "scan" (a chunk of steps per program) or the host-mediated baseline,
+    "host-exact" or "host-bucketed" (see host.py).
+    `margin` and `multiple` size the envelope (`envelope_policy`).
+    `devices` is the number of devices per process to train on (0 = all local ones);
+    `batch_size` is per device, so a step trains on batch_size x devices x processes
+    seeds. `shard_features` splits the feature table by rows across those devices.
+    """
+
+    dataset: str = "tiny"
+    root: str | None = None
+    scale: float = 1.0
+    model: str = "sage"
+    hidden: int = 256
+    layers: int = 3
+    fanouts: tuple[int, ...] = (15, 10, 5)
+    batch_size: int = 1024
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    dropout: float = 0.5
+    input_dropout: float = 0.0
+    norm: str = "none"
+    heads: int = 4
+    dtype: str = "float32"
+    epochs: int = 10
+    seed: int = 0
+    kernels: str = "auto"
+    replace: bool = False
+    dedup: bool = True
+    chunk_steps: int = 0
+    engine: str = "scan"
+    envelope: str = "calibrate"
+    margin: float = 1.1
+    multiple: int = 128
+    eval_mode: str = "full"
+    eval_every: int = 1
+    eval_batch_size: int = 4096
+    normalize_features: bool | None = None
+    checkpoint_dir: str | None = None
+    metrics_out: str | None = None
+    progress: bool = True
+    devices: int = 1
+    shard_features: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
+        for name, options in CHOICES.items():
+            value = getattr(self, name)
+            if value not in options:
+                raise ValueError(f"{name} must be one of {', '.join(options)}, got {value!r}")
+        finite = lambda x: math.isfinite(x)
+        checks = [
+            (self.layers >= 1, f"layers must be >= 1, got {self.layers}"),
+            (len(self.fanouts) == self.layers,
+             f"need one fanout per layer: {self.layers} layers but fanouts {self.fanouts}"),
+            (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
+            (self.epochs >= 0, f"epochs must be >= 0, got {self.epochs}"),
+            (self.lr > 0 and finite(self.lr), f"lr must be positive and finite, got {self.lr}"),
+            (self.weight_decay >= 0 and finite(self.weight_decay),
+             f"weight_decay must be >= 0 and finite, got {self.weight_decay}"),
+            (0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}"),
+            (0.0 <= self.input_dropout < 1.0,
+             f"input_dropout must be in [0, 1), got {self.input_dropout}"),
+            (self.hidden >= 1, f"hidden must be >= 1, got {self.hidden}"),
+            (self.heads >= 1, f"heads must be >= 1, got {self.heads}"),
+            (self.model != "gat" or self.layers == 1 or self.heads < 1
+             or self.hidden % self.heads == 0,
+             f"GAT splits hidden over its heads: hidden {self.hidden} is not a multiple of "
+             f"heads {self.heads}"),
+            (self.scale > 0 and finite(self.scale), f"scale must be positive, got {self.scale}"),
+            (self.chunk_steps >= 0, f"chunk_steps must be >= 0, got {self.chunk_steps}"),
+            (self.eval_every >= 0, f"eval_every must be >= 0, got {self.eval_every}"),
+            (self.eval_batch_size >= 1,
+             f"eval_batch_size must be >= 1, got {self.eval_batch_size}"),
+            (self.devices >= 0, f"devices must be >= 0 (0 = all local devices), "
+                                f"got {self.devices}"),
+            (self.engine == "scan" or (self.devices == 1 and not self.shard_features),
+             f"the host-mediated engine {self.engine!r} runs on one device without split "
+             f"features; got devices={self.devices}, shard_features={self.shard_features}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        Kernels.parse(self.kernels)  # raises on a bad spec
+        self.envelope_policy  # noqa: B018 (validates margin and multiple)
+
+    @property
+    def envelope_policy(self) -> EnvelopePolicy:
+        return EnvelopePolicy(self.margin, self.multiple)

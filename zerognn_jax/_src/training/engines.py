@@ -1,0 +1,25 @@
+"""The training engines by name: the scan engine and the host-mediated baselines."""
+
+from __future__ import annotations
+
+from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, EnvelopePolicy
+from zerognn_jax._src.training.host import HostEngine
+from zerognn_jax._src.training.program import StepProgram
+from zerognn_jax._src.training.scan import ScanEngine
+
+ENGINES = ("scan", "host-exact", "host-bucketed")
+
+
+def make_engine(name: str, program: StepProgram, *, chunk_steps: int = 0,
+                max_steps: int | None = None,
+                policy: EnvelopePolicy = DEFAULT_POLICY) -> ScanEngine | HostEngine:
+    """The engine called `name` for `program`.
+
+    Every engine offers `run_epoch(state, data, train_idx, epoch, envelope,
+    on_progress=None) -> EpochResult` and `compile_seconds`.
+    """
+    if name == "scan":
+        return ScanEngine(program, chunk_steps, policy)
+    if name in ("host-exact", "host-bucketed"):
+        return HostEngine(program, name.removeprefix("host-"), max_steps, policy)
+    raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")

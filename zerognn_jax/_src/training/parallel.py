@@ -1,0 +1,209 @@
+"""Data parallelism over a device mesh, on one host or several.
+
+One chunk program spans every device of a 1-D mesh (axis "data") through
+`jax.shard_map`: the graph, labels, model and optimizer state are replicated, each
+device samples its own seeds (`DataParallel.batch_index`) and gradients are averaged
+inside the scan. A `StepProgram` holds a `DataParallel` (`StepProgram.with_mesh`); this
+module knows nothing of programs or engines, only meshes and arrays. Optionally the
+feature table is split by rows across the mesh (`shard_features`); a step then fetches
+the rows it needs from their owners with one all-gather of ids and one reduce-scatter
+of rows.
+
+Several hosts run the same program: each process calls `initialize_distributed` before
+JAX starts its backends, and the mesh takes the same number of devices from each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from zerognn_jax._src.ops.gather import gather_rows
+from zerognn_jax._src.ops.registry import Kernels
+
+AXIS = "data"
+
+
+def initialize_distributed(coordinator: str | None, num_processes: int | None = None,
+                           process_id: int | None = None, *, timeout_s: int = 300) -> bool:
+    """Joins JAX's distributed runtime; must run before anything touches a JAX backend.
+
+    Args:
+      coordinator: "host:port" of process 0's coordinator, "auto" to let JAX detect the
+        cluster (SLURM, Open MPI, ...), or None for a single-process run (no-op).
+      num_processes, process_id: required with an explicit address.
+      timeout_s: how long to wait for every process to connect.
+
+    Returns:
+      True if the runtime was initialised.
+    """
+    if coordinator is None:
+        return False
+    if coordinator == "auto":
+        jax.distributed.initialize(initialization_timeout=timeout_s)
+        return True
+    if num_processes is None or process_id is None:
+        raise ValueError(f"--coordinator {coordinator} needs --num-processes and --process-id "
+                         f"(got {num_processes} and {process_id})")
+    if not 0 <= process_id < num_processes:
+        raise ValueError(f"--process-id {process_id} must lie in [0, {num_processes})")
+    jax.distributed.initialize(coordinator, num_processes, process_id,
+                               initialization_timeout=timeout_s)
+    return True
+
+
+def make_mesh(devices: int = 0) -> Mesh:
+    """A 1-D mesh named "data": the first `devices` local devices of every process.
+
+    `devices=0` takes all local devices. Every process must pass the same number.
+    """
+    local = jax.local_device_count()
+    if not 0 <= devices <= local:
+        raise ValueError(f"--devices {devices} must lie in [0, {local}]: this process has "
+                         f"{local} local {jax.default_backend()} device(s) (0 = all of them)")
+    per_process = devices or local
+    by_process: dict[int, list] = {}
+    for device in jax.devices():
+        by_process.setdefault(device.process_index, []).append(device)
+    picked = [d for p in sorted(by_process) for d in by_process[p][:per_process]]
+    return jax.make_mesh((len(picked),), (AXIS,), axis_types=(AxisType.Auto,), devices=picked)
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P())
+
+
+def row_sharded(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P(AXIS, None))
+
+
+def padded_rows(num_rows: int, mesh: Mesh) -> int:
+    """`num_rows` rounded up to a multiple of the mesh size."""
+    return -(-num_rows // mesh.size) * mesh.size
+
+
+def shard_rows(table, mesh: Mesh) -> jax.Array:
+    """float[N', d], N' = `padded_rows(N)`: row block k lives on device k; padding is zero.
+
+    Built block by block from host memory, so the whole table never sits on one device
+    (a NumPy memmap is read only where this process's devices need it).
+    """
+    if isinstance(table, jax.Array) and _placed(table, row_sharded(mesh)) \
+            and table.shape[0] % mesh.size == 0:
+        return table
+    host = np.asarray(table)
+    n, dim = host.shape
+    rows = padded_rows(n, mesh)
+
+    def block(index) -> np.ndarray:
+        start, stop, _ = index[0].indices(rows)
+        out = np.zeros((stop - start, dim), host.dtype)
+        take = host[start:min(stop, n)]
+        out[: take.shape[0]] = take
+        return out
+
+    return jax.make_array_from_callback((rows, dim), row_sharded(mesh), block)
+
+
+def _placed(x, sharding: NamedSharding) -> bool:
+    return isinstance(x, jax.Array) and x.sharding.is_equivalent_to(sharding, x.ndim)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataParallel:
+    """Data parallelism over a 1-D mesh: what a step program needs to run on many devices.
+
+    Attributes:
+      mesh: the mesh (axis "data"), e.g. from `make_mesh`.
+      shard_features: the feature table is split by rows across the mesh.
+    """
+
+    mesh: Mesh
+    shard_features: bool = False
+
+    @property
+    def size(self) -> int:
+        return self.mesh.size
+
+    # Inside the mesh program.
+    def batch_index(self, step) -> jax.Array:
+        """Device d of D takes batch index step * D + d: its seeds and random stream are
+        exactly those of that batch index in a one-device run."""
+        return step * self.size + jax.lax.axis_index(AXIS)
+
+    def mean(self, tree):
+        return jax.tree_util.tree_map(lambda x: jax.lax.pmean(x, AXIS), tree)
+
+    def sum(self, tree):
+        return jax.tree_util.tree_map(lambda x: jax.lax.psum(x, AXIS), tree)
+
+    def max(self, tree):
+        return jax.tree_util.tree_map(lambda x: jax.lax.pmax(x, AXIS), tree)
+
+    def gather_rows(self, kernels: Kernels, local: jax.Array, ids: jax.Array,
+                    valid: jax.Array) -> jax.Array:
+        """float[C, d]: rows `ids` of a table split by rows over the mesh.
+
+        Args:
+          local: float[R, d], this device's rows [k R, (k + 1) R) of the table.
+          ids: int32[C], global row ids; valid: bool[C] (invalid rows come back zero).
+
+        Every device gathers, for the ids of all D devices (int32[D C], one
+        all-gather), the rows it owns (zero elsewhere), and a reduce-scatter hands each
+        device the sum over owners of its own C rows: exactly one owner is non-zero.
+        """
+        rows = local.shape[0]
+        wanted = jax.lax.all_gather(jnp.where(valid, ids, -1), AXIS, tiled=True)
+        pos = wanted - jax.lax.axis_index(AXIS) * rows
+        mine = (pos >= 0) & (pos < rows)
+        found = gather_rows(kernels, local, jnp.where(mine, pos, 0), mine)
+        return jax.lax.psum_scatter(found, AXIS, scatter_dimension=0, tiled=True)
+
+    # Around the mesh program.
+    def replicate(self, tree):
+        """Every leaf of `tree` copied to every device (no-op where already so)."""
+        return jax.device_put(tree, replicated(self.mesh))
+
+    def data_shardings(self, data):
+        """Per leaf of `data` (graph, features, labels): replicated, features row-split
+        when `shard_features`."""
+        shardings = jax.tree_util.tree_map(lambda _: replicated(self.mesh), data)
+        if self.shard_features:
+            shardings = shardings._replace(features=row_sharded(self.mesh))
+        return shardings
+
+    def place_data(self, data):
+        """`data` (a DeviceData) laid out on the mesh; features split if `shard_features`."""
+        features = shard_rows(data.features, self.mesh) if self.shard_features \
+            else self.replicate(data.features)
+        return self.replicate(data._replace(features=None))._replace(features=features)
+
+    def check_placed(self, data) -> None:
+        """Raises ValueError unless `data` is laid out as `place_data` lays it out."""
+        for (path, leaf), sharding in zip(jax.tree_util.tree_leaves_with_path(data),
+                                          jax.tree_util.tree_leaves(self.data_shardings(data))):
+            if not _placed(leaf, sharding):
+                raise ValueError(
+                    f"data{jax.tree_util.keystr(path)} is not laid out on the program's "
+                    f"{self.size}-device mesh as {sharding.spec}; call "
+                    "program.parallel.place_data(data) once before training")
+        if self.shard_features and data.features.shape[0] % self.size:
+            raise ValueError(f"row-sharded features have {data.features.shape[0]} rows, not "
+                             f"a multiple of {self.size} devices; use shard_rows")
+
+    def shard_chunk(self, run, data):
+        """`run(state, data, *scalars)` as one SPMD program on the mesh.
+
+        `check_vma=False` keeps pmap's autodiff semantics, which the step relies on: the
+        gradient of replicated parameters is each device's own, averaged by an explicit
+        `mean`. (With the check on, JAX would already sum it over devices in the
+        transpose.)
+        """
+        specs = jax.tree_util.tree_map(lambda s: s.spec, self.data_shardings(data))
+        return jax.shard_map(run, mesh=self.mesh, in_specs=(P(), specs, P(), P(), P(), P()),
+                             out_specs=P(), check_vma=False)

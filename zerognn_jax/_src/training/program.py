@@ -1,0 +1,151 @@
+"""What a training step is made of: the device data, the carried state, the step program.
+
+`StepProgram` is a frozen, pure description (model, optimizer, sampler, batch, kernels,
+data parallelism); the engines (scan.py, host.py) drive it and own their compile caches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from zerognn_jax._src.data.graph import CSRGraph
+from zerognn_jax._src.nn.views import EllView
+from zerognn_jax._src.ops.gather import gather_rows
+from zerognn_jax._src.ops.registry import XLA, Kernels
+from zerognn_jax._src.sampling.envelope import Envelope
+from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig, sample_minibatch
+from zerognn_jax._src.sampling.seeds import epoch_seeds, step_keys, step_seeds
+from zerognn_jax._src.training.parallel import DataParallel
+
+
+class DeviceData(NamedTuple):
+    """Everything a step reads, on the device: graph, float[N, d] features, int32[N] labels."""
+
+    graph: CSRGraph
+    features: jax.Array
+    labels: jax.Array
+
+
+class TrainState(NamedTuple):
+    """The scan carry.
+
+    Attributes:
+      params, batch_stats: model variables; opt_state: optax state.
+      overflowed: bool scalar, a step of this chunk overflowed (no updates since).
+      failed_step: int32 scalar, the first step that overflowed (valid if overflowed).
+    """
+
+    params: Any
+    batch_stats: Any
+    opt_state: Any
+    overflowed: jax.Array
+    failed_step: jax.Array
+
+
+def views_for(mb: MiniBatch, kernels: Kernels) -> tuple[EllView, ...]:
+    """One EllView per layer, outermost hop first (layer i reads block L - 1 - i)."""
+    num_hops = len(mb.blocks)
+    views = []
+    for i in range(num_hops):
+        hop = num_hops - 1 - i
+        block = mb.blocks[hop]
+        views.append(EllView(block.nbr, block.mask, mb.valid[hop], mb.degrees[hop],
+                             mb.degrees[hop + 1], kernels))
+    return tuple(views)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StepProgram:
+    """The pieces a step needs that are not arrays; hashable by identity (a static argument).
+
+    Attributes:
+      model: a Flax module with the interface of `nn/models.py`.
+      tx: the optax optimizer.
+      sampler: what to sample (resolved: no -1 fanouts).
+      batch_size: seeds per step and device. seed: the run's seed.
+      kernels: the implementation of every op.
+      parallel: data parallelism over a mesh (`with_mesh`), or None for one device.
+    """
+
+    model: nn.Module
+    tx: optax.GradientTransformation
+    sampler: SamplerConfig
+    batch_size: int
+    seed: int
+    kernels: Kernels = XLA
+    parallel: DataParallel | None = None
+
+    @property
+    def num_shards(self) -> int:
+        return 1 if self.parallel is None else self.parallel.size
+
+    @property
+    def global_batch(self) -> int:
+        """Seeds per step over all data-parallel shards."""
+        return self.batch_size * self.num_shards
+
+    def with_mesh(self, mesh: jax.sharding.Mesh | None, *,
+                  shard_features: bool = False) -> StepProgram:
+        """This program run data parallel over `mesh` (per-device batch unchanged), or on
+        one device with `mesh=None`. The global batch becomes `batch_size * mesh.size`."""
+        dp = None if mesh is None else DataParallel(mesh, shard_features)
+        return dataclasses.replace(self, parallel=dp)
+
+    def forward(self, variables, data: DeviceData, seeds, valid, key, capacities, *,
+                train: bool, dropout_key=None):
+        """Samples around `seeds` and runs the model; returns (logits, new_vars, minibatch)."""
+        mb = sample_minibatch(data.graph, seeds, valid, key, self.sampler, capacities,
+                              self.kernels)
+        logits, new_vars = self.apply_model(variables, data, mb, train=train,
+                                            dropout_key=dropout_key)
+        return logits, new_vars, mb
+
+    def apply_model(self, variables, data: DeviceData, mb: MiniBatch, *, train: bool,
+                    dropout_key=None):
+        """Gathers the outermost level's features and runs the model; (logits, new_vars).
+
+        Shapes follow `mb`: the scan engine passes envelope-sized levels, the host
+        engine levels cut to their real or bucketed sizes.
+        """
+        if self.parallel is not None and self.parallel.shard_features:
+            x = self.parallel.gather_rows(self.kernels, data.features, mb.nodes[-1],
+                                          mb.valid[-1])
+        else:
+            x = gather_rows(self.kernels, data.features, mb.nodes[-1], mb.valid[-1])
+        mutable = ["batch_stats"] if train and variables.get("batch_stats") else False
+        rngs = {"dropout": dropout_key} if train else {}
+        out = self.model.apply(variables, x, views_for(mb, self.kernels), train=train,
+                               rngs=rngs, mutable=mutable)
+        return out if mutable else (out, {})
+
+
+def init_state(program: StepProgram, data: DeviceData, envelope: Envelope,
+               train_idx) -> TrainState:
+    """Initialises model variables on a real first batch, and the optimizer.
+
+    With a mesh the state comes back replicated on it.
+    """
+    perm = epoch_seeds(jnp.asarray(train_idx, jnp.int32), program.global_batch,
+                       program.seed, 0)
+
+    def init(data, perm):
+        seeds, valid = step_seeds(perm, 0, program.batch_size)
+        key, _ = step_keys(program.seed, 0, 0)
+        mb = sample_minibatch(data.graph, seeds, valid, key, program.sampler,
+                              envelope.capacities, program.kernels)
+        x = gather_rows(program.kernels, data.features, mb.nodes[-1], mb.valid[-1])
+        init_key = jax.random.PRNGKey(program.seed)
+        return program.model.init({"params": init_key, "dropout": init_key}, x,
+                                  views_for(mb, program.kernels), train=False)
+
+    variables = jax.jit(init)(data, perm)
+    params = variables["params"]
+    state = TrainState(params, variables.get("batch_stats", {}), program.tx.init(params),
+                       jnp.array(False), jnp.array(0, jnp.int32))
+    return state if program.parallel is None else program.parallel.replicate(state)

@@ -1,0 +1,96 @@
+"""The one step body every engine runs: loss, gradient, update, metrics; and epoch sums.
+
+The scan engine (scan.py) and the host-mediated engine (host.py) differ only in how
+they drive steps and size their buffers; both call `train_step` on a sampled
+minibatch and `step_metrics` on its result, and sum an epoch with `EpochResult.of`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from zerognn_jax._src.sampling.envelope import Envelope
+from zerognn_jax._src.sampling.minibatch import MiniBatch
+from zerognn_jax._src.training.program import DeviceData, StepProgram, TrainState
+
+
+def masked_cross_entropy(logits, labels, weight) -> jax.Array:
+    """Mean softmax cross-entropy over the rows whose float `weight` is 1."""
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    return jnp.sum(ce * weight) / jnp.maximum(jnp.sum(weight), 1.0)
+
+
+def train_step(program: StepProgram, state: TrainState, data: DeviceData, mb: MiniBatch,
+               drop_key) -> tuple[TrainState, dict]:
+    """One optimizer step on the sampled minibatch `mb`; (candidate state, step outputs).
+
+    With data parallelism the gradients and batch statistics are averaged over the
+    devices. Returns the updated state (the caller decides whether to keep it) and
+    {"loss", "logits", "labels", "weight"} of this device's seeds.
+    """
+    labels = data.labels[mb.nodes[0]]
+    weight = mb.valid[0].astype(jnp.float32)
+
+    def loss_fn(params):
+        variables = {"params": params, "batch_stats": state.batch_stats}
+        logits, new_vars = program.apply_model(variables, data, mb, train=True,
+                                               dropout_key=drop_key)
+        return masked_cross_entropy(logits, labels, weight), (logits, new_vars)
+
+    (loss, (logits, new_vars)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params)
+    dp = program.parallel
+    batch_stats = new_vars.get("batch_stats", state.batch_stats)
+    if dp is not None:
+        grads, batch_stats = dp.mean((grads, batch_stats))
+    updates, opt_state = program.tx.update(grads, state.opt_state, state.params)
+    new_state = state._replace(params=optax.apply_updates(state.params, updates),
+                               batch_stats=batch_stats, opt_state=opt_state)
+    return new_state, {"loss": loss, "logits": logits, "labels": labels, "weight": weight}
+
+
+def step_metrics(program: StepProgram, out: dict, mb: MiniBatch) -> dict:
+    """Per-step scalars, summed over data-parallel devices: mean loss, correct seeds,
+    seeds, per-level counts (max over devices) and sampled edges."""
+    weight = out["weight"]
+    seen = jnp.sum(weight)
+    correct = jnp.sum((jnp.argmax(out["logits"], -1) == out["labels"]) * weight)
+    sums, counts = (out["loss"] * seen, correct, seen, mb.num_edges()), mb.counts
+    if program.parallel is not None:
+        sums, counts = program.parallel.sum(sums), program.parallel.max(counts)
+    loss_sum, correct, seen, edges = sums
+    return {"loss": loss_sum / jnp.maximum(seen, 1.0), "correct": correct, "seeds": seen,
+            "counts": counts, "edges": edges}
+
+
+@dataclasses.dataclass
+class EpochResult:
+    """Host-side summary of one epoch."""
+
+    state: TrainState
+    envelope: Envelope
+    loss: float
+    train_acc: float
+    steps: int
+    overflows: int
+    max_counts: tuple[int, ...]
+    sampled_edges: int
+    chunks: int
+
+    @classmethod
+    def of(cls, state, envelope, metrics: dict, *, overflows: int,
+           chunks: int) -> EpochResult:
+        """From the per-step metrics (NumPy arrays over the steps that were applied)."""
+        seeds = max(float(metrics["seeds"].sum()), 1.0)
+        return cls(
+            state=state, envelope=envelope,
+            loss=float((metrics["loss"] * metrics["seeds"]).sum() / seeds),
+            train_acc=float(metrics["correct"].sum() / seeds),
+            steps=int(metrics["loss"].shape[0]), overflows=overflows,
+            max_counts=tuple(int(c) for c in np.max(metrics["counts"], axis=0)),
+            sampled_edges=int(metrics["edges"].sum()), chunks=chunks)

@@ -1,0 +1,71 @@
+"""`zerognn bench`: the training flags (with the bench's workload as defaults) plus what
+to measure. The runner is `zerognn_jax/_src/bench/run.py`, whose docstring gives the
+protocol."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+
+from zerognn_jax.cli.flags import add_config_flags, config_from_args, int_tuple, name_tuple
+from zerognn_jax.cli.train import HELP as TRAIN_HELP
+
+HELP = dict(TRAIN_HELP, epochs="timed epochs per configuration")
+
+
+def add_bench_flags(parser: argparse.ArgumentParser) -> None:
+    from zerognn_jax._src.bench.run import BenchOptions
+    from zerognn_jax._src.bench.workload import VARIANTS
+    from zerognn_jax._src.training.config import CHOICES
+
+    d = BenchOptions()
+    add_config_flags(parser, d.train, help=HELP, choices=CHOICES)
+    add = parser.add_argument
+    add("--configs", type=name_tuple, default=d.configs,
+        help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)")
+    add("--host-steps", type=int, default=d.host_steps,
+        help="host engines run only the first N steps of an epoch, scaled to the epoch")
+    add("--check-steps", type=int, default=d.check_steps,
+        help="first compare the scan and host-exact engines over N steps")
+    add("--phases", action=argparse.BooleanOptionalAction, default=d.phases,
+        help="time sampling-only and sampling+gather epochs, copy bandwidth, roofline")
+    add("--batch-sizes", type=int_tuple, default=d.batch_sizes,
+        help="step time vs batch size for scan-xla and host-bucketed, e.g. 256,1024,8192")
+    add("--isolate", action=argparse.BooleanOptionalAction, default=d.isolate,
+        help="one process per configuration (peak memory per configuration)")
+    add("--deadline", type=float, default=d.deadline,
+        help="seconds after which remaining measurements are skipped")
+    add("--out", default=d.out, help="append the JSON lines to this file")
+    add("--plot", default=d.plot, help="write a PNG of the results here (needs matplotlib)")
+    add("--trace-dir", default=d.trace_dir, help="keep the profiler traces here")
+    add("--envelope-cache", default=d.envelope_cache,
+        help="JSON file to share the calibrated envelope between processes")
+    add("--options-json", help=argparse.SUPPRESS)  # a child process's whole options
+
+
+def options_from_args(args: argparse.Namespace):
+    from zerognn_jax._src.bench.run import BenchOptions
+    from zerognn_jax._src.training.config import TrainConfig
+
+    if args.options_json:
+        return BenchOptions(**json.loads(pathlib.Path(args.options_json).read_text()))
+    return config_from_args(BenchOptions, args, train=config_from_args(TrainConfig, args))
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from zerognn_jax._src.bench.run import run
+
+    records = run(options_from_args(args))
+    return 0 if all(r["status"] in ("ok", "skipped") for r in records) else 1
+
+
+def add_bench_command(subparsers) -> argparse.ArgumentParser:
+    from zerognn_jax._src.bench import run
+
+    parser = subparsers.add_parser(
+        "bench", help="time the scan engine against the host-mediated baseline",
+        description=run.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_bench_flags(parser)
+    parser.set_defaults(handler=run_bench)
+    return parser

@@ -1,0 +1,75 @@
+"""The `zerognn data ...` commands: inspect a dataset, generate a synthetic one.
+
+  zerognn data info NAME [--root DIR] [--scale S] [--seed N] [--download]
+  zerognn data generate {products-like,rmat} --out FILE [--scale S] [--seed N]
+
+Both print the dataset's statistics as one JSON object on stdout. Errors print
+`zerognn: error: ...` on stderr and give exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from zerognn_jax._src.data.loaders import DATASET_NAMES, load_dataset, save_npz
+
+GENERATE_PRESETS = ("products-like", "rmat")
+
+
+def add_data_commands(subparsers) -> argparse.ArgumentParser:
+    """Adds `data info` and `data generate` to `subparsers` (from `add_subparsers()`).
+
+    Each leaf parser sets `handler`, a function taking the parsed namespace and returning an
+    exit code.
+    """
+    data = subparsers.add_parser("data", help="inspect or generate datasets")
+    commands = data.add_subparsers(dest="data_command", required=True)
+    info = commands.add_parser("info", help="print a dataset's statistics as JSON")
+    info.add_argument("name", help=f"one of: {', '.join(DATASET_NAMES)}")
+    info.add_argument("--root", default=None, help="data folder (see docs/datasets.md)")
+    info.add_argument("--download", action="store_true", help="fetch missing Planetoid files")
+    _add_size_options(info)
+    info.set_defaults(handler=run_info)
+    generate = commands.add_parser("generate", help="write a synthetic dataset to .npz")
+    generate.add_argument("preset", choices=GENERATE_PRESETS)
+    generate.add_argument("--out", required=True, help="output file, ending in .npz")
+    _add_size_options(generate)
+    generate.set_defaults(handler=run_generate)
+    return data
+
+
+def _add_size_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="size multiplier of the synthetic presets (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+
+
+def run_info(args: argparse.Namespace) -> int:
+    """Handler of `data info`: loads the dataset and prints its statistics."""
+    return _guarded(lambda: load_dataset(args.name, args.root, scale=args.scale,
+                                         seed=args.seed, download=args.download))
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    """Handler of `data generate`: builds the preset, writes it to --out, prints stats."""
+    def build():
+        if not args.out.endswith(".npz"):
+            raise ValueError(f"--out must end in .npz, got {args.out!r}")
+        dataset = load_dataset(args.preset, scale=args.scale, seed=args.seed)
+        save_npz(dataset, args.out)
+        return dataset
+
+    return _guarded(build)
+
+
+def _guarded(build) -> int:
+    """Runs `build`, prints the dataset's stats as JSON; maps data errors to exit code 2."""
+    try:
+        dataset = build()
+    except (ValueError, OSError) as err:
+        print(f"zerognn: error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(dataset.stats()))
+    return 0

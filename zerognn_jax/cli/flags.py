@@ -1,0 +1,61 @@
+"""The one flag builder: argparse flags from a config dataclass's fields.
+
+Every field becomes `--field-name` with its help text, its type (booleans as
+`--x/--no-x`, int tuples as comma-separated lists), the dataclass default (or the one
+given) and, for closed sets, `choices=`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+
+def int_tuple(text: str) -> tuple[int, ...]:
+    """argparse type: "15,10,5" -> (15, 10, 5)."""
+    try:
+        return tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from None
+
+
+def name_tuple(text: str) -> tuple[str, ...]:
+    """argparse type: "a, b" -> ("a", "b")."""
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def _caster(kind: str):
+    base = kind.split("|")[0].strip()
+    return {"int": int, "float": float}.get(base, str)
+
+
+def add_config_flags(parser: argparse.ArgumentParser, config, *, help: dict,
+                     choices: dict | None = None) -> None:
+    """Adds a flag per field of the dataclass instance `config` (its values are the defaults).
+
+    Raises ValueError for a field without help text, so a new option cannot ship without.
+    """
+    choices = choices or {}
+    for field in dataclasses.fields(config):
+        if field.name not in help:
+            raise ValueError(f"no help text for option {field.name!r}")
+        flag = "--" + field.name.replace("_", "-")
+        default = getattr(config, field.name)
+        kind = field.type if isinstance(field.type, str) else field.type.__name__
+        text = f"{help[field.name]} (default: {default})"
+        kwargs = dict(dest=field.name, default=default, help=text)
+        if kind.startswith("bool"):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
+        elif kind.startswith("tuple"):
+            parser.add_argument(flag, type=int_tuple, metavar="N,N,...", **kwargs)
+        else:
+            parser.add_argument(flag, type=_caster(kind), choices=choices.get(field.name),
+                                **kwargs)
+
+
+def config_from_args(config_cls, args: argparse.Namespace, **overrides):
+    """`config_cls` built from the parsed flags that name its fields."""
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    values = {k: v for k, v in vars(args).items() if k in names}
+    return config_cls(**{**values, **overrides})
