@@ -5,7 +5,8 @@
 
 Workload: products-like, SAGE-mean 3x256, fanouts 15,10,5, batch 1024, Adam, XLA
 kernels, calibrated envelope. `library` is the code as it stands; every other form
-swaps one piece (how the neighbour weighted sum is written and differentiated, one or
+swaps one piece (how the neighbour weighted sum is written and differentiated
+(`autodiff-*`: its gradient by autodiff's scatter instead of the gathering backward), one or
 two matmuls per SAGE layer, dropout, computation dtype) and prints one JSON line:
 median epoch seconds over `--repeats` replays after a warm-up epoch, compile seconds,
 and the mean loss of the last replay (forms that only reformulate must match
@@ -29,12 +30,32 @@ import jax.numpy as jnp
 
 from zerognn_jax._src.bench import profiling
 from zerognn_jax._src.nn import models
+from zerognn_jax._src.ops.aggregate import gather_live
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.training import trainer
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.program import init_state
 from zerognn_jax._src.training.scan import ScanEngine
+
+
+def sum_autodiff(h_src, nbr, weights):
+    """Slot-major sum, gradient left to autodiff: padded slots (row 0, weight 0) are
+    gathered and scatter-added like real ones (the library before the gathering
+    backward)."""
+    acc = jnp.promote_types(h_src.dtype, jnp.float32)
+    w = jnp.swapaxes(weights, 0, 1)[..., None].astype(acc)
+    return jnp.sum(h_src.astype(acc)[nbr.T] * w, axis=0).astype(h_src.dtype)
+
+
+def sum_autodiff_live(h_src, nbr, weights):
+    """Slot-major sum of live slots only (dead ones fill, their gradient is dropped),
+    gradient left to autodiff."""
+    acc = jnp.promote_types(h_src.dtype, jnp.float32)
+    live = jnp.any(weights != 0, axis=-1)
+    w = jnp.swapaxes(weights, 0, 1)[..., None].astype(acc)
+    return jnp.sum(gather_live(h_src.astype(acc), nbr.T, live.T) * w, axis=0).astype(
+        h_src.dtype)
 
 
 def sum_middle_axis(h_src, nbr, weights):
@@ -112,6 +133,9 @@ class Form:
 FORMS = {f.name: f for f in (
     Form("library"),
     Form("library-bf16", dtype=jnp.bfloat16),
+    Form("autodiff-scatter", weighted_sum=sum_autodiff),
+    Form("autodiff-scatter-bf16", weighted_sum=sum_autodiff, dtype=jnp.bfloat16),
+    Form("autodiff-live", weighted_sum=sum_autodiff_live),
     Form("middle-axis", weighted_sum=sum_middle_axis),
     Form("unrolled", weighted_sum=sum_unrolled),
     Form("unrolled-flat-scatter", weighted_sum=with_flat_scatter(sum_unrolled)),

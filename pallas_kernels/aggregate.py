@@ -157,7 +157,10 @@ def _weighted_sum_fwd(h_src, nbr, weights, interpret, tiling):
 def _weighted_sum_bwd(interpret, tiling, res, g):
     h_src, nbr, weights = res
     dh, dw = _ws_backward(h_src, nbr, weights, g, interpret, tiling)
-    return dh, None, dw
+    # As the reference: a slot whose weights are all zero is not read, so it has no
+    # weight gradient either.
+    live = jnp.any(weights != 0, axis=-1, keepdims=True)
+    return dh, None, jnp.where(live, dw, jnp.zeros((), dw.dtype))
 
 
 _weighted_sum.defvjp(_weighted_sum_fwd, _weighted_sum_bwd)

@@ -220,7 +220,8 @@ def test_weighted_sum_and_grads_match_reference(impl, s, c, k, heads, f, repeat_
 
 
 def _numpy_weighted_sum(h, nbr, w, ct):
-    """Loops: the output, d(sum(out * ct))/dh and /dw, in float64."""
+    """Loops: the output, d(sum(out * ct))/dh and /dw, in float64. A slot whose weights
+    are all zero is not read: its weight gradient is zero (the ops' contract)."""
     h, w, ct = (np.asarray(a, np.float64) for a in (h, w, ct))
     out, dh, dw = np.zeros(ct.shape), np.zeros(h.shape), np.zeros(w.shape)
     for c in range(nbr.shape[0]):
@@ -228,7 +229,8 @@ def _numpy_weighted_sum(h, nbr, w, ct):
             s = nbr[c, k]
             out[c] += w[c, k][:, None] * h[s]
             dh[s] += w[c, k][:, None] * ct[c]
-            dw[c, k] = np.sum(h[s] * ct[c], axis=-1)
+            if np.any(w[c, k] != 0):
+                dw[c, k] = np.sum(h[s] * ct[c], axis=-1)
     return out, dh, dw
 
 

@@ -13,7 +13,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from zerognn_jax._src.ops.aggregate import neighbor_max, weighted_sum
+from zerognn_jax._src.ops.aggregate import gather_live, neighbor_max, weighted_sum
 from zerognn_jax._src.ops.registry import XLA, Kernels
 
 
@@ -46,7 +46,7 @@ class EllView:
         return jnp.broadcast_to(x_dst[:, None], self.nbr.shape + x_dst.shape[1:])
 
     def src_of_edges(self, x_src: jax.Array) -> jax.Array:
-        return x_src[self.nbr]
+        return gather_live(x_src, self.nbr, self.mask)
 
     def edge_count(self) -> jax.Array:
         """float32[C]: sampled edges per destination."""

@@ -17,6 +17,24 @@ def _accumulator(dtype):
     return jnp.promote_types(dtype, jnp.float32)
 
 
+def gather_live(h_src: jax.Array, nbr: jax.Array, live: jax.Array) -> jax.Array:
+    """`h_src[nbr]` with rows where `live` is False read as zeros, and left out of the
+    gradient: dead slots index one past the end, which the gather fills and its
+    transpose (a scatter-add) drops. Padded slots all point at row 0; without this their
+    zero updates would pile onto that one row as atomics in the backward scatter."""
+    idx = jnp.where(live, nbr, h_src.shape[0])
+    return jnp.take(h_src, idx, axis=0, mode="fill", fill_value=0)
+
+
+def _weighted_sum(h_src, nbr, weights):
+    acc = _accumulator(h_src.dtype)
+    live = jnp.any(weights != 0, axis=-1)
+    gathered = gather_live(h_src.astype(acc), nbr.T, live.T)  # [K, C, H, F]
+    w = jnp.swapaxes(weights, 0, 1)[..., None].astype(acc)
+    return jnp.sum(gathered * w, axis=0).astype(h_src.dtype)
+
+
+@jax.custom_vjp
 def weighted_sum_reference(h_src: jax.Array, nbr: jax.Array, weights: jax.Array) -> jax.Array:
     """float[C, H, F]: out[c, h] = sum_k weights[c, k, h] * h_src[nbr[c, k], h].
 
@@ -24,15 +42,59 @@ def weighted_sum_reference(h_src: jax.Array, nbr: jax.Array, weights: jax.Array)
       h_src: float[S, H, F], source rows (H heads of F features; H = 1 for plain layers).
       nbr: int32[C, K], positions into h_src.
       weights: float[C, K, H]; must be zero in masked slots (that is what masks them).
+        A slot whose weights are all zero is not read, and gets no weight gradient.
     The rows are gathered fanout-slot-major ([K, C, ...]) and reduced over the leading
-    axis: on an H100 this form and its scatter-add gradient run 1.35x faster per epoch
-    than reducing [C, K, ...] over its middle axis (docs/benchmarks.md). Half-precision
-    inputs are summed, and their gradient scattered, in float32.
+    axis: on an H100 this form runs 1.35x faster per epoch than reducing [C, K, ...]
+    over its middle axis (docs/benchmarks.md). Half-precision inputs are summed, and
+    their gradients accumulated, in float32. The gradient of `h_src` gathers rather
+    than scatters (`source_gradient`).
     """
+    return _weighted_sum(h_src, nbr, weights)
+
+
+def _weighted_sum_fwd(h_src, nbr, weights):
+    return _weighted_sum(h_src, nbr, weights), (h_src, nbr, weights)
+
+
+def _weighted_sum_bwd(res, g):
+    h_src, nbr, weights = res
     acc = _accumulator(h_src.dtype)
-    gathered = h_src.astype(acc)[nbr.T]  # [K, C, H, F]
-    w = jnp.swapaxes(weights, 0, 1)[..., None].astype(acc)
-    return jnp.sum(gathered * w, axis=0).astype(h_src.dtype)
+    live = jnp.any(weights != 0, axis=-1)
+    g, w = g.astype(acc), weights.astype(acc)
+    dh = source_gradient(g, nbr, w, live, h_src.shape[0])
+    rows = gather_live(h_src.astype(acc), nbr, live)  # [C, K, H, F]
+    dw = jnp.sum(rows * g[:, None], axis=-1)
+    return dh.astype(h_src.dtype), None, dw.astype(weights.dtype)
+
+
+weighted_sum_reference.defvjp(_weighted_sum_fwd, _weighted_sum_bwd)
+
+
+def source_gradient(g, nbr, weights, live, num_src: int) -> jax.Array:
+    """float[S, H, F]: row j sums weights[c, k] * g[c] over the live slots (c, k) with
+    nbr[c, k] = j (the transpose of the gather in `weighted_sum_reference`).
+
+    Autodiff would scatter-add all C x K slot contributions into a zeroed [S, H, F]
+    buffer: atomics on whole rows, at a third of copy bandwidth on an H100. Here each
+    referenced row takes its first slot's contribution by a gather (a dedup'd level has
+    about one slot per row), and only the other slots are scatter-added on top. Which
+    slot is first comes from one int32 scatter-min over the slot ids.
+
+    Args:
+      g: float[C, H, F], the output gradient. weights: float[C, K, H].
+      nbr: int32[C, K]; live: bool[C, K], the slots that count.
+    """
+    c, k = nbr.shape
+    slot = jnp.arange(c * k, dtype=jnp.int32)
+    target = jnp.where(live, nbr, num_src).reshape(-1)
+    first = jnp.full((num_src,), c * k, jnp.int32).at[target].min(slot, mode="drop")
+    has = first < c * k
+    row, col = jnp.where(has, first // k, 0), jnp.where(has, first % k, 0)
+    dh = jnp.where(has[:, None, None], weights[row, col][..., None] * g[row], 0)
+    first_of_target = jnp.take(first, target, mode="fill", fill_value=-1)
+    extra = (target < num_src) & (first_of_target != slot)
+    contrib = (weights[..., None] * g[:, None]).reshape(c * k, *g.shape[1:])
+    return dh.at[jnp.where(extra, target, num_src)].add(contrib, mode="drop")
 
 
 def max_reference(h_src: jax.Array, nbr: jax.Array, mask: jax.Array) -> jax.Array:
@@ -42,7 +104,7 @@ def max_reference(h_src: jax.Array, nbr: jax.Array, mask: jax.Array) -> jax.Arra
       h_src: float[S, d]; nbr: int32[C, K]; mask: bool[C, K].
     Reduced over the leading axis of the slot-major gather, as in `weighted_sum_reference`.
     """
-    gathered = h_src[nbr.T]  # [K, C, d]
+    gathered = gather_live(h_src, nbr.T, mask.T)  # [K, C, d]
     neg = jnp.array(-jnp.inf, h_src.dtype)
     best = jnp.max(jnp.where(mask.T[..., None], gathered, neg), axis=0)
     return jnp.where(jnp.any(mask, axis=1)[:, None], best, jnp.zeros((), h_src.dtype))
