@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# zerognn-jax against PyTorch peers on one graph and one GPU, in one call.
+#
+#   bash benchmarks/peers.sh [OUT_DIR]            (on the device machine, repo root)
+#   bash benchmarks/peers.sh --check [OUT_DIR]    (small graph: do the baselines'
+#                                                  sampled subgraphs obey the fanouts?)
+#
+# Same graph (products-like, generated once into $ROOT as a neutral .npz), same model
+# (GraphSAGE-mean 3x256, dropout 0.5), fanouts 15,10,5, batch 1024, Adam lr 3e-3,
+# EPOCHS epochs each, each system's own exact layer-wise inference for test accuracy:
+#   zerognn        zerognn-jax's scan engine (python3 -m zerognn_jax.cli train)
+#   torch-eager    benchmarks/peers/torch_gpu_sage.py: GPU sampling driven by the host
+#   torch-compiled the same with torch.compile
+#   pyg            benchmarks/peers/pyg_sage.py: PyG NeighborLoader, CPU worker processes
+#   zerognn-host   (not run by default) zerognn-jax's host-mediated engine, host-exact
+# Everything fits BUDGET seconds (default 560): each system runs under `timeout` with
+# what is left, less MIN_NEXT seconds kept for each system after it. JSON lines go to
+# OUT_DIR/peers.jsonl as they come (a kill loses nothing written), logs to
+# OUT_DIR/peers.log; the table (benchmarks/peers/table.py) ends the output and is saved
+# as OUT_DIR/table.md. Overrides: EPOCHS, SCALE, SYSTEMS (comma list of the names above),
+# BUDGET, MIN_NEXT, ROOT, WORKERS, WHEELS (folder of the torch-scatter / torch-sparse
+# wheels, installed into $ROOT/pyg-wheels when torch_sparse does not import), PYTHON.
+set -uo pipefail
+
+CHECK=0
+if [ "${1:-}" = "--check" ]; then CHECK=1; shift; fi
+OUT_DIR=${1:-${OUT:-peers_out}}
+BUDGET=${BUDGET:-560}
+MIN_NEXT=${MIN_NEXT:-60}
+EPOCHS=${EPOCHS:-5}
+ROOT=${ROOT:-.cache/zerognn}
+SYSTEMS=${SYSTEMS:-zerognn,torch-eager,torch-compiled,pyg}
+PY=${PYTHON:-python3}
+NPROC=$(nproc)
+WORKERS=${WORKERS:-$(( NPROC - 2 < 14 ? NPROC - 2 : 14 ))}
+[ "$WORKERS" -lt 0 ] && WORKERS=0
+if [ "$CHECK" = 1 ]; then SCALE=${SCALE:-0.005}; else SCALE=${SCALE:-1}; fi
+DATA=$ROOT/products.npz
+[ "$SCALE" != 1 ] && DATA=$ROOT/products-$SCALE.npz
+WORKLOAD=(--fanouts 15,10,5 --batch 1024 --hidden 256 --layers 3 --lr 3e-3)
+
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$ROOT/inductor}
+mkdir -p "$OUT_DIR" "$ROOT"
+JSONL=$OUT_DIR/peers.jsonl
+LOG=$OUT_DIR/peers.log
+rm -f "$JSONL" "$LOG"
+T0=$SECONDS
+left() { echo $((BUDGET - (SECONDS - T0))); }
+wanted() { [[ ",$SYSTEMS," == *",$1,"* ]]; }
+
+# run NAME LATER CMD...: CMD under timeout with what is left minus LATER * MIN_NEXT.
+run() {
+  local name=$1 later=$2 limit
+  shift 2
+  limit=$(( $(left) - later * MIN_NEXT - 10 ))
+  if [ "$limit" -lt 20 ]; then
+    echo "== $name: skipped, $(left) s left"
+    return
+  fi
+  echo "== $name [limit $limit s, $(left) s left]"
+  echo "== $name: $*" >>"$LOG"
+  timeout -k 5 "$limit" "$@" >>"$LOG" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ]; then
+    [ $rc -eq 124 ] && echo "   $name: stopped at its time limit" || echo "   $name: exit $rc"
+    grep -v '^{' "$LOG" | tail -n 5 | cut -c1-300
+  fi
+}
+
+pyg_backend() {
+  $PY -c "import torch_sparse" 2>/dev/null && return
+  local wheels=${WHEELS:-}
+  for dir in shared/wheels ../shared/wheels; do
+    [ -z "$wheels" ] && [ -d "$dir" ] && wheels=$dir
+  done
+  if [ -z "$wheels" ]; then echo "   no torch-sparse and no wheels folder"; return; fi
+  $PY -m pip install -q --no-index --no-deps --target "$ROOT/pyg-wheels" \
+    "$wheels"/torch_scatter-*.whl "$wheels"/torch_sparse-*.whl >>"$LOG" 2>&1
+  export PYTHONPATH=$PYTHONPATH:$ROOT/pyg-wheels
+  $PY -c "import torch_sparse; print('torch_sparse', torch_sparse.__version__)" \
+    || echo "   torch_sparse still does not import: PyG's NeighborLoader will fail"
+}
+
+echo "== device"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null \
+  || echo "no nvidia-smi"
+$PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+DEVICE=$($PY -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
+wanted pyg && pyg_backend
+
+echo "== data: products-like, scale $SCALE -> $DATA [$(left) s left]"
+if [ ! -f "$DATA" ]; then
+  $PY -m zerognn_jax.cli data generate products-like --scale "$SCALE" --out "$DATA" \
+    2>>"$LOG" | tail -n 1
+fi
+
+if [ "$CHECK" = 1 ]; then
+  wanted torch-eager && run torch-check 2 $PY benchmarks/peers/torch_gpu_sage.py \
+    --data "$DATA" --device "$DEVICE" --check --out "$JSONL" "${WORKLOAD[@]}"
+  wanted torch-compiled && run torch-compiled-check 1 $PY benchmarks/peers/torch_gpu_sage.py \
+    --data "$DATA" --device "$DEVICE" --check --compile --out "$JSONL" "${WORKLOAD[@]}"
+  wanted pyg && run pyg-check 0 $PY benchmarks/peers/pyg_sage.py \
+    --data "$DATA" --device cpu --check --out "$JSONL" "${WORKLOAD[@]}"
+  $PY benchmarks/peers/table.py "$JSONL" | tee "$OUT_DIR/table.md"
+  grep -q '"ok": false' "$JSONL" && exit 1
+  exit 0
+fi
+
+order=()
+for s in zerognn zerognn-host torch-eager torch-compiled pyg; do wanted "$s" && order+=("$s"); done
+for i in "${!order[@]}"; do
+  later=$(( ${#order[@]} - i - 1 ))
+  common_flags=(--data "$DATA" --epochs "$EPOCHS" --device "$DEVICE" --out "$JSONL"
+                "${WORKLOAD[@]}")
+  case ${order[$i]} in
+    zerognn|zerognn-host)
+      engine=scan
+      [ "${order[$i]}" = zerognn-host ] && engine=host-exact
+      run "${order[$i]}" "$later" $PY -m zerognn_jax.cli train --dataset "$DATA" \
+        --engine "$engine" --epochs "$EPOCHS" --layers 3 --hidden 256 --fanouts 15,10,5 \
+        --batch-size 1024 --lr 3e-3 --eval-every 0 --metrics-out "$JSONL" \
+        --no-progress ;;
+    torch-eager) run torch-eager "$later" $PY benchmarks/peers/torch_gpu_sage.py \
+               "${common_flags[@]}" ;;
+    torch-compiled) run torch-compiled "$later" $PY benchmarks/peers/torch_gpu_sage.py \
+               "${common_flags[@]}" --compile ;;
+    pyg) run pyg "$later" $PY benchmarks/peers/pyg_sage.py "${common_flags[@]}" \
+               --workers "$WORKERS" ;;
+  esac
+done
+
+echo "== results [$(left) s left; $EPOCHS epochs, scale $SCALE, $WORKERS PyG workers]"
+$PY benchmarks/peers/table.py "$JSONL" | tee "$OUT_DIR/table.md"
