@@ -67,6 +67,7 @@ VARIANTS = {v.name: v for v in (
 
 FIELDS = (
     "kind", "config", "status", "reason", "engine", "kernels", "dedup", "dtype", "xla_flags",
+    "sampler",
     "dataset", "scale", "batch_size", "fanouts", "steps_per_epoch", "steps_timed",
     "extrapolated", "epoch_seconds", "epoch_seconds_runs", "compile_seconds",
     "warmup_seconds", "shapes_compiled", "steps_per_second", "sampled_edges_per_second",
@@ -97,7 +98,7 @@ def blank_record(kind: str, name: str, options) -> dict:
     cfg = options.train
     record.update(kind=kind, config=name, status="ok", dataset=cfg.dataset,
                   scale=cfg.scale, batch_size=cfg.batch_size,
-                  fanouts=list(cfg.fanouts), jax_version=jax.__version__,
+                  fanouts=list(cfg.fanouts), sampler=cfg.sampler, jax_version=jax.__version__,
                   git_commit=git_commit())
     variant = VARIANTS.get(name)
     if variant is not None:
@@ -138,6 +139,7 @@ class Workbench:
     def _cache_key(self, batch_size: int) -> dict:
         c = self.cfg
         return {"dataset": c.dataset, "scale": c.scale, "fanouts": list(c.fanouts),
+                "sampler": c.sampler,
                 "batch_size": batch_size, "seed": c.seed}
 
     def calibrated(self, batch_size: int):
@@ -190,7 +192,7 @@ class Workbench:
         """Envelope bytes against exact-size bytes at the largest calibrated counts."""
         calibration = self.calibrated(envelope.batch_size)[1]
         report = memory.memory_report(envelope, calibration.max_counts,
-                                            program.sampler.fanouts,
+                                            program.sampler.slots,
                                             trainer.level_dims(self.cfg, self.dataset))
         return {"envelope": list(envelope.levels), "envelope_bytes": report["envelope_bytes"],
                 "ideal_bytes": report["ideal_bytes"], "envelope_over_ideal": report["ratio"]}

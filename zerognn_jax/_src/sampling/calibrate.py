@@ -72,7 +72,7 @@ def calibrate(
     exact); the host reads the counts once per epoch.
     """
     train_idx = jnp.asarray(train_idx, jnp.int32)
-    safe = conservative(batch_size, config.fanouts, graph.num_nodes, policy)
+    safe = conservative(batch_size, config.slots, graph.num_nodes, policy)
     all_counts = []
     for epoch in range(epochs):
         perm = epoch_seeds(train_idx, batch_size, seed, epoch)
@@ -101,9 +101,9 @@ def choose_envelope(graph: CSRGraph, train_idx, batch_size: int, config: Sampler
     measured) or "conservative" (the safe bound).
     """
     if not config.dedup:
-        return Envelope(batch_size, tree_sizes(batch_size, config.fanouts)[1:]), None
+        return Envelope(batch_size, tree_sizes(batch_size, config.slots)[1:]), None
     if method == "conservative":
-        return conservative(batch_size, config.fanouts, graph.num_nodes, policy), None
+        return conservative(batch_size, config.slots, graph.num_nodes, policy), None
     if method != "calibrate":
         raise ValueError(f"envelope must be calibrate or conservative, got {method!r}")
     cal = calibrate(graph, train_idx, batch_size, config, seed=seed, policy=policy,

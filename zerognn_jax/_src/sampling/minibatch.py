@@ -4,6 +4,10 @@ Level 0 is the seed batch (capacity B); sampling level l with fanout f_l gives l
 l + 1 (capacity C_{l+1}, the execution envelope). Real sizes are device scalars, so one
 compiled program serves every batch; a level whose real size exceeds its capacity sets
 the `overflow` flag instead of raising.
+
+Each hop runs the sampler that `SamplerConfig.method` names: "uniform" (uniform.py),
+"weighted" (weighted.py: by edge weight, reading the table `prepare_graph` builds) or
+"labor" (labor.py: LABOR-0, whose rows are `SamplerConfig.slots` wide).
 """
 
 from __future__ import annotations
@@ -13,14 +17,19 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from pallas_kernels import counter_hash
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.ops.relabel import relabel
+from zerognn_jax._src.sampling.labor import labor_slots, sample_labor
+from zerognn_jax._src.sampling.seeds import counter_key
 from zerognn_jax._src.sampling.uniform import sample_neighbors
+from zerognn_jax._src.sampling.weighted import cumulative_table, sample_weighted, search_steps
 
 MAX_HOPS = 8
+SAMPLERS = ("uniform", "weighted", "labor")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,13 +42,26 @@ class SamplerConfig:
         the graph's largest degree by `resolve`.
       replace: sample with replacement.
       dedup: deduplicate each level (False: tree mode, exact static sizes, no metadata).
-      all_neighbors: per hop, take every neighbour; set by `resolve` for -1 fanouts.
+      all_neighbors: per hop, take every neighbour; set by `resolve` for -1 fanouts
+        (whatever the method).
+      method: "uniform", "weighted" (probability proportional to the graph's edge
+        weights; the graph must go through `prepare_graph`) or "labor" (LABOR-0: a
+        fanout is the expected count per row; no replacement).
+      span: LABOR scans at most this many neighbours per row (see labor.py).
+      slot_tail: LABOR's rows get `slots` places, enough for all but about this
+        fraction of rows (see `labor_slots`).
+      max_degree: the graph's largest degree (0: unknown), set by `resolve`; it bounds
+        the weighted sampler's binary search and LABOR's span.
     """
 
     fanouts: tuple[int, ...]
     replace: bool = False
     dedup: bool = True
     all_neighbors: tuple[bool, ...] = ()
+    method: str = "uniform"
+    span: int = 128
+    slot_tail: float = 1e-3
+    max_degree: int = 0
 
     def __post_init__(self):
         fanouts = tuple(int(f) for f in self.fanouts)
@@ -49,16 +71,45 @@ class SamplerConfig:
         for hop, f in enumerate(fanouts):
             if f <= 0 and f != -1:
                 raise ValueError(f"fanout of hop {hop} must be positive or -1 (all), got {f}")
+        if self.method not in SAMPLERS:
+            raise ValueError(f"method must be one of {', '.join(SAMPLERS)}, got {self.method!r}")
+        if self.method == "labor" and self.replace:
+            raise ValueError("LABOR samples without replacement; drop replace=True")
+        if self.span < 1 or not 0.0 < self.slot_tail < 1.0 or self.max_degree < 0:
+            raise ValueError(f"need span >= 1, 0 < slot_tail < 1, max_degree >= 0; got "
+                             f"{self.span}, {self.slot_tail}, {self.max_degree}")
 
     @property
     def num_hops(self) -> int:
         return len(self.fanouts)
 
     def resolve(self, max_degree: int) -> SamplerConfig:
-        """Replaces -1 fanouts by `max_degree` (at least 1), marking those hops as full."""
+        """Replaces -1 fanouts by `max_degree` (at least 1), marking those hops as full,
+        and records `max_degree`."""
         full = tuple(f == -1 for f in self.fanouts)
         fanouts = tuple(max(max_degree, 1) if f == -1 else f for f in self.fanouts)
-        return dataclasses.replace(self, fanouts=fanouts, all_neighbors=full)
+        return dataclasses.replace(self, fanouts=fanouts, all_neighbors=full,
+                                   max_degree=max_degree)
+
+    @property
+    def full(self) -> tuple[bool, ...]:
+        """Per hop, whether it takes every neighbour."""
+        return self.all_neighbors or (False,) * self.num_hops
+
+    @property
+    def labor_span(self) -> int:
+        """Neighbours LABOR scans per row: `span`, capped by a known largest degree."""
+        return min(self.span, self.max_degree) if self.max_degree else self.span
+
+    @property
+    def slots(self) -> tuple[int, ...]:
+        """Per hop, the width K of a row of its Block: the fanout, or LABOR's capacity
+        for its random count. Sizes (the conservative envelope, tree mode, the memory
+        model) follow these, not the fanouts."""
+        if self.method != "labor":
+            return self.fanouts
+        return tuple(f if full else labor_slots(f, self.labor_span, self.slot_tail)
+                     for f, full in zip(self.fanouts, self.full))
 
 
 class Block(NamedTuple):
@@ -66,6 +117,7 @@ class Block(NamedTuple):
 
     Attributes:
       nbr: int32[C_l, K], positions of the sampled neighbours in level l + 1; 0 where masked.
+        K is the hop's `SamplerConfig.slots`.
       mask: bool[C_l, K], valid slots.
     """
 
@@ -102,6 +154,51 @@ def _degrees(indptr, ids, valid):
     return jnp.where(valid, (indptr[ids + 1] - indptr[ids]).astype(jnp.int32), 0)
 
 
+def prepare_graph(graph: CSRGraph, config: SamplerConfig) -> CSRGraph:
+    """The graph as `sample_minibatch` reads it under `config`; host-side, once per run.
+
+    Weighted sampling searches per-row cumulative weights: the returned graph's
+    `weights` hold that uint32 table (`weighted.cumulative_table`) instead of the float
+    weights. Other methods get the graph unchanged.
+    """
+    if config.method != "weighted":
+        return graph
+    if graph.weights is None:
+        raise ValueError("weighted sampling needs edge weights, and this graph has none "
+                         "(CSRGraph.weights is None)")
+    if np.dtype(graph.weights.dtype) == np.uint32:
+        return graph  # already prepared
+    return graph._replace(weights=cumulative_table(np.asarray(graph.indptr),
+                                                   np.asarray(graph.weights)))
+
+
+def _weight_table(graph: CSRGraph) -> jax.Array:
+    table = graph.weights
+    if table is None or jnp.dtype(table.dtype) != jnp.uint32:
+        raise ValueError("weighted sampling reads a per-row cumulative weight table: pass "
+                         "the graph through prepare_graph(graph, config) first (its "
+                         f"weights are {None if table is None else table.dtype})")
+    return table
+
+
+def sample_hop(graph: CSRGraph, ids, valid, key, config: SamplerConfig, hop: int,
+               kernels: Kernels = XLA) -> tuple[jax.Array, jax.Array]:
+    """(int32[C, K] global ids, bool[C, K] mask) of hop `hop` under `config.method`."""
+    fanout, full = config.fanouts[hop], config.full[hop]
+    if graph.num_edges == 0:  # an edgeless graph: no row has a neighbour, whatever the method
+        shape = (ids.shape[0], config.slots[hop])
+        return jnp.zeros(shape, jnp.int32), jnp.zeros(shape, bool)
+    if full or config.method == "uniform":
+        return sample_neighbors(kernels, graph.indptr, graph.indices, ids, valid, key, fanout,
+                                replace=config.replace, all_neighbors=full)
+    if config.method == "weighted":
+        steps = search_steps(config.max_degree) if config.max_degree else 31
+        return sample_weighted(kernels, graph.indptr, graph.indices, _weight_table(graph), ids,
+                               valid, key, fanout, replace=config.replace, steps=steps)
+    return sample_labor(kernels, graph.indptr, graph.indices, ids, valid, key, fanout,
+                        slots=config.slots[hop], span=config.labor_span)
+
+
 def sample_minibatch(
     graph: CSRGraph,
     seeds: jax.Array,
@@ -118,11 +215,13 @@ def sample_minibatch(
       seeds: int32[B], seed ids; seed_valid: bool[B], True on a prefix (the padding of
         a last batch comes at the end). Valid seeds must be distinct.
       key: uint32 scalar for this step (`counter_hash.step_key(seed, epoch, step, 0)`); hop h
-        uses `counter_hash.hash2(key, h)`.
+        uses `counter_hash.hash2(key, h)`. A `jax.random` key (typed or legacy) is turned
+        into such a word first (`seeds.counter_key`).
       config: fanouts etc., with no -1 left (see `SamplerConfig.resolve`).
       capacities: (C_1, ..., C_L), non-decreasing and >= B. Ignored in tree mode,
-        whose sizes are exact: C_{l+1} = C_l * (1 + f_l).
+        whose sizes are exact: C_{l+1} = C_l * (1 + K_l), K_l = `config.slots[l]`.
     """
+    key = counter_key(key)
     if any(f < 1 for f in config.fanouts):
         raise ValueError(f"unresolved fanouts {config.fanouts}: call SamplerConfig.resolve")
     n = graph.num_nodes
@@ -130,20 +229,17 @@ def sample_minibatch(
     valid = seed_valid
     count = jnp.sum(seed_valid.astype(jnp.int32))
     nodes, valids, degs, blocks, counts = [ids], [valid], [], [], [count]
-    full = config.all_neighbors or (False,) * config.num_hops
-    for hop, fanout in enumerate(config.fanouts):
+    for hop in range(config.num_hops):
         degs.append(_degrees(graph.indptr, ids, valid))
-        nbr, mask = sample_neighbors(
-            kernels, graph.indptr, graph.indices, ids, valid, counter_hash.hash2(key, hop), fanout,
-            replace=config.replace, all_neighbors=full[hop],
-        )
+        nbr, mask = sample_hop(graph, ids, valid, counter_hash.hash2(key, hop), config, hop,
+                               kernels)
         if config.dedup:
             out = relabel(kernels, ids, count, nbr, mask, capacities[hop], n)
             ids, count, local = out.frontier, out.count, out.nbr_local
             valid = jnp.arange(ids.shape[0]) < count
         else:
-            c = ids.shape[0]
-            local = c + jnp.arange(c * fanout, dtype=jnp.int32).reshape(c, fanout)
+            c, k = nbr.shape
+            local = c + jnp.arange(c * k, dtype=jnp.int32).reshape(c, k)
             ids = jnp.concatenate([ids, nbr.reshape(-1)])
             valid = jnp.concatenate([valid, mask.reshape(-1)])
             count = jnp.sum(valid.astype(jnp.int32))
@@ -158,9 +254,9 @@ def sample_minibatch(
     return MiniBatch(tuple(nodes), tuple(valids), tuple(degs), tuple(blocks), counts, overflow)
 
 
-def tree_sizes(batch_size: int, fanouts) -> tuple[int, ...]:
-    """Level sizes of tree (no-dedup) sampling: exact, (B, B(1+f_0), ...)."""
+def tree_sizes(batch_size: int, slots) -> tuple[int, ...]:
+    """Level sizes of tree (no-dedup) sampling: exact, (B, B(1+K_0), ...), K = slots per row."""
     sizes = [batch_size]
-    for f in fanouts:
+    for f in slots:
         sizes.append(sizes[-1] * (1 + f))
     return tuple(sizes)

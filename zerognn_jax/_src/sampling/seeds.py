@@ -9,8 +9,30 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from pallas_kernels import counter_hash
+
+
+def counter_key(key) -> jax.Array:
+    """uint32 scalar for the counter hash, from any key a user holds (jit-compatible).
+
+    Takes a typed key (`jax.random.key(0)`), a legacy key (`jax.random.PRNGKey(0)`,
+    uint32[2]), or an integer scalar (used as the word itself).
+    """
+    if isinstance(key, int | np.integer):
+        if not 0 <= int(key) < 2**32:
+            raise ValueError(f"an integer key must lie in [0, 2**32), got {key}")
+        return jnp.uint32(key)
+    key = key if isinstance(key, jax.Array) else jnp.asarray(key)
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return jax.random.bits(key, dtype=jnp.uint32)
+    if key.shape == (2,) and key.dtype == jnp.uint32:
+        return jax.random.bits(key, dtype=jnp.uint32)
+    if key.shape == () and jnp.issubdtype(key.dtype, jnp.integer):
+        return key.astype(jnp.uint32)
+    raise ValueError(f"expected a jax.random key, a legacy uint32[2] key or an integer "
+                     f"scalar, got {key.dtype}{list(key.shape)}")
 
 
 def epoch_seeds(train_idx: jax.Array, batch_size: int, seed, epoch) -> jax.Array:

@@ -17,7 +17,8 @@ from zerognn_jax._src.ops.registry import Kernels, implementation
 _UNROLL_LIMIT = 16
 
 
-def _row_bounds(indptr, frontier, valid):
+def row_bounds(indptr, frontier, valid):
+    """(int32[C] first edge, int32[C] degree) of each frontier row; degree 0 where invalid."""
     start = indptr[frontier].astype(jnp.int32)
     deg = (indptr[frontier + 1] - indptr[frontier]).astype(jnp.int32)
     return start, jnp.where(valid, deg, 0)
@@ -76,7 +77,7 @@ def sample_neighbors_reference(
       mask: bool[C, K], which slots hold a sampled neighbour. Without replacement a row
         of degree d <= K holds all d neighbours in CSR order in slots 0..d-1.
     """
-    start, deg = _row_bounds(indptr, frontier, valid)
+    start, deg = row_bounds(indptr, frontier, valid)
     slots = jnp.arange(fanout, dtype=jnp.int32)[None, :]
     if replace:
         bits = counter_hash.slot_bits(key, frontier[:, None], slots)
