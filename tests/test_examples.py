@@ -32,3 +32,8 @@ def test_cora_gcn_example(planetoid_root):
 def test_custom_model_example(epochs):
     acc = _load("custom_model").main(["--epochs", str(epochs)])
     assert 0.0 <= acc <= 1.0
+
+
+def test_own_loop_example():
+    losses = _load("own_loop").main(["--epochs", "3"])
+    assert len(losses) == 3 and losses[-1] < losses[0]

@@ -175,14 +175,14 @@ def test_custom_backward_matches_autodiff(name, dtype, tol):
     model = make_model(name, hidden=8, num_layers=2, num_classes=3, dropout=0.0,
                        dtype=jnp.dtype(dtype))
     env = Envelope(40, (256, 512))
+    seeds = jnp.arange(0, 100, 3, dtype=jnp.int32)  # 34 seeds in a batch of 40
+    seeds = jnp.concatenate([seeds, jnp.zeros(6, jnp.int32)])
+    valid = jnp.arange(40) < 34
     grads = {}
     for label, kernels in (("custom", Kernels()),
                            ("autodiff", Kernels(weighted_sum=_autodiff_weighted_sum))):
         program = StepProgram(model, optax.sgd(0.1), sampler, 40, seed=2, kernels=kernels)
         state = init_state(program, data, env, np.arange(100))
-        seeds = jnp.arange(0, 100, 3, dtype=jnp.int32)  # 34 seeds in a batch of 40
-        seeds = jnp.concatenate([seeds, jnp.zeros(6, jnp.int32)])
-        valid = jnp.arange(40) < 34
 
         def loss(params, program=program):
             logits, _, _ = program.forward({"params": params}, data, seeds, valid,

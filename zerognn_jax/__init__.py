@@ -6,21 +6,41 @@ choice), sampling (sampler, seeds, envelope), nn (edge views, models), training
 """
 
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
-from zerognn_jax._src.data.graph import CSRGraph, from_edge_list, from_jraph, from_scipy, to_jraph
+from zerognn_jax._src.data.graph import (
+    CSRGraph,
+    from_edge_index,
+    from_edge_list,
+    from_jraph,
+    from_scipy,
+    to_jraph,
+)
 from zerognn_jax._src.data.loaders import load_dataset, load_npz, save_npz
 from zerognn_jax._src.nn.models import GNN, MLP, GATConv, GCNConv, SAGEConv, make_model
 from zerognn_jax._src.nn.views import EdgeView, EllView, gcn_weights, mean_weights
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import Calibration, calibrate, choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope, EnvelopePolicy, conservative, grow
-from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig, sample_minibatch
-from zerognn_jax._src.sampling.seeds import epoch_seeds, step_keys, step_seeds
+from zerognn_jax._src.sampling.loader import LoaderBatch, NeighborLoader
+from zerognn_jax._src.sampling.minibatch import (
+    SAMPLERS,
+    MiniBatch,
+    SamplerConfig,
+    prepare_graph,
+    sample_minibatch,
+)
+from zerognn_jax._src.sampling.seeds import counter_key, epoch_seeds, step_keys, step_seeds
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.engines import make_engine
 from zerognn_jax._src.training.evaluate import evaluate_splits, layerwise_logits, sampled_logits
 from zerognn_jax._src.training.host import HostEngine
 from zerognn_jax._src.training.parallel import DataParallel, initialize_distributed, make_mesh
-from zerognn_jax._src.training.program import DeviceData, StepProgram, TrainState, init_state
+from zerognn_jax._src.training.program import (
+    DeviceData,
+    StepProgram,
+    TrainState,
+    init_state,
+    views_for,
+)
 from zerognn_jax._src.training.scan import ScanEngine
 from zerognn_jax._src.training.step import EpochResult
 from zerognn_jax._src.training.trainer import TrainResult, train
@@ -35,6 +55,8 @@ __all__ = [
     "choose_envelope", "conservative", "epoch_seeds", "evaluate_splits", "from_edge_list",
     "from_jraph", "from_scipy", "grow", "init_state", "initialize_distributed",
     "layerwise_logits", "load_dataset", "load_npz", "make_dataset", "make_engine",
-    "make_mesh", "make_model", "mean_weights", "gcn_weights", "sample_minibatch",
+    "make_mesh", "make_model", "mean_weights", "gcn_weights", "prepare_graph", "SAMPLERS",
+    "sample_minibatch",
     "sampled_logits", "save_npz", "step_keys", "step_seeds", "to_jraph", "train",
+    "LoaderBatch", "NeighborLoader", "counter_key", "views_for", "from_edge_index",
 ]

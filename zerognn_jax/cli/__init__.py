@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from zerognn_jax.cli.bench import add_bench_command
 from zerognn_jax.cli.data import add_data_commands
@@ -20,13 +21,43 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Runs a command; every failure a user can cause ends in one line on stderr.
+
+    Exit codes: 0 done; 1 training diverged or a file could not be written; 2 bad
+    arguments or data; 128 + N stopped by signal N (130 SIGINT, 143 SIGTERM).
+    """
+    from zerognn_jax._src.training.interrupts import Interrupted
+    from zerognn_jax._src.training.trainer import Diverged
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    warnings.formatwarning = _format_warning
     try:
         return args.handler(args)
     except (ValueError, FileNotFoundError) as err:
-        print(f"zerognn: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("zerognn: interrupted", file=sys.stderr)
-        return 130
+        return _fail(err, f"error: {err}", 2)
+    except (Diverged, OSError) as err:
+        return _fail(err, f"error: {err}", 1)
+    except Interrupted as err:
+        return _fail(err, str(err), err.exit_code, "; run the same command again to resume")
+    except KeyboardInterrupt as err:
+        return _fail(err, "interrupted", 130)
+
+
+def _fail(err: BaseException, message: str, code: int, hint: str = "") -> int:
+    """Prints `zerognn: message`, with `err`'s notes and then `hint` if it has any, on one
+    line of stderr; returns `code`."""
+    notes = getattr(err, "__notes__", [])
+    line = "; ".join([message, *notes]) + (hint if notes else "")
+    print(f"zerognn: {line}", file=sys.stderr)
+    return code
+
+
+_default_format = warnings.formatwarning
+
+
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """The library's own warnings as `zerognn: warning: ...`, others as usual."""
+    if category.__module__.startswith("zerognn_jax"):
+        return f"zerognn: warning: {message}\n"
+    return _default_format(message, category, filename, lineno, line)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 from zerognn_jax.cli.flags import add_config_flags, config_from_args
@@ -28,9 +27,12 @@ HELP = {
     "dtype": "float32, or bfloat16 (features and activations in half the bytes; sums and "
              "gradients accumulate in float32)",
     "epochs": "training epochs",
-    "seed": "seed of sampling, dropout, initialisation and the seed order",
+    "seed": "seed of sampling, dropout, initialisation and the seed order (0 .. 2**31 - 1)",
     "kernels": "auto (fastest measured per op), xla, pallas (NVIDIA GPUs), or per op: "
                "sample=pallas,relabel=xla,gather=xla,aggregate=xla",
+    "sampler": "uniform; weighted (in proportion to the graph's edge weights); or labor "
+               "(LABOR-0: one random number per vertex and hop, shared by all rows, so rows "
+               "pick the same neighbours; a fanout is then the expected count)",
     "replace": "sample neighbours with replacement",
     "dedup": "deduplicate sampled nodes (--no-dedup: tree sampling, the ablation)",
     "chunk_steps": "steps per compiled program; 0 = the whole epoch",
@@ -67,17 +69,26 @@ def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    """Handler of `zerognn train`: prints the summary as one line of strict JSON.
+
+    SIGINT and SIGTERM stop the run between phases (`interrupts.deferred`); `main` turns
+    the resulting `Interrupted` into exit code 130 or 143.
+    """
     import jax
 
+    from zerognn_jax._src.training import interrupts
     from zerognn_jax._src.training.config import TrainConfig
     from zerognn_jax._src.training.parallel import initialize_distributed
+    from zerognn_jax._src.training.records import dumps
     from zerognn_jax._src.training.trainer import train
 
-    cfg = config_from_args(TrainConfig, args)
-    initialize_distributed(args.coordinator, args.num_processes, args.process_id)
-    result = train(cfg)
+    with interrupts.deferred():
+        # Joining a multi-process run must come first: building the config asks JAX for
+        # its backend (kernels "auto"), which initialize() must precede.
+        initialize_distributed(args.coordinator, args.num_processes, args.process_id)
+        result = train(config_from_args(TrainConfig, args))
     if jax.process_index() == 0:
-        print(json.dumps(result.summary))
+        print(dumps(result.summary))
     return 0
 
 

@@ -139,24 +139,59 @@ def from_edge_list(
     return csr_from_arrays(indptr, dst, w)
 
 
+def from_edge_index(edge_index, num_nodes: int | None = None, *,
+                    flow: str = "source_to_target", **kwargs) -> CSRGraph:
+    """A CSRGraph from a PyG-style `edge_index` int[2, E] (NumPy, JAX or torch arrays).
+
+    With PyG's default `flow="source_to_target"`, column i is an edge
+    `edge_index[0, i] -> edge_index[1, i]` and messages flow along it, so row
+    `edge_index[1, i]` (the target) aggregates from `edge_index[0, i]`; with
+    "target_to_source" the other way round. (`from_edge_list(src, dst)` takes the row
+    first: row `src[i]` aggregates from `dst[i]`.) Other keywords as `from_edge_list`.
+    """
+    if flow not in ("source_to_target", "target_to_source"):
+        raise ValueError(f"flow must be 'source_to_target' or 'target_to_source', got {flow!r}")
+    edge_index = np.asarray(edge_index)
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape [2, E], got {list(edge_index.shape)}")
+    source, target = edge_index
+    rows, nbrs = (target, source) if flow == "source_to_target" else (source, target)
+    return from_edge_list(rows, nbrs, num_nodes, **kwargs)
+
+
+def validate_csr(indptr, indices, weights=None) -> None:
+    """Raises TypeError (dtype) or ValueError naming the first problem of CSR arrays."""
+    indptr, indices = np.asarray(indptr), np.asarray(indices)
+    if indptr.ndim != 1 or indptr.shape[0] < 1:
+        raise ValueError(f"indptr must be 1-D with at least one entry, got {indptr.shape}")
+    if indices.ndim != 1:
+        raise ValueError(f"indices must be one-dimensional, got shape {indices.shape}")
+    for name, arr in (("indptr", indptr), ("indices", indices)):
+        if arr.size and not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError(f"{name} must have an integer dtype, got {arr.dtype}")
+    if indptr[0] != 0 or indptr[-1] != indices.shape[0]:
+        raise ValueError(
+            f"indptr must start at 0 and end at len(indices)={indices.shape[0]}, "
+            f"got {int(indptr[0])} and {int(indptr[-1])}"
+        )
+    if np.any(np.diff(indptr) < 0):
+        row = int(np.argmax(np.diff(indptr) < 0))
+        raise ValueError(f"indptr decreases at row {row}")
+    _check_ids("indices", indices, indptr.shape[0] - 1)
+    if weights is not None:
+        w = np.asarray(weights)
+        if w.shape != indices.shape:
+            raise ValueError(f"weights has shape {w.shape}, expected ({indices.shape[0]},)")
+        if not (np.issubdtype(w.dtype, np.number) and np.all(np.isfinite(w))):
+            raise ValueError(f"weights must be finite numbers ({w.dtype})")
+
+
 def csr_from_arrays(indptr, indices, weights=None, *, validate: bool = True) -> CSRGraph:
     """Wraps existing CSR arrays as a host-side CSRGraph, narrowing ids to int32."""
     indptr = np.asarray(indptr)
     indices = np.asarray(indices)
     if validate:
-        if indptr.ndim != 1 or indptr.shape[0] < 1:
-            raise ValueError(f"indptr must be 1-D with at least one entry, got {indptr.shape}")
-        if indptr[0] != 0 or indptr[-1] != indices.shape[0]:
-            raise ValueError(
-                f"indptr must start at 0 and end at len(indices)={indices.shape[0]}, "
-                f"got {int(indptr[0])} and {int(indptr[-1])}"
-            )
-        if np.any(np.diff(indptr) < 0):
-            row = int(np.argmax(np.diff(indptr) < 0))
-            raise ValueError(f"indptr decreases at row {row}")
-        if not np.issubdtype(indices.dtype, np.integer):
-            raise TypeError(f"indices must have an integer dtype, got {indices.dtype}")
-        _check_ids("indices", indices, indptr.shape[0] - 1)
+        validate_csr(indptr, indices, weights)
     num_edges = indices.shape[0]
     if num_edges > _INT32_MAX and not jax.config.jax_enable_x64:
         raise ValueError(

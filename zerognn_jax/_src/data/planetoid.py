@@ -107,6 +107,7 @@ def load_planetoid(
     name = name.lower()
     if name not in NAMES:
         raise ValueError(f"unknown Planetoid dataset {name!r}; expected one of {NAMES}")
+    root_flag = "" if root is None else f" --root {root}"
     root = Path(root) if root is not None else default_root()
     paths = {part: root / f"ind.{name}.{part}" for part in _PARTS}
     missing = [p for p in paths.values() if not p.is_file()]
@@ -117,7 +118,7 @@ def load_planetoid(
     elif missing:
         raise FileNotFoundError(
             f"Planetoid file {missing[0]} not found ({len(missing)} of 8 missing); "
-            f"fetch them with `zerognn data info {name} --download` (Python: "
+            f"fetch them with `zerognn data info {name}{root_flag} --download` (Python: "
             "load_dataset(..., download=True)), or point --root at a folder that holds them"
         )
     for path in paths.values():

@@ -88,7 +88,8 @@ def load_npz(path: str | os.PathLike) -> Dataset:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"dataset file {path} does not exist")
+        problem = "is not a file" if path.exists() else "does not exist"
+        raise FileNotFoundError(f"dataset file {path} {problem}")
     try:
         with np.load(path, allow_pickle=False) as npz:
             missing = [k for k in _REQUIRED if k not in npz.files]

@@ -5,9 +5,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import jax
+
 from zerognn_jax._src.nn.models import MODELS, NORMS
-from zerognn_jax._src.ops.registry import Kernels
+from zerognn_jax._src.ops.registry import OPS, Kernels
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
+from zerognn_jax._src.sampling.minibatch import SAMPLERS
 from zerognn_jax._src.training.engines import ENGINES
 
 DTYPES = ("float32", "bfloat16")
@@ -15,6 +18,7 @@ DTYPES = ("float32", "bfloat16")
 CHOICES = {
     "model": MODELS, "norm": NORMS, "dtype": DTYPES, "engine": ENGINES,
     "envelope": ("calibrate", "conservative"), "eval_mode": ("full", "sampled", "none"),
+    "sampler": SAMPLERS,
 }
 
 
@@ -26,6 +30,8 @@ class TrainConfig:
     "full" (exact layer-wise), "sampled" (the training fanouts) or "none".
     `normalize_features=None` row-normalises Planetoid features and leaves others.
     `envelope` is "calibrate" (tight, measured) or "conservative" (the safe bound).
+    `sampler` is "uniform", "weighted" (by the graph's edge weights) or "labor" (LABOR-0;
+    docs/samplers.md).
     `chunk_steps=0` compiles a whole epoch into one program.
     `dtype` is the model's computation dtype and the feature table's on the device:
     "float32", or "bfloat16" (half the bytes; sums and gradients accumulate in float32).
@@ -55,6 +61,7 @@ class TrainConfig:
     epochs: int = 10
     seed: int = 0
     kernels: str = "auto"
+    sampler: str = "uniform"
     replace: bool = False
     dedup: bool = True
     chunk_steps: int = 0
@@ -79,12 +86,16 @@ class TrainConfig:
             if value not in options:
                 raise ValueError(f"{name} must be one of {', '.join(options)}, got {value!r}")
         finite = lambda x: math.isfinite(x)
+        for hop, fanout in enumerate(self.fanouts):
+            if fanout <= 0 and fanout != -1:
+                raise ValueError(f"fanout of hop {hop} must be positive or -1 (all), got {fanout}")
         checks = [
             (self.layers >= 1, f"layers must be >= 1, got {self.layers}"),
             (len(self.fanouts) == self.layers,
              f"need one fanout per layer: {self.layers} layers but fanouts {self.fanouts}"),
             (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
             (self.epochs >= 0, f"epochs must be >= 0, got {self.epochs}"),
+            (0 <= self.seed < 2**31, f"seed must be in [0, 2**31), got {self.seed}"),
             (self.lr > 0 and finite(self.lr), f"lr must be positive and finite, got {self.lr}"),
             (self.weight_decay >= 0 and finite(self.weight_decay),
              f"weight_decay must be >= 0 and finite, got {self.weight_decay}"),
@@ -99,6 +110,8 @@ class TrainConfig:
              f"heads {self.heads}"),
             (self.scale > 0 and finite(self.scale), f"scale must be positive, got {self.scale}"),
             (self.chunk_steps >= 0, f"chunk_steps must be >= 0, got {self.chunk_steps}"),
+            (self.sampler != "labor" or not self.replace,
+             "the labor sampler draws without replacement: drop --replace"),
             (self.eval_every >= 0, f"eval_every must be >= 0, got {self.eval_every}"),
             (self.eval_batch_size >= 1,
              f"eval_batch_size must be >= 1, got {self.eval_batch_size}"),
@@ -111,7 +124,13 @@ class TrainConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
-        Kernels.parse(self.kernels)  # raises on a bad spec
+        kernels = Kernels.parse(self.kernels)  # raises on a bad spec
+        pallas = [op for op in OPS if getattr(kernels, op) == "pallas"]
+        if pallas and jax.default_backend() != "gpu":
+            raise ValueError(
+                f"kernels {self.kernels!r} runs {', '.join(pallas)} as Pallas kernels, which "
+                f"need an NVIDIA GPU; JAX's backend here is {jax.default_backend()}: use "
+                f"kernels 'xla' or 'auto'")
         self.envelope_policy  # noqa: B018 (validates margin and multiple)
 
     @property

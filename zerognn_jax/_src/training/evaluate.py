@@ -58,12 +58,14 @@ def _layer_pass(program: StepProgram, variables, h, graph, *, layer: int, plan: 
     deg = graph.degrees()
     deg_pad = jnp.concatenate([deg, jnp.zeros((padded_n - n,), deg.dtype)])
     h_pad = jnp.concatenate([h, jnp.zeros((padded_n - n, h.shape[1]), h.dtype)])
+    # An edgeless graph has no index to gather; one dummy entry, always masked, stands in.
+    indices = graph.indices if graph.num_edges else jnp.zeros((1,), jnp.int32)
 
     def chunk(r0):
         local_ptr = jax.lax.dynamic_slice(indptr, (r0,), (rows + 1,))
         eids = local_ptr[0] + jnp.arange(plan.edge_capacity, dtype=local_ptr.dtype)
         mask = eids < local_ptr[-1]
-        src = graph.indices[jnp.where(mask, eids, 0)]
+        src = indices[jnp.where(mask, eids, 0)]
         dst = jnp.clip(jnp.searchsorted(local_ptr, eids, side="right") - 1, 0, rows - 1)
         view = EdgeView(src, dst.astype(jnp.int32), mask, r0 + jnp.arange(rows) < n,
                         jax.lax.dynamic_slice(deg_pad, (r0,), (rows,)), deg, rows)
@@ -95,7 +97,7 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
     steps = num_steps(nodes.shape[0], batch_size)
     padded = np.full(steps * batch_size, -1, np.int32)
     padded[: nodes.shape[0]] = nodes
-    env = conservative(batch_size, program.sampler.fanouts, data.graph.num_nodes)
+    env = conservative(batch_size, program.sampler.slots, data.graph.num_nodes)
     out = _sampled_pass(program, variables, data, jnp.asarray(padded), jnp.uint32(seed),
                         capacities=env.capacities, batch_size=batch_size)
     return out.reshape(steps * batch_size, -1)[: nodes.shape[0]]

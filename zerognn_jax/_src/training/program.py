@@ -48,7 +48,7 @@ class TrainState(NamedTuple):
     failed_step: jax.Array
 
 
-def views_for(mb: MiniBatch, kernels: Kernels) -> tuple[EllView, ...]:
+def views_for(mb: MiniBatch, kernels: Kernels = XLA) -> tuple[EllView, ...]:
     """One EllView per layer, outermost hop first (layer i reads block L - 1 - i)."""
     num_hops = len(mb.blocks)
     views = []

@@ -81,6 +81,7 @@ class EpochResult:
     max_counts: tuple[int, ...]
     sampled_edges: int
     chunks: int
+    first_nonfinite: int | None = None  # the first step whose loss is NaN or infinite
 
     @classmethod
     def of(cls, state, envelope, metrics: dict, *, overflows: int,
@@ -93,4 +94,10 @@ class EpochResult:
             train_acc=float(metrics["correct"].sum() / seeds),
             steps=int(metrics["loss"].shape[0]), overflows=overflows,
             max_counts=tuple(int(c) for c in np.max(metrics["counts"], axis=0)),
-            sampled_edges=int(metrics["edges"].sum()), chunks=chunks)
+            sampled_edges=int(metrics["edges"].sum()), chunks=chunks,
+            first_nonfinite=_first_nonfinite(metrics["loss"]))
+
+
+def _first_nonfinite(losses: np.ndarray) -> int | None:
+    bad = np.flatnonzero(~np.isfinite(losses))
+    return int(bad[0]) if bad.size else None

@@ -1,0 +1,352 @@
+"""Nothing a user can type crashes a run (issue 17): bad options, paths and data get one
+line naming the problem and the value; an edgeless graph trains; a diverged run stops
+with the epoch and step; every metrics line is strict JSON. Interrupts, checkpoints and
+resuming are in test_recovery.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import re
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from zerognn_jax import (
+    CSRGraph,
+    Dataset,
+    SamplerConfig,
+    TrainConfig,
+    from_edge_list,
+    load_dataset,
+    load_npz,
+    make_dataset,
+    sample_minibatch,
+    train,
+)
+from zerognn_jax._src.training import trainer
+from zerognn_jax._src.training.trainer import Diverged
+from zerognn_jax.cli import main
+
+on_cpu = pytest.mark.skipif(jax.default_backend() == "gpu", reason="checks the CPU message")
+
+
+def strict_json(line: str):
+    """json.loads that refuses NaN and Infinity, as RFC 8259 parsers do."""
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+    return json.loads(line, parse_constant=refuse)
+
+
+def small_config(**changes) -> TrainConfig:
+    base = dict(hidden=8, layers=2, fanouts=(4, 4), batch_size=32, epochs=2, heads=2,
+                progress=False)
+    return TrainConfig(**{**base, **changes})
+
+
+def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), name="r"):
+    rs = np.random.default_rng(seed)
+    g = from_edge_list(rs.integers(0, n, edges), rs.integers(0, n, edges), n,
+                       make_undirected=True, remove_self_loops=True, remove_duplicates=True)
+    order = rs.permutation(n)
+    a, b, c = split
+    return make_dataset(name, g.indptr, g.indices, rs.normal(size=(n, 6)),
+                        rs.integers(0, classes, n), np.sort(order[:a]),
+                        np.sort(order[a:a + b]), np.sort(order[a + b:a + b + c]), classes)
+
+
+# ------------------------------------------------------------- options
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    (dict(model="gat", heads=0), "heads must be >= 1, got 0"),
+    (dict(model="gat", hidden=2, heads=4), "hidden 2 is not a multiple of heads 4"),
+    (dict(model="gat", hidden=32, heads=3), "hidden 32 is not a multiple of heads 3"),
+    (dict(multiple=0), "multiple must be >= 1, got 0"),
+    (dict(multiple=-128), "multiple must be >= 1, got -128"),
+    (dict(margin=0.5), "margin must be a finite number >= 1, got 0.5"),
+    (dict(norm="bogus"), "norm must be one of none, layer, batch, got 'bogus'"),
+    (dict(lr=float("inf")), "lr must be positive and finite, got inf"),
+    (dict(seed=-1), "seed must be in [0, 2**31), got -1"),
+    (dict(seed=2**31), "seed must be in [0, 2**31), got 2147483648"),
+    (dict(fanouts=(5, 0)), "fanout of hop 1 must be positive or -1 (all), got 0"),
+    (dict(kernels="sample=fast"), "kernel implementation for 'sample' must be one of "
+                                  "('xla', 'pallas') or a callable, got 'fast'"),
+    (dict(kernels="fast"), "bad kernel spec 'fast'"),
+])
+def test_config_names_the_bad_value(changes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        small_config(**changes)
+
+
+@on_cpu
+def test_pallas_kernels_on_a_cpu_say_what_to_use_instead():
+    with pytest.raises(ValueError, match=r"^kernels 'pallas' runs sample, relabel, gather, "
+                                         r"weighted_sum, max as Pallas kernels, which need an "
+                                         r"NVIDIA GPU; JAX's backend here is cpu: use kernels "
+                                         r"'xla' or 'auto'$"):
+        small_config(kernels="pallas")
+    with pytest.raises(ValueError, match=r"runs sample as Pallas kernels"):
+        small_config(kernels="sample=pallas")
+
+
+def test_cli_option_errors_are_one_line(capsys):
+    assert main(["train", "--kernels", "sample=fast", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("zerognn: error: kernel implementation for 'sample' must be one of")
+    assert err.count("\n") == 1
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--norm", "bogus"])
+    assert exit_.value.code == 2
+    assert "argument --norm: invalid choice: 'bogus'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------- output paths, first
+
+
+@pytest.fixture()
+def no_work(monkeypatch):
+    """Makes loading the data fail loudly: an output check must come before it."""
+    def prepare(*args, **kwargs):
+        raise AssertionError("the run started working before checking its output paths")
+    monkeypatch.setattr(trainer, "prepare", prepare)
+
+
+@pytest.mark.parametrize(("flag", "where", "message"), [
+    ("--metrics-out", "dir", "metrics_out {p} is a directory; give a file path"),
+    ("--metrics-out", "under_file", "the folder of metrics_out {p.parent} is not writable: "
+                                    "Not a directory"),
+    ("--metrics-out", "file_as_folder", "the folder of metrics_out {p.parent} is not a "
+                                        "directory"),
+    ("--metrics-out", "proc", "the folder of metrics_out {p.parent} is not writable"),
+    ("--checkpoint-dir", "file", "checkpoint_dir {p} is not a directory"),
+    ("--checkpoint-dir", "under_file", "checkpoint_dir {p} is not writable: Not a directory"),
+    ("--checkpoint-dir", "proc", "checkpoint_dir {p} is not writable"),
+])
+def test_unusable_output_paths_fail_before_any_work(tmp_path, capsys, no_work, flag, where,
+                                                    message):
+    (tmp_path / "file").write_text("x")
+    path = {"dir": tmp_path, "file": tmp_path / "file",
+            "under_file": tmp_path / "file" / "sub" / "m.jsonl",
+            "file_as_folder": tmp_path / "file" / "m.jsonl",
+            "proc": Path("/proc/zerognn-test/m.jsonl")}[where]
+    assert main(["train", "--no-progress", flag, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("zerognn: error: " + message.format(p=path)), err
+    assert err.count("\n") == 1
+
+
+def test_existing_metrics_file_that_cannot_be_appended_to(tmp_path, capsys, no_work):
+    if not Path("/proc/version").is_file():
+        pytest.skip("needs Linux's /proc/version")
+    link = tmp_path / "m.jsonl"  # in a writable folder, a file not even root may append to
+    link.symlink_to("/proc/version")
+    assert main(["train", "--no-progress", "--metrics-out", str(link)]) == 2
+    assert capsys.readouterr().err.startswith(f"zerognn: error: metrics_out {link} is not "
+                                              f"writable: ")
+
+
+# ---------------------------------------------- data: same rules every way
+
+
+def write_npz(path: Path, arrays: dict) -> Path:
+    np.savez(path, format_version=np.int64(1), name=np.str_(arrays["name"]),
+             num_classes=np.int64(arrays["num_classes"]),
+             **{k: np.asarray(v) for k, v in arrays.items()
+                if k not in ("name", "num_classes")})
+    return path
+
+
+def write_ogb(root: Path, arrays: dict) -> Path:
+    """An ogbn-arxiv folder (40 classes) holding `arrays`' edges, features and split."""
+    def csv(path, rows):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(path, "wt") as f:
+            f.writelines(",".join(str(v) for v in np.atleast_1d(r)) + "\n" for r in rows)
+    raw, split = root / "ogbn_arxiv" / "raw", root / "ogbn_arxiv" / "split" / "time"
+    indptr = np.asarray(arrays["indptr"])
+    src = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+    csv(raw / "edge.csv.gz", np.stack([src, arrays["indices"]], 1))
+    csv(raw / "node-feat.csv.gz", arrays["features"])
+    csv(raw / "node-label.csv.gz", arrays["labels"])
+    csv(raw / "num-node-list.csv.gz", [indptr.size - 1])
+    for part, key in (("train", "train_idx"), ("valid", "val_idx"), ("test", "test_idx")):
+        csv(split / f"{part}.csv.gz", arrays[key])
+    return root
+
+
+def good_arrays() -> dict:
+    n = 5
+    return dict(name="t", indptr=np.array([0, 1, 2, 3, 4, 4]), indices=np.array([1, 0, 3, 2]),
+                features=np.ones((n, 3), np.float32), labels=np.array([0, 1, 39, 2, 1]),
+                train_idx=np.array([0, 1]), val_idx=np.array([2]), test_idx=np.array([3, 4]),
+                num_classes=40)
+
+
+def arrive(way: str, arrays: dict, tmp_path: Path):
+    if way == "python":
+        return make_dataset(**arrays)
+    if way == "constructor":
+        kw = {k: np.asarray(v) for k, v in arrays.items()
+              if k not in ("name", "num_classes", "indptr", "indices")}
+        return Dataset(name="t", graph=CSRGraph(np.asarray(arrays["indptr"]),
+                                                np.asarray(arrays["indices"])),
+                       num_classes=arrays["num_classes"], **kw)
+    if way == "npz":
+        return load_npz(write_npz(tmp_path / "d.npz", arrays))
+    return load_dataset("ogbn-arxiv", root=write_ogb(tmp_path, arrays))
+
+
+WAYS = ("python", "constructor", "npz", "ogb")
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize(("change", "message"), [
+    (dict(train_idx=np.array([0, 9])), r"train_idx has node ids outside \[0, 5\), found range "
+                                       r"\[0, 9\]"),
+    # 2**32 + 1 narrowed to int32 would become node 1: it must be refused before the cast.
+    (dict(test_idx=np.array([3, 2**32 + 1])), r"test_idx has node ids outside \[0, 5\)"),
+    (dict(labels=np.array([0, 1, 40, 2, 1])), r"labels must lie in \[-1, 40\), found range "
+                                              r"\[0, 40\]"),
+    (dict(features=np.where(np.eye(5, 3) > 0, np.nan, 1.0)),
+     r"features contain NaN or inf \(3 entries; first at row 0, column 0"),
+    (dict(features=np.ones((5, 3)) * 1e300), r"features contain NaN or inf"),  # float32: inf
+])
+def test_bad_arrays_get_the_same_message_every_way(tmp_path, way, change, message):
+    arrays = {**good_arrays(), **change}
+    with pytest.raises(ValueError, match=message):
+        arrive(way, arrays, tmp_path)
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_good_arrays_load_every_way(tmp_path, way):
+    ds = arrive(way, good_arrays(), tmp_path)
+    assert ds.num_nodes == 5 and ds.labels.tolist() == [0, 1, 39, 2, 1]
+
+
+@pytest.mark.parametrize("way", ("python", "constructor", "npz"))
+@pytest.mark.parametrize(("change", "message"), [
+    (dict(indices=np.array([1, 0, 7, 2])), r"indices has node id 7 at position 2, out of "
+                                           r"range for num_nodes=5"),
+    (dict(indptr=np.array([0, 1, 2, 3, 4, 3])), r"indptr must start at 0 and end at "
+                                                r"len\(indices\)=4, got 0 and 3"),
+    (dict(indptr=np.array([0, 2, 1, 3, 4, 4])), r"indptr decreases at row 1"),
+    (dict(train_idx=np.array([0.0, 1.5])), r"train_idx must be a 1-D array of integers, got "
+                                           r"float64|train_idx must be a 1-D integer array"),
+])
+def test_bad_graph_or_ids_every_way(tmp_path, way, change, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        arrive(way, {**good_arrays(), **change}, tmp_path)
+
+
+def test_num_classes_must_be_whole():
+    with pytest.raises(ValueError, match=r"num_classes must be an integer, got 40.5"):
+        make_dataset(**{**good_arrays(), "num_classes": 40.5})
+
+
+# ------------------------------------------------------ an edgeless graph
+
+
+def edgeless_dataset(n=300, classes=3):
+    g = from_edge_list(np.zeros(0, np.int64), np.zeros(0, np.int64), n)
+    rs = np.random.default_rng(0)
+    # Labels follow the features, so a model that sees only a node's own row can learn.
+    feats = rs.normal(size=(n, 8))
+    labels = np.argmax(feats[:, :classes], axis=1)
+    return make_dataset("edgeless", g.indptr, g.indices, feats, labels, np.arange(200),
+                        np.arange(200, 250), np.arange(250, 300), classes)
+
+
+def test_edgeless_graph_samples_nothing():
+    g = edgeless_dataset().graph.to_device()
+    cfg = SamplerConfig((4, 3)).resolve(0)
+    seeds = jax.numpy.arange(16, dtype=jax.numpy.int32)
+    mb = sample_minibatch(g, seeds, seeds < 10, jax.numpy.uint32(7), cfg, (128, 128))
+    assert mb.counts.tolist() == [10, 10, 10]  # the seeds alone, at every level
+    assert not any(bool(b.mask.any()) for b in mb.blocks) and not bool(mb.overflow)
+
+
+@pytest.mark.parametrize("changes", [
+    dict(model="mlp"),
+    dict(model="sage", fanouts=(-1, -1)),
+    dict(model="sage-max", envelope="conservative"),
+    dict(model="gcn", engine="host-exact"),
+    dict(model="gat", dedup=False, eval_mode="sampled"),
+], ids=lambda c: "-".join(f"{v}" for v in c.values()))
+def test_edgeless_graph_trains(changes):
+    """Aggregations over no neighbours give zeros; every model still learns from the
+    nodes' own features (labels are a function of them)."""
+    result = train(small_config(epochs=6, lr=0.05, dropout=0.0, **changes), edgeless_dataset())
+    losses = [h["loss"] for h in result.history]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+    assert result.summary["test_acc"] > 0.5  # three classes: chance is about 1/3
+
+
+# -------------------------------------------- divergence and strict JSON
+
+
+def test_divergence_stops_with_epoch_and_step(tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    cfg = small_config(lr=1e30, epochs=3, metrics_out=str(metrics),
+                       checkpoint_dir=str(tmp_path / "ck"))
+    with pytest.raises(Diverged, match=r"^training diverged: the loss became NaN or infinite "
+                                       r"at epoch 0, step \d+ \(of 4\); nothing of this epoch "
+                                       r"is saved\. Lower lr \(now 1e\+30\)"):
+        train(cfg, random_dataset())
+    records = [strict_json(line) for line in metrics.read_text().splitlines()]
+    assert len(records) == 1 and records[0]["loss"] is None
+    assert records[0]["epoch"] == 0 and records[0]["diverged_at_step"] >= 0
+    assert not [p for p in (tmp_path / "ck").iterdir() if p.name.isdigit()]
+
+
+def test_cli_divergence_exit_code_and_one_line(tmp_path, capsys):
+    npz = tmp_path / "d.npz"
+    from zerognn_jax import save_npz
+    save_npz(random_dataset(), npz)
+    code = main(["train", "--dataset", str(npz), "--hidden", "8", "--layers", "2",
+                 "--fanouts", "4,4", "--batch-size", "32", "--epochs", "2", "--lr", "1e30",
+                 "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith("zerognn: error: training diverged: the loss became NaN or infinite "
+                          "at epoch 0, step ")
+
+
+def test_empty_splits_give_null_accuracies(tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    ds = random_dataset(split=(120, 0, 0))
+    result = train(small_config(metrics_out=str(metrics)), ds)
+    lines = metrics.read_text().splitlines()
+    records = [strict_json(line) for line in lines]
+    assert "NaN" not in metrics.read_text()
+    assert records[0]["val_acc"] is None and records[0]["test_acc"] is None  # eval_every=1
+    summary = records[-1]
+    assert summary["summary"] and summary["val_acc"] is None and summary["test_acc"] is None
+    assert 0.0 <= summary["train_acc"] <= 1.0
+    assert result.summary == summary
+
+
+def test_cli_summary_is_strict_json(tmp_path, capsys):
+    npz = tmp_path / "d.npz"
+    from zerognn_jax import save_npz
+    save_npz(dataclasses.replace(random_dataset(), val_idx=np.zeros(0, np.int32)), npz)
+    assert main(["train", "--dataset", str(npz), "--hidden", "8", "--layers", "2",
+                 "--fanouts", "4,4", "--batch-size", "32", "--epochs", "1",
+                 "--no-progress"]) == 0
+    summary = strict_json(capsys.readouterr().out.strip())
+    assert summary["val_acc"] is None and summary["test_acc"] is not None
+
+
+def test_planetoid_hint_names_the_root(tmp_path):
+    with pytest.raises(FileNotFoundError,
+                       match=rf"`zerognn data info cora --root {tmp_path} --download`"):
+        load_dataset("cora", tmp_path)
+
+
+def test_npz_path_that_is_a_folder(tmp_path):
+    (tmp_path / "d.npz").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"dataset file .*d\.npz is not a file"):
+        load_npz(tmp_path / "d.npz")

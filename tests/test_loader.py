@@ -1,0 +1,111 @@
+"""The public loader over the device sampler, and keys of every kind."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import random_graph
+
+import zerognn_jax as zg
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return random_graph(300, 1500, seed=3, isolated=4)
+
+
+def _seeds_of(batch):
+    mb = batch.minibatch
+    return np.asarray(mb.nodes[0])[np.asarray(mb.valid[0])]
+
+
+@pytest.mark.parametrize("make_key", [lambda: jax.random.key(0), lambda: jax.random.PRNGKey(0),
+                                      lambda: 0])
+def test_loader_covers_every_node_once_per_epoch(graph, make_key):
+    nodes = np.arange(0, 300, 2)  # 150 seeds, batches of 64: the last one is padded
+    loader = zg.NeighborLoader(graph, nodes, fanouts=(4, 3), batch_size=64, key=make_key())
+    assert len(loader) == 3
+    first = list(loader)
+    seen = np.concatenate([_seeds_of(b) for b in first])
+    assert sorted(seen.tolist()) == nodes.tolist()
+    assert [b.step for b in first] == [0, 1, 2] and {b.epoch for b in first} == {0}
+    second = list(loader)  # the next epoch: another order
+    assert second[0].epoch == 1
+    assert not np.array_equal(_seeds_of(first[0]), _seeds_of(second[0]))
+    for b in first:  # every sampled slot is a real edge of the graph
+        mb = b.minibatch
+        src = np.asarray(mb.nodes[0])
+        nbr = np.asarray(mb.nodes[1])[np.asarray(mb.blocks[0].nbr)]
+        for row, (u, ok) in enumerate(zip(src, np.asarray(mb.valid[0]))):
+            if ok:
+                mask = np.asarray(mb.blocks[0].mask)[row]
+                neighbours = graph.indices[graph.indptr[u]:graph.indptr[u + 1]]
+                assert np.isin(nbr[row][mask], neighbours).all()
+
+
+def test_typed_and_legacy_keys_give_the_same_batches(graph):
+    nodes = np.arange(100)
+    typed = zg.NeighborLoader(graph, nodes, fanouts=(3,), batch_size=32, key=jax.random.key(7))
+    legacy = zg.NeighborLoader(graph, nodes, fanouts=(3,), batch_size=32,
+                               key=jax.random.PRNGKey(7))
+    for a, b in zip(typed.epoch(2), legacy.epoch(2), strict=True):
+        for x, y in zip(jax.tree_util.tree_leaves(a.minibatch),
+                        jax.tree_util.tree_leaves(b.minibatch)):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_a_small_envelope_grows_and_samples_the_same(graph):
+    nodes = np.arange(0, 300, 3)
+    kw = dict(fanouts=(4, 3), batch_size=50, key=jax.random.key(1))
+    small = zg.NeighborLoader(graph, nodes, envelope=zg.Envelope(50, (50, 50)), **kw)
+    large = zg.NeighborLoader(graph, nodes, envelope="conservative", **kw)
+    for a, b in zip(small.epoch(0), large.epoch(0), strict=True):
+        assert not bool(a.minibatch.overflow)
+        np.testing.assert_array_equal(a.minibatch.counts, b.minibatch.counts)
+        n = int(a.minibatch.counts[-1])
+        np.testing.assert_array_equal(np.asarray(a.minibatch.nodes[-1])[:n],
+                                      np.asarray(b.minibatch.nodes[-1])[:n])
+    assert small.envelope.capacities[0] > 50
+
+
+def test_sample_minibatch_takes_jax_keys(graph):
+    g = graph.to_device()
+    seeds, valid = jnp.arange(20, dtype=jnp.int32), jnp.ones(20, bool)
+    cfg = zg.SamplerConfig((3,))
+    word = zg.counter_key(jax.random.key(4))
+    out = [zg.sample_minibatch(g, seeds, valid, k, cfg, (128,))
+           for k in (jax.random.key(4), jax.random.PRNGKey(4), word)]
+    for other in out[1:]:
+        np.testing.assert_array_equal(np.asarray(out[0].nodes[1]), np.asarray(other.nodes[1]))
+    with pytest.raises(ValueError, match="expected a jax.random key"):
+        zg.counter_key(jnp.zeros((3,), jnp.float32))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"nodes": np.array([], np.int32)}, "non-empty 1-D integer array"),
+    ({"nodes": np.array([0, 300])}, r"nodes must lie in \[0, 300\)"),
+    ({"batch_size": 0}, "batch_size must be >= 1"),
+])
+def test_loader_rejects_bad_input(graph, kwargs, match):
+    args = dict(nodes=np.arange(10), fanouts=(2,), batch_size=4, key=0) | kwargs
+    with pytest.raises(ValueError, match=match):
+        zg.NeighborLoader(graph, **args)
+
+
+def test_from_edge_index_follows_pyg_direction():
+    """A directed toy graph 0 -> 1 -> 2, 0 -> 2 in PyG's edge_index: with flow
+    source_to_target node 2 aggregates from 0 and 1, node 0 from nobody."""
+    edge_index = np.array([[0, 1, 0], [1, 2, 2]])
+    g = zg.from_edge_index(edge_index, 3)
+    rows = {v: sorted(g.indices[g.indptr[v]:g.indptr[v + 1]].tolist()) for v in range(3)}
+    assert rows == {0: [], 1: [0], 2: [0, 1]}
+    back = zg.from_edge_index(edge_index, 3, flow="target_to_source")
+    rows = {v: sorted(back.indices[back.indptr[v]:back.indptr[v + 1]].tolist())
+            for v in range(3)}
+    assert rows == {0: [1, 2], 1: [2], 2: []}
+    with pytest.raises(ValueError, match="flow must be"):
+        zg.from_edge_index(edge_index, flow="both")
+    with pytest.raises(ValueError, match=r"shape \[2, E\], got \[3, 1\]"):
+        zg.from_edge_index(np.zeros((3, 1), np.int64))

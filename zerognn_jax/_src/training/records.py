@@ -1,0 +1,123 @@
+"""What a run writes besides checkpoints: strict JSON records and the metrics log.
+
+Records are strict JSON (RFC 8259): a value that is undefined, such as the accuracy of an
+empty split or the loss of a diverged step, is written as `null`, never as `NaN`.
+
+The metrics log (`metrics_out`) holds one record per line: per-epoch records, then a
+summary (`"summary": true`) when a run finishes. The records after the last summary
+belong to the run in progress. A run resumed from a checkpoint replaces them by the
+history stored in that checkpoint, so every epoch appears once, whatever happened
+between the checkpoint and the interruption; a line cut short by a kill is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+def strict(value):
+    """`value` with NumPy scalars made Python numbers and non-finite floats made None."""
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def dumps(record: dict) -> str:
+    """One line of strict JSON."""
+    return json.dumps(strict(record), allow_nan=False)
+
+
+def check_output_paths(metrics_out: str | None, checkpoint_dir: str | None) -> None:
+    """Raises ValueError naming the path and the problem if the run could not write its
+    metrics file or its checkpoints. Creates missing folders; writes nothing else."""
+    if checkpoint_dir:
+        _check_folder("checkpoint_dir", Path(checkpoint_dir))
+    if metrics_out:
+        path = Path(metrics_out)
+        if path.is_dir():
+            raise ValueError(f"metrics_out {metrics_out} is a directory; give a file path")
+        _check_folder("the folder of metrics_out", path.parent)
+        if path.exists():
+            try:
+                open(path, "a").close()  # appending nothing changes nothing
+            except OSError as err:
+                raise ValueError(f"metrics_out {metrics_out} is not writable: "
+                                 f"{err.strerror}") from None
+
+
+def _check_folder(what: str, path: Path) -> None:
+    """Creates `path` if needed and proves it writable by creating and removing a file."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} {path} is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".zerognn-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise ValueError(f"{what} {path} is not writable: {err.strerror}") from None
+
+
+class MetricsLog:
+    """Appends strict JSON lines to a file (or nowhere when `path` is None)."""
+
+    def __init__(self, path: str | None, history: list[dict] | None = None):
+        """Opens `path` for appending after dropping a cut-off last line; with `history`
+        (a resumed run), the records after the last summary become those of `history`."""
+        self._file = None
+        if path is None:
+            return
+        lines = _complete_lines(Path(path))
+        if history is not None:
+            last_summary = max((i for i, line in enumerate(lines) if _is_summary(line)),
+                               default=-1)
+            lines = lines[: last_summary + 1] + [dumps(r) + "\n" for r in history]
+        _replace(Path(path), "".join(lines))
+        self._file = open(path, "a")  # noqa: SIM115 (closed by close())
+
+    def write(self, record: dict) -> None:
+        if self._file is not None:
+            self._file.write(dumps(record) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _complete_lines(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    text = path.read_text(errors="surrogateescape")
+    complete = text[: text.rfind("\n") + 1]  # what follows the last newline was cut off
+    return [line + "\n" for line in complete.split("\n")[:-1]]
+
+
+def _is_summary(line: str) -> bool:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and record.get("summary") is True
+
+
+def _replace(path: Path, text: str) -> None:
+    """Writes `text` to `path` through a temporary file renamed over it (atomic)."""
+    if path.exists() and path.read_text(errors="surrogateescape") == text:
+        return
+    tmp = path.with_name(f".{path.name}.part")
+    tmp.write_text(text, errors="surrogateescape")
+    os.replace(tmp, path)
