@@ -227,6 +227,49 @@ def test_table_reads_baselines_and_zerognn(tmp_path, capsys):
     assert any(line == "fanout check torch-gpu-eager: ok" for line in lines)
 
 
+def test_row_normalised_features_match_zerognn(tmp_path):
+    from zerognn_jax._src.data.planetoid import row_normalize
+    common = _peer("common")
+    path = write_npz(tmp_path / "tiny.npz")
+    raw = np.load(path)["features"]
+    raw[3] = 0.0  # an all-zero row stays zero
+    np.savez(tmp_path / "zero.npz", **dict(np.load(path), features=raw))
+    assert np.array_equal(common.load_npz(tmp_path / "zero.npz").features, raw)
+    got = common.load_npz(tmp_path / "zero.npz", normalize=True).features
+    assert got.dtype == np.float32 and not got[3].any()
+    np.testing.assert_array_equal(got, row_normalize(raw))
+
+
+def test_torch_pipeline_takes_weight_decay_and_normalisation(tgs, tmp_path):
+    data = write_npz(tmp_path / "tiny.npz")
+    out = tmp_path / "out.jsonl"
+    assert tgs.main(["--data", str(data), "--device", "cpu", "--epochs", "1", "--batch",
+                     "120", "--hidden", "8", "--layers", "2", "--fanouts", "20,20",
+                     "--weight-decay", "5e-4", "--normalize-features", "--seed", "3",
+                     "--out", str(out)]) == 0
+    summary = json.loads(out.read_text().splitlines()[-1])
+    assert summary["weight_decay"] == 5e-4 and summary["normalize_features"]
+    assert summary["seed"] == 3 and summary["steps_per_epoch"] == 1
+
+
+def test_accuracy_table_checks_the_gap(tmp_path, capsys):
+    table = _peer("table")
+    records = [{"summary": True, "median_epoch_seconds": 1.0, "test_acc": a}
+               for a in (0.80, 0.81)]
+    records += [{"summary": True, "system": "pyg-neighborloader", "test_acc": a}
+                for a in (0.79, 0.78)]
+    records += [{"summary": True, "system": "torch-gpu-eager", "test_acc": None}]
+    path = tmp_path / "cora.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    assert table.main(["--accuracy", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "| zerognn-jax | 2 | 80.0, 81.0 | 80.50 | 0.71 | — |" in out
+    assert "| pyg-neighborloader | 2 | 79.0, 78.0 | 78.50 | 0.71 | -2.00 points |" in out
+    assert "torch-gpu-eager" not in out and out.rstrip().endswith("holds")
+    assert table.main(["--accuracy", "--gap", "1.5", str(path)]) == 1
+    assert capsys.readouterr().out.rstrip().endswith("FAILS")
+
+
 def test_device_busy_time_from_a_trace(tmp_path):
     common = _peer("common")
     events = [

@@ -72,8 +72,17 @@ class GraphData(NamedTuple):
         return self.indices.shape[0]
 
 
-def load_npz(path: str | os.PathLike) -> GraphData:
-    """Reads a dataset file; ValueError names the file and what is wrong with it."""
+def row_normalize(features: np.ndarray) -> np.ndarray:
+    """float32[N, d] -> float32[N, d]: each row over its sum, all-zero rows kept (as
+    zerognn-jax's trainer treats the Planetoid datasets' bag-of-words features)."""
+    features = np.asarray(features, np.float32)
+    sums = features.sum(axis=1, keepdims=True)
+    return features / np.where(sums == 0, 1, sums)
+
+
+def load_npz(path: str | os.PathLike, normalize: bool = False) -> GraphData:
+    """Reads a dataset file, row-normalising its features if `normalize`; ValueError
+    names the file and what is wrong with it."""
     with np.load(path, allow_pickle=False) as npz:
         missing = [k for k in REQUIRED_KEYS if k not in npz.files]
         if missing:
@@ -90,9 +99,12 @@ def load_npz(path: str | os.PathLike) -> GraphData:
     if int(indptr[-1]) != arrays["indices"].shape[0]:
         raise ValueError(f"{path}: indptr ends at {int(indptr[-1])}, "
                          f"{arrays['indices'].shape[0]} indices")
+    features = arrays["features"]
+    if normalize:
+        features = row_normalize(features)
     return GraphData(
         name=str(arrays["name"]), num_classes=int(arrays["num_classes"]), indptr=indptr,
-        indices=arrays["indices"], features=np.ascontiguousarray(arrays["features"], np.float32),
+        indices=arrays["indices"], features=np.ascontiguousarray(features, np.float32),
         labels=arrays["labels"].astype(np.int64),
         train_idx=arrays["train_idx"].astype(np.int64),
         val_idx=arrays["val_idx"].astype(np.int64),
@@ -344,8 +356,12 @@ def base_parser(description: str):
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--weight-decay", type=float, default=0.0,
+                   help="L2 penalty added to the gradient (Adam's weight_decay)")
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--normalize-features", action="store_true",
+                   help="row-normalise the features, as zerognn-jax does for Planetoid")
     p.add_argument("--matmul-precision", default="high", choices=("highest", "high"),
                    help="float32 matmuls: high allows TF32, as XLA's default on GPUs does")
     p.add_argument("--warm-steps", type=int, default=10, help="steps before measuring")
@@ -376,6 +392,8 @@ def summary(system: str, args, clock: EpochClock, first: dict, losses: list[floa
         "steps_per_epoch": first.get("steps"), "loss": losses,
         "fanouts": parse_fanouts(args.fanouts, args.layers), "batch": args.batch,
         "hidden": args.hidden, "layers": args.layers, "lr": args.lr,
+        "weight_decay": args.weight_decay, "dropout": args.dropout, "seed": args.seed,
+        "normalize_features": args.normalize_features,
         "workers": args.workers, "matmul_precision": args.matmul_precision,
     }
     record.update(extra)

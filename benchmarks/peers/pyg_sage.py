@@ -91,6 +91,7 @@ class Trainer:
         self.model = GraphSAGE(data.features.shape[1], args.hidden, num_layers=args.layers,
                                out_channels=data.num_classes, dropout=args.dropout).to(device)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=args.lr,
+                                    weight_decay=args.weight_decay,
                                     fused=device.type == "cuda")
         self.losses: list[torch.Tensor] = []
 
@@ -154,7 +155,7 @@ def main(argv=None) -> int:
     fanouts = common.parse_fanouts(args.fanouts, args.layers)
     out = common.JsonLines(args.out)
     t0 = time.perf_counter()
-    data = common.load_npz(args.data)
+    data = common.load_npz(args.data, args.normalize_features)
     pyg = to_pyg(data)
     loader = train_loader(pyg, data, fanouts, args, device)
     if args.check:

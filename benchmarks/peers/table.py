@@ -1,6 +1,8 @@
 """One markdown table from the JSON lines of the peer runs.
 
     python3 benchmarks/peers/table.py OUT/peers.jsonl [more.jsonl ...]
+    python3 benchmarks/peers/table.py --accuracy [--gap 2] OUT/peers.jsonl
+
 
 Reads the summary line of each system (the last one wins): the baselines' own
 (`"system"`, `epoch_seconds`, `peak_bytes`, ...) and zerognn-jax's, as `zerognn train
@@ -10,6 +12,11 @@ summary gets a row from its epoch lines (the measures of its first epoch), marke
 "(cut off)". Epoch time is the median over the epochs after the first, taken from the
 epoch lines where a run has two or more. The speed column is each system's epoch time
 over zerognn-jax's: how many times faster zerognn-jax is.
+
+`--accuracy` (the Cora runs of `peers.sh --cora`, one summary line per system and
+seed) prints instead each system's test accuracy per run, in file order, their mean
+and standard deviation, and the mean's distance from zerognn-jax's in points; the exit
+status is 1 unless every baseline's mean lies within `--gap` points of zerognn-jax's.
 """
 
 from __future__ import annotations
@@ -137,10 +144,56 @@ def context(rows: dict) -> str:
     return ", ".join(parts)
 
 
+def accuracies(records: list[dict]) -> dict[str, list[float]]:
+    """{system: test accuracy of each of its summary lines, in file order}, zerognn-jax's
+    first; summaries without a test accuracy are left out."""
+    runs: dict[str, list[float]] = {}
+    for record in records:
+        is_summary = record.get("summary") or "median_epoch_seconds" in record
+        if is_summary and record.get("test_acc") is not None:
+            runs.setdefault(system_of(record), []).append(float(record["test_acc"]))
+    order = sorted(runs, key=lambda s: not s.startswith(ZEROGNN))
+    return {s: runs[s] for s in order}
+
+
+def accuracy_table(runs: dict[str, list[float]], gap: float) -> tuple[str, bool]:
+    """(markdown table, whether every other system's mean is within `gap` points of
+    zerognn-jax's); False when zerognn-jax has no run."""
+    base = statistics.mean(runs[ZEROGNN]) * 100 if ZEROGNN in runs else None
+    lines = ["| system | runs | test acc per run (%) | mean (%) | std | vs zerognn-jax |",
+             "|---|---|---|---|---|---|"]
+    holds = base is not None
+    for system, accs in runs.items():
+        pct = [100 * a for a in accs]
+        mean = statistics.mean(pct)
+        std = statistics.stdev(pct) if len(pct) > 1 else None
+        diff = None if base is None or system == ZEROGNN else mean - base
+        if diff is not None and abs(diff) > gap:
+            holds = False
+        cells = [system, str(len(pct)), ", ".join(f"{a:.1f}" for a in pct), f"{mean:.2f}",
+                 fmt(std, "{:.2f}"), fmt(diff, "{:+.2f} points")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines), holds
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("jsonl", nargs="+")
+    p.add_argument("--accuracy", action="store_true",
+                   help="test accuracy per run and system, against zerognn-jax's")
+    p.add_argument("--gap", type=float, default=2.0,
+                   help="with --accuracy: the largest allowed distance, in points")
     args = p.parse_args(argv)
+    if args.accuracy:
+        runs = accuracies(read_records(args.jsonl))
+        if not runs:
+            print("no results found", file=sys.stderr)
+            return 1
+        text, holds = accuracy_table(runs, args.gap)
+        print(text)
+        verdict = "holds" if holds else "FAILS" if ZEROGNN in runs else "no zerognn-jax run"
+        print(f"\nevery mean within {args.gap:g} points of zerognn-jax's: {verdict}")
+        return 0 if holds else 1
     rows, checks = collect(read_records(args.jsonl))
     if not rows and not checks:
         print("no results found", file=sys.stderr)

@@ -213,6 +213,7 @@ class Trainer:
         self.model = SAGE(data.features.shape[1], args.hidden, data.num_classes, args.layers,
                           args.dropout).to(device)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=args.lr,
+                                    weight_decay=args.weight_decay,
                                     fused=device.type == "cuda")
         self.forward, self.draw = self.model, floyd_offsets
         if args.compile:
@@ -274,7 +275,7 @@ def main(argv=None) -> int:
     torch.set_float32_matmul_precision(args.matmul_precision)
     out = common.JsonLines(args.out)
     t0 = time.perf_counter()
-    data = common.load_npz(args.data)
+    data = common.load_npz(args.data, args.normalize_features)
     trainer = Trainer(data, args, device)
     setup = time.perf_counter() - t0
     if args.check:
