@@ -29,6 +29,7 @@ from zerognn_jax._src.sampling.minibatch import (
     sample_minibatch,
 )
 from zerognn_jax._src.sampling.seeds import counter_key, epoch_seeds, step_keys, step_seeds
+from zerognn_jax._src.training.checkpoint import CheckpointMismatch
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.engines import make_engine
 from zerognn_jax._src.training.evaluate import evaluate_splits, layerwise_logits, sampled_logits
@@ -43,7 +44,7 @@ from zerognn_jax._src.training.program import (
 )
 from zerognn_jax._src.training.scan import ScanEngine
 from zerognn_jax._src.training.step import EpochResult
-from zerognn_jax._src.training.trainer import TrainResult, train
+from zerognn_jax._src.training.trainer import Diverged, TrainResult, train
 
 __version__ = "0.1.0"
 
@@ -59,4 +60,5 @@ __all__ = [
     "sample_minibatch",
     "sampled_logits", "save_npz", "step_keys", "step_seeds", "to_jraph", "train",
     "LoaderBatch", "NeighborLoader", "counter_key", "views_for", "from_edge_index",
+    "CheckpointMismatch", "Diverged",
 ]

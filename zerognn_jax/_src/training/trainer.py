@@ -234,7 +234,8 @@ def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_s
              compile_seconds, start_epoch) -> dict:
     """The run's summary record. `epochs` and `median_epoch_seconds` cover every epoch
     trained, resumed runs included; `compile_seconds` and `calibrate_seconds` this
-    process only (`start_epoch` > 0: it resumed from a checkpoint)."""
+    process only (`start_epoch` > 0: it resumed from a checkpoint); `config` is every
+    TrainConfig field of the run (lr, hidden, layers, dropout, seed, ...)."""
     times = [h["epoch_seconds"] for h in history]
     summary = {"summary": True, "dataset": dataset.name, "model": cfg.model,
                "params": count_params(state.params),
@@ -250,7 +251,8 @@ def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_s
                "overflows": int(sum(h["overflows"] for h in history)),
                "envelope": list(env.levels), "device": jax.devices()[0].device_kind,
                "peak_bytes_in_use": memory.device_peak_bytes(),
-               "jax_version": jax.__version__, **final}
+               "jax_version": jax.__version__, **final,
+               "config": dataclasses.asdict(cfg)}
     if cal is not None:
         report = memory.memory_report(env, cal.max_counts, program.sampler.slots,
                                       level_dims(cfg, dataset))
