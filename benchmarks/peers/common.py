@@ -119,6 +119,23 @@ def _jsonable(value):
     return str(value)
 
 
+class LossLog:
+    """Per-step training losses kept on the device, averaged once per epoch (one host read)."""
+
+    def __init__(self):
+        self._losses = []
+
+    def add(self, loss) -> None:
+        self._losses.append(loss.detach())
+
+    def epoch_mean(self) -> float:
+        import torch
+
+        value = float(torch.stack(self._losses).mean()) if self._losses else float("nan")
+        self._losses = []
+        return value
+
+
 class JsonLines:
     """Prints each record as one JSON line and appends it to `path` (flushed at once)."""
 

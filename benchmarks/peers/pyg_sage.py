@@ -93,7 +93,7 @@ class Trainer:
         self.opt = torch.optim.Adam(self.model.parameters(), lr=args.lr,
                                     weight_decay=args.weight_decay,
                                     fused=device.type == "cuda")
-        self.losses: list[torch.Tensor] = []
+        self.losses = common.LossLog()
 
     def step(self, batch) -> None:
         batch = batch.to(self.device, non_blocking=True)
@@ -102,13 +102,11 @@ class Trainer:
         loss = F.cross_entropy(logits, batch.y[:batch.batch_size])
         loss.backward()
         self.opt.step()
-        self.losses.append(loss.detach())
+        self.losses.add(loss)
 
     def epoch_loss(self) -> float:
         """Mean training loss over the epoch's steps (one host read per epoch)."""
-        value = float(torch.stack(self.losses).mean()) if self.losses else float("nan")
-        self.losses = []
-        return value
+        return self.losses.epoch_mean()
 
 
 def hops_from_seeds(num_sampled: int, batch_size: int, src, dst, layers: int) -> np.ndarray:

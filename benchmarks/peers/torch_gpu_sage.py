@@ -219,7 +219,7 @@ class Trainer:
         if args.compile:
             self.forward = torch.compile(self.model, dynamic=True)
             self.draw = torch.compile(floyd_offsets, dynamic=True)
-        self.losses: list[torch.Tensor] = []
+        self.losses = common.LossLog()
 
     def batches(self):
         """Seed batches int64[<= B] of one epoch, from an on-device permutation."""
@@ -235,13 +235,11 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
-        self.losses.append(loss.detach())
+        self.losses.add(loss)
 
     def epoch_loss(self) -> float:
         """Mean training loss over the epoch's steps (one host read per epoch)."""
-        value = float(torch.stack(self.losses).mean()) if self.losses else float("nan")
-        self.losses = []
-        return value
+        return self.losses.epoch_mean()
 
 
 def check(trainer: Trainer, data: common.GraphData, batches: int = 3) -> list[str]:
