@@ -36,12 +36,16 @@ def counter_key(key) -> jax.Array:
 
 
 def epoch_seeds(train_idx: jax.Array, batch_size: int, seed, epoch) -> jax.Array:
-    """int32[steps * B]: the epoch's shuffled training ids, padded at the end with -1."""
+    """int32[steps * B, ...]: the epoch's shuffled training items, padded at the end with -1.
+
+    Items are node ids (int32[n]) or rows of ids (e.g. int32[n, 2] edges), shuffled
+    along the first axis.
+    """
     steps = num_steps(train_idx.shape[0], batch_size)
     key = jax.random.fold_in(jax.random.PRNGKey(seed), epoch)
-    perm = jax.random.permutation(key, train_idx.astype(jnp.int32))
+    perm = jax.random.permutation(key, train_idx.astype(jnp.int32), axis=0)
     pad = steps * batch_size - perm.shape[0]
-    return jnp.concatenate([perm, jnp.full((pad,), -1, jnp.int32)])
+    return jnp.concatenate([perm, jnp.full((pad, *perm.shape[1:]), -1, jnp.int32)])
 
 
 def num_steps(num_train: int, batch_size: int) -> int:
@@ -49,9 +53,11 @@ def num_steps(num_train: int, batch_size: int) -> int:
 
 
 def step_seeds(perm: jax.Array, step, batch_size: int):
-    """(seeds int32[B], valid bool[B]) for step `step` of a padded permutation."""
-    seeds = jax.lax.dynamic_slice(perm, (step * batch_size,), (batch_size,))
-    return jnp.maximum(seeds, 0), seeds >= 0
+    """(items int32[B, ...], valid bool[B]) for step `step` of a padded permutation."""
+    start = (step * batch_size,) + (0,) * (perm.ndim - 1)
+    items = jax.lax.dynamic_slice(perm, start, (batch_size, *perm.shape[1:]))
+    valid = jnp.all((items >= 0).reshape(batch_size, -1), axis=1)
+    return jnp.maximum(items, 0), valid
 
 
 def step_keys(seed: int, epoch, batch_index) -> tuple[jax.Array, jax.Array]:

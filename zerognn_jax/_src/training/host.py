@@ -21,10 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
-from zerognn_jax._src.sampling.minibatch import Block, MiniBatch, sample_minibatch
+from zerognn_jax._src.sampling.minibatch import Block, MiniBatch
 from zerognn_jax._src.sampling.seeds import epoch_seeds, num_steps, step_keys, step_seeds
 from zerognn_jax._src.training.program import DeviceData, StepProgram, TrainState
 from zerognn_jax._src.training.step import EpochResult, step_metrics, train_step
+from zerognn_jax._src.training.task import TaskBatch
 
 MODES = ("exact", "bucketed")
 
@@ -103,34 +104,35 @@ class HostEngine:
             self.compile_seconds += time.perf_counter() - t0
         return cache[key]
 
-    def _sample(self, graph, perm, epoch, step, *, capacities):
+    def _sample(self, data, perm, epoch, step, *, capacities):
         program = self.program
-        seeds, valid = step_seeds(perm, step, program.batch_size)
+        items, valid = step_seeds(perm, step, program.batch_size)
         key, _ = step_keys(program.seed, epoch, step)
-        return sample_minibatch(graph, seeds, valid, key, program.sampler, capacities,
-                                program.kernels)
+        return program.sample(data, items, valid, key, capacities)
 
-    def _train(self, state, data, mb, epoch, step, *, sizes):
+    def _train(self, state, data, batch, mb, epoch, step, *, sizes):
         mb = slice_levels(mb, sizes)
         _, drop_key = step_keys(self.program.seed, epoch, step)
-        new_state, out = train_step(self.program, state, data, mb, drop_key)
+        new_state, out = train_step(self.program, state, data, batch, mb, drop_key)
         return new_state, step_metrics(self.program, out, mb)
 
     def sample(self, data: DeviceData, perm, epoch: int, step: int,
-               envelope: Envelope) -> MiniBatch:
-        """The envelope-sized minibatch of one step (asynchronous, nothing read)."""
-        args = (data.graph, perm, np.int32(epoch), np.int32(step))
+               envelope: Envelope) -> tuple[TaskBatch, MiniBatch]:
+        """The task batch and envelope-sized minibatch of one step (asynchronous,
+        nothing read)."""
+        args = (data, perm, np.int32(epoch), np.int32(step))
         fn = functools.partial(self._sample, capacities=envelope.capacities)
         return self._compiled(self._samplers, envelope.capacities, fn, args)(*args)
 
     def _fitting_sample(self, data, perm, epoch, step, envelope):
-        """Samples one step, growing the envelope until it fits; (mb, counts, envelope, grown)."""
+        """Samples one step, growing the envelope until it fits; (batch, mb, counts,
+        envelope, grown)."""
         grown = 0
         while True:
-            mb = self.sample(data, perm, epoch, step, envelope)
+            batch, mb = self.sample(data, perm, epoch, step, envelope)
             counts = np.asarray(mb.counts)  # the host read that defines this engine
             if np.all(counts <= np.asarray(envelope.levels)):
-                return mb, counts, envelope, grown
+                return batch, mb, counts, envelope, grown
             envelope = grow(envelope, counts, self.policy)
             grown += 1
 
@@ -143,11 +145,14 @@ class HostEngine:
         """
         outs, overflows = [], 0
         for step in range(steps):
-            mb, counts, envelope, grown = self._fitting_sample(data, perm, epoch, step,
-                                                               envelope)
+            batch, mb, counts, envelope, grown = self._fitting_sample(data, perm, epoch,
+                                                                      step, envelope)
             overflows += grown
-            sizes = level_sizes(counts, envelope.levels, self.mode)
-            args = (state, data, mb, np.int32(epoch), np.int32(step))
+            # level 0 keeps its capacity (the task's targets have a row per seed slot);
+            # the levels after it nest around it
+            seen = np.maximum.accumulate([envelope.levels[0], *counts[1:]])
+            sizes = level_sizes(seen, envelope.levels, self.mode)
+            args = (state, data, batch, mb, np.int32(epoch), np.int32(step))
             fn = functools.partial(self._train, sizes=sizes)
             step_fn = self._compiled(self._steps, (envelope.capacities, sizes), fn, args,
                                      donate_argnums=0)

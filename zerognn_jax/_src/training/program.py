@@ -22,10 +22,13 @@ from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig, sample_minibatch
 from zerognn_jax._src.sampling.seeds import epoch_seeds, step_keys, step_seeds
 from zerognn_jax._src.training.parallel import DataParallel
+from zerognn_jax._src.training.task import NodeTask, TaskBatch
 
 
 class DeviceData(NamedTuple):
-    """Everything a step reads, on the device: graph, float[N, d] features, int32[N] labels."""
+    """Everything a step reads, on the device: graph, float[N, d] features, and the
+    node targets (`labels`: int32[N] class ids, or float[N, ...] multi-label or
+    regression targets; a pytree of such arrays is fine)."""
 
     graph: CSRGraph
     features: jax.Array
@@ -65,12 +68,14 @@ class StepProgram:
     """The pieces a step needs that are not arrays; hashable by identity (a static argument).
 
     Attributes:
-      model: a Flax module with the interface of `nn/models.py`.
+      model: a Flax module with the interface of `nn/models.py`: `model(x, views, *,
+        train, **task_inputs)` gives one output row per level-0 node.
       tx: the optax optimizer.
       sampler: what to sample (resolved: no -1 fanouts).
       batch_size: seeds per step and device. seed: the run's seed.
       kernels: the implementation of every op.
       parallel: data parallelism over a mesh (`with_mesh`), or None for one device.
+      task: what is learned: seeds, targets, loss and score of a step (task.py).
     """
 
     model: nn.Module
@@ -80,6 +85,7 @@ class StepProgram:
     seed: int
     kernels: Kernels = XLA
     parallel: DataParallel | None = None
+    task: Any = dataclasses.field(default_factory=NodeTask)
 
     @property
     def num_shards(self) -> int:
@@ -99,16 +105,27 @@ class StepProgram:
 
     def forward(self, variables, data: DeviceData, seeds, valid, key, capacities, *,
                 train: bool, dropout_key=None):
-        """Samples around `seeds` and runs the model; returns (logits, new_vars, minibatch)."""
+        """Samples around the nodes `seeds` and runs the model (no task inputs); returns
+        (outputs, new_vars, minibatch)."""
         mb = sample_minibatch(data.graph, seeds, valid, key, self.sampler, capacities,
                               self.kernels)
         logits, new_vars = self.apply_model(variables, data, mb, train=train,
                                             dropout_key=dropout_key)
         return logits, new_vars, mb
 
+    def sample(self, data: DeviceData, items, valid, key,
+               capacities) -> tuple[TaskBatch, MiniBatch]:
+        """The task's batch for a slice of training items, and its sampled minibatch."""
+        batch = self.task.batch(data, items, valid, key)
+        mb = sample_minibatch(data.graph, batch.seeds, batch.seed_valid, key, self.sampler,
+                              capacities, self.kernels)
+        return batch, self.task.restrict(mb, batch)
+
     def apply_model(self, variables, data: DeviceData, mb: MiniBatch, *, train: bool,
-                    dropout_key=None):
-        """Gathers the outermost level's features and runs the model; (logits, new_vars).
+                    dropout_key=None, inputs=None):
+        """Gathers the outermost level's features and runs the model; (outputs, new_vars).
+
+        `inputs` are the task's extra model inputs (`TaskBatch.model_inputs`).
 
         Shapes follow `mb`: the scan engine passes envelope-sized levels, the host
         engine levels cut to their real or bucketed sizes.
@@ -121,7 +138,7 @@ class StepProgram:
         mutable = ["batch_stats"] if train and variables.get("batch_stats") else False
         rngs = {"dropout": dropout_key} if train else {}
         out = self.model.apply(variables, x, views_for(mb, self.kernels), train=train,
-                               rngs=rngs, mutable=mutable)
+                               rngs=rngs, mutable=mutable, **(inputs or {}))
         return out if mutable else (out, {})
 
 
@@ -135,14 +152,14 @@ def init_state(program: StepProgram, data: DeviceData, envelope: Envelope,
                        program.seed, 0)
 
     def init(data, perm):
-        seeds, valid = step_seeds(perm, 0, program.batch_size)
+        items, valid = step_seeds(perm, 0, program.batch_size)
         key, _ = step_keys(program.seed, 0, 0)
-        mb = sample_minibatch(data.graph, seeds, valid, key, program.sampler,
-                              envelope.capacities, program.kernels)
+        batch, mb = program.sample(data, items, valid, key, envelope.capacities)
         x = gather_rows(program.kernels, data.features, mb.nodes[-1], mb.valid[-1])
         init_key = jax.random.PRNGKey(program.seed)
         return program.model.init({"params": init_key, "dropout": init_key}, x,
-                                  views_for(mb, program.kernels), train=False)
+                                  views_for(mb, program.kernels), train=False,
+                                  **batch.model_inputs)
 
     variables = jax.jit(init)(data, perm)
     params = variables["params"]

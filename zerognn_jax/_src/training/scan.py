@@ -18,7 +18,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
-from zerognn_jax._src.sampling.minibatch import sample_minibatch
 from zerognn_jax._src.sampling.seeds import epoch_seeds, num_steps, step_keys, step_seeds
 from zerognn_jax._src.training.program import DeviceData, StepProgram, TrainState
 from zerognn_jax._src.training.step import EpochResult, step_metrics, train_step
@@ -32,12 +31,11 @@ def scan_step(program: StepProgram, state: TrainState, step, data: DeviceData, p
     """
     dp = program.parallel
     batch_index = step if dp is None else dp.batch_index(step)
-    seeds, valid = step_seeds(perm, batch_index, program.batch_size)
+    items, valid = step_seeds(perm, batch_index, program.batch_size)
     active = step < total_steps
     key, drop_key = step_keys(program.seed, epoch, batch_index)
-    mb = sample_minibatch(data.graph, seeds, valid & active, key, program.sampler,
-                          capacities, program.kernels)
-    candidate, out = train_step(program, state, data, mb, drop_key)
+    batch, mb = program.sample(data, items, valid & active, key, capacities)
+    candidate, out = train_step(program, state, data, batch, mb, drop_key)
     overflow = mb.overflow if dp is None else dp.sum(mb.overflow.astype(jnp.int32)) > 0
     bad = active & overflow
     ok = active & ~overflow & ~state.overflowed

@@ -17,32 +17,29 @@ import optax
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.sampling.minibatch import MiniBatch
 from zerognn_jax._src.training.program import DeviceData, StepProgram, TrainState
+from zerognn_jax._src.training.task import TaskBatch, masked_mean
 
 
-def masked_cross_entropy(logits, labels, weight) -> jax.Array:
-    """Mean softmax cross-entropy over the rows whose float `weight` is 1."""
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-    return jnp.sum(ce * weight) / jnp.maximum(jnp.sum(weight), 1.0)
+def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch: TaskBatch,
+               mb: MiniBatch, drop_key) -> tuple[TrainState, dict]:
+    """One optimizer step on the task batch `batch` and its sampled minibatch `mb`.
 
-
-def train_step(program: StepProgram, state: TrainState, data: DeviceData, mb: MiniBatch,
-               drop_key) -> tuple[TrainState, dict]:
-    """One optimizer step on the sampled minibatch `mb`; (candidate state, step outputs).
-
-    With data parallelism the gradients and batch statistics are averaged over the
-    devices. Returns the updated state (the caller decides whether to keep it) and
-    {"loss", "logits", "labels", "weight"} of this device's seeds.
+    The loss is the task's per-row loss averaged over the rows of weight 1. With data
+    parallelism the gradients and batch statistics are averaged over the devices.
+    Returns the updated state (the caller decides whether to keep it) and {"loss",
+    "outputs", "targets", "weight"} of this device's rows.
     """
-    labels = data.labels[mb.nodes[0]]
-    weight = mb.valid[0].astype(jnp.float32)
+    task = program.task
 
     def loss_fn(params):
         variables = {"params": params, "batch_stats": state.batch_stats}
-        logits, new_vars = program.apply_model(variables, data, mb, train=True,
-                                               dropout_key=drop_key)
-        return masked_cross_entropy(logits, labels, weight), (logits, new_vars)
+        outputs, new_vars = program.apply_model(variables, data, mb, train=True,
+                                                dropout_key=drop_key,
+                                                inputs=batch.model_inputs)
+        loss = masked_mean(task.loss(outputs, batch.targets), batch.weight)
+        return loss, (outputs, new_vars)
 
-    (loss, (logits, new_vars)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+    (loss, (outputs, new_vars)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state.params)
     dp = program.parallel
     batch_stats = new_vars.get("batch_stats", state.batch_stats)
@@ -51,15 +48,19 @@ def train_step(program: StepProgram, state: TrainState, data: DeviceData, mb: Mi
     updates, opt_state = program.tx.update(grads, state.opt_state, state.params)
     new_state = state._replace(params=optax.apply_updates(state.params, updates),
                                batch_stats=batch_stats, opt_state=opt_state)
-    return new_state, {"loss": loss, "logits": logits, "labels": labels, "weight": weight}
+    return new_state, {"loss": loss, "outputs": outputs, "targets": batch.targets,
+                       "weight": batch.weight}
 
 
 def step_metrics(program: StepProgram, out: dict, mb: MiniBatch) -> dict:
-    """Per-step scalars, summed over data-parallel devices: mean loss, correct seeds,
-    seeds, per-level counts (max over devices) and sampled edges."""
+    """Per-step scalars, summed over data-parallel devices: mean loss, summed score
+    ("correct", if the task scores), target rows ("seeds"), per-level counts (max over
+    devices) and sampled edges."""
     weight = out["weight"]
     seen = jnp.sum(weight)
-    correct = jnp.sum((jnp.argmax(out["logits"], -1) == out["labels"]) * weight)
+    score = program.task.score
+    correct = (jnp.sum(score(out["outputs"], out["targets"]) * weight)
+               if score is not None else jnp.float32(jnp.nan))
     sums, counts = (out["loss"] * seen, correct, seen, mb.num_edges()), mb.counts
     if program.parallel is not None:
         sums, counts = program.parallel.sum(sums), program.parallel.max(counts)
@@ -75,7 +76,7 @@ class EpochResult:
     state: TrainState
     envelope: Envelope
     loss: float
-    train_acc: float
+    train_acc: float | None  # None when the task has no score (regression)
     steps: int
     overflows: int
     max_counts: tuple[int, ...]
@@ -91,11 +92,16 @@ class EpochResult:
         return cls(
             state=state, envelope=envelope,
             loss=float((metrics["loss"] * metrics["seeds"]).sum() / seeds),
-            train_acc=float(metrics["correct"].sum() / seeds),
+            train_acc=_mean_score(metrics["correct"], seeds),
             steps=int(metrics["loss"].shape[0]), overflows=overflows,
             max_counts=tuple(int(c) for c in np.max(metrics["counts"], axis=0)),
             sampled_edges=int(metrics["edges"].sum()), chunks=chunks,
             first_nonfinite=_first_nonfinite(metrics["loss"]))
+
+
+def _mean_score(correct: np.ndarray, seeds: float) -> float | None:
+    total = float(correct.sum())
+    return None if np.isnan(total) else total / seeds
 
 
 def _first_nonfinite(losses: np.ndarray) -> int | None:
