@@ -114,3 +114,15 @@ class NodeTask:
         """The sampled minibatch the model may read (node tasks hide nothing)."""
         del batch
         return mb
+
+    def train_items(self, dataset):
+        """The rows the engines shuffle into steps: the training node ids."""
+        return dataset.train_idx
+
+    def evaluate(self, program, variables, data, dataset, *, mode: str, batch_size: int,
+                 seed: int) -> dict:
+        """Train/val/test metrics of the split (`evaluate.evaluate_splits`)."""
+        from zerognn_jax._src.training.evaluate import evaluate_splits  # imports program.py
+
+        return evaluate_splits(program, variables, data, dataset, mode=mode,
+                               batch_size=batch_size, seed=seed)

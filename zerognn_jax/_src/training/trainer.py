@@ -23,7 +23,6 @@ from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
 from zerognn_jax._src.training import interrupts, memory
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.engines import make_engine
-from zerognn_jax._src.training.evaluate import evaluate_splits
 from zerognn_jax._src.training.parallel import make_mesh
 from zerognn_jax._src.training.program import DeviceData, StepProgram, init_state
 from zerognn_jax._src.training.records import MetricsLog, check_output_paths, strict
@@ -85,9 +84,9 @@ def level_dims(cfg: TrainConfig, dataset: Dataset) -> tuple[int, ...]:
 
 
 def evaluate(cfg: TrainConfig, program, variables, data, dataset) -> dict:
-    """Train/val/test accuracy under `cfg.eval_mode`."""
-    return evaluate_splits(program, variables, data, dataset, mode=cfg.eval_mode,
-                           batch_size=cfg.eval_batch_size, seed=cfg.seed)
+    """The task's train/val/test metrics under `cfg.eval_mode`."""
+    return program.task.evaluate(program, variables, data, dataset, mode=cfg.eval_mode,
+                                 batch_size=cfg.eval_batch_size, seed=cfg.seed)
 
 
 def _variables(state) -> dict:
@@ -148,14 +147,14 @@ def _train(cfg, dataset, data, program, ckpt, lead) -> TrainResult:
         ident = identity(cfg, dataset.stats(), program.global_batch)
         resumable = ckpt.find_resumable(ident)  # a checkpoint of another run fails here
     t0 = time.perf_counter()
-    env, cal = choose_envelope(data.graph, dataset.train_idx, cfg.batch_size, program.sampler,
-                               method=cfg.envelope, seed=cfg.seed,
+    env, cal = choose_envelope(data.graph, program.task.train_items(dataset), cfg.batch_size,
+                               program.sampler, method=cfg.envelope, seed=cfg.seed,
                                policy=cfg.envelope_policy, kernels=program.kernels)
     calibrate_seconds = time.perf_counter() - t0
     interrupts.check("calibration")
     memory.check_fits(env, program.sampler.slots, level_dims(cfg, dataset),
                       memory.device_memory_limit())
-    state = init_state(program, data, env, dataset.train_idx)
+    state = init_state(program, data, env, program.task.train_items(dataset))
     interrupts.check("initialisation", wait_for=state)
     history, start_epoch = [], 0
     resumed = ckpt.restore_first(resumable, ident, _saved(state)) if resumable else None
@@ -200,8 +199,9 @@ def _train(cfg, dataset, data, program, ckpt, lead) -> TrainResult:
 def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar):
     program, compile_before = runner.program, runner.compile_seconds
     t0 = time.perf_counter()
-    res = runner.run_epoch(state, data, dataset.train_idx, epoch, env, on_progress=lambda
-                           done, total: interrupts.check(f"step {done} of epoch {epoch}"))
+    items = program.task.train_items(dataset)
+    res = runner.run_epoch(state, data, items, epoch, env, on_progress=lambda done, total:
+                           interrupts.check(f"step {done} of epoch {epoch}"))
     wall = time.perf_counter() - t0
     compile_s = runner.compile_seconds - compile_before
     record = {"epoch": epoch, "loss": res.loss, "train_batch_acc": res.train_acc,
