@@ -5,8 +5,11 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -193,3 +196,28 @@ def test_git_commit_marks_a_dirty_tree(tmp_path, monkeypatch):
     assert read() == head + "+dirty"
     monkeypatch.setattr(bench_workload, "REPO", tmp_path / "absent")
     assert read() is None
+
+
+def test_a_signal_stops_the_bench_between_measurements(tmp_path):
+    """SIGINT after the first record: the run ends after the measurement in progress with
+    exit code 130, one line on stderr, and every record written so far intact."""
+    out = tmp_path / "bench.jsonl"
+    cmd = [sys.executable, "-m", "zerognn_jax.cli", "bench", "--dataset", "tiny",
+           "--layers", "1", "--fanouts", "4", "--hidden", "16", "--batch-size", "128",
+           "--epochs", "1", "--host-steps", "2",
+           "--configs", "scan-xla,scan-tree,scan-bf16,host-exact,host-bucketed",
+           "--out", str(out), "--no-progress"]
+    env = dict(os.environ, XLA_FLAGS=FAST_XLA, JAX_PLATFORMS="cpu")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 300
+    while not (out.exists() and out.read_text().strip()):
+        assert proc.poll() is None and time.monotonic() < deadline, "no record was written"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-2000:]
+    assert re.fullmatch(r"zerognn: interrupted by SIGINT after config [a-z-]+",
+                        err.strip().splitlines()[-1])
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert 1 <= len(records) < 5 and all(r["status"] == "ok" for r in records)

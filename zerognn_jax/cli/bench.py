@@ -54,9 +54,12 @@ def options_from_args(args: argparse.Namespace):
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    """Handler of `zerognn bench`; a signal stops it between measurements (exit 128 + N)."""
     from zerognn_jax._src.bench.run import run
+    from zerognn_jax._src.training import interrupts
 
-    records = run(options_from_args(args))
+    with interrupts.deferred():
+        records = run(options_from_args(args))
     return 0 if all(r["status"] in ("ok", "skipped") for r in records) else 1
 
 

@@ -16,7 +16,9 @@ once at start). Each is measured the same way:
    of the epoch and their times are scaled to the whole epoch (`extrapolated`);
 3. one more replay under `jax.profiler`: the GPU execution fraction (profiling.py).
 
-Every record is one JSON line on stdout and in `--out`; a table ends the output.
+Every record is one JSON line on stdout and in `--out`; a table ends the output. Under
+`zerognn bench` a SIGINT or SIGTERM stops the run after the measurement in progress,
+keeping the records written so far (exit code 130 or 143).
 `--isolate` runs each configuration in its own process, so that its peak device
 memory is its own (`peak_scope` "config"; otherwise "process", the peak so far).
 `--check-steps`, `--phases` and `--batch-sizes` add the scan-vs-host subgraph check,
@@ -38,6 +40,7 @@ import threading
 import time
 
 from zerognn_jax._src.bench.workload import REPO, VARIANTS, blank_record
+from zerognn_jax._src.training import interrupts
 from zerognn_jax._src.training.config import TrainConfig
 
 
@@ -184,7 +187,13 @@ def _run_here(state: _Run, configs: list[str]) -> None:
 
 
 def _guarded(state: _Run, kind: str, name: str, measure) -> None:
-    """Emits `measure()`'s record, or a skipped/error record if it raises."""
+    """Emits `measure()`'s record, or a skipped/error record if it raises; then stops the
+    run if a signal arrived meanwhile (`interrupts`: records so far are kept)."""
+    _measure(state, kind, name, measure)
+    interrupts.check(f"{kind} {name}")
+
+
+def _measure(state: _Run, kind: str, name: str, measure) -> None:
     try:
         record = measure()
     except ImportError as err:
@@ -204,6 +213,7 @@ def _measure_in_child(state: _Run, name: str) -> None:
     child = state.options.child(name, state.options.envelope_cache)
     for record in run_child(child, VARIANTS[name].xla_flags, timeout=state.left()):
         state.emit(record)
+    interrupts.check(f"config {name}")
 
 
 def _pump(stream, tail: collections.deque) -> None:
