@@ -5,6 +5,10 @@ of two). It reads the two CSR bounds of each row, draws the slots with the same 
 counter hash as the reference (`counter_hash`, called inside the kernel), runs
 Floyd's algorithm vectorised over the block's rows, gathers the chosen neighbour ids and
 stores them with the validity mask. Output is bit-identical to the reference.
+
+Offsets are int32 or uint32 (graphs of 2**31 to 2**32 - 1 edges); edge ids stay in the
+offsets' dtype. The Triton lowering zero-extends an index and switches to 64-bit
+pointer offsets for arrays above 4 GiB, so uint32 edge ids address all of `indices`.
 """
 
 from __future__ import annotations
@@ -57,10 +61,11 @@ def _sample_kernel(
     ok = plt.load(valid_ref.at[r], mask=live, other=False) & live
     node = plt.load(frontier_ref.at[r], mask=live, other=0)
     start = plt.load(indptr_ref.at[node], mask=ok, other=0)
-    deg = jnp.where(ok, plt.load(indptr_ref.at[node + 1], mask=ok, other=0) - start, 0)
+    end = plt.load(indptr_ref.at[node + 1], mask=ok, other=0)
+    deg = jnp.where(ok, (end - start).astype(jnp.int32), 0)
     slots = jnp.arange(lanes, dtype=jnp.int32)[None, :]
     offsets, mask = _slot_offsets(key_ref[0], node, deg, slots, fanout, replace, all_neighbors)
-    edge = jnp.where(mask, start[:, None] + offsets, 0)
+    edge = jnp.where(mask, start[:, None] + offsets.astype(start.dtype), 0)
     nbr = plt.load(indices_ref.at[edge], mask=mask, other=0)
     out = live[:, None] & (slots < fanout)
     plt.store(nbr_ref.at[r[:, None], slots], nbr, mask=out)
@@ -72,10 +77,10 @@ def _check(indptr, indices, frontier, valid, key, fanout):
         raise ValueError(f"fanout must be at least 1, got {fanout}")
     if indptr.ndim != 1 or indices.ndim != 1:
         raise ValueError(f"indptr and indices must be 1-D, got {indptr.shape} and {indices.shape}")
-    if indptr.dtype != jnp.int32 or indices.dtype != jnp.int32:
+    if indptr.dtype not in (jnp.int32, jnp.uint32) or indices.dtype != jnp.int32:
         raise ValueError(
-            f"the Pallas sampler needs int32 indptr and indices (fewer than 2**31 edges), "
-            f"got {indptr.dtype} and {indices.dtype}"
+            f"the Pallas sampler needs int32 or uint32 indptr (fewer than 2**32 edges) and "
+            f"int32 indices, got {indptr.dtype} and {indices.dtype}"
         )
     if frontier.ndim != 1 or valid.shape != frontier.shape:
         raise ValueError(

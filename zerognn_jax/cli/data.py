@@ -1,7 +1,12 @@
 """The `zerognn data ...` commands: inspect a dataset, generate a synthetic one.
 
   zerognn data info NAME [--root DIR] [--scale S] [--seed N] [--download]
-  zerognn data generate {products-like,rmat} --out FILE [--scale S] [--seed N]
+  zerognn data generate {products-like,papers100m-like,rmat} --out PATH [--scale S]
+                        [--seed N] [--feature-dtype {float32,bfloat16}]
+
+`--out` is a file ending in .npz, or for papers100m-like also a dataset directory of
+memory-mappable .npy files, streamed there from the device with its features in
+--feature-dtype (the statistics printed are then read from the directory).
 
 Both print the dataset's statistics as one JSON object on stdout. Errors print
 `zerognn: error: ...` on stderr and give exit code 2.
@@ -13,9 +18,15 @@ import argparse
 import json
 import sys
 
-from zerognn_jax._src.data.loaders import DATASET_NAMES, load_dataset, save_npz
+from zerognn_jax._src.data.loaders import (
+    DATASET_NAMES,
+    load_dataset,
+    save_npz,
+    write_papers100m_like,
+)
+from zerognn_jax._src.data.storage import load_arrays
 
-GENERATE_PRESETS = ("products-like", "rmat")
+GENERATE_PRESETS = ("products-like", "papers100m-like", "rmat")
 
 
 def add_data_commands(subparsers) -> argparse.ArgumentParser:
@@ -32,9 +43,13 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
     info.add_argument("--download", action="store_true", help="fetch missing Planetoid files")
     _add_size_options(info)
     info.set_defaults(handler=run_info)
-    generate = commands.add_parser("generate", help="write a synthetic dataset to .npz")
+    generate = commands.add_parser("generate", help="write a synthetic dataset (.npz or a "
+                                                    "directory of .npy files)")
     generate.add_argument("preset", choices=GENERATE_PRESETS)
-    generate.add_argument("--out", required=True, help="output file, ending in .npz")
+    generate.add_argument("--out", required=True,
+                          help="output file ending in .npz (papers100m-like: or a directory)")
+    generate.add_argument("--feature-dtype", default="float32", choices=("float32", "bfloat16"),
+                          help="papers100m-like into a directory: the stored features' dtype")
     _add_size_options(generate)
     generate.set_defaults(handler=run_generate)
     return data
@@ -54,6 +69,10 @@ def run_info(args: argparse.Namespace) -> int:
 
 def run_generate(args: argparse.Namespace) -> int:
     """Handler of `data generate`: builds the preset, writes it to --out, prints stats."""
+    if args.preset == "papers100m-like" and not args.out.endswith(".npz"):
+        return _guarded_stats(lambda: _dir_stats(write_papers100m_like(
+            args.out, args.scale, args.seed, feature_dtype=args.feature_dtype)))
+
     def build():
         if not args.out.endswith(".npz"):
             raise ValueError(f"--out must end in .npz, got {args.out!r}")
@@ -64,12 +83,27 @@ def run_generate(args: argparse.Namespace) -> int:
     return _guarded(build)
 
 
+def _dir_stats(path) -> dict:
+    """The statistics of a dataset directory, read from its memory-mapped arrays."""
+    meta, a = load_arrays(path)
+    return {"name": meta["name"], "nodes": int(a["indptr"].shape[0] - 1),
+            "directed_edges": int(a["indices"].shape[0]),
+            "features": int(a["features"].shape[1]), "classes": meta["num_classes"],
+            **{s: int(a[f"{s}_idx"].shape[0]) for s in ("train", "val", "test")},
+            "feature_dtype": a["features"].dtype.name, "path": str(path)}
+
+
 def _guarded(build) -> int:
     """Runs `build`, prints the dataset's stats as JSON; maps data errors to exit code 2."""
+    return _guarded_stats(lambda: build().stats())
+
+
+def _guarded_stats(stats) -> int:
+    """Prints `stats()` as JSON; maps data errors to exit code 2."""
     try:
-        dataset = build()
+        record = stats()
     except (ValueError, OSError) as err:
         print(f"zerognn: error: {err}", file=sys.stderr)
         return 2
-    print(json.dumps(dataset.stats()))
+    print(json.dumps(record))
     return 0

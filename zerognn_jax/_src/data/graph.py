@@ -1,10 +1,20 @@
 """Compressed sparse row graphs: built on the host with NumPy, moved to the device once.
 
 Ids. Node ids are int32 everywhere: 2**31 nodes is far beyond the largest graph that fits
-one GPU (ogbn-papers100M has 111M nodes). `indptr` is int32 while the graph has fewer
-than 2**31 directed edges; past that it must be int64, which JAX only keeps on the
-device with `jax_enable_x64` on, and building such a graph without it is an error that
-says so. Host-side construction works in NumPy int64 and narrows at the end.
+one GPU (ogbn-papers100M has 111M nodes).
+
+Offsets. `indptr` is int32 while the graph has fewer than 2**31 directed edges and
+uint32 up to 2**32 - 1 (ogbn-papers100M stores 3.23B), in JAX's default 32-bit mode;
+only beyond that is it int64, which needs `jax_enable_x64`. uint32 costs what int32
+costs (one 4-byte read per offset, no second array as a (high, low) split or per-block
+bases would need) and keeps every existing int32 graph and file as it is. Its two
+hazards are handled where offsets are read: a degree is a difference of non-decreasing
+offsets (never negative, so exact in uint32), and an edge id is built by `edge_ids`,
+which adds an int32 offset within the row in the offsets' own dtype (uint32 + int32
+would promote to int64 and, without x64, come back as a wrapped int32). Gathers take
+uint32 ids as they are (no negative-index wrap); the Pallas Triton lowering
+zero-extends them and indexes arrays above 4 GiB with 64-bit offsets.
+Host-side construction works in NumPy int64 and narrows at the end.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 _INT32_MAX = np.iinfo(np.int32).max
+_UINT32_MAX = np.iinfo(np.uint32).max
 
 
 class CSRGraph(NamedTuple):
@@ -25,7 +36,8 @@ class CSRGraph(NamedTuple):
     `to_device()`; every function that reads a graph accepts either.
 
     Attributes:
-      indptr: int32[N + 1] (int64 with x64 for >= 2**31 edges), row offsets, indptr[0] = 0.
+      indptr: int32[N + 1] (uint32 from 2**31 edges, see `offset_dtype`), row
+        offsets, indptr[0] = 0.
       indices: int32[E], neighbour ids of each row, rows concatenated.
       weights: float32[E] or None, optional per-edge weights.
     """
@@ -174,9 +186,9 @@ def validate_csr(indptr, indices, weights=None) -> None:
             f"indptr must start at 0 and end at len(indices)={indices.shape[0]}, "
             f"got {int(indptr[0])} and {int(indptr[-1])}"
         )
-    if np.any(np.diff(indptr) < 0):
-        row = int(np.argmax(np.diff(indptr) < 0))
-        raise ValueError(f"indptr decreases at row {row}")
+    decreasing = indptr[1:] < indptr[:-1]  # not np.diff: it wraps for unsigned offsets
+    if np.any(decreasing):
+        raise ValueError(f"indptr decreases at row {int(np.argmax(decreasing))}")
     _check_ids("indices", indices, indptr.shape[0] - 1)
     if weights is not None:
         w = np.asarray(weights)
@@ -186,19 +198,39 @@ def validate_csr(indptr, indices, weights=None) -> None:
             raise ValueError(f"weights must be finite numbers ({w.dtype})")
 
 
+def offset_dtype(num_edges: int) -> np.dtype:
+    """The dtype of the row offsets of a graph with `num_edges` directed edges.
+
+    int32 below 2**31, uint32 up to 2**32 - 1, int64 beyond (only with `jax_enable_x64`,
+    else ValueError).
+    """
+    if num_edges <= _INT32_MAX:
+        return np.dtype(np.int32)
+    if num_edges <= _UINT32_MAX:
+        return np.dtype(np.uint32)
+    if not jax.config.jax_enable_x64:
+        raise ValueError(
+            f"the graph has {num_edges:,} directed edges, more than uint32 offsets hold "
+            f"({_UINT32_MAX:,}); enable 64-bit offsets with "
+            "jax.config.update('jax_enable_x64', True)"
+        )
+    return np.dtype(np.int64)
+
+
+def edge_ids(start, offsets):
+    """Edge ids `start + offsets` in the dtype of the row offsets `start` (see the module
+    docstring): `offsets` are non-negative int32 positions within the rows."""
+    return start + offsets.astype(start.dtype)
+
+
 def csr_from_arrays(indptr, indices, weights=None, *, validate: bool = True) -> CSRGraph:
-    """Wraps existing CSR arrays as a host-side CSRGraph, narrowing ids to int32."""
+    """Wraps existing CSR arrays as a host-side CSRGraph, narrowing ids to int32 and the
+    offsets to `offset_dtype` (no copy where the dtypes already match)."""
     indptr = np.asarray(indptr)
     indices = np.asarray(indices)
     if validate:
         validate_csr(indptr, indices, weights)
-    num_edges = indices.shape[0]
-    if num_edges > _INT32_MAX and not jax.config.jax_enable_x64:
-        raise ValueError(
-            f"the graph has {num_edges} directed edges, more than int32 offsets hold; "
-            "enable 64-bit offsets with jax.config.update('jax_enable_x64', True)"
-        )
-    ptr_dtype = np.int32 if num_edges <= _INT32_MAX else np.int64
+    ptr_dtype = offset_dtype(indices.shape[0])
     w = None if weights is None else np.asarray(weights, np.float32)
     return CSRGraph(indptr.astype(ptr_dtype, copy=False), indices.astype(np.int32, copy=False), w)
 

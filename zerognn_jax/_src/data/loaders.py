@@ -16,18 +16,22 @@ import numpy as np
 
 from zerognn_jax._src.data import ogb, planetoid
 from zerognn_jax._src.data.dataset import Dataset
+from zerognn_jax._src.data.papers import papers100m_like, write_papers100m_like
 from zerognn_jax._src.data.planetoid import row_normalize
-from zerognn_jax._src.data.storage import load_npz, save_npz
+from zerognn_jax._src.data.storage import is_dataset_dir, load_dir, load_npz, save_dir, save_npz
 from zerognn_jax._src.data.synthetic import products_like, rmat
 
-__all__ = ["DATASET_NAMES", "load_dataset", "load_npz", "products_like", "rmat",
-           "row_normalize", "save_npz"]
+__all__ = ["DATASET_NAMES", "load_dataset", "load_dir", "load_npz", "papers100m_like",
+           "products_like", "rmat", "row_normalize", "save_dir", "save_npz",
+           "write_papers100m_like"]
 
 TINY_SCALE = 0.002  # products-like with 4,898 nodes and ~124k undirected edges
 RMAT_BASE_LOG2 = 21  # "rmat" at scale 1: 2**21 nodes, roughly ogbn-products' size
 DATASET_NAMES = (
-    *planetoid.NAMES, *ogb.SPECS, "products-like", "tiny", "rmat", "<file>.npz",
+    *planetoid.NAMES, *ogb.SPECS, "products-like", "tiny", "papers100m-like", "rmat",
+    "<file>.npz", "<dataset directory>",
 )
+SCALED = ("products-like", "papers100m-like", "rmat")
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: float = 1.0,
@@ -39,10 +43,14 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
         ~/.cache/zerognn/planetoid); "ogbn-arxiv", "ogbn-products", "ogbn-papers100M"
         (OGB's layout under `root`, required); "products-like" (synthetic, node and edge
         counts times `scale`); "tiny" (products-like with ~5k nodes); "rmat" (R-MAT with
-        2**21 * scale nodes, scale rounded to a power of two); or a path ending in ".npz".
+        2**21 * scale nodes, scale rounded to a power of two); "papers100m-like"
+        (synthetic, ogbn-papers100M's shape times `scale`, generated with JAX on the
+        default device); a path ending in ".npz"; or a dataset directory (`save_dir`).
       root: data folder. For products-like and rmat, where generated graphs are cached as
-        `<root>/<name>-<scale>-<seed>.npz` (no caching when None); OGB datasets cache
-        their parsed form as `<root>/ogbn_<name>/processed/zerognn.npz`.
+        `<root>/<name>-<scale>-<seed>.npz`, for papers100m-like as the dataset directory
+        `<root>/papers100m-like-<scale>-<seed>/` (no caching when None); OGB datasets cache
+        their parsed form as `<root>/ogbn_<name>/processed/zerognn.npz` (ogbn-papers100M:
+        the memory-mapped dataset directory `processed/zerognn/`, ogb.py).
       scale: size multiplier of the synthetic presets; must be 1 for the others.
       seed: generator seed of the synthetic presets.
       download: fetch missing Planetoid files.
@@ -53,10 +61,12 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
     """
     if name.endswith(".npz"):
         return load_npz(name)
+    if is_dataset_dir(name):
+        return load_dir(name)
     key = name.lower()
-    if key not in ("products-like", "rmat") and scale != 1.0:
-        raise ValueError(f"scale applies to products-like and rmat only, got scale={scale} "
-                         f"for {name!r}")
+    if key not in SCALED and scale != 1.0:
+        raise ValueError(f"scale applies to products-like and rmat only (and to "
+                         f"papers100m-like), got scale={scale} for {name!r}")
     if key in planetoid.NAMES:
         return planetoid.load_planetoid(key, root, download=download)
     ogb_names = {n.lower(): n for n in ogb.SPECS}
@@ -65,6 +75,12 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
     if key == "products-like":
         return _cached(root, f"products-like-{scale:g}-{seed}",
                        lambda: products_like(scale, seed))
+    if key == "papers100m-like":
+        if root is None:
+            return papers100m_like(scale, seed)
+        path = Path(root) / f"papers100m-like-{scale:g}-{seed}"
+        return load_dir(path if is_dataset_dir(path) else
+                        write_papers100m_like(path, scale, seed))
     if key == "tiny":
         return _tiny(seed)
     if key == "rmat":
@@ -94,10 +110,14 @@ def _load_ogb(name: str, root) -> Dataset:
         raise ValueError(f"{name} needs root=, the folder that holds "
                          f"{ogb.SPECS[name].folder}/")
     folder = ogb.dataset_folder(name, root)
-    cache = folder / "processed" / "zerognn.npz"
+    binary = ogb.SPECS[name].binary  # converted into a memory-mapped dataset directory
+    cache = ogb.processed_dir(name, root) if binary else folder / "processed" / "zerognn.npz"
+    stamp = cache / "meta.json" if binary else cache
     sources = [p for sub in ("raw", "split") for p in (folder / sub).rglob("*") if p.is_file()]
-    if cache.is_file() and all(p.stat().st_mtime <= cache.stat().st_mtime for p in sources):
-        return load_npz(cache)
+    if stamp.is_file() and all(p.stat().st_mtime <= stamp.stat().st_mtime for p in sources):
+        return load_dir(cache) if binary else load_npz(cache)
+    if binary:
+        return ogb.load_ogb(name, root)
     dataset = ogb.load_ogb(name, root)
     save_npz(dataset, cache)
     return dataset

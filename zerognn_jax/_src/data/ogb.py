@@ -17,8 +17,16 @@ Expected layout under `root` (what OGB's download unpacks to):
     (<split> = "time" for arxiv and papers100M, "sales_ranking" for products)
 
 Graphs are made undirected (as OGB's examples do for arxiv) with self-loops and duplicate
-edges dropped; NaN labels become -1. The full papers100M graph has more than 2**31
-directed edges once symmetrised: it needs `jax_enable_x64` and a large-memory host.
+edges dropped; NaN labels become -1.
+
+papers100M (1.6B citations, 3.2B directed edges once symmetrised: uint32 offsets) is
+streamed, not loaded: `write_binary` reads each member of data.npz once, straight from
+the zip stream in blocks (a compressed member cannot be memory-mapped), into a dataset
+directory (storage.py): the features into their memory-mapped file in the requested
+dtype, the edges into a temporary int32 file, from which the CSR is built with a
+counting sort in edge blocks and then sorted and deduplicated in row blocks. Host memory
+stays at a few node-sized arrays plus one block; the directory is what `load_ogb` then
+memory-maps.
 """
 
 from __future__ import annotations
@@ -26,13 +34,19 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import os
+import tempfile
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from zerognn_jax._src.data.dataset import Dataset, make_dataset
+from zerognn_jax._src.data import storage
+from zerognn_jax._src.data.dataset import BFLOAT16, Dataset, make_dataset
+from zerognn_jax._src.data.graph import offset_dtype
 from zerognn_jax._src.data.undirected import undirected_csr
+
+_BLOCK = 1 << 25  # entries (edges, feature values) read, sorted or written at a time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,9 +80,10 @@ def load_ogb(name: str, root: str | os.PathLike) -> Dataset:
         raise ValueError(f"unknown OGB dataset {name!r}; expected one of {sorted(SPECS)}")
     spec = SPECS[name]
     folder = dataset_folder(name, root)
+    if spec.binary:
+        return storage.load_dir(write_binary(name, root, processed_dir(name, root)))
     raw = folder / "raw"
-    read = _read_binary if spec.binary else _read_csv_graph
-    src, dst, features, labels = read(raw)
+    src, dst, features, labels = _read_csv_graph(raw)
     if features.shape[0] != labels.shape[0]:
         raise ValueError(
             f"{raw}: node features have {features.shape[0]} rows, labels {labels.shape[0]}"
@@ -120,20 +135,171 @@ def _read_csv_graph(raw: Path):
     return edges[:, 0], edges[:, 1], features, labels
 
 
-def _read_binary(raw: Path):
-    """(src, dst, features, labels) of the npz layout (papers100M)."""
-    edge_index, features, num_nodes_list = _npz_arrays(
-        raw / "data.npz", "edge_index", "node_feat", "num_nodes_list")
-    (labels,) = _npz_arrays(raw / "node-label.npz", "node_label")
-    labels, num_nodes = _as_labels(labels), int(np.sum(num_nodes_list))
-    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
-        raise ValueError(f"{raw}/data.npz: edge_index must be [2, E], got {edge_index.shape}")
-    if features.shape[0] != num_nodes:
-        raise ValueError(
-            f"{raw}/data.npz: num_nodes_list says {num_nodes} nodes, node_feat has "
-            f"{features.shape[0]} rows"
-        )
-    return edge_index[0], edge_index[1], features, labels
+def processed_dir(name: str, root: str | os.PathLike) -> Path:
+    """The dataset directory a binary-layout dataset is converted into."""
+    return dataset_folder(name, root) / "processed" / "zerognn"
+
+
+def write_binary(name: str, root: str | os.PathLike, path: str | os.PathLike, *,
+                 feature_dtype="float32") -> Path:
+    """Converts a binary-layout (npz) OGB dataset into the dataset directory `path`,
+    features in `feature_dtype` ("float32" or "bfloat16"); see the module docstring.
+
+    Raises:
+      FileNotFoundError: a file of the layout is missing.
+      ValueError: a key is missing, or the arrays disagree on the number of nodes.
+    """
+    spec = SPECS[name]
+    folder = dataset_folder(name, root)
+    raw = folder / "raw"
+    data_npz = _require(raw / "data.npz")
+    path = Path(path)
+    with zipfile.ZipFile(data_npz) as zf, storage.write_dir(path, name, spec.num_classes) as out, \
+            tempfile.TemporaryDirectory(dir=path.parent, prefix=".edges.") as tmp:
+        missing = [k for k in ("edge_index", "node_feat", "num_nodes_list")
+                   if f"{k}.npy" not in zf.namelist()]
+        if missing:
+            raise ValueError(f"{data_npz} lacks key(s) {', '.join(missing)}; has "
+                             f"{[n.removesuffix('.npy') for n in zf.namelist()]}")
+        (labels,) = _npz_arrays(raw / "node-label.npz", "node_label")
+        labels = _as_labels(labels)
+        split = {part: _read_ids(folder / "split" / spec.split / f"{part}.csv.gz")
+                 for part in ("train", "valid", "test")}
+        stream, member = _member(zf, "num_nodes_list", data_npz)
+        with stream:
+            num_nodes = int(np.sum(member.read_all()))
+        if labels.shape[0] != num_nodes:
+            raise ValueError(f"{raw}: node-label has {labels.shape[0]} rows, num_nodes_list "
+                             f"says {num_nodes} nodes")
+        _stream_features(zf, data_npz, out, num_nodes, _feature_dtype(feature_dtype))
+        src, dst = _stream_edges(zf, data_npz, Path(tmp), num_nodes)
+        _write_csr(out, src, dst, num_nodes, Path(tmp))
+        out.put("labels", labels.astype(np.int32))
+        for key, part in (("train_idx", "train"), ("val_idx", "valid"), ("test_idx", "test")):
+            out.put(key, split[part].astype(np.int32))
+    return path
+
+
+def _feature_dtype(name) -> np.dtype:
+    if str(name) not in ("float32", "bfloat16"):
+        raise ValueError(f"feature_dtype must be float32 or bfloat16, got {name!r}")
+    return BFLOAT16 if str(name) == "bfloat16" else np.dtype(np.float32)
+
+
+class _Member:
+    """An .npy member of an open zip: its header, then its data read in order, once."""
+
+    def __init__(self, stream, shape, dtype, fortran: bool, where: str):
+        self.stream, self.shape, self.dtype, self.where = stream, shape, dtype, where
+        if fortran:
+            raise ValueError(f"{where}: Fortran-ordered arrays are not supported")
+
+    def read(self, count: int) -> np.ndarray:
+        nbytes = count * self.dtype.itemsize
+        buf = self.stream.read(nbytes)
+        if len(buf) != nbytes:
+            raise ValueError(f"{self.where}: the array ends early")
+        return np.frombuffer(buf, self.dtype)
+
+    def read_all(self) -> np.ndarray:
+        return self.read(int(np.prod(self.shape))).reshape(self.shape)
+
+
+def _member(zf: zipfile.ZipFile, key: str, where: Path):
+    stream = zf.open(f"{key}.npy")
+    version = np.lib.format.read_magic(stream)
+    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                   else np.lib.format.read_array_header_2_0)
+    shape, fortran, dtype = read_header(stream)
+    return stream, _Member(stream, shape, np.dtype(dtype), fortran, f"{where}:{key}")
+
+
+def _stream_features(zf, where: Path, out, num_nodes: int, dtype: np.dtype) -> None:
+    stream, member = _member(zf, "node_feat", where)
+    with stream:
+        if len(member.shape) != 2 or member.shape[0] != num_nodes:
+            raise ValueError(f"{where}: num_nodes_list says {num_nodes} nodes, node_feat has "
+                             f"shape {member.shape}")
+        n, d = member.shape
+        dest = out.array("features", (n, d), dtype)
+        rows = max(1, _BLOCK // max(d, 1))
+        for start in range(0, n, rows):
+            stop = min(n, start + rows)
+            dest[start:stop] = member.read((stop - start) * d).reshape(-1, d).astype(dtype)
+        dest.flush()
+
+
+def _stream_edges(zf, where: Path, tmp: Path, num_nodes: int):
+    """int32 memmaps (src, dst) of edge_index [2, E], each row streamed in blocks."""
+    stream, member = _member(zf, "edge_index", where)
+    with stream:
+        if len(member.shape) != 2 or member.shape[0] != 2:
+            raise ValueError(f"{where}: edge_index must be [2, E], got {member.shape}")
+        num_edges = member.shape[1]
+        ends = []
+        for name in ("src", "dst"):
+            dest = np.lib.format.open_memmap(tmp / f"{name}.npy", "w+", np.int32, (num_edges,))
+            for start in range(0, num_edges, _BLOCK):
+                ids = member.read(min(_BLOCK, num_edges - start))
+                if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
+                    raise ValueError(f"{where}: edge_index {name} ids span [{int(ids.min())}, "
+                                     f"{int(ids.max())}], outside [0, {num_nodes})")
+                dest[start:start + ids.size] = ids
+            ends.append(dest)
+    return ends
+
+
+def _write_csr(out, src, dst, n: int, tmp: Path) -> None:
+    """The symmetric CSR of edges (src, dst) without loops or duplicates, rows sorted:
+    counting sort into a temporary file, then each row block sorted and deduplicated."""
+    blocks = [(a, min(a + _BLOCK, src.shape[0])) for a in range(0, src.shape[0], _BLOCK)]
+    degree = np.zeros(n, np.int64)
+    for a, b in blocks:
+        s, d = src[a:b], dst[a:b]
+        keep = s != d
+        degree += np.bincount(s[keep], minlength=n) + np.bincount(d[keep], minlength=n)
+    first = np.concatenate([[0], np.cumsum(degree)])
+    raw = np.lib.format.open_memmap(tmp / "raw.npy", "w+", np.int32, (int(first[-1]),))
+    cursor = first[:-1].copy()
+    for a, b in blocks:
+        s, d = src[a:b], dst[a:b]
+        keep = s != d
+        rows, cols = np.concatenate([s[keep], d[keep]]), np.concatenate([d[keep], s[keep]])
+        order = np.argsort(rows, kind="stable")
+        rows, cols = rows[order], cols[order]
+        counts = np.bincount(rows, minlength=n)
+        starts = np.cumsum(counts) - counts  # each row's first position within the block
+        raw[cursor[rows] + np.arange(rows.size) - starts[rows]] = cols
+        cursor += counts
+    del cursor
+    kept = np.lib.format.open_memmap(tmp / "kept.npy", "w+", np.int32, (raw.shape[0],))
+    new_degree, total = np.zeros(n, np.int64), 0
+    for lo, hi in _row_blocks(first, n):
+        seg = raw[first[lo]:first[hi]].astype(np.int64)
+        local = np.repeat(np.arange(hi - lo), degree[lo:hi])
+        key = np.sort(local * n + seg)
+        key = key[np.concatenate([[True], key[1:] != key[:-1]])]
+        kept[total:total + key.size] = key % n
+        new_degree[lo:hi] = np.bincount(key // n, minlength=hi - lo)
+        total += key.size
+    ptr = out.array("indptr", (n + 1,), offset_dtype(total))
+    ptr[0] = 0
+    ptr[1:] = np.cumsum(new_degree)
+    indices = out.array("indices", (total,), np.int32)
+    for a in range(0, total, _BLOCK):
+        indices[a:a + _BLOCK] = kept[a:min(total, a + _BLOCK)]
+    ptr.flush()
+    indices.flush()
+
+
+def _row_blocks(first: np.ndarray, n: int):
+    """Consecutive row ranges [lo, hi) of about `_BLOCK` entries (at least one row each)."""
+    lo = 0
+    while lo < n:
+        hi = int(np.searchsorted(first, first[lo] + _BLOCK, side="right")) - 1
+        hi = min(n, max(hi, lo + 1))
+        yield lo, hi
+        lo = hi
 
 
 def _npz_arrays(path: Path, *keys: str) -> list[np.ndarray]:

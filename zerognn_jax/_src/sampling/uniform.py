@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from pallas_kernels import counter_hash
+from zerognn_jax._src.data.graph import edge_ids
 from zerognn_jax._src.ops.registry import Kernels, implementation
 
 # Fanouts up to this size unroll Floyd's loop in Python; larger ones use fori_loop.
@@ -18,9 +19,10 @@ _UNROLL_LIMIT = 16
 
 
 def row_bounds(indptr, frontier, valid):
-    """(int32[C] first edge, int32[C] degree) of each frontier row; degree 0 where invalid."""
-    start = indptr[frontier].astype(jnp.int32)
-    deg = (indptr[frontier + 1] - indptr[frontier]).astype(jnp.int32)
+    """(first edge [C] in indptr's dtype, int32[C] degree) of each frontier row; degree 0
+    where invalid. Edge ids of a row are `graph.edge_ids(start, offsets)`."""
+    start = indptr[frontier]
+    deg = (indptr[frontier + 1] - start).astype(jnp.int32)
     return start, jnp.where(valid, deg, 0)
 
 
@@ -63,7 +65,7 @@ def sample_neighbors_reference(
     """Samples up to `fanout` neighbours of every valid frontier node.
 
     Args:
-      indptr, indices: the CSR graph.
+      indptr, indices: the CSR graph (int32 or uint32 offsets, `data/graph.py`).
       frontier: int32[C], node ids; entries where `valid` is False are ignored.
       valid: bool[C].
       key: uint32 scalar from `counter_hash.step_key`.
@@ -89,7 +91,7 @@ def sample_neighbors_reference(
             floyd = _floyd_offsets(key, frontier, deg, fanout)
             offsets = jnp.where(deg[:, None] > fanout, floyd, offsets)
         mask = slots < deg[:, None]
-    edge = jnp.where(mask, start[:, None] + offsets, 0)
+    edge = jnp.where(mask, edge_ids(start[:, None], offsets), 0)
     nbr = jnp.where(mask, indices[edge], 0)
     return nbr, mask
 

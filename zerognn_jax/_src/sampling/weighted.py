@@ -28,6 +28,7 @@ import numpy as np
 from jax import lax
 
 from pallas_kernels import counter_hash
+from zerognn_jax._src.data.graph import edge_ids
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.uniform import row_bounds
 
@@ -69,7 +70,7 @@ def _search(table, start, deg, v, steps: int):
     hi = jnp.maximum(deg - 1, 0)
     for _ in range(steps):
         mid = jnp.minimum((lo + hi) >> 1, hi)
-        above = table[start + mid] > v
+        above = table[edge_ids(start, mid)] > v
         hi = jnp.where(above, mid, hi)
         lo = jnp.where(above, lo, mid + 1)
     return jnp.minimum(lo, jnp.maximum(deg - 1, 0))
@@ -77,8 +78,8 @@ def _search(table, start, deg, v, steps: int):
 
 def _interval(table, start, e):
     """(first unit, units) of edge `e` of each row."""
-    end = table[start + e]
-    begin = jnp.where(e > 0, table[jnp.maximum(start + e - 1, 0)], jnp.uint32(0))
+    end = table[edge_ids(start, e)]
+    begin = jnp.where(e > 0, table[edge_ids(start, jnp.maximum(e - 1, 0))], jnp.uint32(0))
     return begin, end - begin
 
 
@@ -149,7 +150,7 @@ def sample_weighted_reference(
         fills its first m slots (all those edges, in random order).
     """
     start, deg = row_bounds(indptr, frontier, valid)
-    total = jnp.where(deg > 0, table[jnp.maximum(start + deg - 1, 0)], jnp.uint32(0))
+    total = jnp.where(deg > 0, table[edge_ids(start, jnp.maximum(deg - 1, 0))], jnp.uint32(0))
     if replace:
         slots = jnp.arange(fanout, dtype=jnp.int32)[None, :]
         bits = counter_hash.slot_bits(key, frontier[:, None], slots)
@@ -159,7 +160,7 @@ def sample_weighted_reference(
     else:
         offsets, mask = _without_replacement(table, start, deg, total, key, frontier, fanout,
                                              steps)
-    edge = jnp.where(mask, start[:, None] + offsets, 0)
+    edge = jnp.where(mask, edge_ids(start[:, None], offsets), 0)
     return jnp.where(mask, indices[edge], 0), mask
 
 

@@ -1,8 +1,12 @@
-"""The memory model of a step's buffers, the fit check, and the device's memory stats."""
+"""The memory model of a step's buffers and of what stays resident, the fit check, and
+the device's memory stats."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
+import numpy as np
 
 from zerognn_jax._src.sampling.envelope import Envelope
 
@@ -37,21 +41,91 @@ def memory_report(envelope: Envelope, max_counts, fanouts, level_dims) -> dict:
     }
 
 
-def check_fits(envelope: Envelope, fanouts, level_dims, limit_bytes: int | None) -> None:
-    """Raises ValueError naming the level whose buffers cannot fit `limit_bytes`."""
+@dataclasses.dataclass(frozen=True)
+class Resident:
+    """Bytes that stay on one device for the whole run.
+
+    Attributes:
+      graph: CSR offsets, ids (and weights) of the graph.
+      features: this device's rows of the feature table.
+      model: parameters, gradients and two Adam moments (float32).
+      feature_dtype: the features' dtype name; feature_shards: devices they are split over.
+    """
+
+    graph: int
+    features: int
+    model: int
+    feature_dtype: str = "float32"
+    feature_shards: int = 1
+
+    @property
+    def total(self) -> int:
+        return self.graph + self.features + self.model
+
+
+def resident_bytes(graph, num_features: int, feature_dtype, level_dims, *,
+                   feature_shards: int = 1) -> Resident:
+    """The resident bytes of `graph` (a CSRGraph, host or device), its features
+    ([N, num_features] in `feature_dtype`, row-split over `feature_shards` devices) and a
+    model whose layers map level_dims[l + 1] -> level_dims[l] with two weight matrices
+    each (GraphSAGE's self and neighbour weights)."""
+    arrays = (graph.indptr, graph.indices, graph.weights)
+    graph_bytes = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
+                      for a in arrays if a is not None)
+    rows = -(-graph.num_nodes // feature_shards)
+    features = rows * num_features * np.dtype(jax.numpy.dtype(feature_dtype)).itemsize
+    params = sum(2 * a * b + a for a, b in zip(level_dims[:-1], level_dims[1:]))
+    return Resident(graph_bytes, features, 4 * 4 * params, jax.numpy.dtype(feature_dtype).name,
+                    feature_shards)
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB"
+
+
+def _advice(resident: Resident, envelope_bytes: int, over: int) -> list[str]:
+    """What would bring the run `over` bytes lower, largest lever first."""
+    tips = []
+    if resident.feature_dtype == "float32":
+        tips.append(f"bfloat16 features (--dtype bfloat16) save {_gib(resident.features // 2)}")
+    tips.append(f"splitting the features over more devices (--shard-features --devices N, "
+                f"now {resident.feature_shards}) saves up to {_gib(resident.features)}")
+    tips.append(f"fewer layers, smaller fanouts or batch shrink the step's "
+                f"{_gib(envelope_bytes)} of buffers")
+    if resident.graph > over:
+        tips.append("a device with more memory: the graph alone takes "
+                    f"{_gib(resident.graph)}")
+    return tips
+
+
+def check_fits(envelope: Envelope, fanouts, level_dims, limit_bytes: int | None, *,
+               resident: Resident | None = None) -> None:
+    """Raises ValueError when the step's buffers, plus the `resident` graph, features and
+    model when given, exceed `limit_bytes`; the message names every part and what to
+    change. Call it before compiling."""
     if limit_bytes is None:
         return
     per = level_bytes(fanouts, level_dims)
-    total = 0
+    total = resident.total if resident is not None else 0
     for level, (cap, b) in enumerate(zip(envelope.levels, per)):
         total += cap * b
-        if total > limit_bytes:
+        if total > limit_bytes and resident is None:
             raise ValueError(
                 f"the envelope does not fit device memory: level {level} (hop {level}) needs "
                 f"capacity {cap:,} nodes x {b} bytes = {cap * b / 2**30:.2f} GiB, bringing "
                 f"the step's buffers to {total / 2**30:.2f} GiB of {limit_bytes / 2**30:.2f} "
                 "GiB available; lower the batch size or fanouts, or calibrate the envelope"
             )
+    if total <= limit_bytes:
+        return
+    env_bytes = total - resident.total
+    parts = (f"graph {_gib(resident.graph)} + features {_gib(resident.features)} "
+             f"({resident.feature_dtype}, over {resident.feature_shards} device(s)) + model "
+             f"{_gib(resident.model)} + step buffers {_gib(env_bytes)} = {_gib(total)}")
+    raise ValueError(
+        f"the run does not fit device memory: {parts}, above the {_gib(limit_bytes)} "
+        f"available by {_gib(total - limit_bytes)}. To fit: "
+        + "; ".join(_advice(resident, env_bytes, total - limit_bytes)))
 
 
 def _memory_stat(name: str, device=None) -> int | None:

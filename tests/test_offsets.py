@@ -1,0 +1,206 @@
+"""Row offsets past 2**31 in JAX's default 32-bit mode (uint32 offsets, data/graph.py).
+
+A graph with 2**31 edges does not fit a test, so every reader gets a small graph seen
+through a synthetic offset base: its offsets are shifted by `BASE` (past 2**31) and
+stored as uint32, and its edge arrays are wrapped so that edge id `BASE + e` reads
+entry e. The wrapper also checks that every edge id reaching it is uint32: an id built
+in int32 would wrap negative past 2**31 and index from the end of the array.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from conftest import random_graph
+
+from pallas_kernels import sample as pk_sample
+from zerognn_jax._src.data.graph import (
+    CSRGraph,
+    csr_from_arrays,
+    offset_dtype,
+    validate_csr,
+)
+from zerognn_jax._src.nn.models import make_model
+from zerognn_jax._src.sampling import labor, uniform, weighted
+from zerognn_jax._src.sampling.envelope import conservative
+from zerognn_jax._src.sampling.minibatch import SamplerConfig, sample_minibatch
+from zerognn_jax._src.training.evaluate import layerwise_logits
+from zerognn_jax._src.training.host import HostEngine
+from zerognn_jax._src.training.program import DeviceData, StepProgram, init_state
+
+BASES = [2**31 + 12_345, 2**32 - 70_000]  # past int32; near the top of uint32
+# Float results: the plain and the shifted graph compile to different programs, which XLA:GPU
+# may fuse and tile differently. Float results are then compared under "highest" matmul
+# precision (GPU float32 matmuls default to TF32, ~1e-3 relative) at float32 tolerances
+# (~1e-6 relative, scaled by the sqrt of the reduction length): sums may run in another
+# order (GEMM tiling, atomic scatter-adds), not over other edges.
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclasses.dataclass(frozen=True)
+class ShiftedEdges:
+    """An edge array [E] read at edge ids base .. base + E - 1 (uint32 ids only)."""
+
+    array: jax.Array
+    base: int
+
+    @property
+    def shape(self):
+        return (self.base + self.array.shape[0],)
+
+    @property
+    def dtype(self):
+        return self.array.dtype
+
+    def __getitem__(self, edge):
+        assert jnp.dtype(edge.dtype) == jnp.uint32, f"edge ids built as {edge.dtype}"
+        return self.array[edge - jnp.uint32(self.base)]
+
+    def tree_flatten(self):
+        return (self.array,), self.base
+
+    @classmethod
+    def tree_unflatten(cls, base, children):
+        return cls(children[0], base)
+
+
+def _shifted(graph: CSRGraph, base: int) -> CSRGraph:
+    indptr = (np.asarray(graph.indptr, np.int64) + base).astype(np.uint32)
+    weights = None if graph.weights is None else ShiftedEdges(jnp.asarray(graph.weights), base)
+    return CSRGraph(jnp.asarray(indptr), ShiftedEdges(jnp.asarray(graph.indices), base),
+                    weights)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    g = random_graph(300, 2_000, seed=3, isolated=5)
+    return g if g.max_degree() > 16 else pytest.fail("want rows above the fanout")
+
+
+def _frontier(n: int, c: int = 64):
+    frontier = jnp.asarray(np.random.default_rng(0).permutation(n)[:c], jnp.int32)
+    return frontier, jnp.arange(c) < c - 7
+
+
+def test_offset_dtype_boundaries():
+    assert offset_dtype(2**31 - 1) == np.int32
+    assert offset_dtype(2**31) == np.uint32
+    assert offset_dtype(2**32 - 1) == np.uint32
+    with pytest.raises(ValueError, match=r"4,294,967,296 directed edges.*jax_enable_x64"):
+        offset_dtype(2**32)
+
+
+def test_small_graphs_keep_int32_and_unsigned_decreases_are_caught():
+    indptr = np.array([0, 2, 3], np.uint32)
+    g = csr_from_arrays(indptr, np.array([1, 0, 0], np.int32))
+    assert g.indptr.dtype == np.int32  # narrowed: this graph has 3 edges
+    with pytest.raises(ValueError, match="decreases at row 1"):
+        validate_csr(np.array([0, 2, 1, 3], np.uint32), np.zeros(3, np.int32))
+
+
+@pytest.mark.parametrize("base", BASES)
+@pytest.mark.parametrize("opts", [{}, {"replace": True}, {"all_neighbors": True}])
+def test_uniform_reads_shifted_offsets(graph, base, opts):
+    fanout = graph.max_degree() if opts.get("all_neighbors") else 6
+    frontier, valid = _frontier(graph.num_nodes)
+    fn = jax.jit(lambda g: uniform.sample_neighbors_reference(
+        g.indptr, g.indices, frontier, valid, jnp.uint32(5), fanout, **opts))
+    want, got = fn(graph.to_device()), fn(_shifted(graph, base))
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+
+@pytest.mark.parametrize("base", BASES)
+@pytest.mark.parametrize("replace", [False, True])
+def test_weighted_reads_shifted_offsets(graph, base, replace):
+    w = np.random.default_rng(1).random(graph.num_edges).astype(np.float32)
+    table = weighted.cumulative_table(graph.indptr, w)
+    plain = graph._replace(weights=table)
+    frontier, valid = _frontier(graph.num_nodes)
+    fn = jax.jit(lambda g: weighted.sample_weighted_reference(
+        g.indptr, g.indices, g.weights, frontier, valid, jnp.uint32(9), 5, replace=replace,
+        steps=weighted.search_steps(graph.max_degree())))
+    want, got = fn(plain.to_device()), fn(_shifted(plain, base))
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_labor_reads_shifted_offsets(graph, base):
+    frontier, valid = _frontier(graph.num_nodes)
+    fn = jax.jit(lambda g: labor.sample_labor_reference(
+        g.indptr, g.indices, frontier, valid, jnp.uint32(3), 4, slots=10, span=12))
+    want, got = fn(graph.to_device()), fn(_shifted(graph, base))
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+
+
+def test_minibatch_and_host_engine_read_shifted_offsets(graph):
+    sampler = SamplerConfig((5, 3)).resolve(graph.max_degree())
+    env = conservative(16, sampler.slots, graph.num_nodes)
+    seeds, valid = jnp.arange(16, dtype=jnp.int32), jnp.ones(16, bool)
+    fn = jax.jit(lambda g: sample_minibatch(g, seeds, valid, jnp.uint32(1), sampler,
+                                            env.capacities))
+    want, got = fn(graph.to_device()), fn(_shifted(graph, BASES[0]))
+    for a, b in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(got)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    program, data, variables = _program(graph)
+    program = dataclasses.replace(program, sampler=sampler, batch_size=16)
+    perm = jnp.arange(32, dtype=jnp.int32)
+    shifted_data = data._replace(graph=_shifted(graph, BASES[0]))
+    with jax.default_matmul_precision("highest"):  # see "Float results" above
+        runs = [HostEngine(program).run_steps(  # a cache and a (donated) state each
+            init_state(program, data, env, np.arange(32)), d, perm, 0, env, 2)[2]
+            for d in (data, shifted_data)]
+    np.testing.assert_allclose(runs[0]["loss"], runs[1]["loss"], rtol=1e-6)
+
+
+def _program(graph):
+    n = graph.num_nodes
+    feats = jnp.asarray(np.random.default_rng(2).standard_normal((n, 6)), jnp.float32)
+    data = DeviceData(graph.to_device(), feats, jnp.zeros(n, jnp.int32))
+    model = make_model("sage", hidden=8, num_layers=2, num_classes=3, dropout=0.0)
+    sampler = SamplerConfig((4, 4)).resolve(graph.max_degree())
+    program = StepProgram(model, optax.sgd(0.1), sampler, 32, seed=0)
+    env = conservative(32, sampler.slots, n)
+    variables = {"params": init_state(program, data, env, np.arange(n)).params}
+    return program, data, variables
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_layerwise_inference_reads_shifted_offsets(graph, offload):
+    program, data, variables = _program(graph)
+    shifted = data._replace(graph=_shifted(graph, BASES[1]))
+    with jax.default_matmul_precision("highest"):  # see "Float results" above
+        want = layerwise_logits(program, variables, data, budget_bytes=4096)
+        got = layerwise_logits(program, variables, shifted, budget_bytes=4096, offload=offload)
+    # float32 sums over a row's neighbours (mean) and the widths (6, 8), in another order.
+    tol = 1e-6 * np.sqrt(graph.max_degree())
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=tol, atol=tol)
+
+
+def test_pallas_sampler_takes_uint32_offsets(graph):
+    frontier, valid = _frontier(graph.num_nodes)
+    indptr = jnp.asarray(graph.indptr, jnp.uint32)
+    indices = jnp.asarray(graph.indices)
+    args = (frontier, valid, jnp.uint32(11), 6)
+    got = pk_sample.sample_neighbors(indptr, indices, *args, interpret=True)
+    want = uniform.sample_neighbors_reference(jnp.asarray(graph.indptr), indices, *args)
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+
+def test_pallas_sampler_lowers_at_papers100m_size():
+    """uint32 offsets and 3.23B indices: Triton gets 64-bit, zero-extended edge offsets."""
+    sds = jax.ShapeDtypeStruct
+    args = (sds((111_059_957,), jnp.uint32), sds((3_231_371_744,), jnp.int32),
+            sds((1024,), jnp.int32), sds((1024,), jnp.bool_), sds((), jnp.uint32))
+    fn = lambda *a: pk_sample.sample_neighbors(*a, 15)
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert "zerognn_sample_neighbors" in text
+    assert re.search("extui", text), "edge ids are not zero-extended to 64-bit offsets"
