@@ -91,19 +91,24 @@ def conservative(batch_size: int, fanouts, num_nodes: int,
 
 
 def grow(envelope: Envelope, counts, policy: EnvelopePolicy = DEFAULT_POLICY) -> Envelope:
-    """Capacities after an overflow seen with per-level `counts` (B, n_1, ..., n_L).
+    """Capacities after an overflow seen with per-level `counts` (n_0, n_1, ..., n_L).
 
     The first level that overflowed gets margin x its count; every later level, whose
     count was cut short by that overflow, grows by at least the same ratio (and by
-    `policy.growth` if it overflowed itself).
+    `policy.growth` if it overflowed itself). Level 0 grows only when its count exceeds
+    it: a task that deduplicates its seeds into a frontier (link prediction) overflowed.
     """
     margin, factor = policy.margin, policy.growth
+    base, ratio = envelope.batch_size, 1.0
+    if int(counts[0]) > base:
+        base = round_up(int(counts[0]) * margin, policy.multiple)
+        ratio = base / envelope.batch_size
     counts = [int(c) for c in counts[1:]]
-    sizes, ratio = [], 1.0
+    sizes = []
     for cap, cnt in zip(envelope.capacities, counts):
         want = cap * ratio
         if cnt > cap:
             want = max(want, cnt * margin, cap * (factor if ratio > 1.0 else 1.0))
             ratio = max(ratio, want / cap)
         sizes.append(want)
-    return monotone(envelope.batch_size, sizes, policy.multiple)
+    return monotone(base, sizes, policy.multiple)

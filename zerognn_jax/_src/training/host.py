@@ -104,11 +104,11 @@ class HostEngine:
             self.compile_seconds += time.perf_counter() - t0
         return cache[key]
 
-    def _sample(self, data, perm, epoch, step, *, capacities):
+    def _sample(self, data, perm, epoch, step, *, capacities, seed_capacity=None):
         program = self.program
         items, valid = step_seeds(perm, step, program.batch_size)
         key, _ = step_keys(program.seed, epoch, step)
-        return program.sample(data, items, valid, key, capacities)
+        return program.sample(data, items, valid, key, capacities, seed_capacity)
 
     def _train(self, state, data, batch, mb, epoch, step, *, sizes):
         mb = slice_levels(mb, sizes)
@@ -121,8 +121,9 @@ class HostEngine:
         """The task batch and envelope-sized minibatch of one step (asynchronous,
         nothing read)."""
         args = (data, perm, np.int32(epoch), np.int32(step))
-        fn = functools.partial(self._sample, capacities=envelope.capacities)
-        return self._compiled(self._samplers, envelope.capacities, fn, args)(*args)
+        fn = functools.partial(self._sample, capacities=envelope.capacities,
+                               seed_capacity=envelope.batch_size)
+        return self._compiled(self._samplers, envelope.levels, fn, args)(*args)
 
     def _fitting_sample(self, data, perm, epoch, step, envelope):
         """Samples one step, growing the envelope until it fits; (batch, mb, counts,
@@ -154,7 +155,7 @@ class HostEngine:
             sizes = level_sizes(seen, envelope.levels, self.mode)
             args = (state, data, batch, mb, np.int32(epoch), np.int32(step))
             fn = functools.partial(self._train, sizes=sizes)
-            step_fn = self._compiled(self._steps, (envelope.capacities, sizes), fn, args,
+            step_fn = self._compiled(self._steps, (envelope.levels, sizes), fn, args,
                                      donate_argnums=0)
             state, metrics = step_fn(*args)
             outs.append(metrics)

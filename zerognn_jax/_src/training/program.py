@@ -113,12 +113,20 @@ class StepProgram:
                                             dropout_key=dropout_key)
         return logits, new_vars, mb
 
-    def sample(self, data: DeviceData, items, valid, key,
-               capacities) -> tuple[TaskBatch, MiniBatch]:
-        """The task's batch for a slice of training items, and its sampled minibatch."""
-        batch = self.task.batch(data, items, valid, key)
+    def sample(self, data: DeviceData, items, valid, key, capacities,
+               seed_capacity: int | None = None) -> tuple[TaskBatch, MiniBatch]:
+        """The task's batch for a slice of training items, and its sampled minibatch.
+
+        `seed_capacity` is the envelope's level 0 (`Envelope.batch_size`): the size of
+        the seed frontier of a task that builds one (link prediction); node tasks ignore
+        it. A seed count above it marks the minibatch as overflowed.
+        """
+        batch = self.task.batch(data, items, valid, key, capacity=seed_capacity)
         mb = sample_minibatch(data.graph, batch.seeds, batch.seed_valid, key, self.sampler,
                               capacities, self.kernels)
+        if batch.seed_count is not None:
+            mb = mb._replace(counts=mb.counts.at[0].set(batch.seed_count),
+                             overflow=mb.overflow | (batch.seed_count > batch.seeds.shape[0]))
         return batch, self.task.restrict(mb, batch)
 
     def apply_model(self, variables, data: DeviceData, mb: MiniBatch, *, train: bool,
@@ -154,7 +162,8 @@ def init_state(program: StepProgram, data: DeviceData, envelope: Envelope,
     def init(data, perm):
         items, valid = step_seeds(perm, 0, program.batch_size)
         key, _ = step_keys(program.seed, 0, 0)
-        batch, mb = program.sample(data, items, valid, key, envelope.capacities)
+        batch, mb = program.sample(data, items, valid, key, envelope.capacities,
+                                   envelope.batch_size)
         x = gather_rows(program.kernels, data.features, mb.nodes[-1], mb.valid[-1])
         init_key = jax.random.PRNGKey(program.seed)
         return program.model.init({"params": init_key, "dropout": init_key}, x,

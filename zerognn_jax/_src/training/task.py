@@ -32,6 +32,9 @@ class TaskBatch(NamedTuple):
       targets: a pytree whose leaves have one row per output row.
       weight: float32[rows], 1 for a real target row, 0 for padding.
       model_inputs: keyword arguments for the model beyond (x, views, train).
+      seed_count: int32 scalar, the real number of seeds when the task deduplicates them
+        into `seeds` (it may exceed len(seeds): level 0 overflowed, and the step is
+        redone with a larger envelope); None: the count of `seed_valid`.
     """
 
     seeds: jax.Array
@@ -39,6 +42,7 @@ class TaskBatch(NamedTuple):
     targets: Any
     weight: jax.Array
     model_inputs: dict
+    seed_count: jax.Array | None = None
 
 
 def softmax_cross_entropy(logits, labels) -> jax.Array:
@@ -104,9 +108,12 @@ class NodeTask:
             raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
         return cls(LOSSES[loss], SCORES[loss])
 
-    def batch(self, data, items, valid, key) -> TaskBatch:
-        """The step's seeds are its items; targets are their rows of `data.labels`."""
-        del key  # node batches draw nothing
+    def batch(self, data, items, valid, key, capacity: int | None = None) -> TaskBatch:
+        """The step's seeds are its items; targets are their rows of `data.labels`.
+
+        `capacity` is the envelope's level 0; a node batch's seeds are its items.
+        """
+        del key, capacity  # node batches draw nothing
         targets = jax.tree_util.tree_map(lambda t: t[items], data.labels)
         return TaskBatch(items, valid, targets, valid.astype(jnp.float32), {})
 

@@ -1,0 +1,454 @@
+"""Link prediction: negatives, the seed frontier, seed-edge exclusion, splits, OGB's
+ogbl layout, metrics, calibration of level 0, and training end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import pickle
+import subprocess
+import sys
+import zipfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from conftest import random_graph
+
+import zerognn_jax as zg
+from zerognn_jax._src.data.links import (
+    EvalEdges,
+    LinkSplit,
+    load_ogbl,
+    random_link_split,
+    read_pt,
+    training_graph,
+    undirected_edges,
+)
+from zerognn_jax._src.sampling.minibatch import SamplerConfig
+from zerognn_jax._src.sampling.negatives import negative_pairs, seed_frontier
+from zerognn_jax._src.training import link
+from zerognn_jax._src.training.host import HostEngine
+from zerognn_jax._src.training.program import DeviceData, StepProgram, init_state
+from zerognn_jax._src.training.scan import ScanEngine
+
+# ---- negatives and the seed frontier ------------------------------------------------------
+
+
+def test_destination_negatives_are_uniform_and_never_the_destination():
+    n, b, k = 50, 64, 16
+    pos = jnp.stack([jnp.arange(b) % n, (jnp.arange(b) * 7 + 3) % n], 1).astype(jnp.int32)
+    draws = []
+    for step in range(40):
+        key = zg.step_keys(0, 0, step)[0]
+        neg, valid = negative_pairs(key, pos, jnp.ones(b, bool), n, k, "destination")
+        neg = np.asarray(neg).reshape(b, k, 2)
+        assert np.all(neg[:, :, 0] == np.asarray(pos)[:, None, 0])  # sources kept
+        assert not np.any(neg[:, :, 1] == np.asarray(pos)[:, None, 1])
+        assert np.all(np.asarray(valid))
+        draws.append(neg[:, :, 1].reshape(-1))
+    counts = np.bincount(np.concatenate(draws), minlength=n)
+    expected = len(np.concatenate(draws)) / (n - 1)  # roughly: each dst excludes one node
+    chi2 = np.sum((counts - expected) ** 2 / expected)
+    assert chi2 < 2 * n, chi2  # df ~ 49: a uniform draw is far below 100
+
+
+def test_negatives_depend_only_on_seed_epoch_step_and_slot():
+    pos = jnp.array([[0, 1], [2, 3], [4, 5]], jnp.int32)
+    draw = lambda s, e, st, p=pos: np.asarray(negative_pairs(
+        zg.step_keys(s, e, st)[0], p, jnp.ones(p.shape[0], bool), 1000, 4, "pairs")[0])
+    assert np.array_equal(draw(0, 1, 2), draw(0, 1, 2))
+    assert not np.array_equal(draw(0, 1, 2), draw(0, 1, 3))
+    assert not np.array_equal(draw(1, 1, 2), draw(0, 1, 2))
+    # uniform pairs ignore the positives: the same slots draw the same pairs
+    assert np.array_equal(draw(0, 1, 2), draw(0, 1, 2, pos[::-1]))
+
+
+def test_random_pairs_cover_both_ends_uniformly():
+    n = 20
+    key = zg.step_keys(3, 0, 0)[0]
+    pairs, _ = negative_pairs(key, jnp.zeros((500, 2), jnp.int32), jnp.ones(500, bool), n, 8,
+                              "pairs")
+    for end in (0, 1):
+        counts = np.bincount(np.asarray(pairs)[:, end], minlength=n)
+        chi2 = np.sum((counts - 200) ** 2 / 200)
+        assert chi2 < 2 * n, (end, chi2)
+
+
+def test_seed_frontier_deduplicates_endpoints_and_points_pairs_at_them():
+    pairs = jnp.array([[5, 7], [7, 9], [5, 2], [1, 1], [8, 8]], jnp.int32)
+    valid = jnp.array([True, True, True, True, False])
+    out = seed_frontier(pairs, valid, 8, 10)
+    assert int(out.count) == 5
+    seeds = np.asarray(out.seeds)
+    assert list(seeds[:5]) == [5, 7, 9, 2, 1] and not np.asarray(out.valid)[5:].any()
+    got = seeds[np.asarray(out.pairs)][:4]
+    assert np.array_equal(got, np.asarray(pairs)[:4])
+    small = seed_frontier(pairs, valid, 3, 10)
+    assert int(small.count) == 5  # more than fits: the step overflows
+
+
+# ---- seed-edge exclusion ------------------------------------------------------------------
+
+def _program(graph, fanouts, task, model=None, batch=8):
+    sampler = SamplerConfig(fanouts).resolve(graph.max_degree())
+    model = model or link.LinkModel(zg.make_model("sage", hidden=8, num_layers=len(fanouts),
+                                                  num_classes=8, dropout=0.0),
+                                    link.DotDecoder())
+    return StepProgram(model, optax.adam(1e-2), sampler, batch, 0, task=task)
+
+
+def _split_of(edges, n):
+    edges = np.asarray(edges, np.int32)
+    none = EvalEdges(np.zeros((0, 2), np.int32), np.zeros((0, 2), np.int32),
+                     np.zeros((0, 0), np.int32))
+    return LinkSplit(edges, training_graph(edges, n), none, none, n)
+
+
+def test_seed_edge_is_not_readable_by_message_passing():
+    """A path 0-1-2-3: node 0 reaches node 1 only through the positive {0, 1}."""
+    n = 4
+    split = _split_of([[0, 1], [1, 2], [2, 3]], n)
+    task = link.LinkTask(split, num_negatives=1)
+    program = _program(split.graph, (-1, -1), task)
+    feats = jax.random.normal(jax.random.PRNGKey(0), (n, 8))
+    data = DeviceData(split.graph.to_device(), feats, jnp.zeros(n, jnp.int32))
+    items, valid = jnp.array([[0, 1]], jnp.int32), jnp.array([True])
+    key = jnp.uint32(7)
+    batch, mb = program.sample(data, items, valid, key, (16, 16), 16)
+    variables = program.model.init(jax.random.PRNGKey(0), feats[mb.nodes[-1]],
+                                   zg.views_for(mb), train=False)
+
+    open_task = dataclasses.replace(task, exclude_seed_edges=False)
+    _, mb_open = dataclasses.replace(program, task=open_task).sample(data, items, valid, key,
+                                                                     (16, 16), 16)
+
+    def embedding_of_0(x1, restricted):
+        x = data.features.at[1].set(x1)
+        m = mb if restricted else mb_open
+        h, _ = program.apply_model(variables, data._replace(features=x), m, train=False)
+        row = int(np.flatnonzero(np.asarray(batch.seeds) == 0)[0])
+        return h[row].sum()
+
+    grad_hidden = jax.grad(embedding_of_0)(feats[1], True)
+    grad_open = jax.grad(embedding_of_0)(feats[1], False)
+    assert float(jnp.abs(grad_hidden).max()) == 0.0
+    assert float(jnp.abs(grad_open).max()) > 0.0
+    # the edge 1-2 stays readable
+    pairs_seen = {(int(mb.nodes[h][r]), int(mb.nodes[h + 1][mb.blocks[h].nbr[r, s]]))
+                  for h in range(2) for r, s in zip(*np.nonzero(np.asarray(mb.blocks[h].mask)))}
+    assert (1, 2) in pairs_seen and (0, 1) not in pairs_seen and (1, 0) not in pairs_seen
+
+
+def test_seed_edges_are_absent_from_every_sampled_block(small_graph):
+    split = random_link_split(small_graph, seed=0)
+    task = link.LinkTask(split, num_negatives=2)
+    program = _program(split.graph, (5, 5), task, batch=32)
+    data = DeviceData(split.graph.to_device(), jnp.ones((split.num_nodes, 4)),
+                      jnp.zeros(split.num_nodes, jnp.int32))
+    perm = zg.epoch_seeds(jnp.asarray(split.train), 32, 0, 0)
+    fn = jax.jit(lambda p, s: program.sample(data, *zg.step_seeds(p, s, 32),
+                                             zg.step_keys(0, 0, s)[0], (1024, 1024), 256))
+    for step in range(4):
+        batch, mb = fn(perm, step)
+        items = np.asarray(zg.step_seeds(perm, step, 32)[0])
+        positives = {frozenset(map(int, e)) for e in items}
+        for hop, block in enumerate(mb.blocks):
+            rows, slots = np.nonzero(np.asarray(block.mask))
+            a = np.asarray(mb.nodes[hop])[rows]
+            b = np.asarray(mb.nodes[hop + 1])[np.asarray(block.nbr)[rows, slots]]
+            assert not any(frozenset((int(x), int(y))) in positives for x, y in zip(a, b))
+            assert len(rows) > 0
+
+
+def test_pair_member_finds_exactly_the_listed_pairs():
+    rng = np.random.default_rng(0)
+    lo, hi = rng.integers(0, 30, 50), rng.integers(0, 30, 50)
+    order = np.lexsort((hi, lo))
+    lo, hi = lo[order], hi[order]
+    qa, qb = rng.integers(0, 30, 400), rng.integers(0, 30, 400)
+    got = np.asarray(link.pair_member(jnp.asarray(lo), jnp.asarray(hi), jnp.asarray(qa),
+                                      jnp.asarray(qb)))
+    listed = set(zip(lo.tolist(), hi.tolist()))
+    assert np.array_equal(got, [(a, b) in listed for a, b in zip(qa.tolist(), qb.tolist())])
+
+
+# ---- splits and the ogbl layout -----------------------------------------------------------
+
+def test_random_split_is_reproducible_disjoint_and_hides_eval_edges(small_graph):
+    a, b = random_link_split(small_graph, seed=3, mrr_negatives=5), \
+        random_link_split(small_graph, seed=3, mrr_negatives=5)
+    for s in ("val", "test"):
+        for k in ("pos", "neg", "neg_dst"):
+            assert np.array_equal(getattr(getattr(a, s), k), getattr(getattr(b, s), k))
+    assert not np.array_equal(random_link_split(small_graph, seed=4).test.pos, a.test.pos)
+    edges = undirected_edges(small_graph)
+    e = edges.shape[0]
+    assert a.val.pos.shape[0] == int(0.05 * e) and a.test.pos.shape[0] == int(0.10 * e)
+    assert a.train.shape[0] + a.val.pos.shape[0] + a.test.pos.shape[0] == e
+    graph_edges = {tuple(x) for x in undirected_edges(a.graph).tolist()}
+    assert graph_edges == {tuple(x) for x in a.train.tolist()}
+    all_edges = {tuple(x) for x in edges.tolist()}
+    for s in (a.val, a.test):
+        assert not {tuple(x) for x in s.pos.tolist()} & graph_edges
+        neg = {tuple(sorted(x)) for x in s.neg.tolist()}
+        assert len(neg) == s.neg.shape[0] and not neg & all_edges
+        assert np.all(s.neg[:, 0] != s.neg[:, 1])
+        assert s.neg_dst.shape == (s.pos.shape[0], 5)
+        assert not np.any(s.neg_dst == s.pos[:, 1:2])
+
+
+def test_split_save_and_load_round_trip(small_graph, tmp_path):
+    split = random_link_split(small_graph, seed=1, mrr_negatives=3)
+    split.save(tmp_path / "s.npz")
+    back = LinkSplit.load(tmp_path / "s.npz")
+    assert np.array_equal(back.train, split.train)
+    assert np.array_equal(back.test.neg_dst, split.test.neg_dst)
+    assert np.array_equal(np.asarray(back.graph.indices), np.asarray(split.graph.indices))
+
+
+def _gz_csv(path, rows, fmt):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        np.savetxt(f, np.asarray(rows), delimiter=",", fmt=fmt)
+
+
+def _torch_legacy(path, obj):
+    """What torch.save's legacy format writes for a dict of NumPy arrays."""
+    with open(path, "wb") as f:
+        for part in (0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001}, obj, []):
+            pickle.dump(part, f, protocol=2)
+
+
+def _torch_zip(path, obj):
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps(obj, protocol=2))
+        z.writestr("archive/version", "3\n")
+
+
+def _raw(folder, n, d=4):
+    rs = np.random.default_rng(0)
+    _gz_csv(folder / "raw" / "node-feat.csv.gz", rs.normal(size=(n, d)), "%.6f")
+    _gz_csv(folder / "raw" / "num-node-list.csv.gz", [[n]], "%d")
+    _gz_csv(folder / "raw" / "edge.csv.gz", [[0, 1]], "%d")
+
+
+def test_ogbl_collab_layout_reads_without_ogb(tmp_path):
+    n = 12
+    folder = tmp_path / "ogbl_collab"
+    _raw(folder, n)
+    split = folder / "split" / "time"
+    split.mkdir(parents=True)
+    train = np.array([[0, 1], [1, 2], [2, 3], [3, 4], [5, 6]])
+    _torch_legacy(split / "train.pt", {"edge": train, "weight": np.ones(5), "year": np.ones(5)})
+    _torch_zip(split / "valid.pt", {"edge": np.array([[7, 8]]),
+                                    "edge_neg": np.array([[0, 9], [1, 10]])})
+    np.savez(split / "test.npz", edge=np.array([[9, 10], [10, 11]]),
+             edge_neg=np.array([[0, 11], [2, 9], [4, 8]]))
+    features, s = load_ogbl("ogbl-collab", tmp_path)
+    assert features.shape == (n, 4) and s.num_nodes == n
+    assert np.array_equal(s.train, train)
+    assert np.array_equal(s.val.pos, [[7, 8]]) and s.val.neg.shape == (2, 2)
+    assert s.test.neg.shape == (3, 2) and s.test.neg_dst.shape == (2, 0)
+    assert s.graph.num_edges == 10  # both directions of the training edges only
+
+
+def test_ogbl_citation2_layout_reads_per_positive_negatives(tmp_path):
+    n = 10
+    folder = tmp_path / "ogbl_citation2"
+    _raw(folder, n)
+    split = folder / "split" / "time"
+    split.mkdir(parents=True)
+    _torch_zip(split / "train.pt", {"source_node": np.array([0, 1, 2]),
+                                    "target_node": np.array([1, 2, 3])})
+    for part in ("valid", "test"):
+        _torch_legacy(split / f"{part}.pt", {
+            "source_node": np.array([4, 5]), "target_node": np.array([6, 7]),
+            "target_node_neg": np.arange(2 * 5).reshape(2, 5) % n})
+    _, s = load_ogbl("ogbl-citation2", tmp_path)
+    assert np.array_equal(s.train, [[0, 1], [1, 2], [2, 3]])
+    assert s.test.neg_dst.shape == (2, 5) and s.test.neg.shape == (0, 2)
+
+
+def test_pt_reader_refuses_anything_but_numpy(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    path = tmp_path / "bad.pt"
+    _torch_zip(path, {"edge": Evil()})
+    with pytest.raises(pickle.UnpicklingError, match="not allowed"):
+        read_pt(path)
+
+
+# ---- metrics ------------------------------------------------------------------------------
+
+def test_auc_and_ap_match_their_definitions():
+    rng = np.random.default_rng(0)
+    pos, neg = rng.normal(1, 1, 40).round(1), rng.normal(0, 1, 60).round(1)  # with ties
+    brute = np.mean([(p > q) + 0.5 * (p == q) for p in pos for q in neg])
+    assert link.roc_auc(pos, neg) == pytest.approx(brute)
+    pos, neg = rng.normal(1, 1, 40), rng.normal(0, 1, 60)  # no ties: AP = mean precision@hit
+    scores = np.concatenate([pos, neg])
+    labels = np.r_[np.ones(40), np.zeros(60)][np.argsort(-scores)]
+    precision_at = np.cumsum(labels) / np.arange(1, 101)
+    assert link.average_precision(pos, neg) == pytest.approx(precision_at[labels == 1].mean())
+
+
+def test_mrr_and_hits_follow_ogb():
+    pos = np.array([0.9, 0.5, 0.1])
+    neg = np.array([[0.1, 0.2, 0.3], [0.6, 0.5, 0.1], [0.2, 0.3, 0.4]])
+    m = link.mrr_metrics(pos, neg)
+    ranks = np.array([1, 2.5, 4])
+    assert m["mrr"] == pytest.approx(np.mean(1 / ranks)) and m["hits@1"] == pytest.approx(1 / 3)
+    assert m["hits@3"] == pytest.approx(2 / 3)
+    assert link.hits_at_k(np.array([0.5, 0.3, 0.9]), np.array([0.1, 0.4, 0.6, 0.2]), 2) \
+        == pytest.approx(2 / 3)
+
+
+# ---- the envelope's level 0 ---------------------------------------------------------------
+
+def _tiny_link(small_graph, batch=32, negatives=2, mode="destination"):
+    split = random_link_split(small_graph, seed=0)
+    task = link.LinkTask(split, num_negatives=negatives, mode=mode)
+    program = _program(split.graph, (5, 3), task, batch=batch)
+    feats = jax.random.normal(jax.random.PRNGKey(1), (split.num_nodes, 6))
+    data = DeviceData(split.graph.to_device(), feats, jnp.zeros(split.num_nodes, jnp.int32))
+    return split, task, program, data
+
+
+def test_calibration_sizes_the_seed_frontier(small_graph):
+    split, task, program, data = _tiny_link(small_graph, batch=64)
+    env, cal = zg.choose_envelope(data.graph, split.train, 64, program.sampler,
+                                  frontier=task.seed_frontier, policy=zg.EnvelopePolicy(
+                                      multiple=8))
+    # 64 positives with 2 negatives each: up to 256 endpoints, fewer once deduplicated
+    assert cal.max_counts[0] <= env.batch_size < task.max_seeds(64) == 256
+    assert cal.max_counts[0] > 64  # endpoints, not the number of positives
+    node_env, _ = zg.choose_envelope(data.graph, split.train[:, 0], 32, program.sampler)
+    assert node_env.batch_size == 32  # node callers unchanged
+
+
+def test_level0_overflow_grows_and_matches_a_large_envelope(small_graph):
+    split, task, program, data = _tiny_link(small_graph)
+    items = split.train
+    big = zg.conservative(task.max_seeds(32), program.sampler.slots, split.num_nodes)
+    small = zg.Envelope(8, (8, 8))
+    results = []
+    for env in (big, small):
+        state = init_state(program, data, big, items)
+        res = ScanEngine(program, chunk_steps=3).run_epoch(state, data, items, 0, env)
+        results.append(res)
+    assert results[1].overflows > 0 and results[1].envelope.batch_size > 8
+    assert results[0].loss == results[1].loss
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(
+        lambda a, b: bool(jnp.all(a == b)), results[0].state.params, results[1].state.params))
+
+
+def test_host_engine_trains_link_steps_like_the_scan_engine(small_graph):
+    split, task, program, data = _tiny_link(small_graph, mode="pairs")
+    env = zg.conservative(task.max_seeds(32), program.sampler.slots, split.num_nodes)
+    state = init_state(program, data, env, split.train)
+    scan = ScanEngine(program).run_epoch(state, data, split.train, 0, env)
+    state = init_state(program, data, env, split.train)
+    host = HostEngine(program, "bucketed", max_steps=None).run_epoch(state, data, split.train,
+                                                                     0, env)
+    assert scan.steps == host.steps
+    assert scan.loss == pytest.approx(host.loss, rel=1e-4)
+
+
+# ---- training ----------------------------------------------------------------------------
+
+def _cora_link(planetoid_root, name="cora", **kw):
+    base = dict(dataset=name, root=planetoid_root, task="link", model="gcn", hidden=32,
+                layers=2, fanouts=(-1, -1), batch_size=1024, lr=0.01, dropout=0.0,
+                epochs=30, eval_every=0, progress=False)
+    base.update(kw)
+    return zg.train(zg.TrainConfig(**base)).summary
+
+
+def test_gcn_dot_link_prediction_on_cora(planetoid_root):
+    """Raw features (GAE's input), 10 epochs: seed 0 test AUC 0.9144 / AP 0.9215 (seeds
+    1, 2: AUC 0.9009, 0.9235). The 5-seed target measurement (row-normalised features,
+    30 epochs, mean AUC 0.9066 / AP 0.9056) is in docs/link_prediction.md."""
+    s = _cora_link(planetoid_root, seed=0, epochs=10, normalize_features=False)
+    assert s["test_auc"] >= 0.90 and s["test_ap"] >= 0.90, s
+
+
+def test_gcn_dot_link_prediction_on_citeseer(planetoid_root):
+    """CiteSeer with GAE's input, the raw binary features (row-normalised ones reach only
+    AUC 0.8385 after 30 epochs). It peaks early and then overfits: seed 0 test AUC
+    0.9011 / AP 0.9153 after 10 epochs, 0.8852 after 30, 0.8646 after 40; the 5-seed
+    mean after 10 epochs is 0.8917 / 0.9023 (docs/link_prediction.md)."""
+    s = _cora_link(planetoid_root, "citeseer", seed=0, epochs=10)  # default: raw for links
+    assert s["test_auc"] >= 0.88 and s["test_ap"] >= 0.88, s
+
+
+def test_five_negatives_per_positive_train_the_dot_decoder(planetoid_root):
+    """K = 5 with the dot decoder: unweighted, seed 1 collapsed to constant embeddings
+    (loss log 2, AUC 0.5). Negatives weigh 1/K (LinkTask.pair_weights): measured test
+    AUC 0.8145 after 5 epochs, 0.8430 after 10, 0.8876 after 20."""
+    s = _cora_link(planetoid_root, seed=1, negatives=5, epochs=5)
+    assert s["test_auc"] >= 0.75, s
+
+
+def test_pair_weights_balance_positives_and_negatives(small_graph):
+    task = link.LinkTask(random_link_split(small_graph, seed=0), num_negatives=4)
+    pos_valid = jnp.array([True, True, False])  # B = 3 positives, the last one padding
+    valid = jnp.concatenate([pos_valid, jnp.repeat(pos_valid, 4)])
+    w = np.asarray(task.pair_weights(valid))
+    assert np.array_equal(w[:3], [1, 1, 0])
+    assert np.array_equal(w[3:], np.repeat([0.25, 0.25, 0.0], 4))
+    assert w[:3].sum() == w[3:].sum()
+
+
+def test_sampled_sage_link_prediction_on_cora(planetoid_root):
+    """Raw features, 10 epochs: seed 0 test AUC 0.8993 / AP 0.8964 (row-normalised, 30
+    epochs: 0.9089 / 0.9062, in 97 s rather than 42 s on a 2-core CPU)."""
+    s = _cora_link(planetoid_root, model="sage", fanouts=(10, 10), seed=0, epochs=10,
+                   normalize_features=False)
+    assert s["test_auc"] >= 0.88, s
+
+
+def _small_npz(tmp_path):
+    g = random_graph(200, 900, seed=2)
+    rs = np.random.default_rng(0)
+    ds = zg.make_dataset("small", g.indptr, g.indices, rs.normal(size=(200, 8)),
+                         rs.integers(0, 3, 200), np.arange(100), np.arange(100, 150),
+                         np.arange(150, 200), 3)
+    path = tmp_path / "small.npz"
+    zg.save_npz(ds, path)
+    return path
+
+
+def test_cli_link_run_logs_link_metrics(tmp_path):
+    path = _small_npz(tmp_path)
+    metrics = tmp_path / "m.jsonl"
+    out = subprocess.run(
+        [sys.executable, "-m", "zerognn_jax.cli", "train", "--dataset", str(path), "--task",
+         "link", "--decoder", "mlp", "--negatives", "2", "--model", "sage", "--layers", "2",
+         "--fanouts", "5,5", "--hidden", "16", "--batch-size", "64", "--epochs", "2",
+         "--no-progress", "--metrics-out", str(metrics)],
+        capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["task"] == "link" and 0.0 <= summary["test_auc"] <= 1.0
+    records = [json.loads(x) for x in metrics.read_text().splitlines()]
+    assert {"val_auc", "val_ap", "test_auc", "test_ap"} <= set(records[0])
+
+
+def test_link_checkpoints_resume_to_the_same_result(tmp_path):
+    path = _small_npz(tmp_path)
+    cfg = lambda ckpt, epochs: zg.TrainConfig(
+        dataset=str(path), task="link", model="sage", layers=2, fanouts=(5, 5), hidden=16,
+        batch_size=64, epochs=epochs, eval_every=0, progress=False, link_metric="mrr",
+        checkpoint_dir=str(tmp_path / ckpt))
+    full = zg.train(cfg("a", 3)).summary
+    zg.train(cfg("b", 2))
+    resumed = zg.train(cfg("b", 3)).summary
+    assert resumed["start_epoch"] == 2 and resumed["epochs"] == 3
+    for key in ("test_mrr", "test_hits@10", "val_mrr"):
+        assert full[key] == resumed[key], key

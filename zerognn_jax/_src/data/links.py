@@ -1,0 +1,276 @@
+"""Link-prediction splits: random splits of any graph, and OGB's ogbl layout.
+
+A `LinkSplit` holds the training edges (the training items), the message-passing graph
+(training edges only, both directions), and per evaluation split its positives with
+their fixed negatives, generated once when the split is made and stored with it:
+
+- `neg`: int32[Q, 2], negative pairs scored against all positives (AUC and AP over
+  positives and negatives, as in GAE's Planetoid protocol; Hits@K as in ogbl-collab);
+- `neg_dst`: int32[P, M], per positive M negative destinations of its source, against
+  which it is ranked (MRR and Hits@1/3/10, as in ogbl-citation2); M may be 0.
+
+OGB's ogbl layout (what OGB's download unpacks to, read without the ogb package):
+
+  <root>/ogbl_collab/     raw/edge.csv.gz (E rows "u,v", each undirected edge once),
+                          raw/node-feat.csv.gz (N rows of 128 floats),
+                          raw/num-node-list.csv.gz, split/time/{train,valid,test}.pt:
+                          train {"edge": [E, 2], ...}, valid/test {"edge", "edge_neg"}
+  <root>/ogbl_citation2/  raw/edge.csv.gz (directed "source,target"), node-feat,
+                          num-node-list, split/time/{train,valid,test}.pt:
+                          train {"source_node", "target_node"}, valid/test also
+                          {"target_node_neg": [P, 1000]}
+
+OGB saved those `.pt` files with `torch.save` of dicts of NumPy arrays; `read_pt` reads
+them (the legacy and the zip format) with a restricted unpickler that builds NumPy
+arrays only, no torch needed. A `.npz` file with the same keys may stand in for each
+`.pt` file (`{train,valid,test}.npz`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import pickle
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from zerognn_jax._src.data.graph import CSRGraph
+from zerognn_jax._src.data.undirected import canonical_pairs, undirected_csr
+
+SPLITS = ("val", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalEdges:
+    """One evaluation split: pos int32[P, 2], neg int32[Q, 2], neg_dst int32[P, M]."""
+
+    pos: np.ndarray
+    neg: np.ndarray
+    neg_dst: np.ndarray
+
+    def __post_init__(self):
+        for name in ("pos", "neg"):
+            a = getattr(self, name)
+            if a.ndim != 2 or a.shape[1] != 2:
+                raise ValueError(f"{name} must be [n, 2], got {a.shape}")
+        if self.neg_dst.ndim != 2 or self.neg_dst.shape[0] != self.pos.shape[0]:
+            raise ValueError(f"neg_dst must be [{self.pos.shape[0]}, M], got "
+                             f"{self.neg_dst.shape}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkSplit:
+    """Training edges, the message-passing graph, and the evaluation splits.
+
+    Attributes:
+      train: int32[E, 2], training edges (the items the engines shuffle into steps).
+      graph: CSRGraph of the training edges in both directions (val/test removed).
+      val, test: EvalEdges.
+      num_nodes: N.
+    """
+
+    train: np.ndarray
+    graph: CSRGraph
+    val: EvalEdges
+    test: EvalEdges
+    num_nodes: int
+
+    def __post_init__(self):
+        n = self.num_nodes
+        arrays = {"train": self.train, **{f"{s}.{k}": getattr(getattr(self, s), k)
+                                          for s in SPLITS for k in ("pos", "neg", "neg_dst")}}
+        for name, a in arrays.items():
+            if a.size and (a.min() < 0 or a.max() >= n):
+                raise ValueError(f"{name} holds node ids outside [0, {n})")
+        if self.train.ndim != 2 or self.train.shape[1] != 2 or not self.train.shape[0]:
+            raise ValueError(f"train must be a non-empty [E, 2] array, got {self.train.shape}")
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the split (edges and fixed negatives; not the graph) to a `.npz`."""
+        arrays = {"train": self.train, "num_nodes": np.int64(self.num_nodes)}
+        for s in SPLITS:
+            for k in ("pos", "neg", "neg_dst"):
+                arrays[f"{s}_{k}"] = getattr(getattr(self, s), k)
+        np.savez(path, **arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> LinkSplit:
+        """Reads a split written by `save`; the graph is rebuilt from its training edges."""
+        with np.load(path) as f:
+            n = int(f["num_nodes"])
+            evals = {s: EvalEdges(*(f[f"{s}_{k}"] for k in ("pos", "neg", "neg_dst")))
+                     for s in SPLITS}
+            return cls(f["train"], training_graph(f["train"], n), evals["val"], evals["test"],
+                       n)
+
+
+def training_graph(train: np.ndarray, num_nodes: int) -> CSRGraph:
+    """The message-passing graph: the training edges in both directions."""
+    return undirected_csr(train[:, 0], train[:, 1], num_nodes)
+
+
+def undirected_edges(graph: CSRGraph) -> np.ndarray:
+    """int32[E, 2]: every undirected edge {u, v} of `graph` once, as (min, max), sorted."""
+    indptr, indices = np.asarray(graph.indptr), np.asarray(graph.indices)
+    src = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(indptr))
+    lo, hi = canonical_pairs(src, indices.astype(np.int64))
+    keys = np.unique(lo.astype(np.int64) * graph.num_nodes + hi)
+    return np.stack([keys // graph.num_nodes, keys % graph.num_nodes], 1).astype(np.int32)
+
+
+def _pair_keys(edges: np.ndarray, n: int) -> np.ndarray:
+    lo, hi = np.minimum(edges[:, 0], edges[:, 1]), np.maximum(edges[:, 0], edges[:, 1])
+    return lo.astype(np.int64) * n + hi
+
+
+def sample_non_edges(rng: np.random.Generator, count: int, num_nodes: int,
+                     known: np.ndarray) -> np.ndarray:
+    """int32[count, 2] uniform pairs {u, v}, u != v, none in the sorted int64 `known`
+    pair keys (min * N + max) nor repeated."""
+    out = np.zeros((0,), np.int64)
+    while out.size < count:
+        want = 2 * (count - out.size) + 16
+        u, v = rng.integers(0, num_nodes, want), rng.integers(0, num_nodes, want)
+        keys = _pair_keys(np.stack([u, v], 1), num_nodes)[u != v]
+        pos = np.clip(np.searchsorted(known, keys), 0, max(known.size - 1, 0))
+        fresh = keys[known[pos] != keys] if known.size else keys
+        _, first = np.unique(np.concatenate([out, fresh]), return_index=True)
+        out = np.concatenate([out, fresh])[np.sort(first)]
+    out = out[:count]
+    return np.stack([out // num_nodes, out % num_nodes], 1).astype(np.int32)
+
+
+def destination_negatives(rng: np.random.Generator, pos: np.ndarray, num_nodes: int,
+                          per_positive: int) -> np.ndarray:
+    """int32[P, M]: per positive (u, v), M uniform destinations other than v."""
+    draw = rng.integers(0, num_nodes - 1, (pos.shape[0], per_positive))
+    return (draw + (draw >= pos[:, 1:2])).astype(np.int32)
+
+
+def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
+                      seed: int = 0, mrr_negatives: int = 0) -> LinkSplit:
+    """A random split of the undirected edges of `graph` (85/5/10 by default).
+
+    Val and test edges leave the message-passing graph. Each evaluation split gets one
+    negative pair per positive (uniform non-edges of the whole graph, none repeated)
+    and, if `mrr_negatives` > 0, that many negative destinations per positive. The
+    same (graph, fractions, seed) give the same split, negatives included.
+    """
+    if not (0 <= val and 0 <= test and val + test < 1):
+        raise ValueError(f"need val, test >= 0 and val + test < 1, got {val}, {test}")
+    n = graph.num_nodes
+    if n < 2:
+        raise ValueError(f"a link split needs at least 2 nodes, got {n}")
+    edges = undirected_edges(graph)
+    rng = np.random.default_rng(seed)
+    edges = edges[rng.permutation(edges.shape[0])]
+    n_val, n_test = int(val * edges.shape[0]), int(test * edges.shape[0])
+    parts = {"val": edges[:n_val], "test": edges[n_val:n_val + n_test]}
+    train = edges[n_val + n_test:]
+    if not train.shape[0]:
+        raise ValueError(f"the graph has {edges.shape[0]} undirected edges: none left to train")
+    known = np.sort(_pair_keys(edges, n))
+    evals = {}
+    for name in SPLITS:
+        pos = parts[name]
+        neg = sample_non_edges(rng, pos.shape[0], n, known)
+        neg_dst = destination_negatives(rng, pos, n, mrr_negatives)
+        evals[name] = EvalEdges(pos, neg, neg_dst)
+    return LinkSplit(train, training_graph(train, n), evals["val"], evals["test"], n)
+
+
+# ---- OGB's ogbl layout -------------------------------------------------------------------
+
+OGBL = {"ogbl-collab": "ogbl_collab", "ogbl-citation2": "ogbl_citation2"}
+_NUMPY_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    ("numpy", "ndarray"), ("numpy", "dtype"), ("collections", "OrderedDict"),
+    ("_codecs", "encode"),  # how protocol 2 (torch.save's) pickles bytes
+}
+
+
+class _NumpyUnpickler(pickle.Unpickler):
+    """Builds dicts, lists and NumPy arrays only; anything else is refused."""
+
+    def find_class(self, module, name):
+        if (module, name) in _NUMPY_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(
+            f"{module}.{name} is not allowed here: only NumPy arrays are read from OGB "
+            "split files (convert a file holding torch tensors to .npz)")
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("torch storages are not supported: convert the split "
+                                     "file to .npz with the same keys")
+
+
+def read_pt(path: str | os.PathLike) -> dict:
+    """The dict of NumPy arrays in a `torch.save` file (legacy or zip format)."""
+    path = Path(path)
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            name = next((n for n in z.namelist() if n.endswith("data.pkl")), None)
+            if name is None:
+                raise ValueError(f"{path}: a zip without data.pkl is not a torch.save file")
+            return _NumpyUnpickler(io.BytesIO(z.read(name))).load()
+    with open(path, "rb") as f:
+        first = _NumpyUnpickler(f).load()
+        if isinstance(first, dict):  # a plain pickle
+            return first
+        # torch's legacy format: magic number, protocol version, system info, object
+        _NumpyUnpickler(f).load()
+        _NumpyUnpickler(f).load()
+        return _NumpyUnpickler(f).load()
+
+
+def _read_split_part(folder: Path, part: str) -> dict:
+    for suffix, reader in ((".pt", read_pt), (".npz", lambda p: dict(np.load(p)))):
+        path = folder / f"{part}{suffix}"
+        if path.is_file():
+            return {k: np.asarray(v) for k, v in reader(path).items()}
+    raise FileNotFoundError(f"OGB split file {folder / part}.pt (or .npz) not found")
+
+
+def _pairs(part: dict, name: str) -> np.ndarray:
+    if "edge" in part:
+        return np.asarray(part["edge"], np.int64).reshape(-1, 2)
+    if "source_node" in part:
+        return np.stack([part["source_node"], part["target_node"]], 1).astype(np.int64)
+    raise ValueError(f"split {name} has neither 'edge' nor 'source_node': {sorted(part)}")
+
+
+def load_ogbl(name: str, root: str | os.PathLike):
+    """(features float32[N, d], LinkSplit) of "ogbl-collab" or "ogbl-citation2".
+
+    The message-passing graph is the training edges made undirected (as OGB's examples
+    do for both). Collab's evaluation negatives are its `edge_neg` pairs (Hits@50);
+    citation2's are its `target_node_neg` destinations per positive (MRR).
+    """
+    from zerognn_jax._src.data.ogb import _load_text  # the gzipped-CSV reader of ogbn
+
+    if name not in OGBL:
+        raise ValueError(f"unknown ogbl dataset {name!r}; expected one of {sorted(OGBL)}")
+    folder = Path(root) / OGBL[name]
+    raw = folder / "raw"
+    features = _load_text(raw / "node-feat.csv.gz", np.float32)
+    n = int(_load_text(raw / "num-node-list.csv.gz", np.int64).sum())
+    if features.shape[0] != n:
+        raise ValueError(f"{raw}: num-node-list says {n} nodes, node-feat has "
+                         f"{features.shape[0]} rows")
+    split_dir = folder / "split" / "time"
+    parts = {p: _read_split_part(split_dir, p) for p in ("train", "valid", "test")}
+    train = _pairs(parts["train"], "train").astype(np.int32)
+    evals = {}
+    for ours, theirs in (("val", "valid"), ("test", "test")):
+        part = parts[theirs]
+        pos = _pairs(part, theirs).astype(np.int32)
+        neg = np.asarray(part.get("edge_neg", np.zeros((0, 2))), np.int32).reshape(-1, 2)
+        neg_dst = np.asarray(part.get("target_node_neg", np.zeros((pos.shape[0], 0))),
+                             np.int32).reshape(pos.shape[0], -1)
+        evals[ours] = EvalEdges(pos, neg, neg_dst)
+    split = LinkSplit(train, training_graph(train, n), evals["val"], evals["test"], n)
+    return features, split
