@@ -4,6 +4,7 @@
 before JAX starts its backends (the pytest process keeps its single device). Usage:
 
     python _parallel_worker.py equivalence OUT_DIR --cpu-devices 8
+    python _parallel_worker.py collectives OUT_DIR --cpu-devices 4
     python _parallel_worker.py train OUT_DIR [--cpu-devices N] [--name RUN] [--epochs E]
         [--ckpt DIR] [--eval-mode M] [--shard-features]
         [--coordinator HOST:PORT --num-processes P --process-id I]
@@ -25,12 +26,14 @@ GLOO_UNAVAILABLE = 77  # exit status: this jaxlib has no gloo CPU collectives
 
 # The test problem: every layer sees full neighbourhoods and there is no dropout, so a
 # step's loss is a mean over seeds whatever the batch split, and train size 192 is a
-# multiple of every global batch used (32), so every device's batch is full.
-NUM_NODES, TRAIN, GLOBAL_BATCH = 400, 192, 32
+# multiple of every global batch used (32), so every device's batch is full. With
+# TRAIN_PARTIAL = 204 the last step has 12 seeds: 8 on device 0 and 4 on device 1 of 4.
+NUM_NODES, TRAIN, GLOBAL_BATCH, TRAIN_PARTIAL = 400, 192, 32, 204
 
 
-def make_problem():
-    """A random 400-node graph, 8 features, 3 classes (labels follow the features)."""
+def make_problem(train: int = TRAIN):
+    """A random 400-node graph, 8 features, 3 classes (labels follow the features);
+    the first `train` nodes of a random order train, up to node 300 validate."""
     from zerognn_jax import from_edge_list, make_dataset
 
     rs = np.random.default_rng(0)
@@ -41,7 +44,7 @@ def make_problem():
     labels = np.argmax(feats[:, :3] + rs.normal(scale=0.5, size=(NUM_NODES, 3)), 1)
     order = rs.permutation(NUM_NODES)
     return make_dataset("dp-test", graph.indptr, graph.indices, feats, labels,
-                        order[:TRAIN], order[TRAIN:300], order[300:], 3)
+                        order[:train], order[train:300], order[300:], 3)
 
 
 def train_config(shards: int, **overrides):
@@ -66,25 +69,33 @@ def save_run(out: pathlib.Path, name: str, params, record: dict) -> None:
     (out / f"{name}.json").write_text(json.dumps(record))
 
 
-def engine_run(devices: int, *, shard_features=False, tiny_envelope=False):
+def engine_run(devices: int, *, shard_features=False, tiny_envelope=False,
+               collectives="optimised", prefetch=False, train=TRAIN):
     """Two epochs of SGD through the engine API, in chunks of 4 steps.
 
     `tiny_envelope` starts from capacities equal to the batch, so the first steps
-    overflow and the engine must grow the envelope and replay them.
-    Returns (params, record with losses, overflows and the final envelope).
+    overflow and the engine must grow the envelope and replay them. `collectives`
+    (`Collectives.parse`) and `prefetch` choose how the data-parallel step runs.
+    Returns (params, record with per-epoch losses, accuracies, sampled edges, level
+    maxima, overflows and the final envelope).
     """
+    import dataclasses
+
     import jax.numpy as jnp
     import optax
 
     import zerognn_jax as zg
+    from zerognn_jax._src.training.parallel import Collectives
 
-    ds = make_problem()
+    ds = make_problem(train)
     sampler = zg.SamplerConfig((-1, -1)).resolve(ds.graph.max_degree())
     model = zg.make_model("sage", hidden=16, num_layers=2, num_classes=3, dropout=0.0)
     batch = GLOBAL_BATCH // devices
     program = zg.StepProgram(model, optax.sgd(0.5), sampler, batch, seed=3)
     if devices > 1 or shard_features:
         program = program.with_mesh(zg.make_mesh(devices), shard_features=shard_features)
+        program = dataclasses.replace(program, parallel=dataclasses.replace(
+            program.parallel, collectives=Collectives.parse(collectives)))
         data = program.parallel.place_data(zg.DeviceData(ds.graph, ds.features, ds.labels))
     else:
         data = zg.DeviceData(ds.graph.to_device(), jnp.asarray(ds.features),
@@ -92,14 +103,18 @@ def engine_run(devices: int, *, shard_features=False, tiny_envelope=False):
     env = zg.conservative(batch, sampler.fanouts, NUM_NODES)
     if tiny_envelope:
         env = zg.Envelope(batch, (batch, batch))
-    state, losses, overflows = zg.init_state(program, data, env, ds.train_idx), [], 0
-    engine = zg.ScanEngine(program, chunk_steps=4)
+    state = zg.init_state(program, data, env, ds.train_idx)
+    engine = zg.ScanEngine(program, chunk_steps=4, prefetch=prefetch)
+    record = {"losses": [], "accs": [], "edges": [], "max_counts": [], "overflows": 0}
     for epoch in range(2):
         res = engine.run_epoch(state, data, ds.train_idx, epoch, env)
         state, env = res.state, res.envelope
-        losses.append(res.loss)
-        overflows += res.overflows
-    return state.params, {"losses": losses, "overflows": overflows, "envelope": env.levels}
+        record["losses"].append(res.loss)
+        record["accs"].append(res.train_acc)
+        record["edges"].append(res.sampled_edges)
+        record["max_counts"].append(list(res.max_counts))
+        record["overflows"] += res.overflows
+    return state.params, {**record, "envelope": env.levels}
 
 
 def cmd_equivalence(args, out: pathlib.Path) -> None:
@@ -108,6 +123,25 @@ def cmd_equivalence(args, out: pathlib.Path) -> None:
         "ref_sgd": dict(devices=1),
         "dp4_tiny_envelope": dict(devices=4, tiny_envelope=True),
         "dp8_sharded": dict(devices=8, shard_features=True),
+    }
+    for name, kwargs in runs.items():
+        params, record = engine_run(**kwargs)
+        save_run(out, name, params, record)
+
+
+def cmd_collectives(args, out: pathlib.Path) -> None:
+    """Engine runs on 4 devices, against one device: the baseline collectives (per-leaf
+    all-reduce, metrics summed on the devices, overflow agreed late); the overflow
+    agreed early with prefetched samples from a tiny envelope (replays); and a train set
+    that leaves a partial last batch (12 seeds on 2 of 4 devices). The optimised
+    collectives run in `cmd_equivalence`."""
+    runs = {
+        "ref_sgd": dict(devices=1),
+        "dp4_baseline": dict(devices=4, collectives="baseline"),
+        "dp4_early_prefetch_tiny": dict(devices=4, collectives="flat.host.early",
+                                        prefetch=True, tiny_envelope=True),
+        "ref_partial": dict(devices=1, train=TRAIN_PARTIAL),
+        "dp4_partial": dict(devices=4, train=TRAIN_PARTIAL),
     }
     for name, kwargs in runs.items():
         params, record = engine_run(**kwargs)
@@ -134,7 +168,7 @@ def cmd_train(args, out: pathlib.Path) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=("equivalence", "train"))
+    parser.add_argument("command", choices=("equivalence", "collectives", "train"))
     parser.add_argument("out")
     parser.add_argument("--cpu-devices", type=int, default=1)
     parser.add_argument("--name", default="run")
@@ -158,7 +192,9 @@ def main(argv=None) -> int:
             return GLOO_UNAVAILABLE
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    {"equivalence": cmd_equivalence, "train": cmd_train}[args.command](args, out)
+    commands = {"equivalence": cmd_equivalence, "collectives": cmd_collectives,
+                "train": cmd_train}
+    commands[args.command](args, out)
     if args.coordinator:
         jax.distributed.shutdown()
     return 0

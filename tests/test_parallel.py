@@ -91,7 +91,8 @@ def runs(tmp_path_factory):
     (here); the two-process run starts once those are done.
     """
     root = tmp_path_factory.mktemp("parallel")
-    jobs = {"equivalence": Job(root / "equivalence", "equivalence", "--cpu-devices", "8")}
+    jobs = {"equivalence": Job(root / "equivalence", "equivalence", "--cpu-devices", "8"),
+            "collectives": Job(root / "collectives", "collectives", "--cpu-devices", "4")}
     try:
         Job(root / "save", "train", "--cpu-devices", "2", "--name", "saved",
             "--ckpt", str(root / "ckpt")).wait()
@@ -116,6 +117,11 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def equivalence(runs):
     return runs["jobs"]["equivalence"].wait()
+
+
+@pytest.fixture(scope="module")
+def collectives(runs):
+    return runs["jobs"]["collectives"].wait()
 
 
 @pytest.fixture(scope="module")
@@ -164,8 +170,72 @@ def test_data_parallel_matches_one_device(equivalence):
         params, record = load(equivalence, name)
         assert_params_close(params, ref)
         np.testing.assert_allclose(record["losses"], ref_record["losses"], rtol=1e-5)
+        np.testing.assert_allclose(record["accs"], ref_record["accs"], rtol=1e-6)
     _, tiny = load(equivalence, "dp4_tiny_envelope")
     assert tiny["overflows"] >= 1  # the envelope grew and the failed steps were replayed
+
+
+def test_every_way_of_reducing_a_step_matches_one_device(collectives, equivalence):
+    """Per-leaf or flat gradient all-reduce, metrics summed per step on the devices or
+    per chunk on the host, the overflow flag agreed late, early or packed, sampling a
+    step ahead: the parameters, losses and accuracies of one device with the global
+    batch. Sampled edges and level maxima describe the 4 per-device subgraphs, so they
+    are compared between the variants only."""
+    ref, ref_record = load(collectives, "ref_sgd")
+    _, base = load(collectives, "dp4_baseline")
+    runs = {"dp4_baseline": collectives, "dp4_early_prefetch_tiny": collectives,
+            "dp4_tiny_envelope": equivalence}  # the last: flat, host metrics, packed flag
+    for name, out in runs.items():
+        params, record = load(out, name)
+        assert_params_close(params, ref)
+        np.testing.assert_allclose(record["losses"], ref_record["losses"], rtol=1e-5)
+        np.testing.assert_allclose(record["accs"], ref_record["accs"], rtol=1e-6)
+        assert (record["edges"], record["max_counts"]) == (base["edges"], base["max_counts"])
+    assert load(collectives, "dp4_early_prefetch_tiny")[1]["overflows"] >= 1  # replayed
+
+
+def test_partial_last_batch_weighs_every_seed_alike(collectives):
+    """204 training nodes, global batch 32: the last step has 12 seeds, 8 on device 0,
+    4 on device 1, none on devices 2 and 3. The gradient is weighted by each device's
+    seeds, so the update is that of one device with the global batch."""
+    ref, ref_record = load(collectives, "ref_partial")
+    params, record = load(collectives, "dp4_partial")
+    assert_params_close(params, ref)
+    np.testing.assert_allclose(record["losses"], ref_record["losses"], rtol=1e-5)
+    np.testing.assert_allclose(record["accs"], ref_record["accs"], rtol=1e-6)
+
+
+def test_collectives_parse_and_check():
+    assert parallel.Collectives.parse("optimised") == parallel.Collectives()
+    assert parallel.Collectives.parse("baseline").describe() == "tree.psum.late"
+    assert parallel.Collectives.parse("flat.host.early").overflow == "early"
+    with pytest.raises(ValueError, match="needs grads 'flat'"):
+        parallel.Collectives.parse("tree.host.packed")
+    with pytest.raises(ValueError, match="metrics must be one of psum, host"):
+        parallel.Collectives("flat", "device", "late")
+    with pytest.raises(ValueError, match="GRADS.METRICS.OVERFLOW"):
+        parallel.Collectives.parse("fast")
+
+
+def test_psum_flat_is_one_all_reduce_per_dtype():
+    """The flat reduction sums every leaf and the extras exactly like per-leaf psums,
+    with one all-reduce for the float32 leaves (and the extras) and one for bfloat16."""
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    mesh = parallel.make_mesh(1)
+    tree = {"a": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(4, jnp.bfloat16),
+            "c": jnp.float32(2.5), "n": jnp.arange(3)}
+    extras = jnp.array([7.0, 1.0])
+    run = jax.jit(jax.shard_map(parallel.psum_flat, mesh=mesh, in_specs=P(), out_specs=P(),
+                                check_vma=False))
+    out, ex = run(tree, extras)
+    for key in tree:
+        assert out[key].dtype == tree[key].dtype and out[key].shape == tree[key].shape
+        np.testing.assert_array_equal(out[key], tree[key])
+    np.testing.assert_array_equal(ex, extras)
+    hlo = run.lower(tree, extras).as_text()
+    assert hlo.count("all_reduce") == 3  # float32 with the extras, bfloat16, the int leaf
 
 
 def test_checkpoint_restores_across_device_counts(resumed):

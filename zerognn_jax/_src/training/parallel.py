@@ -9,6 +9,11 @@ feature table is split by rows across the mesh (`shard_features`); a step then f
 the rows it needs from their owners with one all-gather of ids and one reduce-scatter
 of rows.
 
+How a step talks between devices is a `Collectives` choice: by default one all-reduce
+per step carries the gradients, the batch statistics, the step's target weight and the
+overflow flag as one flat buffer, and each device's metrics come back to the host as
+scan outputs, summed there once per chunk (docs/multi_gpu.md).
+
 Several hosts run the same program: each process calls `initialize_distributed` before
 JAX starts its backends, and the mesh takes the same number of devices from each.
 """
@@ -114,6 +119,86 @@ def _placed(x, sharding: NamedSharding) -> bool:
     return isinstance(x, jax.Array) and x.sharding.is_equivalent_to(sharding, x.ndim)
 
 
+GRADS, METRICS, OVERFLOW = ("tree", "flat"), ("psum", "host"), ("late", "early", "packed")
+
+
+@dataclasses.dataclass(frozen=True)
+class Collectives:
+    """How a data-parallel step talks between devices (every choice trains the same).
+
+    Attributes:
+      grads: "flat": gradients, batch statistics and the step's target weight are summed
+        as one buffer per dtype (one all-reduce); "tree": one all-reduce per leaf (XLA's
+        combiner may merge them).
+      metrics: "host": every device returns its own per-step sums as scan outputs and
+        the host adds them up once per chunk; "psum": summed (and maxed) on the devices
+        at every step.
+      overflow: "packed": the overflow flag rides in the flat gradient buffer; "early":
+        its own all-reduce right after sampling; "late": its own all-reduce after the
+        step (the original order).
+    """
+
+    grads: str = "flat"
+    metrics: str = "host"
+    overflow: str = "packed"
+
+    def __post_init__(self):
+        for name, options in (("grads", GRADS), ("metrics", METRICS), ("overflow", OVERFLOW)):
+            if getattr(self, name) not in options:
+                raise ValueError(f"collectives {name} must be one of {', '.join(options)}, "
+                                 f"got {getattr(self, name)!r}")
+        if self.overflow == "packed" and self.grads != "flat":
+            raise ValueError("overflow 'packed' rides in the flat gradient buffer: it needs "
+                             f"grads 'flat', got {self.grads!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> Collectives:
+        """"optimised" (the default), "baseline" (tree, psum, late: one collective per
+        leaf, metric and flag) or "GRADS.METRICS.OVERFLOW", e.g. "flat.host.early"."""
+        presets = {"optimised": cls(), "baseline": cls("tree", "psum", "late")}
+        if text in presets:
+            return presets[text]
+        parts = text.split(".")
+        if len(parts) != 3:
+            raise ValueError(f"collectives {text!r}: expected optimised, baseline or "
+                             f"GRADS.METRICS.OVERFLOW (grads {'|'.join(GRADS)}, metrics "
+                             f"{'|'.join(METRICS)}, overflow {'|'.join(OVERFLOW)})")
+        return cls(*parts)
+
+    def describe(self) -> str:
+        return f"{self.grads}.{self.metrics}.{self.overflow}"
+
+
+def _is_float(x) -> bool:
+    return jnp.issubdtype(x.dtype, jnp.floating)
+
+
+def psum_flat(tree, extras: jax.Array):
+    """(psum of every leaf of `tree`, psum of the float32 vector `extras`) through one
+    all-reduce per floating dtype: the leaves of a dtype are concatenated into one
+    buffer (`extras` joins the float32 one). Integer leaves are summed one by one."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    groups: dict = {jnp.dtype(jnp.float32): []}
+    for i, leaf in enumerate(leaves):
+        if _is_float(leaf):
+            groups.setdefault(jnp.dtype(leaf.dtype), []).append(i)
+    out = [None if _is_float(leaf) else jax.lax.psum(leaf, AXIS) for leaf in leaves]
+    extras_out = None
+    for dtype, idx in groups.items():
+        parts = [leaves[i].reshape(-1) for i in idx]
+        if dtype == jnp.float32:
+            parts.append(extras.astype(jnp.float32))
+        summed = jax.lax.psum(jnp.concatenate(parts), AXIS)
+        offset = 0
+        for i in idx:
+            size = leaves[i].size
+            out[i] = summed[offset:offset + size].reshape(leaves[i].shape)
+            offset += size
+        if dtype == jnp.float32:
+            extras_out = summed[offset:]
+    return jax.tree_util.tree_unflatten(treedef, out), extras_out
+
+
 @dataclasses.dataclass(frozen=True)
 class DataParallel:
     """Data parallelism over a 1-D mesh: what a step program needs to run on many devices.
@@ -121,14 +206,21 @@ class DataParallel:
     Attributes:
       mesh: the mesh (axis "data"), e.g. from `make_mesh`.
       shard_features: the feature table is split by rows across the mesh.
+      collectives: how a step reduces its gradients, metrics and overflow flag.
     """
 
     mesh: Mesh
     shard_features: bool = False
+    collectives: Collectives = Collectives()
 
     @property
     def size(self) -> int:
         return self.mesh.size
+
+    @property
+    def host_metrics(self) -> bool:
+        """Per-device metrics come back as scan outputs and are summed on the host."""
+        return self.collectives.metrics == "host"
 
     # Inside the mesh program.
     def batch_index(self, step) -> jax.Array:
@@ -144,6 +236,50 @@ class DataParallel:
 
     def max(self, tree):
         return jax.tree_util.tree_map(lambda x: jax.lax.pmax(x, AXIS), tree)
+
+    def any(self, flag) -> jax.Array:
+        """bool scalar: `flag` is set on some device (its own all-reduce)."""
+        return jax.lax.psum(flag.astype(jnp.int32), AXIS) > 0
+
+    def average_update(self, grads, batch_stats, weight, overflow):
+        """One step's update averaged as a one-device step on the global batch would be.
+
+        Args:
+          grads: this device's gradient of its loss, a mean over its rows of weight
+            `weight` (float32 scalar; the loss divides by max(weight, 1)).
+          batch_stats: this device's new batch statistics (averaged over devices).
+          overflow: bool scalar, this device's minibatch overflowed.
+
+        Returns:
+          (grads, batch_stats, agreed): the gradient of the loss averaged over the
+          rows of every device, sum_d max(w_d, 1) g_d / max(sum_d w_d, 1) (a device
+          without rows adds nothing, so a partial last batch weighs every row alike);
+          `agreed` is the overflow flag of any device when the collectives pack it,
+          else None (the caller agrees on it).
+        """
+        scale = jnp.maximum(weight, 1.0)
+        scaled = jax.tree_util.tree_map(lambda g: (g * scale).astype(g.dtype), grads)
+        packed = self.collectives.overflow == "packed"
+        if self.collectives.grads == "flat":
+            extras = jnp.stack([weight, overflow.astype(jnp.float32)]) if packed \
+                else weight[None]
+            (scaled, stats), extras = psum_flat((scaled, batch_stats), extras)
+            total, agreed = extras[0], (extras[1] > 0 if packed else None)
+        else:
+            scaled, stats, total = self.sum((scaled, batch_stats, weight))
+            agreed = None
+        div = jnp.maximum(total, 1.0)
+        grads = jax.tree_util.tree_map(lambda g: (g / div).astype(g.dtype), scaled)
+        stats = jax.tree_util.tree_map(
+            lambda s: s / self.size if _is_float(s) else s // self.size, stats)
+        return grads, stats, agreed
+
+    def reduce_metrics(self, sums: dict) -> dict:
+        """Per-step metric sums of every device, on the device: counts maxed, the rest
+        summed."""
+        counts = self.max(sums["counts"])
+        rest = self.sum({k: v for k, v in sums.items() if k != "counts"})
+        return {**rest, "counts": counts}
 
     def gather_rows(self, kernels: Kernels, local: jax.Array, ids: jax.Array,
                     valid: jax.Array) -> jax.Array:
@@ -197,13 +333,30 @@ class DataParallel:
                              f"a multiple of {self.size} devices; use shard_rows")
 
     def shard_chunk(self, run, data):
-        """`run(state, data, *scalars)` as one SPMD program on the mesh.
+        """`run(state, data, *scalars) -> (state, metrics)` as one SPMD program on the mesh.
 
-        `check_vma=False` keeps pmap's autodiff semantics, which the step relies on: the
-        gradient of replicated parameters is each device's own, averaged by an explicit
-        `mean`. (With the check on, JAX would already sum it over devices in the
-        transpose.)
+        With `host_metrics`, `run` returns each device's metrics with a leading axis of
+        1, and the program returns them stacked, `[devices, steps, ...]`
+        (`fetch_per_device` brings them to the host). `check_vma=False` keeps pmap's
+        autodiff semantics, which the step relies on: the gradient of replicated
+        parameters is each device's own, averaged by an explicit reduction. (With the
+        check on, JAX would already sum it over devices in the transpose.)
         """
         specs = jax.tree_util.tree_map(lambda s: s.spec, self.data_shardings(data))
+        out_specs = (P(), P(AXIS)) if self.host_metrics else P()
         return jax.shard_map(run, mesh=self.mesh, in_specs=(P(), specs, P(), P(), P(), P()),
-                             out_specs=P(), check_vma=False)
+                             out_specs=out_specs, check_vma=False)
+
+
+def fetch_per_device(tree):
+    """NumPy copies of arrays laid out over the mesh's devices (`P(AXIS)`), whole.
+
+    One process holds all of them (device_get); with several processes each process
+    gathers the others' blocks (one collective, once per chunk).
+    """
+    leaves = jax.tree_util.tree_leaves(tree)
+    if all(leaf.is_fully_addressable for leaf in leaves):
+        return jax.device_get(tree)
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.process_allgather(tree, tiled=True)

@@ -12,31 +12,73 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
+from zerognn_jax._src.sampling.minibatch import MiniBatch
 from zerognn_jax._src.sampling.seeds import epoch_seeds, num_steps, step_keys, step_seeds
+from zerognn_jax._src.training.parallel import fetch_per_device
 from zerognn_jax._src.training.program import DeviceData, StepProgram, TrainState
-from zerognn_jax._src.training.step import EpochResult, step_metrics, train_step
+from zerognn_jax._src.training.step import (
+    EpochResult,
+    merge_devices,
+    step_metrics,
+    step_sums,
+    train_step,
+)
+from zerognn_jax._src.training.task import TaskBatch
 
 
-def scan_step(program: StepProgram, state: TrainState, step, data: DeviceData, perm, epoch,
-              total_steps, capacities) -> tuple[TrainState, dict]:
-    """One step of the scan: sample, train, and keep the update only if nothing overflowed.
+class Sampled(NamedTuple):
+    """One step's sample, before the model: what `apply_step` consumes.
 
-    Steps at or past `total_steps` (the padding of the last chunk) change nothing.
+    Attributes:
+      batch: the task's batch; mb: its sampled minibatch; drop_key: the dropout key.
+      active: bool, the step lies inside the epoch (padding steps change nothing).
+      overflow: bool, any device's minibatch overflowed, when the collectives agree on
+        it right after sampling ("early"); None otherwise.
     """
+
+    batch: TaskBatch
+    mb: MiniBatch
+    drop_key: jax.Array
+    active: jax.Array
+    overflow: jax.Array | None
+
+
+def sample_step(program: StepProgram, step, data: DeviceData, perm, epoch, total_steps,
+                capacities, seed_capacity=None) -> Sampled:
+    """Samples step `step` (it reads no parameters, so it may run a step ahead)."""
     dp = program.parallel
     batch_index = step if dp is None else dp.batch_index(step)
     items, valid = step_seeds(perm, batch_index, program.batch_size)
     active = step < total_steps
     key, drop_key = step_keys(program.seed, epoch, batch_index)
-    batch, mb = program.sample(data, items, valid & active, key, capacities)
-    candidate, out = train_step(program, state, data, batch, mb, drop_key)
-    overflow = mb.overflow if dp is None else dp.sum(mb.overflow.astype(jnp.int32)) > 0
+    batch, mb = program.sample(data, items, valid & active, key, capacities, seed_capacity)
+    early = dp is not None and dp.collectives.overflow == "early"
+    return Sampled(batch, mb, drop_key, active, dp.any(mb.overflow) if early else None)
+
+
+def apply_step(program: StepProgram, state: TrainState, step, data: DeviceData,
+               sampled: Sampled) -> tuple[TrainState, dict]:
+    """Trains on a sampled step and keeps the update only if nothing overflowed.
+
+    Metrics are summed over the devices, or with host metrics this device's own sums
+    (`step_sums`), which the engine adds up after the chunk.
+    """
+    dp = program.parallel
+    batch, mb, active = sampled.batch, sampled.mb, sampled.active
+    candidate, out = train_step(program, state, data, batch, mb, sampled.drop_key)
+    if dp is None:
+        overflow = mb.overflow
+    elif sampled.overflow is not None:
+        overflow = sampled.overflow
+    else:
+        overflow = out["overflow"] if "overflow" in out else dp.any(mb.overflow)
     bad = active & overflow
     ok = active & ~overflow & ~state.overflowed
     pick = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, old)
@@ -44,8 +86,45 @@ def scan_step(program: StepProgram, state: TrainState, step, data: DeviceData, p
         pick(candidate.params, state.params), pick(candidate.batch_stats, state.batch_stats),
         pick(candidate.opt_state, state.opt_state), state.overflowed | bad,
         jnp.where(bad & ~state.overflowed, step, state.failed_step))
-    metrics = step_metrics(program, out, mb)
+    host = dp is not None and dp.host_metrics
+    metrics = step_sums(program, out, mb) if host else step_metrics(program, out, mb)
     return new_state, {**metrics, "overflow": bad, "applied": ok}
+
+
+def scan_step(program: StepProgram, state: TrainState, step, data: DeviceData, perm, epoch,
+              total_steps, capacities, seed_capacity=None) -> tuple[TrainState, dict]:
+    """One step of the scan: sample, train, and keep the update only if nothing overflowed.
+
+    Steps at or past `total_steps` (the padding of the last chunk) change nothing.
+    """
+    sampled = sample_step(program, step, data, perm, epoch, total_steps, capacities,
+                          seed_capacity)
+    return apply_step(program, state, step, data, sampled)
+
+
+def scan_chunk(program: StepProgram, state: TrainState, steps, data: DeviceData, perm, epoch,
+               total_steps, capacities, seed_capacity=None, *, prefetch: bool = False):
+    """`lax.scan` of the steps `steps` (int32[n], consecutive); (state, metrics[n]).
+
+    With `prefetch` the carry holds the next step's sample: step i samples step i + 1
+    while it trains on step i (sampling reads no parameters), so XLA may overlap
+    sampling with the gradient all-reduce. The chunk samples one step more than it
+    trains; the result is the same.
+    """
+    sample = lambda step: sample_step(program, step, data, perm, epoch, total_steps,
+                                      capacities, seed_capacity)
+    if not prefetch:
+        return jax.lax.scan(lambda s, step: apply_step(program, s, step, data, sample(step)),
+                            state, steps)
+
+    def body(carry, step):
+        state, current = carry
+        upcoming = sample(step + 1)
+        state, metrics = apply_step(program, state, step, data, current)
+        return (state, upcoming), metrics
+
+    (state, _), metrics = jax.lax.scan(body, (state, sample(steps[0])), steps)
+    return state, metrics
 
 
 @dataclasses.dataclass(eq=False)
@@ -53,13 +132,18 @@ class ScanEngine:
     """Runs epochs as chunks of `chunk_steps` steps (0: the whole epoch) per program.
 
     Compiled chunk programs are cached here per (envelope, chunk length);
-    `compile_seconds` adds up the time spent compiling them.
+    `compile_seconds` adds up the time spent compiling them. `prefetch` samples each
+    step one step ahead (`scan_chunk`); `compiler_options` are XLA options for
+    compiling the chunk programs (e.g. {"xla_gpu_enable_latency_hiding_scheduler":
+    True}; benchmarks/scaling.py measures them).
     """
 
     program: StepProgram
     chunk_steps: int = 0
     policy: EnvelopePolicy = DEFAULT_POLICY
     compile_seconds: float = 0.0
+    prefetch: bool = False
+    compiler_options: dict | None = None
 
     def __post_init__(self):
         self._programs = {}
@@ -68,22 +152,27 @@ class ScanEngine:
         """The compiled chunk `(state, data, perm, epoch, start, total) -> (state, metrics)`.
 
         Compiled ahead of time for `args` and cached; `state` is donated. With a mesh
-        the program is one SPMD program over it.
+        the program is one SPMD program over it; with host metrics its metrics are each
+        device's sums, `[devices, steps, ...]` (`run_epoch` merges them).
         """
         key = (envelope, chunk_steps)
         if key not in self._programs:
-            program, caps = self.program, envelope.capacities
+            program, caps, prefetch = self.program, envelope.capacities, self.prefetch
+            host = program.parallel is not None and program.parallel.host_metrics
 
             def run(state, data, perm, epoch, start, total):
                 steps = start + jnp.arange(chunk_steps, dtype=jnp.int32)
-                body = lambda s, step: scan_step(program, s, step, data, perm, epoch, total,
-                                                 caps)
-                return jax.lax.scan(body, state, steps)
+                state, metrics = scan_chunk(program, state, steps, data, perm, epoch, total,
+                                            caps, envelope.batch_size, prefetch=prefetch)
+                if host:
+                    metrics = jax.tree_util.tree_map(lambda m: m[None], metrics)
+                return state, metrics
 
             if program.parallel is not None:
                 run = program.parallel.shard_chunk(run, args[1])
             t0 = time.perf_counter()
-            self._programs[key] = jax.jit(run, donate_argnums=0).lower(*args).compile()
+            lowered = jax.jit(run, donate_argnums=0).lower(*args)
+            self._programs[key] = lowered.compile(compiler_options=self.compiler_options)
             self.compile_seconds += time.perf_counter() - t0
         return self._programs[key]
 
@@ -94,6 +183,13 @@ class ScanEngine:
             return (state, data, *scalars)
         dp.check_placed(data)  # moving the data every chunk would be slow
         return (dp.replicate(state), data, *dp.replicate(scalars))
+
+    def _fetch_metrics(self, metrics) -> dict:
+        """A chunk's metrics on the host; per-device sums merged over the devices."""
+        dp = self.program.parallel
+        if dp is None or not dp.host_metrics:
+            return jax.device_get(metrics)
+        return merge_devices(fetch_per_device(metrics))
 
     def run_epoch(self, state: TrainState, data: DeviceData, train_idx, epoch: int,
                   envelope: Envelope, *, on_progress=None) -> EpochResult:
@@ -111,8 +207,8 @@ class ScanEngine:
         while start < total:
             args = self._args(state, data, perm, epoch, start, total)
             state, metrics = self.chunk_program(envelope, chunk, args)(*args)
-            metrics, overflowed, failed = jax.device_get((metrics, state.overflowed,
-                                                          state.failed_step))
+            metrics = self._fetch_metrics(metrics)
+            overflowed, failed = jax.device_get((state.overflowed, state.failed_step))
             chunks += 1
             parts.append({k: v[metrics["applied"]] for k, v in metrics.items()})
             if overflowed:

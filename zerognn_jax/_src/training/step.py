@@ -25,9 +25,12 @@ def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch:
     """One optimizer step on the task batch `batch` and its sampled minibatch `mb`.
 
     The loss is the task's per-row loss averaged over the rows of weight 1. With data
-    parallelism the gradients and batch statistics are averaged over the devices.
-    Returns the updated state (the caller decides whether to keep it) and {"loss",
-    "outputs", "targets", "weight"} of this device's rows.
+    parallelism the gradient is that of the loss averaged over every device's rows (as
+    one device would compute on the global batch) and the batch statistics are averaged
+    over the devices (`DataParallel.average_update`). Returns the updated state (the
+    caller decides whether to keep it) and {"loss", "outputs", "targets", "weight"} of
+    this device's rows, plus "overflow" (bool, any device's minibatch overflowed) when
+    the collectives pack the flag into the gradient all-reduce.
     """
     task = program.task
 
@@ -43,30 +46,59 @@ def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch:
         state.params)
     dp = program.parallel
     batch_stats = new_vars.get("batch_stats", state.batch_stats)
+    extra = {}
     if dp is not None:
-        grads, batch_stats = dp.mean((grads, batch_stats))
+        grads, batch_stats, agreed = dp.average_update(grads, batch_stats,
+                                                       jnp.sum(batch.weight), mb.overflow)
+        if agreed is not None:
+            extra["overflow"] = agreed
     updates, opt_state = program.tx.update(grads, state.opt_state, state.params)
     new_state = state._replace(params=optax.apply_updates(state.params, updates),
                                batch_stats=batch_stats, opt_state=opt_state)
     return new_state, {"loss": loss, "outputs": outputs, "targets": batch.targets,
-                       "weight": batch.weight}
+                       "weight": batch.weight, **extra}
 
 
-def step_metrics(program: StepProgram, out: dict, mb: MiniBatch) -> dict:
-    """Per-step scalars, summed over data-parallel devices: mean loss, summed score
-    ("correct", if the task scores), target rows ("seeds"), per-level counts (max over
-    devices) and sampled edges."""
+def step_sums(program: StepProgram, out: dict, mb: MiniBatch) -> dict:
+    """This device's per-step sums: "loss_sum" (loss times rows), "correct" (summed
+    score, NaN if the task has none), "seeds" (target rows), "counts" (int32[L + 1]
+    level sizes) and "edges" (sampled edges)."""
     weight = out["weight"]
     seen = jnp.sum(weight)
     score = program.task.score
     correct = (jnp.sum(score(out["outputs"], out["targets"]) * weight)
                if score is not None else jnp.float32(jnp.nan))
-    sums, counts = (out["loss"] * seen, correct, seen, mb.num_edges()), mb.counts
+    return {"loss_sum": out["loss"] * seen, "correct": correct, "seeds": seen,
+            "counts": mb.counts, "edges": mb.num_edges()}
+
+
+def finish_metrics(sums: dict) -> dict:
+    """Step metrics from (device-reduced) sums: the mean loss replaces "loss_sum".
+    Works on JAX and NumPy arrays alike."""
+    out = {k: v for k, v in sums.items() if k != "loss_sum"}
+    seeds = sums["seeds"]
+    maximum = np.maximum if isinstance(seeds, np.ndarray | np.generic) else jnp.maximum
+    out["loss"] = sums["loss_sum"] / maximum(seeds, 1.0)
+    return out
+
+
+def step_metrics(program: StepProgram, out: dict, mb: MiniBatch) -> dict:
+    """Per-step scalars, summed over data-parallel devices on the devices: mean loss,
+    summed score ("correct", if the task scores), target rows ("seeds"), per-level
+    counts (max over devices) and sampled edges."""
+    sums = step_sums(program, out, mb)
     if program.parallel is not None:
-        sums, counts = program.parallel.sum(sums), program.parallel.max(counts)
-    loss_sum, correct, seen, edges = sums
-    return {"loss": loss_sum / jnp.maximum(seen, 1.0), "correct": correct, "seeds": seen,
-            "counts": counts, "edges": edges}
+        sums = program.parallel.reduce_metrics(sums)
+    return finish_metrics(sums)
+
+
+def merge_devices(sums: dict) -> dict:
+    """Step metrics from every device's per-step sums, NumPy arrays `[devices, steps,
+    ...]` (the scan engine with host metrics): counts maxed, the rest summed; "overflow"
+    and "applied", agreed by all devices, are taken from the first."""
+    merged = {k: (v.max(0) if k == "counts" else v[0] if k in ("overflow", "applied")
+                  else v.sum(0)) for k, v in sums.items()}
+    return finish_metrics(merged)
 
 
 @dataclasses.dataclass
