@@ -481,3 +481,19 @@ def test_unknown_name_lists_valid_names():
 def test_scale_only_for_synthetic_presets():
     with pytest.raises(ValueError, match=r"scale applies to products-like and rmat only"):
         load_dataset("cora", scale=0.5)
+
+
+@pytest.mark.parametrize("kind", ["multilabel", "regression"])
+@pytest.mark.parametrize("fmt", ["npz", "dir"])
+def test_saved_datasets_keep_float_targets(tmp_path, kind, fmt):
+    from zerognn_jax._src.data import storage
+
+    ds = make_dataset(**tiny_arrays())
+    rs = np.random.default_rng(0)
+    y = (rs.random((ds.num_nodes, 3)) > 0.5) if kind == "multilabel" else rs.normal(
+        size=(ds.num_nodes, 3))
+    ds = ds.with_targets(y.astype(np.float32), kind)
+    back = (load_npz(save_npz(ds, tmp_path / "t.npz")) if fmt == "npz" else
+            storage.load_dir(storage.save_dir(ds, tmp_path / "t")))
+    assert back.target_kind == kind
+    np.testing.assert_array_equal(back.targets, ds.targets)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import pathlib
 
+import numpy as np
 import pytest
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
@@ -37,3 +38,28 @@ def test_custom_model_example(epochs):
 def test_own_loop_example():
     losses = _load("own_loop").main(["--epochs", "3"])
     assert len(losses) == 3 and losses[-1] < losses[0]
+
+
+def test_link_prediction_example(tmp_path):
+    from conftest import random_graph
+
+    from zerognn_jax import make_dataset, save_npz
+
+    g = random_graph(200, 900, seed=3)
+    rs = np.random.default_rng(0)
+    ds = make_dataset("small", g.indptr, g.indices, rs.normal(size=(200, 8)),
+                      np.zeros(200, np.int64), np.arange(200), [], [], 1)
+    save_npz(ds, tmp_path / "small.npz")
+    runs = _load("link_prediction").main(["--dataset", str(tmp_path / "small.npz"),
+                                          "--epochs", "2", "--fanouts", "5,5"])
+    assert len(runs) == 1 and 0.0 <= runs[0]["test_auc"] <= 1.0
+
+
+def test_custom_model_example_nnx():
+    acc = _load("custom_model").main(["--epochs", "1", "--nnx"])
+    assert 0.0 <= acc <= 1.0
+
+
+def test_multilabel_example(tmp_path):
+    report = _load("multilabel").main(["--epochs", "4", "--out", str(tmp_path)])
+    assert report["best"]["metric"] == "val_f1" and report["test_f1_of_best"] > 0.3

@@ -14,7 +14,9 @@ from zerognn_jax._src.data.graph import (
     from_scipy,
     to_jraph,
 )
+from zerognn_jax._src.data.links import LinkSplit, load_ogbl, random_link_split
 from zerognn_jax._src.data.loaders import load_dataset, load_npz, save_npz
+from zerognn_jax._src.nn.bridge import as_linen
 from zerognn_jax._src.nn.models import GNN, MLP, GATConv, GCNConv, SAGEConv, make_model
 from zerognn_jax._src.nn.views import EdgeView, EllView, gcn_weights, mean_weights
 from zerognn_jax._src.ops.registry import Kernels
@@ -28,12 +30,29 @@ from zerognn_jax._src.sampling.minibatch import (
     prepare_graph,
     sample_minibatch,
 )
+from zerognn_jax._src.sampling.negatives import negative_pairs, seed_frontier
 from zerognn_jax._src.sampling.seeds import counter_key, epoch_seeds, step_keys, step_seeds
+from zerognn_jax._src.training.callbacks import EarlyStopping
 from zerognn_jax._src.training.checkpoint import CheckpointMismatch
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.engines import make_engine
-from zerognn_jax._src.training.evaluate import evaluate_splits, layerwise_logits, sampled_logits
+from zerognn_jax._src.training.evaluate import (
+    evaluate_splits,
+    evaluate_targets,
+    layerwise_logits,
+    sampled_logits,
+    target_metrics,
+)
 from zerognn_jax._src.training.host import HostEngine
+from zerognn_jax._src.training.inference import restore
+from zerognn_jax._src.training.link import (
+    DotDecoder,
+    LinkModel,
+    LinkTask,
+    MLPDecoder,
+    make_decoder,
+    node_embeddings,
+)
 from zerognn_jax._src.training.parallel import DataParallel, initialize_distributed, make_mesh
 from zerognn_jax._src.training.program import (
     DeviceData,
@@ -44,6 +63,12 @@ from zerognn_jax._src.training.program import (
 )
 from zerognn_jax._src.training.scan import ScanEngine
 from zerognn_jax._src.training.step import EpochResult
+from zerognn_jax._src.training.task import (
+    NodeTask,
+    sigmoid_cross_entropy,
+    softmax_cross_entropy,
+    squared_error,
+)
 from zerognn_jax._src.training.trainer import Diverged, TrainResult, train
 
 __version__ = "0.1.0"
@@ -61,4 +86,9 @@ __all__ = [
     "sampled_logits", "save_npz", "step_keys", "step_seeds", "to_jraph", "train",
     "LoaderBatch", "NeighborLoader", "counter_key", "views_for", "from_edge_index",
     "CheckpointMismatch", "Diverged",
+    "DotDecoder", "LinkModel", "LinkSplit", "LinkTask", "MLPDecoder", "load_ogbl",
+    "make_decoder", "negative_pairs", "node_embeddings", "random_link_split",
+    "seed_frontier",
+    "EarlyStopping", "NodeTask", "as_linen", "restore", "sigmoid_cross_entropy",
+    "softmax_cross_entropy", "squared_error", "evaluate_targets", "target_metrics",
 ]

@@ -44,13 +44,29 @@ HELP = {
     "eval_mode": "full (exact layer-wise), sampled, or none",
     "eval_every": "evaluate every N epochs (0: only after the last)",
     "eval_batch_size": "nodes per step of sampled evaluation",
-    "normalize_features": "row-normalise features (default: only for Planetoid)",
+    "normalize_features": "row-normalise features (default: only Planetoid, node tasks)",
     "checkpoint_dir": "save every epoch here and resume from the latest checkpoint",
     "metrics_out": "append one JSON object per epoch, then a summary, to this file",
     "progress": "show a progress bar on stderr",
     "devices": "devices per process to train on, data parallel (0 = all local devices)",
     "shard_features": "split the feature table by rows across the devices (for tables "
                       "that do not fit one device; each step fetches rows from their owners)",
+    "best_metric": "keep the checkpoint of the epoch with the best value of this evaluated "
+                   "metric (val_acc, val_f1, val_mse, ...; lower is better for *_mse and "
+                   "*_loss) in <checkpoint-dir>/best; needs --checkpoint-dir",
+    "tensorboard_dir": "write each epoch's scalars here as TensorBoard events (needs the "
+                       "tensorboard extra: pip install 'zerognn-jax[tensorboard]')",
+    "task": "node (classification) or link (link prediction: a random 85/5/10 edge split "
+            "of the dataset, or OGB's split for ogbl-collab and ogbl-citation2 under --root; "
+            "--batch-size counts positive edges, --hidden is the embedding width)",
+    "decoder": "link task: score of a pair from its two embeddings, dot (product) or mlp "
+               "(an MLP over their elementwise product)",
+    "negatives": "link task: negatives drawn per positive edge each step",
+    "negative_mode": "link task: destination (corrupt the positive's destination, never "
+                     "to itself) or pairs (uniform random pairs)",
+    "link_metric": "link task: auc (AUC and AP), mrr (MRR and Hits@1/3/10 against 100 "
+                   "fixed negatives per positive, OGB's own for citation2) or hits@K "
+                   "(against shared negatives, as ogbl-collab's hits@50)",
 }
 
 

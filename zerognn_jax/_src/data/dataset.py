@@ -1,25 +1,39 @@
-"""The node-classification dataset container shared by every loader and the trainer."""
+"""The node dataset container shared by every loader and the trainer.
+
+Node targets are integer class labels (`labels`, the default), or float targets
+(`targets`, `target_kind`): several binary labels per node ("multilabel") or real values
+("regression").
+"""
 
 from __future__ import annotations
 
 import dataclasses
 
+import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.graph import CSRGraph, csr_from_arrays, validate_csr
 
+TARGET_KINDS = ("classes", "multilabel", "regression")
+BFLOAT16 = np.dtype(jnp.bfloat16)  # ml_dtypes' bfloat16, as NumPy sees it
+
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-    """A graph with node features, labels and a train/val/test split, held on the host.
+    """A graph with node features, targets and a train/val/test split, held on the host.
 
     Attributes:
       name: short identifier ("cora", "products-like", ...).
       graph: CSRGraph with NumPy arrays; row v lists the neighbours v aggregates from.
-      features: float32[N, d], finite.
+      features: float32[N, d] or bfloat16[N, d] (kept as given: half the host and
+        device bytes), finite.
       labels: int32[N], class ids in [0, num_classes); -1 marks an unlabelled node.
       train_idx, val_idx, test_idx: int32[*], disjoint node ids; train is non-empty.
       num_classes: number of classes.
+      targets: None (the targets are `labels`), or float32[N, T], finite: T binary labels
+        per node in {0, 1} ("multilabel") or T real values ("regression"). With targets,
+        `labels` are not trained on and may be -1 everywhere.
+      target_kind: "classes" (targets None), "multilabel" or "regression".
     """
 
     name: str
@@ -30,6 +44,8 @@ class Dataset:
     val_idx: np.ndarray
     test_idx: np.ndarray
     num_classes: int
+    targets: np.ndarray | None = None
+    target_kind: str = "classes"
 
     def __post_init__(self):
         validate_dataset(self)
@@ -38,12 +54,31 @@ class Dataset:
     def num_nodes(self) -> int:
         return self.graph.num_nodes
 
+    @property
+    def output_dim(self) -> int:
+        """Output units a model needs: num_classes, or the targets' T."""
+        return self.num_classes if self.targets is None else int(self.targets.shape[1])
+
+    def with_targets(self, targets, kind: str) -> Dataset:
+        """This dataset with float node targets: float[N] or float[N, T] (a 1-D array
+        becomes [N, 1]), `kind` "multilabel" ({0, 1} values) or "regression".
+
+        Raises:
+          ValueError: another kind, a shape that is not [N] or [N, T], non-numeric,
+            NaN or infinite values, or multi-label values other than 0 and 1.
+        """
+        if kind not in TARGET_KINDS[1:]:
+            raise ValueError(f"target kind must be multilabel or regression, got {kind!r}")
+        return dataclasses.replace(self, targets=_float_targets(targets),
+                                   target_kind=kind)
+
     def stats(self) -> dict:
         """The dataset's statistics as a JSON-serialisable dict."""
         g = self.graph
         nbytes = sum(
             int(np.asarray(a).nbytes)
-            for a in (g.indptr, g.indices, g.weights, self.features, self.labels)
+            for a in (g.indptr, g.indices, g.weights, self.features, self.labels,
+                      self.targets)
             if a is not None
         )
         return {
@@ -52,6 +87,8 @@ class Dataset:
             "directed_edges": int(g.num_edges),
             "features": int(self.features.shape[1]),
             "classes": int(self.num_classes),
+            "target_kind": self.target_kind,
+            "outputs": self.output_dim,
             "train": int(self.train_idx.size),
             "val": int(self.val_idx.size),
             "test": int(self.test_idx.size),
@@ -69,6 +106,33 @@ def _check_range(problem: str, values: np.ndarray, lo: int, hi: int) -> None:
                          f"[{int(values.min())}, {int(values.max())}]")
 
 
+_FINITE_BLOCK = 1 << 24  # feature entries checked at a time (64 MB of float32)
+
+
+def _check_finite_features(feats: np.ndarray) -> None:
+    """Raises ValueError unless every feature is finite (as float32 where it is wider),
+    checked in row blocks: no temporary as large as the table (a memory-mapped one is
+    read once)."""
+    wide = feats.dtype.itemsize > 4  # the device holds float32 (or narrower): check that
+    step = max(1, _FINITE_BLOCK // max(1, feats.shape[1]))
+    count, first = 0, None
+    for start in range(0, feats.shape[0], step):
+        block = np.asarray(feats[start:start + step])
+        with np.errstate(over="ignore"):
+            bad = ~np.isfinite(block.astype(np.float32) if wide or block.dtype == BFLOAT16
+                               else block)
+        if bad.any():
+            count += int(bad.sum())
+            if first is None:
+                row, col = np.argwhere(bad)[0]
+                first = (start + int(row), int(col))
+    if count:
+        raise ValueError(
+            f"features contain NaN or inf ({count} entries; first at row {first[0]}, "
+            f"column {first[1]}{'; as float32' if wide else ''})"
+        )
+
+
 def validate_dataset(ds: Dataset) -> None:
     """Raises ValueError naming the first inconsistency found in `ds`."""
     g = ds.graph
@@ -82,18 +146,11 @@ def validate_dataset(ds: Dataset) -> None:
         raise ValueError(f"features must be 2-D [num_nodes, dim], got shape {feats.shape}")
     if feats.shape[0] != n:
         raise ValueError(f"features have {feats.shape[0]} rows but the graph has {n} nodes")
-    if not np.issubdtype(feats.dtype, np.floating):
+    if not (np.issubdtype(feats.dtype, np.floating) or feats.dtype == BFLOAT16):
         raise ValueError(f"features must be floating point, got {feats.dtype}")
-    wide = feats.dtype.itemsize > 4  # the device holds float32 (or narrower): check that
-    with np.errstate(over="ignore"):
-        bad = ~np.isfinite(feats.astype(np.float32) if wide else feats)
-    if bad.any():
-        row, col = (int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(
-            f"features contain NaN or inf ({int(bad.sum())} entries; first at row {row}, "
-            f"column {col}{'; as float32' if wide else ''})"
-        )
+    _check_finite_features(feats)
     labels = ds.labels
+    _validate_targets(ds)
     if labels.ndim != 1 or labels.shape[0] != n:
         raise ValueError(f"labels must have shape ({n},), got {labels.shape}")
     if not np.issubdtype(labels.dtype, np.integer):
@@ -109,7 +166,7 @@ def validate_dataset(ds: Dataset) -> None:
         ordered = np.sort(idx)  # np.unique is ~100x slower than a sort on NumPy 2.4
         if np.any(ordered[1:] == ordered[:-1]):
             raise ValueError(f"{name}_idx lists a node more than once")
-        if idx.size and np.any(labels[idx] < 0):
+        if idx.size and ds.targets is None and np.any(labels[idx] < 0):
             raise ValueError(f"{name}_idx contains unlabelled nodes (label -1)")
     if ds.train_idx.size == 0:
         raise ValueError("train_idx is empty: there is nothing to train on")
@@ -121,14 +178,68 @@ def validate_dataset(ds: Dataset) -> None:
             )
 
 
+def _validate_targets(ds: Dataset) -> None:
+    if ds.target_kind not in TARGET_KINDS:
+        raise ValueError(f"target_kind must be one of {', '.join(TARGET_KINDS)}, "
+                         f"got {ds.target_kind!r}")
+    t, n = ds.targets, ds.graph.num_nodes
+    if (t is None) != (ds.target_kind == "classes"):
+        raise ValueError(f"target_kind {ds.target_kind!r} "
+                         + ("takes no targets (the labels are the targets)" if t is not None
+                            else "needs targets: float[N, T]"))
+    if t is None:
+        return
+    if not isinstance(t, np.ndarray) or t.ndim != 2 or t.shape[0] != n or t.shape[1] < 1:
+        raise ValueError(f"targets must be a NumPy array of shape ({n}, T), T >= 1, got "
+                         f"{getattr(t, 'shape', type(t).__name__)}")
+    if t.dtype != np.float32:
+        raise ValueError(f"targets must be float32, got {t.dtype}")
+    bad = ~np.isfinite(t)
+    if bad.any():
+        row, col = (int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"targets contain NaN or inf ({int(bad.sum())} entries; first at "
+                         f"row {row}, column {col}); give every node a finite target")
+    if ds.target_kind == "multilabel" and np.any((t != 0) & (t != 1)):
+        row, col = (int(i) for i in np.argwhere((t != 0) & (t != 1))[0])
+        raise ValueError(f"multilabel targets must be 0 or 1, found {float(t[row, col])} at "
+                         f"row {row}, column {col}")
+
+
+def _float_targets(targets) -> np.ndarray:
+    """`targets` as float32[N, T] (a 1-D array becomes one column); the rest is checked
+    by `validate_dataset`."""
+    t = np.asarray(targets)
+    if not (np.issubdtype(t.dtype, np.number) or t.dtype == np.bool_):
+        raise ValueError(f"targets must be numeric, got {t.dtype}")
+    with np.errstate(over="ignore"):  # past float32's range: inf, refused by validation
+        t = np.ascontiguousarray(t, dtype=np.float32)
+    return t[:, None] if t.ndim == 1 else t
+
+
 def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, test_idx,
-                 num_classes, weights=None) -> Dataset:
+                 num_classes, weights=None, *, targets=None,
+                 target_kind: str | None = None) -> Dataset:
     """Builds and validates a Dataset from plain arrays, casting to the canonical dtypes.
 
     Ids and labels are checked before they are narrowed to int32 (a cast must not wrap
     an out-of-range value into range); non-integer ids, labels or num_classes are refused.
+
+    Float node targets: pass `targets` (float[N] or float[N, T]) and `target_kind`
+    ("multilabel" or "regression"); `labels` may then be None (all -1) and
+    `num_classes` None (T).
     """
     graph = csr_from_arrays(indptr, indices, weights)
+    if (targets is None) != (target_kind is None):
+        raise ValueError("give targets and target_kind together (float targets), or neither "
+                         "(integer labels)")
+    if targets is not None:
+        targets = _float_targets(targets)
+        if num_classes is None:
+            num_classes = targets.shape[1] if targets.ndim == 2 else 1
+        if labels is None:
+            labels = np.full(graph.num_nodes, -1, np.int32)
+    elif labels is None:
+        raise ValueError("labels are required unless float targets are given")
     if not (np.ndim(num_classes) == 0 and float(num_classes).is_integer()):
         raise ValueError(f"num_classes must be an integer, got {num_classes!r}")
     num_classes = int(num_classes)
@@ -139,10 +250,12 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
         splits[split] = _integers(f"{split}_idx", idx)
         _check_range(f"{split}_idx has node ids outside", splits[split], 0, graph.num_nodes)
     features = np.asarray(features)
-    if not np.issubdtype(features.dtype, np.number) or features.dtype == np.bool_:
+    if not (np.issubdtype(features.dtype, np.number) or features.dtype == BFLOAT16) \
+            or features.dtype == np.bool_:
         raise ValueError(f"features must be numeric, got {features.dtype}")
-    with np.errstate(over="ignore"):  # values past float32's range become inf: refused below
-        features = np.ascontiguousarray(features, dtype=np.float32)
+    if features.dtype != BFLOAT16:  # bfloat16 stays as given (no widening copy)
+        with np.errstate(over="ignore"):  # past float32's range: inf, refused below
+            features = np.ascontiguousarray(features, dtype=np.float32)
     return Dataset(
         name=name,
         graph=graph,
@@ -152,6 +265,8 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
         val_idx=splits["val"].astype(np.int32),
         test_idx=splits["test"].astype(np.int32),
         num_classes=num_classes,
+        targets=targets,
+        target_kind=target_kind or "classes",
     )
 
 

@@ -9,6 +9,14 @@ mid-save leaves the previous checkpoint as the latest one.
 Resuming (`find_resumable`, then `restore`): a checkpoint written with other options is
 refused with one line naming the options that differ; one that cannot be read is moved
 aside to `<epoch>.corrupt` with a `CheckpointWarning`, and the previous one kept is used.
+
+With a user's model, optimizer or loss (`train(model=...)`), the identity also names the
+model's class, "custom" for the optimizer and the loss function's name; the model's
+parameter shapes are compared through the state's shapes. An optimizer's settings
+(learning rate, schedule) cannot be read from it and are not compared.
+
+The best-validation checkpoint (`best_metric`) lives in `<checkpoint_dir>/best`: a second
+manager that keeps one checkpoint, chosen by orbax's `best_fn` on the saved metric.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import gc
 import inspect
 import json
 import logging
+import math
 import os
 import sys
 import warnings
@@ -37,7 +46,8 @@ FORMAT = 1
 FREE_ON_RESUME = frozenset({
     "epochs", "dataset", "root", "batch_size", "devices", "shard_features", "kernels",
     "chunk_steps", "engine", "envelope", "margin", "multiple", "eval_mode", "eval_every",
-    "eval_batch_size", "checkpoint_dir", "metrics_out", "progress",
+    "eval_batch_size", "checkpoint_dir", "metrics_out", "progress", "tensorboard_dir",
+    "best_metric",
 })
 DATASET_KEYS = ("name", "nodes", "directed_edges", "features", "classes", "train")
 
@@ -50,15 +60,28 @@ class CheckpointWarning(UserWarning):
     """A checkpoint could not be read and was set aside."""
 
 
-def identity(cfg, dataset_stats: dict, global_batch: int) -> dict:
+BEST = "best"  # the sub-folder of the best-validation checkpoint
+
+
+def identity(cfg, dataset_stats: dict, global_batch: int, extra: dict | None = None) -> dict:
     """What a checkpoint must agree on with the run resuming from it, as flat JSON: the
     TrainConfig fields not in FREE_ON_RESUME, the global batch (seeds per step over every
-    device and process) and the dataset's counts (`Dataset.stats()`)."""
+    device and process), the dataset's counts (`Dataset.stats()`; its target kind and
+    output width when they are not class labels) and `extra` (what the user brought:
+    "model", "optimizer", "loss"; as "custom.model", ...)."""
     out = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
            if f.name not in FREE_ON_RESUME}
     out["global_batch"] = global_batch
     out.update({f"dataset.{k}": dataset_stats[k] for k in DATASET_KEYS})
+    if dataset_stats.get("target_kind", "classes") != "classes":
+        out.update({f"dataset.{k}": dataset_stats[k] for k in ("target_kind", "outputs")})
+    out.update({f"custom.{k}": v for k, v in (extra or {}).items()})
     return json.loads(json.dumps(out))
+
+
+def best_mode(metric: str) -> str:
+    """"min" for an error or a loss (`*_mse`, `*_loss`), else "max"."""
+    return "min" if metric.endswith(("_mse", "_loss")) else "max"
 
 
 def state_spec(state) -> dict:
@@ -99,26 +122,44 @@ def _quiet():
 
 
 class Checkpointer:
-    """Saves `{params, batch_stats, opt_state}` and a JSON dict after each epoch."""
+    """Saves `{params, batch_stats, opt_state}` and a JSON dict after each epoch.
 
-    def __init__(self, directory: str, *, keep: int = 2):
+    With `best_metric` it keeps the one checkpoint whose saved metric of that name is the
+    best (`best_mode`), through orbax's `best_fn`.
+    """
+
+    def __init__(self, directory: str, *, keep: int = 2, best_metric: str | None = None,
+                 create: bool = True):
         self.directory = Path(directory).absolute()
+        self.best_metric = best_metric
+        best = {} if best_metric is None else dict(
+            best_fn=lambda metrics: float(metrics[best_metric]),
+            best_mode=best_mode(best_metric), keep_checkpoints_without_metrics=False)
         with _quiet():
             self._manager = ocp.CheckpointManager(
                 self.directory,
-                options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                                     enable_async_checkpointing=False),
+                options=ocp.CheckpointManagerOptions(
+                    max_to_keep=1 if best_metric else keep, create=create,
+                    enable_async_checkpointing=False, **best),
                 item_names=("state", "meta"),
             )
 
     def latest_epoch(self) -> int | None:
         return self._manager.latest_step()
 
-    def save(self, epoch: int, state: dict, meta: dict) -> None:
-        """Writes the checkpoint of `epoch`; `meta` gets the format and the state's shapes."""
+    def all_epochs(self) -> list[int]:
+        return list(self._manager.all_steps())
+
+    def save(self, epoch: int, state: dict, meta: dict, metrics: dict | None = None) -> None:
+        """Writes the checkpoint of `epoch`; `meta` gets the format and the state's shapes.
+        `metrics` ({name: float}) are what `best_fn` ranks checkpoints by; a best
+        checkpoint of `epoch` that exists already (a run resumed before it) is replaced."""
         meta = {"format": FORMAT, "epoch": epoch, "state_spec": state_spec(state), **meta}
+        if self.best_metric is not None and epoch in self._manager.all_steps():
+            self._manager.delete(epoch)
         saved = self._manager.save(epoch, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+            metrics=metrics)
         self._manager.wait_until_finished()
         if not saved:
             raise RuntimeError(f"orbax did not save epoch {epoch} into {self.directory}: a "
@@ -220,3 +261,52 @@ class Checkpointer:
 
     def close(self) -> None:
         self._manager.close()
+
+
+class BestCheckpoint:
+    """The best-validation checkpoint of a run: `<checkpoint_dir>/best` holds the state
+    of the epoch with the best evaluated `metric` so far (`best_mode`).
+
+    `history` (a resumed run's records) gives the best value to beat.
+    """
+
+    def __init__(self, checkpoint_dir: str, metric: str, history=()):
+        self.metric, self.mode = metric, best_mode(metric)
+        self.value, self.epoch = None, None
+        for record in history:
+            self._take(record.get("epoch"), record.get(metric))
+        self._ckpt = Checkpointer(str(Path(checkpoint_dir) / BEST), best_metric=metric)
+
+    def _better(self, value) -> bool:
+        if value is None or not math.isfinite(value):
+            return False
+        return self.value is None or (value > self.value if self.mode == "max"
+                                      else value < self.value)
+
+    def _take(self, epoch, value) -> bool:
+        if not self._better(value):
+            return False
+        self.value, self.epoch = float(value), epoch
+        return True
+
+    def offer(self, epoch: int, evaluated: dict | None, state: dict, meta: dict) -> bool:
+        """Saves `state` if `evaluated` (the epoch's evaluation, None if it had none)
+        holds a better value of the metric; True if it did.
+
+        Raises:
+          ValueError: the epoch was evaluated, but without this metric.
+        """
+        if not evaluated:
+            return False
+        if self.metric not in evaluated:
+            raise ValueError(f"best_metric {self.metric!r} is not among the evaluated "
+                             f"metrics: {', '.join(sorted(evaluated))}")
+        if not self._take(epoch, evaluated[self.metric]):
+            return False
+        self._ckpt.save(epoch, state, {**meta, "best": {"metric": self.metric,
+                                                       "value": self.value}},
+                        metrics={self.metric: self.value})
+        return True
+
+    def close(self) -> None:
+        self._ckpt.close()

@@ -11,14 +11,17 @@ from zerognn_jax._src.nn.models import MODELS, NORMS
 from zerognn_jax._src.ops.registry import OPS, Kernels
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
 from zerognn_jax._src.sampling.minibatch import SAMPLERS
+from zerognn_jax._src.sampling.negatives import NEGATIVE_MODES
 from zerognn_jax._src.training.engines import ENGINES
+from zerognn_jax._src.training.link import DECODERS, LINK_METRICS
 
 DTYPES = ("float32", "bfloat16")
 # The closed sets among the options (the CLI offers them as choices).
 CHOICES = {
     "model": MODELS, "norm": NORMS, "dtype": DTYPES, "engine": ENGINES,
     "envelope": ("calibrate", "conservative"), "eval_mode": ("full", "sampled", "none"),
-    "sampler": SAMPLERS,
+    "sampler": SAMPLERS, "task": ("node", "link"), "decoder": DECODERS,
+    "negative_mode": NEGATIVE_MODES, "link_metric": LINK_METRICS,
 }
 
 
@@ -28,7 +31,8 @@ class TrainConfig:
 
     `fanouts` lists the seeds' hop first; -1 means all neighbours. `eval_mode` is
     "full" (exact layer-wise), "sampled" (the training fanouts) or "none".
-    `normalize_features=None` row-normalises Planetoid features and leaves others.
+    `normalize_features=None` row-normalises Planetoid features for node tasks and leaves
+    others (and every dataset's features for link prediction, as GAE does).
     `envelope` is "calibrate" (tight, measured) or "conservative" (the safe bound).
     `sampler` is "uniform", "weighted" (by the graph's edge weights) or "labor" (LABOR-0;
     docs/samplers.md).
@@ -41,6 +45,14 @@ class TrainConfig:
     `devices` is the number of devices per process to train on (0 = all local ones);
     `batch_size` is per device, so a step trains on batch_size x devices x processes
     seeds. `shard_features` splits the feature table by rows across those devices.
+    `best_metric` (e.g. "val_acc", "val_f1", "val_mse"; lower is better for `*_mse` and
+    `*_loss`) keeps the checkpoint of the best evaluated epoch in
+    `<checkpoint_dir>/best` (`restore(..., best=True)`). `tensorboard_dir` writes every
+    epoch's scalars there as TensorBoard events (needs the `tensorboard` extra).
+    `task` is "node" (classification) or "link" (link prediction, docs/link_prediction.md:
+    `batch_size` then counts positive edges per step; the model is the encoder, its
+    output width `hidden`; `decoder`, `negatives` per positive, `negative_mode` and
+    `link_metric` apply to it only).
     """
 
     dataset: str = "tiny"
@@ -78,6 +90,13 @@ class TrainConfig:
     progress: bool = True
     devices: int = 1
     shard_features: bool = False
+    best_metric: str | None = None
+    tensorboard_dir: str | None = None
+    task: str = "node"
+    decoder: str = "dot"
+    negatives: int = 1
+    negative_mode: str = "destination"
+    link_metric: str = "auc"
 
     def __post_init__(self):
         object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
@@ -117,6 +136,11 @@ class TrainConfig:
              f"eval_batch_size must be >= 1, got {self.eval_batch_size}"),
             (self.devices >= 0, f"devices must be >= 0 (0 = all local devices), "
                                 f"got {self.devices}"),
+            (self.negatives >= 1, f"negatives must be >= 1, got {self.negatives}"),
+            (self.best_metric is None or bool(self.checkpoint_dir),
+             f"best_metric {self.best_metric!r} keeps a checkpoint: set checkpoint_dir"),
+            (self.best_metric is None or self.eval_mode != "none",
+             f"best_metric {self.best_metric!r} needs evaluation: eval_mode is 'none'"),
             (self.engine == "scan" or (self.devices == 1 and not self.shard_features),
              f"the host-mediated engine {self.engine!r} runs on one device without split "
              f"features; got devices={self.devices}, shard_features={self.shard_features}"),

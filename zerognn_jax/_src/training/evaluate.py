@@ -3,7 +3,10 @@
 Layer-wise inference computes layer i for every node before layer i + 1 (as reference
 GNN libraries do for ogbn-products), in static chunks of R destination rows whose CSR
 edges are read as one fixed-size slice of `edge_capacity` edges: one compiled program
-per layer, no host reads inside.
+per layer, no host reads inside. A layer writes its chunks into its output in place, so
+the only full-size arrays are a layer's input and output (ogbn-papers100M: 111M rows of
+256 units, 57 GB in bfloat16 each); `offload=True` streams each output to host memory
+in blocks, so that the device holds one layer's input at a time.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.graph import edge_ids
 from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.sampling.envelope import conservative
 from zerognn_jax._src.sampling.seeds import num_steps, step_keys, step_seeds
@@ -23,70 +27,117 @@ from zerognn_jax._src.training.program import DeviceData, StepProgram
 
 @dataclasses.dataclass(frozen=True)
 class ChunkPlan:
-    """Static chunking of the rows: `rows` per chunk, `edge_capacity` edges per chunk."""
+    """Static chunking of the rows: `rows` per chunk, `edge_capacity` edges per chunk
+    (enough for any `rows` consecutive rows), `num_chunks` to cover every row."""
 
     rows: int
     num_chunks: int
     edge_capacity: int
 
 
+def _window_edges(indptr: np.ndarray, rows: int) -> int:
+    """The most edges any `rows` consecutive rows hold (differences of non-decreasing
+    offsets: exact in their own dtype, unsigned included)."""
+    return int(np.max(indptr[rows:] - indptr[:-rows], initial=0))
+
+
 def plan_chunks(indptr: np.ndarray, max_width: int, budget_bytes: int = 1 << 30) -> ChunkPlan:
-    """Largest power-of-two row chunk whose gathered edge rows fit `budget_bytes`."""
-    indptr = np.asarray(indptr, np.int64)
+    """Largest row chunk (n, or a power of two below it) whose gathered edge rows of
+    `max_width` float32 units fit `budget_bytes`, wherever the chunk starts."""
+    indptr = np.asarray(indptr)
     n = indptr.shape[0] - 1
-    rows = 1 << max(0, int(np.ceil(np.log2(max(n, 1)))))
+    rows = max(n, 1)
     while True:
-        chunks = -(-n // rows)
-        bounds = indptr[np.minimum(np.arange(chunks + 1) * rows, n)]
-        cap = int(max(np.diff(bounds).max(initial=0), 1))
+        cap = max(_window_edges(indptr, rows), 1) if n else 1
         if cap * max_width * 4 <= budget_bytes or rows == 1:
-            return ChunkPlan(rows, chunks, cap)
-        rows //= 2
+            return ChunkPlan(rows, -(-n // rows), cap)
+        rows = 1 << ((rows - 1).bit_length() - 1)  # the power of two below rows
 
 
 def supports_layerwise(model) -> bool:
     return hasattr(model, "layer") and hasattr(model, "num_layers")
 
 
-@functools.partial(jax.jit, static_argnames=("program", "layer", "plan"))
-def _layer_pass(program: StepProgram, variables, h, graph, *, layer: int, plan: ChunkPlan):
-    n = graph.num_nodes
-    rows = plan.rows
-    padded_n = plan.num_chunks * rows
-    indptr = jnp.concatenate([graph.indptr, jnp.full((padded_n - n,), graph.indptr[-1],
-                                                      graph.indptr.dtype)])
+@functools.partial(jax.jit, static_argnames=("program", "layer", "plan", "length"))
+def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
+                plan: ChunkPlan, length: int):
+    """Layer `layer` of rows [first, first + length) (length >= plan.rows): [length, d_out].
+
+    Chunks start every `plan.rows` rows, the last one moved back to end at the block's
+    end (its overlap is computed twice, with the same result).
+    """
+    rows, cap = plan.rows, plan.edge_capacity
     deg = graph.degrees()
-    deg_pad = jnp.concatenate([deg, jnp.zeros((padded_n - n,), deg.dtype)])
-    h_pad = jnp.concatenate([h, jnp.zeros((padded_n - n, h.shape[1]), h.dtype)])
     # An edgeless graph has no index to gather; one dummy entry, always masked, stands in.
     indices = graph.indices if graph.num_edges else jnp.zeros((1,), jnp.int32)
+    slots = jnp.arange(cap, dtype=jnp.int32)
 
     def chunk(r0):
-        local_ptr = jax.lax.dynamic_slice(indptr, (r0,), (rows + 1,))
-        eids = local_ptr[0] + jnp.arange(plan.edge_capacity, dtype=local_ptr.dtype)
-        mask = eids < local_ptr[-1]
-        src = indices[jnp.where(mask, eids, 0)]
-        dst = jnp.clip(jnp.searchsorted(local_ptr, eids, side="right") - 1, 0, rows - 1)
-        view = EdgeView(src, dst.astype(jnp.int32), mask, r0 + jnp.arange(rows) < n,
-                        jax.lax.dynamic_slice(deg_pad, (r0,), (rows,)), deg, rows)
-        h_dst = jax.lax.dynamic_slice(h_pad, (r0, 0), (rows, h.shape[1]))
+        ptr = jax.lax.dynamic_slice(graph.indptr, (r0,), (rows + 1,))
+        local = (ptr - ptr[0]).astype(jnp.int32)  # offsets within the chunk: small
+        mask = slots < local[-1]
+        src = indices[jnp.where(mask, edge_ids(ptr[0], slots), 0)]
+        dst = jnp.clip(jnp.searchsorted(local, slots, side="right") - 1, 0, rows - 1)
+        view = EdgeView(src, dst.astype(jnp.int32), mask, jnp.ones((rows,), bool),
+                        local[1:] - local[:-1], deg, rows)
+        h_dst = jax.lax.dynamic_slice(h, (r0, 0), (rows, h.shape[1]))
         return program.model.apply(variables, layer, h, h_dst, view, train=False,
                                    method="layer")
 
-    starts = jnp.arange(plan.num_chunks, dtype=jnp.int32) * rows
-    out = jax.lax.map(chunk, starts)
-    return out.reshape(padded_n, -1)[:n]
+    shape = jax.eval_shape(chunk, first)
+
+    def body(j, out):
+        offset = jnp.minimum(j * rows, length - rows)
+        return jax.lax.dynamic_update_slice(out, chunk(first + offset), (offset, 0))
+
+    out = jnp.zeros((length, shape.shape[1]), shape.dtype)
+    return jax.lax.fori_loop(0, -(-length // rows), body, out)
+
+
+def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
+                     block_bytes: int) -> np.ndarray:
+    """Layer `layer` of every row into host memory, `block_bytes` of output at a time."""
+    n = graph.num_nodes
+    width = jax.eval_shape(
+        functools.partial(_layer_rows, program, layer=layer, plan=plan, length=plan.rows),
+        variables, h, graph, 0).shape[1]
+    itemsize = jnp.dtype(h.dtype).itemsize
+    length = min(n, plan.rows * max(1, block_bytes // (plan.rows * width * itemsize)))
+    out = None
+    for first in range(0, n, length):
+        first = min(first, n - length)
+        block = np.asarray(_layer_rows(program, variables, h, graph, first, layer=layer,
+                                       plan=plan, length=length))
+        if out is None:
+            out = np.empty((n, block.shape[1]), block.dtype)
+        out[first:first + length] = block
+    return out
 
 
 def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
-                     budget_bytes: int = 1 << 30) -> jax.Array:
-    """float[N, classes]: exact full-neighbourhood logits of every node."""
+                     budget_bytes: int = 1 << 30, offload: bool = False):
+    """float[N, classes]: exact full-neighbourhood logits of every node.
+
+    `budget_bytes` bounds a chunk's gathered edge rows. With `offload=True` every
+    layer's output goes to host memory (NumPy) in blocks of about `budget_bytes` and is
+    uploaded again as the next layer's input, which is dropped after that layer; pass
+    `data.features` as a host array as well to keep the device to the graph plus one
+    layer's input (features given on the device stay there: they are the caller's).
+    """
     model = program.model
     widest = max(data.features.shape[1], getattr(model, "hidden", 0))
     plan = plan_chunks(np.asarray(data.graph.indptr), widest, budget_bytes)
+    n = data.graph.num_nodes
     h = data.features
     for layer in range(model.num_layers):
-        h = _layer_pass(program, variables, h, data.graph, layer=layer, plan=plan)
+        if offload:
+            h_device, h = jnp.asarray(h), None  # one full layer on the host at a time
+            h = _offloaded_layer(program, variables, h_device, data.graph, layer, plan,
+                                 budget_bytes)
+            del h_device  # freed before the next layer's input is uploaded
+        else:
+            h = _layer_rows(program, variables, h, data.graph, 0, layer=layer, plan=plan,
+                            length=n)
     return h
 
 
@@ -137,6 +188,9 @@ def evaluate_splits(program: StepProgram, variables, data: DeviceData, dataset, 
     """
     if mode == "none":
         return {}
+    if getattr(dataset, "targets", None) is not None:  # float targets: their own metrics
+        return evaluate_targets(program, variables, data, dataset, mode=mode,
+                                batch_size=batch_size, seed=seed)
     splits = {s: getattr(dataset, f"{s}_idx") for s in ("train", "val", "test")}
     if mode == "full" and supports_layerwise(program.model):
         logits = layerwise_logits(program, variables, data)
@@ -146,4 +200,46 @@ def evaluate_splits(program: StepProgram, variables, data: DeviceData, dataset, 
         logits = sampled_logits(program, variables, data, idx, batch_size=batch_size,
                                 seed=seed)
         result[f"{split}_acc"] = accuracy(logits, dataset.labels[idx], np.arange(len(idx)))
+    return result
+
+
+def target_metrics(outputs, targets, kind: str) -> dict:
+    """Metrics of float node targets, over every (row, column) entry; NaN for no rows.
+
+    "multilabel" (logits against {0, 1} targets, a logit > 0 predicts 1): {"acc": the
+    fraction of labels right, "f1": micro-averaged F1}. "regression": {"mse"}.
+    """
+    out = np.asarray(outputs, np.float32).reshape(len(outputs), -1)
+    t = np.asarray(targets, np.float32).reshape(len(targets), -1)
+    if kind == "regression":
+        return {"mse": float(np.mean(np.square(out - t))) if t.size else float("nan")}
+    if kind != "multilabel":
+        raise ValueError(f"target kind must be multilabel or regression, got {kind!r}")
+    if t.size == 0:
+        return {"acc": float("nan"), "f1": float("nan")}
+    pred, true = out > 0, t > 0.5
+    tp = float(np.sum(pred & true))
+    wrong = float(np.sum(pred != true))
+    return {"acc": 1.0 - wrong / t.size, "f1": 2 * tp / (2 * tp + wrong) if tp or wrong
+            else 1.0}
+
+
+def evaluate_targets(program: StepProgram, variables, data: DeviceData, dataset, *,
+                     mode: str = "full", batch_size: int = 4096, seed: int = 0) -> dict:
+    """`target_metrics` of each split of a dataset with float targets: {"train_acc",
+    "train_f1", ...} (multi-label) or {"train_mse", ...} (regression); `mode` as in
+    `evaluate_splits`."""
+    if mode == "none":
+        return {}
+    splits = {s: getattr(dataset, f"{s}_idx") for s in ("train", "val", "test")}
+    full = None
+    if mode == "full" and supports_layerwise(program.model):
+        full = layerwise_logits(program, variables, data)
+    result = {}
+    for split, idx in splits.items():
+        out = (full[jnp.asarray(idx)] if full is not None else
+               sampled_logits(program, variables, data, idx, batch_size=batch_size,
+                              seed=seed))
+        metrics = target_metrics(out, dataset.targets[idx], dataset.target_kind)
+        result.update({f"{split}_{name}": value for name, value in metrics.items()})
     return result

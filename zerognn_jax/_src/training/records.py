@@ -8,6 +8,9 @@ summary (`"summary": true`) when a run finishes. The records after the last summ
 belong to the run in progress. A run resumed from a checkpoint replaces them by the
 history stored in that checkpoint, so every epoch appears once, whatever happened
 between the checkpoint and the interruption; a line cut short by a kill is dropped.
+
+`tensorboard_dir` adds TensorBoard event files: each epoch record's numbers as scalars
+at step = epoch, written through tensorboardX (the optional `tensorboard` extra).
 """
 
 from __future__ import annotations
@@ -121,3 +124,46 @@ def _replace(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.part")
     tmp.write_text(text, errors="surrogateescape")
     os.replace(tmp, path)
+
+
+TENSORBOARD_HINT = "pip install 'zerognn-jax[tensorboard]' (or pip install tensorboardX)"
+
+
+def check_tensorboard(logdir: str | None) -> None:
+    """Raises ImportError (with the install command) if `logdir` is set and tensorboardX
+    is missing, and ValueError if `logdir` cannot be written."""
+    if not logdir:
+        return
+    try:
+        import tensorboardX  # noqa: F401
+    except ImportError as err:
+        raise ImportError(f"tensorboard_dir needs tensorboardX: {TENSORBOARD_HINT}") from err
+    _check_folder("tensorboard_dir", Path(logdir))
+
+
+class TensorBoardLog:
+    """Writes each record's finite numbers (bools and None left out) as scalars at step
+    `record["epoch"]`; nothing when `logdir` is None."""
+
+    def __init__(self, logdir: str | None):
+        self._writer = None
+        if logdir:
+            check_tensorboard(logdir)
+            from tensorboardX import SummaryWriter
+
+            self._writer = SummaryWriter(logdir)
+
+    def write(self, record: dict) -> None:
+        if self._writer is None:
+            return
+        step = int(record["epoch"])
+        for name, value in strict(record).items():
+            if name != "epoch" and isinstance(value, (int, float)) \
+                    and not isinstance(value, bool):
+                self._writer.add_scalar(name, value, step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -1,4 +1,10 @@
-"""The user-facing training loop: config in, trained model and per-epoch records out."""
+"""The user-facing training loop: config in, trained model and per-epoch records out.
+
+`train(cfg, dataset)` builds everything from the config; a user's Flax model (Linen or
+NNX), optax optimizer and loss replace the built-in ones (`model=`, `optimizer=`,
+`loss=`; training/user.py), and `callbacks=` see every epoch's record (callbacks.py).
+docs/api.md shows each.
+"""
 
 from __future__ import annotations
 
@@ -15,30 +21,51 @@ from tqdm.auto import tqdm
 
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.loaders import load_dataset, row_normalize
+from zerognn_jax._src.nn.bridge import as_linen, model_name
 from zerognn_jax._src.nn.models import count_params, make_model
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
-from zerognn_jax._src.training import interrupts, memory
+from zerognn_jax._src.training import interrupts, link, memory
+from zerognn_jax._src.training.callbacks import check_callbacks, run_callbacks
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.engines import make_engine
+from zerognn_jax._src.training.evaluate import supports_layerwise
 from zerognn_jax._src.training.parallel import make_mesh
 from zerognn_jax._src.training.program import DeviceData, StepProgram, init_state
-from zerognn_jax._src.training.records import MetricsLog, check_output_paths, strict
+from zerognn_jax._src.training.records import (
+    MetricsLog,
+    TensorBoardLog,
+    check_output_paths,
+    check_tensorboard,
+    strict,
+)
+from zerognn_jax._src.training.user import (
+    check_loss,
+    check_optimizer,
+    node_task,
+    start_from,
+    user_identity,
+)
 
 PLANETOID = ("cora", "citeseer", "pubmed")
 
 
 @dataclasses.dataclass
 class TrainResult:
-    """What `train` returns: final variables, one record per epoch, and a summary."""
+    """What `train` (and `restore`) return: the model variables ({"params",
+    "batch_stats" if any}), one record per epoch, a summary, the step program and device
+    data they run with (for `sampled_logits`, `layerwise_logits`, the engines), the whole
+    train state (optimizer state included) and the dataset."""
 
     variables: dict
     history: list[dict]
     summary: dict
     program: Any = None
     data: Any = None
+    state: Any = None
+    dataset: Any = None
 
 
 def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
@@ -48,26 +75,54 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
         if cfg.weight_decay else adam
 
 
-def prepare(cfg: TrainConfig, dataset: Dataset | None = None):
-    """Loads the data and builds (dataset, device data, step program)."""
-    if dataset is None:
+def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optimizer=None,
+            loss=None):
+    """Loads the data and builds (dataset, device data, step program).
+
+    `model`, `optimizer`, `loss` replace the built-in ones (`train`); an NNX model is
+    wrapped into Linen (nn/bridge.py).
+
+    For `task="link"` the dataset's graph becomes the split's message-passing graph and
+    the program gets a LinkTask and the encoder-decoder model (training/link.py).
+    """
+    split = None
+    if cfg.task == "link":
+        dataset, split = link.link_data(cfg, dataset)
+    elif dataset is None:
         dataset = load_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
     feats = dataset.features
     norm = cfg.normalize_features
-    if norm or (norm is None and dataset.name in PLANETOID):
+    # By default Planetoid features are row-normalised for node tasks (as in the GCN
+    # paper) and left raw for link prediction (as in GAE: docs/link_prediction.md).
+    if norm or (norm is None and dataset.name in PLANETOID and cfg.task == "node"):
         feats = row_normalize(feats)
-    labels = np.maximum(dataset.labels, 0).astype(np.int32)
+    if dataset.targets is not None:
+        labels = dataset.targets  # float32[N, T]: multi-label or regression
+    else:
+        labels = np.maximum(dataset.labels, 0).astype(np.int32)
     sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, dedup=cfg.dedup,
                             method=cfg.sampler)
     sampler = sampler.resolve(dataset.graph.max_degree())
     graph = prepare_graph(dataset.graph, sampler)
     dtype = jnp.dtype(cfg.dtype)
-    model = make_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
-                       num_classes=dataset.num_classes, dropout=cfg.dropout,
-                       input_dropout=cfg.input_dropout, norm=cfg.norm, heads=cfg.heads,
-                       dtype=dtype)
-    program = StepProgram(model, make_optimizer(cfg), sampler, cfg.batch_size, cfg.seed,
-                          Kernels.parse(cfg.kernels))
+    if model is None:
+        model = make_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
+                           num_classes=level_dims(cfg, dataset)[0], dropout=cfg.dropout,
+                           input_dropout=cfg.input_dropout, norm=cfg.norm, heads=cfg.heads,
+                           dtype=dtype)
+    else:
+        model = as_linen(model)
+    if optimizer is not None:
+        check_optimizer(optimizer)
+    if loss is not None and cfg.task == "link":
+        raise ValueError("loss= applies to node tasks; link prediction trains with binary "
+                         "cross-entropy over positive and negative pairs")
+    task = node_task(loss, dataset)
+    check_loss(task, level_dims(cfg, dataset)[0], labels)
+    program = StepProgram(model, optimizer or make_optimizer(cfg), sampler, cfg.batch_size,
+                          cfg.seed, Kernels.parse(cfg.kernels), task=task)
+    if split is not None:
+        program = link.link_program(cfg, program, split)
     mesh = make_mesh(cfg.devices)
     if mesh.size == 1 and not cfg.shard_features:
         data = DeviceData(graph.to_device(), jnp.asarray(feats, dtype),
@@ -78,9 +133,14 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None):
     return dataset, program.parallel.place_data(host), program
 
 
-def level_dims(cfg: TrainConfig, dataset: Dataset) -> tuple[int, ...]:
-    """Feature width held at each level, seeds first (for the memory model)."""
-    return (dataset.num_classes, *([cfg.hidden] * (cfg.layers - 1)), dataset.features.shape[1])
+def level_dims(cfg: TrainConfig, dataset: Dataset, model=None) -> tuple[int, ...]:
+    """Feature width held at each level, seeds first (for the memory model); a link
+    task's encoder outputs `hidden` units. A user's model is taken to be `model.hidden`
+    wide if it says so, else `cfg.hidden` (an estimate: the memory check cannot see it)."""
+    out = cfg.hidden if cfg.task == "link" else dataset.output_dim
+    hidden = getattr(model, "hidden", None)
+    hidden = hidden if isinstance(hidden, int) else cfg.hidden
+    return (out, *([hidden] * (cfg.layers - 1)), dataset.features.shape[1])
 
 
 def evaluate(cfg: TrainConfig, program, variables, data, dataset) -> dict:
@@ -106,21 +166,60 @@ def _saved(state) -> dict:
             "opt_state": state.opt_state}
 
 
-def train(cfg: TrainConfig, dataset: Dataset | None = None) -> TrainResult:
-    """Trains `cfg.model` on `cfg.dataset`; resumes from `cfg.checkpoint_dir` if it holds one.
+@dataclasses.dataclass(frozen=True)
+class _UserParts:
+    """What the caller of `train` brought besides the config."""
+
+    identity: dict  # what the checkpoint identity adds for them
+    model: str | None  # the user's model class, None for the built-in one
+    callbacks: tuple = ()
+    variables: dict | None = None  # to start from (fine-tuning)
+
+
+def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optimizer=None,
+          loss=None, variables: dict | None = None, callbacks=()) -> TrainResult:
+    """Trains on `dataset` (default: `cfg.dataset` loaded); resumes from
+    `cfg.checkpoint_dir` if it holds a checkpoint of this run.
+
+    Args:
+      cfg: every option of the run.
+      dataset: a `Dataset` (class labels, or float targets: `Dataset.with_targets`).
+      model: your Flax model instead of `cfg.model`: a `flax.linen.Module` or a
+        `flax.nnx.Module` instance (wrapped with `flax.nnx.bridge`, nn/bridge.py), called
+        as `model(x, views, train=...)` (nn/models.py gives the interface). Without
+        `layer` and `num_layers` methods, evaluation samples (the summary says so).
+      optimizer: an optax `GradientTransformation` (schedules, clipping, ...) instead of
+        Adam with `cfg.lr` and `cfg.weight_decay`.
+      loss: a built-in name ("cross_entropy", "sigmoid", "mse"), a per-row function
+        `(outputs, targets) -> float32[rows]`, or a `NodeTask`; default: the loss of the
+        dataset's targets.
+      variables: model variables to start from (e.g. `restore(...).variables`, for
+        fine-tuning) instead of a fresh initialisation; the optimizer starts afresh. A
+        checkpoint in `cfg.checkpoint_dir` takes precedence (the run resumes).
+      callbacks: functions called with each epoch's record; a true result stops training
+        after that epoch (callbacks.py, `EarlyStopping`).
 
     Output paths are checked before anything else. Inside `interrupts.deferred()` (the
     CLI) a SIGINT or SIGTERM stops the run between phases and chunks.
 
     Raises:
-      ValueError: unusable data or output paths; a checkpoint of another run
+      ValueError: unusable data, loss or output paths; a checkpoint of another run
         (`CheckpointMismatch`) or none readable.
+      TypeError: a model, optimizer, loss or callback of the wrong kind.
+      ImportError: `cfg.tensorboard_dir` without tensorboardX installed.
       Diverged: the loss became NaN or infinite.
       interrupts.Interrupted: a signal arrived inside `interrupts.deferred()`.
     """
     lead = jax.process_index() == 0  # one writer when several processes train together
     check_output_paths(cfg.metrics_out if lead else None, cfg.checkpoint_dir)
-    dataset, data, program = prepare(cfg, dataset)
+    check_tensorboard(cfg.tensorboard_dir if lead else None)
+    user = _UserParts({}, None, check_callbacks(callbacks), variables)
+    dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
+                                     loss=loss)
+    user = dataclasses.replace(
+        user, identity=user_identity(model, optimizer,
+                                     None if loss is None else program.task, dataset),
+        model=None if model is None else model_name(model))
     interrupts.check("loading the data")
     ckpt = None
     if cfg.checkpoint_dir:
@@ -128,7 +227,7 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None) -> TrainResult:
 
         ckpt = Checkpointer(cfg.checkpoint_dir)
     try:
-        return _train(cfg, dataset, data, program, ckpt, lead)
+        return _train(cfg, dataset, data, program, ckpt, lead, user)
     except (interrupts.Interrupted, Diverged) as err:
         last = ckpt.latest_epoch() if ckpt is not None else None
         if last is not None:
@@ -139,22 +238,28 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None) -> TrainResult:
             ckpt.close()
 
 
-def _train(cfg, dataset, data, program, ckpt, lead) -> TrainResult:
+def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainResult:
     ident, resumable = None, []
     if ckpt is not None:
         from zerognn_jax._src.training.checkpoint import identity
 
-        ident = identity(cfg, dataset.stats(), program.global_batch)
+        ident = identity(cfg, dataset.stats(), program.global_batch, user.identity)
         resumable = ckpt.find_resumable(ident)  # a checkpoint of another run fails here
     t0 = time.perf_counter()
     env, cal = choose_envelope(data.graph, program.task.train_items(dataset), cfg.batch_size,
                                program.sampler, method=cfg.envelope, seed=cfg.seed,
-                               policy=cfg.envelope_policy, kernels=program.kernels)
+                               policy=cfg.envelope_policy, kernels=program.kernels,
+                               frontier=getattr(program.task, "seed_frontier", None))
     calibrate_seconds = time.perf_counter() - t0
     interrupts.check("calibration")
-    memory.check_fits(env, program.sampler.slots, level_dims(cfg, dataset),
-                      memory.device_memory_limit())
+    dims = level_dims(cfg, dataset, program.model)
+    shards = program.num_shards if cfg.shard_features else 1
+    memory.check_fits(env, program.sampler.slots, dims, memory.device_memory_limit(),
+                      resident=memory.resident_bytes(data.graph, dataset.features.shape[1],
+                                                     cfg.dtype, dims, feature_shards=shards))
     state = init_state(program, data, env, program.task.train_items(dataset))
+    if user.variables is not None:
+        state = start_from(program, state, user.variables)
     interrupts.check("initialisation", wait_for=state)
     history, start_epoch = [], 0
     resumed = ckpt.restore_first(resumable, ident, _saved(state)) if resumable else None
@@ -168,35 +273,62 @@ def _train(cfg, dataset, data, program, ckpt, lead) -> TrainResult:
     runner = make_engine(cfg.engine, program, chunk_steps=cfg.chunk_steps,
                          policy=cfg.envelope_policy)
     log = MetricsLog(cfg.metrics_out if lead else None, history if resumed else None)
+    board = TensorBoardLog(cfg.tensorboard_dir if lead else None)
+    best = _best_checkpoint(cfg, history)
     bar = tqdm(total=cfg.epochs, initial=start_epoch, desc="epochs", unit="epoch",
                disable=not (cfg.progress and lead), file=sys.stderr, dynamic_ncols=True)
+    final, stopped = None, None  # the last epoch's evaluation; the callback that stopped
     try:
         for epoch in range(start_epoch, cfg.epochs):
             try:
-                record, state, env = _train_epoch(cfg, runner, state, data, dataset, epoch,
-                                                  env, bar)
+                record, final, state, env = _train_epoch(cfg, runner, state, data, dataset,
+                                                         epoch, env, bar)
             except Diverged as err:
                 log.write(err.record)
                 raise
             history.append(record)
-            if ckpt is not None:  # the record follows its checkpoint, never precedes it
-                ckpt.save(epoch, _saved(state), {
-                    "identity": ident, "history": history,
+            meta = {"identity": ident, "history": history,
                     "envelope": {"batch_size": env.batch_size,
-                                 "capacities": list(env.capacities)}})
+                                 "capacities": list(env.capacities)}}
+            if best is not None:  # before the epoch's checkpoint: a resumed run redoes it
+                best.offer(epoch, final, _saved(state), meta)
+            if ckpt is not None:  # the record follows its checkpoint, never precedes it
+                ckpt.save(epoch, _saved(state), meta)
             log.write(record)
+            board.write(record)
+            stopped = run_callbacks(user.callbacks, record)
             interrupts.check(f"epoch {epoch}")
-        final = evaluate(cfg, program, _variables(state), data, dataset)
+            if stopped and epoch < cfg.epochs - 1:
+                break
+        else:
+            stopped = None  # a stop asked at the last epoch stops nothing
+        if final is None:  # no epoch trained here, or the last one was not evaluated
+            final = evaluate(cfg, program, _variables(state), data, dataset)
+        notes = _notes(cfg, program, user, best, stopped, history)
         summary = _summary(cfg, dataset, program, state, env, cal, history, final,
-                           calibrate_seconds, runner.compile_seconds, start_epoch)
+                           calibrate_seconds, runner.compile_seconds, start_epoch, notes)
         log.write(summary)
     finally:
         bar.close()
         log.close()
-    return TrainResult(_variables(state), history, summary, program, data)
+        board.close()
+        if best is not None:
+            best.close()
+    return TrainResult(_variables(state), history, summary, program, data, state, dataset)
+
+
+def _best_checkpoint(cfg, history):
+    """The best-validation checkpoint of `cfg.best_metric`, or None."""
+    if not cfg.best_metric:
+        return None
+    from zerognn_jax._src.training.checkpoint import BestCheckpoint
+
+    return BestCheckpoint(cfg.checkpoint_dir, cfg.best_metric, history)
 
 
 def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar):
+    """(record, evaluation or None, state, envelope) of one epoch; evaluated every
+    `eval_every` epochs and at the last."""
     program, compile_before = runner.program, runner.compile_seconds
     t0 = time.perf_counter()
     items = program.task.train_items(dataset)
@@ -211,14 +343,16 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar):
               "sampled_edges": res.sampled_edges}
     if res.first_nonfinite is not None:
         _diverged(cfg, epoch, res, record)
-    last = epoch == cfg.epochs - 1
-    if cfg.eval_every and ((epoch + 1) % cfg.eval_every == 0) and not last:
-        record.update(evaluate(cfg, program, _variables(res.state), data, dataset))
+    evaluated = None
+    if epoch == cfg.epochs - 1 or (cfg.eval_every and (epoch + 1) % cfg.eval_every == 0):
+        evaluated = evaluate(cfg, program, _variables(res.state), data, dataset)
+        record.update(evaluated)
     record = strict(record)
     bar.update(1)
-    val = record.get("val_acc")
-    bar.set_postfix(loss=f"{res.loss:.4f}", **({"val": f"{val:.3f}"} if val is not None else {}))
-    return record, res.state, res.envelope
+    val = next(((k, v) for k, v in record.items() if k.startswith("val_") and v is not None),
+               None)
+    bar.set_postfix(loss=f"{res.loss:.4f}", **({val[0]: f"{val[1]:.3f}"} if val else {}))
+    return record, evaluated, res.state, res.envelope
 
 
 def _diverged(cfg, epoch, res, record):
@@ -230,14 +364,33 @@ def _diverged(cfg, epoch, res, record):
     raise err
 
 
+def _notes(cfg, program, user: _UserParts, best, stopped, history) -> dict:
+    """Summary entries on what ran: the model's name, the user's pieces, how evaluation
+    ran, the best checkpoint, an early stop."""
+    notes = {"model": user.model or cfg.model, "eval_mode": cfg.eval_mode,
+             "stopped_early": None if not stopped else {"epoch": history[-1]["epoch"],
+                                                        "by": stopped}}
+    if user.identity:
+        notes["custom"] = user.identity
+    if cfg.eval_mode == "full" and not supports_layerwise(program.model):
+        notes["eval_mode"] = "sampled"
+        notes["eval_note"] = ("the model has no layer() and num_layers, which exact "
+                              "layer-wise evaluation needs: evaluated on sampled "
+                              "neighbourhoods (the training fanouts)")
+    if best is not None:
+        notes["best"] = {"metric": best.metric, "epoch": best.epoch, "value": best.value}
+    return notes
+
+
 def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_seconds,
-             compile_seconds, start_epoch) -> dict:
+             compile_seconds, start_epoch, notes) -> dict:
     """The run's summary record. `epochs` and `median_epoch_seconds` cover every epoch
     trained, resumed runs included; `compile_seconds` and `calibrate_seconds` this
     process only (`start_epoch` > 0: it resumed from a checkpoint); `config` is every
-    TrainConfig field of the run (lr, hidden, layers, dropout, seed, ...)."""
+    TrainConfig field of the run (lr, hidden, layers, dropout, seed, ...); `notes`
+    (`_notes`) say what ran."""
     times = [h["epoch_seconds"] for h in history]
-    summary = {"summary": True, "dataset": dataset.name, "model": cfg.model,
+    summary = {"summary": True, "dataset": dataset.name, "task": cfg.task, "model": cfg.model,
                "params": count_params(state.params),
                "kernels": program.kernels.describe(), "fanouts": list(program.sampler.fanouts),
                "sampler": program.sampler.method,
@@ -251,11 +404,11 @@ def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_s
                "overflows": int(sum(h["overflows"] for h in history)),
                "envelope": list(env.levels), "device": jax.devices()[0].device_kind,
                "peak_bytes_in_use": memory.device_peak_bytes(),
-               "jax_version": jax.__version__, **final,
+               "jax_version": jax.__version__, **final, **notes,
                "config": dataclasses.asdict(cfg)}
     if cal is not None:
         report = memory.memory_report(env, cal.max_counts, program.sampler.slots,
-                                      level_dims(cfg, dataset))
+                                      level_dims(cfg, dataset, program.model))
         summary["envelope_over_ideal"] = report["ratio"]
         summary["calibration_max_counts"] = list(cal.max_counts)
     return strict(summary)

@@ -1,0 +1,290 @@
+"""Your model, your optimizer, your loss: `train()` with a user's Flax Linen or NNX model,
+optax optimizer and per-row loss; float targets (multi-label, regression); `restore`;
+the best-validation checkpoint; epoch callbacks; TensorBoard scalars (docs/api.md)."""
+
+from __future__ import annotations
+
+import struct
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+import zerognn_jax as zg
+
+N, D, CLASSES = 300, 8, 3
+
+
+def graph_arrays(seed=0):
+    rs = np.random.default_rng(seed)
+    g = zg.from_edge_list(rs.integers(0, N, 1200), rs.integers(0, N, 1200), N,
+                          make_undirected=True, remove_self_loops=True, remove_duplicates=True)
+    x = rs.normal(size=(N, D)).astype(np.float32)
+    order = rs.permutation(N)
+    return g, x, np.sort(order[:180]), np.sort(order[180:240]), np.sort(order[240:])
+
+
+@pytest.fixture(scope="module")
+def classes():
+    """Labels that the nodes' own features decide (learnable in a few epochs)."""
+    g, x, tr, va, te = graph_arrays()
+    labels = np.argmax(x[:, :CLASSES], -1)
+    return zg.make_dataset("classes", g.indptr, g.indices, x, labels, tr, va, te, CLASSES)
+
+
+def config(tmp_path=None, **changes):
+    base = dict(hidden=16, layers=2, fanouts=(4, 4), batch_size=32, epochs=2, progress=False,
+                eval_mode="sampled", eval_batch_size=64)
+    if tmp_path is not None:
+        base.update(checkpoint_dir=str(tmp_path / "ck"), metrics_out=str(tmp_path / "m.jsonl"))
+    return zg.TrainConfig(**{**base, **changes})
+
+
+class LinenSage(nn.Module):
+    """A user's Linen model: [own ; mean of neighbours] -> Dense per layer, BatchNorm."""
+
+    hidden: int
+    out: int
+
+    @nn.compact
+    def __call__(self, x, views, *, train):
+        h = x
+        for i, view in enumerate(views):
+            neigh = view.weighted_sum(h[:, None, :], zg.mean_weights(view))[:, 0, :]
+            h = nn.Dense(self.out if i == len(views) - 1 else self.hidden)(
+                jnp.concatenate([h[: view.num_dst], neigh], -1))
+            if i < len(views) - 1:
+                h = nn.relu(nn.BatchNorm(use_running_average=not train)(h))
+        return h
+
+
+class NNXSage(nnx.Module):
+    """The same model in Flax NNX, with dropout and batch norm left in their default
+    modes: the wrapper switches them from `train`."""
+
+    def __init__(self, din, hidden, out, *, rngs: nnx.Rngs):
+        self.convs = nnx.List([nnx.Linear(2 * din, hidden, rngs=rngs),
+                               nnx.Linear(2 * hidden, out, rngs=rngs)])
+        self.norm = nnx.BatchNorm(hidden, rngs=rngs)
+        self.drop = nnx.Dropout(0.1, rngs=rngs)
+
+    def __call__(self, x, views, *, train):
+        h = x
+        for i, (view, conv) in enumerate(zip(views, self.convs)):
+            neigh = view.weighted_sum(h[:, None, :], zg.mean_weights(view))[:, 0, :]
+            h = conv(jnp.concatenate([h[: view.num_dst], neigh], -1))
+            if i == 0:
+                h = self.drop(nnx.relu(self.norm(h)))
+        return h
+
+
+def make_user_model(kind):
+    if kind == "linen":
+        return LinenSage(16, CLASSES)
+    return NNXSage(D, 16, CLASSES, rngs=nnx.Rngs(0))
+
+
+def user_optimizer():
+    schedule = optax.warmup_cosine_decay_schedule(1e-3, 1e-2, 4, 40)
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, 1e-4))
+
+
+def smoothed_cross_entropy(logits, labels):
+    """A user's per-row loss: cross-entropy with label smoothing."""
+    onehot = optax.smooth_labels(jax.nn.one_hot(labels, logits.shape[-1]), 0.1)
+    return optax.softmax_cross_entropy(logits, onehot)
+
+
+def leaves(tree):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
+
+
+# ------------------------------------------------- a user's model, optimizer and loss
+
+
+@pytest.mark.parametrize("kind", ["linen", "nnx"])
+def test_user_model_trains_resumes_and_restores(kind, classes, tmp_path):
+    cfg = config(tmp_path, epochs=2, best_metric="val_acc")
+    parts = dict(model=make_user_model(kind), optimizer=user_optimizer(),
+                 loss=smoothed_cross_entropy)
+    first = zg.train(cfg, classes, **parts)
+    s = first.summary
+    assert s["model"] == ("LinenSage" if kind == "linen" else "NNXSage")
+    assert s["custom"] == {"model": s["model"], "optimizer": "custom",
+                           "loss": "smoothed_cross_entropy"}
+    assert s["eval_mode"] == "sampled" and "batch_stats" in first.variables
+    # Resumed with one epoch more: only that epoch trains.
+    cfg3 = config(tmp_path, epochs=3, best_metric="val_acc")
+    res = zg.train(cfg3, classes, **parts)
+    assert res.summary["start_epoch"] == 2 and [h["epoch"] for h in res.history] == [0, 1, 2]
+    assert res.history[-1]["loss"] < res.history[0]["loss"]
+    assert res.summary["val_acc"] > 0.5, res.summary
+    assert res.summary["best"]["value"] == max(h["val_acc"] for h in res.history)
+    # The checkpoint of another model is refused.
+    other = "nnx" if kind == "linen" else "linen"
+    with pytest.raises(zg.CheckpointMismatch, match="model"):
+        zg.train(cfg3, classes, **{**parts, "model": make_user_model(other)})
+    # Restored for inference: the same variables, the same test accuracy.
+    # (Linen: without the config, which the checkpoint records.)
+    back = zg.restore(cfg3.checkpoint_dir, cfg3 if kind == "nnx" else None, classes,
+                      best=kind == "nnx", **parts)
+    want = res.summary["best"]["epoch"] if kind == "nnx" else 2
+    assert back.summary["epoch"] == want
+    if kind == "linen":
+        for a, b in zip(leaves(back.variables), leaves(res.variables)):
+            np.testing.assert_array_equal(a, b)
+        logits = zg.sampled_logits(back.program, back.variables, back.data, classes.test_idx,
+                                   batch_size=cfg3.eval_batch_size, seed=cfg3.seed)
+        hits = np.argmax(np.asarray(logits), -1) == classes.labels[classes.test_idx]
+        assert float(np.mean(hits)) == res.summary["test_acc"]
+    else:  # the best-validation checkpoint: the epoch and value the summary names
+        assert back.summary["best"] == {"metric": "val_acc",
+                                        "value": res.summary["best"]["value"]}
+
+
+def test_fine_tuning_starts_from_given_variables(classes):
+    cfg = config(epochs=1, eval_mode="none")
+    first = zg.train(cfg, classes, model=LinenSage(16, CLASSES))
+    tuned = zg.train(cfg, classes, model=LinenSage(16, CLASSES), variables=first.variables,
+                     optimizer=optax.sgd(0.0))  # lr 0: the given variables come back
+    for a, b in zip(leaves(tuned.variables["params"]), leaves(first.variables["params"])):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="do not fit the model"):
+        zg.train(config(epochs=0, eval_mode="none"), classes, model=LinenSage(8, CLASSES),
+                 variables=first.variables)
+
+
+def test_restore_without_config_uses_the_recorded_one(tmp_path):
+    cfg = config(tmp_path, dataset="tiny", epochs=1, eval_mode="none")
+    zg.train(cfg)
+    back = zg.restore(cfg.checkpoint_dir)
+    assert back.summary["epoch"] == 0 and back.dataset.name == "tiny"
+    assert back.program.model.hidden == 16
+    with pytest.raises(FileNotFoundError, match="best"):
+        zg.restore(cfg.checkpoint_dir, best=True)
+
+
+# ------------------------------------------------------------- float targets
+
+
+def multilabel_dataset():
+    g, x, tr, va, te = graph_arrays(1)
+    targets = (x[:, :4] > 0).astype(np.float32)
+    return zg.make_dataset("ml", g.indptr, g.indices, x, None, tr, va, te, None,
+                           targets=targets, target_kind="multilabel")
+
+
+def test_multilabel_targets_train_and_evaluate():
+    ds = multilabel_dataset()
+    assert ds.output_dim == 4 and ds.stats()["target_kind"] == "multilabel"
+    res = zg.train(config(epochs=8, eval_mode="full", lr=1e-2, dropout=0.0), ds)
+    s = res.summary
+    assert s["eval_mode"] == "full" and "eval_note" not in s
+    assert {"train_acc", "train_f1", "val_acc", "val_f1", "test_acc", "test_f1"} <= set(s)
+    assert s["val_f1"] > 0.7 and s["val_acc"] > 0.7, s
+    assert 0.0 <= res.history[0]["train_batch_acc"] <= 1.0
+    assert res.history[-1]["loss"] < res.history[0]["loss"]
+
+
+def test_regression_targets_train_and_evaluate():
+    g, x, tr, va, te = graph_arrays(2)
+    y = x[:, :2] @ np.array([[1.0, -0.5], [0.5, 2.0]], np.float32)
+    base = zg.make_dataset("reg", g.indptr, g.indices, x, np.zeros(N, int), tr, va, te, 1)
+    ds = base.with_targets(y, "regression")
+    res = zg.train(config(epochs=8, lr=1e-2, dropout=0.0), ds,
+                   loss=lambda out, t: jnp.mean(jnp.abs(out - t), -1))  # a per-row L1 loss
+    s = res.summary
+    assert res.history[0]["train_batch_acc"] is None  # nothing to score
+    assert {"train_mse", "val_mse", "test_mse"} <= set(s) and "val_acc" not in s
+    assert s["val_mse"] < 0.5 * float(np.var(y[va])), s
+    one_column = base.with_targets(y[:, 0], "regression")
+    assert one_column.targets.shape == (N, 1) and one_column.output_dim == 1
+
+
+@pytest.mark.parametrize(("targets", "kind", "message"), [
+    (np.full((N, 2), 0.5), "multilabel", "must be 0 or 1"),
+    (np.full((N, 2), np.nan), "regression", "NaN or inf"),
+    (np.zeros((N - 1, 2)), "regression", r"shape \(300, T\)"),
+    (np.zeros((N, 2)), "classes", "multilabel or regression"),
+    (np.array(["a"] * N), "regression", "numeric"),
+])
+def test_bad_targets_are_refused(classes, targets, kind, message):
+    with pytest.raises(ValueError, match=message):
+        classes.with_targets(targets, kind)
+
+
+@pytest.mark.parametrize(("loss", "error", "message"), [
+    ("mse", ValueError, "needs float targets"),
+    (lambda out, y: jnp.mean(optax.softmax_cross_entropy_with_integer_labels(out, y)),
+     ValueError, "one value per row"),
+    (42, TypeError, "loss must be"),
+])
+def test_bad_losses_are_refused_before_training(classes, loss, error, message):
+    with pytest.raises(error, match=message):
+        zg.train(config(), classes, loss=loss)
+
+
+def test_bad_models_and_optimizers_are_refused(classes):
+    with pytest.raises(TypeError, match="pass an instance"):
+        zg.train(config(), classes, model=NNXSage)
+    with pytest.raises(TypeError, match="optax.GradientTransformation"):
+        zg.train(config(), classes, optimizer=optax.adam)
+
+
+# ------------------------------------------------------- callbacks, TensorBoard
+
+
+def test_callback_sees_every_epoch_and_can_stop(classes, tmp_path):
+    seen = []
+
+    def stop_after_two(record):
+        seen.append(record)
+        return record["epoch"] == 1
+
+    res = zg.train(config(tmp_path, epochs=5), classes, callbacks=[stop_after_two])
+    assert [r["epoch"] for r in seen] == [0, 1] and "val_acc" in seen[0]
+    assert len(res.history) == 2
+    assert res.summary["stopped_early"] == {"epoch": 1, "by": "stop_after_two"}
+    assert res.summary["val_acc"] == res.history[-1]["val_acc"]  # evaluated once
+
+
+def test_early_stopping():
+    stop = zg.EarlyStopping("val_mse", patience=2)
+    assert stop.mode == "min"
+    values = [1.0, 0.5, 0.6, None, 0.5]  # a tie is no improvement; None is skipped
+    assert [stop({"epoch": i, "val_mse": v}) for i, v in enumerate(values)] == \
+        [False, False, False, False, True]
+    assert stop.best == 0.5 and stop.best_epoch == 1
+
+
+def _scalar_tags(path) -> set[str]:
+    """Tags of the scalars in a TensorBoard event file (TFRecord framing, Event protos)."""
+    from tensorboardX.proto import event_pb2
+
+    data, tags, at = path.read_bytes(), set(), 0
+    while at < len(data):
+        (length,) = struct.unpack("<Q", data[at:at + 8])
+        event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+        tags.update(v.tag for v in event.summary.value)
+        at += 16 + length
+    return tags
+
+
+def test_tensorboard_scalars_are_written(classes, tmp_path):
+    pytest.importorskip("tensorboardX")
+    logdir = tmp_path / "tb"
+    zg.train(config(epochs=2, tensorboard_dir=str(logdir)), classes)
+    files = list(logdir.glob("events.out.tfevents.*"))
+    assert len(files) == 1
+    assert {"loss", "train_batch_acc", "val_acc", "epoch_seconds"} <= _scalar_tags(files[0])
+
+
+def test_tensorboard_without_the_extra_says_how_to_install(classes, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)
+    with pytest.raises(ImportError, match=r"zerognn-jax\[tensorboard\]"):
+        zg.train(config(tensorboard_dir=str(tmp_path / "tb")), classes)

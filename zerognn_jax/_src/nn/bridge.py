@@ -1,0 +1,96 @@
+"""A user's model as the engine sees it: Flax Linen as is, Flax NNX through the bridge.
+
+The engine calls a Linen module's pure `apply` (`nn/models.py` gives the interface).
+An NNX module (`flax.nnx.Module` instance) is wrapped by `as_linen` with
+`flax.nnx.bridge.ToLinen`, which keeps the module's state as Linen variables: its
+`nnx.Param`s become the "params" collection, its `nnx.BatchStat`s "batch_stats". The
+initial values are the instance's own (its `rngs=` at construction decide them). At
+every call the wrapper:
+
+- rebuilds the module from its graph definition and the current variables;
+- reseeds every RNG stream of the module (`nnx.Rngs` it was built with) from the step's
+  dropout key, so dropout differs per step and is reproducible from the run's seed;
+- puts `nnx.Dropout` and `nnx.BatchNorm` into training or evaluation mode (their
+  `deterministic` / `use_running_average` attributes) from `train`, and passes `train`
+  on: `module(x, views, train=train)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+from flax import nnx
+
+
+def is_nnx(model) -> bool:
+    return isinstance(model, nnx.Module)
+
+
+def model_name(model) -> str:
+    """The class name of a model (of the NNX module for a wrapped one)."""
+    return getattr(model, "nnx_name", None) or type(model).__qualname__
+
+
+def _reseed(module, rngs: nnx.Rngs) -> None:
+    """Gives every RNG stream of `module` a key drawn from `rngs`' dropout stream (when
+    the caller supplied one, i.e. in training)."""
+    if "dropout" not in rngs:
+        return
+    tags = sorted({node.tag for _, node in nnx.iter_graph(module)
+                   if isinstance(node, nnx.RngStream)})
+    if tags:
+        base = rngs["dropout"]()
+        nnx.reseed(module, **{t: jax.random.fold_in(base, i) for i, t in enumerate(tags)})
+
+
+def _in_mode(module, x, views, *, train: bool, **inputs):
+    module.set_attributes(deterministic=not train, use_running_average=not train,
+                          raise_if_not_found=False)
+    return module(x, views, train=train, **inputs)
+
+
+class NNXModel(nn.Module):
+    """A Linen module running an NNX module (made by `as_linen`); its variables sit
+    under the "nnx" scope ({"params": {"nnx": ...}}).
+
+    Attributes:
+      factory: (*, rngs) -> a fresh copy of the NNX module (graph definition + state).
+      nnx_name: the NNX module's class name (summaries, checkpoint identity).
+    """
+
+    factory: Any
+    nnx_name: str
+
+    @nn.compact
+    def __call__(self, x, views, *, train: bool, **inputs):
+        bridge = nnx.bridge.ToLinen(self.factory, metadata_fn=None, name="nnx")
+        return bridge(x, views, train=train, nnx_method=_in_mode, **inputs)
+
+
+def as_linen(model) -> nn.Module:
+    """`model` as a Linen module with the engine's interface: a Linen module unchanged,
+    an NNX module instance wrapped (module docstring).
+
+    Raises:
+      TypeError: `model` is an NNX module class (pass an instance) or neither kind.
+    """
+    if isinstance(model, nn.Module):
+        return model
+    if is_nnx(model):
+        graphdef, state = nnx.split(model)
+
+        def factory(*, rngs: nnx.Rngs):
+            # New variables at the caller's trace level: the captured ones may not be
+            # mutated (reseeded, updated) inside a transformation.
+            module = nnx.merge(graphdef, jax.tree_util.tree_map(lambda a: a, state))
+            _reseed(module, rngs)
+            return module
+
+        return NNXModel(factory, type(model).__qualname__)
+    if isinstance(model, type) and issubclass(model, nnx.Module):
+        raise TypeError(f"model is the NNX class {model.__qualname__}; pass an instance, "
+                        f"e.g. {model.__qualname__}(..., rngs=nnx.Rngs(0))")
+    raise TypeError(f"model must be a flax.linen.Module or a flax.nnx.Module instance, got "
+                    f"{type(model).__qualname__}")

@@ -1,0 +1,65 @@
+"""Epoch callbacks: functions `train` calls with each epoch's record, which may stop it.
+
+A callback is any callable `callback(record) -> bool | None`, called after the epoch's
+checkpoint and metrics line are written, with the epoch's record (the dict of the
+metrics log: "epoch", "loss", "train_batch_acc", the evaluated "val_acc", ... when that
+epoch was evaluated). A true return value stops training after this epoch; the run then
+evaluates and writes its summary as usual, with "stopped_early" set. Every callback sees
+every record (they are all called before the stop is taken).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+
+class EarlyStopping:
+    """Stops when `metric` has not improved by more than `min_delta` for `patience`
+    evaluated epochs (records without the metric are skipped).
+
+    `mode` is "max" or "min"; None picks "min" for `*_mse` and `*_loss`, else "max".
+    """
+
+    def __init__(self, metric: str = "val_acc", patience: int = 10, *,
+                 mode: str | None = None, min_delta: float = 0.0):
+        if patience < 1:
+            raise ValueError(f"patience must be >= 1, got {patience}")
+        self.metric, self.patience, self.min_delta = metric, patience, min_delta
+        self.mode = mode or ("min" if metric.endswith(("_mse", "_loss")) else "max")
+        if self.mode not in ("min", "max"):
+            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        self.best, self.best_epoch, self.waited = None, None, 0
+
+    def __call__(self, record: dict) -> bool:
+        value = record.get(self.metric)
+        if value is None or not math.isfinite(value):
+            return False
+        sign = 1.0 if self.mode == "max" else -1.0
+        if self.best is None or sign * (value - self.best) > self.min_delta:
+            self.best, self.best_epoch, self.waited = value, record.get("epoch"), 0
+            return False
+        self.waited += 1
+        return self.waited >= self.patience
+
+
+def check_callbacks(callbacks) -> tuple[Callable, ...]:
+    """`callbacks` as a tuple of callables (one callable alone is accepted)."""
+    if callable(callbacks):
+        callbacks = (callbacks,)
+    callbacks = tuple(callbacks or ())
+    for cb in callbacks:
+        if not callable(cb):
+            raise TypeError(f"a callback must be callable with the epoch record, got "
+                            f"{type(cb).__name__}")
+    return callbacks
+
+
+def run_callbacks(callbacks: Sequence[Callable], record: dict) -> str | None:
+    """Calls every callback with a copy of `record`; the name of the first one that asked
+    to stop, or None."""
+    stop = None
+    for cb in callbacks:
+        if cb(dict(record)) and stop is None:
+            stop = getattr(cb, "__name__", None) or type(cb).__name__
+    return stop
