@@ -221,3 +221,26 @@ def test_a_signal_stops_the_bench_between_measurements(tmp_path):
                         err.strip().splitlines()[-1])
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert 1 <= len(records) < 5 and all(r["status"] == "ok" for r in records)
+
+
+def test_collective_breakdown_splits_each_device(tmp_path):
+    events = [
+        _meta(1, None, "process_name", "/device:GPU:0"),
+        _meta(1, 7, "thread_name", "Stream #7(compute)"),
+        _meta(3, None, "process_name", "/device:GPU:1"),
+        _meta(3, 7, "thread_name", "Stream #7(compute)"),
+        _event(1, 7, 0, 50, "fusion"),
+        _event(1, 7, 50, 30, "ncclDevKernel_AllReduce_Sum_f32"),  # waits for GPU:1
+        _event(1, 7, 90, 10, "fusion"),  # a 10 us gap before it
+        _event(3, 7, 0, 75, "fusion"),
+        _event(3, 7, 75, 5, "ncclDevKernel_AllReduce_Sum_f32"),
+    ]
+    path = tmp_path / "t.trace.json.gz"
+    with gzip.open(path, "wt") as handle:
+        json.dump({"traceEvents": events}, handle)
+    got = profiling.collective_breakdown(path)
+    assert got["/device:GPU:0"] == pytest.approx({
+        "span_seconds": 100e-6, "busy_seconds": 90e-6, "idle_seconds": 10e-6,
+        "collective_seconds": 30e-6, "collectives": 1})
+    assert got["/device:GPU:1"]["collective_seconds"] == pytest.approx(5e-6)
+    assert got["/device:GPU:1"]["span_seconds"] == pytest.approx(80e-6)

@@ -111,3 +111,33 @@ def execution_fraction(path: str | pathlib.Path) -> dict | None:
     return {"fraction": busy / max(hi - lo, 1e-9), "busy_seconds": busy * 1e-6,
             "window_seconds": (hi - lo) * 1e-6, "events": len(spans),
             "lines": sorted(set(lines.values()))}
+
+
+def collective_breakdown(path: str | pathlib.Path, pattern: str = "nccl") -> dict:
+    """Per device of a multi-device trace: where its time went between its first and
+    last stream event.
+
+    Returns {device: {"span_seconds", "busy_seconds", "idle_seconds",
+    "collective_seconds", "collectives"}}: the union of the device's stream events,
+    the gaps in it, and the total length and count of the events whose name contains
+    `pattern` (NCCL kernels: they spin until every peer has arrived, so their time
+    beyond a collective's own cost is waiting for the slowest device).
+    """
+    events = load_events(path)
+    lines = stream_lines(events)
+    out = {}
+    for device in sorted({name.split(" / ")[0] for name in lines.values()}):
+        keys = {k for k, name in lines.items() if name.startswith(device + " / ")}
+        mine = [e for e in events if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in keys]
+        if not mine:
+            continue
+        spans = [(float(e["ts"]), float(e["ts"] + e["dur"])) for e in mine]
+        lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
+        busy = union_length(spans)
+        coll = [e for e in mine if pattern.lower() in e.get("name", "").lower()]
+        out[device] = {"span_seconds": (hi - lo) * 1e-6, "busy_seconds": busy * 1e-6,
+                       "idle_seconds": (hi - lo - busy) * 1e-6,
+                       "collective_seconds": union_length(
+                           (float(e["ts"]), float(e["ts"] + e["dur"])) for e in coll) * 1e-6,
+                       "collectives": len(coll)}
+    return out
