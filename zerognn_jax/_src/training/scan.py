@@ -91,17 +91,6 @@ def apply_step(program: StepProgram, state: TrainState, step, data: DeviceData,
     return new_state, {**metrics, "overflow": bad, "applied": ok}
 
 
-def scan_step(program: StepProgram, state: TrainState, step, data: DeviceData, perm, epoch,
-              total_steps, capacities, seed_capacity=None) -> tuple[TrainState, dict]:
-    """One step of the scan: sample, train, and keep the update only if nothing overflowed.
-
-    Steps at or past `total_steps` (the padding of the last chunk) change nothing.
-    """
-    sampled = sample_step(program, step, data, perm, epoch, total_steps, capacities,
-                          seed_capacity)
-    return apply_step(program, state, step, data, sampled)
-
-
 def scan_chunk(program: StepProgram, state: TrainState, steps, data: DeviceData, perm, epoch,
                total_steps, capacities, seed_capacity=None, *, prefetch: bool = False):
     """`lax.scan` of the steps `steps` (int32[n], consecutive); (state, metrics[n]).
