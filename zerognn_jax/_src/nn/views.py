@@ -75,7 +75,8 @@ class EllView:
 
 @dataclasses.dataclass(frozen=True)
 class EdgeView:
-    """A chunk of whole-graph CSR edges. src, dst, mask: [E]; dst in [0, num_dst)."""
+    """A chunk of whole-graph CSR edges. src, dst, mask: [E]; dst in [0, num_dst),
+    non-decreasing (CSR order; padding slots at the end)."""
 
     src: jax.Array
     dst: jax.Array
@@ -95,8 +96,21 @@ class EdgeView:
     def src_of_edges(self, x_src: jax.Array) -> jax.Array:
         return x_src[self.src]
 
+    def _scatter_index(self) -> jax.Array:
+        """dst with padding slots sent out of range, where segment ops drop them: left
+        on one row, a chunk's padding serialises there as a hub's edges do."""
+        return jnp.where(self.mask, self.dst, self.num_dst)
+
     def _segment_sum(self, values):
-        return jax.ops.segment_sum(values, self.dst, num_segments=self.num_dst)
+        """Per-destination sums, accumulated in float32 (a bfloat16 scatter-add on a
+        hub's row is slow as well as inexact); returned in `values`' dtype."""
+        out = jax.ops.segment_sum(values.astype(jnp.float32), self._scatter_index(),
+                                  num_segments=self.num_dst, indices_are_sorted=True)
+        return out.astype(values.dtype)
+
+    def _segment_max(self, values):
+        return jax.ops.segment_max(values, self._scatter_index(), num_segments=self.num_dst,
+                                   indices_are_sorted=True)
 
     def edge_count(self) -> jax.Array:
         return self._segment_sum(self.mask.astype(jnp.float32))
@@ -106,12 +120,12 @@ class EdgeView:
 
     def max(self, h_src: jax.Array) -> jax.Array:
         vals = jnp.where(self.mask[:, None], h_src[self.src], -jnp.inf)
-        best = jax.ops.segment_max(vals, self.dst, num_segments=self.num_dst)
+        best = self._segment_max(vals)
         return jnp.where(jnp.isfinite(best), best, 0.0)
 
     def softmax(self, logits: jax.Array, self_logits: jax.Array):
         masked = jnp.where(self.mask[:, None], logits, -jnp.inf)
-        top = jax.ops.segment_max(masked, self.dst, num_segments=self.num_dst)
+        top = self._segment_max(masked)
         top = jnp.maximum(top, self_logits)
         e = jnp.where(self.mask[:, None], jnp.exp(masked - top[self.dst]), 0.0)
         e_self = jnp.exp(self_logits - top)
