@@ -24,6 +24,7 @@ from zerognn_jax._src.data.graph import (
     CSRGraph,
     csr_from_arrays,
     offset_dtype,
+    take_edges,
     validate_csr,
 )
 from zerognn_jax._src.nn.models import make_model
@@ -182,6 +183,16 @@ def test_layerwise_inference_reads_shifted_offsets(graph, offload):
     # float32 sums over a row's neighbours (mean) and the widths (6, 8), in another order.
     tol = 1e-6 * np.sqrt(graph.max_degree())
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=tol, atol=tol)
+
+
+def test_take_edges_reads_past_2_31_entries():
+    """A real edge array past 2**31 entries (int8 to keep it at 2 GiB): NumPy-style
+    indexing would narrow the uint32 ids to int32 and read entry 0 instead."""
+    values = np.zeros(2**31 + 16, np.int8)
+    values[[5, 2**31 + 5, 2**31 + 15]] = [3, 7, 9]
+    ids = jnp.array([[5, 2**31 + 5], [2**31 + 15, 0]], jnp.uint32)
+    got = jax.jit(take_edges)(jax.device_put(values), ids)
+    np.testing.assert_array_equal(np.asarray(got), [[3, 7], [9, 0]])
 
 
 def test_pallas_sampler_takes_uint32_offsets(graph):

@@ -7,12 +7,13 @@ Offsets. `indptr` is int32 while the graph has fewer than 2**31 directed edges a
 uint32 up to 2**32 - 1 (ogbn-papers100M stores 3.23B), in JAX's default 32-bit mode;
 only beyond that is it int64, which needs `jax_enable_x64`. uint32 costs what int32
 costs (one 4-byte read per offset, no second array as a (high, low) split or per-block
-bases would need) and keeps every existing int32 graph and file as it is. Its two
+bases would need) and keeps every existing int32 graph and file as it is. Its three
 hazards are handled where offsets are read: a degree is a difference of non-decreasing
 offsets (never negative, so exact in uint32), and an edge id is built by `edge_ids`,
 which adds an int32 offset within the row in the offsets' own dtype (uint32 + int32
-would promote to int64 and, without x64, come back as a wrapped int32). Gathers take
-uint32 ids as they are (no negative-index wrap); the Pallas Triton lowering
+would promote to int64 and, without x64, come back as a wrapped int32). Edge arrays are
+read with `take_edges`, a gather that takes uint32 ids as they are (NumPy-style
+indexing of an array past 2**31 entries would narrow them to int32); the Pallas Triton lowering
 zero-extends them and indexes arrays above 4 GiB with 64-bit offsets.
 Host-side construction works in NumPy int64 and narrows at the end.
 """
@@ -221,6 +222,24 @@ def edge_ids(start, offsets):
     """Edge ids `start + offsets` in the dtype of the row offsets `start` (see the module
     docstring): `offsets` are non-negative int32 positions within the rows."""
     return start + offsets.astype(start.dtype)
+
+
+_TAKE = jax.lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,),
+                                       start_index_map=(0,))
+
+
+def take_edges(values, ids):
+    """`values[ids]` for an edge array [E] and edge ids from `edge_ids` (in range).
+
+    NumPy-style indexing converts ids to int64 once E passes 2**31, which without x64
+    comes back as int32: uint32 ids past 2**31 wrap negative and read the wrong entry.
+    A gather takes the ids in their own dtype. An edge array that is not a JAX array
+    (a view with its own `__getitem__`) is indexed as it is.
+    """
+    if not isinstance(values, jax.Array):
+        return values[ids]
+    return jax.lax.gather(values, ids[..., None], _TAKE, slice_sizes=(1,),
+                          mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
 
 
 def csr_from_arrays(indptr, indices, weights=None, *, validate: bool = True) -> CSRGraph:

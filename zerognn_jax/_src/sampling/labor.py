@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from pallas_kernels import counter_hash
-from zerognn_jax._src.data.graph import edge_ids
+from zerognn_jax._src.data.graph import edge_ids, take_edges
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.uniform import row_bounds
 
@@ -77,7 +77,8 @@ def _scan(indptr, indices, frontier, valid, key, fanout: int, span: int):
     off = jnp.where(off >= deg[:, None], off - deg[:, None], off)
     n = jnp.minimum(deg, span)
     scanned = j < n[:, None]
-    nbr = jnp.where(scanned, indices[jnp.where(scanned, edge_ids(start[:, None], off), 0)], 0)
+    edge = jnp.where(scanned, edge_ids(start[:, None], off), 0)
+    nbr = jnp.where(scanned, take_edges(indices, edge), 0)
     p = jnp.float32(fanout) / jnp.maximum(n, 1).astype(jnp.float32)
     keep = scanned & (vertex_uniform(key, nbr) < p[:, None])
     return nbr, keep

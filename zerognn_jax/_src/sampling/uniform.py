@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from pallas_kernels import counter_hash
-from zerognn_jax._src.data.graph import edge_ids
+from zerognn_jax._src.data.graph import edge_ids, take_edges
 from zerognn_jax._src.ops.registry import Kernels, implementation
 
 # Fanouts up to this size unroll Floyd's loop in Python; larger ones use fori_loop.
@@ -92,7 +92,7 @@ def sample_neighbors_reference(
             offsets = jnp.where(deg[:, None] > fanout, floyd, offsets)
         mask = slots < deg[:, None]
     edge = jnp.where(mask, edge_ids(start[:, None], offsets), 0)
-    nbr = jnp.where(mask, indices[edge], 0)
+    nbr = jnp.where(mask, take_edges(indices, edge), 0)
     return nbr, mask
 
 

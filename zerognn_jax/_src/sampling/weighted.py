@@ -28,7 +28,7 @@ import numpy as np
 from jax import lax
 
 from pallas_kernels import counter_hash
-from zerognn_jax._src.data.graph import edge_ids
+from zerognn_jax._src.data.graph import edge_ids, take_edges
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.uniform import row_bounds
 
@@ -70,7 +70,7 @@ def _search(table, start, deg, v, steps: int):
     hi = jnp.maximum(deg - 1, 0)
     for _ in range(steps):
         mid = jnp.minimum((lo + hi) >> 1, hi)
-        above = table[edge_ids(start, mid)] > v
+        above = take_edges(table, edge_ids(start, mid)) > v
         hi = jnp.where(above, mid, hi)
         lo = jnp.where(above, lo, mid + 1)
     return jnp.minimum(lo, jnp.maximum(deg - 1, 0))
@@ -78,8 +78,9 @@ def _search(table, start, deg, v, steps: int):
 
 def _interval(table, start, e):
     """(first unit, units) of edge `e` of each row."""
-    end = table[edge_ids(start, e)]
-    begin = jnp.where(e > 0, table[edge_ids(start, jnp.maximum(e - 1, 0))], jnp.uint32(0))
+    end = take_edges(table, edge_ids(start, e))
+    before = take_edges(table, edge_ids(start, jnp.maximum(e - 1, 0)))
+    begin = jnp.where(e > 0, before, jnp.uint32(0))
     return begin, end - begin
 
 
@@ -150,7 +151,8 @@ def sample_weighted_reference(
         fills its first m slots (all those edges, in random order).
     """
     start, deg = row_bounds(indptr, frontier, valid)
-    total = jnp.where(deg > 0, table[edge_ids(start, jnp.maximum(deg - 1, 0))], jnp.uint32(0))
+    last = take_edges(table, edge_ids(start, jnp.maximum(deg - 1, 0)))
+    total = jnp.where(deg > 0, last, jnp.uint32(0))
     if replace:
         slots = jnp.arange(fanout, dtype=jnp.int32)[None, :]
         bits = counter_hash.slot_bits(key, frontier[:, None], slots)
@@ -161,7 +163,7 @@ def sample_weighted_reference(
         offsets, mask = _without_replacement(table, start, deg, total, key, frontier, fanout,
                                              steps)
     edge = jnp.where(mask, edge_ids(start[:, None], offsets), 0)
-    return jnp.where(mask, indices[edge], 0), mask
+    return jnp.where(mask, take_edges(indices, edge), 0), mask
 
 
 def sample_weighted(kernels: Kernels, indptr, indices, table, frontier, valid, key,

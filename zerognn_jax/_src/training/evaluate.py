@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.graph import edge_ids
+from zerognn_jax._src.data.graph import edge_ids, take_edges
 from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.sampling.envelope import conservative
 from zerognn_jax._src.sampling.seeds import num_steps, step_keys, step_seeds
@@ -76,7 +76,7 @@ def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
         ptr = jax.lax.dynamic_slice(graph.indptr, (r0,), (rows + 1,))
         local = (ptr - ptr[0]).astype(jnp.int32)  # offsets within the chunk: small
         mask = slots < local[-1]
-        src = indices[jnp.where(mask, edge_ids(ptr[0], slots), 0)]
+        src = take_edges(indices, jnp.where(mask, edge_ids(ptr[0], slots), 0))
         dst = jnp.clip(jnp.searchsorted(local, slots, side="right") - 1, 0, rows - 1)
         view = EdgeView(src, dst.astype(jnp.int32), mask, jnp.ones((rows,), bool),
                         local[1:] - local[:-1], deg, rows)
@@ -131,7 +131,9 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     h = data.features
     for layer in range(model.num_layers):
         if offload:
-            h_device, h = jnp.asarray(h), None  # one full layer on the host at a time
+            # device_put moves host rows straight in; jnp.asarray would also run a copy
+            # on the device (twice a 57 GB layer: out of memory on an 80 GB H100).
+            h_device, h = jax.device_put(h), None  # one full layer on the host at a time
             h = _offloaded_layer(program, variables, h_device, data.graph, layer, plan,
                                  budget_bytes)
             del h_device  # freed before the next layer's input is uploaded
