@@ -1,27 +1,33 @@
 """papers100M-like on one GPU: generation, loading, training, inference, accuracy.
 
     python benchmarks/papers100m.py --root DIR [--scale 1] [--dtype bfloat16] \\
-        [--epochs 2] [--deadline 530] [--out FILE.jsonl]
+        [--store-dtype DTYPE] [--epochs 2] [--deadline 530] [--out FILE.jsonl]
     python benchmarks/papers100m.py --curve --root DIR [--curve-scales 0.25,1,4] ...
 
 Default mode, one record per phase (JSON lines on stdout, and appended to `--out`), then a
 table; progress lines with timestamps go to stderr:
 
-  generate  papers100m-like at `--scale` with `--dtype` features, written to the dataset
-            directory `<root>/papers100m-like-<scale>-<seed>-<dtype>` (data/papers.py);
-            reused when it is already there (`reused: true`, no time)
+  generate  papers100m-like at `--scale` with `--store-dtype` features (default: `--dtype`),
+            written to the dataset directory `<root>/papers100m-like-<scale>-<seed>-<store-dtype>`
+            (data/papers.py); reused when it is already there (`reused: true`, no time).
+            float32 features on the device from bfloat16 on disk (`--dtype float32
+            --store-dtype bfloat16`) keep the directory at 42 GB instead of 70 GB
   load      `load_dir` of that directory: memory maps and validation (one read)
   upload    `trainer.prepare`: sampler set-up, graph and features onto the device
   train     SAGE 3x256, fanouts [15,10,5], batch 1024, scan engine, no evaluation:
             calibration, compile time, each epoch's time (compilation excluded), steps,
             envelope / ideal bytes, the memory plan (`check_fits`), peak device memory
+  fraction  one more epoch under the profiler: the GPU execution fraction (busy time of the
+            device streams over the epoch's wall time; bench/profiling.py)
   sampled   sampled inference of the test nodes (the training fanouts): time, accuracy
   mlp       the MLP baseline, same width, depth, epochs and device data: test accuracy
             (sampled evaluation; the MLP reads only the seeds' own rows)
   exact     exact layer-wise inference of every node (`layerwise_logits`), chunked;
             with `--offload auto` its outputs go to host memory when the device cannot
             hold a layer's input and output at once (the device features are then
-            dropped and read from the host): time, peak memory, test accuracy
+            dropped and read from the host): time, peak memory, test accuracy; skipped,
+            with the reason, when the offloaded outputs would not fit the host's available
+            memory
 
 `--curve`: epoch and step time of products-like at `--curve-scales` and papers100m-like at
 `--scale`, same model and step, one table (and `<out>.png` with matplotlib).
@@ -49,6 +55,7 @@ import json
 import math
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -56,6 +63,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.bench import profiling
 from zerognn_jax._src.data import papers
 from zerognn_jax._src.data.loaders import load_dataset
 from zerognn_jax._src.data.storage import is_dataset_dir, load_arrays, load_dir
@@ -70,7 +78,7 @@ from zerognn_jax._src.training.program import init_state
 # Seconds each phase may take at scale 1 on an H100 (a phase is skipped when its estimate,
 # scaled with the graph and never below MIN_ESTIMATE, no longer fits the deadline).
 ESTIMATES = {"generate": 150, "load": 40, "upload": 40, "train": 120, "epoch": 8,
-             "sampled": 20, "mlp": 60, "exact": 120}
+             "fraction": 30, "sampled": 20, "mlp": 60, "exact": 120}
 MIN_ESTIMATE = 5.0
 
 
@@ -106,6 +114,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="generator and training seed")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"),
                    help="stored and device features, and the model's computation dtype")
+    p.add_argument("--store-dtype", default=None, choices=("bfloat16", "float32"),
+                   help="features as generated and stored on disk (default: --dtype)")
     p.add_argument("--epochs", type=int, default=2, help="training epochs (SAGE and MLP)")
     p.add_argument("--hidden", type=int, default=256, help="hidden units per layer")
     p.add_argument("--fanouts", default="15,10,5", help="comma-separated, seeds' hop first")
@@ -149,13 +159,14 @@ def train_config(args, dataset: str, model: str = "sage", scale: float = 1.0) ->
 
 
 def generate(args, clock: Clock) -> tuple[Path, dict]:
-    path = Path(args.root) / f"papers100m-like-{args.scale:g}-{args.seed}-{args.dtype}"
+    store = args.store_dtype or args.dtype
+    path = Path(args.root) / f"papers100m-like-{args.scale:g}-{args.seed}-{store}"
     record = {"phase": "generate", "path": str(path), "reused": is_dataset_dir(path)}
     if not record["reused"]:
         clock.log(f"generating papers100m-like at scale {args.scale:g} on "
                   f"{jax.devices()[0].device_kind} into {path}")
         t0 = time.perf_counter()
-        papers.write_papers100m_like(path, args.scale, args.seed, feature_dtype=args.dtype,
+        papers.write_papers100m_like(path, args.scale, args.seed, feature_dtype=store,
                                      log=clock.log)
         record["generate_seconds"] = time.perf_counter() - t0
     _, arrays = load_arrays(path)
@@ -208,6 +219,43 @@ def run_epochs(cfg, program, state, data, dataset, env, clock: Clock, name: str)
                    "step_ms": 1e3 * last / steps if steps else None}
 
 
+def traced_epoch(cfg, program, state, data, dataset, env, untraced_seconds):
+    """The GPU execution fraction of an epoch under the profiler (after one untraced, which
+    compiles): busy time over the traced window, and over `untraced_seconds` (the last
+    timed epoch: the profiler's overhead lengthens the window, not the device's work).
+    Returns (the state after those epochs, the record): they consume `state`'s buffers."""
+    runner = make_engine("scan", program, chunk_steps=cfg.chunk_steps,
+                         policy=cfg.envelope_policy)
+    res = runner.run_epoch(state, data, dataset.train_idx, cfg.epochs, env)  # compiles
+    state, env = res.state, res.envelope
+    with tempfile.TemporaryDirectory() as log_dir:
+        with profiling.traced_window(log_dir):
+            res = runner.run_epoch(state, data, dataset.train_idx, cfg.epochs + 1, env)
+            jax.block_until_ready(res.state.params)
+        trace = profiling.find_trace(log_dir)
+        prof = profiling.execution_fraction(trace)
+        if prof is None:
+            return res.state, {"status": "skipped", "reason": "no device stream lines in "
+                               "the trace: " + "; ".join(profiling.line_names(trace))[:300]}
+    return res.state, {
+        "gpu_fraction": prof["fraction"], "gpu_busy_seconds": prof["busy_seconds"],
+        "traced_seconds": prof["window_seconds"], "untraced_seconds": untraced_seconds,
+        "gpu_fraction_untraced": prof["busy_seconds"] / untraced_seconds,
+        "compile_seconds": runner.compile_seconds}
+
+
+def host_available_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (None where there is none)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def variables_of(state) -> dict:
     out = {"params": state.params}
     if state.batch_stats:
@@ -257,15 +305,31 @@ def exact_inference(args, program, variables, data, dataset, clock: Clock) -> di
     offload = args.offload == "on" or (args.offload == "auto" and limit is not None
                                        and plan["device"] > limit)
     record = {"offload": offload, "plan_bytes": plan, "device_limit_bytes": limit}
+    gib = lambda b: f"{b / 2**30:.1f} GiB"
     if offload and limit is not None and plan["offloaded"] > limit:
-        gib = lambda b: f"{b / 2**30:.1f} GiB"
         record.update(status="skipped", reason=(
             f"does not fit: graph plus a layer's input need {gib(plan['offloaded'])}, the "
             f"allocator holds {gib(limit)} (raise XLA_PYTHON_CLIENT_MEM_FRACTION)"))
         return record
-    if offload:  # the device keeps the graph and one layer's input: features from the host
-        data.features.delete()
-        data = data._replace(features=dataset.features)
+    host = host_available_bytes()
+    # The host holds the graph (moved out and back, below), then one layer's output.
+    if offload and host is not None and plan["graph"] + plan["host_offloaded"] > host:
+        record.update(status="skipped", reason=(
+            f"does not fit the host: the graph and a layer's output need "
+            f"{gib(plan['graph'] + plan['host_offloaded'])} of host memory, {gib(host)} is "
+            f"available"))
+        return record
+    if offload:
+        # The device keeps the graph and one layer's input, features read from the host.
+        # Training's arrays scattered over the heap leave no contiguous room for a 53 GiB
+        # layer (papers100M, H100: allocation failed with 59 GiB free): empty the device
+        # and put the graph back first.
+        variables, graph = jax.device_get((variables, data.graph))
+        for array in jax.live_arrays():
+            array.delete()
+        data = data._replace(graph=jax.block_until_ready(jax.device_put(graph)),
+                             features=dataset.features, labels=None)
+        del graph  # the host copy: a layer's output needs the room
     clock.log(f"exact inference over {dataset.num_nodes:,} nodes (offload={offload})")
     t0 = time.perf_counter()
     logits = layerwise_logits(program, variables, data, budget_bytes=args.infer_budget,
@@ -330,6 +394,11 @@ def main_run(args, clock: Clock) -> list[dict]:
     if trained is None:
         return records
     state, env = trained
+    untraced = records[-1]["epoch_seconds_last"]
+    if untraced:
+        traced = state  # the traced epochs consume it: theirs is the state after them
+        state = run_phase(args, clock, records, "fraction", lambda: traced_epoch(
+            cfg, program, traced, data, dataset, env, untraced), s) or state
     variables = variables_of(state)
     run_phase(args, clock, records, "sampled", lambda: (None, sampled_test(
         cfg, program, variables, data, dataset)), s)
@@ -438,6 +507,9 @@ def main_table(records: list[dict]) -> str:
         ("steps", _fmt(get("train", "steps"))),
         ("step ms", _fmt(get("train", "step_ms"), 2)),
         ("envelope / ideal", _fmt(get("train", "envelope_over_ideal"), 2)),
+        ("GPU execution fraction, traced / untraced", (
+            f"{_fmt(get('fraction', 'gpu_fraction'))} / "
+            f"{_fmt(get('fraction', 'gpu_fraction_untraced'))}")),
         ("peak device memory (train)", _gib(get("train", "peak_device_bytes"))),
         ("sampled inference s (test)", _fmt(get("sampled", "seconds"), 2)),
         ("SAGE test acc, sampled", _fmt(get("sampled", "test_acc"), 4)),

@@ -3,6 +3,7 @@ format, and the memory plan's error when a graph and its features cannot fit."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import importlib.util
 import json
@@ -236,14 +237,19 @@ TINY_RUN = ["--scale", str(SCALE), "--dtype", "float32", "--hidden", "8", "--fan
 
 def test_benchmark_runs_every_phase_at_tiny_scale(dataset, tmp_path, capsys):
     bench = _benchmark()
-    storage.save_dir(dataset, tmp_path / f"papers100m-like-{SCALE:g}-0-float32")  # reused
+    stored = dataclasses.replace(dataset, features=dataset.features.astype(ml_dtypes.bfloat16))
+    storage.save_dir(stored, tmp_path / f"papers100m-like-{SCALE:g}-0-bfloat16")  # reused
     out = tmp_path / "run.jsonl"
-    assert bench.main(["--root", str(tmp_path), *TINY_RUN, "--offload", "on",
-                       "--out", str(out)]) == 0
+    assert bench.main(["--root", str(tmp_path), *TINY_RUN, "--store-dtype", "bfloat16",
+                       "--offload", "on", "--out", str(out)]) == 0
     records = {r["phase"]: r for r in map(json.loads, out.read_text().splitlines())}
-    assert list(records) == ["generate", "load", "upload", "train", "sampled", "mlp", "exact"]
+    assert list(records) == ["generate", "load", "upload", "train", "fraction", "sampled",
+                             "mlp", "exact"]
+    # No GPU here: the traced epoch runs, and its fraction is skipped with the reason.
+    assert records.pop("fraction")["reason"].startswith("no device stream lines")
     assert all(r["status"] == "ok" for r in records.values())
     assert records["generate"]["reused"] and records["generate"]["nodes"] == 55_530
+    assert records["load"]["feature_dtype"] == "bfloat16"  # float32 on the device
     train = records["train"]
     assert train["steps"] == 3 and train["envelope_over_ideal"] >= 1.0
     assert train["calibrate_compile_seconds"] > train["compile_seconds"] > 0
