@@ -95,47 +95,63 @@ def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
 
 
 def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
-                     block_bytes: int) -> np.ndarray:
-    """Layer `layer` of every row into host memory, `block_bytes` of output at a time."""
-    n = graph.num_nodes
-    width = jax.eval_shape(
-        functools.partial(_layer_rows, program, layer=layer, plan=plan, length=plan.rows),
-        variables, h, graph, 0).shape[1]
-    itemsize = jnp.dtype(h.dtype).itemsize
-    length = min(n, plan.rows * max(1, block_bytes // (plan.rows * width * itemsize)))
-    out = None
+                     block_bytes: int, out: np.ndarray) -> np.ndarray:
+    """Layer `layer` of every row into the host array `out`, about `block_bytes` of output
+    at a time."""
+    n, width = out.shape
+    length = min(n, plan.rows * max(1, block_bytes // (plan.rows * width * out.itemsize)))
     for first in range(0, n, length):
         first = min(first, n - length)
-        block = np.asarray(_layer_rows(program, variables, h, graph, first, layer=layer,
-                                       plan=plan, length=length))
-        if out is None:
-            out = np.empty((n, block.shape[1]), block.dtype)
-        out[first:first + length] = block
+        out[first:first + length] = np.asarray(_layer_rows(
+            program, variables, h, graph, first, layer=layer, plan=plan, length=length))
     return out
 
 
+def _layer_outputs(program, variables, data: DeviceData, plan: ChunkPlan) -> list:
+    """The shape and dtype of every layer's output over all rows."""
+    shapes, h = [], jax.ShapeDtypeStruct(data.features.shape, data.features.dtype)
+    for layer in range(program.model.num_layers):
+        h = jax.eval_shape(functools.partial(_layer_rows, program, layer=layer, plan=plan,
+                                             length=data.graph.num_nodes),
+                           variables, h, data.graph, 0)
+        shapes.append(h)
+    return shapes
+
+
 def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
-                     budget_bytes: int = 1 << 30, offload: bool = False):
+                     budget_bytes: int = 1 << 30, offload: bool = False,
+                     block_bytes: int = 16 << 20):
     """float[N, classes]: exact full-neighbourhood logits of every node.
 
     `budget_bytes` bounds a chunk's gathered edge rows. With `offload=True` every
-    layer's output goes to host memory (NumPy) in blocks of about `budget_bytes` and is
+    layer's output goes to host memory (NumPy) in blocks of about `block_bytes` and is
     uploaded again as the next layer's input, which is dropped after that layer; pass
     `data.features` as a host array as well to keep the device to the graph plus one
     layer's input (features given on the device stay there: they are the caller's).
+    The host keeps one buffer, as large as the largest layer output, which every layer
+    writes in turn (the next layer's input is uploaded before it is overwritten).
     """
     model = program.model
     widest = max(data.features.shape[1], getattr(model, "hidden", 0))
     plan = plan_chunks(np.asarray(data.graph.indptr), widest, budget_bytes)
     n = data.graph.num_nodes
     h = data.features
+    if offload:
+        # One buffer: fresh host memory costs a page fault per page at its first write,
+        # more than the copy itself.
+        outs = _layer_outputs(program, variables, data, plan)
+        buffer = np.empty(max(o.size * o.dtype.itemsize for o in outs), np.uint8)
     for layer in range(model.num_layers):
         if offload:
-            # device_put moves host rows straight in; jnp.asarray would also run a copy
-            # on the device (twice a 57 GB layer: out of memory on an 80 GB H100).
-            h_device, h = jax.device_put(h), None  # one full layer on the host at a time
+            # device_put moves host rows straight in (jnp.asarray would also run a copy
+            # on the device: twice a 57 GB layer, out of memory on an 80 GB H100); the
+            # wait frees the buffer for this layer's output.
+            h_device = jax.block_until_ready(jax.device_put(h))
+            h = None
+            out = buffer[:outs[layer].size * outs[layer].dtype.itemsize]
+            out = out.view(outs[layer].dtype).reshape(outs[layer].shape)
             h = _offloaded_layer(program, variables, h_device, data.graph, layer, plan,
-                                 budget_bytes)
+                                 block_bytes, out)
             del h_device  # freed before the next layer's input is uploaded
         else:
             h = _layer_rows(program, variables, h, data.graph, 0, layer=layer, plan=plan,
