@@ -23,11 +23,11 @@ table; progress lines with timestamps go to stderr:
   mlp       the MLP baseline, same width, depth, epochs and device data: test accuracy
             (sampled evaluation; the MLP reads only the seeds' own rows)
   exact     exact layer-wise inference of every node (`layerwise_logits`), chunked;
-            with `--offload auto` its outputs go to host memory when the device cannot
-            hold a layer's input and output at once (the device features are then
-            dropped and read from the host): time, peak memory, test accuracy; skipped,
-            with the reason, when the offloaded outputs would not fit the host's available
-            memory
+            with `--offload auto`, when the device cannot hold every layer's input and
+            output at once, the device is emptied (graph put back, features read from
+            the host) and the outputs that do not fit go to host memory (`offload="auto"`;
+            `--offload on`: all of them): time, peak memory, test accuracy; skipped, with
+            the reason, when the offloaded outputs would not fit the host's memory
 
 `--curve`: epoch and step time of products-like at `--curve-scales` and papers100m-like at
 `--scale`, same model and step, one table (and `<out>.png` with matplotlib).
@@ -302,8 +302,9 @@ def exact_plan(args, data, dataset, program) -> dict:
 def exact_inference(args, program, variables, data, dataset, clock: Clock) -> dict:
     plan = exact_plan(args, data, dataset, program)
     limit = memory.device_memory_limit()
-    offload = args.offload == "on" or (args.offload == "auto" and limit is not None
-                                       and plan["device"] > limit)
+    # "auto": when the plan does not fit, the library streams the layers that do not.
+    offload = {"on": True, "off": False}.get(args.offload, limit is not None
+                                             and plan["device"] > limit and "auto")
     record = {"offload": offload, "plan_bytes": plan, "device_limit_bytes": limit}
     gib = lambda b: f"{b / 2**30:.1f} GiB"
     if offload and limit is not None and plan["offloaded"] > limit:
@@ -320,7 +321,7 @@ def exact_inference(args, program, variables, data, dataset, clock: Clock) -> di
             f"available"))
         return record
     if offload:
-        # The device keeps the graph and one layer's input, features read from the host.
+        # The device keeps the graph and layers, features read from the host.
         # Training's arrays scattered over the heap leave no contiguous room for a 53 GiB
         # layer (papers100M, H100: allocation failed with 59 GiB free): empty the device
         # and put the graph back first.

@@ -31,6 +31,7 @@ from zerognn_jax._src.nn.models import make_model
 from zerognn_jax._src.sampling import labor, uniform, weighted
 from zerognn_jax._src.sampling.envelope import conservative
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, sample_minibatch
+from zerognn_jax._src.training import evaluate
 from zerognn_jax._src.training.evaluate import layerwise_logits
 from zerognn_jax._src.training.host import HostEngine
 from zerognn_jax._src.training.program import DeviceData, StepProgram, init_state
@@ -183,6 +184,31 @@ def test_layerwise_inference_reads_shifted_offsets(graph, offload):
     # float32 sums over a row's neighbours (mean) and the widths (6, 8), in another order.
     tol = 1e-6 * np.sqrt(graph.max_degree())
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("free, streamed", [(0, [0, 1]), (8_000, [0]), (None, [])])
+def test_layerwise_auto_offload_streams_what_does_not_fit(graph, monkeypatch, free,
+                                                          streamed):
+    """offload="auto" against the allocator's free bytes: nothing fits (every layer to the
+    host), the hidden layer's 9,600 B plus the 4,096 B budget do not but the logits' 3,600
+    B do (8,000 free), or no figure (CPU: all on the device); the same logits each way."""
+    program, data, variables = _program(graph)
+    with jax.default_matmul_precision("highest"):  # see "Float results" above
+        want = layerwise_logits(program, variables, data, budget_bytes=4096)
+        monkeypatch.setattr(evaluate, "device_free_bytes", lambda: free)
+        layers, stream = [], evaluate._offloaded_layer
+        monkeypatch.setattr(evaluate, "_offloaded_layer",
+                            lambda *a: layers.append(a[4]) or stream(*a))
+        got = layerwise_logits(program, variables, data, budget_bytes=4096, offload="auto")
+    assert layers == streamed
+    assert isinstance(got, np.ndarray) == (1 in streamed)  # the logits' layer
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
+def test_layerwise_offload_is_checked(graph):
+    program, data, variables = _program(graph)
+    with pytest.raises(ValueError, match="offload must be False, True or 'auto', got 'yes'"):
+        layerwise_logits(program, variables, data, offload="yes")
 
 
 def test_take_edges_reads_past_2_31_entries():

@@ -6,7 +6,8 @@ edges are read as one fixed-size slice of `edge_capacity` edges: one compiled pr
 per layer, no host reads inside. A layer writes its chunks into its output in place, so
 the only full-size arrays are a layer's input and output (ogbn-papers100M: 111M rows of
 256 units, 57 GB in bfloat16 each); `offload=True` streams each output to host memory
-in blocks, so that the device holds one layer's input at a time.
+in blocks, so that the device holds one layer's input at a time, and `offload="auto"`
+only the outputs that do not fit the device.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from zerognn_jax._src.data.graph import edge_ids, take_edges
 from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.sampling.envelope import conservative
 from zerognn_jax._src.sampling.seeds import num_steps, step_keys, step_seeds
+from zerognn_jax._src.training.memory import device_free_bytes
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 
 
@@ -119,44 +121,53 @@ def _layer_outputs(program, variables, data: DeviceData, plan: ChunkPlan) -> lis
 
 
 def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
-                     budget_bytes: int = 1 << 30, offload: bool = False,
+                     budget_bytes: int = 1 << 30, offload: bool | str = False,
                      block_bytes: int = 16 << 20):
     """float[N, classes]: exact full-neighbourhood logits of every node.
 
-    `budget_bytes` bounds a chunk's gathered edge rows. With `offload=True` every
-    layer's output goes to host memory (NumPy) in blocks of about `block_bytes` and is
-    uploaded again as the next layer's input, which is dropped after that layer; pass
-    `data.features` as a host array as well to keep the device to the graph plus one
-    layer's input (features given on the device stay there: they are the caller's).
-    The host keeps one buffer, as large as the largest layer output, which every layer
-    writes in turn (the next layer's input is uploaded before it is overwritten).
+    `budget_bytes` bounds a chunk's gathered edge rows. `offload` says where each
+    layer's output goes: False, the device; True, host memory (NumPy), in blocks of
+    about `block_bytes`, uploaded again as the next layer's input, which is dropped after
+    that layer; "auto", the device while the allocator has room for the output plus a
+    chunk's `budget_bytes` after the layer's input is in place, else the host (a GPU
+    holds the hidden layers and streams only what does not fit; on a CPU nothing moves).
+    Pass `data.features` as a host array as well to keep the device to the graph plus
+    one layer's input (features given on the device stay there: they are the caller's).
+    Host-bound outputs take turns in one buffer as large as the largest layer output
+    (the next layer's input is uploaded before it is overwritten): fresh host memory
+    costs a page fault per page at its first write, more than the copy itself.
     """
+    if offload not in (False, True, "auto"):
+        raise ValueError(f"offload must be False, True or 'auto', got {offload!r}")
     model = program.model
     widest = max(data.features.shape[1], getattr(model, "hidden", 0))
     plan = plan_chunks(np.asarray(data.graph.indptr), widest, budget_bytes)
-    n = data.graph.num_nodes
-    h = data.features
-    if offload:
-        # One buffer: fresh host memory costs a page fault per page at its first write,
-        # more than the copy itself.
-        outs = _layer_outputs(program, variables, data, plan)
-        buffer = np.empty(max(o.size * o.dtype.itemsize for o in outs), np.uint8)
+    outs = _layer_outputs(program, variables, data, plan)
+    nbytes = [o.size * o.dtype.itemsize for o in outs]
+    h, buffer = data.features, None
     for layer in range(model.num_layers):
-        if offload:
-            # device_put moves host rows straight in (jnp.asarray would also run a copy
-            # on the device: twice a 57 GB layer, out of memory on an 80 GB H100); the
-            # wait frees the buffer for this layer's output.
-            h_device = jax.block_until_ready(jax.device_put(h))
-            h = None
-            out = buffer[:outs[layer].size * outs[layer].dtype.itemsize]
-            out = out.view(outs[layer].dtype).reshape(outs[layer].shape)
+        # device_put moves host rows straight in (jnp.asarray would also run a copy on
+        # the device: twice a 57 GB layer, out of memory on an 80 GB H100); the wait
+        # frees the host buffer for this layer's output.
+        h_device = h if isinstance(h, jax.Array) else jax.block_until_ready(
+            jax.device_put(h))
+        h = None
+        if offload is True or (offload == "auto" and not _fits(nbytes[layer] + budget_bytes)):
+            if buffer is None:
+                buffer = np.empty(max(nbytes), np.uint8)
+            out = buffer[:nbytes[layer]].view(outs[layer].dtype).reshape(outs[layer].shape)
             h = _offloaded_layer(program, variables, h_device, data.graph, layer, plan,
                                  block_bytes, out)
-            del h_device  # freed before the next layer's input is uploaded
         else:
-            h = _layer_rows(program, variables, h, data.graph, 0, layer=layer, plan=plan,
-                            length=n)
+            h = _layer_rows(program, variables, h_device, data.graph, 0, layer=layer,
+                            plan=plan, length=data.graph.num_nodes)
+        del h_device  # freed before the next layer's input is uploaded
     return h
+
+
+def _fits(nbytes: int) -> bool:
+    free = device_free_bytes()
+    return free is None or nbytes <= free
 
 
 def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,

@@ -139,6 +139,13 @@ def device_memory_limit(device=None) -> int | None:
     return _memory_stat("bytes_limit", device)
 
 
+def device_free_bytes(device=None) -> int | None:
+    """Bytes the device's allocator can still hand out (its limit less what is in use),
+    or None where JAX does not say (CPU). Fragmentation may leave less in one piece."""
+    limit, used = _memory_stat("bytes_limit", device), _memory_stat("bytes_in_use", device)
+    return None if limit is None or used is None else limit - used
+
+
 def device_peak_bytes(device=None) -> int | None:
     """The device allocator's peak use so far in this process, or None (CPU)."""
     return _memory_stat("peak_bytes_in_use", device)
