@@ -205,6 +205,32 @@ def test_layerwise_auto_offload_streams_what_does_not_fit(graph, monkeypatch, fr
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
 
 
+def test_layerwise_auto_offload_streams_a_layer_that_runs_out_of_memory(graph, monkeypatch):
+    """Free memory may lie in pieces: a layer whose device run fails for want of memory
+    goes to the host instead; any other runtime error is raised."""
+    program, data, variables = _program(graph)
+    want = layerwise_logits(program, variables, data, budget_bytes=4096)
+    layer_rows = evaluate._layer_rows
+
+    def failing(message):
+        calls = []
+
+        def run(*args, layer, **kwargs):
+            # Layer 0's first run (its device attempt; tracing for shapes aside) fails.
+            if layer == 0 and not isinstance(args[2], jax.core.Tracer) and not calls:
+                calls.append(layer)
+                raise jax.errors.JaxRuntimeError(message)
+            return layer_rows(*args, layer=layer, **kwargs)
+        return run
+
+    monkeypatch.setattr(evaluate, "_layer_rows", failing("RESOURCE_EXHAUSTED: out of memory"))
+    got = layerwise_logits(program, variables, data, budget_bytes=4096, offload="auto")
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(evaluate, "_layer_rows", failing("INTERNAL: something else"))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
+        layerwise_logits(program, variables, data, budget_bytes=4096, offload="auto")
+
+
 def test_layerwise_offload_is_checked(graph):
     program, data, variables = _program(graph)
     with pytest.raises(ValueError, match="offload must be False, True or 'auto', got 'yes'"):

@@ -129,8 +129,9 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     layer's output goes: False, the device; True, host memory (NumPy), in blocks of
     about `block_bytes`, uploaded again as the next layer's input, which is dropped after
     that layer; "auto", the device while the allocator has room for the output plus a
-    chunk's `budget_bytes` after the layer's input is in place, else the host (a GPU
-    holds the hidden layers and streams only what does not fit; on a CPU nothing moves).
+    chunk's `budget_bytes` once the layer's input is in place and the layer runs there
+    without running out of memory (free memory may lie in pieces), else the host (a GPU
+    holds the layers that fit and streams the rest; on a CPU nothing moves).
     Pass `data.features` as a host array as well to keep the device to the graph plus
     one layer's input (features given on the device stay there: they are the caller's).
     Host-bound outputs take turns in one buffer as large as the largest layer output
@@ -147,27 +148,40 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     h, buffer = data.features, None
     for layer in range(model.num_layers):
         # device_put moves host rows straight in (jnp.asarray would also run a copy on
-        # the device: twice a 57 GB layer, out of memory on an 80 GB H100); the wait
-        # frees the host buffer for this layer's output.
-        h_device = h if isinstance(h, jax.Array) else jax.block_until_ready(
-            jax.device_put(h))
+        # the device: twice a 57 GB layer, out of memory on an 80 GB H100). The wait frees
+        # the host buffer for this layer's output, and lets the previous layer finish and
+        # release its input before free memory is read.
+        h_device = jax.block_until_ready(h if isinstance(h, jax.Array) else jax.device_put(h))
         h = None
-        if offload is True or (offload == "auto" and not _fits(nbytes[layer] + budget_bytes)):
+        if offload is not True:
+            h = _device_layer(program, variables, h_device, data.graph, layer, plan,
+                              check=offload == "auto" and nbytes[layer] + budget_bytes)
+        if h is None:
             if buffer is None:
                 buffer = np.empty(max(nbytes), np.uint8)
             out = buffer[:nbytes[layer]].view(outs[layer].dtype).reshape(outs[layer].shape)
             h = _offloaded_layer(program, variables, h_device, data.graph, layer, plan,
                                  block_bytes, out)
-        else:
-            h = _layer_rows(program, variables, h_device, data.graph, 0, layer=layer,
-                            plan=plan, length=data.graph.num_nodes)
         del h_device  # freed before the next layer's input is uploaded
     return h
 
 
-def _fits(nbytes: int) -> bool:
+def _device_layer(program, variables, h, graph, layer: int, plan: ChunkPlan, *, check):
+    """Layer `layer` of every row on the device; with `check` (bytes it needs), None
+    when fewer are free or the device runs out of memory."""
+    run = functools.partial(_layer_rows, program, variables, h, graph, 0, layer=layer,
+                            plan=plan, length=graph.num_nodes)
+    if not check:
+        return run()
     free = device_free_bytes()
-    return free is None or nbytes <= free
+    if free is not None and free < check:
+        return None
+    try:
+        return jax.block_until_ready(run())
+    except jax.errors.JaxRuntimeError as error:
+        if "RESOURCE_EXHAUSTED" not in str(error):
+            raise
+        return None
 
 
 def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
