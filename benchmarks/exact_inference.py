@@ -105,6 +105,13 @@ def kernel_table(trace: Path, top: int = 8) -> list[dict]:
 def run_variant(args, variant, program, variables, data, plan) -> list[dict]:
     evaluate.EdgeView = view_class(variant)  # _layer_rows builds its chunks' views with it
     jax.clear_caches()  # the class is read while tracing: no program of another variant
+    try:
+        return _timed_layers(args, variant, program, variables, data, plan)
+    finally:
+        evaluate.EdgeView = EdgeView
+
+
+def _timed_layers(args, variant, program, variables, data, plan) -> list[dict]:
     records, h, n = [], data.features, data.graph.num_nodes
     for layer in range(program.model.num_layers):
         t0 = time.perf_counter()
@@ -131,7 +138,6 @@ def run_variant(args, variant, program, variables, data, plan) -> list[dict]:
         print(json.dumps(rec), flush=True)
         records.append(rec)
         h = out
-    evaluate.EdgeView = EdgeView
     checksum = float(jnp.sum(h.astype(jnp.float32)))
     for rec in records:
         rec["checksum"] = checksum

@@ -223,7 +223,7 @@ def traced_epoch(cfg, program, state, data, dataset, env, untraced_seconds):
     """The GPU execution fraction of an epoch under the profiler (after one untraced, which
     compiles): busy time over the traced window, and over `untraced_seconds` (the last
     timed epoch: the profiler's overhead lengthens the window, not the device's work).
-    Returns (the state after those epochs, the record): they consume `state`'s buffers."""
+    The epochs consume `state`'s buffers."""
     runner = make_engine("scan", program, chunk_steps=cfg.chunk_steps,
                          policy=cfg.envelope_policy)
     res = runner.run_epoch(state, data, dataset.train_idx, cfg.epochs, env)  # compiles
@@ -235,9 +235,9 @@ def traced_epoch(cfg, program, state, data, dataset, env, untraced_seconds):
         trace = profiling.find_trace(log_dir)
         prof = profiling.execution_fraction(trace)
         if prof is None:
-            return res.state, {"status": "skipped", "reason": "no device stream lines in "
-                               "the trace: " + "; ".join(profiling.line_names(trace))[:300]}
-    return res.state, {
+            return {"status": "skipped", "reason": "no device stream lines in the trace: "
+                    + "; ".join(profiling.line_names(trace))[:300]}
+    return {
         "gpu_fraction": prof["fraction"], "gpu_busy_seconds": prof["busy_seconds"],
         "traced_seconds": prof["window_seconds"], "untraced_seconds": untraced_seconds,
         "gpu_fraction_untraced": prof["busy_seconds"] / untraced_seconds,
@@ -328,6 +328,7 @@ def exact_inference(args, program, variables, data, dataset, clock: Clock) -> di
         variables, graph = jax.device_get((variables, data.graph))
         for array in jax.live_arrays():
             array.delete()
+        variables = jax.device_put(variables)
         data = data._replace(graph=jax.block_until_ready(jax.device_put(graph)),
                              features=dataset.features, labels=None)
         del graph  # the host copy: a layer's output needs the room
@@ -395,18 +396,18 @@ def main_run(args, clock: Clock) -> list[dict]:
     if trained is None:
         return records
     state, env = trained
+    # Evaluated after the timed epochs alone, as the MLP is: a copy, since the fraction
+    # phase's epochs consume the state.
+    variables = jax.tree_util.tree_map(jnp.copy, variables_of(state))
     untraced = records[-1]["epoch_seconds_last"]
     if untraced:
-        traced = state  # the traced epochs consume it: theirs is the state after them
-        state = run_phase(args, clock, records, "fraction", lambda: traced_epoch(
-            cfg, program, traced, data, dataset, env, untraced), s) or state
-    variables = variables_of(state)
+        run_phase(args, clock, records, "fraction", lambda: (None, traced_epoch(
+            cfg, program, state, data, dataset, env, untraced)), s)
     run_phase(args, clock, records, "sampled", lambda: (None, sampled_test(
         cfg, program, variables, data, dataset)), s)
     run_phase(args, clock, records, "mlp", lambda: (None, train_mlp(
         args, cfg, program, data, dataset, env, clock)), s,
         extra=estimate("epoch", s) * args.epochs)
-    del state
     run_phase(args, clock, records, "exact", lambda: (None, exact_inference(
         args, program, variables, data, dataset, clock)), s)
     return records

@@ -23,6 +23,7 @@ from zerognn_jax import (
     make_model,
     mean_weights,
 )
+from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.training import evaluate as evaluate_lib
 
 
@@ -195,3 +196,20 @@ def test_custom_backward_matches_autodiff(name, dtype, tol):
         scale = float(np.abs(np.asarray(b, np.float32)).max()) or 1.0
         np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
                                    rtol=tol, atol=tol * scale)
+
+
+def test_exact_edge_sums_accumulate_in_float32_and_drop_padding():
+    """A hub of 4,096 bfloat16 ones: summed in bfloat16 the total stops at 256 (256 + 1
+    rounds back to 256); in float32 it is exact. Padding slots (mask False) add nothing
+    even with nonzero weights."""
+    hub, pad = 4096, 100
+    dst = jnp.concatenate([jnp.zeros(hub, jnp.int32), jnp.ones(3, jnp.int32),
+                           jnp.full(pad, 1, jnp.int32)])  # padding clipped onto the last row
+    mask = jnp.arange(hub + 3 + pad) < hub + 3
+    view = EdgeView(jnp.zeros(hub + 3 + pad, jnp.int32), dst, mask, jnp.ones(2, bool),
+                    jnp.array([hub, 3]), jnp.array([hub + 3]), num_dst=2)
+    h = jnp.ones((1, 1, 1), jnp.bfloat16)
+    out = view.weighted_sum(h, jnp.ones((hub + 3 + pad, 1), jnp.bfloat16))
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(out, np.float32).ravel(), [hub, 3])
+    assert float(view.max(jnp.full((1, 1), 2.0, jnp.bfloat16))[1, 0]) == 2.0

@@ -238,12 +238,19 @@ def test_layerwise_offload_is_checked(graph):
 
 
 def test_take_edges_reads_past_2_31_entries():
-    """A real edge array past 2**31 entries (int8 to keep it at 2 GiB): NumPy-style
-    indexing would narrow the uint32 ids to int32 and read entry 0 instead."""
-    values = np.zeros(2**31 + 16, np.int8)
-    values[[5, 2**31 + 5, 2**31 + 15]] = [3, 7, 9]
+    """A real edge array past 2**31 entries (int8, built on the device: 2 GiB in all):
+    NumPy-style indexing would narrow the uint32 ids to int32 and read entry 0 instead."""
+    def build():  # a raw scatter: `.at[]` would narrow the ids the same way
+        at = jnp.array([5, 2**31 + 5, 2**31 + 15], jnp.uint32)[:, None]
+        dims = jax.lax.ScatterDimensionNumbers(update_window_dims=(),
+                                               inserted_window_dims=(0,),
+                                               scatter_dims_to_operand_dims=(0,))
+        return jax.lax.scatter(jnp.zeros(2**31 + 16, jnp.int8), at,
+                               jnp.array([3, 7, 9], jnp.int8), dims)
+
+    values = jax.jit(build)()
     ids = jnp.array([[5, 2**31 + 5], [2**31 + 15, 0]], jnp.uint32)
-    got = jax.jit(take_edges)(jax.device_put(values), ids)
+    got = jax.jit(take_edges)(values, ids)
     np.testing.assert_array_equal(np.asarray(got), [[3, 7], [9, 0]])
 
 

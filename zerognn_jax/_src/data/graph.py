@@ -229,17 +229,17 @@ _TAKE = jax.lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,)
 
 
 def take_edges(values, ids):
-    """`values[ids]` for an edge array [E] and edge ids from `edge_ids` (in range).
+    """`values[ids]` for an edge array [E] and edge ids from `edge_ids`.
 
     NumPy-style indexing converts ids to int64 once E passes 2**31, which without x64
     comes back as int32: uint32 ids past 2**31 wrap negative and read the wrong entry.
-    A gather takes the ids in their own dtype. An edge array that is not a JAX array
-    (a view with its own `__getitem__`) is indexed as it is.
+    A gather takes the ids in their own dtype; ids past the end (slots the caller masks)
+    read the last entry. Anything but a JAX array (NumPy outside jit) is indexed as it is.
     """
     if not isinstance(values, jax.Array):
         return values[ids]
     return jax.lax.gather(values, ids[..., None], _TAKE, slice_sizes=(1,),
-                          mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+                          mode=jax.lax.GatherScatterMode.CLIP)
 
 
 def csr_from_arrays(indptr, indices, weights=None, *, validate: bool = True) -> CSRGraph:

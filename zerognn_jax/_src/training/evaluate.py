@@ -135,11 +135,14 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     Pass `data.features` as a host array as well to keep the device to the graph plus
     one layer's input (features given on the device stay there: they are the caller's).
     Host-bound outputs take turns in one buffer as large as the largest layer output
-    (the next layer's input is uploaded before it is overwritten): fresh host memory
-    costs a page fault per page at its first write, more than the copy itself.
+    (the next layer's input is uploaded before it is overwritten; the logits get their
+    own array when smaller): fresh host memory costs a page fault per page at its first
+    write, more than the copy itself.
     """
-    if offload not in (False, True, "auto"):
+    if not (isinstance(offload, (bool, np.bool_)) or offload == "auto"):
         raise ValueError(f"offload must be False, True or 'auto', got {offload!r}")
+    offload = offload if offload == "auto" else bool(offload)
+    variables = jax.device_put(variables)  # once, not with every block
     model = program.model
     widest = max(data.features.shape[1], getattr(model, "hidden", 0))
     plan = plan_chunks(np.asarray(data.graph.indptr), widest, budget_bytes)
@@ -159,7 +162,10 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
         if h is None:
             if buffer is None:
                 buffer = np.empty(max(nbytes), np.uint8)
-            out = buffer[:nbytes[layer]].view(outs[layer].dtype).reshape(outs[layer].shape)
+            if layer == model.num_layers - 1 and nbytes[layer] < buffer.nbytes:
+                out = np.empty(outs[layer].shape, outs[layer].dtype)  # pins no larger buffer
+            else:
+                out = buffer[:nbytes[layer]].view(outs[layer].dtype).reshape(outs[layer].shape)
             h = _offloaded_layer(program, variables, h_device, data.graph, layer, plan,
                                  block_bytes, out)
         del h_device  # freed before the next layer's input is uploaded
