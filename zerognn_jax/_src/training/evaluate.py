@@ -142,7 +142,8 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     if not (isinstance(offload, (bool, np.bool_)) or offload == "auto"):
         raise ValueError(f"offload must be False, True or 'auto', got {offload!r}")
     offload = offload if offload == "auto" else bool(offload)
-    variables = jax.device_put(variables)  # once, not with every block
+    variables = jax.tree_util.tree_map(  # host leaves uploaded once, not with every block
+        lambda x: x if isinstance(x, jax.Array) else jax.device_put(x), variables)
     model = program.model
     widest = max(data.features.shape[1], getattr(model, "hidden", 0))
     plan = plan_chunks(np.asarray(data.graph.indptr), widest, budget_bytes)
