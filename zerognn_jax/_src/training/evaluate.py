@@ -147,15 +147,16 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     model = program.model
     widest = max(data.features.shape[1], getattr(model, "hidden", 0))
     plan = plan_chunks(np.asarray(data.graph.indptr), widest, budget_bytes)
-    outs = _layer_outputs(program, variables, data, plan)
+    outs = _layer_outputs(program, variables, data, plan) if offload else []
     nbytes = [o.size * o.dtype.itemsize for o in outs]
     h, buffer = data.features, None
     for layer in range(model.num_layers):
         # device_put moves host rows straight in (jnp.asarray would also run a copy on
-        # the device: twice a 57 GB layer, out of memory on an 80 GB H100). The wait frees
-        # the host buffer for this layer's output, and lets the previous layer finish and
-        # release its input before free memory is read.
-        h_device = jax.block_until_ready(h if isinstance(h, jax.Array) else jax.device_put(h))
+        # the device: twice a 57 GB layer, out of memory on an 80 GB H100).
+        h_device = h if isinstance(h, jax.Array) else jax.device_put(h)
+        if offload:  # frees the host buffer for this layer's output, and lets the previous
+            # layer finish and release its input before free memory is read
+            h_device = jax.block_until_ready(h_device)
         h = None
         if offload is not True:
             h = _device_layer(program, variables, h_device, data.graph, layer, plan,
