@@ -7,11 +7,14 @@ Workload: products-like, SAGE-mean 3x256, fanouts 15,10,5, batch 1024, Adam, XLA
 kernels, calibrated envelope. `library` is the code as it stands; every other form
 swaps one piece (how the neighbour weighted sum is written and differentiated
 (`autodiff-*`: its gradient by autodiff's scatter instead of the gathering backward), one or
-two matmuls per SAGE layer, dropout, computation dtype) and prints one JSON line:
+two matmuls per SAGE layer, dropout, computation dtype, `flat-*`: the outermost hop not
+deduplicated, `*ahead-8`: steps sampled 8 at a time) and prints one JSON line:
 median epoch seconds over `--repeats` replays after a warm-up epoch, compile seconds,
 and the mean loss of the last replay (forms that only reformulate must match
-`library` to rounding; `two-matmul` initialises differently). `--profile` adds the
-device kernels by time per step for the named forms. docs/benchmarks.md has the figures.
+`library` to rounding; `two-matmul` initialises differently). `--profile` adds, for the
+named forms, the busiest device kernels per step with the bytes their HLO instructions
+move (`hlo_bytes`) and the achieved bandwidth, and the step's kernel count and bytes.
+`--kernels` picks the op implementations (default xla). docs/benchmarks.md has the figures.
 """
 
 from __future__ import annotations
@@ -28,10 +31,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from zerognn_jax._src.bench import profiling
+from zerognn_jax._src.bench import hlo_bytes, profiling
 from zerognn_jax._src.nn import models
 from zerognn_jax._src.ops.aggregate import gather_live
-from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.training import trainer
 from zerognn_jax._src.training.config import TrainConfig
@@ -128,6 +130,8 @@ class Form:
     two_matmul: bool = False
     dropout: float = 0.5
     dtype: object = jnp.float32
+    flat_outer: bool = False  # SamplerConfig.flat_outer
+    ahead: int = 1  # ScanEngine.sample_ahead
 
 
 FORMS = {f.name: f for f in (
@@ -143,6 +147,12 @@ FORMS = {f.name: f for f in (
     Form("previous", weighted_sum=sum_middle_axis, two_matmul=True),
     Form("bf16-sum-in-bf16", weighted_sum=sum_same_dtype, dtype=jnp.bfloat16),
     Form("no-dropout", dropout=0.0),
+    Form("flat-outer", flat_outer=True),
+    Form("flat-outer-bf16", flat_outer=True, dtype=jnp.bfloat16),
+    Form("ahead-8", ahead=8),
+    Form("ahead-8-bf16", ahead=8, dtype=jnp.bfloat16),
+    Form("flat-ahead-8", flat_outer=True, ahead=8),
+    Form("flat-ahead-8-bf16", flat_outer=True, ahead=8, dtype=jnp.bfloat16),
 )}
 
 
@@ -150,24 +160,48 @@ def build(form: Form, base_program, base_data, num_classes):
     cls = TwoMatmulGNN if form.two_matmul else models.GNN
     model = cls("sage", 256, 3, num_classes, dropout=form.dropout, dtype=form.dtype)
     data = base_data._replace(features=base_data.features.astype(form.dtype))
-    kernels = Kernels(weighted_sum=form.weighted_sum or "xla")
-    return dataclasses.replace(base_program, model=model, kernels=kernels), data
+    kernels = base_program.kernels
+    if form.weighted_sum is not None:
+        kernels = dataclasses.replace(kernels, weighted_sum=form.weighted_sum)
+    sampler = dataclasses.replace(base_program.sampler, flat_outer=form.flat_outer)
+    return dataclasses.replace(base_program, model=model, kernels=kernels,
+                               sampler=sampler), data
 
 
-def top_kernels(trace_path, steps: int, limit: int = 12):
-    """[(kernel name, microseconds per step)] of the busiest device kernels."""
+def kernel_table(trace_path, hlo_text: str, steps: int, limit: int = 16) -> dict:
+    """The busiest device kernels of a profiled epoch, per step, beside the bytes their
+    HLO instructions move (`hlo_bytes`), and the step's totals.
+
+    Rows: [name, us per step, launches per step, MB per step, GB/s]; MB and GB/s are
+    None for kernels that match no instruction (library kernels named by their own
+    code, e.g. cuBLAS GEMMs)."""
+    sizes = {hlo_bytes.kernel_key(k): v for k, v in hlo_bytes.instruction_bytes(hlo_text).items()}
     events = profiling.load_events(trace_path)
     lines = profiling.stream_lines(events)
-    totals = collections.Counter()
+    us, launches = collections.Counter(), collections.Counter()
     for e in events:
         if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in lines:
-            totals[e["name"]] += float(e["dur"])
-    return [(name[:60], round(us / steps, 1)) for name, us in totals.most_common(limit)]
+            name = hlo_bytes.kernel_key(e.get("args", {}).get("hlo_op") or e["name"])
+            us[name] += float(e["dur"])
+            launches[name] += 1
+    moved = {n: launches[n] * sizes[n] for n in us if n in sizes}
+    rows = []
+    for name, t in us.most_common(limit):
+        mb = moved[name] / steps / 1e6 if name in moved else None
+        rows.append([name[:60], round(t / steps, 1), round(launches[name] / steps, 2),
+                     None if mb is None else round(mb, 1),
+                     None if mb is None else round(moved[name] / (t * 1e3), 1)])
+    busy = sum(us.values())
+    return {"kernels": rows, "busy_us_per_step": round(busy / steps, 1),
+            "kernels_per_step": round(sum(launches.values()) / steps, 1),
+            "hlo_mb_per_step": round(sum(moved.values()) / steps / 1e6, 1),
+            "time_share_with_bytes": (round(sum(us[n] for n in moved) / busy, 3) if busy
+                                      else None)}  # no device stream lines on CPU
 
 
 def measure(form, program, data, envelope, train_idx, repeats, profile):
     state = init_state(program, data, envelope, train_idx)
-    engine = ScanEngine(program)
+    engine = ScanEngine(program, sample_ahead=form.ahead)
     epoch = lambda st: engine.run_epoch(st, data, train_idx, 0, envelope)
     res = epoch(state)
     jax.block_until_ready(res.state.params)
@@ -186,8 +220,9 @@ def measure(form, program, data, envelope, train_idx, repeats, profile):
             with profiling.traced_window(tmp):
                 res = epoch(res.state)
                 jax.block_until_ready(res.state.params)
-            record["top_kernels_us_per_step"] = top_kernels(profiling.find_trace(tmp),
-                                                            res.steps)
+            (compiled,) = engine.programs.values()
+            record.update(kernel_table(profiling.find_trace(tmp), compiled.as_text(),
+                                       res.steps))
     return record
 
 
@@ -199,6 +234,7 @@ def main():
     p.add_argument("--forms", default=",".join(FORMS))
     p.add_argument("--profile", default="")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--kernels", default="xla")
     args = p.parse_args()
     forms = [f for f in args.forms.split(",") if f]
     unknown = [f for f in forms if f not in FORMS]
@@ -206,17 +242,19 @@ def main():
         p.error(f"unknown forms {unknown}; choose from {', '.join(FORMS)}")
     cfg = TrainConfig(dataset=args.dataset, root=args.root, scale=args.scale,
                               model="sage", hidden=256, layers=3, fanouts=(15, 10, 5),
-                              batch_size=1024, kernels="xla", eval_mode="none",
+                              batch_size=1024, kernels=args.kernels, eval_mode="none",
                               progress=False)
     dataset, data, program = trainer.prepare(cfg)
-    envelope, _ = choose_envelope(data.graph, dataset.train_idx, cfg.batch_size, program.sampler)
+    base_envelope, _ = choose_envelope(data.graph, dataset.train_idx, cfg.batch_size,
+                                       program.sampler)
     print(json.dumps({"device": jax.devices()[0].device_kind, "jax": jax.__version__,
-                      "envelope": list(envelope.levels)}), flush=True)
+                      "envelope": list(base_envelope.levels)}), flush=True)
     profile = set(args.profile.split(","))
     train_idx = jnp.asarray(dataset.train_idx, jnp.int32)
     for name in forms:
         form = FORMS[name]
         prog, dat = build(form, program, data, dataset.num_classes)
+        envelope = prog.sampler.fit_envelope(base_envelope)
         record = measure(form, prog, dat, envelope, train_idx, args.repeats, name in profile)
         print(json.dumps(record), flush=True)
 

@@ -244,3 +244,23 @@ def test_collective_breakdown_splits_each_device(tmp_path):
         "collective_seconds": 30e-6, "collectives": 1})
     assert got["/device:GPU:1"]["collective_seconds"] == pytest.approx(5e-6)
     assert got["/device:GPU:1"]["span_seconds"] == pytest.approx(80e-6)
+
+
+def test_hlo_bytes_count_gathered_rows_and_scatter_updates():
+    """A fused gather counts the rows it reads (not the table), a scatter its index,
+    its updates and the rows it reads and writes (not the whole target); a plain copy
+    its operand and result."""
+    from zerognn_jax._src.bench import hlo_bytes
+
+    def f(table, ids, h, idx, upd):
+        return jnp.sum(table[ids] * 2.0, axis=1), h.at[idx].add(upd)
+
+    args = (jnp.ones((1000, 64)), jnp.zeros((10, 5), jnp.int32), jnp.ones((500, 32)),
+            jnp.zeros(20, jnp.int32), jnp.ones((20, 32)))
+    counts = hlo_bytes.instruction_bytes(jax.jit(f).lower(*args).compile().as_text())
+    row, upd = 64 * 4, 20 * 32 * 4
+    assert 50 * row + 50 * 4 + 10 * row in counts.values()  # rows, ids, result
+    assert 20 * 4 + 3 * upd in counts.values()  # index, updates, target rows read + written
+    assert max(counts.values()) < 1000 * row  # no instruction counts the whole table
+    assert hlo_bytes.shape_bytes("(f32[2,3]{1,0}, bf16[4])") == 32
+    assert hlo_bytes.kernel_key("loop_select_fusion.2") == "loop_select_fusion_2"

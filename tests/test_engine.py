@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -103,3 +105,46 @@ def test_loss_decreases(model):
     program = _program(model=model, dropout=0.0)
     _, results = _train(data, Envelope(32, (512, 512)), epochs=6, program=program)
     assert results[-1].loss < results[0].loss - 0.05
+
+
+def test_flat_outer_hop_trains_as_dedup_does():
+    """A flat outer hop recovers from a tiny envelope, keeps that level at its exact
+    size C (1 + K) as the envelope grows, and trains on the same subgraphs with the
+    same losses as deduplicated sampling."""
+    data = _problem()
+    flat = dataclasses.replace(_program(), sampler=SamplerConfig((5, 3), flat_outer=True))
+    _, tiny = _train(data, Envelope(32, (40, 40)), program=flat, chunk_steps=3)
+    _, dedup = _train(data, Envelope(32, (512, 512)), chunk_steps=3)
+    assert tiny[0].overflows >= 1
+    caps = tiny[-1].envelope.capacities
+    assert caps[0] > 40 and caps[1] == caps[0] * 4
+    for a, b in zip(tiny, dedup):
+        assert (a.steps, a.sampled_edges, a.max_counts[:2]) == (b.steps, b.sampled_edges,
+                                                                b.max_counts[:2])
+        assert a.max_counts[2] > b.max_counts[2]  # the flat level keeps repeated nodes
+        assert a.loss == pytest.approx(b.loss, rel=1e-5)
+
+
+def test_sampling_ahead_gives_the_same_training():
+    """Steps sampled four at a time by one vmapped call (chunks of 3 steps padded to 4,
+    overflow recovery included) train exactly as steps sampled one by one."""
+    data = _problem()
+    train_idx = np.arange(200)
+    program = _program()
+    results = {}
+    for ahead in (1, 4):
+        state = init_state(program, data, Envelope(32, (512, 512)), train_idx)
+        engine = ScanEngine(program, 3, EnvelopePolicy(multiple=8), sample_ahead=ahead)
+        res = engine.run_epoch(state, data, train_idx, 0, Envelope(32, (40, 40)))
+        results[ahead] = res
+    one, four = results[1], results[4]
+    assert one.overflows >= 1 and (four.steps, four.overflows) == (one.steps, one.overflows)
+    assert (four.max_counts, four.sampled_edges) == (one.max_counts, one.sampled_edges)
+    assert four.loss == pytest.approx(one.loss, rel=1e-6)
+    for x, y in zip(jax.tree_util.tree_leaves(four.state.params),
+                    jax.tree_util.tree_leaves(one.state.params)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="drop prefetch"):
+        ScanEngine(program, sample_ahead=2, prefetch=True)
+    with pytest.raises(ValueError, match="sample_ahead must be >= 1, got 0"):
+        ScanEngine(program, sample_ahead=0)

@@ -115,11 +115,16 @@ def test_host_engine_grows_a_small_envelope(problem):
     assert small.loss == pytest.approx(large.loss, rel=1e-5)
 
 
-def test_host_engine_refuses_tree_sampling(problem):
+def test_host_engine_refuses_positional_levels(problem):
     program = problem[0]
     tree = StepProgram(program.model, program.tx, SamplerConfig((4, 3), dedup=False), 32, 1)
-    with pytest.raises(ValueError, match="dedup"):
+    with pytest.raises(ValueError, match="every hop deduplicated"):
         HostEngine(tree)
+    flat = StepProgram(program.model, program.tx, SamplerConfig((4, 3), flat_outer=True), 32, 1)
+    with pytest.raises(ValueError, match="slot order"):
+        HostEngine(flat)
+    with pytest.raises(ValueError, match="drop flat_outer and keep dedup"):
+        TrainConfig(engine="host-exact", flat_outer=True)
     with pytest.raises(ValueError, match="unknown engine"):
         make_engine("host", program)
 

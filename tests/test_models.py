@@ -213,3 +213,45 @@ def test_exact_edge_sums_accumulate_in_float32_and_drop_padding():
     assert out.dtype == jnp.bfloat16
     np.testing.assert_array_equal(np.asarray(out, np.float32).ravel(), [hub, 3])
     assert float(view.max(jnp.full((1, 1), 2.0, jnp.bfloat16))[1, 0]) == 2.0
+
+
+@pytest.mark.parametrize("name", ["sage", "sage-sum", "sage-max", "gcn", "gat"])
+def test_positional_levels_compute_what_dedup_computes(name):
+    """A flat outer hop and tree mode (levels in slot order, read by position) give
+    the dedup'd model's logits and parameter gradients, with padded seeds, isolated
+    nodes (degree 0) and fanouts above most degrees."""
+    graph, data = _data()
+    model = make_model(name, hidden=8, num_layers=2, num_classes=3, dropout=0.0)
+    seeds = jnp.concatenate([jnp.arange(0, 100, 3, dtype=jnp.int32), jnp.zeros(6, jnp.int32)])
+    valid = jnp.arange(40) < 34
+    results = {}
+    for label, sampler in (("dedup", SamplerConfig((6, 4))),
+                           ("flat", SamplerConfig((6, 4), flat_outer=True)),
+                           ("tree", SamplerConfig((6, 4), dedup=False))):
+        program = StepProgram(model, optax.sgd(0.1), sampler, 40, seed=2)
+        env = sampler.fit_envelope(Envelope(40, (128, 512)))
+        if label == "dedup":
+            params = init_state(program, data, env, np.arange(100)).params
+
+        def loss(params, program=program, env=env):
+            logits, _, mb = program.forward({"params": params}, data, seeds, valid,
+                                            jnp.uint32(5), env.capacities, train=False)
+            return jnp.sum(jnp.where(valid[:, None], logits, 0.0) ** 2), mb
+
+        (value, mb), grads = jax.value_and_grad(loss, has_aux=True)(params)
+        results[label] = (value, grads)
+        assert [n.shape[0] for n in mb.nodes] == [40, *env.capacities]
+    assert env.capacities == (40 * 7, 40 * 7 * 5)  # tree: exact sizes
+    for label in ("flat", "tree"):
+        np.testing.assert_allclose(results[label][0], results["dedup"][0], rtol=1e-5)
+        for a, b in zip(jax.tree_util.tree_leaves(results[label][1]),
+                        jax.tree_util.tree_leaves(results["dedup"][1])):
+            scale = float(np.abs(np.asarray(b)).max()) or 1.0
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_positional_view_checks_its_source_rows():
+    view = EllView(jnp.zeros((4, 3), jnp.int32), jnp.ones((4, 3), bool), jnp.ones(4, bool),
+                   jnp.ones(4, jnp.int32), jnp.ones(16, jnp.int32), positional=True)
+    with pytest.raises(ValueError, match="reads 16 source rows, got 12"):
+        view.weighted_sum(jnp.zeros((12, 1, 2)), jnp.ones((4, 3, 1)))

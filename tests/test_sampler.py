@@ -126,9 +126,9 @@ def test_relabel_methods_agree_on_random_inputs():
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f"trial {trial}")
 
 
-def _sample(graph, capacities, fanouts=(4, 3), dedup=True, seeds=None):
+def _sample(graph, capacities, fanouts=(4, 3), dedup=True, seeds=None, flat_outer=False):
     seeds = jnp.arange(0, 40, 2, dtype=jnp.int32) if seeds is None else seeds
-    cfg = SamplerConfig(fanouts, dedup=dedup)
+    cfg = SamplerConfig(fanouts, dedup=dedup, flat_outer=flat_outer)
     return sample_minibatch(graph, seeds, jnp.arange(seeds.shape[0]) < 17,
                             counter_hash.step_key(0, 0, 5, 0), cfg, capacities)
 
@@ -166,6 +166,28 @@ def test_tree_mode_has_exact_sizes_and_same_neighbours(small_graph):
     np.testing.assert_array_equal(m, np.asarray(dedup.blocks[0].mask))
     np.testing.assert_array_equal(tree_ids[m], dedup_ids[m])
     assert not bool(tree.overflow)
+
+
+def test_flat_outer_level_is_its_slots_in_order(small_graph):
+    """With `flat_outer` the last level is the level before it, then every slot's
+    global id in slot order (the capacity given for it is ignored); the hops before
+    are deduplicated as usual and every hop samples the same neighbours."""
+    g = small_graph.to_device()
+    flat = _sample(g, (512, 8), flat_outer=True)
+    dedup = _sample(g, (512, 1024))
+    for a, b in zip(flat.nodes[:2], dedup.nodes[:2]):
+        np.testing.assert_array_equal(a, b)
+    prev, last, block = np.asarray(flat.nodes[1]), np.asarray(flat.nodes[2]), flat.blocks[1]
+    mask = np.asarray(block.mask)
+    assert last.shape == (512 * 4,)
+    np.testing.assert_array_equal(last[:512], prev)
+    np.testing.assert_array_equal(np.asarray(flat.valid[2])[512:], mask.reshape(-1))
+    slots = 512 + np.arange(512 * 3).reshape(512, 3)
+    np.testing.assert_array_equal(np.asarray(block.nbr), np.where(mask, slots, 0))
+    dedup_ids = np.asarray(dedup.nodes[2])[np.asarray(dedup.blocks[1].nbr)]
+    np.testing.assert_array_equal(last[slots][mask], dedup_ids[mask])
+    assert int(flat.counts[2]) == int(flat.counts[1]) + mask.sum()
+    assert not bool(flat.overflow)
 
 
 def test_isolated_seeds_sample_nothing():

@@ -25,7 +25,12 @@ def _gcn_norm(dst_deg, src_deg, sampled):
 
 @dataclasses.dataclass(frozen=True)
 class EllView:
-    """A sampled block. nbr, mask: [C, K]; dst_valid, dst_deg: [C]; src_deg: [S]."""
+    """A sampled block. nbr, mask: [C, K]; dst_valid, dst_deg: [C]; src_deg: [S].
+
+    `positional`: the sources are laid out in slot order (row C + c K + k is slot
+    (c, k); S = C (1 + K): tree mode, a flat outer hop), so slots are read by position
+    (a reshape) instead of gathered through `nbr`. Either way gives the same values.
+    """
 
     nbr: jax.Array
     mask: jax.Array
@@ -33,6 +38,7 @@ class EllView:
     dst_deg: jax.Array
     src_deg: jax.Array
     kernels: Kernels = XLA
+    positional: bool = False
 
     @property
     def num_dst(self) -> int:
@@ -42,10 +48,22 @@ class EllView:
     def edge_mask(self) -> jax.Array:
         return self.mask
 
+    def _slot_rows(self, x_src: jax.Array) -> jax.Array:
+        """x_src's rows of the slots by position, [C, K, ...]; masked slots read zero."""
+        c, k = self.nbr.shape
+        if x_src.shape[0] != c * (1 + k):
+            raise ValueError(f"a positional block with {c} x {k} slots reads {c * (1 + k)} "
+                             f"source rows, got {x_src.shape[0]}")
+        rows = x_src[c:].reshape(c, k, *x_src.shape[1:])
+        live = self.mask.reshape(c, k, *(1,) * (x_src.ndim - 1))
+        return jnp.where(live, rows, jnp.zeros((), x_src.dtype))
+
     def dst_of_edges(self, x_dst: jax.Array) -> jax.Array:
         return jnp.broadcast_to(x_dst[:, None], self.nbr.shape + x_dst.shape[1:])
 
     def src_of_edges(self, x_src: jax.Array) -> jax.Array:
+        if self.positional:
+            return self._slot_rows(x_src)
         return gather_live(x_src, self.nbr, self.mask)
 
     def edge_count(self) -> jax.Array:
@@ -53,10 +71,20 @@ class EllView:
         return jnp.sum(self.mask, axis=1).astype(jnp.float32)
 
     def weighted_sum(self, h_src: jax.Array, weights: jax.Array) -> jax.Array:
-        """[C, H, F] from h_src [S, H, F] and weights [C, K, H] (zero where masked)."""
+        """[C, H, F] from h_src [S, H, F] and weights [C, K, H] (zero where masked).
+
+        Summed in float32 for half-precision inputs, as the gathering op does."""
+        if self.positional:
+            acc = jnp.promote_types(h_src.dtype, jnp.float32)
+            rows = self._slot_rows(h_src).astype(acc)
+            return jnp.sum(rows * weights[..., None].astype(acc), axis=1).astype(h_src.dtype)
         return weighted_sum(self.kernels, h_src, self.nbr, weights)
 
     def max(self, h_src: jax.Array) -> jax.Array:
+        if self.positional:
+            rows = jnp.where(self.mask[..., None], self._slot_rows(h_src), -jnp.inf)
+            best = jnp.max(rows, axis=1)
+            return jnp.where(jnp.any(self.mask, axis=1)[:, None], best, 0).astype(h_src.dtype)
         return neighbor_max(self.kernels, h_src, self.nbr, self.mask)
 
     def softmax(self, logits: jax.Array, self_logits: jax.Array):

@@ -103,7 +103,7 @@ def calibrate(
         level0 = min(level0, round_up(max(max_counts[0], 1) * policy.margin, policy.multiple))
     env = monotone(level0, [m * policy.margin for m in max_counts[1:]], policy.multiple)
     caps = tuple(max(min(c, s), level0) for c, s in zip(env.capacities, safe.capacities))
-    env = Envelope(level0, caps)
+    env = config.fit_envelope(Envelope(level0, caps))
     return Calibration(
         env, tuple(int(m) for m in max_counts), tuple(float(m) for m in counts.mean(axis=0)),
         int(counts.shape[0]),
@@ -134,7 +134,8 @@ def choose_envelope(graph: CSRGraph, train_idx, batch_size: int, config: Sampler
     if not config.dedup:
         return Envelope(level0, tree_sizes(level0, config.slots)[1:]), None
     if method == "conservative":
-        return conservative(level0, config.slots, graph.num_nodes, policy), None
+        return config.fit_envelope(conservative(level0, config.slots, graph.num_nodes,
+                                                policy)), None
     if method != "calibrate":
         raise ValueError(f"envelope must be calibrate or conservative, got {method!r}")
     cal = calibrate(graph, train_idx, batch_size, config, seed=seed, policy=policy,

@@ -23,6 +23,7 @@ from pallas_kernels import counter_hash
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.ops.relabel import relabel
+from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.sampling.labor import labor_slots, sample_labor
 from zerognn_jax._src.sampling.seeds import counter_key
 from zerognn_jax._src.sampling.uniform import sample_neighbors
@@ -42,6 +43,11 @@ class SamplerConfig:
         the graph's largest degree by `resolve`.
       replace: sample with replacement.
       dedup: deduplicate each level (False: tree mode, exact static sizes, no metadata).
+      flat_outer: leave the outermost hop undeduplicated (with `dedup`): its level is
+        the level before it followed by the sampled neighbours in slot order, exact size
+        C (1 + K). The first layer then reads its neighbours by position, without a
+        gather, and sampling skips its largest dedup; the model computes the same
+        outputs (every source row is the same feature row), over more rows.
       all_neighbors: per hop, take every neighbour; set by `resolve` for -1 fanouts
         (whatever the method).
       method: "uniform", "weighted" (probability proportional to the graph's edge
@@ -57,6 +63,7 @@ class SamplerConfig:
     fanouts: tuple[int, ...]
     replace: bool = False
     dedup: bool = True
+    flat_outer: bool = False
     all_neighbors: tuple[bool, ...] = ()
     method: str = "uniform"
     span: int = 128
@@ -90,6 +97,22 @@ class SamplerConfig:
         fanouts = tuple(max(max_degree, 1) if f == -1 else f for f in self.fanouts)
         return dataclasses.replace(self, fanouts=fanouts, all_neighbors=full,
                                    max_degree=max_degree)
+
+    @property
+    def positional(self) -> tuple[bool, ...]:
+        """Per hop, whether its level holds the sampled neighbours in slot order: row
+        C + c K + k is slot (c, k) of the C rows before it (tree mode, `flat_outer`)."""
+        last = self.num_hops - 1
+        return tuple(not self.dedup or (self.flat_outer and hop == last)
+                     for hop in range(self.num_hops))
+
+    def fit_envelope(self, envelope: Envelope) -> Envelope:
+        """`envelope` with every positional level at the one size it can have, C (1 + K)."""
+        caps, prev = [], envelope.batch_size
+        for cap, k, flat in zip(envelope.capacities, self.slots, self.positional):
+            prev = prev * (1 + k) if flat else cap
+            caps.append(prev)
+        return Envelope(envelope.batch_size, tuple(caps))
 
     @property
     def full(self) -> tuple[bool, ...]:
@@ -218,8 +241,9 @@ def sample_minibatch(
         uses `counter_hash.hash2(key, h)`. A `jax.random` key (typed or legacy) is turned
         into such a word first (`seeds.counter_key`).
       config: fanouts etc., with no -1 left (see `SamplerConfig.resolve`).
-      capacities: (C_1, ..., C_L), non-decreasing and >= B. Ignored in tree mode,
-        whose sizes are exact: C_{l+1} = C_l * (1 + K_l), K_l = `config.slots[l]`.
+      capacities: (C_1, ..., C_L), non-decreasing and >= B. Ignored for positional
+        levels (`config.positional`: tree mode, a flat outer hop), whose sizes are
+        exact: C_{l+1} = C_l * (1 + K_l), K_l = `config.slots[l]`.
     """
     key = counter_key(key)
     if any(f < 1 for f in config.fanouts):
@@ -233,7 +257,7 @@ def sample_minibatch(
         degs.append(_degrees(graph.indptr, ids, valid))
         nbr, mask = sample_hop(graph, ids, valid, counter_hash.hash2(key, hop), config, hop,
                                kernels)
-        if config.dedup:
+        if not config.positional[hop]:
             out = relabel(kernels, ids, count, nbr, mask, capacities[hop], n)
             ids, count, local = out.frontier, out.count, out.nbr_local
             valid = jnp.arange(ids.shape[0]) < count

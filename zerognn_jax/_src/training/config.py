@@ -36,6 +36,8 @@ class TrainConfig:
     `envelope` is "calibrate" (tight, measured) or "conservative" (the safe bound).
     `sampler` is "uniform", "weighted" (by the graph's edge weights) or "labor" (LABOR-0;
     docs/samplers.md).
+    `flat_outer` leaves the outermost hop undeduplicated, laid out in slot order
+    (`SamplerConfig.flat_outer`; scan engine only).
     `chunk_steps=0` compiles a whole epoch into one program.
     `dtype` is the model's computation dtype and the feature table's on the device:
     "float32", or "bfloat16" (half the bytes; sums and gradients accumulate in float32).
@@ -76,6 +78,7 @@ class TrainConfig:
     sampler: str = "uniform"
     replace: bool = False
     dedup: bool = True
+    flat_outer: bool = False
     chunk_steps: int = 0
     engine: str = "scan"
     envelope: str = "calibrate"
@@ -141,6 +144,9 @@ class TrainConfig:
              f"best_metric {self.best_metric!r} keeps a checkpoint: set checkpoint_dir"),
             (self.best_metric is None or self.eval_mode != "none",
              f"best_metric {self.best_metric!r} needs evaluation: eval_mode is 'none'"),
+            (self.engine == "scan" or not (self.flat_outer or not self.dedup),
+             f"the host-mediated engine {self.engine!r} cuts deduplicated levels to their "
+             f"counts: drop flat_outer and keep dedup"),
             (self.engine == "scan" or (self.devices == 1 and not self.shard_features),
              f"the host-mediated engine {self.engine!r} runs on one device without split "
              f"features; got devices={self.devices}, shard_features={self.shard_features}"),

@@ -87,9 +87,10 @@ class HostEngine:
         if self.program.parallel is not None:
             raise ValueError("the host-mediated engine runs on one device; got a program "
                              f"over {self.program.num_shards} devices")
-        if not self.program.sampler.dedup:
-            raise ValueError("the host-mediated engine needs dedup sampling: tree-mode "
-                             "levels are not prefixes, so they cannot be cut to their counts")
+        if any(self.program.sampler.positional):
+            raise ValueError("the host-mediated engine needs every hop deduplicated: tree "
+                             "mode and a flat outer hop lay levels out in slot order, which "
+                             "cutting them to their counts would break")
         self._samplers, self._steps = {}, {}
 
     @property

@@ -51,15 +51,21 @@ class TrainState(NamedTuple):
     failed_step: jax.Array
 
 
-def views_for(mb: MiniBatch, kernels: Kernels = XLA) -> tuple[EllView, ...]:
-    """One EllView per layer, outermost hop first (layer i reads block L - 1 - i)."""
+def views_for(mb: MiniBatch, kernels: Kernels = XLA,
+              positional: tuple[bool, ...] = ()) -> tuple[EllView, ...]:
+    """One EllView per layer, outermost hop first (layer i reads block L - 1 - i).
+
+    `positional` (per hop, seeds' hop first: `SamplerConfig.positional`) marks the hops
+    whose levels hold their slots in order, which the views then read by position;
+    left out, every view gathers (the same values, more work)."""
     num_hops = len(mb.blocks)
+    flat = tuple(positional) or (False,) * num_hops
     views = []
     for i in range(num_hops):
         hop = num_hops - 1 - i
         block = mb.blocks[hop]
         views.append(EllView(block.nbr, block.mask, mb.valid[hop], mb.degrees[hop],
-                             mb.degrees[hop + 1], kernels))
+                             mb.degrees[hop + 1], kernels, flat[hop]))
     return tuple(views)
 
 
@@ -145,8 +151,9 @@ class StepProgram:
             x = gather_rows(self.kernels, data.features, mb.nodes[-1], mb.valid[-1])
         mutable = ["batch_stats"] if train and variables.get("batch_stats") else False
         rngs = {"dropout": dropout_key} if train else {}
-        out = self.model.apply(variables, x, views_for(mb, self.kernels), train=train,
-                               rngs=rngs, mutable=mutable, **(inputs or {}))
+        views = views_for(mb, self.kernels, self.sampler.positional)
+        out = self.model.apply(variables, x, views, train=train, rngs=rngs, mutable=mutable,
+                               **(inputs or {}))
         return out if mutable else (out, {})
 
 
@@ -167,7 +174,8 @@ def init_state(program: StepProgram, data: DeviceData, envelope: Envelope,
         x = gather_rows(program.kernels, data.features, mb.nodes[-1], mb.valid[-1])
         init_key = jax.random.PRNGKey(program.seed)
         return program.model.init({"params": init_key, "dropout": init_key}, x,
-                                  views_for(mb, program.kernels), train=False,
+                                  views_for(mb, program.kernels, program.sampler.positional),
+                                  train=False,
                                   **batch.model_inputs)
 
     variables = jax.jit(init)(data, perm)

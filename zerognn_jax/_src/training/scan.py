@@ -92,24 +92,37 @@ def apply_step(program: StepProgram, state: TrainState, step, data: DeviceData,
 
 
 def scan_chunk(program: StepProgram, state: TrainState, steps, data: DeviceData, perm, epoch,
-               total_steps, capacities, seed_capacity=None, *, prefetch: bool = False):
+               total_steps, capacities, seed_capacity=None, *, prefetch: bool = False,
+               ahead: int = 1):
     """`lax.scan` of the steps `steps` (int32[n], consecutive); (state, metrics[n]).
 
     With `prefetch` the carry holds the next step's sample: step i samples step i + 1
     while it trains on step i (sampling reads no parameters), so XLA may overlap
     sampling with the gradient all-reduce. The chunk samples one step more than it
     trains; the result is the same.
+
+    With `ahead` > 1 (n a multiple of it) the steps go in groups of `ahead`: one
+    vmapped call samples a whole group, then the group's steps train one by one. The
+    sampler's many small kernels then run once per group, `ahead` times wider; the
+    samples, and so the result, are the same.
     """
     sample = lambda step: sample_step(program, step, data, perm, epoch, total_steps,
                                       capacities, seed_capacity)
+    train = lambda s, step, sampled: apply_step(program, s, step, data, sampled)
+    if ahead > 1:
+        def group(state, group_steps):
+            sampled = jax.vmap(sample)(group_steps)
+            return jax.lax.scan(lambda s, xs: train(s, *xs), state, (group_steps, sampled))
+
+        state, metrics = jax.lax.scan(group, state, steps.reshape(-1, ahead))
+        return state, jax.tree_util.tree_map(lambda m: m.reshape(-1, *m.shape[2:]), metrics)
     if not prefetch:
-        return jax.lax.scan(lambda s, step: apply_step(program, s, step, data, sample(step)),
-                            state, steps)
+        return jax.lax.scan(lambda s, step: train(s, step, sample(step)), state, steps)
 
     def body(carry, step):
         state, current = carry
         upcoming = sample(step + 1)
-        state, metrics = apply_step(program, state, step, data, current)
+        state, metrics = train(state, step, current)
         return (state, upcoming), metrics
 
     (state, _), metrics = jax.lax.scan(body, (state, sample(steps[0])), steps)
@@ -122,7 +135,9 @@ class ScanEngine:
 
     Compiled chunk programs are cached here per (envelope, chunk length);
     `compile_seconds` adds up the time spent compiling them. `prefetch` samples each
-    step one step ahead (`scan_chunk`); `compiler_options` are XLA options for
+    step one step ahead (`scan_chunk`); `sample_ahead` > 1 samples that many steps in
+    one vmapped call (`scan_chunk`'s `ahead`; the chunk is rounded up to a multiple of
+    it, the extra steps inactive; not with `prefetch`); `compiler_options` are XLA options for
     compiling the chunk programs (e.g. {"xla_gpu_enable_latency_hiding_scheduler":
     True}; benchmarks/scaling.py measures them).
     """
@@ -133,9 +148,19 @@ class ScanEngine:
     compile_seconds: float = 0.0
     prefetch: bool = False
     compiler_options: dict | None = None
+    sample_ahead: int = 1
 
     def __post_init__(self):
+        if self.sample_ahead < 1:
+            raise ValueError(f"sample_ahead must be >= 1, got {self.sample_ahead}")
+        if self.sample_ahead > 1 and self.prefetch:
+            raise ValueError("sample_ahead already samples before training: drop prefetch")
         self._programs = {}
+
+    @property
+    def programs(self) -> dict:
+        """The compiled chunk programs so far, by (envelope, chunk length)."""
+        return dict(self._programs)
 
     def chunk_program(self, envelope: Envelope, chunk_steps: int, args):
         """The compiled chunk `(state, data, perm, epoch, start, total) -> (state, metrics)`.
@@ -148,11 +173,15 @@ class ScanEngine:
         if key not in self._programs:
             program, caps, prefetch = self.program, envelope.capacities, self.prefetch
             host = program.parallel is not None and program.parallel.host_metrics
+            ahead = self.sample_ahead
+            padded = -(-chunk_steps // ahead) * ahead
 
             def run(state, data, perm, epoch, start, total):
-                steps = start + jnp.arange(chunk_steps, dtype=jnp.int32)
-                state, metrics = scan_chunk(program, state, steps, data, perm, epoch, total,
-                                            caps, envelope.batch_size, prefetch=prefetch)
+                steps = start + jnp.arange(padded, dtype=jnp.int32)
+                last = jnp.minimum(total, start + chunk_steps)  # padding steps stay inactive
+                state, metrics = scan_chunk(program, state, steps, data, perm, epoch, last,
+                                            caps, envelope.batch_size, prefetch=prefetch,
+                                            ahead=ahead)
                 if host:
                     metrics = jax.tree_util.tree_map(lambda m: m[None], metrics)
                 return state, metrics
@@ -202,7 +231,8 @@ class ScanEngine:
             parts.append({k: v[metrics["applied"]] for k, v in metrics.items()})
             if overflowed:
                 overflows += 1
-                envelope = grow(envelope, metrics["counts"][failed - start], self.policy)
+                envelope = program.sampler.fit_envelope(
+                    grow(envelope, metrics["counts"][failed - start], self.policy))
                 state = state._replace(overflowed=jnp.array(False), failed_step=jnp.int32(0))
                 start = int(failed)
             else:

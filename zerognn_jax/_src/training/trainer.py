@@ -101,7 +101,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     else:
         labels = np.maximum(dataset.labels, 0).astype(np.int32)
     sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, dedup=cfg.dedup,
-                            method=cfg.sampler)
+                            flat_outer=cfg.flat_outer, method=cfg.sampler)
     sampler = sampler.resolve(dataset.graph.max_degree())
     graph = prepare_graph(dataset.graph, sampler)
     dtype = jnp.dtype(cfg.dtype)
