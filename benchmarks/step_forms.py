@@ -23,6 +23,7 @@ import argparse
 import collections
 import dataclasses
 import json
+import pathlib
 import statistics
 import tempfile
 import time
@@ -35,6 +36,7 @@ from zerognn_jax._src.bench import hlo_bytes, profiling
 from zerognn_jax._src.nn import models
 from zerognn_jax._src.ops.aggregate import gather_live
 from zerognn_jax._src.sampling.calibrate import choose_envelope
+from zerognn_jax._src.sampling.envelope import EnvelopePolicy
 from zerognn_jax._src.training import trainer
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.program import init_state
@@ -153,6 +155,7 @@ FORMS = {f.name: f for f in (
     Form("ahead-8-bf16", ahead=8, dtype=jnp.bfloat16),
     Form("flat-ahead-8", flat_outer=True, ahead=8),
     Form("flat-ahead-8-bf16", flat_outer=True, ahead=8, dtype=jnp.bfloat16),
+    Form("flat-ahead-16-bf16", flat_outer=True, ahead=16, dtype=jnp.bfloat16),
 )}
 
 
@@ -199,7 +202,7 @@ def kernel_table(trace_path, hlo_text: str, steps: int, limit: int = 16) -> dict
                                       else None)}  # no device stream lines on CPU
 
 
-def measure(form, program, data, envelope, train_idx, repeats, profile):
+def measure(form, program, data, envelope, train_idx, repeats, profile, hlo_dir=None):
     state = init_state(program, data, envelope, train_idx)
     engine = ScanEngine(program, sample_ahead=form.ahead)
     epoch = lambda st: engine.run_epoch(st, data, train_idx, 0, envelope)
@@ -221,8 +224,10 @@ def measure(form, program, data, envelope, train_idx, repeats, profile):
                 res = epoch(res.state)
                 jax.block_until_ready(res.state.params)
             (compiled,) = engine.programs.values()
-            record.update(kernel_table(profiling.find_trace(tmp), compiled.as_text(),
-                                       res.steps))
+            text = compiled.as_text()
+            record.update(kernel_table(profiling.find_trace(tmp), text, res.steps))
+            if hlo_dir:
+                pathlib.Path(hlo_dir, f"{form.name}.hlo.txt").write_text(text)
     return record
 
 
@@ -235,6 +240,10 @@ def main():
     p.add_argument("--profile", default="")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--kernels", default="xla")
+    p.add_argument("--multiple", type=int, default=128,
+                   help="round the envelope's capacities up to a multiple of this")
+    p.add_argument("--hlo-dir", default=None,
+                   help="write each profiled form's optimized HLO here (<form>.hlo.txt)")
     args = p.parse_args()
     forms = [f for f in args.forms.split(",") if f]
     unknown = [f for f in forms if f not in FORMS]
@@ -242,11 +251,13 @@ def main():
         p.error(f"unknown forms {unknown}; choose from {', '.join(FORMS)}")
     cfg = TrainConfig(dataset=args.dataset, root=args.root, scale=args.scale,
                               model="sage", hidden=256, layers=3, fanouts=(15, 10, 5),
+                              flat_outer=False, sample_ahead=1,
                               batch_size=1024, kernels=args.kernels, eval_mode="none",
                               progress=False)
     dataset, data, program = trainer.prepare(cfg)
     base_envelope, _ = choose_envelope(data.graph, dataset.train_idx, cfg.batch_size,
-                                       program.sampler)
+                                       program.sampler,
+                                       policy=EnvelopePolicy(multiple=args.multiple))
     print(json.dumps({"device": jax.devices()[0].device_kind, "jax": jax.__version__,
                       "envelope": list(base_envelope.levels)}), flush=True)
     profile = set(args.profile.split(","))
@@ -255,7 +266,8 @@ def main():
         form = FORMS[name]
         prog, dat = build(form, program, data, dataset.num_classes)
         envelope = prog.sampler.fit_envelope(base_envelope)
-        record = measure(form, prog, dat, envelope, train_idx, args.repeats, name in profile)
+        record = measure(form, prog, dat, envelope, train_idx, args.repeats, name in profile,
+                         args.hlo_dir)
         print(json.dumps(record), flush=True)
 
 

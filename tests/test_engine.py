@@ -125,16 +125,18 @@ def test_flat_outer_hop_trains_as_dedup_does():
         assert a.loss == pytest.approx(b.loss, rel=1e-5)
 
 
-def test_sampling_ahead_gives_the_same_training():
-    """Steps sampled four at a time by one vmapped call (chunks of 3 steps padded to 4,
-    overflow recovery included) train exactly as steps sampled one by one."""
+@pytest.mark.parametrize("chunk", [3, 6])
+def test_sampling_ahead_gives_the_same_training(chunk):
+    """Steps sampled in vmapped groups (of 4 in chunks of 6: 4 + 2; of 4 in chunks of 3:
+    one short group), overflow recovery included, train exactly as steps sampled one by
+    one."""
     data = _problem()
     train_idx = np.arange(200)
     program = _program()
     results = {}
     for ahead in (1, 4):
         state = init_state(program, data, Envelope(32, (512, 512)), train_idx)
-        engine = ScanEngine(program, 3, EnvelopePolicy(multiple=8), sample_ahead=ahead)
+        engine = ScanEngine(program, chunk, EnvelopePolicy(multiple=8), sample_ahead=ahead)
         res = engine.run_epoch(state, data, train_idx, 0, Envelope(32, (40, 40)))
         results[ahead] = res
     one, four = results[1], results[4]

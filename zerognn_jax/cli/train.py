@@ -36,7 +36,9 @@ HELP = {
     "replace": "sample neighbours with replacement",
     "dedup": "deduplicate sampled nodes (--no-dedup: tree sampling, the ablation)",
     "flat_outer": "do not deduplicate the outermost hop: the first layer reads its "
-                  "neighbours by position (scan engine; same outputs, more feature rows)",
+                  "neighbours by position (scan engine; same outputs, more feature rows; "
+                  "default: on for SAGE models on the scan engine)",
+    "sample_ahead": "steps sampled together by one vmapped call (scan engine)",
     "chunk_steps": "steps per compiled program; 0 = the whole epoch",
     "engine": "scan, or the host-mediated baseline: host-exact, host-bucketed",
     "envelope": "how buffer capacities are chosen: calibrate (tight, measured on device) "

@@ -83,7 +83,7 @@ def parse_instruction(line: str) -> dict | None:
 def computations(hlo_text: str) -> dict[str, list[dict]]:
     """{computation name: its parsed instructions}."""
     out, current = {}, None
-    for line in hlo_text.splitlines():
+    for line in re.sub(r"/\*.*?\*/", "", hlo_text).splitlines():  # drop /*index=5*/
         header = _HEADER.match(line)
         if header and "=" not in line.split("{")[0]:
             current = out.setdefault(header.group(1), [])

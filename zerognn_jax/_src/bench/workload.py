@@ -60,6 +60,8 @@ VARIANTS = {v.name: v for v in (
     Variant("host-bucketed", engine="host-bucketed"),
     Variant("scan-xla"),
     Variant("scan-pallas", kernels="pallas"),
+    Variant("scan-auto", kernels="auto"),
+    Variant("scan-auto-bf16", kernels="auto", dtype="bfloat16"),
     Variant("scan-tree", dedup=False),
     Variant("scan-bf16", dtype="bfloat16"),
     Variant("scan-cmdbuf", xla_flags=CMDBUF_FLAGS),
@@ -139,11 +141,15 @@ class Workbench:
     def _cache_key(self, batch_size: int) -> dict:
         c = self.cfg
         return {"dataset": c.dataset, "scale": c.scale, "fanouts": list(c.fanouts),
-                "sampler": c.sampler,
+                "sampler": c.sampler, "margin": c.margin, "multiple": c.multiple,
                 "batch_size": batch_size, "seed": c.seed}
 
     def calibrated(self, batch_size: int):
-        """(envelope, Calibration) at `batch_size`; shared through `envelope_cache` if set."""
+        """(envelope, Calibration) at `batch_size`; shared through `envelope_cache` if set.
+
+        Calibrated with every hop deduplicated, so the counts are unique nodes (what the
+        bytes floor and the ideal memory count); `program_for` fits a variant's
+        positional levels onto it."""
         if batch_size not in self._calibrations:
             path = self.options.envelope_cache
             path = pathlib.Path(path) if path and batch_size == self.cfg.batch_size \
@@ -155,7 +161,8 @@ class Workbench:
                                                tuple(cached["mean_counts"]), cached["steps"])
             else:
                 env, cal = choose_envelope(
-                    self.data.graph, self.dataset.train_idx, batch_size, self.program.sampler,
+                    self.data.graph, self.dataset.train_idx, batch_size,
+                    self.dedup_program.sampler,
                     seed=self.cfg.seed, policy=self.cfg.envelope_policy,
                     kernels=self.program.kernels)
                 if path:
@@ -173,16 +180,24 @@ class Workbench:
                 features=self.data.features.astype(variant.dtype))
         return self._data[variant.dtype]
 
+    @property
+    def dedup_program(self):
+        """The base program with every hop deduplicated (no flat outer hop)."""
+        sampler = dataclasses.replace(self.program.sampler, flat_outer=False)
+        return dataclasses.replace(self.program, sampler=sampler)
+
     def program_for(self, variant: Variant, batch_size: int):
         """(StepProgram, starting envelope) of a variant at `batch_size`.
 
-        Pallas kernels run in the interpreter on CPU.
+        Pallas kernels run in the interpreter on CPU. The host engines sample every hop
+        deduplicated (`dedup_program`); their exact and bucketed levels are cut from it.
         """
         kernels = Kernels.parse(variant.kernels, interpret=jax.default_backend() == "cpu")
-        program = dataclasses.replace(self.program, batch_size=batch_size, kernels=kernels,
+        base = self.program if variant.engine == "scan" else self.dedup_program
+        program = dataclasses.replace(base, batch_size=batch_size, kernels=kernels,
                                       model=self.program.model.clone(dtype=variant.dtype))
         if variant.dedup:
-            return program, self.calibrated(batch_size)[0]
+            return program, program.sampler.fit_envelope(self.calibrated(batch_size)[0])
         program = dataclasses.replace(
             program, sampler=dataclasses.replace(program.sampler, dedup=False))
         return program, choose_envelope(self.data.graph, self.dataset.train_idx, batch_size,
@@ -208,7 +223,8 @@ def measure(wb: Workbench, variant: Variant, *, kind: str = "config",
     program, env = wb.program_for(variant, batch_size)
     host = variant.engine != "scan"
     runner = make_engine(variant.engine, program, policy=wb.cfg.envelope_policy,
-                         max_steps=options.host_steps if host else None)
+                         max_steps=options.host_steps if host else None,
+                         sample_ahead=wb.cfg.sample_ahead)
     bar = tqdm(total=epochs + 1 + profile, desc=f"{variant.name} b={batch_size}",
                unit="epoch", file=sys.stderr, disable=not options.train.progress, leave=False)
     last = [None]
@@ -269,9 +285,10 @@ def check_equivalence(wb: Workbench, steps: int) -> dict:
     """The scan and host-exact engines over the first `steps` steps of epoch 0.
 
     The same sampled subgraphs give equal per-level counts and sampled edges at every
-    step; losses agree to float rounding (the host computes on exact shapes).
+    step; losses agree to float rounding (the host computes on exact shapes). Both
+    deduplicate every hop (the host engine cuts levels to their counts).
     """
-    program, env = wb.program, wb.envelope
+    program, env = wb.dedup_program, wb.envelope
     total = num_steps(wb.train_idx.shape[0], program.batch_size)
     steps = min(steps, total)
     perm = epoch_seeds(wb.train_idx, program.batch_size, program.seed, 0)

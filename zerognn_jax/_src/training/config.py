@@ -37,13 +37,19 @@ class TrainConfig:
     `sampler` is "uniform", "weighted" (by the graph's edge weights) or "labor" (LABOR-0;
     docs/samplers.md).
     `flat_outer` leaves the outermost hop undeduplicated, laid out in slot order
-    (`SamplerConfig.flat_outer`; scan engine only).
+    (`SamplerConfig.flat_outer`; scan engine only); None (the default) turns it on for
+    the built-in SAGE models on the scan engine, whose first layer reads its sources
+    without transforming them (`uses_flat_outer`). `sample_ahead` steps are sampled
+    by one vmapped call (`ScanEngine.sample_ahead`).
     `chunk_steps=0` compiles a whole epoch into one program.
     `dtype` is the model's computation dtype and the feature table's on the device:
     "float32", or "bfloat16" (half the bytes; sums and gradients accumulate in float32).
     `engine` is "scan" (a chunk of steps per program) or the host-mediated baseline,
     "host-exact" or "host-bucketed" (see host.py).
-    `margin` and `multiple` size the envelope (`envelope_policy`).
+    `margin` and `multiple` size the envelope (`envelope_policy`). The default multiple,
+    1024, keeps level sizes in a form XLA's split-K GEMMs take without first copying
+    the operands into padded buffers (11-18 % of a bfloat16 products-like epoch on an
+    H100, docs/benchmarks.md).
     `devices` is the number of devices per process to train on (0 = all local ones);
     `batch_size` is per device, so a step trains on batch_size x devices x processes
     seeds. `shard_features` splits the feature table by rows across those devices.
@@ -78,12 +84,13 @@ class TrainConfig:
     sampler: str = "uniform"
     replace: bool = False
     dedup: bool = True
-    flat_outer: bool = False
+    flat_outer: bool | None = None
+    sample_ahead: int = 8
     chunk_steps: int = 0
     engine: str = "scan"
     envelope: str = "calibrate"
     margin: float = 1.1
-    multiple: int = 128
+    multiple: int = 1024
     eval_mode: str = "full"
     eval_every: int = 1
     eval_batch_size: int = 4096
@@ -144,6 +151,7 @@ class TrainConfig:
              f"best_metric {self.best_metric!r} keeps a checkpoint: set checkpoint_dir"),
             (self.best_metric is None or self.eval_mode != "none",
              f"best_metric {self.best_metric!r} needs evaluation: eval_mode is 'none'"),
+            (self.sample_ahead >= 1, f"sample_ahead must be >= 1, got {self.sample_ahead}"),
             (self.engine == "scan" or not (self.flat_outer or not self.dedup),
              f"the host-mediated engine {self.engine!r} cuts deduplicated levels to their "
              f"counts: drop flat_outer and keep dedup"),
@@ -162,6 +170,13 @@ class TrainConfig:
                 f"need an NVIDIA GPU; JAX's backend here is {jax.default_backend()}: use "
                 f"kernels 'xla' or 'auto'")
         self.envelope_policy  # noqa: B018 (validates margin and multiple)
+
+    @property
+    def uses_flat_outer(self) -> bool:
+        """`flat_outer` resolved: as set, else on for SAGE models on the scan engine."""
+        if self.flat_outer is not None:
+            return self.flat_outer
+        return self.model.startswith("sage") and self.engine == "scan" and self.dedup
 
     @property
     def envelope_policy(self) -> EnvelopePolicy:

@@ -12,14 +12,15 @@ ENGINES = ("scan", "host-exact", "host-bucketed")
 
 def make_engine(name: str, program: StepProgram, *, chunk_steps: int = 0,
                 max_steps: int | None = None,
-                policy: EnvelopePolicy = DEFAULT_POLICY) -> ScanEngine | HostEngine:
-    """The engine called `name` for `program`.
+                policy: EnvelopePolicy = DEFAULT_POLICY,
+                sample_ahead: int = 1) -> ScanEngine | HostEngine:
+    """The engine called `name` for `program`; `sample_ahead` applies to the scan engine.
 
     Every engine offers `run_epoch(state, data, train_idx, epoch, envelope,
     on_progress=None) -> EpochResult` and `compile_seconds`.
     """
     if name == "scan":
-        return ScanEngine(program, chunk_steps, policy)
+        return ScanEngine(program, chunk_steps, policy, sample_ahead=sample_ahead)
     if name in ("host-exact", "host-bucketed"):
         return HostEngine(program, name.removeprefix("host-"), max_steps, policy)
     raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")

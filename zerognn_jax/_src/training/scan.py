@@ -101,9 +101,9 @@ def scan_chunk(program: StepProgram, state: TrainState, steps, data: DeviceData,
     sampling with the gradient all-reduce. The chunk samples one step more than it
     trains; the result is the same.
 
-    With `ahead` > 1 (n a multiple of it) the steps go in groups of `ahead`: one
-    vmapped call samples a whole group, then the group's steps train one by one. The
-    sampler's many small kernels then run once per group, `ahead` times wider; the
+    With `ahead` > 1 the steps go in groups of `ahead` (the last group holds the rest):
+    one vmapped call samples a whole group, then the group's steps train one by one.
+    The sampler's many small kernels then run once per group, `ahead` times wider; the
     samples, and so the result, are the same.
     """
     sample = lambda step: sample_step(program, step, data, perm, epoch, total_steps,
@@ -114,8 +114,14 @@ def scan_chunk(program: StepProgram, state: TrainState, steps, data: DeviceData,
             sampled = jax.vmap(sample)(group_steps)
             return jax.lax.scan(lambda s, xs: train(s, *xs), state, (group_steps, sampled))
 
-        state, metrics = jax.lax.scan(group, state, steps.reshape(-1, ahead))
-        return state, jax.tree_util.tree_map(lambda m: m.reshape(-1, *m.shape[2:]), metrics)
+        whole = steps.shape[0] - steps.shape[0] % ahead
+        state, metrics = jax.lax.scan(group, state, steps[:whole].reshape(-1, ahead))
+        metrics = jax.tree_util.tree_map(lambda m: m.reshape(-1, *m.shape[2:]), metrics)
+        if whole == steps.shape[0]:
+            return state, metrics
+        state, rest = group(state, steps[whole:])
+        return state, jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), metrics,
+                                             rest)
     if not prefetch:
         return jax.lax.scan(lambda s, step: train(s, step, sample(step)), state, steps)
 
@@ -136,10 +142,9 @@ class ScanEngine:
     Compiled chunk programs are cached here per (envelope, chunk length);
     `compile_seconds` adds up the time spent compiling them. `prefetch` samples each
     step one step ahead (`scan_chunk`); `sample_ahead` > 1 samples that many steps in
-    one vmapped call (`scan_chunk`'s `ahead`; the chunk is rounded up to a multiple of
-    it, the extra steps inactive; not with `prefetch`); `compiler_options` are XLA options for
-    compiling the chunk programs (e.g. {"xla_gpu_enable_latency_hiding_scheduler":
-    True}; benchmarks/scaling.py measures them).
+    one vmapped call (`scan_chunk`'s `ahead`; not with `prefetch`); `compiler_options`
+    are XLA options for compiling the chunk programs (e.g.
+    {"xla_gpu_enable_latency_hiding_scheduler": True}; benchmarks/scaling.py measures them).
     """
 
     program: StepProgram
@@ -174,12 +179,10 @@ class ScanEngine:
             program, caps, prefetch = self.program, envelope.capacities, self.prefetch
             host = program.parallel is not None and program.parallel.host_metrics
             ahead = self.sample_ahead
-            padded = -(-chunk_steps // ahead) * ahead
 
             def run(state, data, perm, epoch, start, total):
-                steps = start + jnp.arange(padded, dtype=jnp.int32)
-                last = jnp.minimum(total, start + chunk_steps)  # padding steps stay inactive
-                state, metrics = scan_chunk(program, state, steps, data, perm, epoch, last,
+                steps = start + jnp.arange(chunk_steps, dtype=jnp.int32)
+                state, metrics = scan_chunk(program, state, steps, data, perm, epoch, total,
                                             caps, envelope.batch_size, prefetch=prefetch,
                                             ahead=ahead)
                 if host:

@@ -100,8 +100,9 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         labels = dataset.targets  # float32[N, T]: multi-label or regression
     else:
         labels = np.maximum(dataset.labels, 0).astype(np.int32)
+    flat_outer = cfg.uses_flat_outer if model is None else bool(cfg.flat_outer)
     sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, dedup=cfg.dedup,
-                            flat_outer=cfg.flat_outer, method=cfg.sampler)
+                            flat_outer=flat_outer, method=cfg.sampler)
     sampler = sampler.resolve(dataset.graph.max_degree())
     graph = prepare_graph(dataset.graph, sampler)
     dtype = jnp.dtype(cfg.dtype)
@@ -268,10 +269,11 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         state = state._replace(**restored)
         saved_env = meta["envelope"]
         if saved_env["batch_size"] == env.batch_size:  # else saved with another device count
-            env = Envelope(saved_env["batch_size"], tuple(saved_env["capacities"]))
+            env = program.sampler.fit_envelope(
+                Envelope(saved_env["batch_size"], tuple(saved_env["capacities"])))
         history, start_epoch = meta["history"], last + 1
     runner = make_engine(cfg.engine, program, chunk_steps=cfg.chunk_steps,
-                         policy=cfg.envelope_policy)
+                         policy=cfg.envelope_policy, sample_ahead=cfg.sample_ahead)
     log = MetricsLog(cfg.metrics_out if lead else None, history if resumed else None)
     board = TensorBoardLog(cfg.tensorboard_dir if lead else None)
     best = _best_checkpoint(cfg, history)
