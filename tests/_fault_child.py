@@ -5,7 +5,8 @@
 
 --signal-in-compile sends SIGNAL (SIGINT, SIGTERM) to this process COUNT times (default
   once, 0.3 s apart), starting 0.3 s into the longest XLA compilation of PHASE (seconds
-  on a CPU): "calibration" (its sampling scan) or "training" (the chunk program).
+  on a CPU): "calibration" (its sampling scan) or "training" (the chunk program). That
+  compilation returns only once every signal is sent, so all land inside the phase.
 --kill-in-save ends the process with SIGKILL while the checkpoint of EPOCH is written:
   WHEN is a delay in milliseconds after the save starts, or "commit" for the moment
   orbax renames the finished temporary folder into place.
@@ -39,7 +40,12 @@ def _signal_in_compile(spec: str) -> None:
         if str(module.operation.attributes["sym_name"]).strip('"') == program:
             print(f"fault: {name} x{count} while compiling {program}", file=sys.stderr,
                   flush=True)
-            threading.Thread(target=send, daemon=True).start()
+            sender = threading.Thread(target=send, daemon=True)
+            sender.start()
+            try:
+                return compile_and_load(backend, module, *args, **kwargs)
+            finally:  # a fast compile must not let the phase end before every signal
+                sender.join()
         return compile_and_load(backend, module, *args, **kwargs)
 
     compiler.backend_compile_and_load = hooked
