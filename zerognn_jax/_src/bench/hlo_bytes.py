@@ -7,7 +7,7 @@ code reads and writes:
 - an operand that the fused computation only gathers from (or dynamic-slices) counts
   the rows read, the sizes of those gathers' results, not the whole table;
 - a fusion whose root is a scatter updates its operand in place: that operand counts
-  nothing and the result counts the updates twice (read, then written).
+  nothing, and the target rows the updates touch count twice (read, then written).
 
 The figure ignores caches (a row read twice counts twice) and reduction passes inside
 a kernel; `benchmarks/step_forms.py` puts it beside measured kernel times.

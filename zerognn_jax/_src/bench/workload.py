@@ -180,7 +180,7 @@ class Workbench:
                 features=self.data.features.astype(variant.dtype))
         return self._data[variant.dtype]
 
-    @property
+    @functools.cached_property
     def dedup_program(self):
         """The base program with every hop deduplicated (no flat outer hop)."""
         sampler = dataclasses.replace(self.program.sampler, flat_outer=False)

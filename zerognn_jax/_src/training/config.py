@@ -48,7 +48,7 @@ class TrainConfig:
     "host-exact" or "host-bucketed" (see host.py).
     `margin` and `multiple` size the envelope (`envelope_policy`). The default multiple,
     1024, keeps level sizes in a form XLA's split-K GEMMs take without first copying
-    the operands into padded buffers (11-18 % of a bfloat16 products-like epoch on an
+    the operands into padded buffers (13-18 % of a bfloat16 products-like epoch on an
     H100, docs/benchmarks.md).
     `devices` is the number of devices per process to train on (0 = all local ones);
     `batch_size` is per device, so a step trains on batch_size x devices x processes
