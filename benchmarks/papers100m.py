@@ -192,10 +192,14 @@ def train_sage(cfg: TrainConfig, dataset, data, program, clock: Clock):
                       resident=resident)
     state = init_state(program, data, env, dataset.train_idx)
     state, record = run_epochs(cfg, program, state, data, dataset, env, clock, "sage")
-    report = memory.memory_report(env, cal.max_counts, program.sampler.slots, dims)
+    # Tree mode (the default where its levels are small against the graph) has exact
+    # sizes and no calibration to compare them with.
+    ratio = None if cal is None else memory.memory_report(
+        env, cal.max_counts, program.sampler.slots, dims)["ratio"]
     record.update(calibrate_seconds=calibrate,
                   calibrate_compile_seconds=calibrate + record["compile_seconds"],
-                  envelope=list(env.levels), envelope_over_ideal=report["ratio"],
+                  envelope=list(env.levels), envelope_over_ideal=ratio,
+                  dedup=program.sampler.dedup,
                   resident_bytes=dataclasses.asdict(resident), **peak_fields())
     return state, env, record
 

@@ -8,7 +8,9 @@ kernels, calibrated envelope. `library` is the code as it stands; every other fo
 swaps one piece (how the neighbour weighted sum is written and differentiated
 (`autodiff-*`: its gradient by autodiff's scatter instead of the gathering backward), one or
 two matmuls per SAGE layer, dropout, computation dtype, `flat-*`: the outermost hop not
-deduplicated, `*ahead-8`: steps sampled 8 at a time) and prints one JSON line:
+deduplicated, `tree-*`: no level deduplicated (every layer reads by position, no
+scatter in the backward), `*ahead-8`: steps sampled 8 at a time, `*grad-bf16`: the
+source gradient kept in bfloat16) and prints one JSON line:
 median epoch seconds over `--repeats` replays after a warm-up epoch, compile seconds,
 and the mean loss of the last replay (forms that only reformulate must match
 `library` to rounding; `two-matmul` initialises differently). `--profile` adds, for the
@@ -34,6 +36,7 @@ import jax.numpy as jnp
 
 from zerognn_jax._src.bench import hlo_bytes, profiling
 from zerognn_jax._src.nn import models
+from zerognn_jax._src.ops import aggregate
 from zerognn_jax._src.ops.aggregate import gather_live
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
@@ -106,6 +109,30 @@ def with_flat_scatter(forward):
     return op
 
 
+@jax.custom_vjp
+def sum_grad_in_dtype(h_src, nbr, weights):
+    """The library's weighted sum, but its source gradient gathered and scatter-added in
+    the input's dtype (bfloat16 in, bfloat16 gradient buffer) instead of float32."""
+    return aggregate.weighted_sum_reference(h_src, nbr, weights)
+
+
+def _grad_in_dtype_fwd(h_src, nbr, weights):
+    return sum_grad_in_dtype(h_src, nbr, weights), (h_src, nbr, weights)
+
+
+def _grad_in_dtype_bwd(res, g):
+    h_src, nbr, weights = res
+    _, vjp = jax.vjp(aggregate.weighted_sum_reference, h_src, nbr, weights)
+    _, _, dw = vjp(g)
+    live = jnp.any(weights != 0, axis=-1)
+    dh = aggregate.source_gradient(g.astype(h_src.dtype), nbr, weights.astype(h_src.dtype),
+                                   live, h_src.shape[0])
+    return dh, None, dw
+
+
+sum_grad_in_dtype.defvjp(_grad_in_dtype_fwd, _grad_in_dtype_bwd)
+
+
 class SAGETwoMatmul(nn.Module):
     """SAGE-mean as W_self h_i + W_neigh mean_j h_j: two matmuls, two outputs added."""
 
@@ -133,6 +160,7 @@ class Form:
     dropout: float = 0.5
     dtype: object = jnp.float32
     flat_outer: bool = False  # SamplerConfig.flat_outer
+    dedup: bool = True  # SamplerConfig.dedup (False: tree mode, every level positional)
     ahead: int = 1  # ScanEngine.sample_ahead
 
 
@@ -156,6 +184,10 @@ FORMS = {f.name: f for f in (
     Form("flat-ahead-8", flat_outer=True, ahead=8),
     Form("flat-ahead-8-bf16", flat_outer=True, ahead=8, dtype=jnp.bfloat16),
     Form("flat-ahead-16-bf16", flat_outer=True, ahead=16, dtype=jnp.bfloat16),
+    Form("flat-ahead-8-bf16-grad-bf16", flat_outer=True, ahead=8, dtype=jnp.bfloat16,
+         weighted_sum=sum_grad_in_dtype),
+    Form("tree-ahead-8", dedup=False, ahead=8),
+    Form("tree-ahead-8-bf16", dedup=False, ahead=8, dtype=jnp.bfloat16),
 )}
 
 
@@ -166,7 +198,8 @@ def build(form: Form, base_program, base_data, num_classes):
     kernels = base_program.kernels
     if form.weighted_sum is not None:
         kernels = dataclasses.replace(kernels, weighted_sum=form.weighted_sum)
-    sampler = dataclasses.replace(base_program.sampler, flat_outer=form.flat_outer)
+    sampler = dataclasses.replace(base_program.sampler, flat_outer=form.flat_outer,
+                                  dedup=form.dedup)
     return dataclasses.replace(base_program, model=model, kernels=kernels,
                                sampler=sampler), data
 

@@ -62,6 +62,9 @@ def test_every_config_reports_every_field(bench_run):
         assert r["gpu_fraction"] is None and r["peak_bytes_in_use"] is None
     assert configs["host-exact"]["extrapolated"] and not configs["scan-xla"]["extrapolated"]
     assert configs["host-exact"]["shapes_compiled"] == 2
+    # One hop: the library's choice is a tree; the host engines always deduplicate.
+    assert configs["scan-xla"]["dedup"] is False and configs["scan-dedup"]["dedup"] is True
+    assert configs["host-exact"]["dedup"] is True
     assert configs["scan-cmdbuf"]["peak_scope"] == "config"  # measured in its own process
 
 

@@ -251,7 +251,9 @@ def test_benchmark_runs_every_phase_at_tiny_scale(dataset, tmp_path, capsys):
     assert records["generate"]["reused"] and records["generate"]["nodes"] == 55_530
     assert records["load"]["feature_dtype"] == "bfloat16"  # float32 on the device
     train = records["train"]
-    assert train["steps"] == 3 and train["envelope_over_ideal"] >= 1.0
+    assert train["steps"] == 3
+    # One hop: the default samples it as a tree (exact sizes, nothing to calibrate).
+    assert train["dedup"] is False and train["envelope_over_ideal"] is None
     assert train["calibrate_compile_seconds"] > train["compile_seconds"] > 0
     assert records["exact"]["offload"] and 0 <= records["exact"]["test_acc"] <= 1
     assert 0 <= records["mlp"]["test_acc"] <= 1

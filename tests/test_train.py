@@ -165,3 +165,51 @@ def test_cli_rejects_bad_arguments(args, message):
 def test_host_engine_refuses_several_devices():
     with pytest.raises(ValueError, match="host-mediated engine 'host-exact' runs on one device"):
         TrainConfig(engine="host-exact", devices=2)
+
+
+@pytest.fixture(scope="module")
+def graph_2000():
+    """2,000 nodes, random edges, features that carry the label."""
+    from conftest import random_graph
+
+    from zerognn_jax import make_dataset
+
+    rs = np.random.default_rng(3)
+    g = random_graph(2000, 12000, seed=3)
+    labels = rs.integers(0, 4, 2000)
+    feats = rs.normal(size=(2000, 8)).astype(np.float32) + labels[:, None]
+    perm = rs.permutation(2000)
+    return make_dataset("g2000", g.indptr, g.indices, feats, labels, perm[:1000],
+                        perm[1000:1500], perm[1500:], 4)
+
+
+@pytest.mark.parametrize("overrides, tree", [
+    (dict(), True),  # the tree's inner level holds 8 x 4 = 32 <= 2000 / 8 rows
+    (dict(batch_size=64, fanouts=(5, 4)), False),  # 64 x 6 = 384 > 250
+    (dict(model="sage-max"), True),
+    (dict(model="gcn"), False),  # transforms every source row: dedup pays
+    (dict(engine="host-exact"), False),
+    (dict(sampler="labor"), False),  # LABOR's shared draws need a dedup'd level
+    (dict(dedup=True), False),
+    (dict(dedup=False, model="gcn"), True),
+])
+def test_dedup_default_picks_tree_mode_where_levels_are_small(graph_2000, overrides, tree):
+    from zerognn_jax._src.training import trainer
+
+    cfg = TrainConfig(**{**dict(hidden=8, layers=2, fanouts=(3, 2), batch_size=8,
+                                progress=False), **overrides})
+    _, _, program = trainer.prepare(cfg, graph_2000)
+    assert program.sampler.dedup is not tree
+    flat_outer = cfg.uses_flat_outer and not tree
+    assert program.sampler.positional == (tree, tree or flat_outer)
+
+
+def test_tree_default_trains_and_evaluates(graph_2000):
+    """The default picks tree mode here; training learns and exact evaluation runs."""
+    cfg = TrainConfig(hidden=16, layers=2, fanouts=(3, 2), batch_size=8, epochs=3,
+                      eval_every=0, progress=False)
+    result = train(cfg, graph_2000)
+    assert result.program.sampler.dedup is False
+    losses = [h["loss"] for h in result.history]
+    assert losses[-1] < losses[0], losses
+    assert result.summary["test_acc"] > 0.5  # 4 classes; the features carry the label

@@ -34,7 +34,9 @@ HELP = {
                "(LABOR-0: one random number per vertex and hop, shared by all rows, so rows "
                "pick the same neighbours; a fanout is then the expected count)",
     "replace": "sample neighbours with replacement",
-    "dedup": "deduplicate sampled nodes (--no-dedup: tree sampling, the ablation)",
+    "dedup": "deduplicate sampled nodes (--no-dedup: tree sampling, every level in slot "
+             "order; default: tree for SAGE models on the scan engine where the tree's "
+             "levels hold at most 1/8 of the graph's nodes, dedup elsewhere)",
     "flat_outer": "do not deduplicate the outermost hop: the first layer reads its "
                   "neighbours by position (scan engine; same outputs, more feature rows; "
                   "default: on for SAGE models on the scan engine)",

@@ -45,12 +45,15 @@ CMDBUF_FLAGS = ("--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL "
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """One benchmark configuration: engine, kernels, sampling mode, dtype, XLA flags."""
+    """One benchmark configuration: engine, kernels, sampling mode, dtype, XLA flags.
+
+    `dedup` None takes the library's choice for the scan engine (`TrainConfig.dedup`);
+    the host engines always deduplicate."""
 
     name: str
     engine: str = "scan"
     kernels: str = "xla"
-    dedup: bool = True
+    dedup: bool | None = None
     dtype: str = "float32"
     xla_flags: str = ""
 
@@ -63,6 +66,8 @@ VARIANTS = {v.name: v for v in (
     Variant("scan-auto", kernels="auto"),
     Variant("scan-auto-bf16", kernels="auto", dtype="bfloat16"),
     Variant("scan-tree", dedup=False),
+    Variant("scan-dedup", dedup=True),
+    Variant("scan-dedup-bf16", kernels="auto", dtype="bfloat16", dedup=True),
     Variant("scan-bf16", dtype="bfloat16"),
     Variant("scan-cmdbuf", xla_flags=CMDBUF_FLAGS),
 )}
@@ -183,7 +188,7 @@ class Workbench:
     @functools.cached_property
     def dedup_program(self):
         """The base program with every hop deduplicated (no flat outer hop)."""
-        sampler = dataclasses.replace(self.program.sampler, flat_outer=False)
+        sampler = dataclasses.replace(self.program.sampler, dedup=True, flat_outer=False)
         return dataclasses.replace(self.program, sampler=sampler)
 
     def program_for(self, variant: Variant, batch_size: int):
@@ -191,17 +196,27 @@ class Workbench:
 
         Pallas kernels run in the interpreter on CPU. The host engines sample every hop
         deduplicated (`dedup_program`); their exact and bucketed levels are cut from it.
+        The scan engine samples as the library would at `batch_size` (tree mode or
+        dedup, `trainer.default_sampler`) unless the variant sets `dedup`; dedup'd, its
+        outermost hop is flat where the library makes it so.
         """
         kernels = Kernels.parse(variant.kernels, interpret=jax.default_backend() == "cpu")
-        base = self.program if variant.engine == "scan" else self.dedup_program
+        base = self.dedup_program
+        sampler = base.sampler
+        if variant.engine == "scan":
+            sampler = dataclasses.replace(sampler, flat_outer=self.cfg.uses_flat_outer)
+            if variant.dedup is None:
+                sampler = trainer.default_sampler(self.cfg, sampler, self.dataset.num_nodes,
+                                                  batch_size)
+            elif not variant.dedup:
+                sampler = dataclasses.replace(sampler, dedup=False, flat_outer=False)
         program = dataclasses.replace(base, batch_size=batch_size, kernels=kernels,
+                                      sampler=sampler,
                                       model=self.program.model.clone(dtype=variant.dtype))
-        if variant.dedup:
-            return program, program.sampler.fit_envelope(self.calibrated(batch_size)[0])
-        program = dataclasses.replace(
-            program, sampler=dataclasses.replace(program.sampler, dedup=False))
+        if sampler.dedup:
+            return program, sampler.fit_envelope(self.calibrated(batch_size)[0])
         return program, choose_envelope(self.data.graph, self.dataset.train_idx, batch_size,
-                                        program.sampler)[0]
+                                        sampler)[0]
 
     def memory_fields(self, program, envelope) -> dict:
         """Envelope bytes against exact-size bytes at the largest calibrated counts."""
@@ -257,6 +272,7 @@ def measure(wb: Workbench, variant: Variant, *, kind: str = "config",
         epoch_seconds_runs=[r * scale for r in runs], steps_per_second=result.steps / median,
         sampled_edges_per_second=result.sampled_edges / median, loss=result.loss,
         overflows=result.overflows, device=jax.devices()[0].device_kind,
+        dedup=program.sampler.dedup,
         **wb.memory_fields(program, result.envelope))
     if profile:
         record.update(_profile_fields(run, variant.name, median, options.trace_dir))

@@ -36,6 +36,10 @@ class TrainConfig:
     `envelope` is "calibrate" (tight, measured) or "conservative" (the safe bound).
     `sampler` is "uniform", "weighted" (by the graph's edge weights) or "labor" (LABOR-0;
     docs/samplers.md).
+    `dedup` deduplicates each sampled level; False is tree mode (every level in slot
+    order, exact sizes); None (the default) picks tree mode for the built-in SAGE models
+    on the scan engine (node tasks, uniform or weighted sampling) when the tree's levels
+    are small against the graph (`SamplerConfig.tree_is_small`), dedup otherwise.
     `flat_outer` leaves the outermost hop undeduplicated, laid out in slot order
     (`SamplerConfig.flat_outer`; scan engine only); None (the default) turns it on for
     the built-in SAGE models on the scan engine, whose first layer reads its sources
@@ -83,7 +87,7 @@ class TrainConfig:
     kernels: str = "auto"
     sampler: str = "uniform"
     replace: bool = False
-    dedup: bool = True
+    dedup: bool | None = None
     flat_outer: bool | None = None
     sample_ahead: int = 8
     chunk_steps: int = 0
@@ -152,7 +156,7 @@ class TrainConfig:
             (self.best_metric is None or self.eval_mode != "none",
              f"best_metric {self.best_metric!r} needs evaluation: eval_mode is 'none'"),
             (self.sample_ahead >= 1, f"sample_ahead must be >= 1, got {self.sample_ahead}"),
-            (self.engine == "scan" or not (self.flat_outer or not self.dedup),
+            (self.engine == "scan" or not (self.flat_outer or self.dedup is False),
              f"the host-mediated engine {self.engine!r} cuts deduplicated levels to their "
              f"counts: drop flat_outer and keep dedup"),
             (self.engine == "scan" or (self.devices == 1 and not self.shard_features),
@@ -176,7 +180,16 @@ class TrainConfig:
         """`flat_outer` resolved: as set, else on for SAGE models on the scan engine."""
         if self.flat_outer is not None:
             return self.flat_outer
-        return self.model.startswith("sage") and self.engine == "scan" and self.dedup
+        return self.model.startswith("sage") and self.engine == "scan" \
+            and self.dedup is not False
+
+    @property
+    def may_skip_dedup(self) -> bool:
+        """Whether `dedup=None` may resolve to tree mode (the graph decides:
+        `SamplerConfig.tree_is_small`): SAGE models on the scan engine, node tasks,
+        samplers that draw each row on its own (LABOR shares draws across a level)."""
+        return (self.dedup is None and self.model.startswith("sage") and self.engine == "scan"
+                and self.task == "node" and self.sampler != "labor")
 
     @property
     def envelope_policy(self) -> EnvelopePolicy:

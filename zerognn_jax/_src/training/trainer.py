@@ -101,9 +101,11 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     else:
         labels = np.maximum(dataset.labels, 0).astype(np.int32)
     flat_outer = cfg.uses_flat_outer if model is None else bool(cfg.flat_outer)
-    sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, dedup=cfg.dedup,
+    sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, dedup=cfg.dedup is not False,
                             flat_outer=flat_outer, method=cfg.sampler)
     sampler = sampler.resolve(dataset.graph.max_degree())
+    if model is None:
+        sampler = default_sampler(cfg, sampler, dataset.graph.num_nodes, cfg.batch_size)
     graph = prepare_graph(dataset.graph, sampler)
     dtype = jnp.dtype(cfg.dtype)
     if model is None:
@@ -132,6 +134,16 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     program = program.with_mesh(mesh, shard_features=cfg.shard_features)
     host = DeviceData(graph, np.asarray(feats).astype(dtype), labels)
     return dataset, program.parallel.place_data(host), program
+
+
+def default_sampler(cfg: TrainConfig, sampler: SamplerConfig, num_nodes: int,
+                    batch_size: int) -> SamplerConfig:
+    """`sampler` (deduplicating) in tree mode where `cfg.dedup=None` picks it for seeds
+    of `batch_size` per device on a graph of `num_nodes` (`TrainConfig.may_skip_dedup`,
+    `SamplerConfig.tree_is_small`)."""
+    if cfg.may_skip_dedup and sampler.tree_is_small(batch_size, num_nodes):
+        return dataclasses.replace(sampler, dedup=False, flat_outer=False)
+    return sampler
 
 
 def level_dims(cfg: TrainConfig, dataset: Dataset, model=None) -> tuple[int, ...]:
