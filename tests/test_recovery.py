@@ -69,8 +69,10 @@ def npz(tmp_path_factory) -> Path:
 
 
 def train_args(npz: Path, run: Path, epochs: int = EPOCHS) -> list[str]:
+    # --dedup: this small graph would otherwise be sampled as a tree, which has no
+    # calibration phase to interrupt.
     return ["train", "--dataset", str(npz), "--hidden", "16", "--layers", "2", "--fanouts",
-            "5,5", "--batch-size", "32", "--chunk-steps", "2", "--epochs", str(epochs),
+            "5,5", "--dedup", "--batch-size", "32", "--chunk-steps", "2", "--epochs", str(epochs),
             "--eval-every", "3", "--no-progress", "--checkpoint-dir", str(run / "ck"),
             "--metrics-out", str(run / "m.jsonl")]
 

@@ -184,8 +184,8 @@ def graph_2000():
 
 
 @pytest.mark.parametrize("overrides, tree", [
-    (dict(), True),  # the tree's inner level holds 8 x 4 = 32 <= 2000 / 8 rows
-    (dict(batch_size=64, fanouts=(5, 4)), False),  # 64 x 6 = 384 > 250
+    (dict(), True),  # the tree's inner level holds 8 x 4 = 32 <= 2000 / 4 rows
+    (dict(batch_size=96, fanouts=(5, 4)), False),  # 96 x 6 = 576 > 500
     (dict(model="sage-max"), True),
     (dict(model="gcn"), False),  # transforms every source row: dedup pays
     (dict(engine="host-exact"), False),

@@ -36,7 +36,7 @@ HELP = {
     "replace": "sample neighbours with replacement",
     "dedup": "deduplicate sampled nodes (--no-dedup: tree sampling, every level in slot "
              "order; default: tree for SAGE models on the scan engine where the tree's "
-             "levels hold at most 1/8 of the graph's nodes, dedup elsewhere)",
+             "levels hold at most 1/4 of the graph's nodes, dedup elsewhere)",
     "flat_outer": "do not deduplicate the outermost hop: the first layer reads its "
                   "neighbours by position (scan engine; same outputs, more feature rows; "
                   "default: on for SAGE models on the scan engine)",

@@ -32,8 +32,9 @@ from zerognn_jax._src.sampling.weighted import cumulative_table, sample_weighted
 MAX_HOPS = 8
 SAMPLERS = ("uniform", "weighted", "labor")
 # `SamplerConfig.tree_is_small`: the largest share of the graph's nodes a computed tree
-# level may hold (one measured point, products-like; not tuned further).
-TREE_SHARE = 1 / 8
+# level may hold. Tree mode won at the three shares measured (products-like at scales
+# 1, 0.5, 0.25: 7, 15 and 29 %; docs/benchmarks.md); larger shares were not measured.
+TREE_SHARE = 1 / 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,10 +112,10 @@ class SamplerConfig:
 
     def tree_is_small(self, batch_size: int, num_nodes: int) -> bool:
         """Whether tree mode's computed levels (all but the outermost) each hold at most
-        `TREE_SHARE` of the graph's nodes. Then most sampled nodes are distinct and
-        dedup's savings are small against its cost: on products-like (SAGE [15, 10, 5],
-        batch 1024) the tree's second level is 1.28x the dedup'd one and tree mode
-        trains a bfloat16 epoch 15 % faster on an H100 (docs/benchmarks.md)."""
+        `TREE_SHARE` of the graph's nodes. Then dedup's savings are small against its
+        cost (a dedup per hop, a gather and a scatter in the backward): on products-like
+        (SAGE [15, 10, 5], batch 1024) the tree's second level is 1.28x the dedup'd one
+        and tree mode trains a bfloat16 epoch 15 % faster on an H100."""
         inner = tree_sizes(batch_size, self.slots)[1:-1]
         return all(size <= TREE_SHARE * num_nodes for size in inner)
 

@@ -198,7 +198,9 @@ class ScanEngine:
         return self._programs[key]
 
     def _args(self, state, data, perm, epoch, start, total) -> tuple:
-        scalars = (perm, jnp.int32(epoch), jnp.int32(start), jnp.int32(total))
+        # NumPy scalars travel with the call; jnp.int32(x) would be one dispatched
+        # conversion each, with the GPU idle behind it.
+        scalars = (perm, np.int32(epoch), np.int32(start), np.int32(total))
         dp = self.program.parallel
         if dp is None:
             return (state, data, *scalars)
@@ -228,8 +230,12 @@ class ScanEngine:
         while start < total:
             args = self._args(state, data, perm, epoch, start, total)
             state, metrics = self.chunk_program(envelope, chunk, args)(*args)
+            flags = (state.overflowed, state.failed_step)
+            for leaf in jax.tree_util.tree_leaves((metrics, flags)):
+                if leaf.is_fully_addressable:  # queued behind the chunk: one wait, not one
+                    leaf.copy_to_host_async()  # host round trip per array
             metrics = self._fetch_metrics(metrics)
-            overflowed, failed = jax.device_get((state.overflowed, state.failed_step))
+            overflowed, failed = jax.device_get(flags)
             chunks += 1
             parts.append({k: v[metrics["applied"]] for k, v in metrics.items()})
             if overflowed:
