@@ -75,7 +75,7 @@ def test_overflowing_step_applies_no_update():
     state = init_state(program, data, Envelope(32, (512, 512)), np.arange(200))
     before = jax.tree_util.tree_map(np.asarray, state.params)
     perm = jnp.arange(224, dtype=jnp.int32)
-    args = (state, data, perm, jnp.int32(0), jnp.int32(0), jnp.int32(7))
+    args = (state, data, perm, np.array([0, 0, 7], np.int32))  # epoch, first step, steps
     out, metrics = ScanEngine(program).chunk_program(env, 7, args)(*args)
     assert bool(out.overflowed) and int(out.failed_step) == 0
     assert not np.asarray(metrics["applied"]).any()
@@ -150,3 +150,22 @@ def test_sampling_ahead_gives_the_same_training(chunk):
         ScanEngine(program, sample_ahead=2, prefetch=True)
     with pytest.raises(ValueError, match="sample_ahead must be >= 1, got 0"):
         ScanEngine(program, sample_ahead=0)
+
+
+def test_metrics_come_back_bit_for_bit_in_one_packed_copy():
+    """The chunk's metrics and flags travel as one uint32 vector (`_packed`) and come
+    back with their shapes, dtypes and bits (NaN, -0.0, negative ints, bools, scalars)."""
+    from zerognn_jax._src.training.scan import _packed, _unpacked
+
+    tree = ({"loss": jnp.array([1.5, np.nan, -0.0, np.inf], jnp.float32),
+             "counts": jnp.array([[1, -2], [2**31 - 1, 0]], jnp.int32),
+             "edges": jnp.array([7, 2**32 - 1], jnp.uint32),
+             "applied": jnp.array([True, False, True])},
+            (jnp.array(True), jnp.int32(-5)))
+    got = _unpacked(np.asarray(_packed(tree)), tree)
+    want = jax.device_get(tree)
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(np.atleast_1d(a).view(np.uint8),
+                                      np.atleast_1d(b).view(np.uint8))

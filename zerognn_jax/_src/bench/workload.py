@@ -308,7 +308,7 @@ def check_equivalence(wb: Workbench, steps: int) -> dict:
     total = num_steps(wb.train_idx.shape[0], program.batch_size)
     steps = min(steps, total)
     perm = epoch_seeds(wb.train_idx, program.batch_size, program.seed, 0)
-    args = (wb.fresh_state(), wb.data, perm, jnp.int32(0), jnp.int32(0), jnp.int32(total))
+    args = (wb.fresh_state(), wb.data, perm, np.array([0, 0, total], np.int32))
     scan = jax.device_get(ScanEngine(program).chunk_program(env, steps, args)(*args)[1])
     host = HostEngine(program, "exact")
     _, _, exact, _ = host.run_steps(wb.fresh_state(), wb.data, perm, 0, env, steps)

@@ -333,7 +333,8 @@ class DataParallel:
                              f"a multiple of {self.size} devices; use shard_rows")
 
     def shard_chunk(self, run, data):
-        """`run(state, data, *scalars) -> (state, metrics)` as one SPMD program on the mesh.
+        """`run(state, data, perm, scalars) -> (state, metrics)` as one SPMD program on the
+        mesh.
 
         With `host_metrics`, `run` returns each device's metrics with a leading axis of
         1, and the program returns them stacked, `[devices, steps, ...]`
@@ -344,7 +345,7 @@ class DataParallel:
         """
         specs = jax.tree_util.tree_map(lambda s: s.spec, self.data_shardings(data))
         out_specs = (P(), P(AXIS)) if self.host_metrics else P()
-        return jax.shard_map(run, mesh=self.mesh, in_specs=(P(), specs, P(), P(), P(), P()),
+        return jax.shard_map(run, mesh=self.mesh, in_specs=(P(), specs, P(), P()),
                              out_specs=out_specs, check_vma=False)
 
 

@@ -135,6 +135,32 @@ def scan_chunk(program: StepProgram, state: TrainState, steps, data: DeviceData,
     return state, metrics
 
 
+def _packable(x) -> bool:
+    return x.dtype == jnp.bool_ or x.dtype.itemsize == 4
+
+
+@jax.jit
+def _packed(tree) -> jax.Array:
+    """uint32[total size]: every leaf of `tree` (4-byte or bool elements), bit for bit,
+    flattened and concatenated in leaf order."""
+    words = [x.astype(jnp.uint32) if x.dtype == jnp.bool_
+             else jax.lax.bitcast_convert_type(x, jnp.uint32)
+             for x in jax.tree_util.tree_leaves(tree)]
+    return jnp.concatenate([w.reshape(-1) for w in words])
+
+
+def _unpacked(words: np.ndarray, like):
+    """`_packed`'s inverse on the host: NumPy arrays shaped and typed as `like`'s leaves."""
+    leaves, treedef = jax.tree_util.tree_flatten(like)
+    out, at = [], 0
+    for x in leaves:
+        part = words[at:at + x.size]
+        at += x.size
+        part = part.astype(bool) if x.dtype == jnp.bool_ else part.view(x.dtype)
+        out.append(part.reshape(x.shape))
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
 @dataclasses.dataclass(eq=False)
 class ScanEngine:
     """Runs epochs as chunks of `chunk_steps` steps (0: the whole epoch) per program.
@@ -168,7 +194,9 @@ class ScanEngine:
         return dict(self._programs)
 
     def chunk_program(self, envelope: Envelope, chunk_steps: int, args):
-        """The compiled chunk `(state, data, perm, epoch, start, total) -> (state, metrics)`.
+        """The compiled chunk `(state, data, perm, scalars) -> (state, metrics)`, where
+        `scalars` is int32[3]: epoch, first step, steps in the epoch (one array, one
+        transfer per chunk).
 
         Compiled ahead of time for `args` and cached; `state` is donated. With a mesh
         the program is one SPMD program over it; with host metrics its metrics are each
@@ -180,7 +208,8 @@ class ScanEngine:
             host = program.parallel is not None and program.parallel.host_metrics
             ahead = self.sample_ahead
 
-            def run(state, data, perm, epoch, start, total):
+            def run(state, data, perm, scalars):
+                epoch, start, total = scalars[0], scalars[1], scalars[2]
                 steps = start + jnp.arange(chunk_steps, dtype=jnp.int32)
                 state, metrics = scan_chunk(program, state, steps, data, perm, epoch, total,
                                             caps, envelope.batch_size, prefetch=prefetch,
@@ -198,21 +227,30 @@ class ScanEngine:
         return self._programs[key]
 
     def _args(self, state, data, perm, epoch, start, total) -> tuple:
-        # NumPy scalars travel with the call; jnp.int32(x) would be one dispatched
-        # conversion each, with the GPU idle behind it.
-        scalars = (perm, np.int32(epoch), np.int32(start), np.int32(total))
+        # One NumPy array travels with the call; jnp.int32(x) would be a dispatched
+        # conversion per scalar, and separate arrays a transfer each, the GPU idle behind.
+        scalars = (perm, np.array([epoch, start, total], np.int32))
         dp = self.program.parallel
         if dp is None:
             return (state, data, *scalars)
         dp.check_placed(data)  # moving the data every chunk would be slow
         return (dp.replicate(state), data, *dp.replicate(scalars))
 
-    def _fetch_metrics(self, metrics) -> dict:
-        """A chunk's metrics on the host; per-device sums merged over the devices."""
+    def _fetch(self, metrics, flags) -> tuple:
+        """A chunk's (metrics, flags) on the host; per-device sums merged over the devices.
+
+        On one device they come back as one packed copy, queued behind the chunk when it
+        is launched: with one copy per array, each waited for a host round trip while
+        the GPU idled (about 1.5 ms per epoch on an H100)."""
         dp = self.program.parallel
+        tree = (metrics, flags)
+        if dp is None and all(_packable(x) for x in jax.tree_util.tree_leaves(tree)):
+            words = _packed(tree)
+            words.copy_to_host_async()
+            return _unpacked(np.asarray(words), tree)
         if dp is None or not dp.host_metrics:
-            return jax.device_get(metrics)
-        return merge_devices(fetch_per_device(metrics))
+            return jax.device_get(tree)
+        return merge_devices(fetch_per_device(metrics)), jax.device_get(flags)
 
     def run_epoch(self, state: TrainState, data: DeviceData, train_idx, epoch: int,
                   envelope: Envelope, *, on_progress=None) -> EpochResult:
@@ -230,12 +268,8 @@ class ScanEngine:
         while start < total:
             args = self._args(state, data, perm, epoch, start, total)
             state, metrics = self.chunk_program(envelope, chunk, args)(*args)
-            flags = (state.overflowed, state.failed_step)
-            for leaf in jax.tree_util.tree_leaves((metrics, flags)):
-                if leaf.is_fully_addressable:  # queued behind the chunk: one wait, not one
-                    leaf.copy_to_host_async()  # host round trip per array
-            metrics = self._fetch_metrics(metrics)
-            overflowed, failed = jax.device_get(flags)
+            metrics, (overflowed, failed) = self._fetch(
+                metrics, (state.overflowed, state.failed_step))
             chunks += 1
             parts.append({k: v[metrics["applied"]] for k, v in metrics.items()})
             if overflowed:
