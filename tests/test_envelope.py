@@ -86,3 +86,19 @@ def test_bad_envelopes(kwargs, match):
 def test_bad_policy(kwargs, match):
     with pytest.raises(ValueError, match=match):
         EnvelopePolicy(**kwargs)
+
+
+def test_epoch_seeds_take_python_device_and_traced_scalars():
+    """The same permutation whether seed and epoch come as Python ints (one host array),
+    device scalars, or values traced inside a caller's jit; padded with -1 to whole
+    batches."""
+    import jax
+
+    items = jnp.arange(50, dtype=jnp.int32)
+    want = np.asarray(epoch_seeds(items, 16, 3, 2))
+    assert want.shape == (64,) and (want[50:] == -1).all()
+    assert sorted(want[:50].tolist()) == list(range(50))
+    np.testing.assert_array_equal(epoch_seeds(items, 16, jnp.int32(3), jnp.int32(2)), want)
+    traced = jax.jit(lambda s, e: epoch_seeds(items, 16, s, e))(3, 2)
+    np.testing.assert_array_equal(traced, want)
+    assert not np.array_equal(np.asarray(epoch_seeds(items, 16, 3, 1)), want)

@@ -183,25 +183,27 @@ def graph_2000():
                         perm[1000:1500], perm[1500:], 4)
 
 
-@pytest.mark.parametrize("overrides, tree", [
-    (dict(), True),  # the tree's inner level holds 8 x 4 = 32 <= 2000 / 4 rows
-    (dict(batch_size=96, fanouts=(5, 4)), False),  # 96 x 6 = 576 > 500
-    (dict(model="sage-max"), True),
-    (dict(model="gcn"), False),  # transforms every source row: dedup pays
-    (dict(engine="host-exact"), False),
-    (dict(sampler="labor"), False),  # LABOR's shared draws need a dedup'd level
-    (dict(dedup=True), False),
-    (dict(dedup=False, model="gcn"), True),
+# (overrides, tree, positional): `positional` per hop, seeds' hop first; a dedup'd SAGE
+# model on the scan engine keeps its outermost hop flat.
+@pytest.mark.parametrize("overrides, tree, positional", [
+    (dict(), True, (True, True)),  # the tree's inner level: 8 x 4 = 32 <= 2000 / 4 rows
+    (dict(batch_size=96, fanouts=(5, 4)), False, (False, True)),  # 96 x 6 = 576 > 500
+    (dict(model="sage-max"), True, (True, True)),
+    (dict(model="gcn"), False, (False, False)),  # transforms every source row
+    (dict(engine="host-exact"), False, (False, False)),
+    (dict(sampler="labor"), False, (False, True)),  # LABOR shares draws across a level
+    (dict(dedup=True), False, (False, True)),
+    (dict(dedup=False, model="gcn"), True, (True, True)),
 ])
-def test_dedup_default_picks_tree_mode_where_levels_are_small(graph_2000, overrides, tree):
+def test_dedup_default_picks_tree_mode_where_levels_are_small(graph_2000, overrides, tree,
+                                                              positional):
     from zerognn_jax._src.training import trainer
 
     cfg = TrainConfig(**{**dict(hidden=8, layers=2, fanouts=(3, 2), batch_size=8,
                                 progress=False), **overrides})
     _, _, program = trainer.prepare(cfg, graph_2000)
     assert program.sampler.dedup is not tree
-    flat_outer = cfg.uses_flat_outer and not tree
-    assert program.sampler.positional == (tree, tree or flat_outer)
+    assert program.sampler.positional == positional
 
 
 def test_tree_default_trains_and_evaluates(graph_2000):

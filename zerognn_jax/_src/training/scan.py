@@ -241,7 +241,8 @@ class ScanEngine:
 
         On one device they come back as one packed copy, queued behind the chunk when it
         is launched: with one copy per array, each waited for a host round trip while
-        the GPU idled (about 1.5 ms per epoch on an H100)."""
+        the GPU idled (the copies spread over ~3 ms after a profiled H100 epoch; packing
+        raised a bfloat16 epoch's untraced GPU fraction from 97.5 to 97.97 %)."""
         dp = self.program.parallel
         tree = (metrics, flags)
         if dp is None and all(_packable(x) for x in jax.tree_util.tree_leaves(tree)):
