@@ -30,6 +30,16 @@ class EllView:
     `positional`: the sources are laid out in slot order (row C + c K + k is slot
     (c, k); S = C (1 + K): tree mode, a flat outer hop), so slots are read by position
     (a reshape) instead of gathered through `nbr`. Either way gives the same values.
+
+    `pin_aggregates`: positional aggregates are written out before anything reads them
+    (an optimization barrier), for forward passes that are not differentiated. There,
+    XLA 0.11.2 on an H100 fuses the reduction over a slice of the sources with a
+    concatenation of the sources' first rows (SAGE's `[h_dst ; agg]`) into one Triton
+    block-level fusion that computes wrong values at 256 features (relative error ~1
+    against the CPU; 64, 100 and 128 features came out right), and sampled inference
+    in tree mode lost 3 to 14 points of accuracy (docs/benchmarks.md, "Sampled
+    evaluation"). Training steps compiled right and keep the fusion: the barrier made
+    a bfloat16 products-like epoch 5-7 % slower.
     """
 
     nbr: jax.Array
@@ -39,6 +49,7 @@ class EllView:
     src_deg: jax.Array
     kernels: Kernels = XLA
     positional: bool = False
+    pin_aggregates: bool = False
 
     @property
     def num_dst(self) -> int:
@@ -57,6 +68,10 @@ class EllView:
         rows = x_src[c:].reshape(c, k, *x_src.shape[1:])
         live = self.mask.reshape(c, k, *(1,) * (x_src.ndim - 1))
         return jnp.where(live, rows, jnp.zeros((), x_src.dtype))
+
+    def _pinned(self, agg: jax.Array) -> jax.Array:
+        """`agg`, behind an optimization barrier with `pin_aggregates`."""
+        return jax.lax.optimization_barrier(agg) if self.pin_aggregates else agg
 
     def dst_of_edges(self, x_dst: jax.Array) -> jax.Array:
         return jnp.broadcast_to(x_dst[:, None], self.nbr.shape + x_dst.shape[1:])
@@ -77,14 +92,16 @@ class EllView:
         if self.positional:
             acc = jnp.promote_types(h_src.dtype, jnp.float32)
             rows = self._slot_rows(h_src).astype(acc)
-            return jnp.sum(rows * weights[..., None].astype(acc), axis=1).astype(h_src.dtype)
+            out = jnp.sum(rows * weights[..., None].astype(acc), axis=1)
+            return self._pinned(out.astype(h_src.dtype))
         return weighted_sum(self.kernels, h_src, self.nbr, weights)
 
     def max(self, h_src: jax.Array) -> jax.Array:
         if self.positional:
             rows = jnp.where(self.mask[..., None], self._slot_rows(h_src), -jnp.inf)
             best = jnp.max(rows, axis=1)
-            return jnp.where(jnp.any(self.mask, axis=1)[:, None], best, 0).astype(h_src.dtype)
+            live = jnp.any(self.mask, axis=1)[:, None]
+            return self._pinned(jnp.where(live, best, 0).astype(h_src.dtype))
         return neighbor_max(self.kernels, h_src, self.nbr, self.mask)
 
     def softmax(self, logits: jax.Array, self_logits: jax.Array):

@@ -52,12 +52,14 @@ class TrainState(NamedTuple):
 
 
 def views_for(mb: MiniBatch, kernels: Kernels = XLA,
-              positional: tuple[bool, ...] = ()) -> tuple[EllView, ...]:
+              positional: tuple[bool, ...] = (), *,
+              inference: bool = False) -> tuple[EllView, ...]:
     """One EllView per layer, outermost hop first (layer i reads block L - 1 - i).
 
     `positional` (per hop, seeds' hop first: `SamplerConfig.positional`) marks the hops
     whose levels hold their slots in order, which the views then read by position;
-    left out, every view gathers (the same values, more work)."""
+    left out, every view gathers (the same values, more work). `inference`: the views
+    serve a forward pass that is not differentiated (`EllView.pin_aggregates`)."""
     num_hops = len(mb.blocks)
     flat = tuple(positional) or (False,) * num_hops
     views = []
@@ -65,7 +67,7 @@ def views_for(mb: MiniBatch, kernels: Kernels = XLA,
         hop = num_hops - 1 - i
         block = mb.blocks[hop]
         views.append(EllView(block.nbr, block.mask, mb.valid[hop], mb.degrees[hop],
-                             mb.degrees[hop + 1], kernels, flat[hop]))
+                             mb.degrees[hop + 1], kernels, flat[hop], inference))
     return tuple(views)
 
 
@@ -151,7 +153,7 @@ class StepProgram:
             x = gather_rows(self.kernels, data.features, mb.nodes[-1], mb.valid[-1])
         mutable = ["batch_stats"] if train and variables.get("batch_stats") else False
         rngs = {"dropout": dropout_key} if train else {}
-        views = views_for(mb, self.kernels, self.sampler.positional)
+        views = views_for(mb, self.kernels, self.sampler.positional, inference=not train)
         out = self.model.apply(variables, x, views, train=train, rngs=rngs, mutable=mutable,
                                **(inputs or {}))
         return out if mutable else (out, {})
