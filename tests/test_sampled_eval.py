@@ -160,3 +160,19 @@ def test_positional_sage_layer_on_gpu_matches_cpu(c, k, width):
     assert abs(float(got_loss) - float(ref_loss)) <= 1e-3 * abs(float(ref_loss))
     ref_grad = np.asarray(ref_grad)
     assert np.abs(np.asarray(got_grad) - ref_grad).max() <= 1e-2 * np.abs(ref_grad).max()
+
+
+def test_link_sampled_embeddings_reaching_every_neighbour_equal_exact(graph_400):
+    """Link evaluation's sampled node embeddings, under each layout."""
+    from zerognn_jax._src.training.link import node_embeddings
+
+    max_degree = graph_400.graph.max_degree()
+    cfg = TrainConfig(task="link", hidden=16, layers=2, fanouts=(max_degree, max_degree),
+                      batch_size=64, epochs=1, eval_mode="none", progress=False)
+    res = train(cfg, graph_400)
+    exact = np.asarray(node_embeddings(res.program, res.variables, res.data, mode="full"))
+    for layout in LAYOUTS:
+        program = _with_layout(res.program, layout)
+        got = node_embeddings(program, res.variables, res.data, mode="sampled", batch_size=48)
+        np.testing.assert_allclose(np.asarray(got), exact, rtol=1e-4, atol=1e-4,
+                                   err_msg=layout)
