@@ -4,7 +4,8 @@ One program takes a block of frontier rows and all K slots of each (K padded to 
 of two). It reads the two CSR bounds of each row, draws the slots with the same uint32
 counter hash as the reference (`counter_hash`, called inside the kernel), runs
 Floyd's algorithm vectorised over the block's rows, gathers the chosen neighbour ids and
-stores them with the validity mask. Output is bit-identical to the reference.
+stores them with the validity mask (and, when asked, the edge ids: a third output that
+is not written otherwise). Output is bit-identical to the reference.
 
 Offsets are int32 or uint32 (graphs of 2**31 to 2**32 - 1 edges); edge ids stay in the
 offsets' dtype. The Triton lowering zero-extends an index and switches to 64-bit
@@ -53,7 +54,7 @@ def _slot_offsets(key, node, deg, slots, fanout, replace, all_neighbors):
 
 
 def _sample_kernel(
-    key_ref, indptr_ref, indices_ref, frontier_ref, valid_ref, nbr_ref, mask_ref, *,
+    key_ref, indptr_ref, indices_ref, frontier_ref, valid_ref, nbr_ref, mask_ref, *edge_ref,
     c, fanout, rows, lanes, replace, all_neighbors
 ):
     r = pl.program_id(0) * rows + jnp.arange(rows, dtype=jnp.int32)
@@ -70,6 +71,8 @@ def _sample_kernel(
     out = live[:, None] & (slots < fanout)
     plt.store(nbr_ref.at[r[:, None], slots], nbr, mask=out)
     plt.store(mask_ref.at[r[:, None], slots], mask, mask=out)
+    for ref in edge_ref:  # with_edges
+        plt.store(ref.at[r[:, None], slots], edge, mask=out)
 
 
 def _check(indptr, indices, frontier, valid, key, fanout):
@@ -101,12 +104,14 @@ def sample_neighbors(
     *,
     replace: bool = False,
     all_neighbors: bool = False,
+    with_edges: bool = False,
     interpret: bool = False,
-) -> tuple[jax.Array, jax.Array]:
+) -> tuple[jax.Array, ...]:
     """Pallas twin of `sampling.sample_neighbors_reference` (same arguments and outputs).
 
-    Returns nbr int32[C, K] (0 in invalid slots) and mask bool[C, K], bit-identical to
-    the reference. `interpret=True` runs the kernel in the Pallas interpreter.
+    Returns nbr int32[C, K] (0 in invalid slots) and mask bool[C, K], and with
+    `with_edges` the edge ids [C, K] in indptr's dtype, bit-identical to the reference.
+    `interpret=True` runs the kernel in the Pallas interpreter.
     """
     _check(indptr, indices, frontier, valid, key, fanout)
     c = frontier.shape[0]
@@ -116,12 +121,13 @@ def sample_neighbors(
         _sample_kernel, c=c, fanout=fanout, rows=rows, lanes=lanes, replace=replace,
         all_neighbors=all_neighbors,
     )
+    out_shape = (jax.ShapeDtypeStruct((c, fanout), jnp.int32),
+                 jax.ShapeDtypeStruct((c, fanout), jnp.bool_))
+    if with_edges:
+        out_shape += (jax.ShapeDtypeStruct((c, fanout), indptr.dtype),)
     return pl.pallas_call(
         kernel,
-        out_shape=(
-            jax.ShapeDtypeStruct((c, fanout), jnp.int32),
-            jax.ShapeDtypeStruct((c, fanout), jnp.bool_),
-        ),
+        out_shape=out_shape,
         grid=(cdiv(c, rows),),
         compiler_params=params,
         interpret=interpret,

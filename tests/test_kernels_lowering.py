@@ -42,6 +42,7 @@ def _lowered_kernels(fn, *args) -> list[str]:
         (13_500, 20, {}),
         (122_000, 5, {"replace": True}),
         (300, 40, {"all_neighbors": True}),
+        (1024, 15, {"with_edges": True}),
     ],
 )
 def test_sample_lowers(c, fanout, opts):

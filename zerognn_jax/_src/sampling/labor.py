@@ -68,7 +68,8 @@ def vertex_uniform(key: jax.Array, vertex: jax.Array) -> jax.Array:
 
 
 def _scan(indptr, indices, frontier, valid, key, fanout: int, span: int):
-    """(int32[C, span] scanned neighbours, bool[C, span] kept) in scan order."""
+    """(int32[C, span] scanned neighbours, bool[C, span] kept, [C, span] their edge ids)
+    in scan order."""
     start, deg = row_bounds(indptr, frontier, valid)
     row_bits = counter_hash.hash2(counter_hash.hash2(key, _ROW_DOMAIN), frontier)
     first = counter_hash.uniform_below(row_bits, jnp.maximum(deg, 1))
@@ -81,12 +82,12 @@ def _scan(indptr, indices, frontier, valid, key, fanout: int, span: int):
     nbr = jnp.where(scanned, take_edges(indices, edge), 0)
     p = jnp.float32(fanout) / jnp.maximum(n, 1).astype(jnp.float32)
     keep = scanned & (vertex_uniform(key, nbr) < p[:, None])
-    return nbr, keep
+    return nbr, keep, edge
 
 
 def row_counts(indptr, indices, frontier, valid, key, fanout: int, *, span: int) -> jax.Array:
     """int32[C]: neighbours each row keeps before the slot cut (for measuring the cut)."""
-    _, keep = _scan(indptr, indices, frontier, valid, key, fanout, span)
+    _, keep, _ = _scan(indptr, indices, frontier, valid, key, fanout, span)
     return jnp.sum(keep, axis=1, dtype=jnp.int32)
 
 
@@ -100,7 +101,8 @@ def sample_labor_reference(
     *,
     slots: int,
     span: int,
-) -> tuple[jax.Array, jax.Array]:
+    with_edges: bool = False,
+) -> tuple[jax.Array, ...]:
     """LABOR-0 sample of every valid frontier row.
 
     Args:
@@ -110,24 +112,32 @@ def sample_labor_reference(
       fanout: expected neighbours per row.
       slots: K, the static width of a row (`labor_slots`).
       span: neighbours scanned per row (see the module docstring).
+      with_edges: also return the sampled edges' ids.
 
     Returns:
       nbr: int32[C, K] global ids, packed to the front of each row; 0 in invalid slots.
       mask: bool[C, K], a prefix of each row.
+      edge (with `with_edges`): [C, K] in indptr's dtype, each slot's CSR position; 0 in
+        invalid slots.
     """
-    nbr, keep = _scan(indptr, indices, frontier, valid, key, fanout, span)
+    nbr, keep, edge = _scan(indptr, indices, frontier, valid, key, fanout, span)
     rank = jnp.cumsum(keep, axis=1, dtype=jnp.int32) - 1
     col = jnp.where(keep & (rank < slots), rank, slots)  # column `slots` is dropped
     rows = jnp.arange(frontier.shape[0], dtype=jnp.int32)[:, None]
-    out = jnp.zeros((frontier.shape[0], slots), jnp.int32).at[rows, col].set(nbr, mode="drop")
+
+    def packed(values):
+        out = jnp.zeros((frontier.shape[0], slots), values.dtype)
+        return out.at[rows, col].set(values, mode="drop")
+
+    out = packed(nbr)
     count = jnp.sum(keep, axis=1, dtype=jnp.int32)
     mask = jnp.arange(slots, dtype=jnp.int32)[None, :] < count[:, None]
-    return out, mask
+    return (out, mask, packed(edge)) if with_edges else (out, mask)
 
 
 def sample_labor(kernels: Kernels, indptr, indices, frontier, valid, key, fanout: int, *,
-                 slots: int, span: int):
+                 slots: int, span: int, with_edges: bool = False):
     """`sample_labor_reference`: it serves every `kernels` setting (no Pallas twin yet)."""
     del kernels
     return sample_labor_reference(indptr, indices, frontier, valid, key, fanout, slots=slots,
-                                  span=span)
+                                  span=span, with_edges=with_edges)

@@ -62,6 +62,8 @@ class SamplerConfig:
         fraction of rows (see `labor_slots`).
       max_degree: the graph's largest degree (0: unknown), set by `resolve`; it bounds
         the weighted sampler's binary search and LABOR's span.
+      edge_ids: every Block also carries its slots' edge ids (`Block.eid`), for models
+        that read edge features or weights. Off, the samplers compile as without it.
     """
 
     fanouts: tuple[int, ...]
@@ -73,6 +75,7 @@ class SamplerConfig:
     span: int = 128
     slot_tail: float = 1e-3
     max_degree: int = 0
+    edge_ids: bool = False
 
     def __post_init__(self):
         fanouts = tuple(int(f) for f in self.fanouts)
@@ -155,10 +158,15 @@ class Block(NamedTuple):
       nbr: int32[C_l, K], positions of the sampled neighbours in level l + 1; 0 where masked.
         K is the hop's `SamplerConfig.slots`.
       mask: bool[C_l, K], valid slots.
+      eid: [C_l, K] in the graph's offset dtype (int32, or uint32 past 2**31 edges): the
+        position of each slot's edge in the CSR (row i's slot k is the edge from node
+        `nodes[l][i]` to `graph.indices[eid[i, k]]`); 0 where masked. None unless
+        `SamplerConfig.edge_ids`.
     """
 
     nbr: jax.Array
     mask: jax.Array
+    eid: jax.Array | None = None
 
 
 class MiniBatch(NamedTuple):
@@ -218,21 +226,26 @@ def _weight_table(graph: CSRGraph) -> jax.Array:
 
 
 def sample_hop(graph: CSRGraph, ids, valid, key, config: SamplerConfig, hop: int,
-               kernels: Kernels = XLA) -> tuple[jax.Array, jax.Array]:
-    """(int32[C, K] global ids, bool[C, K] mask) of hop `hop` under `config.method`."""
-    fanout, full = config.fanouts[hop], config.full[hop]
+               kernels: Kernels = XLA) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+    """(int32[C, K] global ids, bool[C, K] mask, [C, K] edge ids or None) of hop `hop`
+    under `config.method`; edge ids with `config.edge_ids` (see `Block.eid`)."""
+    fanout, full, edges = config.fanouts[hop], config.full[hop], config.edge_ids
     if graph.num_edges == 0:  # an edgeless graph: no row has a neighbour, whatever the method
         shape = (ids.shape[0], config.slots[hop])
-        return jnp.zeros(shape, jnp.int32), jnp.zeros(shape, bool)
+        eid = jnp.zeros(shape, graph.indptr.dtype) if edges else None
+        return jnp.zeros(shape, jnp.int32), jnp.zeros(shape, bool), eid
     if full or config.method == "uniform":
-        return sample_neighbors(kernels, graph.indptr, graph.indices, ids, valid, key, fanout,
-                                replace=config.replace, all_neighbors=full)
-    if config.method == "weighted":
+        out = sample_neighbors(kernels, graph.indptr, graph.indices, ids, valid, key, fanout,
+                               replace=config.replace, all_neighbors=full, with_edges=edges)
+    elif config.method == "weighted":
         steps = search_steps(config.max_degree) if config.max_degree else 31
-        return sample_weighted(kernels, graph.indptr, graph.indices, _weight_table(graph), ids,
-                               valid, key, fanout, replace=config.replace, steps=steps)
-    return sample_labor(kernels, graph.indptr, graph.indices, ids, valid, key, fanout,
-                        slots=config.slots[hop], span=config.labor_span)
+        out = sample_weighted(kernels, graph.indptr, graph.indices, _weight_table(graph), ids,
+                              valid, key, fanout, replace=config.replace, steps=steps,
+                              with_edges=edges)
+    else:
+        out = sample_labor(kernels, graph.indptr, graph.indices, ids, valid, key, fanout,
+                           slots=config.slots[hop], span=config.labor_span, with_edges=edges)
+    return out if edges else (*out, None)
 
 
 def sample_minibatch(
@@ -268,8 +281,8 @@ def sample_minibatch(
     nodes, valids, degs, blocks, counts = [ids], [valid], [], [], [count]
     for hop in range(config.num_hops):
         degs.append(_degrees(graph.indptr, ids, valid))
-        nbr, mask = sample_hop(graph, ids, valid, counter_hash.hash2(key, hop), config, hop,
-                               kernels)
+        nbr, mask, eid = sample_hop(graph, ids, valid, counter_hash.hash2(key, hop), config,
+                                    hop, kernels)
         if not config.positional[hop]:
             out = relabel(kernels, ids, count, nbr, mask, capacities[hop], n)
             ids, count, local = out.frontier, out.count, out.nbr_local
@@ -280,7 +293,7 @@ def sample_minibatch(
             ids = jnp.concatenate([ids, nbr.reshape(-1)])
             valid = jnp.concatenate([valid, mask.reshape(-1)])
             count = jnp.sum(valid.astype(jnp.int32))
-        blocks.append(Block(jnp.where(mask, local, 0), mask))
+        blocks.append(Block(jnp.where(mask, local, 0), mask, eid))
         nodes.append(ids)
         valids.append(valid)
         counts.append(count)

@@ -61,7 +61,8 @@ def sample_neighbors_reference(
     *,
     replace: bool = False,
     all_neighbors: bool = False,
-) -> tuple[jax.Array, jax.Array]:
+    with_edges: bool = False,
+) -> tuple[jax.Array, ...]:
     """Samples up to `fanout` neighbours of every valid frontier node.
 
     Args:
@@ -73,11 +74,14 @@ def sample_neighbors_reference(
       replace: draw K neighbours with replacement (every slot valid when degree > 0).
       all_neighbors: take neighbours 0..K-1 in CSR order without randomness (K must
         then be at least the largest degree, for full-neighbourhood blocks).
+      with_edges: also return the sampled edges' ids.
 
     Returns:
       nbr: int32[C, K], global ids of the sampled neighbours; 0 in invalid slots.
       mask: bool[C, K], which slots hold a sampled neighbour. Without replacement a row
         of degree d <= K holds all d neighbours in CSR order in slots 0..d-1.
+      edge (with `with_edges`): [C, K] in indptr's dtype, each slot's position in the
+        CSR (`indices[edge] == nbr`); 0 in invalid slots.
     """
     start, deg = row_bounds(indptr, frontier, valid)
     slots = jnp.arange(fanout, dtype=jnp.int32)[None, :]
@@ -93,12 +97,13 @@ def sample_neighbors_reference(
         mask = slots < deg[:, None]
     edge = jnp.where(mask, edge_ids(start[:, None], offsets), 0)
     nbr = jnp.where(mask, take_edges(indices, edge), 0)
-    return nbr, mask
+    return (nbr, mask, edge) if with_edges else (nbr, mask)
 
 
 def sample_neighbors(kernels: Kernels, indptr, indices, frontier, valid, key, fanout: int, *,
-                     replace: bool = False, all_neighbors: bool = False):
+                     replace: bool = False, all_neighbors: bool = False,
+                     with_edges: bool = False):
     """`sample_neighbors_reference`, or the implementation `kernels` selects for "sample"."""
     impl = implementation(kernels, "sample") or sample_neighbors_reference
     return impl(indptr, indices, frontier, valid, key, fanout, replace=replace,
-                all_neighbors=all_neighbors)
+                all_neighbors=all_neighbors, with_edges=with_edges)

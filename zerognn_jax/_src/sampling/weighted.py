@@ -134,7 +134,8 @@ def sample_weighted_reference(
     *,
     replace: bool = False,
     steps: int = 31,
-) -> tuple[jax.Array, jax.Array]:
+    with_edges: bool = False,
+) -> tuple[jax.Array, ...]:
     """Samples up to `fanout` neighbours per valid frontier node, in proportion to weight.
 
     Args:
@@ -144,11 +145,14 @@ def sample_weighted_reference(
       fanout: K, the static number of slots per row.
       replace: draw K times with replacement (every slot valid when the row has weight).
       steps: binary-search steps, `search_steps(max degree)` (31 covers any row).
+      with_edges: also return the sampled edges' ids.
 
     Returns:
       nbr: int32[C, K], global ids in draw order; 0 in invalid slots.
       mask: bool[C, K]. Without replacement a row with m < K edges of nonzero weight
         fills its first m slots (all those edges, in random order).
+      edge (with `with_edges`): [C, K] in indptr's dtype, each slot's CSR position; 0 in
+        invalid slots.
     """
     start, deg = row_bounds(indptr, frontier, valid)
     last = take_edges(table, edge_ids(start, jnp.maximum(deg - 1, 0)))
@@ -163,12 +167,14 @@ def sample_weighted_reference(
         offsets, mask = _without_replacement(table, start, deg, total, key, frontier, fanout,
                                              steps)
     edge = jnp.where(mask, edge_ids(start[:, None], offsets), 0)
-    return jnp.where(mask, take_edges(indices, edge), 0), mask
+    nbr = jnp.where(mask, take_edges(indices, edge), 0)
+    return (nbr, mask, edge) if with_edges else (nbr, mask)
 
 
 def sample_weighted(kernels: Kernels, indptr, indices, table, frontier, valid, key,
-                    fanout: int, *, replace: bool = False, steps: int = 31):
+                    fanout: int, *, replace: bool = False, steps: int = 31,
+                    with_edges: bool = False):
     """`sample_weighted_reference`: it serves every `kernels` setting (no Pallas twin yet)."""
     del kernels
     return sample_weighted_reference(indptr, indices, table, frontier, valid, key, fanout,
-                                     replace=replace, steps=steps)
+                                     replace=replace, steps=steps, with_edges=with_edges)

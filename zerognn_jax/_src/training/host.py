@@ -56,7 +56,8 @@ def slice_levels(mb: MiniBatch, sizes) -> MiniBatch:
     computes the same logits on its real rows as the full one.
     """
     cut = lambda arrays: tuple(a[:s] for a, s in zip(arrays, sizes))
-    blocks = tuple(Block(b.nbr[:s], b.mask[:s]) for b, s in zip(mb.blocks, sizes))
+    blocks = tuple(Block(*(None if a is None else a[:s] for a in b))
+                   for b, s in zip(mb.blocks, sizes))
     return MiniBatch(cut(mb.nodes), cut(mb.valid), cut(mb.degrees), blocks, mb.counts,
                      mb.overflow)
 
