@@ -61,6 +61,7 @@ from zerognn_jax._src.training.program import (
     init_state,
     views_for,
 )
+from zerognn_jax._src.training.row_adam import RowAdamState, row_adam_init, row_adam_update
 from zerognn_jax._src.training.scan import ScanEngine
 from zerognn_jax._src.training.step import EpochResult
 from zerognn_jax._src.training.task import (
@@ -91,4 +92,5 @@ __all__ = [
     "seed_frontier",
     "EarlyStopping", "NodeTask", "as_linen", "restore", "sigmoid_cross_entropy",
     "softmax_cross_entropy", "squared_error", "evaluate_targets", "target_metrics",
+    "RowAdamState", "row_adam_init", "row_adam_update",
 ]

@@ -1,0 +1,81 @@
+"""Row-sparse ("lazy") Adam for embedding tables: a step reads and writes only its rows.
+
+A learnable table of one row per node (`N x D`, millions of rows) gets gradient in the
+few thousand rows a sampled step gathered. Dense Adam would read and write the whole
+table and both moment tables every step, more bytes than the step itself moves. Lazy
+Adam (PyTorch's `SparseAdam`, TensorFlow Addons' `LazyAdam`) instead updates, for the
+rows a step touched, the row, its first and second moments, and leaves every other row
+and its moments as they are; the step count and so the bias correction are global.
+
+`row_adam_update` takes the step's row ids (duplicates allowed: their gradients are
+summed first, as a dense gradient would have them; padding marked invalid) and their
+gradient rows, and works at a static number of rows R: unique ids come from
+`jnp.unique(size=R)`, moments are gathered and scattered for those R slots only. It is
+pure and jit-compatible; inside a scan the carry holds the table and `RowAdamState`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class RowAdamState(NamedTuple):
+    """Lazy Adam's state for one table.
+
+    Attributes:
+      mu, nu: float32[N, D], first and second moments; rows never touched stay zero.
+      count: int32 scalar, steps taken (the bias correction's t).
+    """
+
+    mu: jax.Array
+    nu: jax.Array
+    count: jax.Array
+
+
+def row_adam_init(table: jax.Array) -> RowAdamState:
+    """Zero moments (float32, whatever the table's dtype) and a zero step count."""
+    zeros = jnp.zeros(table.shape, jnp.float32)
+    return RowAdamState(zeros, zeros, jnp.zeros((), jnp.int32))
+
+
+def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
+                    grads: jax.Array, valid: jax.Array | None = None, *, lr: float,
+                    b1: float = 0.9, b2: float = 0.999,
+                    eps: float = 1e-8) -> tuple[jax.Array, RowAdamState]:
+    """One lazy Adam step on the rows `rows` of `table`.
+
+    Args:
+      table: [N, D], any float dtype (updates are computed in float32, stored in it).
+      state: from `row_adam_init` or a previous step.
+      rows: int32[R] row ids; repeats allowed.
+      grads: [R, D], the gradient of each entry of `rows`.
+      valid: bool[R], entries that count (None: all); invalid ones touch nothing.
+      lr, b1, b2, eps: Adam's step size, decay rates and epsilon (as `optax.adam`).
+
+    Returns:
+      (table, state) with the touched rows updated and every other row, first and
+      second moment bit-unchanged.
+    """
+    n, r = table.shape[0], rows.shape[0]
+    if grads.shape != (r, *table.shape[1:]):
+        raise ValueError(f"grads must be [{r}, {', '.join(map(str, table.shape[1:]))}] "
+                         f"(one row per id), got {list(grads.shape)}")
+    live = jnp.ones((r,), bool) if valid is None else valid
+    ids = jnp.where(live, rows, n)  # n sorts last and marks a slot unused
+    uniq, inverse = jnp.unique(ids, return_inverse=True, size=r, fill_value=n)
+    g = jax.ops.segment_sum(jnp.where(live[:, None], grads.astype(jnp.float32), 0.0),
+                            inverse.reshape(-1), num_segments=r)
+    used = uniq < n
+    safe = jnp.where(used, uniq, 0)
+    count = state.count + 1
+    mu = b1 * state.mu[safe] + (1.0 - b1) * g
+    nu = b2 * state.nu[safe] + (1.0 - b2) * jnp.square(g)
+    t = count.astype(jnp.float32)
+    step = lr * (mu / (1.0 - b1**t)) / (jnp.sqrt(nu / (1.0 - b2**t)) + eps)
+    new_rows = (table[safe].astype(jnp.float32) - step).astype(table.dtype)
+    target = jnp.where(used, uniq, n)  # out of range: dropped by the scatters
+    put = lambda full, part: full.at[target].set(part, mode="drop")
+    return put(table, new_rows), RowAdamState(put(state.mu, mu), put(state.nu, nu), count)
