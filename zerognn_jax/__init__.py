@@ -11,8 +11,12 @@ from zerognn_jax._src.data.graph import (
     from_edge_index,
     from_edge_list,
     from_jraph,
+    from_networkx,
     from_scipy,
+    to_edge_index,
     to_jraph,
+    to_networkx,
+    to_scipy,
 )
 from zerognn_jax._src.data.links import LinkSplit, load_ogbl, random_link_split
 from zerognn_jax._src.data.loaders import load_dataset, load_npz, save_npz
@@ -93,4 +97,5 @@ __all__ = [
     "EarlyStopping", "NodeTask", "as_linen", "restore", "sigmoid_cross_entropy",
     "softmax_cross_entropy", "squared_error", "evaluate_targets", "target_metrics",
     "RowAdamState", "row_adam_init", "row_adam_update",
+    "from_networkx", "to_edge_index", "to_networkx", "to_scipy",
 ]

@@ -275,6 +275,64 @@ def to_edge_list(graph: CSRGraph) -> tuple[np.ndarray, np.ndarray]:
     return src, np.asarray(graph.indices)
 
 
+def to_scipy(graph: CSRGraph):
+    """A SciPy `csr_array` [N, N] whose nonzero (i, j) is row i's neighbour j, holding
+    the edge weights (ones without them): the inverse of `from_scipy`."""
+    import scipy.sparse  # SciPy comes with the package's dependencies
+
+    n = graph.num_nodes
+    data = (np.ones(graph.num_edges, np.float32) if graph.weights is None
+            else np.asarray(graph.weights, np.float32))
+    return scipy.sparse.csr_array((data, np.asarray(graph.indices),
+                                   np.asarray(graph.indptr, np.int64)), shape=(n, n))
+
+
+def to_edge_index(graph: CSRGraph, *, flow: str = "source_to_target") -> np.ndarray:
+    """int64[2, E], PyG's `edge_index` of the graph: the inverse of `from_edge_index`
+    (with "source_to_target", row i's neighbour j is the column (j, i))."""
+    if flow not in ("source_to_target", "target_to_source"):
+        raise ValueError(f"flow must be 'source_to_target' or 'target_to_source', got {flow!r}")
+    rows, nbrs = to_edge_list(graph)
+    pair = (nbrs, rows) if flow == "source_to_target" else (rows, nbrs)
+    return np.stack(pair).astype(np.int64)
+
+
+def from_networkx(nx_graph, *, weight: str | None = None, **kwargs) -> CSRGraph:
+    """A CSRGraph from a networkx graph; node i is the i-th of `nx_graph.nodes`.
+
+    An undirected graph's edges go both ways; a directed edge (u, v) carries messages
+    from u to v, so row v gets neighbour u (PyG's convention). `weight` names the edge
+    attribute to keep as weights (edges without it weigh 1). Other keywords as
+    `from_edge_list`.
+    """
+    nodes = list(nx_graph.nodes)
+    index = {node: i for i, node in enumerate(nodes)}
+    edges = list(nx_graph.edges(data=weight, default=1.0)) if weight else \
+        list(nx_graph.edges)
+    src = np.fromiter((index[e[0]] for e in edges), np.int64, len(edges))
+    dst = np.fromiter((index[e[1]] for e in edges), np.int64, len(edges))
+    w = None if not weight else np.fromiter((e[2] for e in edges), np.float32, len(edges))
+    if not nx_graph.is_directed():
+        kwargs.setdefault("make_undirected", True)
+    return from_edge_list(dst, src, len(nodes), weights=w, **kwargs)
+
+
+def to_networkx(graph: CSRGraph, *, undirected: bool = False):
+    """A networkx `DiGraph` (or `Graph`) on nodes 0..N-1 with an edge j -> i for row i's
+    neighbour j, and the edge weights as its "weight" attribute (needs networkx)."""
+    import networkx  # optional dependency
+
+    out = networkx.Graph() if undirected else networkx.DiGraph()
+    out.add_nodes_from(range(graph.num_nodes))
+    rows, nbrs = to_edge_list(graph)
+    if graph.weights is None:
+        out.add_edges_from(zip(nbrs.tolist(), rows.tolist()))
+    else:
+        weights = np.asarray(graph.weights, np.float32).tolist()
+        out.add_weighted_edges_from(zip(nbrs.tolist(), rows.tolist(), weights))
+    return out
+
+
 def to_jraph(graph: CSRGraph, node_features=None):
     """A jraph.GraphsTuple holding the graph's edges as receivers <- senders (needs jraph)."""
     import jraph  # optional dependency
