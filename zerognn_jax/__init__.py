@@ -47,6 +47,7 @@ from zerognn_jax._src.training.evaluate import (
     sampled_logits,
     target_metrics,
 )
+from zerognn_jax._src.training.export import ExportedModel, export_model
 from zerognn_jax._src.training.host import HostEngine
 from zerognn_jax._src.training.inference import restore
 from zerognn_jax._src.training.link import (
@@ -98,4 +99,5 @@ __all__ = [
     "softmax_cross_entropy", "squared_error", "evaluate_targets", "target_metrics",
     "RowAdamState", "row_adam_init", "row_adam_update",
     "from_networkx", "to_edge_index", "to_networkx", "to_scipy",
+    "ExportedModel", "export_model",
 ]
