@@ -7,15 +7,23 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import logging
+import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from zerognn_jax._src.data import storage
+from zerognn_jax._src.data.synthetic import products_like
+from zerognn_jax._src.data.writes import WriteError
 from zerognn_jax._src.training import lock as lock_module
 from zerognn_jax._src.training.lock import LOCK_NAME, OutputsInUse, hold_outputs
+from zerognn_jax._src.training.records import MetricsLog
 from zerognn_jax.cli import main
 
 HOLDER = """
@@ -87,3 +95,89 @@ def test_leftovers_of_killed_saves_are_removed_when_the_folder_is_taken(tmp_path
         (folder / "state").mkdir(parents=True)
     with hold_outputs(str(tmp_path), None):
         assert all(f.is_dir() for f in kept) and not any(f.exists() for f in leftovers)
+
+
+# ------------------------------------------------------- full disks
+
+
+ENOSPC = "No space left on device (ENOSPC, errno 28)"
+
+
+def full_disk(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_data_generate_on_a_full_disk_is_one_line_and_leaves_no_file(tmp_path, monkeypatch,
+                                                                    capsys):
+    out = tmp_path / "r.npz"
+
+    def savez(file, **arrays):  # part of the file gets written, then the disk is full
+        file.write(b"PK\x03\x04 half a zip")
+        full_disk()
+
+    monkeypatch.setattr(storage.np, "savez", savez)
+    assert main(["data", "generate", "rmat", "--scale", str(2**-9), "--out", str(out)]) == 1
+    assert capsys.readouterr().err == (f"zerognn: error: could not write dataset file {out}: "
+                                       f"{ENOSPC}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_dir_on_a_full_disk_names_the_folder_and_leaves_nothing(tmp_path, monkeypatch):
+    dataset = products_like(0.0005, seed=0)
+    put = storage.DatasetWriter.put
+
+    def put_then_full(self, key, values):
+        put(self, key, values)
+        if key == "features":
+            full_disk()
+
+    monkeypatch.setattr(storage.DatasetWriter, "put", put_then_full)
+    with pytest.raises(WriteError, match=rf"^could not write dataset directory "
+                                         rf"{tmp_path / 'd'}: {re.escape(ENOSPC)}$"):
+        storage.save_dir(dataset, tmp_path / "d")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_metrics_line_cut_by_a_full_disk_is_taken_back(tmp_path, monkeypatch):
+    path = tmp_path / "m.jsonl"
+    log = MetricsLog(str(path))
+    log.write({"epoch": 0})
+    mine, write = log._file._file.fileno(), os.write
+
+    def half_then_full(fd, data):
+        if fd != mine:
+            return write(fd, data)
+        write(fd, bytes(data[:7]))
+        full_disk()
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(WriteError, match=rf"^could not write metrics_out {path}: "
+                                         rf"{re.escape(ENOSPC)}$"):
+        log.write({"epoch": 1})
+    monkeypatch.undo()
+    log.close()
+    assert path.read_text() == '{"epoch": 0}\n'
+
+
+def test_checkpoint_on_a_full_disk_is_one_line_exit_1(tmp_path, monkeypatch, capfd):
+    """Orbax reports tensorstore's failed write as a ValueError carrying the errno, after
+    logging it from several threads; the run ends with one line, and the save's
+    temporary folder is removed."""
+    import orbax.checkpoint as ocp
+
+    def save(self, step, *args, **kwargs):
+        tmp = Path(self.directory) / f"{step}.orbax-checkpoint-tmp"
+        (tmp / "state").mkdir(parents=True)
+        logging.getLogger("absl").error("_SignalingThread.run() raised an exception")
+        raise ValueError(f"RESOURCE_EXHAUSTED: Error writing \"params\" in OCDBT database at "
+                         f"local file \"{tmp}/state\": No space left on device "
+                         f"[os_error_code='28']")
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", save)
+    ckpt = tmp_path / "ck"
+    capfd.readouterr()
+    assert main(["train", "--no-progress", "--epochs", "1", "--eval-mode", "none",
+                 "--checkpoint-dir", str(ckpt)]) == 1
+    assert capfd.readouterr().err == (f"zerognn: error: could not write the checkpoint of "
+                                      f"epoch 0 in checkpoint_dir {ckpt}: {ENOSPC}\n")
+    assert list(ckpt.iterdir()) == []

@@ -39,6 +39,10 @@ import ml_dtypes
 import numpy as np
 
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
+from zerognn_jax._src.data.writes import atomic_write, write_error, writing
+
+__all__ = ["atomic_write", "load_arrays", "load_dir", "load_npz", "save_dir", "save_npz",
+           "write_dir"]
 
 FORMAT_VERSION = 1
 _REQUIRED = (
@@ -47,30 +51,12 @@ _REQUIRED = (
 )
 
 
-@contextlib.contextmanager
-def atomic_write(path: str | os.PathLike) -> Iterator:
-    """Yields a binary file object whose content replaces `path` only on success.
-
-    The data go to a temporary file in the same folder, which is renamed over `path`
-    once the block ends without an exception and removed otherwise, so readers never
-    see a half-written file.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_npz(dataset: Dataset, path: str | os.PathLike) -> Path:
-    """Writes `dataset` to `path` (atomically) in the single-file format above."""
+    """Writes `dataset` to `path` (atomically) in the single-file format above.
+
+    Raises:
+      WriteError: the file could not be written (an OSError naming it; nothing is left).
+    """
     g = dataset.graph
     arrays = {
         "format_version": np.int64(FORMAT_VERSION),
@@ -89,7 +75,7 @@ def save_npz(dataset: Dataset, path: str | os.PathLike) -> Path:
     if dataset.targets is not None:
         arrays["targets"] = dataset.targets
         arrays["target_kind"] = np.str_(dataset.target_kind)
-    with atomic_write(path) as f:
+    with atomic_write(path, "dataset file") as f:
         np.savez(f, **arrays)
     return Path(path)
 
@@ -168,11 +154,13 @@ def write_dir(path: str | os.PathLike, name: str, num_classes: int) -> Iterator[
 
     The arrays go to a temporary folder beside `path`, which is synced and renamed into
     place once the block ends without an exception (an older `path` is removed only
-    then), and deleted otherwise: readers see a complete dataset or none.
+    then), and deleted otherwise: readers see a complete dataset or none. An OSError
+    (a full disk, ...) becomes a `WriteError` naming `path`.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part"))
+    with writing("dataset directory", path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part"))
     try:
         writer = DatasetWriter(tmp)
         writer.meta.update(name=name, num_classes=int(num_classes))
@@ -187,6 +175,9 @@ def write_dir(path: str | os.PathLike, name: str, num_classes: int) -> Iterator[
             os.replace(path, old)
         os.replace(tmp, path)
         shutil.rmtree(old, ignore_errors=True)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_error("dataset directory", path, err) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -29,12 +29,15 @@ import json
 import logging
 import math
 import os
+import shutil
 import sys
 import warnings
 from pathlib import Path
 
 import jax
 import orbax.checkpoint as ocp
+
+from zerognn_jax._src.data.writes import write_error
 
 FORMAT = 1
 # TrainConfig fields a resumed run may change: they leave the trained values unchanged
@@ -153,14 +156,27 @@ class Checkpointer:
     def save(self, epoch: int, state: dict, meta: dict, metrics: dict | None = None) -> None:
         """Writes the checkpoint of `epoch`; `meta` gets the format and the state's shapes.
         `metrics` ({name: float}) are what `best_fn` ranks checkpoints by; a best
-        checkpoint of `epoch` that exists already (a run resumed before it) is replaced."""
+        checkpoint of `epoch` that exists already (a run resumed before it) is replaced.
+
+        Raises:
+          WriteError: the checkpoint could not be written (a full disk, ...): an OSError
+            naming the folder and the errno; its temporary folder is removed.
+        """
         meta = {"format": FORMAT, "epoch": epoch, "state_spec": state_spec(state), **meta}
         if self.best_metric is not None and epoch in self._manager.all_steps():
             self._manager.delete(epoch)
-        saved = self._manager.save(epoch, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-            metrics=metrics)
-        self._manager.wait_until_finished()
+        try:
+            with _quiet():
+                saved = self._manager.save(epoch, args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+                    metrics=metrics)
+                self._manager.wait_until_finished()
+        except (OSError, ValueError) as err:  # tensorstore reports a full disk as ValueError
+            if jax.process_index() == 0:
+                for tmp in self.directory.glob(f"{epoch}.orbax-checkpoint-tmp*"):
+                    shutil.rmtree(tmp, ignore_errors=True)
+            raise write_error(f"the checkpoint of epoch {epoch} in checkpoint_dir",
+                              self.directory, err) from None
         if not saved:
             raise RuntimeError(f"orbax did not save epoch {epoch} into {self.directory}: a "
                                f"checkpoint of that epoch exists already")
