@@ -181,3 +181,28 @@ def test_checkpoint_on_a_full_disk_is_one_line_exit_1(tmp_path, monkeypatch, cap
     assert capfd.readouterr().err == (f"zerognn: error: could not write the checkpoint of "
                                       f"epoch 0 in checkpoint_dir {ckpt}: {ENOSPC}\n")
     assert list(ckpt.iterdir()) == []
+
+
+# ------------------------------------------------------- permissions
+
+
+@pytest.fixture(params=[0o022, 0o077, 0o002])
+def mask(request):
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_datasets_are_written_with_the_umasks_permissions(tmp_path, mask, capsys):
+    """As `open` and `mkdir` do: 0644 files and 0755 folders under umask 022, readable by
+    the rest of a team (they were 0600 and 0700 whatever the umask)."""
+    out = tmp_path / "r.npz"
+    assert main(["data", "generate", "rmat", "--scale", str(2**-9), "--out", str(out)]) == 0
+    assert mode(out) == 0o666 & ~mask
+    folder = storage.save_dir(products_like(0.0005, seed=0), tmp_path / "d")
+    assert mode(folder) == 0o777 & ~mask
+    assert {mode(f) for f in folder.iterdir()} == {0o666 & ~mask}

@@ -39,7 +39,7 @@ import ml_dtypes
 import numpy as np
 
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
-from zerognn_jax._src.data.writes import atomic_write, write_error, writing
+from zerognn_jax._src.data.writes import atomic_write, umask, write_error, writing
 
 __all__ = ["atomic_write", "load_arrays", "load_dir", "load_npz", "save_dir", "save_npz",
            "write_dir"]
@@ -154,13 +154,15 @@ def write_dir(path: str | os.PathLike, name: str, num_classes: int) -> Iterator[
 
     The arrays go to a temporary folder beside `path`, which is synced and renamed into
     place once the block ends without an exception (an older `path` is removed only
-    then), and deleted otherwise: readers see a complete dataset or none. An OSError
+    then), and deleted otherwise: readers see a complete dataset or none. The folder and
+    its files get the permissions the umask leaves (of 0o777 and 0o666). An OSError
     (a full disk, ...) becomes a `WriteError` naming `path`.
     """
     path = Path(path)
     with writing("dataset directory", path):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part"))
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it 0700
     try:
         writer = DatasetWriter(tmp)
         writer.meta.update(name=name, num_classes=int(num_classes))

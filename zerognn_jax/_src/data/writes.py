@@ -70,7 +70,8 @@ def atomic_write(path: str | os.PathLike, what: str = "file") -> Iterator:
 
     The data go to a temporary file in the same folder, which is renamed over `path`
     once the block ends without an exception and removed otherwise, so readers never
-    see a half-written file.
+    see a half-written file. The file gets the permissions the umask leaves of 0o666,
+    as `open` would give it.
 
     Raises:
       WriteError: an OSError while writing (a full disk, ...), naming `what` and `path`.
@@ -80,6 +81,7 @@ def atomic_write(path: str | os.PathLike, what: str = "file") -> Iterator:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
         try:
+            os.fchmod(fd, 0o666 & ~umask())  # mkstemp makes it 0600
             with os.fdopen(fd, "wb") as f:
                 yield f
                 f.flush()
@@ -89,6 +91,18 @@ def atomic_write(path: str | os.PathLike, what: str = "file") -> Iterator:
             Path(tmp).unlink(missing_ok=True)
             raise
 
+
+
+def umask() -> int:
+    """The process's umask: from /proc where Linux shows it, else by setting it and
+    setting it back (which races with other threads creating files)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/self/status") as status:
+            line = next(x for x in status if x.startswith("Umask:"))
+        return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 class AppendFile:
