@@ -172,6 +172,7 @@ def test_sigint_between_epochs_keeps_the_checkpoint_and_resumes(npz, tmp_path, r
     assert code == 0, err
     summary = json.loads(out)
     assert summary["start_epoch"] == 3 and summary["epochs"] == EPOCHS
+    assert summary["epochs_run"] == EPOCHS - 3
     assert_same_params(final_params(tmp_path / "ck"), reference["params"])
 
 
@@ -301,6 +302,17 @@ def test_other_settings_are_refused_in_one_line(npz, run, capfd):
     assert json.loads(capfd.readouterr().out)["start_epoch"] == 3
 
 
+def test_fewer_epochs_than_the_checkpoint_holds_is_refused_in_one_line(npz, run, capfd):
+    """It trained nothing and reported the checkpoint's epochs as its own (issue 34)."""
+    assert main(["train", "--dataset", str(npz), "--hidden", "16", "--layers", "2",
+                 "--fanouts", "5,5", "--batch-size", "32", "--eval-mode", "none",
+                 "--no-progress", "--checkpoint-dir", str(run / "ck"), "--epochs", "1"]) == 2
+    assert capfd.readouterr().err == (
+        f"zerognn: error: epochs 1 is below the 3 epochs that checkpoint_dir {run / 'ck'} "
+        f"holds, so nothing would be trained; ask for epochs 4 or more to train on (3 to "
+        f"evaluate it again), or use another checkpoint_dir to start afresh\n")
+
+
 def test_another_dataset_is_refused(run):
     other = products_like(0.0006, seed=0)
     with pytest.raises(CheckpointMismatch, match=r"dataset\.nodes 1225 there, 1469 here"):
@@ -365,6 +377,7 @@ def test_metrics_log_after_resume_lists_every_epoch_once(dataset, run, four_epoc
     assert [r["epoch"] for r in this_run[:-1]] == [0, 1, 2, 3]
     summary = this_run[-1]
     assert summary["start_epoch"] == 3 and summary["epochs"] == 4
+    assert summary["epochs_run"] == 1
     assert summary["compile_seconds"] == pytest.approx(this_run[3]["compile_seconds"])
     assert summary["compile_seconds"] < sum(r["compile_seconds"] for r in this_run[:-1])
     assert_same_params(params_of(result), four_epochs)

@@ -82,6 +82,17 @@ def identity(cfg, dataset_stats: dict, global_batch: int, extra: dict | None = N
     return json.loads(json.dumps(out))
 
 
+def check_epochs(epochs: int, resumable: list[int], directory: str) -> None:
+    """Raises ValueError if the newest of `resumable` (the epochs to resume from, newest
+    first) is past `epochs`, the epochs asked: resuming would train nothing."""
+    if resumable and resumable[0] + 1 > epochs:
+        held = resumable[0] + 1
+        raise ValueError(f"epochs {epochs} is below the {held} epochs that checkpoint_dir "
+                         f"{directory} holds, so nothing would be trained; ask for epochs "
+                         f"{held + 1} or more to train on ({held} to evaluate it again), or "
+                         f"use another checkpoint_dir to start afresh")
+
+
 def best_mode(metric: str) -> str:
     """"min" for an error or a loss (`*_mse`, `*_loss`), else "max"."""
     return "min" if metric.endswith(("_mse", "_loss")) else "max"

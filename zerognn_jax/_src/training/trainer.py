@@ -264,10 +264,11 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
 def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainResult:
     ident, resumable = None, []
     if ckpt is not None:
-        from zerognn_jax._src.training.checkpoint import identity
+        from zerognn_jax._src.training.checkpoint import check_epochs, identity
 
         ident = identity(cfg, dataset.stats(), program.global_batch, user.identity)
         resumable = ckpt.find_resumable(ident)  # a checkpoint of another run fails here
+        check_epochs(cfg.epochs, resumable, cfg.checkpoint_dir)
     t0 = time.perf_counter()
     env, cal = choose_envelope(data.graph, program.task.train_items(dataset), cfg.batch_size,
                                program.sampler, method=cfg.envelope, seed=cfg.seed,
@@ -409,7 +410,8 @@ def _notes(cfg, program, user: _UserParts, best, stopped, history) -> dict:
 def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_seconds,
              compile_seconds, start_epoch, notes) -> dict:
     """The run's summary record. `epochs` and `median_epoch_seconds` cover every epoch
-    trained, resumed runs included; `compile_seconds` and `calibrate_seconds` this
+    trained, resumed runs included; `epochs_run` those trained by this process;
+    `compile_seconds` and `calibrate_seconds` this
     process only (`start_epoch` > 0: it resumed from a checkpoint); `config` is every
     TrainConfig field of the run (lr, hidden, layers, dropout, seed, ...); `notes`
     (`_notes`) say what ran."""
@@ -421,6 +423,7 @@ def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_s
                "batch_size": cfg.batch_size, "devices": program.num_shards,
                "processes": jax.process_count(), "global_batch": program.global_batch,
                "shard_features": cfg.shard_features, "epochs": len(history),
+               "epochs_run": len(history) - start_epoch,
                "median_epoch_seconds": float(np.median(times)) if times else None,
                "engine": cfg.engine,
                "start_epoch": start_epoch, "compile_seconds": compile_seconds,
