@@ -205,21 +205,50 @@ def is_dataset_dir(path: str | os.PathLike) -> bool:
     return (Path(path) / META).is_file()
 
 
+def _read_meta(file: Path) -> dict:
+    """The JSON object of a `meta.json`, checked for what `load_arrays` reads from it.
+
+    Raises:
+      ValueError: naming `file` and the problem: not JSON, not an object, another
+        format version, a missing key, or an `arrays` entry that is not a known array
+        with its shape and dtype.
+    """
+    try:
+        meta = json.loads(file.read_text())
+    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError too
+        raise ValueError(f"{file} is not readable JSON: {err}") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{file} holds a JSON {type(meta).__name__}, not an object")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{file.parent} has format_version {meta.get('format_version')}; "
+                         f"this version of zerognn reads {FORMAT_VERSION}")
+    missing = [k for k in ("name", "num_classes", "arrays") if k not in meta]
+    if missing:
+        raise ValueError(f"{file} lacks the key(s) {', '.join(missing)}")
+    specs = meta["arrays"]
+    bad = [k for k, v in specs.items() if k not in _DIR_ARRAYS or not isinstance(v, dict)
+           or not isinstance(v.get("shape"), list) or not isinstance(v.get("dtype"), str)] \
+        if isinstance(specs, dict) else [repr(specs)]
+    if bad:
+        raise ValueError(f"{file}: \"arrays\" must map array names ({', '.join(_DIR_ARRAYS)}) "
+                         f"to {{\"shape\": [...], \"dtype\": \"...\"}}; bad entries: "
+                         f"{', '.join(bad)}")
+    return meta
+
+
 def load_arrays(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
     """(meta, arrays) of a dataset directory, the arrays memory-mapped read-only.
 
     Raises:
       FileNotFoundError: `path` holds no `meta.json`.
-      ValueError: another format version, or an array whose file is missing or does not
-        match the shape and dtype `meta.json` records.
+      ValueError: a `meta.json` that is not JSON or lacks a key (`_read_meta`), another
+        format version, or an array whose file is missing or does not match the shape
+        and dtype `meta.json` records.
     """
     path = Path(path)
     if not is_dataset_dir(path):
         raise FileNotFoundError(f"{path} is not a dataset directory (no {META})")
-    meta = json.loads((path / META).read_text())
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path} has format_version {meta.get('format_version')}; this "
-                         f"version of zerognn reads {FORMAT_VERSION}")
+    meta = _read_meta(path / META)
     arrays = {}
     for key, spec in meta["arrays"].items():
         try:
