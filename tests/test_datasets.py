@@ -528,3 +528,12 @@ def test_a_bad_meta_json_is_one_line_naming_the_file(tmp_path, capsys, change, p
     err = capsys.readouterr().err
     assert err.startswith(f"zerognn: error: {meta}") and problem in err, err
     assert err.count("\n") == 1
+
+
+def test_dataset_directories_through_the_public_api(tmp_path):
+    import zerognn_jax
+
+    assert {"save_dir", "load_dir"} <= set(zerognn_jax.__all__)
+    ds = make_dataset(**tiny_arrays())
+    back = zerognn_jax.load_dir(zerognn_jax.save_dir(ds, tmp_path / "t"))
+    assert back.stats() == ds.stats()

@@ -15,7 +15,7 @@ from zerognn_jax._src.data.graph import (
     to_jraph,
 )
 from zerognn_jax._src.data.links import LinkSplit, load_ogbl, random_link_split
-from zerognn_jax._src.data.loaders import load_dataset, load_npz, save_npz
+from zerognn_jax._src.data.loaders import load_dataset, load_dir, load_npz, save_dir, save_npz
 from zerognn_jax._src.nn.bridge import as_linen
 from zerognn_jax._src.nn.models import GNN, MLP, GATConv, GCNConv, SAGEConv, make_model
 from zerognn_jax._src.nn.views import EdgeView, EllView, gcn_weights, mean_weights
@@ -91,4 +91,5 @@ __all__ = [
     "seed_frontier",
     "EarlyStopping", "NodeTask", "as_linen", "restore", "sigmoid_cross_entropy",
     "softmax_cross_entropy", "squared_error", "evaluate_targets", "target_metrics",
+    "load_dir", "save_dir",
 ]
