@@ -10,6 +10,7 @@ checkpoint writes too) resume to the same final parameters as an uninterrupted r
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import jax
 import numpy as np
@@ -25,7 +27,11 @@ import pytest
 
 from zerognn_jax import TrainConfig, save_npz, train
 from zerognn_jax._src.data.synthetic import products_like
-from zerognn_jax._src.training.checkpoint import CheckpointMismatch, CheckpointWarning
+from zerognn_jax._src.training.checkpoint import (
+    Checkpointer,
+    CheckpointMismatch,
+    CheckpointWarning,
+)
 from zerognn_jax.cli import main
 
 CHILD = Path(__file__).with_name("_fault_child.py")
@@ -325,8 +331,17 @@ def truncate_arrays(step: Path):
             f.write_bytes(f.read_bytes()[:10])
 
 
+def flip_bits(step: Path):
+    for f in (step / "state").rglob("*"):
+        if f.is_file() and f.parent.name == "d":
+            data = bytearray(f.read_bytes())
+            data[::97] = bytes(b ^ 0x10 for b in data[::97])
+            f.write_bytes(bytes(data))
+
+
 CORRUPTIONS = {
     "arrays cut short": truncate_arrays,
+    "arrays bit-flipped": flip_bits,
     "record not JSON": lambda step: (step / "meta" / "metadata").write_text("{not json"),
 }
 
@@ -340,8 +355,11 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(dataset, run, four
     capfd.readouterr()
     with pytest.warns(CheckpointWarning, match=rf"unreadable checkpoint in {re.escape(str(ckpt))} "
                                                rf"\(epoch 2: .+\); set aside as 2\.corrupt, "
-                                               rf"resuming from the one before"):
+                                               rf"resuming from the one before") as caught:
         result = train(config(run, 4), dataset)
+    message = str(caught[0].message)
+    if corrupt is not CORRUPTIONS["record not JSON"]:  # tensorstore's message, whole
+        assert f'local file "{ckpt}/2/state/' in message and "tensorstore_spec" not in message
     assert result.summary["start_epoch"] == 2
     assert (ckpt / "2.corrupt").is_dir() and checkpoints(ckpt) == [2, 3]
     assert_same_params(params_of(result), four_epochs)
@@ -349,6 +367,30 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(dataset, run, four
     assert [r["epoch"] for r in records[:-1]] == [0, 1, 2, 3]
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Exception ignored" not in err and "absl" not in err
+
+
+def test_orbax_teardown_noise_is_dropped_while_a_checkpointer_is_open(tmp_path, monkeypatch,
+                                                                     caplog):
+    """A failed read or write leaves tensorstore callbacks that reach orbax's closed event
+    loop, printed as a dozen "RuntimeError: Event loop is closed" tracebacks, and tasks
+    whose failure asyncio logs again; an open Checkpointer drops those, nothing else."""
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    closed = SimpleNamespace(exc_value=RuntimeError("Event loop is closed"), object=None)
+    other = SimpleNamespace(exc_value=RuntimeError("something else"), object=None)
+    orbax_task = ("Task exception was never retrieved\nfuture: <Task finished coro=<"
+                  "async_serialize_from_host() done, defined at /x/orbax/checkpoint/y.py:1>>")
+    ckpt = Checkpointer(str(tmp_path / "ck"))
+    try:
+        sys.unraisablehook(closed)
+        sys.unraisablehook(other)
+        logging.getLogger("asyncio").error(orbax_task)
+        logging.getLogger("asyncio").error("Task exception was never retrieved: mine")
+    finally:
+        ckpt.close()
+    assert seen == [other] and sys.unraisablehook == seen.append
+    assert [r.getMessage() for r in caplog.records] == [
+        "Task exception was never retrieved: mine"]
 
 
 def test_no_readable_checkpoint_is_an_error(dataset, run):

@@ -29,6 +29,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import sys
 import warnings
@@ -114,24 +115,53 @@ def _differences(saved: dict, current: dict) -> list[str]:
             for k in keys if saved.get(k, absent) != current.get(k, absent)]
 
 
+# What tensorstore appends to a message: its specs as JSON, ` [tensorstore_spec='{...}']`.
+_PAYLOADS = re.compile(r" \[[\w.\[\]]+='.*$")
+
+
 def _short(err: BaseException) -> str:
+    """The error's type and first line without tensorstore's payloads; whole otherwise,
+    so a path in it is never cut."""
     text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0][:160] if text else ''}"
+    return f"{type(err).__name__}: {_PAYLOADS.sub('', text[0]) if text else ''}"
+
+
+def _teardown_noise(unraisable) -> bool:
+    """Whether an exception Python could not raise is the leftover of a failed orbax
+    read or write: a coroutine never awaited, or a tensorstore callback that reached the
+    asyncio event loop orbax had already closed (printed as "RuntimeError: Event loop is
+    closed" tracebacks, a dozen for one corrupt checkpoint)."""
+    err = unraisable.exc_value
+    return inspect.iscoroutine(unraisable.object) or (
+        isinstance(err, RuntimeError) and str(err) == "Event loop is closed")
+
+
+class _OrbaxTasks(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" for orbax's tasks: the
+    failure they hold is the one the save or restore raised."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not (text.startswith("Task exception was never retrieved")
+                    and "orbax" in text)
 
 
 @contextlib.contextmanager
 def _quiet():
-    """Silences orbax while it reads: its log lines, and the asyncio leftovers of a failed
-    read ("Exception ignored in <coroutine ...>"), collected here rather than at exit."""
-    logger, hook = logging.getLogger("absl"), sys.unraisablehook
+    """Silences orbax: its log lines, and the asyncio leftovers of a failed read or write
+    (`_teardown_noise`, `_OrbaxTasks`), collected here rather than at exit. A
+    Checkpointer holds it for its life, as the leftovers may come after the call."""
+    logger, tasks, hook = logging.getLogger("absl"), _OrbaxTasks(), sys.unraisablehook
     level = logger.level
     logger.setLevel(logging.CRITICAL)
-    sys.unraisablehook = lambda u: None if inspect.iscoroutine(u.object) else hook(u)
+    logging.getLogger("asyncio").addFilter(tasks)
+    sys.unraisablehook = lambda u: None if _teardown_noise(u) else hook(u)
     try:
         yield
     finally:
         gc.collect()
         sys.unraisablehook = hook
+        logging.getLogger("asyncio").removeFilter(tasks)
         logger.setLevel(level)
 
 
@@ -149,6 +179,8 @@ class Checkpointer:
         best = {} if best_metric is None else dict(
             best_fn=lambda metrics: float(metrics[best_metric]),
             best_mode=best_mode(best_metric), keep_checkpoints_without_metrics=False)
+        self._quiet = contextlib.ExitStack()
+        self._quiet.enter_context(_quiet())  # until close()
         with _quiet():
             self._manager = ocp.CheckpointManager(
                 self.directory,
@@ -288,6 +320,7 @@ class Checkpointer:
 
     def close(self) -> None:
         self._manager.close()
+        self._quiet.close()
 
 
 class BestCheckpoint:
