@@ -206,3 +206,11 @@ def test_datasets_are_written_with_the_umasks_permissions(tmp_path, mask, capsys
     folder = storage.save_dir(products_like(0.0005, seed=0), tmp_path / "d")
     assert mode(folder) == 0o777 & ~mask
     assert {mode(f) for f in folder.iterdir()} == {0o666 & ~mask}
+
+
+def test_bench_output_that_cannot_be_written_is_one_line_exit_1(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "file" / "bench.jsonl"
+    assert main(["bench", "--out", str(out), "--no-progress"]) == 1
+    assert capsys.readouterr().err == (f"zerognn: error: could not write bench output {out}: "
+                                       f"Not a directory (ENOTDIR, errno 20)\n")
