@@ -179,9 +179,8 @@ class Checkpointer:
         best = {} if best_metric is None else dict(
             best_fn=lambda metrics: float(metrics[best_metric]),
             best_mode=best_mode(best_metric), keep_checkpoints_without_metrics=False)
-        self._quiet = contextlib.ExitStack()
-        self._quiet.enter_context(_quiet())  # until close()
-        with _quiet():
+        with contextlib.ExitStack() as quiet:
+            quiet.enter_context(_quiet())  # until close(), or now if orbax fails
             self._manager = ocp.CheckpointManager(
                 self.directory,
                 options=ocp.CheckpointManagerOptions(
@@ -189,6 +188,7 @@ class Checkpointer:
                     enable_async_checkpointing=False, **best),
                 item_names=("state", "meta"),
             )
+            self._quiet = quiet.pop_all()
 
     def latest_epoch(self) -> int | None:
         return self._manager.latest_step()
