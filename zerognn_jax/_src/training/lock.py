@@ -46,11 +46,11 @@ def _alive_here(holder: dict) -> bool:
     if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
         return bool(holder)
     try:
-        os.kill(holder["pid"], 0)
+        os.kill(holder["pid"], 0)  # signal 0: no signal, only the check that it exists
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # it exists, as another user's process
     return True
 
 
