@@ -3,6 +3,7 @@
 import functools
 import gzip
 import http.server
+import json
 import os
 import shutil
 import threading
@@ -497,3 +498,42 @@ def test_saved_datasets_keep_float_targets(tmp_path, kind, fmt):
             storage.load_dir(storage.save_dir(ds, tmp_path / "t")))
     assert back.target_kind == kind
     np.testing.assert_array_equal(back.targets, ds.targets)
+
+
+def _drop(key):
+    def change(meta: dict) -> str:
+        del meta[key]
+        return json.dumps(meta)
+    return change
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    (_drop("arrays"), "lacks the key(s) arrays"),
+    (_drop("name"), "lacks the key(s) name"),
+    (lambda meta: '{"name": "t", "arrays": {', "is not readable JSON: Expecting"),
+    (lambda meta: "[1, 2]", "holds a JSON list, not an object"),
+    (lambda meta: json.dumps({**meta, "arrays": {"indptr": [3]}}),
+     'bad entries: indptr'),
+    (lambda meta: json.dumps({**meta, "arrays": {**meta["arrays"], "../x": {}}}),
+     'bad entries: ../x'),
+], ids=["no arrays", "no name", "not JSON", "a list", "a spec without dtype",
+        "an unknown array"])
+def test_a_bad_meta_json_is_one_line_naming_the_file(tmp_path, capsys, change, problem):
+    from zerognn_jax.cli import main
+
+    folder = storage.save_dir(make_dataset(**tiny_arrays()), tmp_path / "t")
+    meta = folder / "meta.json"
+    meta.write_text(change(json.loads(meta.read_text())))
+    assert main(["data", "info", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"zerognn: error: {meta}") and problem in err, err
+    assert err.count("\n") == 1
+
+
+def test_dataset_directories_through_the_public_api(tmp_path):
+    import zerognn_jax
+
+    assert {"save_dir", "load_dir"} <= set(zerognn_jax.__all__)
+    ds = make_dataset(**tiny_arrays())
+    back = zerognn_jax.load_dir(zerognn_jax.save_dir(ds, tmp_path / "t"))
+    assert back.stats() == ds.stats()

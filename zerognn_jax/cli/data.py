@@ -9,7 +9,9 @@ memory-mappable .npy files, streamed there from the device with its features in
 --feature-dtype (the statistics printed are then read from the directory).
 
 Both print the dataset's statistics as one JSON object on stdout. Errors print
-`zerognn: error: ...` on stderr and give exit code 2.
+`zerognn: error: ...` on stderr and give exit code 2, or 1 where the output could not be
+written (a full disk, ...: the message names the path and the errno, and no partial file
+is left).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from zerognn_jax._src.data.loaders import (
     write_papers100m_like,
 )
 from zerognn_jax._src.data.storage import load_arrays
+from zerognn_jax._src.data.writes import WriteError
 
 GENERATE_PRESETS = ("products-like", "papers100m-like", "rmat")
 
@@ -99,9 +102,13 @@ def _guarded(build) -> int:
 
 
 def _guarded_stats(stats) -> int:
-    """Prints `stats()` as JSON; maps data errors to exit code 2."""
+    """Prints `stats()` as JSON; maps data errors to exit code 2, a file that could not
+    be written (`WriteError`: a full disk, ...) to 1."""
     try:
         record = stats()
+    except WriteError as err:
+        print(f"zerognn: error: {err}", file=sys.stderr)
+        return 1
     except (ValueError, OSError) as err:
         print(f"zerognn: error: {err}", file=sys.stderr)
         return 2

@@ -40,6 +40,7 @@ import threading
 import time
 
 from zerognn_jax._src.bench.workload import REPO, VARIANTS, blank_record
+from zerognn_jax._src.data.writes import AppendFile
 from zerognn_jax._src.training import interrupts
 from zerognn_jax._src.training.config import TrainConfig
 
@@ -133,7 +134,7 @@ def run(options: BenchOptions) -> list[dict]:
     """Runs what `options` asks for; returns the records (also printed and written)."""
     from zerognn_jax._src.bench import report as bench_report
 
-    with open(options.out, "a") if options.out else _nowhere() as out:
+    with AppendFile(options.out, "bench output") if options.out else _nowhere() as out:
         state = _Run(options, out)
         with tempfile.TemporaryDirectory() as tmp:
             cache = options.envelope_cache or str(pathlib.Path(tmp) / "envelope.json")

@@ -39,6 +39,7 @@ import numpy as np
 
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.undirected import canonical_pairs, undirected_csr
+from zerognn_jax._src.data.writes import atomic_write
 
 SPLITS = ("val", "test")
 
@@ -89,12 +90,20 @@ class LinkSplit:
             raise ValueError(f"train must be a non-empty [E, 2] array, got {self.train.shape}")
 
     def save(self, path: str | os.PathLike) -> None:
-        """Writes the split (edges and fixed negatives; not the graph) to a `.npz`."""
+        """Writes the split (edges and fixed negatives; not the graph) to a `.npz`
+        (atomically; ".npz" is added to a path without it, as `np.savez` does).
+
+        Raises:
+          WriteError: the file could not be written (an OSError naming it).
+        """
         arrays = {"train": self.train, "num_nodes": np.int64(self.num_nodes)}
         for s in SPLITS:
             for k in ("pos", "neg", "neg_dst"):
                 arrays[f"{s}_{k}"] = getattr(getattr(self, s), k)
-        np.savez(path, **arrays)
+        path = Path(path)
+        path = path if path.suffix == ".npz" else path.with_name(f"{path.name}.npz")
+        with atomic_write(path, "link split file") as f:
+            np.savez(f, **arrays)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> LinkSplit:

@@ -39,6 +39,10 @@ import ml_dtypes
 import numpy as np
 
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
+from zerognn_jax._src.data.writes import atomic_write, umask, write_error, writing
+
+__all__ = ["atomic_write", "load_arrays", "load_dir", "load_npz", "save_dir", "save_npz",
+           "write_dir"]
 
 FORMAT_VERSION = 1
 _REQUIRED = (
@@ -47,30 +51,12 @@ _REQUIRED = (
 )
 
 
-@contextlib.contextmanager
-def atomic_write(path: str | os.PathLike) -> Iterator:
-    """Yields a binary file object whose content replaces `path` only on success.
-
-    The data go to a temporary file in the same folder, which is renamed over `path`
-    once the block ends without an exception and removed otherwise, so readers never
-    see a half-written file.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_npz(dataset: Dataset, path: str | os.PathLike) -> Path:
-    """Writes `dataset` to `path` (atomically) in the single-file format above."""
+    """Writes `dataset` to `path` (atomically) in the single-file format above.
+
+    Raises:
+      WriteError: the file could not be written (an OSError naming it; nothing is left).
+    """
     g = dataset.graph
     arrays = {
         "format_version": np.int64(FORMAT_VERSION),
@@ -89,7 +75,7 @@ def save_npz(dataset: Dataset, path: str | os.PathLike) -> Path:
     if dataset.targets is not None:
         arrays["targets"] = dataset.targets
         arrays["target_kind"] = np.str_(dataset.target_kind)
-    with atomic_write(path) as f:
+    with atomic_write(path, "dataset file") as f:
         np.savez(f, **arrays)
     return Path(path)
 
@@ -168,11 +154,15 @@ def write_dir(path: str | os.PathLike, name: str, num_classes: int) -> Iterator[
 
     The arrays go to a temporary folder beside `path`, which is synced and renamed into
     place once the block ends without an exception (an older `path` is removed only
-    then), and deleted otherwise: readers see a complete dataset or none.
+    then), and deleted otherwise: readers see a complete dataset or none. The folder and
+    its files get the permissions the umask leaves (of 0o777 and 0o666). An OSError
+    (a full disk, ...) becomes a `WriteError` naming `path`.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part"))
+    with writing("dataset directory", path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part"))
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it 0700
     try:
         writer = DatasetWriter(tmp)
         writer.meta.update(name=name, num_classes=int(num_classes))
@@ -187,6 +177,9 @@ def write_dir(path: str | os.PathLike, name: str, num_classes: int) -> Iterator[
             os.replace(path, old)
         os.replace(tmp, path)
         shutil.rmtree(old, ignore_errors=True)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_error("dataset directory", path, err) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -212,21 +205,50 @@ def is_dataset_dir(path: str | os.PathLike) -> bool:
     return (Path(path) / META).is_file()
 
 
+def _read_meta(file: Path) -> dict:
+    """The JSON object of a `meta.json`, checked for what `load_arrays` reads from it.
+
+    Raises:
+      ValueError: naming `file` and the problem: not JSON, not an object, another
+        format version, a missing key, or an `arrays` entry that is not a known array
+        with its shape and dtype.
+    """
+    try:
+        meta = json.loads(file.read_text())
+    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError too
+        raise ValueError(f"{file} is not readable JSON: {err}") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{file} holds a JSON {type(meta).__name__}, not an object")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{file.parent} has format_version {meta.get('format_version')}; "
+                         f"this version of zerognn reads {FORMAT_VERSION}")
+    missing = [k for k in ("name", "num_classes", "arrays") if k not in meta]
+    if missing:
+        raise ValueError(f"{file} lacks the key(s) {', '.join(missing)}")
+    specs = meta["arrays"]
+    bad = [k for k, v in specs.items() if k not in _DIR_ARRAYS or not isinstance(v, dict)
+           or not isinstance(v.get("shape"), list) or not isinstance(v.get("dtype"), str)] \
+        if isinstance(specs, dict) else [repr(specs)]
+    if bad:
+        raise ValueError(f"{file}: \"arrays\" must map array names ({', '.join(_DIR_ARRAYS)}) "
+                         f"to {{\"shape\": [...], \"dtype\": \"...\"}}; bad entries: "
+                         f"{', '.join(bad)}")
+    return meta
+
+
 def load_arrays(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
     """(meta, arrays) of a dataset directory, the arrays memory-mapped read-only.
 
     Raises:
       FileNotFoundError: `path` holds no `meta.json`.
-      ValueError: another format version, or an array whose file is missing or does not
-        match the shape and dtype `meta.json` records.
+      ValueError: a `meta.json` that is not JSON or lacks a key (`_read_meta`), another
+        format version, or an array whose file is missing or does not match the shape
+        and dtype `meta.json` records.
     """
     path = Path(path)
     if not is_dataset_dir(path):
         raise FileNotFoundError(f"{path} is not a dataset directory (no {META})")
-    meta = json.loads((path / META).read_text())
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path} has format_version {meta.get('format_version')}; this "
-                         f"version of zerognn reads {FORMAT_VERSION}")
+    meta = _read_meta(path / META)
     arrays = {}
     for key, spec in meta["arrays"].items():
         try:

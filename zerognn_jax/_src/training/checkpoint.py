@@ -29,12 +29,16 @@ import json
 import logging
 import math
 import os
+import re
+import shutil
 import sys
 import warnings
 from pathlib import Path
 
 import jax
 import orbax.checkpoint as ocp
+
+from zerognn_jax._src.data.writes import write_error
 
 FORMAT = 1
 # TrainConfig fields a resumed run may change: they leave the trained values unchanged
@@ -79,6 +83,17 @@ def identity(cfg, dataset_stats: dict, global_batch: int, extra: dict | None = N
     return json.loads(json.dumps(out))
 
 
+def check_epochs(epochs: int, resumable: list[int], directory: str) -> None:
+    """Raises ValueError if the newest of `resumable` (the epochs to resume from, newest
+    first) is past `epochs`, the epochs asked: resuming would train nothing."""
+    if resumable and resumable[0] + 1 > epochs:
+        held = resumable[0] + 1
+        raise ValueError(f"epochs {epochs} is below the {held} epochs that checkpoint_dir "
+                         f"{directory} holds, so nothing would be trained; ask for epochs "
+                         f"{held + 1} or more to train on ({held} to evaluate it again), or "
+                         f"use another checkpoint_dir to start afresh")
+
+
 def best_mode(metric: str) -> str:
     """"min" for an error or a loss (`*_mse`, `*_loss`), else "max"."""
     return "min" if metric.endswith(("_mse", "_loss")) else "max"
@@ -100,24 +115,53 @@ def _differences(saved: dict, current: dict) -> list[str]:
             for k in keys if saved.get(k, absent) != current.get(k, absent)]
 
 
+# What tensorstore appends to a message: its specs as JSON, ` [tensorstore_spec='{...}']`.
+_PAYLOADS = re.compile(r" \[[\w.\[\]]+='.*$")
+
+
 def _short(err: BaseException) -> str:
+    """The error's type and first line without tensorstore's payloads; whole otherwise,
+    so a path in it is never cut."""
     text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0][:160] if text else ''}"
+    return f"{type(err).__name__}: {_PAYLOADS.sub('', text[0]) if text else ''}"
+
+
+def _teardown_noise(unraisable) -> bool:
+    """Whether an exception Python could not raise is the leftover of a failed orbax
+    read or write: a coroutine never awaited, or a tensorstore callback that reached the
+    asyncio event loop orbax had already closed (printed as "RuntimeError: Event loop is
+    closed" tracebacks, a dozen for one corrupt checkpoint)."""
+    err = unraisable.exc_value
+    return inspect.iscoroutine(unraisable.object) or (
+        isinstance(err, RuntimeError) and str(err) == "Event loop is closed")
+
+
+class _OrbaxTasks(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" for orbax's tasks: the
+    failure they hold is the one the save or restore raised."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not (text.startswith("Task exception was never retrieved")
+                    and "orbax" in text)
 
 
 @contextlib.contextmanager
 def _quiet():
-    """Silences orbax while it reads: its log lines, and the asyncio leftovers of a failed
-    read ("Exception ignored in <coroutine ...>"), collected here rather than at exit."""
-    logger, hook = logging.getLogger("absl"), sys.unraisablehook
+    """Silences orbax: its log lines, and the asyncio leftovers of a failed read or write
+    (`_teardown_noise`, `_OrbaxTasks`), collected here rather than at exit. A
+    Checkpointer holds it for its life, as the leftovers may come after the call."""
+    logger, tasks, hook = logging.getLogger("absl"), _OrbaxTasks(), sys.unraisablehook
     level = logger.level
     logger.setLevel(logging.CRITICAL)
-    sys.unraisablehook = lambda u: None if inspect.iscoroutine(u.object) else hook(u)
+    logging.getLogger("asyncio").addFilter(tasks)
+    sys.unraisablehook = lambda u: None if _teardown_noise(u) else hook(u)
     try:
         yield
     finally:
         gc.collect()
         sys.unraisablehook = hook
+        logging.getLogger("asyncio").removeFilter(tasks)
         logger.setLevel(level)
 
 
@@ -135,7 +179,8 @@ class Checkpointer:
         best = {} if best_metric is None else dict(
             best_fn=lambda metrics: float(metrics[best_metric]),
             best_mode=best_mode(best_metric), keep_checkpoints_without_metrics=False)
-        with _quiet():
+        with contextlib.ExitStack() as quiet:
+            quiet.enter_context(_quiet())  # until close(), or now if orbax fails
             self._manager = ocp.CheckpointManager(
                 self.directory,
                 options=ocp.CheckpointManagerOptions(
@@ -143,6 +188,7 @@ class Checkpointer:
                     enable_async_checkpointing=False, **best),
                 item_names=("state", "meta"),
             )
+            self._quiet = quiet.pop_all()
 
     def latest_epoch(self) -> int | None:
         return self._manager.latest_step()
@@ -153,14 +199,27 @@ class Checkpointer:
     def save(self, epoch: int, state: dict, meta: dict, metrics: dict | None = None) -> None:
         """Writes the checkpoint of `epoch`; `meta` gets the format and the state's shapes.
         `metrics` ({name: float}) are what `best_fn` ranks checkpoints by; a best
-        checkpoint of `epoch` that exists already (a run resumed before it) is replaced."""
+        checkpoint of `epoch` that exists already (a run resumed before it) is replaced.
+
+        Raises:
+          WriteError: the checkpoint could not be written (a full disk, ...): an OSError
+            naming the folder and the errno; its temporary folder is removed.
+        """
         meta = {"format": FORMAT, "epoch": epoch, "state_spec": state_spec(state), **meta}
         if self.best_metric is not None and epoch in self._manager.all_steps():
             self._manager.delete(epoch)
-        saved = self._manager.save(epoch, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-            metrics=metrics)
-        self._manager.wait_until_finished()
+        try:
+            with _quiet():
+                saved = self._manager.save(epoch, args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+                    metrics=metrics)
+                self._manager.wait_until_finished()
+        except (OSError, ValueError) as err:  # tensorstore reports a full disk as ValueError
+            if jax.process_index() == 0:
+                for tmp in self.directory.glob(f"{epoch}.orbax-checkpoint-tmp*"):
+                    shutil.rmtree(tmp, ignore_errors=True)
+            raise write_error(f"the checkpoint of epoch {epoch} in checkpoint_dir",
+                              self.directory, err) from None
         if not saved:
             raise RuntimeError(f"orbax did not save epoch {epoch} into {self.directory}: a "
                                f"checkpoint of that epoch exists already")
@@ -261,6 +320,7 @@ class Checkpointer:
 
     def close(self) -> None:
         self._manager.close()
+        self._quiet.close()
 
 
 class BestCheckpoint:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from zerognn_jax._src.data.writes import AppendFile, writing
+
 
 def strict(value):
     """`value` with NumPy scalars made Python numbers and non-finite floats made None."""
@@ -87,13 +89,15 @@ class MetricsLog:
             last_summary = max((i for i, line in enumerate(lines) if _is_summary(line)),
                                default=-1)
             lines = lines[: last_summary + 1] + [dumps(r) + "\n" for r in history]
-        _replace(Path(path), "".join(lines))
-        self._file = open(path, "a")  # noqa: SIM115 (closed by close())
+        with writing("metrics_out", path):
+            _replace(Path(path), "".join(lines))
+        self._file = AppendFile(path, "metrics_out")
 
     def write(self, record: dict) -> None:
+        """Appends `record` as one line; a line that cannot be written whole is taken
+        back and raises WriteError (an OSError) naming the file."""
         if self._file is not None:
             self._file.write(dumps(record) + "\n")
-            self._file.flush()
 
     def close(self) -> None:
         if self._file is not None:
@@ -122,8 +126,12 @@ def _replace(path: Path, text: str) -> None:
     if path.exists() and path.read_text(errors="surrogateescape") == text:
         return
     tmp = path.with_name(f".{path.name}.part")
-    tmp.write_text(text, errors="surrogateescape")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, errors="surrogateescape")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 TENSORBOARD_HINT = "pip install 'zerognn-jax[tensorboard]' (or pip install tensorboardX)"

@@ -32,6 +32,7 @@ from zerognn_jax._src.training.callbacks import check_callbacks, run_callbacks
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.engines import make_engine
 from zerognn_jax._src.training.evaluate import supports_layerwise
+from zerognn_jax._src.training.lock import hold_outputs
 from zerognn_jax._src.training.parallel import make_mesh
 from zerognn_jax._src.training.program import DeviceData, StepProgram, init_state
 from zerognn_jax._src.training.records import (
@@ -212,12 +213,15 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
       callbacks: functions called with each epoch's record; a true result stops training
         after that epoch (callbacks.py, `EarlyStopping`).
 
-    Output paths are checked before anything else. Inside `interrupts.deferred()` (the
-    CLI) a SIGINT or SIGTERM stops the run between phases and chunks.
+    Output paths are checked before anything else, and held for the run (training/lock.py:
+    a second run on the same checkpoint folder or metrics file is refused). Inside
+    `interrupts.deferred()` (the CLI) a SIGINT or SIGTERM stops the run between phases
+    and chunks.
 
     Raises:
-      ValueError: unusable data, loss or output paths; a checkpoint of another run
-        (`CheckpointMismatch`) or none readable.
+      ValueError: unusable data, loss or output paths; output paths in use by another
+        run (`OutputsInUse`); a checkpoint of another run (`CheckpointMismatch`) or none
+        readable.
       TypeError: a model, optimizer, loss or callback of the wrong kind.
       ImportError: `cfg.tensorboard_dir` without tensorboardX installed.
       Diverged: the loss became NaN or infinite.
@@ -226,6 +230,12 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
     lead = jax.process_index() == 0  # one writer when several processes train together
     check_output_paths(cfg.metrics_out if lead else None, cfg.checkpoint_dir)
     check_tensorboard(cfg.tensorboard_dir if lead else None)
+    with hold_outputs(cfg.checkpoint_dir if lead else None, cfg.metrics_out if lead else None):
+        return _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead)
+
+
+def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
+    """`train` once the run holds its output paths."""
     user = _UserParts({}, None, check_callbacks(callbacks), variables)
     dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                      loss=loss)
@@ -254,10 +264,11 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
 def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainResult:
     ident, resumable = None, []
     if ckpt is not None:
-        from zerognn_jax._src.training.checkpoint import identity
+        from zerognn_jax._src.training.checkpoint import check_epochs, identity
 
         ident = identity(cfg, dataset.stats(), program.global_batch, user.identity)
         resumable = ckpt.find_resumable(ident)  # a checkpoint of another run fails here
+        check_epochs(cfg.epochs, resumable, cfg.checkpoint_dir)
     t0 = time.perf_counter()
     env, cal = choose_envelope(data.graph, program.task.train_items(dataset), cfg.batch_size,
                                program.sampler, method=cfg.envelope, seed=cfg.seed,
@@ -399,7 +410,8 @@ def _notes(cfg, program, user: _UserParts, best, stopped, history) -> dict:
 def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_seconds,
              compile_seconds, start_epoch, notes) -> dict:
     """The run's summary record. `epochs` and `median_epoch_seconds` cover every epoch
-    trained, resumed runs included; `compile_seconds` and `calibrate_seconds` this
+    trained, resumed runs included; `epochs_run` those trained by this process;
+    `compile_seconds` and `calibrate_seconds` this
     process only (`start_epoch` > 0: it resumed from a checkpoint); `config` is every
     TrainConfig field of the run (lr, hidden, layers, dropout, seed, ...); `notes`
     (`_notes`) say what ran."""
@@ -411,6 +423,7 @@ def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_s
                "batch_size": cfg.batch_size, "devices": program.num_shards,
                "processes": jax.process_count(), "global_batch": program.global_batch,
                "shard_features": cfg.shard_features, "epochs": len(history),
+               "epochs_run": len(history) - start_epoch,
                "median_epoch_seconds": float(np.median(times)) if times else None,
                "engine": cfg.engine,
                "start_epoch": start_epoch, "compile_seconds": compile_seconds,

@@ -1,0 +1,216 @@
+"""What a run writes, under faults (issue 34): one run at a time per checkpoint folder and
+metrics file, leftovers of killed saves removed, write errors in one line with nothing
+half-written left behind, files made with the umask's permissions."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zerognn_jax._src.data import storage
+from zerognn_jax._src.data.synthetic import products_like
+from zerognn_jax._src.data.writes import WriteError
+from zerognn_jax._src.training import lock as lock_module
+from zerognn_jax._src.training.lock import LOCK_NAME, OutputsInUse, hold_outputs
+from zerognn_jax._src.training.records import MetricsLog
+from zerognn_jax.cli import main
+
+HOLDER = """
+import sys
+from zerognn_jax._src.training.lock import hold_outputs
+with hold_outputs(sys.argv[1], sys.argv[2]):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def in_use(what: str, pid: int) -> str:
+    return (f"zerognn: error: {what} is in use by another run (pid {pid} on host "
+            f"{socket.gethostname()}); wait for it to end, stop it, or use another path\n")
+
+
+def test_a_second_run_is_refused_until_the_first_is_killed(tmp_path, capsys):
+    """A live holder (another process) refuses a run on its checkpoint folder or on its
+    metrics file, naming its pid and host; once it is killed with SIGKILL its lock file
+    stays behind, stale, and the next run takes it over."""
+    ckpt, metrics = tmp_path / "ck", tmp_path / "m.jsonl"
+    ckpt.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(ckpt), str(metrics)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert main(["train", "--no-progress", "--checkpoint-dir", str(ckpt)]) == 2
+        assert capsys.readouterr().err == in_use(f"checkpoint_dir {ckpt}", holder.pid)
+        assert main(["train", "--no-progress", "--metrics-out", str(metrics)]) == 2
+        assert capsys.readouterr().err == in_use(f"metrics_out {metrics}", holder.pid)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    stale = json.loads((ckpt / LOCK_NAME).read_text())
+    assert stale == {"pid": holder.pid, "host": socket.gethostname()}
+    with hold_outputs(str(ckpt), str(metrics)):
+        assert json.loads((ckpt / LOCK_NAME).read_text())["pid"] != holder.pid
+    assert not (ckpt / LOCK_NAME).exists() and not list(tmp_path.glob(".m.jsonl.lock"))
+
+
+def test_one_process_cannot_hold_a_folder_twice(tmp_path):
+    with hold_outputs(str(tmp_path), None), pytest.raises(OutputsInUse, match="pid"):
+        with hold_outputs(str(tmp_path), None):
+            pass
+    with hold_outputs(str(tmp_path), None):  # released: free again
+        pass
+
+
+def test_without_flock_a_dead_pid_of_this_host_is_stale(tmp_path, monkeypatch):
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    record = {"pid": int(gone.stdout), "host": socket.gethostname()}
+    (tmp_path / LOCK_NAME).write_text(json.dumps(record))
+    with hold_outputs(str(tmp_path), None), \
+            pytest.raises(OutputsInUse, match=rf"pid {lock_module.os.getpid()} on host"):
+        with hold_outputs(str(tmp_path), None):
+            pass
+
+
+def test_leftovers_of_killed_saves_are_removed_when_the_folder_is_taken(tmp_path):
+    kept = [tmp_path / "3", tmp_path / "best" / "2", tmp_path / "notes.orbax"]
+    leftovers = [tmp_path / "4.orbax-checkpoint-tmp-1763", tmp_path / "best" /
+                 "5.orbax-checkpoint-tmp-1764"]
+    for folder in kept + leftovers:
+        (folder / "state").mkdir(parents=True)
+    with hold_outputs(str(tmp_path), None):
+        assert all(f.is_dir() for f in kept) and not any(f.exists() for f in leftovers)
+
+
+# ------------------------------------------------------- full disks
+
+
+ENOSPC = "No space left on device (ENOSPC, errno 28)"
+
+
+def full_disk(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_data_generate_on_a_full_disk_is_one_line_and_leaves_no_file(tmp_path, monkeypatch,
+                                                                    capsys):
+    out = tmp_path / "r.npz"
+
+    def savez(file, **arrays):  # part of the file gets written, then the disk is full
+        file.write(b"PK\x03\x04 half a zip")
+        full_disk()
+
+    monkeypatch.setattr(storage.np, "savez", savez)
+    assert main(["data", "generate", "rmat", "--scale", str(2**-9), "--out", str(out)]) == 1
+    assert capsys.readouterr().err == (f"zerognn: error: could not write dataset file {out}: "
+                                       f"{ENOSPC}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_dir_on_a_full_disk_names_the_folder_and_leaves_nothing(tmp_path, monkeypatch):
+    dataset = products_like(0.0005, seed=0)
+    put = storage.DatasetWriter.put
+
+    def put_then_full(self, key, values):
+        put(self, key, values)
+        if key == "features":
+            full_disk()
+
+    monkeypatch.setattr(storage.DatasetWriter, "put", put_then_full)
+    with pytest.raises(WriteError, match=rf"^could not write dataset directory "
+                                         rf"{tmp_path / 'd'}: {re.escape(ENOSPC)}$"):
+        storage.save_dir(dataset, tmp_path / "d")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_metrics_line_cut_by_a_full_disk_is_taken_back(tmp_path, monkeypatch):
+    path = tmp_path / "m.jsonl"
+    log = MetricsLog(str(path))
+    log.write({"epoch": 0})
+    mine, write = log._file._file.fileno(), os.write
+
+    def half_then_full(fd, data):
+        if fd != mine:
+            return write(fd, data)
+        write(fd, bytes(data[:7]))
+        full_disk()
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(WriteError, match=rf"^could not write metrics_out {path}: "
+                                         rf"{re.escape(ENOSPC)}$"):
+        log.write({"epoch": 1})
+    monkeypatch.undo()
+    log.close()
+    assert path.read_text() == '{"epoch": 0}\n'
+
+
+def test_checkpoint_on_a_full_disk_is_one_line_exit_1(tmp_path, monkeypatch, capfd):
+    """Orbax reports tensorstore's failed write as a ValueError carrying the errno, after
+    logging it from several threads; the run ends with one line, and the save's
+    temporary folder is removed."""
+    import orbax.checkpoint as ocp
+
+    def save(self, step, *args, **kwargs):
+        tmp = Path(self.directory) / f"{step}.orbax-checkpoint-tmp"
+        (tmp / "state").mkdir(parents=True)
+        logging.getLogger("absl").error("_SignalingThread.run() raised an exception")
+        raise ValueError(f"RESOURCE_EXHAUSTED: Error writing \"params\" in OCDBT database at "
+                         f"local file \"{tmp}/state\": No space left on device "
+                         f"[os_error_code='28']")
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", save)
+    ckpt = tmp_path / "ck"
+    capfd.readouterr()
+    assert main(["train", "--no-progress", "--epochs", "1", "--eval-mode", "none",
+                 "--checkpoint-dir", str(ckpt)]) == 1
+    assert capfd.readouterr().err == (f"zerognn: error: could not write the checkpoint of "
+                                      f"epoch 0 in checkpoint_dir {ckpt}: {ENOSPC}\n")
+    assert list(ckpt.iterdir()) == []
+
+
+# ------------------------------------------------------- permissions
+
+
+@pytest.fixture(params=[0o022, 0o077, 0o002])
+def mask(request):
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_datasets_are_written_with_the_umasks_permissions(tmp_path, mask, capsys):
+    """As `open` and `mkdir` do: 0644 files and 0755 folders under umask 022, readable by
+    the rest of a team (they were 0600 and 0700 whatever the umask)."""
+    out = tmp_path / "r.npz"
+    assert main(["data", "generate", "rmat", "--scale", str(2**-9), "--out", str(out)]) == 0
+    assert mode(out) == 0o666 & ~mask
+    folder = storage.save_dir(products_like(0.0005, seed=0), tmp_path / "d")
+    assert mode(folder) == 0o777 & ~mask
+    assert {mode(f) for f in folder.iterdir()} == {0o666 & ~mask}
+
+
+def test_bench_output_that_cannot_be_written_is_one_line_exit_1(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "file" / "bench.jsonl"
+    assert main(["bench", "--out", str(out), "--no-progress"]) == 1
+    assert capsys.readouterr().err == (f"zerognn: error: could not write bench output {out}: "
+                                       f"Not a directory (ENOTDIR, errno 20)\n")

@@ -1,0 +1,141 @@
+"""Writing files: one error naming the path and the errno, and nothing half-written.
+
+Every file the library writes (datasets, metrics, checkpoints, bench records) goes
+through `atomic_write` or `writing`, so a full disk, a lost mount or a read-only folder
+ends in one `WriteError` (an OSError) instead of an error that names neither the file
+nor the cause, and a temporary file is removed rather than left beside the target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+# How C++ layers (tensorstore under orbax) report an errno in their messages.
+_ERRNO_IN_TEXT = re.compile(r"os_error_code='?(\d+)|\[Errno (\d+)\]")
+
+
+class WriteError(OSError):
+    """A file or folder could not be written. `errno` is the cause's, when known; the
+    message names what was written, the path, the cause and the errno."""
+
+
+def _errno_of(err: BaseException) -> int | None:
+    """The errno of `err` or of what caused it (OSError, or one named in the text)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno:
+            return err.errno
+        match = _ERRNO_IN_TEXT.search(str(err))
+        if match:
+            return int(match.group(1) or match.group(2))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def write_error(what: str, path: str | os.PathLike, err: BaseException) -> WriteError:
+    """A WriteError for `err`, raised while writing `what` at `path`."""
+    if isinstance(err, WriteError):
+        return err
+    code = _errno_of(err)
+    if code is None:
+        text = str(err).strip().splitlines()
+        cause = f"{type(err).__name__}: {text[0][:200] if text else ''}"
+    else:
+        cause = f"{os.strerror(code)} ({errno.errorcode.get(code, '?')}, errno {code})"
+    out = WriteError(f"could not write {what} {path}: {cause}")
+    out.errno = code
+    return out
+
+
+@contextlib.contextmanager
+def writing(what: str, path: str | os.PathLike) -> Iterator[None]:
+    """Turns an OSError raised in the block into a `WriteError` naming `what` and
+    `path`."""
+    try:
+        yield
+    except OSError as err:
+        raise write_error(what, path, err) from None
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, what: str = "file") -> Iterator:
+    """Yields a binary file object whose content replaces `path` only on success.
+
+    The data go to a temporary file in the same folder, which is renamed over `path`
+    once the block ends without an exception and removed otherwise, so readers never
+    see a half-written file. The file gets the permissions the umask leaves of 0o666,
+    as `open` would give it.
+
+    Raises:
+      WriteError: an OSError while writing (a full disk, ...), naming `what` and `path`.
+    """
+    path = Path(path)
+    with writing(what, path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+        try:
+            os.fchmod(fd, 0o666 & ~umask())  # mkstemp makes it 0600
+            with os.fdopen(fd, "wb") as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+
+def umask() -> int:
+    """The process's umask: from /proc where Linux shows it, else by setting it and
+    setting it back (which races with other threads creating files)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/self/status") as status:
+            line = next(x for x in status if x.startswith("Umask:"))
+        return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class AppendFile:
+    """Appends text to `path` (created if missing) in whole writes: a write that fails
+    midway is taken back (the file is cut to its length before it) and raises a
+    `WriteError` naming `what` and `path`, so the file never ends in half a record."""
+
+    def __init__(self, path: str | os.PathLike, what: str):
+        self.path, self.what = path, what
+        with writing(what, path):
+            self._file = open(path, "ab", buffering=0)  # noqa: SIM115 (closed by close())
+
+    def write(self, text: str) -> None:
+        data = memoryview(text.encode("utf-8", "surrogateescape"))
+        fd = self._file.fileno()
+        with writing(self.what, self.path):
+            end = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                while data:
+                    data = data[os.write(fd, data):]
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, end)
+                raise
+
+    def flush(self) -> None:
+        """Nothing to do: every `write` reaches the file at once."""
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> AppendFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,126 @@
+"""One run at a time per checkpoint folder and metrics file.
+
+A run holds an exclusive `flock` on `<checkpoint_dir>/.zerognn.lock` (and, for a metrics
+file, on `.<name>.lock` beside it) from before it reads its data until it returns. The
+lock file records the holder's pid and host, which a second run names when it is
+refused (`OutputsInUse`). The kernel drops a `flock` when its holder dies, so the file
+of a killed run is a stale lock: the next run takes it over. On a file system without
+`flock` the recorded pid decides: a pid of this host that is gone is stale.
+
+Holding the checkpoint folder also makes what a killed save left there safe to remove:
+orbax's temporary folders (`*.orbax-checkpoint-tmp*`) are deleted when the lock is taken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+LOCK_NAME = ".zerognn.lock"
+ORBAX_TMP = "*.orbax-checkpoint-tmp*"
+_NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+
+
+class OutputsInUse(ValueError):
+    """Another run, alive, holds the checkpoint folder or the metrics file."""
+
+
+def _holder(fd: int) -> dict:
+    """The {"pid", "host"} recorded in an open lock file ({} if unreadable)."""
+    try:
+        record = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _alive_here(holder: dict) -> bool:
+    """Whether `holder` may still run: its pid exists on this host, or it is elsewhere."""
+    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return bool(holder)
+    try:
+        os.kill(holder["pid"], 0)  # signal 0: no signal, only the check that it exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, as another user's process
+    return True
+
+
+class _Lock:
+    """An exclusive lock on the file `path`, naming `what` when refused."""
+
+    def __init__(self, path: Path, what: str):
+        self.path = path
+        while True:  # the holder may unlink the file between our open and our flock
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                self._flock(fd, what)
+                if os.path.exists(path) and os.path.samestat(os.fstat(fd), os.stat(path)):
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record, 0)
+        self._fd = fd
+
+    @staticmethod
+    def _flock(fd: int, what: str) -> None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            holder = _holder(fd)
+        except OSError as err:
+            if err.errno not in _NO_FLOCK:
+                raise
+            holder = _holder(fd)  # no flock here: a live recorded pid holds it
+            if not _alive_here(holder):
+                return
+        raise OutputsInUse(
+            f"{what} is in use by another run (pid {holder.get('pid', '?')} on host "
+            f"{holder.get('host', '?')}); wait for it to end, stop it, or use another path")
+
+    def release(self) -> None:
+        os.unlink(self.path)  # before unlocking: a waiting run then finds a new file
+        os.close(self._fd)
+
+
+def remove_orbax_leftovers(folder: Path) -> None:
+    """Deletes the temporary folders of saves that never finished, in `folder` and its
+    best-checkpoint sub-folder. Only the holder of the folder's lock may call it."""
+    for tmp in [*folder.glob(ORBAX_TMP), *folder.glob(f"*/{ORBAX_TMP}")]:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def hold_outputs(checkpoint_dir: str | None, metrics_out: str | None) -> Iterator[None]:
+    """Holds the locks of a run's checkpoint folder and metrics file (either may be None;
+    both folders exist: `records.check_output_paths`) for the block, after removing the
+    leftovers of killed saves from the checkpoint folder.
+
+    Raises:
+      OutputsInUse: another live run holds one of them; the message names the path and
+        the holder's pid and host.
+    """
+    with contextlib.ExitStack() as stack:
+        if checkpoint_dir:
+            folder = Path(checkpoint_dir)
+            lock = _Lock(folder / LOCK_NAME, f"checkpoint_dir {checkpoint_dir}")
+            stack.callback(lock.release)
+            remove_orbax_leftovers(folder)
+        if metrics_out:
+            path = Path(metrics_out)
+            lock = _Lock(path.with_name(f".{path.name}.lock"), f"metrics_out {metrics_out}")
+            stack.callback(lock.release)
+        yield
