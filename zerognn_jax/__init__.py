@@ -21,7 +21,15 @@ from zerognn_jax._src.data.graph import (
 from zerognn_jax._src.data.links import LinkSplit, load_ogbl, random_link_split
 from zerognn_jax._src.data.loaders import load_dataset, load_dir, load_npz, save_dir, save_npz
 from zerognn_jax._src.nn.bridge import as_linen
-from zerognn_jax._src.nn.models import GNN, MLP, GATConv, GCNConv, SAGEConv, make_model
+from zerognn_jax._src.nn.models import (
+    GNN,
+    MLP,
+    GATConv,
+    GCNConv,
+    GINEConv,
+    SAGEConv,
+    make_model,
+)
 from zerognn_jax._src.nn.views import EdgeView, EllView, gcn_weights, mean_weights
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import Calibration, calibrate, choose_envelope
@@ -99,5 +107,5 @@ __all__ = [
     "softmax_cross_entropy", "squared_error", "evaluate_targets", "target_metrics",
     "RowAdamState", "row_adam_init", "row_adam_update",
     "from_networkx", "to_edge_index", "to_networkx", "to_scipy",
-    "ExportedModel", "export_model", "load_dir", "save_dir",
+    "ExportedModel", "export_model", "load_dir", "save_dir", "GINEConv",
 ]

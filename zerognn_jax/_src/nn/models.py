@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from pallas_kernels import counter_hash
-from zerognn_jax._src.nn.views import gcn_weights, mean_weights
+from zerognn_jax._src.nn.views import gcn_weights, mean_over_edges, mean_weights
 
 MODELS = ("sage", "sage-max", "sage-sum", "gcn", "gat", "mlp")
 NORMS = ("none", "layer", "batch")
@@ -89,12 +89,19 @@ class GCNConv(nn.Module):
 
 
 class GATConv(nn.Module):
-    """GAT: multi-head attention over each node's sampled neighbours and itself."""
+    """GAT: multi-head attention over each node's sampled neighbours and itself.
+
+    With `edge_dim`, an edge's features enter its attention logit as PyG's
+    `GATConv(edge_dim=...)` defines it: a_edge . (W_e e_ij) per head; the self term takes
+    the mean of the node's edges' terms (PyG's self-loops get the mean edge feature,
+    `fill_value="mean"`, and the term is linear in it).
+    """
 
     features: int
     heads: int = 4
     negative_slope: float = 0.2
     dtype: Any = jnp.float32
+    edge_dim: int | None = None
 
     @nn.compact
     def __call__(self, h_src, h_dst, view):
@@ -106,13 +113,48 @@ class GATConv(nn.Module):
         a_dst = self.param("att_dst", init, (1, h, f))
         s_src, s_dst = jnp.sum(z_src * a_src, -1), jnp.sum(z_dst * a_dst, -1)  # [*, H]
         act = lambda v: nn.leaky_relu(v, self.negative_slope)
-        logits = act(view.src_of_edges(s_src) + view.dst_of_edges(s_dst))
-        self_logits = act(jnp.sum(z_dst * a_src, -1) + s_dst)
+        logits = view.src_of_edges(s_src) + view.dst_of_edges(s_dst)
+        self_logits = jnp.sum(z_dst * a_src, -1) + s_dst
+        if self.edge_dim is not None:
+            s_edge = self._edge_terms(view, h, f, init)
+            logits, self_logits = logits + s_edge, self_logits + mean_over_edges(view, s_edge)
+        logits, self_logits = act(logits), act(self_logits)
         w_edges, w_self = view.softmax(logits, self_logits)
         w_edges, w_self = w_edges.astype(self.dtype), w_self.astype(self.dtype)
         out = view.weighted_sum(z_src, w_edges) + w_self[..., None] * z_dst
         bias = self.param("bias", nn.initializers.zeros, (h * f,))
         return out.reshape(-1, h * f) + bias.astype(self.dtype)
+
+    def _edge_terms(self, view, h: int, f: int, init):
+        """Edge-shaped [..., H]: the attention term of each edge's features."""
+        e = view.edge_features()
+        if e.shape[-1] != self.edge_dim:
+            raise ValueError(f"GATConv has edge_dim {self.edge_dim}, and its view's edge "
+                             f"features are {e.shape[-1]} wide")
+        z_edge = nn.Dense(h * f, use_bias=False, dtype=self.dtype, name="edge")(e)
+        a_edge = self.param("att_edge", init, (1, h, f))
+        return jnp.sum(z_edge.reshape(*e.shape[:-1], h, f) * a_edge, -1)
+
+
+class GINEConv(nn.Module):
+    """GINE (Hu et al., 2020): MLP((1 + eps) h_i + sum_j ReLU(h_j + W_e e_ij)), the edge
+    features projected to the input width; `train_eps` learns eps (PyG's `GINEConv`
+    with `edge_dim`, its `nn` a two-layer MLP of `features` units)."""
+
+    features: int
+    eps: float = 0.0
+    train_eps: bool = False
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, h_src, h_dst, view):
+        e = nn.Dense(h_src.shape[-1], dtype=self.dtype, name="edge")(view.edge_features())
+        agg = view.sum_edges(nn.relu(view.src_of_edges(h_src) + e))
+        eps = (self.param("eps", nn.initializers.constant(self.eps), ()) if self.train_eps
+               else self.eps)
+        out = (1.0 + eps) * h_dst + agg
+        out = nn.relu(nn.Dense(self.features, dtype=self.dtype)(out))
+        return nn.Dense(self.features, dtype=self.dtype)(out)
 
 
 class GNN(nn.Module):

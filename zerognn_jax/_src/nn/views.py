@@ -31,6 +31,9 @@ class EllView:
     (c, k); S = C (1 + K): tree mode, a flat outer hop), so slots are read by position
     (a reshape) instead of gathered through `nbr`. Either way gives the same values.
 
+    `edge_attr`: [C, K, D] features of the sampled edges (zero in dead slots), for
+    layers that read them (`edge_features`); None when the block carries none.
+
     `pin_aggregates`: positional aggregates are written out before anything reads them
     (an optimization barrier), for forward passes that are not differentiated. There,
     XLA 0.11.2 on an H100 fuses the reduction over a slice of the sources with a
@@ -50,6 +53,7 @@ class EllView:
     kernels: Kernels = XLA
     positional: bool = False
     pin_aggregates: bool = False
+    edge_attr: jax.Array | None = None
 
     @property
     def num_dst(self) -> int:
@@ -84,6 +88,18 @@ class EllView:
     def edge_count(self) -> jax.Array:
         """float32[C]: sampled edges per destination."""
         return jnp.sum(self.mask, axis=1).astype(jnp.float32)
+
+    def edge_features(self) -> jax.Array:
+        """[C, K, D]: the block's edge features (`_require_edges` explains a None)."""
+        return _require_edges(self.edge_attr)
+
+    def sum_edges(self, values: jax.Array) -> jax.Array:
+        """[C, ...]: per destination, the sum of edge-shaped `values` [C, K, ...] over its
+        live slots (float32 sums for half-precision values)."""
+        live = self.mask.reshape(self.mask.shape + (1,) * (values.ndim - 2))
+        acc = jnp.promote_types(values.dtype, jnp.float32)
+        out = jnp.sum(jnp.where(live, values.astype(acc), 0), axis=1)
+        return self._pinned(out.astype(values.dtype))
 
     def weighted_sum(self, h_src: jax.Array, weights: jax.Array) -> jax.Array:
         """[C, H, F] from h_src [S, H, F] and weights [C, K, H] (zero where masked).
@@ -130,10 +146,19 @@ class EdgeView:
     dst_deg: jax.Array
     src_deg: jax.Array
     num_dst: int
+    edge_attr: jax.Array | None = None  # [E, D], as EllView's
 
     @property
     def edge_mask(self) -> jax.Array:
         return self.mask
+
+    def edge_features(self) -> jax.Array:
+        return _require_edges(self.edge_attr)
+
+    def sum_edges(self, values: jax.Array) -> jax.Array:
+        """[num_dst, ...]: per destination, the sum of edge-shaped `values` [E, ...]."""
+        live = self.mask.reshape(self.mask.shape + (1,) * (values.ndim - 1))
+        return self._segment_sum(jnp.where(live, values, jnp.zeros((), values.dtype)))
 
     def dst_of_edges(self, x_dst: jax.Array) -> jax.Array:
         return x_dst[self.dst]
@@ -176,6 +201,19 @@ class EdgeView:
         e_self = jnp.exp(self_logits - top)
         total = self._segment_sum(e) + e_self
         return e / total[self.dst], e_self / total
+
+
+def _require_edges(edge_attr):
+    if edge_attr is None:
+        raise ValueError("this layer reads edge features, and its view carries none: give "
+                         "the graph an edge-feature table and sample with edge ids")
+    return edge_attr
+
+
+def mean_over_edges(view, values: jax.Array) -> jax.Array:
+    """Per destination, the mean of edge-shaped `values` over its edges (0 for none)."""
+    count = view.edge_count().reshape((-1,) + (1,) * (values.ndim - view.mask.ndim))
+    return view.sum_edges(values) / jnp.maximum(count, 1.0).astype(values.dtype)
 
 
 def mean_weights(view) -> jax.Array:
