@@ -15,6 +15,7 @@
 #   torch-eager    benchmarks/peers/torch_gpu_sage.py: GPU sampling driven by the host
 #   torch-compiled the same with torch.compile
 #   pyg            benchmarks/peers/pyg_sage.py: PyG NeighborLoader, CPU worker processes
+#   zerognn-bf16   the same with --dtype bfloat16 (features and computation)
 #   zerognn-host   (not run by default) zerognn-jax's host-mediated engine, host-exact
 # Everything fits BUDGET seconds (default 560): each system runs under `timeout` with
 # what is left, less MIN_NEXT seconds kept for each system after it. JSON lines go to
@@ -55,7 +56,7 @@ BUDGET=${BUDGET:-}
 MIN_NEXT=${MIN_NEXT:-60}
 EPOCHS=${EPOCHS:-5}
 ROOT=${ROOT:-.cache/zerognn}
-SYSTEMS=${SYSTEMS:-zerognn,torch-eager,torch-compiled,pyg}
+SYSTEMS=${SYSTEMS:-zerognn,zerognn-bf16,torch-eager,torch-compiled,pyg}
 PY=${PYTHON:-python3}
 NPROC=$(nproc)
 WORKERS=${WORKERS:-$(( NPROC - 2 < 14 ? NPROC - 2 : 14 ))}
@@ -180,19 +181,22 @@ if [ "$CHECK" = 1 ]; then
 fi
 
 order=()
-for s in zerognn zerognn-host torch-eager torch-compiled pyg; do wanted "$s" && order+=("$s"); done
+for s in zerognn zerognn-bf16 zerognn-host torch-eager torch-compiled pyg; do
+  wanted "$s" && order+=("$s")
+done
 for i in "${!order[@]}"; do
   later=$(( ${#order[@]} - i - 1 ))
   common_flags=(--data "$DATA" --epochs "$EPOCHS" --device "$DEVICE" --out "$JSONL"
                 "${WORKLOAD[@]}")
   case ${order[$i]} in
-    zerognn|zerognn-host)
-      engine=scan
+    zerognn|zerognn-bf16|zerognn-host)
+      engine=scan dtype=float32
       [ "${order[$i]}" = zerognn-host ] && engine=host-exact
+      [ "${order[$i]}" = zerognn-bf16 ] && dtype=bfloat16
       run "${order[$i]}" "$later" $PY -m zerognn_jax.cli train --dataset "$DATA" \
-        --engine "$engine" --epochs "$EPOCHS" --layers 3 --hidden 256 --fanouts 15,10,5 \
-        --batch-size 1024 --lr 3e-3 --eval-every 0 --metrics-out "$JSONL" \
-        --no-progress ;;
+        --engine "$engine" --dtype "$dtype" --epochs "$EPOCHS" --layers 3 --hidden 256 \
+        --fanouts 15,10,5 --batch-size 1024 --lr 3e-3 --eval-every 0 \
+        --metrics-out "$JSONL" --no-progress ;;
     torch-eager) run torch-eager "$later" $PY benchmarks/peers/torch_gpu_sage.py \
                "${common_flags[@]}" ;;
     torch-compiled) run torch-compiled "$later" $PY benchmarks/peers/torch_gpu_sage.py \

@@ -206,6 +206,9 @@ def test_table_reads_baselines_and_zerognn(tmp_path, capsys):
         {"epoch": 2, "epoch_seconds": 0.27},
         {"summary": True, "median_epoch_seconds": 0.27, "test_acc": 0.8,
          "peak_bytes_in_use": 2**31, "device": "cuda:0", "engine": "scan"},
+        {"epoch": 0, "epoch_seconds": 4.0}, {"epoch": 1, "epoch_seconds": 0.125},
+        {"summary": True, "median_epoch_seconds": 0.125, "test_acc": 0.8, "engine": "scan",
+         "config": {"dtype": "bfloat16"}},
         {"system": "pyg-neighborloader", "epoch": 0, "epoch_seconds": 30.0},
         {"system": "pyg-neighborloader", "epoch": 1, "epoch_seconds": 26.0},
         {"summary": True, "system": "pyg-neighborloader", "epoch_seconds": 26.0,
@@ -222,6 +225,7 @@ def test_table_reads_baselines_and_zerognn(tmp_path, capsys):
     rows = {line.split(" | ")[0].strip("| "): line for line in lines if line.startswith("| ")}
     assert list(rows)[1] == "zerognn-jax"
     assert "| 0.26 | 1x |" in rows["zerognn-jax"]  # median of the epochs after the first
+    assert "| 0.125 | 0.481x |" in rows["zerognn-jax, bfloat16"]  # its own epochs only
     assert "| 26 | 100x | 5 % | 3.0 | 120 | 1.00 | 81.0 % |" in rows["pyg-neighborloader"]
     assert "torch-gpu-eager (cut off)" in rows
     assert any(line == "fanout check torch-gpu-eager: ok" for line in lines)

@@ -39,11 +39,14 @@ COLUMNS = ("system", "epoch s", "zerognn-jax faster by", "GPU fraction", "syncs/
 
 
 def system_of(record: dict) -> str:
-    """The baselines name themselves; zerognn's own lines have no name: scan or engine."""
+    """The baselines name themselves; zerognn's own lines have no name: scan or engine,
+    and the dtype when it is not float32 (read from the summary's config)."""
     if record.get("system"):
         return record["system"]
     engine = record.get("engine", "scan")
-    return ZEROGNN if engine in (None, "scan") else f"{ZEROGNN} ({engine})"
+    name = ZEROGNN if engine in (None, "scan") else f"{ZEROGNN} ({engine})"
+    dtype = (record.get("config") or {}).get("dtype", "float32")
+    return name if dtype == "float32" else f"{name}, {dtype}"
 
 
 def pick(record: dict, field: str):
