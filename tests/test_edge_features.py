@@ -1,0 +1,139 @@
+"""Edge-feature tables: aligned with the CSR edges through every construction path,
+validated, stored and read back value by value."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from zerognn_jax import from_edge_list
+from zerognn_jax._src.data.dataset import BFLOAT16, make_dataset
+from zerognn_jax._src.data.graph import csr_from_arrays, take_edge_rows, to_edge_list
+from zerognn_jax._src.data.storage import load_dir, load_npz, save_dir, save_npz
+from zerognn_jax._src.data.undirected import undirected_csr
+
+
+def edge_rows(graph) -> dict:
+    """{(row, neighbour): [its feature rows as lists]} of a graph, in CSR order."""
+    src, dst = to_edge_list(graph)
+    table = np.asarray(graph.edge_features, np.float32)
+    out: dict = {}
+    for i, (s, d) in enumerate(zip(src.tolist(), dst.tolist())):
+        out.setdefault((s, d), []).append(table[i].tolist())
+    return out
+
+
+def feats(e: int, d: int = 3) -> np.ndarray:
+    """Row i = [i, i + 0.5, -i, ...]: every row different, so a mix-up shows."""
+    i = np.arange(e, dtype=np.float32)[:, None]
+    return np.concatenate([i, i + 0.5, -i][:d], axis=1)
+
+
+def test_from_edge_list_moves_each_row_with_its_edge_when_sorting():
+    f = feats(4)
+    g = from_edge_list([2, 0, 1, 0], [0, 2, 2, 1], 3, edge_features=f)
+    assert edge_rows(g) == {(0, 1): [f[3].tolist()], (0, 2): [f[1].tolist()],
+                            (1, 2): [f[2].tolist()], (2, 0): [f[0].tolist()]}
+    assert g.edge_features.dtype == np.float32
+
+
+def test_make_undirected_gives_the_reverse_edge_the_same_row():
+    f = feats(2)
+    g = from_edge_list([0, 1], [1, 2], 3, edge_features=f, make_undirected=True)
+    assert edge_rows(g) == {(0, 1): [f[0].tolist()], (1, 0): [f[0].tolist()],
+                            (1, 2): [f[1].tolist()], (2, 1): [f[1].tolist()]}
+
+
+def test_self_loops_and_duplicates_drop_their_rows_keeping_the_first():
+    f = feats(5)
+    g = from_edge_list([0, 1, 0, 2, 0], [1, 1, 1, 0, 1], 3, edge_features=f,
+                       remove_self_loops=True, remove_duplicates=True)
+    assert edge_rows(g) == {(0, 1): [f[0].tolist()], (2, 0): [f[3].tolist()]}
+
+
+def test_a_given_edge_wins_over_a_reverse_copy():
+    f = feats(2)
+    g = from_edge_list([0, 1], [1, 0], 2, edge_features=f, make_undirected=True,
+                       remove_duplicates=True)
+    assert edge_rows(g) == {(0, 1): [f[0].tolist()], (1, 0): [f[1].tolist()]}
+
+
+def test_bfloat16_is_kept_and_integers_become_float32():
+    f = feats(2).astype(BFLOAT16)
+    assert from_edge_list([0, 1], [1, 0], 2, edge_features=f).edge_features.dtype == BFLOAT16
+    g = from_edge_list([0, 1], [1, 0], 2, edge_features=np.array([[3], [4]]))
+    assert g.edge_features.dtype == np.float32
+    assert g.edge_features[:, 0].tolist() == [3.0, 4.0]
+
+
+@pytest.mark.parametrize("table, message", [
+    (np.zeros((3, 2), np.float32), "edge_features have 3 rows but the graph has 2 edges"),
+    (np.zeros(2, np.float32), r"edge_features must be 2-D \[E, D\], got shape \(2,\)"),
+    (np.zeros((2, 0), np.float32), "need at least one column"),
+    (np.array([[0.0, 1.0], [2.0, np.nan]]), "NaN or inf \\(1 entries; first at row 1, column 1\\)"),
+    (np.ones((2, 1), bool), "edge_features must be numeric, got bool"),
+])
+def test_bad_tables_are_refused_with_the_problem_named(table, message):
+    with pytest.raises(ValueError, match=message):
+        from_edge_list([0, 1], [1, 0], 2, edge_features=table)
+    with pytest.raises(ValueError, match=message):
+        csr_from_arrays([0, 1, 2], [1, 0], edge_features=table)
+
+
+def test_undirected_csr_keeps_the_first_listing_of_a_pair_for_both_directions():
+    f = feats(5)
+    # (1, 0) repeats (0, 1) the other way round; (2, 2) is a loop; (2, 1) comes twice
+    g = undirected_csr(np.array([0, 1, 2, 2, 1]), np.array([1, 0, 2, 1, 2]), 3,
+                       edge_features=f)
+    assert edge_rows(g) == {(0, 1): [f[0].tolist()], (1, 0): [f[0].tolist()],
+                            (1, 2): [f[3].tolist()], (2, 1): [f[3].tolist()]}
+    plain = undirected_csr(np.array([0, 1, 2, 2, 1]), np.array([1, 0, 2, 1, 2]), 3)
+    assert np.array_equal(plain.indptr, g.indptr) and np.array_equal(plain.indices, g.indices)
+
+
+def test_a_graph_without_edge_features_has_the_same_leaves_as_before():
+    g = from_edge_list([0, 1], [1, 0], 2)
+    assert g.edge_features is None and len(jax.tree.leaves(g)) == 2
+    with_f = from_edge_list([0, 1], [1, 0], 2, edge_features=feats(2)).to_device()
+    assert isinstance(with_f.edge_features, jax.Array)
+    assert np.array_equal(np.asarray(with_f.edge_features), feats(2)[[0, 1]])
+
+
+def test_take_edge_rows_reads_rows_by_uint32_ids_under_jit():
+    table = jnp.asarray(feats(6))
+    ids = np.array([[5, 0], [2, 2]], np.uint32)
+    got = jax.jit(take_edge_rows)(table, jnp.asarray(ids))
+    assert got.shape == (2, 2, 3)
+    assert np.array_equal(np.asarray(got), feats(6)[ids.astype(np.int64)])
+
+
+def _dataset(table):
+    g = from_edge_list([0, 1, 2, 2], [1, 2, 0, 1], 3, edge_features=table,
+                       make_undirected=True, remove_duplicates=True)
+    return make_dataset("t", g.indptr, g.indices, np.ones((3, 2)), [0, 1, 0], [0], [1], [2], 2,
+                        edge_features=g.edge_features)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BFLOAT16])
+def test_npz_and_directory_round_trips_keep_every_value(tmp_path, dtype):
+    ds = _dataset((feats(4) * 1.25).astype(dtype))
+    assert ds.stats()["edge_features"] == 3 and ds.stats()["edge_feature_dtype"] == \
+        np.dtype(dtype).name
+    from_npz = load_npz(save_npz(ds, tmp_path / "d.npz"))
+    from_dir = load_dir(save_dir(ds, tmp_path / "d"))
+    mapped = from_dir.graph.edge_features  # a view of the mapped file, not a copy
+    assert isinstance(mapped, np.memmap) or isinstance(mapped.base, np.memmap)
+    for back in (from_npz, from_dir):
+        assert back.graph.edge_features.dtype == dtype
+        assert np.array_equal(back.graph.edge_features.view(np.uint8),
+                              ds.graph.edge_features.view(np.uint8))
+        assert np.array_equal(back.graph.indices, ds.graph.indices)
+
+
+def test_a_dataset_without_edge_features_stores_and_reports_none(tmp_path):
+    g = from_edge_list([0, 1], [1, 0], 2)
+    ds = make_dataset("t", g.indptr, g.indices, np.ones((2, 1)), [0, 1], [0], [1], [], 2)
+    assert "edge_features" not in ds.stats()
+    assert "edge_features" not in np.load(save_npz(ds, tmp_path / "d.npz")).files
+    assert not (save_dir(ds, tmp_path / "d") / "edge_features.npy").exists()
+    assert load_dir(tmp_path / "d").graph.edge_features is None
