@@ -137,3 +137,44 @@ def test_a_dataset_without_edge_features_stores_and_reports_none(tmp_path):
     assert "edge_features" not in np.load(save_npz(ds, tmp_path / "d.npz")).files
     assert not (save_dir(ds, tmp_path / "d") / "edge_features.npy").exists()
     assert load_dir(tmp_path / "d").graph.edge_features is None
+
+
+def _featured_ring(n: int = 12, dtype=np.float32):
+    """Ring plus chords, both directions given explicitly: u -> v carries row
+    [u, v, u * v] and v -> u row [v, u, u * v], so directions differ."""
+    u = np.concatenate([np.arange(n), np.arange(0, n, 3)])
+    v = np.concatenate([(np.arange(n) + 1) % n, (np.arange(0, n, 3) + 5) % n])
+    src, dst = np.concatenate([u, v]), np.concatenate([v, u])
+    table = np.stack([src, dst, src * dst], 1).astype(dtype)
+    return from_edge_list(src, dst, n, edge_features=table, remove_duplicates=True)
+
+
+def test_a_link_split_keeps_the_surviving_edges_rows_from_the_min_max_direction():
+    from zerognn_jax._src.data.links import random_link_split
+
+    split = random_link_split(_featured_ring(), val=0.2, test=0.2, seed=3)
+    rows = edge_rows(split.graph)
+    assert len(rows) == 2 * split.train.shape[0]
+    for a, b in split.train.tolist():
+        lo, hi = min(a, b), max(a, b)
+        assert rows[(a, b)] == rows[(b, a)] == [[lo, hi, lo * hi]]
+    for a, b in np.concatenate([split.val.pos, split.test.pos]).tolist():
+        assert (a, b) not in rows and (b, a) not in rows
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BFLOAT16])
+def test_a_saved_link_split_reloads_its_edge_features(tmp_path, dtype):
+    from zerognn_jax._src.data.links import LinkSplit, random_link_split
+
+    split = random_link_split(_featured_ring(dtype=dtype), val=0.2, test=0.2, seed=1)
+    split.save(tmp_path / "s.npz")
+    back = LinkSplit.load(tmp_path / "s.npz")
+    assert back.graph.edge_features.dtype == dtype
+    assert np.array_equal(back.graph.indices, split.graph.indices)
+    assert np.array_equal(back.graph.edge_features.view(np.uint8),
+                          split.graph.edge_features.view(np.uint8))
+    plain = random_link_split(from_edge_list([0, 1, 2], [1, 2, 0], 3, make_undirected=True),
+                              val=0.0, test=0.0)
+    plain.save(tmp_path / "p.npz")
+    assert "train_edge_features" not in np.load(tmp_path / "p.npz").files
+    assert LinkSplit.load(tmp_path / "p.npz").graph.edge_features is None
