@@ -306,6 +306,20 @@ def from_scipy(matrix, **kwargs) -> CSRGraph:
     return from_edge_list(coo.row, coo.col, coo.shape[0], weights=weights, **kwargs)
 
 
+def mean_edge_features(graph: CSRGraph) -> np.ndarray:
+    """float32[N, D]: each row's mean edge-feature row on the host (0 for a node without
+    edges), the node input OGB's examples build for ogbn-proteins."""
+    if graph.edge_features is None:
+        raise ValueError("the graph has no edge features (CSRGraph.edge_features is None)")
+    indptr = np.asarray(graph.indptr, np.int64)
+    table = np.asarray(graph.edge_features, np.float32)
+    sums = np.zeros((graph.num_nodes, table.shape[1]), np.float64)
+    rows = np.repeat(np.arange(graph.num_nodes), np.diff(indptr))
+    for col in range(table.shape[1]):
+        sums[:, col] = np.bincount(rows, table[:, col], minlength=graph.num_nodes)
+    return (sums / np.maximum(np.diff(indptr), 1)[:, None]).astype(np.float32)
+
+
 def to_edge_list(graph: CSRGraph) -> tuple[np.ndarray, np.ndarray]:
     """Host copies (src, dst) of every directed edge, in CSR order."""
     indptr = np.asarray(graph.indptr)
