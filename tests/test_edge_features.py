@@ -178,3 +178,62 @@ def test_a_saved_link_split_reloads_its_edge_features(tmp_path, dtype):
     plain.save(tmp_path / "p.npz")
     assert "train_edge_features" not in np.load(tmp_path / "p.npz").files
     assert LinkSplit.load(tmp_path / "p.npz").graph.edge_features is None
+
+
+def test_sampled_edge_ids_read_the_rows_of_the_sampled_edges():
+    from zerognn_jax import SamplerConfig, sample_minibatch
+
+    rng = np.random.default_rng(4)
+    src, dst = rng.integers(0, 60, 400), rng.integers(0, 60, 400)
+    pair = np.stack([np.minimum(src, dst), np.maximum(src, dst)], 1).astype(np.float32)
+    graph = from_edge_list(src, dst, 60, edge_features=pair, make_undirected=True,
+                           remove_self_loops=True, remove_duplicates=True)
+    plain = graph._replace(edge_features=None)
+    config = SamplerConfig((5, 3), edge_ids=True).resolve(graph.max_degree())
+    seeds = jnp.arange(0, 60, 2, dtype=jnp.int32)
+    valid = jnp.ones(seeds.shape, bool)
+
+    @jax.jit
+    def sample(g):
+        mb = sample_minibatch(g, seeds, valid, jnp.uint32(9), config, (256, 1024))
+        rows = None if g.edge_features is None else \
+            [take_edge_rows(g.edge_features, b.eid) for b in mb.blocks]
+        return mb, rows
+
+    mb, rows = sample(graph.to_device())
+    base, _ = sample(plain.to_device())
+    for hop, block in enumerate(mb.blocks):
+        np.testing.assert_array_equal(base.blocks[hop].nbr, block.nbr)  # the table moves nothing
+        mask = np.asarray(block.mask)
+        here = np.broadcast_to(np.asarray(mb.nodes[hop])[:, None], mask.shape)
+        there = np.asarray(mb.nodes[hop + 1])[np.asarray(block.nbr)]
+        want = np.stack([np.minimum(here, there), np.maximum(here, there)], -1)
+        np.testing.assert_array_equal(np.asarray(rows[hop])[mask], want[mask])
+        assert mask.sum() > 20
+
+
+def test_stored_tables_that_do_not_fit_are_refused_naming_the_file(tmp_path):
+    ds = _dataset(feats(4))
+    path = save_npz(ds, tmp_path / "d.npz")
+    arrays = dict(np.load(path))
+    arrays["edge_features"] = arrays["edge_features"][:-1]
+    np.savez(tmp_path / "short.npz", **arrays)
+    with pytest.raises(ValueError, match=r"short.npz holds an invalid dataset: edge_features "
+                                         r"have 5 rows but the graph has 6 edges"):
+        load_npz(tmp_path / "short.npz")
+    arrays = dict(np.load(path), edge_features_dtype=np.str_("float16"))
+    np.savez(tmp_path / "kind.npz", **arrays)
+    with pytest.raises(ValueError, match="edge_features_dtype says float16, the array holds "
+                                         "float32"):
+        load_npz(tmp_path / "kind.npz")
+
+
+def test_edge_positions_finds_each_edge_and_names_a_missing_one():
+    from zerognn_jax._src.data.links import edge_positions
+
+    g = from_edge_list([2, 0, 1, 0], [0, 2, 2, 1], 3, sort_neighbors=False)
+    src, dst = to_edge_list(g)
+    pos = edge_positions(g, [1, 2, 0], [2, 0, 1])
+    assert [(int(src[p]), int(dst[p])) for p in pos] == [(1, 2), (2, 0), (0, 1)]
+    with pytest.raises(ValueError, match="the graph has no edge 1 -> 0"):
+        edge_positions(g, [0, 1], [1, 0])
