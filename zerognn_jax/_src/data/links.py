@@ -137,22 +137,27 @@ def training_graph(train: np.ndarray, num_nodes: int, edge_features=None) -> CSR
     return undirected_csr(train[:, 0], train[:, 1], num_nodes, edge_features)
 
 
-def _edge_pairs(graph: CSRGraph) -> tuple[np.ndarray, np.ndarray]:
-    """(int32[E, 2] every undirected edge {u, v} once as (min, max), sorted; int64[E] the
-    CSR position of its first directed copy: the (min, max) direction where the graph
-    has it, since row min comes first)."""
+def _edge_pairs(graph: CSRGraph, positions: bool):
+    """(int32[E, 2] every undirected edge {u, v} once as (min, max), sorted; with
+    `positions`, int64[E] the CSR position of its first directed copy, the (min, max)
+    direction where the graph has it, since row min comes first; else None)."""
     indptr, indices = np.asarray(graph.indptr), np.asarray(graph.indices)
     src = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(indptr))
-    keep = np.flatnonzero(src != indices)
     lo, hi = canonical_pairs(src, indices.astype(np.int64))
-    keys, first = np.unique(lo.astype(np.int64) * graph.num_nodes + hi, return_index=True)
+    keys = lo.astype(np.int64) * graph.num_nodes + hi
+    first = None
+    if positions:  # a stable sort: slower, so only where the rows are wanted
+        keys, first = np.unique(keys, return_index=True)
+        first = np.flatnonzero(src != indices)[first]
+    else:
+        keys = np.unique(keys)
     pairs = np.stack([keys // graph.num_nodes, keys % graph.num_nodes], 1).astype(np.int32)
-    return pairs, keep[first]
+    return pairs, first
 
 
 def undirected_edges(graph: CSRGraph) -> np.ndarray:
     """int32[E, 2]: every undirected edge {u, v} of `graph` once, as (min, max), sorted."""
-    return _edge_pairs(graph)[0]
+    return _edge_pairs(graph, positions=False)[0]
 
 
 def edge_positions(graph: CSRGraph, rows, cols) -> np.ndarray:
@@ -216,7 +221,7 @@ def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
     n = graph.num_nodes
     if n < 2:
         raise ValueError(f"a link split needs at least 2 nodes, got {n}")
-    edges, first = _edge_pairs(graph)
+    edges, first = _edge_pairs(graph, positions=graph.edge_features is not None)
     rng = np.random.default_rng(seed)
     perm = rng.permutation(edges.shape[0])
     edges = edges[perm]

@@ -62,7 +62,8 @@ def edge_feature_table(values, num_edges: int, *, check: bool = True) -> np.ndar
 def check_edge_features(table, num_edges: int) -> None:
     """Raises ValueError naming the problem unless `table` is a finite float32 or
     bfloat16 array [num_edges, D], D >= 1."""
-    table = np.asarray(table) if not hasattr(table, "shape") else table
+    if not hasattr(table, "shape"):  # a list; arrays (memory-mapped too) stay as they are
+        table = np.asarray(table)
     if table.ndim != 2:
         raise ValueError(f"edge_features must be 2-D [E, D], got shape {tuple(table.shape)}")
     if table.shape[0] != num_edges:

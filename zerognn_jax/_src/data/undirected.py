@@ -38,8 +38,10 @@ def upper_matrix(lo: np.ndarray, hi: np.ndarray, num_nodes: int) -> scipy.sparse
 def symmetric_graph(upper: scipy.sparse.csr_matrix, edge_features=None) -> CSRGraph:
     """The CSRGraph holding every entry of `upper` in both directions, rows sorted.
 
-    `edge_features` (checked [upper.nnz, D]): row j for the j-th stored entry of
-    `upper` in CSR order; both directions of that entry get it.
+    `edge_features` ([upper.nnz, D], float32 or bfloat16, checked by the caller): row j
+    for the j-th stored entry of `upper` in CSR order; both directions of that entry get
+    it. `upper` must be strictly upper-triangular (a diagonal entry would be summed with
+    itself) without duplicates, as `upper_matrix` of `canonical_pairs` is.
     """
     if edge_features is None:
         full = (upper + upper.T).tocsr()
