@@ -237,3 +237,13 @@ def test_edge_positions_finds_each_edge_and_names_a_missing_one():
     assert [(int(src[p]), int(dst[p])) for p in pos] == [(1, 2), (2, 0), (0, 1)]
     with pytest.raises(ValueError, match="the graph has no edge 1 -> 0"):
         edge_positions(g, [0, 1], [1, 0])
+
+
+def test_from_edge_index_takes_pyg_edge_attr_column_by_column():
+    from zerognn_jax import from_edge_index
+
+    edge_index = np.array([[0, 2, 1], [1, 0, 2]])  # columns j -> i: row i gets j
+    attr = feats(3)
+    g = from_edge_index(edge_index, 3, edge_features=attr)
+    assert edge_rows(g) == {(1, 0): [attr[0].tolist()], (0, 2): [attr[1].tolist()],
+                            (2, 1): [attr[2].tolist()]}
