@@ -14,7 +14,7 @@ counts. Node, edge and split counts scale with `scale`.
      nodes of the same species only (as protein associations do), Chung-Lu style in
      proportion to expected degree (synthetic.py's stub table), loops and duplicates
      dropped. Where the target count would exceed 10 % of the pairs inside species
-     (scales below ~0.2), the edge count is capped there, so the mean degree falls.
+     (scales below ~0.16), the edge count is capped there, so the mean degree falls.
   3. Every node has a hidden vector h_v ~ N(0, I_8); the undirected edge {u, v} gets
      features sigmoid(h_u + h_v + 0.5 eps), eps ~ N(0, I_8), the same in both directions.
      The mean of a node's incident edge features thus reveals h_v, while the graph's
