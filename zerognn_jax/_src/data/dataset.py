@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.graph import CSRGraph, csr_from_arrays, validate_csr
+from zerognn_jax._src.data.tables import BFLOAT16, FINITE_BLOCK, check_finite_rows
 
 TARGET_KINDS = ("classes", "multilabel", "regression")
-BFLOAT16 = np.dtype(jnp.bfloat16)  # ml_dtypes' bfloat16, as NumPy sees it
+_FINITE_BLOCK = FINITE_BLOCK  # feature entries checked at a time (tests shrink it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +25,8 @@ class Dataset:
     Attributes:
       name: short identifier ("cora", "products-like", ...).
       graph: CSRGraph with NumPy arrays; row v lists the neighbours v aggregates from.
+        Edge features, when the dataset has them, are `graph.edge_features` (aligned
+        with the CSR edges; docs/datasets.md says why they live on the graph).
       features: float32[N, d] or bfloat16[N, d] (kept as given: half the host and
         device bytes), finite.
       labels: int32[N], class ids in [0, num_classes); -1 marks an unlabelled node.
@@ -77,10 +79,13 @@ class Dataset:
         g = self.graph
         nbytes = sum(
             int(np.asarray(a).nbytes)
-            for a in (g.indptr, g.indices, g.weights, self.features, self.labels,
-                      self.targets)
+            for a in (g.indptr, g.indices, g.weights, g.edge_features, self.features,
+                      self.labels, self.targets)
             if a is not None
         )
+        edges = {} if g.edge_features is None else {
+            "edge_features": int(g.edge_features.shape[1]),
+            "edge_feature_dtype": str(g.edge_features.dtype)}
         return {
             "name": self.name,
             "nodes": int(g.num_nodes),
@@ -95,6 +100,7 @@ class Dataset:
             "feature_dtype": str(self.features.dtype),
             "max_degree": g.max_degree(),
             "bytes": nbytes,
+            **edges,
         }
 
 
@@ -106,38 +112,11 @@ def _check_range(problem: str, values: np.ndarray, lo: int, hi: int) -> None:
                          f"[{int(values.min())}, {int(values.max())}]")
 
 
-_FINITE_BLOCK = 1 << 24  # feature entries checked at a time (64 MB of float32)
-
-
-def _check_finite_features(feats: np.ndarray) -> None:
-    """Raises ValueError unless every feature is finite (as float32 where it is wider),
-    checked in row blocks: no temporary as large as the table (a memory-mapped one is
-    read once)."""
-    wide = feats.dtype.itemsize > 4  # the device holds float32 (or narrower): check that
-    step = max(1, _FINITE_BLOCK // max(1, feats.shape[1]))
-    count, first = 0, None
-    for start in range(0, feats.shape[0], step):
-        block = np.asarray(feats[start:start + step])
-        with np.errstate(over="ignore"):
-            bad = ~np.isfinite(block.astype(np.float32) if wide or block.dtype == BFLOAT16
-                               else block)
-        if bad.any():
-            count += int(bad.sum())
-            if first is None:
-                row, col = np.argwhere(bad)[0]
-                first = (start + int(row), int(col))
-    if count:
-        raise ValueError(
-            f"features contain NaN or inf ({count} entries; first at row {first[0]}, "
-            f"column {first[1]}{'; as float32' if wide else ''})"
-        )
-
-
 def validate_dataset(ds: Dataset) -> None:
     """Raises ValueError naming the first inconsistency found in `ds`."""
     g = ds.graph
     try:
-        validate_csr(g.indptr, g.indices, g.weights)
+        validate_csr(g.indptr, g.indices, g.weights, g.edge_features)
     except TypeError as err:
         raise ValueError(str(err)) from None
     n = g.num_nodes
@@ -148,7 +127,7 @@ def validate_dataset(ds: Dataset) -> None:
         raise ValueError(f"features have {feats.shape[0]} rows but the graph has {n} nodes")
     if not (np.issubdtype(feats.dtype, np.floating) or feats.dtype == BFLOAT16):
         raise ValueError(f"features must be floating point, got {feats.dtype}")
-    _check_finite_features(feats)
+    check_finite_rows("features", feats, _FINITE_BLOCK)
     labels = ds.labels
     _validate_targets(ds)
     if labels.ndim != 1 or labels.shape[0] != n:
@@ -218,7 +197,7 @@ def _float_targets(targets) -> np.ndarray:
 
 def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, test_idx,
                  num_classes, weights=None, *, targets=None,
-                 target_kind: str | None = None) -> Dataset:
+                 target_kind: str | None = None, edge_features=None) -> Dataset:
     """Builds and validates a Dataset from plain arrays, casting to the canonical dtypes.
 
     Ids and labels are checked before they are narrowed to int32 (a cast must not wrap
@@ -227,8 +206,11 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
     Float node targets: pass `targets` (float[N] or float[N, T]) and `target_kind`
     ("multilabel" or "regression"); `labels` may then be None (all -1) and
     `num_classes` None (T).
+
+    Edge features: `edge_features` float[E, D] aligned with `indices` (row i for the
+    edge at CSR position i), kept in bfloat16 or made float32; see `CSRGraph`.
     """
-    graph = csr_from_arrays(indptr, indices, weights)
+    graph = csr_from_arrays(indptr, indices, weights, edge_features=edge_features)
     if (targets is None) != (target_kind is None):
         raise ValueError("give targets and target_kind together (float targets), or neither "
                          "(integer labels)")

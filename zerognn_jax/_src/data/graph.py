@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.tables import check_edge_features, edge_feature_table
+
 _INT32_MAX = np.iinfo(np.int32).max
 _UINT32_MAX = np.iinfo(np.uint32).max
 
@@ -41,11 +43,16 @@ class CSRGraph(NamedTuple):
         offsets, indptr[0] = 0.
       indices: int32[E], neighbour ids of each row, rows concatenated.
       weights: float32[E] or None, optional per-edge weights.
+      edge_features: float32[E, D] or bfloat16[E, D], or None: row i describes the
+        edge at CSR position i (`indices[i]`), so a sampled edge id reads its row
+        (`take_edge_rows`). None adds no leaf to the pytree: a graph without edge
+        features moves, traces and compiles exactly as before the field existed.
     """
 
     indptr: jax.Array
     indices: jax.Array
     weights: jax.Array | None = None
+    edge_features: jax.Array | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -102,6 +109,7 @@ def from_edge_list(
     num_nodes: int | None = None,
     *,
     weights=None,
+    edge_features=None,
     make_undirected: bool = False,
     remove_self_loops: bool = False,
     remove_duplicates: bool = False,
@@ -109,9 +117,13 @@ def from_edge_list(
 ) -> CSRGraph:
     """Builds a host-side CSRGraph from edges `src[i] -> dst[i]`.
 
-    Row `src[i]` gets neighbour `dst[i]`. `make_undirected` adds every reverse edge;
-    `remove_duplicates` keeps one copy of each (src, dst) pair (the first weight wins);
-    `sort_neighbors` orders each row by neighbour id. Inputs may be NumPy or JAX arrays.
+    Row `src[i]` gets neighbour `dst[i]`. `make_undirected` adds every reverse edge
+    (after all given edges, with the same weight and `edge_features` row);
+    `remove_duplicates` keeps one copy of each (src, dst) pair, the first in that order
+    (a given edge before any reverse copy), with its weight and features;
+    `sort_neighbors` orders each row by neighbour id. `edge_features` ([E, D], row i
+    for edge i) follow their edges through every step (`edge_feature_table`). Inputs may
+    be NumPy or JAX arrays.
     """
     src = _as_id_array("src", src)
     dst = _as_id_array("dst", dst)
@@ -130,26 +142,31 @@ def from_edge_list(
             raise ValueError(f"weights has shape {w.shape}, expected ({src.shape[0]},)")
         if not np.all(np.isfinite(w)):
             raise ValueError("weights contain NaN or inf")
+    f = None if edge_features is None else edge_feature_table(edge_features, src.shape[0])
     if make_undirected:
         src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
         w = None if w is None else np.concatenate([w, w])
+        f = None if f is None else np.concatenate([f, f])
     if remove_self_loops:
         keep = src != dst
         src, dst = src[keep], dst[keep]
         w = None if w is None else w[keep]
+        f = None if f is None else f[keep]
     key = src * np.int64(max(num_nodes, 1)) + dst if (sort_neighbors or remove_duplicates) else src
     order = np.argsort(key, kind="stable")
     src, dst, key = src[order], dst[order], key[order]
     w = None if w is None else w[order]
+    f = None if f is None else f[order]
     if remove_duplicates and key.size:
         first = np.ones(key.shape, bool)
         first[1:] = key[1:] != key[:-1]
         src, dst = src[first], dst[first]
         w = None if w is None else w[first]
+        f = None if f is None else f[first]
     counts = np.bincount(src, minlength=num_nodes)
     indptr = np.zeros(num_nodes + 1, np.int64)
     np.cumsum(counts, out=indptr[1:])
-    return csr_from_arrays(indptr, dst, w)
+    return csr_from_arrays(indptr, dst, w, edge_features=f)
 
 
 def from_edge_index(edge_index, num_nodes: int | None = None, *,
@@ -172,7 +189,7 @@ def from_edge_index(edge_index, num_nodes: int | None = None, *,
     return from_edge_list(rows, nbrs, num_nodes, **kwargs)
 
 
-def validate_csr(indptr, indices, weights=None) -> None:
+def validate_csr(indptr, indices, weights=None, edge_features=None) -> None:
     """Raises TypeError (dtype) or ValueError naming the first problem of CSR arrays."""
     indptr, indices = np.asarray(indptr), np.asarray(indices)
     if indptr.ndim != 1 or indptr.shape[0] < 1:
@@ -197,6 +214,8 @@ def validate_csr(indptr, indices, weights=None) -> None:
             raise ValueError(f"weights has shape {w.shape}, expected ({indices.shape[0]},)")
         if not (np.issubdtype(w.dtype, np.number) and np.all(np.isfinite(w))):
             raise ValueError(f"weights must be finite numbers ({w.dtype})")
+    if edge_features is not None:
+        check_edge_features(edge_features, indices.shape[0])
 
 
 def offset_dtype(num_edges: int) -> np.dtype:
@@ -242,16 +261,35 @@ def take_edges(values, ids):
                           mode=jax.lax.GatherScatterMode.CLIP)
 
 
-def csr_from_arrays(indptr, indices, weights=None, *, validate: bool = True) -> CSRGraph:
+def take_edge_rows(table, ids):
+    """`table[ids]` for an edge table [E, D] and edge ids of any shape from `edge_ids`
+    (uint32 past 2**31 edges): [*ids.shape, D]. A gather keeps the ids' dtype (see
+    `take_edges`); ids past the end (masked slots) read the last row. NumPy tables are
+    indexed as they are."""
+    if not isinstance(table, jax.Array):
+        return table[ids]
+    ids = jnp.asarray(ids)
+    dims = jax.lax.GatherDimensionNumbers(offset_dims=(ids.ndim,), collapsed_slice_dims=(0,),
+                                          start_index_map=(0,))
+    return jax.lax.gather(table, ids[..., None], dims, slice_sizes=(1, table.shape[1]),
+                          mode=jax.lax.GatherScatterMode.CLIP)
+
+
+def csr_from_arrays(indptr, indices, weights=None, *, edge_features=None,
+                    validate: bool = True) -> CSRGraph:
     """Wraps existing CSR arrays as a host-side CSRGraph, narrowing ids to int32 and the
-    offsets to `offset_dtype` (no copy where the dtypes already match)."""
+    offsets to `offset_dtype` (no copy where the dtypes already match). `edge_features`
+    [E, D] are kept in bfloat16 or made float32 (`edge_feature_table`)."""
     indptr = np.asarray(indptr)
     indices = np.asarray(indices)
+    f = None if edge_features is None else edge_feature_table(edge_features,
+                                                              indices.shape[0], check=False)
     if validate:
-        validate_csr(indptr, indices, weights)
+        validate_csr(indptr, indices, weights, f)
     ptr_dtype = offset_dtype(indices.shape[0])
     w = None if weights is None else np.asarray(weights, np.float32)
-    return CSRGraph(indptr.astype(ptr_dtype, copy=False), indices.astype(np.int32, copy=False), w)
+    return CSRGraph(indptr.astype(ptr_dtype, copy=False), indices.astype(np.int32, copy=False), w,
+                    f)
 
 
 def from_scipy(matrix, **kwargs) -> CSRGraph:
@@ -266,6 +304,20 @@ def from_scipy(matrix, **kwargs) -> CSRGraph:
     data = np.asarray(coo.data, np.float32)
     weights = None if np.all(data == 1) else data
     return from_edge_list(coo.row, coo.col, coo.shape[0], weights=weights, **kwargs)
+
+
+def mean_edge_features(graph: CSRGraph) -> np.ndarray:
+    """float32[N, D]: each row's mean edge-feature row on the host (0 for a node without
+    edges), the node input OGB's examples build for ogbn-proteins."""
+    if graph.edge_features is None:
+        raise ValueError("the graph has no edge features (CSRGraph.edge_features is None)")
+    indptr = np.asarray(graph.indptr, np.int64)
+    table = np.asarray(graph.edge_features, np.float32)
+    sums = np.zeros((graph.num_nodes, table.shape[1]), np.float64)
+    rows = np.repeat(np.arange(graph.num_nodes), np.diff(indptr))
+    for col in range(table.shape[1]):
+        sums[:, col] = np.bincount(rows, table[:, col], minlength=graph.num_nodes)
+    return (sums / np.maximum(np.diff(indptr), 1)[:, None]).astype(np.float32)
 
 
 def to_edge_list(graph: CSRGraph) -> tuple[np.ndarray, np.ndarray]:

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from zerognn_jax._src.data.graph import CSRGraph
+from zerognn_jax._src.data.tables import BFLOAT16
 from zerognn_jax._src.data.undirected import canonical_pairs, undirected_csr
 from zerognn_jax._src.data.writes import atomic_write
 
@@ -68,7 +69,8 @@ class LinkSplit:
 
     Attributes:
       train: int32[E, 2], training edges (the items the engines shuffle into steps).
-      graph: CSRGraph of the training edges in both directions (val/test removed).
+      graph: CSRGraph of the training edges in both directions (val/test removed),
+        with the edge features of the split graph's surviving edges, if it had them.
       val, test: EvalEdges.
       num_nodes: N.
     """
@@ -90,8 +92,9 @@ class LinkSplit:
             raise ValueError(f"train must be a non-empty [E, 2] array, got {self.train.shape}")
 
     def save(self, path: str | os.PathLike) -> None:
-        """Writes the split (edges and fixed negatives; not the graph) to a `.npz`
-        (atomically; ".npz" is added to a path without it, as `np.savez` does).
+        """Writes the split (edges and fixed negatives; not the graph, but the training
+        edges' feature rows when it has edge features) to a `.npz` (atomically; ".npz"
+        is added to a path without it, as `np.savez` does).
 
         Raises:
           WriteError: the file could not be written (an OSError naming it).
@@ -100,6 +103,12 @@ class LinkSplit:
         for s in SPLITS:
             for k in ("pos", "neg", "neg_dst"):
                 arrays[f"{s}_{k}"] = getattr(getattr(self, s), k)
+        if self.graph.edge_features is not None:  # bfloat16 goes as its uint16 bits
+            table = np.asarray(self.graph.edge_features)[
+                edge_positions(self.graph, self.train[:, 0], self.train[:, 1])]
+            arrays["train_edge_features_dtype"] = np.str_(table.dtype.name)
+            arrays["train_edge_features"] = table.view(np.uint16) \
+                if table.dtype == BFLOAT16 else table
         path = Path(path)
         path = path if path.suffix == ".npz" else path.with_name(f"{path.name}.npz")
         with atomic_write(path, "link split file") as f:
@@ -107,27 +116,64 @@ class LinkSplit:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> LinkSplit:
-        """Reads a split written by `save`; the graph is rebuilt from its training edges."""
+        """Reads a split written by `save`; the graph is rebuilt from its training edges
+        (and their feature rows, when saved)."""
         with np.load(path) as f:
             n = int(f["num_nodes"])
             evals = {s: EvalEdges(*(f[f"{s}_{k}"] for k in ("pos", "neg", "neg_dst")))
                      for s in SPLITS}
-            return cls(f["train"], training_graph(f["train"], n), evals["val"], evals["test"],
-                       n)
+            table = None
+            if "train_edge_features" in f.files:
+                table = f["train_edge_features"]
+                if str(f["train_edge_features_dtype"]) == "bfloat16":
+                    table = table.view(BFLOAT16)
+            return cls(f["train"], training_graph(f["train"], n, table), evals["val"],
+                       evals["test"], n)
 
 
-def training_graph(train: np.ndarray, num_nodes: int) -> CSRGraph:
-    """The message-passing graph: the training edges in both directions."""
-    return undirected_csr(train[:, 0], train[:, 1], num_nodes)
+def training_graph(train: np.ndarray, num_nodes: int, edge_features=None) -> CSRGraph:
+    """The message-passing graph: the training edges in both directions, each with its
+    row of `edge_features` ([E, D], row i for train[i]) when given."""
+    return undirected_csr(train[:, 0], train[:, 1], num_nodes, edge_features)
+
+
+def _edge_pairs(graph: CSRGraph, positions: bool):
+    """(int32[E, 2] every undirected edge {u, v} once as (min, max), sorted; with
+    `positions`, int64[E] the CSR position of its first directed copy, the (min, max)
+    direction where the graph has it, since row min comes first; else None)."""
+    indptr, indices = np.asarray(graph.indptr), np.asarray(graph.indices)
+    src = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(indptr))
+    lo, hi = canonical_pairs(src, indices.astype(np.int64))
+    keys = lo.astype(np.int64) * graph.num_nodes + hi
+    first = None
+    if positions:  # a stable sort: slower, so only where the rows are wanted
+        keys, first = np.unique(keys, return_index=True)
+        first = np.flatnonzero(src != indices)[first]
+    else:
+        keys = np.unique(keys)
+    pairs = np.stack([keys // graph.num_nodes, keys % graph.num_nodes], 1).astype(np.int32)
+    return pairs, first
 
 
 def undirected_edges(graph: CSRGraph) -> np.ndarray:
     """int32[E, 2]: every undirected edge {u, v} of `graph` once, as (min, max), sorted."""
+    return _edge_pairs(graph, positions=False)[0]
+
+
+def edge_positions(graph: CSRGraph, rows, cols) -> np.ndarray:
+    """int64[P]: the CSR position of edge rows[i] -> cols[i] of `graph` (the first, if
+    repeated). Raises ValueError naming the first pair the graph lacks."""
+    n = graph.num_nodes
     indptr, indices = np.asarray(graph.indptr), np.asarray(graph.indices)
-    src = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(indptr))
-    lo, hi = canonical_pairs(src, indices.astype(np.int64))
-    keys = np.unique(lo.astype(np.int64) * graph.num_nodes + hi)
-    return np.stack([keys // graph.num_nodes, keys % graph.num_nodes], 1).astype(np.int32)
+    keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr)) * n + indices
+    order = np.argsort(keys, kind="stable")
+    want = np.asarray(rows, np.int64) * n + np.asarray(cols, np.int64)
+    at = np.minimum(np.searchsorted(keys[order], want), max(keys.size - 1, 0))
+    missing = np.flatnonzero(keys[order][at] != want) if keys.size else np.arange(want.size)
+    if missing.size:
+        i = int(missing[0])
+        raise ValueError(f"the graph has no edge {int(want[i] // n)} -> {int(want[i] % n)}")
+    return order[at]
 
 
 def _pair_keys(edges: np.ndarray, n: int) -> np.ndarray:
@@ -163,7 +209,9 @@ def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
                       seed: int = 0, mrr_negatives: int = 0) -> LinkSplit:
     """A random split of the undirected edges of `graph` (85/5/10 by default).
 
-    Val and test edges leave the message-passing graph. Each evaluation split gets one
+    Val and test edges leave the message-passing graph; with `graph.edge_features`, each
+    surviving edge keeps, in both directions, the row of its first directed copy in
+    `graph` (the (min, max) direction where present). Each evaluation split gets one
     negative pair per positive (uniform non-edges of the whole graph, none repeated)
     and, if `mrr_negatives` > 0, that many negative destinations per positive. The
     same (graph, fractions, seed) give the same split, negatives included.
@@ -173,12 +221,15 @@ def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
     n = graph.num_nodes
     if n < 2:
         raise ValueError(f"a link split needs at least 2 nodes, got {n}")
-    edges = undirected_edges(graph)
+    edges, first = _edge_pairs(graph, positions=graph.edge_features is not None)
     rng = np.random.default_rng(seed)
-    edges = edges[rng.permutation(edges.shape[0])]
+    perm = rng.permutation(edges.shape[0])
+    edges = edges[perm]
     n_val, n_test = int(val * edges.shape[0]), int(test * edges.shape[0])
     parts = {"val": edges[:n_val], "test": edges[n_val:n_val + n_test]}
     train = edges[n_val + n_test:]
+    table = None if graph.edge_features is None else \
+        np.asarray(graph.edge_features)[first[perm[n_val + n_test:]]]
     if not train.shape[0]:
         raise ValueError(f"the graph has {edges.shape[0]} undirected edges: none left to train")
     known = np.sort(_pair_keys(edges, n))
@@ -188,7 +239,7 @@ def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
         neg = sample_non_edges(rng, pos.shape[0], n, known)
         neg_dst = destination_negatives(rng, pos, n, mrr_negatives)
         evals[name] = EvalEdges(pos, neg, neg_dst)
-    return LinkSplit(train, training_graph(train, n), evals["val"], evals["test"], n)
+    return LinkSplit(train, training_graph(train, n, table), evals["val"], evals["test"], n)
 
 
 # ---- OGB's ogbl layout -------------------------------------------------------------------

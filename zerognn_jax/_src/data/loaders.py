@@ -18,20 +18,21 @@ from zerognn_jax._src.data import ogb, planetoid
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.papers import papers100m_like, write_papers100m_like
 from zerognn_jax._src.data.planetoid import row_normalize
+from zerognn_jax._src.data.proteins import proteins_like
 from zerognn_jax._src.data.storage import is_dataset_dir, load_dir, load_npz, save_dir, save_npz
 from zerognn_jax._src.data.synthetic import products_like, rmat
 
 __all__ = ["DATASET_NAMES", "load_dataset", "load_dir", "load_npz", "papers100m_like",
-           "products_like", "rmat", "row_normalize", "save_dir", "save_npz",
+           "products_like", "proteins_like", "rmat", "row_normalize", "save_dir", "save_npz",
            "write_papers100m_like"]
 
 TINY_SCALE = 0.002  # products-like with 4,898 nodes and ~124k undirected edges
 RMAT_BASE_LOG2 = 21  # "rmat" at scale 1: 2**21 nodes, roughly ogbn-products' size
 DATASET_NAMES = (
     *planetoid.NAMES, *ogb.SPECS, "products-like", "tiny", "papers100m-like", "rmat",
-    "<file>.npz", "<dataset directory>",
+    "proteins-like", "<file>.npz", "<dataset directory>",
 )
-SCALED = ("products-like", "papers100m-like", "rmat")
+SCALED = ("products-like", "papers100m-like", "rmat", "proteins-like")
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: float = 1.0,
@@ -40,17 +41,20 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
 
     Args:
       name: "cora", "citeseer", "pubmed" (Planetoid files in `root`, default
-        ~/.cache/zerognn/planetoid); "ogbn-arxiv", "ogbn-products", "ogbn-papers100M"
-        (OGB's layout under `root`, required); "products-like" (synthetic, node and edge
-        counts times `scale`); "tiny" (products-like with ~5k nodes); "rmat" (R-MAT with
-        2**21 * scale nodes, scale rounded to a power of two); "papers100m-like"
-        (synthetic, ogbn-papers100M's shape times `scale`, generated with JAX on the
-        default device); a path ending in ".npz"; or a dataset directory (`save_dir`).
-      root: data folder. For products-like and rmat, where generated graphs are cached as
-        `<root>/<name>-<scale>-<seed>.npz`, for papers100m-like as the dataset directory
-        `<root>/papers100m-like-<scale>-<seed>/` (no caching when None); OGB datasets cache
-        their parsed form as `<root>/ogbn_<name>/processed/zerognn.npz` (ogbn-papers100M:
-        the memory-mapped dataset directory `processed/zerognn/`, ogb.py).
+        ~/.cache/zerognn/planetoid); "ogbn-arxiv", "ogbn-products", "ogbn-papers100M",
+        "ogbn-proteins" (OGB's layout under `root`, required); "products-like"
+        (synthetic, node and edge counts times `scale`); "tiny" (products-like with
+        ~5k nodes); "rmat" (R-MAT with 2**21 * scale nodes, scale rounded to a power of
+        two); "proteins-like" (synthetic, ogbn-proteins' shape times `scale`, with edge
+        features and 112 binary targets that need them); "papers100m-like" (synthetic,
+        ogbn-papers100M's shape times `scale`, generated with JAX on the default
+        device); a path ending in ".npz"; or a dataset directory (`save_dir`).
+      root: data folder. For products-like, proteins-like and rmat, where generated
+        graphs are cached as `<root>/<name>-<scale>-<seed>.npz`, for papers100m-like as
+        the dataset directory `<root>/papers100m-like-<scale>-<seed>/` (no caching when
+        None); OGB datasets cache their parsed form as
+        `<root>/ogbn_<name>/processed/zerognn.npz` (ogbn-papers100M: the memory-mapped
+        dataset directory `processed/zerognn/`, ogb.py).
       scale: size multiplier of the synthetic presets; must be 1 for the others.
       seed: generator seed of the synthetic presets.
       download: fetch missing Planetoid files.
@@ -66,7 +70,7 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
     key = name.lower()
     if key not in SCALED and scale != 1.0:
         raise ValueError(f"scale applies to products-like and rmat only (and to "
-                         f"papers100m-like), got scale={scale} for {name!r}")
+                         f"papers100m-like and proteins-like), got scale={scale} for {name!r}")
     if key in planetoid.NAMES:
         return planetoid.load_planetoid(key, root, download=download)
     ogb_names = {n.lower(): n for n in ogb.SPECS}
@@ -81,6 +85,9 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
         path = Path(root) / f"papers100m-like-{scale:g}-{seed}"
         return load_dir(path if is_dataset_dir(path) else
                         write_papers100m_like(path, scale, seed))
+    if key == "proteins-like":
+        return _cached(root, f"proteins-like-{scale:g}-{seed}",
+                       lambda: proteins_like(scale, seed))
     if key == "tiny":
         return _tiny(seed)
     if key == "rmat":

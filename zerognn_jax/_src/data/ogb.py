@@ -2,22 +2,33 @@
 
 Expected layout under `root` (what OGB's download unpacks to):
 
-  ogbn_arxiv/ and ogbn_products/ (CSV, one row per line, no header):
+  ogbn_arxiv/, ogbn_products/ and ogbn_proteins/ (CSV, one row per line, no header):
     raw/edge.csv.gz          E rows "src,dst" (each undirected edge once for products;
                              arxiv citations are directed)
-    raw/node-feat.csv.gz     N rows of d floats
-    raw/node-label.csv.gz    N rows of one class id
+    raw/node-feat.csv.gz     N rows of d floats (proteins: absent)
+    raw/node-label.csv.gz    N rows of one class id (proteins: 112 binary targets)
     raw/num-node-list.csv.gz one row: N
+    raw/edge-feat.csv.gz     proteins: E rows of 8 floats, row i for edge i
   ogbn_papers100M/ (NumPy):
     raw/data.npz             edge_index int64[2, E], node_feat float[N, d],
                              num_nodes_list int64[1] (plus num_edges_list, node_year)
     raw/node-label.npz       node_label float[N, 1], NaN for unlabelled papers
   every dataset:
     split/<split>/{train,valid,test}.csv.gz   node ids, one per line
-    (<split> = "time" for arxiv and papers100M, "sales_ranking" for products)
+    (<split> = "time" for arxiv and papers100M, "sales_ranking" for products, "species"
+    for proteins)
 
 Graphs are made undirected (as OGB's examples do for arxiv) with self-loops and duplicate
 edges dropped; NaN labels become -1.
+
+ogbn-proteins lists each undirected edge once; OGB's reader (`add_inverse_edge` in its
+master table) puts the reverse right after each edge with a copy of its features and
+drops nothing. Here both directions share the row too, in sorted CSR order; a loop or a
+repeated pair (either way round), if the files hold any, is dropped, the first listing
+kept. Its 112 binary targets become float targets ("multilabel"); it has no node
+features, so every node gets the constant feature 1.0 (OGB's examples average each
+node's incident edge features instead: `graph.mean_edge_features`). The species of each
+node (raw/node_species.csv.gz) is not read: the split files already encode it.
 
 papers100M (1.6B citations, 3.2B directed edges once symmetrised: uint32 offsets) is
 streamed, not loaded: `write_binary` reads each member of data.npz once, straight from
@@ -55,12 +66,15 @@ class _Spec:
     split: str
     num_classes: int
     binary: bool
+    targets: str = "classes"  # or "multilabel": [N, num_classes] binary float targets
 
 
 SPECS = {
     "ogbn-arxiv": _Spec("ogbn_arxiv", "time", 40, binary=False),
     "ogbn-products": _Spec("ogbn_products", "sales_ranking", 47, binary=False),
     "ogbn-papers100M": _Spec("ogbn_papers100M", "time", 172, binary=True),
+    "ogbn-proteins": _Spec("ogbn_proteins", "species", 112, binary=False,
+                           targets="multilabel"),
 }
 
 
@@ -70,7 +84,8 @@ def dataset_folder(name: str, root: str | os.PathLike) -> Path:
 
 
 def load_ogb(name: str, root: str | os.PathLike) -> Dataset:
-    """Reads OGB dataset `name` ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M").
+    """Reads OGB dataset `name` ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M",
+    "ogbn-proteins").
 
     Raises:
       FileNotFoundError: a file of the layout above is missing (the message names it).
@@ -83,6 +98,8 @@ def load_ogb(name: str, root: str | os.PathLike) -> Dataset:
     if spec.binary:
         return storage.load_dir(write_binary(name, root, processed_dir(name, root)))
     raw = folder / "raw"
+    if spec.targets == "multilabel":
+        return _read_multilabel(name, folder, spec)
     src, dst, features, labels = _read_csv_graph(raw)
     if features.shape[0] != labels.shape[0]:
         raise ValueError(
@@ -133,6 +150,28 @@ def _read_csv_graph(raw: Path):
             f"{raw}: num-node-list says {num_nodes} nodes, node-feat has {features.shape[0]} rows"
         )
     return edges[:, 0], edges[:, 1], features, labels
+
+
+def _read_multilabel(name: str, folder: Path, spec: _Spec) -> Dataset:
+    """A CSV-layout dataset with binary float targets and edge features (ogbn-proteins)."""
+    raw = folder / "raw"
+    edges = _load_text(raw / "edge.csv.gz", np.int64)
+    table = _load_text(raw / "edge-feat.csv.gz", np.float32)
+    targets = _load_text(raw / "node-label.csv.gz", np.float32)
+    num_nodes = int(_load_text(raw / "num-node-list.csv.gz", np.int64).sum())
+    if table.shape[0] != edges.shape[0]:
+        raise ValueError(f"{raw}: edge.csv.gz has {edges.shape[0]} edges, edge-feat.csv.gz "
+                         f"{table.shape[0]} rows")
+    if targets.shape != (num_nodes, spec.num_classes):
+        raise ValueError(f"{raw}: node-label.csv.gz is {list(targets.shape)}, expected "
+                         f"[{num_nodes}, {spec.num_classes}] (num-node-list says {num_nodes})")
+    graph = undirected_csr(edges[:, 0], edges[:, 1], num_nodes, edge_features=table)
+    split = {part: _read_ids(folder / "split" / spec.split / f"{part}.csv.gz")
+             for part in ("train", "valid", "test")}
+    return make_dataset(name, graph.indptr, graph.indices, np.ones((num_nodes, 1), np.float32),
+                        None, split["train"], split["valid"], split["test"], spec.num_classes,
+                        targets=targets, target_kind="multilabel",
+                        edge_features=graph.edge_features)
 
 
 def processed_dir(name: str, root: str | os.PathLike) -> Path:

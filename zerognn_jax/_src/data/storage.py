@@ -19,6 +19,8 @@ Layout of a file (NumPy's uncompressed `.npz`, readable with `allow_pickle=False
   indptr          int32[N + 1] (int64 past 2**31 - 1 edges)
   indices         int32[E]
   weights         float32[E]   only for weighted graphs
+  edge_features   float32[E, D] or uint16[E, D] (bfloat16 bits, with
+                  edge_features_dtype = "bfloat16"), only with edge features
   features        float32[N, d]
   labels          int32[N]     -1 for unlabelled nodes
   train_idx, val_idx, test_idx  int32[*]
@@ -39,6 +41,7 @@ import ml_dtypes
 import numpy as np
 
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
+from zerognn_jax._src.data.tables import BFLOAT16
 from zerognn_jax._src.data.writes import atomic_write, umask, write_error, writing
 
 __all__ = ["atomic_write", "load_arrays", "load_dir", "load_npz", "save_dir", "save_npz",
@@ -72,6 +75,10 @@ def save_npz(dataset: Dataset, path: str | os.PathLike) -> Path:
     }
     if g.weights is not None:
         arrays["weights"] = np.asarray(g.weights)
+    if g.edge_features is not None:  # .npy has no bfloat16: its bits go as uint16
+        table = np.asarray(g.edge_features)
+        arrays["edge_features_dtype"] = np.str_(table.dtype.name)
+        arrays["edge_features"] = table.view(np.uint16) if table.dtype == BFLOAT16 else table
     if dataset.targets is not None:
         arrays["targets"] = dataset.targets
         arrays["target_kind"] = np.str_(dataset.target_kind)
@@ -114,15 +121,29 @@ def load_npz(path: str | os.PathLike) -> Dataset:
             int(arrays["num_classes"]), weights=arrays.get("weights"),
             targets=arrays.get("targets"),
             target_kind=str(arrays["target_kind"]) if "target_kind" in arrays else None,
+            edge_features=_stored_edge_features(arrays),
         )
     except (TypeError, ValueError) as err:
         raise ValueError(f"{path} holds an invalid dataset: {err}") from err
 
 
+def _stored_edge_features(arrays: dict):
+    """The edge-feature table of a `.npz`'s arrays (bfloat16 from its uint16 bits)."""
+    table = arrays.get("edge_features")
+    if table is None:
+        return None
+    kind = str(arrays.get("edge_features_dtype", table.dtype.name))
+    if kind == "bfloat16" and table.dtype == np.uint16:
+        return table.view(BFLOAT16)
+    if kind != table.dtype.name:
+        raise ValueError(f"edge_features_dtype says {kind}, the array holds {table.dtype}")
+    return table
+
+
 META = "meta.json"
 _DIR_ARRAYS = ("indptr", "indices", "weights", "features", "labels", "train_idx", "val_idx",
-               "test_idx", "targets")
-_OPTIONAL = ("weights", "targets")
+               "test_idx", "targets", "edge_features")
+_OPTIONAL = ("weights", "targets", "edge_features")
 
 
 class DatasetWriter:
@@ -193,7 +214,7 @@ def save_dir(dataset: Dataset, path: str | os.PathLike) -> Path:
                             ("weights", g.weights), ("features", dataset.features),
                             ("labels", dataset.labels), ("train_idx", dataset.train_idx),
                             ("val_idx", dataset.val_idx), ("test_idx", dataset.test_idx),
-                            ("targets", dataset.targets)):
+                            ("targets", dataset.targets), ("edge_features", g.edge_features)):
             if values is not None:
                 out.put(key, values)
         if dataset.targets is not None:
@@ -275,6 +296,7 @@ def load_dir(path: str | os.PathLike) -> Dataset:
         return make_dataset(meta["name"], a["indptr"], a["indices"], a["features"], a["labels"],
                             a["train_idx"], a["val_idx"], a["test_idx"], meta["num_classes"],
                             weights=a.get("weights"), targets=a.get("targets"),
-                            target_kind=meta.get("target_kind"))
+                            target_kind=meta.get("target_kind"),
+                            edge_features=a.get("edge_features"))
     except (TypeError, ValueError) as err:
         raise ValueError(f"{path} holds an invalid dataset: {err}") from err
