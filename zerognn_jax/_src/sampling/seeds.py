@@ -66,7 +66,7 @@ def num_steps(num_train: int, batch_size: int) -> int:
     return max(1, -(-num_train // batch_size))
 
 
-def step_seeds(perm: jax.Array, step, batch_size: int):
+def step_items(perm: jax.Array, step, batch_size: int):
     """(items int32[B, ...], valid bool[B]) for step `step` of a padded permutation."""
     start = (step * batch_size,) + (0,) * (perm.ndim - 1)
     items = jax.lax.dynamic_slice(perm, start, (batch_size, *perm.shape[1:]))
@@ -84,3 +84,6 @@ def step_keys(seed: int, epoch, batch_index) -> tuple[jax.Array, jax.Array]:
     drop_key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), epoch),
                                   batch_index)
     return key, drop_key
+
+
+step_seeds = step_items  # its former name (public API): the items are seeds for node tasks

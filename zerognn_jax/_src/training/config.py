@@ -7,20 +7,23 @@ import math
 
 import jax
 
+from zerognn_jax._src.nn.link_heads import DECODERS
 from zerognn_jax._src.nn.models import MODELS, NORMS
 from zerognn_jax._src.ops.registry import OPS, Kernels
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
 from zerognn_jax._src.sampling.minibatch import SAMPLERS
 from zerognn_jax._src.sampling.negatives import NEGATIVE_MODES
 from zerognn_jax._src.training.engines import ENGINES
-from zerognn_jax._src.training.link import DECODERS, LINK_METRICS
+from zerognn_jax._src.training.tasks.link import LINK_METRICS
+from zerognn_jax._src.training.tasks.registry import TASKS
 
 DTYPES = ("float32", "bfloat16")
-# The closed sets among the options (the CLI offers them as choices).
+# The closed sets among the options (the CLI offers them as choices); tasks are the
+# registry's (its names, read when a config is built).
 CHOICES = {
     "model": MODELS, "norm": NORMS, "dtype": DTYPES, "engine": ENGINES,
     "envelope": ("calibrate", "conservative"), "eval_mode": ("full", "sampled", "none"),
-    "sampler": SAMPLERS, "task": ("node", "link"), "decoder": DECODERS,
+    "sampler": SAMPLERS, "task": TASKS, "decoder": DECODERS,
     "negative_mode": NEGATIVE_MODES, "link_metric": LINK_METRICS,
 }
 
@@ -37,14 +40,12 @@ class TrainConfig:
     `sampler` is "uniform", "weighted" (by the graph's edge weights) or "labor" (LABOR-0;
     docs/samplers.md).
     `dedup` deduplicates each sampled level; False is tree mode (every level in slot
-    order, exact sizes); None (the default) picks tree mode for the built-in SAGE models
-    on the scan engine (node tasks, uniform or weighted sampling) when the tree's levels
-    are small against the graph (`SamplerConfig.tree_is_small`), dedup otherwise.
-    `flat_outer` leaves the outermost hop undeduplicated, laid out in slot order
-    (`SamplerConfig.flat_outer`; scan engine only); None (the default) turns it on for
-    the built-in SAGE models on the scan engine, whose first layer reads its sources
-    without transforming them (`uses_flat_outer`). `sample_ahead` steps are sampled
-    by one vmapped call (`ScanEngine.sample_ahead`).
+    order, exact sizes); None (the default) lets `layout.choose_layout` pick (tree mode
+    for the built-in SAGE models on the scan engine when the tree's levels are small
+    against the graph). `flat_outer` leaves the outermost hop undeduplicated, laid out
+    in slot order (`SamplerConfig.flat_outer`; scan engine only); None (the default):
+    `choose_layout` decides. The summary records the layout and why. `sample_ahead`
+    steps are sampled by one vmapped call (`ScanEngine.sample_ahead`).
     `chunk_steps=0` compiles a whole epoch into one program.
     `dtype` is the model's computation dtype and the feature table's on the device:
     "float32", or "bfloat16" (half the bytes; sums and gradients accumulate in float32).
@@ -61,7 +62,8 @@ class TrainConfig:
     `*_loss`) keeps the checkpoint of the best evaluated epoch in
     `<checkpoint_dir>/best` (`restore(..., best=True)`). `tensorboard_dir` writes every
     epoch's scalars there as TensorBoard events (needs the `tensorboard` extra).
-    `task` is "node" (classification) or "link" (link prediction, docs/link_prediction.md:
+    `task` is a name in the task registry (tasks/registry.py): "node" (classification)
+    or "link" (link prediction, docs/link_prediction.md:
     `batch_size` then counts positive edges per step; the model is the encoder, its
     output width `hidden`; `decoder`, `negatives` per positive, `negative_mode` and
     `link_metric` apply to it only).
@@ -174,22 +176,6 @@ class TrainConfig:
                 f"need an NVIDIA GPU; JAX's backend here is {jax.default_backend()}: use "
                 f"kernels 'xla' or 'auto'")
         self.envelope_policy  # noqa: B018 (validates margin and multiple)
-
-    @property
-    def uses_flat_outer(self) -> bool:
-        """`flat_outer` resolved: as set, else on for SAGE models on the scan engine."""
-        if self.flat_outer is not None:
-            return self.flat_outer
-        return self.model.startswith("sage") and self.engine == "scan" \
-            and self.dedup is not False
-
-    @property
-    def may_skip_dedup(self) -> bool:
-        """Whether `dedup=None` may resolve to tree mode (the graph decides:
-        `SamplerConfig.tree_is_small`): SAGE models on the scan engine, node tasks,
-        samplers that draw each row on its own (LABOR shares draws across a level)."""
-        return (self.dedup is None and self.model.startswith("sage") and self.engine == "scan"
-                and self.task == "node" and self.sampler != "labor")
 
     @property
     def envelope_policy(self) -> EnvelopePolicy:
