@@ -34,6 +34,7 @@ from zerognn_jax._src.sampling.minibatch import (
 from zerognn_jax._src.sampling.negatives import negative_pairs, seed_frontier
 from zerognn_jax._src.sampling.seeds import (
     counter_key,
+    epoch_items,
     epoch_seeds,
     step_items,
     step_keys,
@@ -94,6 +95,6 @@ __all__ = [
     "seed_frontier",
     "EarlyStopping", "NodeTask", "as_linen", "restore", "sigmoid_cross_entropy",
     "softmax_cross_entropy", "squared_error", "evaluate_targets", "target_metrics",
-    "Task", "TaskBatch", "TASKS", "register_task", "step_items",
+    "Task", "TaskBatch", "TASKS", "register_task", "step_items", "epoch_items",
     "ITEM_SEEDS", "SeedSource",
 ]

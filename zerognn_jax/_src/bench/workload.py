@@ -30,7 +30,7 @@ from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import Calibration, choose_envelope, sample_epoch_counts
 from zerognn_jax._src.sampling.envelope import Envelope
-from zerognn_jax._src.sampling.seeds import epoch_seeds, num_steps
+from zerognn_jax._src.sampling.seeds import epoch_items, num_steps
 from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training import memory, trainer
 from zerognn_jax._src.training.engines import make_engine
@@ -305,7 +305,7 @@ def check_equivalence(wb: Workbench, steps: int) -> dict:
     program, env = wb.dedup_program, wb.envelope
     total = num_steps(wb.train_idx.shape[0], program.batch_size)
     steps = min(steps, total)
-    perm = epoch_seeds(wb.train_idx, program.batch_size, program.seed, 0)
+    perm = epoch_items(wb.train_idx, program.batch_size, program.seed, 0)
     args = (wb.fresh_state(), wb.data, perm, np.array([0, 0, total], np.int32))
     scan = jax.device_get(ScanEngine(program).chunk_program(env, steps, args)(*args)[1])
     host = HostEngine(program, "exact")
@@ -368,7 +368,7 @@ def step_bytes(wb: Workbench) -> dict:
 def phase_timings(wb: Workbench) -> dict:
     """Sampling-only and sampling+gather epochs, copy bandwidth and the bytes floor."""
     program, env = wb.program, wb.envelope
-    perm = epoch_seeds(wb.train_idx, program.batch_size, program.seed, 0)
+    perm = epoch_items(wb.train_idx, program.batch_size, program.seed, 0)
     static = dict(batch_size=program.batch_size, config=program.sampler,
                   envelope=env, kernels=program.kernels)
     sample = timed(lambda: sample_epoch_counts(

@@ -31,7 +31,7 @@ from zerognn_jax._src.sampling.envelope import (
     round_up,
 )
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, tree_sizes
-from zerognn_jax._src.sampling.seeds import epoch_seeds
+from zerognn_jax._src.sampling.seeds import epoch_items
 from zerognn_jax._src.sampling.steps import ITEM_SEEDS, SeedSource, sample_step
 
 
@@ -68,7 +68,7 @@ class Calibration:
 
 def calibrate(
     graph: CSRGraph,
-    train_idx,
+    items,
     batch_size: int,
     config: SamplerConfig,
     *,
@@ -85,12 +85,12 @@ def calibrate(
     (module docstring) level 0 is calibrated too: `Calibration.envelope.batch_size` is
     then the seed frontier's capacity, not `batch_size` (the items per step).
     """
-    train_idx = jnp.asarray(train_idx, jnp.int32)
+    items = jnp.asarray(items, jnp.int32)
     level0 = source.seed_capacity(batch_size)
     safe = conservative(level0, config.slots, graph.num_nodes, policy)
     all_counts = []
     for epoch in range(epochs):
-        perm = epoch_seeds(train_idx, batch_size, seed, epoch)
+        perm = epoch_items(items, batch_size, seed, epoch)
         counts, _, _ = sample_epoch_counts(
             graph, perm, seed, epoch, batch_size=batch_size, config=config,
             envelope=safe, kernels=kernels, source=source,
@@ -109,7 +109,7 @@ def calibrate(
     )
 
 
-def choose_envelope(graph: CSRGraph, train_idx, batch_size: int, config: SamplerConfig, *,
+def choose_envelope(graph: CSRGraph, items, batch_size: int, config: SamplerConfig, *,
                     method: str = "calibrate", seed: int = 0,
                     policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels = XLA,
                     source: SeedSource = ITEM_SEEDS) -> tuple[Envelope, Calibration | None]:
@@ -127,6 +127,6 @@ def choose_envelope(graph: CSRGraph, train_idx, batch_size: int, config: Sampler
                                                 policy)), None
     if method != "calibrate":
         raise ValueError(f"envelope must be calibrate or conservative, got {method!r}")
-    cal = calibrate(graph, train_idx, batch_size, config, seed=seed, policy=policy,
+    cal = calibrate(graph, items, batch_size, config, seed=seed, policy=policy,
                     kernels=kernels, source=source)
     return cal.envelope, cal

@@ -22,7 +22,7 @@ from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
 from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig
-from zerognn_jax._src.sampling.seeds import counter_key, epoch_seeds, num_steps
+from zerognn_jax._src.sampling.seeds import counter_key, epoch_items, num_steps
 from zerognn_jax._src.sampling.steps import sample_step
 
 
@@ -97,7 +97,7 @@ class NeighborLoader:
 
     def epoch(self, epoch: int) -> Iterator[LoaderBatch]:
         """The batches of epoch `epoch`, in order."""
-        perm = epoch_seeds(self.nodes, self.batch_size, self.seed, epoch)
+        perm = epoch_items(self.nodes, self.batch_size, self.seed, epoch)
         for step in range(len(self)):
             yield self._batch(perm, epoch, step)
 

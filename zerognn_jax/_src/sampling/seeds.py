@@ -37,7 +37,7 @@ def counter_key(key) -> jax.Array:
                      f"scalar, got {key.dtype}{list(key.shape)}")
 
 
-def epoch_seeds(train_idx: jax.Array, batch_size: int, seed, epoch) -> jax.Array:
+def epoch_items(items: jax.Array, batch_size: int, seed, epoch) -> jax.Array:
     """int32[steps * B, ...]: the epoch's shuffled training items, padded at the end with -1.
 
     Items are node ids (int32[n]) or rows of ids (e.g. int32[n, 2] edges), shuffled
@@ -50,14 +50,14 @@ def epoch_seeds(train_idx: jax.Array, batch_size: int, seed, epoch) -> jax.Array
         seed_epoch = np.array([seed, epoch], np.int32)
     else:  # traced values
         seed_epoch = jnp.stack([jnp.asarray(seed, jnp.int32), jnp.asarray(epoch, jnp.int32)])
-    return _shuffled(train_idx, batch_size, seed_epoch)
+    return _shuffled(items, batch_size, seed_epoch)
 
 
 @functools.partial(jax.jit, static_argnums=1)
-def _shuffled(train_idx: jax.Array, batch_size: int, seed_epoch: jax.Array) -> jax.Array:
-    steps = num_steps(train_idx.shape[0], batch_size)
+def _shuffled(items: jax.Array, batch_size: int, seed_epoch: jax.Array) -> jax.Array:
+    steps = num_steps(items.shape[0], batch_size)
     key = jax.random.fold_in(jax.random.PRNGKey(seed_epoch[0]), seed_epoch[1])
-    perm = jax.random.permutation(key, train_idx.astype(jnp.int32), axis=0)
+    perm = jax.random.permutation(key, items.astype(jnp.int32), axis=0)
     pad = steps * batch_size - perm.shape[0]
     return jnp.concatenate([perm, jnp.full((pad, *perm.shape[1:]), -1, jnp.int32)])
 
@@ -86,4 +86,6 @@ def step_keys(seed: int, epoch, batch_index) -> tuple[jax.Array, jax.Array]:
     return key, drop_key
 
 
-step_seeds = step_items  # its former name (public API): the items are seeds for node tasks
+# Their former names (public API): for node tasks the items are the seeds.
+epoch_seeds = epoch_items
+step_seeds = step_items

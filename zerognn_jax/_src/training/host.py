@@ -22,7 +22,7 @@ import numpy as np
 
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
 from zerognn_jax._src.sampling.minibatch import Block, MiniBatch
-from zerognn_jax._src.sampling.seeds import epoch_seeds, num_steps
+from zerognn_jax._src.sampling.seeds import epoch_items, num_steps
 from zerognn_jax._src.training.program import (
     DeviceData,
     StepProgram,
@@ -173,7 +173,7 @@ class HostEngine:
         program = self.program
         total = num_steps(items.shape[0], program.batch_size)
         steps = total if self.max_steps is None else min(self.max_steps, total)
-        perm = epoch_seeds(items, program.batch_size, program.seed, epoch)
+        perm = epoch_items(items, program.batch_size, program.seed, epoch)
         state, envelope, metrics, overflows = self.run_steps(
             state, data, perm, epoch, envelope, steps, on_progress=on_progress)
         return EpochResult.of(state, envelope, metrics, overflows=overflows, chunks=steps)

@@ -20,7 +20,7 @@ from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig, sample_minibatch
-from zerognn_jax._src.sampling.seeds import epoch_seeds
+from zerognn_jax._src.sampling.seeds import epoch_items
 from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training.layout import Layout
 from zerognn_jax._src.training.parallel import DataParallel
@@ -186,7 +186,7 @@ def init_state(program: StepProgram, data: DeviceData, envelope: Envelope,
 
     With a mesh the state comes back replicated on it.
     """
-    perm = epoch_seeds(jnp.asarray(items, jnp.int32), program.global_batch, program.seed, 0)
+    perm = epoch_items(jnp.asarray(items, jnp.int32), program.global_batch, program.seed, 0)
 
     def init(data, perm):
         batch, mb, _ = sample_batch(program, data, perm, 0, 0, envelope)

@@ -20,7 +20,7 @@ import numpy as np
 
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
 from zerognn_jax._src.sampling.minibatch import MiniBatch
-from zerognn_jax._src.sampling.seeds import epoch_seeds, num_steps
+from zerognn_jax._src.sampling.seeds import epoch_items, num_steps
 from zerognn_jax._src.training.parallel import fetch_per_device
 from zerognn_jax._src.training.program import DeviceData, StepProgram, TrainState, sample_batch
 from zerognn_jax._src.training.step import (
@@ -262,7 +262,7 @@ class ScanEngine:
         items = jnp.asarray(items, jnp.int32)
         total = num_steps(items.shape[0], program.global_batch)
         chunk = total if self.chunk_steps <= 0 else min(self.chunk_steps, total)
-        perm = epoch_seeds(items, program.global_batch, program.seed, epoch)
+        perm = epoch_items(items, program.global_batch, program.seed, epoch)
         start, overflows, chunks, parts = 0, 0, 0, []
         while start < total:
             args = self._args(state, data, perm, epoch, start, total)
