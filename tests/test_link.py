@@ -440,6 +440,8 @@ def test_cli_link_run_logs_link_metrics(tmp_path):
     assert summary["task"] == "link" and 0.0 <= summary["test_auc"] <= 1.0
     records = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert {"val_auc", "val_ap", "test_auc", "test_ap"} <= set(records[0])
+    assert 0.0 <= records[0]["train_batch_pair_acc"] <= 1.0  # pairs, not nodes
+    assert "train_batch_acc" not in records[0]
 
 
 def test_link_checkpoints_resume_to_the_same_result(tmp_path):

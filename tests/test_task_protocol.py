@@ -37,6 +37,7 @@ class DegreeTask:
     tree_by_default = False
     row_normalizes_planetoid = False
     score = None
+    score_name = "acc"  # no score: the record's train_batch_acc is None
 
     @staticmethod
     def loss(outputs, targets):

@@ -325,7 +325,8 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar):
                            interrupts.check(f"step {done} of epoch {epoch}"))
     wall = time.perf_counter() - t0
     compile_s = runner.compile_seconds - compile_before
-    record = {"epoch": epoch, "loss": res.loss, "train_batch_acc": res.train_acc,
+    record = {"epoch": epoch, "loss": res.loss,
+              f"train_batch_{program.task.score_name}": res.train_acc,
               "epoch_seconds": wall - compile_s, "compile_seconds": compile_s,
               "steps": res.steps, "chunks": res.chunks, "overflows": res.overflows,
               "envelope": list(res.envelope.levels), "max_counts": list(res.max_counts),

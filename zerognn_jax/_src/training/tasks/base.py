@@ -76,8 +76,10 @@ class Task(Protocol):
       row_normalizes_planetoid: Planetoid features are row-normalised by default.
       loss: (outputs[rows, ...], targets[rows, ...]) -> float32[rows], per-row losses;
         the engine averages them over the rows of weight 1.
-      score: the same shape of function giving a per-row score in [0, 1] (reported as
-        the training accuracy), or None when it means nothing (regression).
+      score: the same shape of function giving a per-row score in [0, 1], or None
+        when it means nothing (regression).
+      score_name: what the score measures; an epoch's record reports the mean score of
+        its training batches as "train_batch_<score_name>" (None without a score).
     """
 
     name: ClassVar[str]
@@ -86,6 +88,7 @@ class Task(Protocol):
     row_normalizes_planetoid: ClassVar[bool]
     loss: Callable
     score: Callable | None
+    score_name: ClassVar[str]
 
     @classmethod
     def build(cls, cfg, dataset: Dataset | None, *, loss=None, kernels=None

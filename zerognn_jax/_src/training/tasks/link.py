@@ -105,6 +105,7 @@ class LinkTask:
     exclude_seed_edges: bool = True
     kernels: Kernels = XLA
     name = "link"
+    score_name = "pair_acc"  # positive and negative pairs classified by the logit's sign
     dedups_seeds = True
     tree_by_default = False  # the frontier's size varies: dedup sizes the levels after it
     row_normalizes_planetoid = False  # GAE trains on raw features

@@ -46,6 +46,7 @@ class NodeTask:
     loss: Callable = softmax_cross_entropy
     score: Callable | None = class_accuracy
     name = "node"
+    score_name = "acc"  # the fraction of rows (or of labels) the outputs get right
     dedups_seeds = False
     tree_by_default = True
     row_normalizes_planetoid = True
