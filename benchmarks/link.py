@@ -87,7 +87,7 @@ def main(argv=None) -> list[dict]:
         env, _ = choose_envelope(data.graph, items, args.batch_size, program.sampler,
                                  seed=args.seed, policy=cfg.envelope_policy,
                                  kernels=program.kernels,
-                                 frontier=program.task.seed_frontier)
+                                 source=program.task)
         engine = make_engine(name, program)
         state = init_state(program, data, env, items)
         seconds, res = _timed(engine, state, data, items, env, args.repeats)

@@ -72,8 +72,9 @@ from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.training import memory, trainer
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.engines import make_engine
-from zerognn_jax._src.training.evaluate import accuracy, layerwise_logits, sampled_logits
+from zerognn_jax._src.training.evaluate import layerwise_logits, sampled_logits
 from zerognn_jax._src.training.program import init_state
+from zerognn_jax._src.training.tasks.node import accuracy
 
 # Seconds each phase may take at scale 1 on an H100 (a phase is skipped when its estimate,
 # scaled with the graph and never below MIN_ESTIMATE, no longer fits the deadline).
@@ -186,7 +187,7 @@ def train_sage(cfg: TrainConfig, dataset, data, program, clock: Clock):
                                kernels=program.kernels)
     calibrate = time.perf_counter() - t0
     clock.log(f"calibrated in {calibrate:.1f} s: envelope {list(env.levels)}")
-    dims = trainer.level_dims(cfg, dataset, program.model)
+    dims = trainer.level_dims(cfg, dataset, program.task, program.model)
     resident = memory.resident_bytes(data.graph, dataset.features.shape[1], cfg.dtype, dims)
     memory.check_fits(env, program.sampler.slots, dims, memory.device_memory_limit(),
                       resident=resident)
@@ -271,7 +272,7 @@ def sampled_test(cfg, program, variables, data, dataset) -> dict:
     t0 = time.perf_counter()
     logits = sampled_logits(program, variables, data, dataset.test_idx,
                             batch_size=cfg.eval_batch_size, seed=cfg.seed)
-    acc = accuracy(logits, dataset.labels[dataset.test_idx], np.arange(len(dataset.test_idx)))
+    acc = accuracy(logits, dataset.labels[dataset.test_idx])
     return {"seconds": time.perf_counter() - t0, "test_acc": acc, "nodes": len(dataset.test_idx)}
 
 

@@ -27,7 +27,7 @@ from zerognn_jax._src.sampling.seeds import epoch_seeds
 def _time_epoch(graph, perm, config, envelope, kernels, repeats):
     run = lambda: sample_epoch_counts(
         graph, perm, 0, 0, batch_size=envelope.batch_size, config=config,
-        capacities=envelope.capacities, kernels=kernels)
+        envelope=envelope, kernels=kernels)
     counts = jax.block_until_ready(run())[0]
     times = []
     for _ in range(repeats):

@@ -25,7 +25,8 @@ import jax
 import numpy as np
 
 from zerognn_jax._src.training.config import TrainConfig
-from zerognn_jax._src.training.evaluate import accuracy, layerwise_logits, sampled_logits
+from zerognn_jax._src.training.evaluate import layerwise_logits, sampled_logits
+from zerognn_jax._src.training.tasks.node import accuracy
 from zerognn_jax._src.training.trainer import train
 
 LAYOUTS = {"tree": {"dedup": False, "flat_outer": False},
@@ -58,7 +59,7 @@ def main(argv=None) -> int:
     nodes = ds.test_idx if not args.nodes else ds.test_idx[: args.nodes]
     labels = ds.labels[nodes]
     exact = layerwise_logits(res.program, variables, data)
-    exact_acc = accuracy(exact, ds.labels, nodes)
+    exact_acc = accuracy(np.asarray(exact)[nodes], labels)
     rows = []
     for batch in (int(b) for b in args.batch_sizes.split(",")):
         logits = {}
@@ -71,7 +72,7 @@ def main(argv=None) -> int:
             seconds = time.perf_counter() - t0
             logits[name] = np.asarray(out)
             rows.append({"layout": name, "eval_batch": batch, "seconds": seconds,
-                         "sampled_acc": accuracy(out, labels, np.arange(len(nodes))),
+                         "sampled_acc": accuracy(out, labels),
                          "exact_acc": exact_acc})
         for row in rows[-len(LAYOUTS):]:
             row["max_logit_diff_vs_dedup"] = float(

@@ -42,7 +42,7 @@ def _config(name: str, fanouts, max_degree: int, span: int, tail: float) -> Samp
 
 def _time_epochs(graph, perm, config, env, kernels, repeats):
     run = lambda: sample_epoch_counts(graph, perm, 0, 0, batch_size=env.batch_size,
-                                      config=config, capacities=env.capacities,
+                                      config=config, envelope=env,
                                       kernels=kernels)
     counts, edges, overflow = jax.block_until_ready(run())
     times = []

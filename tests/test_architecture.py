@@ -2,7 +2,10 @@
 
 Every import in the package, module level or inside a function, is read from the
 source with `ast` and checked against the table below; a new import across rooms must
-either fit it or change the table and the document together.
+either fit it or change the table and the document together. Within a room (a
+folder), files form no import circle, and no import sits inside a function to hide
+one: every library import inside a function is listed in `LAZY` with its reason, and
+none of them may close a circle. The checks are tried on planted circles too.
 """
 
 from __future__ import annotations
@@ -58,10 +61,10 @@ def imports_of(path: pathlib.Path, module: str):
             yield from (f"{base}.{alias.name}" for alias in node.names)
 
 
-def sources():
-    for top in ("zerognn_jax", "pallas_kernels"):
-        for path in sorted((ROOT / top).rglob("*.py")):
-            rel = path.relative_to(ROOT).with_suffix("")
+def sources(root=ROOT, tops=("zerognn_jax", "pallas_kernels")):
+    for top in tops:
+        for path in sorted((root / top).rglob("*.py")):
+            rel = path.relative_to(root).with_suffix("")
             parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
             yield path, ".".join(parts)
 
@@ -79,3 +82,126 @@ def test_imports_point_down(path, module):
 def test_every_library_file_lies_in_a_room():
     rooms = {room_of(module) for _, module in sources()}
     assert rooms <= set(ALLOWED)
+
+
+# ---- circles ------------------------------------------------------------------------------
+
+# Library imports inside functions, by importing module (prefix) and imported module
+# (prefix): each is lazy for a reason of its own, never to hide a circle.
+LAZY = {
+    ("zerognn_jax._src.training.trainer", "zerognn_jax._src.training.checkpoint"):
+        "orbax takes about a second to import; runs without checkpoints skip it",
+    ("zerognn_jax._src.training.inference", "zerognn_jax._src.training.checkpoint"):
+        "orbax takes about a second to import",
+    ("zerognn_jax._src.ops.registry", "pallas_kernels"):
+        "a Pallas kernel (and Triton) is imported only when it is selected",
+    ("zerognn_jax._src.bench.run", "zerognn_jax"):
+        "XLA reads its flags when JAX first loads: the runner sets them, then imports",
+    ("zerognn_jax.cli", "zerognn_jax"):
+        "a command's handler imports what it runs when it runs",
+}
+
+
+def import_graph(root=ROOT, tops=("zerognn_jax", "pallas_kernels")):
+    """{module: {imported library module: True if only imported inside functions}}."""
+    paths = dict((module, path) for path, module in sources(root, tops))
+    graph = {}
+    for module, path in paths.items():
+        tree = ast.parse(path.read_text(), str(path))
+        inner = {id(n) for f in ast.walk(tree)
+                 if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+                 for n in ast.walk(f) if isinstance(n, ast.Import | ast.ImportFrom)}
+        edges = {}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            for target in _targets(node, module, path):
+                if target in paths and target != module:
+                    edges[target] = edges.get(target, True) and id(node) in inner
+        graph[module] = edges
+    return graph
+
+
+def _targets(node, module: str, path: pathlib.Path):
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    base = node.module or ""
+    if node.level:
+        up = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join(up + ([base] if base else []))
+    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
+
+
+def reaches(graph, start: str, goal: str) -> bool:
+    seen, todo = set(), [start]
+    while todo:
+        module = todo.pop()
+        if module == goal:
+            return True
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph.get(module, ()))
+    return False
+
+
+def hidden_circles(graph) -> list[str]:
+    """Imports inside functions whose target imports their module back: each would be
+    a circle at module level."""
+    return [f"{a} imports {b} inside a function, and {b} imports {a}"
+            for a, edges in graph.items() for b, inner in edges.items()
+            if inner and reaches(graph, b, a)]
+
+
+def folder_circles(graph) -> list[str]:
+    """Circles among the files of one folder (any import, module level or not)."""
+    folder = lambda m: m.rpartition(".")[0]
+    local = {a: {b for b in edges if folder(b) == folder(a)} for a, edges in graph.items()}
+    return [f"{a} imports {b}, which leads back to it (a circle in {folder(a)})"
+            for a, edges in local.items() for b in edges if reaches(local, b, a)]
+
+
+def undocumented_lazy(graph) -> list[str]:
+    return [f"{a} imports {b} inside a function: move it to the top or add it to LAZY"
+            for a, edges in graph.items() for b, inner in edges.items()
+            if inner and not any(a.startswith(m) and b.startswith(t) for m, t in LAZY)]
+
+
+def test_no_import_inside_a_function_hides_a_circle():
+    assert hidden_circles(import_graph()) == []
+
+
+def test_files_within_a_folder_form_no_circle():
+    assert folder_circles(import_graph()) == []
+
+
+def test_every_import_inside_a_function_is_documented():
+    assert undocumented_lazy(import_graph()) == []
+
+
+def _plant(tmp_path, files: dict) -> dict:
+    pkg = tmp_path / "planted"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    for name, text in files.items():
+        (pkg / f"{name}.py").write_text(text)
+    return import_graph(tmp_path, ("planted",))
+
+
+def test_the_checks_catch_planted_circles(tmp_path):
+    graph = _plant(tmp_path, {
+        "task": "from planted import evaluate\n",
+        "evaluate": "from planted.program import run\n",
+        "program": "def default():\n    from planted.task import make\n    return make\n",
+        "clean": "def lazy():\n    import planted.task\n",
+    })
+    assert hidden_circles(graph) == [
+        "planted.program imports planted.task inside a function, and planted.task imports "
+        "planted.program"]
+    assert len(folder_circles(graph)) == 3  # task -> evaluate -> program -> task
+    assert "planted.clean imports planted.task inside a function" in \
+        " ".join(undocumented_lazy(graph))
+    flat = _plant(tmp_path / "again", {"a": "import planted.b\n", "b": "import planted.a\n"})
+    assert folder_circles(flat) == [
+        "planted.a imports planted.b, which leads back to it (a circle in planted)",
+        "planted.b imports planted.a, which leads back to it (a circle in planted)"]

@@ -35,7 +35,7 @@ def test_calibrated_envelope_covers_every_training_step(small_graph):
     assert all(c >= m for c, m in zip(cal.envelope.levels, cal.max_counts))
     perm = epoch_seeds(jnp.arange(200), 16, 0, 0)
     counts, edges, overflow = sample_epoch_counts(
-        g, perm, 0, 0, batch_size=16, config=cfg, capacities=cal.envelope.capacities,
+        g, perm, 0, 0, batch_size=16, config=cfg, envelope=cal.envelope,
         kernels=Kernels())
     assert not np.asarray(overflow).any()
     assert np.asarray(counts).max(axis=0).tolist() == list(cal.max_counts)

@@ -28,12 +28,13 @@ from zerognn_jax._src.data.links import (
     training_graph,
     undirected_edges,
 )
+from zerognn_jax._src.nn import link_heads
 from zerognn_jax._src.sampling.minibatch import SamplerConfig
 from zerognn_jax._src.sampling.negatives import negative_pairs, seed_frontier
-from zerognn_jax._src.training import link
 from zerognn_jax._src.training.host import HostEngine
-from zerognn_jax._src.training.program import DeviceData, StepProgram, init_state
+from zerognn_jax._src.training.program import DeviceData, StepProgram, init_state, sample_batch
 from zerognn_jax._src.training.scan import ScanEngine
+from zerognn_jax._src.training.tasks import link, link_metrics
 
 # ---- negatives and the seed frontier ------------------------------------------------------
 
@@ -95,9 +96,9 @@ def test_seed_frontier_deduplicates_endpoints_and_points_pairs_at_them():
 
 def _program(graph, fanouts, task, model=None, batch=8):
     sampler = SamplerConfig(fanouts).resolve(graph.max_degree())
-    model = model or link.LinkModel(zg.make_model("sage", hidden=8, num_layers=len(fanouts),
+    model = model or link_heads.LinkModel(zg.make_model("sage", hidden=8, num_layers=len(fanouts),
                                                   num_classes=8, dropout=0.0),
-                                    link.DotDecoder())
+                                    link_heads.DotDecoder())
     return StepProgram(model, optax.adam(1e-2), sampler, batch, 0, task=task)
 
 
@@ -116,15 +117,15 @@ def test_seed_edge_is_not_readable_by_message_passing():
     program = _program(split.graph, (-1, -1), task)
     feats = jax.random.normal(jax.random.PRNGKey(0), (n, 8))
     data = DeviceData(split.graph.to_device(), feats, jnp.zeros(n, jnp.int32))
-    items, valid = jnp.array([[0, 1]], jnp.int32), jnp.array([True])
-    key = jnp.uint32(7)
-    batch, mb = program.sample(data, items, valid, key, (16, 16), 16)
+    perm = zg.epoch_seeds(jnp.array([[0, 1]], jnp.int32), program.batch_size, 0, 0)
+    env = zg.Envelope(16, (16, 16))
+    batch, mb, _ = sample_batch(program, data, perm, 0, 0, env)
     variables = program.model.init(jax.random.PRNGKey(0), feats[mb.nodes[-1]],
                                    zg.views_for(mb), train=False)
 
     open_task = dataclasses.replace(task, exclude_seed_edges=False)
-    _, mb_open = dataclasses.replace(program, task=open_task).sample(data, items, valid, key,
-                                                                     (16, 16), 16)
+    _, mb_open, _ = sample_batch(dataclasses.replace(program, task=open_task), data, perm, 0,
+                                 0, env)
 
     def embedding_of_0(x1, restricted):
         x = data.features.at[1].set(x1)
@@ -150,11 +151,11 @@ def test_seed_edges_are_absent_from_every_sampled_block(small_graph):
     data = DeviceData(split.graph.to_device(), jnp.ones((split.num_nodes, 4)),
                       jnp.zeros(split.num_nodes, jnp.int32))
     perm = zg.epoch_seeds(jnp.asarray(split.train), 32, 0, 0)
-    fn = jax.jit(lambda p, s: program.sample(data, *zg.step_seeds(p, s, 32),
-                                             zg.step_keys(0, 0, s)[0], (1024, 1024), 256))
+    env = zg.Envelope(256, (1024, 1024))
+    fn = jax.jit(lambda p, s: sample_batch(program, data, p, s, 0, env))
     for step in range(4):
-        batch, mb = fn(perm, step)
-        items = np.asarray(zg.step_seeds(perm, step, 32)[0])
+        batch, mb, _ = fn(perm, step)
+        items = np.asarray(zg.step_items(perm, step, 32)[0])
         positives = {frozenset(map(int, e)) for e in items}
         for hop, block in enumerate(mb.blocks):
             rows, slots = np.nonzero(np.asarray(block.mask))
@@ -290,22 +291,23 @@ def test_auc_and_ap_match_their_definitions():
     rng = np.random.default_rng(0)
     pos, neg = rng.normal(1, 1, 40).round(1), rng.normal(0, 1, 60).round(1)  # with ties
     brute = np.mean([(p > q) + 0.5 * (p == q) for p in pos for q in neg])
-    assert link.roc_auc(pos, neg) == pytest.approx(brute)
+    assert link_metrics.roc_auc(pos, neg) == pytest.approx(brute)
     pos, neg = rng.normal(1, 1, 40), rng.normal(0, 1, 60)  # no ties: AP = mean precision@hit
     scores = np.concatenate([pos, neg])
     labels = np.r_[np.ones(40), np.zeros(60)][np.argsort(-scores)]
     precision_at = np.cumsum(labels) / np.arange(1, 101)
-    assert link.average_precision(pos, neg) == pytest.approx(precision_at[labels == 1].mean())
+    assert link_metrics.average_precision(pos, neg) == pytest.approx(
+        precision_at[labels == 1].mean())
 
 
 def test_mrr_and_hits_follow_ogb():
     pos = np.array([0.9, 0.5, 0.1])
     neg = np.array([[0.1, 0.2, 0.3], [0.6, 0.5, 0.1], [0.2, 0.3, 0.4]])
-    m = link.mrr_metrics(pos, neg)
+    m = link_metrics.mrr_metrics(pos, neg)
     ranks = np.array([1, 2.5, 4])
     assert m["mrr"] == pytest.approx(np.mean(1 / ranks)) and m["hits@1"] == pytest.approx(1 / 3)
     assert m["hits@3"] == pytest.approx(2 / 3)
-    assert link.hits_at_k(np.array([0.5, 0.3, 0.9]), np.array([0.1, 0.4, 0.6, 0.2]), 2) \
+    assert link_metrics.hits_at_k(np.array([0.5, 0.3, 0.9]), np.array([0.1, 0.4, 0.6, 0.2]), 2) \
         == pytest.approx(2 / 3)
 
 
@@ -323,10 +325,10 @@ def _tiny_link(small_graph, batch=32, negatives=2, mode="destination"):
 def test_calibration_sizes_the_seed_frontier(small_graph):
     split, task, program, data = _tiny_link(small_graph, batch=64)
     env, cal = zg.choose_envelope(data.graph, split.train, 64, program.sampler,
-                                  frontier=task.seed_frontier, policy=zg.EnvelopePolicy(
+                                  source=task, policy=zg.EnvelopePolicy(
                                       multiple=8))
     # 64 positives with 2 negatives each: up to 256 endpoints, fewer once deduplicated
-    assert cal.max_counts[0] <= env.batch_size < task.max_seeds(64) == 256
+    assert cal.max_counts[0] <= env.batch_size < task.seed_capacity(64) == 256
     assert cal.max_counts[0] > 64  # endpoints, not the number of positives
     node_env, _ = zg.choose_envelope(data.graph, split.train[:, 0], 32, program.sampler)
     assert node_env.batch_size == 32  # node callers unchanged
@@ -335,7 +337,7 @@ def test_calibration_sizes_the_seed_frontier(small_graph):
 def test_level0_overflow_grows_and_matches_a_large_envelope(small_graph):
     split, task, program, data = _tiny_link(small_graph)
     items = split.train
-    big = zg.conservative(task.max_seeds(32), program.sampler.slots, split.num_nodes)
+    big = zg.conservative(task.seed_capacity(32), program.sampler.slots, split.num_nodes)
     small = zg.Envelope(8, (8, 8))
     results = []
     for env in (big, small):
@@ -350,7 +352,7 @@ def test_level0_overflow_grows_and_matches_a_large_envelope(small_graph):
 
 def test_host_engine_trains_link_steps_like_the_scan_engine(small_graph):
     split, task, program, data = _tiny_link(small_graph, mode="pairs")
-    env = zg.conservative(task.max_seeds(32), program.sampler.slots, split.num_nodes)
+    env = zg.conservative(task.seed_capacity(32), program.sampler.slots, split.num_nodes)
     state = init_state(program, data, env, split.train)
     scan = ScanEngine(program).run_epoch(state, data, split.train, 0, env)
     state = init_state(program, data, env, split.train)
@@ -438,6 +440,8 @@ def test_cli_link_run_logs_link_metrics(tmp_path):
     assert summary["task"] == "link" and 0.0 <= summary["test_auc"] <= 1.0
     records = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert {"val_auc", "val_ap", "test_auc", "test_ap"} <= set(records[0])
+    assert 0.0 <= records[0]["train_batch_pair_acc"] <= 1.0  # pairs, not nodes
+    assert "train_batch_acc" not in records[0]
 
 
 def test_link_checkpoints_resume_to_the_same_result(tmp_path):

@@ -21,6 +21,7 @@ from zerognn_jax._src.data.graph import (
 from zerognn_jax._src.data.links import LinkSplit, load_ogbl, random_link_split
 from zerognn_jax._src.data.loaders import load_dataset, load_dir, load_npz, save_dir, save_npz
 from zerognn_jax._src.nn.bridge import as_linen
+from zerognn_jax._src.nn.link_heads import DotDecoder, LinkModel, MLPDecoder, make_decoder
 from zerognn_jax._src.nn.models import (
     GNN,
     MLP,
@@ -43,7 +44,15 @@ from zerognn_jax._src.sampling.minibatch import (
     sample_minibatch,
 )
 from zerognn_jax._src.sampling.negatives import negative_pairs, seed_frontier
-from zerognn_jax._src.sampling.seeds import counter_key, epoch_seeds, step_keys, step_seeds
+from zerognn_jax._src.sampling.seeds import (
+    counter_key,
+    epoch_items,
+    epoch_seeds,
+    step_items,
+    step_keys,
+    step_seeds,
+)
+from zerognn_jax._src.sampling.steps import ITEM_SEEDS, SeedSource
 from zerognn_jax._src.training.callbacks import EarlyStopping
 from zerognn_jax._src.training.checkpoint import CheckpointMismatch
 from zerognn_jax._src.training.config import TrainConfig
@@ -52,20 +61,12 @@ from zerognn_jax._src.training.evaluate import (
     evaluate_splits,
     evaluate_targets,
     layerwise_logits,
+    node_embeddings,
     sampled_logits,
-    target_metrics,
 )
 from zerognn_jax._src.training.export import ExportedModel, export_model
 from zerognn_jax._src.training.host import HostEngine
 from zerognn_jax._src.training.inference import restore
-from zerognn_jax._src.training.link import (
-    DotDecoder,
-    LinkModel,
-    LinkTask,
-    MLPDecoder,
-    make_decoder,
-    node_embeddings,
-)
 from zerognn_jax._src.training.parallel import DataParallel, initialize_distributed, make_mesh
 from zerognn_jax._src.training.program import (
     DeviceData,
@@ -77,12 +78,15 @@ from zerognn_jax._src.training.program import (
 from zerognn_jax._src.training.row_adam import RowAdamState, row_adam_init, row_adam_update
 from zerognn_jax._src.training.scan import ScanEngine
 from zerognn_jax._src.training.step import EpochResult
-from zerognn_jax._src.training.task import (
-    NodeTask,
+from zerognn_jax._src.training.tasks.base import Task, TaskBatch
+from zerognn_jax._src.training.tasks.link import LinkTask
+from zerognn_jax._src.training.tasks.losses import (
     sigmoid_cross_entropy,
     softmax_cross_entropy,
     squared_error,
 )
+from zerognn_jax._src.training.tasks.node import NodeTask, target_metrics
+from zerognn_jax._src.training.tasks.registry import TASKS, register_task
 from zerognn_jax._src.training.trainer import Diverged, TrainResult, train
 
 __version__ = "0.1.0"
@@ -108,4 +112,6 @@ __all__ = [
     "RowAdamState", "row_adam_init", "row_adam_update",
     "from_networkx", "to_edge_index", "to_networkx", "to_scipy",
     "ExportedModel", "export_model", "load_dir", "save_dir", "GINEConv",
+    "Task", "TaskBatch", "TASKS", "register_task", "step_items", "epoch_items",
+    "ITEM_SEEDS", "SeedSource",
 ]

@@ -30,11 +30,12 @@ from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import Calibration, choose_envelope, sample_epoch_counts
 from zerognn_jax._src.sampling.envelope import Envelope
-from zerognn_jax._src.sampling.minibatch import sample_minibatch
-from zerognn_jax._src.sampling.seeds import epoch_seeds, num_steps, step_keys, step_seeds
+from zerognn_jax._src.sampling.seeds import epoch_items, num_steps
+from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training import memory, trainer
 from zerognn_jax._src.training.engines import make_engine
 from zerognn_jax._src.training.host import HostEngine
+from zerognn_jax._src.training.layout import choose_layout
 from zerognn_jax._src.training.program import DeviceData, TrainState, init_state
 from zerognn_jax._src.training.scan import ScanEngine
 
@@ -197,19 +198,15 @@ class Workbench:
         Pallas kernels run in the interpreter on CPU. The host engines sample every hop
         deduplicated (`dedup_program`); their exact and bucketed levels are cut from it.
         The scan engine samples as the library would at `batch_size` (tree mode or
-        dedup, `trainer.default_sampler`) unless the variant sets `dedup`; dedup'd, its
+        dedup, `layout.choose_layout`) unless the variant sets `dedup`; dedup'd, its
         outermost hop is flat where the library makes it so.
         """
         kernels = Kernels.parse(variant.kernels, interpret=jax.default_backend() == "cpu")
         base = self.dedup_program
         sampler = base.sampler
         if variant.engine == "scan":
-            sampler = dataclasses.replace(sampler, flat_outer=self.cfg.uses_flat_outer)
-            if variant.dedup is None:
-                sampler = trainer.default_sampler(self.cfg, sampler, self.dataset.num_nodes,
-                                                  batch_size)
-            elif not variant.dedup:
-                sampler = dataclasses.replace(sampler, dedup=False, flat_outer=False)
+            sampler = choose_layout(self.cfg, base.task, sampler, batch_size,
+                                    self.dataset.num_nodes, dedup=variant.dedup).apply(sampler)
         program = dataclasses.replace(base, batch_size=batch_size, kernels=kernels,
                                       sampler=sampler,
                                       model=self.program.model.clone(dtype=variant.dtype))
@@ -223,7 +220,8 @@ class Workbench:
         calibration = self.calibrated(envelope.batch_size)[1]
         report = memory.memory_report(envelope, calibration.max_counts,
                                             program.sampler.slots,
-                                            trainer.level_dims(self.cfg, self.dataset))
+                                            trainer.level_dims(self.cfg, self.dataset,
+                                                               program.task))
         return {"envelope": list(envelope.levels), "envelope_bytes": report["envelope_bytes"],
                 "ideal_bytes": report["ideal_bytes"], "envelope_over_ideal": report["ratio"]}
 
@@ -307,7 +305,7 @@ def check_equivalence(wb: Workbench, steps: int) -> dict:
     program, env = wb.dedup_program, wb.envelope
     total = num_steps(wb.train_idx.shape[0], program.batch_size)
     steps = min(steps, total)
-    perm = epoch_seeds(wb.train_idx, program.batch_size, program.seed, 0)
+    perm = epoch_items(wb.train_idx, program.batch_size, program.seed, 0)
     args = (wb.fresh_state(), wb.data, perm, np.array([0, 0, total], np.int32))
     scan = jax.device_get(ScanEngine(program).chunk_program(env, steps, args)(*args)[1])
     host = HostEngine(program, "exact")
@@ -325,15 +323,14 @@ def check_equivalence(wb: Workbench, steps: int) -> dict:
     return record
 
 
-@functools.partial(jax.jit, static_argnames=("batch_size", "config", "capacities", "kernels"))
+@functools.partial(jax.jit, static_argnames=("batch_size", "config", "envelope", "kernels"))
 def _sample_gather_epoch(graph, features, perm, seed, epoch, *, batch_size, config,
-                         capacities, kernels):
+                         envelope, kernels):
     """Sampling plus the feature gather of every step of an epoch; returns a checksum."""
 
     def body(total, step):
-        seeds, valid = step_seeds(perm, step, batch_size)
-        key, _ = step_keys(seed, epoch, step)
-        mb = sample_minibatch(graph, seeds, valid, key, config, capacities, kernels)
+        mb = sample_step(graph, perm, step, seed=seed, epoch=epoch, batch_size=batch_size,
+                         config=config, envelope=envelope, kernels=kernels).mb
         x = gather_rows(kernels, features, mb.nodes[-1], mb.valid[-1])
         return total + jnp.sum(x), None
 
@@ -357,7 +354,7 @@ def step_bytes(wb: Workbench) -> dict:
     """
     counts = wb.calibration.mean_counts
     fanouts = wb.program.sampler.fanouts
-    dims = trainer.level_dims(wb.cfg, wb.dataset)
+    dims = trainer.level_dims(wb.cfg, wb.dataset, wb.program.task)
     hops = len(fanouts)
     parts = {
         "features": counts[hops] * dims[hops] * 4,
@@ -371,9 +368,9 @@ def step_bytes(wb: Workbench) -> dict:
 def phase_timings(wb: Workbench) -> dict:
     """Sampling-only and sampling+gather epochs, copy bandwidth and the bytes floor."""
     program, env = wb.program, wb.envelope
-    perm = epoch_seeds(wb.train_idx, program.batch_size, program.seed, 0)
+    perm = epoch_items(wb.train_idx, program.batch_size, program.seed, 0)
     static = dict(batch_size=program.batch_size, config=program.sampler,
-                  capacities=env.capacities, kernels=program.kernels)
+                  envelope=env, kernels=program.kernels)
     sample = timed(lambda: sample_epoch_counts(
         wb.data.graph, perm, program.seed, 0, **static))
     gather = timed(lambda: _sample_gather_epoch(

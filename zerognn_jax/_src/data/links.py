@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from zerognn_jax._src.data.graph import CSRGraph
+from zerognn_jax._src.data.ogb import _load_text  # the gzipped-CSV reader of ogbn
 from zerognn_jax._src.data.tables import BFLOAT16
 from zerognn_jax._src.data.undirected import canonical_pairs, undirected_csr
 from zerognn_jax._src.data.writes import atomic_write
@@ -310,8 +311,6 @@ def load_ogbl(name: str, root: str | os.PathLike):
     do for both). Collab's evaluation negatives are its `edge_neg` pairs (Hits@50);
     citation2's are its `target_node_neg` destinations per positive (MRR).
     """
-    from zerognn_jax._src.data.ogb import _load_text  # the gzipped-CSV reader of ogbn
-
     if name not in OGBL:
         raise ValueError(f"unknown ogbl dataset {name!r}; expected one of {sorted(OGBL)}")
     folder = Path(root) / OGBL[name]

@@ -4,11 +4,11 @@ Sampling runs alone, as one device scan per epoch, under the conservative envelo
 every count is exact); the host reads the counts once per epoch. `choose_envelope` is
 the one place that picks a run's starting envelope.
 
-Level 0 is the step's seeds. For node tasks they are the batch's items (capacity B).
-A task that builds its own seed frontier per step (link prediction: the deduplicated
-endpoints of the positive and negative pairs) passes it as `frontier`, a function
-`(items, valid, key) -> (seeds int32[S], valid bool[S])` at its safe size S; level 0
-is then calibrated like every other level.
+Level 0 is built by a `SeedSource` (steps.py). For node tasks (`ITEM_SEEDS`, the
+default) it is the batch's items (capacity B). A task that builds its own seed frontier
+per step (link prediction: the deduplicated endpoints of the positive and negative
+pairs) is its own seed source, of a safe size S (`seed_capacity`); level 0 is then
+calibrated like every other level.
 """
 
 from __future__ import annotations
@@ -30,27 +30,26 @@ from zerognn_jax._src.sampling.envelope import (
     monotone,
     round_up,
 )
-from zerognn_jax._src.sampling.minibatch import SamplerConfig, sample_minibatch, tree_sizes
-from zerognn_jax._src.sampling.seeds import epoch_seeds, step_keys, step_seeds
+from zerognn_jax._src.sampling.minibatch import SamplerConfig, tree_sizes
+from zerognn_jax._src.sampling.seeds import epoch_items
+from zerognn_jax._src.sampling.steps import ITEM_SEEDS, SeedSource, sample_step
 
 
-@functools.partial(jax.jit, static_argnames=("batch_size", "config", "capacities", "kernels",
-                                             "frontier"))
-def sample_epoch_counts(graph, perm, seed, epoch, *, batch_size, config, capacities, kernels,
-                        frontier=None):
+@functools.partial(jax.jit, static_argnames=("batch_size", "config", "envelope", "kernels",
+                                             "source"))
+def sample_epoch_counts(graph, perm, seed, epoch, *, batch_size, config, envelope, kernels,
+                        source: SeedSource = ITEM_SEEDS):
     """Samples every step of one epoch in one scan; returns per-step statistics.
 
-    `frontier` (optional, static) turns a step's items into its seeds (module docstring).
+    `source` (static) builds each step's level 0 from its items (module docstring).
     Returns (counts int32[steps, L + 1], edges int32[steps], overflow bool[steps]).
     """
     steps = perm.shape[0] // batch_size
 
     def body(_, step):
-        seeds, valid = step_seeds(perm, step, batch_size)
-        key, _ = step_keys(seed, epoch, step)
-        if frontier is not None:
-            seeds, valid = frontier(seeds, valid, key)
-        mb = sample_minibatch(graph, seeds, valid, key, config, capacities, kernels)
+        mb = sample_step(graph, perm, step, seed=seed, epoch=epoch, batch_size=batch_size,
+                         config=config, envelope=envelope, kernels=kernels,
+                         source=source).mb
         return None, (mb.counts, mb.num_edges(), mb.overflow)
 
     _, out = jax.lax.scan(body, None, jnp.arange(steps, dtype=jnp.int32))
@@ -69,7 +68,7 @@ class Calibration:
 
 def calibrate(
     graph: CSRGraph,
-    train_idx,
+    items,
     batch_size: int,
     config: SamplerConfig,
     *,
@@ -77,29 +76,29 @@ def calibrate(
     epochs: int = 1,
     policy: EnvelopePolicy = DEFAULT_POLICY,
     kernels: Kernels = XLA,
-    frontier=None,
+    source: SeedSource = ITEM_SEEDS,
 ) -> Calibration:
     """Chooses tight capacities from the real batches of the first `epochs` epochs.
 
     Sampling runs on the device under the conservative envelope (so every count is
-    exact); the host reads the counts once per epoch. With a `frontier` (module
-    docstring) level 0 is calibrated too: `Calibration.envelope.batch_size` is then the
-    seed frontier's capacity, not `batch_size` (the items per step).
+    exact); the host reads the counts once per epoch. With a deduplicating `source`
+    (module docstring) level 0 is calibrated too: `Calibration.envelope.batch_size` is
+    then the seed frontier's capacity, not `batch_size` (the items per step).
     """
-    train_idx = jnp.asarray(train_idx, jnp.int32)
-    level0 = seed_level(train_idx, batch_size, frontier)
+    items = jnp.asarray(items, jnp.int32)
+    level0 = source.seed_capacity(batch_size)
     safe = conservative(level0, config.slots, graph.num_nodes, policy)
     all_counts = []
     for epoch in range(epochs):
-        perm = epoch_seeds(train_idx, batch_size, seed, epoch)
+        perm = epoch_items(items, batch_size, seed, epoch)
         counts, _, _ = sample_epoch_counts(
             graph, perm, seed, epoch, batch_size=batch_size, config=config,
-            capacities=safe.capacities, kernels=kernels, frontier=frontier,
+            envelope=safe, kernels=kernels, source=source,
         )
         all_counts.append(np.asarray(counts))
     counts = np.concatenate(all_counts)
     max_counts = counts.max(axis=0)
-    if frontier is not None:
+    if source.dedups_seeds:  # else level 0 holds the step's items: B rows, always
         level0 = min(level0, round_up(max(max_counts[0], 1) * policy.margin, policy.multiple))
     env = monotone(level0, [m * policy.margin for m in max_counts[1:]], policy.multiple)
     caps = tuple(max(min(c, s), level0) for c, s in zip(env.capacities, safe.capacities))
@@ -110,27 +109,17 @@ def calibrate(
     )
 
 
-def seed_level(train_idx, batch_size: int, frontier=None) -> int:
-    """The safe size of level 0: `batch_size`, or the size of `frontier`'s seeds."""
-    if frontier is None:
-        return batch_size
-    items = jax.ShapeDtypeStruct((batch_size, *jnp.shape(train_idx)[1:]), jnp.int32)
-    seeds, _ = jax.eval_shape(frontier, items, jax.ShapeDtypeStruct((batch_size,), bool),
-                              jax.ShapeDtypeStruct((), jnp.uint32))
-    return int(seeds.shape[0])
-
-
-def choose_envelope(graph: CSRGraph, train_idx, batch_size: int, config: SamplerConfig, *,
+def choose_envelope(graph: CSRGraph, items, batch_size: int, config: SamplerConfig, *,
                     method: str = "calibrate", seed: int = 0,
                     policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels = XLA,
-                    frontier=None) -> tuple[Envelope, Calibration | None]:
+                    source: SeedSource = ITEM_SEEDS) -> tuple[Envelope, Calibration | None]:
     """A run's starting envelope, and the calibration record when it was calibrated.
 
     Tree (no-dedup) sampling has exact sizes; otherwise `method` is "calibrate" (tight,
-    measured) or "conservative" (the safe bound). `frontier`: a task's seed frontier
-    (module docstring); level 0 is then its size (conservative, tree) or calibrated.
+    measured) or "conservative" (the safe bound). `source` builds level 0 (module
+    docstring); level 0 is its safe size (conservative, tree) or calibrated.
     """
-    level0 = seed_level(train_idx, batch_size, frontier)
+    level0 = source.seed_capacity(batch_size)
     if not config.dedup:
         return Envelope(level0, tree_sizes(level0, config.slots)[1:]), None
     if method == "conservative":
@@ -138,6 +127,6 @@ def choose_envelope(graph: CSRGraph, train_idx, batch_size: int, config: Sampler
                                                 policy)), None
     if method != "calibrate":
         raise ValueError(f"envelope must be calibrate or conservative, got {method!r}")
-    cal = calibrate(graph, train_idx, batch_size, config, seed=seed, policy=policy,
-                    kernels=kernels, frontier=frontier)
+    cal = calibrate(graph, items, batch_size, config, seed=seed, policy=policy,
+                    kernels=kernels, source=source)
     return cal.envelope, cal

@@ -77,15 +77,15 @@ def monotone(batch_size, sizes, multiple) -> Envelope:
     return Envelope(batch_size, tuple(caps))
 
 
-def conservative(batch_size: int, fanouts, num_nodes: int,
+def conservative(batch_size: int, slots, num_nodes: int,
                  policy: EnvelopePolicy = DEFAULT_POLICY) -> Envelope:
-    """The always-safe bound C_{l+1} = min(N, C_l (1 + f_l)), rounded up.
+    """The always-safe bound C_{l+1} = min(N, C_l (1 + K_l)), rounded up.
 
-    `fanouts` are the slots per row of each hop (`SamplerConfig.slots`; the fanouts
+    `slots` are the slots K per row of each hop (`SamplerConfig.slots`; the fanouts
     themselves except under LABOR, whose rows may hold more than the fanout)."""
     sizes, c = [], batch_size
-    for f in fanouts:
-        c = min(num_nodes, c * (1 + f))
+    for k in slots:
+        c = min(num_nodes, c * (1 + k))
         sizes.append(c)
     return monotone(batch_size, sizes, policy.multiple)
 

@@ -21,14 +21,9 @@ from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
-from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig, sample_minibatch
-from zerognn_jax._src.sampling.seeds import (
-    counter_key,
-    epoch_seeds,
-    num_steps,
-    step_keys,
-    step_seeds,
-)
+from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig
+from zerognn_jax._src.sampling.seeds import counter_key, epoch_items, num_steps
+from zerognn_jax._src.sampling.steps import sample_step
 
 
 class LoaderBatch(NamedTuple):
@@ -102,23 +97,23 @@ class NeighborLoader:
 
     def epoch(self, epoch: int) -> Iterator[LoaderBatch]:
         """The batches of epoch `epoch`, in order."""
-        perm = epoch_seeds(self.nodes, self.batch_size, self.seed, epoch)
+        perm = epoch_items(self.nodes, self.batch_size, self.seed, epoch)
         for step in range(len(self)):
             yield self._batch(perm, epoch, step)
 
-    def _sample(self, capacities):
-        if capacities not in self._programs:
+    def _sample(self, envelope: Envelope):
+        if envelope not in self._programs:
             def sample(graph, perm, epoch, step):
-                seeds, valid = step_seeds(perm, step, self.batch_size)
-                key, drop_key = step_keys(self.seed, epoch, step)
-                return sample_minibatch(graph, seeds, valid, key, self.sampler, capacities,
-                                        self.kernels), drop_key
-            self._programs[capacities] = jax.jit(sample)
-        return self._programs[capacities]
+                out = sample_step(graph, perm, step, seed=self.seed, epoch=epoch,
+                                  batch_size=self.batch_size, config=self.sampler,
+                                  envelope=envelope, kernels=self.kernels)
+                return out.mb, out.drop_key
+            self._programs[envelope] = jax.jit(sample)
+        return self._programs[envelope]
 
     def _batch(self, perm, epoch: int, step: int) -> LoaderBatch:
         while True:
-            mb, drop_key = self._sample(self.envelope.capacities)(
+            mb, drop_key = self._sample(self.envelope)(
                 self.graph, perm, jnp.int32(epoch), jnp.int32(step))
             if not bool(mb.overflow):  # one host read per batch
                 return LoaderBatch(mb, drop_key, epoch, step)

@@ -37,7 +37,7 @@ def counter_key(key) -> jax.Array:
                      f"scalar, got {key.dtype}{list(key.shape)}")
 
 
-def epoch_seeds(train_idx: jax.Array, batch_size: int, seed, epoch) -> jax.Array:
+def epoch_items(items: jax.Array, batch_size: int, seed, epoch) -> jax.Array:
     """int32[steps * B, ...]: the epoch's shuffled training items, padded at the end with -1.
 
     Items are node ids (int32[n]) or rows of ids (e.g. int32[n, 2] edges), shuffled
@@ -50,14 +50,14 @@ def epoch_seeds(train_idx: jax.Array, batch_size: int, seed, epoch) -> jax.Array
         seed_epoch = np.array([seed, epoch], np.int32)
     else:  # traced values
         seed_epoch = jnp.stack([jnp.asarray(seed, jnp.int32), jnp.asarray(epoch, jnp.int32)])
-    return _shuffled(train_idx, batch_size, seed_epoch)
+    return _shuffled(items, batch_size, seed_epoch)
 
 
 @functools.partial(jax.jit, static_argnums=1)
-def _shuffled(train_idx: jax.Array, batch_size: int, seed_epoch: jax.Array) -> jax.Array:
-    steps = num_steps(train_idx.shape[0], batch_size)
+def _shuffled(items: jax.Array, batch_size: int, seed_epoch: jax.Array) -> jax.Array:
+    steps = num_steps(items.shape[0], batch_size)
     key = jax.random.fold_in(jax.random.PRNGKey(seed_epoch[0]), seed_epoch[1])
-    perm = jax.random.permutation(key, train_idx.astype(jnp.int32), axis=0)
+    perm = jax.random.permutation(key, items.astype(jnp.int32), axis=0)
     pad = steps * batch_size - perm.shape[0]
     return jnp.concatenate([perm, jnp.full((pad, *perm.shape[1:]), -1, jnp.int32)])
 
@@ -66,7 +66,7 @@ def num_steps(num_train: int, batch_size: int) -> int:
     return max(1, -(-num_train // batch_size))
 
 
-def step_seeds(perm: jax.Array, step, batch_size: int):
+def step_items(perm: jax.Array, step, batch_size: int):
     """(items int32[B, ...], valid bool[B]) for step `step` of a padded permutation."""
     start = (step * batch_size,) + (0,) * (perm.ndim - 1)
     items = jax.lax.dynamic_slice(perm, start, (batch_size, *perm.shape[1:]))
@@ -84,3 +84,8 @@ def step_keys(seed: int, epoch, batch_index) -> tuple[jax.Array, jax.Array]:
     drop_key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), epoch),
                                   batch_index)
     return key, drop_key
+
+
+# Their former names (public API): for node tasks the items are the seeds.
+epoch_seeds = epoch_items
+step_seeds = step_items

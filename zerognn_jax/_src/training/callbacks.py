@@ -2,8 +2,9 @@
 
 A callback is any callable `callback(record) -> bool | None`, called after the epoch's
 checkpoint and metrics line are written, with the epoch's record (the dict of the
-metrics log: "epoch", "loss", "train_batch_acc", the evaluated "val_acc", ... when that
-epoch was evaluated). A true return value stops training after this epoch; the run then
+metrics log: "epoch", "loss", "train_batch_acc" ("train_batch_pair_acc" for link
+prediction: the task's `score_name`), the evaluated "val_acc", ... when that epoch was
+evaluated). A true return value stops training after this epoch; the run then
 evaluates and writes its summary as usual, with "stopped_early" set. Every callback sees
 every record (they are all called before the stop is taken).
 """

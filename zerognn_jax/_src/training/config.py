@@ -7,113 +7,155 @@ import math
 
 import jax
 
+from zerognn_jax._src.nn.link_heads import DECODERS
 from zerognn_jax._src.nn.models import MODELS, NORMS
 from zerognn_jax._src.ops.registry import OPS, Kernels
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
 from zerognn_jax._src.sampling.minibatch import SAMPLERS
 from zerognn_jax._src.sampling.negatives import NEGATIVE_MODES
+from zerognn_jax._src.training.config_types import check_types
 from zerognn_jax._src.training.engines import ENGINES
-from zerognn_jax._src.training.link import DECODERS, LINK_METRICS
+from zerognn_jax._src.training.tasks.link import LINK_METRICS
+from zerognn_jax._src.training.tasks.registry import TASKS
 
 DTYPES = ("float32", "bfloat16")
-# The closed sets among the options (the CLI offers them as choices).
+# The closed sets among the options (the CLI offers them as choices); tasks are the
+# registry's (its names, read when a config is built).
 CHOICES = {
     "model": MODELS, "norm": NORMS, "dtype": DTYPES, "engine": ENGINES,
     "envelope": ("calibrate", "conservative"), "eval_mode": ("full", "sampled", "none"),
-    "sampler": SAMPLERS, "task": ("node", "link"), "decoder": DECODERS,
+    "sampler": SAMPLERS, "task": TASKS, "decoder": DECODERS,
     "negative_mode": NEGATIVE_MODES, "link_metric": LINK_METRICS,
+}
+
+
+# The parts of a run's options, in the order TrainConfig declares them; the CLI keeps
+# one flat flag per field, and a checkpoint's identity reads the fields by name.
+GROUPS = {
+    "task": ("task", "decoder", "negatives", "negative_mode", "link_metric"),
+    "data": ("dataset", "root", "scale", "normalize_features"),
+    "model": ("model", "hidden", "layers", "dropout", "input_dropout", "norm", "heads",
+              "dtype"),
+    "sampler": ("fanouts", "batch_size", "sampler", "replace", "dedup", "flat_outer",
+                "envelope", "margin", "multiple"),
+    "optimizer": ("lr", "weight_decay"),
+    "engine": ("engine", "kernels", "chunk_steps", "sample_ahead", "devices",
+               "shard_features"),
+    "run": ("epochs", "seed", "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir",
+            "metrics_out", "progress", "best_metric", "tensorboard_dir"),
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """Everything `train` needs; the CLI flags map one to one onto these fields.
+    """Everything `train` needs; the CLI flags map one to one onto these fields, which
+    come in the parts of `GROUPS`. Values are checked by type (config_types.py), then
+    by range, when the config is built.
 
-    `fanouts` lists the seeds' hop first; -1 means all neighbours. `eval_mode` is
-    "full" (exact layer-wise), "sampled" (the training fanouts) or "none".
-    `normalize_features=None` row-normalises Planetoid features for node tasks and leaves
-    others (and every dataset's features for link prediction, as GAE does).
-    `envelope` is "calibrate" (tight, measured) or "conservative" (the safe bound).
-    `sampler` is "uniform", "weighted" (by the graph's edge weights) or "labor" (LABOR-0;
-    docs/samplers.md).
-    `dedup` deduplicates each sampled level; False is tree mode (every level in slot
-    order, exact sizes); None (the default) picks tree mode for the built-in SAGE models
-    on the scan engine (node tasks, uniform or weighted sampling) when the tree's levels
-    are small against the graph (`SamplerConfig.tree_is_small`), dedup otherwise.
-    `flat_outer` leaves the outermost hop undeduplicated, laid out in slot order
-    (`SamplerConfig.flat_outer`; scan engine only); None (the default) turns it on for
-    the built-in SAGE models on the scan engine, whose first layer reads its sources
-    without transforming them (`uses_flat_outer`). `sample_ahead` steps are sampled
-    by one vmapped call (`ScanEngine.sample_ahead`).
-    `chunk_steps=0` compiles a whole epoch into one program.
-    `dtype` is the model's computation dtype and the feature table's on the device:
-    "float32", or "bfloat16" (half the bytes; sums and gradients accumulate in float32).
-    `engine` is "scan" (a chunk of steps per program) or the host-mediated baseline,
-    "host-exact" or "host-bucketed" (see host.py).
-    `margin` and `multiple` size the envelope (`envelope_policy`). The default multiple,
-    1024, keeps level sizes in a form XLA's split-K GEMMs take without first copying
-    the operands into padded buffers (13-18 % of a bfloat16 products-like epoch on an
-    H100, docs/benchmarks.md).
-    `devices` is the number of devices per process to train on (0 = all local ones);
-    `batch_size` is per device, so a step trains on batch_size x devices x processes
-    seeds. `shard_features` splits the feature table by rows across those devices.
-    `best_metric` (e.g. "val_acc", "val_f1", "val_mse"; lower is better for `*_mse` and
-    `*_loss`) keeps the checkpoint of the best evaluated epoch in
-    `<checkpoint_dir>/best` (`restore(..., best=True)`). `tensorboard_dir` writes every
-    epoch's scalars there as TensorBoard events (needs the `tensorboard` extra).
-    `task` is "node" (classification) or "link" (link prediction, docs/link_prediction.md:
+    Task. `task` is a name in the task registry (tasks/registry.py): "node"
+    (classification, regression) or "link" (link prediction, docs/link_prediction.md:
     `batch_size` then counts positive edges per step; the model is the encoder, its
     output width `hidden`; `decoder`, `negatives` per positive, `negative_mode` and
     `link_metric` apply to it only).
+
+    Data. `dataset` is a name or path (`load_dataset`); `normalize_features=None`
+    row-normalises Planetoid features where the task asks for it (node tasks) and
+    leaves others.
+
+    Model. `model` names a built-in model; `dtype` is the model's computation dtype and
+    the feature table's on the device: "float32", or "bfloat16" (half the bytes; sums
+    and gradients accumulate in float32).
+
+    Sampler. `fanouts` lists the seeds' hop first; -1 means all neighbours. `sampler` is
+    "uniform", "weighted" (by the graph's edge weights) or "labor" (LABOR-0;
+    docs/samplers.md). `dedup` deduplicates each sampled level; False is tree mode
+    (every level in slot order, exact sizes); None (the default) lets
+    `layout.choose_layout` pick (tree mode for the built-in SAGE models on the scan
+    engine when the tree's levels are small against the graph). `flat_outer` leaves the
+    outermost hop undeduplicated, laid out in slot order (`SamplerConfig.flat_outer`;
+    scan engine only); None (the default): `choose_layout` decides. The summary records
+    the layout and why. `envelope` is "calibrate" (tight, measured) or "conservative"
+    (the safe bound); `margin` and `multiple` size it (`envelope_policy`). The default
+    multiple, 1024, keeps level sizes in a form XLA's split-K GEMMs take without first
+    copying the operands into padded buffers (13-18 % of a bfloat16 products-like epoch
+    on an H100, docs/benchmarks.md).
+
+    Optimizer. Adam with `lr`, plus L2 `weight_decay` added to the gradient.
+
+    Engine. `engine` is "scan" (a chunk of steps per program) or the host-mediated
+    baseline, "host-exact" or "host-bucketed" (see host.py). `kernels` is a spec string
+    that `Kernels.parse` reads ("auto", "xla", "pallas", or per op). `chunk_steps=0`
+    compiles a whole epoch into one program. `sample_ahead` steps are sampled by one
+    vmapped call (`ScanEngine.sample_ahead`). `devices` is the number of devices per
+    process to train on (0 = all local ones); `batch_size` is per device, so a step
+    trains on batch_size x devices x processes seeds. `shard_features` splits the
+    feature table by rows across those devices.
+
+    Run. `eval_mode` is "full" (exact layer-wise), "sampled" (the training fanouts) or
+    "none". `best_metric` (e.g. "val_acc", "val_f1", "val_mse"; lower is better for
+    `*_mse` and `*_loss`) keeps the checkpoint of the best evaluated epoch in
+    `<checkpoint_dir>/best` (`restore(..., best=True)`). `tensorboard_dir` writes every
+    epoch's scalars there as TensorBoard events (needs the `tensorboard` extra).
     """
 
-    dataset: str = "tiny"
-    root: str | None = None
-    scale: float = 1.0
-    model: str = "sage"
-    hidden: int = 256
-    layers: int = 3
-    fanouts: tuple[int, ...] = (15, 10, 5)
-    batch_size: int = 1024
-    lr: float = 3e-3
-    weight_decay: float = 0.0
-    dropout: float = 0.5
-    input_dropout: float = 0.0
-    norm: str = "none"
-    heads: int = 4
-    dtype: str = "float32"
-    epochs: int = 10
-    seed: int = 0
-    kernels: str = "auto"
-    sampler: str = "uniform"
-    replace: bool = False
-    dedup: bool | None = None
-    flat_outer: bool | None = None
-    sample_ahead: int = 8
-    chunk_steps: int = 0
-    engine: str = "scan"
-    envelope: str = "calibrate"
-    margin: float = 1.1
-    multiple: int = 1024
-    eval_mode: str = "full"
-    eval_every: int = 1
-    eval_batch_size: int = 4096
-    normalize_features: bool | None = None
-    checkpoint_dir: str | None = None
-    metrics_out: str | None = None
-    progress: bool = True
-    devices: int = 1
-    shard_features: bool = False
-    best_metric: str | None = None
-    tensorboard_dir: str | None = None
+    # task
     task: str = "node"
     decoder: str = "dot"
     negatives: int = 1
     negative_mode: str = "destination"
     link_metric: str = "auc"
+    # data
+    dataset: str = "tiny"
+    root: str | None = None
+    scale: float = 1.0
+    normalize_features: bool | None = None
+    # model
+    model: str = "sage"
+    hidden: int = 256
+    layers: int = 3
+    dropout: float = 0.5
+    input_dropout: float = 0.0
+    norm: str = "none"
+    heads: int = 4
+    dtype: str = "float32"
+    # sampler and envelope
+    fanouts: tuple[int, ...] = (15, 10, 5)
+    batch_size: int = 1024
+    sampler: str = "uniform"
+    replace: bool = False
+    dedup: bool | None = None
+    flat_outer: bool | None = None
+    envelope: str = "calibrate"
+    margin: float = 1.1
+    multiple: int = 1024
+    # optimizer
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    # engine
+    engine: str = "scan"
+    kernels: str = "auto"
+    chunk_steps: int = 0
+    sample_ahead: int = 8
+    devices: int = 1
+    shard_features: bool = False
+    # run
+    epochs: int = 10
+    seed: int = 0
+    eval_mode: str = "full"
+    eval_every: int = 1
+    eval_batch_size: int = 4096
+    checkpoint_dir: str | None = None
+    metrics_out: str | None = None
+    progress: bool = True
+    best_metric: str | None = None
+    tensorboard_dir: str | None = None
+
+    def group(self, name: str) -> dict:
+        """The options of one part of `GROUPS`, e.g. `cfg.group("optimizer")`."""
+        return {field: getattr(self, field) for field in GROUPS[name]}
 
     def __post_init__(self):
-        object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
+        check_types(self)
         for name, options in CHOICES.items():
             value = getattr(self, name)
             if value not in options:
@@ -174,22 +216,6 @@ class TrainConfig:
                 f"need an NVIDIA GPU; JAX's backend here is {jax.default_backend()}: use "
                 f"kernels 'xla' or 'auto'")
         self.envelope_policy  # noqa: B018 (validates margin and multiple)
-
-    @property
-    def uses_flat_outer(self) -> bool:
-        """`flat_outer` resolved: as set, else on for SAGE models on the scan engine."""
-        if self.flat_outer is not None:
-            return self.flat_outer
-        return self.model.startswith("sage") and self.engine == "scan" \
-            and self.dedup is not False
-
-    @property
-    def may_skip_dedup(self) -> bool:
-        """Whether `dedup=None` may resolve to tree mode (the graph decides:
-        `SamplerConfig.tree_is_small`): SAGE models on the scan engine, node tasks,
-        samplers that draw each row on its own (LABOR shares draws across a level)."""
-        return (self.dedup is None and self.model.startswith("sage") and self.engine == "scan"
-                and self.task == "node" and self.sampler != "labor")
 
     @property
     def envelope_policy(self) -> EnvelopePolicy:

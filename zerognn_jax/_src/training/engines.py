@@ -16,7 +16,7 @@ def make_engine(name: str, program: StepProgram, *, chunk_steps: int = 0,
                 sample_ahead: int = 1) -> ScanEngine | HostEngine:
     """The engine called `name` for `program`; `sample_ahead` applies to the scan engine.
 
-    Every engine offers `run_epoch(state, data, train_idx, epoch, envelope,
+    Every engine offers `run_epoch(state, data, items, epoch, envelope,
     on_progress=None) -> EpochResult` and `compile_seconds`.
     """
     if name == "scan":

@@ -21,10 +21,12 @@ import numpy as np
 
 from zerognn_jax._src.data.graph import edge_ids, take_edges
 from zerognn_jax._src.nn.views import EdgeView
-from zerognn_jax._src.sampling.envelope import conservative
-from zerognn_jax._src.sampling.seeds import num_steps, step_keys, step_seeds
+from zerognn_jax._src.sampling.envelope import Envelope, conservative
+from zerognn_jax._src.sampling.seeds import num_steps
+from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training.memory import device_free_bytes
 from zerognn_jax._src.training.program import DeviceData, StepProgram
+from zerognn_jax._src.training.tasks.node import NodeTask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,96 +203,79 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
     padded[: nodes.shape[0]] = nodes
     env = conservative(batch_size, program.sampler.slots, data.graph.num_nodes)
     out = _sampled_pass(program, variables, data, jnp.asarray(padded), jnp.uint32(seed),
-                        capacities=env.capacities, batch_size=batch_size)
+                        envelope=env)
     return out.reshape(steps * batch_size, -1)[: nodes.shape[0]]
 
 
-@functools.partial(jax.jit, static_argnames=("program", "capacities", "batch_size"))
-def _sampled_pass(program, variables, data, padded, seed, *, capacities, batch_size):
+@functools.partial(jax.jit, static_argnames=("program", "envelope"))
+def _sampled_pass(program, variables, data, padded, seed, *, envelope: Envelope):
     # Plain jitted code outside any mesh: features are gathered unsplit (XLA's
     # partitioner moves the rows of a row-sharded table).
     program = dataclasses.replace(program, parallel=None)
 
     def step(_, s):
-        seeds, valid = step_seeds(padded, s, batch_size)
-        key, _ = step_keys(seed, 0x7FFFFFFF, s)
-        logits, _, _ = program.forward(variables, data, seeds, valid, key, capacities,
-                                       train=False)
+        mb = sample_step(data.graph, padded, s, seed=seed, epoch=0x7FFFFFFF,
+                         batch_size=envelope.batch_size, config=program.sampler,
+                         envelope=envelope, kernels=program.kernels).mb
+        logits, _ = program.apply_model(variables, data, mb, train=False)
         return None, logits
 
-    steps = padded.shape[0] // batch_size
+    steps = padded.shape[0] // envelope.batch_size
     return jax.lax.scan(step, None, jnp.arange(steps, dtype=jnp.int32))[1]
 
 
-def accuracy(logits, labels, idx) -> float:
-    idx = np.asarray(idx)
-    if idx.size == 0:
-        return float("nan")
-    pred = np.asarray(jnp.argmax(logits[jnp.asarray(idx)], -1))
-    return float(np.mean(pred == np.asarray(labels)[idx]))
+@dataclasses.dataclass(frozen=True, eq=False)
+class Predictor:
+    """A trained model's output rows for a task's evaluation (tasks/base.py's
+    `Predictor`): exact layer-wise when `mode` is "full" and the model supports it
+    (computed once, for every node), else sampled with the training fanouts,
+    `batch_size` nodes per step."""
+
+    program: StepProgram
+    variables: dict
+    data: DeviceData
+    mode: str = "full"
+    batch_size: int = 4096
+    seed: int = 0
+
+    @functools.cached_property
+    def exact(self) -> jax.Array | None:
+        """float[N, ...]: every node's exact output, or None when evaluation samples."""
+        if self.mode == "full" and supports_layerwise(self.program.model):
+            return layerwise_logits(self.program, self.variables, self.data)
+        return None
+
+    def outputs(self, nodes) -> jax.Array:
+        if self.exact is not None:
+            return self.exact[jnp.asarray(nodes)]
+        return sampled_logits(self.program, self.variables, self.data, nodes,
+                              batch_size=self.batch_size, seed=self.seed)
+
+    def all_outputs(self) -> jax.Array:
+        if self.exact is not None:
+            return self.exact
+        return self.outputs(np.arange(self.data.graph.num_nodes, dtype=np.int32))
 
 
 def evaluate_splits(program: StepProgram, variables, data: DeviceData, dataset, *,
                     mode: str = "full", batch_size: int = 4096, seed: int = 0) -> dict:
-    """{"train_acc", "val_acc", "test_acc"} of `dataset`'s splits.
+    """The node metrics of each split of `dataset`: {"train_acc", "val_acc",
+    "test_acc"} for class labels, `tasks.node.target_metrics` for float targets.
 
-    `mode` is "full" (exact layer-wise, for models that support it; else sampled),
+    `mode`: "full" (exact layer-wise, for models that support it; else sampled),
     "sampled" (the training fanouts, `batch_size` nodes per step) or "none" ({}).
     """
     if mode == "none":
         return {}
-    if getattr(dataset, "targets", None) is not None:  # float targets: their own metrics
-        return evaluate_targets(program, variables, data, dataset, mode=mode,
-                                batch_size=batch_size, seed=seed)
-    splits = {s: getattr(dataset, f"{s}_idx") for s in ("train", "val", "test")}
-    if mode == "full" and supports_layerwise(program.model):
-        logits = layerwise_logits(program, variables, data)
-        return {f"{s}_acc": accuracy(logits, dataset.labels, idx) for s, idx in splits.items()}
-    result = {}
-    for split, idx in splits.items():
-        logits = sampled_logits(program, variables, data, idx, batch_size=batch_size,
-                                seed=seed)
-        result[f"{split}_acc"] = accuracy(logits, dataset.labels[idx], np.arange(len(idx)))
-    return result
+    return NodeTask().evaluate(Predictor(program, variables, data, mode, batch_size, seed),
+                               dataset)
 
 
-def target_metrics(outputs, targets, kind: str) -> dict:
-    """Metrics of float node targets, over every (row, column) entry; NaN for no rows.
-
-    "multilabel" (logits against {0, 1} targets, a logit > 0 predicts 1): {"acc": the
-    fraction of labels right, "f1": micro-averaged F1}. "regression": {"mse"}.
-    """
-    out = np.asarray(outputs, np.float32).reshape(len(outputs), -1)
-    t = np.asarray(targets, np.float32).reshape(len(targets), -1)
-    if kind == "regression":
-        return {"mse": float(np.mean(np.square(out - t))) if t.size else float("nan")}
-    if kind != "multilabel":
-        raise ValueError(f"target kind must be multilabel or regression, got {kind!r}")
-    if t.size == 0:
-        return {"acc": float("nan"), "f1": float("nan")}
-    pred, true = out > 0, t > 0.5
-    tp = float(np.sum(pred & true))
-    wrong = float(np.sum(pred != true))
-    return {"acc": 1.0 - wrong / t.size, "f1": 2 * tp / (2 * tp + wrong) if tp or wrong
-            else 1.0}
+evaluate_targets = evaluate_splits  # its former name for float targets: one function now
 
 
-def evaluate_targets(program: StepProgram, variables, data: DeviceData, dataset, *,
-                     mode: str = "full", batch_size: int = 4096, seed: int = 0) -> dict:
-    """`target_metrics` of each split of a dataset with float targets: {"train_acc",
-    "train_f1", ...} (multi-label) or {"train_mse", ...} (regression); `mode` as in
-    `evaluate_splits`."""
-    if mode == "none":
-        return {}
-    splits = {s: getattr(dataset, f"{s}_idx") for s in ("train", "val", "test")}
-    full = None
-    if mode == "full" and supports_layerwise(program.model):
-        full = layerwise_logits(program, variables, data)
-    result = {}
-    for split, idx in splits.items():
-        out = (full[jnp.asarray(idx)] if full is not None else
-               sampled_logits(program, variables, data, idx, batch_size=batch_size,
-                              seed=seed))
-        metrics = target_metrics(out, dataset.targets[idx], dataset.target_kind)
-        result.update({f"{split}_{name}": value for name, value in metrics.items()})
-    return result
+def node_embeddings(program: StepProgram, variables, data: DeviceData, *, mode: str = "full",
+                    batch_size: int = 4096, seed: int = 0):
+    """float[N, d]: every node's output row (a link encoder's embedding), layer-wise
+    exact ("full", when the model supports it) or from sampled neighbourhoods."""
+    return Predictor(program, variables, data, mode, batch_size, seed).all_outputs()

@@ -22,10 +22,15 @@ import numpy as np
 
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
 from zerognn_jax._src.sampling.minibatch import Block, MiniBatch
-from zerognn_jax._src.sampling.seeds import epoch_seeds, num_steps, step_keys, step_seeds
-from zerognn_jax._src.training.program import DeviceData, StepProgram, TrainState
+from zerognn_jax._src.sampling.seeds import epoch_items, num_steps
+from zerognn_jax._src.training.program import (
+    DeviceData,
+    StepProgram,
+    TaskSample,
+    TrainState,
+    sample_batch,
+)
 from zerognn_jax._src.training.step import EpochResult, step_metrics, train_step
-from zerognn_jax._src.training.task import TaskBatch
 
 MODES = ("exact", "bucketed")
 
@@ -106,36 +111,31 @@ class HostEngine:
             self.compile_seconds += time.perf_counter() - t0
         return cache[key]
 
-    def _sample(self, data, perm, epoch, step, *, capacities, seed_capacity=None):
-        program = self.program
-        items, valid = step_seeds(perm, step, program.batch_size)
-        key, _ = step_keys(program.seed, epoch, step)
-        return program.sample(data, items, valid, key, capacities, seed_capacity)
+    def _sample(self, data, perm, epoch, step, *, envelope):
+        return sample_batch(self.program, data, perm, step, epoch, envelope)
 
-    def _train(self, state, data, batch, mb, epoch, step, *, sizes):
+    def _train(self, state, data, batch, mb, drop_key, *, sizes):
         mb = slice_levels(mb, sizes)
-        _, drop_key = step_keys(self.program.seed, epoch, step)
         new_state, out = train_step(self.program, state, data, batch, mb, drop_key)
         return new_state, step_metrics(self.program, out, mb)
 
     def sample(self, data: DeviceData, perm, epoch: int, step: int,
-               envelope: Envelope) -> tuple[TaskBatch, MiniBatch]:
-        """The task batch and envelope-sized minibatch of one step (asynchronous,
-        nothing read)."""
+               envelope: Envelope) -> TaskSample:
+        """The task batch, envelope-sized minibatch and dropout key of one step
+        (asynchronous, nothing read)."""
         args = (data, perm, np.int32(epoch), np.int32(step))
-        fn = functools.partial(self._sample, capacities=envelope.capacities,
-                               seed_capacity=envelope.batch_size)
+        fn = functools.partial(self._sample, envelope=envelope)
         return self._compiled(self._samplers, envelope.levels, fn, args)(*args)
 
     def _fitting_sample(self, data, perm, epoch, step, envelope):
-        """Samples one step, growing the envelope until it fits; (batch, mb, counts,
+        """Samples one step, growing the envelope until it fits; (sample, counts,
         envelope, grown)."""
         grown = 0
         while True:
-            batch, mb = self.sample(data, perm, epoch, step, envelope)
-            counts = np.asarray(mb.counts)  # the host read that defines this engine
+            sampled = self.sample(data, perm, epoch, step, envelope)
+            counts = np.asarray(sampled.mb.counts)  # the host read that defines this engine
             if np.all(counts <= np.asarray(envelope.levels)):
-                return batch, mb, counts, envelope, grown
+                return sampled, counts, envelope, grown
             envelope = grow(envelope, counts, self.policy)
             grown += 1
 
@@ -148,14 +148,14 @@ class HostEngine:
         """
         outs, overflows = [], 0
         for step in range(steps):
-            batch, mb, counts, envelope, grown = self._fitting_sample(data, perm, epoch,
-                                                                      step, envelope)
+            sampled, counts, envelope, grown = self._fitting_sample(data, perm, epoch, step,
+                                                                    envelope)
             overflows += grown
             # level 0 keeps its capacity (the task's targets have a row per seed slot);
             # the levels after it nest around it
             seen = np.maximum.accumulate([envelope.levels[0], *counts[1:]])
             sizes = level_sizes(seen, envelope.levels, self.mode)
-            args = (state, data, batch, mb, np.int32(epoch), np.int32(step))
+            args = (state, data, *sampled)
             fn = functools.partial(self._train, sizes=sizes)
             step_fn = self._compiled(self._steps, (envelope.levels, sizes), fn, args,
                                      donate_argnums=0)
@@ -166,14 +166,15 @@ class HostEngine:
         merged = {k: np.stack([m[k] for m in jax.device_get(outs)]) for k in outs[0]}
         return state, envelope, merged, overflows
 
-    def run_epoch(self, state: TrainState, data: DeviceData, train_idx, epoch: int,
+    def run_epoch(self, state: TrainState, data: DeviceData, items, epoch: int,
                   envelope: Envelope, *, on_progress=None) -> EpochResult:
-        """One epoch (its first `max_steps` steps if set), summed as the scan engine's."""
-        train_idx = jnp.asarray(train_idx, jnp.int32)
+        """One epoch over the task's training `items` (its first `max_steps` steps if
+        set), summed as the scan engine's."""
+        items = jnp.asarray(items, jnp.int32)
         program = self.program
-        total = num_steps(train_idx.shape[0], program.batch_size)
+        total = num_steps(items.shape[0], program.batch_size)
         steps = total if self.max_steps is None else min(self.max_steps, total)
-        perm = epoch_seeds(train_idx, program.batch_size, program.seed, epoch)
+        perm = epoch_items(items, program.batch_size, program.seed, epoch)
         state, envelope, metrics, overflows = self.run_steps(
             state, data, perm, epoch, envelope, steps, on_progress=on_progress)
         return EpochResult.of(state, envelope, metrics, overflows=overflows, chunks=steps)

@@ -95,7 +95,7 @@ def _envelope(cfg, meta, data, dataset, program) -> Envelope:
     env, _ = choose_envelope(data.graph, program.task.train_items(dataset), cfg.batch_size,
                              program.sampler, method="conservative", seed=cfg.seed,
                              policy=cfg.envelope_policy, kernels=program.kernels,
-                             frontier=getattr(program.task, "seed_frontier", None))
+                             source=program.task)
     saved = meta.get("envelope") or {}
     if saved.get("batch_size") == env.batch_size:  # else saved with another device count
         return Envelope(saved["batch_size"], tuple(saved["capacities"]))

@@ -11,7 +11,7 @@ import numpy as np
 from zerognn_jax._src.sampling.envelope import Envelope
 
 
-def level_bytes(fanouts, level_dims) -> tuple[int, ...]:
+def level_bytes(slots, level_dims) -> tuple[int, ...]:
     """Bytes each node costs per level: ids, mask, degree, its block row, activations.
 
     `level_dims[l]` is the feature width held at level l (the input features at level
@@ -20,14 +20,15 @@ def level_bytes(fanouts, level_dims) -> tuple[int, ...]:
     """
     per = []
     for level, dim in enumerate(level_dims):
-        block = 5 * fanouts[level] if level < len(fanouts) else 0
+        block = 5 * slots[level] if level < len(slots) else 0
         per.append(9 + block + 8 * dim)
     return tuple(per)
 
 
-def memory_report(envelope: Envelope, max_counts, fanouts, level_dims) -> dict:
-    """Envelope bytes against the exact-size bytes at the largest counts seen."""
-    per = level_bytes(fanouts, level_dims)
+def memory_report(envelope: Envelope, max_counts, slots, level_dims) -> dict:
+    """Envelope bytes against the exact-size bytes at the largest counts seen; `slots`
+    per row of each hop (`SamplerConfig.slots`)."""
+    per = level_bytes(slots, level_dims)
     env_bytes = sum(c * b for c, b in zip(envelope.levels, per))
     ideal = sum(min(int(m), c) * b for m, c, b in zip(max_counts, envelope.levels, per))
     return {
@@ -98,14 +99,14 @@ def _advice(resident: Resident, envelope_bytes: int, over: int) -> list[str]:
     return tips
 
 
-def check_fits(envelope: Envelope, fanouts, level_dims, limit_bytes: int | None, *,
+def check_fits(envelope: Envelope, slots, level_dims, limit_bytes: int | None, *,
                resident: Resident | None = None) -> None:
     """Raises ValueError when the step's buffers, plus the `resident` graph, features and
     model when given, exceed `limit_bytes`; the message names every part and what to
     change. Call it before compiling."""
     if limit_bytes is None:
         return
-    per = level_bytes(fanouts, level_dims)
+    per = level_bytes(slots, level_dims)
     total = resident.total if resident is not None else 0
     for level, (cap, b) in enumerate(zip(envelope.levels, per)):
         total += cap * b

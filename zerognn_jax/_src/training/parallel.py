@@ -228,9 +228,6 @@ class DataParallel:
         exactly those of that batch index in a one-device run."""
         return step * self.size + jax.lax.axis_index(AXIS)
 
-    def mean(self, tree):
-        return jax.tree_util.tree_map(lambda x: jax.lax.pmean(x, AXIS), tree)
-
     def sum(self, tree):
         return jax.tree_util.tree_map(lambda x: jax.lax.psum(x, AXIS), tree)
 

@@ -20,19 +20,22 @@ from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig, sample_minibatch
-from zerognn_jax._src.sampling.seeds import epoch_seeds, step_keys, step_seeds
+from zerognn_jax._src.sampling.seeds import epoch_items
+from zerognn_jax._src.sampling.steps import sample_step
+from zerognn_jax._src.training.layout import Layout
 from zerognn_jax._src.training.parallel import DataParallel
-from zerognn_jax._src.training.task import NodeTask, TaskBatch
+from zerognn_jax._src.training.tasks.base import Task, TaskBatch
+from zerognn_jax._src.training.tasks.node import NodeTask
 
 
 class DeviceData(NamedTuple):
     """Everything a step reads, on the device: graph, float[N, d] features, and the
-    node targets (`labels`: int32[N] class ids, or float[N, ...] multi-label or
-    regression targets; a pytree of such arrays is fine)."""
+    task's targets (`Task.device_targets`: for node tasks int32[N] class ids, or
+    float[N, ...] multi-label or regression targets; a pytree of such arrays is fine)."""
 
     graph: CSRGraph
     features: jax.Array
-    labels: jax.Array
+    targets: jax.Array
 
 
 class TrainState(NamedTuple):
@@ -83,7 +86,10 @@ class StepProgram:
       batch_size: seeds per step and device. seed: the run's seed.
       kernels: the implementation of every op.
       parallel: data parallelism over a mesh (`with_mesh`), or None for one device.
-      task: what is learned: seeds, targets, loss and score of a step (task.py).
+      task: what is learned: level 0, targets, loss and score of a step
+        (tasks/base.py's `Task`).
+      layout: how `sampler`'s level layout was chosen (layout.py), for the run's
+        summary; None for a program built by hand.
     """
 
     model: nn.Module
@@ -93,7 +99,8 @@ class StepProgram:
     seed: int
     kernels: Kernels = XLA
     parallel: DataParallel | None = None
-    task: Any = dataclasses.field(default_factory=NodeTask)
+    task: Task = dataclasses.field(default_factory=NodeTask)
+    layout: Layout | None = None
 
     @property
     def num_shards(self) -> int:
@@ -121,22 +128,6 @@ class StepProgram:
                                             dropout_key=dropout_key)
         return logits, new_vars, mb
 
-    def sample(self, data: DeviceData, items, valid, key, capacities,
-               seed_capacity: int | None = None) -> tuple[TaskBatch, MiniBatch]:
-        """The task's batch for a slice of training items, and its sampled minibatch.
-
-        `seed_capacity` is the envelope's level 0 (`Envelope.batch_size`): the size of
-        the seed frontier of a task that builds one (link prediction); node tasks ignore
-        it. A seed count above it marks the minibatch as overflowed.
-        """
-        batch = self.task.batch(data, items, valid, key, capacity=seed_capacity)
-        mb = sample_minibatch(data.graph, batch.seeds, batch.seed_valid, key, self.sampler,
-                              capacities, self.kernels)
-        if batch.seed_count is not None:
-            mb = mb._replace(counts=mb.counts.at[0].set(batch.seed_count),
-                             overflow=mb.overflow | (batch.seed_count > batch.seeds.shape[0]))
-        return batch, self.task.restrict(mb, batch)
-
     def apply_model(self, variables, data: DeviceData, mb: MiniBatch, *, train: bool,
                     dropout_key=None, inputs=None):
         """Gathers the outermost level's features and runs the model; (outputs, new_vars).
@@ -159,20 +150,46 @@ class StepProgram:
         return out if mutable else (out, {})
 
 
+class TaskSample(NamedTuple):
+    """One step's sample, before the model.
+
+    Attributes:
+      batch: the task's batch; mb: its sampled minibatch (restricted by the task);
+      drop_key: the step's dropout key.
+    """
+
+    batch: TaskBatch
+    mb: MiniBatch
+    drop_key: jax.Array
+
+
+def sample_batch(program: StepProgram, data: DeviceData, perm, batch_index, epoch,
+                 envelope: Envelope, active=None) -> TaskSample:
+    """Batch `batch_index` of the epoch's shuffled items `perm`: its level 0 and sampled
+    minibatch (`steps.sample_step`, the task as the seed source), and the task's batch.
+
+    `active` (bool, optional) masks every item of a padding step.
+    """
+    task = program.task
+    step = sample_step(data.graph, perm, batch_index, seed=program.seed, epoch=epoch,
+                       batch_size=program.batch_size, config=program.sampler,
+                       envelope=envelope, kernels=program.kernels, source=task,
+                       active=active)
+    batch = task.batch(data, step.items, step.valid, step.key, step.level)
+    return TaskSample(batch, task.restrict(step.mb, batch), step.drop_key)
+
+
 def init_state(program: StepProgram, data: DeviceData, envelope: Envelope,
-               train_idx) -> TrainState:
-    """Initialises model variables on a real first batch, and the optimizer.
+               items) -> TrainState:
+    """Initialises model variables on a real first batch of the task's training `items`,
+    and the optimizer.
 
     With a mesh the state comes back replicated on it.
     """
-    perm = epoch_seeds(jnp.asarray(train_idx, jnp.int32), program.global_batch,
-                       program.seed, 0)
+    perm = epoch_items(jnp.asarray(items, jnp.int32), program.global_batch, program.seed, 0)
 
     def init(data, perm):
-        items, valid = step_seeds(perm, 0, program.batch_size)
-        key, _ = step_keys(program.seed, 0, 0)
-        batch, mb = program.sample(data, items, valid, key, envelope.capacities,
-                                   envelope.batch_size)
+        batch, mb, _ = sample_batch(program, data, perm, 0, 0, envelope)
         x = gather_rows(program.kernels, data.features, mb.nodes[-1], mb.valid[-1])
         init_key = jax.random.PRNGKey(program.seed)
         return program.model.init({"params": init_key, "dropout": init_key}, x,

@@ -20,9 +20,9 @@ import numpy as np
 
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
 from zerognn_jax._src.sampling.minibatch import MiniBatch
-from zerognn_jax._src.sampling.seeds import epoch_seeds, num_steps, step_keys, step_seeds
+from zerognn_jax._src.sampling.seeds import epoch_items, num_steps
 from zerognn_jax._src.training.parallel import fetch_per_device
-from zerognn_jax._src.training.program import DeviceData, StepProgram, TrainState
+from zerognn_jax._src.training.program import DeviceData, StepProgram, TrainState, sample_batch
 from zerognn_jax._src.training.step import (
     EpochResult,
     merge_devices,
@@ -30,7 +30,7 @@ from zerognn_jax._src.training.step import (
     step_sums,
     train_step,
 )
-from zerognn_jax._src.training.task import TaskBatch
+from zerognn_jax._src.training.tasks.base import TaskBatch
 
 
 class Sampled(NamedTuple):
@@ -51,14 +51,13 @@ class Sampled(NamedTuple):
 
 
 def sample_step(program: StepProgram, step, data: DeviceData, perm, epoch, total_steps,
-                capacities, seed_capacity=None) -> Sampled:
+                envelope: Envelope) -> Sampled:
     """Samples step `step` (it reads no parameters, so it may run a step ahead)."""
     dp = program.parallel
     batch_index = step if dp is None else dp.batch_index(step)
-    items, valid = step_seeds(perm, batch_index, program.batch_size)
     active = step < total_steps
-    key, drop_key = step_keys(program.seed, epoch, batch_index)
-    batch, mb = program.sample(data, items, valid & active, key, capacities, seed_capacity)
+    batch, mb, drop_key = sample_batch(program, data, perm, batch_index, epoch, envelope,
+                                       active)
     early = dp is not None and dp.collectives.overflow == "early"
     return Sampled(batch, mb, drop_key, active, dp.any(mb.overflow) if early else None)
 
@@ -92,8 +91,7 @@ def apply_step(program: StepProgram, state: TrainState, step, data: DeviceData,
 
 
 def scan_chunk(program: StepProgram, state: TrainState, steps, data: DeviceData, perm, epoch,
-               total_steps, capacities, seed_capacity=None, *, prefetch: bool = False,
-               ahead: int = 1):
+               total_steps, envelope: Envelope, *, prefetch: bool = False, ahead: int = 1):
     """`lax.scan` of the steps `steps` (int32[n], consecutive); (state, metrics[n]).
 
     With `prefetch` the carry holds the next step's sample: step i samples step i + 1
@@ -107,7 +105,7 @@ def scan_chunk(program: StepProgram, state: TrainState, steps, data: DeviceData,
     samples, and so the result, are the same.
     """
     sample = lambda step: sample_step(program, step, data, perm, epoch, total_steps,
-                                      capacities, seed_capacity)
+                                      envelope)
     train = lambda s, step, sampled: apply_step(program, s, step, data, sampled)
     if ahead > 1:
         def group(state, group_steps):
@@ -204,7 +202,7 @@ class ScanEngine:
         """
         key = (envelope, chunk_steps)
         if key not in self._programs:
-            program, caps, prefetch = self.program, envelope.capacities, self.prefetch
+            program, prefetch = self.program, self.prefetch
             host = program.parallel is not None and program.parallel.host_metrics
             ahead = self.sample_ahead
 
@@ -212,8 +210,7 @@ class ScanEngine:
                 epoch, start, total = scalars[0], scalars[1], scalars[2]
                 steps = start + jnp.arange(chunk_steps, dtype=jnp.int32)
                 state, metrics = scan_chunk(program, state, steps, data, perm, epoch, total,
-                                            caps, envelope.batch_size, prefetch=prefetch,
-                                            ahead=ahead)
+                                            envelope, prefetch=prefetch, ahead=ahead)
                 if host:
                     metrics = jax.tree_util.tree_map(lambda m: m[None], metrics)
                 return state, metrics
@@ -253,18 +250,19 @@ class ScanEngine:
             return jax.device_get(tree)
         return merge_devices(fetch_per_device(metrics)), jax.device_get(flags)
 
-    def run_epoch(self, state: TrainState, data: DeviceData, train_idx, epoch: int,
+    def run_epoch(self, state: TrainState, data: DeviceData, items, epoch: int,
                   envelope: Envelope, *, on_progress=None) -> EpochResult:
-        """Runs one epoch chunk by chunk, growing the envelope on overflow.
+        """Runs one epoch over the task's training `items` chunk by chunk, growing the
+        envelope on overflow.
 
         `on_progress(done, total)` is called after every chunk (for progress bars). With
         a mesh, `data` must have been placed by `program.parallel.place_data`.
         """
         program = self.program
-        train_idx = jnp.asarray(train_idx, jnp.int32)
-        total = num_steps(train_idx.shape[0], program.global_batch)
+        items = jnp.asarray(items, jnp.int32)
+        total = num_steps(items.shape[0], program.global_batch)
         chunk = total if self.chunk_steps <= 0 else min(self.chunk_steps, total)
-        perm = epoch_seeds(train_idx, program.global_batch, program.seed, epoch)
+        perm = epoch_items(items, program.global_batch, program.seed, epoch)
         start, overflows, chunks, parts = 0, 0, 0, []
         while start < total:
             args = self._args(state, data, perm, epoch, start, total)

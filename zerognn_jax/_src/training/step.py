@@ -17,7 +17,8 @@ import optax
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.sampling.minibatch import MiniBatch
 from zerognn_jax._src.training.program import DeviceData, StepProgram, TrainState
-from zerognn_jax._src.training.task import TaskBatch, masked_mean
+from zerognn_jax._src.training.tasks.base import TaskBatch
+from zerognn_jax._src.training.tasks.losses import masked_mean
 
 
 def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch: TaskBatch,

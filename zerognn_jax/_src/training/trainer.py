@@ -20,18 +20,19 @@ import optax
 from tqdm.auto import tqdm
 
 from zerognn_jax._src.data.dataset import Dataset
-from zerognn_jax._src.data.loaders import load_dataset, row_normalize
+from zerognn_jax._src.data.loaders import row_normalize
 from zerognn_jax._src.nn.bridge import as_linen, model_name
 from zerognn_jax._src.nn.models import count_params, make_model
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
-from zerognn_jax._src.training import interrupts, link, memory
+from zerognn_jax._src.training import interrupts, memory
 from zerognn_jax._src.training.callbacks import check_callbacks, run_callbacks
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.engines import make_engine
-from zerognn_jax._src.training.evaluate import supports_layerwise
+from zerognn_jax._src.training.evaluate import Predictor, supports_layerwise
+from zerognn_jax._src.training.layout import choose_layout
 from zerognn_jax._src.training.lock import hold_outputs
 from zerognn_jax._src.training.parallel import make_mesh
 from zerognn_jax._src.training.program import DeviceData, StepProgram, init_state
@@ -42,13 +43,8 @@ from zerognn_jax._src.training.records import (
     check_tensorboard,
     strict,
 )
-from zerognn_jax._src.training.user import (
-    check_loss,
-    check_optimizer,
-    node_task,
-    start_from,
-    user_identity,
-)
+from zerognn_jax._src.training.tasks.registry import task_class
+from zerognn_jax._src.training.user import check_optimizer, start_from, user_identity
 
 PLANETOID = ("cora", "citeseer", "pubmed")
 
@@ -80,87 +76,66 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
             loss=None):
     """Loads the data and builds (dataset, device data, step program).
 
-    `model`, `optimizer`, `loss` replace the built-in ones (`train`); an NNX model is
-    wrapped into Linen (nn/bridge.py).
-
-    For `task="link"` the dataset's graph becomes the split's message-passing graph and
-    the program gets a LinkTask and the encoder-decoder model (training/link.py).
+    The task class registered as `cfg.task` builds the task and the dataset it trains on
+    (`Task.build`: link prediction's graph is the split's message-passing graph), says
+    which targets go to the device and wraps the model in its head. `model`,
+    `optimizer`, `loss` replace the built-in ones (`train`); an NNX model is wrapped
+    into Linen (nn/bridge.py).
     """
-    split = None
-    if cfg.task == "link":
-        dataset, split = link.link_data(cfg, dataset)
-    elif dataset is None:
-        dataset = load_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
+    kernels = Kernels.parse(cfg.kernels)
+    task, dataset = task_class(cfg.task).build(cfg, dataset, loss=loss, kernels=kernels)
     feats = dataset.features
     norm = cfg.normalize_features
-    # By default Planetoid features are row-normalised for node tasks (as in the GCN
-    # paper) and left raw for link prediction (as in GAE: docs/link_prediction.md).
-    if norm or (norm is None and dataset.name in PLANETOID and cfg.task == "node"):
+    # By default Planetoid features are row-normalised where the task asks for it (node
+    # tasks, as in the GCN paper; not link prediction, as in GAE: docs/link_prediction.md).
+    if norm or (norm is None and dataset.name in PLANETOID and task.row_normalizes_planetoid):
         feats = row_normalize(feats)
-    if dataset.targets is not None:
-        labels = dataset.targets  # float32[N, T]: multi-label or regression
-    else:
-        labels = np.maximum(dataset.labels, 0).astype(np.int32)
-    flat_outer = cfg.uses_flat_outer if model is None else bool(cfg.flat_outer)
-    sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, dedup=cfg.dedup is not False,
-                            flat_outer=flat_outer, method=cfg.sampler)
+    targets = task.device_targets(dataset)
+    sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, method=cfg.sampler)
     sampler = sampler.resolve(dataset.graph.max_degree())
-    if model is None:
-        sampler = default_sampler(cfg, sampler, dataset.graph.num_nodes, cfg.batch_size)
+    layout = choose_layout(cfg, task, sampler, cfg.batch_size, dataset.graph.num_nodes,
+                           dedup=cfg.dedup, user_model=model is not None)
+    sampler = layout.apply(sampler)
     graph = prepare_graph(dataset.graph, sampler)
     dtype = jnp.dtype(cfg.dtype)
     if model is None:
         model = make_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
-                           num_classes=level_dims(cfg, dataset)[0], dropout=cfg.dropout,
+                           num_classes=task.output_dim(cfg, dataset), dropout=cfg.dropout,
                            input_dropout=cfg.input_dropout, norm=cfg.norm, heads=cfg.heads,
                            dtype=dtype)
     else:
         model = as_linen(model)
     if optimizer is not None:
         check_optimizer(optimizer)
-    if loss is not None and cfg.task == "link":
-        raise ValueError("loss= applies to node tasks; link prediction trains with binary "
-                         "cross-entropy over positive and negative pairs")
-    task = node_task(loss, dataset)
-    check_loss(task, level_dims(cfg, dataset)[0], labels)
-    program = StepProgram(model, optimizer or make_optimizer(cfg), sampler, cfg.batch_size,
-                          cfg.seed, Kernels.parse(cfg.kernels), task=task)
-    if split is not None:
-        program = link.link_program(cfg, program, split)
+    program = StepProgram(task.wrap_model(model, cfg), optimizer or make_optimizer(cfg),
+                          sampler, cfg.batch_size, cfg.seed, kernels, task=task, layout=layout)
     mesh = make_mesh(cfg.devices)
     if mesh.size == 1 and not cfg.shard_features:
-        data = DeviceData(graph.to_device(), jnp.asarray(feats, dtype),
-                          jnp.asarray(labels))
+        data = DeviceData(graph.to_device(), jnp.asarray(feats, dtype), jnp.asarray(targets))
         return dataset, data, program
     program = program.with_mesh(mesh, shard_features=cfg.shard_features)
-    host = DeviceData(graph, np.asarray(feats).astype(dtype), labels)
+    host = DeviceData(graph, np.asarray(feats).astype(dtype), targets)
     return dataset, program.parallel.place_data(host), program
 
 
-def default_sampler(cfg: TrainConfig, sampler: SamplerConfig, num_nodes: int,
-                    batch_size: int) -> SamplerConfig:
-    """`sampler` (deduplicating) in tree mode where `cfg.dedup=None` picks it for seeds
-    of `batch_size` per device on a graph of `num_nodes` (`TrainConfig.may_skip_dedup`,
-    `SamplerConfig.tree_is_small`)."""
-    if cfg.may_skip_dedup and sampler.tree_is_small(batch_size, num_nodes):
-        return dataclasses.replace(sampler, dedup=False, flat_outer=False)
-    return sampler
-
-
-def level_dims(cfg: TrainConfig, dataset: Dataset, model=None) -> tuple[int, ...]:
-    """Feature width held at each level, seeds first (for the memory model); a link
-    task's encoder outputs `hidden` units. A user's model is taken to be `model.hidden`
-    wide if it says so, else `cfg.hidden` (an estimate: the memory check cannot see it)."""
-    out = cfg.hidden if cfg.task == "link" else dataset.output_dim
+def level_dims(cfg: TrainConfig, dataset: Dataset, task, model=None) -> tuple[int, ...]:
+    """Feature width held at each level, seeds first (for the memory model): the task's
+    output width (`Task.output_dim`), then hidden layers, then the input features. A
+    user's model is taken to be `model.hidden` wide if it says so, else `cfg.hidden`
+    (an estimate: the memory check cannot see it)."""
+    out = task.output_dim(cfg, dataset)
     hidden = getattr(model, "hidden", None)
     hidden = hidden if isinstance(hidden, int) else cfg.hidden
     return (out, *([hidden] * (cfg.layers - 1)), dataset.features.shape[1])
 
 
 def evaluate(cfg: TrainConfig, program, variables, data, dataset) -> dict:
-    """The task's train/val/test metrics under `cfg.eval_mode`."""
-    return program.task.evaluate(program, variables, data, dataset, mode=cfg.eval_mode,
-                                 batch_size=cfg.eval_batch_size, seed=cfg.seed)
+    """The task's metrics under `cfg.eval_mode` ({} for "none")."""
+    if cfg.eval_mode == "none":
+        return {}
+    predictor = Predictor(program, variables, data, cfg.eval_mode, cfg.eval_batch_size,
+                          cfg.seed)
+    return program.task.evaluate(predictor, dataset)
 
 
 def _variables(state) -> dict:
@@ -273,10 +248,10 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     env, cal = choose_envelope(data.graph, program.task.train_items(dataset), cfg.batch_size,
                                program.sampler, method=cfg.envelope, seed=cfg.seed,
                                policy=cfg.envelope_policy, kernels=program.kernels,
-                               frontier=getattr(program.task, "seed_frontier", None))
+                               source=program.task)
     calibrate_seconds = time.perf_counter() - t0
     interrupts.check("calibration")
-    dims = level_dims(cfg, dataset, program.model)
+    dims = level_dims(cfg, dataset, program.task, program.model)
     shards = program.num_shards if cfg.shard_features else 1
     memory.check_fits(env, program.sampler.slots, dims, memory.device_memory_limit(),
                       resident=memory.resident_bytes(data.graph, dataset.features.shape[1],
@@ -361,7 +336,8 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar):
                            interrupts.check(f"step {done} of epoch {epoch}"))
     wall = time.perf_counter() - t0
     compile_s = runner.compile_seconds - compile_before
-    record = {"epoch": epoch, "loss": res.loss, "train_batch_acc": res.train_acc,
+    record = {"epoch": epoch, "loss": res.loss,
+              f"train_batch_{program.task.score_name}": res.train_acc,
               "epoch_seconds": wall - compile_s, "compile_seconds": compile_s,
               "steps": res.steps, "chunks": res.chunks, "overflows": res.overflows,
               "envelope": list(res.envelope.levels), "max_counts": list(res.max_counts),
@@ -426,6 +402,7 @@ def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_s
                "epochs_run": len(history) - start_epoch,
                "median_epoch_seconds": float(np.median(times)) if times else None,
                "engine": cfg.engine,
+               "layout": program.layout and program.layout.describe(),
                "start_epoch": start_epoch, "compile_seconds": compile_seconds,
                "calibrate_seconds": calibrate_seconds,
                "overflows": int(sum(h["overflows"] for h in history)),
@@ -435,7 +412,7 @@ def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_s
                "config": dataclasses.asdict(cfg)}
     if cal is not None:
         report = memory.memory_report(env, cal.max_counts, program.sampler.slots,
-                                      level_dims(cfg, dataset, program.model))
+                                      level_dims(cfg, dataset, program.task, program.model))
         summary["envelope_over_ideal"] = report["ratio"]
         summary["calibration_max_counts"] = list(cal.max_counts)
     return strict(summary)

@@ -1,0 +1,67 @@
+"""TrainConfig checks every value's type when it is built, one line per error, and its
+fields come in the parts of `GROUPS`."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import numpy as np
+import pytest
+
+import zerognn_jax as zg
+from zerognn_jax._src.training.config import GROUPS
+from zerognn_jax._src.training.config_types import ConfigTypeError
+
+FIELDS = dataclasses.fields(zg.TrainConfig)
+HINTS = typing.get_type_hints(zg.TrainConfig)
+
+# Wrong values per annotation: for ints a float, a numeric string and a bool.
+WRONG = {
+    "int": (64.0, "64", True),
+    "float": ("0.1", True, None),
+    "str": (3, b"sage", None),
+    "bool": (1, "yes", None),
+    "str | None": (3, ["a"]),
+    "bool | None": (0, "false"),
+    "tuple[int, ...]": ("15", (15, 2.0), 15, (True,)),
+}
+
+
+def _cases():
+    for field in FIELDS:
+        for value in WRONG[str(field.type)]:
+            yield pytest.param(field.name, value, id=f"{field.name}={value!r}")
+
+
+def test_every_annotation_has_wrong_values():
+    assert {str(f.type) for f in FIELDS} <= set(WRONG)
+
+
+@pytest.mark.parametrize("name, value", list(_cases()))
+def test_a_value_of_the_wrong_type_fails_in_one_line(name, value):
+    with pytest.raises(ConfigTypeError) as err:
+        zg.TrainConfig(**{name: value})
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"TrainConfig.{name} must be" in message and repr(value) in message
+    assert isinstance(err.value, ValueError)  # the CLI reports ValueErrors in one line
+
+
+def test_lists_and_numpy_scalars_conform():
+    cfg = zg.TrainConfig(fanouts=[5, np.int64(3)], layers=np.int32(2), lr=1,
+                         replace=np.bool_(False))
+    assert cfg.fanouts == (5, 3) and type(cfg.fanouts[1]) is int
+    assert type(cfg.layers) is int and cfg.layers == 2
+    assert cfg.lr == 1 and cfg.replace is False
+
+
+def test_groups_hold_every_field_once_in_declared_order():
+    names = [f.name for f in FIELDS]
+    assert [n for group in GROUPS.values() for n in group] == names
+    cfg = zg.TrainConfig()
+    assert cfg.group("optimizer") == {"lr": cfg.lr, "weight_decay": cfg.weight_decay}
+
+
+def test_asdict_stays_flat():
+    assert dataclasses.asdict(zg.TrainConfig(lr=0.01))["lr"] == 0.01

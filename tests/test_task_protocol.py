@@ -1,0 +1,177 @@
+"""A third task written against the `Task` protocol alone, in this file only.
+
+`DegreeTask` is node regression: predict log(1 + degree) of the training nodes. It is
+registered with `register_task` and trained by `train` on the scan engine, the host
+engine and two virtual CPU devices, and a run stopped after an epoch resumes from its
+checkpoint to the result of an uninterrupted run. Nothing outside this file knows it.
+
+The multi-device run needs `jax_num_cpu_devices` before JAX starts its backends, so it
+runs this file as a script in a fresh process (`python test_task_protocol.py OUT`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import zerognn_jax as zg
+
+HERE = pathlib.Path(__file__).resolve()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DegreeTask:
+    """Predict log(1 + degree) per node: one output unit, squared error, MSE metrics."""
+
+    name = "degree"
+    dedups_seeds = False
+    tree_by_default = False
+    row_normalizes_planetoid = False
+    score = None
+    score_name = "acc"  # no score: the record's train_batch_acc is None
+
+    @staticmethod
+    def loss(outputs, targets):
+        return jnp.square(outputs[:, 0].astype(jnp.float32) - targets)
+
+    @classmethod
+    def build(cls, cfg, dataset, *, loss=None, kernels=None):
+        del kernels
+        if dataset is None or loss is not None:
+            raise ValueError("the degree task trains on a given dataset, with its own loss")
+        return cls(), dataset
+
+    def output_dim(self, cfg, dataset) -> int:
+        return 1
+
+    def wrap_model(self, model, cfg):
+        return model
+
+    def device_targets(self, dataset):
+        return np.log1p(np.diff(np.asarray(dataset.graph.indptr)).astype(np.float32))
+
+    def train_items(self, dataset):
+        return dataset.train_idx
+
+    def seed_capacity(self, batch_size: int) -> int:
+        return batch_size
+
+    def seed_level(self, items, valid, key, capacity: int):
+        return zg.ITEM_SEEDS.seed_level(items, valid, key, capacity)
+
+    def batch(self, data, items, valid, key, level):
+        return zg.TaskBatch(data.targets[items], valid.astype(jnp.float32), {}, level)
+
+    def restrict(self, mb, batch):
+        return mb
+
+    def metric_names(self, dataset):
+        return ("mse",)
+
+    def evaluate(self, predictor, dataset) -> dict:
+        targets = self.device_targets(dataset)
+        out = {}
+        for split in ("val", "test"):
+            idx = np.asarray(getattr(dataset, f"{split}_idx"))
+            pred = np.asarray(predictor.outputs(idx))[:, 0]
+            out[f"{split}_mse"] = float(np.mean(np.square(pred - targets[idx])))
+        return out
+
+
+def make_dataset():
+    """300 nodes of power-law-ish degrees; the first feature is a noisy log-degree."""
+    rs = np.random.default_rng(3)
+    n = 300
+    weight = rs.pareto(1.5, n) + 1
+    src = rs.choice(n, 2400, p=weight / weight.sum())
+    g = zg.from_edge_list(src, rs.integers(0, n, 2400), n, make_undirected=True,
+                          remove_self_loops=True, remove_duplicates=True)
+    deg = np.log1p(np.diff(np.asarray(g.indptr)).astype(np.float32))
+    feats = np.c_[deg + rs.normal(scale=0.3, size=n), rs.normal(size=(n, 3))]
+    order = rs.permutation(n)
+    return zg.make_dataset("degrees", g.indptr, g.indices, feats.astype(np.float32),
+                           np.zeros(n, np.int32), order[:192], order[192:246], order[246:], 1)
+
+
+def config(**overrides) -> zg.TrainConfig:
+    base = dict(task="degree", model="sage", hidden=16, layers=2, fanouts=(5, 3),
+                batch_size=32, epochs=3, dropout=0.0, lr=1e-2, progress=False)
+    return zg.TrainConfig(**{**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    zg.register_task(DegreeTask)
+    return make_dataset()
+
+
+def test_the_task_satisfies_the_protocol_it_is_written_against(dataset):
+    task, same = DegreeTask.build(config(), dataset)
+    assert same is dataset and zg.TASKS["degree"] is DegreeTask
+    declared = {n for n in dir(zg.Task) if not n.startswith("_")} | set(
+        zg.Task.__annotations__)
+    assert {"build", "seed_level", "batch", "evaluate", "loss", "name"} <= declared
+    for name in declared:
+        assert hasattr(task, name), name
+
+
+def _untrained_mse(dataset, **overrides) -> float:
+    """The test MSE of the freshly initialised model (epochs=0): what training beats."""
+    return zg.train(config(epochs=0, **overrides), dataset).summary["test_mse"]
+
+
+@pytest.mark.parametrize("engine", ["scan", "host-exact"])
+def test_degree_task_trains_on_both_engines(dataset, engine):
+    result = zg.train(config(engine=engine, epochs=6), dataset)
+    losses = [h["loss"] for h in result.history]
+    assert losses[-1] < losses[0]
+    assert result.history[-1]["train_batch_acc"] is None  # no score
+    assert result.summary["task"] == "degree"
+    assert result.summary["test_mse"] < _untrained_mse(dataset) / 10
+
+
+def test_degree_task_resumes_from_its_checkpoint(dataset, tmp_path):
+    straight = zg.train(config(), dataset)
+    zg.train(config(epochs=1, checkpoint_dir=str(tmp_path)), dataset)
+    resumed = zg.train(config(checkpoint_dir=str(tmp_path)), dataset)
+    assert resumed.summary["start_epoch"] == 1
+    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in straight.history]
+    same = jax.tree_util.tree_map(lambda a, b: bool(jnp.all(a == b)),
+                                  straight.variables["params"], resumed.variables["params"])
+    assert jax.tree_util.tree_all(same)
+
+
+def test_degree_task_trains_on_two_devices(tmp_path):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), str(HERE.parent)])}
+    proc = subprocess.run([sys.executable, str(HERE), str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["devices"] == 2 and summary["global_batch"] == 64
+    assert summary["losses"][-1] < summary["losses"][0]
+    assert summary["test_mse"] < summary["untrained_mse"] / 10
+
+
+def _two_device_run(out: pathlib.Path) -> None:
+    jax.config.update("jax_num_cpu_devices", 2)
+    zg.register_task(DegreeTask)
+    data = make_dataset()
+    result = zg.train(config(devices=2, epochs=6), data)
+    record = {k: result.summary[k] for k in ("devices", "global_batch", "test_mse")}
+    record["losses"] = [h["loss"] for h in result.history]
+    record["untrained_mse"] = _untrained_mse(data, devices=2)
+    (out / "summary.json").write_text(json.dumps(record))
+
+
+if __name__ == "__main__":
+    _two_device_run(pathlib.Path(sys.argv[1]))

@@ -1,0 +1,82 @@
+"""Link heads: decoders that score a pair of node embeddings, and the encoder-decoder
+model link prediction trains (`LinkModel`).
+
+A decoder is a Flax module `decoder(h_src[P, d], h_dst[P, d], *, train) -> float32[P]`.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+DECODERS = ("dot", "mlp")
+
+
+class DotDecoder(nn.Module):
+    """score(u, v) = <h_u, h_v>."""
+
+    @nn.compact
+    def __call__(self, h_src, h_dst, *, train: bool = False):
+        del train
+        return jnp.sum(h_src.astype(jnp.float32) * h_dst.astype(jnp.float32), axis=-1)
+
+
+class MLPDecoder(nn.Module):
+    """score(u, v) = MLP(h_u * h_v) (OGB's link predictor): `layers` Dense layers of
+    width `hidden`, ReLU and dropout between them, one output unit."""
+
+    hidden: int
+    layers: int = 2
+    dropout: float = 0.0
+
+    @nn.compact
+    def __call__(self, h_src, h_dst, *, train: bool = False):
+        h = h_src.astype(jnp.float32) * h_dst.astype(jnp.float32)
+        for _ in range(self.layers - 1):
+            h = nn.relu(nn.Dense(self.hidden)(h))
+            h = nn.Dropout(self.dropout, deterministic=not train)(h)
+        return nn.Dense(1)(h)[..., 0]
+
+
+def make_decoder(name: str, hidden: int, dropout: float = 0.0) -> nn.Module:
+    """The decoder called `name`: "dot" or "mlp"."""
+    if name == "dot":
+        return DotDecoder()
+    if name == "mlp":
+        return MLPDecoder(hidden, dropout=dropout)
+    raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, got {name!r}")
+
+
+class LinkModel(nn.Module):
+    """An encoder and a decoder: pair scores for link tasks, embeddings otherwise.
+
+    `model(x, views, train=..., pairs=int32[P, 2])` gives float32[P] scores of pairs of
+    level-0 positions; without `pairs` it gives the encoder's level-0 embeddings (what
+    sampled evaluation reads). `layer` and `num_layers` are the encoder's, so exact
+    layer-wise inference yields every node's embedding; `score` decodes given embeddings.
+    """
+
+    encoder: nn.Module
+    decoder: nn.Module
+
+    def __call__(self, x, views, *, train: bool, pairs=None):
+        h = self.encoder(x, views, train=train)
+        if pairs is None:
+            return h
+        return self.decoder(h[pairs[:, 0]], h[pairs[:, 1]], train=train)
+
+    def score(self, h_src, h_dst):
+        return self.decoder(h_src, h_dst, train=False)
+
+    def layer(self, i, h_src, h_dst, view, *, train: bool):
+        return self.encoder.layer(i, h_src, h_dst, view, train=train)
+
+    @property
+    def num_layers(self) -> int:
+        if not hasattr(self.encoder, "layer"):
+            raise AttributeError("the encoder has no layer-wise form")
+        return self.encoder.num_layers
+
+    @property
+    def hidden(self) -> int:
+        return getattr(self.encoder, "hidden", 0)

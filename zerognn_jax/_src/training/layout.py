@@ -1,0 +1,70 @@
+"""Which sampled levels are deduplicated: the one place a run's level layout is decided.
+
+Three layouts (sampling/minibatch.py): "dedup" (every level deduplicated, sizes from
+the envelope), "dedup, flat outer hop" (the outermost level in slot order, not
+deduplicated) and "tree" (no level deduplicated, exact sizes, no metadata). `choose_layout`
+picks one from the options and says why; the run's summary records both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from zerognn_jax._src.sampling.minibatch import SamplerConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """A run's level layout and the reason it was chosen."""
+
+    dedup: bool
+    flat_outer: bool
+    why: str
+
+    @property
+    def name(self) -> str:
+        if not self.dedup:
+            return "tree"
+        return "dedup, flat outer hop" if self.flat_outer else "dedup"
+
+    def apply(self, sampler: SamplerConfig) -> SamplerConfig:
+        return dataclasses.replace(sampler, dedup=self.dedup, flat_outer=self.flat_outer)
+
+    def describe(self) -> dict:
+        return {"layout": self.name, "why": self.why}
+
+
+def choose_layout(cfg, task, sampler: SamplerConfig, batch_size: int, num_nodes: int, *,
+                  dedup: bool | None, user_model: bool = False) -> Layout:
+    """The layout of a run of `cfg` (its model, engine, sampler and `flat_outer`),
+    `task`, the resolved `sampler`, seeds of `batch_size` per device on `num_nodes`.
+
+    `dedup` is the request (`cfg.dedup`: True, False for tree mode, None to let this
+    function pick). Tree mode is picked only for the built-in SAGE models on the scan
+    engine, for tasks whose level 0 is their items (`Task.tree_by_default`), with a
+    sampler that draws each row on its own (LABOR shares draws across a level), when
+    the tree's levels are small against the graph (`SamplerConfig.tree_is_small`).
+    A flat outer hop is on by default for the built-in SAGE models on the scan engine,
+    whose first layer reads its sources without transforming them.
+    """
+    sage = not user_model and cfg.model.startswith("sage")
+    scan = cfg.engine == "scan"
+    if dedup is False:
+        return Layout(False, bool(cfg.flat_outer), "dedup=False asks for tree mode")
+    if cfg.flat_outer is not None or user_model:
+        flat = bool(cfg.flat_outer)
+        flat_why = f"flat_outer={cfg.flat_outer}" if cfg.flat_outer is not None else \
+            "a user's model may transform its sources: no flat outer hop"
+    else:
+        flat = sage and scan
+        flat_why = ("SAGE on the scan engine reads outer sources untransformed: flat outer "
+                    "hop" if flat else "not SAGE on the scan engine: no flat outer hop")
+    if dedup is None and sage and scan and task.tree_by_default and cfg.sampler != "labor":
+        if sampler.tree_is_small(batch_size, num_nodes):
+            return Layout(False, False, "tree mode: SAGE on the scan engine, and the tree's "
+                                        "levels are small against the graph")
+        return Layout(True, flat, f"dedup: the tree's levels are large against the graph; "
+                                  f"{flat_why}")
+    why = "dedup=True" if dedup else "dedup: tree mode is picked for SAGE node-like " \
+        "tasks on the scan engine only"
+    return Layout(True, flat, f"{why}; {flat_why}")

@@ -1,0 +1,140 @@
+"""The task seam: what every task provides, declared as a `typing.Protocol`.
+
+An engine knows nothing of labels, losses or metrics. A task says which items an epoch
+shuffles (node ids, edges, ...), how a step's items become level 0 (the frontier the
+sampler starts from, with its capacity in the envelope: `SeedSource`, sampling/steps.py),
+which targets live on the device, which rows of the model's outputs a step learns from
+(`TaskBatch`), the per-row loss and score, and how a trained model is evaluated. It is
+built from a `TrainConfig` and a dataset by `build`; registry.py maps `cfg.task` to the
+task class, and nothing else looks at the task's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple, Protocol
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from zerognn_jax._src.data.dataset import Dataset
+from zerognn_jax._src.sampling.minibatch import MiniBatch
+from zerognn_jax._src.sampling.steps import SeedLevel
+
+
+class TaskBatch(NamedTuple):
+    """What a task picks for one step, on the device, with static shapes.
+
+    Attributes:
+      targets: a pytree whose leaves have one row per output row.
+      weight: float32[rows], 1 for a real target row, 0 for padding (or a row's weight).
+      model_inputs: keyword arguments for the model beyond (x, views, train).
+      level: the step's level 0 (seeds, valid, count), as `Task.seed_level` built it.
+    """
+
+    targets: Any
+    weight: jax.Array
+    model_inputs: dict
+    level: SeedLevel
+
+    @property
+    def seeds(self) -> jax.Array:
+        """int32[S]: the level-0 node ids."""
+        return self.level.seeds
+
+
+class Predictor(Protocol):
+    """A trained model's outputs for evaluation (evaluate.py builds it).
+
+    `mode` is "full" (exact layer-wise when the model supports it) or "sampled";
+    `program` and `variables` are the model's, for tasks that decode outputs further.
+    """
+
+    mode: str
+    program: Any
+    variables: dict
+
+    def outputs(self, nodes) -> jax.Array:
+        """float[len(nodes), ...]: the model's output rows of the node ids `nodes`."""
+        ...
+
+    def all_outputs(self) -> jax.Array:
+        """float[N, ...]: the output row of every node."""
+        ...
+
+
+class Task(Protocol):
+    """What a task provides; `NodeTask` and `LinkTask` implement it.
+
+    Attributes:
+      name: the task's `cfg.task` value (registry.py).
+      dedups_seeds: level 0 is a deduplicated frontier that calibration sizes
+        (`SeedSource`); False: level 0 is the step's items.
+      tree_by_default: `dedup=None` may pick tree (no-dedup) sampling for this task
+        (`training/layout.py`).
+      row_normalizes_planetoid: Planetoid features are row-normalised by default.
+      loss: (outputs[rows, ...], targets[rows, ...]) -> float32[rows], per-row losses;
+        the engine averages them over the rows of weight 1.
+      score: the same shape of function giving a per-row score in [0, 1], or None
+        when it means nothing (regression).
+      score_name: what the score measures; an epoch's record reports the mean score of
+        its training batches as "train_batch_<score_name>" (None without a score).
+    """
+
+    name: ClassVar[str]
+    dedups_seeds: ClassVar[bool]
+    tree_by_default: ClassVar[bool]
+    row_normalizes_planetoid: ClassVar[bool]
+    loss: Callable
+    score: Callable | None
+    score_name: ClassVar[str]
+
+    @classmethod
+    def build(cls, cfg, dataset: Dataset | None, *, loss=None, kernels=None
+              ) -> tuple[Task, Dataset]:
+        """(the task of the run `cfg`, the dataset it trains on): loads `cfg.dataset`
+        when `dataset` is None; the dataset may come back changed (link prediction
+        trains on a message-passing graph without its held-out edges). `loss` is a
+        user's loss (a task that takes none raises ValueError)."""
+        ...
+
+    def output_dim(self, cfg, dataset: Dataset) -> int:
+        """The width of the model's output rows (the encoder's, for link heads)."""
+        ...
+
+    def wrap_model(self, model: nn.Module, cfg) -> nn.Module:
+        """The model the step runs: `model` itself, or `model` inside a task head."""
+        ...
+
+    def device_targets(self, dataset: Dataset) -> np.ndarray:
+        """The targets a step reads from `DeviceData.targets` (a host array or pytree)."""
+        ...
+
+    def train_items(self, dataset: Dataset) -> np.ndarray:
+        """int32[M, ...]: the rows the engines shuffle into steps."""
+        ...
+
+    def seed_capacity(self, batch_size: int) -> int:
+        """The safe size of level 0 for `batch_size` items per step."""
+        ...
+
+    def seed_level(self, items, valid, key, capacity: int) -> SeedLevel:
+        """Level 0 of a step's items at `capacity` (`SeedSource.seed_level`)."""
+        ...
+
+    def batch(self, data, items, valid, key, level: SeedLevel) -> TaskBatch:
+        """The step's targets, weights and model inputs for its items and level 0."""
+        ...
+
+    def restrict(self, mb: MiniBatch, batch: TaskBatch) -> MiniBatch:
+        """The sampled minibatch the model may read (e.g. without the step's own edges)."""
+        ...
+
+    def metric_names(self, dataset: Dataset) -> tuple[str, ...]:
+        """The names `evaluate` reports, each prefixed by its split ("val_acc", ...)."""
+        ...
+
+    def evaluate(self, predictor: Predictor, dataset: Dataset) -> dict:
+        """{"<split>_<metric>": float} of the trained model (`metric_names`)."""
+        ...

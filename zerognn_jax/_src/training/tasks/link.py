@@ -1,0 +1,248 @@
+"""Link prediction on the task seam: edge mini-batches, negatives, a seed frontier.
+
+Per step, the engines hand `LinkTask.seed_level` a slice of the shuffled training
+edges (the positives). The task draws K negatives per positive on the device
+(sampling/negatives.py) and deduplicates every endpoint into the seed frontier (level 0
+of the envelope, calibrated like the other levels); `LinkTask.batch` asks the model
+for one score per pair: `LinkModel` (nn/link_heads.py) runs the encoder on the sampled
+subgraph and the decoder on each pair's two embeddings. The loss is binary
+cross-entropy with logits over positives (label 1) and negatives (label 0).
+
+Seed-edge exclusion: `LinkTask.restrict` clears every sampled slot (row a, neighbour b)
+of every block whose {a, b} is a positive pair of the step, so message passing cannot
+read the edge it is asked to predict (nor its reverse). Masking after sampling leaves
+such a row with one neighbour fewer than its fanout drew: a slightly smaller effective
+fanout for the positives' endpoints (and GCN's weights rescale by the edges kept).
+
+Evaluation computes every node's embedding once (exact layer-wise inference when the
+encoder supports it, else sampled) and scores the split's fixed positives and
+negatives (link_metrics.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from zerognn_jax._src.data.dataset import Dataset, make_dataset
+from zerognn_jax._src.data.links import OGBL, LinkSplit, load_ogbl, random_link_split
+from zerognn_jax._src.data.loaders import load_dataset
+from zerognn_jax._src.nn.link_heads import LinkModel, make_decoder
+from zerognn_jax._src.ops.registry import XLA, Kernels
+from zerognn_jax._src.sampling.negatives import (
+    SeedFrontier,
+    check_mode,
+    endpoints_per_positive,
+    negative_pairs,
+    seed_frontier,
+)
+from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch
+from zerognn_jax._src.training.tasks.link_metrics import split_metrics
+from zerognn_jax._src.training.tasks.losses import label_accuracy, sigmoid_cross_entropy
+
+LINK_METRICS = ("auc", "mrr", "hits@20", "hits@50", "hits@100")
+EVAL_SPLITS = ("val", "test")
+
+
+def _lex_less(a_lo, a_hi, b_lo, b_hi):
+    return (a_lo < b_lo) | ((a_lo == b_lo) & (a_hi < b_hi))
+
+
+def pair_member(lo, hi, query_lo, query_hi):
+    """bool[...]: whether (query_lo, query_hi) is a row of the lexicographically sorted
+    pairs (lo[P], hi[P]); a binary search per query, log2(P) + 1 rounds."""
+    p = lo.shape[0]
+    left = jnp.zeros(query_lo.shape, jnp.int32)
+    right = jnp.full(query_lo.shape, p, jnp.int32)
+    for _ in range(max(p, 1).bit_length()):
+        mid = (left + right) // 2
+        m = jnp.minimum(mid, p - 1)
+        go_right = _lex_less(lo[m], hi[m], query_lo, query_hi) & (left < right)
+        left = jnp.where(go_right, mid + 1, left)
+        right = jnp.where(go_right | (left >= right), right, mid)
+    at = jnp.minimum(left, p - 1)
+    return (left < p) & (lo[at] == query_lo) & (hi[at] == query_hi)
+
+
+def exclude_pairs(mb, positives, valid):
+    """`mb` with every sampled slot (a, b) whose {a, b} is a row of `positives`
+    (int32[B, 2] global ids, bool[B] valid) masked out, in every block."""
+    big = jnp.iinfo(jnp.int32).max
+    lo = jnp.where(valid, jnp.minimum(positives[:, 0], positives[:, 1]), big)
+    hi = jnp.where(valid, jnp.maximum(positives[:, 0], positives[:, 1]), big)
+    lo, hi = jax.lax.sort((lo, hi), num_keys=2)
+    blocks = []
+    for hop, block in enumerate(mb.blocks):
+        a = mb.nodes[hop][:, None]
+        b = mb.nodes[hop + 1][block.nbr]
+        hit = pair_member(lo, hi, jnp.minimum(a, b), jnp.maximum(a, b))
+        mask = block.mask & ~hit
+        blocks.append(block._replace(nbr=jnp.where(mask, block.nbr, 0), mask=mask))
+    return mb._replace(blocks=tuple(blocks))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LinkTask:
+    """Link prediction: positives are training edges, K negatives each, one score per
+    pair (`Task`).
+
+    Attributes:
+      split: the LinkSplit (training edges, evaluation positives and negatives).
+      num_negatives: K negatives per positive. mode: "destination" or "pairs"
+        (sampling/negatives.py).
+      metric: "auc" (AUC and AP), "mrr" (MRR, Hits@1/3/10) or "hits@K".
+      exclude_seed_edges: hide the step's positive edges from its message passing.
+      kernels: the implementation of the relabel op building the seed frontier.
+    """
+
+    split: LinkSplit
+    num_negatives: int = 1
+    mode: str = "destination"
+    metric: str = "auc"
+    exclude_seed_edges: bool = True
+    kernels: Kernels = XLA
+    name = "link"
+    score_name = "pair_acc"  # positive and negative pairs classified by the logit's sign
+    dedups_seeds = True
+    tree_by_default = False  # the frontier's size varies: dedup sizes the levels after it
+    row_normalizes_planetoid = False  # GAE trains on raw features
+
+    def __post_init__(self):
+        check_mode(self.mode)
+        if self.num_negatives < 1:
+            raise ValueError(f"num_negatives must be >= 1, got {self.num_negatives}")
+        if self.metric not in LINK_METRICS:
+            raise ValueError(f"metric must be one of {', '.join(LINK_METRICS)}, got "
+                             f"{self.metric!r}")
+
+    loss = staticmethod(sigmoid_cross_entropy)
+    score = staticmethod(label_accuracy)
+
+    @classmethod
+    def build(cls, cfg, dataset: Dataset | None, *, loss=None, kernels=None
+              ) -> tuple[LinkTask, Dataset]:
+        """The link task of `cfg` (`link_data` gives its split and training graph)."""
+        if loss is not None:
+            raise ValueError("loss= applies to node tasks; link prediction trains with "
+                             "binary cross-entropy over positive and negative pairs")
+        dataset, split = link_data(cfg, dataset)
+        return cls(split, cfg.negatives, cfg.negative_mode, cfg.link_metric,
+                   kernels=kernels or XLA), dataset
+
+    @property
+    def num_nodes(self) -> int:
+        return self.split.num_nodes
+
+    def output_dim(self, cfg, dataset: Dataset) -> int:
+        """The encoder's width: `cfg.hidden`."""
+        del dataset
+        return cfg.hidden
+
+    def wrap_model(self, model, cfg) -> LinkModel:
+        """`model` as the encoder of the configured decoder."""
+        return LinkModel(model, make_decoder(cfg.decoder, cfg.hidden))
+
+    def device_targets(self, dataset: Dataset) -> np.ndarray:
+        """None on the device: a step's pair labels are built with its negatives."""
+        del dataset
+        return np.zeros((0,), np.int32)
+
+    def train_items(self, dataset: Dataset):
+        """The training edges, int32[E, 2]."""
+        del dataset
+        return self.split.train
+
+    def seed_capacity(self, batch_size: int) -> int:
+        """The safe seed-frontier size for `batch_size` positives."""
+        return min(self.num_nodes,
+                   batch_size * endpoints_per_positive(self.num_negatives, self.mode))
+
+    def pairs(self, items, valid, key):
+        """(int32[B(1 + K), 2] positives then negatives, bool valid)."""
+        neg, neg_valid = negative_pairs(key, items, valid, self.num_nodes, self.num_negatives,
+                                        self.mode)
+        return (jnp.concatenate([items, neg]), jnp.concatenate([valid, neg_valid]))
+
+    def seed_level(self, items, valid, key, capacity: int) -> SeedFrontier:
+        """Every endpoint of the step's pairs, deduplicated into `capacity` slots."""
+        pairs, pair_valid = self.pairs(items, valid, key)
+        return seed_frontier(pairs, pair_valid, capacity, self.num_nodes, self.kernels)
+
+    def batch(self, data, items, valid, key, level: SeedFrontier) -> TaskBatch:
+        """Labels 1 for the positives `items` (int32[B, 2]), 0 for their negatives; the
+        model scores the pairs' positions in level 0."""
+        del data
+        b = items.shape[0]
+        _, pair_valid = self.pairs(items, valid, key)
+        labels = jnp.concatenate([jnp.ones((b,), jnp.float32),
+                                  jnp.zeros((b * self.num_negatives,), jnp.float32)])
+        return TaskBatch(labels, self.pair_weights(pair_valid), {"pairs": level.pairs}, level)
+
+    def pair_weights(self, pair_valid):
+        """float32[B(1 + K)]: 1 per real positive, 1/K per real negative, 0 for padding.
+
+        Positives and negatives carry equal total weight whatever K (GAE's `pos_weight`
+        balances its loss the same way); unweighted, K negatives per positive make a
+        dot-product decoder without a bias minimise the loss by shrinking every
+        embedding to zero (loss log 2, AUC 0.5).
+        """
+        b = pair_valid.shape[0] // (1 + self.num_negatives)
+        scale = jnp.concatenate([jnp.ones((b,), jnp.float32),
+                                 jnp.full((b * self.num_negatives,), 1.0 / self.num_negatives,
+                                          jnp.float32)])
+        return pair_valid.astype(jnp.float32) * scale
+
+    def restrict(self, mb, batch: TaskBatch):
+        """Hides the step's positive edges (both directions) from every block."""
+        if not self.exclude_seed_edges:
+            return mb
+        b = batch.weight.shape[0] // (1 + self.num_negatives)
+        positives = batch.seeds[batch.model_inputs["pairs"][:b]]
+        return exclude_pairs(mb, positives, batch.weight[:b] > 0)
+
+    def metric_names(self, dataset: Dataset) -> tuple[str, ...]:
+        del dataset
+        if self.metric == "auc":
+            return ("auc", "ap")
+        if self.metric == "mrr":
+            return ("mrr", "hits@1", "hits@3", "hits@10")
+        return (self.metric,)
+
+    def evaluate(self, predictor: Predictor, dataset: Dataset) -> dict:
+        """Validation and test metrics of the split from every node's embedding."""
+        del dataset
+        h = predictor.all_outputs()
+        out = {}
+        for name in EVAL_SPLITS:
+            edges = getattr(self.split, name)
+            if edges.pos.shape[0]:
+                metrics = split_metrics(predictor.program.model, predictor.variables, h,
+                                        edges, self.metric)
+                out.update({f"{name}_{k}": v for k, v in metrics.items()})
+        return out
+
+
+def link_data(cfg, dataset: Dataset | None = None) -> tuple[Dataset, LinkSplit]:
+    """(dataset whose graph is the message-passing graph, LinkSplit) for a TrainConfig.
+
+    "ogbl-collab" and "ogbl-citation2" read OGB's split (`cfg.root`); any other dataset
+    is loaded as for node tasks and split at random (85/5/10, seeded by `cfg.seed`; 100
+    fixed negative destinations per positive when the metric is MRR).
+    """
+    if dataset is None and cfg.dataset in OGBL:
+        if cfg.root is None:
+            raise ValueError(f"{cfg.dataset} is read from OGB's layout under --root")
+        features, split = load_ogbl(cfg.dataset, cfg.root)
+        g = split.graph
+        n = g.num_nodes
+        dataset = make_dataset(cfg.dataset, g.indptr, g.indices, features,
+                               np.zeros(n, np.int32), np.arange(n), [], [], 1)
+        return dataset, split
+    if dataset is None:
+        dataset = load_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
+    split = random_link_split(dataset.graph, seed=cfg.seed,
+                              mrr_negatives=100 if cfg.link_metric == "mrr" else 0)
+    return dataclasses.replace(dataset, graph=split.graph), split

@@ -1,0 +1,96 @@
+"""Link prediction's evaluation: decoder scores of fixed pairs, and ranking metrics.
+
+AUC and AP over the split's positives and negatives, MRR with Hits@1/3/10 against
+per-positive negatives, or Hits@K against shared negatives (OGB's definitions).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+SCORE_CHUNK = 1 << 16
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def _score_chunk(model, variables, h, pairs):
+    return model.apply(variables, h[pairs[:, 0]], h[pairs[:, 1]], method="score")
+
+
+def score_pairs(model, variables, h, pairs) -> np.ndarray:
+    """float32[P]: decoder scores of global-id pairs (int[P, 2]), in fixed-size chunks."""
+    pairs = np.asarray(pairs, np.int32).reshape(-1, 2)
+    out = np.empty(pairs.shape[0], np.float32)
+    size = min(SCORE_CHUNK, max(pairs.shape[0], 1))
+    for start in range(0, pairs.shape[0], size):
+        chunk = pairs[start:start + size]
+        padded = np.zeros((size, 2), np.int32)
+        padded[: chunk.shape[0]] = chunk
+        scores = _score_chunk(model, variables, h, jnp.asarray(padded))
+        out[start:start + chunk.shape[0]] = np.asarray(scores)[: chunk.shape[0]]
+    return out
+
+
+def split_metrics(model, variables, h, edges, metric: str) -> dict:
+    """The metrics `metric` names for one EvalEdges."""
+    pos = score_pairs(model, variables, h, edges.pos)
+    if metric == "mrr":
+        if not edges.neg_dst.shape[1]:
+            raise ValueError("MRR needs per-positive negatives (neg_dst), and this split "
+                             "has none: make it with mrr_negatives > 0")
+        src = np.repeat(edges.pos[:, 0], edges.neg_dst.shape[1])
+        pairs = np.stack([src, edges.neg_dst.reshape(-1)], 1)
+        neg = score_pairs(model, variables, h, pairs).reshape(edges.neg_dst.shape)
+        return mrr_metrics(pos, neg)
+    neg = score_pairs(model, variables, h, edges.neg)
+    if metric == "auc":
+        return {"auc": roc_auc(pos, neg), "ap": average_precision(pos, neg)}
+    k = int(metric.split("@")[1])
+    return {metric: hits_at_k(pos, neg, k)}
+
+
+def roc_auc(pos, neg) -> float:
+    """Area under the ROC curve of positives over negatives (ties count one half)."""
+    pos, neg = np.asarray(pos, np.float64), np.sort(np.asarray(neg, np.float64))
+    if not pos.size or not neg.size:
+        return float("nan")
+    below = np.searchsorted(neg, pos, side="left")
+    ties = np.searchsorted(neg, pos, side="right") - below
+    return float(np.mean((below + 0.5 * ties) / neg.size))
+
+
+def average_precision(pos, neg) -> float:
+    """Average precision (scikit-learn's definition: sum over thresholds of recall
+    steps times precision), positives labelled 1."""
+    scores = np.concatenate([np.asarray(pos, np.float64), np.asarray(neg, np.float64)])
+    labels = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
+    if not len(pos):
+        return float("nan")
+    order = np.argsort(-scores, kind="stable")
+    scores, labels = scores[order], labels[order]
+    last = np.r_[np.flatnonzero(np.diff(scores)), scores.size - 1]  # end of each tie run
+    tps = np.cumsum(labels)[last]
+    precision = tps / (last + 1)
+    recall = tps / tps[-1]
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def mrr_metrics(pos, neg) -> dict:
+    """OGB's MRR protocol: positive i ranked among its negatives neg[i] (ties: the mean
+    of the optimistic and pessimistic rank); MRR and Hits@1, 3, 10."""
+    pos, neg = np.asarray(pos)[:, None], np.asarray(neg)
+    rank = 0.5 * ((neg > pos).sum(1) + (neg >= pos).sum(1)) + 1
+    return {"mrr": float(np.mean(1.0 / rank)), "hits@1": float(np.mean(rank <= 1)),
+            "hits@3": float(np.mean(rank <= 3)), "hits@10": float(np.mean(rank <= 10))}
+
+
+def hits_at_k(pos, neg, k: int) -> float:
+    """OGB's Hits@K: the fraction of positives scored above the K-th best negative."""
+    neg = np.asarray(neg)
+    if neg.size < k:
+        return 1.0
+    kth = np.partition(neg, neg.size - k)[neg.size - k]
+    return float(np.mean(np.asarray(pos) > kth))

@@ -1,0 +1,214 @@
+"""Node tasks: classification (integer labels, the default), multi-label classification
+and regression on the training nodes, one output row per seed.
+
+The loss and the score are plain per-row functions over (outputs, targets), so a
+user's loss plugs in unchanged (`node_task`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from zerognn_jax._src.data.dataset import Dataset
+from zerognn_jax._src.data.loaders import load_dataset
+from zerognn_jax._src.sampling.steps import ItemLevel
+from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch
+from zerognn_jax._src.training.tasks.losses import (
+    LOSSES,
+    SCORES,
+    class_accuracy,
+    softmax_cross_entropy,
+)
+
+SPLITS = ("train", "val", "test")
+# The built-in loss of each kind of node target (Dataset.target_kind).
+DEFAULT_LOSS = {"classes": "cross_entropy", "multilabel": "sigmoid", "regression": "mse"}
+# What `evaluate` reports per split, by kind of target.
+METRICS = {"classes": ("acc",), "multilabel": ("acc", "f1"), "regression": ("mse",)}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NodeTask:
+    """Supervised learning on the training nodes: one output row per seed (`Task`).
+
+    Attributes:
+      loss: (outputs[rows, ...], targets[rows, ...]) -> float32[rows], per-row losses;
+        the engine averages them over the real seeds (padding rows never count).
+      score: the same shape of function giving a per-row score in [0, 1] (reported as
+        accuracy), or None when it means nothing (regression).
+    """
+
+    loss: Callable = softmax_cross_entropy
+    score: Callable | None = class_accuracy
+    name = "node"
+    score_name = "acc"  # the fraction of rows (or of labels) the outputs get right
+    dedups_seeds = False
+    tree_by_default = True
+    row_normalizes_planetoid = True
+
+    @classmethod
+    def named(cls, loss: str) -> NodeTask:
+        """The task of a built-in loss: "cross_entropy", "sigmoid" or "mse"."""
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+        return cls(LOSSES[loss], SCORES[loss])
+
+    @classmethod
+    def build(cls, cfg, dataset: Dataset | None, *, loss=None, kernels=None
+              ) -> tuple[NodeTask, Dataset]:
+        """The node task of `loss` (`node_task`) on `dataset` (default: `cfg.dataset`),
+        its loss checked against the dataset's targets."""
+        del kernels  # a node task runs no op of its own
+        if dataset is None:
+            dataset = load_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
+        task = node_task(loss, dataset)
+        check_loss(task, task.output_dim(cfg, dataset), task.device_targets(dataset))
+        return task, dataset
+
+    def output_dim(self, cfg, dataset: Dataset) -> int:
+        del cfg
+        return dataset.output_dim
+
+    def wrap_model(self, model, cfg):
+        del cfg
+        return model
+
+    def device_targets(self, dataset: Dataset) -> np.ndarray:
+        """Class ids int32[N] (unlabelled nodes' -1 as 0, never a training row), or the
+        float targets float32[N, T] of multi-label or regression datasets."""
+        if dataset.targets is not None:
+            return dataset.targets
+        return np.maximum(dataset.labels, 0).astype(np.int32)
+
+    def train_items(self, dataset: Dataset):
+        """The rows the engines shuffle into steps: the training node ids."""
+        return dataset.train_idx
+
+    def seed_capacity(self, batch_size: int) -> int:
+        return batch_size
+
+    def seed_level(self, items, valid, key, capacity: int) -> ItemLevel:
+        """The step's items are its seeds."""
+        del key, capacity  # nothing drawn; level 0 is the batch
+        return ItemLevel(items, valid)
+
+    def batch(self, data, items, valid, key, level) -> TaskBatch:
+        """Targets are the items' rows of `data.targets`."""
+        del key
+        targets = jax.tree_util.tree_map(lambda t: t[items], data.targets)
+        return TaskBatch(targets, valid.astype(jnp.float32), {}, level)
+
+    def restrict(self, mb, batch: TaskBatch):
+        """The sampled minibatch the model may read (node tasks hide nothing)."""
+        del batch
+        return mb
+
+    def metric_names(self, dataset: Dataset) -> tuple[str, ...]:
+        return METRICS[dataset.target_kind]
+
+    def evaluate(self, predictor: Predictor, dataset: Dataset) -> dict:
+        """Every split's metrics (`metric_names`) from the model's output rows."""
+        result = {}
+        for split in SPLITS:
+            idx = np.asarray(getattr(dataset, f"{split}_idx"))
+            rows = predictor.outputs(idx)
+            if dataset.targets is None:
+                metrics = {"acc": accuracy(rows, np.asarray(dataset.labels)[idx])}
+            else:
+                metrics = target_metrics(rows, dataset.targets[idx], dataset.target_kind)
+            result.update({f"{split}_{name}": value for name, value in metrics.items()})
+        return result
+
+
+def accuracy(logits, labels) -> float:
+    """The fraction of rows whose arg-max class is the label (NaN for no rows)."""
+    if len(labels) == 0:
+        return float("nan")
+    pred = np.asarray(jnp.argmax(logits, -1))
+    return float(np.mean(pred == np.asarray(labels)))
+
+
+def target_metrics(outputs, targets, kind: str) -> dict:
+    """Metrics of float node targets, over every (row, column) entry; NaN for no rows.
+
+    "multilabel" (logits against {0, 1} targets, a logit > 0 predicts 1): {"acc": the
+    fraction of labels right, "f1": micro-averaged F1}. "regression": {"mse"}.
+    """
+    out = np.asarray(outputs, np.float32).reshape(len(outputs), -1)
+    t = np.asarray(targets, np.float32).reshape(len(targets), -1)
+    if kind == "regression":
+        return {"mse": float(np.mean(np.square(out - t))) if t.size else float("nan")}
+    if kind != "multilabel":
+        raise ValueError(f"target kind must be multilabel or regression, got {kind!r}")
+    if t.size == 0:
+        return {"acc": float("nan"), "f1": float("nan")}
+    pred, true = out > 0, t > 0.5
+    tp = float(np.sum(pred & true))
+    wrong = float(np.sum(pred != true))
+    return {"acc": 1.0 - wrong / t.size, "f1": 2 * tp / (2 * tp + wrong) if tp or wrong
+            else 1.0}
+
+
+def node_task(loss, dataset) -> NodeTask:
+    """The node task of a run on `dataset`.
+
+    `loss` is None (the default of the dataset's targets: "cross_entropy" for class
+    labels, "sigmoid" for multi-label, "mse" for regression), a built-in name, a
+    per-row function `(outputs[rows, ...], targets[rows, ...]) -> float32[rows]` (scored
+    as the default loss is), or a `NodeTask` (a loss and a score of your own).
+
+    Raises:
+      ValueError: a built-in loss that does not fit the dataset's targets.
+      TypeError: `loss` is none of these.
+    """
+    kind = getattr(dataset, "target_kind", "classes")
+    default = DEFAULT_LOSS[kind]
+    if loss is None:
+        return NodeTask.named(default)
+    if isinstance(loss, NodeTask):
+        return loss
+    if isinstance(loss, str):
+        fits = loss == "cross_entropy" if kind == "classes" else loss in ("sigmoid", "mse")
+        if loss in LOSSES and not fits:
+            need = ("class labels" if loss == "cross_entropy"
+                    else "float targets (Dataset.with_targets)")
+            raise ValueError(f"loss {loss!r} needs {need}; the dataset {dataset.name!r} has "
+                             f"{kind} targets, whose loss is {default!r}")
+        return NodeTask.named(loss)
+    if callable(loss):
+        return NodeTask(loss, SCORES[default])
+    raise TypeError(f"loss must be a name ({', '.join(LOSSES)}), a per-row function of "
+                    f"(outputs, targets) or a NodeTask, got {type(loss).__name__}")
+
+
+def check_loss(task: NodeTask, outputs: int, targets) -> None:
+    """Raises ValueError unless the task's loss (and score) give one float per row for
+    outputs float32[rows, `outputs`] and rows of `targets` (host array, one row per node).
+    """
+    rows = 3
+    out = jax.ShapeDtypeStruct((rows, outputs), jnp.float32)
+    tgt = jax.ShapeDtypeStruct((rows, *np.shape(targets)[1:]), np.asarray(targets).dtype)
+    for what, fn in (("loss", task.loss), ("score", task.score)):
+        if fn is None:
+            continue
+        try:
+            got = jax.eval_shape(fn, out, tgt)
+        except Exception as err:  # noqa: BLE001 - any failure is the user's function's
+            raise ValueError(f"the {what} {fn_name(fn)} fails on outputs "
+                             f"float32{list(out.shape)} and targets "
+                             f"{tgt.dtype}{list(tgt.shape)}: {err}") from err
+        if getattr(got, "shape", None) != (rows,):
+            raise ValueError(
+                f"the {what} {fn_name(fn)} must give one value per row, float32[rows]; for "
+                f"{rows} rows it gave shape {getattr(got, 'shape', type(got).__name__)} "
+                "(the engine averages over the real rows itself: drop a final .mean())")
+
+
+def fn_name(fn: Callable) -> str:
+    """A function's (or callable object's) qualified name, for messages and identities."""
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
