@@ -20,7 +20,8 @@ from conftest import random_graph
 
 from zerognn_jax import NeighborLoader, TrainConfig, make_dataset, train, views_for
 from zerognn_jax._src.nn.views import EllView, mean_weights
-from zerognn_jax._src.training.evaluate import accuracy, layerwise_logits, sampled_logits
+from zerognn_jax._src.training.evaluate import layerwise_logits, node_embeddings, sampled_logits
+from zerognn_jax._src.training.tasks.node import accuracy
 
 LAYOUTS = {"tree": dict(dedup=False, flat_outer=False),
            "flat": dict(dedup=True, flat_outer=True),
@@ -112,15 +113,15 @@ def test_sampled_accuracy_at_training_fanouts_is_near_exact(graph_3000, sampler)
     res = _trained(ds, sampler, (8, 8), epochs=3)
     # The largest batch's tree outer level exceeds the graph's nodes.
     assert 4 * TRAIN_BATCH * 9 * 9 > ds.graph.num_nodes
-    exact = accuracy(layerwise_logits(res.program, res.variables, res.data), ds.labels,
-                     ds.test_idx)
+    exact_logits = layerwise_logits(res.program, res.variables, res.data)
+    exact = accuracy(np.asarray(exact_logits)[ds.test_idx], ds.labels[ds.test_idx])
     assert exact > 0.6  # 4 classes; the model has learned
     for layout in LAYOUTS:
         program = _with_layout(res.program, layout)
         for batch in (TRAIN_BATCH // 2, TRAIN_BATCH, 4 * TRAIN_BATCH):
             logits = sampled_logits(program, res.variables, res.data, ds.test_idx,
                                     batch_size=batch)
-            got = accuracy(logits, ds.labels[ds.test_idx], np.arange(len(ds.test_idx)))
+            got = accuracy(logits, ds.labels[ds.test_idx])
             assert abs(got - exact) <= 0.02 + 1e-9, (sampler, layout, batch, got, exact)
 
 
@@ -164,8 +165,6 @@ def test_positional_sage_layer_on_gpu_matches_cpu(c, k, width):
 
 def test_link_sampled_embeddings_reaching_every_neighbour_equal_exact(graph_400):
     """Link evaluation's sampled node embeddings, under each layout."""
-    from zerognn_jax._src.training.link import node_embeddings
-
     max_degree = graph_400.graph.max_degree()
     cfg = TrainConfig(task="link", hidden=16, layers=2, fanouts=(max_degree, max_degree),
                       batch_size=64, epochs=1, eval_mode="none", progress=False)
