@@ -49,3 +49,14 @@ def test_export_refuses_bad_batch_and_weighted_sampler(trained):
     weighted = dataclasses.replace(p, sampler=dataclasses.replace(p.sampler, method="weighted"))
     with pytest.raises(ValueError, match="samples by edge weight"):
         export_model(weighted, v, d, batch_size=8)
+
+
+def test_one_artifact_lowers_for_cpu_and_cuda(trained):
+    out = export_model(trained.program, trained.variables, trained.data, batch_size=8,
+                       platforms=("cpu", "cuda"))
+    assert out.exported.platforms == ("cpu", "cuda")
+    back = jax.export.deserialize(out.serialize())
+    d = trained.data
+    got = back.call(d.graph.indptr, d.graph.indices, d.features,
+                    jnp.arange(8, dtype=jnp.int32), jnp.ones(8, bool), jnp.uint32(1))
+    assert got.shape == (8, 3) and bool(jnp.all(jnp.isfinite(got)))

@@ -79,6 +79,7 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
     shapes += [jax.ShapeDtypeStruct((batch_size,), jnp.int32),
                jax.ShapeDtypeStruct((batch_size,), jnp.bool_),
                jax.ShapeDtypeStruct((), jnp.uint32)]
-    platforms = platforms or (jax.default_backend(),)
-    exported = jax.export.export(jax.jit(infer), platforms=platforms)(*shapes)
+    # Left out, jax.export lowers for this backend (its name for it: "cuda", not "gpu").
+    chosen = {"platforms": tuple(platforms)} if platforms else {}
+    exported = jax.export.export(jax.jit(infer), **chosen)(*shapes)
     return ExportedModel(exported, batch_size)
