@@ -64,6 +64,16 @@ def test_generate_products_like_writes_a_loadable_file(tmp_path, capsys):
     assert load_npz(out).stats() == stats
 
 
+def test_generate_proteins_like_keeps_its_edge_features(tmp_path, capsys):
+    out = tmp_path / "pr.npz"
+    assert run(["data", "generate", "proteins-like", "--scale", "0.01", "--out", str(out)]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    back = load_npz(out)
+    assert back.stats() == stats
+    assert back.graph.edge_features.shape == (back.graph.num_edges, 8)
+    assert back.targets.shape == (back.num_nodes, 112)
+
+
 def test_generate_rmat(tmp_path, capsys):
     out = tmp_path / "r.npz"
     assert run(["data", "generate", "rmat", "--scale", str(2**-9), "--out", str(out)]) == 0

@@ -1,7 +1,7 @@
 """The `zerognn data ...` commands: inspect a dataset, generate a synthetic one.
 
   zerognn data info NAME [--root DIR] [--scale S] [--seed N] [--download]
-  zerognn data generate {products-like,papers100m-like,rmat} --out PATH [--scale S]
+  zerognn data generate {products-like,proteins-like,papers100m-like,rmat} --out PATH [--scale S]
                         [--seed N] [--feature-dtype {float32,bfloat16}]
 
 `--out` is a file ending in .npz, or for papers100m-like also a dataset directory of
@@ -29,7 +29,7 @@ from zerognn_jax._src.data.loaders import (
 from zerognn_jax._src.data.storage import load_arrays
 from zerognn_jax._src.data.writes import WriteError
 
-GENERATE_PRESETS = ("products-like", "papers100m-like", "rmat")
+GENERATE_PRESETS = ("products-like", "proteins-like", "papers100m-like", "rmat")
 
 
 def add_data_commands(subparsers) -> argparse.ArgumentParser:
