@@ -50,10 +50,12 @@ def test_a_value_of_the_wrong_type_fails_in_one_line(name, value):
 
 def test_lists_and_numpy_scalars_conform():
     cfg = zg.TrainConfig(fanouts=[5, np.int64(3)], layers=np.int32(2), lr=1,
-                         replace=np.bool_(False))
+                         dropout=np.float32(0.25), replace=np.bool_(False))
     assert cfg.fanouts == (5, 3) and type(cfg.fanouts[1]) is int
     assert type(cfg.layers) is int and cfg.layers == 2
     assert cfg.lr == 1 and cfg.replace is False
+    assert type(cfg.lr) is float and type(cfg.dropout) is float  # JSON-ready (checkpoints)
+    assert cfg.dropout == 0.25
 
 
 def test_groups_hold_every_field_once_in_declared_order():

@@ -5,8 +5,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import random_graph
 
-from zerognn_jax import from_edge_list
+from zerognn_jax import TrainConfig, from_edge_list, train
 from zerognn_jax._src.data.dataset import BFLOAT16, make_dataset
 from zerognn_jax._src.data.graph import csr_from_arrays, take_edge_rows, to_edge_list
 from zerognn_jax._src.data.storage import load_dir, load_npz, save_dir, save_npz
@@ -247,3 +248,18 @@ def test_from_edge_index_takes_pyg_edge_attr_column_by_column():
     g = from_edge_index(edge_index, 3, edge_features=attr)
     assert edge_rows(g) == {(1, 0): [attr[0].tolist()], (0, 2): [attr[1].tolist()],
                             (2, 1): [attr[2].tolist()]}
+
+
+def test_training_leaves_an_unread_edge_table_on_the_host():
+    """No built-in model reads edge features yet: the trainer does not upload them."""
+    g = random_graph(60, 200, seed=9)
+    rs = np.random.default_rng(9)
+    ds = make_dataset("e", g.indptr, g.indices, rs.normal(size=(60, 3)),
+                      rs.integers(0, 2, 60), np.arange(40), np.arange(40, 50),
+                      np.arange(50, 60), 2,
+                      edge_features=rs.normal(size=(g.num_edges, 4)).astype(np.float32))
+    assert ds.graph.edge_features is not None
+    res = train(TrainConfig(hidden=4, layers=1, fanouts=(3,), batch_size=16, epochs=1,
+                            eval_mode="none", progress=False), ds)
+    assert res.data.graph.edge_features is None
+    assert res.dataset.graph.edge_features is not None  # the dataset keeps its table

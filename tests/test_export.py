@@ -8,21 +8,38 @@ import numpy as np
 import pytest
 from conftest import random_graph
 
-from zerognn_jax import TrainConfig, export_model, make_dataset, train
+from zerognn_jax import TrainConfig, export_model, layerwise_logits, make_dataset, train
 from zerognn_jax._src.sampling.envelope import conservative
 
 
-@pytest.fixture(scope="module")
-def trained():
+def _train(fanouts):
     rs = np.random.default_rng(2)
     g = random_graph(300, 1500, seed=2)
     labels = rs.integers(0, 3, 300)
     feats = rs.normal(size=(300, 5)).astype(np.float32) + labels[:, None]
     ds = make_dataset("g300", g.indptr, g.indices, feats, labels, np.arange(200),
                       np.arange(200, 250), np.arange(250, 300), 3)
-    cfg = TrainConfig(hidden=8, layers=2, fanouts=(4, 3), batch_size=32, epochs=1,
+    cfg = TrainConfig(hidden=8, layers=2, fanouts=fanouts, batch_size=32, epochs=1,
                       eval_mode="none", progress=False)
     return train(cfg, ds)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return _train((4, 3))
+
+
+def test_exported_full_neighbourhood_model_equals_exact_inference():
+    """With every neighbour sampled, the artifact must give exact layer-wise logits."""
+    res = _train((-1, -1))
+    d = res.data
+    back = jax.export.deserialize(export_model(res.program, res.variables, d,
+                                               batch_size=32).serialize())
+    seeds = jnp.arange(100, 132, dtype=jnp.int32)
+    got = back.call(d.graph.indptr, d.graph.indices, d.features, seeds, jnp.ones(32, bool),
+                    jnp.uint32(3))
+    exact = np.asarray(layerwise_logits(res.program, res.variables, d))[100:132]
+    np.testing.assert_allclose(np.asarray(got), exact, rtol=1e-4, atol=1e-4)
 
 
 def test_exported_model_round_trips_and_matches_the_live_model(trained):

@@ -72,6 +72,13 @@ def test_one_process_cannot_hold_a_folder_twice(tmp_path):
         pass
 
 
+def test_a_lock_file_removed_during_the_run_still_releases(tmp_path):
+    with hold_outputs(str(tmp_path), None):
+        (tmp_path / ".zerognn.lock").unlink()  # e.g. the folder was cleaned meanwhile
+    with hold_outputs(str(tmp_path), None):  # the lock was let go, not left held
+        pass
+
+
 def test_without_flock_a_dead_pid_of_this_host_is_stale(tmp_path, monkeypatch):
     def no_flock(fd, op):
         raise OSError(errno.ENOLCK, "No locks available")

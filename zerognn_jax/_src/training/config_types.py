@@ -57,7 +57,7 @@ def conform(hint, value):
         return (value if type(value) is int else int(value)) if integral else _MISSING
     if hint is float:
         real = isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
-        return value if real else _MISSING
+        return float(value) if real else _MISSING
     if hint is str:
         return value if isinstance(value, str) else _MISSING
     if typing.get_origin(hint) is tuple:

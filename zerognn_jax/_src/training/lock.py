@@ -92,8 +92,12 @@ class _Lock:
             f"{holder.get('host', '?')}); wait for it to end, stop it, or use another path")
 
     def release(self) -> None:
-        os.unlink(self.path)  # before unlocking: a waiting run then finds a new file
-        os.close(self._fd)
+        try:  # unlink before unlocking: a waiting run then finds a new file
+            os.unlink(self.path)
+        except FileNotFoundError:  # the folder went away during the run
+            pass
+        finally:
+            os.close(self._fd)
 
 
 def remove_orbax_leftovers(folder: Path) -> None:

@@ -96,7 +96,8 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     layout = choose_layout(cfg, task, sampler, cfg.batch_size, dataset.graph.num_nodes,
                            dedup=cfg.dedup, user_model=model is not None)
     sampler = layout.apply(sampler)
-    graph = prepare_graph(dataset.graph, sampler)
+    # No model of the trainer reads edge features yet: their table stays on the host.
+    graph = prepare_graph(dataset.graph._replace(edge_features=None), sampler)
     dtype = jnp.dtype(cfg.dtype)
     if model is None:
         model = make_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
