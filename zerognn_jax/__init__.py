@@ -13,6 +13,7 @@ from zerognn_jax._src.data.graph import (
     from_jraph,
     from_networkx,
     from_scipy,
+    take_edge_rows,
     to_edge_index,
     to_jraph,
     to_networkx,
@@ -113,5 +114,5 @@ __all__ = [
     "from_networkx", "to_edge_index", "to_networkx", "to_scipy",
     "ExportedModel", "export_model", "load_dir", "save_dir", "GINEConv",
     "Task", "TaskBatch", "TASKS", "register_task", "step_items", "epoch_items",
-    "ITEM_SEEDS", "SeedSource",
+    "ITEM_SEEDS", "SeedSource", "take_edge_rows",
 ]
