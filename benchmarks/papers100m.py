@@ -335,7 +335,7 @@ def exact_inference(args, program, variables, data, dataset, clock: Clock) -> di
             array.delete()
         variables = jax.device_put(variables)
         data = data._replace(graph=jax.block_until_ready(jax.device_put(graph)),
-                             features=dataset.features, labels=None)
+                             features=dataset.features, targets=None)
         del graph  # the host copy: a layer's output needs the room
     clock.log(f"exact inference over {dataset.num_nodes:,} nodes (offload={offload})")
     t0 = time.perf_counter()
