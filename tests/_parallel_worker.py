@@ -70,12 +70,14 @@ def save_run(out: pathlib.Path, name: str, params, record: dict) -> None:
 
 
 def engine_run(devices: int, *, shard_features=False, tiny_envelope=False,
-               collectives="optimised", prefetch=False, train=TRAIN):
+               collectives="optimised", prefetch=False, train=TRAIN, embedding=False):
     """Two epochs of SGD through the engine API, in chunks of 4 steps.
 
     `tiny_envelope` starts from capacities equal to the batch, so the first steps
     overflow and the engine must grow the envelope and replay them. `collectives`
     (`Collectives.parse`) and `prefetch` choose how the data-parallel step runs.
+    `embedding` adds a 4-wide learnable node embedding (its table is returned with the
+    parameters, under "embedding").
     Returns (params, record with per-epoch losses, accuracies, sampled edges, level
     maxima, overflows and the final envelope).
     """
@@ -85,13 +87,15 @@ def engine_run(devices: int, *, shard_features=False, tiny_envelope=False,
     import optax
 
     import zerognn_jax as zg
+    from zerognn_jax._src.training.embeddings import NodeEmbedding
     from zerognn_jax._src.training.parallel import Collectives
 
     ds = make_problem(train)
     sampler = zg.SamplerConfig((-1, -1)).resolve(ds.graph.max_degree())
     model = zg.make_model("sage", hidden=16, num_layers=2, num_classes=3, dropout=0.0)
     batch = GLOBAL_BATCH // devices
-    program = zg.StepProgram(model, optax.sgd(0.5), sampler, batch, seed=3)
+    emb = NodeEmbedding(4, 0.05) if embedding else None
+    program = zg.StepProgram(model, optax.sgd(0.5), sampler, batch, seed=3, embedding=emb)
     if devices > 1 or shard_features:
         program = program.with_mesh(zg.make_mesh(devices), shard_features=shard_features)
         program = dataclasses.replace(program, parallel=dataclasses.replace(
@@ -114,15 +118,20 @@ def engine_run(devices: int, *, shard_features=False, tiny_envelope=False,
         record["edges"].append(res.sampled_edges)
         record["max_counts"].append(list(res.max_counts))
         record["overflows"] += res.overflows
-    return state.params, {**record, "envelope": env.levels}
+    params = {"params": state.params, "embedding": state.embedding} if embedding \
+        else state.params
+    return params, {**record, "envelope": env.levels}
 
 
 def cmd_equivalence(args, out: pathlib.Path) -> None:
-    """Engine runs: one device; 4 devices from a tiny envelope; 8 with split features."""
+    """Engine runs: one device; 4 devices from a tiny envelope; 8 with split features;
+    one and 4 devices with a node embedding."""
     runs = {
         "ref_sgd": dict(devices=1),
         "dp4_tiny_envelope": dict(devices=4, tiny_envelope=True),
         "dp8_sharded": dict(devices=8, shard_features=True),
+        "ref_embedding": dict(devices=1, embedding=True),
+        "dp4_embedding": dict(devices=4, embedding=True),
     }
     for name, kwargs in runs.items():
         params, record = engine_run(**kwargs)

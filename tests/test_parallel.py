@@ -175,6 +175,16 @@ def test_data_parallel_matches_one_device(equivalence):
     assert tiny["overflows"] >= 1  # the envelope grew and the failed steps were replayed
 
 
+def test_data_parallel_node_embedding_matches_one_device(equivalence):
+    """Replicated tables, each updated with every device's rows: the table and the
+    parameters of one device with the global batch."""
+    ref, ref_record = load(equivalence, "ref_embedding")
+    params, record = load(equivalence, "dp4_embedding")
+    assert any("embedding" in key for key in ref)
+    assert_params_close(params, ref)
+    np.testing.assert_allclose(record["losses"], ref_record["losses"], rtol=1e-5)
+
+
 def test_every_way_of_reducing_a_step_matches_one_device(collectives, equivalence):
     """Per-leaf or flat gradient all-reduce, metrics summed per step on the devices or
     per chunk on the host, the overflow flag agreed late, early or packed, sampling a

@@ -81,3 +81,18 @@ def test_gradient_rows_of_the_wrong_shape_are_refused():
     table = jnp.zeros((8, 2))
     with pytest.raises(ValueError, match=r"grads must be \[3, 2\].*got \[3, 5\]"):
         row_adam_update(table, row_adam_init(table), jnp.arange(3), jnp.zeros((3, 5)), lr=0.1)
+
+
+def test_distinct_rows_skip_the_merge_and_give_the_same_update():
+    """`unique=True` (a deduplicated level: valid ids distinct, padding repeated) equals
+    the general path that sorts and merges repeats."""
+    rs = np.random.default_rng(2)
+    table = jnp.asarray(rs.normal(size=(30, 3)), jnp.float32)
+    rows = jnp.asarray(np.r_[rs.permutation(30)[:12], [0, 0, 0, 0]], jnp.int32)
+    valid = jnp.arange(16) < 12
+    grads = jnp.asarray(rs.normal(size=(16, 3)), jnp.float32)
+    state = row_adam_init(table)
+    a = row_adam_update(table, state, rows, grads, valid, lr=0.1)
+    b = row_adam_update(table, state, rows, grads, valid, lr=0.1, unique=True)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -1,4 +1,4 @@
-"""GNN models in Flax Linen: GraphSAGE, GCN, GAT and an MLP baseline.
+"""GNN models in Flax Linen: GraphSAGE, GCN, GAT, GINE and an MLP baseline.
 
 The interface every model (built-in or a user's) follows:
 
@@ -23,7 +23,9 @@ import jax.numpy as jnp
 from pallas_kernels import counter_hash
 from zerognn_jax._src.nn.views import gcn_weights, mean_over_edges, mean_weights
 
-MODELS = ("sage", "sage-max", "sage-sum", "gcn", "gat", "mlp")
+MODELS = ("sage", "sage-max", "sage-sum", "gcn", "gat", "gine", "mlp")
+# The models whose layers read the edge features of their views.
+EDGE_MODELS = ("gat", "gine")
 NORMS = ("none", "layer", "batch")
 
 
@@ -165,12 +167,14 @@ class GNN(nn.Module):
     The raw features are dropped only with `input_dropout` > 0 (the GCN paper's recipe).
 
     Attributes:
-      conv: "sage", "gcn" or "gat".
+      conv: "sage", "gcn", "gat" or "gine".
       hidden: width of every hidden layer; num_layers: number of conv layers.
       num_classes: output width.
       aggregator: for SAGE: "mean", "sum" or "max". heads: for GAT.
       dropout: rate on the hidden activations. input_dropout: rate on the raw features.
       norm: "none", "layer" or "batch".
+      edge_dim: width of the edge features GAT's attention reads (`GATConv.edge_dim`);
+        None: GAT reads none. GINE always reads them.
       dtype: the computation dtype (bfloat16 halves the bytes gathered and scattered);
         parameters stay float32 and the logits come back float32.
     """
@@ -185,6 +189,7 @@ class GNN(nn.Module):
     norm: str = "none"
     input_dropout: float = 0.0
     dtype: Any = jnp.float32
+    edge_dim: int | None = None
 
     def setup(self):
         widths = [self.hidden] * (self.num_layers - 1) + [self.num_classes]
@@ -202,8 +207,10 @@ class GNN(nn.Module):
             return GCNConv(width, dtype=self.dtype)
         if self.conv == "gat":
             heads = 1 if last else self.heads
-            return GATConv(width, heads=heads, dtype=self.dtype)
-        raise ValueError(f"unknown conv {self.conv!r}; choose sage, gcn or gat")
+            return GATConv(width, heads=heads, dtype=self.dtype, edge_dim=self.edge_dim)
+        if self.conv == "gine":
+            return GINEConv(width, dtype=self.dtype)
+        raise ValueError(f"unknown conv {self.conv!r}; choose sage, gcn, gat or gine")
 
     def layer(self, i, h_src, h_dst, view, *, train: bool):
         """Layer i. `h_dst=None` means the destinations are the first rows of `h_src`
@@ -258,8 +265,12 @@ class MLP(nn.Module):
 
 def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
                dropout: float = 0.5, input_dropout: float = 0.0, norm: str = "none",
-               heads: int = 4, dtype: Any = jnp.float32) -> nn.Module:
-    """Builds a model by name: sage (mean), sage-max, sage-sum, gcn, gat, mlp."""
+               heads: int = 4, dtype: Any = jnp.float32, edge_dim: int | None = None
+               ) -> nn.Module:
+    """Builds a model by name: sage (mean), sage-max, sage-sum, gcn, gat, gine, mlp.
+
+    `edge_dim` is the width of the edge features the model reads (gat: in its
+    attention; gine needs them; the others read none and refuse it)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     if norm not in NORMS:
@@ -267,12 +278,18 @@ def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
     if name == "gat" and (heads < 1 or (num_layers > 1 and hidden % heads)):
         raise ValueError(f"GAT needs heads >= 1 dividing hidden (each head gets hidden / heads "
                          f"features); got hidden {hidden}, heads {heads}")
+    if edge_dim is not None and name not in EDGE_MODELS:
+        raise ValueError(f"model {name!r} reads no edge features (edge_dim {edge_dim}); "
+                         f"those that do: {', '.join(EDGE_MODELS)}")
+    if name == "gine" and edge_dim is None:
+        raise ValueError("model 'gine' reads edge features: give edge_dim, the width of "
+                         "the graph's edge-feature table")
     if name == "mlp":
         return MLP(hidden, num_layers, num_classes, dropout, input_dropout, dtype=dtype)
     conv, _, agg = name.partition("-")
     return GNN(conv, hidden, num_layers, num_classes, aggregator=agg or "mean",
                heads=heads, dropout=dropout, norm=norm, input_dropout=input_dropout,
-               dtype=dtype)
+               dtype=dtype, edge_dim=edge_dim)
 
 
 def count_params(params) -> int:

@@ -35,7 +35,7 @@ GROUPS = {
     "task": ("task", "decoder", "negatives", "negative_mode", "link_metric"),
     "data": ("dataset", "root", "scale", "normalize_features"),
     "model": ("model", "hidden", "layers", "dropout", "input_dropout", "norm", "heads",
-              "dtype"),
+              "dtype", "edge_features", "embedding_dim"),
     "sampler": ("fanouts", "batch_size", "sampler", "replace", "dedup", "flat_outer",
                 "envelope", "margin", "multiple"),
     "optimizer": ("lr", "weight_decay"),
@@ -64,7 +64,11 @@ class TrainConfig:
 
     Model. `model` names a built-in model; `dtype` is the model's computation dtype and
     the feature table's on the device: "float32", or "bfloat16" (half the bytes; sums
-    and gradients accumulate in float32).
+    and gradients accumulate in float32). `edge_features` gives the model the sampled
+    edges' rows of the graph's edge-feature table (gat reads them in its attention,
+    gine needs them; docs/edge_features.md). `embedding_dim` > 0 adds a learnable
+    embedding of that width per node, concatenated with the node's features, trained
+    with row-sparse (lazy) Adam at `lr` inside the compiled epoch (row_adam.py).
 
     Sampler. `fanouts` lists the seeds' hop first; -1 means all neighbours. `sampler` is
     "uniform", "weighted" (by the graph's edge weights) or "labor" (LABOR-0;
@@ -118,6 +122,8 @@ class TrainConfig:
     norm: str = "none"
     heads: int = 4
     dtype: str = "float32"
+    edge_features: bool = False
+    embedding_dim: int = 0
     # sampler and envelope
     fanouts: tuple[int, ...] = (15, 10, 5)
     batch_size: int = 1024
@@ -179,6 +185,10 @@ class TrainConfig:
              f"input_dropout must be in [0, 1), got {self.input_dropout}"),
             (self.hidden >= 1, f"hidden must be >= 1, got {self.hidden}"),
             (self.heads >= 1, f"heads must be >= 1, got {self.heads}"),
+            (self.embedding_dim >= 0,
+             f"embedding_dim must be >= 0 (0: no embeddings), got {self.embedding_dim}"),
+            (self.model != "gine" or self.edge_features,
+             "model 'gine' reads edge features: add --edge-features"),
             (self.model != "gat" or self.layers == 1 or self.heads < 1
              or self.hidden % self.heads == 0,
              f"GAT splits hidden over its heads: hidden {self.hidden} is not a multiple of "

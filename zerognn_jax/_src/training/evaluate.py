@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.graph import edge_ids, take_edges
+from zerognn_jax._src.data.graph import edge_ids, take_edge_rows, take_edges
 from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.sampling.envelope import Envelope, conservative
 from zerognn_jax._src.sampling.seeds import num_steps
@@ -72,6 +72,7 @@ def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
     """
     rows, cap = plan.rows, plan.edge_capacity
     deg = graph.degrees()
+    model_vars = {k: v for k, v in variables.items() if k != "embedding"}
     # An edgeless graph has no index to gather; one dummy entry, always masked, stands in.
     indices = graph.indices if graph.num_edges else jnp.zeros((1,), jnp.int32)
     slots = jnp.arange(cap, dtype=jnp.int32)
@@ -83,9 +84,10 @@ def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
         src = take_edges(indices, jnp.where(mask, edge_ids(ptr[0], slots), 0))
         dst = jnp.clip(jnp.searchsorted(local, slots, side="right") - 1, 0, rows - 1)
         view = EdgeView(src, dst.astype(jnp.int32), mask, jnp.ones((rows,), bool),
-                        local[1:] - local[:-1], deg, rows)
+                        local[1:] - local[:-1], deg, rows,
+                        _chunk_edge_rows(graph.edge_features, ptr[0], slots, mask))
         h_dst = jax.lax.dynamic_slice(h, (r0, 0), (rows, h.shape[1]))
-        return program.model.apply(variables, layer, h, h_dst, view, train=False,
+        return program.model.apply(model_vars, layer, h, h_dst, view, train=False,
                                    method="layer")
 
     shape = jax.eval_shape(chunk, first)
@@ -96,6 +98,17 @@ def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
 
     out = jnp.zeros((length, shape.shape[1]), shape.dtype)
     return jax.lax.fori_loop(0, -(-length // rows), body, out)
+
+
+def _chunk_edge_rows(table, first, slots, mask):
+    """[E, D]: the edge-feature rows of a chunk's edges `first + slots` (zero where
+    masked), or None for a graph without a table."""
+    if table is None:
+        return None
+    if table.shape[0] == 0:  # an edgeless graph: every slot is masked
+        return jnp.zeros((slots.shape[0], table.shape[1]), table.dtype)
+    rows = take_edge_rows(table, jnp.where(mask, edge_ids(first, slots), 0))
+    return jnp.where(mask[:, None], rows, jnp.zeros((), rows.dtype))
 
 
 def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
@@ -111,9 +124,9 @@ def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
     return out
 
 
-def _layer_outputs(program, variables, data: DeviceData, plan: ChunkPlan) -> list:
-    """The shape and dtype of every layer's output over all rows."""
-    shapes, h = [], jax.ShapeDtypeStruct(data.features.shape, data.features.dtype)
+def _layer_outputs(program, variables, h, data: DeviceData, plan: ChunkPlan) -> list:
+    """The shape and dtype of every layer's output over all rows, from the input `h`."""
+    shapes, h = [], jax.ShapeDtypeStruct(h.shape, h.dtype)
     for layer in range(program.model.num_layers):
         h = jax.eval_shape(functools.partial(_layer_rows, program, layer=layer, plan=plan,
                                              length=data.graph.num_nodes),
@@ -147,11 +160,12 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     variables = jax.tree_util.tree_map(  # host leaves uploaded once, not with every block
         lambda x: x if isinstance(x, jax.Array) else jax.device_put(x), variables)
     model = program.model
-    widest = max(data.features.shape[1], getattr(model, "hidden", 0))
+    h = model_inputs(program, variables, data.features)
+    widest = max(h.shape[1], getattr(model, "hidden", 0))
     plan = plan_chunks(np.asarray(data.graph.indptr), widest, budget_bytes)
-    outs = _layer_outputs(program, variables, data, plan) if offload else []
+    outs = _layer_outputs(program, variables, h, data, plan) if offload else []
     nbytes = [o.size * o.dtype.itemsize for o in outs]
-    h, buffer = data.features, None
+    buffer = None
     for layer in range(model.num_layers):
         # device_put moves host rows straight in (jnp.asarray would also run a copy on
         # the device: twice a 57 GB layer, out of memory on an 80 GB H100).
@@ -174,6 +188,17 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
                                  block_bytes, out)
         del h_device  # freed before the next layer's input is uploaded
     return h
+
+
+def model_inputs(program: StepProgram, variables, features):
+    """float[N, d (+ dim)]: every node's input row, its features followed by its
+    embedding with one (`program.embedding`); on the host where `features` are."""
+    if program.embedding is None:
+        return features
+    table = variables["embedding"]
+    if isinstance(features, jax.Array):
+        return jnp.concatenate([features, table.astype(features.dtype)], axis=1)
+    return np.concatenate([features, np.asarray(table).astype(features.dtype)], axis=1)
 
 
 def _device_layer(program, variables, h, graph, layer: int, plan: ChunkPlan, *, check):

@@ -47,9 +47,11 @@ class Resident:
     """Bytes that stay on one device for the whole run.
 
     Attributes:
-      graph: CSR offsets, ids (and weights) of the graph.
+      graph: CSR offsets, ids (and weights, and the edge-feature table a model reads)
+        of the graph.
       features: this device's rows of the feature table.
-      model: parameters, gradients and two Adam moments (float32).
+      model: parameters, gradients and two Adam moments (float32), and a node
+        embedding's table with its two float32 moments.
       feature_dtype: the features' dtype name; feature_shards: devices they are split over.
     """
 
@@ -65,19 +67,23 @@ class Resident:
 
 
 def resident_bytes(graph, num_features: int, feature_dtype, level_dims, *,
-                   feature_shards: int = 1) -> Resident:
-    """The resident bytes of `graph` (a CSRGraph, host or device), its features
-    ([N, num_features] in `feature_dtype`, row-split over `feature_shards` devices) and a
-    model whose layers map level_dims[l + 1] -> level_dims[l] with two weight matrices
-    each (GraphSAGE's self and neighbour weights)."""
-    arrays = (graph.indptr, graph.indices, graph.weights)
+                   feature_shards: int = 1, embedding_dim: int = 0) -> Resident:
+    """The resident bytes of `graph` (a CSRGraph, host or device, its edge-feature
+    table included), its features ([N, num_features] in `feature_dtype`, row-split over
+    `feature_shards` devices), a model whose layers map level_dims[l + 1] ->
+    level_dims[l] with two weight matrices each (GraphSAGE's self and neighbour
+    weights), and a node embedding [N, embedding_dim] in `feature_dtype` with two
+    float32 moments."""
+    arrays = (graph.indptr, graph.indices, graph.weights, graph.edge_features)
     graph_bytes = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
                       for a in arrays if a is not None)
+    itemsize = np.dtype(jax.numpy.dtype(feature_dtype)).itemsize
     rows = -(-graph.num_nodes // feature_shards)
-    features = rows * num_features * np.dtype(jax.numpy.dtype(feature_dtype)).itemsize
+    features = rows * num_features * itemsize
     params = sum(2 * a * b + a for a, b in zip(level_dims[:-1], level_dims[1:]))
-    return Resident(graph_bytes, features, 4 * 4 * params, jax.numpy.dtype(feature_dtype).name,
-                    feature_shards)
+    embedding = graph.num_nodes * embedding_dim * (itemsize + 8)
+    return Resident(graph_bytes, features, 4 * 4 * params + embedding,
+                    jax.numpy.dtype(feature_dtype).name, feature_shards)
 
 
 def _gib(nbytes: int) -> str:

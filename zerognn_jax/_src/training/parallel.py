@@ -271,6 +271,21 @@ class DataParallel:
             lambda s: s / self.size if _is_float(s) else s // self.size, stats)
         return grads, stats, agreed
 
+    def gather_row_grads(self, ids, grads, valid, weight):
+        """Every device's embedding rows and their gradient averaged as `average_update`
+        averages the parameters' (ids int32[D R], grads [D R, dim], valid bool[D R]),
+        so each replica of the table takes the same update.
+
+        Args:
+          ids: int32[R] this device's row ids; grads: [R, dim] the gradient of its loss
+            (a mean over its `weight` rows); valid: bool[R].
+        """
+        scaled = grads * jnp.maximum(weight, 1.0).astype(grads.dtype)
+        total = jax.lax.psum(weight, AXIS)
+        every = lambda x: jax.lax.all_gather(x, AXIS, tiled=True)
+        grads = every(scaled) / jnp.maximum(total, 1.0).astype(grads.dtype)
+        return every(ids), grads, every(valid)
+
     def reduce_metrics(self, sums: dict) -> dict:
         """Per-step metric sums of every device, on the device: counts maxed, the rest
         summed."""

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from zerognn_jax._src.data.graph import CSRGraph
+from zerognn_jax._src.data.graph import CSRGraph, take_edge_rows
 from zerognn_jax._src.nn.views import EllView
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import XLA, Kernels
@@ -22,6 +22,7 @@ from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig, sample_minibatch
 from zerognn_jax._src.sampling.seeds import epoch_items
 from zerognn_jax._src.sampling.steps import sample_step
+from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.layout import Layout
 from zerognn_jax._src.training.parallel import DataParallel
 from zerognn_jax._src.training.tasks.base import Task, TaskBatch
@@ -29,9 +30,10 @@ from zerognn_jax._src.training.tasks.node import NodeTask
 
 
 class DeviceData(NamedTuple):
-    """Everything a step reads, on the device: graph, float[N, d] features, and the
-    task's targets (`Task.device_targets`: for node tasks int32[N] class ids, or
-    float[N, ...] multi-label or regression targets; a pytree of such arrays is fine)."""
+    """Everything a step reads, on the device: graph (with its edge-feature table when
+    the model reads one), float[N, d] features, and the task's targets
+    (`Task.device_targets`: for node tasks int32[N] class ids, or float[N, ...]
+    multi-label or regression targets; a pytree of such arrays is fine)."""
 
     graph: CSRGraph
     features: jax.Array
@@ -45,6 +47,8 @@ class TrainState(NamedTuple):
       params, batch_stats: model variables; opt_state: optax state.
       overflowed: bool scalar, a step of this chunk overflowed (no updates since).
       failed_step: int32 scalar, the first step that overflowed (valid if overflowed).
+      embedding: float[N, dim], the learnable node embedding (`StepProgram.embedding`),
+        or None; embedding_opt: its lazy Adam state (row_adam.py), or None.
     """
 
     params: Any
@@ -52,17 +56,22 @@ class TrainState(NamedTuple):
     opt_state: Any
     overflowed: jax.Array
     failed_step: jax.Array
+    embedding: Any = None
+    embedding_opt: Any = None
 
 
 def views_for(mb: MiniBatch, kernels: Kernels = XLA,
               positional: tuple[bool, ...] = (), *,
-              inference: bool = False) -> tuple[EllView, ...]:
+              inference: bool = False, edge_table: jax.Array | None = None
+              ) -> tuple[EllView, ...]:
     """One EllView per layer, outermost hop first (layer i reads block L - 1 - i).
 
     `positional` (per hop, seeds' hop first: `SamplerConfig.positional`) marks the hops
     whose levels hold their slots in order, which the views then read by position;
     left out, every view gathers (the same values, more work). `inference`: the views
-    serve a forward pass that is not differentiated (`EllView.pin_aggregates`)."""
+    serve a forward pass that is not differentiated (`EllView.pin_aggregates`).
+    `edge_table` (float[E, D]): each view's `edge_attr` holds its block's rows of it
+    (zero in dead slots); the blocks must carry edge ids (`SamplerConfig.edge_ids`)."""
     num_hops = len(mb.blocks)
     flat = tuple(positional) or (False,) * num_hops
     views = []
@@ -70,8 +79,21 @@ def views_for(mb: MiniBatch, kernels: Kernels = XLA,
         hop = num_hops - 1 - i
         block = mb.blocks[hop]
         views.append(EllView(block.nbr, block.mask, mb.valid[hop], mb.degrees[hop],
-                             mb.degrees[hop + 1], kernels, flat[hop], inference))
+                             mb.degrees[hop + 1], kernels, flat[hop], inference,
+                             _edge_rows(edge_table, block)))
     return tuple(views)
+
+
+def _edge_rows(table, block):
+    """[C, K, D]: the block's slots' rows of the edge table (zero where masked), or None
+    without a table."""
+    if table is None:
+        return None
+    if block.eid is None:
+        raise ValueError("views with edge features need blocks with edge ids: sample with "
+                         "SamplerConfig(edge_ids=True)")
+    rows = take_edge_rows(table, block.eid)
+    return jnp.where(block.mask[..., None], rows, jnp.zeros((), rows.dtype))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -90,6 +112,8 @@ class StepProgram:
         (tasks/base.py's `Task`).
       layout: how `sampler`'s level layout was chosen (layout.py), for the run's
         summary; None for a program built by hand.
+      embedding: a learnable node embedding the model reads after the features
+        (embeddings.py), or None.
     """
 
     model: nn.Module
@@ -101,6 +125,7 @@ class StepProgram:
     parallel: DataParallel | None = None
     task: Task = dataclasses.field(default_factory=NodeTask)
     layout: Layout | None = None
+    embedding: NodeEmbedding | None = None
 
     @property
     def num_shards(self) -> int:
@@ -128,23 +153,46 @@ class StepProgram:
                                             dropout_key=dropout_key)
         return logits, new_vars, mb
 
-    def apply_model(self, variables, data: DeviceData, mb: MiniBatch, *, train: bool,
-                    dropout_key=None, inputs=None):
-        """Gathers the outermost level's features and runs the model; (outputs, new_vars).
-
-        `inputs` are the task's extra model inputs (`TaskBatch.model_inputs`).
-
-        Shapes follow `mb`: the scan engine passes envelope-sized levels, the host
-        engine levels cut to their real or bucketed sizes.
-        """
-        if self.parallel is not None and self.parallel.shard_features:
+    def model_input(self, variables, data: DeviceData, mb: MiniBatch,
+                    embedded=None, *, in_mesh: bool = True) -> jax.Array:
+        """float[S_L, d (+ dim)]: the outermost level's feature rows, followed by their
+        embedding rows with an embedding (`embedded`, if given, else gathered from
+        `variables["embedding"]`). Split features are gathered across the mesh inside
+        its program only (`in_mesh`); outside it, the whole table is addressable."""
+        if in_mesh and self.parallel is not None and self.parallel.shard_features:
             x = self.parallel.gather_rows(self.kernels, data.features, mb.nodes[-1],
                                           mb.valid[-1])
         else:
             x = gather_rows(self.kernels, data.features, mb.nodes[-1], mb.valid[-1])
+        if self.embedding is None:
+            return x
+        if embedded is None:
+            embedded = self.embedding.rows(self.kernels, variables["embedding"],
+                                           mb.nodes[-1], mb.valid[-1])
+        return jnp.concatenate([x, embedded.astype(x.dtype)], axis=1)
+
+    def views(self, data: DeviceData, mb: MiniBatch, *, inference: bool):
+        """The model's views of `mb` (`views_for`), with the graph's edge features when
+        the sampler gives edge ids."""
+        table = data.graph.edge_features if self.sampler.edge_ids else None
+        return views_for(mb, self.kernels, self.sampler.positional, inference=inference,
+                         edge_table=table)
+
+    def apply_model(self, variables, data: DeviceData, mb: MiniBatch, *, train: bool,
+                    dropout_key=None, inputs=None, embedded=None):
+        """Gathers the outermost level's features and runs the model; (outputs, new_vars).
+
+        `inputs` are the task's extra model inputs (`TaskBatch.model_inputs`);
+        `embedded` the level's embedding rows (`model_input`).
+
+        Shapes follow `mb`: the scan engine passes envelope-sized levels, the host
+        engine levels cut to their real or bucketed sizes.
+        """
+        x = self.model_input(variables, data, mb, embedded)
+        variables = {k: v for k, v in variables.items() if k != "embedding"}
         mutable = ["batch_stats"] if train and variables.get("batch_stats") else False
         rngs = {"dropout": dropout_key} if train else {}
-        views = views_for(mb, self.kernels, self.sampler.positional, inference=not train)
+        views = self.views(data, mb, inference=not train)
         out = self.model.apply(variables, x, views, train=train, rngs=rngs, mutable=mutable,
                                **(inputs or {}))
         return out if mutable else (out, {})
@@ -188,17 +236,20 @@ def init_state(program: StepProgram, data: DeviceData, envelope: Envelope,
     """
     perm = epoch_items(jnp.asarray(items, jnp.int32), program.global_batch, program.seed, 0)
 
-    def init(data, perm):
+    embedding, embedding_opt = (None, None) if program.embedding is None else \
+        program.embedding.init(data.graph.num_nodes, program.seed)
+
+    def init(data, perm, embedding):
         batch, mb, _ = sample_batch(program, data, perm, 0, 0, envelope)
-        x = gather_rows(program.kernels, data.features, mb.nodes[-1], mb.valid[-1])
+        x = program.model_input({"embedding": embedding}, data, mb, in_mesh=False)
         init_key = jax.random.PRNGKey(program.seed)
         return program.model.init({"params": init_key, "dropout": init_key}, x,
-                                  views_for(mb, program.kernels, program.sampler.positional),
+                                  program.views(data, mb, inference=False),
                                   train=False,
                                   **batch.model_inputs)
 
-    variables = jax.jit(init)(data, perm)
+    variables = jax.jit(init)(data, perm, embedding)
     params = variables["params"]
     state = TrainState(params, variables.get("batch_stats", {}), program.tx.init(params),
-                       jnp.array(False), jnp.array(0, jnp.int32))
+                       jnp.array(False), jnp.array(0, jnp.int32), embedding, embedding_opt)
     return state if program.parallel is None else program.parallel.replicate(state)

@@ -37,14 +37,14 @@ class RowAdamState(NamedTuple):
 
 def row_adam_init(table: jax.Array) -> RowAdamState:
     """Zero moments (float32, whatever the table's dtype) and a zero step count."""
-    zeros = jnp.zeros(table.shape, jnp.float32)
-    return RowAdamState(zeros, zeros, jnp.zeros((), jnp.int32))
+    zeros = lambda: jnp.zeros(table.shape, jnp.float32)  # two buffers: a carry donates each
+    return RowAdamState(zeros(), zeros(), jnp.zeros((), jnp.int32))
 
 
 def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
                     grads: jax.Array, valid: jax.Array | None = None, *, lr: float,
-                    b1: float = 0.9, b2: float = 0.999,
-                    eps: float = 1e-8) -> tuple[jax.Array, RowAdamState]:
+                    b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+                    unique: bool = False) -> tuple[jax.Array, RowAdamState]:
     """One lazy Adam step on the rows `rows` of `table`.
 
     Args:
@@ -54,6 +54,8 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
       grads: [R, D], the gradient of each entry of `rows`.
       valid: bool[R], entries that count (None: all); invalid ones touch nothing.
       lr, b1, b2, eps: Adam's step size, decay rates and epsilon (as `optax.adam`).
+      unique: the valid entries of `rows` are known to be distinct (a deduplicated
+        level), so they are used as they are, without the sort that merges repeats.
 
     Returns:
       (table, state) with the touched rows updated and every other row, first and
@@ -65,9 +67,12 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
                          f"(one row per id), got {list(grads.shape)}")
     live = jnp.ones((r,), bool) if valid is None else valid
     ids = jnp.where(live, rows, n)  # n sorts last and marks a slot unused
-    uniq, inverse = jnp.unique(ids, return_inverse=True, size=r, fill_value=n)
-    g = jax.ops.segment_sum(jnp.where(live[:, None], grads.astype(jnp.float32), 0.0),
-                            inverse.reshape(-1), num_segments=r)
+    g = jnp.where(live.reshape(r, *(1,) * (grads.ndim - 1)), grads.astype(jnp.float32), 0.0)
+    if unique:
+        uniq = ids
+    else:
+        uniq, inverse = jnp.unique(ids, return_inverse=True, size=r, fill_value=n)
+        g = jax.ops.segment_sum(g, inverse.reshape(-1), num_segments=r)
     used = uniq < n
     safe = jnp.where(used, uniq, 0)
     count = state.count + 1

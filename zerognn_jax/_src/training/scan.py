@@ -84,7 +84,9 @@ def apply_step(program: StepProgram, state: TrainState, step, data: DeviceData,
     new_state = TrainState(
         pick(candidate.params, state.params), pick(candidate.batch_stats, state.batch_stats),
         pick(candidate.opt_state, state.opt_state), state.overflowed | bad,
-        jnp.where(bad & ~state.overflowed, step, state.failed_step))
+        jnp.where(bad & ~state.overflowed, step, state.failed_step),
+        pick(candidate.embedding, state.embedding),
+        pick(candidate.embedding_opt, state.embedding_opt))
     host = dp is not None and dp.host_metrics
     metrics = step_sums(program, out, mb) if host else step_metrics(program, out, mb)
     return new_state, {**metrics, "overflow": bad, "applied": ok}

@@ -31,31 +31,47 @@ def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch:
     over the devices (`DataParallel.average_update`). Returns the updated state (the
     caller decides whether to keep it) and {"loss", "outputs", "targets", "weight"} of
     this device's rows, plus "overflow" (bool, any device's minibatch overflowed) when
-    the collectives pack the flag into the gradient all-reduce.
+    the collectives pack the flag into the gradient all-reduce. With a node embedding
+    (`program.embedding`) the rows of the outermost level are differentiated too and
+    updated by lazy Adam (embeddings.py); the parameters' optimizer never sees them.
     """
     task = program.task
+    emb = program.embedding
+    ids, valid = mb.nodes[-1], mb.valid[-1]
+    embedded = None if emb is None else emb.rows(program.kernels, state.embedding, ids, valid)
 
-    def loss_fn(params):
+    def loss_fn(params, embedded):
         variables = {"params": params, "batch_stats": state.batch_stats}
         outputs, new_vars = program.apply_model(variables, data, mb, train=True,
                                                 dropout_key=drop_key,
-                                                inputs=batch.model_inputs)
+                                                inputs=batch.model_inputs, embedded=embedded)
         loss = masked_mean(task.loss(outputs, batch.targets), batch.weight)
         return loss, (outputs, new_vars)
 
-    (loss, (outputs, new_vars)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params)
+    argnums = 0 if emb is None else (0, 1)
+    (loss, (outputs, new_vars)), grads = jax.value_and_grad(
+        loss_fn, argnums=argnums, has_aux=True)(state.params, embedded)
+    grads, row_grads = (grads, None) if emb is None else grads
     dp = program.parallel
     batch_stats = new_vars.get("batch_stats", state.batch_stats)
     extra = {}
     if dp is not None:
-        grads, batch_stats, agreed = dp.average_update(grads, batch_stats,
-                                                       jnp.sum(batch.weight), mb.overflow)
+        weight = jnp.sum(batch.weight)
+        grads, batch_stats, agreed = dp.average_update(grads, batch_stats, weight,
+                                                       mb.overflow)
         if agreed is not None:
             extra["overflow"] = agreed
+        if emb is not None:
+            ids, row_grads, valid = dp.gather_row_grads(ids, row_grads, valid, weight)
     updates, opt_state = program.tx.update(grads, state.opt_state, state.params)
     new_state = state._replace(params=optax.apply_updates(state.params, updates),
                                batch_stats=batch_stats, opt_state=opt_state)
+    if emb is not None:
+        # Rows of a deduplicated outermost level are distinct on one device.
+        unique = dp is None and not program.sampler.positional[-1]
+        table, table_opt = emb.update(state.embedding, state.embedding_opt, ids, row_grads,
+                                      valid, unique=unique)
+        new_state = new_state._replace(embedding=table, embedding_opt=table_opt)
     return new_state, {"loss": loss, "outputs": outputs, "targets": batch.targets,
                        "weight": batch.weight, **extra}
 

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.loaders import row_normalize
 from zerognn_jax._src.nn.bridge import as_linen, model_name
-from zerognn_jax._src.nn.models import count_params, make_model
+from zerognn_jax._src.nn.models import EDGE_MODELS, count_params, make_model
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
@@ -30,6 +30,7 @@ from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
 from zerognn_jax._src.training import interrupts, memory
 from zerognn_jax._src.training.callbacks import check_callbacks, run_callbacks
 from zerognn_jax._src.training.config import TrainConfig
+from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.engines import make_engine
 from zerognn_jax._src.training.evaluate import Predictor, supports_layerwise
 from zerognn_jax._src.training.layout import choose_layout
@@ -91,25 +92,32 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     if norm or (norm is None and dataset.name in PLANETOID and task.row_normalizes_planetoid):
         feats = row_normalize(feats)
     targets = task.device_targets(dataset)
-    sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, method=cfg.sampler)
+    edge_dim = _edge_dim(cfg, dataset, user_model=model is not None)
+    sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, method=cfg.sampler,
+                            edge_ids=edge_dim is not None)
     sampler = sampler.resolve(dataset.graph.max_degree())
     layout = choose_layout(cfg, task, sampler, cfg.batch_size, dataset.graph.num_nodes,
                            dedup=cfg.dedup, user_model=model is not None)
     sampler = layout.apply(sampler)
-    # No model of the trainer reads edge features yet: their table stays on the host.
-    graph = prepare_graph(dataset.graph._replace(edge_features=None), sampler)
     dtype = jnp.dtype(cfg.dtype)
+    graph = dataset.graph
+    # An edge-feature table no model reads stays on the host; a read one goes in `dtype`.
+    edges = None if edge_dim is None else np.asarray(graph.edge_features).astype(dtype)
+    graph = prepare_graph(graph._replace(edge_features=edges), sampler)
     if model is None:
         model = make_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
                            num_classes=task.output_dim(cfg, dataset), dropout=cfg.dropout,
                            input_dropout=cfg.input_dropout, norm=cfg.norm, heads=cfg.heads,
-                           dtype=dtype)
+                           dtype=dtype, edge_dim=edge_dim)
     else:
         model = as_linen(model)
     if optimizer is not None:
         check_optimizer(optimizer)
+    embedding = (NodeEmbedding(cfg.embedding_dim, cfg.lr, cfg.dtype) if cfg.embedding_dim
+                 else None)
     program = StepProgram(task.wrap_model(model, cfg), optimizer or make_optimizer(cfg),
-                          sampler, cfg.batch_size, cfg.seed, kernels, task=task, layout=layout)
+                          sampler, cfg.batch_size, cfg.seed, kernels, task=task, layout=layout,
+                          embedding=embedding)
     mesh = make_mesh(cfg.devices)
     if mesh.size == 1 and not cfg.shard_features:
         data = DeviceData(graph.to_device(), jnp.asarray(feats, dtype), jnp.asarray(targets))
@@ -119,15 +127,31 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     return dataset, program.parallel.place_data(host), program
 
 
+def _edge_dim(cfg: TrainConfig, dataset: Dataset, *, user_model: bool) -> int | None:
+    """The width of the edge features the model reads (`cfg.edge_features`), or None."""
+    if not cfg.edge_features:
+        return None
+    table = dataset.graph.edge_features
+    if table is None:
+        raise ValueError(f"edge_features is set, and dataset {dataset.name!r} has no "
+                         f"edge-feature table (CSRGraph.edge_features)")
+    if not user_model and cfg.model not in EDGE_MODELS:
+        raise ValueError(f"edge_features is set, and model {cfg.model!r} reads none; "
+                         f"models that do: {', '.join(EDGE_MODELS)}")
+    return int(table.shape[1])
+
+
 def level_dims(cfg: TrainConfig, dataset: Dataset, task, model=None) -> tuple[int, ...]:
     """Feature width held at each level, seeds first (for the memory model): the task's
     output width (`Task.output_dim`), then hidden layers, then the input features. A
     user's model is taken to be `model.hidden` wide if it says so, else `cfg.hidden`
-    (an estimate: the memory check cannot see it)."""
+    (an estimate: the memory check cannot see it). The input rows carry the node
+    embedding after the features (`cfg.embedding_dim`)."""
     out = task.output_dim(cfg, dataset)
     hidden = getattr(model, "hidden", None)
     hidden = hidden if isinstance(hidden, int) else cfg.hidden
-    return (out, *([hidden] * (cfg.layers - 1)), dataset.features.shape[1])
+    return (out, *([hidden] * (cfg.layers - 1)),
+            dataset.features.shape[1] + cfg.embedding_dim)
 
 
 def evaluate(cfg: TrainConfig, program, variables, data, dataset) -> dict:
@@ -143,6 +167,8 @@ def _variables(state) -> dict:
     out = {"params": state.params}
     if state.batch_stats:
         out["batch_stats"] = state.batch_stats
+    if state.embedding is not None:
+        out["embedding"] = state.embedding
     return out
 
 
@@ -152,8 +178,11 @@ class Diverged(FloatingPointError):
 
 def _saved(state) -> dict:
     """The part of the train state a checkpoint holds."""
-    return {"params": state.params, "batch_stats": state.batch_stats,
-            "opt_state": state.opt_state}
+    saved = {"params": state.params, "batch_stats": state.batch_stats,
+             "opt_state": state.opt_state}
+    if state.embedding is not None:
+        saved.update(embedding=state.embedding, embedding_opt=state.embedding_opt)
+    return saved
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,7 +285,8 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     shards = program.num_shards if cfg.shard_features else 1
     memory.check_fits(env, program.sampler.slots, dims, memory.device_memory_limit(),
                       resident=memory.resident_bytes(data.graph, dataset.features.shape[1],
-                                                     cfg.dtype, dims, feature_shards=shards))
+                                                     cfg.dtype, dims, feature_shards=shards,
+                                                     embedding_dim=cfg.embedding_dim))
     state = init_state(program, data, env, program.task.train_items(dataset))
     if user.variables is not None:
         state = start_from(program, state, user.variables)

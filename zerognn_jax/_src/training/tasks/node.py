@@ -18,6 +18,7 @@ from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.loaders import load_dataset
 from zerognn_jax._src.sampling.steps import ItemLevel
 from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch
+from zerognn_jax._src.training.tasks.link_metrics import roc_auc
 from zerognn_jax._src.training.tasks.losses import (
     LOSSES,
     SCORES,
@@ -29,7 +30,8 @@ SPLITS = ("train", "val", "test")
 # The built-in loss of each kind of node target (Dataset.target_kind).
 DEFAULT_LOSS = {"classes": "cross_entropy", "multilabel": "sigmoid", "regression": "mse"}
 # What `evaluate` reports per split, by kind of target.
-METRICS = {"classes": ("acc",), "multilabel": ("acc", "f1"), "regression": ("mse",)}
+METRICS = {"classes": ("acc",), "multilabel": ("acc", "f1", "rocauc"),
+           "regression": ("mse",)}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -137,7 +139,9 @@ def target_metrics(outputs, targets, kind: str) -> dict:
     """Metrics of float node targets, over every (row, column) entry; NaN for no rows.
 
     "multilabel" (logits against {0, 1} targets, a logit > 0 predicts 1): {"acc": the
-    fraction of labels right, "f1": micro-averaged F1}. "regression": {"mse"}.
+    fraction of labels right, "f1": micro-averaged F1, "rocauc": the ROC-AUC of each
+    target column averaged over the columns with both classes present (OGB's
+    ogbn-proteins metric; NaN if none has)}. "regression": {"mse"}.
     """
     out = np.asarray(outputs, np.float32).reshape(len(outputs), -1)
     t = np.asarray(targets, np.float32).reshape(len(targets), -1)
@@ -146,12 +150,14 @@ def target_metrics(outputs, targets, kind: str) -> dict:
     if kind != "multilabel":
         raise ValueError(f"target kind must be multilabel or regression, got {kind!r}")
     if t.size == 0:
-        return {"acc": float("nan"), "f1": float("nan")}
+        return {"acc": float("nan"), "f1": float("nan"), "rocauc": float("nan")}
     pred, true = out > 0, t > 0.5
     tp = float(np.sum(pred & true))
     wrong = float(np.sum(pred != true))
+    aucs = [roc_auc(out[true[:, j], j], out[~true[:, j], j]) for j in range(t.shape[1])
+            if true[:, j].any() and not true[:, j].all()]
     return {"acc": 1.0 - wrong / t.size, "f1": 2 * tp / (2 * tp + wrong) if tp or wrong
-            else 1.0}
+            else 1.0, "rocauc": float(np.mean(aucs)) if aucs else float("nan")}
 
 
 def node_task(loss, dataset) -> NodeTask:

@@ -1,0 +1,133 @@
+"""Edge features and learnable node embeddings through `zg.train`.
+
+Sampled inference that reaches every neighbour must equal exact layer-wise inference:
+each reads the edge-feature rows (and embedding rows) its own way, through edge ids of
+sampled slots or through positions of CSR chunks, so a wrong row on either side shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import random_graph
+
+from zerognn_jax import TrainConfig, make_dataset, train
+from zerognn_jax._src.training.embeddings import NodeEmbedding
+from zerognn_jax._src.training.evaluate import layerwise_logits, sampled_logits
+
+D_EDGE = 3
+
+
+def _edge_dataset(num_nodes: int = 240, num_edges: int = 900, seed: int = 5):
+    """A random graph whose edges carry 3 features; a node's label (of 3) is the
+    arg-max of the mean of its incident edges' features (its own features are noise)."""
+    rs = np.random.default_rng(seed)
+    g = random_graph(num_nodes, num_edges, seed=seed)
+    table = rs.normal(size=(g.num_edges, D_EDGE)).astype(np.float32)
+    sums = np.zeros((num_nodes, D_EDGE))
+    np.add.at(sums, np.repeat(np.arange(num_nodes), np.diff(np.asarray(g.indptr))), table)
+    labels = np.argmax(sums, 1)
+    feats = rs.normal(size=(num_nodes, 4)).astype(np.float32)
+    perm = rs.permutation(num_nodes)
+    return make_dataset("edges", g.indptr, g.indices, feats, labels, perm[:120],
+                        perm[120:160], perm[160:], 3, edge_features=table)
+
+
+@pytest.fixture(scope="module")
+def edge_data():
+    return _edge_dataset()
+
+
+def _cfg(**kw):
+    base = dict(dataset="edges", model="gat", edge_features=True, hidden=8, heads=2,
+                layers=2, fanouts=(2, 2), batch_size=32, epochs=1, lr=0.01,
+                eval_mode="none", progress=False)
+    return TrainConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize("model,dedup,embedding_dim", [("gat", False, 5), ("gine", True, 0)])
+def test_sampled_all_neighbours_equal_exact_with_edge_features(edge_data, model, dedup,
+                                                               embedding_dim):
+    deg = edge_data.graph.max_degree()
+    res = train(_cfg(model=model, fanouts=(deg, deg), dedup=dedup, epochs=0,
+                     embedding_dim=embedding_dim), edge_data)
+    assert res.data.graph.edge_features.shape == (edge_data.graph.num_edges, D_EDGE)
+    exact = np.asarray(layerwise_logits(res.program, res.variables, res.data))
+    nodes = np.arange(edge_data.graph.num_nodes)
+    got = sampled_logits(res.program, res.variables, res.data, nodes, batch_size=64)
+    np.testing.assert_allclose(np.asarray(got), exact, rtol=1e-4, atol=1e-4)
+
+
+def test_model_outputs_depend_on_the_edge_table(edge_data):
+    res = train(_cfg(fanouts=(4, 4), epochs=0), edge_data)
+    nodes = np.arange(16)
+
+    def total(table):
+        data = res.data._replace(graph=res.data.graph._replace(edge_features=table))
+        return jnp.sum(sampled_logits(res.program, res.variables, data, nodes,
+                                      batch_size=16))
+
+    grad = np.asarray(jax.grad(total)(res.data.graph.edge_features))
+    touched = np.abs(grad).sum(1) > 0
+    assert 0 < touched.sum() < len(grad)  # the sampled edges' rows, and only those
+
+
+def test_edge_feature_options_refuse_what_cannot_run(edge_data):
+    plain = dataclasses.replace(edge_data, graph=edge_data.graph._replace(edge_features=None))
+    with pytest.raises(ValueError, match="has no edge-feature table"):
+        train(_cfg(fanouts=(2, 2)), plain)
+    with pytest.raises(ValueError, match="model 'sage' reads none"):
+        train(_cfg(model="sage", fanouts=(2, 2)), edge_data)
+    with pytest.raises(ValueError, match="'gine' reads edge features: add --edge-features"):
+        _cfg(model="gine", edge_features=False)
+    with pytest.raises(ValueError, match="embedding_dim must be >= 0"):
+        _cfg(embedding_dim=-1)
+
+
+def test_embedding_rows_no_step_read_stay_bit_unchanged(edge_data):
+    """One epoch over a 16-node training set with fanout 1: rows no step's outermost
+    level held keep their initial values; the rows it held moved."""
+    ds = dataclasses.replace(edge_data, train_idx=edge_data.train_idx[:16])
+    res = train(_cfg(model="sage", edge_features=False, fanouts=(1, 1), batch_size=8,
+                     embedding_dim=4), ds)
+    initial, _ = NodeEmbedding(4, 0.01).init(ds.graph.num_nodes, 0)
+    table, initial = np.asarray(res.state.embedding), np.asarray(initial)
+    touched = np.abs(np.asarray(res.state.embedding_opt.mu)).sum(1) > 0
+    assert int(res.state.embedding_opt.count) == 2
+    assert 16 <= touched.sum() < ds.graph.num_nodes // 2
+    np.testing.assert_array_equal(table[~touched], initial[~touched])
+    assert np.all(np.any(table[touched] != initial[touched], axis=1))
+    assert set(res.variables) == {"params", "embedding"}
+
+
+def test_embeddings_learn_labels_features_cannot_carry():
+    """Constant features, random labels: only a per-node embedding can fit them."""
+    rs = np.random.default_rng(0)
+    g = random_graph(128, 300, seed=1)
+    ds = make_dataset("random-labels", g.indptr, g.indices, np.ones((128, 1), np.float32),
+                      rs.integers(0, 2, 128), np.arange(128), np.arange(0), np.arange(0), 2)
+    accs = {}
+    for dim in (0, 8):
+        cfg = TrainConfig(dataset="random-labels", model="mlp", hidden=16, layers=2,
+                          fanouts=(2, 2), batch_size=64, epochs=40, lr=0.05, dropout=0.0,
+                          embedding_dim=dim, eval_mode="none", progress=False)
+        accs[dim] = train(cfg, ds).history[-1]["train_batch_acc"]
+    assert accs[8] > 0.95 and accs[0] < 0.75, accs
+
+
+def test_embeddings_resume_from_a_checkpoint_as_if_never_stopped(edge_data, tmp_path):
+    cfg = _cfg(model="sage", edge_features=False, fanouts=(2, 2), embedding_dim=3,
+               epochs=2)
+    whole = train(cfg, edge_data)
+    first = dataclasses.replace(cfg, epochs=1, checkpoint_dir=str(tmp_path))
+    train(first, edge_data)
+    resumed = train(dataclasses.replace(first, epochs=2), edge_data)
+    assert resumed.history[0]["epoch"] == 0 and len(resumed.history) == 2
+    np.testing.assert_array_equal(np.asarray(resumed.state.embedding),
+                                  np.asarray(whole.state.embedding))
+    np.testing.assert_array_equal(np.asarray(resumed.state.embedding_opt.nu),
+                                  np.asarray(whole.state.embedding_opt.nu))

@@ -1,0 +1,67 @@
+"""Learnable node embeddings: a float[N, dim] table trained row-sparsely inside the scan.
+
+The table is part of the train state (`TrainState.embedding`, with its lazy Adam state
+in `TrainState.embedding_opt`), not of the model's parameters: the optimizer of the
+parameters (dense Adam over every leaf) never sees it. A step gathers the rows of its
+outermost level, the model reads them concatenated after the node's features, and the
+gradient of those rows goes through `row_adam_update` (row_adam.py): only the rows the
+step read, and their moments, are written.
+
+With data parallelism the table is replicated, every device updating its copy with the
+rows and gradients of all devices (one all-gather of ids and gradient rows per step), so
+the copies stay equal. Replicas cost N x dim x 12 bytes per device (table plus two
+float32 moments); sharding the rows by owner would save that at the price of an
+all-to-all of row requests and of gradients each step, which pays only for tables far
+larger than the features themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from zerognn_jax._src.ops.gather import gather_rows
+from zerognn_jax._src.ops.registry import Kernels
+from zerognn_jax._src.training.row_adam import RowAdamState, row_adam_init, row_adam_update
+
+# The table's initial values: normal with this standard deviation, a scale comparable to
+# standardised input features.
+INIT_STD = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeEmbedding:
+    """What a run's node embedding is; static (hashable).
+
+    Attributes:
+      dim: the table's width. lr: lazy Adam's step size. dtype: the table's storage
+        dtype ("float32" or "bfloat16"; the moments are float32).
+    """
+
+    dim: int
+    lr: float
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.dim < 1 or not self.lr > 0:
+            raise ValueError(f"a node embedding needs dim >= 1 and lr > 0, got dim "
+                             f"{self.dim}, lr {self.lr}")
+
+    def init(self, num_nodes: int, seed: int) -> tuple[jax.Array, RowAdamState]:
+        """(table float[num_nodes, dim], its zero lazy Adam state)."""
+        key = jax.random.fold_in(jax.random.PRNGKey(seed), 0x454D42)  # "EMB"
+        table = (INIT_STD * jax.random.normal(key, (num_nodes, self.dim), jnp.float32))
+        table = table.astype(self.dtype)
+        return table, row_adam_init(table)
+
+    def rows(self, kernels: Kernels, table: jax.Array, ids, valid) -> jax.Array:
+        """float[C, dim]: the rows `ids` (zero where not `valid`)."""
+        return gather_rows(kernels, table, ids, valid)
+
+    def update(self, table: jax.Array, opt: RowAdamState, ids, grads, valid, *,
+               unique: bool) -> tuple[jax.Array, RowAdamState]:
+        """One lazy Adam step on the rows `ids` with gradient rows `grads` (`unique`: the
+        valid ids are known to be distinct, so no sort merges repeats)."""
+        return row_adam_update(table, opt, ids, grads, valid, lr=self.lr, unique=unique)
