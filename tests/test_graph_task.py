@@ -1,7 +1,7 @@
 """Graph batching and the graph task: every training graph exactly once per epoch
 (plain and size-balanced), packed batches that keep each graph's nodes and edges,
-exact overflow recovery, the models' readouts, and learning beyond a node-count
-baseline."""
+exact overflow recovery, the models' readouts, a user's model. Learning beyond a
+node-count baseline: tests/test_examples.py (examples/graph)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import pytest
 
 import zerognn_jax as zg
 from zerognn_jax._src.sampling.graph_batch import graph_tables, step_graphs
-from zerognn_jax._src.training.tasks.link_metrics import roc_auc
 from zerognn_jax._src.training.trainer import prepare
 
 
@@ -115,19 +114,6 @@ def test_overflow_recovery_is_exact(molecules):
     flat = lambda s: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(s.params)])
     np.testing.assert_allclose(flat(runs["small"][2]), flat(runs["grown"][2]), rtol=1e-4,
                                atol=1e-6)
-
-
-def test_learns_beyond_node_count():
-    data = zg.molhiv_like(0.03, seed=0, positive_rate=0.3)  # 1234 graphs
-    result = zg.train(config(epochs=6, batch_size=32, hidden=32), data)
-    test = data.test_idx
-    t = data.targets[test, 0]
-    count = data.n_node[test].astype(float)
-    baseline = roc_auc(count[t == 1], count[t == 0])
-    baseline = max(baseline, 1 - baseline)
-    summary = result.summary
-    assert summary["overflows"] == 0 and summary["envelope_over_ideal"] < 1.25
-    assert summary["test_rocauc"] > baseline + 0.1, (summary["test_rocauc"], baseline)
 
 
 @functools.cache
