@@ -160,3 +160,13 @@ def test_molpcba_like_has_missing_labels():
     assert c.targets.shape == (876, 128)
     missing = np.isnan(c.targets).mean()
     assert 0.3 < missing < 0.7
+
+
+def test_cli_generates_and_reads_a_graph_preset(tmp_path, capsys):
+    from zerognn_jax.cli import main
+
+    out = tmp_path / "mh.npz"
+    assert main(["data", "generate", "molhiv-like", "--scale", "0.002", "--out", str(out)]) == 0
+    assert main(["data", "info", str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and '"graphs": 82' in lines[1]
