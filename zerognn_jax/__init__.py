@@ -19,9 +19,29 @@ from zerognn_jax._src.data.graph import (
     to_networkx,
     to_scipy,
 )
+from zerognn_jax._src.data.graph_datasets import load_graphs
+from zerognn_jax._src.data.graph_interop import (
+    collection_from_jraph,
+    collection_from_pyg,
+    collection_to_jraph,
+    collection_to_pyg,
+)
+from zerognn_jax._src.data.graph_storage import load_graphs_file, save_graphs
+from zerognn_jax._src.data.graphs import GraphCollection, make_collection
 from zerognn_jax._src.data.links import LinkSplit, load_ogbl, random_link_split
 from zerognn_jax._src.data.loaders import load_dataset, load_dir, load_npz, save_dir, save_npz
+from zerognn_jax._src.data.molecules import molhiv_like, molpcba_like
+from zerognn_jax._src.data.ogbg import read_ogbg
 from zerognn_jax._src.nn.bridge import as_linen
+from zerognn_jax._src.nn.graph_models import (
+    GRAPH_MODELS,
+    CategoricalEncoder,
+    GraphGNN,
+    Graphs,
+    OnGraphs,
+    make_graph_model,
+    pool,
+)
 from zerognn_jax._src.nn.link_heads import DotDecoder, LinkModel, MLPDecoder, make_decoder
 from zerognn_jax._src.nn.models import (
     GNN,
@@ -36,6 +56,7 @@ from zerognn_jax._src.nn.views import EdgeView, EllView, gcn_weights, mean_weigh
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import Calibration, calibrate, choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope, EnvelopePolicy, conservative, grow
+from zerognn_jax._src.sampling.graph_batch import GraphBatch, GraphTables, pack_graphs
 from zerognn_jax._src.sampling.loader import LoaderBatch, NeighborLoader
 from zerognn_jax._src.sampling.minibatch import (
     SAMPLERS,
@@ -79,7 +100,8 @@ from zerognn_jax._src.training.program import (
 from zerognn_jax._src.training.row_adam import RowAdamState, row_adam_init, row_adam_update
 from zerognn_jax._src.training.scan import ScanEngine
 from zerognn_jax._src.training.step import EpochResult
-from zerognn_jax._src.training.tasks.base import Task, TaskBatch
+from zerognn_jax._src.training.tasks.base import BatchedTask, Task, TaskBatch
+from zerognn_jax._src.training.tasks.graph import GraphTask, graph_outputs
 from zerognn_jax._src.training.tasks.link import LinkTask
 from zerognn_jax._src.training.tasks.losses import (
     sigmoid_cross_entropy,
@@ -115,4 +137,9 @@ __all__ = [
     "ExportedModel", "export_model", "load_dir", "save_dir", "GINEConv",
     "Task", "TaskBatch", "TASKS", "register_task", "step_items", "epoch_items",
     "ITEM_SEEDS", "SeedSource", "take_edge_rows",
+    "GraphCollection", "make_collection", "load_graphs", "load_graphs_file", "save_graphs",
+    "collection_from_jraph", "collection_to_jraph", "collection_from_pyg",
+    "collection_to_pyg", "molhiv_like", "molpcba_like", "read_ogbg", "GRAPH_MODELS",
+    "CategoricalEncoder", "GraphGNN", "Graphs", "OnGraphs", "make_graph_model", "pool",
+    "GraphBatch", "GraphTables", "pack_graphs", "BatchedTask", "GraphTask", "graph_outputs",
 ]

@@ -4,6 +4,8 @@
   zerognn data generate {products-like,proteins-like,papers100m-like,rmat} --out PATH [--scale S]
                         [--seed N] [--feature-dtype {float32,bfloat16}]
 
+molhiv-like and molpcba-like write a graph collection (`--out` ending in .npz, else a
+directory; `zerognn train --task graph --dataset PATH` reads it). For the others
 `--out` is a file ending in .npz, or for papers100m-like also a dataset directory of
 memory-mappable .npy files, streamed there from the device with its features in
 --feature-dtype (the statistics printed are then read from the directory).
@@ -20,6 +22,9 @@ import argparse
 import json
 import sys
 
+from zerognn_jax._src.data.graph_datasets import PRESETS as GRAPH_PRESETS
+from zerognn_jax._src.data.graph_datasets import is_graph_dataset, load_graphs
+from zerognn_jax._src.data.graph_storage import save_graphs
 from zerognn_jax._src.data.loaders import (
     DATASET_NAMES,
     load_dataset,
@@ -29,7 +34,8 @@ from zerognn_jax._src.data.loaders import (
 from zerognn_jax._src.data.storage import load_arrays
 from zerognn_jax._src.data.writes import WriteError
 
-GENERATE_PRESETS = ("products-like", "proteins-like", "papers100m-like", "rmat")
+GENERATE_PRESETS = ("products-like", "proteins-like", "papers100m-like", "rmat",
+                    *GRAPH_PRESETS)
 
 
 def add_data_commands(subparsers) -> argparse.ArgumentParser:
@@ -66,6 +72,9 @@ def _add_size_options(parser: argparse.ArgumentParser) -> None:
 
 def run_info(args: argparse.Namespace) -> int:
     """Handler of `data info`: loads the dataset and prints its statistics."""
+    if is_graph_dataset(args.name):
+        return _guarded(lambda: load_graphs(args.name, args.root, scale=args.scale,
+                                            seed=args.seed))
     return _guarded(lambda: load_dataset(args.name, args.root, scale=args.scale,
                                          seed=args.seed, download=args.download))
 
@@ -76,6 +85,9 @@ def run_generate(args: argparse.Namespace) -> int:
         return _guarded_stats(lambda: _dir_stats(write_papers100m_like(
             args.out, args.scale, args.seed, feature_dtype=args.feature_dtype)))
 
+    if args.preset in GRAPH_PRESETS:  # a graph collection: .npz file or directory
+        return _guarded(lambda: _saved_graphs(args))
+
     def build():
         if not args.out.endswith(".npz"):
             raise ValueError(f"--out must end in .npz, got {args.out!r}")
@@ -84,6 +96,12 @@ def run_generate(args: argparse.Namespace) -> int:
         return dataset
 
     return _guarded(build)
+
+
+def _saved_graphs(args: argparse.Namespace):
+    collection = load_graphs(args.preset, scale=args.scale, seed=args.seed)
+    save_graphs(collection, args.out)
+    return collection
 
 
 def _dir_stats(path) -> dict:

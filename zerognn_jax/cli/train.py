@@ -9,7 +9,8 @@ from zerognn_jax.cli.flags import add_config_flags, config_from_args
 
 HELP = {
     "dataset": "tiny (embedded synthetic), products-like, rmat, cora, citeseer, pubmed, "
-               "ogbn-arxiv, ogbn-products, ogbn-papers100M, or a .npz file",
+               "ogbn-arxiv, ogbn-products, ogbn-papers100M, or a .npz file; graph task: "
+               "molhiv-like, molpcba-like, ogbg-molhiv, ogbg-molpcba, a graphs .npz",
     "root": "folder holding dataset files (OGB layout, Planetoid files, generator cache)",
     "scale": "size factor for synthetic presets (products-like at 1.0 is full size)",
     "model": "the built-in model",
@@ -62,13 +63,19 @@ HELP = {
     "shard_features": "split the feature table by rows across the devices (for tables "
                       "that do not fit one device; each step fetches rows from their owners)",
     "best_metric": "keep the checkpoint of the epoch with the best value of this evaluated "
-                   "metric (val_acc, val_f1, val_mse, ...; lower is better for *_mse and "
-                   "*_loss) in <checkpoint-dir>/best; needs --checkpoint-dir",
+                   "metric (val_acc, val_f1, val_mse, val_rocauc, ...; lower is better for "
+                   "*_mse, *_mae and *_loss) in <checkpoint-dir>/best; needs --checkpoint-dir",
     "tensorboard_dir": "write each epoch's scalars here as TensorBoard events (needs the "
                        "tensorboard extra: pip install 'zerognn-jax[tensorboard]')",
     "task": "node (classification) or link (link prediction: a random 85/5/10 edge split "
             "of the dataset, or OGB's split for ogbl-collab and ogbl-citation2 under --root; "
-            "--batch-size counts positive edges, --hidden is the embedding width)",
+            "--batch-size counts positive edges, --hidden is the embedding width) or graph "
+            "(one prediction per graph: molhiv-like, molpcba-like, ogbg-molhiv, "
+            "ogbg-molpcba or a saved graph collection; --batch-size counts graphs; "
+            "--model gin, gine, gcn, or with -virtual; --fanouts does not apply)",
+    "readout": "graph task: how a graph's nodes are pooled: sum, mean, max or attention",
+    "balance_window": "graph task: deal each window of this many steps' graphs by size "
+                      "(fewer padded slots; 0 = plain shuffled batches)",
     "decoder": "link task: score of a pair from its two embeddings, dot (product) or mlp "
                "(an MLP over their elementwise product)",
     "negatives": "link task: negatives drawn per positive edge each step",

@@ -19,7 +19,7 @@ class EarlyStopping:
     """Stops when `metric` has not improved by more than `min_delta` for `patience`
     evaluated epochs (records without the metric are skipped).
 
-    `mode` is "max" or "min"; None picks "min" for `*_mse` and `*_loss`, else "max".
+    `mode` is "max" or "min"; None picks "min" for `*_mse`, `*_mae` and `*_loss`, else "max".
     """
 
     def __init__(self, metric: str = "val_acc", patience: int = 10, *,
@@ -27,7 +27,7 @@ class EarlyStopping:
         if patience < 1:
             raise ValueError(f"patience must be >= 1, got {patience}")
         self.metric, self.patience, self.min_delta = metric, patience, min_delta
-        self.mode = mode or ("min" if metric.endswith(("_mse", "_loss")) else "max")
+        self.mode = mode or ("min" if metric.endswith(("_mse", "_mae", "_loss")) else "max")
         if self.mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
         self.best, self.best_epoch, self.waited = None, None, 0

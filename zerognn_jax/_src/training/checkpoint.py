@@ -95,8 +95,8 @@ def check_epochs(epochs: int, resumable: list[int], directory: str) -> None:
 
 
 def best_mode(metric: str) -> str:
-    """"min" for an error or a loss (`*_mse`, `*_loss`), else "max"."""
-    return "min" if metric.endswith(("_mse", "_loss")) else "max"
+    """"min" for an error or a loss (`*_mse`, `*_mae`, `*_loss`), else "max"."""
+    return "min" if metric.endswith(("_mse", "_mae", "_loss")) else "max"
 
 
 def state_spec(state) -> dict:

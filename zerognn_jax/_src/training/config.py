@@ -7,6 +7,7 @@ import math
 
 import jax
 
+from zerognn_jax._src.nn.graph_models import GRAPH_MODELS, READOUTS
 from zerognn_jax._src.nn.link_heads import DECODERS
 from zerognn_jax._src.nn.models import MODELS, NORMS
 from zerognn_jax._src.ops.registry import OPS, Kernels
@@ -15,6 +16,7 @@ from zerognn_jax._src.sampling.minibatch import SAMPLERS
 from zerognn_jax._src.sampling.negatives import NEGATIVE_MODES
 from zerognn_jax._src.training.config_types import check_types
 from zerognn_jax._src.training.engines import ENGINES
+from zerognn_jax._src.training.tasks.base import BatchedTask
 from zerognn_jax._src.training.tasks.link import LINK_METRICS
 from zerognn_jax._src.training.tasks.registry import TASKS
 
@@ -22,7 +24,8 @@ DTYPES = ("float32", "bfloat16")
 # The closed sets among the options (the CLI offers them as choices); tasks are the
 # registry's (its names, read when a config is built).
 CHOICES = {
-    "model": MODELS, "norm": NORMS, "dtype": DTYPES, "engine": ENGINES,
+    "model": tuple(dict.fromkeys((*MODELS, *GRAPH_MODELS))), "readout": READOUTS,
+    "norm": NORMS, "dtype": DTYPES, "engine": ENGINES,
     "envelope": ("calibrate", "conservative"), "eval_mode": ("full", "sampled", "none"),
     "sampler": SAMPLERS, "task": TASKS, "decoder": DECODERS,
     "negative_mode": NEGATIVE_MODES, "link_metric": LINK_METRICS,
@@ -35,9 +38,9 @@ GROUPS = {
     "task": ("task", "decoder", "negatives", "negative_mode", "link_metric"),
     "data": ("dataset", "root", "scale", "normalize_features"),
     "model": ("model", "hidden", "layers", "dropout", "input_dropout", "norm", "heads",
-              "dtype", "edge_features", "embedding_dim"),
+              "dtype", "edge_features", "embedding_dim", "readout"),
     "sampler": ("fanouts", "batch_size", "sampler", "replace", "dedup", "flat_outer",
-                "envelope", "margin", "multiple"),
+                "envelope", "margin", "multiple", "balance_window"),
     "optimizer": ("lr", "weight_decay"),
     "engine": ("engine", "kernels", "chunk_steps", "sample_ahead", "devices",
                "shard_features"),
@@ -56,7 +59,10 @@ class TrainConfig:
     (classification, regression) or "link" (link prediction, docs/link_prediction.md:
     `batch_size` then counts positive edges per step; the model is the encoder, its
     output width `hidden`; `decoder`, `negatives` per positive, `negative_mode` and
-    `link_metric` apply to it only).
+    `link_metric` apply to it only) or "graph" (one prediction per graph of a graph
+    collection, docs/graph_tasks.md: `batch_size` counts graphs per step; `model` is
+    gin, gine, gcn or one of them with "-virtual"; `readout` pools the nodes; fanouts
+    do not apply; `balance_window` > 1 deals each window of that many steps by size).
 
     Data. `dataset` is a name or path (`load_dataset`); `normalize_features=None`
     row-normalises Planetoid features where the task asks for it (node tasks) and
@@ -124,6 +130,7 @@ class TrainConfig:
     dtype: str = "float32"
     edge_features: bool = False
     embedding_dim: int = 0
+    readout: str = "mean"
     # sampler and envelope
     fanouts: tuple[int, ...] = (15, 10, 5)
     batch_size: int = 1024
@@ -134,6 +141,7 @@ class TrainConfig:
     envelope: str = "calibrate"
     margin: float = 1.1
     multiple: int = 1024
+    balance_window: int = 0
     # optimizer
     lr: float = 3e-3
     weight_decay: float = 0.0
@@ -167,12 +175,13 @@ class TrainConfig:
             if value not in options:
                 raise ValueError(f"{name} must be one of {', '.join(options)}, got {value!r}")
         finite = lambda x: math.isfinite(x)
+        batched = issubclass(TASKS[self.task], BatchedTask)  # graph batches: no fanouts
         for hop, fanout in enumerate(self.fanouts):
             if fanout <= 0 and fanout != -1:
                 raise ValueError(f"fanout of hop {hop} must be positive or -1 (all), got {fanout}")
         checks = [
             (self.layers >= 1, f"layers must be >= 1, got {self.layers}"),
-            (len(self.fanouts) == self.layers,
+            (batched or len(self.fanouts) == self.layers,
              f"need one fanout per layer: {self.layers} layers but fanouts {self.fanouts}"),
             (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
             (self.epochs >= 0, f"epochs must be >= 0, got {self.epochs}"),
@@ -187,8 +196,11 @@ class TrainConfig:
             (self.heads >= 1, f"heads must be >= 1, got {self.heads}"),
             (self.embedding_dim >= 0,
              f"embedding_dim must be >= 0 (0: no embeddings), got {self.embedding_dim}"),
-            (self.model != "gine" or self.edge_features,
+            (batched or self.model != "gine" or self.edge_features,
              "model 'gine' reads edge features: add --edge-features"),
+            (not batched or not (self.edge_features or self.embedding_dim),
+             f"the {self.task} task reads its graphs' own edge features and takes no node "
+             f"embedding: drop edge_features and embedding_dim"),
             (self.model != "gat" or self.layers == 1 or self.heads < 1
              or self.hidden % self.heads == 0,
              f"GAT splits hidden over its heads: hidden {self.hidden} is not a multiple of "
@@ -208,6 +220,11 @@ class TrainConfig:
             (self.best_metric is None or self.eval_mode != "none",
              f"best_metric {self.best_metric!r} needs evaluation: eval_mode is 'none'"),
             (self.sample_ahead >= 1, f"sample_ahead must be >= 1, got {self.sample_ahead}"),
+            (self.balance_window >= 0,
+             f"balance_window must be >= 0, got {self.balance_window}"),
+            (not batched or (self.engine == "scan" and self.devices == 1),
+             f"the {self.task} task runs on the scan engine on one device; got engine "
+             f"{self.engine!r}, devices={self.devices}"),
             (self.engine == "scan" or not (self.flat_outer or self.dedup is False),
              f"the host-mediated engine {self.engine!r} cuts deduplicated levels to their "
              f"counts: drop flat_outer and keep dedup"),

@@ -25,7 +25,7 @@ from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.layout import Layout
 from zerognn_jax._src.training.parallel import DataParallel
-from zerognn_jax._src.training.tasks.base import Task, TaskBatch
+from zerognn_jax._src.training.tasks.base import BatchedTask, Task, TaskBatch
 from zerognn_jax._src.training.tasks.node import NodeTask
 
 
@@ -216,9 +216,13 @@ def sample_batch(program: StepProgram, data: DeviceData, perm, batch_index, epoc
     """Batch `batch_index` of the epoch's shuffled items `perm`: its level 0 and sampled
     minibatch (`steps.sample_step`, the task as the seed source), and the task's batch.
 
-    `active` (bool, optional) masks every item of a padding step.
+    `active` (bool, optional) masks every item of a padding step. A `BatchedTask`
+    (graph batches) builds the whole sample itself.
     """
     task = program.task
+    if isinstance(task, BatchedTask):
+        return TaskSample(*task.sample_batch(program, data, perm, batch_index, epoch,
+                                             envelope, active))
     step = sample_step(data.graph, perm, batch_index, seed=program.seed, epoch=epoch,
                        batch_size=program.batch_size, config=program.sampler,
                        envelope=envelope, kernels=program.kernels, source=task,

@@ -44,6 +44,7 @@ from zerognn_jax._src.training.records import (
     check_tensorboard,
     strict,
 )
+from zerognn_jax._src.training.tasks.base import BatchedTask
 from zerognn_jax._src.training.tasks.registry import task_class
 from zerognn_jax._src.training.user import check_optimizer, start_from, user_identity
 
@@ -81,10 +82,17 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     (`Task.build`: link prediction's graph is the split's message-passing graph), says
     which targets go to the device and wraps the model in its head. `model`,
     `optimizer`, `loss` replace the built-in ones (`train`); an NNX model is wrapped
-    into Linen (nn/bridge.py).
+    into Linen (nn/bridge.py). A `BatchedTask` (graph batches) prepares its own device
+    data and program.
     """
     kernels = Kernels.parse(cfg.kernels)
     task, dataset = task_class(cfg.task).build(cfg, dataset, loss=loss, kernels=kernels)
+    if isinstance(task, BatchedTask):
+        if optimizer is not None:
+            check_optimizer(optimizer)
+        data, program = task.prepare_run(cfg, dataset, model=model and as_linen(model),
+                                         tx=optimizer or make_optimizer(cfg), kernels=kernels)
+        return dataset, data, program
     feats = dataset.features
     norm = cfg.normalize_features
     # By default Planetoid features are row-normalised where the task asks for it (node
@@ -275,18 +283,25 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         resumable = ckpt.find_resumable(ident)  # a checkpoint of another run fails here
         check_epochs(cfg.epochs, resumable, cfg.checkpoint_dir)
     t0 = time.perf_counter()
-    env, cal = choose_envelope(data.graph, program.task.train_items(dataset), cfg.batch_size,
-                               program.sampler, method=cfg.envelope, seed=cfg.seed,
-                               policy=cfg.envelope_policy, kernels=program.kernels,
-                               source=program.task)
+    batched = isinstance(program.task, BatchedTask)
+    if batched:
+        env, cal = program.task.choose_envelope(program, data, dataset, cfg)
+    else:
+        env, cal = choose_envelope(data.graph, program.task.train_items(dataset),
+                                   cfg.batch_size, program.sampler, method=cfg.envelope,
+                                   seed=cfg.seed, policy=cfg.envelope_policy,
+                                   kernels=program.kernels, source=program.task)
     calibrate_seconds = time.perf_counter() - t0
     interrupts.check("calibration")
-    dims = level_dims(cfg, dataset, program.task, program.model)
-    shards = program.num_shards if cfg.shard_features else 1
-    memory.check_fits(env, program.sampler.slots, dims, memory.device_memory_limit(),
-                      resident=memory.resident_bytes(data.graph, dataset.features.shape[1],
-                                                     cfg.dtype, dims, feature_shards=shards,
-                                                     embedding_dim=cfg.embedding_dim))
+    if not batched:  # the memory model is the sampled levels'
+        dims = level_dims(cfg, dataset, program.task, program.model)
+        shards = program.num_shards if cfg.shard_features else 1
+        memory.check_fits(env, program.sampler.slots, dims, memory.device_memory_limit(),
+                          resident=memory.resident_bytes(data.graph,
+                                                         dataset.features.shape[1],
+                                                         cfg.dtype, dims,
+                                                         feature_shards=shards,
+                                                         embedding_dim=cfg.embedding_dim))
     state = init_state(program, data, env, program.task.train_items(dataset))
     if user.variables is not None:
         state = start_from(program, state, user.variables)
@@ -404,7 +419,8 @@ def _notes(cfg, program, user: _UserParts, best, stopped, history) -> dict:
                                                         "by": stopped}}
     if user.identity:
         notes["custom"] = user.identity
-    if cfg.eval_mode == "full" and not supports_layerwise(program.model):
+    if (cfg.eval_mode == "full" and not supports_layerwise(program.model)
+            and not isinstance(program.task, BatchedTask)):
         notes["eval_mode"] = "sampled"
         notes["eval_note"] = ("the model has no layer() and num_layers, which exact "
                               "layer-wise evaluation needs: evaluated on sampled "
@@ -441,9 +457,12 @@ def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_s
                "peak_bytes_in_use": memory.device_peak_bytes(),
                "jax_version": jax.__version__, **final, **notes,
                "config": dataclasses.asdict(cfg)}
-    if cal is not None:
+    if cal is not None and isinstance(program.task, BatchedTask):
+        report = program.task.memory_report(program, env, cal)
+    elif cal is not None:
         report = memory.memory_report(env, cal.max_counts, program.sampler.slots,
                                       level_dims(cfg, dataset, program.task, program.model))
+    if cal is not None:
         summary["envelope_over_ideal"] = report["ratio"]
         summary["calibration_max_counts"] = list(cal.max_counts)
     return strict(summary)

@@ -32,9 +32,10 @@ def user_identity(model, optimizer, task: NodeTask | None, dataset) -> dict:
         extra["model"] = model_name(model)
     if optimizer is not None:
         extra["optimizer"] = "custom"
-    default = LOSSES[DEFAULT_LOSS[getattr(dataset, "target_kind", "classes")]]
-    if task is not None and getattr(task, "loss", default) is not default:
-        extra["loss"] = fn_name(task.loss)
+    if task is not None:  # a kind of target without a node loss (graph tasks): any loss
+        default = LOSSES.get(DEFAULT_LOSS.get(getattr(dataset, "target_kind", "classes")))
+        if getattr(task, "loss", default) is not default:
+            extra["loss"] = fn_name(task.loss)
     return extra
 
 

@@ -12,7 +12,7 @@ task class, and nothing else looks at the task's name.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import flax.linen as nn
 import jax
@@ -48,12 +48,15 @@ class Predictor(Protocol):
     """A trained model's outputs for evaluation (evaluate.py builds it).
 
     `mode` is "full" (exact layer-wise when the model supports it) or "sampled";
-    `program` and `variables` are the model's, for tasks that decode outputs further.
+    `program` and `variables` are the model's, for tasks that decode outputs further;
+    `data` and `batch_size` serve tasks that run the model themselves (graph batches).
     """
 
     mode: str
     program: Any
     variables: dict
+    data: Any  # the run's DeviceData
+    batch_size: int  # items per evaluation step
 
     def outputs(self, nodes) -> jax.Array:
         """float[len(nodes), ...]: the model's output rows of the node ids `nodes`."""
@@ -137,4 +140,39 @@ class Task(Protocol):
 
     def evaluate(self, predictor: Predictor, dataset: Dataset) -> dict:
         """{"<split>_<metric>": float} of the trained model (`metric_names`)."""
+        ...
+
+
+@runtime_checkable
+class BatchedTask(Protocol):
+    """A task whose steps are batches it builds itself rather than sampled
+    neighbourhoods (graph-level tasks pack whole graphs); it implements `Task` as well.
+
+    Where an engine would sample a step (`program.sample_batch`), calibrate the sampler's
+    envelope or size its memory (`trainer`), it asks such a task instead; everything
+    else (the step body, the scan, overflow recovery, checkpoints, callbacks) is shared.
+    Its sample reads like a minibatch of one level: `nodes[-1]` and `valid[-1]` name
+    the rows whose features the step gathers, `blocks` is empty, and `counts`,
+    `overflow` and `num_edges()` feed the step's metrics and the envelope's growth.
+    """
+
+    def prepare_run(self, cfg, dataset, *, model, tx, kernels) -> tuple[Any, Any]:
+        """(DeviceData, StepProgram) of the run `cfg` on `dataset`: `model` is the
+        user's Linen model or None for the built-in `cfg.model`; `tx` the optimizer."""
+        ...
+
+    def sample_batch(self, program, data, perm, batch_index, epoch, envelope,
+                     active=None) -> tuple[TaskBatch, Any, jax.Array]:
+        """(task batch, sample, dropout key) of batch `batch_index` of the epoch's
+        shuffled items `perm` at `envelope` (`program.sample_batch`'s contract)."""
+        ...
+
+    def choose_envelope(self, program, data, dataset, cfg) -> tuple[Any, Any]:
+        """(the run's starting Envelope, its Calibration or None)."""
+        ...
+
+    def memory_report(self, program, envelope, calibration) -> dict:
+        """Envelope bytes against ideal bytes at the counts calibration saw
+        (`training.memory.memory_report`'s keys: "envelope_bytes", "ideal_bytes",
+        "ratio")."""
         ...

@@ -5,10 +5,11 @@ with no edit of the library (tests/test_task_protocol.py trains one)."""
 from __future__ import annotations
 
 from zerognn_jax._src.training.tasks.base import Task
+from zerognn_jax._src.training.tasks.graph import GraphTask
 from zerognn_jax._src.training.tasks.link import LinkTask
 from zerognn_jax._src.training.tasks.node import NodeTask
 
-TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (NodeTask, LinkTask)}
+TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (NodeTask, LinkTask, GraphTask)}
 
 
 def task_class(name: str) -> type[Task]:

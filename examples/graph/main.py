@@ -1,0 +1,58 @@
+"""Graph-level prediction over many small graphs: GIN (or GINE, GCN, with a virtual
+node) on molhiv-like, one prediction per molecule, the whole epoch on the device.
+
+    python examples/graph/main.py                            # molhiv-like, GINE-virtual
+    python examples/graph/main.py --scale 0.03 --epochs 6 --positive-rate 0.3   # tiny
+
+Prints the test ROC-AUC next to a node-count baseline's (a molecule's size alone
+ranking the test graphs), and returns the training result.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+import zerognn_jax as zg
+from zerognn_jax._src.training.tasks.link_metrics import roc_auc
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--scale", type=float, default=1.0, help="molhiv-like size factor")
+    p.add_argument("--positive-rate", type=float, default=0.035,
+                   help="share of positive molecules (molhiv: 0.035)")
+    p.add_argument("--model", default="gine-virtual", choices=zg.GRAPH_MODELS)
+    p.add_argument("--hidden", type=int, default=32)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--lr", type=float, default=3e-3)
+    return p.parse_args(argv)
+
+
+def node_count_auc(data: zg.GraphCollection) -> float:
+    """ROC-AUC of ranking the test graphs by their node count (either direction)."""
+    t, n = data.targets[data.test_idx, 0], data.n_node[data.test_idx].astype(float)
+    auc = roc_auc(n[t == 1], n[t == 0])
+    return max(auc, 1.0 - auc)
+
+
+def main(argv=None) -> zg.TrainResult:
+    args = parse(argv)
+    data = zg.molhiv_like(args.scale, positive_rate=args.positive_rate)
+    cfg = zg.TrainConfig(task="graph", dataset=data.name, model=args.model,
+                         hidden=args.hidden, layers=args.layers, batch_size=args.batch_size,
+                         epochs=args.epochs, lr=args.lr, dropout=0.0, sample_ahead=1,
+                         eval_batch_size=512, progress=False)
+    result = zg.train(cfg, data)
+    result.summary["node_count_auc"] = node_count_auc(data)
+    print(f"test ROC-AUC {result.summary['test_rocauc']:.3f}, node-count baseline "
+          f"{result.summary['node_count_auc']:.3f}, envelope {result.summary['envelope']}")
+    return result
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=3)
+    main()

@@ -1,0 +1,172 @@
+"""Graph collections: validation (one error per problem), storage, jraph and PyG round
+trips, OGB's graph-property layout on a tiny folder, the synthetic presets."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import re
+
+import numpy as np
+import pytest
+
+import zerognn_jax as zg
+
+
+def tiny(target_kind="binary"):
+    """Three graphs: a triangle, an edge, a lone node; 2 binary tasks (one missing)."""
+    targets = {"binary": [[1, np.nan], [0, 1], [1, 0]], "classes": [2, 0, 1],
+               "regression": [[0.5], [1.5], [-2.0]]}[target_kind]
+    return zg.make_collection(
+        "tiny", [3, 2, 1], [6, 2, 0], [0, 1, 1, 2, 2, 0, 0, 1], [1, 0, 2, 1, 0, 2, 1, 0],
+        np.arange(12, dtype=np.float32).reshape(6, 2), targets, target_kind,
+        edge_features=np.ones((8, 3), np.float32), splits=([0, 1], [2], []),
+        num_classes=3 if target_kind == "classes" else 0)
+
+
+def same(a, b) -> bool:
+    keys = ("node_offsets", "edge_offsets", "senders", "receivers", "node_features",
+            "edge_features", "targets", "train_idx", "val_idx", "test_idx")
+    return all(np.array_equal(getattr(a, k), getattr(b, k), equal_nan=True) for k in keys)
+
+
+def test_accessors_and_stats():
+    c = tiny()
+    assert (c.num_graphs, c.num_nodes, c.num_edges, c.output_dim) == (3, 6, 8, 2)
+    np.testing.assert_array_equal(c.graph(1)["senders"], [0, 1])
+    assert c.stats()["positive_rate"] == pytest.approx(3 / 5)
+
+
+BAD = [
+    ("node_offsets", np.array([1, 3, 5, 6]), "node_offsets must start at 0, got 1"),
+    ("node_offsets", np.array([0, 3, 2, 6]), "node_offsets must not decrease"),
+    ("node_offsets", np.array([0, 3, 5, 7]), "ends at 7 but node_features has 6 rows"),
+    ("edge_offsets", np.array([0, 6, 8]), "edge_offsets has 3 entries"),
+    ("senders", np.array([0, 1, 1, 2, 2, 3, 0, 1]), "senders[5] = 3 is not a node of graph 0"),
+    ("receivers", np.array([1, 0, 2, 1, 0, 2, 1, 2]),
+     "receivers[7] = 2 is not a node of graph 1"),
+    ("edge_features", np.ones((7, 3), np.float32), "edge_features must be [E, d]"),
+    ("targets", np.zeros((2, 2), np.float32), "targets have 2 rows but there are 3 graphs"),
+    ("targets", np.array([[0, 2], [0, 1], [1, 0]], np.float32), "binary target [0, 1] is 2.0"),
+    ("targets", np.array([[0, np.inf], [0, 1], [1, 0]], np.float32), "infinite value"),
+    ("target_kind", "ranks", "target_kind must be one of"),
+    ("train_idx", np.array([0, 3], np.int32), "train_idx holds graph 3, outside [0, 3)"),
+    ("val_idx", np.array([1, 1], np.int32), "val_idx lists a graph twice"),
+    ("node_features", np.zeros((6, 2), np.int32), "need their vocabulary sizes"),
+]
+
+
+@pytest.mark.parametrize("field,value,message", BAD, ids=[f"{b[0]}-{i}" for i, b in
+                                                          enumerate(BAD)])
+def test_validation_names_the_problem(field, value, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        dataclasses.replace(tiny(), **{field: value})
+
+
+def test_validation_of_classes_and_vocab():
+    with pytest.raises(ValueError, match=r"class target of graph 0 is 3, outside \[0, 3\)"):
+        dataclasses.replace(tiny("classes"), targets=np.array([3, 0, 1], np.int32))
+    ids = np.array([[0, 1]] * 5 + [[0, 4]], np.int32)
+    with pytest.raises(ValueError, match=r"node features column 1 holds 4, outside \[0, 4\)"):
+        dataclasses.replace(tiny(), node_features=ids, node_vocab=(2, 4))
+
+
+@pytest.mark.parametrize("suffix", [".npz", "_dir"])
+def test_storage_round_trip(tmp_path, suffix):
+    for kind in ("binary", "classes", "regression"):
+        c = tiny(kind)
+        path = zg.save_graphs(c, tmp_path / f"{kind}{suffix}")
+        back = zg.load_graphs(str(path))
+        assert same(c, back) and back.target_kind == kind
+
+
+def test_storage_refuses_other_files(tmp_path):
+    (tmp_path / "x.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="not a readable graph collection"):
+        zg.load_graphs_file(tmp_path / "x.npz")
+    with pytest.raises(ValueError, match="unknown graph dataset 'nothing'"):
+        zg.load_graphs("nothing")
+
+
+def test_jraph_round_trip():
+    pytest.importorskip("jraph")
+    c = tiny()
+    gt = zg.collection_to_jraph(c)
+    np.testing.assert_array_equal(gt.senders, [0, 1, 1, 2, 2, 0, 3, 4])
+    back = zg.collection_from_jraph(gt, name="tiny", splits=(c.train_idx, c.val_idx,
+                                                              c.test_idx))
+    assert same(c, back)
+
+
+def test_pyg_round_trip():
+    pytest.importorskip("torch")
+    pytest.importorskip("torch_geometric")
+    from torch_geometric.data import Batch
+
+    c = tiny()
+    data = zg.collection_to_pyg(c)
+    assert len(data) == 3 and data[0].edge_index.shape == (2, 6)
+    splits = (c.train_idx, c.val_idx, c.test_idx)
+    assert same(c, zg.collection_from_pyg(data, name="tiny", splits=splits))
+    assert same(c, zg.collection_from_pyg(Batch.from_data_list(data), splits=splits))
+
+
+def _write_csv(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        f.write("".join(",".join(str(v) for v in row) + "\n" for row in rows))
+
+
+def test_ogbg_layout_on_a_tiny_folder(tmp_path):
+    raw, split = tmp_path / "ogbg_molpcba" / "raw", tmp_path / "ogbg_molpcba" / "split"
+    _write_csv(raw / "num-node-list.csv.gz", [[3], [2]])
+    _write_csv(raw / "num-edge-list.csv.gz", [[2], [1]])
+    _write_csv(raw / "edge.csv.gz", [[0, 1], [1, 2], [0, 1]])
+    _write_csv(raw / "node-feat.csv.gz", [[5, 0, 1, 5, 3, 0, 2, 0, 0]] * 5)
+    _write_csv(raw / "edge-feat.csv.gz", [[0, 0, 0], [1, 0, 1], [3, 0, 1]])
+    label_row = lambda first: [first] + [""] * 126 + [1]
+    _write_csv(raw / "graph-label.csv.gz", [label_row(0), label_row("")])
+    for part, ids in (("train", [0]), ("valid", [1]), ("test", [])):
+        _write_csv(split / "scaffold" / f"{part}.csv.gz", [[i] for i in ids])
+    c = zg.load_graphs("ogbg-molpcba", str(tmp_path))
+    assert (c.num_graphs, c.num_nodes, c.num_edges) == (2, 5, 6)
+    np.testing.assert_array_equal(c.senders, [0, 1, 1, 2, 0, 1])
+    np.testing.assert_array_equal(c.receivers, [1, 0, 2, 1, 1, 0])
+    np.testing.assert_array_equal(c.edge_features[:, 0], [0, 0, 1, 1, 3, 3])
+    assert np.isnan(c.targets[1, 0]) and c.targets[0, 0] == 0 and c.targets[1, 127] == 1
+    assert c.node_vocab == (119, 5, 12, 12, 10, 6, 6, 2, 2) and c.edge_vocab == (5, 6, 2)
+    np.testing.assert_array_equal(c.val_idx, [1])
+    assert (tmp_path / "ogbg_molpcba" / "processed" / "zerognn-graphs.npz").is_file()
+    assert same(c, zg.load_graphs("ogbg-molpcba", str(tmp_path)))  # from the cache
+    _write_csv(raw / "num-edge-list.csv.gz", [[2], [2]])
+    (tmp_path / "ogbg_molpcba" / "processed" / "zerognn-graphs.npz").unlink()
+    with pytest.raises(ValueError, match="edge.csv.gz has 3 rows, the count lists say 4"):
+        zg.read_ogbg("ogbg-molpcba", tmp_path)
+
+
+def test_molhiv_like_shape():
+    c = zg.molhiv_like(0.05, seed=1)
+    stats = c.stats()
+    assert stats["graphs"] == round(41_127 * 0.05)
+    assert 23 < stats["mean_nodes"] < 28 and 25 < c.num_edges / 2 / c.num_graphs < 30
+    assert 0.025 < stats["positive_rate"] < 0.045
+    assert c.node_features.shape[1] == 9 and c.edge_features.shape[1] == 3
+    again = zg.molhiv_like(0.05, seed=1)
+    assert same(c, again)
+
+
+def test_molpcba_like_has_missing_labels():
+    c = zg.molpcba_like(0.002)
+    assert c.targets.shape == (876, 128)
+    missing = np.isnan(c.targets).mean()
+    assert 0.3 < missing < 0.7
+
+
+def test_cli_generates_and_reads_a_graph_preset(tmp_path, capsys):
+    from zerognn_jax.cli import main
+
+    out = tmp_path / "mh.npz"
+    assert main(["data", "generate", "molhiv-like", "--scale", "0.002", "--out", str(out)]) == 0
+    assert main(["data", "info", str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and '"graphs": 82' in lines[1]

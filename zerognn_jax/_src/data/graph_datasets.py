@@ -1,0 +1,60 @@
+"""Graph collections by name: the synthetic presets, OGB's graph-property folders and
+files written by `save_graphs`; the one entry point of graph-level tasks and the CLI."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from zerognn_jax._src.data.graph_storage import is_graphs_path, load_graphs_file, save_graphs
+from zerognn_jax._src.data.graphs import GraphCollection
+from zerognn_jax._src.data.molecules import molhiv_like, molpcba_like
+from zerognn_jax._src.data.ogbg import GRAPH_SPECS, load_ogbg
+
+PRESETS = {"molhiv-like": molhiv_like, "molpcba-like": molpcba_like}
+GRAPH_DATASET_NAMES = (*PRESETS, *GRAPH_SPECS, "<graphs>.npz", "<graphs directory>")
+
+
+def is_graph_dataset(name: str) -> bool:
+    """Whether `load_graphs` reads `name` (a preset, an OGB graph dataset, or a file or
+    directory written by `save_graphs`)."""
+    return name.lower() in PRESETS or name.lower() in GRAPH_SPECS or is_graphs_path(name)
+
+
+def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: float = 1.0,
+                seed: int = 0) -> GraphCollection:
+    """Loads a graph collection by name.
+
+    Args:
+      name: "molhiv-like", "molpcba-like" (synthetic, graph counts times `scale`;
+        cached as `<root>/<name>-<scale>-<seed>.npz` when `root` is given);
+        "ogbg-molhiv", "ogbg-molpcba" (OGB's folder under `root`, required); or a
+        `.npz` file or directory written by `save_graphs`.
+      scale, seed: of the synthetic presets (scale must be 1 for the others).
+
+    Raises:
+      ValueError: an unknown name or a bad option, naming the choices.
+      FileNotFoundError: data files are missing.
+    """
+    key = name.lower()
+    if key in PRESETS:
+        if root is None:
+            return PRESETS[key](scale, seed)
+        path = Path(root) / f"{key}-{scale:g}-{seed}.npz"
+        if path.is_file():
+            return load_graphs_file(path)
+        collection = PRESETS[key](scale, seed)
+        save_graphs(collection, path)
+        return collection
+    if scale != 1.0:
+        raise ValueError(f"scale applies to the synthetic presets ({', '.join(PRESETS)}), "
+                         f"got scale={scale} for {name!r}")
+    if key in GRAPH_SPECS:
+        if root is None:
+            raise ValueError(f"{key} needs root=, the folder that holds "
+                             f"{GRAPH_SPECS[key].folder}/")
+        return load_ogbg(key, root)
+    if is_graphs_path(name):
+        return load_graphs_file(name)
+    raise ValueError(f"unknown graph dataset {name!r}; valid names: "
+                     f"{', '.join(GRAPH_DATASET_NAMES)}")

@@ -1,0 +1,100 @@
+"""Conversion of a `GraphCollection` from and to jraph's `GraphsTuple` and PyTorch
+Geometric's `Data` / `Batch`: interop only; jraph and torch are imported when called.
+
+A `GraphsTuple` is the collection as one disjoint union (senders and receivers index
+the concatenated nodes); its `globals` carry the targets. PyG's graphs keep local
+`edge_index` [2, E] (row 0 the sources) per `Data`, targets in `y`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zerognn_jax._src.data.graphs import GraphCollection, make_collection
+
+
+def _shift(c: GraphCollection) -> np.ndarray:
+    """int64[E]: each edge's graph's first node row."""
+    return np.repeat(c.node_offsets[:-1], c.n_edge)
+
+
+def collection_to_jraph(collection: GraphCollection):
+    """The collection as one `jraph.GraphsTuple` (NumPy arrays): nodes, edges (None
+    without edge features), global senders/receivers, n_node, n_edge, and the targets
+    as `globals` (one row per graph)."""
+    import jraph
+
+    c = collection
+    shift = _shift(c)
+    return jraph.GraphsTuple(
+        nodes=c.node_features, edges=c.edge_features,
+        senders=(c.senders + shift).astype(np.int32),
+        receivers=(c.receivers + shift).astype(np.int32),
+        n_node=c.n_node.astype(np.int32), n_edge=c.n_edge.astype(np.int32),
+        globals=c.targets)
+
+
+def collection_from_jraph(graphs, *, name: str = "jraph", target_kind: str = "binary", targets=None,
+               splits=None, num_classes: int = 0, node_vocab=(), edge_vocab=()
+               ) -> GraphCollection:
+    """A collection from a `jraph.GraphsTuple` of several graphs (senders and receivers
+    global, as `jraph.batch` leaves them). Targets are `targets` if given, else the
+    tuple's `globals`. Raises ValueError if an edge leaves its graph."""
+    n_node = np.asarray(graphs.n_node, np.int64)
+    n_edge = np.asarray(graphs.n_edge, np.int64)
+    shift = np.repeat(np.concatenate([[0], np.cumsum(n_node)[:-1]]), n_edge)
+    if targets is None:
+        if graphs.globals is None:
+            raise ValueError("the GraphsTuple has no globals: pass targets=")
+        targets = np.asarray(graphs.globals)
+    edges = None if graphs.edges is None else np.asarray(graphs.edges)
+    return make_collection(name, n_node, n_edge, np.asarray(graphs.senders) - shift,
+                           np.asarray(graphs.receivers) - shift, np.asarray(graphs.nodes),
+                           targets, target_kind, edge_features=edges, splits=splits,
+                           num_classes=num_classes, node_vocab=node_vocab,
+                           edge_vocab=edge_vocab)
+
+
+def collection_to_pyg(collection: GraphCollection) -> list:
+    """One `torch_geometric.data.Data` per graph: x, edge_index (local, [2, E], row 0
+    the senders), edge_attr (if any) and y ([1, T], or [1] class ids)."""
+    import torch
+    from torch_geometric.data import Data
+
+    c, out = collection, []
+    for g in range(c.num_graphs):
+        part = c.graph(g)
+        edge_index = torch.from_numpy(np.stack([part["senders"], part["receivers"]]).astype(
+            np.int64))
+        y = np.asarray(part["target"])
+        y = torch.from_numpy(y[None] if y.ndim else y.reshape(1))
+        extra = {} if part["edges"] is None else {"edge_attr": torch.from_numpy(
+            np.ascontiguousarray(part["edges"]))}
+        out.append(Data(x=torch.from_numpy(np.ascontiguousarray(part["nodes"])),
+                        edge_index=edge_index, y=y, **extra))
+    return out
+
+
+def collection_from_pyg(graphs, *, name: str = "pyg", target_kind: str = "binary", splits=None,
+             num_classes: int = 0, node_vocab=(), edge_vocab=()) -> GraphCollection:
+    """A collection from a PyG `Batch` or a sequence of `Data` (each with x,
+    edge_index, y and optionally edge_attr)."""
+    if hasattr(graphs, "to_data_list"):
+        graphs = graphs.to_data_list()
+    graphs = list(graphs)
+    if not graphs:
+        raise ValueError("from_pyg needs at least one graph")
+    numpy = lambda t: t.detach().cpu().numpy()
+    n_node = [int(d.num_nodes) for d in graphs]
+    n_edge = [int(d.edge_index.shape[1]) for d in graphs]
+    edge_index = np.concatenate([numpy(d.edge_index) for d in graphs], axis=1)
+    x = np.concatenate([numpy(d.x) for d in graphs])
+    has_edges = getattr(graphs[0], "edge_attr", None) is not None
+    edges = np.concatenate([numpy(d.edge_attr) for d in graphs]) if has_edges else None
+    y = np.concatenate([numpy(d.y).reshape(1, -1) for d in graphs])
+    if target_kind == "classes":
+        y = y.reshape(-1)
+    return make_collection(name, n_node, n_edge, edge_index[0], edge_index[1], x, y,
+                           target_kind, edge_features=edges, splits=splits,
+                           num_classes=num_classes, node_vocab=node_vocab,
+                           edge_vocab=edge_vocab)

@@ -1,0 +1,133 @@
+"""Storage of a `GraphCollection`: one `.npz` file, or a directory of `.npy` files.
+
+Both hold the same arrays (NumPy's format, readable with `allow_pickle=False`) and one
+JSON document of the rest:
+
+  meta            {"format": "zerognn-graphs", "version": 1, "name", "target_kind",
+                   "num_classes", "node_vocab", "edge_vocab"} (the .npz: a str[] member;
+                   a directory: meta.json)
+  node_offsets, edge_offsets   int64[G + 1]
+  senders, receivers           int32[E], local to each graph
+  node_features                float32[N, d] or int[N, d]
+  edge_features                [E, d_e], only when the graphs have edge features
+  targets                      float32[G, T] or int32[G]
+  train_idx, val_idx, test_idx int32[*]
+
+A directory is written under a temporary name and renamed into place when complete;
+a file is replaced atomically. Its arrays load memory-mapped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from zerognn_jax._src.data.graphs import GraphCollection
+from zerognn_jax._src.data.writes import atomic_write, writing
+
+FORMAT, VERSION = "zerognn-graphs", 1
+ARRAYS = ("node_offsets", "edge_offsets", "senders", "receivers", "node_features",
+          "targets", "train_idx", "val_idx", "test_idx")
+
+
+def _meta(c: GraphCollection) -> dict:
+    return {"format": FORMAT, "version": VERSION, "name": c.name,
+            "target_kind": c.target_kind, "num_classes": c.num_classes,
+            "node_vocab": list(c.node_vocab), "edge_vocab": list(c.edge_vocab)}
+
+
+def _arrays(c: GraphCollection) -> dict:
+    out = {k: getattr(c, k) for k in ARRAYS}
+    if c.edge_features is not None:
+        out["edge_features"] = c.edge_features
+    return out
+
+
+def save_graphs(collection: GraphCollection, path: str | os.PathLike) -> Path:
+    """Writes `collection` to `path`: a `.npz` file when the name ends in .npz, else a
+    directory. Raises WriteError (an OSError naming the path) when it cannot be written;
+    nothing half-written is left."""
+    path = Path(path)
+    if path.suffix == ".npz":
+        with atomic_write(path, "graph collection file") as f:
+            np.savez(f, meta=np.str_(json.dumps(_meta(collection))), **_arrays(collection))
+        return path
+    with writing("graph collection directory", path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part"))
+        try:
+            for key, values in _arrays(collection).items():
+                np.save(tmp / f"{key}.npy", values)
+            (tmp / "meta.json").write_text(json.dumps(_meta(collection)))
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return path
+
+
+def is_graphs_path(path: str | os.PathLike) -> bool:
+    """Whether `path` is a graph collection written by `save_graphs`."""
+    path = Path(path)
+    if path.is_dir():
+        meta = path / "meta.json"
+        return meta.is_file() and FORMAT in meta.read_text()[:200]
+    if path.is_file() and path.suffix == ".npz":
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                return "meta" in npz.files and "node_offsets" in npz.files
+        except (zipfile.BadZipFile, OSError, ValueError):
+            return False
+    return False
+
+
+def load_graphs_file(path: str | os.PathLike) -> GraphCollection:
+    """Reads a collection written by `save_graphs` (file or directory).
+
+    Raises:
+      FileNotFoundError: nothing at `path`.
+      ValueError: not a readable collection (a key missing, another format or version,
+        arrays that fail validation), naming the path and the problem.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"graph collection {path} does not exist")
+    try:
+        meta, arrays = _read(path)
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as err:
+        raise ValueError(f"{path} is not a readable graph collection: {err}") from err
+    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise ValueError(f"{path} is format {meta.get('format')!r} version "
+                         f"{meta.get('version')!r}; this zerognn reads {FORMAT!r} {VERSION}")
+    try:
+        return GraphCollection(
+            meta["name"], *(arrays[k] for k in ARRAYS[:5]), arrays.get("edge_features"),
+            arrays["targets"], meta["target_kind"], arrays["train_idx"], arrays["val_idx"],
+            arrays["test_idx"], int(meta["num_classes"]), tuple(meta["node_vocab"]),
+            tuple(meta["edge_vocab"]))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path} holds an invalid graph collection: {err}") from err
+
+
+def _read(path: Path) -> tuple[dict, dict]:
+    if path.is_dir():
+        meta = json.loads((path / "meta.json").read_text())
+        keys = [*ARRAYS, "edge_features"]
+        arrays = {k: np.load(path / f"{k}.npy", mmap_mode="r", allow_pickle=False)
+                  for k in keys if (path / f"{k}.npy").is_file()}
+    else:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        meta = json.loads(str(arrays.pop("meta")))
+    missing = [k for k in ARRAYS if k not in arrays]
+    if missing:
+        raise ValueError(f"missing array(s) {', '.join(missing)}")
+    return meta, {k: np.asarray(v) for k, v in arrays.items()}

@@ -1,0 +1,263 @@
+"""A collection of many small graphs (molecules, events, circuits): the data of
+graph-level tasks, validated when built.
+
+The graphs lie back to back. Graph g owns the node rows [node_offsets[g],
+node_offsets[g + 1]) of the node table and the edge rows [edge_offsets[g],
+edge_offsets[g + 1]) of the edge arrays; its edges name their endpoints by their
+position inside the graph (OGB's layout: local ids), so a graph reads the same wherever
+it lies. One target row per graph, of one of three kinds:
+
+  "binary"      float32[G, T] in {0, 1}, NaN where a label is missing (molhiv T = 1,
+                molpcba T = 128): ROC-AUC and AP, averaged over the tasks.
+  "classes"     int32[G] class ids in [0, num_classes): accuracy.
+  "regression"  float32[G, T], NaN where missing: mean absolute error.
+
+Node and edge features are float tables, or integer tables of categorical columns
+whose vocabulary sizes are `node_vocab` / `edge_vocab` (OGB's atom and bond features:
+each column a category id, embedded by the models' categorical encoders).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+TARGET_KINDS = ("binary", "classes", "regression")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GraphCollection:
+    """Many small graphs with one target row each; checked by `validate_collection`.
+
+    Attributes:
+      name: what the collection is called (summaries, checkpoints).
+      node_offsets: int64[G + 1], graph g's nodes are rows node_offsets[g:g + 2].
+      edge_offsets: int64[G + 1], graph g's edges are rows edge_offsets[g:g + 2].
+      senders, receivers: int32[E], each edge's endpoints as local ids of its graph
+        (messages flow sender -> receiver).
+      node_features: float32[N, d] or int[N, d] categorical (`node_vocab`).
+      edge_features: float32[E, d_e] or int[E, d_e] categorical, or None.
+      targets: float32[G, T] ("binary", "regression"; NaN marks a missing label) or
+        int32[G] ("classes").
+      target_kind: one of `TARGET_KINDS`.
+      train_idx, val_idx, test_idx: int32 graph ids of each split.
+      num_classes: classes of "classes" targets (0 for the other kinds).
+      node_vocab, edge_vocab: per categorical column its number of categories, or ().
+    """
+
+    name: str
+    node_offsets: np.ndarray
+    edge_offsets: np.ndarray
+    senders: np.ndarray
+    receivers: np.ndarray
+    node_features: np.ndarray
+    edge_features: np.ndarray | None
+    targets: np.ndarray
+    target_kind: str
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+    num_classes: int = 0
+    node_vocab: tuple[int, ...] = ()
+    edge_vocab: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        validate_collection(self)
+
+    @property
+    def num_graphs(self) -> int:
+        return self.node_offsets.shape[0] - 1
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node_offsets[-1])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_offsets[-1])
+
+    @property
+    def n_node(self) -> np.ndarray:
+        """int64[G]: nodes per graph."""
+        return np.diff(self.node_offsets)
+
+    @property
+    def n_edge(self) -> np.ndarray:
+        """int64[G]: edges per graph."""
+        return np.diff(self.edge_offsets)
+
+    @property
+    def output_dim(self) -> int:
+        """Output units of a model: classes, or target columns."""
+        if self.target_kind == "classes":
+            return self.num_classes
+        return self.targets.shape[1]
+
+    def graph(self, g: int) -> dict:
+        """Graph `g` alone: {"nodes", "edges", "senders", "receivers", "target"}."""
+        n0, n1 = self.node_offsets[g:g + 2]
+        e0, e1 = self.edge_offsets[g:g + 2]
+        edges = None if self.edge_features is None else self.edge_features[e0:e1]
+        return {"nodes": self.node_features[n0:n1], "edges": edges,
+                "senders": self.senders[e0:e1], "receivers": self.receivers[e0:e1],
+                "target": self.targets[g]}
+
+    def stats(self) -> dict:
+        """Counts and shapes, JSON-ready (the CLI prints them; checkpoints record them)."""
+        n_node = self.n_node
+        positives = None
+        if self.target_kind == "binary":
+            labelled = ~np.isnan(self.targets)
+            positives = float(np.nansum(self.targets) / max(int(labelled.sum()), 1))
+        return {"name": self.name, "graphs": self.num_graphs, "nodes": self.num_nodes,
+                "edges": self.num_edges,
+                "mean_nodes": float(n_node.mean()) if n_node.size else 0.0,
+                "max_nodes": int(n_node.max(initial=0)),
+                "max_edges": int(self.n_edge.max(initial=0)),
+                "node_features": int(self.node_features.shape[1]),
+                "edge_features": 0 if self.edge_features is None
+                else int(self.edge_features.shape[1]),
+                "target_kind": self.target_kind, "outputs": self.output_dim,
+                "positive_rate": positives,
+                **{s: int(getattr(self, f"{s}_idx").shape[0]) for s in ("train", "val", "test")}}
+
+
+def _fail(message: str) -> None:
+    raise ValueError(message)
+
+
+def _check_offsets(what: str, offsets: np.ndarray, rows: int, table: str) -> None:
+    if offsets.ndim != 1 or offsets.shape[0] < 1:
+        _fail(f"{what} must be a 1-D array of G + 1 offsets, got shape {offsets.shape}")
+    if offsets[0] != 0:
+        _fail(f"{what} must start at 0, got {int(offsets[0])}")
+    step = np.diff(offsets)
+    if step.size and step.min() < 0:
+        g = int(np.argmin(step))
+        _fail(f"{what} must not decrease: graph {g} has {int(step[g])} rows")
+    if offsets[-1] != rows:
+        _fail(f"{what} ends at {int(offsets[-1])} but {table} has {rows} rows")
+
+
+def _check_local(what: str, ids: np.ndarray, c: GraphCollection) -> None:
+    graph_of_edge = np.repeat(np.arange(c.num_graphs), np.diff(c.edge_offsets))
+    size = np.diff(c.node_offsets)[graph_of_edge]
+    bad = np.flatnonzero((ids < 0) | (ids >= size))
+    if bad.size:
+        e = int(bad[0])
+        _fail(f"{what}[{e}] = {int(ids[e])} is not a node of graph {int(graph_of_edge[e])}, "
+              f"which has {int(size[e])} nodes")
+
+
+def _check_vocab(what: str, table: np.ndarray, vocab: tuple[int, ...]) -> None:
+    if not vocab:
+        if not np.issubdtype(table.dtype, np.floating):
+            _fail(f"{what} are {table.dtype}: integer (categorical) features need their "
+                  f"vocabulary sizes ({what.split()[0]}_vocab)")
+        return
+    if not np.issubdtype(table.dtype, np.integer):
+        _fail(f"{what} with a vocabulary must be integer category ids, got {table.dtype}")
+    if len(vocab) != table.shape[1]:
+        _fail(f"{what} have {table.shape[1]} columns but {len(vocab)} vocabulary sizes")
+    if table.size:
+        low, high = table.min(0), table.max(0)
+        for col, (lo, hi, v) in enumerate(zip(low, high, vocab)):
+            if lo < 0 or hi >= v:
+                _fail(f"{what} column {col} holds {int(lo if lo < 0 else hi)}, outside "
+                      f"[0, {v})")
+
+
+def _check_targets(c: GraphCollection) -> None:
+    t, g = c.targets, c.num_graphs
+    if c.target_kind not in TARGET_KINDS:
+        _fail(f"target_kind must be one of {', '.join(TARGET_KINDS)}, got {c.target_kind!r}")
+    if t.shape[0] != g:
+        _fail(f"targets have {t.shape[0]} rows but there are {g} graphs")
+    if c.target_kind == "classes":
+        if t.ndim != 1 or not np.issubdtype(t.dtype, np.integer):
+            _fail(f"class targets must be int[G], got {t.dtype}{list(t.shape)}")
+        if c.num_classes < 1:
+            _fail(f"class targets need num_classes >= 1, got {c.num_classes}")
+        bad = np.flatnonzero((t < 0) | (t >= c.num_classes))
+        if bad.size:
+            _fail(f"class target of graph {int(bad[0])} is {int(t[bad[0]])}, outside "
+                  f"[0, {c.num_classes})")
+        return
+    if t.ndim != 2 or t.dtype != np.float32:
+        _fail(f"{c.target_kind} targets must be float32[G, T], got {t.dtype}{list(t.shape)}")
+    if np.isinf(t).any():
+        _fail("targets hold an infinite value (mark a missing label with NaN)")
+    if c.target_kind == "binary":
+        bad = ~np.isnan(t) & (t != 0) & (t != 1)
+        if bad.any():
+            row, col = (int(i[0]) for i in np.nonzero(bad))
+            _fail(f"binary target [{row}, {col}] is {float(t[row, col])}; binary targets are "
+                  f"0, 1 or NaN (missing)")
+
+
+def validate_collection(c: GraphCollection) -> None:
+    """Raises ValueError, one line naming the problem and the value, unless `c` is a
+    consistent collection (module docstring)."""
+    num_nodes = c.node_features.shape[0]
+    if c.node_features.ndim != 2:
+        _fail(f"node_features must be 2-D [N, d], got shape {c.node_features.shape}")
+    _check_offsets("node_offsets", c.node_offsets, num_nodes, "node_features")
+    if c.senders.shape != c.receivers.shape or c.senders.ndim != 1:
+        _fail(f"senders and receivers must be 1-D of one length, got shapes "
+              f"{c.senders.shape} and {c.receivers.shape}")
+    _check_offsets("edge_offsets", c.edge_offsets, c.senders.shape[0], "senders")
+    if c.edge_offsets.shape[0] != c.node_offsets.shape[0]:
+        _fail(f"edge_offsets has {c.edge_offsets.shape[0]} entries but node_offsets "
+              f"{c.node_offsets.shape[0]}: both need one per graph plus one")
+    _check_local("senders", c.senders, c)
+    _check_local("receivers", c.receivers, c)
+    _check_vocab("node features", c.node_features, c.node_vocab)
+    if c.edge_features is not None:
+        if c.edge_features.ndim != 2 or c.edge_features.shape[0] != c.senders.shape[0]:
+            _fail(f"edge_features must be [E, d] with E = {c.senders.shape[0]} edges, got "
+                  f"shape {c.edge_features.shape}")
+        _check_vocab("edge features", c.edge_features, c.edge_vocab)
+    _check_targets(c)
+    for split in ("train", "val", "test"):
+        idx = getattr(c, f"{split}_idx")
+        bad = np.flatnonzero((idx < 0) | (idx >= c.num_graphs))
+        if bad.size:
+            _fail(f"{split}_idx holds graph {int(idx[bad[0]])}, outside [0, {c.num_graphs})")
+        if np.unique(idx).size != idx.size:
+            _fail(f"{split}_idx lists a graph twice")
+
+
+def make_collection(name: str, n_node, n_edge, senders, receivers, node_features,
+                    targets, target_kind: str, *, edge_features=None, splits=None,
+                    num_classes: int = 0, node_vocab=(), edge_vocab=()) -> GraphCollection:
+    """A validated collection from per-graph node and edge counts (`n_node`, `n_edge`:
+    int[G]) and arrays in any array-like form, converted to the stored dtypes.
+
+    `splits` is (train, val, test) graph ids; None puts every graph in train.
+    """
+    n_node = np.asarray(n_node, np.int64).reshape(-1)
+    n_edge = np.asarray(n_edge, np.int64).reshape(-1)
+    if n_node.shape != n_edge.shape:
+        _fail(f"n_node and n_edge must list the same graphs, got {n_node.size} and "
+              f"{n_edge.size} counts")
+    offsets = lambda counts: np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    node_features = np.asarray(node_features)
+    if np.issubdtype(node_features.dtype, np.floating):
+        node_features = node_features.astype(np.float32)
+    if edge_features is not None:
+        edge_features = np.asarray(edge_features)
+        if np.issubdtype(edge_features.dtype, np.floating):
+            edge_features = edge_features.astype(np.float32)
+    kind_dtype = np.int32 if target_kind == "classes" else np.float32
+    targets = np.asarray(targets, kind_dtype)
+    if target_kind != "classes" and targets.ndim == 1:
+        targets = targets[:, None]
+    if splits is None:
+        splits = (np.arange(n_node.size), np.zeros(0), np.zeros(0))
+    train, val, test = (np.asarray(s, np.int32).reshape(-1) for s in splits)
+    return GraphCollection(name, offsets(n_node), offsets(n_edge),
+                           np.asarray(senders, np.int32), np.asarray(receivers, np.int32),
+                           node_features, edge_features, targets, target_kind, train, val,
+                           test, int(num_classes), tuple(int(v) for v in node_vocab),
+                           tuple(int(v) for v in edge_vocab))

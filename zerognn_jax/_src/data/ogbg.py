@@ -1,0 +1,111 @@
+"""OGB's graph-property datasets (ogbg-molhiv, ogbg-molpcba) read from their folder,
+without the ogb package.
+
+Layout under `root` (what OGB unpacks; every file a headerless gzipped CSV):
+
+  ogbg_molhiv/raw/num-node-list.csv.gz   nodes of each graph, one line per graph
+  ogbg_molhiv/raw/num-edge-list.csv.gz   bonds of each graph (each stored once)
+  ogbg_molhiv/raw/edge.csv.gz            "u,v" per bond, ids local to its graph,
+                                         graphs in order
+  ogbg_molhiv/raw/node-feat.csv.gz       9 atom feature ids per node
+  ogbg_molhiv/raw/edge-feat.csv.gz       3 bond feature ids per bond
+  ogbg_molhiv/raw/graph-label.csv.gz     one row per graph: T labels, empty = missing
+  ogbg_molhiv/split/scaffold/{train,valid,test}.csv.gz   graph ids
+
+As OGB does for molecules (`add_inverse_edge`), every bond becomes two directed edges,
+(u, v) then (v, u), both with the bond's features. The parsed collection is cached as
+`<folder>/processed/zerognn-graphs.npz`, reused while it is newer than the raw files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+from pathlib import Path
+
+import numpy as np
+
+from zerognn_jax._src.data.graph_storage import load_graphs_file, save_graphs
+from zerognn_jax._src.data.graphs import GraphCollection, make_collection
+from zerognn_jax._src.data.ogb import _load_text, _read_ids, _require
+
+# OGB's vocabulary sizes (ogb/utils/features.py: get_atom_feature_dims and
+# get_bond_feature_dims): atomic number, chirality, degree, formal charge, Hs,
+# radical electrons, hybridisation, aromatic, in ring; bond type, stereo, conjugated.
+ATOM_VOCAB = (119, 5, 12, 12, 10, 6, 6, 2, 2)
+BOND_VOCAB = (5, 6, 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphSpec:
+    folder: str
+    split: str
+    tasks: int
+
+
+GRAPH_SPECS = {
+    "ogbg-molhiv": GraphSpec("ogbg_molhiv", "scaffold", 1),
+    "ogbg-molpcba": GraphSpec("ogbg_molpcba", "scaffold", 128),
+}
+
+
+def _read_labels(path: Path, tasks: int) -> np.ndarray:
+    """float32[G, tasks]; empty fields are missing labels (NaN)."""
+    with gzip.open(_require(path), "rt") as f:
+        labels = np.genfromtxt(f, delimiter=",", dtype=np.float32, ndmin=2,
+                               filling_values=np.nan, missing_values="")
+    if labels.shape[1] != tasks:
+        raise ValueError(f"{path}: expected {tasks} label columns, got {labels.shape[1]}")
+    return labels
+
+
+def read_ogbg(name: str, root: str | os.PathLike) -> GraphCollection:
+    """Parses OGB graph dataset `name` from `<root>/<folder>` (module docstring).
+
+    Raises:
+      FileNotFoundError: a file of the layout is missing (named).
+      ValueError: unknown name, or files that disagree (counts named).
+    """
+    if name not in GRAPH_SPECS:
+        raise ValueError(f"unknown OGB graph dataset {name!r}; expected one of "
+                         f"{', '.join(GRAPH_SPECS)}")
+    spec = GRAPH_SPECS[name]
+    folder = Path(root) / spec.folder
+    raw = folder / "raw"
+    n_node = _read_ids(raw / "num-node-list.csv.gz")
+    n_bond = _read_ids(raw / "num-edge-list.csv.gz")
+    bonds = _load_text(raw / "edge.csv.gz", np.int64).reshape(-1, 2)
+    atoms = _load_text(raw / "node-feat.csv.gz", np.int64)
+    bond_feats = _load_text(raw / "edge-feat.csv.gz", np.int64)
+    labels = _read_labels(raw / "graph-label.csv.gz", spec.tasks)
+    for what, rows, want in (("edge.csv.gz", bonds.shape[0], n_bond.sum()),
+                             ("edge-feat.csv.gz", bond_feats.shape[0], n_bond.sum()),
+                             ("node-feat.csv.gz", atoms.shape[0], n_node.sum()),
+                             ("graph-label.csv.gz", labels.shape[0], n_node.size),
+                             ("num-edge-list.csv.gz", n_bond.size, n_node.size)):
+        if rows != want:
+            raise ValueError(f"{raw}: {what} has {rows} rows, the count lists say {want}")
+    both = np.empty((2 * bonds.shape[0], 2), np.int64)  # (u, v), (v, u) per bond
+    both[0::2], both[1::2] = bonds, bonds[:, ::-1]
+    splits = [_read_ids(folder / "split" / spec.split / f"{part}.csv.gz")
+              for part in ("train", "valid", "test")]
+    return make_collection(name, n_node, 2 * n_bond, both[:, 0], both[:, 1],
+                           atoms.astype(np.int32), labels, "binary",
+                           edge_features=np.repeat(bond_feats, 2, axis=0).astype(np.int32),
+                           splits=splits, node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB)
+
+
+def load_ogbg(name: str, root: str | os.PathLike) -> GraphCollection:
+    """`read_ogbg`, through the cache `<folder>/processed/zerognn-graphs.npz`."""
+    if name not in GRAPH_SPECS:
+        raise ValueError(f"unknown OGB graph dataset {name!r}; expected one of "
+                         f"{', '.join(GRAPH_SPECS)}")
+    folder = Path(root) / GRAPH_SPECS[name].folder
+    cache = folder / "processed" / "zerognn-graphs.npz"
+    sources = [p for sub in ("raw", "split") for p in (folder / sub).rglob("*") if p.is_file()]
+    if cache.is_file() and all(p.stat().st_mtime <= cache.stat().st_mtime for p in sources):
+        return load_graphs_file(cache)
+    collection = read_ogbg(name, root)
+    save_graphs(collection, cache)
+    return collection

@@ -1,0 +1,247 @@
+"""Graph-level models in Flax Linen: GIN, GINE and GCN with an optional virtual node,
+OGB-style categorical encoders, and sum / mean / max / attention readouts.
+
+The interface of a graph-level model (built-in or a user's):
+
+    model.apply(variables, graphs, train=..., rngs={"dropout": key}) -> float[B + 1, out]
+
+where `graphs` is a `Graphs` (jraph's `GraphsTuple` fields plus masks) of B graphs and
+the padding graph (the last slot): one output row per graph slot; the padding graph's
+row is never read. `OnGraphs` adapts such a model to the step's calling convention.
+The built-in models follow OGB's molecule GNNs (ogb/examples/graphproppred/mol): per
+layer a convolution, batch normalisation over the real nodes, ReLU (not after the last
+layer), dropout; the virtual node is OGB's (a per-graph vector added to every node
+before each layer and updated by an MLP of the graph's summed nodes).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from zerognn_jax._src.nn.models import Dropout
+
+GRAPH_CONVS = ("gin", "gine", "gcn")
+GRAPH_MODELS = (*GRAPH_CONVS, *(f"{c}-virtual" for c in GRAPH_CONVS))
+READOUTS = ("sum", "mean", "max", "attention")
+
+
+class Graphs(NamedTuple):
+    """A padded batch of graphs: jraph `GraphsTuple` fields plus masks.
+
+    Attributes:
+      nodes: float[Nc, d] node features (categorical ids as floats for encoders).
+      edges: float[Ec, d_e] edge features, or None.
+      senders, receivers: int32[Ec] node slots; padding edges join padding nodes.
+      n_node, n_edge: int32[B + 1]; the last graph slot is the padding graph.
+      globals: None (the targets stay with the task).
+      node_graph: int32[Nc], each node's graph slot; node_mask: bool[Nc] real nodes.
+      edge_mask: bool[Ec] real edges; graph_mask: bool[B + 1] real graphs.
+    """
+
+    nodes: jax.Array
+    edges: jax.Array | None
+    senders: jax.Array
+    receivers: jax.Array
+    n_node: jax.Array
+    n_edge: jax.Array
+    globals: Any
+    node_graph: jax.Array
+    node_mask: jax.Array
+    edge_mask: jax.Array
+    graph_mask: jax.Array
+
+    @property
+    def num_graphs(self) -> int:
+        return self.n_node.shape[0]
+
+
+def pool(h: jax.Array, graphs: Graphs, how: str) -> jax.Array:
+    """float[B + 1, d]: node rows `h` [Nc, d] summed, averaged or maxed per graph."""
+    g, num = graphs.node_graph, graphs.num_graphs
+    if how == "sum":
+        return jax.ops.segment_sum(h, g, num)
+    if how == "mean":
+        count = jnp.maximum(graphs.n_node, 1).astype(h.dtype)[:, None]
+        return jax.ops.segment_sum(h, g, num) / count
+    if how == "max":
+        out = jax.ops.segment_max(h, g, num)
+        return jnp.where(graphs.n_node[:, None] > 0, out, 0).astype(h.dtype)
+    raise ValueError(f"readout must be one of {', '.join(READOUTS)}, got {how!r}")
+
+
+class CategoricalEncoder(nn.Module):
+    """OGB's AtomEncoder / BondEncoder: the sum of one embedding per categorical
+    column. `vocab[k]` categories in column k; input [rows, len(vocab)] ids (any dtype)."""
+
+    vocab: tuple[int, ...]
+    dim: int
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        ids = x.astype(jnp.int32)
+        init = nn.initializers.xavier_uniform()
+        return sum(nn.Embed(v, self.dim, embedding_init=init, dtype=self.dtype,
+                            name=f"column{k}")(ids[:, k]) for k, v in enumerate(self.vocab))
+
+
+def encoder(vocab: tuple[int, ...], dim: int, dtype, name: str) -> nn.Module:
+    """A categorical encoder when `vocab` is given, else a dense projection."""
+    if vocab:
+        return CategoricalEncoder(tuple(vocab), dim, dtype, name=name)
+    return nn.Dense(dim, dtype=dtype, name=name)
+
+
+class MaskedBatchNorm(nn.Module):
+    """Batch normalisation over the rows where `mask` (bool[rows]) holds, with PyTorch's
+    BatchNorm1d defaults (momentum 0.1, eps 1e-5) in Flax's terms: padding rows count
+    in no statistic."""
+
+    @nn.compact
+    def __call__(self, x, mask, *, train: bool):
+        bn = nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5)
+        return bn(x, mask=jnp.broadcast_to(mask[:, None], x.shape))
+
+
+class GINMLP(nn.Module):
+    """GIN's update: Dense(2H), batch norm, ReLU, Dense(H)."""
+
+    hidden: int
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, h, mask, *, train: bool):
+        h = nn.Dense(2 * self.hidden, dtype=self.dtype)(h)
+        h = nn.relu(MaskedBatchNorm()(h, mask, train=train))
+        return nn.Dense(self.hidden, dtype=self.dtype)(h)
+
+
+class GraphConv(nn.Module):
+    """One message-passing layer: "gin" (sum of neighbours), "gine" (sum of
+    ReLU(neighbour + edge embedding)) or "gcn" (OGB's: symmetric-normalised, edge
+    embeddings added when the graphs have edge features)."""
+
+    kind: str
+    hidden: int
+    edge_vocab: tuple[int, ...] = ()
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, h, graphs: Graphs, *, train: bool):
+        s, r, n = graphs.senders, graphs.receivers, h.shape[0]
+        emask = graphs.edge_mask[:, None]
+        edges = None
+        if self.kind == "gine" or (self.kind == "gcn" and graphs.edges is not None):
+            if graphs.edges is None:
+                raise ValueError(f"{self.kind} reads edge features; these graphs have none")
+            edges = encoder(self.edge_vocab, h.shape[-1] if self.kind != "gcn" else
+                            self.hidden, self.dtype, "edge_encoder")(graphs.edges)
+        if self.kind == "gcn":
+            return self._gcn(h, graphs, edges, train=train)
+        msg = h[s] if edges is None else nn.relu(h[s] + edges)
+        agg = jax.ops.segment_sum(jnp.where(emask, msg, 0), r, n)
+        eps = self.param("eps", nn.initializers.zeros, (), jnp.float32)
+        return GINMLP(self.hidden, self.dtype)((1 + eps) * h + agg, graphs.node_mask,
+                                               train=train)
+
+    def _gcn(self, h, graphs: Graphs, edges, *, train: bool):
+        del train
+        s, r, n = graphs.senders, graphs.receivers, h.shape[0]
+        x = nn.Dense(self.hidden, dtype=self.dtype)(h)
+        deg = jax.ops.segment_sum(graphs.edge_mask.astype(x.dtype), r, n) + 1
+        norm = jax.lax.rsqrt(deg[s]) * jax.lax.rsqrt(deg[r])
+        msg = x[s] if edges is None else nn.relu(x[s] + edges)
+        msg = jnp.where(graphs.edge_mask[:, None], norm[:, None] * msg, 0)
+        root = self.param("root", nn.initializers.zeros, (1, self.hidden), jnp.float32)
+        self_term = x if edges is None else nn.relu(x + root.astype(x.dtype))
+        return jax.ops.segment_sum(msg, r, n) + self_term / deg[:, None]
+
+
+class GraphGNN(nn.Module):
+    """A graph-level GNN (module docstring): encoder, `num_layers` convolutions of
+    `hidden` units, optional virtual node, readout, a linear head of `out_dim`."""
+
+    conv: str
+    hidden: int
+    num_layers: int
+    out_dim: int
+    dropout: float = 0.5
+    readout: str = "mean"
+    virtual_node: bool = False
+    node_vocab: tuple[int, ...] = ()
+    edge_vocab: tuple[int, ...] = ()
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, graphs: Graphs, *, train: bool):
+        h = encoder(self.node_vocab, self.hidden, self.dtype, "node_encoder")(graphs.nodes)
+        vn = None
+        if self.virtual_node:
+            vn0 = self.param("virtual_node", nn.initializers.zeros, (1, self.hidden))
+            vn = jnp.broadcast_to(vn0.astype(h.dtype), (graphs.num_graphs, self.hidden))
+        for layer in range(self.num_layers):
+            last = layer == self.num_layers - 1
+            if vn is not None:
+                h = h + vn[graphs.node_graph]
+            h_in = h
+            h = GraphConv(self.conv, self.hidden, self.edge_vocab, self.dtype)(
+                h, graphs, train=train)
+            h = MaskedBatchNorm()(h, graphs.node_mask, train=train)
+            h = Dropout(self.dropout)(h if last else nn.relu(h), deterministic=not train)
+            if vn is not None and not last:
+                vn = self._update_virtual(pool(h_in, graphs, "sum") + vn, graphs, train)
+        return nn.Dense(self.out_dim, dtype=self.dtype, name="head")(
+            self._readout(h, graphs, train))
+
+    def _update_virtual(self, pooled, graphs: Graphs, train: bool):
+        mask = graphs.graph_mask
+        v = nn.Dense(2 * self.hidden, dtype=self.dtype)(pooled)
+        v = nn.relu(MaskedBatchNorm()(v, mask, train=train))
+        v = nn.Dense(self.hidden, dtype=self.dtype)(v)
+        v = nn.relu(MaskedBatchNorm()(v, mask, train=train))
+        return Dropout(self.dropout)(v, deterministic=not train)
+
+    def _readout(self, h, graphs: Graphs, train: bool):
+        if self.readout != "attention":
+            return pool(h, graphs, self.readout)
+        gate = nn.Dense(2 * self.hidden, dtype=self.dtype)(h)
+        gate = nn.relu(MaskedBatchNorm()(gate, graphs.node_mask, train=train))
+        gate = nn.Dense(1, dtype=self.dtype)(gate).astype(jnp.float32)
+        top = jax.ops.segment_max(gate, graphs.node_graph, graphs.num_graphs)
+        w = jnp.exp(gate - top[graphs.node_graph])
+        w = w / jax.ops.segment_sum(w, graphs.node_graph, graphs.num_graphs)[graphs.node_graph]
+        return pool(w.astype(h.dtype) * h, graphs, "sum")
+
+
+class OnGraphs(nn.Module):
+    """Runs a graph-level model (`model(graphs, *, train)`) in the step's calling
+    convention `(x, views, *, train, graph, edges)`: `x` float[Nc, d] are the gathered
+    node rows, `graph` the packed batch's structure (`sampling.graph_batch.GraphBatch`),
+    `edges` its gathered edge rows or None; `views` is empty."""
+
+    model: nn.Module
+
+    def __call__(self, x, views, *, train: bool, graph, edges=None):
+        del views
+        graphs = Graphs(x, edges, graph.senders, graph.receivers, graph.n_node,
+                        graph.n_edge, None, graph.node_graph, graph.node_mask,
+                        graph.edge_mask, graph.graph_mask)
+        return self.model(graphs, train=train)
+
+
+def make_graph_model(name: str, *, hidden: int, num_layers: int, out_dim: int,
+                     dropout: float = 0.5, readout: str = "mean", node_vocab=(),
+                     edge_vocab=(), dtype: Any = jnp.float32) -> GraphGNN:
+    """A built-in graph-level model by name: gin, gine, gcn, and each with "-virtual"."""
+    if name not in GRAPH_MODELS:
+        raise ValueError(f"unknown graph model {name!r}; choose one of "
+                         f"{', '.join(GRAPH_MODELS)}")
+    if readout not in READOUTS:
+        raise ValueError(f"readout must be one of {', '.join(READOUTS)}, got {readout!r}")
+    conv, _, virtual = name.partition("-")
+    return GraphGNN(conv, hidden, num_layers, out_dim, dropout, readout, bool(virtual),
+                    tuple(node_vocab), tuple(edge_vocab), dtype)

@@ -1,0 +1,297 @@
+"""Graph-level tasks over a collection of many small graphs: one prediction per graph
+(binary multi-task with missing labels, classes, regression), B graphs per step.
+
+A step's items are graph ids, a slice of the epoch's on-device permutation (size
+balanced with `cfg.balance_window`); the task packs them into the envelope's node and
+edge slots (sampling/graph_batch.py) instead of sampling neighbourhoods (it is a
+`BatchedTask`), the step gathers their node rows as it gathers a sampled level, and the
+model (`nn/graph_models.py`, wrapped in `OnGraphs`) returns one row per graph slot.
+The envelope is `Envelope(node slots, (edge slots,))`, calibrated over every batch of
+the run's epochs from the graphs' sizes; an overflow reruns the batch as for sampling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from zerognn_jax._src.data.graph import CSRGraph
+from zerognn_jax._src.data.graph_datasets import load_graphs
+from zerognn_jax._src.data.graphs import GraphCollection
+from zerognn_jax._src.nn.graph_models import OnGraphs, make_graph_model
+from zerognn_jax._src.sampling.calibrate import Calibration
+from zerognn_jax._src.sampling.envelope import Envelope, EnvelopePolicy, monotone, round_up
+from zerognn_jax._src.sampling.graph_batch import (
+    GraphBatch,
+    GraphTables,
+    epoch_counts,
+    graph_tables,
+    pack_graphs,
+    step_graphs,
+)
+from zerognn_jax._src.sampling.minibatch import SamplerConfig
+from zerognn_jax._src.sampling.seeds import epoch_items, num_steps, step_items, step_keys
+from zerognn_jax._src.sampling.steps import ItemLevel
+from zerognn_jax._src.training.program import DeviceData, StepProgram
+from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch
+from zerognn_jax._src.training.tasks.graph_metrics import (
+    DEFAULT_LOSS,
+    LOSSES,
+    METRICS,
+    SCORES,
+    graph_metrics,
+    row_weights,
+)
+
+SPLITS = ("train", "val", "test")
+# Capacities of graph batches round to at most this many slots: the sampled levels'
+# default multiple (1024) would double a batch of 32 molecules (~820 node slots).
+GRAPH_MULTIPLE = 64
+
+
+def _edge_rows(tables: GraphTables, gb: GraphBatch):
+    """The batch's edge feature rows float[Ec, d_e] (zero where padded), or None."""
+    if tables.edge_features is None:
+        return None
+    rows = tables.edge_features[gb.edge_ids]
+    return jnp.where(gb.edge_mask[:, None], rows, jnp.zeros((), rows.dtype))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GraphTask:
+    """Supervised learning of one target row per graph (`Task` and `BatchedTask`).
+
+    Attributes:
+      loss: (outputs[rows, ...], targets[rows, ...]) -> float32[rows]; rows are graph
+        slots, weighted by their labelled entries (`graph_metrics.row_weights`).
+      score: the same shape of per-row score in [0, 1] (None for regression).
+      kind: the collection's target kind ("binary", "classes", "regression").
+      window: steps per size-balanced window (0 or 1: plain shuffled batches;
+        sampling/graph_batch.py says what balancing does).
+    """
+
+    loss: Callable = LOSSES["sigmoid"]
+    score: Callable | None = SCORES["binary"]
+    kind: str = "binary"
+    window: int = 0
+    name = "graph"
+    score_name = "acc"  # the fraction of labelled entries (or graphs) predicted right
+    dedups_seeds = False
+    tree_by_default = False
+    row_normalizes_planetoid = False
+
+    @classmethod
+    def build(cls, cfg, dataset, *, loss=None, kernels=None):
+        """The graph task of `loss` on `dataset` (default: `cfg.dataset` loaded by
+        `load_graphs`), a `GraphCollection`."""
+        del kernels
+        if dataset is None:
+            dataset = load_graphs(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
+        if not isinstance(dataset, GraphCollection):
+            raise TypeError(f"the graph task trains on a GraphCollection, got "
+                            f"{type(dataset).__name__}")
+        return graph_task(loss, dataset.target_kind, cfg.balance_window), dataset
+
+    def output_dim(self, cfg, dataset: GraphCollection) -> int:
+        del cfg
+        return dataset.output_dim
+
+    def wrap_model(self, model, cfg):
+        del cfg
+        return OnGraphs(model)
+
+    def device_targets(self, dataset: GraphCollection) -> GraphTables:
+        """The collection's offsets, edges, edge features and targets (`GraphTables`)."""
+        return graph_tables(dataset)
+
+    def train_items(self, dataset: GraphCollection):
+        return dataset.train_idx
+
+    def seed_capacity(self, batch_size: int) -> int:
+        return batch_size
+
+    def seed_level(self, items, valid, key, capacity: int) -> ItemLevel:
+        del key, capacity
+        return ItemLevel(items, valid)
+
+    def batch(self, data, items, valid, key, level) -> TaskBatch:
+        """Targets and weights of the B graphs and the padding graph (B + 1 rows)."""
+        del key
+        tables = data.targets
+        ids = jnp.append(items, 0)
+        rows = jnp.append(valid, False)
+        targets = tables.targets[ids]
+        return TaskBatch(targets, row_weights(targets, rows), {}, level)
+
+    def restrict(self, mb, batch: TaskBatch):
+        del batch
+        return mb
+
+    def metric_names(self, dataset: GraphCollection) -> tuple[str, ...]:
+        return METRICS[dataset.target_kind]
+
+    def evaluate(self, predictor: Predictor, dataset: GraphCollection) -> dict:
+        """Every split's metrics from the model's outputs on its graphs (one pass over
+        the splits' graphs together: one compiled program)."""
+        parts = [np.asarray(getattr(dataset, f"{split}_idx")) for split in SPLITS]
+        outputs = graph_outputs(predictor.program, predictor.variables, predictor.data,
+                                np.concatenate(parts), dataset,
+                                batch_size=predictor.batch_size)
+        result, start = {}, 0
+        for split, ids in zip(SPLITS, parts):
+            rows = outputs[start:start + ids.size]
+            start += ids.size
+            metrics = graph_metrics(rows, dataset.targets[ids], dataset.target_kind)
+            result.update({f"{split}_{k}": v for k, v in metrics.items()})
+        return result
+
+    # -- BatchedTask ---------------------------------------------------------------
+
+    def prepare_run(self, cfg, dataset: GraphCollection, *, model, tx, kernels):
+        """Device data (node rows as `features`, `GraphTables` as `targets`) and the
+        step program of the built-in `cfg.model` or the user's graph-level `model`."""
+        dtype = jnp.dtype(cfg.dtype)
+        # categorical ids stay exact in float32; float features take the run's dtype
+        feat_dtype = jnp.float32 if dataset.node_vocab else dtype
+        if model is None:
+            model = make_graph_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
+                                     out_dim=dataset.output_dim, dropout=cfg.dropout,
+                                     readout=cfg.readout, node_vocab=dataset.node_vocab,
+                                     edge_vocab=dataset.edge_vocab, dtype=dtype)
+        tables = graph_tables(dataset)
+        if tables.edge_features is not None and not dataset.edge_vocab:
+            tables = tables._replace(edge_features=tables.edge_features.astype(dtype))
+        graph = CSRGraph(np.zeros(dataset.num_nodes + 1, np.int32), np.zeros(0, np.int32))
+        data = DeviceData(graph.to_device(), jnp.asarray(dataset.node_features, feat_dtype),
+                          jax.tree_util.tree_map(jnp.asarray, tables))
+        program = StepProgram(self.wrap_model(model, cfg), tx, SamplerConfig((1,)),
+                              cfg.batch_size, cfg.seed, kernels, task=self)
+        return data, program
+
+    def sample_batch(self, program: StepProgram, data: DeviceData, perm, batch_index, epoch,
+                     envelope: Envelope, active=None):
+        """Packs the step's graphs at `envelope`: (TaskBatch, GraphBatch, dropout key)."""
+        tables = data.targets
+        n_node = tables.node_offsets[1:] - tables.node_offsets[:-1]
+        items, valid = step_graphs(perm, batch_index, program.batch_size, self.window, n_node)
+        if active is not None:
+            valid = valid & active
+        key, drop_key = step_keys(program.seed, epoch, batch_index)
+        gb = pack_graphs(tables, items, valid, envelope.batch_size, envelope.capacities[0])
+        batch = self.batch(data, items, valid, key, ItemLevel(items, valid))
+        inputs = {"graph": gb, "edges": _edge_rows(tables, gb)}
+        return batch._replace(model_inputs=inputs), gb, drop_key
+
+    def choose_envelope(self, program: StepProgram, data: DeviceData,
+                        dataset: GraphCollection, cfg):
+        """The largest (node slots, edges) of every batch of the run's epochs (from
+        the graphs' sizes, on the device, one read), times the margin, rounded to
+        `min(cfg.multiple, GRAPH_MULTIPLE)`; "conservative": the B largest graphs."""
+        policy = EnvelopePolicy(cfg.margin, min(cfg.multiple, GRAPH_MULTIPLE))
+        b = program.batch_size
+        if cfg.envelope == "conservative":
+            top = lambda sizes: int(np.sort(sizes)[::-1][:b].sum())
+            sizes = (top(dataset.n_node) + 1, top(dataset.n_edge))
+            return monotone(round_up(sizes[0], policy.multiple), sizes[1:],
+                            policy.multiple), None
+        items = jnp.asarray(self.train_items(dataset), jnp.int32)
+        counts = [_epoch_counts(data.targets, epoch_items(items, b, program.seed, epoch),
+                                batch_size=b, window=self.window)
+                  for epoch in range(max(cfg.epochs, 1))]
+        counts = np.concatenate(jax.device_get(counts))
+        peak = counts.max(0)
+        env = monotone(round_up(peak[0] * policy.margin, policy.multiple),
+                       [peak[1] * policy.margin], policy.multiple)
+        return env, Calibration(env, tuple(int(c) for c in peak),
+                                tuple(float(c) for c in counts.mean(0)), counts.shape[0])
+
+    def memory_report(self, program: StepProgram, envelope: Envelope,
+                      calibration: Calibration) -> dict:
+        """Node and edge slot bytes (ids, masks, features and per-layer activations with
+        their gradients, estimated from the model's `hidden` and `num_layers`) of the
+        envelope against those of the largest batch seen."""
+        model = program.model.model
+        hidden = getattr(model, "hidden", 0)
+        layers = getattr(model, "num_layers", 1)
+        per_node = 12 + 8 * 4 * hidden * layers
+        per_edge = 16 + 8 * hidden * layers
+        env = envelope.levels[0] * per_node + envelope.levels[1] * per_edge
+        ideal = calibration.max_counts[0] * per_node + calibration.max_counts[1] * per_edge
+        return {"envelope_bytes": int(env), "ideal_bytes": int(ideal),
+                "ratio": env / max(ideal, 1)}
+
+
+@functools.partial(jax.jit, static_argnames=("batch_size", "window"))
+def _epoch_counts(tables, perm, *, batch_size, window):
+    return epoch_counts(tables, perm, batch_size, window)
+
+
+def graph_task(loss, kind: str, window: int = 0) -> GraphTask:
+    """The graph task of targets of `kind`: `loss` None (the kind's default: sigmoid
+    for binary, cross_entropy for classes, mae for regression), a built-in name, a
+    per-row function, or a `GraphTask`."""
+    if isinstance(loss, GraphTask):
+        return loss
+    if loss is None:
+        loss = DEFAULT_LOSS[kind]
+    if isinstance(loss, str):
+        if loss not in LOSSES:
+            raise ValueError(f"graph loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+        fits = (loss == "cross_entropy") == (kind == "classes") and \
+            (kind != "binary" or loss == "sigmoid")
+        if not fits:
+            raise ValueError(f"loss {loss!r} does not fit {kind} targets, whose loss is "
+                             f"{DEFAULT_LOSS[kind]!r}")
+        return GraphTask(LOSSES[loss], SCORES[kind], kind, window)
+    if callable(loss):
+        return GraphTask(loss, SCORES[kind], kind, window)
+    raise TypeError(f"loss must be a name ({', '.join(LOSSES)}), a per-row function or a "
+                    f"GraphTask, got {type(loss).__name__}")
+
+
+def _eval_capacities(dataset: GraphCollection, ids: np.ndarray, batch_size: int):
+    """Exact (node slots, edge slots) of the consecutive batches of `ids`, rounded."""
+    steps = num_steps(ids.size, batch_size)
+    pad = np.zeros(steps * batch_size - ids.size, np.int64)
+    n = np.concatenate([dataset.n_node[ids], pad]).reshape(steps, -1).sum(1).max() + 1
+    e = np.concatenate([dataset.n_edge[ids], pad]).reshape(steps, -1).sum(1).max()
+    return round_up(int(n), GRAPH_MULTIPLE), round_up(max(int(e), 1), GRAPH_MULTIPLE)
+
+
+def graph_outputs(program: StepProgram, variables, data: DeviceData, ids,
+                  dataset: GraphCollection, *, batch_size: int) -> np.ndarray:
+    """float32[len(ids), out]: the model's output rows of graphs `ids` (evaluation mode),
+    `batch_size` graphs per step at capacities that fit every batch exactly."""
+    ids = np.asarray(ids, np.int64)
+    if ids.size == 0:
+        return np.zeros((0, dataset.output_dim), np.float32)
+    batch_size = min(batch_size, ids.size)
+    steps = num_steps(ids.size, batch_size)
+    padded = np.full(steps * batch_size, -1, np.int32)
+    padded[:ids.size] = ids
+    caps = _eval_capacities(dataset, ids, batch_size)
+    out = _eval_pass(program, variables, data, jnp.asarray(padded), caps=caps,
+                     batch_size=batch_size)
+    return np.asarray(out, np.float32).reshape(steps * batch_size, -1)[:ids.size]
+
+
+@functools.partial(jax.jit, static_argnames=("program", "caps", "batch_size"))
+def _eval_pass(program: StepProgram, variables, data: DeviceData, padded, *, caps,
+               batch_size: int):
+    """float[steps, B, out]: one scan over the consecutive batches of `padded`."""
+    tables = data.targets
+
+    def step(_, s):
+        items, valid = step_items(padded, s, batch_size)
+        gb = pack_graphs(tables, items, valid, *caps)
+        out, _ = program.apply_model(variables, data, gb, train=False,
+                                     inputs={"graph": gb, "edges": _edge_rows(tables, gb)})
+        return None, out[:-1]
+
+    steps = padded.shape[0] // batch_size
+    return jax.lax.scan(step, None, jnp.arange(steps, dtype=jnp.int32))[1]

@@ -1,0 +1,99 @@
+"""Graph-level losses (per graph row, missing labels masked) and evaluation metrics:
+ROC-AUC and AP averaged over the tasks (OGB's molhiv and molpcba evaluators: a task
+counts when its labelled graphs hold both classes), accuracy, mean absolute error."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from zerognn_jax._src.training.tasks.link_metrics import average_precision, roc_auc
+from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
+
+
+def _labelled(targets):
+    """(bool mask of labelled entries, targets with missing entries as 0)."""
+    known = ~jnp.isnan(targets)
+    return known, jnp.where(known, targets, 0.0)
+
+
+def _row_mean(values, known) -> jax.Array:
+    values = jnp.where(known, values, 0.0).reshape(values.shape[0], -1)
+    count = known.reshape(known.shape[0], -1).sum(-1)
+    return values.sum(-1) / jnp.maximum(count, 1)
+
+
+def masked_sigmoid(logits, targets) -> jax.Array:
+    """float32[rows]: binary cross-entropy with logits over a row's labelled entries
+    (NaN targets are missing labels and count nothing)."""
+    known, t = _labelled(targets)
+    ce = optax.sigmoid_binary_cross_entropy(logits.astype(jnp.float32), t)
+    return _row_mean(ce, known)
+
+
+def masked_label_accuracy(logits, targets) -> jax.Array:
+    """float32[rows]: the fraction of a row's labelled entries the logit's sign gets right."""
+    known, t = _labelled(targets)
+    return _row_mean(((logits > 0) == (t > 0.5)).astype(jnp.float32), known)
+
+
+def masked_abs_error(outputs, targets) -> jax.Array:
+    """float32[rows]: absolute error over a row's labelled entries (regression)."""
+    known, t = _labelled(targets)
+    return _row_mean(jnp.abs(outputs.astype(jnp.float32) - t), known)
+
+
+def masked_squared_error(outputs, targets) -> jax.Array:
+    """float32[rows]: squared error over a row's labelled entries (regression)."""
+    known, t = _labelled(targets)
+    return _row_mean(jnp.square(outputs.astype(jnp.float32) - t), known)
+
+
+# Per kind of graph target (GraphCollection.target_kind): the built-in losses, the
+# default, the per-row score reported during training, and the evaluation metrics.
+LOSSES = {"sigmoid": masked_sigmoid, "cross_entropy": softmax_cross_entropy,
+          "mae": masked_abs_error, "mse": masked_squared_error}
+DEFAULT_LOSS = {"binary": "sigmoid", "classes": "cross_entropy", "regression": "mae"}
+SCORES = {"binary": masked_label_accuracy, "classes": class_accuracy, "regression": None}
+METRICS = {"binary": ("rocauc", "ap"), "classes": ("acc",), "regression": ("mae",)}
+
+
+def row_weights(targets, valid) -> jax.Array:
+    """float32[rows]: a row's labelled entries (0 for padding rows), so that the engine's
+    weighted mean of per-row means is the mean over every labelled entry of the batch
+    (OGB's loss); 1 per real row for class targets."""
+    if jnp.issubdtype(targets.dtype, jnp.integer):
+        return valid.astype(jnp.float32)
+    known = ~jnp.isnan(targets).reshape(targets.shape[0], -1)
+    return jnp.where(valid, known.sum(-1), 0).astype(jnp.float32)
+
+
+def _per_task(outputs, targets, metric) -> float:
+    """The mean of `metric(pos_scores, neg_scores)` over the tasks whose labelled rows
+    hold both classes; NaN when none does."""
+    values = []
+    for t in range(targets.shape[1]):
+        known = ~np.isnan(targets[:, t])
+        y, s = targets[known, t], outputs[known, t]
+        if y.size and 0 < y.sum() < y.size:
+            values.append(metric(s[y > 0.5], s[y < 0.5]))
+    return float(np.mean(values)) if values else float("nan")
+
+
+def graph_metrics(outputs, targets, kind: str) -> dict:
+    """{metric: value} of one split (`METRICS[kind]`): outputs float[G, T] (logits for
+    "binary"), targets as stored (NaN = missing)."""
+    out = np.asarray(outputs, np.float64)
+    t = np.asarray(targets)
+    if kind == "classes":
+        acc = float(np.mean(out.argmax(-1) == t)) if t.size else float("nan")
+        return {"acc": acc}
+    out, t = out.reshape(len(out), -1), t.reshape(len(t), -1).astype(np.float64)
+    if kind == "regression":
+        known = ~np.isnan(t)
+        mae = float(np.abs(out - np.nan_to_num(t))[known].mean()) if known.any() \
+            else float("nan")
+        return {"mae": mae}
+    return {"rocauc": _per_task(out, t, roc_auc), "ap": _per_task(out, t, average_precision)}
