@@ -10,7 +10,8 @@ Variants (the library's defaults otherwise: SAGE 3x256, [15, 10, 5], batch 1024)
   sparse        `embedding_dim=dim`: the step's rows and their moments only (the layout
                 the library picks: tree mode, whose outer level repeats nodes, so its
                 ids are sorted and merged first)
-  sparse-dedup  the same on deduplicated levels (distinct rows: no sort)
+  sparse-dedup  the same on deduplicated levels, the outer one too (distinct rows: no
+                sort)
   dense         the same table, but every step runs Adam over all N rows and both
                 moment tables (the gradient scattered into a dense [N, dim] array): the
                 cost row-sparse updates avoid
@@ -47,7 +48,8 @@ class DenseAdamEmbedding(NodeEmbedding):
             RowAdamState(mu, nu, count)
 
 
-VARIANTS = {"none": {}, "sparse": {}, "sparse-dedup": dict(dedup=True), "dense": {}}
+VARIANTS = {"none": {}, "sparse": {}, "sparse-dedup": dict(dedup=True, flat_outer=False),
+            "dense": {}}
 
 
 def main(argv=None) -> None:

@@ -61,7 +61,9 @@ class NodeEmbedding:
         return gather_rows(kernels, table, ids, valid)
 
     def update(self, table: jax.Array, opt: RowAdamState, ids, grads, valid, *,
-               unique: bool) -> tuple[jax.Array, RowAdamState]:
+               unique: bool, taken=True) -> tuple[jax.Array, RowAdamState]:
         """One lazy Adam step on the rows `ids` with gradient rows `grads` (`unique`: the
-        valid ids are known to be distinct, so no sort merges repeats)."""
-        return row_adam_update(table, opt, ids, grads, valid, lr=self.lr, unique=unique)
+        valid ids are known to be distinct, so no sort merges repeats; `taken`: the step
+        counts, else nothing changes, when no row is valid)."""
+        return row_adam_update(table, opt, ids, grads, valid, lr=self.lr, unique=unique,
+                               taken=taken)

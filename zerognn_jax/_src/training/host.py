@@ -30,7 +30,12 @@ from zerognn_jax._src.training.program import (
     TrainState,
     sample_batch,
 )
-from zerognn_jax._src.training.step import EpochResult, step_metrics, train_step
+from zerognn_jax._src.training.step import (
+    EpochResult,
+    step_metrics,
+    train_step,
+    update_embedding,
+)
 
 MODES = ("exact", "bucketed")
 
@@ -117,6 +122,7 @@ class HostEngine:
     def _train(self, state, data, batch, mb, drop_key, *, sizes):
         mb = slice_levels(mb, sizes)
         new_state, out = train_step(self.program, state, data, batch, mb, drop_key)
+        new_state = update_embedding(self.program, new_state, out, jnp.bool_(True))
         return new_state, step_metrics(self.program, out, mb)
 
     def sample(self, data: DeviceData, perm, epoch: int, step: int,

@@ -44,7 +44,7 @@ def row_adam_init(table: jax.Array) -> RowAdamState:
 def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
                     grads: jax.Array, valid: jax.Array | None = None, *, lr: float,
                     b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-                    unique: bool = False) -> tuple[jax.Array, RowAdamState]:
+                    unique: bool = False, taken=True) -> tuple[jax.Array, RowAdamState]:
     """One lazy Adam step on the rows `rows` of `table`.
 
     Args:
@@ -56,6 +56,8 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
       lr, b1, b2, eps: Adam's step size, decay rates and epsilon (as `optax.adam`).
       unique: the valid entries of `rows` are known to be distinct (a deduplicated
         level), so they are used as they are, without the sort that merges repeats.
+      taken: bool (scalar, may be traced): the step counts in the bias correction; a
+        step not taken passes no valid row, and leaves everything as it was.
 
     Returns:
       (table, state) with the touched rows updated and every other row, first and
@@ -75,7 +77,7 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
         g = jax.ops.segment_sum(g, inverse.reshape(-1), num_segments=r)
     used = uniq < n
     safe = jnp.where(used, uniq, 0)
-    count = state.count + 1
+    count = state.count + jnp.asarray(taken, jnp.int32)
     mu = b1 * state.mu[safe] + (1.0 - b1) * g
     nu = b2 * state.nu[safe] + (1.0 - b2) * jnp.square(g)
     t = count.astype(jnp.float32)

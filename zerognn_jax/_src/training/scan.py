@@ -29,6 +29,7 @@ from zerognn_jax._src.training.step import (
     step_metrics,
     step_sums,
     train_step,
+    update_embedding,
 )
 from zerognn_jax._src.training.tasks.base import TaskBatch
 
@@ -85,8 +86,8 @@ def apply_step(program: StepProgram, state: TrainState, step, data: DeviceData,
         pick(candidate.params, state.params), pick(candidate.batch_stats, state.batch_stats),
         pick(candidate.opt_state, state.opt_state), state.overflowed | bad,
         jnp.where(bad & ~state.overflowed, step, state.failed_step),
-        pick(candidate.embedding, state.embedding),
-        pick(candidate.embedding_opt, state.embedding_opt))
+        state.embedding, state.embedding_opt)
+    new_state = update_embedding(program, new_state, out, ok)
     host = dp is not None and dp.host_metrics
     metrics = step_sums(program, out, mb) if host else step_metrics(program, out, mb)
     return new_state, {**metrics, "overflow": bad, "applied": ok}

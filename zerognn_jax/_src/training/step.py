@@ -32,8 +32,9 @@ def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch:
     caller decides whether to keep it) and {"loss", "outputs", "targets", "weight"} of
     this device's rows, plus "overflow" (bool, any device's minibatch overflowed) when
     the collectives pack the flag into the gradient all-reduce. With a node embedding
-    (`program.embedding`) the rows of the outermost level are differentiated too and
-    updated by lazy Adam (embeddings.py); the parameters' optimizer never sees them.
+    (`program.embedding`) the rows of the outermost level are differentiated too; their
+    ids, gradients and validity come back as "embedding_grads" for `update_embedding`
+    (the table in the returned state is the old one).
     """
     task = program.task
     emb = program.embedding
@@ -63,17 +64,33 @@ def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch:
             extra["overflow"] = agreed
         if emb is not None:
             ids, row_grads, valid = dp.gather_row_grads(ids, row_grads, valid, weight)
+    if emb is not None:
+        extra["embedding_grads"] = (ids, row_grads, valid)
     updates, opt_state = program.tx.update(grads, state.opt_state, state.params)
     new_state = state._replace(params=optax.apply_updates(state.params, updates),
                                batch_stats=batch_stats, opt_state=opt_state)
-    if emb is not None:
-        # Rows of a deduplicated outermost level are distinct on one device.
-        unique = dp is None and not program.sampler.positional[-1]
-        table, table_opt = emb.update(state.embedding, state.embedding_opt, ids, row_grads,
-                                      valid, unique=unique)
-        new_state = new_state._replace(embedding=table, embedding_opt=table_opt)
     return new_state, {"loss": loss, "outputs": outputs, "targets": batch.targets,
                        "weight": batch.weight, **extra}
+
+
+def update_embedding(program: StepProgram, state: TrainState, out: dict,
+                     keep) -> TrainState:
+    """`state` with the node embedding's lazy Adam step on the rows `train_step` left in
+    `out["embedding_grads"]`, taken only where `keep` (bool scalar: the engine keeps the
+    step); unchanged without an embedding.
+
+    The engines call it after deciding whether a step stands, so that a dropped step
+    writes no row: choosing between a whole new table and the old one would read and
+    write every row of the table, its moments included, each step."""
+    emb = program.embedding
+    if emb is None:
+        return state
+    ids, grads, valid = out["embedding_grads"]
+    # Rows of a deduplicated outermost level are distinct on one device.
+    unique = program.parallel is None and not program.sampler.positional[-1]
+    table, opt = emb.update(state.embedding, state.embedding_opt, ids, grads, valid & keep,
+                            unique=unique, taken=keep)
+    return state._replace(embedding=table, embedding_opt=opt)
 
 
 def step_sums(program: StepProgram, out: dict, mb: MiniBatch) -> dict:
