@@ -15,9 +15,29 @@ from zerognn_jax._src.data.graph import (
     from_scipy,
     take_edge_rows,
     to_edge_index,
+    to_edge_list,
     to_jraph,
     to_networkx,
     to_scipy,
+)
+from zerognn_jax._src.data.hetero import (
+    HeteroGraph,
+    add_reverse_relations,
+    as_hetero,
+    hetero_from_csr,
+    hetero_graph,
+)
+from zerognn_jax._src.data.hetero_dataset import (
+    HeteroDataset,
+    from_hetero_data,
+    make_hetero_dataset,
+    to_hetero_data,
+)
+from zerognn_jax._src.data.hetero_storage import (
+    is_hetero_path,
+    load_hetero,
+    save_hetero_dir,
+    save_hetero_npz,
 )
 from zerognn_jax._src.data.links import LinkSplit, load_ogbl, random_link_split
 from zerognn_jax._src.data.loaders import load_dataset, load_dir, load_npz, save_dir, save_npz
@@ -115,4 +135,7 @@ __all__ = [
     "ExportedModel", "export_model", "load_dir", "save_dir", "GINEConv",
     "Task", "TaskBatch", "TASKS", "register_task", "step_items", "epoch_items",
     "ITEM_SEEDS", "SeedSource", "take_edge_rows",
+    "HeteroGraph", "HeteroDataset", "add_reverse_relations", "as_hetero", "from_hetero_data",
+    "hetero_from_csr", "hetero_graph", "is_hetero_path", "load_hetero", "make_hetero_dataset",
+    "save_hetero_dir", "save_hetero_npz", "to_edge_list", "to_hetero_data",
 ]
