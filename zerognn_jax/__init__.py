@@ -74,6 +74,24 @@ from zerognn_jax._src.sampling.seeds import (
     step_seeds,
 )
 from zerognn_jax._src.sampling.steps import ITEM_SEEDS, SeedSource
+from zerognn_jax._src.sampling.typed_calibrate import (
+    TypedCalibration,
+    calibrate_typed,
+    choose_typed_envelope,
+)
+from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig
+from zerognn_jax._src.sampling.typed_envelope import (
+    TypedEnvelope,
+    fit_typed_envelope,
+    grow_typed,
+    typed_conservative,
+)
+from zerognn_jax._src.sampling.typed_minibatch import (
+    TypedMiniBatch,
+    prepare_typed_graph,
+    sample_typed,
+    sample_typed_step,
+)
 from zerognn_jax._src.training.callbacks import EarlyStopping
 from zerognn_jax._src.training.checkpoint import CheckpointMismatch
 from zerognn_jax._src.training.config import TrainConfig
@@ -138,4 +156,7 @@ __all__ = [
     "HeteroGraph", "HeteroDataset", "add_reverse_relations", "as_hetero", "from_hetero_data",
     "hetero_from_csr", "hetero_graph", "is_hetero_path", "load_hetero", "make_hetero_dataset",
     "save_hetero_dir", "save_hetero_npz", "to_edge_list", "to_hetero_data",
+    "TypedCalibration", "TypedEnvelope", "TypedMiniBatch", "TypedSamplerConfig",
+    "calibrate_typed", "choose_typed_envelope", "fit_typed_envelope", "grow_typed",
+    "prepare_typed_graph", "sample_typed", "sample_typed_step", "typed_conservative",
 ]
