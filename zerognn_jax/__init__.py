@@ -40,7 +40,14 @@ from zerognn_jax._src.data.hetero_storage import (
     save_hetero_npz,
 )
 from zerognn_jax._src.data.links import LinkSplit, load_ogbl, random_link_split
-from zerognn_jax._src.data.loaders import load_dataset, load_dir, load_npz, save_dir, save_npz
+from zerognn_jax._src.data.loaders import (
+    load_dataset,
+    load_dir,
+    load_hetero_dataset,
+    load_npz,
+    save_dir,
+    save_npz,
+)
 from zerognn_jax._src.nn.bridge import as_linen
 from zerognn_jax._src.nn.link_heads import DotDecoder, LinkModel, MLPDecoder, make_decoder
 from zerognn_jax._src.nn.models import (
@@ -159,4 +166,5 @@ __all__ = [
     "TypedCalibration", "TypedEnvelope", "TypedMiniBatch", "TypedSamplerConfig",
     "calibrate_typed", "choose_typed_envelope", "fit_typed_envelope", "grow_typed",
     "prepare_typed_graph", "sample_typed", "sample_typed_step", "typed_conservative",
+    "load_hetero_dataset",
 ]
