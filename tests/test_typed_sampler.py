@@ -160,7 +160,7 @@ def test_per_relation_fanouts_draw_uniformly():
 
 def test_small_capacities_overflow_and_growth_recovers_the_same_batch():
     graph = _typed_graph(seed=2, reverse=False).to_device()
-    config = zg.TypedSamplerConfig((4, 3)).resolve(graph)
+    config = zg.TypedSamplerConfig((3, 2)).resolve(graph)
     safe = zg.typed_conservative(config, "paper", 24, graph.num_nodes)
     seeds = np.arange(24) * 3
     exact = _sample(graph, config, safe, seeds)

@@ -49,6 +49,15 @@ from zerognn_jax._src.data.loaders import (
     save_npz,
 )
 from zerognn_jax._src.nn.bridge import as_linen
+from zerognn_jax._src.nn.hetero import (
+    HETERO_MODELS,
+    HeteroGNN,
+    RelGATConv,
+    RGCNConv,
+    TypedLayer,
+    make_hetero_model,
+    typed_layers,
+)
 from zerognn_jax._src.nn.link_heads import DotDecoder, LinkModel, MLPDecoder, make_decoder
 from zerognn_jax._src.nn.models import (
     GNN,
@@ -166,5 +175,6 @@ __all__ = [
     "TypedCalibration", "TypedEnvelope", "TypedMiniBatch", "TypedSamplerConfig",
     "calibrate_typed", "choose_typed_envelope", "fit_typed_envelope", "grow_typed",
     "prepare_typed_graph", "sample_typed", "sample_typed_step", "typed_conservative",
-    "load_hetero_dataset",
+    "load_hetero_dataset", "HETERO_MODELS", "HeteroGNN", "RelGATConv", "RGCNConv",
+    "TypedLayer", "make_hetero_model", "typed_layers",
 ]
