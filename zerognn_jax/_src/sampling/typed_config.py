@@ -15,8 +15,8 @@ neighbours. PyG's `NeighborLoader` with a dict `num_neighbors` and DGL's
 the same way: per destination, per edge type, per hop. A relation with fanout 0 at a hop
 is not sampled there (PyG and DGL skip 0 too); -1 takes every neighbour of that relation
 (as in both), resolved to the relation's largest in-degree. A relation the dict layouts
-leave out is an error here (PyG fills a default): every relation needs its fanouts
-stated, 0 included.
+leave out is an error here (PyG's `NumNeighbors` fills it from its `default`; DGL
+wants one per edge type): every relation needs its fanouts stated, 0 included.
 
 The plan is static: level 0 holds the seed type; a hop samples every relation whose
 destination type is in its level and whose fanout there is positive, and level h + 1
