@@ -3,6 +3,8 @@ error), reverse relations, storage round trips, PyG HeteroData in and out."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -99,6 +101,14 @@ def test_a_reverse_whose_name_is_taken_is_refused():
     edges = {WRITES: ([0], [0]), ("paper", "rev_writes", "author"): ([0], [0])}
     with pytest.raises(ValueError, match="paper__rev_writes__author, which the graph already"):
         zg.hetero_graph(COUNTS, edges, add_reverse=True)
+
+
+def test_a_dataset_checks_a_graph_built_by_hand():
+    g = zg.hetero_graph(COUNTS, _edges())
+    bad = zg.HeteroGraph(g.node_counts, g.relations, (g.graphs[2],) + g.graphs[1:])
+    with pytest.raises(ValueError, match=r"author__writes__paper: indptr has 4 entries, "
+                                         r"expected 6 \(paper nodes \+ 1\)"):
+        dataclasses.replace(_dataset(), graph=bad)
 
 
 def test_csr_input_is_checked_against_both_types():

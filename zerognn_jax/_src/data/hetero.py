@@ -25,7 +25,13 @@ from collections.abc import Mapping
 import jax
 import numpy as np
 
-from zerognn_jax._src.data.graph import CSRGraph, csr_from_arrays, from_edge_list, to_edge_list
+from zerognn_jax._src.data.graph import (
+    CSRGraph,
+    csr_from_arrays,
+    from_edge_list,
+    to_edge_list,
+    validate_csr,
+)
 
 Relation = tuple[str, str, str]
 _INT32_MAX = np.iinfo(np.int32).max
@@ -102,6 +108,25 @@ class HeteroGraph:
                 "relations": {relation_name(r): {"edges": int(g.num_edges),
                                                  "max_degree": g.max_degree()}
                               for r, g in self.items()}}
+
+
+def validate_hetero_graph(graph: HeteroGraph) -> None:
+    """Raises ValueError naming the relation and the first problem of its CSR: offsets
+    not [N_dst + 1], source ids outside [0, N_src), or what `validate_csr` refuses."""
+    counts = dict(check_node_counts(graph.num_nodes))
+    if len(graph.relations) != len(graph.graphs):
+        raise ValueError(f"{len(graph.relations)} relations but {len(graph.graphs)} graphs")
+    for rel, g in graph.items():
+        rel = check_relation(rel, counts)
+        rows = np.shape(g.indptr)[0] - 1
+        if rows != counts[rel[2]]:
+            raise ValueError(f"relation {relation_name(rel)}: indptr has {rows + 1} entries, "
+                             f"expected {counts[rel[2]] + 1} ({rel[2]} nodes + 1)")
+        try:
+            validate_csr(g.indptr, g.indices, g.weights, g.edge_features,
+                         num_columns=counts[rel[0]])
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"relation {relation_name(rel)}: {err}") from None
 
 
 def check_node_counts(num_nodes: Mapping[str, int]) -> tuple[tuple[str, int], ...]:

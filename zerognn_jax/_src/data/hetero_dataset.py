@@ -20,7 +20,12 @@ import numpy as np
 
 from zerognn_jax._src.data.dataset import _check_range, _integers, check_splits
 from zerognn_jax._src.data.graph import to_edge_list
-from zerognn_jax._src.data.hetero import HeteroGraph, check_type_ids, hetero_graph
+from zerognn_jax._src.data.hetero import (
+    HeteroGraph,
+    check_type_ids,
+    hetero_graph,
+    validate_hetero_graph,
+)
 from zerognn_jax._src.data.tables import BFLOAT16, check_finite_rows, node_feature_table
 
 SPLITS = ("train", "val", "test")
@@ -92,6 +97,7 @@ def validate_hetero_dataset(ds: HeteroDataset) -> None:
     """Raises ValueError naming the first inconsistency of `ds`."""
     if not isinstance(ds.graph, HeteroGraph):
         raise ValueError(f"graph must be a HeteroGraph, got {type(ds.graph).__name__}")
+    validate_hetero_graph(ds.graph)
     counts = ds.graph.num_nodes
     for t, table in ds.features.items():
         if t not in counts:

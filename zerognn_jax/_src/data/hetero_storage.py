@@ -79,7 +79,8 @@ def _dataset(meta: dict, arrays: dict, where) -> HeteroDataset:
             ncols = dict(counts).get(rel[0], 0)
             graphs.append(csr_from_arrays(arrays[f"r{i}_indptr"], arrays[f"r{i}_indices"],
                                           arrays.get(f"r{i}_weights"), num_columns=ncols,
-                                          edge_features=arrays.get(f"r{i}_edge_features")))
+                                          edge_features=arrays.get(f"r{i}_edge_features"),
+                                          validate=False))  # the dataset validates them
         types = [t for t, _ in counts]
         features = {t: arrays[f"x{j}"] for j, t in enumerate(types) if f"x{j}" in arrays}
         info = {t: {c: arrays[f"info{types.index(t)}_{k}"] for k, c in enumerate(cols)}

@@ -71,10 +71,13 @@ class TypedMiniBatch(NamedTuple):
 
 
 def prepare_typed_graph(graph: HeteroGraph, config: TypedSamplerConfig) -> HeteroGraph:
-    """The graph as `sample_typed` reads it: for weighted sampling, every relation's
-    weights turned into its cumulative table (`prepare_graph`); host-side, once."""
+    """The graph as `sample_typed` reads it: for weighted sampling, the weights of every
+    relation that is sampled at some hop turned into its cumulative table
+    (`prepare_graph`); host-side, once."""
     config = config.resolve(graph)
-    graphs = tuple(prepare_graph(g, config.relation_config(r)) for r, g in graph.items())
+    graphs = tuple(prepare_graph(g, config.relation_config(r))
+                   if any(config.fanout(r, h) for h in range(config.num_hops)) else g
+                   for r, g in graph.items())
     return HeteroGraph(graph.node_counts, graph.relations, graphs)
 
 
