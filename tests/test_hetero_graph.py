@@ -190,6 +190,18 @@ def test_storage_round_trip(tmp_path, suffix):
             zg.load_dir(path)
 
 
+def test_typed_and_homogeneous_files_name_their_reader(tmp_path):
+    homogeneous = zg.make_dataset("h", [0, 1, 2], [1, 0], np.ones((2, 1)), [0, 1], [0], [1],
+                                  [], 2)
+    zg.save_npz(homogeneous, tmp_path / "h.npz")
+    assert not zg.is_hetero_path(tmp_path / "h.npz")
+    with pytest.raises(ValueError, match=r"h.npz is not a readable typed dataset file: no "
+                                         r"meta entry"):
+        zg.load_hetero(tmp_path / "h.npz")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        zg.load_hetero(tmp_path / "none.npz")
+
+
 class _Store(dict):
     """A stand-in for PyG's node and edge stores: attributes over a dict."""
 
