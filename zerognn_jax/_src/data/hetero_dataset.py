@@ -239,14 +239,14 @@ def to_hetero_data(ds: HeteroDataset):
     for t, n in ds.graph.node_counts:
         out[t].num_nodes = n
         if t in ds.features:
-            out[t].x = torch.from_numpy(np.asarray(ds.features[t], np.float32))
+            out[t].x = torch.from_numpy(np.array(ds.features[t], np.float32))  # a copy
     for rel, g in ds.graph.items():
         rows, cols = to_edge_list(g)
         out[rel].edge_index = torch.from_numpy(np.stack([cols, rows]).astype(np.int64))
         if g.weights is not None:
-            out[rel].edge_weight = torch.from_numpy(np.asarray(g.weights, np.float32))
+            out[rel].edge_weight = torch.from_numpy(np.array(g.weights, np.float32))
         if g.edge_features is not None:
-            out[rel].edge_attr = torch.from_numpy(np.asarray(g.edge_features, np.float32))
+            out[rel].edge_attr = torch.from_numpy(np.array(g.edge_features, np.float32))
     target = out[ds.target_type]
     target.y = torch.from_numpy(ds.labels.astype(np.int64))
     for split in SPLITS:
