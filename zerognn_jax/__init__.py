@@ -57,6 +57,7 @@ from zerognn_jax._src.nn.hetero import (
     TypedLayer,
     make_hetero_model,
     typed_layers,
+    whole_graph_layer,
 )
 from zerognn_jax._src.nn.link_heads import DotDecoder, LinkModel, MLPDecoder, make_decoder
 from zerognn_jax._src.nn.models import (
@@ -176,5 +177,5 @@ __all__ = [
     "calibrate_typed", "choose_typed_envelope", "fit_typed_envelope", "grow_typed",
     "prepare_typed_graph", "sample_typed", "sample_typed_step", "typed_conservative",
     "load_hetero_dataset", "HETERO_MODELS", "HeteroGNN", "RelGATConv", "RGCNConv",
-    "TypedLayer", "make_hetero_model", "typed_layers",
+    "TypedLayer", "make_hetero_model", "typed_layers", "whole_graph_layer",
 ]

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from zerognn_jax._src.nn.models import Dropout, SAGEConv
-from zerognn_jax._src.nn.views import EllView, mean_weights
+from zerognn_jax._src.nn.views import EdgeView, EllView, mean_weights
 from zerognn_jax._src.ops.registry import XLA, Kernels
 
 HETERO_MODELS = ("rsage", "rgcn", "rgat")
@@ -148,6 +148,8 @@ class HeteroGNN(nn.Module):
       conv: "rsage", "rgcn" or "rgat".
       hidden: width of every hidden layer; num_layers; num_classes: output width.
       target_type: the type whose level-0 rows are the logits.
+      relations: the graph's relations ((src, name, dst), ...): a conv per relation and
+        layer (rgcn: per destination type and layer), whether sampled or not.
       heads: for rgat. num_bases: for rgcn (None: a full matrix per relation).
       embeddings: ((type, N_type), ...): featureless types whose `x` entries are node
         ids, embedded in a learnable `hidden`-wide table each.
@@ -160,6 +162,7 @@ class HeteroGNN(nn.Module):
     num_layers: int
     num_classes: int
     target_type: str
+    relations: tuple
     heads: int = 4
     num_bases: int | None = None
     embeddings: tuple = ()
@@ -167,58 +170,97 @@ class HeteroGNN(nn.Module):
     input_dropout: float = 0.0
     dtype: Any = jnp.float32
 
-    @nn.compact
+    def setup(self):
+        types = tuple(dict.fromkeys([self.target_type, *(t for r in self.relations
+                                                         for t in (r[0], r[2]))]))
+        convs, roots = [], []
+        for i in range(self.num_layers):
+            last = i == self.num_layers - 1
+            width = self.num_classes if last else self.hidden
+            if self.conv == "rgcn":
+                convs.append({t: RGCNConv(width, self.relations, self.num_bases, self.dtype)
+                              for t in types if any(r[2] == t for r in self.relations)})
+            else:
+                convs.append({_name(r): self._relation_conv(width, last)
+                              for r in self.relations})
+            roots.append({t: nn.Dense(width, dtype=self.dtype) for t in types})
+        self.convs, self.roots = convs, roots
+        self.embed = {t: nn.Embed(n, self.hidden) for t, n in self.embeddings}
+        self.drop_input = Dropout(self.input_dropout)
+        self.drop_hidden = Dropout(self.dropout)
+
+    def _relation_conv(self, width: int, last: bool):
+        if self.conv == "rsage":
+            return SAGEConv(width, dtype=self.dtype)
+        if self.conv == "rgat":
+            return RelGATConv(width, self.heads, concat=not last, dtype=self.dtype)
+        raise ValueError(f"unknown relational conv {self.conv!r}; choose one of "
+                         f"{', '.join(HETERO_MODELS)}")
+
     def __call__(self, x: dict, layers, *, train: bool):
         if len(layers) != self.num_layers:
             raise ValueError(f"the model has {self.num_layers} layers, the batch "
                              f"{len(layers)} hops")
-        h = {t: self._input(t, v) for t, v in x.items()}
+        h = self.inputs(x)
         for i, layer in enumerate(layers):
-            last = i == self.num_layers - 1
-            drop = Dropout(self.input_dropout if i == 0 else self.dropout)
-            h = {t: drop(v.astype(self.dtype), deterministic=not train) for t, v in h.items()}
-            h = self._layer(i, h, layer, self.num_classes if last else self.hidden, last)
-            if not last:
-                h = {t: nn.relu(v) for t, v in h.items()}
+            h = self.layer(i, h, layer, train=train)
         return h[self.target_type].astype(jnp.float32)
 
-    def _input(self, node_type: str, values):
-        tables = dict(self.embeddings)
-        if node_type not in tables:
-            return values
-        return nn.Embed(tables[node_type], self.hidden, name=f"embed_{node_type}")(values)
+    def inputs(self, x: dict) -> dict:
+        """`x` with the featureless types' node ids replaced by their embeddings."""
+        return {t: self.embed[t](v) if t in self.embed else v for t, v in x.items()}
 
-    def _layer(self, i: int, h: dict, layer: TypedLayer, width: int, last: bool) -> dict:
+    def layer(self, i: int, h: dict, layer: TypedLayer, *, train: bool) -> dict:
+        """Layer i: {type: rows} of the level it computes, from the sources `h`
+        ({type: [S_t, d]}, each type's destinations its first rows). With whole-graph
+        views (`whole_graph_layer`) this is exact layer-wise inference."""
+        drop = self.drop_input if i == 0 else self.drop_hidden
+        h = {t: drop(v.astype(self.dtype), deterministic=not train) for t, v in h.items()}
         out = {}
-        relations = tuple(layer.views)
         for t, rows in layer.num_dst:
             h_dst = h[t][:rows]
             into = [(r, h[r[0]], v) for r, v in layer.views.items() if r[2] == t]
             if not into:
-                out[t] = nn.Dense(width, dtype=self.dtype, name=f"l{i}_root_{t}")(h_dst)
+                out[t] = self.roots[i][t](h_dst)
             elif self.conv == "rgcn":
-                out[t] = RGCNConv(width, relations, self.num_bases, self.dtype,
-                                  name=f"l{i}_{t}")(h_dst, into)
+                out[t] = self.convs[i][t](h_dst, into)
             else:
-                out[t] = sum(self._relation_conv(i, r, width, last)(h_src, h_dst, v)
-                             for r, h_src, v in into)
-        return out
+                out[t] = sum(self.convs[i][_name(r)](h_src, h_dst, v) for r, h_src, v in into)
+        if i == self.num_layers - 1:
+            return {t: v.astype(jnp.float32) for t, v in out.items()}
+        return {t: nn.relu(v) for t, v in out.items()}
 
-    def _relation_conv(self, i: int, relation, width: int, last: bool):
-        name = f"l{i}_{_name(relation)}"
-        if self.conv == "rsage":
-            return SAGEConv(width, dtype=self.dtype, name=name)
-        if self.conv == "rgat":
-            return RelGATConv(width, self.heads, concat=not last, dtype=self.dtype, name=name)
-        raise ValueError(f"unknown relational conv {self.conv!r}; choose one of "
-                         f"{', '.join(HETERO_MODELS)}")
+
+def whole_graph_layer(graph, types=None) -> TypedLayer:
+    """A TypedLayer of whole-graph edge views (`EdgeView`) over every relation into
+    `types` (default: every type) of `graph` (a `HeteroGraph`: its `node_counts` and
+    `items()`): every node of those types is a destination. Run through
+    `HeteroGNN.layer`, layer by layer, it gives exact inference (every neighbour, no
+    sampling) for all their nodes at once. Layer i should compute the types a sampled
+    batch holds at level L - 1 - i (`TypedSamplerConfig.plan`): a type no sampled batch
+    computed there has no parameters for it."""
+    types = set(graph.num_nodes if types is None else types)
+    views = {}
+    for rel, g in graph.items():
+        if rel[2] not in types:
+            continue
+        indptr = jnp.asarray(g.indptr)
+        deg = (indptr[1:] - indptr[:-1]).astype(jnp.int32)
+        n_dst = deg.shape[0]
+        dst = jnp.repeat(jnp.arange(n_dst, dtype=jnp.int32), deg,
+                         total_repeat_length=g.num_edges)
+        views[rel] = EdgeView(jnp.asarray(g.indices), dst, jnp.ones(g.num_edges, bool),
+                              jnp.ones(n_dst, bool), deg, jnp.zeros(1, jnp.int32), n_dst)
+    return TypedLayer(views, tuple((t, n) for t, n in graph.node_counts if t in types))
 
 
 def make_hetero_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
-                      target_type: str, heads: int = 4, num_bases: int | None = None,
+                      target_type: str, relations, heads: int = 4,
+                      num_bases: int | None = None,
                       embeddings: dict | None = None, dropout: float = 0.5,
                       input_dropout: float = 0.0, dtype: Any = jnp.float32) -> HeteroGNN:
-    """Builds a relational model by name: rsage, rgcn, rgat (module docstring)."""
+    """Builds a relational model by name: rsage, rgcn, rgat (module docstring), with a
+    conv per relation of `relations` (the graph's, `HeteroGraph.relations`)."""
     if name not in HETERO_MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(HETERO_MODELS)}")
     if name == "rgat" and (heads < 1 or hidden % heads):
@@ -227,5 +269,6 @@ def make_hetero_model(name: str, *, hidden: int, num_layers: int, num_classes: i
     if num_bases is not None and (name != "rgcn" or num_bases < 1):
         raise ValueError(f"num_bases applies to rgcn and must be >= 1, got {num_bases} "
                          f"for {name}")
-    return HeteroGNN(name, hidden, num_layers, num_classes, target_type, heads, num_bases,
+    return HeteroGNN(name, hidden, num_layers, num_classes, target_type,
+                     tuple(tuple(r) for r in relations), heads, num_bases,
                      tuple((embeddings or {}).items()), dropout, input_dropout, dtype)
