@@ -15,6 +15,7 @@ from zerognn_jax._src.data.graph import (
     from_scipy,
     take_edge_rows,
     to_edge_index,
+    to_edge_list,
     to_jraph,
     to_networkx,
     to_scipy,
@@ -28,8 +29,34 @@ from zerognn_jax._src.data.graph_interop import (
 )
 from zerognn_jax._src.data.graph_storage import load_graphs_file, save_graphs
 from zerognn_jax._src.data.graphs import GraphCollection, make_collection
+from zerognn_jax._src.data.hetero import (
+    HeteroGraph,
+    add_reverse_relations,
+    as_hetero,
+    hetero_from_csr,
+    hetero_graph,
+)
+from zerognn_jax._src.data.hetero_dataset import (
+    HeteroDataset,
+    from_hetero_data,
+    make_hetero_dataset,
+    to_hetero_data,
+)
+from zerognn_jax._src.data.hetero_storage import (
+    is_hetero_path,
+    load_hetero,
+    save_hetero_dir,
+    save_hetero_npz,
+)
 from zerognn_jax._src.data.links import LinkSplit, load_ogbl, random_link_split
-from zerognn_jax._src.data.loaders import load_dataset, load_dir, load_npz, save_dir, save_npz
+from zerognn_jax._src.data.loaders import (
+    load_dataset,
+    load_dir,
+    load_hetero_dataset,
+    load_npz,
+    save_dir,
+    save_npz,
+)
 from zerognn_jax._src.data.molecules import molhiv_like, molpcba_like
 from zerognn_jax._src.data.ogbg import read_ogbg
 from zerognn_jax._src.nn.bridge import as_linen
@@ -41,6 +68,16 @@ from zerognn_jax._src.nn.graph_models import (
     OnGraphs,
     make_graph_model,
     pool,
+)
+from zerognn_jax._src.nn.hetero import (
+    HETERO_MODELS,
+    HeteroGNN,
+    RelGATConv,
+    RGCNConv,
+    TypedLayer,
+    make_hetero_model,
+    typed_layers,
+    whole_graph_layer,
 )
 from zerognn_jax._src.nn.link_heads import DotDecoder, LinkModel, MLPDecoder, make_decoder
 from zerognn_jax._src.nn.models import (
@@ -75,6 +112,24 @@ from zerognn_jax._src.sampling.seeds import (
     step_seeds,
 )
 from zerognn_jax._src.sampling.steps import ITEM_SEEDS, SeedSource
+from zerognn_jax._src.sampling.typed_calibrate import (
+    TypedCalibration,
+    calibrate_typed,
+    choose_typed_envelope,
+)
+from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig
+from zerognn_jax._src.sampling.typed_envelope import (
+    TypedEnvelope,
+    fit_typed_envelope,
+    grow_typed,
+    typed_conservative,
+)
+from zerognn_jax._src.sampling.typed_minibatch import (
+    TypedMiniBatch,
+    prepare_typed_graph,
+    sample_typed,
+    sample_typed_step,
+)
 from zerognn_jax._src.training.callbacks import EarlyStopping
 from zerognn_jax._src.training.checkpoint import CheckpointMismatch
 from zerognn_jax._src.training.config import TrainConfig
@@ -142,4 +197,12 @@ __all__ = [
     "collection_to_pyg", "molhiv_like", "molpcba_like", "read_ogbg", "GRAPH_MODELS",
     "CategoricalEncoder", "GraphGNN", "Graphs", "OnGraphs", "make_graph_model", "pool",
     "GraphBatch", "GraphTables", "pack_graphs", "BatchedTask", "GraphTask", "graph_outputs",
+    "HeteroGraph", "HeteroDataset", "add_reverse_relations", "as_hetero", "from_hetero_data",
+    "hetero_from_csr", "hetero_graph", "is_hetero_path", "load_hetero", "make_hetero_dataset",
+    "save_hetero_dir", "save_hetero_npz", "to_edge_list", "to_hetero_data",
+    "TypedCalibration", "TypedEnvelope", "TypedMiniBatch", "TypedSamplerConfig",
+    "calibrate_typed", "choose_typed_envelope", "fit_typed_envelope", "grow_typed",
+    "prepare_typed_graph", "sample_typed", "sample_typed_step", "typed_conservative",
+    "load_hetero_dataset", "HETERO_MODELS", "HeteroGNN", "RelGATConv", "RGCNConv",
+    "TypedLayer", "make_hetero_model", "typed_layers", "whole_graph_layer",
 ]

@@ -1,14 +1,18 @@
 """The `zerognn data ...` commands: inspect a dataset, generate a synthetic one.
 
   zerognn data info NAME [--root DIR] [--scale S] [--seed N] [--download]
-  zerognn data generate {products-like,proteins-like,papers100m-like,rmat} --out PATH [--scale S]
-                        [--seed N] [--feature-dtype {float32,bfloat16}]
+  zerognn data generate {products-like,proteins-like,papers100m-like,rmat,mag-like,igbh-like,
+                         molhiv-like,molpcba-like} --out PATH [--scale S] [--seed N]
+                        [--feature-dtype {float32,bfloat16}]
 
 molhiv-like and molpcba-like write a graph collection (`--out` ending in .npz, else a
 directory; `zerognn train --task graph --dataset PATH` reads it). For the others
 `--out` is a file ending in .npz, or for papers100m-like also a dataset directory of
 memory-mappable .npy files, streamed there from the device with its features in
---feature-dtype (the statistics printed are then read from the directory).
+--feature-dtype (the statistics printed are then read from the directory). The typed
+presets (mag-like, igbh-like) write a typed .npz or dataset directory; `data info` on a
+typed dataset (ogbn-mag, mag-like, igbh-like, a typed file) lists its node types with
+their counts and feature widths and its relations with their edge counts.
 
 Both print the dataset's statistics as one JSON object on stdout. Errors print
 `zerognn: error: ...` on stderr and give exit code 2, or 1 where the output could not be
@@ -25,17 +29,21 @@ import sys
 from zerognn_jax._src.data.graph_datasets import PRESETS as GRAPH_PRESETS
 from zerognn_jax._src.data.graph_datasets import is_graph_dataset, load_graphs
 from zerognn_jax._src.data.graph_storage import save_graphs
+from zerognn_jax._src.data.hetero_storage import is_hetero_path, save_hetero_dir, save_hetero_npz
 from zerognn_jax._src.data.loaders import (
     DATASET_NAMES,
+    HETERO_NAMES,
     load_dataset,
+    load_hetero_dataset,
     save_npz,
     write_papers100m_like,
 )
 from zerognn_jax._src.data.storage import load_arrays
 from zerognn_jax._src.data.writes import WriteError
 
+TYPED_PRESETS = ("mag-like", "igbh-like")
 GENERATE_PRESETS = ("products-like", "proteins-like", "papers100m-like", "rmat",
-                    *GRAPH_PRESETS)
+                    *TYPED_PRESETS, *GRAPH_PRESETS)
 
 
 def add_data_commands(subparsers) -> argparse.ArgumentParser:
@@ -47,7 +55,7 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
     data = subparsers.add_parser("data", help="inspect or generate datasets")
     commands = data.add_subparsers(dest="data_command", required=True)
     info = commands.add_parser("info", help="print a dataset's statistics as JSON")
-    info.add_argument("name", help=f"one of: {', '.join(DATASET_NAMES)}")
+    info.add_argument("name", help=f"one of: {', '.join(DATASET_NAMES + HETERO_NAMES)}")
     info.add_argument("--root", default=None, help="data folder (see docs/datasets.md)")
     info.add_argument("--download", action="store_true", help="fetch missing Planetoid files")
     _add_size_options(info)
@@ -56,7 +64,8 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
                                                     "directory of .npy files)")
     generate.add_argument("preset", choices=GENERATE_PRESETS)
     generate.add_argument("--out", required=True,
-                          help="output file ending in .npz (papers100m-like: or a directory)")
+                          help="output file ending in .npz (papers100m-like and the typed "
+                               "presets: or a directory)")
     generate.add_argument("--feature-dtype", default="float32", choices=("float32", "bfloat16"),
                           help="papers100m-like into a directory: the stored features' dtype")
     _add_size_options(generate)
@@ -75,6 +84,9 @@ def run_info(args: argparse.Namespace) -> int:
     if is_graph_dataset(args.name):
         return _guarded(lambda: load_graphs(args.name, args.root, scale=args.scale,
                                             seed=args.seed))
+    if args.name.lower() in HETERO_NAMES or is_hetero_path(args.name):
+        return _guarded(lambda: load_hetero_dataset(args.name, args.root, scale=args.scale,
+                                                    seed=args.seed))
     return _guarded(lambda: load_dataset(args.name, args.root, scale=args.scale,
                                          seed=args.seed, download=args.download))
 
@@ -87,6 +99,8 @@ def run_generate(args: argparse.Namespace) -> int:
 
     if args.preset in GRAPH_PRESETS:  # a graph collection: .npz file or directory
         return _guarded(lambda: _saved_graphs(args))
+    if args.preset in TYPED_PRESETS:
+        return _guarded(lambda: _typed(args))
 
     def build():
         if not args.out.endswith(".npz"):
@@ -102,6 +116,13 @@ def _saved_graphs(args: argparse.Namespace):
     collection = load_graphs(args.preset, scale=args.scale, seed=args.seed)
     save_graphs(collection, args.out)
     return collection
+
+
+def _typed(args: argparse.Namespace):
+    """Builds a typed preset and writes it to --out (.npz, else a directory)."""
+    dataset = load_hetero_dataset(args.preset, scale=args.scale, seed=args.seed)
+    (save_hetero_npz if args.out.endswith(".npz") else save_hetero_dir)(dataset, args.out)
+    return dataset
 
 
 def _dir_stats(path) -> dict:

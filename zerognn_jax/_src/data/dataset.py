@@ -137,7 +137,15 @@ def validate_dataset(ds: Dataset) -> None:
     if ds.num_classes < 1:
         raise ValueError(f"num_classes must be positive, got {ds.num_classes}")
     _check_range("labels must lie in", labels, -1, ds.num_classes)
-    splits = {"train": ds.train_idx, "val": ds.val_idx, "test": ds.test_idx}
+    check_splits({"train": ds.train_idx, "val": ds.val_idx, "test": ds.test_idx}, n,
+                 labels if ds.targets is None else None)
+
+
+def check_splits(splits: dict, n: int, labels: np.ndarray | None) -> None:
+    """Raises ValueError naming the first problem of the split ids `splits` ({"train":
+    int[*], "val": ..., "test": ...}) of n nodes: not 1-D integers, out of [0, n), a
+    node listed twice, an unlabelled node (label -1 in `labels`, unless None), an empty
+    train split, or two splits that overlap."""
     for name, idx in splits.items():
         if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
             raise ValueError(f"{name}_idx must be a 1-D integer array, got {idx.dtype}{idx.shape}")
@@ -145,9 +153,9 @@ def validate_dataset(ds: Dataset) -> None:
         ordered = np.sort(idx)  # np.unique is ~100x slower than a sort on NumPy 2.4
         if np.any(ordered[1:] == ordered[:-1]):
             raise ValueError(f"{name}_idx lists a node more than once")
-        if idx.size and ds.targets is None and np.any(labels[idx] < 0):
+        if idx.size and labels is not None and np.any(labels[idx] < 0):
             raise ValueError(f"{name}_idx contains unlabelled nodes (label -1)")
-    if ds.train_idx.size == 0:
+    if splits["train"].size == 0:
         raise ValueError("train_idx is empty: there is nothing to train on")
     for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
         both = np.intersect1d(splits[a], splits[b], assume_unique=True)

@@ -114,6 +114,7 @@ def from_edge_list(
     remove_self_loops: bool = False,
     remove_duplicates: bool = False,
     sort_neighbors: bool = True,
+    num_columns: int | None = None,
 ) -> CSRGraph:
     """Builds a host-side CSRGraph from edges `src[i] -> dst[i]`.
 
@@ -123,7 +124,9 @@ def from_edge_list(
     (a given edge before any reverse copy), with its weight and features;
     `sort_neighbors` orders each row by neighbour id. `edge_features` ([E, D], row i
     for edge i) follow their edges through every step (`edge_feature_table`). Inputs may
-    be NumPy or JAX arrays.
+    be NumPy or JAX arrays. `num_columns` bounds the neighbour ids `dst` (default
+    `num_nodes`): the rows and neighbours of a bipartite relation (`hetero.py`) are
+    nodes of two types.
     """
     src = _as_id_array("src", src)
     dst = _as_id_array("dst", dst)
@@ -133,8 +136,12 @@ def from_edge_list(
         num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1)) + 1)
     if num_nodes < 0 or num_nodes > _INT32_MAX:
         raise ValueError(f"num_nodes must be in [0, 2**31 - 1], got {num_nodes}")
+    columns = num_nodes if num_columns is None else int(num_columns)
+    if columns != num_nodes and make_undirected:
+        raise ValueError(f"make_undirected needs one node set; rows have {num_nodes} nodes, "
+                         f"neighbours {columns}")
     _check_ids("src", src, num_nodes)
-    _check_ids("dst", dst, num_nodes)
+    _check_ids("dst", dst, columns)
     w = None
     if weights is not None:
         w = np.asarray(weights, dtype=np.float32)
@@ -152,7 +159,7 @@ def from_edge_list(
         src, dst = src[keep], dst[keep]
         w = None if w is None else w[keep]
         f = None if f is None else f[keep]
-    key = src * np.int64(max(num_nodes, 1)) + dst if (sort_neighbors or remove_duplicates) else src
+    key = src * np.int64(max(columns, 1)) + dst if (sort_neighbors or remove_duplicates) else src
     order = np.argsort(key, kind="stable")
     src, dst, key = src[order], dst[order], key[order]
     w = None if w is None else w[order]
@@ -166,7 +173,7 @@ def from_edge_list(
     counts = np.bincount(src, minlength=num_nodes)
     indptr = np.zeros(num_nodes + 1, np.int64)
     np.cumsum(counts, out=indptr[1:])
-    return csr_from_arrays(indptr, dst, w, edge_features=f)
+    return csr_from_arrays(indptr, dst, w, edge_features=f, num_columns=columns)
 
 
 def from_edge_index(edge_index, num_nodes: int | None = None, *,
@@ -189,8 +196,11 @@ def from_edge_index(edge_index, num_nodes: int | None = None, *,
     return from_edge_list(rows, nbrs, num_nodes, **kwargs)
 
 
-def validate_csr(indptr, indices, weights=None, edge_features=None) -> None:
-    """Raises TypeError (dtype) or ValueError naming the first problem of CSR arrays."""
+def validate_csr(indptr, indices, weights=None, edge_features=None, *,
+                 num_columns: int | None = None) -> None:
+    """Raises TypeError (dtype) or ValueError naming the first problem of CSR arrays.
+
+    Neighbour ids must lie below `num_columns` (default: the number of rows)."""
     indptr, indices = np.asarray(indptr), np.asarray(indices)
     if indptr.ndim != 1 or indptr.shape[0] < 1:
         raise ValueError(f"indptr must be 1-D with at least one entry, got {indptr.shape}")
@@ -207,7 +217,7 @@ def validate_csr(indptr, indices, weights=None, edge_features=None) -> None:
     decreasing = indptr[1:] < indptr[:-1]  # not np.diff: it wraps for unsigned offsets
     if np.any(decreasing):
         raise ValueError(f"indptr decreases at row {int(np.argmax(decreasing))}")
-    _check_ids("indices", indices, indptr.shape[0] - 1)
+    _check_ids("indices", indices, indptr.shape[0] - 1 if num_columns is None else num_columns)
     if weights is not None:
         w = np.asarray(weights)
         if w.shape != indices.shape:
@@ -276,16 +286,17 @@ def take_edge_rows(table, ids):
 
 
 def csr_from_arrays(indptr, indices, weights=None, *, edge_features=None,
-                    validate: bool = True) -> CSRGraph:
+                    validate: bool = True, num_columns: int | None = None) -> CSRGraph:
     """Wraps existing CSR arrays as a host-side CSRGraph, narrowing ids to int32 and the
     offsets to `offset_dtype` (no copy where the dtypes already match). `edge_features`
-    [E, D] are kept in bfloat16 or made float32 (`edge_feature_table`)."""
+    [E, D] are kept in bfloat16 or made float32 (`edge_feature_table`); neighbour ids
+    lie below `num_columns` (default: the number of rows; see `validate_csr`)."""
     indptr = np.asarray(indptr)
     indices = np.asarray(indices)
     f = None if edge_features is None else edge_feature_table(edge_features,
                                                               indices.shape[0], check=False)
     if validate:
-        validate_csr(indptr, indices, weights, f)
+        validate_csr(indptr, indices, weights, f, num_columns=num_columns)
     ptr_dtype = offset_dtype(indices.shape[0])
     w = None if weights is None else np.asarray(weights, np.float32)
     return CSRGraph(indptr.astype(ptr_dtype, copy=False), indices.astype(np.int32, copy=False), w,

@@ -16,15 +16,25 @@ import numpy as np
 
 from zerognn_jax._src.data import ogb, planetoid
 from zerognn_jax._src.data.dataset import Dataset
+from zerognn_jax._src.data.hetero_dataset import HeteroDataset
+from zerognn_jax._src.data.hetero_storage import (
+    is_hetero_path,
+    load_hetero,
+    load_hetero_npz,
+    save_hetero_dir,
+    save_hetero_npz,
+)
+from zerognn_jax._src.data.hetero_synthetic import igbh_like, mag_like
+from zerognn_jax._src.data.mag import load_mag, mag_folder
 from zerognn_jax._src.data.papers import papers100m_like, write_papers100m_like
 from zerognn_jax._src.data.planetoid import row_normalize
 from zerognn_jax._src.data.proteins import proteins_like
 from zerognn_jax._src.data.storage import is_dataset_dir, load_dir, load_npz, save_dir, save_npz
 from zerognn_jax._src.data.synthetic import products_like, rmat
 
-__all__ = ["DATASET_NAMES", "load_dataset", "load_dir", "load_npz", "papers100m_like",
-           "products_like", "proteins_like", "rmat", "row_normalize", "save_dir", "save_npz",
-           "write_papers100m_like"]
+__all__ = ["DATASET_NAMES", "HETERO_NAMES", "load_dataset", "load_hetero_dataset", "load_dir",
+           "load_npz", "papers100m_like", "products_like", "proteins_like", "rmat",
+           "row_normalize", "save_dir", "save_npz", "write_papers100m_like"]
 
 TINY_SCALE = 0.002  # products-like with 4,898 nodes and ~124k undirected edges
 RMAT_BASE_LOG2 = 21  # "rmat" at scale 1: 2**21 nodes, roughly ogbn-products' size
@@ -33,6 +43,7 @@ DATASET_NAMES = (
     "proteins-like", "<file>.npz", "<dataset directory>",
 )
 SCALED = ("products-like", "papers100m-like", "rmat", "proteins-like")
+HETERO_NAMES = ("ogbn-mag", "mag-like", "igbh-like", "<typed .npz>", "<typed dataset directory>")
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: float = 1.0,
@@ -63,11 +74,14 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
       ValueError: unknown name or bad option, naming the valid choices.
       FileNotFoundError: data files are missing.
     """
+    key = name.lower()
+    if key in HETERO_NAMES or is_hetero_path(name):
+        raise ValueError(f"{name} is a typed (heterogeneous) dataset: load it with "
+                         "load_hetero_dataset (training on typed graphs is not wired yet)")
     if name.endswith(".npz"):
         return load_npz(name)
     if is_dataset_dir(name):
         return load_dir(name)
-    key = name.lower()
     if key not in SCALED and scale != 1.0:
         raise ValueError(f"scale applies to products-like and rmat only (and to "
                          f"papers100m-like and proteins-like), got scale={scale} for {name!r}")
@@ -140,3 +154,60 @@ def _cached(root, stem: str, build: Callable[[], Dataset]) -> Dataset:
     dataset = build()
     save_npz(dataset, path)
     return dataset
+
+
+def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
+                        scale: float = 1.0, seed: int = 0) -> HeteroDataset:
+    """Loads a typed dataset by name, or from a typed `.npz` file or dataset directory.
+
+    Args:
+      name: "ogbn-mag" (OGB's layout under `root`, required; its parsed form is cached
+        as `<root>/ogbn_mag/processed/zerognn-typed.npz`); "mag-like" (synthetic,
+        ogbn-mag's shape times `scale`, cached as `<root>/mag-like-<scale>-<seed>.npz`);
+        "igbh-like" (synthetic, IGBH-full's shape / 32 times `scale`, bfloat16
+        features, cached as the directory `<root>/igbh-like-<scale>-<seed>/`); a path
+        written by `save_hetero_npz` or `save_hetero_dir`.
+      root: data folder (no caching of the synthetic presets when None).
+
+    Raises:
+      ValueError: unknown name or bad option, naming the valid choices.
+      FileNotFoundError: data files are missing.
+    """
+    key = name.lower()
+    if key not in ("mag-like", "igbh-like") and scale != 1.0:
+        raise ValueError(f"scale applies to mag-like and igbh-like, got scale={scale} for "
+                         f"{name!r}")
+    if key == "ogbn-mag":
+        if root is None:
+            raise ValueError(f"ogbn-mag needs root=, the folder that holds {mag_folder('')}/")
+        return _load_mag(root)
+    if key == "mag-like":
+        if root is None:
+            return mag_like(scale, seed)
+        path = Path(root) / f"mag-like-{scale:g}-{seed}.npz"
+        return load_hetero_npz(path) if path.is_file() else \
+            _saved(mag_like(scale, seed), path)
+    if key == "igbh-like":
+        if root is None:
+            return igbh_like(scale, seed)
+        path = Path(root) / f"igbh-like-{scale:g}-{seed}"
+        return load_hetero(path) if is_hetero_path(path) else \
+            _saved(igbh_like(scale, seed), path)
+    if is_hetero_path(name):
+        return load_hetero(name)
+    raise ValueError(f"unknown typed dataset {name!r}; valid names: {', '.join(HETERO_NAMES)}")
+
+
+def _saved(dataset: HeteroDataset, path: Path) -> HeteroDataset:
+    (save_hetero_npz if path.suffix == ".npz" else save_hetero_dir)(dataset, path)
+    return dataset
+
+
+def _load_mag(root) -> HeteroDataset:
+    """ogbn-mag, from its cache when that is newer than every raw and split file."""
+    folder = mag_folder(root)
+    cache = folder / "processed" / "zerognn-typed.npz"
+    sources = [p for sub in ("raw", "split") for p in (folder / sub).rglob("*") if p.is_file()]
+    if cache.is_file() and all(p.stat().st_mtime <= cache.stat().st_mtime for p in sources):
+        return load_hetero_npz(cache)
+    return _saved(load_mag(root), cache)

@@ -146,16 +146,25 @@ _DIR_ARRAYS = ("indptr", "indices", "weights", "features", "labels", "train_idx"
 _OPTIONAL = ("weights", "targets", "edge_features")
 
 
-class DatasetWriter:
-    """Writes the arrays of a dataset directory one at a time (see `write_dir`)."""
+def _homogeneous_key(key: str) -> bool:
+    return key in _DIR_ARRAYS
 
-    def __init__(self, folder: Path):
+
+class DatasetWriter:
+    """Writes the arrays of a dataset directory one at a time (see `write_dir`).
+
+    `accepts` tells the array names this kind of directory holds (default: the
+    homogeneous dataset's, `_DIR_ARRAYS`; typed datasets name theirs, hetero_storage.py).
+    """
+
+    def __init__(self, folder: Path, accepts=_homogeneous_key):
         self.folder = folder
+        self.accepts = accepts
         self.meta: dict = {"format_version": FORMAT_VERSION, "arrays": {}}
 
     def array(self, key: str, shape, dtype) -> np.memmap:
         """A writable memory map for array `key`, to fill in place (in blocks)."""
-        if key not in _DIR_ARRAYS:
+        if not self.accepts(key):
             raise ValueError(f"unknown array {key!r}; expected one of {_DIR_ARRAYS}")
         dtype = np.dtype(dtype)
         self.meta["arrays"][key] = {"shape": [int(d) for d in shape], "dtype": dtype.name}
@@ -170,14 +179,16 @@ class DatasetWriter:
 
 
 @contextlib.contextmanager
-def write_dir(path: str | os.PathLike, name: str, num_classes: int) -> Iterator[DatasetWriter]:
+def write_dir(path: str | os.PathLike, name: str, num_classes: int, *,
+              accepts=_homogeneous_key) -> Iterator[DatasetWriter]:
     """Yields a `DatasetWriter` whose directory replaces `path` when the block ends.
 
     The arrays go to a temporary folder beside `path`, which is synced and renamed into
     place once the block ends without an exception (an older `path` is removed only
     then), and deleted otherwise: readers see a complete dataset or none. The folder and
     its files get the permissions the umask leaves (of 0o777 and 0o666). An OSError
-    (a full disk, ...) becomes a `WriteError` naming `path`.
+    (a full disk, ...) becomes a `WriteError` naming `path`. `accepts`: see
+    `DatasetWriter`.
     """
     path = Path(path)
     with writing("dataset directory", path):
@@ -185,7 +196,7 @@ def write_dir(path: str | os.PathLike, name: str, num_classes: int) -> Iterator[
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part"))
         os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it 0700
     try:
-        writer = DatasetWriter(tmp)
+        writer = DatasetWriter(tmp, accepts)
         writer.meta.update(name=name, num_classes=int(num_classes))
         yield writer
         with open(tmp / META, "w") as f:
@@ -226,7 +237,7 @@ def is_dataset_dir(path: str | os.PathLike) -> bool:
     return (Path(path) / META).is_file()
 
 
-def _read_meta(file: Path) -> dict:
+def _read_meta(file: Path, accepts=_homogeneous_key, kind: str | None = None) -> dict:
     """The JSON object of a `meta.json`, checked for what `load_arrays` reads from it.
 
     Raises:
@@ -243,11 +254,15 @@ def _read_meta(file: Path) -> dict:
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{file.parent} has format_version {meta.get('format_version')}; "
                          f"this version of zerognn reads {FORMAT_VERSION}")
+    if meta.get("kind") != kind:
+        held = "a typed (heterogeneous)" if meta.get("kind") == "hetero" else "a homogeneous"
+        reader = "load_hetero" if meta.get("kind") == "hetero" else "load_dir"
+        raise ValueError(f"{file.parent} holds {held} dataset; read it with {reader}")
     missing = [k for k in ("name", "num_classes", "arrays") if k not in meta]
     if missing:
         raise ValueError(f"{file} lacks the key(s) {', '.join(missing)}")
     specs = meta["arrays"]
-    bad = [k for k, v in specs.items() if k not in _DIR_ARRAYS or not isinstance(v, dict)
+    bad = [k for k, v in specs.items() if not accepts(k) or not isinstance(v, dict)
            or not isinstance(v.get("shape"), list) or not isinstance(v.get("dtype"), str)] \
         if isinstance(specs, dict) else [repr(specs)]
     if bad:
@@ -257,8 +272,12 @@ def _read_meta(file: Path) -> dict:
     return meta
 
 
-def load_arrays(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
+def load_arrays(path: str | os.PathLike, *, accepts=_homogeneous_key,
+                kind: str | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """(meta, arrays) of a dataset directory, the arrays memory-mapped read-only.
+
+    `accepts` and `kind` (meta.json's "kind": None for homogeneous datasets, "hetero")
+    say which directories are read; another kind is a ValueError naming its reader.
 
     Raises:
       FileNotFoundError: `path` holds no `meta.json`.
@@ -269,7 +288,7 @@ def load_arrays(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
     path = Path(path)
     if not is_dataset_dir(path):
         raise FileNotFoundError(f"{path} is not a dataset directory (no {META})")
-    meta = _read_meta(path / META)
+    meta = _read_meta(path / META, accepts, kind)
     arrays = {}
     for key, spec in meta["arrays"].items():
         try:
@@ -283,7 +302,7 @@ def load_arrays(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
                              f"meta.json says {spec['dtype']}{spec['shape']}")
         arrays[key] = arr
     missing = [k for k in _DIR_ARRAYS if k not in _OPTIONAL and k not in arrays]
-    if missing:
+    if missing and kind is None:
         raise ValueError(f"{path} lacks array(s) {', '.join(missing)}")
     return meta, arrays
 

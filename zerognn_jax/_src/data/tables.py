@@ -75,3 +75,21 @@ def check_edge_features(table, num_edges: int) -> None:
     if np.dtype(table.dtype) not in (np.dtype(np.float32), BFLOAT16):
         raise ValueError(f"edge_features must be float32 or bfloat16, got {table.dtype}")
     check_finite_rows("edge_features", table)
+
+
+def node_feature_table(what: str, values, rows: int) -> np.ndarray:
+    """`values` as a finite node-feature table [rows, d], d >= 1: bfloat16 kept as given,
+    any other numeric dtype made float32 (no copy where it already is); ValueError
+    "<what> ..." naming the problem otherwise."""
+    table = values if isinstance(values, np.ndarray) else np.asarray(values)
+    if table.dtype != BFLOAT16:
+        if not np.issubdtype(table.dtype, np.number) or table.dtype == np.bool_:
+            raise ValueError(f"{what} must be numeric, got {table.dtype}")
+        with np.errstate(over="ignore"):  # past float32's range: inf, refused below
+            table = np.asarray(table, np.float32)
+    if table.ndim != 2 or table.shape[1] < 1:
+        raise ValueError(f"{what} must be 2-D [N, d] with d >= 1, got shape {table.shape}")
+    if table.shape[0] != rows:
+        raise ValueError(f"{what} have {table.shape[0]} rows, expected {rows}")
+    check_finite_rows(what, table)
+    return table

@@ -1,0 +1,122 @@
+"""Typed datasets: ogbn-mag read from a tiny folder in OGB's layout, the mag-like and
+igbh-like presets' shapes, and `zerognn data` on typed datasets."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_cli_data import run
+
+import zerognn_jax as zg
+from zerognn_jax._src.data.hetero_synthetic import MAG, mag_like
+
+MAG_RELATIONS = [("author", "affiliated_with", "institution"), ("author", "writes", "paper"),
+                 ("paper", "cites", "paper"), ("paper", "has_topic", "field_of_study")]
+
+
+def _csv(path, rows, header=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        if header:
+            f.write(",".join(header) + "\n")
+        for row in rows:
+            f.write(",".join(str(v) for v in np.atleast_1d(row)) + "\n")
+
+
+def _write_mag(root, rs):
+    raw = root / "ogbn_mag" / "raw"
+    counts = {"author": 6, "field_of_study": 3, "institution": 2, "paper": 8}
+    _csv(raw / "num-node-dict.csv.gz", [list(counts.values())], header=list(counts))
+    _csv(raw / "triplet-type-list.csv.gz", [list(r) for r in MAG_RELATIONS])
+    edges = {}
+    for rel in MAG_RELATIONS:
+        m = 10
+        src = rs.integers(0, counts[rel[0]], m)
+        dst = rs.integers(0, counts[rel[2]], m)
+        edges[rel] = (src, dst)
+        _csv(raw / "relations" / "___".join(rel) / "edge.csv.gz", np.stack([src, dst], 1))
+        _csv(raw / "relations" / "___".join(rel) / "num-edge-list.csv.gz", [m])
+    feats = rs.standard_normal((8, 4)).round(3)
+    _csv(raw / "node-feat" / "paper" / "node-feat.csv.gz", feats)
+    years = np.array([2015, 2016, 2017, 2017, 2018, 2018, 2019, 2019])
+    _csv(raw / "node-feat" / "paper" / "node_year.csv.gz", years)
+    labels = rs.integers(0, 349, 8)
+    _csv(raw / "node-label" / "paper" / "node-label.csv.gz", labels)
+    split = root / "ogbn_mag" / "split" / "time" / "paper"
+    for part, ids in (("train", [0, 1, 2, 3]), ("valid", [4, 5]), ("test", [6, 7])):
+        _csv(split / f"{part}.csv.gz", ids)
+    return counts, edges, feats, years, labels
+
+
+def test_ogbn_mag_is_read_from_ogb_layout_and_cached(tmp_path):
+    counts, edges, feats, years, labels = _write_mag(tmp_path, np.random.default_rng(0))
+    ds = zg.load_hetero_dataset("ogbn-mag", tmp_path)
+    assert ds.graph.num_nodes == counts and ds.num_classes == 349
+    assert ds.graph.relations[:4] == tuple(MAG_RELATIONS)
+    assert ("paper", "rev_writes", "author") in ds.graph.relations  # reverses added
+    rows, cols = zg.to_edge_list(ds.graph[("author", "writes", "paper")])
+    src, dst = edges[("author", "writes", "paper")]
+    assert sorted(zip(cols.tolist(), rows.tolist())) == sorted(zip(src.tolist(), dst.tolist()))
+    np.testing.assert_allclose(ds.features["paper"], feats.astype(np.float32))
+    np.testing.assert_array_equal(ds.labels, labels)
+    np.testing.assert_array_equal(ds.node_info["paper"]["year"], years)
+    np.testing.assert_array_equal(ds.val_idx, [4, 5])
+    cache = tmp_path / "ogbn_mag" / "processed" / "zerognn-typed.npz"
+    assert cache.is_file()
+    again = zg.load_hetero_dataset("ogbn-mag", tmp_path)
+    np.testing.assert_array_equal(again.graph[("paper", "cites", "paper")].indices,
+                                  ds.graph[("paper", "cites", "paper")].indices)
+
+
+def test_ogbn_mag_names_a_missing_file(tmp_path):
+    _write_mag(tmp_path, np.random.default_rng(1))
+    (tmp_path / "ogbn_mag" / "raw" / "node-feat" / "paper" / "node_year.csv.gz").unlink()
+    with pytest.raises(FileNotFoundError, match="node_year.csv.gz not found"):
+        zg.load_hetero_dataset("ogbn-mag", tmp_path)
+
+
+def test_mag_like_has_ogbn_mags_shape_at_scale():
+    scale = 0.004
+    ds = mag_like(scale, add_reverse=False)
+    for t, n in MAG.nodes.items():
+        assert ds.graph.num_nodes[t] == max(4, round(n * scale))
+    for rel, m, _ in MAG.relations:
+        assert abs(ds.graph[rel].num_edges - round(m * scale)) <= 0.01 * m * scale + 1
+    assert ds.num_classes == 349 and ds.feature_dims == {"paper": 128}
+    years = ds.node_info["paper"]["year"]
+    assert np.all(years[ds.train_idx] <= 2017) and np.all(years[ds.test_idx] == 2019)
+    n = ds.graph.num_nodes["paper"]
+    assert abs(ds.test_idx.size - n * 41_939 / 736_389) <= 1
+    again = mag_like(scale, add_reverse=False)
+    np.testing.assert_array_equal(again.graph.graphs[1].indices, ds.graph.graphs[1].indices)
+    np.testing.assert_array_equal(again.features["paper"], ds.features["paper"])
+
+
+def test_igbh_like_has_bfloat16_features_on_every_type():
+    ds = zg.load_hetero_dataset("igbh-like", scale=0.0005)
+    assert set(ds.graph.node_types) == {"paper", "author", "fos", "institute", "journal",
+                                        "conference"}
+    assert all(f.dtype == jnp.bfloat16 and f.shape[1] == 1024 for f in ds.features.values())
+    assert ds.num_classes == 2983 and len(ds.graph.relations) == 11  # cites merged
+    share = (ds.labels >= 0).mean()
+    assert 0.5 < share < 0.67
+
+
+def test_cli_info_and_generate_list_types_and_relations(tmp_path, capsys):
+    out = tmp_path / "mag.npz"
+    assert run(["data", "generate", "mag-like", "--scale", "0.002", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert run(["data", "info", str(out)]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["node_types"]["paper"] == {"nodes": 1473, "features": 128,
+                                            "feature_dtype": "float32"}
+    assert set(stats["relations"]) >= {"author__writes__paper", "paper__rev_writes__author"}
+    assert stats["target_type"] == "paper" and stats["classes"] == 349
+    assert run(["data", "info", "ogbn-mag"]) == 2
+    assert "ogbn-mag needs root=" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="is a typed .* load_hetero_dataset"):
+        zg.load_dataset(str(out))

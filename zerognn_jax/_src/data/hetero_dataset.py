@@ -1,0 +1,256 @@
+"""The typed node dataset: a HeteroGraph, features per node type, labels of one type.
+
+Node classification on a typed graph predicts the labels of one node type (papers in
+ogbn-mag), the *target type*; the others are context. Each node type has a feature
+table of its own width and dtype (float32 or bfloat16) or none (featureless types:
+models give them learnable embeddings). `node_info` holds further per-node columns
+that are not model inputs (ogbn-mag's publication years).
+
+`make_hetero_dataset` builds one from plain dicts; `from_hetero_data` from a PyG
+`HeteroData` (duck-typed: torch is never imported here), and `to_hetero_data` back
+(needs torch_geometric).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import numpy as np
+
+from zerognn_jax._src.data.dataset import _check_range, _integers, check_splits
+from zerognn_jax._src.data.graph import to_edge_list
+from zerognn_jax._src.data.hetero import (
+    HeteroGraph,
+    check_type_ids,
+    hetero_graph,
+    validate_hetero_graph,
+)
+from zerognn_jax._src.data.tables import BFLOAT16, check_finite_rows, node_feature_table
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class HeteroDataset:
+    """A typed graph with node features, the target type's labels and a split (host).
+
+    Attributes:
+      name: short identifier ("ogbn-mag", "mag-like", ...).
+      graph: HeteroGraph (NumPy arrays).
+      features: {type: float32[N_type, d_type] or bfloat16[...]}, finite; featureless
+        types are absent.
+      target_type: the node type whose labels are predicted.
+      labels: int32[N_target], class ids in [0, num_classes); -1 marks unlabelled.
+      train_idx, val_idx, test_idx: int32[*], disjoint ids of target_type nodes, all
+        labelled; train is non-empty.
+      num_classes: number of classes.
+      node_info: {type: {column: [N_type] numeric}}, per-node data that is no model
+        input (ogbn-mag: {"paper": {"year": int32[N]}}).
+    """
+
+    name: str
+    graph: HeteroGraph
+    features: dict
+    target_type: str
+    labels: np.ndarray
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+    num_classes: int
+    node_info: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        validate_hetero_dataset(self)
+
+    @property
+    def num_nodes(self) -> dict[str, int]:
+        return self.graph.num_nodes
+
+    @property
+    def feature_dims(self) -> dict[str, int]:
+        """{type: d_type} of the types that have features."""
+        return {t: int(f.shape[1]) for t, f in self.features.items()}
+
+    def stats(self) -> dict:
+        """The dataset's statistics as a JSON-serialisable dict: per node type its count
+        and feature width (0 for none) and dtype, per relation its edges."""
+        arrays = [self.labels, self.train_idx, self.val_idx, self.test_idx,
+                  *self.features.values(),
+                  *(c for cols in self.node_info.values() for c in cols.values())]
+        for g in self.graph.graphs:
+            arrays += [a for a in (g.indptr, g.indices, g.weights, g.edge_features)
+                       if a is not None]
+        types = {t: {"nodes": n, "features": self.feature_dims.get(t, 0),
+                     **({"feature_dtype": str(self.features[t].dtype)}
+                        if t in self.features else {})}
+                 for t, n in self.graph.node_counts}
+        return {"name": self.name, "node_types": types,
+                "relations": self.graph.stats()["relations"],
+                "directed_edges": int(sum(self.graph.num_edges.values())),
+                "target_type": self.target_type, "classes": int(self.num_classes),
+                **{s: int(getattr(self, f"{s}_idx").size) for s in SPLITS},
+                "bytes": int(sum(np.asarray(a).nbytes for a in arrays))}
+
+
+def validate_hetero_dataset(ds: HeteroDataset) -> None:
+    """Raises ValueError naming the first inconsistency of `ds`."""
+    if not isinstance(ds.graph, HeteroGraph):
+        raise ValueError(f"graph must be a HeteroGraph, got {type(ds.graph).__name__}")
+    validate_hetero_graph(ds.graph)
+    counts = ds.graph.num_nodes
+    for t, table in ds.features.items():
+        if t not in counts:
+            raise ValueError(f"features are given for {t!r}, which is not a node type "
+                             f"({', '.join(counts)})")
+        if not isinstance(table, np.ndarray) or table.ndim != 2 or table.shape[0] != counts[t]:
+            raise ValueError(f"features of {t!r} must be a NumPy array [{counts[t]}, d], got "
+                             f"{getattr(table, 'shape', type(table).__name__)}")
+        if table.dtype not in (np.dtype(np.float32), BFLOAT16):
+            raise ValueError(f"features of {t!r} must be float32 or bfloat16, got {table.dtype}")
+        check_finite_rows(f"features of {t!r}", table)
+    if ds.target_type not in counts:
+        raise ValueError(f"target_type {ds.target_type!r} is not a node type "
+                         f"({', '.join(counts)})")
+    n = counts[ds.target_type]
+    labels = ds.labels
+    if labels.ndim != 1 or labels.shape[0] != n or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels must be integers of shape ({n},) (one per {ds.target_type} "
+                         f"node), got {labels.dtype}{labels.shape}")
+    if ds.num_classes < 1:
+        raise ValueError(f"num_classes must be positive, got {ds.num_classes}")
+    _check_range("labels must lie in", labels, -1, ds.num_classes)
+    check_splits({s: getattr(ds, f"{s}_idx") for s in SPLITS}, n, labels)
+    for t, cols in ds.node_info.items():
+        for col, values in cols.items():
+            if t not in counts or np.shape(values) != (counts[t],):
+                raise ValueError(f"node_info {t!r}/{col!r} must be an array [N_{t}] of a node "
+                                 f"type, got shape {np.shape(values)}")
+
+
+def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping, *,
+                        target_type: str, labels, train_idx, val_idx, test_idx,
+                        num_classes: int | None = None, features: Mapping | None = None,
+                        weights: Mapping | None = None, edge_features: Mapping | None = None,
+                        add_reverse: bool = False,
+                        node_info: Mapping | None = None) -> HeteroDataset:
+    """Builds and validates a HeteroDataset from plain dicts (see `hetero_graph` for
+    `num_nodes`, `edges`, `weights`, `edge_features` and `add_reverse`).
+
+    `features` maps a node type to float[N_type, d] (bfloat16 kept, other numbers made
+    float32); `labels` are integers [N_target] (-1 unlabelled); the split ids are ids of
+    `target_type` nodes; `num_classes` defaults to the largest label + 1. Ids and labels
+    are checked before they are narrowed to int32.
+    """
+    graph = hetero_graph(num_nodes, edges, weights=weights, edge_features=edge_features,
+                         add_reverse=add_reverse)
+    counts = graph.num_nodes
+    if target_type not in counts:
+        raise ValueError(f"target_type {target_type!r} is not a node type ({', '.join(counts)})")
+    tables = {}
+    for t, values in (features or {}).items():
+        if t not in counts:
+            raise ValueError(f"features are given for {t!r}, which is not a node type "
+                             f"({', '.join(counts)})")
+        tables[t] = node_feature_table(f"features of {t!r}", values, counts[t])
+    labels = _integers("labels", labels)
+    if num_classes is None:
+        num_classes = int(labels.max(initial=-1)) + 1
+    if not (np.ndim(num_classes) == 0 and float(num_classes).is_integer()):
+        raise ValueError(f"num_classes must be an integer, got {num_classes!r}")
+    _check_range("labels must lie in", labels, -1, max(int(num_classes), 0))
+    n = counts[target_type]
+    splits = {}
+    for split, idx in zip(SPLITS, (train_idx, val_idx, test_idx)):
+        splits[split] = _integers(f"{split}_idx", idx)
+        check_type_ids(f"{split}_idx", splits[split], target_type, n)
+    info = {t: {c: np.asarray(v) for c, v in cols.items()} for t, cols in (node_info or {}).items()}
+    return HeteroDataset(name, graph, tables, target_type, labels.astype(np.int32),
+                         *(splits[s].astype(np.int32) for s in SPLITS), int(num_classes), info)
+
+
+def _numpy(value) -> np.ndarray:
+    """A torch tensor (bfloat16 included: its bits) or any array as a NumPy array."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":  # NumPy has no bfloat16: take its bits
+            import torch  # the value is a torch tensor, so torch is installed
+
+            return value.view(torch.int16).numpy().view(BFLOAT16)
+        return value.numpy()
+    return np.asarray(value)
+
+
+def _store_has(store, key: str) -> bool:
+    try:
+        return key in store
+    except TypeError:
+        return getattr(store, key, None) is not None
+
+
+def from_hetero_data(data, target_type: str | None = None, *, name: str = "hetero",
+                     num_classes: int | None = None, add_reverse: bool = False) -> HeteroDataset:
+    """A HeteroDataset from a PyG `HeteroData` (torch optional: read by duck typing).
+
+    Reads every node type's `num_nodes` and `x` (when present), every edge type's
+    `edge_index` (row 0 sources, row 1 destinations), `edge_weight` and `edge_attr`
+    (when present), and the target type's `y` with `train_mask`, `val_mask` and
+    `test_mask`. `target_type` defaults to the one node type that has `y`.
+    """
+    types = list(data.node_types)
+    if target_type is None:
+        with_y = [t for t in types if _store_has(data[t], "y")]
+        if len(with_y) != 1:
+            raise ValueError(f"give target_type: node types with labels (y) are {with_y}")
+        target_type = with_y[0]
+    counts = {t: int(data[t].num_nodes) for t in types}
+    features = {t: _numpy(data[t].x) for t in types if _store_has(data[t], "x")}
+    edges, weights, tables = {}, {}, {}
+    for rel in data.edge_types:
+        store = data[rel]
+        edges[tuple(rel)] = _numpy(store.edge_index)
+        if _store_has(store, "edge_weight"):
+            weights[tuple(rel)] = _numpy(store.edge_weight)
+        if _store_has(store, "edge_attr"):
+            tables[tuple(rel)] = _numpy(store.edge_attr)
+    target = data[target_type]
+    if not _store_has(target, "y"):
+        raise ValueError(f"node type {target_type!r} has no labels (y)")
+    labels = _numpy(target.y).reshape(counts[target_type], -1)[:, 0]
+    masks = {}
+    for split in SPLITS:
+        if not _store_has(target, f"{split}_mask"):
+            raise ValueError(f"node type {target_type!r} has no {split}_mask")
+        masks[split] = np.flatnonzero(_numpy(getattr(target, f"{split}_mask")))
+    return make_hetero_dataset(name, counts, edges, target_type=target_type, labels=labels,
+                               train_idx=masks["train"], val_idx=masks["val"],
+                               test_idx=masks["test"], num_classes=num_classes,
+                               features=features, weights=weights or None,
+                               edge_features=tables or None, add_reverse=add_reverse)
+
+
+def to_hetero_data(ds: HeteroDataset):
+    """The dataset as a PyG `HeteroData` (needs torch and torch_geometric): the inverse
+    of `from_hetero_data`, edges in CSR order; bfloat16 features become float32."""
+    import torch  # optional dependency
+    from torch_geometric.data import HeteroData  # optional dependency
+
+    out = HeteroData()
+    for t, n in ds.graph.node_counts:
+        out[t].num_nodes = n
+        if t in ds.features:
+            out[t].x = torch.from_numpy(np.array(ds.features[t], np.float32))  # a copy
+    for rel, g in ds.graph.items():
+        rows, cols = to_edge_list(g)
+        out[rel].edge_index = torch.from_numpy(np.stack([cols, rows]).astype(np.int64))
+        if g.weights is not None:
+            out[rel].edge_weight = torch.from_numpy(np.array(g.weights, np.float32))
+        if g.edge_features is not None:
+            out[rel].edge_attr = torch.from_numpy(np.array(g.edge_features, np.float32))
+    target = out[ds.target_type]
+    target.y = torch.from_numpy(ds.labels.astype(np.int64))
+    for split in SPLITS:
+        mask = np.zeros(ds.labels.shape[0], bool)
+        mask[getattr(ds, f"{split}_idx")] = True
+        setattr(target, f"{split}_mask", torch.from_numpy(mask))
+    return out

@@ -1,0 +1,174 @@
+"""Typed dataset storage: one `.npz` file, or a directory of memory-mappable `.npy` files,
+as for homogeneous datasets (storage.py), with the types and relations in the metadata.
+
+Type and relation names may hold any characters, so arrays are named by position: the
+metadata lists the node types (with counts) and the relations in order, and
+
+  r<i>_indptr, r<i>_indices   relation i's CSR (rows: its destination type)
+  r<i>_weights                float32[E_i], only for weighted relations
+  r<i>_edge_features          float32 or bfloat16 [E_i, D_i], only with edge features
+  x<j>                        node type j's features, only for types with features
+  info<j>_<k>                 node type j's k-th node_info column (names in the metadata)
+  labels, train_idx, val_idx, test_idx   of the target type
+
+A directory holds `<key>.npy` per array and `meta.json` ({"kind": "hetero", ...} with
+every array's shape and dtype, written and renamed into place atomically by
+`storage.write_dir`); an `.npz` holds the same arrays plus `meta`, the same JSON as a
+string (bfloat16 tables as their uint16 bits, the dtype named in "dtypes").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from zerognn_jax._src.data import storage
+from zerognn_jax._src.data.graph import csr_from_arrays
+from zerognn_jax._src.data.hetero import HeteroGraph
+from zerognn_jax._src.data.hetero_dataset import SPLITS, HeteroDataset
+from zerognn_jax._src.data.tables import BFLOAT16
+from zerognn_jax._src.data.writes import atomic_write
+
+KIND = "hetero"
+_KEY = re.compile(r"r\d+_(indptr|indices|weights|edge_features)|x\d+|info\d+_\d+|labels|"
+                  r"(train|val|test)_idx")
+
+
+def _accepts(key: str) -> bool:
+    return _KEY.fullmatch(key) is not None
+
+
+def _arrays(ds: HeteroDataset) -> dict[str, np.ndarray]:
+    """Every array of `ds` under its stored key (module docstring)."""
+    out = {"labels": ds.labels, **{f"{s}_idx": getattr(ds, f"{s}_idx") for s in SPLITS}}
+    for i, g in enumerate(ds.graph.graphs):
+        out[f"r{i}_indptr"], out[f"r{i}_indices"] = np.asarray(g.indptr), np.asarray(g.indices)
+        if g.weights is not None:
+            out[f"r{i}_weights"] = np.asarray(g.weights)
+        if g.edge_features is not None:
+            out[f"r{i}_edge_features"] = np.asarray(g.edge_features)
+    types = ds.graph.node_types
+    for j, t in enumerate(types):
+        if t in ds.features:
+            out[f"x{j}"] = ds.features[t]
+        for k, col in enumerate(ds.node_info.get(t, {}).values()):
+            out[f"info{j}_{k}"] = np.asarray(col)
+    return out
+
+
+def _meta(ds: HeteroDataset) -> dict:
+    return {"kind": KIND, "name": ds.name, "num_classes": int(ds.num_classes),
+            "node_types": [[t, n] for t, n in ds.graph.node_counts],
+            "relations": [list(r) for r in ds.graph.relations],
+            "target_type": ds.target_type,
+            "node_info": {t: list(cols) for t, cols in ds.node_info.items()}}
+
+
+def _dataset(meta: dict, arrays: dict, where) -> HeteroDataset:
+    """The HeteroDataset of stored (meta, arrays); ValueError naming `where`."""
+    try:
+        counts = tuple((str(t), int(n)) for t, n in meta["node_types"])
+        relations = tuple(tuple(r) for r in meta["relations"])
+        graphs = []
+        for i, rel in enumerate(relations):
+            ncols = dict(counts).get(rel[0], 0)
+            graphs.append(csr_from_arrays(arrays[f"r{i}_indptr"], arrays[f"r{i}_indices"],
+                                          arrays.get(f"r{i}_weights"), num_columns=ncols,
+                                          edge_features=arrays.get(f"r{i}_edge_features"),
+                                          validate=False))  # the dataset validates them
+        types = [t for t, _ in counts]
+        features = {t: arrays[f"x{j}"] for j, t in enumerate(types) if f"x{j}" in arrays}
+        info = {t: {c: arrays[f"info{types.index(t)}_{k}"] for k, c in enumerate(cols)}
+                for t, cols in meta.get("node_info", {}).items()}
+        return HeteroDataset(meta["name"], HeteroGraph(counts, relations, tuple(graphs)),
+                             features, meta["target_type"], arrays["labels"],
+                             *(arrays[f"{s}_idx"] for s in SPLITS), int(meta["num_classes"]),
+                             info)
+    except (KeyError, TypeError, ValueError, IndexError) as err:
+        raise ValueError(f"{where} holds an invalid typed dataset: {err}") from err
+
+
+def save_hetero_npz(ds: HeteroDataset, path: str | os.PathLike) -> Path:
+    """Writes `ds` to the `.npz` file `path` (atomically; WriteError when it cannot)."""
+    arrays, dtypes = {}, {}
+    for key, values in _arrays(ds).items():
+        if values.dtype == BFLOAT16:  # .npy has no bfloat16: its bits go as uint16
+            dtypes[key] = "bfloat16"
+            values = values.view(np.uint16)
+        arrays[key] = values
+    meta = {**_meta(ds), "dtypes": dtypes}
+    with atomic_write(path, "dataset file") as f:
+        np.savez(f, format_version=np.int64(storage.FORMAT_VERSION),
+                 meta=np.str_(json.dumps(meta)), **arrays)
+    return Path(path)
+
+
+def load_hetero_npz(path: str | os.PathLike) -> HeteroDataset:
+    """Reads a HeteroDataset written by `save_hetero_npz`.
+
+    Raises:
+      FileNotFoundError: `path` does not exist.
+      ValueError: not a readable typed dataset file (the message names it).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset file {path} does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            if "meta" not in npz.files:
+                raise ValueError("no meta entry (not a typed dataset file)")
+            arrays = {k: npz[k] for k in npz.files}
+        meta = json.loads(str(arrays.pop("meta")))
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
+        raise ValueError(f"{path} is not a readable typed dataset file: {err}") from err
+    version = int(arrays.pop("format_version", -1))
+    if version != storage.FORMAT_VERSION or meta.get("kind") != KIND:
+        raise ValueError(f"{path} has format_version {version} and kind {meta.get('kind')!r}; "
+                         f"this version reads {storage.FORMAT_VERSION} and {KIND!r}")
+    for key, kind in meta.get("dtypes", {}).items():
+        if kind == "bfloat16" and arrays.get(key, np.zeros(0)).dtype == np.uint16:
+            arrays[key] = arrays[key].view(BFLOAT16)
+    return _dataset(meta, arrays, path)
+
+
+def save_hetero_dir(ds: HeteroDataset, path: str | os.PathLike) -> Path:
+    """Writes `ds` to the directory `path` (atomically), one `.npy` per array."""
+    with storage.write_dir(path, ds.name, ds.num_classes, accepts=_accepts) as out:
+        out.meta.update(_meta(ds))
+        for key, values in _arrays(ds).items():
+            out.put(key, values)
+    return Path(path)
+
+
+def load_hetero_dir(path: str | os.PathLike) -> HeteroDataset:
+    """The HeteroDataset of a directory written by `save_hetero_dir`, its arrays
+    memory-mapped as stored (features in float32 or bfloat16), not copied."""
+    meta, arrays = storage.load_arrays(path, accepts=_accepts, kind=KIND)
+    return _dataset(meta, arrays, path)
+
+
+def is_hetero_path(path: str | os.PathLike) -> bool:
+    """Whether `path` is a typed dataset directory, or an `.npz` holding `meta`."""
+    path = Path(path)
+    if (path / storage.META).is_file():
+        try:
+            return json.loads((path / storage.META).read_text()).get("kind") == KIND
+        except (OSError, ValueError, AttributeError):
+            return False
+    if path.suffix == ".npz" and path.is_file():
+        try:
+            with zipfile.ZipFile(path) as zf:
+                return "meta.npy" in zf.namelist()
+        except (OSError, zipfile.BadZipFile):
+            return False
+    return False
+
+
+def load_hetero(path: str | os.PathLike) -> HeteroDataset:
+    """A typed dataset from an `.npz` file or a dataset directory."""
+    return load_hetero_npz(path) if str(path).endswith(".npz") else load_hetero_dir(path)

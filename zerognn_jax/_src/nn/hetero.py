@@ -1,0 +1,274 @@
+"""Relational GNNs in Flax Linen over typed blocks: relational SAGE, R-GCN, R-GAT.
+
+The typed interface, the homogeneous one (models.py) keyed by type and relation:
+
+    model.apply(variables, x, layers, train=..., rngs={"dropout": key}) -> logits
+
+`x` is {type: float[S_t, d_t]} (features of the outermost level, each type of its own
+width; a type listed in the model's `embeddings` gives int32[S_t] node ids instead,
+looked up in a learnable table), and `layers` one `TypedLayer` per layer, innermost
+last: layer i reads hop L - 1 - i. A layer computes, for every type of its level, the
+sum over the relations into that type of a per-relation conv of (the sources' rows,
+the destinations' rows, the relation's view), where a type's destinations are the
+first rows of its sources (the sampled levels' prefix property). A type of the level
+that no relation of the hop reaches gets a root transform of its own rows only.
+
+  rsage  SAGEConv per relation, summed per destination type: PyG's `to_hetero(SAGE)`
+         with aggr="sum" (each relation has its own root weight).
+  rgcn   R-GCN (Schlichtkrull et al.): W_root,t h_i + sum_r mean_{j in N_r(i)} W_r h_j,
+         optionally W_r = sum_b a_rb V_b over `num_bases` bases (the sources of every
+         relation of a layer must then have one width).
+  rgat   a GAT per relation (separate source and destination projections, attention
+         over the relation's edges only, `heads` heads, concatenated; the last layer
+         averages its heads), summed per destination type: DGL's `HeteroGraphConv`
+         of `GATConv`, the layout of MLPerf's R-GAT.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from zerognn_jax._src.nn.models import Dropout, SAGEConv
+from zerognn_jax._src.nn.views import EdgeView, EllView, mean_weights
+from zerognn_jax._src.ops.registry import XLA, Kernels
+
+HETERO_MODELS = ("rsage", "rgcn", "rgat")
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["views"],
+                   meta_fields=["num_dst"])
+@dataclasses.dataclass(frozen=True, eq=False)
+class TypedLayer:
+    """What one layer sees: `views` {relation: edge view} of its hop, and `num_dst`
+    ((type, rows), ...), static: every type of the level the layer computes, with its
+    row count (the prefix of that type's source rows)."""
+
+    views: dict
+    num_dst: tuple
+
+
+def typed_layers(mb, kernels: Kernels = XLA) -> tuple[TypedLayer, ...]:
+    """One TypedLayer per layer from a sampled typed minibatch (`TypedMiniBatch`: its
+    nodes, valid, degrees and blocks), outermost hop first. Views gather their sources
+    through `nbr` (tree-mode levels too: their `nbr` hold the positions)."""
+    out = []
+    for hop in reversed(range(len(mb.blocks))):
+        views = {}
+        for rel, block in mb.blocks[hop].items():
+            dst = rel[2]
+            src_deg = jnp.zeros(mb.nodes[hop + 1][rel[0]].shape, jnp.int32)
+            views[rel] = EllView(block.nbr, block.mask, mb.valid[hop][dst],
+                                 mb.degrees[hop][rel], src_deg, kernels)
+        out.append(TypedLayer(views, tuple((t, int(ids.shape[0]))
+                                           for t, ids in mb.nodes[hop].items())))
+    return tuple(out)
+
+
+def _name(relation) -> str:
+    return "__".join(relation)
+
+
+class RGCNConv(nn.Module):
+    """One R-GCN layer for one destination type: sum over its relations of the mean of
+    W_r h_j, plus W_root h_i. `relations` name the layer's relations (for the bases:
+    the coefficients are per relation of the whole layer)."""
+
+    features: int
+    relations: tuple
+    num_bases: int | None = None
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, h_dst, inputs):
+        """inputs: [(relation, h_src, view), ...] into this type."""
+        out = nn.Dense(self.features, dtype=self.dtype, name="root")(h_dst)
+        if self.num_bases:
+            widths = {h.shape[-1] for _, h, _ in inputs}
+            if len(widths) != 1:
+                raise ValueError(f"R-GCN bases need one source width per layer, got "
+                                 f"{sorted(widths)}: project the inputs to one width first")
+            init = nn.initializers.glorot_uniform()
+            bases = self.param("bases", init, (self.num_bases, widths.pop(), self.features))
+            coef = self.param("coef", nn.initializers.lecun_normal(),
+                              (len(self.relations), self.num_bases))
+        for rel, h_src, view in inputs:
+            agg = view.weighted_sum(h_src[:, None, :], mean_weights(view).astype(h_src.dtype))
+            agg = agg[:, 0, :]
+            if self.num_bases:
+                w = jnp.einsum("b,bio->io", coef[self.relations.index(rel)], bases)
+                out = out + agg @ w.astype(self.dtype)
+            else:
+                out = out + nn.Dense(self.features, use_bias=False, dtype=self.dtype,
+                                     name=f"rel_{_name(rel)}")(agg)
+        return out
+
+
+class RelGATConv(nn.Module):
+    """GAT over one relation: separate projections of sources and destinations (their
+    widths may differ), attention over the relation's edges only (no self loop);
+    [C, heads * F], or [C, F] averaged over heads with `concat=False`."""
+
+    features: int
+    heads: int = 4
+    concat: bool = True
+    negative_slope: float = 0.2
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, h_src, h_dst, view):
+        h, f = self.heads, self.features // self.heads if self.concat else self.features
+        z_src = nn.Dense(h * f, use_bias=False, dtype=self.dtype, name="src")(h_src)
+        z_dst = nn.Dense(h * f, use_bias=False, dtype=self.dtype, name="dst")(h_dst)
+        z_src, z_dst = z_src.reshape(-1, h, f), z_dst.reshape(-1, h, f)
+        init = nn.initializers.lecun_normal()
+        a_src = self.param("att_src", init, (1, h, f))
+        a_dst = self.param("att_dst", init, (1, h, f))
+        logits = nn.leaky_relu(view.src_of_edges(jnp.sum(z_src * a_src, -1))
+                               + view.dst_of_edges(jnp.sum(z_dst * a_dst, -1)),
+                               self.negative_slope)
+        # no self term: a finite floor that takes the weight only of rows without edges
+        floor = jnp.full((z_dst.shape[0], h), -1e30, logits.dtype)
+        w_edges, _ = view.softmax(logits, floor)
+        out = view.weighted_sum(z_src, w_edges.astype(self.dtype))  # [C, H, F]
+        out = out.reshape(-1, h * f) if self.concat else jnp.mean(out, axis=1)
+        bias = self.param("bias", nn.initializers.zeros, (out.shape[-1],))
+        return out + bias.astype(self.dtype)
+
+
+class HeteroGNN(nn.Module):
+    """A stack of relational layers (module docstring) with ReLU and dropout between.
+
+    Attributes:
+      conv: "rsage", "rgcn" or "rgat".
+      hidden: width of every hidden layer; num_layers; num_classes: output width.
+      target_type: the type whose level-0 rows are the logits.
+      relations: the graph's relations ((src, name, dst), ...): a conv per relation and
+        layer (rgcn: per destination type and layer), whether sampled or not.
+      heads: for rgat. num_bases: for rgcn (None: a full matrix per relation).
+      embeddings: ((type, N_type), ...): featureless types whose `x` entries are node
+        ids, embedded in a learnable `hidden`-wide table each.
+      dropout: on the hidden activations; input_dropout: on the raw features.
+      dtype: computation dtype; parameters float32, logits float32.
+    """
+
+    conv: str
+    hidden: int
+    num_layers: int
+    num_classes: int
+    target_type: str
+    relations: tuple
+    heads: int = 4
+    num_bases: int | None = None
+    embeddings: tuple = ()
+    dropout: float = 0.5
+    input_dropout: float = 0.0
+    dtype: Any = jnp.float32
+
+    def setup(self):
+        types = tuple(dict.fromkeys([self.target_type, *(t for r in self.relations
+                                                         for t in (r[0], r[2]))]))
+        convs, roots = [], []
+        for i in range(self.num_layers):
+            last = i == self.num_layers - 1
+            width = self.num_classes if last else self.hidden
+            if self.conv == "rgcn":
+                convs.append({t: RGCNConv(width, self.relations, self.num_bases, self.dtype)
+                              for t in types if any(r[2] == t for r in self.relations)})
+            else:
+                convs.append({_name(r): self._relation_conv(width, last)
+                              for r in self.relations})
+            roots.append({t: nn.Dense(width, dtype=self.dtype) for t in types})
+        self.convs, self.roots = convs, roots
+        self.embed = {t: nn.Embed(n, self.hidden) for t, n in self.embeddings}
+        self.drop_input = Dropout(self.input_dropout)
+        self.drop_hidden = Dropout(self.dropout)
+
+    def _relation_conv(self, width: int, last: bool):
+        if self.conv == "rsage":
+            return SAGEConv(width, dtype=self.dtype)
+        if self.conv == "rgat":
+            return RelGATConv(width, self.heads, concat=not last, dtype=self.dtype)
+        raise ValueError(f"unknown relational conv {self.conv!r}; choose one of "
+                         f"{', '.join(HETERO_MODELS)}")
+
+    def __call__(self, x: dict, layers, *, train: bool):
+        if len(layers) != self.num_layers:
+            raise ValueError(f"the model has {self.num_layers} layers, the batch "
+                             f"{len(layers)} hops")
+        h = self.inputs(x)
+        for i, layer in enumerate(layers):
+            h = self.layer(i, h, layer, train=train)
+        return h[self.target_type].astype(jnp.float32)
+
+    def inputs(self, x: dict) -> dict:
+        """`x` with the featureless types' node ids replaced by their embeddings."""
+        return {t: self.embed[t](v) if t in self.embed else v for t, v in x.items()}
+
+    def layer(self, i: int, h: dict, layer: TypedLayer, *, train: bool) -> dict:
+        """Layer i: {type: rows} of the level it computes, from the sources `h`
+        ({type: [S_t, d]}, each type's destinations its first rows). With whole-graph
+        views (`whole_graph_layer`) this is exact layer-wise inference."""
+        drop = self.drop_input if i == 0 else self.drop_hidden
+        h = {t: drop(v.astype(self.dtype), deterministic=not train) for t, v in h.items()}
+        out = {}
+        for t, rows in layer.num_dst:
+            h_dst = h[t][:rows]
+            into = [(r, h[r[0]], v) for r, v in layer.views.items() if r[2] == t]
+            if not into:
+                out[t] = self.roots[i][t](h_dst)
+            elif self.conv == "rgcn":
+                out[t] = self.convs[i][t](h_dst, into)
+            else:
+                out[t] = sum(self.convs[i][_name(r)](h_src, h_dst, v) for r, h_src, v in into)
+        if i == self.num_layers - 1:
+            return {t: v.astype(jnp.float32) for t, v in out.items()}
+        return {t: nn.relu(v) for t, v in out.items()}
+
+
+def whole_graph_layer(graph, types=None) -> TypedLayer:
+    """A TypedLayer of whole-graph edge views (`EdgeView`) over every relation into
+    `types` (default: every type) of `graph` (a `HeteroGraph`: its `node_counts` and
+    `items()`): every node of those types is a destination. Run through
+    `HeteroGNN.layer`, layer by layer, it gives exact inference (every neighbour, no
+    sampling) for all their nodes at once. Layer i should compute the types a sampled
+    batch holds at level L - 1 - i (`TypedSamplerConfig.plan`): a type no sampled batch
+    computed there has no parameters for it."""
+    types = set(graph.num_nodes if types is None else types)
+    views = {}
+    for rel, g in graph.items():
+        if rel[2] not in types:
+            continue
+        indptr = jnp.asarray(g.indptr)
+        deg = (indptr[1:] - indptr[:-1]).astype(jnp.int32)
+        n_dst = deg.shape[0]
+        dst = jnp.repeat(jnp.arange(n_dst, dtype=jnp.int32), deg,
+                         total_repeat_length=g.num_edges)
+        views[rel] = EdgeView(jnp.asarray(g.indices), dst, jnp.ones(g.num_edges, bool),
+                              jnp.ones(n_dst, bool), deg, jnp.zeros(1, jnp.int32), n_dst)
+    return TypedLayer(views, tuple((t, n) for t, n in graph.node_counts if t in types))
+
+
+def make_hetero_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
+                      target_type: str, relations, heads: int = 4,
+                      num_bases: int | None = None,
+                      embeddings: dict | None = None, dropout: float = 0.5,
+                      input_dropout: float = 0.0, dtype: Any = jnp.float32) -> HeteroGNN:
+    """Builds a relational model by name: rsage, rgcn, rgat (module docstring), with a
+    conv per relation of `relations` (the graph's, `HeteroGraph.relations`)."""
+    if name not in HETERO_MODELS:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(HETERO_MODELS)}")
+    if name == "rgat" and (heads < 1 or hidden % heads):
+        raise ValueError(f"R-GAT needs heads >= 1 dividing hidden, got hidden {hidden}, "
+                         f"heads {heads}")
+    if num_bases is not None and (name != "rgcn" or num_bases < 1):
+        raise ValueError(f"num_bases applies to rgcn and must be >= 1, got {num_bases} "
+                         f"for {name}")
+    return HeteroGNN(name, hidden, num_layers, num_classes, target_type,
+                     tuple(tuple(r) for r in relations), heads, num_bases,
+                     tuple((embeddings or {}).items()), dropout, input_dropout, dtype)

@@ -1,0 +1,104 @@
+"""Calibration of the typed envelope from the real batches of the first epoch(s).
+
+As for homogeneous graphs (calibrate.py): sampling alone runs as one device scan per
+epoch under the conservative envelope, so every count is exact; the host reads the
+counts per (step, level, type) once per epoch and keeps, per (level, type), the largest
+times the policy's margin, rounded and capped by the conservative bound.
+`choose_typed_envelope` is the one place a typed run's starting envelope is chosen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from zerognn_jax._src.data.hetero import HeteroGraph
+from zerognn_jax._src.ops.registry import XLA, Kernels
+from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, EnvelopePolicy
+from zerognn_jax._src.sampling.seeds import epoch_items
+from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig
+from zerognn_jax._src.sampling.typed_envelope import (
+    TypedEnvelope,
+    fit_typed_envelope,
+    typed_conservative,
+    typed_from_counts,
+    typed_tree_sizes,
+)
+from zerognn_jax._src.sampling.typed_minibatch import sample_typed_step
+
+
+@functools.partial(jax.jit, static_argnames=("batch_size", "config", "envelope", "kernels"))
+def sample_typed_epoch_counts(graph, perm, seed, epoch, *, batch_size: int,
+                              config: TypedSamplerConfig, envelope: TypedEnvelope,
+                              kernels: Kernels):
+    """Samples every step of one epoch in one scan; returns per-step statistics:
+    ({type: int32[steps, L + 1]} counts, int32[steps] edges, bool[steps] overflow)."""
+    steps = perm.shape[0] // batch_size
+
+    def body(_, step):
+        mb = sample_typed_step(graph, perm, step, seed=seed, epoch=epoch,
+                               batch_size=batch_size, config=config, envelope=envelope,
+                               kernels=kernels).mb
+        return None, (mb.counts, mb.num_edges(), mb.overflow)
+
+    _, out = jax.lax.scan(body, None, jnp.arange(steps, dtype=jnp.int32))
+    return out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TypedCalibration:
+    """What calibration saw: per type, per level, the largest and mean real sizes."""
+
+    envelope: TypedEnvelope
+    max_counts: dict
+    mean_counts: dict
+    steps: int
+
+
+def calibrate_typed(graph: HeteroGraph, items, batch_size: int, config: TypedSamplerConfig, *,
+                    seed_type: str, seed: int = 0, epochs: int = 1,
+                    policy: EnvelopePolicy = DEFAULT_POLICY,
+                    kernels: Kernels = XLA) -> TypedCalibration:
+    """Chooses tight capacities per (level, type) from the real batches of the first
+    `epochs` epochs of `items` (ids of `seed_type` nodes), as `calibrate` does."""
+    config = config.resolve(graph)
+    items = jnp.asarray(items, jnp.int32)
+    safe = typed_conservative(config, seed_type, batch_size, graph.num_nodes, policy)
+    seen: dict[str, list] = {}
+    for epoch in range(epochs):
+        perm = epoch_items(items, batch_size, seed, epoch)
+        counts, _, _ = sample_typed_epoch_counts(graph, perm, seed, epoch,
+                                                 batch_size=batch_size, config=config,
+                                                 envelope=safe, kernels=kernels)
+        for t, c in counts.items():
+            seen.setdefault(t, []).append(np.asarray(c))
+    stacked = {t: np.concatenate(c) for t, c in seen.items()}
+    max_counts = {t: tuple(int(m) for m in c.max(axis=0)) for t, c in stacked.items()}
+    env = typed_from_counts(config, seed_type, batch_size, max_counts, safe, policy)
+    return TypedCalibration(fit_typed_envelope(config, env), max_counts,
+                            {t: tuple(float(m) for m in c.mean(axis=0))
+                             for t, c in stacked.items()},
+                            int(next(iter(stacked.values())).shape[0]))
+
+
+def choose_typed_envelope(graph: HeteroGraph, items, batch_size: int,
+                          config: TypedSamplerConfig, *, seed_type: str,
+                          method: str = "calibrate", seed: int = 0,
+                          policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels = XLA
+                          ) -> tuple[TypedEnvelope, TypedCalibration | None]:
+    """A typed run's starting envelope, and the calibration record when calibrated: tree
+    mode's exact sizes, or `method` "calibrate" (tight, measured) or "conservative"."""
+    config = config.resolve(graph)
+    if not config.dedup:
+        return typed_tree_sizes(config, seed_type, batch_size), None
+    if method == "conservative":
+        return typed_conservative(config, seed_type, batch_size, graph.num_nodes, policy), None
+    if method != "calibrate":
+        raise ValueError(f"envelope must be calibrate or conservative, got {method!r}")
+    cal = calibrate_typed(graph, items, batch_size, config, seed_type=seed_type, seed=seed,
+                          policy=policy, kernels=kernels)
+    return cal.envelope, cal

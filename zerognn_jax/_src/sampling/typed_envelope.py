@@ -1,0 +1,165 @@
+"""The typed execution envelope: a static capacity per (hop, node type), and its sizing.
+
+The same policy as the homogeneous envelope (envelope.py): a conservative bound that is
+always safe, calibration to the largest counts seen times the margin (typed_calibrate.py),
+growth after an overflow. Capacities are keyed by level and node type: level 0 holds
+the batch's seeds (one type, B rows); level h + 1 holds, per type, that type's level h
+as its prefix and the new nodes after it, so a type's capacity never decreases from one
+level to the next. A homogeneous envelope is the typed one with one type
+(`TypedEnvelope.from_envelope`, `as_envelope`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from zerognn_jax._src.sampling.envelope import (
+    DEFAULT_POLICY,
+    Envelope,
+    EnvelopePolicy,
+    round_up,
+)
+from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class TypedEnvelope:
+    """Static buffer capacities per level and node type.
+
+    Attributes:
+      seed_type: the type of level 0; batch_size: B, its capacity.
+      capacities: per hop h, ((type, C_{h+1, type}), ...) for the types of level h + 1
+        (`TypedSamplerConfig.plan`'s order).
+    """
+
+    seed_type: str
+    batch_size: int
+    capacities: tuple[tuple[tuple[str, int], ...], ...]
+
+    def __post_init__(self):
+        caps = tuple(tuple((str(t), int(c)) for t, c in level) for level in self.capacities)
+        object.__setattr__(self, "capacities", caps)
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+        prev = {self.seed_type: self.batch_size}
+        for hop, level in enumerate(caps):
+            now = dict(level)
+            for t, c in prev.items():
+                if now.get(t, -1) < c:
+                    raise ValueError(f"capacity of {t} at level {hop + 1} ({now.get(t)}) is "
+                                     f"below that at level {hop} ({c}); capacities must not "
+                                     "decrease")
+            prev = now
+
+    @property
+    def num_hops(self) -> int:
+        return len(self.capacities)
+
+    def level(self, level: int) -> dict[str, int]:
+        """{type: capacity} of level `level` (0: the seeds)."""
+        if level == 0:
+            return {self.seed_type: self.batch_size}
+        return dict(self.capacities[level - 1])
+
+    @property
+    def levels(self) -> tuple[dict[str, int], ...]:
+        return tuple(self.level(lvl) for lvl in range(self.num_hops + 1))
+
+    @classmethod
+    def from_envelope(cls, envelope: Envelope, node_type: str = "_N") -> TypedEnvelope:
+        """The one-type envelope of a homogeneous one."""
+        return cls(node_type, envelope.batch_size,
+                   tuple(((node_type, c),) for c in envelope.capacities))
+
+    def as_envelope(self) -> Envelope:
+        """The homogeneous envelope of a one-type envelope."""
+        if any(len(level) != 1 for level in self.capacities):
+            raise ValueError("only an envelope of one node type is homogeneous")
+        return Envelope(self.batch_size, tuple(level[0][1] for level in self.capacities))
+
+
+def _sizes_from(config: TypedSamplerConfig, seed_type: str, batch_size: int,
+                want) -> TypedEnvelope:
+    """The envelope whose level h + 1 capacity of type t is `want(hop, t, prev, caps)`,
+    made non-decreasing per type; positional hops get their exact sizes."""
+    levels, prev = [], {seed_type: batch_size}
+    for hop, step in enumerate(config.plan(seed_type)):
+        caps = {}
+        for t in step.types:
+            exact = prev.get(t, 0) + sum(prev[r[2]] * config.slots(r, hop)
+                                         for r in step.relations if r[0] == t)
+            size = exact if config.positional[hop] else want(hop, t, exact)
+            caps[t] = max(size, prev.get(t, 0), 1)
+        levels.append(tuple(caps.items()))
+        prev = caps
+    return TypedEnvelope(seed_type, batch_size, tuple(levels))
+
+
+def typed_conservative(config: TypedSamplerConfig, seed_type: str, batch_size: int,
+                       num_nodes: Mapping[str, int],
+                       policy: EnvelopePolicy = DEFAULT_POLICY) -> TypedEnvelope:
+    """The always-safe bound: per type, b_{h+1} = min(N_type, b_h + sum over the
+    relations into it of b_{h,dst} K), rounded up to the policy's multiple (one type:
+    the homogeneous `conservative`, to the entry)."""
+    bounds, b = [], {seed_type: batch_size}
+    for hop, step in enumerate(config.plan(seed_type)):
+        b = {t: min(num_nodes[t], b.get(t, 0) + sum(b[r[2]] * config.slots(r, hop)
+                                                    for r in step.relations if r[0] == t))
+             for t in step.types}
+        bounds.append(b)
+    return _sizes_from(config, seed_type, batch_size,
+                       lambda hop, t, exact: round_up(max(bounds[hop][t], 1), policy.multiple))
+
+
+def typed_tree_sizes(config: TypedSamplerConfig, seed_type: str,
+                     batch_size: int) -> TypedEnvelope:
+    """The exact sizes of tree (no-dedup) sampling."""
+    exact = dataclasses.replace(config, dedup=False)
+    return _sizes_from(exact, seed_type, batch_size, None)
+
+
+def fit_typed_envelope(config: TypedSamplerConfig, envelope: TypedEnvelope) -> TypedEnvelope:
+    """`envelope` with every positional hop at its exact size, and every level holding at
+    least the capacities before it."""
+    caps = {hop: dict(level) for hop, level in enumerate(envelope.capacities)}
+    return _sizes_from(config, envelope.seed_type, envelope.batch_size,
+                       lambda hop, t, exact: caps[hop][t])
+
+
+def typed_from_counts(config: TypedSamplerConfig, seed_type: str, batch_size: int,
+                      counts: Mapping[str, list], safe: TypedEnvelope,
+                      policy: EnvelopePolicy = DEFAULT_POLICY) -> TypedEnvelope:
+    """Capacities margin x `counts[type][level]` (the largest counts seen), rounded up
+    and capped by the safe envelope `safe`."""
+    bound = {hop: dict(level) for hop, level in enumerate(safe.capacities)}
+    return _sizes_from(config, seed_type, batch_size, lambda hop, t, exact: min(
+        round_up(max(int(counts[t][hop + 1]), 1) * policy.margin, policy.multiple),
+        bound[hop][t]))
+
+
+def grow_typed(envelope: TypedEnvelope, config: TypedSamplerConfig,
+               counts: Mapping[str, list], policy: EnvelopePolicy = DEFAULT_POLICY
+               ) -> TypedEnvelope:
+    """Capacities after an overflow seen with `counts` ({type: (n_0, ..., n_L)}).
+
+    As the homogeneous `grow`: the first level where some type overflowed gets margin x
+    its count for that type; every later level, whose counts were cut short by it, grows
+    by at least the largest ratio so far (and by `policy.growth` where it overflowed
+    itself). The ratio takes effect from the level after the one that set it: types of
+    one level are computed from the level before, not from each other.
+    """
+    ratio, sizes = 1.0, {}
+    for hop, level in enumerate(envelope.capacities):
+        grown = ratio
+        for t, cap in level:
+            want, cnt = cap * ratio, int(counts[t][hop + 1])
+            if cnt > cap:
+                want = max(want, cnt * policy.margin,
+                           cap * (policy.growth if ratio > 1.0 else 1.0))
+                grown = max(grown, want / cap)
+            sizes[hop, t] = want
+        ratio = grown
+    return _sizes_from(config, envelope.seed_type, envelope.batch_size,
+                       lambda hop, t, exact: round_up(max(sizes[hop, t], 1),
+                                                      policy.multiple))
