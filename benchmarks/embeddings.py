@@ -15,6 +15,8 @@ Variants (the library's defaults otherwise: SAGE 3x256, [15, 10, 5], batch 1024)
   dense         the same table, but every step runs Adam over all N rows and both
                 moment tables (the gradient scattered into a dense [N, dim] array): the
                 cost row-sparse updates avoid
+  no-update     the rows gathered and differentiated, the table never written: the
+                share of the backward into the input rows
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from zerognn_jax._src.training.row_adam import RowAdamState
 
 @dataclasses.dataclass(frozen=True)
 class DenseAdamEmbedding(NodeEmbedding):
-    """Dense Adam over the whole table every step (for contrast only)."""
+    """Dense Adam over the whole table every step (for timing contrast only: a step the
+    engine drops would still move the table by its momentum)."""
 
-    def update(self, table, opt, ids, grads, valid, *, unique):
+    def update(self, table, opt, ids, grads, valid, *, unique, taken=True):
         n, b1, b2, eps = table.shape[0], 0.9, 0.999, 1e-8
         g = jnp.zeros(table.shape, jnp.float32).at[jnp.where(valid, ids, n)].add(
             grads.astype(jnp.float32), mode="drop")
@@ -48,8 +51,17 @@ class DenseAdamEmbedding(NodeEmbedding):
             RowAdamState(mu, nu, count)
 
 
+@dataclasses.dataclass(frozen=True)
+class FrozenEmbedding(NodeEmbedding):
+    """Rows gathered and differentiated, but never written (how much of the cost is the
+    backward into the input rows rather than the update)."""
+
+    def update(self, table, opt, ids, grads, valid, *, unique, taken=True):
+        return table, opt
+
+
 VARIANTS = {"none": {}, "sparse": {}, "sparse-dedup": dict(dedup=True, flat_outer=False),
-            "dense": {}}
+            "dense": {}, "no-update": {}}
 
 
 def main(argv=None) -> None:
@@ -64,7 +76,8 @@ def main(argv=None) -> None:
     dataset = load_dataset("products-like", root=args.root, scale=args.scale)
     rows = []
     for name in args.variants.split(","):
-        trainer.NodeEmbedding = DenseAdamEmbedding if name == "dense" else NodeEmbedding
+        trainer.NodeEmbedding = {"dense": DenseAdamEmbedding,
+                                 "no-update": FrozenEmbedding}.get(name, NodeEmbedding)
         cfg = TrainConfig(dataset="products-like", root=args.root, scale=args.scale,
                           epochs=args.epochs,
                           dtype=args.dtype, eval_mode="none", progress=False,

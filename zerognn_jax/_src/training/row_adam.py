@@ -83,6 +83,9 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
     t = count.astype(jnp.float32)
     step = lr * (mu / (1.0 - b1**t)) / (jnp.sqrt(nu / (1.0 - b2**t)) + eps)
     new_rows = (table[safe].astype(jnp.float32) - step).astype(table.dtype)
-    target = jnp.where(used, uniq, n)  # out of range: dropped by the scatters
-    put = lambda full, part: full.at[target].set(part, mode="drop")
+    # Unused slots go out of range, each to its own row past the end, where the scatters
+    # drop them: every target is then distinct, which the scatters are told (XLA may then
+    # write rows in parallel without ordering repeats).
+    target = jnp.where(used, uniq, n + jnp.arange(r, dtype=uniq.dtype))
+    put = lambda full, part: full.at[target].set(part, mode="drop", unique_indices=True)
     return put(table, new_rows), RowAdamState(put(state.mu, mu), put(state.nu, nu), count)
