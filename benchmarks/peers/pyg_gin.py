@@ -140,7 +140,7 @@ def main(argv=None) -> dict:
     with torch.no_grad():
         for b in DataLoader([graphs[i] for i in test], batch_size=256):
             scores.append(model(b.to(dev)).cpu().numpy())
-            ys.append(b.y.numpy())
+            ys.append(b.y.cpu().numpy())  # PyG moves the batch in place
     epoch_s = statistics.median(times[1:] or times)
     row = {"system": "pyg", "batch_size": args.batch_size, "graphs_per_s": len(train) / epoch_s,
            "epoch_s": epoch_s, "test_rocauc": rocauc(np.concatenate(scores), np.concatenate(ys)),
