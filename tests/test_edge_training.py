@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -104,19 +105,32 @@ def test_embedding_rows_no_step_read_stay_bit_unchanged(edge_data):
     assert set(res.variables) == {"params", "embedding"}
 
 
+class _OwnEmbedding(nn.Module):
+    """A user's model with its own (dense) per-node table, indexed by the view's ids."""
+
+    num_nodes: int
+
+    @nn.compact
+    def __call__(self, x, views, *, train):
+        seeds = views[0].node_ids[: views[-1].num_dst]  # every level starts with the seeds
+        return nn.Dense(2)(nn.relu(nn.Embed(self.num_nodes, 8)(seeds)))
+
+
 def test_embeddings_learn_labels_features_cannot_carry():
-    """Constant features, random labels: only a per-node embedding can fit them."""
+    """Constant features, random labels: only a per-node embedding can fit them, the
+    built-in one (lazy Adam) or a user's model reading its views' node ids."""
     rs = np.random.default_rng(0)
     g = random_graph(128, 300, seed=1)
     ds = make_dataset("random-labels", g.indptr, g.indices, np.ones((128, 1), np.float32),
                       rs.integers(0, 2, 128), np.arange(128), np.arange(0), np.arange(0), 2)
     accs = {}
-    for dim in (0, 8):
+    for name, dim, model in (("none", 0, None), ("built-in", 8, None),
+                             ("own", 0, _OwnEmbedding(128))):
         cfg = TrainConfig(dataset="random-labels", model="mlp", hidden=16, layers=2,
                           fanouts=(2, 2), batch_size=64, epochs=40, lr=0.05, dropout=0.0,
                           embedding_dim=dim, eval_mode="none", progress=False)
-        accs[dim] = train(cfg, ds).history[-1]["train_batch_acc"]
-    assert accs[8] > 0.95 and accs[0] < 0.75, accs
+        accs[name] = train(cfg, ds, model=model).history[-1]["train_batch_acc"]
+    assert accs["built-in"] > 0.95 and accs["own"] > 0.95 and accs["none"] < 0.75, accs
 
 
 def test_embeddings_resume_from_a_checkpoint_as_if_never_stopped(edge_data, tmp_path):

@@ -34,6 +34,10 @@ class EllView:
     `edge_attr`: [C, K, D] features of the sampled edges (zero in dead slots), for
     layers that read them (`edge_features`); None when the block carries none.
 
+    `node_ids`: int32[S], the global node id of each source row (padding rows hold
+    row 0's id), for models that index tables of their own by node (a learnable
+    embedding, `views[0].node_ids`); None where the view was built without them.
+
     `pin_aggregates`: positional aggregates are written out before anything reads them
     (an optimization barrier), for forward passes that are not differentiated. There,
     XLA 0.11.2 on an H100 fuses the reduction over a slice of the sources with a
@@ -54,6 +58,7 @@ class EllView:
     positional: bool = False
     pin_aggregates: bool = False
     edge_attr: jax.Array | None = None
+    node_ids: jax.Array | None = None
 
     @property
     def num_dst(self) -> int:
@@ -147,6 +152,7 @@ class EdgeView:
     src_deg: jax.Array
     num_dst: int
     edge_attr: jax.Array | None = None  # [E, D], as EllView's
+    node_ids: jax.Array | None = None  # int32[S], as EllView's (all nodes: 0 .. N - 1)
 
     @property
     def edge_mask(self) -> jax.Array:

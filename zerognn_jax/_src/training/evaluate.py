@@ -73,6 +73,7 @@ def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
     rows, cap = plan.rows, plan.edge_capacity
     deg = graph.degrees()
     model_vars = {k: v for k, v in variables.items() if k != "embedding"}
+    node_ids = jnp.arange(graph.num_nodes, dtype=jnp.int32)  # h holds every node, in order
     # An edgeless graph has no index to gather; one dummy entry, always masked, stands in.
     indices = graph.indices if graph.num_edges else jnp.zeros((1,), jnp.int32)
     slots = jnp.arange(cap, dtype=jnp.int32)
@@ -85,7 +86,8 @@ def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
         dst = jnp.clip(jnp.searchsorted(local, slots, side="right") - 1, 0, rows - 1)
         view = EdgeView(src, dst.astype(jnp.int32), mask, jnp.ones((rows,), bool),
                         local[1:] - local[:-1], deg, rows,
-                        _chunk_edge_rows(graph.edge_features, ptr[0], slots, mask))
+                        _chunk_edge_rows(graph.edge_features, ptr[0], slots, mask),
+                        node_ids)
         h_dst = jax.lax.dynamic_slice(h, (r0, 0), (rows, h.shape[1]))
         return program.model.apply(model_vars, layer, h, h_dst, view, train=False,
                                    method="layer")

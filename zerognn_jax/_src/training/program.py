@@ -71,7 +71,8 @@ def views_for(mb: MiniBatch, kernels: Kernels = XLA,
     left out, every view gathers (the same values, more work). `inference`: the views
     serve a forward pass that is not differentiated (`EllView.pin_aggregates`).
     `edge_table` (float[E, D]): each view's `edge_attr` holds its block's rows of it
-    (zero in dead slots); the blocks must carry edge ids (`SamplerConfig.edge_ids`)."""
+    (zero in dead slots); the blocks must carry edge ids (`SamplerConfig.edge_ids`).
+    Each view's `node_ids` are its source level's global ids."""
     num_hops = len(mb.blocks)
     flat = tuple(positional) or (False,) * num_hops
     views = []
@@ -80,7 +81,7 @@ def views_for(mb: MiniBatch, kernels: Kernels = XLA,
         block = mb.blocks[hop]
         views.append(EllView(block.nbr, block.mask, mb.valid[hop], mb.degrees[hop],
                              mb.degrees[hop + 1], kernels, flat[hop], inference,
-                             _edge_rows(edge_table, block)))
+                             _edge_rows(edge_table, block), mb.nodes[hop + 1]))
     return tuple(views)
 
 
