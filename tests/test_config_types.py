@@ -25,6 +25,8 @@ WRONG = {
     "str | None": (3, ["a"]),
     "bool | None": (0, "false"),
     "tuple[int, ...]": ("15", (15, 2.0), 15, (True,)),
+    "dict[str, tuple[int, ...]] | None": ("cites=25", {"cites": 25}, {3: (25,)},
+                                          {"cites": ("25",)}, [("cites", (25,))]),
 }
 
 

@@ -72,6 +72,7 @@ from zerognn_jax._src.nn.graph_models import (
 from zerognn_jax._src.nn.hetero import (
     HETERO_MODELS,
     HeteroGNN,
+    OnTypes,
     RelGATConv,
     RGCNConv,
     TypedLayer,
@@ -165,6 +166,7 @@ from zerognn_jax._src.training.tasks.losses import (
 )
 from zerognn_jax._src.training.tasks.node import NodeTask, target_metrics
 from zerognn_jax._src.training.tasks.registry import TASKS, register_task
+from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask, TypedSample
 from zerognn_jax._src.training.trainer import Diverged, TrainResult, train
 
 __version__ = "0.1.0"
@@ -197,12 +199,13 @@ __all__ = [
     "collection_to_pyg", "molhiv_like", "molpcba_like", "read_ogbg", "GRAPH_MODELS",
     "CategoricalEncoder", "GraphGNN", "Graphs", "OnGraphs", "make_graph_model", "pool",
     "GraphBatch", "GraphTables", "pack_graphs", "BatchedTask", "GraphTask", "graph_outputs",
+    "TypedNodeTask", "TypedSample",
     "HeteroGraph", "HeteroDataset", "add_reverse_relations", "as_hetero", "from_hetero_data",
     "hetero_from_csr", "hetero_graph", "is_hetero_path", "load_hetero", "make_hetero_dataset",
     "save_hetero_dir", "save_hetero_npz", "to_edge_list", "to_hetero_data",
     "TypedCalibration", "TypedEnvelope", "TypedMiniBatch", "TypedSamplerConfig",
     "calibrate_typed", "choose_typed_envelope", "fit_typed_envelope", "grow_typed",
     "prepare_typed_graph", "sample_typed", "sample_typed_step", "typed_conservative",
-    "load_hetero_dataset", "HETERO_MODELS", "HeteroGNN", "RelGATConv", "RGCNConv",
+    "load_hetero_dataset", "HETERO_MODELS", "HeteroGNN", "OnTypes", "RelGATConv", "RGCNConv",
     "TypedLayer", "make_hetero_model", "typed_layers", "whole_graph_layer",
 ]

@@ -1,7 +1,8 @@
 """The one flag builder: argparse flags from a config dataclass's fields.
 
 Every field becomes `--field-name` with its help text, its type (booleans as
-`--x/--no-x`, int tuples as comma-separated lists), the dataclass default (or the one
+`--x/--no-x`, int tuples as comma-separated lists, dicts of them as
+`name=N,N;name=N`), the dataclass default (or the one
 given) and, for closed sets, `choices=`.
 """
 
@@ -23,6 +24,18 @@ def int_tuple(text: str) -> tuple[int, ...]:
 def name_tuple(text: str) -> tuple[str, ...]:
     """argparse type: "a, b" -> ("a", "b")."""
     return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def fanout_dict(text: str) -> dict[str, tuple[int, ...]]:
+    """argparse type: "cites=25,20; writes=10,5" -> {"cites": (25, 20), "writes": (10, 5)}."""
+    out = {}
+    for part in (p for p in text.split(";") if p.strip()):
+        name, sep, values = part.partition("=")
+        if not sep or not name.strip():
+            raise argparse.ArgumentTypeError(
+                f"expected name=N,N,... entries separated by ';', got {part.strip()!r}")
+        out[name.strip()] = int_tuple(values)
+    return out
 
 
 def _caster(kind: str):
@@ -47,6 +60,8 @@ def add_config_flags(parser: argparse.ArgumentParser, config, *, help: dict,
         kwargs = dict(dest=field.name, default=default, help=text)
         if kind.startswith("bool"):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
+        elif kind.startswith("dict"):
+            parser.add_argument(flag, type=fanout_dict, metavar="NAME=N,N;...", **kwargs)
         elif kind.startswith("tuple"):
             parser.add_argument(flag, type=int_tuple, metavar="N,N,...", **kwargs)
         else:

@@ -10,13 +10,17 @@ from zerognn_jax.cli.flags import add_config_flags, config_from_args
 HELP = {
     "dataset": "tiny (embedded synthetic), products-like, rmat, cora, citeseer, pubmed, "
                "ogbn-arxiv, ogbn-products, ogbn-papers100M, or a .npz file; graph task: "
-               "molhiv-like, molpcba-like, ogbg-molhiv, ogbg-molpcba, a graphs .npz",
+               "molhiv-like, molpcba-like, ogbg-molhiv, ogbg-molpcba, a graphs .npz; typed "
+               "(node task): mag-like, igbh-like, ogbn-mag, a typed .npz or directory",
     "root": "folder holding dataset files (OGB layout, Planetoid files, generator cache)",
     "scale": "size factor for synthetic presets (products-like at 1.0 is full size)",
-    "model": "the built-in model",
+    "model": "the built-in model (typed datasets: rsage, rgcn, rgat)",
     "hidden": "width of every hidden layer",
     "layers": "number of message-passing layers (one fanout each)",
-    "fanouts": "neighbours sampled per hop, seeds' hop first; -1 = all",
+    "fanouts": "neighbours sampled per hop, seeds' hop first; -1 = all (on a typed dataset: "
+               "per relation)",
+    "relation_fanouts": "typed datasets: fanouts of named relations, e.g. "
+                        "'cites=25,20;writes=10,0' (src__name__dst or a unique name; 0 skips)",
     "batch_size": "seeds per step and device: a step trains on batch-size x devices x "
                   "processes seeds (the summary's global_batch)",
     "lr": "Adam learning rate",

@@ -73,8 +73,9 @@ class HeteroDataset:
         return {t: int(f.shape[1]) for t, f in self.features.items()}
 
     def stats(self) -> dict:
-        """The dataset's statistics as a JSON-serialisable dict: per node type its count
-        and feature width (0 for none) and dtype, per relation its edges."""
+        """The dataset's statistics as a JSON-serialisable dict: all nodes, the feature
+        widths {type: d}, per node type its count and feature width (0 for none) and
+        dtype, per relation its edges (a checkpoint's identity reads some)."""
         arrays = [self.labels, self.train_idx, self.val_idx, self.test_idx,
                   *self.features.values(),
                   *(c for cols in self.node_info.values() for c in cols.values())]
@@ -85,7 +86,8 @@ class HeteroDataset:
                      **({"feature_dtype": str(self.features[t].dtype)}
                         if t in self.features else {})}
                  for t, n in self.graph.node_counts}
-        return {"name": self.name, "node_types": types,
+        return {"name": self.name, "nodes": int(sum(self.num_nodes.values())),
+                "features": self.feature_dims, "node_types": types,
                 "relations": self.graph.stats()["relations"],
                 "directed_edges": int(sum(self.graph.num_edges.values())),
                 "target_type": self.target_type, "classes": int(self.num_classes),

@@ -32,7 +32,8 @@ from zerognn_jax._src.data.proteins import proteins_like
 from zerognn_jax._src.data.storage import is_dataset_dir, load_dir, load_npz, save_dir, save_npz
 from zerognn_jax._src.data.synthetic import products_like, rmat
 
-__all__ = ["DATASET_NAMES", "HETERO_NAMES", "load_dataset", "load_hetero_dataset", "load_dir",
+__all__ = ["DATASET_NAMES", "HETERO_NAMES", "is_typed", "load_dataset", "load_hetero_dataset",
+           "load_dir",
            "load_npz", "papers100m_like", "products_like", "proteins_like", "rmat",
            "row_normalize", "save_dir", "save_npz", "write_papers100m_like"]
 
@@ -77,7 +78,7 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
     key = name.lower()
     if key in HETERO_NAMES or is_hetero_path(name):
         raise ValueError(f"{name} is a typed (heterogeneous) dataset: load it with "
-                         "load_hetero_dataset (training on typed graphs is not wired yet)")
+                         "load_hetero_dataset (zg.train reads it by name)")
     if name.endswith(".npz"):
         return load_npz(name)
     if is_dataset_dir(name):
@@ -154,6 +155,16 @@ def _cached(root, stem: str, build: Callable[[], Dataset]) -> Dataset:
     dataset = build()
     save_npz(dataset, path)
     return dataset
+
+
+def is_typed(dataset) -> bool:
+    """Whether `dataset` (a loaded dataset, or a name or path `load_dataset` would read)
+    is a typed dataset, which `load_hetero_dataset` reads."""
+    if isinstance(dataset, HeteroDataset):
+        return True
+    if not isinstance(dataset, str | os.PathLike):
+        return False
+    return str(dataset).lower() in HETERO_NAMES or is_hetero_path(dataset)
 
 
 def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,

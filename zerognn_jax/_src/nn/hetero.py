@@ -272,3 +272,52 @@ def make_hetero_model(name: str, *, hidden: int, num_layers: int, num_classes: i
     return HeteroGNN(name, hidden, num_layers, num_classes, target_type,
                      tuple(tuple(r) for r in relations), heads, num_bases,
                      tuple((embeddings or {}).items()), dropout, input_dropout, dtype)
+
+
+class OnTypes(nn.Module):
+    """A relational model (`HeteroGNN`'s interface) run by the engines' step: it takes
+    the packed outermost level and the typed minibatch instead of `{type: rows}` and
+    typed layers (training/tasks/typed_node.py packs them).
+
+    Attributes:
+      model: the relational model. kernels: the views' kernels.
+      widths: ((type, d_type), ...) of the types with features, in the packed table's
+        order; their level-L rows come first in `x`, each type's rows in turn.
+      embedded: the featureless types, whose level-L node ids the model embeds.
+    """
+
+    model: nn.Module
+    kernels: Kernels = XLA
+    widths: tuple = ()
+    embedded: tuple = ()
+
+    def typed_inputs(self, x, nodes: dict) -> dict:
+        """{type: rows or ids} of the outermost level from the packed rows `x`
+        float[sum of S_t over featured types, max d] and `nodes` {type: int32[S_t]}."""
+        out, start = {}, 0
+        for t, width in self.widths:
+            if t in nodes:
+                rows = nodes[t].shape[0]
+                out[t] = x[start:start + rows, :width]
+                start += rows
+        out.update({t: nodes[t] for t in self.embedded if t in nodes})
+        return out
+
+    def __call__(self, x, views, *, train: bool, typed):
+        """Logits float32[B, classes] of the seeds of the typed minibatch `typed`
+        (`views` is empty: the typed layers come from `typed`'s blocks)."""
+        del views
+        h = self.typed_inputs(x, typed.nodes[-1])
+        return self.model(h, typed_layers(typed, self.kernels), train=train)
+
+    def inputs(self, h: dict) -> dict:
+        """`HeteroGNN.inputs`: featureless types' ids embedded."""
+        return self.model.inputs(h)
+
+    def layer(self, i: int, h: dict, layer: TypedLayer, *, train: bool) -> dict:
+        """`HeteroGNN.layer`, for exact layer-wise inference."""
+        return self.model.layer(i, h, layer, train=train)
+
+    @property
+    def num_layers(self) -> int:
+        return self.model.num_layers

@@ -8,6 +8,7 @@ import math
 import jax
 
 from zerognn_jax._src.nn.graph_models import GRAPH_MODELS, READOUTS
+from zerognn_jax._src.nn.hetero import HETERO_MODELS
 from zerognn_jax._src.nn.link_heads import DECODERS
 from zerognn_jax._src.nn.models import MODELS, NORMS
 from zerognn_jax._src.ops.registry import OPS, Kernels
@@ -24,7 +25,8 @@ DTYPES = ("float32", "bfloat16")
 # The closed sets among the options (the CLI offers them as choices); tasks are the
 # registry's (its names, read when a config is built).
 CHOICES = {
-    "model": tuple(dict.fromkeys((*MODELS, *GRAPH_MODELS))), "readout": READOUTS,
+    "model": tuple(dict.fromkeys((*MODELS, *GRAPH_MODELS, *HETERO_MODELS))),
+    "readout": READOUTS,
     "norm": NORMS, "dtype": DTYPES, "engine": ENGINES,
     "envelope": ("calibrate", "conservative"), "eval_mode": ("full", "sampled", "none"),
     "sampler": SAMPLERS, "task": TASKS, "decoder": DECODERS,
@@ -39,7 +41,8 @@ GROUPS = {
     "data": ("dataset", "root", "scale", "normalize_features"),
     "model": ("model", "hidden", "layers", "dropout", "input_dropout", "norm", "heads",
               "dtype", "edge_features", "embedding_dim", "readout"),
-    "sampler": ("fanouts", "batch_size", "sampler", "replace", "dedup", "flat_outer",
+    "sampler": ("fanouts", "relation_fanouts", "batch_size", "sampler", "replace", "dedup",
+                "flat_outer",
                 "envelope", "margin", "multiple", "balance_window"),
     "optimizer": ("lr", "weight_decay"),
     "engine": ("engine", "kernels", "chunk_steps", "sample_ahead", "devices",
@@ -76,7 +79,10 @@ class TrainConfig:
     embedding of that width per node, concatenated with the node's features, trained
     with row-sparse (lazy) Adam at `lr` inside the compiled epoch (row_adam.py).
 
-    Sampler. `fanouts` lists the seeds' hop first; -1 means all neighbours. `sampler` is
+    Sampler. `fanouts` lists the seeds' hop first; -1 means all neighbours. On a typed
+    dataset (docs/hetero.md) every relation takes `fanouts`, except those named in
+    `relation_fanouts` ({"src__name__dst" or a relation's unique name: per-hop fanouts;
+    0 skips the relation at that hop). `sampler` is
     "uniform", "weighted" (by the graph's edge weights) or "labor" (LABOR-0;
     docs/samplers.md). `dedup` deduplicates each sampled level; False is tree mode
     (every level in slot order, exact sizes); None (the default) lets
@@ -133,6 +139,7 @@ class TrainConfig:
     readout: str = "mean"
     # sampler and envelope
     fanouts: tuple[int, ...] = (15, 10, 5)
+    relation_fanouts: dict[str, tuple[int, ...]] | None = None
     batch_size: int = 1024
     sampler: str = "uniform"
     replace: bool = False
@@ -179,6 +186,10 @@ class TrainConfig:
         for hop, fanout in enumerate(self.fanouts):
             if fanout <= 0 and fanout != -1:
                 raise ValueError(f"fanout of hop {hop} must be positive or -1 (all), got {fanout}")
+        for rel, per_hop in (self.relation_fanouts or {}).items():
+            if any(f < -1 for f in per_hop):
+                raise ValueError(f"relation_fanouts[{rel!r}] must be >= 0 or -1 (all) at every "
+                                 f"hop, got {per_hop}")
         checks = [
             (self.layers >= 1, f"layers must be >= 1, got {self.layers}"),
             (batched or len(self.fanouts) == self.layers,

@@ -2,7 +2,8 @@
 
 Ints are ints (not 64.0, "64" or True), floats are real numbers (an int is fine: 1 for
 1.0), booleans are booleans, strings are strings, `tuple[int, ...]` takes a tuple or a
-list of ints (never a string: "15" is not (1, 5)), and `X | None` takes None too.
+list of ints (never a string: "15" is not (1, 5)), `dict[K, V]` a dict whose keys fit K
+and values fit V, and `X | None` takes None too.
 Nothing is parsed from a string here; the options whose strings are specs say so
 (`TrainConfig.kernels`). Each error is one line naming the field and the value.
 """
@@ -31,6 +32,8 @@ def describe(hint) -> str:
         return "None"
     if typing.get_origin(hint) is tuple:
         return f"a tuple or list of {typing.get_args(hint)[0].__name__}s"
+    if typing.get_origin(hint) is dict:
+        return f"a dict of {' to '.join(describe(a) for a in typing.get_args(hint))}"
     return {int: "an int", float: "a number", bool: "a bool", str: "a str"}.get(
         hint, getattr(hint, "__name__", str(hint)))
 
@@ -60,6 +63,12 @@ def conform(hint, value):
         return float(value) if real else _MISSING
     if hint is str:
         return value if isinstance(value, str) else _MISSING
+    if typing.get_origin(hint) is dict:
+        if not isinstance(value, dict):
+            return _MISSING
+        key_hint, value_hint = typing.get_args(hint)
+        items = {conform(key_hint, k): conform(value_hint, v) for k, v in value.items()}
+        return _MISSING if _MISSING in items or _MISSING in items.values() else items
     if typing.get_origin(hint) is tuple:
         if not isinstance(value, tuple | list):
             return _MISSING

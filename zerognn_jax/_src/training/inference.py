@@ -18,7 +18,8 @@ from pathlib import Path
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.training.config import TrainConfig
-from zerognn_jax._src.training.program import init_state
+from zerognn_jax._src.training.program import init_state, saved_envelope
+from zerognn_jax._src.training.tasks.base import BatchedTask
 from zerognn_jax._src.training.trainer import TrainResult, _saved, _variables, prepare
 from zerognn_jax._src.training.user import user_identity
 
@@ -76,7 +77,8 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
         ident = identity(cfg, dataset.stats(), program.global_batch,
                          user_identity(model, optimizer, None if loss is None else program.task,
                                        dataset))
-        env = _envelope(cfg, meta, data, dataset, program)
+        pick = _batched_envelope if isinstance(program.task, BatchedTask) else _envelope
+        env = pick(cfg, meta, data, dataset, program)
         state = init_state(program, data, env, program.task.train_items(dataset))
         last, restored, meta = ckpt.restore_first(epochs, ident, _saved(state))
     finally:
@@ -100,3 +102,12 @@ def _envelope(cfg, meta, data, dataset, program) -> Envelope:
     if saved.get("batch_size") == env.batch_size:  # else saved with another device count
         return Envelope(saved["batch_size"], tuple(saved["capacities"]))
     return env
+
+
+def _batched_envelope(cfg, meta, data, dataset, program):
+    """`_envelope` for a `BatchedTask`: the checkpoint's, else its conservative one."""
+    saved = meta.get("envelope") or {}
+    if saved.get("batch_size") == cfg.batch_size:
+        return saved_envelope(program, saved)
+    conservative = dataclasses.replace(cfg, envelope="conservative")
+    return program.task.choose_envelope(program, data, dataset, conservative)[0]

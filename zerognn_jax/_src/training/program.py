@@ -18,7 +18,7 @@ from zerognn_jax._src.data.graph import CSRGraph, take_edge_rows
 from zerognn_jax._src.nn.views import EllView
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import XLA, Kernels
-from zerognn_jax._src.sampling.envelope import Envelope
+from zerognn_jax._src.sampling.envelope import Envelope, grow
 from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig, sample_minibatch
 from zerognn_jax._src.sampling.seeds import epoch_items
 from zerognn_jax._src.sampling.steps import sample_step
@@ -230,6 +230,22 @@ def sample_batch(program: StepProgram, data: DeviceData, perm, batch_index, epoc
                        active=active)
     batch = task.batch(data, step.items, step.valid, step.key, step.level)
     return TaskSample(batch, task.restrict(step.mb, batch), step.drop_key)
+
+
+def grown_envelope(program: StepProgram, envelope, counts, policy):
+    """The envelope after a step overflowed `envelope` with `counts` (its sample's):
+    `grow`, fitted to the sampler; a `BatchedTask` grows its own envelope."""
+    if isinstance(program.task, BatchedTask):
+        return program.task.grow_envelope(program, envelope, counts, policy)
+    return program.sampler.fit_envelope(grow(envelope, counts, policy))
+
+
+def saved_envelope(program: StepProgram, saved: dict):
+    """The envelope a checkpoint recorded ({"batch_size", "capacities"}), fitted."""
+    if isinstance(program.task, BatchedTask):
+        return program.task.envelope_from(program, saved)
+    return program.sampler.fit_envelope(Envelope(saved["batch_size"],
+                                                 tuple(saved["capacities"])))
 
 
 def init_state(program: StepProgram, data: DeviceData, envelope: Envelope,

@@ -18,11 +18,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
+from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy
 from zerognn_jax._src.sampling.minibatch import MiniBatch
 from zerognn_jax._src.sampling.seeds import epoch_items, num_steps
 from zerognn_jax._src.training.parallel import fetch_per_device
-from zerognn_jax._src.training.program import DeviceData, StepProgram, TrainState, sample_batch
+from zerognn_jax._src.training.program import (
+    DeviceData,
+    StepProgram,
+    TrainState,
+    grown_envelope,
+    sample_batch,
+)
 from zerognn_jax._src.training.step import (
     EpochResult,
     merge_devices,
@@ -276,8 +282,8 @@ class ScanEngine:
             parts.append({k: v[metrics["applied"]] for k, v in metrics.items()})
             if overflowed:
                 overflows += 1
-                envelope = program.sampler.fit_envelope(
-                    grow(envelope, metrics["counts"][failed - start], self.policy))
+                envelope = grown_envelope(program, envelope, metrics["counts"][failed - start],
+                                          self.policy)
                 state = state._replace(overflowed=jnp.array(False), failed_step=jnp.int32(0))
                 start = int(failed)
             else:

@@ -20,12 +20,11 @@ import optax
 from tqdm.auto import tqdm
 
 from zerognn_jax._src.data.dataset import Dataset
-from zerognn_jax._src.data.loaders import row_normalize
+from zerognn_jax._src.data.loaders import is_typed, row_normalize
 from zerognn_jax._src.nn.bridge import as_linen, model_name
 from zerognn_jax._src.nn.models import EDGE_MODELS, count_params, make_model
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
-from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
 from zerognn_jax._src.training import interrupts, memory
 from zerognn_jax._src.training.callbacks import check_callbacks, run_callbacks
@@ -36,7 +35,12 @@ from zerognn_jax._src.training.evaluate import Predictor, supports_layerwise
 from zerognn_jax._src.training.layout import choose_layout
 from zerognn_jax._src.training.lock import hold_outputs
 from zerognn_jax._src.training.parallel import make_mesh
-from zerognn_jax._src.training.program import DeviceData, StepProgram, init_state
+from zerognn_jax._src.training.program import (
+    DeviceData,
+    StepProgram,
+    init_state,
+    saved_envelope,
+)
 from zerognn_jax._src.training.records import (
     MetricsLog,
     TensorBoardLog,
@@ -86,7 +90,9 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     data and program.
     """
     kernels = Kernels.parse(cfg.kernels)
-    task, dataset = task_class(cfg.task).build(cfg, dataset, loss=loss, kernels=kernels)
+    typed = is_typed(cfg.dataset if dataset is None else dataset)
+    task, dataset = task_class(cfg.task, typed=typed).build(cfg, dataset, loss=loss,
+                                                            kernels=kernels)
     if isinstance(task, BatchedTask):
         if optimizer is not None:
             check_optimizer(optimizer)
@@ -313,8 +319,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         state = state._replace(**restored)
         saved_env = meta["envelope"]
         if saved_env["batch_size"] == env.batch_size:  # else saved with another device count
-            env = program.sampler.fit_envelope(
-                Envelope(saved_env["batch_size"], tuple(saved_env["capacities"])))
+            env = saved_envelope(program, saved_env)
         history, start_epoch = meta["history"], last + 1
     runner = make_engine(cfg.engine, program, chunk_steps=cfg.chunk_steps,
                          policy=cfg.envelope_policy, sample_ahead=cfg.sample_ahead)

@@ -171,6 +171,15 @@ class BatchedTask(Protocol):
         """(the run's starting Envelope, its Calibration or None)."""
         ...
 
+    def grow_envelope(self, program, envelope, counts, policy) -> Any:
+        """The envelope after a step overflowed `envelope` with the sample's `counts`
+        (as `step_sums` reports them), grown by `policy` (scan.py)."""
+        ...
+
+    def envelope_from(self, program, saved: dict) -> Any:
+        """The envelope a checkpoint recorded ({"batch_size", "capacities"})."""
+        ...
+
     def memory_report(self, program, envelope, calibration) -> dict:
         """Envelope bytes against ideal bytes at the counts calibration saw
         (`training.memory.memory_report`'s keys: "envelope_bytes", "ideal_bytes",

@@ -25,7 +25,13 @@ from zerognn_jax._src.data.graph_datasets import load_graphs
 from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.nn.graph_models import OnGraphs, make_graph_model
 from zerognn_jax._src.sampling.calibrate import Calibration
-from zerognn_jax._src.sampling.envelope import Envelope, EnvelopePolicy, monotone, round_up
+from zerognn_jax._src.sampling.envelope import (
+    Envelope,
+    EnvelopePolicy,
+    grow,
+    monotone,
+    round_up,
+)
 from zerognn_jax._src.sampling.graph_batch import (
     GraphBatch,
     GraphTables,
@@ -209,6 +215,15 @@ class GraphTask:
                        [peak[1] * policy.margin], policy.multiple)
         return env, Calibration(env, tuple(int(c) for c in peak),
                                 tuple(float(c) for c in counts.mean(0)), counts.shape[0])
+
+    def grow_envelope(self, program: StepProgram, envelope: Envelope, counts,
+                      policy: EnvelopePolicy) -> Envelope:
+        """The homogeneous rule (`envelope.grow`) on the (node, edge) slots."""
+        return program.sampler.fit_envelope(grow(envelope, counts, policy))
+
+    def envelope_from(self, program: StepProgram, saved: dict) -> Envelope:
+        return program.sampler.fit_envelope(Envelope(saved["batch_size"],
+                                                     tuple(saved["capacities"])))
 
     def memory_report(self, program: StepProgram, envelope: Envelope,
                       calibration: Calibration) -> dict:

@@ -8,15 +8,22 @@ from zerognn_jax._src.training.tasks.base import Task
 from zerognn_jax._src.training.tasks.graph import GraphTask
 from zerognn_jax._src.training.tasks.link import LinkTask
 from zerognn_jax._src.training.tasks.node import NodeTask
+from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask
 
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (NodeTask, LinkTask, GraphTask)}
+# The class that trains a task on a typed dataset (`HeteroDataset`), by task name.
+TYPED_TASKS: dict[str, type[Task]] = {TypedNodeTask.name: TypedNodeTask}
 
 
-def task_class(name: str) -> type[Task]:
-    """The task class registered as `name` (ValueError, naming the choices, if none)."""
+def task_class(name: str, *, typed: bool = False) -> type[Task]:
+    """The task class registered as `name`, or its typed class for a typed dataset
+    (ValueError, naming the choices, if none)."""
     if name not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)}, got {name!r}")
-    return TASKS[name]
+    if typed and name not in TYPED_TASKS:
+        raise ValueError(f"task {name!r} does not train typed datasets; typed tasks: "
+                         f"{', '.join(TYPED_TASKS)}")
+    return TYPED_TASKS[name] if typed else TASKS[name]
 
 
 def register_task(cls: type[Task]) -> type[Task]:

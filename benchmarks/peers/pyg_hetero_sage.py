@@ -1,0 +1,150 @@
+"""Relational SAGE with PyG: `HeteroData`, `to_hetero(SAGE, aggr="sum")` and the hetero
+`NeighborLoader`, on the graph benchmarks/hetero.py writes (`--write-npz`).
+
+The same workload as zerognn-jax's `rsage`: a SAGEConv per relation summed per
+destination type, 2 layers, fanouts [25, 20] for every edge type, batch 1024 target
+nodes, Adam, dropout 0.5 on hidden activations; featureless types take learnable
+`nn.Embedding` rows of `hidden` width (dense gradients, as zerognn-jax's tables).
+Sampling runs on the CPU in loader workers. Test accuracy: the test nodes sampled with
+the training fanouts (as benchmarks/hetero.py evaluates by default).
+
+NeighborLoader needs pyg-lib or torch-sparse (see benchmarks/peers.sh for installing
+the torch-sparse wheels).
+
+    python3 benchmarks/peers/pyg_hetero_sage.py --data OUT/mag-like.npz --workers 14
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import HeteroData
+from torch_geometric.loader import NeighborLoader
+from torch_geometric.nn import SAGEConv, to_hetero
+
+
+def load(path: str) -> tuple[HeteroData, str]:
+    """The neutral .npz (benchmarks/hetero.py) as a HeteroData, and the target type."""
+    z = np.load(path)
+    data, target = HeteroData(), str(z["target"])
+    for t in (str(t) for t in z["types"]):
+        data[t].num_nodes = int(z[f"count_{t}"])
+        if f"x_{t}" in z:
+            data[t].x = torch.from_numpy(z[f"x_{t}"])
+    i = 0
+    while f"rel_{i}" in z:
+        rel = tuple(str(z[f"rel_{i}"]).split("__"))
+        data[rel].edge_index = torch.from_numpy(z[f"edge_index_{i}"])
+        i += 1
+    data[target].y = torch.from_numpy(z["y"])
+    for split in ("train", "val", "test"):
+        data[target][f"{split}_idx"] = torch.from_numpy(z[split].astype(np.int64))
+    return data, target
+
+
+class SAGE(torch.nn.Module):
+    def __init__(self, hidden: int, out: int, layers: int, dropout: float):
+        super().__init__()
+        self.convs = torch.nn.ModuleList(
+            [SAGEConv((-1, -1), hidden if i < layers - 1 else out) for i in range(layers)])
+        self.dropout = dropout
+
+    def forward(self, x, edge_index):
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if i < len(self.convs) - 1:
+                x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
+        return x
+
+
+class Model(torch.nn.Module):
+    """Embeddings of the featureless types, then `to_hetero(SAGE)`."""
+
+    def __init__(self, data: HeteroData, hidden: int, out: int, layers: int, dropout: float):
+        super().__init__()
+        self.embed = torch.nn.ModuleDict(
+            {t: torch.nn.Embedding(data[t].num_nodes, hidden) for t in data.node_types
+             if "x" not in data[t]})
+        self.gnn = to_hetero(SAGE(hidden, out, layers, dropout), data.metadata(), aggr="sum")
+
+    def forward(self, batch: HeteroData):
+        x = {t: self.embed[t](batch[t].n_id) if t in self.embed else batch[t].x
+             for t in batch.node_types}
+        return self.gnn(x, batch.edge_index_dict)
+
+
+def loader(data, target, idx, args, shuffle):
+    workers = max(0, args.workers)
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+    return NeighborLoader(data, num_neighbors={et: fanouts for et in data.edge_types},
+                          input_nodes=(target, idx), batch_size=args.batch_size,
+                          shuffle=shuffle, num_workers=workers,
+                          persistent_workers=workers > 0, pin_memory=True)
+
+
+@torch.no_grad()
+def test_accuracy(model, data, target, args, device) -> float:
+    model.eval()
+    correct = total = 0
+    for batch in loader(data, target, data[target].test_idx, args, False):
+        batch = batch.to(device, non_blocking=True)
+        b = batch[target].batch_size
+        pred = model(batch)[target][:b].argmax(-1)
+        correct += int((pred == batch[target].y[:b]).sum())
+        total += b
+    return correct / max(total, 1)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--fanouts", default="25,20")
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--workers", type=int, default=14)
+    args = p.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    data, target = load(args.data)
+    for t in data.node_types:
+        data[t].n_id = torch.arange(data[t].num_nodes)
+    classes = int(data[target].y.max()) + 1
+    layers = len(args.fanouts.split(","))
+    model = Model(data, args.hidden, classes, layers, args.dropout).to(device)
+    train = loader(data, target, data[target].train_idx, args, True)
+    with torch.no_grad():  # materialises the lazy (-1) input widths
+        model(next(iter(train)).to(device))
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    times = []
+    for epoch in range(args.epochs):
+        model.train()
+        t0 = time.perf_counter()
+        for batch in train:
+            batch = batch.to(device, non_blocking=True)
+            b = batch[target].batch_size
+            opt.zero_grad()
+            loss = F.cross_entropy(model(batch)[target][:b], batch[target].y[:b])
+            loss.backward()
+            opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        print(json.dumps({"epoch": epoch, "epoch_seconds": times[-1], "loss": float(loss)}),
+              flush=True)
+    acc = test_accuracy(model, data, target, args, device)
+    print("| system | epoch (median) | test acc |\n|---|---|---|")
+    print(f"| PyG to_hetero(SAGE) + NeighborLoader ({args.workers} workers) | "
+          f"{float(np.median(times)):.2f} s | {100 * acc:.2f} % |")
+    print(json.dumps({"summary": True, "median_epoch_seconds": float(np.median(times)),
+                      "test_acc": acc, "epochs": times}))
+
+
+if __name__ == "__main__":
+    main()

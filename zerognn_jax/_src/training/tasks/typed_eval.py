@@ -1,0 +1,132 @@
+"""Evaluation of typed node classification: exact layer-wise logits per node type, or
+logits of sampled neighbourhoods with the training fanouts.
+
+Exact: layer i computes, for every node of the types a sampled batch holds at level
+L - 1 - i (`TypedSamplerConfig.plan`), the relational layer over every edge of the
+relations that hop samples (`whole_graph_layer`), from the previous layer's rows of
+every node; the target type's rows of the last layer are the logits. Not chunked: a
+layer gathers one row per edge of its relations (docs/hetero.md).
+
+Sampled: the ids in consecutive batches, sampled with the keys of an epoch no training
+run reaches; the envelope holds exactly the largest counts of those batches (one
+sampling scan first, under the conservative bound), so nothing overflows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from zerognn_jax._src.nn.hetero import TypedLayer, whole_graph_layer
+from zerognn_jax._src.sampling.envelope import EnvelopePolicy
+from zerognn_jax._src.sampling.seeds import num_steps
+from zerognn_jax._src.sampling.typed_calibrate import sample_typed_epoch_counts
+from zerognn_jax._src.sampling.typed_envelope import (
+    fit_typed_envelope,
+    typed_conservative,
+    typed_from_counts,
+    typed_tree_sizes,
+)
+from zerognn_jax._src.sampling.typed_minibatch import sample_typed_step
+
+EVAL_EPOCH = 0x7FFFFFFF  # the epoch whose keys evaluation samples with
+EXACT_POLICY = EnvelopePolicy(1.0, 128)
+
+
+def typed_logits(task, predictor, ids) -> np.ndarray:
+    """float32[len(ids), classes]: logits of the target-type nodes `ids`, exact when
+    `predictor.mode` is "full" and the model has `layer`, else sampled."""
+    ids = np.asarray(ids, np.int32)
+    program, variables = predictor.program, predictor.variables
+    variables = {k: v for k, v in variables.items() if k != "embedding"}
+    if predictor.mode == "full" and hasattr(program.model.model, "layer"):
+        return np.asarray(exact_logits(task, program, variables, predictor.data))[ids]
+    return sampled_logits(task, program, variables, predictor.data, ids,
+                          batch_size=predictor.batch_size, seed=predictor.seed)
+
+
+def exact_layer(task, graph, i: int) -> TypedLayer:
+    """Layer i's whole-graph views of the relations its hop samples, and the types it
+    computes (all their nodes)."""
+    plan = task.sampler.plan(task.seed_type)
+    hop = len(plan) - 1 - i
+    types = (task.seed_type,) if hop == 0 else plan[hop - 1].types
+    whole = whole_graph_layer(graph, types)
+    views = {r: v for r, v in whole.views.items() if r in plan[hop].relations}
+    return TypedLayer(views, whole.num_dst)
+
+
+def exact_inputs(task, data) -> dict:
+    """{type: every node's input row (features) or id (featureless types)}."""
+    counts = data.graph.num_nodes
+    offsets = dict(task.inputs.offsets)
+    h = {t: data.features[offsets[t]:offsets[t] + counts[t], :d]
+         for t, d in task.inputs.widths}
+    h.update({t: jnp.arange(n, dtype=jnp.int32) for t, n in task.inputs.embedded})
+    return h
+
+
+@functools.partial(jax.jit, static_argnames=("program", "i"))
+def _exact_layer(program, variables, h, graph, *, i: int):
+    if i == 0:
+        h = program.model.apply(variables, h, method="inputs")
+    layer = exact_layer(program.task, graph, i)
+    return program.model.apply(variables, i, h, layer, train=False, method="layer")
+
+
+def exact_logits(task, program, variables, data) -> jax.Array:
+    """float32[N_target, classes]: every target node's exact logits."""
+    h = exact_inputs(task, data)
+    for i in range(task.sampler.num_hops):
+        h = _exact_layer(program, variables, h, data.graph, i=i)
+    return h[task.seed_type]
+
+
+def eval_envelope(task, data, padded, batch_size: int, seed, kernels):
+    """The envelope that holds every batch of `padded` exactly (module docstring)."""
+    config, st = task.sampler, task.seed_type
+    if not config.dedup:
+        return typed_tree_sizes(config, st, batch_size)
+    safe = typed_conservative(config, st, batch_size, data.graph.num_nodes, EXACT_POLICY)
+    counts, _, _ = sample_typed_epoch_counts(data.graph, padded, seed, EVAL_EPOCH,
+                                             batch_size=batch_size, config=config,
+                                             envelope=safe, kernels=kernels)
+    top = {t: np.asarray(c).max(axis=0) for t, c in counts.items()}
+    env = typed_from_counts(config, st, batch_size, top, safe, EXACT_POLICY)
+    return fit_typed_envelope(config, env)
+
+
+def sampled_logits(task, program, variables, data, ids, *, batch_size: int,
+                   seed: int = 0) -> np.ndarray:
+    """float32[len(ids), classes]: logits of sampled neighbourhoods of `ids`."""
+    if ids.size == 0:
+        return np.zeros((0, program.model.model.num_classes), np.float32)
+    batch_size = min(batch_size, ids.size)
+    steps = num_steps(ids.size, batch_size)
+    padded = np.full(steps * batch_size, -1, np.int32)
+    padded[:ids.size] = ids
+    padded, key = jnp.asarray(padded), jnp.uint32(seed)
+    env = eval_envelope(task, data, padded, batch_size, key, program.kernels)
+    out = _sampled_pass(program, variables, data, padded, key, envelope=env)
+    return np.asarray(out, np.float32).reshape(steps * batch_size, -1)[:ids.size]
+
+
+@functools.partial(jax.jit, static_argnames=("program", "envelope"))
+def _sampled_pass(program, variables, data, padded, seed, *, envelope):
+    task = program.task
+    program = dataclasses.replace(program, parallel=None)
+
+    def step(_, s):
+        st = sample_typed_step(data.graph, padded, s, seed=seed, epoch=EVAL_EPOCH,
+                               batch_size=envelope.batch_size, config=task.sampler,
+                               envelope=envelope, kernels=program.kernels)
+        out, _ = program.apply_model(variables, data, task.sample_of(st.mb), train=False,
+                                     inputs={"typed": st.mb})
+        return None, out
+
+    steps = padded.shape[0] // envelope.batch_size
+    return jax.lax.scan(step, None, jnp.arange(steps, dtype=jnp.int32))[1]

@@ -1,0 +1,339 @@
+"""Node classification on a typed graph: labels of one node type (`HeteroDataset`'s
+target type), the other types as context, through the engines' one step body and scan.
+
+It is a `BatchedTask` (base.py): a step samples a `TypedMiniBatch` around its seeds
+(`sample_typed_step`, the keys of homogeneous steps), and hands the engine a
+`TypedSample`, which reads as a one-level minibatch: its rows are the outermost level's
+nodes of every type with features, packed into one table (`TypedInputs`), so the step
+gathers them with the one row gather; counts are per (level, type), flattened. The
+model (`OnTypes` around a `HeteroGNN`) unpacks the rows by type and reads the typed
+blocks. The envelope is a `TypedEnvelope`, calibrated by `choose_typed_envelope` and
+grown after an overflow by `grow_typed`, as the homogeneous one is (scan.py reruns the
+step). A graph of one type trains as the homogeneous node task does (tests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from zerognn_jax._src.data.hetero import HeteroGraph, relation_name
+from zerognn_jax._src.data.hetero_dataset import HeteroDataset
+from zerognn_jax._src.data.loaders import load_hetero_dataset, row_normalize
+from zerognn_jax._src.nn.hetero import HETERO_MODELS, OnTypes, make_hetero_model
+from zerognn_jax._src.ops.registry import Kernels
+from zerognn_jax._src.sampling.calibrate import Calibration
+from zerognn_jax._src.sampling.minibatch import SamplerConfig
+from zerognn_jax._src.sampling.steps import ItemLevel
+from zerognn_jax._src.sampling.typed_calibrate import choose_typed_envelope
+from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig
+from zerognn_jax._src.sampling.typed_envelope import (
+    TypedEnvelope,
+    fit_typed_envelope,
+    grow_typed,
+)
+from zerognn_jax._src.sampling.typed_minibatch import (
+    TypedMiniBatch,
+    prepare_typed_graph,
+    sample_typed_step,
+)
+from zerognn_jax._src.training.program import DeviceData, StepProgram
+from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch
+from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
+from zerognn_jax._src.training.tasks.node import accuracy, node_task
+from zerognn_jax._src.training.tasks.typed_eval import typed_logits
+
+SPLITS = ("train", "val", "test")
+
+
+class TypedSample(NamedTuple):
+    """One typed step's sample, as the engines read a minibatch.
+
+    Attributes:
+      typed: the sampled `TypedMiniBatch`.
+      rows: int32[S], the packed feature-table rows of the outermost level's nodes of
+        the types with features (`TypedInputs.pack`); row_valid: bool[S].
+      counts: int32[(L + 1) * T], real sizes per level, then per type of `types`.
+    """
+
+    typed: TypedMiniBatch
+    rows: jax.Array
+    row_valid: jax.Array
+    counts: jax.Array
+
+    @property
+    def nodes(self) -> tuple:
+        return (self.rows,)
+
+    @property
+    def valid(self) -> tuple:
+        return (self.row_valid,)
+
+    @property
+    def blocks(self) -> tuple:
+        return ()
+
+    @property
+    def overflow(self) -> jax.Array:
+        return self.typed.overflow
+
+    def num_edges(self) -> jax.Array:
+        return self.typed.num_edges()
+
+
+@dataclasses.dataclass(frozen=True)
+class TypedInputs:
+    """How the types' features lie in the one device table: `widths` ((type, d), ...)
+    of the types with features, stacked in that order at `offsets` (type, first row),
+    zero-padded to the widest; `embedded` (type, N) the featureless types, whose ids
+    the model embeds."""
+
+    widths: tuple
+    offsets: tuple
+    embedded: tuple
+
+    @classmethod
+    def of(cls, dataset: HeteroDataset) -> TypedInputs:
+        counts = dataset.num_nodes
+        featured = [t for t in dataset.graph.node_types if t in dataset.features]
+        starts = np.cumsum([0] + [counts[t] for t in featured])
+        return cls(tuple((t, dataset.feature_dims[t]) for t in featured),
+                   tuple((t, int(s)) for t, s in zip(featured, starts)),
+                   tuple((t, counts[t]) for t in dataset.graph.node_types
+                         if t not in dataset.features))
+
+    def table(self, dataset: HeteroDataset, dtype, normalize: bool) -> np.ndarray:
+        """[sum of N_t over featured types, max d]: the types' features, stacked."""
+        width = max((d for _, d in self.widths), default=1)
+        parts = [np.zeros((1, width), np.float32)] if not self.widths else []
+        for t, d in self.widths:
+            rows = np.asarray(dataset.features[t], np.float32)
+            rows = row_normalize(rows) if normalize else rows
+            parts.append(np.pad(rows, ((0, 0), (0, width - d))) if d < width else rows)
+        return np.concatenate(parts).astype(dtype)
+
+    def pack(self, nodes: dict, valid: dict) -> tuple[jax.Array, jax.Array]:
+        """(int32[S] table rows, bool[S]) of the featured types' ids in `nodes`."""
+        ids = [off + nodes[t] for t, off in self.offsets if t in nodes]
+        live = [valid[t] for t, _ in self.offsets if t in nodes]
+        if not ids:
+            return jnp.zeros((1,), jnp.int32), jnp.zeros((1,), bool)
+        return jnp.concatenate(ids).astype(jnp.int32), jnp.concatenate(live)
+
+
+def relation_fanouts(cfg, graph: HeteroGraph) -> dict:
+    """{relation: per-hop fanouts}: `cfg.fanouts` for every relation, replaced where
+    `cfg.relation_fanouts` names one ("src__name__dst", or its name when unique)."""
+    out = {r: tuple(cfg.fanouts) for r in graph.relations}
+    for key, per_hop in (cfg.relation_fanouts or {}).items():
+        hits = [r for r in graph.relations if key in (relation_name(r), r[1])]
+        if len(hits) != 1:
+            names = ", ".join(map(relation_name, graph.relations))
+            what = "no" if not hits else "more than one"
+            raise ValueError(f"relation_fanouts key {key!r} names {what} relation of the "
+                             f"graph ({names})")
+        if len(per_hop) != len(cfg.fanouts):
+            raise ValueError(f"relation_fanouts[{key!r}] has {len(per_hop)} hops, the model "
+                             f"{len(cfg.fanouts)} layers: {tuple(per_hop)}")
+        out[hits[0]] = tuple(per_hop)
+    return out
+
+
+def _refuse(cfg) -> None:
+    """Raises ValueError for an option typed training does not take."""
+    checks = [
+        (cfg.engine == "scan" and cfg.devices == 1 and not cfg.shard_features,
+         f"typed graphs train on the scan engine on one device; got engine {cfg.engine!r}, "
+         f"devices={cfg.devices}, shard_features={cfg.shard_features}"),
+        (not cfg.edge_features, "typed graphs carry no edge features to models yet: drop "
+                                "edge_features"),
+        (cfg.embedding_dim == 0, f"typed graphs embed their featureless types at `hidden` "
+                                 f"width: drop embedding_dim ({cfg.embedding_dim})"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TypedNodeTask:
+    """Classes of the target type's nodes (`Task` and `BatchedTask`).
+
+    Attributes:
+      sampler: the fanouts per relation, resolved against the graph.
+      seed_type: the target type; types: every type of the outermost level (plan order).
+      inputs: where the types' features lie (`TypedInputs`).
+      loss, score: per-row functions, as the node task's.
+    """
+
+    sampler: TypedSamplerConfig
+    seed_type: str
+    types: tuple
+    inputs: TypedInputs
+    loss: Callable = softmax_cross_entropy
+    score: Callable | None = class_accuracy
+    name = "node"
+    score_name = "acc"
+    dedups_seeds = False
+    tree_by_default = False
+    row_normalizes_planetoid = False
+
+    @classmethod
+    def build(cls, cfg, dataset, *, loss=None, kernels=None):
+        """The typed node task of `cfg` on `dataset` (default: `cfg.dataset` loaded by
+        `load_hetero_dataset`), a `HeteroDataset`."""
+        del kernels
+        _refuse(cfg)
+        if dataset is None:
+            dataset = load_hetero_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
+        if not isinstance(dataset, HeteroDataset):
+            raise TypeError(f"typed node classification trains on a HeteroDataset, got "
+                            f"{type(dataset).__name__}")
+        config = TypedSamplerConfig(relation_fanouts(cfg, dataset.graph), replace=cfg.replace,
+                                    dedup=cfg.dedup is not False,
+                                    flat_outer=bool(cfg.flat_outer), method=cfg.sampler)
+        config = config.resolve(dataset.graph)
+        plan = config.plan(dataset.target_type)
+        rows = node_task(loss, dataset)
+        return cls(config, dataset.target_type, plan[-1].types, TypedInputs.of(dataset),
+                   rows.loss, rows.score), dataset
+
+    def output_dim(self, cfg, dataset: HeteroDataset) -> int:
+        del cfg
+        return dataset.num_classes
+
+    def wrap_model(self, model, cfg, kernels=None):
+        """`model` as the step runs it: `OnTypes` unpacks the rows by type."""
+        kernels = Kernels.parse(cfg.kernels) if kernels is None else kernels
+        return OnTypes(model, kernels, self.inputs.widths,
+                       tuple(t for t, _ in self.inputs.embedded))
+
+    def device_targets(self, dataset: HeteroDataset) -> np.ndarray:
+        """int32[N_target] class ids (-1, unlabelled, as 0: never a training row)."""
+        return np.maximum(dataset.labels, 0).astype(np.int32)
+
+    def train_items(self, dataset: HeteroDataset):
+        return dataset.train_idx
+
+    def seed_capacity(self, batch_size: int) -> int:
+        return batch_size
+
+    def seed_level(self, items, valid, key, capacity: int) -> ItemLevel:
+        del key, capacity
+        return ItemLevel(items, valid)
+
+    def batch(self, data, items, valid, key, level) -> TaskBatch:
+        del key
+        return TaskBatch(data.targets[items], valid.astype(jnp.float32), {}, level)
+
+    def restrict(self, mb, batch: TaskBatch):
+        del batch
+        return mb
+
+    def metric_names(self, dataset: HeteroDataset) -> tuple[str, ...]:
+        return ("acc",)
+
+    def evaluate(self, predictor: Predictor, dataset: HeteroDataset) -> dict:
+        """Accuracy of every split: exact layer-wise logits ("full") or sampled with
+        the training fanouts, `predictor.batch_size` seeds per step."""
+        parts = [np.asarray(getattr(dataset, f"{s}_idx")) for s in SPLITS]
+        logits = typed_logits(self, predictor, np.concatenate(parts))
+        result, start = {}, 0
+        for split, ids in zip(SPLITS, parts):
+            rows = logits[start:start + ids.size]
+            start += ids.size
+            result[f"{split}_acc"] = accuracy(rows, dataset.labels[ids])
+        return result
+
+    # -- BatchedTask ---------------------------------------------------------------
+
+    def sample_of(self, mb: TypedMiniBatch) -> TypedSample:
+        """The engines' view of a typed minibatch (`TypedSample`)."""
+        rows, live = self.inputs.pack(mb.nodes[-1], mb.valid[-1])
+        zero = jnp.zeros(len(mb.nodes), jnp.int32)
+        counts = jnp.stack([mb.counts.get(t, zero) for t in self.types], axis=1)
+        return TypedSample(mb, rows, live, counts.reshape(-1))
+
+    def prepare_run(self, cfg, dataset: HeteroDataset, *, model, tx, kernels):
+        """Device data (the typed graph, the stacked feature table, the labels) and the
+        step program of the built-in relational `cfg.model` or the user's `model`."""
+        dtype = jnp.dtype(cfg.dtype)
+        if model is None:
+            if cfg.model not in HETERO_MODELS:
+                raise ValueError(f"model {cfg.model!r} does not read typed graphs; choose "
+                                 f"one of {', '.join(HETERO_MODELS)}")
+            model = make_hetero_model(
+                cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
+                num_classes=dataset.num_classes, target_type=self.seed_type,
+                relations=dataset.graph.relations, heads=cfg.heads,
+                embeddings=dict(self.inputs.embedded), dropout=cfg.dropout,
+                input_dropout=cfg.input_dropout, dtype=dtype)
+        graph = prepare_typed_graph(dataset.graph, self.sampler).to_device()
+        table = self.inputs.table(dataset, dtype, bool(cfg.normalize_features))
+        data = DeviceData(graph, jnp.asarray(table),
+                          jnp.asarray(self.device_targets(dataset)))
+        summary = SamplerConfig(tuple(cfg.fanouts), replace=cfg.replace, method=cfg.sampler)
+        program = StepProgram(self.wrap_model(model, cfg, kernels), tx, summary,
+                              cfg.batch_size, cfg.seed, kernels, task=self)
+        return data, program
+
+    def sample_batch(self, program: StepProgram, data: DeviceData, perm, batch_index, epoch,
+                     envelope: TypedEnvelope, active=None):
+        """(TaskBatch, TypedSample, dropout key) of batch `batch_index` at `envelope`."""
+        st = sample_typed_step(data.graph, perm, batch_index, seed=program.seed, epoch=epoch,
+                               batch_size=program.batch_size, config=self.sampler,
+                               envelope=envelope, kernels=program.kernels, active=active)
+        batch = self.batch(data, st.items, st.valid, st.key, ItemLevel(st.items, st.valid))
+        return batch._replace(model_inputs={"typed": st.mb}), self.sample_of(st.mb), st.drop_key
+
+    def choose_envelope(self, program: StepProgram, data: DeviceData,
+                        dataset: HeteroDataset, cfg):
+        """The typed envelope (`choose_typed_envelope`), its calibration flattened as
+        the step's counts are."""
+        env, cal = choose_typed_envelope(data.graph, dataset.train_idx, program.batch_size,
+                                         self.sampler, seed_type=self.seed_type,
+                                         method=cfg.envelope, seed=cfg.seed,
+                                         policy=cfg.envelope_policy, kernels=program.kernels)
+        if cal is None:
+            return env, None
+        flat = lambda per_type: tuple(
+            per_type[t][lvl] if t in per_type else 0
+            for lvl in range(env.num_hops + 1) for t in self.types)
+        return env, Calibration(env, flat(cal.max_counts), flat(cal.mean_counts), cal.steps)
+
+    def grow_envelope(self, program: StepProgram, envelope: TypedEnvelope, counts,
+                      policy) -> TypedEnvelope:
+        """`grow_typed` after a step that overflowed with these flattened counts."""
+        per_level = np.asarray(counts).reshape(envelope.num_hops + 1, len(self.types))
+        by_type = {t: per_level[:, j] for j, t in enumerate(self.types)}
+        return fit_typed_envelope(self.sampler, grow_typed(envelope, self.sampler, by_type,
+                                                           policy))
+
+    def envelope_from(self, program: StepProgram, saved: dict) -> TypedEnvelope:
+        """The envelope a checkpoint recorded ({"batch_size", "capacities"})."""
+        caps = tuple(tuple((t, int(c)) for t, c in level) for level in saved["capacities"])
+        return fit_typed_envelope(self.sampler, TypedEnvelope(self.seed_type,
+                                                              saved["batch_size"], caps))
+
+    def memory_report(self, program: StepProgram, envelope: TypedEnvelope,
+                      calibration: Calibration) -> dict:
+        """Bytes of the levels' rows (ids, mask, a row of activations and its gradient at
+        the model's `hidden` width, the input width at the outermost level) at the
+        envelope against at the largest counts calibration saw."""
+        hidden = getattr(program.model.model, "hidden", 0)
+        width = max([d for _, d in self.inputs.widths] + [hidden])
+        levels = envelope.levels
+        seen = np.asarray(calibration.max_counts).reshape(len(levels), len(self.types))
+        env = ideal = 0
+        for lvl, caps in enumerate(levels):
+            per_row = 5 + 8 * (width if lvl == len(levels) - 1 else hidden)
+            for j, t in enumerate(self.types):
+                env += caps.get(t, 0) * per_row
+                ideal += int(seen[lvl, j]) * per_row
+        return {"envelope_bytes": int(env), "ideal_bytes": int(ideal),
+                "ratio": env / max(ideal, 1)}
