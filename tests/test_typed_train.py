@@ -23,20 +23,26 @@ def mag():
     return zg.load_hetero_dataset("mag-like", scale=0.002, seed=0)
 
 
-def test_rsage_learns_above_chance(mag):
-    cfg = zg.TrainConfig(**BASE, epochs=3)
-    result = zg.train(cfg, mag)
-    losses = [h["loss"] for h in result.history]
+@pytest.fixture(scope="module")
+def whole(mag, tmp_path_factory):
+    """Three epochs of rsage without a stop (exact evaluation after the last)."""
+    root = tmp_path_factory.mktemp("typed")
+    return zg.train(zg.TrainConfig(**BASE, epochs=3, checkpoint_dir=str(root / "whole")), mag)
+
+
+def test_rsage_learns_above_chance(whole):
+    losses = [h["loss"] for h in whole.history]
     assert losses[-1] < losses[0]
     # 349 classes: chance is below 1 %, a paper's own features alone give about 19 %
-    assert result.summary["test_acc"] > 0.2
-    assert result.summary["envelope_over_ideal"] >= 1.0
-    assert isinstance(result.program.task, TypedNodeTask)
+    assert whole.summary["test_acc"] > 0.2
+    assert whole.summary["envelope_over_ideal"] >= 1.0
+    assert isinstance(whole.program.task, TypedNodeTask)
 
 
-@pytest.mark.parametrize("model", ["rgcn", "rgat"])
-def test_other_relational_models_train(mag, model):
-    cfg = zg.TrainConfig(**{**BASE, "model": model, "hidden": 8}, epochs=1, eval_mode="none",
+def test_rgat_trains(mag):
+    """MLPerf's model, with a relation left out of the second hop (R-GCN and relational
+    SAGE share its path; nn-level tests cover each model)."""
+    cfg = zg.TrainConfig(**{**BASE, "model": "rgat", "hidden": 8}, epochs=1, eval_mode="none",
                          relation_fanouts={"cites": (3, 0)})
     result = zg.train(cfg, mag)
     assert np.isfinite(result.history[-1]["loss"])
@@ -92,11 +98,11 @@ def test_one_type_trains_as_the_homogeneous_run():
         assert a["max_counts"] == b["max_counts"]
 
 
-def test_resume_from_checkpoint(mag, tmp_path):
-    cfg = zg.TrainConfig(**BASE, epochs=2, eval_mode="sampled",
-                         checkpoint_dir=str(tmp_path / "ckpt"))
-    whole = zg.train(dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "other")), mag)
-    zg.train(dataclasses.replace(cfg, epochs=1), mag)
+def test_resume_from_checkpoint(mag, whole, tmp_path):
+    """A run stopped after epoch 0 resumes to the uninterrupted run's losses, and
+    `restore` gives back the resumed variables."""
+    cfg = zg.TrainConfig(**BASE, epochs=3, checkpoint_dir=str(tmp_path / "ckpt"))
+    zg.train(dataclasses.replace(cfg, epochs=1, eval_mode="none"), mag)
     resumed = zg.train(cfg, mag)
     assert resumed.summary["start_epoch"] == 1
     np.testing.assert_allclose([h["loss"] for h in resumed.history],
