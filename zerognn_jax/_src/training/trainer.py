@@ -31,7 +31,11 @@ from zerognn_jax._src.training import interrupts, memory
 from zerognn_jax._src.training.callbacks import check_callbacks, run_callbacks
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.engines import make_engine
-from zerognn_jax._src.training.evaluate import Predictor, supports_layerwise
+from zerognn_jax._src.training.evaluate import (
+    Predictor,
+    no_layerwise_form,
+    supports_layerwise,
+)
 from zerognn_jax._src.training.layout import choose_layout
 from zerognn_jax._src.training.lock import hold_outputs
 from zerognn_jax._src.training.parallel import make_mesh
@@ -376,9 +380,8 @@ def _notes(cfg, program, user: _UserParts, best, stopped, history) -> dict:
         notes["custom"] = user.identity
     if cfg.eval_mode == "full" and not supports_layerwise(program.model):
         notes["eval_mode"] = "sampled"
-        notes["eval_note"] = ("the model has no layer() and num_layers, which exact "
-                              "layer-wise evaluation needs: evaluated on sampled "
-                              "neighbourhoods (the training fanouts)")
+        notes["eval_note"] = (f"{no_layerwise_form(program.model)}: evaluated on sampled "
+                              f"neighbourhoods (the training fanouts)")
     if best is not None:
         notes["best"] = {"metric": best.metric, "epoch": best.epoch, "value": best.value}
     return notes

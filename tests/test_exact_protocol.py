@@ -1,0 +1,131 @@
+"""Exact inference for any model: the per-layer protocol (nn/layerwise.py) in Linen and
+NNX, the one-line reason and the sampled fallback for a model without it, and a link
+encoder without `layer()` (issue #35 item 2)."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import zerognn_jax as zg
+
+N, D, CLASSES = 240, 8, 3
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    rs = np.random.default_rng(5)
+    g = zg.from_edge_list(rs.integers(0, N, 900), rs.integers(0, N, 900), N,
+                          make_undirected=True, remove_self_loops=True, remove_duplicates=True)
+    x = rs.normal(size=(N, D)).astype(np.float32)
+    order = rs.permutation(N)
+    return zg.make_dataset("protocol", g.indptr, g.indices, x, np.argmax(x[:, :CLASSES], -1),
+                           order[:150], order[150:190], order[190:], CLASSES)
+
+
+def config(**changes):
+    # No epoch: what is checked is evaluation (epochs=0 still evaluates once).
+    base = dict(hidden=8, layers=2, fanouts=(4, 4), batch_size=64, epochs=0, progress=False,
+                eval_batch_size=64, envelope="conservative")
+    return zg.TrainConfig(**{**base, **changes})
+
+
+def mean_layer(dense, h_src, h_dst, view):
+    h_dst = h_src[: view.num_dst] if h_dst is None else h_dst
+    neigh = view.weighted_sum(h_src[:, None, :], zg.mean_weights(view))[:, 0, :]
+    return dense(jnp.concatenate([h_dst, neigh], -1))
+
+
+class LinenLayers(nn.Module):
+    """A Linen model with the per-layer protocol: `setup`, `layer`, `num_layers`."""
+
+    hidden: int
+    out: int
+    num_layers: int = 2
+
+    def setup(self):
+        self.dense = [nn.Dense(self.out if i == self.num_layers - 1 else self.hidden)
+                      for i in range(self.num_layers)]
+
+    def layer(self, i, h_src, h_dst, view, *, train):
+        h = mean_layer(self.dense[i], h_src, h_dst, view)
+        return h if i == self.num_layers - 1 else nn.relu(h)
+
+    def __call__(self, x, views, *, train):
+        for i, view in enumerate(views):
+            x = self.layer(i, x, None, view, train=train)
+        return x
+
+
+class NNXLayers(nnx.Module):
+    """The same in NNX: the bridge forwards `layer` and `num_layers`."""
+
+    def __init__(self, din, hidden, out, *, rngs):
+        self.num_layers = 2
+        self.dense = nnx.List([nnx.Linear(2 * din, hidden, rngs=rngs),
+                               nnx.Linear(2 * hidden, out, rngs=rngs)])
+        self.drop = nnx.Dropout(0.3, rngs=rngs)
+
+    def layer(self, i, h_src, h_dst, view, *, train):
+        h = mean_layer(self.dense[i], h_src, h_dst, view)
+        return h if i == self.num_layers - 1 else self.drop(nnx.relu(h))
+
+    def __call__(self, x, views, *, train):
+        for i, view in enumerate(views):
+            x = self.layer(i, x, None, view, train=train)
+        return x
+
+
+class NoLayers(nn.Module):
+    """A model that offers only `__call__`."""
+
+    out: int
+
+    @nn.compact
+    def __call__(self, x, views, *, train):
+        for view in views:
+            x = mean_layer(nn.Dense(self.out), x, None, view)
+        return x
+
+
+def _full_neighbourhood(result, dataset):
+    """Every node's outputs from full neighbourhoods (the exact values, sampled)."""
+    import dataclasses
+
+    sampler = zg.SamplerConfig((-1, -1)).resolve(dataset.graph.max_degree())
+    program = dataclasses.replace(result.program, sampler=sampler)
+    return zg.sampled_logits(program, result.variables, result.data, np.arange(N),
+                             batch_size=N)
+
+
+@pytest.mark.parametrize("kind", ["linen", "nnx"])
+def test_a_model_with_the_protocol_gets_exact_evaluation(kind, dataset):
+    model = (LinenLayers(8, CLASSES) if kind == "linen"
+             else NNXLayers(D, 8, CLASSES, rngs=nnx.Rngs(0)))
+    result = zg.train(config(), dataset, model=model)
+    assert result.summary["eval_mode"] == "full" and "eval_note" not in result.summary
+    exact = zg.layerwise_logits(result.program, result.variables, result.data)
+    np.testing.assert_allclose(np.asarray(exact),
+                               np.asarray(_full_neighbourhood(result, dataset)),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_without_it_is_told_why_and_sampled(dataset):
+    result = zg.train(config(), dataset, model=NoLayers(CLASSES))
+    assert result.summary["eval_mode"] == "sampled"
+    assert "NoLayers has no layer(i, h_src, h_dst, view" in result.summary["eval_note"]
+    assert 0.0 <= result.summary["test_acc"] <= 1.0
+    with pytest.raises(TypeError, match="NoLayers has no layer.*use sampled_logits"):
+        zg.layerwise_logits(result.program, result.variables, result.data)
+
+
+def test_a_link_encoder_without_layer_is_evaluated_sampled(dataset):
+    """Failed before: LinkModel.num_layers raised AttributeError, which Flax turned into
+    a DescriptorAttributeError that `hasattr` let through at the first evaluation."""
+    result = zg.train(config(task="link", batch_size=128), dataset, model=NoLayers(8))
+    assert result.summary["eval_mode"] == "sampled"
+    assert 0.0 <= result.summary["test_auc"] <= 1.0
+    assert zg.LinkModel(NoLayers(8), zg.DotDecoder()).num_layers is None
