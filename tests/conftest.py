@@ -43,3 +43,31 @@ def random_graph(num_nodes: int, num_edges: int, seed: int = 0, isolated: int = 
 @pytest.fixture(scope="session")
 def small_graph():
     return random_graph(300, 1500, seed=1, isolated=5)
+
+
+def labelled_dataset(name: str, num_nodes: int, dim: int, classes: int, *, seed: int,
+                     edges: int, splits=(0.6, 0.2)):
+    """A random undirected graph whose labels its nodes' own features decide (the
+    arg-max of the first `classes` columns: learnable in an epoch or two), split at
+    random into train/val/test."""
+    from zerognn_jax import make_dataset
+
+    rs = np.random.default_rng(seed)
+    g = random_graph(num_nodes, edges, seed=seed)
+    x = rs.normal(size=(num_nodes, dim)).astype(np.float32)
+    order = rs.permutation(num_nodes)
+    a, b = int(splits[0] * num_nodes), int((splits[0] + splits[1]) * num_nodes)
+    return make_dataset(name, g.indptr, g.indices, x, np.argmax(x[:, :classes], -1),
+                        order[:a], order[a:b], order[b:], classes)
+
+
+def mean_layer(dense, h_src, h_dst, view):
+    """A user's SAGE-mean layer: `dense([h_dst ; mean of h_src over the edges])`;
+    `h_dst=None` takes the first `view.num_dst` rows of `h_src` (sampled blocks)."""
+    import jax.numpy as jnp
+
+    from zerognn_jax import mean_weights
+
+    h_dst = h_src[: view.num_dst] if h_dst is None else h_dst
+    neigh = view.weighted_sum(h_src[:, None, :], mean_weights(view))[:, 0, :]
+    return dense(jnp.concatenate([h_dst, neigh], -1))

@@ -5,9 +5,9 @@ encoder without `layer()` (issue #35 item 2)."""
 from __future__ import annotations
 
 import flax.linen as nn
-import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import labelled_dataset, mean_layer
 from flax import nnx
 
 import zerognn_jax as zg
@@ -17,13 +17,7 @@ N, D, CLASSES = 240, 8, 3
 
 @pytest.fixture(scope="module")
 def dataset():
-    rs = np.random.default_rng(5)
-    g = zg.from_edge_list(rs.integers(0, N, 900), rs.integers(0, N, 900), N,
-                          make_undirected=True, remove_self_loops=True, remove_duplicates=True)
-    x = rs.normal(size=(N, D)).astype(np.float32)
-    order = rs.permutation(N)
-    return zg.make_dataset("protocol", g.indptr, g.indices, x, np.argmax(x[:, :CLASSES], -1),
-                           order[:150], order[150:190], order[190:], CLASSES)
+    return labelled_dataset("protocol", N, D, CLASSES, seed=5, edges=900)
 
 
 def config(**changes):
@@ -31,12 +25,6 @@ def config(**changes):
     base = dict(hidden=8, layers=2, fanouts=(4, 4), batch_size=64, epochs=0, progress=False,
                 eval_batch_size=64, envelope="conservative")
     return zg.TrainConfig(**{**base, **changes})
-
-
-def mean_layer(dense, h_src, h_dst, view):
-    h_dst = h_src[: view.num_dst] if h_dst is None else h_dst
-    neigh = view.weighted_sum(h_src[:, None, :], zg.mean_weights(view))[:, 0, :]
-    return dense(jnp.concatenate([h_dst, neigh], -1))
 
 
 class LinenLayers(nn.Module):

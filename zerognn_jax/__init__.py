@@ -22,6 +22,7 @@ from zerognn_jax._src.data.graph import (
 from zerognn_jax._src.data.links import LinkSplit, load_ogbl, random_link_split
 from zerognn_jax._src.data.loaders import load_dataset, load_dir, load_npz, save_dir, save_npz
 from zerognn_jax._src.nn.bridge import as_linen
+from zerognn_jax._src.nn.layerwise import LayerWise
 from zerognn_jax._src.nn.link_heads import DotDecoder, LinkModel, MLPDecoder, make_decoder
 from zerognn_jax._src.nn.models import (
     GNN,
@@ -36,7 +37,6 @@ from zerognn_jax._src.nn.views import EdgeView, EllView, gcn_weights, mean_weigh
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import Calibration, calibrate, choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope, EnvelopePolicy, conservative, grow
-from zerognn_jax._src.sampling.loader import LoaderBatch, NeighborLoader
 from zerognn_jax._src.sampling.minibatch import (
     SAMPLERS,
     MiniBatch,
@@ -67,7 +67,13 @@ from zerognn_jax._src.training.evaluate import (
 )
 from zerognn_jax._src.training.export import ExportedModel, export_model
 from zerognn_jax._src.training.host import HostEngine
-from zerognn_jax._src.training.inference import restore
+from zerognn_jax._src.training.inference import predict, restore
+from zerognn_jax._src.training.loaders import (
+    LinkLoaderBatch,
+    LinkNeighborLoader,
+    LoaderBatch,
+    NeighborLoader,
+)
 from zerognn_jax._src.training.parallel import DataParallel, initialize_distributed, make_mesh
 from zerognn_jax._src.training.program import (
     DeviceData,
@@ -115,4 +121,5 @@ __all__ = [
     "ExportedModel", "export_model", "load_dir", "save_dir", "GINEConv",
     "Task", "TaskBatch", "TASKS", "register_task", "step_items", "epoch_items",
     "ITEM_SEEDS", "SeedSource", "take_edge_rows",
+    "LayerWise", "predict", "LinkLoaderBatch", "LinkNeighborLoader",
 ]

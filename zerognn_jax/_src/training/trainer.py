@@ -29,6 +29,7 @@ from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
 from zerognn_jax._src.training import interrupts, memory
 from zerognn_jax._src.training.callbacks import check_callbacks, run_callbacks
+from zerognn_jax._src.training.checks import check_pieces, init_checked
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.engines import make_engine
 from zerognn_jax._src.training.evaluate import (
@@ -39,7 +40,8 @@ from zerognn_jax._src.training.evaluate import (
 from zerognn_jax._src.training.layout import choose_layout
 from zerognn_jax._src.training.lock import hold_outputs
 from zerognn_jax._src.training.parallel import make_mesh
-from zerognn_jax._src.training.program import DeviceData, StepProgram, init_state
+from zerognn_jax._src.training.program import DeviceData, StepProgram
+from zerognn_jax._src.training.rebuild import rebuild_record
 from zerognn_jax._src.training.records import (
     MetricsLog,
     TensorBoardLog,
@@ -168,6 +170,7 @@ class _UserParts:
     model: str | None  # the user's model class, None for the built-in one
     callbacks: tuple = ()
     variables: dict | None = None  # to start from (fine-tuning)
+    dataset_given: bool = False  # a Dataset passed to train(), not loaded by cfg.dataset
 
 
 def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optimizer=None,
@@ -216,7 +219,7 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
 
 def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
     """`train` once the run holds its output paths."""
-    user = _UserParts({}, None, check_callbacks(callbacks), variables)
+    user = _UserParts({}, None, check_callbacks(callbacks), variables, dataset is not None)
     dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                      loss=loss)
     user = dataclasses.replace(
@@ -261,7 +264,10 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     memory.check_fits(env, program.sampler.slots, dims, memory.device_memory_limit(),
                       resident=memory.resident_bytes(data.graph, dataset.features.shape[1],
                                                      cfg.dtype, dims, feature_shards=shards))
-    state = init_state(program, data, env, program.task.train_items(dataset))
+    items = program.task.train_items(dataset)
+    state = init_checked(program, data, env, items, user_model=user.model)
+    check_pieces(program, state, data, env, items,
+                 width=program.task.output_dim(cfg, dataset))
     if user.variables is not None:
         state = start_from(program, state, user.variables)
     interrupts.check("initialisation", wait_for=state)
@@ -294,7 +300,8 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             history.append(record)
             meta = {"identity": ident, "history": history,
                     "envelope": {"batch_size": env.batch_size,
-                                 "capacities": list(env.capacities)}}
+                                 "capacities": list(env.capacities)},
+                    **rebuild_record(cfg, dataset, user.dataset_given)}
             if best is not None:  # before the epoch's checkpoint: a resumed run redoes it
                 best.offer(epoch, final, _saved(state), meta)
             if ckpt is not None:  # the record follows its checkpoint, never precedes it
