@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -38,18 +39,18 @@ def test_restore_for_inference_needs_the_model_only(planetoid_root, tmp_path):
     """Failed before: `CheckpointMismatch: custom.optimizer 'custom' there, absent here`,
     and without the config the dataset was searched for under ~/.cache."""
     cfg = zg.TrainConfig(dataset="cora", root=planetoid_root, model="gcn", hidden=16,
-                         layers=2, fanouts=(5, 5), batch_size=140, epochs=2, lr=0.01,
+                         layers=2, fanouts=(5, 5), batch_size=140, epochs=1, lr=0.01,
                          eval_every=0, progress=False, envelope="conservative",
                          checkpoint_dir=str(tmp_path / "ck"))
     model = MeanConcat(16, 7)
     result = zg.train(cfg, model=model, optimizer=optax.sgd(0.05), loss=smoothed)
     back = zg.restore(cfg.checkpoint_dir, model=MeanConcat(16, 7), for_inference=True)
-    assert back.summary["epoch"] == 1 and back.dataset.name == "cora"
-    subset = np.array([5, 700, 2000, 12])
-    want = zg.predict(result, subset, mode="sampled", batch_size=64)
-    got = zg.predict(back, subset, mode="sampled", batch_size=64)
-    assert got.shape == (4, 7)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+    assert back.summary["epoch"] == 0 and back.dataset.name == "cora"
+    for a, b in zip(jax.tree_util.tree_leaves(back.variables),
+                    jax.tree_util.tree_leaves(result.variables), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    logits = zg.predict(back, [5, 700, 2000, 12], mode="sampled", batch_size=64)
+    assert logits.shape == (4, 7) and np.isfinite(np.asarray(logits)).all()
     with pytest.raises(zg.CheckpointMismatch, match="model"):
         zg.restore(cfg.checkpoint_dir, model=MeanConcat(8, 7), for_inference=True)
     with pytest.raises(ValueError, match=r"nodes must lie in \[0, 2708\)"):
