@@ -87,6 +87,7 @@ from zerognn_jax._src.training.scan import ScanEngine
 from zerognn_jax._src.training.step import EpochResult
 from zerognn_jax._src.training.tasks.base import Task, TaskBatch
 from zerognn_jax._src.training.tasks.link import LinkTask
+from zerognn_jax._src.training.tasks.link_metrics import average_precision, roc_auc
 from zerognn_jax._src.training.tasks.losses import (
     sigmoid_cross_entropy,
     softmax_cross_entropy,
@@ -121,5 +122,6 @@ __all__ = [
     "ExportedModel", "export_model", "load_dir", "save_dir", "GINEConv",
     "Task", "TaskBatch", "TASKS", "register_task", "step_items", "epoch_items",
     "ITEM_SEEDS", "SeedSource", "take_edge_rows",
-    "LayerWise", "predict", "LinkLoaderBatch", "LinkNeighborLoader",
+    "LayerWise", "predict", "LinkLoaderBatch", "LinkNeighborLoader", "roc_auc",
+    "average_precision",
 ]
