@@ -98,7 +98,7 @@ def test_link_loader_draws_negatives_and_hides_the_seed_edges(graph):
     edges = np.stack([src, v], 1)[rs.choice(len(v), 150, replace=False)]
     kw = dict(fanouts=(5, 3), batch_size=40, key=9, num_negatives=2, replace=True,
               features=np.eye(300, 4, dtype=np.float32))
-    small = zg.LinkNeighborLoader(graph, edges, envelope=zg.Envelope(32, (32, 32)), **kw)
+    small = zg.LinkNeighborLoader(graph, edges, envelope=zg.Envelope(96, (160, 200)), **kw)
     large = zg.LinkNeighborLoader(graph, edges, envelope="conservative", **kw)
     seen = []
     for a, b in zip(small.epoch(0), large.epoch(0), strict=True):
@@ -122,7 +122,7 @@ def test_link_loader_draws_negatives_and_hides_the_seed_edges(graph):
             assert not hidden & _edge_set(np.stack([rows[live], cols[live]], 1))
         _edges_are_real(graph, mb)
     assert sorted(map(tuple, np.concatenate(seen).tolist())) == sorted(map(tuple, edges.tolist()))
-    assert small.envelope.batch_size > 32  # level 0, the endpoints, grew too
+    assert small.envelope.batch_size > 96  # level 0, the endpoints, grew too
 
 
 def test_loaders_reject_bad_input(graph):
