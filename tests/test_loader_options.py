@@ -69,19 +69,19 @@ def test_input_order_drop_last_and_device_fetching(graph):
                                  envelope="conservative")) == 4
 
 
-@pytest.mark.parametrize("dedup", [True, False])
-def test_views_and_blocks_share_the_layer_order(graph, dedup):
+@pytest.mark.parametrize("dedup, flat_outer", [(True, False), (False, False), (True, True)])
+def test_views_and_blocks_share_the_layer_order(graph, dedup, flat_outer):
     """Failed before: `views` ran outermost hop first, `blocks` seeds first."""
     loader = zg.NeighborLoader(graph, np.arange(40), fanouts=(4, 3), batch_size=20, key=3,
-                               dedup=dedup, features=np.ones((300, 2), np.float32),
-                               envelope="conservative")
+                               dedup=dedup, flat_outer=flat_outer,
+                               features=np.ones((300, 2), np.float32), envelope="conservative")
     batch = next(iter(loader))
     mb = batch.minibatch
     assert len(batch.views) == len(batch.blocks) == 2
     for i, (view, block) in enumerate(zip(batch.views, batch.blocks)):
         assert block is mb.blocks[1 - i]
         np.testing.assert_array_equal(np.asarray(view.nbr), np.asarray(block.nbr))
-        assert view.positional == (not dedup)
+        assert view.positional == (not dedup or (flat_outer and i == 0))
     assert batch.views[-1].num_dst == batch.seeds.shape[0]
     assert batch.x.shape[0] == batch.input_nodes.shape[0]
 

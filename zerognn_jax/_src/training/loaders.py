@@ -155,14 +155,15 @@ class DeviceLoader:
     _source = ITEM_SEEDS
 
     def _setup(self, graph: CSRGraph, items: np.ndarray, *, fanouts, batch_size: int, key,
-               envelope, sampler: str, replace: bool, dedup: bool, edge_ids: bool,
-               shuffle: bool, drop_last: bool, features, targets, policy: EnvelopePolicy,
-               kernels: Kernels):
+               envelope, sampler: str, replace: bool, dedup: bool, flat_outer: bool,
+               edge_ids: bool, shuffle: bool, drop_last: bool, features, targets,
+               policy: EnvelopePolicy, kernels: Kernels):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         # The run's seed as the engines take it: a non-negative int32 (its top bit dropped).
         self.seed = int(counter_key(key)) & 0x7FFFFFFF
-        config = SamplerConfig(tuple(fanouts), replace=replace, dedup=dedup, method=sampler,
+        config = SamplerConfig(tuple(fanouts), replace=replace, dedup=dedup,
+                               flat_outer=flat_outer, method=sampler,
                                edge_ids=edge_ids).resolve(graph.max_degree())
         self.sampler = config
         self.graph = prepare_graph(graph, config).to_device()
@@ -245,8 +246,9 @@ class NeighborLoader(DeviceLoader):
       key: a `jax.random.key`, a legacy `jax.random.PRNGKey` or an integer.
       sampler: "uniform", "weighted" (by edge weight) or "labor" (LABOR-0); replace:
         with replacement (not LABOR); dedup: deduplicate each level (False: tree mode,
-        exact sizes, views read by position); edge_ids: blocks carry their edges' CSR
-        positions (`Block.eid`).
+        exact sizes, views read by position); flat_outer: with dedup, the outermost hop
+        in slot order (`SamplerConfig.flat_outer`); edge_ids: blocks carry their edges'
+        CSR positions (`Block.eid`).
       shuffle: a fresh permutation of `nodes` every epoch; False keeps their order.
       drop_last: leave out the last batch when it is not full.
       features: float[N, d] (host or device), gathered for each batch's input nodes on
@@ -262,8 +264,9 @@ class NeighborLoader(DeviceLoader):
 
     def __init__(self, graph: CSRGraph, nodes, *, fanouts, batch_size: int, key,
                  sampler: str = "uniform", replace: bool = False, dedup: bool = True,
-                 edge_ids: bool = False, shuffle: bool = True, drop_last: bool = False,
-                 features=None, targets=None, envelope: Envelope | str = "calibrate",
+                 flat_outer: bool = False, edge_ids: bool = False, shuffle: bool = True,
+                 drop_last: bool = False, features=None, targets=None,
+                 envelope: Envelope | str = "calibrate",
                  policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels = XLA):
         nodes = np.asarray(nodes)
         if nodes.ndim != 1 or nodes.size == 0 or not np.issubdtype(nodes.dtype, np.integer):
@@ -272,7 +275,7 @@ class NeighborLoader(DeviceLoader):
         _check_ids("nodes", nodes, graph.num_nodes)
         self._setup(graph, nodes, fanouts=fanouts, batch_size=batch_size, key=key,
                     envelope=envelope, sampler=sampler, replace=replace, dedup=dedup,
-                    edge_ids=edge_ids, shuffle=shuffle, drop_last=drop_last,
+                    flat_outer=flat_outer, edge_ids=edge_ids, shuffle=shuffle, drop_last=drop_last,
                     features=features, targets=targets, policy=policy, kernels=kernels)
 
     def _assemble(self, out, epoch, step) -> LoaderBatch:
@@ -295,16 +298,17 @@ class LinkNeighborLoader(DeviceLoader):
       exclude_seed_edges: hide the batch's positive edges (both directions) from
         every sampled block, so message passing cannot read the edge it predicts.
       features: float[N, d], gathered for each batch's input nodes (`batch.x`).
-      fanouts, batch_size, key, sampler, replace, dedup, edge_ids, shuffle, drop_last,
-      envelope, policy, kernels: as in `NeighborLoader`. Level 0 (the endpoints) has
+      fanouts, batch_size, key, sampler, replace, dedup, flat_outer, edge_ids, shuffle,
+      drop_last, envelope, policy, kernels: as in `NeighborLoader`. Level 0 (the endpoints) has
       a capacity of its own, calibrated like the other levels, and grows on overflow.
     """
 
     def __init__(self, graph: CSRGraph, edges, *, fanouts, batch_size: int, key,
                  num_negatives: int = 1, negative_mode: str = "destination",
                  exclude_seed_edges: bool = True, sampler: str = "uniform",
-                 replace: bool = False, dedup: bool = True, edge_ids: bool = False,
-                 shuffle: bool = True, drop_last: bool = False, features=None,
+                 replace: bool = False, dedup: bool = True, flat_outer: bool = False,
+                 edge_ids: bool = False, shuffle: bool = True, drop_last: bool = False,
+                 features=None,
                  envelope: Envelope | str = "calibrate",
                  policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels = XLA):
         edges = np.asarray(edges)
@@ -320,7 +324,7 @@ class LinkNeighborLoader(DeviceLoader):
                                 exclude_seed_edges=exclude_seed_edges, kernels=kernels)
         self._setup(graph, edges, fanouts=fanouts, batch_size=batch_size, key=key,
                     envelope=envelope, sampler=sampler, replace=replace, dedup=dedup,
-                    edge_ids=edge_ids, shuffle=shuffle, drop_last=drop_last,
+                    flat_outer=flat_outer, edge_ids=edge_ids, shuffle=shuffle, drop_last=drop_last,
                     features=features, targets=None, policy=policy, kernels=kernels)
 
     def _assemble(self, out, epoch, step) -> LinkLoaderBatch:
