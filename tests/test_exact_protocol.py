@@ -48,6 +48,26 @@ class LinenLayers(nn.Module):
         return x
 
 
+class CompactLayers(nn.Module):
+    """The same with `@nn.compact` on `layer`, its Dense named by the layer."""
+
+    hidden: int
+    out: int
+    num_layers: int = 2
+
+    @nn.compact
+    def layer(self, i, h_src, h_dst, view, *, train):
+        last = i == self.num_layers - 1
+        dense = nn.Dense(self.out if last else self.hidden, name=f"dense_{i}")
+        h = mean_layer(dense, h_src, h_dst, view)
+        return h if last else nn.relu(h)
+
+    def __call__(self, x, views, *, train):
+        for i, view in enumerate(views):
+            x = self.layer(i, x, None, view, train=train)
+        return x
+
+
 class NNXLayers(nnx.Module):
     """The same in NNX: the bridge forwards `layer` and `num_layers`."""
 
@@ -89,12 +109,15 @@ def _full_neighbourhood(result, dataset):
                              batch_size=N)
 
 
-@pytest.mark.parametrize("kind", ["linen", "nnx"])
+@pytest.mark.parametrize("kind", ["linen", "compact", "nnx"])
 def test_a_model_with_the_protocol_gets_exact_evaluation(kind, dataset):
-    model = (LinenLayers(8, CLASSES) if kind == "linen"
-             else NNXLayers(D, 8, CLASSES, rngs=nnx.Rngs(0)))
+    model = {"linen": lambda: LinenLayers(8, CLASSES),
+             "compact": lambda: CompactLayers(8, CLASSES),
+             "nnx": lambda: NNXLayers(D, 8, CLASSES, rngs=nnx.Rngs(0))}[kind]()
     result = zg.train(config(), dataset, model=model)
     assert result.summary["eval_mode"] == "full" and "eval_note" not in result.summary
+    if kind == "compact":  # one Dense per layer, not one shared
+        assert set(result.variables["params"]) == {"dense_0", "dense_1"}
     exact = zg.layerwise_logits(result.program, result.variables, result.data)
     np.testing.assert_allclose(np.asarray(exact),
                                np.asarray(_full_neighbourhood(result, dataset)),

@@ -11,9 +11,11 @@ model to say how many layers it has and how to run one of them on any rows:
 `h_dst` those of the R destinations (float[R, d_in]; None in a sampled forward, where
 they are the first `view.num_dst` rows of `h_src`), and `view` is an `EdgeView` (a chunk
 of the graph's edges) or an `EllView` (a sampled block): both offer the same methods.
-A Linen model adds the method and a `num_layers` field or property; an NNX module
-defines the same two names (nn/bridge.py forwards them); `__call__` can then be the
-loop `for i, view in enumerate(views): h = self.layer(i, h, None, view, train=train)`.
+A Linen model adds the method and a `num_layers` field or property (with
+`@nn.compact` on `layer`, its submodules named by `i`: unnamed, every call would reuse
+the same ones); an NNX module defines the same two names (nn/bridge.py forwards them);
+`__call__` can then be the loop
+`for i, view in enumerate(views): h = self.layer(i, h, None, view, train=train)`.
 
 A model without them is still evaluated exactly where its full neighbourhoods fit
 (training/exact.py), and on sampled neighbourhoods otherwise.
