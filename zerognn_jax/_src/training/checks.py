@@ -41,9 +41,10 @@ def init_checked(program, data, envelope, items, *, user_model: str | None):
     except Exception as err:  # noqa: BLE001 - re-raised with the piece named
         if user_model is None:
             raise
-        raise ValueError(f"the model {user_model} fails on its first batch (features "
-                         f"{_shape(data.features)[:-1]}..., {program.sampler.num_hops} "
-                         f"views): {_first_line(err)}") from err
+        hops = program.sampler.num_hops
+        raise ValueError(f"the model {user_model} fails on its first batch (a feature "
+                         f"table {_shape(data.features)}, views of {hops} hops): "
+                         f"{_first_line(err)}") from err
 
 
 def check_pieces(program, state, data, envelope, items, *, width: int) -> None:
@@ -87,12 +88,12 @@ def _check_width(task, name: str, out, targets, width: int) -> None:
     t = leaves[0]
     if jnp.issubdtype(t.dtype, jnp.integer) and t.ndim == 1:
         want = (t.shape[0], width)
-        what = f"{width} class scores per row"
+        what = f"{width} class scores per row: {list(want)}"
     else:
         want, what = tuple(t.shape), f"the targets' shape {_shape(t)}"
     if tuple(out.shape) != want:
         raise ValueError(f"the model {name} gives outputs {_shape(out)}; the loss "
-                         f"{fn_name(task.loss)} needs {what}: {list(want)}")
+                         f"{fn_name(task.loss)} needs {what}")
 
 
 def _check_loss(task, name: str, out, targets, rows: int) -> None:
