@@ -137,3 +137,18 @@ def test_loaders_reject_bad_input(graph):
     with pytest.raises(ValueError, match="weighted sampling needs edge weights"):
         zg.NeighborLoader(graph._replace(weights=None), [1, 2], fanouts=(2,), batch_size=4,
                           key=0, sampler="weighted")
+
+
+def test_a_jitted_step_over_the_batches_traces_once(graph):
+    loader = zg.NeighborLoader(graph, np.arange(200), fanouts=(3, 2), batch_size=64, key=0,
+                               features=np.ones((300, 4), np.float32), targets=np.arange(300),
+                               envelope="conservative")
+    traces = []
+
+    @jax.jit
+    def step(batch):
+        traces.append(1)  # a Python side effect: runs once per trace
+        return jax.numpy.sum(batch.x) + batch.views[0].nbr.sum() + batch.y.sum()
+
+    sums = [int(step(b)) for _ in range(2) for b in loader]
+    assert len(sums) == 8 and len(traces) == 1
