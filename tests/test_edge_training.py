@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import random_graph
 
-from zerognn_jax import TrainConfig, make_dataset, train
+from zerognn_jax import TrainConfig, make_dataset, restore, train
 from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.evaluate import layerwise_logits, sampled_logits
 
@@ -145,3 +145,7 @@ def test_embeddings_resume_from_a_checkpoint_as_if_never_stopped(edge_data, tmp_
                                   np.asarray(whole.state.embedding))
     np.testing.assert_array_equal(np.asarray(resumed.state.embedding_opt.nu),
                                   np.asarray(whole.state.embedding_opt.nu))
+    back = restore(str(tmp_path), dataclasses.replace(first, epochs=2), edge_data,
+                   for_inference=True)
+    np.testing.assert_array_equal(np.asarray(back.variables["embedding"]),
+                                  np.asarray(whole.state.embedding))

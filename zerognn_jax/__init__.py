@@ -80,6 +80,7 @@ from zerognn_jax._src.nn.hetero import (
     typed_layers,
     whole_graph_layer,
 )
+from zerognn_jax._src.nn.layerwise import LayerWise
 from zerognn_jax._src.nn.link_heads import DotDecoder, LinkModel, MLPDecoder, make_decoder
 from zerognn_jax._src.nn.models import (
     GNN,
@@ -95,7 +96,6 @@ from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import Calibration, calibrate, choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope, EnvelopePolicy, conservative, grow
 from zerognn_jax._src.sampling.graph_batch import GraphBatch, GraphTables, pack_graphs
-from zerognn_jax._src.sampling.loader import LoaderBatch, NeighborLoader
 from zerognn_jax._src.sampling.minibatch import (
     SAMPLERS,
     MiniBatch,
@@ -144,7 +144,13 @@ from zerognn_jax._src.training.evaluate import (
 )
 from zerognn_jax._src.training.export import ExportedModel, export_model
 from zerognn_jax._src.training.host import HostEngine
-from zerognn_jax._src.training.inference import restore
+from zerognn_jax._src.training.inference import predict, restore
+from zerognn_jax._src.training.loaders import (
+    LinkLoaderBatch,
+    LinkNeighborLoader,
+    LoaderBatch,
+    NeighborLoader,
+)
 from zerognn_jax._src.training.parallel import DataParallel, initialize_distributed, make_mesh
 from zerognn_jax._src.training.program import (
     DeviceData,
@@ -159,6 +165,7 @@ from zerognn_jax._src.training.step import EpochResult
 from zerognn_jax._src.training.tasks.base import BatchedTask, Task, TaskBatch
 from zerognn_jax._src.training.tasks.graph import GraphTask, graph_outputs
 from zerognn_jax._src.training.tasks.link import LinkTask
+from zerognn_jax._src.training.tasks.link_metrics import average_precision, roc_auc
 from zerognn_jax._src.training.tasks.losses import (
     sigmoid_cross_entropy,
     softmax_cross_entropy,
@@ -208,4 +215,6 @@ __all__ = [
     "prepare_typed_graph", "sample_typed", "sample_typed_step", "typed_conservative",
     "load_hetero_dataset", "HETERO_MODELS", "HeteroGNN", "OnTypes", "RelGATConv", "RGCNConv",
     "TypedLayer", "make_hetero_model", "typed_layers", "whole_graph_layer",
+    "LayerWise", "predict", "LinkLoaderBatch", "LinkNeighborLoader", "roc_auc",
+    "average_precision",
 ]

@@ -13,6 +13,10 @@ every call the wrapper:
 - puts `nnx.Dropout` and `nnx.BatchNorm` into training or evaluation mode (their
   `deterministic` / `use_running_average` attributes) from `train`, and passes `train`
   on: `module(x, views, train=train)`.
+
+An NNX module that defines `layer(i, h_src, h_dst, view, *, train)` and `num_layers`
+(the per-layer protocol, nn/layerwise.py) gets exact layer-wise inference: the wrapper
+forwards both.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from typing import Any
 import flax.linen as nn
 import jax
 from flax import nnx
+
+from zerognn_jax._src.nn.layerwise import layer_count
 
 
 def is_nnx(model) -> bool:
@@ -45,10 +51,19 @@ def _reseed(module, rngs: nnx.Rngs) -> None:
         nnx.reseed(module, **{t: jax.random.fold_in(base, i) for i, t in enumerate(tags)})
 
 
-def _in_mode(module, x, views, *, train: bool, **inputs):
+def _set_mode(module, train: bool) -> None:
     module.set_attributes(deterministic=not train, use_running_average=not train,
                           raise_if_not_found=False)
+
+
+def _in_mode(module, x, views, *, train: bool, **inputs):
+    _set_mode(module, train)
     return module(x, views, train=train, **inputs)
+
+
+def _layer_in_mode(module, i, h_src, h_dst, view, *, train: bool):
+    _set_mode(module, train)
+    return module.layer(i, h_src, h_dst, view, train=train)
 
 
 class NNXModel(nn.Module):
@@ -58,15 +73,23 @@ class NNXModel(nn.Module):
     Attributes:
       factory: (*, rngs) -> a fresh copy of the NNX module (graph definition + state).
       nnx_name: the NNX module's class name (summaries, checkpoint identity).
+      num_layers: the NNX module's `num_layers` when it offers the per-layer protocol
+        (nn/layerwise.py), else None.
     """
 
     factory: Any
     nnx_name: str
+    num_layers: int | None = None
 
-    @nn.compact
+    def setup(self):
+        self.nnx = nnx.bridge.ToLinen(self.factory, metadata_fn=None)  # the "nnx" scope
+
     def __call__(self, x, views, *, train: bool, **inputs):
-        bridge = nnx.bridge.ToLinen(self.factory, metadata_fn=None, name="nnx")
-        return bridge(x, views, train=train, nnx_method=_in_mode, **inputs)
+        return self.nnx(x, views, train=train, nnx_method=_in_mode, **inputs)
+
+    def layer(self, i, h_src, h_dst, view, *, train: bool):
+        """The NNX module's layer `i` (its `layer` method)."""
+        return self.nnx(i, h_src, h_dst, view, train=train, nnx_method=_layer_in_mode)
 
 
 def as_linen(model) -> nn.Module:
@@ -88,7 +111,7 @@ def as_linen(model) -> nn.Module:
             _reseed(module, rngs)
             return module
 
-        return NNXModel(factory, type(model).__qualname__)
+        return NNXModel(factory, type(model).__qualname__, layer_count(model))
     if isinstance(model, type) and issubclass(model, nnx.Module):
         raise TypeError(f"model is the NNX class {model.__qualname__}; pass an instance, "
                         f"e.g. {model.__qualname__}(..., rngs=nnx.Rngs(0))")

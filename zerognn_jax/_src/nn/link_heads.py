@@ -9,6 +9,8 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
+from zerognn_jax._src.nn.layerwise import layer_count
+
 DECODERS = ("dot", "mlp")
 
 
@@ -52,8 +54,9 @@ class LinkModel(nn.Module):
 
     `model(x, views, train=..., pairs=int32[P, 2])` gives float32[P] scores of pairs of
     level-0 positions; without `pairs` it gives the encoder's level-0 embeddings (what
-    sampled evaluation reads). `layer` and `num_layers` are the encoder's, so exact
-    layer-wise inference yields every node's embedding; `score` decodes given embeddings.
+    sampled evaluation reads). `layer` and `num_layers` are the encoder's (None when the
+    encoder has no per-layer form, nn/layerwise.py), so exact layer-wise inference
+    yields every node's embedding; `score` decodes given embeddings.
     """
 
     encoder: nn.Module
@@ -72,10 +75,9 @@ class LinkModel(nn.Module):
         return self.encoder.layer(i, h_src, h_dst, view, train=train)
 
     @property
-    def num_layers(self) -> int:
-        if not hasattr(self.encoder, "layer"):
-            raise AttributeError("the encoder has no layer-wise form")
-        return self.encoder.num_layers
+    def num_layers(self) -> int | None:
+        """The encoder's layer count, None when it has no per-layer form."""
+        return layer_count(self.encoder)
 
     @property
     def hidden(self) -> int:

@@ -62,6 +62,16 @@ def _shuffled(items: jax.Array, batch_size: int, seed_epoch: jax.Array) -> jax.A
     return jnp.concatenate([perm, jnp.full((pad, *perm.shape[1:]), -1, jnp.int32)])
 
 
+@functools.partial(jax.jit, static_argnums=1)
+def ordered_items(items: jax.Array, batch_size: int) -> jax.Array:
+    """int32[steps * B, ...]: the items in their own order, padded at the end with -1
+    (`epoch_items` without the shuffle: inference batches in input order)."""
+    steps = num_steps(items.shape[0], batch_size)
+    pad = steps * batch_size - items.shape[0]
+    items = items.astype(jnp.int32)
+    return jnp.concatenate([items, jnp.full((pad, *items.shape[1:]), -1, jnp.int32)])
+
+
 def num_steps(num_train: int, batch_size: int) -> int:
     return max(1, -(-num_train // batch_size))
 

@@ -240,6 +240,18 @@ class Checkpointer:
                 state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
         return out["state"], out["meta"]
 
+    def restore_as_saved(self, epoch: int) -> dict:
+        """The state of `epoch` in the structure it was saved with (no target, so no
+        optimizer is needed to read it: what inference restores)."""
+        with _quiet():
+            out = self._manager.restore(epoch, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore()))
+        return out["state"]
+
+    def check(self, epoch: int, meta: dict, ident: dict) -> None:
+        """Raises CheckpointMismatch if `meta` (of `epoch`) records another identity."""
+        self._check(epoch, meta, ident, None)
+
     def find_resumable(self, ident: dict) -> list[int]:
         """The epochs to try resuming from, newest first: from the newest checkpoint whose
         record can be read and has the identity `ident` (unreadable newer ones are set

@@ -20,6 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.graph import edge_ids, take_edge_rows, take_edges
+from zerognn_jax._src.nn.bridge import model_name
+from zerognn_jax._src.nn.layerwise import layer_count, supports_layerwise
 from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.sampling.envelope import Envelope, conservative
 from zerognn_jax._src.sampling.seeds import num_steps
@@ -58,8 +60,11 @@ def plan_chunks(indptr: np.ndarray, max_width: int, budget_bytes: int = 1 << 30)
         rows = 1 << ((rows - 1).bit_length() - 1)  # the power of two below rows
 
 
-def supports_layerwise(model) -> bool:
-    return hasattr(model, "layer") and hasattr(model, "num_layers")
+def no_layerwise_form(model) -> str:
+    """The one-line reason a model gets no exact layer-wise inference."""
+    return (f"the model {model_name(model)} has no layer(i, h_src, h_dst, view, *, train) "
+            f"and num_layers, which exact layer-wise inference needs (nn/layerwise.py, "
+            f"docs/api.md)")
 
 
 @functools.partial(jax.jit, static_argnames=("program", "layer", "plan", "length"))
@@ -129,7 +134,7 @@ def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
 def _layer_outputs(program, variables, h, data: DeviceData, plan: ChunkPlan) -> list:
     """The shape and dtype of every layer's output over all rows, from the input `h`."""
     shapes, h = [], jax.ShapeDtypeStruct(h.shape, h.dtype)
-    for layer in range(program.model.num_layers):
+    for layer in range(layer_count(program.model)):
         h = jax.eval_shape(functools.partial(_layer_rows, program, layer=layer, plan=plan,
                                              length=data.graph.num_nodes),
                            variables, h, data.graph, 0)
@@ -156,6 +161,8 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     own array when smaller): fresh host memory costs a page fault per page at its first
     write, more than the copy itself.
     """
+    if not supports_layerwise(program.model):
+        raise TypeError(f"{no_layerwise_form(program.model)}; use sampled_logits instead")
     if not (isinstance(offload, (bool, np.bool_)) or offload == "auto"):
         raise ValueError(f"offload must be False, True or 'auto', got {offload!r}")
     offload = offload if offload == "auto" else bool(offload)
@@ -168,7 +175,8 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     outs = _layer_outputs(program, variables, h, data, plan) if offload else []
     nbytes = [o.size * o.dtype.itemsize for o in outs]
     buffer = None
-    for layer in range(model.num_layers):
+    num_layers = layer_count(model)
+    for layer in range(num_layers):
         # device_put moves host rows straight in (jnp.asarray would also run a copy on
         # the device: twice a 57 GB layer, out of memory on an 80 GB H100).
         h_device = h if isinstance(h, jax.Array) else jax.device_put(h)
@@ -182,7 +190,7 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
         if h is None:
             if buffer is None:
                 buffer = np.empty(max(nbytes), np.uint8)
-            if layer == model.num_layers - 1 and nbytes[layer] < buffer.nbytes:
+            if layer == num_layers - 1 and nbytes[layer] < buffer.nbytes:
                 out = np.empty(outs[layer].shape, outs[layer].dtype)  # pins no larger buffer
             else:
                 out = buffer[:nbytes[layer]].view(outs[layer].dtype).reshape(outs[layer].shape)

@@ -1,13 +1,15 @@
-"""`restore`: a trained checkpoint back as variables, train state and step program.
+"""`restore`: a trained checkpoint back as variables, train state and step program;
+`predict`: a trained model's outputs for given nodes.
 
-    result = restore("runs/ck", cfg, dataset, model=my_model)   # or best=True
-    logits = sampled_logits(result.program, result.variables, result.data, nodes,
-                            batch_size=1024)
+    back = restore("runs/ck", model=my_model, for_inference=True)   # the model only
+    logits = predict(back, nodes)                                   # float[len(nodes), C]
 
 The checkpoint must be of the same run: its identity (training/checkpoint.py) is
 compared with the one `cfg`, the dataset and the user's model, optimizer and loss give,
-and the arrays' shapes with the model's. Without `cfg`, the options recorded in the
-checkpoint are used (and the dataset is loaded by its recorded name, unless given).
+and the arrays' shapes with the model's. Without `cfg`, the config the checkpoint
+records is used and the dataset is loaded from its recorded root (rebuild.py).
+`for_inference=True` reads only the model variables: the training optimizer and loss
+(and the learning rate) are neither needed nor compared.
 """
 
 from __future__ import annotations
@@ -15,41 +17,42 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.training.config import TrainConfig
+from zerognn_jax._src.training.evaluate import Predictor
 from zerognn_jax._src.training.program import init_state, saved_envelope
+from zerognn_jax._src.training.rebuild import check_dataset, config_of
 from zerognn_jax._src.training.tasks.base import BatchedTask
 from zerognn_jax._src.training.trainer import TrainResult, _saved, _variables, prepare
 from zerognn_jax._src.training.user import user_identity
 
-
-def config_of(ident: dict) -> TrainConfig:
-    """The TrainConfig a checkpoint's identity records, on one device (the global batch
-    as the batch; the options that do not shape the trained values take their defaults;
-    no progress bar)."""
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
-    values = {k: v for k, v in ident.items() if k in names}
-    if "global_batch" in ident:
-        values["batch_size"] = ident["global_batch"]
-    return TrainConfig(**values, dataset=ident.get("dataset.name", "tiny"), progress=False)
+# Identity keys inference does not compare: they shape only how the model was trained.
+INFERENCE_FREE = ("custom.optimizer", "custom.loss", "lr", "weight_decay")
 
 
 def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *,
             model=None, optimizer=None, loss=None, best: bool = False,
-            epoch: int | None = None) -> TrainResult:
+            epoch: int | None = None, for_inference: bool = False) -> TrainResult:
     """The state saved in `checkpoint_dir`, ready for inference or to train on.
 
     Args:
       checkpoint_dir: a run's `cfg.checkpoint_dir`.
       cfg: the run's config (default: the one the checkpoint records).
-      dataset: the run's dataset (default: loaded by `cfg.dataset`).
+      dataset: the run's dataset (default: loaded as the checkpoint records it; a
+        Dataset that was passed to `train()` must be passed again).
       model, optimizer, loss: the ones the run was trained with, if not built in.
       best: the best-validation checkpoint (`cfg.best_metric`) instead of the latest.
       epoch: that epoch's checkpoint instead of the latest.
+      for_inference: read the model variables only: `optimizer` and `loss` are not
+        needed (ignored), and `state` holds a fresh optimizer state.
 
     Returns:
-      a `TrainResult`: `variables` (for `model.apply`, `sampled_logits`,
+      a `TrainResult`: `variables` (for `predict`, `model.apply`, `sampled_logits`,
       `layerwise_logits`, or `train(..., variables=)` to fine-tune), `state` (with the
       optimizer state), `history`, `program`, `data`, `dataset`, and a `summary` of the
       checkpoint ({"checkpoint", "epoch", "best"} and the last record's metrics).
@@ -57,6 +60,7 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
     Raises:
       FileNotFoundError: no checkpoint there.
       CheckpointMismatch: the checkpoint is of another run or model.
+      ValueError: the run trained on a given Dataset and none is passed.
     """
     from zerognn_jax._src.training.checkpoint import BEST, Checkpointer, identity
 
@@ -64,6 +68,8 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
     if not directory.is_dir():
         raise FileNotFoundError(f"no checkpoint folder {directory}"
                                 + (" (was best_metric set?)" if best else ""))
+    if for_inference:
+        optimizer, loss = None, None
     ckpt = Checkpointer(str(directory), create=False)
     try:
         epochs = sorted(ckpt.all_epochs(), reverse=True) if epoch is None else [epoch]
@@ -71,7 +77,8 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
             raise FileNotFoundError(f"no checkpoint {'' if epoch is None else epoch} in "
                                     f"{directory} (it holds {sorted(ckpt.all_epochs())})")
         meta = ckpt.read_meta(epochs[0])
-        cfg = cfg or config_of(meta.get("identity", {}))
+        check_dataset(meta, dataset)
+        cfg = cfg or config_of(meta)
         dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                          loss=loss)
         ident = identity(cfg, dataset.stats(), program.global_batch,
@@ -80,15 +87,47 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
         pick = _batched_envelope if isinstance(program.task, BatchedTask) else _envelope
         env = pick(cfg, meta, data, dataset, program)
         state = init_state(program, data, env, program.task.train_items(dataset))
-        last, restored, meta = ckpt.restore_first(epochs, ident, _saved(state))
+        if for_inference:
+            last, state = epochs[0], _inference_state(ckpt, epochs[0], meta, ident, state)
+        else:
+            last, restored, meta = ckpt.restore_first(epochs, ident, _saved(state))
+            state = state._replace(**restored)
     finally:
         ckpt.close()
-    state = state._replace(**restored)
     history = meta.get("history", [])
     summary = {"checkpoint": str(directory), "epoch": last, "best": meta.get("best"),
                **{k: v for k, v in (history[-1] if history else {}).items()
                   if k.startswith(("train_", "val_", "test_", "loss"))}}
     return TrainResult(_variables(state), history, summary, program, data, state, dataset)
+
+
+def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state):
+    """`state` with the model variables of `epoch`, the identity compared but for
+    `INFERENCE_FREE` and the variables' shapes with the model's."""
+    from zerognn_jax._src.training.checkpoint import CheckpointMismatch, state_spec
+
+    saved_ident = meta.get("identity", {})
+    ident = {k: v for k, v in ident.items() if k not in INFERENCE_FREE}
+    ident.update({k: saved_ident[k] for k in INFERENCE_FREE if k in saved_ident})
+    ckpt.check(epoch, meta, ident)
+    saved = ckpt.restore_as_saved(epoch)
+    like = {"params": state.params, "batch_stats": state.batch_stats}
+    got = {"params": saved["params"], "batch_stats": saved.get("batch_stats") or {}}
+    if state_spec(got) != state_spec(like):
+        diff = sorted(set(map(str, state_spec(got).items()))
+                      ^ set(map(str, state_spec(like).items())))
+        raise CheckpointMismatch(f"checkpoint_dir {ckpt.directory} holds other model "
+                                 f"variables (epoch {epoch}): {'; '.join(diff[:3])}")
+    put = lambda x, ref: jax.device_put(jnp.asarray(x, ref.dtype), ref.sharding)
+    if state.embedding is not None:  # the node embedding is part of the model's inputs
+        if "embedding" not in saved or saved["embedding"].shape != state.embedding.shape:
+            raise CheckpointMismatch(f"checkpoint_dir {ckpt.directory} holds no node "
+                                     f"embedding of shape {list(state.embedding.shape)} "
+                                     f"(epoch {epoch})")
+        state = state._replace(embedding=put(saved["embedding"], state.embedding))
+    return state._replace(params=jax.tree_util.tree_map(put, got["params"], state.params),
+                          batch_stats=jax.tree_util.tree_map(put, got["batch_stats"],
+                                                             state.batch_stats))
 
 
 def _envelope(cfg, meta, data, dataset, program) -> Envelope:
@@ -111,3 +150,28 @@ def _batched_envelope(cfg, meta, data, dataset, program):
         return saved_envelope(program, saved)
     conservative = dataclasses.replace(cfg, envelope="conservative")
     return program.task.choose_envelope(program, data, dataset, conservative)[0]
+
+
+def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int = 4096,
+            seed: int = 0) -> jax.Array:
+    """float[len(nodes), ...]: the output rows (logits; a link encoder's embeddings) of
+    the node ids `nodes` from a `train` or `restore` result.
+
+    `mode` "full" is exact layer-wise inference when the model offers the per-layer
+    protocol (nn/layerwise.py; every node is computed once, then `nodes` are picked),
+    else sampled; "sampled" uses the training fanouts, `batch_size` nodes per step.
+
+    Raises:
+      ValueError: `nodes` not 1-D integer ids of the graph, or an unknown `mode`.
+    """
+    if mode not in ("full", "sampled"):
+        raise ValueError(f"mode must be 'full' or 'sampled', got {mode!r}")
+    nodes = np.asarray(nodes)
+    n = result.data.graph.num_nodes
+    if nodes.ndim != 1 or not np.issubdtype(nodes.dtype, np.integer):
+        raise ValueError(f"nodes must be 1-D integer ids, got {nodes.dtype}{list(nodes.shape)}")
+    if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
+        raise ValueError(f"nodes must lie in [0, {n}), found [{nodes.min()}, {nodes.max()}]")
+    predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
+                          seed)
+    return predictor.outputs(nodes.astype(np.int32))

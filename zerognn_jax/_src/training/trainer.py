@@ -28,10 +28,15 @@ from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
 from zerognn_jax._src.training import interrupts, memory
 from zerognn_jax._src.training.callbacks import check_callbacks, run_callbacks
+from zerognn_jax._src.training.checks import check_pieces, init_checked
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.engines import make_engine
-from zerognn_jax._src.training.evaluate import Predictor, supports_layerwise
+from zerognn_jax._src.training.evaluate import (
+    Predictor,
+    no_layerwise_form,
+    supports_layerwise,
+)
 from zerognn_jax._src.training.layout import choose_layout
 from zerognn_jax._src.training.lock import hold_outputs
 from zerognn_jax._src.training.parallel import make_mesh
@@ -41,6 +46,7 @@ from zerognn_jax._src.training.program import (
     init_state,
     saved_envelope,
 )
+from zerognn_jax._src.training.rebuild import rebuild_record
 from zerognn_jax._src.training.records import (
     MetricsLog,
     TensorBoardLog,
@@ -207,6 +213,7 @@ class _UserParts:
     model: str | None  # the user's model class, None for the built-in one
     callbacks: tuple = ()
     variables: dict | None = None  # to start from (fine-tuning)
+    dataset_given: bool = False  # a Dataset passed to train(), not loaded by cfg.dataset
 
 
 def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optimizer=None,
@@ -255,7 +262,7 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
 
 def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
     """`train` once the run holds its output paths."""
-    user = _UserParts({}, None, check_callbacks(callbacks), variables)
+    user = _UserParts({}, None, check_callbacks(callbacks), variables, dataset is not None)
     dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                      loss=loss)
     user = dataclasses.replace(
@@ -299,7 +306,10 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
                                    kernels=program.kernels, source=program.task)
     calibrate_seconds = time.perf_counter() - t0
     interrupts.check("calibration")
-    if not batched:  # the memory model is the sampled levels'
+    items = program.task.train_items(dataset)
+    if batched:
+        state = init_state(program, data, env, items)
+    else:  # the memory model and the checks of a user's pieces read the sampled levels
         dims = level_dims(cfg, dataset, program.task, program.model)
         shards = program.num_shards if cfg.shard_features else 1
         memory.check_fits(env, program.sampler.slots, dims, memory.device_memory_limit(),
@@ -308,7 +318,9 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
                                                          cfg.dtype, dims,
                                                          feature_shards=shards,
                                                          embedding_dim=cfg.embedding_dim))
-    state = init_state(program, data, env, program.task.train_items(dataset))
+        state = init_checked(program, data, env, items, user_model=user.model)
+        check_pieces(program, state, data, env, items,
+                     width=program.task.output_dim(cfg, dataset))
     if user.variables is not None:
         state = start_from(program, state, user.variables)
     interrupts.check("initialisation", wait_for=state)
@@ -340,7 +352,8 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             history.append(record)
             meta = {"identity": ident, "history": history,
                     "envelope": {"batch_size": env.batch_size,
-                                 "capacities": list(env.capacities)}}
+                                 "capacities": list(env.capacities)},
+                    **rebuild_record(cfg, dataset, user.dataset_given)}
             if best is not None:  # before the epoch's checkpoint: a resumed run redoes it
                 best.offer(epoch, final, _saved(state), meta)
             if ckpt is not None:  # the record follows its checkpoint, never precedes it
@@ -427,9 +440,8 @@ def _notes(cfg, program, user: _UserParts, best, stopped, history) -> dict:
     if (cfg.eval_mode == "full" and not supports_layerwise(program.model)
             and not isinstance(program.task, BatchedTask)):
         notes["eval_mode"] = "sampled"
-        notes["eval_note"] = ("the model has no layer() and num_layers, which exact "
-                              "layer-wise evaluation needs: evaluated on sampled "
-                              "neighbourhoods (the training fanouts)")
+        notes["eval_note"] = (f"{no_layerwise_form(program.model)}: evaluated on sampled "
+                              f"neighbourhoods (the training fanouts)")
     if best is not None:
         notes["best"] = {"metric": best.metric, "epoch": best.epoch, "value": best.value}
     return notes

@@ -1,0 +1,142 @@
+"""Exact inference for any model: the per-layer protocol (nn/layerwise.py) in Linen and
+NNX, the one-line reason and the sampled fallback for a model without it, and a link
+encoder without `layer()` (issue #35 item 2)."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import numpy as np
+import pytest
+from conftest import labelled_dataset, mean_layer
+from flax import nnx
+
+import zerognn_jax as zg
+
+N, D, CLASSES = 240, 8, 3
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return labelled_dataset("protocol", N, D, CLASSES, seed=5, edges=900)
+
+
+def config(**changes):
+    # No epoch: what is checked is evaluation (epochs=0 still evaluates once).
+    base = dict(hidden=8, layers=2, fanouts=(4, 4), batch_size=64, epochs=0, progress=False,
+                eval_batch_size=64, envelope="conservative")
+    return zg.TrainConfig(**{**base, **changes})
+
+
+class LinenLayers(nn.Module):
+    """A Linen model with the per-layer protocol: `setup`, `layer`, `num_layers`."""
+
+    hidden: int
+    out: int
+    num_layers: int = 2
+
+    def setup(self):
+        self.dense = [nn.Dense(self.out if i == self.num_layers - 1 else self.hidden)
+                      for i in range(self.num_layers)]
+
+    def layer(self, i, h_src, h_dst, view, *, train):
+        h = mean_layer(self.dense[i], h_src, h_dst, view)
+        return h if i == self.num_layers - 1 else nn.relu(h)
+
+    def __call__(self, x, views, *, train):
+        for i, view in enumerate(views):
+            x = self.layer(i, x, None, view, train=train)
+        return x
+
+
+class CompactLayers(nn.Module):
+    """The same with `@nn.compact` on `layer`, its Dense named by the layer."""
+
+    hidden: int
+    out: int
+    num_layers: int = 2
+
+    @nn.compact
+    def layer(self, i, h_src, h_dst, view, *, train):
+        last = i == self.num_layers - 1
+        dense = nn.Dense(self.out if last else self.hidden, name=f"dense_{i}")
+        h = mean_layer(dense, h_src, h_dst, view)
+        return h if last else nn.relu(h)
+
+    def __call__(self, x, views, *, train):
+        for i, view in enumerate(views):
+            x = self.layer(i, x, None, view, train=train)
+        return x
+
+
+class NNXLayers(nnx.Module):
+    """The same in NNX: the bridge forwards `layer` and `num_layers`."""
+
+    def __init__(self, din, hidden, out, *, rngs):
+        self.num_layers = 2
+        self.dense = nnx.List([nnx.Linear(2 * din, hidden, rngs=rngs),
+                               nnx.Linear(2 * hidden, out, rngs=rngs)])
+        self.drop = nnx.Dropout(0.3, rngs=rngs)
+
+    def layer(self, i, h_src, h_dst, view, *, train):
+        h = mean_layer(self.dense[i], h_src, h_dst, view)
+        return h if i == self.num_layers - 1 else self.drop(nnx.relu(h))
+
+    def __call__(self, x, views, *, train):
+        for i, view in enumerate(views):
+            x = self.layer(i, x, None, view, train=train)
+        return x
+
+
+class NoLayers(nn.Module):
+    """A model that offers only `__call__`."""
+
+    out: int
+
+    @nn.compact
+    def __call__(self, x, views, *, train):
+        for view in views:
+            x = mean_layer(nn.Dense(self.out), x, None, view)
+        return x
+
+
+def _full_neighbourhood(result, dataset):
+    """Every node's outputs from full neighbourhoods (the exact values, sampled)."""
+    import dataclasses
+
+    sampler = zg.SamplerConfig((-1, -1)).resolve(dataset.graph.max_degree())
+    program = dataclasses.replace(result.program, sampler=sampler)
+    return zg.sampled_logits(program, result.variables, result.data, np.arange(N),
+                             batch_size=N)
+
+
+@pytest.mark.parametrize("kind", ["linen", "compact", "nnx"])
+def test_a_model_with_the_protocol_gets_exact_evaluation(kind, dataset):
+    model = {"linen": lambda: LinenLayers(8, CLASSES),
+             "compact": lambda: CompactLayers(8, CLASSES),
+             "nnx": lambda: NNXLayers(D, 8, CLASSES, rngs=nnx.Rngs(0))}[kind]()
+    result = zg.train(config(), dataset, model=model)
+    assert result.summary["eval_mode"] == "full" and "eval_note" not in result.summary
+    if kind == "compact":  # one Dense per layer, not one shared
+        assert set(result.variables["params"]) == {"dense_0", "dense_1"}
+    exact = zg.layerwise_logits(result.program, result.variables, result.data)
+    np.testing.assert_allclose(np.asarray(exact),
+                               np.asarray(_full_neighbourhood(result, dataset)),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_without_it_is_told_why_and_sampled(dataset):
+    result = zg.train(config(), dataset, model=NoLayers(CLASSES))
+    assert result.summary["eval_mode"] == "sampled"
+    assert "NoLayers has no layer(i, h_src, h_dst, view" in result.summary["eval_note"]
+    assert 0.0 <= result.summary["test_acc"] <= 1.0
+    with pytest.raises(TypeError, match="NoLayers has no layer.*use sampled_logits"):
+        zg.layerwise_logits(result.program, result.variables, result.data)
+
+
+def test_a_link_encoder_without_layer_is_evaluated_sampled(dataset):
+    """Failed before: LinkModel.num_layers raised AttributeError, which Flax turned into
+    a DescriptorAttributeError that `hasattr` let through at the first evaluation."""
+    result = zg.train(config(task="link", batch_size=128), dataset, model=NoLayers(8))
+    assert result.summary["eval_mode"] == "sampled"
+    assert 0.0 <= result.summary["test_auc"] <= 1.0
+    assert zg.LinkModel(NoLayers(8), zg.DotDecoder()).num_layers is None

@@ -1,0 +1,97 @@
+"""A user's model, loss and optimizer checked against each other before the epoch
+compiles, with one line naming the piece and the shapes (issue #35 item 3)."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from conftest import labelled_dataset
+
+import zerognn_jax as zg
+
+N, D = 200, 6
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return labelled_dataset("checks", N, D, 3, seed=2, edges=800)
+
+
+def config(**changes):
+    base = dict(hidden=8, layers=1, fanouts=(3,), batch_size=35, epochs=1, progress=False,
+                eval_mode="none", envelope="conservative")
+    return zg.TrainConfig(**{**base, **changes})
+
+
+class Width(nn.Module):
+    """Seeds' own features through one Dense of `out` units."""
+
+    out: int
+
+    @nn.compact
+    def __call__(self, x, views, *, train):
+        return nn.Dense(self.out)(x[: views[-1].num_dst])
+
+
+class AllRows(nn.Module):
+    """Forgets to cut the outputs to the seeds: one row per sampled node."""
+
+    @nn.compact
+    def __call__(self, x, views, *, train):
+        return nn.Dense(3)(x)
+
+
+def test_a_wrong_width_for_float_targets_is_named_before_compiling(dataset):
+    """Failed before with `TypeError: sub got incompatible shapes (35, 5), (35, 2)`
+    inside the epoch."""
+    reg = dataset.with_targets(np.asarray(dataset.features[:, :2]), "regression")
+    with pytest.raises(ValueError, match=r"the model Width gives outputs float32\[35, 5\]; "
+                                         r"the loss squared_error needs the targets' shape "
+                                         r"float32\[35, 2\]"):
+        zg.train(config(), reg, model=Width(5))
+
+
+def test_a_wrong_width_for_class_labels_is_named(dataset):
+    """Failed before: 2 scores for 3 classes trained silently (label 2 out of range)."""
+    with pytest.raises(ValueError, match=r"Width gives outputs float32\[35, 2\]; the loss "
+                                         r"softmax_cross_entropy needs 3 class scores"):
+        zg.train(config(), dataset, model=Width(2))
+
+
+def test_outputs_for_every_sampled_row_are_named(dataset):
+    with pytest.raises(ValueError, match=r"AllRows gives outputs float32\[\d+, 3\]; the task "
+                                         r"needs one row per target row: \[35, ...\]"):
+        zg.train(config(), dataset, model=AllRows())
+
+
+def test_a_loss_that_does_not_fit_the_outputs_is_named(dataset):
+    """Fits the dataset's 3 classes (checked when the task is built), not the model's 5
+    outputs: failed before inside the epoch."""
+    def brier(outputs, labels):
+        return jnp.sum(jnp.square(outputs - jax.nn.one_hot(labels, 3)), -1)
+
+    with pytest.raises(ValueError, match=r"the loss .*brier fails on the model Width's "
+                                         r"outputs float32\[35, 5\] and targets int32\[35\]"):
+        zg.train(config(), dataset, model=Width(5), loss=brier)
+
+
+def test_an_optimizer_that_cannot_update_the_parameters_is_named(dataset):
+    broken = optax.GradientTransformation(lambda params: (),
+                                          lambda g, state, params=None: (g["missing"], state))
+    with pytest.raises(ValueError, match=r"the optimizer GradientTransformation fails to "
+                                         r"update the model's parameters"):
+        zg.train(config(), dataset, model=Width(3), optimizer=broken)
+
+
+def test_a_model_that_fails_on_its_first_batch_is_named(dataset):
+    class Broken(nn.Module):
+        @nn.compact
+        def __call__(self, x, views, *, train):
+            return nn.Dense(3)(x) @ jnp.ones((4, 3))
+
+    with pytest.raises(ValueError, match=r"the model .*Broken fails on its first batch"):
+        zg.train(config(), dataset, model=Broken())

@@ -1,0 +1,125 @@
+"""A user's pieces checked against each other before anything compiles.
+
+`train` builds the model's variables on a real first batch (`init_state`); before the
+epoch compiles, `check_pieces` traces (`jax.eval_shape`: no compilation, no device
+work) that first batch through the model, the task's loss and the optimizer, and turns
+what would fail inside the epoch into one line naming the piece and the shapes:
+
+- the model's outputs must have one row per target row, and for the built-in losses
+  the targets' shape: `[rows, classes]` for class labels, the targets' own shape for
+  float targets (multi-label, regression) and for link prediction's pair scores;
+- the loss must take those outputs and targets and give float32[rows];
+- the optimizer must take the parameters' gradients (`tx.update`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from zerognn_jax._src.nn.bridge import model_name
+from zerognn_jax._src.sampling.seeds import epoch_items
+from zerognn_jax._src.training.program import init_state, sample_batch
+from zerognn_jax._src.training.tasks.losses import LOSSES
+from zerognn_jax._src.training.tasks.node import fn_name
+
+
+def _shape(x) -> str:
+    return f"{jnp.dtype(x.dtype).name}{list(x.shape)}"
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"
+
+
+def init_checked(program, data, envelope, items, *, user_model: str | None):
+    """`init_state`, with a user model's failure on its first batch as one ValueError
+    line naming the model (the built-in models' errors pass unchanged)."""
+    try:
+        return init_state(program, data, envelope, items)
+    except Exception as err:  # noqa: BLE001 - re-raised with the piece named
+        if user_model is None:
+            raise
+        hops = program.sampler.num_hops
+        raise ValueError(f"the model {user_model} fails on its first batch (a feature "
+                         f"table {_shape(data.features)}, views of {hops} hops): "
+                         f"{_first_line(err)}") from err
+
+
+def check_pieces(program, state, data, envelope, items, *, width: int) -> None:
+    """Raises ValueError (one line) when the model's outputs, the task's loss and the
+    optimizer do not fit each other on the first batch (module docstring).
+
+    `width`: the output width the task asks of the model (`Task.output_dim`), checked
+    for class labels under the built-in loss.
+    """
+    task, program = program.task, program.with_mesh(None)  # shapes only: one device
+    perm = epoch_items(jnp.asarray(items, jnp.int32), program.batch_size, program.seed, 0)
+    variables = {"params": state.params, "batch_stats": state.batch_stats}
+    if state.embedding is not None:
+        variables["embedding"] = state.embedding
+    name = model_name(program.model)
+
+    def forward(variables, data, perm):
+        batch, mb, key = sample_batch(program, data, perm, 0, 0, envelope)
+        out, _ = program.apply_model(variables, data, mb, train=False,
+                                     inputs=batch.model_inputs)
+        return out, batch.targets, batch.weight
+
+    try:
+        out, targets, weight = jax.eval_shape(forward, variables, data, perm)
+    except Exception as err:  # noqa: BLE001 - re-raised with the piece named
+        raise ValueError(f"the model {name} fails on its first batch: "
+                         f"{_first_line(err)}") from err
+    rows = weight.shape[0]
+    if not out.shape or out.shape[0] != rows:
+        raise ValueError(f"the model {name} gives outputs {_shape(out)}; the task needs one "
+                         f"row per target row: [{rows}, ...]")
+    _check_width(task, name, out, targets, width)
+    _check_loss(task, name, out, targets, rows)
+    _check_optimizer(program, state)
+
+
+def _check_width(task, name: str, out, targets, width: int) -> None:
+    if task.loss not in LOSSES.values():
+        return  # a user's loss decides what it takes; _check_loss traces it
+    leaves = jax.tree_util.tree_leaves(targets)
+    if len(leaves) != 1:
+        return
+    t = leaves[0]
+    if jnp.issubdtype(t.dtype, jnp.integer) and t.ndim == 1:
+        want = (t.shape[0], width)
+        what = f"{width} class scores per row: {list(want)}"
+    else:
+        want, what = tuple(t.shape), f"the targets' shape {_shape(t)}"
+    if tuple(out.shape) != want:
+        raise ValueError(f"the model {name} gives outputs {_shape(out)}; the loss "
+                         f"{fn_name(task.loss)} needs {what}")
+
+
+def _check_loss(task, name: str, out, targets, rows: int) -> None:
+    for what, fn in (("loss", task.loss), ("score", task.score)):
+        if fn is None:
+            continue
+        shapes = ", ".join(_shape(t) for t in jax.tree_util.tree_leaves(targets))
+        try:
+            got = jax.eval_shape(fn, out, targets)
+        except Exception as err:  # noqa: BLE001 - re-raised with the piece named
+            raise ValueError(f"the {what} {fn_name(fn)} fails on the model {name}'s outputs "
+                             f"{_shape(out)} and targets {shapes}: {_first_line(err)}"
+                             ) from err
+        if getattr(got, "shape", None) != (rows,):
+            raise ValueError(f"the {what} {fn_name(fn)} gives {_shape(got)} for outputs "
+                             f"{_shape(out)} and targets {shapes}; it must give one value "
+                             f"per row, float32[{rows}]")
+
+
+def _check_optimizer(program, state) -> None:
+    tx = program.tx
+    try:
+        jax.eval_shape(tx.update, state.params, state.opt_state, state.params)
+    except Exception as err:  # noqa: BLE001 - re-raised with the piece named
+        raise ValueError(f"the optimizer {type(tx).__name__} fails to update the model's "
+                         f"parameters ({len(jax.tree_util.tree_leaves(state.params))} arrays): "
+                         f"{_first_line(err)}") from err

@@ -1,0 +1,338 @@
+"""Data loaders over the device sampler, for users who write their own training loop.
+
+`NeighborLoader` plays the part of PyG's `NeighborLoader` (DGL's `DataLoader`): it
+yields one sampled subgraph of seed nodes per batch, with the seeds' features and
+targets fetched on the device; `LinkNeighborLoader` that of PyG's
+`LinkNeighborLoader`: positive edges in, negatives drawn on the device, the subgraph
+sampled around every endpoint with the batch's own edges hidden (link prediction's
+task, training/tasks/link.py, is its seed source). Both offer every sampler and layout
+the trainer has (uniform, weighted, LABOR; with or without replacement; dedup or tree
+levels) and keep static shapes (the envelope), so a jitted step compiles once.
+
+A loop on a loader returns to Python after every batch and reads one flag to catch an
+overflow (then grows the envelope and samples the batch again, with the same
+randomness): a host synchronisation per step, which `train()` does not make.
+
+Hop order. Hops count from the seeds: `fanouts[0]`, `minibatch.nodes[0]` (the seeds)
+and `minibatch.blocks[0]` are the seeds' hop (the sampler's record, as before). What a
+model consumes comes in layer order, outermost hop first: `batch.views[i]` and
+`batch.blocks[i]` feed layer i, and both are `minibatch.blocks[L - 1 - i]`'s edges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from zerognn_jax._src.data.graph import CSRGraph
+from zerognn_jax._src.data.links import EvalEdges, LinkSplit
+from zerognn_jax._src.ops.gather import gather_rows
+from zerognn_jax._src.ops.registry import XLA, Kernels
+from zerognn_jax._src.sampling.calibrate import choose_envelope
+from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
+from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig, prepare_graph
+from zerognn_jax._src.sampling.seeds import counter_key, epoch_items, ordered_items
+from zerognn_jax._src.sampling.steps import ITEM_SEEDS, sample_step
+from zerognn_jax._src.training.program import views_for
+from zerognn_jax._src.training.tasks.link import LinkTask
+
+
+def _register(cls):
+    """`cls`, a frozen dataclass, as a pytree whose `positional` is static."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    return jax.tree_util.register_dataclass(
+        cls, data_fields=[n for n in names if n != "positional"], meta_fields=["positional"])
+
+
+class _Layers:
+    """Layer-order access to a batch's `minibatch` (module docstring: hop order)."""
+
+    @property
+    def seeds(self) -> jax.Array:
+        """int32[S]: level 0's node ids (padding rows hold 0)."""
+        return self.minibatch.nodes[0]
+
+    @property
+    def seed_mask(self) -> jax.Array:
+        """bool[S]: the real seeds."""
+        return self.minibatch.valid[0]
+
+    @property
+    def input_nodes(self) -> jax.Array:
+        """int32[C_L]: the outermost level's node ids, whose rows `x` holds."""
+        return self.minibatch.nodes[-1]
+
+    @property
+    def blocks(self) -> tuple:
+        """The sampled `Block`s in layer order: `blocks[i]` feeds layer i."""
+        return tuple(reversed(self.minibatch.blocks))
+
+    @property
+    def views(self) -> tuple:
+        """One `EllView` per layer, in layer order (`zg.views_for`), for training."""
+        return views_for(self.minibatch, positional=self.positional)
+
+    def inference_views(self) -> tuple:
+        """The views for a forward pass that is not differentiated (`EllView.pin_aggregates`)."""
+        return views_for(self.minibatch, positional=self.positional, inference=True)
+
+
+@_register
+@dataclasses.dataclass(frozen=True)
+class LoaderBatch(_Layers):
+    """One batch of a `NeighborLoader`.
+
+    Attributes:
+      minibatch: the sampled subgraph, hops from the seeds (`minibatch.nodes[0]` are the
+        seeds, padding rows hold id 0; `minibatch.valid[0]` marks the real ones).
+      dropout_key: a `jax.random` key for this batch (from the loader's key, the epoch
+        and the step), for the model's dropout.
+      epoch, step: where the batch sits.
+      x: float[C_L, d], the features of `input_nodes` (zero on padding rows), when the
+        loader has `features`; else None.
+      y: the seeds' rows of the loader's `targets` ([S, ...]), else None.
+      positional: per hop, whether its level is in slot order (static; `views` read it).
+    """
+
+    minibatch: MiniBatch
+    dropout_key: jax.Array
+    epoch: Any
+    step: Any
+    x: jax.Array | None = None
+    y: Any = None
+    positional: tuple = ()
+
+
+@_register
+@dataclasses.dataclass(frozen=True)
+class LinkLoaderBatch(_Layers):
+    """One batch of a `LinkNeighborLoader`: B positive edges, K negatives each.
+
+    Attributes:
+      minibatch: the subgraph sampled around every endpoint (level 0, `seeds`, is the
+        deduplicated endpoints), with the batch's positive edges hidden from every
+        block when the loader excludes them.
+      pairs: int32[P, 2], P = B (1 + K): each pair's endpoints as positions in level 0
+        (score `h[pairs[:, 0]]` against `h[pairs[:, 1]]`); positives first, then
+        negative j of positive i at row B + i K + j.
+      edges: int32[P, 2], the same pairs as global node ids.
+      labels: float32[P], 1 for positives, 0 for negatives.
+      weight: float32[P], 1 per real positive, 1/K per real negative, 0 for padding
+        (positives and negatives weigh the same in total; training/tasks/link.py).
+      dropout_key, epoch, step, x, positional: as in `LoaderBatch`.
+    """
+
+    minibatch: MiniBatch
+    pairs: jax.Array
+    edges: jax.Array
+    labels: jax.Array
+    weight: jax.Array
+    dropout_key: jax.Array
+    epoch: Any
+    step: Any
+    x: jax.Array | None = None
+    positional: tuple = ()
+
+
+def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
+    if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
+        raise ValueError(f"{name} must lie in [0, {num_nodes}), found "
+                         f"[{ids.min()}, {ids.max()}]")
+
+
+class DeviceLoader:
+    """What both loaders share: items, order, keys, the envelope and its growth.
+
+    Subclasses give the seed source (`_source`) and turn a step's sample into their
+    batch (`_assemble`, traced).
+    """
+
+    _source = ITEM_SEEDS
+
+    def _setup(self, graph: CSRGraph, items: np.ndarray, *, fanouts, batch_size: int, key,
+               envelope, sampler: str, replace: bool, dedup: bool, flat_outer: bool,
+               edge_ids: bool, shuffle: bool, drop_last: bool, features, targets,
+               policy: EnvelopePolicy, kernels: Kernels):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        # The run's seed as the engines take it: a non-negative int32 (its top bit dropped).
+        self.seed = int(counter_key(key)) & 0x7FFFFFFF
+        config = SamplerConfig(tuple(fanouts), replace=replace, dedup=dedup,
+                               flat_outer=flat_outer, method=sampler,
+                               edge_ids=edge_ids).resolve(graph.max_degree())
+        self.sampler = config
+        self.graph = prepare_graph(graph, config).to_device()
+        self.items = jnp.asarray(items, jnp.int32)
+        self.batch_size, self.policy, self.kernels = batch_size, policy, kernels
+        self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
+        for name, table in (("features", features), ("targets", targets)):
+            rows = None if table is None else jax.tree_util.tree_leaves(table)[0].shape[0]
+            if rows is not None and rows != graph.num_nodes:
+                raise ValueError(f"{name} must have one row per node ({graph.num_nodes}), "
+                                 f"got {rows}")
+        self.features = None if features is None else jnp.asarray(features)
+        self.targets = None if targets is None else jax.tree_util.tree_map(jnp.asarray, targets)
+        if isinstance(envelope, str):
+            envelope, _ = choose_envelope(self.graph, self.items, batch_size, config,
+                                          method=envelope, seed=self.seed, policy=policy,
+                                          kernels=kernels, source=self._source)
+        self.envelope = config.fit_envelope(envelope)
+        self._next_epoch = 0
+        self._programs = {}
+
+    def __len__(self) -> int:
+        n, b = self.items.shape[0], self.batch_size
+        return n // b if self.drop_last else -(-n // b)
+
+    def __iter__(self) -> Iterator:
+        epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
+        return self.epoch(epoch)
+
+    def epoch(self, epoch: int) -> Iterator:
+        """The batches of epoch `epoch`, in order (the same key: the same batches)."""
+        if self.shuffle:
+            order = epoch_items(self.items, self.batch_size, self.seed, epoch)
+        else:
+            order = ordered_items(self.items, self.batch_size)
+        for step in range(len(self)):
+            yield self._batch(order, epoch, step)
+
+    def _fetch(self, mb: MiniBatch):
+        """(x, y): the input nodes' features and the seeds' targets, or None each."""
+        x = None if self.features is None else gather_rows(
+            self.kernels, self.features, mb.nodes[-1], mb.valid[-1])
+        y = None if self.targets is None else jax.tree_util.tree_map(
+            lambda t: t[mb.nodes[0]], self.targets)
+        return x, y
+
+    def _program(self, envelope: Envelope):
+        if envelope not in self._programs:
+            def sample(graph, order, epoch, step):
+                out = sample_step(graph, order, step, seed=self.seed, epoch=epoch,
+                                  batch_size=self.batch_size, config=self.sampler,
+                                  envelope=envelope, kernels=self.kernels,
+                                  source=self._source)
+                return self._assemble(out, epoch, step)
+            self._programs[envelope] = jax.jit(sample)
+        return self._programs[envelope]
+
+    def _batch(self, order, epoch: int, step: int):
+        while True:
+            batch = self._program(self.envelope)(self.graph, order, jnp.int32(epoch),
+                                                 jnp.int32(step))
+            mb = batch.minibatch
+            if not bool(mb.overflow):  # one host read per batch
+                return dataclasses.replace(batch, epoch=epoch, step=step)
+            self.envelope = self.sampler.fit_envelope(
+                grow(self.envelope, np.asarray(mb.counts), self.policy))
+
+
+class NeighborLoader(DeviceLoader):
+    """Sampled mini-batches around `nodes` of `graph`, on the device (PyG's
+    `NeighborLoader`; docs/loader.md).
+
+    Args:
+      graph: a CSRGraph (host or device arrays); with `sampler="weighted"` it needs
+        edge weights (`CSRGraph.weights`).
+      nodes: int[M], the seed nodes (e.g. the training split).
+      fanouts: neighbours per hop, seeds' hop first; -1 takes every neighbour.
+      batch_size: seeds per batch; the last batch of an epoch is padded (masked)
+        unless `drop_last`.
+      key: a `jax.random.key`, a legacy `jax.random.PRNGKey` or an integer.
+      sampler: "uniform", "weighted" (by edge weight) or "labor" (LABOR-0); replace:
+        with replacement (not LABOR); dedup: deduplicate each level (False: tree mode,
+        exact sizes, views read by position); flat_outer: with dedup, the outermost hop
+        in slot order (`SamplerConfig.flat_outer`); edge_ids: blocks carry their edges'
+        CSR positions (`Block.eid`).
+      shuffle: a fresh permutation of `nodes` every epoch; False keeps their order.
+      drop_last: leave out the last batch when it is not full.
+      features: float[N, d] (host or device), gathered for each batch's input nodes on
+        the device (`batch.x`); targets: [N, ...] (or a pytree of such), the seeds' rows
+        (`batch.y`).
+      envelope: "calibrate" (tight, measured on a first epoch), "conservative", or an
+        `Envelope`. It grows by itself when a batch does not fit.
+      policy: how capacities are sized and grown. kernels: which op implementations run.
+
+    Iterating gives the batches of the next epoch (0, 1, ...); `epoch(e)` those of
+    epoch `e`.
+    """
+
+    def __init__(self, graph: CSRGraph, nodes, *, fanouts, batch_size: int, key,
+                 sampler: str = "uniform", replace: bool = False, dedup: bool = True,
+                 flat_outer: bool = False, edge_ids: bool = False, shuffle: bool = True,
+                 drop_last: bool = False, features=None, targets=None,
+                 envelope: Envelope | str = "calibrate",
+                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels = XLA):
+        nodes = np.asarray(nodes)
+        if nodes.ndim != 1 or nodes.size == 0 or not np.issubdtype(nodes.dtype, np.integer):
+            raise ValueError(f"nodes must be a non-empty 1-D integer array, got "
+                             f"{nodes.dtype}{list(nodes.shape)}")
+        _check_ids("nodes", nodes, graph.num_nodes)
+        self._setup(graph, nodes, fanouts=fanouts, batch_size=batch_size, key=key,
+                    envelope=envelope, sampler=sampler, replace=replace, dedup=dedup,
+                    flat_outer=flat_outer, edge_ids=edge_ids, shuffle=shuffle, drop_last=drop_last,
+                    features=features, targets=targets, policy=policy, kernels=kernels)
+
+    def _assemble(self, out, epoch, step) -> LoaderBatch:
+        x, y = self._fetch(out.mb)
+        return LoaderBatch(out.mb, out.drop_key, epoch, step, x, y, self.sampler.positional)
+
+
+class LinkNeighborLoader(DeviceLoader):
+    """Batches of positive edges with negatives drawn on the device and the subgraph
+    sampled around every endpoint (PyG's `LinkNeighborLoader`; docs/loader.md).
+
+    Args:
+      graph: the message-passing graph (for link prediction without leakage: the
+        training edges only, e.g. `zg.random_link_split(g).graph`).
+      edges: int[E, 2], the positive (source, destination) edges; each epoch cuts them
+        into batches of `batch_size`.
+      num_negatives: K negatives per positive, drawn on the device (a function of the
+        key, epoch, step and slot: sampling/negatives.py). negative_mode:
+        "destination" (corrupt the destination) or "pairs" (both ends uniform).
+      exclude_seed_edges: hide the batch's positive edges (both directions) from
+        every sampled block, so message passing cannot read the edge it predicts.
+      features: float[N, d], gathered for each batch's input nodes (`batch.x`).
+      fanouts, batch_size, key, sampler, replace, dedup, flat_outer, edge_ids, shuffle,
+      drop_last, envelope, policy, kernels: as in `NeighborLoader`. Level 0 (the endpoints) has
+      a capacity of its own, calibrated like the other levels, and grows on overflow.
+    """
+
+    def __init__(self, graph: CSRGraph, edges, *, fanouts, batch_size: int, key,
+                 num_negatives: int = 1, negative_mode: str = "destination",
+                 exclude_seed_edges: bool = True, sampler: str = "uniform",
+                 replace: bool = False, dedup: bool = True, flat_outer: bool = False,
+                 edge_ids: bool = False, shuffle: bool = True, drop_last: bool = False,
+                 features=None,
+                 envelope: Envelope | str = "calibrate",
+                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels = XLA):
+        edges = np.asarray(edges)
+        if (edges.ndim != 2 or edges.shape[1] != 2 or not edges.shape[0]
+                or not np.issubdtype(edges.dtype, np.integer)):
+            raise ValueError(f"edges must be a non-empty integer [E, 2] array, got "
+                             f"{edges.dtype}{list(edges.shape)}")
+        _check_ids("edges", edges, graph.num_nodes)
+        none = EvalEdges(np.zeros((0, 2), np.int32), np.zeros((0, 2), np.int32),
+                         np.zeros((0, 0), np.int32))
+        split = LinkSplit(edges.astype(np.int32), graph, none, none, graph.num_nodes)
+        self._source = LinkTask(split, num_negatives, negative_mode,
+                                exclude_seed_edges=exclude_seed_edges, kernels=kernels)
+        self._setup(graph, edges, fanouts=fanouts, batch_size=batch_size, key=key,
+                    envelope=envelope, sampler=sampler, replace=replace, dedup=dedup,
+                    flat_outer=flat_outer, edge_ids=edge_ids, shuffle=shuffle, drop_last=drop_last,
+                    features=features, targets=None, policy=policy, kernels=kernels)
+
+    def _assemble(self, out, epoch, step) -> LinkLoaderBatch:
+        task = self._source
+        batch = task.batch(None, out.items, out.valid, out.key, out.level)
+        mb = task.restrict(out.mb, batch)
+        pairs = batch.model_inputs["pairs"]
+        x, _ = self._fetch(mb)
+        return LinkLoaderBatch(mb, pairs, out.level.seeds[pairs], batch.targets,
+                               batch.weight, out.drop_key, epoch, step, x,
+                               self.sampler.positional)

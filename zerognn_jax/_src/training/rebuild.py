@@ -1,0 +1,58 @@
+"""What a checkpoint records to rebuild its run for inference, and the config it gives.
+
+Every checkpoint's `meta` holds, besides the run's identity (checkpoint.py), the whole
+`TrainConfig` with the dataset root made absolute (`"config"`) and whether the dataset
+was a `Dataset` passed to `train()` rather than loaded by `cfg.dataset`
+(`"dataset_given"`). `restore` and `predict` (inference.py) rebuild the run from these
+without the caller's config: the dataset is loaded from the recorded root, not searched
+for under `~/.cache`. Checkpoints written before this record fall back to the identity's
+options (the dataset's name, no root).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from zerognn_jax._src.training.config import TrainConfig
+
+# Set when a run is rebuilt from its checkpoint: on one device, writing nothing.
+REBUILT = {"progress": False, "checkpoint_dir": None, "metrics_out": None,
+           "tensorboard_dir": None, "best_metric": None, "devices": 1,
+           "shard_features": False}
+
+
+def rebuild_record(cfg: TrainConfig, dataset, given: bool) -> dict:
+    """{"config": every option (the root absolute), "dataset_given": bool} of a run."""
+    config = dataclasses.asdict(cfg)
+    if cfg.root is not None:
+        config["root"] = os.path.abspath(cfg.root)
+    if given:  # recorded for the message that asks for it: its name, not cfg.dataset's
+        config["dataset"] = dataset.name
+    return {"config": config, "dataset_given": bool(given)}
+
+
+def config_of(meta: dict) -> TrainConfig:
+    """The TrainConfig of a checkpoint's run on one device (the global batch as the
+    batch; `REBUILT`): the recorded config, or for an older checkpoint the identity's
+    options (those that do not shape the trained values take their defaults)."""
+    ident = meta.get("identity", {})
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    if "config" in meta:
+        values = {k: v for k, v in meta["config"].items() if k in names}
+    else:
+        values = {k: v for k, v in ident.items() if k in names}
+        values["dataset"] = ident.get("dataset.name", "tiny")
+    if "global_batch" in ident:
+        values["batch_size"] = ident["global_batch"]
+    return TrainConfig(**{**values, **REBUILT})
+
+
+def check_dataset(meta: dict, dataset) -> None:
+    """Raises ValueError when the run trained on a Dataset passed to `train()` and none
+    is given now: it cannot be loaded by name."""
+    if dataset is None and meta.get("dataset_given"):
+        name = meta.get("config", {}).get("dataset")
+        raise ValueError(f"the checkpoint's run trained on a Dataset passed to train() "
+                         f"(named {name!r}), which cannot be loaded by name: pass it, "
+                         f"restore(..., dataset=...)")
