@@ -141,11 +141,12 @@ def test_embeddings_resume_from_a_checkpoint_as_if_never_stopped(edge_data, tmp_
     train(first, edge_data)
     resumed = train(dataclasses.replace(first, epochs=2), edge_data)
     assert resumed.history[0]["epoch"] == 0 and len(resumed.history) == 2
-    np.testing.assert_array_equal(np.asarray(resumed.state.embedding),
-                                  np.asarray(whole.state.embedding))
-    np.testing.assert_array_equal(np.asarray(resumed.state.embedding_opt.nu),
-                                  np.asarray(whole.state.embedding_opt.nu))
+    # Bit for bit on the CPU; a GPU's scatter-adds sum in no fixed order.
+    same = (np.testing.assert_array_equal if jax.default_backend() == "cpu" else
+            lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6))
+    same(np.asarray(resumed.state.embedding), np.asarray(whole.state.embedding))
+    same(np.asarray(resumed.state.embedding_opt.nu), np.asarray(whole.state.embedding_opt.nu))
     back = restore(str(tmp_path), dataclasses.replace(first, epochs=2), edge_data,
                    for_inference=True)
     np.testing.assert_array_equal(np.asarray(back.variables["embedding"]),
-                                  np.asarray(whole.state.embedding))
+                                  np.asarray(resumed.state.embedding))
