@@ -68,6 +68,20 @@ def graph_3000():
     return _dataset("g3000", 3000, 15000, seed=8)
 
 
+@pytest.fixture(scope="module")
+def all_neighbours(graph_400):
+    """The model trained on graph_400 with fanouts that reach every neighbour, one per
+    sampler, trained once and shared by the tests that read it (they do not modify it)."""
+    cache = {}
+
+    def trained(sampler: str):
+        if sampler not in cache:
+            max_degree = graph_400.graph.max_degree()
+            cache[sampler] = _trained(graph_400, sampler, (max_degree, max_degree))
+        return cache[sampler]
+    return trained
+
+
 def _trained(dataset, sampler: str, fanouts, epochs: int = 1):
     cfg = TrainConfig(hidden=16, layers=2, fanouts=fanouts, batch_size=TRAIN_BATCH,
                       epochs=epochs, lr=0.01, sampler=sampler, dedup=False, eval_mode="none",
@@ -81,11 +95,12 @@ def _with_layout(program, layout: str):
 
 
 @pytest.mark.parametrize("sampler", ["uniform", "weighted", "labor"])
-def test_sampled_logits_reaching_every_neighbour_equal_exact(graph_400, sampler):
+def test_sampled_logits_reaching_every_neighbour_equal_exact(graph_400, all_neighbours,
+                                                            sampler):
     max_degree = graph_400.graph.max_degree()
     # The largest batch's tree outer level: positions, many times the graph's nodes.
     assert 4 * TRAIN_BATCH * (1 + max_degree) ** 2 > 50 * graph_400.graph.num_nodes
-    res = _trained(graph_400, sampler, (max_degree, max_degree))
+    res = all_neighbours(sampler)
     exact = np.asarray(layerwise_logits(res.program, res.variables, res.data))
     nodes = np.arange(graph_400.graph.num_nodes)
     for layout, batch in _cases(sampler):
@@ -95,10 +110,10 @@ def test_sampled_logits_reaching_every_neighbour_equal_exact(graph_400, sampler)
                                    err_msg=f"{sampler} {layout} eval batch {batch}")
 
 
-def test_loader_tree_batches_read_by_position_equal_exact(graph_400):
+def test_loader_tree_batches_read_by_position_equal_exact(graph_400, all_neighbours):
     """A user's loop over tree batches, views read by position for inference."""
     max_degree = graph_400.graph.max_degree()
-    res = _trained(graph_400, "uniform", (max_degree, max_degree))
+    res = all_neighbours("uniform")
     exact = np.asarray(layerwise_logits(res.program, res.variables, res.data))
     loader = NeighborLoader(graph_400.graph, np.arange(400), fanouts=(max_degree,) * 2,
                             batch_size=64, key=0, dedup=False)
