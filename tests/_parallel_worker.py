@@ -143,9 +143,9 @@ def cmd_collectives(args, out: pathlib.Path) -> None:
     all-reduce, metrics summed on the devices, overflow agreed late); the overflow
     agreed early with prefetched samples from a tiny envelope (replays); and a train set
     that leaves a partial last batch (12 seeds on 2 of 4 devices). The optimised
-    collectives run in `cmd_equivalence`."""
+    collectives, and the one-device run the full train set is compared with
+    ("ref_sgd"), run in `cmd_equivalence`."""
     runs = {
-        "ref_sgd": dict(devices=1),
         "dp4_baseline": dict(devices=4, collectives="baseline"),
         "dp4_early_prefetch_tiny": dict(devices=4, collectives="flat.host.early",
                                         prefetch=True, tiny_envelope=True),

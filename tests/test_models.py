@@ -238,7 +238,8 @@ def test_positional_levels_compute_what_dedup_computes(name):
                                             jnp.uint32(5), env.capacities, train=False)
             return jnp.sum(jnp.where(valid[:, None], logits, 0.0) ** 2), mb
 
-        (value, mb), grads = jax.value_and_grad(loss, has_aux=True)(params)
+        # Under jit: one compile per layout rather than every op dispatched eagerly.
+        (value, mb), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
         results[label] = (value, grads)
         assert [n.shape[0] for n in mb.nodes] == [40, *env.capacities]
     assert env.capacities == (40 * 7, 40 * 7 * 5)  # tree: exact sizes

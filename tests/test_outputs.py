@@ -183,7 +183,9 @@ def test_checkpoint_on_a_full_disk_is_one_line_exit_1(tmp_path, monkeypatch, cap
     monkeypatch.setattr(ocp.CheckpointManager, "save", save)
     ckpt = tmp_path / "ck"
     capfd.readouterr()
+    # A small model: the save fails after the first epoch whatever was trained.
     assert main(["train", "--no-progress", "--epochs", "1", "--eval-mode", "none",
+                 "--hidden", "8", "--layers", "1", "--fanouts", "2", "--batch-size", "512",
                  "--checkpoint-dir", str(ckpt)]) == 1
     assert capfd.readouterr().err == (f"zerognn: error: could not write the checkpoint of "
                                       f"epoch 0 in checkpoint_dir {ckpt}: {ENOSPC}\n")

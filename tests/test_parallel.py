@@ -191,7 +191,7 @@ def test_every_way_of_reducing_a_step_matches_one_device(collectives, equivalenc
     step ahead: the parameters, losses and accuracies of one device with the global
     batch. Sampled edges and level maxima describe the 4 per-device subgraphs, so they
     are compared between the variants only."""
-    ref, ref_record = load(collectives, "ref_sgd")
+    ref, ref_record = load(equivalence, "ref_sgd")  # one device, as in the other tests
     _, base = load(collectives, "dp4_baseline")
     runs = {"dp4_baseline": collectives, "dp4_early_prefetch_tiny": collectives,
             "dp4_tiny_envelope": equivalence}  # the last: flat, host metrics, packed flag
