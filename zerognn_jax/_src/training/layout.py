@@ -45,7 +45,9 @@ def choose_layout(cfg, task, sampler: SamplerConfig, batch_size: int, num_nodes:
     sampler that draws each row on its own (LABOR shares draws across a level), when
     the tree's levels are small against the graph (`SamplerConfig.tree_is_small`).
     A flat outer hop is on by default for the built-in SAGE models on the scan engine,
-    whose first layer reads its sources without transforming them.
+    whose first layer reads its sources without transforming them, unless the outer hop
+    takes every neighbour (a -1 fanout: its slot-ordered level would be as wide as the
+    largest degree for every row).
     """
     sage = not user_model and cfg.model.startswith("sage")
     scan = cfg.engine == "scan"
@@ -55,6 +57,10 @@ def choose_layout(cfg, task, sampler: SamplerConfig, batch_size: int, num_nodes:
         flat = bool(cfg.flat_outer)
         flat_why = f"flat_outer={cfg.flat_outer}" if cfg.flat_outer is not None else \
             "a user's model may transform its sources: no flat outer hop"
+    elif sampler.all_neighbors and sampler.all_neighbors[-1]:
+        flat = False
+        flat_why = ("the outer hop takes every neighbour: in slot order its level would "
+                    "hold C x (1 + largest degree) rows; no flat outer hop")
     else:
         flat = sage and scan
         flat_why = ("SAGE on the scan engine reads outer sources untransformed: flat outer "
