@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import atexit
 import pathlib
-import shutil
-import tempfile
 
 import jax
 import numpy as np
@@ -14,15 +11,6 @@ import pytest
 from zerognn_jax import from_edge_list
 
 SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared" / "datasets"
-
-# Many tests compile the same programs (the same small model on the same graph): one
-# persistent compilation cache for the session compiles each once. It lives in a fresh
-# folder, removed at exit, so no run reads another's entries.
-_CACHE = tempfile.mkdtemp(prefix="zerognn-jax-test-cache-")
-atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
-jax.config.update("jax_compilation_cache_dir", _CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def pytest_collection_modifyitems(config, items):
