@@ -20,7 +20,7 @@ import numpy as np
 
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.sampling.minibatch import MiniBatch
-from zerognn_jax._src.sampling.steps import SeedLevel
+from zerognn_jax._src.sampling.steps import ItemLevel, SeedLevel
 
 
 class TaskBatch(NamedTuple):
@@ -185,3 +185,18 @@ class BatchedTask(Protocol):
         (`training.memory.memory_report`'s keys: "envelope_bytes", "ideal_bytes",
         "ratio")."""
         ...
+
+
+class ItemsAreLevel0:
+    """For tasks whose level 0 is the step's items themselves, one row each (graphs of
+    a collection, target nodes of a typed graph): the `Task` methods that say so."""
+
+    def train_items(self, dataset):
+        return dataset.train_idx
+
+    def seed_capacity(self, batch_size: int) -> int:
+        return batch_size
+
+    def seed_level(self, items, valid, key, capacity: int) -> ItemLevel:
+        del key, capacity
+        return ItemLevel(items, valid)

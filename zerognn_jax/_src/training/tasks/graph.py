@@ -44,7 +44,7 @@ from zerognn_jax._src.sampling.minibatch import SamplerConfig
 from zerognn_jax._src.sampling.seeds import epoch_items, num_steps, step_items, step_keys
 from zerognn_jax._src.sampling.steps import ItemLevel
 from zerognn_jax._src.training.program import DeviceData, StepProgram
-from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch
+from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.graph_metrics import (
     DEFAULT_LOSS,
     LOSSES,
@@ -69,7 +69,7 @@ def _edge_rows(tables: GraphTables, gb: GraphBatch):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class GraphTask:
+class GraphTask(ItemsAreLevel0):
     """Supervised learning of one target row per graph (`Task` and `BatchedTask`).
 
     Attributes:
@@ -114,16 +114,6 @@ class GraphTask:
     def device_targets(self, dataset: GraphCollection) -> GraphTables:
         """The collection's offsets, edges, edge features and targets (`GraphTables`)."""
         return graph_tables(dataset)
-
-    def train_items(self, dataset: GraphCollection):
-        return dataset.train_idx
-
-    def seed_capacity(self, batch_size: int) -> int:
-        return batch_size
-
-    def seed_level(self, items, valid, key, capacity: int) -> ItemLevel:
-        del key, capacity
-        return ItemLevel(items, valid)
 
     def batch(self, data, items, valid, key, level) -> TaskBatch:
         """Targets and weights of the B graphs and the padding graph (B + 1 rows)."""

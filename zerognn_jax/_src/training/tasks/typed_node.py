@@ -43,7 +43,7 @@ from zerognn_jax._src.sampling.typed_minibatch import (
     sample_typed_step,
 )
 from zerognn_jax._src.training.program import DeviceData, StepProgram
-from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch
+from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
 from zerognn_jax._src.training.tasks.node import accuracy, node_task
 from zerognn_jax._src.training.tasks.typed_eval import typed_logits
@@ -161,7 +161,7 @@ def _refuse(cfg) -> None:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TypedNodeTask:
+class TypedNodeTask(ItemsAreLevel0):
     """Classes of the target type's nodes (`Task` and `BatchedTask`).
 
     Attributes:
@@ -216,16 +216,6 @@ class TypedNodeTask:
     def device_targets(self, dataset: HeteroDataset) -> np.ndarray:
         """int32[N_target] class ids (-1, unlabelled, as 0: never a training row)."""
         return np.maximum(dataset.labels, 0).astype(np.int32)
-
-    def train_items(self, dataset: HeteroDataset):
-        return dataset.train_idx
-
-    def seed_capacity(self, batch_size: int) -> int:
-        return batch_size
-
-    def seed_level(self, items, valid, key, capacity: int) -> ItemLevel:
-        del key, capacity
-        return ItemLevel(items, valid)
 
     def batch(self, data, items, valid, key, level) -> TaskBatch:
         del key
