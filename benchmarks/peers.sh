@@ -95,19 +95,7 @@ run() {
   fi
 }
 
-pyg_backend() {
-  $PY -c "import torch_sparse" 2>/dev/null && return
-  local wheels=${WHEELS:-}
-  for dir in shared/wheels ../shared/wheels; do
-    [ -z "$wheels" ] && [ -d "$dir" ] && wheels=$dir
-  done
-  if [ -z "$wheels" ]; then echo "   no torch-sparse and no wheels folder"; return; fi
-  $PY -m pip install -q --no-index --no-deps --target "$ROOT/pyg-wheels" \
-    "$wheels"/torch_scatter-*.whl "$wheels"/torch_sparse-*.whl >>"$LOG" 2>&1
-  export PYTHONPATH=$PYTHONPATH:$ROOT/pyg-wheels
-  $PY -c "import torch_sparse; print('torch_sparse', torch_sparse.__version__)" \
-    || echo "   torch_sparse still does not import: PyG's NeighborLoader will fail"
-}
+source benchmarks/peers/wheels.sh
 
 echo "== device"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null \

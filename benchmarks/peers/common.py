@@ -135,6 +135,12 @@ class LossLog:
         self._losses = []
         return value
 
+    def values(self) -> list[float]:
+        """Every step's loss since the last epoch_mean, in order (one host read)."""
+        import torch
+
+        return torch.stack(self._losses).cpu().tolist() if self._losses else []
+
 
 class JsonLines:
     """Prints each record as one JSON line and appends it to `path` (flushed at once)."""

@@ -62,12 +62,13 @@ def full_loader(pyg: Data, args, device) -> NeighborLoader:
 
 
 @torch.no_grad()
-def layerwise_predict(model: GraphSAGE, loader: NeighborLoader, x: torch.Tensor,
-                      device: torch.device) -> np.ndarray:
-    """Exact inference, one layer over all nodes at a time: int64[N] predicted classes.
+def layerwise_outputs(model: GraphSAGE, loader: NeighborLoader, x: torch.Tensor,
+                      device: torch.device) -> torch.Tensor:
+    """Exact inference, one layer over all nodes at a time: the last layer's outputs
+    float32[N, d'] on `device`.
 
-    x: float32[N, d] on the CPU; each layer's output table float32[N, d'] stays on
-    `device`. Batch b's rows are nodes n_id[:batch_size] in order.
+    x: float32[N, d] on the CPU; each layer's output table stays on `device`. Batch b's
+    rows are nodes n_id[:batch_size] in order.
     """
     model.eval()
     h = x.to(device)
@@ -79,7 +80,13 @@ def layerwise_predict(model: GraphSAGE, loader: NeighborLoader, x: torch.Tensor,
             rows.append(model.inference_per_layer(i, inputs, edge_index, batch.batch_size))
         h = torch.cat(rows, dim=0)
     model.train()
-    return h.argmax(dim=1).cpu().numpy()
+    return h
+
+
+def layerwise_predict(model: GraphSAGE, loader: NeighborLoader, x: torch.Tensor,
+                      device: torch.device) -> np.ndarray:
+    """Exact inference's predicted classes, int64[N]."""
+    return layerwise_outputs(model, loader, x, device).argmax(dim=1).cpu().numpy()
 
 
 class Trainer:

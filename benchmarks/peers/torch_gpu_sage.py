@@ -177,9 +177,10 @@ def chunk_bounds(indptr: np.ndarray, max_edges: int) -> list[tuple[int, int]]:
 
 
 @torch.no_grad()
-def layerwise_predict(model: SAGE, graph: DeviceGraph, feats: torch.Tensor,
-                      indptr: np.ndarray, max_edges: int) -> np.ndarray:
-    """Exact full-neighbourhood inference, layer by layer over all nodes: int64[N] classes."""
+def layerwise_outputs(model: SAGE, graph: DeviceGraph, feats: torch.Tensor,
+                      indptr: np.ndarray, max_edges: int) -> torch.Tensor:
+    """Exact full-neighbourhood inference, layer by layer over all nodes: the last
+    layer's outputs float32[N, d'] on the features' device."""
     model.eval()
     h, n, bounds = feats, feats.shape[0], chunk_bounds(indptr, max_edges)
     for i in range(len(model.lins)):
@@ -193,7 +194,13 @@ def layerwise_predict(model: SAGE, graph: DeviceGraph, feats: torch.Tensor,
             out[a:b] = model.layer(i, h, h[a:b], Block(graph.indices[lo:hi], dst, inv, b - a))
         h = out
     model.train()
-    return h.argmax(dim=1).cpu().numpy()
+    return h
+
+
+def layerwise_predict(model: SAGE, graph: DeviceGraph, feats: torch.Tensor,
+                      indptr: np.ndarray, max_edges: int) -> np.ndarray:
+    """Exact inference's predicted classes, int64[N]."""
+    return layerwise_outputs(model, graph, feats, indptr, max_edges).argmax(dim=1).cpu().numpy()
 
 
 class Trainer:

@@ -1,0 +1,18 @@
+# pyg_backend: makes torch_sparse importable for PyG's neighbour loaders, sourced by
+# benchmarks/peers.sh and benchmarks/link_peers.sh. Without torch_sparse, installs the
+# torch-scatter and torch-sparse wheels of WHEELS (default: shared/wheels or
+# ../shared/wheels) into $ROOT/pyg-wheels and adds that folder to PYTHONPATH. Reads PY,
+# ROOT and LOG.
+pyg_backend() {
+  $PY -c "import torch_sparse" 2>/dev/null && return
+  local wheels=${WHEELS:-}
+  for dir in shared/wheels ../shared/wheels; do
+    [ -z "$wheels" ] && [ -d "$dir" ] && wheels=$dir
+  done
+  if [ -z "$wheels" ]; then echo "   no torch-sparse and no wheels folder"; return; fi
+  $PY -m pip install -q --no-index --no-deps --target "$ROOT/pyg-wheels" \
+    "$wheels"/torch_scatter-*.whl "$wheels"/torch_sparse-*.whl >>"$LOG" 2>&1
+  export PYTHONPATH=$PYTHONPATH:$ROOT/pyg-wheels
+  $PY -c "import torch_sparse; print('torch_sparse', torch_sparse.__version__)" \
+    || echo "   torch_sparse still does not import: PyG's neighbour loaders will fail"
+}
