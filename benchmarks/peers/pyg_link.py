@@ -35,6 +35,7 @@ Needs pyg-lib or torch-sparse (CPU builds suffice); see benchmarks/peers.sh.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import sys
 import time
@@ -121,6 +122,10 @@ def main(argv=None) -> int:
     measures = link_run.drain_timed(trainer.step, batches, device, args)
     losses = trainer.losses.values()
     peak = common.peak_bytes(device)
+    del loader, batches  # the training loader's workers and batches, before inference
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     t1 = time.perf_counter()
     h = layerwise_outputs(trainer.model, full_loader(pyg, args, device), pyg.x, device)
     extra = {"peak_bytes": peak, "setup_seconds": setup,
