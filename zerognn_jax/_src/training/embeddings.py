@@ -56,6 +56,19 @@ class NodeEmbedding:
         table = table.astype(self.dtype)
         return table, row_adam_init(table)
 
+    def num_rows(self, graph) -> int:
+        """The table's rows for the run's graph: one per node."""
+        return graph.num_nodes
+
+    def ids(self, mb) -> tuple[jax.Array, jax.Array]:
+        """(int32[R] table rows, bool[R] valid) a step reads: its outermost level's nodes."""
+        return mb.nodes[-1], mb.valid[-1]
+
+    def join(self, x: jax.Array, embedded: jax.Array):
+        """The model's input from the level's feature rows `x` and their embedding rows:
+        float[S, d + dim], each node's embedding after its features."""
+        return jnp.concatenate([x, embedded.astype(x.dtype)], axis=1)
+
     def rows(self, kernels: Kernels, table: jax.Array, ids, valid) -> jax.Array:
         """float[C, dim]: the rows `ids` (zero where not `valid`)."""
         return gather_rows(kernels, table, ids, valid)
