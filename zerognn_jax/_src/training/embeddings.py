@@ -5,7 +5,10 @@ in `TrainState.embedding_opt`), not of the model's parameters: the optimizer of 
 parameters (dense Adam over every leaf) never sees it. A step gathers the rows of its
 outermost level, the model reads them concatenated after the node's features, and the
 gradient of those rows goes through `row_adam_update` (row_adam.py): only the rows the
-step read, and their moments, are written.
+step read, and their moments, are written. A typed run's featureless types share the
+machinery as one stacked table (`TypedEmbedding`, tasks/typed_node.py), which says
+through `num_rows`, `ids` and `join` how many rows it has, which a step reads and how
+they reach the model.
 
 With data parallelism the table is replicated, every device updating its copy with the
 rows and gradients of all devices (one all-gather of ids and gradient rows per step), so

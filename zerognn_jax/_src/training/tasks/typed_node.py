@@ -6,10 +6,13 @@ It is a `BatchedTask` (base.py): a step samples a `TypedMiniBatch` around its se
 `TypedSample`, which reads as a one-level minibatch: its rows are the outermost level's
 nodes of every type with features, packed into one table (`TypedInputs`), so the step
 gathers them with the one row gather; counts are per (level, type), flattened. The
-model (`OnTypes` around a `HeteroGNN`) unpacks the rows by type and reads the typed
-blocks. The envelope is a `TypedEnvelope`, calibrated by `choose_typed_envelope` and
-grown after an overflow by `grow_typed`, as the homogeneous one is (scan.py reruns the
-step). A graph of one type trains as the homogeneous node task does (tests).
+featureless types' rows come from one stacked, learnable table (`TypedEmbedding`), which
+the step gathers and trains by row-sparse lazy Adam as it does the homogeneous node
+embedding. The model (`OnTypes` around a `HeteroGNN`) unpacks both by type and reads
+the typed blocks. The envelope is a `TypedEnvelope`, calibrated by
+`choose_typed_envelope` and grown after an overflow by `grow_typed`, as the homogeneous
+one is (scan.py reruns the step). A graph of one type trains as the homogeneous node
+task does (tests).
 """
 
 from __future__ import annotations
@@ -161,7 +164,8 @@ class TypedEmbedding(NodeEmbedding):
     """The featureless types' learnable rows: one table per type, stacked into one
     float[sum of N_t, dim] table at `TypedInputs.embedded_offsets`, so the homogeneous
     node embedding's machinery (lazy Adam in the scan, applied only to kept steps,
-    checkpoints, data parallelism) serves it unchanged. A step reads the rows of its
+    checkpoints, `restore`, and the row all-gather of data parallelism once typed runs
+    take it) serves it unchanged. A step reads the rows of its
     outermost level's featureless nodes (`TypedSample.embedded`) and hands the model
     (`OnTypes`) the pair (feature rows, embedding rows).
 
