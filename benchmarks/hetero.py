@@ -3,7 +3,8 @@ and the same graph written for the PyG peer (benchmarks/peers/pyg_hetero_sage.py
 
 Relational SAGE (`rsage`), 2 layers, fanouts [25, 20] for every relation, batch 1024,
 Adam; featureless types (authors, institutions, fields) take learnable `hidden`-wide
-embeddings (dense Adam updates, as the PyG peer's `nn.Embedding`). Evaluation samples
+embeddings (row-sparse lazy Adam updates here, dense Adam in the PyG peer's
+`nn.Embedding`). Evaluation samples
 the test papers with the training fanouts (`--eval-mode sampled`, as the peer does).
 
     python3 benchmarks/hetero.py --scale 1 --epochs 5 --out OUT/hetero.jsonl \

@@ -37,6 +37,8 @@ def test_rsage_learns_above_chance(whole):
     assert whole.summary["test_acc"] > 0.2
     assert whole.summary["envelope_over_ideal"] >= 1.0
     assert isinstance(whole.program.task, TypedNodeTask)
+    # authors, institutions and fields: one stacked 32-wide table and two moments
+    assert whole.summary["embedding_bytes"] == whole.state.embedding.size * 12
 
 
 def test_rgat_trains(mag):
@@ -100,7 +102,8 @@ def test_one_type_trains_as_the_homogeneous_run():
 
 def test_resume_from_checkpoint(mag, whole, tmp_path):
     """A run stopped after epoch 0 resumes to the uninterrupted run's losses, and
-    `restore` gives back the resumed variables."""
+    `restore` gives back the resumed variables, the featureless types' table and its
+    lazy Adam state included (the table alone for inference)."""
     cfg = zg.TrainConfig(**BASE, epochs=3, checkpoint_dir=str(tmp_path / "ckpt"))
     zg.train(dataclasses.replace(cfg, epochs=1, eval_mode="none"), mag)
     resumed = zg.train(cfg, mag)
@@ -108,9 +111,14 @@ def test_resume_from_checkpoint(mag, whole, tmp_path):
     np.testing.assert_allclose([h["loss"] for h in resumed.history],
                                [h["loss"] for h in whole.history], rtol=1e-6)
     back = zg.restore(cfg.checkpoint_dir, cfg, mag)
-    for a, b in zip(jax.tree_util.tree_leaves(back.variables),
-                    jax.tree_util.tree_leaves(resumed.variables)):
+    assert "embedding" in back.variables
+    for a, b in zip(jax.tree_util.tree_leaves((back.variables, back.state.embedding_opt)),
+                    jax.tree_util.tree_leaves((resumed.variables,
+                                               resumed.state.embedding_opt))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    ready = zg.restore(cfg.checkpoint_dir, cfg, mag, for_inference=True)
+    np.testing.assert_array_equal(np.asarray(ready.variables["embedding"]),
+                                  np.asarray(resumed.variables["embedding"]))
 
 
 @pytest.mark.parametrize("change, message", [

@@ -4,14 +4,15 @@ The typed interface, the homogeneous one (models.py) keyed by type and relation:
 
     model.apply(variables, x, layers, train=..., rngs={"dropout": key}) -> logits
 
-`x` is {type: float[S_t, d_t]} (features of the outermost level, each type of its own
-width; a type listed in the model's `embeddings` gives int32[S_t] node ids instead,
-looked up in a learnable table), and `layers` one `TypedLayer` per layer, innermost
-last: layer i reads hop L - 1 - i. A layer computes, for every type of its level, the
-sum over the relations into that type of a per-relation conv of (the sources' rows,
-the destinations' rows, the relation's view), where a type's destinations are the
-first rows of its sources (the sampled levels' prefix property). A type of the level
-that no relation of the hop reaches gets a root transform of its own rows only.
+`x` is {type: float[S_t, d_t]} (input rows of the outermost level, each type of its own
+width: a type's features, or for a featureless type its rows of a learnable table that
+the training step keeps outside the model, training/tasks/typed_node.py), and `layers`
+one `TypedLayer` per layer, innermost last: layer i reads hop L - 1 - i. A layer
+computes, for every type of its level, the sum over the relations into that type of a
+per-relation conv of (the sources' rows, the destinations' rows, the relation's view),
+where a type's destinations are the first rows of its sources (the sampled levels'
+prefix property). A type of the level that no relation of the hop reaches gets a root
+transform of its own rows only.
 
   rsage  SAGEConv per relation, summed per destination type: PyG's `to_hetero(SAGE)`
          with aggr="sum" (each relation has its own root weight).
@@ -151,8 +152,6 @@ class HeteroGNN(nn.Module):
       relations: the graph's relations ((src, name, dst), ...): a conv per relation and
         layer (rgcn: per destination type and layer), whether sampled or not.
       heads: for rgat. num_bases: for rgcn (None: a full matrix per relation).
-      embeddings: ((type, N_type), ...): featureless types whose `x` entries are node
-        ids, embedded in a learnable `hidden`-wide table each.
       dropout: on the hidden activations; input_dropout: on the raw features.
       dtype: computation dtype; parameters float32, logits float32.
     """
@@ -165,7 +164,6 @@ class HeteroGNN(nn.Module):
     relations: tuple
     heads: int = 4
     num_bases: int | None = None
-    embeddings: tuple = ()
     dropout: float = 0.5
     input_dropout: float = 0.0
     dtype: Any = jnp.float32
@@ -185,7 +183,6 @@ class HeteroGNN(nn.Module):
                               for r in self.relations})
             roots.append({t: nn.Dense(width, dtype=self.dtype) for t in types})
         self.convs, self.roots = convs, roots
-        self.embed = {t: nn.Embed(n, self.hidden) for t, n in self.embeddings}
         self.drop_input = Dropout(self.input_dropout)
         self.drop_hidden = Dropout(self.dropout)
 
@@ -201,14 +198,10 @@ class HeteroGNN(nn.Module):
         if len(layers) != self.num_layers:
             raise ValueError(f"the model has {self.num_layers} layers, the batch "
                              f"{len(layers)} hops")
-        h = self.inputs(x)
+        h = x
         for i, layer in enumerate(layers):
             h = self.layer(i, h, layer, train=train)
         return h[self.target_type].astype(jnp.float32)
-
-    def inputs(self, x: dict) -> dict:
-        """`x` with the featureless types' node ids replaced by their embeddings."""
-        return {t: self.embed[t](v) if t in self.embed else v for t, v in x.items()}
 
     def layer(self, i: int, h: dict, layer: TypedLayer, *, train: bool) -> dict:
         """Layer i: {type: rows} of the level it computes, from the sources `h`
@@ -256,8 +249,7 @@ def whole_graph_layer(graph, types=None) -> TypedLayer:
 
 def make_hetero_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
                       target_type: str, relations, heads: int = 4,
-                      num_bases: int | None = None,
-                      embeddings: dict | None = None, dropout: float = 0.5,
+                      num_bases: int | None = None, dropout: float = 0.5,
                       input_dropout: float = 0.0, dtype: Any = jnp.float32) -> HeteroGNN:
     """Builds a relational model by name: rsage, rgcn, rgat (module docstring), with a
     conv per relation of `relations` (the graph's, `HeteroGraph.relations`)."""
@@ -270,8 +262,8 @@ def make_hetero_model(name: str, *, hidden: int, num_layers: int, num_classes: i
         raise ValueError(f"num_bases applies to rgcn and must be >= 1, got {num_bases} "
                          f"for {name}")
     return HeteroGNN(name, hidden, num_layers, num_classes, target_type,
-                     tuple(tuple(r) for r in relations), heads, num_bases,
-                     tuple((embeddings or {}).items()), dropout, input_dropout, dtype)
+                     tuple(tuple(r) for r in relations), heads, num_bases, dropout,
+                     input_dropout, dtype)
 
 
 class OnTypes(nn.Module):
@@ -283,7 +275,7 @@ class OnTypes(nn.Module):
       model: the relational model. kernels: the views' kernels.
       widths: ((type, d_type), ...) of the types with features, in the packed table's
         order; their level-L rows come first in `x`, each type's rows in turn.
-      embedded: the featureless types, whose level-L node ids the model embeds.
+      embedded: the featureless types, in the order of their packed embedding rows.
     """
 
     model: nn.Module
@@ -292,15 +284,13 @@ class OnTypes(nn.Module):
     embedded: tuple = ()
 
     def typed_inputs(self, x, nodes: dict) -> dict:
-        """{type: rows or ids} of the outermost level from the packed rows `x`
-        float[sum of S_t over featured types, max d] and `nodes` {type: int32[S_t]}."""
-        out, start = {}, 0
-        for t, width in self.widths:
-            if t in nodes:
-                rows = nodes[t].shape[0]
-                out[t] = x[start:start + rows, :width]
-                start += rows
-        out.update({t: nodes[t] for t in self.embedded if t in nodes})
+        """{type: rows} of the outermost level from the packed rows `x` and `nodes`
+        {type: int32[S_t]}: `x` is float[sum of S_t over featured types, max d], or with
+        featureless types the pair (that, float[sum of S_t over `embedded`, dim]) of
+        feature rows and embedding rows."""
+        features, embedded = x if self.embedded else (x, None)
+        out = _unpack(features, self.widths, nodes)
+        out.update(_unpack(embedded, tuple((t, None) for t in self.embedded), nodes))
         return out
 
     def __call__(self, x, views, *, train: bool, typed):
@@ -310,10 +300,6 @@ class OnTypes(nn.Module):
         h = self.typed_inputs(x, typed.nodes[-1])
         return self.model(h, typed_layers(typed, self.kernels), train=train)
 
-    def inputs(self, h: dict) -> dict:
-        """`HeteroGNN.inputs`: featureless types' ids embedded."""
-        return self.model.inputs(h)
-
     def layer(self, i: int, h: dict, layer: TypedLayer, *, train: bool) -> dict:
         """`HeteroGNN.layer`, for exact layer-wise inference."""
         return self.model.layer(i, h, layer, train=train)
@@ -321,3 +307,15 @@ class OnTypes(nn.Module):
     @property
     def num_layers(self) -> int:
         return self.model.num_layers
+
+
+def _unpack(rows, widths, nodes: dict) -> dict:
+    """{type: its rows of `rows`}: the types of `widths` ((type, width or None for all
+    columns), ...) that `nodes` holds, each `nodes[type]`'s length of rows in turn."""
+    out, start = {}, 0
+    for t, width in widths:
+        if t in nodes:
+            count = nodes[t].shape[0]
+            out[t] = rows[start:start + count, :width]
+            start += count
+    return out

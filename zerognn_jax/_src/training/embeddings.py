@@ -5,7 +5,10 @@ in `TrainState.embedding_opt`), not of the model's parameters: the optimizer of 
 parameters (dense Adam over every leaf) never sees it. A step gathers the rows of its
 outermost level, the model reads them concatenated after the node's features, and the
 gradient of those rows goes through `row_adam_update` (row_adam.py): only the rows the
-step read, and their moments, are written.
+step read, and their moments, are written. A typed run's featureless types share the
+machinery as one stacked table (`TypedEmbedding`, tasks/typed_node.py), which says
+through `num_rows`, `ids` and `join` how many rows it has, which a step reads and how
+they reach the model.
 
 With data parallelism the table is replicated, every device updating its copy with the
 rows and gradients of all devices (one all-gather of ids and gradient rows per step), so
@@ -55,6 +58,19 @@ class NodeEmbedding:
         table = (INIT_STD * jax.random.normal(key, (num_nodes, self.dim), jnp.float32))
         table = table.astype(self.dtype)
         return table, row_adam_init(table)
+
+    def num_rows(self, graph) -> int:
+        """The table's rows for the run's graph: one per node."""
+        return graph.num_nodes
+
+    def ids(self, mb) -> tuple[jax.Array, jax.Array]:
+        """(int32[R] table rows, bool[R] valid) a step reads: its outermost level's nodes."""
+        return mb.nodes[-1], mb.valid[-1]
+
+    def join(self, x: jax.Array, embedded: jax.Array):
+        """The model's input from the level's feature rows `x` and their embedding rows:
+        float[S, d + dim], each node's embedding after its features."""
+        return jnp.concatenate([x, embedded.astype(x.dtype)], axis=1)
 
     def rows(self, kernels: Kernels, table: jax.Array, ids, valid) -> jax.Array:
         """float[C, dim]: the rows `ids` (zero where not `valid`)."""

@@ -81,9 +81,15 @@ def resident_bytes(graph, num_features: int, feature_dtype, level_dims, *,
     rows = -(-graph.num_nodes // feature_shards)
     features = rows * num_features * itemsize
     params = sum(2 * a * b + a for a, b in zip(level_dims[:-1], level_dims[1:]))
-    embedding = graph.num_nodes * embedding_dim * (itemsize + 8)
+    embedding = embedding_bytes(graph.num_nodes, embedding_dim, feature_dtype)
     return Resident(graph_bytes, features, 4 * 4 * params + embedding,
                     jax.numpy.dtype(feature_dtype).name, feature_shards)
+
+
+def embedding_bytes(rows: int, dim: int, dtype) -> int:
+    """Bytes of a learnable table float[rows, dim] in `dtype` with lazy Adam's two
+    float32 moments (embeddings.py; a typed run's featureless types stacked)."""
+    return rows * dim * (np.dtype(jax.numpy.dtype(dtype)).itemsize + 8)
 
 
 def _gib(nbytes: int) -> str:

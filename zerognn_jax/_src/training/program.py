@@ -47,8 +47,9 @@ class TrainState(NamedTuple):
       params, batch_stats: model variables; opt_state: optax state.
       overflowed: bool scalar, a step of this chunk overflowed (no updates since).
       failed_step: int32 scalar, the first step that overflowed (valid if overflowed).
-      embedding: float[N, dim], the learnable node embedding (`StepProgram.embedding`),
-        or None; embedding_opt: its lazy Adam state (row_adam.py), or None.
+      embedding: float[N, dim], the learnable node embedding (`StepProgram.embedding`;
+        a typed task's featureless types stacked), or None; embedding_opt: its lazy
+        Adam state (row_adam.py), or None.
     """
 
     params: Any
@@ -158,8 +159,9 @@ class StepProgram:
                     embedded=None, *, in_mesh: bool = True) -> jax.Array:
         """float[S_L, d (+ dim)]: the outermost level's feature rows, followed by their
         embedding rows with an embedding (`embedded`, if given, else gathered from
-        `variables["embedding"]`). Split features are gathered across the mesh inside
-        its program only (`in_mesh`); outside it, the whole table is addressable."""
+        `variables["embedding"]`; `NodeEmbedding.join` puts the two together, a typed
+        task's as a pair). Split features are gathered across the mesh inside its
+        program only (`in_mesh`); outside it, the whole table is addressable."""
         if in_mesh and self.parallel is not None and self.parallel.shard_features:
             x = self.parallel.gather_rows(self.kernels, data.features, mb.nodes[-1],
                                           mb.valid[-1])
@@ -169,8 +171,8 @@ class StepProgram:
             return x
         if embedded is None:
             embedded = self.embedding.rows(self.kernels, variables["embedding"],
-                                           mb.nodes[-1], mb.valid[-1])
-        return jnp.concatenate([x, embedded.astype(x.dtype)], axis=1)
+                                           *self.embedding.ids(mb))
+        return self.embedding.join(x, embedded)
 
     def views(self, data: DeviceData, mb: MiniBatch, *, inference: bool):
         """The model's views of `mb` (`views_for`), with the graph's edge features when
@@ -258,7 +260,7 @@ def init_state(program: StepProgram, data: DeviceData, envelope: Envelope,
     perm = epoch_items(jnp.asarray(items, jnp.int32), program.global_batch, program.seed, 0)
 
     embedding, embedding_opt = (None, None) if program.embedding is None else \
-        program.embedding.init(data.graph.num_nodes, program.seed)
+        program.embedding.init(program.embedding.num_rows(data.graph), program.seed)
 
     def init(data, perm, embedding):
         batch, mb, _ = sample_batch(program, data, perm, 0, 0, envelope)

@@ -32,14 +32,17 @@ def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch:
     caller decides whether to keep it) and {"loss", "outputs", "targets", "weight"} of
     this device's rows, plus "overflow" (bool, any device's minibatch overflowed) when
     the collectives pack the flag into the gradient all-reduce. With a node embedding
-    (`program.embedding`) the rows of the outermost level are differentiated too; their
-    ids, gradients and validity come back as "embedding_grads" for `update_embedding`
-    (the table in the returned state is the old one).
+    (`program.embedding`) the rows the step reads (`NodeEmbedding.ids`: the outermost
+    level's nodes, or a typed step's nodes of featureless types) are differentiated too;
+    their ids, gradients and validity come back as "embedding_grads" for
+    `update_embedding` (the table in the returned state is the old one).
     """
     task = program.task
     emb = program.embedding
-    ids, valid = mb.nodes[-1], mb.valid[-1]
-    embedded = None if emb is None else emb.rows(program.kernels, state.embedding, ids, valid)
+    ids = valid = embedded = None
+    if emb is not None:
+        ids, valid = emb.ids(mb)
+        embedded = emb.rows(program.kernels, state.embedding, ids, valid)
 
     def loss_fn(params, embedded):
         variables = {"params": params, "batch_stats": state.batch_stats}
@@ -86,7 +89,8 @@ def update_embedding(program: StepProgram, state: TrainState, out: dict,
     if emb is None:
         return state
     ids, grads, valid = out["embedding_grads"]
-    # Rows of a deduplicated outermost level are distinct on one device.
+    # Rows of a deduplicated outermost level are distinct on one device (a typed level's
+    # per type, and the types' tables lie at distinct offsets of the stacked one).
     unique = program.parallel is None and not program.sampler.positional[-1]
     table, opt = emb.update(state.embedding, state.embedding_opt, ids, grads, valid & keep,
                             unique=unique, taken=keep)

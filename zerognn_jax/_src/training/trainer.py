@@ -454,7 +454,8 @@ def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_s
     `compile_seconds` and `calibrate_seconds` this
     process only (`start_epoch` > 0: it resumed from a checkpoint); `config` is every
     TrainConfig field of the run (lr, hidden, layers, dropout, seed, ...); `notes`
-    (`_notes`) say what ran."""
+    (`_notes`) say what ran; `embedding_bytes`, with a node embedding (or a typed run's
+    featureless types), what its table and two moments hold on each device."""
     times = [h["epoch_seconds"] for h in history]
     summary = {"summary": True, "dataset": dataset.name, "task": cfg.task, "model": cfg.model,
                "params": count_params(state.params),
@@ -482,4 +483,8 @@ def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_s
     if cal is not None:
         summary["envelope_over_ideal"] = report["ratio"]
         summary["calibration_max_counts"] = list(cal.max_counts)
+    if program.embedding is not None:
+        emb = program.embedding
+        summary["embedding_bytes"] = memory.embedding_bytes(state.embedding.shape[0], emb.dim,
+                                                            emb.dtype)
     return strict(summary)

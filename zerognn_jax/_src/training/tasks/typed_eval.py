@@ -42,7 +42,6 @@ def typed_logits(task, predictor, ids) -> np.ndarray:
     `predictor.mode` is "full" and the model has `layer`, else sampled."""
     ids = np.asarray(ids, np.int32)
     program, variables = predictor.program, predictor.variables
-    variables = {k: v for k, v in variables.items() if k != "embedding"}
     if predictor.mode == "full" and hasattr(program.model.model, "layer"):
         return np.asarray(exact_logits(task, program, variables, predictor.data))[ids]
     return sampled_logits(task, program, variables, predictor.data, ids,
@@ -60,29 +59,30 @@ def exact_layer(task, graph, i: int) -> TypedLayer:
     return TypedLayer(views, whole.num_dst)
 
 
-def exact_inputs(task, data) -> dict:
-    """{type: every node's input row (features) or id (featureless types)}."""
+def exact_inputs(task, data, table=None) -> dict:
+    """{type: every node's input row}: its features, or for a featureless type its rows
+    of the stacked embedding `table` (`TypedEmbedding`)."""
     counts = data.graph.num_nodes
     offsets = dict(task.inputs.offsets)
     h = {t: data.features[offsets[t]:offsets[t] + counts[t], :d]
          for t, d in task.inputs.widths}
-    h.update({t: jnp.arange(n, dtype=jnp.int32) for t, n in task.inputs.embedded})
+    h.update({t: table[off:off + counts[t]] for t, off in task.inputs.embedded_offsets})
     return h
 
 
 @functools.partial(jax.jit, static_argnames=("program", "i"))
 def _exact_layer(program, variables, h, graph, *, i: int):
-    if i == 0:
-        h = program.model.apply(variables, h, method="inputs")
     layer = exact_layer(program.task, graph, i)
     return program.model.apply(variables, i, h, layer, train=False, method="layer")
 
 
 def exact_logits(task, program, variables, data) -> jax.Array:
-    """float32[N_target, classes]: every target node's exact logits."""
-    h = exact_inputs(task, data)
+    """float32[N_target, classes]: every target node's exact logits (`variables` hold
+    the model's and, with featureless types, the "embedding" table)."""
+    h = exact_inputs(task, data, variables.get("embedding"))
+    model_vars = {k: v for k, v in variables.items() if k != "embedding"}
     for i in range(task.sampler.num_hops):
-        h = _exact_layer(program, variables, h, data.graph, i=i)
+        h = _exact_layer(program, model_vars, h, data.graph, i=i)
     return h[task.seed_type]
 
 

@@ -6,10 +6,13 @@ It is a `BatchedTask` (base.py): a step samples a `TypedMiniBatch` around its se
 `TypedSample`, which reads as a one-level minibatch: its rows are the outermost level's
 nodes of every type with features, packed into one table (`TypedInputs`), so the step
 gathers them with the one row gather; counts are per (level, type), flattened. The
-model (`OnTypes` around a `HeteroGNN`) unpacks the rows by type and reads the typed
-blocks. The envelope is a `TypedEnvelope`, calibrated by `choose_typed_envelope` and
-grown after an overflow by `grow_typed`, as the homogeneous one is (scan.py reruns the
-step). A graph of one type trains as the homogeneous node task does (tests).
+featureless types' rows come from one stacked, learnable table (`TypedEmbedding`), which
+the step gathers and trains by row-sparse lazy Adam as it does the homogeneous node
+embedding. The model (`OnTypes` around a `HeteroGNN`) unpacks both by type and reads
+the typed blocks. The envelope is a `TypedEnvelope`, calibrated by
+`choose_typed_envelope` and grown after an overflow by `grow_typed`, as the homogeneous
+one is (scan.py reruns the step). A graph of one type trains as the homogeneous node
+task does (tests).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from zerognn_jax._src.sampling.typed_minibatch import (
     prepare_typed_graph,
     sample_typed_step,
 )
+from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
@@ -59,12 +63,17 @@ class TypedSample(NamedTuple):
       rows: int32[S], the packed feature-table rows of the outermost level's nodes of
         the types with features (`TypedInputs.pack`); row_valid: bool[S].
       counts: int32[(L + 1) * T], real sizes per level, then per type of `types`.
+      embedded: int32[E], the stacked embedding table's rows of the outermost level's
+        nodes of the featureless types (`TypedInputs.pack_embedded`); embedded_valid:
+        bool[E].
     """
 
     typed: TypedMiniBatch
     rows: jax.Array
     row_valid: jax.Array
     counts: jax.Array
+    embedded: jax.Array
+    embedded_valid: jax.Array
 
     @property
     def nodes(self) -> tuple:
@@ -88,24 +97,31 @@ class TypedSample(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class TypedInputs:
-    """How the types' features lie in the one device table: `widths` ((type, d), ...)
-    of the types with features, stacked in that order at `offsets` (type, first row),
-    zero-padded to the widest; `embedded` (type, N) the featureless types, whose ids
-    the model embeds."""
+    """Where the outermost level's input rows come from: `widths` ((type, d), ...) of
+    the types with features, stacked in that order in the one device feature table at
+    `offsets` (type, first row), zero-padded to the widest; `embedded` (type, N) the
+    featureless types, whose tables are stacked in that order in the one embedding
+    table at `embedded_offsets` (type, first row)."""
 
     widths: tuple
     offsets: tuple
     embedded: tuple
+    embedded_offsets: tuple
 
     @classmethod
     def of(cls, dataset: HeteroDataset) -> TypedInputs:
         counts = dataset.num_nodes
-        featured = [t for t in dataset.graph.node_types if t in dataset.features]
-        starts = np.cumsum([0] + [counts[t] for t in featured])
+        types = dataset.graph.node_types
+        featured = [t for t in types if t in dataset.features]
+        bare = [t for t in types if t not in dataset.features]
         return cls(tuple((t, dataset.feature_dims[t]) for t in featured),
-                   tuple((t, int(s)) for t, s in zip(featured, starts)),
-                   tuple((t, counts[t]) for t in dataset.graph.node_types
-                         if t not in dataset.features))
+                   _offsets(featured, counts), tuple((t, counts[t]) for t in bare),
+                   _offsets(bare, counts))
+
+    @property
+    def embedded_rows(self) -> int:
+        """Rows of the stacked embedding table: every featureless type's nodes."""
+        return sum(n for _, n in self.embedded)
 
     def table(self, dataset: HeteroDataset, dtype, normalize: bool) -> np.ndarray:
         """[sum of N_t over featured types, max d]: the types' features, stacked."""
@@ -118,12 +134,56 @@ class TypedInputs:
         return np.concatenate(parts).astype(dtype)
 
     def pack(self, nodes: dict, valid: dict) -> tuple[jax.Array, jax.Array]:
-        """(int32[S] table rows, bool[S]) of the featured types' ids in `nodes`."""
-        ids = [off + nodes[t] for t, off in self.offsets if t in nodes]
-        live = [valid[t] for t, _ in self.offsets if t in nodes]
-        if not ids:
-            return jnp.zeros((1,), jnp.int32), jnp.zeros((1,), bool)
-        return jnp.concatenate(ids).astype(jnp.int32), jnp.concatenate(live)
+        """(int32[S] feature-table rows, bool[S]) of the featured types' ids in `nodes`."""
+        return _pack(self.offsets, nodes, valid)
+
+    def pack_embedded(self, nodes: dict, valid: dict) -> tuple[jax.Array, jax.Array]:
+        """(int32[E] embedding-table rows, bool[E]) of the featureless types' ids in
+        `nodes`."""
+        return _pack(self.embedded_offsets, nodes, valid)
+
+
+def _offsets(types, counts: dict) -> tuple:
+    """((type, first row), ...) of `types` stacked in order."""
+    starts = np.cumsum([0] + [counts[t] for t in types])
+    return tuple((t, int(s)) for t, s in zip(types, starts))
+
+
+def _pack(offsets, nodes: dict, valid: dict) -> tuple[jax.Array, jax.Array]:
+    """(int32[S] rows of a stacked table, bool[S]) of the ids in `nodes` of the types of
+    `offsets` ((type, first row), ...), type after type; one invalid row if none."""
+    ids = [off + nodes[t] for t, off in offsets if t in nodes]
+    live = [valid[t] for t, _ in offsets if t in nodes]
+    if not ids:
+        return jnp.zeros((1,), jnp.int32), jnp.zeros((1,), bool)
+    return jnp.concatenate(ids).astype(jnp.int32), jnp.concatenate(live)
+
+
+@dataclasses.dataclass(frozen=True)
+class TypedEmbedding(NodeEmbedding):
+    """The featureless types' learnable rows: one table per type, stacked into one
+    float[sum of N_t, dim] table at `TypedInputs.embedded_offsets`, so the homogeneous
+    node embedding's machinery (lazy Adam in the scan, applied only to kept steps,
+    checkpoints, `restore`, and the row all-gather of data parallelism once typed runs
+    take it) serves it unchanged. A step reads the rows of its
+    outermost level's featureless nodes (`TypedSample.embedded`) and hands the model
+    (`OnTypes`) the pair (feature rows, embedding rows).
+
+    Attributes:
+      table_rows: the stacked table's rows (`TypedInputs.embedded_rows`).
+    """
+
+    table_rows: int = 0
+
+    def num_rows(self, graph) -> int:
+        del graph
+        return self.table_rows
+
+    def ids(self, mb: TypedSample) -> tuple[jax.Array, jax.Array]:
+        return mb.embedded, mb.embedded_valid
+
+    def join(self, x: jax.Array, embedded: jax.Array):
+        return x, embedded.astype(x.dtype)
 
 
 def relation_fanouts(cfg, graph: HeteroGraph) -> dict:
@@ -245,9 +305,10 @@ class TypedNodeTask(ItemsAreLevel0):
     def sample_of(self, mb: TypedMiniBatch) -> TypedSample:
         """The engines' view of a typed minibatch (`TypedSample`)."""
         rows, live = self.inputs.pack(mb.nodes[-1], mb.valid[-1])
+        embedded, embedded_live = self.inputs.pack_embedded(mb.nodes[-1], mb.valid[-1])
         zero = jnp.zeros(len(mb.nodes), jnp.int32)
         counts = jnp.stack([mb.counts.get(t, zero) for t in self.types], axis=1)
-        return TypedSample(mb, rows, live, counts.reshape(-1))
+        return TypedSample(mb, rows, live, counts.reshape(-1), embedded, embedded_live)
 
     def prepare_run(self, cfg, dataset: HeteroDataset, *, model, tx, kernels):
         """Device data (the typed graph, the stacked feature table, the labels) and the
@@ -260,17 +321,28 @@ class TypedNodeTask(ItemsAreLevel0):
             model = make_hetero_model(
                 cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
                 num_classes=dataset.num_classes, target_type=self.seed_type,
-                relations=dataset.graph.relations, heads=cfg.heads,
-                embeddings=dict(self.inputs.embedded), dropout=cfg.dropout,
+                relations=dataset.graph.relations, heads=cfg.heads, dropout=cfg.dropout,
                 input_dropout=cfg.input_dropout, dtype=dtype)
         graph = prepare_typed_graph(dataset.graph, self.sampler).to_device()
         table = self.inputs.table(dataset, dtype, bool(cfg.normalize_features))
         data = DeviceData(graph, jnp.asarray(table),
                           jnp.asarray(self.device_targets(dataset)))
-        summary = SamplerConfig(tuple(cfg.fanouts), replace=cfg.replace, method=cfg.sampler)
+        # The engines read the layout of the outermost level from the program's sampler
+        # (`update_embedding`: are its rows distinct?), so the summary carries it.
+        summary = SamplerConfig(tuple(cfg.fanouts), replace=cfg.replace, method=cfg.sampler,
+                                dedup=self.sampler.dedup, flat_outer=self.sampler.flat_outer)
         program = StepProgram(self.wrap_model(model, cfg, kernels), tx, summary,
-                              cfg.batch_size, cfg.seed, kernels, task=self)
+                              cfg.batch_size, cfg.seed, kernels, task=self,
+                              embedding=self.embedding(cfg))
         return data, program
+
+    def embedding(self, cfg) -> TypedEmbedding | None:
+        """The featureless types' `hidden`-wide tables, trained by lazy Adam at `cfg.lr`
+        (None when every type has features)."""
+        if not self.inputs.embedded:
+            return None
+        return TypedEmbedding(cfg.hidden, cfg.lr, cfg.dtype,
+                              table_rows=self.inputs.embedded_rows)
 
     def sample_batch(self, program: StepProgram, data: DeviceData, perm, batch_index, epoch,
                      envelope: TypedEnvelope, active=None):

@@ -1,0 +1,152 @@
+"""Featureless types of a typed graph: their rows of the stacked embedding table take
+row-sparse lazy Adam steps inside the step body, only when the engine keeps the step,
+and exact and sampled evaluation read the same table. Unit-level, on a toy graph."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import zerognn_jax as zg
+from zerognn_jax._src.training.evaluate import Predictor
+from zerognn_jax._src.training.program import init_state, sample_batch
+from zerognn_jax._src.training.row_adam import RowAdamState
+from zerognn_jax._src.training.scan import Sampled, apply_step
+from zerognn_jax._src.training.step import train_step, update_embedding
+from zerognn_jax._src.training.tasks.losses import masked_mean
+from zerognn_jax._src.training.tasks.typed_eval import typed_logits
+from zerognn_jax._src.training.trainer import prepare
+
+CFG = dict(dataset="toy", model="rsage", hidden=8, layers=2, batch_size=8, lr=0.05,
+           dropout=0.0, progress=False, eval_mode="none", multiple=8,
+           envelope="conservative")
+
+
+def _toy():
+    """Papers with features; authors and fields without (two tables, stacked)."""
+    rs = np.random.default_rng(0)
+    edges = {("author", "writes", "paper"): (rs.integers(0, 20, 60), rs.integers(0, 30, 60)),
+             ("paper", "cites", "paper"): (rs.integers(0, 30, 50), rs.integers(0, 30, 50)),
+             ("paper", "has", "field"): (rs.integers(0, 30, 40), rs.integers(0, 6, 40))}
+    return zg.make_hetero_dataset(
+        "toy", {"paper": 30, "author": 20, "field": 6}, edges, target_type="paper",
+        labels=rs.integers(0, 3, 30), train_idx=np.arange(20), val_idx=np.arange(20, 25),
+        test_idx=np.arange(25, 30), features={"paper": rs.standard_normal((30, 5))},
+        add_reverse=True)
+
+
+@functools.lru_cache(maxsize=2)
+def _run(fanouts=(3, 2)):
+    """(dataset, data, program, envelope, state) with random moments on every row and
+    three steps counted, so that untouched rows have something to keep."""
+    cfg = zg.TrainConfig(**CFG, fanouts=fanouts)
+    dataset, data, program = prepare(cfg, _toy())
+    env, _ = program.task.choose_envelope(program, data, dataset, cfg)
+    state = init_state(program, data, env, dataset.train_idx)
+    shape = state.embedding.shape
+    mu = 0.01 * jax.random.normal(jax.random.key(5), shape)
+    nu = 1e-4 * jax.random.uniform(jax.random.key(6), shape)
+    state = state._replace(embedding_opt=RowAdamState(mu, nu, jnp.int32(3)))
+    return dataset, data, program, env, state
+
+
+def _sample(program, data, env):
+    perm = jnp.arange(20, dtype=jnp.int32)
+    return sample_batch(program, data, perm, 0, 0, env)
+
+
+def test_featureless_types_share_one_stacked_table():
+    dataset, _, program, _, state = _run()
+    assert dict(program.task.inputs.embedded_offsets) == {"author": 0, "field": 20}
+    assert state.embedding.shape == (26, 8) and state.embedding_opt.mu.shape == (26, 8)
+    assert program.embedding.dim == 8 and program.embedding.lr == 0.05
+    assert "embed" not in str(jax.tree_util.tree_structure(state.params))
+
+
+def test_typed_step_updates_its_rows_as_dense_lazy_adam():
+    """The step's sparse update against lazy Adam on the dense gradient of the loss
+    with respect to the whole table: equal on the rows the step read, every other row
+    and its moments bit-unchanged."""
+    _, data, program, env, state = _run()
+    emb = program.embedding
+
+    @jax.jit
+    def step(state):
+        batch, mb, key = _sample(program, data, env)
+        new, out = train_step(program, state, data, batch, mb, key)
+        new = update_embedding(program, new, out, jnp.bool_(True))
+
+        def dense_loss(table):
+            variables = {"params": state.params, "batch_stats": state.batch_stats,
+                         "embedding": table}
+            outputs, _ = program.apply_model(variables, data, mb, train=True,
+                                             dropout_key=key, inputs=batch.model_inputs)
+            return masked_mean(program.task.loss(outputs, batch.targets), batch.weight)
+
+        return new, jax.grad(dense_loss)(state.embedding), mb
+
+    new, dense, mb = step(state)
+    ids, valid = np.asarray(mb.embedded), np.asarray(mb.embedded_valid)
+    touched = np.zeros(state.embedding.shape[0], bool)
+    touched[ids[valid]] = True
+    offsets = dict(program.task.inputs.embedded_offsets)
+    for t, off in offsets.items():  # both types' sampled nodes, at their offsets
+        nodes = np.asarray(mb.typed.nodes[-1][t])[np.asarray(mb.typed.valid[-1][t])]
+        assert nodes.size and touched[off + nodes].all()
+    assert touched.sum() == valid.sum()  # a deduplicated level: distinct rows
+    dense = np.asarray(dense)
+    assert not np.any(dense[~touched])
+
+    old, opt = np.asarray(state.embedding), state.embedding_opt
+    g, t = dense[touched], 4.0
+    mu = 0.9 * np.asarray(opt.mu)[touched] + 0.1 * g
+    nu = 0.999 * np.asarray(opt.nu)[touched] + 0.001 * g * g
+    want = old[touched] - emb.lr * (mu / (1 - 0.9**t)) / (np.sqrt(nu / (1 - 0.999**t)) + 1e-8)
+    np.testing.assert_allclose(np.asarray(new.embedding)[touched], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(new.embedding_opt.mu)[touched], mu, rtol=1e-5,
+                               atol=1e-7)
+    np.testing.assert_allclose(np.asarray(new.embedding_opt.nu)[touched], nu, rtol=1e-5,
+                               atol=1e-9)
+    for after, before in ((new.embedding, old), (new.embedding_opt.mu, opt.mu),
+                          (new.embedding_opt.nu, opt.nu)):
+        np.testing.assert_array_equal(np.asarray(after)[~touched],
+                                      np.asarray(before)[~touched])
+    assert int(new.embedding_opt.count) == 4
+
+
+def test_a_dropped_step_writes_no_row():
+    """A step whose sample overflowed (the engine redoes it at a grown envelope) leaves
+    the table, its moments and the step count as they were."""
+    _, data, program, env, state = _run()
+
+    @jax.jit
+    def step(state):
+        batch, mb, key = _sample(program, data, env)
+        mb = mb._replace(typed=mb.typed._replace(overflow=jnp.bool_(True)))
+        return apply_step(program, state, jnp.int32(0), data,
+                          Sampled(batch, mb, key, jnp.bool_(True), None))
+
+    new, metrics = step(state)
+    assert bool(metrics["overflow"]) and not bool(metrics["applied"])
+    for after, before in zip(jax.tree_util.tree_leaves((new.embedding, new.embedding_opt)),
+                             jax.tree_util.tree_leaves((state.embedding,
+                                                        state.embedding_opt))):
+        np.testing.assert_array_equal(np.asarray(after), np.asarray(before))
+
+
+def test_exact_and_sampled_evaluation_read_the_table():
+    """With every neighbour sampled, exact and sampled logits agree, and both follow
+    the embedding table (zeroing it changes them)."""
+    _, data, program, _, state = _run(fanouts=(-1, -1))
+    ids = np.arange(30, dtype=np.int32)
+    variables = {"params": state.params, "embedding": state.embedding}
+    zeroed = {**variables, "embedding": jnp.zeros_like(state.embedding)}
+    logits = lambda v, m: typed_logits(program.task, Predictor(program, v, data, m, 16, 0),
+                                       ids)
+    exact, sampled = logits(variables, "full"), logits(variables, "sampled")
+    np.testing.assert_allclose(exact, sampled, rtol=1e-5, atol=1e-5)
+    assert np.abs(logits(zeroed, "full") - exact).max() > 1e-4
+    assert np.abs(logits(zeroed, "sampled") - sampled).max() > 1e-4
