@@ -3,13 +3,17 @@
 
 The same workload as zerognn-jax's `rsage`: a SAGEConv per relation summed per
 destination type, 2 layers, fanouts [25, 20] for every edge type, batch 1024 target
-nodes, Adam, dropout 0.5 on hidden activations; featureless types take learnable
-`nn.Embedding` rows of `hidden` width (dense gradients, as zerognn-jax's tables).
-Sampling runs on the CPU in loader workers. Test accuracy: the test nodes sampled with
-the training fanouts (as benchmarks/hetero.py evaluates by default).
+nodes, Adam, dropout 0.5 on hidden activations (a `torch.nn.Dropout` module: to_hetero's
+fx trace would freeze `F.dropout(training=self.training)` on); featureless types take
+learnable `nn.Embedding` rows of `hidden` width, drawn from N(0, 1 / hidden) as
+zerognn-jax's tables are (`--embedding-init torch`: nn.Embedding's N(0, 1)), with dense
+gradients as zerognn-jax's. Sampling runs on the CPU in loader workers. Test accuracy:
+the test nodes sampled with the training fanouts, dropout off (as benchmarks/hetero.py
+evaluates by default). docs/hetero.md ("The PyG peer") lists what else matches.
 
 NeighborLoader needs pyg-lib or torch-sparse (see benchmarks/peers.sh for installing
-the torch-sparse wheels).
+the torch-sparse wheels); without either, `--sampler torch` samples with
+torch_hetero_sampler.py (small CPU checks only).
 
     python3 benchmarks/peers/pyg_hetero_sage.py --data OUT/mag-like.npz --workers 14
 """
@@ -52,24 +56,31 @@ class SAGE(torch.nn.Module):
         super().__init__()
         self.convs = torch.nn.ModuleList(
             [SAGEConv((-1, -1), hidden if i < layers - 1 else out) for i in range(layers)])
-        self.dropout = dropout
+        # a module, not F.dropout(training=self.training): to_hetero traces the forward
+        # with torch.fx, which bakes `self.training` in as the constant True, so dropout
+        # would stay on in model.eval() (PyG warns about it when it transforms)
+        self.dropout = torch.nn.Dropout(dropout)
 
     def forward(self, x, edge_index):
         for i, conv in enumerate(self.convs):
             x = conv(x, edge_index)
             if i < len(self.convs) - 1:
-                x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
+                x = self.dropout(F.relu(x))
         return x
 
 
 class Model(torch.nn.Module):
     """Embeddings of the featureless types, then `to_hetero(SAGE)`."""
 
-    def __init__(self, data: HeteroData, hidden: int, out: int, layers: int, dropout: float):
+    def __init__(self, data: HeteroData, hidden: int, out: int, layers: int, dropout: float,
+                 embedding_init: str = "flax"):
         super().__init__()
         self.embed = torch.nn.ModuleDict(
             {t: torch.nn.Embedding(data[t].num_nodes, hidden) for t in data.node_types
              if "x" not in data[t]})
+        if embedding_init == "flax":  # N(0, 1 / hidden), as zerognn-jax's nn.Embed tables
+            for table in self.embed.values():
+                torch.nn.init.normal_(table.weight, std=hidden ** -0.5)
         self.gnn = to_hetero(SAGE(hidden, out, layers, dropout), data.metadata(), aggr="sum")
 
     def forward(self, batch: HeteroData):
@@ -80,11 +91,15 @@ class Model(torch.nn.Module):
 
 def loader(data, target, idx, args, shuffle):
     workers = max(0, args.workers)
-    fanouts = [int(f) for f in args.fanouts.split(",")]
-    return NeighborLoader(data, num_neighbors={et: fanouts for et in data.edge_types},
-                          input_nodes=(target, idx), batch_size=args.batch_size,
-                          shuffle=shuffle, num_workers=workers,
-                          persistent_workers=workers > 0, pin_memory=True)
+    fanouts = {et: [int(f) for f in args.fanouts.split(",")] for et in data.edge_types}
+    sampler = None
+    if args.sampler == "torch":
+        from torch_hetero_sampler import TorchHeteroSampler
+        sampler = TorchHeteroSampler(data, fanouts, seed=args.seed)
+    return NeighborLoader(data, num_neighbors=fanouts, input_nodes=(target, idx),
+                          batch_size=args.batch_size, shuffle=shuffle, num_workers=workers,
+                          persistent_workers=workers > 0, pin_memory=torch.cuda.is_available(),
+                          neighbor_sampler=sampler)
 
 
 @torch.no_grad()
@@ -110,14 +125,23 @@ def main(argv=None) -> None:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--workers", type=int, default=14)
+    p.add_argument("--embedding-init", default="flax", choices=("flax", "torch"),
+                   help="featureless types' rows: flax N(0, 1/hidden) as zerognn-jax's "
+                        "tables (default), torch nn.Embedding's N(0, 1)")
+    p.add_argument("--sampler", default="pyg", choices=("pyg", "torch"),
+                   help="pyg: NeighborSampler (pyg-lib or torch-sparse); torch: the same "
+                        "sampling in PyTorch ops (torch_hetero_sampler.py), CPU checks")
+    p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    torch.manual_seed(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     data, target = load(args.data)
     for t in data.node_types:
         data[t].n_id = torch.arange(data[t].num_nodes)
     classes = int(data[target].y.max()) + 1
     layers = len(args.fanouts.split(","))
-    model = Model(data, args.hidden, classes, layers, args.dropout).to(device)
+    model = Model(data, args.hidden, classes, layers, args.dropout,
+                  args.embedding_init).to(device)
     train = loader(data, target, data[target].train_idx, args, True)
     with torch.no_grad():  # materialises the lazy (-1) input widths
         model(next(iter(train)).to(device))
@@ -126,6 +150,7 @@ def main(argv=None) -> None:
     for epoch in range(args.epochs):
         model.train()
         t0 = time.perf_counter()
+        loss_sum, seeds = torch.zeros((), device=device), 0
         for batch in train:
             batch = batch.to(device, non_blocking=True)
             b = batch[target].batch_size
@@ -133,11 +158,14 @@ def main(argv=None) -> None:
             loss = F.cross_entropy(model(batch)[target][:b], batch[target].y[:b])
             loss.backward()
             opt.step()
+            loss_sum += loss.detach() * b
+            seeds += b
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-        print(json.dumps({"epoch": epoch, "epoch_seconds": times[-1], "loss": float(loss)}),
-              flush=True)
+        # the epoch's mean loss over its seeds, as zerognn-jax's epoch records give it
+        print(json.dumps({"epoch": epoch, "epoch_seconds": times[-1],
+                          "loss": float(loss_sum) / max(seeds, 1)}), flush=True)
     acc = test_accuracy(model, data, target, args, device)
     print("| system | epoch (median) | test acc |\n|---|---|---|")
     print(f"| PyG to_hetero(SAGE) + NeighborLoader ({args.workers} workers) | "
