@@ -5,11 +5,12 @@ The same workload as zerognn-jax's `rsage`: a SAGEConv per relation summed per
 destination type, 2 layers, fanouts [25, 20] for every edge type, batch 1024 target
 nodes, Adam, dropout 0.5 on hidden activations (a `torch.nn.Dropout` module: to_hetero's
 fx trace would freeze `F.dropout(training=self.training)` on); featureless types take
-learnable `nn.Embedding` rows of `hidden` width, drawn from N(0, 1 / hidden) as
-zerognn-jax's tables are (`--embedding-init torch`: nn.Embedding's N(0, 1)), with dense
-gradients as zerognn-jax's. Sampling runs on the CPU in loader workers. Test accuracy:
-the test nodes sampled with the training fanouts, dropout off (as benchmarks/hetero.py
-evaluates by default). docs/hetero.md ("The PyG peer") lists what else matches.
+learnable `nn.Embedding(sparse=True)` rows of `hidden` width trained by `SparseAdam`
+(lazy Adam, as zerognn-jax's row-sparse tables), drawn from N(0, 0.1^2) as zerognn-jax's
+are (`--embedding-init torch`: nn.Embedding's N(0, 1)). Sampling runs on the CPU in
+loader workers. Test accuracy: the test nodes sampled with the training fanouts, dropout
+off (as benchmarks/hetero.py evaluates by default). docs/hetero.md ("The PyG peer")
+lists what else matches.
 
 NeighborLoader needs pyg-lib or torch-sparse (see benchmarks/peers.sh for installing
 the torch-sparse wheels); without either, `--sampler torch` samples with
@@ -73,14 +74,14 @@ class Model(torch.nn.Module):
     """Embeddings of the featureless types, then `to_hetero(SAGE)`."""
 
     def __init__(self, data: HeteroData, hidden: int, out: int, layers: int, dropout: float,
-                 embedding_init: str = "flax"):
+                 embedding_init: str = "zerognn"):
         super().__init__()
         self.embed = torch.nn.ModuleDict(
-            {t: torch.nn.Embedding(data[t].num_nodes, hidden) for t in data.node_types
-             if "x" not in data[t]})
-        if embedding_init == "flax":  # N(0, 1 / hidden), as zerognn-jax's nn.Embed tables
+            {t: torch.nn.Embedding(data[t].num_nodes, hidden, sparse=True)
+             for t in data.node_types if "x" not in data[t]})
+        if embedding_init == "zerognn":  # N(0, 0.1^2), as zerognn-jax's tables
             for table in self.embed.values():
-                torch.nn.init.normal_(table.weight, std=hidden ** -0.5)
+                torch.nn.init.normal_(table.weight, std=0.1)
         self.gnn = to_hetero(SAGE(hidden, out, layers, dropout), data.metadata(), aggr="sum")
 
     def forward(self, batch: HeteroData):
@@ -125,9 +126,9 @@ def main(argv=None) -> None:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--workers", type=int, default=14)
-    p.add_argument("--embedding-init", default="flax", choices=("flax", "torch"),
-                   help="featureless types' rows: flax N(0, 1/hidden) as zerognn-jax's "
-                        "tables (default), torch nn.Embedding's N(0, 1)")
+    p.add_argument("--embedding-init", default="zerognn", choices=("zerognn", "torch"),
+                   help="featureless types' rows: N(0, 0.1^2) as zerognn-jax's tables "
+                        "(default), or torch nn.Embedding's N(0, 1)")
     p.add_argument("--sampler", default="pyg", choices=("pyg", "torch"),
                    help="pyg: NeighborSampler (pyg-lib or torch-sparse); torch: the same "
                         "sampling in PyTorch ops (torch_hetero_sampler.py), CPU checks")
@@ -145,7 +146,11 @@ def main(argv=None) -> None:
     train = loader(data, target, data[target].train_idx, args, True)
     with torch.no_grad():  # materialises the lazy (-1) input widths
         model(next(iter(train)).to(device))
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    tables = list(model.embed.parameters())
+    dense = [w for w in model.parameters() if all(w is not t for t in tables)]
+    opts = [torch.optim.Adam(dense, lr=args.lr)]
+    if tables:
+        opts.append(torch.optim.SparseAdam(tables, lr=args.lr))
     times = []
     for epoch in range(args.epochs):
         model.train()
@@ -154,10 +159,12 @@ def main(argv=None) -> None:
         for batch in train:
             batch = batch.to(device, non_blocking=True)
             b = batch[target].batch_size
-            opt.zero_grad()
+            for opt in opts:
+                opt.zero_grad()
             loss = F.cross_entropy(model(batch)[target][:b], batch[target].y[:b])
             loss.backward()
-            opt.step()
+            for opt in opts:
+                opt.step()
             loss_sum += loss.detach() * b
             seeds += b
         if device.type == "cuda":

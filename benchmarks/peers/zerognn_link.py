@@ -73,7 +73,8 @@ def config(args, metric: str) -> zg.TrainConfig:
         dataset=args.data, task=SavedLinkTask.name, model="sage", hidden=args.hidden,
         layers=len(fanouts), fanouts=fanouts, batch_size=args.batch, lr=args.lr,
         dropout=args.dropout, negatives=args.negatives, link_metric=metric,
-        kernels=args.kernels, dtype=args.dtype, seed=args.seed, progress=False)
+        kernels=args.kernels, dtype=args.dtype, seed=args.seed, progress=False,
+        dedup={"auto": None, "tree": False, "dedup": True}[args.layout])
 
 
 def timed_runs(program, data, items, env, repeats: int):
@@ -106,6 +107,8 @@ def main(argv=None) -> dict:
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--kernels", default="auto")
+    p.add_argument("--layout", default="auto", choices=("auto", "tree", "dedup"),
+                   help="the hops' layout (auto: the library's choice)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="append the JSON line here")
     args = p.parse_args(argv)
