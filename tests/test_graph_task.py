@@ -54,10 +54,12 @@ def test_pack_keeps_each_graph(molecules):
     tables = jax.tree_util.tree_map(jnp.asarray, graph_tables(molecules))
     ids = np.array([5, 0, 17, 2], np.int32)
     valid = np.array([True, True, True, False])
-    gb = jax.jit(zg.pack_graphs, static_argnums=(3, 4))(tables, ids, valid, 256, 512)
+    pack = jax.jit(zg.pack_graphs, static_argnums=(3, 4, 5))
+    gb = pack(tables, ids, valid, 256, 512, 6)
     n = molecules.n_node[ids[:3]].sum()
     e = molecules.n_edge[ids[:3]].sum()
-    assert not gb.overflow and list(gb.counts) == [n + 1, e]
+    degree = int(np.asarray(tables.max_degree)[ids[:3]].max())
+    assert not gb.overflow and list(gb.counts) == [n + 1, e, degree]
     rows = np.concatenate([np.arange(*molecules.node_offsets[g:g + 2]) for g in ids[:3]])
     np.testing.assert_array_equal(np.asarray(gb.node_ids)[:n], rows)
     graph_of = np.asarray(gb.node_graph)
@@ -65,6 +67,11 @@ def test_pack_keeps_each_graph(molecules):
     np.testing.assert_array_equal(graph_of[s[mask]], graph_of[r[mask]])  # inside graphs
     assert (s[~mask] == 255).all() and (r[~mask] == 255).all() and graph_of[255] == 4
     np.testing.assert_array_equal(gb.n_node, [*molecules.n_node[ids[:3]], 0, 256 - n])
+    for slots, ends in ((gb.in_slots, r), (gb.out_slots, s)):  # each node's real edges
+        listed = sorted((v, int(k)) for v, row in enumerate(np.asarray(slots)) for k in row
+                        if k < 512)
+        assert listed == sorted((int(ends[k]), k) for k in np.flatnonzero(mask))
+    assert bool(pack(tables, ids, valid, 256, 512, degree - 1).overflow)
     small = zg.pack_graphs(tables, ids, valid, int(n), 512)  # no slot for the padding node
     assert bool(small.overflow) and int(small.counts[0]) == n + 1
 
