@@ -71,7 +71,8 @@ def test_pack_keeps_each_graph(molecules):
         listed = sorted((v, int(k)) for v, row in enumerate(np.asarray(slots)) for k in row
                         if k < 512)
         assert listed == sorted((int(ends[k]), k) for k in np.flatnonzero(mask))
-    assert bool(pack(tables, ids, valid, 256, 512, degree - 1).overflow)
+    narrow = zg.pack_graphs(tables, ids, valid, 256, 512, degree - 1)
+    assert bool(narrow.overflow) and int(narrow.counts[2]) == degree
     small = zg.pack_graphs(tables, ids, valid, int(n), 512)  # no slot for the padding node
     assert bool(small.overflow) and int(small.counts[0]) == n + 1
 
@@ -121,6 +122,22 @@ def test_overflow_recovery_is_exact(molecules):
     flat = lambda s: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(s.params)])
     np.testing.assert_allclose(flat(runs["small"][2]), flat(runs["grown"][2]), rtol=1e-4,
                                atol=1e-6)
+
+
+def test_ell_envelope_grows_its_width():
+    """Node slots x K ELL slots: a batch with a larger degree widens K (and a growth
+    in node slots keeps it); a checkpoint saved without ELL slots starts narrow."""
+    task = zg.GraphTask(aggregation="ell")
+    policy = zg.EnvelopePolicy(margin=1.0, multiple=64)
+    env = task.grow_envelope(None, zg.Envelope(128, (256, 128 * 4)), (100, 200, 6), policy)
+    assert task.capacities(env) == (128, 256, 6)
+    env = task.grow_envelope(None, env, (300, 200, 2), policy)
+    assert task.capacities(env) == (320, 640, 6)  # edges grow with the nodes
+    assert task.capacities(task.envelope_from(None, {"batch_size": 64, "capacities": [256]})) \
+        == (64, 256, 4)
+    segment = zg.GraphTask(aggregation="segment")
+    assert segment.capacities(segment.grow_envelope(None, zg.Envelope(128, (256,)),
+                                                    (100, 300, 9), policy)) == (128, 320, None)
 
 
 @functools.cache

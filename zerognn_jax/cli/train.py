@@ -80,7 +80,8 @@ HELP = {
     "readout": "graph task: how a graph's nodes are pooled: sum, mean, max or attention",
     "graph_aggregation": "graph task: how layers sum messages into nodes: ell (gathers "
                          "over each node's listed edges, no atomics) or segment "
-                         "(scatter-adds, the reference); the same sums",
+                         "(scatter-adds, the reference); auto: ell on a GPU, segment "
+                         "elsewhere; the same sums",
     "balance_window": "graph task: deal each window of this many steps' graphs by size "
                       "(fewer padded slots; 0 = plain shuffled batches)",
     "decoder": "link task: score of a pair from its two embeddings, dot (product) or mlp "

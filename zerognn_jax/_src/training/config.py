@@ -104,7 +104,8 @@ class TrainConfig:
     baseline, "host-exact" or "host-bucketed" (see host.py). `kernels` is a spec string
     that `Kernels.parse` reads ("auto", "xla", "pallas", or per op);
     `graph_aggregation` is how graph-task layers sum messages ("ell": gathers over
-    listed edges; "segment": scatter-adds, the reference). `chunk_steps=0`
+    listed edges; "segment": scatter-adds, the reference; "auto": ell on a GPU).
+    `chunk_steps=0`
     compiles a whole epoch into one program. `sample_ahead` steps are sampled by one
     vmapped call (`ScanEngine.sample_ahead`). `devices` is the number of devices per
     process to train on (0 = all local ones); `batch_size` is per device, so a step
@@ -159,7 +160,7 @@ class TrainConfig:
     # engine
     engine: str = "scan"
     kernels: str = "auto"
-    graph_aggregation: str = "ell"
+    graph_aggregation: str = "auto"
     chunk_steps: int = 0
     sample_ahead: int = 8
     devices: int = 1
