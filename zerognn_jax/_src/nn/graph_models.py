@@ -39,7 +39,8 @@ class Graphs(NamedTuple):
       senders, receivers: int32[Ec] node slots; padding edges join padding nodes.
       n_node, n_edge: int32[B + 1]; the last graph slot is the padding graph.
       globals: None (the targets stay with the task).
-      node_graph: int32[Nc], each node's graph slot; node_mask: bool[Nc] real nodes.
+      node_graph: int32[Nc], each node's graph slot, non-decreasing (a graph's nodes
+        are contiguous, as in jraph); node_mask: bool[Nc] real nodes.
       edge_mask: bool[Ec] real edges; graph_mask: bool[B + 1] real graphs.
       in_slots, out_slots: int32[Nc, K], the real edges each node receives and sends
         (Ec in unused slots), or None: layers then sum messages with scatter-adds
@@ -76,17 +77,27 @@ class Graphs(NamedTuple):
 
 
 def pool(h: jax.Array, graphs: Graphs, how: str) -> jax.Array:
-    """float[B + 1, d]: node rows `h` [Nc, d] summed, averaged or maxed per graph."""
+    """float[B + 1, d]: node rows `h` [Nc, d] summed, averaged or maxed per graph.
+
+    The graph ids are declared sorted: on a GPU, XLA then sums each run of equal ids in
+    registers and adds it with one atomic (its sorted-indices scatter), where rows
+    of unsorted ids would each be an atomic on one of B + 1 rows."""
     g, num = graphs.node_graph, graphs.num_graphs
     if how == "sum":
-        return jax.ops.segment_sum(h, g, num)
+        return jax.ops.segment_sum(h, g, num, indices_are_sorted=True)
     if how == "mean":
         count = jnp.maximum(graphs.n_node, 1).astype(h.dtype)[:, None]
-        return jax.ops.segment_sum(h, g, num) / count
+        return jax.ops.segment_sum(h, g, num, indices_are_sorted=True) / count
     if how == "max":
-        out = jax.ops.segment_max(h, g, num)
+        out = jax.ops.segment_max(h, g, num, indices_are_sorted=True)
         return jnp.where(graphs.n_node[:, None] > 0, out, 0).astype(h.dtype)
     raise ValueError(f"readout must be one of {', '.join(READOUTS)}, got {how!r}")
+
+
+def broadcast(rows: jax.Array, graphs: Graphs) -> jax.Array:
+    """float[Nc, d]: each node's row of the per-graph `rows` [B + 1, d]; its gradient
+    is `pool`'s sorted sum."""
+    return jnp.take(rows, graphs.node_graph, axis=0, indices_are_sorted=True)
 
 
 class CategoricalEncoder(nn.Module):
@@ -217,7 +228,7 @@ class GraphGNN(nn.Module):
         for layer in range(self.num_layers):
             last = layer == self.num_layers - 1
             if vn is not None:
-                h = h + vn[graphs.node_graph]
+                h = h + broadcast(vn, graphs)
             h_in = h
             h = GraphConv(self.conv, self.hidden, self.edge_vocab, self.dtype)(
                 h, graphs, train=train)
@@ -242,9 +253,9 @@ class GraphGNN(nn.Module):
         gate = nn.Dense(2 * self.hidden, dtype=self.dtype)(h)
         gate = nn.relu(MaskedBatchNorm()(gate, graphs.node_mask, train=train))
         gate = nn.Dense(1, dtype=self.dtype)(gate).astype(jnp.float32)
-        top = jax.ops.segment_max(gate, graphs.node_graph, graphs.num_graphs)
-        w = jnp.exp(gate - top[graphs.node_graph])
-        w = w / jax.ops.segment_sum(w, graphs.node_graph, graphs.num_graphs)[graphs.node_graph]
+        top = pool(gate, graphs, "max")
+        w = jnp.exp(gate - broadcast(top, graphs))
+        w = w / broadcast(pool(w, graphs, "sum"), graphs)
         return pool(w.astype(h.dtype) * h, graphs, "sum")
 
 
