@@ -5,6 +5,7 @@ node-count baseline: tests/test_examples.py (examples/graph)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -155,9 +156,12 @@ def _user_model():
     return SumOfNodes()
 
 
-def test_user_model_and_errors(molecules):
-    result = zg.train(config(epochs=1, eval_mode="none"), molecules, model=_user_model())
+def test_user_model_resume_and_errors(molecules, tmp_path):
+    cfg = config(epochs=1, eval_mode="none", checkpoint_dir=str(tmp_path))
+    result = zg.train(cfg, molecules, model=_user_model())
     assert result.summary["model"].endswith("SumOfNodes") and np.isfinite(result.history[0]["loss"])
+    resumed = zg.train(dataclasses.replace(cfg, epochs=2), molecules, model=_user_model())
+    assert [h["loss"] for h in resumed.history][:1] == [result.history[0]["loss"]]
     with pytest.raises(ValueError, match="unknown graph model 'sage'"):
         zg.train(config(model="sage"), molecules)
     with pytest.raises(ValueError, match="runs on the scan engine"):

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.graph_datasets import load_graphs
@@ -48,7 +49,7 @@ from zerognn_jax._src.sampling.graph_batch import (
 from zerognn_jax._src.sampling.minibatch import SamplerConfig
 from zerognn_jax._src.sampling.seeds import epoch_items, num_steps, step_items, step_keys
 from zerognn_jax._src.sampling.steps import ItemLevel
-from zerognn_jax._src.training.program import DeviceData, StepProgram
+from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.graph_metrics import (
     DEFAULT_LOSS,
@@ -176,7 +177,12 @@ class GraphTask(ItemsAreLevel0):
 
     def prepare_run(self, cfg, dataset: GraphCollection, *, model, tx, kernels):
         """Device data (node rows as `features`, `GraphTables` as `targets`) and the
-        step program of the built-in `cfg.model` or the user's graph-level `model`."""
+        step program of the built-in `cfg.model` or the user's graph-level `model`.
+
+        The built-in optimizer runs over the parameters raveled into one vector
+        (`optax.flatten`): the same elementwise Adam, as a few kernels per step instead
+        of a few per parameter array (one CPU-compiled step: 807 fusions and 411 copies
+        against 970 and 654). A user's optimizer sees the parameter tree."""
         dtype = jnp.dtype(cfg.dtype)
         # categorical ids stay exact in float32; float features take the run's dtype
         feat_dtype = jnp.float32 if dataset.node_vocab else dtype
@@ -191,6 +197,7 @@ class GraphTask(ItemsAreLevel0):
         graph = CSRGraph(np.zeros(dataset.num_nodes + 1, np.int32), np.zeros(0, np.int32))
         data = DeviceData(graph.to_device(), jnp.asarray(dataset.node_features, feat_dtype),
                           jax.tree_util.tree_map(jnp.asarray, tables))
+        tx = tx or optax.flatten(make_optimizer(cfg))
         program = StepProgram(self.wrap_model(model, cfg), tx, SamplerConfig((1,)),
                               cfg.batch_size, cfg.seed, kernels, task=self)
         return data, program

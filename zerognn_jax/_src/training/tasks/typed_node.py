@@ -42,7 +42,7 @@ from zerognn_jax._src.sampling.typed_minibatch import (
     prepare_typed_graph,
     sample_typed_step,
 )
-from zerognn_jax._src.training.program import DeviceData, StepProgram
+from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
 from zerognn_jax._src.training.tasks.node import accuracy, node_task
@@ -268,7 +268,8 @@ class TypedNodeTask(ItemsAreLevel0):
         data = DeviceData(graph, jnp.asarray(table),
                           jnp.asarray(self.device_targets(dataset)))
         summary = SamplerConfig(tuple(cfg.fanouts), replace=cfg.replace, method=cfg.sampler)
-        program = StepProgram(self.wrap_model(model, cfg, kernels), tx, summary,
+        program = StepProgram(self.wrap_model(model, cfg, kernels),
+                              tx or make_optimizer(cfg), summary,
                               cfg.batch_size, cfg.seed, kernels, task=self)
         return data, program
 
