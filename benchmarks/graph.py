@@ -1,14 +1,17 @@
 """Graph-level training throughput of zerognn-jax on molhiv-like (issue #33).
 
     python benchmarks/graph.py [--scale 1] [--epochs 5] [--batch-sizes 32,256]
-                               [--model gine-virtual] [--out DIR]
+                               [--model gine-virtual] [--no-trace] [--out DIR]
 
 GINE with a virtual node (OGB's molecule "gin-virtual": bond-aware GIN), 5 layers x 300,
 mean readout, dropout 0.5, Adam lr 1e-3, `--epochs` epochs per batch size. Per batch
 size one JSON line (also appended to DIR/graph.jsonl): graphs per second (training
 graphs over the median epoch time after the first), the envelope, envelope bytes over
 the ideal padded bytes (largest batch seen), test ROC-AUC after the last epoch, compile
-time; then a Markdown table. Runs anywhere (a CPU at a small --scale).
+time, and the GPU execution fraction of one more epoch replayed under `jax.profiler`
+after training (busy over wall time, command buffers off while profiling; also busy
+time over the median untraced epoch; `--no-trace` skips it); then a Markdown table.
+Runs anywhere (a CPU at a small --scale: no fraction).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ import argparse
 import json
 import os
 import pathlib
+import tempfile
 
 import jax
+from graph_profile import traced_epoch
 
 import zerognn_jax as zg
 
@@ -28,13 +33,35 @@ def run(data, batch_size: int, args) -> dict:
                          layers=5, dropout=0.5, readout="mean", batch_size=batch_size,
                          epochs=args.epochs, lr=1e-3, progress=False, seed=args.seed,
                          eval_every=0, balance_window=args.balance_window)
-    s = zg.train(cfg, data).summary
+    result = zg.train(cfg, data)
+    s = result.summary
     epoch_s = s["median_epoch_seconds"]
-    return {"system": "zerognn", "batch_size": batch_size, "model": args.model,
-            "graphs_per_s": data.train_idx.size / epoch_s, "epoch_s": epoch_s,
-            "envelope": s["envelope"], "envelope_over_ideal": s["envelope_over_ideal"],
-            "test_rocauc": s["test_rocauc"], "compile_s": s["compile_seconds"],
-            "epochs": args.epochs, "device": s["device"], "jax": jax.__version__}
+    row = {"system": "zerognn", "batch_size": batch_size, "model": args.model,
+           "graphs_per_s": data.train_idx.size / epoch_s, "epoch_s": epoch_s,
+           "envelope": s["envelope"], "envelope_over_ideal": s["envelope_over_ideal"],
+           "test_rocauc": s["test_rocauc"], "compile_s": s["compile_seconds"],
+           "epochs": args.epochs, "device": s["device"], "jax": jax.__version__}
+    if not args.no_trace:
+        row.update(gpu_fraction(result, args.epochs, epoch_s))
+    return row
+
+
+def gpu_fraction(result, epoch: int, epoch_s: float) -> dict:
+    """{"gpu_fraction", "gpu_busy_over_epoch"} of epoch `epoch`, run after training at
+    the run's last envelope (once untraced, to compile, then traced); {} without a
+    device."""
+    program, data = result.program, result.data
+    levels = result.summary["envelope"]
+    envelope = zg.Envelope(levels[0], tuple(levels[1:]))
+    items = program.task.train_items(result.dataset)
+    engine = zg.ScanEngine(program)
+    state = engine.run_epoch(result.state, data, items, epoch, envelope).state
+    with tempfile.TemporaryDirectory() as tmp:
+        _, prof, _ = traced_epoch(engine, state, data, items, epoch + 1, envelope, tmp)
+    if prof is None:
+        return {}
+    return {"gpu_fraction": prof["fraction"],
+            "gpu_busy_over_epoch": prof["busy_seconds"] / epoch_s}
 
 
 def main(argv=None) -> list[dict]:
@@ -45,6 +72,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--model", default="gine-virtual", choices=zg.GRAPH_MODELS)
     p.add_argument("--balance-window", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-trace", action="store_true")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     args = p.parse_args(argv)
     data = zg.molhiv_like(args.scale)
@@ -57,11 +85,15 @@ def main(argv=None) -> list[dict]:
         print(json.dumps(row), flush=True)
         with open(out / "graph.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
-    print("| batch | graphs/s | epoch s | envelope | envelope/ideal | test ROC-AUC |")
-    print("|---|---|---|---|---|---|")
+    print("| batch | graphs/s | epoch s | envelope | envelope/ideal | test ROC-AUC | "
+          "GPU fraction (traced) | busy / epoch |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
+        frac, busy = (format(r[k], ".3f") if k in r else "n/a"
+                      for k in ("gpu_fraction", "gpu_busy_over_epoch"))
         print(f"| {r['batch_size']} | {r['graphs_per_s']:,.0f} | {r['epoch_s']:.3f} | "
-              f"{r['envelope']} | {r['envelope_over_ideal']:.3f} | {r['test_rocauc']:.4f} |")
+              f"{r['envelope']} | {r['envelope_over_ideal']:.3f} | {r['test_rocauc']:.4f} | "
+              f"{frac} | {busy} |")
     return rows
 
 

@@ -5,6 +5,7 @@ node-count baseline: tests/test_examples.py (examples/graph)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -54,10 +55,12 @@ def test_pack_keeps_each_graph(molecules):
     tables = jax.tree_util.tree_map(jnp.asarray, graph_tables(molecules))
     ids = np.array([5, 0, 17, 2], np.int32)
     valid = np.array([True, True, True, False])
-    gb = jax.jit(zg.pack_graphs, static_argnums=(3, 4))(tables, ids, valid, 256, 512)
+    pack = jax.jit(zg.pack_graphs, static_argnums=(3, 4, 5))
+    gb = pack(tables, ids, valid, 256, 512, 6)
     n = molecules.n_node[ids[:3]].sum()
     e = molecules.n_edge[ids[:3]].sum()
-    assert not gb.overflow and list(gb.counts) == [n + 1, e]
+    degree = int(np.asarray(tables.max_degree)[ids[:3]].max())
+    assert not gb.overflow and list(gb.counts) == [n + 1, e, degree]
     rows = np.concatenate([np.arange(*molecules.node_offsets[g:g + 2]) for g in ids[:3]])
     np.testing.assert_array_equal(np.asarray(gb.node_ids)[:n], rows)
     graph_of = np.asarray(gb.node_graph)
@@ -65,6 +68,12 @@ def test_pack_keeps_each_graph(molecules):
     np.testing.assert_array_equal(graph_of[s[mask]], graph_of[r[mask]])  # inside graphs
     assert (s[~mask] == 255).all() and (r[~mask] == 255).all() and graph_of[255] == 4
     np.testing.assert_array_equal(gb.n_node, [*molecules.n_node[ids[:3]], 0, 256 - n])
+    for slots, ends in ((gb.in_slots, r), (gb.out_slots, s)):  # each node's real edges
+        listed = sorted((v, int(k)) for v, row in enumerate(np.asarray(slots)) for k in row
+                        if k < 512)
+        assert listed == sorted((int(ends[k]), k) for k in np.flatnonzero(mask))
+    narrow = zg.pack_graphs(tables, ids, valid, 256, 512, degree - 1)
+    assert bool(narrow.overflow) and int(narrow.counts[2]) == degree
     small = zg.pack_graphs(tables, ids, valid, int(n), 512)  # no slot for the padding node
     assert bool(small.overflow) and int(small.counts[0]) == n + 1
 
@@ -116,6 +125,22 @@ def test_overflow_recovery_is_exact(molecules):
                                atol=1e-6)
 
 
+def test_ell_envelope_grows_its_width():
+    """Node slots x K ELL slots: a batch with a larger degree widens K (and a growth
+    in node slots keeps it); a checkpoint saved without ELL slots starts narrow."""
+    task = zg.GraphTask(aggregation="ell")
+    policy = zg.EnvelopePolicy(margin=1.0, multiple=64)
+    env = task.grow_envelope(None, zg.Envelope(128, (256, 128 * 4)), (100, 200, 6), policy)
+    assert task.capacities(env) == (128, 256, 6)
+    env = task.grow_envelope(None, env, (300, 200, 2), policy)
+    assert task.capacities(env) == (320, 640, 6)  # edges grow with the nodes
+    assert task.capacities(task.envelope_from(None, {"batch_size": 64, "capacities": [256]})) \
+        == (64, 256, 4)
+    segment = zg.GraphTask(aggregation="segment")
+    assert segment.capacities(segment.grow_envelope(None, zg.Envelope(128, (256,)),
+                                                    (100, 300, 9), policy)) == (128, 320, None)
+
+
 @functools.cache
 def _user_model():
     import flax.linen as nn
@@ -131,9 +156,12 @@ def _user_model():
     return SumOfNodes()
 
 
-def test_user_model_and_errors(molecules):
-    result = zg.train(config(epochs=1, eval_mode="none"), molecules, model=_user_model())
+def test_user_model_resume_and_errors(molecules, tmp_path):
+    cfg = config(epochs=1, eval_mode="none", checkpoint_dir=str(tmp_path))
+    result = zg.train(cfg, molecules, model=_user_model())
     assert result.summary["model"].endswith("SumOfNodes") and np.isfinite(result.history[0]["loss"])
+    resumed = zg.train(dataclasses.replace(cfg, epochs=2), molecules, model=_user_model())
+    assert [h["loss"] for h in resumed.history][:1] == [result.history[0]["loss"]]
     with pytest.raises(ValueError, match="unknown graph model 'sage'"):
         zg.train(config(model="sage"), molecules)
     with pytest.raises(ValueError, match="runs on the scan engine"):

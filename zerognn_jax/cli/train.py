@@ -78,6 +78,10 @@ HELP = {
             "ogbg-molpcba or a saved graph collection; --batch-size counts graphs; "
             "--model gin, gine, gcn, or with -virtual; --fanouts does not apply)",
     "readout": "graph task: how a graph's nodes are pooled: sum, mean, max or attention",
+    "graph_aggregation": "graph task: how layers sum messages into nodes: ell (gathers "
+                         "over each node's listed edges, no atomics) or segment "
+                         "(scatter-adds, the reference); auto: ell on a GPU for batches "
+                         "of 128 graphs or more, else segment; the same sums",
     "balance_window": "graph task: deal each window of this many steps' graphs by size "
                       "(fewer padded slots; 0 = plain shuffled batches)",
     "decoder": "link task: score of a pair from its two embeddings, dot (product) or mlp "

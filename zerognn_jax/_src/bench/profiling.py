@@ -113,6 +113,28 @@ def execution_fraction(path: str | pathlib.Path) -> dict | None:
             "lines": sorted(set(lines.values()))}
 
 
+def kernel_table(path: str | pathlib.Path, top: int = 20) -> list[dict]:
+    """The `top` device event names by total time inside the annotated window:
+    [{"name", "seconds", "count", "share"}]; share: of all device event time there."""
+    events = load_events(path)
+    lines = stream_lines(events)
+    if not lines:
+        return []
+    lo, hi = _window(events)
+    totals = {}
+    for e in events:
+        if e.get("ph") != "X" or (e.get("pid"), e.get("tid")) not in lines:
+            continue
+        dur = min(float(e["ts"] + e["dur"]), hi) - max(float(e["ts"]), lo)
+        if dur > 0:
+            seconds, count = totals.get(e["name"], (0.0, 0))
+            totals[e["name"]] = (seconds + dur * 1e-6, count + 1)
+    busy = max(sum(s for s, _ in totals.values()), 1e-12)
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]
+    return [{"name": name, "seconds": s, "count": c, "share": s / busy}
+            for name, (s, c) in ranked]
+
+
 def collective_breakdown(path: str | pathlib.Path, pattern: str = "nccl") -> dict:
     """Per device of a multi-device trace: where its time went between its first and
     last stream event.

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from zerognn_jax._src.nn.models import Dropout
+from zerognn_jax._src.ops.incidence import Incidence, edges_to_nodes, nodes_to_edges
 
 GRAPH_CONVS = ("gin", "gine", "gcn")
 GRAPH_MODELS = (*GRAPH_CONVS, *(f"{c}-virtual" for c in GRAPH_CONVS))
@@ -38,8 +39,12 @@ class Graphs(NamedTuple):
       senders, receivers: int32[Ec] node slots; padding edges join padding nodes.
       n_node, n_edge: int32[B + 1]; the last graph slot is the padding graph.
       globals: None (the targets stay with the task).
-      node_graph: int32[Nc], each node's graph slot; node_mask: bool[Nc] real nodes.
+      node_graph: int32[Nc], each node's graph slot, non-decreasing (a graph's nodes
+        are contiguous, as in jraph); node_mask: bool[Nc] real nodes.
       edge_mask: bool[Ec] real edges; graph_mask: bool[B + 1] real graphs.
+      in_slots, out_slots: int32[Nc, K], the real edges each node receives and sends
+        (Ec in unused slots), or None: layers then sum messages with scatter-adds
+        (ops/incidence.py).
     """
 
     nodes: jax.Array
@@ -53,29 +58,57 @@ class Graphs(NamedTuple):
     node_mask: jax.Array
     edge_mask: jax.Array
     graph_mask: jax.Array
+    in_slots: jax.Array | None = None
+    out_slots: jax.Array | None = None
 
     @property
     def num_graphs(self) -> int:
         return self.n_node.shape[0]
 
+    @property
+    def incoming(self) -> Incidence:
+        """Each edge slot's receiver; each node's received edges when listed."""
+        return Incidence(self.receivers, self.edge_mask, self.in_slots)
+
+    @property
+    def outgoing(self) -> Incidence:
+        """Each edge slot's sender; each node's sent edges when listed."""
+        return Incidence(self.senders, self.edge_mask, self.out_slots)
+
 
 def pool(h: jax.Array, graphs: Graphs, how: str) -> jax.Array:
-    """float[B + 1, d]: node rows `h` [Nc, d] summed, averaged or maxed per graph."""
+    """float[B + 1, d]: node rows `h` [Nc, d] summed, averaged or maxed per graph.
+
+    The graph ids are declared sorted: on a GPU, XLA then sums each run of equal ids in
+    registers and adds it with one atomic (its sorted-indices scatter), where rows
+    of unsorted ids would each be an atomic on one of B + 1 rows."""
     g, num = graphs.node_graph, graphs.num_graphs
     if how == "sum":
-        return jax.ops.segment_sum(h, g, num)
+        return jax.ops.segment_sum(h, g, num, indices_are_sorted=True)
     if how == "mean":
         count = jnp.maximum(graphs.n_node, 1).astype(h.dtype)[:, None]
-        return jax.ops.segment_sum(h, g, num) / count
+        return jax.ops.segment_sum(h, g, num, indices_are_sorted=True) / count
     if how == "max":
-        out = jax.ops.segment_max(h, g, num)
+        out = jax.ops.segment_max(h, g, num, indices_are_sorted=True)
         return jnp.where(graphs.n_node[:, None] > 0, out, 0).astype(h.dtype)
     raise ValueError(f"readout must be one of {', '.join(READOUTS)}, got {how!r}")
 
 
+def broadcast(rows: jax.Array, graphs: Graphs) -> jax.Array:
+    """float[Nc, d]: each node's row of the per-graph `rows` [B + 1, d]; its gradient
+    is `pool`'s sorted sum."""
+    return jnp.take(rows, graphs.node_graph, axis=0, indices_are_sorted=True)
+
+
 class CategoricalEncoder(nn.Module):
     """OGB's AtomEncoder / BondEncoder: the sum of one embedding per categorical
-    column. `vocab[k]` categories in column k; input [rows, len(vocab)] ids (any dtype)."""
+    column. `vocab[k]` categories in column k; input [rows, len(vocab)] ids (any dtype).
+
+    Computed as one matrix product of the rows' multi-hot codes (one 1 per column) with
+    the stacked tables, at full float32 precision: its gradient is a product too, where
+    the lookups' gradient scatter-adds every row into a few table rows (atomics that
+    all collide: bond tables have 2 to 6 rows). The tables are Flax `Embed` parameters
+    (`column{k}/embedding`), as when they were looked up."""
 
     vocab: tuple[int, ...]
     dim: int
@@ -85,8 +118,17 @@ class CategoricalEncoder(nn.Module):
     def __call__(self, x):
         ids = x.astype(jnp.int32)
         init = nn.initializers.xavier_uniform()
-        return sum(nn.Embed(v, self.dim, embedding_init=init, dtype=self.dtype,
-                            name=f"column{k}")(ids[:, k]) for k, v in enumerate(self.vocab))
+        tables = [nn.Embed(v, self.dim, embedding_init=init, name=f"column{k}").embedding
+                  for k, v in enumerate(self.vocab)]
+        codes = sum(jax.nn.one_hot(ids[:, k] + start, sum(self.vocab), dtype=self.dtype)
+                    for k, start in enumerate(_starts(self.vocab)))
+        stacked = jnp.concatenate(tables).astype(self.dtype)
+        return jnp.dot(codes, stacked, precision=jax.lax.Precision.HIGHEST)
+
+
+def _starts(vocab: tuple[int, ...]) -> list[int]:
+    """Each column's first row in the stacked tables."""
+    return [sum(vocab[:k]) for k in range(len(vocab))]
 
 
 def encoder(vocab: tuple[int, ...], dim: int, dtype, name: str) -> nn.Module:
@@ -132,8 +174,6 @@ class GraphConv(nn.Module):
 
     @nn.compact
     def __call__(self, h, graphs: Graphs, *, train: bool):
-        s, r, n = graphs.senders, graphs.receivers, h.shape[0]
-        emask = graphs.edge_mask[:, None]
         edges = None
         if self.kind == "gine" or (self.kind == "gcn" and graphs.edges is not None):
             if graphs.edges is None:
@@ -142,8 +182,9 @@ class GraphConv(nn.Module):
                             self.hidden, self.dtype, "edge_encoder")(graphs.edges)
         if self.kind == "gcn":
             return self._gcn(h, graphs, edges, train=train)
-        msg = h[s] if edges is None else nn.relu(h[s] + edges)
-        agg = jax.ops.segment_sum(jnp.where(emask, msg, 0), r, n)
+        h_s = nodes_to_edges(h, graphs.outgoing)
+        msg = h_s if edges is None else nn.relu(h_s + edges)
+        agg = edges_to_nodes(msg, graphs.incoming, h.shape[0])
         eps = self.param("eps", nn.initializers.zeros, (), jnp.float32)
         return GINMLP(self.hidden, self.dtype)((1 + eps) * h + agg, graphs.node_mask,
                                                train=train)
@@ -152,13 +193,14 @@ class GraphConv(nn.Module):
         del train
         s, r, n = graphs.senders, graphs.receivers, h.shape[0]
         x = nn.Dense(self.hidden, dtype=self.dtype)(h)
-        deg = jax.ops.segment_sum(graphs.edge_mask.astype(x.dtype), r, n) + 1
+        ones = graphs.edge_mask.astype(x.dtype)[:, None]
+        deg = edges_to_nodes(ones, graphs.incoming, n)[:, 0] + 1
         norm = jax.lax.rsqrt(deg[s]) * jax.lax.rsqrt(deg[r])
-        msg = x[s] if edges is None else nn.relu(x[s] + edges)
-        msg = jnp.where(graphs.edge_mask[:, None], norm[:, None] * msg, 0)
+        x_s = nodes_to_edges(x, graphs.outgoing)
+        msg = norm[:, None] * (x_s if edges is None else nn.relu(x_s + edges))
         root = self.param("root", nn.initializers.zeros, (1, self.hidden), jnp.float32)
         self_term = x if edges is None else nn.relu(x + root.astype(x.dtype))
-        return jax.ops.segment_sum(msg, r, n) + self_term / deg[:, None]
+        return edges_to_nodes(msg, graphs.incoming, n) + self_term / deg[:, None]
 
 
 class GraphGNN(nn.Module):
@@ -186,7 +228,7 @@ class GraphGNN(nn.Module):
         for layer in range(self.num_layers):
             last = layer == self.num_layers - 1
             if vn is not None:
-                h = h + vn[graphs.node_graph]
+                h = h + broadcast(vn, graphs)
             h_in = h
             h = GraphConv(self.conv, self.hidden, self.edge_vocab, self.dtype)(
                 h, graphs, train=train)
@@ -211,9 +253,9 @@ class GraphGNN(nn.Module):
         gate = nn.Dense(2 * self.hidden, dtype=self.dtype)(h)
         gate = nn.relu(MaskedBatchNorm()(gate, graphs.node_mask, train=train))
         gate = nn.Dense(1, dtype=self.dtype)(gate).astype(jnp.float32)
-        top = jax.ops.segment_max(gate, graphs.node_graph, graphs.num_graphs)
-        w = jnp.exp(gate - top[graphs.node_graph])
-        w = w / jax.ops.segment_sum(w, graphs.node_graph, graphs.num_graphs)[graphs.node_graph]
+        top = pool(gate, graphs, "max")
+        w = jnp.exp(gate - broadcast(top, graphs))
+        w = w / broadcast(pool(w, graphs, "sum"), graphs)
         return pool(w.astype(h.dtype) * h, graphs, "sum")
 
 
@@ -229,7 +271,8 @@ class OnGraphs(nn.Module):
         del views
         graphs = Graphs(x, edges, graph.senders, graph.receivers, graph.n_node,
                         graph.n_edge, None, graph.node_graph, graph.node_mask,
-                        graph.edge_mask, graph.graph_mask)
+                        graph.edge_mask, graph.graph_mask, graph.in_slots,
+                        graph.out_slots)
         return self.model(graphs, train=train)
 
 

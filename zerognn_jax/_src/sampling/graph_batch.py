@@ -10,6 +10,14 @@ and pooling stays inside its graph. Packing needs the real nodes plus that paddi
 node; a batch that needs more slots than the envelope holds sets `overflow` (the
 engine reruns it with a larger envelope: nothing is dropped or cut).
 
+With a row width K (`width`), packing also lists each node slot's incident edge
+slots, K per node, both ways (`in_slots`: the edges it receives, `out_slots`: those
+it sends): the fixed-width ("ELL") incidence that lets a layer sum messages by
+gathers instead of scatter-adds (ops/incidence.py). The lists are read from the
+collection's edges sorted by receiver and by sender (`GraphTables`), so building them
+is gathers too. A batch holding a node of degree above K overflows like one above the
+node or edge slots.
+
 Optional balancing (`window` > 1) deals the graphs of each window of `window` steps
 by size: the window's items are sorted by node count (largest first, ties in their
 shuffled order) and dealt to its steps in snake order (step 0, 1, ..., m-1, m-1, ...,
@@ -40,6 +48,11 @@ class GraphTables(NamedTuple):
       senders, receivers: int32[E], edge endpoints local to their graph.
       edge_features: float32[E, d_e] (categorical ids as floats) or None.
       targets: float32[G, T] (NaN where missing) or int32[G] class ids.
+      by_receiver, by_sender: int32[E + 1], the edge rows sorted (stably) by their
+        receiver's, or sender's, node row; the last entry is unused.
+      receiver_ptr, sender_ptr: int32[N + 1], node row n's edges are entries
+        [ptr[n], ptr[n + 1]) of the sorted lists.
+      max_degree: int32[G], each graph's largest in- or out-degree.
     """
 
     node_offsets: jax.Array
@@ -48,6 +61,11 @@ class GraphTables(NamedTuple):
     receivers: jax.Array
     edge_features: jax.Array | None
     targets: jax.Array
+    by_receiver: jax.Array
+    by_sender: jax.Array
+    receiver_ptr: jax.Array
+    sender_ptr: jax.Array
+    max_degree: jax.Array
 
 
 def graph_tables(c: GraphCollection) -> GraphTables:
@@ -56,8 +74,35 @@ def graph_tables(c: GraphCollection) -> GraphTables:
         raise ValueError(f"{c.name} has {c.num_nodes} nodes and {c.num_edges} edges; "
                          "graph batching indexes them with int32 (< 2**31)")
     edges = None if c.edge_features is None else c.edge_features.astype(np.float32)
+    (by_r, ptr_r), (by_s, ptr_s) = (_sorted_incidence(ends, c.num_nodes)
+                                    for ends in _node_rows(c))
     return GraphTables(c.node_offsets.astype(np.int32), c.edge_offsets.astype(np.int32),
-                       c.senders, c.receivers, edges, c.targets)
+                       c.senders, c.receivers, edges, c.targets, by_r, by_s, ptr_r, ptr_s,
+                       max_degrees(c))
+
+
+def _node_rows(c: GraphCollection) -> tuple[np.ndarray, np.ndarray]:
+    """The node rows (of the whole collection) of every edge's receiver and sender."""
+    base = np.repeat(c.node_offsets[:-1], np.diff(c.edge_offsets))
+    return base + c.receivers, base + c.senders
+
+
+def max_degrees(c: GraphCollection) -> np.ndarray:
+    """int32[G]: each graph's largest in- or out-degree (0 for a graph without nodes)."""
+    receivers, senders = _node_rows(c)
+    degree = np.maximum(np.bincount(receivers, minlength=c.num_nodes),
+                        np.bincount(senders, minlength=c.num_nodes))
+    # one extra zero: a trailing empty graph's offset N still indexes the array
+    peak = np.maximum.reduceat(np.append(degree, 0), c.node_offsets[:-1])
+    return np.where(np.diff(c.node_offsets) > 0, peak, 0).astype(np.int32)
+
+
+def _sorted_incidence(ends: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the edge rows sorted by `ends` plus one unused entry, int32[N + 1] offsets) of
+    the edges meeting each node row at `ends` (int[E])."""
+    order = np.argsort(ends, kind="stable").astype(np.int32)
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(ends, minlength=num_nodes))])
+    return np.append(order, np.int32(0)), ptr.astype(np.int32)
 
 
 class GraphBatch(NamedTuple):
@@ -73,9 +118,11 @@ class GraphBatch(NamedTuple):
       edge_mask: bool[Ec], the real edges (a prefix).
       n_node, n_edge: int32[B + 1], per graph slot; the last is the padding graph's.
       graph_mask: bool[B + 1], the real graphs.
-      counts: int32[2], the node slots this batch needs (real nodes + 1 padding node)
-        and its real edges; above the capacities on overflow.
+      counts: int32[3], the node slots this batch needs (real nodes + 1 padding node),
+        its real edges and its largest degree; above the capacities on overflow.
       overflow: bool scalar, the batch did not fit.
+      in_slots, out_slots: int32[Nc, K], the edge slots each node slot receives and
+        sends (real edges only); Ec in unused slots. None when packed without a width.
 
     For the feature stage it reads as a one-level sampled minibatch: `nodes` and
     `valid` hold the node slots' ids and mask, `blocks` is empty.
@@ -93,6 +140,8 @@ class GraphBatch(NamedTuple):
     graph_mask: jax.Array
     counts: jax.Array
     overflow: jax.Array
+    in_slots: jax.Array | None = None
+    out_slots: jax.Array | None = None
 
     @property
     def nodes(self) -> tuple:
@@ -117,9 +166,24 @@ def _slot_graph(ends: jax.Array, capacity: int) -> jax.Array:
                             side="right").astype(jnp.int32)
 
 
+def _incident_slots(by_edge, ptr, node_ids, node_mask, first_edge, edge_start,
+                    edge_capacity: int, width: int) -> jax.Array:
+    """int32[Nc, width]: the edge slots of each node slot's edges in one sorted list
+    (`by_edge`, `ptr`), given per node slot its graph's first edge row (`first_edge`)
+    and first edge slot (`edge_start`); `edge_capacity` where unused."""
+    start = ptr[node_ids]
+    degree = jnp.where(node_mask, ptr[node_ids + 1] - start, 0)
+    k = jnp.arange(width, dtype=jnp.int32)
+    last = by_edge.shape[0] - 1
+    rows = by_edge[jnp.minimum(start[:, None] + k, last)]
+    slot = edge_start[:, None] + rows - first_edge[:, None]
+    return jnp.where(k < degree[:, None], slot, edge_capacity).astype(jnp.int32)
+
+
 def pack_graphs(tables: GraphTables, ids: jax.Array, valid: jax.Array, node_capacity: int,
-                edge_capacity: int) -> GraphBatch:
-    """Packs graphs `ids` (int32[B], bool[B] `valid`) into the capacities (jit-ready)."""
+                edge_capacity: int, width: int | None = None) -> GraphBatch:
+    """Packs graphs `ids` (int32[B], bool[B] `valid`) into the capacities (jit-ready),
+    with each node's incident edge slots `width` per node when `width` is given."""
     b = ids.shape[0]
     ids = jnp.where(valid, ids, 0)
     no, eo = tables.node_offsets, tables.edge_offsets
@@ -140,15 +204,25 @@ def pack_graphs(tables: GraphTables, ids: jax.Array, valid: jax.Array, node_capa
     pad = node_capacity - 1
     endpoint = lambda local: jnp.where(
         edge_mask, jnp.minimum(local[edge_ids] + node_start[eg], pad), pad)
-    counts = jnp.stack([total_n + 1, total_e]).astype(jnp.int32)
+    degree = jnp.max(jnp.where(valid, tables.max_degree[ids], 0))
+    counts = jnp.stack([total_n + 1, total_e, degree]).astype(jnp.int32)
+    overflow = (counts[0] > node_capacity) | (counts[1] > edge_capacity)
+    slots = (None, None)
+    if width is not None:
+        node_ids = node_ids.astype(jnp.int32)
+        incident = lambda by_edge, ptr: _incident_slots(
+            by_edge, ptr, node_ids, node_mask, eo[ids[g]], edge_start[g], edge_capacity,
+            width)
+        slots = (incident(tables.by_receiver, tables.receiver_ptr),
+                 incident(tables.by_sender, tables.sender_ptr))
+        overflow = overflow | (degree > width)
     return GraphBatch(
         node_ids.astype(jnp.int32), node_mask, jnp.where(node_mask, slot_graph, b),
         endpoint(tables.senders), endpoint(tables.receivers), edge_ids.astype(jnp.int32),
         edge_mask,
         jnp.append(n_node, jnp.maximum(node_capacity - total_n, 0)).astype(jnp.int32),
         jnp.append(n_edge, jnp.maximum(edge_capacity - total_e, 0)).astype(jnp.int32),
-        jnp.append(valid, False), counts,
-        (counts[0] > node_capacity) | (counts[1] > edge_capacity))
+        jnp.append(valid, False), counts, overflow, *slots)
 
 
 def balanced_items(perm: jax.Array, batch_index, batch_size: int, window: int,
@@ -181,8 +255,8 @@ def step_graphs(perm: jax.Array, batch_index, batch_size: int, window: int,
 
 def epoch_counts(tables: GraphTables, perm: jax.Array, batch_size: int,
                  window: int) -> jax.Array:
-    """int32[steps, 2]: every step's (node slots needed, edges) in an epoch (jit-ready),
-    from the graphs' sizes alone."""
+    """int32[steps, 3]: every step's (node slots needed, edges, largest degree) in an
+    epoch (jit-ready), from the graphs' sizes alone."""
     no, eo = tables.node_offsets, tables.edge_offsets
     n_node = no[1:] - no[:-1]
 
@@ -190,6 +264,7 @@ def epoch_counts(tables: GraphTables, perm: jax.Array, batch_size: int,
         ids, valid = step_graphs(perm, step, batch_size, window, n_node)
         nodes = jnp.sum(jnp.where(valid, n_node[ids], 0))
         edges = jnp.sum(jnp.where(valid, eo[ids + 1] - eo[ids], 0))
-        return jnp.stack([nodes + 1, edges])
+        return jnp.stack([nodes + 1, edges, jnp.max(jnp.where(valid, tables.max_degree[ids],
+                                                              0))])
 
     return jax.vmap(count)(jnp.arange(perm.shape[0] // batch_size, dtype=jnp.int32))

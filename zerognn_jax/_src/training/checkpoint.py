@@ -49,6 +49,7 @@ FORMAT = 1
 # included, must match the checkpoint.
 FREE_ON_RESUME = frozenset({
     "epochs", "dataset", "root", "batch_size", "devices", "shard_features", "kernels",
+    "graph_aggregation",
     "chunk_steps", "engine", "envelope", "margin", "multiple", "eval_mode", "eval_every",
     "eval_batch_size", "checkpoint_dir", "metrics_out", "progress", "tensorboard_dir",
     "best_metric",
@@ -76,7 +77,8 @@ def identity(cfg, dataset_stats: dict, global_batch: int, extra: dict | None = N
     out = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
            if f.name not in FREE_ON_RESUME}
     out["global_batch"] = global_batch
-    out.update({f"dataset.{k}": dataset_stats[k] for k in DATASET_KEYS})
+    # a graph collection's statistics hold no directed_edges, features or classes
+    out.update({f"dataset.{k}": dataset_stats[k] for k in DATASET_KEYS if k in dataset_stats})
     if dataset_stats.get("target_kind", "classes") != "classes":
         out.update({f"dataset.{k}": dataset_stats[k] for k in ("target_kind", "outputs")})
     out.update({f"custom.{k}": v for k, v in (extra or {}).items()})

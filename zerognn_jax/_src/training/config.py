@@ -18,6 +18,7 @@ from zerognn_jax._src.sampling.negatives import NEGATIVE_MODES
 from zerognn_jax._src.training.config_types import check_types
 from zerognn_jax._src.training.engines import ENGINES
 from zerognn_jax._src.training.tasks.base import BatchedTask
+from zerognn_jax._src.training.tasks.graph import AGGREGATIONS
 from zerognn_jax._src.training.tasks.link import LINK_METRICS
 from zerognn_jax._src.training.tasks.registry import TASKS
 
@@ -31,6 +32,7 @@ CHOICES = {
     "envelope": ("calibrate", "conservative"), "eval_mode": ("full", "sampled", "none"),
     "sampler": SAMPLERS, "task": TASKS, "decoder": DECODERS,
     "negative_mode": NEGATIVE_MODES, "link_metric": LINK_METRICS,
+    "graph_aggregation": AGGREGATIONS,
 }
 
 
@@ -45,8 +47,8 @@ GROUPS = {
                 "flat_outer",
                 "envelope", "margin", "multiple", "balance_window"),
     "optimizer": ("lr", "weight_decay"),
-    "engine": ("engine", "kernels", "chunk_steps", "sample_ahead", "devices",
-               "shard_features"),
+    "engine": ("engine", "kernels", "graph_aggregation", "chunk_steps", "sample_ahead",
+               "devices", "shard_features"),
     "run": ("epochs", "seed", "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir",
             "metrics_out", "progress", "best_metric", "tensorboard_dir"),
 }
@@ -100,7 +102,11 @@ class TrainConfig:
 
     Engine. `engine` is "scan" (a chunk of steps per program) or the host-mediated
     baseline, "host-exact" or "host-bucketed" (see host.py). `kernels` is a spec string
-    that `Kernels.parse` reads ("auto", "xla", "pallas", or per op). `chunk_steps=0`
+    that `Kernels.parse` reads ("auto", "xla", "pallas", or per op);
+    `graph_aggregation` is how graph-task layers sum messages ("ell": gathers over
+    listed edges; "segment": scatter-adds, the reference; "auto": ell on a GPU for
+    batches of 128 graphs or more).
+    `chunk_steps=0`
     compiles a whole epoch into one program. `sample_ahead` steps are sampled by one
     vmapped call (`ScanEngine.sample_ahead`). `devices` is the number of devices per
     process to train on (0 = all local ones); `batch_size` is per device, so a step
@@ -155,6 +161,7 @@ class TrainConfig:
     # engine
     engine: str = "scan"
     kernels: str = "auto"
+    graph_aggregation: str = "auto"
     chunk_steps: int = 0
     sample_ahead: int = 8
     devices: int = 1

@@ -16,7 +16,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from tqdm.auto import tqdm
 
 from zerognn_jax._src.data.dataset import Dataset
@@ -44,6 +43,7 @@ from zerognn_jax._src.training.program import (
     DeviceData,
     StepProgram,
     init_state,
+    make_optimizer,
     saved_envelope,
 )
 from zerognn_jax._src.training.rebuild import rebuild_record
@@ -77,13 +77,6 @@ class TrainResult:
     dataset: Any = None
 
 
-def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
-    """Adam, with L2 weight decay added to the gradient (as in the GCN paper) if set."""
-    adam = optax.adam(cfg.lr)
-    return optax.chain(optax.add_decayed_weights(cfg.weight_decay), adam) \
-        if cfg.weight_decay else adam
-
-
 def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optimizer=None,
             loss=None):
     """Loads the data and builds (dataset, device data, step program).
@@ -103,7 +96,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         if optimizer is not None:
             check_optimizer(optimizer)
         data, program = task.prepare_run(cfg, dataset, model=model and as_linen(model),
-                                         tx=optimizer or make_optimizer(cfg), kernels=kernels)
+                                         tx=optimizer, kernels=kernels)
         return dataset, data, program
     feats = dataset.features
     norm = cfg.normalize_features

@@ -158,7 +158,9 @@ class BatchedTask(Protocol):
 
     def prepare_run(self, cfg, dataset, *, model, tx, kernels) -> tuple[Any, Any]:
         """(DeviceData, StepProgram) of the run `cfg` on `dataset`: `model` is the
-        user's Linen model or None for the built-in `cfg.model`; `tx` the optimizer."""
+        user's Linen model or None for the built-in `cfg.model`; `tx` the user's
+        optimizer or None for the built-in one (`program.make_optimizer`, which the
+        task may run in its own form: the graph task's runs over one flat vector)."""
         ...
 
     def sample_batch(self, program, data, perm, batch_index, epoch, envelope,

@@ -6,19 +6,24 @@ balanced with `cfg.balance_window`); the task packs them into the envelope's nod
 edge slots (sampling/graph_batch.py) instead of sampling neighbourhoods (it is a
 `BatchedTask`), the step gathers their node rows as it gathers a sampled level, and the
 model (`nn/graph_models.py`, wrapped in `OnGraphs`) returns one row per graph slot.
-The envelope is `Envelope(node slots, (edge slots,))`, calibrated over every batch of
-the run's epochs from the graphs' sizes; an overflow reruns the batch as for sampling.
+The envelope is `Envelope(node slots, (edge slots, ELL slots))`, calibrated over every
+batch of the run's epochs from the graphs' sizes and degrees; an overflow reruns the
+batch as for sampling. ELL slots are node slots x K, K edge slots listed per node
+(`aggregation="ell"`: layers sum messages by gathers, ops/incidence.py); with
+`aggregation="segment"` (scatter-adds, the reference) the envelope has no ELL slots.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.graph_datasets import load_graphs
@@ -37,13 +42,14 @@ from zerognn_jax._src.sampling.graph_batch import (
     GraphTables,
     epoch_counts,
     graph_tables,
+    max_degrees,
     pack_graphs,
     step_graphs,
 )
 from zerognn_jax._src.sampling.minibatch import SamplerConfig
 from zerognn_jax._src.sampling.seeds import epoch_items, num_steps, step_items, step_keys
 from zerognn_jax._src.sampling.steps import ItemLevel
-from zerognn_jax._src.training.program import DeviceData, StepProgram
+from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.graph_metrics import (
     DEFAULT_LOSS,
@@ -58,6 +64,29 @@ SPLITS = ("train", "val", "test")
 # Capacities of graph batches round to at most this many slots: the sampled levels'
 # default multiple (1024) would double a batch of 32 molecules (~820 node slots).
 GRAPH_MULTIPLE = 64
+AGGREGATIONS = ("auto", "ell", "segment")
+# "auto" sums by ELL gathers on a GPU from this many graphs a batch: on an H100
+# (molhiv-like, GINE-virtual 5 x 300) ELL epochs were 1.14x faster at batch 256 and
+# 0.90x at batch 32, where a step's hundreds of small kernels, not its atomics, set the
+# time (docs/benchmarks.md).
+ELL_MIN_BATCH = 128
+
+
+def resolve_aggregation(name: str, batch_size: int) -> str:
+    """"auto": "ell" on a GPU for batches of at least ELL_MIN_BATCH graphs (scatter-adds
+    there are atomics), "segment" for smaller ones and elsewhere (a CPU adds rows in
+    order; its ELL epochs were slower)."""
+    if name != "auto":
+        return name
+    gpu = jax.default_backend() == "gpu"
+    return "ell" if gpu and batch_size >= ELL_MIN_BATCH else "segment"
+
+
+def ell_envelope(nodes: int, edges: int, width: int) -> Envelope:
+    """`Envelope(nodes, (edges, nodes x K))` with K >= `width` (widened to hold `edges`
+    so that the capacities do not decrease)."""
+    k = max(width, math.ceil(edges / nodes), 1)
+    return Envelope(nodes, (edges, nodes * k))
 
 
 def _edge_rows(tables: GraphTables, gb: GraphBatch):
@@ -79,12 +108,15 @@ class GraphTask(ItemsAreLevel0):
       kind: the collection's target kind ("binary", "classes", "regression").
       window: steps per size-balanced window (0 or 1: plain shuffled batches;
         sampling/graph_batch.py says what balancing does).
+      aggregation: "ell" (layers sum messages by gathers over each node's listed edge
+        slots) or "segment" (by scatter-adds: the reference); the same sums.
     """
 
     loss: Callable = LOSSES["sigmoid"]
     score: Callable | None = SCORES["binary"]
     kind: str = "binary"
     window: int = 0
+    aggregation: str = "ell"
     name = "graph"
     score_name = "acc"  # the fraction of labelled entries (or graphs) predicted right
     dedups_seeds = False
@@ -101,7 +133,9 @@ class GraphTask(ItemsAreLevel0):
         if not isinstance(dataset, GraphCollection):
             raise TypeError(f"the graph task trains on a GraphCollection, got "
                             f"{type(dataset).__name__}")
-        return graph_task(loss, dataset.target_kind, cfg.balance_window), dataset
+        task = graph_task(loss, dataset.target_kind, cfg.balance_window)
+        aggregation = resolve_aggregation(cfg.graph_aggregation, cfg.batch_size)
+        return dataclasses.replace(task, aggregation=aggregation), dataset
 
     def output_dim(self, cfg, dataset: GraphCollection) -> int:
         del cfg
@@ -150,7 +184,12 @@ class GraphTask(ItemsAreLevel0):
 
     def prepare_run(self, cfg, dataset: GraphCollection, *, model, tx, kernels):
         """Device data (node rows as `features`, `GraphTables` as `targets`) and the
-        step program of the built-in `cfg.model` or the user's graph-level `model`."""
+        step program of the built-in `cfg.model` or the user's graph-level `model`.
+
+        The built-in optimizer runs over the parameters raveled into one vector
+        (`optax.flatten`): the same elementwise Adam, as a few kernels per step instead
+        of a few per parameter array (one CPU-compiled step: 807 fusions and 411 copies
+        against 970 and 654). A user's optimizer sees the parameter tree."""
         dtype = jnp.dtype(cfg.dtype)
         # categorical ids stay exact in float32; float features take the run's dtype
         feat_dtype = jnp.float32 if dataset.node_vocab else dtype
@@ -165,6 +204,7 @@ class GraphTask(ItemsAreLevel0):
         graph = CSRGraph(np.zeros(dataset.num_nodes + 1, np.int32), np.zeros(0, np.int32))
         data = DeviceData(graph.to_device(), jnp.asarray(dataset.node_features, feat_dtype),
                           jax.tree_util.tree_map(jnp.asarray, tables))
+        tx = tx or optax.flatten(make_optimizer(cfg))
         program = StepProgram(self.wrap_model(model, cfg), tx, SamplerConfig((1,)),
                               cfg.batch_size, cfg.seed, kernels, task=self)
         return data, program
@@ -178,23 +218,38 @@ class GraphTask(ItemsAreLevel0):
         if active is not None:
             valid = valid & active
         key, drop_key = step_keys(program.seed, epoch, batch_index)
-        gb = pack_graphs(tables, items, valid, envelope.batch_size, envelope.capacities[0])
+        gb = pack_graphs(tables, items, valid, *self.capacities(envelope))
         batch = self.batch(data, items, valid, key, ItemLevel(items, valid))
         inputs = {"graph": gb, "edges": _edge_rows(tables, gb)}
         return batch._replace(model_inputs=inputs), gb, drop_key
+
+    def capacities(self, envelope: Envelope) -> tuple[int, int, int | None]:
+        """`pack_graphs`' (node slots, edge slots, K or None) of an envelope."""
+        nodes, edges = envelope.batch_size, envelope.capacities[0]
+        if self.aggregation == "segment":
+            return nodes, edges, None
+        return nodes, edges, envelope.capacities[1] // nodes
+
+    def _envelope(self, nodes: int, edges: int, width: int) -> Envelope:
+        if self.aggregation == "segment":
+            return Envelope(nodes, (edges,))
+        return ell_envelope(nodes, edges, width)
 
     def choose_envelope(self, program: StepProgram, data: DeviceData,
                         dataset: GraphCollection, cfg):
         """The largest (node slots, edges) of every batch of the run's epochs (from
         the graphs' sizes, on the device, one read), times the margin, rounded to
-        `min(cfg.multiple, GRAPH_MULTIPLE)`; "conservative": the B largest graphs."""
+        `min(cfg.multiple, GRAPH_MULTIPLE)`, and their largest degree as K (no margin:
+        every node pays for a wider row in every layer); "conservative": the B largest
+        graphs and the collection's largest degree."""
         policy = EnvelopePolicy(cfg.margin, min(cfg.multiple, GRAPH_MULTIPLE))
         b = program.batch_size
         if cfg.envelope == "conservative":
             top = lambda sizes: int(np.sort(sizes)[::-1][:b].sum())
-            sizes = (top(dataset.n_node) + 1, top(dataset.n_edge))
-            return monotone(round_up(sizes[0], policy.multiple), sizes[1:],
-                            policy.multiple), None
+            env = monotone(round_up(top(dataset.n_node) + 1, policy.multiple),
+                           [top(dataset.n_edge)], policy.multiple)
+            width = int(max_degrees(dataset).max(initial=0))
+            return self._envelope(env.batch_size, env.capacities[0], width), None
         items = jnp.asarray(self.train_items(dataset), jnp.int32)
         counts = [_epoch_counts(data.targets, epoch_items(items, b, program.seed, epoch),
                                 batch_size=b, window=self.window)
@@ -203,17 +258,26 @@ class GraphTask(ItemsAreLevel0):
         peak = counts.max(0)
         env = monotone(round_up(peak[0] * policy.margin, policy.multiple),
                        [peak[1] * policy.margin], policy.multiple)
+        env = self._envelope(env.batch_size, env.capacities[0], int(peak[2]))
         return env, Calibration(env, tuple(int(c) for c in peak),
                                 tuple(float(c) for c in counts.mean(0)), counts.shape[0])
 
     def grow_envelope(self, program: StepProgram, envelope: Envelope, counts,
                       policy: EnvelopePolicy) -> Envelope:
-        """The homogeneous rule (`envelope.grow`) on the (node, edge) slots."""
-        return program.sampler.fit_envelope(grow(envelope, counts, policy))
+        """The homogeneous rule (`envelope.grow`) on the (node, edge) slots; K becomes
+        the batch's largest degree if that exceeds it."""
+        nodes, edges, width = self.capacities(envelope)
+        env = grow(Envelope(nodes, (edges,)), counts[:2], policy)
+        return self._envelope(env.batch_size, env.capacities[0],
+                              max(width or 0, int(counts[2])))
 
     def envelope_from(self, program: StepProgram, saved: dict) -> Envelope:
-        return program.sampler.fit_envelope(Envelope(saved["batch_size"],
-                                                     tuple(saved["capacities"])))
+        """The saved envelope; one saved without ELL slots gets the narrowest K (a
+        batch with a larger degree grows it)."""
+        nodes, caps = saved["batch_size"], tuple(saved["capacities"])
+        if self.aggregation == "segment" or len(caps) > 1:
+            return Envelope(nodes, caps[:1] if self.aggregation == "segment" else caps)
+        return ell_envelope(nodes, caps[0], 1)
 
     def memory_report(self, program: StepProgram, envelope: Envelope,
                       calibration: Calibration) -> dict:
@@ -225,8 +289,13 @@ class GraphTask(ItemsAreLevel0):
         layers = getattr(model, "num_layers", 1)
         per_node = 12 + 8 * 4 * hidden * layers
         per_edge = 16 + 8 * hidden * layers
-        env = envelope.levels[0] * per_node + envelope.levels[1] * per_edge
-        ideal = calibration.max_counts[0] * per_node + calibration.max_counts[1] * per_edge
+        per_slot = 8  # an int32 in each of the two ELL lists
+        nodes, edges, width = self.capacities(envelope)
+        peak = calibration.max_counts
+        env = nodes * per_node + edges * per_edge + nodes * (width or 0) * per_slot
+        ideal = peak[0] * per_node + peak[1] * per_edge
+        if width is not None:
+            ideal += peak[0] * peak[2] * per_slot
         return {"envelope_bytes": int(env), "ideal_bytes": int(ideal),
                 "ratio": env / max(ideal, 1)}
 
@@ -259,13 +328,16 @@ def graph_task(loss, kind: str, window: int = 0) -> GraphTask:
                     f"GraphTask, got {type(loss).__name__}")
 
 
-def _eval_capacities(dataset: GraphCollection, ids: np.ndarray, batch_size: int):
-    """Exact (node slots, edge slots) of the consecutive batches of `ids`, rounded."""
+def _eval_capacities(task: GraphTask, dataset: GraphCollection, ids: np.ndarray,
+                     batch_size: int):
+    """Exact (node slots, edge slots, K) of the consecutive batches of `ids`, rounded."""
     steps = num_steps(ids.size, batch_size)
     pad = np.zeros(steps * batch_size - ids.size, np.int64)
     n = np.concatenate([dataset.n_node[ids], pad]).reshape(steps, -1).sum(1).max() + 1
     e = np.concatenate([dataset.n_edge[ids], pad]).reshape(steps, -1).sum(1).max()
-    return round_up(int(n), GRAPH_MULTIPLE), round_up(max(int(e), 1), GRAPH_MULTIPLE)
+    width = None if task.aggregation == "segment" else \
+        max(int(max_degrees(dataset)[ids].max()), 1)
+    return round_up(int(n), GRAPH_MULTIPLE), round_up(max(int(e), 1), GRAPH_MULTIPLE), width
 
 
 def graph_outputs(program: StepProgram, variables, data: DeviceData, ids,
@@ -279,7 +351,7 @@ def graph_outputs(program: StepProgram, variables, data: DeviceData, ids,
     steps = num_steps(ids.size, batch_size)
     padded = np.full(steps * batch_size, -1, np.int32)
     padded[:ids.size] = ids
-    caps = _eval_capacities(dataset, ids, batch_size)
+    caps = _eval_capacities(program.task, dataset, ids, batch_size)
     out = _eval_pass(program, variables, data, jnp.asarray(padded), caps=caps,
                      batch_size=batch_size)
     return np.asarray(out, np.float32).reshape(steps * batch_size, -1)[:ids.size]

@@ -46,7 +46,7 @@ from zerognn_jax._src.sampling.typed_minibatch import (
     sample_typed_step,
 )
 from zerognn_jax._src.training.embeddings import NodeEmbedding
-from zerognn_jax._src.training.program import DeviceData, StepProgram
+from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
 from zerognn_jax._src.training.tasks.node import accuracy, node_task
@@ -331,7 +331,8 @@ class TypedNodeTask(ItemsAreLevel0):
         # (`update_embedding`: are its rows distinct?), so the summary carries it.
         summary = SamplerConfig(tuple(cfg.fanouts), replace=cfg.replace, method=cfg.sampler,
                                 dedup=self.sampler.dedup, flat_outer=self.sampler.flat_outer)
-        program = StepProgram(self.wrap_model(model, cfg, kernels), tx, summary,
+        program = StepProgram(self.wrap_model(model, cfg, kernels),
+                              tx or make_optimizer(cfg), summary,
                               cfg.batch_size, cfg.seed, kernels, task=self,
                               embedding=self.embedding(cfg))
         return data, program
