@@ -127,9 +127,13 @@ def main(argv=None) -> int:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     t1 = time.perf_counter()
-    h = layerwise_outputs(trainer.model, full_loader(pyg, args, device), pyg.x, device)
-    extra = {"peak_bytes": peak, "setup_seconds": setup,
-             "eval_seconds": time.perf_counter() - t1, **link_run.link_metrics(h, data)}
+    extra = {"peak_bytes": peak, "setup_seconds": setup}
+    try:
+        h = layerwise_outputs(trainer.model, full_loader(pyg, args, device), pyg.x, device)
+        extra.update(link_run.link_metrics(h, data))
+    except torch.OutOfMemoryError as err:  # the training figures still get written
+        extra["eval_error"] = f"exact inference ran out of GPU memory: {str(err)[:160]}"
+    extra["eval_seconds"] = time.perf_counter() - t1
     out.write(link_run.summary(args.system, args, data, measures, losses, device, extra))
     return 0
 
