@@ -72,28 +72,7 @@ mkdir -p "$OUT_DIR" "$ROOT"
 JSONL=$OUT_DIR/peers.jsonl
 LOG=$OUT_DIR/peers.log
 rm -f "$JSONL" "$LOG"
-T0=$SECONDS
-left() { echo $((BUDGET - (SECONDS - T0))); }
-wanted() { [[ ",$SYSTEMS," == *",$1,"* ]]; }
-
-# run NAME LATER CMD...: CMD under timeout with what is left minus LATER * MIN_NEXT.
-run() {
-  local name=$1 later=$2 limit
-  shift 2
-  limit=$(( $(left) - later * MIN_NEXT - 10 ))
-  if [ "$limit" -lt 20 ]; then
-    echo "== $name: skipped, $(left) s left"
-    return
-  fi
-  echo "== $name [limit $limit s, $(left) s left]"
-  echo "== $name: $*" >>"$LOG"
-  timeout -k 5 "$limit" "$@" >>"$LOG" 2>&1
-  local rc=$?
-  if [ $rc -ne 0 ]; then
-    [ $rc -eq 124 ] && echo "   $name: stopped at its time limit" || echo "   $name: exit $rc"
-    grep -v '^{' "$LOG" | tail -n 5 | cut -c1-300
-  fi
-}
+source benchmarks/peers/budget.sh
 
 source benchmarks/peers/wheels.sh
 
