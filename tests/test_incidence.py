@@ -70,3 +70,16 @@ def test_rows_must_match_the_nodes():
     inc = Incidence(jnp.asarray(ends), jnp.asarray(live), jnp.asarray(slots))
     with pytest.raises(ValueError, match="12 node rows, the output 13"):
         edges_to_nodes(jnp.zeros((EDGES, 1)), inc, NODES + 1)
+
+
+@pytest.mark.parametrize("backend, batch, expected", [
+    ("gpu", 32, "segment"), ("gpu", 127, "segment"), ("gpu", 128, "ell"),
+    ("gpu", 256, "ell"), ("cpu", 256, "segment")])
+def test_auto_aggregation_follows_backend_and_batch_size(monkeypatch, backend, batch,
+                                                         expected):
+    from zerognn_jax._src.training.tasks import graph
+
+    monkeypatch.setattr(graph.jax, "default_backend", lambda: backend)
+    assert graph.resolve_aggregation("auto", batch) == expected
+    assert graph.resolve_aggregation("segment", 256) == "segment"
+    assert graph.resolve_aggregation("ell", 8) == "ell"
