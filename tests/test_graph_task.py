@@ -125,6 +125,38 @@ def test_overflow_recovery_is_exact(molecules):
                                atol=1e-6)
 
 
+@pytest.mark.parametrize("model", ["gine-virtual", "gcn"])
+def test_ell_trains_as_segment_and_recovers_a_narrow_width(molecules, model):
+    """The ELL aggregation (the GPU's choice) trains an epoch as the scatter-add
+    reference does (GINE: edge features; GCN: degrees from the lists); for GINE an
+    envelope whose K is below the molecules' degrees overflows, widens and redoes
+    those batches."""
+    from zerognn_jax._src.training.tasks.graph import ell_envelope
+
+    runs = {}
+    for aggregation in ("segment", "ell"):
+        cfg = config(layers=2, hidden=8, model=model, graph_aggregation=aggregation)
+        _, data, program = prepare(cfg, molecules, optimizer=optax.sgd(0.1))
+        items = program.task.train_items(molecules)
+        env, _ = program.task.choose_envelope(program, data, molecules, cfg)
+        narrow = aggregation == "ell" and model == "gine-virtual"
+        if narrow:
+            nodes, edges, width = program.task.capacities(env)
+            assert width > 2
+            env = ell_envelope(nodes, edges, 2)
+        state = zg.init_state(program, data, env, items)
+        runs[aggregation] = zg.ScanEngine(program, chunk_steps=8).run_epoch(
+            state, data, items, 0, env)
+    assert runs["segment"].overflows == 0
+    if narrow:
+        assert runs["ell"].overflows > 0
+        assert program.task.capacities(runs["ell"].envelope)[2] > 2  # K widened
+    np.testing.assert_allclose(runs["ell"].loss, runs["segment"].loss, rtol=1e-5)
+    flat = lambda s: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(s.params)])
+    np.testing.assert_allclose(flat(runs["ell"].state), flat(runs["segment"].state),
+                               rtol=1e-4, atol=1e-6)
+
+
 def test_ell_envelope_grows_its_width():
     """Node slots x K ELL slots: a batch with a larger degree widens K (and a growth
     in node slots keeps it); a checkpoint saved without ELL slots starts narrow."""
@@ -139,6 +171,12 @@ def test_ell_envelope_grows_its_width():
     segment = zg.GraphTask(aggregation="segment")
     assert segment.capacities(segment.grow_envelope(None, zg.Envelope(128, (256,)),
                                                     (100, 300, 9), policy)) == (128, 320, None)
+    # only the degree overflowed: the slots stay, even under the engine's 1024 rounding
+    wide = task.grow_envelope(None, zg.Envelope(128, (256, 128 * 4)), (100, 200, 9),
+                              zg.EnvelopePolicy())
+    assert task.capacities(wide) == (128, 256, 9)
+    with pytest.raises(ValueError, match="'ell' or 'segment', got 'scatter'"):
+        zg.GraphTask(aggregation="scatter")
 
 
 @functools.cache
@@ -161,6 +199,7 @@ def test_user_model_resume_and_errors(molecules, tmp_path):
     result = zg.train(cfg, molecules, model=_user_model())
     assert result.summary["model"].endswith("SumOfNodes") and np.isfinite(result.history[0]["loss"])
     resumed = zg.train(dataclasses.replace(cfg, epochs=2), molecules, model=_user_model())
+    assert (resumed.summary["start_epoch"], resumed.summary["epochs_run"]) == (1, 1)
     assert [h["loss"] for h in resumed.history][:1] == [result.history[0]["loss"]]
     with pytest.raises(ValueError, match="unknown graph model 'sage'"):
         zg.train(config(model="sage"), molecules)

@@ -109,19 +109,25 @@ class GraphTask(ItemsAreLevel0):
       window: steps per size-balanced window (0 or 1: plain shuffled batches;
         sampling/graph_batch.py says what balancing does).
       aggregation: "ell" (layers sum messages by gathers over each node's listed edge
-        slots) or "segment" (by scatter-adds: the reference); the same sums.
+        slots) or "segment" (by scatter-adds: the reference, the default); the same
+        sums. `TrainConfig.graph_aggregation` resolves "auto" (`resolve_aggregation`).
     """
 
     loss: Callable = LOSSES["sigmoid"]
     score: Callable | None = SCORES["binary"]
     kind: str = "binary"
     window: int = 0
-    aggregation: str = "ell"
+    aggregation: str = "segment"
     name = "graph"
     score_name = "acc"  # the fraction of labelled entries (or graphs) predicted right
     dedups_seeds = False
     tree_by_default = False
     row_normalizes_planetoid = False
+
+    def __post_init__(self):
+        if self.aggregation not in ("ell", "segment"):
+            raise ValueError(f"a graph task's aggregation must be 'ell' or 'segment', "
+                             f"got {self.aggregation!r}")
 
     @classmethod
     def build(cls, cfg, dataset, *, loss=None, kernels=None):
@@ -264,12 +270,16 @@ class GraphTask(ItemsAreLevel0):
 
     def grow_envelope(self, program: StepProgram, envelope: Envelope, counts,
                       policy: EnvelopePolicy) -> Envelope:
-        """The homogeneous rule (`envelope.grow`) on the (node, edge) slots; K becomes
-        the batch's largest degree if that exceeds it."""
+        """The homogeneous rule (`envelope.grow`, rounding to at most GRAPH_MULTIPLE
+        slots as calibration does) on the (node, edge) slots, left as they are when
+        both fit; K becomes the batch's largest degree if that exceeds it."""
         nodes, edges, width = self.capacities(envelope)
-        env = grow(Envelope(nodes, (edges,)), counts[:2], policy)
-        return self._envelope(env.batch_size, env.capacities[0],
-                              max(width or 0, int(counts[2])))
+        if counts[0] > nodes or counts[1] > edges:
+            rounding = dataclasses.replace(policy, multiple=min(policy.multiple,
+                                                                GRAPH_MULTIPLE))
+            grown = grow(Envelope(nodes, (edges,)), counts[:2], rounding)
+            nodes, edges = grown.batch_size, grown.capacities[0]
+        return self._envelope(nodes, edges, max(width or 0, int(counts[2])))
 
     def envelope_from(self, program: StepProgram, saved: dict) -> Envelope:
         """The saved envelope; one saved without ELL slots gets the narrowest K (a
