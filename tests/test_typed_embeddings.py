@@ -9,6 +9,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import zerognn_jax as zg
 from zerognn_jax._src.training.evaluate import Predictor
@@ -38,11 +39,12 @@ def _toy():
         add_reverse=True)
 
 
-@functools.lru_cache(maxsize=2)
-def _run(fanouts=(3, 2)):
+@functools.lru_cache(maxsize=4)
+def _run(fanouts=(3, 2), layout=()):
     """(dataset, data, program, envelope, state) with random moments on every row and
-    three steps counted, so that untouched rows have something to keep."""
-    cfg = zg.TrainConfig(**CFG, fanouts=fanouts)
+    three steps counted, so that untouched rows have something to keep; `layout`:
+    (name, value) pairs of TrainConfig's layout fields."""
+    cfg = zg.TrainConfig(**CFG, fanouts=fanouts, **dict(layout))
     dataset, data, program = prepare(cfg, _toy())
     env, _ = program.task.choose_envelope(program, data, dataset, cfg)
     state = init_state(program, data, env, dataset.train_idx)
@@ -66,11 +68,14 @@ def test_featureless_types_share_one_stacked_table():
     assert "embed" not in str(jax.tree_util.tree_structure(state.params))
 
 
-def test_typed_step_updates_its_rows_as_dense_lazy_adam():
+@pytest.mark.parametrize("layout", [(), (("dedup", False),), (("flat_outer", True),)],
+                         ids=["dedup", "tree", "flat-outer"])
+def test_typed_step_updates_its_rows_as_dense_lazy_adam(layout):
     """The step's sparse update against lazy Adam on the dense gradient of the loss
     with respect to the whole table: equal on the rows the step read, every other row
-    and its moments bit-unchanged."""
-    _, data, program, env, state = _run()
+    and its moments bit-unchanged; in tree mode and with a flat outer hop the outer
+    level repeats rows, whose gradients must be summed before the update."""
+    _, data, program, env, state = _run(layout=layout)
     emb = program.embedding
 
     @jax.jit
@@ -96,7 +101,10 @@ def test_typed_step_updates_its_rows_as_dense_lazy_adam():
     for t, off in offsets.items():  # both types' sampled nodes, at their offsets
         nodes = np.asarray(mb.typed.nodes[-1][t])[np.asarray(mb.typed.valid[-1][t])]
         assert nodes.size and touched[off + nodes].all()
-    assert touched.sum() == valid.sum()  # a deduplicated level: distinct rows
+    if layout:  # repeated rows: the update merges them
+        assert touched.sum() < valid.sum()
+    else:  # a deduplicated level: distinct rows
+        assert touched.sum() == valid.sum()
     dense = np.asarray(dense)
     assert not np.any(dense[~touched])
 
