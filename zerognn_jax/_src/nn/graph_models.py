@@ -100,6 +100,11 @@ def broadcast(rows: jax.Array, graphs: Graphs) -> jax.Array:
     return jnp.take(rows, graphs.node_graph, axis=0, indices_are_sorted=True)
 
 
+# Categories in all up to which the encoder multiplies multi-hot codes (OGB's atoms:
+# 173, bonds: 13); a larger vocabulary would make the codes wider than a lookup's rows.
+MULTI_HOT_LIMIT = 1024
+
+
 class CategoricalEncoder(nn.Module):
     """OGB's AtomEncoder / BondEncoder: the sum of one embedding per categorical
     column. `vocab[k]` categories in column k; input [rows, len(vocab)] ids (any dtype).
@@ -108,7 +113,8 @@ class CategoricalEncoder(nn.Module):
     the stacked tables, at full float32 precision: its gradient is a product too, where
     the lookups' gradient scatter-adds every row into a few table rows (atomics that
     all collide: bond tables have 2 to 6 rows). The tables are Flax `Embed` parameters
-    (`column{k}/embedding`), as when they were looked up."""
+    (`column{k}/embedding`), as when they were looked up. Above MULTI_HOT_LIMIT
+    categories in all (the codes are [rows, sum(vocab)]) the columns are looked up."""
 
     vocab: tuple[int, ...]
     dim: int
@@ -120,6 +126,9 @@ class CategoricalEncoder(nn.Module):
         init = nn.initializers.xavier_uniform()
         tables = [nn.Embed(v, self.dim, embedding_init=init, name=f"column{k}").embedding
                   for k, v in enumerate(self.vocab)]
+        if sum(self.vocab) > MULTI_HOT_LIMIT:
+            return sum(jnp.take(t, ids[:, k], axis=0) for k, t in enumerate(tables)) \
+                .astype(self.dtype)
         codes = sum(jax.nn.one_hot(ids[:, k] + start, sum(self.vocab), dtype=self.dtype)
                     for k, start in enumerate(_starts(self.vocab)))
         stacked = jnp.concatenate(tables).astype(self.dtype)
