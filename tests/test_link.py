@@ -408,9 +408,13 @@ def test_pair_weights_balance_positives_and_negatives(small_graph):
 
 
 def test_sampled_sage_link_prediction_on_cora(planetoid_root):
-    """Raw features, 10 epochs: seed 0 test AUC 0.8993 / AP 0.8964 (row-normalised, 30
-    epochs: 0.9089 / 0.9062, in 97 s rather than 42 s on a 2-core CPU)."""
-    s = _cora_link(planetoid_root, model="sage", fanouts=(10, 10), seed=0, epochs=10,
+    """Raw features, 8 epochs: seed 0 test AUC 0.8963 (row-normalised, 30 epochs:
+    0.9089 / 0.9062, in 97 s rather than 42 s on a 2-core CPU). Test AUC after epochs
+    6-10 (CPU, JAX 0.10.2), seed 0: 0.8879 0.8927 0.8963 0.8993 0.8993; seed 1: 0.8880
+    0.8932 0.8945 0.8925 0.8958; seed 2: 0.8853 0.8863 0.8941 0.9019 0.9077. From
+    epoch 8 on every seed clears the bound by more than a point; epochs 9 and 10
+    (~4 s each) added no margin it needs."""
+    s = _cora_link(planetoid_root, model="sage", fanouts=(10, 10), seed=0, epochs=8,
                    normalize_features=False)
     assert s["test_auc"] >= 0.88, s
 

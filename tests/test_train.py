@@ -29,8 +29,13 @@ def _gcn_config(name, seed):
 @pytest.mark.slow
 @pytest.mark.parametrize("name, target", [("cora", 0.80), ("citeseer", 0.69)])
 def test_gcn_reaches_published_accuracy(planetoid_root, name, target):
+    """The mean test accuracy of seeds 0-2 (Kipf & Welling report 81.5 and 70.3 %).
+    Measured on CPU (JAX 0.10.2), seeds 0-9: Cora 80.8 81.3 81.4 83.1 81.2 80.3 82.0 81.6
+    81.8 81.5 %, CiteSeer 70.5 69.9 71.2 72.1 72.1 71.4 70.0 70.7 69.7 70.6 %: every seed
+    alone clears its target, and seeds 0-2 average 81.2 and 70.5. Seeds 3 and 4 (two
+    more runs of ~12 s each per dataset) added no margin the bound needs."""
     ds = load_dataset(name, planetoid_root)
-    accs = [train(_gcn_config(name, seed), ds).summary["test_acc"] for seed in range(5)]
+    accs = [train(_gcn_config(name, seed), ds).summary["test_acc"] for seed in range(3)]
     print(name, "test accuracy per seed:", accs)
     assert np.mean(accs) >= target, accs
 
@@ -38,13 +43,14 @@ def test_gcn_reaches_published_accuracy(planetoid_root, name, target):
 @pytest.mark.slow
 def test_bfloat16_gcn_learns_cora(planetoid_root):
     """bfloat16 features and activations (float32 parameters and sums) lose no accuracy
-    that matters: the same setup as above, seeds 0 and 1 (float32 gets 80.6 and 81.7 %)."""
+    that matters: the same setup as above, seed 0. Measured on CPU (JAX 0.10.2), seeds
+    0-5 in bfloat16: 80.9 81.3 81.3 83.0 81.2 80.5 % (float32: 80.8 81.3 81.4 83.1 81.2
+    80.3), every seed above the bound, so a second seed (~12 s) added no margin."""
     ds = load_dataset("cora", planetoid_root)
-    configs = [dataclasses.replace(_gcn_config("cora", seed), dtype="bfloat16")
-               for seed in range(2)]
-    accs = [train(cfg, ds).summary["test_acc"] for cfg in configs]
-    print("cora bfloat16 test accuracy per seed:", accs)
-    assert np.mean(accs) >= 0.79, accs
+    cfg = dataclasses.replace(_gcn_config("cora", 0), dtype="bfloat16")
+    acc = train(cfg, ds).summary["test_acc"]
+    print("cora bfloat16 test accuracy, seed 0:", acc)
+    assert acc >= 0.79, acc
 
 
 @pytest.mark.slow
