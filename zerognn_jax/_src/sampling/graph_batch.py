@@ -74,11 +74,11 @@ def graph_tables(c: GraphCollection) -> GraphTables:
         raise ValueError(f"{c.name} has {c.num_nodes} nodes and {c.num_edges} edges; "
                          "graph batching indexes them with int32 (< 2**31)")
     edges = None if c.edge_features is None else c.edge_features.astype(np.float32)
-    (by_r, ptr_r), (by_s, ptr_s) = (_sorted_incidence(ends, c.num_nodes)
-                                    for ends in _node_rows(c))
+    rows = _node_rows(c)
+    (by_r, ptr_r), (by_s, ptr_s) = (_sorted_incidence(ends, c.num_nodes) for ends in rows)
     return GraphTables(c.node_offsets.astype(np.int32), c.edge_offsets.astype(np.int32),
                        c.senders, c.receivers, edges, c.targets, by_r, by_s, ptr_r, ptr_s,
-                       max_degrees(c))
+                       _degree_peaks(c, *rows))
 
 
 def _node_rows(c: GraphCollection) -> tuple[np.ndarray, np.ndarray]:
@@ -89,7 +89,11 @@ def _node_rows(c: GraphCollection) -> tuple[np.ndarray, np.ndarray]:
 
 def max_degrees(c: GraphCollection) -> np.ndarray:
     """int32[G]: each graph's largest in- or out-degree (0 for a graph without nodes)."""
-    receivers, senders = _node_rows(c)
+    return _degree_peaks(c, *_node_rows(c))
+
+
+def _degree_peaks(c: GraphCollection, receivers: np.ndarray, senders: np.ndarray):
+    """`max_degrees` from the edges' receiver and sender node rows (`_node_rows`)."""
     degree = np.maximum(np.bincount(receivers, minlength=c.num_nodes),
                         np.bincount(senders, minlength=c.num_nodes))
     # one extra zero: a trailing empty graph's offset N still indexes the array
