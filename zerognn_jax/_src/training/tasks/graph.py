@@ -339,14 +339,15 @@ def graph_task(loss, kind: str, window: int = 0) -> GraphTask:
 
 
 def _eval_capacities(task: GraphTask, dataset: GraphCollection, ids: np.ndarray,
-                     batch_size: int):
-    """Exact (node slots, edge slots, K) of the consecutive batches of `ids`, rounded."""
+                     batch_size: int, degrees: jax.Array):
+    """Exact (node slots, edge slots, K) of the consecutive batches of `ids`, rounded;
+    `degrees` the device tables' per-graph largest degree (`GraphTables.max_degree`)."""
     steps = num_steps(ids.size, batch_size)
     pad = np.zeros(steps * batch_size - ids.size, np.int64)
     n = np.concatenate([dataset.n_node[ids], pad]).reshape(steps, -1).sum(1).max() + 1
     e = np.concatenate([dataset.n_edge[ids], pad]).reshape(steps, -1).sum(1).max()
     width = None if task.aggregation == "segment" else \
-        max(int(max_degrees(dataset)[ids].max()), 1)
+        max(int(jnp.max(degrees[jnp.asarray(ids)])), 1)
     return round_up(int(n), GRAPH_MULTIPLE), round_up(max(int(e), 1), GRAPH_MULTIPLE), width
 
 
@@ -361,7 +362,7 @@ def graph_outputs(program: StepProgram, variables, data: DeviceData, ids,
     steps = num_steps(ids.size, batch_size)
     padded = np.full(steps * batch_size, -1, np.int32)
     padded[:ids.size] = ids
-    caps = _eval_capacities(program.task, dataset, ids, batch_size)
+    caps = _eval_capacities(program.task, dataset, ids, batch_size, data.targets.max_degree)
     out = _eval_pass(program, variables, data, jnp.asarray(padded), caps=caps,
                      batch_size=batch_size)
     return np.asarray(out, np.float32).reshape(steps * batch_size, -1)[:ids.size]
