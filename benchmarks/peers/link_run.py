@@ -65,6 +65,14 @@ def drain_timed(step, batches, device, args) -> dict:
     return measures
 
 
+def train_on(loss, opt, losses) -> None:
+    """One optimiser step on `loss`, which is kept in `losses` (a common.LossLog)."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    losses.add(loss)
+
+
 def loss_ends(losses: list[float], window: int = 20) -> dict:
     """Mean training loss of the first and of the last `window` steps."""
     losses = np.asarray(losses, np.float64)

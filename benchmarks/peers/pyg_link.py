@@ -96,10 +96,7 @@ class LinkTrainer:
         src = h[batch.src_index]
         loss = link_run.pair_loss((src * h[batch.dst_pos_index]).sum(-1),
                                   (src[:, None] * h[neg]).sum(-1))
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt.step()
-        self.losses.add(loss)
+        link_run.train_on(loss, self.opt, self.losses)
 
 
 def main(argv=None) -> int:

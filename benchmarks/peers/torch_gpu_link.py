@@ -91,10 +91,7 @@ class LinkTrainer:
         h = self.model(self.feats.index_select(0, input_nodes), blocks)
         src, dst, neg = h[local[:b]], h[local[b:2 * b]], h[local[2 * b:]].view(b, k, -1)
         loss = link_run.pair_loss((src * dst).sum(-1), (src[:, None] * neg).sum(-1))
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt.step()
-        self.losses.add(loss)
+        link_run.train_on(loss, self.opt, self.losses)
 
 
 def main(argv=None) -> int:
