@@ -92,6 +92,7 @@ from zerognn_jax._src.nn.models import (
     make_model,
 )
 from zerognn_jax._src.nn.views import EdgeView, EllView, gcn_weights, mean_weights
+from zerognn_jax._src.ops.host_rows import HostTable
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import Calibration, calibrate, choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope, EnvelopePolicy, conservative, grow
@@ -216,5 +217,5 @@ __all__ = [
     "load_hetero_dataset", "HETERO_MODELS", "HeteroGNN", "OnTypes", "RelGATConv", "RGCNConv",
     "TypedLayer", "make_hetero_model", "typed_layers", "whole_graph_layer",
     "LayerWise", "predict", "LinkLoaderBatch", "LinkNeighborLoader", "roc_auc",
-    "average_precision",
+    "average_precision", "HostTable",
 ]

@@ -66,6 +66,10 @@ HELP = {
     "devices": "devices per process to train on, data parallel (0 = all local devices)",
     "shard_features": "split the feature table by rows across the devices (for tables "
                       "that do not fit one device; each step fetches rows from their owners)",
+    "feature_placement": "where the feature table lives: device, host (page-locked host "
+                         "memory read over PCIe by the step, for tables larger than the "
+                         "GPU; needs nvcc on a GPU, a C++ compiler on a CPU) or auto (host "
+                         "only when the device would be left too little room)",
     "best_metric": "keep the checkpoint of the epoch with the best value of this evaluated "
                    "metric (val_acc, val_f1, val_mse, val_rocauc, ...; lower is better for "
                    "*_mse, *_mae and *_loss) in <checkpoint-dir>/best; needs --checkpoint-dir",

@@ -23,6 +23,7 @@ from zerognn_jax._src.training.tasks.link import LINK_METRICS
 from zerognn_jax._src.training.tasks.registry import TASKS
 
 DTYPES = ("float32", "bfloat16")
+FEATURE_PLACEMENTS = ("auto", "device", "host")
 # The closed sets among the options (the CLI offers them as choices); tasks are the
 # registry's (its names, read when a config is built).
 CHOICES = {
@@ -32,7 +33,7 @@ CHOICES = {
     "envelope": ("calibrate", "conservative"), "eval_mode": ("full", "sampled", "none"),
     "sampler": SAMPLERS, "task": TASKS, "decoder": DECODERS,
     "negative_mode": NEGATIVE_MODES, "link_metric": LINK_METRICS,
-    "graph_aggregation": AGGREGATIONS,
+    "graph_aggregation": AGGREGATIONS, "feature_placement": FEATURE_PLACEMENTS,
 }
 
 
@@ -48,7 +49,7 @@ GROUPS = {
                 "envelope", "margin", "multiple", "balance_window"),
     "optimizer": ("lr", "weight_decay"),
     "engine": ("engine", "kernels", "graph_aggregation", "chunk_steps", "sample_ahead",
-               "devices", "shard_features"),
+               "devices", "shard_features", "feature_placement"),
     "run": ("epochs", "seed", "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir",
             "metrics_out", "progress", "best_metric", "tensorboard_dir"),
 }
@@ -111,7 +112,11 @@ class TrainConfig:
     vmapped call (`ScanEngine.sample_ahead`). `devices` is the number of devices per
     process to train on (0 = all local ones); `batch_size` is per device, so a step
     trains on batch_size x devices x processes seeds. `shard_features` splits the
-    feature table by rows across those devices.
+    feature table by rows across those devices. `feature_placement` says where the
+    feature table lives: "device", or "host" (page-locked host memory, whose rows the
+    step reads over PCIe: ops/host_rows.py, docs/host_features.md), or "auto": the
+    host when graph, features and model would leave the device less than a quarter of
+    its memory for the step, else the device (the choice and its reason are printed).
 
     Run. `eval_mode` is "full" (exact layer-wise), "sampled" (the training fanouts) or
     "none". `best_metric` (e.g. "val_acc", "val_f1", "val_mse"; lower is better for
@@ -166,6 +171,7 @@ class TrainConfig:
     sample_ahead: int = 8
     devices: int = 1
     shard_features: bool = False
+    feature_placement: str = "auto"
     # run
     epochs: int = 10
     seed: int = 0
@@ -246,6 +252,12 @@ class TrainConfig:
             (self.engine == "scan" or not (self.flat_outer or self.dedup is False),
              f"the host-mediated engine {self.engine!r} cuts deduplicated levels to their "
              f"counts: drop flat_outer and keep dedup"),
+            (self.feature_placement != "host" or not self.shard_features,
+             "feature_placement 'host' keeps one table in host memory that every device "
+             "reads: drop shard_features"),
+            (self.feature_placement != "host" or not batched,
+             f"the {self.task} task keeps its graphs' features on the device: drop "
+             f"feature_placement 'host'"),
             (self.engine == "scan" or (self.devices == 1 and not self.shard_features),
              f"the host-mediated engine {self.engine!r} runs on one device without split "
              f"features; got devices={self.devices}, shard_features={self.shard_features}"),

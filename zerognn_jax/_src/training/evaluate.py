@@ -23,6 +23,7 @@ from zerognn_jax._src.data.graph import edge_ids, take_edge_rows, take_edges
 from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.nn.layerwise import layer_count, supports_layerwise
 from zerognn_jax._src.nn.views import EdgeView
+from zerognn_jax._src.ops.host_rows import HostTable
 from zerognn_jax._src.sampling.envelope import Envelope, conservative
 from zerognn_jax._src.sampling.seeds import num_steps
 from zerognn_jax._src.sampling.steps import sample_step
@@ -89,9 +90,15 @@ def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
         mask = slots < local[-1]
         src = take_edges(indices, jnp.where(mask, edge_ids(ptr[0], slots), 0))
         dst = jnp.clip(jnp.searchsorted(local, slots, side="right") - 1, 0, rows - 1)
-        view = EdgeView(src, dst.astype(jnp.int32), mask, jnp.ones((rows,), bool),
-                        local[1:] - local[:-1], deg, rows,
-                        _chunk_edge_rows(graph.edge_features, ptr[0], slots, mask),
+        edge_rows = _chunk_edge_rows(graph.edge_features, ptr[0], slots, mask)
+        dst, every = dst.astype(jnp.int32), jnp.ones((rows,), bool)
+        if isinstance(h, HostTable):  # the chunk's rows read from host memory, edge by edge
+            view = EdgeView(slots, dst, mask, every, local[1:] - local[:-1], deg[src], rows,
+                            edge_rows, src)
+            h_dst = h.gather(r0 + jnp.arange(rows, dtype=jnp.int32), every)
+            return program.model.apply(model_vars, layer, h.gather(src, mask), h_dst, view,
+                                       train=False, method="layer")
+        view = EdgeView(src, dst, mask, every, local[1:] - local[:-1], deg, rows, edge_rows,
                         node_ids)
         h_dst = jax.lax.dynamic_slice(h, (r0, 0), (rows, h.shape[1]))
         return program.model.apply(model_vars, layer, h, h_dst, view, train=False,
@@ -155,7 +162,8 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     without running out of memory (free memory may lie in pieces), else the host (a GPU
     holds the layers that fit and streams the rest; on a CPU nothing moves).
     Pass `data.features` as a host array as well to keep the device to the graph plus
-    one layer's input (features given on the device stay there: they are the caller's).
+    one layer's input (features given on the device stay there: they are the caller's);
+    a `HostTable` is never uploaded: the first layer reads each chunk's rows from it.
     Host-bound outputs take turns in one buffer as large as the largest layer output
     (the next layer's input is uploaded before it is overwritten; the logits get their
     own array when smaller): fresh host memory costs a page fault per page at its first
@@ -179,7 +187,7 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     for layer in range(num_layers):
         # device_put moves host rows straight in (jnp.asarray would also run a copy on
         # the device: twice a 57 GB layer, out of memory on an 80 GB H100).
-        h_device = h if isinstance(h, jax.Array) else jax.device_put(h)
+        h_device = h if isinstance(h, (jax.Array, HostTable)) else jax.device_put(h)
         if offload:  # frees the host buffer for this layer's output, and lets the previous
             # layer finish and release its input before free memory is read
             h_device = jax.block_until_ready(h_device)
@@ -206,6 +214,9 @@ def model_inputs(program: StepProgram, variables, features):
     if program.embedding is None:
         return features
     table = variables["embedding"]
+    if isinstance(features, HostTable):
+        return HostTable(np.concatenate(
+            [features.array, np.asarray(table).astype(features.dtype)], axis=1))
     if isinstance(features, jax.Array):
         return jnp.concatenate([features, table.astype(features.dtype)], axis=1)
     return np.concatenate([features, np.asarray(table).astype(features.dtype)], axis=1)

@@ -35,7 +35,8 @@ class Layout:
 
 
 def choose_layout(cfg, task, sampler: SamplerConfig, batch_size: int, num_nodes: int, *,
-                  dedup: bool | None, user_model: bool = False) -> Layout:
+                  dedup: bool | None, user_model: bool = False,
+                  host_features: bool = False) -> Layout:
     """The layout of a run of `cfg` (its model, engine, sampler and `flat_outer`),
     `task`, the resolved `sampler`, seeds of `batch_size` per device on `num_nodes`.
 
@@ -47,12 +48,18 @@ def choose_layout(cfg, task, sampler: SamplerConfig, batch_size: int, num_nodes:
     A flat outer hop is on by default for the built-in SAGE models on the scan engine,
     whose first layer reads its sources without transforming them, unless the outer hop
     takes every neighbour (a -1 fanout: its slot-ordered level would be as wide as the
-    largest degree for every row).
+    largest degree for every row). With `host_features` (the table in host memory, its
+    rows read over PCIe) every level is deduplicated unless asked otherwise: a repeated
+    row would cross the bus again.
     """
     sage = not user_model and cfg.model.startswith("sage")
     scan = cfg.engine == "scan"
     if dedup is False:
         return Layout(False, bool(cfg.flat_outer), "dedup=False asks for tree mode")
+    if host_features and dedup is None:
+        return Layout(True, bool(cfg.flat_outer),
+                      f"dedup: features in host memory, each row read over PCIe once per "
+                      f"step; flat_outer={bool(cfg.flat_outer)}")
     if cfg.flat_outer is not None or user_model:
         flat = bool(cfg.flat_outer)
         flat_why = f"flat_outer={cfg.flat_outer}" if cfg.flat_outer is not None else \

@@ -1,0 +1,290 @@
+"""Feature tables in host memory: the row gather against PCIe, and training with the table
+on the host against the same run with it on the device.
+
+    python benchmarks/host_features.py kernel [--out FILE.jsonl]
+    python benchmarks/host_features.py train --dataset products-like [--scale 1] \\
+        [--runs "sage:15,10,5;sage:10,15"] [--placements device,host] \\
+        [--dtype float32] [--epochs 3] [--root DIR] [--out FILE.jsonl]
+
+`kernel`: checks the host gather bit for bit against a device table's gather (float32
+and bfloat16, masked and out-of-range ids), then times, for several row widths and row
+counts, (a) a pinned host-to-device copy of the same bytes (PyTorch's `copy_` from
+pinned memory: the PCIe ceiling for bulk transfers), (b) the host gather of random rows
+(zero-copy reads over PCIe), (c) the same gather from a device table (HBM); then, on a table
+of `--big-table-gib`, random rows read in the order given against sorted first (the
+default). One JSON line per case and a table; time to page-lock a table per GiB.
+
+`train`: for each run (model:fanouts, with `layers` = number of fanouts) and each
+placement, `zg.train` on the dataset (SAGE, hidden 256, batch 1024, no evaluation but the
+last epoch's sampled test accuracy), timing every epoch. The PCIe floor of a host run is
+the bytes it must read per epoch (the calibrated mean of the outermost level's rows per
+step x steps x row bytes) over the measured bulk copy bandwidth (`--pcie-gbs`, else
+measured here as in `kernel`). Progress lines go to stderr, JSON lines to stdout and
+`--out` as they are made, so a run stopped at a time limit keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from papers100m import emit  # this folder: run as `python benchmarks/host_features.py`
+
+import zerognn_jax as zg
+from zerognn_jax._src.ops.gather import gather_rows_reference
+
+T0 = time.perf_counter()
+
+
+def log(message: str) -> None:
+    print(f"[{time.perf_counter() - T0:7.1f} s] {message}", file=sys.stderr, flush=True)
+
+
+def timed(fn, *args, repeats: int = 10) -> float:
+    """Median seconds of `fn(*args)` after one warm-up call, each ended by a device sync."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def check_gather() -> None:
+    """The host gather equals a device table's, bit for bit, or this raises."""
+    rng = np.random.default_rng(0)
+    for dtype in (np.float32, jnp.bfloat16):
+        table = rng.standard_normal((100_000, 100)).astype(dtype)
+        host = zg.HostTable(table)
+        ids = rng.integers(-5, table.shape[0] + 5, 50_000).astype(np.int32)
+        valid = rng.random(ids.shape[0]) < 0.9
+        inside = (ids >= 0) & (ids < table.shape[0])
+        got = jax.jit(host.gather)(jnp.asarray(ids), jnp.asarray(valid))
+        want = gather_rows_reference(jnp.asarray(table), jnp.asarray(np.where(inside, ids, 0)),
+                                     jnp.asarray(valid & inside))
+        if not np.array_equal(np.asarray(got).view(np.uint8), np.asarray(want).view(np.uint8)):
+            raise AssertionError(f"host gather differs from the device gather ({dtype})")
+    log("host gather equals the device gather (float32, bfloat16)")
+
+
+def pcie_copy_gbs(nbytes: int = 1 << 30) -> float | None:
+    """GB/s of a pinned host-to-device copy of `nbytes` (PyTorch), or None without it."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    src = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    dst = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    times = []
+    for _ in range(6):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src, non_blocking=True)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return nbytes / float(np.median(times[1:])) / 1e9
+
+
+def unordered(host: zg.HostTable):
+    """`host.gather` reading rows in the order given (no sort): the contrast case."""
+    from zerognn_jax._src.ops import host_rows
+
+    def gather(ids, valid):
+        out = jax.ShapeDtypeStruct((ids.shape[0], host.shape[1]), host.dtype)
+        return jax.ffi.ffi_call(host_rows._TARGET, out)(
+            ids, valid, jnp.arange(ids.shape[0], dtype=jnp.int32),
+            address=np.int64(host.array.ctypes.data), rows=np.int64(host.shape[0]),
+            row_bytes=np.int64(host.shape[1] * host.dtype.itemsize))
+    return gather
+
+
+def variants(args, copy, table_rows: list) -> None:
+    """float32 x 128, 524,288 random rows a call from a table of `--big-table-gib`: read
+    in the order given, and sorted first (the default)."""
+    n = int(args.big_table_gib * 2**30) // 512
+    table = np.empty((n, 128), np.float32)
+    table[:] = 1.0
+    host = zg.HostTable(table)
+    count = min(524_288, n)
+    ids = jnp.asarray(np.random.default_rng(7).integers(0, n, count, np.int32))
+    valid = jnp.ones(count, bool)
+    for name, fn in (("given order", unordered(host)), ("sorted", host.gather)):
+        t = timed(jax.jit(fn), ids, valid)
+        nbytes = count * 512
+        table_rows.append(emit(args, {
+            "case": "gather", "variant": name, "dtype": "f32 " + name.split()[0],
+            "width": 128, "row_bytes": 512, "rows": count, "table_gib": table.nbytes / 2**30,
+            "host_ms": 1e3 * t, "host_gbs": nbytes / t / 1e9, "device_ms": float("nan"),
+            "device_gbs": float("nan"),
+            "host_over_copy": None if not copy else nbytes / t / 1e9 / copy}))
+    del host, table
+
+
+def kernel_mode(args) -> None:
+    copy = pcie_copy_gbs()  # before JAX takes its share of the GPU
+    check_gather()
+    emit(args, {"case": "pcie_copy", "gbs": copy})
+    log(f"pinned host-to-device copy: {copy} GB/s")
+    rows_total = 1 << 23  # 8M rows: the ids spread over 2-16 GiB of host memory
+    max_bytes = int(args.max_table_gib * 2**30)
+    table_rows = []
+    for dtype, width in ((jnp.bfloat16, 128), (np.float32, 100), (np.float32, 128),
+                         (np.float32, 1024)):
+        itemsize = np.dtype(dtype).itemsize
+        n = min(rows_total, max_bytes // (width * itemsize))
+        table = np.empty((n, width), dtype)
+        table[:] = np.arange(width, dtype=np.float32).astype(dtype)  # contents do not matter
+        t0 = time.perf_counter()
+        host = zg.HostTable(table)
+        lock = time.perf_counter() - t0
+        device = jnp.asarray(table)
+        for count in (min(65_536, n), min(524_288, n)):
+            ids = jnp.asarray(np.random.default_rng(count).integers(0, n, count, np.int32))
+            valid = jnp.ones(count, bool)
+            nbytes = count * width * itemsize
+            t_host = timed(jax.jit(host.gather), ids, valid)
+            t_dev = timed(jax.jit(gather_rows_reference), device, ids, valid)
+            rec = emit(args, {"case": "gather", "dtype": jnp.dtype(dtype).name, "width": width,
+                              "row_bytes": width * itemsize, "rows": count,
+                              "table_gib": table.nbytes / 2**30,
+                              "page_lock_s_per_gib": lock / (table.nbytes / 2**30),
+                              "host_ms": 1e3 * t_host, "host_gbs": nbytes / t_host / 1e9,
+                              "device_ms": 1e3 * t_dev, "device_gbs": nbytes / t_dev / 1e9,
+                              "host_over_copy": None if not copy else
+                              (nbytes / t_host / 1e9) / copy})
+            table_rows.append(rec)
+        del host, device, table
+    variants(args, copy, table_rows)
+    print(f"{'dtype':>9} {'width':>6} {'rows':>8} {'host ms':>8} {'host GB/s':>10} "
+          f"{'dev ms':>7} {'dev GB/s':>9} {'of copy':>8}")
+    for r in table_rows:
+        share = f"{r['host_over_copy']:.2f}" if r["host_over_copy"] else "-"
+        print(f"{r['dtype']:>9} {r['width']:>6} {r['rows']:>8} {r['host_ms']:>8.2f} "
+              f"{r['host_gbs']:>10.1f} {r['device_ms']:>7.3f} {r['device_gbs']:>9.0f} "
+              f"{share:>8}")
+
+
+def load(args):
+    """The dataset, its features in `args.dtype` in memory (converted once, so that every
+    run's table is the same array). papers100m-like is generated into `--root` with
+    bfloat16 features on disk (half the bytes) unless it is there already."""
+    if args.dataset != "papers100m-like":
+        log(f"loading {args.dataset} at scale {args.scale:g}")
+        dataset = zg.load_dataset(args.dataset, root=args.root, scale=args.scale)
+    else:
+        from zerognn_jax._src.data import papers
+        from zerognn_jax._src.data.storage import is_dataset_dir
+
+        path = Path(args.root) / f"papers100m-like-{args.scale:g}-{args.seed}-bfloat16"
+        if not is_dataset_dir(path):
+            log(f"generating papers100m-like at scale {args.scale:g} into {path}")
+            papers.write_papers100m_like(path, args.scale, args.seed,
+                                         feature_dtype="bfloat16", log=log)
+        dataset = zg.load_dir(path)
+    log(f"converting {dataset.features.shape} {dataset.features.dtype} features to {args.dtype}")
+    features = np.asarray(dataset.features).astype(jnp.dtype(args.dtype), copy=False)
+    features = np.ascontiguousarray(features)
+    return dataclasses.replace(dataset, features=features)
+
+
+def train_mode(args) -> None:
+    copy = args.pcie_gbs or pcie_copy_gbs()
+    check_gather()
+    log(f"pinned host-to-device copy: {copy} GB/s")
+    dataset = load(args)
+    log(f"loaded: {dataset.graph.num_nodes:,} nodes, features {dataset.features.shape} "
+        f"{dataset.features.dtype}")
+    results = []
+    for placement in args.placements.split(","):
+        for run in args.runs.split(";"):
+            model, _, fanouts = run.partition(":")
+            fanouts = tuple(int(f) for f in fanouts.split(","))
+            cfg = zg.TrainConfig(dataset=args.dataset, model=model, fanouts=fanouts,
+                                 layers=len(fanouts), hidden=args.hidden, dtype=args.dtype,
+                                 epochs=args.epochs, batch_size=args.batch_size,
+                                 eval_mode="sampled", eval_every=0, progress=False,
+                                 feature_placement=placement, seed=args.seed)
+            log(f"training {model} {list(fanouts)} with features on the {placement}")
+            try:
+                res = zg.train(cfg, dataset)
+            except Exception as err:  # noqa: BLE001 (recorded, and the next run goes on)
+                emit(args, {"case": "train", "model": model, "fanouts": list(fanouts),
+                            "placement": placement, "status": "failed",
+                            "error": f"{type(err).__name__}: {str(err)[:500]}"})
+                log(f"  failed: {type(err).__name__}: {str(err)[:300]}")
+                continue
+            summary = res.summary
+            times = [h["epoch_seconds"] for h in res.history]
+            row_bytes = dataset.features.shape[1] * jnp.dtype(args.dtype).itemsize
+            steps = res.history[-1]["steps"]
+            mean = summary.get("calibration_mean_counts")
+            rows = mean[-1] if mean else None
+            floor = None if not (copy and rows) else rows * row_bytes * steps / (copy * 1e9)
+            rec = emit(args, {"case": "train", "dataset": args.dataset, "scale": args.scale,
+                              "model": model, "fanouts": list(fanouts), "placement": placement,
+                              "placed": summary.get("feature_placement"),
+                              "layout": summary["layout"]["layout"], "dtype": args.dtype,
+                              "epoch_seconds": times, "epoch_s": min(times[1:] or times),
+                              "steps": steps, "outer_rows_mean": rows,
+                              "pcie_floor_s": floor, "losses": [h["loss"] for h in res.history],
+                              "test_acc": res.history[-1].get("test_acc"),
+                              "compile_s": summary["compile_seconds"],
+                              "peak_device_bytes": summary["peak_bytes_in_use"]})
+            log(f"  epochs {', '.join(f'{t:.3f}' for t in times)} s; floor {floor}; "
+                f"test acc {rec['test_acc']}")
+            results.append(rec)
+            del res
+    print(f"{'run':>18} {'placement':>9} {'epoch s':>8} {'floor s':>8} {'x floor':>8} "
+          f"{'test acc':>8}")
+    for r in results:
+        ratio = f"{r['epoch_s'] / r['pcie_floor_s']:.2f}" if r["placement"] == "host" \
+            and r["pcie_floor_s"] else "-"
+        floor = f"{r['pcie_floor_s']:.3f}" if r["pcie_floor_s"] else "-"
+        name = f"{r['model']}:{','.join(map(str, r['fanouts']))}"
+        print(f"{name:>18} {r['placement']:>9} {r['epoch_s']:>8.3f} {floor:>8} {ratio:>8} "
+              f"{r['test_acc'] if r['test_acc'] is None else round(r['test_acc'], 4)!s:>8}")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("mode", choices=("kernel", "train"))
+    p.add_argument("--dataset", default="products-like")
+    p.add_argument("--root", default=None)
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--runs", default="sage:15,10,5;sage:10,15",
+                   help="model:fanouts entries separated by ';'")
+    p.add_argument("--placements", default="device,host")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pcie-gbs", type=float, default=None,
+                   help="bulk copy bandwidth for the floor (default: measured here)")
+    p.add_argument("--max-table-gib", type=float, default=16.0,
+                   help="kernel mode: the largest table, in GiB of host memory")
+    p.add_argument("--big-table-gib", type=float, default=40.0,
+                   help="kernel mode: the table of the read-order comparison, in GiB")
+    p.add_argument("--out", default=None, help="append every record to this JSONL file")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    kernel_mode(args) if args.mode == "kernel" else train_mode(args)
+
+
+if __name__ == "__main__":
+    main()

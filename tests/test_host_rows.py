@@ -1,0 +1,174 @@
+"""Feature tables left in host memory (`HostTable`): the row gather against its XLA twin,
+its CUDA lowering, bad input, placement, and training that equals a device table's."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import zerognn_jax as zg
+from zerognn_jax._src.ops import host_rows
+from zerognn_jax._src.ops.gather import gather_rows, gather_rows_reference
+from zerognn_jax._src.ops.registry import Kernels
+from zerognn_jax._src.training.memory import Resident
+from zerognn_jax._src.training.placement import choose_placement
+
+
+def _ids(rng, n: int, rows: int):
+    """ids with some out of range on both sides, and a mask with some rows off."""
+    ids = rng.integers(-3, rows + 3, n).astype(np.int32)
+    return jnp.asarray(ids), jnp.asarray(rng.random(n) < 0.8)
+
+
+@pytest.mark.parametrize("dtype,width", [(np.float32, 16), (np.float32, 3),
+                                         (ml_dtypes.bfloat16, 3), (np.float16, 8)])
+def test_gather_equals_the_device_table(dtype, width):
+    """Every word width the kernel picks (16, 4, 2 bytes), out-of-range and masked ids
+    zeroed, bit for bit against the reference on the same table on the device."""
+    rng = np.random.default_rng(width)
+    table = rng.standard_normal((50, width)).astype(dtype)
+    host = zg.HostTable(table)
+    ids, valid = _ids(rng, 40, 50)
+    # the reference clamps nothing: give it in-range ids, masked where out of range
+    inside = (ids >= 0) & (ids < 50)
+    want = gather_rows_reference(jnp.asarray(table), jnp.where(inside, ids, 0), valid & inside)
+    traces = []
+
+    def run(i, v):
+        traces.append(1)
+        return gather_rows(Kernels(), host, i, v)
+
+    jitted = jax.jit(run)
+    for got in (run(ids, valid), jitted(ids, valid), jitted(ids, valid)):
+        assert got.dtype == want.dtype and got.shape == (40, width)
+        np.testing.assert_array_equal(np.asarray(got).view(np.uint8),
+                                      np.asarray(want).view(np.uint8))
+    assert len(traces) == 2  # eager, then one trace for both jitted calls
+
+
+def test_gather_lowers_for_cuda_as_one_ffi_call():
+    host = zg.HostTable(np.ones((8, 4), np.float32))
+    lowered = jax.jit(host.gather).trace(jnp.zeros(3, jnp.int32), jnp.ones(3, bool)).lower(
+        lowering_platforms=("cuda",))
+    text = lowered.as_text()
+    assert text.count("zerognn_host_rows") == 1
+    assert f"address = {host.array.ctypes.data}" in text.replace(" : i64", "")
+
+
+@pytest.mark.parametrize("array,message", [
+    (np.zeros(5, np.float32), "2-D NumPy array"),
+    (np.zeros((4, 6), np.float32)[:, ::2], "C-contiguous"),
+    (np.zeros((4, 2), np.int32), "holds floats, got int32"),
+    (np.zeros((4, 0), np.float32), "at least one column"),
+])
+def test_bad_tables_are_refused(array, message):
+    with pytest.raises(ValueError, match=message):
+        zg.HostTable(array)
+
+
+def test_a_missing_compiler_is_named_and_leaves_no_library(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZEROGNN_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    with pytest.raises(RuntimeError, match="'no-such-compiler-here' is not on the PATH"):
+        host_rows._library.__wrapped__(None)
+    monkeypatch.setenv("CXX", "false")  # a compiler that fails
+    with pytest.raises(RuntimeError, match="building the host-row gather failed"):
+        host_rows._library.__wrapped__(None)
+    assert os.listdir(tmp_path) == []
+
+
+def test_pieces_cover_the_table_at_page_aligned_cuts():
+    start = host_rows._PIECE - 100
+    pieces = host_rows._pieces(start, 3 * host_rows._PIECE)
+    assert pieces[0] == (start, 100)
+    assert all(a % host_rows._PIECE == 0 for a, _ in pieces[1:])
+    assert sum(size for _, size in pieces) == 3 * host_rows._PIECE
+    assert pieces[-1][0] + pieces[-1][1] == start + 3 * host_rows._PIECE
+
+
+def test_auto_placement_keeps_room_for_the_step():
+    gib = 2**30
+    small = Resident(graph=10 * gib, features=40 * gib, model=gib)
+    large = Resident(graph=10 * gib, features=57 * gib, model=gib)
+    assert choose_placement("auto", small, 80 * gib).where == "device"
+    chosen = choose_placement("auto", large, 80 * gib)
+    assert chosen.where == "host" and "68.00 GiB of 80.00 GiB" in chosen.reason
+    assert choose_placement("auto", large, None).where == "device"  # a CPU says no limit
+    assert choose_placement("host", small, 80 * gib).where == "host"
+    assert choose_placement("device", large, 80 * gib).where == "device"
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(feature_placement="host", shard_features=True), "drop shard_features"),
+    (dict(feature_placement="host", task="graph", dataset="molhiv-like", model="gin"),
+     "keeps its graphs' features on the device"),
+    (dict(feature_placement="gpu"), "feature_placement must be one of auto, device, host"),
+])
+def test_config_refuses_host_placement_where_it_cannot_work(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        zg.TrainConfig(**overrides)
+
+
+def test_training_with_host_features_equals_device_features(planetoid_root, capsys):
+    """Cora with a learnable embedding: the same losses, bit for bit, and the same exact
+    layer-wise evaluation, whose first layer reads its chunks from the host table."""
+    runs = {}
+    for place in ("device", "host"):
+        cfg = zg.TrainConfig(dataset="cora", root=planetoid_root, epochs=2, layers=2,
+                             fanouts=(5, 5), hidden=16, batch_size=256, embedding_dim=4,
+                             feature_placement=place, eval_every=0)
+        runs[place] = zg.train(cfg)
+    assert "features on the host (0.01 GiB): asked for" in capsys.readouterr().err
+    dev, host = runs["device"], runs["host"]
+    assert [r["loss"] for r in host.history] == [r["loss"] for r in dev.history]
+    for key in ("val_acc", "test_acc"):
+        assert host.history[-1][key] == dev.history[-1][key]
+
+
+class _FakeCuda:
+    """Stands in for the CUDA build's page-locking calls; refuses the `fail_at` piece."""
+
+    def __init__(self, fail_at: int | None = None):
+        self.locked, self.fail_at = set(), fail_at
+
+    def zg_register(self, address: int, nbytes: int) -> bytes:
+        if address in self.locked:
+            return b"part or all of the requested memory range is already mapped"
+        if address == self.fail_at:
+            return b"out of memory"
+        self.locked.add(address)
+        return b""
+
+    def zg_unregister(self, address: int) -> None:
+        self.locked.remove(address)
+
+
+def test_page_locking_is_shared_and_undone_by_the_last_table(monkeypatch):
+    """Two tables over one array lock it once; the pages stay locked until both are gone;
+    a refused piece leaves nothing locked."""
+    import gc
+
+    fake = _FakeCuda()
+    monkeypatch.setattr(host_rows, "_gpu_arch", lambda: "sm_90")
+    monkeypatch.setattr(host_rows, "_register_targets", lambda: fake)
+    array = np.ones((64, 4), np.float32)
+    first, second = zg.HostTable(array), zg.HostTable(array)
+    assert first.page_locked and fake.locked == {array.ctypes.data}
+    del first
+    gc.collect()
+    assert fake.locked == {array.ctypes.data}
+    del second
+    gc.collect()
+    assert fake.locked == set() and not host_rows._LOCKED
+    monkeypatch.setattr(host_rows, "_PIECE", 64)  # four pieces, the third refused
+    start = array.ctypes.data
+    cuts = [a for a, _ in host_rows._pieces(start, array.nbytes)]
+    fake.fail_at = cuts[2]
+    with pytest.raises(RuntimeError, match=r"failed at byte .*: out of memory"):
+        zg.HostTable(array)
+    assert fake.locked == set() and not host_rows._LOCKED

@@ -1,0 +1,201 @@
+// Row gathers from a feature table kept in host memory, as XLA FFI handlers.
+//
+// `zerognn_host_rows(ids int32[C], valid bool[C], order int32[C]) -> out[C, width]` with
+// attributes `address` (the table's first byte), `rows` (its row count) and `row_bytes`:
+// row c of `out` is row ids[c] of the table, or zeros where valid[c] is false or ids[c]
+// lies outside [0, rows). `order` is a permutation of [0, C) in which the rows are read
+// (ids ascending: GPU reads of host memory in address order run ~2.4x faster over PCIe
+// than in random order, measured in docs/host_features.md). The table is never an XLA
+// buffer: it stays where its owner put it.
+//
+// Built by ops/host_rows.py: with a C++ compiler for the CPU handler alone, and with
+// nvcc (this file as CUDA) for the CUDA handler as well, whose kernel reads page-locked
+// host memory directly over PCIe (zero-copy) from inside the compiled step. The CUDA
+// build also exports `zg_register`/`zg_unregister`, which page-lock a table in place.
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+// Checks shared by both handlers; the out buffer must hold exactly C rows.
+ffi::Error CheckShapes(const ffi::Buffer<ffi::S32>& ids, const ffi::Buffer<ffi::PRED>& valid,
+                       const ffi::Buffer<ffi::S32>& order, const ffi::AnyBuffer& out,
+                       int64_t rows, int64_t row_bytes) {
+  if (rows < 0 || row_bytes <= 0) {
+    return ffi::Error::InvalidArgument("zerognn_host_rows: rows " + std::to_string(rows) +
+                                       " and row_bytes " + std::to_string(row_bytes) +
+                                       " must be non-negative and positive");
+  }
+  const int64_t n = static_cast<int64_t>(ids.element_count());
+  if (static_cast<int64_t>(valid.element_count()) != n ||
+      static_cast<int64_t>(order.element_count()) != n) {
+    return ffi::Error::InvalidArgument(
+        "zerognn_host_rows: ids, valid and order differ in length");
+  }
+  if (static_cast<int64_t>(out.size_bytes()) != n * row_bytes) {
+    return ffi::Error::InvalidArgument(
+        "zerognn_host_rows: the output holds " + std::to_string(out.size_bytes()) +
+        " bytes, not " + std::to_string(n) + " rows of " + std::to_string(row_bytes));
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error HostRowsCpu(ffi::Buffer<ffi::S32> ids, ffi::Buffer<ffi::PRED> valid,
+                       ffi::Buffer<ffi::S32> order, ffi::Result<ffi::AnyBuffer> out,
+                       int64_t address, int64_t rows, int64_t row_bytes) {
+  ffi::Error err = CheckShapes(ids, valid, order, *out, rows, row_bytes);
+  if (err.failure()) return err;
+  const char* table = reinterpret_cast<const char*>(address);
+  char* dst = static_cast<char*>(out->untyped_data());
+  const int32_t* id = ids.typed_data();
+  const bool* ok = valid.typed_data();
+  const int32_t* by = order.typed_data();
+  const int64_t n = static_cast<int64_t>(ids.element_count());
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t c = by[k];
+    if (c < 0 || c >= n) {
+      return ffi::Error::InvalidArgument("zerognn_host_rows: order is not a permutation");
+    }
+    const int64_t r = id[c];
+    if (ok[c] && r >= 0 && r < rows) {
+      std::memcpy(dst + c * row_bytes, table + r * row_bytes, row_bytes);
+    } else {
+      std::memset(dst + c * row_bytes, 0, row_bytes);
+    }
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZgHostRowsCpu, HostRowsCpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::PRED>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("address")
+                                  .Attr<int64_t>("rows")
+                                  .Attr<int64_t>("row_bytes"));
+
+#ifdef __CUDACC__
+
+#include <cuda_runtime.h>
+
+namespace {
+
+// One thread per `Word` of the output, the k-th row read being row order[k]: consecutive
+// threads read consecutive words of a row, so each warp's loads of a row go out as whole
+// PCIe read requests, and consecutive rows in `order` are read at rising addresses.
+template <typename Word>
+__global__ void GatherRows(const Word* __restrict__ table, const int32_t* __restrict__ ids,
+                           const bool* __restrict__ valid, const int32_t* __restrict__ order,
+                           Word* __restrict__ out, int64_t rows, int64_t words_per_row,
+                           int64_t total) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const int64_t k = i / words_per_row;
+    const int64_t w = i - k * words_per_row;
+    const int64_t c = order[k];
+    const int64_t r = ids[c];
+    Word v{};
+    if (valid[c] && r >= 0 && r < rows) v = table[r * words_per_row + w];
+    out[c * words_per_row + w] = v;
+  }
+}
+
+template <typename Word>
+cudaError_t Launch(cudaStream_t stream, const void* table, const int32_t* ids,
+                   const bool* valid, const int32_t* order, void* out, int64_t n, int64_t rows,
+                   int64_t row_bytes) {
+  const int64_t words = row_bytes / static_cast<int64_t>(sizeof(Word));
+  const int64_t total = n * words;
+  if (total == 0) return cudaSuccess;
+  const int threads = 256;
+  const int64_t wanted = (total + threads - 1) / threads;
+  const int blocks = static_cast<int>(wanted < 32768 ? wanted : 32768);
+  GatherRows<Word><<<blocks, threads, 0, stream>>>(
+      static_cast<const Word*>(table), ids, valid, order, static_cast<Word*>(out), rows,
+      words, total);
+  return cudaGetLastError();
+}
+
+ffi::Error HostRowsCuda(cudaStream_t stream, ffi::Buffer<ffi::S32> ids,
+                        ffi::Buffer<ffi::PRED> valid, ffi::Buffer<ffi::S32> order,
+                        ffi::Result<ffi::AnyBuffer> out, int64_t address, int64_t rows,
+                        int64_t row_bytes) {
+  ffi::Error err = CheckShapes(ids, valid, order, *out, rows, row_bytes);
+  if (err.failure()) return err;
+  const void* table = reinterpret_cast<const void*>(address);
+  const int64_t n = static_cast<int64_t>(ids.element_count());
+  const int32_t* id = ids.typed_data();
+  const bool* ok = valid.typed_data();
+  const int32_t* by = order.typed_data();
+  void* dst = out->untyped_data();
+  // The widest word that divides the row and the table's alignment.
+  const int64_t align = address | row_bytes;
+  cudaError_t status;
+  if (align % 16 == 0) {
+    status = Launch<uint4>(stream, table, id, ok, by, dst, n, rows, row_bytes);
+  } else if (align % 4 == 0) {
+    status = Launch<uint32_t>(stream, table, id, ok, by, dst, n, rows, row_bytes);
+  } else if (align % 2 == 0) {
+    status = Launch<uint16_t>(stream, table, id, ok, by, dst, n, rows, row_bytes);
+  } else {
+    status = Launch<uint8_t>(stream, table, id, ok, by, dst, n, rows, row_bytes);
+  }
+  if (status != cudaSuccess) {
+    return ffi::Error::Internal(std::string("zerognn_host_rows: ") +
+                                cudaGetErrorString(status));
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZgHostRowsCuda, HostRowsCuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::PRED>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("address")
+                                  .Attr<int64_t>("rows")
+                                  .Attr<int64_t>("row_bytes"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+// Page-locks [address, address + bytes) and checks that the GPU sees it at its host
+// address (unified addressing), which the handler above relies on. Returns an empty
+// string, or what went wrong; on failure the range is left unregistered. ops/host_rows.py
+// registers a large table piece by piece (one registration may be limited by the driver).
+extern "C" const char* zg_register(int64_t address, int64_t bytes) {
+  static thread_local std::string message;
+  void* base = reinterpret_cast<void*>(address);
+  cudaError_t status = cudaHostRegister(base, bytes,
+                                        cudaHostRegisterPortable | cudaHostRegisterMapped);
+  if (status != cudaSuccess) {
+    message = cudaGetErrorString(status);
+    return message.c_str();
+  }
+  void* seen = nullptr;
+  status = cudaHostGetDevicePointer(&seen, base, 0);
+  message = status != cudaSuccess ? cudaGetErrorString(status)
+            : seen != base ? "the GPU maps the table at another address than the host's"
+                           : "";
+  if (!message.empty()) cudaHostUnregister(base);
+  return message.c_str();
+}
+
+extern "C" void zg_unregister(int64_t address) {
+  cudaHostUnregister(reinterpret_cast<void*>(address));
+}
+
+#endif  // __CUDACC__

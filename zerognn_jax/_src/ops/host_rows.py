@@ -1,0 +1,225 @@
+"""Feature tables kept in host memory, read row by row from inside the compiled step.
+
+JAX cannot gather random rows of a `pinned_host` array inside `jit` (indexing one fails,
+and XLA's host offloader would turn device ops on it into host compute), so the step
+reads them with a kernel of ours: `csrc/host_rows.cc`, an XLA FFI call whose CUDA
+handler loads the step's rows straight from page-locked host memory over PCIe
+(zero-copy: no staging copy, no host thread on the critical path, command-buffer
+compatible) and whose CPU handler copies them (tests, CPU runs). The table is never an
+XLA buffer: the call carries its address, row count and row size as attributes.
+
+`HostTable` owns such a table. It is a pytree without leaves, so a `DeviceData` holding
+one passes through `jit` and `lax.scan` unchanged, and `ops/gather.gather_rows` reads it
+with `HostTable.gather`; its twin is the same table on the device (`jnp.asarray`).
+
+The handlers are compiled at first use, with the C++ compiler (`$CXX`, else `g++`) on
+a CPU-only JAX and with `nvcc` (`$NVCC`, else `nvcc` on the PATH or in CUDA's home) on a
+GPU, against the installed jaxlib's FFI headers, into `$ZEROGNN_CACHE` (default
+`~/.cache/zerognn_jax`), keyed by the source, the jaxlib version and the GPU's compute
+capability; later runs load the built library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import weakref
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_TARGET = "zerognn_host_rows"
+_SOURCE = Path(__file__).parent / "csrc" / "host_rows.cc"
+# Bytes page-locked per registration; the driver may refuse much larger single ranges.
+_PIECE = 1 << 32
+# (address, bytes) of each page-locked table -> [live HostTables over it, its pieces].
+_LOCKED: dict[tuple[int, int], list] = {}
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("ZEROGNN_CACHE", Path.home() / ".cache" / "zerognn_jax"))
+
+
+def _gpu_arch() -> str | None:
+    """"sm_XY" of the first GPU, or None without one."""
+    if jax.default_backend() != "gpu":
+        return None
+    cap = getattr(jax.devices()[0], "compute_capability", None)
+    if not cap:
+        raise RuntimeError("cannot build the host-row kernel: JAX does not report the "
+                           "GPU's compute capability")
+    return "sm_" + str(cap).replace(".", "")
+
+
+def _compiler(arch: str | None) -> list[str]:
+    """The command that builds the handlers (without source and output)."""
+    include = ["-I", jax.ffi.include_dir()]
+    if arch is None:
+        cxx = os.environ.get("CXX", "g++")
+        if shutil.which(cxx) is None:
+            raise RuntimeError(f"host-resident features need a C++ compiler to build their "
+                               f"row gather, and {cxx!r} is not on the PATH: install g++, "
+                               "set $CXX, or keep the features on the device "
+                               "(feature_placement='device')")
+        return [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-w", "-x", "c++", *include]
+    nvcc = os.environ.get("NVCC") or shutil.which("nvcc")
+    if nvcc is None:
+        home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+        nvcc = str(Path(home) / "bin" / "nvcc") if (Path(home) / "bin" / "nvcc").exists() \
+            else None
+    if nvcc is None:
+        raise RuntimeError("host-resident features need nvcc to build their GPU row "
+                           "gather, and none was found ($NVCC, the PATH, $CUDA_HOME/bin): "
+                           "install CUDA's compiler or keep the features on the device "
+                           "(feature_placement='device')")
+    code = arch.removeprefix("sm_")
+    return [nvcc, "-O2", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-w",
+            f"-gencode=arch=compute_{code},code=[sm_{code},compute_{code}]", "-x", "cu",
+            *include]
+
+
+@functools.cache
+def _library(arch: str | None) -> ctypes.CDLL:
+    """The built handlers for `arch` (None: CPU only), built once per cache key."""
+    command = _compiler(arch)
+    source = _SOURCE.read_bytes()
+    key = hashlib.sha256(source + " ".join([jax.__version__, *command[1:]]).encode())
+    path = _cache_dir() / f"host_rows-{arch or 'cpu'}-{key.hexdigest()[:16]}.so"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Built beside its final name and renamed: a run stopped mid-build, or two runs
+        # building at once, never leave a half-written library under that name.
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+        os.close(fd)
+        try:
+            done = subprocess.run([*command, str(_SOURCE), "-o", tmp], capture_output=True,
+                                  text=True)
+            if done.returncode:
+                raise RuntimeError(f"building the host-row gather failed ({command[0]} exit "
+                                   f"{done.returncode}):\n{done.stderr[-4000:]}")
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return ctypes.CDLL(str(path))
+
+
+@functools.cache
+def _register_targets() -> ctypes.CDLL:
+    """Registers the FFI handlers with XLA for this process's platforms; the library."""
+    arch = _gpu_arch()
+    lib = _library(arch)
+    jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(lib.ZgHostRowsCpu),
+                                platform="cpu")
+    if arch is not None:
+        jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(lib.ZgHostRowsCuda),
+                                    platform="CUDA")
+        lib.zg_register.restype = ctypes.c_char_p
+        lib.zg_register.argtypes = [ctypes.c_int64, ctypes.c_int64]
+        lib.zg_unregister.argtypes = [ctypes.c_int64]
+    return lib
+
+
+def _pieces(address: int, nbytes: int) -> list[tuple[int, int]]:
+    """[address, address + nbytes) cut at page-aligned multiples of `_PIECE`."""
+    out, start, end = [], address, address + nbytes
+    while start < end:
+        stop = min(end, (start // _PIECE + 1) * _PIECE)
+        out.append((start, stop - start))
+        start = stop
+    return out
+
+
+def _page_lock(lib: ctypes.CDLL, address: int, nbytes: int) -> list[int]:
+    """Page-locks the range for the GPU; the registered pieces' addresses. On failure
+    nothing stays registered and RuntimeError says why."""
+    done = []
+    for start, size in _pieces(address, nbytes):
+        err = lib.zg_register(start, size).decode()
+        if err:
+            for piece in done:
+                lib.zg_unregister(piece)
+            raise RuntimeError(f"page-locking the {nbytes / 2**30:.2f} GiB feature table "
+                               f"for the GPU failed at byte {start - address:,}: {err} (a "
+                               f"table overlapping another one in use, a view of it, is "
+                               f"refused: pass the whole array)")
+        done.append(start)
+    return done
+
+
+class HostTable:
+    """A feature table float[N, d] left in host memory (page-locked when the process has a
+    GPU), whose rows the compiled step reads with `gather`.
+
+    The table is not copied: keep `array` unchanged while the table is in use (the
+    step reads it when it runs). Tables over the same array share its page-locking,
+    undone when the last of them is collected. Equal only to itself (a new table
+    compiles a new program).
+    """
+
+    def __init__(self, array: np.ndarray):
+        if not isinstance(array, np.ndarray) or array.ndim != 2:
+            raise ValueError(f"a host feature table must be a 2-D NumPy array, got "
+                             f"{type(array).__name__} of shape {np.shape(array)}")
+        if not array.flags.c_contiguous:
+            raise ValueError("a host feature table must be C-contiguous (rows laid out one "
+                             "after another); np.ascontiguousarray makes it so")
+        if not jnp.issubdtype(array.dtype, jnp.floating):
+            raise ValueError(f"a host feature table holds floats, got {array.dtype}")
+        if array.shape[1] == 0:
+            raise ValueError(f"a host feature table needs at least one column, got shape "
+                             f"{array.shape}")
+        self.array = array
+        self.shape = array.shape
+        self.dtype = jnp.dtype(array.dtype)
+        self.ndim = 2
+        lib = _register_targets()
+        self.page_locked = _gpu_arch() is not None and array.nbytes > 0
+        if self.page_locked:
+            span = (array.ctypes.data, array.nbytes)
+            if span not in _LOCKED:  # tables over the same memory share its page-locking
+                _LOCKED[span] = [0, _page_lock(lib, *span)]
+            _LOCKED[span][0] += 1
+            weakref.finalize(self, _release, lib, span)
+
+    @property
+    def nbytes(self) -> int:
+        return self.array.nbytes
+
+    def __repr__(self) -> str:
+        where = "page-locked host" if self.page_locked else "host"
+        return f"HostTable({self.dtype.name}{list(self.shape)} in {where} memory)"
+
+    def gather(self, ids: jax.Array, valid: jax.Array) -> jax.Array:
+        """float[C, d]: rows `ids` (int32[C]) of the table, zero where `valid` (bool[C])
+        is False or an id lies outside [0, N). The rows are read in ascending id order
+        (an argsort on the device first): a GPU reads host memory over PCIe ~2.4x faster
+        in address order than at random (docs/host_features.md)."""
+        ids = jnp.asarray(ids, jnp.int32)
+        valid = jnp.asarray(valid, bool)
+        order = jnp.argsort(jnp.where(valid, ids, jnp.iinfo(jnp.int32).max)).astype(jnp.int32)
+        out = jax.ShapeDtypeStruct((ids.shape[0], self.shape[1]), self.dtype)
+        call = jax.ffi.ffi_call(_TARGET, out)
+        return call(ids, valid, order, address=np.int64(self.array.ctypes.data),
+                    rows=np.int64(self.shape[0]),
+                    row_bytes=np.int64(self.shape[1] * self.dtype.itemsize))
+
+
+def _release(lib: ctypes.CDLL, span: tuple[int, int]) -> None:
+    """Drops one table's hold on `span`; the last one out unlocks its pages."""
+    held = _LOCKED[span]
+    held[0] -= 1
+    if held[0] == 0:
+        del _LOCKED[span]
+        for piece in held[1]:
+            lib.zg_unregister(piece)
+
+
+jax.tree_util.register_pytree_node(HostTable, lambda t: ((), t), lambda t, _: t)

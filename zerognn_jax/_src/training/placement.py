@@ -1,0 +1,61 @@
+"""Where a run's feature table lives: on the device, or in host memory read by the step.
+
+"auto" keeps it on the device unless graph, features and model would leave the step
+less than `HEADROOM` of the device's memory (the step's buffers are sized only later,
+by calibration); then the table stays in page-locked host memory and each step reads
+its rows over PCIe (ops/host_rows.py). The choice and its reason are printed.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+from zerognn_jax._src.ops.host_rows import HostTable
+from zerognn_jax._src.training.memory import Resident, _gib
+
+# The share of device memory "auto" keeps free for the step's buffers.
+HEADROOM = 0.25
+
+
+class Placement(NamedTuple):
+    """`where` the table goes ("device" or "host") and why, in words; `measured`: "auto"
+    chose by the device's memory."""
+
+    where: str
+    reason: str
+    measured: bool = False
+
+
+def choose_placement(setting: str, resident: Resident, limit: int | None) -> Placement:
+    """The placement for `setting` ("auto", "device", "host") given what would stay
+    resident with the table on the device and the device's memory `limit` (None: the
+    backend does not say, as on a CPU)."""
+    if setting != "auto":
+        return Placement(setting, "asked for (feature_placement)")
+    if limit is None:
+        return Placement("device", "the device reports no memory limit")
+    parts = (f"graph {_gib(resident.graph)} + features {_gib(resident.features)} + model "
+             f"{_gib(resident.model)} = {_gib(resident.total)} of {_gib(limit)}")
+    if resident.total > (1 - HEADROOM) * limit:
+        return Placement("host", f"{parts} would leave the step less than "
+                                 f"{HEADROOM:.0%} of the device", True)
+    return Placement("device", f"{parts} fit with room for the step", True)
+
+
+def place_features(features, dtype, placement: Placement, *, announce: bool):
+    """The feature table in `dtype`: a device array, or a `HostTable` (no copy when the
+    host array is already C-contiguous in `dtype`). With `announce`, prints the placement
+    and its reason to stderr when it is the host's or "auto" chose it by the device's
+    memory."""
+    if placement.where == "device":
+        table = jnp.asarray(features, dtype)
+    else:
+        table = HostTable(np.ascontiguousarray(np.asarray(features).astype(dtype, copy=False)))
+    if announce and (placement.where == "host" or placement.measured):
+        print(f"features on the {placement.where} ({_gib(table.nbytes)}): {placement.reason}",
+              file=sys.stderr, flush=True)
+    return table
