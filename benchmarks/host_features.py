@@ -18,8 +18,9 @@ default). One JSON line per case and a table; time to page-lock a table per GiB.
 placement, `zg.train` on the dataset (SAGE, hidden 256, batch 1024, no evaluation but the
 last epoch's sampled test accuracy), timing every epoch. The PCIe floor of a host run is
 the bytes it must read per epoch (the calibrated mean of the outermost level's rows per
-step x steps x row bytes) over the measured bulk copy bandwidth (`--pcie-gbs`, else
-measured here as in `kernel`). Progress lines go to stderr, JSON lines to stdout and
+step, less the share a device cache serves, measured on 16 batches, x steps x row
+bytes) over the measured bulk copy bandwidth (`--pcie-gbs`, else measured here as in
+`kernel`). Progress lines go to stderr, JSON lines to stdout and
 `--out` as they are made, so a run stopped at a time limit keeps what it measured.
 """
 
@@ -199,6 +200,30 @@ def load(args):
     return dataclasses.replace(dataset, features=features)
 
 
+def cached_share(res, dataset, batches: int = 16) -> float | None:
+    """The share of the outermost level's rows that a cached host table serves from the
+    device, over `batches` batches of training seeds sampled as in training (None without
+    a cache)."""
+    from zerognn_jax._src.ops.host_rows import CachedTable
+
+    table, program = res.data.features, res.program
+    if not isinstance(table, CachedTable):
+        return None
+    levels = res.summary["envelope"]
+    env = zg.Envelope(levels[0], tuple(levels[1:]))
+    rng = np.random.default_rng(1)
+    hits = total = 0
+    for b in range(batches):
+        seeds = rng.choice(dataset.train_idx, program.batch_size, replace=False)
+        mb = zg.sample_minibatch(res.data.graph, jnp.asarray(seeds, jnp.int32),
+                                 jnp.ones(seeds.shape[0], bool), jax.random.key(b),
+                                 program.sampler, env.capacities, program.kernels)
+        ids, valid = np.asarray(mb.nodes[-1]), np.asarray(mb.valid[-1])
+        slot = np.asarray(table.slot)[ids[valid]]
+        hits, total = hits + int((slot >= 0).sum()), total + int(valid.sum())
+    return hits / max(total, 1)
+
+
 def train_mode(args) -> None:
     copy = args.pcie_gbs or pcie_copy_gbs()
     check_gather()
@@ -211,11 +236,15 @@ def train_mode(args) -> None:
         for run in args.runs.split(";"):
             model, _, fanouts = run.partition(":")
             fanouts = tuple(int(f) for f in fanouts.split(","))
+            where, _, cache = placement.partition("+")
+            cache_gib = None if cache == "cache" else float(cache.removeprefix("cache:")) \
+                if cache else 0.0
             cfg = zg.TrainConfig(dataset=args.dataset, model=model, fanouts=fanouts,
                                  layers=len(fanouts), hidden=args.hidden, dtype=args.dtype,
                                  epochs=args.epochs, batch_size=args.batch_size,
-                                 eval_mode="sampled", eval_every=0, progress=False,
-                                 feature_placement=placement, seed=args.seed)
+                                 eval_mode="sampled", eval_every=0, progress=True,
+                                 feature_placement=where, feature_cache_gib=cache_gib,
+                                 seed=args.seed)
             log(f"training {model} {list(fanouts)} with features on the {placement}")
             try:
                 res = zg.train(cfg, dataset)
@@ -230,14 +259,15 @@ def train_mode(args) -> None:
             row_bytes = dataset.features.shape[1] * jnp.dtype(args.dtype).itemsize
             steps = res.history[-1]["steps"]
             mean = summary.get("calibration_mean_counts")
-            rows = mean[-1] if mean else None
+            share = cached_share(res, dataset)
+            rows = mean[-1] * (1 - (share or 0.0)) if mean else None  # read over PCIe
             floor = None if not (copy and rows) else rows * row_bytes * steps / (copy * 1e9)
             rec = emit(args, {"case": "train", "dataset": args.dataset, "scale": args.scale,
                               "model": model, "fanouts": list(fanouts), "placement": placement,
                               "placed": summary.get("feature_placement"),
                               "layout": summary["layout"]["layout"], "dtype": args.dtype,
                               "epoch_seconds": times, "epoch_s": min(times[1:] or times),
-                              "steps": steps, "outer_rows_mean": rows,
+                              "steps": steps, "pcie_rows_mean": rows, "cached_share": share,
                               "pcie_floor_s": floor, "losses": [h["loss"] for h in res.history],
                               "test_acc": res.history[-1].get("test_acc"),
                               "compile_s": summary["compile_seconds"],
@@ -246,14 +276,14 @@ def train_mode(args) -> None:
                 f"test acc {rec['test_acc']}")
             results.append(rec)
             del res
-    print(f"{'run':>18} {'placement':>9} {'epoch s':>8} {'floor s':>8} {'x floor':>8} "
+    print(f"{'run':>18} {'placement':>18} {'epoch s':>8} {'floor s':>8} {'x floor':>8} "
           f"{'test acc':>8}")
     for r in results:
-        ratio = f"{r['epoch_s'] / r['pcie_floor_s']:.2f}" if r["placement"] == "host" \
-            and r["pcie_floor_s"] else "-"
+        ratio = f"{r['epoch_s'] / r['pcie_floor_s']:.2f}" \
+            if r["placement"].startswith("host") and r["pcie_floor_s"] else "-"
         floor = f"{r['pcie_floor_s']:.3f}" if r["pcie_floor_s"] else "-"
         name = f"{r['model']}:{','.join(map(str, r['fanouts']))}"
-        print(f"{name:>18} {r['placement']:>9} {r['epoch_s']:>8.3f} {floor:>8} {ratio:>8} "
+        print(f"{name:>18} {r['placement']:>18} {r['epoch_s']:>8.3f} {floor:>8} {ratio:>8} "
               f"{r['test_acc'] if r['test_acc'] is None else round(r['test_acc'], 4)!s:>8}")
 
 
@@ -265,7 +295,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--runs", default="sage:15,10,5;sage:10,15",
                    help="model:fanouts entries separated by ';'")
-    p.add_argument("--placements", default="device,host")
+    p.add_argument("--placements", default="device,host,host+cache",
+                   help="device, host (nothing cached), host+cache (cache sized by the "
+                        "device), host+cache:GIB")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=1024)

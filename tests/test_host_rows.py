@@ -108,6 +108,7 @@ def test_auto_placement_keeps_room_for_the_step():
     (dict(feature_placement="host", task="graph", dataset="molhiv-like", model="gin"),
      "keeps its graphs' features on the device"),
     (dict(feature_placement="gpu"), "feature_placement must be one of auto, device, host"),
+    (dict(feature_cache_gib=-1.0), "feature_cache_gib must be >= 0"),
 ])
 def test_config_refuses_host_placement_where_it_cannot_work(overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -115,19 +116,67 @@ def test_config_refuses_host_placement_where_it_cannot_work(overrides, message):
 
 
 def test_training_with_host_features_equals_device_features(planetoid_root, capsys):
-    """Cora with a learnable embedding: the same losses, bit for bit, and the same exact
-    layer-wise evaluation, whose first layer reads its chunks from the host table."""
+    """Cora, on the device, on the host, and on the host with its 200 rows of highest
+    degree cached (with a learnable embedding in the last): the same losses, bit for
+    bit, and the same exact layer-wise evaluation, whose first layer reads its chunks
+    from the host table."""
     runs = {}
-    for place in ("device", "host"):
+    row_gib = 1433 * 4 / 2**30
+    for name, place, cache, emb in (("device", "device", None, 0), ("host", "host", 0, 0),
+                                    ("cached", "host", 200 * row_gib, 0),
+                                    ("device_emb", "device", None, 4),
+                                    ("cached_emb", "host", 200 * row_gib, 4)):
         cfg = zg.TrainConfig(dataset="cora", root=planetoid_root, epochs=2, layers=2,
-                             fanouts=(5, 5), hidden=16, batch_size=256, embedding_dim=4,
-                             feature_placement=place, eval_every=0)
-        runs[place] = zg.train(cfg)
-    assert "features on the host (0.01 GiB): asked for" in capsys.readouterr().err
-    dev, host = runs["device"], runs["host"]
-    assert [r["loss"] for r in host.history] == [r["loss"] for r in dev.history]
-    for key in ("val_acc", "test_acc"):
-        assert host.history[-1][key] == dev.history[-1][key]
+                             fanouts=(5, 5), hidden=16, batch_size=256, embedding_dim=emb,
+                             feature_placement=place, feature_cache_gib=cache, eval_every=0)
+        runs[name] = zg.train(cfg)
+        assert runs[name].summary["feature_placement"] == place
+    err = capsys.readouterr().err
+    assert "features on the host (0.01 GiB): asked for" in err
+    assert "its 200 rows of highest degree (7%, 0.00 GiB) cached on the device" in err
+    for name, ref in (("host", "device"), ("cached", "device"), ("cached_emb", "device_emb")):
+        got, want = runs[name], runs[ref]
+        assert [r["loss"] for r in got.history] == [r["loss"] for r in want.history]
+        for key in ("val_acc", "test_acc"):
+            assert got.history[-1][key] == want.history[-1][key]
+
+
+def test_cached_rows_read_like_the_host_table():
+    """Some rows cached, some not, ids out of range and masked: equal to the uncached
+    table bit for bit, under jit with one trace."""
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((40, 5)).astype(np.float32)
+    host = zg.HostTable(table)
+    cached = host_rows.cache_hot_rows(host, np.array([7, 3, 39, 0, 12]), 3 * 5 * 4)
+    assert cached.rows.shape == (3, 5) and host_rows.device_rows(cached) == 3
+    np.testing.assert_array_equal(np.asarray(cached.slot)[[7, 3, 39, 0]], [0, 1, 2, -1])
+    ids, valid = _ids(rng, 60, 40)
+    traces = []
+
+    def run(table, i, v):
+        traces.append(1)
+        return table.gather(i, v)
+
+    jitted = jax.jit(run)
+    want = np.asarray(host.gather(ids, valid))
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(jitted(cached, ids, valid)), want)
+    assert len(traces) == 1
+
+
+def test_hottest_rows_come_first_and_the_cache_is_budgeted():
+    from zerognn_jax._src.training.placement import Placement, cache_budget, hottest_first
+
+    indptr = np.array([0, 2, 7, 7, 12, 13])  # degrees 2, 5, 0, 5, 1
+    np.testing.assert_array_equal(hottest_first(indptr, 3), [1, 3, 0])
+    np.testing.assert_array_equal(hottest_first(indptr, 9), [1, 3, 0, 4, 2])
+    gib = 2**30
+    resident = Resident(graph=10 * gib, features=57 * gib, model=2 * gib)
+    host, device = Placement("host", ""), Placement("device", "")
+    assert cache_budget(None, host, resident, 80 * gib) == 24 * gib  # (60 - 12) / 2
+    assert cache_budget(1.5, host, resident, 80 * gib) == int(1.5 * gib)
+    assert cache_budget(None, host, resident, None) == 0
+    assert cache_budget(None, device, resident, 80 * gib) == 0
 
 
 class _FakeCuda:

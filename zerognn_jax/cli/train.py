@@ -70,6 +70,9 @@ HELP = {
                          "memory read over PCIe by the step, for tables larger than the "
                          "GPU; needs nvcc on a GPU, a C++ compiler on a CPU) or auto (host "
                          "only when the device would be left too little room)",
+    "feature_cache_gib": "with features on the host: GiB of device memory holding copies "
+                         "of the rows of highest degree, read from there instead of over "
+                         "PCIe (default: half of what graph and model leave; 0: none)",
     "best_metric": "keep the checkpoint of the epoch with the best value of this evaluated "
                    "metric (val_acc, val_f1, val_mse, val_rocauc, ...; lower is better for "
                    "*_mse, *_mae and *_loss) in <checkpoint-dir>/best; needs --checkpoint-dir",

@@ -1,7 +1,8 @@
 """Gathering feature rows by id: the op and its plain-XLA reference.
 
 The Pallas twin lives in `pallas_kernels/gather.py`. A table kept in host memory
-(`ops/host_rows.HostTable`) is read by its own kernel, whatever `kernels` says.
+(`ops/host_rows.HostTable`, or its `CachedTable`) is read by its own kernel, whatever
+`kernels` says.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from zerognn_jax._src.ops.host_rows import HostTable
+from zerognn_jax._src.ops.host_rows import is_host_resident
 from zerognn_jax._src.ops.registry import Kernels, implementation
 
 
@@ -26,6 +27,6 @@ def gather_rows_reference(table: jax.Array, ids: jax.Array, valid: jax.Array) ->
 def gather_rows(kernels: Kernels, table, ids, valid) -> jax.Array:
     """`gather_rows_reference`, or the implementation `kernels` selects for "gather";
     `HostTable.gather` for a table in host memory."""
-    if isinstance(table, HostTable):
+    if is_host_resident(table):
         return table.gather(ids, valid)
     return (implementation(kernels, "gather") or gather_rows_reference)(table, ids, valid)

@@ -11,6 +11,8 @@ XLA buffer: the call carries its address, row count and row size as attributes.
 `HostTable` owns such a table. It is a pytree without leaves, so a `DeviceData` holding
 one passes through `jit` and `lax.scan` unchanged, and `ops/gather.gather_rows` reads it
 with `HostTable.gather`; its twin is the same table on the device (`jnp.asarray`).
+`CachedTable` adds device copies of the hottest rows (`cache_hot_rows`: by degree in
+training), so that only the others cross PCIe.
 
 The handlers are compiled at first use, with the C++ compiler (`$CXX`, else `g++`) on
 a CPU-only JAX and with `nvcc` (`$NVCC`, else `nvcc` on the PATH or in CUDA's home) on a
@@ -30,6 +32,7 @@ import subprocess
 import tempfile
 import weakref
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -223,3 +226,70 @@ def _release(lib: ctypes.CDLL, span: tuple[int, int]) -> None:
 
 
 jax.tree_util.register_pytree_node(HostTable, lambda t: ((), t), lambda t, _: t)
+
+
+class CachedTable(NamedTuple):
+    """A `HostTable` with copies of some of its rows on the device (the hottest: most
+    often sampled), read from there instead of over PCIe.
+
+    Attributes:
+      rows: float[K, d], the cached rows on the device.
+      slot: int32[N], each node's row in `rows`, or -1 where it is not cached.
+      host: the whole table, in host memory.
+    """
+
+    rows: jax.Array
+    slot: jax.Array
+    host: HostTable
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.host.shape
+
+    @property
+    def dtype(self):
+        return self.host.dtype
+
+    @property
+    def array(self) -> np.ndarray:
+        return self.host.array
+
+    @property
+    def nbytes(self) -> int:
+        return self.host.nbytes
+
+    def gather(self, ids: jax.Array, valid: jax.Array) -> jax.Array:
+        """`HostTable.gather`, cached rows read from the device and only the others over
+        PCIe; the same values, bit for bit."""
+        ids = jnp.asarray(ids, jnp.int32)
+        valid = jnp.asarray(valid, bool) & (ids >= 0) & (ids < self.shape[0])
+        slot = jnp.where(valid, self.slot[jnp.where(valid, ids, 0)], -1)
+        hit = slot >= 0
+        cached = self.rows[jnp.maximum(slot, 0)]
+        missed = self.host.gather(ids, valid & ~hit)
+        return jnp.where(hit[:, None], cached, missed)
+
+
+def cache_hot_rows(host: HostTable, priority: np.ndarray, budget_bytes: int) -> CachedTable:
+    """`host` with its first rows in `priority` (node ids, hottest first) copied to the
+    device, as many as `budget_bytes` holds (read over PCIe by the host gather)."""
+    row_bytes = host.shape[1] * host.dtype.itemsize
+    count = int(min(len(priority), max(budget_bytes, 0) // row_bytes))
+    hot = np.asarray(priority[:count], np.int32)
+    slot = np.full(host.shape[0], -1, np.int32)
+    slot[hot] = np.arange(count, dtype=np.int32)
+    rows = jax.jit(host.gather)(jnp.asarray(hot), jnp.ones(count, bool))
+    return CachedTable(rows, jnp.asarray(slot), host)
+
+
+def is_host_resident(table) -> bool:
+    """Whether `table` is read by the host gather (a `HostTable`, cached or not)."""
+    return isinstance(table, (HostTable, CachedTable))
+
+
+def device_rows(table) -> int:
+    """Rows of the feature table `table` held in device memory: all of an array's, a
+    `CachedTable`'s cached ones, none of a `HostTable`'s."""
+    if isinstance(table, HostTable):
+        return 0
+    return table.rows.shape[0] if isinstance(table, CachedTable) else table.shape[0]

@@ -49,7 +49,7 @@ FORMAT = 1
 # included, must match the checkpoint.
 FREE_ON_RESUME = frozenset({
     "epochs", "dataset", "root", "batch_size", "devices", "shard_features", "kernels",
-    "graph_aggregation", "feature_placement",
+    "graph_aggregation", "feature_placement", "feature_cache_gib",
     "chunk_steps", "engine", "envelope", "margin", "multiple", "eval_mode", "eval_every",
     "eval_batch_size", "checkpoint_dir", "metrics_out", "progress", "tensorboard_dir",
     "best_metric",

@@ -49,7 +49,7 @@ GROUPS = {
                 "envelope", "margin", "multiple", "balance_window"),
     "optimizer": ("lr", "weight_decay"),
     "engine": ("engine", "kernels", "graph_aggregation", "chunk_steps", "sample_ahead",
-               "devices", "shard_features", "feature_placement"),
+               "devices", "shard_features", "feature_placement", "feature_cache_gib"),
     "run": ("epochs", "seed", "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir",
             "metrics_out", "progress", "best_metric", "tensorboard_dir"),
 }
@@ -117,6 +117,8 @@ class TrainConfig:
     step reads over PCIe: ops/host_rows.py, docs/host_features.md), or "auto": the
     host when graph, features and model would leave the device less than a quarter of
     its memory for the step, else the device (the choice and its reason are printed).
+    `feature_cache_gib` of device memory hold copies of a host table's rows of highest
+    degree (None: half of what graph and model leave of that three quarters; 0: none).
 
     Run. `eval_mode` is "full" (exact layer-wise), "sampled" (the training fanouts) or
     "none". `best_metric` (e.g. "val_acc", "val_f1", "val_mse"; lower is better for
@@ -172,6 +174,7 @@ class TrainConfig:
     devices: int = 1
     shard_features: bool = False
     feature_placement: str = "auto"
+    feature_cache_gib: float | None = None
     # run
     epochs: int = 10
     seed: int = 0
@@ -252,6 +255,10 @@ class TrainConfig:
             (self.engine == "scan" or not (self.flat_outer or self.dedup is False),
              f"the host-mediated engine {self.engine!r} cuts deduplicated levels to their "
              f"counts: drop flat_outer and keep dedup"),
+            (self.feature_cache_gib is None or (self.feature_cache_gib >= 0
+                                                and finite(self.feature_cache_gib)),
+             f"feature_cache_gib must be >= 0 and finite (or None: sized by the device), "
+             f"got {self.feature_cache_gib}"),
             (self.feature_placement != "host" or not self.shard_features,
              "feature_placement 'host' keeps one table in host memory that every device "
              "reads: drop shard_features"),

@@ -23,7 +23,7 @@ from zerognn_jax._src.data.graph import edge_ids, take_edge_rows, take_edges
 from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.nn.layerwise import layer_count, supports_layerwise
 from zerognn_jax._src.nn.views import EdgeView
-from zerognn_jax._src.ops.host_rows import HostTable
+from zerognn_jax._src.ops.host_rows import HostTable, is_host_resident
 from zerognn_jax._src.sampling.envelope import Envelope, conservative
 from zerognn_jax._src.sampling.seeds import num_steps
 from zerognn_jax._src.sampling.steps import sample_step
@@ -92,7 +92,7 @@ def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
         dst = jnp.clip(jnp.searchsorted(local, slots, side="right") - 1, 0, rows - 1)
         edge_rows = _chunk_edge_rows(graph.edge_features, ptr[0], slots, mask)
         dst, every = dst.astype(jnp.int32), jnp.ones((rows,), bool)
-        if isinstance(h, HostTable):  # the chunk's rows read from host memory, edge by edge
+        if is_host_resident(h):  # the chunk's rows read from host memory, edge by edge
             view = EdgeView(slots, dst, mask, every, local[1:] - local[:-1], deg[src], rows,
                             edge_rows, src)
             h_dst = h.gather(r0 + jnp.arange(rows, dtype=jnp.int32), every)
@@ -163,7 +163,8 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     holds the layers that fit and streams the rest; on a CPU nothing moves).
     Pass `data.features` as a host array as well to keep the device to the graph plus
     one layer's input (features given on the device stay there: they are the caller's);
-    a `HostTable` is never uploaded: the first layer reads each chunk's rows from it.
+    a `HostTable` (cached or not) is never uploaded: the first layer reads each chunk's
+    rows from it.
     Host-bound outputs take turns in one buffer as large as the largest layer output
     (the next layer's input is uploaded before it is overwritten; the logits get their
     own array when smaller): fresh host memory costs a page fault per page at its first
@@ -187,7 +188,7 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     for layer in range(num_layers):
         # device_put moves host rows straight in (jnp.asarray would also run a copy on
         # the device: twice a 57 GB layer, out of memory on an 80 GB H100).
-        h_device = h if isinstance(h, (jax.Array, HostTable)) else jax.device_put(h)
+        h_device = h if isinstance(h, jax.Array) or is_host_resident(h) else jax.device_put(h)
         if offload:  # frees the host buffer for this layer's output, and lets the previous
             # layer finish and release its input before free memory is read
             h_device = jax.block_until_ready(h_device)
@@ -214,7 +215,7 @@ def model_inputs(program: StepProgram, variables, features):
     if program.embedding is None:
         return features
     table = variables["embedding"]
-    if isinstance(features, HostTable):
+    if is_host_resident(features):  # a new table (uncached): features and embedding rows
         return HostTable(np.concatenate(
             [features.array, np.asarray(table).astype(features.dtype)], axis=1))
     if isinstance(features, jax.Array):

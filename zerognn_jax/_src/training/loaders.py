@@ -32,7 +32,7 @@ import numpy as np
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.links import EvalEdges, LinkSplit
 from zerognn_jax._src.ops.gather import gather_rows
-from zerognn_jax._src.ops.host_rows import HostTable
+from zerognn_jax._src.ops.host_rows import is_host_resident
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
@@ -172,12 +172,12 @@ class DeviceLoader:
         self.batch_size, self.policy, self.kernels = batch_size, policy, kernels
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         for name, table in (("features", features), ("targets", targets)):
-            rows = (None if table is None else table.shape[0] if isinstance(table, HostTable)
+            rows = (None if table is None else table.shape[0] if is_host_resident(table)
                     else jax.tree_util.tree_leaves(table)[0].shape[0])
             if rows is not None and rows != graph.num_nodes:
                 raise ValueError(f"{name} must have one row per node ({graph.num_nodes}), "
                                  f"got {rows}")
-        self.features = (features if features is None or isinstance(features, HostTable)
+        self.features = (features if features is None or is_host_resident(features)
                          else jnp.asarray(features))
         self.targets = None if targets is None else jax.tree_util.tree_map(jnp.asarray, targets)
         if isinstance(envelope, str):

@@ -67,10 +67,12 @@ class Resident:
 
 
 def resident_bytes(graph, num_features: int, feature_dtype, level_dims, *,
-                   feature_shards: int = 1, embedding_dim: int = 0) -> Resident:
+                   feature_shards: int = 1, embedding_dim: int = 0,
+                   feature_rows: int | None = None) -> Resident:
     """The resident bytes of `graph` (a CSRGraph, host or device, its edge-feature
     table included), its features ([N, num_features] in `feature_dtype`, row-split over
-    `feature_shards` devices), a model whose layers map level_dims[l + 1] ->
+    `feature_shards` devices; `feature_rows` of them on the device when the table is
+    in host memory: ops/host_rows.device_rows), a model whose layers map level_dims[l + 1] ->
     level_dims[l] with two weight matrices each (GraphSAGE's self and neighbour
     weights), and a node embedding [N, embedding_dim] in `feature_dtype` with two
     float32 moments."""
@@ -78,7 +80,7 @@ def resident_bytes(graph, num_features: int, feature_dtype, level_dims, *,
     graph_bytes = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
                       for a in arrays if a is not None)
     itemsize = np.dtype(jax.numpy.dtype(feature_dtype)).itemsize
-    rows = -(-graph.num_nodes // feature_shards)
+    rows = -(-(graph.num_nodes if feature_rows is None else feature_rows) // feature_shards)
     features = rows * num_features * itemsize
     params = sum(2 * a * b + a for a, b in zip(level_dims[:-1], level_dims[1:]))
     embedding = embedding_bytes(graph.num_nodes, embedding_dim, feature_dtype)

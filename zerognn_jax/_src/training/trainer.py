@@ -22,7 +22,7 @@ from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.loaders import is_typed, row_normalize
 from zerognn_jax._src.nn.bridge import as_linen, model_name
 from zerognn_jax._src.nn.models import EDGE_MODELS, count_params, make_model
-from zerognn_jax._src.ops.host_rows import HostTable
+from zerognn_jax._src.ops.host_rows import device_rows, is_host_resident
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
@@ -40,7 +40,11 @@ from zerognn_jax._src.training.evaluate import (
 from zerognn_jax._src.training.layout import choose_layout
 from zerognn_jax._src.training.lock import hold_outputs
 from zerognn_jax._src.training.parallel import make_mesh
-from zerognn_jax._src.training.placement import choose_placement, place_features
+from zerognn_jax._src.training.placement import (
+    cache_budget,
+    choose_placement,
+    place_features,
+)
 from zerognn_jax._src.training.program import (
     DeviceData,
     StepProgram,
@@ -111,12 +115,13 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, method=cfg.sampler,
                             edge_ids=edge_dim is not None)
     sampler = sampler.resolve(dataset.graph.max_degree())
-    placement = choose_placement(
-        "device" if cfg.shard_features else cfg.feature_placement,
-        memory.resident_bytes(dataset.graph, feats.shape[1], cfg.dtype,
-                              level_dims(cfg, dataset, task, model),
-                              embedding_dim=cfg.embedding_dim),
-        memory.device_memory_limit())
+    resident = memory.resident_bytes(dataset.graph, feats.shape[1], cfg.dtype,
+                                     level_dims(cfg, dataset, task, model),
+                                     embedding_dim=cfg.embedding_dim)
+    limit = memory.device_memory_limit()
+    placement = choose_placement("device" if cfg.shard_features else cfg.feature_placement,
+                                 resident, limit)
+    cache = cache_budget(cfg.feature_cache_gib, placement, resident, limit)
     layout = choose_layout(cfg, task, sampler, cfg.batch_size, dataset.graph.num_nodes,
                            dedup=cfg.dedup, user_model=model is not None,
                            host_features=placement.where == "host")
@@ -143,11 +148,12 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     mesh = make_mesh(cfg.devices)
     if mesh.size == 1 and not cfg.shard_features:
         table = place_features(feats, dtype, placement,
-                               announce=cfg.progress and jax.process_index() == 0)
+                               announce=cfg.progress and jax.process_index() == 0,
+                               cache_bytes=cache, indptr=graph.indptr)
         return dataset, DeviceData(graph.to_device(), table, jnp.asarray(targets)), program
     program = program.with_mesh(mesh, shard_features=cfg.shard_features)
     table = np.asarray(feats).astype(dtype)
-    if placement.where == "host":  # one host table, which every device reads
+    if placement.where == "host":  # one host table, which every device reads (uncached)
         table = place_features(table, dtype, placement,
                                announce=cfg.progress and jax.process_index() == 0)
     return dataset, program.parallel.place_data(DeviceData(graph, table, targets)), program
@@ -318,12 +324,14 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     else:  # the memory model and the checks of a user's pieces read the sampled levels
         dims = level_dims(cfg, dataset, program.task, program.model)
         shards = program.num_shards if cfg.shard_features else 1
-        on_device = 0 if isinstance(data.features, HostTable) else dataset.features.shape[1]
         memory.check_fits(env, program.sampler.slots, dims, memory.device_memory_limit(),
-                          resident=memory.resident_bytes(data.graph, on_device,
+                          resident=memory.resident_bytes(data.graph,
+                                                         dataset.features.shape[1],
                                                          cfg.dtype, dims,
                                                          feature_shards=shards,
-                                                         embedding_dim=cfg.embedding_dim))
+                                                         embedding_dim=cfg.embedding_dim,
+                                                         feature_rows=device_rows(
+                                                             data.features)))
         state = init_checked(program, data, env, items, user_model=user.model)
         check_pieces(program, state, data, env, items,
                      width=program.task.output_dim(cfg, dataset))
@@ -375,7 +383,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         if final is None:  # no epoch trained here, or the last one was not evaluated
             final = evaluate(cfg, program, _variables(state), data, dataset)
         notes = _notes(cfg, program, user, best, stopped, history)
-        notes["feature_placement"] = "host" if isinstance(data.features, HostTable) \
+        notes["feature_placement"] = "host" if is_host_resident(data.features) \
             else "device"
         summary = _summary(cfg, dataset, program, state, env, cal, history, final,
                            calibrate_seconds, runner.compile_seconds, start_epoch, notes)
