@@ -24,6 +24,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_build_cache(tmp_path_factory):
+    """The host-row gather (ops/host_rows.py) is built into a folder of this run, not the
+    user's cache; worker processes inherit it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ZEROGNN_CACHE", str(tmp_path_factory.mktemp("build")))
+        yield
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _fresh_compile_caches():
     """Drops JAX's compiled programs after each test module, so one process does not
