@@ -137,6 +137,7 @@ def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
     (dict(relation_fanouts={"nope": (1, 1)}), "relation_fanouts key 'nope' names no"),
     (dict(relation_fanouts={"cites": (1,)}), "relation_fanouts['cites'] has 1 hops"),
     (dict(task="link"), "task 'link' does not train typed datasets"),
+    (dict(feature_placement="host"), "drop feature_placement 'host'"),
 ])
 def test_refused_options(mag, change, message):
     with pytest.raises(ValueError) as err:

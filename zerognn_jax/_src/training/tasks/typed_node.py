@@ -212,6 +212,8 @@ def _refuse(cfg) -> None:
          f"devices={cfg.devices}, shard_features={cfg.shard_features}"),
         (not cfg.edge_features, "typed graphs carry no edge features to models yet: drop "
                                 "edge_features"),
+        (cfg.feature_placement != "host", "typed graphs keep their stacked feature table on "
+                                          "the device yet: drop feature_placement 'host'"),
         (cfg.embedding_dim == 0, f"typed graphs embed their featureless types at `hidden` "
                                  f"width: drop embedding_dim ({cfg.embedding_dim})"),
     ]
