@@ -15,7 +15,8 @@ of `--big-table-gib`, random rows read in the order given against sorted first (
 default). One JSON line per case and a table; time to page-lock a table per GiB.
 
 `train`: for each run (model:fanouts, with `layers` = number of fanouts) and each
-placement, `zg.train` on the dataset (SAGE, hidden 256, batch 1024, no evaluation but the
+placement (`--widen-to W` repeats the stored columns up to W, for a table larger than
+the GPU), `zg.train` on the dataset (SAGE, hidden 256, batch 1024, no evaluation but the
 last epoch's sampled test accuracy), timing every epoch. The PCIe floor of a host run is
 the bytes it must read per epoch (the calibrated mean of the outermost level's rows per
 step, less the share a device cache serves, measured on 16 batches, x steps x row
@@ -194,9 +195,20 @@ def load(args):
             papers.write_papers100m_like(path, args.scale, args.seed,
                                          feature_dtype="bfloat16", log=log)
         dataset = zg.load_dir(path)
-    log(f"converting {dataset.features.shape} {dataset.features.dtype} features to {args.dtype}")
-    features = np.asarray(dataset.features).astype(jnp.dtype(args.dtype), copy=False)
-    features = np.ascontiguousarray(features)
+    source = np.asarray(dataset.features)
+    n, d = source.shape
+    width = max(d, args.widen_to or d)
+    log(f"converting {source.shape} {source.dtype} features to {args.dtype}, {width} wide")
+    if width == d:
+        features = np.ascontiguousarray(source.astype(jnp.dtype(args.dtype), copy=False))
+    else:  # the stored columns, then as many of them again as `width` asks, block by block
+        features = np.empty((n, width), jnp.dtype(args.dtype))
+        for start in range(0, n, 1 << 20):
+            block = source[start:start + (1 << 20)]
+            features[start:start + block.shape[0], :d] = block
+            for col in range(d, width, d):
+                take = min(d, width - col)
+                features[start:start + block.shape[0], col:col + take] = block[:, :take]
     return dataclasses.replace(dataset, features=features)
 
 
@@ -237,8 +249,8 @@ def train_mode(args) -> None:
             model, _, fanouts = run.partition(":")
             fanouts = tuple(int(f) for f in fanouts.split(","))
             where, _, cache = placement.partition("+")
-            cache_gib = None if cache == "cache" else float(cache.removeprefix("cache:")) \
-                if cache else 0.0
+            cache_gib = None if cache == "cache" or where == "auto" else \
+                float(cache.removeprefix("cache:")) if cache else 0.0
             cfg = zg.TrainConfig(dataset=args.dataset, model=model, fanouts=fanouts,
                                  layers=len(fanouts), hidden=args.hidden, dtype=args.dtype,
                                  epochs=args.epochs, batch_size=args.batch_size,
@@ -297,7 +309,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="model:fanouts entries separated by ';'")
     p.add_argument("--placements", default="device,host,host+cache",
                    help="device, host (nothing cached), host+cache (cache sized by the "
-                        "device), host+cache:GIB")
+                        "device), host+cache:GIB, auto (the library's choice)")
+    p.add_argument("--widen-to", type=int, default=None,
+                   help="train mode: widen the features to this many columns by repeating "
+                        "the stored ones (a table larger than the GPU from a preset)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=1024)
