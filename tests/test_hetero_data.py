@@ -12,7 +12,8 @@ import pytest
 from test_cli_data import run
 
 import zerognn_jax as zg
-from zerognn_jax._src.data.hetero_synthetic import MAG, mag_like
+from zerognn_jax._src.data import hetero_synthetic
+from zerognn_jax._src.data.hetero_synthetic import MAG, igbh_like, mag_like
 
 MAG_RELATIONS = [("author", "affiliated_with", "institution"), ("author", "writes", "paper"),
                  ("paper", "cites", "paper"), ("paper", "has_topic", "field_of_study")]
@@ -104,6 +105,37 @@ def test_igbh_like_has_bfloat16_features_on_every_type():
     assert ds.num_classes == 2983 and len(ds.graph.relations) == 11  # cites merged
     share = (ds.labels >= 0).mean()
     assert 0.5 < share < 0.67
+
+
+def test_igbh_like_does_not_depend_on_the_thread_count(monkeypatch):
+    monkeypatch.setattr(hetero_synthetic, "_CHUNK", 1 << 12)  # feature blocks of 4 rows
+    monkeypatch.setattr(hetero_synthetic, "_DRAWS", 1 << 12)  # ~16 blocks of cites
+    one, three = igbh_like(0.0005, threads=1), igbh_like(0.0005, threads=3)
+    assert one.graph.relations == three.graph.relations
+    for a, b in zip(one.graph.graphs, three.graph.graphs):
+        np.testing.assert_array_equal(a.indptr, b.indptr)
+        np.testing.assert_array_equal(a.indices, b.indices)
+    for t in one.features:
+        np.testing.assert_array_equal(one.features[t].view(np.uint16),
+                                      three.features[t].view(np.uint16))
+    np.testing.assert_array_equal(one.labels, three.labels)
+    np.testing.assert_array_equal(one.train_idx, three.train_idx)
+
+
+def test_igbh_like_features_carry_their_class_centroid():
+    # Two halves of a class have correlated means (its centroid); two classes do not.
+    ds = igbh_like(0.002)
+    x = ds.features["paper"].astype(np.float32)
+    assert abs(x.mean()) < 0.01 and abs(x.std() - np.hypot(1, 0.07)) < 0.01  # unit noise
+    halves = []
+    for c in range(3):  # the largest classes (Zipf prior): ~1,150, ~570, ~380 papers
+        ids = np.flatnonzero(ds.labels == c)
+        halves.append([x[ids[0::2]].mean(0), x[ids[1::2]].mean(0)])
+    corr = lambda a, b: np.corrcoef(a, b)[0, 1]
+    for c in range(3):
+        assert corr(*halves[c]) > 0.3  # ~0.5 to ~0.7 expected; noise alone ~0 +- 0.03
+        for d in range(c):
+            assert abs(corr(halves[c][0], halves[d][1])) < 0.15
 
 
 def test_cli_info_and_generate_list_types_and_relations(tmp_path, capsys):
