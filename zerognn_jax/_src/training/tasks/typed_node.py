@@ -95,6 +95,10 @@ class TypedSample(NamedTuple):
         return self.typed.num_edges()
 
 
+# Rows of one type converted to the table at a time (TypedInputs.table).
+_TABLE_BLOCK = 1 << 20
+
+
 @dataclasses.dataclass(frozen=True)
 class TypedInputs:
     """Where the outermost level's input rows come from: `widths` ((type, d), ...) of
@@ -124,14 +128,22 @@ class TypedInputs:
         return sum(n for _, n in self.embedded)
 
     def table(self, dataset: HeteroDataset, dtype, normalize: bool) -> np.ndarray:
-        """[sum of N_t over featured types, max d]: the types' features, stacked."""
+        """[sum of N_t over featured types, max d]: the types' features, stacked, zero
+        padded. Written into one array of `dtype` a block of rows at a time (float32 only
+        for a block being normalised): IGBH-like's 35 GB in bfloat16 would otherwise
+        pass through float32 copies several times its size."""
         width = max((d for _, d in self.widths), default=1)
-        parts = [np.zeros((1, width), np.float32)] if not self.widths else []
+        total = sum(dataset.num_nodes[t] for t, _ in self.widths) if self.widths else 1
+        out = np.zeros((total, width), np.dtype(dtype))
         for t, d in self.widths:
-            rows = np.asarray(dataset.features[t], np.float32)
-            rows = row_normalize(rows) if normalize else rows
-            parts.append(np.pad(rows, ((0, 0), (0, width - d))) if d < width else rows)
-        return np.concatenate(parts).astype(dtype)
+            rows, first = dataset.features[t], dict(self.offsets)[t]
+            for start in range(0, rows.shape[0], _TABLE_BLOCK):
+                block = np.asarray(rows[start:start + _TABLE_BLOCK])
+                if normalize:
+                    block = row_normalize(block.astype(np.float32))
+                out[first + start:first + start + block.shape[0], :d] = block.astype(
+                    out.dtype, copy=False)
+        return out
 
     def pack(self, nodes: dict, valid: dict) -> tuple[jax.Array, jax.Array]:
         """(int32[S] feature-table rows, bool[S]) of the featured types' ids in `nodes`."""
