@@ -24,6 +24,7 @@ WRONG = {
     "bool": (1, "yes", None),
     "str | None": (3, ["a"]),
     "bool | None": (0, "false"),
+    "float | None": ("0.1", True),
     "tuple[int, ...]": ("15", (15, 2.0), 15, (True,)),
     "dict[str, tuple[int, ...]] | None": ("cites=25", {"cites": 25}, {3: (25,)},
                                           {"cites": ("25",)}, [("cites", (25,))]),
