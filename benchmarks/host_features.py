@@ -101,15 +101,10 @@ def pcie_copy_gbs(nbytes: int = 1 << 30) -> float | None:
 
 def unordered(host: zg.HostTable):
     """`host.gather` reading rows in the order given (no sort): the contrast case."""
-    from zerognn_jax._src.ops import host_rows
+    from zerognn_jax._src.ops.host_rows import read_rows
 
-    def gather(ids, valid):
-        out = jax.ShapeDtypeStruct((ids.shape[0], host.shape[1]), host.dtype)
-        return jax.ffi.ffi_call(host_rows._TARGET, out)(
-            ids, valid, jnp.arange(ids.shape[0], dtype=jnp.int32),
-            address=np.int64(host.array.ctypes.data), rows=np.int64(host.shape[0]),
-            row_bytes=np.int64(host.shape[1] * host.dtype.itemsize))
-    return gather
+    return lambda ids, valid: read_rows(host, ids, valid,
+                                        jnp.arange(ids.shape[0], dtype=jnp.int32))
 
 
 def variants(args, copy, table_rows: list) -> None:

@@ -147,7 +147,7 @@ def test_cached_rows_read_like_the_host_table():
     rng = np.random.default_rng(3)
     table = rng.standard_normal((40, 5)).astype(np.float32)
     host = zg.HostTable(table)
-    cached = host_rows.cache_hot_rows(host, np.array([7, 3, 39, 0, 12]), 3 * 5 * 4)
+    cached = host_rows.cache_hot_rows(host, np.array([7, 3, 39]))
     assert cached.rows.shape == (3, 5) and host_rows.device_rows(cached) == 3
     np.testing.assert_array_equal(np.asarray(cached.slot)[[7, 3, 39, 0]], [0, 1, 2, -1])
     ids, valid = _ids(rng, 60, 40)

@@ -208,11 +208,17 @@ class HostTable:
         ids = jnp.asarray(ids, jnp.int32)
         valid = jnp.asarray(valid, bool)
         order = jnp.argsort(jnp.where(valid, ids, jnp.iinfo(jnp.int32).max)).astype(jnp.int32)
-        out = jax.ShapeDtypeStruct((ids.shape[0], self.shape[1]), self.dtype)
-        call = jax.ffi.ffi_call(_TARGET, out)
-        return call(ids, valid, order, address=np.int64(self.array.ctypes.data),
-                    rows=np.int64(self.shape[0]),
-                    row_bytes=np.int64(self.shape[1] * self.dtype.itemsize))
+        return read_rows(self, ids, valid, order)
+
+
+def read_rows(table: HostTable, ids: jax.Array, valid: jax.Array,
+              order: jax.Array) -> jax.Array:
+    """The FFI call behind `HostTable.gather`, reading the rows in `order` (int32[C], a
+    permutation of [0, C)) as given."""
+    out = jax.ShapeDtypeStruct((ids.shape[0], table.shape[1]), table.dtype)
+    return jax.ffi.ffi_call(_TARGET, out)(
+        ids, valid, order, address=np.int64(table.array.ctypes.data),
+        rows=np.int64(table.shape[0]), row_bytes=np.int64(table.shape[1] * table.dtype.itemsize))
 
 
 def _release(lib: ctypes.CDLL, span: tuple[int, int]) -> None:
@@ -270,12 +276,11 @@ class CachedTable(NamedTuple):
         return jnp.where(hit[:, None], cached, missed)
 
 
-def cache_hot_rows(host: HostTable, priority: np.ndarray, budget_bytes: int) -> CachedTable:
-    """`host` with its first rows in `priority` (node ids, hottest first) copied to the
-    device, as many as `budget_bytes` holds (read over PCIe by the host gather)."""
-    row_bytes = host.shape[1] * host.dtype.itemsize
-    count = int(min(len(priority), max(budget_bytes, 0) // row_bytes))
-    hot = np.asarray(priority[:count], np.int32)
+def cache_hot_rows(host: HostTable, hot: np.ndarray) -> CachedTable:
+    """`host` with its rows `hot` (distinct node ids) copied to the device (read over
+    PCIe by the host gather), cached row k holding node hot[k]."""
+    hot = np.asarray(hot, np.int32)
+    count = hot.shape[0]
     slot = np.full(host.shape[0], -1, np.int32)
     slot[hot] = np.arange(count, dtype=np.int32)
     rows = jax.jit(host.gather)(jnp.asarray(hot), jnp.ones(count, bool))

@@ -79,16 +79,15 @@ def place_features(features, dtype, placement: Placement, *, announce: bool,
     of highest degree in CSR offsets `indptr` that fit them cached on the device. With
     `announce`, prints the placement and its reason to stderr when it is the host's or
     "auto" chose it by the device's memory."""
+    note = ""
     if placement.where == "device":
         table = jnp.asarray(features, dtype)
-        note = ""
     else:
         table = HostTable(np.ascontiguousarray(np.asarray(features).astype(dtype, copy=False)))
         row_bytes = table.shape[1] * table.dtype.itemsize
         count = min(table.shape[0], cache_bytes // row_bytes)
-        note = ""
         if count:
-            table = cache_hot_rows(table, hottest_first(indptr, count), cache_bytes)
+            table = cache_hot_rows(table, hottest_first(indptr, count))
             note = (f", its {count:,} rows of highest degree ({count / table.shape[0]:.0%}, "
                     f"{_gib(count * row_bytes)}) cached on the device")
     if announce and (placement.where == "host" or placement.measured):

@@ -152,7 +152,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                                cache_bytes=cache, indptr=graph.indptr)
         return dataset, DeviceData(graph.to_device(), table, jnp.asarray(targets)), program
     program = program.with_mesh(mesh, shard_features=cfg.shard_features)
-    table = np.asarray(feats).astype(dtype)
+    table = np.asarray(feats).astype(dtype, copy=False)  # no copy of a table in `dtype`
     if placement.where == "host":  # one host table, which every device reads (uncached)
         table = place_features(table, dtype, placement,
                                announce=cfg.progress and jax.process_index() == 0)
