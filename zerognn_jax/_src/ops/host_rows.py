@@ -203,7 +203,7 @@ class HostTable:
     def gather(self, ids: jax.Array, valid: jax.Array) -> jax.Array:
         """float[C, d]: rows `ids` (int32[C]) of the table, zero where `valid` (bool[C])
         is False or an id lies outside [0, N). The rows are read in ascending id order
-        (an argsort on the device first): a GPU reads host memory over PCIe ~2.4x faster
+        (an argsort on the device first): a GPU reads host memory over PCIe 1.8-2.4x faster
         in address order than at random (docs/host_features.md)."""
         ids = jnp.asarray(ids, jnp.int32)
         valid = jnp.asarray(valid, bool)

@@ -4,7 +4,7 @@
 // attributes `address` (the table's first byte), `rows` (its row count) and `row_bytes`:
 // row c of `out` is row ids[c] of the table, or zeros where valid[c] is false or ids[c]
 // lies outside [0, rows). `order` is a permutation of [0, C) in which the rows are read
-// (ids ascending: GPU reads of host memory in address order run ~2.4x faster over PCIe
+// (ids ascending: GPU reads of host memory in address order run 1.8-2.4x faster over PCIe
 // than in random order, measured in docs/host_features.md). The table is never an XLA
 // buffer: it stays where its owner put it.
 //
