@@ -2,6 +2,7 @@
 on the host against the same run with it on the device.
 
     python benchmarks/host_features.py kernel [--out FILE.jsonl]
+    python benchmarks/host_features.py io [--io-gib 16] [--out FILE.jsonl]
     python benchmarks/host_features.py train --dataset products-like [--scale 1] \\
         [--runs "sage:15,10,5;sage:10,15"] [--placements device,host] \\
         [--dtype float32] [--epochs 3] [--root DIR] [--out FILE.jsonl]
@@ -13,6 +14,13 @@ pinned memory: the PCIe ceiling for bulk transfers), (b) the host gather of rand
 (zero-copy reads over PCIe), (c) the same gather from a device table (HBM); then, on a table
 of `--big-table-gib`, random rows read in the order given against sorted first (the
 default). One JSON line per case and a table; time to page-lock a table per GiB.
+
+`io`: the layer streaming of exact inference (training/evaluate.py) on a bfloat16
+table of `--io-gib` x 256 columns: page-locking fresh host memory from `np.empty` and
+from `pinned_buffer` (huge pages, touched by threads first), the device writing its rows into the locked table chunk by chunk from one
+compiled loop (`write_rows`), and the table uploaded back by the host gather
+(`uploaded`), each checked bit for bit; against the pinned copy above and JAX's own
+`device_put` / `np.asarray` of the same bytes.
 
 `train`: for each run (model:fanouts, with `layers` = number of fanouts) and each
 placement (`--widen-to W` repeats the stored columns up to W, for a table larger than
@@ -173,6 +181,66 @@ def kernel_mode(args) -> None:
               f"{share:>8}")
 
 
+def io_mode(args) -> None:
+    from zerognn_jax._src.ops.host_rows import (
+        PageLock,
+        _register_targets,
+        pinned_buffer,
+        write_rows,
+    )
+    from zerognn_jax._src.training.evaluate import uploaded
+
+    copy = pcie_copy_gbs()
+    t0 = time.perf_counter()
+    _register_targets()  # builds the handlers (first use) outside the other timings
+    build = time.perf_counter() - t0
+    n, rows = int(args.io_gib * 2**30) // 512, 32_768
+    nbytes = n * 512
+    t0 = time.perf_counter()
+    plain = np.empty(nbytes, np.uint8)
+    lock = PageLock(plain)
+    lock_fresh = time.perf_counter() - t0
+    del lock
+    t0 = time.perf_counter()
+    fresh, lock = pinned_buffer(nbytes)
+    lock_pinned = time.perf_counter() - t0
+    table = zg.HostTable(fresh.view(jnp.bfloat16).reshape(n, 256))
+    rows_on_device = jax.random.normal(jax.random.key(0), (n, 256), jnp.bfloat16)
+
+    @jax.jit
+    def store(x):
+        def body(j, count):
+            first = jnp.minimum(j * rows, n - rows)
+            return count + write_rows(table, jax.lax.dynamic_slice(x, (first, 0), (rows, 256)),
+                                      first)
+        return jax.lax.fori_loop(0, -(-n // rows), body, jnp.int32(0))
+
+    t_write = timed(store, rows_on_device, repeats=3)
+    want = np.asarray(rows_on_device)
+    if not np.array_equal(table.array.view(np.uint16), want.view(np.uint16)):
+        raise AssertionError("rows written to the host differ from the device's")
+    t_upload = timed(lambda: uploaded(table), repeats=3)
+    if not np.array_equal(np.asarray(uploaded(table)).view(np.uint16), want.view(np.uint16)):
+        raise AssertionError("the uploaded table differs from the host's")
+    # JAX refuses to copy from memory page-locked by us (CUDA_ERROR_INVALID_VALUE, JAX
+    # 0.11.2): its device_put is timed on the same bytes unlocked.
+    plain[:] = fresh
+    t_put = timed(lambda: jax.device_put(plain.view(jnp.bfloat16).reshape(n, 256)), repeats=3)
+    t_get = timed(lambda: np.asarray(rows_on_device + 0), repeats=3)
+    gbs = lambda t: nbytes / t / 1e9
+    rec = emit(args, {"case": "io", "gib": nbytes / 2**30, "pinned_copy_gbs": copy,
+                      "build_s": build, "page_lock_fresh_s": lock_fresh,
+                      "pinned_buffer_s": lock_pinned,
+                      "write_rows_gbs": gbs(t_write), "uploaded_gbs": gbs(t_upload),
+                      "device_put_gbs": gbs(t_put), "np_asarray_gbs": gbs(t_get)})
+    del lock
+    print("| GiB | page-lock np.empty s | pinned_buffer s | write_rows GB/s | uploaded GB/s "
+          "| device_put GB/s | np.asarray GB/s | pinned copy GB/s |")
+    print(f"| {rec['gib']:.1f} | {lock_fresh:.2f} | {lock_pinned:.2f} | "
+          f"{gbs(t_write):.1f} | {gbs(t_upload):.1f} | {gbs(t_put):.1f} | {gbs(t_get):.1f} | "
+          f"{copy or float('nan'):.1f} |")
+
+
 def load(args):
     """The dataset, its features in `args.dtype` in memory (converted once, so that every
     run's table is the same array). papers100m-like is generated into `--root` with
@@ -296,7 +364,7 @@ def train_mode(args) -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("mode", choices=("kernel", "train"))
+    p.add_argument("mode", choices=("kernel", "io", "train"))
     p.add_argument("--dataset", default="products-like")
     p.add_argument("--root", default=None)
     p.add_argument("--scale", type=float, default=1.0)
@@ -319,13 +387,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="kernel mode: the largest table, in GiB of host memory")
     p.add_argument("--big-table-gib", type=float, default=40.0,
                    help="kernel mode: the table of the read-order comparison, in GiB")
+    p.add_argument("--io-gib", type=float, default=16.0,
+                   help="io mode: the streamed table, in GiB of host memory")
     p.add_argument("--out", default=None, help="append every record to this JSONL file")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    kernel_mode(args) if args.mode == "kernel" else train_mode(args)
+    {"kernel": kernel_mode, "io": io_mode, "train": train_mode}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ table; progress lines with timestamps go to stderr:
 `--curve`: epoch and step time of products-like at `--curve-scales` and papers100m-like at
 `--scale`, same model and step, one table (and `<out>.png` with matplotlib).
 
+`--skip fraction,mlp` leaves those phases out (recorded as skipped).
 `--deadline SECONDS` (from the start of the script): a phase starts only if its estimate
 (scaled with the graph) fits in what is left; a skipped phase is recorded with
 `status: "skipped"` and the reason. Peak device memory is the allocator's peak so far in
@@ -125,6 +126,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="exact inference: layer outputs to host memory (auto: when needed)")
     p.add_argument("--infer-budget", type=int, default=1 << 30,
                    help="exact inference: bytes of gathered edge rows per chunk")
+    p.add_argument("--skip", default="", help="comma-separated optional phases not to run "
+                   "(fraction, sampled, mlp, exact)")
     p.add_argument("--deadline", type=float, default=None,
                    help="seconds from the start; later phases are skipped, with the reason")
     p.add_argument("--out", default=None, help="append every record to this JSONL file")
@@ -340,7 +343,7 @@ def exact_inference(args, program, variables, data, dataset, clock: Clock) -> di
     clock.log(f"exact inference over {dataset.num_nodes:,} nodes (offload={offload})")
     t0 = time.perf_counter()
     logits = layerwise_logits(program, variables, data, budget_bytes=args.infer_budget,
-                              offload=offload)
+                              offload=offload, log=clock.log)
     jax.block_until_ready(logits)
     record["seconds"] = time.perf_counter() - t0
     idx = dataset.test_idx
@@ -360,7 +363,8 @@ def estimate(phase: str, scale: float) -> float:
 def run_phase(args, clock: Clock, records: list, phase: str, fn, scale: float,
               extra: float = 0.0):
     """Runs `fn()` -> (result, record) unless the deadline forbids; emits the record."""
-    reason = clock.skip_reason(phase, estimate(phase, scale) + extra)
+    reason = ("left out by --skip" if phase in args.skip.split(",")
+              else clock.skip_reason(phase, estimate(phase, scale) + extra))
     if reason:
         clock.log(f"skipping {phase}: {reason}")
         records.append(emit(args, {"phase": phase, "status": "skipped", "reason": reason}))

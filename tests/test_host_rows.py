@@ -60,6 +60,56 @@ def test_gather_lowers_for_cuda_as_one_ffi_call():
     assert f"address = {host.array.ctypes.data}" in text.replace(" : i64", "")
 
 
+@pytest.mark.parametrize("dtype,width", [(np.float32, 16), (ml_dtypes.bfloat16, 3)])
+def test_written_rows_land_where_numpy_puts_them(dtype, width):
+    """Blocks stored at offsets from a compiled loop (a device scalar each), the rows
+    past either end of the table skipped and counted out; the 16- and 2-byte words."""
+    rng = np.random.default_rng(width)
+    table = np.zeros((23, width), dtype)
+    host = zg.HostTable(table)
+    blocks = rng.standard_normal((4, 8, width)).astype(dtype)
+    firsts = np.array([-3, 5, 9, 19], np.int32)  # the first and last run past the ends
+
+    @jax.jit
+    def store(blocks, firsts):
+        return jax.lax.fori_loop(0, 4, lambda j, n: n + host_rows.write_rows(
+            host, blocks[j], firsts[j]), jnp.int32(0))
+
+    written = int(store(jnp.asarray(blocks), jnp.asarray(firsts)))
+    want = np.zeros_like(table)
+    for block, first in zip(blocks, firsts):
+        lo, hi = max(first, 0), min(first + 8, 23)
+        want[lo:hi] = block[lo - first:hi - first]
+    assert written == 5 + 8 + 8 + 4
+    np.testing.assert_array_equal(table.view(np.uint8), want.view(np.uint8))
+
+
+def test_written_blocks_must_match_the_table():
+    host = zg.HostTable(np.zeros((8, 4), np.float32))
+    for block, got in ((jnp.zeros((2, 3), jnp.float32), r"float32\[2, 3\]"),
+                       (jnp.zeros((2, 4), jnp.bfloat16), r"bfloat16\[2, 4\]")):
+        with pytest.raises(ValueError, match=r"float32\[R, 4\], got " + got):
+            host_rows.write_rows(host, block, 0)
+
+
+def test_write_lowers_for_cuda_as_one_call_kept_for_its_effect():
+    host = zg.HostTable(np.ones((8, 4), np.float32))
+    lowered = jax.jit(lambda b: host_rows.write_rows(host, b, 2)).trace(
+        jnp.zeros((3, 4), jnp.float32)).lower(lowering_platforms=("cuda",))
+    text = lowered.as_text()
+    assert text.count("zerognn_rows_to_host") == 1 and "has_side_effect = true" in text
+
+
+def test_uploaded_table_equals_the_host_array():
+    """A table copied to the device in blocks that do not divide it (the last one moved
+    back over the one before), bit for bit."""
+    from zerognn_jax._src.training.evaluate import uploaded
+
+    table = np.random.default_rng(0).standard_normal((37, 5)).astype(ml_dtypes.bfloat16)
+    got = uploaded(zg.HostTable(table), block_bytes=8 * 5 * 2)
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint8), table.view(np.uint8))
+
+
 @pytest.mark.parametrize("array,message", [
     (np.zeros(5, np.float32), "2-D NumPy array"),
     (np.zeros((4, 6), np.float32)[:, ::2], "C-contiguous"),
@@ -220,4 +270,24 @@ def test_page_locking_is_shared_and_undone_by_the_last_table(monkeypatch):
     fake.fail_at = cuts[2]
     with pytest.raises(RuntimeError, match=r"failed at byte .*: out of memory"):
         zg.HostTable(array)
+    assert fake.locked == set() and not host_rows._LOCKED
+
+
+def test_tables_inside_a_locked_buffer_share_its_locking(monkeypatch):
+    """A buffer locked once (exact inference's layer outputs) and tables over parts of
+    it: no second registration; the pages stay locked while the buffer's lock lives."""
+    import gc
+
+    fake = _FakeCuda()
+    monkeypatch.setattr(host_rows, "_gpu_arch", lambda: "sm_90")
+    monkeypatch.setattr(host_rows, "_register_targets", lambda: fake)
+    buffer = np.zeros(4096, np.uint8)
+    lock = host_rows.PageLock(buffer)
+    part = zg.HostTable(buffer[1024:3072].view(np.float32).reshape(64, 8))
+    assert part.page_locked and fake.locked == {buffer.ctypes.data}
+    del lock
+    gc.collect()
+    assert fake.locked == {buffer.ctypes.data}
+    del part
+    gc.collect()
     assert fake.locked == set() and not host_rows._LOCKED

@@ -317,3 +317,15 @@ def test_ogb_papers100m_is_streamed_into_a_dataset_directory(tmp_path, monkeypat
     half = ogb.write_binary("ogbn-papers100M", tmp_path, tmp_path / "bf16",
                             feature_dtype="bfloat16")
     assert storage.load_dir(half).features.dtype == ml_dtypes.bfloat16
+
+
+def test_benchmark_skip_leaves_a_phase_out_with_the_reason(capsys):
+    bench = _benchmark()
+    args = bench.parse_args(["--root", "unused", "--skip", "fraction,mlp"])
+    records, ran = [], []
+    clock = bench.Clock(None)
+    for phase in ("fraction", "sampled"):
+        bench.run_phase(args, clock, records, phase, lambda: ran.append(1) or (None, {}), 1.0)
+    assert ran == [1]  # sampled ran, fraction did not
+    assert [(r["phase"], r["status"], r.get("reason")) for r in records] == [
+        ("fraction", "skipped", "left out by --skip"), ("sampled", "ok", None)]

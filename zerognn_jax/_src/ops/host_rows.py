@@ -26,11 +26,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import mmap
 import os
 import shutil
 import subprocess
 import tempfile
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -39,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 _TARGET = "zerognn_host_rows"
+_WRITE = "zerognn_rows_to_host"
 _SOURCE = Path(__file__).parent / "csrc" / "host_rows.cc"
 # Bytes page-locked per registration; the driver may refuse much larger single ranges.
 _PIECE = 1 << 32
@@ -119,11 +122,13 @@ def _register_targets() -> ctypes.CDLL:
     """Registers the FFI handlers with XLA for this process's platforms; the library."""
     arch = _gpu_arch()
     lib = _library(arch)
-    jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(lib.ZgHostRowsCpu),
-                                platform="cpu")
+    for target, handler in ((_TARGET, "ZgHostRows"), (_WRITE, "ZgRowsToHost")):
+        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, handler + "Cpu")),
+                                    platform="cpu")
+        if arch is not None:
+            jax.ffi.register_ffi_target(
+                target, jax.ffi.pycapsule(getattr(lib, handler + "Cuda")), platform="CUDA")
     if arch is not None:
-        jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(lib.ZgHostRowsCuda),
-                                    platform="CUDA")
         lib.zg_register.restype = ctypes.c_char_p
         lib.zg_register.argtypes = [ctypes.c_int64, ctypes.c_int64]
         lib.zg_unregister.argtypes = [ctypes.c_int64]
@@ -157,14 +162,59 @@ def _page_lock(lib: ctypes.CDLL, address: int, nbytes: int) -> list[int]:
     return done
 
 
+def _locked_span(address: int, nbytes: int) -> tuple[int, int] | None:
+    """The page-locked span holding [address, address + nbytes), if any."""
+    for start, size in _LOCKED:
+        if start <= address and address + nbytes <= start + size:
+            return start, size
+    return None
+
+
+class PageLock:
+    """Holds `array`'s memory page-locked for the GPU (nothing on a CPU-only process)
+    while the lock lives. Locks over the same memory, or over a part of memory already
+    locked, share that locking; the last one collected undoes it."""
+
+    def __init__(self, array: np.ndarray):
+        lib = _register_targets()
+        self.locked = _gpu_arch() is not None and array.nbytes > 0
+        if self.locked:
+            span = _locked_span(array.ctypes.data, array.nbytes)
+            if span is None:
+                span = (array.ctypes.data, array.nbytes)
+                _LOCKED[span] = [0, _page_lock(lib, *span)]
+            _LOCKED[span][0] += 1
+            weakref.finalize(self, _release, lib, span)
+
+
+def pinned_buffer(nbytes: int) -> tuple[np.ndarray, PageLock]:
+    """uint8[nbytes] of fresh host memory and its `PageLock` (page-locked on a GPU).
+
+    Page-locking takes fresh memory's page faults one by one (the kernel zeroes every
+    page as it pins it): the buffer asks for transparent huge pages (512x fewer faults
+    where the system allows them) and is first touched by several threads at once.
+    """
+    if nbytes <= 0:
+        empty = np.empty(0, np.uint8)
+        return empty, PageLock(empty)
+    memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        memory.madvise(mmap.MADV_HUGEPAGE)
+    array = np.frombuffer(memory, np.uint8)
+    parts = np.array_split(array, min(16, os.cpu_count() or 1))
+    with ThreadPoolExecutor(len(parts)) as pool:  # NumPy's copy loops release the GIL
+        list(pool.map(lambda part: part[::mmap.PAGESIZE].fill(0), parts))
+    return array, PageLock(array)
+
+
 class HostTable:
-    """A feature table float[N, d] left in host memory (page-locked when the process has a
-    GPU), whose rows the compiled step reads with `gather`.
+    """A table float[N, d] left in host memory (page-locked when the process has a GPU),
+    whose rows compiled programs read with `gather` (and write with `write_rows`).
 
     The table is not copied: keep `array` unchanged while the table is in use (the
-    step reads it when it runs). Tables over the same array share its page-locking,
-    undone when the last of them is collected. Equal only to itself (a new table
-    compiles a new program).
+    step reads it when it runs). Tables over the same array, or over a part of an
+    array another table has locked, share its page-locking, undone when the last of
+    them is collected. Equal only to itself (a new table compiles a new program).
     """
 
     def __init__(self, array: np.ndarray):
@@ -183,14 +233,9 @@ class HostTable:
         self.shape = array.shape
         self.dtype = jnp.dtype(array.dtype)
         self.ndim = 2
-        lib = _register_targets()
-        self.page_locked = _gpu_arch() is not None and array.nbytes > 0
-        if self.page_locked:
-            span = (array.ctypes.data, array.nbytes)
-            if span not in _LOCKED:  # tables over the same memory share its page-locking
-                _LOCKED[span] = [0, _page_lock(lib, *span)]
-            _LOCKED[span][0] += 1
-            weakref.finalize(self, _release, lib, span)
+        _register_targets()
+        self._lock = PageLock(array)
+        self.page_locked = self._lock.locked
 
     @property
     def nbytes(self) -> int:
@@ -218,6 +263,21 @@ def read_rows(table: HostTable, ids: jax.Array, valid: jax.Array,
     out = jax.ShapeDtypeStruct((ids.shape[0], table.shape[1]), table.dtype)
     return jax.ffi.ffi_call(_TARGET, out)(
         ids, valid, order, address=np.int64(table.array.ctypes.data),
+        rows=np.int64(table.shape[0]), row_bytes=np.int64(table.shape[1] * table.dtype.itemsize))
+
+
+def write_rows(table: HostTable, block: jax.Array, first: jax.Array) -> jax.Array:
+    """int32[]: how many rows of `block` (float[R, d], the table's dtype and width) were
+    stored into the table's rows [first, first + R) (`first` an int32 scalar; the rows
+    outside [0, N) are skipped). A side effect of the compiled program: the table holds
+    the rows once the program has run (block on the returned count)."""
+    if block.ndim != 2 or block.shape[1] != table.shape[1] or block.dtype != table.dtype:
+        raise ValueError(f"rows written to a {table.dtype.name}{list(table.shape)} host table "
+                         f"must be {table.dtype.name}[R, {table.shape[1]}], got "
+                         f"{block.dtype}{list(block.shape)}")
+    count = jax.ShapeDtypeStruct((), jnp.int32)
+    return jax.ffi.ffi_call(_WRITE, count, has_side_effect=True)(
+        block, jnp.asarray(first, jnp.int32), address=np.int64(table.array.ctypes.data),
         rows=np.int64(table.shape[0]), row_bytes=np.int64(table.shape[1] * table.dtype.itemsize))
 
 

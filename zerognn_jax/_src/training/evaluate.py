@@ -6,7 +6,8 @@ edges are read as one fixed-size slice of `edge_capacity` edges: one compiled pr
 per layer, no host reads inside. A layer writes its chunks into its output in place, so
 the only full-size arrays are a layer's input and output (ogbn-papers100M: 111M rows of
 256 units, 57 GB in bfloat16 each); `offload=True` streams each output to host memory
-in blocks, so that the device holds one layer's input at a time, and `offload="auto"`
+(the GPU stores each chunk's rows into page-locked memory from inside the layer's
+program), so that the device holds one layer's input at a time, and `offload="auto"`
 only the outputs that do not fit the device.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +25,15 @@ from zerognn_jax._src.data.graph import edge_ids, take_edge_rows, take_edges
 from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.nn.layerwise import layer_count, supports_layerwise
 from zerognn_jax._src.nn.views import EdgeView
-from zerognn_jax._src.ops.host_rows import HostTable, is_host_resident
+from zerognn_jax._src.ops.host_rows import (
+    HostTable,
+    PageLock,
+    _register_targets,
+    is_host_resident,
+    pinned_buffer,
+    read_rows,
+    write_rows,
+)
 from zerognn_jax._src.sampling.envelope import Envelope, conservative
 from zerognn_jax._src.sampling.seeds import num_steps
 from zerognn_jax._src.sampling.steps import sample_step
@@ -68,6 +78,36 @@ def no_layerwise_form(model) -> str:
             f"docs/api.md)")
 
 
+def _chunk_rows(program: StepProgram, variables, h, graph, deg, r0, *, layer: int,
+                plan: ChunkPlan):
+    """Layer `layer` of the `plan.rows` rows from `r0`: [rows, d_out] (`deg`: the
+    graph's degrees, computed once outside the loop over chunks)."""
+    rows, cap = plan.rows, plan.edge_capacity
+    model_vars = {k: v for k, v in variables.items() if k != "embedding"}
+    # An edgeless graph has no index to gather; one dummy entry, always masked, stands in.
+    indices = graph.indices if graph.num_edges else jnp.zeros((1,), jnp.int32)
+    slots = jnp.arange(cap, dtype=jnp.int32)
+    ptr = jax.lax.dynamic_slice(graph.indptr, (r0,), (rows + 1,))
+    local = (ptr - ptr[0]).astype(jnp.int32)  # offsets within the chunk: small
+    mask = slots < local[-1]
+    src = take_edges(indices, jnp.where(mask, edge_ids(ptr[0], slots), 0))
+    dst = jnp.clip(jnp.searchsorted(local, slots, side="right") - 1, 0, rows - 1)
+    edge_rows = _chunk_edge_rows(graph.edge_features, ptr[0], slots, mask)
+    dst, every = dst.astype(jnp.int32), jnp.ones((rows,), bool)
+    if is_host_resident(h):  # the chunk's rows read from host memory, edge by edge
+        view = EdgeView(slots, dst, mask, every, local[1:] - local[:-1], deg[src], rows,
+                        edge_rows, src)
+        h_dst = h.gather(r0 + jnp.arange(rows, dtype=jnp.int32), every)
+        return program.model.apply(model_vars, layer, h.gather(src, mask), h_dst, view,
+                                   train=False, method="layer")
+    node_ids = jnp.arange(graph.num_nodes, dtype=jnp.int32)  # h holds every node, in order
+    view = EdgeView(src, dst, mask, every, local[1:] - local[:-1], deg, rows, edge_rows,
+                    node_ids)
+    h_dst = jax.lax.dynamic_slice(h, (r0, 0), (rows, h.shape[1]))
+    return program.model.apply(model_vars, layer, h, h_dst, view, train=False,
+                               method="layer")
+
+
 @functools.partial(jax.jit, static_argnames=("program", "layer", "plan", "length"))
 def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
                 plan: ChunkPlan, length: int):
@@ -76,42 +116,48 @@ def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
     Chunks start every `plan.rows` rows, the last one moved back to end at the block's
     end (its overlap is computed twice, with the same result).
     """
-    rows, cap = plan.rows, plan.edge_capacity
-    deg = graph.degrees()
-    model_vars = {k: v for k, v in variables.items() if k != "embedding"}
-    node_ids = jnp.arange(graph.num_nodes, dtype=jnp.int32)  # h holds every node, in order
-    # An edgeless graph has no index to gather; one dummy entry, always masked, stands in.
-    indices = graph.indices if graph.num_edges else jnp.zeros((1,), jnp.int32)
-    slots = jnp.arange(cap, dtype=jnp.int32)
-
-    def chunk(r0):
-        ptr = jax.lax.dynamic_slice(graph.indptr, (r0,), (rows + 1,))
-        local = (ptr - ptr[0]).astype(jnp.int32)  # offsets within the chunk: small
-        mask = slots < local[-1]
-        src = take_edges(indices, jnp.where(mask, edge_ids(ptr[0], slots), 0))
-        dst = jnp.clip(jnp.searchsorted(local, slots, side="right") - 1, 0, rows - 1)
-        edge_rows = _chunk_edge_rows(graph.edge_features, ptr[0], slots, mask)
-        dst, every = dst.astype(jnp.int32), jnp.ones((rows,), bool)
-        if is_host_resident(h):  # the chunk's rows read from host memory, edge by edge
-            view = EdgeView(slots, dst, mask, every, local[1:] - local[:-1], deg[src], rows,
-                            edge_rows, src)
-            h_dst = h.gather(r0 + jnp.arange(rows, dtype=jnp.int32), every)
-            return program.model.apply(model_vars, layer, h.gather(src, mask), h_dst, view,
-                                       train=False, method="layer")
-        view = EdgeView(src, dst, mask, every, local[1:] - local[:-1], deg, rows, edge_rows,
-                        node_ids)
-        h_dst = jax.lax.dynamic_slice(h, (r0, 0), (rows, h.shape[1]))
-        return program.model.apply(model_vars, layer, h, h_dst, view, train=False,
-                                   method="layer")
-
+    chunk = functools.partial(_chunk_rows, program, variables, h, graph, graph.degrees(),
+                              layer=layer, plan=plan)
     shape = jax.eval_shape(chunk, first)
 
     def body(j, out):
-        offset = jnp.minimum(j * rows, length - rows)
+        offset = jnp.minimum(j * plan.rows, length - plan.rows)
         return jax.lax.dynamic_update_slice(out, chunk(first + offset), (offset, 0))
 
     out = jnp.zeros((length, shape.shape[1]), shape.dtype)
-    return jax.lax.fori_loop(0, -(-length // rows), body, out)
+    return jax.lax.fori_loop(0, -(-length // plan.rows), body, out)
+
+
+@functools.partial(jax.jit, static_argnames=("program", "layer", "plan"))
+def _layer_to_host(program: StepProgram, variables, h, graph, out: HostTable, *,
+                   layer: int, plan: ChunkPlan):
+    """int32[]: rows stored by writing layer `layer` of every row, chunk by chunk, into
+    the host table `out` (the last chunk moved back to end at the last row, its overlap
+    stored twice): one program, no host round trip between chunks."""
+    n, deg = graph.num_nodes, graph.degrees()
+
+    def body(j, written):
+        first = jnp.minimum(j * plan.rows, n - plan.rows)
+        rows = _chunk_rows(program, variables, h, graph, deg, first, layer=layer, plan=plan)
+        return written + write_rows(out, rows, first)
+
+    return jax.lax.fori_loop(0, plan.num_chunks, body, jnp.int32(0))
+
+
+@functools.partial(jax.jit, static_argnames=("rows",))
+def _upload(table: HostTable, *, rows: int) -> jax.Array:
+    """float[N, d]: the host table on the device, read `rows` rows at a time by the host
+    gather (in address order) into one device array, filled in place."""
+    n, width = table.shape
+    ids = jnp.arange(rows, dtype=jnp.int32)
+
+    def body(j, out):
+        first = jnp.minimum(j * rows, n - rows)
+        block = read_rows(table, first + ids, jnp.ones((rows,), bool), ids)
+        return jax.lax.dynamic_update_slice(out, block, (first, 0))
+
+    out = jnp.zeros((n, width), table.dtype)
+    return jax.lax.fori_loop(0, -(-n // rows), body, out)
 
 
 def _chunk_edge_rows(table, first, slots, mask):
@@ -126,16 +172,22 @@ def _chunk_edge_rows(table, first, slots, mask):
 
 
 def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
-                     block_bytes: int, out: np.ndarray) -> np.ndarray:
-    """Layer `layer` of every row into the host array `out`, about `block_bytes` of output
-    at a time."""
-    n, width = out.shape
-    length = min(n, plan.rows * max(1, block_bytes // (plan.rows * width * out.itemsize)))
-    for first in range(0, n, length):
-        first = min(first, n - length)
-        out[first:first + length] = np.asarray(_layer_rows(
-            program, variables, h, graph, first, layer=layer, plan=plan, length=length))
+                     out: HostTable) -> HostTable:
+    """Layer `layer` of every row into the host table `out`; RuntimeError if the device
+    reports another number of rows stored than the chunks hold."""
+    written = int(_layer_to_host(program, variables, h, graph, out, layer=layer, plan=plan))
+    if written != plan.num_chunks * plan.rows:
+        raise RuntimeError(f"exact inference stored {written:,} rows of layer {layer} in "
+                           f"host memory, expected {plan.num_chunks * plan.rows:,}")
     return out
+
+
+def uploaded(table: HostTable, block_bytes: int = 256 << 20) -> jax.Array:
+    """The host table `table` copied to the device, about `block_bytes` at a time."""
+    if table.shape[0] == 0:
+        return jnp.zeros(table.shape, table.dtype)
+    row_bytes = table.shape[1] * table.dtype.itemsize
+    return _upload(table, rows=min(table.shape[0], max(1, block_bytes // row_bytes)))
 
 
 def _layer_outputs(program, variables, h, data: DeviceData, plan: ChunkPlan) -> list:
@@ -150,25 +202,28 @@ def _layer_outputs(program, variables, h, data: DeviceData, plan: ChunkPlan) -> 
 
 
 def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
-                     budget_bytes: int = 1 << 30, offload: bool | str = False,
-                     block_bytes: int = 16 << 20):
+                     budget_bytes: int = 1 << 30, offload: bool | str = False, log=None):
     """float[N, classes]: exact full-neighbourhood logits of every node.
 
     `budget_bytes` bounds a chunk's gathered edge rows. `offload` says where each
-    layer's output goes: False, the device; True, host memory (NumPy), in blocks of
-    about `block_bytes`, uploaded again as the next layer's input, which is dropped after
-    that layer; "auto", the device while the allocator has room for the output plus a
-    chunk's `budget_bytes` once the layer's input is in place and the layer runs there
-    without running out of memory (free memory may lie in pieces), else the host (a GPU
-    holds the layers that fit and streams the rest; on a CPU nothing moves).
+    layer's output goes: False, the device; True, host memory (a NumPy array: the
+    logits are returned there), written chunk by chunk from inside the layer's program
+    and uploaded again as the next layer's input, which is dropped after that layer;
+    "auto", the device while the allocator has room for the output plus a chunk's
+    `budget_bytes` once the layer's input is in place and the layer runs there without
+    running out of memory (free memory may lie in pieces), else the host (a GPU holds
+    the layers that fit and streams the rest; on a CPU nothing moves).
     Pass `data.features` as a host array as well to keep the device to the graph plus
     one layer's input (features given on the device stay there: they are the caller's);
     a `HostTable` (cached or not) is never uploaded: the first layer reads each chunk's
     rows from it.
-    Host-bound outputs take turns in one buffer as large as the largest layer output
-    (the next layer's input is uploaded before it is overwritten; the logits get their
-    own array when smaller): fresh host memory costs a page fault per page at its first
-    write, more than the copy itself.
+    Host-bound outputs take turns in one page-locked buffer as large as the largest
+    layer output (the next layer's input is uploaded before it is overwritten; the
+    logits get their own array when smaller): the GPU stores the rows there itself
+    (ops/host_rows.py), and locking fresh memory once costs less than locking it per
+    layer.
+    `log`, a callable taking a line, reports each layer as it ends (where it ran, its
+    seconds, those of its input's upload); the layers then run one after another.
     """
     if not supports_layerwise(program.model):
         raise TypeError(f"{no_layerwise_form(program.model)}; use sampled_logits instead")
@@ -183,30 +238,57 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     plan = plan_chunks(np.asarray(data.graph.indptr), widest, budget_bytes)
     outs = _layer_outputs(program, variables, h, data, plan) if offload else []
     nbytes = [o.size * o.dtype.itemsize for o in outs]
-    buffer = None
+    buffer = streamed = lock = held = None  # locks: the buffers page-locked until the end
     num_layers = layer_count(model)
     for layer in range(num_layers):
-        # device_put moves host rows straight in (jnp.asarray would also run a copy on
-        # the device: twice a 57 GB layer, out of memory on an 80 GB H100).
-        h_device = h if isinstance(h, jax.Array) or is_host_resident(h) else jax.device_put(h)
-        if offload:  # frees the host buffer for this layer's output, and lets the previous
-            # layer finish and release its input before free memory is read
+        t0 = time.perf_counter()
+        if streamed is not None:  # the previous layer's output, in the host buffer
+            h_device = uploaded(streamed)
+        elif isinstance(h, jax.Array) or is_host_resident(h):
+            h_device = h
+        else:  # device_put moves host rows straight in (jnp.asarray would also run a
+            h_device = jax.device_put(h)  # copy on the device: twice a 57 GB layer)
+        if offload or log:  # frees the host buffer for this layer's output, and lets the
+            # previous layer finish and release its input before free memory is read
             h_device = jax.block_until_ready(h_device)
-        h = None
+        t1 = time.perf_counter()
+        h = streamed = None
         if offload is not True:
             h = _device_layer(program, variables, h_device, data.graph, layer, plan,
                               check=offload == "auto" and nbytes[layer] + budget_bytes)
         if h is None:
             if buffer is None:
-                buffer = np.empty(max(nbytes), np.uint8)
-            if layer == num_layers - 1 and nbytes[layer] < buffer.nbytes:
-                out = np.empty(outs[layer].shape, outs[layer].dtype)  # pins no larger buffer
-            else:
-                out = buffer[:nbytes[layer]].view(outs[layer].dtype).reshape(outs[layer].shape)
-            h = _offloaded_layer(program, variables, h_device, data.graph, layer, plan,
-                                 block_bytes, out)
+                buffer, lock = _host_buffer(max(nbytes), log)
+            # the logits get their own array when smaller (holding no larger buffer)
+            own = layer == num_layers - 1 and nbytes[layer] < buffer.nbytes
+            memory, held = _host_buffer(nbytes[layer], log) if own else (buffer, lock)
+            out = memory[:nbytes[layer]].view(outs[layer].dtype).reshape(outs[layer].shape)
+            t1 = time.perf_counter()
+            streamed = _offloaded_layer(program, variables, h_device, data.graph, layer, plan,
+                                        HostTable(out))
+            h = out
         del h_device  # freed before the next layer's input is uploaded
+        if log:
+            jax.block_until_ready(h)
+            log(f"exact inference: layer {layer + 1} of {num_layers} "
+                f"{'streamed to the host' if streamed is not None else 'on the device'} in "
+                f"{time.perf_counter() - t1:.2f} s, its input uploaded in {t1 - t0:.2f} s")
+    del lock, held
     return h
+
+
+def _host_buffer(nbytes: int, log) -> tuple[np.ndarray, PageLock]:
+    """`pinned_buffer(nbytes)`, its time reported to `log` (and, apart, the host-row
+    kernels' build at their first use on the machine)."""
+    t0 = time.perf_counter()
+    _register_targets()
+    t1 = time.perf_counter()
+    buffer, lock = pinned_buffer(nbytes)
+    if log:
+        log(f"exact inference: host buffer of {nbytes / 2**30:.1f} GiB "
+            f"{'page-locked' if lock.locked else 'allocated'} in "
+            f"{time.perf_counter() - t1:.2f} s (host-row kernels loaded in {t1 - t0:.2f} s)")
+    return buffer, lock
 
 
 def model_inputs(program: StepProgram, variables, features):

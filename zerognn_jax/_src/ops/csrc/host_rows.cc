@@ -8,6 +8,12 @@
 // than in random order, measured in docs/host_features.md). The table is never an XLA
 // buffer: it stays where its owner put it.
 //
+// `zerognn_rows_to_host(block[R, width], first int32[]) -> written int32[]`, the other
+// way (exact inference's layer outputs, training/evaluate.py): rows [first, first + R)
+// of the table at `address` get the block's rows, those outside [0, rows) are skipped,
+// and `written` counts the rows stored. `first` is read where it lies (on the device in
+// a GPU program), so one compiled loop writes every chunk of a layer without the host.
+//
 // Built by ops/host_rows.py: with a C++ compiler for the CPU handler alone, and with
 // nvcc (this file as CUDA) for the CUDA handler as well, whose kernel reads page-locked
 // host memory directly over PCIe (zero-copy) from inside the compiled step. The CUDA
@@ -46,6 +52,16 @@ ffi::Error CheckShapes(const ffi::Buffer<ffi::S32>& ids, const ffi::Buffer<ffi::
   return ffi::Error::Success();
 }
 
+// The block written to the host must be whole rows of the table's row size.
+ffi::Error CheckBlock(const ffi::AnyBuffer& block, int64_t row_bytes) {
+  if (row_bytes <= 0 || block.size_bytes() % row_bytes != 0) {
+    return ffi::Error::InvalidArgument(
+        "zerognn_rows_to_host: a block of " + std::to_string(block.size_bytes()) +
+        " bytes is not whole rows of " + std::to_string(row_bytes));
+  }
+  return ffi::Error::Success();
+}
+
 ffi::Error HostRowsCpu(ffi::Buffer<ffi::S32> ids, ffi::Buffer<ffi::PRED> valid,
                        ffi::Buffer<ffi::S32> order, ffi::Result<ffi::AnyBuffer> out,
                        int64_t address, int64_t rows, int64_t row_bytes) {
@@ -72,6 +88,24 @@ ffi::Error HostRowsCpu(ffi::Buffer<ffi::S32> ids, ffi::Buffer<ffi::PRED> valid,
   return ffi::Error::Success();
 }
 
+ffi::Error RowsToHostCpu(ffi::AnyBuffer block, ffi::Buffer<ffi::S32> first,
+                         ffi::Result<ffi::Buffer<ffi::S32>> written, int64_t address,
+                         int64_t rows, int64_t row_bytes) {
+  ffi::Error err = CheckBlock(block, row_bytes);
+  if (err.failure()) return err;
+  const int64_t n = static_cast<int64_t>(block.size_bytes()) / row_bytes;
+  const int64_t r0 = first.typed_data()[0];
+  const int64_t lo = r0 < 0 ? -r0 : 0;
+  const int64_t hi = r0 + n > rows ? rows - r0 : n;
+  const char* src = static_cast<const char*>(block.untyped_data());
+  char* table = reinterpret_cast<char*>(address);
+  if (hi > lo) {
+    std::memcpy(table + (r0 + lo) * row_bytes, src + lo * row_bytes, (hi - lo) * row_bytes);
+  }
+  written->typed_data()[0] = static_cast<int32_t>(hi > lo ? hi - lo : 0);
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZgHostRowsCpu, HostRowsCpu,
@@ -80,6 +114,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZgHostRowsCpu, HostRowsCpu,
                                   .Arg<ffi::Buffer<ffi::PRED>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("address")
+                                  .Attr<int64_t>("rows")
+                                  .Attr<int64_t>("row_bytes"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZgRowsToHostCpu, RowsToHostCpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
                                   .Attr<int64_t>("address")
                                   .Attr<int64_t>("rows")
                                   .Attr<int64_t>("row_bytes"));
@@ -158,6 +201,68 @@ ffi::Error HostRowsCuda(cudaStream_t stream, ffi::Buffer<ffi::S32> ids,
   return ffi::Error::Success();
 }
 
+// Stores the block's rows into the mapped host table (zero-copy writes over PCIe: one
+// thread per `Word`, consecutive threads at consecutive addresses), rows [lo, hi) of the
+// block, lo and hi from `first` as the CPU handler computes them; thread 0 writes the
+// count.
+template <typename Word>
+__global__ void StoreRows(const Word* __restrict__ block, const int32_t* __restrict__ first,
+                          Word* __restrict__ table, int32_t* __restrict__ written, int64_t n,
+                          int64_t rows, int64_t words_per_row) {
+  const int64_t r0 = first[0];
+  const int64_t lo = r0 < 0 ? -r0 : 0;
+  const int64_t hi = r0 + n > rows ? rows - r0 : n;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (start == 0) *written = static_cast<int32_t>(hi > lo ? hi - lo : 0);
+  for (int64_t i = lo * words_per_row + start; i < hi * words_per_row; i += stride) {
+    table[r0 * words_per_row + i] = block[i];
+  }
+}
+
+template <typename Word>
+cudaError_t LaunchStore(cudaStream_t stream, const void* block, const int32_t* first,
+                        void* table, int32_t* written, int64_t n, int64_t rows,
+                        int64_t row_bytes) {
+  const int64_t words = row_bytes / static_cast<int64_t>(sizeof(Word));
+  const int threads = 256;
+  const int64_t wanted = (n * words + threads - 1) / threads;
+  const int blocks = static_cast<int>(wanted < 1 ? 1 : wanted < 32768 ? wanted : 32768);
+  StoreRows<Word><<<blocks, threads, 0, stream>>>(static_cast<const Word*>(block), first,
+                                                  static_cast<Word*>(table), written, n,
+                                                  rows, words);
+  return cudaGetLastError();
+}
+
+ffi::Error RowsToHostCuda(cudaStream_t stream, ffi::AnyBuffer block,
+                          ffi::Buffer<ffi::S32> first,
+                          ffi::Result<ffi::Buffer<ffi::S32>> written, int64_t address,
+                          int64_t rows, int64_t row_bytes) {
+  ffi::Error err = CheckBlock(block, row_bytes);
+  if (err.failure()) return err;
+  const int64_t n = static_cast<int64_t>(block.size_bytes()) / row_bytes;
+  void* table = reinterpret_cast<void*>(address);
+  const void* src = block.untyped_data();
+  const int32_t* at = first.typed_data();
+  int32_t* count = written->typed_data();
+  const int64_t align = address | row_bytes;
+  cudaError_t status;
+  if (align % 16 == 0) {
+    status = LaunchStore<uint4>(stream, src, at, table, count, n, rows, row_bytes);
+  } else if (align % 4 == 0) {
+    status = LaunchStore<uint32_t>(stream, src, at, table, count, n, rows, row_bytes);
+  } else if (align % 2 == 0) {
+    status = LaunchStore<uint16_t>(stream, src, at, table, count, n, rows, row_bytes);
+  } else {
+    status = LaunchStore<uint8_t>(stream, src, at, table, count, n, rows, row_bytes);
+  }
+  if (status != cudaSuccess) {
+    return ffi::Error::Internal(std::string("zerognn_rows_to_host: ") +
+                                cudaGetErrorString(status));
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZgHostRowsCuda, HostRowsCuda,
@@ -167,6 +272,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZgHostRowsCuda, HostRowsCuda,
                                   .Arg<ffi::Buffer<ffi::PRED>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("address")
+                                  .Attr<int64_t>("rows")
+                                  .Attr<int64_t>("row_bytes"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ZgRowsToHostCuda, RowsToHostCuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
                                   .Attr<int64_t>("address")
                                   .Attr<int64_t>("rows")
                                   .Attr<int64_t>("row_bytes"),
