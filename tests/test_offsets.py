@@ -274,3 +274,23 @@ def test_pallas_sampler_lowers_at_papers100m_size():
     text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert "zerognn_sample_neighbors" in text
     assert re.search("extui", text), "edge ids are not zero-extended to 64-bit offsets"
+
+
+def test_layerwise_offload_reports_each_layer_and_prepares_the_buffer_early(graph,
+                                                                          monkeypatch):
+    """`log` gets the buffer, each layer's compile and its run; the buffer is prepared
+    ahead only when some output surely cannot fit the device."""
+    program, data, variables = _program(graph)
+    lines = []
+    layerwise_logits(program, variables, data, budget_bytes=4096, offload=True,
+                     log=lines.append)
+    assert [line.split(" in ")[0] for line in lines] == [
+        "exact inference: host buffer of 0.0 GiB allocated",
+        "exact inference: layer 1 compiled", "exact inference: layer 1 of 2 streamed to the host",
+        "exact inference: host buffer of 0.0 GiB allocated",  # the smaller logits' own
+        "exact inference: layer 2 compiled", "exact inference: layer 2 of 2 streamed to the host"]
+    monkeypatch.setattr(evaluate, "device_free_bytes", lambda: 10_000)
+    assert evaluate._surely_streams("auto", [9_600, 3_600], 4_096)
+    assert not evaluate._surely_streams("auto", [3_600], 4_096)
+    assert not evaluate._surely_streams(False, [], 4_096)
+    assert evaluate._surely_streams(True, [8], 4_096)

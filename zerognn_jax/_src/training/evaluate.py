@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -172,10 +173,16 @@ def _chunk_edge_rows(table, first, slots, mask):
 
 
 def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
-                     out: HostTable) -> HostTable:
-    """Layer `layer` of every row into the host table `out`; RuntimeError if the device
-    reports another number of rows stored than the chunks hold."""
-    written = int(_layer_to_host(program, variables, h, graph, out, layer=layer, plan=plan))
+                     out: HostTable, log=None) -> HostTable:
+    """Layer `layer` of every row into the host table `out` (its compile time reported to
+    `log`); RuntimeError if the device reports another number of rows stored than the
+    chunks hold."""
+    t0 = time.perf_counter()
+    run = _layer_to_host.lower(program, variables, h, graph, out, layer=layer,
+                               plan=plan).compile()
+    if log:
+        log(f"exact inference: layer {layer + 1} compiled in {time.perf_counter() - t0:.2f} s")
+    written = int(run(variables, h, graph, out))
     if written != plan.num_chunks * plan.rows:
         raise RuntimeError(f"exact inference stored {written:,} rows of layer {layer} in "
                            f"host memory, expected {plan.num_chunks * plan.rows:,}")
@@ -239,6 +246,10 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     outs = _layer_outputs(program, variables, h, data, plan) if offload else []
     nbytes = [o.size * o.dtype.itemsize for o in outs]
     buffer = streamed = lock = held = None  # locks: the buffers page-locked until the end
+    # A buffer surely needed is prepared on a thread while the first layers' inputs upload.
+    pool = ThreadPoolExecutor(1)
+    early = (pool.submit(_host_buffer, max(nbytes), log)
+             if _surely_streams(offload, nbytes, budget_bytes) else None)
     num_layers = layer_count(model)
     for layer in range(num_layers):
         t0 = time.perf_counter()
@@ -252,29 +263,40 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
             # previous layer finish and release its input before free memory is read
             h_device = jax.block_until_ready(h_device)
         t1 = time.perf_counter()
-        h = streamed = None
+        upload, h, streamed = t1 - t0, None, None
         if offload is not True:
             h = _device_layer(program, variables, h_device, data.graph, layer, plan,
                               check=offload == "auto" and nbytes[layer] + budget_bytes)
         if h is None:
             if buffer is None:
-                buffer, lock = _host_buffer(max(nbytes), log)
+                buffer, lock = early.result() if early else _host_buffer(max(nbytes), log)
             # the logits get their own array when smaller (holding no larger buffer)
             own = layer == num_layers - 1 and nbytes[layer] < buffer.nbytes
             memory, held = _host_buffer(nbytes[layer], log) if own else (buffer, lock)
             out = memory[:nbytes[layer]].view(outs[layer].dtype).reshape(outs[layer].shape)
             t1 = time.perf_counter()
             streamed = _offloaded_layer(program, variables, h_device, data.graph, layer, plan,
-                                        HostTable(out))
+                                        HostTable(out), log)
             h = out
         del h_device  # freed before the next layer's input is uploaded
         if log:
             jax.block_until_ready(h)
             log(f"exact inference: layer {layer + 1} of {num_layers} "
                 f"{'streamed to the host' if streamed is not None else 'on the device'} in "
-                f"{time.perf_counter() - t1:.2f} s, its input uploaded in {t1 - t0:.2f} s")
+                f"{time.perf_counter() - t1:.2f} s, its input uploaded in {upload:.2f} s")
+    pool.shutdown()
     del lock, held
     return h
+
+
+def _surely_streams(offload, nbytes: list, budget_bytes: int) -> bool:
+    """Whether some layer will surely stream to the host: `offload` True, or "auto" with
+    the largest output beyond what the device has free before any layer's input is on it
+    (free memory only shrinks from there)."""
+    if offload is True:
+        return True
+    free = device_free_bytes() if offload == "auto" else None
+    return free is not None and max(nbytes) + budget_bytes > free
 
 
 def _host_buffer(nbytes: int, log) -> tuple[np.ndarray, PageLock]:
