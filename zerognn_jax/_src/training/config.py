@@ -95,11 +95,11 @@ class TrainConfig:
     scan engine only); None (the default): `choose_layout` decides. `edge_blocks` lays
     each sampled hop out as one edge list of a calibrated budget instead of [C, K] rows
     (`SamplerConfig.edge_blocks`; needs dedup); None (the default): on for LABOR on node
-    tasks. The summary records the layout and why. `envelope` is "calibrate" (tight, measured) or "conservative"
-    (the safe bound); `margin` and `multiple` size it (`envelope_policy`). The default
-    multiple, 1024, keeps level sizes in a form XLA's split-K GEMMs take without first
-    copying the operands into padded buffers (13-18 % of a bfloat16 products-like epoch
-    on an H100, docs/benchmarks.md).
+    tasks. The summary records the layout and why. `envelope` is "calibrate" (tight,
+    measured) or "conservative" (the safe bound); `margin` and `multiple` size it
+    (`envelope_policy`). The default multiple, 1024, keeps level sizes in a form XLA's
+    split-K GEMMs take without first copying the operands into padded buffers (13-18 %
+    of a bfloat16 products-like epoch on an H100, docs/benchmarks.md).
 
     Optimizer. Adam with `lr`, plus L2 `weight_decay` added to the gradient.
 
