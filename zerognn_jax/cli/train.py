@@ -49,9 +49,6 @@ HELP = {
     "flat_outer": "do not deduplicate the outermost hop: the first layer reads its "
                   "neighbours by position (scan engine; same outputs, more feature rows; "
                   "default: on for SAGE models on the scan engine)",
-    "edge_blocks": "lay each sampled hop out as one edge list of a calibrated budget, not "
-                   "rows of K slots (needs dedup; default: on for --sampler labor on node "
-                   "tasks, whose random row counts leave most slots dead)",
     "sample_ahead": "steps sampled together by one vmapped call (scan engine)",
     "chunk_steps": "steps per compiled program; 0 = the whole epoch",
     "engine": "scan, or the host-mediated baseline: host-exact, host-bucketed",

@@ -141,13 +141,8 @@ class EllView:
 
 @dataclasses.dataclass(frozen=True)
 class EdgeView:
-    """An edge list: a chunk of whole-graph CSR edges, or a sampled block in edge form
-    (`SamplerConfig.edge_blocks`). src, dst, mask: [E]; dst in [0, num_dst] (num_dst
-    past the live edges), non-decreasing (padding slots at the end).
-
-    `positional`: the sources are the destinations followed by one row per edge in
-    order (S = num_dst + E: a flat outer hop in edge form), read by a slice instead of
-    gathered through `src`. Either way gives the same values."""
+    """A chunk of whole-graph CSR edges. src, dst, mask: [E]; dst in [0, num_dst),
+    non-decreasing (CSR order; padding slots at the end)."""
 
     src: jax.Array
     dst: jax.Array
@@ -158,18 +153,6 @@ class EdgeView:
     num_dst: int
     edge_attr: jax.Array | None = None  # [E, D], as EllView's
     node_ids: jax.Array | None = None  # int32[S], as EllView's (all nodes: 0 .. N - 1)
-    positional: bool = False
-
-    def _src_rows(self, x_src: jax.Array) -> jax.Array:
-        """[E, ...]: each edge's source row of `x_src`."""
-        if not self.positional:
-            return x_src[self.src]
-        e = self.src.shape[0]
-        if x_src.shape[0] != self.num_dst + e:
-            raise ValueError(f"a positional edge view of {self.num_dst} destinations and "
-                             f"{e} edges reads {self.num_dst + e} source rows, got "
-                             f"{x_src.shape[0]}")
-        return x_src[self.num_dst:]
 
     @property
     def edge_mask(self) -> jax.Array:
@@ -187,7 +170,7 @@ class EdgeView:
         return x_dst[self.dst]
 
     def src_of_edges(self, x_src: jax.Array) -> jax.Array:
-        return self._src_rows(x_src)
+        return x_src[self.src]
 
     def _scatter_index(self) -> jax.Array:
         """dst with padding slots sent out of range, where segment ops drop them: left
@@ -209,10 +192,10 @@ class EdgeView:
         return self._segment_sum(self.mask.astype(jnp.float32))
 
     def weighted_sum(self, h_src: jax.Array, weights: jax.Array) -> jax.Array:
-        return self._segment_sum(self._src_rows(h_src) * weights[..., None])
+        return self._segment_sum(h_src[self.src] * weights[..., None])
 
     def max(self, h_src: jax.Array) -> jax.Array:
-        vals = jnp.where(self.mask[:, None], self._src_rows(h_src), -jnp.inf)
+        vals = jnp.where(self.mask[:, None], h_src[self.src], -jnp.inf)
         best = self._segment_max(vals)
         return jnp.where(jnp.isfinite(best), best, 0.0)
 

@@ -58,8 +58,7 @@ def sample_epoch_counts(graph, perm, seed, epoch, *, batch_size, config, envelop
 
 @dataclasses.dataclass(frozen=True)
 class Calibration:
-    """What calibration saw: per level (B, C_1, ..., C_L), then per hop's edges in edge
-    form (`MiniBatch.counts`), the max and mean real sizes."""
+    """What calibration saw: per level (B, C_1, ..., C_L), the max and mean real sizes."""
 
     envelope: Envelope
     max_counts: tuple[int, ...]
@@ -101,13 +100,9 @@ def calibrate(
     max_counts = counts.max(axis=0)
     if source.dedups_seeds:  # else level 0 holds the step's items: B rows, always
         level0 = min(level0, round_up(max(max_counts[0], 1) * policy.margin, policy.multiple))
-    hops = config.num_hops
-    env = monotone(level0, [m * policy.margin for m in max_counts[1:hops + 1]],
-                   policy.multiple)
+    env = monotone(level0, [m * policy.margin for m in max_counts[1:]], policy.multiple)
     caps = tuple(max(min(c, s), level0) for c, s in zip(env.capacities, safe.capacities))
-    edges = tuple(round_up(max(m, 1) * policy.margin, policy.multiple)
-                  for m in max_counts[hops + 1:])
-    env = config.fit_envelope(Envelope(level0, caps, edges))
+    env = config.fit_envelope(Envelope(level0, caps))
     return Calibration(
         env, tuple(int(m) for m in max_counts), tuple(float(m) for m in counts.mean(axis=0)),
         int(counts.shape[0]),

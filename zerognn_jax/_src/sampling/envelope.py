@@ -40,22 +40,13 @@ DEFAULT_POLICY = EnvelopePolicy()
 
 @dataclasses.dataclass(frozen=True)
 class Envelope:
-    """Static buffer capacities. `capacities[l]` is C_{l+1}, the size of level l + 1.
-
-    `edges[l]` is E_l, the edge budget of hop l when blocks are in edge form
-    (`SamplerConfig.edge_blocks`); () for row form, or to give each hop all its rows'
-    slots. Edge budgets need not increase."""
+    """Static buffer capacities. `capacities[l]` is C_{l+1}, the size of level l + 1."""
 
     batch_size: int
     capacities: tuple[int, ...]
-    edges: tuple[int, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "capacities", tuple(int(c) for c in self.capacities))
-        object.__setattr__(self, "edges", tuple(int(e) for e in self.edges))
-        if self.edges and (len(self.edges) != len(self.capacities) or min(self.edges) < 1):
-            raise ValueError(f"need one edge budget >= 1 per hop ({len(self.capacities)}), "
-                             f"got {self.edges}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
         prev = self.batch_size
@@ -100,39 +91,24 @@ def conservative(batch_size: int, slots, num_nodes: int,
 
 
 def grow(envelope: Envelope, counts, policy: EnvelopePolicy = DEFAULT_POLICY) -> Envelope:
-    """Capacities after an overflow seen with per-level `counts` (n_0, n_1, ..., n_L),
-    followed by each hop's live edges when the envelope has edge budgets.
+    """Capacities after an overflow seen with per-level `counts` (n_0, n_1, ..., n_L).
 
     The first level that overflowed gets margin x its count; every later level, whose
     count was cut short by that overflow, grows by at least the same ratio (and by
     `policy.growth` if it overflowed itself). Level 0 grows only when its count exceeds
     it: a task that deduplicates its seeds into a frontier (link prediction) overflowed.
-    An edge budget grows as a level does, in sampling order: hop l's edges after level
-    l, before level l + 1.
     """
+    margin, factor = policy.margin, policy.growth
     base, ratio = envelope.batch_size, 1.0
     if int(counts[0]) > base:
-        base = round_up(int(counts[0]) * policy.margin, policy.multiple)
+        base = round_up(int(counts[0]) * margin, policy.multiple)
         ratio = base / envelope.batch_size
-    hops = len(envelope.capacities)
-    levels = [int(c) for c in counts[1:hops + 1]]
-    edge_counts = [int(c) for c in counts[hops + 1:]] if envelope.edges else []
-    sizes, edges = [], []
-    for hop, (cap, cnt) in enumerate(zip(envelope.capacities, levels)):
-        if envelope.edges:
-            budget, ratio = _grown(envelope.edges[hop], edge_counts[hop], ratio, policy)
-            edges.append(round_up(budget, policy.multiple))
-        want, ratio = _grown(cap, cnt, ratio, policy)
+    counts = [int(c) for c in counts[1:]]
+    sizes = []
+    for cap, cnt in zip(envelope.capacities, counts):
+        want = cap * ratio
+        if cnt > cap:
+            want = max(want, cnt * margin, cap * (factor if ratio > 1.0 else 1.0))
+            ratio = max(ratio, want / cap)
         sizes.append(want)
-    env = monotone(base, sizes, policy.multiple)
-    return Envelope(env.batch_size, env.capacities, tuple(edges))
-
-
-def _grown(cap: int, count: int, ratio: float, policy: EnvelopePolicy) -> tuple[float, float]:
-    """(the size a capacity `cap` that saw `count` wants, the ratio later ones grow by)
-    when the capacities before it grew by `ratio`."""
-    want = cap * ratio
-    if count > cap:
-        want = max(want, count * policy.margin, cap * (policy.growth if ratio > 1.0 else 1.0))
-        ratio = max(ratio, want / cap)
-    return want, ratio
+    return monotone(base, sizes, policy.multiple)

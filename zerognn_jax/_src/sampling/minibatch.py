@@ -23,7 +23,6 @@ from pallas_kernels import counter_hash
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.ops.relabel import relabel
-from zerognn_jax._src.sampling.compact import compact_rows
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.sampling.labor import labor_slots, sample_labor
 from zerognn_jax._src.sampling.seeds import counter_key
@@ -65,10 +64,6 @@ class SamplerConfig:
         the weighted sampler's binary search and LABOR's span.
       edge_ids: every Block also carries its slots' edge ids (`Block.eid`), for models
         that read edge features or weights. Off, the samplers compile as without it.
-      edge_blocks: every Block is in edge form (compact.py): its live slots in one
-        level-wide edge list whose capacity is the envelope's per-hop edge budget
-        (`Envelope.edges`), instead of [C, K] rows. The same sampled edges; layers read
-        them as an `EdgeView`. Needs `dedup` (tree mode's sizes are exact).
     """
 
     fanouts: tuple[int, ...]
@@ -81,7 +76,6 @@ class SamplerConfig:
     slot_tail: float = 1e-3
     max_degree: int = 0
     edge_ids: bool = False
-    edge_blocks: bool = False
 
     def __post_init__(self):
         fanouts = tuple(int(f) for f in self.fanouts)
@@ -98,9 +92,6 @@ class SamplerConfig:
         if self.span < 1 or not 0.0 < self.slot_tail < 1.0 or self.max_degree < 0:
             raise ValueError(f"need span >= 1, 0 < slot_tail < 1, max_degree >= 0; got "
                              f"{self.span}, {self.slot_tail}, {self.max_degree}")
-        if self.edge_blocks and not self.dedup:
-            raise ValueError("edge blocks need deduplicated levels (dedup=True): tree mode "
-                             "lays every level out in row form, at exact sizes")
 
     @property
     def num_hops(self) -> int:
@@ -132,22 +123,12 @@ class SamplerConfig:
         return all(size <= TREE_SHARE * num_nodes for size in inner)
 
     def fit_envelope(self, envelope: Envelope) -> Envelope:
-        """`envelope` with every positional level at the one size it can have: C (1 + K)
-        in row form, C + E in edge form (E the hop's edge budget, `edge_budget`). Edge
-        budgets are kept in edge form only."""
-        edges = envelope.edges if self.edge_blocks else ()
+        """`envelope` with every positional level at the one size it can have, C (1 + K)."""
         caps, prev = [], envelope.batch_size
-        for hop, (cap, flat) in enumerate(zip(envelope.capacities, self.positional)):
-            cap = prev + self.edge_budget(prev, hop, edges) if flat else cap
-            caps.append(cap)
-            prev = cap
-        return Envelope(envelope.batch_size, tuple(caps), edges)
-
-    def edge_budget(self, rows: int, hop: int, edges: tuple[int, ...]) -> int:
-        """Slots that hop `hop` from a level of `rows` rows holds: its edge budget from
-        `edges` (`Envelope.edges`) in edge form when there is one, else every slot of
-        its rows, rows x K (the row form's size; an edge form that never overflows)."""
-        return edges[hop] if self.edge_blocks and edges else rows * self.slots[hop]
+        for cap, k, flat in zip(envelope.capacities, self.slots, self.positional):
+            prev = prev * (1 + k) if flat else cap
+            caps.append(prev)
+        return Envelope(envelope.batch_size, tuple(caps))
 
     @property
     def full(self) -> tuple[bool, ...]:
@@ -181,15 +162,11 @@ class Block(NamedTuple):
         position of each slot's edge in the CSR (row i's slot k is the edge from node
         `nodes[l][i]` to `graph.indices[eid[i, k]]`); 0 where masked. None unless
         `SamplerConfig.edge_ids`.
-      dst: None in row form. In edge form (`SamplerConfig.edge_blocks`, compact.py)
-        int32[E_l], each edge's row in level l, non-decreasing, C_l past the live
-        edges; `nbr`, `mask` and `eid` are then [E_l] too, live edges a prefix.
     """
 
     nbr: jax.Array
     mask: jax.Array
     eid: jax.Array | None = None
-    dst: jax.Array | None = None
 
 
 class MiniBatch(NamedTuple):
@@ -201,10 +178,8 @@ class MiniBatch(NamedTuple):
       valid: L + 1 arrays bool[C_l], which entries are real nodes.
       degrees: L + 1 arrays int32[C_l], full-graph degree of each node (0 when padded).
       blocks: L Blocks; block l maps level l onto level l + 1.
-      counts: int32[L + 1], real size of each level (may exceed capacity on overflow);
-        in edge form (`SamplerConfig.edge_blocks`) int32[2 L + 1], then the live edges
-        of each hop (may exceed its edge budget).
-      overflow: bool scalar, some level or edge block did not fit its capacity.
+      counts: int32[L + 1], real size of each level (may exceed capacity on overflow).
+      overflow: bool scalar, some level did not fit its capacity.
     """
 
     nodes: tuple
@@ -281,7 +256,6 @@ def sample_minibatch(
     config: SamplerConfig,
     capacities: tuple[int, ...],
     kernels: Kernels = XLA,
-    edges: tuple[int, ...] = (),
 ) -> MiniBatch:
     """Samples the L-hop neighbourhood of `seeds` (jit-compatible, no host reads).
 
@@ -295,74 +269,39 @@ def sample_minibatch(
       config: fanouts etc., with no -1 left (see `SamplerConfig.resolve`).
       capacities: (C_1, ..., C_L), non-decreasing and >= B. Ignored for positional
         levels (`config.positional`: tree mode, a flat outer hop), whose sizes are
-        exact: C_{l+1} = C_l * (1 + K_l), K_l = `config.slots[l]` (C_l + E_l in edge form).
-      edges: (E_0, ..., E_{L-1}), the edge budget of each hop in edge form
-        (`Envelope.edges`); () gives every hop all its rows' slots, C_l x K_l (no
-        edge overflow). Ignored in row form.
+        exact: C_{l+1} = C_l * (1 + K_l), K_l = `config.slots[l]`.
     """
     key = counter_key(key)
     if any(f < 1 for f in config.fanouts):
         raise ValueError(f"unresolved fanouts {config.fanouts}: call SamplerConfig.resolve")
-    if config.edge_blocks and edges and len(edges) != config.num_hops:
-        raise ValueError(f"{config.num_hops} hops need {config.num_hops} edge budgets, got "
-                         f"{edges}")
+    n = graph.num_nodes
     ids = jnp.where(seed_valid, seeds, 0).astype(jnp.int32)
-    level = _Level(ids, seed_valid, jnp.sum(seed_valid.astype(jnp.int32)))
-    nodes, valids, degs, blocks, counts, edge_counts = [ids], [seed_valid], [], [], \
-        [level.count], []
-    caps, edge_caps = [ids.shape[0]], []
+    valid = seed_valid
+    count = jnp.sum(seed_valid.astype(jnp.int32))
+    nodes, valids, degs, blocks, counts = [ids], [valid], [], [], [count]
     for hop in range(config.num_hops):
-        degs.append(_degrees(graph.indptr, level.ids, level.valid))
-        nbr, mask, eid = sample_hop(graph, level.ids, level.valid,
-                                    counter_hash.hash2(key, hop), config, hop, kernels)
-        budget = config.edge_budget(level.ids.shape[0], hop, edges)
-        level, block, live = _next_level(level, nbr, mask, eid, config, hop, capacities,
-                                         budget, graph.num_nodes, kernels)
-        blocks.append(block)
-        nodes.append(level.ids)
-        valids.append(level.valid)
-        counts.append(level.count)
-        caps.append(level.ids.shape[0])
-        if config.edge_blocks:
-            edge_counts.append(live)
-            edge_caps.append(budget)
-    degs.append(_degrees(graph.indptr, level.ids, level.valid))
-    counts = jnp.stack(counts + edge_counts)
-    caps = jnp.asarray(caps + edge_caps, jnp.int32)
+        degs.append(_degrees(graph.indptr, ids, valid))
+        nbr, mask, eid = sample_hop(graph, ids, valid, counter_hash.hash2(key, hop), config,
+                                    hop, kernels)
+        if not config.positional[hop]:
+            out = relabel(kernels, ids, count, nbr, mask, capacities[hop], n)
+            ids, count, local = out.frontier, out.count, out.nbr_local
+            valid = jnp.arange(ids.shape[0]) < count
+        else:
+            c, k = nbr.shape
+            local = c + jnp.arange(c * k, dtype=jnp.int32).reshape(c, k)
+            ids = jnp.concatenate([ids, nbr.reshape(-1)])
+            valid = jnp.concatenate([valid, mask.reshape(-1)])
+            count = jnp.sum(valid.astype(jnp.int32))
+        blocks.append(Block(jnp.where(mask, local, 0), mask, eid))
+        nodes.append(ids)
+        valids.append(valid)
+        counts.append(count)
+    degs.append(_degrees(graph.indptr, ids, valid))
+    counts = jnp.stack(counts)
+    caps = jnp.asarray([c.shape[0] for c in nodes], jnp.int32)
     overflow = jnp.any(counts > caps) if config.dedup else jnp.array(False)
     return MiniBatch(tuple(nodes), tuple(valids), tuple(degs), tuple(blocks), counts, overflow)
-
-
-class _Level(NamedTuple):
-    ids: jax.Array  # int32[C]
-    valid: jax.Array  # bool[C]
-    count: jax.Array  # int32 scalar, the real size (may exceed C: overflow)
-
-
-def _next_level(level: _Level, nbr, mask, eid, config: SamplerConfig, hop: int, capacities,
-                budget: int, num_nodes: int, kernels: Kernels):
-    """(the next level, the hop's Block, its live edges in edge form or None) from the
-    hop's sampled [C, K] global ids `nbr`, `mask` and edge ids `eid`."""
-    c = level.ids.shape[0]
-    if config.positional[hop]:
-        if config.edge_blocks:
-            packed = compact_rows((nbr, eid), mask, budget)
-            (nbr, eid), mask = packed.values, packed.live
-        ids = jnp.concatenate([level.ids, nbr.reshape(-1)])
-        valid = jnp.concatenate([level.valid, mask.reshape(-1)])
-        nxt = _Level(ids, valid, jnp.sum(valid.astype(jnp.int32)))
-        local = c + jnp.arange(mask.size, dtype=jnp.int32).reshape(mask.shape)
-        if not config.edge_blocks:
-            return nxt, Block(jnp.where(mask, local, 0), mask, eid), None
-        return nxt, Block(jnp.where(mask, local, 0), mask, eid, packed.dst), packed.count
-    out = relabel(kernels, level.ids, level.count, nbr, mask, capacities[hop], num_nodes)
-    nxt = _Level(out.frontier, jnp.arange(out.frontier.shape[0]) < out.count, out.count)
-    local = jnp.where(mask, out.nbr_local, 0)
-    if not config.edge_blocks:
-        return nxt, Block(local, mask, eid), None
-    packed = compact_rows((local, eid), mask, budget)
-    return nxt, Block(*packed.values[:1], packed.live, packed.values[1], packed.dst), \
-        packed.count
 
 
 def tree_sizes(batch_size: int, slots) -> tuple[int, ...]:

@@ -117,7 +117,7 @@ def sample_step(graph: CSRGraph, perm, batch_index, *, seed, epoch, batch_size: 
     key, drop_key = step_keys(seed, epoch, batch_index)
     level = source.seed_level(items, valid, key, envelope.batch_size)
     mb = sample_minibatch(graph, level.seeds, level.valid, key, config, envelope.capacities,
-                          kernels, envelope.edges)
+                          kernels)
     if level.count is not None:
         mb = mb._replace(counts=mb.counts.at[0].set(level.count),
                          overflow=mb.overflow | (level.count > level.seeds.shape[0]))

@@ -45,7 +45,7 @@ GROUPS = {
     "model": ("model", "hidden", "layers", "dropout", "input_dropout", "norm", "heads",
               "dtype", "edge_features", "embedding_dim", "readout"),
     "sampler": ("fanouts", "relation_fanouts", "batch_size", "sampler", "replace", "dedup",
-                "flat_outer", "edge_blocks",
+                "flat_outer",
                 "envelope", "margin", "multiple", "balance_window"),
     "optimizer": ("lr", "weight_decay"),
     "engine": ("engine", "kernels", "graph_aggregation", "chunk_steps", "sample_ahead",
@@ -92,14 +92,12 @@ class TrainConfig:
     `layout.choose_layout` pick (tree mode for the built-in SAGE models on the scan
     engine when the tree's levels are small against the graph). `flat_outer` leaves the
     outermost hop undeduplicated, laid out in slot order (`SamplerConfig.flat_outer`;
-    scan engine only); None (the default): `choose_layout` decides. `edge_blocks` lays
-    each sampled hop out as one edge list of a calibrated budget instead of [C, K] rows
-    (`SamplerConfig.edge_blocks`; needs dedup); None (the default): on for LABOR on node
-    tasks. The summary records the layout and why. `envelope` is "calibrate" (tight,
-    measured) or "conservative" (the safe bound); `margin` and `multiple` size it
-    (`envelope_policy`). The default multiple, 1024, keeps level sizes in a form XLA's
-    split-K GEMMs take without first copying the operands into padded buffers (13-18 %
-    of a bfloat16 products-like epoch on an H100, docs/benchmarks.md).
+    scan engine only); None (the default): `choose_layout` decides. The summary records
+    the layout and why. `envelope` is "calibrate" (tight, measured) or "conservative"
+    (the safe bound); `margin` and `multiple` size it (`envelope_policy`). The default
+    multiple, 1024, keeps level sizes in a form XLA's split-K GEMMs take without first
+    copying the operands into padded buffers (13-18 % of a bfloat16 products-like epoch
+    on an H100, docs/benchmarks.md).
 
     Optimizer. Adam with `lr`, plus L2 `weight_decay` added to the gradient.
 
@@ -160,7 +158,6 @@ class TrainConfig:
     replace: bool = False
     dedup: bool | None = None
     flat_outer: bool | None = None
-    edge_blocks: bool | None = None
     envelope: str = "calibrate"
     margin: float = 1.1
     multiple: int = 1024
@@ -255,8 +252,6 @@ class TrainConfig:
             (not batched or (self.engine == "scan" and self.devices == 1),
              f"the {self.task} task runs on the scan engine on one device; got engine "
              f"{self.engine!r}, devices={self.devices}"),
-            (not (self.edge_blocks and self.dedup is False),
-             "edge blocks need deduplicated levels: drop edge_blocks or dedup=False"),
             (self.engine == "scan" or not (self.flat_outer or self.dedup is False),
              f"the host-mediated engine {self.engine!r} cuts deduplicated levels to their "
              f"counts: drop flat_outer and keep dedup"),

@@ -63,11 +63,10 @@ def slice_levels(mb: MiniBatch, sizes) -> MiniBatch:
     """`mb` with level l cut to its first `sizes[l]` rows (each at least that level's count).
 
     Levels are prefixes of the next and padding rows are masked, so the cut batch
-    computes the same logits on its real rows as the full one. Edge-form blocks keep
-    their edge budget: their live edges point at real rows only.
+    computes the same logits on its real rows as the full one.
     """
     cut = lambda arrays: tuple(a[:s] for a, s in zip(arrays, sizes))
-    blocks = tuple(b if b.dst is not None else Block(*(None if a is None else a[:s] for a in b))
+    blocks = tuple(Block(*(None if a is None else a[:s] for a in b))
                    for b, s in zip(mb.blocks, sizes))
     return MiniBatch(cut(mb.nodes), cut(mb.valid), cut(mb.degrees), blocks, mb.counts,
                      mb.overflow)

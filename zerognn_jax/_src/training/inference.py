@@ -139,8 +139,7 @@ def _envelope(cfg, meta, data, dataset, program) -> Envelope:
                              source=program.task)
     saved = meta.get("envelope") or {}
     if saved.get("batch_size") == env.batch_size:  # else saved with another device count
-        return Envelope(saved["batch_size"], tuple(saved["capacities"]),
-                        tuple(saved.get("edges", ())))
+        return Envelope(saved["batch_size"], tuple(saved["capacities"]))
     return env
 
 

@@ -20,18 +20,15 @@ class Layout:
     dedup: bool
     flat_outer: bool
     why: str
-    edge_blocks: bool = False
 
     @property
     def name(self) -> str:
         if not self.dedup:
             return "tree"
-        name = "dedup, flat outer hop" if self.flat_outer else "dedup"
-        return f"{name}, edge blocks" if self.edge_blocks else name
+        return "dedup, flat outer hop" if self.flat_outer else "dedup"
 
     def apply(self, sampler: SamplerConfig) -> SamplerConfig:
-        return dataclasses.replace(sampler, dedup=self.dedup, flat_outer=self.flat_outer,
-                                   edge_blocks=self.edge_blocks)
+        return dataclasses.replace(sampler, dedup=self.dedup, flat_outer=self.flat_outer)
 
     def describe(self) -> dict:
         return {"layout": self.name, "why": self.why}
@@ -40,24 +37,6 @@ class Layout:
 def choose_layout(cfg, task, sampler: SamplerConfig, batch_size: int, num_nodes: int, *,
                   dedup: bool | None, user_model: bool = False,
                   host_features: bool = False) -> Layout:
-    """`_row_layout`'s layout, with edge blocks (`SamplerConfig.edge_blocks`) where
-    `cfg.edge_blocks` asks for them, or by default (None) for LABOR on deduplicated
-    levels of tasks whose level 0 is their items (`Task.tree_by_default`): its random
-    row counts leave most of a row-form block's slots dead."""
-    layout = _row_layout(cfg, task, sampler, batch_size, num_nodes, dedup=dedup,
-                         user_model=user_model, host_features=host_features)
-    asked = cfg.edge_blocks
-    if asked is None:
-        on = layout.dedup and cfg.sampler == "labor" and task.tree_by_default
-        why = "LABOR's rows in edge form" if on else "row-form blocks"
-    else:
-        on, why = bool(asked), f"edge_blocks={asked}"
-    return dataclasses.replace(layout, edge_blocks=on, why=f"{layout.why}; {why}")
-
-
-def _row_layout(cfg, task, sampler: SamplerConfig, batch_size: int, num_nodes: int, *,
-                dedup: bool | None, user_model: bool = False,
-                host_features: bool = False) -> Layout:
     """The layout of a run of `cfg` (its model, engine, sampler and `flat_outer`),
     `task`, the resolved `sampler`, seeds of `batch_size` per device on `num_nodes`.
 

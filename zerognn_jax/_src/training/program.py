@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from zerognn_jax._src.data.graph import CSRGraph, take_edge_rows
-from zerognn_jax._src.nn.views import EdgeView, EllView
+from zerognn_jax._src.nn.views import EllView
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.sampling.envelope import Envelope, grow
@@ -64,9 +64,8 @@ class TrainState(NamedTuple):
 def views_for(mb: MiniBatch, kernels: Kernels = XLA,
               positional: tuple[bool, ...] = (), *,
               inference: bool = False, edge_table: jax.Array | None = None
-              ) -> tuple[EllView | EdgeView, ...]:
-    """One view per layer, outermost hop first (layer i reads block L - 1 - i): an
-    EllView of a row-form block, an EdgeView of an edge-form one.
+              ) -> tuple[EllView, ...]:
+    """One EllView per layer, outermost hop first (layer i reads block L - 1 - i).
 
     `positional` (per hop, seeds' hop first: `SamplerConfig.positional`) marks the hops
     whose levels hold their slots in order, which the views then read by position;
@@ -81,22 +80,15 @@ def views_for(mb: MiniBatch, kernels: Kernels = XLA,
     for i in range(num_hops):
         hop = num_hops - 1 - i
         block = mb.blocks[hop]
-        edges = _edge_rows(edge_table, block)
-        if block.dst is not None:  # edge form
-            views.append(EdgeView(block.nbr, block.dst, block.mask, mb.valid[hop],
-                                  mb.degrees[hop], mb.degrees[hop + 1],
-                                  mb.nodes[hop].shape[0], edges, mb.nodes[hop + 1],
-                                  flat[hop]))
-            continue
         views.append(EllView(block.nbr, block.mask, mb.valid[hop], mb.degrees[hop],
                              mb.degrees[hop + 1], kernels, flat[hop], inference,
-                             edges, mb.nodes[hop + 1]))
+                             _edge_rows(edge_table, block), mb.nodes[hop + 1]))
     return tuple(views)
 
 
 def _edge_rows(table, block):
-    """[C, K, D] ([E, D] in edge form): the block's slots' rows of the edge table (zero
-    where masked), or None without a table."""
+    """[C, K, D]: the block's slots' rows of the edge table (zero where masked), or None
+    without a table."""
     if table is None:
         return None
     if block.eid is None:
@@ -259,13 +251,11 @@ def grown_envelope(program: StepProgram, envelope, counts, policy):
 
 
 def saved_envelope(program: StepProgram, saved: dict):
-    """The envelope a checkpoint recorded ({"batch_size", "capacities"}, and "edges"
-    when it had edge budgets), fitted."""
+    """The envelope a checkpoint recorded ({"batch_size", "capacities"}), fitted."""
     if isinstance(program.task, BatchedTask):
         return program.task.envelope_from(program, saved)
     return program.sampler.fit_envelope(Envelope(saved["batch_size"],
-                                                 tuple(saved["capacities"]),
-                                                 tuple(saved.get("edges", ()))))
+                                                 tuple(saved["capacities"])))
 
 
 def init_state(program: StepProgram, data: DeviceData, envelope: Envelope,

@@ -366,7 +366,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             history.append(record)
             meta = {"identity": ident, "history": history,
                     "envelope": {"batch_size": env.batch_size,
-                                 "capacities": list(env.capacities), "edges": list(env.edges)},
+                                 "capacities": list(env.capacities)},
                     **rebuild_record(cfg, dataset, user.dataset_given)}
             if best is not None:  # before the epoch's checkpoint: a resumed run redoes it
                 best.offer(epoch, final, _saved(state), meta)

@@ -70,9 +70,6 @@ def pair_member(lo, hi, query_lo, query_hi):
 def exclude_pairs(mb, positives, valid):
     """`mb` with every sampled slot (a, b) whose {a, b} is a row of `positives`
     (int32[B, 2] global ids, bool[B] valid) masked out, in every block."""
-    if any(block.dst is not None for block in mb.blocks):
-        raise ValueError("hiding a step's positive edges needs row-form blocks: sample "
-                         "with edge_blocks=False (or exclude_seed_edges=False)")
     big = jnp.iinfo(jnp.int32).max
     lo = jnp.where(valid, jnp.minimum(positives[:, 0], positives[:, 1]), big)
     hi = jnp.where(valid, jnp.maximum(positives[:, 0], positives[:, 1]), big)
