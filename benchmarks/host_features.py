@@ -17,7 +17,7 @@ default). One JSON line per case and a table; time to page-lock a table per GiB.
 
 `io`: the layer streaming of exact inference (training/evaluate.py) on a bfloat16
 table of `--io-gib` x 256 columns: page-locking fresh host memory from `np.empty` and
-from `pinned_buffer` (huge pages, touched by threads first), the device writing its rows into the locked table chunk by chunk from one
+from `PinnedBuffer` (huge pages, each piece touched by threads first), the device writing its rows into the locked table chunk by chunk from one
 compiled loop (`write_rows`), and the table uploaded back by the host gather
 (`uploaded`), each checked bit for bit; against the pinned copy above and JAX's own
 `device_put` / `np.asarray` of the same bytes.
@@ -184,8 +184,8 @@ def kernel_mode(args) -> None:
 def io_mode(args) -> None:
     from zerognn_jax._src.ops.host_rows import (
         PageLock,
+        PinnedBuffer,
         _register_targets,
-        pinned_buffer,
         write_rows,
     )
     from zerognn_jax._src.training.evaluate import uploaded
@@ -202,8 +202,10 @@ def io_mode(args) -> None:
     lock_fresh = time.perf_counter() - t0
     del lock
     t0 = time.perf_counter()
-    fresh, lock = pinned_buffer(nbytes)
+    pinned = PinnedBuffer(nbytes)
+    pinned.ready(nbytes)
     lock_pinned = time.perf_counter() - t0
+    fresh = pinned.array
     table = zg.HostTable(fresh.view(jnp.bfloat16).reshape(n, 256))
     rows_on_device = jax.random.normal(jax.random.key(0), (n, 256), jnp.bfloat16)
 
@@ -233,8 +235,8 @@ def io_mode(args) -> None:
                       "pinned_buffer_s": lock_pinned,
                       "write_rows_gbs": gbs(t_write), "uploaded_gbs": gbs(t_upload),
                       "device_put_gbs": gbs(t_put), "np_asarray_gbs": gbs(t_get)})
-    del lock
-    print("| GiB | page-lock np.empty s | pinned_buffer s | write_rows GB/s | uploaded GB/s "
+    del table, pinned
+    print("| GiB | page-lock np.empty s | PinnedBuffer s | write_rows GB/s | uploaded GB/s "
           "| device_put GB/s | np.asarray GB/s | pinned copy GB/s |")
     print(f"| {rec['gib']:.1f} | {lock_fresh:.2f} | {lock_pinned:.2f} | "
           f"{gbs(t_write):.1f} | {gbs(t_upload):.1f} | {gbs(t_put):.1f} | {gbs(t_get):.1f} | "

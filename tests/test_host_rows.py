@@ -291,3 +291,41 @@ def test_tables_inside_a_locked_buffer_share_its_locking(monkeypatch):
     del part
     gc.collect()
     assert fake.locked == set() and not host_rows._LOCKED
+
+
+def test_pinned_buffer_locks_piece_by_piece_and_reports_failure(monkeypatch):
+    """`ready(end)` returns once the pieces below `end` are locked (all of them in the
+    end); tables inside share the buffer's locking, undone when both are gone; a refused
+    piece surfaces in `ready` with the byte where it failed."""
+    import gc
+
+    fake = _FakeCuda()
+    monkeypatch.setattr(host_rows, "_gpu_arch", lambda: "sm_90")
+    monkeypatch.setattr(host_rows, "_register_targets", lambda: fake)
+    monkeypatch.setattr(host_rows, "_PIECE", 8192)
+    buffer = host_rows.PinnedBuffer(5 * 8192)
+    assert buffer.locked and buffer.ready(3 * 8192) >= 0
+    buffer.ready(buffer.nbytes)
+    start = buffer.array.ctypes.data
+    assert fake.locked == {a for a, _ in host_rows._pieces(start, 5 * 8192)}
+    part = zg.HostTable(buffer.array[8192:16384].view(np.float32).reshape(64, 32))
+    assert len(fake.locked) == len(host_rows._pieces(start, 5 * 8192))  # nothing new
+    del buffer
+    gc.collect()
+    assert fake.locked  # the table still holds it
+    del part
+    gc.collect()
+    assert fake.locked == set() and not host_rows._LOCKED
+    calls, register = [], fake.zg_register
+
+    def third_refused(address: int, nbytes: int) -> bytes:
+        calls.append(address)
+        return b"out of memory" if len(calls) == 3 else register(address, nbytes)
+
+    monkeypatch.setattr(fake, "zg_register", third_refused)
+    failing = host_rows.PinnedBuffer(4 * 8192)
+    with pytest.raises(RuntimeError, match=r"failed at byte [0-9,]+: out of memory"):
+        failing.ready(failing.nbytes)
+    del failing
+    gc.collect()
+    assert fake.locked == set() and not host_rows._LOCKED  # the two locked pieces undone

@@ -31,6 +31,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -117,9 +119,18 @@ def _library(arch: str | None) -> ctypes.CDLL:
     return ctypes.CDLL(str(path))
 
 
-@functools.cache
+_REGISTERING = threading.Lock()
+
+
 def _register_targets() -> ctypes.CDLL:
-    """Registers the FFI handlers with XLA for this process's platforms; the library."""
+    """Registers the FFI handlers with XLA for this process's platforms (once, whichever
+    thread asks first); the library."""
+    with _REGISTERING:
+        return _registered()
+
+
+@functools.cache
+def _registered() -> ctypes.CDLL:
     arch = _gpu_arch()
     lib = _library(arch)
     for target, handler in ((_TARGET, "ZgHostRows"), (_WRITE, "ZgRowsToHost")):
@@ -187,24 +198,90 @@ class PageLock:
             weakref.finalize(self, _release, lib, span)
 
 
-def pinned_buffer(nbytes: int) -> tuple[np.ndarray, PageLock]:
-    """uint8[nbytes] of fresh host memory and its `PageLock` (page-locked on a GPU).
+class PinnedBuffer:
+    """uint8[nbytes] of fresh host memory, page-locked for the GPU piece by piece (at most
+    4 GiB each, in address order) on a thread of its own, so that the first pieces serve
+    while later ones are still being locked: `ready(end)` waits until bytes [0, end) are.
 
-    Page-locking takes fresh memory's page faults one by one (the kernel zeroes every
-    page as it pins it): the buffer asks for transparent huge pages (512x fewer faults
-    where the system allows them) and is first touched by several threads at once.
+    Locking takes fresh memory's page faults one by one (the kernel zeroes every page as
+    it pins it): the buffer asks for transparent huge pages (512x fewer faults where the
+    system allows them) and each piece is first touched by several threads at once.
+    Tables over parts of the buffer (`HostTable`) share its locking; a program may read or
+    write such a table only below what `ready` has confirmed. On a CPU-only process
+    nothing is locked and `ready` returns at once.
     """
-    if nbytes <= 0:
-        empty = np.empty(0, np.uint8)
-        return empty, PageLock(empty)
-    memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        memory.madvise(mmap.MADV_HUGEPAGE)
-    array = np.frombuffer(memory, np.uint8)
-    parts = np.array_split(array, min(16, os.cpu_count() or 1))
-    with ThreadPoolExecutor(len(parts)) as pool:  # NumPy's copy loops release the GIL
-        list(pool.map(lambda part: part[::mmap.PAGESIZE].fill(0), parts))
-    return array, PageLock(array)
+
+    def __init__(self, nbytes: int):
+        memory = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            memory.madvise(mmap.MADV_HUGEPAGE)
+        self.array = np.frombuffer(memory, np.uint8)[:nbytes]
+        self.locked = _gpu_arch() is not None and nbytes > 0
+        self._progress = _Progress(0 if self.locked else nbytes)
+        if self.locked:
+            span = (self.array.ctypes.data, nbytes)
+            _LOCKED[span] = [1, []]  # held by the buffer; pieces are added as they lock
+            # The thread holds the array and the progress, not the buffer: collecting the
+            # buffer waits for the thread (`_finish`), then drops its hold.
+            thread = threading.Thread(target=_lock_pieces,
+                                      args=(self.array, span, self._progress), daemon=True)
+            thread.start()
+            weakref.finalize(self, _finish, thread, span)
+
+    @property
+    def nbytes(self) -> int:
+        return self.array.nbytes
+
+    def ready(self, end: int) -> float:
+        """Waits until bytes [0, end) are page-locked; the seconds waited. Raises what
+        went wrong if locking failed."""
+        t0 = time.perf_counter()
+        progress = self._progress
+        with progress.cond:
+            progress.cond.wait_for(lambda: progress.done >= end or progress.error is not None)
+        if progress.done < end:
+            raise RuntimeError(str(progress.error)) from progress.error
+        return time.perf_counter() - t0
+
+
+class _Progress:
+    """How far a `PinnedBuffer`'s locking has come (bytes), or what stopped it."""
+
+    def __init__(self, done: int):
+        self.cond = threading.Condition()
+        self.done, self.error = done, None
+
+    def report(self, done: int = 0, error: Exception | None = None) -> None:
+        with self.cond:
+            self.done, self.error = max(self.done, done), error
+            self.cond.notify_all()
+
+
+def _lock_pieces(array: np.ndarray, span: tuple[int, int], progress: _Progress) -> None:
+    """Touches (by threads: NumPy's copy loops release the GIL) and page-locks `array`'s
+    pieces in address order, reporting each to `progress`."""
+    try:
+        lib = _register_targets()
+        workers = min(16, os.cpu_count() or 1)
+        with ThreadPoolExecutor(workers) as pool:
+            for start, size in _pieces(*span):
+                piece = array[start - span[0]:start - span[0] + size]
+                list(pool.map(lambda part: part[::mmap.PAGESIZE].fill(0),
+                              np.array_split(piece, workers)))
+                err = lib.zg_register(start, size).decode()
+                if err:
+                    raise RuntimeError(f"page-locking {span[1] / 2**30:.2f} GiB of host "
+                                       f"memory failed at byte {start - span[0]:,}: {err}")
+                _LOCKED[span][1].append(start)
+                progress.report(start + size - span[0])
+    except Exception as error:  # noqa: BLE001 (handed to the thread that waits)
+        progress.report(error=error)
+
+
+def _finish(thread: threading.Thread, span: tuple[int, int]) -> None:
+    """A collected `PinnedBuffer`: its locking thread ends, then its hold is dropped."""
+    thread.join()
+    _release(_register_targets(), span)
 
 
 class HostTable:

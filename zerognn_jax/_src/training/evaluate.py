@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -28,10 +27,8 @@ from zerognn_jax._src.nn.layerwise import layer_count, supports_layerwise
 from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.ops.host_rows import (
     HostTable,
-    PageLock,
-    _register_targets,
+    PinnedBuffer,
     is_host_resident,
-    pinned_buffer,
     read_rows,
     write_rows,
 )
@@ -41,6 +38,10 @@ from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training.memory import device_free_bytes
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.tasks.node import NodeTask
+
+# Output bytes per dispatch of a streamed layer: its segments start as soon as the host
+# buffer's pieces they write are page-locked.
+_SEGMENT_BYTES = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,11 +131,11 @@ def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
 
 
 @functools.partial(jax.jit, static_argnames=("program", "layer", "plan"))
-def _layer_to_host(program: StepProgram, variables, h, graph, out: HostTable, *,
+def _layer_to_host(program: StepProgram, variables, h, graph, out: HostTable, j0, j1, *,
                    layer: int, plan: ChunkPlan):
-    """int32[]: rows stored by writing layer `layer` of every row, chunk by chunk, into
-    the host table `out` (the last chunk moved back to end at the last row, its overlap
-    stored twice): one program, no host round trip between chunks."""
+    """int32[]: rows stored by writing layer `layer` of chunks [j0, j1) into the host
+    table `out` (the last chunk moved back to end at the last row, its overlap stored
+    twice): one loop on the device, no host round trip between chunks."""
     n, deg = graph.num_nodes, graph.degrees()
 
     def body(j, written):
@@ -142,7 +143,7 @@ def _layer_to_host(program: StepProgram, variables, h, graph, out: HostTable, *,
         rows = _chunk_rows(program, variables, h, graph, deg, first, layer=layer, plan=plan)
         return written + write_rows(out, rows, first)
 
-    return jax.lax.fori_loop(0, plan.num_chunks, body, jnp.int32(0))
+    return jax.lax.fori_loop(j0, j1, body, jnp.int32(0))
 
 
 @functools.partial(jax.jit, static_argnames=("rows",))
@@ -173,16 +174,28 @@ def _chunk_edge_rows(table, first, slots, mask):
 
 
 def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
-                     out: HostTable, log=None) -> HostTable:
-    """Layer `layer` of every row into the host table `out` (its compile time reported to
-    `log`); RuntimeError if the device reports another number of rows stored than the
-    chunks hold."""
+                     out: HostTable, log=None, ready=None) -> HostTable:
+    """Layer `layer` of every row into the host table `out`, in segments of about
+    `_SEGMENT_BYTES` of output, each run once `ready(end)` (the table's first `end` bytes
+    usable: a `PinnedBuffer` still being locked) returns; the compile time and the time
+    waited reported to `log`. RuntimeError if the device reports another number of rows
+    stored than the chunks hold."""
     t0 = time.perf_counter()
-    run = _layer_to_host.lower(program, variables, h, graph, out, layer=layer,
+    zero = jnp.int32(0)
+    run = _layer_to_host.lower(program, variables, h, graph, out, zero, zero, layer=layer,
                                plan=plan).compile()
+    row_bytes = out.shape[1] * out.dtype.itemsize
+    step = max(1, _SEGMENT_BYTES // (plan.rows * row_bytes))
+    waited, counts = 0.0, []
+    for j0 in range(0, plan.num_chunks, step):
+        j1 = min(plan.num_chunks, j0 + step)
+        if ready is not None:
+            waited += ready(min(j1 * plan.rows, out.shape[0]) * row_bytes)
+        counts.append(run(variables, h, graph, out, jnp.int32(j0), jnp.int32(j1)))
     if log:
-        log(f"exact inference: layer {layer + 1} compiled in {time.perf_counter() - t0:.2f} s")
-    written = int(run(variables, h, graph, out))
+        log(f"exact inference: layer {layer + 1} compiled in {time.perf_counter() - t0:.2f} "
+            f"s; {waited:.2f} s waited for the host buffer's locking")
+    written = sum(int(c) for c in counts)
     if written != plan.num_chunks * plan.rows:
         raise RuntimeError(f"exact inference stored {written:,} rows of layer {layer} in "
                            f"host memory, expected {plan.num_chunks * plan.rows:,}")
@@ -227,8 +240,10 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     Host-bound outputs take turns in one page-locked buffer as large as the largest
     layer output (the next layer's input is uploaded before it is overwritten; the
     logits get their own array when smaller): the GPU stores the rows there itself
-    (ops/host_rows.py), and locking fresh memory once costs less than locking it per
-    layer.
+    (ops/host_rows.py). Locking fresh memory costs about as much as a layer (the kernel
+    zeroes every page): it runs on a thread, piece by piece, from the start of the call
+    when some output surely cannot fit the device, and each layer's segments run as
+    soon as the pieces they write are locked.
     `log`, a callable taking a line, reports each layer as it ends (where it ran, its
     seconds, those of its input's upload); the layers then run one after another.
     """
@@ -245,11 +260,10 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     plan = plan_chunks(np.asarray(data.graph.indptr), widest, budget_bytes)
     outs = _layer_outputs(program, variables, h, data, plan) if offload else []
     nbytes = [o.size * o.dtype.itemsize for o in outs]
-    buffer = streamed = lock = held = None  # locks: the buffers page-locked until the end
-    # A buffer surely needed is prepared on a thread while the first layers' inputs upload.
-    pool = ThreadPoolExecutor(1)
-    early = (pool.submit(_host_buffer, max(nbytes), log)
-             if _surely_streams(offload, nbytes, budget_bytes) else None)
+    streamed = None
+    # A buffer surely needed starts locking (on its thread) while the first input uploads.
+    buffer = (_host_buffer(max(nbytes), log) if _surely_streams(offload, nbytes, budget_bytes)
+              else None)
     num_layers = layer_count(model)
     for layer in range(num_layers):
         t0 = time.perf_counter()
@@ -269,14 +283,15 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
                               check=offload == "auto" and nbytes[layer] + budget_bytes)
         if h is None:
             if buffer is None:
-                buffer, lock = early.result() if early else _host_buffer(max(nbytes), log)
+                buffer = _host_buffer(max(nbytes), log)
             # the logits get their own array when smaller (holding no larger buffer)
             own = layer == num_layers - 1 and nbytes[layer] < buffer.nbytes
-            memory, held = _host_buffer(nbytes[layer], log) if own else (buffer, lock)
-            out = memory[:nbytes[layer]].view(outs[layer].dtype).reshape(outs[layer].shape)
+            memory = _host_buffer(nbytes[layer], log) if own else buffer
+            out = memory.array[:nbytes[layer]].view(outs[layer].dtype).reshape(
+                outs[layer].shape)
             t1 = time.perf_counter()
             streamed = _offloaded_layer(program, variables, h_device, data.graph, layer, plan,
-                                        HostTable(out), log)
+                                        HostTable(out), log, memory.ready)
             h = out
         del h_device  # freed before the next layer's input is uploaded
         if log:
@@ -284,8 +299,6 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
             log(f"exact inference: layer {layer + 1} of {num_layers} "
                 f"{'streamed to the host' if streamed is not None else 'on the device'} in "
                 f"{time.perf_counter() - t1:.2f} s, its input uploaded in {upload:.2f} s")
-    pool.shutdown()
-    del lock, held
     return h
 
 
@@ -299,18 +312,13 @@ def _surely_streams(offload, nbytes: list, budget_bytes: int) -> bool:
     return free is not None and max(nbytes) + budget_bytes > free
 
 
-def _host_buffer(nbytes: int, log) -> tuple[np.ndarray, PageLock]:
-    """`pinned_buffer(nbytes)`, its time reported to `log` (and, apart, the host-row
-    kernels' build at their first use on the machine)."""
-    t0 = time.perf_counter()
-    _register_targets()
-    t1 = time.perf_counter()
-    buffer, lock = pinned_buffer(nbytes)
+def _host_buffer(nbytes: int, log) -> PinnedBuffer:
+    """A `PinnedBuffer` of `nbytes` (locking on its thread), reported to `log`."""
+    buffer = PinnedBuffer(nbytes)
     if log:
-        log(f"exact inference: host buffer of {nbytes / 2**30:.1f} GiB "
-            f"{'page-locked' if lock.locked else 'allocated'} in "
-            f"{time.perf_counter() - t1:.2f} s (host-row kernels loaded in {t1 - t0:.2f} s)")
-    return buffer, lock
+        log(f"exact inference: host buffer of {nbytes / 2**30:.1f} GiB"
+            f"{', page-locking on a thread' if buffer.locked else ''}")
+    return buffer
 
 
 def model_inputs(program: StepProgram, variables, features):
