@@ -17,8 +17,9 @@ default). One JSON line per case and a table; time to page-lock a table per GiB.
 
 `io`: the layer streaming of exact inference (training/evaluate.py) on a bfloat16
 table of `--io-gib` x 256 columns: page-locking fresh host memory from `np.empty` and
-from `PinnedBuffer` (huge pages, each piece touched by threads first), the device writing its rows into the locked table chunk by chunk from one
-compiled loop (`write_rows`), and the table uploaded back by the host gather
+from `PinnedBuffer` (huge pages, each piece touched by threads first), the device
+writing its rows into the locked table chunk by chunk from one compiled loop
+(`write_rows`), and the table uploaded back by the host gather
 (`uploaded`), each checked bit for bit; against the pinned copy above and JAX's own
 `device_put` / `np.asarray` of the same bytes.
 
@@ -235,7 +236,6 @@ def io_mode(args) -> None:
                       "pinned_buffer_s": lock_pinned,
                       "write_rows_gbs": gbs(t_write), "uploaded_gbs": gbs(t_upload),
                       "device_put_gbs": gbs(t_put), "np_asarray_gbs": gbs(t_get)})
-    del table, pinned
     print("| GiB | page-lock np.empty s | PinnedBuffer s | write_rows GB/s | uploaded GB/s "
           "| device_put GB/s | np.asarray GB/s | pinned copy GB/s |")
     print(f"| {rec['gib']:.1f} | {lock_fresh:.2f} | {lock_pinned:.2f} | "
