@@ -184,6 +184,7 @@ def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
     zero = jnp.int32(0)
     run = _layer_to_host.lower(program, variables, h, graph, out, zero, zero, layer=layer,
                                plan=plan).compile()
+    compiled = time.perf_counter() - t0
     row_bytes = out.shape[1] * out.dtype.itemsize
     step = max(1, _SEGMENT_BYTES // (plan.rows * row_bytes))
     waited, counts = 0.0, []
@@ -193,8 +194,8 @@ def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
             waited += ready(min(j1 * plan.rows, out.shape[0]) * row_bytes)
         counts.append(run(variables, h, graph, out, jnp.int32(j0), jnp.int32(j1)))
     if log:
-        log(f"exact inference: layer {layer + 1} compiled in {time.perf_counter() - t0:.2f} "
-            f"s; {waited:.2f} s waited for the host buffer's locking")
+        log(f"exact inference: layer {layer + 1} compiled in {compiled:.2f} s; "
+            f"{waited:.2f} s waited for the host buffer's locking")
     written = sum(int(c) for c in counts)
     if written != plan.num_chunks * plan.rows:
         raise RuntimeError(f"exact inference stored {written:,} rows of layer {layer} in "
