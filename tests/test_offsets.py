@@ -295,3 +295,18 @@ def test_layerwise_offload_reports_each_layer_and_prepares_the_buffer_early(grap
     assert not evaluate._surely_streams("auto", [3_600], 4_096)
     assert not evaluate._surely_streams(False, [], 4_096)
     assert evaluate._surely_streams(True, [8], 4_096)
+
+
+@pytest.mark.parametrize("segment_chunks", [1, 3])
+def test_streamed_layers_in_segments_equal_the_device_run(graph, monkeypatch, segment_chunks):
+    """A streamed layer dispatched in segments of a few chunks (the last one moved back
+    over the one before) stores every row once over: the same logits as on the device."""
+    program, data, variables = _program(graph)
+    with jax.default_matmul_precision("highest"):  # see "Float results" above
+        want = layerwise_logits(program, variables, data, budget_bytes=4096)
+        plan = evaluate.plan_chunks(np.asarray(data.graph.indptr), 8, 4096)
+        assert plan.num_chunks % 3 and plan.num_chunks > 3  # segments that do not divide
+        row_bytes = 8 * 4  # the widest output row: 8 float32 units
+        monkeypatch.setattr(evaluate, "_SEGMENT_BYTES", segment_chunks * plan.rows * row_bytes)
+        got = layerwise_logits(program, variables, data, budget_bytes=4096, offload=True)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)

@@ -130,20 +130,21 @@ def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
     return jax.lax.fori_loop(0, -(-length // plan.rows), body, out)
 
 
-@functools.partial(jax.jit, static_argnames=("program", "layer", "plan"))
-def _layer_to_host(program: StepProgram, variables, h, graph, out: HostTable, j0, j1, *,
-                   layer: int, plan: ChunkPlan):
-    """int32[]: rows stored by writing layer `layer` of chunks [j0, j1) into the host
-    table `out` (the last chunk moved back to end at the last row, its overlap stored
-    twice): one loop on the device, no host round trip between chunks."""
+@functools.partial(jax.jit, static_argnames=("program", "layer", "plan", "count"))
+def _layer_to_host(program: StepProgram, variables, h, graph, out: HostTable, j0, *,
+                   layer: int, plan: ChunkPlan, count: int):
+    """int32[]: rows stored by writing layer `layer` of chunks [j0, j0 + count) into the
+    host table `out` (the last chunk moved back to end at the last row, its overlap
+    stored twice): one loop of a static length on the device (a loop bound read on the
+    device would cost a host round trip per chunk)."""
     n, deg = graph.num_nodes, graph.degrees()
 
-    def body(j, written):
-        first = jnp.minimum(j * plan.rows, n - plan.rows)
+    def body(i, written):
+        first = jnp.minimum((j0 + i) * plan.rows, n - plan.rows)
         rows = _chunk_rows(program, variables, h, graph, deg, first, layer=layer, plan=plan)
         return written + write_rows(out, rows, first)
 
-    return jax.lax.fori_loop(j0, j1, body, jnp.int32(0))
+    return jax.lax.fori_loop(0, count, body, jnp.int32(0))
 
 
 @functools.partial(jax.jit, static_argnames=("rows",))
@@ -181,25 +182,25 @@ def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
     waited reported to `log`. RuntimeError if the device reports another number of rows
     stored than the chunks hold."""
     t0 = time.perf_counter()
-    zero = jnp.int32(0)
-    run = _layer_to_host.lower(program, variables, h, graph, out, zero, zero, layer=layer,
-                               plan=plan).compile()
-    compiled = time.perf_counter() - t0
     row_bytes = out.shape[1] * out.dtype.itemsize
-    step = max(1, _SEGMENT_BYTES // (plan.rows * row_bytes))
+    step = min(plan.num_chunks, max(1, _SEGMENT_BYTES // (plan.rows * row_bytes)))
+    run = _layer_to_host.lower(program, variables, h, graph, out, jnp.int32(0), layer=layer,
+                               plan=plan, count=step).compile()
+    compiled = time.perf_counter() - t0
+    # Segments of `step` chunks, the last one moved back to end at the last chunk.
+    starts = [min(j, plan.num_chunks - step) for j in range(0, plan.num_chunks, step)]
     waited, counts = 0.0, []
-    for j0 in range(0, plan.num_chunks, step):
-        j1 = min(plan.num_chunks, j0 + step)
+    for j0 in starts:
         if ready is not None:
-            waited += ready(min(j1 * plan.rows, out.shape[0]) * row_bytes)
-        counts.append(run(variables, h, graph, out, jnp.int32(j0), jnp.int32(j1)))
+            waited += ready(min((j0 + step) * plan.rows, out.shape[0]) * row_bytes)
+        counts.append(run(variables, h, graph, out, jnp.int32(j0)))
     if log:
         log(f"exact inference: layer {layer + 1} compiled in {compiled:.2f} s; "
             f"{waited:.2f} s waited for the host buffer's locking")
-    written = sum(int(c) for c in counts)
-    if written != plan.num_chunks * plan.rows:
+    written, expected = sum(int(c) for c in counts), len(starts) * step * plan.rows
+    if written != expected:
         raise RuntimeError(f"exact inference stored {written:,} rows of layer {layer} in "
-                           f"host memory, expected {plan.num_chunks * plan.rows:,}")
+                           f"host memory, expected {expected:,}")
     return out
 
 
