@@ -187,10 +187,9 @@ def io_mode(args) -> None:
         PageLock,
         PinnedBuffer,
         _register_targets,
+        uploaded,
         write_rows,
     )
-    from zerognn_jax._src.training.evaluate import uploaded
-
     copy = pcie_copy_gbs()
     t0 = time.perf_counter()
     _register_targets()  # builds the handlers (first use) outside the other timings

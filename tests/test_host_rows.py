@@ -103,10 +103,8 @@ def test_write_lowers_for_cuda_as_one_call_kept_for_its_effect():
 def test_uploaded_table_equals_the_host_array():
     """A table copied to the device in blocks that do not divide it (the last one moved
     back over the one before), bit for bit."""
-    from zerognn_jax._src.training.evaluate import uploaded
-
     table = np.random.default_rng(0).standard_normal((37, 5)).astype(ml_dtypes.bfloat16)
-    got = uploaded(zg.HostTable(table), block_bytes=8 * 5 * 2)
+    got = host_rows.uploaded(zg.HostTable(table), block_bytes=8 * 5 * 2)
     np.testing.assert_array_equal(np.asarray(got).view(np.uint8), table.view(np.uint8))
 
 
@@ -329,3 +327,29 @@ def test_pinned_buffer_locks_piece_by_piece_and_reports_failure(monkeypatch):
     del failing
     gc.collect()
     assert fake.locked == set() and not host_rows._LOCKED  # the two locked pieces undone
+
+
+def test_a_table_locked_by_a_host_table_goes_to_the_device_by_the_gather(monkeypatch):
+    """JAX's device_put of memory we page-locked fails on a GPU: device placement of an
+    array a live HostTable holds uploads it through the host gather instead (bit for
+    bit), and leaves any other array to device_put."""
+    from zerognn_jax._src.training import placement
+
+    host_rows._register_targets()  # the real CPU handlers, before the fake stands in
+    fake = _FakeCuda()
+    monkeypatch.setattr(host_rows, "_gpu_arch", lambda: "sm_90")
+    monkeypatch.setattr(host_rows, "_register_targets", lambda: fake)
+    features = np.random.default_rng(1).standard_normal((40, 6)).astype(np.float32)
+    held = zg.HostTable(features)
+    calls = []
+    monkeypatch.setattr(placement, "uploaded", lambda t: calls.append(t) or
+                        host_rows.uploaded(t))
+    where = placement.Placement("device", "test", measured=False)
+    for array, through_gather in ((features, True), (features.copy(), False)):
+        calls.clear()
+        monkeypatch.setattr(host_rows, "_gpu_arch", lambda: None)  # the CPU handler runs
+        got = placement.place_features(array, np.float32, where, announce=False)
+        monkeypatch.setattr(host_rows, "_gpu_arch", lambda: "sm_90")
+        assert bool(calls) == through_gather
+        np.testing.assert_array_equal(np.asarray(got), features)
+    del held

@@ -358,6 +358,30 @@ def write_rows(table: HostTable, block: jax.Array, first: jax.Array) -> jax.Arra
         rows=np.int64(table.shape[0]), row_bytes=np.int64(table.shape[1] * table.dtype.itemsize))
 
 
+@functools.partial(jax.jit, static_argnames=("rows",))
+def _upload(table: HostTable, *, rows: int) -> jax.Array:
+    """float[N, d]: the host table on the device, read `rows` rows at a time by the host
+    gather (in address order) into one device array, filled in place."""
+    n, width = table.shape
+    ids = jnp.arange(rows, dtype=jnp.int32)
+
+    def body(j, out):
+        first = jnp.minimum(j * rows, n - rows)
+        block = read_rows(table, first + ids, jnp.ones((rows,), bool), ids)
+        return jax.lax.dynamic_update_slice(out, block, (first, 0))
+
+    out = jnp.zeros((n, width), table.dtype)
+    return jax.lax.fori_loop(0, -(-n // rows), body, out)
+
+
+def uploaded(table: HostTable, block_bytes: int = 256 << 20) -> jax.Array:
+    """The host table `table` copied to the device, about `block_bytes` at a time."""
+    if table.shape[0] == 0:
+        return jnp.zeros(table.shape, table.dtype)
+    row_bytes = table.shape[1] * table.dtype.itemsize
+    return _upload(table, rows=min(table.shape[0], max(1, block_bytes // row_bytes)))
+
+
 def _release(lib: ctypes.CDLL, span: tuple[int, int]) -> None:
     """Drops one table's hold on `span`; the last one out unlocks its pages."""
     held = _LOCKED[span]
@@ -422,6 +446,13 @@ def cache_hot_rows(host: HostTable, hot: np.ndarray) -> CachedTable:
     slot[hot] = np.arange(count, dtype=np.int32)
     rows = jax.jit(host.gather)(jnp.asarray(hot), jnp.ones(count, bool))
     return CachedTable(rows, jnp.asarray(slot), host)
+
+
+def is_page_locked(array: np.ndarray) -> bool:
+    """Whether `array`'s memory lies in memory a `HostTable` or `PinnedBuffer` holds
+    page-locked (JAX's `device_put` of such memory fails on a GPU with
+    CUDA_ERROR_INVALID_VALUE, JAX 0.11.2: `uploaded` copies it instead)."""
+    return array.nbytes > 0 and _locked_span(array.ctypes.data, array.nbytes) is not None
 
 
 def is_host_resident(table) -> bool:

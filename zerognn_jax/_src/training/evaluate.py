@@ -29,7 +29,7 @@ from zerognn_jax._src.ops.host_rows import (
     HostTable,
     PinnedBuffer,
     is_host_resident,
-    read_rows,
+    uploaded,
     write_rows,
 )
 from zerognn_jax._src.sampling.envelope import Envelope, conservative
@@ -147,22 +147,6 @@ def _layer_to_host(program: StepProgram, variables, h, graph, out: HostTable, j0
     return jax.lax.fori_loop(0, count, body, jnp.int32(0))
 
 
-@functools.partial(jax.jit, static_argnames=("rows",))
-def _upload(table: HostTable, *, rows: int) -> jax.Array:
-    """float[N, d]: the host table on the device, read `rows` rows at a time by the host
-    gather (in address order) into one device array, filled in place."""
-    n, width = table.shape
-    ids = jnp.arange(rows, dtype=jnp.int32)
-
-    def body(j, out):
-        first = jnp.minimum(j * rows, n - rows)
-        block = read_rows(table, first + ids, jnp.ones((rows,), bool), ids)
-        return jax.lax.dynamic_update_slice(out, block, (first, 0))
-
-    out = jnp.zeros((n, width), table.dtype)
-    return jax.lax.fori_loop(0, -(-n // rows), body, out)
-
-
 def _chunk_edge_rows(table, first, slots, mask):
     """[E, D]: the edge-feature rows of a chunk's edges `first + slots` (zero where
     masked), or None for a graph without a table."""
@@ -202,14 +186,6 @@ def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
         raise RuntimeError(f"exact inference stored {written:,} rows of layer {layer} in "
                            f"host memory, expected {expected:,}")
     return out
-
-
-def uploaded(table: HostTable, block_bytes: int = 256 << 20) -> jax.Array:
-    """The host table `table` copied to the device, about `block_bytes` at a time."""
-    if table.shape[0] == 0:
-        return jnp.zeros(table.shape, table.dtype)
-    row_bytes = table.shape[1] * table.dtype.itemsize
-    return _upload(table, rows=min(table.shape[0], max(1, block_bytes // row_bytes)))
 
 
 def _layer_outputs(program, variables, h, data: DeviceData, plan: ChunkPlan) -> list:
