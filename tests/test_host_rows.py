@@ -227,6 +227,12 @@ def test_hottest_rows_come_first_and_the_cache_is_budgeted():
     assert cache_budget(None, device, resident, 80 * gib) == 0
 
 
+# Tests that stand the CUDA build's page-locking in with `_FakeCuda` run where JAX's
+# backend is the CPU: on a GPU the real handlers would read memory the fake never locked.
+_FAKES_CUDA = pytest.mark.skipif(jax.default_backend() != "cpu",
+                                 reason="fakes CUDA's page-locking: CPU backend only")
+
+
 class _FakeCuda:
     """Stands in for the CUDA build's page-locking calls; refuses the `fail_at` piece."""
 
@@ -245,6 +251,7 @@ class _FakeCuda:
         self.locked.remove(address)
 
 
+@_FAKES_CUDA
 def test_page_locking_is_shared_and_undone_by_the_last_table(monkeypatch):
     """Two tables over one array lock it once; the pages stay locked until both are gone;
     a refused piece leaves nothing locked."""
@@ -271,6 +278,7 @@ def test_page_locking_is_shared_and_undone_by_the_last_table(monkeypatch):
     assert fake.locked == set() and not host_rows._LOCKED
 
 
+@_FAKES_CUDA
 def test_tables_inside_a_locked_buffer_share_its_locking(monkeypatch):
     """A buffer locked once (exact inference's layer outputs) and tables over parts of
     it: no second registration; the pages stay locked while the buffer's lock lives."""
@@ -291,6 +299,7 @@ def test_tables_inside_a_locked_buffer_share_its_locking(monkeypatch):
     assert fake.locked == set() and not host_rows._LOCKED
 
 
+@_FAKES_CUDA
 def test_pinned_buffer_locks_piece_by_piece_and_reports_failure(monkeypatch):
     """`ready(end)` returns once the pieces below `end` are locked (all of them in the
     end); tables inside share the buffer's locking, undone when both are gone; a refused
@@ -329,6 +338,7 @@ def test_pinned_buffer_locks_piece_by_piece_and_reports_failure(monkeypatch):
     assert fake.locked == set() and not host_rows._LOCKED  # the two locked pieces undone
 
 
+@_FAKES_CUDA
 def test_a_table_locked_by_a_host_table_goes_to_the_device_by_the_gather(monkeypatch):
     """JAX's device_put of memory we page-locked fails on a GPU: device placement of an
     array a live HostTable holds uploads it through the host gather instead (bit for
