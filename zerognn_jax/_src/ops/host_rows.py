@@ -451,7 +451,8 @@ def cache_hot_rows(host: HostTable, hot: np.ndarray) -> CachedTable:
 def is_page_locked(array: np.ndarray) -> bool:
     """Whether `array`'s memory lies in memory a `HostTable` or `PinnedBuffer` holds
     page-locked (JAX's `device_put` of such memory fails on a GPU with
-    CUDA_ERROR_INVALID_VALUE, JAX 0.11.2: `uploaded` copies it instead)."""
+    CUDA_ERROR_INVALID_VALUE where it spans more than one locked piece, JAX 0.11.2:
+    `uploaded` copies it instead)."""
     return array.nbytes > 0 and _locked_span(array.ctypes.data, array.nbytes) is not None
 
 
