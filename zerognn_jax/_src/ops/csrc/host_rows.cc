@@ -154,20 +154,25 @@ __global__ void GatherRows(const Word* __restrict__ table, const int32_t* __rest
   }
 }
 
-template <typename Word>
-cudaError_t Launch(cudaStream_t stream, const void* table, const int32_t* ids,
-                   const bool* valid, const int32_t* order, void* out, int64_t n, int64_t rows,
-                   int64_t row_bytes) {
-  const int64_t words = row_bytes / static_cast<int64_t>(sizeof(Word));
-  const int64_t total = n * words;
-  if (total == 0) return cudaSuccess;
-  const int threads = 256;
-  const int64_t wanted = (total + threads - 1) / threads;
-  const int blocks = static_cast<int>(wanted < 32768 ? wanted : 32768);
-  GatherRows<Word><<<blocks, threads, 0, stream>>>(
-      static_cast<const Word*>(table), ids, valid, order, static_cast<Word*>(out), rows,
-      words, total);
-  return cudaGetLastError();
+// Blocks of 256 threads for `total` threads, between 1 and 32768 (the kernels stride).
+int Blocks(int64_t total) {
+  const int64_t wanted = (total + 255) / 256;
+  return static_cast<int>(wanted < 1 ? 1 : wanted < 32768 ? wanted : 32768);
+}
+
+// Runs `launch(Word{})` with the widest word that divides both the table's address and
+// its row size (16, 4, 2 or 1 bytes); a launch error becomes an FFI error named `what`.
+template <typename LaunchFn>
+ffi::Error ByWord(int64_t address, int64_t row_bytes, const char* what, LaunchFn launch) {
+  const int64_t align = address | row_bytes;
+  const cudaError_t status = align % 16 == 0  ? launch(uint4{})
+                             : align % 4 == 0 ? launch(uint32_t{})
+                             : align % 2 == 0 ? launch(uint16_t{})
+                                              : launch(uint8_t{});
+  if (status != cudaSuccess) {
+    return ffi::Error::Internal(std::string(what) + ": " + cudaGetErrorString(status));
+  }
+  return ffi::Error::Success();
 }
 
 ffi::Error HostRowsCuda(cudaStream_t stream, ffi::Buffer<ffi::S32> ids,
@@ -176,29 +181,16 @@ ffi::Error HostRowsCuda(cudaStream_t stream, ffi::Buffer<ffi::S32> ids,
                         int64_t row_bytes) {
   ffi::Error err = CheckShapes(ids, valid, order, *out, rows, row_bytes);
   if (err.failure()) return err;
-  const void* table = reinterpret_cast<const void*>(address);
   const int64_t n = static_cast<int64_t>(ids.element_count());
-  const int32_t* id = ids.typed_data();
-  const bool* ok = valid.typed_data();
-  const int32_t* by = order.typed_data();
-  void* dst = out->untyped_data();
-  // The widest word that divides the row and the table's alignment.
-  const int64_t align = address | row_bytes;
-  cudaError_t status;
-  if (align % 16 == 0) {
-    status = Launch<uint4>(stream, table, id, ok, by, dst, n, rows, row_bytes);
-  } else if (align % 4 == 0) {
-    status = Launch<uint32_t>(stream, table, id, ok, by, dst, n, rows, row_bytes);
-  } else if (align % 2 == 0) {
-    status = Launch<uint16_t>(stream, table, id, ok, by, dst, n, rows, row_bytes);
-  } else {
-    status = Launch<uint8_t>(stream, table, id, ok, by, dst, n, rows, row_bytes);
-  }
-  if (status != cudaSuccess) {
-    return ffi::Error::Internal(std::string("zerognn_host_rows: ") +
-                                cudaGetErrorString(status));
-  }
-  return ffi::Error::Success();
+  return ByWord(address, row_bytes, "zerognn_host_rows", [&](auto word) {
+    using Word = decltype(word);
+    const int64_t words = row_bytes / static_cast<int64_t>(sizeof(Word));
+    if (n * words == 0) return cudaSuccess;
+    GatherRows<Word><<<Blocks(n * words), 256, 0, stream>>>(
+        reinterpret_cast<const Word*>(address), ids.typed_data(), valid.typed_data(),
+        order.typed_data(), static_cast<Word*>(out->untyped_data()), rows, words, n * words);
+    return cudaGetLastError();
+  });
 }
 
 // Stores the block's rows into the mapped host table (zero-copy writes over PCIe: one
@@ -220,20 +212,6 @@ __global__ void StoreRows(const Word* __restrict__ block, const int32_t* __restr
   }
 }
 
-template <typename Word>
-cudaError_t LaunchStore(cudaStream_t stream, const void* block, const int32_t* first,
-                        void* table, int32_t* written, int64_t n, int64_t rows,
-                        int64_t row_bytes) {
-  const int64_t words = row_bytes / static_cast<int64_t>(sizeof(Word));
-  const int threads = 256;
-  const int64_t wanted = (n * words + threads - 1) / threads;
-  const int blocks = static_cast<int>(wanted < 1 ? 1 : wanted < 32768 ? wanted : 32768);
-  StoreRows<Word><<<blocks, threads, 0, stream>>>(static_cast<const Word*>(block), first,
-                                                  static_cast<Word*>(table), written, n,
-                                                  rows, words);
-  return cudaGetLastError();
-}
-
 ffi::Error RowsToHostCuda(cudaStream_t stream, ffi::AnyBuffer block,
                           ffi::Buffer<ffi::S32> first,
                           ffi::Result<ffi::Buffer<ffi::S32>> written, int64_t address,
@@ -241,26 +219,15 @@ ffi::Error RowsToHostCuda(cudaStream_t stream, ffi::AnyBuffer block,
   ffi::Error err = CheckBlock(block, row_bytes);
   if (err.failure()) return err;
   const int64_t n = static_cast<int64_t>(block.size_bytes()) / row_bytes;
-  void* table = reinterpret_cast<void*>(address);
-  const void* src = block.untyped_data();
-  const int32_t* at = first.typed_data();
-  int32_t* count = written->typed_data();
-  const int64_t align = address | row_bytes;
-  cudaError_t status;
-  if (align % 16 == 0) {
-    status = LaunchStore<uint4>(stream, src, at, table, count, n, rows, row_bytes);
-  } else if (align % 4 == 0) {
-    status = LaunchStore<uint32_t>(stream, src, at, table, count, n, rows, row_bytes);
-  } else if (align % 2 == 0) {
-    status = LaunchStore<uint16_t>(stream, src, at, table, count, n, rows, row_bytes);
-  } else {
-    status = LaunchStore<uint8_t>(stream, src, at, table, count, n, rows, row_bytes);
-  }
-  if (status != cudaSuccess) {
-    return ffi::Error::Internal(std::string("zerognn_rows_to_host: ") +
-                                cudaGetErrorString(status));
-  }
-  return ffi::Error::Success();
+  return ByWord(address, row_bytes, "zerognn_rows_to_host", [&](auto word) {
+    using Word = decltype(word);
+    const int64_t words = row_bytes / static_cast<int64_t>(sizeof(Word));
+    // At least one block even for no rows: its thread 0 writes the count.
+    StoreRows<Word><<<Blocks(n * words), 256, 0, stream>>>(
+        static_cast<const Word*>(block.untyped_data()), first.typed_data(),
+        reinterpret_cast<Word*>(address), written->typed_data(), n, rows, words);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace
