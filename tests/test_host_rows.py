@@ -352,8 +352,8 @@ def test_a_table_locked_by_a_host_table_goes_to_the_device_by_the_gather(monkeyp
     features = np.random.default_rng(1).standard_normal((40, 6)).astype(np.float32)
     held = zg.HostTable(features)
     calls = []
-    monkeypatch.setattr(placement, "uploaded", lambda t: calls.append(t) or
-                        host_rows.uploaded(t))
+    upload = host_rows.uploaded
+    monkeypatch.setattr(host_rows, "uploaded", lambda t: calls.append(t) or upload(t))
     where = placement.Placement("device", "test", measured=False)
     for array, through_gather in ((features, True), (features.copy(), False)):
         calls.clear()

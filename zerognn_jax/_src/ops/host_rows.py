@@ -14,6 +14,11 @@ with `HostTable.gather`; its twin is the same table on the device (`jnp.asarray`
 `CachedTable` adds device copies of the hottest rows (`cache_hot_rows`: by degree in
 training), so that only the others cross PCIe.
 
+The other way, `write_rows` (the `zerognn_rows_to_host` call) stores device rows into a
+page-locked table from inside a compiled loop, and `uploaded` reads a whole table back:
+exact inference streams the layers that do not fit the device through them, into a
+`PinnedBuffer` (fresh memory locked piece by piece on a thread, training/evaluate.py).
+
 The handlers are compiled at first use, with the C++ compiler (`$CXX`, else `g++`) on
 a CPU-only JAX and with `nvcc` (`$NVCC`, else `nvcc` on the PATH or in CUDA's home) on a
 GPU, against the installed jaxlib's FFI headers, into `$ZEROGNN_CACHE` (default
@@ -161,21 +166,28 @@ def _page_lock(lib: ctypes.CDLL, address: int, nbytes: int) -> list[int]:
     nothing stays registered and RuntimeError says why."""
     done = []
     for start, size in _pieces(address, nbytes):
-        err = lib.zg_register(start, size).decode()
-        if err:
+        try:
+            _register_piece(lib, start, size, (address, nbytes))
+        except RuntimeError as error:
             for piece in done:
                 lib.zg_unregister(piece)
-            raise RuntimeError(f"page-locking the {nbytes / 2**30:.2f} GiB feature table "
-                               f"for the GPU failed at byte {start - address:,}: {err} (a "
-                               f"table overlapping another one in use, a view of it, is "
-                               f"refused: pass the whole array)")
+            raise RuntimeError(f"{error} (a table overlapping another one in use, a view "
+                               f"of it, is refused: pass the whole array)") from None
         done.append(start)
     return done
 
 
+def _register_piece(lib: ctypes.CDLL, start: int, size: int, span: tuple[int, int]) -> None:
+    """Page-locks one piece of `span`; RuntimeError naming the byte where it failed."""
+    err = lib.zg_register(start, size).decode()
+    if err:
+        raise RuntimeError(f"page-locking {span[1] / 2**30:.2f} GiB of host memory for the "
+                           f"GPU failed at byte {start - span[0]:,}: {err}")
+
+
 def _locked_span(address: int, nbytes: int) -> tuple[int, int] | None:
     """The page-locked span holding [address, address + nbytes), if any."""
-    for start, size in _LOCKED:
+    for start, size in list(_LOCKED):  # a locking thread's finalizer may drop one
         if start <= address and address + nbytes <= start + size:
             return start, size
     return None
@@ -268,10 +280,7 @@ def _lock_pieces(array: np.ndarray, span: tuple[int, int], progress: _Progress) 
                 piece = array[start - span[0]:start - span[0] + size]
                 list(pool.map(lambda part: part[::mmap.PAGESIZE].fill(0),
                               np.array_split(piece, workers)))
-                err = lib.zg_register(start, size).decode()
-                if err:
-                    raise RuntimeError(f"page-locking {span[1] / 2**30:.2f} GiB of host "
-                                       f"memory failed at byte {start - span[0]:,}: {err}")
+                _register_piece(lib, start, size, span)
                 _LOCKED[span][1].append(start)
                 progress.report(start + size - span[0])
     except Exception as error:  # noqa: BLE001 (handed to the thread that waits)
@@ -310,8 +319,7 @@ class HostTable:
         self.shape = array.shape
         self.dtype = jnp.dtype(array.dtype)
         self.ndim = 2
-        _register_targets()
-        self._lock = PageLock(array)
+        self._lock = PageLock(array)  # registers the handlers too
         self.page_locked = self._lock.locked
 
     @property
@@ -448,12 +456,17 @@ def cache_hot_rows(host: HostTable, hot: np.ndarray) -> CachedTable:
     return CachedTable(rows, jnp.asarray(slot), host)
 
 
-def is_page_locked(array: np.ndarray) -> bool:
-    """Whether `array`'s memory lies in memory a `HostTable` or `PinnedBuffer` holds
-    page-locked (JAX's `device_put` of such memory fails on a GPU with
-    CUDA_ERROR_INVALID_VALUE where it spans more than one locked piece, JAX 0.11.2:
-    `uploaded` copies it instead)."""
-    return array.nbytes > 0 and _locked_span(array.ctypes.data, array.nbytes) is not None
+def to_device(array: np.ndarray, dtype=None) -> jax.Array:
+    """The NumPy array `array` on the default device (in `dtype`): by `jax.device_put`,
+    or by the host gather (`uploaded`) when its memory lies in memory a `HostTable` or
+    `PinnedBuffer` holds page-locked: JAX's `device_put` of such memory fails on a GPU
+    with CUDA_ERROR_INVALID_VALUE where it spans more than one locked piece (JAX 0.11.2,
+    docs/benchmarks.md). `device_put` moves the rows straight in (`jnp.asarray` would
+    also run a copy on the device: twice a 57 GB table)."""
+    array = array.astype(dtype or array.dtype, copy=False)
+    locked = (array.nbytes > 0 and array.ndim == 2 and array.flags.c_contiguous
+              and _locked_span(array.ctypes.data, array.nbytes) is not None)
+    return uploaded(HostTable(array)) if locked else jax.device_put(array)
 
 
 def is_host_resident(table) -> bool:

@@ -29,6 +29,7 @@ from zerognn_jax._src.ops.host_rows import (
     HostTable,
     PinnedBuffer,
     is_host_resident,
+    to_device,
     uploaded,
     write_rows,
 )
@@ -249,8 +250,8 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
             h_device = uploaded(streamed)
         elif isinstance(h, jax.Array) or is_host_resident(h):
             h_device = h
-        else:  # device_put moves host rows straight in (jnp.asarray would also run a
-            h_device = jax.device_put(h)  # copy on the device: twice a 57 GB layer)
+        else:
+            h_device = to_device(h)
         if offload or log:  # frees the host buffer for this layer's output, and lets the
             # previous layer finish and release its input before free memory is read
             h_device = jax.block_until_ready(h_device)

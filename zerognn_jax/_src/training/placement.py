@@ -16,7 +16,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.ops.host_rows import HostTable, cache_hot_rows, is_page_locked, uploaded
+from zerognn_jax._src.ops.host_rows import HostTable, cache_hot_rows, to_device
 from zerognn_jax._src.training.memory import Resident, _gib
 
 # The share of device memory "auto" keeps free for the step's buffers.
@@ -81,12 +81,8 @@ def place_features(features, dtype, placement: Placement, *, announce: bool,
     "auto" chose it by the device's memory."""
     note = ""
     if placement.where == "device":
-        host = features if isinstance(features, np.ndarray) else None
-        if (host is not None and host.dtype == np.dtype(dtype) and host.ndim == 2
-                and host.flags.c_contiguous and is_page_locked(host)):
-            table = uploaded(HostTable(host))  # a HostTable over it is alive: no device_put
-        else:
-            table = jnp.asarray(features, dtype)
+        table = (to_device(features, dtype) if isinstance(features, np.ndarray)
+                 else jnp.asarray(features, dtype))
     else:
         table = HostTable(np.ascontiguousarray(np.asarray(features).astype(dtype, copy=False)))
         row_bytes = table.shape[1] * table.dtype.itemsize
