@@ -150,3 +150,19 @@ def test_embeddings_resume_from_a_checkpoint_as_if_never_stopped(edge_data, tmp_
                    for_inference=True)
     np.testing.assert_array_equal(np.asarray(back.variables["embedding"]),
                                   np.asarray(resumed.state.embedding))
+
+
+def test_placement_counts_only_the_edge_features_a_model_reads(edge_data, monkeypatch):
+    """The memory plan behind feature_placement="auto" sees the edge-feature table when
+    the model reads it (in the run's dtype) and not when it stays on the host."""
+    from zerognn_jax._src.training import memory, trainer
+
+    seen = []
+    plan = memory.resident_bytes
+    monkeypatch.setattr(memory, "resident_bytes",
+                        lambda graph, *a, **k: seen.append(graph.edge_features) or
+                        plan(graph, *a, **k))
+    trainer.prepare(_cfg(edge_features=False, model="sage"), edge_data)
+    trainer.prepare(_cfg(dtype="bfloat16"), edge_data)
+    assert seen[0] is None
+    assert seen[1].dtype == jnp.bfloat16 and seen[1].shape == edge_data.graph.edge_features.shape

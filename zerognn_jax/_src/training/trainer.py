@@ -115,7 +115,12 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, method=cfg.sampler,
                             edge_ids=edge_dim is not None)
     sampler = sampler.resolve(dataset.graph.max_degree())
-    resident = memory.resident_bytes(dataset.graph, feats.shape[1], cfg.dtype,
+    dtype = jnp.dtype(cfg.dtype)
+    # An edge-feature table no model reads stays on the host; a read one goes in `dtype`.
+    edges = (None if edge_dim is None
+             else np.asarray(dataset.graph.edge_features).astype(dtype))
+    graph = dataset.graph._replace(edge_features=edges)
+    resident = memory.resident_bytes(graph, feats.shape[1], cfg.dtype,
                                      level_dims(cfg, dataset, task, model),
                                      embedding_dim=cfg.embedding_dim)
     limit = memory.device_memory_limit()
@@ -126,11 +131,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                            dedup=cfg.dedup, user_model=model is not None,
                            host_features=placement.where == "host")
     sampler = layout.apply(sampler)
-    dtype = jnp.dtype(cfg.dtype)
-    graph = dataset.graph
-    # An edge-feature table no model reads stays on the host; a read one goes in `dtype`.
-    edges = None if edge_dim is None else np.asarray(graph.edge_features).astype(dtype)
-    graph = prepare_graph(graph._replace(edge_features=edges), sampler)
+    graph = prepare_graph(graph, sampler)
     if model is None:
         model = make_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
                            num_classes=task.output_dim(cfg, dataset), dropout=cfg.dropout,
