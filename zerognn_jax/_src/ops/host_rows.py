@@ -456,13 +456,16 @@ def cache_hot_rows(host: HostTable, hot: np.ndarray) -> CachedTable:
     return CachedTable(rows, jnp.asarray(slot), host)
 
 
-def to_device(array: np.ndarray, dtype=None) -> jax.Array:
-    """The NumPy array `array` on the default device (in `dtype`): by `jax.device_put`,
-    or by the host gather (`uploaded`) when its memory lies in memory a `HostTable` or
+def to_device(array, dtype=None) -> jax.Array:
+    """`array` on the default device (in `dtype`; anything but a NumPy array by
+    `jnp.asarray`): a NumPy array by `jax.device_put`, or by the host gather
+    (`uploaded`) when its memory lies in memory a `HostTable` or
     `PinnedBuffer` holds page-locked: JAX's `device_put` of such memory fails on a GPU
     with CUDA_ERROR_INVALID_VALUE where it spans more than one locked piece (JAX 0.11.2,
     docs/benchmarks.md). `device_put` moves the rows straight in (`jnp.asarray` would
     also run a copy on the device: twice a 57 GB table)."""
+    if not isinstance(array, np.ndarray):
+        return jnp.asarray(array, dtype)
     array = array.astype(dtype or array.dtype, copy=False)
     locked = (array.nbytes > 0 and array.ndim == 2 and array.flags.c_contiguous
               and _locked_span(array.ctypes.data, array.nbytes) is not None)

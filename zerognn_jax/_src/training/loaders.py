@@ -32,7 +32,7 @@ import numpy as np
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.links import EvalEdges, LinkSplit
 from zerognn_jax._src.ops.gather import gather_rows
-from zerognn_jax._src.ops.host_rows import is_host_resident
+from zerognn_jax._src.ops.host_rows import is_host_resident, to_device
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
@@ -178,7 +178,7 @@ class DeviceLoader:
                 raise ValueError(f"{name} must have one row per node ({graph.num_nodes}), "
                                  f"got {rows}")
         self.features = (features if features is None or is_host_resident(features)
-                         else jnp.asarray(features))
+                         else to_device(features))
         self.targets = None if targets is None else jax.tree_util.tree_map(jnp.asarray, targets)
         if isinstance(envelope, str):
             envelope, _ = choose_envelope(self.graph, self.items, batch_size, config,

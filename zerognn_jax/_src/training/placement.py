@@ -13,7 +13,6 @@ from __future__ import annotations
 import sys
 from typing import NamedTuple
 
-import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.ops.host_rows import HostTable, cache_hot_rows, to_device
@@ -81,8 +80,7 @@ def place_features(features, dtype, placement: Placement, *, announce: bool,
     "auto" chose it by the device's memory."""
     note = ""
     if placement.where == "device":
-        table = (to_device(features, dtype) if isinstance(features, np.ndarray)
-                 else jnp.asarray(features, dtype))
+        table = to_device(features, dtype)
     else:
         table = HostTable(np.ascontiguousarray(np.asarray(features).astype(dtype, copy=False)))
         row_bytes = table.shape[1] * table.dtype.itemsize
