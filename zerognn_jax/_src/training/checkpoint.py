@@ -42,11 +42,13 @@ from zerognn_jax._src.data.writes import write_error
 
 FORMAT = 1
 # TrainConfig fields a resumed run may change: they leave the trained values unchanged
-# (engines, kernels and envelopes give the same result; the batch is compared as the
-# global batch, so the devices may change with the per-device batch; the data are
-# compared by their sizes, not by the name or path they were loaded from) or only say how
-# long to train, what to evaluate and where to write. Every other field, new ones
-# included, must match the checkpoint.
+# (kernels and envelopes give the same result; the engine and the feature placement may
+# change the default level layout, hence the subgraphs sampled from then on, but not
+# the model or its optimizer state; the batch is compared as the global batch, so the
+# devices may change with the per-device batch; the data are compared by their sizes,
+# not by the name or path they were loaded from) or only say how long to train, what to
+# evaluate and where to write. Every other field, new ones included, must match the
+# checkpoint.
 FREE_ON_RESUME = frozenset({
     "epochs", "dataset", "root", "batch_size", "devices", "shard_features", "kernels",
     "graph_aggregation", "feature_placement", "feature_cache_gib",
