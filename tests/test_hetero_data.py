@@ -152,3 +152,16 @@ def test_cli_info_and_generate_list_types_and_relations(tmp_path, capsys):
     assert "ogbn-mag needs root=" in capsys.readouterr().err
     with pytest.raises(ValueError, match="is a typed .* load_hetero_dataset"):
         zg.load_dataset(str(out))
+
+
+def test_pool_draws_land_where_a_binary_search_puts_them():
+    """The guide-table walk of the generators' pools equals np.searchsorted(side="right")
+    on the cumulative propensities: random draws, draws exactly on each boundary, just
+    below it, and 0."""
+    rng = np.random.default_rng(3)
+    community = rng.integers(0, 5, 300)
+    pool = hetero_synthetic._Pool(community, 1.0 + rng.pareto(1.5, 300), 5)
+    u = np.concatenate([rng.random(2000) * pool.cum[-1], pool.cum[:-1],
+                        np.nextafter(pool.cum, 0), [0.0]])
+    want = pool.order[np.minimum(np.searchsorted(pool.cum, u, side="right"), 299)]
+    np.testing.assert_array_equal(pool._at(u), want)

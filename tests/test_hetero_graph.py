@@ -60,23 +60,29 @@ def test_reverse_relations_turn_edges_round_and_merge_same_type():
     assert unmerged[("paper", "rev_cites", "paper")].num_edges == 4
 
 
+@pytest.mark.parametrize("chunk", [None, 8])  # 8: keys sorted in chunks, then merged
 @pytest.mark.parametrize("relation", [WRITES, CITES])
-def test_the_reverse_of_a_bare_relation_is_the_edge_list_build(relation):
+def test_the_reverse_of_a_bare_relation_is_the_edge_list_build(relation, chunk, monkeypatch):
     # without weights or features the keys are sorted (not argsorted): same arrays
+    from zerognn_jax._src.data import hetero
+
+    if chunk:
+        monkeypatch.setattr(hetero, "_KEY_CHUNK", chunk)
     rng = np.random.default_rng(0)
     n_src, n_dst = COUNTS[relation[0]], COUNTS[relation[2]]
     src, dst = rng.integers(0, n_src, 40), rng.integers(0, n_dst, 40)  # repeats, loops
     g = zg.hetero_graph(COUNTS, {relation: (src, dst)}, add_reverse=True)
     if relation[0] == relation[2]:
-        got = g[relation]
-        want = zg.from_edge_list(dst, src, n_dst, make_undirected=True,
-                                 remove_duplicates=True)
+        pairs = [(g[relation], zg.from_edge_list(dst, src, n_dst, make_undirected=True,
+                                                 remove_duplicates=True))]
     else:
-        got = g[(relation[2], "rev_" + relation[1], relation[0])]
-        want = zg.from_edge_list(src, dst, n_src, num_columns=n_dst)
-    for a, b in ((got.indptr, want.indptr), (got.indices, want.indices)):
-        assert a.dtype == b.dtype
-        np.testing.assert_array_equal(a, b)
+        pairs = [(g[(relation[2], "rev_" + relation[1], relation[0])],
+                  zg.from_edge_list(src, dst, n_src, num_columns=n_dst)),
+                 (g[relation], zg.from_edge_list(dst, src, n_dst, num_columns=n_src))]
+    for got, want in pairs:
+        for a, b in ((got.indptr, want.indptr), (got.indices, want.indices)):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
 
 
 def test_homogeneous_graph_is_the_one_type_case():

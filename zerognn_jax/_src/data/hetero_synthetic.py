@@ -48,7 +48,9 @@ from one stream, in order. igbh-like (~35 GB at scale 1) splits its two large st
 into fixed blocks, each with a stream of its own, `SeedSequence([stage, seed],
 spawn_key=key)`: a relation's draws in blocks of 2**20 (key (round, block)), a type's
 feature rows in blocks of 2**22 entries (key (block,)), so blocks run on several
-threads (`threads`) and the output does not depend on how many. Its noise is the
+threads (`threads`: the draws'; building the graph from them and checking the features
+use `tables.host_threads()` whatever `threads` says) and the output does not depend on
+how many. Its noise is the
 standard normal to 16 bits (65,536 equally likely quantiles, |z| <= 4.33, steps under
 7e-5 within one standard deviation), in about half the time of NumPy's normals. It
 keeps a relation's distinct pairs in (dst, src) order, CSR's, and drops the draws past
