@@ -80,3 +80,32 @@ def test_missing_or_mismatched_edge_features_are_named(block):
         GINEConv(4).init(jax.random.PRNGKey(0), h, h, bare)
     with pytest.raises(ValueError, match="edge_dim 5, and its view's edge features are 3"):
         GATConv(8, heads=2, edge_dim=5).init(jax.random.PRNGKey(0), h, h, ell)
+
+
+def test_gat_edge_attention_matches_its_definition(block):
+    """PyG's `GATConv(edge_dim)` logit a_src.Wh_j + a_dst.Wh_i + a_edge.(W_e e_ij), its
+    self-loop taking the mean edge feature, written out per node in NumPy."""
+    h, ell, _ = block
+    layer = LAYERS[0]
+    params = layer.init(jax.random.PRNGKey(2), h, h, ell)
+    out = np.asarray(layer.apply(params, h, h, ell))
+    p = jax.tree.map(np.asarray, params["params"])
+    heads, f = 2, 4
+    z = (np.asarray(h) @ p["Dense_0"]["kernel"]).reshape(-1, heads, f)
+    a_src, a_dst, a_edge = p["att_src"][0], p["att_dst"][0], p["att_edge"][0]
+    nbr, mask, attr = np.asarray(ell.nbr), np.asarray(ell.mask), np.asarray(ell.edge_attr)
+    leaky = lambda v: np.where(v > 0, v, 0.2 * v)
+    for i in range(z.shape[0]):
+        live = nbr[i][mask[i]]
+        e = attr[i][mask[i]]
+        edge = (e @ p["edge"]["kernel"]).reshape(-1, heads, f)
+        self_edge = (e.mean(0) @ p["edge"]["kernel"]).reshape(heads, f)
+        logits = np.concatenate([
+            (z[live] * a_src).sum(-1) + (z[i] * a_dst).sum(-1) + (edge * a_edge).sum(-1),
+            ((z[i] * a_src).sum(-1) + (z[i] * a_dst).sum(-1)
+             + (self_edge * a_edge).sum(-1))[None]])
+        w = np.exp(leaky(logits) - leaky(logits).max(0))
+        w /= w.sum(0)
+        want = np.einsum("jh,jhf->hf", w, np.concatenate([z[live], z[i][None]]))
+        np.testing.assert_allclose(out[i], want.reshape(-1) + p["bias"], rtol=1e-4,
+                                   atol=1e-5)

@@ -133,9 +133,25 @@ class GATConv(nn.Module):
         if e.shape[-1] != self.edge_dim:
             raise ValueError(f"GATConv has edge_dim {self.edge_dim}, and its view's edge "
                              f"features are {e.shape[-1]} wide")
-        z_edge = nn.Dense(h * f, use_bias=False, dtype=self.dtype, name="edge")(e)
+        w_edge = _EdgeKernel(self.edge_dim, h * f, name="edge")()
         a_edge = self.param("att_edge", init, (1, h, f))
-        return jnp.sum(z_edge.reshape(*e.shape[:-1], h, f) * a_edge, -1)
+        # a_edge . (W_e e) = e . (W_e a_edge): the [D, H] product replaces the
+        # [..., H * F] edge-shaped projection that would be written and read back.
+        folded = jnp.sum(w_edge.reshape(self.edge_dim, h, f) * a_edge, -1)
+        return jnp.dot(e.astype(self.dtype), folded.astype(self.dtype),
+                       preferred_element_type=jnp.float32)
+
+
+class _EdgeKernel(nn.Module):
+    """The [D, H * F] kernel of GAT's edge projection, held where `nn.Dense(name="edge")`
+    holds it (same path, shape and initialiser)."""
+
+    rows: int
+    columns: int
+
+    @nn.compact
+    def __call__(self) -> jax.Array:
+        return self.param("kernel", nn.initializers.lecun_normal(), (self.rows, self.columns))
 
 
 class GINEConv(nn.Module):
