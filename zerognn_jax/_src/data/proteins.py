@@ -3,7 +3,7 @@ features.
 
 At `scale=1`: 132,534 nodes in 8 species, ~19.8M undirected edges stored both ways
 (~39.6M directed, ogbn-proteins' counts), 8 edge features in (0, 1), 112 binary targets,
-no node features (a constant 1.0 column), and a species split: 6 species for training
+8 node features, and a species split: 6 species for training
 (86,619 nodes), one for validation (21,236), one for testing (24,679), ogbn-proteins'
 counts. Node, edge and split counts scale with `scale`.
 
@@ -15,16 +15,20 @@ counts. Node, edge and split counts scale with `scale`.
      proportion to expected degree (synthetic.py's stub table), loops and duplicates
      dropped. Where the target count would exceed 10 % of the pairs inside species
      (scales below ~0.16), the edge count is capped there, so the mean degree falls.
-  3. Every node has a hidden vector h_v ~ N(0, I_8); the undirected edge {u, v} gets
-     features sigmoid(h_u + h_v + 0.5 eps), eps ~ N(0, I_8), the same in both directions.
-     The mean of a node's incident edge features thus reveals h_v, while the graph's
-     structure (drawn without h) says nothing about it.
-  4. Target j of node v: with m_v the mean of v's incident edge features and w_j ~
-     N(0, I_8) a hidden direction, z_vj = standardised (m_v . w_j) plus N(0, 0.6^2)
-     noise, and the target is 1 where z_vj lies above its (1 - r_j) quantile, r_j ~
-     U(0.05, 0.5) the target's positive rate. Nodes without edges get z = noise only.
-     Node features are constant, so without the edge features nothing predicts the
-     targets beyond their base rates.
+  3. Every node has 8 observed features x_v ~ N(0, I_8) (ogbn-proteins has none; OGB's
+     examples derive node inputs from the edges, and a preset whose node inputs are
+     constant leaves an attention model nothing to weigh). The undirected edge {u, v}
+     gets 8 association scores sigmoid(1.5 g), g ~ N(0, I_8), the same in both
+     directions, and a strength s_uv = e_uv . c along a hidden unit direction c.
+  4. Target j of node v: z_vj = standardised (x-bar_v . w_j) plus N(0, 0.6^2) noise,
+     where x-bar_v is the mean of v's neighbours' x weighted by exp(beta s_uv) (beta
+     = 5.6: about a tenth of a node's edges carry the weight) and w_j ~ N(0, I_8) is a
+     hidden direction; the target is 1 where z_vj lies above its (1 - r_j) quantile,
+     r_j ~ U(0.05, 0.5) the target's positive rate. Nodes without edges get z = noise.
+     Which neighbours count is written only in the edges' features: a model that reads
+     them in its attention (GAT with `edge_dim`) can weigh its neighbours as the
+     targets do; without them the plain neighbour mean is all it has, and the edge
+     features alone, without the neighbours' x, say nothing.
 
 Each stage draws from its own stream; output is a function of (scale, seed) and the
 NumPy version. Measured cost: docs/datasets.md.
@@ -46,10 +50,13 @@ PROTEINS_EDGES = 19_780_626  # undirected; 39,561,252 directed
 PROTEINS_SPLIT = (86_619, 21_236, 24_679)  # train, val, test nodes
 TRAIN_SPECIES = (0.3, 0.2, 0.15, 0.15, 0.1, 0.1)  # shares of the training nodes
 NUM_EDGE_FEATURES = 8
+NUM_NODE_FEATURES = 8
 NUM_TARGETS = 112
 MAX_DEGREE = 7_750
 _DENSITY_CAP = 0.1  # at most this share of the node pairs inside each species
 _NOISE = 0.6
+_EDGE_SCALE = 1.5  # association scores are sigmoid(1.5 g)
+_BETA = 5.6  # sharpness of the edge weights exp(beta s_uv)
 _MIN_NODES = 1_000
 _CHUNK = 1 << 22
 _EDGES = _Model(community_edge_prob=1.0)  # every edge stays inside its species
@@ -68,16 +75,16 @@ def proteins_like(scale: float = 1.0, seed: int = 0) -> Dataset:
     stubs = _expected_degrees(species, sizes, m, _rng(seed, 21))
     upper = _sample_edges(n, m, _StubTable.build(species, stubs), _EDGES, _rng(seed, 22))
     lo = np.repeat(np.arange(n, dtype=np.int32), np.diff(upper.indptr))
-    hidden = _rng(seed, 23).standard_normal((n, NUM_EDGE_FEATURES), dtype=np.float32)
-    table = _edge_features(lo, upper.indices, hidden, _rng(seed, 24))
-    targets = _targets(lo, upper.indices, table, n, _rng(seed, 25))
+    x = _rng(seed, 23).standard_normal((n, NUM_NODE_FEATURES), dtype=np.float32)
+    table = _edge_features(lo.shape[0], _rng(seed, 24))
+    targets = _targets(lo, upper.indices, table, x, _rng(seed, 25))
     graph = undirected.symmetric_graph(upper, table)
     del upper, lo, table
     train = np.flatnonzero(species < len(TRAIN_SPECIES))
     val = np.flatnonzero(species == len(TRAIN_SPECIES))
     test = np.flatnonzero(species == len(TRAIN_SPECIES) + 1)
     return make_dataset("proteins-like", graph.indptr, graph.indices,
-                        np.ones((n, 1), np.float32), None, train, val, test, NUM_TARGETS,
+                        x, None, train, val, test, NUM_TARGETS,
                         targets=targets, target_kind="multilabel",
                         edge_features=graph.edge_features)
 
@@ -102,32 +109,38 @@ def _expected_degrees(species, sizes, m: int, rng) -> np.ndarray:
     return np.maximum(1, np.rint(degrees)).astype(np.int64)
 
 
-def _edge_features(lo, hi, hidden, rng) -> np.ndarray:
-    """float32[E, 8]: sigmoid(h_lo + h_hi + 0.5 eps) per undirected edge, in chunks."""
-    out = np.empty((lo.shape[0], NUM_EDGE_FEATURES), np.float32)
+def _edge_features(m: int, rng) -> np.ndarray:
+    """float32[m, 8]: sigmoid(1.5 g), g ~ N(0, I_8), per undirected edge, in chunks."""
+    out = np.empty((m, NUM_EDGE_FEATURES), np.float32)
     rows = max(1, _CHUNK // NUM_EDGE_FEATURES)
-    for start in range(0, lo.shape[0], rows):
+    for start in range(0, m, rows):
         block = out[start:start + rows]
         rng.standard_normal(out=block, dtype=np.float32)
-        block *= 0.5
-        block += hidden[lo[start:start + rows]]
-        block += hidden[hi[start:start + rows]]
+        block *= _EDGE_SCALE
         expit(block, out=block)
     return out
 
 
-def _targets(lo, hi, table, n: int, rng) -> np.ndarray:
-    """float32[n, 112] binary targets from each node's mean incident edge features."""
-    sums = np.zeros((n, NUM_EDGE_FEATURES), np.float64)
-    for col in range(NUM_EDGE_FEATURES):
-        sums[:, col] = (np.bincount(lo, table[:, col], minlength=n)
-                        + np.bincount(hi, table[:, col], minlength=n))
-    degree = np.bincount(lo, minlength=n) + np.bincount(hi, minlength=n)
-    has = degree > 0
-    means = sums[has] / degree[has, None]
-    directions = rng.standard_normal((NUM_EDGE_FEATURES, NUM_TARGETS))
+def _targets(lo, hi, table, x, rng) -> np.ndarray:
+    """float32[n, 112] binary targets from each node's neighbour mean of x, weighted by
+    exp(beta s_uv) with s_uv the edge's strength along a hidden direction."""
+    n = x.shape[0]
+    c = rng.standard_normal(NUM_EDGE_FEATURES)
+    c /= np.linalg.norm(c)
+    strength = np.empty(lo.shape[0], np.float64)
+    for start in range(0, lo.shape[0], _CHUNK):
+        strength[start:start + _CHUNK] = table[start:start + _CHUNK] @ c
+    weight = np.exp(_BETA * (strength - strength.max(initial=0.0)))
+    del strength
+    total = np.bincount(lo, weight, minlength=n) + np.bincount(hi, weight, minlength=n)
+    sums = np.zeros((n, NUM_NODE_FEATURES), np.float64)
+    for col in range(NUM_NODE_FEATURES):
+        sums[:, col] = (np.bincount(lo, weight * x[hi, col], minlength=n)
+                        + np.bincount(hi, weight * x[lo, col], minlength=n))
+    has = total > 0
+    directions = rng.standard_normal((NUM_NODE_FEATURES, NUM_TARGETS))
     score = np.zeros((n, NUM_TARGETS))
-    proj = means @ directions
+    proj = (sums[has] / total[has, None]) @ directions
     score[has] = (proj - proj.mean(0)) / np.maximum(proj.std(0), 1e-12)
     score += _NOISE * rng.standard_normal((n, NUM_TARGETS))
     rate = rng.uniform(0.05, 0.5, NUM_TARGETS)
