@@ -77,6 +77,88 @@ def test_random_graph_matches_a_set_reference():
     assert list(zip(gs.tolist(), gd.tolist())) == sorted(expected)
 
 
+def _lexsort_csr(src, dst, num_rows, *, undirected, loops, distinct):
+    """(indptr, indices) by plain NumPy: reverses appended, loops dropped unless kept,
+    edges ordered by (row, neighbour), each pair once when `distinct`."""
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    if undirected:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    if not loops:
+        src, dst = src[src != dst], dst[src != dst]
+    order = np.lexsort((dst, src))
+    src, dst = src[order], dst[order]
+    if distinct and src.size:
+        first = np.ones(src.shape, bool)
+        first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+        src, dst = src[first], dst[first]
+    return np.concatenate([[0], np.cumsum(np.bincount(src, minlength=num_rows))]), dst
+
+
+@pytest.mark.parametrize("chunk", [None, 8])  # 8: keys sorted in chunks, merged by ranges
+@pytest.mark.parametrize("order", ["random", "csr"])  # "csr": keys already ascending
+@pytest.mark.parametrize(("undirected", "loops", "distinct", "sort"), [
+    (False, True, False, True), (False, False, False, True), (False, True, True, False),
+    (True, True, False, True), (True, True, True, True), (True, False, True, False),
+])
+def test_bare_edges_take_the_key_sort_with_the_argsort_arrays(chunk, order, undirected,
+                                                              loops, distinct, sort,
+                                                              monkeypatch):
+    # edges without weights or features: sorted keys (`_key_csr`), same arrays as the
+    # stable argsort that weighted edges take and as a plain lexsort
+    from zerognn_jax._src.data import graph
+
+    if chunk:
+        monkeypatch.setattr(graph, "_KEY_CHUNK", chunk)
+    calls, key_csr = [], graph._key_csr
+    monkeypatch.setattr(graph, "_key_csr", lambda *a, **k: calls.append(1) or key_csr(*a, **k))
+    rng = np.random.default_rng(1)
+    src, dst = rng.integers(0, 7, 60), rng.integers(0, 7, 60)  # repeats, loops, empty rows
+    if order == "csr":
+        src, dst = np.unique(src * 7 + dst) // 7, np.unique(src * 7 + dst) % 7
+    kw = dict(make_undirected=undirected, remove_self_loops=not loops,
+              remove_duplicates=distinct, sort_neighbors=sort)
+    got = from_edge_list(src, dst, 9, **kw)
+    argsorted = from_edge_list(src, dst, 9, weights=np.ones(src.size), **kw)
+    indptr, indices = _lexsort_csr(src, dst, 9, undirected=undirected, loops=loops,
+                                   distinct=distinct)
+    for want in (argsorted, CSRGraph(indptr, indices)):
+        np.testing.assert_array_equal(got.indptr, want.indptr)
+        np.testing.assert_array_equal(got.indices, want.indices)
+    assert got.indptr.dtype == np.int32 and got.indices.dtype == np.int32
+    assert got.weights is None and got.edge_features is None
+    assert len(calls) == 1  # the bare edges' build only
+
+
+@pytest.mark.parametrize("chunk", [None, 8])
+def test_bare_bipartite_edges_take_the_key_sort_with_the_argsort_arrays(chunk, monkeypatch):
+    from zerognn_jax._src.data import graph
+
+    if chunk:
+        monkeypatch.setattr(graph, "_KEY_CHUNK", chunk)
+    rng = np.random.default_rng(2)
+    src, dst = rng.integers(0, 5, 50).astype(np.int32), rng.integers(0, 11, 50)
+    got = from_edge_list(src, dst, 6, num_columns=11)
+    want = from_edge_list(src, dst, 6, num_columns=11, weights=np.ones(50))
+    np.testing.assert_array_equal(got.indptr, want.indptr)
+    np.testing.assert_array_equal(got.indices, want.indices)
+
+
+def test_merge_sorted_merges_by_ranges_whatever_the_thread_count():
+    from zerognn_jax._src.data.host_parallel import merge_sorted
+
+    rng = np.random.default_rng(3)
+    parts = [np.sort(rng.integers(0, 100, n)) for n in (0, 30, 7, 50)]
+    cuts = np.array([10, 10, 40, 95])
+    everything = np.sort(np.concatenate(parts))
+    for threads in (1, 3):
+        runs = merge_sorted(parts, cuts, threads=threads)
+        for run, lo, hi in zip(runs, cuts[:-1], cuts[1:]):
+            np.testing.assert_array_equal(run, everything[(everything >= lo) & (everything < hi)])
+        distinct = merge_sorted(parts, cuts, distinct=True, threads=threads)
+        np.testing.assert_array_equal(np.concatenate(distinct),
+                                      np.unique(everything[(everything >= 10) & (everything < 95)]))
+
+
 def test_from_scipy_reads_weights_only_when_not_all_one():
     ones = scipy.sparse.csr_matrix(np.array([[0, 1], [1, 0]], np.float32))
     assert from_scipy(ones).weights is None

@@ -26,10 +26,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.host_parallel import host_threads, merge_sorted, thread_map
 from zerognn_jax._src.data.tables import check_edge_features, edge_feature_table
 
 _INT32_MAX = np.iinfo(np.int32).max
 _UINT32_MAX = np.iinfo(np.uint32).max
+_KEY_CHUNK = 1 << 22  # edges whose keys one thread sorts at a time (`_key_csr`)
+_FEW_EDGES = 1 << 16  # fewer bare edges in one chunk are built on the calling thread
 
 
 class CSRGraph(NamedTuple):
@@ -86,7 +89,8 @@ def _as_id_array(name: str, values) -> np.ndarray:
                 "(cast explicitly if the values are whole numbers)"
             )
         raise TypeError(f"{name} must have an integer dtype, got {arr.dtype}")
-    return arr.astype(np.int64, copy=False)
+    # signed ids are used as given (every later use widens them exactly); others: int64
+    return arr if arr.dtype.kind == "i" else arr.astype(np.int64)
 
 
 def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
@@ -127,13 +131,18 @@ def from_edge_list(
     be NumPy or JAX arrays. `num_columns` bounds the neighbour ids `dst` (default
     `num_nodes`): the rows and neighbours of a bipartite relation (`hetero.py`) are
     nodes of two types.
+
+    Edges without weights or features whose rows come out sorted (`sort_neighbors` or
+    `remove_duplicates`) are built from their sorted keys (`_key_csr`), on threads when
+    there are many; the others by a stable argsort of the keys. Both give the same
+    arrays: a bare edge is its key, so equal keys have nothing an order could tell apart.
     """
     src = _as_id_array("src", src)
     dst = _as_id_array("dst", dst)
     if src.shape != dst.shape:
         raise ValueError(f"src and dst differ in length: {src.shape[0]} vs {dst.shape[0]}")
     if num_nodes is None:
-        num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1)) + 1)
+        num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
     if num_nodes < 0 or num_nodes > _INT32_MAX:
         raise ValueError(f"num_nodes must be in [0, 2**31 - 1], got {num_nodes}")
     columns = num_nodes if num_columns is None else int(num_columns)
@@ -150,6 +159,11 @@ def from_edge_list(
         if not np.all(np.isfinite(w)):
             raise ValueError("weights contain NaN or inf")
     f = None if edge_features is None else edge_feature_table(edge_features, src.shape[0])
+    if w is None and f is None and (sort_neighbors or remove_duplicates):
+        indptr, indices = _key_csr(src, dst, num_nodes, columns, undirected=make_undirected,
+                                   drop_loops=remove_self_loops, distinct=remove_duplicates)
+        return csr_from_arrays(indptr, indices, num_columns=columns)
+    src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
     if make_undirected:
         src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
         w = None if w is None else np.concatenate([w, w])
@@ -174,6 +188,49 @@ def from_edge_list(
     indptr = np.zeros(num_nodes + 1, np.int64)
     np.cumsum(counts, out=indptr[1:])
     return csr_from_arrays(indptr, dst, w, edge_features=f, num_columns=columns)
+
+
+def _key_csr(src: np.ndarray, dst: np.ndarray, num_rows: int, num_columns: int, *,
+             undirected: bool, drop_loops: bool,
+             distinct: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(int64[num_rows + 1] offsets, int32[E'] neighbour ids, rows sorted) of the bare
+    edges `src -> dst` (their reverses too when `undirected`; loops dropped when
+    `drop_loops`; each pair once when `distinct`), from their ascending int64 keys
+    src * N_cols + dst.
+
+    Keys are made and sorted `_KEY_CHUNK` edges at a time (a chunk already ascending,
+    edges given in CSR order, is not sorted again), then merged by ranges of rows
+    (`merge_sorted`), on `host_threads()` threads unless the edges are few. The arrays
+    do not depend on the chunk size or the number of threads."""
+    width = max(num_columns, 1)
+    chunks = -(-src.shape[0] // _KEY_CHUNK)
+    threads = 1 if chunks <= 1 and src.shape[0] < _FEW_EDGES else host_threads()
+
+    def chunk_keys(c):
+        r = src[c * _KEY_CHUNK:(c + 1) * _KEY_CHUNK].astype(np.int64, copy=False)
+        k = dst[c * _KEY_CHUNK:(c + 1) * _KEY_CHUNK].astype(np.int64, copy=False)
+        if drop_loops:
+            keep = r != k
+            r, k = r[keep], k[keep]
+        keys = np.concatenate([r * width + k, k * width + r]) if undirected else r * width + k
+        if not np.all(keys[1:] >= keys[:-1]):  # edges in CSR order (igbh-like's) skip it
+            keys.sort()
+        return keys
+
+    ranges = max(1, min(4 * threads, num_rows))
+    first = np.arange(ranges + 1, dtype=np.int64) * num_rows // ranges  # first row of each
+    pieces = merge_sorted(thread_map(chunk_keys, chunks, threads), first * width,
+                          distinct=distinct, threads=threads)
+
+    def piece_csr(i):
+        row = pieces[i] // width
+        return (np.bincount(row - first[i], minlength=int(first[i + 1] - first[i])),
+                (pieces[i] - row * width).astype(np.int32))
+
+    done = thread_map(piece_csr, ranges, threads)
+    indptr = np.zeros(num_rows + 1, np.int64)
+    np.cumsum(np.concatenate([counts for counts, _ in done]), out=indptr[1:])
+    return indptr, np.concatenate([ids for _, ids in done])
 
 
 def from_edge_index(edge_index, num_nodes: int | None = None, *,

@@ -15,9 +15,8 @@ CSRGraph with its edge weights, edge-feature table and edge ids, not a second ki
 The node types and the relations are static (the graph's pytree aux data): their order
 is the order they were given in, which fixes the order relations are sampled in.
 
-A relation whose edges carry no weights or features is built from its sorted keys
-dst * N_src + src, sorted in chunks and merged by ranges of rows on several threads
-(`merge_sorted`); the arrays are those of `from_edge_list`, which the others take.
+Every relation is built by `from_edge_list` (rows dst, neighbours src); one whose edges
+carry no weights or features takes its fast path, sorted keys on several threads.
 """
 
 from __future__ import annotations
@@ -36,11 +35,9 @@ from zerognn_jax._src.data.graph import (
     to_edge_list,
     validate_csr,
 )
-from zerognn_jax._src.data.tables import host_threads, thread_map
 
 Relation = tuple[str, str, str]
 _INT32_MAX = np.iinfo(np.int32).max
-_KEY_CHUNK = 1 << 22  # edges whose keys one thread sorts at a time
 
 
 def relation_name(relation: Relation) -> str:
@@ -235,10 +232,8 @@ def hetero_graph(num_nodes: Mapping[str, int], edges: Mapping, *, weights: Mappi
         check_type_ids(f"relation {relation_name(rel)}: dst", dst, rel[2], counts[rel[2]])
         w, f = (weights or {}).get(rel), (edge_features or {}).get(rel)
         try:
-            graph = (_bare_csr(dst, src, counts[rel[2]], counts[rel[0]], symmetric=False)
-                     if w is None and f is None else
-                     from_edge_list(dst, src, counts[rel[2]], num_columns=counts[rel[0]],
-                                    weights=w, edge_features=f))
+            graph = from_edge_list(dst, src, counts[rel[2]], num_columns=counts[rel[0]],
+                                   weights=w, edge_features=f)
         except (TypeError, ValueError) as err:
             raise ValueError(f"relation {relation_name(rel)}: {err}") from None
         relations.append(rel)
@@ -293,76 +288,17 @@ def add_reverse_relations(graph: HeteroGraph, *, prefix: str = "rev_",
     for i, (rel, g) in enumerate(graph.items()):
         rows, cols = to_edge_list(g)  # rows: dst ids, cols: src ids
         host = [None if a is None else np.asarray(a) for a in (g.weights, g.edge_features)]
-        bare = host[0] is None and host[1] is None
         if merge and rel[0] == rel[2]:
-            graphs[i] = (_bare_csr(rows, cols, counts[rel[2]], counts[rel[2]], symmetric=True)
-                         if bare else
-                         from_edge_list(rows, cols, counts[rel[2]], weights=host[0],
-                                        edge_features=host[1], make_undirected=True,
-                                        remove_duplicates=True))
+            graphs[i] = from_edge_list(rows, cols, counts[rel[2]], weights=host[0],
+                                       edge_features=host[1], make_undirected=True,
+                                       remove_duplicates=True)
             continue
         rev = (rel[2], prefix + rel[1], rel[0])
         if rev in graph.relations:
             raise ValueError(f"the reverse of {relation_name(rel)} would be "
                              f"{relation_name(rev)}, which the graph already has")
         relations.append(rev)
-        graphs.append(_bare_csr(cols, rows, counts[rel[0]], counts[rel[2]], symmetric=False)
-                      if bare else
-                      from_edge_list(cols, rows, counts[rel[0]], num_columns=counts[rel[2]],
+        graphs.append(from_edge_list(cols, rows, counts[rel[0]], num_columns=counts[rel[2]],
                                      weights=host[0], edge_features=host[1]))
     return HeteroGraph(graph.node_counts, tuple(relations), tuple(graphs))
 
-
-def _bare_csr(rows: np.ndarray, cols: np.ndarray, num_rows: int, num_columns: int, *,
-              symmetric: bool) -> CSRGraph:
-    """The CSRGraph `from_edge_list(rows, cols, num_rows, num_columns=num_columns)`
-    builds (with `make_undirected` and `remove_duplicates` when `symmetric`) for edges
-    that carry no weights or features, from their sorted keys row * N_cols + col: such
-    edges have nothing that the order of equal keys could tell apart, so sorting the
-    keys (not a stable argsort) gives the same arrays. Keys are sorted in chunks and
-    merged by ranges of rows, on `host_threads()` threads."""
-    threads, width = host_threads(), max(num_columns, 1)
-
-    def chunk_keys(c):
-        r = rows[c * _KEY_CHUNK:(c + 1) * _KEY_CHUNK].astype(np.int64)
-        k = cols[c * _KEY_CHUNK:(c + 1) * _KEY_CHUNK].astype(np.int64)
-        keys = np.concatenate([r * width + k, k * width + r]) if symmetric else r * width + k
-        keys.sort()
-        return keys
-
-    ranges = max(1, min(4 * threads, num_rows))
-    first = np.arange(ranges + 1, dtype=np.int64) * num_rows // ranges  # first row of each
-    pieces = merge_sorted(thread_map(chunk_keys, -(-rows.shape[0] // _KEY_CHUNK), threads),
-                          first * width, distinct=symmetric, threads=threads)
-
-    def piece_csr(i):
-        row = pieces[i] // width
-        return (np.bincount(row - first[i], minlength=int(first[i + 1] - first[i])),
-                (pieces[i] - row * width).astype(np.int32))
-
-    done = thread_map(piece_csr, ranges, threads)
-    indptr = np.zeros(num_rows + 1, np.int64)
-    np.cumsum(np.concatenate([counts for counts, _ in done]), out=indptr[1:])
-    return csr_from_arrays(indptr, np.concatenate([ids for _, ids in done]),
-                           num_columns=num_columns)
-
-
-def merge_sorted(parts, cuts: np.ndarray, *, distinct: bool = False,
-                 threads: int = 1) -> list[np.ndarray]:
-    """The entries of the ascending int64 arrays `parts` that lie in [cuts[0], cuts[-1]),
-    in ascending order (each value once when `distinct`), as one array per range
-    [cuts[i], cuts[i + 1]) of the ascending `cuts`; the ranges are merged on `threads`
-    threads and their arrays do not depend on how many."""
-    parts = list(parts) or [np.zeros(0, np.int64)]
-    at = [np.searchsorted(p, cuts) for p in parts]
-
-    def merge(i):
-        run = np.concatenate([p[a[i]:a[i + 1]] for p, a in zip(parts, at)])
-        run.sort(kind="stable")  # timsort: merges the sorted runs rather than sorting afresh
-        if distinct and run.size:
-            keep = np.ones(run.shape, bool)
-            np.not_equal(run[1:], run[:-1], out=keep[1:])
-            run = run[keep]
-        return run
-
-    return thread_map(merge, len(cuts) - 1, threads)

@@ -49,12 +49,12 @@ into fixed blocks, each with a stream of its own, `SeedSequence([stage, seed],
 spawn_key=key)`: a relation's draws in blocks of 2**20 (key (round, block)), a type's
 feature rows in blocks of 2**22 entries (key (block,)), so blocks run on several
 threads (`threads`: the draws'; building the graph from them and checking the features
-use `tables.host_threads()` whatever `threads` says) and the output does not depend on
-how many. Its noise is the
-standard normal to 16 bits (65,536 equally likely quantiles, |z| <= 4.33, steps under
-7e-5 within one standard deviation), in about half the time of NumPy's normals. It
-keeps a relation's distinct pairs in (dst, src) order, CSR's, and drops the draws past
-the count at random (mag-like keeps the first draws).
+use `host_parallel.host_threads()` whatever `threads` says) and the output does not
+depend on how many. Its noise is the standard normal to 16 bits (65,536 equally likely
+quantiles, |z| <= 4.33, steps under 7e-5 within one standard deviation), in about half
+the time of NumPy's normals. It keeps a relation's distinct pairs in (dst, src) order,
+CSR's (`from_edge_list` finds their keys ascending and does not sort them again), and
+drops the draws past the count at random (mag-like keeps the first draws).
 """
 
 from __future__ import annotations
@@ -66,10 +66,10 @@ from statistics import NormalDist
 
 import numpy as np
 
-from zerognn_jax._src.data.hetero import merge_sorted
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset, make_hetero_dataset
+from zerognn_jax._src.data.host_parallel import host_threads, merge_sorted, thread_map
 from zerognn_jax._src.data.synthetic import _rng
-from zerognn_jax._src.data.tables import BFLOAT16, host_threads, thread_map
+from zerognn_jax._src.data.tables import BFLOAT16
 
 _CHUNK = 1 << 22  # draws per chunk (mag-like), feature entries per block (igbh-like)
 _DRAWS = 1 << 20  # draws per block (igbh-like)

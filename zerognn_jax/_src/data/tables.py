@@ -2,35 +2,20 @@
 
 Both are stored as float32 or bfloat16 (kept as given: half the host and device bytes)
 and must be finite. A table may be a memory-mapped file of many GB, so finiteness is
-checked in row blocks (on several threads, `thread_map`; bfloat16 as its bits, cheaper
-than a cast): the file is read once and no temporary of the table's size is made.
+checked in row blocks (on several threads, `host_parallel.thread_map`; bfloat16 as its
+bits, cheaper than a cast): the file is read once and no temporary of the table's size
+is made.
 """
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.host_parallel import host_threads, thread_map
+
 BFLOAT16 = np.dtype(jnp.bfloat16)  # ml_dtypes' bfloat16, as NumPy sees it
 FINITE_BLOCK = 1 << 24  # entries checked at a time (64 MB of float32)
-
-
-def host_threads() -> int:
-    """Threads for host work in blocks: the CPUs this process may run on, at most 32
-    (NumPy's fills, casts, sorts and reductions release the GIL)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(32, cpus or 1))
-
-
-def thread_map(fn, count: int, threads: int) -> list:
-    """[fn(0), ..., fn(count - 1)], computed on up to `threads` threads."""
-    if threads <= 1 or count <= 1:
-        return [fn(i) for i in range(count)]
-    with ThreadPoolExecutor(min(threads, count)) as pool:
-        return list(pool.map(fn, range(count)))
 
 
 def check_finite_rows(name: str, table: np.ndarray, block: int = FINITE_BLOCK,
