@@ -29,14 +29,15 @@ leaves what it measured. igbh-like is generated in memory unless `--root` is giv
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
+from papers100m import Clock  # this folder: run as `python benchmarks/hetero.py`
 
 import zerognn_jax as zg
+from zerognn_jax._src.training.records import MetricsLog, check_output_paths
 
 
 def write_npz(ds, path: str) -> None:
@@ -55,31 +56,22 @@ def write_npz(ds, path: str) -> None:
     np.savez(path, **arrays)
 
 
-class Progress:
-    """Timestamped lines on stderr, seconds counted from the start of the run."""
-
-    def __init__(self):
-        self.t0 = time.perf_counter()
-
-    def __call__(self, message: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')} +{time.perf_counter() - self.t0:7.1f} s] "
-              f"{message}", file=sys.stderr, flush=True)
-
-    def epoch(self, record: dict) -> None:
-        """A training callback: one line per finished epoch (the first one's compile
-        apart)."""
-        compiled = record.get("compile_seconds") or 0.0
-        self(f"epoch {record['epoch']} done: {record['epoch_seconds']:.2f} s"
-             + (f" (+ {compiled:.1f} s compiling)" if compiled else "")
-             + f", loss {record['loss']:.4f}")
+def log_epoch(clock: Clock, record: dict) -> None:
+    """A training callback (with `clock` bound): one progress line per finished epoch
+    (the first one's compile apart)."""
+    compiled = record.get("compile_seconds") or 0.0
+    clock.log(f"epoch {record['epoch']} done: {record['epoch_seconds']:.2f} s"
+               + (f" (+ {compiled:.1f} s compiling)" if compiled else "")
+               + f", loss {record['loss']:.4f}")
 
 
 def append_line(path: str | None, record: dict) -> None:
-    """Appends `record` as one JSON line to `path` (when given), at once."""
-    if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+    """Appends `record` as one JSON line to `path` (when given), at once, through the
+    metrics log that the trainer then appends its records to."""
+    check_output_paths(path, None)  # creates the folder
+    log = MetricsLog(path)
+    log.write(record)
+    log.close()
 
 
 def main(argv=None) -> None:
@@ -104,35 +96,35 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     root = args.root if args.root is not None else (
         ".cache/zerognn" if args.dataset == "mag-like" else None)
-    progress = Progress()
-    progress(f"{args.dataset} at scale {args.scale:g}: "
-             f"{'loading or generating' if root else 'generating'}")
+    clock = Clock(None, seconds_format="{:7.1f} s")
+    clock.log(f"{args.dataset} at scale {args.scale:g}: "
+              f"{'loading or generating' if root else 'generating'}")
     t0 = time.perf_counter()
     ds = zg.load_hetero_dataset(args.dataset, root, scale=args.scale)
     load_s = time.perf_counter() - t0
     stats = {"nodes": int(sum(ds.num_nodes.values())),
              "directed_edges": int(sum(ds.graph.num_edges.values())),
              "feature_gb": sum(f.nbytes for f in ds.features.values()) / 1e9}
-    progress(f"dataset ready in {load_s:.1f} s: {stats['nodes']:,} nodes, "
-             f"{stats['directed_edges']:,} directed edges, {stats['feature_gb']:.1f} GB of "
-             f"features")
+    clock.log(f"dataset ready in {load_s:.1f} s: {stats['nodes']:,} nodes, "
+              f"{stats['directed_edges']:,} directed edges, {stats['feature_gb']:.1f} GB of "
+              f"features")
     append_line(args.out, {"stage": "dataset", "dataset": args.dataset, "scale": args.scale,
                            "seconds": load_s, **stats})
     if args.write_npz:
         write_npz(ds, args.write_npz)
-        progress(f"wrote {args.write_npz}")
+        clock.log(f"wrote {args.write_npz}")
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
     cfg = zg.TrainConfig(dataset=args.dataset, scale=args.scale, model=args.model,
                          hidden=args.hidden, heads=args.heads, layers=len(fanouts), fanouts=fanouts,
                          batch_size=args.batch_size, epochs=args.epochs, lr=args.lr,
                          dtype=args.dtype, eval_mode=args.eval_mode, eval_every=0,
                          metrics_out=args.out, progress=False)
-    progress("training: preparing (graph and features to the device, calibration, "
-             "initialisation), then compiling and epoch 0")
-    result = zg.train(cfg, ds, callbacks=(progress.epoch,))
+    clock.log("training: preparing (graph and features to the device, calibration, "
+              "initialisation), then compiling and epoch 0")
+    result = zg.train(cfg, ds, callbacks=(functools.partial(log_epoch, clock),))
     s = result.summary
-    progress(f"done: {s['compile_seconds']:.1f} s compiling, "
-             f"{s['calibrate_seconds']:.1f} s calibrating")
+    clock.log(f"done: {s['compile_seconds']:.1f} s compiling, "
+              f"{s['calibrate_seconds']:.1f} s calibrating")
     seeds_per_s = ds.train_idx.size / s["median_epoch_seconds"]
     print("| system | device | epoch (median) | seeds/s | compile | test acc | load |")
     print("|---|---|---|---|---|---|---|")

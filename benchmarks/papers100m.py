@@ -85,18 +85,22 @@ MIN_ESTIMATE = 5.0
 
 
 class Clock:
-    """Elapsed time, the deadline, and timestamped progress lines on stderr."""
+    """Elapsed time, the deadline, and timestamped progress lines on stderr
+    (`[HH:MM:SS +seconds] message`, the seconds written by `seconds_format`; also
+    benchmarks/hetero.py's progress lines)."""
 
-    def __init__(self, deadline: float | None):
+    def __init__(self, deadline: float | None, seconds_format: str = "{:6.1f}s"):
         self.t0 = time.perf_counter()
         self.deadline = deadline
+        self.seconds_format = seconds_format
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
 
     def log(self, message: str) -> None:
         stamp = time.strftime("%H:%M:%S")
-        print(f"[{stamp} +{self.elapsed():6.1f}s] {message}", file=sys.stderr, flush=True)
+        seconds = self.seconds_format.format(self.elapsed())
+        print(f"[{stamp} +{seconds}] {message}", file=sys.stderr, flush=True)
 
     def skip_reason(self, phase: str, estimate: float) -> str | None:
         """Why `phase` must not start (it would end past the deadline), or None."""

@@ -1,5 +1,8 @@
 """Shared pieces of the PyTorch peer baselines: data, results, timing and GPU measures.
 
+torch is imported where it is used, so the JAX peers (zerognn_link.py, jraph_gin.py)
+write their results through here too.
+
 The dataset is the neutral file that `zerognn data generate ... --out F.npz` writes
 (NumPy `.npz`, read with `allow_pickle=False`):
 
@@ -402,6 +405,44 @@ def parse_fanouts(text: str, layers: int) -> list[int]:
     return fanouts
 
 
+def start_run(args) -> tuple:
+    """The run's torch device (`--device`), with float32 matmuls at
+    `--matmul-precision`, and the JsonLines its records go to (stdout and `--out`)."""
+    import torch
+    torch.set_float32_matmul_precision(args.matmul_precision)
+    return torch.device(args.device), JsonLines(args.out)
+
+
+def check_result(out: JsonLines, system: str, problems: list[str]) -> int:
+    """Writes the record of a `--check` run (the first ten problems); the exit status,
+    1 when the check found problems."""
+    out.write({"system": system, "check": "fanouts", "ok": not problems,
+               "problems": problems[:10]})
+    return 1 if problems else 0
+
+
+def train_epochs(trainer, epoch_batches: Callable, args, device, out: JsonLines,
+                 system: str) -> tuple[EpochClock, list[float], dict, int | None]:
+    """Trains args.epochs epochs of `trainer.step` over the batches `epoch_batches()`
+    returns (called inside each epoch's timing), writing a record per epoch.
+
+    The first epoch also measures (run_epoch with `args`). Returns the clock, the
+    epochs' mean losses (`trainer.epoch_loss()`), the first epoch's measures and the
+    peak bytes allocated over the epochs (None off CUDA).
+    """
+    clock, losses, first = EpochClock(device), [], {}
+    reset_peak(device)
+    for epoch in range(args.epochs):
+        with clock.epoch():
+            measures = run_epoch(trainer.step, epoch_batches(), device,
+                                 args if epoch == 0 else None)
+        losses.append(trainer.epoch_loss())
+        first = first or measures
+        out.write({"system": system, "epoch": epoch, "epoch_seconds": clock.times[-1],
+                   "loss": losses[-1], **measures})
+    return clock, losses, first, peak_bytes(device)
+
+
 def summary(system: str, args, clock: EpochClock, first: dict, losses: list[float],
             device, extra: dict) -> dict:
     """The final JSON record of a run (the fields table.py reads, and context)."""
@@ -422,3 +463,16 @@ def summary(system: str, args, clock: EpochClock, first: dict, losses: list[floa
     record.update(extra)
     record.update(environment(device))
     return record
+
+
+def graph_result(system: str, args, train_graphs: int, times: list[float],
+                 test_rocauc: float | None, extra: dict) -> dict:
+    """The one JSON line (printed) of a graph-classification peer (pyg_gin.py,
+    jraph_gin.py): training graphs per second over the median epoch after the first,
+    the test ROC-AUC, then `extra`."""
+    epoch_s = statistics.median(times[1:] or times)
+    row = {"system": system, "batch_size": args.batch_size,
+           "graphs_per_s": train_graphs / epoch_s, "epoch_s": epoch_s,
+           "test_rocauc": test_rocauc, "epochs": args.epochs, **extra}
+    JsonLines(None).write(row)
+    return row

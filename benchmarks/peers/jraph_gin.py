@@ -13,10 +13,9 @@ run plus the padding node, rounded to 64, as zerognn-jax's envelope is.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import time
 
+import common
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -105,12 +104,9 @@ def main(argv=None) -> dict:
         out = model.apply({"params": params, "batch_stats": stats}, graphs, train=False)
         outs.append(np.asarray(out)[:-1])
     auc = graph_metrics(np.concatenate(outs), c.targets[test], "binary")["rocauc"]
-    epoch_s = statistics.median(times[1:] or times)
-    row = {"system": "jraph-style", "batch_size": b, "graphs_per_s": c.train_idx.size / epoch_s,
-           "epoch_s": epoch_s, "test_rocauc": auc, "epochs": args.epochs,
-           "budgets": [int(n_cap), int(e_cap)], "device": jax.devices()[0].device_kind}
-    print(json.dumps(row), flush=True)
-    return row
+    return common.graph_result("jraph-style", args, c.train_idx.size, times, auc,
+                               {"budgets": [int(n_cap), int(e_cap)],
+                                "device": jax.devices()[0].device_kind})
 
 
 if __name__ == "__main__":

@@ -100,11 +100,9 @@ def main(argv=None) -> int:
     p.add_argument("--infer-batch", type=int, default=4096)
     p.add_argument("--system", default="pyg-gat-edge-dim")
     args = p.parse_args(argv)
-    device = torch.device(args.device)
+    device, out = common.start_run(args)
     torch.manual_seed(args.seed)
-    torch.set_float32_matmul_precision(args.matmul_precision)
     fanouts = common.parse_fanouts(args.fanouts, args.layers)
-    out = common.JsonLines(args.out)
     data, splits = load(args.data)
     workers = max(0, args.workers)
     loader = NeighborLoader(data, num_neighbors=fanouts, input_nodes=splits["train"],

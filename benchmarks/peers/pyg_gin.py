@@ -15,10 +15,8 @@ second (training graphs over the median epoch time after the first) and test ROC
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-import time
 
+import common
 import numpy as np
 import torch
 from torch import nn
@@ -119,34 +117,27 @@ def main(argv=None) -> dict:
                         num_workers=args.workers)
     model = GINVirtual().to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    times = []
+    clock = common.EpochClock(dev)
     for _ in range(args.epochs):
         model.train()
-        sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-        sync()
-        t0 = time.perf_counter()
-        for b in loader:
-            b = b.to(dev)
-            out = model(b)
-            known = ~torch.isnan(b.y)
-            loss = nn.functional.binary_cross_entropy_with_logits(out[known], b.y[known])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        sync()
-        times.append(time.perf_counter() - t0)
+        with clock.epoch():
+            for b in loader:
+                b = b.to(dev)
+                out = model(b)
+                known = ~torch.isnan(b.y)
+                loss = nn.functional.binary_cross_entropy_with_logits(out[known], b.y[known])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
     model.eval()
     scores, ys = [], []
     with torch.no_grad():
         for b in DataLoader([graphs[i] for i in test], batch_size=256):
             scores.append(model(b.to(dev)).cpu().numpy())
             ys.append(b.y.cpu().numpy())  # PyG moves the batch in place
-    epoch_s = statistics.median(times[1:] or times)
-    row = {"system": "pyg", "batch_size": args.batch_size, "graphs_per_s": len(train) / epoch_s,
-           "epoch_s": epoch_s, "test_rocauc": rocauc(np.concatenate(scores), np.concatenate(ys)),
-           "epochs": args.epochs, "device": str(dev), "torch": torch.__version__}
-    print(json.dumps(row), flush=True)
-    return row
+    auc = rocauc(np.concatenate(scores), np.concatenate(ys))
+    return common.graph_result("pyg", args, len(train), clock.times, auc,
+                               {"device": str(dev), "torch": torch.__version__})
 
 
 if __name__ == "__main__":

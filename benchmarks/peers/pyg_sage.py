@@ -155,32 +155,18 @@ def main(argv=None) -> int:
     p.add_argument("--infer-batch", type=int, default=4096, help="nodes per inference batch")
     p.add_argument("--system", default="pyg-neighborloader", help="name in the results")
     args = p.parse_args(argv)
-    device = torch.device(args.device)
-    torch.set_float32_matmul_precision(args.matmul_precision)
+    device, out = common.start_run(args)
     fanouts = common.parse_fanouts(args.fanouts, args.layers)
-    out = common.JsonLines(args.out)
     t0 = time.perf_counter()
     data = common.load_npz(args.data, args.normalize_features)
     pyg = to_pyg(data)
     loader = train_loader(pyg, data, fanouts, args, device)
     if args.check:
-        problems = check(loader, data, fanouts)
-        out.write({"system": args.system, "check": "fanouts", "ok": not problems,
-                   "problems": problems[:10]})
-        return 1 if problems else 0
+        return common.check_result(out, args.system, check(loader, data, fanouts))
     trainer = Trainer(data, args, device)
     setup = time.perf_counter() - t0
-    clock, losses, first = common.EpochClock(device), [], {}
-    common.reset_peak(device)
-    for epoch in range(args.epochs):
-        with clock.epoch():
-            measures = common.run_epoch(trainer.step, loader, device,
-                                        args if epoch == 0 else None)
-        losses.append(trainer.epoch_loss())
-        first = first or measures
-        out.write({"system": args.system, "epoch": epoch, "epoch_seconds": clock.times[-1],
-                   "loss": losses[-1], **measures})
-    peak = common.peak_bytes(device)
+    clock, losses, first, peak = common.train_epochs(trainer, lambda: loader, args, device,
+                                                     out, args.system)
     t1 = time.perf_counter()
     pred = layerwise_predict(trainer.model, full_loader(pyg, args, device), pyg.x, device)
     extra = {"dataset": data.name, "peak_bytes": peak, "setup_seconds": setup,

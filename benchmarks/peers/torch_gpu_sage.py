@@ -276,29 +276,15 @@ def main(argv=None) -> int:
     p.add_argument("--system", default=None, help="name in the results")
     args = p.parse_args(argv)
     system = args.system or ("torch-gpu-compiled" if args.compile else "torch-gpu-eager")
-    device = torch.device(args.device)
-    torch.set_float32_matmul_precision(args.matmul_precision)
-    out = common.JsonLines(args.out)
+    device, out = common.start_run(args)
     t0 = time.perf_counter()
     data = common.load_npz(args.data, args.normalize_features)
     trainer = Trainer(data, args, device)
     setup = time.perf_counter() - t0
     if args.check:
-        problems = check(trainer, data)
-        out.write({"system": system, "check": "fanouts", "ok": not problems,
-                   "problems": problems[:10]})
-        return 1 if problems else 0
-    clock, losses, first = common.EpochClock(device), [], {}
-    common.reset_peak(device)
-    for epoch in range(args.epochs):
-        with clock.epoch():
-            measures = common.run_epoch(trainer.step, trainer.batches(), device,
-                                        args if epoch == 0 else None)
-        losses.append(trainer.epoch_loss())
-        first = first or measures
-        out.write({"system": system, "epoch": epoch, "epoch_seconds": clock.times[-1],
-                   "loss": losses[-1], **measures})
-    peak = common.peak_bytes(device)
+        return common.check_result(out, system, check(trainer, data))
+    clock, losses, first, peak = common.train_epochs(trainer, trainer.batches, args, device,
+                                                     out, system)
     t1 = time.perf_counter()
     pred = layerwise_predict(trainer.model, trainer.graph, trainer.feats, data.indptr,
                              args.infer_edges)

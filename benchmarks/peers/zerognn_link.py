@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import time
 
+import common
 import jax
 import link_data
 import numpy as np
@@ -147,11 +147,7 @@ def main(argv=None) -> dict:
         "seed": args.seed, "device_name": jax.devices()[0].device_kind,
         "jax_version": jax.__version__, **metrics,
     }
-    line = json.dumps(record)
-    print(line, flush=True)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(line + "\n")
+    common.JsonLines(args.out).write(record)
     return record
 
 

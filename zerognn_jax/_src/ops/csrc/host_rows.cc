@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -60,6 +61,32 @@ ffi::Error CheckBlock(const ffi::AnyBuffer& block, int64_t row_bytes) {
         " bytes is not whole rows of " + std::to_string(row_bytes));
   }
   return ffi::Error::Success();
+}
+
+// The handlers' signatures, each written once for both platforms: `bind` is
+// ffi::Ffi::Bind() for the CPU handlers, and that with the CUDA stream as context
+// (Ctx<ffi::PlatformStream<cudaStream_t>>) for the CUDA ones.
+template <typename Binding>
+auto HostRowsSignature(Binding bind) {
+  return std::move(bind)
+      .template Arg<ffi::Buffer<ffi::S32>>()   // ids
+      .template Arg<ffi::Buffer<ffi::PRED>>()  // valid
+      .template Arg<ffi::Buffer<ffi::S32>>()   // order
+      .template Ret<ffi::AnyBuffer>()          // out
+      .template Attr<int64_t>("address")
+      .template Attr<int64_t>("rows")
+      .template Attr<int64_t>("row_bytes");
+}
+
+template <typename Binding>
+auto RowsToHostSignature(Binding bind) {
+  return std::move(bind)
+      .template Arg<ffi::AnyBuffer>()         // block
+      .template Arg<ffi::Buffer<ffi::S32>>()  // first
+      .template Ret<ffi::Buffer<ffi::S32>>()  // written
+      .template Attr<int64_t>("address")
+      .template Attr<int64_t>("rows")
+      .template Attr<int64_t>("row_bytes");
 }
 
 ffi::Error HostRowsCpu(ffi::Buffer<ffi::S32> ids, ffi::Buffer<ffi::PRED> valid,
@@ -109,23 +136,10 @@ ffi::Error RowsToHostCpu(ffi::AnyBuffer block, ffi::Buffer<ffi::S32> first,
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZgHostRowsCpu, HostRowsCpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::PRED>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<int64_t>("address")
-                                  .Attr<int64_t>("rows")
-                                  .Attr<int64_t>("row_bytes"));
+                              HostRowsSignature(ffi::Ffi::Bind()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZgRowsToHostCpu, RowsToHostCpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Attr<int64_t>("address")
-                                  .Attr<int64_t>("rows")
-                                  .Attr<int64_t>("row_bytes"));
+                              RowsToHostSignature(ffi::Ffi::Bind()));
 
 #ifdef __CUDACC__
 
@@ -232,28 +246,15 @@ ffi::Error RowsToHostCuda(cudaStream_t stream, ffi::AnyBuffer block,
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ZgHostRowsCuda, HostRowsCuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::PRED>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<int64_t>("address")
-                                  .Attr<int64_t>("rows")
-                                  .Attr<int64_t>("row_bytes"),
-                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    ZgHostRowsCuda, HostRowsCuda,
+    HostRowsSignature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+    {ffi::Traits::kCmdBufferCompatible});
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ZgRowsToHostCuda, RowsToHostCuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Attr<int64_t>("address")
-                                  .Attr<int64_t>("rows")
-                                  .Attr<int64_t>("row_bytes"),
-                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    ZgRowsToHostCuda, RowsToHostCuda,
+    RowsToHostSignature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+    {ffi::Traits::kCmdBufferCompatible});
 
 // Page-locks [address, address + bytes) and checks that the GPU sees it at its host
 // address (unified addressing), which the handler above relies on. Returns an empty
