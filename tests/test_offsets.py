@@ -281,7 +281,8 @@ def test_pallas_sampler_lowers_at_papers100m_size():
 def test_layerwise_offload_reports_each_layer_and_prepares_the_buffer_early(graph,
                                                                           monkeypatch):
     """`log` gets the buffer, each layer's compile and its run; the buffer is prepared
-    ahead only when some output surely cannot fit the device."""
+    ahead, and the layers that stream into it compiled on a thread, only when some
+    output surely cannot fit the device."""
     program, data, variables = _program(graph)
     lines = []
     layerwise_logits(program, variables, data, budget_bytes=4096, offload=True,
@@ -293,11 +294,13 @@ def test_layerwise_offload_reports_each_layer_and_prepares_the_buffer_early(grap
         "exact inference: host buffer of 0.0 GiB",  # the smaller logits' own
         "exact inference: layer 2 compiled", "exact inference: layer 2 of 2 streamed to the host"]
     assert "waited for the host buffer's locking" in lines[1]
+    # the hidden layer, sure to stream into the shared buffer, compiled on a thread while
+    # the input uploaded; the logits, streamed into their own later buffer, when they ran
+    assert "on a thread" in lines[1] and "on a thread" not in lines[4]
     monkeypatch.setattr(evaluate, "device_free_bytes", lambda: 10_000)
-    assert evaluate._surely_streams("auto", [9_600, 3_600], 4_096)
-    assert not evaluate._surely_streams("auto", [3_600], 4_096)
-    assert not evaluate._surely_streams(False, [], 4_096)
-    assert evaluate._surely_streams(True, [8], 4_096)
+    assert evaluate._sure_layers("auto", [9_600, 3_600], 4_096) == [True, False]
+    assert evaluate._sure_layers(False, [9_600], 4_096) == [False]
+    assert evaluate._sure_layers(True, [8], 4_096) == [True]
 
 
 @pytest.mark.parametrize("segment_chunks", [1, 3])

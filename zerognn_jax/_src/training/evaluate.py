@@ -13,6 +13,7 @@ only the outputs that do not fit the device.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import time
@@ -159,28 +160,43 @@ def _chunk_edge_rows(table, first, slots, mask):
     return jnp.where(mask[:, None], rows, jnp.zeros((), rows.dtype))
 
 
-def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
-                     out: HostTable, log=None, ready=None) -> HostTable:
-    """Layer `layer` of every row into the host table `out`, in segments of about
-    `_SEGMENT_BYTES` of output, each run once `ready(end)` (the table's first `end` bytes
-    usable: a `PinnedBuffer` still being locked) returns; the compile time and the time
-    waited reported to `log`. RuntimeError if the device reports another number of rows
-    stored than the chunks hold."""
+def _streamed_program(program, variables, h, graph, out: HostTable, layer: int,
+                      plan: ChunkPlan) -> tuple:
+    """(the compiled segment program of layer `layer` streamed into `out`, chunks per
+    segment, seconds to compile it); `h` may be abstract (a `jax.ShapeDtypeStruct`)."""
     t0 = time.perf_counter()
     row_bytes = out.shape[1] * out.dtype.itemsize
     step = min(plan.num_chunks, max(1, _SEGMENT_BYTES // (plan.rows * row_bytes)))
     run = _layer_to_host.lower(program, variables, h, graph, out, jnp.int32(0), layer=layer,
                                plan=plan, count=step).compile()
-    compiled = time.perf_counter() - t0
+    return run, step, time.perf_counter() - t0
+
+
+def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
+                     out: HostTable, log=None, ready=None, compiled=None) -> HostTable:
+    """Layer `layer` of every row into the host table `out`, in segments of about
+    `_SEGMENT_BYTES` of output, each run once `ready(end)` (the table's first `end` bytes
+    usable: a `PinnedBuffer` still being locked) returns; `compiled`: a future of its
+    `_streamed_program` compiled on a thread (else compiled here). The compile time and
+    the time waited are reported to `log`. RuntimeError if the device reports another
+    number of rows stored than the chunks hold."""
+    t0 = time.perf_counter()
+    if compiled is None:
+        run, step, seconds = _streamed_program(program, variables, h, graph, out, layer, plan)
+        where = ""
+    else:
+        run, step, seconds = compiled.result()
+        where = f" on a thread ({time.perf_counter() - t0:.2f} s waited for it)"
     # Segments of `step` chunks, the last one moved back to end at the last chunk.
     starts = [min(j, plan.num_chunks - step) for j in range(0, plan.num_chunks, step)]
+    row_bytes = out.shape[1] * out.dtype.itemsize
     waited, counts = 0.0, []
     for j0 in starts:
         if ready is not None:
             waited += ready(min((j0 + step) * plan.rows, out.shape[0]) * row_bytes)
         counts.append(run(variables, h, graph, out, jnp.int32(j0)))
     if log:
-        log(f"exact inference: layer {layer + 1} compiled in {compiled:.2f} s; "
+        log(f"exact inference: layer {layer + 1} compiled in {seconds:.2f} s{where}; "
             f"{waited:.2f} s waited for the host buffer's locking")
     written, expected = sum(int(c) for c in counts), len(starts) * step * plan.rows
     if written != expected:
@@ -222,7 +238,8 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     (ops/host_rows.py). Locking fresh memory costs about as much as a layer (the kernel
     zeroes every page): it runs on a thread, piece by piece, from the start of the call
     when some output surely cannot fit the device, and each layer's segments run as
-    soon as the pieces they write are locked.
+    soon as the pieces they write are locked. The layers sure to stream into that buffer
+    compile on another thread from the start (overlapping the first input's upload).
     `log`, a callable taking a line, reports each layer as it ends (where it ran, its
     seconds, those of its input's upload); the layers then run one after another.
     """
@@ -239,56 +256,88 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     plan = plan_chunks(np.asarray(data.graph.indptr), widest, budget_bytes)
     outs = _layer_outputs(program, variables, h, data, plan) if offload else []
     nbytes = [o.size * o.dtype.itemsize for o in outs]
-    streamed = None
-    # A buffer surely needed starts locking (on its thread) while the first input uploads.
-    buffer = (_host_buffer(max(nbytes), log) if _surely_streams(offload, nbytes, budget_bytes)
-              else None)
+    sure = _sure_layers(offload, nbytes, budget_bytes)
     num_layers = layer_count(model)
-    for layer in range(num_layers):
-        t0 = time.perf_counter()
-        if streamed is not None:  # the previous layer's output, in the host buffer
-            h_device = uploaded(streamed)
-        elif isinstance(h, jax.Array) or is_host_resident(h):
-            h_device = h
-        else:
-            h_device = to_device(h)
-        if offload or log:  # frees the host buffer for this layer's output, and lets the
-            # previous layer finish and release its input before free memory is read
-            h_device = jax.block_until_ready(h_device)
-        t1 = time.perf_counter()
-        upload, h, streamed = t1 - t0, None, None
-        if offload is not True:
-            h = _device_layer(program, variables, h_device, data.graph, layer, plan,
-                              check=offload == "auto" and nbytes[layer] + budget_bytes)
-        if h is None:
-            if buffer is None:
-                buffer = _host_buffer(max(nbytes), log)
-            # the logits get their own array when smaller (holding no larger buffer)
-            own = layer == num_layers - 1 and nbytes[layer] < buffer.nbytes
-            memory = _host_buffer(nbytes[layer], log) if own else buffer
-            out = memory.array[:nbytes[layer]].view(outs[layer].dtype).reshape(
-                outs[layer].shape)
+    # A buffer surely needed starts locking (on its thread) while the first input
+    # uploads, and the layers that surely stream compile on another thread meanwhile.
+    buffer = _host_buffer(max(nbytes), log) if any(sure) else None
+    targets, compiling = {}, {}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        for layer in (i for i, surely in enumerate(sure) if surely):
+            if _owns_memory(buffer, nbytes, layer, num_layers):
+                continue  # its own buffer is allocated when it runs, not locked early
+            targets[layer] = buffer, _output_table(buffer, outs[layer], nbytes[layer])
+            h_in = h if layer == 0 and is_host_resident(h) else jax.ShapeDtypeStruct(
+                *((h.shape, h.dtype) if layer == 0 else (outs[layer - 1].shape,
+                                                        outs[layer - 1].dtype)))
+            compiling[layer] = pool.submit(_streamed_program, program, variables, h_in,
+                                           data.graph, targets[layer][1], layer, plan)
+        streamed = None
+        for layer in range(num_layers):
+            t0 = time.perf_counter()
+            if streamed is not None:  # the previous layer's output, in the host buffer
+                h_device = uploaded(streamed)
+            elif isinstance(h, jax.Array) or is_host_resident(h):
+                h_device = h
+            else:
+                h_device = to_device(h)
+            if offload or log:  # frees the host buffer for this layer's output, and lets
+                # the previous layer finish and release its input before free memory is read
+                h_device = jax.block_until_ready(h_device)
             t1 = time.perf_counter()
-            streamed = _offloaded_layer(program, variables, h_device, data.graph, layer, plan,
-                                        HostTable(out), log, memory.ready)
-            h = out
-        del h_device  # freed before the next layer's input is uploaded
-        if log:
-            jax.block_until_ready(h)
-            log(f"exact inference: layer {layer + 1} of {num_layers} "
-                f"{'streamed to the host' if streamed is not None else 'on the device'} in "
-                f"{time.perf_counter() - t1:.2f} s, its input uploaded in {upload:.2f} s")
+            upload, h, streamed = t1 - t0, None, None
+            if offload is not True and layer not in targets:
+                h = _device_layer(program, variables, h_device, data.graph, layer, plan,
+                                  check=offload == "auto" and nbytes[layer] + budget_bytes)
+            if h is None:
+                if layer not in targets:
+                    if buffer is None:
+                        buffer = _host_buffer(max(nbytes), log)
+                    memory = _layer_memory(buffer, nbytes, layer, num_layers, log)
+                    targets[layer] = memory, _output_table(memory, outs[layer], nbytes[layer])
+                memory, out = targets.pop(layer)
+                t1 = time.perf_counter()
+                streamed = _offloaded_layer(program, variables, h_device, data.graph, layer,
+                                            plan, out, log, memory.ready,
+                                            compiling.pop(layer, None))
+                h = out.array
+            del h_device  # freed before the next layer's input is uploaded
+            if log:
+                jax.block_until_ready(h)
+                log(f"exact inference: layer {layer + 1} of {num_layers} "
+                    f"{'streamed to the host' if streamed is not None else 'on the device'} "
+                    f"in {time.perf_counter() - t1:.2f} s, its input uploaded in "
+                    f"{upload:.2f} s")
     return h
 
 
-def _surely_streams(offload, nbytes: list, budget_bytes: int) -> bool:
-    """Whether some layer will surely stream to the host: `offload` True, or "auto" with
-    the largest output beyond what the device has free before any layer's input is on it
-    (free memory only shrinks from there)."""
+def _owns_memory(buffer: PinnedBuffer, nbytes: list, layer: int, num_layers: int) -> bool:
+    """Whether layer `layer` streams into a buffer of its own: the logits, when smaller
+    than the shared buffer (holding no larger one)."""
+    return layer == num_layers - 1 and nbytes[layer] < buffer.nbytes
+
+
+def _layer_memory(buffer: PinnedBuffer, nbytes: list, layer: int, num_layers: int,
+                  log) -> PinnedBuffer:
+    """Where layer `layer` streams: the shared buffer, or its own (`_owns_memory`)."""
+    if _owns_memory(buffer, nbytes, layer, num_layers):
+        return _host_buffer(nbytes[layer], log)
+    return buffer
+
+
+def _output_table(memory: PinnedBuffer, shape: jax.ShapeDtypeStruct, nbytes: int) -> HostTable:
+    """The host table over the first `nbytes` of `memory` that a streamed layer fills."""
+    return HostTable(memory.array[:nbytes].view(shape.dtype).reshape(shape.shape))
+
+
+def _sure_layers(offload, nbytes: list, budget_bytes: int) -> list:
+    """Per layer, whether it surely streams to the host: every layer with `offload`
+    True; with "auto", those whose output is beyond what the device has free before any
+    layer's input is on it (free memory only shrinks from there)."""
     if offload is True:
-        return True
+        return [True] * len(nbytes)
     free = device_free_bytes() if offload == "auto" else None
-    return free is not None and max(nbytes) + budget_bytes > free
+    return [free is not None and b + budget_bytes > free for b in nbytes]
 
 
 def _host_buffer(nbytes: int, log) -> PinnedBuffer:
