@@ -186,16 +186,19 @@ def test_layerwise_inference_reads_shifted_offsets(graph, offload):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("free, streamed", [(0, [0, 1]), (8_000, [0]), (None, [])])
+@pytest.mark.parametrize("free, streamed", [((0,), [0, 1]), ((100_000, 8_000), [0]),
+                                            ((None,), [])])
 def test_layerwise_auto_offload_streams_what_does_not_fit(graph, monkeypatch, free,
                                                           streamed):
-    """offload="auto" against the allocator's free bytes: nothing fits (every layer to the
-    host), the hidden layer's 9,600 B plus the 4,096 B budget do not but the logits' 3,600
-    B do (8,000 free), or no figure (CPU: all on the device); the same logits each way."""
+    """offload="auto" against the allocator's free bytes (the first figure read before
+    any layer, the last one at every layer): nothing fits (every layer to the host), the
+    hidden layer's 9,600 B plus the 4,096 B budget do not fit in 8,000 B but the logits'
+    3,600 B do, or no figure (CPU: all on the device); the same logits each way."""
     program, data, variables = _program(graph)
     with jax.default_matmul_precision("highest"):  # see "Float results" above
         want = layerwise_logits(program, variables, data, budget_bytes=4096)
-        monkeypatch.setattr(evaluate, "device_free_bytes", lambda: free)
+        figures = iter(free)
+        monkeypatch.setattr(evaluate, "device_free_bytes", lambda: next(figures, free[-1]))
         layers, stream = [], evaluate._offloaded_layer
         monkeypatch.setattr(evaluate, "_offloaded_layer",
                             lambda *a: layers.append(a[4]) or stream(*a))
@@ -297,10 +300,13 @@ def test_layerwise_offload_reports_each_layer_and_prepares_the_buffer_early(grap
     # the hidden layer, sure to stream into the shared buffer, compiled on a thread while
     # the input uploaded; the logits, streamed into their own later buffer, when they ran
     assert "on a thread" in lines[1] and "on a thread" not in lines[4]
-    monkeypatch.setattr(evaluate, "device_free_bytes", lambda: 10_000)
-    assert evaluate._sure_layers("auto", [9_600, 3_600], 4_096) == [True, False]
-    assert evaluate._sure_layers(False, [9_600], 4_096) == [False]
-    assert evaluate._sure_layers(True, [8], 4_096) == [True]
+    # sure to stream: output, input and budget beyond the device's free bytes
+    monkeypatch.setattr(evaluate, "device_free_bytes", lambda: 13_000)
+    assert evaluate._sure_layers("auto", [9_600, 3_600], [0, 9_600], 4_096) == [True, True]
+    assert evaluate._sure_layers("auto", [9_600, 3_600], [400, 0], 4_096) == [True, False]
+    assert evaluate._sure_layers("auto", [3_600], [0], 4_096) == [False]
+    assert evaluate._sure_layers(False, [9_600], [0], 4_096) == [False]
+    assert evaluate._sure_layers(True, [8], [0], 4_096) == [True]
 
 
 @pytest.mark.parametrize("segment_chunks", [1, 3])

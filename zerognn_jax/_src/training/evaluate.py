@@ -56,16 +56,19 @@ class ChunkPlan:
     edge_capacity: int
 
 
-def _window_edges(indptr: np.ndarray, rows: int) -> int:
+def _window_edges(indptr, rows: int) -> int:
     """The most edges any `rows` consecutive rows hold (differences of non-decreasing
-    offsets: exact in their own dtype, unsigned included)."""
-    return int(np.max(indptr[rows:] - indptr[:-rows], initial=0))
+    offsets: exact in their own dtype, unsigned included), on the device for a device
+    array (a probe of 111M offsets: a fraction of a millisecond, not a host pass)."""
+    xp = jnp if isinstance(indptr, jax.Array) else np
+    return int(xp.max(indptr[rows:] - indptr[:-rows], initial=0))
 
 
-def plan_chunks(indptr: np.ndarray, max_width: int, budget_bytes: int = 1 << 30) -> ChunkPlan:
+def plan_chunks(indptr, max_width: int, budget_bytes: int = 1 << 30) -> ChunkPlan:
     """Largest row chunk (n, or a power of two below it) whose gathered edge rows of
-    `max_width` float32 units fit `budget_bytes`, wherever the chunk starts."""
-    indptr = np.asarray(indptr)
+    `max_width` float32 units fit `budget_bytes`, wherever the chunk starts; `indptr`
+    on the host or the device."""
+    indptr = indptr if isinstance(indptr, jax.Array) else np.asarray(indptr)
     n = indptr.shape[0] - 1
     rows = max(n, 1)
     while True:
@@ -205,12 +208,14 @@ def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
     return out
 
 
-def _layer_outputs(program, variables, h, data: DeviceData, plan: ChunkPlan) -> list:
-    """The shape and dtype of every layer's output over all rows, from the input `h`."""
+def _layer_outputs(program, variables, h, data: DeviceData) -> list:
+    """The shape and dtype of every layer's output over all rows, from the input `h` (a
+    one-row chunk plan stands in for the real one: the shapes do not depend on it)."""
     shapes, h = [], jax.ShapeDtypeStruct(h.shape, h.dtype)
+    n = data.graph.num_nodes
     for layer in range(layer_count(program.model)):
-        h = jax.eval_shape(functools.partial(_layer_rows, program, layer=layer, plan=plan,
-                                             length=data.graph.num_nodes),
+        h = jax.eval_shape(functools.partial(_layer_rows, program, layer=layer,
+                                             plan=ChunkPlan(1, n, 1), length=n),
                            variables, h, data.graph, 0)
         shapes.append(h)
     return shapes
@@ -253,14 +258,17 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     model = program.model
     h = model_inputs(program, variables, data.features)
     widest = max(h.shape[1], getattr(model, "hidden", 0))
-    plan = plan_chunks(np.asarray(data.graph.indptr), widest, budget_bytes)
-    outs = _layer_outputs(program, variables, h, data, plan) if offload else []
+    outs = _layer_outputs(program, variables, h, data) if offload else []
     nbytes = [o.size * o.dtype.itemsize for o in outs]
-    sure = _sure_layers(offload, nbytes, budget_bytes)
+    # the first input takes device memory unless it is there already or read from the host
+    first = 0 if isinstance(h, jax.Array) or is_host_resident(h) else h.size * h.dtype.itemsize
+    sure = _sure_layers(offload, nbytes, [first] + nbytes[:-1], budget_bytes)
     num_layers = layer_count(model)
-    # A buffer surely needed starts locking (on its thread) while the first input
-    # uploads, and the layers that surely stream compile on another thread meanwhile.
+    # A buffer surely needed starts locking (on its thread) first of all, while the
+    # chunks are planned and the first input uploads; the layers that surely stream
+    # into it compile on another thread meanwhile.
     buffer = _host_buffer(max(nbytes), log) if any(sure) else None
+    plan = plan_chunks(data.graph.indptr, widest, budget_bytes)
     targets, compiling = {}, {}
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         for layer in (i for i, surely in enumerate(sure) if surely):
@@ -330,14 +338,15 @@ def _output_table(memory: PinnedBuffer, shape: jax.ShapeDtypeStruct, nbytes: int
     return HostTable(memory.array[:nbytes].view(shape.dtype).reshape(shape.shape))
 
 
-def _sure_layers(offload, nbytes: list, budget_bytes: int) -> list:
+def _sure_layers(offload, nbytes: list, inputs: list, budget_bytes: int) -> list:
     """Per layer, whether it surely streams to the host: every layer with `offload`
-    True; with "auto", those whose output is beyond what the device has free before any
-    layer's input is on it (free memory only shrinks from there)."""
+    True; with "auto", those whose output, input (`inputs`: the bytes it adds to the
+    device) and chunk budget exceed what the device has free before any layer's input is
+    on it (free memory only shrinks from there)."""
     if offload is True:
         return [True] * len(nbytes)
     free = device_free_bytes() if offload == "auto" else None
-    return [free is not None and b + budget_bytes > free for b in nbytes]
+    return [free is not None and b + i + budget_bytes > free for b, i in zip(nbytes, inputs)]
 
 
 def _host_buffer(nbytes: int, log) -> PinnedBuffer:
