@@ -322,3 +322,19 @@ def test_streamed_layers_in_segments_equal_the_device_run(graph, monkeypatch, se
         monkeypatch.setattr(evaluate, "_SEGMENT_BYTES", segment_chunks * plan.rows * row_bytes)
         got = layerwise_logits(program, variables, data, budget_bytes=4096, offload=True)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint32])
+def test_chunk_plan_on_the_device_equals_the_host_plan(dtype):
+    """Offsets on the device give the plan the host computes (largest windows included),
+    for several widths, with no new compile per probed window size."""
+    rs = np.random.default_rng(3)
+    indptr = np.concatenate([[0], np.cumsum(rs.integers(0, 40, 997))]).astype(dtype)
+    on_device = jnp.asarray(indptr.astype(np.uint32 if dtype == np.uint32 else np.int32))
+    programs = evaluate._max_window._cache_size()
+    for width in (1, 8, 64):
+        assert evaluate.plan_chunks(on_device, width, 4096) == evaluate.plan_chunks(
+            indptr, width, 4096)
+    for rows in (1, 2, 500, 997):
+        assert evaluate._window_edges(on_device, rows) == evaluate._window_edges(indptr, rows)
+    assert evaluate._max_window._cache_size() - programs <= 1  # one for all window sizes
