@@ -110,6 +110,32 @@ def test_sampled_logits_reaching_every_neighbour_equal_exact(graph_400, all_neig
                                    err_msg=f"{sampler} {layout} eval batch {batch}")
 
 
+def test_sampled_logits_halve_the_batch_the_device_cannot_hold(graph_400, all_neighbours,
+                                                              monkeypatch):
+    """A batch that runs the device out of memory is run again at half the size, with a
+    warning; every neighbour reached, the logits still equal exact ones."""
+    from zerognn_jax._src.training import evaluate
+
+    res = all_neighbours("uniform")
+    exact = np.asarray(layerwise_logits(res.program, res.variables, res.data))
+    run, sizes = evaluate._sampled_pass, []
+
+    def short_of_memory(*args, envelope, **kwargs):
+        sizes.append(envelope.batch_size)
+        if envelope.batch_size > TRAIN_BATCH:
+            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory")
+        return run(*args, envelope=envelope, **kwargs)
+
+    monkeypatch.setattr(evaluate, "_sampled_pass", short_of_memory)
+    nodes = np.arange(graph_400.graph.num_nodes)
+    with pytest.warns(UserWarning, match=f"at {2 * TRAIN_BATCH} seeds a batch; running "
+                                         f"again at {TRAIN_BATCH}"):
+        got = sampled_logits(res.program, res.variables, res.data, nodes,
+                             batch_size=4 * TRAIN_BATCH)
+    assert sizes == [4 * TRAIN_BATCH, 2 * TRAIN_BATCH, TRAIN_BATCH]
+    np.testing.assert_allclose(np.asarray(got), exact, rtol=1e-4, atol=1e-4)
+
+
 def test_loader_tree_batches_read_by_position_equal_exact(graph_400, all_neighbours):
     """A user's loop over tree batches, views read by position for inference."""
     max_degree = graph_400.graph.max_degree()

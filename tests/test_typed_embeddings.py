@@ -158,3 +158,34 @@ def test_exact_and_sampled_evaluation_read_the_table():
     np.testing.assert_allclose(exact, sampled, rtol=1e-5, atol=1e-5)
     assert np.abs(logits(zeroed, "full") - exact).max() > 1e-4
     assert np.abs(logits(zeroed, "sampled") - sampled).max() > 1e-4
+
+
+def test_sampled_evaluation_halves_its_batch_when_the_device_runs_out(monkeypatch):
+    """A batch the device cannot hold is run again at half the size, with a warning
+    (every neighbour sampled: the logits do not depend on the batch); other errors
+    raise."""
+    from zerognn_jax._src.training.tasks import typed_eval
+
+    _, data, program, _, state = _run(fanouts=(-1, -1))
+    ids = np.arange(30, dtype=np.int32)
+    variables = {"params": state.params, "embedding": state.embedding}
+    logits = lambda: typed_logits(program.task, Predictor(program, variables, data,
+                                                          "sampled", 16, 0), ids)
+    want, run, sizes = logits(), typed_eval._sampled_pass, []
+
+    def short_of_memory(*args, envelope, **kwargs):
+        sizes.append(envelope.batch_size)
+        if envelope.batch_size > 4:
+            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory")
+        return run(*args, envelope=envelope, **kwargs)
+
+    monkeypatch.setattr(typed_eval, "_sampled_pass", short_of_memory)
+    with pytest.warns(UserWarning, match="out of memory at 8 seeds a batch; running again "
+                                         "at 4"):
+        got = logits()
+    assert sizes == [16, 8, 4]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(typed_eval, "_sampled_pass", lambda *a, **k: (_ for _ in ()).throw(
+        jax.errors.JaxRuntimeError("INTERNAL: something else")))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
+        logits()

@@ -17,6 +17,7 @@ import concurrent.futures
 import dataclasses
 import functools
 import time
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -402,17 +403,39 @@ def _device_layer(program, variables, h, graph, layer: int, plan: ChunkPlan, *, 
         return None
 
 
+def halving_batches(run, batch_size: int, what: str):
+    """`run(batch_size)`, run again at half the batch (with a warning) while the device
+    runs out of memory: an evaluation batch of `eval_batch_size` seeds samples levels
+    and edges in proportion, and a wide typed model (R-GAT over 1024-wide features) can
+    need more than the training batch left free. `run` must finish its device work
+    (the error surfaces only then). Other errors, and running out at one seed, raise."""
+    while True:
+        try:
+            return run(batch_size)
+        except jax.errors.JaxRuntimeError as error:
+            if "RESOURCE_EXHAUSTED" not in str(error) or batch_size == 1:
+                raise
+            warnings.warn(f"{what}: the device ran out of memory at {batch_size} seeds a "
+                          f"batch; running again at {batch_size // 2}", stacklevel=2)
+            batch_size //= 2
+
+
 def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
                    batch_size: int, seed: int = 0) -> jax.Array:
-    """float[len(nodes), classes]: logits from sampled neighbourhoods (program's fanouts)."""
+    """float[len(nodes), classes]: logits from sampled neighbourhoods (program's fanouts),
+    `batch_size` nodes at a time (fewer where the device runs out: `halving_batches`)."""
     nodes = np.asarray(nodes, np.int32)
-    steps = num_steps(nodes.shape[0], batch_size)
-    padded = np.full(steps * batch_size, -1, np.int32)
-    padded[: nodes.shape[0]] = nodes
-    env = conservative(batch_size, program.sampler.slots, data.graph.num_nodes)
-    out = _sampled_pass(program, variables, data, jnp.asarray(padded), jnp.uint32(seed),
-                        envelope=env)
-    return out.reshape(steps * batch_size, -1)[: nodes.shape[0]]
+
+    def run(batch: int):
+        steps = num_steps(nodes.shape[0], batch)
+        padded = np.full(steps * batch, -1, np.int32)
+        padded[: nodes.shape[0]] = nodes
+        env = conservative(batch, program.sampler.slots, data.graph.num_nodes)
+        out = _sampled_pass(program, variables, data, jnp.asarray(padded), jnp.uint32(seed),
+                            envelope=env)
+        return jax.block_until_ready(out.reshape(steps * batch, -1)[: nodes.shape[0]])
+
+    return halving_batches(run, batch_size, "sampled evaluation")
 
 
 @functools.partial(jax.jit, static_argnames=("program", "envelope"))

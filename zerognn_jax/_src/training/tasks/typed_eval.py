@@ -32,6 +32,7 @@ from zerognn_jax._src.sampling.typed_envelope import (
     typed_tree_sizes,
 )
 from zerognn_jax._src.sampling.typed_minibatch import sample_typed_step
+from zerognn_jax._src.training.evaluate import halving_batches
 
 EVAL_EPOCH = 0x7FFFFFFF  # the epoch whose keys evaluation samples with
 EXACT_POLICY = EnvelopePolicy(1.0, 128)
@@ -102,17 +103,21 @@ def eval_envelope(task, data, padded, batch_size: int, seed, kernels):
 
 def sampled_logits(task, program, variables, data, ids, *, batch_size: int,
                    seed: int = 0) -> np.ndarray:
-    """float32[len(ids), classes]: logits of sampled neighbourhoods of `ids`."""
+    """float32[len(ids), classes]: logits of sampled neighbourhoods of `ids`,
+    `batch_size` at a time (fewer where the device runs out: `halving_batches`)."""
     if ids.size == 0:
         return np.zeros((0, program.model.model.num_classes), np.float32)
-    batch_size = min(batch_size, ids.size)
-    steps = num_steps(ids.size, batch_size)
-    padded = np.full(steps * batch_size, -1, np.int32)
-    padded[:ids.size] = ids
-    padded, key = jnp.asarray(padded), jnp.uint32(seed)
-    env = eval_envelope(task, data, padded, batch_size, key, program.kernels)
-    out = _sampled_pass(program, variables, data, padded, key, envelope=env)
-    return np.asarray(out, np.float32).reshape(steps * batch_size, -1)[:ids.size]
+
+    def run(batch: int) -> np.ndarray:
+        steps = num_steps(ids.size, batch)
+        padded = np.full(steps * batch, -1, np.int32)
+        padded[:ids.size] = ids
+        padded, key = jnp.asarray(padded), jnp.uint32(seed)
+        env = eval_envelope(task, data, padded, batch, key, program.kernels)
+        out = _sampled_pass(program, variables, data, padded, key, envelope=env)
+        return np.asarray(out, np.float32).reshape(steps * batch, -1)[:ids.size]
+
+    return halving_batches(run, min(batch_size, ids.size), "typed sampled evaluation")
 
 
 @functools.partial(jax.jit, static_argnames=("program", "envelope"))
