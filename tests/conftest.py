@@ -126,3 +126,21 @@ def neighbour_labelled_npz(path, num_nodes: int = 600, dim: int = 8, classes: in
                       order[b:], classes, weights)
     save_npz(ds, path)
     return str(path)
+
+
+def lexsort_csr(src, dst, num_rows, *, undirected=False, loops=True, distinct=False):
+    """The CSR arrays (indptr, indices) of edges src -> dst by plain NumPy, a reference for
+    `from_edge_list`'s builds: reverses appended when `undirected`, loops dropped unless kept,
+    edges ordered by (row, neighbour), each pair once when `distinct`."""
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    if undirected:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    if not loops:
+        src, dst = src[src != dst], dst[src != dst]
+    order = np.lexsort((dst, src))
+    src, dst = src[order], dst[order]
+    if distinct and src.size:
+        first = np.ones(src.shape, bool)
+        first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+        src, dst = src[first], dst[first]
+    return np.concatenate([[0], np.cumsum(np.bincount(src, minlength=num_rows))]), dst

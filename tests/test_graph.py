@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse
+from conftest import lexsort_csr
 
 from zerognn_jax import CSRGraph, from_edge_list, from_jraph, from_scipy, to_jraph
 from zerognn_jax._src.data.graph import csr_from_arrays, to_edge_list
@@ -77,23 +78,6 @@ def test_random_graph_matches_a_set_reference():
     assert list(zip(gs.tolist(), gd.tolist())) == sorted(expected)
 
 
-def _lexsort_csr(src, dst, num_rows, *, undirected, loops, distinct):
-    """(indptr, indices) by plain NumPy: reverses appended, loops dropped unless kept,
-    edges ordered by (row, neighbour), each pair once when `distinct`."""
-    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-    if undirected:
-        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-    if not loops:
-        src, dst = src[src != dst], dst[src != dst]
-    order = np.lexsort((dst, src))
-    src, dst = src[order], dst[order]
-    if distinct and src.size:
-        first = np.ones(src.shape, bool)
-        first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
-        src, dst = src[first], dst[first]
-    return np.concatenate([[0], np.cumsum(np.bincount(src, minlength=num_rows))]), dst
-
-
 @pytest.mark.parametrize("chunk", [None, 8])  # 8: keys sorted in chunks, merged by ranges
 @pytest.mark.parametrize("order", ["random", "csr"])  # "csr": keys already ascending
 @pytest.mark.parametrize(("undirected", "loops", "distinct", "sort"), [
@@ -119,7 +103,7 @@ def test_bare_edges_take_the_key_sort_with_the_argsort_arrays(chunk, order, undi
               remove_duplicates=distinct, sort_neighbors=sort)
     got = from_edge_list(src, dst, 9, **kw)
     argsorted = from_edge_list(src, dst, 9, weights=np.ones(src.size), **kw)
-    indptr, indices = _lexsort_csr(src, dst, 9, undirected=undirected, loops=loops,
+    indptr, indices = lexsort_csr(src, dst, 9, undirected=undirected, loops=loops,
                                    distinct=distinct)
     for want in (argsorted, CSRGraph(indptr, indices)):
         np.testing.assert_array_equal(got.indptr, want.indptr)

@@ -8,6 +8,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import lexsort_csr
 
 import zerognn_jax as zg
 
@@ -60,21 +61,6 @@ def test_reverse_relations_turn_edges_round_and_merge_same_type():
     assert unmerged[("paper", "rev_cites", "paper")].num_edges == 4
 
 
-def _lexsort_csr(rows, cols, num_rows, symmetric=False):
-    """(indptr, indices) by plain NumPy: rows sorted by neighbour; with `symmetric` the
-    reverses appended and each pair kept once."""
-    rows, cols = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
-    if symmetric:
-        rows, cols = np.concatenate([rows, cols]), np.concatenate([cols, rows])
-    order = np.lexsort((cols, rows))
-    rows, cols = rows[order], cols[order]
-    if symmetric and rows.size:
-        first = np.ones(rows.shape, bool)
-        first[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
-        rows, cols = rows[first], cols[first]
-    return np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=num_rows))]), cols
-
-
 @pytest.mark.parametrize("chunk", [None, 8])  # 8: keys sorted in chunks, then merged
 @pytest.mark.parametrize("relation", [WRITES, CITES])
 def test_bare_relations_and_their_reverses_are_sorted_csr(relation, chunk, monkeypatch):
@@ -88,11 +74,11 @@ def test_bare_relations_and_their_reverses_are_sorted_csr(relation, chunk, monke
     src, dst = rng.integers(0, n_src, 40), rng.integers(0, n_dst, 40)  # repeats, loops
     g = zg.hetero_graph(COUNTS, {relation: (src, dst)}, add_reverse=True)
     if relation[0] == relation[2]:
-        pairs = [(g[relation], _lexsort_csr(dst, src, n_dst, symmetric=True))]
+        pairs = [(g[relation], lexsort_csr(dst, src, n_dst, undirected=True, distinct=True))]
     else:
         pairs = [(g[(relation[2], "rev_" + relation[1], relation[0])],
-                  _lexsort_csr(src, dst, n_src)),
-                 (g[relation], _lexsort_csr(dst, src, n_dst))]
+                  lexsort_csr(src, dst, n_src)),
+                 (g[relation], lexsort_csr(dst, src, n_dst))]
     for got, (indptr, indices) in pairs:
         assert got.indptr.dtype == np.int32 and got.indices.dtype == np.int32
         np.testing.assert_array_equal(got.indptr, indptr)
