@@ -282,17 +282,18 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     # into it compile on another thread meanwhile.
     buffer = _host_buffer(max(nbytes), log) if any(sure) else None
     plan = plan_chunks(data.graph.indptr, widest, budget_bytes)
+    # each layer's input as the compiler sees it (a host table is part of the program)
+    inputs = [h if is_host_resident(h) else jax.ShapeDtypeStruct(h.shape, h.dtype),
+              *outs[:-1]]
     targets, compiling = {}, {}
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         for layer in (i for i, surely in enumerate(sure) if surely):
             if _owns_memory(buffer, nbytes, layer, num_layers):
                 continue  # its own buffer is allocated when it runs, not locked early
-            targets[layer] = buffer, _output_table(buffer, outs[layer], nbytes[layer])
-            h_in = h if layer == 0 and is_host_resident(h) else jax.ShapeDtypeStruct(
-                *((h.shape, h.dtype) if layer == 0 else (outs[layer - 1].shape,
-                                                        outs[layer - 1].dtype)))
-            compiling[layer] = pool.submit(_streamed_program, program, variables, h_in,
-                                           data.graph, targets[layer][1], layer, plan)
+            targets[layer] = _stream_target(buffer, outs, nbytes, layer, log)
+            compiling[layer] = pool.submit(_streamed_program, program, variables,
+                                           inputs[layer], data.graph, targets[layer][1],
+                                           layer, plan)
         streamed = None
         for layer in range(num_layers):
             t0 = time.perf_counter()
@@ -314,8 +315,7 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
                 if layer not in targets:
                     if buffer is None:
                         buffer = _host_buffer(max(nbytes), log)
-                    memory = _layer_memory(buffer, nbytes, layer, num_layers, log)
-                    targets[layer] = memory, _output_table(memory, outs[layer], nbytes[layer])
+                    targets[layer] = _stream_target(buffer, outs, nbytes, layer, log)
                 memory, out = targets.pop(layer)
                 t1 = time.perf_counter()
                 streamed = _offloaded_layer(program, variables, h_device, data.graph, layer,
@@ -338,17 +338,14 @@ def _owns_memory(buffer: PinnedBuffer, nbytes: list, layer: int, num_layers: int
     return layer == num_layers - 1 and nbytes[layer] < buffer.nbytes
 
 
-def _layer_memory(buffer: PinnedBuffer, nbytes: list, layer: int, num_layers: int,
-                  log) -> PinnedBuffer:
-    """Where layer `layer` streams: the shared buffer, or its own (`_owns_memory`)."""
-    if _owns_memory(buffer, nbytes, layer, num_layers):
-        return _host_buffer(nbytes[layer], log)
-    return buffer
-
-
-def _output_table(memory: PinnedBuffer, shape: jax.ShapeDtypeStruct, nbytes: int) -> HostTable:
-    """The host table over the first `nbytes` of `memory` that a streamed layer fills."""
-    return HostTable(memory.array[:nbytes].view(shape.dtype).reshape(shape.shape))
+def _stream_target(buffer: PinnedBuffer, outs: list, nbytes: list, layer: int,
+                   log) -> tuple[PinnedBuffer, HostTable]:
+    """(the memory layer `layer` streams into: the shared buffer, or its own
+    (`_owns_memory`); the host table over its first bytes that the layer fills)."""
+    memory = (_host_buffer(nbytes[layer], log)
+              if _owns_memory(buffer, nbytes, layer, len(nbytes)) else buffer)
+    array = memory.array[:nbytes[layer]].view(outs[layer].dtype).reshape(outs[layer].shape)
+    return memory, HostTable(array)
 
 
 def _sure_layers(offload, nbytes: list, inputs: list, budget_bytes: int) -> list:
