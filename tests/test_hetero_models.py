@@ -99,6 +99,28 @@ def test_models_give_logits_and_gradients_for_the_seeds(name, extra):
     assert float(value) < 0.7 * float(first)
 
 
+def test_rgat_projects_slot_rows_or_source_rows_alike():
+    """A relation with fewer edge slots than source rows projects the rows its slots
+    read; source rows that no slot reads, appended, switch the path and change nothing."""
+    rs = np.random.default_rng(5)
+    c, k, s = 6, 3, 16  # 18 slots, 16 source rows: every source row is projected
+    mask = rs.random((c, k)) < 0.7
+    mask[0] = False  # a destination without edges
+    view = zg.EllView(jnp.asarray(rs.integers(0, s, (c, k)), jnp.int32), jnp.asarray(mask),
+                      jnp.ones(c, bool), jnp.asarray(mask.sum(1), jnp.int32),
+                      jnp.zeros(s, jnp.int32))
+    h_src = jnp.asarray(rs.standard_normal((s, 5)), jnp.float32)
+    h_dst = jnp.asarray(rs.standard_normal((c, 4)), jnp.float32)
+    conv = zg.RelGATConv(8, heads=2)
+    params = conv.init(jax.random.key(0), h_src, h_dst, view)
+    rows = conv.apply(params, h_src, h_dst, view)
+    padded = jnp.concatenate([h_src, jnp.asarray(rs.standard_normal((30, 5)), jnp.float32)])
+    slots = conv.apply(params, padded, h_dst, view)  # 46 rows > 18 slots
+    assert rows.shape == (c, 8)
+    np.testing.assert_allclose(np.asarray(slots), np.asarray(rows), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(rows[0]), np.asarray(params["params"]["bias"]))
+
+
 def test_whole_graph_layers_give_the_sampled_forward_of_full_neighbourhoods(name="rgat"):
     mb, feats, _, graph = _batch(fanouts=(-1, -1))  # every neighbour: sampling is exact
     model = zg.make_hetero_model(name, hidden=8, num_layers=2, num_classes=5, heads=2,

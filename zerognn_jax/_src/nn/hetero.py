@@ -20,15 +20,19 @@ transform of its own rows only.
          optionally W_r = sum_b a_rb V_b over `num_bases` bases (the sources of every
          relation of a layer must then have one width).
   rgat   a GAT per relation (separate source and destination projections, attention
-         over the relation's edges only, `heads` heads, concatenated; the last layer
-         averages its heads), summed per destination type: DGL's `HeteroGraphConv`
-         of `GATConv`, the layout of MLPerf's R-GAT.
+         over the relation's edges only, `heads` heads, concatenated), summed per
+         destination type, leaky ReLU between layers, every layer `hidden` wide and a
+         linear classifier on the target type's rows: the layout of MLPerf's R-GAT
+         (DGL's `HeteroGraphConv` or PyG's `HeteroConv` of `GATConv`, then `Linear`).
+         A relation with fewer sampled edge slots than source rows (edges into a small
+         type: venues, topics) projects the rows its slots read, not every source row.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import flax.linen as nn
@@ -113,7 +117,11 @@ class RGCNConv(nn.Module):
 class RelGATConv(nn.Module):
     """GAT over one relation: separate projections of sources and destinations (their
     widths may differ), attention over the relation's edges only (no self loop);
-    [C, heads * F], or [C, F] averaged over heads with `concat=False`."""
+    [C, heads * F], or [C, F] averaged over heads with `concat=False`. The sources are
+    projected row by row, or slot by slot where the view has fewer edge slots than
+    source rows (the same values, fewer rows through the matmul). The destinations'
+    projection W_dst enters only their attention term a_dst . (W_dst h), computed as
+    h . (W_dst a_dst): one column per head instead of heads * F (the same parameters)."""
 
     features: int
     heads: int = 4
@@ -124,26 +132,41 @@ class RelGATConv(nn.Module):
     @nn.compact
     def __call__(self, h_src, h_dst, view):
         h, f = self.heads, self.features // self.heads if self.concat else self.features
-        z_src = nn.Dense(h * f, use_bias=False, dtype=self.dtype, name="src")(h_src)
-        z_dst = nn.Dense(h * f, use_bias=False, dtype=self.dtype, name="dst")(h_dst)
-        z_src, z_dst = z_src.reshape(-1, h, f), z_dst.reshape(-1, h, f)
+        project = nn.Dense(h * f, use_bias=False, dtype=self.dtype, name="src")
         init = nn.initializers.lecun_normal()
+        w_dst = self.param("dst", init, (h_dst.shape[-1], h * f))
         a_src = self.param("att_src", init, (1, h, f))
         a_dst = self.param("att_dst", init, (1, h, f))
-        logits = nn.leaky_relu(view.src_of_edges(jnp.sum(z_src * a_src, -1))
-                               + view.dst_of_edges(jnp.sum(z_dst * a_dst, -1)),
-                               self.negative_slope)
+        # the destinations' projection is read only through a_dst: one column per head
+        v_dst = jnp.einsum("dhf,hf->dh", w_dst.reshape(-1, h, f), a_dst[0])
+        dst_logits = h_dst.astype(self.dtype) @ v_dst.astype(self.dtype)  # [C, H]
+        slots = view.edge_mask.shape
+        per_slot = math.prod(slots) < h_src.shape[0]
+        if per_slot:  # the slots' rows, projected: fewer than the sources
+            z_edges = project(view.src_of_edges(h_src)).reshape(*slots, h, f)
+            src_logits = jnp.sum(z_edges * a_src, -1)
+        else:  # every source row projected once, then read per slot
+            z_src = project(h_src).reshape(-1, h, f)
+            src_logits = view.src_of_edges(jnp.sum(z_src * a_src, -1))
+        logits = nn.leaky_relu(src_logits + view.dst_of_edges(dst_logits), self.negative_slope)
         # no self term: a finite floor that takes the weight only of rows without edges
-        floor = jnp.full((z_dst.shape[0], h), -1e30, logits.dtype)
+        floor = jnp.full((h_dst.shape[0], h), -1e30, logits.dtype)
         w_edges, _ = view.softmax(logits, floor)
-        out = view.weighted_sum(z_src, w_edges.astype(self.dtype))  # [C, H, F]
+        w_edges = w_edges.astype(self.dtype)
+        if per_slot:  # float32 products and sums, as the gathering sum's
+            acc = jnp.promote_types(self.dtype, jnp.float32)
+            out = view.sum_edges(z_edges.astype(acc) * w_edges[..., None].astype(acc))
+            out = out.astype(self.dtype)  # [C, H, F]
+        else:
+            out = view.weighted_sum(z_src, w_edges)
         out = out.reshape(-1, h * f) if self.concat else jnp.mean(out, axis=1)
         bias = self.param("bias", nn.initializers.zeros, (out.shape[-1],))
         return out + bias.astype(self.dtype)
 
 
 class HeteroGNN(nn.Module):
-    """A stack of relational layers (module docstring) with ReLU and dropout between.
+    """A stack of relational layers (module docstring) with ReLU (rgat: leaky ReLU) and
+    dropout between; rgat's last layer is `hidden` wide, then a linear classifier.
 
     Attributes:
       conv: "rsage", "rgcn" or "rgat".
@@ -171,26 +194,27 @@ class HeteroGNN(nn.Module):
     def setup(self):
         types = tuple(dict.fromkeys([self.target_type, *(t for r in self.relations
                                                          for t in (r[0], r[2]))]))
+        classifier = self.conv == "rgat"  # MLPerf's layout: hidden-wide convs, then Dense
         convs, roots = [], []
         for i in range(self.num_layers):
             last = i == self.num_layers - 1
-            width = self.num_classes if last else self.hidden
+            width = self.num_classes if last and not classifier else self.hidden
             if self.conv == "rgcn":
                 convs.append({t: RGCNConv(width, self.relations, self.num_bases, self.dtype)
                               for t in types if any(r[2] == t for r in self.relations)})
             else:
-                convs.append({_name(r): self._relation_conv(width, last)
-                              for r in self.relations})
+                convs.append({_name(r): self._relation_conv(width) for r in self.relations})
             roots.append({t: nn.Dense(width, dtype=self.dtype) for t in types})
         self.convs, self.roots = convs, roots
+        self.classifier = nn.Dense(self.num_classes, dtype=self.dtype) if classifier else None
         self.drop_input = Dropout(self.input_dropout)
         self.drop_hidden = Dropout(self.dropout)
 
-    def _relation_conv(self, width: int, last: bool):
+    def _relation_conv(self, width: int):
         if self.conv == "rsage":
             return SAGEConv(width, dtype=self.dtype)
         if self.conv == "rgat":
-            return RelGATConv(width, self.heads, concat=not last, dtype=self.dtype)
+            return RelGATConv(width, self.heads, dtype=self.dtype)
         raise ValueError(f"unknown relational conv {self.conv!r}; choose one of "
                          f"{', '.join(HETERO_MODELS)}")
 
@@ -220,8 +244,11 @@ class HeteroGNN(nn.Module):
             else:
                 out[t] = sum(self.convs[i][_name(r)](h_src, h_dst, v) for r, h_src, v in into)
         if i == self.num_layers - 1:
+            if self.classifier is not None:
+                out = {t: self.classifier(v) for t, v in out.items()}
             return {t: v.astype(jnp.float32) for t, v in out.items()}
-        return {t: nn.relu(v) for t, v in out.items()}
+        act = nn.leaky_relu if self.conv == "rgat" else nn.relu
+        return {t: act(v) for t, v in out.items()}
 
 
 def whole_graph_layer(graph, types=None) -> TypedLayer:
@@ -284,13 +311,15 @@ class OnTypes(nn.Module):
     embedded: tuple = ()
 
     def typed_inputs(self, x, nodes: dict) -> dict:
-        """{type: rows} of the outermost level from the packed rows `x` and `nodes`
-        {type: int32[S_t]}: `x` is float[sum of S_t over featured types, max d], or with
-        featureless types the pair (that, float[sum of S_t over `embedded`, dim]) of
-        feature rows and embedding rows."""
+        """{type: rows} of the outermost level from the gathered rows `x` and `nodes`
+        {type: int32[S_t]}: `x` is (float[S_t, max d], ...), one array per featured type
+        of `widths` that `nodes` holds, or with featureless types the pair (that,
+        float[sum of S_t over `embedded`, dim]) of feature rows and packed embedding
+        rows."""
         features, embedded = x if self.embedded else (x, None)
-        out = _unpack(features, self.widths, nodes)
-        out.update(_unpack(embedded, tuple((t, None) for t in self.embedded), nodes))
+        present = [(t, d) for t, d in self.widths if t in nodes]
+        out = {t: rows[:, :d] for (t, d), rows in zip(present, features)}
+        out.update(_unpack(embedded, self.embedded, nodes))
         return out
 
     def __call__(self, x, views, *, train: bool, typed):
@@ -309,13 +338,13 @@ class OnTypes(nn.Module):
         return self.model.num_layers
 
 
-def _unpack(rows, widths, nodes: dict) -> dict:
-    """{type: its rows of `rows`}: the types of `widths` ((type, width or None for all
-    columns), ...) that `nodes` holds, each `nodes[type]`'s length of rows in turn."""
+def _unpack(rows, types, nodes: dict) -> dict:
+    """{type: its rows of `rows`}: the `types` that `nodes` holds, each `nodes[type]`'s
+    length of rows in turn."""
     out, start = {}, 0
-    for t, width in widths:
+    for t in types:
         if t in nodes:
             count = nodes[t].shape[0]
-            out[t] = rows[start:start + count, :width]
+            out[t] = rows[start:start + count]
             start += count
     return out

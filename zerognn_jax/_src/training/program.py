@@ -162,11 +162,13 @@ class StepProgram:
         `variables["embedding"]`; `NodeEmbedding.join` puts the two together, a typed
         task's as a pair). Split features are gathered across the mesh inside its
         program only (`in_mesh`); outside it, the whole table is addressable."""
-        if in_mesh and self.parallel is not None and self.parallel.shard_features:
-            x = self.parallel.gather_rows(self.kernels, data.features, mb.nodes[-1],
-                                          mb.valid[-1])
+        ids, live = mb.nodes[-1], mb.valid[-1]
+        if isinstance(ids, tuple):  # a typed sample's rows, type by type: gathered apart
+            x = tuple(gather_rows(self.kernels, data.features, i, v) for i, v in zip(ids, live))
+        elif in_mesh and self.parallel is not None and self.parallel.shard_features:
+            x = self.parallel.gather_rows(self.kernels, data.features, ids, live)
         else:
-            x = gather_rows(self.kernels, data.features, mb.nodes[-1], mb.valid[-1])
+            x = gather_rows(self.kernels, data.features, ids, live)
         if self.embedding is None:
             return x
         if embedded is None:

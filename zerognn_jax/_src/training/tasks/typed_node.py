@@ -4,8 +4,9 @@ target type), the other types as context, through the engines' one step body and
 It is a `BatchedTask` (base.py): a step samples a `TypedMiniBatch` around its seeds
 (`sample_typed_step`, the keys of homogeneous steps), and hands the engine a
 `TypedSample`, which reads as a one-level minibatch: its rows are the outermost level's
-nodes of every type with features, packed into one table (`TypedInputs`), so the step
-gathers them with the one row gather; counts are per (level, type), flattened. The
+nodes of every type with features, as rows of one stacked table (`TypedInputs`), one id
+array per type, so the step gathers each type's rows into a buffer of its own (the
+model's matmuls read them without a copy); counts are per (level, type), flattened. The
 featureless types' rows come from one stacked, learnable table (`TypedEmbedding`), which
 the step gathers and trains by row-sparse lazy Adam as it does the homogeneous node
 embedding. The model (`OnTypes` around a `HeteroGNN`) unpacks both by type and reads
@@ -60,8 +61,8 @@ class TypedSample(NamedTuple):
 
     Attributes:
       typed: the sampled `TypedMiniBatch`.
-      rows: int32[S], the packed feature-table rows of the outermost level's nodes of
-        the types with features (`TypedInputs.pack`); row_valid: bool[S].
+      rows: (int32[S_t], ...), the feature-table rows of the outermost level's nodes
+        of each type with features (`TypedInputs.pack`); row_valid: (bool[S_t], ...).
       counts: int32[(L + 1) * T], real sizes per level, then per type of `types`.
       embedded: int32[E], the stacked embedding table's rows of the outermost level's
         nodes of the featureless types (`TypedInputs.pack_embedded`); embedded_valid:
@@ -69,8 +70,8 @@ class TypedSample(NamedTuple):
     """
 
     typed: TypedMiniBatch
-    rows: jax.Array
-    row_valid: jax.Array
+    rows: tuple
+    row_valid: tuple
     counts: jax.Array
     embedded: jax.Array
     embedded_valid: jax.Array
@@ -145,9 +146,14 @@ class TypedInputs:
                     out.dtype, copy=False)
         return out
 
-    def pack(self, nodes: dict, valid: dict) -> tuple[jax.Array, jax.Array]:
-        """(int32[S] feature-table rows, bool[S]) of the featured types' ids in `nodes`."""
-        return _pack(self.offsets, nodes, valid)
+    def pack(self, nodes: dict, valid: dict) -> tuple[tuple, tuple]:
+        """((int32[S_t] feature-table rows, ...), (bool[S_t], ...)) of the featured
+        types' ids in `nodes`, type by type; one invalid row if there are none."""
+        present = [(t, off) for t, off in self.offsets if t in nodes]
+        if not present:
+            return (jnp.zeros((1,), jnp.int32),), (jnp.zeros((1,), bool),)
+        return (tuple((off + nodes[t]).astype(jnp.int32) for t, off in present),
+                tuple(valid[t] for t, _ in present))
 
     def pack_embedded(self, nodes: dict, valid: dict) -> tuple[jax.Array, jax.Array]:
         """(int32[E] embedding-table rows, bool[E]) of the featureless types' ids in
@@ -194,8 +200,8 @@ class TypedEmbedding(NodeEmbedding):
     def ids(self, mb: TypedSample) -> tuple[jax.Array, jax.Array]:
         return mb.embedded, mb.embedded_valid
 
-    def join(self, x: jax.Array, embedded: jax.Array):
-        return x, embedded.astype(x.dtype)
+    def join(self, x: tuple, embedded: jax.Array):
+        return x, embedded.astype(x[0].dtype)
 
 
 def relation_fanouts(cfg, graph: HeteroGraph) -> dict:
