@@ -208,8 +208,9 @@ class GraphTask(ItemsAreLevel0):
         if tables.edge_features is not None and not dataset.edge_vocab:
             tables = tables._replace(edge_features=tables.edge_features.astype(dtype))
         graph = CSRGraph(np.zeros(dataset.num_nodes + 1, np.int32), np.zeros(0, np.int32))
-        data = DeviceData(graph.to_device(), jnp.asarray(dataset.node_features, feat_dtype),
-                          jax.tree_util.tree_map(jnp.asarray, tables))
+        rows = np.asarray(dataset.node_features).astype(feat_dtype, copy=False)
+        data = DeviceData(graph.to_device(), jax.device_put(rows),
+                          jax.tree_util.tree_map(jax.device_put, tables))
         tx = tx or optax.flatten(make_optimizer(cfg))
         program = StepProgram(self.wrap_model(model, cfg), tx, SamplerConfig((1,)),
                               cfg.batch_size, cfg.seed, kernels, task=self)

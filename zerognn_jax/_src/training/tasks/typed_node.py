@@ -345,8 +345,9 @@ class TypedNodeTask(ItemsAreLevel0):
                 input_dropout=cfg.input_dropout, dtype=dtype)
         graph = prepare_typed_graph(dataset.graph, self.sampler).to_device()
         table = self.inputs.table(dataset, dtype, bool(cfg.normalize_features))
-        data = DeviceData(graph, jnp.asarray(table),
-                          jnp.asarray(self.device_targets(dataset)))
+        # device_put, not jnp.asarray: that compiles a copy on the device (two tables)
+        data = DeviceData(graph, jax.device_put(table),
+                          jax.device_put(self.device_targets(dataset)))
         # The engines read the layout of the outermost level from the program's sampler
         # (`update_embedding`: are its rows distinct?), so the summary carries it.
         summary = SamplerConfig(tuple(cfg.fanouts), replace=cfg.replace, method=cfg.sampler,
