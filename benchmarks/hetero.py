@@ -87,8 +87,9 @@ def main(argv=None) -> None:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--eval-mode", default="sampled", choices=("sampled", "full", "none"),
-                   help="none: throughput alone (each epoch's record is written after "
-                        "the evaluation that ends the run)")
+                   help="none: throughput alone, no evaluation (with sampled or full, "
+                        "the last epoch's record is written after the evaluation that "
+                        "ends the run)")
     p.add_argument("--root", default=None,
                    help="data folder caching the dataset (default: .cache/zerognn for "
                         "mag-like, none for igbh-like)")

@@ -99,26 +99,61 @@ def test_models_give_logits_and_gradients_for_the_seeds(name, extra):
     assert float(value) < 0.7 * float(first)
 
 
-def test_rgat_projects_slot_rows_or_source_rows_alike():
+def _rel_gat_reference(params, h_src, h_dst, nbr, mask, heads):
+    """RelGATConv written out in NumPy, the destinations projected explicitly."""
+    p = {k: np.asarray(v, np.float64) for k, v in params["params"].items() if k != "src"}
+    w_src = np.asarray(params["params"]["src"]["kernel"], np.float64)
+    z_src = (np.asarray(h_src, np.float64) @ w_src).reshape(len(h_src), heads, -1)
+    z_dst = (np.asarray(h_dst, np.float64) @ p["dst"]).reshape(len(h_dst), heads, -1)
+    out = np.zeros((len(h_dst), z_src.shape[1] * z_src.shape[2]))
+    for c in range(len(h_dst)):
+        live = nbr[c][mask[c]]
+        if live.size:
+            e = (z_src[live] * p["att_src"]).sum(-1) + (z_dst[c] * p["att_dst"][0]).sum(-1)
+            e = np.where(e > 0, e, 0.2 * e)  # [k, H]
+            a = np.exp(e - e.max(0)) / np.exp(e - e.max(0)).sum(0)
+            out[c] = (a[..., None] * z_src[live]).sum(0).reshape(-1)
+    return out + p["bias"]
+
+
+@pytest.mark.parametrize("kind", ["ell", "edges"])
+def test_rgat_projects_slot_rows_or_source_rows_alike(kind):
     """A relation with fewer edge slots than source rows projects the rows its slots
-    read; source rows that no slot reads, appended, switch the path and change nothing."""
+    read; source rows that no slot reads, appended, switch the path and change nothing.
+    Both equal a NumPy GAT whose destinations are projected explicitly (the layer folds
+    that projection into its attention term), for sampled blocks and whole-graph edges;
+    in bfloat16 the two paths agree to its rounding."""
     rs = np.random.default_rng(5)
-    c, k, s = 6, 3, 16  # 18 slots, 16 source rows: every source row is projected
+    c, k, s = 6, 3, 16  # at most 18 slots against 16 source rows: every row projected
     mask = rs.random((c, k)) < 0.7
     mask[0] = False  # a destination without edges
-    view = zg.EllView(jnp.asarray(rs.integers(0, s, (c, k)), jnp.int32), jnp.asarray(mask),
-                      jnp.ones(c, bool), jnp.asarray(mask.sum(1), jnp.int32),
-                      jnp.zeros(s, jnp.int32))
+    nbr = rs.integers(0, s, (c, k))
+    if kind == "ell":
+        view = zg.EllView(jnp.asarray(nbr, jnp.int32), jnp.asarray(mask), jnp.ones(c, bool),
+                          jnp.asarray(mask.sum(1), jnp.int32), jnp.zeros(s, jnp.int32))
+    else:  # the live edges in CSR order, as whole-graph layers see them
+        view = zg.EdgeView(jnp.asarray(nbr[mask], jnp.int32),
+                           jnp.asarray(np.nonzero(mask)[0], jnp.int32),
+                           jnp.ones(int(mask.sum()), bool), jnp.ones(c, bool),
+                           jnp.asarray(mask.sum(1), jnp.int32), jnp.zeros(s, jnp.int32), c)
     h_src = jnp.asarray(rs.standard_normal((s, 5)), jnp.float32)
     h_dst = jnp.asarray(rs.standard_normal((c, 4)), jnp.float32)
+    padded = jnp.concatenate([h_src, jnp.asarray(rs.standard_normal((30, 5)), jnp.float32)])
     conv = zg.RelGATConv(8, heads=2)
     params = conv.init(jax.random.key(0), h_src, h_dst, view)
     rows = conv.apply(params, h_src, h_dst, view)
-    padded = jnp.concatenate([h_src, jnp.asarray(rs.standard_normal((30, 5)), jnp.float32)])
     slots = conv.apply(params, padded, h_dst, view)  # 46 rows > 18 slots
     assert rows.shape == (c, 8)
-    np.testing.assert_allclose(np.asarray(slots), np.asarray(rows), rtol=1e-5, atol=1e-6)
+    want = _rel_gat_reference(params, h_src, h_dst, nbr, mask, heads=2)
+    np.testing.assert_allclose(np.asarray(rows), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(slots), want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(rows[0]), np.asarray(params["params"]["bias"]))
+    half = zg.RelGATConv(8, heads=2, dtype=jnp.bfloat16)
+    rows16 = half.apply(params, h_src.astype(jnp.bfloat16), h_dst, view)
+    slots16 = half.apply(params, padded.astype(jnp.bfloat16), h_dst, view)
+    assert rows16.dtype == slots16.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(slots16, np.float32), want, rtol=0.05, atol=0.05)
+    np.testing.assert_allclose(np.asarray(rows16, np.float32), want, rtol=0.05, atol=0.05)
 
 
 def test_whole_graph_layers_give_the_sampled_forward_of_full_neighbourhoods(name="rgat"):

@@ -139,7 +139,8 @@ class RelGATConv(nn.Module):
         a_dst = self.param("att_dst", init, (1, h, f))
         # the destinations' projection is read only through a_dst: one column per head
         v_dst = jnp.einsum("dhf,hf->dh", w_dst.reshape(-1, h, f), a_dst[0])
-        dst_logits = h_dst.astype(self.dtype) @ v_dst.astype(self.dtype)  # [C, H]
+        dst_logits = jnp.matmul(h_dst.astype(self.dtype), v_dst.astype(self.dtype),
+                                preferred_element_type=jnp.float32)  # [C, H]
         slots = view.edge_mask.shape
         per_slot = math.prod(slots) < h_src.shape[0]
         if per_slot:  # the slots' rows, projected: fewer than the sources
@@ -295,13 +296,16 @@ def make_hetero_model(name: str, *, hidden: int, num_layers: int, num_classes: i
 
 class OnTypes(nn.Module):
     """A relational model (`HeteroGNN`'s interface) run by the engines' step: it takes
-    the packed outermost level and the typed minibatch instead of `{type: rows}` and
-    typed layers (training/tasks/typed_node.py packs them).
+    the outermost level's gathered rows and the typed minibatch instead of
+    `{type: rows}` and typed layers (training/tasks/typed_node.py gathers them).
 
     Attributes:
       model: the relational model. kernels: the views' kernels.
-      widths: ((type, d_type), ...) of the types with features, in the packed table's
-        order; their level-L rows come first in `x`, each type's rows in turn.
+      widths: ((type, d_type), ...) of the types with features, in the stacked table's
+        order: `x` holds one array of level-L rows per such type the level holds, in
+        this order, each as wide as the table (a narrower type's first d_type columns
+        are its features, sliced here: only the widest types' rows reach the model
+        uncopied).
       embedded: the featureless types, in the order of their packed embedding rows.
     """
 

@@ -156,14 +156,19 @@ class StepProgram:
         return logits, new_vars, mb
 
     def model_input(self, variables, data: DeviceData, mb: MiniBatch,
-                    embedded=None, *, in_mesh: bool = True) -> jax.Array:
+                    embedded=None, *, in_mesh: bool = True):
         """float[S_L, d (+ dim)]: the outermost level's feature rows, followed by their
         embedding rows with an embedding (`embedded`, if given, else gathered from
-        `variables["embedding"]`; `NodeEmbedding.join` puts the two together, a typed
-        task's as a pair). Split features are gathered across the mesh inside its
-        program only (`in_mesh`); outside it, the whole table is addressable."""
+        `variables["embedding"]`; `NodeEmbedding.join` puts the two together). A typed
+        sample's rows come one array per type, (float[S_t, d], ...), and with an
+        embedding the pair (that, the packed embedding rows). Split features are gathered
+        across the mesh inside its program only (`in_mesh`); outside it, the whole table
+        is addressable."""
         ids, live = mb.nodes[-1], mb.valid[-1]
         if isinstance(ids, tuple):  # a typed sample's rows, type by type: gathered apart
+            if self.parallel is not None and self.parallel.shard_features:
+                raise ValueError("typed samples do not read split features: each type's "
+                                 "rows would be gathered from one device's shard")
             x = tuple(gather_rows(self.kernels, data.features, i, v) for i, v in zip(ids, live))
         elif in_mesh and self.parallel is not None and self.parallel.shard_features:
             x = self.parallel.gather_rows(self.kernels, data.features, ids, live)

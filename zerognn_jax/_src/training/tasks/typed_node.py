@@ -6,7 +6,8 @@ It is a `BatchedTask` (base.py): a step samples a `TypedMiniBatch` around its se
 `TypedSample`, which reads as a one-level minibatch: its rows are the outermost level's
 nodes of every type with features, as rows of one stacked table (`TypedInputs`), one id
 array per type, so the step gathers each type's rows into a buffer of its own (the
-model's matmuls read them without a copy); counts are per (level, type), flattened. The
+model's matmuls read a type as wide as the table without a copy); counts are per
+(level, type), flattened. The
 featureless types' rows come from one stacked, learnable table (`TypedEmbedding`), which
 the step gathers and trains by row-sparse lazy Adam as it does the homogeneous node
 embedding. The model (`OnTypes` around a `HeteroGNN`) unpacks both by type and reads
