@@ -5,6 +5,7 @@ import logging
 import shutil
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -152,6 +153,22 @@ def test_refused_options(mag, change, message):
     with pytest.raises(ValueError) as err:
         zg.train(zg.TrainConfig(**{**BASE, **change}, epochs=1), mag)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_typed_rows_are_not_gathered_from_a_feature_shard():
+    """Typed samples gather each type's rows from the whole table; with split features
+    (refused for typed runs before any step) the program says so instead of reading one
+    device's shard."""
+    from types import SimpleNamespace
+
+    from zerognn_jax._src.training.program import StepProgram
+
+    split = SimpleNamespace(parallel=SimpleNamespace(shard_features=True), kernels=None,
+                            embedding=None)
+    sample = SimpleNamespace(nodes=((jnp.zeros(2, jnp.int32),),), valid=((jnp.ones(2, bool),),))
+    data = SimpleNamespace(features=jnp.zeros((4, 3)))
+    with pytest.raises(ValueError, match="typed samples do not read split features"):
+        StepProgram.model_input(split, {}, data, sample)
 
 
 def test_config_and_flag_of_relation_fanouts():
