@@ -5,7 +5,6 @@ import logging
 import shutil
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -148,27 +147,13 @@ def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
     (dict(relation_fanouts={"cites": (1,)}), "relation_fanouts['cites'] has 1 hops"),
     (dict(task="link"), "task 'link' does not train typed datasets"),
     (dict(feature_placement="host"), "drop feature_placement 'host'"),
+    (dict(devices=2, shard_features=True), "typed graphs train on the scan engine on one "
+                                           "device"),
 ])
 def test_refused_options(mag, change, message):
     with pytest.raises(ValueError) as err:
         zg.train(zg.TrainConfig(**{**BASE, **change}, epochs=1), mag)
     assert message in str(err.value) and "\n" not in str(err.value)
-
-
-def test_typed_rows_are_not_gathered_from_a_feature_shard():
-    """Typed samples gather each type's rows from the whole table; with split features
-    (refused for typed runs before any step) the program says so instead of reading one
-    device's shard."""
-    from types import SimpleNamespace
-
-    from zerognn_jax._src.training.program import StepProgram
-
-    split = SimpleNamespace(parallel=SimpleNamespace(shard_features=True), kernels=None,
-                            embedding=None)
-    sample = SimpleNamespace(nodes=((jnp.zeros(2, jnp.int32),),), valid=((jnp.ones(2, bool),),))
-    data = SimpleNamespace(features=jnp.zeros((4, 3)))
-    with pytest.raises(ValueError, match="typed samples do not read split features"):
-        StepProgram.model_input(split, {}, data, sample)
 
 
 def test_config_and_flag_of_relation_fanouts():

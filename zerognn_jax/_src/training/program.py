@@ -164,16 +164,11 @@ class StepProgram:
         embedding the pair (that, the packed embedding rows). Split features are gathered
         across the mesh inside its program only (`in_mesh`); outside it, the whole table
         is addressable."""
-        ids, live = mb.nodes[-1], mb.valid[-1]
-        if isinstance(ids, tuple):  # a typed sample's rows, type by type: gathered apart
-            if self.parallel is not None and self.parallel.shard_features:
-                raise ValueError("typed samples do not read split features: each type's "
-                                 "rows would be gathered from one device's shard")
-            x = tuple(gather_rows(self.kernels, data.features, i, v) for i, v in zip(ids, live))
-        elif in_mesh and self.parallel is not None and self.parallel.shard_features:
-            x = self.parallel.gather_rows(self.kernels, data.features, ids, live)
-        else:
-            x = gather_rows(self.kernels, data.features, ids, live)
+        split = in_mesh and self.parallel is not None and self.parallel.shard_features
+        gather = self.parallel.gather_rows if split else gather_rows
+        # one id array, or a typed sample's one per type: each gathered into its own rows
+        x = jax.tree_util.tree_map(lambda i, v: gather(self.kernels, data.features, i, v),
+                                   mb.nodes[-1], mb.valid[-1])
         if self.embedding is None:
             return x
         if embedded is None:
