@@ -36,7 +36,7 @@ from zerognn_jax._src.ops.host_rows import (
     write_rows,
 )
 from zerognn_jax._src.sampling.envelope import Envelope, conservative
-from zerognn_jax._src.sampling.seeds import num_steps
+from zerognn_jax._src.sampling.seeds import ordered_items
 from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training.memory import device_free_bytes
 from zerognn_jax._src.training.program import DeviceData, StepProgram
@@ -424,13 +424,10 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
     nodes = np.asarray(nodes, np.int32)
 
     def run(batch: int):
-        steps = num_steps(nodes.shape[0], batch)
-        padded = np.full(steps * batch, -1, np.int32)
-        padded[: nodes.shape[0]] = nodes
+        padded = ordered_items(jnp.asarray(nodes), batch)
         env = conservative(batch, program.sampler.slots, data.graph.num_nodes)
-        out = _sampled_pass(program, variables, data, jnp.asarray(padded), jnp.uint32(seed),
-                            envelope=env)
-        return jax.block_until_ready(out.reshape(steps * batch, -1)[: nodes.shape[0]])
+        out = _sampled_pass(program, variables, data, padded, jnp.uint32(seed), envelope=env)
+        return jax.block_until_ready(out.reshape(padded.shape[0], -1)[: nodes.shape[0]])
 
     return halving_batches(run, batch_size, "sampled evaluation")
 

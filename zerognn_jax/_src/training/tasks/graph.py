@@ -47,7 +47,13 @@ from zerognn_jax._src.sampling.graph_batch import (
     step_graphs,
 )
 from zerognn_jax._src.sampling.minibatch import SamplerConfig
-from zerognn_jax._src.sampling.seeds import epoch_items, num_steps, step_items, step_keys
+from zerognn_jax._src.sampling.seeds import (
+    epoch_items,
+    num_steps,
+    ordered_items,
+    step_items,
+    step_keys,
+)
 from zerognn_jax._src.sampling.steps import ItemLevel
 from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
@@ -360,13 +366,10 @@ def graph_outputs(program: StepProgram, variables, data: DeviceData, ids,
     if ids.size == 0:
         return np.zeros((0, dataset.output_dim), np.float32)
     batch_size = min(batch_size, ids.size)
-    steps = num_steps(ids.size, batch_size)
-    padded = np.full(steps * batch_size, -1, np.int32)
-    padded[:ids.size] = ids
+    padded = ordered_items(jnp.asarray(ids, jnp.int32), batch_size)
     caps = _eval_capacities(program.task, dataset, ids, batch_size, data.targets.max_degree)
-    out = _eval_pass(program, variables, data, jnp.asarray(padded), caps=caps,
-                     batch_size=batch_size)
-    return np.asarray(out, np.float32).reshape(steps * batch_size, -1)[:ids.size]
+    out = _eval_pass(program, variables, data, padded, caps=caps, batch_size=batch_size)
+    return np.asarray(out, np.float32).reshape(padded.shape[0], -1)[:ids.size]
 
 
 @functools.partial(jax.jit, static_argnames=("program", "caps", "batch_size"))

@@ -23,7 +23,7 @@ import numpy as np
 
 from zerognn_jax._src.nn.hetero import TypedLayer, whole_graph_layer
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
-from zerognn_jax._src.sampling.seeds import num_steps
+from zerognn_jax._src.sampling.seeds import ordered_items
 from zerognn_jax._src.sampling.typed_calibrate import sample_typed_epoch_counts
 from zerognn_jax._src.sampling.typed_envelope import (
     fit_typed_envelope,
@@ -109,13 +109,10 @@ def sampled_logits(task, program, variables, data, ids, *, batch_size: int,
         return np.zeros((0, program.model.model.num_classes), np.float32)
 
     def run(batch: int) -> np.ndarray:
-        steps = num_steps(ids.size, batch)
-        padded = np.full(steps * batch, -1, np.int32)
-        padded[:ids.size] = ids
-        padded, key = jnp.asarray(padded), jnp.uint32(seed)
+        padded, key = ordered_items(jnp.asarray(ids, jnp.int32), batch), jnp.uint32(seed)
         env = eval_envelope(task, data, padded, batch, key, program.kernels)
         out = _sampled_pass(program, variables, data, padded, key, envelope=env)
-        return np.asarray(out, np.float32).reshape(steps * batch, -1)[:ids.size]
+        return np.asarray(out, np.float32).reshape(padded.shape[0], -1)[:ids.size]
 
     return halving_batches(run, min(batch_size, ids.size), "typed sampled evaluation")
 
