@@ -4,6 +4,7 @@ variant and a table at the end.
 
     PYTHONPATH=. python3 benchmarks/embeddings.py [--dim 64] [--epochs 4] [--root /tmp/c]
         [--scale 1] [--dtype float32] [--variants none,sparse,sparse-dedup,dense]
+        [--kernels auto]
 
 Variants (the library's defaults otherwise: SAGE 3x256, [15, 10, 5], batch 1024):
   none          no embedding
@@ -17,6 +18,10 @@ Variants (the library's defaults otherwise: SAGE 3x256, [15, 10, 5], batch 1024)
                 cost row-sparse updates avoid
   no-update     the rows gathered and differentiated, the table never written: the
                 share of the backward into the input rows
+
+`--kernels` as `TrainConfig.kernels`, e.g. `sample=pallas,row_adam=pallas`: auto's GPU
+choice plus the row update written in place by its Pallas kernel
+(`pallas_kernels/row_adam.py`).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ class DenseAdamEmbedding(NodeEmbedding):
     """Dense Adam over the whole table every step (for timing contrast only: a step the
     engine drops would still move the table by its momentum)."""
 
-    def update(self, table, opt, ids, grads, valid, *, unique, taken=True):
+    def update(self, table, opt, ids, grads, valid, *, unique, taken=True, kernels=None):
         n, b1, b2, eps = table.shape[0], 0.9, 0.999, 1e-8
         g = jnp.zeros(table.shape, jnp.float32).at[jnp.where(valid, ids, n)].add(
             grads.astype(jnp.float32), mode="drop")
@@ -56,7 +61,7 @@ class FrozenEmbedding(NodeEmbedding):
     """Rows gathered and differentiated, but never written (how much of the cost is the
     backward into the input rows rather than the update)."""
 
-    def update(self, table, opt, ids, grads, valid, *, unique, taken=True):
+    def update(self, table, opt, ids, grads, valid, *, unique, taken=True, kernels=None):
         return table, opt
 
 
@@ -72,6 +77,7 @@ def main(argv=None) -> None:
     p.add_argument("--root", default="/tmp/c")
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--variants", default="none,sparse,sparse-dedup,dense")
+    p.add_argument("--kernels", default="auto")
     args = p.parse_args(argv)
     dataset = load_dataset("products-like", root=args.root, scale=args.scale)
     rows = []
@@ -81,11 +87,13 @@ def main(argv=None) -> None:
         cfg = TrainConfig(dataset="products-like", root=args.root, scale=args.scale,
                           epochs=args.epochs,
                           dtype=args.dtype, eval_mode="none", progress=False,
+                          kernels=args.kernels,
                           embedding_dim=0 if name == "none" else args.dim,
                           **VARIANTS[name])
         res = train(cfg, dataset)
         times = [h["epoch_seconds"] for h in res.history[1:]]
         rows.append({"variant": name, "dim": cfg.embedding_dim, "dtype": args.dtype,
+                     "kernels": res.summary.get("kernels"),
                      "layout": res.summary.get("layout"), "epochs": times,
                      "median": float(np.median(times)),
                      "losses": [h["loss"] for h in res.history]})

@@ -86,6 +86,9 @@ def main(argv=None) -> None:
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--kernels", default="auto", help="as TrainConfig.kernels, e.g. "
+                   "'sample=pallas,row_adam=pallas' (auto's GPU choice, the embeddings' row "
+                   "update in place)")
     p.add_argument("--eval-mode", default="sampled", choices=("sampled", "full", "none"),
                    help="none: throughput alone, no evaluation (with sampled or full, "
                         "the last epoch's record is written after the evaluation that "
@@ -120,7 +123,8 @@ def main(argv=None) -> None:
     cfg = zg.TrainConfig(dataset=args.dataset, scale=args.scale, model=args.model,
                          hidden=args.hidden, heads=args.heads, layers=len(fanouts), fanouts=fanouts,
                          batch_size=args.batch_size, epochs=args.epochs, lr=args.lr,
-                         dtype=args.dtype, eval_mode=args.eval_mode, eval_every=0,
+                         dtype=args.dtype, kernels=args.kernels, eval_mode=args.eval_mode,
+                         eval_every=0,
                          metrics_out=args.out, progress=False)
     clock.log("training: preparing (graph and features to the device, calibration, "
               "initialisation), then compiling and epoch 0")

@@ -369,7 +369,7 @@ def test_auto_kernels_are_xla_off_gpu():
 
     chosen = Kernels.parse("auto")
     if jax.default_backend() == "gpu":
-        assert chosen == Kernels(sample="pallas")
+        assert chosen == Kernels(sample="pallas", row_adam="pallas")
     else:
         assert chosen == Kernels()
 

@@ -9,13 +9,14 @@ two, an unsupported primitive, an atomic that does not lower) fails on every CI 
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
 import jax.numpy as jnp
 import pytest
 
-from pallas_kernels import aggregate, gather, relabel, sample
+from pallas_kernels import aggregate, gather, relabel, row_adam, sample
 from pallas_kernels.common import Tiling
 
 I32, F32, BOOL = jnp.int32, jnp.float32, jnp.bool_
@@ -63,6 +64,18 @@ def test_relabel_lowers(c, k, capacity):
 def test_gather_lowers(c, d):
     args = (_sds((N, d), F32), _sds((c,), I32), _sds((c,), BOOL))
     assert _lowered_kernels(gather.gather_rows, *args) == ["zerognn_gather_rows"]
+
+
+# (rows, width, slots, table dtype): tiny, and mag-like's stacked featureless types with
+# a deduplicated step's rows in bfloat16
+@pytest.mark.parametrize("n,d,r,dtype", [(40, 7, 9, F32), (1_203_354, 256, 174_080, jnp.bfloat16)])
+def test_row_adam_lowers_in_place(n, d, r, dtype):
+    args = (_sds((n, d), dtype), _sds((n, d), F32), _sds((n, d), F32), _sds((r,), I32),
+            _sds((r,), BOOL), _sds((r, d), dtype), _sds((), I32))
+    fn = functools.partial(row_adam.row_adam_rows, lr=0.01, b1=0.9, b2=0.999, eps=1e-8)
+    assert _lowered_kernels(fn, *args) == ["zerognn_row_adam"]
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert text.count("#stablehlo.output_operand_alias<") == 3  # table, mu, nu in place
 
 
 @pytest.mark.parametrize(

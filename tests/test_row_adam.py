@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from zerognn_jax import RowAdamState, row_adam_init, row_adam_update
+from pallas_kernels.row_adam import row_adam_rows
+from zerognn_jax import Kernels, RowAdamState, row_adam_init, row_adam_update
+from zerognn_jax._src.training.embeddings import NodeEmbedding
+from zerognn_jax._src.training.row_adam import row_adam_rows_reference
+from zerognn_jax._src.training.step import update_embedding
 
 
 def _reference(table, mu, nu, t, rows, grads, valid, lr, b1=0.9, b2=0.999, eps=1e-8):
@@ -96,3 +103,77 @@ def test_distinct_rows_skip_the_merge_and_give_the_same_update():
     b = row_adam_update(table, state, rows, grads, valid, lr=0.1, unique=True)
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize("dtype,d", [(jnp.float32, 5), (jnp.bfloat16, 130)])
+@pytest.mark.parametrize("unique", [False, True])
+def test_pallas_row_update_equals_the_xla_form(dtype, d, unique):
+    """The in-place Pallas kernel (interpreted) against the XLA gather-compute-scatter,
+    over three steps with repeats (or distinct ids) and padding; a width of 130 takes two
+    lane tiles, the second masked."""
+    rs = np.random.default_rng(3)
+    n, r = 40, 24
+    table = jnp.asarray(rs.normal(size=(n, d)), dtype)
+    pallas = Kernels(row_adam="pallas", interpret=True)
+    ours = theirs = (table, row_adam_init(table))
+    for _ in range(3):
+        rows = rs.permutation(n)[:r] if unique else rs.integers(0, n, r)
+        valid = jnp.asarray(rs.random(r) < 0.8)
+        grads = jnp.asarray(rs.normal(size=(r, d)), dtype)
+        args = (jnp.asarray(rows, jnp.int32), grads, valid)
+        before = ours
+        ours = row_adam_update(*ours, *args, lr=0.01, unique=unique, kernels=pallas)
+        theirs = row_adam_update(*theirs, *args, lr=0.01, unique=unique)
+        untouched = np.setdiff1d(np.arange(n), rows[np.asarray(valid)])
+        for a, b, old in zip(*map(jax.tree_util.tree_leaves, (ours, theirs, before))):
+            # a bfloat16 row may round the other way after float32 sums of another order
+            tol = 2**-7 if a.dtype == jnp.bfloat16 else 1e-5
+            a, b, old = (np.asarray(x, np.float32) for x in (a, b, old))
+            np.testing.assert_allclose(a, b, rtol=tol, atol=1e-6)
+            if a.ndim:
+                np.testing.assert_array_equal(a[untouched], old[untouched])
+    assert not np.array_equal(np.asarray(ours[0], np.float32), np.asarray(table, np.float32))
+
+
+def test_pallas_row_update_leaves_unused_slots_alone_wherever_they_point():
+    """Unused slots of the row update may hold any in-range id (here row 0, which no
+    used slot holds): neither form may read or write through them."""
+    rs = np.random.default_rng(4)
+    n, r, d = 20, 8, 3
+    table = jnp.asarray(rs.normal(size=(n, d)), jnp.float32)
+    mu, nu = (jnp.asarray(rs.random((n, d)), jnp.float32) for _ in range(2))
+    ids = jnp.asarray(np.r_[1 + rs.permutation(n - 1)[:5], [0, 0, 0]], jnp.int32)
+    used = jnp.arange(r) < 5
+    grads = jnp.asarray(rs.normal(size=(r, d)), jnp.float32)
+    args = (table, mu, nu, ids, used, grads, jnp.int32(2))
+    opts = dict(lr=0.1, b1=0.9, b2=0.999, eps=1e-8)
+    ours = row_adam_rows(*args, **opts, interpret=True)
+    theirs = row_adam_rows_reference(*args, **opts)
+    for a, b, old in zip(ours, theirs, (table, mu, nu)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(np.asarray(a[0]), np.asarray(old[0]))
+
+
+def test_the_step_runs_the_row_update_its_program_selects():
+    """`update_embedding` hands the program's kernels to the table's update: a callable
+    registered for "row_adam" runs in place of the XLA form, and its result is kept."""
+    class State(NamedTuple):
+        embedding: jax.Array
+        embedding_opt: RowAdamState
+
+    calls = []
+
+    def recorded(*args, **kw):
+        calls.append(kw)
+        table, mu, nu = row_adam_rows_reference(*args, **kw)
+        return table + 1.0, mu, nu
+
+    emb = NodeEmbedding(dim=2, lr=0.1)
+    table = jnp.zeros((6, 2))
+    program = SimpleNamespace(embedding=emb, kernels=Kernels(row_adam=recorded),
+                              parallel=None, sampler=SimpleNamespace(positional=(False,)))
+    out = {"embedding_grads": (jnp.array([1, 4]), jnp.ones((2, 2)), jnp.array([True, True]))}
+    new = update_embedding(program, State(table, row_adam_init(table)), out, jnp.bool_(True))
+    assert calls and calls[0]["lr"] == 0.1
+    np.testing.assert_array_equal(np.asarray(new.embedding[0]), [1.0, 1.0])  # ours kept
+    assert float(new.embedding[1, 0]) < 1.0 and int(new.embedding_opt.count) == 1

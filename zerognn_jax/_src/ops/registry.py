@@ -1,7 +1,8 @@
 """Which implementation each op runs: the XLA reference, its Pallas twin, or a callable.
 
 Ops: `sample` (neighbour sampling), `relabel` (dedup into the next frontier), `gather`
-(feature rows), `weighted_sum` and `max` (aggregation over the fanout axis). Each op's
+(feature rows), `weighted_sum` and `max` (aggregation over the fanout axis), `row_adam`
+(lazy Adam's update of an embedding table's rows, `training/row_adam.py`). Each op's
 module in this folder holds its reference and a dispatcher that asks `implementation`
 what to run; Pallas kernels (`pallas_kernels/`) are imported only when selected.
 """
@@ -14,7 +15,7 @@ from collections.abc import Callable
 
 import jax
 
-OPS = ("sample", "relabel", "gather", "weighted_sum", "max")
+OPS = ("sample", "relabel", "gather", "weighted_sum", "max", "row_adam")
 IMPLEMENTATIONS = ("xla", "pallas")
 # "aggregate" in a spec string names both aggregation ops at once.
 _ALIASES = {"aggregate": ("weighted_sum", "max")}
@@ -35,6 +36,7 @@ class Kernels:
     gather: Impl = "xla"
     weighted_sum: Impl = "xla"
     max: Impl = "xla"
+    row_adam: Impl = "xla"
     interpret: bool = False
 
     def __post_init__(self):
@@ -49,11 +51,13 @@ class Kernels:
         """From "auto", "xla", "pallas", or per op: "sample=pallas,aggregate=xla" (others xla).
 
         "auto" picks what measured fastest on an H100 (docs/kernels.md): the Pallas
-        sampler with XLA for the other ops on a GPU, XLA everywhere else.
+        sampler and lazy Adam's in-place row update with XLA for the other ops on a
+        GPU, XLA everywhere else.
         """
         spec = spec.strip()
         if spec == "auto":
-            return cls(sample="pallas") if jax.default_backend() == "gpu" else cls()
+            gpu = jax.default_backend() == "gpu"
+            return cls(sample="pallas", row_adam="pallas") if gpu else cls()
         if spec in IMPLEMENTATIONS:
             return cls(**dict.fromkeys(OPS, spec), interpret=interpret)
         choices = {}
@@ -77,11 +81,11 @@ XLA = Kernels()
 
 @functools.cache
 def _pallas(op: str) -> Callable:
-    from pallas_kernels import aggregate, gather, relabel, sample
+    from pallas_kernels import aggregate, gather, relabel, row_adam, sample
 
     return {"sample": sample.sample_neighbors, "relabel": relabel.relabel,
             "gather": gather.gather_rows, "weighted_sum": aggregate.weighted_sum,
-            "max": aggregate.neighbor_max}[op]
+            "max": aggregate.neighbor_max, "row_adam": row_adam.row_adam_rows}[op]
 
 
 def implementation(kernels: Kernels, op: str) -> Callable | None:

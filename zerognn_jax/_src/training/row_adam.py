@@ -12,6 +12,8 @@ summed first, as a dense gradient would have them; padding marked invalid) and t
 gradient rows, and works at a static number of rows R: unique ids come from
 `jnp.unique(size=R)`, moments are gathered and scattered for those R slots only. It is
 pure and jit-compatible; inside a scan the carry holds the table and `RowAdamState`.
+The row update itself is the op "row_adam" of the kernel registry: the XLA form below,
+or its Pallas twin, which writes the rows in place.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+
+from zerognn_jax._src.ops.registry import XLA, Kernels, implementation
 
 
 class RowAdamState(NamedTuple):
@@ -44,7 +48,8 @@ def row_adam_init(table: jax.Array) -> RowAdamState:
 def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
                     grads: jax.Array, valid: jax.Array | None = None, *, lr: float,
                     b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-                    unique: bool = False, taken=True) -> tuple[jax.Array, RowAdamState]:
+                    unique: bool = False, taken=True,
+                    kernels: Kernels | None = None) -> tuple[jax.Array, RowAdamState]:
     """One lazy Adam step on the rows `rows` of `table`.
 
     Args:
@@ -58,6 +63,8 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
         level), so they are used as they are, without the sort that merges repeats.
       taken: bool (scalar, may be traced): the step counts in the bias correction; a
         step not taken passes no valid row, and leaves everything as it was.
+      kernels: which implementation runs the row update ("row_adam": the XLA form, or
+        the Pallas kernel that writes the rows in place); None: XLA.
 
     Returns:
       (table, state) with the touched rows updated and every other row, first and
@@ -69,23 +76,42 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
                          f"(one row per id), got {list(grads.shape)}")
     live = jnp.ones((r,), bool) if valid is None else valid
     ids = jnp.where(live, rows, n)  # n sorts last and marks a slot unused
-    g = jnp.where(live.reshape(r, *(1,) * (grads.ndim - 1)), grads.astype(jnp.float32), 0.0)
     if unique:
-        uniq = ids
+        uniq, g = ids, grads
     else:
+        g = jnp.where(_rows_mask(live, grads), grads.astype(jnp.float32), 0.0)
         uniq, inverse = jnp.unique(ids, return_inverse=True, size=r, fill_value=n)
         g = jax.ops.segment_sum(g, inverse.reshape(-1), num_segments=r)
-    used = uniq < n
-    safe = jnp.where(used, uniq, 0)
     count = state.count + jnp.asarray(taken, jnp.int32)
-    mu = b1 * state.mu[safe] + (1.0 - b1) * g
-    nu = b2 * state.nu[safe] + (1.0 - b2) * jnp.square(g)
+    update = implementation(kernels or XLA, "row_adam") or row_adam_rows_reference
+    table, mu, nu = update(table, state.mu, state.nu, uniq, uniq < n, g, count, lr=lr, b1=b1,
+                           b2=b2, eps=eps)
+    return table, RowAdamState(mu, nu, count)
+
+
+def _rows_mask(used: jax.Array, rows: jax.Array) -> jax.Array:
+    return used.reshape(used.shape[0], *(1,) * (rows.ndim - 1))
+
+
+def row_adam_rows_reference(table: jax.Array, mu: jax.Array, nu: jax.Array, ids: jax.Array,
+                            used: jax.Array, grads: jax.Array, count: jax.Array, *,
+                            lr: float, b1: float, b2: float, eps: float):
+    """(table, mu, nu) after Adam's step `count` on the rows `ids` where `used` (distinct
+    among the used slots), with gradient rows `grads`; every other row as it was.
+
+    The XLA form: gather the rows and both moments, compute, scatter the three back. Its
+    Pallas twin (`pallas_kernels/row_adam.py`) writes them in place."""
+    n, r = table.shape[0], ids.shape[0]
+    g = jnp.where(_rows_mask(used, grads), grads.astype(jnp.float32), 0.0)
+    safe = jnp.where(used, ids, 0)
+    mu_rows = b1 * mu[safe] + (1.0 - b1) * g
+    nu_rows = b2 * nu[safe] + (1.0 - b2) * jnp.square(g)
     t = count.astype(jnp.float32)
-    step = lr * (mu / (1.0 - b1**t)) / (jnp.sqrt(nu / (1.0 - b2**t)) + eps)
+    step = lr * (mu_rows / (1.0 - b1**t)) / (jnp.sqrt(nu_rows / (1.0 - b2**t)) + eps)
     new_rows = (table[safe].astype(jnp.float32) - step).astype(table.dtype)
     # Unused slots go out of range, each to its own row past the end, where the scatters
     # drop them: every target is then distinct, which the scatters are told (XLA may then
     # write rows in parallel without ordering repeats).
-    target = jnp.where(used, uniq, n + jnp.arange(r, dtype=uniq.dtype))
+    target = jnp.where(used, ids, n + jnp.arange(r, dtype=ids.dtype))
     put = lambda full, part: full.at[target].set(part, mode="drop", unique_indices=True)
-    return put(table, new_rows), RowAdamState(put(state.mu, mu), put(state.nu, nu), count)
+    return put(table, new_rows), put(mu, mu_rows), put(nu, nu_rows)

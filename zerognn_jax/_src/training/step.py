@@ -93,7 +93,7 @@ def update_embedding(program: StepProgram, state: TrainState, out: dict,
     # per type, and the types' tables lie at distinct offsets of the stacked one).
     unique = program.parallel is None and not program.sampler.positional[-1]
     table, opt = emb.update(state.embedding, state.embedding_opt, ids, grads, valid & keep,
-                            unique=unique, taken=keep)
+                            unique=unique, taken=keep, kernels=program.kernels)
     return state._replace(embedding=table, embedding_opt=opt)
 
 
