@@ -85,9 +85,9 @@ def test_config_names_the_bad_value(changes, message):
 @on_cpu
 def test_pallas_kernels_on_a_cpu_say_what_to_use_instead():
     with pytest.raises(ValueError, match=r"^kernels 'pallas' runs sample, relabel, gather, "
-                                         r"weighted_sum, max as Pallas kernels, which need an "
-                                         r"NVIDIA GPU; JAX's backend here is cpu: use kernels "
-                                         r"'xla' or 'auto'$"):
+                                         r"weighted_sum, max, row_adam as Pallas kernels, "
+                                         r"which need an NVIDIA GPU; JAX's backend here is "
+                                         r"cpu: use kernels 'xla' or 'auto'$"):
         small_config(kernels="pallas")
     with pytest.raises(ValueError, match=r"runs sample as Pallas kernels"):
         small_config(kernels="sample=pallas")

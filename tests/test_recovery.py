@@ -27,6 +27,7 @@ import pytest
 
 from zerognn_jax import TrainConfig, save_npz, train
 from zerognn_jax._src.data.synthetic import products_like
+from zerognn_jax._src.training import interrupts, trainer
 from zerognn_jax._src.training.checkpoint import (
     Checkpointer,
     CheckpointMismatch,
@@ -117,7 +118,7 @@ def reference(npz, tmp_path_factory):
     code, out, err = finish(child(train_args(npz, root / "run"), env=env))
     assert code == 0, err
     return {"params": final_params(root / "run" / "ck"), "env": env,
-            "summary": json.loads(out)}
+            "summary": json.loads(out), "records": strict_records(root / "run" / "m.jsonl")}
 
 
 # --------------------------------------------------------------- signals
@@ -171,15 +172,22 @@ def test_sigint_between_epochs_keeps_the_checkpoint_and_resumes(npz, tmp_path, r
                                 env=reference["env"]))
     assert code == 130, err
     assert checkpoints(tmp_path / "ck") == [1, 2]
+    # epoch 2 is due an evaluation (--eval-every 3): the signal stops the run after the
+    # epoch's checkpoint, before that evaluation, and the resumed run evaluates it first
     assert err.strip().splitlines()[-1] == (
-        f"zerognn: interrupted by SIGINT after epoch 2; the checkpoint of epoch 2 in "
-        f"{tmp_path / 'ck'} is kept; run the same command again to resume")
+        f"zerognn: interrupted by SIGINT after training epoch 2; the checkpoint of epoch 2 "
+        f"in {tmp_path / 'ck'} is kept; run the same command again to resume")
     code, out, err = finish(child(args, env=reference["env"]))
     assert code == 0, err
     summary = json.loads(out)
     assert summary["start_epoch"] == 3 and summary["epochs"] == EPOCHS
     assert summary["epochs_run"] == EPOCHS - 3
     assert_same_params(final_params(tmp_path / "ck"), reference["params"])
+    records = last_run(strict_records(tmp_path / "m.jsonl"))
+    assert "val_acc" in records[2]
+    for got, want in zip(records[:-1], reference["records"][:-1]):
+        assert {k: v for k, v in got.items() if k.endswith("_acc")} == \
+            {k: v for k, v in want.items() if k.endswith("_acc")}
 
 
 # ------------------------------------------------------- fault injection
@@ -194,11 +202,12 @@ def _next_epoch(ckpt: Path, rng) -> int:
 
 def _kill_at_a_random_point(args, ckpt, rng, env, save):
     """SIGKILL at a safe point: after loading, calibration, initialisation, a chunk of
-    an epoch not saved yet, or that epoch (its checkpoint saved) unless it is the last."""
+    an epoch not saved yet, or, unless it is the last, that epoch's training (its
+    checkpoint saved, its evaluation not run) or the whole epoch."""
     epoch = _next_epoch(ckpt, rng)
     points = ["loading the data", "calibration", "initialisation",
               f"step 2 of epoch {epoch}", f"step 4 of epoch {epoch}"]
-    points += [f"epoch {epoch}"] if epoch < EPOCHS - 1 else []
+    points += [f"training epoch {epoch}", f"epoch {epoch}"] if epoch < EPOCHS - 1 else []
     point = points[rng.integers(len(points))]
     return (child(args, "--kill-at", point, env=env), f"SIGKILL after {point}",
             -signal.SIGKILL)
@@ -423,3 +432,32 @@ def test_metrics_log_after_resume_lists_every_epoch_once(dataset, run, four_epoc
     assert summary["compile_seconds"] == pytest.approx(this_run[3]["compile_seconds"])
     assert summary["compile_seconds"] < sum(r["compile_seconds"] for r in this_run[:-1])
     assert_same_params(params_of(result), four_epochs)
+
+
+def test_a_run_stopped_in_its_last_evaluation_keeps_the_epoch(dataset, tmp_path, monkeypatch,
+                                                               three_epochs):
+    """The epoch's checkpoint is written before its evaluation: a run stopped during a
+    long final evaluation keeps the epoch's training, and the rerun only evaluates it,
+    to the uninterrupted run's figures and parameters, and offers it to the best
+    checkpoint."""
+    evaluate = trainer.evaluate
+
+    def stopped(*args, **kwargs):
+        raise interrupts.Interrupted(signal.SIGTERM, "a test's evaluation")
+
+    cfg = config(tmp_path, 3, best_metric="val_acc")
+    monkeypatch.setattr(trainer, "evaluate", stopped)
+    with pytest.raises(interrupts.Interrupted):
+        train(cfg, dataset)
+    assert Checkpointer(str(tmp_path / "ck")).all_epochs() == [1, 2]
+    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 2  # epochs 0 and 1
+    monkeypatch.setattr(trainer, "evaluate", evaluate)
+    result = train(cfg, dataset)
+    assert result.summary["start_epoch"] == 3 and result.summary["epochs_run"] == 0
+    assert result.summary["best"]["epoch"] == 2  # the best checkpoint was offered it
+    want = last_run(strict_records(three_epochs / "m.jsonl"))
+    got = last_run(strict_records(tmp_path / "m.jsonl"))
+    assert [r["epoch"] for r in got[:-1]] == [0, 1, 2]
+    for key in ("val_acc", "test_acc"):
+        assert got[2][key] == want[2][key] == result.summary[key]
+    assert_same_params(final_params(tmp_path / "ck", 2), final_params(three_epochs / "ck", 2))

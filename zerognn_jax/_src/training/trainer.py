@@ -339,7 +339,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     if user.variables is not None:
         state = start_from(program, state, user.variables)
     interrupts.check("initialisation", wait_for=state)
-    history, start_epoch = [], 0
+    history, start_epoch, pending = [], 0, None
     resumed = ckpt.restore_first(resumable, ident, _saved(state)) if resumable else None
     if resumed is not None:
         last, restored, meta = resumed
@@ -348,32 +348,48 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         if saved_env["batch_size"] == env.batch_size:  # else saved with another device count
             env = saved_envelope(program, saved_env)
         history, start_epoch = meta["history"], last + 1
+        if meta.get("evaluation_pending"):  # stopped while evaluating: evaluate it now
+            pending = evaluate(cfg, program, _variables(state), data, dataset)
+            history[-1].update(strict(pending))
+            meta = {**meta, "evaluation_pending": False}
     runner = make_engine(cfg.engine, program, chunk_steps=cfg.chunk_steps,
                          policy=cfg.envelope_policy, sample_ahead=cfg.sample_ahead)
     log = MetricsLog(cfg.metrics_out if lead else None, history if resumed else None)
     board = TensorBoardLog(cfg.tensorboard_dir if lead else None)
-    best = _best_checkpoint(cfg, history)
+    # the value to beat comes from the epochs before a pending one, which is offered
+    best = _best_checkpoint(cfg, history if pending is None else history[:-1])
+    if best is not None and pending is not None:
+        best.offer(start_epoch - 1, pending, _saved(state), meta)
     bar = tqdm(total=cfg.epochs, initial=start_epoch, desc="epochs", unit="epoch",
                disable=not (cfg.progress and lead), file=sys.stderr, dynamic_ncols=True)
-    final, stopped = None, None  # the last epoch's evaluation; the callback that stopped
+    # the last epoch's evaluation; the callback that stopped
+    final = pending if start_epoch == cfg.epochs else None
+    stopped = None
     try:
         for epoch in range(start_epoch, cfg.epochs):
             try:
-                record, final, state, env = _train_epoch(cfg, runner, state, data, dataset,
-                                                         epoch, env, bar)
+                record, state, env = _train_epoch(cfg, runner, state, data, dataset, epoch,
+                                                  env, bar)
             except Diverged as err:
                 log.write(err.record)
                 raise
             history.append(record)
-            meta = {"identity": ident, "history": history,
+            due = epoch == cfg.epochs - 1 or bool(cfg.eval_every
+                                                  and (epoch + 1) % cfg.eval_every == 0)
+            meta = {"identity": ident, "history": history, "evaluation_pending": due,
                     "envelope": {"batch_size": env.batch_size,
                                  "capacities": list(env.capacities)},
                     **rebuild_record(cfg, dataset, user.dataset_given)}
-            if best is not None:  # before the epoch's checkpoint: a resumed run redoes it
-                best.offer(epoch, final, _saved(state), meta)
-            if ckpt is not None:  # the record follows its checkpoint, never precedes it
+            # The checkpoint comes before the evaluation, so that a run stopped during a
+            # long evaluation keeps the epoch's training; a resumed run evaluates it then.
+            if ckpt is not None:
                 ckpt.save(epoch, _saved(state), meta)
-            log.write(record)
+            interrupts.check(f"training epoch {epoch}")
+            final = _evaluate_epoch(cfg, program, state, data, dataset, record, bar) \
+                if due else None
+            if best is not None:
+                best.offer(epoch, final, _saved(state), {**meta, "evaluation_pending": False})
+            log.write(record)  # the record follows its checkpoint, never precedes it
             board.write(record)
             stopped = run_callbacks(user.callbacks, record)
             interrupts.check(f"epoch {epoch}")
@@ -408,8 +424,7 @@ def _best_checkpoint(cfg, history):
 
 
 def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar):
-    """(record, evaluation or None, state, envelope) of one epoch; evaluated every
-    `eval_every` epochs and at the last."""
+    """(record, state, envelope) of one epoch's training."""
     program, compile_before = runner.program, runner.compile_seconds
     t0 = time.perf_counter()
     items = program.task.train_items(dataset)
@@ -425,16 +440,21 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar):
               "sampled_edges": res.sampled_edges}
     if res.first_nonfinite is not None:
         _diverged(cfg, epoch, res, record)
-    evaluated = None
-    if epoch == cfg.epochs - 1 or (cfg.eval_every and (epoch + 1) % cfg.eval_every == 0):
-        evaluated = evaluate(cfg, program, _variables(res.state), data, dataset)
-        record.update(evaluated)
     record = strict(record)
     bar.update(1)
+    bar.set_postfix(loss=f"{res.loss:.4f}")
+    return record, res.state, res.envelope
+
+
+def _evaluate_epoch(cfg, program, state, data, dataset, record, bar) -> dict:
+    """The epoch's evaluation, added to its `record` (in place) and to the progress bar."""
+    evaluated = evaluate(cfg, program, _variables(state), data, dataset)
+    record.update(strict(evaluated))
     val = next(((k, v) for k, v in record.items() if k.startswith("val_") and v is not None),
                None)
-    bar.set_postfix(loss=f"{res.loss:.4f}", **({val[0]: f"{val[1]:.3f}"} if val else {}))
-    return record, evaluated, res.state, res.envelope
+    if val:
+        bar.set_postfix(loss=f"{record['loss']:.4f}", **{val[0]: f"{val[1]:.3f}"})
+    return evaluated
 
 
 def _diverged(cfg, epoch, res, record):
