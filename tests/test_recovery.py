@@ -451,6 +451,10 @@ def test_a_run_stopped_in_its_last_evaluation_keeps_the_epoch(dataset, tmp_path,
         train(cfg, dataset)
     assert Checkpointer(str(tmp_path / "ck")).all_epochs() == [1, 2]
     assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 2  # epochs 0 and 1
+    # a record of another run's epoch 2 is not taken for this one's
+    (tmp_path / "ck" / "evaluation.json").write_text(json.dumps(
+        {"trained": {"epoch": 2, "loss": 1.0, "epoch_seconds": 1.0},
+         "evaluation": {"val_acc": 0.0, "test_acc": 0.0}}))
     monkeypatch.setattr(trainer, "evaluate", evaluate)
     result = train(cfg, dataset)
     assert result.summary["start_epoch"] == 3 and result.summary["epochs_run"] == 0
@@ -461,3 +465,18 @@ def test_a_run_stopped_in_its_last_evaluation_keeps_the_epoch(dataset, tmp_path,
     for key in ("val_acc", "test_acc"):
         assert got[2][key] == want[2][key] == result.summary[key]
     assert_same_params(final_params(tmp_path / "ck", 2), final_params(three_epochs / "ck", 2))
+
+
+def test_an_extended_run_takes_its_last_evaluation_from_the_record(dataset, run, monkeypatch):
+    """A finished run's last checkpoint precedes its evaluation; resumed to train one
+    more epoch, the run reads that evaluation from evaluation.json instead of running it
+    again: one evaluation (the new last epoch's), the same figures in the log."""
+    before = last_run(strict_records(run / "m.jsonl"))
+    calls = []
+    evaluate = trainer.evaluate
+    monkeypatch.setattr(trainer, "evaluate", lambda *a, **k: calls.append(1) or evaluate(*a, **k))
+    train(config(run, 4), dataset)
+    assert len(calls) == 1
+    after = last_run(strict_records(run / "m.jsonl"))
+    assert [r["epoch"] for r in after[:-1]] == [0, 1, 2, 3]
+    assert after[2] == before[2] and "test_acc" in after[2]

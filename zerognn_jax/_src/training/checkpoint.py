@@ -38,9 +38,10 @@ from pathlib import Path
 import jax
 import orbax.checkpoint as ocp
 
-from zerognn_jax._src.data.writes import write_error
+from zerognn_jax._src.data.writes import atomic_write, write_error
 
 FORMAT = 1
+EVALUATION = "evaluation.json"  # the last evaluated epoch's evaluation
 # TrainConfig fields a resumed run may change: they leave the trained values unchanged
 # (kernels and envelopes give the same result; the engine and the feature placement may
 # change the default level layout, hence the subgraphs sampled from then on, but not
@@ -228,6 +229,34 @@ class Checkpointer:
             raise RuntimeError(f"orbax did not save epoch {epoch} into {self.directory}: a "
                                f"checkpoint of that epoch exists already")
 
+    def save_evaluation(self, record: dict, evaluated: dict) -> None:
+        """Records `evaluated`, the evaluation of the epoch whose training `record` (as
+        its checkpoint holds it) gives, beside the checkpoints (`evaluation.json`,
+        replaced whole): the epoch's checkpoint is written before it is evaluated, and a
+        resumed run takes the evaluation from here rather than running it again.
+
+        Raises:
+          WriteError: the record could not be written (an OSError naming the file).
+        """
+        if jax.process_index() != 0:
+            return
+        text = json.dumps({"trained": _trained(record), "evaluation": evaluated},
+                          allow_nan=False)
+        with atomic_write(self.directory / EVALUATION,
+                          "the evaluation record in checkpoint_dir") as f:
+            f.write(text.encode())
+
+    def evaluation_of(self, record: dict) -> dict | None:
+        """The evaluation `save_evaluation` recorded for the epoch of training `record`,
+        or None (none, another epoch's or run's, or unreadable)."""
+        try:
+            saved = json.loads((self.directory / EVALUATION).read_text())
+            evaluated = saved["evaluation"]
+            ok = saved["trained"] == _trained(record) and isinstance(evaluated, dict)
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+        return evaluated if ok else None
+
     def read_meta(self, epoch: int) -> dict:
         with _quiet():
             out = self._manager.restore(epoch, args=ocp.args.Composite(
@@ -337,6 +366,11 @@ class Checkpointer:
     def close(self) -> None:
         self._manager.close()
         self._quiet.close()
+
+
+def _trained(record: dict) -> dict:
+    """What tells one epoch's training from any other: its number, loss and wall time."""
+    return {k: record.get(k) for k in ("epoch", "loss", "epoch_seconds")}
 
 
 class BestCheckpoint:

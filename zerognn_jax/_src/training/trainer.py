@@ -339,7 +339,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     if user.variables is not None:
         state = start_from(program, state, user.variables)
     interrupts.check("initialisation", wait_for=state)
-    history, start_epoch, pending = [], 0, None
+    history, start_epoch, pending, fresh = [], 0, None, False
     resumed = ckpt.restore_first(resumable, ident, _saved(state)) if resumable else None
     if resumed is not None:
         last, restored, meta = resumed
@@ -348,8 +348,10 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         if saved_env["batch_size"] == env.batch_size:  # else saved with another device count
             env = saved_envelope(program, saved_env)
         history, start_epoch = meta["history"], last + 1
-        if meta.get("evaluation_pending"):  # stopped while evaluating: evaluate it now
-            pending = evaluate(cfg, program, _variables(state), data, dataset)
+        if meta.get("evaluation_pending"):  # evaluated after its checkpoint, if at all
+            pending = ckpt.evaluation_of(history[-1])
+            if pending is None:
+                pending, fresh = evaluate(cfg, program, _variables(state), data, dataset), True
             history[-1].update(strict(pending))
             meta = {**meta, "evaluation_pending": False}
     runner = make_engine(cfg.engine, program, chunk_steps=cfg.chunk_steps,
@@ -362,8 +364,9 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         best.offer(start_epoch - 1, pending, _saved(state), meta)
     bar = tqdm(total=cfg.epochs, initial=start_epoch, desc="epochs", unit="epoch",
                disable=not (cfg.progress and lead), file=sys.stderr, dynamic_ncols=True)
-    # the last epoch's evaluation; the callback that stopped
-    final = pending if start_epoch == cfg.epochs else None
+    # the last epoch's evaluation (a finished run rerun is evaluated again, with the
+    # evaluation options given now, unless that just happened); the callback that stopped
+    final = pending if fresh and start_epoch == cfg.epochs else None
     stopped = None
     try:
         for epoch in range(start_epoch, cfg.epochs):
@@ -385,8 +388,11 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             if ckpt is not None:
                 ckpt.save(epoch, _saved(state), meta)
             interrupts.check(f"training epoch {epoch}")
+            trained = dict(record)  # as the checkpoint holds it
             final = _evaluate_epoch(cfg, program, state, data, dataset, record, bar) \
                 if due else None
+            if ckpt is not None and final is not None:
+                ckpt.save_evaluation(trained, strict(final))
             if best is not None:
                 best.offer(epoch, final, _saved(state), {**meta, "evaluation_pending": False})
             log.write(record)  # the record follows its checkpoint, never precedes it
