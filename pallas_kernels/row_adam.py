@@ -52,6 +52,9 @@ def row_adam_rows(table: jax.Array, mu: jax.Array, nu: jax.Array, ids: jax.Array
     if table.ndim != 2 or mu.shape != table.shape or nu.shape != table.shape:
         raise ValueError(f"need a table [N, D] and moments of its shape; got "
                          f"{table.shape}, {mu.shape}, {nu.shape}")
+    if mu.dtype != jnp.float32 or nu.dtype != jnp.float32:
+        raise ValueError(f"the moments must be float32 (row_adam_init makes them so); got "
+                         f"{mu.dtype} and {nu.dtype}")
     r, d = ids.shape[0], table.shape[1]
     if used.shape != (r,) or grads.shape != (r, d):
         raise ValueError(f"need ids [R], used [R] and grads [R, D]; got {ids.shape}, "

@@ -25,7 +25,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from zerognn_jax import TrainConfig, save_npz, train
+from zerognn_jax import TrainConfig, restore, save_npz, train
 from zerognn_jax._src.data.synthetic import products_like
 from zerognn_jax._src.training import interrupts, trainer
 from zerognn_jax._src.training.checkpoint import (
@@ -37,6 +37,7 @@ from zerognn_jax.cli import main
 
 CHILD = Path(__file__).with_name("_fault_child.py")
 EPOCHS = 6
+EVAL_EVERY = 3  # of the child runs (train_args)
 
 
 def strict_records(path: Path) -> list[dict]:
@@ -79,7 +80,7 @@ def train_args(npz: Path, run: Path, epochs: int = EPOCHS) -> list[str]:
     # calibration phase to interrupt.
     return ["train", "--dataset", str(npz), "--hidden", "16", "--layers", "2", "--fanouts",
             "5,5", "--dedup", "--batch-size", "32", "--chunk-steps", "2", "--epochs", str(epochs),
-            "--eval-every", "3", "--no-progress", "--checkpoint-dir", str(run / "ck"),
+            "--eval-every", str(EVAL_EVERY), "--no-progress", "--checkpoint-dir", str(run / "ck"),
             "--metrics-out", str(run / "m.jsonl")]
 
 
@@ -202,12 +203,14 @@ def _next_epoch(ckpt: Path, rng) -> int:
 
 def _kill_at_a_random_point(args, ckpt, rng, env, save):
     """SIGKILL at a safe point: after loading, calibration, initialisation, a chunk of
-    an epoch not saved yet, or, unless it is the last, that epoch's training (its
-    checkpoint saved, its evaluation not run) or the whole epoch."""
+    an epoch not saved yet, or, unless it is the last, that whole epoch or, when it is
+    due an evaluation, its training (its checkpoint saved, its evaluation not run)."""
     epoch = _next_epoch(ckpt, rng)
     points = ["loading the data", "calibration", "initialisation",
               f"step 2 of epoch {epoch}", f"step 4 of epoch {epoch}"]
-    points += [f"training epoch {epoch}", f"epoch {epoch}"] if epoch < EPOCHS - 1 else []
+    points += [f"epoch {epoch}"] if epoch < EPOCHS - 1 else []
+    if epoch < EPOCHS - 1 and (epoch + 1) % EVAL_EVERY == 0:  # checkpointed, not evaluated
+        points.append(f"training epoch {epoch}")
     point = points[rng.integers(len(points))]
     return (child(args, "--kill-at", point, env=env), f"SIGKILL after {point}",
             -signal.SIGKILL)
@@ -456,7 +459,9 @@ def test_a_run_stopped_in_its_last_evaluation_keeps_the_epoch(dataset, tmp_path,
         {"trained": {"epoch": 2, "loss": 1.0, "epoch_seconds": 1.0},
          "evaluation": {"val_acc": 0.0, "test_acc": 0.0}}))
     monkeypatch.setattr(trainer, "evaluate", evaluate)
-    result = train(cfg, dataset)
+    seen = []
+    result = train(cfg, dataset, callbacks=(lambda r: seen.append(r) and False,))
+    assert [r["epoch"] for r in seen] == [2] and "test_acc" in seen[0]  # completed now
     assert result.summary["start_epoch"] == 3 and result.summary["epochs_run"] == 0
     assert result.summary["best"]["epoch"] == 2  # the best checkpoint was offered it
     want = last_run(strict_records(three_epochs / "m.jsonl"))
@@ -480,3 +485,13 @@ def test_an_extended_run_takes_its_last_evaluation_from_the_record(dataset, run,
     after = last_run(strict_records(run / "m.jsonl"))
     assert [r["epoch"] for r in after[:-1]] == [0, 1, 2, 3]
     assert after[2] == before[2] and "test_acc" in after[2]
+
+
+def test_restore_reads_the_last_epochs_evaluation(dataset, three_epochs):
+    """The last checkpoint precedes its epoch's evaluation; `restore` completes the
+    epoch's record from evaluation.json, so its summary has the figures."""
+    result = restore(str(three_epochs / "ck"), config(three_epochs, 3), dataset)
+    want = last_run(strict_records(three_epochs / "m.jsonl"))[2]
+    assert result.summary["epoch"] == 2
+    for key in ("train_acc", "val_acc", "test_acc"):
+        assert result.summary[key] == want[key]

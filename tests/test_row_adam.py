@@ -177,3 +177,14 @@ def test_the_step_runs_the_row_update_its_program_selects():
     assert calls and calls[0]["lr"] == 0.1
     np.testing.assert_array_equal(np.asarray(new.embedding[0]), [1.0, 1.0])  # ours kept
     assert float(new.embedding[1, 0]) < 1.0 and int(new.embedding_opt.count) == 1
+
+
+def test_the_pallas_row_update_refuses_what_it_cannot_write():
+    t, ids, used = jnp.zeros((4, 2)), jnp.zeros(2, jnp.int32), jnp.ones(2, bool)
+    opts = dict(lr=0.1, b1=0.9, b2=0.999, eps=1e-8, interpret=True)
+    with pytest.raises(ValueError, match=r"need a table \[N, D\].*\(4, 2, 1\)"):
+        row_adam_rows(t[..., None], t[..., None], t[..., None], ids, used,
+                      jnp.zeros((2, 2, 1)), jnp.int32(1), **opts)
+    with pytest.raises(ValueError, match="moments must be float32.*bfloat16"):
+        half = t.astype(jnp.bfloat16)
+        row_adam_rows(t, half, half, ids, used, jnp.zeros((2, 2)), jnp.int32(1), **opts)

@@ -92,9 +92,11 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
         else:
             last, restored, meta = ckpt.restore_first(epochs, ident, _saved(state))
             state = state._replace(**restored)
+        history = meta.get("history", [])
+        if meta.get("evaluation_pending") and history:  # saved before its evaluation
+            history[-1].update(ckpt.evaluation_of(history[-1]) or {})
     finally:
         ckpt.close()
-    history = meta.get("history", [])
     summary = {"checkpoint": str(directory), "epoch": last, "best": meta.get("best"),
                **{k: v for k, v in (history[-1] if history else {}).items()
                   if k.startswith(("train_", "val_", "test_", "loss"))}}

@@ -350,8 +350,9 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         history, start_epoch = meta["history"], last + 1
         if meta.get("evaluation_pending"):  # evaluated after its checkpoint, if at all
             pending = ckpt.evaluation_of(history[-1])
-            if pending is None:
+            if pending is None:  # the earlier run stopped first: evaluate it now
                 pending, fresh = evaluate(cfg, program, _variables(state), data, dataset), True
+                ckpt.save_evaluation(history[-1], strict(pending))
             history[-1].update(strict(pending))
             meta = {**meta, "evaluation_pending": False}
     runner = make_engine(cfg.engine, program, chunk_steps=cfg.chunk_steps,
@@ -368,8 +369,17 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     # evaluation options given now, unless that just happened); the callback that stopped
     final = pending if fresh and start_epoch == cfg.epochs else None
     stopped = None
+    if fresh:  # the epoch completed only now: TensorBoard and the callbacks see it
+        board.write(history[-1])
+        stopped = run_callbacks(user.callbacks, history[-1])
+        if not stopped or start_epoch == cfg.epochs:  # a stop at the last epoch: nothing
+            stopped = None
+        else:
+            final = pending
     try:
         for epoch in range(start_epoch, cfg.epochs):
+            if stopped:  # a callback stopped the run at the epoch completed on resume
+                break
             try:
                 record, state, env = _train_epoch(cfg, runner, state, data, dataset, epoch,
                                                   env, bar)
@@ -387,7 +397,8 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             # long evaluation keeps the epoch's training; a resumed run evaluates it then.
             if ckpt is not None:
                 ckpt.save(epoch, _saved(state), meta)
-            interrupts.check(f"training epoch {epoch}")
+                if due:  # a stop here keeps the epoch: a resumed run evaluates it
+                    interrupts.check(f"training epoch {epoch}")
             trained = dict(record)  # as the checkpoint holds it
             final = _evaluate_epoch(cfg, program, state, data, dataset, record, bar) \
                 if due else None
