@@ -19,9 +19,9 @@ Variants (the library's defaults otherwise: SAGE 3x256, [15, 10, 5], batch 1024)
   no-update     the rows gathered and differentiated, the table never written: the
                 share of the backward into the input rows
 
-`--kernels` as `TrainConfig.kernels`, e.g. `sample=pallas,row_adam=pallas`: auto's GPU
-choice plus the row update written in place by its Pallas kernel
-(`pallas_kernels/row_adam.py`).
+`--kernels` as `TrainConfig.kernels`: `auto` (on a GPU the Pallas sampler and the row
+update written in place by its Pallas kernel, `pallas_kernels/row_adam.py`), or
+`sample=pallas` for the row update's XLA form.
 """
 
 from __future__ import annotations

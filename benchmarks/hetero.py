@@ -89,8 +89,8 @@ def main(argv=None) -> None:
                         "on igbh-like, where R-GAT at 3e-3 barely learned: docs/benchmarks.md)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--kernels", default="auto", help="as TrainConfig.kernels, e.g. "
-                   "'sample=pallas,row_adam=pallas' (auto's GPU choice, the embeddings' row "
-                   "update in place)")
+                   "'sample=pallas' (auto's GPU choice but the embeddings' row update in "
+                   "its XLA form)")
     p.add_argument("--eval-mode", default="sampled", choices=("sampled", "full", "none"),
                    help="none: throughput alone, no evaluation (with sampled or full, "
                         "the last epoch's record is written after the evaluation that "

@@ -72,7 +72,11 @@ class TrainResult:
     """What `train` (and `restore`) return: the model variables ({"params",
     "batch_stats" if any}), one record per epoch, a summary, the step program and device
     data they run with (for `sampled_logits`, `layerwise_logits`, the engines), the whole
-    train state (optimizer state included) and the dataset."""
+    train state (optimizer state included) and the dataset.
+
+    The device data (graph and feature table) stay on the device as long as the result
+    is referenced: drop it (`del result`) before training another large graph in the
+    same process, or both tables must fit at once."""
 
     variables: dict
     history: list[dict]
