@@ -374,6 +374,19 @@ def test_auto_kernels_are_xla_off_gpu():
         assert chosen == Kernels()
 
 
+def test_a_kernel_spec_can_start_from_auto_or_one_implementation():
+    from zerognn_jax._src.ops.registry import OPS, Kernels
+
+    gpu = jax.default_backend() == "gpu"
+    assert Kernels.parse("auto, row_adam=xla") == (Kernels(sample="pallas") if gpu
+                                                   else Kernels())
+    assert Kernels.parse("auto,gather=pallas").gather == "pallas"
+    mixed = Kernels.parse("pallas,aggregate=xla")
+    assert [getattr(mixed, op) for op in OPS] == ["pallas"] * 3 + ["xla"] * 2 + ["pallas"]
+    with pytest.raises(ValueError, match=r"bad kernel spec 'auto' in 'xla,auto'"):
+        Kernels.parse("xla,auto")
+
+
 def test_a_callable_replaces_an_op(small_graph):
     """Any function with the reference's signature can stand in for an op: here the
     sort-based relabel, which must give the table-based default's minibatch."""

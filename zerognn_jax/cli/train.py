@@ -38,7 +38,8 @@ HELP = {
     "epochs": "training epochs",
     "seed": "seed of sampling, dropout, initialisation and the seed order (0 .. 2**31 - 1)",
     "kernels": "auto (fastest measured per op), xla, pallas (NVIDIA GPUs), or per op: "
-               "sample=pallas,relabel=xla,gather=xla,aggregate=xla,row_adam=pallas",
+               "sample=pallas,relabel=xla,gather=xla,aggregate=xla,row_adam=pallas; a "
+               "first part auto, xla or pallas sets the ops not named (auto,row_adam=xla)",
     "sampler": "uniform; weighted (in proportion to the graph's edge weights); or labor "
                "(LABOR-0: one random number per vertex and hop, shared by all rows, so rows "
                "pick the same neighbours; a fanout is then the expected count)",

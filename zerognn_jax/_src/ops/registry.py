@@ -48,24 +48,26 @@ class Kernels:
 
     @classmethod
     def parse(cls, spec: str, *, interpret: bool = False) -> Kernels:
-        """From "auto", "xla", "pallas", or per op: "sample=pallas,aggregate=xla" (others xla).
+        """From "auto", "xla", "pallas", or per op: "sample=pallas,aggregate=xla" (others
+        xla, or what the first part says: "auto,row_adam=xla" is auto's choice but for
+        that op).
 
         "auto" picks what measured fastest on an H100 (docs/kernels.md): the Pallas
         sampler and lazy Adam's in-place row update with XLA for the other ops on a
         GPU, XLA everywhere else.
         """
-        spec = spec.strip()
-        if spec == "auto":
-            gpu = jax.default_backend() == "gpu"
-            return cls(sample="pallas", row_adam="pallas") if gpu else cls()
-        if spec in IMPLEMENTATIONS:
-            return cls(**dict.fromkeys(OPS, spec), interpret=interpret)
+        parts = [p.strip() for p in spec.split(",") if p.strip()]
         choices = {}
-        for part in filter(None, (p.strip() for p in spec.split(","))):
+        if parts and parts[0] == "auto":
+            gpu = jax.default_backend() == "gpu"
+            choices, parts = (dict(sample="pallas", row_adam="pallas") if gpu else {}), parts[1:]
+        elif parts and parts[0] in IMPLEMENTATIONS:
+            choices, parts = dict.fromkeys(OPS, parts[0]), parts[1:]
+        for part in parts:
             op, sep, impl = (s.strip() for s in part.partition("="))
             if not sep or (op not in OPS and op not in _ALIASES):
                 raise ValueError(f"bad kernel spec {part!r} in {spec!r}: expected 'auto', "
-                                 f"'xla', 'pallas' or OP=IMPL with OP in "
+                                 f"'xla' or 'pallas', then OP=IMPL with OP in "
                                  f"{(*OPS, *_ALIASES)}")
             choices.update(dict.fromkeys(_ALIASES.get(op, (op,)), impl))
         return cls(**choices, interpret=interpret)
