@@ -39,6 +39,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from zerognn_jax._src.data.writes import atomic_write, write_error
+from zerognn_jax._src.training.records import dumps
 
 FORMAT = 1
 EVALUATION = "evaluation.json"  # the last evaluated epoch's evaluation
@@ -240,8 +241,7 @@ class Checkpointer:
         """
         if jax.process_index() != 0:
             return
-        text = json.dumps({"trained": _trained(record), "evaluation": evaluated},
-                          allow_nan=False)
+        text = dumps({"trained": _trained(record), "evaluation": evaluated})
         with atomic_write(self.directory / EVALUATION,
                           "the evaluation record in checkpoint_dir") as f:
             f.write(text.encode())

@@ -356,7 +356,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             pending = ckpt.evaluation_of(history[-1])
             if pending is None:  # the earlier run stopped first: evaluate it now
                 pending, fresh = evaluate(cfg, program, _variables(state), data, dataset), True
-                ckpt.save_evaluation(history[-1], strict(pending))
+                ckpt.save_evaluation(history[-1], pending)
             history[-1].update(strict(pending))
             meta = {**meta, "evaluation_pending": False}
     runner = make_engine(cfg.engine, program, chunk_steps=cfg.chunk_steps,
@@ -403,11 +403,12 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
                 ckpt.save(epoch, _saved(state), meta)
                 if due:  # a stop here keeps the epoch: a resumed run evaluates it
                     interrupts.check(f"training epoch {epoch}")
-            trained = dict(record)  # as the checkpoint holds it
             final = _evaluate_epoch(cfg, program, state, data, dataset, record, bar) \
                 if due else None
+            # the evaluation adds only its splits' keys (val_acc, ...) to the record, so
+            # the record's training figures are still those its checkpoint holds
             if ckpt is not None and final is not None:
-                ckpt.save_evaluation(trained, strict(final))
+                ckpt.save_evaluation(record, final)
             if best is not None:
                 best.offer(epoch, final, _saved(state), {**meta, "evaluation_pending": False})
             log.write(record)  # the record follows its checkpoint, never precedes it
