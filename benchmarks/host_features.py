@@ -13,7 +13,9 @@ counts, (a) a pinned host-to-device copy of the same bytes (PyTorch's `copy_` fr
 pinned memory: the PCIe ceiling for bulk transfers), (b) the host gather of random rows
 (zero-copy reads over PCIe), (c) the same gather from a device table (HBM); then, on a table
 of `--big-table-gib`, random rows read in the order given against sorted first (the
-default). One JSON line per case and a table; time to page-lock a table per GiB.
+default), and rows drawn as papers100m-like's sampler draws them (by degree) from the
+table laid out at random against hottest first (`host_row_order`). One JSON line per
+case and a table; time to page-lock a table per GiB.
 
 `io`: the layer streaming of exact inference (training/evaluate.py) on a bfloat16
 table of `--io-gib` x 256 columns: page-locking fresh host memory from `np.empty` and
@@ -116,21 +118,45 @@ def unordered(host: zg.HostTable):
                                         jnp.arange(ids.shape[0], dtype=jnp.int32))
 
 
+def skewed_rows(n: int, draws: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of `draws` draws from papers100m-like's degree model (node of
+    rank r within its class weighs (r + 8)^-0.77, Zipf class sizes: data/papers.py),
+    as positions in a table laid out at random (as stored) and hottest first."""
+    sizes = 1.0 / np.arange(1, 173)
+    sizes = np.maximum(1, sizes / sizes.sum() * n).astype(np.int64)
+    sizes[0] += n - sizes.sum()
+    weight = np.concatenate([(np.arange(c) + 8.0) ** -(1 / 1.3) for c in sizes])
+    cdf = np.cumsum(weight)
+    nodes = np.unique(np.searchsorted(cdf, rng.random(draws) * cdf[-1]))
+    rank = np.empty(n, np.int64)
+    rank[np.argsort(-weight, kind="stable")] = np.arange(n)
+    return rng.permutation(n)[nodes], rank[nodes]
+
+
 def variants(args, copy, table_rows: list) -> None:
-    """float32 x 128, 524,288 random rows a call from a table of `--big-table-gib`: read
-    in the order given, and sorted first (the default)."""
+    """float32 x 128 rows from a table of `--big-table-gib`: 524,288 uniform random rows
+    a call, read in the order given, and sorted first (the default); then the distinct
+    rows of draws from papers100m-like's degree model (about a 2-layer step's outer
+    level, and a larger one), the table laid out at random, and hottest first."""
     n = int(args.big_table_gib * 2**30) // 512
     table = np.empty((n, 128), np.float32)
     table[:] = 1.0
     host = zg.HostTable(table)
     count = min(524_288, n)
-    ids = jnp.asarray(np.random.default_rng(7).integers(0, n, count, np.int32))
-    valid = jnp.ones(count, bool)
-    for name, fn in (("given order", unordered(host)), ("sorted", host.gather)):
+    rng = np.random.default_rng(7)
+    cases = [("given order", unordered(host), rng.integers(0, n, count)),
+             ("sorted", host.gather, rng.integers(0, n, count))]
+    for draws in (150_000, 900_000):
+        spread, hot = skewed_rows(n, draws, rng)
+        cases += [("random layout", host.gather, spread), ("hottest first", host.gather, hot)]
+    for name, fn, rows in cases:
+        ids = jnp.asarray(rows.astype(np.int32))
+        count = ids.shape[0]
+        valid = jnp.ones(count, bool)
         t = timed(jax.jit(fn), ids, valid)
         nbytes = count * 512
         table_rows.append(emit(args, {
-            "case": "gather", "variant": name, "dtype": "f32 " + name.split()[0],
+            "case": "gather", "variant": name, "dtype": "f32 " + name.split()[0][:7],
             "width": 128, "row_bytes": 512, "rows": count, "table_gib": table.nbytes / 2**30,
             "host_ms": 1e3 * t, "host_gbs": nbytes / t / 1e9, "device_ms": float("nan"),
             "device_gbs": float("nan"),
@@ -243,9 +269,10 @@ def io_mode(args) -> None:
 
 
 def load(args):
-    """The dataset, its features in `args.dtype` in memory (converted once, so that every
-    run's table is the same array). papers100m-like is generated into `--root` with
-    bfloat16 features on disk (half the bytes) unless it is there already."""
+    """The dataset, its features as stored (each run converts them to `args.dtype`, in
+    the row order it lays them out in), or with `--widen-to` widened in memory in
+    `args.dtype`. papers100m-like is generated into `--root` with bfloat16 features on
+    disk (half the bytes) unless it is there already."""
     if args.dataset != "papers100m-like":
         log(f"loading {args.dataset} at scale {args.scale:g}")
         dataset = zg.load_dataset(args.dataset, root=args.root, scale=args.scale)
@@ -261,18 +288,18 @@ def load(args):
         dataset = zg.load_dir(path)
     source = np.asarray(dataset.features)
     n, d = source.shape
-    width = max(d, args.widen_to or d)
+    if not args.widen_to or args.widen_to <= d:
+        return dataset
+    width = args.widen_to
     log(f"converting {source.shape} {source.dtype} features to {args.dtype}, {width} wide")
-    if width == d:
-        features = np.ascontiguousarray(source.astype(jnp.dtype(args.dtype), copy=False))
-    else:  # the stored columns, then as many of them again as `width` asks, block by block
-        features = np.empty((n, width), jnp.dtype(args.dtype))
-        for start in range(0, n, 1 << 20):
-            block = source[start:start + (1 << 20)]
-            features[start:start + block.shape[0], :d] = block
-            for col in range(d, width, d):
-                take = min(d, width - col)
-                features[start:start + block.shape[0], col:col + take] = block[:, :take]
+    # the stored columns, then as many of them again as `width` asks, block by block
+    features = np.empty((n, width), jnp.dtype(args.dtype))
+    for start in range(0, n, 1 << 20):
+        block = source[start:start + (1 << 20)]
+        features[start:start + block.shape[0], :d] = block
+        for col in range(d, width, d):
+            take = min(d, width - col)
+            features[start:start + block.shape[0], col:col + take] = block[:, :take]
     return dataclasses.replace(dataset, features=features)
 
 
@@ -308,58 +335,65 @@ def train_mode(args) -> None:
     log(f"loaded: {dataset.graph.num_nodes:,} nodes, features {dataset.features.shape} "
         f"{dataset.features.dtype}")
     results = []
-    for placement in args.placements.split(","):
-        for run in args.runs.split(";"):
-            model, _, fanouts = run.partition(":")
-            fanouts = tuple(int(f) for f in fanouts.split(","))
-            where, _, cache = placement.partition("+")
-            cache_gib = None if cache == "cache" or where == "auto" else \
-                float(cache.removeprefix("cache:")) if cache else 0.0
-            cfg = zg.TrainConfig(dataset=args.dataset, model=model, fanouts=fanouts,
-                                 layers=len(fanouts), hidden=args.hidden, dtype=args.dtype,
-                                 epochs=args.epochs, batch_size=args.batch_size,
-                                 eval_mode="sampled", eval_every=0, progress=True,
-                                 feature_placement=where, feature_cache_gib=cache_gib,
-                                 seed=args.seed)
-            log(f"training {model} {list(fanouts)} with features on the {placement}")
-            try:
-                res = zg.train(cfg, dataset)
-            except Exception as err:  # noqa: BLE001 (recorded, and the next run goes on)
-                emit(args, {"case": "train", "model": model, "fanouts": list(fanouts),
-                            "placement": placement, "status": "failed",
-                            "error": f"{type(err).__name__}: {str(err)[:500]}"})
-                log(f"  failed: {type(err).__name__}: {str(err)[:300]}")
-                continue
-            summary = res.summary
-            times = [h["epoch_seconds"] for h in res.history]
-            row_bytes = dataset.features.shape[1] * jnp.dtype(args.dtype).itemsize
-            steps = res.history[-1]["steps"]
-            mean = summary.get("calibration_mean_counts")
-            share = cached_share(res, dataset)
-            rows = mean[-1] * (1 - (share or 0.0)) if mean else None  # read over PCIe
-            floor = None if not (copy and rows) else rows * row_bytes * steps / (copy * 1e9)
-            rec = emit(args, {"case": "train", "dataset": args.dataset, "scale": args.scale,
-                              "model": model, "fanouts": list(fanouts), "placement": placement,
-                              "placed": summary.get("feature_placement"),
-                              "layout": summary["layout"]["layout"], "dtype": args.dtype,
-                              "epoch_seconds": times, "epoch_s": min(times[1:] or times),
-                              "steps": steps, "pcie_rows_mean": rows, "cached_share": share,
-                              "pcie_floor_s": floor, "losses": [h["loss"] for h in res.history],
-                              "test_acc": res.history[-1].get("test_acc"),
-                              "compile_s": summary["compile_seconds"],
-                              "peak_device_bytes": summary["peak_bytes_in_use"]})
-            log(f"  epochs {', '.join(f'{t:.3f}' for t in times)} s; floor {floor}; "
-                f"test acc {rec['test_acc']}")
-            results.append(rec)
-            del res
-    print(f"{'run':>18} {'placement':>18} {'epoch s':>8} {'floor s':>8} {'x floor':>8} "
-          f"{'test acc':>8}")
+    runs = [(placement, order, run) for placement in args.placements.split(",")
+            for order in (args.row_orders.split(",") if placement != "device" else ["auto"])
+            for run in args.runs.split(";")]
+    for placement, order, run in runs:
+        model, _, fanouts = run.partition(":")
+        fanouts = tuple(int(f) for f in fanouts.split(","))
+        where, _, cache = placement.partition("+")
+        cache_gib = None if cache == "cache" or where == "auto" else \
+            float(cache.removeprefix("cache:")) if cache else 0.0
+        cfg = zg.TrainConfig(dataset=args.dataset, model=model, fanouts=fanouts,
+                             layers=len(fanouts), hidden=args.hidden, dtype=args.dtype,
+                             epochs=args.epochs, batch_size=args.batch_size,
+                             eval_mode="sampled", eval_every=0, progress=True,
+                             feature_placement=where, feature_cache_gib=cache_gib,
+                             host_row_order=order, seed=args.seed)
+        log(f"training {model} {list(fanouts)} with features on the {placement}, "
+            f"row order {order}")
+        t0 = time.perf_counter()
+        try:
+            res = zg.train(cfg, dataset)
+        except Exception as err:  # noqa: BLE001 (recorded, and the next run goes on)
+            emit(args, {"case": "train", "model": model, "fanouts": list(fanouts),
+                        "placement": placement, "row_order": order, "status": "failed",
+                        "error": f"{type(err).__name__}: {str(err)[:500]}"})
+            log(f"  failed: {type(err).__name__}: {str(err)[:300]}")
+            continue
+        summary = res.summary
+        times = [h["epoch_seconds"] for h in res.history]
+        row_bytes = dataset.features.shape[1] * jnp.dtype(args.dtype).itemsize
+        steps = res.history[-1]["steps"]
+        mean = summary.get("calibration_mean_counts")
+        share = cached_share(res, dataset)
+        rows = mean[-1] * (1 - (share or 0.0)) if mean else None  # read over PCIe
+        floor = None if not (copy and rows) else rows * row_bytes * steps / (copy * 1e9)
+        rec = emit(args, {"case": "train", "dataset": args.dataset, "scale": args.scale,
+                          "model": model, "fanouts": list(fanouts), "placement": placement,
+                          "placed": summary.get("feature_placement"),
+                          "row_order": summary.get("host_row_order"),
+                          "train_call_s": time.perf_counter() - t0,
+                          "layout": summary["layout"]["layout"], "dtype": args.dtype,
+                          "epoch_seconds": times, "epoch_s": min(times[1:] or times),
+                          "steps": steps, "pcie_rows_mean": rows, "cached_share": share,
+                          "pcie_floor_s": floor, "losses": [h["loss"] for h in res.history],
+                          "test_acc": res.history[-1].get("test_acc"),
+                          "compile_s": summary["compile_seconds"],
+                          "peak_device_bytes": summary["peak_bytes_in_use"]})
+        log(f"  epochs {', '.join(f'{t:.3f}' for t in times)} s; floor {floor}; "
+            f"test acc {rec['test_acc']}")
+        results.append(rec)
+        del res
+    print(f"{'run':>18} {'placement':>18} {'rows':>7} {'epoch s':>8} {'floor s':>8} "
+          f"{'x floor':>8} {'test acc':>8}")
     for r in results:
         ratio = f"{r['epoch_s'] / r['pcie_floor_s']:.2f}" \
             if r["placement"].startswith("host") and r["pcie_floor_s"] else "-"
         floor = f"{r['pcie_floor_s']:.3f}" if r["pcie_floor_s"] else "-"
         name = f"{r['model']}:{','.join(map(str, r['fanouts']))}"
-        print(f"{name:>18} {r['placement']:>18} {r['epoch_s']:>8.3f} {floor:>8} {ratio:>8} "
+        print(f"{name:>18} {r['placement']:>18} {r['row_order'] or '-':>7} "
+              f"{r['epoch_s']:>8.3f} {floor:>8} {ratio:>8} "
               f"{r['test_acc'] if r['test_acc'] is None else round(r['test_acc'], 4)!s:>8}")
 
 
@@ -374,6 +408,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--placements", default="device,host,host+cache",
                    help="device, host (nothing cached), host+cache (cache sized by the "
                         "device), host+cache:GIB, auto (the library's choice)")
+    p.add_argument("--row-orders", default="auto",
+                   help="host placements: host_row_order values to run, comma-separated "
+                        "(auto, degree, stored)")
     p.add_argument("--widen-to", type=int, default=None,
                    help="train mode: widen the features to this many columns by repeating "
                         "the stored ones (a table larger than the GPU from a preset)")

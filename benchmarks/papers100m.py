@@ -74,6 +74,7 @@ from zerognn_jax._src.training import memory, trainer
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.engines import make_engine
 from zerognn_jax._src.training.evaluate import layerwise_logits, sampled_logits
+from zerognn_jax._src.training.placement import available_host_bytes
 from zerognn_jax._src.training.program import init_state
 from zerognn_jax._src.training.tasks.node import accuracy
 
@@ -256,18 +257,6 @@ def traced_epoch(cfg, program, state, data, dataset, env, untraced_seconds):
         "compile_seconds": runner.compile_seconds}
 
 
-def host_available_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo (None where there is none)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def variables_of(state) -> dict:
     out = {"params": state.params}
     if state.batch_stats:
@@ -324,7 +313,7 @@ def exact_inference(args, program, variables, data, dataset, clock: Clock) -> di
             f"does not fit: graph plus a layer's input need {gib(plan['offloaded'])}, the "
             f"allocator holds {gib(limit)} (raise XLA_PYTHON_CLIENT_MEM_FRACTION)"))
         return record
-    host = host_available_bytes()
+    host = available_host_bytes()
     # The host holds the graph (moved out and back, below), then one layer's output.
     if offload and host is not None and plan["graph"] + plan["host_offloaded"] > host:
         record.update(status="skipped", reason=(

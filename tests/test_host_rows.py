@@ -4,6 +4,7 @@ its CUDA lowering, bad input, placement, and training that equals a device table
 from __future__ import annotations
 
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +24,22 @@ def _ids(rng, n: int, rows: int):
     """ids with some out of range on both sides, and a mask with some rows off."""
     ids = rng.integers(-3, rows + 3, n).astype(np.int32)
     return jnp.asarray(ids), jnp.asarray(rng.random(n) < 0.8)
+
+
+def _reads_like(table, reference, ids, valid) -> None:
+    """`table.gather` equals `reference.gather` bit for bit, under jit with one trace for
+    two calls."""
+    traces = []
+
+    def run(t, i, v):
+        traces.append(1)
+        return t.gather(i, v)
+
+    jitted = jax.jit(run)
+    want = np.asarray(reference.gather(ids, valid))
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(jitted(table, ids, valid)), want)
+    assert len(traces) == 1
 
 
 @pytest.mark.parametrize("dtype,width", [(np.float32, 16), (np.float32, 3),
@@ -108,6 +125,75 @@ def test_uploaded_table_equals_the_host_array():
     np.testing.assert_array_equal(np.asarray(got).view(np.uint8), table.view(np.uint8))
 
 
+def test_a_reordered_table_reads_like_the_stored_one(tmp_path):
+    """A bfloat16 file memory-mapped for reading, laid out in a random order as float32:
+    every gather (masked and out-of-range ids included, under jit with one trace for two
+    calls) and the whole upload equal the stored table's, bit for bit."""
+    rng = np.random.default_rng(5)
+    stored = rng.standard_normal((70, 6)).astype(ml_dtypes.bfloat16)
+    np.save(tmp_path / "x.npy", stored.view(np.uint16))
+    source = np.load(tmp_path / "x.npy", mmap_mode="r").view(ml_dtypes.bfloat16)
+    order = rng.permutation(70)
+    table = host_rows.reordered_table(source, order, np.float32)
+    assert table.dtype == np.float32 and table.shape == (70, 6)
+    np.testing.assert_array_equal(table.array[:, 0], stored[order, 0].astype(np.float32))
+    plain = zg.HostTable(stored.astype(np.float32))
+    _reads_like(table, plain, *_ids(rng, 90, 70))
+    np.testing.assert_array_equal(np.asarray(host_rows.uploaded(table, block_bytes=4 * 6 * 16)),
+                                  plain.array)
+    assert "rows reordered" in repr(table)
+
+
+def test_jit_keeps_no_table_alive():
+    """jit's cache keeps the static part of every argument it saw: a host table (plain
+    or reordered) used by a compiled program is still collected, with its memory and
+    its page-locking, once its user drops it."""
+    import gc
+    import weakref
+
+    gather = jax.jit(lambda t, i: t.gather(i, i >= 0))
+    for make in (lambda a: zg.HostTable(a),
+                 lambda a: host_rows.reordered_table(a, np.arange(10)[::-1])):
+        table = make(np.arange(40, dtype=np.float32).reshape(10, 4))
+        np.testing.assert_array_equal(np.asarray(gather(table, jnp.arange(3)))[:, 0],
+                                      [0, 4, 8])
+        gone = weakref.ref(table)
+        del table
+        gc.collect()
+        assert gone() is None
+
+
+@pytest.mark.parametrize("order,message", [
+    (np.arange(5), r"must be int\[6\], got int64\[5\]"),
+    (np.array([0, 1, 2, 3, 4, 4]), "every node of \\[0, 6\\) once; 1 are missing"),
+    (np.array([0, 1, 2, 3, 4, 6]), "1 are missing"),
+    (np.zeros(6, np.float32), "must be int"),
+])
+def test_a_row_order_must_be_a_permutation(order, message):
+    with pytest.raises(ValueError, match=message):
+        host_rows.reordered_table(np.zeros((6, 2), np.float32), order)
+
+
+def test_auto_row_order_copies_where_a_copy_is_made_or_fits():
+    from zerognn_jax._src.training.placement import choose_row_order
+
+    f32 = np.zeros((1024, 256), np.float32)  # 1 MiB
+    read_only = f32.copy()
+    read_only.flags.writeable = False
+    mib = 2**20
+    assert choose_row_order("stored", f32, np.float32, None)[0] == "stored"
+    assert choose_row_order("degree", f32, np.float32, 0)[0] == "degree"
+    cases = [(f32, "bfloat16", None, "degree", "converted from float32 anyway"),
+             (f32[:, ::2], np.float32, None, "degree", "copied anyway (strided array)"),
+             (read_only, np.float32, None, "degree", "copied anyway (read-only array)"),
+             (f32, np.float32, 2 * mib, "degree", "fits the host's 0.00 GiB available"),
+             (f32, np.float32, 2 * mib - 1, "stored", "would not fit half of"),
+             (f32, np.float32, None, "stored", "half of an unknown amount available")]
+    for array, dtype, available, order, why in cases:
+        got, reason = choose_row_order("auto", array, dtype, available)
+        assert got == order and why in reason, (got, reason)
+
+
 @pytest.mark.parametrize("array,message", [
     (np.zeros(5, np.float32), "2-D NumPy array"),
     (np.zeros((4, 6), np.float32)[:, ::2], "C-contiguous"),
@@ -164,25 +250,34 @@ def test_config_refuses_host_placement_where_it_cannot_work(overrides, message):
 
 
 def test_training_with_host_features_equals_device_features(planetoid_root, capsys):
-    """Cora, on the device, on the host, and on the host with its 200 rows of highest
-    degree cached (with a learnable embedding in the last): the same losses, bit for
-    bit, and the same exact layer-wise evaluation, whose first layer reads its chunks
-    from the host table."""
+    """Cora, on the device, on the host (rows as stored; by degree, the default here),
+    and on the host with its 200 rows of highest degree cached (with a learnable
+    embedding in the last): the same losses, bit for bit, and the same exact layer-wise
+    evaluation, whose first layer reads its chunks from the host table."""
     runs = {}
     row_gib = 1433 * 4 / 2**30
-    for name, place, cache, emb in (("device", "device", None, 0), ("host", "host", 0, 0),
-                                    ("cached", "host", 200 * row_gib, 0),
-                                    ("device_emb", "device", None, 4),
-                                    ("cached_emb", "host", 200 * row_gib, 4)):
+    for name, place, cache, emb, order in (
+            ("device", "device", None, 0, "auto"), ("host", "host", 0, 0, "stored"),
+            ("reordered", "host", 0, 0, "auto"), ("cached", "host", 200 * row_gib, 0, "auto"),
+            ("device_emb", "device", None, 4, "auto"),
+            ("cached_emb", "host", 200 * row_gib, 4, "auto")):
         cfg = zg.TrainConfig(dataset="cora", root=planetoid_root, epochs=2, layers=2,
                              fanouts=(5, 5), hidden=16, batch_size=256, embedding_dim=emb,
-                             feature_placement=place, feature_cache_gib=cache, eval_every=0)
+                             feature_placement=place, feature_cache_gib=cache, eval_every=0,
+                             host_row_order=order)
         runs[name] = zg.train(cfg)
         assert runs[name].summary["feature_placement"] == place
+        if place == "host":
+            assert runs[name].summary["host_row_order"] == \
+                ("stored" if order == "stored" else "degree")
     err = capsys.readouterr().err
-    assert "features on the host (0.01 GiB): asked for" in err
-    assert "its 200 rows of highest degree (7%, 0.00 GiB) cached on the device" in err
-    for name, ref in (("host", "device"), ("cached", "device"), ("cached_emb", "device_emb")):
+    assert "features on the host (0.01 GiB): asked for (feature_placement); rows as " \
+           "stored: asked for (host_row_order)" in err
+    assert re.search(r"rows by degree: a copy of 0\.01 GiB fits the host's [0-9.]+ GiB "
+                     r"available; its 200 rows of highest degree \(7%, 0\.00 GiB\) cached "
+                     r"on the device", err)
+    for name, ref in (("host", "device"), ("reordered", "device"), ("cached", "device"),
+                      ("cached_emb", "device_emb")):
         got, want = runs[name], runs[ref]
         assert [r["loss"] for r in got.history] == [r["loss"] for r in want.history]
         for key in ("val_acc", "test_acc"):
@@ -198,18 +293,7 @@ def test_cached_rows_read_like_the_host_table():
     cached = host_rows.cache_hot_rows(host, np.array([7, 3, 39]))
     assert cached.rows.shape == (3, 5) and host_rows.device_rows(cached) == 3
     np.testing.assert_array_equal(np.asarray(cached.slot)[[7, 3, 39, 0]], [0, 1, 2, -1])
-    ids, valid = _ids(rng, 60, 40)
-    traces = []
-
-    def run(table, i, v):
-        traces.append(1)
-        return table.gather(i, v)
-
-    jitted = jax.jit(run)
-    want = np.asarray(host.gather(ids, valid))
-    for _ in range(2):
-        np.testing.assert_array_equal(np.asarray(jitted(cached, ids, valid)), want)
-    assert len(traces) == 1
+    _reads_like(cached, host, *_ids(rng, 60, 40))
 
 
 def test_hottest_rows_come_first_and_the_cache_is_budgeted():
@@ -237,14 +321,16 @@ class _FakeCuda:
     """Stands in for the CUDA build's page-locking calls; refuses the `fail_at` piece."""
 
     def __init__(self, fail_at: int | None = None):
-        self.locked, self.fail_at = set(), fail_at
+        self.locked, self.fail_at, self.read_only = set(), fail_at, set()
 
-    def zg_register(self, address: int, nbytes: int) -> bytes:
+    def zg_register(self, address: int, nbytes: int, read_only: int = 0) -> bytes:
         if address in self.locked:
             return b"part or all of the requested memory range is already mapped"
         if address == self.fail_at:
             return b"out of memory"
         self.locked.add(address)
+        if read_only:
+            self.read_only.add(address)
         return b""
 
     def zg_unregister(self, address: int) -> None:
@@ -276,6 +362,22 @@ def test_page_locking_is_shared_and_undone_by_the_last_table(monkeypatch):
     with pytest.raises(RuntimeError, match=r"failed at byte .*: out of memory"):
         zg.HostTable(array)
     assert fake.locked == set() and not host_rows._LOCKED
+
+
+@_FAKES_CUDA
+def test_a_file_mapped_for_reading_is_locked_as_read_only_memory(monkeypatch, tmp_path):
+    """CUDA refuses to register read-only pages unless told they are: a table over a file
+    memory-mapped for reading is registered as read-only, a writable one is not."""
+    fake = _FakeCuda()
+    monkeypatch.setattr(host_rows, "_gpu_arch", lambda: "sm_90")
+    monkeypatch.setattr(host_rows, "_register_targets", lambda: fake)
+    np.save(tmp_path / "x.npy", np.ones((64, 4), np.float32))
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    writable = np.ones((64, 4), np.float32)
+    read_only, other = zg.HostTable(mapped), zg.HostTable(writable)
+    assert read_only.page_locked and other.page_locked
+    assert fake.read_only == {mapped.ctypes.data}
+    assert fake.locked == {mapped.ctypes.data, writable.ctypes.data}
 
 
 @_FAKES_CUDA
@@ -325,7 +427,7 @@ def test_pinned_buffer_locks_piece_by_piece_and_reports_failure(monkeypatch):
     assert fake.locked == set() and not host_rows._LOCKED
     calls, register = [], fake.zg_register
 
-    def third_refused(address: int, nbytes: int) -> bytes:
+    def third_refused(address: int, nbytes: int, read_only: int = 0) -> bytes:
         calls.append(address)
         return b"out of memory" if len(calls) == 3 else register(address, nbytes)
 

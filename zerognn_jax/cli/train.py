@@ -74,6 +74,10 @@ HELP = {
     "feature_cache_gib": "with features on the host: GiB of device memory holding copies "
                          "of the rows of highest degree, read from there instead of over "
                          "PCIe (default: half of what graph and model leave; 0: none)",
+    "host_row_order": "with features on the host: lay their rows out by degree (a copy in "
+                      "host memory whose reads over PCIe are faster), as stored (no copy), "
+                      "or auto (by degree where a copy is made anyway or fits half the "
+                      "host's available memory)",
     "best_metric": "keep the checkpoint of the epoch with the best value of this evaluated "
                    "metric (val_acc, val_f1, val_mse, val_rocauc, ...; lower is better for "
                    "*_mse, *_mae and *_loss) in <checkpoint-dir>/best; needs --checkpoint-dir",

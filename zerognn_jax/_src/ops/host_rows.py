@@ -146,7 +146,7 @@ def _registered() -> ctypes.CDLL:
                 target, jax.ffi.pycapsule(getattr(lib, handler + "Cuda")), platform="CUDA")
     if arch is not None:
         lib.zg_register.restype = ctypes.c_char_p
-        lib.zg_register.argtypes = [ctypes.c_int64, ctypes.c_int64]
+        lib.zg_register.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int32]
         lib.zg_unregister.argtypes = [ctypes.c_int64]
     return lib
 
@@ -161,13 +161,14 @@ def _pieces(address: int, nbytes: int) -> list[tuple[int, int]]:
     return out
 
 
-def _page_lock(lib: ctypes.CDLL, address: int, nbytes: int) -> list[int]:
-    """Page-locks the range for the GPU; the registered pieces' addresses. On failure
-    nothing stays registered and RuntimeError says why."""
+def _page_lock(lib: ctypes.CDLL, address: int, nbytes: int, read_only: bool) -> list[int]:
+    """Page-locks the range for the GPU (as read-only memory with `read_only`); the
+    registered pieces' addresses. On failure nothing stays registered and RuntimeError
+    says why."""
     done = []
     for start, size in _pieces(address, nbytes):
         try:
-            _register_piece(lib, start, size, (address, nbytes))
+            _register_piece(lib, start, size, (address, nbytes), read_only)
         except RuntimeError as error:
             for piece in done:
                 lib.zg_unregister(piece)
@@ -177,12 +178,14 @@ def _page_lock(lib: ctypes.CDLL, address: int, nbytes: int) -> list[int]:
     return done
 
 
-def _register_piece(lib: ctypes.CDLL, start: int, size: int, span: tuple[int, int]) -> None:
+def _register_piece(lib: ctypes.CDLL, start: int, size: int, span: tuple[int, int],
+                    read_only: bool = False) -> None:
     """Page-locks one piece of `span`; RuntimeError naming the byte where it failed."""
-    err = lib.zg_register(start, size).decode()
+    err = lib.zg_register(start, size, int(read_only)).decode()
     if err:
-        raise RuntimeError(f"page-locking {span[1] / 2**30:.2f} GiB of host memory for the "
-                           f"GPU failed at byte {start - span[0]:,}: {err}")
+        kind = "read-only " if read_only else ""
+        raise RuntimeError(f"page-locking {span[1] / 2**30:.2f} GiB of {kind}host memory for "
+                           f"the GPU failed at byte {start - span[0]:,}: {err}")
 
 
 def _locked_span(address: int, nbytes: int) -> tuple[int, int] | None:
@@ -196,7 +199,8 @@ def _locked_span(address: int, nbytes: int) -> tuple[int, int] | None:
 class PageLock:
     """Holds `array`'s memory page-locked for the GPU (nothing on a CPU-only process)
     while the lock lives. Locks over the same memory, or over a part of memory already
-    locked, share that locking; the last one collected undoes it."""
+    locked, share that locking; the last one collected undoes it. An array NumPy may not
+    write (a file memory-mapped for reading) is registered as read-only memory."""
 
     def __init__(self, array: np.ndarray):
         lib = _register_targets()
@@ -205,7 +209,7 @@ class PageLock:
             span = _locked_span(array.ctypes.data, array.nbytes)
             if span is None:
                 span = (array.ctypes.data, array.nbytes)
-                _LOCKED[span] = [0, _page_lock(lib, *span)]
+                _LOCKED[span] = [0, _page_lock(lib, *span, not array.flags.writeable)]
             _LOCKED[span][0] += 1
             weakref.finalize(self, _release, lib, span)
 
@@ -301,9 +305,14 @@ class HostTable:
     step reads it when it runs). Tables over the same array, or over a part of an
     array another table has locked, share its page-locking, undone when the last of
     them is collected. Equal only to itself (a new table compiles a new program).
+
+    Node n's row is row n of `array`, or with `position` (int32[N], a permutation of
+    [0, N), kept on the device) row position[n]: `reordered_table` lays a table out
+    that way, hottest rows first, so that a step's reads over PCIe fall into less of
+    host memory (docs/host_features.md).
     """
 
-    def __init__(self, array: np.ndarray):
+    def __init__(self, array: np.ndarray, position=None):
         if not isinstance(array, np.ndarray) or array.ndim != 2:
             raise ValueError(f"a host feature table must be a 2-D NumPy array, got "
                              f"{type(array).__name__} of shape {np.shape(array)}")
@@ -315,12 +324,21 @@ class HostTable:
         if array.shape[1] == 0:
             raise ValueError(f"a host feature table needs at least one column, got shape "
                              f"{array.shape}")
+        if position is not None and (np.shape(position) != (array.shape[0],)
+                                     or not jnp.issubdtype(position.dtype, jnp.integer)):
+            raise ValueError(f"a host table's row positions must be int[{array.shape[0]}] "
+                             f"(one per row), got {getattr(position, 'dtype', None)}"
+                             f"{list(np.shape(position))}")
         self.array = array
         self.shape = array.shape
         self.dtype = jnp.dtype(array.dtype)
         self.ndim = 2
+        self.position = None if position is None else jax.device_put(
+            np.asarray(position, np.int32) if isinstance(position, np.ndarray)
+            else position.astype(jnp.int32))
         self._lock = PageLock(array)  # registers the handlers too
         self.page_locked = self._lock.locked
+        self._static = _Static(self)
 
     @property
     def nbytes(self) -> int:
@@ -328,17 +346,70 @@ class HostTable:
 
     def __repr__(self) -> str:
         where = "page-locked host" if self.page_locked else "host"
-        return f"HostTable({self.dtype.name}{list(self.shape)} in {where} memory)"
+        order = "" if self.position is None else ", rows reordered"
+        return f"HostTable({self.dtype.name}{list(self.shape)} in {where} memory{order})"
 
     def gather(self, ids: jax.Array, valid: jax.Array) -> jax.Array:
-        """float[C, d]: rows `ids` (int32[C]) of the table, zero where `valid` (bool[C])
-        is False or an id lies outside [0, N). The rows are read in ascending id order
-        (an argsort on the device first): a GPU reads host memory over PCIe 1.8-2.4x faster
-        in address order than at random (docs/host_features.md)."""
+        """float[C, d]: the rows of nodes `ids` (int32[C]), zero where `valid` (bool[C])
+        is False or an id lies outside [0, N). The rows are read in ascending address
+        order (an argsort on the device first): a GPU reads host memory over PCIe
+        1.8-2.4x faster in address order than at random (docs/host_features.md)."""
         ids = jnp.asarray(ids, jnp.int32)
         valid = jnp.asarray(valid, bool)
+        if self.position is not None:
+            valid = valid & (ids >= 0) & (ids < self.shape[0])
+            ids = self.position[jnp.where(valid, ids, 0)]
         order = jnp.argsort(jnp.where(valid, ids, jnp.iinfo(jnp.int32).max)).astype(jnp.int32)
         return read_rows(self, ids, valid, order)
+
+    def _with_position(self, position) -> HostTable:
+        """This table with `position` in place of its own (jit's tracers: the pytree)."""
+        table = object.__new__(HostTable)
+        table.__dict__.update(self.__dict__)
+        table.position = position
+        return table
+
+
+def reordered_table(source, order, dtype=None, *, log=None) -> HostTable:
+    """A `HostTable` of `source`'s rows (float[N, d], any array NumPy can slice: a
+    memory-mapped file too) in `dtype` (default: `source`'s), laid out in `order`
+    (int[N], a permutation of [0, N): row r holds node order[r]), in fresh host memory.
+
+    `source` is read once, in row blocks in its own order (sequential reads of a file),
+    each block scattered to its rows by several threads. `log`, if given, gets a line
+    at each tenth of the rows.
+    """
+    n, width = np.shape(source)
+    order = np.asarray(order)
+    if order.shape != (n,) or not np.issubdtype(order.dtype, np.integer):
+        raise ValueError(f"a row order for {n} rows must be int[{n}], got {order.dtype}"
+                         f"{list(order.shape)}")
+    position = np.full(n, -1, np.int32)
+    inside = (order >= 0) & (order < n)
+    position[order[inside]] = np.flatnonzero(inside)
+    if not inside.all() or (position < 0).any():
+        raise ValueError(f"a row order must hold every node of [0, {n}) once; "
+                         f"{int(np.sum(position < 0)):,} are missing")
+    dtype = np.dtype(dtype or np.asarray(source[:0]).dtype)
+    out = np.empty((n, width), dtype)
+    block = 1 << 16
+    starts = range(0, n, block)
+    done = [0, 0]  # rows written, tenths reported
+    report = threading.Lock()
+
+    def fill(start: int) -> None:
+        rows = np.asarray(source[start:start + block]).astype(dtype, copy=False)
+        out[position[start:start + rows.shape[0]]] = rows
+        if log is not None:
+            with report:
+                done[0] += rows.shape[0]
+                if done[0] * 10 >= (done[1] + 1) * n:
+                    done[1] = done[0] * 10 // n
+                    log(f"host table reordered: {done[0]:,} of {n:,} rows")
+
+    with ThreadPoolExecutor(min(16, os.cpu_count() or 1)) as pool:
+        list(pool.map(fill, starts))
+    return HostTable(out, position)
 
 
 def read_rows(table: HostTable, ids: jax.Array, valid: jax.Array,
@@ -368,14 +439,15 @@ def write_rows(table: HostTable, block: jax.Array, first: jax.Array) -> jax.Arra
 
 @functools.partial(jax.jit, static_argnames=("rows",))
 def _upload(table: HostTable, *, rows: int) -> jax.Array:
-    """float[N, d]: the host table on the device, read `rows` rows at a time by the host
-    gather (in address order) into one device array, filled in place."""
+    """float[N, d]: the host table on the device (node n's row at row n), read `rows`
+    rows at a time by the host gather into one device array, filled in place."""
     n, width = table.shape
     ids = jnp.arange(rows, dtype=jnp.int32)
 
     def body(j, out):
         first = jnp.minimum(j * rows, n - rows)
-        block = read_rows(table, first + ids, jnp.ones((rows,), bool), ids)
+        block = read_rows(table, first + ids, jnp.ones((rows,), bool), ids) \
+            if table.position is None else table.gather(first + ids, jnp.ones((rows,), bool))
         return jax.lax.dynamic_update_slice(out, block, (first, 0))
 
     out = jnp.zeros((n, width), table.dtype)
@@ -400,7 +472,28 @@ def _release(lib: ctypes.CDLL, span: tuple[int, int]) -> None:
             lib.zg_unregister(piece)
 
 
-jax.tree_util.register_pytree_node(HostTable, lambda t: ((), t), lambda t, _: t)
+class _Static:
+    """A `HostTable`'s static part in its pytree: equal only to itself, and holding the
+    table weakly, so that jit's caches, which keep the static parts of every argument
+    they saw, keep no table (and its host memory) alive after its last use."""
+
+    __slots__ = ("table", "__weakref__")
+
+    def __init__(self, table: HostTable):
+        self.table = weakref.ref(table)
+
+    def rebuilt(self, position) -> HostTable:
+        table = self.table()
+        if table is None:
+            raise RuntimeError("a host table was rebuilt from a pytree after it was "
+                               "collected; keep the table while programs use it")
+        return table._with_position(position)
+
+
+# The row positions are the table's one leaf (None without them); the rest, the memory
+# included, is static, and every table rebuilt from one keeps the same static part.
+jax.tree_util.register_pytree_node(HostTable, lambda t: ((t.position,), t._static),
+                                   lambda static, leaves: static.rebuilt(leaves[0]))
 
 
 class CachedTable(NamedTuple):

@@ -53,7 +53,7 @@ EVALUATION = "evaluation.json"  # the last evaluated epoch's evaluation
 # checkpoint.
 FREE_ON_RESUME = frozenset({
     "epochs", "dataset", "root", "batch_size", "devices", "shard_features", "kernels",
-    "graph_aggregation", "feature_placement", "feature_cache_gib",
+    "graph_aggregation", "feature_placement", "feature_cache_gib", "host_row_order",
     "chunk_steps", "engine", "envelope", "margin", "multiple", "eval_mode", "eval_every",
     "eval_batch_size", "checkpoint_dir", "metrics_out", "progress", "tensorboard_dir",
     "best_metric",

@@ -24,6 +24,7 @@ from zerognn_jax._src.training.tasks.registry import TASKS
 
 DTYPES = ("float32", "bfloat16")
 FEATURE_PLACEMENTS = ("auto", "device", "host")
+HOST_ROW_ORDERS = ("auto", "degree", "stored")
 # The closed sets among the options (the CLI offers them as choices); tasks are the
 # registry's (its names, read when a config is built).
 CHOICES = {
@@ -34,6 +35,7 @@ CHOICES = {
     "sampler": SAMPLERS, "task": TASKS, "decoder": DECODERS,
     "negative_mode": NEGATIVE_MODES, "link_metric": LINK_METRICS,
     "graph_aggregation": AGGREGATIONS, "feature_placement": FEATURE_PLACEMENTS,
+    "host_row_order": HOST_ROW_ORDERS,
 }
 
 
@@ -49,7 +51,8 @@ GROUPS = {
                 "envelope", "margin", "multiple", "balance_window"),
     "optimizer": ("lr", "weight_decay"),
     "engine": ("engine", "kernels", "graph_aggregation", "chunk_steps", "sample_ahead",
-               "devices", "shard_features", "feature_placement", "feature_cache_gib"),
+               "devices", "shard_features", "feature_placement", "feature_cache_gib",
+               "host_row_order"),
     "run": ("epochs", "seed", "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir",
             "metrics_out", "progress", "best_metric", "tensorboard_dir"),
 }
@@ -119,6 +122,11 @@ class TrainConfig:
     its memory for the step, else the device (the choice and its reason are printed).
     `feature_cache_gib` of device memory hold copies of a host table's rows of highest
     degree (None: half of what graph and model leave of that three quarters; 0: none).
+    `host_row_order` lays a host table's rows out by "degree" (a copy in host memory,
+    hottest rows first: a step's reads fall into less of it and run faster over PCIe)
+    or as "stored" (no copy of a C-contiguous table in `dtype`); "auto" copies where a
+    copy is made anyway (another dtype, a read-only memory-mapped file) or fits half of
+    the host's available memory (the choice and its reason are printed).
 
     Run. `eval_mode` is "full" (exact layer-wise), "sampled" (the training fanouts) or
     "none". `best_metric` (e.g. "val_acc", "val_f1", "val_mse"; lower is better for
@@ -175,6 +183,7 @@ class TrainConfig:
     shard_features: bool = False
     feature_placement: str = "auto"
     feature_cache_gib: float | None = None
+    host_row_order: str = "auto"
     # run
     epochs: int = 10
     seed: int = 0

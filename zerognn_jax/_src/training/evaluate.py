@@ -375,8 +375,11 @@ def model_inputs(program: StepProgram, variables, features):
         return features
     table = variables["embedding"]
     if is_host_resident(features):  # a new table (uncached): features and embedding rows
-        return HostTable(np.concatenate(
-            [features.array, np.asarray(table).astype(features.dtype)], axis=1))
+        host = features if isinstance(features, HostTable) else features.host
+        rows = np.asarray(table).astype(features.dtype)
+        if host.position is not None:  # embedding rows laid out as the feature rows are
+            rows = rows[np.argsort(np.asarray(host.position))]
+        return HostTable(np.concatenate([host.array, rows], axis=1), host.position)
     if isinstance(features, jax.Array):
         return jnp.concatenate([features, table.astype(features.dtype)], axis=1)
     return np.concatenate([features, np.asarray(table).astype(features.dtype)], axis=1)

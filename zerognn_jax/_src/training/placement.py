@@ -5,7 +5,8 @@ less than `HEADROOM` of the device's memory (the step's buffers are sized only l
 by calibration); then the table stays in page-locked host memory and each step reads
 its rows over PCIe (ops/host_rows.py). The choice and its reason are printed. A host
 table may keep copies of its hottest rows (highest degree: most often sampled) on the
-device (`cache_budget`), read from there instead.
+device (`cache_budget`), read from there instead, and lays its rows out hottest first
+(`choose_row_order`) where a copy of it is made anyway or fits the host's memory.
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from zerognn_jax._src.ops.host_rows import HostTable, cache_hot_rows, to_device
+from zerognn_jax._src.ops.host_rows import (
+    HostTable,
+    cache_hot_rows,
+    reordered_table,
+    to_device,
+)
 from zerognn_jax._src.training.memory import Resident, _gib
 
 # The share of device memory "auto" keeps free for the step's buffers.
@@ -67,29 +73,77 @@ def hottest_first(indptr: np.ndarray, count: int) -> np.ndarray:
     count = min(count, degree.shape[0])
     if count == 0:
         return np.zeros(0, np.int32)
+    if count == degree.shape[0]:
+        return np.argsort(-degree, kind="stable").astype(np.int32)
     top = np.argpartition(-degree, count - 1)[:count]
     return top[np.lexsort((top, -degree[top]))].astype(np.int32)
 
 
+def available_host_bytes() -> int | None:
+    """The host memory the kernel says is available (Linux's MemAvailable), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def choose_row_order(setting: str, features, dtype,
+                     available: int | None) -> tuple[str, str]:
+    """("degree" or "stored", why) for a host table of `features` in `dtype`: "auto"
+    lays its rows out by degree (a copy) where a copy is made anyway (another dtype, a
+    strided or read-only array: a file mapped for reading) or fits in half of the
+    `available` host bytes, and keeps them as stored otherwise."""
+    if setting != "auto":
+        return setting, "asked for (host_row_order)"
+    array = np.asarray(features)
+    if array.dtype != np.dtype(dtype):
+        return "degree", f"converted from {array.dtype} anyway"
+    if not array.flags.c_contiguous or not array.flags.writeable:
+        return "degree", "copied anyway (" + ("strided" if not array.flags.c_contiguous
+                                              else "read-only") + " array)"
+    need = array.shape[0] * array.shape[1] * np.dtype(dtype).itemsize
+    if available is not None and need <= available / 2:
+        return "degree", f"a copy of {_gib(need)} fits the host's {_gib(available)} available"
+    have = "an unknown amount" if available is None else _gib(available)
+    return "stored", f"a copy of {_gib(need)} would not fit half of {have} available"
+
+
 def place_features(features, dtype, placement: Placement, *, announce: bool,
-                   cache_bytes: int = 0, indptr=None):
-    """The feature table in `dtype`: a device array, or a `HostTable` (no copy when the
-    host array is already C-contiguous in `dtype`) with, given `cache_bytes`, the rows
-    of highest degree in CSR offsets `indptr` that fit them cached on the device. With
-    `announce`, prints the placement and its reason to stderr when it is the host's or
-    "auto" chose it by the device's memory."""
+                   cache_bytes: int = 0, indptr=None, row_order: str = "auto"):
+    """The feature table in `dtype`: a device array, or a `HostTable` laid out in the
+    order `choose_row_order` picks for `row_order` (by the degrees of CSR offsets
+    `indptr`; as stored, no copy is made of a C-contiguous array in `dtype`) with, given
+    `cache_bytes`, the rows of highest degree that fit them cached on the device. With
+    `announce`, prints the placement, the row order and their reasons to stderr when it
+    is the host's or "auto" chose it by the device's memory."""
     note = ""
     if placement.where == "device":
         table = to_device(features, dtype)
     else:
-        table = HostTable(np.ascontiguousarray(np.asarray(features).astype(dtype, copy=False)))
+        order, why = choose_row_order(row_order, features, dtype, available_host_bytes())
+        n = np.shape(features)[0]
+        hot = hottest_first(indptr, n) if order == "degree" else None
+        if order == "degree":
+            long = n * np.shape(features)[1] * np.dtype(dtype).itemsize >= 2**30
+            log = (lambda line: print(line, file=sys.stderr, flush=True)) \
+                if announce and long else None
+            table = reordered_table(features, hot, dtype, log=log)
+        else:
+            table = HostTable(np.ascontiguousarray(
+                np.asarray(features).astype(dtype, copy=False)))
+        note = f"; rows {'by degree' if order == 'degree' else 'as stored'}: {why}"
         row_bytes = table.shape[1] * table.dtype.itemsize
-        count = min(table.shape[0], cache_bytes // row_bytes)
+        count = min(n, cache_bytes // row_bytes)
         if count:
-            table = cache_hot_rows(table, hottest_first(indptr, count))
-            note = (f", its {count:,} rows of highest degree ({count / table.shape[0]:.0%}, "
-                    f"{_gib(count * row_bytes)}) cached on the device")
+            table = cache_hot_rows(table, hottest_first(indptr, count) if hot is None
+                                   else hot[:count])
+            note += (f"; its {count:,} rows of highest degree ({count / table.shape[0]:.0%}, "
+                     f"{_gib(count * row_bytes)}) cached on the device")
     if announce and (placement.where == "host" or placement.measured):
-        print(f"features on the {placement.where} ({_gib(table.nbytes)}){note}: "
-              f"{placement.reason}", file=sys.stderr, flush=True)
+        print(f"features on the {placement.where} ({_gib(table.nbytes)}): "
+              f"{placement.reason}{note}", file=sys.stderr, flush=True)
     return table

@@ -154,13 +154,16 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     if mesh.size == 1 and not cfg.shard_features:
         table = place_features(feats, dtype, placement,
                                announce=cfg.progress and jax.process_index() == 0,
-                               cache_bytes=cache, indptr=graph.indptr)
+                               cache_bytes=cache, indptr=graph.indptr,
+                               row_order=cfg.host_row_order)
         return dataset, DeviceData(graph.to_device(), table, jnp.asarray(targets)), program
     program = program.with_mesh(mesh, shard_features=cfg.shard_features)
-    table = np.asarray(feats).astype(dtype, copy=False)  # no copy of a table in `dtype`
     if placement.where == "host":  # one host table, which every device reads (uncached)
-        table = place_features(table, dtype, placement,
-                               announce=cfg.progress and jax.process_index() == 0)
+        table = place_features(feats, dtype, placement,
+                               announce=cfg.progress and jax.process_index() == 0,
+                               indptr=graph.indptr, row_order=cfg.host_row_order)
+    else:
+        table = np.asarray(feats).astype(dtype, copy=False)  # no copy of a table in `dtype`
     return dataset, program.parallel.place_data(DeviceData(graph, table, targets)), program
 
 
@@ -424,6 +427,9 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         notes = _notes(cfg, program, user, best, stopped, history)
         notes["feature_placement"] = "host" if is_host_resident(data.features) \
             else "device"
+        if is_host_resident(data.features):
+            host = getattr(data.features, "host", data.features)  # a CachedTable's own
+            notes["host_row_order"] = "stored" if host.position is None else "degree"
         summary = _summary(cfg, dataset, program, state, env, cal, history, final,
                            calibrate_seconds, runner.compile_seconds, start_epoch, notes)
         log.write(summary)

@@ -257,14 +257,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
     {ffi::Traits::kCmdBufferCompatible});
 
 // Page-locks [address, address + bytes) and checks that the GPU sees it at its host
-// address (unified addressing), which the handler above relies on. Returns an empty
-// string, or what went wrong; on failure the range is left unregistered. ops/host_rows.py
-// registers a large table piece by piece (one registration may be limited by the driver).
-extern "C" const char* zg_register(int64_t address, int64_t bytes) {
+// address (unified addressing), which the handler above relies on. `read_only` memory
+// (a file mapped for reading) is registered as such: CUDA refuses it otherwise. Returns
+// an empty string, or what went wrong; on failure the range is left unregistered.
+// ops/host_rows.py registers a large table piece by piece (one registration may be
+// limited by the driver).
+extern "C" const char* zg_register(int64_t address, int64_t bytes, int32_t read_only) {
   static thread_local std::string message;
   void* base = reinterpret_cast<void*>(address);
-  cudaError_t status = cudaHostRegister(base, bytes,
-                                        cudaHostRegisterPortable | cudaHostRegisterMapped);
+  unsigned int flags = cudaHostRegisterPortable | cudaHostRegisterMapped;
+  if (read_only) flags |= cudaHostRegisterReadOnly;
+  cudaError_t status = cudaHostRegister(base, bytes, flags);
   if (status != cudaSuccess) {
     message = cudaGetErrorString(status);
     return message.c_str();
