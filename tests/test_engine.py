@@ -15,6 +15,7 @@ from zerognn_jax import (
     DeviceData,
     Envelope,
     EnvelopePolicy,
+    HostTable,
     SamplerConfig,
     ScanEngine,
     StepProgram,
@@ -145,23 +146,54 @@ def test_flat_outer_hop_trains_as_dedup_does():
 def test_sampling_ahead_gives_the_same_training(chunk):
     """Steps sampled in vmapped groups (of 4 in chunks of 6: 4 + 2; of 4 in chunks of 3:
     one short group), overflow recovery included, train exactly as steps sampled one by
-    one."""
+    one; so do groups whose feature rows are read from a host table in one call."""
     data = _problem()
+    host = data._replace(features=HostTable(np.asarray(data.features)))
     train_idx = np.arange(200)
     program = _program()
     results = {}
-    for ahead in (1, 4):
-        state = init_state(program, data, Envelope(32, (512, 512)), train_idx)
+    for name, ahead, d in (("one", 1, data), ("four", 4, data), ("host", 4, host)):
+        state = init_state(program, d, Envelope(32, (512, 512)), train_idx)
         engine = ScanEngine(program, chunk, EnvelopePolicy(multiple=8), sample_ahead=ahead)
-        res = engine.run_epoch(state, data, train_idx, 0, Envelope(32, (40, 40)))
-        results[ahead] = res
-    one, four = results[1], results[4]
-    assert one.overflows >= 1 and (four.steps, four.overflows) == (one.steps, one.overflows)
-    assert (four.max_counts, four.sampled_edges) == (one.max_counts, one.sampled_edges)
-    assert four.loss == pytest.approx(one.loss, rel=1e-6)
-    for x, y in zip(jax.tree_util.tree_leaves(four.state.params),
-                    jax.tree_util.tree_leaves(one.state.params)):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+        res = engine.run_epoch(state, d, train_idx, 0, Envelope(32, (40, 40)))
+        results[name] = res
+    one = results["one"]
+    for four in (results["four"], results["host"]):
+        assert one.overflows >= 1 and (four.steps, four.overflows) == (one.steps,
+                                                                      one.overflows)
+        assert (four.max_counts, four.sampled_edges) == (one.max_counts, one.sampled_edges)
+        assert four.loss == pytest.approx(one.loss, rel=1e-6)
+        for x, y in zip(jax.tree_util.tree_leaves(four.state.params),
+                        jax.tree_util.tree_leaves(one.state.params)):
+            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+
+
+def test_a_group_reads_its_host_rows_in_one_call(monkeypatch):
+    """`read_ahead` reads a group's outermost rows from a host table in one call, or in
+    calls of as many steps as the byte budget holds, equal to each step's own gather; a
+    device table, or a budget under two steps' rows, leave the reads to the steps."""
+    from zerognn_jax._src.training import scan
+
+    data = _problem()
+    host = data._replace(features=HostTable(np.asarray(data.features)))
+    program = _program()
+    env = Envelope(32, (512, 512))
+    perm = jnp.arange(200, dtype=jnp.int32)
+    sampled = jax.vmap(lambda step: scan.sample_step(program, step, host, perm, 0, 6, env))(
+        jnp.arange(3, dtype=jnp.int32))
+    got = scan.read_ahead(program, host, sampled).rows
+    ids, valid = sampled.mb.nodes[-1], sampled.mb.valid[-1]
+    assert got.shape == (*ids.shape, 12)
+    for k in range(3):
+        want = host.features.gather(ids[k], valid[k])
+        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(want))
+    assert scan.read_ahead(program, data, sampled).rows is None
+    step_bytes = ids[0].size * 12 * 4
+    monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 2 * step_bytes)  # calls of 2 and 1 steps
+    np.testing.assert_array_equal(np.asarray(scan.read_ahead(program, host, sampled).rows),
+                                  np.asarray(got))
+    monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 2 * step_bytes - 1)
+    assert scan.read_ahead(program, host, sampled).rows is None
     with pytest.raises(ValueError, match="drop prefetch"):
         ScanEngine(program, sample_ahead=2, prefetch=True)
     with pytest.raises(ValueError, match="sample_ahead must be >= 1, got 0"):

@@ -156,19 +156,19 @@ class StepProgram:
         return logits, new_vars, mb
 
     def model_input(self, variables, data: DeviceData, mb: MiniBatch,
-                    embedded=None, *, in_mesh: bool = True):
+                    embedded=None, *, in_mesh: bool = True, rows=None):
         """float[S_L, d (+ dim)]: the outermost level's feature rows, followed by their
         embedding rows with an embedding (`embedded`, if given, else gathered from
         `variables["embedding"]`; `NodeEmbedding.join` puts the two together). A typed
         sample's rows come one array per type, (float[S_t, d], ...), and with an
         embedding the pair (that, the packed embedding rows). Split features are gathered
         across the mesh inside its program only (`in_mesh`); outside it, the whole table
-        is addressable."""
+        is addressable. `rows`, if given, are the feature rows, read already."""
         split = in_mesh and self.parallel is not None and self.parallel.shard_features
         gather = self.parallel.gather_rows if split else gather_rows
         # one id array, or a typed sample's one per type: each gathered into its own rows
-        x = jax.tree_util.tree_map(lambda i, v: gather(self.kernels, data.features, i, v),
-                                   mb.nodes[-1], mb.valid[-1])
+        x = rows if rows is not None else jax.tree_util.tree_map(
+            lambda i, v: gather(self.kernels, data.features, i, v), mb.nodes[-1], mb.valid[-1])
         if self.embedding is None:
             return x
         if embedded is None:
@@ -184,16 +184,17 @@ class StepProgram:
                          edge_table=table)
 
     def apply_model(self, variables, data: DeviceData, mb: MiniBatch, *, train: bool,
-                    dropout_key=None, inputs=None, embedded=None):
+                    dropout_key=None, inputs=None, embedded=None, rows=None):
         """Gathers the outermost level's features and runs the model; (outputs, new_vars).
 
         `inputs` are the task's extra model inputs (`TaskBatch.model_inputs`);
-        `embedded` the level's embedding rows (`model_input`).
+        `embedded` the level's embedding rows and `rows` its feature rows, if read
+        already (`model_input`).
 
         Shapes follow `mb`: the scan engine passes envelope-sized levels, the host
         engine levels cut to their real or bucketed sizes.
         """
-        x = self.model_input(variables, data, mb, embedded)
+        x = self.model_input(variables, data, mb, embedded, rows=rows)
         variables = {k: v for k, v in variables.items() if k != "embedding"}
         mutable = ["batch_stats"] if train and variables.get("batch_stats") else False
         rngs = {"dropout": dropout_key} if train else {}

@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.ops.gather import gather_rows
+from zerognn_jax._src.ops.host_rows import is_host_resident
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy
 from zerognn_jax._src.sampling.minibatch import MiniBatch
 from zerognn_jax._src.sampling.seeds import epoch_items, num_steps
@@ -48,6 +50,8 @@ class Sampled(NamedTuple):
       active: bool, the step lies inside the epoch (padding steps change nothing).
       overflow: bool, any device's minibatch overflowed, when the collectives agree on
         it right after sampling ("early"); None otherwise.
+      rows: the outermost level's feature rows, when read for a group of steps at once
+        (`read_ahead`); None: the step gathers them.
     """
 
     batch: TaskBatch
@@ -55,6 +59,32 @@ class Sampled(NamedTuple):
     drop_key: jax.Array
     active: jax.Array
     overflow: jax.Array | None
+    rows: jax.Array | None = None
+
+
+# The most device bytes a group's rows read ahead from a host table may take.
+READ_AHEAD_BYTES = 1 << 30
+
+
+def read_ahead(program: StepProgram, data: DeviceData, sampled: Sampled) -> Sampled:
+    """`sampled` (a group of steps, stacked) with its outermost levels' feature rows
+    read ahead, where the features lie in host memory: as many steps' rows a call as
+    `READ_AHEAD_BYTES` holds (at least two; else the steps read their own). One call over
+    several steps reads more rows at once, sorted together, so they lie closer in host
+    memory and cross PCIe faster (docs/host_features.md); the values are those each
+    step would read."""
+    table, ids = data.features, sampled.mb.nodes[-1]
+    if not is_host_resident(table) or not isinstance(ids, jax.Array):
+        return sampled
+    steps, width = ids.shape[0], table.shape[1]
+    per_call = min(steps, READ_AHEAD_BYTES // (ids[0].size * width * table.dtype.itemsize))
+    if per_call < 2:
+        return sampled
+    valid = sampled.mb.valid[-1]
+    parts = [gather_rows(program.kernels, table, ids[s:s + per_call].reshape(-1),
+                         valid[s:s + per_call].reshape(-1)).reshape(-1, *ids.shape[1:], width)
+             for s in range(0, steps, per_call)]
+    return sampled._replace(rows=jnp.concatenate(parts) if len(parts) > 1 else parts[0])
 
 
 def sample_step(program: StepProgram, step, data: DeviceData, perm, epoch, total_steps,
@@ -78,7 +108,8 @@ def apply_step(program: StepProgram, state: TrainState, step, data: DeviceData,
     """
     dp = program.parallel
     batch, mb, active = sampled.batch, sampled.mb, sampled.active
-    candidate, out = train_step(program, state, data, batch, mb, sampled.drop_key)
+    candidate, out = train_step(program, state, data, batch, mb, sampled.drop_key,
+                                rows=sampled.rows)
     if dp is None:
         overflow = mb.overflow
     elif sampled.overflow is not None:
@@ -111,14 +142,15 @@ def scan_chunk(program: StepProgram, state: TrainState, steps, data: DeviceData,
     With `ahead` > 1 the steps go in groups of `ahead` (the last group holds the rest):
     one vmapped call samples a whole group, then the group's steps train one by one.
     The sampler's many small kernels then run once per group, `ahead` times wider; the
-    samples, and so the result, are the same.
+    samples, and so the result, are the same. A host feature table is then read once
+    per group too (`read_ahead`).
     """
     sample = lambda step: sample_step(program, step, data, perm, epoch, total_steps,
                                       envelope)
     train = lambda s, step, sampled: apply_step(program, s, step, data, sampled)
     if ahead > 1:
         def group(state, group_steps):
-            sampled = jax.vmap(sample)(group_steps)
+            sampled = read_ahead(program, data, jax.vmap(sample)(group_steps))
             return jax.lax.scan(lambda s, xs: train(s, *xs), state, (group_steps, sampled))
 
         whole = steps.shape[0] - steps.shape[0] % ahead

@@ -22,8 +22,9 @@ from zerognn_jax._src.training.tasks.losses import masked_mean
 
 
 def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch: TaskBatch,
-               mb: MiniBatch, drop_key) -> tuple[TrainState, dict]:
-    """One optimizer step on the task batch `batch` and its sampled minibatch `mb`.
+               mb: MiniBatch, drop_key, *, rows=None) -> tuple[TrainState, dict]:
+    """One optimizer step on the task batch `batch` and its sampled minibatch `mb`
+    (`rows`: its outermost level's feature rows, if read already).
 
     The loss is the task's per-row loss averaged over the rows of weight 1. With data
     parallelism the gradient is that of the loss averaged over every device's rows (as
@@ -48,7 +49,8 @@ def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch:
         variables = {"params": params, "batch_stats": state.batch_stats}
         outputs, new_vars = program.apply_model(variables, data, mb, train=True,
                                                 dropout_key=drop_key,
-                                                inputs=batch.model_inputs, embedded=embedded)
+                                                inputs=batch.model_inputs, embedded=embedded,
+                                                rows=rows)
         loss = masked_mean(task.loss(outputs, batch.targets), batch.weight)
         return loss, (outputs, new_vars)
 
