@@ -112,7 +112,8 @@ class TrainConfig:
     batches of 128 graphs or more).
     `chunk_steps=0`
     compiles a whole epoch into one program. `sample_ahead` steps are sampled by one
-    vmapped call (`ScanEngine.sample_ahead`). `devices` is the number of devices per
+    vmapped call (`ScanEngine.sample_ahead`; a host feature table's rows are then read
+    for several of them at once). `devices` is the number of devices per
     process to train on (0 = all local ones); `batch_size` is per device, so a step
     trains on batch_size x devices x processes seeds. `shard_features` splits the
     feature table by rows across those devices. `feature_placement` says where the
