@@ -349,7 +349,8 @@ def train_mode(args) -> None:
                              epochs=args.epochs, batch_size=args.batch_size,
                              eval_mode="sampled", eval_every=0, progress=True,
                              feature_placement=where, feature_cache_gib=cache_gib,
-                             host_row_order=order, seed=args.seed)
+                             host_row_order=order, sample_ahead=args.sample_ahead,
+                             seed=args.seed)
         log(f"training {model} {list(fanouts)} with features on the {placement}, "
             f"row order {order}")
         t0 = time.perf_counter()
@@ -373,6 +374,7 @@ def train_mode(args) -> None:
                           "model": model, "fanouts": list(fanouts), "placement": placement,
                           "placed": summary.get("feature_placement"),
                           "row_order": summary.get("host_row_order"),
+                          "sample_ahead": args.sample_ahead,
                           "train_call_s": time.perf_counter() - t0,
                           "layout": summary["layout"]["layout"], "dtype": args.dtype,
                           "epoch_seconds": times, "epoch_s": min(times[1:] or times),
@@ -411,6 +413,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--row-orders", default="auto",
                    help="host placements: host_row_order values to run, comma-separated "
                         "(auto, degree, stored)")
+    p.add_argument("--sample-ahead", type=int, default=8,
+                   help="steps sampled together (and, with a host table, read together)")
     p.add_argument("--widen-to", type=int, default=None,
                    help="train mode: widen the features to this many columns by repeating "
                         "the stored ones (a table larger than the GPU from a preset)")
