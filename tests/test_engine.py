@@ -169,9 +169,11 @@ def test_sampling_ahead_gives_the_same_training(chunk):
 
 
 def test_a_group_reads_its_host_rows_in_one_call(monkeypatch):
-    """`read_ahead` reads a group's outermost rows from a host table in one call, or in
-    calls of as many steps as the byte budget holds, equal to each step's own gather; a
-    device table, or a budget under two steps' rows, leave the reads to the steps."""
+    """With a host table, a group's outermost rows are read for as many steps a call as
+    the byte budget holds (at least two), each step's rows equal to its own gather; a
+    device table, or a budget under two steps' rows, leave the reads to the steps; the
+    engine trains a group of four read two steps at a time as it trains them one by
+    one."""
     from zerognn_jax._src.training import scan
 
     data = _problem()
@@ -181,23 +183,29 @@ def test_a_group_reads_its_host_rows_in_one_call(monkeypatch):
     perm = jnp.arange(200, dtype=jnp.int32)
     sampled = jax.vmap(lambda step: scan.sample_step(program, step, host, perm, 0, 6, env))(
         jnp.arange(3, dtype=jnp.int32))
-    got = scan.read_ahead(program, host, sampled).rows
     ids, valid = sampled.mb.nodes[-1], sampled.mb.valid[-1]
+    assert scan.steps_per_read(host, sampled) == 3 and scan.steps_per_read(data, sampled) == 0
+    got = scan.read_ahead(program, host, sampled).rows
     assert got.shape == (*ids.shape, 12)
     for k in range(3):
         want = host.features.gather(ids[k], valid[k])
         np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(want))
-    assert scan.read_ahead(program, data, sampled).rows is None
     step_bytes = ids[0].size * 12 * 4
-    monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 2 * step_bytes)  # calls of 2 and 1 steps
-    np.testing.assert_array_equal(np.asarray(scan.read_ahead(program, host, sampled).rows),
-                                  np.asarray(got))
+    monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 2 * step_bytes)
+    assert scan.steps_per_read(host, sampled) == 2
+    reads = []
+    real = scan.read_ahead
+    monkeypatch.setattr(scan, "read_ahead", lambda *a: reads.append(1) or real(*a))
+    train_idx = np.arange(200)
+    results = []
+    for ahead, d in ((1, data), (4, host)):
+        state = init_state(program, d, env, train_idx)
+        engine = ScanEngine(program, 0, EnvelopePolicy(multiple=8), sample_ahead=ahead)
+        results.append(engine.run_epoch(state, d, train_idx, 0, env))
+    assert len(reads) == 4  # 7 steps: a group of 4 (2 reads), a group of 3 (2 reads)
+    assert results[1].loss == pytest.approx(results[0].loss, rel=1e-6)
     monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 2 * step_bytes - 1)
-    assert scan.read_ahead(program, host, sampled).rows is None
-    with pytest.raises(ValueError, match="drop prefetch"):
-        ScanEngine(program, sample_ahead=2, prefetch=True)
-    with pytest.raises(ValueError, match="sample_ahead must be >= 1, got 0"):
-        ScanEngine(program, sample_ahead=0)
+    assert scan.steps_per_read(host, sampled) == 0
 
 
 def test_metrics_come_back_bit_for_bit_in_one_packed_copy():

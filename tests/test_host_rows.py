@@ -163,9 +163,60 @@ def test_jit_keeps_no_table_alive():
         assert gone() is None
 
 
+def test_a_table_rebuilt_from_its_pytree_outlives_the_original():
+    """device_put and tree_map hand back rebuilt tables (data-parallel placement does):
+    they keep reading after the table they came from is dropped."""
+    import gc
+
+    for make in (lambda a: zg.HostTable(a),
+                 lambda a: host_rows.reordered_table(a, np.arange(10)[::-1])):
+        table = make(np.arange(40, dtype=np.float32).reshape(10, 4))
+        copies = [jax.device_put(table), jax.tree_util.tree_map(lambda x: x, table)]
+        del table
+        gc.collect()
+        for copy in copies:
+            got = jax.jit(lambda t, i: t.gather(i, i >= 0))(copy, jnp.arange(3))
+            np.testing.assert_array_equal(np.asarray(got)[:, 0], [0, 4, 8])
+
+
+@pytest.mark.parametrize("position,message", [
+    ([0, 1], r"row positions for 3 rows must be int\[3\], got int64\[2\]"),
+    ([5, -1, 1], "every row of \\[0, 3\\) once; 2 are missing"),
+    (np.zeros(3, np.float32), "must be int"),
+    (jnp.zeros(2, jnp.int32), r"must be int\[3\], got int32\[2\]"),
+])
+def test_bad_row_positions_are_refused(position, message):
+    with pytest.raises(ValueError, match=message):
+        zg.HostTable(np.zeros((3, 2), np.float32), position)
+
+
+def test_reordered_tables_edge_cases():
+    """No rows: the gather gives zeros as a plain table's does; a 1-D source and a
+    write into a reordered table are refused by name."""
+    empty = host_rows.reordered_table(np.zeros((0, 3), np.float32), np.zeros(0, np.int64))
+    got = empty.gather(jnp.array([0, 2], jnp.int32), jnp.array([True, False]))
+    np.testing.assert_array_equal(np.asarray(got), np.zeros((2, 3), np.float32))
+    with pytest.raises(ValueError, match=r"must be 2-D, got shape \(4,\)"):
+        host_rows.reordered_table(np.zeros(4, np.float32), np.arange(4))
+    table = host_rows.reordered_table(np.zeros((4, 2), np.float32), np.arange(4))
+    with pytest.raises(ValueError, match="stored order; this one's rows are reordered"):
+        host_rows.write_rows(table, jnp.zeros((1, 2), jnp.float32), jnp.int32(0))
+
+
+def test_degree_order_needs_the_graph():
+    from zerognn_jax._src.training.placement import Placement, place_features
+
+    host = Placement("host", "asked for")
+    features = np.ones((4, 2), np.float64)  # another dtype: "auto" would copy by degree
+    table = place_features(features, np.float32, host, announce=False)
+    assert table.position is None and table.dtype == np.float32
+    with pytest.raises(ValueError, match="'degree' needs the graph's degrees"):
+        place_features(features, np.float32, host, announce=False, row_order="degree")
+
+
 @pytest.mark.parametrize("order,message", [
     (np.arange(5), r"must be int\[6\], got int64\[5\]"),
-    (np.array([0, 1, 2, 3, 4, 4]), "every node of \\[0, 6\\) once; 1 are missing"),
+    (np.array([0, 1, 2, 3, 4, 4]), "every row of \\[0, 6\\) once; 1 are missing"),
     (np.array([0, 1, 2, 3, 4, 6]), "1 are missing"),
     (np.zeros(6, np.float32), "must be int"),
 ])
@@ -184,8 +235,8 @@ def test_auto_row_order_copies_where_a_copy_is_made_or_fits():
     assert choose_row_order("stored", f32, np.float32, None)[0] == "stored"
     assert choose_row_order("degree", f32, np.float32, 0)[0] == "degree"
     cases = [(f32, "bfloat16", None, "degree", "converted from float32 anyway"),
-             (f32[:, ::2], np.float32, None, "degree", "copied anyway (strided array)"),
-             (read_only, np.float32, None, "degree", "copied anyway (read-only array)"),
+             (f32[:, ::2], np.float32, None, "degree", "copied anyway (a strided array)"),
+             (read_only, np.float32, None, "stored", "half of an unknown amount available"),
              (f32, np.float32, 2 * mib, "degree", "fits the host's 0.00 GiB available"),
              (f32, np.float32, 2 * mib - 1, "stored", "would not fit half of"),
              (f32, np.float32, None, "stored", "half of an unknown amount available")]
@@ -302,6 +353,9 @@ def test_hottest_rows_come_first_and_the_cache_is_budgeted():
     indptr = np.array([0, 2, 7, 7, 12, 13])  # degrees 2, 5, 0, 5, 1
     np.testing.assert_array_equal(hottest_first(indptr, 3), [1, 3, 0])
     np.testing.assert_array_equal(hottest_first(indptr, 9), [1, 3, 0, 4, 2])
+    for count in (3, 5):  # uint32 offsets (graphs of 2^31 edges or more): no wrap-around
+        np.testing.assert_array_equal(hottest_first(indptr.astype(np.uint32), count),
+                                      [1, 3, 0, 4, 2][:count])
     gib = 2**30
     resident = Resident(graph=10 * gib, features=57 * gib, model=2 * gib)
     host, device = Placement("host", ""), Placement("device", "")
@@ -367,7 +421,10 @@ def test_page_locking_is_shared_and_undone_by_the_last_table(monkeypatch):
 @_FAKES_CUDA
 def test_a_file_mapped_for_reading_is_locked_as_read_only_memory(monkeypatch, tmp_path):
     """CUDA refuses to register read-only pages unless told they are: a table over a file
-    memory-mapped for reading is registered as read-only, a writable one is not."""
+    memory-mapped for reading is registered as read-only, a writable one is not; both
+    are unlocked once dropped."""
+    import gc
+
     fake = _FakeCuda()
     monkeypatch.setattr(host_rows, "_gpu_arch", lambda: "sm_90")
     monkeypatch.setattr(host_rows, "_register_targets", lambda: fake)
@@ -378,6 +435,9 @@ def test_a_file_mapped_for_reading_is_locked_as_read_only_memory(monkeypatch, tm
     assert read_only.page_locked and other.page_locked
     assert fake.read_only == {mapped.ctypes.data}
     assert fake.locked == {mapped.ctypes.data, writable.ctypes.data}
+    del read_only, other
+    gc.collect()
+    assert fake.locked == set() and not host_rows._LOCKED
 
 
 @_FAKES_CUDA

@@ -109,3 +109,22 @@ def test_from_edge_index_follows_pyg_direction():
         zg.from_edge_index(edge_index, flow="both")
     with pytest.raises(ValueError, match=r"shape \[2, E\], got \[3, 1\]"):
         zg.from_edge_index(np.zeros((3, 1), np.int64))
+
+
+def test_the_feature_table_is_an_argument_not_a_constant(graph):
+    """The batch program takes the feature table as an argument: closed over, it would be
+    compiled in as a constant (its bytes in the program's text, and a copy of it)."""
+    from zerognn_jax._src.sampling.seeds import ordered_items
+
+    features = np.random.default_rng(0).standard_normal((graph.num_nodes, 64)).astype(
+        np.float32)
+    loader = zg.NeighborLoader(graph, np.arange(40), fanouts=(3,), batch_size=8,
+                               key=jax.random.key(0), features=features, envelope="conservative")
+    batch = next(iter(loader))
+    np.testing.assert_array_equal(np.asarray(batch.x)[np.asarray(batch.minibatch.valid[-1])],
+                                  features[np.asarray(batch.minibatch.nodes[-1])[
+                                      np.asarray(batch.minibatch.valid[-1])]])
+    text = loader._program(loader.envelope).lower(
+        loader.graph, (loader.features, loader.targets), ordered_items(loader.items, 8),
+        jnp.int32(0), jnp.int32(0)).as_text()
+    assert len(text) < features.nbytes

@@ -8,9 +8,10 @@ handler loads the step's rows straight from page-locked host memory over PCIe
 compatible) and whose CPU handler copies them (tests, CPU runs). The table is never an
 XLA buffer: the call carries its address, row count and row size as attributes.
 
-`HostTable` owns such a table. It is a pytree without leaves, so a `DeviceData` holding
-one passes through `jit` and `lax.scan` unchanged, and `ops/gather.gather_rows` reads it
-with `HostTable.gather`; its twin is the same table on the device (`jnp.asarray`).
+`HostTable` owns such a table. It is a pytree whose one leaf is its optional row map
+(`position`, for tables laid out hottest first by `reordered_table`), so a `DeviceData`
+holding one passes through `jit` and `lax.scan`, and `ops/gather.gather_rows` reads it
+with `HostTable.gather`; its twin is the same table on the device (`to_device`).
 `CachedTable` adds device copies of the hottest rows (`cache_hot_rows`: by degree in
 training), so that only the others cross PCIe.
 
@@ -324,17 +325,20 @@ class HostTable:
         if array.shape[1] == 0:
             raise ValueError(f"a host feature table needs at least one column, got shape "
                              f"{array.shape}")
-        if position is not None and (np.shape(position) != (array.shape[0],)
-                                     or not jnp.issubdtype(position.dtype, jnp.integer)):
-            raise ValueError(f"a host table's row positions must be int[{array.shape[0]}] "
-                             f"(one per row), got {getattr(position, 'dtype', None)}"
-                             f"{list(np.shape(position))}")
+        if position is not None:
+            if not isinstance(position, jax.Array):
+                position = _permutation(np.asarray(position), array.shape[0], "positions")
+            elif position.shape != (array.shape[0],) or not jnp.issubdtype(position.dtype,
+                                                                           jnp.integer):
+                raise ValueError(f"a host table's row positions must be int"
+                                 f"[{array.shape[0]}], got {position.dtype}"
+                                 f"{list(position.shape)}")
         self.array = array
         self.shape = array.shape
         self.dtype = jnp.dtype(array.dtype)
         self.ndim = 2
         self.position = None if position is None else jax.device_put(
-            np.asarray(position, np.int32) if isinstance(position, np.ndarray)
+            position.astype(np.int32) if isinstance(position, np.ndarray)
             else position.astype(jnp.int32))
         self._lock = PageLock(array)  # registers the handlers too
         self.page_locked = self._lock.locked
@@ -356,18 +360,35 @@ class HostTable:
         1.8-2.4x faster in address order than at random (docs/host_features.md)."""
         ids = jnp.asarray(ids, jnp.int32)
         valid = jnp.asarray(valid, bool)
-        if self.position is not None:
+        if self.position is not None and self.shape[0]:
             valid = valid & (ids >= 0) & (ids < self.shape[0])
             ids = self.position[jnp.where(valid, ids, 0)]
         order = jnp.argsort(jnp.where(valid, ids, jnp.iinfo(jnp.int32).max)).astype(jnp.int32)
         return read_rows(self, ids, valid, order)
 
     def _with_position(self, position) -> HostTable:
-        """This table with `position` in place of its own (jit's tracers: the pytree)."""
+        """This table with `position` in place of its own (jit's tracers, device_put's
+        copies: the pytree), holding the original, whose collection frees the memory."""
         table = object.__new__(HostTable)
         table.__dict__.update(self.__dict__)
         table.position = position
+        table._origin = self._static.table()
         return table
+
+
+def _permutation(values: np.ndarray, n: int, what: str) -> np.ndarray:
+    """`values` if they are a permutation of [0, n) (int[n]), else ValueError naming `what`
+    and what is wrong."""
+    if values.shape != (n,) or not np.issubdtype(values.dtype, np.integer):
+        raise ValueError(f"a host table's row {what} for {n} rows must be int[{n}], got "
+                         f"{values.dtype}{list(values.shape)}")
+    seen = np.zeros(n, bool)
+    inside = (values >= 0) & (values < n)
+    seen[values[inside]] = True
+    if not inside.all() or not seen.all():
+        raise ValueError(f"a host table's row {what} must hold every row of [0, {n}) once; "
+                         f"{int(n - seen.sum()):,} are missing")
+    return values
 
 
 def reordered_table(source, order, dtype=None, *, log=None) -> HostTable:
@@ -376,20 +397,15 @@ def reordered_table(source, order, dtype=None, *, log=None) -> HostTable:
     (int[N], a permutation of [0, N): row r holds node order[r]), in fresh host memory.
 
     `source` is read once, in row blocks in its own order (sequential reads of a file),
-    each block scattered to its rows by several threads. `log`, if given, gets a line
+    each block scattered to its rows by up to 16 threads. `log`, if given, gets a line
     at each tenth of the rows.
     """
+    if np.ndim(source) != 2:
+        raise ValueError(f"a host feature table must be 2-D, got shape {np.shape(source)}")
     n, width = np.shape(source)
-    order = np.asarray(order)
-    if order.shape != (n,) or not np.issubdtype(order.dtype, np.integer):
-        raise ValueError(f"a row order for {n} rows must be int[{n}], got {order.dtype}"
-                         f"{list(order.shape)}")
-    position = np.full(n, -1, np.int32)
-    inside = (order >= 0) & (order < n)
-    position[order[inside]] = np.flatnonzero(inside)
-    if not inside.all() or (position < 0).any():
-        raise ValueError(f"a row order must hold every node of [0, {n}) once; "
-                         f"{int(np.sum(position < 0)):,} are missing")
+    order = _permutation(np.asarray(order), n, "order")
+    position = np.empty(n, np.int32)
+    position[order] = np.arange(n, dtype=np.int32)
     dtype = np.dtype(dtype or np.asarray(source[:0]).dtype)
     out = np.empty((n, width), dtype)
     block = 1 << 16
@@ -427,6 +443,9 @@ def write_rows(table: HostTable, block: jax.Array, first: jax.Array) -> jax.Arra
     stored into the table's rows [first, first + R) (`first` an int32 scalar; the rows
     outside [0, N) are skipped). A side effect of the compiled program: the table holds
     the rows once the program has run (block on the returned count)."""
+    if table.position is not None:
+        raise ValueError("rows are written to a host table in its stored order; this one's "
+                         "rows are reordered (position)")
     if block.ndim != 2 or block.shape[1] != table.shape[1] or block.dtype != table.dtype:
         raise ValueError(f"rows written to a {table.dtype.name}{list(table.shape)} host table "
                          f"must be {table.dtype.name}[R, {table.shape[1]}], got "
@@ -446,8 +465,11 @@ def _upload(table: HostTable, *, rows: int) -> jax.Array:
 
     def body(j, out):
         first = jnp.minimum(j * rows, n - rows)
-        block = read_rows(table, first + ids, jnp.ones((rows,), bool), ids) \
-            if table.position is None else table.gather(first + ids, jnp.ones((rows,), bool))
+        every = jnp.ones((rows,), bool)
+        if table.position is None:  # already in address order
+            block = read_rows(table, first + ids, every, ids)
+        else:
+            block = table.gather(first + ids, every)
         return jax.lax.dynamic_update_slice(out, block, (first, 0))
 
     out = jnp.zeros((n, width), table.dtype)
@@ -545,7 +567,8 @@ def cache_hot_rows(host: HostTable, hot: np.ndarray) -> CachedTable:
     count = hot.shape[0]
     slot = np.full(host.shape[0], -1, np.int32)
     slot[hot] = np.arange(count, dtype=np.int32)
-    rows = jax.jit(host.gather)(jnp.asarray(hot), jnp.ones(count, bool))
+    # the table as an argument: closed over, its row map would become a constant
+    rows = jax.jit(lambda t, i, v: t.gather(i, v))(host, jnp.asarray(hot), jnp.ones(count, bool))
     return CachedTable(rows, jnp.asarray(slot), host)
 
 

@@ -126,7 +126,7 @@ class TrainConfig:
     `host_row_order` lays a host table's rows out by "degree" (a copy in host memory,
     hottest rows first: a step's reads fall into less of it and run faster over PCIe)
     or as "stored" (no copy of a C-contiguous table in `dtype`); "auto" copies where a
-    copy is made anyway (another dtype, a read-only memory-mapped file) or fits half of
+    copy is made anyway (another dtype, a strided array) or fits half of
     the host's available memory (the choice and its reason are printed).
 
     Run. `eval_mode` is "full" (exact layer-wise), "sampled" (the training fanouts) or

@@ -378,7 +378,9 @@ def model_inputs(program: StepProgram, variables, features):
         host = features if isinstance(features, HostTable) else features.host
         rows = np.asarray(table).astype(features.dtype)
         if host.position is not None:  # embedding rows laid out as the feature rows are
-            rows = rows[np.argsort(np.asarray(host.position))]
+            laid = np.empty_like(rows)
+            laid[np.asarray(host.position)] = rows
+            rows = laid
         return HostTable(np.concatenate([host.array, rows], axis=1), host.position)
     if isinstance(features, jax.Array):
         return jnp.concatenate([features, table.astype(features.dtype)], axis=1)

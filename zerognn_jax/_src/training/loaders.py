@@ -205,29 +205,32 @@ class DeviceLoader:
         for step in range(len(self)):
             yield self._batch(order, epoch, step)
 
-    def _fetch(self, mb: MiniBatch):
-        """(x, y): the input nodes' features and the seeds' targets, or None each."""
-        x = None if self.features is None else gather_rows(
-            self.kernels, self.features, mb.nodes[-1], mb.valid[-1])
-        y = None if self.targets is None else jax.tree_util.tree_map(
-            lambda t: t[mb.nodes[0]], self.targets)
+    def _fetch(self, mb: MiniBatch, tables):
+        """(x, y): the input nodes' features and the seeds' targets (`tables`: the
+        program's (features, targets) arguments), or None each."""
+        features, targets = tables
+        x = None if features is None else gather_rows(
+            self.kernels, features, mb.nodes[-1], mb.valid[-1])
+        y = None if targets is None else jax.tree_util.tree_map(
+            lambda t: t[mb.nodes[0]], targets)
         return x, y
 
     def _program(self, envelope: Envelope):
         if envelope not in self._programs:
-            def sample(graph, order, epoch, step):
+            # the tables are arguments: closed over, they would be compiled in as constants
+            def sample(graph, tables, order, epoch, step):
                 out = sample_step(graph, order, step, seed=self.seed, epoch=epoch,
                                   batch_size=self.batch_size, config=self.sampler,
                                   envelope=envelope, kernels=self.kernels,
                                   source=self._source)
-                return self._assemble(out, epoch, step)
+                return self._assemble(out, epoch, step, tables)
             self._programs[envelope] = jax.jit(sample)
         return self._programs[envelope]
 
     def _batch(self, order, epoch: int, step: int):
         while True:
-            batch = self._program(self.envelope)(self.graph, order, jnp.int32(epoch),
-                                                 jnp.int32(step))
+            batch = self._program(self.envelope)(self.graph, (self.features, self.targets),
+                                                 order, jnp.int32(epoch), jnp.int32(step))
             mb = batch.minibatch
             if not bool(mb.overflow):  # one host read per batch
                 return dataclasses.replace(batch, epoch=epoch, step=step)
@@ -281,8 +284,8 @@ class NeighborLoader(DeviceLoader):
                     flat_outer=flat_outer, edge_ids=edge_ids, shuffle=shuffle, drop_last=drop_last,
                     features=features, targets=targets, policy=policy, kernels=kernels)
 
-    def _assemble(self, out, epoch, step) -> LoaderBatch:
-        x, y = self._fetch(out.mb)
+    def _assemble(self, out, epoch, step, tables) -> LoaderBatch:
+        x, y = self._fetch(out.mb, tables)
         return LoaderBatch(out.mb, out.drop_key, epoch, step, x, y, self.sampler.positional)
 
 
@@ -330,12 +333,12 @@ class LinkNeighborLoader(DeviceLoader):
                     flat_outer=flat_outer, edge_ids=edge_ids, shuffle=shuffle, drop_last=drop_last,
                     features=features, targets=None, policy=policy, kernels=kernels)
 
-    def _assemble(self, out, epoch, step) -> LinkLoaderBatch:
+    def _assemble(self, out, epoch, step, tables) -> LinkLoaderBatch:
         task = self._source
         batch = task.batch(None, out.items, out.valid, out.key, out.level)
         mb = task.restrict(out.mb, batch)
         pairs = batch.model_inputs["pairs"]
-        x, _ = self._fetch(mb)
+        x, _ = self._fetch(mb, tables)
         return LinkLoaderBatch(mb, pairs, out.level.seeds[pairs], batch.targets,
                                batch.weight, out.drop_key, epoch, step, x,
                                self.sampler.positional)

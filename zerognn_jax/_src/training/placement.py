@@ -69,7 +69,7 @@ def cache_budget(setting: float | None, placement: Placement, resident: Resident
 
 def hottest_first(indptr: np.ndarray, count: int) -> np.ndarray:
     """int32[count]: the `count` nodes of highest degree, highest first (ties by id)."""
-    degree = np.diff(np.asarray(indptr))
+    degree = np.diff(np.asarray(indptr)).astype(np.int64)  # uint32 offsets: -degree wraps
     count = min(count, degree.shape[0])
     if count == 0:
         return np.zeros(0, np.int32)
@@ -95,16 +95,15 @@ def choose_row_order(setting: str, features, dtype,
                      available: int | None) -> tuple[str, str]:
     """("degree" or "stored", why) for a host table of `features` in `dtype`: "auto"
     lays its rows out by degree (a copy) where a copy is made anyway (another dtype, a
-    strided or read-only array: a file mapped for reading) or fits in half of the
-    `available` host bytes, and keeps them as stored otherwise."""
+    strided array) or fits in half of the `available` host bytes, and keeps them as
+    stored otherwise."""
     if setting != "auto":
         return setting, "asked for (host_row_order)"
     array = np.asarray(features)
     if array.dtype != np.dtype(dtype):
         return "degree", f"converted from {array.dtype} anyway"
-    if not array.flags.c_contiguous or not array.flags.writeable:
-        return "degree", "copied anyway (" + ("strided" if not array.flags.c_contiguous
-                                              else "read-only") + " array)"
+    if not array.flags.c_contiguous:
+        return "degree", "copied anyway (a strided array)"
     need = array.shape[0] * array.shape[1] * np.dtype(dtype).itemsize
     if available is not None and need <= available / 2:
         return "degree", f"a copy of {_gib(need)} fits the host's {_gib(available)} available"
@@ -124,7 +123,10 @@ def place_features(features, dtype, placement: Placement, *, announce: bool,
     if placement.where == "device":
         table = to_device(features, dtype)
     else:
-        order, why = choose_row_order(row_order, features, dtype, available_host_bytes())
+        if indptr is None and row_order == "degree":
+            raise ValueError("host_row_order 'degree' needs the graph's degrees (indptr)")
+        order, why = ("stored", "no graph degrees to order by") if indptr is None else \
+            choose_row_order(row_order, features, dtype, available_host_bytes())
         n = np.shape(features)[0]
         hot = hottest_first(indptr, n) if order == "degree" else None
         if order == "degree":

@@ -50,7 +50,7 @@ class Sampled(NamedTuple):
       active: bool, the step lies inside the epoch (padding steps change nothing).
       overflow: bool, any device's minibatch overflowed, when the collectives agree on
         it right after sampling ("early"); None otherwise.
-      rows: the outermost level's feature rows, when read for a group of steps at once
+      rows: the outermost level's feature rows, when read for several steps at once
         (`read_ahead`); None: the step gathers them.
     """
 
@@ -62,29 +62,30 @@ class Sampled(NamedTuple):
     rows: jax.Array | None = None
 
 
-# The most device bytes a group's rows read ahead from a host table may take.
+# The most device bytes of feature rows read ahead from a host table at once.
 READ_AHEAD_BYTES = 1 << 30
 
 
-def read_ahead(program: StepProgram, data: DeviceData, sampled: Sampled) -> Sampled:
-    """`sampled` (a group of steps, stacked) with its outermost levels' feature rows
-    read ahead, where the features lie in host memory: as many steps' rows a call as
-    `READ_AHEAD_BYTES` holds (at least two; else the steps read their own). One call over
-    several steps reads more rows at once, sorted together, so they lie closer in host
-    memory and cross PCIe faster (docs/host_features.md); the values are those each
-    step would read."""
+def steps_per_read(data: DeviceData, sampled: Sampled) -> int:
+    """How many of a group's steps (`sampled`, stacked) get their outermost feature rows
+    in one call: as many as `READ_AHEAD_BYTES` holds where the features lie in host
+    memory, or 0 (each step reads its own) on the device or under two steps a call."""
     table, ids = data.features, sampled.mb.nodes[-1]
     if not is_host_resident(table) or not isinstance(ids, jax.Array):
-        return sampled
-    steps, width = ids.shape[0], table.shape[1]
-    per_call = min(steps, READ_AHEAD_BYTES // (ids[0].size * width * table.dtype.itemsize))
-    if per_call < 2:
-        return sampled
-    valid = sampled.mb.valid[-1]
-    parts = [gather_rows(program.kernels, table, ids[s:s + per_call].reshape(-1),
-                         valid[s:s + per_call].reshape(-1)).reshape(-1, *ids.shape[1:], width)
-             for s in range(0, steps, per_call)]
-    return sampled._replace(rows=jnp.concatenate(parts) if len(parts) > 1 else parts[0])
+        return 0
+    step_bytes = ids[0].size * table.shape[1] * table.dtype.itemsize
+    count = min(ids.shape[0], READ_AHEAD_BYTES // max(step_bytes, 1))
+    return count if count >= 2 else 0
+
+
+def read_ahead(program: StepProgram, data: DeviceData, sampled: Sampled) -> Sampled:
+    """`sampled` (steps, stacked) with all their outermost feature rows read in one
+    call: several steps' rows sorted together lie closer in host memory and cross PCIe
+    faster than each step's alone (docs/host_features.md); the values are those each
+    step would read."""
+    ids, valid = sampled.mb.nodes[-1], sampled.mb.valid[-1]
+    rows = gather_rows(program.kernels, data.features, ids.reshape(-1), valid.reshape(-1))
+    return sampled._replace(rows=rows.reshape(*ids.shape, data.features.shape[1]))
 
 
 def sample_step(program: StepProgram, step, data: DeviceData, perm, epoch, total_steps,
@@ -142,16 +143,27 @@ def scan_chunk(program: StepProgram, state: TrainState, steps, data: DeviceData,
     With `ahead` > 1 the steps go in groups of `ahead` (the last group holds the rest):
     one vmapped call samples a whole group, then the group's steps train one by one.
     The sampler's many small kernels then run once per group, `ahead` times wider; the
-    samples, and so the result, are the same. A host feature table is then read once
-    per group too (`read_ahead`).
+    samples, and so the result, are the same. A host feature table is then read for
+    several steps at once too (`steps_per_read`, `read_ahead`).
     """
     sample = lambda step: sample_step(program, step, data, perm, epoch, total_steps,
                                       envelope)
     train = lambda s, step, sampled: apply_step(program, s, step, data, sampled)
     if ahead > 1:
         def group(state, group_steps):
-            sampled = read_ahead(program, data, jax.vmap(sample)(group_steps))
-            return jax.lax.scan(lambda s, xs: train(s, *xs), state, (group_steps, sampled))
+            sampled = jax.vmap(sample)(group_steps)
+            per_read = steps_per_read(data, sampled)
+            if not per_read:
+                return jax.lax.scan(lambda s, xs: train(s, *xs), state,
+                                    (group_steps, sampled))
+            parts = []  # each read's steps train before the next read: one read's rows live
+            for first in range(0, group_steps.shape[0], per_read):
+                cut = lambda x, first=first: x[first:first + per_read]
+                part = read_ahead(program, data, jax.tree_util.tree_map(cut, sampled))
+                state, metrics = jax.lax.scan(lambda s, xs: train(s, *xs), state,
+                                              (cut(group_steps), part))
+                parts.append(metrics)
+            return state, jax.tree_util.tree_map(lambda *m: jnp.concatenate(m), *parts)
 
         whole = steps.shape[0] - steps.shape[0] % ahead
         state, metrics = jax.lax.scan(group, state, steps[:whole].reshape(-1, ahead))
