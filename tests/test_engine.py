@@ -146,26 +146,27 @@ def test_flat_outer_hop_trains_as_dedup_does():
 def test_sampling_ahead_gives_the_same_training(chunk):
     """Steps sampled in vmapped groups (of 4 in chunks of 6: 4 + 2; of 4 in chunks of 3:
     one short group), overflow recovery included, train exactly as steps sampled one by
-    one; so do groups whose feature rows are read from a host table in one call."""
+    one."""
     data = _problem()
-    host = data._replace(features=HostTable(np.asarray(data.features)))
     train_idx = np.arange(200)
     program = _program()
     results = {}
-    for name, ahead, d in (("one", 1, data), ("four", 4, data), ("host", 4, host)):
-        state = init_state(program, d, Envelope(32, (512, 512)), train_idx)
+    for ahead in (1, 4):
+        state = init_state(program, data, Envelope(32, (512, 512)), train_idx)
         engine = ScanEngine(program, chunk, EnvelopePolicy(multiple=8), sample_ahead=ahead)
-        res = engine.run_epoch(state, d, train_idx, 0, Envelope(32, (40, 40)))
-        results[name] = res
-    one = results["one"]
-    for four in (results["four"], results["host"]):
-        assert one.overflows >= 1 and (four.steps, four.overflows) == (one.steps,
-                                                                      one.overflows)
-        assert (four.max_counts, four.sampled_edges) == (one.max_counts, one.sampled_edges)
-        assert four.loss == pytest.approx(one.loss, rel=1e-6)
-        for x, y in zip(jax.tree_util.tree_leaves(four.state.params),
-                        jax.tree_util.tree_leaves(one.state.params)):
-            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+        res = engine.run_epoch(state, data, train_idx, 0, Envelope(32, (40, 40)))
+        results[ahead] = res
+    one, four = results[1], results[4]
+    assert one.overflows >= 1 and (four.steps, four.overflows) == (one.steps, one.overflows)
+    assert (four.max_counts, four.sampled_edges) == (one.max_counts, one.sampled_edges)
+    assert four.loss == pytest.approx(one.loss, rel=1e-6)
+    for x, y in zip(jax.tree_util.tree_leaves(four.state.params),
+                    jax.tree_util.tree_leaves(one.state.params)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="drop prefetch"):
+        ScanEngine(program, sample_ahead=2, prefetch=True)
+    with pytest.raises(ValueError, match="sample_ahead must be >= 1, got 0"):
+        ScanEngine(program, sample_ahead=0)
 
 
 def test_a_group_reads_its_host_rows_in_one_call(monkeypatch):
