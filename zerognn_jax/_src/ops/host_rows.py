@@ -425,7 +425,8 @@ def reordered_table(source, order, dtype=None, *, log=None) -> HostTable:
 
     with ThreadPoolExecutor(min(16, os.cpu_count() or 1)) as pool:
         list(pool.map(fill, starts))
-    return HostTable(out, position)
+    # on the device already: a permutation built here needs no second check
+    return HostTable(out, jax.device_put(position))
 
 
 def read_rows(table: HostTable, ids: jax.Array, valid: jax.Array,
