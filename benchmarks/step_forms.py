@@ -22,7 +22,6 @@ move (`hlo_bytes`) and the achieved bandwidth, and the step's kernel count and b
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import json
 import pathlib
@@ -34,7 +33,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from zerognn_jax._src.bench import hlo_bytes, profiling
+from zerognn_jax._src.bench import profiling
 from zerognn_jax._src.nn import models
 from zerognn_jax._src.ops import aggregate
 from zerognn_jax._src.ops.aggregate import gather_live
@@ -204,37 +203,6 @@ def build(form: Form, base_program, base_data, num_classes):
                                sampler=sampler), data
 
 
-def kernel_table(trace_path, hlo_text: str, steps: int, limit: int = 16) -> dict:
-    """The busiest device kernels of a profiled epoch, per step, beside the bytes their
-    HLO instructions move (`hlo_bytes`), and the step's totals.
-
-    Rows: [name, us per step, launches per step, MB per step, GB/s]; MB and GB/s are
-    None for kernels that match no instruction (library kernels named by their own
-    code, e.g. cuBLAS GEMMs)."""
-    sizes = {hlo_bytes.kernel_key(k): v for k, v in hlo_bytes.instruction_bytes(hlo_text).items()}
-    events = profiling.load_events(trace_path)
-    lines = profiling.stream_lines(events)
-    us, launches = collections.Counter(), collections.Counter()
-    for e in events:
-        if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in lines:
-            name = hlo_bytes.kernel_key(e.get("args", {}).get("hlo_op") or e["name"])
-            us[name] += float(e["dur"])
-            launches[name] += 1
-    moved = {n: launches[n] * sizes[n] for n in us if n in sizes}
-    rows = []
-    for name, t in us.most_common(limit):
-        mb = moved[name] / steps / 1e6 if name in moved else None
-        rows.append([name[:60], round(t / steps, 1), round(launches[name] / steps, 2),
-                     None if mb is None else round(mb, 1),
-                     None if mb is None else round(moved[name] / (t * 1e3), 1)])
-    busy = sum(us.values())
-    return {"kernels": rows, "busy_us_per_step": round(busy / steps, 1),
-            "kernels_per_step": round(sum(launches.values()) / steps, 1),
-            "hlo_mb_per_step": round(sum(moved.values()) / steps / 1e6, 1),
-            "time_share_with_bytes": (round(sum(us[n] for n in moved) / busy, 3) if busy
-                                      else None)}  # no device stream lines on CPU
-
-
 def measure(form, program, data, envelope, train_idx, repeats, profile, hlo_dir=None):
     state = init_state(program, data, envelope, train_idx)
     engine = ScanEngine(program, sample_ahead=form.ahead)
@@ -258,7 +226,8 @@ def measure(form, program, data, envelope, train_idx, repeats, profile, hlo_dir=
                 jax.block_until_ready(res.state.params)
             (compiled,) = engine.programs.values()
             text = compiled.as_text()
-            record.update(kernel_table(profiling.find_trace(tmp), text, res.steps))
+            record.update(profiling.step_kernel_table(profiling.find_trace(tmp), text,
+                                                         res.steps))
             if hlo_dir:
                 pathlib.Path(hlo_dir, f"{form.name}.hlo.txt").write_text(text)
     return record

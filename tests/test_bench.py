@@ -142,6 +142,37 @@ def test_execution_fraction_reads_device_streams(tmp_path):
                             "/device:GPU:0 / Stream #8(memcpy)"]
 
 
+def test_phase_table_sums_kernels_by_the_phase_of_their_operation(tmp_path):
+    text = "\n".join([
+        'ENTRY %main (p: f32[8]) -> f32[8] {',
+        '  %fusion.1 = f32[8]{0} fusion(f32[8]{0} %p), kind=kLoop, calls=%fc, '
+        'metadata={op_name="jit(run)/while/body/sample/sort" source_file="a.py"}',
+        '  ROOT %custom-call.2 = f32[8]{0} custom-call(f32[8]{0} %fusion.1), '
+        'metadata={op_name="jit(run)/transpose(jvp(Model))/dot_general"}',
+        '}'])
+    assert profiling.op_names(text) == {
+        "fusion_1": "jit(run)/while/body/sample/sort",
+        "custom_call_2": "jit(run)/transpose(jvp(Model))/dot_general"}
+    events = [_meta(1, None, "process_name", "/device:GPU:0"),
+              _meta(1, 7, "thread_name", "Stream #7(compute)")]
+    for hlo_op, dur in (("fusion.1", 30), ("fusion.1", 30), ("custom-call.2", 10), (None, 5)):
+        events.append(dict(_event(1, 7, 0, dur, "memset" if hlo_op is None else "k"),
+                           args={} if hlo_op is None else {"hlo_op": hlo_op}))
+    path = tmp_path / "t.trace.json.gz"
+    with gzip.open(path, "wt") as handle:
+        json.dump({"traceEvents": events}, handle)
+    phase = lambda op: ("none" if op is None else "sampling" if "/sample/" in op
+                        else "other")
+    assert profiling.phase_table(path, text, 2, phase) == {
+        "sampling": [30.0, 1.0], "other": [5.0, 0.5], "none": [2.5, 0.5]}
+    # a compiled program's instructions carry the named scopes they were traced under
+    def scoped(x):
+        with jax.named_scope("sample"):
+            return jnp.sort(x) * 2
+    names = profiling.op_names(jax.jit(scoped).lower(jnp.ones(8)).compile().as_text())
+    assert any("sample/" in op for op in names.values())
+
+
 def test_a_cpu_trace_has_no_device_fraction(tmp_path):
     double = jax.jit(lambda x: x * 2)
     with profiling.traced_window(tmp_path):

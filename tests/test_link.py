@@ -35,6 +35,7 @@ from zerognn_jax._src.training.host import HostEngine
 from zerognn_jax._src.training.program import DeviceData, StepProgram, init_state, sample_batch
 from zerognn_jax._src.training.scan import ScanEngine
 from zerognn_jax._src.training.tasks import link, link_metrics
+from zerognn_jax._src.training.trainer import prepare
 
 # ---- negatives and the seed frontier ------------------------------------------------------
 
@@ -163,6 +164,48 @@ def test_seed_edges_are_absent_from_every_sampled_block(small_graph):
             b = np.asarray(mb.nodes[hop + 1])[np.asarray(block.nbr)[rows, slots]]
             assert not any(frozenset((int(x), int(y))) in positives for x, y in zip(a, b))
             assert len(rows) > 0
+
+
+@pytest.mark.parametrize("dedup,flat_outer,unique", [(True, False, 3), (True, True, 2),
+                                                     (False, False, 1)])
+def test_seed_edge_mask_checks_deduplicated_levels_by_their_first_rows(
+        small_graph, dedup, flat_outer, unique):
+    """The mask that checks only the endpoints' rows of deduplicated levels hides the
+    same slots as the one that checks every row, in each layout."""
+    split = random_link_split(small_graph, seed=0)
+    task = link.LinkTask(split, num_negatives=1)
+    sampler = SamplerConfig((6, 4), dedup=dedup, flat_outer=flat_outer).resolve(
+        split.graph.max_degree())
+    fitted = task.with_sampler(sampler)
+    assert fitted.unique_levels == unique
+    program = dataclasses.replace(_program(split.graph, (6, 4), task, batch=32),
+                                  sampler=sampler)
+    data = DeviceData(split.graph.to_device(), jnp.ones((split.num_nodes, 4)),
+                      jnp.zeros(split.num_nodes, jnp.int32))
+    perm = zg.epoch_seeds(jnp.asarray(split.train), 32, 0, 0)
+    env = sampler.fit_envelope(zg.Envelope(96, (512, 1024)))
+    sample = jax.jit(lambda prog, s: sample_batch(prog, data, perm, s, 0, env),
+                     static_argnums=0)
+    hidden = 0
+    for step in range(3):
+        _, every_row, _ = sample(program, step)
+        _, first_rows, _ = sample(dataclasses.replace(program, task=fitted), step)
+        _, unmasked, _ = sample(dataclasses.replace(
+            program, task=dataclasses.replace(task, exclude_seed_edges=False)), step)
+        assert not bool(every_row.overflow)
+        for full, fast, raw in zip(every_row.blocks, first_rows.blocks, unmasked.blocks):
+            assert np.array_equal(full.mask, fast.mask)
+            assert np.array_equal(full.nbr, fast.nbr)
+            hidden += int(np.sum(np.asarray(raw.mask) & ~np.asarray(fast.mask)))
+    assert hidden > 0  # some slots were positives' edges
+
+
+def test_prepare_fits_the_link_task_to_its_layout():
+    cfg = zg.TrainConfig(dataset="tiny", task="link", model="sage", fanouts=(3, 2), layers=2,
+                         hidden=8, batch_size=64, progress=False)
+    _, _, program = prepare(cfg)
+    assert program.sampler.positional == (False, True)  # dedup, flat outer hop
+    assert program.task.unique_levels == 2
 
 
 def test_pair_member_finds_exactly_the_listed_pairs():

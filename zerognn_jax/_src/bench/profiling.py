@@ -14,6 +14,7 @@ XLA runs command buffers op by op while profiling unless
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gzip
 import json
@@ -22,8 +23,12 @@ import re
 
 import jax
 
+from zerognn_jax._src.bench import hlo_bytes
+
 WINDOW = "zerognn_profiled_window"
 _STREAM = re.compile(r"^\s*stream\b", re.IGNORECASE)
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
 
 
 @contextlib.contextmanager
@@ -163,3 +168,73 @@ def collective_breakdown(path: str | pathlib.Path, pattern: str = "nccl") -> dic
                            (float(e["ts"]), float(e["ts"] + e["dur"])) for e in coll) * 1e-6,
                        "collectives": len(coll)}
     return out
+
+
+def _device_kernels(path):
+    """Every device stream event of a trace as (kernel key, microseconds): the key is
+    the HLO instruction the event ran (`hlo_op`), spelt as `hlo_bytes.kernel_key`
+    spells it, else the event's own name (library kernels outside any instruction)."""
+    events = load_events(path)
+    lines = stream_lines(events)
+    for e in events:
+        if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in lines:
+            yield hlo_bytes.kernel_key(e.get("args", {}).get("hlo_op") or e["name"]), \
+                float(e["dur"])
+
+
+def step_kernel_table(path: str | pathlib.Path, hlo_text: str, steps: int,
+                      limit: int = 16) -> dict:
+    """The busiest device kernels of a profiled run of `steps` steps, per step, beside
+    the bytes their HLO instructions move (`hlo_bytes`), and the step's totals.
+
+    Rows: [name, us per step, launches per step, MB per step, GB/s]; MB and GB/s are
+    None for kernels that match no instruction (library kernels named by their own
+    code, e.g. cuBLAS GEMMs)."""
+    sizes = {hlo_bytes.kernel_key(k): v
+             for k, v in hlo_bytes.instruction_bytes(hlo_text).items()}
+    us, launches = collections.Counter(), collections.Counter()
+    for name, dur in _device_kernels(path):
+        us[name] += dur
+        launches[name] += 1
+    moved = {n: launches[n] * sizes[n] for n in us if n in sizes}
+    rows = []
+    for name, t in us.most_common(limit):
+        mb = moved[name] / steps / 1e6 if name in moved else None
+        rows.append([name[:60], round(t / steps, 1), round(launches[name] / steps, 2),
+                     None if mb is None else round(mb, 1),
+                     None if mb is None else round(moved[name] / (t * 1e3), 1)])
+    busy = sum(us.values())
+    return {"kernels": rows, "busy_us_per_step": round(busy / steps, 1),
+            "kernels_per_step": round(sum(launches.values()) / steps, 1),
+            "hlo_mb_per_step": round(sum(moved.values()) / steps / 1e6, 1),
+            "time_share_with_bytes": (round(sum(us[n] for n in moved) / busy, 3) if busy
+                                      else None)}  # no device stream lines on CPU
+
+
+def op_names(hlo_text: str) -> dict[str, str]:
+    """{kernel key: op_name} of every instruction of an HLO text whose metadata records
+    the JAX operation it came from (with its `jax.named_scope`s and transformations,
+    e.g. "jit(run)/while/body/transpose(jvp(...))/dot_general")."""
+    out = {}
+    for line in hlo_text.splitlines():
+        name, op = _INSTRUCTION.match(line), _OP_NAME.search(line)
+        if name and op:
+            out[hlo_bytes.kernel_key(name.group(1))] = op.group(1)
+    return out
+
+
+def phase_table(path: str | pathlib.Path, hlo_text: str, steps: int,
+                phase_of) -> dict[str, list]:
+    """{phase: [us per step, launches per step]}: the device time of a profiled run of
+    `steps` steps, each kernel put in the phase that `phase_of(op_name or None)` names
+    from its instruction's op_name (`op_names`); None for kernels with no instruction.
+    A fusion carries the op_name of one of the operations it fused, so the split is
+    approximate where a fusion spans phases."""
+    names = op_names(hlo_text)
+    us, launches = collections.Counter(), collections.Counter()
+    for kernel, dur in _device_kernels(path):
+        phase = phase_of(names.get(kernel))
+        us[phase] += dur
+        launches[phase] += 1
+    return {phase: [round(t / steps, 1), round(launches[phase] / steps, 2)]
+            for phase, t in us.most_common()}

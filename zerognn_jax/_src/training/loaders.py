@@ -332,6 +332,7 @@ class LinkNeighborLoader(DeviceLoader):
                     envelope=envelope, sampler=sampler, replace=replace, dedup=dedup,
                     flat_outer=flat_outer, edge_ids=edge_ids, shuffle=shuffle, drop_last=drop_last,
                     features=features, targets=None, policy=policy, kernels=kernels)
+        self._source = self._source.with_sampler(self.sampler)
 
     def _assemble(self, out, epoch, step, tables) -> LinkLoaderBatch:
         task = self._source

@@ -167,8 +167,10 @@ class StepProgram:
         split = in_mesh and self.parallel is not None and self.parallel.shard_features
         gather = self.parallel.gather_rows if split else gather_rows
         # one id array, or a typed sample's one per type: each gathered into its own rows
-        x = rows if rows is not None else jax.tree_util.tree_map(
-            lambda i, v: gather(self.kernels, data.features, i, v), mb.nodes[-1], mb.valid[-1])
+        with jax.named_scope("features"):
+            x = rows if rows is not None else jax.tree_util.tree_map(
+                lambda i, v: gather(self.kernels, data.features, i, v), mb.nodes[-1],
+                mb.valid[-1])
         if self.embedding is None:
             return x
         if embedded is None:
@@ -237,12 +239,15 @@ def sample_batch(program: StepProgram, data: DeviceData, perm, batch_index, epoc
     if isinstance(task, BatchedTask):
         return TaskSample(*task.sample_batch(program, data, perm, batch_index, epoch,
                                              envelope, active))
-    step = sample_step(data.graph, perm, batch_index, seed=program.seed, epoch=epoch,
-                       batch_size=program.batch_size, config=program.sampler,
-                       envelope=envelope, kernels=program.kernels, source=task,
-                       active=active)
-    batch = task.batch(data, step.items, step.valid, step.key, step.level)
-    return TaskSample(batch, task.restrict(step.mb, batch), step.drop_key)
+    with jax.named_scope("sample"):  # the phases a profile reads (bench/profiling.py)
+        step = sample_step(data.graph, perm, batch_index, seed=program.seed, epoch=epoch,
+                           batch_size=program.batch_size, config=program.sampler,
+                           envelope=envelope, kernels=program.kernels, source=task,
+                           active=active)
+        batch = task.batch(data, step.items, step.valid, step.key, step.level)
+    with jax.named_scope("restrict"):
+        mb = task.restrict(step.mb, batch)
+    return TaskSample(batch, mb, step.drop_key)
 
 
 def grown_envelope(program: StepProgram, envelope, counts, policy):

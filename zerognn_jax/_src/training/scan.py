@@ -84,7 +84,9 @@ def read_ahead(program: StepProgram, data: DeviceData, sampled: Sampled) -> Samp
     faster than each step's alone (docs/host_features.md); the values are those each
     step would read."""
     ids, valid = sampled.mb.nodes[-1], sampled.mb.valid[-1]
-    rows = gather_rows(program.kernels, data.features, ids.reshape(-1), valid.reshape(-1))
+    with jax.named_scope("features"):
+        rows = gather_rows(program.kernels, data.features, ids.reshape(-1),
+                           valid.reshape(-1))
     return sampled._replace(rows=rows.reshape(*ids.shape, data.features.shape[1]))
 
 

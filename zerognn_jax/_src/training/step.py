@@ -71,9 +71,10 @@ def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch:
             ids, row_grads, valid = dp.gather_row_grads(ids, row_grads, valid, weight)
     if emb is not None:
         extra["embedding_grads"] = (ids, row_grads, valid)
-    updates, opt_state = program.tx.update(grads, state.opt_state, state.params)
-    new_state = state._replace(params=optax.apply_updates(state.params, updates),
-                               batch_stats=batch_stats, opt_state=opt_state)
+    with jax.named_scope("update"):
+        updates, opt_state = program.tx.update(grads, state.opt_state, state.params)
+        new_state = state._replace(params=optax.apply_updates(state.params, updates),
+                                   batch_stats=batch_stats, opt_state=opt_state)
     return new_state, {"loss": loss, "outputs": outputs, "targets": batch.targets,
                        "weight": batch.weight, **extra}
 

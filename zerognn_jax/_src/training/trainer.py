@@ -135,6 +135,8 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                            dedup=cfg.dedup, user_model=model is not None,
                            host_features=placement.where == "host")
     sampler = layout.apply(sampler)
+    if hasattr(task, "with_sampler"):
+        task = task.with_sampler(sampler)
     graph = prepare_graph(graph, sampler)
     if model is None:
         model = make_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,

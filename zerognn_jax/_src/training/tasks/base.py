@@ -134,6 +134,11 @@ class Task(Protocol):
         """The sampled minibatch the model may read (e.g. without the step's own edges)."""
         ...
 
+    # Optional: `with_sampler(sampler) -> Task`, the task as the steps of the resolved
+    # `SamplerConfig` run it (link prediction's seed-edge mask checks fewer slots in
+    # deduplicated levels). `prepare` calls it once the level layout is chosen; a task
+    # without it is used as built.
+
     def metric_names(self, dataset: Dataset) -> tuple[str, ...]:
         """The names `evaluate` reports, each prefixed by its split ("val_acc", ...)."""
         ...

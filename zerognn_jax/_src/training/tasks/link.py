@@ -32,6 +32,7 @@ from zerognn_jax._src.data.links import OGBL, LinkSplit, load_ogbl, random_link_
 from zerognn_jax._src.data.loaders import load_dataset
 from zerognn_jax._src.nn.link_heads import LinkModel, make_decoder
 from zerognn_jax._src.ops.registry import XLA, Kernels
+from zerognn_jax._src.sampling.minibatch import SamplerConfig
 from zerognn_jax._src.sampling.negatives import (
     SeedFrontier,
     check_mode,
@@ -67,21 +68,46 @@ def pair_member(lo, hi, query_lo, query_hi):
     return (left < p) & (lo[at] == query_lo) & (hi[at] == query_hi)
 
 
-def exclude_pairs(mb, positives, valid):
+def exclude_pairs(mb, positives, valid, unique_levels: int = 1):
     """`mb` with every sampled slot (a, b) whose {a, b} is a row of `positives`
-    (int32[B, 2] global ids, bool[B] valid) masked out, in every block."""
+    (int32[B, 2] global ids, bool[B] valid) masked out, in every block.
+
+    Every level begins with level 0's nodes, the step's endpoints (sampling keeps the
+    current level as the next one's prefix). In the first `unique_levels` levels, which
+    hold each node once (level 0, and every level a deduplicated hop made), an endpoint
+    can only be one of those first rows, so only their slots are checked; a level that
+    may repeat nodes (after a positional hop: tree layout, a flat outer hop) has all of
+    its rows checked. The result is the same either way.
+    """
     big = jnp.iinfo(jnp.int32).max
     lo = jnp.where(valid, jnp.minimum(positives[:, 0], positives[:, 1]), big)
     hi = jnp.where(valid, jnp.maximum(positives[:, 0], positives[:, 1]), big)
     lo, hi = jax.lax.sort((lo, hi), num_keys=2)
+    endpoints = mb.nodes[0].shape[0]
     blocks = []
     for hop, block in enumerate(mb.blocks):
-        a = mb.nodes[hop][:, None]
-        b = mb.nodes[hop + 1][block.nbr]
+        rows = block.nbr.shape[0]
+        if hop < unique_levels:
+            rows = min(rows, endpoints)
+        a = mb.nodes[hop][:rows, None]
+        b = mb.nodes[hop + 1][block.nbr[:rows]]
         hit = pair_member(lo, hi, jnp.minimum(a, b), jnp.maximum(a, b))
-        mask = block.mask & ~hit
-        blocks.append(block._replace(nbr=jnp.where(mask, block.nbr, 0), mask=mask))
+        keep = block.mask[:rows] & ~hit
+        # unmasked slots already hold neighbour 0 (sampling/minibatch.py)
+        nbr = block.nbr.at[:rows].set(jnp.where(keep, block.nbr[:rows], 0))
+        blocks.append(block._replace(nbr=nbr, mask=block.mask.at[:rows].set(keep)))
     return mb._replace(blocks=tuple(blocks))
+
+
+def unique_levels(sampler: SamplerConfig) -> int:
+    """How many levels, from level 0, hold each node once under `sampler`: level 0 (a
+    deduplicated frontier) and each level before the first positional hop."""
+    count = 1
+    for positional in sampler.positional:
+        if positional:
+            break
+        count += 1
+    return count
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -96,6 +122,9 @@ class LinkTask:
       metric: "auc" (AUC and AP), "mrr" (MRR, Hits@1/3/10) or "hits@K".
       exclude_seed_edges: hide the step's positive edges from its message passing.
       kernels: the implementation of the relabel op building the seed frontier.
+      unique_levels: how many levels hold each node once (`unique_levels` of the
+        sampler, set by `with_sampler`); the seed-edge mask checks fewer slots in those
+        (`exclude_pairs`). The default, 1, is right for any sampler.
     """
 
     split: LinkSplit
@@ -104,6 +133,7 @@ class LinkTask:
     metric: str = "auc"
     exclude_seed_edges: bool = True
     kernels: Kernels = XLA
+    unique_levels: int = 1
     name = "link"
     score_name = "pair_acc"  # positive and negative pairs classified by the logit's sign
     dedups_seeds = True
@@ -131,6 +161,10 @@ class LinkTask:
         dataset, split = link_data(cfg, dataset)
         return cls(split, cfg.negatives, cfg.negative_mode, cfg.link_metric,
                    kernels=kernels or XLA), dataset
+
+    def with_sampler(self, sampler: SamplerConfig) -> LinkTask:
+        """This task as the steps of `sampler` run it (`Task.with_sampler`)."""
+        return dataclasses.replace(self, unique_levels=unique_levels(sampler))
 
     @property
     def num_nodes(self) -> int:
@@ -201,7 +235,7 @@ class LinkTask:
             return mb
         b = batch.weight.shape[0] // (1 + self.num_negatives)
         positives = batch.seeds[batch.model_inputs["pairs"][:b]]
-        return exclude_pairs(mb, positives, batch.weight[:b] > 0)
+        return exclude_pairs(mb, positives, batch.weight[:b] > 0, self.unique_levels)
 
     def metric_names(self, dataset: Dataset) -> tuple[str, ...]:
         del dataset

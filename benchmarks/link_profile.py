@@ -1,0 +1,209 @@
+"""Where a link-prediction step's time goes (issue #37), form by form, on one GPU.
+
+    PYTHONPATH=. python3 benchmarks/link_profile.py --data F.npz [--forms f32,bf16,...]
+        [--profile f32,bf16] [--steps 300] [--repeats 3] [--top 12]
+
+The workload is benchmarks/link_peers.sh's (products-like's split in a
+`benchmarks/peers/link_data.py` file, written first if `--data` does not exist; SAGE
+3x256, fanouts 15,10,5, 1024 positives a step, one destination-corrupted negative
+each, Adam 3e-3), on the scan engine as `benchmarks/peers/zerognn_link.py` runs it.
+Each form changes one thing:
+
+  f32, bf16         the library's step in float32, bfloat16
+  *-every-row       the seed-edge mask checks every row of every block (as before
+                    it checked only the endpoints' rows of deduplicated levels)
+  *-keep            no seed-edge mask: the step's positives stay readable (an
+                    ablation; not a valid protocol)
+  *-tree            every level in slot order (tree layout)
+  *-no-flat         the outermost level deduplicated too (no flat outer hop)
+
+Per form: the envelope calibrated on the first `--steps` steps, a compiling warm-up,
+`--repeats` timed runs of those steps from the same state (median), the last run's
+mean loss; for the forms in `--profile`, one more run under `jax.profiler` (command
+buffers off, as XLA profiles by default): device time per step split into phases by
+the named scopes of each kernel's operation (sampling, the seed-edge mask, the
+feature gather, the model's forward and backward, the optimizer's update; see
+`bench/profiling.phase_table`) and the busiest kernels with the operation each
+came from (`--hlo-dir` keeps the optimized programs). JSON lines, then a table.
+On a CPU (a small split) everything runs but the profile's device lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import statistics
+import sys
+import tempfile
+import time
+
+import jax
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "peers"))
+
+import link_data  # noqa: E402
+import zerognn_link  # noqa: E402
+
+import zerognn_jax as zg  # noqa: E402
+from zerognn_jax._src.bench import profiling  # noqa: E402
+from zerognn_jax._src.training.trainer import prepare  # noqa: E402
+
+DTYPES = {"f32": "float32", "bf16": "bfloat16"}
+VARIANTS = ("", "-every-row", "-keep", "-tree", "-no-flat")
+FORMS = tuple(d + v for d in DTYPES for v in VARIANTS)
+# (named scope, phase), the first match wins; "transpose(" marks the backward pass
+SCOPES = (("restrict", "seed-edge mask"), ("sample", "sampling"), ("update", "optimizer"),
+          ("transpose", "backward"), ("features", "feature gather"))
+
+
+def phase_of(op_name: str | None) -> str:
+    """The phase of a kernel from its operation's op_name (None: a library kernel
+    outside any instruction)."""
+    if op_name is None:
+        return "unnamed"
+    for scope, phase in SCOPES:
+        if re.search(rf"(^|[/(]){scope}([/()]|$)", op_name):
+            return phase
+    return "forward and other"
+
+
+def build(form: str, args, programs: dict):
+    """(program, device data, training items, envelope) of `form`; `programs` caches
+    one prepared run per (dtype, layout)."""
+    dtype = DTYPES[form.split("-")[0]]
+    layout = "tree" if form.endswith("-tree") else "auto"
+    flat = False if form.endswith("-no-flat") else None
+    key = (dtype, layout, flat)
+    if key not in programs:
+        args.dtype, args.layout = dtype, layout
+        cfg = dataclasses.replace(zerognn_link.config(args, "auc"), flat_outer=flat)
+        dataset, data, program = prepare(cfg)
+        train = program.task.train_items(dataset)
+        items = train[: args.steps * args.batch]
+        env, _ = zg.choose_envelope(data.graph, items, args.batch, program.sampler,
+                                    seed=args.seed, policy=cfg.envelope_policy,
+                                    kernels=program.kernels, source=program.task)
+        programs[key] = (program, data, items, env)
+    program, data, items, env = programs[key]
+    task = program.task
+    if form.endswith("-every-row"):
+        task = dataclasses.replace(task, unique_levels=1)
+    elif form.endswith("-keep"):
+        task = dataclasses.replace(task, exclude_seed_edges=False)
+    return dataclasses.replace(program, task=task), data, items, env
+
+
+def measure(form: str, args, programs: dict, profile: bool) -> dict:
+    program, data, items, env = build(form, args, programs)
+    engine = zg.make_engine("scan", program)
+
+    def run():  # the engine donates its state: each run starts from a fresh one
+        state = zg.init_state(program, data, env, items)
+        jax.block_until_ready(state.params)
+        t0 = time.perf_counter()
+        res = engine.run_epoch(state, data, items, 0, env)
+        jax.block_until_ready(res.state.params)
+        return res, time.perf_counter() - t0
+
+    res, _ = run()
+    times = []
+    for _ in range(args.repeats):
+        res, seconds = run()
+        times.append(seconds)
+    seconds = statistics.median(times)
+    record = {"form": form, "ms_per_step": round(1e3 * seconds / res.steps, 3),
+              "positive_edges_per_second": round(res.steps * args.batch / seconds),
+              "runs": [round(t, 4) for t in times], "steps": res.steps,
+              "loss": round(res.loss, 5), "overflows": res.overflows,
+              "envelope": list(res.envelope.levels),
+              "compile_seconds": round(engine.compile_seconds, 1),
+              "layout": program.layout.name if program.layout else None}
+    if profile:
+        with tempfile.TemporaryDirectory() as tmp:
+            state = zg.init_state(program, data, env, items)
+            jax.block_until_ready(state.params)
+            with profiling.traced_window(tmp):
+                res = engine.run_epoch(state, data, items, 0, env)
+                jax.block_until_ready(res.state.params)
+            text = "\n".join(c.as_text() for c in engine.programs.values())
+            trace = profiling.find_trace(tmp)
+            record["phases_us_per_step"] = profiling.phase_table(trace, text, res.steps,
+                                                                 phase_of)
+            record.update(profiling.step_kernel_table(trace, text, res.steps, args.top))
+            names = profiling.op_names(text)
+            for row in record["kernels"]:  # the operation each kernel came from
+                row.append(names.get(row[0], "")[-90:])
+            if args.hlo_dir:
+                pathlib.Path(args.hlo_dir, f"{form}.hlo.txt").write_text(text)
+    return record
+
+
+def table(records: list[dict]) -> str:
+    phases = []
+    for r in records:
+        phases += [p for p in r.get("phases_us_per_step", {}) if p not in phases]
+    head = ["form", "ms/step", "positives/s", "loss"] + [f"{p} us" for p in phases]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in records:
+        cells = [r["form"], f"{r['ms_per_step']:.3f}", f"{r['positive_edges_per_second']:,}",
+                 f"{r['loss']:.5f}"]
+        got = r.get("phases_us_per_step", {})
+        cells += [f"{got[p][0]:.0f}" if p in got else "" for p in phases]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--data", required=True,
+                   help="link split file (benchmarks/peers/link_data.py); written if absent")
+    p.add_argument("--scale", type=float, default=1.0, help="of a split written here")
+    p.add_argument("--root", default=None, help="zerognn-jax's data folder, for a split "
+                   "written here")
+    p.add_argument("--forms", default="f32,f32-every-row,f32-keep,bf16,bf16-keep")
+    p.add_argument("--profile", default="f32,bf16", help="forms to profile")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--top", type=int, default=12, help="kernels listed per profile")
+    p.add_argument("--fanouts", default="15,10,5")
+    p.add_argument("--batch", type=int, default=1024, help="positive edges per step")
+    p.add_argument("--negatives", type=int, default=1)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--kernels", default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hlo-dir", default=None,
+                   help="write each profiled form's optimized HLO here (<form>.hlo.txt)")
+    p.add_argument("--out", default=None, help="append the JSON lines here")
+    args = p.parse_args(argv)
+    forms = [f for f in args.forms.split(",") if f]
+    unknown = [f for f in forms if f not in FORMS]
+    if unknown:
+        p.error(f"unknown forms {unknown}; choose from {', '.join(FORMS)}")
+    if not os.path.exists(args.data):
+        link_data.main(["--scale", str(args.scale), "--seed", str(args.seed), "--out",
+                        args.data] + (["--root", args.root] if args.root else []))
+    zg.register_task(zerognn_link.SavedLinkTask)
+    print(json.dumps({"device": jax.devices()[0].device_kind, "jax": jax.__version__}),
+          flush=True)
+    profiled = set(args.profile.split(","))
+    programs, records = {}, []
+    for form in forms:
+        record = measure(form, args, programs, form in profiled)
+        records.append(record)
+        print(json.dumps(record), flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(json.dumps(record) + "\n")
+    print(table(records))
+    return records
+
+
+if __name__ == "__main__":
+    main()
