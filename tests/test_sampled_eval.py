@@ -7,9 +7,8 @@ small against the evaluation batches: a tree's outer level holds many times the 
 nodes and the nodes span several batches smaller than, equal to and larger than the
 training batch.
 
-The uniform sampler runs every layout at every evaluation batch size; the weighted and
-LABOR samplers, which differ from it only in which neighbours they pick, run each layout
-once and each batch size once (a diagonal of the grid), a compile fewer per case.
+Each sampler runs each layout once and each batch size once (a diagonal of the grid);
+the uniform sampler also runs the tree layout at every batch size.
 """
 
 from __future__ import annotations
@@ -35,11 +34,13 @@ EVAL_BATCHES = (TRAIN_BATCH // 2, TRAIN_BATCH, 4 * TRAIN_BATCH)
 
 
 def _cases(sampler: str) -> list[tuple[str, int]]:
-    """(layout, evaluation batch size): the whole grid for the uniform sampler, the
-    diagonal (every layout and every batch size once) for the others."""
+    """(layout, evaluation batch size): the diagonal (every layout and every batch size
+    once), and for the uniform sampler the tree layout (where sampled evaluation once
+    went wrong) at every batch size too."""
+    diagonal = list(zip(LAYOUTS, EVAL_BATCHES))
     if sampler == "uniform":
-        return [(layout, batch) for layout in LAYOUTS for batch in EVAL_BATCHES]
-    return list(zip(LAYOUTS, EVAL_BATCHES))
+        return diagonal + [("tree", b) for b in EVAL_BATCHES if ("tree", b) not in diagonal]
+    return diagonal
 
 
 def _dataset(name: str, num_nodes: int, num_edges: int, seed: int):
