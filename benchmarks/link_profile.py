@@ -16,6 +16,12 @@ Each form changes one thing:
                     ablation; not a valid protocol)
   *-tree            every level in slot order (tree layout)
   *-no-flat         the outermost level deduplicated too (no flat outer hop)
+  *-shared64        64 negatives a positive, shared by the step's positives
+                    (`negative_mode="shared"`) instead of one destination each
+  *-host            the host-mediated engine (host-bucketed, every level
+                    deduplicated, as it requires) instead of the scan engine, which
+                    samples `sample_ahead` (the library's default) steps at once, as
+                    `zg.train` runs it
 
 Per form: the envelope calibrated on the first `--steps` steps, a compiling warm-up,
 `--repeats` timed runs of those steps from the same state (median), the last run's
@@ -53,7 +59,7 @@ from zerognn_jax._src.bench import profiling  # noqa: E402
 from zerognn_jax._src.training.trainer import prepare  # noqa: E402
 
 DTYPES = {"f32": "float32", "bf16": "bfloat16"}
-VARIANTS = ("", "-every-row", "-keep", "-tree", "-no-flat")
+VARIANTS = ("", "-every-row", "-keep", "-tree", "-no-flat", "-shared64", "-host")
 FORMS = tuple(d + v for d in DTYPES for v in VARIANTS)
 # (named scope, phase), the first match wins; "transpose(" marks the backward pass
 SCOPES = (("restrict", "seed-edge mask"), ("sample", "sampling"), ("update", "optimizer"),
@@ -72,34 +78,39 @@ def phase_of(op_name: str | None) -> str:
 
 
 def build(form: str, args, programs: dict):
-    """(program, device data, training items, envelope) of `form`; `programs` caches
-    one prepared run per (dtype, layout)."""
+    """(engine, program, device data, training items, envelope) of `form`; `programs`
+    caches one prepared run per (dtype, layout, flat outer hop, negatives)."""
     dtype = DTYPES[form.split("-")[0]]
     layout = "tree" if form.endswith("-tree") else "auto"
-    flat = False if form.endswith("-no-flat") else None
-    key = (dtype, layout, flat)
+    flat = False if form.endswith(("-no-flat", "-host")) else None
+    shared = form.endswith("-shared64")
+    key = (dtype, layout, flat, shared)
     if key not in programs:
         args.dtype, args.layout = dtype, layout
         cfg = dataclasses.replace(zerognn_link.config(args, "auc"), flat_outer=flat)
+        if shared:
+            cfg = dataclasses.replace(cfg, negatives=64, negative_mode="shared")
         dataset, data, program = prepare(cfg)
         train = program.task.train_items(dataset)
         items = train[: args.steps * args.batch]
         env, _ = zg.choose_envelope(data.graph, items, args.batch, program.sampler,
                                     seed=args.seed, policy=cfg.envelope_policy,
                                     kernels=program.kernels, source=program.task)
-        programs[key] = (program, data, items, env)
-    program, data, items, env = programs[key]
+        programs[key] = (program, data, items, env, cfg.sample_ahead)
+    program, data, items, env, ahead = programs[key]
     task = program.task
     if form.endswith("-every-row"):
         task = dataclasses.replace(task, unique_levels=1)
     elif form.endswith("-keep"):
         task = dataclasses.replace(task, exclude_seed_edges=False)
-    return dataclasses.replace(program, task=task), data, items, env
+    program = dataclasses.replace(program, task=task)
+    engine = zg.make_engine("host-bucketed", program) if form.endswith("-host") else \
+        zg.make_engine("scan", program, sample_ahead=ahead)
+    return engine, program, data, items, env
 
 
 def measure(form: str, args, programs: dict, profile: bool) -> dict:
-    program, data, items, env = build(form, args, programs)
-    engine = zg.make_engine("scan", program)
+    engine, program, data, items, env = build(form, args, programs)
 
     def run():  # the engine donates its state: each run starts from a fresh one
         state = zg.init_state(program, data, env, items)
@@ -122,7 +133,7 @@ def measure(form: str, args, programs: dict, profile: bool) -> dict:
               "envelope": list(res.envelope.levels),
               "compile_seconds": round(engine.compile_seconds, 1),
               "layout": program.layout.name if program.layout else None}
-    if profile:
+    if profile and not form.endswith("-host"):
         with tempfile.TemporaryDirectory() as tmp:
             state = zg.init_state(program, data, env, items)
             jax.block_until_ready(state.params)

@@ -80,6 +80,25 @@ def test_random_pairs_cover_both_ends_uniformly():
         assert chi2 < 2 * n, (end, chi2)
 
 
+def test_shared_negatives_pair_every_source_with_the_same_uniform_destinations():
+    n, b, k = 40, 16, 8
+    pos = jnp.stack([jnp.arange(b) % n, (jnp.arange(b) * 3 + 1) % n], 1).astype(jnp.int32)
+    valid = jnp.arange(b) < b - 2  # two padding positives
+    draws = []
+    for step in range(60):
+        neg, ok = negative_pairs(zg.step_keys(0, 0, step)[0], pos, valid, n, k, "shared")
+        neg, ok = np.asarray(neg).reshape(b, k, 2), np.asarray(ok).reshape(b, k)
+        assert np.all(neg[:, :, 0] == np.asarray(pos)[:, None, 0])  # sources kept
+        assert np.all(neg[:, :, 1] == neg[:1, :, 1])  # one set of destinations a step
+        hits_own = neg[:, :, 1] == np.asarray(pos)[:, None, 1]
+        assert np.array_equal(ok, np.asarray(valid)[:, None] & ~hits_own)
+        draws.append(neg[0, :, 1])
+    counts = np.bincount(np.concatenate(draws), minlength=n)  # 480 draws over 40 nodes
+    assert np.sum((counts - 12) ** 2 / 12) < 2 * n  # df 39: uniform is far below 80
+    task = link.LinkTask(_split_of([[0, 1]], 4000), num_negatives=64, mode="shared")
+    assert task.seed_capacity(1024) == 2 * 1024 + 64
+
+
 def test_seed_frontier_deduplicates_endpoints_and_points_pairs_at_them():
     pairs = jnp.array([[5, 7], [7, 9], [5, 2], [1, 1], [8, 8]], jnp.int32)
     valid = jnp.array([True, True, True, True, False])
@@ -420,6 +439,16 @@ def test_gcn_dot_link_prediction_on_cora(planetoid_root):
     1, 2: AUC 0.9009, 0.9235). The 5-seed target measurement (row-normalised features,
     30 epochs, mean AUC 0.9066 / AP 0.9056) is in docs/link_prediction.md."""
     s = _cora_link(planetoid_root, seed=0, epochs=10, normalize_features=False)
+    assert s["test_auc"] >= 0.90 and s["test_ap"] >= 0.90, s
+
+
+def test_shared_negatives_train_cora_as_well_as_one_per_positive(planetoid_root):
+    """64 negatives shared by a step's positives, the setup above: test AUC / AP of seeds
+    0-2 (CPU, JAX 0.10.2) 0.9235 / 0.9304, 0.8995 / 0.8980, 0.9300 / 0.9324, against
+    0.9144, 0.9009, 0.9235 AUC with one destination per positive; one shared negative
+    per step gives 0.749 (seed 0)."""
+    s = _cora_link(planetoid_root, seed=0, epochs=10, normalize_features=False,
+                   negatives=64, negative_mode="shared")
     assert s["test_auc"] >= 0.90 and s["test_ap"] >= 0.90, s
 
 

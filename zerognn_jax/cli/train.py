@@ -100,7 +100,9 @@ HELP = {
                "(an MLP over their elementwise product)",
     "negatives": "link task: negatives drawn per positive edge each step",
     "negative_mode": "link task: destination (corrupt the positive's destination, never "
-                     "to itself) or pairs (uniform random pairs)",
+                     "to itself), pairs (uniform random pairs) or shared (every positive "
+                     "of a step meets the same --negatives destinations: many negatives "
+                     "for little more work)",
     "link_metric": "link task: auc (AUC and AP), mrr (MRR and Hits@1/3/10 against 100 "
                    "fixed negatives per positive, OGB's own for citation2) or hits@K "
                    "(against shared negatives, as ogbl-collab's hits@50)",

@@ -10,6 +10,13 @@ Modes:
     keeps u and draws v' uniformly from the N - 1 nodes other than v (never equal to
     the positive's destination).
   "pairs": uniform random pairs (u', v'), both ends uniform over the N nodes.
+  "shared": the step draws K destinations uniformly over the N nodes, and every
+    positive (u, v) of the step is paired with each of them: (u, d_1) ... (u, d_K). A
+    negative whose destination is its positive's own v is dropped (weight 0). The step's
+    frontier then holds at most 2B + K nodes rather than B (2 + K), so many negatives
+    per positive cost little more encoder work than one; they are correlated within a
+    step (every positive meets the same K), as with the shared negatives of
+    knowledge-graph and recommendation training.
 
 `seed_frontier` deduplicates the endpoints of the positives and negatives into the
 step's level 0 with the relabel op (ops/relabel.py): positives' endpoints first, in
@@ -27,15 +34,17 @@ from pallas_kernels import counter_hash
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.ops.relabel import relabel
 
-NEGATIVE_MODES = ("destination", "pairs")
+NEGATIVE_MODES = ("destination", "pairs", "shared")
 # The negatives' stream under a step key; the sampler's hops use the words 0 .. L - 1.
 NEGATIVE_SALT = 0x4E454721
 
 
-def endpoints_per_positive(num_negatives: int, mode: str) -> int:
-    """Node ids a positive and its negatives contribute to the seed frontier, at most."""
+def frontier_size(batch_size: int, num_negatives: int, mode: str) -> int:
+    """Node ids the pairs of `batch_size` positives and their negatives hold, at most."""
     check_mode(mode)
-    return 2 + (num_negatives if mode == "destination" else 2 * num_negatives)
+    if mode == "shared":
+        return 2 * batch_size + num_negatives
+    return batch_size * (2 + (num_negatives if mode == "destination" else 2 * num_negatives))
 
 
 def check_mode(mode: str) -> None:
@@ -55,7 +64,8 @@ def negative_pairs(key, positives: jax.Array, valid: jax.Array, num_nodes: int,
 
     Returns:
       (int32[B * K, 2] pairs, bool[B * K] valid): rows i*K .. i*K + K - 1 belong to
-      positive i and are valid where it is.
+      positive i and are valid where it is ("shared": and where the destination is not
+      the positive's own).
     """
     check_mode(mode)
     if num_nodes < 2 or num_negatives < 1:
@@ -70,6 +80,13 @@ def negative_pairs(key, positives: jax.Array, valid: jax.Array, num_nodes: int,
                                           jnp.int32(num_nodes - 1))
         dst = draw + (draw >= row[:, 1]).astype(jnp.int32)  # skips the true destination
         pairs = jnp.stack([row[:, 0], dst], axis=1)
+    elif mode == "shared":
+        shared = counter_hash.uniform_below(
+            counter_hash.slot_bits(stream, jnp.arange(k, dtype=jnp.uint32), 3),
+            jnp.int32(num_nodes))
+        dst = jnp.tile(shared, b)
+        pairs = jnp.stack([row[:, 0], dst], axis=1)
+        return pairs.astype(jnp.int32), jnp.repeat(valid, k) & (dst != row[:, 1])
     else:
         src = counter_hash.uniform_below(counter_hash.slot_bits(stream, slot, 1),
                                          jnp.int32(num_nodes))

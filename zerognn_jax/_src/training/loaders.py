@@ -300,7 +300,8 @@ class LinkNeighborLoader(DeviceLoader):
         into batches of `batch_size`.
       num_negatives: K negatives per positive, drawn on the device (a function of the
         key, epoch, step and slot: sampling/negatives.py). negative_mode:
-        "destination" (corrupt the destination) or "pairs" (both ends uniform).
+        "destination" (corrupt the destination), "pairs" (both ends uniform) or
+        "shared" (every positive of a batch meets the same K destinations).
       exclude_seed_edges: hide the batch's positive edges (both directions) from
         every sampled block, so message passing cannot read the edge it predicts.
       features: float[N, d], gathered for each batch's input nodes (`batch.x`).

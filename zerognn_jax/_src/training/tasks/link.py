@@ -36,7 +36,7 @@ from zerognn_jax._src.sampling.minibatch import SamplerConfig
 from zerognn_jax._src.sampling.negatives import (
     SeedFrontier,
     check_mode,
-    endpoints_per_positive,
+    frontier_size,
     negative_pairs,
     seed_frontier,
 )
@@ -117,8 +117,8 @@ class LinkTask:
 
     Attributes:
       split: the LinkSplit (training edges, evaluation positives and negatives).
-      num_negatives: K negatives per positive. mode: "destination" or "pairs"
-        (sampling/negatives.py).
+      num_negatives: K negatives per positive. mode: "destination", "pairs" or
+        "shared" (sampling/negatives.py).
       metric: "auc" (AUC and AP), "mrr" (MRR, Hits@1/3/10) or "hits@K".
       exclude_seed_edges: hide the step's positive edges from its message passing.
       kernels: the implementation of the relabel op building the seed frontier.
@@ -191,8 +191,7 @@ class LinkTask:
 
     def seed_capacity(self, batch_size: int) -> int:
         """The safe seed-frontier size for `batch_size` positives."""
-        return min(self.num_nodes,
-                   batch_size * endpoints_per_positive(self.num_negatives, self.mode))
+        return min(self.num_nodes, frontier_size(batch_size, self.num_negatives, self.mode))
 
     def pairs(self, items, valid, key):
         """(int32[B(1 + K), 2] positives then negatives, bool valid)."""
