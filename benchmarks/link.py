@@ -12,15 +12,18 @@ edges masked out of message passing. A full products-like epoch has ~51k steps o
 positives, so each engine trains on the first `--steps` (scan) or `--host-steps` (host)
 steps of a fixed order; the epoch time is extrapolated from the time per step
 (`--full-epoch` times the scan engine over a whole epoch instead). Timings follow
-docs/benchmarks.md: after a warm-up run (compilation, and every shape the host engine
+docs/benchmarks.md (the scan engine samples `sample_ahead` steps at once, as `zg.train`
+does): after a warm-up run (compilation, and every shape the host engine
 meets), `--repeats` timed runs ended by a device sync; compile time reported apart.
 The envelope, level 0 (the seed frontier) included, is calibrated on the measured steps.
-One JSON line per engine.
+The host engines deduplicate every level (they cut each to its count): where the run's
+layout has a flat outer hop, theirs does not. One JSON line per engine.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -84,12 +87,16 @@ def main(argv=None) -> list[dict]:
         steps = full_steps if args.full_epoch and not host else \
             min(args.host_steps if host else args.steps, full_steps)
         items = train[: steps * args.batch_size]
-        env, _ = choose_envelope(data.graph, items, args.batch_size, program.sampler,
+        run = program
+        if host and program.sampler.flat_outer:  # the host engine cuts every level
+            sampler = dataclasses.replace(program.sampler, flat_outer=False)
+            run = dataclasses.replace(program, sampler=sampler,
+                                      task=program.task.with_sampler(sampler))
+        env, _ = choose_envelope(data.graph, items, args.batch_size, run.sampler,
                                  seed=args.seed, policy=cfg.envelope_policy,
-                                 kernels=program.kernels,
-                                 source=program.task)
-        engine = make_engine(name, program)
-        state = init_state(program, data, env, items)
+                                 kernels=run.kernels, source=run.task)
+        engine = make_engine(name, run, sample_ahead=cfg.sample_ahead)
+        state = init_state(run, data, env, items)
         seconds, res = _timed(engine, state, data, items, env, args.repeats)
         per_step = seconds / res.steps
         row = {"engine": name, "dataset": args.dataset, "scale": args.scale,

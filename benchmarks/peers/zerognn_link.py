@@ -12,7 +12,8 @@ whose `build` reads the file named by `TrainConfig.dataset` instead of splitting
 graph; it is registered under the task name "link-file" (`register_task`), so
 `prepare` builds the model, sampler, envelope and engine exactly as for "link".
 
-Timing follows benchmarks/link.py: the envelope is calibrated on the steps' positives;
+Timing follows benchmarks/link.py: the engine samples `sample_ahead` steps at once, as
+`zg.train` does; the envelope is calibrated on the steps' positives;
 a warm-up run compiles; each of `--repeats` timed runs starts again from the initial
 parameters and trains the `--steps` steps, ended by a device sync; the median is
 reported. The metrics come from the last run's parameters.
@@ -77,9 +78,9 @@ def config(args, metric: str) -> zg.TrainConfig:
         dedup={"auto": None, "tree": False, "dedup": True}[args.layout])
 
 
-def timed_runs(program, data, items, env, repeats: int):
+def timed_runs(program, data, items, env, repeats: int, sample_ahead: int):
     """(seconds of each timed run, the last run's result, compile seconds)."""
-    engine = zg.make_engine("scan", program)
+    engine = zg.make_engine("scan", program, sample_ahead=sample_ahead)
     res = engine.run_epoch(zg.init_state(program, data, env, items), data, items, 0, env)
     jax.block_until_ready(res.state.params)
     times = []
@@ -124,7 +125,8 @@ def main(argv=None) -> dict:
                                 seed=args.seed, policy=cfg.envelope_policy,
                                 kernels=program.kernels, source=program.task)
     setup = time.perf_counter() - t0
-    times, res, compile_seconds = timed_runs(program, data, items, env, args.repeats)
+    times, res, compile_seconds = timed_runs(program, data, items, env, args.repeats,
+                                             cfg.sample_ahead)
     seconds = float(np.median(times))
     t1 = time.perf_counter()
     metrics = evaluate(cfg, program, {"params": res.state.params}, data, dataset)
