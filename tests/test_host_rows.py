@@ -342,9 +342,46 @@ def test_cached_rows_read_like_the_host_table():
     table = rng.standard_normal((40, 5)).astype(np.float32)
     host = zg.HostTable(table)
     cached = host_rows.cache_hot_rows(host, np.array([7, 3, 39]))
-    assert cached.rows.shape == (3, 5) and host_rows.device_rows(cached) == 3
+    assert cached.rows.shape == (3, 5)
+    assert host_rows.device_bytes(cached) == 3 * 5 * 4 + 40 * 4  # rows and slot map
     np.testing.assert_array_equal(np.asarray(cached.slot)[[7, 3, 39, 0]], [0, 1, 2, -1])
     _reads_like(cached, host, *_ids(rng, 60, 40))
+
+
+def test_a_layout_caches_its_first_rows_without_a_slot_map():
+    """The first K rows of a table laid out by degree (or as stored) cached and found
+    through the table's own positions: equal to the uncached table bit for bit."""
+    rng = np.random.default_rng(4)
+    table = rng.standard_normal((40, 5)).astype(np.float32)
+    order = rng.permutation(40)
+    reordered = host_rows.reordered_table(table, order)
+    assert host_rows.device_bytes(reordered) == 40 * 4  # its row positions
+    for host in (reordered, zg.HostTable(table)):
+        cached = host_rows.cache_leading_rows(host, 6)
+        assert cached.slot is None
+        assert host_rows.device_bytes(cached) == 6 * 5 * 4 + host_rows.device_bytes(host)
+        _reads_like(cached, zg.HostTable(table), *_ids(rng, 80, 40))
+    np.testing.assert_array_equal(np.asarray(host_rows.cache_leading_rows(reordered, 6).rows),
+                                  table[order[:6]])  # the layout's first rows: order's first
+    with pytest.raises(ValueError, match="at least one row, got 0"):
+        host_rows.cache_leading_rows(reordered, 0)
+
+
+def test_a_stored_table_pays_its_slot_map_from_the_cache():
+    from zerognn_jax._src.training.placement import Placement, place_features
+
+    indptr = np.array([0, 2, 7, 7, 12, 13, 13, 14, 16, 17])  # 9 nodes
+    features = np.arange(9 * 4, dtype=np.float32).reshape(9, 4)  # 16 B a row
+    host = Placement("host", "asked for")
+    stored = place_features(features, np.float32, host, announce=False, cache_bytes=80,
+                            indptr=indptr, row_order="stored")
+    assert stored.rows.shape[0] == (80 - 9 * 4) // 16 and stored.slot is not None
+    by_degree = place_features(features, np.float32, host, announce=False, cache_bytes=80,
+                               indptr=indptr, row_order="degree")
+    assert by_degree.rows.shape[0] == 80 // 16 and by_degree.slot is None
+    ids = jnp.arange(-1, 10, dtype=jnp.int32)
+    for table in (stored, by_degree):
+        _reads_like(table, zg.HostTable(features), ids, jnp.ones(11, bool))
 
 
 def test_hottest_rows_come_first_and_the_cache_is_budgeted():

@@ -363,8 +363,13 @@ class HostTable:
         if self.position is not None and self.shape[0]:
             valid = valid & (ids >= 0) & (ids < self.shape[0])
             ids = self.position[jnp.where(valid, ids, 0)]
-        order = jnp.argsort(jnp.where(valid, ids, jnp.iinfo(jnp.int32).max)).astype(jnp.int32)
-        return read_rows(self, ids, valid, order)
+        return self.read_at(ids, valid)
+
+    def read_at(self, rows: jax.Array, valid: jax.Array) -> jax.Array:
+        """float[C, d]: rows `rows` of `array` as it lies (not mapped by `position`), read
+        as `gather` reads them; zero where `valid` is False or a row lies outside [0, N)."""
+        order = jnp.argsort(jnp.where(valid, rows, jnp.iinfo(jnp.int32).max)).astype(jnp.int32)
+        return read_rows(self, rows, valid, order)
 
     def _with_position(self, position) -> HostTable:
         """This table with `position` in place of its own (jit's tracers, device_put's
@@ -525,12 +530,14 @@ class CachedTable(NamedTuple):
 
     Attributes:
       rows: float[K, d], the cached rows on the device.
-      slot: int32[N], each node's row in `rows`, or -1 where it is not cached.
+      slot: int32[N], each node's row in `rows`, or -1 where it is not cached
+        (`cache_hot_rows`); or None where `rows` are the first K rows of the host
+        table's layout (`cache_leading_rows`), which its own row positions find.
       host: the whole table, in host memory.
     """
 
     rows: jax.Array
-    slot: jax.Array
+    slot: jax.Array | None
     host: HostTable
 
     @property
@@ -554,10 +561,17 @@ class CachedTable(NamedTuple):
         PCIe; the same values, bit for bit."""
         ids = jnp.asarray(ids, jnp.int32)
         valid = jnp.asarray(valid, bool) & (ids >= 0) & (ids < self.shape[0])
-        slot = jnp.where(valid, self.slot[jnp.where(valid, ids, 0)], -1)
-        hit = slot >= 0
-        cached = self.rows[jnp.maximum(slot, 0)]
-        missed = self.host.gather(ids, valid & ~hit)
+        safe = jnp.where(valid, ids, 0)
+        if self.slot is None:  # the layout's first K rows: one map read, the host's own
+            row = safe if self.host.position is None else self.host.position[safe]
+            hit = valid & (row < self.rows.shape[0])
+            cached = self.rows[jnp.where(hit, row, 0)]
+            missed = self.host.read_at(row, valid & ~hit)
+        else:
+            slot = jnp.where(valid, self.slot[safe], -1)
+            hit = slot >= 0
+            cached = self.rows[jnp.maximum(slot, 0)]
+            missed = self.host.gather(ids, valid & ~hit)
         return jnp.where(hit[:, None], cached, missed)
 
 
@@ -571,6 +585,19 @@ def cache_hot_rows(host: HostTable, hot: np.ndarray) -> CachedTable:
     # the table as an argument: closed over, its row map would become a constant
     rows = jax.jit(lambda t, i, v: t.gather(i, v))(host, jnp.asarray(hot), jnp.ones(count, bool))
     return CachedTable(rows, jnp.asarray(slot), host)
+
+
+def cache_leading_rows(host: HostTable, count: int) -> CachedTable:
+    """`host` with the first `count` rows of its layout copied to the device: its hottest
+    where `reordered_table` laid it out by degree. Unlike `cache_hot_rows` it keeps no
+    node -> slot map (4 bytes a node on the device): a node's copy is found through the
+    table's own row positions."""
+    count = min(int(count), host.shape[0])
+    if count < 1:
+        raise ValueError(f"a cache holds at least one row, got {count}")
+    read = jax.jit(lambda t, r, v: t.read_at(r, v))
+    rows = read(host, jnp.arange(count, dtype=jnp.int32), jnp.ones(count, bool))
+    return CachedTable(rows, None, host)
 
 
 def to_device(array, dtype=None) -> jax.Array:
@@ -594,9 +621,13 @@ def is_host_resident(table) -> bool:
     return isinstance(table, (HostTable, CachedTable))
 
 
-def device_rows(table) -> int:
-    """Rows of the feature table `table` held in device memory: all of an array's, a
-    `CachedTable`'s cached ones, none of a `HostTable`'s."""
-    if isinstance(table, HostTable):
-        return 0
-    return table.rows.shape[0] if isinstance(table, CachedTable) else table.shape[0]
+def device_bytes(table) -> int:
+    """Bytes a host-resident feature table holds in device memory: a `HostTable`'s row
+    positions (4 bytes a node) if it has them; a `CachedTable`'s cached rows and node ->
+    slot map besides."""
+    if isinstance(table, CachedTable):
+        slot = 0 if table.slot is None else table.slot.nbytes
+        return table.rows.nbytes + slot + device_bytes(table.host)
+    if not isinstance(table, HostTable):
+        raise TypeError(f"device_bytes reads host-resident tables, got {type(table).__name__}")
+    return 0 if table.position is None else table.position.nbytes

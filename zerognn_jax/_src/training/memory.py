@@ -68,20 +68,20 @@ class Resident:
 
 def resident_bytes(graph, num_features: int, feature_dtype, level_dims, *,
                    feature_shards: int = 1, embedding_dim: int = 0,
-                   feature_rows: int | None = None) -> Resident:
+                   feature_bytes: int | None = None) -> Resident:
     """The resident bytes of `graph` (a CSRGraph, host or device, its edge-feature
     table included), its features ([N, num_features] in `feature_dtype`, row-split over
-    `feature_shards` devices; `feature_rows` of them on the device when the table is
-    in host memory: ops/host_rows.device_rows), a model whose layers map level_dims[l + 1] ->
-    level_dims[l] with two weight matrices each (GraphSAGE's self and neighbour
-    weights), and a node embedding [N, embedding_dim] in `feature_dtype` with two
-    float32 moments."""
+    `feature_shards` devices; or `feature_bytes` on the device when the table is in host
+    memory: its cached rows and row maps, ops/host_rows.device_bytes), a model whose
+    layers map level_dims[l + 1] -> level_dims[l] with two weight matrices each
+    (GraphSAGE's self and neighbour weights), and a node embedding [N, embedding_dim]
+    in `feature_dtype` with two float32 moments."""
     arrays = (graph.indptr, graph.indices, graph.weights, graph.edge_features)
     graph_bytes = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
                       for a in arrays if a is not None)
     itemsize = np.dtype(jax.numpy.dtype(feature_dtype)).itemsize
-    rows = -(-(graph.num_nodes if feature_rows is None else feature_rows) // feature_shards)
-    features = rows * num_features * itemsize
+    features = (-(-graph.num_nodes // feature_shards) * num_features * itemsize
+                if feature_bytes is None else feature_bytes)
     params = sum(2 * a * b + a for a, b in zip(level_dims[:-1], level_dims[1:]))
     embedding = embedding_bytes(graph.num_nodes, embedding_dim, feature_dtype)
     return Resident(graph_bytes, features, 4 * 4 * params + embedding,

@@ -19,6 +19,7 @@ import numpy as np
 from zerognn_jax._src.ops.host_rows import (
     HostTable,
     cache_hot_rows,
+    cache_leading_rows,
     reordered_table,
     to_device,
 )
@@ -128,21 +129,23 @@ def place_features(features, dtype, placement: Placement, *, announce: bool,
         order, why = ("stored", "no graph degrees to order by") if indptr is None else \
             choose_row_order(row_order, features, dtype, available_host_bytes())
         n = np.shape(features)[0]
-        hot = hottest_first(indptr, n) if order == "degree" else None
         if order == "degree":
             long = n * np.shape(features)[1] * np.dtype(dtype).itemsize >= 2**30
             log = (lambda line: print(line, file=sys.stderr, flush=True)) \
                 if announce and long else None
-            table = reordered_table(features, hot, dtype, log=log)
+            table = reordered_table(features, hottest_first(indptr, n), dtype, log=log)
         else:
             table = HostTable(np.ascontiguousarray(
                 np.asarray(features).astype(dtype, copy=False)))
         note = f"; rows {'by degree' if order == 'degree' else 'as stored'}: {why}"
         row_bytes = table.shape[1] * table.dtype.itemsize
-        count = min(n, cache_bytes // row_bytes)
+        # rows as stored need a node -> slot map on the device (4 bytes a node), paid
+        # from the cache's bytes; rows by degree find their copies by their positions
+        slot_map = 0 if order == "degree" else 4 * n
+        count = min(n, max(0, cache_bytes - slot_map) // row_bytes)
         if count:
-            table = cache_hot_rows(table, hottest_first(indptr, count) if hot is None
-                                   else hot[:count])
+            table = cache_leading_rows(table, count) if order == "degree" else \
+                cache_hot_rows(table, hottest_first(indptr, count))
             note += (f"; its {count:,} rows of highest degree ({count / table.shape[0]:.0%}, "
                      f"{_gib(count * row_bytes)}) cached on the device")
     if announce and (placement.where == "host" or placement.measured):

@@ -22,7 +22,7 @@ from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.loaders import is_typed, row_normalize
 from zerognn_jax._src.nn.bridge import as_linen, model_name
 from zerognn_jax._src.nn.models import EDGE_MODELS, count_params, make_model
-from zerognn_jax._src.ops.host_rows import device_rows, is_host_resident
+from zerognn_jax._src.ops.host_rows import device_bytes, is_host_resident
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
@@ -334,14 +334,15 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     else:  # the memory model and the checks of a user's pieces read the sampled levels
         dims = level_dims(cfg, dataset, program.task, program.model)
         shards = program.num_shards if cfg.shard_features else 1
+        host_table_bytes = (device_bytes(data.features) if is_host_resident(data.features)
+                            else None)
         memory.check_fits(env, program.sampler.slots, dims, memory.device_memory_limit(),
                           resident=memory.resident_bytes(data.graph,
                                                          dataset.features.shape[1],
                                                          cfg.dtype, dims,
                                                          feature_shards=shards,
                                                          embedding_dim=cfg.embedding_dim,
-                                                         feature_rows=device_rows(
-                                                             data.features)))
+                                                         feature_bytes=host_table_bytes))
         state = init_checked(program, data, env, items, user_model=user.model)
         check_pieces(program, state, data, env, items,
                      width=program.task.output_dim(cfg, dataset))
