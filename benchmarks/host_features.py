@@ -322,8 +322,8 @@ def cached_share(res, dataset, batches: int = 16) -> float | None:
                                  jnp.ones(seeds.shape[0], bool), jax.random.key(b),
                                  program.sampler, env.capacities, program.kernels)
         ids, valid = np.asarray(mb.nodes[-1]), np.asarray(mb.valid[-1])
-        slot = np.asarray(table.slot)[ids[valid]]
-        hits, total = hits + int((slot >= 0).sum()), total + int(valid.sum())
+        hit = np.asarray(table.cached(jnp.asarray(ids[valid])))
+        hits, total = hits + int(hit.sum()), total + int(valid.sum())
     return hits / max(total, 1)
 
 

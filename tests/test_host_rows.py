@@ -345,6 +345,8 @@ def test_cached_rows_read_like_the_host_table():
     assert cached.rows.shape == (3, 5)
     assert host_rows.device_bytes(cached) == 3 * 5 * 4 + 40 * 4  # rows and slot map
     np.testing.assert_array_equal(np.asarray(cached.slot)[[7, 3, 39, 0]], [0, 1, 2, -1])
+    np.testing.assert_array_equal(np.asarray(cached.cached(jnp.array([7, 0, 39]))),
+                                  [True, False, True])
     _reads_like(cached, host, *_ids(rng, 60, 40))
 
 
@@ -361,6 +363,9 @@ def test_a_layout_caches_its_first_rows_without_a_slot_map():
         assert cached.slot is None
         assert host_rows.device_bytes(cached) == 6 * 5 * 4 + host_rows.device_bytes(host)
         _reads_like(cached, zg.HostTable(table), *_ids(rng, 80, 40))
+        layout_row = order.argsort() if host is reordered else np.arange(40)
+        np.testing.assert_array_equal(np.asarray(cached.cached(jnp.arange(40))),
+                                      layout_row < 6)
     np.testing.assert_array_equal(np.asarray(host_rows.cache_leading_rows(reordered, 6).rows),
                                   table[order[:6]])  # the layout's first rows: order's first
     with pytest.raises(ValueError, match="at least one row, got 0"):

@@ -556,6 +556,14 @@ class CachedTable(NamedTuple):
     def nbytes(self) -> int:
         return self.host.nbytes
 
+    def cached(self, ids: jax.Array) -> jax.Array:
+        """bool[C]: whether each node of `ids` (in [0, N)) has its row cached."""
+        ids = jnp.asarray(ids, jnp.int32)
+        if self.slot is not None:
+            return self.slot[ids] >= 0
+        row = ids if self.host.position is None else self.host.position[ids]
+        return row < self.rows.shape[0]
+
     def gather(self, ids: jax.Array, valid: jax.Array) -> jax.Array:
         """`HostTable.gather`, cached rows read from the device and only the others over
         PCIe; the same values, bit for bit."""
