@@ -140,7 +140,8 @@ def measure(form: str, args, programs: dict, profile: bool) -> dict:
             with profiling.traced_window(tmp):
                 res = engine.run_epoch(state, data, items, 0, env)
                 jax.block_until_ready(res.state.params)
-            text = "\n".join(c.as_text() for c in engine.programs.values())
+            (compiled,) = engine.programs.values()  # names are unique within a program
+            text = compiled.as_text()
             trace = profiling.find_trace(tmp)
             record["phases_us_per_step"] = profiling.phase_table(trace, text, res.steps,
                                                                  phase_of)

@@ -384,8 +384,11 @@ def test_a_stored_table_pays_its_slot_map_from_the_cache():
     by_degree = place_features(features, np.float32, host, announce=False, cache_bytes=80,
                                indptr=indptr, row_order="degree")
     assert by_degree.rows.shape[0] == 80 // 16 and by_degree.slot is None
+    no_degrees = place_features(features, np.float32, host, announce=False, cache_bytes=80)
+    assert no_degrees.rows.shape[0] == 80 // 16 and no_degrees.slot is None
+    np.testing.assert_array_equal(np.asarray(no_degrees.rows), features[:5])
     ids = jnp.arange(-1, 10, dtype=jnp.int32)
-    for table in (stored, by_degree):
+    for table in (stored, by_degree, no_degrees):
         _reads_like(table, zg.HostTable(features), ids, jnp.ones(11, bool))
 
 

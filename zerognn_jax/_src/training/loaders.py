@@ -124,7 +124,9 @@ class LinkLoaderBatch(_Layers):
       edges: int32[P, 2], the same pairs as global node ids.
       labels: float32[P], 1 for positives, 0 for negatives.
       weight: float32[P], 1 per real positive, 1/K per real negative, 0 for padding
-        (positives and negatives weigh the same in total; training/tasks/link.py).
+        and for a shared negative that hits its positive's own destination (positives
+        and negatives weigh the same in total; training/tasks/link.py). Weigh the
+        loss by it: a pair of weight 0 is not a negative.
       dropout_key, epoch, step, x, positional: as in `LoaderBatch`.
     """
 

@@ -140,13 +140,16 @@ def place_features(features, dtype, placement: Placement, *, announce: bool,
         note = f"; rows {'by degree' if order == 'degree' else 'as stored'}: {why}"
         row_bytes = table.shape[1] * table.dtype.itemsize
         # rows as stored need a node -> slot map on the device (4 bytes a node), paid
-        # from the cache's bytes; rows by degree find their copies by their positions
-        slot_map = 0 if order == "degree" else 4 * n
-        count = min(n, max(0, cache_bytes - slot_map) // row_bytes)
+        # from the cache's bytes; rows by degree find their copies by their positions,
+        # and without degrees the first rows as stored are cached
+        leading = order == "degree" or indptr is None
+        count = min(n, max(0, cache_bytes - (0 if leading else 4 * n)) // row_bytes)
         if count:
-            table = cache_leading_rows(table, count) if order == "degree" else \
+            table = cache_leading_rows(table, count) if leading else \
                 cache_hot_rows(table, hottest_first(indptr, count))
-            note += (f"; its {count:,} rows of highest degree ({count / table.shape[0]:.0%}, "
+            which = "rows of highest degree" if indptr is not None else \
+                "first rows (no graph degrees)"
+            note += (f"; its {count:,} {which} ({count / table.shape[0]:.0%}, "
                      f"{_gib(count * row_bytes)}) cached on the device")
     if announce and (placement.where == "host" or placement.measured):
         print(f"features on the {placement.where} ({_gib(table.nbytes)}): "

@@ -129,6 +129,11 @@ class StepProgram:
     layout: Layout | None = None
     embedding: NodeEmbedding | None = None
 
+    def __post_init__(self):
+        check = getattr(self.task, "check_sampler", None)  # optional (`Task`)
+        if check is not None:
+            check(self.sampler)
+
     @property
     def num_shards(self) -> int:
         return 1 if self.parallel is None else self.parallel.size

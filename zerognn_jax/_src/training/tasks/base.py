@@ -137,7 +137,8 @@ class Task(Protocol):
     # Optional: `with_sampler(sampler) -> Task`, the task as the steps of the resolved
     # `SamplerConfig` run it (link prediction's seed-edge mask checks fewer slots in
     # deduplicated levels). `prepare` calls it once the level layout is chosen; a task
-    # without it is used as built.
+    # without it is used as built. `check_sampler(sampler)`, also optional, raises
+    # ValueError where the task cannot run the steps of `sampler` (`StepProgram` asks).
 
     def metric_names(self, dataset: Dataset) -> tuple[str, ...]:
         """The names `evaluate` reports, each prefixed by its split ("val_acc", ...)."""

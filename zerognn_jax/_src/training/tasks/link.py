@@ -166,6 +166,15 @@ class LinkTask:
         """This task as the steps of `sampler` run it (`Task.with_sampler`)."""
         return dataclasses.replace(self, unique_levels=unique_levels(sampler))
 
+    def check_sampler(self, sampler: SamplerConfig) -> None:
+        """Raises ValueError where this task counts on more deduplicated levels than
+        `sampler` gives: its mask would skip rows that may hold a positive's endpoint."""
+        if self.unique_levels > unique_levels(sampler):
+            raise ValueError(f"this link task was fitted to a sampler whose first "
+                             f"{self.unique_levels} levels are deduplicated; this "
+                             f"sampler's first {unique_levels(sampler)} are: fit it with "
+                             f"task.with_sampler(sampler)")
+
     @property
     def num_nodes(self) -> int:
         return self.split.num_nodes
@@ -215,7 +224,8 @@ class LinkTask:
         return TaskBatch(labels, self.pair_weights(pair_valid), {"pairs": level.pairs}, level)
 
     def pair_weights(self, pair_valid):
-        """float32[B(1 + K)]: 1 per real positive, 1/K per real negative, 0 for padding.
+        """float32[B(1 + K)]: 1 per real positive, 1/K per real negative, 0 for padding
+        (and for a shared negative that hits its positive's own destination).
 
         Positives and negatives carry equal total weight whatever K (GAE's `pos_weight`
         balances its loss the same way); unweighted, K negatives per positive make a
