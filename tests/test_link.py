@@ -226,11 +226,9 @@ def test_prepare_fits_the_link_task_to_its_layout():
     assert program.sampler.positional == (False, True)  # dedup, flat outer hop
     assert program.task.unique_levels == 2
     tree = dataclasses.replace(program.sampler, dedup=False, flat_outer=False)
-    with pytest.raises(ValueError, match="first 2 levels are deduplicated; this sampler's "
-                                         "first 1 are"):
-        dataclasses.replace(program, sampler=tree)
-    refit = dataclasses.replace(program, sampler=tree, task=program.task.with_sampler(tree))
-    assert refit.task.unique_levels == 1
+    assert dataclasses.replace(program, sampler=tree).task.unique_levels == 1  # lowered
+    dedup = dataclasses.replace(program.sampler, flat_outer=False)
+    assert dataclasses.replace(program, sampler=dedup).task.unique_levels == 2  # kept
 
 
 def test_pair_member_finds_exactly_the_listed_pairs():

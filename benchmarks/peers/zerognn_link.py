@@ -94,10 +94,8 @@ def timed_runs(program, data, items, env, repeats: int, sample_ahead: int):
     return times, res, engine.compile_seconds
 
 
-def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--data", required=True, help="link split file (link_data.py)")
+def add_workload_arguments(p: argparse.ArgumentParser) -> None:
+    """The workload's flags, which `config` reads (benchmarks/link_profile.py too)."""
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--fanouts", default="15,10,5")
@@ -106,11 +104,18 @@ def main(argv=None) -> dict:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--dropout", type=float, default=0.5)
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--kernels", default="auto")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--data", required=True, help="link split file (link_data.py)")
+    add_workload_arguments(p)
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--layout", default="auto", choices=("auto", "tree", "dedup"),
                    help="the hops' layout (auto: the library's choice)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="append the JSON line here")
     args = p.parse_args(argv)
     zg.register_task(SavedLinkTask)

@@ -130,9 +130,9 @@ class StepProgram:
     embedding: NodeEmbedding | None = None
 
     def __post_init__(self):
-        check = getattr(self.task, "check_sampler", None)  # optional (`Task`)
-        if check is not None:
-            check(self.sampler)
+        safe_for = getattr(self.task, "safe_for", None)  # optional (`Task`)
+        if safe_for is not None:  # e.g. a program whose sampler was replaced
+            object.__setattr__(self, "task", safe_for(self.sampler))
 
     @property
     def num_shards(self) -> int:

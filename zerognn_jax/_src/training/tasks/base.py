@@ -137,8 +137,9 @@ class Task(Protocol):
     # Optional: `with_sampler(sampler) -> Task`, the task as the steps of the resolved
     # `SamplerConfig` run it (link prediction's seed-edge mask checks fewer slots in
     # deduplicated levels). `prepare` calls it once the level layout is chosen; a task
-    # without it is used as built. `check_sampler(sampler)`, also optional, raises
-    # ValueError where the task cannot run the steps of `sampler` (`StepProgram` asks).
+    # without it is used as built. `safe_for(sampler) -> Task`, also optional, is the
+    # task changed only where it must be to run the steps of `sampler` correctly;
+    # `StepProgram` applies it to every program it builds.
 
     def metric_names(self, dataset: Dataset) -> tuple[str, ...]:
         """The names `evaluate` reports, each prefixed by its split ("val_acc", ...)."""

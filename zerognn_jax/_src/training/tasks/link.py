@@ -166,14 +166,13 @@ class LinkTask:
         """This task as the steps of `sampler` run it (`Task.with_sampler`)."""
         return dataclasses.replace(self, unique_levels=unique_levels(sampler))
 
-    def check_sampler(self, sampler: SamplerConfig) -> None:
-        """Raises ValueError where this task counts on more deduplicated levels than
-        `sampler` gives: its mask would skip rows that may hold a positive's endpoint."""
-        if self.unique_levels > unique_levels(sampler):
-            raise ValueError(f"this link task was fitted to a sampler whose first "
-                             f"{self.unique_levels} levels are deduplicated; this "
-                             f"sampler's first {unique_levels(sampler)} are: fit it with "
-                             f"task.with_sampler(sampler)")
+    def safe_for(self, sampler: SamplerConfig) -> LinkTask:
+        """This task, counting on no more deduplicated levels than `sampler` gives (its
+        mask would otherwise skip rows that may hold a positive's endpoint); itself
+        where it already does (`Task.safe_for`)."""
+        most = unique_levels(sampler)
+        return self if self.unique_levels <= most else \
+            dataclasses.replace(self, unique_levels=most)
 
     @property
     def num_nodes(self) -> int:
