@@ -93,7 +93,7 @@ def exclude_pairs(mb, positives, valid, unique_levels: int = 1):
         b = mb.nodes[hop + 1][block.nbr[:rows]]
         hit = pair_member(lo, hi, jnp.minimum(a, b), jnp.maximum(a, b))
         keep = block.mask[:rows] & ~hit
-        # unmasked slots already hold neighbour 0 (sampling/minibatch.py)
+        # slots masked by sampling already hold neighbour 0 (sampling/minibatch.py)
         nbr = block.nbr.at[:rows].set(jnp.where(keep, block.nbr[:rows], 0))
         blocks.append(block._replace(nbr=nbr, mask=block.mask.at[:rows].set(keep)))
     return mb._replace(blocks=tuple(blocks))
