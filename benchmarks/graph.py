@@ -1,7 +1,8 @@
 """Graph-level training throughput of zerognn-jax on molhiv-like (issue #33).
 
     python benchmarks/graph.py [--scale 1] [--epochs 5] [--batch-sizes 32,256]
-                               [--model gine-virtual] [--no-trace] [--out DIR]
+                               [--model gine-virtual] [--dtype float32] [--no-trace]
+                               [--out DIR]
 
 GINE with a virtual node (OGB's molecule "gin-virtual": bond-aware GIN), 5 layers x 300,
 mean readout, dropout 0.5, Adam lr 1e-3, `--epochs` epochs per batch size. Per batch
@@ -32,11 +33,12 @@ def run(data, batch_size: int, args) -> dict:
     cfg = zg.TrainConfig(task="graph", dataset=data.name, model=args.model, hidden=300,
                          layers=5, dropout=0.5, readout="mean", batch_size=batch_size,
                          epochs=args.epochs, lr=1e-3, progress=False, seed=args.seed,
-                         eval_every=0, balance_window=args.balance_window)
+                         eval_every=0, balance_window=args.balance_window, dtype=args.dtype)
     result = zg.train(cfg, data)
     s = result.summary
     epoch_s = s["median_epoch_seconds"]
     row = {"system": "zerognn", "batch_size": batch_size, "model": args.model,
+           "dtype": args.dtype,
            "graphs_per_s": data.train_idx.size / epoch_s, "epoch_s": epoch_s,
            "envelope": s["envelope"], "envelope_over_ideal": s["envelope_over_ideal"],
            "test_rocauc": s["test_rocauc"], "compile_s": s["compile_seconds"],
@@ -71,6 +73,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--batch-sizes", default="32,256")
     p.add_argument("--model", default="gine-virtual", choices=zg.GRAPH_MODELS)
     p.add_argument("--balance-window", type=int, default=0)
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="the model's compute dtype (batch-norm statistics stay float32)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-trace", action="store_true")
     p.add_argument("--out", default=os.environ.get("OUT", "."))

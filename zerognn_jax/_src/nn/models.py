@@ -42,11 +42,21 @@ class Dropout(nn.Module):
     def __call__(self, x, *, deterministic: bool):
         if deterministic or self.rate == 0.0:
             return x
-        seed = counter_hash.mix32(jax.random.bits(self.make_rng("dropout"), dtype=jnp.uint32))
-        idx = jax.lax.iota(jnp.uint32, x.size).reshape(x.shape)
-        keep = counter_hash.mix32(seed ^ (idx * jnp.uint32(0x9E3779B9))) >= jnp.uint32(
-            min(int(self.rate * 2**32), 2**32 - 1))
-        return jnp.where(keep, x / (1.0 - self.rate), jnp.zeros((), x.dtype))
+        return hash_dropout(x, self.rate, dropout_seed(self.make_rng("dropout")))
+
+
+def dropout_seed(key: jax.Array) -> jax.Array:
+    """uint32 scalar: the seed `hash_dropout` draws a mask from, given a PRNG key."""
+    return counter_hash.mix32(jax.random.bits(key, dtype=jnp.uint32))
+
+
+def hash_dropout(x: jax.Array, rate: float, seed: jax.Array) -> jax.Array:
+    """Inverted dropout of `x` at `rate`, its mask the counter hash of each element's
+    flat index under `seed` (uint32 scalar): one mix per element."""
+    idx = jax.lax.iota(jnp.uint32, x.size).reshape(x.shape)
+    keep = counter_hash.mix32(seed ^ (idx * jnp.uint32(0x9E3779B9))) >= jnp.uint32(
+        min(int(rate * 2**32), 2**32 - 1))
+    return jnp.where(keep, x / (1.0 - rate), jnp.zeros((), x.dtype))
 
 
 class SAGEConv(nn.Module):

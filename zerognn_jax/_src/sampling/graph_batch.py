@@ -165,9 +165,13 @@ class GraphBatch(NamedTuple):
 
 
 def _slot_graph(ends: jax.Array, capacity: int) -> jax.Array:
-    """int32[capacity]: the graph slot owning each position, given inclusive ends."""
-    return jnp.searchsorted(ends, jnp.arange(capacity, dtype=ends.dtype),
-                            side="right").astype(jnp.int32)
+    """int32[capacity]: the graph slot owning each position, given inclusive ends.
+
+    Counted by comparing every position with every end (one fused reduction over
+    [capacity, B]): the default binary search is a loop of log2(B) steps, several
+    kernels each, inside every training step."""
+    return jnp.searchsorted(ends, jnp.arange(capacity, dtype=ends.dtype), side="right",
+                            method="compare_all").astype(jnp.int32)
 
 
 def _incident_slots(by_edge, ptr, node_ids, node_mask, first_edge, edge_start,

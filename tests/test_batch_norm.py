@@ -1,0 +1,87 @@
+"""Masked batch normalisation (ops/batch_norm.py, nn/graph_models.MaskedBatchNorm)
+against Flax's `nn.BatchNorm` given the same row mask: values, gradients, variables."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from zerognn_jax._src.nn.graph_models import MaskedBatchNorm
+from zerognn_jax._src.ops.batch_norm import masked_batch_norm
+
+
+class FlaxMasked(nn.Module):
+    """The reference: Flax's BatchNorm with the mask broadcast over features."""
+
+    @nn.compact
+    def __call__(self, x, mask, *, train: bool):
+        bn = nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5)
+        return bn(x, mask=jnp.broadcast_to(mask[:, None], x.shape))
+
+
+def _inputs(dtype, rows=60, features=7, seed=0):
+    rs = np.random.default_rng(seed)
+    x = jnp.asarray(rs.normal(2.0, 3.0, (rows, features)), dtype)
+    mask = jnp.asarray(rs.random(rows) < 0.7)
+    scale = jnp.asarray(rs.normal(1.0, 0.2, features), jnp.float32)
+    bias = jnp.asarray(rs.normal(0.0, 0.2, features), jnp.float32)
+    weights = jnp.asarray(rs.normal(size=(rows, features)), jnp.float32)
+    return x, mask, scale, bias, weights
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_values_and_gradients_match_flax(dtype):
+    x, mask, scale, bias, weights = _inputs(dtype)
+    ref = nn.BatchNorm(use_running_average=False, momentum=0.9, epsilon=1e-5)
+    stats = {"mean": jnp.zeros(7), "var": jnp.ones(7)}
+
+    # every output read, the statistics' too (they feed the running averages)
+    def flax_loss(x, scale, bias):
+        y, new = ref.apply({"params": {"scale": scale, "bias": bias}, "batch_stats": stats},
+                           x, mask=jnp.broadcast_to(mask[:, None], x.shape),
+                           mutable=["batch_stats"])
+        s = new["batch_stats"]
+        return jnp.sum(y * weights) + 1.3 * jnp.sum(s["mean"]) + 0.7 * jnp.sum(s["var"]), y
+
+    def our_loss(x, scale, bias):
+        y, mean, var = masked_batch_norm(x, mask, scale, bias, 1e-5)
+        s = {"mean": 0.9 * stats["mean"] + 0.1 * mean, "var": 0.9 * stats["var"] + 0.1 * var}
+        return jnp.sum(y * weights) + 1.3 * jnp.sum(s["mean"]) + 0.7 * jnp.sum(s["var"]), y
+
+    (want, y_want), g_want = jax.value_and_grad(flax_loss, (0, 1, 2), has_aux=True)(
+        x, scale, bias)
+    (got, y_got), g_got = jax.value_and_grad(our_loss, (0, 1, 2), has_aux=True)(
+        x, scale, bias)
+    assert y_got.dtype == y_want.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(y_got), np.asarray(y_want), rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(float(got), float(want), rtol=1e-5)
+    for a, b in zip(g_got, g_want):
+        assert a.dtype == b.dtype
+        tol = 1e-5 if dtype == jnp.float32 else 1e-2  # one bfloat16 rounding of dx
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                   rtol=tol, atol=tol)
+    # padding rows take no part in the statistics: changing them moves only themselves
+    x2 = jnp.where(mask[:, None], x, 100.0).astype(dtype)
+    y2 = masked_batch_norm(x2, mask, scale, bias, 1e-5)[0]
+    np.testing.assert_array_equal(np.asarray(y2)[np.asarray(mask)],
+                                  np.asarray(y_got)[np.asarray(mask)])
+
+
+def test_module_keeps_flax_variables_and_running_averages():
+    x, mask, *_ = _inputs(jnp.float32, seed=1)
+    ours, ref = MaskedBatchNorm(), FlaxMasked()
+    v_ours = ours.init(jax.random.key(0), x, mask, train=True)
+    v_ref = ref.init(jax.random.key(0), x, mask, train=True)
+    assert jax.tree_util.tree_structure(v_ours) == jax.tree_util.tree_structure(v_ref)
+    # trained variables of one load in the other: perturb them, then run both ways
+    v = jax.tree_util.tree_map(lambda a: a + 0.25, v_ref)
+    for train in (True, False):
+        y_ours, s_ours = ours.apply(v, x, mask, train=train, mutable=["batch_stats"])
+        y_ref, s_ref = ref.apply(v, x, mask, train=train, mutable=["batch_stats"])
+        np.testing.assert_allclose(np.asarray(y_ours), np.asarray(y_ref), rtol=1e-6,
+                                   atol=1e-5)
+        for a, b in zip(jax.tree_util.tree_leaves(s_ours), jax.tree_util.tree_leaves(s_ref)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
