@@ -44,19 +44,19 @@ def run(data, batch_size: int, args) -> dict:
            "test_rocauc": s["test_rocauc"], "compile_s": s["compile_seconds"],
            "epochs": args.epochs, "device": s["device"], "jax": jax.__version__}
     if not args.no_trace:
-        row.update(gpu_fraction(result, args.epochs, epoch_s))
+        row.update(gpu_fraction(result, args.epochs, epoch_s, cfg.sample_ahead))
     return row
 
 
-def gpu_fraction(result, epoch: int, epoch_s: float) -> dict:
+def gpu_fraction(result, epoch: int, epoch_s: float, sample_ahead: int) -> dict:
     """{"gpu_fraction", "gpu_busy_over_epoch"} of epoch `epoch`, run after training at
-    the run's last envelope (once untraced, to compile, then traced); {} without a
-    device."""
+    the run's last envelope (once untraced, to compile, then traced) by the engine
+    training ran on; {} without a device."""
     program, data = result.program, result.data
     levels = result.summary["envelope"]
     envelope = zg.Envelope(levels[0], tuple(levels[1:]))
     items = program.task.train_items(result.dataset)
-    engine = zg.ScanEngine(program)
+    engine = zg.ScanEngine(program, sample_ahead=sample_ahead)
     state = engine.run_epoch(result.state, data, items, epoch, envelope).state
     with tempfile.TemporaryDirectory() as tmp:
         _, prof, _ = traced_epoch(engine, state, data, items, epoch + 1, envelope, tmp)

@@ -6,16 +6,16 @@ each batch size, on one GPU.
         [--aggregations segment,ell] [--top 12] [--no-trace] [--out DIR]
 
 Per (batch size, aggregation), from the same initial parameters and seed: `--epochs`
-epochs on the scan engine (the first compiles; graphs/s from the median of the
-others), then one more under `jax.profiler` (command buffers off while profiling, as
-XLA does by default): the GPU execution fraction of that epoch (busy over wall time)
-and busy time over the untraced median epoch, device events per step, and the
-`--top` kernels by time. Each record is a JSON line (also appended to
-DIR/graph_profile.jsonl); a table ends the output, with each aggregation's speedup
-over the first and whether the first step's loss and gradient agree across the
-aggregations (relative differences below `--loss-tolerance` and `--grad-tolerance`:
-the sums are the same, their rounding is not). Exit code 1 if they do not. On a CPU
-(small --scale) everything runs but the fraction.
+epochs on the scan engine as `zg.train` runs it (`sample_ahead` steps sampled at once;
+the first epoch compiles; graphs/s from the median of the others), then one more under
+`jax.profiler` (command buffers off while profiling, as XLA does by default): the GPU
+execution fraction of that epoch (busy over wall time) and busy time over the untraced
+median epoch, device events per step, and the `--top` kernels by time. Each record is a
+JSON line (also appended to DIR/graph_profile.jsonl); a table ends the output, with each
+aggregation's speedup over the first and whether the first step's loss and gradient
+agree across the aggregations (relative differences below `--loss-tolerance` and
+`--grad-tolerance`: the sums are the same, their rounding is not). Exit code 1 if they
+do not. On a CPU (small --scale) everything runs but the fraction.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def measure(data, batch_size: int, aggregation: str, args, log_dir) -> dict:
     env, cal = program.task.choose_envelope(program, dev, data, cfg)
     state = zg.init_state(program, dev, env, items)
     first = first_step(program, state, dev, items, env, args.seed)
-    engine = zg.ScanEngine(program)
+    engine = zg.ScanEngine(program, sample_ahead=cfg.sample_ahead)
     losses, seconds = [], []
     for epoch in range(args.epochs):
         t0 = time.perf_counter()

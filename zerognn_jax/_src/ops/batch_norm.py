@@ -8,11 +8,10 @@ mean and E[x^2] - mean^2 (clipped at 0) over the rows where `mask` holds; every 
 padding included, is normalised with them: y = (x - mean) * rsqrt(var + epsilon) *
 scale + bias, in float32 (Flax's result type for a float32 scale). The value equals
 Flax's; the gradient is what differs. Differentiating Flax's form gives a chain of
-masked means, selects and their transposes (in a molecule GNN's step on an H100, about
-five kernels per normalisation forward and as many backward, ~20 % of the step at 256
-graphs). Here the backward is two passes over the rows, whatever XLA makes of the
-forward: one multi-output reduction (sum dy, sum dy * (x - mean)) and one elementwise
-pass for dx:
+masked means, selects and their transposes (about five kernels a normalisation in a
+molecule GNN's backward on an H100). Here the backward is two passes over the rows:
+one multi-output reduction (sum dy, sum dy * (x - mean)) and one elementwise pass for
+dx (docs/graph_tasks.md measures the difference):
 
     dx_i = scale * inv * dy_i + m_i / n * (dL/dmean + 2 * dL/dvar * (x_i - mean))
     dL/dmean = -inv * scale * sum(dy)            (+ the cotangent of `mean`)
