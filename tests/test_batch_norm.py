@@ -85,3 +85,23 @@ def test_module_keeps_flax_variables_and_running_averages():
                                    atol=1e-5)
         for a, b in zip(jax.tree_util.tree_leaves(s_ours), jax.tree_util.tree_leaves(s_ref)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+
+
+def test_a_column_shift_before_the_norm_changes_no_output():
+    """Why dense layers that feed a batch norm carry no bias (nn/graph_models.py): in
+    training, a per-column shift of the input moves no output row, padding rows
+    included, and its gradient is zero up to rounding."""
+    x, mask, scale, bias, weights = _inputs(jnp.float32, seed=2)
+    shift = jnp.asarray(np.random.default_rng(3).normal(0.0, 5.0, 7), jnp.float32)
+
+    def loss(shift):
+        y = masked_batch_norm(x + shift, mask, scale, bias, 1e-5)[0]
+        return jnp.sum(y * weights)
+
+    y0 = masked_batch_norm(x, mask, scale, bias, 1e-5)[0]
+    y1 = masked_batch_norm(x + shift, mask, scale, bias, 1e-5)[0]
+    np.testing.assert_allclose(np.asarray(y1), np.asarray(y0), atol=1e-4)
+    grad = jax.grad(loss)(jnp.zeros(7))
+    full = jax.grad(lambda x: jnp.sum(masked_batch_norm(x, mask, scale, bias, 1e-5)[0]
+                                      * weights))(x)
+    assert float(jnp.max(jnp.abs(grad))) < 1e-4 * float(jnp.max(jnp.abs(full))) * x.shape[0]

@@ -11,7 +11,9 @@ row is never read. `OnGraphs` adapts such a model to the step's calling conventi
 The built-in models follow OGB's molecule GNNs (ogb/examples/graphproppred/mol): per
 layer a convolution, batch normalisation over the real nodes, ReLU (not after the last
 layer), dropout; the virtual node is OGB's (a per-graph vector added to every node
-before each layer and updated by an MLP of the graph's summed nodes).
+before each layer and updated by an MLP of the graph's summed nodes). Unlike OGB's,
+dense layers that feed a batch norm have no bias (`dense_before_norm`): it would change
+no output.
 """
 
 from __future__ import annotations
@@ -185,17 +187,26 @@ class _BatchNorm(nn.Module):
         return y
 
 
+def dense_before_norm(features: int, dtype) -> nn.Dense:
+    """A dense layer whose output goes straight into batch normalisation, without a bias:
+    the normalisation subtracts each column's mean over the batch, so a bias would
+    change no output and its gradient would be zero (in a GPU step, one reduction over
+    the layer's rows for nothing)."""
+    return nn.Dense(features, use_bias=False, dtype=dtype)
+
+
 class GINMLP(nn.Module):
-    """GIN's update: Dense(2H), batch norm, ReLU, Dense(H)."""
+    """GIN's update: Dense(2H), batch norm, ReLU, Dense(H). Its output goes into the
+    layer's batch norm (`GraphGNN`), so neither dense layer has a bias."""
 
     hidden: int
     dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, h, mask, *, train: bool):
-        h = nn.Dense(2 * self.hidden, dtype=self.dtype)(h)
+        h = dense_before_norm(2 * self.hidden, self.dtype)(h)
         h = nn.relu(MaskedBatchNorm()(h, mask, train=train))
-        return nn.Dense(self.hidden, dtype=self.dtype)(h)
+        return dense_before_norm(self.hidden, self.dtype)(h)
 
 
 class GraphConv(nn.Module):
@@ -290,15 +301,15 @@ class GraphGNN(nn.Module):
 
     def _update_virtual(self, pooled, graphs: Graphs, train: bool):
         mask = graphs.graph_mask
-        v = nn.Dense(2 * self.hidden, dtype=self.dtype)(pooled)
+        v = dense_before_norm(2 * self.hidden, self.dtype)(pooled)
         v = nn.relu(MaskedBatchNorm()(v, mask, train=train))
-        v = nn.Dense(self.hidden, dtype=self.dtype)(v)
+        v = dense_before_norm(self.hidden, self.dtype)(v)
         return nn.relu(MaskedBatchNorm()(v, mask, train=train))
 
     def _readout(self, h, graphs: Graphs, train: bool):
         if self.readout != "attention":
             return pool(h, graphs, self.readout)
-        gate = nn.Dense(2 * self.hidden, dtype=self.dtype)(h)
+        gate = dense_before_norm(2 * self.hidden, self.dtype)(h)
         gate = nn.relu(MaskedBatchNorm()(gate, graphs.node_mask, train=train))
         gate = nn.Dense(1, dtype=self.dtype)(gate).astype(jnp.float32)
         top = pool(gate, graphs, "max")
