@@ -50,8 +50,8 @@ def run(data, batch_size: int, args) -> dict:
 
 def gpu_fraction(result, epoch: int, epoch_s: float, sample_ahead: int) -> dict:
     """{"gpu_fraction", "gpu_busy_over_epoch"} of epoch `epoch`, run after training at
-    the run's last envelope (once untraced, to compile, then traced) by the engine
-    training ran on; {} without a device."""
+    the run's last envelope (once untraced, to compile, then traced), sampling
+    `sample_ahead` steps at once as training did; {} without a device."""
     program, data = result.program, result.data
     levels = result.summary["envelope"]
     envelope = zg.Envelope(levels[0], tuple(levels[1:]))

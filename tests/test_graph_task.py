@@ -15,6 +15,7 @@ import optax
 import pytest
 
 import zerognn_jax as zg
+from zerognn_jax._src.sampling import graph_batch
 from zerognn_jax._src.sampling.graph_batch import graph_tables, step_graphs
 from zerognn_jax._src.training.trainer import prepare
 
@@ -76,6 +77,21 @@ def test_pack_keeps_each_graph(molecules):
     assert bool(narrow.overflow) and int(narrow.counts[2]) == degree
     small = zg.pack_graphs(tables, ids, valid, int(n), 512)  # no slot for the padding node
     assert bool(small.overflow) and int(small.counts[0]) == n + 1
+
+
+def test_pack_compares_or_searches_alike(molecules, monkeypatch):
+    """Slot owners come from comparing every slot with every graph's end up to
+    COMPARE_ALL_LIMIT pairs and from a binary search above it: the same packing."""
+    tables = jax.tree_util.tree_map(jnp.asarray, graph_tables(molecules))
+    ids = jnp.asarray(np.arange(3, 31), jnp.int32)
+    valid = jnp.arange(28) < 25
+    packed = []
+    for limit in (graph_batch.COMPARE_ALL_LIMIT, 0):
+        monkeypatch.setattr(graph_batch, "COMPARE_ALL_LIMIT", limit)
+        packed.append(zg.pack_graphs(tables, ids, valid, 1024, 2048, 8))
+    for a, b in zip(*packed):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert int(np.asarray(packed[0].node_graph).max()) == 28  # the padding graph's slot
 
 
 def test_readouts():

@@ -11,14 +11,15 @@ Flax's; the gradient is what differs. Differentiating Flax's form gives a chain 
 masked means, selects and their transposes (about five kernels a normalisation in a
 molecule GNN's backward on an H100). Here the backward is two passes over the rows:
 one multi-output reduction (sum dy, sum dy * (x - mean)) and one elementwise pass for
-dx (docs/graph_tasks.md measures the difference):
+dx (docs/benchmarks.md, "Graph-level steps", measures it with two other changes):
 
     dx_i = scale * inv * dy_i + m_i / n * (dL/dmean + 2 * dL/dvar * (x_i - mean))
     dL/dmean = -inv * scale * sum(dy)            (+ the cotangent of `mean`)
     dL/dvar = -inv^3 / 2 * scale * sum(dy * (x - mean))   (+ that of `var`)
 
 with inv = rsqrt(var + epsilon), m the mask and n its count; sums run over every row
-(padding rows' outputs depend on the statistics too).
+(padding rows' outputs depend on the statistics too). With no masked row the statistics
+are NaN, as Flax's are.
 """
 
 from __future__ import annotations

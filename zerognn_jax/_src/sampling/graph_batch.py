@@ -164,14 +164,22 @@ class GraphBatch(NamedTuple):
         return jnp.sum(self.edge_mask.astype(jnp.int32))
 
 
-def _slot_graph(ends: jax.Array, capacity: int) -> jax.Array:
-    """int32[capacity]: the graph slot owning each position, given inclusive ends.
+# Above this many (position, graph) pairs `_slot_graph` searches instead of comparing.
+COMPARE_ALL_LIMIT = 2**23
 
-    Counted by comparing every position with every end (one fused reduction over
-    [capacity, B]): the default binary search is a loop of log2(B) steps, several
-    kernels each, inside every training step."""
+
+def _slot_graph(ends: jax.Array, capacity: int) -> jax.Array:
+    """int32[capacity]: the graph slot owning each position, given each graph's end (the
+    running count of slots up to and including it).
+
+    Up to COMPARE_ALL_LIMIT pairs (molhiv-like at 256 graphs a batch: 4.3M), every
+    position is compared with every end: on a GPU one fused reduction, where the binary
+    search is a loop of log2(B) iterations of several kernels each inside every step.
+    A CPU writes the comparisons out (32 MB at the limit), and larger batches make the
+    work grow as B x capacity, so they search."""
+    method = "compare_all" if ends.shape[0] * capacity <= COMPARE_ALL_LIMIT else "scan"
     return jnp.searchsorted(ends, jnp.arange(capacity, dtype=ends.dtype), side="right",
-                            method="compare_all").astype(jnp.int32)
+                            method=method).astype(jnp.int32)
 
 
 def _incident_slots(by_edge, ptr, node_ids, node_mask, first_edge, edge_start,
