@@ -7,11 +7,12 @@ The statistics are Flax `BatchNorm`'s with a row mask and its fast variance: in 
 mean and E[x^2] - mean^2 (clipped at 0) over the rows where `mask` holds; every row,
 padding included, is normalised with them: y = (x - mean) * rsqrt(var + epsilon) *
 scale + bias, in float32 (Flax's result type for a float32 scale). The value equals
-Flax's; the gradient is what differs. Differentiating Flax's form gives a chain of
-masked means, selects and their transposes (about five kernels a normalisation in a
-molecule GNN's backward on an H100). Here the backward is two passes over the rows:
-one multi-output reduction (sum dy, sum dy * (x - mean)) and one elementwise pass for
-dx (docs/benchmarks.md, "Graph-level steps", measures it with two other changes):
+Flax's up to the order of the sums; the gradient is what differs. Differentiating
+Flax's form gives a chain of masked means, selects and their transposes (about five
+kernels a normalisation in a molecule GNN's backward on an H100). Here the backward
+is two passes over the rows: one multi-output reduction (sum dy, sum dy * (x - mean))
+and one elementwise pass for dx (docs/benchmarks.md, "Graph-level steps", measures it
+with two other changes):
 
     dx_i = scale * inv * dy_i + m_i / n * (dL/dmean + 2 * dL/dvar * (x_i - mean))
     dL/dmean = -inv * scale * sum(dy)            (+ the cotangent of `mean`)
@@ -34,8 +35,9 @@ def _stats(x, mask):
     """(x as float32, float32 row count, mean, var before clipping) over masked rows."""
     xf = x.astype(jnp.float32)
     m = mask[:, None]
-    # Counted apart: fused with the kernel that makes the mask (on a GPU, the step's
-    # packing and feature gather), the scalar sum ran that kernel in one thread block.
+    # Counted behind a barrier: on a GPU, sampling one step ahead, XLA fused the scalar
+    # sum into the kernel that packs the batch and gathers its features, which then took
+    # 56.7 us a step for 0.7 MB.
     count = jnp.sum(jax.lax.optimization_barrier(mask).astype(jnp.float32))
     mean = jnp.sum(jnp.where(m, xf, 0.0), axis=0) / count
     raw = jnp.sum(jnp.where(m, xf * xf, 0.0), axis=0) / count - mean * mean
@@ -47,10 +49,7 @@ def masked_batch_norm(x, mask, scale, bias, epsilon):
     """(y float32[rows, F], mean float32[F], var float32[F]) as the module docstring
     says; `x` [rows, F] any float dtype, `mask` bool[rows], `scale`/`bias` float32[F],
     `epsilon` a Python float."""
-    xf, _, mean, raw = _stats(x, mask)
-    var = jnp.maximum(raw, 0.0)
-    inv = jax.lax.rsqrt(var + epsilon)
-    return (xf - mean) * (inv * scale) + bias, mean, var
+    return _forward(x, mask, scale, bias, epsilon)[0]
 
 
 def _forward(x, mask, scale, bias, epsilon):

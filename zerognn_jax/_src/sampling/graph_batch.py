@@ -173,10 +173,10 @@ def _slot_graph(ends: jax.Array, capacity: int) -> jax.Array:
     running count of slots up to and including it).
 
     Up to COMPARE_ALL_LIMIT pairs (molhiv-like at 256 graphs a batch: 4.3M), every
-    position is compared with every end: on a GPU one fused reduction, where the binary
-    search is a loop of log2(B) iterations of several kernels each inside every step.
-    A CPU writes the comparisons out (32 MB at the limit), and larger batches make the
-    work grow as B x capacity, so they search."""
+    position is compared with every end and the hits summed: no loop, where the binary
+    search is a `while` of log2(B) iterations inside every step's GPU program. A CPU
+    writes the comparisons out (32 MB at the limit), and the work grows as B x
+    capacity, so larger batches search."""
     method = "compare_all" if ends.shape[0] * capacity <= COMPARE_ALL_LIMIT else "scan"
     return jnp.searchsorted(ends, jnp.arange(capacity, dtype=ends.dtype), side="right",
                             method=method).astype(jnp.int32)
