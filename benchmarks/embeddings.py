@@ -4,7 +4,7 @@ variant and a table at the end.
 
     PYTHONPATH=. python3 benchmarks/embeddings.py [--dim 64] [--epochs 4] [--root /tmp/c]
         [--scale 1] [--dtype float32] [--variants none,sparse,sparse-dedup,dense]
-        [--kernels auto]
+        [--kernels auto] [--profile sparse-dedup,...] [--top 14]
 
 Variants (the library's defaults otherwise: SAGE 3x256, [15, 10, 5], batch 1024):
   none          no embedding
@@ -16,12 +16,22 @@ Variants (the library's defaults otherwise: SAGE 3x256, [15, 10, 5], batch 1024)
   dense         the same table, but every step runs Adam over all N rows and both
                 moment tables (the gradient scattered into a dense [N, dim] array): the
                 cost row-sparse updates avoid
-  no-update     the rows gathered and differentiated, the table never written: the
-                share of the backward into the input rows
+  no-update     the rows gathered and read by the model, the table never written (their
+                gradient unused, so XLA drops the backward into them)
+  grad-only     the rows differentiated too (the gradient summed into a flag), the
+                table never written: the backward into the rows without the update
+  *-dedup       (no-update, grad-only) the same on deduplicated levels
 
 `--kernels` as `TrainConfig.kernels`: `auto` (on a GPU the Pallas sampler and the row
 update written in place by its Pallas kernel, `pallas_kernels/row_adam.py`), or
 `sample=pallas` for the row update's XLA form.
+
+`--profile`: for those variants, one more epoch on the scan engine as `zg.train` runs it
+(the envelope the timed run ended with, `sample_ahead` steps sampled at once), compiled
+without command buffers (whose kernels a trace does not name), under `jax.profiler`:
+device time per step split into phases by the named scopes of each kernel's operation
+(`phase_of`: the embedding's row gather and its row update apart from the rest) and the
+busiest kernels with the operation each came from. On a CPU everything runs but the device lines.
 """
 
 from __future__ import annotations
@@ -29,14 +39,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import tempfile
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
+import zerognn_jax as zg
 from zerognn_jax import TrainConfig, load_dataset, train
+from zerognn_jax._src.bench import profiling
 from zerognn_jax._src.training import trainer
 from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.row_adam import RowAdamState
+from zerognn_jax._src.training.scan import ScanEngine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,15 +73,72 @@ class DenseAdamEmbedding(NodeEmbedding):
 
 @dataclasses.dataclass(frozen=True)
 class FrozenEmbedding(NodeEmbedding):
-    """Rows gathered and differentiated, but never written (how much of the cost is the
-    backward into the input rows rather than the update)."""
+    """Rows gathered and read by the model, never written: their gradient is unused, so
+    XLA drops the backward into them (the cost of reading the rows)."""
 
     def update(self, table, opt, ids, grads, valid, *, unique, taken=True, kernels=None):
         return table, opt
 
 
+@dataclasses.dataclass(frozen=True)
+class GradientOnlyEmbedding(NodeEmbedding):
+    """Rows read and differentiated, never written: the gradient rows are summed into a
+    flag no value depends on (the cost of the backward into the rows, without the
+    update)."""
+
+    def update(self, table, opt, ids, grads, valid, *, unique, taken=True, kernels=None):
+        never = jnp.sum(grads.astype(jnp.float32)) == jnp.inf
+        return table, opt._replace(count=opt.count + never.astype(opt.count.dtype))
+
+
+# (named scope, phase), the first match wins; "transpose(" marks the backward pass
+SCOPES = (("embedding_update", "embedding update"), ("embedding_rows", "embedding rows"),
+          ("sample", "sampling"), ("update", "optimizer"), ("transpose", "backward"),
+          ("features", "feature gather"))
+
+
+def phase_of(op_name: str | None) -> str:
+    """The phase of a kernel from its operation's op_name (`profiling.scope_phase`)."""
+    return profiling.scope_phase(op_name, SCOPES)
+
+
+def profile(cfg: TrainConfig, dataset, envelope, top: int) -> dict:
+    """Phases and busiest kernels per step of one profiled epoch at `envelope`."""
+    _, data, program = trainer.prepare(cfg, dataset)
+    items = program.task.train_items(dataset)
+    engine = ScanEngine(program, sample_ahead=cfg.sample_ahead,
+                        compiler_options=profiling.NO_COMMAND_BUFFERS)
+    state = zg.init_state(program, data, envelope, items)
+    res = engine.run_epoch(state, data, items, 0, envelope)  # compiles
+    jax.block_until_ready(res.state.params)
+    state = zg.init_state(program, data, envelope, items)  # the engine donates its state
+    jax.block_until_ready(state.params)
+    with tempfile.TemporaryDirectory() as tmp:
+        with profiling.traced_window(tmp):
+            res = engine.run_epoch(state, data, items, 0, envelope)
+            jax.block_until_ready(res.state.params)
+        if res.overflows:
+            raise RuntimeError(f"the profiled epoch overflowed {res.overflows} times at "
+                               f"{envelope}; its kernels would mix two programs")
+        (compiled,) = engine.programs.values()
+        text = compiled.as_text()
+        trace = profiling.find_trace(tmp)
+        out = {"phases_us_per_step": profiling.phase_table(trace, text, res.steps, phase_of)}
+        out.update(profiling.step_kernel_table(trace, text, res.steps, top))
+    names = profiling.op_names(text)
+    for row in out["kernels"]:  # the operation each kernel came from
+        row.append(names.get(row[0], "")[-90:])
+    out["top_kernels"] = out.pop("kernels")  # "kernels" names the run's kernel choice
+    return out
+
+
 VARIANTS = {"none": {}, "sparse": {}, "sparse-dedup": dict(dedup=True, flat_outer=False),
-            "dense": {}, "no-update": {}}
+            "dense": {}, "no-update": {}, "grad-only": {},
+            "no-update-dedup": dict(dedup=True, flat_outer=False),
+            "grad-only-dedup": dict(dedup=True, flat_outer=False)}
+STAND_INS = {"dense": DenseAdamEmbedding, "no-update": FrozenEmbedding,
+             "no-update-dedup": FrozenEmbedding, "grad-only": GradientOnlyEmbedding,
+             "grad-only-dedup": GradientOnlyEmbedding}
 
 
 def main(argv=None) -> None:
@@ -78,12 +150,13 @@ def main(argv=None) -> None:
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--variants", default="none,sparse,sparse-dedup,dense")
     p.add_argument("--kernels", default="auto")
+    p.add_argument("--profile", default="", help="variants to profile, comma-separated")
+    p.add_argument("--top", type=int, default=14, help="kernels listed per profile")
     args = p.parse_args(argv)
     dataset = load_dataset("products-like", root=args.root, scale=args.scale)
     rows = []
     for name in args.variants.split(","):
-        trainer.NodeEmbedding = {"dense": DenseAdamEmbedding,
-                                 "no-update": FrozenEmbedding}.get(name, NodeEmbedding)
+        trainer.NodeEmbedding = STAND_INS.get(name, NodeEmbedding)
         cfg = TrainConfig(dataset="products-like", root=args.root, scale=args.scale,
                           epochs=args.epochs,
                           dtype=args.dtype, eval_mode="none", progress=False,
@@ -97,13 +170,23 @@ def main(argv=None) -> None:
                      "layout": res.summary.get("layout"), "epochs": times,
                      "median": float(np.median(times)),
                      "losses": [h["loss"] for h in res.history]})
+        if name in args.profile.split(","):
+            levels = res.summary["envelope"]
+            envelope = zg.Envelope(levels[0], tuple(levels[1:]))
+            rows[-1].update(profile(cfg, dataset, envelope, args.top))
         print(json.dumps(rows[-1]), flush=True)
     trainer.NodeEmbedding = NodeEmbedding
     base = next((r["median"] for r in rows if r["variant"] == "none"), None)
-    print("| variant | epoch (s) | vs none |\n|---|---|---|")
+    phases = []
+    for r in rows:
+        phases += [p for p in r.get("phases_us_per_step", {}) if p not in phases]
+    print("| variant | epoch (s) | vs none |" + "".join(f" {p} us |" for p in phases))
+    print("|---|---|---|" + "---|" * len(phases))
     for r in rows:
         ratio = f"{r['median'] / base:.2f}x" if base else "-"
-        print(f"| {r['variant']} | {r['median']:.4f} | {ratio} |")
+        got = r.get("phases_us_per_step", {})
+        print(f"| {r['variant']} | {r['median']:.4f} | {ratio} |" +
+              "".join(f" {got[p][0]:.0f} |" if p in got else " |" for p in phases))
 
 
 if __name__ == "__main__":

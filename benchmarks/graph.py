@@ -10,8 +10,8 @@ size one JSON line (also appended to DIR/graph.jsonl): graphs per second (traini
 graphs over the median epoch time after the first), the envelope, envelope bytes over
 the ideal padded bytes (largest batch seen), test ROC-AUC after the last epoch, compile
 time, and the GPU execution fraction of one more epoch replayed under `jax.profiler`
-after training (busy over wall time, command buffers off while profiling; also busy
-time over the median untraced epoch; `--no-trace` skips it); then a Markdown table.
+after training (busy over wall time; also busy time over the median untraced epoch;
+`--no-trace` skips it); then a Markdown table.
 Runs anywhere (a CPU at a small --scale: no fraction).
 """
 

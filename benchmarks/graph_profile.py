@@ -8,9 +8,10 @@ each batch size, on one GPU.
 Per (batch size, aggregation), from the same initial parameters and seed: `--epochs`
 epochs on the scan engine as `zg.train` runs it (`sample_ahead` steps sampled at once;
 the first epoch compiles; graphs/s from the median of the others), then one more under
-`jax.profiler` (command buffers off while profiling, as XLA does by default): the GPU
-execution fraction of that epoch (busy over wall time) and busy time over the untraced
-median epoch, device events per step, and the `--top` kernels by time. Each record is a
+`jax.profiler` (set `XLA_FLAGS=--xla_gpu_enable_command_buffer=` for kernels named one by
+one: bench/profiling.py): the GPU execution fraction of that epoch (busy over wall
+time) and busy time over the untraced median epoch, device events per step, and the
+`--top` kernels by time. Each record is a
 JSON line (also appended to DIR/graph_profile.jsonl); a table ends the output, with each
 aggregation's speedup over the first and whether the first step's loss and gradient
 agree across the aggregations (relative differences below `--loss-tolerance` and

@@ -25,8 +25,9 @@ Each form changes one thing:
 
 Per form: the envelope calibrated on the first `--steps` steps, a compiling warm-up,
 `--repeats` timed runs of those steps from the same state (median), the last run's
-mean loss; for the forms in `--profile`, one more run under `jax.profiler` (command
-buffers off, as XLA profiles by default): device time per step split into phases by
+mean loss; for the forms in `--profile`, one more run under `jax.profiler` (with
+`XLA_FLAGS=--xla_gpu_enable_command_buffer=` for kernels named one by one:
+bench/profiling.py): device time per step split into phases by
 the named scopes of each kernel's operation (sampling, the seed-edge mask, the
 feature gather, the model's forward and backward, the optimizer's update; see
 `bench/profiling.phase_table`) and the busiest kernels with the operation each
@@ -41,7 +42,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import re
 import statistics
 import sys
 import tempfile
@@ -67,14 +67,8 @@ SCOPES = (("restrict", "seed-edge mask"), ("sample", "sampling"), ("update", "op
 
 
 def phase_of(op_name: str | None) -> str:
-    """The phase of a kernel from its operation's op_name (None: a library kernel
-    outside any instruction)."""
-    if op_name is None:
-        return "unnamed"
-    for scope, phase in SCOPES:
-        if re.search(rf"(^|[/(]){scope}([/()]|$)", op_name):
-            return phase
-    return "forward and other"
+    """The phase of a kernel from its operation's op_name (`profiling.scope_phase`)."""
+    return profiling.scope_phase(op_name, SCOPES)
 
 
 def build(form: str, args, programs: dict):

@@ -280,8 +280,8 @@ class Child:
     @contextlib.contextmanager
     def tracing(self, variant: Variant):
         """Yields True inside a jax.profiler trace into --trace/<variant>[-p<process>] if
-        the variant is to be traced, else False. (XLA turns command buffers off while
-        profiling unless told otherwise.)"""
+        the variant is to be traced, else False. (Command buffers show in a trace as
+        events that name no kernel: bench/profiling.py.)"""
         import jax
 
         wanted = [v.strip() for v in self.args.trace_variants.split(",")]

@@ -173,6 +173,17 @@ def test_phase_table_sums_kernels_by_the_phase_of_their_operation(tmp_path):
     assert any("sample/" in op for op in names.values())
 
 
+def test_a_kernels_phase_is_its_first_named_scope_found_whole():
+    scopes = (("embedding_update", "embedding"), ("update", "optimizer"),
+              ("transpose", "backward"))
+    phase = lambda op: profiling.scope_phase(op, scopes)
+    assert phase("jit(run)/while/body/embedding_update/pallas_call") == "embedding"
+    assert phase("jit(run)/while/body/update/add") == "optimizer"
+    assert phase("jit(run)/transpose(jvp(GNN))/dot_general") == "backward"
+    assert phase("jit(run)/jvp(GNN)/updated_rows/mul") == "forward and other"  # no part
+    assert phase(None) == "unnamed"
+
+
 def test_a_cpu_trace_has_no_device_fraction(tmp_path):
     double = jax.jit(lambda x: x * 2)
     with profiling.traced_window(tmp_path):

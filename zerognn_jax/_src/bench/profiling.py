@@ -8,8 +8,10 @@ kernels, copies and memsets as CUPTI reports them, not the derived "XLA Modules"
 "XLA Ops" lines, which span idle gaps), and divides the length of the union of their
 intervals, clipped to the annotated window, by the window's length.
 
-XLA runs command buffers op by op while profiling unless
-`--xla_enable_command_buffers_during_profiling=true` is set.
+A program compiled with command buffers (XLA's default on a GPU) shows in a trace of
+JAX 0.11.2 as `command_buffer_N` events that name no instruction (seen on an H100,
+2026-11-25); compile what is to be profiled kernel by kernel with `NO_COMMAND_BUFFERS`
+(or `XLA_FLAGS=--xla_gpu_enable_command_buffer=`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ import jax
 from zerognn_jax._src.bench import hlo_bytes
 
 WINDOW = "zerognn_profiled_window"
+# compiler options (`Compiled`'s, `ScanEngine.compiler_options`) for a program whose
+# kernels a trace should name one by one
+NO_COMMAND_BUFFERS = {"xla_gpu_enable_command_buffer": ""}
 _STREAM = re.compile(r"^\s*stream\b", re.IGNORECASE)
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
@@ -221,6 +226,19 @@ def op_names(hlo_text: str) -> dict[str, str]:
         if name and op:
             out[hlo_bytes.kernel_key(name.group(1))] = op.group(1)
     return out
+
+
+def scope_phase(op_name: str | None, scopes) -> str:
+    """The phase of a kernel whose instruction came from `op_name` (None: a library
+    kernel outside any instruction, "unnamed"): that of the first (named scope, phase)
+    in `scopes` whose scope is a whole component of the name ("transpose" marks the
+    backward pass), else "forward and other"."""
+    if op_name is None:
+        return "unnamed"
+    for scope, phase in scopes:
+        if re.search(rf"(^|[/(]){scope}([/()]|$)", op_name):
+            return phase
+    return "forward and other"
 
 
 def phase_table(path: str | pathlib.Path, hlo_text: str, steps: int,

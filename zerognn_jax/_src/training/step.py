@@ -42,8 +42,9 @@ def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch:
     emb = program.embedding
     ids = valid = embedded = None
     if emb is not None:
-        ids, valid = emb.ids(mb)
-        embedded = emb.rows(program.kernels, state.embedding, ids, valid)
+        with jax.named_scope("embedding_rows"):  # phases a profile reads (bench/profiling.py)
+            ids, valid = emb.ids(mb)
+            embedded = emb.rows(program.kernels, state.embedding, ids, valid)
 
     def loss_fn(params, embedded):
         variables = {"params": params, "batch_stats": state.batch_stats}
@@ -95,8 +96,10 @@ def update_embedding(program: StepProgram, state: TrainState, out: dict,
     # Rows of a deduplicated outermost level are distinct on one device (a typed level's
     # per type, and the types' tables lie at distinct offsets of the stacked one).
     unique = program.parallel is None and not program.sampler.positional[-1]
-    table, opt = emb.update(state.embedding, state.embedding_opt, ids, grads, valid & keep,
-                            unique=unique, taken=keep, kernels=program.kernels)
+    with jax.named_scope("embedding_update"):
+        table, opt = emb.update(state.embedding, state.embedding_opt, ids, grads,
+                                valid & keep, unique=unique, taken=keep,
+                                kernels=program.kernels)
     return state._replace(embedding=table, embedding_opt=opt)
 
 
