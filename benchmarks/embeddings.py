@@ -3,16 +3,16 @@ against no embedding and against dense Adam over the whole table, one JSON line 
 variant and a table at the end.
 
     PYTHONPATH=. python3 benchmarks/embeddings.py [--dim 64] [--epochs 4] [--root /tmp/c]
-        [--scale 1] [--dtype float32] [--variants none,sparse,sparse-dedup,dense]
-        [--kernels auto] [--profile sparse-dedup,...] [--top 14]
+        [--scale 1] [--dtype float32] [--variants none,sparse,sparse-tree,dense]
+        [--kernels auto] [--profile sparse,...] [--top 14]
 
 Variants (the library's defaults otherwise: SAGE 3x256, [15, 10, 5], batch 1024):
-  none          no embedding
-  sparse        `embedding_dim=dim`: the step's rows and their moments only (the layout
-                the library picks: tree mode, whose outer level repeats nodes, so its
-                ids are sorted and merged first)
-  sparse-dedup  the same on deduplicated levels, the outer one too (distinct rows: no
-                sort)
+  none          no embedding (tree layout, the library's choice for it)
+  sparse        `embedding_dim=dim`: the step's rows and their moments only, on the
+                layout the library picks with an embedding: deduplicated levels, the
+                outer one too (distinct rows: no sort)
+  sparse-tree   the same in tree mode, whose outer level repeats nodes, so its ids are
+                sorted and merged first
   dense         the same table, but every step runs Adam over all N rows and both
                 moment tables (the gradient scattered into a dense [N, dim] array): the
                 cost row-sparse updates avoid
@@ -20,7 +20,6 @@ Variants (the library's defaults otherwise: SAGE 3x256, [15, 10, 5], batch 1024)
                 gradient unused, so XLA drops the backward into them)
   grad-only     the rows differentiated too (the gradient summed into a flag), the
                 table never written: the backward into the rows without the update
-  *-dedup       (no-update, grad-only) the same on deduplicated levels
 
 `--kernels` as `TrainConfig.kernels`: `auto` (on a GPU the Pallas sampler and the row
 update written in place by its Pallas kernel, `pallas_kernels/row_adam.py`), or
@@ -132,13 +131,10 @@ def profile(cfg: TrainConfig, dataset, envelope, top: int) -> dict:
     return out
 
 
-VARIANTS = {"none": {}, "sparse": {}, "sparse-dedup": dict(dedup=True, flat_outer=False),
-            "dense": {}, "no-update": {}, "grad-only": {},
-            "no-update-dedup": dict(dedup=True, flat_outer=False),
-            "grad-only-dedup": dict(dedup=True, flat_outer=False)}
+VARIANTS = {"none": {}, "sparse": {}, "sparse-tree": dict(dedup=False), "dense": {},
+            "no-update": {}, "grad-only": {}}
 STAND_INS = {"dense": DenseAdamEmbedding, "no-update": FrozenEmbedding,
-             "no-update-dedup": FrozenEmbedding, "grad-only": GradientOnlyEmbedding,
-             "grad-only-dedup": GradientOnlyEmbedding}
+             "grad-only": GradientOnlyEmbedding}
 
 
 def main(argv=None) -> None:
@@ -148,7 +144,7 @@ def main(argv=None) -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--root", default="/tmp/c")
     p.add_argument("--scale", type=float, default=1.0)
-    p.add_argument("--variants", default="none,sparse,sparse-dedup,dense")
+    p.add_argument("--variants", default="none,sparse,sparse-tree,dense")
     p.add_argument("--kernels", default="auto")
     p.add_argument("--profile", default="", help="variants to profile, comma-separated")
     p.add_argument("--top", type=int, default=14, help="kernels listed per profile")

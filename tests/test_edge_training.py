@@ -17,6 +17,7 @@ import pytest
 from conftest import random_graph
 
 from zerognn_jax import TrainConfig, make_dataset, restore, train
+from zerognn_jax._src.training import trainer
 from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.evaluate import layerwise_logits, sampled_logits
 
@@ -166,3 +167,26 @@ def test_placement_counts_only_the_edge_features_a_model_reads(edge_data, monkey
     trainer.prepare(_cfg(dtype="bfloat16"), edge_data)
     assert seen[0] is None
     assert seen[1].dtype == jnp.bfloat16 and seen[1].shape == edge_data.graph.edge_features.shape
+
+
+@pytest.mark.parametrize("model", ["sage", "sage-max"])
+def test_sage_aggregates_features_and_embedding_apart_as_if_joined(edge_data, model,
+                                                                   monkeypatch):
+    """The built-in GNN takes (features, embedding rows) as a pair and its SAGE layer
+    aggregates them apart; training equals the concatenated input's, losses and the
+    table after two epochs, up to float32 rounding."""
+    def run(apart: bool):
+        class Joined(NodeEmbedding):  # the pair's concatenation, as a user's model gets it
+            def __init__(self, *args, **kw):
+                super().__init__(*args, **{**kw, "apart": apart})
+
+        monkeypatch.setattr(trainer, "NodeEmbedding", Joined)
+        res = train(_cfg(model=model, edge_features=False, fanouts=(3, 2), epochs=2,
+                         embedding_dim=4), edge_data)
+        assert res.program.embedding.apart is apart
+        return [r["loss"] for r in res.history], np.asarray(res.state.embedding)
+
+    (apart_losses, apart_table), (joined_losses, joined_table) = run(True), run(False)
+    np.testing.assert_allclose(apart_losses, joined_losses, rtol=1e-6)
+    np.testing.assert_allclose(apart_table, joined_table, rtol=1e-5, atol=1e-7)
+    assert not np.array_equal(apart_table, NodeEmbedding(4, 0.01).init(240, 0)[0])

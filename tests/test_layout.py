@@ -32,3 +32,14 @@ def test_tree_mode_when_asked_or_small_and_no_flat_hop_for_user_models():
     assert _layout((2, 2), num_nodes=10**7).name == "tree"
     user = _layout((5, 3), num_nodes=100, user_model=True)
     assert not user.flat_outer and "user's model" in user.why
+
+
+def test_an_embedding_deduplicates_every_level_unless_asked_otherwise():
+    """A learnable embedding's rows are the outermost level's: deduplicated, no flat hop,
+    where without one the same run would be a tree or flat."""
+    assert _layout((2, 2), num_nodes=10**7).name == "tree"
+    for nodes in (10**7, 100):
+        layout = _layout((2, 2), num_nodes=nodes, embedding_dim=8)
+        assert (layout.dedup, layout.flat_outer) == (True, False) and "embedding" in layout.why
+    assert not _layout((2, 2), num_nodes=10**7, embedding_dim=8, dedup=False).dedup
+    assert _layout((2, 2), embedding_dim=8, flat_outer=True).flat_outer

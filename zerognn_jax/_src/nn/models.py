@@ -74,13 +74,20 @@ class SAGEConv(nn.Module):
 
     @nn.compact
     def __call__(self, h_src, h_dst, view):
-        if self.aggregator == "max":
-            agg = view.max(h_src)
+        if isinstance(h_src, tuple):  # column blocks aggregated apart (`GNN`), then joined
+            agg = jnp.concatenate([self.aggregate(h, view) for h in h_src], axis=-1)
+            h_dst = jnp.concatenate(h_dst, axis=-1)
         else:
-            w = mean_weights(view) if self.aggregator == "mean" else view.edge_mask[..., None]
-            agg = view.weighted_sum(h_src[:, None, :], w.astype(h_src.dtype))[:, 0, :]
+            agg = self.aggregate(h_src, view)
         both = jnp.concatenate([h_dst, agg.astype(h_dst.dtype)], axis=-1)
         return nn.Dense(self.features, dtype=self.dtype, name="linear")(both)
+
+    def aggregate(self, h_src, view):
+        """AGG_j h_j over each destination's sampled neighbours, column by column."""
+        if self.aggregator == "max":
+            return view.max(h_src)
+        w = mean_weights(view) if self.aggregator == "mean" else view.edge_mask[..., None]
+        return view.weighted_sum(h_src[:, None, :], w.astype(h_src.dtype))[:, 0, :]
 
 
 class GCNConv(nn.Module):
@@ -240,13 +247,19 @@ class GNN(nn.Module):
 
     def layer(self, i, h_src, h_dst, view, *, train: bool):
         """Layer i. `h_dst=None` means the destinations are the first rows of `h_src`
-        (sampled blocks); layer-wise inference passes them explicitly."""
+        (sampled blocks); layer-wise inference passes them explicitly. A tuple `h_src`
+        (`__call__`) holds column blocks of the input rows, which a SAGE layer aggregates
+        apart."""
         drop = self.drop_input if i == 0 else self.drop_hidden
-        h_src = drop(h_src.astype(self.dtype), deterministic=not train)
-        if h_dst is None:
-            h_dst = h_src[: view.num_dst]
+        if isinstance(h_src, tuple):  # never dropped (`__call__`)
+            h_src = tuple(h.astype(self.dtype) for h in h_src)
+            h_dst = tuple(h[: view.num_dst] for h in h_src)
         else:
-            h_dst = drop(h_dst.astype(self.dtype), deterministic=not train)
+            h_src = drop(h_src.astype(self.dtype), deterministic=not train)
+            if h_dst is None:
+                h_dst = h_src[: view.num_dst]
+            else:
+                h_dst = drop(h_dst.astype(self.dtype), deterministic=not train)
         out = self.convs[i](h_src, h_dst, view)
         if i == self.num_layers - 1:
             return out.astype(jnp.float32)
@@ -257,7 +270,16 @@ class GNN(nn.Module):
         return nn.relu(out)
 
     def __call__(self, x, views: Sequence, *, train: bool):
+        """`x`: the outermost level's input rows, float[S, d]; or a pair of column blocks
+        (features float[S, d], learnable embedding rows float[S, e]), whose
+        concatenation they stand for. A SAGE layer's input, not dropped
+        (`input_dropout` 0 or not training), aggregates the two apart: the forward's
+        columns are the same, and the backward scatters the gradient of the embedding's
+        `e` columns only, not of all d + e (the features take none)."""
         h = x
+        if isinstance(x, tuple) and (self.conv != "sage" or not views
+                                     or (train and self.input_dropout > 0.0)):
+            h = jnp.concatenate(x, axis=-1)
         for i, view in enumerate(views):
             h = self.layer(i, h, None, view, train=train)
         return h

@@ -41,11 +41,14 @@ class NodeEmbedding:
     Attributes:
       dim: the table's width. lr: lazy Adam's step size. dtype: the table's storage
         dtype ("float32" or "bfloat16"; the moments are float32).
+      apart: `join` hands the model the pair (features, embedding rows) rather than
+        their concatenation (the built-in `GNN`, which aggregates them apart).
     """
 
     dim: int
     lr: float
     dtype: str = "float32"
+    apart: bool = False
 
     def __post_init__(self):
         if self.dim < 1 or not self.lr > 0:
@@ -69,8 +72,10 @@ class NodeEmbedding:
 
     def join(self, x: jax.Array, embedded: jax.Array):
         """The model's input from the level's feature rows `x` and their embedding rows:
-        float[S, d + dim], each node's embedding after its features."""
-        return jnp.concatenate([x, embedded.astype(x.dtype)], axis=1)
+        float[S, d + dim], each node's embedding after its features; with `apart`, the
+        two blocks as a pair (float[S, d], float[S, dim]) in `x`'s dtype."""
+        embedded = embedded.astype(x.dtype)
+        return (x, embedded) if self.apart else jnp.concatenate([x, embedded], axis=1)
 
     def rows(self, kernels: Kernels, table: jax.Array, ids, valid) -> jax.Array:
         """float[C, dim]: the rows `ids` (zero where not `valid`)."""

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.loaders import is_typed, row_normalize
 from zerognn_jax._src.nn.bridge import as_linen, model_name
-from zerognn_jax._src.nn.models import EDGE_MODELS, count_params, make_model
+from zerognn_jax._src.nn.models import EDGE_MODELS, GNN, count_params, make_model
 from zerognn_jax._src.ops.host_rows import device_bytes, is_host_resident
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
@@ -147,8 +147,9 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         model = as_linen(model)
     if optimizer is not None:
         check_optimizer(optimizer)
-    embedding = (NodeEmbedding(cfg.embedding_dim, cfg.lr, cfg.dtype) if cfg.embedding_dim
-                 else None)
+    # the built-in GNN takes features and embedding rows as a pair (models.GNN)
+    embedding = (NodeEmbedding(cfg.embedding_dim, cfg.lr, cfg.dtype,
+                               apart=isinstance(model, GNN)) if cfg.embedding_dim else None)
     program = StepProgram(task.wrap_model(model, cfg), optimizer or make_optimizer(cfg),
                           sampler, cfg.batch_size, cfg.seed, kernels, task=task, layout=layout,
                           embedding=embedding)
