@@ -17,6 +17,7 @@ import pytest
 from conftest import random_graph
 
 from zerognn_jax import TrainConfig, make_dataset, restore, train
+from zerognn_jax._src.nn.models import GNN
 from zerognn_jax._src.training import trainer
 from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.evaluate import layerwise_logits, sampled_logits
@@ -190,3 +191,25 @@ def test_sage_aggregates_features_and_embedding_apart_as_if_joined(edge_data, mo
     np.testing.assert_allclose(apart_losses, joined_losses, rtol=1e-6)
     np.testing.assert_allclose(apart_table, joined_table, rtol=1e-5, atol=1e-7)
     assert not np.array_equal(apart_table, NodeEmbedding(4, 0.01).init(240, 0)[0])
+
+
+class _HalvedInput(GNN):
+    """A user's GNN subclass that touches its input array."""
+
+    def __call__(self, x, views, *, train):
+        return super().__call__(x * 0.5, views, train=train)
+
+
+def test_a_users_gnn_subclass_gets_the_concatenated_input(edge_data):
+    model = _HalvedInput("sage", hidden=8, num_layers=2, num_classes=3)
+    res = train(_cfg(model="sage", edge_features=False, embedding_dim=4), edge_data,
+                model=model)
+    assert res.program.embedding.apart is False and np.isfinite(res.history[-1]["loss"])
+
+
+def test_link_prediction_with_an_embedding_evaluates(edge_data):
+    """The decoder scores pairs with the model's variables, not the node embedding."""
+    res = train(_cfg(task="link", model="sage", edge_features=False, embedding_dim=4,
+                     eval_mode="full"), edge_data)
+    assert res.program.embedding.apart is True
+    assert 0.0 <= res.history[-1]["test_auc"] <= 1.0

@@ -42,4 +42,7 @@ def test_an_embedding_deduplicates_every_level_unless_asked_otherwise():
         layout = _layout((2, 2), num_nodes=nodes, embedding_dim=8)
         assert (layout.dedup, layout.flat_outer) == (True, False) and "embedding" in layout.why
     assert not _layout((2, 2), num_nodes=10**7, embedding_dim=8, dedup=False).dedup
-    assert _layout((2, 2), embedding_dim=8, flat_outer=True).flat_outer
+    asked = _layout((2, 2), num_nodes=100, embedding_dim=8, dedup=True)
+    assert (asked.dedup, asked.flat_outer) == (True, False)
+    flat = _layout((2, 2), embedding_dim=8, flat_outer=True)
+    assert flat.flat_outer and "merged" in flat.why

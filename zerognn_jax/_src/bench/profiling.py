@@ -236,7 +236,7 @@ def scope_phase(op_name: str | None, scopes) -> str:
     if op_name is None:
         return "unnamed"
     for scope, phase in scopes:
-        if re.search(rf"(^|[/(]){scope}([/()]|$)", op_name):
+        if re.search(rf"(^|[/(]){re.escape(scope)}([/()]|$)", op_name):
             return phase
     return "forward and other"
 

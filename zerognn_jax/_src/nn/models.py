@@ -248,8 +248,8 @@ class GNN(nn.Module):
     def layer(self, i, h_src, h_dst, view, *, train: bool):
         """Layer i. `h_dst=None` means the destinations are the first rows of `h_src`
         (sampled blocks); layer-wise inference passes them explicitly. A tuple `h_src`
-        (`__call__`) holds column blocks of the input rows, which a SAGE layer aggregates
-        apart."""
+        (`__call__` only, so its destinations are its first rows) holds column blocks of
+        the input rows, which a SAGE layer aggregates apart."""
         drop = self.drop_input if i == 0 else self.drop_hidden
         if isinstance(h_src, tuple):  # never dropped (`__call__`)
             h_src = tuple(h.astype(self.dtype) for h in h_src)

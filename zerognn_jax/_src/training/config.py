@@ -93,7 +93,8 @@ class TrainConfig:
     docs/samplers.md). `dedup` deduplicates each sampled level; False is tree mode
     (every level in slot order, exact sizes); None (the default) lets
     `layout.choose_layout` pick (tree mode for the built-in SAGE models on the scan
-    engine when the tree's levels are small against the graph). `flat_outer` leaves the
+    engine when the tree's levels are small against the graph; every level deduplicated
+    with a learnable embedding, `embedding_dim` > 0). `flat_outer` leaves the
     outermost hop undeduplicated, laid out in slot order (`SamplerConfig.flat_outer`;
     scan engine only); None (the default): `choose_layout` decides. The summary records
     the layout and why. `envelope` is "calibrate" (tight, measured) or "conservative"

@@ -3,8 +3,9 @@
 The table is part of the train state (`TrainState.embedding`, with its lazy Adam state
 in `TrainState.embedding_opt`), not of the model's parameters: the optimizer of the
 parameters (dense Adam over every leaf) never sees it. A step gathers the rows of its
-outermost level, the model reads them concatenated after the node's features, and the
-gradient of those rows goes through `row_adam_update` (row_adam.py): only the rows the
+outermost level, the model reads them after the node's features (concatenated, or as
+the pair (features, rows) that the built-in GNN aggregates apart: `NodeEmbedding.apart`),
+and the gradient of those rows goes through `row_adam_update` (row_adam.py): only the rows the
 step read, and their moments, are written. A typed run's featureless types share the
 machinery as one stacked table (`TypedEmbedding`, tasks/typed_node.py), which says
 through `num_rows`, `ids` and `join` how many rows it has, which a step reads and how

@@ -51,7 +51,8 @@ def choose_layout(cfg, task, sampler: SamplerConfig, batch_size: int, num_nodes:
     largest degree for every row). With `host_features` (the table in host memory, its
     rows read over PCIe) every level is deduplicated unless asked otherwise: a repeated
     row would cross the bus again. So is every level with a learnable node embedding
-    (`cfg.embedding_dim`), the outermost without a flat hop unless asked: the step then
+    (`cfg.embedding_dim`, unless `dedup=False`), the outermost without a flat hop unless
+    `flat_outer=True` asks: the step then
     updates each of its embedding rows once, where the tree's repeated rows are sorted
     and merged first (products-like, bfloat16, H100: 0.269 s an epoch against 0.394 s,
     docs/benchmarks.md).
@@ -64,10 +65,12 @@ def choose_layout(cfg, task, sampler: SamplerConfig, batch_size: int, num_nodes:
         return Layout(True, bool(cfg.flat_outer),
                       f"dedup: features in host memory, each row read over PCIe once per "
                       f"step; flat_outer={bool(cfg.flat_outer)}")
-    if cfg.embedding_dim and dedup is None:
-        flat = bool(cfg.flat_outer)
-        return Layout(True, flat, f"dedup: a learnable embedding updates each row it read "
-                                  f"once (no merge of repeats); flat_outer={flat}")
+    if cfg.embedding_dim:  # dedup is None or True here
+        if cfg.flat_outer:
+            return Layout(True, True, "dedup; flat_outer=True: a learnable embedding's "
+                                      "repeated outer rows are merged before their update")
+        return Layout(True, False, "dedup, no flat outer hop: a learnable embedding "
+                                   "updates each row it read once (no merge of repeats)")
     if cfg.flat_outer is not None or user_model:
         flat = bool(cfg.flat_outer)
         flat_why = f"flat_outer={cfg.flat_outer}" if cfg.flat_outer is not None else \

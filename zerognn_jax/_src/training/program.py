@@ -164,7 +164,8 @@ class StepProgram:
                     embedded=None, *, in_mesh: bool = True, rows=None):
         """float[S_L, d (+ dim)]: the outermost level's feature rows, followed by their
         embedding rows with an embedding (`embedded`, if given, else gathered from
-        `variables["embedding"]`; `NodeEmbedding.join` puts the two together). A typed
+        `variables["embedding"]`; `NodeEmbedding.join` puts the two together, or hands
+        the built-in GNN the pair (float[S_L, d], float[S_L, dim])). A typed
         sample's rows come one array per type, (float[S_t, d], ...), and with an
         embedding the pair (that, the packed embedding rows). Split features are gathered
         across the mesh inside its program only (`in_mesh`); outside it, the whole table

@@ -138,7 +138,8 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     if hasattr(task, "with_sampler"):
         task = task.with_sampler(sampler)
     graph = prepare_graph(graph, sampler)
-    if model is None:
+    built_in = model is None
+    if built_in:
         model = make_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
                            num_classes=task.output_dim(cfg, dataset), dropout=cfg.dropout,
                            input_dropout=cfg.input_dropout, norm=cfg.norm, heads=cfg.heads,
@@ -147,9 +148,11 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         model = as_linen(model)
     if optimizer is not None:
         check_optimizer(optimizer)
-    # the built-in GNN takes features and embedding rows as a pair (models.GNN)
+    # the built-in GNN takes features and embedding rows as a pair (models.GNN); a
+    # user's model, a GNN subclass included, gets their concatenation
     embedding = (NodeEmbedding(cfg.embedding_dim, cfg.lr, cfg.dtype,
-                               apart=isinstance(model, GNN)) if cfg.embedding_dim else None)
+                               apart=built_in and isinstance(model, GNN))
+                 if cfg.embedding_dim else None)
     program = StepProgram(task.wrap_model(model, cfg), optimizer or make_optimizer(cfg),
                           sampler, cfg.batch_size, cfg.seed, kernels, task=task, layout=layout,
                           embedding=embedding)

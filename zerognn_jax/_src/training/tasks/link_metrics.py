@@ -21,7 +21,9 @@ def _score_chunk(model, variables, h, pairs):
 
 
 def score_pairs(model, variables, h, pairs) -> np.ndarray:
-    """float32[P]: decoder scores of global-id pairs (int[P, 2]), in fixed-size chunks."""
+    """float32[P]: decoder scores of global-id pairs (int[P, 2]), in fixed-size chunks
+    (`variables` may hold a node embedding, an input of the encoder, not of the model)."""
+    variables = {k: v for k, v in variables.items() if k != "embedding"}
     pairs = np.asarray(pairs, np.int32).reshape(-1, 2)
     out = np.empty(pairs.shape[0], np.float32)
     size = min(SCORE_CHUNK, max(pairs.shape[0], 1))

@@ -189,7 +189,8 @@ class TypedEmbedding(NodeEmbedding):
     (`OnTypes`) the pair (feature rows, embedding rows).
 
     Attributes:
-      table_rows: the stacked table's rows (`TypedInputs.embedded_rows`).
+      table_rows: the stacked table's rows (`TypedInputs.embedded_rows`). (`apart` plays
+        no part: `join` always hands over the pair.)
     """
 
     table_rows: int = 0
