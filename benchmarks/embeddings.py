@@ -122,11 +122,7 @@ def profile(cfg: TrainConfig, dataset, envelope, top: int) -> dict:
         (compiled,) = engine.programs.values()
         text = compiled.as_text()
         trace = profiling.find_trace(tmp)
-        out = {"phases_us_per_step": profiling.phase_table(trace, text, res.steps, phase_of)}
-        out.update(profiling.step_kernel_table(trace, text, res.steps, top))
-    names = profiling.op_names(text)
-    for row in out["kernels"]:  # the operation each kernel came from
-        row.append(names.get(row[0], "")[-90:])
+        out = profiling.step_profile(trace, text, res.steps, phase_of, top)
     out["top_kernels"] = out.pop("kernels")  # "kernels" names the run's kernel choice
     return out
 

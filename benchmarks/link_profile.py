@@ -30,7 +30,7 @@ mean loss; for the forms in `--profile`, one more run under `jax.profiler` (with
 bench/profiling.py): device time per step split into phases by
 the named scopes of each kernel's operation (sampling, the seed-edge mask, the
 feature gather, the model's forward and backward, the optimizer's update; see
-`bench/profiling.phase_table`) and the busiest kernels with the operation each
+`bench/profiling.step_profile`) and the busiest kernels with the operation each
 came from (`--hlo-dir` keeps the optimized programs). JSON lines, then a table.
 On a CPU (a small split) everything runs but the profile's device lines.
 """
@@ -137,12 +137,7 @@ def measure(form: str, args, programs: dict, profile: bool) -> dict:
             (compiled,) = engine.programs.values()  # names are unique within a program
             text = compiled.as_text()
             trace = profiling.find_trace(tmp)
-            record["phases_us_per_step"] = profiling.phase_table(trace, text, res.steps,
-                                                                 phase_of)
-            record.update(profiling.step_kernel_table(trace, text, res.steps, args.top))
-            names = profiling.op_names(text)
-            for row in record["kernels"]:  # the operation each kernel came from
-                row.append(names.get(row[0], "")[-90:])
+            record.update(profiling.step_profile(trace, text, res.steps, phase_of, args.top))
             if args.hlo_dir:
                 pathlib.Path(args.hlo_dir, f"{form}.hlo.txt").write_text(text)
     return record

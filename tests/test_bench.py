@@ -165,6 +165,10 @@ def test_phase_table_sums_kernels_by_the_phase_of_their_operation(tmp_path):
                         else "other")
     assert profiling.phase_table(path, text, 2, phase) == {
         "sampling": [30.0, 1.0], "other": [5.0, 0.5], "none": [2.5, 0.5]}
+    rows = profiling.step_profile(path, text, 2, phase, top=2)["kernels"]
+    assert [(r[0], r[1], r[-1]) for r in rows] == [
+        ("fusion_1", 30.0, "jit(run)/while/body/sample/sort"),
+        ("custom_call_2", 5.0, "jit(run)/transpose(jvp(Model))/dot_general")]
     # a compiled program's instructions carry the named scopes they were traced under
     def scoped(x):
         with jax.named_scope("sample"):

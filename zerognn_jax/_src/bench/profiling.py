@@ -228,6 +228,19 @@ def op_names(hlo_text: str) -> dict[str, str]:
     return out
 
 
+def step_profile(path: str | pathlib.Path, hlo_text: str, steps: int, phase_of,
+                 top: int) -> dict:
+    """A profiled run's "phases_us_per_step" (`phase_table`) and `step_kernel_table`
+    of its `top` kernels, each kernel row ending with the operation it came from (the
+    last 90 characters of its op_name, "" if none)."""
+    out = {"phases_us_per_step": phase_table(path, hlo_text, steps, phase_of)}
+    out.update(step_kernel_table(path, hlo_text, steps, top))
+    names = op_names(hlo_text)
+    for row in out["kernels"]:
+        row.append(names.get(row[0], "")[-90:])
+    return out
+
+
 def scope_phase(op_name: str | None, scopes) -> str:
     """The phase of a kernel whose instruction came from `op_name` (None: a library
     kernel outside any instruction, "unnamed"): that of the first (named scope, phase)

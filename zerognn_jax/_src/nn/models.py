@@ -273,9 +273,10 @@ class GNN(nn.Module):
         """`x`: the outermost level's input rows, float[S, d]; or a pair of column blocks
         (features float[S, d], learnable embedding rows float[S, e]), whose
         concatenation they stand for. A SAGE layer's input, not dropped
-        (`input_dropout` 0 or not training), aggregates the two apart: the forward's
-        columns are the same, and the backward scatters the gradient of the embedding's
-        `e` columns only, not of all d + e (the features take none)."""
+        (`input_dropout` 0 or not training), aggregates the two apart: each column is the
+        same sum (bit-equal in float32; bfloat16 may round a few values apart), and the
+        backward scatters the gradient of the embedding's `e` columns only, not of all
+        d + e (the features take none)."""
         h = x
         if isinstance(x, tuple) and (self.conv != "sage" or not views
                                      or (train and self.input_dropout > 0.0)):

@@ -52,10 +52,9 @@ def choose_layout(cfg, task, sampler: SamplerConfig, batch_size: int, num_nodes:
     rows read over PCIe) every level is deduplicated unless asked otherwise: a repeated
     row would cross the bus again. So is every level with a learnable node embedding
     (`cfg.embedding_dim`, unless `dedup=False`), the outermost without a flat hop unless
-    `flat_outer=True` asks: the step then
-    updates each of its embedding rows once, where the tree's repeated rows are sorted
-    and merged first (products-like, bfloat16, H100: 0.269 s an epoch against 0.394 s,
-    docs/benchmarks.md).
+    `flat_outer=True` asks: the step then updates each of its embedding rows once, where
+    the tree's repeated rows are sorted and merged first (products-like, 64 wide,
+    bfloat16, H100, 2180771: 0.269 s an epoch against 0.390 s; docs/benchmarks.md).
     """
     sage = not user_model and cfg.model.startswith("sage")
     scan = cfg.engine == "scan"
