@@ -47,7 +47,7 @@ def test_values_and_gradients_match_flax(dtype):
         return jnp.sum(y * weights) + 1.3 * jnp.sum(s["mean"]) + 0.7 * jnp.sum(s["var"]), y
 
     def our_loss(x, scale, bias):
-        y, mean, var = masked_batch_norm(x, mask, scale, bias, 1e-5)
+        y, mean, var, _ = masked_batch_norm(x, mask, scale, bias, 1e-5)
         s = {"mean": 0.9 * stats["mean"] + 0.1 * mean, "var": 0.9 * stats["var"] + 0.1 * var}
         return jnp.sum(y * weights) + 1.3 * jnp.sum(s["mean"]) + 0.7 * jnp.sum(s["var"]), y
 
@@ -63,6 +63,7 @@ def test_values_and_gradients_match_flax(dtype):
         tol = 1e-5 if dtype == jnp.float32 else 1e-2  # one bfloat16 rounding of dx
         np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
                                    rtol=tol, atol=tol)
+    assert float(masked_batch_norm(x, mask, scale, bias, 1e-5)[3]) == int(np.sum(mask))
     # padding rows take no part in the statistics: changing them moves only themselves
     x2 = jnp.where(mask[:, None], x, 100.0).astype(dtype)
     y2 = masked_batch_norm(x2, mask, scale, bias, 1e-5)[0]
@@ -105,3 +106,24 @@ def test_a_column_shift_before_the_norm_changes_no_output():
     full = jax.grad(lambda x: jnp.sum(masked_batch_norm(x, mask, scale, bias, 1e-5)[0]
                                       * weights))(x)
     assert float(jnp.max(jnp.abs(grad))) < 1e-4 * float(jnp.max(jnp.abs(full))) * x.shape[0]
+
+
+def test_no_masked_row_gives_finite_values_and_keeps_the_running_statistics():
+    """A device whose share of a data-parallel epoch's last step holds no graph: finite
+    outputs and gradients (Flax's are NaN), and running statistics left as they were."""
+    x, _, scale, bias, weights = _inputs(jnp.float32, seed=4)
+    none = jnp.zeros(x.shape[0], bool)
+
+    def loss(x, scale, bias):
+        return jnp.sum(masked_batch_norm(x, none, scale, bias, 1e-5)[0] * weights)
+
+    assert float(masked_batch_norm(x, none, scale, bias, 1e-5)[3]) == 0.0
+    value, grads = jax.value_and_grad(loss, (0, 1, 2))(x, scale, bias)
+    assert np.isfinite(float(value))
+    assert all(np.isfinite(np.asarray(g)).all() for g in grads)
+    module = MaskedBatchNorm()
+    v = module.init(jax.random.key(0), x, none, train=True)
+    v = {**v, "batch_stats": jax.tree_util.tree_map(lambda a: a + 0.5, v["batch_stats"])}
+    _, s = module.apply(v, x, none, train=True, mutable=["batch_stats"])
+    for a, b in zip(jax.tree_util.tree_leaves(s), jax.tree_util.tree_leaves(v["batch_stats"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -221,5 +221,7 @@ def test_user_model_resume_and_errors(molecules, tmp_path):
         zg.train(config(model="sage"), molecules)
     with pytest.raises(ValueError, match="runs on the scan engine"):
         config(engine="host-exact")
+    with pytest.raises(ValueError, match="node rows on every device: drop shard_features"):
+        config(devices=2, shard_features=True)
     with pytest.raises(TypeError, match="trains on a GraphCollection"):
         zg.train(config(), zg.load_dataset("tiny"))

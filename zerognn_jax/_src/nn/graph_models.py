@@ -157,7 +157,9 @@ class MaskedBatchNorm(nn.Module):
     in no statistic. Values, variables and their names are those of Flax's
     `nn.BatchNorm(momentum=0.9, epsilon=1e-5)` given the mask, as a child "BatchNorm_0"
     (checkpoints of either load in the other); training steps differentiate it by
-    `ops.batch_norm.masked_batch_norm`'s two-pass gradient."""
+    `ops.batch_norm.masked_batch_norm`'s two-pass gradient. A training call with no
+    masked row (a device without graphs in the last step of a data-parallel epoch)
+    leaves the running statistics as they were."""
 
     @nn.compact
     def __call__(self, x, mask, *, train: bool):
@@ -180,10 +182,14 @@ class _BatchNorm(nn.Module):
         if not train:
             inv = jax.lax.rsqrt(var.value + self.epsilon) * scale
             return (x - mean.value) * inv + bias
-        y, batch_mean, batch_var = masked_batch_norm(x, mask, scale, bias, self.epsilon)
+        y, batch_mean, batch_var, count = masked_batch_norm(x, mask, scale, bias,
+                                                            self.epsilon)
         if not self.is_initializing():
-            mean.value = self.momentum * mean.value + (1 - self.momentum) * batch_mean
-            var.value = self.momentum * var.value + (1 - self.momentum) * batch_var
+            seen = count > 0
+            mean.value = jnp.where(seen, self.momentum * mean.value
+                                   + (1 - self.momentum) * batch_mean, mean.value)
+            var.value = jnp.where(seen, self.momentum * var.value
+                                  + (1 - self.momentum) * batch_var, var.value)
         return y
 
 

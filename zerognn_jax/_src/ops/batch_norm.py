@@ -1,7 +1,7 @@
 """Batch normalisation over the masked rows of a [rows, features] array, with its
 gradient written out.
 
-    masked_batch_norm(x, mask, scale, bias, epsilon) -> (y, mean, var)
+    masked_batch_norm(x, mask, scale, bias, epsilon) -> (y, mean, var, count)
 
 The statistics are Flax `BatchNorm`'s with a row mask and its fast variance: in float32,
 mean and E[x^2] - mean^2 (clipped at 0) over the rows where `mask` holds; every row,
@@ -19,8 +19,10 @@ with two other changes):
     dL/dvar = -inv^3 / 2 * scale * sum(dy * (x - mean))   (+ that of `var`)
 
 with inv = rsqrt(var + epsilon), m the mask and n its count; sums run over every row
-(padding rows' outputs depend on the statistics too). With no masked row the statistics
-are NaN, as Flax's are.
+(padding rows' outputs depend on the statistics too). `count` is the number of masked
+rows (float32; no gradient). With none (a device's share of an epoch's last, partial
+step under data parallelism) the statistics are taken over a count of 1: they are zero
+and the output and gradient finite, where Flax's are NaN.
 """
 
 from __future__ import annotations
@@ -32,23 +34,25 @@ import jax.numpy as jnp
 
 
 def _stats(x, mask):
-    """(x as float32, float32 row count, mean, var before clipping) over masked rows."""
+    """(x as float32, float32 row count, mean, var before clipping) over masked rows
+    (the mean and variance divide by at least 1)."""
     xf = x.astype(jnp.float32)
     m = mask[:, None]
     # Counted behind a barrier: on a GPU, sampling one step ahead, XLA fused the scalar
     # sum into the kernel that packs the batch and gathers its features, which then took
     # 56.7 us a step for 0.7 MB.
     count = jnp.sum(jax.lax.optimization_barrier(mask).astype(jnp.float32))
-    mean = jnp.sum(jnp.where(m, xf, 0.0), axis=0) / count
-    raw = jnp.sum(jnp.where(m, xf * xf, 0.0), axis=0) / count - mean * mean
+    n = jnp.maximum(count, 1.0)
+    mean = jnp.sum(jnp.where(m, xf, 0.0), axis=0) / n
+    raw = jnp.sum(jnp.where(m, xf * xf, 0.0), axis=0) / n - mean * mean
     return xf, count, mean, raw
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def masked_batch_norm(x, mask, scale, bias, epsilon):
-    """(y float32[rows, F], mean float32[F], var float32[F]) as the module docstring
-    says; `x` [rows, F] any float dtype, `mask` bool[rows], `scale`/`bias` float32[F],
-    `epsilon` a Python float."""
+    """(y float32[rows, F], mean float32[F], var float32[F], count float32[]) as the
+    module docstring says; `x` [rows, F] any float dtype, `mask` bool[rows],
+    `scale`/`bias` float32[F], `epsilon` a Python float."""
     return _forward(x, mask, scale, bias, epsilon)[0]
 
 
@@ -57,13 +61,14 @@ def _forward(x, mask, scale, bias, epsilon):
     var = jnp.maximum(raw, 0.0)
     inv = jax.lax.rsqrt(var + epsilon)
     y = (xf - mean) * (inv * scale) + bias
-    return (y, mean, var), (x, mask, scale, count, mean, inv, raw > 0)
+    return (y, mean, var, count), (x, mask, scale, jnp.maximum(count, 1.0), mean, inv,
+                                   raw > 0)
 
 
 def _backward(epsilon, res, cotangents):
     del epsilon
     x, mask, scale, count, mean, inv, positive = res
-    dy, dmean_out, dvar_out = cotangents
+    dy, dmean_out, dvar_out, _ = cotangents
     g = dy.astype(jnp.float32)
     d = x.astype(jnp.float32) - mean
     sum_g = jnp.sum(g, axis=0)

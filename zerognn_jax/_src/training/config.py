@@ -260,9 +260,11 @@ class TrainConfig:
             (self.sample_ahead >= 1, f"sample_ahead must be >= 1, got {self.sample_ahead}"),
             (self.balance_window >= 0,
              f"balance_window must be >= 0, got {self.balance_window}"),
-            (not batched or (self.engine == "scan" and self.devices == 1),
-             f"the {self.task} task runs on the scan engine on one device; got engine "
-             f"{self.engine!r}, devices={self.devices}"),
+            (not batched or self.engine == "scan",
+             f"the {self.task} task runs on the scan engine; got engine {self.engine!r}"),
+            (not batched or not self.shard_features,
+             f"the {self.task} task keeps every graph's node rows on every device: drop "
+             f"shard_features"),
             (self.engine == "scan" or not (self.flat_outer or self.dedup is False),
              f"the host-mediated engine {self.engine!r} cuts deduplicated levels to their "
              f"counts: drop flat_outer and keep dedup"),

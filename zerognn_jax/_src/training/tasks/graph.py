@@ -55,6 +55,7 @@ from zerognn_jax._src.sampling.seeds import (
     step_keys,
 )
 from zerognn_jax._src.sampling.steps import ItemLevel
+from zerognn_jax._src.training.parallel import make_mesh
 from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.graph_metrics import (
@@ -215,11 +216,15 @@ class GraphTask(ItemsAreLevel0):
             tables = tables._replace(edge_features=tables.edge_features.astype(dtype))
         graph = CSRGraph(np.zeros(dataset.num_nodes + 1, np.int32), np.zeros(0, np.int32))
         rows = np.asarray(dataset.node_features).astype(feat_dtype, copy=False)
-        data = DeviceData(graph.to_device(), jax.device_put(rows),
-                          jax.tree_util.tree_map(jax.device_put, tables))
         tx = tx or optax.flatten(make_optimizer(cfg))
         program = StepProgram(self.wrap_model(model, cfg), tx, SamplerConfig((1,)),
                               cfg.batch_size, cfg.seed, kernels, task=self)
+        mesh = make_mesh(cfg.devices)
+        if mesh.size > 1:  # every device holds the whole collection and packs its batch
+            program = program.with_mesh(mesh)
+            return program.parallel.place_data(DeviceData(graph, rows, tables)), program
+        data = DeviceData(graph.to_device(), jax.device_put(rows),
+                          jax.tree_util.tree_map(jax.device_put, tables))
         return data, program
 
     def sample_batch(self, program: StepProgram, data: DeviceData, perm, batch_index, epoch,
@@ -264,7 +269,10 @@ class GraphTask(ItemsAreLevel0):
             width = int(max_degrees(dataset).max(initial=0))
             return self._envelope(env.batch_size, env.capacities[0], width), None
         items = jnp.asarray(self.train_items(dataset), jnp.int32)
-        counts = [_epoch_counts(data.targets, epoch_items(items, b, program.seed, epoch),
+        # every device's batches: padded as training pads them (a size-balanced window
+        # at the end of the epoch holds the padding of all devices' last batches)
+        counts = [_epoch_counts(data.targets,
+                                epoch_items(items, program.global_batch, program.seed, epoch),
                                 batch_size=b, window=self.window)
                   for epoch in range(max(cfg.epochs, 1))]
         counts = np.concatenate(jax.device_get(counts))
