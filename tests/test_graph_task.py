@@ -225,3 +225,33 @@ def test_user_model_resume_and_errors(molecules, tmp_path):
         config(devices=2, shard_features=True)
     with pytest.raises(TypeError, match="trains on a GraphCollection"):
         zg.train(config(), zg.load_dataset("tiny"))
+
+
+def test_memory_check_counts_the_allocated_run_and_names_its_parts(molecules, tmp_path,
+                                                                   monkeypatch):
+    """Before compiling the epoch, the collection, the model's state as allocated and
+    the envelope's step buffers are checked against the device's memory; a run over it
+    stops with every part named and writes nothing."""
+    from zerognn_jax._src.training import memory
+
+    cfg = config(epochs=1, eval_mode="none")
+    _, data, program = prepare(cfg, molecules)
+    env, cal = program.task.choose_envelope(program, data, molecules, cfg)
+    state = zg.init_state(program, data, env, program.task.train_items(molecules))
+    resident = memory.allocated_resident(data, state)
+    assert resident.features == molecules.node_features.size * 4  # ids kept in float32
+    params = sum(x.size * 4 for x in jax.tree_util.tree_leaves(state.params))
+    assert resident.model >= 4 * params  # params, gradients, two Adam moments
+    step = program.task.envelope_bytes(program, env)
+    assert step == program.task.memory_report(program, env, cal)["envelope_bytes"]
+    fits = resident.total + step
+    memory.check_step_fits(resident, step, fits, batch_size=24)
+    checked = []
+    monkeypatch.setattr(memory, "device_memory_limit",
+                        lambda device=None: checked.append(1) or fits - 1)
+    metrics = tmp_path / "m.jsonl"
+    with pytest.raises(ValueError, match=r"does not fit device memory: graph .* model .* \+ "
+                                         r"step buffers .*smaller batch \(--batch-size, now "
+                                         r"24\)"):
+        zg.train(dataclasses.replace(cfg, metrics_out=str(metrics)), molecules)
+    assert checked and not (metrics.exists() and metrics.read_text())

@@ -162,3 +162,14 @@ def test_config_and_flag_of_relation_fanouts():
     from zerognn_jax.cli.flags import fanout_dict
 
     assert fanout_dict("cites=25,20; writes=10,0") == {"cites": (25, 20), "writes": (10, 0)}
+
+
+def test_a_run_over_device_memory_stops_before_compiling(mag, monkeypatch):
+    """The memory check of graph batches serves typed steps too: the tables, the state
+    as allocated and the envelope's rows against the device's memory."""
+    from zerognn_jax._src.training import memory
+
+    monkeypatch.setattr(memory, "device_memory_limit", lambda device=None: 1 << 20)
+    with pytest.raises(ValueError, match=r"does not fit device memory: graph .* features "
+                                         r".* step buffers .*now 64\)"):
+        zg.train(zg.TrainConfig(**BASE, epochs=1, eval_mode="none"), mag)

@@ -88,6 +88,22 @@ def resident_bytes(graph, num_features: int, feature_dtype, level_dims, *,
                     jax.numpy.dtype(feature_dtype).name, feature_shards)
 
 
+def allocated_resident(data, state) -> Resident:
+    """The resident bytes, on one device, of a run whose device data (`DeviceData`:
+    graph, features, targets) and state (`TrainState`) are allocated: each array as its
+    sharding lays it out, plus the parameters once more for their gradients."""
+    def per_device(tree) -> int:
+        return sum(int(np.prod(leaf.sharding.shard_shape(leaf.shape))) * leaf.dtype.itemsize
+                   if isinstance(leaf, jax.Array) else int(np.asarray(leaf).nbytes)
+                   for leaf in jax.tree_util.tree_leaves(tree))
+
+    features = jax.tree_util.tree_leaves(data.features)
+    model = 2 * per_device(state.params) + per_device(
+        (state.batch_stats, state.opt_state, state.embedding, state.embedding_opt))
+    return Resident(per_device((data.graph, data.targets)), per_device(data.features), model,
+                    features[0].dtype.name if features else "float32")
+
+
 def embedding_bytes(rows: int, dim: int, dtype) -> int:
     """Bytes of a learnable table float[rows, dim] in `dtype` with lazy Adam's two
     float32 moments (embeddings.py; a typed run's featureless types stacked)."""
@@ -134,13 +150,35 @@ def check_fits(envelope: Envelope, slots, level_dims, limit_bytes: int | None, *
     if total <= limit_bytes:
         return
     env_bytes = total - resident.total
+    _does_not_fit(resident, env_bytes, limit_bytes,
+                  _advice(resident, env_bytes, total - limit_bytes))
+
+
+def check_step_fits(resident: Resident, step_bytes: int, limit_bytes: int | None, *,
+                    batch_size: int) -> None:
+    """`check_fits` for a task that sizes its own step (a `BatchedTask`: graph batches):
+    raises ValueError when `resident` (its data and the model's state, as allocated) and
+    `step_bytes` of step buffers exceed `limit_bytes`, naming every part and what to
+    change (`batch_size`: the run's, per device)."""
+    total = resident.total + step_bytes
+    if limit_bytes is None or total <= limit_bytes:
+        return
+    tips = [f"a smaller batch (--batch-size, now {batch_size}) or a narrower model "
+            f"shrinks the step's {_gib(step_bytes)} of buffers"]
+    if resident.graph + resident.features > limit_bytes:
+        tips.append(f"a device with more memory: the data alone takes "
+                    f"{_gib(resident.graph + resident.features)}")
+    _does_not_fit(resident, step_bytes, limit_bytes, tips)
+
+
+def _does_not_fit(resident: Resident, step_bytes: int, limit_bytes: int, tips) -> None:
+    total = resident.total + step_bytes
     parts = (f"graph {_gib(resident.graph)} + features {_gib(resident.features)} "
              f"({resident.feature_dtype}, over {resident.feature_shards} device(s)) + model "
-             f"{_gib(resident.model)} + step buffers {_gib(env_bytes)} = {_gib(total)}")
+             f"{_gib(resident.model)} + step buffers {_gib(step_bytes)} = {_gib(total)}")
     raise ValueError(
         f"the run does not fit device memory: {parts}, above the {_gib(limit_bytes)} "
-        f"available by {_gib(total - limit_bytes)}. To fit: "
-        + "; ".join(_advice(resident, env_bytes, total - limit_bytes)))
+        f"available by {_gib(total - limit_bytes)}. To fit: " + "; ".join(tips))
 
 
 def _memory_stat(name: str, device=None) -> int | None:

@@ -189,6 +189,10 @@ class BatchedTask(Protocol):
         """The envelope a checkpoint recorded ({"batch_size", "capacities"})."""
         ...
 
+    def envelope_bytes(self, program, envelope) -> int:
+        """A step's buffer bytes at `envelope` (the memory check before training)."""
+        ...
+
     def memory_report(self, program, envelope, calibration) -> dict:
         """Envelope bytes against ideal bytes at the counts calibration saw
         (`training.memory.memory_report`'s keys: "envelope_bytes", "ideal_bytes",

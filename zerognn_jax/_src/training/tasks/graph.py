@@ -304,24 +304,31 @@ class GraphTask(ItemsAreLevel0):
             return Envelope(nodes, caps[:1] if self.aggregation == "segment" else caps)
         return ell_envelope(nodes, caps[0], 1)
 
-    def memory_report(self, program: StepProgram, envelope: Envelope,
-                      calibration: Calibration) -> dict:
-        """Node and edge slot bytes (ids, masks, features and per-layer activations with
-        their gradients, estimated from the model's `hidden` and `num_layers`) of the
-        envelope against those of the largest batch seen."""
+    @staticmethod
+    def _slot_bytes(program: StepProgram) -> tuple[int, int, int]:
+        """Bytes per node slot, edge slot and ELL slot: ids, masks, features and per-layer
+        activations with their gradients, estimated from the model's `hidden` and
+        `num_layers`."""
         model = program.model.model
         hidden = getattr(model, "hidden", 0)
         layers = getattr(model, "num_layers", 1)
-        per_node = 12 + 8 * 4 * hidden * layers
-        per_edge = 16 + 8 * hidden * layers
-        per_slot = 8  # an int32 in each of the two ELL lists
+        return 12 + 8 * 4 * hidden * layers, 16 + 8 * hidden * layers, 8  # 2 int32 lists
+
+    def envelope_bytes(self, program: StepProgram, envelope: Envelope) -> int:
+        per_node, per_edge, per_slot = self._slot_bytes(program)
         nodes, edges, width = self.capacities(envelope)
+        return int(nodes * per_node + edges * per_edge + nodes * (width or 0) * per_slot)
+
+    def memory_report(self, program: StepProgram, envelope: Envelope,
+                      calibration: Calibration) -> dict:
+        """`envelope_bytes` against the bytes of the largest batch seen."""
+        per_node, per_edge, per_slot = self._slot_bytes(program)
+        env = self.envelope_bytes(program, envelope)
         peak = calibration.max_counts
-        env = nodes * per_node + edges * per_edge + nodes * (width or 0) * per_slot
         ideal = peak[0] * per_node + peak[1] * per_edge
-        if width is not None:
+        if self.capacities(envelope)[2] is not None:
             ideal += peak[0] * peak[2] * per_slot
-        return {"envelope_bytes": int(env), "ideal_bytes": int(ideal),
+        return {"envelope_bytes": env, "ideal_bytes": int(ideal),
                 "ratio": env / max(ideal, 1)}
 
 

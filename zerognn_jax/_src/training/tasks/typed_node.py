@@ -406,20 +406,27 @@ class TypedNodeTask(ItemsAreLevel0):
         return fit_typed_envelope(self.sampler, TypedEnvelope(self.seed_type,
                                                               saved["batch_size"], caps))
 
-    def memory_report(self, program: StepProgram, envelope: TypedEnvelope,
-                      calibration: Calibration) -> dict:
-        """Bytes of the levels' rows (ids, mask, a row of activations and its gradient at
-        the model's `hidden` width, the input width at the outermost level) at the
-        envelope against at the largest counts calibration saw."""
+    def _row_bytes(self, program: StepProgram, levels) -> list[int]:
+        """Bytes of a row at each level: ids, mask, a row of activations and its gradient
+        at the model's `hidden` width (the input width at the outermost level)."""
         hidden = getattr(program.model.model, "hidden", 0)
         width = max([d for _, d in self.inputs.widths] + [hidden])
+        return [5 + 8 * (width if lvl == len(levels) - 1 else hidden)
+                for lvl in range(len(levels))]
+
+    def envelope_bytes(self, program: StepProgram, envelope: TypedEnvelope) -> int:
+        per_row = self._row_bytes(program, envelope.levels)
+        return int(sum(caps.get(t, 0) * b for caps, b in zip(envelope.levels, per_row)
+                       for t in self.types))
+
+    def memory_report(self, program: StepProgram, envelope: TypedEnvelope,
+                      calibration: Calibration) -> dict:
+        """`envelope_bytes` against the bytes at the largest counts calibration saw."""
         levels = envelope.levels
+        per_row = self._row_bytes(program, levels)
         seen = np.asarray(calibration.max_counts).reshape(len(levels), len(self.types))
-        env = ideal = 0
-        for lvl, caps in enumerate(levels):
-            per_row = 5 + 8 * (width if lvl == len(levels) - 1 else hidden)
-            for j, t in enumerate(self.types):
-                env += caps.get(t, 0) * per_row
-                ideal += int(seen[lvl, j]) * per_row
-        return {"envelope_bytes": int(env), "ideal_bytes": int(ideal),
+        env = self.envelope_bytes(program, envelope)
+        ideal = sum(int(seen[lvl, j]) * per_row[lvl] for lvl in range(len(levels))
+                    for j in range(len(self.types)))
+        return {"envelope_bytes": env, "ideal_bytes": int(ideal),
                 "ratio": env / max(ideal, 1)}
