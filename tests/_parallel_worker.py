@@ -130,12 +130,14 @@ def engine_run(devices: int, *, shard_features=False, tiny_envelope=False,
     return params, {**record, "envelope": env.levels}
 
 
-def graph_run(devices: int, *, tiny_envelope=False):
-    """Two epochs of the graph task (329 molecules, global batch 32: the last step is
-    partial) with SGD and a user's model without batch norm (built-in models normalise
-    with each device's batch statistics, which one device with the global batch does
-    not share), through the engine API. `tiny_envelope` starts 192 node slots below the
-    calibrated envelope, so some batches overflow, grow and replay."""
+def graph_run(devices: int, *, tiny_envelope=False, window=0):
+    """Two epochs of the graph task (263 training molecules of 329, global batch 32: the
+    last step has 7) with SGD and a user's model without batch norm (built-in models
+    normalise with each device's batch statistics, which one device with the global
+    batch does not share), through the engine API. `tiny_envelope` starts 192 node
+    slots below the calibrated envelope, so some batches overflow, grow and replay.
+    `window` > 1 deals size-balanced windows of that many batches and calibrates with
+    no margin or rounding (the record's "calibrated": the largest counts it saw)."""
     import flax.linen as nn
     import jax
     import optax
@@ -156,21 +158,24 @@ def graph_run(devices: int, *, tiny_envelope=False):
 
     cfg = zg.TrainConfig(task="graph", dataset="molhiv-like", model="gin", epochs=2,
                          batch_size=GLOBAL_BATCH // devices, devices=devices, dropout=0.0,
-                         progress=False)
+                         progress=False, balance_window=window,
+                         **(dict(margin=1.0, multiple=1) if window else {}))
     molecules = zg.molhiv_like(0.008, seed=3, positive_rate=0.3)
     _, data, program = prepare(cfg, molecules, model=EdgeSums(), optimizer=optax.sgd(0.1))
     items = program.task.train_items(molecules)
-    env, _ = program.task.choose_envelope(program, data, molecules, cfg)
+    env, cal = program.task.choose_envelope(program, data, molecules, cfg)
     if tiny_envelope:
         env = zg.Envelope(env.batch_size - 192, env.capacities)
     state = zg.init_state(program, data, env, items)
     engine = zg.ScanEngine(program, chunk_steps=4)
-    record = {"losses": [], "overflows": 0}
+    record = {"losses": [], "overflows": 0, "max_counts": [],
+              "calibrated": list(cal.max_counts)}
     for epoch in range(2):
         res = engine.run_epoch(state, data, items, epoch, env)
         state, env = res.state, res.envelope
         record["losses"].append(res.loss)
         record["overflows"] += res.overflows
+        record["max_counts"].append([int(c) for c in res.max_counts])
     return state.params, record
 
 
@@ -208,7 +213,8 @@ def cmd_collectives(args, out: pathlib.Path) -> None:
         params, record = engine_run(**kwargs)
         save_run(out, name, params, record)
     for name, kwargs in {"graph_ref": dict(devices=1),
-                         "graph_dp4_tiny": dict(devices=4, tiny_envelope=True)}.items():
+                         "graph_dp4_tiny": dict(devices=4, tiny_envelope=True),
+                         "graph_dp4_window": dict(devices=4, window=6)}.items():
         params, record = graph_run(**kwargs)
         save_run(out, name, params, record)
     # built-in GINE-virtual (batch norm, dropout) through the trainer, evaluated

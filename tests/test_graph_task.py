@@ -255,3 +255,12 @@ def test_memory_check_counts_the_allocated_run_and_names_its_parts(molecules, tm
                                          r"24\)"):
         zg.train(dataclasses.replace(cfg, metrics_out=str(metrics)), molecules)
     assert checked and not (metrics.exists() and metrics.read_text())
+
+
+def test_a_batched_task_need_not_size_its_step():
+    """`envelope_bytes` is optional (tasks/base.py): a task with the protocol's other
+    methods is still a BatchedTask (its runs skip the memory check)."""
+    names = ("prepare_run", "sample_batch", "choose_envelope", "grow_envelope",
+             "envelope_from", "memory_report")
+    older = type("Older", (), {name: getattr(zg.GraphTask, name) for name in names})
+    assert isinstance(older(), zg.BatchedTask)

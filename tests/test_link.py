@@ -489,9 +489,10 @@ def test_sampled_sage_link_prediction_on_cora(planetoid_root):
     6-10 (CPU, JAX 0.10.2), seed 0: 0.8879 0.8927 0.8963 0.8993 0.8993; seed 1: 0.8880
     0.8932 0.8945 0.8925 0.8958; seed 2: 0.8853 0.8863 0.8941 0.9019 0.9077. From
     epoch 8 on every seed clears the bound by more than a point; epochs 9 and 10
-    (~4 s each) added no margin it needs. Without the flat outer hop (the SAGE default)
-    the AUCs after epochs 1 and 3 are bit-equal and an epoch takes 1.4 s, not 4.7 s, on
-    a 2-core CPU; test_engine and the seed-edge mask tests above cover the flat hop."""
+    (~4 s each) added no margin it needs. SAGE's default layout adds a flat outer hop;
+    without it the AUCs after epochs 1 and 3 are bit-equal and an epoch takes 1.4 s, not
+    4.7 s, on a 2-core CPU; test_engine and the seed-edge mask tests above cover the
+    flat hop."""
     s = _cora_link(planetoid_root, model="sage", fanouts=(10, 10), seed=0, epochs=8,
                    normalize_features=False, flat_outer=False)
     assert s["test_auc"] >= 0.88, s

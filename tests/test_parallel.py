@@ -106,7 +106,8 @@ def runs(tmp_path_factory):
                     worker.make_problem())
         jobs["resume4"].wait()
         jobs["two0"], jobs["two1"] = two_process_jobs(root)
-        yield {"jobs": jobs, "resumed1": (worker.flat(one.variables["params"]), one.summary)}
+        yield {"jobs": jobs, "resumed1": (worker.flat(one.variables["params"]), one.summary),
+               "root": root}
     finally:
         for job in jobs.values():
             if job.proc.poll() is None:
@@ -218,7 +219,8 @@ def test_partial_last_batch_weighs_every_seed_alike(collectives):
 def test_graph_task_on_four_devices_trains_like_one(collectives):
     """Molecules packed per device (batch 8 on each of 4, the last step partial) train as
     one device with batch 32 does, from an envelope that overflows and grows; the
-    built-in model (batch norm per device) trains and evaluates through the trainer."""
+    built-in model (batch norm per device) trains and evaluates through the trainer;
+    calibration counts the batches each device packs, balanced windows included."""
     ref, ref_record = load(collectives, "graph_ref")
     params, record = load(collectives, "graph_dp4_tiny")
     assert ref_record["overflows"] == 0 and record["overflows"] >= 1
@@ -229,6 +231,12 @@ def test_graph_task_on_four_devices_trains_like_one(collectives):
     assert summary["devices"] == 4 and summary["global_batch"] == 32, summary
     assert epoch["overflows"] == 0 and np.isfinite(epoch["loss"])  # calibrated per device
     assert 0.0 <= epoch["test_rocauc"] <= 1.0
+    # size-balanced windows of 6 batches dealt over 4 devices, calibrated with no margin
+    # or rounding: the envelope holds every batch, whose largest counts it saw (padded to
+    # one device's batch instead, calibration saw [231, 504, 6] against [220, 476, 6])
+    _, window = load(collectives, "graph_dp4_window")
+    assert window["overflows"] == 0
+    assert np.max(window["max_counts"], axis=0).tolist() == window["calibrated"]
 
 
 def test_collectives_parse_and_check():
@@ -271,6 +279,18 @@ def test_checkpoint_restores_across_device_counts(resumed):
     assert (summary4["devices"], summary4["global_batch"]) == (4, 32)
     assert (summary1["devices"], summary1["global_batch"]) == (1, 32)
     assert len(record4["losses"]) == 3  # two epochs restored from the record, one trained
+
+
+def test_a_checkpoint_of_two_devices_restores_for_inference_on_one(runs):
+    """`restore(for_inference=True)` reads the arrays whole onto this process's device
+    (it asked Orbax for the saving mesh's shardings, and failed on a topology mismatch)."""
+    from zerognn_jax import restore
+
+    root = runs["root"]
+    saved, _ = load(root / "save", "saved")
+    result = restore(root / "ckpt", dataset=worker.make_problem(), for_inference=True)
+    assert_params_close(worker.flat(result.variables["params"]), saved, rtol=0, atol=0)
+    assert result.program.num_shards == 1
 
 
 def test_two_processes_train_like_one(runs, resumed):

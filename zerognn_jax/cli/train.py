@@ -94,8 +94,9 @@ HELP = {
                          "over each node's listed edges, no atomics) or segment "
                          "(scatter-adds, the reference); auto: ell on a GPU for batches "
                          "of 128 graphs or more, else segment; the same sums",
-    "balance_window": "graph task: deal each window of this many steps' graphs by size "
-                      "(fewer padded slots; 0 = plain shuffled batches)",
+    "balance_window": "graph task: deal each window of this many batches' graphs by size "
+                      "(fewer padded slots; 0 = plain shuffled batches; with D devices "
+                      "a step takes D of the window's batches)",
     "decoder": "link task: score of a pair from its two embeddings, dot (product) or mlp "
                "(an MLP over their elementwise product)",
     "negatives": "link task: negatives drawn per positive edge each step",

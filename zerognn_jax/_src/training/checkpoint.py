@@ -274,11 +274,18 @@ class Checkpointer:
         return out["state"], out["meta"]
 
     def restore_as_saved(self, epoch: int) -> dict:
-        """The state of `epoch` in the structure it was saved with (no target, so no
-        optimizer is needed to read it: what inference restores)."""
+        """The state of `epoch` in the structure it was saved with (read from the
+        checkpoint's metadata, so no optimizer is needed: what inference restores), every
+        array whole on this process's first device, whatever mesh saved it."""
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         with _quiet():
+            saved = ocp.StandardCheckpointer().metadata(
+                self.directory / str(epoch) / "state").item_metadata
+            abstract = jax.tree_util.tree_map(
+                lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                getattr(saved, "tree", saved))
             out = self._manager.restore(epoch, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore()))
+                state=ocp.args.StandardRestore(abstract)))
         return out["state"]
 
     def check(self, epoch: int, meta: dict, ident: dict) -> None:

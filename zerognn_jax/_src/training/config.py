@@ -71,7 +71,8 @@ class TrainConfig:
     `link_metric` apply to it only) or "graph" (one prediction per graph of a graph
     collection, docs/graph_tasks.md: `batch_size` counts graphs per step; `model` is
     gin, gine, gcn or one of them with "-virtual"; `readout` pools the nodes; fanouts
-    do not apply; `balance_window` > 1 deals each window of that many steps by size).
+    do not apply; `balance_window` > 1 deals each window of that many batches by size,
+    a step taking one batch per device).
 
     Data. `dataset` is a name or path (`load_dataset`); `normalize_features=None`
     row-normalises Planetoid features where the task asks for it (node tasks) and

@@ -163,8 +163,8 @@ def check_step_fits(resident: Resident, step_bytes: int, limit_bytes: int | None
     total = resident.total + step_bytes
     if limit_bytes is None or total <= limit_bytes:
         return
-    tips = [f"a smaller batch (--batch-size, now {batch_size}) or a narrower model "
-            f"shrinks the step's {_gib(step_bytes)} of buffers"]
+    tips = [f"a smaller batch (--batch-size, now {batch_size}), smaller fanouts (typed "
+            f"graphs) or a narrower model shrinks the step's {_gib(step_bytes)} of buffers"]
     if resident.graph + resident.features > limit_bytes:
         tips.append(f"a device with more memory: the data alone takes "
                     f"{_gib(resident.graph + resident.features)}")

@@ -335,9 +335,11 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     items = program.task.train_items(dataset)
     if batched:  # the state first: the memory check counts it as allocated
         state = init_state(program, data, env, items)
-        memory.check_step_fits(memory.allocated_resident(data, state),
-                               program.task.envelope_bytes(program, env),
-                               memory.device_memory_limit(), batch_size=cfg.batch_size)
+        step_bytes = getattr(program.task, "envelope_bytes", None)  # optional (base.py)
+        if step_bytes is not None:
+            memory.check_step_fits(memory.allocated_resident(data, state),
+                                   step_bytes(program, env), memory.device_memory_limit(),
+                                   batch_size=cfg.batch_size)
     else:  # the memory model and the checks of a user's pieces read the sampled levels
         dims = level_dims(cfg, dataset, program.task, program.model)
         shards = program.num_shards if cfg.shard_features else 1

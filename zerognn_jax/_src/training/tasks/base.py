@@ -189,9 +189,9 @@ class BatchedTask(Protocol):
         """The envelope a checkpoint recorded ({"batch_size", "capacities"})."""
         ...
 
-    def envelope_bytes(self, program, envelope) -> int:
-        """A step's buffer bytes at `envelope` (the memory check before training)."""
-        ...
+    # Optional: `envelope_bytes(program, envelope) -> int`, a step's buffer bytes at
+    # `envelope`; with it the trainer checks the run against the device's memory before
+    # compiling the epoch (`memory.check_step_fits`), without it the check is skipped.
 
     def memory_report(self, program, envelope, calibration) -> dict:
         """Envelope bytes against ideal bytes at the counts calibration saw

@@ -113,8 +113,9 @@ class GraphTask(ItemsAreLevel0):
         slots, weighted by their labelled entries (`graph_metrics.row_weights`).
       score: the same shape of per-row score in [0, 1] (None for regression).
       kind: the collection's target kind ("binary", "classes", "regression").
-      window: steps per size-balanced window (0 or 1: plain shuffled batches;
-        sampling/graph_batch.py says what balancing does).
+      window: batches per size-balanced window (0 or 1: plain shuffled batches;
+        sampling/graph_batch.py says what balancing does); on D devices a step takes
+        D of them (batch indices s D + d), so a window spans W / D steps.
       aggregation: "ell" (layers sum messages by gathers over each node's listed edge
         slots) or "segment" (by scatter-adds: the reference, the default); the same
         sums. `TrainConfig.graph_aggregation` resolves "auto" (`resolve_aggregation`).
