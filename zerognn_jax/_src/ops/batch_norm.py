@@ -34,8 +34,8 @@ import jax.numpy as jnp
 
 
 def _stats(x, mask):
-    """(x as float32, float32 row count, mean, var before clipping) over masked rows
-    (the mean and variance divide by at least 1)."""
+    """(x as float32, float32 row count, the count taken as at least 1, mean, var before
+    clipping) over masked rows (the mean and variance divide by the third)."""
     xf = x.astype(jnp.float32)
     m = mask[:, None]
     # Counted behind a barrier: on a GPU, sampling one step ahead, XLA fused the scalar
@@ -45,7 +45,7 @@ def _stats(x, mask):
     n = jnp.maximum(count, 1.0)
     mean = jnp.sum(jnp.where(m, xf, 0.0), axis=0) / n
     raw = jnp.sum(jnp.where(m, xf * xf, 0.0), axis=0) / n - mean * mean
-    return xf, count, mean, raw
+    return xf, count, n, mean, raw
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
@@ -57,12 +57,11 @@ def masked_batch_norm(x, mask, scale, bias, epsilon):
 
 
 def _forward(x, mask, scale, bias, epsilon):
-    xf, count, mean, raw = _stats(x, mask)
+    xf, count, n, mean, raw = _stats(x, mask)
     var = jnp.maximum(raw, 0.0)
     inv = jax.lax.rsqrt(var + epsilon)
     y = (xf - mean) * (inv * scale) + bias
-    return (y, mean, var, count), (x, mask, scale, jnp.maximum(count, 1.0), mean, inv,
-                                   raw > 0)
+    return (y, mean, var, count), (x, mask, scale, n, mean, inv, raw > 0)
 
 
 def _backward(epsilon, res, cotangents):
