@@ -69,6 +69,7 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
     (dict(multiple=-128), "multiple must be >= 1, got -128"),
     (dict(margin=0.5), "margin must be a finite number >= 1, got 0.5"),
     (dict(norm="bogus"), "norm must be one of none, layer, batch, got 'bogus'"),
+    (dict(gemm_backend="triton"), "gemm_backend must be one of cublas, xla, got 'triton'"),
     (dict(lr=float("inf")), "lr must be positive and finite, got inf"),
     (dict(seed=-1), "seed must be in [0, 2**31), got -1"),
     (dict(seed=2**31), "seed must be in [0, 2**31), got 2147483648"),

@@ -44,19 +44,19 @@ from zerognn_jax._src.training.records import dumps
 FORMAT = 1
 EVALUATION = "evaluation.json"  # the last evaluated epoch's evaluation
 # TrainConfig fields a resumed run may change: they leave the trained values unchanged
-# (kernels and envelopes give the same result; the engine and the feature placement may
-# change the default level layout, hence the subgraphs sampled from then on, but not
-# the model or its optimizer state; the batch is compared as the global batch, so the
-# devices may change with the per-device batch; the data are compared by their sizes,
-# not by the name or path they were loaded from) or only say how long to train, what to
-# evaluate and where to write. Every other field, new ones included, must match the
-# checkpoint.
+# (kernels, envelopes and the GEMM backend give the same result up to rounding; the
+# engine and the feature placement may change the default level layout, hence the
+# subgraphs sampled from then on, but not the model or its optimizer state; the batch
+# is compared as the global batch, so the devices may change with the per-device
+# batch; the data are compared by their sizes, not by the name or path they were
+# loaded from) or only say how long to train, what to evaluate and where to write.
+# Every other field, new ones included, must match the checkpoint.
 FREE_ON_RESUME = frozenset({
     "epochs", "dataset", "root", "batch_size", "devices", "shard_features", "kernels",
     "graph_aggregation", "feature_placement", "feature_cache_gib", "host_row_order",
     "chunk_steps", "engine", "envelope", "margin", "multiple", "eval_mode", "eval_every",
     "eval_batch_size", "checkpoint_dir", "metrics_out", "progress", "tensorboard_dir",
-    "best_metric",
+    "best_metric", "gemm_backend",
 })
 DATASET_KEYS = ("name", "nodes", "directed_edges", "features", "classes", "train")
 

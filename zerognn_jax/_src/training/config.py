@@ -21,6 +21,7 @@ from zerognn_jax._src.training.tasks.base import BatchedTask
 from zerognn_jax._src.training.tasks.graph import AGGREGATIONS
 from zerognn_jax._src.training.tasks.link import LINK_METRICS
 from zerognn_jax._src.training.tasks.registry import TASKS
+from zerognn_jax._src.training.xla_options import GEMM_BACKENDS
 
 DTYPES = ("float32", "bfloat16")
 FEATURE_PLACEMENTS = ("auto", "device", "host")
@@ -35,7 +36,7 @@ CHOICES = {
     "sampler": SAMPLERS, "task": TASKS, "decoder": DECODERS,
     "negative_mode": NEGATIVE_MODES, "link_metric": LINK_METRICS,
     "graph_aggregation": AGGREGATIONS, "feature_placement": FEATURE_PLACEMENTS,
-    "host_row_order": HOST_ROW_ORDERS,
+    "host_row_order": HOST_ROW_ORDERS, "gemm_backend": GEMM_BACKENDS,
 }
 
 
@@ -52,7 +53,7 @@ GROUPS = {
     "optimizer": ("lr", "weight_decay"),
     "engine": ("engine", "kernels", "graph_aggregation", "chunk_steps", "sample_ahead",
                "devices", "shard_features", "feature_placement", "feature_cache_gib",
-               "host_row_order"),
+               "host_row_order", "gemm_backend"),
     "run": ("epochs", "seed", "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir",
             "metrics_out", "progress", "best_metric", "tensorboard_dir"),
 }
@@ -130,6 +131,9 @@ class TrainConfig:
     or as "stored" (no copy of a C-contiguous table in `dtype`); "auto" copies where a
     copy is made anyway (another dtype, a strided array) or fits half of
     the host's available memory (the choice and its reason are printed).
+    `gemm_backend` says whose kernels multiply matrices on a GPU: "cublas" (the default,
+    faster for a step's shapes on an H100) or "xla" (XLA's own choice, mostly Triton
+    kernels of its own; xla_options.py).
 
     Run. `eval_mode` is "full" (exact layer-wise), "sampled" (the training fanouts) or
     "none". `best_metric` (e.g. "val_acc", "val_f1", "val_mse"; lower is better for
@@ -187,6 +191,7 @@ class TrainConfig:
     feature_placement: str = "auto"
     feature_cache_gib: float | None = None
     host_row_order: str = "auto"
+    gemm_backend: str = "cublas"
     # run
     epochs: int = 10
     seed: int = 0

@@ -13,14 +13,17 @@ ENGINES = ("scan", "host-exact", "host-bucketed")
 def make_engine(name: str, program: StepProgram, *, chunk_steps: int = 0,
                 max_steps: int | None = None,
                 policy: EnvelopePolicy = DEFAULT_POLICY,
-                sample_ahead: int = 1) -> ScanEngine | HostEngine:
-    """The engine called `name` for `program`; `sample_ahead` applies to the scan engine.
+                sample_ahead: int = 1, gemm_backend: str = "cublas") -> ScanEngine | HostEngine:
+    """The engine called `name` for `program`; `sample_ahead` applies to the scan engine,
+    `gemm_backend` (xla_options.py) to both.
 
     Every engine offers `run_epoch(state, data, items, epoch, envelope,
     on_progress=None) -> EpochResult` and `compile_seconds`.
     """
     if name == "scan":
-        return ScanEngine(program, chunk_steps, policy, sample_ahead=sample_ahead)
+        return ScanEngine(program, chunk_steps, policy, sample_ahead=sample_ahead,
+                          gemm_backend=gemm_backend)
     if name in ("host-exact", "host-bucketed"):
-        return HostEngine(program, name.removeprefix("host-"), max_steps, policy)
+        return HostEngine(program, name.removeprefix("host-"), max_steps, policy,
+                          gemm_backend=gemm_backend)
     raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")

@@ -36,6 +36,7 @@ from zerognn_jax._src.training.step import (
     train_step,
     update_embedding,
 )
+from zerognn_jax._src.training.xla_options import check_gemm_backend, compiler_options
 
 MODES = ("exact", "bucketed")
 
@@ -84,6 +85,8 @@ class HostEngine:
         benchmarks at scales where compiling every shape would take too long.
       policy: how the envelope grows when a step does not fit.
       compile_seconds: total time spent compiling, for every shape seen so far.
+      gemm_backend: whose matrix products the programs use on a GPU (xla_options.py),
+        as the scan engine's, so that the two compare on equal kernels.
     """
 
     program: StepProgram
@@ -91,8 +94,10 @@ class HostEngine:
     max_steps: int | None = None
     policy: EnvelopePolicy = DEFAULT_POLICY
     compile_seconds: float = 0.0
+    gemm_backend: str = "cublas"
 
     def __post_init__(self):
+        check_gemm_backend(self.gemm_backend)
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.program.parallel is not None:
@@ -112,7 +117,8 @@ class HostEngine:
     def _compiled(self, cache: dict, key, fn, args, **jit_kwargs):
         if key not in cache:
             t0 = time.perf_counter()
-            cache[key] = jax.jit(fn, **jit_kwargs).lower(*args).compile()
+            cache[key] = jax.jit(fn, **jit_kwargs).lower(*args).compile(
+                compiler_options=compiler_options(self.gemm_backend))
             self.compile_seconds += time.perf_counter() - t0
         return cache[key]
 

@@ -40,6 +40,7 @@ from zerognn_jax._src.training.step import (
     update_embedding,
 )
 from zerognn_jax._src.training.tasks.base import TaskBatch
+from zerognn_jax._src.training.xla_options import check_gemm_backend, compiler_options
 
 
 class Sampled(NamedTuple):
@@ -221,8 +222,9 @@ class ScanEngine:
     Compiled chunk programs are cached here per (envelope, chunk length);
     `compile_seconds` adds up the time spent compiling them. `prefetch` samples each
     step one step ahead (`scan_chunk`); `sample_ahead` > 1 samples that many steps in
-    one vmapped call (`scan_chunk`'s `ahead`; not with `prefetch`); `compiler_options`
-    are XLA options for compiling the chunk programs (e.g.
+    one vmapped call (`scan_chunk`'s `ahead`; not with `prefetch`); the chunk programs
+    compile with `gemm_backend`'s XLA options (xla_options.py: cuBLAS for matrix products
+    on a GPU by default), then `compiler_options` over them (e.g.
     {"xla_gpu_enable_latency_hiding_scheduler": True}; benchmarks/scaling.py measures them).
     """
 
@@ -233,8 +235,10 @@ class ScanEngine:
     prefetch: bool = False
     compiler_options: dict | None = None
     sample_ahead: int = 1
+    gemm_backend: str = "cublas"
 
     def __post_init__(self):
+        check_gemm_backend(self.gemm_backend)
         if self.sample_ahead < 1:
             raise ValueError(f"sample_ahead must be >= 1, got {self.sample_ahead}")
         if self.sample_ahead > 1 and self.prefetch:
@@ -274,7 +278,8 @@ class ScanEngine:
                 run = program.parallel.shard_chunk(run, args[1])
             t0 = time.perf_counter()
             lowered = jax.jit(run, donate_argnums=0).lower(*args)
-            self._programs[key] = lowered.compile(compiler_options=self.compiler_options)
+            options = compiler_options(self.gemm_backend, self.compiler_options)
+            self._programs[key] = lowered.compile(compiler_options=options)
             self.compile_seconds += time.perf_counter() - t0
         return self._programs[key]
 

@@ -375,7 +375,8 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             history[-1].update(strict(pending))
             meta = {**meta, "evaluation_pending": False}
     runner = make_engine(cfg.engine, program, chunk_steps=cfg.chunk_steps,
-                         policy=cfg.envelope_policy, sample_ahead=cfg.sample_ahead)
+                         policy=cfg.envelope_policy, sample_ahead=cfg.sample_ahead,
+                         gemm_backend=cfg.gemm_backend)
     log = MetricsLog(cfg.metrics_out if lead else None, history if resumed else None)
     board = TensorBoardLog(cfg.tensorboard_dir if lead else None)
     # the value to beat comes from the epochs before a pending one, which is offered

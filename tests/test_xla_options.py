@@ -1,0 +1,53 @@
+"""The XLA options the engines compile step programs with (xla_options.py): cuBLAS for
+matrix products on a GPU unless the user chose otherwise, nothing elsewhere, and an
+option name this XLA still knows."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from zerognn_jax._src.training.host import HostEngine
+from zerognn_jax._src.training.scan import ScanEngine
+from zerognn_jax._src.training.xla_options import TRITON_GEMM, compiler_options
+
+
+def test_cublas_on_a_gpu_only(monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    assert compiler_options("cublas", platform="gpu") == {TRITON_GEMM: False}
+    assert compiler_options("cublas", platform="cpu") is None
+    assert compiler_options("xla", platform="gpu") is None
+
+
+def test_the_users_choices_win(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", f"--{TRITON_GEMM}=true")
+    assert compiler_options("cublas", platform="gpu") is None
+    monkeypatch.delenv("XLA_FLAGS")
+    extra = {TRITON_GEMM: True, "xla_gpu_enable_latency_hiding_scheduler": True}
+    assert compiler_options("cublas", extra, platform="gpu") == extra
+    assert compiler_options("xla", extra, platform="cpu") == extra
+
+
+def test_this_xla_knows_the_option():
+    # An unknown name fails the compile ("No such compile option"); this one compiles
+    # on any backend, though only a GPU's compiler reads it.
+    x = jnp.ones((8, 8))
+    out = jax.jit(jnp.dot).lower(x, x).compile(compiler_options={TRITON_GEMM: False})(x, x)
+    assert float(out[0, 0]) == 8.0
+
+
+def test_engines_refuse_an_unknown_backend():
+    for engine in (ScanEngine, HostEngine):
+        with pytest.raises(ValueError, match="gemm_backend must be one of cublas, xla, "
+                                             "got 'triton'"):
+            engine(None, gemm_backend="triton")
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="reads a GPU compile")
+def test_on_a_gpu_products_go_to_cublas():
+    x = jnp.ones((1024, 300), jnp.float32)
+    w = jnp.ones((300, 600), jnp.float32)
+    f = jax.jit(lambda x, w: jax.nn.relu(x @ w) @ w.T)
+    text = f.lower(x, w).compile(compiler_options=compiler_options("cublas")).as_text()
+    assert "__cublas" in text and "triton_gemm" not in text
