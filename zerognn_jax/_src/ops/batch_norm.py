@@ -10,7 +10,7 @@ scale + bias, in float32 (Flax's result type for a float32 scale). The value equ
 Flax's up to the order of the sums; the gradient is what differs. Differentiating
 Flax's form gives a chain of masked means, selects and their transposes (about five
 kernels a normalisation in a molecule GNN's backward on an H100). Here the backward
-is two passes over the rows: one multi-output reduction (sum dy, sum dy * (x - mean))
+is two passes over the rows: one variadic reduction (sum dy, sum dy * (x - mean))
 and one elementwise pass for dx (docs/benchmarks.md, "Graph-level steps", measures it
 with two other changes):
 
@@ -31,6 +31,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def _stats(x, mask):
@@ -43,9 +44,19 @@ def _stats(x, mask):
     # 56.7 us a step for 0.7 MB.
     count = jnp.sum(jax.lax.optimization_barrier(mask).astype(jnp.float32))
     n = jnp.maximum(count, 1.0)
-    mean = jnp.sum(jnp.where(m, xf, 0.0), axis=0) / n
-    raw = jnp.sum(jnp.where(m, xf * xf, 0.0), axis=0) / n - mean * mean
-    return xf, count, n, mean, raw
+    total, squares = _column_sums(jnp.where(m, xf, 0.0), jnp.where(m, xf * xf, 0.0))
+    mean = total / n
+    return xf, count, n, mean, squares / n - mean * mean
+
+
+def _column_sums(a, b):
+    """(sum of a's rows, sum of b's rows), float32, as one variadic reduction: one
+    kernel reading both. As two `jnp.sum`s XLA:GPU made the backward's pair a fusion
+    that summed dy while writing dy * (x - mean) out for a second kernel to sum, about
+    14 us a [1152, 300] normalisation on an H100 (docs/benchmarks.md)."""
+    zero = np.float32(0)
+    return jax.lax.reduce((a, b), (zero, zero),
+                          lambda x, y: (x[0] + y[0], x[1] + y[1]), (0,))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
@@ -70,8 +81,7 @@ def _backward(epsilon, res, cotangents):
     dy, dmean_out, dvar_out, _ = cotangents
     g = dy.astype(jnp.float32)
     d = x.astype(jnp.float32) - mean
-    sum_g = jnp.sum(g, axis=0)
-    sum_gd = jnp.sum(g * d, axis=0)
+    sum_g, sum_gd = _column_sums(g, g * d)
     dmean = -inv * scale * sum_g + dmean_out
     dvar = jnp.where(positive, -0.5 * inv ** 3 * scale * sum_gd + dvar_out, 0.0)
     share = mask[:, None].astype(jnp.float32) / count
