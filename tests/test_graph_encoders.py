@@ -1,6 +1,7 @@
 """OGB-style categorical encoders (nn/graph_models.py): the multi-hot product and the
 lookups used above MULTI_HOT_LIMIT categories both give the sum of one table row per
-column, and the lookups' gradient."""
+column, and each table row's gradient is the sum of the output's gradient over the
+rows that read it."""
 
 from __future__ import annotations
 

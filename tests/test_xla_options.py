@@ -8,25 +8,30 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from zerognn_jax import TrainConfig, train
+from zerognn_jax._src.training import scan
 from zerognn_jax._src.training.host import HostEngine
 from zerognn_jax._src.training.scan import ScanEngine
-from zerognn_jax._src.training.xla_options import TRITON_GEMM, compiler_options
+from zerognn_jax._src.training.xla_options import TRITON_GEMM, compiler_options, on_nvidia_gpu
 
 
-def test_cublas_on_a_gpu_only(monkeypatch):
+def test_cublas_on_an_nvidia_gpu_only(monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    assert compiler_options("cublas", platform="gpu") == {TRITON_GEMM: False}
-    assert compiler_options("cublas", platform="cpu") is None
-    assert compiler_options("xla", platform="gpu") is None
+    assert compiler_options("cublas", nvidia=True) == {TRITON_GEMM: False}
+    assert compiler_options("cublas", nvidia=False) is None
+    assert compiler_options("xla", nvidia=True) is None
 
 
 def test_the_users_choices_win(monkeypatch):
-    monkeypatch.setenv("XLA_FLAGS", f"--{TRITON_GEMM}=true")
-    assert compiler_options("cublas", platform="gpu") is None
+    for flags in (f"--{TRITON_GEMM}=true", f"--xla_dump_to=/tmp/x --{TRITON_GEMM}=false"):
+        monkeypatch.setenv("XLA_FLAGS", flags)
+        assert compiler_options("cublas", nvidia=True) is None
+    monkeypatch.setenv("XLA_FLAGS", f"--{TRITON_GEMM}_int4=true")  # another flag
+    assert compiler_options("cublas", nvidia=True) == {TRITON_GEMM: False}
     monkeypatch.delenv("XLA_FLAGS")
     extra = {TRITON_GEMM: True, "xla_gpu_enable_latency_hiding_scheduler": True}
-    assert compiler_options("cublas", extra, platform="gpu") == extra
-    assert compiler_options("xla", extra, platform="cpu") == extra
+    assert compiler_options("cublas", extra, nvidia=True) == extra
+    assert compiler_options("xla", extra, nvidia=False) == extra
 
 
 def test_this_xla_knows_the_option():
@@ -44,8 +49,21 @@ def test_engines_refuse_an_unknown_backend():
             engine(None, gemm_backend="triton")
 
 
-@pytest.mark.skipif(jax.default_backend() != "gpu", reason="reads a GPU compile")
-def test_on_a_gpu_products_go_to_cublas():
+def test_training_compiles_with_the_configs_backend(monkeypatch):
+    # The default is the same on every engine, so without this a config's choice could
+    # be dropped on the way to the compiler and no other test would notice.
+    asked = []
+    real = scan.compiler_options
+    monkeypatch.setattr(scan, "compiler_options",
+                        lambda backend, extra=None: asked.append(backend) or real(backend, extra))
+    train(TrainConfig(epochs=1, hidden=8, layers=2, fanouts=(2, 2), batch_size=64,
+                      eval_mode="none", progress=False, gemm_backend="xla"))
+    assert asked and set(asked) == {"xla"}
+
+
+@pytest.mark.skipif(not on_nvidia_gpu(), reason="reads a CUDA compile")
+def test_on_a_gpu_products_go_to_cublas(monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
     x = jnp.ones((1024, 300), jnp.float32)
     w = jnp.ones((300, 600), jnp.float32)
     f = jax.jit(lambda x, w: jax.nn.relu(x @ w) @ w.T)

@@ -51,8 +51,9 @@ HELP = {
                   "neighbours by position (scan engine; same outputs, more feature rows; "
                   "default: on for SAGE models on the scan engine)",
     "sample_ahead": "steps sampled together by one vmapped call (scan engine)",
-    "gemm_backend": "whose kernels multiply matrices on a GPU: cublas (faster for a step's "
-                    "shapes on an H100), or xla (XLA's own choice, mostly its Triton kernels)",
+    "gemm_backend": "whose kernels multiply training's matrices on an NVIDIA GPU: cublas (as "
+                    "fast or faster for a step's shapes on an H100), or xla (XLA's own "
+                    "choice, mostly its Triton kernels)",
     "chunk_steps": "steps per compiled program; 0 = the whole epoch",
     "engine": "scan, or the host-mediated baseline: host-exact, host-bucketed",
     "envelope": "how buffer capacities are chosen: calibrate (tight, measured on device) "

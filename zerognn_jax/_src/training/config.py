@@ -101,9 +101,10 @@ class TrainConfig:
     scan engine only); None (the default): `choose_layout` decides. The summary records
     the layout and why. `envelope` is "calibrate" (tight, measured) or "conservative"
     (the safe bound); `margin` and `multiple` size it (`envelope_policy`). The default
-    multiple, 1024, keeps level sizes in a form XLA's split-K GEMMs take without first
+    multiple, 1024, kept level sizes in a form XLA's split-K GEMMs took without first
     copying the operands into padded buffers (13-18 % of a bfloat16 products-like epoch
-    on an H100, docs/benchmarks.md).
+    on an H100, docs/benchmarks.md; measured with XLA's Triton products, before
+    `gemm_backend` "cublas" became the default).
 
     Optimizer. Adam with `lr`, plus L2 `weight_decay` added to the gradient.
 
@@ -131,9 +132,9 @@ class TrainConfig:
     or as "stored" (no copy of a C-contiguous table in `dtype`); "auto" copies where a
     copy is made anyway (another dtype, a strided array) or fits half of
     the host's available memory (the choice and its reason are printed).
-    `gemm_backend` says whose kernels multiply matrices on a GPU: "cublas" (the default,
-    faster for a step's shapes on an H100) or "xla" (XLA's own choice, mostly Triton
-    kernels of its own; xla_options.py).
+    `gemm_backend` says whose kernels multiply the training programs' matrices on an
+    NVIDIA GPU: "cublas" (the default, as fast or faster for a step's shapes on an H100)
+    or "xla" (XLA's own choice, mostly Triton kernels of its own; xla_options.py).
 
     Run. `eval_mode` is "full" (exact layer-wise), "sampled" (the training fanouts) or
     "none". `best_metric` (e.g. "val_acc", "val_f1", "val_mse"; lower is better for

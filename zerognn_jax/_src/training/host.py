@@ -94,7 +94,7 @@ class HostEngine:
     max_steps: int | None = None
     policy: EnvelopePolicy = DEFAULT_POLICY
     compile_seconds: float = 0.0
-    gemm_backend: str = "cublas"
+    gemm_backend: str = dataclasses.field(default="cublas", kw_only=True)
 
     def __post_init__(self):
         check_gemm_backend(self.gemm_backend)

@@ -1,23 +1,29 @@
-"""The XLA compiler options the engines compile their step programs with.
+"""The XLA compiler options the engines compile their training programs with.
 
-On a GPU, XLA writes most matrix products of a step as Triton kernels of its own
-(autotuned tiles, often split-K with a reduction after) and sends the rest to cuBLAS.
-For the shapes a GNN step multiplies (a few thousand rows by a few hundred columns)
-cuBLAS was faster on an H100 in every workload measured (docs/benchmarks.md, "Matrix
-products by cuBLAS"): `gemm_backend="cublas"`, the default, asks XLA for cuBLAS
-everywhere (`xla_gpu_enable_triton_gemm=false`); "xla" leaves XLA's own choice. Other
-platforms get no option. A user's own XLA_FLAGS naming the Triton GEMM option win over
-the default, as do options passed explicitly (`ScanEngine.compiler_options`).
+On an NVIDIA GPU, XLA writes most matrix products of a step as Triton kernels of its
+own (autotuned tiles, often split-K with a reduction after) and sends the rest to
+cuBLAS. For the shapes a GNN step multiplies (a few thousand rows by a few hundred
+columns) cuBLAS was as fast or faster on an H100 in every workload measured, 1.01x to
+1.16x a step (docs/benchmarks.md, "Matrix products by cuBLAS"): `gemm_backend="cublas"`,
+the default, turns XLA's Triton GEMMs off (`xla_gpu_enable_triton_gemm=false`), so that
+the products it would have given Triton go to cuBLAS; "xla" leaves XLA's own choice.
+Other devices get no option (AMD GPUs too: unmeasured there). A user's XLA_FLAGS that
+set the Triton GEMM flag win over the default, and options passed explicitly
+(`ScanEngine.compiler_options`) over both. Evaluation programs compile with XLA's
+defaults.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 import jax
 
 GEMM_BACKENDS = ("cublas", "xla")
 TRITON_GEMM = "xla_gpu_enable_triton_gemm"
+# the flag itself in XLA_FLAGS, not a longer one it begins (xla_gpu_enable_triton_gemm_int4)
+_SET_BY_USER = re.compile(rf"(^|\s)--?{TRITON_GEMM}(=|\s|$)")
 
 
 def check_gemm_backend(backend: str) -> None:
@@ -26,16 +32,21 @@ def check_gemm_backend(backend: str) -> None:
                          f"got {backend!r}")
 
 
+def on_nvidia_gpu() -> bool:
+    """Whether JAX's default devices are NVIDIA GPUs."""
+    device = jax.devices()[0]
+    return device.platform == "gpu" and "nvidia" in device.device_kind.lower()
+
+
 def compiler_options(gemm_backend: str, extra: dict | None = None,
-                     platform: str | None = None) -> dict | None:
-    """The options to compile a step program with on `platform` (default: JAX's default
-    backend): the GEMM backend's (module docstring), then `extra` over them; None when
-    there are none."""
+                     nvidia: bool | None = None) -> dict | None:
+    """The options to compile a training program with (module docstring): the GEMM
+    backend's where the program runs on an NVIDIA GPU (`nvidia`, default
+    `on_nvidia_gpu()`), then `extra` over them; None when there are none."""
     check_gemm_backend(gemm_backend)
-    platform = platform or jax.default_backend()
     options = {}
-    if (gemm_backend == "cublas" and platform == "gpu"
-            and TRITON_GEMM not in os.environ.get("XLA_FLAGS", "")):
+    if (gemm_backend == "cublas" and not _SET_BY_USER.search(os.environ.get("XLA_FLAGS", ""))
+            and (on_nvidia_gpu() if nvidia is None else nvidia)):
         options[TRITON_GEMM] = False
     options.update(extra or {})
     return options or None
