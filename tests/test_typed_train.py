@@ -147,8 +147,8 @@ def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
     (dict(relation_fanouts={"cites": (1,)}), "relation_fanouts['cites'] has 1 hops"),
     (dict(task="link"), "task 'link' does not train typed datasets"),
     (dict(feature_placement="host"), "drop feature_placement 'host'"),
-    (dict(devices=2, shard_features=True), "typed graphs train on the scan engine on one "
-                                           "device"),
+    (dict(devices=2, shard_features=True), "keep their stacked feature table whole on "
+                                           "every device: drop shard_features"),
 ])
 def test_refused_options(mag, change, message):
     with pytest.raises(ValueError) as err:

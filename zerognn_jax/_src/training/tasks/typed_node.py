@@ -48,6 +48,7 @@ from zerognn_jax._src.sampling.typed_minibatch import (
     sample_typed_step,
 )
 from zerognn_jax._src.training.embeddings import NodeEmbedding
+from zerognn_jax._src.training.parallel import make_mesh
 from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
@@ -227,9 +228,10 @@ def relation_fanouts(cfg, graph: HeteroGraph) -> dict:
 def _refuse(cfg) -> None:
     """Raises ValueError for an option typed training does not take."""
     checks = [
-        (cfg.engine == "scan" and cfg.devices == 1 and not cfg.shard_features,
-         f"typed graphs train on the scan engine on one device; got engine {cfg.engine!r}, "
-         f"devices={cfg.devices}, shard_features={cfg.shard_features}"),
+        (cfg.engine == "scan", f"typed graphs train on the scan engine; got engine "
+                               f"{cfg.engine!r}"),
+        (not cfg.shard_features, "typed graphs keep their stacked feature table whole on "
+                                 "every device: drop shard_features"),
         (not cfg.edge_features, "typed graphs carry no edge features to models yet: drop "
                                 "edge_features"),
         (cfg.feature_placement != "host", "typed graphs keep their stacked feature table on "
@@ -345,11 +347,9 @@ class TypedNodeTask(ItemsAreLevel0):
                 num_classes=dataset.num_classes, target_type=self.seed_type,
                 relations=dataset.graph.relations, heads=cfg.heads, dropout=cfg.dropout,
                 input_dropout=cfg.input_dropout, dtype=dtype)
-        graph = prepare_typed_graph(dataset.graph, self.sampler).to_device()
+        graph = prepare_typed_graph(dataset.graph, self.sampler)
         table = self.inputs.table(dataset, dtype, bool(cfg.normalize_features))
-        # device_put, not jnp.asarray: that compiles a copy on the device (two tables)
-        data = DeviceData(graph, jax.device_put(table),
-                          jax.device_put(self.device_targets(dataset)))
+        host = DeviceData(graph, table, self.device_targets(dataset))
         # The engines read the layout of the outermost level from the program's sampler
         # (`update_embedding`: are its rows distinct?), so the summary carries it.
         summary = SamplerConfig(tuple(cfg.fanouts), replace=cfg.replace, method=cfg.sampler,
@@ -358,7 +358,12 @@ class TypedNodeTask(ItemsAreLevel0):
                               tx or make_optimizer(cfg), summary,
                               cfg.batch_size, cfg.seed, kernels, task=self,
                               embedding=self.embedding(cfg))
-        return data, program
+        mesh = make_mesh(cfg.devices)
+        if mesh.size > 1:  # every device holds the graph and the table, and samples its seeds
+            program = program.with_mesh(mesh)
+            return program.parallel.place_data(host), program
+        # device_put, not jnp.asarray: that compiles a copy on the device (two tables)
+        return jax.device_put(host), program
 
     def embedding(self, cfg) -> TypedEmbedding | None:
         """The featureless types' `hidden`-wide tables, trained by lazy Adam at `cfg.lr`
