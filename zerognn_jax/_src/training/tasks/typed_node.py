@@ -184,8 +184,8 @@ class TypedEmbedding(NodeEmbedding):
     """The featureless types' learnable rows: one table per type, stacked into one
     float[sum of N_t, dim] table at `TypedInputs.embedded_offsets`, so the homogeneous
     node embedding's machinery (lazy Adam in the scan, applied only to kept steps,
-    checkpoints, `restore`, and the row all-gather of data parallelism once typed runs
-    take it) serves it unchanged. A step reads the rows of its
+    checkpoints, `restore`, and the row all-gather of data parallelism) serves it
+    unchanged. A step reads the rows of its
     outermost level's featureless nodes (`TypedSample.embedded`) and hands the model
     (`OnTypes`) the pair (feature rows, embedding rows).
 
