@@ -127,3 +127,19 @@ def test_no_masked_row_gives_finite_values_and_keeps_the_running_statistics():
     _, s = module.apply(v, x, none, train=True, mutable=["batch_stats"])
     for a, b in zip(jax.tree_util.tree_leaves(s), jax.tree_util.tree_leaves(v["batch_stats"])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_module_output_takes_its_dtype_and_float32_statistics():
+    rs = np.random.default_rng(3)
+    x = jnp.asarray(rs.normal(2.0, 3.0, (24, 5)), jnp.bfloat16)
+    mask = jnp.asarray(rs.random(24) < 0.7)
+    wide, narrow = MaskedBatchNorm(), MaskedBatchNorm(jnp.bfloat16)
+    v = wide.init(jax.random.key(0), x, mask, train=True)
+    for train in (True, False):
+        want, s_want = wide.apply(v, x, mask, train=train, mutable=["batch_stats"])
+        got, s_got = narrow.apply(v, x, mask, train=train, mutable=["batch_stats"])
+        assert want.dtype == jnp.float32 and got.dtype == jnp.bfloat16
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want.astype(jnp.bfloat16)))
+        for a, b in zip(jax.tree_util.tree_leaves(s_got), jax.tree_util.tree_leaves(s_want)):
+            assert a.dtype == jnp.float32
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 
 from pallas_kernels import counter_hash
 from zerognn_jax._src.nn.models import dropout_seed, hash_dropout
+from zerognn_jax._src.ops.aggregate import _accumulator
 from zerognn_jax._src.ops.batch_norm import masked_batch_norm
 from zerognn_jax._src.ops.incidence import Incidence, edges_to_nodes, nodes_to_edges
 
@@ -81,17 +82,21 @@ class Graphs(NamedTuple):
 
 
 def pool(h: jax.Array, graphs: Graphs, how: str) -> jax.Array:
-    """float[B + 1, d]: node rows `h` [Nc, d] summed, averaged or maxed per graph.
+    """float[B + 1, d] in `h`'s dtype: node rows `h` [Nc, d] summed, averaged or maxed
+    per graph.
 
     The graph ids are declared sorted: on a GPU, XLA then sums each run of equal ids in
     registers and adds it with one atomic (its sorted-indices scatter), where rows
-    of unsorted ids would each be an atomic on one of B + 1 rows."""
+    of unsorted ids would each be an atomic on one of B + 1 rows. Sums of
+    half-precision rows accumulate in float32: more exact, and on an H100 a bfloat16
+    scatter-add of [7872, 300] rows took 105 us where float32's took 8.5."""
     g, num = graphs.node_graph, graphs.num_graphs
-    if how == "sum":
-        return jax.ops.segment_sum(h, g, num, indices_are_sorted=True)
-    if how == "mean":
-        count = jnp.maximum(graphs.n_node, 1).astype(h.dtype)[:, None]
-        return jax.ops.segment_sum(h, g, num, indices_are_sorted=True) / count
+    if how in ("sum", "mean"):
+        total = jax.ops.segment_sum(h.astype(_accumulator(h.dtype)), g, num,
+                                    indices_are_sorted=True)
+        if how == "mean":
+            total = total / jnp.maximum(graphs.n_node, 1).astype(total.dtype)[:, None]
+        return total.astype(h.dtype)
     if how == "max":
         out = jax.ops.segment_max(h, g, num, indices_are_sorted=True)
         return jnp.where(graphs.n_node[:, None] > 0, out, 0).astype(h.dtype)
@@ -100,8 +105,10 @@ def pool(h: jax.Array, graphs: Graphs, how: str) -> jax.Array:
 
 def broadcast(rows: jax.Array, graphs: Graphs) -> jax.Array:
     """float[Nc, d]: each node's row of the per-graph `rows` [B + 1, d]; its gradient
-    is `pool`'s sorted sum."""
-    return jnp.take(rows, graphs.node_graph, axis=0, indices_are_sorted=True)
+    is `pool`'s sorted sum, in float32 for half-precision rows (as `pool`)."""
+    acc = _accumulator(rows.dtype)
+    return jnp.take(rows.astype(acc), graphs.node_graph, axis=0,
+                    indices_are_sorted=True).astype(rows.dtype)
 
 
 # Categories in all up to which the encoder multiplies multi-hot codes (OGB's atoms:
@@ -159,11 +166,16 @@ class MaskedBatchNorm(nn.Module):
     (checkpoints of either load in the other); training steps differentiate it by
     `ops.batch_norm.masked_batch_norm`'s two-pass gradient. A training call with no
     masked row (a device without graphs in the last step of a data-parallel epoch)
-    leaves the running statistics as they were."""
+    leaves the running statistics as they were. The statistics and the arithmetic are
+    float32; the output has `dtype` (float32 when None, Flax's result type for float32
+    parameters), so that a bfloat16 model's activations between layers stay bfloat16
+    (as Flax's `BatchNorm(dtype=...)` gives)."""
+
+    dtype: Any = None
 
     @nn.compact
     def __call__(self, x, mask, *, train: bool):
-        return _BatchNorm(name="BatchNorm_0")(x, mask, train=train)
+        return _BatchNorm(dtype=self.dtype, name="BatchNorm_0")(x, mask, train=train)
 
 
 class _BatchNorm(nn.Module):
@@ -171,6 +183,7 @@ class _BatchNorm(nn.Module):
 
     momentum: float = 0.9
     epsilon: float = 1e-5
+    dtype: Any = None
 
     @nn.compact
     def __call__(self, x, mask, *, train: bool):
@@ -179,9 +192,10 @@ class _BatchNorm(nn.Module):
         var = self.variable("batch_stats", "var", jnp.ones, features, jnp.float32)
         scale = self.param("scale", nn.initializers.ones, features, jnp.float32)
         bias = self.param("bias", nn.initializers.zeros, features, jnp.float32)
+        out = jnp.float32 if self.dtype is None else self.dtype
         if not train:
             inv = jax.lax.rsqrt(var.value + self.epsilon) * scale
-            return (x - mean.value) * inv + bias
+            return ((x - mean.value) * inv + bias).astype(out)
         y, batch_mean, batch_var, count = masked_batch_norm(x, mask, scale, bias,
                                                             self.epsilon)
         if not self.is_initializing():
@@ -190,7 +204,7 @@ class _BatchNorm(nn.Module):
                                    + (1 - self.momentum) * batch_mean, mean.value)
             var.value = jnp.where(seen, self.momentum * var.value
                                   + (1 - self.momentum) * batch_var, var.value)
-        return y
+        return y.astype(out)
 
 
 def dense_before_norm(features: int, dtype) -> nn.Dense:
@@ -211,7 +225,7 @@ class GINMLP(nn.Module):
     @nn.compact
     def __call__(self, h, mask, *, train: bool):
         h = dense_before_norm(2 * self.hidden, self.dtype)(h)
-        h = nn.relu(MaskedBatchNorm()(h, mask, train=train))
+        h = nn.relu(MaskedBatchNorm(self.dtype)(h, mask, train=train))
         return dense_before_norm(self.hidden, self.dtype)(h)
 
 
@@ -286,7 +300,7 @@ class GraphGNN(nn.Module):
             h_in = h
             h = GraphConv(self.conv, self.hidden, self.edge_vocab, self.dtype)(
                 h, graphs, train=train)
-            h = MaskedBatchNorm()(h, graphs.node_mask, train=train)
+            h = MaskedBatchNorm(self.dtype)(h, graphs.node_mask, train=train)
             h = drop(h if last else nn.relu(h), 2 * layer)
             if vn is not None and not last:
                 vn = drop(self._update_virtual(pool(h_in, graphs, "sum") + vn, graphs, train),
@@ -308,15 +322,15 @@ class GraphGNN(nn.Module):
     def _update_virtual(self, pooled, graphs: Graphs, train: bool):
         mask = graphs.graph_mask
         v = dense_before_norm(2 * self.hidden, self.dtype)(pooled)
-        v = nn.relu(MaskedBatchNorm()(v, mask, train=train))
+        v = nn.relu(MaskedBatchNorm(self.dtype)(v, mask, train=train))
         v = dense_before_norm(self.hidden, self.dtype)(v)
-        return nn.relu(MaskedBatchNorm()(v, mask, train=train))
+        return nn.relu(MaskedBatchNorm(self.dtype)(v, mask, train=train))
 
     def _readout(self, h, graphs: Graphs, train: bool):
         if self.readout != "attention":
             return pool(h, graphs, self.readout)
         gate = dense_before_norm(2 * self.hidden, self.dtype)(h)
-        gate = nn.relu(MaskedBatchNorm()(gate, graphs.node_mask, train=train))
+        gate = nn.relu(MaskedBatchNorm(self.dtype)(gate, graphs.node_mask, train=train))
         gate = nn.Dense(1, dtype=self.dtype)(gate).astype(jnp.float32)
         top = pool(gate, graphs, "max")
         w = jnp.exp(gate - broadcast(top, graphs))
