@@ -16,6 +16,7 @@ import pytest
 
 import zerognn_jax as zg
 from zerognn_jax._src.sampling import graph_batch
+from zerognn_jax._src.sampling.envelope import round_up
 from zerognn_jax._src.sampling.graph_batch import graph_tables, step_graphs
 from zerognn_jax._src.training.trainer import prepare
 
@@ -139,6 +140,20 @@ def test_overflow_recovery_is_exact(molecules):
     flat = lambda s: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(s.params)])
     np.testing.assert_allclose(flat(runs["small"][2]), flat(runs["grown"][2]), rtol=1e-4,
                                atol=1e-6)
+
+
+def test_calibration_takes_the_largest_batch_without_a_margin_unless_given(molecules):
+    """Calibration counts every batch of the run's epochs, so its largest is exact: by
+    default the envelope is that batch rounded to 64 slots; a margin given widens it."""
+    cfg = config()
+    _, data, program = prepare(cfg, molecules)
+    env, cal = program.task.choose_envelope(program, data, molecules, cfg)
+    nodes, edges = cal.max_counts[:2]
+    assert (env.batch_size, env.capacities[0]) == (round_up(nodes, 64), round_up(edges, 64))
+    wide, _ = program.task.choose_envelope(program, data, molecules,
+                                           dataclasses.replace(cfg, margin=1.5))
+    assert (wide.batch_size, wide.capacities[0]) == (round_up(1.5 * nodes, 64),
+                                                     round_up(1.5 * edges, 64))
 
 
 @pytest.mark.parametrize("model", ["gine-virtual", "gcn"])

@@ -58,7 +58,8 @@ HELP = {
     "engine": "scan, or the host-mediated baseline: host-exact, host-bucketed",
     "envelope": "how buffer capacities are chosen: calibrate (tight, measured on device) "
                 "or conservative (the safe bound)",
-    "margin": "calibrated capacity = margin x the largest count seen (>= 1)",
+    "margin": "calibrated capacity = margin x the largest count seen (>= 1); unset: "
+              "1.1, and 1.0 where a graph task calibrates (it counts every batch)",
     "multiple": "capacities are rounded up to a multiple of this (>= 1)",
     "eval_mode": "full (exact layer-wise), sampled, or none",
     "eval_every": "evaluate every N epochs (0: only after the last)",

@@ -100,7 +100,10 @@ class TrainConfig:
     outermost hop undeduplicated, laid out in slot order (`SamplerConfig.flat_outer`;
     scan engine only); None (the default): `choose_layout` decides. The summary records
     the layout and why. `envelope` is "calibrate" (tight, measured) or "conservative"
-    (the safe bound); `margin` and `multiple` size it (`envelope_policy`). The default
+    (the safe bound); `margin` and `multiple` size it (`envelope_policy`). `margin`
+    None (the default) is 1.1, except where a graph task calibrates: it counts every
+    batch of the run's epochs, so their largest is exact and it takes 1.0 (an
+    overflow, e.g. on resuming with more epochs, grows the envelope with 1.1). The default
     multiple, 1024, kept level sizes in a form XLA's split-K GEMMs took without first
     copying the operands into padded buffers (13-18 % of a bfloat16 products-like epoch
     on an H100, docs/benchmarks.md; measured with XLA's Triton products, before
@@ -175,7 +178,7 @@ class TrainConfig:
     dedup: bool | None = None
     flat_outer: bool | None = None
     envelope: str = "calibrate"
-    margin: float = 1.1
+    margin: float | None = None
     multiple: int = 1024
     balance_window: int = 0
     # optimizer
@@ -303,4 +306,6 @@ class TrainConfig:
 
     @property
     def envelope_policy(self) -> EnvelopePolicy:
+        if self.margin is None:
+            return EnvelopePolicy(multiple=self.multiple)
         return EnvelopePolicy(self.margin, self.multiple)

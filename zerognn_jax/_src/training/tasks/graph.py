@@ -257,11 +257,13 @@ class GraphTask(ItemsAreLevel0):
     def choose_envelope(self, program: StepProgram, data: DeviceData,
                         dataset: GraphCollection, cfg):
         """The largest (node slots, edges) of every batch of the run's epochs (from
-        the graphs' sizes, on the device, one read), times the margin, rounded to
+        the graphs' sizes, on the device, one read), times the margin (1.0 unless
+        `cfg.margin` says otherwise: these counts are exact, not a sample), rounded to
         `min(cfg.multiple, GRAPH_MULTIPLE)`, and their largest degree as K (no margin:
         every node pays for a wider row in every layer); "conservative": the B largest
         graphs and the collection's largest degree."""
-        policy = EnvelopePolicy(cfg.margin, min(cfg.multiple, GRAPH_MULTIPLE))
+        margin = 1.0 if cfg.margin is None else cfg.margin
+        policy = EnvelopePolicy(margin, min(cfg.multiple, GRAPH_MULTIPLE))
         b = program.batch_size
         if cfg.envelope == "conservative":
             top = lambda sizes: int(np.sort(sizes)[::-1][:b].sum())
