@@ -46,13 +46,17 @@ def test_pooling_half_precision_rows_accumulates_in_float32():
     # the ones would stop at 256 (256 + 1 rounds back to 256).
     n_node = np.array([600, 1, 0], np.int32)
     node_graph = jnp.asarray(np.repeat(np.arange(3), n_node), jnp.int32)
-    graphs = Graphs(None, None, None, None, jnp.asarray(n_node), None, None, node_graph,
-                    None, None, None)
+    graphs = Graphs(nodes=None, edges=None, senders=None, receivers=None,
+                    n_node=jnp.asarray(n_node), n_edge=None, globals=None,
+                    node_graph=node_graph, node_mask=None, edge_mask=None, graph_mask=None)
     h = jnp.ones((601, 2), jnp.bfloat16)
-    for how, want in (("sum", [600, 1, 0]), ("mean", [1, 1, 0])):
+    for how, want in (("sum", [600, 1, 0]), ("mean", [1, 1, 0]), ("max", [1, 1, 0])):
         out = pool(h, graphs, how)
         assert out.dtype == jnp.bfloat16
         np.testing.assert_array_equal(np.asarray(out, np.float32)[:, 0], want)
+    # integer rows are pooled as they are: a mean of ids stays a true division
+    mean = pool(jnp.arange(601, dtype=jnp.int32)[:, None], graphs, "mean")
+    np.testing.assert_allclose(np.asarray(mean)[:, 0], [299.5, 600, 0])
     rows = jnp.ones((3, 2), jnp.bfloat16)
     assert broadcast(rows, graphs).dtype == jnp.bfloat16
     grad = jax.grad(lambda r: broadcast(r, graphs).astype(np.float32).sum())(rows)

@@ -144,8 +144,10 @@ def test_overflow_recovery_is_exact(molecules):
 
 def test_calibration_takes_the_largest_batch_without_a_margin_unless_given(molecules):
     """Calibration counts every batch of the run's epochs, so its largest is exact: by
-    default the envelope is that batch rounded to 64 slots; a margin given widens it."""
+    default the envelope is that batch rounded to 64 slots; a margin given widens it.
+    Unset, the margin of every other envelope (sampled calibration, growth) is 1.1."""
     cfg = config()
+    assert cfg.margin is None and cfg.envelope_policy.margin == 1.1
     _, data, program = prepare(cfg, molecules)
     env, cal = program.task.choose_envelope(program, data, molecules, cfg)
     nodes, edges = cal.max_counts[:2]

@@ -306,6 +306,6 @@ class TrainConfig:
 
     @property
     def envelope_policy(self) -> EnvelopePolicy:
-        if self.margin is None:
+        if self.margin is None:  # EnvelopePolicy's own default margin, 1.1
             return EnvelopePolicy(multiple=self.multiple)
         return EnvelopePolicy(self.margin, self.multiple)
