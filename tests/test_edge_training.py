@@ -170,6 +170,27 @@ def test_placement_counts_only_the_edge_features_a_model_reads(edge_data, monkey
     assert seen[1].dtype == jnp.bfloat16 and seen[1].shape == edge_data.graph.edge_features.shape
 
 
+def test_memory_check_counts_the_embedding_rows_devices_gather(edge_data, monkeypatch):
+    """The check before compiling is given the rows a step's embedding update gathers
+    over the devices: the outermost level's capacity, the table's width and dtype."""
+    from zerognn_jax._src.training import memory
+
+    class Checked(Exception):
+        pass
+
+    def gathered(*args):
+        seen.append(args)
+        raise Checked
+
+    seen = []
+    monkeypatch.setattr(memory, "gathered_rows_bytes", gathered)
+    with pytest.raises(Checked):
+        train(_cfg(model="sage", edge_features=False, embedding_dim=3, dtype="bfloat16"),
+              edge_data)
+    ((rows, dim, dtype, devices),) = seen
+    assert (dim, dtype, devices) == (3, "bfloat16", 1) and rows >= 32
+
+
 @pytest.mark.parametrize("model", ["sage", "sage-max"])
 def test_sage_aggregates_features_and_embedding_apart_as_if_joined(edge_data, model,
                                                                    monkeypatch):

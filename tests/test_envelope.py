@@ -66,6 +66,24 @@ def test_envelope_that_cannot_fit_names_the_level():
     memory.check_fits(env, (15, 10), (47, 256, 100), limit_bytes=1 << 40)
 
 
+def test_data_parallel_embedding_rows_count_as_step_buffers():
+    """Each of D devices gathers the other devices' touched embedding rows (ids, flags,
+    gradients) and updates all D R of them with their two float32 moments."""
+    assert memory.gathered_rows_bytes(1000, 64, "float32", 1) == 0
+    assert memory.gathered_rows_bytes(1000, 0, "float32", 8) == 0
+    assert memory.gathered_rows_bytes(1000, 64, "float32", 4) == 3 * 1000 * (5 + 64 * 16)
+    assert memory.gathered_rows_bytes(1000, 64, "bfloat16", 2) == 1000 * (5 + 64 * 12)
+    env = Envelope(1024, (20_000, 200_000))
+    levels = sum(c * b for c, b in zip(env.levels, memory.level_bytes((15, 10), (47, 256, 100))))
+    resident = memory.Resident(graph=1 << 20, features=1 << 20, model=1 << 20)
+    limit = resident.total + levels + 100
+    memory.check_fits(env, (15, 10), (47, 256, 100), limit, resident=resident,
+                      extra_step_bytes=100)
+    with pytest.raises(ValueError, match="step buffers"):
+        memory.check_fits(env, (15, 10), (47, 256, 100), limit, resident=resident,
+                          extra_step_bytes=101)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"batch_size": 0, "capacities": (128,)}, "batch_size must be at least 1"),
     ({"batch_size": 256, "capacities": (128,)}, "capacities must not decrease"),

@@ -4,7 +4,9 @@ and exact and sampled evaluation read the same table. Unit-level, on a toy graph
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import types
 
 import jax
 import jax.numpy as jnp
@@ -66,6 +68,23 @@ def test_featureless_types_share_one_stacked_table():
     assert state.embedding.shape == (26, 8) and state.embedding_opt.mu.shape == (26, 8)
     assert program.embedding.dim == 8 and program.embedding.lr == 0.05
     assert "embed" not in str(jax.tree_util.tree_structure(state.params))
+
+
+def test_step_bytes_count_the_rows_devices_gather():
+    """On D devices a step's buffers include the featureless rows of its outermost
+    level gathered from every device; the envelope-over-ideal report leaves them out."""
+    from zerognn_jax._src.training import memory
+
+    _, _, program, env, _ = _run()
+    cal = types.SimpleNamespace(max_counts=[c for caps in env.levels
+                                            for c in (caps.get(t, 0) for t in program.task.types)])
+    four = dataclasses.replace(program, parallel=types.SimpleNamespace(size=4))
+    assert four.num_shards == 4
+    rows = env.levels[-1]["author"] + env.levels[-1]["field"]
+    added = program.task.envelope_bytes(four, env) - program.task.envelope_bytes(program, env)
+    assert added == memory.gathered_rows_bytes(rows, 8, "float32", 4) > 0
+    assert program.task.memory_report(four, env, cal) == \
+        program.task.memory_report(program, env, cal)
 
 
 @pytest.mark.parametrize("layout", [(), (("dedup", False),), (("flat_outer", True),)],

@@ -110,6 +110,17 @@ def embedding_bytes(rows: int, dim: int, dtype) -> int:
     return rows * dim * (np.dtype(jax.numpy.dtype(dtype)).itemsize + 8)
 
 
+def gathered_rows_bytes(rows: int, dim: int, dtype, devices: int) -> int:
+    """Step bytes that data parallelism adds to a learnable table's update: each device
+    gathers the other devices' `rows` touched rows (ids, flags and gradients [rows, dim]
+    in `dtype`: `Parallel.gather_row_grads`) and lazy Adam updates all of them, reading
+    and writing each row with its two float32 moments. Zero on one device."""
+    if devices <= 1 or dim <= 0:
+        return 0
+    itemsize = np.dtype(jax.numpy.dtype(dtype)).itemsize
+    return (devices - 1) * rows * (5 + dim * (2 * itemsize + 8))
+
+
 def _gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.2f} GiB"
 
@@ -130,14 +141,15 @@ def _advice(resident: Resident, envelope_bytes: int, over: int) -> list[str]:
 
 
 def check_fits(envelope: Envelope, slots, level_dims, limit_bytes: int | None, *,
-               resident: Resident | None = None) -> None:
-    """Raises ValueError when the step's buffers, plus the `resident` graph, features and
-    model when given, exceed `limit_bytes`; the message names every part and what to
-    change. Call it before compiling."""
+               resident: Resident | None = None, extra_step_bytes: int = 0) -> None:
+    """Raises ValueError when the step's buffers (its levels, plus `extra_step_bytes`:
+    `gathered_rows_bytes`), plus the `resident` graph, features and model when given,
+    exceed `limit_bytes`; the message names every part and what to change. Call it
+    before compiling."""
     if limit_bytes is None:
         return
     per = level_bytes(slots, level_dims)
-    total = resident.total if resident is not None else 0
+    total = (resident.total if resident is not None else 0) + extra_step_bytes
     for level, (cap, b) in enumerate(zip(envelope.levels, per)):
         total += cap * b
         if total > limit_bytes and resident is None:

@@ -48,6 +48,7 @@ from zerognn_jax._src.sampling.typed_minibatch import (
     sample_typed_step,
 )
 from zerognn_jax._src.training.embeddings import NodeEmbedding
+from zerognn_jax._src.training.memory import gathered_rows_bytes
 from zerognn_jax._src.training.parallel import make_mesh
 from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
@@ -419,10 +420,20 @@ class TypedNodeTask(ItemsAreLevel0):
         return [5 + 8 * (width if lvl == len(levels) - 1 else hidden)
                 for lvl in range(len(levels))]
 
-    def envelope_bytes(self, program: StepProgram, envelope: TypedEnvelope) -> int:
+    def _level_bytes(self, program: StepProgram, envelope: TypedEnvelope) -> int:
         per_row = self._row_bytes(program, envelope.levels)
         return int(sum(caps.get(t, 0) * b for caps, b in zip(envelope.levels, per_row)
                        for t in self.types))
+
+    def envelope_bytes(self, program: StepProgram, envelope: TypedEnvelope) -> int:
+        """A step's buffer bytes: its levels' rows and, on several devices, the
+        featureless types' embedding rows every device gathers (`gathered_rows_bytes`)."""
+        step = self._level_bytes(program, envelope)
+        emb = program.embedding
+        if emb is not None:
+            rows = sum(envelope.levels[-1].get(t, 0) for t, _ in self.inputs.embedded)
+            step += gathered_rows_bytes(rows, emb.dim, emb.dtype, program.num_shards)
+        return step
 
     def memory_report(self, program: StepProgram, envelope: TypedEnvelope,
                       calibration: Calibration) -> dict:
@@ -430,7 +441,7 @@ class TypedNodeTask(ItemsAreLevel0):
         levels = envelope.levels
         per_row = self._row_bytes(program, levels)
         seen = np.asarray(calibration.max_counts).reshape(len(levels), len(self.types))
-        env = self.envelope_bytes(program, envelope)
+        env = self._level_bytes(program, envelope)
         ideal = sum(int(seen[lvl, j]) * per_row[lvl] for lvl in range(len(levels))
                     for j in range(len(self.types)))
         return {"envelope_bytes": env, "ideal_bytes": int(ideal),
