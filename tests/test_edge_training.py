@@ -172,23 +172,26 @@ def test_placement_counts_only_the_edge_features_a_model_reads(edge_data, monkey
 
 def test_memory_check_counts_the_embedding_rows_devices_gather(edge_data, monkeypatch):
     """The check before compiling is given the rows a step's embedding update gathers
-    over the devices: the outermost level's capacity, the table's width and dtype."""
+    over the devices: the outermost level's capacity of the envelope it checks, the
+    table's width and dtype, the mesh's size."""
     from zerognn_jax._src.training import memory
 
     class Checked(Exception):
         pass
 
-    def gathered(*args):
-        seen.append(args)
+    def check(envelope, *args, extra_step_bytes=0, **kw):
+        seen.append((envelope, extra_step_bytes))
         raise Checked
 
-    seen = []
-    monkeypatch.setattr(memory, "gathered_rows_bytes", gathered)
+    seen, gathered = [], []
+    monkeypatch.setattr(memory, "gathered_rows_bytes",
+                        lambda *args: gathered.append(args) or 12345)
+    monkeypatch.setattr(memory, "check_fits", check)
     with pytest.raises(Checked):
         train(_cfg(model="sage", edge_features=False, embedding_dim=3, dtype="bfloat16"),
               edge_data)
-    ((rows, dim, dtype, devices),) = seen
-    assert (dim, dtype, devices) == (3, "bfloat16", 1) and rows >= 32
+    ((env, extra),) = seen
+    assert gathered == [(env.levels[-1], 3, "bfloat16", 1)] and extra == 12345
 
 
 @pytest.mark.parametrize("model", ["sage", "sage-max"])

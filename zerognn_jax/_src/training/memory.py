@@ -111,14 +111,17 @@ def embedding_bytes(rows: int, dim: int, dtype) -> int:
 
 
 def gathered_rows_bytes(rows: int, dim: int, dtype, devices: int) -> int:
-    """Step bytes that data parallelism adds to a learnable table's update: each device
-    gathers the other devices' `rows` touched rows (ids, flags and gradients [rows, dim]
-    in `dtype`: `Parallel.gather_row_grads`) and lazy Adam updates all of them, reading
-    and writing each row with its two float32 moments. Zero on one device."""
+    """Step bytes that data parallelism adds to a learnable table's update (an estimate):
+    each device gathers every device's `rows` touched rows (`Parallel.gather_row_grads`:
+    ids, flags and gradients [rows, dim] in `dtype`) and lazy Adam updates all D rows
+    without assuming them distinct (`row_adam_update`: a sort of the ids, the gradient
+    widened to float32 and summed, the two float32 moments read and the new rows
+    written): per row 17 bytes of ids and sort, and per column the gradient in `dtype`
+    plus 16 bytes. Zero on one device, whose update works on its level's rows."""
     if devices <= 1 or dim <= 0:
         return 0
     itemsize = np.dtype(jax.numpy.dtype(dtype)).itemsize
-    return (devices - 1) * rows * (5 + dim * (2 * itemsize + 8))
+    return devices * rows * (17 + dim * (itemsize + 16))
 
 
 def _gib(nbytes: int) -> str:

@@ -353,7 +353,8 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
                                                          embedding_dim=cfg.embedding_dim,
                                                          feature_bytes=host_table_bytes),
                           extra_step_bytes=memory.gathered_rows_bytes(
-                              env.levels[-1], cfg.embedding_dim, cfg.dtype, cfg.devices))
+                              env.levels[-1], cfg.embedding_dim, cfg.dtype,
+                              program.num_shards))
         state = init_checked(program, data, env, items, user_model=user.model)
         check_pieces(program, state, data, env, items,
                      width=program.task.output_dim(cfg, dataset))
