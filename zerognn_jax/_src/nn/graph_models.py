@@ -26,6 +26,7 @@ import jax.numpy as jnp
 
 from pallas_kernels import counter_hash
 from zerognn_jax._src.nn.models import dropout_seed, hash_dropout
+from zerognn_jax._src.ops.aggregate import _accumulator
 from zerognn_jax._src.ops.batch_norm import masked_batch_norm
 from zerognn_jax._src.ops.incidence import Incidence, edges_to_nodes, nodes_to_edges
 
@@ -81,9 +82,9 @@ class Graphs(NamedTuple):
 
 
 def _widened(x: jax.Array) -> jax.Array:
-    """`x` in float32 when it is a half-precision float, else as it is."""
-    half = jnp.issubdtype(x.dtype, jnp.floating) and jnp.finfo(x.dtype).bits < 32
-    return x.astype(jnp.float32) if half else x
+    """A float `x` in its accumulation dtype (`ops.aggregate`'s: float32 for half
+    precision); any other `x` as it is."""
+    return x.astype(_accumulator(x.dtype)) if jnp.issubdtype(x.dtype, jnp.floating) else x
 
 
 def pool(h: jax.Array, graphs: Graphs, how: str) -> jax.Array:

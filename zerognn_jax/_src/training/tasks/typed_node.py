@@ -437,7 +437,8 @@ class TypedNodeTask(ItemsAreLevel0):
 
     def memory_report(self, program: StepProgram, envelope: TypedEnvelope,
                       calibration: Calibration) -> dict:
-        """`envelope_bytes` against the bytes at the largest counts calibration saw."""
+        """The levels' bytes (`envelope_bytes` without the rows devices gather) against
+        the bytes at the largest counts calibration saw."""
         levels = envelope.levels
         per_row = self._row_bytes(program, levels)
         seen = np.asarray(calibration.max_counts).reshape(len(levels), len(self.types))
