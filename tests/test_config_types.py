@@ -23,6 +23,7 @@ WRONG = {
     "str": (3, b"sage", None),
     "bool": (1, "yes", None),
     "str | None": (3, ["a"]),
+    "int | None": (16.0, "16", True),
     "bool | None": (0, "false"),
     "float | None": ("0.1", True),
     "tuple[int, ...]": ("15", (15, 2.0), 15, (True,)),

@@ -209,6 +209,39 @@ def test_a_group_reads_its_host_rows_in_one_call(monkeypatch):
     assert scan.steps_per_read(host, sampled) == 0
 
 
+def test_host_tables_sample_and_read_more_steps_at_once(monkeypatch):
+    """sample_ahead None: the engine samples 16 steps a group for a host table, 8 for a
+    device one; the read-ahead bytes the memory check counts: the steps one call reads
+    (the group, or what READ_AHEAD_BYTES holds, none under two) times their rows' bytes,
+    none on the device."""
+    from zerognn_jax._src.training import scan
+
+    class Traced(Exception):
+        pass
+
+    def chunk(*args, ahead, **kw):
+        seen.append(ahead)
+        raise Traced
+
+    data = _problem()
+    host = data._replace(features=HostTable(np.asarray(data.features)))
+    program, env, train_idx, seen = _program(), Envelope(32, (512, 512)), np.arange(200), []
+    monkeypatch.setattr(scan, "scan_chunk", chunk)
+    for d in (data, host):
+        engine = ScanEngine(program, 0, EnvelopePolicy(multiple=8), sample_ahead=None)
+        with pytest.raises(Traced):
+            engine.run_epoch(init_state(program, d, env, train_idx), d, train_idx, 0, env)
+    assert seen == [8, 16]
+    step = 512 * 12 * 4  # a step's outermost rows
+    assert scan.read_ahead_bytes(data.features, 512, None) == 0
+    assert scan.read_ahead_bytes(host.features, 512, None) == 16 * step
+    monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 5 * step + 1)
+    assert scan.read_ahead_bytes(host.features, 512, 4) == 4 * step
+    assert scan.read_ahead_bytes(host.features, 512, None) == 5 * step
+    monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 2 * step - 1)
+    assert scan.read_ahead_bytes(host.features, 512, None) == 0
+
+
 def test_metrics_come_back_bit_for_bit_in_one_packed_copy():
     """The chunk's metrics and flags travel as one uint32 vector (`_packed`) and come
     back with their shapes, dtypes and bits (NaN, -0.0, negative ints, bools, scalars)."""

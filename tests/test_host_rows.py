@@ -335,6 +335,33 @@ def test_training_with_host_features_equals_device_features(planetoid_root, caps
             assert got.history[-1][key] == want.history[-1][key]
 
 
+def test_memory_check_counts_the_rows_read_ahead(planetoid_root, monkeypatch):
+    """With the table on the host, the check before compiling is given the rows read
+    ahead: those of the host table, at the checked envelope's outermost capacity, for
+    the configured steps ahead (None: the default for a host table)."""
+    from zerognn_jax._src.training import memory, trainer
+
+    class Checked(Exception):
+        pass
+
+    def check(envelope, *args, extra_step_bytes=0, **kw):
+        seen.append((envelope, extra_step_bytes))
+        raise Checked
+
+    seen, asked = [], []
+    monkeypatch.setattr(trainer, "read_ahead_bytes",
+                        lambda *args: asked.append(args) or 54321)
+    monkeypatch.setattr(memory, "check_fits", check)
+    cfg = zg.TrainConfig(dataset="cora", root=planetoid_root, layers=2, fanouts=(5, 5),
+                         hidden=16, feature_placement="host", progress=False)
+    with pytest.raises(Checked):
+        zg.train(cfg)
+    ((env, extra),) = seen
+    ((table, rows, ahead),) = asked
+    assert host_rows.is_host_resident(table) and table.shape == (2708, 1433)
+    assert (rows, ahead, extra) == (env.levels[-1], None, 54321)
+
+
 def test_cached_rows_read_like_the_host_table():
     """Some rows cached, some not, ids out of range and masked: equal to the uncached
     table bit for bit, under jit with one trace."""

@@ -50,7 +50,9 @@ HELP = {
     "flat_outer": "do not deduplicate the outermost hop: the first layer reads its "
                   "neighbours by position (scan engine; same outputs, more feature rows; "
                   "default: on for SAGE models on the scan engine)",
-    "sample_ahead": "steps sampled together by one vmapped call (scan engine)",
+    "sample_ahead": "steps sampled together by one vmapped call (scan engine; unset: 16 "
+                    "with the features in host memory, whose rows they then read "
+                    "together, else 8)",
     "gemm_backend": "whose kernels multiply training's matrices on an NVIDIA GPU: cublas (as "
                     "fast or faster for a step's shapes on an H100), or xla (XLA's own "
                     "choice, mostly its Triton kernels)",

@@ -117,24 +117,24 @@ class TrainConfig:
     `graph_aggregation` is how graph-task layers sum messages ("ell": gathers over
     listed edges; "segment": scatter-adds, the reference; "auto": ell on a GPU for
     batches of 128 graphs or more).
-    `chunk_steps=0`
-    compiles a whole epoch into one program. `sample_ahead` steps are sampled by one
-    vmapped call (`ScanEngine.sample_ahead`; a host feature table's rows are then read
-    for several of them at once). `devices` is the number of devices per
-    process to train on (0 = all local ones); `batch_size` is per device, so a step
-    trains on batch_size x devices x processes seeds. `shard_features` splits the
-    feature table by rows across those devices. `feature_placement` says where the
-    feature table lives: "device", or "host" (page-locked host memory, whose rows the
-    step reads over PCIe: ops/host_rows.py, docs/host_features.md), or "auto": the
-    host when graph, features and model would leave the device less than a quarter of
-    its memory for the step, else the device (the choice and its reason are printed).
-    `feature_cache_gib` of device memory hold copies of a host table's rows of highest
-    degree (None: half of what graph and model leave of that three quarters; 0: none).
-    `host_row_order` lays a host table's rows out by "degree" (a copy in host memory,
-    hottest rows first: a step's reads fall into less of it and run faster over PCIe)
-    or as "stored" (no copy of a C-contiguous table in `dtype`); "auto" copies where a
-    copy is made anyway (another dtype, a strided array) or fits half of
-    the host's available memory (the choice and its reason are printed).
+    `chunk_steps=0` compiles a whole epoch into one program. `sample_ahead` steps are
+    sampled by one vmapped call (`ScanEngine.sample_ahead`; a host feature table's rows
+    are then read for several of them at once; None: 16 with the features in host
+    memory, else 8). `devices` is the number of devices per process to train on (0 = all
+    local ones); `batch_size` is per device, so a step trains on batch_size x devices x
+    processes seeds. `shard_features` splits the feature table by rows across those
+    devices. `feature_placement` says where the feature table lives: "device", or "host"
+    (page-locked host memory, whose rows the step reads over PCIe: ops/host_rows.py,
+    docs/host_features.md), or "auto": the host when graph, features and model would
+    leave the device less than a quarter of its memory for the step, else the device
+    (the choice and its reason are printed). `feature_cache_gib` of device memory hold
+    copies of a host table's rows of highest degree (None: half of what graph and model
+    leave of that three quarters; 0: none). `host_row_order` lays a host table's rows
+    out by "degree" (a copy in host memory, hottest rows first: a step's reads fall into
+    less of it and run faster over PCIe) or as "stored" (no copy of a C-contiguous table
+    in `dtype`); "auto" copies where a copy is made anyway (another dtype, a strided
+    array) or fits half of the host's available memory (the choice and its reason are
+    printed).
     `gemm_backend` says whose kernels multiply the training programs' matrices on an
     NVIDIA GPU: "cublas" (the default, as fast or faster for a step's shapes on an H100)
     or "xla" (XLA's own choice, mostly Triton kernels of its own; xla_options.py).
@@ -189,7 +189,7 @@ class TrainConfig:
     kernels: str = "auto"
     graph_aggregation: str = "auto"
     chunk_steps: int = 0
-    sample_ahead: int = 8
+    sample_ahead: int | None = None
     devices: int = 1
     shard_features: bool = False
     feature_placement: str = "auto"
@@ -267,7 +267,8 @@ class TrainConfig:
              f"best_metric {self.best_metric!r} keeps a checkpoint: set checkpoint_dir"),
             (self.best_metric is None or self.eval_mode != "none",
              f"best_metric {self.best_metric!r} needs evaluation: eval_mode is 'none'"),
-            (self.sample_ahead >= 1, f"sample_ahead must be >= 1, got {self.sample_ahead}"),
+            (self.sample_ahead is None or self.sample_ahead >= 1,
+             f"sample_ahead must be >= 1, got {self.sample_ahead}"),
             (self.balance_window >= 0,
              f"balance_window must be >= 0, got {self.balance_window}"),
             (not batched or self.engine == "scan",

@@ -13,9 +13,11 @@ ENGINES = ("scan", "host-exact", "host-bucketed")
 def make_engine(name: str, program: StepProgram, *, chunk_steps: int = 0,
                 max_steps: int | None = None,
                 policy: EnvelopePolicy = DEFAULT_POLICY,
-                sample_ahead: int = 1, gemm_backend: str = "cublas") -> ScanEngine | HostEngine:
-    """The engine called `name` for `program`; `sample_ahead` applies to the scan engine,
-    `gemm_backend` (xla_options.py) to both.
+                sample_ahead: int | None = 1,
+                gemm_backend: str = "cublas") -> ScanEngine | HostEngine:
+    """The engine called `name` for `program`; `sample_ahead` applies to the scan engine
+    (None: its default for the data, `default_sample_ahead`), `gemm_backend`
+    (xla_options.py) to both.
 
     Every engine offers `run_epoch(state, data, items, epoch, envelope,
     on_progress=None) -> EpochResult` and `compile_seconds`.

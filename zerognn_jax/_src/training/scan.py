@@ -63,20 +63,48 @@ class Sampled(NamedTuple):
     rows: jax.Array | None = None
 
 
-# The most device bytes of feature rows read ahead from a host table at once.
-READ_AHEAD_BYTES = 1 << 30
+# The most device bytes of feature rows read ahead from a host table at once: 2 GiB
+# holds 8 steps of 3-layer papers100m-like's rows, 1 GiB held 4 (docs/host_features.md).
+READ_AHEAD_BYTES = 2 << 30
+# Steps sampled by one call where `sample_ahead` is None: on the device, and where the
+# features lie in host memory, whose rows are then read for those steps together.
+SAMPLE_AHEAD = 8
+HOST_SAMPLE_AHEAD = 16
+
+
+def default_sample_ahead(features) -> int:
+    """The steps sampled together by default for a run reading `features`: 16 from a
+    host table (10 % and 7 % shorter papers100m-like epochs than 8 on an H100,
+    docs/host_features.md), else 8."""
+    return HOST_SAMPLE_AHEAD if is_host_resident(features) else SAMPLE_AHEAD
+
+
+def _per_read(features, rows_per_step: int, steps: int) -> int:
+    """Steps whose outermost rows (`rows_per_step` each) one call reads from `features`:
+    as many of `steps` as `READ_AHEAD_BYTES` holds from a host table, or 0 (each step
+    reads its own) on the device or under two steps a call."""
+    if not is_host_resident(features):
+        return 0
+    step_bytes = rows_per_step * features.shape[1] * features.dtype.itemsize
+    count = min(steps, READ_AHEAD_BYTES // max(step_bytes, 1))
+    return count if count >= 2 else 0
+
+
+def read_ahead_bytes(features, rows_per_step: int, sample_ahead: int | None) -> int:
+    """Device bytes of the feature rows a run reads ahead at once (step buffers the
+    memory check counts): `_per_read` steps of `rows_per_step` rows, 0 on the device."""
+    steps = sample_ahead or default_sample_ahead(features)
+    per_read = _per_read(features, rows_per_step, steps)
+    return per_read * rows_per_step * features.shape[1] * features.dtype.itemsize
 
 
 def steps_per_read(data: DeviceData, sampled: Sampled) -> int:
     """How many of a group's steps (`sampled`, stacked) get their outermost feature rows
-    in one call: as many as `READ_AHEAD_BYTES` holds where the features lie in host
-    memory, or 0 (each step reads its own) on the device or under two steps a call."""
-    table, ids = data.features, sampled.mb.nodes[-1]
-    if not is_host_resident(table) or not isinstance(ids, jax.Array):
+    in one call (`_per_read`)."""
+    ids = sampled.mb.nodes[-1]
+    if not isinstance(ids, jax.Array):
         return 0
-    step_bytes = ids[0].size * table.shape[1] * table.dtype.itemsize
-    count = min(ids.shape[0], READ_AHEAD_BYTES // max(step_bytes, 1))
-    return count if count >= 2 else 0
+    return _per_read(data.features, ids[0].size, ids.shape[0])
 
 
 def read_ahead(program: StepProgram, data: DeviceData, sampled: Sampled) -> Sampled:
@@ -222,7 +250,8 @@ class ScanEngine:
     Compiled chunk programs are cached here per (envelope, chunk length);
     `compile_seconds` adds up the time spent compiling them. `prefetch` samples each
     step one step ahead (`scan_chunk`); `sample_ahead` > 1 samples that many steps in
-    one vmapped call (`scan_chunk`'s `ahead`; not with `prefetch`); the chunk programs
+    one vmapped call (`scan_chunk`'s `ahead`; not with `prefetch`; None: the default for
+    the data's features, `default_sample_ahead`); the chunk programs
     compile with `gemm_backend`'s XLA options (xla_options.py: cuBLAS for matrix products
     on a GPU by default), then `compiler_options` over them (e.g.
     {"xla_gpu_enable_latency_hiding_scheduler": True}; benchmarks/scaling.py measures them).
@@ -234,14 +263,14 @@ class ScanEngine:
     compile_seconds: float = 0.0
     prefetch: bool = False
     compiler_options: dict | None = None
-    sample_ahead: int = 1
+    sample_ahead: int | None = 1
     gemm_backend: str = "cublas"
 
     def __post_init__(self):
         check_gemm_backend(self.gemm_backend)
-        if self.sample_ahead < 1:
+        if self.sample_ahead is not None and self.sample_ahead < 1:
             raise ValueError(f"sample_ahead must be >= 1, got {self.sample_ahead}")
-        if self.sample_ahead > 1 and self.prefetch:
+        if self.sample_ahead != 1 and self.prefetch:
             raise ValueError("sample_ahead already samples before training: drop prefetch")
         self._programs = {}
 
@@ -263,7 +292,8 @@ class ScanEngine:
         if key not in self._programs:
             program, prefetch = self.program, self.prefetch
             host = program.parallel is not None and program.parallel.host_metrics
-            ahead = self.sample_ahead
+            ahead = self.sample_ahead or default_sample_ahead(getattr(args[1], "features",
+                                                                      None))
 
             def run(state, data, perm, scalars):
                 epoch, start, total = scalars[0], scalars[1], scalars[2]

@@ -60,6 +60,7 @@ from zerognn_jax._src.training.records import (
     check_tensorboard,
     strict,
 )
+from zerognn_jax._src.training.scan import read_ahead_bytes
 from zerognn_jax._src.training.tasks.base import BatchedTask
 from zerognn_jax._src.training.tasks.registry import task_class
 from zerognn_jax._src.training.user import check_optimizer, start_from, user_identity
@@ -354,7 +355,9 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
                                                          feature_bytes=host_table_bytes),
                           extra_step_bytes=memory.gathered_rows_bytes(
                               env.levels[-1], cfg.embedding_dim, cfg.dtype,
-                              program.num_shards))
+                              program.num_shards)
+                          + (read_ahead_bytes(data.features, env.levels[-1], cfg.sample_ahead)
+                             if cfg.engine == "scan" else 0))
         state = init_checked(program, data, env, items, user_model=user.model)
         check_pieces(program, state, data, env, items,
                      width=program.task.output_dim(cfg, dataset))
