@@ -332,7 +332,7 @@ def cached_share(res, dataset, batches: int = 16) -> float | None:
 def train_mode(args) -> None:
     from zerognn_jax._src.training import scan
 
-    if args.read_ahead_gib:
+    if args.read_ahead_gib is not None:
         scan.READ_AHEAD_BYTES = int(args.read_ahead_gib * 2**30)
     copy = args.pcie_gbs or pcie_copy_gbs()
     check_gather()
@@ -380,7 +380,7 @@ def train_mode(args) -> None:
                           "model": model, "fanouts": list(fanouts), "placement": placement,
                           "placed": summary.get("feature_placement"),
                           "row_order": summary.get("host_row_order"),
-                          "sample_ahead": args.sample_ahead,
+                          "sample_ahead": summary.get("sample_ahead"),
                           "read_ahead_bytes": scan.READ_AHEAD_BYTES, "pcie_gbs": copy,
                           "train_call_s": time.perf_counter() - t0,
                           "layout": summary["layout"]["layout"], "dtype": args.dtype,

@@ -303,8 +303,9 @@ def test_config_refuses_host_placement_where_it_cannot_work(overrides, message):
 def test_training_with_host_features_equals_device_features(planetoid_root, capsys):
     """Cora, on the device, on the host (rows as stored), and on the host by degree
     (the default here) with its 200 rows of highest degree cached (with a learnable
-    embedding in the last): the same losses, bit for bit, and the same exact layer-wise
-    evaluation, whose first layer reads its chunks from the host table."""
+    embedding in the last): the same losses, bit for bit (the host runs sampling 16
+    steps at once, the device runs 8), and the same exact layer-wise evaluation, whose
+    first layer reads its chunks from the host table."""
     runs = {}
     row_gib = 1433 * 4 / 2**30
     for name, place, cache, emb, order in (
@@ -318,6 +319,7 @@ def test_training_with_host_features_equals_device_features(planetoid_root, caps
                              host_row_order=order)
         runs[name] = zg.train(cfg)
         assert runs[name].summary["feature_placement"] == place
+        assert runs[name].summary["sample_ahead"] == (16 if place == "host" else 8)
         if place == "host":
             assert runs[name].summary["host_row_order"] == \
                 ("stored" if order == "stored" else "degree")

@@ -32,6 +32,7 @@ from zerognn_jax._src.training.checkpoint import (
     Checkpointer,
     CheckpointMismatch,
     CheckpointWarning,
+    identity,
 )
 from zerognn_jax.cli import main
 
@@ -329,6 +330,20 @@ def test_fewer_epochs_than_the_checkpoint_holds_is_refused_in_one_line(npz, run,
         f"zerognn: error: epochs 1 is below the 3 epochs that checkpoint_dir {run / 'ck'} "
         f"holds, so nothing would be trained; ask for epochs 4 or more to train on (3 to "
         f"evaluate it again), or use another checkpoint_dir to start afresh\n")
+
+
+def test_steps_sampled_ahead_are_free_on_resume(tmp_path):
+    """sample_ahead leaves the samples unchanged, so a checkpoint resumes under another
+    value, and one written while it was part of the identity (8, the default then)
+    resumes under today's default; other fields still have to match."""
+    ck = Checkpointer(str(tmp_path))
+    stats = {"name": "x", "nodes": 5}
+    ident = identity(TrainConfig(), stats, 32)
+    assert identity(TrainConfig(sample_ahead=16), stats, 32) == ident
+    before = {**ident, "sample_ahead": 8}
+    ck.check(1, {"identity": before}, ident)
+    with pytest.raises(CheckpointMismatch, match="hidden 64 there, 256 here"):
+        ck.check(1, {"identity": {**before, "hidden": 64}}, ident)
 
 
 def test_another_dataset_is_refused(run):

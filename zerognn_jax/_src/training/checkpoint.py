@@ -46,7 +46,8 @@ EVALUATION = "evaluation.json"  # the last evaluated epoch's evaluation
 # TrainConfig fields a resumed run may change: they leave the trained values unchanged
 # (kernels, envelopes and the GEMM backend give the same result up to rounding; the
 # engine and the feature placement may change the default level layout, hence the
-# subgraphs sampled from then on, but not the model or its optimizer state; the batch
+# subgraphs sampled from then on, but not the model or its optimizer state; steps
+# sampled ahead are the steps sampled one by one; the batch
 # is compared as the global batch, so the devices may change with the per-device
 # batch; the data are compared by their sizes, not by the name or path they were
 # loaded from) or only say how long to train, what to evaluate and where to write.
@@ -56,7 +57,7 @@ FREE_ON_RESUME = frozenset({
     "graph_aggregation", "feature_placement", "feature_cache_gib", "host_row_order",
     "chunk_steps", "engine", "envelope", "margin", "multiple", "eval_mode", "eval_every",
     "eval_batch_size", "checkpoint_dir", "metrics_out", "progress", "tensorboard_dir",
-    "best_metric", "gemm_backend",
+    "best_metric", "gemm_backend", "sample_ahead",
 })
 DATASET_KEYS = ("name", "nodes", "directed_edges", "features", "classes", "train")
 
@@ -340,7 +341,9 @@ class Checkpointer:
             raise CheckpointMismatch(f"{where} a checkpoint that records no options (epoch "
                                      f"{epoch}, written by an older version); use another "
                                      f"checkpoint_dir")
-        diff = _differences(meta["identity"], ident)
+        # a field made free since the checkpoint was written is free in it too
+        saved = {k: v for k, v in meta["identity"].items() if k not in FREE_ON_RESUME}
+        diff = _differences(saved, ident)
         if diff:
             raise CheckpointMismatch(
                 f"{where} a run with other settings (epoch {epoch}): {'; '.join(diff)}; "
