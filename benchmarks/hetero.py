@@ -95,6 +95,10 @@ def main(argv=None) -> None:
                    help="none: throughput alone, no evaluation (with sampled or full, "
                         "the last epoch's record is written after the evaluation that "
                         "ends the run)")
+    p.add_argument("--feature-placement", default="auto", choices=("auto", "device", "host"),
+                   help="where the stacked feature table lives (as TrainConfig)")
+    p.add_argument("--feature-cache-gib", type=float, default=None,
+                   help="a host table's first rows cached on the device (as TrainConfig)")
     p.add_argument("--root", default=None,
                    help="data folder caching the dataset (default: .cache/zerognn for "
                         "mag-like, none for igbh-like)")
@@ -127,7 +131,8 @@ def main(argv=None) -> None:
                          batch_size=args.batch_size, epochs=args.epochs,
                          lr=args.lr or (1e-3 if args.dataset == "igbh-like" else 3e-3),
                          dtype=args.dtype, kernels=args.kernels, eval_mode=args.eval_mode,
-                         eval_every=0,
+                         eval_every=0, feature_placement=args.feature_placement,
+                         feature_cache_gib=args.feature_cache_gib,
                          metrics_out=args.out, progress=False)
     clock.log("training: preparing (graph and features to the device, calibration, "
               "initialisation), then compiling and epoch 0")
@@ -137,9 +142,10 @@ def main(argv=None) -> None:
               f"{s['calibrate_seconds']:.1f} s calibrating")
     seeds_per_s = ds.train_idx.size / s["median_epoch_seconds"]
     accuracy = "not evaluated" if s.get("test_acc") is None else f"{100 * s['test_acc']:.2f} %"
-    print("| system | device | epoch (median) | seeds/s | compile | test acc | load |")
-    print("|---|---|---|---|---|---|---|")
+    print("| system | device | features | epoch (median) | seeds/s | compile | test acc | load |")
+    print("|---|---|---|---|---|---|---|---|")
     print(f"| zerognn-jax {args.dataset} {args.model} {args.dtype} | {s['device']} | "
+          f"{s['feature_placement']} | "
           f"{s['median_epoch_seconds']:.3f} s | {seeds_per_s:,.0f} | "
           f"{s['compile_seconds']:.1f} s | {accuracy} | {load_s:.1f} s |")
     print(json.dumps({"seeds_per_second": seeds_per_s,

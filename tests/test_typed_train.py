@@ -146,7 +146,9 @@ def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
     (dict(relation_fanouts={"nope": (1, 1)}), "relation_fanouts key 'nope' names no"),
     (dict(relation_fanouts={"cites": (1,)}), "relation_fanouts['cites'] has 1 hops"),
     (dict(task="link"), "task 'link' does not train typed datasets"),
-    (dict(feature_placement="host"), "drop feature_placement 'host'"),
+    (dict(feature_placement="host"), "evaluate by sampling (exact layer-wise evaluation"),
+    (dict(feature_placement="host", host_row_order="degree", eval_mode="sampled"),
+     "drop host_row_order 'degree'"),
     (dict(devices=2, shard_features=True), "keep their stacked feature table whole on "
                                            "every device: drop shard_features"),
 ])
@@ -154,6 +156,21 @@ def test_refused_options(mag, change, message):
     with pytest.raises(ValueError) as err:
         zg.train(zg.TrainConfig(**{**BASE, **change}, epochs=1), mag)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_features_on_the_host_train_as_on_the_device(mag, stopped, capsys):
+    """The stacked feature table in host memory, read by the host gather per type (its
+    first 50 rows cached on the device, the others read over PCIe): the same epoch loss
+    as `stopped`'s, the table on the device, bit for bit."""
+    row_gib = max(mag.feature_dims.values()) * 4 / 2**30  # a row of the stacked table
+    cfg = zg.TrainConfig(**{**BASE, "progress": True}, epochs=1, eval_mode="none",
+                         feature_placement="host", feature_cache_gib=50 * row_gib)
+    res = zg.train(cfg, mag)
+    assert "rows as stored: no graph degrees to order by; its 50 first rows (no graph " \
+           "degrees)" in capsys.readouterr().err
+    assert res.summary["feature_placement"] == "host"
+    assert res.data.features.rows.shape[0] == 50
+    assert [r["loss"] for r in res.history] == [r["loss"] for r in stopped[0].history]
 
 
 def test_config_and_flag_of_relation_fanouts():

@@ -48,8 +48,9 @@ from zerognn_jax._src.sampling.typed_minibatch import (
     sample_typed_step,
 )
 from zerognn_jax._src.training.embeddings import NodeEmbedding
-from zerognn_jax._src.training.memory import gathered_rows_bytes
+from zerognn_jax._src.training.memory import Resident, device_memory_limit, gathered_rows_bytes
 from zerognn_jax._src.training.parallel import make_mesh
+from zerognn_jax._src.training.placement import cache_budget, choose_placement, place_features
 from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
@@ -235,8 +236,9 @@ def _refuse(cfg) -> None:
                                  "every device: drop shard_features"),
         (not cfg.edge_features, "typed graphs carry no edge features to models yet: drop "
                                 "edge_features"),
-        (cfg.feature_placement != "host", "typed graphs keep their stacked feature table on "
-                                          "the device yet: drop feature_placement 'host'"),
+        (cfg.feature_placement == "device" or cfg.host_row_order != "degree",
+         "typed graphs keep a host table's rows as stored (their stacked table has no "
+         "single degree order): drop host_row_order 'degree'"),
         (cfg.embedding_dim == 0, f"typed graphs embed their featureless types at `hidden` "
                                  f"width: drop embedding_dim ({cfg.embedding_dim})"),
     ]
@@ -350,6 +352,8 @@ class TypedNodeTask(ItemsAreLevel0):
                 input_dropout=cfg.input_dropout, dtype=dtype)
         graph = prepare_typed_graph(dataset.graph, self.sampler)
         table = self.inputs.table(dataset, dtype, bool(cfg.normalize_features))
+        mesh = make_mesh(cfg.devices)
+        table = self._placed(cfg, graph, table, dtype, several=mesh.size > 1)
         host = DeviceData(graph, table, self.device_targets(dataset))
         # The engines read the layout of the outermost level from the program's sampler
         # (`update_embedding`: are its rows distinct?), so the summary carries it.
@@ -359,12 +363,37 @@ class TypedNodeTask(ItemsAreLevel0):
                               tx or make_optimizer(cfg), summary,
                               cfg.batch_size, cfg.seed, kernels, task=self,
                               embedding=self.embedding(cfg))
-        mesh = make_mesh(cfg.devices)
         if mesh.size > 1:  # every device holds the graph and the table, and samples its seeds
             program = program.with_mesh(mesh)
             return program.parallel.place_data(host), program
         # device_put, not jnp.asarray: that compiles a copy on the device (two tables)
         return jax.device_put(host), program
+
+    def _placed(self, cfg, graph, table: np.ndarray, dtype, *, several: bool):
+        """The stacked feature table where `cfg.feature_placement` puts it: as is (the
+        device), or a `HostTable` over it, rows as stored, whose first rows a device cache
+        holds on one device (`place_features`). "auto" weighs graph, table and the
+        featureless types' tables with their moments against the device's memory, and
+        keeps the device for exact evaluation, which holds every row there."""
+        arrays = jax.tree_util.tree_leaves(graph)
+        embedded = self.inputs.embedded_rows * cfg.hidden * (dtype.itemsize + 8)
+        resident = Resident(sum(int(a.nbytes) for a in arrays), table.nbytes, embedded,
+                            dtype.name, 1)
+        limit = device_memory_limit()
+        placement = choose_placement(cfg.feature_placement, resident, limit)
+        if placement.where == "device" or (cfg.eval_mode == "full"
+                                            and cfg.feature_placement == "auto"):
+            return table
+        if cfg.eval_mode == "full":
+            raise ValueError(f"typed graphs with their features on the host evaluate by "
+                             f"sampling (exact layer-wise evaluation holds every row on the "
+                             f"device): set eval_mode 'sampled' or 'none' (features on the "
+                             f"host: {placement.reason})")
+        cache = 0 if several else cache_budget(cfg.feature_cache_gib, placement, resident,
+                                                limit)
+        return place_features(table, dtype, placement,
+                              announce=cfg.progress and jax.process_index() == 0,
+                              cache_bytes=cache, row_order=cfg.host_row_order)
 
     def embedding(self, cfg) -> TypedEmbedding | None:
         """The featureless types' `hidden`-wide tables, trained by lazy Adam at `cfg.lr`
