@@ -87,6 +87,12 @@ def test_data_parallel_embedding_rows_count_as_step_buffers():
     with pytest.raises(ValueError, match="step buffers"):
         memory.check_fits(env, (15, 10), (47, 256, 100), limit, resident=resident,
                           extra_step_bytes=101)
+    # rows read ahead count as step buffers, and the advice says how to drop them
+    memory.check_fits(env, (15, 10), (47, 256, 100), limit, resident=resident,
+                      extra_step_bytes=40, read_ahead_bytes=60)
+    with pytest.raises(ValueError, match=r"--sample-ahead 1: none\) drops up to 0\.00 GiB"):
+        memory.check_fits(env, (15, 10), (47, 256, 100), limit, resident=resident,
+                          extra_step_bytes=40, read_ahead_bytes=61)
 
 
 @pytest.mark.parametrize("kwargs, match", [

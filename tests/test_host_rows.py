@@ -346,8 +346,8 @@ def test_memory_check_counts_the_rows_read_ahead(planetoid_root, monkeypatch):
     class Checked(Exception):
         pass
 
-    def check(envelope, *args, extra_step_bytes=0, **kw):
-        seen.append((envelope, extra_step_bytes))
+    def check(envelope, *args, read_ahead_bytes=0, **kw):
+        seen.append((envelope, read_ahead_bytes))
         raise Checked
 
     seen, asked = [], []

@@ -128,9 +128,14 @@ def _gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.2f} GiB"
 
 
-def _advice(resident: Resident, envelope_bytes: int, over: int) -> list[str]:
-    """What would bring the run `over` bytes lower, largest lever first."""
+def _advice(resident: Resident, envelope_bytes: int, over: int,
+            read_ahead: int = 0) -> list[str]:
+    """What would bring the run `over` bytes lower, largest lever first (`read_ahead`:
+    bytes of host-table rows read ahead, part of the step's buffers)."""
     tips = []
+    if read_ahead:
+        tips.append(f"sampling fewer steps ahead (--sample-ahead 1: none) drops up to "
+                    f"{_gib(read_ahead)} of feature rows read ahead from the host table")
     if resident.feature_dtype == "float32":
         tips.append(f"bfloat16 features (--dtype bfloat16) save {_gib(resident.features // 2)}")
     tips.append(f"splitting the features over more devices (--shard-features --devices N, "
@@ -144,15 +149,18 @@ def _advice(resident: Resident, envelope_bytes: int, over: int) -> list[str]:
 
 
 def check_fits(envelope: Envelope, slots, level_dims, limit_bytes: int | None, *,
-               resident: Resident | None = None, extra_step_bytes: int = 0) -> None:
+               resident: Resident | None = None, extra_step_bytes: int = 0,
+               read_ahead_bytes: int = 0) -> None:
     """Raises ValueError when the step's buffers (its levels, plus `extra_step_bytes`:
-    `gathered_rows_bytes`), plus the `resident` graph, features and model when given,
-    exceed `limit_bytes`; the message names every part and what to change. Call it
-    before compiling."""
+    `gathered_rows_bytes`, and `read_ahead_bytes` of host-table rows read for several
+    steps at once), plus the `resident` graph, features and model when given, exceed
+    `limit_bytes`; the message names every part and what to change. Call it before
+    compiling."""
     if limit_bytes is None:
         return
     per = level_bytes(slots, level_dims)
-    total = (resident.total if resident is not None else 0) + extra_step_bytes
+    total = (resident.total if resident is not None else 0) + extra_step_bytes \
+        + read_ahead_bytes
     for level, (cap, b) in enumerate(zip(envelope.levels, per)):
         total += cap * b
         if total > limit_bytes and resident is None:
@@ -166,7 +174,7 @@ def check_fits(envelope: Envelope, slots, level_dims, limit_bytes: int | None, *
         return
     env_bytes = total - resident.total
     _does_not_fit(resident, env_bytes, limit_bytes,
-                  _advice(resident, env_bytes, total - limit_bytes))
+                  _advice(resident, env_bytes, total - limit_bytes, read_ahead_bytes))
 
 
 def check_step_fits(resident: Resident, step_bytes: int, limit_bytes: int | None, *,

@@ -355,9 +355,10 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
                                                          feature_bytes=host_table_bytes),
                           extra_step_bytes=memory.gathered_rows_bytes(
                               env.levels[-1], cfg.embedding_dim, cfg.dtype,
-                              program.num_shards)
-                          + (read_ahead_bytes(data.features, env.levels[-1], cfg.sample_ahead)
-                             if cfg.engine == "scan" else 0))
+                              program.num_shards),
+                          read_ahead_bytes=read_ahead_bytes(
+                              data.features, env.levels[-1], cfg.sample_ahead)
+                          if cfg.engine == "scan" else 0)
         state = init_checked(program, data, env, items, user_model=user.model)
         check_pieces(program, state, data, env, items,
                      width=program.task.output_dim(cfg, dataset))
