@@ -3,8 +3,10 @@ one-type case against the homogeneous run, checkpoints, and the refused options.
 
 import logging
 import shutil
+from types import SimpleNamespace
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ import zerognn_jax as zg
 from zerognn_jax._src.data.hetero import as_hetero
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset
 from zerognn_jax._src.sampling.typed_envelope import TypedEnvelope
+from zerognn_jax._src.training.tasks.typed_eval import typed_logits
 from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask
 
 BASE = dict(dataset="mag-like", scale=0.002, model="rsage", hidden=32, layers=2,
@@ -171,6 +174,62 @@ def test_features_on_the_host_train_as_on_the_device(mag, stopped, capsys):
     assert res.summary["feature_placement"] == "host"
     assert res.data.features.rows.shape[0] == 50
     assert [r["loss"] for r in res.history] == [r["loss"] for r in stopped[0].history]
+    exact = SimpleNamespace(mode="full", program=res.program, variables=res.variables,
+                            data=res.data, batch_size=64, seed=0)
+    with pytest.raises(ValueError, match="this one's table is in host memory: evaluate by "
+                                         "sampling"):
+        typed_logits(res.program.task, exact, mag.test_idx[:4])
+
+
+def test_auto_placement_moves_the_table_to_the_host_only_for_sampled_evaluation(
+        mag, monkeypatch, capsys):
+    """"auto" on a device too small for the table: the host with sampled evaluation; the
+    device, and a line saying why, with exact evaluation, which also refuses a host
+    table when asked for it directly."""
+    from zerognn_jax._src.training.tasks import typed_node
+
+    monkeypatch.setattr(typed_node, "device_memory_limit", lambda: 1 << 20)
+    graph = typed_node.prepare_typed_graph(mag.graph, TypedNodeTask.build(
+        zg.TrainConfig(**BASE), mag)[0].sampler)
+    for mode, where in (("sampled", zg.HostTable), ("full", np.ndarray)):
+        cfg = zg.TrainConfig(**{**BASE, "progress": True}, eval_mode=mode)
+        task = TypedNodeTask.build(cfg, mag)[0]
+        table = task.inputs.table(mag, np.dtype(np.float32), False)
+        assert isinstance(task._placed(cfg, graph, table, np.dtype(np.float32),
+                                       several=False), where)
+    err = capsys.readouterr().err
+    assert "features on the host (" in err and "would leave the step less than 25%" in err
+    assert "features kept on the device for exact evaluation, although graph" in err
+
+
+def test_a_typed_group_reads_every_types_rows_in_one_call():
+    """Three steps' outermost rows of every type with features (igbh-like: all six)
+    read from a host table in one call, each type's block equal to that step's own
+    gather of it; the memory check's rows a step: the featured types' outermost
+    capacities."""
+    from zerognn_jax._src.training import scan
+
+    igbh = zg.load_hetero_dataset("igbh-like", scale=0.0005, seed=0)
+    cfg = zg.TrainConfig(**{**BASE, "dataset": "igbh-like", "scale": 0.0005, "hidden": 8,
+                            "fanouts": (3, 2), "batch_size": 32},
+                         epochs=1, eval_mode="none", feature_placement="host",
+                         feature_cache_gib=0, envelope="conservative")
+    task, ds = TypedNodeTask.build(cfg, igbh)
+    data, program = task.prepare_run(cfg, ds, model=None, tx=None,
+                                     kernels=zg.Kernels.parse("xla"))
+    env, _ = task.choose_envelope(program, data, ds, cfg)
+    perm = jnp.asarray(ds.train_idx, jnp.int32)
+    sampled = jax.jit(jax.vmap(lambda s: scan.sample_step(program, s, data, perm, 0, 3,
+                                                          env)))(jnp.arange(3, dtype=jnp.int32))
+    ids, valid = sampled.mb.nodes[-1], sampled.mb.valid[-1]
+    assert len(ids) == len(task.inputs.widths) > 1
+    assert task.feature_rows(env) == sum(i[0].size for i in ids)
+    assert scan.steps_per_read(data, sampled) == 3
+    rows = scan.read_ahead(program, data, sampled).rows
+    for k in range(3):
+        for got, i, v in zip(rows, ids, valid):
+            np.testing.assert_array_equal(np.asarray(got[k]),
+                                          np.asarray(data.features.gather(i[k], v[k])))
 
 
 def test_config_and_flag_of_relation_fanouts():

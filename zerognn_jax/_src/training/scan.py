@@ -100,23 +100,29 @@ def read_ahead_bytes(features, rows_per_step: int, sample_ahead: int | None) -> 
 
 def steps_per_read(data: DeviceData, sampled: Sampled) -> int:
     """How many of a group's steps (`sampled`, stacked) get their outermost feature rows
-    in one call (`_per_read`)."""
-    ids = sampled.mb.nodes[-1]
-    if not isinstance(ids, jax.Array):
+    in one call (`_per_read`); a typed step's rows are those of all its types."""
+    ids = jax.tree_util.tree_leaves(sampled.mb.nodes[-1])
+    if not ids or not all(isinstance(x, jax.Array) for x in ids):
         return 0
-    return _per_read(data.features, ids[0].size, ids.shape[0])
+    return _per_read(data.features, sum(x[0].size for x in ids), ids[0].shape[0])
 
 
 def read_ahead(program: StepProgram, data: DeviceData, sampled: Sampled) -> Sampled:
     """`sampled` (steps, stacked) with all their outermost feature rows read in one
     call: several steps' rows sorted together lie closer in host memory and cross PCIe
     faster than each step's alone (docs/host_features.md); the values are those each
-    step would read."""
-    ids, valid = sampled.mb.nodes[-1], sampled.mb.valid[-1]
+    step would read. A typed level's ids, one array per type, are read in the same
+    call and come back one block of rows per type."""
+    ids, tree = jax.tree_util.tree_flatten(sampled.mb.nodes[-1])
+    valid = jax.tree_util.tree_leaves(sampled.mb.valid[-1])
+    steps, width = ids[0].shape[0], data.features.shape[1]
+    joined = lambda xs: jnp.concatenate([x.reshape(steps, -1) for x in xs], 1).reshape(-1)
     with jax.named_scope("features"):
-        rows = gather_rows(program.kernels, data.features, ids.reshape(-1),
-                           valid.reshape(-1))
-    return sampled._replace(rows=rows.reshape(*ids.shape, data.features.shape[1]))
+        rows = gather_rows(program.kernels, data.features, joined(ids), joined(valid))
+    cuts = np.cumsum([x[0].size for x in ids])[:-1].tolist()
+    blocks = jnp.split(rows.reshape(steps, -1, width), cuts, axis=1)
+    return sampled._replace(rows=jax.tree_util.tree_unflatten(
+        tree, [b.reshape(*x.shape, width) for b, x in zip(blocks, ids)]))
 
 
 def sample_step(program: StepProgram, step, data: DeviceData, perm, epoch, total_steps,

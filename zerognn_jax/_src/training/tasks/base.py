@@ -192,6 +192,8 @@ class BatchedTask(Protocol):
     # Optional: `envelope_bytes(program, envelope) -> int`, a step's buffer bytes at
     # `envelope`; with it the trainer checks the run against the device's memory before
     # compiling the epoch (`memory.check_step_fits`), without it the check is skipped.
+    # Optional: `feature_rows(envelope) -> int`, the feature-table rows a step reads at
+    # `envelope`; with it the check counts the rows a host table reads ahead too.
 
     def memory_report(self, program, envelope, calibration) -> dict:
         """Envelope bytes against ideal bytes at the counts calibration saw

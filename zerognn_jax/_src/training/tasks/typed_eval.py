@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.nn.hetero import TypedLayer, whole_graph_layer
+from zerognn_jax._src.ops.host_rows import is_host_resident
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
 from zerognn_jax._src.sampling.seeds import ordered_items
 from zerognn_jax._src.sampling.typed_calibrate import sample_typed_epoch_counts
@@ -44,6 +45,10 @@ def typed_logits(task, predictor, ids) -> np.ndarray:
     ids = np.asarray(ids, np.int32)
     program, variables = predictor.program, predictor.variables
     if predictor.mode == "full" and hasattr(program.model.model, "layer"):
+        if is_host_resident(predictor.data.features):
+            raise ValueError("exact layer-wise evaluation of a typed graph holds every "
+                             "feature row on the device; this one's table is in host "
+                             "memory: evaluate by sampling (mode 'sampled')")
         return np.asarray(exact_logits(task, program, variables, predictor.data))[ids]
     return sampled_logits(task, program, variables, predictor.data, ids,
                           batch_size=predictor.batch_size, seed=predictor.seed)

@@ -20,6 +20,7 @@ task does (tests).
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -236,6 +237,10 @@ def _refuse(cfg) -> None:
                                  "every device: drop shard_features"),
         (not cfg.edge_features, "typed graphs carry no edge features to models yet: drop "
                                 "edge_features"),
+        (cfg.feature_placement != "host" or cfg.eval_mode != "full",
+         "typed graphs with their features on the host evaluate by sampling (exact "
+         "layer-wise evaluation holds every row on the device): set eval_mode 'sampled' "
+         "or 'none'"),
         (cfg.feature_placement == "device" or cfg.host_row_order != "degree",
          "typed graphs keep a host table's rows as stored (their stacked table has no "
          "single degree order): drop host_row_order 'degree'"),
@@ -381,14 +386,14 @@ class TypedNodeTask(ItemsAreLevel0):
                             dtype.name, 1)
         limit = device_memory_limit()
         placement = choose_placement(cfg.feature_placement, resident, limit)
-        if placement.where == "device" or (cfg.eval_mode == "full"
-                                            and cfg.feature_placement == "auto"):
+        if placement.where == "device":
             return table
-        if cfg.eval_mode == "full":
-            raise ValueError(f"typed graphs with their features on the host evaluate by "
-                             f"sampling (exact layer-wise evaluation holds every row on the "
-                             f"device): set eval_mode 'sampled' or 'none' (features on the "
-                             f"host: {placement.reason})")
+        if cfg.eval_mode == "full":  # "auto" (`_refuse` stops "host" with it)
+            if cfg.progress and jax.process_index() == 0:
+                print(f"features kept on the device for exact evaluation, although "
+                      f"{placement.reason}; eval_mode 'sampled' would put them on the "
+                      f"host", file=sys.stderr, flush=True)
+            return table
         cache = 0 if several else cache_budget(cfg.feature_cache_gib, placement, resident,
                                                 limit)
         return place_features(table, dtype, placement,
@@ -453,6 +458,11 @@ class TypedNodeTask(ItemsAreLevel0):
         per_row = self._row_bytes(program, envelope.levels)
         return int(sum(caps.get(t, 0) * b for caps, b in zip(envelope.levels, per_row)
                        for t in self.types))
+
+    def feature_rows(self, envelope: TypedEnvelope) -> int:
+        """The feature-table rows a step reads at `envelope`: its outermost level's
+        nodes of the types with features."""
+        return sum(envelope.levels[-1].get(t, 0) for t, _ in self.inputs.widths)
 
     def envelope_bytes(self, program: StepProgram, envelope: TypedEnvelope) -> int:
         """A step's buffer bytes: its levels' rows and, on several devices, the
