@@ -121,6 +121,21 @@ def test_one_type_trains_as_the_homogeneous_run():
         assert a["max_counts"] == b["max_counts"]
 
 
+def test_predict_gives_the_target_types_logits(mag, whole):
+    """zg.predict on a typed run: the target type's logits, exact ones reproducing the
+    evaluation's test accuracy, sampled ones of the same shape; ids checked against
+    the target type's count."""
+    test = np.asarray(mag.test_idx)
+    exact = np.asarray(zg.predict(whole, test))
+    assert exact.shape == (test.size, mag.num_classes)
+    labels = np.asarray(mag.labels)[test]
+    assert np.mean(exact.argmax(1) == labels) == pytest.approx(whole.summary["test_acc"])
+    assert np.asarray(zg.predict(whole, test[:5], mode="sampled")).shape == (5, mag.num_classes)
+    papers = mag.num_nodes["paper"]
+    with pytest.raises(ValueError, match=rf"\[0, {papers}\) \('paper' ids\)"):
+        zg.predict(whole, [papers])
+
+
 def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
     """A run stopped after epoch 0 resumes to the uninterrupted run's losses, and
     `restore` gives back the resumed variables, the featureless types' table and its

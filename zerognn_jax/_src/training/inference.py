@@ -28,6 +28,7 @@ from zerognn_jax._src.training.evaluate import Predictor
 from zerognn_jax._src.training.program import init_state, saved_envelope
 from zerognn_jax._src.training.rebuild import check_dataset, config_of
 from zerognn_jax._src.training.tasks.base import BatchedTask
+from zerognn_jax._src.training.tasks.typed_eval import typed_logits
 from zerognn_jax._src.training.trainer import TrainResult, _saved, _variables, prepare
 from zerognn_jax._src.training.user import user_identity
 
@@ -163,17 +164,28 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     protocol (nn/layerwise.py; every node is computed once, then `nodes` are picked),
     else sampled; "sampled" uses the training fanouts, `batch_size` nodes per step.
 
+    A typed graph's `nodes` are ids of its target type, whose logits come as its
+    evaluation computes them (`typed_logits`).
+
     Raises:
-      ValueError: `nodes` not 1-D integer ids of the graph, or an unknown `mode`.
+      ValueError: `nodes` not 1-D integer ids of the graph (of its target type), or an
+        unknown `mode`.
     """
     if mode not in ("full", "sampled"):
         raise ValueError(f"mode must be 'full' or 'sampled', got {mode!r}")
     nodes = np.asarray(nodes)
     n = result.data.graph.num_nodes
+    target = getattr(result.program.task, "seed_type", None)  # a typed graph's
+    if target is not None:
+        n = n[target]
     if nodes.ndim != 1 or not np.issubdtype(nodes.dtype, np.integer):
         raise ValueError(f"nodes must be 1-D integer ids, got {nodes.dtype}{list(nodes.shape)}")
     if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
-        raise ValueError(f"nodes must lie in [0, {n}), found [{nodes.min()}, {nodes.max()}]")
+        kind = "" if target is None else f" ({target!r} ids)"
+        raise ValueError(f"nodes must lie in [0, {n}){kind}, found [{nodes.min()}, "
+                         f"{nodes.max()}]")
     predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
                           seed)
+    if target is not None:
+        return jnp.asarray(typed_logits(result.program.task, predictor, nodes))
     return predictor.outputs(nodes.astype(np.int32))
