@@ -16,7 +16,7 @@ def make_engine(name: str, program: StepProgram, *, chunk_steps: int = 0,
                 sample_ahead: int | None = 1,
                 gemm_backend: str = "cublas") -> ScanEngine | HostEngine:
     """The engine called `name` for `program`; `sample_ahead` applies to the scan engine
-    (None: its default for the data, `default_sample_ahead`), `gemm_backend`
+    (None: its default for the data, `steps_ahead`), `gemm_backend`
     (xla_options.py) to both.
 
     Every engine offers `run_epoch(state, data, items, epoch, envelope,

@@ -72,10 +72,12 @@ SAMPLE_AHEAD = 8
 HOST_SAMPLE_AHEAD = 16
 
 
-def default_sample_ahead(features) -> int:
-    """The steps sampled together by default for a run reading `features`: 16 from a
-    host table (10 % and 7 % shorter papers100m-like epochs than 8 on an H100,
-    docs/host_features.md), else 8."""
+def steps_ahead(sample_ahead: int | None, features) -> int:
+    """The steps sampled together by a run reading `features`: `sample_ahead`, or with
+    None the default, 16 from a host table (13 % and 7 % shorter 2- and 3-layer
+    papers100m-like epochs than 8 on an H100, docs/host_features.md), else 8."""
+    if sample_ahead is not None:
+        return sample_ahead
     return HOST_SAMPLE_AHEAD if is_host_resident(features) else SAMPLE_AHEAD
 
 
@@ -93,8 +95,7 @@ def _per_read(features, rows_per_step: int, steps: int) -> int:
 def read_ahead_bytes(features, rows_per_step: int, sample_ahead: int | None) -> int:
     """Device bytes of the feature rows a run reads ahead at once (step buffers the
     memory check counts): `_per_read` steps of `rows_per_step` rows, 0 on the device."""
-    steps = sample_ahead or default_sample_ahead(features)
-    per_read = _per_read(features, rows_per_step, steps)
+    per_read = _per_read(features, rows_per_step, steps_ahead(sample_ahead, features))
     return per_read * rows_per_step * features.shape[1] * features.dtype.itemsize
 
 
@@ -257,7 +258,7 @@ class ScanEngine:
     `compile_seconds` adds up the time spent compiling them. `prefetch` samples each
     step one step ahead (`scan_chunk`); `sample_ahead` > 1 samples that many steps in
     one vmapped call (`scan_chunk`'s `ahead`; not with `prefetch`; None: the default for
-    the data's features, `default_sample_ahead`); the chunk programs
+    the data's features, `steps_ahead`); the chunk programs
     compile with `gemm_backend`'s XLA options (xla_options.py: cuBLAS for matrix products
     on a GPU by default), then `compiler_options` over them (e.g.
     {"xla_gpu_enable_latency_hiding_scheduler": True}; benchmarks/scaling.py measures them).
@@ -298,8 +299,7 @@ class ScanEngine:
         if key not in self._programs:
             program, prefetch = self.program, self.prefetch
             host = program.parallel is not None and program.parallel.host_metrics
-            ahead = self.sample_ahead or default_sample_ahead(getattr(args[1], "features",
-                                                                      None))
+            ahead = steps_ahead(self.sample_ahead, getattr(args[1], "features", None))
 
             def run(state, data, perm, scalars):
                 epoch, start, total = scalars[0], scalars[1], scalars[2]

@@ -60,7 +60,7 @@ from zerognn_jax._src.training.records import (
     check_tensorboard,
     strict,
 )
-from zerognn_jax._src.training.scan import default_sample_ahead, read_ahead_bytes
+from zerognn_jax._src.training.scan import read_ahead_bytes, steps_ahead
 from zerognn_jax._src.training.tasks.base import BatchedTask
 from zerognn_jax._src.training.tasks.registry import task_class
 from zerognn_jax._src.training.user import check_optimizer, start_from, user_identity
@@ -451,7 +451,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         notes["feature_placement"] = "host" if is_host_resident(data.features) \
             else "device"
         if cfg.engine == "scan":
-            notes["sample_ahead"] = cfg.sample_ahead or default_sample_ahead(data.features)
+            notes["sample_ahead"] = steps_ahead(cfg.sample_ahead, data.features)
         if is_host_resident(data.features):
             host = getattr(data.features, "host", data.features)  # a CachedTable's own
             notes["host_row_order"] = "stored" if host.position is None else "degree"
