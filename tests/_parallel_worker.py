@@ -80,7 +80,8 @@ def engine_run(devices: int, *, shard_features=False, tiny_envelope=False,
     (`Collectives.parse`) and `prefetch` choose how the data-parallel step runs.
     `embedding` adds a 4-wide learnable node embedding (its table is returned with the
     parameters, under "embedding"). `host_features` leaves the feature table in host
-    memory (`zg.HostTable`, rows laid out in reverse), read by every device.
+    memory (`zg.HostTable`, rows laid out in reverse), read by every device, each keeping
+    the layout's first half cached.
     Returns (params, record with per-epoch losses, accuracies, sampled edges, level
     maxima, overflows and the final envelope).
     """
@@ -90,7 +91,7 @@ def engine_run(devices: int, *, shard_features=False, tiny_envelope=False,
     import optax
 
     import zerognn_jax as zg
-    from zerognn_jax._src.ops.host_rows import reordered_table
+    from zerognn_jax._src.ops.host_rows import cache_leading_rows, reordered_table
     from zerognn_jax._src.training.embeddings import NodeEmbedding
     from zerognn_jax._src.training.parallel import Collectives
 
@@ -104,10 +105,11 @@ def engine_run(devices: int, *, shard_features=False, tiny_envelope=False,
         program = program.with_mesh(zg.make_mesh(devices), shard_features=shard_features)
         program = dataclasses.replace(program, parallel=dataclasses.replace(
             program.parallel, collectives=Collectives.parse(collectives)))
-        # host features: a table laid out in reverse, so that its row map (a device array
-        # in the table's pytree) must reach every device
-        table = reordered_table(np.asarray(ds.features), np.arange(NUM_NODES)[::-1]) \
-            if host_features else ds.features
+        # host features: a table laid out in reverse, so that its row map and cached rows
+        # (device arrays in the table's pytree) must reach every device
+        table = cache_leading_rows(reordered_table(np.asarray(ds.features),
+                                                   np.arange(NUM_NODES)[::-1]),
+                                   NUM_NODES // 2) if host_features else ds.features
         data = program.parallel.place_data(zg.DeviceData(ds.graph, table, ds.labels))
     else:
         data = zg.DeviceData(ds.graph.to_device(), jnp.asarray(ds.features),

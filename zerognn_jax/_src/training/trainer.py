@@ -165,10 +165,11 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                                row_order=cfg.host_row_order)
         return dataset, DeviceData(graph.to_device(), table, jnp.asarray(targets)), program
     program = program.with_mesh(mesh, shard_features=cfg.shard_features)
-    if placement.where == "host":  # one host table, which every device reads (uncached)
-        table = place_features(feats, dtype, placement,
+    if placement.where == "host":  # one host table that every device reads, each with
+        table = place_features(feats, dtype, placement,  # its own copy of the cache
                                announce=cfg.progress and jax.process_index() == 0,
-                               indptr=graph.indptr, row_order=cfg.host_row_order)
+                               cache_bytes=cache, indptr=graph.indptr,
+                               row_order=cfg.host_row_order)
     else:
         table = np.asarray(feats).astype(dtype, copy=False)  # no copy of a table in `dtype`
     return dataset, program.parallel.place_data(DeviceData(graph, table, targets)), program

@@ -358,7 +358,7 @@ class TypedNodeTask(ItemsAreLevel0):
         graph = prepare_typed_graph(dataset.graph, self.sampler)
         table = self.inputs.table(dataset, dtype, bool(cfg.normalize_features))
         mesh = make_mesh(cfg.devices)
-        table = self._placed(cfg, graph, table, dtype, several=mesh.size > 1)
+        table = self._placed(cfg, graph, table, dtype)
         host = DeviceData(graph, table, self.device_targets(dataset))
         # The engines read the layout of the outermost level from the program's sampler
         # (`update_embedding`: are its rows distinct?), so the summary carries it.
@@ -374,10 +374,10 @@ class TypedNodeTask(ItemsAreLevel0):
         # device_put, not jnp.asarray: that compiles a copy on the device (two tables)
         return jax.device_put(host), program
 
-    def _placed(self, cfg, graph, table: np.ndarray, dtype, *, several: bool):
+    def _placed(self, cfg, graph, table: np.ndarray, dtype):
         """The stacked feature table where `cfg.feature_placement` puts it: as is (the
         device), or a `HostTable` over it, rows as stored, whose first rows a device cache
-        holds on one device (`place_features`). "auto" weighs graph, table and the
+        holds (on every device of a mesh: `place_features`). "auto" weighs graph, table and the
         featureless types' tables with their moments against the device's memory, and
         keeps the device for exact evaluation, which holds every row there."""
         arrays = jax.tree_util.tree_leaves(graph)
@@ -394,8 +394,7 @@ class TypedNodeTask(ItemsAreLevel0):
                       f"{placement.reason}; eval_mode 'sampled' would put them on the "
                       f"host", file=sys.stderr, flush=True)
             return table
-        cache = 0 if several else cache_budget(cfg.feature_cache_gib, placement, resident,
-                                                limit)
+        cache = cache_budget(cfg.feature_cache_gib, placement, resident, limit)
         return place_features(table, dtype, placement,
                               announce=cfg.progress and jax.process_index() == 0,
                               cache_bytes=cache, row_order=cfg.host_row_order)
