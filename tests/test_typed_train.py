@@ -210,8 +210,7 @@ def test_auto_placement_moves_the_table_to_the_host_only_for_sampled_evaluation(
         cfg = zg.TrainConfig(**{**BASE, "progress": True}, eval_mode=mode)
         task = TypedNodeTask.build(cfg, mag)[0]
         table = task.inputs.table(mag, np.dtype(np.float32), False)
-        assert isinstance(task._placed(cfg, graph, table, np.dtype(np.float32),
-                                       several=False), where)
+        assert isinstance(task._placed(cfg, graph, table, np.dtype(np.float32)), where)
     err = capsys.readouterr().err
     assert "features on the host (" in err and "would leave the step less than 25%" in err
     assert "features kept on the device for exact evaluation, although graph" in err
