@@ -178,17 +178,22 @@ def test_refused_options(mag, change, message):
 
 def test_features_on_the_host_train_as_on_the_device(mag, stopped, capsys):
     """The stacked feature table in host memory, read by the host gather per type (its
-    first 50 rows cached on the device, the others read over PCIe): the same epoch loss
-    as `stopped`'s, the table on the device, bit for bit."""
+    first 50 rows cached on the device, the others read over PCIe, 16 steps' rows of
+    every type a call): the same epoch loss as `stopped`'s, the table on the device and
+    each step sampled alone inside its step, to float rounding (the samples and their
+    dropout units the same: each type's units were drawn in the dict's order, which
+    differed when the sample crossed a jit boundary, 6.045 against 6.022)."""
     row_gib = max(mag.feature_dims.values()) * 4 / 2**30  # a row of the stacked table
-    cfg = zg.TrainConfig(**{**BASE, "progress": True}, epochs=1, eval_mode="none",
-                         feature_placement="host", feature_cache_gib=50 * row_gib)
+    cfg = zg.TrainConfig(**{**BASE, "progress": True, "sample_ahead": None}, epochs=1,
+                         eval_mode="none", feature_placement="host",
+                         feature_cache_gib=50 * row_gib)
     res = zg.train(cfg, mag)
     assert "rows as stored: no graph degrees to order by; its 50 first rows (no graph " \
            "degrees)" in capsys.readouterr().err
-    assert res.summary["feature_placement"] == "host"
+    assert res.summary["feature_placement"] == "host" and res.summary["sample_ahead"] == 16
     assert res.data.features.rows.shape[0] == 50
-    assert [r["loss"] for r in res.history] == [r["loss"] for r in stopped[0].history]
+    assert [r["loss"] for r in res.history] == \
+        pytest.approx([r["loss"] for r in stopped[0].history], rel=1e-6)
     exact = SimpleNamespace(mode="full", program=res.program, variables=res.variables,
                             data=res.data, batch_size=64, seed=0)
     with pytest.raises(ValueError, match="this one's table is in host memory: evaluate by "
@@ -256,10 +261,19 @@ def test_config_and_flag_of_relation_fanouts():
 
 def test_a_run_over_device_memory_stops_before_compiling(mag, monkeypatch):
     """The memory check of graph batches serves typed steps too: the tables, the state
-    as allocated and the envelope's rows against the device's memory."""
+    as allocated and the envelope's rows against the device's memory; with a host table,
+    the rows read ahead too, and the advice to read fewer steps ahead."""
     from zerognn_jax._src.training import memory
 
     monkeypatch.setattr(memory, "device_memory_limit", lambda device=None: 1 << 20)
     with pytest.raises(ValueError, match=r"does not fit device memory: graph .* features "
                                          r".* step buffers .*now 64\)"):
         zg.train(zg.TrainConfig(**BASE, epochs=1, eval_mode="none"), mag)
+    # a bfloat16 host table (nothing of it on the device) read 16 steps ahead
+    with pytest.raises(ValueError, match=r"features 0\.00 GiB \(bfloat16, over 1 device\(s\)\)"
+                                         r".*To fit: sampling fewer steps ahead \(--sample-"
+                                         r"ahead 1: none\) drops up to 0\.0[0-9] GiB of feature "
+                                         r"rows read ahead from the host table; a smaller batch"):
+        zg.train(zg.TrainConfig(**{**BASE, "sample_ahead": None}, epochs=1, eval_mode="none",
+                                dtype="bfloat16", feature_placement="host",
+                                feature_cache_gib=0), mag)

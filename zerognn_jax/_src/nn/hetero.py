@@ -233,7 +233,10 @@ class HeteroGNN(nn.Module):
         ({type: [S_t, d]}, each type's destinations its first rows). With whole-graph
         views (`whole_graph_layer`) this is exact layer-wise inference."""
         drop = self.drop_input if i == 0 else self.drop_hidden
-        h = {t: drop(v.astype(self.dtype), deterministic=not train) for t, v in h.items()}
+        # Each call of `drop` draws the next dropout key: types in sorted order, not the
+        # dict's, which a jit boundary re-sorts (a step whose sample arrived through one
+        # would otherwise drop other units than one that sampled inside it).
+        h = {t: drop(h[t].astype(self.dtype), deterministic=not train) for t in sorted(h)}
         out = {}
         for t, rows in layer.num_dst:
             h_dst = h[t][:rows]

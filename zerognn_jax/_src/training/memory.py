@@ -8,6 +8,7 @@ import dataclasses
 import jax
 import numpy as np
 
+from zerognn_jax._src.ops.host_rows import is_host_resident
 from zerognn_jax._src.sampling.envelope import Envelope
 
 
@@ -98,10 +99,13 @@ def allocated_resident(data, state) -> Resident:
                    for leaf in jax.tree_util.tree_leaves(tree))
 
     features = jax.tree_util.tree_leaves(data.features)
+    # a host table's leaves on the device are its row map and cached rows, if any
+    dtype = data.features.dtype.name if is_host_resident(data.features) else \
+        features[0].dtype.name if features else "float32"
     model = 2 * per_device(state.params) + per_device(
         (state.batch_stats, state.opt_state, state.embedding, state.embedding_opt))
     return Resident(per_device((data.graph, data.targets)), per_device(data.features), model,
-                    features[0].dtype.name if features else "float32")
+                    dtype)
 
 
 def embedding_bytes(rows: int, dim: int, dtype) -> int:
@@ -132,10 +136,7 @@ def _advice(resident: Resident, envelope_bytes: int, over: int,
             read_ahead: int = 0) -> list[str]:
     """What would bring the run `over` bytes lower, largest lever first (`read_ahead`:
     bytes of host-table rows read ahead, part of the step's buffers)."""
-    tips = []
-    if read_ahead:
-        tips.append(f"sampling fewer steps ahead (--sample-ahead 1: none) drops up to "
-                    f"{_gib(read_ahead)} of feature rows read ahead from the host table")
+    tips = [_read_ahead_tip(read_ahead)] if read_ahead else []
     if resident.feature_dtype == "float32":
         tips.append(f"bfloat16 features (--dtype bfloat16) save {_gib(resident.features // 2)}")
     tips.append(f"splitting the features over more devices (--shard-features --devices N, "
@@ -178,20 +179,28 @@ def check_fits(envelope: Envelope, slots, level_dims, limit_bytes: int | None, *
 
 
 def check_step_fits(resident: Resident, step_bytes: int, limit_bytes: int | None, *,
-                    batch_size: int) -> None:
-    """`check_fits` for a task that sizes its own step (a `BatchedTask`: graph batches):
-    raises ValueError when `resident` (its data and the model's state, as allocated) and
-    `step_bytes` of step buffers exceed `limit_bytes`, naming every part and what to
+                    batch_size: int, read_ahead_bytes: int = 0) -> None:
+    """`check_fits` for a task that sizes its own step (a `BatchedTask`: graph batches,
+    typed graphs): raises ValueError when `resident` (its data and the model's state, as
+    allocated), `step_bytes` of step buffers and `read_ahead_bytes` of host-table rows
+    read for several steps at once exceed `limit_bytes`, naming every part and what to
     change (`batch_size`: the run's, per device)."""
-    total = resident.total + step_bytes
+    total = resident.total + step_bytes + read_ahead_bytes
     if limit_bytes is None or total <= limit_bytes:
         return
-    tips = [f"a smaller batch (--batch-size, now {batch_size}), smaller fanouts (typed "
-            f"graphs) or a narrower model shrinks the step's {_gib(step_bytes)} of buffers"]
+    tips = [_read_ahead_tip(read_ahead_bytes)] if read_ahead_bytes else []
+    tips.append(f"a smaller batch (--batch-size, now {batch_size}), smaller fanouts (typed "
+                f"graphs) or a narrower model shrinks the step's {_gib(step_bytes)} of "
+                "buffers")
     if resident.graph + resident.features > limit_bytes:
         tips.append(f"a device with more memory: the data alone takes "
                     f"{_gib(resident.graph + resident.features)}")
-    _does_not_fit(resident, step_bytes, limit_bytes, tips)
+    _does_not_fit(resident, step_bytes + read_ahead_bytes, limit_bytes, tips)
+
+
+def _read_ahead_tip(read_ahead: int) -> str:
+    return (f"sampling fewer steps ahead (--sample-ahead 1: none) drops up to "
+            f"{_gib(read_ahead)} of feature rows read ahead from the host table")
 
 
 def _does_not_fit(resident: Resident, step_bytes: int, limit_bytes: int, tips) -> None:

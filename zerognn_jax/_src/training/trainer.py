@@ -343,8 +343,8 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             ahead = 0 if rows is None else read_ahead_bytes(data.features, rows(env),
                                                             cfg.sample_ahead)
             memory.check_step_fits(memory.allocated_resident(data, state),
-                                   step_bytes(program, env) + ahead,
-                                   memory.device_memory_limit(), batch_size=cfg.batch_size)
+                                   step_bytes(program, env), memory.device_memory_limit(),
+                                   batch_size=cfg.batch_size, read_ahead_bytes=ahead)
     else:  # the memory model and the checks of a user's pieces read the sampled levels
         dims = level_dims(cfg, dataset, program.task, program.model)
         shards = program.num_shards if cfg.shard_features else 1
