@@ -12,6 +12,11 @@ import pytest
 from zerognn_jax import from_edge_list
 
 SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared" / "datasets"
+# XLA_FLAGS that compile faster, for child processes whose runs check plumbing, not
+# speed, and are compared only with runs under the same flags, or within a tolerance:
+# these flags change float results in the last bits (not for this process, whose
+# recorded-loss tests compare bit for bit).
+FAST_XLA = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -14,6 +14,7 @@ import time
 import jax
 import jax.numpy as jnp
 import pytest
+from conftest import FAST_XLA
 
 from zerognn_jax import TrainConfig
 from zerognn_jax._src.bench import profiling
@@ -21,8 +22,6 @@ from zerognn_jax._src.bench import report as bench_report
 from zerognn_jax._src.bench import run as bench
 from zerognn_jax._src.bench.workload import FIELDS, VARIANTS
 
-# Compile faster: the CPU run checks plumbing, not speed.
-FAST_XLA = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 NUMBERS = ("epoch_seconds", "compile_seconds", "warmup_seconds", "steps_per_second",
            "sampled_edges_per_second", "envelope_bytes", "ideal_bytes", "envelope_over_ideal",
            "steps_per_epoch", "steps_timed", "overflows")

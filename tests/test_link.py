@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import random_graph
+from conftest import FAST_XLA, random_graph
 
 import zerognn_jax as zg
 from zerognn_jax._src.data.links import (
@@ -517,7 +518,7 @@ def test_cli_link_run_logs_link_metrics(tmp_path):
          "link", "--decoder", "mlp", "--negatives", "2", "--model", "sage", "--layers", "2",
          "--fanouts", "5,5", "--hidden", "16", "--batch-size", "64", "--epochs", "2",
          "--no-progress", "--metrics-out", str(metrics)],
-        capture_output=True, text=True, timeout=600)
+        capture_output=True, text=True, timeout=600, env=dict(os.environ, XLA_FLAGS=FAST_XLA))
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["task"] == "link" and 0.0 <= summary["test_auc"] <= 1.0

@@ -21,6 +21,7 @@ import _parallel_worker as worker
 import jax
 import numpy as np
 import pytest
+from conftest import FAST_XLA
 
 from zerognn_jax import train
 from zerognn_jax._src.training import parallel
@@ -36,7 +37,8 @@ class Job:
     def __init__(self, out: pathlib.Path, *args: str):
         self.out, self.log = out, out.with_suffix(".log")
         out.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)}
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO),
+               "XLA_FLAGS": FAST_XLA}
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen([sys.executable, "-X", "faulthandler", str(WORKER),
                                           *args, str(out)],

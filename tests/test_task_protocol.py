@@ -156,7 +156,9 @@ def test_degree_task_resumes_from_its_checkpoint(dataset, tmp_path):
 
 
 def test_degree_task_trains_on_two_devices(tmp_path):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+    from conftest import FAST_XLA
+
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": FAST_XLA,
            "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), str(HERE.parent)])}
     proc = subprocess.run([sys.executable, str(HERE), str(tmp_path)], env=env,
                           capture_output=True, text=True, timeout=300)

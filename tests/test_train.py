@@ -10,9 +10,11 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
+from conftest import FAST_XLA
 
 from zerognn_jax import TrainConfig, load_dataset, train
 
@@ -104,7 +106,7 @@ def _wait_for_checkpoint(proc, ckpt: pathlib.Path, epoch: int, timeout=300.0):
 
 
 def test_killed_run_resumes_to_the_same_result(planetoid_root, tmp_path):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", XLA_FLAGS=FAST_XLA)
     full = subprocess.run(_train_args(planetoid_root, tmp_path / "a", tmp_path / "a.jsonl"),
                           capture_output=True, text=True, env=env, timeout=600)
     assert full.returncode == 0, full.stderr
@@ -133,7 +135,8 @@ def test_killed_run_resumes_to_the_same_result(planetoid_root, tmp_path):
 def test_default_cli_run_trains_the_embedded_graph(tmp_path):
     out = subprocess.run(_cli("train", "--epochs", "1", "--no-progress", "--metrics-out",
                               str(tmp_path / "m.jsonl")),
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, XLA_FLAGS=FAST_XLA))
     assert out.returncode == 0, out.stderr
     summary = _summary(out.stdout)
     assert summary["dataset"] == "tiny" and summary["epochs"] == 1
@@ -158,14 +161,21 @@ def test_default_cli_run_trains_the_embedded_graph(tmp_path):
     (["--multiple", "0"], "multiple must be >= 1, got 0"),
     (["--multiple", "-128"], "multiple must be >= 1, got -128"),
 ])
-def test_cli_rejects_bad_arguments(args, message):
-    out = subprocess.run(_cli("train", "--epochs", "1", "--no-progress", *args),
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2
+def test_cli_rejects_bad_arguments(args, message, capsys, monkeypatch):
+    # In this process (test_default_cli_run_trains_the_embedded_graph runs the command);
+    # main sets warnings.formatwarning, which the monkeypatch puts back.
+    from zerognn_jax import cli
+
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
+    try:
+        code = cli.main(["train", "--epochs", "1", "--no-progress", *args])
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2
     # Bad choices are argparse's ("zerognn train: error: ..."), bad values the config's.
-    assert message in out.stderr and ("zerognn: error:" in out.stderr
-                                      or "zerognn train: error:" in out.stderr)
-    assert "Traceback" not in out.stderr
+    assert message in err and ("zerognn: error:" in err or "zerognn train: error:" in err)
+    assert "Traceback" not in err
 
 
 def test_host_engine_refuses_several_devices():
