@@ -2,6 +2,7 @@
 one-type case against the homogeneous run, checkpoints, and the refused options."""
 
 import logging
+import re
 import shutil
 from types import SimpleNamespace
 
@@ -124,7 +125,7 @@ def test_one_type_trains_as_the_homogeneous_run():
 def test_predict_gives_the_target_types_logits(mag, whole):
     """zg.predict on a typed run: the target type's logits, exact ones reproducing the
     evaluation's test accuracy, sampled ones of the same shape; ids checked against
-    the target type's count."""
+    the target type's count; the homogeneous graph's lower-level calls name predict."""
     test = np.asarray(mag.test_idx)
     exact = np.asarray(zg.predict(whole, test))
     assert exact.shape == (test.size, mag.num_classes)
@@ -134,6 +135,12 @@ def test_predict_gives_the_target_types_logits(mag, whole):
     papers = mag.num_nodes["paper"]
     with pytest.raises(ValueError, match=rf"\[0, {papers}\) \('paper' ids\)"):
         zg.predict(whole, [papers])
+    typed = "this run's graph is typed: zg.predict\\(result, nodes\\) gives its 'paper'"
+    with pytest.raises(TypeError, match="sampled_logits evaluates a graph of one node type; "
+                                        + typed):
+        zg.sampled_logits(whole.program, whole.variables, whole.data, test[:5], batch_size=8)
+    with pytest.raises(TypeError, match="layerwise_logits evaluates .*" + typed):
+        zg.layerwise_logits(whole.program, whole.variables, whole.data)
 
 
 def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
@@ -205,7 +212,8 @@ def test_auto_placement_moves_the_table_to_the_host_only_for_sampled_evaluation(
         mag, monkeypatch, capsys):
     """"auto" on a device too small for the table: the host with sampled evaluation; the
     device, and a line saying why, with exact evaluation, which also refuses a host
-    table when asked for it directly."""
+    table when asked for it directly; on a device with room, the device, and a line
+    saying so."""
     from zerognn_jax._src.training.tasks import typed_node
 
     monkeypatch.setattr(typed_node, "device_memory_limit", lambda: 1 << 20)
@@ -219,6 +227,10 @@ def test_auto_placement_moves_the_table_to_the_host_only_for_sampled_evaluation(
     err = capsys.readouterr().err
     assert "features on the host (" in err and "would leave the step less than 25%" in err
     assert "features kept on the device for exact evaluation, although graph" in err
+    monkeypatch.setattr(typed_node, "device_memory_limit", lambda: 64 << 30)
+    assert isinstance(task._placed(cfg, graph, table, np.dtype(np.float32)), np.ndarray)
+    assert re.search(r"features on the device \(0\.00 GiB\): graph .* fit",
+                     capsys.readouterr().err)
 
 
 def test_a_typed_group_reads_every_types_rows_in_one_call():

@@ -261,6 +261,7 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     `log`, a callable taking a line, reports each layer as it ends (where it ran, its
     seconds, those of its input's upload); the layers then run one after another.
     """
+    _refuse_typed(program, "layerwise_logits")
     if not supports_layerwise(program.model):
         raise TypeError(f"{no_layerwise_form(program.model)}; use sampled_logits instead")
     if not (isinstance(offload, (bool, np.bool_)) or offload == "auto"):
@@ -426,6 +427,7 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
                    batch_size: int, seed: int = 0) -> jax.Array:
     """float[len(nodes), classes]: logits from sampled neighbourhoods (program's fanouts),
     `batch_size` nodes at a time (fewer where the device runs out: `halving_batches`)."""
+    _refuse_typed(program, "sampled_logits")
     nodes = np.asarray(nodes, np.int32)
 
     def run(batch: int):
@@ -435,6 +437,16 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
         return jax.block_until_ready(out.reshape(padded.shape[0], -1)[: nodes.shape[0]])
 
     return halving_batches(run, batch_size, "sampled evaluation")
+
+
+def _refuse_typed(program: StepProgram, name: str) -> None:
+    """TypeError naming `zg.predict` for a typed graph's program, which `name` (a
+    homogeneous graph's evaluation) cannot run."""
+    target = getattr(program.task, "seed_type", None)
+    if target is not None:
+        raise TypeError(f"{name} evaluates a graph of one node type; this run's graph is "
+                        f"typed: zg.predict(result, nodes) gives its {target!r} nodes' "
+                        "logits")
 
 
 @functools.partial(jax.jit, static_argnames=("program", "envelope"))

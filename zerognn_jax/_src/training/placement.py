@@ -151,7 +151,14 @@ def place_features(features, dtype, placement: Placement, *, announce: bool,
                 "first rows (no graph degrees)"
             note += (f"; its {count:,} {which} ({count / table.shape[0]:.0%}, "
                      f"{_gib(count * row_bytes)}) cached on the device")
-    if announce and (placement.where == "host" or placement.measured):
-        print(f"features on the {placement.where} ({_gib(table.nbytes)}): "
-              f"{placement.reason}{note}", file=sys.stderr, flush=True)
+    if announce:
+        announce_placement(placement, table.nbytes, note)
     return table
+
+
+def announce_placement(placement: Placement, nbytes: int, note: str = "") -> None:
+    """Prints where a table of `nbytes` went and why to stderr, when that is the host or
+    "auto" chose it by the device's memory; `note`: what follows the reason."""
+    if placement.where == "host" or placement.measured:
+        print(f"features on the {placement.where} ({_gib(nbytes)}): {placement.reason}{note}",
+              file=sys.stderr, flush=True)

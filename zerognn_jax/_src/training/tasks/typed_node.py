@@ -51,7 +51,12 @@ from zerognn_jax._src.sampling.typed_minibatch import (
 from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.memory import Resident, device_memory_limit, gathered_rows_bytes
 from zerognn_jax._src.training.parallel import make_mesh
-from zerognn_jax._src.training.placement import cache_budget, choose_placement, place_features
+from zerognn_jax._src.training.placement import (
+    announce_placement,
+    cache_budget,
+    choose_placement,
+    place_features,
+)
 from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
@@ -377,27 +382,30 @@ class TypedNodeTask(ItemsAreLevel0):
     def _placed(self, cfg, graph, table: np.ndarray, dtype):
         """The stacked feature table where `cfg.feature_placement` puts it: as is (the
         device), or a `HostTable` over it, rows as stored, whose first rows a device cache
-        holds (on every device of a mesh: `place_features`). "auto" weighs graph, table and the
-        featureless types' tables with their moments against the device's memory, and
-        keeps the device for exact evaluation, which holds every row there."""
+        holds (on every device of a mesh: `place_features`). "auto" weighs graph, table
+        and the featureless types' tables with their moments against the device's memory
+        (and says what it chose, with progress on), and keeps the device for exact
+        evaluation, which holds every row there."""
         arrays = jax.tree_util.tree_leaves(graph)
         embedded = self.inputs.embedded_rows * cfg.hidden * (dtype.itemsize + 8)
         resident = Resident(sum(int(a.nbytes) for a in arrays), table.nbytes, embedded,
                             dtype.name, 1)
         limit = device_memory_limit()
         placement = choose_placement(cfg.feature_placement, resident, limit)
+        announce = cfg.progress and jax.process_index() == 0
         if placement.where == "device":
+            if announce:
+                announce_placement(placement, table.nbytes)
             return table
         if cfg.eval_mode == "full":  # "auto" (`_refuse` stops "host" with it)
-            if cfg.progress and jax.process_index() == 0:
+            if announce:
                 print(f"features kept on the device for exact evaluation, although "
                       f"{placement.reason}; eval_mode 'sampled' would put them on the "
                       f"host", file=sys.stderr, flush=True)
             return table
         cache = cache_budget(cfg.feature_cache_gib, placement, resident, limit)
-        return place_features(table, dtype, placement,
-                              announce=cfg.progress and jax.process_index() == 0,
-                              cache_bytes=cache, row_order=cfg.host_row_order)
+        return place_features(table, dtype, placement, announce=announce, cache_bytes=cache,
+                              row_order=cfg.host_row_order)
 
     def embedding(self, cfg) -> TypedEmbedding | None:
         """The featureless types' `hidden`-wide tables, trained by lazy Adam at `cfg.lr`
