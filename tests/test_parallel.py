@@ -267,6 +267,24 @@ def test_typed_graph_on_four_devices_trains_like_one(runs):
         assert abs(four[f"{split}_acc"] - one[f"{split}_acc"]) < 1e-6, split
 
 
+def test_the_trainer_caches_a_host_table_on_every_device(runs):
+    """The trainer on 4 devices with the feature table in host memory keeps its cache on
+    every device (typed: the stacked table's first rows; the test problem: rows as
+    stored, found by a slot map) and trains as with the table on the device."""
+    out = runs["jobs"]["typed"].wait()
+    for host, device in (("typed_dp4_host", "typed_dp4"), ("dp4_host", "dp4_device")):
+        params, record = load(out, host)
+        ref, ref_record = load(out, device)
+        assert record["summary"]["feature_placement"] == "host", host
+        assert ref_record["cache"] is None
+        assert_params_close(params, ref, atol=5e-5)
+        np.testing.assert_allclose([h["loss"] for h in record["history"]],
+                                   [h["loss"] for h in ref_record["history"]], rtol=1e-5)
+    assert load(out, "typed_dp4_host")[1]["cache"] == {"rows": 300, "devices": 4,
+                                                       "slot_map": False}
+    assert load(out, "dp4_host")[1]["cache"] == {"rows": 200, "devices": 4, "slot_map": True}
+
+
 def test_collectives_parse_and_check():
     assert parallel.Collectives.parse("optimised") == parallel.Collectives()
     assert parallel.Collectives.parse("baseline").describe() == "tree.psum.late"
