@@ -116,8 +116,8 @@ def test_killed_run_resumes_to_the_same_result(planetoid_root, tmp_path):
     killed_after = _wait_for_checkpoint(proc, ckpt, epoch=3)
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
-    # Killed with epochs left to train: 8 after the checkpoint of epoch 3, ~0.2 s each
-    # with its checkpoint on a 2-core CPU (40 epochs cost ~5 s more CPU per run).
+    # Killed with epochs left to train: 8 after the checkpoint of epoch 3, each with its
+    # checkpoint (40 epochs cost ~5 s more CPU per run).
     assert killed_after < 11
     resumed = subprocess.run(_train_args(planetoid_root, ckpt, tmp_path / "b.jsonl"),
                              capture_output=True, text=True, env=env, timeout=600)
@@ -172,10 +172,9 @@ def test_cli_rejects_bad_arguments(args, message, capsys, monkeypatch):
     except SystemExit as exit_:
         code = exit_.code
     err = capsys.readouterr().err
-    assert code == 2
+    assert code == 2  # an exception other than the exit would have failed the test
     # Bad choices are argparse's ("zerognn train: error: ..."), bad values the config's.
     assert message in err and ("zerognn: error:" in err or "zerognn train: error:" in err)
-    assert "Traceback" not in err
 
 
 def test_host_engine_refuses_several_devices():

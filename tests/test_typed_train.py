@@ -141,6 +141,10 @@ def test_predict_gives_the_target_types_logits(mag, whole):
         zg.sampled_logits(whole.program, whole.variables, whole.data, test[:5], batch_size=8)
     with pytest.raises(TypeError, match="layerwise_logits evaluates .*" + typed):
         zg.layerwise_logits(whole.program, whole.variables, whole.data)
+    with pytest.raises(TypeError, match="evaluate_splits evaluates .*" + typed):
+        zg.evaluate_splits(whole.program, whole.variables, whole.data, mag)
+    with pytest.raises(TypeError, match="node_embeddings evaluates .*" + typed):
+        zg.node_embeddings(whole.program, whole.variables, whole.data)
 
 
 def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
@@ -185,8 +189,9 @@ def test_refused_options(mag, change, message):
 
 def test_features_on_the_host_train_as_on_the_device(mag, stopped, capsys):
     """The stacked feature table in host memory, read by the host gather per type (its
-    first 50 rows cached on the device, the others read over PCIe, 16 steps' rows of
-    every type a call): the same epoch loss as `stopped`'s, the table on the device and
+    first 50 rows cached on the device, the others read over PCIe, 16 steps sampled at
+    once and their rows of every type read together): the same epoch loss as
+    `stopped`'s, the table on the device and
     each step sampled alone inside its step, to float rounding (the samples and their
     dropout units the same: each type's units were drawn in the dict's order, which
     differed when the sample crossed a jit boundary, 6.045 against 6.022)."""
@@ -206,6 +211,8 @@ def test_features_on_the_host_train_as_on_the_device(mag, stopped, capsys):
     with pytest.raises(ValueError, match="this one's table is in host memory: evaluate by "
                                          "sampling"):
         typed_logits(res.program.task, exact, mag.test_idx[:4])
+    with pytest.raises(TypeError, match=r'zg.predict\(result, nodes, mode="sampled"\)'):
+        zg.sampled_logits(res.program, res.variables, res.data, [0], batch_size=8)
 
 
 def test_auto_placement_moves_the_table_to_the_host_only_for_sampled_evaluation(

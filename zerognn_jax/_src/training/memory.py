@@ -189,9 +189,10 @@ def check_step_fits(resident: Resident, step_bytes: int, limit_bytes: int | None
     if limit_bytes is None or total <= limit_bytes:
         return
     tips = [_read_ahead_tip(read_ahead_bytes)] if read_ahead_bytes else []
+    besides = " (besides the rows read ahead)" if read_ahead_bytes else ""
     tips.append(f"a smaller batch (--batch-size, now {batch_size}), smaller fanouts (typed "
                 f"graphs) or a narrower model shrinks the step's {_gib(step_bytes)} of "
-                "buffers")
+                f"buffers{besides}")
     if resident.graph + resident.features > limit_bytes:
         tips.append(f"a device with more memory: the data alone takes "
                     f"{_gib(resident.graph + resident.features)}")

@@ -165,8 +165,9 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                                row_order=cfg.host_row_order)
         return dataset, DeviceData(graph.to_device(), table, jnp.asarray(targets)), program
     program = program.with_mesh(mesh, shard_features=cfg.shard_features)
-    if placement.where == "host":  # one host table that every device reads, each with
-        table = place_features(feats, dtype, placement,  # its own copy of the cache
+    # one host table that every device reads, each with its own copy of the cache
+    if placement.where == "host":
+        table = place_features(feats, dtype, placement,
                                announce=cfg.progress and jax.process_index() == 0,
                                cache_bytes=cache, indptr=graph.indptr,
                                row_order=cfg.host_row_order)
