@@ -29,8 +29,9 @@ update written in place by its Pallas kernel, `pallas_kernels/row_adam.py`), or
 (the envelope the timed run ended with, `sample_ahead` steps sampled at once), compiled
 without command buffers (whose kernels a trace does not name), under `jax.profiler`:
 device time per step split into phases by the named scopes of each kernel's operation
-(`phase_of`: the embedding's row gather and its row update apart from the rest) and the
-busiest kernels with the operation each came from. On a CPU everything runs but the device lines.
+(`profiling.step_phase`: the embedding's row gather and its row update apart from the
+rest) and the busiest kernels with the operation each came from
+(`profiling.profile_training_epoch`). On a CPU everything runs but the device lines.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ import dataclasses
 import json
 import tempfile
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -50,7 +50,6 @@ from zerognn_jax._src.bench import profiling
 from zerognn_jax._src.training import trainer
 from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.row_adam import RowAdamState
-from zerognn_jax._src.training.scan import ScanEngine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,43 +87,6 @@ class GradientOnlyEmbedding(NodeEmbedding):
     def update(self, table, opt, ids, grads, valid, *, unique, taken=True, kernels=None):
         never = jnp.sum(grads.astype(jnp.float32)) == jnp.inf
         return table, opt._replace(count=opt.count + never.astype(opt.count.dtype))
-
-
-# (named scope, phase), the first match wins; "transpose(" marks the backward pass
-SCOPES = (("embedding_update", "embedding update"), ("embedding_rows", "embedding rows"),
-          ("sample", "sampling"), ("update", "optimizer"), ("transpose", "backward"),
-          ("features", "feature gather"))
-
-
-def phase_of(op_name: str | None) -> str:
-    """The phase of a kernel from its operation's op_name (`profiling.scope_phase`)."""
-    return profiling.scope_phase(op_name, SCOPES)
-
-
-def profile(cfg: TrainConfig, dataset, envelope, top: int) -> dict:
-    """Phases and busiest kernels per step of one profiled epoch at `envelope`."""
-    _, data, program = trainer.prepare(cfg, dataset)
-    items = program.task.train_items(dataset)
-    engine = ScanEngine(program, sample_ahead=cfg.sample_ahead,
-                        compiler_options=profiling.NO_COMMAND_BUFFERS)
-    state = zg.init_state(program, data, envelope, items)
-    res = engine.run_epoch(state, data, items, 0, envelope)  # compiles
-    jax.block_until_ready(res.state.params)
-    state = zg.init_state(program, data, envelope, items)  # the engine donates its state
-    jax.block_until_ready(state.params)
-    with tempfile.TemporaryDirectory() as tmp:
-        with profiling.traced_window(tmp):
-            res = engine.run_epoch(state, data, items, 0, envelope)
-            jax.block_until_ready(res.state.params)
-        if res.overflows:
-            raise RuntimeError(f"the profiled epoch overflowed {res.overflows} times at "
-                               f"{envelope}; its kernels would mix two programs")
-        (compiled,) = engine.programs.values()
-        text = compiled.as_text()
-        trace = profiling.find_trace(tmp)
-        out = profiling.step_profile(trace, text, res.steps, phase_of, top)
-    out["top_kernels"] = out.pop("kernels")  # "kernels" names the run's kernel choice
-    return out
 
 
 VARIANTS = {"none": {}, "sparse": {}, "sparse-tree": dict(dedup=False), "dense": {},
@@ -165,7 +127,9 @@ def main(argv=None) -> None:
         if name in args.profile.split(","):
             levels = res.summary["envelope"]
             envelope = zg.Envelope(levels[0], tuple(levels[1:]))
-            rows[-1].update(profile(cfg, dataset, envelope, args.top))
+            with tempfile.TemporaryDirectory() as tmp:
+                rows[-1].update(profiling.profile_training_epoch(
+                    cfg, dataset, tmp, top=args.top, envelope=envelope))
         print(json.dumps(rows[-1]), flush=True)
     trainer.NodeEmbedding = NodeEmbedding
     base = next((r["median"] for r in rows if r["variant"] == "none"), None)

@@ -22,21 +22,26 @@ The .npz is neutral (NumPy only): `types`, `target`, per type `count_<t>` and `x
 Progress goes to stderr as it happens, one timestamped line per stage (the dataset, the
 training's preparation with its compile, each epoch), and `--out` gets the dataset's
 line and each epoch's record as soon as they exist: a run stopped at a time limit
-leaves what it measured. igbh-like is generated in memory unless `--root` is given: its
+leaves what it measured. `--profile TOP` then profiles one more epoch
+(`profiling.profile_training_epoch`: device time a step by phase, the busiest kernels
+with the operations they came from). igbh-like is generated in memory unless `--root` is given: its
 ~37 GB cache would fill half of a 64 GB disk, and a fresh machine has none to reuse.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
+import tempfile
 import time
 
 import numpy as np
 from papers100m import Clock  # this folder: run as `python benchmarks/hetero.py`
 
 import zerognn_jax as zg
+from zerognn_jax._src.bench import profiling
 from zerognn_jax._src.training.records import MetricsLog, check_output_paths
 
 
@@ -105,6 +110,11 @@ def main(argv=None) -> None:
     p.add_argument("--out", default=None, help="JSON lines: the dataset's, each epoch's as it "
                    "ends, the summary")
     p.add_argument("--write-npz", default=None, help="write the graph for the PyG peer")
+    p.add_argument("--profile", type=int, default=0, metavar="TOP",
+                   help="after training, one more epoch compiled kernel by kernel under the "
+                        "profiler: device time a step by phase and its TOP busiest kernels")
+    p.add_argument("--hlo-out", default=None,
+                   help="with --profile: write the profiled program's optimized HLO here")
     args = p.parse_args(argv)
     root = args.root if args.root is not None else (
         ".cache/zerognn" if args.dataset == "mag-like" else None)
@@ -152,6 +162,21 @@ def main(argv=None) -> None:
                       "epochs": [h["epoch_seconds"] for h in result.history],
                       "losses": [h["loss"] for h in result.history],
                       "overflows": s["overflows"], "envelope": s["envelope"]}))
+    if args.profile:
+        del result  # its device data: the profiled run prepares its own
+        clock.log("profiling one more epoch (compiled without command buffers)")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = profiling.profile_training_epoch(dataclasses.replace(cfg, metrics_out=None),
+                                                   ds, tmp, top=args.profile,
+                                                   hlo_out=args.hlo_out)
+        print(json.dumps(out))
+        print("| phase | us a step | kernels a step |\n|---|---|---|")
+        for phase, (us, launches) in out["phases_us_per_step"].items():
+            print(f"| {phase} | {us} | {launches} |")
+        print("| kernel | us a step | launches | MB | GB/s | operation |")
+        print("|---|---|---|---|---|---|")
+        for row in out["top_kernels"]:
+            print("| " + " | ".join("" if v is None else str(v) for v in row) + " |")
 
 
 if __name__ == "__main__":

@@ -61,16 +61,6 @@ from zerognn_jax._src.training.trainer import prepare  # noqa: E402
 DTYPES = {"f32": "float32", "bf16": "bfloat16"}
 VARIANTS = ("", "-every-row", "-keep", "-tree", "-no-flat", "-shared64", "-host")
 FORMS = tuple(d + v for d in DTYPES for v in VARIANTS)
-# (named scope, phase), the first match wins; "transpose(" marks the backward pass
-SCOPES = (("restrict", "seed-edge mask"), ("sample", "sampling"), ("update", "optimizer"),
-          ("transpose", "backward"), ("features", "feature gather"))
-
-
-def phase_of(op_name: str | None) -> str:
-    """The phase of a kernel from its operation's op_name (`profiling.scope_phase`)."""
-    return profiling.scope_phase(op_name, SCOPES)
-
-
 def build(form: str, args, programs: dict):
     """(engine, program, device data, training items, envelope) of `form`; `programs`
     caches one prepared run per (dtype, layout, flat outer hop, negatives)."""
@@ -137,7 +127,8 @@ def measure(form: str, args, programs: dict, profile: bool) -> dict:
             (compiled,) = engine.programs.values()  # names are unique within a program
             text = compiled.as_text()
             trace = profiling.find_trace(tmp)
-            record.update(profiling.step_profile(trace, text, res.steps, phase_of, args.top))
+            record.update(profiling.step_profile(trace, text, res.steps, profiling.step_phase,
+                                                 args.top))
             if args.hlo_dir:
                 pathlib.Path(args.hlo_dir, f"{form}.hlo.txt").write_text(text)
     return record

@@ -254,6 +254,18 @@ def scope_phase(op_name: str | None, scopes) -> str:
     return "forward and other"
 
 
+# The named scopes of a training step (training/step.py, program.py, scan.py) as
+# (scope, phase), the first match winning; "transpose" marks the backward pass.
+STEP_SCOPES = (("embedding_update", "embedding update"), ("embedding_rows", "embedding rows"),
+               ("restrict", "seed-edge mask"), ("sample", "sampling"), ("update", "optimizer"),
+               ("transpose", "backward"), ("features", "feature gather"))
+
+
+def step_phase(op_name: str | None) -> str:
+    """The phase of a training step's kernel from its operation's op_name (STEP_SCOPES)."""
+    return scope_phase(op_name, STEP_SCOPES)
+
+
 def phase_table(path: str | pathlib.Path, hlo_text: str, steps: int,
                 phase_of) -> dict[str, list]:
     """{phase: [us per step, launches per step]}: the device time of a profiled run of
@@ -269,3 +281,49 @@ def phase_table(path: str | pathlib.Path, hlo_text: str, steps: int,
         launches[phase] += 1
     return {phase: [round(t / steps, 1), round(launches[phase] / steps, 2)]
             for phase, t in us.most_common()}
+
+
+def profile_training_epoch(cfg, dataset, log_dir: str | pathlib.Path, *, top: int = 14,
+                           envelope=None, phase_of=step_phase, hlo_out=None) -> dict:
+    """Phases and busiest kernels per step (`step_profile`) of one epoch of `cfg`'s
+    training on `dataset`, run by the scan engine as `zg.train` runs it (`sample_ahead`,
+    chunks, GEMM backend) but compiled with `NO_COMMAND_BUFFERS`, traced into `log_dir`.
+
+    A first epoch at `envelope` (None: the one `zg.train` would start from) compiles and
+    grows the envelope where a step overflows; the profiled epoch then starts afresh at
+    the envelope that epoch ended with, and must not overflow (its kernels would mix two
+    programs: RuntimeError). On a CPU everything runs but the device lines are empty.
+    `hlo_out`: a file to write the profiled program's optimized HLO text to.
+    """
+    from zerognn_jax._src.training import trainer  # training imports this module's users
+    from zerognn_jax._src.training.program import init_state
+    from zerognn_jax._src.training.scan import ScanEngine
+
+    _, data, program = trainer.prepare(cfg, dataset)
+    items = program.task.train_items(dataset)
+    if envelope is None:
+        envelope, _ = trainer.starting_envelope(cfg, program, data, dataset)
+    engine = ScanEngine(program, chunk_steps=cfg.chunk_steps, policy=cfg.envelope_policy,
+                        sample_ahead=cfg.sample_ahead, gemm_backend=cfg.gemm_backend,
+                        compiler_options=NO_COMMAND_BUFFERS)
+    res = engine.run_epoch(init_state(program, data, envelope, items), data, items, 0,
+                           envelope)
+    envelope = res.envelope
+    jax.block_until_ready(res.state.params)
+    state = init_state(program, data, envelope, items)  # the engine donated the first one
+    jax.block_until_ready(state.params)
+    with traced_window(log_dir):
+        res = engine.run_epoch(state, data, items, 0, envelope)
+        jax.block_until_ready(res.state.params)
+    if res.overflows:
+        raise RuntimeError(f"the profiled epoch overflowed {res.overflows} times at "
+                           f"{envelope}; its kernels would mix two programs")
+    # one program at `envelope` unless `cfg.chunk_steps` leaves a shorter last chunk,
+    # whose kernel names may repeat the first one's (their rows then merge)
+    text = "\n".join(c.as_text() for (env, _), c in engine.programs.items()
+                     if env == envelope)
+    if hlo_out is not None:
+        pathlib.Path(hlo_out).write_text(text)
+    out = step_profile(find_trace(log_dir), text, res.steps, phase_of, top)
+    out["top_kernels"] = out.pop("kernels")  # "kernels" names a run's kernel choice
+    return out

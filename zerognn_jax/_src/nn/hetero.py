@@ -38,6 +38,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from flax.linen.dtypes import promote_dtype
 
 from zerognn_jax._src.nn.models import Dropout, SAGEConv
 from zerognn_jax._src.nn.views import EdgeView, EllView, mean_weights
@@ -245,6 +246,8 @@ class HeteroGNN(nn.Module):
                 out[t] = self.roots[i][t](h_dst)
             elif self.conv == "rgcn":
                 out[t] = self.convs[i][t](h_dst, into)
+            elif self.conv == "rsage":
+                out[t] = self._sage_sum(i, h_dst, into)
             else:
                 out[t] = sum(self.convs[i][_name(r)](h_src, h_dst, v) for r, h_src, v in into)
         if i == self.num_layers - 1:
@@ -253,6 +256,33 @@ class HeteroGNN(nn.Module):
             return {t: v.astype(jnp.float32) for t, v in out.items()}
         act = nn.leaky_relu if self.conv == "rgat" else nn.relu
         return {t: act(v) for t, v in out.items()}
+
+    def _sage_sum(self, i: int, h_dst, into) -> jax.Array:
+        """Layer i's SAGE convs of the relations `into` [(relation, sources, view)] of one
+        destination type, summed. Each is W_r [h_dst ; agg_r] + b_r, so their sum is one
+        product: [h_dst ; agg_1 ; ... ; agg_k] times the kernels' destination rows summed
+        and their neighbour rows stacked, plus the biases summed. One concatenation, one
+        matrix product (forward and backward) and no sum over k outputs, where the convs
+        one by one copy h_dst k times and multiply k times. The parameters stay those of
+        each relation's conv (created by calling the convs while initialising); the
+        values are theirs up to rounding (one relation: the same products)."""
+        convs = [self.convs[i][_name(r)] for r, _, _ in into]
+        if self.is_initializing():
+            return sum(conv(h_src, h_dst, v) for conv, (_, h_src, v) in zip(convs, into))
+        linear = [conv.variables["params"]["linear"] for conv in convs]
+        d = h_dst.shape[-1]
+        kernel = jnp.concatenate([sum(p["kernel"][:d] for p in linear),
+                                  *(p["kernel"][d:] for p in linear)])
+        bias = sum(p["bias"] for p in linear)
+        # The aggregates are written out before the concatenation reads them: left to
+        # itself XLA fused their gathers and reductions into the concatenation's loop
+        # fusion, which reduced element by element (mag-like's papers: 84 us a step for
+        # their [12,288, 768] input on an H200; docs/benchmarks.md, eighteenth session).
+        aggs = jax.lax.optimization_barrier([conv.aggregate(h_src, v).astype(h_dst.dtype)
+                                             for conv, (_, h_src, v) in zip(convs, into)])
+        both, kernel, bias = promote_dtype(jnp.concatenate([h_dst, *aggs], axis=-1), kernel,
+                                           bias, dtype=self.dtype)
+        return jnp.dot(both, kernel) + bias
 
 
 def whole_graph_layer(graph, types=None) -> TypedLayer:

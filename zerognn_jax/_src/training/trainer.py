@@ -326,13 +326,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         check_epochs(cfg.epochs, resumable, cfg.checkpoint_dir)
     t0 = time.perf_counter()
     batched = isinstance(program.task, BatchedTask)
-    if batched:
-        env, cal = program.task.choose_envelope(program, data, dataset, cfg)
-    else:
-        env, cal = choose_envelope(data.graph, program.task.train_items(dataset),
-                                   cfg.batch_size, program.sampler, method=cfg.envelope,
-                                   seed=cfg.seed, policy=cfg.envelope_policy,
-                                   kernels=program.kernels, source=program.task)
+    env, cal = starting_envelope(cfg, program, data, dataset)
     calibrate_seconds = time.perf_counter() - t0
     interrupts.check("calibration")
     items = program.task.train_items(dataset)
@@ -467,6 +461,17 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         if best is not None:
             best.close()
     return TrainResult(_variables(state), history, summary, program, data, state, dataset)
+
+
+def starting_envelope(cfg: TrainConfig, program, data, dataset):
+    """(the envelope a run starts from, its calibration or None): the task's own choice
+    for graph batches, else calibrated over the training items by the sampler."""
+    if isinstance(program.task, BatchedTask):
+        return program.task.choose_envelope(program, data, dataset, cfg)
+    return choose_envelope(data.graph, program.task.train_items(dataset), cfg.batch_size,
+                           program.sampler, method=cfg.envelope, seed=cfg.seed,
+                           policy=cfg.envelope_policy, kernels=program.kernels,
+                           source=program.task)
 
 
 def _best_checkpoint(cfg, history):
