@@ -34,6 +34,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import os
 import tempfile
 import time
 
@@ -116,6 +117,12 @@ def main(argv=None) -> None:
     p.add_argument("--hlo-out", default=None,
                    help="with --profile: write the profiled program's optimized HLO here")
     args = p.parse_args(argv)
+    if args.hlo_out is not None:
+        folder = os.path.dirname(os.path.abspath(args.hlo_out))
+        if not args.profile:
+            p.error("--hlo-out writes the profiled program: give --profile TOP too")
+        if not os.access(folder, os.W_OK):
+            p.error(f"--hlo-out: cannot write into {folder}")
     root = args.root if args.root is not None else (
         ".cache/zerognn" if args.dataset == "mag-like" else None)
     clock = Clock(None, seconds_format="{:7.1f} s")

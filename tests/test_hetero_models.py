@@ -156,7 +156,8 @@ def test_rgat_projects_slot_rows_or_source_rows_alike(kind):
     np.testing.assert_allclose(np.asarray(rows16, np.float32), want, rtol=0.05, atol=0.05)
 
 
-def test_whole_graph_layers_give_the_sampled_forward_of_full_neighbourhoods(name="rgat"):
+@pytest.mark.parametrize("name", ["rgat", "rsage"])
+def test_whole_graph_layers_give_the_sampled_forward_of_full_neighbourhoods(name):
     mb, feats, _, graph = _batch(fanouts=(-1, -1))  # every neighbour: sampling is exact
     model = zg.make_hetero_model(name, hidden=8, num_layers=2, num_classes=5, heads=2,
                                  target_type="paper", relations=graph.relations)
@@ -184,3 +185,17 @@ def test_model_options_are_checked():
     with pytest.raises(ValueError, match="unknown model 'hgt'"):
         zg.make_hetero_model("hgt", hidden=8, num_layers=2, num_classes=3, target_type="p",
                              relations=())
+
+
+def test_rsage_applied_to_a_relation_it_was_not_initialised_with_names_it():
+    """rsage reads each relation's parameters to build its one product: a relation
+    that no batch sampled while initialising has none, and the error says which."""
+    mb, feats, _, graph = _batch()
+    x = {t: jnp.asarray(feats[t])[ids] for t, ids in mb.nodes[1].items()}
+    model = zg.make_hetero_model("rsage", hidden=8, num_layers=1, num_classes=5,
+                                 target_type="paper", relations=graph.relations)
+    layer = zg.typed_layers(mb)[-1]
+    without = zg.TypedLayer({CITES: layer.views[CITES]}, layer.num_dst)
+    params = model.init(jax.random.key(1), x, (without,), train=False)
+    with pytest.raises(ValueError, match="author__writes__paper: the model was initialised"):
+        model.apply(params, x, (layer,), train=False)

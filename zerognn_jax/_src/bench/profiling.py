@@ -286,8 +286,9 @@ def phase_table(path: str | pathlib.Path, hlo_text: str, steps: int,
 def profile_training_epoch(cfg, dataset, log_dir: str | pathlib.Path, *, top: int = 14,
                            envelope=None, phase_of=step_phase, hlo_out=None) -> dict:
     """Phases and busiest kernels per step (`step_profile`) of one epoch of `cfg`'s
-    training on `dataset`, run by the scan engine as `zg.train` runs it (`sample_ahead`,
-    chunks, GEMM backend) but compiled with `NO_COMMAND_BUFFERS`, traced into `log_dir`.
+    training on `dataset`, run by the scan engine as `zg.train` runs it with
+    `engine="scan"` (`sample_ahead`, chunks, GEMM backend) but compiled with
+    `NO_COMMAND_BUFFERS`, traced into `log_dir`.
 
     A first epoch at `envelope` (None: the one `zg.train` would start from) compiles and
     grows the envelope where a step overflows; the profiled epoch then starts afresh at
@@ -310,6 +311,7 @@ def profile_training_epoch(cfg, dataset, log_dir: str | pathlib.Path, *, top: in
                            envelope)
     envelope = res.envelope
     jax.block_until_ready(res.state.params)
+    del res  # one state at a time, as in training
     state = init_state(program, data, envelope, items)  # the engine donated the first one
     jax.block_until_ready(state.params)
     with traced_window(log_dir):
@@ -318,10 +320,7 @@ def profile_training_epoch(cfg, dataset, log_dir: str | pathlib.Path, *, top: in
     if res.overflows:
         raise RuntimeError(f"the profiled epoch overflowed {res.overflows} times at "
                            f"{envelope}; its kernels would mix two programs")
-    # one program at `envelope` unless `cfg.chunk_steps` leaves a shorter last chunk,
-    # whose kernel names may repeat the first one's (their rows then merge)
-    text = "\n".join(c.as_text() for (env, _), c in engine.programs.items()
-                     if env == envelope)
+    (text,) = [c.as_text() for (env, _), c in engine.programs.items() if env == envelope]
     if hlo_out is not None:
         pathlib.Path(hlo_out).write_text(text)
     out = step_profile(find_trace(log_dir), text, res.steps, phase_of, top)

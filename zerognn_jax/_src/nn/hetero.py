@@ -269,20 +269,44 @@ class HeteroGNN(nn.Module):
         convs = [self.convs[i][_name(r)] for r, _, _ in into]
         if self.is_initializing():
             return sum(conv(h_src, h_dst, v) for conv, (_, h_src, v) in zip(convs, into))
-        linear = [conv.variables["params"]["linear"] for conv in convs]
+        linear = [conv.variables.get("params", {}).get("linear") for conv in convs]
+        missing = [_name(r) for (r, _, _), p in zip(into, linear) if p is None]
+        if missing:
+            raise ValueError(f"layer {i} has no parameters for relation(s) "
+                             f"{', '.join(missing)}: the model was initialised on batches "
+                             f"that never sampled them at that layer")
         d = h_dst.shape[-1]
         kernel = jnp.concatenate([sum(p["kernel"][:d] for p in linear),
                                   *(p["kernel"][d:] for p in linear)])
         bias = sum(p["bias"] for p in linear)
-        # The aggregates are written out before the concatenation reads them: left to
-        # itself XLA fused their gathers and reductions into the concatenation's loop
-        # fusion, which reduced element by element (mag-like's papers: 84 us a step for
-        # their [12,288, 768] input on an H200; docs/benchmarks.md, eighteenth session).
-        aggs = jax.lax.optimization_barrier([conv.aggregate(h_src, v).astype(h_dst.dtype)
-                                             for conv, (_, h_src, v) in zip(convs, into)])
+        aggs = _written_out([conv.aggregate(h_src, v).astype(h_dst.dtype)
+                             for conv, (_, h_src, v) in zip(convs, into)])
         both, kernel, bias = promote_dtype(jnp.concatenate([h_dst, *aggs], axis=-1), kernel,
                                            bias, dtype=self.dtype)
         return jnp.dot(both, kernel) + bias
+
+
+@jax.custom_vjp
+def _written_out(xs):
+    """`xs` written out before anything reads them; their gradients pass as they are.
+
+    Left to itself XLA fused the aggregates' gathers and reductions into the loop
+    fusion of the concatenation that reads them, which then reduced element by element
+    (mag-like's papers: 84 us a step for their [12,288, 768] input on an H200;
+    docs/benchmarks.md, eighteenth session). An optimization barrier alone would also
+    hold back their gradients, which XLA then copies out of the concatenation's."""
+    return jax.lax.optimization_barrier(xs)
+
+
+def _written_out_fwd(xs):
+    return _written_out(xs), None
+
+
+def _written_out_bwd(_, grads):
+    return (grads,)
+
+
+_written_out.defvjp(_written_out_fwd, _written_out_bwd)
 
 
 def whole_graph_layer(graph, types=None) -> TypedLayer:
