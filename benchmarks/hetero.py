@@ -121,6 +121,10 @@ def main(argv=None) -> None:
         folder = os.path.dirname(os.path.abspath(args.hlo_out))
         if not args.profile:
             p.error("--hlo-out writes the profiled program: give --profile TOP too")
+        if os.path.isdir(args.hlo_out):
+            p.error(f"--hlo-out {args.hlo_out} is a folder: give a file's path")
+        if not os.path.isdir(folder):
+            p.error(f"--hlo-out: the folder {folder} does not exist")
         if not os.access(folder, os.W_OK):
             p.error(f"--hlo-out: cannot write into {folder}")
     root = args.root if args.root is not None else (

@@ -286,9 +286,10 @@ class HeteroGNN(nn.Module):
         return jnp.dot(both, kernel) + bias
 
 
-@jax.custom_vjp
+@jax.custom_jvp
 def _written_out(xs):
-    """`xs` written out before anything reads them; their gradients pass as they are.
+    """`xs` written out before anything reads them; their tangents and gradients pass as
+    they are.
 
     Left to itself XLA fused the aggregates' gathers and reductions into the loop
     fusion of the concatenation that reads them, which then reduced element by element
@@ -298,15 +299,9 @@ def _written_out(xs):
     return jax.lax.optimization_barrier(xs)
 
 
-def _written_out_fwd(xs):
-    return _written_out(xs), None
-
-
-def _written_out_bwd(_, grads):
-    return (grads,)
-
-
-_written_out.defvjp(_written_out_fwd, _written_out_bwd)
+@_written_out.defjvp
+def _written_out_jvp(primals, tangents):
+    return _written_out(*primals), tangents[0]
 
 
 def whole_graph_layer(graph, types=None) -> TypedLayer:
