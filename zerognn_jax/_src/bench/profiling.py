@@ -26,6 +26,9 @@ import re
 import jax
 
 from zerognn_jax._src.bench import hlo_bytes
+from zerognn_jax._src.training import trainer
+from zerognn_jax._src.training.program import init_state
+from zerognn_jax._src.training.scan import ScanEngine
 
 WINDOW = "zerognn_profiled_window"
 # compiler options (`Compiled`'s, `ScanEngine.compiler_options`) for a program whose
@@ -296,10 +299,6 @@ def profile_training_epoch(cfg, dataset, log_dir: str | pathlib.Path, *, top: in
     programs: RuntimeError). On a CPU everything runs but the device lines are empty.
     `hlo_out`: a file to write the profiled program's optimized HLO text to.
     """
-    from zerognn_jax._src.training import trainer  # training imports this module's users
-    from zerognn_jax._src.training.program import init_state
-    from zerognn_jax._src.training.scan import ScanEngine
-
     _, data, program = trainer.prepare(cfg, dataset)
     items = program.task.train_items(dataset)
     if envelope is None:
