@@ -26,8 +26,9 @@ update written in place by its Pallas kernel, `pallas_kernels/row_adam.py`), or
 `sample=pallas` for the row update's XLA form.
 
 `--profile`: for those variants, one more epoch on the scan engine as `zg.train` runs it
-(the envelope the timed run ended with, `sample_ahead` steps sampled at once), compiled
-without command buffers (whose kernels a trace does not name), under `jax.profiler`:
+(at the envelope an untimed first epoch ends with, `sample_ahead` steps sampled at
+once), compiled without command buffers (whose kernels a trace does not name), under
+`jax.profiler`:
 device time per step split into phases by the named scopes of each kernel's operation
 (`profiling.step_phase`: the embedding's row gather and its row update apart from the
 rest) and the busiest kernels with the operation each came from
@@ -44,7 +45,6 @@ import tempfile
 import jax.numpy as jnp
 import numpy as np
 
-import zerognn_jax as zg
 from zerognn_jax import TrainConfig, load_dataset, train
 from zerognn_jax._src.bench import profiling
 from zerognn_jax._src.training import trainer
@@ -125,11 +125,9 @@ def main(argv=None) -> None:
                      "median": float(np.median(times)),
                      "losses": [h["loss"] for h in res.history]})
         if name in args.profile.split(","):
-            levels = res.summary["envelope"]
-            envelope = zg.Envelope(levels[0], tuple(levels[1:]))
             with tempfile.TemporaryDirectory() as tmp:
-                rows[-1].update(profiling.profile_training_epoch(
-                    cfg, dataset, tmp, top=args.top, envelope=envelope))
+                rows[-1].update(profiling.profile_training_epoch(cfg, dataset, tmp,
+                                                                 top=args.top))
         print(json.dumps(rows[-1]), flush=True)
     trainer.NodeEmbedding = NodeEmbedding
     base = next((r["median"] for r in rows if r["variant"] == "none"), None)

@@ -24,14 +24,14 @@ training's preparation with its compile, each epoch), and `--out` gets the datas
 line and each epoch's record as soon as they exist: a run stopped at a time limit
 leaves what it measured. `--profile TOP` then profiles one more epoch
 (`profiling.profile_training_epoch`: device time a step by phase, the busiest kernels
-with the operations they came from). igbh-like is generated in memory unless `--root` is given: its
-~37 GB cache would fill half of a 64 GB disk, and a fresh machine has none to reuse.
+with the operations they came from). igbh-like is generated in memory unless `--root`
+is given: its ~37 GB cache would fill half of a 64 GB disk, and a fresh machine has none
+to reuse.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import json
 import os
@@ -177,8 +177,7 @@ def main(argv=None) -> None:
         del result  # its device data: the profiled run prepares its own
         clock.log("profiling one more epoch (compiled without command buffers)")
         with tempfile.TemporaryDirectory() as tmp:
-            out = profiling.profile_training_epoch(dataclasses.replace(cfg, metrics_out=None),
-                                                   ds, tmp, top=args.profile,
+            out = profiling.profile_training_epoch(cfg, ds, tmp, top=args.profile,
                                                    hlo_out=args.hlo_out)
         print(json.dumps(out))
         print("| phase | us a step | kernels a step |\n|---|---|---|")

@@ -287,22 +287,21 @@ def phase_table(path: str | pathlib.Path, hlo_text: str, steps: int,
 
 
 def profile_training_epoch(cfg, dataset, log_dir: str | pathlib.Path, *, top: int = 14,
-                           envelope=None, phase_of=step_phase, hlo_out=None) -> dict:
+                           phase_of=step_phase, hlo_out=None) -> dict:
     """Phases and busiest kernels per step (`step_profile`) of one epoch of `cfg`'s
     training on `dataset`, run by the scan engine as `zg.train` runs it with
     `engine="scan"` (`sample_ahead`, chunks, GEMM backend) but compiled with
     `NO_COMMAND_BUFFERS`, traced into `log_dir`.
 
-    A first epoch at `envelope` (None: the one `zg.train` would start from) compiles and
-    grows the envelope where a step overflows; the profiled epoch then starts afresh at
-    the envelope that epoch ended with, and must not overflow (its kernels would mix two
+    A first epoch from the envelope `zg.train` starts from compiles and grows it where a
+    step overflows; the profiled epoch then starts afresh at the envelope that epoch
+    ended with, and must not overflow (its kernels would mix two
     programs: RuntimeError). On a CPU everything runs but the device lines are empty.
     `hlo_out`: a file to write the profiled program's optimized HLO text to.
     """
     _, data, program = trainer.prepare(cfg, dataset)
     items = program.task.train_items(dataset)
-    if envelope is None:
-        envelope, _ = trainer.starting_envelope(cfg, program, data, dataset)
+    envelope, _ = trainer.starting_envelope(cfg, program, data, dataset)
     engine = ScanEngine(program, chunk_steps=cfg.chunk_steps, policy=cfg.envelope_policy,
                         sample_ahead=cfg.sample_ahead, gemm_backend=cfg.gemm_backend,
                         compiler_options=NO_COMMAND_BUFFERS)

@@ -242,11 +242,10 @@ def sample_batch(program: StepProgram, data: DeviceData, perm, batch_index, epoc
     (graph batches) builds the whole sample itself.
     """
     task = program.task
-    if isinstance(task, BatchedTask):
-        with jax.named_scope("sample"):  # the phases a profile reads (bench/profiling.py)
+    with jax.named_scope("sample"):  # the phases a profile reads (bench/profiling.py)
+        if isinstance(task, BatchedTask):
             return TaskSample(*task.sample_batch(program, data, perm, batch_index, epoch,
                                                  envelope, active))
-    with jax.named_scope("sample"):
         step = sample_step(data.graph, perm, batch_index, seed=program.seed, epoch=epoch,
                            batch_size=program.batch_size, config=program.sampler,
                            envelope=envelope, kernels=program.kernels, source=task,
