@@ -104,7 +104,9 @@ def main(argv=None) -> None:
     p.add_argument("--feature-placement", default="auto", choices=("auto", "device", "host"),
                    help="where the stacked feature table lives (as TrainConfig)")
     p.add_argument("--feature-cache-gib", type=float, default=None,
-                   help="a host table's first rows cached on the device (as TrainConfig)")
+                   help="a host table's hottest rows cached on the device (as TrainConfig)")
+    p.add_argument("--host-row-order", default="auto", choices=("auto", "degree", "stored"),
+                   help="a host table's rows by degree or as stored (as TrainConfig)")
     p.add_argument("--root", default=None,
                    help="data folder caching the dataset (default: .cache/zerognn for "
                         "mag-like, none for igbh-like)")
@@ -154,7 +156,7 @@ def main(argv=None) -> None:
                          dtype=args.dtype, kernels=args.kernels, eval_mode=args.eval_mode,
                          eval_every=0, feature_placement=args.feature_placement,
                          feature_cache_gib=args.feature_cache_gib,
-                         metrics_out=args.out, progress=False)
+                         host_row_order=args.host_row_order, metrics_out=args.out, progress=False)
     clock.log("training: preparing (graph and features to the device, calibration, "
               "initialisation), then compiling and epoch 0")
     result = zg.train(cfg, ds, callbacks=(functools.partial(log_epoch, clock),))

@@ -244,7 +244,7 @@ def cmd_typed(args, out: pathlib.Path) -> None:
     from zerognn_jax import TrainConfig, load_hetero_dataset, train
 
     mag = load_hetero_dataset("mag-like", scale=0.002, seed=0)
-    # the stacked table's first 300 rows (of 1,473 papers', 128 wide)
+    # 300 rows of the stacked table (of 1,473 papers, 128 wide), the hottest
     typed_host = dict(feature_placement="host", feature_cache_gib=300 * 128 * 4 / 2**30,
                       eval_mode="sampled")
     for name, devices, extra in (("typed_ref", 1, {}), ("typed_dp4", 4, {}),

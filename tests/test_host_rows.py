@@ -404,14 +404,14 @@ def test_a_layout_caches_its_first_rows_without_a_slot_map():
 def test_a_stored_table_pays_its_slot_map_from_the_cache():
     from zerognn_jax._src.training.placement import Placement, place_features
 
-    indptr = np.array([0, 2, 7, 7, 12, 13, 13, 14, 16, 17])  # 9 nodes
     features = np.arange(9 * 4, dtype=np.float32).reshape(9, 4)  # 16 B a row
     host = Placement("host", "asked for")
+    degree = np.array([2, 5, 0, 5, 1, 0, 1, 2, 1])  # 9 nodes
     stored = place_features(features, np.float32, host, announce=False, cache_bytes=80,
-                            indptr=indptr, row_order="stored")
+                            degree=degree, row_order="stored")
     assert stored.rows.shape[0] == (80 - 9 * 4) // 16 and stored.slot is not None
     by_degree = place_features(features, np.float32, host, announce=False, cache_bytes=80,
-                               indptr=indptr, row_order="degree")
+                               degree=degree, row_order="degree")
     assert by_degree.rows.shape[0] == 80 // 16 and by_degree.slot is None
     no_degrees = place_features(features, np.float32, host, announce=False, cache_bytes=80)
     assert no_degrees.rows.shape[0] == 80 // 16 and no_degrees.slot is None
@@ -424,11 +424,11 @@ def test_a_stored_table_pays_its_slot_map_from_the_cache():
 def test_hottest_rows_come_first_and_the_cache_is_budgeted():
     from zerognn_jax._src.training.placement import Placement, cache_budget, hottest_first
 
-    indptr = np.array([0, 2, 7, 7, 12, 13])  # degrees 2, 5, 0, 5, 1
-    np.testing.assert_array_equal(hottest_first(indptr, 3), [1, 3, 0])
-    np.testing.assert_array_equal(hottest_first(indptr, 9), [1, 3, 0, 4, 2])
-    for count in (3, 5):  # uint32 offsets (graphs of 2^31 edges or more): no wrap-around
-        np.testing.assert_array_equal(hottest_first(indptr.astype(np.uint32), count),
+    degree = np.array([2, 5, 0, 5, 1])
+    np.testing.assert_array_equal(hottest_first(degree, 3), [1, 3, 0])
+    np.testing.assert_array_equal(hottest_first(degree, 9), [1, 3, 0, 4, 2])
+    for count in (3, 5):  # uint32 degrees (graphs of 2^31 edges or more): no wrap-around
+        np.testing.assert_array_equal(hottest_first(degree.astype(np.uint32), count),
                                       [1, 3, 0, 4, 2][:count])
     gib = 2**30
     resident = Resident(graph=10 * gib, features=57 * gib, model=2 * gib)

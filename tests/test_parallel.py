@@ -269,8 +269,9 @@ def test_typed_graph_on_four_devices_trains_like_one(runs):
 
 def test_the_trainer_caches_a_host_table_on_every_device(runs):
     """The trainer on 4 devices with the feature table in host memory keeps its cache on
-    every device (typed: the stacked table's first rows; the test problem: rows as
-    stored, found by a slot map) and trains as with the table on the device."""
+    every device (typed: the stacked table's hottest rows, laid out first; the test
+    problem: rows as stored, found by a slot map) and trains as with the table on the
+    device."""
     out = runs["jobs"]["typed"].wait()
     for host, device in (("typed_dp4_host", "typed_dp4"), ("dp4_host", "dp4_device")):
         params, record = load(out, host)

@@ -15,6 +15,7 @@ import zerognn_jax as zg
 from zerognn_jax._src.data.hetero import as_hetero
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset
 from zerognn_jax._src.sampling.typed_envelope import TypedEnvelope
+from zerognn_jax._src.training.placement import hottest_first
 from zerognn_jax._src.training.tasks.typed_eval import typed_logits
 from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask
 
@@ -176,8 +177,6 @@ def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
     (dict(relation_fanouts={"cites": (1,)}), "relation_fanouts['cites'] has 1 hops"),
     (dict(task="link"), "task 'link' does not train typed datasets"),
     (dict(feature_placement="host"), "evaluate by sampling (exact layer-wise evaluation"),
-    (dict(feature_placement="host", host_row_order="degree", eval_mode="sampled"),
-     "drop host_row_order 'degree'"),
     (dict(devices=2, shard_features=True), "keep their stacked feature table whole on "
                                            "every device: drop shard_features"),
 ])
@@ -188,8 +187,9 @@ def test_refused_options(mag, change, message):
 
 
 def test_features_on_the_host_train_as_on_the_device(mag, stopped, capsys):
-    """The stacked feature table in host memory, read by the host gather per type (its
-    first 50 rows cached on the device, the others read over PCIe, 16 steps sampled at
+    """The stacked feature table in host memory, laid out by `TypedInputs.degrees` and
+    read by the host gather per type (its 50 hottest rows cached on the device, the
+    others read over PCIe, 16 steps sampled at
     once and their rows of every type read together): the same epoch loss as
     `stopped`'s, the table on the device and
     each step sampled alone inside its step, to float rounding (the samples and their
@@ -200,10 +200,25 @@ def test_features_on_the_host_train_as_on_the_device(mag, stopped, capsys):
                          eval_mode="none", feature_placement="host",
                          feature_cache_gib=50 * row_gib)
     res = zg.train(cfg, mag)
-    assert "rows as stored: no graph degrees to order by; its 50 first rows (no graph " \
-           "degrees)" in capsys.readouterr().err
+    assert re.search(r"rows by degree: a copy of .* fits the host's .* available; its 50 "
+                     r"rows of highest degree \(", capsys.readouterr().err)
     assert res.summary["feature_placement"] == "host" and res.summary["sample_ahead"] == 16
-    assert res.data.features.rows.shape[0] == 50
+    assert res.summary["host_row_order"] == "degree"
+    # a paper's uses as a source (only papers have features): cites, has_topic and
+    # rev_writes, all three drawn at the second hop; or only those of the relations named
+    task = res.program.task
+    heat = task.inputs.degrees(mag.graph, {r for h in task.sampler.plan("paper")
+                                           for r in h.relations})
+    papers = mag.num_nodes["paper"]
+    uses = {r: np.bincount(g.indices, minlength=papers)
+            for r, g in mag.graph.items() if r[0] == "paper"}
+    assert len(uses) == 3
+    np.testing.assert_array_equal(heat, sum(uses.values()))
+    cites = ("paper", "cites", "paper")
+    np.testing.assert_array_equal(task.inputs.degrees(mag.graph, {cites}), uses[cites])
+    table = task.inputs.table(mag, np.dtype(np.float32), False)
+    np.testing.assert_array_equal(np.asarray(res.data.features.rows),
+                                  table[hottest_first(heat, 50)])
     assert [r["loss"] for r in res.history] == \
         pytest.approx([r["loss"] for r in stopped[0].history], rel=1e-6)
     exact = SimpleNamespace(mode="full", program=res.program, variables=res.variables,

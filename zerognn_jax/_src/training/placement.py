@@ -68,9 +68,10 @@ def cache_budget(setting: float | None, placement: Placement, resident: Resident
     return max(0, int(((1 - HEADROOM) * limit - resident.graph - resident.model) / 2))
 
 
-def hottest_first(indptr: np.ndarray, count: int) -> np.ndarray:
-    """int32[count]: the `count` nodes of highest degree, highest first (ties by id)."""
-    degree = np.diff(np.asarray(indptr)).astype(np.int64)  # uint32 offsets: -degree wraps
+def hottest_first(degree: np.ndarray, count: int) -> np.ndarray:
+    """int32[count]: the `count` rows of highest `degree` (int[N]), highest first (ties
+    by id)."""
+    degree = np.asarray(degree).astype(np.int64)  # unsigned degrees: -degree wraps
     count = min(count, degree.shape[0])
     if count == 0:
         return np.zeros(0, np.int32)
@@ -113,10 +114,11 @@ def choose_row_order(setting: str, features, dtype,
 
 
 def place_features(features, dtype, placement: Placement, *, announce: bool,
-                   cache_bytes: int = 0, indptr=None, row_order: str = "auto"):
+                   cache_bytes: int = 0, degree=None, row_order: str = "auto"):
     """The feature table in `dtype`: a device array, or a `HostTable` laid out in the
-    order `choose_row_order` picks for `row_order` (by the degrees of CSR offsets
-    `indptr`; as stored, no copy is made of a C-contiguous array in `dtype`) with, given
+    order `choose_row_order` picks for `row_order` (by `degree`, int[N]: how often each
+    row is read, as a graph's degrees estimate it; as stored, no copy is made of a
+    C-contiguous array in `dtype`) with, given
     `cache_bytes`, the rows of highest degree that fit them cached on the device. With
     `announce`, prints the placement, the row order and their reasons to stderr when it
     is the host's or "auto" chose it by the device's memory."""
@@ -124,16 +126,16 @@ def place_features(features, dtype, placement: Placement, *, announce: bool,
     if placement.where == "device":
         table = to_device(features, dtype)
     else:
-        if indptr is None and row_order == "degree":
-            raise ValueError("host_row_order 'degree' needs the graph's degrees (indptr)")
-        order, why = ("stored", "no graph degrees to order by") if indptr is None else \
+        if degree is None and row_order == "degree":
+            raise ValueError("host_row_order 'degree' needs the graph's degrees")
+        order, why = ("stored", "no graph degrees to order by") if degree is None else \
             choose_row_order(row_order, features, dtype, available_host_bytes())
         n = np.shape(features)[0]
         if order == "degree":
             long = n * np.shape(features)[1] * np.dtype(dtype).itemsize >= 2**30
             log = (lambda line: print(line, file=sys.stderr, flush=True)) \
                 if announce and long else None
-            table = reordered_table(features, hottest_first(indptr, n), dtype, log=log)
+            table = reordered_table(features, hottest_first(degree, n), dtype, log=log)
         else:
             table = HostTable(np.ascontiguousarray(
                 np.asarray(features).astype(dtype, copy=False)))
@@ -142,12 +144,12 @@ def place_features(features, dtype, placement: Placement, *, announce: bool,
         # rows as stored need a node -> slot map on the device (4 bytes a node), paid
         # from the cache's bytes; rows by degree find their copies by their positions,
         # and without degrees the first rows as stored are cached
-        leading = order == "degree" or indptr is None
+        leading = order == "degree" or degree is None
         count = min(n, max(0, cache_bytes - (0 if leading else 4 * n)) // row_bytes)
         if count:
             table = cache_leading_rows(table, count) if leading else \
-                cache_hot_rows(table, hottest_first(indptr, count))
-            which = "rows of highest degree" if indptr is not None else \
+                cache_hot_rows(table, hottest_first(degree, count))
+            which = "rows of highest degree" if degree is not None else \
                 "first rows (no graph degrees)"
             note += (f"; its {count:,} {which} ({count / table.shape[0]:.0%}, "
                      f"{_gib(count * row_bytes)}) cached on the device")

@@ -158,10 +158,11 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                           sampler, cfg.batch_size, cfg.seed, kernels, task=task, layout=layout,
                           embedding=embedding)
     mesh = make_mesh(cfg.devices)
+    degree = np.diff(np.asarray(graph.indptr)) if placement.where == "host" else None
     if mesh.size == 1 and not cfg.shard_features:
         table = place_features(feats, dtype, placement,
                                announce=cfg.progress and jax.process_index() == 0,
-                               cache_bytes=cache, indptr=graph.indptr,
+                               cache_bytes=cache, degree=degree,
                                row_order=cfg.host_row_order)
         return dataset, DeviceData(graph.to_device(), table, jnp.asarray(targets)), program
     program = program.with_mesh(mesh, shard_features=cfg.shard_features)
@@ -169,7 +170,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     if placement.where == "host":
         table = place_features(feats, dtype, placement,
                                announce=cfg.progress and jax.process_index() == 0,
-                               cache_bytes=cache, indptr=graph.indptr,
+                               cache_bytes=cache, degree=degree,
                                row_order=cfg.host_row_order)
     else:
         table = np.asarray(feats).astype(dtype, copy=False)  # no copy of a table in `dtype`

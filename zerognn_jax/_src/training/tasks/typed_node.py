@@ -156,6 +156,22 @@ class TypedInputs:
                     out.dtype, copy=False)
         return out
 
+    def degrees(self, graph: HeteroGraph, sampled) -> np.ndarray:
+        """int64[rows of `table`]: how often each featured node is drawn, as its edges
+        estimate it: its uses as a source, summed over the relations `sampled` (a set)
+        that a hop draws from. The host table's degree order and cache of hot rows
+        follow it (`place_features`)."""
+        counts, offsets = graph.num_nodes, dict(self.offsets)
+        total = sum(counts[t] for t, _ in self.widths) if self.widths else 1
+        out = np.zeros(total, np.int64)
+        for rel, g in graph.items():
+            src = rel[0]
+            if src in offsets and rel in sampled:
+                first = offsets[src]
+                out[first:first + counts[src]] += np.bincount(np.asarray(g.indices),
+                                                              minlength=counts[src])
+        return out
+
     def pack(self, nodes: dict, valid: dict) -> tuple[tuple, tuple]:
         """((int32[S_t] feature-table rows, ...), (bool[S_t], ...)) of the featured
         types' ids in `nodes`, type by type; one invalid row if there are none."""
@@ -246,9 +262,6 @@ def _refuse(cfg) -> None:
          "typed graphs with their features on the host evaluate by sampling (exact "
          "layer-wise evaluation holds every row on the device): set eval_mode 'sampled' "
          "or 'none'"),
-        (cfg.feature_placement == "device" or cfg.host_row_order != "degree",
-         "typed graphs keep a host table's rows as stored (their stacked table has no "
-         "single degree order): drop host_row_order 'degree'"),
         (cfg.embedding_dim == 0, f"typed graphs embed their featureless types at `hidden` "
                                  f"width: drop embedding_dim ({cfg.embedding_dim})"),
     ]
@@ -381,8 +394,9 @@ class TypedNodeTask(ItemsAreLevel0):
 
     def _placed(self, cfg, graph, table: np.ndarray, dtype):
         """The stacked feature table where `cfg.feature_placement` puts it: as is (the
-        device), or a `HostTable` over it, rows as stored, whose first rows a device cache
-        holds (on every device of a mesh: `place_features`). "auto" weighs graph, table
+        device), or a `HostTable` over it in the row order `cfg.host_row_order` gives
+        (by `TypedInputs.degrees` or as stored), whose hottest rows a device cache holds
+        (on every device of a mesh: `place_features`). "auto" weighs graph, table
         and the featureless types' tables with their moments against the device's memory
         (and says what it chose, with progress on), and keeps the device for exact
         evaluation, which holds every row there."""
@@ -404,7 +418,9 @@ class TypedNodeTask(ItemsAreLevel0):
                       f"host", file=sys.stderr, flush=True)
             return table
         cache = cache_budget(cfg.feature_cache_gib, placement, resident, limit)
+        sampled = {r for hop in self.sampler.plan(self.seed_type) for r in hop.relations}
         return place_features(table, dtype, placement, announce=announce, cache_bytes=cache,
+                              degree=self.inputs.degrees(graph, sampled),
                               row_order=cfg.host_row_order)
 
     def embedding(self, cfg) -> TypedEmbedding | None:
