@@ -176,7 +176,6 @@ def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
     (dict(relation_fanouts={"nope": (1, 1)}), "relation_fanouts key 'nope' names no"),
     (dict(relation_fanouts={"cites": (1,)}), "relation_fanouts['cites'] has 1 hops"),
     (dict(task="link"), "task 'link' does not train typed datasets"),
-    (dict(feature_placement="host"), "evaluate by sampling (exact layer-wise evaluation"),
     (dict(devices=2, shard_features=True), "keep their stacked feature table whole on "
                                            "every device: drop shard_features"),
 ])
@@ -186,7 +185,7 @@ def test_refused_options(mag, change, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_features_on_the_host_train_as_on_the_device(mag, stopped, capsys):
+def test_features_on_the_host_train_as_on_the_device(mag, stopped, capsys, monkeypatch):
     """The stacked feature table in host memory, laid out by `TypedInputs.degrees` and
     read by the host gather per type (its 50 hottest rows cached on the device, the
     others read over PCIe, 16 steps sampled at
@@ -221,34 +220,38 @@ def test_features_on_the_host_train_as_on_the_device(mag, stopped, capsys):
                                   table[hottest_first(heat, 50)])
     assert [r["loss"] for r in res.history] == \
         pytest.approx([r["loss"] for r in stopped[0].history], rel=1e-6)
+    # exact evaluation reads the host table's rows onto the device: the logits of the
+    # same variables over the table on the device, bit for bit
     exact = SimpleNamespace(mode="full", program=res.program, variables=res.variables,
                             data=res.data, batch_size=64, seed=0)
-    with pytest.raises(ValueError, match="this one's table is in host memory: evaluate by "
-                                         "sampling"):
-        typed_logits(res.program.task, exact, mag.test_idx[:4])
+    on_device = SimpleNamespace(**{**vars(exact),
+                                   "data": res.data._replace(features=jnp.asarray(table))})
+    np.testing.assert_array_equal(typed_logits(task, exact, mag.test_idx),
+                                  typed_logits(task, on_device, mag.test_idx))
+    from zerognn_jax._src.training.tasks import typed_eval
+
+    monkeypatch.setattr(typed_eval, "device_free_bytes", lambda: 1000)
+    with pytest.raises(ValueError, match=r"reads every feature row onto the device \(0\.00 "
+                                         r"GiB\) and 0\.00 GiB are free: evaluate by sampling"):
+        typed_logits(task, exact, mag.test_idx[:4])
     with pytest.raises(TypeError, match=r'zg.predict\(result, nodes, mode="sampled"\)'):
         zg.sampled_logits(res.program, res.variables, res.data, [0], batch_size=8)
 
 
-def test_auto_placement_moves_the_table_to_the_host_only_for_sampled_evaluation(
+def test_auto_placement_moves_the_table_to_the_host_when_the_device_is_small(
         mag, monkeypatch, capsys):
-    """"auto" on a device too small for the table: the host with sampled evaluation; the
-    device, and a line saying why, with exact evaluation, which also refuses a host
-    table when asked for it directly; on a device with room, the device, and a line
-    saying so."""
+    """"auto" on a device too small for the table: the host, and a line saying why; on
+    a device with room, the device, and a line saying so."""
     from zerognn_jax._src.training.tasks import typed_node
 
     monkeypatch.setattr(typed_node, "device_memory_limit", lambda: 1 << 20)
-    graph = typed_node.prepare_typed_graph(mag.graph, TypedNodeTask.build(
-        zg.TrainConfig(**BASE), mag)[0].sampler)
-    for mode, where in (("sampled", zg.HostTable), ("full", np.ndarray)):
-        cfg = zg.TrainConfig(**{**BASE, "progress": True}, eval_mode=mode)
-        task = TypedNodeTask.build(cfg, mag)[0]
-        table = task.inputs.table(mag, np.dtype(np.float32), False)
-        assert isinstance(task._placed(cfg, graph, table, np.dtype(np.float32)), where)
+    cfg = zg.TrainConfig(**{**BASE, "progress": True})
+    task = TypedNodeTask.build(cfg, mag)[0]
+    graph = typed_node.prepare_typed_graph(mag.graph, task.sampler)
+    table = task.inputs.table(mag, np.dtype(np.float32), False)
+    assert isinstance(task._placed(cfg, graph, table, np.dtype(np.float32)), zg.HostTable)
     err = capsys.readouterr().err
     assert "features on the host (" in err and "would leave the step less than 25%" in err
-    assert "features kept on the device for exact evaluation, although graph" in err
     monkeypatch.setattr(typed_node, "device_memory_limit", lambda: 64 << 30)
     assert isinstance(task._placed(cfg, graph, table, np.dtype(np.float32)), np.ndarray)
     assert re.search(r"features on the device \(0\.00 GiB\): graph .* fit",

@@ -5,7 +5,9 @@ Exact: layer i computes, for every node of the types a sampled batch holds at le
 L - 1 - i (`TypedSamplerConfig.plan`), the relational layer over every edge of the
 relations that hop samples (`whole_graph_layer`), from the previous layer's rows of
 every node; the target type's rows of the last layer are the logits. Not chunked: a
-layer gathers one row per edge of its relations (docs/hetero.md).
+layer gathers one row per edge of its relations (docs/hetero.md), and the inputs are
+every node's rows on the device (a feature table in host memory is read onto it for the
+pass, by the host gather).
 
 Sampled: the ids in consecutive batches, sampled with the keys of an epoch no training
 run reaches; the envelope holds exactly the largest counts of those batches (one
@@ -34,6 +36,7 @@ from zerognn_jax._src.sampling.typed_envelope import (
 )
 from zerognn_jax._src.sampling.typed_minibatch import sample_typed_step
 from zerognn_jax._src.training.evaluate import halving_batches
+from zerognn_jax._src.training.memory import device_free_bytes
 
 EVAL_EPOCH = 0x7FFFFFFF  # the epoch whose keys evaluation samples with
 EXACT_POLICY = EnvelopePolicy(1.0, 128)
@@ -45,10 +48,6 @@ def typed_logits(task, predictor, ids) -> np.ndarray:
     ids = np.asarray(ids, np.int32)
     program, variables = predictor.program, predictor.variables
     if predictor.mode == "full" and hasattr(program.model.model, "layer"):
-        if is_host_resident(predictor.data.features):
-            raise ValueError("exact layer-wise evaluation of a typed graph holds every "
-                             "feature row on the device; this one's table is in host "
-                             "memory: evaluate by sampling (mode 'sampled')")
         return np.asarray(exact_logits(task, program, variables, predictor.data))[ids]
     return sampled_logits(task, program, variables, predictor.data, ids,
                           batch_size=predictor.batch_size, seed=predictor.seed)
@@ -66,14 +65,40 @@ def exact_layer(task, graph, i: int) -> TypedLayer:
 
 
 def exact_inputs(task, data, table=None) -> dict:
-    """{type: every node's input row}: its features, or for a featureless type its rows
+    """{type: every node's input row}: its features (read onto the device from a table
+    in host memory, after checking that they fit), or for a featureless type its rows
     of the stacked embedding `table` (`TypedEmbedding`)."""
     counts = data.graph.num_nodes
     offsets = dict(task.inputs.offsets)
-    h = {t: data.features[offsets[t]:offsets[t] + counts[t], :d]
-         for t, d in task.inputs.widths}
+    features = data.features
+    if is_host_resident(features):
+        _check_room(task, counts, features)
+        h = {t: _read_rows(features, offsets[t], counts[t])[:, :d]
+             for t, d in task.inputs.widths}
+    else:
+        h = {t: features[offsets[t]:offsets[t] + counts[t], :d]
+             for t, d in task.inputs.widths}
     h.update({t: table[off:off + counts[t]] for t, off in task.inputs.embedded_offsets})
     return h
+
+
+def _check_room(task, counts: dict, table) -> None:
+    """ValueError naming the bytes, where the featured types' rows of the host-resident
+    `table` would not fit the device's free memory (unknown on a CPU: no check)."""
+    need = sum(counts[t] * table.shape[1] * table.dtype.itemsize for t, _ in task.inputs.widths)
+    free = device_free_bytes()
+    if free is not None and need > free:
+        raise ValueError(f"exact evaluation of a typed graph reads every feature row onto "
+                         f"the device ({need / 2**30:.2f} GiB) and {free / 2**30:.2f} GiB "
+                         f"are free: evaluate by sampling (eval_mode 'sampled', or "
+                         f"zg.predict(..., mode='sampled'))")
+
+
+@functools.partial(jax.jit, static_argnames=("first", "count"))
+def _read_rows(table, first: int, count: int) -> jax.Array:
+    """Rows [first, first + count) of a host-resident `table`, on the device."""
+    return table.gather(jnp.arange(first, first + count, dtype=jnp.int32),
+                        jnp.ones(count, bool))
 
 
 @functools.partial(jax.jit, static_argnames=("program", "i"))

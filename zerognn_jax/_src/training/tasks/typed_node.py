@@ -20,7 +20,6 @@ task does (tests).
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -258,10 +257,6 @@ def _refuse(cfg) -> None:
                                  "every device: drop shard_features"),
         (not cfg.edge_features, "typed graphs carry no edge features to models yet: drop "
                                 "edge_features"),
-        (cfg.feature_placement != "host" or cfg.eval_mode != "full",
-         "typed graphs with their features on the host evaluate by sampling (exact "
-         "layer-wise evaluation holds every row on the device): set eval_mode 'sampled' "
-         "or 'none'"),
         (cfg.embedding_dim == 0, f"typed graphs embed their featureless types at `hidden` "
                                  f"width: drop embedding_dim ({cfg.embedding_dim})"),
     ]
@@ -398,8 +393,8 @@ class TypedNodeTask(ItemsAreLevel0):
         (by `TypedInputs.degrees` or as stored), whose hottest rows a device cache holds
         (on every device of a mesh: `place_features`). "auto" weighs graph, table
         and the featureless types' tables with their moments against the device's memory
-        (and says what it chose, with progress on), and keeps the device for exact
-        evaluation, which holds every row there."""
+        (and says what it chose, with progress on). Exact evaluation reads a host table's
+        rows onto the device for its pass (`typed_eval.exact_inputs`)."""
         arrays = jax.tree_util.tree_leaves(graph)
         embedded = self.inputs.embedded_rows * cfg.hidden * (dtype.itemsize + 8)
         resident = Resident(sum(int(a.nbytes) for a in arrays), table.nbytes, embedded,
@@ -410,12 +405,6 @@ class TypedNodeTask(ItemsAreLevel0):
         if placement.where == "device":
             if announce:
                 announce_placement(placement, table.nbytes)
-            return table
-        if cfg.eval_mode == "full":  # "auto" (`_refuse` stops "host" with it)
-            if announce:
-                print(f"features kept on the device for exact evaluation, although "
-                      f"{placement.reason}; eval_mode 'sampled' would put them on the "
-                      f"host", file=sys.stderr, flush=True)
             return table
         cache = cache_budget(cfg.feature_cache_gib, placement, resident, limit)
         sampled = {r for hop in self.sampler.plan(self.seed_type) for r in hop.relations}
