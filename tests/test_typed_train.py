@@ -234,8 +234,6 @@ def test_features_on_the_host_train_as_on_the_device(mag, stopped, capsys, monke
     with pytest.raises(ValueError, match=r"reads every feature row onto the device \(0\.00 "
                                          r"GiB\) and 0\.00 GiB are free: evaluate by sampling"):
         typed_logits(task, exact, mag.test_idx[:4])
-    with pytest.raises(TypeError, match=r'zg.predict\(result, nodes, mode="sampled"\)'):
-        zg.sampled_logits(res.program, res.variables, res.data, [0], batch_size=8)
 
 
 def test_auto_placement_moves_the_table_to_the_host_when_the_device_is_small(

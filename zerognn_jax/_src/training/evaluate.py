@@ -261,7 +261,7 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     `log`, a callable taking a line, reports each layer as it ends (where it ran, its
     seconds, those of its input's upload); the layers then run one after another.
     """
-    _refuse_typed(program, data, "layerwise_logits")
+    _refuse_typed(program, "layerwise_logits")
     if not supports_layerwise(program.model):
         raise TypeError(f"{no_layerwise_form(program.model)}; use sampled_logits instead")
     if not (isinstance(offload, (bool, np.bool_)) or offload == "auto"):
@@ -427,7 +427,7 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
                    batch_size: int, seed: int = 0) -> jax.Array:
     """float[len(nodes), classes]: logits from sampled neighbourhoods (program's fanouts),
     `batch_size` nodes at a time (fewer where the device runs out: `halving_batches`)."""
-    _refuse_typed(program, data, "sampled_logits")
+    _refuse_typed(program, "sampled_logits")
     nodes = np.asarray(nodes, np.int32)
 
     def run(batch: int):
@@ -439,15 +439,14 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
     return halving_batches(run, batch_size, "sampled evaluation")
 
 
-def _refuse_typed(program: StepProgram, data: DeviceData, name: str) -> None:
+def _refuse_typed(program: StepProgram, name: str) -> None:
     """TypeError naming `zg.predict` for a typed graph's program, which `name` (a
     homogeneous graph's evaluation) cannot run."""
     target = getattr(program.task, "seed_type", None)
     if target is not None:
-        mode = ', mode="sampled"' if is_host_resident(data.features) else ""
         raise TypeError(f"{name} evaluates a graph of one node type; this run's graph is "
-                        f"typed: zg.predict(result, nodes{mode}) gives its {target!r} "
-                        "nodes' logits")
+                        f"typed: zg.predict(result, nodes) gives its {target!r} nodes' "
+                        "logits")
 
 
 @functools.partial(jax.jit, static_argnames=("program", "envelope"))
@@ -510,7 +509,7 @@ def evaluate_splits(program: StepProgram, variables, data: DeviceData, dataset, 
     """
     if mode == "none":
         return {}
-    _refuse_typed(program, data, "evaluate_splits")
+    _refuse_typed(program, "evaluate_splits")
     return NodeTask().evaluate(Predictor(program, variables, data, mode, batch_size, seed),
                                dataset)
 
@@ -522,5 +521,5 @@ def node_embeddings(program: StepProgram, variables, data: DeviceData, *, mode: 
                     batch_size: int = 4096, seed: int = 0):
     """float[N, d]: every node's output row (a link encoder's embedding), layer-wise
     exact ("full", when the model supports it) or from sampled neighbourhoods."""
-    _refuse_typed(program, data, "node_embeddings")
+    _refuse_typed(program, "node_embeddings")
     return Predictor(program, variables, data, mode, batch_size, seed).all_outputs()
