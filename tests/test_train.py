@@ -149,7 +149,8 @@ def test_default_cli_run_trains_the_embedded_graph(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--fanouts", "5,0", "--layers", "2"], "fanout of hop 1 must be positive"),
-    (["--layers", "2"], "need one fanout per layer"),
+    (["--layers", "2"], "need one fanout per layer: 2 layers but fanouts (15, 10, 5); set "
+                        "layers to 3 (--layers 3) or give 2 fanouts"),
     (["--batch-size", "0"], "batch_size must be >= 1"),
     (["--kernels", "fast"], "bad kernel spec"),
     (["--dataset", "nope"], "nope"),

@@ -230,7 +230,9 @@ class TrainConfig:
         checks = [
             (self.layers >= 1, f"layers must be >= 1, got {self.layers}"),
             (batched or len(self.fanouts) == self.layers,
-             f"need one fanout per layer: {self.layers} layers but fanouts {self.fanouts}"),
+             f"need one fanout per layer: {self.layers} layers but fanouts {self.fanouts}; "
+             f"set layers to {len(self.fanouts)} (--layers {len(self.fanouts)}) or give "
+             f"{self.layers} fanouts"),
             (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
             (self.epochs >= 0, f"epochs must be >= 0, got {self.epochs}"),
             (0 <= self.seed < 2**31, f"seed must be in [0, 2**31), got {self.seed}"),
