@@ -11,8 +11,8 @@ Variants (same sampler, batch, hidden width, optimizer, epochs):
   gine-edges  GINE, edge features in its messages
   sage        GraphSAGE-mean, no edge features (a reference point)
 proteins-like has no node features (a constant column), so a model's outputs can only
-vary through what it reads of the edges (docs/edge_features.md says what follows for
-GAT). `--npz-out` also writes the graph as an .npz for the PyG peer
+vary through what it reads of the edges (docs/datasets.md, "proteins-like", says what
+follows for GAT). `--npz-out` also writes the graph as an .npz for the PyG peer
 (benchmarks/peers/pyg_gat_edges.py). Epoch time: median over the epochs after the
 first; ROC-AUC after the last epoch (`--eval-mode`: exact layer-wise inference, or
 sampled at the training fanouts, which a model that sums over its sampled edges, as

@@ -212,6 +212,9 @@ def test_degree_order_needs_the_graph():
     assert table.position is None and table.dtype == np.float32
     with pytest.raises(ValueError, match="'degree' needs the graph's degrees"):
         place_features(features, np.float32, host, announce=False, row_order="degree")
+    with pytest.raises(ValueError, match=r"degree must hold one value a row of the table "
+                                         r"\(4\), got shape \(5,\)"):  # offsets, not degrees
+        place_features(features, np.float32, host, announce=False, degree=np.arange(5))
 
 
 @pytest.mark.parametrize("order,message", [

@@ -281,6 +281,10 @@ def test_the_trainer_caches_a_host_table_on_every_device(runs):
         assert_params_close(params, ref, atol=5e-5)
         np.testing.assert_allclose([h["loss"] for h in record["history"]],
                                    [h["loss"] for h in ref_record["history"]], rtol=1e-5)
+    (host,), (device,) = (load(out, run)[1]["history"] for run in ("typed_dp4_host",
+                                                                     "typed_dp4"))
+    for split in ("train", "val", "test"):  # exact evaluation over the host table
+        assert abs(host[f"{split}_acc"] - device[f"{split}_acc"]) < 1e-6, split
     assert load(out, "typed_dp4_host")[1]["cache"] == {"rows": 300, "devices": 4,
                                                        "slot_map": False}
     assert load(out, "dp4_host")[1]["cache"] == {"rows": 200, "devices": 4, "slot_map": True}

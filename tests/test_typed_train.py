@@ -1,6 +1,7 @@
 """Typed node classification through `zg.train`: learning, overflow recovery, the
 one-type case against the homogeneous run, checkpoints, and the refused options."""
 
+import dataclasses
 import logging
 import re
 import shutil
@@ -196,7 +197,7 @@ def test_features_on_the_host_train_as_on_the_device(mag, stopped, capsys, monke
     differed when the sample crossed a jit boundary, 6.045 against 6.022)."""
     row_gib = max(mag.feature_dims.values()) * 4 / 2**30  # a row of the stacked table
     cfg = zg.TrainConfig(**{**BASE, "progress": True, "sample_ahead": None}, epochs=1,
-                         eval_mode="none", feature_placement="host",
+                         eval_mode="full", feature_placement="host",
                          feature_cache_gib=50 * row_gib)
     res = zg.train(cfg, mag)
     assert re.search(r"rows by degree: a copy of .* fits the host's .* available; its 50 "
@@ -220,36 +221,58 @@ def test_features_on_the_host_train_as_on_the_device(mag, stopped, capsys, monke
                                   table[hottest_first(heat, 50)])
     assert [r["loss"] for r in res.history] == \
         pytest.approx([r["loss"] for r in stopped[0].history], rel=1e-6)
-    # exact evaluation reads the host table's rows onto the device: the logits of the
-    # same variables over the table on the device, bit for bit
+    # exact evaluation reads the host table onto the device: the logits of the same
+    # variables over the table on the device, bit for bit, and the run's test accuracy
     exact = SimpleNamespace(mode="full", program=res.program, variables=res.variables,
                             data=res.data, batch_size=64, seed=0)
     on_device = SimpleNamespace(**{**vars(exact),
                                    "data": res.data._replace(features=jnp.asarray(table))})
-    np.testing.assert_array_equal(typed_logits(task, exact, mag.test_idx),
-                                  typed_logits(task, on_device, mag.test_idx))
+    logits = typed_logits(task, on_device, mag.test_idx)
+    np.testing.assert_array_equal(typed_logits(task, exact, mag.test_idx), logits)
+    assert res.summary["test_acc"] == np.mean(logits.argmax(1) == mag.labels[mag.test_idx])
     from zerognn_jax._src.training.tasks import typed_eval
 
-    monkeypatch.setattr(typed_eval, "device_free_bytes", lambda: 1000)
-    with pytest.raises(ValueError, match=r"reads every feature row onto the device \(0\.00 "
-                                         r"GiB\) and 0\.00 GiB are free: evaluate by sampling"):
-        typed_logits(task, exact, mag.test_idx[:4])
+    for free in (table.nbytes, table.nbytes - 1):  # the table's bytes are what count
+        monkeypatch.setattr(typed_eval, "device_free_bytes", lambda free=free: free)
+        if free == table.nbytes:
+            assert typed_logits(task, exact, mag.test_idx[:4]).shape == (4, mag.num_classes)
+            continue
+        with pytest.raises(ValueError, match=rf"reads its feature table onto the device "
+                                             rf"\({table.nbytes:,} bytes\) and {free:,} bytes "
+                                             rf"are free: evaluate by sampling"):
+            typed_logits(task, exact, mag.test_idx[:4])
 
 
-def test_auto_placement_moves_the_table_to_the_host_when_the_device_is_small(
-        mag, monkeypatch, capsys):
-    """"auto" on a device too small for the table: the host, and a line saying why; on
-    a device with room, the device, and a line saying so."""
+def test_placement_on_a_small_device(mag, monkeypatch, capsys):
+    """"auto" on a device too small for the table: the host with sampled evaluation; the
+    device, and a line saying why, with exact evaluation. The host asked for with exact
+    evaluation: the default cache leaves the table room beside graph and model, and a
+    device too small for all three stops the run. On a device with room, "auto" gives
+    the device, and a line saying so."""
     from zerognn_jax._src.training.tasks import typed_node
 
+    f32 = np.dtype(np.float32)
     monkeypatch.setattr(typed_node, "device_memory_limit", lambda: 1 << 20)
-    cfg = zg.TrainConfig(**{**BASE, "progress": True})
-    task = TypedNodeTask.build(cfg, mag)[0]
-    graph = typed_node.prepare_typed_graph(mag.graph, task.sampler)
-    table = task.inputs.table(mag, np.dtype(np.float32), False)
-    assert isinstance(task._placed(cfg, graph, table, np.dtype(np.float32)), zg.HostTable)
+    graph = typed_node.prepare_typed_graph(mag.graph, TypedNodeTask.build(
+        zg.TrainConfig(**BASE), mag)[0].sampler)
+    for mode, where in (("sampled", zg.HostTable), ("full", np.ndarray)):
+        cfg = zg.TrainConfig(**{**BASE, "progress": True}, eval_mode=mode)
+        task = TypedNodeTask.build(cfg, mag)[0]
+        table = task.inputs.table(mag, f32, False)
+        assert isinstance(task._placed(cfg, graph, table, f32), where)
     err = capsys.readouterr().err
     assert "features on the host (" in err and "would leave the step less than 25%" in err
+    assert "features kept on the device for exact evaluation, although graph" in err
+    host = dataclasses.replace(cfg, feature_placement="host")
+    with pytest.raises(ValueError, match=r"exceed its 0\.00 GiB: set eval_mode 'sampled'"):
+        task._placed(host, graph, table, f32)
+    # room for graph, table, model and 10 rows in three quarters of the device
+    row = table.shape[1] * 4
+    total = (sum(int(a.nbytes) for a in jax.tree_util.tree_leaves(graph)) + table.nbytes
+             + task.inputs.embedded_rows * cfg.hidden * (4 + 8))
+    limit = (total + 10 * row + row // 2) * 4 // 3
+    monkeypatch.setattr(typed_node, "device_memory_limit", lambda: limit)
+    assert task._placed(host, graph, table, f32).rows.shape[0] == 10
     monkeypatch.setattr(typed_node, "device_memory_limit", lambda: 64 << 30)
     assert isinstance(task._placed(cfg, graph, table, np.dtype(np.float32)), np.ndarray)
     assert re.search(r"features on the device \(0\.00 GiB\): graph .* fit",

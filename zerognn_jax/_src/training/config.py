@@ -83,7 +83,7 @@ class TrainConfig:
     the feature table's on the device: "float32", or "bfloat16" (half the bytes; sums
     and gradients accumulate in float32). `edge_features` gives the model the sampled
     edges' rows of the graph's edge-feature table (gat reads them in its attention,
-    gine needs them; docs/edge_features.md). `embedding_dim` > 0 adds a learnable
+    gine needs them; docs/api.md, "Edge features"). `embedding_dim` > 0 adds a learnable
     embedding of that width per node, concatenated with the node's features, trained
     with row-sparse (lazy) Adam at `lr` inside the compiled epoch (row_adam.py).
 

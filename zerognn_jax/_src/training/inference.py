@@ -168,8 +168,9 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     evaluation computes them (`typed_logits`).
 
     Raises:
-      ValueError: `nodes` not 1-D integer ids of the graph (of its target type), or an
-        unknown `mode`.
+      ValueError: `nodes` not 1-D integer ids of the graph (of its target type), an
+        unknown `mode`, or exact evaluation of a typed graph whose feature table, kept
+        in host memory, does not fit the device's free memory.
     """
     if mode not in ("full", "sampled"):
         raise ValueError(f"mode must be 'full' or 'sampled', got {mode!r}")

@@ -128,6 +128,9 @@ def place_features(features, dtype, placement: Placement, *, announce: bool,
     else:
         if degree is None and row_order == "degree":
             raise ValueError("host_row_order 'degree' needs the graph's degrees")
+        if degree is not None and np.shape(degree) != (np.shape(features)[0],):
+            raise ValueError(f"degree must hold one value a row of the table "
+                             f"({np.shape(features)[0]}), got shape {np.shape(degree)}")
         order, why = ("stored", "no graph degrees to order by") if degree is None else \
             choose_row_order(row_order, features, dtype, available_host_bytes())
         n = np.shape(features)[0]

@@ -158,6 +158,8 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                           sampler, cfg.batch_size, cfg.seed, kernels, task=task, layout=layout,
                           embedding=embedding)
     mesh = make_mesh(cfg.devices)
+    # a node's own neighbour count: on an undirected graph, also how often it is drawn
+    # as a neighbour (a typed graph counts the latter: TypedInputs.degrees)
     degree = np.diff(np.asarray(graph.indptr)) if placement.where == "host" else None
     if mesh.size == 1 and not cfg.shard_features:
         table = place_features(feats, dtype, placement,

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.nn.hetero import TypedLayer, whole_graph_layer
-from zerognn_jax._src.ops.host_rows import is_host_resident
+from zerognn_jax._src.ops.host_rows import is_host_resident, uploaded
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
 from zerognn_jax._src.sampling.seeds import ordered_items
 from zerognn_jax._src.sampling.typed_calibrate import sample_typed_epoch_counts
@@ -65,40 +65,31 @@ def exact_layer(task, graph, i: int) -> TypedLayer:
 
 
 def exact_inputs(task, data, table=None) -> dict:
-    """{type: every node's input row}: its features (read onto the device from a table
-    in host memory, after checking that they fit), or for a featureless type its rows
-    of the stacked embedding `table` (`TypedEmbedding`)."""
+    """{type: every node's input row}: its features (from a table in host memory, the
+    whole table read onto the device first, in blocks, after checking that it fits), or
+    for a featureless type its rows of the stacked embedding `table` (`TypedEmbedding`)."""
     counts = data.graph.num_nodes
     offsets = dict(task.inputs.offsets)
     features = data.features
     if is_host_resident(features):
-        _check_room(task, counts, features)
-        h = {t: _read_rows(features, offsets[t], counts[t])[:, :d]
-             for t, d in task.inputs.widths}
-    else:
-        h = {t: features[offsets[t]:offsets[t] + counts[t], :d]
-             for t, d in task.inputs.widths}
+        host = getattr(features, "host", features)  # a CachedTable's own
+        _check_room(host)
+        features = uploaded(host)
+    h = {t: features[offsets[t]:offsets[t] + counts[t], :d] for t, d in task.inputs.widths}
     h.update({t: table[off:off + counts[t]] for t, off in task.inputs.embedded_offsets})
     return h
 
 
-def _check_room(task, counts: dict, table) -> None:
-    """ValueError naming the bytes, where the featured types' rows of the host-resident
-    `table` would not fit the device's free memory (unknown on a CPU: no check)."""
-    need = sum(counts[t] * table.shape[1] * table.dtype.itemsize for t, _ in task.inputs.widths)
+def _check_room(table) -> None:
+    """ValueError naming the bytes, where the host `table` would not fit the device's
+    free memory (unknown on a CPU: no check). Only the table is counted: the layers'
+    buffers come on top."""
     free = device_free_bytes()
-    if free is not None and need > free:
-        raise ValueError(f"exact evaluation of a typed graph reads every feature row onto "
-                         f"the device ({need / 2**30:.2f} GiB) and {free / 2**30:.2f} GiB "
-                         f"are free: evaluate by sampling (eval_mode 'sampled', or "
+    if free is not None and table.nbytes > free:
+        raise ValueError(f"exact evaluation of a typed graph reads its feature table onto "
+                         f"the device ({table.nbytes:,} bytes) and {free:,} bytes are free: "
+                         f"evaluate by sampling (eval_mode 'sampled', or "
                          f"zg.predict(..., mode='sampled'))")
-
-
-@functools.partial(jax.jit, static_argnames=("first", "count"))
-def _read_rows(table, first: int, count: int) -> jax.Array:
-    """Rows [first, first + count) of a host-resident `table`, on the device."""
-    return table.gather(jnp.arange(first, first + count, dtype=jnp.int32),
-                        jnp.ones(count, bool))
 
 
 @functools.partial(jax.jit, static_argnames=("program", "i"))

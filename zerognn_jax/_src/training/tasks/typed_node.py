@@ -20,6 +20,7 @@ task does (tests).
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -48,9 +49,15 @@ from zerognn_jax._src.sampling.typed_minibatch import (
     sample_typed_step,
 )
 from zerognn_jax._src.training.embeddings import NodeEmbedding
-from zerognn_jax._src.training.memory import Resident, device_memory_limit, gathered_rows_bytes
+from zerognn_jax._src.training.memory import (
+    Resident,
+    _gib,
+    device_memory_limit,
+    gathered_rows_bytes,
+)
 from zerognn_jax._src.training.parallel import make_mesh
 from zerognn_jax._src.training.placement import (
+    HEADROOM,
     announce_placement,
     cache_budget,
     choose_placement,
@@ -107,6 +114,7 @@ class TypedSample(NamedTuple):
 
 # Rows of one type converted to the table at a time (TypedInputs.table).
 _TABLE_BLOCK = 1 << 20
+_DEGREE_BLOCK = 1 << 26  # edges counted at a time by `TypedInputs.degrees`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,9 +174,11 @@ class TypedInputs:
         for rel, g in graph.items():
             src = rel[0]
             if src in offsets and rel in sampled:
-                first = offsets[src]
-                out[first:first + counts[src]] += np.bincount(np.asarray(g.indices),
-                                                              minlength=counts[src])
+                rows = out[offsets[src]:offsets[src] + counts[src]]
+                # in pieces: bincount copies its input to int64 (8 bytes an edge)
+                for start in range(0, g.indices.shape[0], _DEGREE_BLOCK):
+                    rows += np.bincount(np.asarray(g.indices[start:start + _DEGREE_BLOCK]),
+                                        minlength=counts[src])
         return out
 
     def pack(self, nodes: dict, valid: dict) -> tuple[tuple, tuple]:
@@ -393,8 +403,11 @@ class TypedNodeTask(ItemsAreLevel0):
         (by `TypedInputs.degrees` or as stored), whose hottest rows a device cache holds
         (on every device of a mesh: `place_features`). "auto" weighs graph, table
         and the featureless types' tables with their moments against the device's memory
-        (and says what it chose, with progress on). Exact evaluation reads a host table's
-        rows onto the device for its pass (`typed_eval.exact_inputs`)."""
+        (and says what it chose, with progress on), and keeps the device for exact
+        evaluation, which reads every row onto it (`typed_eval.exact_inputs`). Asked for
+        the host with exact evaluation, the default cache leaves the table room beside
+        graph and model, and a table that cannot fit beside them at all stops the run
+        here, before training (ValueError)."""
         arrays = jax.tree_util.tree_leaves(graph)
         embedded = self.inputs.embedded_rows * cfg.hidden * (dtype.itemsize + 8)
         resident = Resident(sum(int(a.nbytes) for a in arrays), table.nbytes, embedded,
@@ -406,7 +419,22 @@ class TypedNodeTask(ItemsAreLevel0):
             if announce:
                 announce_placement(placement, table.nbytes)
             return table
+        exact = cfg.eval_mode == "full"
+        if exact and cfg.feature_placement == "auto":
+            if announce:
+                print(f"features kept on the device for exact evaluation, although "
+                      f"{placement.reason}; eval_mode 'sampled' would put them on the "
+                      f"host", file=sys.stderr, flush=True)
+            return table
         cache = cache_budget(cfg.feature_cache_gib, placement, resident, limit)
+        if exact and limit is not None:
+            if resident.total > limit:
+                raise ValueError(
+                    f"exact evaluation of a typed graph reads every feature row onto the "
+                    f"device, and graph, features and model ({_gib(resident.total)}) exceed "
+                    f"its {_gib(limit)}: set eval_mode 'sampled' or 'none'")
+            if cfg.feature_cache_gib is None:  # the default cache leaves the table room
+                cache = min(cache, max(0, int((1 - HEADROOM) * limit) - resident.total))
         sampled = {r for hop in self.sampler.plan(self.seed_type) for r in hop.relations}
         return place_features(table, dtype, placement, announce=announce, cache_bytes=cache,
                               degree=self.inputs.degrees(graph, sampled),
