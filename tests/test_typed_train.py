@@ -309,6 +309,26 @@ def test_a_typed_group_reads_every_types_rows_in_one_call():
                                           np.asarray(data.features.gather(i[k], v[k])))
 
 
+def test_a_users_relational_model_trains(mag):
+    """R-GCN with basis decomposition, which no TrainConfig field asks for, built by the
+    user (`make_hetero_model(num_bases=)`) and trained through `zg.train(cfg, ds,
+    model=...)`: its bases are parameters, the summary names the model, and the loss
+    falls."""
+    width = mag.feature_dims["paper"]  # bases need one source width: embeddings are hidden
+    cfg = zg.TrainConfig(**{**BASE, "model": "rgcn", "hidden": width}, epochs=2,
+                         eval_mode="none")
+    model = zg.make_hetero_model("rgcn", hidden=width, num_layers=2,
+                                 num_classes=mag.num_classes, target_type="paper",
+                                 relations=mag.graph.relations, num_bases=2)
+    res = zg.train(cfg, mag, model=model)
+    bases = [v.shape for k, v in jax.tree_util.tree_flatten_with_path(
+        res.variables["params"])[0] if "bases" in jax.tree_util.keystr(k)]
+    # a layer's conv per destination type: author, field and paper, then paper
+    assert [b[0] for b in bases] == [2, 2, 2, 2]
+    assert res.summary["model"].endswith("HeteroGNN")
+    assert res.history[1]["loss"] < res.history[0]["loss"]
+
+
 def test_config_and_flag_of_relation_fanouts():
     with pytest.raises(ValueError, match=r"relation_fanouts\['cites'\] must be >= 0"):
         zg.TrainConfig(**BASE, relation_fanouts={"cites": (-2, 1)})
