@@ -1,5 +1,6 @@
 """Relational SAGE with PyG: `HeteroData`, `to_hetero(SAGE, aggr="sum")` and the hetero
-`NeighborLoader`, on the graph benchmarks/hetero.py writes (`--write-npz`).
+`NeighborLoader`, on the graph benchmarks/hetero.py writes (`--write-npz`); with
+`--model rgat`, MLPerf's R-GAT instead (below).
 
 The same workload as zerognn-jax's `rsage`: a SAGEConv per relation summed per
 destination type, 2 layers, fanouts [25, 20] for every edge type, batch 1024 target
@@ -11,6 +12,12 @@ are (`--embedding-init torch`: nn.Embedding's N(0, 1)). Sampling runs on the CPU
 loader workers. Test accuracy: the test nodes sampled with the training fanouts, dropout
 off (as benchmarks/hetero.py evaluates by default). docs/hetero.md ("The PyG peer")
 lists what else matches.
+
+`--model rgat` is zerognn-jax's `rgat` (MLPerf's reference layout): per layer a
+`HeteroConv` of one `GATConv((-1, -1), hidden // heads, heads, add_self_loops=False)` per
+relation, summed per destination type, every layer `hidden` wide, leaky ReLU (slope
+0.01) and dropout between layers, then a `Linear` classifier on the target type's rows;
+with `--fanouts 15,10,5 --hidden 512 --heads 4` on igbh-like, MLPerf's configuration.
 
 NeighborLoader needs pyg-lib or torch-sparse (see benchmarks/peers.sh for installing
 the torch-sparse wheels); without either, `--sampler torch` samples with
@@ -30,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.data import HeteroData
 from torch_geometric.loader import NeighborLoader
-from torch_geometric.nn import SAGEConv, to_hetero
+from torch_geometric.nn import GATConv, HeteroConv, SAGEConv, to_hetero
 
 
 def load(path: str) -> tuple[HeteroData, str]:
@@ -70,19 +77,47 @@ class SAGE(torch.nn.Module):
         return x
 
 
-class Model(torch.nn.Module):
-    """Embeddings of the featureless types, then `to_hetero(SAGE)`."""
+class RGAT(torch.nn.Module):
+    """MLPerf's R-GAT (module docstring): logits of the `target` type's rows."""
 
-    def __init__(self, data: HeteroData, hidden: int, out: int, layers: int, dropout: float,
+    def __init__(self, edge_types, target: str, hidden: int, out: int, layers: int,
+                 heads: int, dropout: float):
+        super().__init__()
+        self.target = target
+        self.convs = torch.nn.ModuleList(
+            [HeteroConv({et: GATConv((-1, -1), hidden // heads, heads=heads,
+                                     add_self_loops=False) for et in edge_types},
+                        aggr="sum") for _ in range(layers)])
+        self.dropout = torch.nn.Dropout(dropout)
+        self.linear = torch.nn.Linear(hidden, out)
+
+    def forward(self, x, edge_index):
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if i < len(self.convs) - 1:
+                x = {t: self.dropout(F.leaky_relu(v, 0.01)) for t, v in x.items()}
+        return {self.target: self.linear(x[self.target])}
+
+
+class Model(torch.nn.Module):
+    """Embeddings of the featureless types, then `to_hetero(SAGE)` or `RGAT`."""
+
+    def __init__(self, data: HeteroData, target: str, args, out: int,
                  embedding_init: str = "zerognn"):
         super().__init__()
+        hidden, layers = args.hidden, len(args.fanouts.split(","))
         self.embed = torch.nn.ModuleDict(
             {t: torch.nn.Embedding(data[t].num_nodes, hidden, sparse=True)
              for t in data.node_types if "x" not in data[t]})
         if embedding_init == "zerognn":  # N(0, 0.1^2), as zerognn-jax's tables
             for table in self.embed.values():
                 torch.nn.init.normal_(table.weight, std=0.1)
-        self.gnn = to_hetero(SAGE(hidden, out, layers, dropout), data.metadata(), aggr="sum")
+        if args.model == "rgat":
+            self.gnn = RGAT(data.edge_types, target, hidden, out, layers, args.heads,
+                            args.dropout)
+        else:
+            self.gnn = to_hetero(SAGE(hidden, out, layers, args.dropout), data.metadata(),
+                                 aggr="sum")
 
     def forward(self, batch: HeteroData):
         x = {t: self.embed[t](batch[t].n_id) if t in self.embed else batch[t].x
@@ -119,6 +154,8 @@ def test_accuracy(model, data, target, args, device) -> float:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True)
+    p.add_argument("--model", default="sage", choices=("sage", "rgat"))
+    p.add_argument("--heads", type=int, default=4, help="attention heads (rgat)")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--fanouts", default="25,20")
     p.add_argument("--batch-size", type=int, default=1024)
@@ -140,9 +177,9 @@ def main(argv=None) -> None:
     for t in data.node_types:
         data[t].n_id = torch.arange(data[t].num_nodes)
     classes = int(data[target].y.max()) + 1
-    layers = len(args.fanouts.split(","))
-    model = Model(data, args.hidden, classes, layers, args.dropout,
-                  args.embedding_init).to(device)
+    if args.model == "rgat" and (args.heads < 1 or args.hidden % args.heads):
+        p.error(f"--heads {args.heads} must divide --hidden {args.hidden}")
+    model = Model(data, target, args, classes, args.embedding_init).to(device)
     train = loader(data, target, data[target].train_idx, args, True)
     with torch.no_grad():  # materialises the lazy (-1) input widths
         model(next(iter(train)).to(device))
@@ -175,7 +212,8 @@ def main(argv=None) -> None:
                           "loss": float(loss_sum) / max(seeds, 1)}), flush=True)
     acc = test_accuracy(model, data, target, args, device)
     print("| system | epoch (median) | test acc |\n|---|---|---|")
-    print(f"| PyG to_hetero(SAGE) + NeighborLoader ({args.workers} workers) | "
+    name = "HeteroConv(GATConv) R-GAT" if args.model == "rgat" else "to_hetero(SAGE)"
+    print(f"| PyG {name} + NeighborLoader ({args.workers} workers) | "
           f"{float(np.median(times)):.2f} s | {100 * acc:.2f} % |")
     print(json.dumps({"summary": True, "median_epoch_seconds": float(np.median(times)),
                       "test_acc": acc, "epochs": times}))
