@@ -118,10 +118,10 @@ def place_features(features, dtype, placement: Placement, *, announce: bool,
     """The feature table in `dtype`: a device array, or a `HostTable` laid out in the
     order `choose_row_order` picks for `row_order` (by `degree`, int[N]: how often each
     row is read, as a graph's degrees estimate it; as stored, no copy is made of a
-    C-contiguous array in `dtype`) with, given
-    `cache_bytes`, the rows of highest degree that fit them cached on the device. With
-    `announce`, prints the placement, the row order and their reasons to stderr when it
-    is the host's or "auto" chose it by the device's memory."""
+    C-contiguous array in `dtype`) with, given `cache_bytes`, the rows of highest degree
+    that fit them cached on the device. With `announce`, prints the placement, the row
+    order and their reasons to stderr when it is the host's or "auto" chose it by the
+    device's memory."""
     note = ""
     if placement.where == "device":
         table = to_device(features, dtype)
