@@ -340,6 +340,25 @@ def test_training_with_host_features_equals_device_features(planetoid_root, caps
             assert got.history[-1][key] == want.history[-1][key]
 
 
+def test_host_features_under_labor_and_a_resume(planetoid_root, tmp_path):
+    """Cora under the LABOR-0 sampler with the table on the host (by degree, 200 rows
+    cached): the device table's losses, bit for bit; and the host run stopped after its
+    first epoch and resumed from its checkpoint (the table is not part of it) ends with
+    the uninterrupted run's losses and accuracy."""
+    base = dict(dataset="cora", root=planetoid_root, epochs=2, layers=2, fanouts=(5, 5),
+                hidden=16, batch_size=256, sampler="labor", eval_every=0, progress=False)
+    host = dict(feature_placement="host", feature_cache_gib=200 * 1433 * 4 / 2**30)
+    device = zg.train(zg.TrainConfig(**base))
+    whole = zg.train(zg.TrainConfig(**base, **host))
+    assert [r["loss"] for r in whole.history] == [r["loss"] for r in device.history]
+    folder = str(tmp_path / "ckpt")
+    zg.train(zg.TrainConfig(**{**base, "epochs": 1}, **host, checkpoint_dir=folder))
+    resumed = zg.train(zg.TrainConfig(**base, **host, checkpoint_dir=folder))
+    assert resumed.summary["start_epoch"] == 1
+    assert [r["loss"] for r in resumed.history] == [r["loss"] for r in whole.history]
+    assert resumed.history[-1]["test_acc"] == whole.history[-1]["test_acc"]
+
+
 def test_memory_check_counts_the_rows_read_ahead(planetoid_root, monkeypatch):
     """With the table on the host, the check before compiling is given the rows read
     ahead: those of the host table, at the checked envelope's outermost capacity, for
