@@ -104,6 +104,30 @@ def test_readouts():
         np.testing.assert_allclose(zg.pool(graphs.nodes, graphs, how)[:2, 0], want)
 
 
+def test_attention_readout_weighs_a_graphs_nodes():
+    """Attention pooling is a weighted mean of a graph's nodes (the weights sum to one):
+    on graphs whose nodes GIN cannot tell apart (a triangle and an edge, each node with
+    the same features) it gives the mean readout's logits with the same parameters; on a
+    path of distinct nodes it gives others."""
+    rs = np.random.default_rng(0)
+    nodes = np.concatenate([np.tile(rs.normal(size=4), (3, 1)),
+                            np.tile(rs.normal(size=4), (2, 1)), rs.normal(size=(3, 4)),
+                            np.zeros((1, 4))])  # triangle 0-2, edge 3-4, path 5-7, padding
+    pairs = [(0, 1), (1, 2), (0, 2), (3, 4), (5, 6), (6, 7)]
+    send = jnp.array([n for p in pairs for n in p] + [8], jnp.int32)
+    recv = jnp.array([n for p in pairs for n in p[::-1]] + [8], jnp.int32)
+    graphs = zg.Graphs(jnp.asarray(nodes, jnp.float32), None, send, recv,
+                       jnp.array([3, 2, 3, 1]), jnp.array([6, 2, 4, 1]), None,
+                       jnp.array([0, 0, 0, 1, 1, 2, 2, 2, 3]), jnp.arange(9) < 8,
+                       jnp.arange(13) < 12, jnp.arange(4) < 3)
+    models = {how: zg.make_graph_model("gin", hidden=8, num_layers=2, out_dim=3, dropout=0.0,
+                                       readout=how) for how in ("attention", "mean")}
+    variables = models["attention"].init(jax.random.key(0), graphs, train=False)
+    att, mean = (np.asarray(m.apply(variables, graphs, train=False)) for m in models.values())
+    np.testing.assert_allclose(att[:2], mean[:2], rtol=1e-5, atol=1e-6)
+    assert np.abs(att[2] - mean[2]).max() > 1e-3
+
+
 def config(**kw):
     base = dict(task="graph", dataset="molhiv-like", model="gine", hidden=16, layers=2,
                 batch_size=24, epochs=2, lr=3e-3, progress=False, sample_ahead=1,
