@@ -26,9 +26,6 @@ DTYPES=${DTYPES:-"bfloat16 float32"}
 ROOT=${ROOT:-.cache/zerognn}
 SYSTEMS=${SYSTEMS:-zerognn,pyg}
 PY=${PYTHON:-python3}
-NPROC=$(nproc)
-WORKERS=${WORKERS:-$(( NPROC - 2 < 14 ? NPROC - 2 : 14 ))}
-[ "$WORKERS" -lt 0 ] && WORKERS=0
 DATA=$ROOT/mag-like-$SCALE-peer.npz
 
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -37,6 +34,7 @@ LOG=$OUT_DIR/hetero.log
 rm -f "$LOG"
 source benchmarks/peers/budget.sh
 source benchmarks/peers/wheels.sh
+WORKERS=$(pyg_workers)
 
 echo "== device"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null \

@@ -41,9 +41,6 @@ METRIC=${METRIC:-auc}
 ROOT=${ROOT:-.cache/zerognn}
 SYSTEMS=${SYSTEMS:-zerognn,torch-eager,pyg,zerognn-bf16}
 PY=${PYTHON:-python3}
-NPROC=$(nproc)
-WORKERS=${WORKERS:-$(( NPROC - 2 < 14 ? NPROC - 2 : 14 ))}
-[ "$WORKERS" -lt 0 ] && WORKERS=0
 DATA=$ROOT/products-link-$SCALE-$SEED-$METRIC.npz
 WORKLOAD=(--fanouts 15,10,5 --batch 1024 --hidden 256 --negatives 1 --lr 3e-3
           --seed "$SEED" --steps "$STEPS")
@@ -55,6 +52,7 @@ LOG=$OUT_DIR/link.log
 rm -f "$JSONL" "$LOG"
 source benchmarks/peers/budget.sh
 source benchmarks/peers/wheels.sh
+WORKERS=$(pyg_workers)
 
 echo "== device"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null \

@@ -58,9 +58,6 @@ EPOCHS=${EPOCHS:-5}
 ROOT=${ROOT:-.cache/zerognn}
 SYSTEMS=${SYSTEMS:-zerognn,zerognn-bf16,torch-eager,torch-compiled,pyg}
 PY=${PYTHON:-python3}
-NPROC=$(nproc)
-WORKERS=${WORKERS:-$(( NPROC - 2 < 14 ? NPROC - 2 : 14 ))}
-[ "$WORKERS" -lt 0 ] && WORKERS=0
 if [ "$CHECK" = 1 ]; then SCALE=${SCALE:-0.005}; else SCALE=${SCALE:-1}; fi
 DATA=$ROOT/products.npz
 [ "$SCALE" != 1 ] && DATA=$ROOT/products-$SCALE.npz
@@ -75,6 +72,7 @@ rm -f "$JSONL" "$LOG"
 source benchmarks/peers/budget.sh
 
 source benchmarks/peers/wheels.sh
+WORKERS=$(pyg_workers)
 
 echo "== device"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null \

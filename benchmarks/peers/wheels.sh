@@ -1,8 +1,17 @@
-# pyg_backend: makes torch_sparse importable for PyG's neighbour loaders, sourced by
-# benchmarks/peers.sh and benchmarks/link_peers.sh. Without torch_sparse, installs the
-# torch-scatter and torch-sparse wheels of WHEELS (default: shared/wheels or
-# ../shared/wheels) into $ROOT/pyg-wheels and adds that folder to PYTHONPATH. Reads PY,
-# ROOT and LOG.
+# Sourced by benchmarks/peers.sh, link_peers.sh and hetero_peers.sh.
+#
+# pyg_workers: the PyG loaders' worker processes: WORKERS where set, else the cores less
+# two, at most 14; never below 0.
+pyg_workers() {
+  local n=${WORKERS:-$(( $(nproc) - 2 < 14 ? $(nproc) - 2 : 14 ))}
+  [ "$n" -lt 0 ] && n=0
+  echo "$n"
+}
+
+# pyg_backend: makes torch_sparse importable for PyG's neighbour loaders. Without
+# torch_sparse, installs the torch-scatter and torch-sparse wheels of WHEELS (default:
+# shared/wheels or ../shared/wheels) into $ROOT/pyg-wheels and adds that folder to
+# PYTHONPATH. Reads PY, ROOT and LOG.
 pyg_backend() {
   $PY -c "import torch_sparse" 2>/dev/null && return
   local wheels=${WHEELS:-}
