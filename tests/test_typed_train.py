@@ -189,12 +189,11 @@ def test_refused_options(mag, change, message):
 def test_features_on_the_host_train_as_on_the_device(mag, stopped, capsys, monkeypatch):
     """The stacked feature table in host memory, laid out by `TypedInputs.degrees` and
     read by the host gather per type (its 50 hottest rows cached on the device, the
-    others read over PCIe, 16 steps sampled at
-    once and their rows of every type read together): the same epoch loss as
-    `stopped`'s, the table on the device and
-    each step sampled alone inside its step, to float rounding (the samples and their
-    dropout units the same: each type's units were drawn in the dict's order, which
-    differed when the sample crossed a jit boundary, 6.045 against 6.022)."""
+    others read over PCIe, 16 steps sampled at once and their rows of every type read
+    together): the same epoch loss as `stopped`'s, the table on the device and each
+    step sampled alone inside its step, to float rounding (the samples and their dropout
+    units the same: each type's units were drawn in the dict's order, which differed
+    when the sample crossed a jit boundary, 6.045 against 6.022)."""
     row_gib = max(mag.feature_dims.values()) * 4 / 2**30  # a row of the stacked table
     cfg = zg.TrainConfig(**{**BASE, "progress": True, "sample_ahead": None}, epochs=1,
                          eval_mode="full", feature_placement="host",
@@ -274,7 +273,7 @@ def test_placement_on_a_small_device(mag, monkeypatch, capsys):
     monkeypatch.setattr(typed_node, "device_memory_limit", lambda: limit)
     assert task._placed(host, graph, table, f32).rows.shape[0] == 10
     monkeypatch.setattr(typed_node, "device_memory_limit", lambda: 64 << 30)
-    assert isinstance(task._placed(cfg, graph, table, np.dtype(np.float32)), np.ndarray)
+    assert isinstance(task._placed(cfg, graph, table, f32), np.ndarray)
     assert re.search(r"features on the device \(0\.00 GiB\): graph .* fit",
                      capsys.readouterr().err)
 
