@@ -20,9 +20,12 @@ from zerognn_jax import (
     TrainConfig,
     init_state,
     layerwise_logits,
+    make_dataset,
     make_model,
     mean_weights,
+    train,
 )
+from zerognn_jax._src.nn.link_heads import make_decoder
 from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.training import evaluate as evaluate_lib
 
@@ -146,6 +149,74 @@ def test_default_dropout_leaves_features_whole(name):
     assert not _train_eval_differ(make(1), 1)
     assert _train_eval_differ(make(1, input_dropout=0.5), 1)
     assert _train_eval_differ(make(2), 2)
+
+
+def _dense_params(model, num_layers, width=5):
+    """{name: (kernel, bias)} of every dense layer of `model`, started on inputs `width`
+    wide (the layers' fan-ins follow from their kernels)."""
+    x, views = _random_views(num_layers)
+    x = jnp.ones((x.shape[0], width), jnp.float32)
+    params = model.init(jax.random.PRNGKey(3), x, views, train=False)["params"]
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    out = {}
+    for path, leaf in flat:
+        name = "/".join(str(getattr(k, "key", k)) for k in path[:-1])
+        out.setdefault(name, {})[path[-1].key] = np.asarray(leaf)
+    return {k: (v["kernel"], v["bias"]) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("name", ["sage", "mlp"])
+def test_torch_init_draws_as_pyg_and_torch_linear(name):
+    """init="torch": weights and biases uniform in +-1/sqrt(fan_in), SAGE's fan-in being
+    one half of its [self ; neighbours] input (PyG's two Linear layers); the default
+    ("flax") keeps LeCun-normal weights over the whole input and zero biases."""
+    width = 64
+    make = lambda init: make_model(name, hidden=128, num_layers=2, num_classes=96,
+                                   init=init)
+    torch_like = _dense_params(make("torch"), 2, width)
+    for kernel, bias in torch_like.values():
+        fan_in = kernel.shape[0] // 2 if name == "sage" else kernel.shape[0]
+        bound = fan_in ** -0.5
+        for values in (kernel, bias):
+            assert np.abs(values).max() <= bound
+            assert np.abs(values).max() > 0.9 * bound  # the draws reach near the bound
+        # uniform in +-b has variance b^2 / 3 (thousands of draws: within 10 %)
+        assert abs(kernel.var() / (bound ** 2 / 3) - 1) < 0.1
+    for kernel, bias in _dense_params(make("flax"), 2, width).values():
+        assert not bias.any()
+        assert abs(kernel.std() * np.sqrt(kernel.shape[0]) - 1) < 0.1  # LeCun: 1/fan_in
+
+
+def test_torch_init_reaches_the_link_decoder_and_is_refused_elsewhere():
+    """The MLP link decoder starts as torch's Linear under init="torch"; a model init
+    does not apply to, or a model of the user's, is refused with the reason."""
+    decoder = make_decoder("mlp", 32, init="torch")
+    h = jnp.ones((4, 32))
+    params = decoder.init(jax.random.PRNGKey(0), h, h)["params"]
+    for layer in params.values():
+        bound = layer["kernel"].shape[0] ** -0.5
+        assert 0 < np.abs(layer["bias"]).max() <= bound
+        assert np.abs(layer["kernel"]).max() <= bound
+    with pytest.raises(ValueError, match="init must be one of flax, torch, got 'xavier'"):
+        TrainConfig(init="xavier")
+    with pytest.raises(ValueError, match="init='torch' applies to the models sage, "
+                                         "sage-max, sage-sum, mlp, not 'gcn'"):
+        TrainConfig(model="gcn", init="torch")
+    with pytest.raises(ValueError, match="not 'gat', which starts as its own layers say"):
+        make_model("gat", hidden=8, num_layers=2, num_classes=2, init="torch")
+    graph, data = _data()
+    ds = make_dataset("init", graph.indptr, graph.indices, np.asarray(data.features),
+                      np.asarray(data.targets), np.arange(60), [], [], 3)
+    own = make_model("sage", hidden=8, num_layers=2, num_classes=3)
+    with pytest.raises(ValueError, match="a model of yours starts as its own layers say"):
+        train(TrainConfig(init="torch", layers=2, fanouts=(3, 3), epochs=1), ds, model=own)
+    # through the trainer: a link run's encoder and MLP decoder start with biases
+    run = train(TrainConfig(task="link", decoder="mlp", init="torch", layers=2, hidden=8,
+                            fanouts=(3, 3), epochs=0, eval_mode="none", progress=False), ds)
+    biases = {"/".join(str(getattr(k, "key", k)) for k in path): np.asarray(leaf)
+              for path, leaf in jax.tree_util.tree_flatten_with_path(
+                  run.variables["params"])[0] if path[-1].key == "bias"}
+    assert len(biases) == 4 and all(b.any() for b in biases.values()), biases.keys()
 
 
 def test_config_default_has_no_input_dropout():

@@ -10,6 +10,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from zerognn_jax._src.nn.layerwise import layer_count
+from zerognn_jax._src.nn.models import dense
 
 DECODERS = ("dot", "mlp")
 
@@ -25,27 +26,30 @@ class DotDecoder(nn.Module):
 
 class MLPDecoder(nn.Module):
     """score(u, v) = MLP(h_u * h_v) (OGB's link predictor): `layers` Dense layers of
-    width `hidden`, ReLU and dropout between them, one output unit."""
+    width `hidden`, ReLU and dropout between them, one output unit; `param_init`: how
+    they start (models.INITS)."""
 
     hidden: int
     layers: int = 2
     dropout: float = 0.0
+    param_init: str = "flax"
 
     @nn.compact
     def __call__(self, h_src, h_dst, *, train: bool = False):
         h = h_src.astype(jnp.float32) * h_dst.astype(jnp.float32)
         for _ in range(self.layers - 1):
-            h = nn.relu(nn.Dense(self.hidden)(h))
+            h = nn.relu(dense(self.hidden, h.shape[-1], self.param_init, jnp.float32)(h))
             h = nn.Dropout(self.dropout, deterministic=not train)(h)
-        return nn.Dense(1)(h)[..., 0]
+        return dense(1, h.shape[-1], self.param_init, jnp.float32)(h)[..., 0]
 
 
-def make_decoder(name: str, hidden: int, dropout: float = 0.0) -> nn.Module:
-    """The decoder called `name`: "dot" or "mlp"."""
+def make_decoder(name: str, hidden: int, dropout: float = 0.0,
+                 init: str = "flax") -> nn.Module:
+    """The decoder called `name`: "dot" or "mlp" (its layers started as `init` says)."""
     if name == "dot":
         return DotDecoder()
     if name == "mlp":
-        return MLPDecoder(hidden, dropout=dropout)
+        return MLPDecoder(hidden, dropout=dropout, param_init=init)
     raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, got {name!r}")
 
 

@@ -27,6 +27,33 @@ MODELS = ("sage", "sage-max", "sage-sum", "gcn", "gat", "gine", "mlp")
 # The models whose layers read the edge features of their views.
 EDGE_MODELS = ("gat", "gine")
 NORMS = ("none", "layer", "batch")
+# How the dense layers of SAGE and the MLP start: "flax" (Flax's `Dense`: LeCun-normal
+# weights over the layer's whole input, zero bias) or "torch" (as `torch.nn.Linear`, and
+# PyG's `SAGEConv`, whose self and neighbour halves are two such layers: weights and bias
+# uniform in +-1/sqrt(fan_in), fan_in counted per half).
+INITS = ("flax", "torch")
+# The models `init` applies to; GCN and GAT start from Glorot weights and zero biases, as
+# PyG's GCNConv and GATConv do.
+INIT_MODELS = ("sage", "sage-max", "sage-sum", "mlp")
+
+
+def torch_uniform(fan_in: int):
+    """An initializer drawing uniformly from +-1/sqrt(fan_in), as torch.nn.Linear draws
+    its weights (Kaiming-uniform with a = sqrt(5)) and its bias."""
+    bound = fan_in ** -0.5
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+    return init
+
+
+def dense(features: int, fan_in: int, init: str, dtype, name: str | None = None) -> nn.Dense:
+    """A Dense layer started as `init` says (INITS); `fan_in`: its input width for
+    "torch" (for SAGE, one half of its concatenated input)."""
+    if init == "flax":
+        return nn.Dense(features, dtype=dtype, name=name)
+    return nn.Dense(features, dtype=dtype, name=name, kernel_init=torch_uniform(fan_in),
+                    bias_init=torch_uniform(fan_in))
 
 
 class Dropout(nn.Module):
@@ -71,6 +98,7 @@ class SAGEConv(nn.Module):
     features: int
     aggregator: str = "mean"
     dtype: Any = jnp.float32
+    param_init: str = "flax"
 
     @nn.compact
     def __call__(self, h_src, h_dst, view):
@@ -80,7 +108,7 @@ class SAGEConv(nn.Module):
         else:
             agg = self.aggregate(h_src, view)
         both = jnp.concatenate([h_dst, agg.astype(h_dst.dtype)], axis=-1)
-        return nn.Dense(self.features, dtype=self.dtype, name="linear")(both)
+        return dense(self.features, h_dst.shape[-1], self.param_init, self.dtype, "linear")(both)
 
     def aggregate(self, h_src, view):
         """AGG_j h_j over each destination's sampled neighbours, column by column."""
@@ -210,6 +238,7 @@ class GNN(nn.Module):
         None: GAT reads none. GINE always reads them.
       dtype: the computation dtype (bfloat16 halves the bytes gathered and scattered);
         parameters stay float32 and the logits come back float32.
+      param_init: how SAGE's layers start (INITS); the other convs keep their own.
     """
 
     conv: str
@@ -223,6 +252,7 @@ class GNN(nn.Module):
     input_dropout: float = 0.0
     dtype: Any = jnp.float32
     edge_dim: int | None = None
+    param_init: str = "flax"
 
     def setup(self):
         widths = [self.hidden] * (self.num_layers - 1) + [self.num_classes]
@@ -235,7 +265,8 @@ class GNN(nn.Module):
 
     def _make_conv(self, width, last):
         if self.conv == "sage":
-            return SAGEConv(width, self.aggregator, dtype=self.dtype)
+            return SAGEConv(width, self.aggregator, dtype=self.dtype,
+                            param_init=self.param_init)
         if self.conv == "gcn":
             return GCNConv(width, dtype=self.dtype)
         if self.conv == "gat":
@@ -290,6 +321,7 @@ class MLP(nn.Module):
     """Feature-only baseline: ignores the graph (uses only the seeds' own rows).
 
     Dropout as in `GNN`: `dropout` on hidden activations, `input_dropout` on features.
+    `param_init`: how the dense layers start (INITS).
     """
 
     hidden: int
@@ -298,6 +330,7 @@ class MLP(nn.Module):
     dropout: float = 0.5
     input_dropout: float = 0.0
     dtype: Any = jnp.float32
+    param_init: str = "flax"
 
     @nn.compact
     def __call__(self, x, views: Sequence, *, train: bool):
@@ -305,8 +338,8 @@ class MLP(nn.Module):
         for i in range(self.num_layers):
             rate = self.input_dropout if i == 0 else self.dropout
             h = Dropout(rate)(h, deterministic=not train)
-            h = nn.Dense(self.hidden if i < self.num_layers - 1 else self.num_classes,
-                         dtype=self.dtype)(h)
+            h = dense(self.hidden if i < self.num_layers - 1 else self.num_classes,
+                      h.shape[-1], self.param_init, self.dtype)(h)
             if i < self.num_layers - 1:
                 h = nn.relu(h)
         return h.astype(jnp.float32)
@@ -314,14 +347,16 @@ class MLP(nn.Module):
 
 def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
                dropout: float = 0.5, input_dropout: float = 0.0, norm: str = "none",
-               heads: int = 4, dtype: Any = jnp.float32, edge_dim: int | None = None
-               ) -> nn.Module:
+               heads: int = 4, dtype: Any = jnp.float32, edge_dim: int | None = None,
+               init: str = "flax") -> nn.Module:
     """Builds a model by name: sage (mean), sage-max, sage-sum, gcn, gat, gine, mlp.
 
     `edge_dim` is the width of the edge features the model reads (gat: in its
-    attention; gine needs them; the others read none and refuse it)."""
+    attention; gine needs them; the others read none and refuse it). `init`: how the
+    dense layers of SAGE and the MLP start (INITS)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+    check_init(init, name)
     if norm not in NORMS:
         raise ValueError(f"unknown norm {norm!r}; choose one of {', '.join(NORMS)}")
     if name == "gat" and (heads < 1 or (num_layers > 1 and hidden % heads)):
@@ -334,11 +369,23 @@ def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
         raise ValueError("model 'gine' reads edge features: give edge_dim, the width of "
                          "the graph's edge-feature table")
     if name == "mlp":
-        return MLP(hidden, num_layers, num_classes, dropout, input_dropout, dtype=dtype)
+        return MLP(hidden, num_layers, num_classes, dropout, input_dropout, dtype=dtype,
+                   param_init=init)
     conv, _, agg = name.partition("-")
     return GNN(conv, hidden, num_layers, num_classes, aggregator=agg or "mean",
                heads=heads, dropout=dropout, norm=norm, input_dropout=input_dropout,
-               dtype=dtype, edge_dim=edge_dim)
+               dtype=dtype, edge_dim=edge_dim, param_init=init)
+
+
+def check_init(init: str, model: str) -> None:
+    """Raises ValueError unless `init` is one of INITS and, other than "flax", `model`
+    is one it applies to (INIT_MODELS)."""
+    if init not in INITS:
+        raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
+    if init != "flax" and model not in INIT_MODELS:
+        raise ValueError(f"init={init!r} applies to the models {', '.join(INIT_MODELS)}, "
+                         f"not {model!r}, which starts as its own layers say (GCN and "
+                         f"GAT from Glorot weights and zero biases, as PyG's do)")
 
 
 def count_params(params) -> int:

@@ -10,7 +10,7 @@ import jax
 from zerognn_jax._src.nn.graph_models import GRAPH_MODELS, READOUTS
 from zerognn_jax._src.nn.hetero import HETERO_MODELS
 from zerognn_jax._src.nn.link_heads import DECODERS
-from zerognn_jax._src.nn.models import MODELS, NORMS
+from zerognn_jax._src.nn.models import INIT_MODELS, INITS, MODELS, NORMS
 from zerognn_jax._src.ops.registry import OPS, Kernels
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
 from zerognn_jax._src.sampling.minibatch import SAMPLERS
@@ -30,7 +30,7 @@ HOST_ROW_ORDERS = ("auto", "degree", "stored")
 # registry's (its names, read when a config is built).
 CHOICES = {
     "model": tuple(dict.fromkeys((*MODELS, *GRAPH_MODELS, *HETERO_MODELS))),
-    "readout": READOUTS,
+    "readout": READOUTS, "init": INITS,
     "norm": NORMS, "dtype": DTYPES, "engine": ENGINES,
     "envelope": ("calibrate", "conservative"), "eval_mode": ("full", "sampled", "none"),
     "sampler": SAMPLERS, "task": TASKS, "decoder": DECODERS,
@@ -46,7 +46,7 @@ GROUPS = {
     "task": ("task", "decoder", "negatives", "negative_mode", "link_metric"),
     "data": ("dataset", "root", "scale", "normalize_features"),
     "model": ("model", "hidden", "layers", "dropout", "input_dropout", "norm", "heads",
-              "dtype", "edge_features", "embedding_dim", "readout"),
+              "dtype", "edge_features", "embedding_dim", "readout", "init"),
     "sampler": ("fanouts", "relation_fanouts", "batch_size", "sampler", "replace", "dedup",
                 "flat_outer",
                 "envelope", "margin", "multiple", "balance_window"),
@@ -86,6 +86,11 @@ class TrainConfig:
     gine needs them; docs/api.md, "Edge features"). `embedding_dim` > 0 adds a learnable
     embedding of that width per node, concatenated with the node's features, trained
     with row-sparse (lazy) Adam at `lr` inside the compiled epoch (row_adam.py).
+    `init` is how the dense layers of the built-in SAGE models and the MLP (and the
+    link task's MLP decoder) start: "flax" (LeCun-normal weights, zero bias) or "torch"
+    (as PyG's SAGEConv and torch.nn.Linear: weights and bias uniform in
+    +-1/sqrt(fan_in)); with a dot decoder, link prediction learns sooner from
+    "torch" (docs/link_prediction.md, "Against peers on the same split").
 
     Sampler. `fanouts` lists the seeds' hop first; -1 means all neighbours. On a typed
     dataset (docs/hetero.md) every relation takes `fanouts`, except those named in
@@ -169,6 +174,7 @@ class TrainConfig:
     edge_features: bool = False
     embedding_dim: int = 0
     readout: str = "mean"
+    init: str = "flax"
     # sampler and envelope
     fanouts: tuple[int, ...] = (15, 10, 5)
     relation_fanouts: dict[str, tuple[int, ...]] | None = None
@@ -244,6 +250,9 @@ class TrainConfig:
              f"input_dropout must be in [0, 1), got {self.input_dropout}"),
             (self.hidden >= 1, f"hidden must be >= 1, got {self.hidden}"),
             (self.heads >= 1, f"heads must be >= 1, got {self.heads}"),
+            (self.init == "flax" or self.model in INIT_MODELS,
+             f"init={self.init!r} applies to the models {', '.join(INIT_MODELS)}, not "
+             f"{self.model!r}: drop init"),
             (self.embedding_dim >= 0,
              f"embedding_dim must be >= 0 (0: no embeddings), got {self.embedding_dim}"),
             (batched or self.model != "gine" or self.edge_features,

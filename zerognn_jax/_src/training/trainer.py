@@ -144,7 +144,10 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         model = make_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
                            num_classes=task.output_dim(cfg, dataset), dropout=cfg.dropout,
                            input_dropout=cfg.input_dropout, norm=cfg.norm, heads=cfg.heads,
-                           dtype=dtype, edge_dim=edge_dim)
+                           dtype=dtype, edge_dim=edge_dim, init=cfg.init)
+    elif cfg.init != "flax":
+        raise ValueError(f"init={cfg.init!r} starts the built-in models; a model of yours "
+                         f"starts as its own layers say: drop init")
     else:
         model = as_linen(model)
     if optimizer is not None:

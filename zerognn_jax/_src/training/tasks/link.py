@@ -185,7 +185,7 @@ class LinkTask:
 
     def wrap_model(self, model, cfg) -> LinkModel:
         """`model` as the encoder of the configured decoder."""
-        return LinkModel(model, make_decoder(cfg.decoder, cfg.hidden))
+        return LinkModel(model, make_decoder(cfg.decoder, cfg.hidden, init=cfg.init))
 
     def device_targets(self, dataset: Dataset) -> np.ndarray:
         """None on the device: a step's pair labels are built with its negatives."""
