@@ -68,7 +68,10 @@ def layerwise_outputs(model: GraphSAGE, loader: NeighborLoader, x: torch.Tensor,
     float32[N, d'] on `device`.
 
     x: float32[N, d] on the CPU; each layer's output table stays on `device`. Batch b's
-    rows are nodes n_id[:batch_size] in order.
+    rows are nodes n_id[:batch_size] in order. Each batch's rows are copied out:
+    `inference_per_layer` returns the last layer's rows as a slice of the output over
+    all of the batch's n_id, which would keep that whole output alive (with 256-wide
+    link embeddings, more than an 80 GB GPU holds).
     """
     model.eval()
     h = x.to(device)
@@ -77,7 +80,8 @@ def layerwise_outputs(model: GraphSAGE, loader: NeighborLoader, x: torch.Tensor,
         for batch in loader:
             edge_index = batch.edge_index.to(device, non_blocking=True)
             inputs = h[batch.n_id.to(device, non_blocking=True)]
-            rows.append(model.inference_per_layer(i, inputs, edge_index, batch.batch_size))
+            rows.append(model.inference_per_layer(i, inputs, edge_index,
+                                                  batch.batch_size).clone())
         h = torch.cat(rows, dim=0)
     model.train()
     return h

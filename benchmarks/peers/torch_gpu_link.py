@@ -16,6 +16,13 @@ it (docs/link_prediction.md):
    activation), a dot-product decoder, binary cross-entropy with logits over positives
    and negatives (negatives weigh 1/K), fused Adam.
 
+`--subgraph` samples and computes as PyG's `LinkNeighborLoader` and `GraphSAGE` do
+instead: each hop draws neighbours only for the nodes the previous hop added, so a node
+has one set of sampled neighbours (the fanout of the hop after the one that reached
+it), and every layer runs over every sampled node with those same edges. Without it,
+as zerognn-jax does, hop k draws again for every node of the levels before it, so a
+seed's own representation at the inner layers reads fresh, smaller draws (10, then 5).
+
     PYTHONPATH=. python3 benchmarks/peers/torch_gpu_link.py --data F.npz --steps 300
 """
 
@@ -29,7 +36,15 @@ import common
 import link_data
 import link_run
 import torch
-from torch_gpu_sage import SAGE, DeviceGraph, layerwise_outputs, sample_hop, to_block
+from torch_gpu_sage import (
+    SAGE,
+    Block,
+    DeviceGraph,
+    dst_first,
+    layerwise_outputs,
+    sample_hop,
+    to_block,
+)
 
 
 def sample_link_blocks(graph: DeviceGraph, seeds: torch.Tensor, fanouts, gen, keys,
@@ -44,6 +59,40 @@ def sample_link_blocks(graph: DeviceGraph, seeds: torch.Tensor, fanouts, gen, ke
         block, nodes = to_block(nodes, nbr, mask)
         blocks.append(block)
     return blocks[::-1], nodes
+
+
+def sample_link_subgraph(graph: DeviceGraph, seeds: torch.Tensor, fanouts, gen, keys,
+                         num_nodes: int) -> tuple[Block, torch.Tensor]:
+    """PyG's directional subgraph around `seeds` (int64[n_0]): each hop draws for the
+    nodes the hop before added; slots whose pair is in `keys` are masked. Returns one
+    Block over every sampled node (num_dst = all of them) and their ids int64[n]."""
+    nodes, new_from, srcs, dsts = seeds, 0, [], []
+    for fanout in fanouts:
+        added = nodes[new_from:]
+        nbr, mask = sample_hop(graph, added, fanout, gen)
+        mask &= ~link_run.is_pair(added[:, None], nbr, keys, num_nodes)
+        slots = mask.reshape(-1).nonzero().squeeze(1)
+        n = nodes.shape[0]
+        uniq, inverse = torch.unique(torch.cat([nodes, nbr.reshape(-1)[slots]]),
+                                     return_inverse=True)
+        pos = dst_first(uniq.shape[0], inverse[:n])  # earlier nodes keep their positions
+        srcs.append(pos[inverse[n:]])
+        dsts.append(new_from + torch.div(slots, fanout, rounding_mode="floor"))
+        nodes = torch.empty_like(uniq)
+        nodes[pos] = uniq
+        new_from = n
+    src, dst = torch.cat(srcs), torch.cat(dsts)
+    deg = torch.bincount(dst, minlength=nodes.shape[0])
+    inv_deg = 1.0 / deg.clamp(min=1).float()[:, None]
+    return Block(src, dst, inv_deg, nodes.shape[0]), nodes
+
+
+def subgraph_forward(model: SAGE, x: torch.Tensor, block: Block) -> torch.Tensor:
+    """Every layer over every node of the subgraph, as PyG's GraphSAGE runs."""
+    h = x
+    for i in range(len(model.lins)):
+        h = model.layer(i, h, h, block)
+    return h
 
 
 class LinkTrainer:
@@ -86,9 +135,14 @@ class LinkTrainer:
         ends = torch.cat([pos[:, 0], pos[:, 1], neg_dst.reshape(-1)])
         seeds, local = torch.unique(ends, return_inverse=True)
         keys = link_run.positive_keys(pos, self.num_nodes)
-        blocks, input_nodes = sample_link_blocks(self.graph, seeds, self.fanouts, self.gen,
-                                                 keys, self.num_nodes)
-        h = self.model(self.feats.index_select(0, input_nodes), blocks)
+        if self.args.subgraph:
+            block, input_nodes = sample_link_subgraph(self.graph, seeds, self.fanouts,
+                                                      self.gen, keys, self.num_nodes)
+            h = subgraph_forward(self.model, self.feats.index_select(0, input_nodes), block)
+        else:
+            blocks, input_nodes = sample_link_blocks(self.graph, seeds, self.fanouts,
+                                                     self.gen, keys, self.num_nodes)
+            h = self.model(self.feats.index_select(0, input_nodes), blocks)
         src, dst, neg = h[local[:b]], h[local[b:2 * b]], h[local[2 * b:]].view(b, k, -1)
         loss = link_run.pair_loss((src * dst).sum(-1), (src[:, None] * neg).sum(-1))
         link_run.train_on(loss, self.opt, self.losses)
@@ -98,7 +152,10 @@ def main(argv=None) -> int:
     p = link_run.parser(__doc__.splitlines()[0])
     p.add_argument("--infer-edges", type=int, default=1 << 21,
                    help="edges per chunk of the layer-wise inference")
-    p.add_argument("--system", default="torch-gpu-link-eager", help="name in the results")
+    p.add_argument("--subgraph", action="store_true",
+                   help="sample and compute as PyG does (see the module's docstring)")
+    p.add_argument("--system", default=None, help="name in the results (default: "
+                   "torch-gpu-link-eager, with --subgraph torch-gpu-link-subgraph)")
     args = p.parse_args(argv)
     device, out = common.start_run(args)
     t0 = time.perf_counter()
@@ -114,7 +171,9 @@ def main(argv=None) -> int:
                           args.infer_edges)
     extra = {"peak_bytes": peak, "setup_seconds": setup,
              "eval_seconds": time.perf_counter() - t1, **link_run.link_metrics(h, data)}
-    out.write(link_run.summary(args.system, args, data, measures, losses, device, extra))
+    system = args.system or ("torch-gpu-link-subgraph" if args.subgraph
+                             else "torch-gpu-link-eager")
+    out.write(link_run.summary(system, args, data, measures, losses, device, extra))
     return 0
 
 

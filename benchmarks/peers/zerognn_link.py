@@ -74,7 +74,8 @@ def config(args, metric: str) -> zg.TrainConfig:
         dataset=args.data, task=SavedLinkTask.name, model="sage", hidden=args.hidden,
         layers=len(fanouts), fanouts=fanouts, batch_size=args.batch, lr=args.lr,
         dropout=args.dropout, negatives=args.negatives, link_metric=metric,
-        kernels=args.kernels, dtype=args.dtype, seed=args.seed, progress=False,
+        kernels=args.kernels, dtype=args.dtype, seed=args.seed, init=args.init,
+        progress=False,
         dedup={"auto": None, "tree": False, "dedup": True}[args.layout])
 
 
@@ -106,6 +107,8 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--kernels", default="auto")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", default="flax", choices=("flax", "torch"),
+                   help="how the encoder's layers start (TrainConfig.init)")
 
 
 def main(argv=None) -> dict:
@@ -151,6 +154,7 @@ def main(argv=None) -> dict:
         "setup_seconds": setup, "eval_seconds": time.perf_counter() - t1,
         "fanouts": list(cfg.fanouts), "batch": args.batch, "hidden": args.hidden,
         "layers": cfg.layers, "lr": args.lr, "dropout": args.dropout, "dtype": args.dtype,
+        "init": args.init,
         "seed": args.seed, "device_name": jax.devices()[0].device_kind,
         "jax_version": jax.__version__, **metrics,
     }
