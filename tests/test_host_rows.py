@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import neighbour_labelled_npz
 
 import zerognn_jax as zg
 from zerognn_jax._src.ops import host_rows
@@ -357,6 +358,21 @@ def test_host_features_under_labor_and_a_resume(planetoid_root, tmp_path):
     assert resumed.summary["start_epoch"] == 1
     assert [r["loss"] for r in resumed.history] == [r["loss"] for r in whole.history]
     assert resumed.history[-1]["test_acc"] == whole.history[-1]["test_acc"]
+
+
+@pytest.mark.parametrize("engine", ["scan", "host-bucketed"])
+def test_host_features_under_the_weighted_sampler(tmp_path, engine):
+    """A graph with edge weights, sampled by weight, its table on the host (rows as
+    stored, nothing cached): the device table's losses bit for bit, on the scan engine
+    and on the host-mediated one."""
+    ds = zg.load_dataset(neighbour_labelled_npz(tmp_path / "weighted.npz", num_nodes=300))
+    base = dict(epochs=1, layers=2, fanouts=(4, 4), hidden=8, batch_size=64,
+                sampler="weighted", engine=engine, eval_mode="none", progress=False)
+    device = zg.train(zg.TrainConfig(**base), ds)
+    host = zg.train(zg.TrainConfig(**base, feature_placement="host", feature_cache_gib=0,
+                                   host_row_order="stored"), ds)
+    assert host.summary["feature_placement"] == "host"
+    assert [r["loss"] for r in host.history] == [r["loss"] for r in device.history]
 
 
 def test_memory_check_counts_the_rows_read_ahead(planetoid_root, monkeypatch):
