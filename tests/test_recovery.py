@@ -346,6 +346,20 @@ def test_steps_sampled_ahead_are_free_on_resume(tmp_path):
         ck.check(1, {"identity": {**before, "hidden": 64}}, ident)
 
 
+def test_a_field_newer_than_the_checkpoint_resumes_at_its_default(tmp_path):
+    """A checkpoint written before `init` existed records no `init`: it resumes under
+    the default ("flax", what every run did then), not under another value."""
+    ck = Checkpointer(str(tmp_path))
+    stats = {"name": "x", "nodes": 5}
+    older = {k: v for k, v in identity(TrainConfig(), stats, 32).items() if k != "init"}
+    ck.check(1, {"identity": older}, identity(TrainConfig(), stats, 32))
+    with pytest.raises(CheckpointMismatch, match="init absent there, 'torch' here"):
+        ck.check(1, {"identity": older}, identity(TrainConfig(init="torch"), stats, 32))
+    with pytest.raises(CheckpointMismatch, match="global_batch absent there, 32 here"):
+        ck.check(1, {"identity": {k: v for k, v in older.items() if k != "global_batch"}},
+                 identity(TrainConfig(), stats, 32))
+
+
 def test_another_dataset_is_refused(run):
     other = products_like(0.0006, seed=0)
     with pytest.raises(CheckpointMismatch, match=r"dataset\.nodes 1225 there, 1469 here"):
