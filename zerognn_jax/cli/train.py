@@ -98,7 +98,7 @@ HELP = {
     "readout": "graph task: how a graph's nodes are pooled: sum, mean, max or attention",
     "init": "how SAGE's and the MLP's dense layers start: flax (LeCun-normal weights, zero "
             "bias) or torch (PyG's SAGEConv and torch's Linear: uniform in "
-            "+-1/sqrt(fan_in)); link prediction with a dot decoder learns sooner from torch",
+            "+-1/sqrt(fan_in)); docs/link_prediction.md compares the two",
     "graph_aggregation": "graph task: how layers sum messages into nodes: ell (gathers "
                          "over each node's listed edges, no atomics) or segment "
                          "(scatter-adds, the reference); auto: ell on a GPU for batches "
