@@ -210,6 +210,8 @@ def test_torch_init_reaches_the_link_decoder_and_is_refused_elsewhere():
     own = make_model("sage", hidden=8, num_layers=2, num_classes=3)
     with pytest.raises(ValueError, match="a model of yours starts as its own layers say"):
         train(TrainConfig(init="torch", layers=2, fanouts=(3, 3), epochs=1), ds, model=own)
+    with pytest.raises(ValueError, match="a model of yours starts as its own layers say"):
+        train(TrainConfig(task="graph", init="torch", epochs=1), ds, model=own)
     # through the trainer: a link run's encoder and MLP decoder start with biases
     run = train(TrainConfig(task="link", decoder="mlp", init="torch", layers=2, hidden=8,
                             fanouts=(3, 3), epochs=0, eval_mode="none", progress=False), ds)

@@ -346,17 +346,18 @@ def test_steps_sampled_ahead_are_free_on_resume(tmp_path):
         ck.check(1, {"identity": {**before, "hidden": 64}}, ident)
 
 
-def test_a_field_newer_than_the_checkpoint_resumes_at_its_default(tmp_path):
+def test_a_field_added_since_the_checkpoint_resumes_at_what_runs_did_before(tmp_path):
     """A checkpoint written before `init` existed records no `init`: it resumes under
-    the default ("flax", what every run did then), not under another value."""
+    "flax" (what every run did then, `ADDED_SINCE`), not under another value; another
+    field it lacks is still refused."""
     ck = Checkpointer(str(tmp_path))
     stats = {"name": "x", "nodes": 5}
     older = {k: v for k, v in identity(TrainConfig(), stats, 32).items() if k != "init"}
     ck.check(1, {"identity": older}, identity(TrainConfig(), stats, 32))
-    with pytest.raises(CheckpointMismatch, match="init absent there, 'torch' here"):
+    with pytest.raises(CheckpointMismatch, match="init 'flax' there, 'torch' here"):
         ck.check(1, {"identity": older}, identity(TrainConfig(init="torch"), stats, 32))
-    with pytest.raises(CheckpointMismatch, match="global_batch absent there, 32 here"):
-        ck.check(1, {"identity": {k: v for k, v in older.items() if k != "global_batch"}},
+    with pytest.raises(CheckpointMismatch, match="flat_outer absent there, None here"):
+        ck.check(1, {"identity": {k: v for k, v in older.items() if k != "flat_outer"}},
                  identity(TrainConfig(), stats, 32))
 
 

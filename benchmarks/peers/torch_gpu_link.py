@@ -169,7 +169,7 @@ def main(argv=None) -> int:
     t1 = time.perf_counter()
     h = layerwise_outputs(trainer.model, trainer.graph, trainer.feats, data.indptr,
                           args.infer_edges)
-    extra = {"peak_bytes": peak, "setup_seconds": setup,
+    extra = {"peak_bytes": peak, "setup_seconds": setup, "subgraph": args.subgraph,
              "eval_seconds": time.perf_counter() - t1, **link_run.link_metrics(h, data)}
     system = args.system or ("torch-gpu-link-subgraph" if args.subgraph
                              else "torch-gpu-link-eager")

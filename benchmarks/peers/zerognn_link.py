@@ -36,6 +36,7 @@ import numpy as np
 
 import zerognn_jax as zg
 from zerognn_jax._src.data.links import EvalEdges
+from zerognn_jax._src.nn.models import INITS
 from zerognn_jax._src.ops.registry import XLA
 from zerognn_jax._src.training.trainer import evaluate, prepare
 
@@ -107,7 +108,7 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--kernels", default="auto")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--init", default="flax", choices=("flax", "torch"),
+    p.add_argument("--init", default="flax", choices=INITS,
                    help="how the encoder's layers start (TrainConfig.init)")
 
 

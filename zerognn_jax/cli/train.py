@@ -96,7 +96,8 @@ HELP = {
             "ogbg-molpcba or a saved graph collection; --batch-size counts graphs; "
             "--model gin, gine, gcn, or with -virtual; --fanouts does not apply)",
     "readout": "graph task: how a graph's nodes are pooled: sum, mean, max or attention",
-    "init": "how SAGE's and the MLP's dense layers start: flax (LeCun-normal weights, zero "
+    "init": "how the dense layers of SAGE, the MLP and the link task's MLP decoder start: "
+            "flax (LeCun-normal weights, zero "
             "bias) or torch (PyG's SAGEConv and torch's Linear: uniform in "
             "+-1/sqrt(fan_in)); docs/link_prediction.md compares the two",
     "graph_aggregation": "graph task: how layers sum messages into nodes: ell (gathers "

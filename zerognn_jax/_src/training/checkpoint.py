@@ -51,9 +51,8 @@ EVALUATION = "evaluation.json"  # the last evaluated epoch's evaluation
 # is compared as the global batch, so the devices may change with the per-device
 # batch; the data are compared by their sizes, not by the name or path they were
 # loaded from) or only say how long to train, what to evaluate and where to write.
-# Every other field must match the checkpoint; one newer than the checkpoint (absent from
-# its record) matches when it holds its default, which is what the run that wrote the
-# checkpoint did (`_newer_at_default`).
+# Every other field must match the checkpoint, new ones included, except those in
+# ADDED_SINCE.
 FREE_ON_RESUME = frozenset({
     "epochs", "dataset", "root", "batch_size", "devices", "shard_features", "kernels",
     "graph_aggregation", "feature_placement", "feature_cache_gib", "host_row_order",
@@ -62,6 +61,10 @@ FREE_ON_RESUME = frozenset({
     "best_metric", "gemm_backend", "sample_ahead",
 })
 DATASET_KEYS = ("name", "nodes", "directed_edges", "features", "classes", "train")
+# TrainConfig fields added after checkpoints began to record their options, with what every
+# run did before the field existed: a checkpoint that does not record one resumes under
+# that value only.
+ADDED_SINCE = {"init": "flax"}
 
 
 class CheckpointMismatch(ValueError):
@@ -90,17 +93,6 @@ def identity(cfg, dataset_stats: dict, global_batch: int, extra: dict | None = N
         out.update({f"dataset.{k}": dataset_stats[k] for k in ("target_kind", "outputs")})
     out.update({f"custom.{k}": v for k, v in (extra or {}).items()})
     return json.loads(json.dumps(out))
-
-
-def _newer_at_default(saved: dict, current: dict) -> dict:
-    """The options of `current` that `saved` (an older identity) does not record and
-    that hold TrainConfig's default: a field added since keeps, at its default, what
-    the runs before it did."""
-    from zerognn_jax._src.training.config import TrainConfig
-
-    defaults = identity(TrainConfig(), {}, 0)
-    return {k: v for k, v in current.items()
-            if k not in saved and k != "global_batch" and k in defaults and defaults[k] == v}
 
 
 def check_epochs(epochs: int, resumable: list[int], directory: str) -> None:
@@ -356,7 +348,7 @@ class Checkpointer:
                                      f"checkpoint_dir")
         # a field made free since the checkpoint was written is free in it too
         saved = {k: v for k, v in meta["identity"].items() if k not in FREE_ON_RESUME}
-        saved.update(_newer_at_default(saved, ident))
+        saved.update({k: v for k, v in ADDED_SINCE.items() if k not in saved})
         diff = _differences(saved, ident)
         if diff:
             raise CheckpointMismatch(

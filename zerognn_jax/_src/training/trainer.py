@@ -100,6 +100,9 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     data and program.
     """
     kernels = Kernels.parse(cfg.kernels)
+    if model is not None and cfg.init != "flax":
+        raise ValueError(f"init={cfg.init!r} starts the built-in models; a model of yours "
+                         f"starts as its own layers say: drop init")
     typed = is_typed(cfg.dataset if dataset is None else dataset)
     task, dataset = task_class(cfg.task, typed=typed).build(cfg, dataset, loss=loss,
                                                             kernels=kernels)
@@ -145,9 +148,6 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                            num_classes=task.output_dim(cfg, dataset), dropout=cfg.dropout,
                            input_dropout=cfg.input_dropout, norm=cfg.norm, heads=cfg.heads,
                            dtype=dtype, edge_dim=edge_dim, init=cfg.init)
-    elif cfg.init != "flax":
-        raise ValueError(f"init={cfg.init!r} starts the built-in models; a model of yours "
-                         f"starts as its own layers say: drop init")
     else:
         model = as_linen(model)
     if optimizer is not None:
