@@ -499,6 +499,16 @@ def test_sampled_sage_link_prediction_on_cora(planetoid_root):
     assert s["test_auc"] >= 0.88, s
 
 
+def test_sampled_sage_link_prediction_on_cora_from_torchs_start(planetoid_root):
+    """The run above with its layers started as PyG's (`init="torch"`): test AUC after 8
+    epochs (CPU, JAX 0.10.2) 0.8331 / 0.8663 / 0.8718 for seeds 0-2, against 0.8963 /
+    0.8945 / 0.8941 from the default start (docs/link_prediction.md: on products-like the
+    torch start left the log 2 plateau sooner). It learns, if less well here."""
+    s = _cora_link(planetoid_root, model="sage", fanouts=(10, 10), seed=0, epochs=8,
+                   normalize_features=False, flat_outer=False, init="torch")
+    assert s["test_auc"] >= 0.82, s
+
+
 def _small_npz(tmp_path):
     g = random_graph(200, 900, seed=2)
     rs = np.random.default_rng(0)
