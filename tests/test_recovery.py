@@ -9,6 +9,7 @@ checkpoint writes too) resume to the same final parameters as an uninterrupted r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -29,6 +30,8 @@ from zerognn_jax import TrainConfig, restore, save_npz, train
 from zerognn_jax._src.data.synthetic import products_like
 from zerognn_jax._src.training import interrupts, trainer
 from zerognn_jax._src.training.checkpoint import (
+    ADDED_SINCE,
+    FREE_ON_RESUME,
     Checkpointer,
     CheckpointMismatch,
     CheckpointWarning,
@@ -359,6 +362,33 @@ def test_a_field_added_since_the_checkpoint_resumes_at_what_runs_did_before(tmp_
     with pytest.raises(CheckpointMismatch, match="flat_outer absent there, None here"):
         ck.check(1, {"identity": {k: v for k, v in older.items() if k != "flat_outer"}},
                  identity(TrainConfig(), stats, 32))
+
+
+# TrainConfig's fields as of this test; a field added later must say how checkpoints
+# written before it resume (checkpoint.ADDED_SINCE, or FREE_ON_RESUME) before it joins.
+KNOWN_FIELDS = frozenset({
+    "balance_window", "batch_size", "best_metric", "checkpoint_dir", "chunk_steps",
+    "dataset", "decoder", "dedup", "devices", "dropout", "dtype", "edge_features",
+    "embedding_dim", "engine", "envelope", "epochs", "eval_batch_size", "eval_every",
+    "eval_mode", "fanouts", "feature_cache_gib", "feature_placement", "flat_outer",
+    "gemm_backend", "graph_aggregation", "heads", "hidden", "host_row_order", "init",
+    "input_dropout", "kernels", "layers", "link_metric", "lr", "margin", "metrics_out",
+    "model", "multiple", "negative_mode", "negatives", "norm", "normalize_features",
+    "progress", "readout", "relation_fanouts", "replace", "root", "sample_ahead",
+    "sampler", "scale", "seed", "shard_features", "task", "tensorboard_dir",
+    "weight_decay"})
+
+
+def test_a_new_option_says_how_older_checkpoints_resume():
+    """Every TrainConfig field not in KNOWN_FIELDS is free on resume or listed in
+    ADDED_SINCE with what runs did before it; otherwise checkpoints written before the
+    field existed could no longer resume."""
+    new = {f.name for f in dataclasses.fields(TrainConfig)} - KNOWN_FIELDS
+    unsaid = sorted(new - FREE_ON_RESUME - set(ADDED_SINCE))
+    assert not unsaid, (f"TrainConfig fields {unsaid}: add each to checkpoint.ADDED_SINCE "
+                        f"(with the value runs had before it) or FREE_ON_RESUME, then to "
+                        f"KNOWN_FIELDS")
+    assert set(ADDED_SINCE) <= {f.name for f in dataclasses.fields(TrainConfig)}
 
 
 def test_another_dataset_is_refused(run):
