@@ -10,7 +10,7 @@ import jax
 from zerognn_jax._src.nn.graph_models import GRAPH_MODELS, READOUTS
 from zerognn_jax._src.nn.hetero import HETERO_MODELS
 from zerognn_jax._src.nn.link_heads import DECODERS
-from zerognn_jax._src.nn.models import INIT_MODELS, INITS, MODELS, NORMS
+from zerognn_jax._src.nn.models import INITS, MODELS, NORMS, check_init
 from zerognn_jax._src.ops.registry import OPS, Kernels
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
 from zerognn_jax._src.sampling.minibatch import SAMPLERS
@@ -225,6 +225,7 @@ class TrainConfig:
             value = getattr(self, name)
             if value not in options:
                 raise ValueError(f"{name} must be one of {', '.join(options)}, got {value!r}")
+        check_init(self.init, self.model)  # the built-in models' own rule
         finite = lambda x: math.isfinite(x)
         batched = issubclass(TASKS[self.task], BatchedTask)  # graph batches: no fanouts
         for hop, fanout in enumerate(self.fanouts):
@@ -251,9 +252,6 @@ class TrainConfig:
              f"input_dropout must be in [0, 1), got {self.input_dropout}"),
             (self.hidden >= 1, f"hidden must be >= 1, got {self.hidden}"),
             (self.heads >= 1, f"heads must be >= 1, got {self.heads}"),
-            (self.init == "flax" or self.model in INIT_MODELS,
-             f"init={self.init!r} applies to the models {', '.join(INIT_MODELS)}, not "
-             f"{self.model!r}: drop init"),
             (self.embedding_dim >= 0,
              f"embedding_dim must be >= 0 (0: no embeddings), got {self.embedding_dim}"),
             (batched or self.model != "gine" or self.edge_features,
