@@ -10,12 +10,14 @@ swaps one piece (how the neighbour weighted sum is written and differentiated
 two matmuls per SAGE layer, dropout, computation dtype, `flat-*`: the outermost hop not
 deduplicated, `tree-*`: no level deduplicated (every layer reads by position, no
 scatter in the backward), `*ahead-8`: steps sampled 8 at a time, `*grad-bf16`: the
-source gradient kept in bfloat16) and prints one JSON line:
+source gradient kept in bfloat16, `*-nodrop`: no dropout, `*-bias-in-product`: SAGE's
+bias folded into its product as a column of ones) and prints one JSON line:
 median epoch seconds over `--repeats` replays after a warm-up epoch, compile seconds,
 and the mean loss of the last replay (forms that only reformulate must match
-`library` to rounding; `two-matmul` initialises differently). `--profile` adds, for the
-named forms, the busiest device kernels per step with the bytes their HLO instructions
-move (`hlo_bytes`) and the achieved bandwidth, and the step's kernel count and bytes.
+`library` to rounding; `two-matmul` and `*-bias-in-product` initialise differently).
+`--profile` adds, for the named forms, the busiest device kernels per step with the
+bytes their HLO instructions move (`hlo_bytes`) and the achieved bandwidth, and the
+step's kernel count and bytes.
 `--kernels` picks the op implementations (default xla). docs/benchmarks.md has the figures.
 """
 
@@ -151,11 +153,35 @@ class TwoMatmulGNN(models.GNN):
         return SAGETwoMatmul(width, dtype=self.dtype)
 
 
+class SAGEBiasInProduct(models.SAGEConv):
+    """SAGE-mean with its bias folded into the product: [h_i ; agg ; 1 ; 0 x 7] times
+    [W ; b ; 0 x 7], so that the bias gradient comes out of the weight gradient's product
+    instead of a row reduction fused into the output gradient's kernel."""
+
+    @nn.compact
+    def __call__(self, h_src, h_dst, view):
+        agg = self.aggregate(h_src, view)
+        n, d = h_dst.shape[0], h_dst.shape[-1] + agg.shape[-1]
+        ones = jnp.ones((n, 1), h_dst.dtype)
+        both = jnp.concatenate([h_dst, agg.astype(h_dst.dtype), ones,
+                                jnp.zeros((n, 7), h_dst.dtype)], axis=-1)
+        kernel = self.param("kernel", nn.initializers.lecun_normal(), (d, self.features))
+        bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        w = jnp.concatenate([kernel, bias[None], jnp.zeros((7, self.features))], axis=0)
+        return jnp.dot(both, w.astype(self.dtype))
+
+
+class BiasInProductGNN(models.GNN):
+    def _make_conv(self, width, last):
+        return SAGEBiasInProduct(width, dtype=self.dtype)
+
+
 @dataclasses.dataclass(frozen=True)
 class Form:
     name: str
     weighted_sum: object = None  # None: the library's
     two_matmul: bool = False
+    bias_in_product: bool = False
     dropout: float = 0.5
     dtype: object = jnp.float32
     flat_outer: bool = False  # SamplerConfig.flat_outer
@@ -187,11 +213,17 @@ FORMS = {f.name: f for f in (
          weighted_sum=sum_grad_in_dtype),
     Form("tree-ahead-8", dedup=False, ahead=8),
     Form("tree-ahead-8-bf16", dedup=False, ahead=8, dtype=jnp.bfloat16),
+    Form("tree-ahead-8-nodrop", dedup=False, ahead=8, dropout=0.0),
+    Form("tree-ahead-8-bf16-nodrop", dedup=False, ahead=8, dtype=jnp.bfloat16, dropout=0.0),
+    Form("tree-ahead-8-bias-in-product", dedup=False, ahead=8, bias_in_product=True),
+    Form("tree-ahead-8-bf16-bias-in-product", dedup=False, ahead=8, dtype=jnp.bfloat16,
+         bias_in_product=True),
 )}
 
 
 def build(form: Form, base_program, base_data, num_classes):
-    cls = TwoMatmulGNN if form.two_matmul else models.GNN
+    cls = (TwoMatmulGNN if form.two_matmul else BiasInProductGNN if form.bias_in_product
+           else models.GNN)
     model = cls("sage", 256, 3, num_classes, dropout=form.dropout, dtype=form.dtype)
     data = base_data._replace(features=base_data.features.astype(form.dtype))
     kernels = base_program.kernels
@@ -227,7 +259,7 @@ def measure(form, program, data, envelope, train_idx, repeats, profile, hlo_dir=
             (compiled,) = engine.programs.values()
             text = compiled.as_text()
             record.update(profiling.step_kernel_table(profiling.find_trace(tmp), text,
-                                                         res.steps))
+                                                         res.steps, limit=30))
             if hlo_dir:
                 pathlib.Path(hlo_dir, f"{form.name}.hlo.txt").write_text(text)
     return record
