@@ -1,6 +1,6 @@
 """The XLA options the engines compile step programs with (xla_options.py): cuBLAS for
-matrix products on a GPU unless the user chose otherwise, nothing elsewhere, and an
-option name this XLA still knows."""
+matrix products and, on one device, kernels side by side on a GPU unless the user chose
+otherwise, nothing elsewhere, and option names and values this XLA still knows."""
 
 from __future__ import annotations
 
@@ -12,34 +12,52 @@ from zerognn_jax import TrainConfig, train
 from zerognn_jax._src.training import scan
 from zerognn_jax._src.training.host import HostEngine
 from zerognn_jax._src.training.scan import ScanEngine
-from zerognn_jax._src.training.xla_options import TRITON_GEMM, compiler_options, on_nvidia_gpu
+from zerognn_jax._src.training.xla_options import (
+    SCHEDULING,
+    TRITON_GEMM,
+    compiler_options,
+    on_nvidia_gpu,
+)
 
 
-def test_cublas_on_an_nvidia_gpu_only(monkeypatch):
+def test_cublas_and_concurrent_kernels_on_an_nvidia_gpu_only(monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    assert compiler_options("cublas", nvidia=True) == {TRITON_GEMM: False}
+    both = {TRITON_GEMM: False, SCHEDULING: "CONCURRENT"}
+    assert compiler_options("cublas", nvidia=True) == both
     assert compiler_options("cublas", nvidia=False) is None
-    assert compiler_options("xla", nvidia=True) is None
+    assert compiler_options("xla", nvidia=True) == {SCHEDULING: "CONCURRENT"}
+    # over several devices XLA's own scheduling stays
+    assert compiler_options("cublas", nvidia=True, devices=4) == {TRITON_GEMM: False}
+    assert compiler_options("xla", nvidia=True, devices=2) is None
 
 
 def test_the_users_choices_win(monkeypatch):
     for flags in (f"--{TRITON_GEMM}=true", f"--xla_dump_to=/tmp/x --{TRITON_GEMM}=false"):
         monkeypatch.setenv("XLA_FLAGS", flags)
-        assert compiler_options("cublas", nvidia=True) is None
+        assert compiler_options("cublas", nvidia=True) == {SCHEDULING: "CONCURRENT"}
     monkeypatch.setenv("XLA_FLAGS", f"--{TRITON_GEMM}_int4=true")  # another flag
-    assert compiler_options("cublas", nvidia=True) == {TRITON_GEMM: False}
+    assert compiler_options("cublas", nvidia=True) == {TRITON_GEMM: False,
+                                                       SCHEDULING: "CONCURRENT"}
+    monkeypatch.setenv("XLA_FLAGS", f"--{SCHEDULING}=LHS --{TRITON_GEMM}=true")
+    assert compiler_options("cublas", nvidia=True) is None
     monkeypatch.delenv("XLA_FLAGS")
     extra = {TRITON_GEMM: True, "xla_gpu_enable_latency_hiding_scheduler": True}
-    assert compiler_options("cublas", extra, nvidia=True) == extra
+    assert compiler_options("cublas", extra, nvidia=True) == {**extra,
+                                                              SCHEDULING: "CONCURRENT"}
     assert compiler_options("xla", extra, nvidia=False) == extra
 
 
-def test_this_xla_knows_the_option():
-    # An unknown name fails the compile ("No such compile option"); this one compiles
-    # on any backend, though only a GPU's compiler reads it.
+def test_this_xla_knows_the_options():
+    # An unknown name fails the compile ("No such compile option"), and so does an
+    # unknown enum value; these compile on any backend, though only a GPU's compiler
+    # reads them.
     x = jnp.ones((8, 8))
-    out = jax.jit(jnp.dot).lower(x, x).compile(compiler_options={TRITON_GEMM: False})(x, x)
+    options = compiler_options("cublas", nvidia=True)
+    assert set(options) == {TRITON_GEMM, SCHEDULING}
+    out = jax.jit(jnp.dot).lower(x, x).compile(compiler_options=options)(x, x)
     assert float(out[0, 0]) == 8.0
+    with pytest.raises(Exception, match="not a valid enum value"):
+        jax.jit(jnp.dot).lower(x, x).compile(compiler_options={SCHEDULING: "SIDEWAYS"})
 
 
 def test_engines_refuse_an_unknown_backend():
@@ -54,11 +72,15 @@ def test_training_compiles_with_the_configs_backend(monkeypatch):
     # be dropped on the way to the compiler and no other test would notice.
     asked = []
     real = scan.compiler_options
-    monkeypatch.setattr(scan, "compiler_options",
-                        lambda backend, extra=None: asked.append(backend) or real(backend, extra))
+
+    def spy(backend, extra=None, **kwargs):
+        asked.append((backend, kwargs.get("devices")))
+        return real(backend, extra, **kwargs)
+
+    monkeypatch.setattr(scan, "compiler_options", spy)
     train(TrainConfig(epochs=1, hidden=8, layers=2, fanouts=(2, 2), batch_size=64,
                       eval_mode="none", progress=False, gemm_backend="xla"))
-    assert asked and set(asked) == {"xla"}
+    assert asked and set(asked) == {("xla", 1)}  # one device: its program's shard count
 
 
 @pytest.mark.skipif(not on_nvidia_gpu(), reason="reads a CUDA compile")

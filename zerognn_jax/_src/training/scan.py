@@ -260,7 +260,8 @@ class ScanEngine:
     one vmapped call (`scan_chunk`'s `ahead`; not with `prefetch`; None: the default for
     the data's features, `steps_ahead`); the chunk programs
     compile with `gemm_backend`'s XLA options (xla_options.py: cuBLAS for matrix products
-    on a GPU by default), then `compiler_options` over them (e.g.
+    and, on one device, kernels side by side, on a GPU by default), then
+    `compiler_options` over them (e.g.
     {"xla_gpu_enable_latency_hiding_scheduler": True}; benchmarks/scaling.py measures them).
     """
 
@@ -314,7 +315,8 @@ class ScanEngine:
                 run = program.parallel.shard_chunk(run, args[1])
             t0 = time.perf_counter()
             lowered = jax.jit(run, donate_argnums=0).lower(*args)
-            options = compiler_options(self.gemm_backend, self.compiler_options)
+            options = compiler_options(self.gemm_backend, self.compiler_options,
+                                       devices=program.num_shards)
             self._programs[key] = lowered.compile(compiler_options=options)
             self.compile_seconds += time.perf_counter() - t0
         return self._programs[key]
