@@ -351,3 +351,69 @@ def test_npz_path_that_is_a_folder(tmp_path):
     (tmp_path / "d.npz").mkdir()
     with pytest.raises(FileNotFoundError, match=r"dataset file .*d\.npz is not a file"):
         load_npz(tmp_path / "d.npz")
+
+
+def test_a_graph_collection_is_told_apart_from_a_typed_dataset(tmp_path):
+    """A saved graph collection's .npz holds a `meta` entry too; only its kind makes a
+    file typed. The node task names the task that trains it, by name or by path."""
+    from zerognn_jax import molhiv_like, save_graphs, save_hetero_npz
+    from zerognn_jax._src.data.hetero_synthetic import mag_like
+    from zerognn_jax._src.data.loaders import is_typed
+
+    graphs = save_graphs(molhiv_like(0.002), tmp_path / "mol.npz")
+    typed = tmp_path / "mag.npz"
+    save_hetero_npz(mag_like(0.002), typed)
+    assert not is_typed(str(graphs)) and is_typed(str(typed))
+    for name in (str(graphs), "molhiv-like", "ogbg-molhiv"):
+        with pytest.raises(ValueError, match=rf"{re.escape(name)} is a collection of small "
+                                             r"graphs: train it with task='graph' "
+                                             r"\(--task graph\)"):
+            load_dataset(name)
+
+
+def test_missing_paths_and_unknown_names_say_which(tmp_path):
+    from zerognn_jax import load_graphs
+
+    missing = tmp_path / "nowhere" / "data"
+    with pytest.raises(FileNotFoundError, match=rf"dataset '{missing}': no such file"):
+        load_dataset(str(missing))
+    with pytest.raises(FileNotFoundError, match=r"graph dataset '.*gone\.npz': no such file"):
+        load_graphs(str(tmp_path / "gone.npz"))
+    with pytest.raises(ValueError, match=r"unknown dataset 'mag-lik'; .*typed \(task 'node'\): "
+                                         r"ogbn-mag, mag-like.*graph collections \(task "
+                                         r"'graph'\): molhiv-like"):
+        load_dataset("mag-lik")
+
+
+def test_relation_fanouts_on_a_graph_of_one_type_are_refused():
+    cfg = TrainConfig(dataset="tiny", relation_fanouts={"cites": (2, 2)}, progress=False)
+    with pytest.raises(ValueError, match=r"relation_fanouts \(--relation-fanouts\) samples "
+                                         r"the relations of a typed dataset; 'tiny' has one"):
+        trainer.prepare(cfg)
+
+
+def test_a_best_metric_the_task_never_reports_fails_before_training(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(trainer, "_train", lambda *a, **k: ran.append(1))
+    cfg = TrainConfig(dataset="tiny", epochs=1, best_metric="val_rocauc",
+                      checkpoint_dir=str(tmp_path / "ck"), progress=False)
+    with pytest.raises(ValueError, match=r"best_metric 'val_rocauc' is not a metric this "
+                                         r"task reports; choose one of train_acc, val_acc, "
+                                         r"test_acc"):
+        train(cfg)
+    assert not ran and not any((tmp_path / "ck").iterdir())
+    train(dataclasses.replace(cfg, best_metric="val_acc"))  # a reported one passes on
+    assert ran
+
+
+def test_a_graph_collection_directory_is_readable_by_others(tmp_path):
+    import os
+
+    from zerognn_jax import molhiv_like, save_graphs
+
+    old = os.umask(0o022)
+    try:
+        save_graphs(molhiv_like(0.002), tmp_path / "mol")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "mol").stat().st_mode & 0o777 == 0o755

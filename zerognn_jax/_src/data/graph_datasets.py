@@ -56,5 +56,7 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
         return load_ogbg(key, root)
     if is_graphs_path(name):
         return load_graphs_file(name)
+    if (os.sep in name or name.endswith(".npz")) and not Path(name).exists():
+        raise FileNotFoundError(f"graph dataset {name!r}: no such file or directory")
     raise ValueError(f"unknown graph dataset {name!r}; valid names: "
                      f"{', '.join(GRAPH_DATASET_NAMES)}")

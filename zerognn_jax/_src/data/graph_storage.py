@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from zerognn_jax._src.data.graphs import GraphCollection
-from zerognn_jax._src.data.writes import atomic_write, writing
+from zerognn_jax._src.data.writes import atomic_write, umask, writing
 
 FORMAT, VERSION = "zerognn-graphs", 1
 ARRAYS = ("node_offsets", "edge_offsets", "senders", "receivers", "node_features",
@@ -61,6 +61,7 @@ def save_graphs(collection: GraphCollection, path: str | os.PathLike) -> Path:
     with writing("graph collection directory", path):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part"))
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it 0700
         try:
             for key, values in _arrays(collection).items():
                 np.save(tmp / f"{key}.npy", values)

@@ -153,7 +153,7 @@ def load_hetero_dir(path: str | os.PathLike) -> HeteroDataset:
 
 
 def is_hetero_path(path: str | os.PathLike) -> bool:
-    """Whether `path` is a typed dataset directory, or an `.npz` holding `meta`."""
+    """Whether `path` is a typed dataset directory or `.npz` (its `meta` says "hetero")."""
     path = Path(path)
     if (path / storage.META).is_file():
         try:
@@ -161,10 +161,10 @@ def is_hetero_path(path: str | os.PathLike) -> bool:
         except (OSError, ValueError, AttributeError):
             return False
     if path.suffix == ".npz" and path.is_file():
-        try:
-            with zipfile.ZipFile(path) as zf:
-                return "meta.npy" in zf.namelist()
-        except (OSError, zipfile.BadZipFile):
+        try:  # a graph collection's .npz has a `meta` too: its kind tells them apart
+            with np.load(path, allow_pickle=False) as npz:
+                return "meta" in npz.files and json.loads(str(npz["meta"])).get("kind") == KIND
+        except (OSError, ValueError, AttributeError, zipfile.BadZipFile):
             return False
     return False
 

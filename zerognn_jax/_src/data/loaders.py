@@ -16,6 +16,7 @@ import numpy as np
 
 from zerognn_jax._src.data import ogb, planetoid
 from zerognn_jax._src.data.dataset import Dataset
+from zerognn_jax._src.data.graph_datasets import GRAPH_DATASET_NAMES, is_graph_dataset
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset
 from zerognn_jax._src.data.hetero_storage import (
     is_hetero_path,
@@ -79,6 +80,9 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
     if key in HETERO_NAMES or is_hetero_path(name):
         raise ValueError(f"{name} is a typed (heterogeneous) dataset: load it with "
                          "load_hetero_dataset (zg.train reads it by name)")
+    if is_graph_dataset(name):
+        raise ValueError(f"{name} is a collection of small graphs: train it with "
+                         "task='graph' (--task graph); load_graphs reads it")
     if name.endswith(".npz"):
         return load_npz(name)
     if is_dataset_dir(name):
@@ -107,7 +111,11 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
         return _tiny(seed)
     if key == "rmat":
         return _cached(root, f"rmat-{scale:g}-{seed}", lambda: rmat(_rmat_log2(scale), seed=seed))
-    raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASET_NAMES)}")
+    if (os.sep in name or name.endswith(".npz")) and not Path(name).exists():
+        raise FileNotFoundError(f"dataset {name!r}: no such file or directory")
+    raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASET_NAMES)}; "
+                     f"typed (task 'node'): {', '.join(HETERO_NAMES)}; graph collections "
+                     f"(task 'graph'): {', '.join(GRAPH_DATASET_NAMES)}")
 
 
 def _tiny(seed: int) -> Dataset:

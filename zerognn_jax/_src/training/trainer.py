@@ -104,6 +104,10 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         raise ValueError(f"init={cfg.init!r} starts the built-in models; a model of yours "
                          f"starts as its own layers say: drop init")
     typed = is_typed(cfg.dataset if dataset is None else dataset)
+    if cfg.relation_fanouts and not typed:
+        raise ValueError(f"relation_fanouts (--relation-fanouts) samples the relations of a "
+                         f"typed dataset; {cfg.dataset if dataset is None else dataset.name!r} "
+                         f"has one node and one edge type: give fanouts (--fanouts)")
     task, dataset = task_class(cfg.task, typed=typed).build(cfg, dataset, loss=loss,
                                                             kernels=kernels)
     if isinstance(task, BatchedTask):
@@ -305,6 +309,7 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
                                      None if loss is None else program.task, dataset),
         model=None if model is None else model_name(model))
     interrupts.check("loading the data")
+    _check_best_metric(cfg, program.task, dataset)
     ckpt = None
     if cfg.checkpoint_dir:
         from zerognn_jax._src.training.checkpoint import Checkpointer  # orbax takes ~1 s
@@ -478,6 +483,18 @@ def starting_envelope(cfg: TrainConfig, program, data, dataset):
                            program.sampler, method=cfg.envelope, seed=cfg.seed,
                            policy=cfg.envelope_policy, kernels=program.kernels,
                            source=program.task)
+
+
+def _check_best_metric(cfg, task, dataset) -> None:
+    """Refuses, before anything is trained or written, a `best_metric` that no split of
+    the task's metrics names (`metric_names`, prefixed by train, val or test)."""
+    names = task.metric_names(dataset) if cfg.best_metric else None
+    if not names:  # nothing to check, or a task that does not list its metrics
+        return
+    known = [f"{split}_{name}" for split in ("train", "val", "test") for name in names]
+    if cfg.best_metric not in known:
+        raise ValueError(f"best_metric {cfg.best_metric!r} is not a metric this task "
+                         f"reports; choose one of {', '.join(known)}")
 
 
 def _best_checkpoint(cfg, history):
