@@ -26,8 +26,12 @@ import argparse
 import json
 import sys
 
+from zerognn_jax._src.data.graph_datasets import (
+    GRAPH_DATASET_NAMES,
+    is_graph_dataset,
+    load_graphs,
+)
 from zerognn_jax._src.data.graph_datasets import PRESETS as GRAPH_PRESETS
-from zerognn_jax._src.data.graph_datasets import is_graph_dataset, load_graphs
 from zerognn_jax._src.data.graph_storage import save_graphs
 from zerognn_jax._src.data.hetero_storage import is_hetero_path, save_hetero_dir, save_hetero_npz
 from zerognn_jax._src.data.loaders import (
@@ -55,7 +59,8 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
     data = subparsers.add_parser("data", help="inspect or generate datasets")
     commands = data.add_subparsers(dest="data_command", required=True)
     info = commands.add_parser("info", help="print a dataset's statistics as JSON")
-    info.add_argument("name", help=f"one of: {', '.join(DATASET_NAMES + HETERO_NAMES)}")
+    info.add_argument("name", help="one of: " + ", ".join(
+        DATASET_NAMES + HETERO_NAMES + GRAPH_DATASET_NAMES))
     info.add_argument("--root", default=None, help="data folder (see docs/datasets.md)")
     info.add_argument("--download", action="store_true", help="fetch missing Planetoid files")
     _add_size_options(info)

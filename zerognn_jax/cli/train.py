@@ -8,8 +8,9 @@ import os
 from zerognn_jax.cli.flags import add_config_flags, config_from_args
 
 HELP = {
-    "dataset": "tiny (embedded synthetic), products-like, rmat, cora, citeseer, pubmed, "
-               "ogbn-arxiv, ogbn-products, ogbn-papers100M, or a .npz file; graph task: "
+    "dataset": "tiny (embedded synthetic), products-like, proteins-like, papers100m-like, "
+               "rmat, cora, citeseer, pubmed, ogbn-arxiv, ogbn-products, ogbn-papers100M, "
+               "ogbn-proteins, a .npz file or a dataset directory; graph task: "
                "molhiv-like, molpcba-like, ogbg-molhiv, ogbg-molpcba, a graphs .npz; typed "
                "(node task): mag-like, igbh-like, ogbn-mag, a typed .npz or directory",
     "root": "folder holding dataset files (OGB layout, Planetoid files, generator cache)",
