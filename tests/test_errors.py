@@ -385,11 +385,15 @@ def test_missing_paths_and_unknown_names_say_which(tmp_path):
         load_dataset("mag-lik")
 
 
-def test_relation_fanouts_on_a_graph_of_one_type_are_refused():
+def test_typed_options_on_a_graph_of_one_type_are_refused():
     cfg = TrainConfig(dataset="tiny", relation_fanouts={"cites": (2, 2)}, progress=False)
     with pytest.raises(ValueError, match=r"relation_fanouts \(--relation-fanouts\) samples "
                                          r"the relations of a typed dataset; 'tiny' has one"):
         trainer.prepare(cfg)
+    with pytest.raises(ValueError, match=r"model 'rsage' is a relational model for typed "
+                                         r"datasets; 'tiny' has one node and one edge type: "
+                                         r"choose one of sage, "):
+        trainer.prepare(TrainConfig(dataset="tiny", model="rsage", progress=False))
 
 
 def test_a_best_metric_the_task_never_reports_fails_before_training(tmp_path, monkeypatch):

@@ -263,6 +263,18 @@ def test_from_hetero_data_reads_pyg_layout():
     _same(ds, back)
 
 
+def test_from_hetero_data_names_a_bad_target_or_labels():
+    ds = _dataset(node_info={})
+    with pytest.raises(ValueError, match=r"target_type 'venue' is not a node type "
+                                         r"\(author, paper, field\)"):
+        zg.from_hetero_data(_FakeHeteroData(ds), target_type="venue")
+    data = _FakeHeteroData(ds)
+    data["paper"]["y"] = data["paper"]["y"][:3]
+    with pytest.raises(ValueError, match=r"node type 'paper' has 5 nodes but its labels \(y\) "
+                                         r"have shape \(3, 1\): one label per node"):
+        zg.from_hetero_data(data)
+
+
 def test_hetero_data_round_trip_with_torch():
     pytest.importorskip("torch")
     pytest.importorskip("torch_geometric")

@@ -215,10 +215,17 @@ def from_hetero_data(data, target_type: str | None = None, *, name: str = "heter
             weights[tuple(rel)] = _numpy(store.edge_weight)
         if _store_has(store, "edge_attr"):
             tables[tuple(rel)] = _numpy(store.edge_attr)
+    if target_type not in counts:
+        raise ValueError(f"target_type {target_type!r} is not a node type "
+                         f"({', '.join(counts)})")
     target = data[target_type]
     if not _store_has(target, "y"):
         raise ValueError(f"node type {target_type!r} has no labels (y)")
-    labels = _numpy(target.y).reshape(counts[target_type], -1)[:, 0]
+    y = _numpy(target.y)
+    if y.ndim == 0 or y.shape[0] != counts[target_type]:
+        raise ValueError(f"node type {target_type!r} has {counts[target_type]} nodes but its "
+                         f"labels (y) have shape {y.shape}: one label per node")
+    labels = y.reshape(counts[target_type], -1)[:, 0]
     masks = {}
     for split in SPLITS:
         if not _store_has(target, f"{split}_mask"):

@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.loaders import is_typed, row_normalize
 from zerognn_jax._src.nn.bridge import as_linen, model_name
-from zerognn_jax._src.nn.models import EDGE_MODELS, GNN, count_params, make_model
+from zerognn_jax._src.nn.hetero import HETERO_MODELS
+from zerognn_jax._src.nn.models import EDGE_MODELS, GNN, MODELS, count_params, make_model
 from zerognn_jax._src.ops.host_rows import device_bytes, is_host_resident
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
@@ -104,10 +105,15 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         raise ValueError(f"init={cfg.init!r} starts the built-in models; a model of yours "
                          f"starts as its own layers say: drop init")
     typed = is_typed(cfg.dataset if dataset is None else dataset)
+    name = cfg.dataset if dataset is None else dataset.name
     if cfg.relation_fanouts and not typed:
         raise ValueError(f"relation_fanouts (--relation-fanouts) samples the relations of a "
-                         f"typed dataset; {cfg.dataset if dataset is None else dataset.name!r} "
-                         f"has one node and one edge type: give fanouts (--fanouts)")
+                         f"typed dataset; {name!r} has one node and one edge type: give "
+                         f"fanouts (--fanouts)")
+    if model is None and cfg.model in HETERO_MODELS and not typed and cfg.task != "graph":
+        raise ValueError(f"model {cfg.model!r} is a relational model for typed datasets; "
+                         f"{name!r} has one node and one edge type: choose one of "
+                         f"{', '.join(MODELS)}")
     task, dataset = task_class(cfg.task, typed=typed).build(cfg, dataset, loss=loss,
                                                             kernels=kernels)
     if isinstance(task, BatchedTask):
