@@ -375,7 +375,8 @@ def test_missing_paths_and_unknown_names_say_which(tmp_path):
     from zerognn_jax import load_graphs
 
     missing = tmp_path / "nowhere" / "data"
-    with pytest.raises(FileNotFoundError, match=rf"dataset '{missing}': no such file"):
+    with pytest.raises(FileNotFoundError,
+                       match=rf"dataset '{re.escape(str(missing))}': no such file"):
         load_dataset(str(missing))
     with pytest.raises(FileNotFoundError, match=r"graph dataset '.*gone\.npz': no such file"):
         load_graphs(str(tmp_path / "gone.npz"))
@@ -385,11 +386,16 @@ def test_missing_paths_and_unknown_names_say_which(tmp_path):
         load_dataset("mag-lik")
 
 
-def test_typed_options_on_a_graph_of_one_type_are_refused():
+def test_typed_options_on_a_graph_of_one_type_are_refused(monkeypatch):
+    ran = []
+    monkeypatch.setattr(trainer, "_train", lambda *a, **k: ran.append(1))
     cfg = TrainConfig(dataset="tiny", relation_fanouts={"cites": (2, 2)}, progress=False)
     with pytest.raises(ValueError, match=r"relation_fanouts \(--relation-fanouts\) samples "
-                                         r"the relations of a typed dataset; 'tiny' has one"):
-        trainer.prepare(cfg)
+                                         r"the relations of a typed dataset; 'tiny' has one "
+                                         r"node and one edge type: give fanouts"):
+        train(cfg)
+    assert not ran
+    trainer.prepare(cfg)  # a run restored from an older checkpoint that recorded it
     with pytest.raises(ValueError, match=r"model 'rsage' is a relational model for typed "
                                          r"datasets; 'tiny' has one node and one edge type: "
                                          r"choose one of sage, "):
@@ -408,6 +414,13 @@ def test_a_best_metric_the_task_never_reports_fails_before_training(tmp_path, mo
     assert not ran and not any((tmp_path / "ck").iterdir())
     train(dataclasses.replace(cfg, best_metric="val_acc"))  # a reported one passes on
     assert ran
+    # a task of one's own: names plain or prefixed pass, and one that lists none is not
+    # checked here
+    for names, metric in ((("acc",), "val_acc"), (("val_f1",), "val_f1"), (None, "val_x")):
+        task = type("Task", (), {})()
+        if names is not None:
+            task.metric_names = lambda dataset, names=names: names
+        trainer._check_best_metric(dataclasses.replace(cfg, best_metric=metric), task, None)
 
 
 def test_a_graph_collection_directory_is_readable_by_others(tmp_path):

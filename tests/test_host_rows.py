@@ -298,9 +298,6 @@ def test_auto_placement_keeps_room_for_the_step():
      "keeps its graphs' features on the device"),
     (dict(feature_placement="gpu"), "feature_placement must be one of auto, device, host"),
     (dict(feature_cache_gib=-1.0), "feature_cache_gib must be >= 0"),
-    (dict(feature_placement="device", feature_cache_gib=2.0),
-     "feature_cache_gib 2.0 sizes the device cache of a host table; feature_placement "
-     "'device' keeps the whole table on the device: drop one"),
 ])
 def test_config_refuses_host_placement_where_it_cannot_work(overrides, message):
     with pytest.raises(ValueError, match=message):

@@ -47,10 +47,11 @@ def test_the_users_choices_win(monkeypatch):
     assert compiler_options("xla", extra, nvidia=False) == extra
 
 
-def test_this_xla_knows_the_options():
+def test_this_xla_knows_the_options(monkeypatch):
     # An unknown name fails the compile ("No such compile option"), and so does an
     # unknown enum value; these compile on any backend, though only a GPU's compiler
     # reads them.
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
     x = jnp.ones((8, 8))
     options = compiler_options("cublas", nvidia=True)
     assert set(options) == {TRITON_GEMM, SCHEDULING}

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -164,7 +165,8 @@ def is_hetero_path(path: str | os.PathLike) -> bool:
         try:  # a graph collection's .npz has a `meta` too: its kind tells them apart
             with np.load(path, allow_pickle=False) as npz:
                 return "meta" in npz.files and json.loads(str(npz["meta"])).get("kind") == KIND
-        except (OSError, ValueError, AttributeError, zipfile.BadZipFile):
+        except (OSError, ValueError, AttributeError, EOFError, zipfile.BadZipFile,
+                zlib.error):  # unreadable: not a typed dataset file
             return False
     return False
 

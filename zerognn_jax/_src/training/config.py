@@ -293,10 +293,6 @@ class TrainConfig:
                                                 and finite(self.feature_cache_gib)),
              f"feature_cache_gib must be >= 0 and finite (or None: sized by the device), "
              f"got {self.feature_cache_gib}"),
-            (self.feature_cache_gib is None or self.feature_placement != "device",
-             f"feature_cache_gib {self.feature_cache_gib} sizes the device cache of a host "
-             f"table; feature_placement 'device' keeps the whole table on the device: drop "
-             f"one"),
             (self.feature_placement != "host" or not self.shard_features,
              "feature_placement 'host' keeps one table in host memory that every device "
              "reads: drop shard_features"),

@@ -105,15 +105,10 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         raise ValueError(f"init={cfg.init!r} starts the built-in models; a model of yours "
                          f"starts as its own layers say: drop init")
     typed = is_typed(cfg.dataset if dataset is None else dataset)
-    name = cfg.dataset if dataset is None else dataset.name
-    if cfg.relation_fanouts and not typed:
-        raise ValueError(f"relation_fanouts (--relation-fanouts) samples the relations of a "
-                         f"typed dataset; {name!r} has one node and one edge type: give "
-                         f"fanouts (--fanouts)")
     if model is None and cfg.model in HETERO_MODELS and not typed and cfg.task != "graph":
         raise ValueError(f"model {cfg.model!r} is a relational model for typed datasets; "
-                         f"{name!r} has one node and one edge type: choose one of "
-                         f"{', '.join(MODELS)}")
+                         f"{_name(cfg, dataset)!r} has one node and one edge type: choose "
+                         f"one of {', '.join(MODELS)}")
     task, dataset = task_class(cfg.task, typed=typed).build(cfg, dataset, loss=loss,
                                                             kernels=kernels)
     if isinstance(task, BatchedTask):
@@ -315,6 +310,7 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
                                      None if loss is None else program.task, dataset),
         model=None if model is None else model_name(model))
     interrupts.check("loading the data")
+    _check_typed_options(cfg, dataset)
     _check_best_metric(cfg, program.task, dataset)
     ckpt = None
     if cfg.checkpoint_dir:
@@ -491,14 +487,32 @@ def starting_envelope(cfg: TrainConfig, program, data, dataset):
                            source=program.task)
 
 
+def _name(cfg, dataset) -> str:
+    return cfg.dataset if dataset is None else getattr(dataset, "name", type(dataset).__name__)
+
+
+def _check_typed_options(cfg, dataset) -> None:
+    """Refuses, before training (not in `prepare`: a run restored from an older
+    checkpoint may have recorded it unused), relation fanouts on a dataset without
+    relations."""
+    if cfg.relation_fanouts and not is_typed(dataset):
+        fix = ("graph tasks sample no neighbours" if cfg.task == "graph"
+               else "give fanouts (--fanouts)")
+        raise ValueError(f"relation_fanouts (--relation-fanouts) samples the relations of a "
+                         f"typed dataset; {_name(cfg, dataset)!r} has one node and one edge "
+                         f"type: {fix}")
+
+
 def _check_best_metric(cfg, task, dataset) -> None:
-    """Refuses, before anything is trained or written, a `best_metric` that no split of
-    the task's metrics names (`metric_names`, prefixed by train, val or test)."""
-    names = task.metric_names(dataset) if cfg.best_metric else None
-    if not names:  # nothing to check, or a task that does not list its metrics
+    """Refuses, before anything is trained or written, a `best_metric` that the task's
+    metrics (`metric_names`: plain, "acc", and prefixed by a split, "val_acc") do not
+    name. A task that does not list its metrics is not checked here."""
+    names = getattr(task, "metric_names", None)
+    names = tuple(names(dataset) or ()) if cfg.best_metric and names is not None else ()
+    if not names:
         return
     known = [f"{split}_{name}" for split in ("train", "val", "test") for name in names]
-    if cfg.best_metric not in known:
+    if cfg.best_metric not in known and cfg.best_metric not in names:
         raise ValueError(f"best_metric {cfg.best_metric!r} is not a metric this task "
                          f"reports; choose one of {', '.join(known)}")
 

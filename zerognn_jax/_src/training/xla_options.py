@@ -12,10 +12,10 @@ XLA runs a step's kernels as CUDA graphs (command buffers), by default one after
 in the order of its schedule. A program on one device compiles with
 `xla_gpu_command_buffer_scheduling_mode=CONCURRENT`, which lets kernels that share no
 buffer run side by side: a GNN step has many small kernels on independent branches
-(relations, heads, a virtual node beside the node MLP, the optimizer's leaves). On an
-H100 that made molhiv-like's batch-32 epoch 1.35x faster, mag-like's 1.13x and
-products-like's bfloat16 one 1.06x (docs/benchmarks.md, "Kernels side by side"). Programs
-over several devices keep XLA's default (their collectives were not measured with it).
+(relations, a virtual node beside the node MLP). On an H100 that made molhiv-like's
+batch-32 epoch 1.35x faster, mag-like's 1.15x and products-like's bfloat16 one 1.07x
+(docs/benchmarks.md, "Kernels side by side"). Programs over several devices keep XLA's
+default (their collectives were not measured with it).
 
 Other devices get no option (AMD GPUs too: unmeasured there). A user's XLA_FLAGS that
 set either flag win over its default, and options passed explicitly
