@@ -1,6 +1,7 @@
 """Typed node classification through `zg.train`: learning, overflow recovery, the
 one-type case against the homogeneous run, checkpoints, and the refused options."""
 
+import argparse
 import dataclasses
 import logging
 import re
@@ -334,6 +335,9 @@ def test_config_and_flag_of_relation_fanouts():
     from zerognn_jax.cli.flags import fanout_dict
 
     assert fanout_dict("cites=25,20; writes=10,0") == {"cites": (25, 20), "writes": (10, 0)}
+    with pytest.raises(argparse.ArgumentTypeError,
+                       match=r"relation 'cites' is given twice in 'cites=1,1; cites=2,2'"):
+        fanout_dict("cites=1,1; cites=2,2")
 
 
 def test_a_run_over_device_memory_stops_before_compiling(mag, monkeypatch):

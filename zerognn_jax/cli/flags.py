@@ -34,6 +34,9 @@ def fanout_dict(text: str) -> dict[str, tuple[int, ...]]:
         if not sep or not name.strip():
             raise argparse.ArgumentTypeError(
                 f"expected name=N,N,... entries separated by ';', got {part.strip()!r}")
+        if name.strip() in out:
+            raise argparse.ArgumentTypeError(
+                f"relation {name.strip()!r} is given twice in {text!r}: give it once")
         out[name.strip()] = int_tuple(values)
     return out
 
