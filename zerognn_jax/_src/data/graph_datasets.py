@@ -10,6 +10,7 @@ from zerognn_jax._src.data.graph_storage import is_graphs_path, load_graphs_file
 from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.molecules import molhiv_like, molpcba_like
 from zerognn_jax._src.data.ogbg import GRAPH_SPECS, load_ogbg
+from zerognn_jax._src.data.storage import names_a_missing_path
 
 PRESETS = {"molhiv-like": molhiv_like, "molpcba-like": molpcba_like}
 GRAPH_DATASET_NAMES = (*PRESETS, *GRAPH_SPECS, "<graphs>.npz", "<graphs directory>")
@@ -56,7 +57,7 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
         return load_ogbg(key, root)
     if is_graphs_path(name):
         return load_graphs_file(name)
-    if (os.sep in name or name.endswith(".npz")) and not Path(name).exists():
+    if names_a_missing_path(name):
         raise FileNotFoundError(f"graph dataset {name!r}: no such file or directory")
     raise ValueError(f"unknown graph dataset {name!r}; valid names: "
                      f"{', '.join(GRAPH_DATASET_NAMES)}")

@@ -30,7 +30,14 @@ from zerognn_jax._src.data.mag import load_mag, mag_folder
 from zerognn_jax._src.data.papers import papers100m_like, write_papers100m_like
 from zerognn_jax._src.data.planetoid import row_normalize
 from zerognn_jax._src.data.proteins import proteins_like
-from zerognn_jax._src.data.storage import is_dataset_dir, load_dir, load_npz, save_dir, save_npz
+from zerognn_jax._src.data.storage import (
+    is_dataset_dir,
+    load_dir,
+    load_npz,
+    names_a_missing_path,
+    save_dir,
+    save_npz,
+)
 from zerognn_jax._src.data.synthetic import products_like, rmat
 
 __all__ = ["DATASET_NAMES", "HETERO_NAMES", "is_typed", "load_dataset", "load_hetero_dataset",
@@ -111,7 +118,7 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
         return _tiny(seed)
     if key == "rmat":
         return _cached(root, f"rmat-{scale:g}-{seed}", lambda: rmat(_rmat_log2(scale), seed=seed))
-    if (os.sep in name or name.endswith(".npz")) and not Path(name).exists():
+    if names_a_missing_path(name):
         raise FileNotFoundError(f"dataset {name!r}: no such file or directory")
     raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASET_NAMES)}; "
                      f"typed (task 'node'): {', '.join(HETERO_NAMES)}; graph collections "

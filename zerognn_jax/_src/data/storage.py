@@ -233,6 +233,12 @@ def save_dir(dataset: Dataset, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
+def names_a_missing_path(name: str) -> bool:
+    """Whether `name` reads as a path (a directory separator, or an `.npz` ending) that
+    names nothing on disk: the loaders then say so rather than "unknown dataset"."""
+    return (os.sep in name or name.endswith(".npz")) and not Path(name).exists()
+
+
 def is_dataset_dir(path: str | os.PathLike) -> bool:
     return (Path(path) / META).is_file()
 

@@ -507,8 +507,10 @@ def _check_best_metric(cfg, task, dataset) -> None:
     """Refuses, before anything is trained or written, a `best_metric` that the task's
     metrics (`metric_names`: plain, "acc", and prefixed by a split, "val_acc") do not
     name. A task that does not list its metrics is not checked here."""
-    names = getattr(task, "metric_names", None)
-    names = tuple(names(dataset) or ()) if cfg.best_metric and names is not None else ()
+    listed = getattr(task, "metric_names", None)
+    if not cfg.best_metric or listed is None:
+        return
+    names = tuple(listed(dataset) or ())
     if not names:
         return
     known = [f"{split}_{name}" for split in ("train", "val", "test") for name in names]
