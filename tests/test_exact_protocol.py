@@ -11,6 +11,7 @@ from conftest import labelled_dataset, mean_layer
 from flax import nnx
 
 import zerognn_jax as zg
+from zerognn_jax._src.training import evaluate
 
 N, D, CLASSES = 240, 8, 3
 
@@ -140,3 +141,17 @@ def test_a_link_encoder_without_layer_is_evaluated_sampled(dataset):
     assert result.summary["eval_mode"] == "sampled"
     assert 0.0 <= result.summary["test_auc"] <= 1.0
     assert zg.LinkModel(NoLayers(8), zg.DotDecoder()).num_layers is None
+
+
+def test_a_chunk_of_exact_inference_runs_no_loop_of_its_own(dataset):
+    """A layer's program loops over its chunks and nothing else: the row of each edge slot
+    comes from an unrolled binary search, where JAX's default search is a `while` inside
+    every chunk (on a GPU a kernel and two copies of the slots' bounds per step of the
+    search: most of a chunk's time on products-like)."""
+    res = zg.train(config(eval_mode="none"), dataset)
+    h = evaluate.model_inputs(res.program, res.variables, res.data.features)
+    plan = evaluate.plan_chunks(res.data.graph.indptr, 8, budget_bytes=64 * 32 * 4)
+    assert plan.num_chunks > 1
+    text = evaluate._layer_rows.lower(res.program, res.variables, h, res.data.graph, 0,
+                                      layer=0, plan=plan, length=N).as_text()
+    assert text.count("stablehlo.while") == 1

@@ -95,6 +95,17 @@ def test_pack_compares_or_searches_alike(molecules, monkeypatch):
     assert int(np.asarray(packed[0].node_graph).max()) == 28  # the padding graph's slot
 
 
+def test_pack_searches_without_a_loop(monkeypatch):
+    """Above COMPARE_ALL_LIMIT the binary search is unrolled: JAX's default search would
+    put a `while` of log2(B) iterations inside every step's program."""
+    monkeypatch.setattr(graph_batch, "COMPARE_ALL_LIMIT", 0)
+    ends = jnp.asarray([3, 3, 9, 20], jnp.int32)
+    text = jax.jit(lambda e: graph_batch._slot_graph(e, 24)).lower(ends).as_text()
+    assert "stablehlo.while" not in text
+    np.testing.assert_array_equal(np.asarray(graph_batch._slot_graph(ends, 24)),
+                                  [0, 0, 0] + [2] * 6 + [3] * 11 + [4] * 4)
+
+
 def test_readouts():
     graphs = zg.Graphs(jnp.array([[1.0], [3.0], [5.0], [0.0]]), None, jnp.zeros(1, jnp.int32),
                        jnp.zeros(1, jnp.int32), jnp.array([2, 1, 1]), jnp.array([0, 0, 1]),

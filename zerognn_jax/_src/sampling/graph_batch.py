@@ -173,11 +173,12 @@ def _slot_graph(ends: jax.Array, capacity: int) -> jax.Array:
     running count of slots up to and including it).
 
     Up to COMPARE_ALL_LIMIT pairs (molhiv-like at 256 graphs a batch: 4.3M), every
-    position is compared with every end and the hits summed: no loop, where the binary
-    search is a `while` of log2(B) iterations inside every step's GPU program. A CPU
-    writes the comparisons out (32 MB at the limit), and the work grows as B x
-    capacity, so larger batches search."""
-    method = "compare_all" if ends.shape[0] * capacity <= COMPARE_ALL_LIMIT else "scan"
+    position is compared with every end and the hits summed. A CPU writes the
+    comparisons out (32 MB at the limit), and the work grows as B x capacity, so larger
+    batches search, with the binary search unrolled: JAX's default search is a `while`
+    of log2(B) iterations, on a GPU a kernel and copies each, inside every step."""
+    method = ("compare_all" if ends.shape[0] * capacity <= COMPARE_ALL_LIMIT
+              else "scan_unrolled")
     return jnp.searchsorted(ends, jnp.arange(capacity, dtype=ends.dtype), side="right",
                             method=method).astype(jnp.int32)
 

@@ -111,7 +111,10 @@ def _chunk_rows(program: StepProgram, variables, h, graph, deg, r0, *, layer: in
     local = (ptr - ptr[0]).astype(jnp.int32)  # offsets within the chunk: small
     mask = slots < local[-1]
     src = take_edges(indices, jnp.where(mask, edge_ids(ptr[0], slots), 0))
-    dst = jnp.clip(jnp.searchsorted(local, slots, side="right") - 1, 0, rows - 1)
+    # the binary search unrolled: the default method is a `while` of log2(rows) steps,
+    # each a kernel and two copies of the slots' bounds on a GPU (most of a chunk's time)
+    dst = jnp.clip(jnp.searchsorted(local, slots, side="right", method="scan_unrolled") - 1,
+                   0, rows - 1)
     edge_rows = _chunk_edge_rows(graph.edge_features, ptr[0], slots, mask)
     dst, every = dst.astype(jnp.int32), jnp.ones((rows,), bool)
     if is_host_resident(h):  # the chunk's rows read from host memory, edge by edge
