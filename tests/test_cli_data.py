@@ -47,6 +47,22 @@ def test_info_planetoid_with_root(capsys):
          "zerognn: error: scale applies to products-like and rmat only"),
         (["data", "generate", "rmat", "--out", "graph.bin"],
          "zerognn: error: --out must end in .npz, got 'graph.bin'"),
+        (["data", "generate", "molhiv-like", "--out", "/nonexistent/m.npz",
+          "--feature-dtype", "bfloat16"],
+         "zerognn: error: --feature-dtype bfloat16 does not apply to molhiv-like: its atom "
+         "features are categorical ids (int32) that the graph task embeds; leave "
+         "--feature-dtype out\n"),
+        (["data", "generate", "molpcba-like", "--out", "/nonexistent/m",
+          "--feature-dtype", "float32"],
+         "zerognn: error: --feature-dtype float32 does not apply to molpcba-like"),
+        (["data", "generate", "products-like", "--out", "/nonexistent/p.npz",
+          "--feature-dtype", "float32"],
+         "zerognn: error: --feature-dtype float32 applies to papers100m-like written to a "
+         "directory only; products-like keeps its generator's features"),
+        (["data", "generate", "papers100m-like", "--out", "/nonexistent/p.npz",
+          "--feature-dtype", "bfloat16"],
+         "zerognn: error: --feature-dtype bfloat16 applies to papers100m-like written to a "
+         "directory, not to --out /nonexistent/p.npz: give --out a directory"),
     ],
 )
 def test_errors_go_to_stderr_with_exit_code_2(argv, message, capsys):

@@ -76,7 +76,10 @@ def test_gat_without_edge_dim_has_no_edge_parameters(block):
 def test_missing_or_mismatched_edge_features_are_named(block):
     h, ell, _ = block
     bare = EllView(ell.nbr, ell.mask, ell.dst_valid, ell.dst_deg, ell.src_deg)
-    with pytest.raises(ValueError, match="reads edge features, and its view carries none"):
+    with pytest.raises(ValueError, match=r"reads edge features, and its view carries none: "
+                                         r"build the views with zg.views_for\(mb, "
+                                         r"edge_table=...\) from blocks sampled with "
+                                         r"SamplerConfig\(edge_ids=True\)"):
         GINEConv(4).init(jax.random.PRNGKey(0), h, h, bare)
     with pytest.raises(ValueError, match="edge_dim 5, and its view's edge features are 3"):
         GATConv(8, heads=2, edge_dim=5).init(jax.random.PRNGKey(0), h, h, ell)

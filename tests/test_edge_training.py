@@ -91,6 +91,27 @@ def test_edge_feature_options_refuse_what_cannot_run(edge_data):
         _cfg(embedding_dim=-1)
 
 
+class _EdgeSums(nn.Module):
+    """A user's model that reads the sampled edges' features."""
+
+    @nn.compact
+    def __call__(self, x, views, *, train):
+        for view in views:
+            edges = view.sum_edges(view.edge_features())
+            x = nn.Dense(3)(jnp.concatenate([x[: view.num_dst], edges], -1))
+        return x
+
+
+def test_a_users_model_that_reads_edges_is_told_the_option_it_lacks(edge_data):
+    with pytest.raises(ValueError, match=r"the model _EdgeSums reads edge features "
+                                         r"\(view.edge_features\(\)\), and this run gives "
+                                         r"it none: pass edge_features=True "
+                                         r"\(--edge-features\)"):
+        train(_cfg(model="sage", edge_features=False), edge_data, model=_EdgeSums())
+    res = train(_cfg(model="sage"), edge_data, model=_EdgeSums())  # with the option
+    assert np.isfinite(res.history[-1]["loss"])
+
+
 def test_embedding_rows_no_step_read_stay_bit_unchanged(edge_data):
     """One epoch over a 16-node training set with fanout 1: rows no step's outermost
     level held keep their initial values; the rows it held moved."""

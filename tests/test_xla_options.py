@@ -4,12 +4,14 @@ otherwise, nothing elsewhere, and option names and values this XLA still knows."
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import jax
 import jax.numpy as jnp
 import pytest
 
 from zerognn_jax import TrainConfig, train
-from zerognn_jax._src.training import scan
+from zerognn_jax._src.training import scan, xla_options
 from zerognn_jax._src.training.host import HostEngine
 from zerognn_jax._src.training.scan import ScanEngine
 from zerognn_jax._src.training.xla_options import (
@@ -29,6 +31,34 @@ def test_cublas_and_concurrent_kernels_on_an_nvidia_gpu_only(monkeypatch):
     # over several devices XLA's own scheduling stays
     assert compiler_options("cublas", nvidia=True, devices=4) == {TRITON_GEMM: False}
     assert compiler_options("xla", nvidia=True, devices=2) is None
+
+
+def _device(platform: str, kind: str, version: str):
+    """A stand-in for a jax Device: its platform, name and client's platform version
+    (the strings the CUDA and ROCm PJRT plugins report)."""
+    return SimpleNamespace(platform=platform, device_kind=kind,
+                           client=SimpleNamespace(platform_version=version))
+
+
+CUDA = "PJRT C API\ncuda 12080\ncudnn 91000"
+NVIDIA = [_device("gpu", "Tesla V100-SXM2-16GB", CUDA),
+          _device("gpu", "NVIDIA H100 80GB HBM3", CUDA),
+          _device("gpu", "Quadro RTX 6000", "cuda 11080")]
+OTHERS = [_device("gpu", "AMD Instinct MI300X", "PJRT C API\nrocm 60200"),
+          _device("cpu", "cpu", "cpu")]
+
+
+@pytest.mark.parametrize("device", NVIDIA + OTHERS, ids=lambda d: d.device_kind)
+def test_nvidia_is_told_by_the_platform_not_the_name(device, monkeypatch):
+    """A CUDA client makes an NVIDIA GPU whatever the card calls itself (a V100 says
+    "Tesla"); a ROCm GPU and the CPU get no option."""
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    nvidia = device in NVIDIA
+    assert on_nvidia_gpu(device) is nvidia
+    monkeypatch.setattr(xla_options.jax, "devices", lambda: [device])
+    assert on_nvidia_gpu() is nvidia
+    want = {TRITON_GEMM: False, SCHEDULING: "CONCURRENT"} if nvidia else None
+    assert compiler_options("cublas") == want
 
 
 def test_the_users_choices_win(monkeypatch):

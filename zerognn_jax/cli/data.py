@@ -9,7 +9,9 @@ molhiv-like and molpcba-like write a graph collection (`--out` ending in .npz, e
 directory; `zerognn train --task graph --dataset PATH` reads it). For the others
 `--out` is a file ending in .npz, or for papers100m-like also a dataset directory of
 memory-mappable .npy files, streamed there from the device with its features in
---feature-dtype (the statistics printed are then read from the directory). The typed
+--feature-dtype (the statistics printed are then read from the directory); every other
+preset keeps its generator's features, and --feature-dtype given to one is refused
+(molhiv-like's and molpcba-like's atom features are categorical ids). The typed
 presets (mag-like, igbh-like) write a typed .npz or dataset directory; `data info` on a
 typed dataset (ogbn-mag, mag-like, igbh-like, a typed file) lists its node types with
 their counts and feature widths and its relations with their edge counts.
@@ -71,8 +73,9 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
     generate.add_argument("--out", required=True,
                           help="output file ending in .npz (papers100m-like and the typed "
                                "presets: or a directory)")
-    generate.add_argument("--feature-dtype", default="float32", choices=("float32", "bfloat16"),
-                          help="papers100m-like into a directory: the stored features' dtype")
+    generate.add_argument("--feature-dtype", default=None, choices=("float32", "bfloat16"),
+                          help="papers100m-like into a directory: the stored features' "
+                               "dtype (default float32); refused for the others")
     _add_size_options(generate)
     generate.set_defaults(handler=run_generate)
     return data
@@ -98,9 +101,13 @@ def run_info(args: argparse.Namespace) -> int:
 
 def run_generate(args: argparse.Namespace) -> int:
     """Handler of `data generate`: builds the preset, writes it to --out, prints stats."""
-    if args.preset == "papers100m-like" and not args.out.endswith(".npz"):
+    streamed = args.preset == "papers100m-like" and not args.out.endswith(".npz")
+    if args.feature_dtype is not None and not streamed:
+        print(f"zerognn: error: {_feature_dtype_refusal(args)}", file=sys.stderr)
+        return 2
+    if streamed:
         return _guarded_stats(lambda: _dir_stats(write_papers100m_like(
-            args.out, args.scale, args.seed, feature_dtype=args.feature_dtype)))
+            args.out, args.scale, args.seed, feature_dtype=args.feature_dtype or "float32")))
 
     if args.preset in GRAPH_PRESETS:  # a graph collection: .npz file or directory
         return _guarded(lambda: _saved_graphs(args))
@@ -115,6 +122,21 @@ def run_generate(args: argparse.Namespace) -> int:
         return dataset
 
     return _guarded(build)
+
+
+def _feature_dtype_refusal(args: argparse.Namespace) -> str:
+    """Why --feature-dtype does not apply to `args.preset` written to `args.out`, and
+    what to do instead."""
+    given = f"--feature-dtype {args.feature_dtype}"
+    if args.preset in GRAPH_PRESETS:
+        return (f"{given} does not apply to {args.preset}: its atom features are "
+                f"categorical ids (int32) that the graph task embeds; leave "
+                f"--feature-dtype out")
+    if args.preset == "papers100m-like":
+        return (f"{given} applies to papers100m-like written to a directory, not to "
+                f"--out {args.out}: give --out a directory, or leave --feature-dtype out")
+    return (f"{given} applies to papers100m-like written to a directory only; "
+            f"{args.preset} keeps its generator's features: leave --feature-dtype out")
 
 
 def _saved_graphs(args: argparse.Namespace):

@@ -209,10 +209,16 @@ class EdgeView:
         return e / total[self.dst], e_self / total
 
 
+class NoEdgeFeatures(ValueError):
+    """A layer read `view.edge_features()` of a view built without them; `zg.train`
+    words it as the option its run lacks (training/checks.py)."""
+
+
 def _require_edges(edge_attr):
     if edge_attr is None:
-        raise ValueError("this layer reads edge features, and its view carries none: give "
-                         "the graph an edge-feature table and sample with edge ids")
+        raise NoEdgeFeatures("this layer reads edge features, and its view carries none: "
+                             "build the views with zg.views_for(mb, edge_table=...) from "
+                             "blocks sampled with SamplerConfig(edge_ids=True)")
     return edge_attr
 
 

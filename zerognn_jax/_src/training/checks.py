@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from zerognn_jax._src.nn.bridge import model_name
+from zerognn_jax._src.nn.views import NoEdgeFeatures
 from zerognn_jax._src.sampling.seeds import epoch_items
 from zerognn_jax._src.training.program import init_state, sample_batch
 from zerognn_jax._src.training.tasks.losses import LOSSES
@@ -41,10 +42,24 @@ def init_checked(program, data, envelope, items, *, user_model: str | None):
     except Exception as err:  # noqa: BLE001 - re-raised with the piece named
         if user_model is None:
             raise
+        if _reads_missing_edges(err) and not program.sampler.edge_ids:
+            raise ValueError(f"the model {user_model} reads edge features "
+                             f"(view.edge_features()), and this run gives it none: pass "
+                             f"edge_features=True (--edge-features) with a dataset that "
+                             f"has an edge-feature table") from err
         hops = program.sampler.num_hops
         raise ValueError(f"the model {user_model} fails on its first batch (a feature "
                          f"table {_shape(data.features)}, views of {hops} hops): "
                          f"{_first_line(err)}") from err
+
+
+def _reads_missing_edges(err: BaseException | None) -> bool:
+    """Whether `err`, or an error it was raised from, is a view's `NoEdgeFeatures`."""
+    while err is not None:
+        if isinstance(err, NoEdgeFeatures):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def check_pieces(program, state, data, envelope, items, *, width: int) -> None:

@@ -47,10 +47,17 @@ def check_gemm_backend(backend: str) -> None:
                          f"got {backend!r}")
 
 
-def on_nvidia_gpu() -> bool:
-    """Whether JAX's default devices are NVIDIA GPUs."""
-    device = jax.devices()[0]
-    return device.platform == "gpu" and "nvidia" in device.device_kind.lower()
+def on_nvidia_gpu(device=None) -> bool:
+    """Whether `device` (default: JAX's first default device) is an NVIDIA GPU: a "gpu"
+    device whose client runs CUDA, as JAX's own DLPack export tells CUDA from ROCm.
+
+    Not by the device's name: older cards report "Tesla V100-SXM2-16GB", without
+    "NVIDIA"; an AMD GPU is a "gpu" device too, its client's version naming ROCm."""
+    device = jax.devices()[0] if device is None else device
+    if device.platform != "gpu":
+        return False
+    version = device.client.platform_version.lower()
+    return "cuda" in version and "rocm" not in version
 
 
 def compiler_options(gemm_backend: str, extra: dict | None = None,
