@@ -378,7 +378,8 @@ def train_mode(args) -> None:
         floor = None if not (copy and rows) else rows * row_bytes * steps / (copy * 1e9)
         rec = emit(args, {"case": "train", "dataset": args.dataset, "scale": args.scale,
                           "model": model, "fanouts": list(fanouts), "placement": placement,
-                          "placed": summary.get("feature_placement"),
+                          "placed": summary["feature_placement"],
+                          "placed_why": summary["feature_placement_why"],
                           "row_order": summary.get("host_row_order"),
                           "sample_ahead": summary.get("sample_ahead"),
                           "read_ahead_bytes": scan.READ_AHEAD_BYTES, "pcie_gbs": copy,

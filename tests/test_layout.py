@@ -46,3 +46,14 @@ def test_an_embedding_deduplicates_every_level_unless_asked_otherwise():
     assert (asked.dedup, asked.flat_outer) == (True, False)
     flat = _layout((2, 2), embedding_dim=8, flat_outer=True)
     assert flat.flat_outer and "merged" in flat.why
+
+
+def test_labor_deduplicates_and_says_it_is_for_its_shared_draws():
+    """Where uniform sampling would take a tree, LABOR's levels are deduplicated, and
+    the reason given is LABOR's shared draws, not the model or the engine."""
+    assert _layout((2, 2), num_nodes=10**7).name == "tree"
+    for nodes in (10**7, 100):
+        layout = _layout((2, 2), num_nodes=nodes, sampler="labor")
+        assert layout.dedup and "LABOR shares its draws" in layout.why
+        assert "SAGE node-like tasks" not in layout.why
+    assert not _layout((2, 2), num_nodes=10**7, sampler="labor", dedup=False).dedup

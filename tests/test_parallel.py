@@ -277,6 +277,7 @@ def test_the_trainer_caches_a_host_table_on_every_device(runs):
         params, record = load(out, host)
         ref, ref_record = load(out, device)
         assert record["summary"]["feature_placement"] == "host", host
+        assert record["summary"]["feature_placement_why"] == "asked for (feature_placement)"
         assert ref_record["cache"] is None
         assert_params_close(params, ref, atol=5e-5)
         np.testing.assert_allclose([h["loss"] for h in record["history"]],

@@ -133,14 +133,15 @@ class TrainConfig:
     (page-locked host memory, whose rows the step reads over PCIe: ops/host_rows.py,
     docs/host_features.md), or "auto": the host when graph, features and model would
     leave the device less than a quarter of its memory for the step, else the device
-    (the choice and its reason are printed). `feature_cache_gib` of device memory hold
-    copies of a host table's rows of highest degree (None: half of what graph and model
-    leave of that three quarters; 0: none). `host_row_order` lays a host table's rows
-    out by "degree" (a copy in host memory, hottest rows first: a step's reads fall into
-    less of it and run faster over PCIe) or as "stored" (no copy of a C-contiguous table
-    in `dtype`); "auto" copies where a copy is made anyway (another dtype, a strided
-    array) or fits half of the host's available memory (the choice and its reason are
-    printed).
+    (the choice and its reason are printed, and recorded in the summary).
+    `feature_cache_gib` of device memory hold copies of a host table's rows of highest
+    degree (None: half of what graph and model leave of that three quarters; 0: none;
+    with the table on the device it is ignored, with a warning). `host_row_order` lays a
+    host table's rows out by "degree" (a copy in host memory, hottest rows first: a
+    step's reads fall into less of it and run faster over PCIe) or as "stored" (no copy
+    of a C-contiguous table in `dtype`); "auto" copies where a copy is made anyway
+    (another dtype, a strided array) or fits half of the host's available memory (the
+    choice and its reason are printed).
     `gemm_backend` says whose kernels multiply the training programs' matrices on an
     NVIDIA GPU: "cublas" (the default, as fast or faster for a step's shapes on an H100)
     or "xla" (XLA's own choice, mostly Triton kernels of its own; xla_options.py).

@@ -3,7 +3,8 @@
 Three layouts (sampling/minibatch.py): "dedup" (every level deduplicated, sizes from
 the envelope), "dedup, flat outer hop" (the outermost level in slot order, not
 deduplicated) and "tree" (no level deduplicated, exact sizes, no metadata). `choose_layout`
-picks one from the options and says why; the run's summary records both.
+picks one from the options and says why (`typed_layout` for a typed graph); the run's
+summary records both.
 """
 
 from __future__ import annotations
@@ -88,6 +89,22 @@ def choose_layout(cfg, task, sampler: SamplerConfig, batch_size: int, num_nodes:
                                         "levels are small against the graph")
         return Layout(True, flat, f"dedup: the tree's levels are large against the graph; "
                                   f"{flat_why}")
-    why = "dedup=True" if dedup else "dedup: tree mode is picked for SAGE node-like " \
-        "tasks on the scan engine only"
+    if dedup:
+        why = "dedup=True"
+    elif cfg.sampler == "labor":
+        why = ("dedup: LABOR shares its draws across a level's rows, so its levels are "
+               "deduplicated (a tree would repeat every vertex the rows agree on)")
+    else:
+        why = "dedup: tree mode is picked for SAGE node-like tasks on the scan engine only"
     return Layout(True, flat, f"{why}; {flat_why}")
+
+
+def typed_layout(cfg) -> Layout:
+    """The layout of a typed graph's run (tasks/typed_node.py): every level
+    deduplicated per node type unless `dedup=False` asks for tree mode; a flat outer hop
+    only where `flat_outer=True` asks."""
+    flat = bool(cfg.flat_outer)
+    if cfg.dedup is False:
+        return Layout(False, flat, "dedup=False asks for tree mode")
+    return Layout(True, flat, f"dedup: typed graphs deduplicate every level per type "
+                              f"unless dedup=False; flat_outer={flat}")

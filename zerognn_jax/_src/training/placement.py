@@ -3,15 +3,17 @@
 "auto" keeps it on the device unless graph, features and model would leave the step
 less than `HEADROOM` of the device's memory (the step's buffers are sized only later,
 by calibration); then the table stays in page-locked host memory and each step reads
-its rows over PCIe (ops/host_rows.py). The choice and its reason are printed. A host
-table may keep copies of its hottest rows (highest degree: most often sampled) on the
-device (`cache_budget`), read from there instead, and lays its rows out hottest first
-(`choose_row_order`) where a copy of it is made anyway or fits the host's memory.
+its rows over PCIe (ops/host_rows.py). The choice and its reason are printed and
+recorded in the run's summary (`Placement.describe`). A host table may keep copies of
+its hottest rows (highest degree: most often sampled) on the device (`cache_budget`),
+read from there instead, and lays its rows out hottest first (`choose_row_order`) where
+a copy of it is made anyway or fits the host's memory.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -37,11 +39,23 @@ class Placement(NamedTuple):
     reason: str
     measured: bool = False
 
+    def describe(self) -> dict:
+        """The run summary's entries: `feature_placement` ("device" or "host", as
+        before the reason was recorded) and `feature_placement_why`."""
+        return {"feature_placement": self.where, "feature_placement_why": self.reason}
 
-def choose_placement(setting: str, resident: Resident, limit: int | None) -> Placement:
+
+class PlacementWarning(UserWarning):
+    """An option of the feature table that its placement leaves unused."""
+
+
+def choose_placement(setting: str, resident: Resident, limit: int | None, *,
+                     sharded: bool = False) -> Placement:
     """The placement for `setting` ("auto", "device", "host") given what would stay
     resident with the table on the device and the device's memory `limit` (None: the
-    backend does not say, as on a CPU)."""
+    backend does not say, as on a CPU); `sharded` (shard_features): the device."""
+    if sharded:
+        return Placement("device", "shard_features splits it across the devices")
     if setting != "auto":
         return Placement(setting, "asked for (feature_placement)")
     if limit is None:
@@ -66,6 +80,16 @@ def cache_budget(setting: float | None, placement: Placement, resident: Resident
     if limit is None:
         return 0
     return max(0, int(((1 - HEADROOM) * limit - resident.graph - resident.model) / 2))
+
+
+def warn_unused_cache(setting: float | None, placement: Placement) -> None:
+    """Warns (`PlacementWarning`) that a positive `feature_cache_gib` (`setting`) sizes
+    nothing where `placement` keeps the table on the device; None and 0 ask for no
+    cache and are silent. Not an error: benchmarks and older checkpoints set both."""
+    if setting and placement.where == "device":
+        warnings.warn(f"feature_cache_gib {setting} is ignored: the feature table is on "
+                      f"the device ({placement.reason}), so no cache of its rows is sized",
+                      PlacementWarning, stacklevel=2)
 
 
 def hottest_first(degree: np.ndarray, count: int) -> np.ndarray:

@@ -25,6 +25,7 @@ from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.layout import Layout
 from zerognn_jax._src.training.parallel import DataParallel
+from zerognn_jax._src.training.placement import Placement
 from zerognn_jax._src.training.tasks.base import BatchedTask, Task, TaskBatch
 from zerognn_jax._src.training.tasks.node import NodeTask
 
@@ -113,6 +114,8 @@ class StepProgram:
       task: what is learned: level 0, targets, loss and score of a step
         (tasks/base.py's `Task`).
       layout: how `sampler`'s level layout was chosen (layout.py), for the run's
+        summary; None for a program built by hand, or one that samples no neighbours.
+      placement: where the feature table went and why (placement.py), for the run's
         summary; None for a program built by hand.
       embedding: a learnable node embedding the model reads after the features
         (embeddings.py), or None.
@@ -128,6 +131,7 @@ class StepProgram:
     task: Task = dataclasses.field(default_factory=NodeTask)
     layout: Layout | None = None
     embedding: NodeEmbedding | None = None
+    placement: Placement | None = None
 
     def __post_init__(self):
         safe_for = getattr(self.task, "safe_for", None)  # optional (`Task`)

@@ -45,6 +45,7 @@ from zerognn_jax._src.training.placement import (
     cache_budget,
     choose_placement,
     place_features,
+    warn_unused_cache,
 )
 from zerognn_jax._src.training.program import (
     DeviceData,
@@ -137,8 +138,9 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                                      level_dims(cfg, dataset, task, model),
                                      embedding_dim=cfg.embedding_dim)
     limit = memory.device_memory_limit()
-    placement = choose_placement("device" if cfg.shard_features else cfg.feature_placement,
-                                 resident, limit)
+    placement = choose_placement(cfg.feature_placement, resident, limit,
+                                 sharded=cfg.shard_features)
+    warn_unused_cache(cfg.feature_cache_gib, placement)
     cache = cache_budget(cfg.feature_cache_gib, placement, resident, limit)
     layout = choose_layout(cfg, task, sampler, cfg.batch_size, dataset.graph.num_nodes,
                            dedup=cfg.dedup, user_model=model is not None,
@@ -164,7 +166,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                  if cfg.embedding_dim else None)
     program = StepProgram(task.wrap_model(model, cfg), optimizer or make_optimizer(cfg),
                           sampler, cfg.batch_size, cfg.seed, kernels, task=task, layout=layout,
-                          embedding=embedding)
+                          embedding=embedding, placement=placement)
     mesh = make_mesh(cfg.devices)
     # a node's own neighbour count: on an undirected graph, also how often it is drawn
     # as a neighbour (a typed graph counts the latter: TypedInputs.degrees)
@@ -457,8 +459,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         if final is None:  # no epoch trained here, or the last one was not evaluated
             final = evaluate(cfg, program, _variables(state), data, dataset)
         notes = _notes(cfg, program, user, best, stopped, history)
-        notes["feature_placement"] = "host" if is_host_resident(data.features) \
-            else "device"
+        notes.update(_placement_entries(program, data))
         if cfg.engine == "scan":
             notes["sample_ahead"] = steps_ahead(cfg.sample_ahead, data.features)
         if is_host_resident(data.features):
@@ -589,13 +590,32 @@ def _notes(cfg, program, user: _UserParts, best, stopped, history) -> dict:
     return notes
 
 
+def _placement_entries(program, data) -> dict:
+    """The summary's `feature_placement` and `feature_placement_why`: where the table is
+    and why (`Placement.describe`); the why is None for a program that does not say."""
+    if program.placement is not None:
+        return program.placement.describe()
+    return {"feature_placement": "host" if is_host_resident(data.features) else "device",
+            "feature_placement_why": None}
+
+
+def _unused_keys(program) -> tuple[str, ...]:
+    """The summary's sampling keys that do not apply to `program`: all three for a task
+    whose steps sample no neighbours (`Task.samples_neighbours` False: graph batches;
+    a task that does not say samples them), the layout where none was chosen."""
+    if not getattr(program.task, "samples_neighbours", True):
+        return ("fanouts", "sampler", "layout")
+    return () if program.layout is not None else ("layout",)
+
+
 def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_seconds,
              compile_seconds, start_epoch, notes) -> dict:
     """The run's summary record. `epochs` and `median_epoch_seconds` cover every epoch
     trained, resumed runs included; `epochs_run` those trained by this process;
     `compile_seconds` and `calibrate_seconds` this
     process only (`start_epoch` > 0: it resumed from a checkpoint); `config` is every
-    TrainConfig field of the run (lr, hidden, layers, dropout, seed, ...); `notes`
+    TrainConfig field of the run (lr, hidden, layers, dropout, seed, ...); `fanouts`,
+    `sampler` and `layout` appear where they apply (`_unused_keys`); `notes`
     (`_notes`) say what ran; `embedding_bytes`, with a node embedding (or a typed run's
     featureless types), what its table and two moments hold on each device."""
     times = [h["epoch_seconds"] for h in history]
@@ -617,6 +637,8 @@ def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_s
                "peak_bytes_in_use": memory.device_peak_bytes(),
                "jax_version": jax.__version__, **final, **notes,
                "config": dataclasses.asdict(cfg)}
+    for key in _unused_keys(program):
+        del summary[key]
     if cal is not None and isinstance(program.task, BatchedTask):
         report = program.task.memory_report(program, env, cal)
     elif cal is not None:

@@ -77,6 +77,9 @@ class Task(Protocol):
       tree_by_default: `dedup=None` may pick tree (no-dedup) sampling for this task
         (`training/layout.py`).
       row_normalizes_planetoid: Planetoid features are row-normalised by default.
+      samples_neighbours: a step samples its items' neighbourhoods (`cfg.fanouts`,
+        `cfg.sampler`); False: it does not (graph batches), and the run's summary
+        records no fanouts, sampler or level layout. A task without it samples them.
       loss: (outputs[rows, ...], targets[rows, ...]) -> float32[rows], per-row losses;
         the engine averages them over the rows of weight 1.
       score: the same shape of function giving a per-row score in [0, 1], or None
@@ -89,6 +92,7 @@ class Task(Protocol):
     dedups_seeds: ClassVar[bool]
     tree_by_default: ClassVar[bool]
     row_normalizes_planetoid: ClassVar[bool]
+    samples_neighbours: ClassVar[bool]
     loss: Callable
     score: Callable | None
     score_name: ClassVar[str]

@@ -56,6 +56,7 @@ from zerognn_jax._src.sampling.seeds import (
 )
 from zerognn_jax._src.sampling.steps import ItemLevel
 from zerognn_jax._src.training.parallel import make_mesh
+from zerognn_jax._src.training.placement import Placement, warn_unused_cache
 from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.graph_metrics import (
@@ -131,6 +132,7 @@ class GraphTask(ItemsAreLevel0):
     dedups_seeds = False
     tree_by_default = False
     row_normalizes_planetoid = False
+    samples_neighbours = False  # whole graphs, packed
 
     def __post_init__(self):
         if self.aggregation not in ("ell", "segment"):
@@ -218,8 +220,11 @@ class GraphTask(ItemsAreLevel0):
         graph = CSRGraph(np.zeros(dataset.num_nodes + 1, np.int32), np.zeros(0, np.int32))
         rows = np.asarray(dataset.node_features).astype(feat_dtype, copy=False)
         tx = tx or optax.flatten(make_optimizer(cfg))
+        placement = Placement("device", "graph tasks keep their graphs' features there")
+        warn_unused_cache(cfg.feature_cache_gib, placement)
         program = StepProgram(self.wrap_model(model, cfg), tx, SamplerConfig((1,)),
-                              cfg.batch_size, cfg.seed, kernels, task=self)
+                              cfg.batch_size, cfg.seed, kernels, task=self,
+                              placement=placement)
         mesh = make_mesh(cfg.devices)
         if mesh.size > 1:  # every device holds the whole collection and packs its batch
             program = program.with_mesh(mesh)

@@ -20,7 +20,6 @@ task does (tests).
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -49,6 +48,7 @@ from zerognn_jax._src.sampling.typed_minibatch import (
     sample_typed_step,
 )
 from zerognn_jax._src.training.embeddings import NodeEmbedding
+from zerognn_jax._src.training.layout import typed_layout
 from zerognn_jax._src.training.memory import (
     Resident,
     _gib,
@@ -58,10 +58,12 @@ from zerognn_jax._src.training.memory import (
 from zerognn_jax._src.training.parallel import make_mesh
 from zerognn_jax._src.training.placement import (
     HEADROOM,
+    Placement,
     announce_placement,
     cache_budget,
     choose_placement,
     place_features,
+    warn_unused_cache,
 )
 from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
@@ -258,6 +260,17 @@ def relation_fanouts(cfg, graph: HeteroGraph) -> dict:
     return out
 
 
+def _typed_placement(cfg, resident: Resident, limit: int | None) -> Placement:
+    """`choose_placement`'s, except that "auto" keeps the device for exact evaluation,
+    which reads every row onto it (`typed_eval.exact_inputs`)."""
+    placement = choose_placement(cfg.feature_placement, resident, limit)
+    if placement.where == "device" or cfg.feature_placement != "auto" \
+            or cfg.eval_mode != "full":
+        return placement
+    return Placement("device", f"kept for exact evaluation, although {placement.reason}; "
+                               f"eval_mode 'sampled' would put them on the host", True)
+
+
 def _refuse(cfg) -> None:
     """Raises ValueError for an option typed training does not take."""
     checks = [
@@ -297,6 +310,7 @@ class TypedNodeTask(ItemsAreLevel0):
     dedups_seeds = False
     tree_by_default = False
     row_normalizes_planetoid = False
+    samples_neighbours = True
 
     @classmethod
     def build(cls, cfg, dataset, *, loss=None, kernels=None):
@@ -309,9 +323,10 @@ class TypedNodeTask(ItemsAreLevel0):
         if not isinstance(dataset, HeteroDataset):
             raise TypeError(f"typed node classification trains on a HeteroDataset, got "
                             f"{type(dataset).__name__}")
+        layout = typed_layout(cfg)
         config = TypedSamplerConfig(relation_fanouts(cfg, dataset.graph), replace=cfg.replace,
-                                    dedup=cfg.dedup is not False,
-                                    flat_outer=bool(cfg.flat_outer), method=cfg.sampler)
+                                    dedup=layout.dedup, flat_outer=layout.flat_outer,
+                                    method=cfg.sampler)
         config = config.resolve(dataset.graph)
         plan = config.plan(dataset.target_type)
         rows = node_task(loss, dataset)
@@ -381,7 +396,7 @@ class TypedNodeTask(ItemsAreLevel0):
         graph = prepare_typed_graph(dataset.graph, self.sampler)
         table = self.inputs.table(dataset, dtype, bool(cfg.normalize_features))
         mesh = make_mesh(cfg.devices)
-        table = self._placed(cfg, graph, table, dtype)
+        table, placement = self._placed(cfg, graph, table, dtype)
         host = DeviceData(graph, table, self.device_targets(dataset))
         # The engines read the layout of the outermost level from the program's sampler
         # (`update_embedding`: are its rows distinct?), so the summary carries it.
@@ -390,7 +405,8 @@ class TypedNodeTask(ItemsAreLevel0):
         program = StepProgram(self.wrap_model(model, cfg, kernels),
                               tx or make_optimizer(cfg), summary,
                               cfg.batch_size, cfg.seed, kernels, task=self,
-                              embedding=self.embedding(cfg))
+                              layout=typed_layout(cfg), embedding=self.embedding(cfg),
+                              placement=placement)
         if mesh.size > 1:  # every device holds the graph and the table, and samples its seeds
             program = program.with_mesh(mesh)
             return program.parallel.place_data(host), program
@@ -398,34 +414,29 @@ class TypedNodeTask(ItemsAreLevel0):
         return jax.device_put(host), program
 
     def _placed(self, cfg, graph, table: np.ndarray, dtype):
-        """The stacked feature table where `cfg.feature_placement` puts it: as is (the
-        device), or a `HostTable` over it in the row order `cfg.host_row_order` gives
-        (by `TypedInputs.degrees` or as stored), whose hottest rows a device cache holds
-        (on every device of a mesh: `place_features`). "auto" weighs graph, table
-        and the featureless types' tables with their moments against the device's memory
-        (and says what it chose, with progress on), and keeps the device for exact
-        evaluation, which reads every row onto it (`typed_eval.exact_inputs`). Asked for
-        the host with exact evaluation, the default cache leaves the table room beside
-        graph and model, and a table that cannot fit beside them at all stops the run
-        here, before training (ValueError)."""
+        """(the stacked feature table where `cfg.feature_placement` puts it, its
+        `Placement`): as is (the device), or a `HostTable` over it in the row order
+        `cfg.host_row_order` gives (by `TypedInputs.degrees` or as stored), whose hottest
+        rows a device cache holds (on every device of a mesh: `place_features`). "auto"
+        weighs graph, table and the featureless types' tables with their moments against
+        the device's memory (and says what it chose, with progress on), and keeps the
+        device for exact evaluation (`_typed_placement`). Asked for the host with exact
+        evaluation, the default cache leaves the table room beside graph and model, and a
+        table that cannot fit beside them at all stops the run here, before training
+        (ValueError)."""
         arrays = jax.tree_util.tree_leaves(graph)
         embedded = self.inputs.embedded_rows * cfg.hidden * (dtype.itemsize + 8)
         resident = Resident(sum(int(a.nbytes) for a in arrays), table.nbytes, embedded,
                             dtype.name, 1)
         limit = device_memory_limit()
-        placement = choose_placement(cfg.feature_placement, resident, limit)
+        placement = _typed_placement(cfg, resident, limit)
+        warn_unused_cache(cfg.feature_cache_gib, placement)
         announce = cfg.progress and jax.process_index() == 0
         if placement.where == "device":
             if announce:
                 announce_placement(placement, table.nbytes)
-            return table
+            return table, placement
         exact = cfg.eval_mode == "full"
-        if exact and cfg.feature_placement == "auto":
-            if announce:
-                print(f"features kept on the device for exact evaluation, although "
-                      f"{placement.reason}; eval_mode 'sampled' would put them on the "
-                      f"host", file=sys.stderr, flush=True)
-            return table
         cache = cache_budget(cfg.feature_cache_gib, placement, resident, limit)
         if exact and limit is not None:
             if resident.total > limit:
@@ -438,7 +449,7 @@ class TypedNodeTask(ItemsAreLevel0):
         sampled = {r for hop in self.sampler.plan(self.seed_type) for r in hop.relations}
         return place_features(table, dtype, placement, announce=announce, cache_bytes=cache,
                               degree=self.inputs.degrees(graph, sampled),
-                              row_order=cfg.host_row_order)
+                              row_order=cfg.host_row_order), placement
 
     def embedding(self, cfg) -> TypedEmbedding | None:
         """The featureless types' `hidden`-wide tables, trained by lazy Adam at `cfg.lr`

@@ -1,0 +1,156 @@
+"""A run's summary, task by task: the sampling entries only where the task samples
+neighbours, where the feature table went and why, and the warning for a device cache
+asked of a table that stays on the device. Runs of no epochs: each builds, calibrates
+and summarises, and compiles no epoch."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+from conftest import labelled_dataset
+
+import zerognn_jax as zg
+from zerognn_jax._src.data.hetero import as_hetero
+from zerognn_jax._src.data.hetero_dataset import HeteroDataset
+from zerognn_jax._src.training import memory, trainer
+from zerognn_jax._src.training.memory import Resident
+from zerognn_jax._src.training.placement import PlacementWarning, choose_placement
+from zerognn_jax._src.training.tasks import typed_node
+
+QUICK = dict(hidden=8, layers=2, fanouts=(3, 2), batch_size=32, epochs=0,
+             eval_mode="none", progress=False)
+NO_LIMIT = {"feature_placement": "device",
+            "feature_placement_why": "the device reports no memory limit"}
+# the homogeneous summary's keys before "start_epoch", in order, as they were
+HEAD = ["summary", "dataset", "task", "model", "params", "kernels", "fanouts", "sampler",
+        "batch_size", "devices", "processes", "global_batch", "shard_features", "epochs",
+        "epochs_run", "median_epoch_seconds", "engine", "layout", "start_epoch"]
+
+
+@pytest.fixture(scope="module")
+def homo():
+    return labelled_dataset("small", 120, 4, 2, seed=0, edges=400)
+
+
+@pytest.fixture(scope="module")
+def typed(homo):
+    """`homo` as a typed graph of one node type and one relation."""
+    return HeteroDataset("small-typed", as_hetero(homo.graph), {"_N": homo.features}, "_N",
+                         np.asarray(homo.labels), homo.train_idx, homo.val_idx,
+                         homo.test_idx, homo.num_classes)
+
+
+@pytest.fixture
+def no_limit(monkeypatch):
+    """A device that reports no memory limit, as a CPU does, whatever runs the tests."""
+    monkeypatch.setattr(memory, "device_memory_limit", lambda: None)
+    monkeypatch.setattr(typed_node, "device_memory_limit", lambda: None)
+
+
+def placement_warnings(run) -> list[str]:
+    """The messages of the `PlacementWarning`s `run()` gives, every one counted."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run()
+    return [str(w.message) for w in caught if w.category is PlacementWarning]
+
+
+def placement_of(summary: dict) -> dict:
+    return {k: summary[k] for k in ("feature_placement", "feature_placement_why")}
+
+
+def as_json(summary: dict) -> dict:
+    return json.loads(json.dumps(summary, allow_nan=False))
+
+
+def test_a_node_summary_keeps_its_sampling_entries_and_says_why_the_table_is_there(
+        homo, no_limit):
+    summary = zg.train(zg.TrainConfig(**QUICK), homo).summary
+    assert list(summary)[:len(HEAD)] == HEAD
+    assert summary["fanouts"] == [3, 2] and summary["sampler"] == "uniform"
+    assert set(summary["layout"]) == {"layout", "why"} and summary["layout"]["why"]
+    assert placement_of(summary) == NO_LIMIT
+    assert as_json(summary) == summary
+
+
+def test_a_graph_summary_has_no_sampling_entries():
+    molecules = zg.molhiv_like(0.008, seed=3, positive_rate=0.3)
+    cfg = zg.TrainConfig(task="graph", dataset="molhiv-like", model="gine", hidden=8,
+                         layers=1, batch_size=24, epochs=0, eval_mode="none",
+                         progress=False, sample_ahead=1)
+    summary = zg.train(cfg, molecules).summary
+    assert not {"fanouts", "sampler", "layout"} & set(summary)
+    assert placement_of(summary) == {
+        "feature_placement": "device",
+        "feature_placement_why": "graph tasks keep their graphs' features there"}
+    assert summary["envelope"] and as_json(summary) == summary
+
+
+def test_a_typed_summary_names_its_layout_and_placement(typed, no_limit):
+    summary = zg.train(zg.TrainConfig(**QUICK, model="rsage"), typed).summary
+    assert summary["layout"] == {"layout": "dedup", "why": "dedup: typed graphs deduplicate "
+                                 "every level per type unless dedup=False; flat_outer=False"}
+    assert summary["fanouts"] == [3, 2] and summary["sampler"] == "uniform"
+    assert placement_of(summary) == NO_LIMIT
+    assert as_json(summary) == summary
+    tree = zg.TrainConfig(**QUICK, model="rsage", dedup=False)
+    assert trainer.prepare(tree, typed)[2].layout.describe() == {
+        "layout": "tree", "why": "dedup=False asks for tree mode"}
+
+
+def test_a_typed_table_kept_for_exact_evaluation_says_so(typed, monkeypatch):
+    """"auto" would put the table on the host of a 1 KiB device; exact evaluation keeps
+    it on the device, which the program's placement (the summary's entry) says, and a
+    cache asked for is said to be unused."""
+    monkeypatch.setattr(typed_node, "device_memory_limit", lambda: 1 << 10)
+    cfg = zg.TrainConfig(**{**QUICK, "eval_mode": "full"}, model="rsage",
+                         feature_cache_gib=0.5)
+    got = []
+    messages = placement_warnings(lambda: got.append(trainer.prepare(cfg, typed)))
+    placed = got[0][2].placement.describe()
+    why = placed["feature_placement_why"]
+    assert placed["feature_placement"] == "device"
+    assert why.startswith("kept for exact evaluation, although graph ")
+    assert why.endswith("; eval_mode 'sampled' would put them on the host")
+    assert messages == [f"feature_cache_gib 0.5 is ignored: the feature table is on the "
+                        f"device ({why}), so no cache of its rows is sized"]
+
+
+def test_a_cache_for_a_table_on_the_device_is_warned_of_once(homo, typed, tmp_path,
+                                                             no_limit):
+    """Not refused (a benchmark and older checkpoints set both): one warning naming the
+    value and why the table is on the device, for a train and for a restore of its
+    checkpoint; none for no cache (None or 0)."""
+    unused = lambda gib, why: (f"feature_cache_gib {gib} is ignored: the feature table is "
+                               f"on the device ({why}), so no cache of its rows is sized")
+    cfg = zg.TrainConfig(**{**QUICK, "epochs": 1}, feature_placement="device",
+                         feature_cache_gib=2.0, checkpoint_dir=str(tmp_path / "ck"))
+    asked = unused(2.0, "asked for (feature_placement)")
+    assert placement_warnings(lambda: zg.train(cfg, homo)) == [asked]
+    restore = lambda: zg.restore(cfg.checkpoint_dir, dataset=homo, for_inference=True)
+    assert placement_warnings(restore) == [asked]
+    auto = zg.TrainConfig(**QUICK, feature_cache_gib=0.25)
+    assert placement_warnings(lambda: trainer.prepare(auto, homo)) == [
+        unused(0.25, "the device reports no memory limit")]
+    typed_cfg = zg.TrainConfig(**QUICK, model="rsage", feature_placement="device",
+                               feature_cache_gib=1.0)
+    assert placement_warnings(lambda: trainer.prepare(typed_cfg, typed)) == [
+        unused(1.0, "asked for (feature_placement)")]
+    graphs = zg.molhiv_like(0.002, seed=3)
+    graph_cfg = zg.TrainConfig(task="graph", dataset="molhiv-like", model="gine",
+                               hidden=8, layers=1, batch_size=8, progress=False,
+                               feature_cache_gib=1.0)
+    assert placement_warnings(lambda: trainer.prepare(graph_cfg, graphs)) == [
+        unused(1.0, "graph tasks keep their graphs' features there")]
+    for gib in (None, 0.0):
+        quiet = zg.TrainConfig(**QUICK, feature_placement="device", feature_cache_gib=gib)
+        assert placement_warnings(lambda q=quiet: trainer.prepare(q, homo)) == []
+
+
+def test_a_sharded_table_says_why_it_is_on_the_device():
+    small = Resident(1, 1, 1, "float32", 1)
+    assert choose_placement("auto", small, 80 << 30, sharded=True) == (
+        "device", "shard_features splits it across the devices", False)
