@@ -37,7 +37,6 @@ class DegreeTask:
     dedups_seeds = False
     tree_by_default = False
     row_normalizes_planetoid = False
-    samples_neighbours = True
     score = None
     score_name = "acc"  # no score: the record's train_batch_acc is None
 

@@ -55,9 +55,11 @@ def init_checked(program, data, envelope, items, *, user_model: str | None):
 
 def _reads_missing_edges(err: BaseException | None) -> bool:
     """Whether `err`, or an error it was raised from, is a view's `NoEdgeFeatures`."""
-    while err is not None:
+    seen = set()
+    while err is not None and id(err) not in seen:
         if isinstance(err, NoEdgeFeatures):
             return True
+        seen.add(id(err))
         err = err.__cause__ or err.__context__
     return False
 

@@ -77,9 +77,6 @@ class Task(Protocol):
       tree_by_default: `dedup=None` may pick tree (no-dedup) sampling for this task
         (`training/layout.py`).
       row_normalizes_planetoid: Planetoid features are row-normalised by default.
-      samples_neighbours: a step samples its items' neighbourhoods (`cfg.fanouts`,
-        `cfg.sampler`); False: it does not (graph batches), and the run's summary
-        records no fanouts, sampler or level layout. A task without it samples them.
       loss: (outputs[rows, ...], targets[rows, ...]) -> float32[rows], per-row losses;
         the engine averages them over the rows of weight 1.
       score: the same shape of function giving a per-row score in [0, 1], or None
@@ -92,7 +89,6 @@ class Task(Protocol):
     dedups_seeds: ClassVar[bool]
     tree_by_default: ClassVar[bool]
     row_normalizes_planetoid: ClassVar[bool]
-    samples_neighbours: ClassVar[bool]
     loss: Callable
     score: Callable | None
     score_name: ClassVar[str]
@@ -143,7 +139,10 @@ class Task(Protocol):
     # deduplicated levels). `prepare` calls it once the level layout is chosen; a task
     # without it is used as built. `safe_for(sampler) -> Task`, also optional, is the
     # task changed only where it must be to run the steps of `sampler` correctly;
-    # `StepProgram` applies it to every program it builds.
+    # `StepProgram` applies it to every program it builds. `samples_neighbours`, an
+    # optional class attribute: False where a step samples no neighbourhoods (graph
+    # batches), so that the run's summary records no fanouts, sampler or level layout;
+    # a task without it samples them.
 
     def metric_names(self, dataset: Dataset) -> tuple[str, ...]:
         """The names `evaluate` reports, each prefixed by its split ("val_acc", ...)."""

@@ -139,7 +139,6 @@ class LinkTask:
     dedups_seeds = True
     tree_by_default = False  # the frontier's size varies: dedup sizes the levels after it
     row_normalizes_planetoid = False  # GAE trains on raw features
-    samples_neighbours = True
 
     def __post_init__(self):
         check_mode(self.mode)

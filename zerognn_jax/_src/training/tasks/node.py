@@ -52,7 +52,6 @@ class NodeTask:
     dedups_seeds = False
     tree_by_default = True
     row_normalizes_planetoid = True
-    samples_neighbours = True
 
     @classmethod
     def named(cls, loss: str) -> NodeTask:

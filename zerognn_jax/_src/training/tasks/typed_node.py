@@ -310,7 +310,6 @@ class TypedNodeTask(ItemsAreLevel0):
     dedups_seeds = False
     tree_by_default = False
     row_normalizes_planetoid = False
-    samples_neighbours = True
 
     @classmethod
     def build(cls, cfg, dataset, *, loss=None, kernels=None):
