@@ -154,3 +154,15 @@ def test_a_sharded_table_says_why_it_is_on_the_device():
     small = Resident(1, 1, 1, "float32", 1)
     assert choose_placement("auto", small, 80 << 30, sharded=True) == (
         "device", "shard_features splits it across the devices", False)
+
+
+def test_an_evaluated_epoch_records_how_long_its_evaluation_took(homo, no_limit):
+    """`eval_seconds` in the records of the epochs evaluated, none in the others, none
+    without evaluation."""
+    cfg = zg.TrainConfig(**{**QUICK, "epochs": 3, "eval_mode": "full", "eval_every": 2})
+    history = zg.train(cfg, homo).history
+    assert [("eval_seconds" in r, "val_acc" in r) for r in history] == [
+        (False, False), (True, True), (True, True)]
+    assert all(r["eval_seconds"] > 0 for r in history[1:])
+    quiet = zg.train(zg.TrainConfig(**{**QUICK, "epochs": 1}), homo).history
+    assert "eval_seconds" not in quiet[0]

@@ -391,9 +391,11 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         if meta.get("evaluation_pending"):  # evaluated after its checkpoint, if at all
             pending = ckpt.evaluation_of(history[-1])
             if pending is None:  # the earlier run stopped first: evaluate it now
-                pending, fresh = evaluate(cfg, program, _variables(state), data, dataset), True
+                pending, fresh = _evaluation_entries(
+                    *_timed_evaluation(cfg, program, state, data, dataset)), True
                 ckpt.save_evaluation(history[-1], pending)
             history[-1].update(strict(pending))
+            pending = {k: v for k, v in pending.items() if k != "eval_seconds"}
             meta = {**meta, "evaluation_pending": False}
     runner = make_engine(cfg.engine, program, chunk_steps=cfg.chunk_steps,
                          policy=cfg.envelope_policy, sample_ahead=cfg.sample_ahead,
@@ -440,12 +442,13 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
                 ckpt.save(epoch, _saved(state), meta)
                 if due:  # a stop here keeps the epoch: a resumed run evaluates it
                     interrupts.check(f"training epoch {epoch}")
-            final = _evaluate_epoch(cfg, program, state, data, dataset, record, bar) \
-                if due else None
-            # the evaluation adds only its splits' keys (val_acc, ...) to the record, so
-            # the record's training figures are still those its checkpoint holds
-            if ckpt is not None and final is not None:
-                ckpt.save_evaluation(record, final)
+            final, added = _evaluate_epoch(cfg, program, state, data, dataset, record, bar) \
+                if due else (None, None)
+            # the evaluation adds only its splits' keys (val_acc, ...) and eval_seconds to
+            # the record, so the record's training figures are still those its checkpoint
+            # holds
+            if ckpt is not None and added is not None:
+                ckpt.save_evaluation(record, added)
             if best is not None:
                 best.offer(epoch, final, _saved(state), {**meta, "evaluation_pending": False})
             log.write(record)  # the record follows its checkpoint, never precedes it
@@ -552,15 +555,31 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar):
     return record, res.state, res.envelope
 
 
-def _evaluate_epoch(cfg, program, state, data, dataset, record, bar) -> dict:
-    """The epoch's evaluation, added to its `record` (in place) and to the progress bar."""
+def _timed_evaluation(cfg, program, state, data, dataset) -> tuple[dict, float]:
+    """(`evaluate`'s metrics of `state`, the seconds it took: its metrics are host
+    numbers, so the device work is done when it returns)."""
+    t0 = time.perf_counter()
     evaluated = evaluate(cfg, program, _variables(state), data, dataset)
-    record.update(strict(evaluated))
+    return evaluated, time.perf_counter() - t0
+
+
+def _evaluation_entries(evaluated: dict, seconds: float) -> dict:
+    """What an evaluation adds to its epoch's record: its metrics and, where it evaluated
+    anything, `eval_seconds` (its wall time, compilation included)."""
+    return {**evaluated, "eval_seconds": seconds} if evaluated else dict(evaluated)
+
+
+def _evaluate_epoch(cfg, program, state, data, dataset, record, bar) -> tuple[dict, dict]:
+    """(the epoch's evaluation, what it added to its `record`): added in place
+    (`_evaluation_entries`) and to the progress bar."""
+    evaluated, seconds = _timed_evaluation(cfg, program, state, data, dataset)
+    added = _evaluation_entries(evaluated, seconds)
+    record.update(strict(added))
     val = next(((k, v) for k, v in record.items() if k.startswith("val_") and v is not None),
                None)
     if val:
         bar.set_postfix(loss=f"{record['loss']:.4f}", **{val[0]: f"{val[1]:.3f}"})
-    return evaluated
+    return evaluated, added
 
 
 def _diverged(cfg, epoch, res, record):
