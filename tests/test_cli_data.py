@@ -58,7 +58,11 @@ def test_info_planetoid_with_root(capsys):
         (["data", "generate", "products-like", "--out", "/nonexistent/p.npz",
           "--feature-dtype", "float32"],
          "zerognn: error: --feature-dtype float32 applies to papers100m-like written to a "
-         "directory only; products-like keeps its generator's features"),
+         "directory and to igbh-like only; products-like keeps its generator's features"),
+        (["data", "generate", "mag-like", "--out", "/nonexistent/m.npz",
+          "--feature-dtype", "bfloat16"],
+         "zerognn: error: --feature-dtype bfloat16 applies to papers100m-like written to a "
+         "directory and to igbh-like only; mag-like keeps its generator's features"),
         (["data", "generate", "papers100m-like", "--out", "/nonexistent/p.npz",
           "--feature-dtype", "bfloat16"],
          "zerognn: error: --feature-dtype bfloat16 applies to papers100m-like written to a "

@@ -154,6 +154,23 @@ def test_cli_info_and_generate_list_types_and_relations(tmp_path, capsys):
         zg.load_dataset(str(out))
 
 
+def test_cli_generates_igbh_like_in_the_feature_dtype_asked(tmp_path, capsys):
+    """igbh-like's features in --feature-dtype (its default bfloat16 without it), the
+    same values as the generator gives in that dtype."""
+    out = tmp_path / "igbh.npz"
+    argv = ["data", "generate", "igbh-like", "--scale", "0.0005", "--out", str(out)]
+    assert run([*argv, "--feature-dtype", "float32"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert {t["feature_dtype"] for t in stats["node_types"].values()} == {"float32"}
+    saved = zg.load_hetero_dataset(str(out))
+    want = igbh_like(0.0005, feature_dtype="float32")
+    for t, x in want.features.items():
+        np.testing.assert_array_equal(np.asarray(saved.features[t]), x)
+    assert run(argv) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert {t["feature_dtype"] for t in stats["node_types"].values()} == {"bfloat16"}
+
+
 def test_pool_draws_land_where_a_binary_search_puts_them():
     """The guide-table walk of the generators' pools equals np.searchsorted(side="right")
     on the cumulative propensities: random draws, draws exactly on each boundary, just

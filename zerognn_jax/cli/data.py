@@ -9,9 +9,10 @@ molhiv-like and molpcba-like write a graph collection (`--out` ending in .npz, e
 directory; `zerognn train --task graph --dataset PATH` reads it). For the others
 `--out` is a file ending in .npz, or for papers100m-like also a dataset directory of
 memory-mappable .npy files, streamed there from the device with its features in
---feature-dtype (the statistics printed are then read from the directory); every other
-preset keeps its generator's features, and --feature-dtype given to one is refused
-(molhiv-like's and molpcba-like's atom features are categorical ids). The typed
+--feature-dtype (the statistics printed are then read from the directory); igbh-like
+draws its features in --feature-dtype (default bfloat16); every other preset keeps its
+generator's features, and --feature-dtype given to one is refused (molhiv-like's and
+molpcba-like's atom features are categorical ids). The typed
 presets (mag-like, igbh-like) write a typed .npz or dataset directory; `data info` on a
 typed dataset (ogbn-mag, mag-like, igbh-like, a typed file) lists its node types with
 their counts and feature widths and its relations with their edge counts.
@@ -36,6 +37,7 @@ from zerognn_jax._src.data.graph_datasets import (
 from zerognn_jax._src.data.graph_datasets import PRESETS as GRAPH_PRESETS
 from zerognn_jax._src.data.graph_storage import save_graphs
 from zerognn_jax._src.data.hetero_storage import is_hetero_path, save_hetero_dir, save_hetero_npz
+from zerognn_jax._src.data.hetero_synthetic import igbh_like
 from zerognn_jax._src.data.loaders import (
     DATASET_NAMES,
     HETERO_NAMES,
@@ -74,8 +76,9 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
                           help="output file ending in .npz (papers100m-like and the typed "
                                "presets: or a directory)")
     generate.add_argument("--feature-dtype", default=None, choices=("float32", "bfloat16"),
-                          help="papers100m-like into a directory: the stored features' "
-                               "dtype (default float32); refused for the others")
+                          help="papers100m-like into a directory (default float32) and "
+                               "igbh-like (default bfloat16): the features' dtype; refused "
+                               "for the others")
     _add_size_options(generate)
     generate.set_defaults(handler=run_generate)
     return data
@@ -102,7 +105,7 @@ def run_info(args: argparse.Namespace) -> int:
 def run_generate(args: argparse.Namespace) -> int:
     """Handler of `data generate`: builds the preset, writes it to --out, prints stats."""
     streamed = args.preset == "papers100m-like" and not args.out.endswith(".npz")
-    if args.feature_dtype is not None and not streamed:
+    if args.feature_dtype is not None and not streamed and args.preset != "igbh-like":
         print(f"zerognn: error: {_feature_dtype_refusal(args)}", file=sys.stderr)
         return 2
     if streamed:
@@ -135,8 +138,9 @@ def _feature_dtype_refusal(args: argparse.Namespace) -> str:
     if args.preset == "papers100m-like":
         return (f"{given} applies to papers100m-like written to a directory, not to "
                 f"--out {args.out}: give --out a directory, or leave --feature-dtype out")
-    return (f"{given} applies to papers100m-like written to a directory only; "
-            f"{args.preset} keeps its generator's features: leave --feature-dtype out")
+    return (f"{given} applies to papers100m-like written to a directory and to "
+            f"igbh-like only; {args.preset} keeps its generator's features: leave "
+            f"--feature-dtype out")
 
 
 def _saved_graphs(args: argparse.Namespace):
@@ -146,8 +150,12 @@ def _saved_graphs(args: argparse.Namespace):
 
 
 def _typed(args: argparse.Namespace):
-    """Builds a typed preset and writes it to --out (.npz, else a directory)."""
-    dataset = load_hetero_dataset(args.preset, scale=args.scale, seed=args.seed)
+    """Builds a typed preset and writes it to --out (.npz, else a directory); igbh-like
+    with --feature-dtype draws its features in that dtype."""
+    if args.preset == "igbh-like" and args.feature_dtype is not None:
+        dataset = igbh_like(args.scale, args.seed, feature_dtype=args.feature_dtype)
+    else:
+        dataset = load_hetero_dataset(args.preset, scale=args.scale, seed=args.seed)
     (save_hetero_npz if args.out.endswith(".npz") else save_hetero_dir)(dataset, args.out)
     return dataset
 
