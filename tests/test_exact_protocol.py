@@ -147,7 +147,7 @@ def test_a_chunk_of_exact_inference_runs_no_loop_of_its_own(dataset):
     """A layer's program loops over its chunks and nothing else: the row of each edge slot
     comes from an unrolled binary search, where JAX's default search is a `while` inside
     every chunk (on a GPU a kernel and two copies of the slots' bounds per step of the
-    search: most of a chunk's time on products-like)."""
+    search: about half of a chunk's device time on products-like)."""
     res = zg.train(config(eval_mode="none"), dataset)
     h = evaluate.model_inputs(res.program, res.variables, res.data.features)
     plan = evaluate.plan_chunks(res.data.graph.indptr, 8, budget_bytes=64 * 32 * 4)

@@ -389,13 +389,13 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             env = saved_envelope(program, saved_env)
         history, start_epoch = meta["history"], last + 1
         if meta.get("evaluation_pending"):  # evaluated after its checkpoint, if at all
-            pending = ckpt.evaluation_of(history[-1])
-            if pending is None:  # the earlier run stopped first: evaluate it now
-                pending, fresh = _evaluation_entries(
+            entries = ckpt.evaluation_of(history[-1])  # metrics and eval_seconds
+            if entries is None:  # the earlier run stopped first: evaluate it now
+                entries, fresh = _evaluation_entries(
                     *_timed_evaluation(cfg, program, state, data, dataset)), True
-                ckpt.save_evaluation(history[-1], pending)
-            history[-1].update(strict(pending))
-            pending = {k: v for k, v in pending.items() if k != "eval_seconds"}
+                ckpt.save_evaluation(history[-1], entries)
+            history[-1].update(strict(entries))
+            pending = {k: v for k, v in entries.items() if k != "eval_seconds"}
             meta = {**meta, "evaluation_pending": False}
     runner = make_engine(cfg.engine, program, chunk_steps=cfg.chunk_steps,
                          policy=cfg.envelope_policy, sample_ahead=cfg.sample_ahead,
