@@ -5,6 +5,7 @@ encoder without `layer()` (issue #35 item 2)."""
 from __future__ import annotations
 
 import flax.linen as nn
+import jax
 import numpy as np
 import pytest
 from conftest import labelled_dataset, mean_layer
@@ -145,9 +146,9 @@ def test_a_link_encoder_without_layer_is_evaluated_sampled(dataset):
 
 def test_a_chunk_of_exact_inference_runs_no_loop_of_its_own(dataset):
     """A layer's program loops over its chunks and nothing else: the row of each edge slot
-    comes from an unrolled binary search, where JAX's default search is a `while` inside
-    every chunk (on a GPU a kernel and two copies of the slots' bounds per step of the
-    search: about half of a chunk's device time on products-like)."""
+    comes from a search without a loop (ops/search.py), where JAX's default search is a
+    `while` inside every chunk (on a GPU a kernel and two copies of the slots' bounds per
+    step of the search: about half of a chunk's device time on products-like)."""
     res = zg.train(config(eval_mode="none"), dataset)
     h = evaluate.model_inputs(res.program, res.variables, res.data.features)
     plan = evaluate.plan_chunks(res.data.graph.indptr, 8, budget_bytes=64 * 32 * 4)
@@ -155,3 +156,37 @@ def test_a_chunk_of_exact_inference_runs_no_loop_of_its_own(dataset):
     text = evaluate._layer_rows.lower(res.program, res.variables, h, res.data.graph, 0,
                                       layer=0, plan=plan, length=N).as_text()
     assert text.count("stablehlo.while") == 1
+
+
+@pytest.mark.parametrize("offload, free, want", [
+    (False, None, 1), (False, 2 << 30, 1), (False, 16 << 30, 2), (False, 100 << 30, 4),
+    (True, 100 << 30, 1), ("auto", 100 << 30, 1)])
+def test_chunk_budget_grows_with_free_memory_where_nothing_streams(monkeypatch, offload, free,
+                                                                   want):
+    """Without a budget from the caller a chunk holds up to an eighth of the free memory
+    (1 to 4 GiB) when every layer stays on the device; 1 GiB where layers may stream, or
+    where the device does not say what is free (a CPU)."""
+    monkeypatch.setattr(evaluate, "device_free_bytes", lambda: free)
+    assert evaluate.chunk_budget(offload) == want << 30
+
+
+def test_a_larger_budget_that_runs_out_of_memory_runs_again_at_the_base(dataset, monkeypatch):
+    res = zg.train(config(eval_mode="none"), dataset)
+    want = np.asarray(evaluate.layerwise_logits(res.program, res.variables, res.data))
+    run, budgets = evaluate._layerwise_logits, []
+
+    def short_of_memory(*args, **kwargs):
+        budgets.append(args[3])
+        if args[3] > evaluate.BASE_BUDGET:
+            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory")
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "chunk_budget", lambda offload: 2 * evaluate.BASE_BUDGET)
+    monkeypatch.setattr(evaluate, "_layerwise_logits", short_of_memory)
+    with pytest.warns(UserWarning, match="chunks of 2.00 GiB of edge rows; running again "
+                                         "at 1 GiB"):
+        got = evaluate.layerwise_logits(res.program, res.variables, res.data)
+    assert budgets == [2 * evaluate.BASE_BUDGET, evaluate.BASE_BUDGET]
+    np.testing.assert_array_equal(np.asarray(got), want)
+    with pytest.raises(ValueError, match="budget_bytes must be positive, got 0"):
+        evaluate.layerwise_logits(res.program, res.variables, res.data, budget_bytes=0)

@@ -142,7 +142,8 @@ class EllView:
 @dataclasses.dataclass(frozen=True)
 class EdgeView:
     """A chunk of whole-graph CSR edges. src, dst, mask: [E]; dst in [0, num_dst),
-    non-decreasing (CSR order; padding slots at the end)."""
+    non-decreasing (CSR order; padding slots at the end). A chunk holds every edge of
+    each of its destinations, so `dst_deg` [num_dst] counts each one's live edges."""
 
     src: jax.Array
     dst: jax.Array
@@ -189,7 +190,8 @@ class EdgeView:
                                    indices_are_sorted=True)
 
     def edge_count(self) -> jax.Array:
-        return self._segment_sum(self.mask.astype(jnp.float32))
+        # the degrees: counting the live slots again would cost a scatter-add a chunk
+        return self.dst_deg.astype(jnp.float32)
 
     def weighted_sum(self, h_src: jax.Array, weights: jax.Array) -> jax.Array:
         return self._segment_sum(h_src[self.src] * weights[..., None])

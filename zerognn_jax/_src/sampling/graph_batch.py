@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.graphs import GraphCollection
+from zerognn_jax._src.ops.search import count_at_most
 from zerognn_jax._src.sampling.seeds import step_items
 
 
@@ -175,12 +176,13 @@ def _slot_graph(ends: jax.Array, capacity: int) -> jax.Array:
     Up to COMPARE_ALL_LIMIT pairs (molhiv-like at 256 graphs a batch: 4.3M), every
     position is compared with every end and the hits summed. A CPU writes the
     comparisons out (32 MB at the limit), and the work grows as B x capacity, so larger
-    batches search, with the binary search unrolled: JAX's default search is a `while`
-    of log2(B) iterations, on a GPU a kernel and copies each, inside every step."""
-    method = ("compare_all" if ends.shape[0] * capacity <= COMPARE_ALL_LIMIT
-              else "scan_unrolled")
-    return jnp.searchsorted(ends, jnp.arange(capacity, dtype=ends.dtype), side="right",
-                            method=method).astype(jnp.int32)
+    batches search (ops/search.py: one fused pass, where JAX's default search is a
+    `while` of log2(B) iterations, on a GPU a kernel and copies each, inside every step)."""
+    positions = jnp.arange(capacity, dtype=ends.dtype)
+    if ends.shape[0] * capacity <= COMPARE_ALL_LIMIT:
+        return jnp.searchsorted(ends, positions, side="right",
+                                method="compare_all").astype(jnp.int32)
+    return count_at_most(ends, positions)
 
 
 def _incident_slots(by_edge, ptr, node_ids, node_mask, first_edge, edge_start,
