@@ -236,6 +236,32 @@ def test_layerwise_auto_offload_streams_a_layer_that_runs_out_of_memory(graph, m
         layerwise_logits(program, variables, data, budget_bytes=4096, offload="auto")
 
 
+def test_layerwise_auto_offload_streams_an_output_no_free_block_holds(graph, monkeypatch):
+    """Enough bytes free in all, but no free block as large as the hidden layer's 9,600 B
+    output: that layer streams without being tried on the device (a try would wait out
+    the allocator's retries), and says why; the logits' 3,600 B fit one and stay."""
+    program, data, variables = _program(graph)
+    with jax.default_matmul_precision("highest"):  # see "Float results" above
+        want = layerwise_logits(program, variables, data, budget_bytes=4096)
+        monkeypatch.setattr(evaluate, "device_free_bytes", lambda: 100_000)
+        monkeypatch.setattr(evaluate, "device_largest_free_block", lambda: 5_000)
+        tried, layer_rows = [], evaluate._layer_rows
+
+        def device_run(*args, layer, **kwargs):
+            if not isinstance(args[2], jax.core.Tracer):
+                tried.append(layer)
+            return layer_rows(*args, layer=layer, **kwargs)
+
+        monkeypatch.setattr(evaluate, "_layer_rows", device_run)
+        lines = []
+        got = layerwise_logits(program, variables, data, budget_bytes=4096, offload="auto",
+                               log=lines.append)
+    assert tried == [1]
+    assert any("layer 1 streams: its output needs 0.0 GiB in one piece" in line
+               and "the largest free block 0.0 GiB" in line for line in lines)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
 def test_layerwise_offload_is_checked(graph):
     program, data, variables = _program(graph)
     with pytest.raises(ValueError, match="offload must be False, True or 'auto', got 'yes'"):
@@ -283,23 +309,26 @@ def test_pallas_sampler_lowers_at_papers100m_size():
 
 def test_layerwise_offload_reports_each_layer_and_prepares_the_buffer_early(graph,
                                                                           monkeypatch):
-    """`log` gets the buffer, each layer's compile and its run; the buffer is prepared
-    ahead, and the layers that stream into it compiled on a thread, only when some
-    output surely cannot fit the device."""
+    """`log` gets the buffer, the chunk plan, each layer's compile and its run; the buffer
+    is prepared ahead, and the layers that stream into it compiled on a thread, only when
+    some output surely cannot fit the device."""
     program, data, variables = _program(graph)
     lines = []
     layerwise_logits(program, variables, data, budget_bytes=4096, offload=True,
                      log=lines.append)
     # (on a GPU the buffer lines go on: ", page-locking on a thread")
     assert [line.split(" in ")[0].split(",")[0] for line in lines] == [
-        "exact inference: host buffer of 0.0 GiB",
+        "exact inference: host buffer of 0.0 GiB", "exact inference: 38 chunks a layer",
         "exact inference: layer 1 compiled", "exact inference: layer 1 of 2 streamed to the host",
         "exact inference: host buffer of 0.0 GiB",  # the smaller logits' own
         "exact inference: layer 2 compiled", "exact inference: layer 2 of 2 streamed to the host"]
-    assert "waited for the host buffer's locking" in lines[1]
+    plan = evaluate.plan_chunks(np.asarray(data.graph.indptr), 8, 4096)
+    assert (f"{plan.num_chunks} chunks a layer, of {plan.rows} rows and "
+            f"{plan.edge_capacity} edge slots (chunk budget 0.00 GiB), planned") in lines[1]
+    assert "waited for the host buffer's locking" in lines[2]
     # the hidden layer, sure to stream into the shared buffer, compiled on a thread while
     # the input uploaded; the logits, streamed into their own later buffer, when they ran
-    assert "on a thread" in lines[1] and "on a thread" not in lines[4]
+    assert "on a thread" in lines[2] and "on a thread" not in lines[5]
     # sure to stream: output, input and budget beyond the device's free bytes
     monkeypatch.setattr(evaluate, "device_free_bytes", lambda: 13_000)
     assert evaluate._sure_layers("auto", [9_600, 3_600], [0, 9_600], 4_096) == [True, True]

@@ -39,7 +39,7 @@ from zerognn_jax._src.ops.search import count_at_most
 from zerognn_jax._src.sampling.envelope import Envelope, conservative
 from zerognn_jax._src.sampling.seeds import ordered_items
 from zerognn_jax._src.sampling.steps import sample_step
-from zerognn_jax._src.training.memory import device_free_bytes
+from zerognn_jax._src.training.memory import device_free_bytes, device_largest_free_block
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.tasks.node import NodeTask
 
@@ -322,7 +322,12 @@ def _layerwise_logits(program: StepProgram, variables, data: DeviceData, budget_
     # chunks are planned and the first input uploads; the layers that surely stream
     # into it compile on another thread meanwhile.
     buffer = _host_buffer(max(nbytes), log) if any(sure) else None
+    t0 = time.perf_counter()
     plan = plan_chunks(data.graph.indptr, widest, budget_bytes)
+    if log:
+        log(f"exact inference: {plan.num_chunks:,} chunks a layer, of {plan.rows:,} rows and "
+            f"{plan.edge_capacity:,} edge slots (chunk budget {budget_bytes / 2**30:.2f} "
+            f"GiB), planned in {time.perf_counter() - t0:.2f} s")
     # each layer's input as the compiler sees it (a host table is part of the program)
     inputs = [h if is_host_resident(h) else jax.ShapeDtypeStruct(h.shape, h.dtype),
               *outs[:-1]]
@@ -351,7 +356,8 @@ def _layerwise_logits(program: StepProgram, variables, data: DeviceData, budget_
             upload, h, streamed = t1 - t0, None, None
             if offload is not True and layer not in targets:
                 h = _device_layer(program, variables, h_device, data.graph, layer, plan,
-                                  check=offload == "auto" and nbytes[layer] + budget_bytes)
+                                  need=(nbytes[layer], budget_bytes) if offload else None,
+                                  log=log)
             if h is None:
                 if layer not in targets:
                     if buffer is None:
@@ -428,22 +434,37 @@ def model_inputs(program: StepProgram, variables, features):
     return np.concatenate([features, np.asarray(table).astype(features.dtype)], axis=1)
 
 
-def _device_layer(program, variables, h, graph, layer: int, plan: ChunkPlan, *, check):
-    """Layer `layer` of every row on the device; with `check` (bytes it needs), None
-    when fewer are free or the device runs out of memory."""
+def _device_layer(program, variables, h, graph, layer: int, plan: ChunkPlan, *, need,
+                  log=None):
+    """Layer `layer` of every row on the device. With `need` (its output's bytes, the
+    chunk budget): None, without trying, when fewer bytes are free than both or no free
+    block holds the output (free memory in pieces: an attempt would wait out the
+    allocator's retries before failing); None when the device runs out of memory."""
     run = functools.partial(_layer_rows, program, variables, h, graph, 0, layer=layer,
                             plan=plan, length=graph.num_nodes)
-    if not check:
+    if need is None:
         return run()
-    free = device_free_bytes()
-    if free is not None and free < check:
+    free, block = device_free_bytes(), device_largest_free_block()
+    if (free is not None and free < sum(need)) or (block is not None and block < need[0]):
+        if log:
+            log(f"exact inference: layer {layer + 1} streams: its output needs "
+                f"{need[0] / 2**30:.1f} GiB in one piece and a chunk {need[1] / 2**30:.1f} "
+                f"GiB; {_gib(free)} free, the largest free block {_gib(block)}")
         return None
+    t0 = time.perf_counter()
     try:
         return jax.block_until_ready(run())
     except jax.errors.JaxRuntimeError as error:
         if "RESOURCE_EXHAUSTED" not in str(error):
             raise
+        if log:
+            log(f"exact inference: layer {layer + 1} ran out of device memory after "
+                f"{time.perf_counter() - t0:.2f} s; it streams")
         return None
+
+
+def _gib(nbytes: int | None) -> str:
+    return "unknown" if nbytes is None else f"{nbytes / 2**30:.1f} GiB"
 
 
 def halving_batches(run, batch_size: int, what: str):

@@ -232,6 +232,12 @@ def device_free_bytes(device=None) -> int | None:
     return None if limit is None or used is None else limit - used
 
 
+def device_largest_free_block(device=None) -> int | None:
+    """The largest single allocation the device's allocator could hand out now (its
+    largest free block), or None where JAX does not say (CPU)."""
+    return _memory_stat("largest_free_block_bytes", device)
+
+
 def device_peak_bytes(device=None) -> int | None:
     """The device allocator's peak use so far in this process, or None (CPU)."""
     return _memory_stat("peak_bytes_in_use", device)
