@@ -208,3 +208,35 @@ def test_sampled_evaluation_halves_its_batch_when_the_device_runs_out(monkeypatc
         jax.errors.JaxRuntimeError("INTERNAL: something else")))
     with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
         logits()
+
+
+@pytest.mark.parametrize("model", ["rsage", "rgcn", "rgat"])
+def test_exact_logits_in_chunks_equal_the_whole_graph_layers(model, monkeypatch):
+    """Exact inference over chunks of each type's rows (a budget of a few edge rows: many
+    chunks, the last one moved back) gives the logits of whole-graph layers, embedding
+    rows and all; a model that does not declare `chunked_exact` gets whole layers."""
+    from zerognn_jax._src.training.tasks import typed_eval
+
+    cfg = zg.TrainConfig(**{**CFG, "model": model, "heads": 2}, fanouts=(3, 2))
+    dataset, data, program = prepare(cfg, _toy())
+    env, _ = program.task.choose_envelope(program, data, dataset, cfg)
+    state = init_state(program, data, env, dataset.train_idx)
+    variables = {"params": state.params, "embedding": state.embedding}
+    logits = functools.partial(typed_eval.exact_logits, program.task, program, variables, data)
+    calls, chunked = [], typed_eval._chunked_rows
+
+    def spy(*args, rows, length, **kwargs):
+        calls.append((kwargs["node_type"], rows, length))
+        return chunked(*args, rows=rows, length=length, **kwargs)
+
+    monkeypatch.setattr(typed_eval, "_chunked_rows", spy)
+    with jax.default_matmul_precision("highest"):
+        small = np.asarray(logits(budget_bytes=8 * 8 * 4 * 6))
+        assert any(rows < length for _, rows, length in calls)
+        assert {t for t, _, _ in calls} == {"paper", "author", "field"}
+        monkeypatch.setattr(zg.HeteroGNN, "chunked_exact", False)
+        calls.clear()
+        whole = np.asarray(logits())
+    assert not calls
+    assert small.shape == (30, 3)
+    np.testing.assert_allclose(small, whole, rtol=1e-5, atol=1e-6)

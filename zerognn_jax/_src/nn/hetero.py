@@ -11,8 +11,9 @@ one `TypedLayer` per layer, innermost last: layer i reads hop L - 1 - i. A layer
 computes, for every type of its level, the sum over the relations into that type of a
 per-relation conv of (the sources' rows, the destinations' rows, the relation's view),
 where a type's destinations are the first rows of its sources (the sampled levels'
-prefix property). A type of the level that no relation of the hop reaches gets a root
-transform of its own rows only.
+prefix property), or in a chunk of exact inference the rows from the chunk's start
+(`TypedLayer.dst_rows` reads either). A type of the level that no relation of the hop
+reaches gets a root transform of its own rows only.
 
   rsage  SAGEConv per relation, summed per destination type: PyG's `to_hetero(SAGE)`
          with aggr="sum" (each relation has its own root weight).
@@ -33,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -47,16 +48,27 @@ from zerognn_jax._src.ops.registry import XLA, Kernels
 HETERO_MODELS = ("rsage", "rgcn", "rgat")
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["views"],
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["views", "dst_start"],
                    meta_fields=["num_dst"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class TypedLayer:
     """What one layer sees: `views` {relation: edge view} of its hop, and `num_dst`
     ((type, rows), ...), static: every type of the level the layer computes, with its
-    row count (the prefix of that type's source rows)."""
+    row count. A type's destinations are the prefix of its source rows, or, for a type
+    in `dst_start` ({type: int32 scalar}: a chunk of exact inference), the rows from
+    that start; `dst_rows` reads them either way."""
 
     views: dict
     num_dst: tuple
+    dst_start: dict = dataclasses.field(default_factory=dict)
+
+    def dst_rows(self, node_type: str, h_src: jax.Array) -> jax.Array:
+        """The destination rows of `node_type` in its source rows `h_src`."""
+        rows = dict(self.num_dst)[node_type]
+        start = self.dst_start.get(node_type)
+        if start is None:
+            return h_src[:rows]
+        return jax.lax.dynamic_slice_in_dim(h_src, start, rows)
 
 
 def typed_layers(mb, kernels: Kernels = XLA) -> tuple[TypedLayer, ...]:
@@ -192,6 +204,9 @@ class HeteroGNN(nn.Module):
     dropout: float = 0.5
     input_dropout: float = 0.0
     dtype: Any = jnp.float32
+    # `layer` reads each type's destinations through `TypedLayer.dst_rows`, so exact
+    # inference may give it chunks of destination rows (training/tasks/typed_eval.py)
+    chunked_exact: ClassVar[bool] = True
 
     def setup(self):
         types = tuple(dict.fromkeys([self.target_type, *(t for r in self.relations
@@ -231,16 +246,17 @@ class HeteroGNN(nn.Module):
 
     def layer(self, i: int, h: dict, layer: TypedLayer, *, train: bool) -> dict:
         """Layer i: {type: rows} of the level it computes, from the sources `h`
-        ({type: [S_t, d]}, each type's destinations its first rows). With whole-graph
-        views (`whole_graph_layer`) this is exact layer-wise inference."""
+        ({type: [S_t, d]}, each type's destinations its first rows, or those
+        `layer.dst_start` names). With whole-graph views (`whole_graph_layer`), or views
+        of chunks of destination rows, this is exact layer-wise inference."""
         drop = self.drop_input if i == 0 else self.drop_hidden
         # Each call of `drop` draws the next dropout key: types in sorted order, not the
         # dict's, which a jit boundary re-sorts (a step whose sample arrived through one
         # would otherwise drop other units than one that sampled inside it).
         h = {t: drop(h[t].astype(self.dtype), deterministic=not train) for t in sorted(h)}
         out = {}
-        for t, rows in layer.num_dst:
-            h_dst = h[t][:rows]
+        for t, _ in layer.num_dst:
+            h_dst = layer.dst_rows(t, h[t])
             into = [(r, h[r[0]], v) for r, v in layer.views.items() if r[2] == t]
             if not into:
                 out[t] = self.roots[i][t](h_dst)

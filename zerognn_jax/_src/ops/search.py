@@ -4,12 +4,13 @@
 JAX's methods for that search cost a GPU more than the work around them where it runs
 inside a loop over chunks (exact inference) or a training step (graph packing): the
 default is a `while` of log2(n) iterations (a kernel and two copies each); "scan_unrolled"
-carries a (low, high) pair, and XLA emits each of its steps as a kernel of its own (11 a
-chunk of products-like's exact inference, reading and writing 7 MB each); "compare_all"
-grows as n x queries. Here the search keeps one value per query, the count found so far,
-and grows it by halving powers of two (`count + step` is kept when the entry it would
-include is <= the query), so every step is a gather from the sorted array and a select
-on that one value, which XLA fuses into a single loop over the queries.
+carries a (low, high) pair, and XLA emits nearly every step as a kernel of its own (12 a
+chunk of products-like's exact inference on an H200, reading and writing 7 MB each);
+"compare_all" grows as n x queries. Here the search keeps one value per query, the count
+found so far, and grows it by halving powers of two (`count + step` is kept when the
+entry it would include is <= the query): every step is a gather from the sorted array
+and a select on that one value, and XLA fuses several steps a kernel (6 kernels for the
+same chunk's 15 steps).
 """
 
 from __future__ import annotations

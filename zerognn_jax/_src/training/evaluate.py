@@ -88,11 +88,21 @@ def plan_chunks(indptr, max_width: int, budget_bytes: int = BASE_BUDGET) -> Chun
     on the host or the device."""
     indptr = indptr if isinstance(indptr, jax.Array) else np.asarray(indptr)
     n = indptr.shape[0] - 1
+    rows, (cap,) = shared_chunk_rows([indptr], n, max_width, budget_bytes)
+    return ChunkPlan(rows, -(-n // rows), cap)
+
+
+def shared_chunk_rows(indptrs, n: int, max_width: int, budget_bytes: int) -> tuple:
+    """(rows, edge capacities): the largest chunk of `rows` (n, or a power of two below
+    it) of `n` destination rows whose edges in every CSR of `indptrs` (offsets over the
+    same rows, several relations into one type), gathered as rows of `max_width`
+    float32 units, fit `budget_bytes` together, wherever the chunk starts; each CSR's
+    capacity for that many rows (at least 1)."""
     rows = max(n, 1)
     while True:
-        cap = max(_window_edges(indptr, rows), 1) if n else 1
-        if cap * max_width * 4 <= budget_bytes or rows == 1:
-            return ChunkPlan(rows, -(-n // rows), cap)
+        caps = tuple(max(_window_edges(p, rows), 1) if n else 1 for p in indptrs)
+        if sum(caps) * max_width * 4 <= budget_bytes or rows == 1:
+            return rows, caps
         rows = 1 << ((rows - 1).bit_length() - 1)  # the power of two below rows
 
 
@@ -103,12 +113,10 @@ def no_layerwise_form(model) -> str:
             f"docs/api.md)")
 
 
-def _chunk_rows(program: StepProgram, variables, h, graph, deg, r0, *, layer: int,
-                plan: ChunkPlan):
-    """Layer `layer` of the `plan.rows` rows from `r0`: [rows, d_out] (`deg`: the
-    graph's degrees, computed once outside the loop over chunks)."""
-    rows, cap = plan.rows, plan.edge_capacity
-    model_vars = {k: v for k, v in variables.items() if k != "embedding"}
+def chunk_edges(graph, r0, rows: int, cap: int) -> tuple:
+    """The CSR edges of `graph`'s rows [r0, r0 + rows) in `cap` slots (cap at least
+    their count): (src int32[cap], dst int32[cap] (the slot's row within the chunk), mask
+    bool[cap], degrees int32[rows], the first edge's id)."""
     # An edgeless graph has no index to gather; one dummy entry, always masked, stands in.
     indices = graph.indices if graph.num_edges else jnp.zeros((1,), jnp.int32)
     slots = jnp.arange(cap, dtype=jnp.int32)
@@ -116,19 +124,28 @@ def _chunk_rows(program: StepProgram, variables, h, graph, deg, r0, *, layer: in
     local = (ptr - ptr[0]).astype(jnp.int32)  # offsets within the chunk: small
     mask = slots < local[-1]
     src = take_edges(indices, jnp.where(mask, edge_ids(ptr[0], slots), 0))
-    # each slot's row, by a search XLA fuses into one kernel (ops/search.py)
-    dst = jnp.clip(count_at_most(local, slots) - 1, 0, rows - 1)
-    edge_rows = _chunk_edge_rows(graph.edge_features, ptr[0], slots, mask)
-    dst, every = dst.astype(jnp.int32), jnp.ones((rows,), bool)
+    # each slot's row, by a search without a loop (ops/search.py)
+    dst = jnp.clip(count_at_most(local, slots) - 1, 0, rows - 1).astype(jnp.int32)
+    return src, dst, mask, local[1:] - local[:-1], ptr[0]
+
+
+def _chunk_rows(program: StepProgram, variables, h, graph, deg, r0, *, layer: int,
+                plan: ChunkPlan):
+    """Layer `layer` of the `plan.rows` rows from `r0`: [rows, d_out] (`deg`: the
+    graph's degrees, computed once outside the loop over chunks)."""
+    rows, cap = plan.rows, plan.edge_capacity
+    model_vars = {k: v for k, v in variables.items() if k != "embedding"}
+    slots = jnp.arange(cap, dtype=jnp.int32)
+    src, dst, mask, degrees, first = chunk_edges(graph, r0, rows, cap)
+    edge_rows = _chunk_edge_rows(graph.edge_features, first, slots, mask)
+    every = jnp.ones((rows,), bool)
     if is_host_resident(h):  # the chunk's rows read from host memory, edge by edge
-        view = EdgeView(slots, dst, mask, every, local[1:] - local[:-1], deg[src], rows,
-                        edge_rows, src)
+        view = EdgeView(slots, dst, mask, every, degrees, deg[src], rows, edge_rows, src)
         h_dst = h.gather(r0 + jnp.arange(rows, dtype=jnp.int32), every)
         return program.model.apply(model_vars, layer, h.gather(src, mask), h_dst, view,
                                    train=False, method="layer")
     node_ids = jnp.arange(graph.num_nodes, dtype=jnp.int32)  # h holds every node, in order
-    view = EdgeView(src, dst, mask, every, local[1:] - local[:-1], deg, rows, edge_rows,
-                    node_ids)
+    view = EdgeView(src, dst, mask, every, degrees, deg, rows, edge_rows, node_ids)
     h_dst = jax.lax.dynamic_slice(h, (r0, 0), (rows, h.shape[1]))
     return program.model.apply(model_vars, layer, h, h_dst, view, train=False,
                                method="layer")

@@ -3,11 +3,14 @@ logits of sampled neighbourhoods with the training fanouts.
 
 Exact: layer i computes, for every node of the types a sampled batch holds at level
 L - 1 - i (`TypedSamplerConfig.plan`), the relational layer over every edge of the
-relations that hop samples (`whole_graph_layer`), from the previous layer's rows of
-every node; the target type's rows of the last layer are the logits. Not chunked: a
-layer gathers one row per edge of its relations (docs/hetero.md), and the inputs are
-every node's rows on the device (a feature table in host memory is read onto it for the
-pass, by the host gather).
+relations that hop samples, from the previous layer's rows of every node; the target
+type's rows of the last layer are the logits. A model that reads its destinations
+through `TypedLayer.dst_rows` (`chunked_exact`, as `HeteroGNN`) gets each type's rows in
+chunks whose edges, over all its relations, fit a budget (as the homogeneous path's
+chunks: `evaluate.chunk_budget`); any other model one whole-graph layer
+(`whole_graph_layer`), which gathers a row per edge of every relation at once. The
+inputs are every node's rows on the device (a feature table in host memory is read onto
+it for the pass, by the host gather).
 
 Sampled: the ids in consecutive batches, sampled with the keys of an epoch no training
 run reaches; the envelope holds exactly the largest counts of those batches (one
@@ -24,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.nn.hetero import TypedLayer, whole_graph_layer
+from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.ops.host_rows import is_host_resident, uploaded
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
 from zerognn_jax._src.sampling.seeds import ordered_items
@@ -35,7 +39,12 @@ from zerognn_jax._src.sampling.typed_envelope import (
     typed_tree_sizes,
 )
 from zerognn_jax._src.sampling.typed_minibatch import sample_typed_step
-from zerognn_jax._src.training.evaluate import halving_batches
+from zerognn_jax._src.training.evaluate import (
+    chunk_budget,
+    chunk_edges,
+    halving_batches,
+    shared_chunk_rows,
+)
 from zerognn_jax._src.training.memory import device_free_bytes
 
 EVAL_EPOCH = 0x7FFFFFFF  # the epoch whose keys evaluation samples with
@@ -53,15 +62,22 @@ def typed_logits(task, predictor, ids) -> np.ndarray:
                           batch_size=predictor.batch_size, seed=predictor.seed)
 
 
-def exact_layer(task, graph, i: int) -> TypedLayer:
-    """Layer i's whole-graph views of the relations its hop samples, and the types it
-    computes (all their nodes)."""
+def exact_relations(task, graph, i: int) -> tuple[tuple, tuple]:
+    """(the types layer i computes, the relations into them that its hop samples)."""
     plan = task.sampler.plan(task.seed_type)
     hop = len(plan) - 1 - i
     types = (task.seed_type,) if hop == 0 else plan[hop - 1].types
+    return types, tuple(r for r, _ in graph.items()
+                        if r[2] in types and r in plan[hop].relations)
+
+
+def exact_layer(task, graph, i: int) -> TypedLayer:
+    """Layer i's whole-graph views of the relations its hop samples, and the types it
+    computes (all their nodes)."""
+    types, relations = exact_relations(task, graph, i)
     whole = whole_graph_layer(graph, types)
-    views = {r: v for r, v in whole.views.items() if r in plan[hop].relations}
-    return TypedLayer(views, whole.num_dst)
+    return TypedLayer({r: v for r, v in whole.views.items() if r in relations},
+                      whole.num_dst)
 
 
 def exact_inputs(task, data, table=None) -> dict:
@@ -98,14 +114,67 @@ def _exact_layer(program, variables, h, graph, *, i: int):
     return program.model.apply(variables, i, h, layer, train=False, method="layer")
 
 
-def exact_logits(task, program, variables, data) -> jax.Array:
+def exact_logits(task, program, variables, data, *, budget_bytes: int | None = None
+                 ) -> jax.Array:
     """float32[N_target, classes]: every target node's exact logits (`variables` hold
-    the model's and, with featureless types, the "embedding" table)."""
+    the model's and, with featureless types, the "embedding" table), in chunks of a
+    type's rows whose gathered edge rows fit `budget_bytes` (None:
+    `evaluate.chunk_budget`) where the model takes chunks (module docstring)."""
     h = exact_inputs(task, data, variables.get("embedding"))
     model_vars = {k: v for k, v in variables.items() if k != "embedding"}
+    graph = data.graph
+    chunked = getattr(program.model.model, "chunked_exact", False)
+    budget = chunk_budget(False) if budget_bytes is None else budget_bytes
     for i in range(task.sampler.num_hops):
-        h = _exact_layer(program, model_vars, h, data.graph, i=i)
+        types, relations = exact_relations(task, graph, i)
+        if chunked and all(graph.num_nodes[t] for t in types):
+            width = max([x.shape[1] for x in h.values()]
+                        + [getattr(program.model.model, "hidden", 0)])
+            h = {t: _type_rows(program, model_vars, h, graph, i, t,
+                               tuple(r for r in relations if r[2] == t), width, budget)
+                 for t in types}
+        else:  # (a type without nodes gets its empty rows from the whole-graph layer)
+            h = _exact_layer(program, model_vars, h, graph, i=i)
     return h[task.seed_type]
+
+
+def _type_rows(program, variables, h, graph, i: int, node_type: str, relations: tuple,
+               width: int, budget: int) -> jax.Array:
+    """Layer i's rows of every `node_type` node, in chunks (`shared_chunk_rows` over the
+    `relations` into it)."""
+    count = graph.num_nodes[node_type]
+    rows, caps = shared_chunk_rows([graph[r].indptr for r in relations], count, width,
+                                   budget)
+    return _chunked_rows(program, variables, h, graph, i=i, node_type=node_type,
+                         relations=relations, rows=rows, caps=caps, length=count)
+
+
+@functools.partial(jax.jit, static_argnames=("program", "i", "node_type", "relations",
+                                             "rows", "caps", "length"))
+def _chunked_rows(program, variables, h, graph, *, i: int, node_type: str, relations: tuple,
+                  rows: int, caps: tuple, length: int) -> jax.Array:
+    """[length, d_out]: layer i of every `node_type` row, `rows` at a time (the last
+    chunk moved back to end at the last row), each chunk's edges of relation
+    `relations[k]` in `caps[k]` slots."""
+
+    def chunk(first):
+        views = {}
+        for rel, cap in zip(relations, caps):
+            src, dst, mask, degrees, _ = chunk_edges(graph[rel], first, rows, cap)
+            views[rel] = EdgeView(src, dst, mask, jnp.ones((rows,), bool), degrees,
+                                  jnp.zeros(1, jnp.int32), rows)
+        layer = TypedLayer(views, ((node_type, rows),), {node_type: first})
+        out = program.model.apply(variables, i, h, layer, train=False, method="layer")
+        return out[node_type]
+
+    shape = jax.eval_shape(chunk, jnp.int32(0))
+
+    def body(j, out):
+        first = jnp.minimum(j * rows, length - rows)
+        return jax.lax.dynamic_update_slice(out, chunk(first), (first, 0))
+
+    out = jnp.zeros((length, shape.shape[1]), shape.dtype)
+    return jax.lax.fori_loop(0, -(-length // rows), body, out)
 
 
 def eval_envelope(task, data, padded, batch_size: int, seed, kernels):
