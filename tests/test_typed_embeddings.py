@@ -214,7 +214,9 @@ def test_sampled_evaluation_halves_its_batch_when_the_device_runs_out(monkeypatc
 def test_exact_logits_in_chunks_equal_the_whole_graph_layers(model, monkeypatch):
     """Exact inference over chunks of each type's rows (a budget of a few edge rows: many
     chunks, the last one moved back) gives the logits of whole-graph layers, embedding
-    rows and all; a model that does not declare `chunked_exact` gets whole layers."""
+    rows and all. Without a budget, a layer runs whole where its edge rows fit half the
+    free memory, else in chunks; a model that does not declare `chunked_exact` gets
+    whole layers."""
     from zerognn_jax._src.training.tasks import typed_eval
 
     cfg = zg.TrainConfig(**{**CFG, "model": model, "heads": 2}, fanouts=(3, 2))
@@ -234,6 +236,11 @@ def test_exact_logits_in_chunks_equal_the_whole_graph_layers(model, monkeypatch)
         small = np.asarray(logits(budget_bytes=8 * 8 * 4 * 6))
         assert any(rows < length for _, rows, length in calls)
         assert {t for t, _, _ in calls} == {"paper", "author", "field"}
+        for free, chunks in ((10**12, False), (1000, True), (None, False)):
+            monkeypatch.setattr(typed_eval, "device_free_bytes", lambda: free)
+            calls.clear()
+            np.testing.assert_allclose(np.asarray(logits()), small, rtol=1e-5, atol=1e-6)
+            assert bool(calls) == chunks
         monkeypatch.setattr(zg.HeteroGNN, "chunked_exact", False)
         calls.clear()
         whole = np.asarray(logits())

@@ -4,11 +4,12 @@ logits of sampled neighbourhoods with the training fanouts.
 Exact: layer i computes, for every node of the types a sampled batch holds at level
 L - 1 - i (`TypedSamplerConfig.plan`), the relational layer over every edge of the
 relations that hop samples, from the previous layer's rows of every node; the target
-type's rows of the last layer are the logits. A model that reads its destinations
-through `TypedLayer.dst_rows` (`chunked_exact`, as `HeteroGNN`) gets each type's rows in
-chunks whose edges, over all its relations, fit a budget (as the homogeneous path's
-chunks: `evaluate.chunk_budget`); any other model one whole-graph layer
-(`whole_graph_layer`), which gathers a row per edge of every relation at once. The
+type's rows of the last layer are the logits. A layer runs whole (`whole_graph_layer`,
+which gathers a row per edge of every relation at once) where its edge rows fit half
+the device's free memory; else a model that reads its destinations through
+`TypedLayer.dst_rows` (`chunked_exact`, as `HeteroGNN`) gets each type's rows in chunks
+whose edges, over all its relations, fit a budget (as the homogeneous path's chunks:
+`evaluate.chunk_budget`), and any other model the whole layer still. The
 inputs are every node's rows on the device (a feature table in host memory is read onto
 it for the pass, by the host gather).
 
@@ -117,9 +118,10 @@ def _exact_layer(program, variables, h, graph, *, i: int):
 def exact_logits(task, program, variables, data, *, budget_bytes: int | None = None
                  ) -> jax.Array:
     """float32[N_target, classes]: every target node's exact logits (`variables` hold
-    the model's and, with featureless types, the "embedding" table), in chunks of a
-    type's rows whose gathered edge rows fit `budget_bytes` (None:
-    `evaluate.chunk_budget`) where the model takes chunks (module docstring)."""
+    the model's and, with featureless types, the "embedding" table). Where the model
+    takes chunks (module docstring), a layer runs in chunks of a type's rows whose
+    gathered edge rows fit `budget_bytes`; None: whole where its edge rows fit half the
+    device's free memory (`_whole_fits`), else in chunks of `evaluate.chunk_budget`."""
     h = exact_inputs(task, data, variables.get("embedding"))
     model_vars = {k: v for k, v in variables.items() if k != "embedding"}
     graph = data.graph
@@ -127,15 +129,27 @@ def exact_logits(task, program, variables, data, *, budget_bytes: int | None = N
     budget = chunk_budget(False) if budget_bytes is None else budget_bytes
     for i in range(task.sampler.num_hops):
         types, relations = exact_relations(task, graph, i)
-        if chunked and all(graph.num_nodes[t] for t in types):
-            width = max([x.shape[1] for x in h.values()]
-                        + [getattr(program.model.model, "hidden", 0)])
+        width = max([x.shape[1] for x in h.values()]
+                    + [getattr(program.model.model, "hidden", 0)])
+        edge_bytes = sum(graph[r].num_edges for r in relations) * width * 4
+        # (a type without nodes gets its empty rows from the whole-graph layer)
+        if (chunked and all(graph.num_nodes[t] for t in types)
+                and (budget_bytes is not None or not _whole_fits(edge_bytes))):
             h = {t: _type_rows(program, model_vars, h, graph, i, t,
                                tuple(r for r in relations if r[2] == t), width, budget)
                  for t in types}
-        else:  # (a type without nodes gets its empty rows from the whole-graph layer)
+        else:
             h = _exact_layer(program, model_vars, h, graph, i=i)
     return h[task.seed_type]
+
+
+def _whole_fits(edge_bytes: int) -> bool:
+    """Whether a whole-graph layer whose edge rows would take `edge_bytes` runs whole:
+    within half the device's free memory (a CPU does not say: whole). Chunks cost time
+    where the whole layer fits (mag-like's rsage on an H200: 0.062 s in 4 GiB chunks,
+    0.022 s whole; docs/benchmarks.md)."""
+    free = device_free_bytes()
+    return free is None or edge_bytes <= free // 2
 
 
 def _type_rows(program, variables, h, graph, i: int, node_type: str, relations: tuple,
