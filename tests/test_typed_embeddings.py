@@ -237,7 +237,7 @@ def test_exact_logits_in_chunks_equal_the_whole_graph_layers(model, monkeypatch)
         assert any(rows < length for _, rows, length in calls)
         assert {t for t, _, _ in calls} == {"paper", "author", "field"}
         for free, chunks in ((10**12, False), (1000, True), (None, False)):
-            monkeypatch.setattr(typed_eval, "device_free_bytes", lambda: free)
+            monkeypatch.setattr(typed_eval, "device_free_bytes", lambda free=free: free)
             calls.clear()
             np.testing.assert_allclose(np.asarray(logits()), small, rtol=1e-5, atol=1e-6)
             assert bool(calls) == chunks
