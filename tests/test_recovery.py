@@ -26,7 +26,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from zerognn_jax import TrainConfig, restore, save_npz, train
+from zerognn_jax import CheckpointWarning, TrainConfig, restore, save_npz, train
 from zerognn_jax._src.data.synthetic import products_like
 from zerognn_jax._src.training import interrupts, trainer
 from zerognn_jax._src.training.checkpoint import (
@@ -34,7 +34,6 @@ from zerognn_jax._src.training.checkpoint import (
     FREE_ON_RESUME,
     Checkpointer,
     CheckpointMismatch,
-    CheckpointWarning,
     identity,
 )
 from zerognn_jax.cli import main

@@ -17,7 +17,7 @@ from zerognn_jax._src.data.hetero import as_hetero
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset
 from zerognn_jax._src.training import memory, trainer
 from zerognn_jax._src.training.memory import Resident
-from zerognn_jax._src.training.placement import PlacementWarning, choose_placement
+from zerognn_jax._src.training.placement import choose_placement
 from zerognn_jax._src.training.tasks import typed_node
 
 QUICK = dict(hidden=8, layers=2, fanouts=(3, 2), batch_size=32, epochs=0,
@@ -51,11 +51,11 @@ def no_limit(monkeypatch):
 
 
 def placement_warnings(run) -> list[str]:
-    """The messages of the `PlacementWarning`s `run()` gives, every one counted."""
+    """The messages of the `zg.PlacementWarning`s `run()` gives, every one counted."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run()
-    return [str(w.message) for w in caught if w.category is PlacementWarning]
+    return [str(w.message) for w in caught if w.category is zg.PlacementWarning]
 
 
 def placement_of(summary: dict) -> dict:

@@ -133,7 +133,7 @@ from zerognn_jax._src.sampling.typed_minibatch import (
     sample_typed_step,
 )
 from zerognn_jax._src.training.callbacks import EarlyStopping
-from zerognn_jax._src.training.checkpoint import CheckpointMismatch
+from zerognn_jax._src.training.checkpoint import CheckpointMismatch, CheckpointWarning
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.engines import make_engine
 from zerognn_jax._src.training.evaluate import (
@@ -153,6 +153,7 @@ from zerognn_jax._src.training.loaders import (
     NeighborLoader,
 )
 from zerognn_jax._src.training.parallel import DataParallel, initialize_distributed, make_mesh
+from zerognn_jax._src.training.placement import PlacementWarning
 from zerognn_jax._src.training.program import (
     DeviceData,
     StepProgram,
@@ -191,7 +192,7 @@ __all__ = [
     "sample_minibatch",
     "sampled_logits", "save_npz", "step_keys", "step_seeds", "to_jraph", "train",
     "LoaderBatch", "NeighborLoader", "counter_key", "views_for", "from_edge_index",
-    "CheckpointMismatch", "Diverged",
+    "CheckpointMismatch", "CheckpointWarning", "Diverged", "PlacementWarning",
     "DotDecoder", "LinkModel", "LinkSplit", "LinkTask", "MLPDecoder", "load_ogbl",
     "make_decoder", "negative_pairs", "node_embeddings", "random_link_split",
     "seed_frontier",
