@@ -262,6 +262,38 @@ def test_layerwise_auto_offload_streams_an_output_no_free_block_holds(graph, mon
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
 
 
+def test_layerwise_auto_offload_holds_an_uploaded_inputs_output_room_first(graph,
+                                                                           monkeypatch):
+    """A layer that may run on the device and uploads its input takes its output's room
+    before the upload where one free block holds both (and gives it back before running,
+    so that the output lands below the input); with no such block it takes none (and
+    the guard streams the layer); the logits are the device run's either way."""
+    program, data, variables = _program(graph)
+    host = data._replace(features=np.asarray(data.features))  # layer 0 uploads its input
+    n = graph.num_nodes
+    with jax.default_matmul_precision("highest"):  # see "Float results" above
+        want = layerwise_logits(program, variables, data, budget_bytes=4096)
+        held, hold = [], evaluate._hold_output
+
+        def spy(out, source):
+            room = hold(out, source)
+            held.append((out.shape, source.shape, room is not None))
+            return room
+
+        monkeypatch.setattr(evaluate, "_hold_output", spy)
+        monkeypatch.setattr(evaluate, "device_free_bytes", lambda: 10**9)
+        for block, holds in ((10**9, [((n, 8), (n, 6), True)]),  # layer 1 reads layer 0's
+                             # output on the device; below: both stream, and upload
+                             (1_000, [((n, 8), (n, 6), False), ((n, 3), (n, 8), False)])):
+            monkeypatch.setattr(evaluate, "device_largest_free_block", lambda b=block: b)
+            held.clear()
+            got = layerwise_logits(program, variables, host, budget_bytes=4096,
+                                   offload="auto")
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6,
+                                       atol=1e-6)
+            assert held == holds
+
+
 def test_layerwise_offload_is_checked(graph):
     program, data, variables = _program(graph)
     with pytest.raises(ValueError, match="offload must be False, True or 'auto', got 'yes'"):
