@@ -210,6 +210,26 @@ def test_sampled_evaluation_halves_its_batch_when_the_device_runs_out(monkeypatc
         logits()
 
 
+def _exact_run(cfg, monkeypatch, chunks: str):
+    """(device data, `exact_logits` of the toy's initial variables with keywords to
+    come, the (type, rows, length) of each call of typed_eval's `chunks` function)."""
+    from zerognn_jax._src.training.tasks import typed_eval
+
+    dataset, data, program = prepare(cfg, _toy())
+    env, _ = program.task.choose_envelope(program, data, dataset, cfg)
+    state = init_state(program, data, env, dataset.train_idx)
+    variables = {"params": state.params, "embedding": state.embedding}
+    calls, run = [], getattr(typed_eval, chunks)
+
+    def spy(*args, rows, length, **kwargs):
+        calls.append((kwargs["node_type"], rows, length))
+        return run(*args, rows=rows, length=length, **kwargs)
+
+    monkeypatch.setattr(typed_eval, chunks, spy)
+    return data, functools.partial(typed_eval.exact_logits, program.task, program,
+                                   variables, data), calls
+
+
 @pytest.mark.parametrize("model", ["rsage", "rgcn", "rgat"])
 def test_exact_logits_in_chunks_equal_the_whole_graph_layers(model, monkeypatch):
     """Exact inference over chunks of each type's rows (a budget of a few edge rows: many
@@ -220,18 +240,7 @@ def test_exact_logits_in_chunks_equal_the_whole_graph_layers(model, monkeypatch)
     from zerognn_jax._src.training.tasks import typed_eval
 
     cfg = zg.TrainConfig(**{**CFG, "model": model, "heads": 2}, fanouts=(3, 2))
-    dataset, data, program = prepare(cfg, _toy())
-    env, _ = program.task.choose_envelope(program, data, dataset, cfg)
-    state = init_state(program, data, env, dataset.train_idx)
-    variables = {"params": state.params, "embedding": state.embedding}
-    logits = functools.partial(typed_eval.exact_logits, program.task, program, variables, data)
-    calls, chunked = [], typed_eval._chunked_rows
-
-    def spy(*args, rows, length, **kwargs):
-        calls.append((kwargs["node_type"], rows, length))
-        return chunked(*args, rows=rows, length=length, **kwargs)
-
-    monkeypatch.setattr(typed_eval, "_chunked_rows", spy)
+    _, logits, calls = _exact_run(cfg, monkeypatch, "_chunked_rows")
     with jax.default_matmul_precision("highest"):
         small = np.asarray(logits(budget_bytes=8 * 8 * 4 * 6))
         assert any(rows < length for _, rows, length in calls)
@@ -247,3 +256,29 @@ def test_exact_logits_in_chunks_equal_the_whole_graph_layers(model, monkeypatch)
     assert not calls
     assert small.shape == (30, 3)
     np.testing.assert_allclose(small, whole, rtol=1e-5, atol=1e-6)
+
+
+def test_exact_logits_read_a_host_table_too_large_for_the_device_in_chunks(monkeypatch):
+    """A host feature table that does not fit the device: layer 0 reads each chunk's rows
+    from it (papers) and from the embedding table (authors, fields) as the chunk needs
+    them, and the logits equal those over the table read onto the device; a model that
+    does not take chunks is told to evaluate by sampling."""
+    from zerognn_jax._src.training.tasks import typed_eval
+
+    cfg = zg.TrainConfig(**CFG, fanouts=(3, 2), feature_placement="host")
+    data, logits, calls = _exact_run(cfg, monkeypatch, "_host_chunked_rows")
+    assert typed_eval.is_host_resident(data.features)
+    with jax.default_matmul_precision("highest"):
+        want = np.asarray(logits())  # a CPU says nothing of free memory: read onto it
+        assert not calls
+        free = data.features.nbytes - 1
+        monkeypatch.setattr(typed_eval, "device_free_bytes", lambda: free)
+        got = np.asarray(logits(budget_bytes=8 * 8 * 4 * 6))
+    assert {t for t, _, _ in calls} == {"paper", "author", "field"}
+    assert any(rows < length for _, rows, length in calls)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    monkeypatch.setattr(zg.HeteroGNN, "chunked_exact", False)
+    with pytest.raises(ValueError, match=rf"onto the device \({data.features.nbytes:,} bytes\) "
+                                         rf"and {free:,} bytes are free: evaluate by sampling "
+                                         rf".*or give the model chunked_exact"):
+        logits()

@@ -89,24 +89,28 @@ def exact_inputs(task, data, table=None) -> dict:
     offsets = dict(task.inputs.offsets)
     features = data.features
     if is_host_resident(features):
-        host = getattr(features, "host", features)  # a CachedTable's own
-        _check_room(host)
+        host = _host_of(features)
+        free = device_free_bytes()
+        if not _table_fits(host, free):
+            raise ValueError(f"exact evaluation of a typed graph reads its feature table "
+                             f"onto the device ({host.nbytes:,} bytes) and {free:,} bytes "
+                             f"are free: evaluate by sampling (eval_mode 'sampled', or "
+                             f"zg.predict(..., mode='sampled')), or give the model "
+                             f"chunked_exact (docs/hetero.md) to read the table in chunks")
         features = uploaded(host)
     h = {t: features[offsets[t]:offsets[t] + counts[t], :d] for t, d in task.inputs.widths}
     h.update({t: table[off:off + counts[t]] for t, off in task.inputs.embedded_offsets})
     return h
 
 
-def _check_room(table) -> None:
-    """ValueError naming the bytes, where the host `table` would not fit the device's
-    free memory (unknown on a CPU: no check). Only the table is counted: the layers'
-    buffers come on top."""
-    free = device_free_bytes()
-    if free is not None and table.nbytes > free:
-        raise ValueError(f"exact evaluation of a typed graph reads its feature table onto "
-                         f"the device ({table.nbytes:,} bytes) and {free:,} bytes are free: "
-                         f"evaluate by sampling (eval_mode 'sampled', or "
-                         f"zg.predict(..., mode='sampled'))")
+def _host_of(features):
+    return getattr(features, "host", features)  # a CachedTable's own HostTable
+
+
+def _table_fits(host, free: int | None) -> bool:
+    """Whether the host table fits the device's `free` bytes (unknown on a CPU: it
+    does). Only the table is counted: the layers' buffers come on top."""
+    return free is None or host.nbytes <= free
 
 
 @functools.partial(jax.jit, static_argnames=("program", "i"))
@@ -122,12 +126,17 @@ def exact_logits(task, program, variables, data, *, budget_bytes: int | None = N
     takes chunks (module docstring), a layer runs in chunks of a type's rows whose
     gathered edge rows fit `budget_bytes`; None: whole where its edge rows fit half the
     device's free memory (`_whole_fits`), else in chunks of `evaluate.chunk_budget`."""
-    h = exact_inputs(task, data, variables.get("embedding"))
     model_vars = {k: v for k, v in variables.items() if k != "embedding"}
-    graph = data.graph
+    graph, table = data.graph, variables.get("embedding")
     chunked = getattr(program.model.model, "chunked_exact", False)
     budget = chunk_budget(False) if budget_bytes is None else budget_bytes
-    for i in range(task.sampler.num_hops):
+    first = 0
+    if (chunked and is_host_resident(data.features)
+            and not _table_fits(_host_of(data.features), device_free_bytes())):
+        h, first = _first_layer_from_host(task, program, model_vars, data, table, budget), 1
+    else:
+        h = exact_inputs(task, data, table)
+    for i in range(first, task.sampler.num_hops):
         types, relations = exact_relations(task, graph, i)
         width = max([x.shape[1] for x in h.values()]
                     + [getattr(program.model.model, "hidden", 0)])
@@ -141,6 +150,66 @@ def exact_logits(task, program, variables, data, *, budget_bytes: int | None = N
         else:
             h = _exact_layer(program, model_vars, h, graph, i=i)
     return h[task.seed_type]
+
+
+def _first_layer_from_host(task, program, variables, data, table, budget: int) -> dict:
+    """Layer 0's rows of every type of its level, in chunks whose source rows are read
+    from the host feature table (and the embedding `table`) chunk by chunk: for a
+    table that does not fit the device."""
+    graph, counts = data.graph, data.graph.num_nodes
+    types, relations = exact_relations(task, graph, 0)
+    width = max(data.features.shape[1], 0 if table is None else table.shape[1],
+                getattr(program.model.model, "hidden", 0))
+    out = {}
+    for t in (t for t in types if counts[t]):
+        rels = tuple(r for r in relations if r[2] == t)
+        rows, caps = shared_chunk_rows([graph[r].indptr for r in rels], counts[t], width,
+                                       budget)
+        out[t] = _host_chunked_rows(program, variables, data.features, table, graph,
+                                    node_type=t, relations=rels, rows=rows, caps=caps,
+                                    length=counts[t], inputs=task.inputs)
+    width_out, dtype = next((x.shape[1], x.dtype) for x in out.values())
+    out.update({t: jnp.zeros((0, width_out), dtype) for t in types if not counts[t]})
+    return out
+
+
+@functools.partial(jax.jit, static_argnames=("program", "node_type", "relations", "rows",
+                                             "caps", "length", "inputs"))
+def _host_chunked_rows(program, variables, features, table, graph, *, node_type: str,
+                       relations: tuple, rows: int, caps: tuple, length: int, inputs):
+    """[length, d_out]: layer 0 of every `node_type` row, `rows` at a time (as
+    `_chunked_rows`), each chunk's input rows read as it needs them: per source type one
+    read of the host table `features` (or of the embedding `table`) for the chunk's
+    destinations (first, when the type is also the destinations') and each relation's
+    edge slots in turn, so that every view reads its sources by position."""
+    offsets, widths = dict(inputs.offsets), dict(inputs.widths)
+    embedded = dict(inputs.embedded_offsets)
+
+    def rows_of(node_type, ids, valid):
+        if node_type in offsets:
+            return features.gather(offsets[node_type] + ids, valid)[:, :widths[node_type]]
+        picked = table[embedded[node_type] + jnp.where(valid, ids, 0)]
+        return jnp.where(valid[:, None], picked, jnp.zeros((), picked.dtype))
+
+    def chunk(first):
+        ids = {node_type: [first + jnp.arange(rows, dtype=jnp.int32)]}
+        live = {node_type: [jnp.ones((rows,), bool)]}
+        views, taken = {}, {node_type: rows}
+        for rel, cap in zip(relations, caps):
+            src, dst, mask, degrees, _ = chunk_edges(graph[rel], first, rows, cap)
+            base = taken.get(rel[0], 0)
+            ids.setdefault(rel[0], []).append(src)
+            live.setdefault(rel[0], []).append(mask)
+            taken[rel[0]] = base + cap
+            views[rel] = EdgeView(base + jnp.arange(cap, dtype=jnp.int32), dst, mask,
+                                  jnp.ones((rows,), bool), degrees, jnp.zeros(1, jnp.int32),
+                                  rows)
+        h = {t: rows_of(t, jnp.concatenate(ids[t]), jnp.concatenate(live[t])) for t in ids}
+        layer = TypedLayer(views, ((node_type, rows),))
+        return program.model.apply(variables, 0, h, layer, train=False,
+                                   method="layer")[node_type]
+
+    return _in_chunks(chunk, rows, length)
 
 
 def _whole_fits(edge_bytes: int) -> bool:
@@ -181,6 +250,13 @@ def _chunked_rows(program, variables, h, graph, *, i: int, node_type: str, relat
         out = program.model.apply(variables, i, h, layer, train=False, method="layer")
         return out[node_type]
 
+    return _in_chunks(chunk, rows, length)
+
+
+def _in_chunks(chunk, rows: int, length: int) -> jax.Array:
+    """[length, d_out]: `chunk(first)` ([rows, d_out], rows first .. first + rows) for
+    chunks every `rows` rows, the last one moved back to end at row `length` (its
+    overlap computed twice, with the same result), written in place."""
     shape = jax.eval_shape(chunk, jnp.int32(0))
 
     def body(j, out):

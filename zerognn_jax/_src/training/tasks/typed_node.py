@@ -260,12 +260,14 @@ def relation_fanouts(cfg, graph: HeteroGraph) -> dict:
     return out
 
 
-def _typed_placement(cfg, resident: Resident, limit: int | None) -> Placement:
-    """`choose_placement`'s, except that "auto" keeps the device for exact evaluation,
-    which reads every row onto it (`typed_eval.exact_inputs`)."""
+def _typed_placement(cfg, resident: Resident, limit: int | None,
+                     whole_table: bool) -> Placement:
+    """`choose_placement`'s, except that "auto" keeps the device for exact evaluation
+    by a model that reads every row onto it (`whole_table`: one without
+    `chunked_exact`, typed_eval.py)."""
     placement = choose_placement(cfg.feature_placement, resident, limit)
     if placement.where == "device" or cfg.feature_placement != "auto" \
-            or cfg.eval_mode != "full":
+            or cfg.eval_mode != "full" or not whole_table:
         return placement
     return Placement("device", f"kept for exact evaluation, although {placement.reason}; "
                                f"eval_mode 'sampled' would put them on the host", True)
@@ -395,7 +397,8 @@ class TypedNodeTask(ItemsAreLevel0):
         graph = prepare_typed_graph(dataset.graph, self.sampler)
         table = self.inputs.table(dataset, dtype, bool(cfg.normalize_features))
         mesh = make_mesh(cfg.devices)
-        table, placement = self._placed(cfg, graph, table, dtype)
+        whole = not getattr(model, "chunked_exact", False)  # exact evaluation's reads
+        table, placement = self._placed(cfg, graph, table, dtype, whole_table=whole)
         host = DeviceData(graph, table, self.device_targets(dataset))
         # The engines read the layout of the outermost level from the program's sampler
         # (`update_embedding`: are its rows distinct?), so the summary carries it.
@@ -412,30 +415,32 @@ class TypedNodeTask(ItemsAreLevel0):
         # device_put, not jnp.asarray: that compiles a copy on the device (two tables)
         return jax.device_put(host), program
 
-    def _placed(self, cfg, graph, table: np.ndarray, dtype):
+    def _placed(self, cfg, graph, table: np.ndarray, dtype, *, whole_table: bool = True):
         """(the stacked feature table where `cfg.feature_placement` puts it, its
         `Placement`): as is (the device), or a `HostTable` over it in the row order
         `cfg.host_row_order` gives (by `TypedInputs.degrees` or as stored), whose hottest
         rows a device cache holds (on every device of a mesh: `place_features`). "auto"
         weighs graph, table and the featureless types' tables with their moments against
-        the device's memory (and says what it chose, with progress on), and keeps the
-        device for exact evaluation (`_typed_placement`). Asked for the host with exact
-        evaluation, the default cache leaves the table room beside graph and model, and a
-        table that cannot fit beside them at all stops the run here, before training
-        (ValueError)."""
+        the device's memory (and says what it chose, with progress on). Where exact
+        evaluation reads the whole table onto the device (`whole_table`: a model without
+        `chunked_exact`), "auto" keeps the device (`_typed_placement`), and asked for the
+        host the default cache leaves the table room beside graph and model, and a table
+        that cannot fit beside them at all stops the run here, before training
+        (ValueError); a model that takes chunks reads a table too large for the device
+        chunk by chunk instead."""
         arrays = jax.tree_util.tree_leaves(graph)
         embedded = self.inputs.embedded_rows * cfg.hidden * (dtype.itemsize + 8)
         resident = Resident(sum(int(a.nbytes) for a in arrays), table.nbytes, embedded,
                             dtype.name, 1)
         limit = device_memory_limit()
-        placement = _typed_placement(cfg, resident, limit)
+        placement = _typed_placement(cfg, resident, limit, whole_table)
         warn_unused_cache(cfg.feature_cache_gib, placement)
         announce = cfg.progress and jax.process_index() == 0
         if placement.where == "device":
             if announce:
                 announce_placement(placement, table.nbytes)
             return table, placement
-        exact = cfg.eval_mode == "full"
+        exact = cfg.eval_mode == "full" and whole_table
         cache = cache_budget(cfg.feature_cache_gib, placement, resident, limit)
         if exact and limit is not None:
             if resident.total > limit:
