@@ -159,13 +159,14 @@ def test_a_chunk_of_exact_inference_runs_no_loop_of_its_own(dataset):
 
 
 @pytest.mark.parametrize("offload, free, want", [
-    (False, None, 1), (False, 2 << 30, 1), (False, 16 << 30, 2), (False, 100 << 30, 4),
-    (True, 100 << 30, 1), ("auto", 100 << 30, 1)])
+    (False, None, 1), (False, 2 << 30, 1), (False, 16 << 30, 2), (False, 20 << 30, 2),
+    (False, 100 << 30, 4), (True, 100 << 30, 1), ("auto", 100 << 30, 1)])
 def test_chunk_budget_grows_with_free_memory_where_nothing_streams(monkeypatch, offload, free,
                                                                    want):
-    """Without a budget from the caller a chunk holds up to an eighth of the free memory
-    (1 to 4 GiB) when every layer stays on the device; 1 GiB where layers may stream, or
-    where the device does not say what is free (a CPU)."""
+    """Without a budget from the caller a chunk holds up to an eighth of the free memory,
+    rounded down to a power of two (1 to 4 GiB), when every layer stays on the device;
+    1 GiB where layers may stream, or where the device does not say what is free (a
+    CPU)."""
     monkeypatch.setattr(evaluate, "device_free_bytes", lambda: free)
     assert evaluate.chunk_budget(offload) == want << 30
 
@@ -190,3 +191,21 @@ def test_a_larger_budget_that_runs_out_of_memory_runs_again_at_the_base(dataset,
     np.testing.assert_array_equal(np.asarray(got), want)
     with pytest.raises(ValueError, match="budget_bytes must be positive, got 0"):
         evaluate.layerwise_logits(res.program, res.variables, res.data, budget_bytes=0)
+
+
+def test_largest_free_block_counts_room_the_allocator_may_still_reserve(monkeypatch):
+    """Preallocated, the allocator's largest free block is what one allocation can get;
+    growing (XLA_PYTHON_CLIENT_PREALLOCATE=false), the room it has not reserved yet may
+    be larger; a CPU says nothing."""
+    from zerognn_jax._src.training import memory
+
+    for stats, want in (({"largest_free_block_bytes": 5, "bytes_limit": 100,
+                          "pool_bytes": 100}, 5),
+                        ({"largest_free_block_bytes": 5, "bytes_limit": 100,
+                          "pool_bytes": 40}, 60),
+                        ({"largest_free_block_bytes": 70, "bytes_limit": 100,
+                          "pool_bytes": 40}, 70),
+                        ({"largest_free_block_bytes": 5}, 5), ({}, None)):
+        monkeypatch.setattr(memory, "_memory_stat",
+                            lambda name, device=None, stats=stats: stats.get(name))
+        assert memory.device_largest_free_block() == want

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -274,16 +275,26 @@ def test_layerwise_auto_offload_holds_an_uploaded_inputs_output_room_first(graph
     with jax.default_matmul_precision("highest"):  # see "Float results" above
         want = layerwise_logits(program, variables, data, budget_bytes=4096)
         held, hold = [], evaluate._hold_output
+        rooms, device_layer = [], evaluate._device_layer
 
         def spy(out, source):
             room = hold(out, source)
             held.append((out.shape, source.shape, room is not None))
+            rooms.append(None if room is None else weakref.ref(room))
             return room
 
+        def device_run(*args, **kwargs):  # the room is given back before the layer runs
+            assert all(room is None or room() is None for room in rooms)
+            return device_layer(*args, **kwargs)
+
         monkeypatch.setattr(evaluate, "_hold_output", spy)
+        monkeypatch.setattr(evaluate, "_device_layer", device_run)
         monkeypatch.setattr(evaluate, "device_free_bytes", lambda: 10**9)
+        out_bytes, in_bytes = n * 8 * 4, n * 6 * 4
         for block, holds in ((10**9, [((n, 8), (n, 6), True)]),  # layer 1 reads layer 0's
-                             # output on the device; below: both stream, and upload
+                             # output on the device; next: room for the output alone
+                             (out_bytes + in_bytes - 1, [((n, 8), (n, 6), False)]),
+                             # and for neither: both stream, and upload
                              (1_000, [((n, 8), (n, 6), False), ((n, 3), (n, 8), False)])):
             monkeypatch.setattr(evaluate, "device_largest_free_block", lambda b=block: b)
             held.clear()

@@ -1,4 +1,4 @@
-"""count_at_most: searchsorted(side="right") as one fused pass (ops/search.py)."""
+"""count_at_most: searchsorted(side="right") without a loop (ops/search.py)."""
 
 import jax
 import jax.numpy as jnp

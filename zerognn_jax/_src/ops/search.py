@@ -1,4 +1,4 @@
-"""How many entries of a sorted array lie at or below each query, as one elementwise pass.
+"""How many entries of a sorted array lie at or below each query, without a loop.
 
 `count_at_most(sorted, queries)` equals `jnp.searchsorted(sorted, queries, side="right")`.
 JAX's methods for that search cost a GPU more than the work around them where it runs
@@ -21,8 +21,9 @@ import jax.numpy as jnp
 
 def count_at_most(sorted_values: jax.Array, queries: jax.Array) -> jax.Array:
     """int32[...]: per query, the number of entries of `sorted_values` (1-D,
-    non-decreasing) that are <= it: `jnp.searchsorted(sorted_values, queries,
-    side="right")`. Any shape of `queries`; an empty `sorted_values` gives zeros."""
+    non-decreasing, no NaN) that are <= it: `jnp.searchsorted(sorted_values, queries,
+    side="right")`. `queries`: an array of any shape; an empty `sorted_values` gives
+    zeros."""
     if sorted_values.ndim != 1:
         raise ValueError(f"sorted_values must be 1-D, got shape {sorted_values.shape}")
     n = sorted_values.shape[0]

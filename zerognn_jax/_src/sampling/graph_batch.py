@@ -176,7 +176,7 @@ def _slot_graph(ends: jax.Array, capacity: int) -> jax.Array:
     Up to COMPARE_ALL_LIMIT pairs (molhiv-like at 256 graphs a batch: 4.3M), every
     position is compared with every end and the hits summed. A CPU writes the
     comparisons out (32 MB at the limit), and the work grows as B x capacity, so larger
-    batches search (ops/search.py: one fused pass, where JAX's default search is a
+    batches search (ops/search.py: no loop, where JAX's default search is a
     `while` of log2(B) iterations, on a GPU a kernel and copies each, inside every step)."""
     positions = jnp.arange(capacity, dtype=ends.dtype)
     if ends.shape[0] * capacity <= COMPARE_ALL_LIMIT:

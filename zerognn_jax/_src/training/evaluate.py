@@ -47,8 +47,8 @@ from zerognn_jax._src.training.tasks.node import NodeTask
 # buffer's pieces they write are page-locked.
 _SEGMENT_BYTES = 1 << 30
 # A chunk's edge rows when the caller sets no budget: BASE_BUDGET where a layer may
-# stream to the host (the budget then also decides which layers do), else up to
-# MAX_BUDGET while that is at most an eighth of the device's free memory.
+# stream to the host (the budget then also decides which layers do), else an eighth of
+# the device's free memory, rounded down to a power of two and kept between the two.
 BASE_BUDGET, MAX_BUDGET = 1 << 30, 4 << 30
 
 
@@ -314,11 +314,15 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
 def chunk_budget(offload) -> int:
     """A chunk's edge-row bytes when the caller sets none: BASE_BUDGET where layers may
     stream to the host (`offload` True or "auto") or the device does not say what is
-    free (CPU), else an eighth of the free memory between BASE_BUDGET and MAX_BUDGET.
-    Fewer, larger chunks pay: products-like's exact inference took 0.085 s at 4 GiB
-    and 0.101 s at 1 GiB in bfloat16 (H200, docs/benchmarks.md)."""
+    free (CPU), else an eighth of the free memory rounded down to a power of two (so
+    that evaluations a few bytes apart plan, and compile, the same chunks), between
+    BASE_BUDGET and MAX_BUDGET. Fewer, larger chunks pay: products-like's exact
+    inference took 0.083 s at 4 GiB and 0.099 s at 1 GiB in bfloat16 (H200,
+    docs/benchmarks.md)."""
     free = device_free_bytes() if offload is False else None
-    return BASE_BUDGET if free is None else int(min(MAX_BUDGET, max(BASE_BUDGET, free // 8)))
+    if free is None or free // 8 < BASE_BUDGET:
+        return BASE_BUDGET
+    return min(MAX_BUDGET, 1 << ((free // 8).bit_length() - 1))
 
 
 def _layerwise_logits(program: StepProgram, variables, data: DeviceData, budget_bytes: int, *,

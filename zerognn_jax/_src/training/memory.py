@@ -233,9 +233,15 @@ def device_free_bytes(device=None) -> int | None:
 
 
 def device_largest_free_block(device=None) -> int | None:
-    """The largest single allocation the device's allocator could hand out now (its
-    largest free block), or None where JAX does not say (CPU)."""
-    return _memory_stat("largest_free_block_bytes", device)
+    """The largest single allocation the device's allocator could hand out now, or None
+    where JAX does not say (CPU): its largest free block, or where it has not yet
+    reserved its whole limit (XLA_PYTHON_CLIENT_PREALLOCATE=false) the room it may still
+    reserve, if that is larger."""
+    block = _memory_stat("largest_free_block_bytes", device)
+    limit, pool = _memory_stat("bytes_limit", device), _memory_stat("pool_bytes", device)
+    if block is None or limit is None or pool is None:
+        return block
+    return max(block, limit - pool)
 
 
 def device_peak_bytes(device=None) -> int | None:

@@ -141,8 +141,9 @@ def exact_logits(task, program, variables, data, *, budget_bytes: int | None = N
         width = max([x.shape[1] for x in h.values()]
                     + [getattr(program.model.model, "hidden", 0)])
         edge_bytes = sum(graph[r].num_edges for r in relations) * width * 4
-        # (a type without nodes gets its empty rows from the whole-graph layer)
-        if (chunked and all(graph.num_nodes[t] for t in types)
+        # (a type without nodes, at either end, goes through the whole-graph layer)
+        if (chunked and all(graph.num_nodes[t] for r in relations for t in (r[0], r[2]))
+                and all(graph.num_nodes[t] for t in types)
                 and (budget_bytes is not None or not _whole_fits(edge_bytes))):
             h = {t: _type_rows(program, model_vars, h, graph, i, t,
                                tuple(r for r in relations if r[2] == t), width, budget)
