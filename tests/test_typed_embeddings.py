@@ -282,3 +282,35 @@ def test_exact_logits_read_a_host_table_too_large_for_the_device_in_chunks(monke
                                          rf"and {free:,} bytes are free: evaluate by sampling "
                                          rf".*or give the model chunked_exact"):
         logits()
+
+
+def test_a_whole_graph_layer_that_runs_out_of_memory_runs_in_chunks(monkeypatch):
+    """Chosen whole (its edge rows fit half the free memory), a layer whose pass runs the
+    device out of memory runs again in chunks, with a warning: the same logits. Any
+    other runtime error is raised."""
+    from zerognn_jax._src.training.tasks import typed_eval
+
+    _, logits, calls = _exact_run(zg.TrainConfig(**CFG, fanouts=(3, 2)), monkeypatch,
+                                  "_chunked_rows")
+    with jax.default_matmul_precision("highest"):
+        want = np.asarray(logits())
+        assert not calls
+        layer = typed_eval._exact_layer
+
+        def short_of_memory(message):
+            def run(*args, i, **kwargs):
+                if i == 1:
+                    raise jax.errors.JaxRuntimeError(message)
+                return layer(*args, i=i, **kwargs)
+            return run
+
+        monkeypatch.setattr(typed_eval, "_exact_layer",
+                            short_of_memory("RESOURCE_EXHAUSTED: Out of memory"))
+        with pytest.warns(UserWarning, match="layer 2's whole-graph pass ran the device out "
+                                             "of memory; running it in chunks of 1.00 GiB"):
+            got = np.asarray(logits())
+        assert [t for t, _, _ in calls] == ["paper"]  # layer 2's one type, chunked
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        monkeypatch.setattr(typed_eval, "_exact_layer", short_of_memory("INTERNAL: other"))
+        with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
+            logits()

@@ -299,16 +299,25 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     if budget_bytes is not None:
         return run(budget_bytes)
     budget = chunk_budget(offload)
-    if budget > BASE_BUDGET:
-        try:
-            return jax.block_until_ready(run(budget))
-        except jax.errors.JaxRuntimeError as error:
-            if "RESOURCE_EXHAUSTED" not in str(error):
-                raise
-            warnings.warn(f"exact inference: the device ran out of memory with chunks of "
-                          f"{budget / 2**30:.2f} GiB of edge rows; running again at "
-                          f"{BASE_BUDGET / 2**30:.0f} GiB", stacklevel=2)
-    return run(BASE_BUDGET)
+    if budget == BASE_BUDGET:
+        return run(BASE_BUDGET)
+    return unless_out_of_memory(
+        functools.partial(run, budget), functools.partial(run, BASE_BUDGET),
+        f"exact inference: the device ran out of memory with chunks of "
+        f"{budget / 2**30:.2f} GiB of edge rows; running again at "
+        f"{BASE_BUDGET / 2**30:.0f} GiB")
+
+
+def unless_out_of_memory(first, then, warning: str):
+    """`first()`, its device work finished; where that runs the device out of memory,
+    `then()` after warning `warning` (UserWarning). Other errors are raised."""
+    try:
+        return jax.block_until_ready(first())
+    except jax.errors.JaxRuntimeError as error:
+        if "RESOURCE_EXHAUSTED" not in str(error):
+            raise
+    warnings.warn(warning, stacklevel=3)
+    return then()
 
 
 def chunk_budget(offload) -> int:

@@ -45,6 +45,7 @@ from zerognn_jax._src.training.evaluate import (
     chunk_edges,
     halving_batches,
     shared_chunk_rows,
+    unless_out_of_memory,
 )
 from zerognn_jax._src.training.memory import device_free_bytes
 
@@ -142,15 +143,30 @@ def exact_logits(task, program, variables, data, *, budget_bytes: int | None = N
                     + [getattr(program.model.model, "hidden", 0)])
         edge_bytes = sum(graph[r].num_edges for r in relations) * width * 4
         # (a type without nodes, at either end, goes through the whole-graph layer)
-        if (chunked and all(graph.num_nodes[t] for r in relations for t in (r[0], r[2]))
-                and all(graph.num_nodes[t] for t in types)
-                and (budget_bytes is not None or not _whole_fits(edge_bytes))):
-            h = {t: _type_rows(program, model_vars, h, graph, i, t,
-                               tuple(r for r in relations if r[2] == t), width, budget)
-                 for t in types}
-        else:
+        ends = {t for r in relations for t in (r[0], r[2])} | set(types)
+        can_chunk = chunked and all(graph.num_nodes[t] for t in ends)
+        chunks = functools.partial(_layer_in_chunks, program, model_vars, graph, i, types,
+                                   relations, width, budget)
+        if can_chunk and (budget_bytes is not None or not _whole_fits(edge_bytes)):
+            h = chunks(h)
+        elif not can_chunk:
             h = _exact_layer(program, model_vars, h, graph, i=i)
+        else:  # the estimate behind `_whole_fits` counts only the gathered rows
+            h = unless_out_of_memory(
+                functools.partial(_exact_layer, program, model_vars, h, graph, i=i),
+                functools.partial(chunks, h),
+                f"typed exact evaluation: layer {i + 1}'s whole-graph pass ran the device "
+                f"out of memory; running it in chunks of {budget / 2**30:.2f} GiB of edge "
+                f"rows")
     return h[task.seed_type]
+
+
+def _layer_in_chunks(program, variables, graph, i: int, types, relations, width: int,
+                     budget: int, h: dict) -> dict:
+    """Layer i's rows of every type of `types`, each in chunks (`_type_rows`)."""
+    return {t: _type_rows(program, variables, h, graph, i, t,
+                          tuple(r for r in relations if r[2] == t), width, budget)
+            for t in types}
 
 
 def _first_layer_from_host(task, program, variables, data, table, budget: int) -> dict:
