@@ -268,9 +268,11 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     logits are returned there), written chunk by chunk from inside the layer's program
     and uploaded again as the next layer's input, which is dropped after that layer;
     "auto", the device while the allocator has room for the output plus a chunk's
-    `budget_bytes` once the layer's input is in place and the layer runs there without
-    running out of memory (free memory may lie in pieces), else the host (a GPU holds
-    the layers that fit and streams the rest; on a CPU nothing moves).
+    `budget_bytes` once the layer's input is in place, one free block holds the output
+    (free memory may lie in pieces: a layer that uploads its input first takes its
+    output's room, `_hold_output`), and the layer runs there without running out of
+    memory, else the host (a GPU holds the layers that fit and streams the rest; on a
+    CPU nothing moves).
     Pass `data.features` as a host array as well to keep the device to the graph plus
     one layer's input (features given on the device stay there: they are the caller's);
     a `HostTable` (cached or not) is never uploaded: the first layer reads each chunk's
@@ -283,8 +285,9 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     when some output surely cannot fit the device, and each layer's segments run as
     soon as the pieces they write are locked. The layers sure to stream into that buffer
     compile on another thread from the start (overlapping the first input's upload).
-    `log`, a callable taking a line, reports each layer as it ends (where it ran, its
-    seconds, those of its input's upload); the layers then run one after another.
+    `log`, a callable taking a line, reports the chunk plan, each layer as it ends
+    (where it ran, its seconds, those of its input's upload) and why a layer streams;
+    the layers then run one after another.
     """
     _refuse_typed(program, "layerwise_logits")
     if not supports_layerwise(program.model):
