@@ -5,6 +5,7 @@ and summarises, and compiles no epoch."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 
@@ -102,12 +103,15 @@ def test_a_typed_summary_names_its_layout_and_placement(typed, no_limit):
 
 
 def test_a_typed_table_kept_for_exact_evaluation_says_so(typed, monkeypatch):
-    """"auto" would put the table on the host of a 1 KiB device; exact evaluation keeps
-    it on the device, which the program's placement (the summary's entry) says, and a
-    cache asked for is said to be unused."""
+    """"auto" would put the table on the host of a 1 KiB device; exact evaluation by a
+    model that reads the whole table keeps it on the device, which the program's
+    placement (the summary's entry) says, and a cache asked for is said to be unused. A
+    model that takes chunks (the built-in ones) leaves it on the host."""
     monkeypatch.setattr(typed_node, "device_memory_limit", lambda: 1 << 10)
-    cfg = zg.TrainConfig(**{**QUICK, "eval_mode": "full"}, model="rsage",
-                         feature_cache_gib=0.5)
+    cfg = zg.TrainConfig(**{**QUICK, "eval_mode": "full"}, model="rsage")
+    assert trainer.prepare(cfg, typed)[2].placement.describe()["feature_placement"] == "host"
+    monkeypatch.setattr(zg.HeteroGNN, "chunked_exact", False)
+    cfg = dataclasses.replace(cfg, feature_cache_gib=0.5)
     got = []
     messages = placement_warnings(lambda: got.append(trainer.prepare(cfg, typed)))
     placed = got[0][2].placement.describe()
