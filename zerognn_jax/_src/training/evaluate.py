@@ -154,21 +154,26 @@ def _chunk_rows(program: StepProgram, variables, h, graph, deg, r0, *, layer: in
 @functools.partial(jax.jit, static_argnames=("program", "layer", "plan", "length"))
 def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
                 plan: ChunkPlan, length: int):
-    """Layer `layer` of rows [first, first + length) (length >= plan.rows): [length, d_out].
+    """Layer `layer` of rows [first, first + length) (length >= plan.rows): [length, d_out],
+    in chunks (`rows_in_chunks`)."""
+    deg = graph.degrees()
+    return rows_in_chunks(lambda offset: _chunk_rows(program, variables, h, graph, deg,
+                                                     first + offset, layer=layer, plan=plan),
+                          plan.rows, length)
 
-    Chunks start every `plan.rows` rows, the last one moved back to end at the block's
-    end (its overlap is computed twice, with the same result).
-    """
-    chunk = functools.partial(_chunk_rows, program, variables, h, graph, graph.degrees(),
-                              layer=layer, plan=plan)
-    shape = jax.eval_shape(chunk, first)
+
+def rows_in_chunks(chunk, rows: int, length: int) -> jax.Array:
+    """[length, d_out]: `chunk(first)` ([rows, d_out], rows first .. first + rows) for
+    chunks every `rows` rows, the last one moved back to end at row `length` (its
+    overlap computed twice, with the same result), written in place by one loop."""
+    shape = jax.eval_shape(chunk, jnp.int32(0))
 
     def body(j, out):
-        offset = jnp.minimum(j * plan.rows, length - plan.rows)
-        return jax.lax.dynamic_update_slice(out, chunk(first + offset), (offset, 0))
+        first = jnp.minimum(j * rows, length - rows)
+        return jax.lax.dynamic_update_slice(out, chunk(first), (first, 0))
 
     out = jnp.zeros((length, shape.shape[1]), shape.dtype)
-    return jax.lax.fori_loop(0, -(-length // plan.rows), body, out)
+    return jax.lax.fori_loop(0, -(-length // rows), body, out)
 
 
 @functools.partial(jax.jit, static_argnames=("program", "layer", "plan", "count"))

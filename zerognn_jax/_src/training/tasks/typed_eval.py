@@ -9,9 +9,10 @@ which gathers a row per edge of every relation at once) where its edge rows fit 
 the device's free memory; else a model that reads its destinations through
 `TypedLayer.dst_rows` (`chunked_exact`, as `HeteroGNN`) gets each type's rows in chunks
 whose edges, over all its relations, fit a budget (as the homogeneous path's chunks:
-`evaluate.chunk_budget`), and any other model the whole layer still. The
-inputs are every node's rows on the device (a feature table in host memory is read onto
-it for the pass, by the host gather).
+`evaluate.chunk_budget`), and any other model the whole layer still. The inputs are
+every node's rows on the device: a feature table in host memory is read onto it for the
+pass, by the host gather, where it fits the free memory; where it does not, a model that
+takes chunks runs its first layer in chunks that read their rows from the host table.
 
 Sampled: the ids in consecutive batches, sampled with the keys of an epoch no training
 run reaches; the envelope holds exactly the largest counts of those batches (one
@@ -44,6 +45,7 @@ from zerognn_jax._src.training.evaluate import (
     chunk_budget,
     chunk_edges,
     halving_batches,
+    rows_in_chunks,
     shared_chunk_rows,
     unless_out_of_memory,
 )
@@ -180,11 +182,9 @@ def _first_layer_from_host(task, program, variables, data, table, budget: int) -
     out = {}
     for t in (t for t in types if counts[t]):
         rels = tuple(r for r in relations if r[2] == t)
-        rows, caps = shared_chunk_rows([graph[r].indptr for r in rels], counts[t], width,
-                                       budget)
         out[t] = _host_chunked_rows(program, variables, data.features, table, graph,
-                                    node_type=t, relations=rels, rows=rows, caps=caps,
-                                    length=counts[t], inputs=task.inputs)
+                                    node_type=t, relations=rels, inputs=task.inputs,
+                                    **_chunk_plan(graph, t, rels, width, budget))
     width_out, dtype = next((x.shape[1], x.dtype) for x in out.values())
     out.update({t: jnp.zeros((0, width_out), dtype) for t in types if not counts[t]})
     return out
@@ -226,7 +226,7 @@ def _host_chunked_rows(program, variables, features, table, graph, *, node_type:
         return program.model.apply(variables, 0, h, layer, train=False,
                                    method="layer")[node_type]
 
-    return _in_chunks(chunk, rows, length)
+    return rows_in_chunks(chunk, rows, length)
 
 
 def _whole_fits(edge_bytes: int) -> bool:
@@ -240,13 +240,19 @@ def _whole_fits(edge_bytes: int) -> bool:
 
 def _type_rows(program, variables, h, graph, i: int, node_type: str, relations: tuple,
                width: int, budget: int) -> jax.Array:
-    """Layer i's rows of every `node_type` node, in chunks (`shared_chunk_rows` over the
-    `relations` into it)."""
+    """Layer i's rows of every `node_type` node, in chunks (`_chunk_plan`)."""
+    return _chunked_rows(program, variables, h, graph, i=i, node_type=node_type,
+                         relations=relations,
+                         **_chunk_plan(graph, node_type, relations, width, budget))
+
+
+def _chunk_plan(graph, node_type: str, relations: tuple, width: int, budget: int) -> dict:
+    """{rows, caps, length}: the chunks of every `node_type` row (`shared_chunk_rows`
+    over the `relations` into it)."""
     count = graph.num_nodes[node_type]
     rows, caps = shared_chunk_rows([graph[r].indptr for r in relations], count, width,
                                    budget)
-    return _chunked_rows(program, variables, h, graph, i=i, node_type=node_type,
-                         relations=relations, rows=rows, caps=caps, length=count)
+    return {"rows": rows, "caps": caps, "length": count}
 
 
 @functools.partial(jax.jit, static_argnames=("program", "i", "node_type", "relations",
@@ -267,21 +273,7 @@ def _chunked_rows(program, variables, h, graph, *, i: int, node_type: str, relat
         out = program.model.apply(variables, i, h, layer, train=False, method="layer")
         return out[node_type]
 
-    return _in_chunks(chunk, rows, length)
-
-
-def _in_chunks(chunk, rows: int, length: int) -> jax.Array:
-    """[length, d_out]: `chunk(first)` ([rows, d_out], rows first .. first + rows) for
-    chunks every `rows` rows, the last one moved back to end at row `length` (its
-    overlap computed twice, with the same result), written in place."""
-    shape = jax.eval_shape(chunk, jnp.int32(0))
-
-    def body(j, out):
-        first = jnp.minimum(j * rows, length - rows)
-        return jax.lax.dynamic_update_slice(out, chunk(first), (first, 0))
-
-    out = jnp.zeros((length, shape.shape[1]), shape.dtype)
-    return jax.lax.fori_loop(0, -(-length // rows), body, out)
+    return rows_in_chunks(chunk, rows, length)
 
 
 def eval_envelope(task, data, padded, batch_size: int, seed, kernels):
