@@ -382,7 +382,7 @@ def train_mode(args) -> None:
                           "placed_why": summary["feature_placement_why"],
                           "row_order": summary.get("host_row_order"),
                           "sample_ahead": summary.get("sample_ahead"),
-                          "read_ahead_bytes": scan.READ_AHEAD_BYTES, "pcie_gbs": copy,
+                          "read_ahead_bytes": scan.read_ahead_limit(), "pcie_gbs": copy,
                           "train_call_s": time.perf_counter() - t0,
                           "layout": summary["layout"]["layout"], "dtype": args.dtype,
                           "epoch_seconds": times, "epoch_s": min(times[1:] or times),
@@ -426,7 +426,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "default: the library's, 16 with a host table)")
     p.add_argument("--read-ahead-gib", type=float, default=None,
                    help="device memory for the rows read ahead at once (default: the "
-                        "library's READ_AHEAD_BYTES)")
+                        "library's read_ahead_limit, 1-4 GiB by the device's memory)")
     p.add_argument("--widen-to", type=int, default=None,
                    help="train mode: widen the features to this many columns by repeating "
                         "the stored ones (a table larger than the GPU from a preset)")

@@ -242,6 +242,20 @@ def test_host_tables_sample_and_read_more_steps_at_once(monkeypatch):
     assert scan.read_ahead_bytes(host.features, 512, None) == 0
 
 
+def test_the_read_ahead_limit_follows_the_device_memory(monkeypatch):
+    """Unset, the read-ahead limit is an eighth of the device's memory rounded down to a
+    power of two within [1, 4] GiB, 2 GiB where JAX does not say; set, it is the value."""
+    from zerognn_jax._src.training import scan
+
+    gib = 1 << 30
+    for limit, want in ((None, 2 * gib), (4 * gib, gib), (15 * gib, gib), (18 * gib, 2 * gib),
+                        (60 * 10**9, 4 * gib), (140 * gib, 4 * gib)):
+        monkeypatch.setattr(scan, "device_memory_limit", lambda limit=limit: limit)
+        assert scan.read_ahead_limit() == want, limit
+    monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 12345)
+    assert scan.read_ahead_limit() == 12345
+
+
 def test_metrics_come_back_bit_for_bit_in_one_packed_copy():
     """The chunk's metrics and flags travel as one uint32 vector (`_packed`) and come
     back with their shapes, dtypes and bits (NaN, -0.0, negative ints, bools, scalars)."""

@@ -614,6 +614,43 @@ def test_pinned_buffer_locks_piece_by_piece_and_reports_failure(monkeypatch):
 
 
 @_FAKES_CUDA
+def test_pinned_buffer_touches_its_pages_while_the_handlers_build(monkeypatch):
+    """The locking thread queues every piece's touching before it asks for the handlers
+    (a first use builds them for ~10 s), so the pages are touched during the build; each
+    piece is registered after its own pages."""
+    import gc
+    import time
+
+    fake, touched, events, parts = _FakeCuda(), [], [], []
+    monkeypatch.setattr(host_rows, "_gpu_arch", lambda: "sm_90")
+    monkeypatch.setattr(host_rows, "_PIECE", 8192)
+    monkeypatch.setattr(host_rows, "_touch", lambda part: touched.append(part.ctypes.data))
+    workers = min(16, os.cpu_count() or 1)
+
+    def building():  # returns once every part is touched (or after 60 s, to fail below)
+        (span,) = host_rows._LOCKED  # the buffer's, made before its thread starts
+        parts.append(len(host_rows._pieces(*span)) * workers)
+        deadline = time.monotonic() + 60
+        while len(touched) < parts[0] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        events.append(("built", len(touched)))
+        return fake
+
+    register = fake.zg_register
+    monkeypatch.setattr(host_rows, "_register_targets", building)
+    monkeypatch.setattr(fake, "zg_register", lambda address, nbytes, read_only=0: (
+        events.append(("register", address)) or register(address, nbytes)))
+    buffer = host_rows.PinnedBuffer(4 * 8192)
+    buffer.ready(buffer.nbytes)
+    starts = [a for a, _ in host_rows._pieces(buffer.array.ctypes.data, 4 * 8192)]
+    assert events == [("built", parts[0])] + [("register", a) for a in starts]
+    assert fake.locked == set(starts)
+    del buffer
+    gc.collect()
+    assert fake.locked == set() and not host_rows._LOCKED
+
+
+@_FAKES_CUDA
 def test_a_table_locked_by_a_host_table_goes_to_the_device_by_the_gather(monkeypatch):
     """JAX's device_put of memory we page-locked fails on a GPU: device placement of an
     array a live HostTable holds uploads it through the host gather instead (bit for

@@ -355,10 +355,18 @@ def test_layerwise_offload_reports_each_layer_and_prepares_the_buffer_early(grap
     """`log` gets the buffer, the chunk plan, each layer's compile and its run; the buffer
     is prepared ahead, and the layers that stream into it compiled on a thread, only when
     some output surely cannot fit the device."""
+    import threading
+
     program, data, variables = _program(graph)
-    lines = []
+    lines, makers = [], []
+    target = evaluate._stream_target
+    monkeypatch.setattr(evaluate, "_stream_target", lambda *a: makers.append(
+        (a[3], threading.current_thread() is threading.main_thread())) or target(*a))
     layerwise_logits(program, variables, data, budget_bytes=4096, offload=True,
                      log=lines.append)
+    # the hidden layer's host table (locked over the buffer: on a machine's first use it
+    # waits for the handlers' build) was made on the compile thread, the logits' here
+    assert makers == [(0, False), (1, True)]
     # (on a GPU the buffer lines go on: ", page-locking on a thread")
     assert [line.split(" in ")[0].split(",")[0] for line in lines] == [
         "exact inference: host buffer of 0.0 GiB", "exact inference: 38 chunks a layer",

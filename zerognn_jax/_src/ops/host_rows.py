@@ -276,20 +276,32 @@ class _Progress:
 
 def _lock_pieces(array: np.ndarray, span: tuple[int, int], progress: _Progress) -> None:
     """Touches (by threads: NumPy's copy loops release the GIL) and page-locks `array`'s
-    pieces in address order, reporting each to `progress`."""
+    pieces in address order, reporting each to `progress`. The touching is queued first
+    and goes on while the handlers are built (a machine's first use: nvcc, ~10 s);
+    each piece is locked once its pages are touched."""
+    workers = min(16, os.cpu_count() or 1)
+    pool = ThreadPoolExecutor(workers)
     try:
+        touched = []
+        for start, size in _pieces(*span):
+            piece = array[start - span[0]:start - span[0] + size]
+            touched.append([pool.submit(_touch, part) for part in np.array_split(piece, workers)])
         lib = _register_targets()
-        workers = min(16, os.cpu_count() or 1)
-        with ThreadPoolExecutor(workers) as pool:
-            for start, size in _pieces(*span):
-                piece = array[start - span[0]:start - span[0] + size]
-                list(pool.map(lambda part: part[::mmap.PAGESIZE].fill(0),
-                              np.array_split(piece, workers)))
-                _register_piece(lib, start, size, span)
-                _LOCKED[span][1].append(start)
-                progress.report(start + size - span[0])
+        for (start, size), parts in zip(_pieces(*span), touched):
+            for part in parts:
+                part.result()
+            _register_piece(lib, start, size, span)
+            _LOCKED[span][1].append(start)
+            progress.report(start + size - span[0])
     except Exception as error:  # noqa: BLE001 (handed to the thread that waits)
         progress.report(error=error)
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def _touch(part: np.ndarray) -> None:
+    """Faults in `part`'s pages: one write to each."""
+    part[::mmap.PAGESIZE].fill(0)
 
 
 def _finish(thread: threading.Thread, span: tuple[int, int]) -> None:

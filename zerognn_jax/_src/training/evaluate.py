@@ -216,21 +216,29 @@ def _streamed_program(program, variables, h, graph, out: HostTable, layer: int,
     return run, step, time.perf_counter() - t0
 
 
+def _prepared_stream(program, variables, h, graph, target, layer: int,
+                     plan: ChunkPlan) -> tuple:
+    """(the memory layer `layer` streams into, the host table over it, its compiled
+    `_streamed_program`), `target()` giving the first two: made on a thread, since the
+    table's page-locking waits for the host handlers' build on a machine's first use."""
+    memory, out = target()
+    return memory, out, _streamed_program(program, variables, h, graph, out, layer, plan)
+
+
 def _offloaded_layer(program, variables, h, graph, layer: int, plan: ChunkPlan,
                      out: HostTable, log=None, ready=None, compiled=None) -> HostTable:
     """Layer `layer` of every row into the host table `out`, in segments of about
     `_SEGMENT_BYTES` of output, each run once `ready(end)` (the table's first `end` bytes
-    usable: a `PinnedBuffer` still being locked) returns; `compiled`: a future of its
-    `_streamed_program` compiled on a thread (else compiled here). The compile time and
-    the time waited are reported to `log`. RuntimeError if the device reports another
-    number of rows stored than the chunks hold."""
-    t0 = time.perf_counter()
+    usable: a `PinnedBuffer` still being locked) returns; `compiled`: its
+    `_streamed_program` made on a thread and the seconds waited for it (else compiled
+    here). The compile time and the time waited are reported to `log`. RuntimeError if
+    the device reports another number of rows stored than the chunks hold."""
     if compiled is None:
         run, step, seconds = _streamed_program(program, variables, h, graph, out, layer, plan)
         where = ""
     else:
-        run, step, seconds = compiled.result()
-        where = f" on a thread ({time.perf_counter() - t0:.2f} s waited for it)"
+        (run, step, seconds), waited = compiled
+        where = f" on a thread ({waited:.2f} s waited for it and its host table)"
     # Segments of `step` chunks, the last one moved back to end at the last chunk.
     starts = [min(j, plan.num_chunks - step) for j in range(0, plan.num_chunks, step)]
     row_bytes = out.shape[1] * out.dtype.itemsize
@@ -289,7 +297,9 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     zeroes every page): it runs on a thread, piece by piece, from the start of the call
     when some output surely cannot fit the device, and each layer's segments run as
     soon as the pieces they write are locked. The layers sure to stream into that buffer
-    compile on another thread from the start (overlapping the first input's upload).
+    get their host tables and compile on another thread from the start (overlapping the
+    first input's upload and the layers before them; on a machine's first use the
+    tables wait there for the host handlers' build).
     `log`, a callable taking a line, reports the chunk plan, each layer as it ends
     (where it ran, its seconds, those of its input's upload) and why a layer streams;
     the layers then run one after another.
@@ -369,21 +379,21 @@ def _layerwise_logits(program: StepProgram, variables, data: DeviceData, budget_
     # each layer's input as the compiler sees it (a host table is part of the program)
     inputs = [h if is_host_resident(h) else jax.ShapeDtypeStruct(h.shape, h.dtype),
               *outs[:-1]]
-    targets, compiling = {}, {}
+    streams = {}  # layer -> future of `_prepared_stream`
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         for layer in (i for i, surely in enumerate(sure) if surely):
             if _owns_memory(buffer, nbytes, layer, num_layers):
                 continue  # its own buffer is allocated when it runs, not locked early
-            targets[layer] = _stream_target(buffer, outs, nbytes, layer, log)
-            compiling[layer] = pool.submit(_streamed_program, program, variables,
-                                           inputs[layer], data.graph, targets[layer][1],
-                                           layer, plan)
+            streams[layer] = pool.submit(
+                _prepared_stream, program, variables, inputs[layer], data.graph,
+                functools.partial(_stream_target, buffer, outs, nbytes, layer, log), layer,
+                plan)
         streamed = None
         for layer in range(num_layers):
             t0 = time.perf_counter()
             resident = streamed is None and (isinstance(h, jax.Array) or is_host_resident(h))
             hold = (_hold_output(outs[layer], h if streamed is None else streamed)
-                    if offload == "auto" and layer not in targets and not resident else None)
+                    if offload == "auto" and layer not in streams and not resident else None)
             if streamed is not None:  # the previous layer's output, in the host buffer
                 h_device = uploaded(streamed)
             elif resident:
@@ -396,20 +406,21 @@ def _layerwise_logits(program: StepProgram, variables, data: DeviceData, budget_
             del hold  # its room, below the input, is where the output goes
             t1 = time.perf_counter()
             upload, h, streamed = t1 - t0, None, None
-            if offload is not True and layer not in targets:
+            if offload is not True and layer not in streams:
                 h = _device_layer(program, variables, h_device, data.graph, layer, plan,
                                   need=(nbytes[layer], budget_bytes) if offload else None,
                                   log=log)
             if h is None:
-                if layer not in targets:
+                t1, compiled = time.perf_counter(), None
+                if layer in streams:
+                    memory, out, made = streams.pop(layer).result()
+                    compiled = made, time.perf_counter() - t1
+                else:
                     if buffer is None:
                         buffer = _host_buffer(max(nbytes), log)
-                    targets[layer] = _stream_target(buffer, outs, nbytes, layer, log)
-                memory, out = targets.pop(layer)
-                t1 = time.perf_counter()
+                    memory, out = _stream_target(buffer, outs, nbytes, layer, log)
                 streamed = _offloaded_layer(program, variables, h_device, data.graph, layer,
-                                            plan, out, log, memory.ready,
-                                            compiling.pop(layer, None))
+                                            plan, out, log, memory.ready, compiled)
                 h = out.array
             del h_device  # freed before the next layer's input is uploaded
             if log:

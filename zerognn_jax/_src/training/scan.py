@@ -23,6 +23,7 @@ from zerognn_jax._src.ops.host_rows import is_host_resident
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy
 from zerognn_jax._src.sampling.minibatch import MiniBatch
 from zerognn_jax._src.sampling.seeds import epoch_items, num_steps
+from zerognn_jax._src.training.memory import device_memory_limit
 from zerognn_jax._src.training.parallel import fetch_per_device
 from zerognn_jax._src.training.program import (
     DeviceData,
@@ -63,9 +64,9 @@ class Sampled(NamedTuple):
     rows: jax.Array | None = None
 
 
-# The most device bytes of feature rows read ahead from a host table at once: 2 GiB
-# holds 8 steps of 3-layer papers100m-like's rows, 1 GiB held 4 (docs/host_features.md).
-READ_AHEAD_BYTES = 2 << 30
+# The most device bytes of feature rows read ahead from a host table at once, where set;
+# None: `read_ahead_limit`'s share of the device.
+READ_AHEAD_BYTES: int | None = None
 # Steps sampled by one call where `sample_ahead` is None: on the device, and where the
 # features lie in host memory, whose rows are then read for those steps together.
 SAMPLE_AHEAD = 8
@@ -81,14 +82,28 @@ def steps_ahead(sample_ahead: int | None, features) -> int:
     return HOST_SAMPLE_AHEAD if is_host_resident(features) else SAMPLE_AHEAD
 
 
+def read_ahead_limit() -> int:
+    """The most device bytes of feature rows one call reads ahead from a host table:
+    `READ_AHEAD_BYTES` where set, else an eighth of the device's memory rounded down to a
+    power of two between 1 and 4 GiB (2 GiB where JAX does not say: CPU). Larger reads
+    cross PCIe faster: 3-layer papers100m-like's epoch took 8.27 s at 1 GiB, 7.87 s at 2
+    (one H100) and 7.30 s at 2, 6.95 s at 4 (another; docs/host_features.md)."""
+    if READ_AHEAD_BYTES is not None:
+        return READ_AHEAD_BYTES
+    limit = device_memory_limit()
+    if limit is None:
+        return 2 << 30
+    return min(4 << 30, max(1 << 30, 1 << ((limit // 8).bit_length() - 1)))
+
+
 def _per_read(features, rows_per_step: int, steps: int) -> int:
     """Steps whose outermost rows (`rows_per_step` each) one call reads from `features`:
-    as many of `steps` as `READ_AHEAD_BYTES` holds from a host table, or 0 (each step
+    as many of `steps` as `read_ahead_limit()` holds from a host table, or 0 (each step
     reads its own) on the device or under two steps a call."""
     if not is_host_resident(features):
         return 0
     step_bytes = rows_per_step * features.shape[1] * features.dtype.itemsize
-    count = min(steps, READ_AHEAD_BYTES // max(step_bytes, 1))
+    count = min(steps, read_ahead_limit() // max(step_bytes, 1))
     return count if count >= 2 else 0
 
 
