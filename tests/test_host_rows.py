@@ -615,17 +615,31 @@ def test_pinned_buffer_locks_piece_by_piece_and_reports_failure(monkeypatch):
 
 @_FAKES_CUDA
 def test_pinned_buffer_touches_its_pages_while_the_handlers_build(monkeypatch):
-    """The locking thread queues every piece's touching before it asks for the handlers
-    (a first use builds them for ~10 s), so the pages are touched during the build; each
-    piece is registered after its own pages."""
+    """While the handlers are built (a first use: ~10 s) the locking thread touches the
+    buffer's pieces ahead, and locks them once the build is done; with the handlers
+    there, each piece is locked after its own pages. No piece is ever locked while
+    pages are being touched, and the pieces are locked in address order."""
     import gc
+    import threading
     import time
 
-    fake, touched, events, parts = _FakeCuda(), [], [], []
+    fake, workers = _FakeCuda(), min(16, os.cpu_count() or 1)
     monkeypatch.setattr(host_rows, "_gpu_arch", lambda: "sm_90")
     monkeypatch.setattr(host_rows, "_PIECE", 8192)
-    monkeypatch.setattr(host_rows, "_touch", lambda part: touched.append(part.ctypes.data))
-    workers = min(16, os.cpu_count() or 1)
+    busy, touched, events, parts = [0], [], [], []
+    guard = threading.Lock()
+
+    def touch(part):
+        with guard:
+            busy[0] += 1
+        time.sleep(0.001)
+        with guard:
+            busy[0] -= 1
+            touched.append(part.ctypes.data)
+
+    def register(address, nbytes, read_only=0):
+        events.append(("register", address, busy[0]))
+        return _FakeCuda.zg_register(fake, address, nbytes)
 
     def building():  # returns once every part is touched (or after 60 s, to fail below)
         (span,) = host_rows._LOCKED  # the buffer's, made before its thread starts
@@ -636,18 +650,22 @@ def test_pinned_buffer_touches_its_pages_while_the_handlers_build(monkeypatch):
         events.append(("built", len(touched)))
         return fake
 
-    register = fake.zg_register
-    monkeypatch.setattr(host_rows, "_register_targets", building)
-    monkeypatch.setattr(fake, "zg_register", lambda address, nbytes, read_only=0: (
-        events.append(("register", address)) or register(address, nbytes)))
-    buffer = host_rows.PinnedBuffer(4 * 8192)
-    buffer.ready(buffer.nbytes)
-    starts = [a for a, _ in host_rows._pieces(buffer.array.ctypes.data, 4 * 8192)]
-    assert events == [("built", parts[0])] + [("register", a) for a in starts]
-    assert fake.locked == set(starts)
-    del buffer
-    gc.collect()
-    assert fake.locked == set() and not host_rows._LOCKED
+    monkeypatch.setattr(host_rows, "_touch", touch)
+    monkeypatch.setattr(fake, "zg_register", register)
+    for build in (building, lambda: fake):
+        events.clear()
+        monkeypatch.setattr(host_rows, "_register_targets", build)
+        buffer = host_rows.PinnedBuffer(4 * 8192)
+        buffer.ready(buffer.nbytes)
+        starts = [a for a, _ in host_rows._pieces(buffer.array.ctypes.data, 4 * 8192)]
+        registered = [e for e in events if e[0] == "register"]
+        assert [a for _, a, _ in registered] == starts and fake.locked == set(starts)
+        assert all(n == 0 for _, _, n in registered)  # nothing touched meanwhile
+        if build is building:
+            assert events[0] == ("built", parts[0])
+        del buffer
+        gc.collect()
+        assert fake.locked == set() and not host_rows._LOCKED
 
 
 @_FAKES_CUDA
