@@ -314,3 +314,39 @@ def test_a_whole_graph_layer_that_runs_out_of_memory_runs_in_chunks(monkeypatch)
         monkeypatch.setattr(typed_eval, "_exact_layer", short_of_memory("INTERNAL: other"))
         with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
             logits()
+
+
+def test_chunks_at_a_larger_default_budget_that_run_out_of_memory_run_again_at_the_base(
+        monkeypatch):
+    """Chunks at a default budget above 1 GiB (an eighth of a large device's free memory)
+    whose pass runs the device out of memory run again at 1 GiB, with a warning: the same
+    logits. A budget the caller gave is not retried."""
+    from zerognn_jax._src.training.tasks import typed_eval
+
+    _, logits, _ = _exact_run(zg.TrainConfig(**CFG, fanouts=(3, 2)), monkeypatch,
+                              "_chunked_rows")
+    gib, budgets = 1 << 30, []
+    layer = typed_eval._layer_in_chunks
+
+    def short_of_memory(*args):  # (program, variables, graph, i, types, ..., budget, h)
+        budgets.append(args[-2])
+        if args[-2] > gib:
+            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory")
+        return layer(*args)
+
+    with jax.default_matmul_precision("highest"):
+        want = np.asarray(logits(budget_bytes=gib))
+        monkeypatch.setattr(typed_eval, "device_free_bytes", lambda: 1000)  # chunks
+        monkeypatch.setattr(typed_eval, "chunk_budget", lambda offload: 4 * gib)
+        monkeypatch.setattr(typed_eval, "_layer_in_chunks", short_of_memory)
+        with pytest.warns(UserWarning) as warned:
+            got = np.asarray(logits())
+        assert [str(w.message) for w in warned] == [
+            f"typed exact evaluation: layer {i} ran the device out of memory in chunks of "
+            f"4.00 GiB of edge rows; running it again at 1 GiB" for i in (1, 2)]
+        assert budgets == [4 * gib, gib] * 2  # each layer
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        budgets.clear()
+        with pytest.raises(jax.errors.JaxRuntimeError, match="RESOURCE_EXHAUSTED"):
+            logits(budget_bytes=4 * gib)
+    assert budgets == [4 * gib]

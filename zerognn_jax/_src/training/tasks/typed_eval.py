@@ -42,6 +42,7 @@ from zerognn_jax._src.sampling.typed_envelope import (
 )
 from zerognn_jax._src.sampling.typed_minibatch import sample_typed_step
 from zerognn_jax._src.training.evaluate import (
+    BASE_BUDGET,
     chunk_budget,
     chunk_edges,
     halving_batches,
@@ -128,7 +129,8 @@ def exact_logits(task, program, variables, data, *, budget_bytes: int | None = N
     the model's and, with featureless types, the "embedding" table). Where the model
     takes chunks (module docstring), a layer runs in chunks of a type's rows whose
     gathered edge rows fit `budget_bytes`; None: whole where its edge rows fit half the
-    device's free memory (`_whole_fits`), else in chunks of `evaluate.chunk_budget`."""
+    device's free memory (`_whole_fits`), else in chunks of `evaluate.chunk_budget`,
+    run again at BASE_BUDGET where a larger one runs the device out of memory."""
     model_vars = {k: v for k, v in variables.items() if k != "embedding"}
     graph, table = data.graph, variables.get("embedding")
     chunked = getattr(program.model.model, "chunked_exact", False)
@@ -147,8 +149,8 @@ def exact_logits(task, program, variables, data, *, budget_bytes: int | None = N
         # (a type without nodes, at either end, goes through the whole-graph layer)
         ends = {t for r in relations for t in (r[0], r[2])} | set(types)
         can_chunk = chunked and all(graph.num_nodes[t] for t in ends)
-        chunks = functools.partial(_layer_in_chunks, program, model_vars, graph, i, types,
-                                   relations, width, budget)
+        chunks = functools.partial(_chunks_or_smaller, program, model_vars, graph, i, types,
+                                   relations, width, budget, budget_bytes is None)
         if can_chunk and (budget_bytes is not None or not _whole_fits(edge_bytes)):
             h = chunks(h)
         elif not can_chunk:
@@ -161,6 +163,22 @@ def exact_logits(task, program, variables, data, *, budget_bytes: int | None = N
                 f"out of memory; running it in chunks of {budget / 2**30:.2f} GiB of edge "
                 f"rows")
     return h[task.seed_type]
+
+
+def _chunks_or_smaller(program, variables, graph, i: int, types, relations, width: int,
+                       budget: int, retry: bool, h: dict) -> dict:
+    """`_layer_in_chunks` at `budget`; with `retry` (the budget a default) and a budget
+    above BASE_BUDGET, a pass that runs the device out of memory runs again at
+    BASE_BUDGET, with a warning, as the homogeneous path does."""
+    run = functools.partial(_layer_in_chunks, program, variables, graph, i, types,
+                            relations, width)
+    if not retry or budget <= BASE_BUDGET:
+        return run(budget, h)
+    return unless_out_of_memory(
+        functools.partial(run, budget, h), functools.partial(run, BASE_BUDGET, h),
+        f"typed exact evaluation: layer {i + 1} ran the device out of memory in chunks of "
+        f"{budget / 2**30:.2f} GiB of edge rows; running it again at "
+        f"{BASE_BUDGET / 2**30:.0f} GiB")
 
 
 def _layer_in_chunks(program, variables, graph, i: int, types, relations, width: int,
