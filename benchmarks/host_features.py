@@ -27,8 +27,8 @@ writing its rows into the locked table chunk by chunk from one compiled loop
 
 `train`: for each run (model:fanouts, with `layers` = number of fanouts) and each
 placement (`--widen-to W` repeats the stored columns up to W, for a table larger than
-the GPU), `zg.train` on the dataset (SAGE, hidden 256, batch 1024, no evaluation but the
-last epoch's sampled test accuracy), timing every epoch. The PCIe floor of a host run is
+the GPU), `zg.train` on the dataset (SAGE, hidden 256, batch 1024, `--sampler` uniform or
+labor, no evaluation but the last epoch's sampled test accuracy), timing every epoch. The PCIe floor of a host run is
 the bytes it must read per epoch (the calibrated mean of the outermost level's rows per
 step, less the share a device cache serves, measured on 16 batches, x steps x row
 bytes) over the measured bulk copy bandwidth (`--pcie-gbs`, else measured here as in
@@ -356,9 +356,9 @@ def train_mode(args) -> None:
                              eval_mode="sampled", eval_every=0, progress=True,
                              feature_placement=where, feature_cache_gib=cache_gib,
                              host_row_order=order, sample_ahead=args.sample_ahead,
-                             seed=args.seed)
-        log(f"training {model} {list(fanouts)} with features on the {placement}, "
-            f"row order {order}")
+                             sampler=args.sampler, seed=args.seed)
+        log(f"training {model} {list(fanouts)} ({args.sampler} sampling) with features on "
+            f"the {placement}, row order {order}")
         t0 = time.perf_counter()
         try:
             res = zg.train(cfg, dataset)
@@ -378,7 +378,7 @@ def train_mode(args) -> None:
         floor = None if not (copy and rows) else rows * row_bytes * steps / (copy * 1e9)
         rec = emit(args, {"case": "train", "dataset": args.dataset, "scale": args.scale,
                           "model": model, "fanouts": list(fanouts), "placement": placement,
-                          "placed": summary["feature_placement"],
+                          "sampler": args.sampler, "placed": summary["feature_placement"],
                           "placed_why": summary["feature_placement_why"],
                           "row_order": summary.get("host_row_order"),
                           "sample_ahead": summary.get("sample_ahead"),
@@ -427,6 +427,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--read-ahead-gib", type=float, default=None,
                    help="device memory for the rows read ahead at once (default: the "
                         "library's read_ahead_limit, 1-4 GiB by the device's memory)")
+    p.add_argument("--sampler", default="uniform", choices=("uniform", "labor"),
+                   help="train mode: the neighbour sampler of every run")
     p.add_argument("--widen-to", type=int, default=None,
                    help="train mode: widen the features to this many columns by repeating "
                         "the stored ones (a table larger than the GPU from a preset)")
