@@ -27,13 +27,14 @@ writing its rows into the locked table chunk by chunk from one compiled loop
 
 `train`: for each run (model:fanouts, with `layers` = number of fanouts) and each
 placement (`--widen-to W` repeats the stored columns up to W, for a table larger than
-the GPU), `zg.train` on the dataset (SAGE, hidden 256, batch 1024, `--sampler` uniform or
-labor, no evaluation but the last epoch's sampled test accuracy), timing every epoch. The PCIe floor of a host run is
-the bytes it must read per epoch (the calibrated mean of the outermost level's rows per
-step, less the share a device cache serves, measured on 16 batches, x steps x row
-bytes) over the measured bulk copy bandwidth (`--pcie-gbs`, else measured here as in
-`kernel`). Progress lines go to stderr, JSON lines to stdout and
-`--out` as they are made, so a run stopped at a time limit keeps what it measured.
+the GPU), `zg.train` on the dataset (SAGE, hidden 256, batch 1024, `--sampler` uniform
+or labor, no evaluation but the last epoch's sampled test accuracy), timing every epoch.
+The PCIe floor of a host run is the bytes it must read per epoch (the calibrated mean
+of the outermost level's rows per step, less the share a device cache serves, measured
+on 16 batches, x steps x row bytes) over the measured bulk copy bandwidth
+(`--pcie-gbs`, else measured here as in `kernel`). Progress lines go to stderr, JSON
+lines to stdout and `--out` as they are made, so a run stopped at a time limit keeps
+what it measured.
 """
 
 from __future__ import annotations
