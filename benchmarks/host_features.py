@@ -333,8 +333,6 @@ def cached_share(res, dataset, batches: int = 16) -> float | None:
 def train_mode(args) -> None:
     from zerognn_jax._src.training import scan
 
-    if args.read_ahead_gib is not None:
-        scan.READ_AHEAD_BYTES = int(args.read_ahead_gib * 2**30)
     copy = args.pcie_gbs or pcie_copy_gbs()
     check_gather()
     log(f"pinned host-to-device copy: {copy} GB/s")
@@ -357,7 +355,8 @@ def train_mode(args) -> None:
                              eval_mode="sampled", eval_every=0, progress=True,
                              feature_placement=where, feature_cache_gib=cache_gib,
                              host_row_order=order, sample_ahead=args.sample_ahead,
-                             sampler=args.sampler, seed=args.seed)
+                             read_ahead_gib=args.read_ahead_gib, sampler=args.sampler,
+                             seed=args.seed)
         log(f"training {model} {list(fanouts)} ({args.sampler} sampling) with features on "
             f"the {placement}, row order {order}")
         t0 = time.perf_counter()
@@ -383,7 +382,8 @@ def train_mode(args) -> None:
                           "placed_why": summary["feature_placement_why"],
                           "row_order": summary.get("host_row_order"),
                           "sample_ahead": summary.get("sample_ahead"),
-                          "read_ahead_bytes": scan.read_ahead_limit(), "pcie_gbs": copy,
+                          "read_ahead_bytes": scan.read_ahead_limit(cfg.read_ahead_bytes),
+                          "pcie_gbs": copy,
                           "train_call_s": time.perf_counter() - t0,
                           "layout": summary["layout"]["layout"], "dtype": args.dtype,
                           "epoch_seconds": times, "epoch_s": min(times[1:] or times),

@@ -185,15 +185,16 @@ def test_a_group_reads_its_host_rows_in_one_call(monkeypatch):
     sampled = jax.vmap(lambda step: scan.sample_step(program, step, host, perm, 0, 6, env))(
         jnp.arange(3, dtype=jnp.int32))
     ids, valid = sampled.mb.nodes[-1], sampled.mb.valid[-1]
-    assert scan.steps_per_read(host, sampled) == 3 and scan.steps_per_read(data, sampled) == 0
+    big = 1 << 30
+    assert scan.steps_per_read(host, sampled, big) == 3
+    assert scan.steps_per_read(data, sampled, big) == 0
     got = scan.read_ahead(program, host, sampled).rows
     assert got.shape == (*ids.shape, 12)
     for k in range(3):
         want = host.features.gather(ids[k], valid[k])
         np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(want))
     step_bytes = ids[0].size * 12 * 4
-    monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 2 * step_bytes)
-    assert scan.steps_per_read(host, sampled) == 2
+    assert scan.steps_per_read(host, sampled, 2 * step_bytes) == 2
     reads = []
     real = scan.read_ahead
     monkeypatch.setattr(scan, "read_ahead", lambda *a: reads.append(1) or real(*a))
@@ -201,45 +202,46 @@ def test_a_group_reads_its_host_rows_in_one_call(monkeypatch):
     results = []
     for ahead, d in ((1, data), (4, host)):
         state = init_state(program, d, env, train_idx)
-        engine = ScanEngine(program, 0, EnvelopePolicy(multiple=8), sample_ahead=ahead)
+        engine = ScanEngine(program, 0, EnvelopePolicy(multiple=8), sample_ahead=ahead,
+                            read_ahead_bytes=2 * step_bytes)
         results.append(engine.run_epoch(state, d, train_idx, 0, env))
     assert len(reads) == 4  # 7 steps: a group of 4 (2 reads), a group of 3 (2 reads)
     assert results[1].loss == pytest.approx(results[0].loss, rel=1e-6)
-    monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 2 * step_bytes - 1)
-    assert scan.steps_per_read(host, sampled) == 0
+    assert scan.steps_per_read(host, sampled, 2 * step_bytes - 1) == 0
 
 
 def test_host_tables_sample_and_read_more_steps_at_once(monkeypatch):
     """sample_ahead None: the engine samples 16 steps a group for a host table, 8 for a
     device one; the read-ahead bytes the memory check counts: the steps one call reads
-    (the group, or what READ_AHEAD_BYTES holds, none under two) times their rows' bytes,
-    none on the device."""
+    (the group, or what the read-ahead limit holds, none under two) times their rows'
+    bytes, none on the device; the engine hands its limit to the chunk."""
     from zerognn_jax._src.training import scan
 
     class Traced(Exception):
         pass
 
-    def chunk(*args, ahead, **kw):
-        seen.append(ahead)
+    def chunk(*args, ahead, read_limit, **kw):
+        seen.append((ahead, read_limit))
         raise Traced
 
     data = _problem()
     host = data._replace(features=HostTable(np.asarray(data.features)))
     program, env, train_idx, seen = _program(), Envelope(32, (512, 512)), np.arange(200), []
     monkeypatch.setattr(scan, "scan_chunk", chunk)
-    for d in (data, host):
-        engine = ScanEngine(program, 0, EnvelopePolicy(multiple=8), sample_ahead=None)
+    for d, limit in ((data, None), (host, 12345)):
+        engine = ScanEngine(program, 0, EnvelopePolicy(multiple=8), sample_ahead=None,
+                            read_ahead_bytes=limit)
         with pytest.raises(Traced):
             engine.run_epoch(init_state(program, d, env, train_idx), d, train_idx, 0, env)
-    assert seen == [8, 16]
+    assert seen == [(8, None), (16, 12345)]
     step = 512 * 12 * 4  # a step's outermost rows
     assert scan.read_ahead_bytes(data.features, 512, None) == 0
     assert scan.read_ahead_bytes(host.features, 512, None) == 16 * step
-    monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 5 * step + 1)
-    assert scan.read_ahead_bytes(host.features, 512, 4) == 4 * step
-    assert scan.read_ahead_bytes(host.features, 512, None) == 5 * step
-    monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 2 * step - 1)
-    assert scan.read_ahead_bytes(host.features, 512, None) == 0
+    assert scan.read_ahead_bytes(host.features, 512, 4, 5 * step + 1) == 4 * step
+    assert scan.read_ahead_bytes(host.features, 512, None, 5 * step + 1) == 5 * step
+    assert scan.read_ahead_bytes(host.features, 512, None, 2 * step - 1) == 0
+    with pytest.raises(ValueError, match="read_ahead_bytes must be positive, got 0"):
+        ScanEngine(program, read_ahead_bytes=0)
 
 
 def test_the_read_ahead_limit_follows_the_device_memory(monkeypatch):
@@ -252,8 +254,7 @@ def test_the_read_ahead_limit_follows_the_device_memory(monkeypatch):
                         (60 * 10**9, 4 * gib), (140 * gib, 4 * gib)):
         monkeypatch.setattr(scan, "device_memory_limit", lambda limit=limit: limit)
         assert scan.read_ahead_limit() == want, limit
-    monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 12345)
-    assert scan.read_ahead_limit() == 12345
+    assert scan.read_ahead_limit(12345) == 12345
 
 
 def test_metrics_come_back_bit_for_bit_in_one_packed_copy():

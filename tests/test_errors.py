@@ -71,6 +71,8 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
     (dict(norm="bogus"), "norm must be one of none, layer, batch, got 'bogus'"),
     (dict(gemm_backend="triton"), "gemm_backend must be one of cublas, xla, got 'triton'"),
     (dict(lr=float("inf")), "lr must be positive and finite, got inf"),
+    (dict(read_ahead_gib=0.0), "read_ahead_gib must be positive, got 0.0"),
+    (dict(read_ahead_gib=float("nan")), "read_ahead_gib must be positive, got nan"),
     (dict(seed=-1), "seed must be in [0, 2**31), got -1"),
     (dict(seed=2**31), "seed must be in [0, 2**31), got 2147483648"),
     (dict(fanouts=(5, 0)), "fanout of hop 1 must be positive or -1 (all), got 0"),

@@ -308,7 +308,8 @@ def test_training_with_host_features_equals_device_features(planetoid_root, caps
     """Cora, on the device, on the host (rows as stored), and on the host by degree
     (the default here) with its 200 rows of highest degree cached (with a learnable
     embedding in the last): the same losses, bit for bit (the host runs sampling 16
-    steps at once, the device runs 8), and the same exact layer-wise evaluation, whose
+    steps at once, the device runs 8; the uncached one reading a few steps' rows a call,
+    `read_ahead_gib`, the others all 16), and the same exact layer-wise evaluation, whose
     first layer reads its chunks from the host table."""
     runs = {}
     row_gib = 1433 * 4 / 2**30
@@ -320,7 +321,8 @@ def test_training_with_host_features_equals_device_features(planetoid_root, caps
         cfg = zg.TrainConfig(dataset="cora", root=planetoid_root, epochs=2, layers=2,
                              fanouts=(5, 5), hidden=16, batch_size=256, embedding_dim=emb,
                              feature_placement=place, feature_cache_gib=cache, eval_every=0,
-                             host_row_order=order)
+                             host_row_order=order,
+                             read_ahead_gib=0.03 if name == "host" else None)
         runs[name] = zg.train(cfg)
         assert runs[name].summary["feature_placement"] == place
         assert runs[name].summary["feature_placement_why"] == "asked for (feature_placement)"
@@ -328,6 +330,10 @@ def test_training_with_host_features_equals_device_features(planetoid_root, caps
         if place == "host":
             assert runs[name].summary["host_row_order"] == \
                 ("stored" if order == "stored" else "degree")
+            assert runs[name].summary["read_ahead_bytes"] == (
+                int(0.03 * 2**30) if name == "host" else 2 << 30)  # a CPU's default
+        else:
+            assert "read_ahead_bytes" not in runs[name].summary
     err = capsys.readouterr().err
     assert "features on the host (0.01 GiB): asked for (feature_placement); rows as " \
            "stored: asked for (host_row_order)" in err
@@ -379,7 +385,8 @@ def test_host_features_under_the_weighted_sampler(tmp_path, engine):
 def test_memory_check_counts_the_rows_read_ahead(planetoid_root, monkeypatch):
     """With the table on the host, the check before compiling is given the rows read
     ahead: those of the host table, at the checked envelope's outermost capacity, for
-    the configured steps ahead (None: the default for a host table)."""
+    the configured steps ahead (None: the default for a host table), under the
+    configured read-ahead limit."""
     from zerognn_jax._src.training import memory, trainer
 
     class Checked(Exception):
@@ -394,13 +401,14 @@ def test_memory_check_counts_the_rows_read_ahead(planetoid_root, monkeypatch):
                         lambda *args: asked.append(args) or 54321)
     monkeypatch.setattr(memory, "check_fits", check)
     cfg = zg.TrainConfig(dataset="cora", root=planetoid_root, layers=2, fanouts=(5, 5),
-                         hidden=16, feature_placement="host", progress=False)
+                         hidden=16, feature_placement="host", progress=False,
+                         read_ahead_gib=0.5)
     with pytest.raises(Checked):
         zg.train(cfg)
     ((env, extra),) = seen
-    ((table, rows, ahead),) = asked
+    ((table, rows, ahead, limit),) = asked
     assert host_rows.is_host_resident(table) and table.shape == (2708, 1433)
-    assert (rows, ahead, extra) == (env.levels[-1], None, 54321)
+    assert (rows, ahead, limit, extra) == (env.levels[-1], None, 1 << 29, 54321)
 
 
 def test_cached_rows_read_like_the_host_table():

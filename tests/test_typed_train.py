@@ -306,7 +306,7 @@ def test_a_typed_group_reads_every_types_rows_in_one_call():
     ids, valid = sampled.mb.nodes[-1], sampled.mb.valid[-1]
     assert len(ids) == len(task.inputs.widths) > 1
     assert task.feature_rows(env) == sum(i[0].size for i in ids)
-    assert scan.steps_per_read(data, sampled) == 3
+    assert scan.steps_per_read(data, sampled, 1 << 30) == 3
     rows = scan.read_ahead(program, data, sampled).rows
     for k in range(3):
         for got, i, v in zip(rows, ids, valid):

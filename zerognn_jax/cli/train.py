@@ -54,6 +54,9 @@ HELP = {
     "sample_ahead": "steps sampled together by one vmapped call (scan engine; unset: 16 "
                     "with the features in host memory, whose rows they then read "
                     "together, else 8)",
+    "read_ahead_gib": "the most GiB of host-table rows read at once for the steps sampled "
+                      "together (unset: an eighth of the device's memory as a power of two "
+                      "between 1 and 4 GiB)",
     "gemm_backend": "whose kernels multiply training's matrices on an NVIDIA GPU: cublas (as "
                     "fast or faster for a step's shapes on an H100), or xla (XLA's own "
                     "choice, mostly its Triton kernels)",

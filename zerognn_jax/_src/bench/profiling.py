@@ -304,6 +304,7 @@ def profile_training_epoch(cfg, dataset, log_dir: str | pathlib.Path, *, top: in
     envelope, _ = trainer.starting_envelope(cfg, program, data, dataset)
     engine = ScanEngine(program, chunk_steps=cfg.chunk_steps, policy=cfg.envelope_policy,
                         sample_ahead=cfg.sample_ahead, gemm_backend=cfg.gemm_backend,
+                        read_ahead_bytes=cfg.read_ahead_bytes,
                         compiler_options=NO_COMMAND_BUFFERS)
     res = engine.run_epoch(init_state(program, data, envelope, items), data, items, 0,
                            envelope)

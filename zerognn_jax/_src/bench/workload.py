@@ -237,7 +237,9 @@ def measure(wb: Workbench, variant: Variant, *, kind: str = "config",
     host = variant.engine != "scan"
     runner = make_engine(variant.engine, program, policy=wb.cfg.envelope_policy,
                          max_steps=options.host_steps if host else None,
-                         sample_ahead=wb.cfg.sample_ahead, gemm_backend=wb.cfg.gemm_backend)
+                         sample_ahead=wb.cfg.sample_ahead,
+                         read_ahead_bytes=wb.cfg.read_ahead_bytes,
+                         gemm_backend=wb.cfg.gemm_backend)
     bar = tqdm(total=epochs + 1 + profile, desc=f"{variant.name} b={batch_size}",
                unit="epoch", file=sys.stderr, disable=not options.train.progress, leave=False)
     last = [None]

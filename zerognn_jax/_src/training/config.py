@@ -52,8 +52,8 @@ GROUPS = {
                 "envelope", "margin", "multiple", "balance_window"),
     "optimizer": ("lr", "weight_decay"),
     "engine": ("engine", "kernels", "graph_aggregation", "chunk_steps", "sample_ahead",
-               "devices", "shard_features", "feature_placement", "feature_cache_gib",
-               "host_row_order", "gemm_backend"),
+               "read_ahead_gib", "devices", "shard_features", "feature_placement",
+               "feature_cache_gib", "host_row_order", "gemm_backend"),
     "run": ("epochs", "seed", "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir",
             "metrics_out", "progress", "best_metric", "tensorboard_dir"),
 }
@@ -126,7 +126,9 @@ class TrainConfig:
     `chunk_steps=0` compiles a whole epoch into one program. `sample_ahead` steps are
     sampled by one vmapped call (`ScanEngine.sample_ahead`; a host feature table's rows
     are then read for several of them at once; None: 16 with the features in host
-    memory, else 8). `devices` is the number of devices per process to train on (0 = all
+    memory, else 8), in calls of at most `read_ahead_gib` GiB of rows (None: an eighth of
+    the device's memory as a power of two between 1 and 4 GiB; scan.read_ahead_limit).
+    `devices` is the number of devices per process to train on (0 = all
     local ones); `batch_size` is per device, so a step trains on batch_size x devices x
     processes seeds. `shard_features` splits the feature table by rows across those
     devices. `feature_placement` says where the feature table lives: "device", or "host"
@@ -198,6 +200,7 @@ class TrainConfig:
     graph_aggregation: str = "auto"
     chunk_steps: int = 0
     sample_ahead: int | None = None
+    read_ahead_gib: float | None = None
     devices: int = 1
     shard_features: bool = False
     feature_placement: str = "auto"
@@ -280,6 +283,9 @@ class TrainConfig:
              f"best_metric {self.best_metric!r} needs evaluation: eval_mode is 'none'"),
             (self.sample_ahead is None or self.sample_ahead >= 1,
              f"sample_ahead must be >= 1, got {self.sample_ahead}"),
+            (self.read_ahead_gib is None or (finite(self.read_ahead_gib)
+                                             and self.read_ahead_bytes >= 1),
+             f"read_ahead_gib must be positive, got {self.read_ahead_gib}"),
             (self.balance_window >= 0,
              f"balance_window must be >= 0, got {self.balance_window}"),
             (not batched or self.engine == "scan",
@@ -315,6 +321,11 @@ class TrainConfig:
                 f"need an NVIDIA GPU; JAX's backend here is {jax.default_backend()}: use "
                 f"kernels 'xla' or 'auto'")
         self.envelope_policy  # noqa: B018 (validates margin and multiple)
+
+    @property
+    def read_ahead_bytes(self) -> int | None:
+        """`read_ahead_gib` in bytes (None: the device decides)."""
+        return None if self.read_ahead_gib is None else int(self.read_ahead_gib * 2**30)
 
     @property
     def envelope_policy(self) -> EnvelopePolicy:

@@ -14,17 +14,18 @@ def make_engine(name: str, program: StepProgram, *, chunk_steps: int = 0,
                 max_steps: int | None = None,
                 policy: EnvelopePolicy = DEFAULT_POLICY,
                 sample_ahead: int | None = 1,
+                read_ahead_bytes: int | None = None,
                 gemm_backend: str = "cublas") -> ScanEngine | HostEngine:
-    """The engine called `name` for `program`; `sample_ahead` applies to the scan engine
-    (None: its default for the data, `steps_ahead`), `gemm_backend`
-    (xla_options.py) to both.
+    """The engine called `name` for `program`; `sample_ahead` and `read_ahead_bytes`
+    apply to the scan engine (None: its defaults for the data and the device,
+    `steps_ahead`, `read_ahead_limit`), `gemm_backend` (xla_options.py) to both.
 
     Every engine offers `run_epoch(state, data, items, epoch, envelope,
     on_progress=None) -> EpochResult` and `compile_seconds`.
     """
     if name == "scan":
         return ScanEngine(program, chunk_steps, policy, sample_ahead=sample_ahead,
-                          gemm_backend=gemm_backend)
+                          gemm_backend=gemm_backend, read_ahead_bytes=read_ahead_bytes)
     if name in ("host-exact", "host-bucketed"):
         return HostEngine(program, name.removeprefix("host-"), max_steps, policy,
                           gemm_backend=gemm_backend)

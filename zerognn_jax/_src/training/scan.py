@@ -64,9 +64,6 @@ class Sampled(NamedTuple):
     rows: jax.Array | None = None
 
 
-# The most device bytes of feature rows read ahead from a host table at once, where set;
-# None: `read_ahead_limit`'s share of the device.
-READ_AHEAD_BYTES: int | None = None
 # Steps sampled by one call where `sample_ahead` is None: on the device, and where the
 # features lie in host memory, whose rows are then read for those steps together.
 SAMPLE_AHEAD = 8
@@ -82,45 +79,49 @@ def steps_ahead(sample_ahead: int | None, features) -> int:
     return HOST_SAMPLE_AHEAD if is_host_resident(features) else SAMPLE_AHEAD
 
 
-def read_ahead_limit() -> int:
+def read_ahead_limit(read_ahead_bytes: int | None = None) -> int:
     """The most device bytes of feature rows one call reads ahead from a host table:
-    `READ_AHEAD_BYTES` where set, else an eighth of the device's memory rounded down to a
-    power of two between 1 and 4 GiB (2 GiB where JAX does not say: CPU). Larger reads
+    `read_ahead_bytes` where given, else an eighth of the device's memory rounded down to
+    a power of two between 1 and 4 GiB (2 GiB where JAX does not say: CPU). Larger reads
     cross PCIe faster: 3-layer papers100m-like's epoch took 8.27 s at 1 GiB, 7.87 s at 2
     (one H100) and 7.30 s at 2, 6.95 s at 4 (another; docs/host_features.md)."""
-    if READ_AHEAD_BYTES is not None:
-        return READ_AHEAD_BYTES
+    if read_ahead_bytes is not None:
+        return read_ahead_bytes
     limit = device_memory_limit()
     if limit is None:
         return 2 << 30
     return min(4 << 30, max(1 << 30, 1 << ((limit // 8).bit_length() - 1)))
 
 
-def _per_read(features, rows_per_step: int, steps: int) -> int:
+def _per_read(features, rows_per_step: int, steps: int, limit: int) -> int:
     """Steps whose outermost rows (`rows_per_step` each) one call reads from `features`:
-    as many of `steps` as `read_ahead_limit()` holds from a host table, or 0 (each step
-    reads its own) on the device or under two steps a call."""
+    as many of `steps` as `limit` bytes hold from a host table, or 0 (each step reads its
+    own) on the device or under two steps a call."""
     if not is_host_resident(features):
         return 0
     step_bytes = rows_per_step * features.shape[1] * features.dtype.itemsize
-    count = min(steps, read_ahead_limit() // max(step_bytes, 1))
+    count = min(steps, limit // max(step_bytes, 1))
     return count if count >= 2 else 0
 
 
-def read_ahead_bytes(features, rows_per_step: int, sample_ahead: int | None) -> int:
+def read_ahead_bytes(features, rows_per_step: int, sample_ahead: int | None,
+                     limit: int | None = None) -> int:
     """Device bytes of the feature rows a run reads ahead at once (step buffers the
-    memory check counts): `_per_read` steps of `rows_per_step` rows, 0 on the device."""
-    per_read = _per_read(features, rows_per_step, steps_ahead(sample_ahead, features))
+    memory check counts): `_per_read` steps of `rows_per_step` rows under
+    `read_ahead_limit(limit)`, 0 on the device."""
+    per_read = _per_read(features, rows_per_step, steps_ahead(sample_ahead, features),
+                         read_ahead_limit(limit))
     return per_read * rows_per_step * features.shape[1] * features.dtype.itemsize
 
 
-def steps_per_read(data: DeviceData, sampled: Sampled) -> int:
+def steps_per_read(data: DeviceData, sampled: Sampled, limit: int) -> int:
     """How many of a group's steps (`sampled`, stacked) get their outermost feature rows
-    in one call (`_per_read`); a typed step's rows are those of all its types."""
+    in one call of at most `limit` bytes (`_per_read`); a typed step's rows are those of
+    all its types."""
     ids = jax.tree_util.tree_leaves(sampled.mb.nodes[-1])
     if not ids or not all(isinstance(x, jax.Array) for x in ids):
         return 0
-    return _per_read(data.features, sum(x[0].size for x in ids), ids[0].shape[0])
+    return _per_read(data.features, sum(x[0].size for x in ids), ids[0].shape[0], limit)
 
 
 def read_ahead(program: StepProgram, data: DeviceData, sampled: Sampled) -> Sampled:
@@ -185,7 +186,8 @@ def apply_step(program: StepProgram, state: TrainState, step, data: DeviceData,
 
 
 def scan_chunk(program: StepProgram, state: TrainState, steps, data: DeviceData, perm, epoch,
-               total_steps, envelope: Envelope, *, prefetch: bool = False, ahead: int = 1):
+               total_steps, envelope: Envelope, *, prefetch: bool = False, ahead: int = 1,
+               read_limit: int | None = None):
     """`lax.scan` of the steps `steps` (int32[n], consecutive); (state, metrics[n]).
 
     With `prefetch` the carry holds the next step's sample: step i samples step i + 1
@@ -197,7 +199,8 @@ def scan_chunk(program: StepProgram, state: TrainState, steps, data: DeviceData,
     one vmapped call samples a whole group, then the group's steps train one by one.
     The sampler's many small kernels then run once per group, `ahead` times wider; the
     samples, and so the result, are the same. A host feature table is then read for
-    several steps at once too (`steps_per_read`, `read_ahead`).
+    several steps at once too, at most `read_ahead_limit(read_limit)` bytes a call
+    (`steps_per_read`, `read_ahead`).
     """
     sample = lambda step: sample_step(program, step, data, perm, epoch, total_steps,
                                       envelope)
@@ -205,7 +208,7 @@ def scan_chunk(program: StepProgram, state: TrainState, steps, data: DeviceData,
     if ahead > 1:
         def group(state, group_steps):
             sampled = jax.vmap(sample)(group_steps)
-            per_read = steps_per_read(data, sampled)
+            per_read = steps_per_read(data, sampled, read_ahead_limit(read_limit))
             if not per_read:
                 return jax.lax.scan(lambda s, xs: train(s, *xs), state,
                                     (group_steps, sampled))
@@ -273,7 +276,9 @@ class ScanEngine:
     `compile_seconds` adds up the time spent compiling them. `prefetch` samples each
     step one step ahead (`scan_chunk`); `sample_ahead` > 1 samples that many steps in
     one vmapped call (`scan_chunk`'s `ahead`; not with `prefetch`; None: the default for
-    the data's features, `steps_ahead`); the chunk programs
+    the data's features, `steps_ahead`), reading a host feature table's rows for at most
+    `read_ahead_bytes` at once (None: `read_ahead_limit`'s share of the device); the
+    chunk programs
     compile with `gemm_backend`'s XLA options (xla_options.py: cuBLAS for matrix products
     and, on one device, kernels side by side, on a GPU by default), then
     `compiler_options` over them (e.g.
@@ -288,9 +293,12 @@ class ScanEngine:
     compiler_options: dict | None = None
     sample_ahead: int | None = 1
     gemm_backend: str = "cublas"
+    read_ahead_bytes: int | None = None
 
     def __post_init__(self):
         check_gemm_backend(self.gemm_backend)
+        if self.read_ahead_bytes is not None and self.read_ahead_bytes < 1:
+            raise ValueError(f"read_ahead_bytes must be positive, got {self.read_ahead_bytes}")
         if self.sample_ahead is not None and self.sample_ahead < 1:
             raise ValueError(f"sample_ahead must be >= 1, got {self.sample_ahead}")
         if self.sample_ahead != 1 and self.prefetch:
@@ -316,12 +324,14 @@ class ScanEngine:
             program, prefetch = self.program, self.prefetch
             host = program.parallel is not None and program.parallel.host_metrics
             ahead = steps_ahead(self.sample_ahead, getattr(args[1], "features", None))
+            limit = self.read_ahead_bytes
 
             def run(state, data, perm, scalars):
                 epoch, start, total = scalars[0], scalars[1], scalars[2]
                 steps = start + jnp.arange(chunk_steps, dtype=jnp.int32)
                 state, metrics = scan_chunk(program, state, steps, data, perm, epoch, total,
-                                            envelope, prefetch=prefetch, ahead=ahead)
+                                            envelope, prefetch=prefetch, ahead=ahead,
+                                            read_limit=limit)
                 if host:
                     metrics = jax.tree_util.tree_map(lambda m: m[None], metrics)
                 return state, metrics

@@ -62,7 +62,7 @@ from zerognn_jax._src.training.records import (
     check_tensorboard,
     strict,
 )
-from zerognn_jax._src.training.scan import read_ahead_bytes, steps_ahead
+from zerognn_jax._src.training.scan import read_ahead_bytes, read_ahead_limit, steps_ahead
 from zerognn_jax._src.training.tasks.base import BatchedTask
 from zerognn_jax._src.training.tasks.registry import task_class
 from zerognn_jax._src.training.user import check_optimizer, start_from, user_identity
@@ -350,8 +350,8 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         step_bytes = getattr(program.task, "envelope_bytes", None)  # optional (base.py)
         rows = getattr(program.task, "feature_rows", None)  # optional too
         if step_bytes is not None:
-            ahead = 0 if rows is None else read_ahead_bytes(data.features, rows(env),
-                                                            cfg.sample_ahead)
+            ahead = 0 if rows is None else read_ahead_bytes(
+                data.features, rows(env), cfg.sample_ahead, cfg.read_ahead_bytes)
             memory.check_step_fits(memory.allocated_resident(data, state),
                                    step_bytes(program, env), memory.device_memory_limit(),
                                    batch_size=cfg.batch_size, read_ahead_bytes=ahead)
@@ -371,7 +371,8 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
                               env.levels[-1], cfg.embedding_dim, cfg.dtype,
                               program.num_shards),
                           read_ahead_bytes=read_ahead_bytes(
-                              data.features, env.levels[-1], cfg.sample_ahead)
+                              data.features, env.levels[-1], cfg.sample_ahead,
+                              cfg.read_ahead_bytes)
                           if cfg.engine == "scan" else 0)
         state = init_checked(program, data, env, items, user_model=user.model)
         check_pieces(program, state, data, env, items,
@@ -399,6 +400,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             meta = {**meta, "evaluation_pending": False}
     runner = make_engine(cfg.engine, program, chunk_steps=cfg.chunk_steps,
                          policy=cfg.envelope_policy, sample_ahead=cfg.sample_ahead,
+                         read_ahead_bytes=cfg.read_ahead_bytes,
                          gemm_backend=cfg.gemm_backend)
     log = MetricsLog(cfg.metrics_out if lead else None, history if resumed else None)
     board = TensorBoardLog(cfg.tensorboard_dir if lead else None)
@@ -468,6 +470,8 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         if is_host_resident(data.features):
             host = getattr(data.features, "host", data.features)  # a CachedTable's own
             notes["host_row_order"] = "stored" if host.position is None else "degree"
+            if cfg.engine == "scan":
+                notes["read_ahead_bytes"] = read_ahead_limit(cfg.read_ahead_bytes)
         summary = _summary(cfg, dataset, program, state, env, cal, history, final,
                            calibrate_seconds, runner.compile_seconds, start_epoch, notes)
         log.write(summary)
