@@ -411,6 +411,12 @@ def test_memory_check_counts_the_rows_read_ahead(planetoid_root, monkeypatch):
     assert (rows, ahead, limit, extra) == (env.levels[-1], None, 1 << 29, 54321)
 
 
+def test_host_table_is_the_table_a_cache_reads_from():
+    host = zg.HostTable(np.ones((8, 2), np.float32))
+    cached = host_rows.cache_hot_rows(host, np.array([1]))
+    assert host_rows.host_table(host) is host and host_rows.host_table(cached) is host
+
+
 def test_cached_rows_read_like_the_host_table():
     """Some rows cached, some not, ids out of range and masked: equal to the uncached
     table bit for bit, under jit with one trace."""

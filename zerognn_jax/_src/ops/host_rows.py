@@ -651,6 +651,12 @@ def is_host_resident(table) -> bool:
     return isinstance(table, (HostTable, CachedTable))
 
 
+def host_table(table) -> HostTable:
+    """The `HostTable` a host-resident `table` reads its rows from: itself, or a
+    `CachedTable`'s whole table."""
+    return table.host if isinstance(table, CachedTable) else table
+
+
 def device_bytes(table) -> int:
     """Bytes a host-resident feature table holds in device memory: a `HostTable`'s row
     positions (4 bytes a node) if it has them; a `CachedTable`'s cached rows and node ->

@@ -30,6 +30,7 @@ from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.ops.host_rows import (
     HostTable,
     PinnedBuffer,
+    host_table,
     is_host_resident,
     to_device,
     uploaded,
@@ -39,7 +40,11 @@ from zerognn_jax._src.ops.search import count_at_most
 from zerognn_jax._src.sampling.envelope import Envelope, conservative
 from zerognn_jax._src.sampling.seeds import ordered_items
 from zerognn_jax._src.sampling.steps import sample_step
-from zerognn_jax._src.training.memory import device_free_bytes, device_largest_free_block
+from zerognn_jax._src.training.memory import (
+    device_free_bytes,
+    device_largest_free_block,
+    eighth_as_power_of_two,
+)
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.tasks.node import NodeTask
 
@@ -347,9 +352,8 @@ def chunk_budget(offload) -> int:
     inference took 0.083 s at 4 GiB and 0.099 s at 1 GiB in bfloat16 (H200,
     docs/benchmarks.md)."""
     free = device_free_bytes() if offload is False else None
-    if free is None or free // 8 < BASE_BUDGET:
-        return BASE_BUDGET
-    return min(MAX_BUDGET, 1 << ((free // 8).bit_length() - 1))
+    return BASE_BUDGET if free is None else eighth_as_power_of_two(free, BASE_BUDGET,
+                                                                   MAX_BUDGET)
 
 
 def _layerwise_logits(program: StepProgram, variables, data: DeviceData, budget_bytes: int, *,
@@ -491,7 +495,7 @@ def model_inputs(program: StepProgram, variables, features):
         return features
     table = variables["embedding"]
     if is_host_resident(features):  # a new table (uncached): features and embedding rows
-        host = features if isinstance(features, HostTable) else features.host
+        host = host_table(features)
         rows = np.asarray(table).astype(features.dtype)
         if host.position is not None:  # embedding rows laid out as the feature rows are
             laid = np.empty_like(rows)

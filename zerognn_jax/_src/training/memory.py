@@ -244,6 +244,16 @@ def device_largest_free_block(device=None) -> int | None:
     return max(block, limit - pool)
 
 
+def eighth_as_power_of_two(nbytes: int, low: int, high: int) -> int:
+    """An eighth of `nbytes` rounded down to a power of two, kept within [low, high]
+    (powers of two): a share of device memory that settings a few bytes apart round
+    to the same value."""
+    share = nbytes // 8
+    if share < low:
+        return low
+    return min(high, 1 << (share.bit_length() - 1))
+
+
 def device_peak_bytes(device=None) -> int | None:
     """The device allocator's peak use so far in this process, or None (CPU)."""
     return _memory_stat("peak_bytes_in_use", device)

@@ -23,7 +23,7 @@ from zerognn_jax._src.ops.host_rows import is_host_resident
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy
 from zerognn_jax._src.sampling.minibatch import MiniBatch
 from zerognn_jax._src.sampling.seeds import epoch_items, num_steps
-from zerognn_jax._src.training.memory import device_memory_limit
+from zerognn_jax._src.training.memory import device_memory_limit, eighth_as_power_of_two
 from zerognn_jax._src.training.parallel import fetch_per_device
 from zerognn_jax._src.training.program import (
     DeviceData,
@@ -88,9 +88,7 @@ def read_ahead_limit(read_ahead_bytes: int | None = None) -> int:
     if read_ahead_bytes is not None:
         return read_ahead_bytes
     limit = device_memory_limit()
-    if limit is None:
-        return 2 << 30
-    return min(4 << 30, max(1 << 30, 1 << ((limit // 8).bit_length() - 1)))
+    return 2 << 30 if limit is None else eighth_as_power_of_two(limit, 1 << 30, 4 << 30)
 
 
 def _per_read(features, rows_per_step: int, steps: int, limit: int) -> int:

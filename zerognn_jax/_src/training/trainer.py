@@ -23,7 +23,7 @@ from zerognn_jax._src.data.loaders import is_typed, row_normalize
 from zerognn_jax._src.nn.bridge import as_linen, model_name
 from zerognn_jax._src.nn.hetero import HETERO_MODELS
 from zerognn_jax._src.nn.models import EDGE_MODELS, GNN, MODELS, count_params, make_model
-from zerognn_jax._src.ops.host_rows import device_bytes, is_host_resident
+from zerognn_jax._src.ops.host_rows import device_bytes, host_table, is_host_resident
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
@@ -468,7 +468,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         if cfg.engine == "scan":
             notes["sample_ahead"] = steps_ahead(cfg.sample_ahead, data.features)
         if is_host_resident(data.features):
-            host = getattr(data.features, "host", data.features)  # a CachedTable's own
+            host = host_table(data.features)
             notes["host_row_order"] = "stored" if host.position is None else "degree"
             if cfg.engine == "scan":
                 notes["read_ahead_bytes"] = read_ahead_limit(cfg.read_ahead_bytes)

@@ -30,7 +30,7 @@ import numpy as np
 
 from zerognn_jax._src.nn.hetero import TypedLayer, whole_graph_layer
 from zerognn_jax._src.nn.views import EdgeView
-from zerognn_jax._src.ops.host_rows import is_host_resident, uploaded
+from zerognn_jax._src.ops.host_rows import host_table, is_host_resident, uploaded
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
 from zerognn_jax._src.sampling.seeds import ordered_items
 from zerognn_jax._src.sampling.typed_calibrate import sample_typed_epoch_counts
@@ -93,7 +93,7 @@ def exact_inputs(task, data, table=None) -> dict:
     offsets = dict(task.inputs.offsets)
     features = data.features
     if is_host_resident(features):
-        host = _host_of(features)
+        host = host_table(features)
         free = device_free_bytes()
         if not _table_fits(host, free):
             raise ValueError(f"exact evaluation of a typed graph reads its feature table "
@@ -105,10 +105,6 @@ def exact_inputs(task, data, table=None) -> dict:
     h = {t: features[offsets[t]:offsets[t] + counts[t], :d] for t, d in task.inputs.widths}
     h.update({t: table[off:off + counts[t]] for t, off in task.inputs.embedded_offsets})
     return h
-
-
-def _host_of(features):
-    return getattr(features, "host", features)  # a CachedTable's own HostTable
 
 
 def _table_fits(host, free: int | None) -> bool:
@@ -137,7 +133,7 @@ def exact_logits(task, program, variables, data, *, budget_bytes: int | None = N
     budget = chunk_budget(False) if budget_bytes is None else budget_bytes
     first = 0
     if (chunked and is_host_resident(data.features)
-            and not _table_fits(_host_of(data.features), device_free_bytes())):
+            and not _table_fits(host_table(data.features), device_free_bytes())):
         h, first = _first_layer_from_host(task, program, model_vars, data, table, budget), 1
     else:
         h = exact_inputs(task, data, table)
