@@ -284,6 +284,41 @@ def test_exact_logits_read_a_host_table_too_large_for_the_device_in_chunks(monke
         logits()
 
 
+def test_host_table_chunks_that_run_out_of_memory_run_again_at_the_base(monkeypatch):
+    """Layer 0 read from a host table too large for the device, in chunks at a default
+    budget above 1 GiB, whose pass runs the device out of memory runs again at 1 GiB,
+    with a warning: the logits at 1 GiB. A budget the caller gave is not retried."""
+    from zerognn_jax._src.training.tasks import typed_eval
+
+    cfg = zg.TrainConfig(**CFG, fanouts=(3, 2), feature_placement="host")
+    data, logits, _ = _exact_run(cfg, monkeypatch, "_host_chunked_rows")
+    gib, budgets = 1 << 30, []
+    layer = typed_eval._host_layer_in_chunks
+
+    def short_of_memory(*args):  # (task, program, variables, data, table, budget)
+        budgets.append(args[-1])
+        if args[-1] > gib:
+            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory")
+        return layer(*args)
+
+    monkeypatch.setattr(typed_eval, "device_free_bytes", lambda: data.features.nbytes - 1)
+    monkeypatch.setattr(typed_eval, "chunk_budget", lambda offload: 4 * gib)
+    monkeypatch.setattr(typed_eval, "_host_layer_in_chunks", short_of_memory)
+    with jax.default_matmul_precision("highest"):
+        want = np.asarray(logits(budget_bytes=gib))
+        with pytest.warns(UserWarning) as warned:
+            got = np.asarray(logits())
+        assert [str(w.message) for w in warned] == [
+            "typed exact evaluation: layer 1 ran the device out of memory in chunks of "
+            "4.00 GiB of edge rows; running it again at 1 GiB"]
+        assert budgets == [gib, 4 * gib, gib]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        budgets.clear()
+        with pytest.raises(jax.errors.JaxRuntimeError, match="RESOURCE_EXHAUSTED"):
+            logits(budget_bytes=4 * gib)
+    assert budgets == [4 * gib]
+
+
 def test_a_whole_graph_layer_that_runs_out_of_memory_runs_in_chunks(monkeypatch):
     """Chosen whole (its edge rows fit half the free memory), a layer whose pass runs the
     device out of memory runs again in chunks, with a warning: the same logits. Any

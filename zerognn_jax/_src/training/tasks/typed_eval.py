@@ -134,7 +134,9 @@ def exact_logits(task, program, variables, data, *, budget_bytes: int | None = N
     first = 0
     if (chunked and is_host_resident(data.features)
             and not _table_fits(host_table(data.features), device_free_bytes())):
-        h, first = _first_layer_from_host(task, program, model_vars, data, table, budget), 1
+        h = _first_layer_from_host(task, program, model_vars, data, table, budget,
+                                   budget_bytes is None)
+        first = 1
     else:
         h = exact_inputs(task, data, table)
     for i in range(first, task.sampler.num_hops):
@@ -163,15 +165,21 @@ def exact_logits(task, program, variables, data, *, budget_bytes: int | None = N
 
 def _chunks_or_smaller(program, variables, graph, i: int, types, relations, width: int,
                        budget: int, retry: bool, h: dict) -> dict:
-    """`_layer_in_chunks` at `budget`; with `retry` (the budget a default) and a budget
-    above BASE_BUDGET, a pass that runs the device out of memory runs again at
-    BASE_BUDGET, with a warning, as the homogeneous path does."""
+    """`_layer_in_chunks` at `budget`; with `retry`, again at BASE_BUDGET where that
+    runs the device out of memory (`_or_at_base`)."""
     run = functools.partial(_layer_in_chunks, program, variables, graph, i, types,
                             relations, width)
+    return _or_at_base(lambda b: run(b, h), budget, retry, i)
+
+
+def _or_at_base(run, budget: int, retry: bool, i: int):
+    """`run(budget)`, layer i's chunked pass; with `retry` (the budget a default) and a
+    budget above BASE_BUDGET, a pass that runs the device out of memory runs again at
+    BASE_BUDGET, with a warning, as the homogeneous path does."""
     if not retry or budget <= BASE_BUDGET:
-        return run(budget, h)
+        return run(budget)
     return unless_out_of_memory(
-        functools.partial(run, budget, h), functools.partial(run, BASE_BUDGET, h),
+        functools.partial(run, budget), functools.partial(run, BASE_BUDGET),
         f"typed exact evaluation: layer {i + 1} ran the device out of memory in chunks of "
         f"{budget / 2**30:.2f} GiB of edge rows; running it again at "
         f"{BASE_BUDGET / 2**30:.0f} GiB")
@@ -185,7 +193,15 @@ def _layer_in_chunks(program, variables, graph, i: int, types, relations, width:
             for t in types}
 
 
-def _first_layer_from_host(task, program, variables, data, table, budget: int) -> dict:
+def _first_layer_from_host(task, program, variables, data, table, budget: int,
+                           retry: bool) -> dict:
+    """`_host_layer_in_chunks` at `budget`; with `retry`, again at BASE_BUDGET where
+    that runs the device out of memory (`_or_at_base`)."""
+    run = functools.partial(_host_layer_in_chunks, task, program, variables, data, table)
+    return _or_at_base(run, budget, retry, 0)
+
+
+def _host_layer_in_chunks(task, program, variables, data, table, budget: int) -> dict:
     """Layer 0's rows of every type of its level, in chunks whose source rows are read
     from the host feature table (and the embedding `table`) chunk by chunk: for a
     table that does not fit the device."""
