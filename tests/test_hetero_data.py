@@ -1,15 +1,19 @@
 """Typed datasets: ogbn-mag read from a tiny folder in OGB's layout, the mag-like and
-igbh-like presets' shapes, and `zerognn data` on typed datasets."""
+igbh-like presets' shapes, `zerognn data` on typed datasets, and float targets kept by
+storage and by PyG HeteroData in and out."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import sys
+import types
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from test_cli_data import run
+from test_hetero_graph import _dataset, _FakeHeteroData, _same
 
 import zerognn_jax as zg
 from zerognn_jax._src.data import hetero_synthetic
@@ -182,3 +186,108 @@ def test_pool_draws_land_where_a_binary_search_puts_them():
                         np.nextafter(pool.cum, 0), [0.0]])
     want = pool.order[np.minimum(np.searchsorted(pool.cum, u, side="right"), 299)]
     np.testing.assert_array_equal(pool._at(u), want)
+
+
+def _targets(kind: str, shape=(5, 3)) -> np.ndarray:
+    """Float targets of `kind` for the toy graph's 5 papers (test_hetero_graph's _dataset)."""
+    rs = np.random.default_rng(0)
+    values = rs.random(shape) > 0.5 if kind == "multilabel" else rs.normal(size=shape)
+    return values.astype(np.float32)
+
+
+def _float_dataset(kind: str, **kw) -> zg.HeteroDataset:
+    return _dataset(labels=None, targets=_targets(kind), target_kind=kind, **kw)
+
+
+@pytest.mark.parametrize("fmt", ["npz", "dir"])
+@pytest.mark.parametrize("kind", ["multilabel", "regression", "classes"])
+def test_saved_typed_datasets_keep_float_targets(tmp_path, kind, fmt):
+    """Both formats keep the targets bit for bit (memory-mapped from a directory) and
+    their kind; without targets the stored metadata has no "target_kind", as files
+    written before float targets, and loads as "classes"."""
+    ds = _dataset() if kind == "classes" else _float_dataset(kind)
+    path = tmp_path / ("t.npz" if fmt == "npz" else "t")
+    (zg.save_hetero_npz if fmt == "npz" else zg.save_hetero_dir)(ds, path)
+    back = zg.load_hetero(path)
+    _same(ds, back)
+    assert back.target_kind == kind and back.output_dim == 3
+    if kind == "classes":
+        meta = (json.loads(str(np.load(path)["meta"])) if fmt == "npz"
+                else json.loads((path / "meta.json").read_text()))
+        assert back.targets is None and "target_kind" not in meta
+        return
+    assert back.targets.dtype == np.float32 and back.targets.shape == (5, 3)
+    np.testing.assert_array_equal(back.targets.view(np.uint32), ds.targets.view(np.uint32))
+    assert isinstance(back.targets, np.memmap) == (fmt == "dir")
+
+
+def test_from_hetero_data_reads_float_y_as_targets():
+    """A float y [N, T] gives T target columns, a 1-D one a single column; labels are
+    then all -1 and num_classes T."""
+    ds = _float_dataset("multilabel", node_info={})
+    data = _FakeHeteroData(ds)
+    data["paper"]["y"] = ds.targets.astype(np.float64)
+    back = zg.from_hetero_data(data, name="toy", target_kind="multilabel")
+    _same(ds, back)
+    assert back.target_kind == "multilabel" and back.num_classes == 3
+    np.testing.assert_array_equal(back.targets, ds.targets)
+    data["paper"]["y"] = np.array([0.5, -1.0, 2.0, 0.0, 3.5])
+    back = zg.from_hetero_data(data, name="toy", target_kind="regression")
+    assert back.target_kind == "regression" and back.output_dim == 1
+    np.testing.assert_array_equal(back.targets, [[0.5], [-1.0], [2.0], [0.0], [3.5]])
+
+
+def test_from_hetero_data_float_y_needs_a_target_kind():
+    data = _FakeHeteroData(_dataset(node_info={}))
+    data["paper"]["y"] = np.ones((5, 2), np.float32)
+    with pytest.raises(ValueError, match=r"node type 'paper' has float32 labels \(y\): give "
+                                         r'target_kind="multilabel" or "regression" for float '
+                                         r"targets \(class ids"):
+        zg.from_hetero_data(data)
+    with pytest.raises(ValueError, match=r"for float targets, not 'classes'"):
+        zg.from_hetero_data(data, target_kind="classes")
+
+
+def test_from_hetero_data_integer_y_refuses_a_float_target_kind():
+    data = _FakeHeteroData(_dataset(node_info={}))
+    with pytest.raises(ValueError, match=r"target_kind='regression' needs float labels \(y\), "
+                                         r"but node type 'paper' has int32 y \(class ids\)"):
+        zg.from_hetero_data(data, target_kind="regression")
+    assert zg.from_hetero_data(data, target_kind="classes").targets is None
+
+
+class _PyGStore(dict):
+    """A PyG node or edge store for `to_hetero_data`: attributes set and read as items."""
+
+    __getattr__ = dict.__getitem__
+    __setattr__ = dict.__setitem__
+
+
+class _PyGHeteroData(dict):
+    """torch_geometric's HeteroData as far as `to_hetero_data` and `from_hetero_data` use
+    it: a store per node type (str) or edge type (tuple), made on first use."""
+
+    def __missing__(self, key):
+        store = self[key] = _PyGStore()
+        return store
+
+    node_types = property(lambda self: [k for k in self if isinstance(k, str)])
+    edge_types = property(lambda self: [k for k in self if isinstance(k, tuple)])
+
+
+def test_to_hetero_data_gives_float_targets_as_y(monkeypatch):
+    """Without torch: torch.from_numpy as the identity, HeteroData as dicts."""
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(from_numpy=lambda a: a))
+    monkeypatch.setitem(sys.modules, "torch_geometric", types.ModuleType("torch_geometric"))
+    monkeypatch.setitem(sys.modules, "torch_geometric.data",
+                        types.SimpleNamespace(HeteroData=_PyGHeteroData))
+    ds = _float_dataset("regression", node_info={},
+                        features={"paper": np.ones((5, 2), np.float32)})
+    data = zg.to_hetero_data(ds)
+    y = data["paper"].y
+    assert y.dtype == np.float32 and y.shape == (5, 3) and y is not ds.targets
+    back = zg.from_hetero_data(data, name="toy", target_kind="regression")
+    _same(ds, back)
+    np.testing.assert_array_equal(back.targets, ds.targets)
+    labels = zg.to_hetero_data(_dataset(node_info={}))["paper"].y
+    assert labels.dtype == np.int64 and labels.shape == (5,)

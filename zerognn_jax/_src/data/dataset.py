@@ -71,7 +71,7 @@ class Dataset:
         """
         if kind not in TARGET_KINDS[1:]:
             raise ValueError(f"target kind must be multilabel or regression, got {kind!r}")
-        return dataclasses.replace(self, targets=_float_targets(targets),
+        return dataclasses.replace(self, targets=float_targets(targets),
                                    target_kind=kind)
 
     def stats(self) -> dict:
@@ -129,7 +129,7 @@ def validate_dataset(ds: Dataset) -> None:
         raise ValueError(f"features must be floating point, got {feats.dtype}")
     check_finite_rows("features", feats, _FINITE_BLOCK)
     labels = ds.labels
-    _validate_targets(ds)
+    check_targets(ds.targets, ds.target_kind, n)
     if labels.ndim != 1 or labels.shape[0] != n:
         raise ValueError(f"labels must have shape ({n},), got {labels.shape}")
     if not np.issubdtype(labels.dtype, np.integer):
@@ -165,13 +165,16 @@ def check_splits(splits: dict, n: int, labels: np.ndarray | None) -> None:
             )
 
 
-def _validate_targets(ds: Dataset) -> None:
-    if ds.target_kind not in TARGET_KINDS:
+def check_targets(t: np.ndarray | None, kind: str, n: int) -> None:
+    """Raises ValueError naming the first problem of float targets `t` of `kind` for n
+    nodes: an unknown kind, targets missing for a float kind or given for "classes",
+    not float32[n, T] (T >= 1), NaN or infinite entries, multi-label values other than
+    0 and 1."""
+    if kind not in TARGET_KINDS:
         raise ValueError(f"target_kind must be one of {', '.join(TARGET_KINDS)}, "
-                         f"got {ds.target_kind!r}")
-    t, n = ds.targets, ds.graph.num_nodes
-    if (t is None) != (ds.target_kind == "classes"):
-        raise ValueError(f"target_kind {ds.target_kind!r} "
+                         f"got {kind!r}")
+    if (t is None) != (kind == "classes"):
+        raise ValueError(f"target_kind {kind!r} "
                          + ("takes no targets (the labels are the targets)" if t is not None
                             else "needs targets: float[N, T]"))
     if t is None:
@@ -186,15 +189,15 @@ def _validate_targets(ds: Dataset) -> None:
         row, col = (int(i) for i in np.argwhere(bad)[0])
         raise ValueError(f"targets contain NaN or inf ({int(bad.sum())} entries; first at "
                          f"row {row}, column {col}); give every node a finite target")
-    if ds.target_kind == "multilabel" and np.any((t != 0) & (t != 1)):
+    if kind == "multilabel" and np.any((t != 0) & (t != 1)):
         row, col = (int(i) for i in np.argwhere((t != 0) & (t != 1))[0])
         raise ValueError(f"multilabel targets must be 0 or 1, found {float(t[row, col])} at "
                          f"row {row}, column {col}")
 
 
-def _float_targets(targets) -> np.ndarray:
+def float_targets(targets) -> np.ndarray:
     """`targets` as float32[N, T] (a 1-D array becomes one column); the rest is checked
-    by `validate_dataset`."""
+    by `check_targets`."""
     t = np.asarray(targets)
     if not (np.issubdtype(t.dtype, np.number) or t.dtype == np.bool_):
         raise ValueError(f"targets must be numeric, got {t.dtype}")
@@ -223,7 +226,7 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
         raise ValueError("give targets and target_kind together (float targets), or neither "
                          "(integer labels)")
     if targets is not None:
-        targets = _float_targets(targets)
+        targets = float_targets(targets)
         if num_classes is None:
             num_classes = targets.shape[1] if targets.ndim == 2 else 1
         if labels is None:

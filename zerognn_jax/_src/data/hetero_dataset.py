@@ -1,7 +1,9 @@
-"""The typed node dataset: a HeteroGraph, features per node type, labels of one type.
+"""The typed node dataset: a HeteroGraph, features per node type, targets of one type.
 
 Node classification on a typed graph predicts the labels of one node type (papers in
-ogbn-mag), the *target type*; the others are context. Each node type has a feature
+ogbn-mag), the *target type*; the others are context. Like a homogeneous `Dataset`, the
+target type may have float targets instead (`targets`, `target_kind`): several binary
+labels per node ("multilabel") or real values ("regression"). Each node type has a feature
 table of its own width and dtype (float32 or bfloat16) or none (featureless types:
 models give them learnable embeddings). `node_info` holds further per-node columns
 that are not model inputs (ogbn-mag's publication years).
@@ -18,7 +20,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from zerognn_jax._src.data.dataset import _check_range, _integers, check_splits
+from zerognn_jax._src.data.dataset import (
+    TARGET_KINDS,
+    _check_range,
+    _integers,
+    check_splits,
+    check_targets,
+    float_targets,
+)
 from zerognn_jax._src.data.graph import to_edge_list
 from zerognn_jax._src.data.hetero import (
     HeteroGraph,
@@ -47,6 +56,10 @@ class HeteroDataset:
       num_classes: number of classes.
       node_info: {type: {column: [N_type] numeric}}, per-node data that is no model
         input (ogbn-mag: {"paper": {"year": int32[N]}}).
+      targets: None (the targets are `labels`), or float32[N_target, T], finite: T
+        binary labels per node in {0, 1} ("multilabel") or T real values ("regression");
+        `labels` are then not trained on and may be -1 everywhere.
+      target_kind: "classes" (targets None), "multilabel" or "regression".
     """
 
     name: str
@@ -59,9 +72,24 @@ class HeteroDataset:
     test_idx: np.ndarray
     num_classes: int
     node_info: dict = dataclasses.field(default_factory=dict)
+    targets: np.ndarray | None = None
+    target_kind: str = "classes"
 
     def __post_init__(self):
         validate_hetero_dataset(self)
+
+    @property
+    def output_dim(self) -> int:
+        """Output units a model needs: num_classes, or the targets' T."""
+        return self.num_classes if self.targets is None else int(self.targets.shape[1])
+
+    def with_targets(self, targets, kind: str) -> HeteroDataset:
+        """This dataset with float targets of its target type: float[N_target] or
+        float[N_target, T] (a 1-D array becomes [N_target, 1]), `kind` "multilabel"
+        ({0, 1} values) or "regression" (`Dataset.with_targets`'s checks)."""
+        if kind not in TARGET_KINDS[1:]:
+            raise ValueError(f"target kind must be multilabel or regression, got {kind!r}")
+        return dataclasses.replace(self, targets=float_targets(targets), target_kind=kind)
 
     @property
     def num_nodes(self) -> dict[str, int]:
@@ -77,7 +105,7 @@ class HeteroDataset:
         widths {type: d}, per node type its count and feature width (0 for none) and
         dtype, per relation its edges (a checkpoint's identity reads some)."""
         arrays = [self.labels, self.train_idx, self.val_idx, self.test_idx,
-                  *self.features.values(),
+                  *([] if self.targets is None else [self.targets]), *self.features.values(),
                   *(c for cols in self.node_info.values() for c in cols.values())]
         for g in self.graph.graphs:
             arrays += [a for a in (g.indptr, g.indices, g.weights, g.edge_features)
@@ -91,6 +119,7 @@ class HeteroDataset:
                 "relations": self.graph.stats()["relations"],
                 "directed_edges": int(sum(self.graph.num_edges.values())),
                 "target_type": self.target_type, "classes": int(self.num_classes),
+                "target_kind": self.target_kind, "outputs": self.output_dim,
                 **{s: int(getattr(self, f"{s}_idx").size) for s in SPLITS},
                 "bytes": int(sum(np.asarray(a).nbytes for a in arrays))}
 
@@ -122,7 +151,9 @@ def validate_hetero_dataset(ds: HeteroDataset) -> None:
     if ds.num_classes < 1:
         raise ValueError(f"num_classes must be positive, got {ds.num_classes}")
     _check_range("labels must lie in", labels, -1, ds.num_classes)
-    check_splits({s: getattr(ds, f"{s}_idx") for s in SPLITS}, n, labels)
+    check_targets(ds.targets, ds.target_kind, n)
+    check_splits({s: getattr(ds, f"{s}_idx") for s in SPLITS}, n,
+                 labels if ds.targets is None else None)
     for t, cols in ds.node_info.items():
         for col, values in cols.items():
             if t not in counts or np.shape(values) != (counts[t],):
@@ -131,11 +162,11 @@ def validate_hetero_dataset(ds: HeteroDataset) -> None:
 
 
 def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping, *,
-                        target_type: str, labels, train_idx, val_idx, test_idx,
+                        target_type: str, labels=None, train_idx, val_idx, test_idx,
                         num_classes: int | None = None, features: Mapping | None = None,
                         weights: Mapping | None = None, edge_features: Mapping | None = None,
-                        add_reverse: bool = False,
-                        node_info: Mapping | None = None) -> HeteroDataset:
+                        add_reverse: bool = False, node_info: Mapping | None = None,
+                        targets=None, target_kind: str | None = None) -> HeteroDataset:
     """Builds and validates a HeteroDataset from plain dicts (see `hetero_graph` for
     `num_nodes`, `edges`, `weights`, `edge_features` and `add_reverse`).
 
@@ -143,6 +174,10 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
     float32); `labels` are integers [N_target] (-1 unlabelled); the split ids are ids of
     `target_type` nodes; `num_classes` defaults to the largest label + 1. Ids and labels
     are checked before they are narrowed to int32.
+
+    Float targets: pass `targets` (float[N_target] or float[N_target, T]) and
+    `target_kind` ("multilabel" or "regression"); `labels` may then be None (all -1)
+    and `num_classes` None (T).
     """
     graph = hetero_graph(num_nodes, edges, weights=weights, edge_features=edge_features,
                          add_reverse=add_reverse)
@@ -155,6 +190,15 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
             raise ValueError(f"features are given for {t!r}, which is not a node type "
                              f"({', '.join(counts)})")
         tables[t] = node_feature_table(f"features of {t!r}", values, counts[t])
+    if (targets is None) != (target_kind is None):
+        raise ValueError("give targets and target_kind together (float targets), or neither "
+                         "(integer labels)")
+    if targets is not None:
+        targets = float_targets(targets)
+        num_classes = targets.shape[1] if num_classes is None else num_classes
+        labels = np.full(counts[target_type], -1) if labels is None else labels
+    elif labels is None:
+        raise ValueError("labels are required unless float targets are given")
     labels = _integers("labels", labels)
     if num_classes is None:
         num_classes = int(labels.max(initial=-1)) + 1
@@ -168,7 +212,8 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
         check_type_ids(f"{split}_idx", splits[split], target_type, n)
     info = {t: {c: np.asarray(v) for c, v in cols.items()} for t, cols in (node_info or {}).items()}
     return HeteroDataset(name, graph, tables, target_type, labels.astype(np.int32),
-                         *(splits[s].astype(np.int32) for s in SPLITS), int(num_classes), info)
+                         *(splits[s].astype(np.int32) for s in SPLITS), int(num_classes), info,
+                         targets, target_kind or "classes")
 
 
 def _numpy(value) -> np.ndarray:
@@ -190,14 +235,39 @@ def _store_has(store, key: str) -> bool:
         return getattr(store, key, None) is not None
 
 
+def _y_targets(y: np.ndarray, target_type: str, target_kind: str | None) -> dict:
+    """`make_hetero_dataset`'s target arguments for the target type's `y`: integer y gives
+    `labels` (its first column), floating-point y float `targets` (a 1-D y one column) of
+    `target_kind`, which float y needs ("multilabel" or "regression") and integer y
+    refuses (but for "classes")."""
+    if not (np.issubdtype(y.dtype, np.floating) or y.dtype == BFLOAT16):
+        if target_kind not in (None, "classes"):
+            raise ValueError(f"target_kind={target_kind!r} needs float labels (y), but node "
+                             f"type {target_type!r} has {y.dtype} y (class ids)")
+        return {"labels": y.reshape(y.shape[0], -1)[:, 0]}
+    if target_kind not in TARGET_KINDS[1:]:
+        raise ValueError(f"node type {target_type!r} has {y.dtype} labels (y): give "
+                         f"target_kind=\"multilabel\" or \"regression\" for float targets"
+                         + ("" if target_kind is None else f", not {target_kind!r}")
+                         + " (class ids: make y an integer tensor)")
+    if y.dtype == BFLOAT16:  # `float_targets` reads NumPy's own float dtypes
+        y = y.astype(np.float32)
+    return {"targets": y, "target_kind": target_kind}
+
+
 def from_hetero_data(data, target_type: str | None = None, *, name: str = "hetero",
-                     num_classes: int | None = None, add_reverse: bool = False) -> HeteroDataset:
+                     num_classes: int | None = None, add_reverse: bool = False,
+                     target_kind: str | None = None) -> HeteroDataset:
     """A HeteroDataset from a PyG `HeteroData` (torch optional: read by duck typing).
 
     Reads every node type's `num_nodes` and `x` (when present), every edge type's
     `edge_index` (row 0 sources, row 1 destinations), `edge_weight` and `edge_attr`
     (when present), and the target type's `y` with `train_mask`, `val_mask` and
     `test_mask`. `target_type` defaults to the one node type that has `y`.
+
+    An integer `y` holds class ids (its first column is read). A floating-point `y`
+    ([N] or [N, T]) holds float targets of `target_kind`, which it then needs:
+    "multilabel" or "regression"; `num_classes` then defaults to T.
     """
     types = list(data.node_types)
     if target_type is None:
@@ -225,13 +295,13 @@ def from_hetero_data(data, target_type: str | None = None, *, name: str = "heter
     if y.ndim == 0 or y.shape[0] != counts[target_type]:
         raise ValueError(f"node type {target_type!r} has {counts[target_type]} nodes but its "
                          f"labels (y) have shape {y.shape}: one label per node")
-    labels = y.reshape(counts[target_type], -1)[:, 0]
+    given = _y_targets(y, target_type, target_kind)
     masks = {}
     for split in SPLITS:
         if not _store_has(target, f"{split}_mask"):
             raise ValueError(f"node type {target_type!r} has no {split}_mask")
         masks[split] = np.flatnonzero(_numpy(getattr(target, f"{split}_mask")))
-    return make_hetero_dataset(name, counts, edges, target_type=target_type, labels=labels,
+    return make_hetero_dataset(name, counts, edges, target_type=target_type, **given,
                                train_idx=masks["train"], val_idx=masks["val"],
                                test_idx=masks["test"], num_classes=num_classes,
                                features=features, weights=weights or None,
@@ -240,7 +310,8 @@ def from_hetero_data(data, target_type: str | None = None, *, name: str = "heter
 
 def to_hetero_data(ds: HeteroDataset):
     """The dataset as a PyG `HeteroData` (needs torch and torch_geometric): the inverse
-    of `from_hetero_data`, edges in CSR order; bfloat16 features become float32."""
+    of `from_hetero_data`, edges in CSR order; bfloat16 features become float32. The
+    target type's `y` holds the labels (int64[N]), or float targets (float32[N, T])."""
     import torch  # optional dependency
     from torch_geometric.data import HeteroData  # optional dependency
 
@@ -257,7 +328,8 @@ def to_hetero_data(ds: HeteroDataset):
         if g.edge_features is not None:
             out[rel].edge_attr = torch.from_numpy(np.array(g.edge_features, np.float32))
     target = out[ds.target_type]
-    target.y = torch.from_numpy(ds.labels.astype(np.int64))
+    target.y = torch.from_numpy(ds.labels.astype(np.int64) if ds.targets is None
+                                else np.array(ds.targets, np.float32))  # a copy
     for split in SPLITS:
         mask = np.zeros(ds.labels.shape[0], bool)
         mask[getattr(ds, f"{split}_idx")] = True

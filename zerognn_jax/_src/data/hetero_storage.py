@@ -10,11 +10,14 @@ metadata lists the node types (with counts) and the relations in order, and
   x<j>                        node type j's features, only for types with features
   info<j>_<k>                 node type j's k-th node_info column (names in the metadata)
   labels, train_idx, val_idx, test_idx   of the target type
+  targets                     float32[N_target, T], only with float targets (their kind is
+                              the metadata's "target_kind"; without it: "classes")
 
 A directory holds `<key>.npy` per array and `meta.json` ({"kind": "hetero", ...} with
 every array's shape and dtype, written and renamed into place atomically by
-`storage.write_dir`); an `.npz` holds the same arrays plus `meta`, the same JSON as a
-string (bfloat16 tables as their uint16 bits, the dtype named in "dtypes").
+`storage.write_dir`), and is read memory-mapped; an `.npz` holds the same arrays plus
+`meta`, the same JSON as a string (bfloat16 tables as their uint16 bits, the dtype named
+in "dtypes").
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from zerognn_jax._src.data.writes import atomic_write
 
 KIND = "hetero"
 _KEY = re.compile(r"r\d+_(indptr|indices|weights|edge_features)|x\d+|info\d+_\d+|labels|"
-                  r"(train|val|test)_idx")
+                  r"(train|val|test)_idx|targets")
 
 
 def _accepts(key: str) -> bool:
@@ -47,6 +50,8 @@ def _accepts(key: str) -> bool:
 def _arrays(ds: HeteroDataset) -> dict[str, np.ndarray]:
     """Every array of `ds` under its stored key (module docstring)."""
     out = {"labels": ds.labels, **{f"{s}_idx": getattr(ds, f"{s}_idx") for s in SPLITS}}
+    if ds.targets is not None:
+        out["targets"] = ds.targets
     for i, g in enumerate(ds.graph.graphs):
         out[f"r{i}_indptr"], out[f"r{i}_indices"] = np.asarray(g.indptr), np.asarray(g.indices)
         if g.weights is not None:
@@ -63,11 +68,13 @@ def _arrays(ds: HeteroDataset) -> dict[str, np.ndarray]:
 
 
 def _meta(ds: HeteroDataset) -> dict:
+    """The metadata of `ds` (module docstring); "target_kind" only with float targets."""
     return {"kind": KIND, "name": ds.name, "num_classes": int(ds.num_classes),
             "node_types": [[t, n] for t, n in ds.graph.node_counts],
             "relations": [list(r) for r in ds.graph.relations],
             "target_type": ds.target_type,
-            "node_info": {t: list(cols) for t, cols in ds.node_info.items()}}
+            "node_info": {t: list(cols) for t, cols in ds.node_info.items()},
+            **({} if ds.targets is None else {"target_kind": ds.target_kind})}
 
 
 def _dataset(meta: dict, arrays: dict, where) -> HeteroDataset:
@@ -89,7 +96,7 @@ def _dataset(meta: dict, arrays: dict, where) -> HeteroDataset:
         return HeteroDataset(meta["name"], HeteroGraph(counts, relations, tuple(graphs)),
                              features, meta["target_type"], arrays["labels"],
                              *(arrays[f"{s}_idx"] for s in SPLITS), int(meta["num_classes"]),
-                             info)
+                             info, arrays.get("targets"), meta.get("target_kind", "classes"))
     except (KeyError, TypeError, ValueError, IndexError) as err:
         raise ValueError(f"{where} holds an invalid typed dataset: {err}") from err
 

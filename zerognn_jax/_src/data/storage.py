@@ -23,6 +23,9 @@ Layout of a file (NumPy's uncompressed `.npz`, readable with `allow_pickle=False
                   edge_features_dtype = "bfloat16"), only with edge features
   features        float32[N, d]
   labels          int32[N]     -1 for unlabelled nodes
+  targets         float32[N, T] only with float targets, whose kind is target_kind
+  target_kind     str[]        "multilabel" or "regression", only with targets (a
+                  directory keeps it in meta.json)
   train_idx, val_idx, test_idx  int32[*]
 """
 

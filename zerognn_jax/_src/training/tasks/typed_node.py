@@ -1,5 +1,6 @@
 """Node classification on a typed graph: labels of one node type (`HeteroDataset`'s
-target type), the other types as context, through the engines' one step body and scan.
+target type), or its float targets (multi-label, regression: the node task's losses and
+metrics), the other types as context, through the engines' one step body and scan.
 
 It is a `BatchedTask` (base.py): a step samples a `TypedMiniBatch` around its seeds
 (`sample_typed_step`, the keys of homogeneous steps), and hands the engine a
@@ -68,7 +69,7 @@ from zerognn_jax._src.training.placement import (
 from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
-from zerognn_jax._src.training.tasks.node import accuracy, node_task
+from zerognn_jax._src.training.tasks.node import METRICS, accuracy, node_task, target_metrics
 from zerognn_jax._src.training.tasks.typed_eval import typed_logits
 
 SPLITS = ("train", "val", "test")
@@ -292,7 +293,7 @@ def _refuse(cfg) -> None:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class TypedNodeTask(ItemsAreLevel0):
-    """Classes of the target type's nodes (`Task` and `BatchedTask`).
+    """Classes (or float targets) of the target type's nodes (`Task` and `BatchedTask`).
 
     Attributes:
       sampler: the fanouts per relation, resolved against the graph.
@@ -336,7 +337,7 @@ class TypedNodeTask(ItemsAreLevel0):
 
     def output_dim(self, cfg, dataset: HeteroDataset) -> int:
         del cfg
-        return dataset.num_classes
+        return dataset.output_dim
 
     def wrap_model(self, model, cfg, kernels=None):
         """`model` as the step runs it: `OnTypes` unpacks the rows by type."""
@@ -345,7 +346,10 @@ class TypedNodeTask(ItemsAreLevel0):
                        tuple(t for t, _ in self.inputs.embedded))
 
     def device_targets(self, dataset: HeteroDataset) -> np.ndarray:
-        """int32[N_target] class ids (-1, unlabelled, as 0: never a training row)."""
+        """int32[N_target] class ids (-1, unlabelled, as 0: never a training row), or the
+        float targets float32[N_target, T]."""
+        if dataset.targets is not None:
+            return dataset.targets
         return np.maximum(dataset.labels, 0).astype(np.int32)
 
     def batch(self, data, items, valid, key, level) -> TaskBatch:
@@ -357,18 +361,23 @@ class TypedNodeTask(ItemsAreLevel0):
         return mb
 
     def metric_names(self, dataset: HeteroDataset) -> tuple[str, ...]:
-        return ("acc",)
+        return METRICS[dataset.target_kind]
 
     def evaluate(self, predictor: Predictor, dataset: HeteroDataset) -> dict:
-        """Accuracy of every split: exact layer-wise logits ("full") or sampled with
-        the training fanouts, `predictor.batch_size` seeds per step."""
+        """Every split's metrics (`metric_names`, as the node task's) from exact
+        layer-wise outputs ("full") or sampled with the training fanouts,
+        `predictor.batch_size` seeds per step."""
         parts = [np.asarray(getattr(dataset, f"{s}_idx")) for s in SPLITS]
-        logits = typed_logits(self, predictor, np.concatenate(parts))
+        outputs = typed_logits(self, predictor, np.concatenate(parts))
         result, start = {}, 0
         for split, ids in zip(SPLITS, parts):
-            rows = logits[start:start + ids.size]
+            rows = outputs[start:start + ids.size]
             start += ids.size
-            result[f"{split}_acc"] = accuracy(rows, dataset.labels[ids])
+            if dataset.targets is None:
+                metrics = {"acc": accuracy(rows, dataset.labels[ids])}
+            else:
+                metrics = target_metrics(rows, dataset.targets[ids], dataset.target_kind)
+            result.update({f"{split}_{name}": value for name, value in metrics.items()})
         return result
 
     # -- BatchedTask ---------------------------------------------------------------
@@ -391,7 +400,7 @@ class TypedNodeTask(ItemsAreLevel0):
                                  f"one of {', '.join(HETERO_MODELS)}")
             model = make_hetero_model(
                 cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
-                num_classes=dataset.num_classes, target_type=self.seed_type,
+                num_classes=dataset.output_dim, target_type=self.seed_type,
                 relations=dataset.graph.relations, heads=cfg.heads, dropout=cfg.dropout,
                 input_dropout=cfg.input_dropout, dtype=dtype)
         graph = prepare_typed_graph(dataset.graph, self.sampler)
