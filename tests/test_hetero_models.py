@@ -18,16 +18,19 @@ WRITES = ("author", "writes", "paper")
 CITES = ("paper", "cites", "paper")
 
 
-@functools.lru_cache(maxsize=2)
-def _batch(fanouts=(4, 3)):
+@functools.lru_cache(maxsize=4)
+def _batch(fanouts=(4, 3), edge_features=False):
     """A 2-hop typed batch of 8 papers (sampled once), the outermost level's features,
-    the seeds' labels and the graph."""
+    the seeds' labels and the graph; with `edge_features`, citations carry 3 features
+    and the blocks their edge ids."""
     rs = np.random.default_rng(0)
     counts = {"author": 40, "paper": 50}
     edges = {WRITES: (rs.integers(0, 40, 200), rs.integers(0, 50, 200)),
              CITES: (rs.integers(0, 50, 150), rs.integers(0, 50, 150))}
-    graph = zg.hetero_graph(counts, edges)  # authors get no messages: a root transform
-    config = zg.TypedSamplerConfig(fanouts).resolve(graph)
+    tables = {CITES: rs.standard_normal((150, 3))} if edge_features else None
+    # authors get no messages: a root transform
+    graph = zg.hetero_graph(counts, edges, edge_features=tables)
+    config = zg.TypedSamplerConfig(fanouts, edge_ids=edge_features).resolve(graph)
     env = zg.typed_conservative(config, "paper", 8, graph.num_nodes)
     sample = jax.jit(zg.sample_typed, static_argnames=("config", "envelope"))
     mb = sample(graph.to_device(), jnp.arange(8, dtype=jnp.int32), jnp.ones(8, bool),
@@ -37,11 +40,50 @@ def _batch(fanouts=(4, 3)):
     return mb, feats, rs.integers(0, 5, 8), graph
 
 
-def _init(model, x, mb, hops=2):
+def _init(model, x, mb, hops=2, edges=()):
     """Parameters; views are no pytrees, so they are built inside the traced function
     (as the training step builds them)."""
-    init = jax.jit(lambda k, x, mb: model.init(k, x, zg.typed_layers(mb)[-hops:], train=False))
-    return init(jax.random.key(1), x, mb)
+    init = jax.jit(lambda k, x, mb, e: model.init(k, x, zg.typed_layers(mb, edges=e)[-hops:],
+                                                  train=False))
+    return init(jax.random.key(1), x, mb, edges)
+
+
+def _edge_rows(mb, graph, scale: float = 1.0) -> tuple:
+    """Per hop {CITES: float32[C, K, 3]}: the sampled citations' features (times
+    `scale`), zero in dead slots."""
+    table = jnp.asarray(graph[CITES].edge_features)
+    return tuple({CITES: scale * jnp.where(hop[CITES].mask[..., None],
+                                           table[hop[CITES].eid], 0.0)} for hop in mb.blocks)
+
+
+def test_rgat_reads_edge_features_in_its_attention():
+    """With edge_dims, a relation's edge features enter its attention logits only: zero
+    features give the model without them (the same other parameters), others change the
+    logits, and their gradient reaches every live slot's row and no dead one."""
+    mb, feats, _, graph = _batch(edge_features=True)
+    x = {t: jnp.asarray(feats[t])[ids] for t, ids in mb.nodes[-1].items()}
+    kw = dict(hidden=8, num_layers=2, num_classes=5, heads=2, target_type="paper",
+              relations=graph.relations)
+    model = zg.make_hetero_model("rgat", **kw, edge_dims={CITES: 3})
+    plain = zg.make_hetero_model("rgat", **kw)
+    params = _init(model, x, mb, edges=_edge_rows(mb, graph))
+    cites = [k for k in params["params"] if k.endswith("paper__cites__paper")]
+    assert cites and all({"edge_kernel", "att_edge"} <= set(params["params"][k]) for k in cites)
+    bare = {"params": {k: {n: w for n, w in v.items() if n not in ("edge_kernel", "att_edge")}
+                       for k, v in params["params"].items()}}
+    run = jax.jit(lambda p, e: model.apply(p, x, zg.typed_layers(mb, edges=e), train=False))
+    without = plain.apply(bare, x, zg.typed_layers(mb), train=False)
+    np.testing.assert_allclose(np.asarray(run(params, _edge_rows(mb, graph, 0.0))),
+                               np.asarray(without), rtol=1e-6, atol=1e-6)
+    edges = _edge_rows(mb, graph)
+    assert not np.allclose(np.asarray(run(params, edges)), np.asarray(without), atol=1e-3)
+    grads = jax.grad(lambda e: jnp.sum(run(params, e) ** 2))(edges)
+    for hop, g in zip(mb.blocks, grads):
+        live = np.asarray(hop[CITES].mask)
+        rows = np.abs(np.asarray(g[CITES])).sum(-1)
+        assert (rows[~live] == 0).all() and (rows[live] > 0).mean() > 0.5
+    with pytest.raises(ValueError, match="model 'rsage' reads no edge features"):
+        zg.make_hetero_model("rsage", **kw, edge_dims={CITES: 3})
 
 
 def test_relational_sage_sums_a_sage_layer_per_relation():
@@ -156,16 +198,22 @@ def test_rgat_projects_slot_rows_or_source_rows_alike(kind):
     np.testing.assert_allclose(np.asarray(rows16, np.float32), want, rtol=0.05, atol=0.05)
 
 
-@pytest.mark.parametrize("name", ["rgat", "rsage"])
-def test_whole_graph_layers_give_the_sampled_forward_of_full_neighbourhoods(name):
-    mb, feats, _, graph = _batch(fanouts=(-1, -1))  # every neighbour: sampling is exact
+@pytest.mark.parametrize("name, edge_features", [("rgat", False), ("rsage", False),
+                                                 ("rgat", True)])
+def test_whole_graph_layers_give_the_sampled_forward_of_full_neighbourhoods(name,
+                                                                             edge_features):
+    """(Whole-graph views carry their relations' edge features, as sampled ones do.)"""
+    # every neighbour: sampling is exact
+    mb, feats, _, graph = _batch(fanouts=(-1, -1), edge_features=edge_features)
     model = zg.make_hetero_model(name, hidden=8, num_layers=2, num_classes=5, heads=2,
-                                 target_type="paper", relations=graph.relations)
+                                 target_type="paper", relations=graph.relations,
+                                 edge_dims={CITES: 3} if edge_features else None)
     x = {t: jnp.asarray(feats[t])[ids] for t, ids in mb.nodes[-1].items()}
     x["author"] = jnp.pad(x["author"], ((0, 0), (0, 3)))  # (rgcn's bases want one width)
-    params = _init(model, x, mb)
-    sampled = jax.jit(lambda p, x, mb: model.apply(p, x, zg.typed_layers(mb),
-                                                   train=False))(params, x, mb)
+    edges = _edge_rows(mb, graph) if edge_features else ()
+    params = _init(model, x, mb, edges=edges)
+    sampled = jax.jit(lambda p, x, mb, e: model.apply(p, x, zg.typed_layers(mb, edges=e),
+                                                      train=False))(params, x, mb, edges)
     h = {"paper": jnp.asarray(feats["paper"]),
          "author": jnp.pad(jnp.asarray(feats["author"]), ((0, 0), (0, 3)))}
     for i, types in enumerate((("paper", "author"), ("paper",))):  # levels 1, 0

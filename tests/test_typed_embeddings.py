@@ -28,17 +28,20 @@ CFG = dict(dataset="toy", model="rsage", hidden=8, layers=2, batch_size=8, lr=0.
            envelope="conservative")
 
 
-def _toy():
-    """Papers with features; authors and fields without (two tables, stacked)."""
+def _toy(edge_features: bool = False):
+    """Papers with features; authors and fields without (two tables, stacked). With
+    `edge_features`, citations carry 4 features and authorships 2 (their reverses too)."""
     rs = np.random.default_rng(0)
-    edges = {("author", "writes", "paper"): (rs.integers(0, 20, 60), rs.integers(0, 30, 60)),
-             ("paper", "cites", "paper"): (rs.integers(0, 30, 50), rs.integers(0, 30, 50)),
+    writes, cites = ("author", "writes", "paper"), ("paper", "cites", "paper")
+    edges = {writes: (rs.integers(0, 20, 60), rs.integers(0, 30, 60)),
+             cites: (rs.integers(0, 30, 50), rs.integers(0, 30, 50)),
              ("paper", "has", "field"): (rs.integers(0, 30, 40), rs.integers(0, 6, 40))}
+    tables = {cites: rs.standard_normal((50, 4)), writes: rs.standard_normal((60, 2))}
     return zg.make_hetero_dataset(
         "toy", {"paper": 30, "author": 20, "field": 6}, edges, target_type="paper",
         labels=rs.integers(0, 3, 30), train_idx=np.arange(20), val_idx=np.arange(20, 25),
         test_idx=np.arange(25, 30), features={"paper": rs.standard_normal((30, 5))},
-        add_reverse=True)
+        edge_features=tables if edge_features else None, add_reverse=True)
 
 
 @functools.lru_cache(maxsize=4)
@@ -210,12 +213,34 @@ def test_sampled_evaluation_halves_its_batch_when_the_device_runs_out(monkeypatc
         logits()
 
 
+def test_rgat_trains_on_edge_features_and_refuses_them_elsewhere():
+    """`edge_features` on a typed graph: R-GAT's views carry every relation's table that
+    exists (training, sampled and exact evaluation); models that read none refuse it."""
+    cfg = zg.TrainConfig(**{**CFG, "model": "rgat", "heads": 2, "eval_mode": "full"},
+                         fanouts=(3, 2), edge_features=True, epochs=3)
+    result = zg.train(cfg, _toy(True))
+    losses = [h["loss"] for h in result.history]
+    assert np.isfinite(losses).all() and losses[-1] < losses[0]
+    params = result.state.params["model"]
+    convs = params["convs_0_paper__cites__paper"]
+    assert convs["edge_kernel"].shape == (4, 8)
+    assert "edge_kernel" not in params["convs_0_field__rev_has__paper"]
+    assert 0.0 <= result.summary["test_acc"] <= 1.0
+    with pytest.raises(ValueError, match="model 'rsage' reads no edge features"):
+        zg.train(dataclasses.replace(cfg, model="rsage"), _toy(True))
+    cites = ("paper", "cites", "paper")
+    read = prepare(dataclasses.replace(cfg, dtype="bfloat16"), _toy(True))[1].graph
+    assert read[cites].edge_features.dtype == jnp.bfloat16
+    unread = prepare(dataclasses.replace(cfg, edge_features=False), _toy(True))[1].graph
+    assert all(g.edge_features is None for g in unread.graphs)  # left on the host
+
+
 def _exact_run(cfg, monkeypatch, chunks: str):
     """(device data, `exact_logits` of the toy's initial variables with keywords to
     come, the (type, rows, length) of each call of typed_eval's `chunks` function)."""
     from zerognn_jax._src.training.tasks import typed_eval
 
-    dataset, data, program = prepare(cfg, _toy())
+    dataset, data, program = prepare(cfg, _toy(cfg.edge_features))
     env, _ = program.task.choose_envelope(program, data, dataset, cfg)
     state = init_state(program, data, env, dataset.train_idx)
     variables = {"params": state.params, "embedding": state.embedding}
@@ -230,16 +255,18 @@ def _exact_run(cfg, monkeypatch, chunks: str):
                                    variables, data), calls
 
 
-@pytest.mark.parametrize("model", ["rsage", "rgcn", "rgat"])
-def test_exact_logits_in_chunks_equal_the_whole_graph_layers(model, monkeypatch):
+@pytest.mark.parametrize("model, edges", [("rsage", False), ("rgcn", False), ("rgat", False),
+                                         ("rgat", True)])
+def test_exact_logits_in_chunks_equal_the_whole_graph_layers(model, edges, monkeypatch):
     """Exact inference over chunks of each type's rows (a budget of a few edge rows: many
     chunks, the last one moved back) gives the logits of whole-graph layers, embedding
-    rows and all. Without a budget, a layer runs whole where its edge rows fit half the
-    free memory, else in chunks; a model that does not declare `chunked_exact` gets
-    whole layers."""
+    rows and all, and the chunks' edge features where R-GAT reads them. Without a
+    budget, a layer runs whole where its edge rows fit half the free memory, else in
+    chunks; a model that does not declare `chunked_exact` gets whole layers."""
     from zerognn_jax._src.training.tasks import typed_eval
 
-    cfg = zg.TrainConfig(**{**CFG, "model": model, "heads": 2}, fanouts=(3, 2))
+    cfg = zg.TrainConfig(**{**CFG, "model": model, "heads": 2}, fanouts=(3, 2),
+                         edge_features=edges)
     _, logits, calls = _exact_run(cfg, monkeypatch, "_chunked_rows")
     with jax.default_matmul_precision("highest"):
         small = np.asarray(logits(budget_bytes=8 * 8 * 4 * 6))

@@ -208,6 +208,7 @@ def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
     (dict(task="link"), "task 'link' does not train typed datasets"),
     (dict(devices=2, shard_features=True), "keep their stacked feature table whole on "
                                            "every device: drop shard_features"),
+    (dict(edge_features=True, model="rgat"), "no relation of 'mag-like' has any"),
 ])
 def test_refused_options(mag, change, message):
     with pytest.raises(ValueError) as err:

@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 from flax.linen.dtypes import promote_dtype
 
-from zerognn_jax._src.nn.models import Dropout, SAGEConv
+from zerognn_jax._src.nn.models import Dropout, SAGEConv, edge_logits
 from zerognn_jax._src.nn.views import EdgeView, EllView, mean_weights
 from zerognn_jax._src.ops.registry import XLA, Kernels
 
@@ -71,10 +71,12 @@ class TypedLayer:
         return jax.lax.dynamic_slice_in_dim(h_src, start, rows)
 
 
-def typed_layers(mb, kernels: Kernels = XLA) -> tuple[TypedLayer, ...]:
+def typed_layers(mb, kernels: Kernels = XLA, edges: tuple = ()) -> tuple[TypedLayer, ...]:
     """One TypedLayer per layer from a sampled typed minibatch (`TypedMiniBatch`: its
     nodes, valid, degrees and blocks), outermost hop first. Views gather their sources
-    through `nbr` (tree-mode levels too: their `nbr` hold the positions)."""
+    through `nbr` (tree-mode levels too: their `nbr` hold the positions). `edges`, per
+    hop {relation: float[C, K, D]}: the edge features of those relations' sampled slots,
+    which their views carry (`EllView.edge_attr`)."""
     out = []
     for hop in reversed(range(len(mb.blocks))):
         views = {}
@@ -82,7 +84,8 @@ def typed_layers(mb, kernels: Kernels = XLA) -> tuple[TypedLayer, ...]:
             dst = rel[2]
             src_deg = jnp.zeros(mb.nodes[hop + 1][rel[0]].shape, jnp.int32)
             views[rel] = EllView(block.nbr, block.mask, mb.valid[hop][dst],
-                                 mb.degrees[hop][rel], src_deg, kernels)
+                                 mb.degrees[hop][rel], src_deg, kernels,
+                                 edge_attr=edges[hop].get(rel) if edges else None)
         out.append(TypedLayer(views, tuple((t, int(ids.shape[0]))
                                            for t, ids in mb.nodes[hop].items())))
     return tuple(out)
@@ -134,13 +137,16 @@ class RelGATConv(nn.Module):
     projected row by row, or slot by slot where the view has fewer edge slots than
     source rows (the same values, fewer rows through the matmul). The destinations'
     projection W_dst enters only their attention term a_dst . (W_dst h), computed as
-    h . (W_dst a_dst): one column per head instead of heads * F (the same parameters)."""
+    h . (W_dst a_dst): one column per head instead of heads * F (the same parameters).
+    With `edge_dim`, each edge's features enter its attention logit as PyG's
+    `GATConv(edge_dim=...)` defines it: a_edge . (W_e e_ij) per head."""
 
     features: int
     heads: int = 4
     concat: bool = True
     negative_slope: float = 0.2
     dtype: Any = jnp.float32
+    edge_dim: int | None = None
 
     @nn.compact
     def __call__(self, h_src, h_dst, view):
@@ -162,7 +168,10 @@ class RelGATConv(nn.Module):
         else:  # every source row projected once, then read per slot
             z_src = project(h_src).reshape(-1, h, f)
             src_logits = view.src_of_edges(jnp.sum(z_src * a_src, -1))
-        logits = nn.leaky_relu(src_logits + view.dst_of_edges(dst_logits), self.negative_slope)
+        logits = src_logits + view.dst_of_edges(dst_logits)
+        if self.edge_dim is not None:
+            logits = logits + self._edge_terms(view, h, f, init)
+        logits = nn.leaky_relu(logits, self.negative_slope)
         # no self term: a finite floor that takes the weight only of rows without edges
         floor = jnp.full((h_dst.shape[0], h), -1e30, logits.dtype)
         w_edges, _ = view.softmax(logits, floor)
@@ -176,6 +185,16 @@ class RelGATConv(nn.Module):
         out = out.reshape(-1, h * f) if self.concat else jnp.mean(out, axis=1)
         bias = self.param("bias", nn.initializers.zeros, (out.shape[-1],))
         return out + bias.astype(self.dtype)
+
+    def _edge_terms(self, view, h: int, f: int, init) -> jax.Array:
+        """Edge-shaped [..., H]: a_edge . (W_e e) of each edge's features e
+        (`edge_logits`, as `GATConv`'s)."""
+        e = view.edge_features()
+        if e.shape[-1] != self.edge_dim:
+            raise ValueError(f"RelGATConv has edge_dim {self.edge_dim}, and its view's edge "
+                             f"features are {e.shape[-1]} wide")
+        w_edge = self.param("edge_kernel", init, (self.edge_dim, h * f))
+        return edge_logits(e, w_edge, self.param("att_edge", init, (1, h, f)), self.dtype)
 
 
 class HeteroGNN(nn.Module):
@@ -191,6 +210,8 @@ class HeteroGNN(nn.Module):
       heads: for rgat. num_bases: for rgcn (None: a full matrix per relation).
       dropout: on the hidden activations; input_dropout: on the raw features.
       dtype: computation dtype; parameters float32, logits float32.
+      edge_dims: ((relation, D), ...): rgat's relations whose attention reads their
+        edges' D features (their views carry them); the others read none.
     """
 
     conv: str
@@ -204,6 +225,7 @@ class HeteroGNN(nn.Module):
     dropout: float = 0.5
     input_dropout: float = 0.0
     dtype: Any = jnp.float32
+    edge_dims: tuple = ()
     # `layer` reads each type's destinations through `TypedLayer.dst_rows`, so exact
     # inference may give it chunks of destination rows (training/tasks/typed_eval.py)
     chunked_exact: ClassVar[bool] = True
@@ -220,18 +242,19 @@ class HeteroGNN(nn.Module):
                 convs.append({t: RGCNConv(width, self.relations, self.num_bases, self.dtype)
                               for t in types if any(r[2] == t for r in self.relations)})
             else:
-                convs.append({_name(r): self._relation_conv(width) for r in self.relations})
+                convs.append({_name(r): self._relation_conv(width, r) for r in self.relations})
             roots.append({t: nn.Dense(width, dtype=self.dtype) for t in types})
         self.convs, self.roots = convs, roots
         self.classifier = nn.Dense(self.num_classes, dtype=self.dtype) if classifier else None
         self.drop_input = Dropout(self.input_dropout)
         self.drop_hidden = Dropout(self.dropout)
 
-    def _relation_conv(self, width: int):
+    def _relation_conv(self, width: int, relation):
         if self.conv == "rsage":
             return SAGEConv(width, dtype=self.dtype)
         if self.conv == "rgat":
-            return RelGATConv(width, self.heads, dtype=self.dtype)
+            return RelGATConv(width, self.heads, dtype=self.dtype,
+                              edge_dim=dict(self.edge_dims).get(relation))
         raise ValueError(f"unknown relational conv {self.conv!r}; choose one of "
                          f"{', '.join(HETERO_MODELS)}")
 
@@ -323,7 +346,8 @@ def _written_out_jvp(primals, tangents):
 def whole_graph_layer(graph, types=None) -> TypedLayer:
     """A TypedLayer of whole-graph edge views (`EdgeView`) over every relation into
     `types` (default: every type) of `graph` (a `HeteroGraph`: its `node_counts` and
-    `items()`): every node of those types is a destination. Run through
+    `items()`): every node of those types is a destination, and a relation's views
+    carry its edge features where it has them. Run through
     `HeteroGNN.layer`, layer by layer, it gives exact inference (every neighbour, no
     sampling) for all their nodes at once. Layer i should compute the types a sampled
     batch holds at level L - 1 - i (`TypedSamplerConfig.plan`): a type no sampled batch
@@ -338,17 +362,22 @@ def whole_graph_layer(graph, types=None) -> TypedLayer:
         n_dst = deg.shape[0]
         dst = jnp.repeat(jnp.arange(n_dst, dtype=jnp.int32), deg,
                          total_repeat_length=g.num_edges)
+        edges = None if g.edge_features is None else jnp.asarray(g.edge_features)
         views[rel] = EdgeView(jnp.asarray(g.indices), dst, jnp.ones(g.num_edges, bool),
-                              jnp.ones(n_dst, bool), deg, jnp.zeros(1, jnp.int32), n_dst)
+                              jnp.ones(n_dst, bool), deg, jnp.zeros(1, jnp.int32), n_dst,
+                              edges)
     return TypedLayer(views, tuple((t, n) for t, n in graph.node_counts if t in types))
 
 
 def make_hetero_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
                       target_type: str, relations, heads: int = 4,
                       num_bases: int | None = None, dropout: float = 0.5,
-                      input_dropout: float = 0.0, dtype: Any = jnp.float32) -> HeteroGNN:
+                      input_dropout: float = 0.0, dtype: Any = jnp.float32,
+                      edge_dims: dict | None = None) -> HeteroGNN:
     """Builds a relational model by name: rsage, rgcn, rgat (module docstring), with a
-    conv per relation of `relations` (the graph's, `HeteroGraph.relations`)."""
+    conv per relation of `relations` (the graph's, `HeteroGraph.relations`).
+    `edge_dims` ({relation: D}, rgat only): the relations whose attention reads their
+    edges' D features."""
     if name not in HETERO_MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(HETERO_MODELS)}")
     if name == "rgat" and (heads < 1 or hidden % heads):
@@ -357,9 +386,13 @@ def make_hetero_model(name: str, *, hidden: int, num_layers: int, num_classes: i
     if num_bases is not None and (name != "rgcn" or num_bases < 1):
         raise ValueError(f"num_bases applies to rgcn and must be >= 1, got {num_bases} "
                          f"for {name}")
+    if edge_dims and name != "rgat":
+        raise ValueError(f"model {name!r} reads no edge features (edge_dims given); rgat "
+                         f"does")
     return HeteroGNN(name, hidden, num_layers, num_classes, target_type,
                      tuple(tuple(r) for r in relations), heads, num_bases, dropout,
-                     input_dropout, dtype)
+                     input_dropout, dtype,
+                     tuple((tuple(r), int(d)) for r, d in (edge_dims or {}).items()))
 
 
 class OnTypes(nn.Module):
@@ -394,12 +427,13 @@ class OnTypes(nn.Module):
         out.update(_unpack(embedded, self.embedded, nodes))
         return out
 
-    def __call__(self, x, views, *, train: bool, typed):
+    def __call__(self, x, views, *, train: bool, typed, edges: tuple = ()):
         """Logits float32[B, classes] of the seeds of the typed minibatch `typed`
-        (`views` is empty: the typed layers come from `typed`'s blocks)."""
+        (`views` is empty: the typed layers come from `typed`'s blocks, with `edges`,
+        per hop {relation: float[C, K, D]}, the edge features of the sampled slots)."""
         del views
         h = self.typed_inputs(x, typed.nodes[-1])
-        return self.model(h, typed_layers(typed, self.kernels), train=train)
+        return self.model(h, typed_layers(typed, self.kernels, edges), train=train)
 
     def layer(self, i: int, h: dict, layer: TypedLayer, *, train: bool) -> dict:
         """`HeteroGNN.layer`, for exact layer-wise inference."""

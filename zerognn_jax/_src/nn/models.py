@@ -179,12 +179,17 @@ class GATConv(nn.Module):
             raise ValueError(f"GATConv has edge_dim {self.edge_dim}, and its view's edge "
                              f"features are {e.shape[-1]} wide")
         w_edge = _EdgeKernel(self.edge_dim, h * f, name="edge")()
-        a_edge = self.param("att_edge", init, (1, h, f))
-        # a_edge . (W_e e) = e . (W_e a_edge): the [D, H] product replaces the
-        # [..., H * F] edge-shaped projection that would be written and read back.
-        folded = jnp.sum(w_edge.reshape(self.edge_dim, h, f) * a_edge, -1)
-        return jnp.dot(e.astype(self.dtype), folded.astype(self.dtype),
-                       preferred_element_type=jnp.float32)
+        return edge_logits(e, w_edge, self.param("att_edge", init, (1, h, f)), self.dtype)
+
+
+def edge_logits(e: jax.Array, w_edge: jax.Array, a_edge: jax.Array, dtype) -> jax.Array:
+    """Edge-shaped float32[..., H]: a_edge . (W_e e) per head of the edge features e
+    [..., D], W_e [D, H * F], a_edge [1, H, F]. As e . (W_e a_edge): the [D, H] fold
+    replaces the [..., H * F] edge-shaped projection that would be written and read
+    back."""
+    d, (_, h, f) = w_edge.shape[0], a_edge.shape
+    folded = jnp.sum(w_edge.reshape(d, h, f) * a_edge, -1)
+    return jnp.dot(e.astype(dtype), folded.astype(dtype), preferred_element_type=jnp.float32)
 
 
 class _EdgeKernel(nn.Module):

@@ -142,7 +142,7 @@ def _chunk_rows(program: StepProgram, variables, h, graph, deg, r0, *, layer: in
     model_vars = {k: v for k, v in variables.items() if k != "embedding"}
     slots = jnp.arange(cap, dtype=jnp.int32)
     src, dst, mask, degrees, first = chunk_edges(graph, r0, rows, cap)
-    edge_rows = _chunk_edge_rows(graph.edge_features, first, slots, mask)
+    edge_rows = chunk_edge_rows(graph.edge_features, first, slots, mask)
     every = jnp.ones((rows,), bool)
     if is_host_resident(h):  # the chunk's rows read from host memory, edge by edge
         view = EdgeView(slots, dst, mask, every, degrees, deg[src], rows, edge_rows, src)
@@ -198,7 +198,7 @@ def _layer_to_host(program: StepProgram, variables, h, graph, out: HostTable, j0
     return jax.lax.fori_loop(0, count, body, jnp.int32(0))
 
 
-def _chunk_edge_rows(table, first, slots, mask):
+def chunk_edge_rows(table, first, slots, mask):
     """[E, D]: the edge-feature rows of a chunk's edges `first + slots` (zero where
     masked), or None for a graph without a table."""
     if table is None:

@@ -83,11 +83,11 @@ def views_for(mb: MiniBatch, kernels: Kernels = XLA,
         block = mb.blocks[hop]
         views.append(EllView(block.nbr, block.mask, mb.valid[hop], mb.degrees[hop],
                              mb.degrees[hop + 1], kernels, flat[hop], inference,
-                             _edge_rows(edge_table, block), mb.nodes[hop + 1]))
+                             block_edge_rows(edge_table, block), mb.nodes[hop + 1]))
     return tuple(views)
 
 
-def _edge_rows(table, block):
+def block_edge_rows(table, block):
     """[C, K, D]: the block's slots' rows of the edge table (zero where masked), or None
     without a table."""
     if table is None:

@@ -44,6 +44,7 @@ from zerognn_jax._src.sampling.typed_minibatch import sample_typed_step
 from zerognn_jax._src.training.evaluate import (
     BASE_BUDGET,
     chunk_budget,
+    chunk_edge_rows,
     chunk_edges,
     halving_batches,
     rows_in_chunks,
@@ -243,20 +244,28 @@ def _host_chunked_rows(program, variables, features, table, graph, *, node_type:
         live = {node_type: [jnp.ones((rows,), bool)]}
         views, taken = {}, {node_type: rows}
         for rel, cap in zip(relations, caps):
-            src, dst, mask, degrees, _ = chunk_edges(graph[rel], first, rows, cap)
+            view = _chunk_view(graph[rel], first, rows, cap)
             base = taken.get(rel[0], 0)
-            ids.setdefault(rel[0], []).append(src)
-            live.setdefault(rel[0], []).append(mask)
+            ids.setdefault(rel[0], []).append(view.src)
+            live.setdefault(rel[0], []).append(view.mask)
             taken[rel[0]] = base + cap
-            views[rel] = EdgeView(base + jnp.arange(cap, dtype=jnp.int32), dst, mask,
-                                  jnp.ones((rows,), bool), degrees, jnp.zeros(1, jnp.int32),
-                                  rows)
+            views[rel] = dataclasses.replace(view, src=base + jnp.arange(cap, dtype=jnp.int32))
         h = {t: rows_of(t, jnp.concatenate(ids[t]), jnp.concatenate(live[t])) for t in ids}
         layer = TypedLayer(views, ((node_type, rows),))
         return program.model.apply(variables, 0, h, layer, train=False,
                                    method="layer")[node_type]
 
     return rows_in_chunks(chunk, rows, length)
+
+
+def _chunk_view(graph, first, rows: int, cap: int) -> EdgeView:
+    """The EdgeView of the edges of `graph`'s rows [first, first + rows) in `cap` slots
+    (`chunk_edges`), with their rows of its edge features where it has them."""
+    src, dst, mask, degrees, first_edge = chunk_edges(graph, first, rows, cap)
+    edges = chunk_edge_rows(graph.edge_features, first_edge, jnp.arange(cap, dtype=jnp.int32),
+                            mask)
+    return EdgeView(src, dst, mask, jnp.ones((rows,), bool), degrees, jnp.zeros(1, jnp.int32),
+                    rows, edges)
 
 
 def _whole_fits(edge_bytes: int) -> bool:
@@ -296,9 +305,7 @@ def _chunked_rows(program, variables, h, graph, *, i: int, node_type: str, relat
     def chunk(first):
         views = {}
         for rel, cap in zip(relations, caps):
-            src, dst, mask, degrees, _ = chunk_edges(graph[rel], first, rows, cap)
-            views[rel] = EdgeView(src, dst, mask, jnp.ones((rows,), bool), degrees,
-                                  jnp.zeros(1, jnp.int32), rows)
+            views[rel] = _chunk_view(graph[rel], first, rows, cap)
         layer = TypedLayer(views, ((node_type, rows),), {node_type: first})
         out = program.model.apply(variables, i, h, layer, train=False, method="layer")
         return out[node_type]
@@ -346,7 +353,7 @@ def _sampled_pass(program, variables, data, padded, seed, *, envelope):
                                batch_size=envelope.batch_size, config=task.sampler,
                                envelope=envelope, kernels=program.kernels)
         out, _ = program.apply_model(variables, data, task.sample_of(st.mb), train=False,
-                                     inputs={"typed": st.mb})
+                                     inputs=task.model_inputs(data, st.mb))
         return None, out
 
     steps = padded.shape[0] // envelope.batch_size

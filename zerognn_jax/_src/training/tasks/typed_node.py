@@ -66,7 +66,12 @@ from zerognn_jax._src.training.placement import (
     place_features,
     warn_unused_cache,
 )
-from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
+from zerognn_jax._src.training.program import (
+    DeviceData,
+    StepProgram,
+    block_edge_rows,
+    make_optimizer,
+)
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
 from zerognn_jax._src.training.tasks.node import METRICS, accuracy, node_task, target_metrics
@@ -281,14 +286,39 @@ def _refuse(cfg) -> None:
                                f"{cfg.engine!r}"),
         (not cfg.shard_features, "typed graphs keep their stacked feature table whole on "
                                  "every device: drop shard_features"),
-        (not cfg.edge_features, "typed graphs carry no edge features to models yet: drop "
-                                "edge_features"),
         (cfg.embedding_dim == 0, f"typed graphs embed their featureless types at `hidden` "
                                  f"width: drop embedding_dim ({cfg.embedding_dim})"),
     ]
     for ok, message in checks:
         if not ok:
             raise ValueError(message)
+
+
+def _edge_tables(graph: HeteroGraph, read: bool, dtype) -> HeteroGraph:
+    """`graph` with its relations' edge-feature tables in `dtype` where the views `read`
+    them, else without: a table nothing reads stays on the host (as the homogeneous
+    run's does)."""
+    graphs = tuple(g._replace(edge_features=None if not read or g.edge_features is None
+                              else np.asarray(g.edge_features).astype(dtype))
+                   for g in graph.graphs)
+    return dataclasses.replace(graph, graphs=graphs)
+
+
+def edge_dims(cfg, dataset: HeteroDataset, *, user_model: bool) -> dict:
+    """{relation: D} of the relations whose views carry their edge features: with
+    `cfg.edge_features`, every relation that has a table (none without). ValueError
+    when none has one, or for a built-in model that reads none (rgat does)."""
+    if not cfg.edge_features:
+        return {}
+    dims = {r: int(g.edge_features.shape[1]) for r, g in dataset.graph.items()
+            if g.edge_features is not None}
+    if not dims:
+        raise ValueError(f"edge_features asks for edge features, and no relation of "
+                         f"{dataset.name!r} has any")
+    if not user_model and cfg.model != "rgat":
+        raise ValueError(f"model {cfg.model!r} reads no edge features: drop edge_features, "
+                         f"or train rgat, whose attention reads them")
+    return dims
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -328,7 +358,7 @@ class TypedNodeTask(ItemsAreLevel0):
         layout = typed_layout(cfg)
         config = TypedSamplerConfig(relation_fanouts(cfg, dataset.graph), replace=cfg.replace,
                                     dedup=layout.dedup, flat_outer=layout.flat_outer,
-                                    method=cfg.sampler)
+                                    method=cfg.sampler, edge_ids=bool(cfg.edge_features))
         config = config.resolve(dataset.graph)
         plan = config.plan(dataset.target_type)
         rows = node_task(loss, dataset)
@@ -355,6 +385,17 @@ class TypedNodeTask(ItemsAreLevel0):
     def batch(self, data, items, valid, key, level) -> TaskBatch:
         del key
         return TaskBatch(data.targets[items], valid.astype(jnp.float32), {}, level)
+
+    def model_inputs(self, data: DeviceData, mb: TypedMiniBatch) -> dict:
+        """What `OnTypes` reads besides the rows: the minibatch, and with edge ids
+        (`edge_features`) per hop the sampled slots' rows of each relation's edge
+        features, for the relations that have them."""
+        if not self.sampler.edge_ids:
+            return {"typed": mb}
+        edges = tuple({r: block_edge_rows(data.graph[r].edge_features, b)
+                       for r, b in hop.items() if data.graph[r].edge_features is not None}
+                      for hop in mb.blocks)
+        return {"typed": mb, "edges": edges}
 
     def restrict(self, mb, batch: TaskBatch):
         del batch
@@ -402,8 +443,12 @@ class TypedNodeTask(ItemsAreLevel0):
                 cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
                 num_classes=dataset.output_dim, target_type=self.seed_type,
                 relations=dataset.graph.relations, heads=cfg.heads, dropout=cfg.dropout,
-                input_dropout=cfg.input_dropout, dtype=dtype)
-        graph = prepare_typed_graph(dataset.graph, self.sampler)
+                input_dropout=cfg.input_dropout, dtype=dtype,
+                edge_dims=edge_dims(cfg, dataset, user_model=False))
+        else:
+            edge_dims(cfg, dataset, user_model=True)
+        graph = _edge_tables(prepare_typed_graph(dataset.graph, self.sampler),
+                             self.sampler.edge_ids, dtype)
         table = self.inputs.table(dataset, dtype, bool(cfg.normalize_features))
         mesh = make_mesh(cfg.devices)
         whole = not getattr(model, "chunked_exact", False)  # exact evaluation's reads
@@ -479,7 +524,8 @@ class TypedNodeTask(ItemsAreLevel0):
                                batch_size=program.batch_size, config=self.sampler,
                                envelope=envelope, kernels=program.kernels, active=active)
         batch = self.batch(data, st.items, st.valid, st.key, ItemLevel(st.items, st.valid))
-        return batch._replace(model_inputs={"typed": st.mb}), self.sample_of(st.mb), st.drop_key
+        return (batch._replace(model_inputs=self.model_inputs(data, st.mb)),
+                self.sample_of(st.mb), st.drop_key)
 
     def choose_envelope(self, program: StepProgram, data: DeviceData,
                         dataset: HeteroDataset, cfg):
