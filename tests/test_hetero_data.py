@@ -291,3 +291,13 @@ def test_to_hetero_data_gives_float_targets_as_y(monkeypatch):
     np.testing.assert_array_equal(back.targets, ds.targets)
     labels = zg.to_hetero_data(_dataset(node_info={}))["paper"].y
     assert labels.dtype == np.int64 and labels.shape == (5,)
+
+
+def test_relation_stats_give_the_edge_feature_width_where_a_table_exists():
+    edges = {("a", "r", "b"): (np.array([0, 1]), np.array([1, 0])),
+             ("b", "s", "a"): (np.array([0]), np.array([1]))}
+    graph = zg.hetero_graph({"a": 2, "b": 2}, edges,
+                            edge_features={("a", "r", "b"): np.ones((2, 3), np.float32)})
+    stats = graph.stats()["relations"]
+    assert stats["a__r__b"] == {"edges": 2, "max_degree": 1, "edge_features": 3}
+    assert "edge_features" not in stats["b__s__a"]

@@ -105,12 +105,16 @@ class HeteroGraph:
         return self.graphs[0]
 
     def stats(self) -> dict:
-        """Types with their counts and relations with their edge counts and largest
-        in-degree, as a JSON-serialisable dict."""
+        """Types with their counts and relations with their edge counts, largest
+        in-degree and edge-feature width (where they have a table), as a
+        JSON-serialisable dict."""
         return {"node_types": {t: int(n) for t, n in self.node_counts},
-                "relations": {relation_name(r): {"edges": int(g.num_edges),
-                                                 "max_degree": g.max_degree()}
-                              for r, g in self.items()}}
+                "relations": {relation_name(r): _relation_stats(g) for r, g in self.items()}}
+
+
+def _relation_stats(g: CSRGraph) -> dict:
+    table = {} if g.edge_features is None else {"edge_features": int(g.edge_features.shape[1])}
+    return {"edges": int(g.num_edges), "max_degree": g.max_degree(), **table}
 
 
 def validate_hetero_graph(graph: HeteroGraph) -> None:

@@ -118,13 +118,18 @@ class NodeTask:
         result = {}
         for split in SPLITS:
             idx = np.asarray(getattr(dataset, f"{split}_idx"))
-            rows = predictor.outputs(idx)
-            if dataset.targets is None:
-                metrics = {"acc": accuracy(rows, np.asarray(dataset.labels)[idx])}
-            else:
-                metrics = target_metrics(rows, dataset.targets[idx], dataset.target_kind)
+            metrics = split_metrics(predictor.outputs(idx), dataset, idx)
             result.update({f"{split}_{name}": value for name, value in metrics.items()})
         return result
+
+
+def split_metrics(outputs, dataset, ids) -> dict:
+    """The metrics of the output rows of nodes `ids` of `dataset` (a `Dataset` or a typed
+    one, whose ids are its target type's): the accuracy of class labels, or
+    `target_metrics` of float targets."""
+    if dataset.targets is None:
+        return {"acc": accuracy(outputs, np.asarray(dataset.labels)[ids])}
+    return target_metrics(outputs, dataset.targets[ids], dataset.target_kind)
 
 
 def accuracy(logits, labels) -> float:

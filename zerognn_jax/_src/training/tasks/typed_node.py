@@ -74,7 +74,7 @@ from zerognn_jax._src.training.program import (
 )
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
-from zerognn_jax._src.training.tasks.node import METRICS, accuracy, node_task, target_metrics
+from zerognn_jax._src.training.tasks.node import METRICS, node_task, split_metrics
 from zerognn_jax._src.training.tasks.typed_eval import typed_logits
 
 SPLITS = ("train", "val", "test")
@@ -304,7 +304,7 @@ def _edge_tables(graph: HeteroGraph, read: bool, dtype) -> HeteroGraph:
     return dataclasses.replace(graph, graphs=graphs)
 
 
-def edge_dims(cfg, dataset: HeteroDataset, *, user_model: bool) -> dict:
+def _edge_dims(cfg, dataset: HeteroDataset, *, user_model: bool) -> dict:
     """{relation: D} of the relations whose views carry their edge features: with
     `cfg.edge_features`, every relation that has a table (none without). ValueError
     when none has one, or for a built-in model that reads none (rgat does)."""
@@ -412,12 +412,8 @@ class TypedNodeTask(ItemsAreLevel0):
         outputs = typed_logits(self, predictor, np.concatenate(parts))
         result, start = {}, 0
         for split, ids in zip(SPLITS, parts):
-            rows = outputs[start:start + ids.size]
+            metrics = split_metrics(outputs[start:start + ids.size], dataset, ids)
             start += ids.size
-            if dataset.targets is None:
-                metrics = {"acc": accuracy(rows, dataset.labels[ids])}
-            else:
-                metrics = target_metrics(rows, dataset.targets[ids], dataset.target_kind)
             result.update({f"{split}_{name}": value for name, value in metrics.items()})
         return result
 
@@ -444,9 +440,9 @@ class TypedNodeTask(ItemsAreLevel0):
                 num_classes=dataset.output_dim, target_type=self.seed_type,
                 relations=dataset.graph.relations, heads=cfg.heads, dropout=cfg.dropout,
                 input_dropout=cfg.input_dropout, dtype=dtype,
-                edge_dims=edge_dims(cfg, dataset, user_model=False))
+                edge_dims=_edge_dims(cfg, dataset, user_model=False))
         else:
-            edge_dims(cfg, dataset, user_model=True)
+            _edge_dims(cfg, dataset, user_model=True)
         graph = _edge_tables(prepare_typed_graph(dataset.graph, self.sampler),
                              self.sampler.edge_ids, dtype)
         table = self.inputs.table(dataset, dtype, bool(cfg.normalize_features))
