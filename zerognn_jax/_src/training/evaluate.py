@@ -322,13 +322,19 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
     if budget_bytes is not None:
         return run(budget_bytes)
     budget = chunk_budget(offload)
-    if budget == BASE_BUDGET:
-        return run(BASE_BUDGET)
-    return unless_out_of_memory(
-        functools.partial(run, budget), functools.partial(run, BASE_BUDGET),
-        f"exact inference: the device ran out of memory with chunks of "
-        f"{budget / 2**30:.2f} GiB of edge rows; running again at "
-        f"{BASE_BUDGET / 2**30:.0f} GiB")
+    return at_budget_or_base(run, budget, f"exact inference: the device ran out of memory "
+                                          f"with chunks of {budget / 2**30:.2f} GiB of edge "
+                                          f"rows; running again at "
+                                          f"{BASE_BUDGET / 2**30:.0f} GiB")
+
+
+def at_budget_or_base(run, budget: int, warning: str):
+    """`run(budget)`; with a budget above BASE_BUDGET that runs the device out of
+    memory, `run(BASE_BUDGET)` after warning `warning` (`unless_out_of_memory`)."""
+    if budget <= BASE_BUDGET:
+        return run(budget)
+    return unless_out_of_memory(functools.partial(run, budget),
+                                functools.partial(run, BASE_BUDGET), warning)
 
 
 def unless_out_of_memory(first, then, warning: str):

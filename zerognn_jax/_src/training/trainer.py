@@ -130,9 +130,10 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                             edge_ids=edge_dim is not None)
     sampler = sampler.resolve(dataset.graph.max_degree())
     dtype = jnp.dtype(cfg.dtype)
-    # An edge-feature table no model reads stays on the host; a read one goes in `dtype`.
+    # An edge-feature table no model reads stays on the host; a read one goes in `dtype`
+    # (a table already in it, memory-mapped say, is uploaded as it is: no host copy).
     edges = (None if edge_dim is None
-             else np.asarray(dataset.graph.edge_features).astype(dtype))
+             else np.asarray(dataset.graph.edge_features).astype(dtype, copy=False))
     graph = dataset.graph._replace(edge_features=edges)
     resident = memory.resident_bytes(graph, feats.shape[1], cfg.dtype,
                                      level_dims(cfg, dataset, task, model),

@@ -43,6 +43,7 @@ from zerognn_jax._src.sampling.typed_envelope import (
 from zerognn_jax._src.sampling.typed_minibatch import sample_typed_step
 from zerognn_jax._src.training.evaluate import (
     BASE_BUDGET,
+    at_budget_or_base,
     chunk_budget,
     chunk_edge_rows,
     chunk_edges,
@@ -174,16 +175,15 @@ def _chunks_or_smaller(program, variables, graph, i: int, types, relations, widt
 
 
 def _or_at_base(run, budget: int, retry: bool, i: int):
-    """`run(budget)`, layer i's chunked pass; with `retry` (the budget a default) and a
-    budget above BASE_BUDGET, a pass that runs the device out of memory runs again at
-    BASE_BUDGET, with a warning, as the homogeneous path does."""
-    if not retry or budget <= BASE_BUDGET:
+    """`run(budget)`, layer i's chunked pass; with `retry` (the budget a default), run
+    again at BASE_BUDGET where a larger budget runs the device out of memory, with a
+    warning, as the homogeneous path does (`at_budget_or_base`)."""
+    if not retry:
         return run(budget)
-    return unless_out_of_memory(
-        functools.partial(run, budget), functools.partial(run, BASE_BUDGET),
-        f"typed exact evaluation: layer {i + 1} ran the device out of memory in chunks of "
-        f"{budget / 2**30:.2f} GiB of edge rows; running it again at "
-        f"{BASE_BUDGET / 2**30:.0f} GiB")
+    return at_budget_or_base(
+        run, budget, f"typed exact evaluation: layer {i + 1} ran the device out of memory "
+                     f"in chunks of {budget / 2**30:.2f} GiB of edge rows; running it again "
+                     f"at {BASE_BUDGET / 2**30:.0f} GiB")
 
 
 def _layer_in_chunks(program, variables, graph, i: int, types, relations, width: int,

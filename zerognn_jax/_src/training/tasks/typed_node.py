@@ -299,7 +299,7 @@ def _edge_tables(graph: HeteroGraph, read: bool, dtype) -> HeteroGraph:
     them, else without: a table nothing reads stays on the host (as the homogeneous
     run's does)."""
     graphs = tuple(g._replace(edge_features=None if not read or g.edge_features is None
-                              else np.asarray(g.edge_features).astype(dtype))
+                              else np.asarray(g.edge_features).astype(dtype, copy=False))
                    for g in graph.graphs)
     return dataclasses.replace(graph, graphs=graphs)
 
