@@ -331,8 +331,6 @@ def cached_share(res, dataset, batches: int = 16) -> float | None:
 
 
 def train_mode(args) -> None:
-    from zerognn_jax._src.training import scan
-
     copy = args.pcie_gbs or pcie_copy_gbs()
     check_gather()
     log(f"pinned host-to-device copy: {copy} GB/s")
@@ -382,7 +380,8 @@ def train_mode(args) -> None:
                           "placed_why": summary["feature_placement_why"],
                           "row_order": summary.get("host_row_order"),
                           "sample_ahead": summary.get("sample_ahead"),
-                          "read_ahead_bytes": scan.read_ahead_limit(cfg.read_ahead_bytes),
+                          # the run's own (its summary: host tables only)
+                          "read_ahead_bytes": summary.get("read_ahead_bytes"),
                           "pcie_gbs": copy,
                           "train_call_s": time.perf_counter() - t0,
                           "layout": summary["layout"]["layout"], "dtype": args.dtype,
