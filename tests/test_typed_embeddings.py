@@ -1,6 +1,7 @@
-"""Featureless types of a typed graph: their rows of the stacked embedding table take
-row-sparse lazy Adam steps inside the step body, only when the engine keeps the step,
-and exact and sampled evaluation read the same table. Unit-level, on a toy graph."""
+"""Featureless types of a typed graph (every type, with `embedding_dim`): their rows of
+the stacked embedding table take row-sparse lazy Adam steps inside the step body, only
+when the engine keeps the step, and exact and sampled evaluation read the same table.
+Unit-level, on a toy graph."""
 
 from __future__ import annotations
 
@@ -45,11 +46,11 @@ def _toy(edge_features: bool = False):
 
 
 @functools.lru_cache(maxsize=4)
-def _run(fanouts=(3, 2), layout=()):
+def _run(fanouts=(3, 2), options=()):
     """(dataset, data, program, envelope, state) with random moments on every row and
-    three steps counted, so that untouched rows have something to keep; `layout`:
-    (name, value) pairs of TrainConfig's layout fields."""
-    cfg = zg.TrainConfig(**CFG, fanouts=fanouts, **dict(layout))
+    three steps counted, so that untouched rows have something to keep; `options`:
+    (name, value) pairs of TrainConfig's fields."""
+    cfg = zg.TrainConfig(**CFG, fanouts=fanouts, **dict(options))
     dataset, data, program = prepare(cfg, _toy())
     env, _ = program.task.choose_envelope(program, data, dataset, cfg)
     state = init_state(program, data, env, dataset.train_idx)
@@ -73,6 +74,19 @@ def test_featureless_types_share_one_stacked_table():
     assert "embed" not in str(jax.tree_util.tree_structure(state.params))
 
 
+def test_embedding_dim_gives_every_type_rows_after_its_features():
+    """With `embedding_dim`, every type has rows of that width in the stacked table; a
+    featured type's input is its features, then its row (5 + 4 columns), a featureless
+    one's its row alone (4): the first layer's SAGE convs read [destination ; sources]."""
+    _, _, program, _, state = _run(options=(("embedding_dim", 4),))
+    assert dict(program.task.inputs.embedded_offsets) == {"paper": 0, "author": 30,
+                                                          "field": 50}
+    assert state.embedding.shape == (56, 4) and program.embedding.dim == 4
+    convs = state.params["model"]
+    assert convs["convs_0_paper__cites__paper"]["linear"]["kernel"].shape == (9 + 9, 8)
+    assert convs["convs_0_author__writes__paper"]["linear"]["kernel"].shape == (9 + 4, 8)
+
+
 def test_step_bytes_count_the_rows_devices_gather():
     """On D devices a step's buffers include the featureless rows of its outermost
     level gathered from every device; the envelope-over-ideal report leaves them out."""
@@ -90,14 +104,16 @@ def test_step_bytes_count_the_rows_devices_gather():
         program.task.memory_report(program, env, cal)
 
 
-@pytest.mark.parametrize("layout", [(), (("dedup", False),), (("flat_outer", True),)],
-                         ids=["dedup", "tree", "flat-outer"])
-def test_typed_step_updates_its_rows_as_dense_lazy_adam(layout):
+@pytest.mark.parametrize("options, repeats", [
+    ((), False), ((("dedup", False),), True), ((("flat_outer", True),), True),
+    ((("embedding_dim", 4),), False)], ids=["dedup", "tree", "flat-outer", "every-type"])
+def test_typed_step_updates_its_rows_as_dense_lazy_adam(options, repeats):
     """The step's sparse update against lazy Adam on the dense gradient of the loss
     with respect to the whole table: equal on the rows the step read, every other row
     and its moments bit-unchanged; in tree mode and with a flat outer hop the outer
-    level repeats rows, whose gradients must be summed before the update."""
-    _, data, program, env, state = _run(layout=layout)
+    level repeats rows, whose gradients must be summed before the update; with
+    `embedding_dim`, the featured papers' rows take their steps too."""
+    _, data, program, env, state = _run(options=options)
     emb = program.embedding
 
     @jax.jit
@@ -123,7 +139,7 @@ def test_typed_step_updates_its_rows_as_dense_lazy_adam(layout):
     for t, off in offsets.items():  # both types' sampled nodes, at their offsets
         nodes = np.asarray(mb.typed.nodes[-1][t])[np.asarray(mb.typed.valid[-1][t])]
         assert nodes.size and touched[off + nodes].all()
-    if layout:  # repeated rows: the update merges them
+    if repeats:  # repeated rows: the update merges them
         assert touched.sum() < valid.sum()
     else:  # a deduplicated level: distinct rows
         assert touched.sum() == valid.sum()
@@ -167,13 +183,18 @@ def test_a_dropped_step_writes_no_row():
         np.testing.assert_array_equal(np.asarray(after), np.asarray(before))
 
 
-def test_exact_and_sampled_evaluation_read_the_table():
+@pytest.mark.parametrize("options", [(), (("embedding_dim", 4),)], ids=["featureless",
+                                                                       "every-type"])
+def test_exact_and_sampled_evaluation_read_the_table(options):
     """With every neighbour sampled, exact and sampled logits agree, and both follow
-    the embedding table (zeroing it changes them)."""
-    _, data, program, _, state = _run(fanouts=(-1, -1))
+    the embedding table (zeroing it changes them; with `embedding_dim`, zeroing only
+    the featured papers' rows does)."""
+    _, data, program, _, state = _run(fanouts=(-1, -1), options=options)
     ids = np.arange(30, dtype=np.int32)
     variables = {"params": state.params, "embedding": state.embedding}
     zeroed = {**variables, "embedding": jnp.zeros_like(state.embedding)}
+    if options:
+        zeroed["embedding"] = state.embedding.at[:30].set(0)  # the papers' rows
     logits = lambda v, m: typed_logits(program.task, Predictor(program, v, data, m, 16, 0),
                                        ids)
     exact, sampled = logits(variables, "full"), logits(variables, "sampled")
@@ -211,6 +232,22 @@ def test_sampled_evaluation_halves_its_batch_when_the_device_runs_out(monkeypatc
         jax.errors.JaxRuntimeError("INTERNAL: something else")))
     with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
         logits()
+
+
+def test_a_run_with_embedding_dim_trains_every_types_rows():
+    """`zg.train` with `embedding_dim` on a typed graph: the loss falls, and the rows of
+    papers (featured) and authors (featureless) that steps read have moved from their
+    first values, the others not."""
+    cfg = zg.TrainConfig(**{**CFG, "eval_mode": "full"}, fanouts=(3, 2), embedding_dim=4,
+                         epochs=3)
+    result = zg.train(cfg, _toy())
+    losses = [h["loss"] for h in result.history]
+    assert np.isfinite(losses).all() and losses[-1] < losses[0]
+    before = np.asarray(_run(options=(("embedding_dim", 4),))[4].embedding)
+    moved = np.any(np.asarray(result.state.embedding) != before, axis=1)
+    assert moved[:30].any() and moved[30:50].any()
+    assert not moved.all()  # rows no step read (two authors here) keep their first values
+    assert 0.0 <= result.summary["test_acc"] <= 1.0
 
 
 def test_rgat_trains_on_edge_features_and_refuses_them_elsewhere():
@@ -285,14 +322,18 @@ def test_exact_logits_in_chunks_equal_the_whole_graph_layers(model, edges, monke
     np.testing.assert_allclose(small, whole, rtol=1e-5, atol=1e-6)
 
 
-def test_exact_logits_read_a_host_table_too_large_for_the_device_in_chunks(monkeypatch):
+@pytest.mark.parametrize("options", [{}, {"embedding_dim": 4}], ids=["featureless",
+                                                                      "every-type"])
+def test_exact_logits_read_a_host_table_too_large_for_the_device_in_chunks(options,
+                                                                           monkeypatch):
     """A host feature table that does not fit the device: layer 0 reads each chunk's rows
-    from it (papers) and from the embedding table (authors, fields) as the chunk needs
-    them, and the logits equal those over the table read onto the device; a model that
-    does not take chunks is told to evaluate by sampling."""
+    from it (papers) and from the embedding table (authors, fields; with
+    `embedding_dim` papers too, after their features) as the chunk needs them, and the
+    logits equal those over the table read onto the device; a model that does not take
+    chunks is told to evaluate by sampling."""
     from zerognn_jax._src.training.tasks import typed_eval
 
-    cfg = zg.TrainConfig(**CFG, fanouts=(3, 2), feature_placement="host")
+    cfg = zg.TrainConfig(**CFG, fanouts=(3, 2), feature_placement="host", **options)
     data, logits, calls = _exact_run(cfg, monkeypatch, "_host_chunked_rows")
     assert typed_eval.is_host_resident(data.features)
     with jax.default_matmul_precision("highest"):

@@ -202,7 +202,6 @@ def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
 @pytest.mark.parametrize("change, message", [
     (dict(model="sage"), "model 'sage' does not read typed graphs"),
     (dict(engine="host-exact"), "typed graphs train on the scan engine"),
-    (dict(embedding_dim=8), "drop embedding_dim (8)"),
     (dict(relation_fanouts={"nope": (1, 1)}), "relation_fanouts key 'nope' names no"),
     (dict(relation_fanouts={"cites": (1,)}), "relation_fanouts['cites'] has 1 hops"),
     (dict(task="link"), "task 'link' does not train typed datasets"),

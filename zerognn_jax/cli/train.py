@@ -32,8 +32,9 @@ HELP = {
     "heads": "attention heads of GAT's hidden layers (must divide --hidden)",
     "edge_features": "give the model the sampled edges' features (gat, gine; the dataset "
                      "needs an edge-feature table)",
-    "embedding_dim": "width of a learnable embedding per node, concatenated with its "
-                     "features and trained with row-sparse Adam (0: none)",
+    "embedding_dim": "width of a learnable embedding per node (of every type on a typed "
+                     "graph), concatenated with its features and trained with row-sparse "
+                     "Adam (0: none)",
     "dtype": "float32, or bfloat16 (features and activations in half the bytes; sums and "
              "gradients accumulate in float32)",
     "epochs": "training epochs",

@@ -407,7 +407,9 @@ class OnTypes(nn.Module):
         this order, each as wide as the table (a narrower type's first d_type columns
         are its features, sliced here: only the widest types' rows reach the model
         uncopied).
-      embedded: the featureless types, in the order of their packed embedding rows.
+      embedded: the types with learnable rows, in the order of their packed embedding
+        rows: the featureless types, or every type with `embedding_dim` (a featured
+        type's rows then follow its features, `join_inputs`).
     """
 
     model: nn.Module
@@ -418,14 +420,13 @@ class OnTypes(nn.Module):
     def typed_inputs(self, x, nodes: dict) -> dict:
         """{type: rows} of the outermost level from the gathered rows `x` and `nodes`
         {type: int32[S_t]}: `x` is (float[S_t, max d], ...), one array per featured type
-        of `widths` that `nodes` holds, or with featureless types the pair (that,
+        of `widths` that `nodes` holds, or with embedded types the pair (that,
         float[sum of S_t over `embedded`, dim]) of feature rows and packed embedding
         rows."""
         features, embedded = x if self.embedded else (x, None)
         present = [(t, d) for t, d in self.widths if t in nodes]
-        out = {t: rows[:, :d] for (t, d), rows in zip(present, features)}
-        out.update(_unpack(embedded, self.embedded, nodes))
-        return out
+        return join_inputs({t: rows[:, :d] for (t, d), rows in zip(present, features)},
+                           _unpack(embedded, self.embedded, nodes))
 
     def __call__(self, x, views, *, train: bool, typed, edges: tuple = ()):
         """Logits float32[B, classes] of the seeds of the typed minibatch `typed`
@@ -442,6 +443,15 @@ class OnTypes(nn.Module):
     @property
     def num_layers(self) -> int:
         return self.model.num_layers
+
+
+def join_inputs(features: dict, embedded: dict) -> dict:
+    """{type: input rows}: a type's feature rows, its embedding rows, or both side by
+    side (features first) where it has both."""
+    out = {**features, **embedded}
+    for t in features.keys() & embedded.keys():
+        out[t] = jnp.concatenate([features[t], embedded[t].astype(features[t].dtype)], 1)
+    return out
 
 
 def _unpack(rows, types, nodes: dict) -> dict:

@@ -85,7 +85,9 @@ class TrainConfig:
     edges' rows of the graph's edge-feature table (gat reads them in its attention,
     gine needs them; docs/api.md, "Edge features"). `embedding_dim` > 0 adds a learnable
     embedding of that width per node, concatenated with the node's features, trained
-    with row-sparse (lazy) Adam at `lr` inside the compiled epoch (row_adam.py).
+    with row-sparse (lazy) Adam at `lr` inside the compiled epoch (row_adam.py); on a
+    typed graph, to every type's nodes (whose featureless types otherwise have
+    `hidden`-wide rows; docs/hetero.md).
     `init` is how the dense layers of the built-in SAGE models and the MLP (and the
     link task's MLP decoder) start: "flax" (LeCun-normal weights, zero bias) or "torch"
     (as PyG's SAGEConv and torch.nn.Linear: weights and bias uniform in

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.nn.hetero import TypedLayer, whole_graph_layer
+from zerognn_jax._src.nn.hetero import TypedLayer, join_inputs, whole_graph_layer
 from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.ops.host_rows import host_table, is_host_resident, uploaded
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
@@ -90,7 +90,8 @@ def exact_layer(task, graph, i: int) -> TypedLayer:
 def exact_inputs(task, data, table=None) -> dict:
     """{type: every node's input row}: its features (from a table in host memory, the
     whole table read onto the device first, in blocks, after checking that it fits), or
-    for a featureless type its rows of the stacked embedding `table` (`TypedEmbedding`)."""
+    for an embedded type its rows of the stacked embedding `table` (`TypedEmbedding`),
+    after its features if it has both (`join_inputs`)."""
     counts = data.graph.num_nodes
     offsets = dict(task.inputs.offsets)
     features = data.features
@@ -104,9 +105,9 @@ def exact_inputs(task, data, table=None) -> dict:
                              f"zg.predict(..., mode='sampled')), or give the model "
                              f"chunked_exact (docs/hetero.md) to read the table in chunks")
         features = uploaded(host)
-    h = {t: features[offsets[t]:offsets[t] + counts[t], :d] for t, d in task.inputs.widths}
-    h.update({t: table[off:off + counts[t]] for t, off in task.inputs.embedded_offsets})
-    return h
+    return join_inputs(
+        {t: features[offsets[t]:offsets[t] + counts[t], :d] for t, d in task.inputs.widths},
+        {t: table[off:off + counts[t]] for t, off in task.inputs.embedded_offsets})
 
 
 def _table_fits(host, free: int | None) -> bool:
@@ -124,7 +125,7 @@ def _exact_layer(program, variables, h, graph, *, i: int):
 def exact_logits(task, program, variables, data, *, budget_bytes: int | None = None
                  ) -> jax.Array:
     """float32[N_target, classes]: every target node's exact logits (`variables` hold
-    the model's and, with featureless types, the "embedding" table). Where the model
+    the model's and, with embedded types, the "embedding" table). Where the model
     takes chunks (module docstring), a layer runs in chunks of a type's rows whose
     gathered edge rows fit `budget_bytes`; None: whole where its edge rows fit half the
     device's free memory (`_whole_fits`), else in chunks of `evaluate.chunk_budget`,
@@ -208,7 +209,7 @@ def _host_layer_in_chunks(task, program, variables, data, table, budget: int) ->
     table that does not fit the device."""
     graph, counts = data.graph, data.graph.num_nodes
     types, relations = exact_relations(task, graph, 0)
-    width = max(data.features.shape[1], 0 if table is None else table.shape[1],
+    width = max(task.inputs.widest(0 if table is None else table.shape[1]),
                 getattr(program.model.model, "hidden", 0))
     out = {}
     for t in (t for t in types if counts[t]):
@@ -234,10 +235,15 @@ def _host_chunked_rows(program, variables, features, table, graph, *, node_type:
     embedded = dict(inputs.embedded_offsets)
 
     def rows_of(node_type, ids, valid):
+        parts = {}
         if node_type in offsets:
-            return features.gather(offsets[node_type] + ids, valid)[:, :widths[node_type]]
+            rows = features.gather(offsets[node_type] + ids, valid)[:, :widths[node_type]]
+            parts = {node_type: rows}
+        if node_type not in embedded:
+            return parts[node_type]
         picked = table[embedded[node_type] + jnp.where(valid, ids, 0)]
-        return jnp.where(valid[:, None], picked, jnp.zeros((), picked.dtype))
+        picked = jnp.where(valid[:, None], picked, jnp.zeros((), picked.dtype))
+        return join_inputs(parts, {node_type: picked})[node_type]
 
     def chunk(first):
         ids = {node_type: [first + jnp.arange(rows, dtype=jnp.int32)]}

@@ -11,7 +11,8 @@ model's matmuls read a type as wide as the table without a copy); counts are per
 (level, type), flattened. The
 featureless types' rows come from one stacked, learnable table (`TypedEmbedding`), which
 the step gathers and trains by row-sparse lazy Adam as it does the homogeneous node
-embedding. The model (`OnTypes` around a `HeteroGNN`) unpacks both by type and reads
+embedding; with `embedding_dim`, every type has rows there, after its features if it
+has any. The model (`OnTypes` around a `HeteroGNN`) unpacks both by type and reads
 the typed blocks. The envelope is a `TypedEnvelope`, calibrated by
 `choose_typed_envelope` and grown after an overflow by `grow_typed`, as the homogeneous
 one is (scan.py reruns the step). A graph of one type trains as the homogeneous node
@@ -89,7 +90,7 @@ class TypedSample(NamedTuple):
         of each type with features (`TypedInputs.pack`); row_valid: (bool[S_t], ...).
       counts: int32[(L + 1) * T], real sizes per level, then per type of `types`.
       embedded: int32[E], the stacked embedding table's rows of the outermost level's
-        nodes of the featureless types (`TypedInputs.pack_embedded`); embedded_valid:
+        nodes of the embedded types (`TypedInputs.pack_embedded`); embedded_valid:
         bool[E].
     """
 
@@ -130,8 +131,10 @@ class TypedInputs:
     """Where the outermost level's input rows come from: `widths` ((type, d), ...) of
     the types with features, stacked in that order in the one device feature table at
     `offsets` (type, first row), zero-padded to the widest; `embedded` (type, N) the
-    featureless types, whose tables are stacked in that order in the one embedding
-    table at `embedded_offsets` (type, first row)."""
+    types with learnable rows (the featureless ones; every type, in the graph's order,
+    with `embed_all`), whose tables are stacked in that order in the one embedding
+    table at `embedded_offsets` (type, first row). A type in both reads its features,
+    then its embedding row (`join_inputs`)."""
 
     widths: tuple
     offsets: tuple
@@ -139,18 +142,25 @@ class TypedInputs:
     embedded_offsets: tuple
 
     @classmethod
-    def of(cls, dataset: HeteroDataset) -> TypedInputs:
+    def of(cls, dataset: HeteroDataset, *, embed_all: bool = False) -> TypedInputs:
         counts = dataset.num_nodes
         types = dataset.graph.node_types
         featured = [t for t in types if t in dataset.features]
-        bare = [t for t in types if t not in dataset.features]
+        bare = [t for t in types if embed_all or t not in dataset.features]
         return cls(tuple((t, dataset.feature_dims[t]) for t in featured),
                    _offsets(featured, counts), tuple((t, counts[t]) for t in bare),
                    _offsets(bare, counts))
 
+    def widest(self, dim: int) -> int:
+        """The widest input row with `dim`-wide embedding rows: a type's features, then
+        its embedding row if it has one."""
+        embedded = {t for t, _ in self.embedded}
+        return max([d + (dim if t in embedded else 0) for t, d in self.widths]
+                   + [dim if embedded else 0])
+
     @property
     def embedded_rows(self) -> int:
-        """Rows of the stacked embedding table: every featureless type's nodes."""
+        """Rows of the stacked embedding table: every embedded type's nodes."""
         return sum(n for _, n in self.embedded)
 
     def table(self, dataset: HeteroDataset, dtype, normalize: bool) -> np.ndarray:
@@ -199,7 +209,7 @@ class TypedInputs:
                 tuple(valid[t] for t, _ in present))
 
     def pack_embedded(self, nodes: dict, valid: dict) -> tuple[jax.Array, jax.Array]:
-        """(int32[E] embedding-table rows, bool[E]) of the featureless types' ids in
+        """(int32[E] embedding-table rows, bool[E]) of the embedded types' ids in
         `nodes`."""
         return _pack(self.embedded_offsets, nodes, valid)
 
@@ -222,13 +232,13 @@ def _pack(offsets, nodes: dict, valid: dict) -> tuple[jax.Array, jax.Array]:
 
 @dataclasses.dataclass(frozen=True)
 class TypedEmbedding(NodeEmbedding):
-    """The featureless types' learnable rows: one table per type, stacked into one
-    float[sum of N_t, dim] table at `TypedInputs.embedded_offsets`, so the homogeneous
-    node embedding's machinery (lazy Adam in the scan, applied only to kept steps,
-    checkpoints, `restore`, and the row all-gather of data parallelism) serves it
-    unchanged. A step reads the rows of its
-    outermost level's featureless nodes (`TypedSample.embedded`) and hands the model
-    (`OnTypes`) the pair (feature rows, embedding rows).
+    """The embedded types' learnable rows (`TypedInputs.embedded`): one table per type,
+    stacked into one float[sum of N_t, dim] table at `TypedInputs.embedded_offsets`, so
+    the homogeneous node embedding's machinery (lazy Adam in the scan, applied only to
+    kept steps, checkpoints, `restore`, and the row all-gather of data parallelism)
+    serves it unchanged. A step reads the rows of its outermost level's embedded nodes
+    (`TypedSample.embedded`) and hands the model (`OnTypes`) the pair (feature rows,
+    embedding rows).
 
     Attributes:
       table_rows: the stacked table's rows (`TypedInputs.embedded_rows`). (`apart` plays
@@ -286,12 +296,16 @@ def _refuse(cfg) -> None:
                                f"{cfg.engine!r}"),
         (not cfg.shard_features, "typed graphs keep their stacked feature table whole on "
                                  "every device: drop shard_features"),
-        (cfg.embedding_dim == 0, f"typed graphs embed their featureless types at `hidden` "
-                                 f"width: drop embedding_dim ({cfg.embedding_dim})"),
     ]
     for ok, message in checks:
         if not ok:
             raise ValueError(message)
+
+
+def _embedding_dim(cfg) -> int:
+    """The learnable rows' width: `cfg.embedding_dim` where set (every type then has
+    rows), else `cfg.hidden` (the featureless types' rows)."""
+    return cfg.embedding_dim or cfg.hidden
 
 
 def _edge_tables(graph: HeteroGraph, read: bool, dtype) -> HeteroGraph:
@@ -362,8 +376,9 @@ class TypedNodeTask(ItemsAreLevel0):
         config = config.resolve(dataset.graph)
         plan = config.plan(dataset.target_type)
         rows = node_task(loss, dataset)
-        return cls(config, dataset.target_type, plan[-1].types, TypedInputs.of(dataset),
-                   rows.loss, rows.score), dataset
+        inputs = TypedInputs.of(dataset, embed_all=cfg.embedding_dim > 0)
+        return cls(config, dataset.target_type, plan[-1].types, inputs, rows.loss,
+                   rows.score), dataset
 
     def output_dim(self, cfg, dataset: HeteroDataset) -> int:
         del cfg
@@ -470,7 +485,7 @@ class TypedNodeTask(ItemsAreLevel0):
         `Placement`): as is (the device), or a `HostTable` over it in the row order
         `cfg.host_row_order` gives (by `TypedInputs.degrees` or as stored), whose hottest
         rows a device cache holds (on every device of a mesh: `place_features`). "auto"
-        weighs graph, table and the featureless types' tables with their moments against
+        weighs graph, table and the embedded types' tables with their moments against
         the device's memory (and says what it chose, with progress on). Where exact
         evaluation reads the whole table onto the device (`whole_table`: a model without
         `chunked_exact`), "auto" keeps the device (`_typed_placement`), and asked for the
@@ -479,7 +494,7 @@ class TypedNodeTask(ItemsAreLevel0):
         (ValueError); a model that takes chunks reads a table too large for the device
         chunk by chunk instead."""
         arrays = jax.tree_util.tree_leaves(graph)
-        embedded = self.inputs.embedded_rows * cfg.hidden * (dtype.itemsize + 8)
+        embedded = self.inputs.embedded_rows * _embedding_dim(cfg) * (dtype.itemsize + 8)
         resident = Resident(sum(int(a.nbytes) for a in arrays), table.nbytes, embedded,
                             dtype.name, 1)
         limit = device_memory_limit()
@@ -506,11 +521,11 @@ class TypedNodeTask(ItemsAreLevel0):
                               row_order=cfg.host_row_order), placement
 
     def embedding(self, cfg) -> TypedEmbedding | None:
-        """The featureless types' `hidden`-wide tables, trained by lazy Adam at `cfg.lr`
-        (None when every type has features)."""
+        """The embedded types' tables (`_embedding_dim` wide), trained by lazy Adam at
+        `cfg.lr` (None when every type has features and `cfg.embedding_dim` is 0)."""
         if not self.inputs.embedded:
             return None
-        return TypedEmbedding(cfg.hidden, cfg.lr, cfg.dtype,
+        return TypedEmbedding(_embedding_dim(cfg), cfg.lr, cfg.dtype,
                               table_rows=self.inputs.embedded_rows)
 
     def sample_batch(self, program: StepProgram, data: DeviceData, perm, batch_index, epoch,
@@ -554,9 +569,11 @@ class TypedNodeTask(ItemsAreLevel0):
 
     def _row_bytes(self, program: StepProgram, levels) -> list[int]:
         """Bytes of a row at each level: ids, mask, a row of activations and its gradient
-        at the model's `hidden` width (the input width at the outermost level)."""
+        at the model's `hidden` width (the widest input row at the outermost level: a
+        type's features, then its embedding row if it has one)."""
         hidden = getattr(program.model.model, "hidden", 0)
-        width = max([d for _, d in self.inputs.widths] + [hidden])
+        dim = program.embedding.dim if program.embedding is not None else 0
+        width = max(self.inputs.widest(dim), hidden)
         return [5 + 8 * (width if lvl == len(levels) - 1 else hidden)
                 for lvl in range(len(levels))]
 
@@ -572,7 +589,7 @@ class TypedNodeTask(ItemsAreLevel0):
 
     def envelope_bytes(self, program: StepProgram, envelope: TypedEnvelope) -> int:
         """A step's buffer bytes: its levels' rows and, on several devices, the
-        featureless types' embedding rows every device gathers (`gathered_rows_bytes`)."""
+        embedded types' rows every device gathers (`gathered_rows_bytes`)."""
         step = self._level_bytes(program, envelope)
         emb = program.embedding
         if emb is not None:
