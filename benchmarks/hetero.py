@@ -97,6 +97,10 @@ def main(argv=None) -> None:
     p.add_argument("--kernels", default="auto", help="as TrainConfig.kernels, e.g. "
                    "'sample=pallas' (auto's GPU choice but the embeddings' row update in "
                    "its XLA form)")
+    p.add_argument("--embedding-dim", type=int, default=0,
+                   help="learnable rows of this width for every type, after a featured "
+                        "type's features (as TrainConfig; 0: the featureless types' only, "
+                        "--hidden wide)")
     p.add_argument("--eval-mode", default="sampled", choices=("sampled", "full", "none"),
                    help="none: throughput alone, no evaluation (with sampled or full, "
                         "the last epoch's record is written after the evaluation that "
@@ -154,6 +158,7 @@ def main(argv=None) -> None:
                          batch_size=args.batch_size, epochs=args.epochs,
                          lr=args.lr or (1e-3 if args.dataset == "igbh-like" else 3e-3),
                          dtype=args.dtype, kernels=args.kernels, eval_mode=args.eval_mode,
+                         embedding_dim=args.embedding_dim,
                          eval_every=0, feature_placement=args.feature_placement,
                          feature_cache_gib=args.feature_cache_gib,
                          host_row_order=args.host_row_order, metrics_out=args.out, progress=False)
