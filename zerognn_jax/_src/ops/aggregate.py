@@ -27,7 +27,7 @@ def gather_live(h_src: jax.Array, nbr: jax.Array, live: jax.Array) -> jax.Array:
     return jnp.take(h_src, idx, axis=0, mode="fill", fill_value=0)
 
 
-def _row_major(x: jax.Array) -> jax.Array:
+def row_major(x: jax.Array) -> jax.Array:
     """`x` held in row-major layout, whatever its consumers would prefer.
 
     XLA's layout assignment lets a consumer choose a producer's layout: a matmul that
@@ -74,8 +74,8 @@ def _weighted_sum_bwd(res, g):
     h_src, nbr, weights = res
     acc = _accumulator(h_src.dtype)
     live = jnp.any(weights != 0, axis=-1)
-    g, w = _row_major(g.astype(acc)), weights.astype(acc)
-    dh = _row_major(source_gradient(g, nbr, w, live, h_src.shape[0]))
+    g, w = row_major(g.astype(acc)), weights.astype(acc)
+    dh = row_major(source_gradient(g, nbr, w, live, h_src.shape[0]))
     rows = gather_live(h_src.astype(acc), nbr, live)  # [C, K, H, F]
     dw = jnp.sum(rows * g[:, None], axis=-1)
     return dh.astype(h_src.dtype), None, dw.astype(weights.dtype)
