@@ -243,17 +243,14 @@ def test_graph_task_on_four_devices_trains_like_one(collectives):
     assert np.max(window["max_counts"], axis=0).tolist() == window["calibrated"]
 
 
-def test_typed_graph_on_four_devices_trains_like_one(runs):
-    """Relational SAGE on mag-like, 4 devices x 16 seeds against one device x 64 (the last
-    step 16 + 16 + 11 + 0): the same parameters, featureless types' embedding rows,
-    losses and exact evaluation. Every neighbour is taken and dropout is off, so the
-    devices' own random streams are not exercised here (the homogeneous tests above
-    cover the step keys of batch s D + d, which the typed sampler shares)."""
-    out = runs["jobs"]["typed"].wait()
-    ref, ref_record = load(out, "typed_ref")
-    params, record = load(out, "typed_dp4")
-    assert record["summary"]["devices"] == 4 and record["summary"]["global_batch"] == 64
-    # the embedding rows' lazy Adam differs from one device by up to ~9e-6 (CPU)
+def _typed_runs_agree(out, one_device: str, four_devices: str) -> dict:
+    """Asserts that the typed run `four_devices` (4 devices) trained as `one_device`: the
+    parameters, the stacked embedding table (whose lazy Adam differs from one device by
+    up to ~9e-6 on a CPU), the loss and every split's exact accuracy. Returns the
+    4-device run's parameters."""
+    ref, ref_record = load(out, one_device)
+    params, record = load(out, four_devices)
+    assert record["summary"]["devices"] == 4
     embedding = [k for k in ref if "embedding" in k]
     assert embedding
     assert_params_close({k: params[k] for k in embedding}, {k: ref[k] for k in embedding},
@@ -265,6 +262,29 @@ def test_typed_graph_on_four_devices_trains_like_one(runs):
     assert four["overflows"] == 0
     for split in ("train", "val", "test"):
         assert abs(four[f"{split}_acc"] - one[f"{split}_acc"]) < 1e-6, split
+    return params
+
+
+def test_typed_graph_on_four_devices_trains_like_one(runs):
+    """Relational SAGE on mag-like, 4 devices x 16 seeds against one device x 64 (the last
+    step 16 + 16 + 11 + 0): the same parameters, featureless types' embedding rows,
+    losses and exact evaluation. Every neighbour is taken and dropout is off, so the
+    devices' own random streams are not exercised here (the homogeneous tests above
+    cover the step keys of batch s D + d, which the typed sampler shares)."""
+    out = runs["jobs"]["typed"].wait()
+    _typed_runs_agree(out, "typed_ref", "typed_dp4")
+    assert load(out, "typed_dp4")[1]["summary"]["global_batch"] == 64
+
+
+def test_typed_rgat_with_edge_features_and_every_types_rows_on_four_devices(runs):
+    """R-GAT reading edge features, every type with learnable rows (`embedding_dim`):
+    4 devices x 8 seeds train as one device x 32 (the devices' views carry the edge
+    rows of their own slots; the stacked table's rows, featured papers' included, go
+    through the all-gathered lazy Adam)."""
+    out = runs["jobs"]["typed"].wait()
+    params = _typed_runs_agree(out, "typed_rgat_ref", "typed_rgat_dp4")
+    assert any("edge_kernel" in k for k in params)
+    assert params["['embedding']"].shape == (180, 4)  # 120 papers and 60 authors
 
 
 def test_the_trainer_caches_a_host_table_on_every_device(runs):
