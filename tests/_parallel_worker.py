@@ -237,8 +237,9 @@ def cmd_typed(args, out: pathlib.Path) -> None:
     steps see the same subgraphs; the featureless types' embedding rows train by lazy
     Adam on both; exact evaluation after the epoch. Then, on 4 devices, the trainer
     with the feature table in host memory and a device cache of part of it: the same
-    typed run (exact evaluation too, the table read onto the device), and the test
-    problem's SAGE against its run with the table on the device. Last, R-GAT reading
+    typed run (exact evaluation too, the table read onto the device), and with the
+    table split by rows across the devices (`shard_features`); the test problem's SAGE
+    against its run with the table on the device. Last, R-GAT reading
     edge features, with learnable rows for every type (`embedding_dim`), on one device
     and on 4."""
     import jax
@@ -249,7 +250,8 @@ def cmd_typed(args, out: pathlib.Path) -> None:
     # 300 rows of the stacked table (of 1,473 papers, 128 wide), the hottest
     typed_host = dict(feature_placement="host", feature_cache_gib=300 * 128 * 4 / 2**30)
     for name, devices, extra in (("typed_ref", 1, {}), ("typed_dp4", 4, {}),
-                                 ("typed_dp4_host", 4, typed_host)):
+                                 ("typed_dp4_host", 4, typed_host),
+                                 ("typed_dp4_split", 4, {"shard_features": True})):
         result = train(TrainConfig(dataset="mag-like", scale=0.002, model="rsage", hidden=8,
                                    layers=2, fanouts=(-1, -1), batch_size=64 // devices,
                                    devices=devices, dropout=0.0, input_dropout=0.0, epochs=1,
@@ -257,8 +259,12 @@ def cmd_typed(args, out: pathlib.Path) -> None:
                                    **extra), mag)
         params = {"params": result.variables["params"],
                   "embedding": jax.device_get(result.state.embedding)}
+        table = result.data.features
         save_run(out, name, params, {"history": result.history, "summary": result.summary,
-                                     "cache": _cache_record(result.data.features)})
+                                     "cache": _cache_record(table),
+                                     "table_rows": [int(table.shape[0]), int(
+                                         table.sharding.shard_shape(table.shape)[0])]
+                                     if isinstance(table, jax.Array) else None})
     edges = _typed_with_edge_features()
     for name, devices in (("typed_rgat_ref", 1), ("typed_rgat_dp4", 4)):
         result = train(TrainConfig(dataset="typed-edges", model="rgat", heads=2, hidden=8,

@@ -276,6 +276,21 @@ def test_typed_graph_on_four_devices_trains_like_one(runs):
     assert load(out, "typed_dp4")[1]["summary"]["global_batch"] == 64
 
 
+def test_typed_graph_with_split_features_trains_like_one_device(runs):
+    """The stacked feature table split by rows across 4 devices (`shard_features`: each
+    holds a quarter, a step fetches its rows from their owners) trains as one device
+    holding it whole, and exact evaluation, reading it across the devices, agrees."""
+    out = runs["jobs"]["typed"].wait()
+    _typed_runs_agree(out, "typed_ref", "typed_dp4_split")
+    record = load(out, "typed_dp4_split")[1]
+    rows, per_device = record["table_rows"]
+    whole, on_each = load(out, "typed_dp4")[1]["table_rows"]
+    assert on_each == whole  # replicated
+    assert per_device * 4 == rows and whole <= rows < whole + 4  # split, padded to 4 parts
+    assert record["summary"]["feature_placement_why"] == \
+        "shard_features splits it across the devices"
+
+
 def test_typed_rgat_with_edge_features_and_every_types_rows_on_four_devices(runs):
     """R-GAT reading edge features, every type with learnable rows (`embedding_dim`):
     4 devices x 8 seeds train as one device x 32 (the devices' views carry the edge

@@ -205,8 +205,6 @@ def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
     (dict(relation_fanouts={"nope": (1, 1)}), "relation_fanouts key 'nope' names no"),
     (dict(relation_fanouts={"cites": (1,)}), "relation_fanouts['cites'] has 1 hops"),
     (dict(task="link"), "task 'link' does not train typed datasets"),
-    (dict(devices=2, shard_features=True), "keep their stacked feature table whole on "
-                                           "every device: drop shard_features"),
     (dict(edge_features=True, model="rgat"), "no relation of 'mag-like' has any"),
 ])
 def test_refused_options(mag, change, message):

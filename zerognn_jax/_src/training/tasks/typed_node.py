@@ -281,7 +281,8 @@ def _typed_placement(cfg, resident: Resident, limit: int | None,
     """`choose_placement`'s, except that "auto" keeps the device for exact evaluation
     by a model that reads every row onto it (`whole_table`: one without
     `chunked_exact`, typed_eval.py)."""
-    placement = choose_placement(cfg.feature_placement, resident, limit)
+    placement = choose_placement(cfg.feature_placement, resident, limit,
+                                 sharded=cfg.shard_features)
     if placement.where == "device" or cfg.feature_placement != "auto" \
             or cfg.eval_mode != "full" or not whole_table:
         return placement
@@ -291,15 +292,8 @@ def _typed_placement(cfg, resident: Resident, limit: int | None,
 
 def _refuse(cfg) -> None:
     """Raises ValueError for an option typed training does not take."""
-    checks = [
-        (cfg.engine == "scan", f"typed graphs train on the scan engine; got engine "
-                               f"{cfg.engine!r}"),
-        (not cfg.shard_features, "typed graphs keep their stacked feature table whole on "
-                                 "every device: drop shard_features"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise ValueError(message)
+    if cfg.engine != "scan":
+        raise ValueError(f"typed graphs train on the scan engine; got engine {cfg.engine!r}")
 
 
 def _embedding_dim(cfg) -> int:
@@ -474,8 +468,11 @@ class TypedNodeTask(ItemsAreLevel0):
                               cfg.batch_size, cfg.seed, kernels, task=self,
                               layout=typed_layout(cfg), embedding=self.embedding(cfg),
                               placement=placement)
-        if mesh.size > 1:  # every device holds the graph and the table, and samples its seeds
-            program = program.with_mesh(mesh)
+        if mesh.size > 1 or cfg.shard_features:
+            # every device holds the graph and samples its seeds; the stacked table is
+            # whole on each, or split by rows across them (`shard_features`: a step
+            # fetches its rows from their owners, `DataParallel.gather_rows`)
+            program = program.with_mesh(mesh, shard_features=cfg.shard_features)
             return program.parallel.place_data(host), program
         # device_put, not jnp.asarray: that compiles a copy on the device (two tables)
         return jax.device_put(host), program
