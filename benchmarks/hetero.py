@@ -101,6 +101,10 @@ def main(argv=None) -> None:
                    help="learnable rows of this width for every type, after a featured "
                         "type's features (as TrainConfig; 0: the featureless types' only, "
                         "--hidden wide)")
+    p.add_argument("--devices", type=int, default=1,
+                   help="devices to train on, data parallel (--batch-size is per device)")
+    p.add_argument("--shard-features", action="store_true",
+                   help="split the stacked feature table by rows across the devices")
     p.add_argument("--eval-mode", default="sampled", choices=("sampled", "full", "none"),
                    help="none: throughput alone, no evaluation (with sampled or full, "
                         "the last epoch's record is written after the evaluation that "
@@ -158,7 +162,8 @@ def main(argv=None) -> None:
                          batch_size=args.batch_size, epochs=args.epochs,
                          lr=args.lr or (1e-3 if args.dataset == "igbh-like" else 3e-3),
                          dtype=args.dtype, kernels=args.kernels, eval_mode=args.eval_mode,
-                         embedding_dim=args.embedding_dim,
+                         embedding_dim=args.embedding_dim, devices=args.devices,
+                         shard_features=args.shard_features,
                          eval_every=0, feature_placement=args.feature_placement,
                          feature_cache_gib=args.feature_cache_gib,
                          host_row_order=args.host_row_order, metrics_out=args.out, progress=False)
