@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,15 +14,20 @@ from zerognn_jax import TrainConfig, export_model, layerwise_logits, make_datase
 from zerognn_jax._src.sampling.envelope import conservative
 
 
-def _train(fanouts):
+def _train(fanouts, **options):
+    """A run on a random 300-node graph; with `edge_features` in `options`, a GAT reading
+    a 3-column edge-feature table."""
     rs = np.random.default_rng(2)
     g = random_graph(300, 1500, seed=2)
     labels = rs.integers(0, 3, 300)
     feats = rs.normal(size=(300, 5)).astype(np.float32) + labels[:, None]
     ds = make_dataset("g300", g.indptr, g.indices, feats, labels, np.arange(200),
                       np.arange(200, 250), np.arange(250, 300), 3)
+    if options.get("edge_features"):
+        table = rs.normal(size=(g.indices.shape[0], 3)).astype(np.float32)
+        ds = dataclasses.replace(ds, graph=ds.graph._replace(edge_features=table))
     cfg = TrainConfig(hidden=8, layers=2, fanouts=fanouts, batch_size=32, epochs=1,
-                      eval_mode="none", progress=False)
+                      eval_mode="none", progress=False, **options)
     return train(cfg, ds)
 
 
@@ -57,9 +64,48 @@ def test_exported_model_round_trips_and_matches_the_live_model(trained):
     assert out.arguments[:3] == ("indptr", "indices", "features")
 
 
-def test_export_refuses_bad_batch_and_weighted_sampler(trained):
-    import dataclasses
+def test_a_model_reading_edge_features_takes_the_table_as_an_argument():
+    """GAT with edge features in its attention: the artifact takes the graph's edge
+    table after the features and gives the live model's outputs; without the table
+    the model would read none."""
+    res = _train((4, 3), model="gat", heads=2, edge_features=True)
+    p, v, d = res.program, res.variables, res.data
+    out = export_model(p, v, d, batch_size=16)
+    assert out.arguments == ("indptr", "indices", "features", "edge_features", "seeds",
+                             "valid", "key")
+    back = jax.export.deserialize(out.serialize())
+    seeds, valid, key = jnp.arange(250, 266, dtype=jnp.int32), jnp.ones(16, bool), jnp.uint32(5)
+    got = back.call(d.graph.indptr, d.graph.indices, d.features, d.graph.edge_features,
+                    seeds, valid, key)
+    caps = conservative(16, p.sampler.slots, d.graph.num_nodes).capacities
+    want, _, _ = p.forward(v, d, seeds, valid, key, caps, train=False)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+    zeroed = back.call(d.graph.indptr, d.graph.indices, d.features,
+                       jnp.zeros_like(d.graph.edge_features), seeds, valid, key)
+    assert np.abs(np.asarray(zeroed) - np.asarray(got)).max() > 1e-4
 
+
+def test_export_refuses_a_task_that_builds_its_own_batches():
+    """A typed graph's program is refused in one line naming its task."""
+    from zerognn_jax import make_hetero_dataset
+    from zerognn_jax._src.training.trainer import prepare
+
+    rs = np.random.default_rng(0)
+    ds = make_hetero_dataset(
+        "two-types", {"paper": 20, "author": 10},
+        {("author", "writes", "paper"): (rs.integers(0, 10, 40), rs.integers(0, 20, 40))},
+        target_type="paper", labels=rs.integers(0, 2, 20), train_idx=np.arange(12),
+        val_idx=np.arange(12, 16), test_idx=np.arange(16, 20),
+        features={"paper": rs.normal(size=(20, 4))}, add_reverse=True)
+    cfg = TrainConfig(dataset="two-types", model="rsage", hidden=8, layers=2, fanouts=(2, 2),
+                      batch_size=4, epochs=1, eval_mode="none", progress=False)
+    _, data, program = prepare(cfg, ds)
+    with pytest.raises(ValueError, match=r"serves node and link models of a graph of one "
+                                         r"node type.*\(TypedNodeTask: typed graphs"):
+        export_model(program, {}, data, batch_size=4)
+
+
+def test_export_refuses_bad_batch_and_weighted_sampler(trained):
     p, v, d = trained.program, trained.variables, trained.data
     with pytest.raises(ValueError, match="batch_size must be a positive int, got 0"):
         export_model(p, v, d, batch_size=0)
