@@ -85,23 +85,66 @@ def test_a_model_reading_edge_features_takes_the_table_as_an_argument():
     assert np.abs(np.asarray(zeroed) - np.asarray(got)).max() > 1e-4
 
 
-def test_export_refuses_a_task_that_builds_its_own_batches():
-    """A typed graph's program is refused in one line naming its task."""
+def _typed(**options):
+    """A trained typed run: papers with features, citations with 2 edge features,
+    featureless authors; every neighbour sampled."""
     from zerognn_jax import make_hetero_dataset
-    from zerognn_jax._src.training.trainer import prepare
 
     rs = np.random.default_rng(0)
+    cites, writes = ("paper", "cites", "paper"), ("author", "writes", "paper")
     ds = make_hetero_dataset(
-        "two-types", {"paper": 20, "author": 10},
-        {("author", "writes", "paper"): (rs.integers(0, 10, 40), rs.integers(0, 20, 40))},
-        target_type="paper", labels=rs.integers(0, 2, 20), train_idx=np.arange(12),
-        val_idx=np.arange(12, 16), test_idx=np.arange(16, 20),
-        features={"paper": rs.normal(size=(20, 4))}, add_reverse=True)
-    cfg = TrainConfig(dataset="two-types", model="rsage", hidden=8, layers=2, fanouts=(2, 2),
-                      batch_size=4, epochs=1, eval_mode="none", progress=False)
-    _, data, program = prepare(cfg, ds)
-    with pytest.raises(ValueError, match=r"serves node and link models of a graph of one "
-                                         r"node type.*\(TypedNodeTask: typed graphs"):
+        "two-types", {"paper": 40, "author": 20},
+        {cites: (rs.integers(0, 40, 90), rs.integers(0, 40, 90)),
+         writes: (rs.integers(0, 20, 60), rs.integers(0, 40, 60))},
+        target_type="paper", labels=rs.integers(0, 3, 40), train_idx=np.arange(24),
+        val_idx=np.arange(24, 32), test_idx=np.arange(32, 40),
+        features={"paper": rs.normal(size=(40, 4))},
+        edge_features={cites: rs.normal(size=(90, 2))}, add_reverse=True)
+    cfg = TrainConfig(dataset="two-types", hidden=8, layers=2, fanouts=(-1, -1),
+                      batch_size=8, epochs=1, eval_mode="none", progress=False, **options)
+    return train(cfg, ds)
+
+
+@pytest.mark.parametrize("options", [dict(model="rsage"),
+                                     dict(model="rgat", heads=2, edge_features=True,
+                                          embedding_dim=3)], ids=["rsage", "rgat-edges"])
+def test_a_typed_model_exports_and_equals_exact_inference(options):
+    """A typed graph's artifact takes each relation's CSR (and edge table where the
+    views read one), the stacked features and paper ids; with every neighbour sampled
+    it gives the exact logits (learnable rows baked in); it lowers for CUDA too."""
+    from zerognn_jax._src.training.evaluate import Predictor
+    from zerognn_jax._src.training.tasks.typed_eval import typed_logits
+
+    res = _typed(**options)
+    p, v, d = res.program, res.variables, res.data
+    out = export_model(p, v, d, batch_size=8, platforms=("cpu", "cuda"))
+    names = ["paper__cites__paper.indptr", "paper__cites__paper.indices"]
+    if options.get("edge_features"):
+        names.append("paper__cites__paper.edge_features")
+    assert list(out.arguments[:len(names)]) == names
+    assert out.arguments[-4:] == ("features", "seeds", "valid", "key")
+    arrays = {f"{name}.{part}": getattr(g, part) for name, g in
+              zip(("__".join(r) for r in d.graph.relations), d.graph.graphs)
+              for part in ("indptr", "indices", "edge_features")}
+    back = jax.export.deserialize(out.serialize())
+    seeds, valid = jnp.arange(30, 38, dtype=jnp.int32), jnp.arange(8) < 6
+    got = back.call(*(arrays[n] for n in out.arguments[:-4]), d.features, seeds, valid,
+                    jnp.uint32(4))
+    exact = typed_logits(p.task, Predictor(p, v, d, "full", 8, 0), np.arange(30, 36))
+    assert got.shape == (8, 3)
+    np.testing.assert_allclose(np.asarray(got)[:6], exact, rtol=1e-4, atol=1e-5)
+
+
+def test_export_refuses_a_graph_collection():
+    """A graph-level program is refused in one line naming its task."""
+    from zerognn_jax import molhiv_like
+    from zerognn_jax._src.training.trainer import prepare
+
+    cfg = TrainConfig(task="graph", dataset="molhiv-like", model="gin", hidden=8, layers=2,
+                      batch_size=8, epochs=1, eval_mode="none", progress=False)
+    _, data, program = prepare(cfg, molhiv_like(0.002, seed=1))
+    with pytest.raises(ValueError, match=r"\(GraphTask\) batches graph collections, which "
+                                         r"are not served yet"):
         export_model(program, {}, data, batch_size=4)
 
 

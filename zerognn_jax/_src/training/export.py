@@ -6,7 +6,8 @@ XLA form. The graph and the feature table stay arguments: they are the data a se
 holds, often too large to serialize. Every argument is a plain array, so the artifact
 needs no pytree registrations to load: `jax.export.deserialize(blob).call(...)` in any
 process with JAX (and `flatbuffers`, which `serialize` needs) runs it, no zerognn-jax
-required.
+required. A typed graph's node model exports the same way, each relation's CSR an
+argument of its own (`export_model`).
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ import jax
 import jax.numpy as jnp
 
 from zerognn_jax._src.data.graph import CSRGraph
+from zerognn_jax._src.data.hetero import relation_name
 from zerognn_jax._src.ops.registry import XLA
 from zerognn_jax._src.sampling.envelope import conservative
+from zerognn_jax._src.sampling.typed_envelope import typed_conservative, typed_tree_sizes
+from zerognn_jax._src.sampling.typed_minibatch import sample_typed
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.tasks.base import BatchedTask
+from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask
 
 
 class ExportedModel(NamedTuple):
@@ -56,26 +61,33 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
         so no call can overflow.
       platforms: lowering targets, e.g. ("cpu", "cuda"); default: this backend's.
 
+    A typed graph's program (`TypedNodeTask`) takes, per relation in the graph's order,
+    "<src>__<name>__<dst>.indptr" and ".indices" (and ".edge_features" where its views
+    read that relation's table), then the stacked "features" table, then the seeds (ids
+    of the target type), and gives their logits; learnable rows are baked in with the
+    variables.
+
     Raises:
       ValueError: a bad batch size, a weighted sampler (it reads a per-edge table
-        the artifact does not take), or a task that builds its own batches (typed
-        graphs, graph collections: not served yet).
+        the artifact does not take), or a graph collection's task (not served yet).
     """
     if not (isinstance(batch_size, int) and batch_size >= 1):
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    if isinstance(program.task, BatchedTask):
-        raise ValueError(f"export_model serves node and link models of a graph of one "
-                         f"node type; this program's task builds its own batches "
-                         f"({type(program.task).__name__}: typed graphs and graph "
-                         f"collections are not served yet)")
+    typed = isinstance(program.task, TypedNodeTask)
+    if isinstance(program.task, BatchedTask) and not typed:
+        raise ValueError(f"export_model serves node and link models, and typed graphs' "
+                         f"node models; this program's task ({type(program.task).__name__}) "
+                         f"batches graph collections, which are not served yet")
     if program.sampler.method == "weighted":
         raise ValueError("export_model serves the uniform and LABOR samplers; this "
                          "program samples by edge weight")
-    edges = program.sampler.edge_ids  # the views read the sampled edges' features
-    caps = conservative(batch_size, program.sampler.slots, data.graph.num_nodes).capacities
     # The XLA twin of every op: no Triton custom calls, whose serialized form jax.export
     # does not promise to keep loadable, and one artifact lowers for CPU and GPU alike.
     program = dataclasses.replace(program.with_mesh(None), kernels=XLA)
+    if typed:
+        return _export_typed(program, variables, data, batch_size, platforms)
+    edges = program.sampler.edge_ids  # the views read the sampled edges' features
+    caps = conservative(batch_size, program.sampler.slots, data.graph.num_nodes).capacities
 
     def infer(indptr, indices, features, *rest):
         edge_features, (seeds, valid, key) = (rest[0], rest[1:]) if edges else (None, rest)
@@ -89,12 +101,56 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
     if edges:
         tables += (data.graph.edge_features,)
     shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in tables]
-    shapes += [jax.ShapeDtypeStruct((batch_size,), jnp.int32),
-               jax.ShapeDtypeStruct((batch_size,), jnp.bool_),
-               jax.ShapeDtypeStruct((), jnp.uint32)]
+    names = ("indptr", "indices", "features") + (("edge_features",) if edges else ())
+    return _exported(infer, shapes, names, batch_size, platforms)
+
+
+def _exported(infer, shapes: list, names: tuple, batch_size: int, platforms):
+    """`infer` exported for `shapes` and the seeds, valid flags and key after them."""
+    shapes = shapes + [jax.ShapeDtypeStruct((batch_size,), jnp.int32),
+                       jax.ShapeDtypeStruct((batch_size,), jnp.bool_),
+                       jax.ShapeDtypeStruct((), jnp.uint32)]
     # Left out, jax.export lowers for this backend (its name for it: "cuda", not "gpu").
     chosen = {"platforms": tuple(platforms)} if platforms else {}
-    exported = jax.export.export(jax.jit(infer), **chosen)(*shapes)
-    names = ("indptr", "indices", "features") + (("edge_features",) if edges else ()) + (
-        "seeds", "valid", "key")
-    return ExportedModel(exported, batch_size, names)
+    # A layout pin (`ops.aggregate.row_major`, R-GAT's projected slots) is a custom call
+    # outside jax.export's stable list; it only tells XLA's layout assignment what to do.
+    pins = [jax.export.DisabledSafetyCheck.custom_call("LayoutConstraint")]
+    exported = jax.export.export(jax.jit(infer), disabled_checks=pins, **chosen)(*shapes)
+    return ExportedModel(exported, batch_size, names + ("seeds", "valid", "key"))
+
+
+def _export_typed(program: StepProgram, variables, data: DeviceData, batch_size: int,
+                  platforms) -> ExportedModel:
+    """`export_model` for a typed node task (its docstring): the typed sampler at the
+    conservative envelope for `batch_size` seeds (tree sizes in tree mode)."""
+    task, graph = program.task, data.graph
+    config, seed_type = task.sampler, task.seed_type
+    envelope = (typed_conservative(config, seed_type, batch_size, graph.num_nodes)
+                if config.dedup else typed_tree_sizes(config, seed_type, batch_size))
+    tables = [(name, g.edge_features is not None and config.edge_ids)
+              for name, g in zip(map(relation_name, graph.relations), graph.graphs)]
+
+    def infer(*args):
+        args = list(args)
+        graphs = []
+        for g, (_, with_table) in zip(graph.graphs, tables):
+            indptr, indices = args.pop(0), args.pop(0)
+            table = args.pop(0) if with_table else None
+            graphs.append(g._replace(indptr=indptr, indices=indices, weights=None,
+                                     edge_features=table))
+        features, seeds, valid, key = args
+        device = DeviceData(dataclasses.replace(graph, graphs=tuple(graphs)), features, None)
+        mb = sample_typed(device.graph, seeds, valid, key, config, envelope, XLA)
+        logits, _ = program.apply_model(variables, device, task.sample_of(mb), train=False,
+                                        inputs=task.model_inputs(device, mb))
+        return logits.astype(jnp.float32)
+
+    arrays, names = [], []
+    for g, (name, with_table) in zip(graph.graphs, tables):
+        parts = [("indptr", g.indptr), ("indices", g.indices)] + (
+            [("edge_features", g.edge_features)] if with_table else [])
+        arrays += [a for _, a in parts]
+        names += [f"{name}.{part}" for part, _ in parts]
+    arrays.append(data.features)
+    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]
+    return _exported(infer, shapes, tuple(names) + ("features",), batch_size, platforms)
