@@ -66,8 +66,8 @@ def test_exported_model_round_trips_and_matches_the_live_model(trained):
 
 def test_a_model_reading_edge_features_takes_the_table_as_an_argument():
     """GAT with edge features in its attention: the artifact takes the graph's edge
-    table after the features and gives the live model's outputs; without the table
-    the model would read none."""
+    table after the features and gives the live model's outputs, which the table moves
+    (zeroed, they change)."""
     res = _train((4, 3), model="gat", heads=2, edge_features=True)
     p, v, d = res.program, res.variables, res.data
     out = export_model(p, v, d, batch_size=16)

@@ -164,10 +164,9 @@ class RelGATConv(nn.Module):
         slots = view.edge_mask.shape
         per_slot = math.prod(slots) < h_src.shape[0]
         if per_slot:  # the slots' rows, projected: fewer than the sources
-            # held row-major (XLA's layout assignment is otherwise free to pick another
-            # for the products that read them): the reductions over them (logits,
-            # weighted sums, their gradients) ran faster, and igbh-like's R-GAT epoch
-            # went from 7.72 to 7.13 s (H200, docs/benchmarks.md)
+            # held row-major: left free, XLA relaid them out with two transposes;
+            # pinned, none, and igbh-like's R-GAT epoch went from 7.72 to 7.13 s (H200,
+            # docs/benchmarks.md)
             z_edges = row_major(project(view.src_of_edges(h_src)).reshape(*slots, h, f))
             src_logits = jnp.sum(z_edges * a_src, -1)
         else:  # every source row projected once, then read per slot

@@ -38,7 +38,8 @@ class ExportedModel(NamedTuple):
       batch_size: seeds per call (pad with any id and `valid=False`).
       arguments: the argument names, in order: (indptr, indices, features, seeds, valid,
         key), with "edge_features" (float[E, D], the graph's table) after "features"
-        for a model that reads edge features.
+        for a model that reads edge features; a typed graph's are per relation
+        (`export_model`).
     """
 
     exported: jax.export.Exported

@@ -235,15 +235,15 @@ def _host_chunked_rows(program, variables, features, table, graph, *, node_type:
     embedded = dict(inputs.embedded_offsets)
 
     def rows_of(node_type, ids, valid):
-        parts = {}
+        read, learned = {}, {}
         if node_type in offsets:
-            rows = features.gather(offsets[node_type] + ids, valid)[:, :widths[node_type]]
-            parts = {node_type: rows}
-        if node_type not in embedded:
-            return parts[node_type]
-        picked = table[embedded[node_type] + jnp.where(valid, ids, 0)]
-        picked = jnp.where(valid[:, None], picked, jnp.zeros((), picked.dtype))
-        return join_inputs(parts, {node_type: picked})[node_type]
+            read[node_type] = features.gather(offsets[node_type] + ids,
+                                              valid)[:, :widths[node_type]]
+        if node_type in embedded:
+            picked = table[embedded[node_type] + jnp.where(valid, ids, 0)]
+            learned[node_type] = jnp.where(valid[:, None], picked,
+                                           jnp.zeros((), picked.dtype))
+        return join_inputs(read, learned)[node_type]
 
     def chunk(first):
         ids = {node_type: [first + jnp.arange(rows, dtype=jnp.int32)]}

@@ -146,10 +146,10 @@ class TypedInputs:
         counts = dataset.num_nodes
         types = dataset.graph.node_types
         featured = [t for t in types if t in dataset.features]
-        bare = [t for t in types if embed_all or t not in dataset.features]
+        learned = [t for t in types if embed_all or t not in dataset.features]
         return cls(tuple((t, dataset.feature_dims[t]) for t in featured),
-                   _offsets(featured, counts), tuple((t, counts[t]) for t in bare),
-                   _offsets(bare, counts))
+                   _offsets(featured, counts), tuple((t, counts[t]) for t in learned),
+                   _offsets(learned, counts))
 
     def widest(self, dim: int) -> int:
         """The widest input row with `dim`-wide embedding rows: a type's features, then
