@@ -73,10 +73,11 @@ def test_a_model_reading_edge_features_takes_the_table_as_an_argument():
     out = export_model(p, v, d, batch_size=16)
     assert out.arguments == ("indptr", "indices", "features", "edge_features", "seeds",
                              "valid", "key")
+    tables = (d.graph.indptr, d.graph.indices, d.features, d.graph.edge_features)
+    assert all(a is b for a, b in zip(out.data_arguments(d), tables, strict=True))
     back = jax.export.deserialize(out.serialize())
     seeds, valid, key = jnp.arange(250, 266, dtype=jnp.int32), jnp.ones(16, bool), jnp.uint32(5)
-    got = back.call(d.graph.indptr, d.graph.indices, d.features, d.graph.edge_features,
-                    seeds, valid, key)
+    got = back.call(*tables, seeds, valid, key)
     caps = conservative(16, p.sampler.slots, d.graph.num_nodes).capacities
     want, _, _ = p.forward(v, d, seeds, valid, key, caps, train=False)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
@@ -126,10 +127,12 @@ def test_a_typed_model_exports_and_equals_exact_inference(options):
     arrays = {f"{name}.{part}": getattr(g, part) for name, g in
               zip(("__".join(r) for r in d.graph.relations), d.graph.graphs)
               for part in ("indptr", "indices", "edge_features")}
+    tables = out.data_arguments(d)  # each relation's arrays, then the features
+    assert all(a is b for a, b in zip(tables, [arrays[n] for n in out.arguments[:-4]]
+                                      + [d.features], strict=True))
     back = jax.export.deserialize(out.serialize())
     seeds, valid = jnp.arange(30, 38, dtype=jnp.int32), jnp.arange(8) < 6
-    got = back.call(*(arrays[n] for n in out.arguments[:-4]), d.features, seeds, valid,
-                    jnp.uint32(4))
+    got = back.call(*tables, seeds, valid, jnp.uint32(4))
     exact = typed_logits(p.task, Predictor(p, v, d, "full", 8, 0), np.arange(30, 36))
     assert got.shape == (8, 3)
     np.testing.assert_allclose(np.asarray(got)[:6], exact, rtol=1e-4, atol=1e-5)

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from zerognn_jax._src.data.graph import CSRGraph
-from zerognn_jax._src.data.hetero import relation_name
+from zerognn_jax._src.data.hetero import HeteroGraph, relation_name
 from zerognn_jax._src.ops.registry import XLA
 from zerognn_jax._src.sampling.envelope import conservative
 from zerognn_jax._src.sampling.typed_envelope import typed_conservative, typed_tree_sizes
@@ -48,6 +48,22 @@ class ExportedModel(NamedTuple):
 
     def serialize(self) -> bytearray:
         return self.exported.serialize()
+
+    def data_arguments(self, data: DeviceData) -> tuple:
+        """The arrays of `data` (a run's `DeviceData`, or one of the same shapes) that
+        come before the seeds, in `arguments`' order: `call(*art.data_arguments(data),
+        seeds, valid, key)`."""
+        graph = data.graph
+        relations = ({relation_name(r): r for r in graph.relations}
+                     if isinstance(graph, HeteroGraph) else {})
+        out = []
+        for name in self.arguments[:-3]:
+            owner, _, part = name.rpartition(".")
+            if part == "features":
+                out.append(data.features)
+            else:
+                out.append(getattr(graph[relations[owner]] if owner else graph, part))
+        return tuple(out)
 
 
 def export_model(program: StepProgram, variables, data: DeviceData, *, batch_size: int,
