@@ -1,4 +1,4 @@
-"""The `zerognn` command line: `train`, `data info`, `data generate`, `bench`."""
+"""The `zerognn` command line: `train`, `data info`, `data generate`, `bench`, `export`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import warnings
 
 from zerognn_jax.cli.bench import add_bench_command
 from zerognn_jax.cli.data import add_data_commands
+from zerognn_jax.cli.export import add_export_command
 from zerognn_jax.cli.train import add_train_command
 
 
@@ -17,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_command(sub)
     add_data_commands(sub)
     add_bench_command(sub)
+    add_export_command(sub)
     return parser
 
 

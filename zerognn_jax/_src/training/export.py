@@ -28,6 +28,8 @@ from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.tasks.base import BatchedTask
 from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask
 
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's names for its lowering targets
+
 
 class ExportedModel(NamedTuple):
     """What `export_model` returns.
@@ -85,11 +87,16 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
     variables.
 
     Raises:
-      ValueError: a bad batch size, a weighted sampler (it reads a per-edge table
-        the artifact does not take), or a graph collection's task (not served yet).
+      ValueError: a bad batch size, an unknown platform, a weighted sampler (it reads a
+        per-edge table the artifact does not take), or a graph collection's task (not
+        served yet).
     """
     if not (isinstance(batch_size, int) and batch_size >= 1):
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    unknown = [p for p in platforms or () if p not in PLATFORMS]
+    if unknown:  # jax.export lowers for a name it does not know without a word
+        raise ValueError(f"platforms must be among {', '.join(PLATFORMS)}; got "
+                         f"{', '.join(map(repr, unknown))}")
     typed = isinstance(program.task, TypedNodeTask)
     if isinstance(program.task, BatchedTask) and not typed:
         raise ValueError(f"export_model serves node and link models, and typed graphs' "

@@ -1,0 +1,54 @@
+"""The `zerognn export` command: a trained run's model as a serialized `jax.export`
+artifact for serving (`zg.export_model`), read from its checkpoint folder.
+
+  zerognn export CHECKPOINT_DIR --out FILE [--batch-size N] [--best]
+                 [--platforms cpu,cuda]
+
+The run's configuration and dataset come from what the checkpoint records (a dataset
+passed to `zg.train` as an object is reloaded only where it has a name or path the
+loaders know). The artifact is written whole or not at all; its argument names are
+printed as one JSON object on stdout (`jax.export.deserialize(bytes).call(...)` takes
+them in that order). Errors print `zerognn: error: ...` on stderr and exit with 2, or 1
+where the file could not be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from zerognn_jax._src.data.writes import atomic_write
+from zerognn_jax._src.training.export import export_model
+from zerognn_jax._src.training.inference import restore
+
+
+def add_export_command(subparsers) -> argparse.ArgumentParser:
+    """Adds `export` to `subparsers` (from `add_subparsers()`); its handler returns the
+    exit code."""
+    p = subparsers.add_parser("export", help="write a trained run's model as a jax.export "
+                                             "artifact for serving")
+    p.add_argument("checkpoint_dir", help="the run's checkpoint folder (--checkpoint-dir)")
+    p.add_argument("--out", required=True, help="the artifact's file")
+    p.add_argument("--batch-size", type=int, default=256, help="seeds per call")
+    p.add_argument("--best", action="store_true",
+                   help="the best-validation checkpoint instead of the latest")
+    p.add_argument("--platforms", default=None,
+                   help="lowering targets, comma-separated (cpu, cuda); default: this "
+                        "machine's")
+    p.set_defaults(handler=run_export)
+    return p
+
+
+def run_export(args) -> int:
+    platforms = tuple(p.strip() for p in args.platforms.split(",")) if args.platforms \
+        else None
+    result = restore(args.checkpoint_dir, best=args.best, for_inference=True)
+    art = export_model(result.program, result.variables, result.data,
+                       batch_size=args.batch_size, platforms=platforms)
+    blob = art.serialize()
+    with atomic_write(args.out, "the artifact") as f:
+        f.write(blob)
+    print(json.dumps({"out": str(args.out), "bytes": len(blob), "batch_size": art.batch_size,
+                      "arguments": list(art.arguments),
+                      "platforms": list(art.exported.platforms)}))
+    return 0
