@@ -4,12 +4,13 @@ artifact for serving (`zg.export_model`), read from its checkpoint folder.
   zerognn export CHECKPOINT_DIR --out FILE [--batch-size N] [--best]
                  [--platforms cpu,cuda]
 
-The run's configuration and dataset come from what the checkpoint records (a dataset
-passed to `zg.train` as an object is reloaded only where it has a name or path the
-loaders know). The artifact is written whole or not at all; its argument names are
-printed as one JSON object on stdout (`jax.export.deserialize(bytes).call(...)` takes
-them in that order). Errors print `zerognn: error: ...` on stderr and exit with 2, or 1
-where the file could not be written.
+The run's configuration and dataset come from what the checkpoint records, as
+`zg.restore` loads them (a run trained on a dataset object needs that object again:
+restore it from Python and call `zg.export_model`). The artifact is written whole or
+not at all; its argument names are printed as one JSON object on stdout
+(`jax.export.deserialize(bytes).call(...)` takes them in that order). Errors print
+`zerognn: error: ...` on stderr and exit with 2, or 1 where the file could not be
+written.
 """
 
 from __future__ import annotations

@@ -55,17 +55,21 @@ class ExportedModel(NamedTuple):
         """The arrays of `data` (a run's `DeviceData`, or one of the same shapes) that
         come before the seeds, in `arguments`' order: `call(*art.data_arguments(data),
         seeds, valid, key)`."""
-        graph = data.graph
-        relations = ({relation_name(r): r for r in graph.relations}
-                     if isinstance(graph, HeteroGraph) else {})
-        out = []
-        for name in self.arguments[:-3]:
-            owner, _, part = name.rpartition(".")
-            if part == "features":
-                out.append(data.features)
-            else:
-                out.append(getattr(graph[relations[owner]] if owner else graph, part))
-        return tuple(out)
+        return tuple(_lookup(data, self.arguments[:-3]))
+
+
+def _lookup(data: DeviceData, names) -> list:
+    """The arrays of `data` that argument `names` name: "features", a graph's "indptr",
+    "indices" or "edge_features", or a typed graph's "<relation>.<that>"."""
+    graph = data.graph
+    relations = ({relation_name(r): r for r in graph.relations}
+                 if isinstance(graph, HeteroGraph) else {})
+    out = []
+    for name in names:
+        owner, _, part = name.rpartition(".")
+        out.append(data.features if name == "features" else
+                   getattr(graph[relations[owner]] if owner else graph, part))
+    return out
 
 
 def export_model(program: StepProgram, variables, data: DeviceData, *, batch_size: int,
@@ -113,33 +117,35 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
     edges = program.sampler.edge_ids  # the views read the sampled edges' features
     caps = conservative(batch_size, program.sampler.slots, data.graph.num_nodes).capacities
 
-    def infer(indptr, indices, features, *rest):
-        edge_features, (seeds, valid, key) = (rest[0], rest[1:]) if edges else (None, rest)
-        graph = CSRGraph(indptr, indices, edge_features=edge_features)
-        device = DeviceData(graph, features, None)  # inference reads no targets
+    def infer(given: dict, seeds, valid, key):
+        graph = CSRGraph(given["indptr"], given["indices"],
+                         edge_features=given.get("edge_features"))
+        device = DeviceData(graph, given["features"], None)  # inference reads no targets
         logits, _, _ = program.forward(variables, device, seeds, valid, key, caps,
                                        train=False)
         return logits.astype(jnp.float32)
 
-    tables = (data.graph.indptr, data.graph.indices, data.features)
-    if edges:
-        tables += (data.graph.edge_features,)
-    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in tables]
     names = ("indptr", "indices", "features") + (("edge_features",) if edges else ())
-    return _exported(infer, shapes, names, batch_size, platforms)
+    return _exported(infer, data, names, batch_size, platforms)
 
 
-def _exported(infer, shapes: list, names: tuple, batch_size: int, platforms):
-    """`infer` exported for `shapes` and the seeds, valid flags and key after them."""
-    shapes = shapes + [jax.ShapeDtypeStruct((batch_size,), jnp.int32),
-                       jax.ShapeDtypeStruct((batch_size,), jnp.bool_),
-                       jax.ShapeDtypeStruct((), jnp.uint32)]
+def _exported(infer, data: DeviceData, names: tuple, batch_size: int, platforms):
+    """`infer({name: array}, seeds, valid, key)` exported for the shapes of `data`'s
+    arrays that `names` name, then the seeds, valid flags and key."""
+    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in _lookup(data, names)]
+    shapes += [jax.ShapeDtypeStruct((batch_size,), jnp.int32),
+               jax.ShapeDtypeStruct((batch_size,), jnp.bool_),
+               jax.ShapeDtypeStruct((), jnp.uint32)]
+
+    def call(*args):
+        return infer(dict(zip(names, args)), *args[len(names):])
+
     # Left out, jax.export lowers for this backend (its name for it: "cuda", not "gpu").
     chosen = {"platforms": tuple(platforms)} if platforms else {}
     # A layout pin (`ops.aggregate.row_major`, R-GAT's projected slots) is a custom call
     # outside jax.export's stable list; it only tells XLA's layout assignment what to do.
     pins = [jax.export.DisabledSafetyCheck.custom_call("LayoutConstraint")]
-    exported = jax.export.export(jax.jit(infer), disabled_checks=pins, **chosen)(*shapes)
+    exported = jax.export.export(jax.jit(call), disabled_checks=pins, **chosen)(*shapes)
     return ExportedModel(exported, batch_size, names + ("seeds", "valid", "key"))
 
 
@@ -151,30 +157,22 @@ def _export_typed(program: StepProgram, variables, data: DeviceData, batch_size:
     config, seed_type = task.sampler, task.seed_type
     envelope = (typed_conservative(config, seed_type, batch_size, graph.num_nodes)
                 if config.dedup else typed_tree_sizes(config, seed_type, batch_size))
-    tables = [(name, g.edge_features is not None and config.edge_ids)
-              for name, g in zip(map(relation_name, graph.relations), graph.graphs)]
+    relations = [relation_name(r) for r in graph.relations]
+    names = tuple(f"{name}.{part}" for name, g in zip(relations, graph.graphs)
+                  for part in ("indptr", "indices", "edge_features")
+                  if part != "edge_features" or (config.edge_ids
+                                                 and g.edge_features is not None))
 
-    def infer(*args):
-        args = list(args)
-        graphs = []
-        for g, (_, with_table) in zip(graph.graphs, tables):
-            indptr, indices = args.pop(0), args.pop(0)
-            table = args.pop(0) if with_table else None
-            graphs.append(g._replace(indptr=indptr, indices=indices, weights=None,
-                                     edge_features=table))
-        features, seeds, valid, key = args
-        device = DeviceData(dataclasses.replace(graph, graphs=tuple(graphs)), features, None)
+    def infer(given: dict, seeds, valid, key):
+        graphs = tuple(g._replace(indptr=given[f"{name}.indptr"],
+                                  indices=given[f"{name}.indices"], weights=None,
+                                  edge_features=given.get(f"{name}.edge_features"))
+                       for name, g in zip(relations, graph.graphs))
+        device = DeviceData(dataclasses.replace(graph, graphs=graphs), given["features"],
+                            None)
         mb = sample_typed(device.graph, seeds, valid, key, config, envelope, XLA)
         logits, _ = program.apply_model(variables, device, task.sample_of(mb), train=False,
                                         inputs=task.model_inputs(device, mb))
         return logits.astype(jnp.float32)
 
-    arrays, names = [], []
-    for g, (name, with_table) in zip(graph.graphs, tables):
-        parts = [("indptr", g.indptr), ("indices", g.indices)] + (
-            [("edge_features", g.edge_features)] if with_table else [])
-        arrays += [a for _, a in parts]
-        names += [f"{name}.{part}" for part, _ in parts]
-    arrays.append(data.features)
-    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]
-    return _exported(infer, shapes, tuple(names) + ("features",), batch_size, platforms)
+    return _exported(infer, data, names + ("features",), batch_size, platforms)
