@@ -15,6 +15,12 @@
 # output. Overrides: EPOCHS (3), SCALE (1), DTYPES ("bfloat16 float32"), SYSTEMS
 # (zerognn,pyg), BUDGET, MIN_NEXT (60), ROOT, WORKERS, WHEELS (as in
 # benchmarks/peers.sh), PYTHON.
+#
+# TASK=link: link prediction on LINK_RELATION (writes) instead, fanouts 10,5 for every
+# relation, batch 1024 positives with one negative each, test AUC (zerognn-jax exact,
+# PyG sampled at the training fanouts); PyG is benchmarks/peers/pyg_hetero_link.py, and
+# with PYG_STEPS=N it times the first N steps of each epoch and extrapolates (no AUC
+# then compares: fewer steps trained).
 set -uo pipefail
 
 OUT_DIR=${1:-${OUT:-hetero_peers_out}}
@@ -25,6 +31,9 @@ SCALE=${SCALE:-1}
 DTYPES=${DTYPES:-"bfloat16 float32"}
 ROOT=${ROOT:-.cache/zerognn}
 SYSTEMS=${SYSTEMS:-zerognn,pyg}
+TASK=${TASK:-node}
+LINK_RELATION=${LINK_RELATION:-writes}
+PYG_STEPS=${PYG_STEPS:-0}
 PY=${PYTHON:-python3}
 DATA=$ROOT/mag-like-$SCALE-peer.npz
 
@@ -51,23 +60,35 @@ for i in "${!runs[@]}"; do
       dtype=${runs[$i]#zerognn:}
       write=()
       [ -f "$DATA" ] || write=(--write-npz "$DATA")
-      run "zerognn-jax rsage $dtype" "$later" $PY benchmarks/hetero.py --scale "$SCALE" \
-        --epochs "$EPOCHS" --dtype "$dtype" --root "$ROOT" "${write[@]}" ;;
+      task=()
+      [ "$TASK" = link ] && task=(--task link --link-relation "$LINK_RELATION" \
+        --fanouts 10,5 --eval-mode full)
+      run "zerognn-jax rsage $dtype $TASK" "$later" $PY benchmarks/hetero.py --scale "$SCALE" \
+        --epochs "$EPOCHS" --dtype "$dtype" --root "$ROOT" "${write[@]}" "${task[@]}" ;;
     pyg)
       if [ ! -f "$DATA" ]; then
         run "graph file $DATA" "$later" $PY benchmarks/hetero.py --scale "$SCALE" \
           --epochs 1 --eval-mode none --root "$ROOT" --write-npz "$DATA" \
           || { echo "   no graph file: PyG not run"; continue; }
       fi
-      run "PyG to_hetero(SAGE)" "$later" $PY benchmarks/peers/pyg_hetero_sage.py \
-        --data "$DATA" --epochs "$EPOCHS" --workers "$WORKERS" ;;
+      if [ "$TASK" = link ]; then
+        run "PyG to_hetero(SAGE) link" "$later" $PY benchmarks/peers/pyg_hetero_link.py \
+          --data "$DATA" --link-relation "$LINK_RELATION" --epochs "$EPOCHS" \
+          --max-steps "$PYG_STEPS" --workers "$WORKERS"
+      else
+        run "PyG to_hetero(SAGE)" "$later" $PY benchmarks/peers/pyg_hetero_sage.py \
+          --data "$DATA" --epochs "$EPOCHS" --workers "$WORKERS"
+      fi ;;
   esac
 done
 echo
-echo "| system | device | features | epoch (median) | seeds/s | compile | test acc | load |"
-echo "|---|---|---|---|---|---|---|---|"
+grep -h '^| system\|^|---' "$LOG" | head -n 2
 grep -h '^| zerognn-jax' "$LOG"
 echo
-echo "| system | epoch (median) | test acc |"
-echo "|---|---|---|"
-grep -h '^| PyG' "$LOG"
+if [ "$TASK" = link ]; then
+  grep -h '"summary": true' "$LOG"
+else
+  echo "| system | epoch (median) | test acc |"
+  echo "|---|---|---|"
+  grep -h '^| PyG' "$LOG"
+fi

@@ -371,8 +371,9 @@ KNOWN_FIELDS = frozenset({
     "embedding_dim", "engine", "envelope", "epochs", "eval_batch_size", "eval_every",
     "eval_mode", "fanouts", "feature_cache_gib", "feature_placement", "flat_outer",
     "gemm_backend", "graph_aggregation", "heads", "hidden", "host_row_order", "init",
-    "input_dropout", "kernels", "layers", "link_metric", "lr", "margin", "metrics_out",
-    "model", "multiple", "negative_mode", "negatives", "norm", "normalize_features",
+    "input_dropout", "kernels", "layers", "link_metric", "link_relation", "lr", "margin",
+    "metrics_out", "model", "multiple", "negative_mode", "negatives", "norm",
+    "normalize_features",
     "progress", "readout", "relation_fanouts", "replace", "root", "sample_ahead",
     "sampler", "scale", "seed", "shard_features", "task", "tensorboard_dir",
     "weight_decay"})

@@ -42,6 +42,7 @@ from zerognn_jax._src.data.hetero_dataset import (
     make_hetero_dataset,
     to_hetero_data,
 )
+from zerognn_jax._src.data.hetero_links import TypedLinkSplit, typed_link_split
 from zerognn_jax._src.data.hetero_storage import (
     is_hetero_path,
     load_hetero,
@@ -81,7 +82,13 @@ from zerognn_jax._src.nn.hetero import (
     whole_graph_layer,
 )
 from zerognn_jax._src.nn.layerwise import LayerWise
-from zerognn_jax._src.nn.link_heads import DotDecoder, LinkModel, MLPDecoder, make_decoder
+from zerognn_jax._src.nn.link_heads import (
+    DotDecoder,
+    LinkModel,
+    MLPDecoder,
+    OnTypesLink,
+    make_decoder,
+)
 from zerognn_jax._src.nn.models import (
     GNN,
     MLP,
@@ -175,6 +182,7 @@ from zerognn_jax._src.training.tasks.losses import (
 )
 from zerognn_jax._src.training.tasks.node import NodeTask, target_metrics
 from zerognn_jax._src.training.tasks.registry import TASKS, register_task
+from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask, TypedSample
 from zerognn_jax._src.training.trainer import Diverged, TrainResult, train
 
@@ -208,7 +216,8 @@ __all__ = [
     "collection_to_pyg", "molhiv_like", "molpcba_like", "read_ogbg", "GRAPH_MODELS",
     "CategoricalEncoder", "GraphGNN", "Graphs", "OnGraphs", "make_graph_model", "pool",
     "GraphBatch", "GraphTables", "pack_graphs", "BatchedTask", "GraphTask", "graph_outputs",
-    "TypedNodeTask", "TypedSample",
+    "TypedNodeTask", "TypedSample", "TypedLinkTask", "TypedLinkSplit", "typed_link_split",
+    "OnTypesLink",
     "HeteroGraph", "HeteroDataset", "add_reverse_relations", "as_hetero", "from_hetero_data",
     "hetero_from_csr", "hetero_graph", "is_hetero_path", "load_hetero", "make_hetero_dataset",
     "save_hetero_dir", "save_hetero_npz", "to_edge_list", "to_hetero_data",

@@ -12,7 +12,8 @@ HELP = {
                "rmat, cora, citeseer, pubmed, ogbn-arxiv, ogbn-products, ogbn-papers100M, "
                "ogbn-proteins, a .npz file or a dataset directory; graph task: "
                "molhiv-like, molpcba-like, ogbg-molhiv, ogbg-molpcba, a graphs .npz; typed "
-               "(node task): mag-like, igbh-like, ogbn-mag, a typed .npz or directory",
+               "(node and link tasks): mag-like, igbh-like, ogbn-mag, a typed .npz or "
+               "directory",
     "root": "folder holding dataset files (OGB layout, Planetoid files, generator cache)",
     "scale": "size factor for synthetic presets (products-like at 1.0 is full size)",
     "model": "the built-in model (typed datasets: rsage, rgcn, rgat)",
@@ -22,6 +23,8 @@ HELP = {
                "per relation)",
     "relation_fanouts": "typed datasets: fanouts of named relations, e.g. "
                         "'cites=25,20;writes=10,0' (src__name__dst or a unique name; 0 skips)",
+    "link_relation": "typed datasets, task link: the relation whose pairs to predict "
+                     "(src__name__dst or a unique name; optional when it is the only one)",
     "batch_size": "seeds per step and device: a step trains on batch-size x devices x "
                   "processes seeds (the summary's global_batch)",
     "lr": "Adam learning rate",

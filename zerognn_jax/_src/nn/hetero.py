@@ -263,13 +263,18 @@ class HeteroGNN(nn.Module):
                          f"{', '.join(HETERO_MODELS)}")
 
     def __call__(self, x: dict, layers, *, train: bool):
+        return self.encode(x, layers, train=train)[self.target_type]
+
+    def encode(self, x: dict, layers, *, train: bool) -> dict:
+        """{type: float32 rows} of every type of level 0 after the last layer (a link
+        task's two ends; `__call__` keeps the target type's)."""
         if len(layers) != self.num_layers:
             raise ValueError(f"the model has {self.num_layers} layers, the batch "
                              f"{len(layers)} hops")
         h = x
         for i, layer in enumerate(layers):
             h = self.layer(i, h, layer, train=train)
-        return h[self.target_type].astype(jnp.float32)
+        return h
 
     def layer(self, i: int, h: dict, layer: TypedLayer, *, train: bool) -> dict:
         """Layer i: {type: rows} of the level it computes, from the sources `h`

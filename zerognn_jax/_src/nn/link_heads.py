@@ -1,5 +1,5 @@
 """Link heads: decoders that score a pair of node embeddings, and the encoder-decoder
-model link prediction trains (`LinkModel`).
+models link prediction trains (`LinkModel`; `OnTypesLink` on a typed graph).
 
 A decoder is a Flax module `decoder(h_src[P, d], h_dst[P, d], *, train) -> float32[P]`.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
+from zerognn_jax._src.nn.hetero import OnTypes, typed_layers
 from zerognn_jax._src.nn.layerwise import layer_count
 from zerognn_jax._src.nn.models import dense
 
@@ -86,3 +87,36 @@ class LinkModel(nn.Module):
     @property
     def hidden(self) -> int:
         return getattr(self.encoder, "hidden", 0)
+
+
+class OnTypesLink(OnTypes):
+    """A relational encoder (`HeteroGNN`'s `encode`) and a decoder: pair scores of a
+    typed graph's link task, whose pairs join a node of one type to a node of another
+    (or the same) type.
+
+    `model(x, views, train=..., typed=..., pairs=int32[P, 2])` gives float32[P] scores
+    of pairs (a position among level 0's `ends[0]` rows, one among its `ends[1]` rows);
+    `layer` is the encoder's, so exact layer-wise inference yields every node's
+    embedding, and `score` decodes given embeddings.
+
+    Attributes:
+      decoder: scores a pair of embeddings (`make_decoder`).
+      ends: (source type, destination type) of the predicted relation.
+    """
+
+    decoder: nn.Module | None = None
+    ends: tuple = ()
+
+    def __call__(self, x, views, *, train: bool, typed, edges: tuple = (), pairs=None):
+        del views
+        h = self.model.encode(self.typed_inputs(x, typed.nodes[-1]),
+                              typed_layers(typed, self.kernels, edges), train=train)
+        src, dst = self.ends
+        return self.decoder(h[src][pairs[:, 0]], h[dst][pairs[:, 1]], train=train)
+
+    def score(self, h_src, h_dst):
+        return self.decoder(h_src, h_dst, train=False)
+
+    @property
+    def hidden(self) -> int:
+        return getattr(self.model, "hidden", 0)

@@ -54,13 +54,16 @@ def check_mode(mode: str) -> None:
 
 
 def negative_pairs(key, positives: jax.Array, valid: jax.Array, num_nodes: int,
-                   num_negatives: int, mode: str = "destination") -> tuple[jax.Array, jax.Array]:
+                   num_negatives: int, mode: str = "destination", *,
+                   num_sources: int | None = None) -> tuple[jax.Array, jax.Array]:
     """K negatives per positive (jit-compatible).
 
     Args:
       key: uint32 scalar, the step's sampling key.
       positives: int32[B, 2] (source, destination); valid: bool[B].
-      num_nodes: N >= 2, static. num_negatives: K >= 1, static. mode: see the module.
+      num_nodes: N >= 2, static: the destinations' count. num_negatives: K >= 1,
+        static. mode: see the module. num_sources: the sources' count where they are
+        nodes of another type (a typed graph's relation; "pairs" draws them from it).
 
     Returns:
       (int32[B * K, 2] pairs, bool[B * K] valid): rows i*K .. i*K + K - 1 belong to
@@ -88,8 +91,9 @@ def negative_pairs(key, positives: jax.Array, valid: jax.Array, num_nodes: int,
         pairs = jnp.stack([row[:, 0], dst], axis=1)
         return pairs.astype(jnp.int32), jnp.repeat(valid, k) & (dst != row[:, 1])
     else:
+        sources = num_nodes if num_sources is None else num_sources
         src = counter_hash.uniform_below(counter_hash.slot_bits(stream, slot, 1),
-                                         jnp.int32(num_nodes))
+                                         jnp.int32(sources))
         dst = counter_hash.uniform_below(counter_hash.slot_bits(stream, slot, 2),
                                          jnp.int32(num_nodes))
         pairs = jnp.stack([src, dst], axis=1)
@@ -118,10 +122,17 @@ def seed_frontier(pairs: jax.Array, valid: jax.Array, capacity: int, num_nodes: 
     """Deduplicates the endpoints of `pairs` (int32[P, 2], bool[P] valid) into `capacity`
     slots with the relabel op (first occurrence order, row by row)."""
     p = pairs.shape[0]
-    ids = pairs.reshape(1, 2 * p)
-    mask = jnp.repeat(valid, 2).reshape(1, 2 * p)
-    # An empty current frontier of one (masked) slot: every endpoint is a "new" id.
-    out = relabel(kernels, jnp.zeros((1,), jnp.int32), jnp.int32(0), ids, mask, capacity,
-                  num_nodes)
+    out = frontier_of(pairs, jnp.repeat(valid, 2).reshape(p, 2), capacity, num_nodes,
+                      kernels)
+    return out._replace(pairs=out.pairs.reshape(p, 2))
+
+
+def frontier_of(ids: jax.Array, valid: jax.Array, capacity: int, num_nodes: int,
+                kernels: Kernels = XLA) -> SeedFrontier:
+    """Deduplicates the ids (int32[...], bool[...] valid) into `capacity` slots with the
+    relabel op (first occurrence order); `pairs` holds each id's position, flat."""
+    # An empty current frontier of one (masked) slot: every id is a "new" one.
+    out = relabel(kernels, jnp.zeros((1,), jnp.int32), jnp.int32(0), ids.reshape(1, -1),
+                  valid.reshape(1, -1), capacity, num_nodes)
     seeds_valid = jnp.arange(capacity) < out.count
-    return SeedFrontier(out.frontier, seeds_valid, out.count, out.nbr_local.reshape(p, 2))
+    return SeedFrontier(out.frontier, seeds_valid, out.count, out.nbr_local.reshape(-1))

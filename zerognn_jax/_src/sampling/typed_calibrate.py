@@ -31,18 +31,20 @@ from zerognn_jax._src.sampling.typed_envelope import (
 from zerognn_jax._src.sampling.typed_minibatch import sample_typed_step
 
 
-@functools.partial(jax.jit, static_argnames=("batch_size", "config", "envelope", "kernels"))
+@functools.partial(jax.jit, static_argnames=("batch_size", "config", "envelope", "kernels",
+                                             "level0"))
 def sample_typed_epoch_counts(graph, perm, seed, epoch, *, batch_size: int,
                               config: TypedSamplerConfig, envelope: TypedEnvelope,
-                              kernels: Kernels):
+                              kernels: Kernels, level0=None):
     """Samples every step of one epoch in one scan; returns per-step statistics:
-    ({type: int32[steps, L + 1]} counts, int32[steps] edges, bool[steps] overflow)."""
+    ({type: int32[steps, L + 1]} counts, int32[steps] edges, bool[steps] overflow).
+    `level0`: as `sample_typed_step` takes it."""
     steps = perm.shape[0] // batch_size
 
     def body(_, step):
         mb = sample_typed_step(graph, perm, step, seed=seed, epoch=epoch,
                                batch_size=batch_size, config=config, envelope=envelope,
-                               kernels=kernels).mb
+                               kernels=kernels, level0=level0).mb
         return None, (mb.counts, mb.num_edges(), mb.overflow)
 
     _, out = jax.lax.scan(body, None, jnp.arange(steps, dtype=jnp.int32))
@@ -60,25 +62,32 @@ class TypedCalibration:
 
 
 def calibrate_typed(graph: HeteroGraph, items, batch_size: int, config: TypedSamplerConfig, *,
-                    seed_type: str, seed: int = 0, epochs: int = 1,
+                    seed_type, seed: int = 0, epochs: int = 1,
                     policy: EnvelopePolicy = DEFAULT_POLICY,
-                    kernels: Kernels = XLA) -> TypedCalibration:
+                    kernels: Kernels = XLA, seeds=None) -> TypedCalibration:
     """Chooses tight capacities per (level, type) from the real batches of the first
-    `epochs` epochs of `items` (ids of `seed_type` nodes), as `calibrate` does."""
+    `epochs` epochs of `items` (ids of `seed_type` nodes), as `calibrate` does.
+
+    With several seed types (a link task), `items` are whatever a step slices (edges),
+    `seeds` is the pair (level 0's capacities, the static callable making level 0 from
+    a step's items: `sample_typed_step`'s `level0`), and level 0 keeps its capacities.
+    """
     config = config.resolve(graph)
     items = jnp.asarray(items, jnp.int32)
-    safe = typed_conservative(config, seed_type, batch_size, graph.num_nodes, policy)
+    first, level0 = (batch_size, None) if seeds is None else seeds
+    safe = typed_conservative(config, seed_type, first, graph.num_nodes, policy)
     seen: dict[str, list] = {}
     for epoch in range(epochs):
         perm = epoch_items(items, batch_size, seed, epoch)
         counts, _, _ = sample_typed_epoch_counts(graph, perm, seed, epoch,
                                                  batch_size=batch_size, config=config,
-                                                 envelope=safe, kernels=kernels)
+                                                 envelope=safe, kernels=kernels,
+                                                 level0=level0)
         for t, c in counts.items():
             seen.setdefault(t, []).append(np.asarray(c))
     stacked = {t: np.concatenate(c) for t, c in seen.items()}
     max_counts = {t: tuple(int(m) for m in c.max(axis=0)) for t, c in stacked.items()}
-    env = typed_from_counts(config, seed_type, batch_size, max_counts, safe, policy)
+    env = typed_from_counts(config, seed_type, first, max_counts, safe, policy)
     return TypedCalibration(fit_typed_envelope(config, env), max_counts,
                             {t: tuple(float(m) for m in c.mean(axis=0))
                              for t, c in stacked.items()},
@@ -86,19 +95,21 @@ def calibrate_typed(graph: HeteroGraph, items, batch_size: int, config: TypedSam
 
 
 def choose_typed_envelope(graph: HeteroGraph, items, batch_size: int,
-                          config: TypedSamplerConfig, *, seed_type: str,
+                          config: TypedSamplerConfig, *, seed_type,
                           method: str = "calibrate", seed: int = 0,
-                          policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels = XLA
-                          ) -> tuple[TypedEnvelope, TypedCalibration | None]:
+                          policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels = XLA,
+                          seeds=None) -> tuple[TypedEnvelope, TypedCalibration | None]:
     """A typed run's starting envelope, and the calibration record when calibrated: tree
-    mode's exact sizes, or `method` "calibrate" (tight, measured) or "conservative"."""
+    mode's exact sizes, or `method` "calibrate" (tight, measured) or "conservative".
+    `seeds`: as `calibrate_typed` takes it."""
     config = config.resolve(graph)
+    first = batch_size if seeds is None else seeds[0]
     if not config.dedup:
-        return typed_tree_sizes(config, seed_type, batch_size), None
+        return typed_tree_sizes(config, seed_type, first), None
     if method == "conservative":
-        return typed_conservative(config, seed_type, batch_size, graph.num_nodes, policy), None
+        return typed_conservative(config, seed_type, first, graph.num_nodes, policy), None
     if method != "calibrate":
         raise ValueError(f"envelope must be calibrate or conservative, got {method!r}")
     cal = calibrate_typed(graph, items, batch_size, config, seed_type=seed_type, seed=seed,
-                          policy=policy, kernels=kernels)
+                          policy=policy, kernels=kernels, seeds=seeds)
     return cal.envelope, cal

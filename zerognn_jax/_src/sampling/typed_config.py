@@ -18,10 +18,11 @@ is not sampled there (PyG and DGL skip 0 too); -1 takes every neighbour of that 
 leave out is an error here (PyG's `NumNeighbors` fills it from its `default`; DGL
 wants one per edge type): every relation needs its fanouts stated, 0 included.
 
-The plan is static: level 0 holds the seed type; a hop samples every relation whose
-destination type is in its level and whose fanout there is positive, and level h + 1
-holds the types of level h plus the sources of the relations sampled. Types keep the
-order of first appearance; relations keep the graph's order.
+The plan is static: level 0 holds the seed type (or types: a link task's two ends); a
+hop samples every relation whose destination type is in its level and whose fanout
+there is positive, and level h + 1 holds the types of level h plus the sources of the
+relations sampled. Types keep the order of first appearance; relations keep the graph's
+order.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ class HopPlan(NamedTuple):
 
     relations: tuple[Relation, ...]
     types: tuple[str, ...]
+
+
+def seed_types(seed_type: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The types of level 0: one type, or a tuple of distinct types in order."""
+    return (seed_type,) if isinstance(seed_type, str) else tuple(dict.fromkeys(seed_type))
 
 
 def _normalize(fanouts) -> tuple:
@@ -181,11 +187,12 @@ class TypedSamplerConfig:
         return tuple(not self.dedup or (self.flat_outer and hop == last)
                      for hop in range(self.num_hops))
 
-    def plan(self, seed_type: str) -> tuple[HopPlan, ...]:
-        """The static plan of a batch whose seeds are `seed_type` nodes (module doc)."""
+    def plan(self, seed_type: str | tuple[str, ...]) -> tuple[HopPlan, ...]:
+        """The static plan of a batch whose seeds are `seed_type` nodes, or nodes of
+        each type of a tuple (a link task's two ends; module doc)."""
         if not self.resolved:
             raise ValueError("unresolved typed fanouts: call TypedSamplerConfig.resolve(graph)")
-        types, out = (seed_type,), []
+        types, out = seed_types(seed_type), []
         for hop in range(self.num_hops):
             rels = tuple(r for r, f in self.fanouts if r[2] in types and f[hop] > 0)
             types = tuple(dict.fromkeys(types + tuple(r[0] for r in rels)))

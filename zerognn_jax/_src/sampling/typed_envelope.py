@@ -3,7 +3,8 @@
 The same policy as the homogeneous envelope (envelope.py): a conservative bound that is
 always safe, calibration to the largest counts seen times the margin (typed_calibrate.py),
 growth after an overflow. Capacities are keyed by level and node type: level 0 holds
-the batch's seeds (one type, B rows); level h + 1 holds, per type, that type's level h
+the batch's seeds (one type, B rows; or, for a link task, each end's type with its own
+capacity); level h + 1 holds, per type, that type's level h
 as its prefix and the new nodes after it, so a type's capacity never decreases from one
 level to the next. A homogeneous envelope is the typed one with one type
 (`TypedEnvelope.from_envelope`, `as_envelope`).
@@ -28,21 +29,29 @@ class TypedEnvelope:
     """Static buffer capacities per level and node type.
 
     Attributes:
-      seed_type: the type of level 0; batch_size: B, its capacity.
+      seed_type: the type of level 0; batch_size: B, its capacity. Or a tuple of
+        distinct types and a tuple of their capacities (a link task's ends).
       capacities: per hop h, ((type, C_{h+1, type}), ...) for the types of level h + 1
         (`TypedSamplerConfig.plan`'s order).
     """
 
-    seed_type: str
-    batch_size: int
+    seed_type: str | tuple[str, ...]
+    batch_size: int | tuple[int, ...]
     capacities: tuple[tuple[tuple[str, int], ...], ...]
 
     def __post_init__(self):
         caps = tuple(tuple((str(t), int(c)) for t, c in level) for level in self.capacities)
         object.__setattr__(self, "capacities", caps)
-        if self.batch_size < 1:
+        if not isinstance(self.seed_type, str):
+            object.__setattr__(self, "seed_type", tuple(self.seed_type))
+            object.__setattr__(self, "batch_size", tuple(int(b) for b in self.batch_size))
+            if len(set(self.seed_type)) != len(self.seed_type) or \
+                    len(self.seed_type) != len(self.batch_size):
+                raise ValueError(f"seed types must be distinct, one capacity each: got "
+                                 f"{self.seed_type}, {self.batch_size}")
+        prev = self.level(0)
+        if min(prev.values()) < 1:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
-        prev = {self.seed_type: self.batch_size}
         for hop, level in enumerate(caps):
             now = dict(level)
             for t, c in prev.items():
@@ -59,7 +68,7 @@ class TypedEnvelope:
     def level(self, level: int) -> dict[str, int]:
         """{type: capacity} of level `level` (0: the seeds)."""
         if level == 0:
-            return {self.seed_type: self.batch_size}
+            return seed_level(self.seed_type, self.batch_size)
         return dict(self.capacities[level - 1])
 
     @property
@@ -79,11 +88,18 @@ class TypedEnvelope:
         return Envelope(self.batch_size, tuple(level[0][1] for level in self.capacities))
 
 
-def _sizes_from(config: TypedSamplerConfig, seed_type: str, batch_size: int,
+def seed_level(seed_type, batch_size) -> dict[str, int]:
+    """{type: capacity} of level 0: one type and B, or tuples of types and capacities."""
+    if isinstance(seed_type, str):
+        return {seed_type: batch_size}
+    return dict(zip(seed_type, batch_size))
+
+
+def _sizes_from(config: TypedSamplerConfig, seed_type, batch_size,
                 want) -> TypedEnvelope:
     """The envelope whose level h + 1 capacity of type t is `want(hop, t, prev, caps)`,
     made non-decreasing per type; positional hops get their exact sizes."""
-    levels, prev = [], {seed_type: batch_size}
+    levels, prev = [], seed_level(seed_type, batch_size)
     for hop, step in enumerate(config.plan(seed_type)):
         caps = {}
         for t in step.types:
@@ -96,13 +112,13 @@ def _sizes_from(config: TypedSamplerConfig, seed_type: str, batch_size: int,
     return TypedEnvelope(seed_type, batch_size, tuple(levels))
 
 
-def typed_conservative(config: TypedSamplerConfig, seed_type: str, batch_size: int,
+def typed_conservative(config: TypedSamplerConfig, seed_type, batch_size,
                        num_nodes: Mapping[str, int],
                        policy: EnvelopePolicy = DEFAULT_POLICY) -> TypedEnvelope:
     """The always-safe bound: per type, b_{h+1} = min(N_type, b_h + sum over the
     relations into it of b_{h,dst} K), rounded up to the policy's multiple (one type:
     the homogeneous `conservative`, to the entry)."""
-    bounds, b = [], {seed_type: batch_size}
+    bounds, b = [], seed_level(seed_type, batch_size)
     for hop, step in enumerate(config.plan(seed_type)):
         b = {t: min(num_nodes[t], b.get(t, 0) + sum(b[r[2]] * config.slots(r, hop)
                                                     for r in step.relations if r[0] == t))
@@ -112,8 +128,7 @@ def typed_conservative(config: TypedSamplerConfig, seed_type: str, batch_size: i
                        lambda hop, t, exact: round_up(max(bounds[hop][t], 1), policy.multiple))
 
 
-def typed_tree_sizes(config: TypedSamplerConfig, seed_type: str,
-                     batch_size: int) -> TypedEnvelope:
+def typed_tree_sizes(config: TypedSamplerConfig, seed_type, batch_size) -> TypedEnvelope:
     """The exact sizes of tree (no-dedup) sampling."""
     exact = dataclasses.replace(config, dedup=False)
     return _sizes_from(exact, seed_type, batch_size, None)
@@ -127,7 +142,7 @@ def fit_typed_envelope(config: TypedSamplerConfig, envelope: TypedEnvelope) -> T
                        lambda hop, t, exact: caps[hop][t])
 
 
-def typed_from_counts(config: TypedSamplerConfig, seed_type: str, batch_size: int,
+def typed_from_counts(config: TypedSamplerConfig, seed_type, batch_size,
                       counts: Mapping[str, list], safe: TypedEnvelope,
                       policy: EnvelopePolicy = DEFAULT_POLICY) -> TypedEnvelope:
     """Capacities margin x `counts[type][level]` (the largest counts seen), rounded up

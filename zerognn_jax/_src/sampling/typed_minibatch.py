@@ -43,7 +43,8 @@ class TypedMiniBatch(NamedTuple):
 
     Attributes:
       nodes: L + 1 dicts {type: int32[C_{l,t}]}, global ids (of their type) per level;
-        level 0 is {seed_type: seeds}; a type's level l is a prefix of its level l + 1.
+        level 0 is {seed_type: seeds} (or the seeds of each seed type); a type's level
+        l is a prefix of its level l + 1.
       valid: L + 1 dicts {type: bool[C_{l,t}]}, which entries are real nodes.
       degrees: L + 1 dicts {relation: int32[C_{l,dst}]}, for every relation whose
         destination type is in level l: the full in-degree in that relation of each
@@ -124,7 +125,8 @@ def sample_typed(graph: HeteroGraph, seeds: jax.Array, seed_valid: jax.Array, ke
     Args:
       graph: device HeteroGraph (`prepare_typed_graph` first for weighted sampling).
       seeds: int32[B] ids of `envelope.seed_type` nodes; seed_valid: bool[B], True on a
-        prefix. Valid seeds must be distinct.
+        prefix. Valid seeds must be distinct. Or dicts {type: int32[B_t]},
+        {type: bool[B_t]} of level 0's types (several: a tuple `envelope.seed_type`).
       key: uint32 scalar for this step (or a `jax.random` key; `counter_key`).
       config: resolved against `graph` (`TypedSamplerConfig.resolve`).
       envelope: capacities per (level, type) for `config.plan(envelope.seed_type)`
@@ -140,10 +142,12 @@ def sample_typed(graph: HeteroGraph, seeds: jax.Array, seed_valid: jax.Array, ke
         raise ValueError(f"the envelope has {envelope.num_hops} hops, the fanouts {len(plan)}")
     index = {r: i for i, r in enumerate(graph.relations)}
     counts_n = graph.num_nodes
-    st = envelope.seed_type
-    ids = {st: jnp.where(seed_valid, seeds, 0).astype(jnp.int32)}
-    valid = {st: seed_valid}
-    count = {st: jnp.sum(seed_valid.astype(jnp.int32))}
+    if not isinstance(seeds, dict):
+        seeds, seed_valid = {envelope.seed_type: seeds}, {envelope.seed_type: seed_valid}
+    ids = {t: jnp.where(seed_valid[t], seeds[t], 0).astype(jnp.int32)
+           for t in envelope.level(0)}
+    valid = {t: seed_valid[t] for t in ids}
+    count = {t: jnp.sum(valid[t].astype(jnp.int32)) for t in ids}
     nodes, valids, counts, degrees, blocks = [ids], [valid], [count], [], []
     for hop, step in enumerate(plan):
         degrees.append({r: _degrees(g.indptr, ids[r[2]], valid[r[2]])
@@ -210,14 +214,18 @@ class TypedStepSample(NamedTuple):
 
 def sample_typed_step(graph: HeteroGraph, perm, batch_index, *, seed, epoch, batch_size: int,
                       config: TypedSamplerConfig, envelope: TypedEnvelope,
-                      kernels: Kernels = XLA, active=None) -> TypedStepSample:
+                      kernels: Kernels = XLA, active=None, level0=None) -> TypedStepSample:
     """Samples batch `batch_index` of the padded permutation `perm` of seed-type ids,
-    with the keys `sample_step` uses (jit-compatible)."""
+    with the keys `sample_step` uses (jit-compatible). `level0`, where the items are
+    not the seeds themselves (a link task's edges): a static callable (items, valid,
+    key, envelope) -> (seeds, seed_valid) as `sample_typed` takes them."""
     items, valid = step_items(perm, batch_index, batch_size)
     if active is not None:
         valid = valid & active
     key, drop_key = step_keys(seed, epoch, batch_index)
-    mb = sample_typed(graph, items, valid, key, config, envelope, kernels)
+    seeds, seed_valid = (items, valid) if level0 is None else level0(items, valid, key,
+                                                                     envelope)
+    mb = sample_typed(graph, seeds, seed_valid, key, config, envelope, kernels)
     return TypedStepSample(items, valid, key, drop_key, mb)
 
 

@@ -64,7 +64,7 @@ DATASET_KEYS = ("name", "nodes", "directed_edges", "features", "classes", "train
 # TrainConfig fields added after checkpoints began to record their options, with what every
 # run did before the field existed: a checkpoint that does not record one resumes under
 # that value only.
-ADDED_SINCE = {"init": "flax"}
+ADDED_SINCE = {"init": "flax", "link_relation": None}
 
 
 class CheckpointMismatch(ValueError):

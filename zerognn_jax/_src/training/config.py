@@ -43,7 +43,8 @@ CHOICES = {
 # The parts of a run's options, in the order TrainConfig declares them; the CLI keeps
 # one flat flag per field, and a checkpoint's identity reads the fields by name.
 GROUPS = {
-    "task": ("task", "decoder", "negatives", "negative_mode", "link_metric"),
+    "task": ("task", "decoder", "negatives", "negative_mode", "link_metric",
+             "link_relation"),
     "data": ("dataset", "root", "scale", "normalize_features"),
     "model": ("model", "hidden", "layers", "dropout", "input_dropout", "norm", "heads",
               "dtype", "edge_features", "embedding_dim", "readout", "init"),
@@ -69,11 +70,12 @@ class TrainConfig:
     (classification, regression) or "link" (link prediction, docs/link_prediction.md:
     `batch_size` then counts positive edges per step; the model is the encoder, its
     output width `hidden`; `decoder`, `negatives` per positive, `negative_mode` and
-    `link_metric` apply to it only) or "graph" (one prediction per graph of a graph
-    collection, docs/graph_tasks.md: `batch_size` counts graphs per step; `model` is
-    gin, gine, gcn or one of them with "-virtual"; `readout` pools the nodes; fanouts
-    do not apply; `balance_window` > 1 deals each window of that many batches by size,
-    a step taking one batch per device).
+    `link_metric` apply to it only; on a typed dataset `link_relation` names the
+    relation whose pairs it predicts, docs/hetero.md) or "graph" (one prediction per
+    graph of a graph collection, docs/graph_tasks.md: `batch_size` counts graphs per
+    step; `model` is gin, gine, gcn or one of them with "-virtual"; `readout` pools the
+    nodes; fanouts do not apply; `balance_window` > 1 deals each window of that many
+    batches by size, a step taking one batch per device).
 
     Data. `dataset` is a name or path (`load_dataset`); `normalize_features=None`
     row-normalises Planetoid features where the task asks for it (node tasks) and
@@ -163,6 +165,7 @@ class TrainConfig:
     negatives: int = 1
     negative_mode: str = "destination"
     link_metric: str = "auc"
+    link_relation: str | None = None
     # data
     dataset: str = "tiny"
     root: str | None = None

@@ -26,6 +26,7 @@ from zerognn_jax._src.sampling.typed_envelope import typed_conservative, typed_t
 from zerognn_jax._src.sampling.typed_minibatch import sample_typed
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.tasks.base import BatchedTask
+from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's names for its lowering targets
@@ -102,6 +103,10 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
         raise ValueError(f"platforms must be among {', '.join(PLATFORMS)}; got "
                          f"{', '.join(map(repr, unknown))}")
     typed = isinstance(program.task, TypedNodeTask)
+    if isinstance(program.task, TypedLinkTask):
+        raise ValueError("export_model serves typed graphs' node models; this program "
+                         "predicts the pairs of a typed graph's relation (TypedLinkTask), "
+                         "which is not served yet")
     if isinstance(program.task, BatchedTask) and not typed:
         raise ValueError(f"export_model serves node and link models, and typed graphs' "
                          f"node models; this program's task ({type(program.task).__name__}) "

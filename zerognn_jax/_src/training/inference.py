@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.hetero import relation_name
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.training.config import TrainConfig
@@ -28,7 +29,8 @@ from zerognn_jax._src.training.evaluate import Predictor
 from zerognn_jax._src.training.program import init_state, saved_envelope
 from zerognn_jax._src.training.rebuild import check_dataset, config_of
 from zerognn_jax._src.training.tasks.base import BatchedTask
-from zerognn_jax._src.training.tasks.typed_eval import typed_logits
+from zerognn_jax._src.training.tasks.typed_eval import exact_outputs, typed_logits
+from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.trainer import TrainResult, _saved, _variables, prepare
 from zerognn_jax._src.training.user import user_identity
 
@@ -156,7 +158,7 @@ def _batched_envelope(cfg, meta, data, dataset, program):
 
 
 def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int = 4096,
-            seed: int = 0) -> jax.Array:
+            seed: int = 0, node_type: str | None = None) -> jax.Array:
     """float[len(nodes), ...]: the output rows (logits; a link encoder's embeddings) of
     the node ids `nodes` from a `train` or `restore` result.
 
@@ -165,18 +167,27 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     else sampled; "sampled" uses the training fanouts, `batch_size` nodes per step.
 
     A typed graph's `nodes` are ids of its target type, whose logits come as its
-    evaluation computes them (`typed_logits`).
+    evaluation computes them (`typed_logits`). A typed link run's are ids of
+    `node_type`, one end of its relation (needed where the ends are two types), whose
+    exact embeddings come back (mode "full" only).
 
     Raises:
       ValueError: `nodes` not 1-D integer ids of the graph (of its target type), an
         unknown `mode`, or exact evaluation of a typed graph whose feature table, kept
-        in host memory, does not fit the device's free memory.
+        in host memory, does not fit the device's free memory; for a typed link run, a
+        `node_type` that is not an end of its relation, or mode "sampled".
     """
     if mode not in ("full", "sampled"):
         raise ValueError(f"mode must be 'full' or 'sampled', got {mode!r}")
     nodes = np.asarray(nodes)
     n = result.data.graph.num_nodes
-    target = getattr(result.program.task, "seed_type", None)  # a typed graph's
+    task = result.program.task
+    target = getattr(task, "seed_type", None)  # a typed graph's
+    if isinstance(task, TypedLinkTask):
+        target = _link_end(task, node_type, mode)
+    elif node_type is not None:
+        raise ValueError(f"node_type picks an end of a typed link run's relation; this "
+                         f"run's task is {type(task).__name__}")
     if target is not None:
         n = n[target]
     if nodes.ndim != 1 or not np.issubdtype(nodes.dtype, np.integer):
@@ -187,6 +198,24 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
                          f"{nodes.max()}]")
     predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
                           seed)
+    if isinstance(task, TypedLinkTask):
+        h = exact_outputs(task, result.program, result.variables, result.data)
+        return h[target][jnp.asarray(nodes, jnp.int32)]
     if target is not None:
         return jnp.asarray(typed_logits(result.program.task, predictor, nodes))
     return predictor.outputs(nodes.astype(np.int32))
+
+
+def _link_end(task: TypedLinkTask, node_type: str | None, mode: str) -> str:
+    """The end type of a typed link run's relation whose embeddings `predict` gives."""
+    ends = tuple(dict.fromkeys(task.split.ends))
+    if mode != "full":
+        raise ValueError("a typed link run's embeddings come from exact inference: "
+                         "mode 'full'")
+    if node_type is None and len(ends) == 1:
+        return ends[0]
+    if node_type not in ends:
+        raise ValueError(f"node_type must be an end of the relation "
+                         f"{relation_name(task.split.relation)} ({', '.join(ends)}), got "
+                         f"{node_type!r}")
+    return node_type

@@ -503,7 +503,11 @@ def _name(cfg, dataset) -> str:
 def _check_typed_options(cfg, dataset) -> None:
     """Refuses, before training (not in `prepare`: a run restored from an older
     checkpoint may have recorded it unused), relation fanouts on a dataset without
-    relations."""
+    relations, and a link relation outside a typed link task."""
+    if cfg.link_relation is not None and (cfg.task != "link" or not is_typed(dataset)):
+        raise ValueError(f"link_relation (--link-relation) names the relation a typed "
+                         f"dataset's link task predicts; this run trains task "
+                         f"{cfg.task!r} on {_name(cfg, dataset)!r}")
     if cfg.relation_fanouts and not is_typed(dataset):
         fix = ("graph tasks sample no neighbours" if cfg.task == "graph"
                else "give fanouts (--fanouts)")

@@ -110,6 +110,39 @@ def unique_levels(sampler: SamplerConfig) -> int:
     return count
 
 
+def pair_weights(pair_valid, num_negatives: int):
+    """float32[B(1 + K)]: 1 per real positive, 1/K per real negative, 0 for padding
+    (and for a shared negative that hits its positive's own destination).
+
+    Positives and negatives carry equal total weight whatever K (GAE's `pos_weight`
+    balances its loss the same way); unweighted, K negatives per positive make a
+    dot-product decoder without a bias minimise the loss by shrinking every
+    embedding to zero (loss log 2, AUC 0.5).
+    """
+    b = pair_valid.shape[0] // (1 + num_negatives)
+    scale = jnp.concatenate([jnp.ones((b,), jnp.float32),
+                             jnp.full((b * num_negatives,), 1.0 / num_negatives, jnp.float32)])
+    return pair_valid.astype(jnp.float32) * scale
+
+
+def check_link_options(mode: str, num_negatives: int, metric: str) -> None:
+    """ValueError for a negative mode, negative count or metric a link task lacks."""
+    check_mode(mode)
+    if num_negatives < 1:
+        raise ValueError(f"num_negatives must be >= 1, got {num_negatives}")
+    if metric not in LINK_METRICS:
+        raise ValueError(f"metric must be one of {', '.join(LINK_METRICS)}, got {metric!r}")
+
+
+def metric_names(metric: str) -> tuple[str, ...]:
+    """The names a split's metrics get for `metric` (link_metrics.py)."""
+    if metric == "auc":
+        return ("auc", "ap")
+    if metric == "mrr":
+        return ("mrr", "hits@1", "hits@3", "hits@10")
+    return (metric,)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class LinkTask:
     """Link prediction: positives are training edges, K negatives each, one score per
@@ -141,12 +174,7 @@ class LinkTask:
     row_normalizes_planetoid = False  # GAE trains on raw features
 
     def __post_init__(self):
-        check_mode(self.mode)
-        if self.num_negatives < 1:
-            raise ValueError(f"num_negatives must be >= 1, got {self.num_negatives}")
-        if self.metric not in LINK_METRICS:
-            raise ValueError(f"metric must be one of {', '.join(LINK_METRICS)}, got "
-                             f"{self.metric!r}")
+        check_link_options(self.mode, self.num_negatives, self.metric)
 
     loss = staticmethod(sigmoid_cross_entropy)
     score = staticmethod(label_accuracy)
@@ -223,19 +251,8 @@ class LinkTask:
         return TaskBatch(labels, self.pair_weights(pair_valid), {"pairs": level.pairs}, level)
 
     def pair_weights(self, pair_valid):
-        """float32[B(1 + K)]: 1 per real positive, 1/K per real negative, 0 for padding
-        (and for a shared negative that hits its positive's own destination).
-
-        Positives and negatives carry equal total weight whatever K (GAE's `pos_weight`
-        balances its loss the same way); unweighted, K negatives per positive make a
-        dot-product decoder without a bias minimise the loss by shrinking every
-        embedding to zero (loss log 2, AUC 0.5).
-        """
-        b = pair_valid.shape[0] // (1 + self.num_negatives)
-        scale = jnp.concatenate([jnp.ones((b,), jnp.float32),
-                                 jnp.full((b * self.num_negatives,), 1.0 / self.num_negatives,
-                                          jnp.float32)])
-        return pair_valid.astype(jnp.float32) * scale
+        """`pair_weights` with this task's K."""
+        return pair_weights(pair_valid, self.num_negatives)
 
     def restrict(self, mb, batch: TaskBatch):
         """Hides the step's positive edges (both directions) from every block."""
@@ -247,11 +264,7 @@ class LinkTask:
 
     def metric_names(self, dataset: Dataset) -> tuple[str, ...]:
         del dataset
-        if self.metric == "auc":
-            return ("auc", "ap")
-        if self.metric == "mrr":
-            return ("mrr", "hits@1", "hits@3", "hits@10")
-        return (self.metric,)
+        return metric_names(self.metric)
 
     def evaluate(self, predictor: Predictor, dataset: Dataset) -> dict:
         """Validation and test metrics of the split from every node's embedding."""

@@ -8,11 +8,12 @@ from zerognn_jax._src.training.tasks.base import Task
 from zerognn_jax._src.training.tasks.graph import GraphTask
 from zerognn_jax._src.training.tasks.link import LinkTask
 from zerognn_jax._src.training.tasks.node import NodeTask
+from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask
 
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (NodeTask, LinkTask, GraphTask)}
 # The class that trains a task on a typed dataset (`HeteroDataset`), by task name.
-TYPED_TASKS: dict[str, type[Task]] = {TypedNodeTask.name: TypedNodeTask}
+TYPED_TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (TypedNodeTask, TypedLinkTask)}
 
 
 def task_class(name: str, *, typed: bool = False) -> type[Task]:

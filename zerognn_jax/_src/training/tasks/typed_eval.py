@@ -34,6 +34,7 @@ from zerognn_jax._src.ops.host_rows import host_table, is_host_resident, uploade
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
 from zerognn_jax._src.sampling.seeds import ordered_items
 from zerognn_jax._src.sampling.typed_calibrate import sample_typed_epoch_counts
+from zerognn_jax._src.sampling.typed_config import seed_types
 from zerognn_jax._src.sampling.typed_envelope import (
     fit_typed_envelope,
     typed_conservative,
@@ -73,7 +74,7 @@ def exact_relations(task, graph, i: int) -> tuple[tuple, tuple]:
     """(the types layer i computes, the relations into them that its hop samples)."""
     plan = task.sampler.plan(task.seed_type)
     hop = len(plan) - 1 - i
-    types = (task.seed_type,) if hop == 0 else plan[hop - 1].types
+    types = seed_types(task.seed_type) if hop == 0 else plan[hop - 1].types
     return types, tuple(r for r, _ in graph.items()
                         if r[2] in types and r in plan[hop].relations)
 
@@ -124,7 +125,15 @@ def _exact_layer(program, variables, h, graph, *, i: int):
 
 def exact_logits(task, program, variables, data, *, budget_bytes: int | None = None
                  ) -> jax.Array:
-    """float32[N_target, classes]: every target node's exact logits (`variables` hold
+    """float32[N_target, classes]: every target node's exact logits (`exact_outputs`)."""
+    return exact_outputs(task, program, variables, data,
+                         budget_bytes=budget_bytes)[task.seed_type]
+
+
+def exact_outputs(task, program, variables, data, *, budget_bytes: int | None = None
+                  ) -> dict:
+    """{type: float32[N_type, d]}: the last layer's exact rows of every node of level
+    0's types (`task.seed_type`, one type or a link task's two; `variables` hold
     the model's and, with embedded types, the "embedding" table). Where the model
     takes chunks (module docstring), a layer runs in chunks of a type's rows whose
     gathered edge rows fit `budget_bytes`; None: whole where its edge rows fit half the
@@ -163,7 +172,7 @@ def exact_logits(task, program, variables, data, *, budget_bytes: int | None = N
                 f"typed exact evaluation: layer {i + 1}'s whole-graph pass ran the device "
                 f"out of memory; running it in chunks of {budget / 2**30:.2f} GiB of edge "
                 f"rows")
-    return h[task.seed_type]
+    return {t: h[t] for t in seed_types(task.seed_type)}
 
 
 def _chunks_or_smaller(program, variables, graph, i: int, types, relations, width: int,

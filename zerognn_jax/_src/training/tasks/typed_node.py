@@ -38,7 +38,7 @@ from zerognn_jax._src.sampling.calibrate import Calibration
 from zerognn_jax._src.sampling.minibatch import SamplerConfig
 from zerognn_jax._src.sampling.steps import ItemLevel
 from zerognn_jax._src.sampling.typed_calibrate import choose_typed_envelope
-from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig
+from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig, seed_types
 from zerognn_jax._src.sampling.typed_envelope import (
     TypedEnvelope,
     fit_typed_envelope,
@@ -446,7 +446,8 @@ class TypedNodeTask(ItemsAreLevel0):
                                  f"one of {', '.join(HETERO_MODELS)}")
             model = make_hetero_model(
                 cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
-                num_classes=dataset.output_dim, target_type=self.seed_type,
+                num_classes=self.output_dim(cfg, dataset),
+                target_type=seed_types(self.seed_type)[0],
                 relations=dataset.graph.relations, heads=cfg.heads, dropout=cfg.dropout,
                 input_dropout=cfg.input_dropout, dtype=dtype,
                 edge_dims=_edge_dims(cfg, dataset, user_model=False))
@@ -539,10 +540,17 @@ class TypedNodeTask(ItemsAreLevel0):
                         dataset: HeteroDataset, cfg):
         """The typed envelope (`choose_typed_envelope`), its calibration flattened as
         the step's counts are."""
-        env, cal = choose_typed_envelope(data.graph, dataset.train_idx, program.batch_size,
+        return self._chosen_envelope(program, data, dataset.train_idx, cfg)
+
+    def _chosen_envelope(self, program: StepProgram, data: DeviceData, items, cfg,
+                         seeds=None):
+        """`choose_envelope` over the training `items` (`seeds`: as
+        `choose_typed_envelope` takes it)."""
+        env, cal = choose_typed_envelope(data.graph, items, program.batch_size,
                                          self.sampler, seed_type=self.seed_type,
                                          method=cfg.envelope, seed=cfg.seed,
-                                         policy=cfg.envelope_policy, kernels=program.kernels)
+                                         policy=cfg.envelope_policy, kernels=program.kernels,
+                                         seeds=seeds)
         if cal is None:
             return env, None
         flat = lambda per_type: tuple(

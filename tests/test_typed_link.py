@@ -1,0 +1,270 @@
+"""Link prediction on typed graphs: the split, a step's two-type level 0, seed-pair
+hiding, exact evaluation against the sampled forward, learning, overflow recovery,
+checkpoints and the refused options."""
+
+import dataclasses
+import shutil
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import assert_grown_run_agrees
+
+import zerognn_jax as zg
+from zerognn_jax._src.data.hetero_links import find_relation, relation_pairs, reverse_of
+from zerognn_jax._src.sampling.typed_envelope import TypedEnvelope, typed_conservative
+from zerognn_jax._src.training.tasks.typed_eval import exact_outputs
+from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
+
+BUYS = ("user", "buys", "item")
+BASE = dict(task="link", dataset="shop", model="rsage", hidden=32, layers=2, fanouts=(5, 5),
+            batch_size=64, lr=0.01, progress=False, multiple=8, sample_ahead=1,
+            link_relation="buys")
+
+
+def shop(seed: int = 0, users: int = 400, items: int = 300, groups: int = 4,
+         per_user: int = 8, inside: float = 0.9, dim: int = 8) -> zg.HeteroDataset:
+    """Users (featureless) buy items (features: their group's centre plus noise), 90 %
+    of the time in their own group; items are also `similar` to items of their group.
+    A user's group shows only through the items it bought."""
+    rng = np.random.default_rng(seed)
+    user_group, item_group = rng.integers(0, groups, users), rng.integers(0, groups, items)
+    centre = rng.normal(size=(groups, dim))
+    features = (centre[item_group] + 0.8 * rng.normal(size=(items, dim))).astype(np.float32)
+    members = [np.flatnonzero(item_group == g) for g in range(groups)]
+    src = np.repeat(np.arange(users), per_user)
+    own = rng.random(src.size) < inside
+    dst = np.where(own, [rng.choice(members[user_group[u]]) for u in src],
+                   rng.integers(0, items, src.size))
+    a = rng.integers(0, items, 4 * items)
+    b = np.array([rng.choice(members[item_group[i]]) for i in a])
+    return zg.make_hetero_dataset(
+        "shop", {"user": users, "item": items},
+        {BUYS: (src, dst), ("item", "similar", "item"): (np.r_[a, b], np.r_[b, a])},
+        target_type="item", labels=item_group, train_idx=np.arange(items), val_idx=[],
+        test_idx=[], features={"item": features}, add_reverse=True)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return shop()
+
+
+@pytest.fixture(scope="module")
+def whole(data, tmp_path_factory):
+    root = tmp_path_factory.mktemp("typed_link")
+    return zg.train(zg.TrainConfig(**BASE, epochs=3, checkpoint_dir=str(root / "whole")), data)
+
+
+@pytest.fixture(scope="module")
+def stopped(data, tmp_path_factory):
+    root = tmp_path_factory.mktemp("typed_link")
+    cfg = zg.TrainConfig(**BASE, epochs=1, eval_mode="none", checkpoint_dir=str(root / "ckpt"))
+    return zg.train(cfg, data), root / "ckpt"
+
+
+def _keys(pairs, n_dst):
+    pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
+    return set((pairs[:, 0] * n_dst + pairs[:, 1]).tolist())
+
+
+@pytest.mark.parametrize("relation", [BUYS, ("item", "similar", "item")])
+def test_split_holds_out_pairs_from_the_relation_and_its_reverse(data, relation):
+    graph = data.graph
+    split = zg.typed_link_split(graph, relation, seed=3, mrr_negatives=5)
+    n_dst = graph.num_nodes[relation[2]]
+    every = _keys(relation_pairs(graph[relation]), n_dst)
+    train, val, test = (_keys(p, n_dst) for p in (split.train, split.val.pos, split.test.pos))
+    assert train | val | test == every and not (train & val or train & test or val & test)
+    assert len(val) == int(0.05 * len(every)) and len(test) == int(0.10 * len(every))
+    held = val | test
+    if relation[0] == relation[2]:  # one type: the other direction leaves too
+        held |= {(k % n_dst) * n_dst + k // n_dst for k in held}
+    kept = _keys(relation_pairs(split.graph[relation]), n_dst)
+    assert not kept & held and kept | held >= every
+    reverse = reverse_of(graph, relation)
+    if reverse is not None:
+        back = relation_pairs(split.graph[reverse])[:, ::-1]
+        assert not _keys(back, n_dst) & held
+        before = relation_pairs(graph[reverse])[:, ::-1]  # repeated pairs: every copy goes
+        gone = np.isin(before[:, 0] * n_dst + before[:, 1], list(held))
+        assert len(back) == len(before) - gone.sum() and gone.any()
+    for part in (split.val, split.test):
+        assert not _keys(part.neg, n_dst) & every and len(_keys(part.neg, n_dst)) == len(part.neg)
+        assert (part.neg_dst != part.pos[:, 1:2]).all()
+    others = [r for r in graph.relations if r not in (relation, reverse)]
+    for r in others:
+        np.testing.assert_array_equal(split.graph[r].indices, graph[r].indices)
+    again = zg.typed_link_split(graph, relation, seed=3, mrr_negatives=5)
+    np.testing.assert_array_equal(again.train, split.train)
+    np.testing.assert_array_equal(again.test.neg, split.test.neg)
+
+
+def test_split_keeps_the_edge_features_of_kept_edges():
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 30, 200), rng.integers(0, 20, 200)
+    feats = np.stack([src, dst], 1).astype(np.float32)  # each row names its own edge
+    graph = zg.hetero_graph({"a": 30, "b": 20}, {("a", "r", "b"): (src, dst)},
+                            edge_features={("a", "r", "b"): feats}, add_reverse=True)
+    split = zg.typed_link_split(graph, ("a", "r", "b"), seed=1)
+    for rel, flip in ((("a", "r", "b"), False), (("b", "rev_r", "a"), True)):
+        g = split.graph[rel]
+        pairs = relation_pairs(g)
+        pairs = pairs[:, ::-1] if flip else pairs
+        np.testing.assert_array_equal(np.asarray(g.edge_features), pairs.astype(np.float32))
+
+
+def test_relation_is_found_by_name_or_refused(data):
+    assert find_relation(data.graph, "buys") == BUYS
+    assert find_relation(data.graph, "user__buys__item") == BUYS
+    for key, message in ((None, "needs the relation to predict"),
+                         ("nope", "names no relation"), ("sells", "names no relation")):
+        with pytest.raises(ValueError, match=message):
+            find_relation(data.graph, key)
+
+
+def _envelope(task, data, batch_size: int = 64) -> TypedEnvelope:
+    """The always-safe envelope of `batch_size` positives."""
+    return typed_conservative(task.sampler, task.seed_type, task.seed_capacities(batch_size),
+                              data.graph.num_nodes)
+
+
+def _task(whole) -> TypedLinkTask:
+    task = whole.program.task
+    assert isinstance(task, TypedLinkTask) and task.seed_type == ("user", "item")
+    return task
+
+
+def test_level0_holds_each_end_once_and_the_pairs_point_at_them(whole):
+    task = _task(whole)
+    items = jnp.asarray(task.split.train[:64])
+    valid = jnp.arange(64) < 50
+    env = TypedEnvelope(("user", "item"), task.seed_capacities(64), ())
+    assert task.seed_capacities(64) == (64, 128)
+    seeds, live, local, pair_valid = task.level0(items, valid, jnp.uint32(7), env,
+                                                 whole.program.kernels)
+    assert pair_valid.shape == (128,) and int(pair_valid.sum()) == 100
+    for j, t in enumerate(("user", "item")):
+        ids = np.asarray(seeds[t])[np.asarray(live[t])]
+        assert len(set(ids.tolist())) == ids.size  # distinct
+        pairs, _ = task.pairs(items, valid, jnp.uint32(7))
+        got = np.asarray(seeds[t])[np.asarray(local[:, j])]
+        np.testing.assert_array_equal(got[np.asarray(pair_valid)],
+                                      np.asarray(pairs[:, j])[np.asarray(pair_valid)])
+    negatives = np.asarray(pairs[64:])[np.asarray(pair_valid[64:])]
+    assert (negatives[:, 0] == np.asarray(items[:50, 0])).all()  # destinations corrupted
+
+
+def test_hidden_pairs_leave_every_block_of_the_relation_and_its_reverse(whole):
+    task = dataclasses.replace(_task(whole), exclude_seed_edges=False)
+    program, data = whole.program, whole.data
+    perm = jnp.asarray(task.split.train[:64])  # the positives of step 0
+    _, sample, _ = task.sample_batch(program, data, perm, 0, 0, _envelope(task, data))
+    mb = sample.typed
+    hidden = task.hide_positives(mb, perm, jnp.ones(64, bool))
+    positives = _keys(task.split.train[:64], 300)
+    seen = 0
+    for hop, level in enumerate(mb.blocks):
+        for rel, block in level.items():
+            rows = np.asarray(mb.nodes[hop][rel[2]])[:, None]
+            nbrs = np.asarray(mb.nodes[hop + 1][rel[0]])[np.asarray(block.nbr)]
+            u, v = (nbrs, rows) if rel == BUYS else (rows, nbrs)
+            joins = np.isin(u * 300 + v, list(positives)) & np.asarray(block.mask)
+            after = np.asarray(hidden.blocks[hop][rel].mask)
+            if rel in (BUYS, ("item", "rev_buys", "user")):
+                seen += int(joins.sum())
+                np.testing.assert_array_equal(after, np.asarray(block.mask) & ~joins)
+            else:
+                np.testing.assert_array_equal(after, np.asarray(block.mask))
+    assert seen > 0  # the step's sample did read some of its own positives
+
+
+def test_exact_scores_equal_the_sampled_forward_with_every_neighbour(data):
+    cfg = zg.TrainConfig(**{**BASE, "fanouts": (-1, -1)}, epochs=1, dropout=0.0,
+                         eval_mode="none")
+    res = zg.train(cfg, data)
+    task = dataclasses.replace(res.program.task, exclude_seed_edges=False)
+    program = dataclasses.replace(res.program, task=task)
+    perm = jnp.asarray(task.split.train[:64])
+    batch, sample, _ = task.sample_batch(program, res.data, perm, 0, 0,
+                                         _envelope(task, res.data))
+    scores, _ = program.apply_model(res.variables, res.data, sample, train=False,
+                                    inputs=batch.model_inputs)
+    h = exact_outputs(task, program, res.variables, res.data)
+    seeds = sample.typed.nodes[0]
+    local = batch.model_inputs["pairs"]
+    users, items = seeds["user"][local[:, 0]], seeds["item"][local[:, 1]]
+    want = jnp.sum(h["user"][users] * h["item"][items], axis=-1)
+    live = np.asarray(batch.weight) > 0
+    np.testing.assert_allclose(np.asarray(scores)[live], np.asarray(want)[live], rtol=2e-5,
+                               atol=2e-5)
+
+
+def test_learns_the_groups_well_above_chance(whole):
+    losses = [h["loss"] for h in whole.history]
+    assert losses[-1] < losses[0]
+    # a user's group shows only through its items: random scores give AUC 0.5, and
+    # 0.83 to 0.87 were seen
+    assert whole.summary["test_auc"] > 0.75 and whole.summary["val_auc"] > 0.75
+    assert whole.summary["envelope_over_ideal"] >= 1.0
+
+
+def test_small_envelope_overflows_and_matches_a_large_one(data, stopped, monkeypatch):
+    big, _ = stopped
+    real = TypedLinkTask.choose_envelope
+
+    def tiny(self, program, device_data, dataset, cfg):
+        env, cal = real(self, program, device_data, dataset, cfg)
+        first = env.level(0)
+        small = tuple(tuple((t, max(c // 4, first.get(t, 1))) for t, c in level)
+                      for level in env.capacities)
+        return TypedEnvelope(env.seed_type, env.batch_size, small), cal
+
+    monkeypatch.setattr(TypedLinkTask, "choose_envelope", tiny)
+    small = zg.train(zg.TrainConfig(**BASE, epochs=1, eval_mode="none"), data)
+    assert_grown_run_agrees(small, big)
+
+
+def test_resume_from_checkpoint(data, whole, stopped, tmp_path):
+    shutil.copytree(stopped[1], tmp_path / "ckpt")
+    cfg = zg.TrainConfig(**BASE, epochs=3, checkpoint_dir=str(tmp_path / "ckpt"))
+    resumed = zg.train(cfg, data)
+    assert resumed.summary["start_epoch"] == 1
+    np.testing.assert_allclose([h["loss"] for h in resumed.history],
+                               [h["loss"] for h in whole.history], rtol=1e-6)
+    assert resumed.summary["test_auc"] == pytest.approx(whole.summary["test_auc"], abs=1e-6)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(link_relation=None), "needs the relation to predict"),
+    (dict(link_relation="nope"), "link_relation 'nope' names no relation"),
+    (dict(eval_mode="sampled"), "typed link prediction evaluates exactly"),
+    (dict(devices=2), "typed link prediction trains on one device"),
+    (dict(negative_mode="nope"), "negative_mode must be one of"),
+])
+def test_refused_options(data, change, message):
+    with pytest.raises(ValueError) as err:
+        zg.train(zg.TrainConfig(**{**BASE, **change}, epochs=1), data)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_link_relation_outside_a_typed_link_task_is_refused(data):
+    with pytest.raises(ValueError, match="link_relation .* names the relation a typed"):
+        zg.train(zg.TrainConfig(**{**BASE, "task": "node"}, epochs=1), data)
+    with pytest.raises(ValueError, match="this run trains task 'link' on 'tiny'"):
+        zg.train(zg.TrainConfig(task="link", link_relation="buys", epochs=1, progress=False))
+
+
+def test_predict_gives_an_ends_exact_embeddings_and_export_refuses(whole):
+    h = exact_outputs(whole.program.task, whole.program, whole.variables, whole.data)
+    users = zg.predict(whole, [3, 0, 7], node_type="user")
+    np.testing.assert_array_equal(np.asarray(users), np.asarray(h["user"])[[3, 0, 7]])
+    items = zg.predict(whole, [5], node_type="item")
+    np.testing.assert_array_equal(np.asarray(items), np.asarray(h["item"])[[5]])
+    for kwargs, message in ((dict(), "node_type must be an end of the relation"),
+                            (dict(node_type="user", mode="sampled"), "mode 'full'"),
+                            (dict(node_type="item"), r"\('item' ids\)")):
+        with pytest.raises(ValueError, match=message):
+            zg.predict(whole, [300] if "item" in str(kwargs) else [0], **kwargs)
+    with pytest.raises(ValueError, match="predicts the pairs of a typed graph's relation"):
+        zg.export_model(whole.program, whole.variables, whole.data, batch_size=4)

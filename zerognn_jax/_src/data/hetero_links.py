@@ -1,0 +1,168 @@
+"""A link split of one relation of a typed graph: the edges to train on, the graph that
+message passing reads, and fixed evaluation pairs.
+
+The predicted relation (src, name, dst) gives pairs (u, v) of a src node and a dst
+node; its distinct pairs are split at random (85/5/10 by default). Val and test pairs
+leave the message-passing graph: from the relation itself and from its reverse,
+(dst, "rev_" + name, src) as `add_reverse_relations` names it (or, for a relation
+called "rev_<name>", the relation it reverses), where the graph has one. When both
+ends are one type, a held-out (u, v) also leaves in its other direction (v, u): a
+relation made symmetric (mag's cites) stores both. Edge features and weights of the
+edges kept stay with them. Each evaluation split gets one negative per positive
+(uniform src x dst pairs that are not pairs of the relation, none repeated) and, with
+`mrr_negatives`, that many negative destinations per positive. The same (graph,
+relation, fractions, seed) give the same split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from zerognn_jax._src.data.graph import CSRGraph
+from zerognn_jax._src.data.hetero import HeteroGraph, Relation, relation_name
+from zerognn_jax._src.data.links import SPLITS, EvalEdges, destination_negatives
+
+REVERSE_PREFIX = "rev_"
+
+
+@dataclasses.dataclass(frozen=True)
+class TypedLinkSplit:
+    """Training pairs, the message-passing graph, and the evaluation splits.
+
+    Attributes:
+      relation: the predicted relation (src, name, dst).
+      train: int32[E, 2] (src id, dst id), each in its type's ids.
+      graph: the HeteroGraph without the val and test pairs (module docstring).
+      val, test: EvalEdges in the same ids.
+    """
+
+    relation: Relation
+    train: np.ndarray
+    graph: HeteroGraph
+    val: EvalEdges
+    test: EvalEdges
+
+    @property
+    def ends(self) -> tuple[str, str]:
+        return self.relation[0], self.relation[2]
+
+
+def find_relation(graph: HeteroGraph, key: str | None) -> Relation:
+    """The relation `key` names ("src__name__dst", or its name where unique); None
+    names the graph's one relation. ValueError, listing the relations, otherwise."""
+    names = ", ".join(map(relation_name, graph.relations))
+    if key is None:
+        if len(graph.relations) == 1:
+            return graph.relations[0]
+        raise ValueError(f"link prediction on a typed graph needs the relation to predict "
+                         f"(link_relation, --link-relation): one of {names}")
+    hits = [r for r in graph.relations if key in (relation_name(r), r[1])]
+    if len(hits) != 1:
+        what = "no" if not hits else "more than one"
+        raise ValueError(f"link_relation {key!r} names {what} relation of the graph ({names})")
+    return hits[0]
+
+
+def reverse_of(graph: HeteroGraph, relation: Relation) -> Relation | None:
+    """The graph's reverse of `relation` by name (module docstring), or None."""
+    src, name, dst = relation
+    names = [REVERSE_PREFIX + name]
+    if name.startswith(REVERSE_PREFIX):
+        names.append(name[len(REVERSE_PREFIX):])
+    for candidate in names:
+        if (dst, candidate, src) in graph.relations and (dst, candidate, src) != relation:
+            return dst, candidate, src
+    return None
+
+
+def relation_pairs(g: CSRGraph) -> np.ndarray:
+    """int32[E, 2] (source, destination) of every edge of a relation's CSR (rows are
+    destinations), in CSR order."""
+    indptr = np.asarray(g.indptr, np.int64)
+    dst = np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int64), np.diff(indptr))
+    return np.stack([np.asarray(g.indices, np.int64), dst], 1)
+
+
+def _without(g: CSRGraph, drop: np.ndarray) -> CSRGraph:
+    """`g` without the edges at the CSR positions where `drop` holds, order kept."""
+    keep = ~drop
+    indptr = np.asarray(g.indptr, np.int64)
+    row = np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))
+    counts = np.bincount(row[keep], minlength=indptr.shape[0] - 1)
+    new_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.asarray(g.indptr).dtype)
+    pick = lambda a: None if a is None else np.asarray(a)[keep]
+    return CSRGraph(new_indptr, np.asarray(g.indices)[keep], pick(g.weights),
+                    pick(g.edge_features))
+
+
+def _held(pairs: np.ndarray, held_keys: np.ndarray, n_dst: int) -> np.ndarray:
+    """bool[len(pairs)]: which (src, dst) rows have their key among the sorted keys."""
+    if not held_keys.size:
+        return np.zeros(pairs.shape[0], bool)
+    keys = pairs[:, 0] * n_dst + pairs[:, 1]
+    at = np.minimum(np.searchsorted(held_keys, keys), held_keys.size - 1)
+    return held_keys[at] == keys
+
+
+def _non_pairs(rng, count: int, n_src: int, n_dst: int, known: np.ndarray) -> np.ndarray:
+    """int32[count, 2] uniform (src, dst) pairs whose keys (src * n_dst + dst) are not in
+    the sorted `known`, none repeated."""
+    out = np.zeros((0,), np.int64)
+    while out.size < count:
+        want = 2 * (count - out.size) + 16
+        u, v = rng.integers(0, n_src, want), rng.integers(0, n_dst, want)
+        keys = u * n_dst + v
+        at = np.minimum(np.searchsorted(known, keys), max(known.size - 1, 0))
+        fresh = keys[(known[at] != keys) if known.size else np.ones(keys.shape, bool)]
+        _, first = np.unique(np.concatenate([out, fresh]), return_index=True)
+        out = np.concatenate([out, fresh])[np.sort(first)]
+    out = out[:count]
+    return np.stack([out // n_dst, out % n_dst], 1).astype(np.int32)
+
+
+def typed_link_split(graph: HeteroGraph, relation: Relation, *, val: float = 0.05,
+                     test: float = 0.10, seed: int = 0, mrr_negatives: int = 0
+                     ) -> TypedLinkSplit:
+    """A random split of `relation`'s distinct pairs (module docstring)."""
+    if not (0 <= val and 0 <= test and val + test < 1):
+        raise ValueError(f"need val, test >= 0 and val + test < 1, got {val}, {test}")
+    src_t, _, dst_t = relation
+    counts = graph.num_nodes
+    n_src, n_dst = counts[src_t], counts[dst_t]
+    if n_src < 1 or n_dst < 2:
+        raise ValueError(f"a link split of {relation_name(relation)} needs a source and two "
+                         f"destinations, got {n_src} {src_t} and {n_dst} {dst_t} nodes")
+    pairs = relation_pairs(graph[relation])
+    keys = np.unique(pairs[:, 0] * n_dst + pairs[:, 1])
+    rng = np.random.default_rng(seed)
+    keys_perm = keys[rng.permutation(keys.size)]
+    n_val, n_test = int(val * keys.size), int(test * keys.size)
+    held = n_val + n_test
+    if keys.size - held < 1:
+        raise ValueError(f"{relation_name(relation)} has {keys.size} distinct pairs: none "
+                         f"left to train")
+    as_pairs = lambda k: np.stack([k // n_dst, k % n_dst], 1).astype(np.int32)
+    held_keys = np.sort(keys_perm[:held])
+    if src_t == dst_t:  # both directions of a held-out pair leave
+        both = as_pairs(held_keys).astype(np.int64)
+        held_keys = np.unique(np.concatenate([held_keys, both[:, 1] * n_dst + both[:, 0]]))
+    reverse = reverse_of(graph, relation)
+    graphs = []
+    for rel, g in graph.items():
+        if rel == relation:
+            g = _without(g, _held(relation_pairs(g), held_keys, n_dst))
+        elif rel == reverse:  # its (source, destination) is the relation's (dst, src)
+            g = _without(g, _held(relation_pairs(g)[:, ::-1], held_keys, n_dst))
+        graphs.append(g)
+    evals = {}
+    parts = {"val": keys_perm[:n_val], "test": keys_perm[n_val:held]}
+    for name in SPLITS:
+        pos = as_pairs(parts[name])
+        neg = _non_pairs(rng, pos.shape[0], n_src, n_dst, keys)
+        evals[name] = EvalEdges(pos, neg, destination_negatives(rng, pos, n_dst,
+                                                                mrr_negatives))
+    return TypedLinkSplit(relation, as_pairs(keys_perm[held:]),
+                          HeteroGraph(graph.node_counts, graph.relations, tuple(graphs)),
+                          evals["val"], evals["test"])

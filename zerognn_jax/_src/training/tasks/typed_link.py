@@ -1,0 +1,290 @@
+"""Link prediction on a typed graph: pairs of one relation (src, name, dst), such as
+users and the items they bought, through the typed node task's machinery (one step
+body, one scan, the typed envelope, the stacked feature and embedding tables).
+
+A step takes a slice of the shuffled training pairs (the positives), draws K negatives
+each on the device (sampling/negatives.py; `destination` corrupts the dst end, `pairs`
+draws both ends from their types, `shared` draws K dst nodes for the whole step), and
+deduplicates the ends into level 0: one frontier per end type (one frontier when both
+ends are one type). Level 0's capacities are the most distinct ends a step can hold, so
+it never overflows; the levels after it are calibrated and grown as the node task's.
+The relational encoder (`HeteroGNN.encode`) gives level 0's rows of both types and the
+decoder scores each pair (`OnTypesLink`); the loss is binary cross-entropy, positives
+and negatives weighted equally (`LinkTask.pair_weights`).
+
+Seed-edge exclusion: every sampled slot of the predicted relation, or of its reverse,
+that joins the two ends of a positive of the step is masked out before the model reads
+the blocks (both directions where the ends are one type), as the homogeneous task does.
+
+Evaluation runs exact layer-wise inference for every node of both types and scores the
+split's fixed pairs (link_metrics.py); the split comes from `typed_link_split`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from zerognn_jax._src.data.hetero_dataset import HeteroDataset
+from zerognn_jax._src.data.hetero_links import (
+    TypedLinkSplit,
+    find_relation,
+    reverse_of,
+    typed_link_split,
+)
+from zerognn_jax._src.data.links import EvalEdges
+from zerognn_jax._src.data.loaders import load_hetero_dataset
+from zerognn_jax._src.nn.link_heads import OnTypesLink, make_decoder
+from zerognn_jax._src.ops.registry import Kernels
+from zerognn_jax._src.sampling.negatives import (
+    frontier_of,
+    frontier_size,
+    negative_pairs,
+)
+from zerognn_jax._src.sampling.seeds import step_items, step_keys
+from zerognn_jax._src.sampling.steps import ItemLevel
+from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig
+from zerognn_jax._src.sampling.typed_minibatch import TypedMiniBatch, sample_typed
+from zerognn_jax._src.training.layout import typed_layout
+from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch
+from zerognn_jax._src.training.tasks.link import (
+    EVAL_SPLITS,
+    check_link_options,
+    metric_names,
+    pair_member,
+    pair_weights,
+)
+from zerognn_jax._src.training.tasks.link_metrics import split_metrics
+from zerognn_jax._src.training.tasks.losses import label_accuracy, sigmoid_cross_entropy
+from zerognn_jax._src.training.tasks.typed_eval import exact_outputs
+from zerognn_jax._src.training.tasks.typed_node import (
+    TypedInputs,
+    TypedNodeTask,
+    _refuse,
+    relation_fanouts,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Level0:
+    """A step's level 0 from its pairs, as calibration's `level0` hook takes it
+    (static: hashable by the task's identity and the kernels)."""
+
+    task: TypedLinkTask
+    kernels: Kernels
+
+    def __call__(self, items, valid, key, envelope):
+        seeds, seed_valid, _, _ = self.task.level0(items, valid, key, envelope, self.kernels)
+        return seeds, seed_valid
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TypedLinkTask(TypedNodeTask):
+    """Link prediction between the ends of one relation of a typed graph (`Task` and
+    `BatchedTask`; module docstring).
+
+    Attributes (beyond `TypedNodeTask`'s, whose `seed_type` is the ends' type, or the
+    pair of them):
+      split: the `TypedLinkSplit`.
+      num_negatives, mode, metric: as `LinkTask`'s.
+      exclude_seed_edges: hide the step's positive pairs from its message passing.
+    """
+
+    split: TypedLinkSplit | None = None
+    num_negatives: int = 1
+    mode: str = "destination"
+    metric: str = "auc"
+    exclude_seed_edges: bool = True
+    name = "link"
+    score_name = "pair_acc"
+    dedups_seeds = True
+
+    def __post_init__(self):
+        check_link_options(self.mode, self.num_negatives, self.metric)
+
+    @classmethod
+    def build(cls, cfg, dataset, *, loss=None, kernels=None):
+        """The typed link task of `cfg` on `dataset` (default: `cfg.dataset` loaded),
+        a `HeteroDataset`, split on `cfg.link_relation`; the dataset comes back with
+        the message-passing graph (the held-out pairs removed)."""
+        del kernels
+        _refuse(cfg)
+        if loss is not None:
+            raise ValueError("loss= applies to node tasks; link prediction trains with "
+                             "binary cross-entropy over positive and negative pairs")
+        if cfg.eval_mode == "sampled":
+            raise ValueError("typed link prediction evaluates exactly: set eval_mode "
+                             "'full' or 'none'")
+        if (cfg.devices or jax.local_device_count()) > 1 or cfg.shard_features:
+            raise ValueError(f"typed link prediction trains on one device (devices 1, no "
+                             f"shard_features); got devices {cfg.devices}, shard_features "
+                             f"{cfg.shard_features}")
+        if dataset is None:
+            dataset = load_hetero_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
+        if not isinstance(dataset, HeteroDataset):
+            raise TypeError(f"typed link prediction trains on a HeteroDataset, got "
+                            f"{type(dataset).__name__}")
+        relation = find_relation(dataset.graph, cfg.link_relation)
+        split = typed_link_split(dataset.graph, relation, seed=cfg.seed,
+                                 mrr_negatives=100 if cfg.link_metric == "mrr" else 0)
+        dataset = dataclasses.replace(dataset, graph=split.graph)
+        layout = typed_layout(cfg)
+        config = TypedSamplerConfig(relation_fanouts(cfg, dataset.graph), replace=cfg.replace,
+                                    dedup=layout.dedup, flat_outer=layout.flat_outer,
+                                    method=cfg.sampler, edge_ids=bool(cfg.edge_features))
+        config = config.resolve(dataset.graph)
+        src, dst = split.ends
+        seed_type = src if src == dst else (src, dst)
+        inputs = TypedInputs.of(dataset, embed_all=cfg.embedding_dim > 0)
+        return cls(config, seed_type, config.plan(seed_type)[-1].types, inputs,
+                   sigmoid_cross_entropy, label_accuracy, split=split,
+                   num_negatives=cfg.negatives, mode=cfg.negative_mode,
+                   metric=cfg.link_metric), dataset
+
+    def output_dim(self, cfg, dataset) -> int:
+        """The encoder's width: `cfg.hidden`."""
+        del dataset
+        return cfg.hidden
+
+    def wrap_model(self, model, cfg, kernels=None):
+        """`model`, a relational encoder with `encode` (`HeteroGNN`'s), under the
+        configured decoder (`OnTypesLink`)."""
+        if not hasattr(model, "encode"):
+            raise ValueError(f"typed link prediction needs a relational encoder with "
+                             f"encode(x, layers, train=) -> {{type: rows}} (HeteroGNN's); "
+                             f"{type(model).__name__} has none")
+        kernels = Kernels.parse(cfg.kernels) if kernels is None else kernels
+        return OnTypesLink(model, kernels, self.inputs.widths,
+                           tuple(t for t, _ in self.inputs.embedded),
+                           make_decoder(cfg.decoder, cfg.hidden, init=cfg.init),
+                           self.split.ends)
+
+    def device_targets(self, dataset) -> np.ndarray:
+        """None on the device: a step's pair labels are built with its negatives."""
+        del dataset
+        return np.zeros((0,), np.int32)
+
+    def train_items(self, dataset) -> np.ndarray:
+        """The training pairs, int32[E, 2] (src id, dst id)."""
+        del dataset
+        return self.split.train
+
+    def seed_capacities(self, batch_size: int):
+        """Level 0's capacities for `batch_size` positives: the most distinct ends of
+        their pairs, per end type (one number when both ends are one type)."""
+        counts, (src, dst) = self.split.graph.num_nodes, self.split.ends
+        b, k = batch_size, self.num_negatives
+        if src == dst:
+            return min(counts[src], frontier_size(b, k, self.mode))
+        sources = b * (1 + k) if self.mode == "pairs" else b
+        dests = b + k if self.mode == "shared" else b * (1 + k)
+        return min(counts[src], sources), min(counts[dst], dests)
+
+    def seed_capacity(self, batch_size: int) -> int:
+        caps = self.seed_capacities(batch_size)
+        return caps if isinstance(caps, int) else sum(caps)
+
+    def pairs(self, items, valid, key):
+        """(int32[B(1 + K), 2] positives then negatives, bool valid), ids of the end
+        types."""
+        counts, (src, dst) = self.split.graph.num_nodes, self.split.ends
+        neg, neg_valid = negative_pairs(key, items, valid, counts[dst], self.num_negatives,
+                                        self.mode, num_sources=counts[src])
+        return jnp.concatenate([items, neg]), jnp.concatenate([valid, neg_valid])
+
+    def level0(self, items, valid, key, envelope, kernels):
+        """(seeds {type: ids}, seed_valid {type: mask}, int32[P, 2] each pair's
+        positions among its ends' seeds, bool[P] valid pairs) of a step's positives."""
+        pairs, pair_valid = self.pairs(items, valid, key)
+        counts, (src, dst) = self.split.graph.num_nodes, self.split.ends
+        caps = envelope.level(0)
+        if src == dst:
+            f = frontier_of(pairs, jnp.stack([pair_valid, pair_valid], 1), caps[src],
+                            counts[src], kernels)
+            return ({src: f.seeds}, {src: f.valid}, f.pairs.reshape(-1, 2), pair_valid)
+        ends = [frontier_of(pairs[:, j], pair_valid, caps[t], counts[t], kernels)
+                for j, t in enumerate((src, dst))]
+        return ({src: ends[0].seeds, dst: ends[1].seeds},
+                {src: ends[0].valid, dst: ends[1].valid},
+                jnp.stack([ends[0].pairs, ends[1].pairs], 1), pair_valid)
+
+    def hide_positives(self, mb: TypedMiniBatch, items, valid) -> TypedMiniBatch:
+        """`mb` with every slot of the predicted relation and its reverse that joins a
+        positive's two ends masked out (module docstring)."""
+        relation = self.split.relation
+        reverse = reverse_of(self.split.graph, relation)
+        same = relation[0] == relation[2]
+        big = jnp.iinfo(jnp.int32).max
+        a, b = items[:, 0], items[:, 1]
+        if same:
+            a, b = jnp.minimum(a, b), jnp.maximum(a, b)
+        lo, hi = jax.lax.sort((jnp.where(valid, a, big), jnp.where(valid, b, big)),
+                              num_keys=2)
+        blocks = []
+        for hop, level in enumerate(mb.blocks):
+            level = dict(level)
+            for rel in (r for r in (relation, reverse) if r in level):
+                block = level[rel]
+                rows = mb.nodes[hop][rel[2]][:, None]
+                nbrs = mb.nodes[hop + 1][rel[0]][block.nbr]
+                u, v = (nbrs, rows) if rel == relation else (rows, nbrs)
+                if same:
+                    u, v = jnp.minimum(u, v), jnp.maximum(u, v)
+                keep = block.mask & ~pair_member(lo, hi, u, v)
+                level[rel] = block._replace(nbr=jnp.where(keep, block.nbr, 0), mask=keep)
+            blocks.append(level)
+        return mb._replace(blocks=tuple(blocks))
+
+    def sample_batch(self, program, data, perm, batch_index, epoch, envelope, active=None):
+        """(TaskBatch, TypedSample, dropout key) of batch `batch_index` at `envelope`:
+        labels 1 for the positives, 0 for their negatives; the model scores the pairs'
+        positions among level 0's seeds."""
+        items, valid = step_items(perm, batch_index, program.batch_size)
+        if active is not None:
+            valid = valid & active
+        key, drop_key = step_keys(program.seed, epoch, batch_index)
+        seeds, seed_valid, local, pair_valid = self.level0(items, valid, key, envelope,
+                                                           program.kernels)
+        mb = sample_typed(data.graph, seeds, seed_valid, key, self.sampler, envelope,
+                          program.kernels)
+        if self.exclude_seed_edges:
+            mb = self.hide_positives(mb, items, valid)
+        b = items.shape[0]
+        labels = jnp.concatenate([jnp.ones((b,), jnp.float32),
+                                  jnp.zeros((b * self.num_negatives,), jnp.float32)])
+        weights = pair_weights(pair_valid, self.num_negatives)
+        inputs = {**self.model_inputs(data, mb), "pairs": local}
+        return (TaskBatch(labels, weights, inputs, ItemLevel(items, valid)),
+                self.sample_of(mb), drop_key)
+
+    def choose_envelope(self, program, data, dataset, cfg):
+        """The typed envelope, calibrated on the steps' real level 0 (`_Level0`)."""
+        del dataset
+        seeds = (self.seed_capacities(program.batch_size), _Level0(self, program.kernels))
+        return self._chosen_envelope(program, data, self.split.train, cfg, seeds)
+
+    def metric_names(self, dataset) -> tuple[str, ...]:
+        del dataset
+        return metric_names(self.metric)
+
+    def evaluate(self, predictor: Predictor, dataset) -> dict:
+        """Validation and test metrics of the split's pairs, from every node's exact
+        embedding (both end types)."""
+        del dataset
+        h = exact_outputs(self, predictor.program, predictor.variables, predictor.data)
+        (src, dst), counts = self.split.ends, self.split.graph.num_nodes
+        shift = 0 if src == dst else counts[src]
+        table = h[src] if src == dst else jnp.concatenate([h[src], h[dst]])
+        out = {}
+        for name in EVAL_SPLITS:
+            edges = getattr(self.split, name)
+            if edges.pos.shape[0]:
+                moved = EvalEdges(edges.pos + [0, shift], edges.neg + [0, shift],
+                                  edges.neg_dst + shift)
+                metrics = split_metrics(predictor.program.model, predictor.variables, table,
+                                        moved, self.metric)
+                out.update({f"{name}_{k}": v for k, v in metrics.items()})
+        return out
