@@ -105,6 +105,34 @@ def test_distinct_rows_skip_the_merge_and_give_the_same_update():
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.parametrize("devices", [2, 3])
+def test_rows_of_several_devices_merge_as_the_general_path(devices):
+    """`repeats=D` (D devices' rows, each device's valid ids distinct, padding anywhere)
+    gives the reference's update: repeats summed, every other row and moment
+    bit-unchanged; and the general path's to float rounding."""
+    rs = np.random.default_rng(devices)
+    n, d, r = 40, 3, 12
+    table = jnp.asarray(rs.normal(size=(n, d)), jnp.float32)
+    rows = np.concatenate([rs.permutation(n)[:r] for _ in range(devices)])
+    rows[:r] = rows[r:2 * r]  # the first two devices hold the same ids
+    valid = rs.random(devices * r) < 0.8
+    grads = rs.normal(size=(devices * r, d)).astype(np.float32)
+    state = row_adam_init(table)
+    args = (jnp.asarray(rows, jnp.int32), jnp.asarray(grads), jnp.asarray(valid))
+    merged = jax.jit(lambda *a: row_adam_update(table, state, *a, lr=0.1,
+                                                repeats=devices))(*args)
+    general = row_adam_update(table, state, *args, lr=0.1)
+    *ref, touched = _reference(table, np.zeros((n, d)), np.zeros((n, d)), 1, rows, grads,
+                               valid, lr=0.1)
+    others = np.setdiff1d(np.arange(n), touched)
+    for got, want, old in zip(merged[:1] + merged[1][:2], ref, (table, state.mu, state.nu)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(np.asarray(got)[others], np.asarray(old)[others])
+    for x, y in zip(jax.tree_util.tree_leaves(merged), jax.tree_util.tree_leaves(general)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+    assert int(merged[1].count) == 1 and len(touched) < n
+
+
 @pytest.mark.parametrize("dtype,d", [(jnp.float32, 5), (jnp.bfloat16, 130)])
 @pytest.mark.parametrize("unique", [False, True])
 def test_pallas_row_update_equals_the_xla_form(dtype, d, unique):

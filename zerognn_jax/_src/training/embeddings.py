@@ -83,11 +83,12 @@ class NodeEmbedding:
         return gather_rows(kernels, table, ids, valid)
 
     def update(self, table: jax.Array, opt: RowAdamState, ids, grads, valid, *,
-               unique: bool, taken=True,
+               unique: bool, repeats: int | None = None, taken=True,
                kernels: Kernels | None = None) -> tuple[jax.Array, RowAdamState]:
         """One lazy Adam step on the rows `ids` with gradient rows `grads` (`unique`: the
-        valid ids are known to be distinct, so no sort merges repeats; `taken`: the step
-        counts, else nothing changes, when no row is valid; `kernels`: who runs the row
-        update, op "row_adam")."""
+        valid ids are known to be distinct, so no sort merges repeats; `repeats`: each
+        appears at most that many times; `taken`: the step counts, else nothing
+        changes, when no row is valid; `kernels`: who runs the row update, op
+        "row_adam")."""
         return row_adam_update(table, opt, ids, grads, valid, lr=self.lr, unique=unique,
-                               taken=taken, kernels=kernels)
+                               repeats=repeats, taken=taken, kernels=kernels)

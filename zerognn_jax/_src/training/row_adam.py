@@ -10,7 +10,9 @@ and its moments as they are; the step count and so the bias correction are globa
 `row_adam_update` takes the step's row ids (duplicates allowed: their gradients are
 summed first, as a dense gradient would have them; padding marked invalid) and their
 gradient rows, and works at a static number of rows R: unique ids come from
-`jnp.unique(size=R)`, moments are gathered and scattered for those R slots only. It is
+`jnp.unique(size=R)` (or, where each id repeats at most a known number of times, from a
+sort and a sum over that many neighbours), moments are gathered and scattered for those
+R slots only. It is
 pure and jit-compatible; inside a scan the carry holds the table and `RowAdamState`.
 The row update itself is the op "row_adam" of the kernel registry: the XLA form below,
 or its Pallas twin, which writes the rows in place.
@@ -48,7 +50,7 @@ def row_adam_init(table: jax.Array) -> RowAdamState:
 def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
                     grads: jax.Array, valid: jax.Array | None = None, *, lr: float,
                     b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-                    unique: bool = False, taken=True,
+                    unique: bool = False, repeats: int | None = None, taken=True,
                     kernels: Kernels | None = None) -> tuple[jax.Array, RowAdamState]:
     """One lazy Adam step on the rows `rows` of `table`.
 
@@ -61,6 +63,10 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
       lr, b1, b2, eps: Adam's step size, decay rates and epsilon (as `optax.adam`).
       unique: the valid entries of `rows` are known to be distinct (a deduplicated
         level), so they are used as they are, without the sort that merges repeats.
+      repeats: each valid id is known to appear at most this many times (the rows of
+        several devices, each device's distinct): repeats are merged by one sort and a
+        sum over that many sorted neighbours (`_merge_sorted`), without
+        `jnp.unique`'s scatter of every gradient row. None: any number of times.
       taken: bool (scalar, may be traced): the step counts in the bias correction; a
         step not taken passes no valid row, and leaves everything as it was.
       kernels: which implementation runs the row update ("row_adam": the XLA form, or
@@ -78,6 +84,8 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
     ids = jnp.where(live, rows, n)  # n sorts last and marks a slot unused
     if unique:
         uniq, g = ids, grads
+    elif repeats is not None:
+        uniq, g = _merge_sorted(ids, grads, n, repeats)
     else:
         g = jnp.where(_rows_mask(live, grads), grads.astype(jnp.float32), 0.0)
         uniq, inverse = jnp.unique(ids, return_inverse=True, size=r, fill_value=n)
@@ -87,6 +95,26 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
     table, mu, nu = update(table, state.mu, state.nu, uniq, uniq < n, g, count, lr=lr, b1=b1,
                            b2=b2, eps=eps)
     return table, RowAdamState(mu, nu, count)
+
+
+def _merge_sorted(ids: jax.Array, grads: jax.Array, n: int, repeats: int
+                  ) -> tuple[jax.Array, jax.Array]:
+    """(int32[R] ids, float32[R, ...] gradient sums): `ids` (invalid ones n) sorted, each
+    run of equal valid ids summed into its first slot (the others and the invalid ones
+    marked n, unused), where no id appears more than `repeats` times. Every slot sums
+    the gradient rows of its next `repeats` - 1 sorted neighbours that hold its id,
+    gathered by position: gathers and adds, no scatter."""
+    r = ids.shape[0]
+    order = jnp.argsort(ids, stable=True)
+    ids_sorted = ids[order]
+    total = grads[order].astype(jnp.float32)
+    for k in range(1, min(repeats, r)):
+        same = jnp.concatenate([ids_sorted[k:], jnp.full((k,), n, ids.dtype)]) == ids_sorted
+        at = jnp.concatenate([order[k:], jnp.zeros((k,), order.dtype)])
+        total = total + jnp.where(_rows_mask(same, grads), grads[at].astype(jnp.float32),
+                                  0.0)
+    first = jnp.concatenate([jnp.ones((1,), bool), ids_sorted[1:] != ids_sorted[:-1]])
+    return jnp.where(first, ids_sorted, n), total
 
 
 def _rows_mask(used: jax.Array, rows: jax.Array) -> jax.Array:

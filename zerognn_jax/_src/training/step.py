@@ -94,12 +94,15 @@ def update_embedding(program: StepProgram, state: TrainState, out: dict,
         return state
     ids, grads, valid = out["embedding_grads"]
     # Rows of a deduplicated outermost level are distinct on one device (a typed level's
-    # per type, and the types' tables lie at distinct offsets of the stacked one).
-    unique = program.parallel is None and not program.sampler.positional[-1]
+    # per type, and the types' tables lie at distinct offsets of the stacked one); the
+    # rows gathered from D devices then hold each id at most D times.
+    distinct = not program.sampler.positional[-1]
+    single = program.parallel is None
     with jax.named_scope("embedding_update"):
         table, opt = emb.update(state.embedding, state.embedding_opt, ids, grads,
-                                valid & keep, unique=unique, taken=keep,
-                                kernels=program.kernels)
+                                valid & keep, unique=single and distinct,
+                                repeats=program.num_shards if distinct and not single
+                                else None, taken=keep, kernels=program.kernels)
     return state._replace(embedding=table, embedding_opt=opt)
 
 
