@@ -15,6 +15,7 @@ from zerognn_jax._src.data.hetero_links import find_relation, relation_pairs, re
 from zerognn_jax._src.sampling.typed_envelope import TypedEnvelope, typed_conservative
 from zerognn_jax._src.training.tasks.typed_eval import exact_outputs
 from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
+from zerognn_jax._src.training.trainer import same_level0
 
 BUYS = ("user", "buys", "item")
 BASE = dict(task="link", dataset="shop", model="rsage", hidden=32, layers=2, fanouts=(5, 5),
@@ -63,8 +64,10 @@ def stopped(data, tmp_path_factory):
     return zg.train(cfg, data), root / "ckpt"
 
 
-def _keys(pairs, n_dst):
+def _keys(pairs, n_dst, unordered=False):
     pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
+    if unordered:
+        pairs = np.sort(pairs, axis=1)
     return set((pairs[:, 0] * n_dst + pairs[:, 1]).tolist())
 
 
@@ -72,13 +75,16 @@ def _keys(pairs, n_dst):
 def test_split_holds_out_pairs_from_the_relation_and_its_reverse(data, relation):
     graph = data.graph
     split = zg.typed_link_split(graph, relation, seed=3, mrr_negatives=5)
-    n_dst = graph.num_nodes[relation[2]]
-    every = _keys(relation_pairs(graph[relation]), n_dst)
-    train, val, test = (_keys(p, n_dst) for p in (split.train, split.val.pos, split.test.pos))
+    n_dst, same = graph.num_nodes[relation[2]], relation[0] == relation[2]
+    # one type: {u, v} is one pair, so (u, v) and (v, u) land in one split together
+    every = _keys(relation_pairs(graph[relation]), n_dst, same)
+    train, val, test = (_keys(p, n_dst, same)
+                        for p in (split.train, split.val.pos, split.test.pos))
+    assert len(train) == len(split.train) and len(test) == len(split.test.pos)
     assert train | val | test == every and not (train & val or train & test or val & test)
     assert len(val) == int(0.05 * len(every)) and len(test) == int(0.10 * len(every))
     held = val | test
-    if relation[0] == relation[2]:  # one type: the other direction leaves too
+    if same:  # the other direction leaves the graph too
         held |= {(k % n_dst) * n_dst + k // n_dst for k in held}
     kept = _keys(relation_pairs(split.graph[relation]), n_dst)
     assert not kept & held and kept | held >= every
@@ -90,8 +96,10 @@ def test_split_holds_out_pairs_from_the_relation_and_its_reverse(data, relation)
         gone = np.isin(before[:, 0] * n_dst + before[:, 1], list(held))
         assert len(back) == len(before) - gone.sum() and gone.any()
     for part in (split.val, split.test):
-        assert not _keys(part.neg, n_dst) & every and len(_keys(part.neg, n_dst)) == len(part.neg)
+        negatives = _keys(part.neg, n_dst, same)
+        assert not negatives & every and len(negatives) == len(part.neg)
         assert (part.neg_dst != part.pos[:, 1:2]).all()
+        assert not same or (part.neg[:, 0] != part.neg[:, 1]).all()
     others = [r for r in graph.relations if r not in (relation, reverse)]
     for r in others:
         np.testing.assert_array_equal(split.graph[r].indices, graph[r].indices)
@@ -112,6 +120,23 @@ def test_split_keeps_the_edge_features_of_kept_edges():
         pairs = relation_pairs(g)
         pairs = pairs[:, ::-1] if flip else pairs
         np.testing.assert_array_equal(np.asarray(g.edge_features), pairs.astype(np.float32))
+
+
+def test_split_warns_of_an_unnamed_reverse_and_refuses_too_few_non_pairs():
+    graph = zg.hetero_graph({"a": 4, "b": 3}, {
+        ("a", "r", "b"): (np.repeat(np.arange(4), 3), np.tile(np.arange(3), 4)),
+        ("b", "back", "a"): ([0, 1], [2, 3])})
+    with pytest.warns(UserWarning, match="b__back__a also joins b to a and is not taken"):
+        with pytest.raises(ValueError, match="only 0 pairs are not edges"):
+            zg.typed_link_split(graph, ("a", "r", "b"), val=0.2, test=0.2)
+
+
+def test_an_envelope_of_one_type_takes_one_capacity():
+    with pytest.raises(ValueError, match="one seed type takes one capacity"):
+        TypedEnvelope("user", (4, 8), ())
+    with pytest.raises(ValueError, match="distinct, one capacity each"):
+        TypedEnvelope(("user", "user"), (4, 8), ())
+    assert TypedEnvelope(("user", "item"), [4, 8], ()).level(0) == {"user": 4, "item": 8}
 
 
 def test_relation_is_found_by_name_or_refused(data):
@@ -155,23 +180,30 @@ def test_level0_holds_each_end_once_and_the_pairs_point_at_them(whole):
     assert (negatives[:, 0] == np.asarray(items[:50, 0])).all()  # destinations corrupted
 
 
-def test_hidden_pairs_leave_every_block_of_the_relation_and_its_reverse(whole):
-    task = dataclasses.replace(_task(whole), exclude_seed_edges=False)
-    program, data = whole.program, whole.data
+def _check_hidden(result) -> None:
+    """A step's sample with its positives hidden (`hide_positives`) differs from the
+    sample without in exactly the slots of the relation and its reverse that join a
+    positive's ends (unordered where both are one type), and some slot was hidden."""
+    task = dataclasses.replace(result.program.task, exclude_seed_edges=False)
+    relation, data = task.split.relation, result.data
+    reverse, same = reverse_of(task.split.graph, relation), relation[0] == relation[2]
+    n_dst = data.graph.num_nodes[relation[2]]
     perm = jnp.asarray(task.split.train[:64])  # the positives of step 0
-    _, sample, _ = task.sample_batch(program, data, perm, 0, 0, _envelope(task, data))
+    _, sample, _ = task.sample_batch(result.program, data, perm, 0, 0, _envelope(task, data))
     mb = sample.typed
     hidden = task.hide_positives(mb, perm, jnp.ones(64, bool))
-    positives = _keys(task.split.train[:64], 300)
+    positives = _keys(task.split.train[:64], n_dst, same)
     seen = 0
     for hop, level in enumerate(mb.blocks):
         for rel, block in level.items():
             rows = np.asarray(mb.nodes[hop][rel[2]])[:, None]
             nbrs = np.asarray(mb.nodes[hop + 1][rel[0]])[np.asarray(block.nbr)]
-            u, v = (nbrs, rows) if rel == BUYS else (rows, nbrs)
-            joins = np.isin(u * 300 + v, list(positives)) & np.asarray(block.mask)
+            u, v = (nbrs, rows) if rel == relation else (rows, nbrs)
+            if same:
+                u, v = np.minimum(u, v), np.maximum(u, v)
+            joins = np.isin(u * n_dst + v, list(positives)) & np.asarray(block.mask)
             after = np.asarray(hidden.blocks[hop][rel].mask)
-            if rel in (BUYS, ("item", "rev_buys", "user")):
+            if rel in (relation, reverse):
                 seen += int(joins.sum())
                 np.testing.assert_array_equal(after, np.asarray(block.mask) & ~joins)
             else:
@@ -179,25 +211,56 @@ def test_hidden_pairs_leave_every_block_of_the_relation_and_its_reverse(whole):
     assert seen > 0  # the step's sample did read some of its own positives
 
 
-def test_exact_scores_equal_the_sampled_forward_with_every_neighbour(data):
-    cfg = zg.TrainConfig(**{**BASE, "fanouts": (-1, -1)}, epochs=1, dropout=0.0,
-                         eval_mode="none")
-    res = zg.train(cfg, data)
-    task = dataclasses.replace(res.program.task, exclude_seed_edges=False)
-    program = dataclasses.replace(res.program, task=task)
+def _check_exact(result) -> None:
+    """Step 0's pair scores (positives not hidden) equal the decoder on every node's
+    exact embeddings, for a run that samples every neighbour without dropout."""
+    task = dataclasses.replace(result.program.task, exclude_seed_edges=False)
+    program = dataclasses.replace(result.program, task=task)
     perm = jnp.asarray(task.split.train[:64])
-    batch, sample, _ = task.sample_batch(program, res.data, perm, 0, 0,
-                                         _envelope(task, res.data))
-    scores, _ = program.apply_model(res.variables, res.data, sample, train=False,
+    batch, sample, _ = task.sample_batch(program, result.data, perm, 0, 0,
+                                         _envelope(task, result.data))
+    scores, _ = program.apply_model(result.variables, result.data, sample, train=False,
                                     inputs=batch.model_inputs)
-    h = exact_outputs(task, program, res.variables, res.data)
-    seeds = sample.typed.nodes[0]
-    local = batch.model_inputs["pairs"]
-    users, items = seeds["user"][local[:, 0]], seeds["item"][local[:, 1]]
-    want = jnp.sum(h["user"][users] * h["item"][items], axis=-1)
+    h = exact_outputs(task, program, result.variables, result.data)
+    src, dst = task.split.ends
+    seeds, local = sample.typed.nodes[0], batch.model_inputs["pairs"]
+    want = jnp.sum(h[src][seeds[src][local[:, 0]]] * h[dst][seeds[dst][local[:, 1]]], -1)
     live = np.asarray(batch.weight) > 0
     np.testing.assert_allclose(np.asarray(scores)[live], np.asarray(want)[live], rtol=2e-5,
                                atol=2e-5)
+
+
+def test_hidden_pairs_leave_every_block_of_the_relation_and_its_reverse(whole):
+    _task(whole)
+    _check_hidden(whole)
+
+
+def test_exact_scores_equal_the_sampled_forward_with_every_neighbour(data):
+    cfg = zg.TrainConfig(**{**BASE, "fanouts": (-1, -1)}, epochs=1, dropout=0.0,
+                         eval_mode="none")
+    _check_exact(zg.train(cfg, data))
+
+
+def test_a_relation_of_one_type_trains_through_one_frontier(data):
+    """`similar` (items to items, symmetric): level 0 is one frontier holding both ends,
+    the hidden slots are those joining a positive in either direction, and exact
+    scores equal the sampled forward."""
+    cfg = zg.TrainConfig(**{**BASE, "fanouts": (-1, -1), "link_relation": "similar"},
+                         epochs=1, dropout=0.0, eval_mode="none")
+    result = zg.train(cfg, data)
+    task = result.program.task
+    assert task.seed_type == "item" and task.seed_capacities(64) == 192
+    items, valid = jnp.asarray(task.split.train[:64]), jnp.ones(64, bool)
+    seeds, live, local, pair_valid = task.level0(items, valid, jnp.uint32(3),
+                                                 _envelope(task, result.data),
+                                                 result.program.kernels)
+    ids = np.asarray(seeds["item"])[np.asarray(live["item"])]
+    assert len(set(ids.tolist())) == ids.size
+    pairs, _ = task.pairs(items, valid, jnp.uint32(3))
+    np.testing.assert_array_equal(np.asarray(seeds["item"])[np.asarray(local)],
+                                  np.asarray(pairs))
+    _check_hidden(result)
+    _check_exact(result)
 
 
 def test_learns_the_groups_well_above_chance(whole):
@@ -233,6 +296,12 @@ def test_resume_from_checkpoint(data, whole, stopped, tmp_path):
     np.testing.assert_allclose([h["loss"] for h in resumed.history],
                                [h["loss"] for h in whole.history], rtol=1e-6)
     assert resumed.summary["test_auc"] == pytest.approx(whole.summary["test_auc"], abs=1e-6)
+    back = zg.restore(cfg.checkpoint_dir, cfg, data, for_inference=True)
+    np.testing.assert_array_equal(np.asarray(zg.predict(back, [0, 5], node_type="user")),
+                                  np.asarray(zg.predict(resumed, [0, 5], node_type="user")))
+    # a checkpoint's two-type level 0 comes back from JSON as a list
+    assert same_level0([64, 128], (64, 128)) and same_level0(64, 64)
+    assert not same_level0([64, 128], 64) and not same_level0([64, 96], (64, 128))
 
 
 @pytest.mark.parametrize("change, message", [

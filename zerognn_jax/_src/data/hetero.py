@@ -45,6 +45,18 @@ def relation_name(relation: Relation) -> str:
     return "__".join(relation)
 
 
+def named_relation(relations, key: str, what: str) -> Relation:
+    """The one relation of `relations` that `key` names ("src__name__dst", or a name
+    only one relation has); ValueError naming `what` (the option that gave `key`) and
+    the relations otherwise."""
+    hits = [r for r in relations if key in (relation_name(r), r[1])]
+    if len(hits) != 1:
+        names = ", ".join(map(relation_name, relations))
+        which = "no" if not hits else "more than one"
+        raise ValueError(f"{what} {key!r} names {which} relation of the graph ({names})")
+    return hits[0]
+
+
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["graphs"],
                    meta_fields=["node_counts", "relations"])
 @dataclasses.dataclass(frozen=True, eq=False)

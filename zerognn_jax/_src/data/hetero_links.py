@@ -2,27 +2,36 @@
 message passing reads, and fixed evaluation pairs.
 
 The predicted relation (src, name, dst) gives pairs (u, v) of a src node and a dst
-node; its distinct pairs are split at random (85/5/10 by default). Val and test pairs
-leave the message-passing graph: from the relation itself and from its reverse,
-(dst, "rev_" + name, src) as `add_reverse_relations` names it (or, for a relation
-called "rev_<name>", the relation it reverses), where the graph has one. When both
-ends are one type, a held-out (u, v) also leaves in its other direction (v, u): a
-relation made symmetric (mag's cites) stores both. Edge features and weights of the
-edges kept stay with them. Each evaluation split gets one negative per positive
-(uniform src x dst pairs that are not pairs of the relation, none repeated) and, with
-`mrr_negatives`, that many negative destinations per positive. The same (graph,
+node; its distinct pairs are split at random (85/5/10 by default). When both ends are
+one type, a pair is unordered, {u, v}, as for homogeneous links: a relation made
+symmetric (mag's cites) stores both directions, and (u, v) and (v, u) are one pair,
+which lands in one split only (else a test pair's other direction would be trained
+on). Val and test pairs leave the message-passing graph (one type: in both
+directions): from the relation itself and from its reverse, (dst, "rev_" + name, src)
+as `add_reverse_relations` names it (or, for a relation called "rev_<name>", the
+relation it reverses), where the graph has one; another relation from dst to src is
+not taken for a reverse, and a warning says so. Edge features and weights of the edges
+kept stay with them. Each evaluation split gets one negative per positive (uniform
+pairs that are not pairs of the relation, none repeated, no (u, u) for one type) and,
+with `mrr_negatives`, that many negative destinations per positive. The same (graph,
 relation, fractions, seed) give the same split.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 
 from zerognn_jax._src.data.graph import CSRGraph
-from zerognn_jax._src.data.hetero import HeteroGraph, Relation, relation_name
-from zerognn_jax._src.data.links import SPLITS, EvalEdges, destination_negatives
+from zerognn_jax._src.data.hetero import HeteroGraph, Relation, named_relation, relation_name
+from zerognn_jax._src.data.links import (
+    SPLITS,
+    EvalEdges,
+    destination_negatives,
+    sample_non_edges,
+)
 
 REVERSE_PREFIX = "rev_"
 
@@ -52,17 +61,13 @@ class TypedLinkSplit:
 def find_relation(graph: HeteroGraph, key: str | None) -> Relation:
     """The relation `key` names ("src__name__dst", or its name where unique); None
     names the graph's one relation. ValueError, listing the relations, otherwise."""
-    names = ", ".join(map(relation_name, graph.relations))
     if key is None:
         if len(graph.relations) == 1:
             return graph.relations[0]
+        names = ", ".join(map(relation_name, graph.relations))
         raise ValueError(f"link prediction on a typed graph needs the relation to predict "
                          f"(link_relation, --link-relation): one of {names}")
-    hits = [r for r in graph.relations if key in (relation_name(r), r[1])]
-    if len(hits) != 1:
-        what = "no" if not hits else "more than one"
-        raise ValueError(f"link_relation {key!r} names {what} relation of the graph ({names})")
-    return hits[0]
+    return named_relation(graph.relations, key, "link_relation")
 
 
 def reverse_of(graph: HeteroGraph, relation: Relation) -> Relation | None:
@@ -75,6 +80,19 @@ def reverse_of(graph: HeteroGraph, relation: Relation) -> Relation | None:
         if (dst, candidate, src) in graph.relations and (dst, candidate, src) != relation:
             return dst, candidate, src
     return None
+
+
+def _warn_unpaired(graph: HeteroGraph, relation: Relation, reverse) -> None:
+    """Warns when a relation from the predicted one's dst type to its src type is not its
+    reverse by name: held-out pairs stay in it (`reverse_of`)."""
+    others = [r for r in graph.relations if (r[0], r[2]) == (relation[2], relation[0])
+              and r not in (relation, reverse)]
+    if others:
+        warnings.warn(f"link split of {relation_name(relation)}: "
+                      f"{', '.join(map(relation_name, others))} also joins {relation[2]} to "
+                      f"{relation[0]} and is not taken for its reverse (named "
+                      f"{REVERSE_PREFIX}{relation[1]}); held-out pairs stay in it",
+                      stacklevel=3)
 
 
 def relation_pairs(g: CSRGraph) -> np.ndarray:
@@ -106,22 +124,6 @@ def _held(pairs: np.ndarray, held_keys: np.ndarray, n_dst: int) -> np.ndarray:
     return held_keys[at] == keys
 
 
-def _non_pairs(rng, count: int, n_src: int, n_dst: int, known: np.ndarray) -> np.ndarray:
-    """int32[count, 2] uniform (src, dst) pairs whose keys (src * n_dst + dst) are not in
-    the sorted `known`, none repeated."""
-    out = np.zeros((0,), np.int64)
-    while out.size < count:
-        want = 2 * (count - out.size) + 16
-        u, v = rng.integers(0, n_src, want), rng.integers(0, n_dst, want)
-        keys = u * n_dst + v
-        at = np.minimum(np.searchsorted(known, keys), max(known.size - 1, 0))
-        fresh = keys[(known[at] != keys) if known.size else np.ones(keys.shape, bool)]
-        _, first = np.unique(np.concatenate([out, fresh]), return_index=True)
-        out = np.concatenate([out, fresh])[np.sort(first)]
-    out = out[:count]
-    return np.stack([out // n_dst, out % n_dst], 1).astype(np.int32)
-
-
 def typed_link_split(graph: HeteroGraph, relation: Relation, *, val: float = 0.05,
                      test: float = 0.10, seed: int = 0, mrr_negatives: int = 0
                      ) -> TypedLinkSplit:
@@ -134,7 +136,10 @@ def typed_link_split(graph: HeteroGraph, relation: Relation, *, val: float = 0.0
     if n_src < 1 or n_dst < 2:
         raise ValueError(f"a link split of {relation_name(relation)} needs a source and two "
                          f"destinations, got {n_src} {src_t} and {n_dst} {dst_t} nodes")
+    same = src_t == dst_t
     pairs = relation_pairs(graph[relation])
+    if same:  # unordered: {u, v} as (min, max)
+        pairs = np.sort(pairs, axis=1)
     keys = np.unique(pairs[:, 0] * n_dst + pairs[:, 1])
     rng = np.random.default_rng(seed)
     keys_perm = keys[rng.permutation(keys.size)]
@@ -145,10 +150,11 @@ def typed_link_split(graph: HeteroGraph, relation: Relation, *, val: float = 0.0
                          f"left to train")
     as_pairs = lambda k: np.stack([k // n_dst, k % n_dst], 1).astype(np.int32)
     held_keys = np.sort(keys_perm[:held])
-    if src_t == dst_t:  # both directions of a held-out pair leave
+    if same:  # both directions of a held-out pair leave
         both = as_pairs(held_keys).astype(np.int64)
         held_keys = np.unique(np.concatenate([held_keys, both[:, 1] * n_dst + both[:, 0]]))
     reverse = reverse_of(graph, relation)
+    _warn_unpaired(graph, relation, reverse)
     graphs = []
     for rel, g in graph.items():
         if rel == relation:
@@ -160,7 +166,8 @@ def typed_link_split(graph: HeteroGraph, relation: Relation, *, val: float = 0.0
     parts = {"val": keys_perm[:n_val], "test": keys_perm[n_val:held]}
     for name in SPLITS:
         pos = as_pairs(parts[name])
-        neg = _non_pairs(rng, pos.shape[0], n_src, n_dst, keys)
+        neg = sample_non_edges(rng, pos.shape[0], n_dst, keys,
+                               num_sources=None if same else n_src)
         evals[name] = EvalEdges(pos, neg, destination_negatives(rng, pos, n_dst,
                                                                 mrr_negatives))
     return TypedLinkSplit(relation, as_pairs(keys_perm[held:]),

@@ -197,14 +197,28 @@ def _pair_keys(edges: np.ndarray, n: int) -> np.ndarray:
 
 
 def sample_non_edges(rng: np.random.Generator, count: int, num_nodes: int,
-                     known: np.ndarray) -> np.ndarray:
+                     known: np.ndarray, *, num_sources: int | None = None) -> np.ndarray:
     """int32[count, 2] uniform pairs {u, v}, u != v, none in the sorted int64 `known`
-    pair keys (min * N + max) nor repeated."""
+    pair keys (min * N + max) nor repeated. With `num_sources` (the sources are nodes
+    of another type): ordered pairs (u < num_sources, v < num_nodes), keys u * N + v.
+
+    Raises ValueError when fewer than `count` such pairs exist."""
+    if num_sources is None:  # self-pairs are never drawn, so their keys do not count
+        pairs = num_nodes * (num_nodes - 1) // 2
+        free = pairs - np.count_nonzero(known // num_nodes != known % num_nodes)
+    else:
+        free = num_sources * num_nodes - known.size
+    if count > free:
+        raise ValueError(f"need {count} negative pairs and only {free} pairs are not edges")
     out = np.zeros((0,), np.int64)
     while out.size < count:
         want = 2 * (count - out.size) + 16
-        u, v = rng.integers(0, num_nodes, want), rng.integers(0, num_nodes, want)
-        keys = _pair_keys(np.stack([u, v], 1), num_nodes)[u != v]
+        if num_sources is None:
+            u, v = rng.integers(0, num_nodes, want), rng.integers(0, num_nodes, want)
+            keys = _pair_keys(np.stack([u, v], 1), num_nodes)[u != v]
+        else:
+            u, v = rng.integers(0, num_sources, want), rng.integers(0, num_nodes, want)
+            keys = u.astype(np.int64) * num_nodes + v
         fresh = keys
         if known.size:  # searched in ascending order: ~7x faster than random order
             order = np.argsort(keys)

@@ -42,6 +42,9 @@ class TypedEnvelope:
     def __post_init__(self):
         caps = tuple(tuple((str(t), int(c)) for t, c in level) for level in self.capacities)
         object.__setattr__(self, "capacities", caps)
+        if isinstance(self.seed_type, str) == isinstance(self.batch_size, tuple | list):
+            raise ValueError(f"one seed type takes one capacity, a tuple of them a tuple: "
+                             f"got {self.seed_type!r}, {self.batch_size!r}")
         if not isinstance(self.seed_type, str):
             object.__setattr__(self, "seed_type", tuple(self.seed_type))
             object.__setattr__(self, "batch_size", tuple(int(b) for b in self.batch_size))

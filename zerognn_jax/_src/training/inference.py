@@ -31,7 +31,13 @@ from zerognn_jax._src.training.rebuild import check_dataset, config_of
 from zerognn_jax._src.training.tasks.base import BatchedTask
 from zerognn_jax._src.training.tasks.typed_eval import exact_outputs, typed_logits
 from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
-from zerognn_jax._src.training.trainer import TrainResult, _saved, _variables, prepare
+from zerognn_jax._src.training.trainer import (
+    TrainResult,
+    _saved,
+    _variables,
+    prepare,
+    same_level0,
+)
 from zerognn_jax._src.training.user import user_identity
 
 # Identity keys inference does not compare: they shape only how the model was trained.
@@ -151,7 +157,10 @@ def _envelope(cfg, meta, data, dataset, program) -> Envelope:
 def _batched_envelope(cfg, meta, data, dataset, program):
     """`_envelope` for a `BatchedTask`: the checkpoint's, else its conservative one."""
     saved = meta.get("envelope") or {}
-    if saved.get("batch_size") == cfg.batch_size:
+    task = program.task
+    level0 = (task.seed_capacities(cfg.batch_size) if isinstance(task, TypedLinkTask)
+              else cfg.batch_size)
+    if "batch_size" in saved and same_level0(saved["batch_size"], level0):
         return saved_envelope(program, saved)
     conservative = dataclasses.replace(cfg, envelope="conservative")
     return program.task.choose_envelope(program, data, dataset, conservative)[0]

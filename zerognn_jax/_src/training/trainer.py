@@ -387,7 +387,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         last, restored, meta = resumed
         state = state._replace(**restored)
         saved_env = meta["envelope"]
-        if saved_env["batch_size"] == env.batch_size:  # else saved with another device count
+        if same_level0(saved_env["batch_size"], env.batch_size):  # else another device count
             env = saved_envelope(program, saved_env)
         history, start_epoch = meta["history"], last + 1
         if meta.get("evaluation_pending"):  # evaluated after its checkpoint, if at all
@@ -494,6 +494,13 @@ def starting_envelope(cfg: TrainConfig, program, data, dataset):
                            program.sampler, method=cfg.envelope, seed=cfg.seed,
                            policy=cfg.envelope_policy, kernels=program.kernels,
                            source=program.task)
+
+
+def same_level0(saved, current) -> bool:
+    """Whether a checkpoint's level-0 capacity is `current`'s: an int, or a typed link
+    envelope's capacities per end type (a tuple, which JSON gives back as a list)."""
+    as_list = lambda v: list(v) if isinstance(v, tuple | list) else [v]
+    return as_list(saved) == as_list(current)
 
 
 def _name(cfg, dataset) -> str:

@@ -46,9 +46,7 @@ from zerognn_jax._src.sampling.negatives import (
 )
 from zerognn_jax._src.sampling.seeds import step_items, step_keys
 from zerognn_jax._src.sampling.steps import ItemLevel
-from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig
 from zerognn_jax._src.sampling.typed_minibatch import TypedMiniBatch, sample_typed
-from zerognn_jax._src.training.layout import typed_layout
 from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.link import (
     EVAL_SPLITS,
@@ -64,7 +62,7 @@ from zerognn_jax._src.training.tasks.typed_node import (
     TypedInputs,
     TypedNodeTask,
     _refuse,
-    relation_fanouts,
+    typed_sampler,
 )
 
 
@@ -118,10 +116,12 @@ class TypedLinkTask(TypedNodeTask):
         if cfg.eval_mode == "sampled":
             raise ValueError("typed link prediction evaluates exactly: set eval_mode "
                              "'full' or 'none'")
-        if (cfg.devices or jax.local_device_count()) > 1 or cfg.shard_features:
-            raise ValueError(f"typed link prediction trains on one device (devices 1, no "
-                             f"shard_features); got devices {cfg.devices}, shard_features "
-                             f"{cfg.shard_features}")
+        if ((cfg.devices or jax.local_device_count()) > 1 or cfg.shard_features
+                or jax.process_count() > 1):
+            raise ValueError(f"typed link prediction trains on one device of one process "
+                             f"(devices 1, no shard_features); got devices {cfg.devices}, "
+                             f"shard_features {cfg.shard_features}, "
+                             f"{jax.process_count()} process(es)")
         if dataset is None:
             dataset = load_hetero_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
         if not isinstance(dataset, HeteroDataset):
@@ -131,11 +131,7 @@ class TypedLinkTask(TypedNodeTask):
         split = typed_link_split(dataset.graph, relation, seed=cfg.seed,
                                  mrr_negatives=100 if cfg.link_metric == "mrr" else 0)
         dataset = dataclasses.replace(dataset, graph=split.graph)
-        layout = typed_layout(cfg)
-        config = TypedSamplerConfig(relation_fanouts(cfg, dataset.graph), replace=cfg.replace,
-                                    dedup=layout.dedup, flat_outer=layout.flat_outer,
-                                    method=cfg.sampler, edge_ids=bool(cfg.edge_features))
-        config = config.resolve(dataset.graph)
+        config = typed_sampler(cfg, dataset.graph)
         src, dst = split.ends
         seed_type = src if src == dst else (src, dst)
         inputs = TypedInputs.of(dataset, embed_all=cfg.embedding_dim > 0)

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.hetero import HeteroGraph, relation_name
+from zerognn_jax._src.data.hetero import HeteroGraph, named_relation
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset
 from zerognn_jax._src.data.loaders import load_hetero_dataset, row_normalize
 from zerognn_jax._src.nn.hetero import HETERO_MODELS, OnTypes, make_hetero_model
@@ -263,17 +263,23 @@ def relation_fanouts(cfg, graph: HeteroGraph) -> dict:
     `cfg.relation_fanouts` names one ("src__name__dst", or its name when unique)."""
     out = {r: tuple(cfg.fanouts) for r in graph.relations}
     for key, per_hop in (cfg.relation_fanouts or {}).items():
-        hits = [r for r in graph.relations if key in (relation_name(r), r[1])]
-        if len(hits) != 1:
-            names = ", ".join(map(relation_name, graph.relations))
-            what = "no" if not hits else "more than one"
-            raise ValueError(f"relation_fanouts key {key!r} names {what} relation of the "
-                             f"graph ({names})")
+        relation = named_relation(graph.relations, key, "relation_fanouts key")
         if len(per_hop) != len(cfg.fanouts):
             raise ValueError(f"relation_fanouts[{key!r}] has {len(per_hop)} hops, the model "
                              f"{len(cfg.fanouts)} layers: {tuple(per_hop)}")
-        out[hits[0]] = tuple(per_hop)
+        out[relation] = tuple(per_hop)
     return out
+
+
+def typed_sampler(cfg, graph: HeteroGraph) -> TypedSamplerConfig:
+    """The run `cfg`'s typed sampler (`relation_fanouts`, the layout `typed_layout`
+    picks, the sampling method, edge ids where edge features are read), resolved
+    against `graph`."""
+    layout = typed_layout(cfg)
+    return TypedSamplerConfig(relation_fanouts(cfg, graph), replace=cfg.replace,
+                              dedup=layout.dedup, flat_outer=layout.flat_outer,
+                              method=cfg.sampler,
+                              edge_ids=bool(cfg.edge_features)).resolve(graph)
 
 
 def _typed_placement(cfg, resident: Resident, limit: int | None,
@@ -363,11 +369,7 @@ class TypedNodeTask(ItemsAreLevel0):
         if not isinstance(dataset, HeteroDataset):
             raise TypeError(f"typed node classification trains on a HeteroDataset, got "
                             f"{type(dataset).__name__}")
-        layout = typed_layout(cfg)
-        config = TypedSamplerConfig(relation_fanouts(cfg, dataset.graph), replace=cfg.replace,
-                                    dedup=layout.dedup, flat_outer=layout.flat_outer,
-                                    method=cfg.sampler, edge_ids=bool(cfg.edge_features))
-        config = config.resolve(dataset.graph)
+        config = typed_sampler(cfg, dataset.graph)
         plan = config.plan(dataset.target_type)
         rows = node_task(loss, dataset)
         inputs = TypedInputs.of(dataset, embed_all=cfg.embedding_dim > 0)
