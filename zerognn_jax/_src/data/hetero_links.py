@@ -24,7 +24,7 @@ import warnings
 
 import numpy as np
 
-from zerognn_jax._src.data.graph import CSRGraph
+from zerognn_jax._src.data.graph import CSRGraph, to_edge_list
 from zerognn_jax._src.data.hetero import HeteroGraph, Relation, named_relation, relation_name
 from zerognn_jax._src.data.links import (
     SPLITS,
@@ -96,23 +96,20 @@ def _warn_unpaired(graph: HeteroGraph, relation: Relation, reverse) -> None:
 
 
 def relation_pairs(g: CSRGraph) -> np.ndarray:
-    """int32[E, 2] (source, destination) of every edge of a relation's CSR (rows are
+    """int64[E, 2] (source, destination) of every edge of a relation's CSR (rows are
     destinations), in CSR order."""
-    indptr = np.asarray(g.indptr, np.int64)
-    dst = np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int64), np.diff(indptr))
-    return np.stack([np.asarray(g.indices, np.int64), dst], 1)
+    rows, sources = to_edge_list(g)
+    return np.stack([sources, rows], 1).astype(np.int64)
 
 
 def _without(g: CSRGraph, drop: np.ndarray) -> CSRGraph:
     """`g` without the edges at the CSR positions where `drop` holds, order kept."""
     keep = ~drop
-    indptr = np.asarray(g.indptr, np.int64)
-    row = np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))
-    counts = np.bincount(row[keep], minlength=indptr.shape[0] - 1)
-    new_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.asarray(g.indptr).dtype)
+    rows, indices = to_edge_list(g)
+    counts = np.bincount(rows[keep], minlength=g.num_nodes)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.asarray(g.indptr).dtype)
     pick = lambda a: None if a is None else np.asarray(a)[keep]
-    return CSRGraph(new_indptr, np.asarray(g.indices)[keep], pick(g.weights),
-                    pick(g.edge_features))
+    return CSRGraph(indptr, indices[keep], pick(g.weights), pick(g.edge_features))
 
 
 def _held(pairs: np.ndarray, held_keys: np.ndarray, n_dst: int) -> np.ndarray:

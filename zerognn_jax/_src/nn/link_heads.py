@@ -116,7 +116,3 @@ class OnTypesLink(OnTypes):
 
     def score(self, h_src, h_dst):
         return self.decoder(h_src, h_dst, train=False)
-
-    @property
-    def hidden(self) -> int:
-        return getattr(self.model, "hidden", 0)

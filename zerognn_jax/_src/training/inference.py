@@ -205,11 +205,11 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
         kind = "" if target is None else f" ({target!r} ids)"
         raise ValueError(f"nodes must lie in [0, {n}){kind}, found [{nodes.min()}, "
                          f"{nodes.max()}]")
-    predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
-                          seed)
     if isinstance(task, TypedLinkTask):
         h = exact_outputs(task, result.program, result.variables, result.data)
         return h[target][jnp.asarray(nodes, jnp.int32)]
+    predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
+                          seed)
     if target is not None:
         return jnp.asarray(typed_logits(result.program.task, predictor, nodes))
     return predictor.outputs(nodes.astype(np.int32))

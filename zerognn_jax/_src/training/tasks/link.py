@@ -68,6 +68,15 @@ def pair_member(lo, hi, query_lo, query_hi):
     return (left < p) & (lo[at] == query_lo) & (hi[at] == query_hi)
 
 
+def sorted_pairs(first, second, valid):
+    """(lo, hi): the pairs (first[i], second[i]) where `valid`, sorted
+    lexicographically, the invalid ones after them (int32 max), as `pair_member`
+    searches them."""
+    big = jnp.iinfo(jnp.int32).max
+    return jax.lax.sort((jnp.where(valid, first, big), jnp.where(valid, second, big)),
+                        num_keys=2)
+
+
 def exclude_pairs(mb, positives, valid, unique_levels: int = 1):
     """`mb` with every sampled slot (a, b) whose {a, b} is a row of `positives`
     (int32[B, 2] global ids, bool[B] valid) masked out, in every block.
@@ -79,10 +88,8 @@ def exclude_pairs(mb, positives, valid, unique_levels: int = 1):
     may repeat nodes (after a positional hop: tree layout, a flat outer hop) has all of
     its rows checked. The result is the same either way.
     """
-    big = jnp.iinfo(jnp.int32).max
-    lo = jnp.where(valid, jnp.minimum(positives[:, 0], positives[:, 1]), big)
-    hi = jnp.where(valid, jnp.maximum(positives[:, 0], positives[:, 1]), big)
-    lo, hi = jax.lax.sort((lo, hi), num_keys=2)
+    lo, hi = sorted_pairs(jnp.minimum(positives[:, 0], positives[:, 1]),
+                          jnp.maximum(positives[:, 0], positives[:, 1]), valid)
     endpoints = mb.nodes[0].shape[0]
     blocks = []
     for hop, block in enumerate(mb.blocks):

@@ -10,7 +10,7 @@ ends are one type). Level 0's capacities are the most distinct ends a step can h
 it never overflows; the levels after it are calibrated and grown as the node task's.
 The relational encoder (`HeteroGNN.encode`) gives level 0's rows of both types and the
 decoder scores each pair (`OnTypesLink`); the loss is binary cross-entropy, positives
-and negatives weighted equally (`LinkTask.pair_weights`).
+and negatives weighted equally (link.py's `pair_weights`).
 
 Seed-edge exclusion: every sampled slot of the predicted relation, or of its reverse,
 that joins the two ends of a positive of the step is masked out before the model reads
@@ -54,6 +54,7 @@ from zerognn_jax._src.training.tasks.link import (
     metric_names,
     pair_member,
     pair_weights,
+    sorted_pairs,
 )
 from zerognn_jax._src.training.tasks.link_metrics import split_metrics
 from zerognn_jax._src.training.tasks.losses import label_accuracy, sigmoid_cross_entropy
@@ -98,7 +99,6 @@ class TypedLinkTask(TypedNodeTask):
     exclude_seed_edges: bool = True
     name = "link"
     score_name = "pair_acc"
-    dedups_seeds = True
 
     def __post_init__(self):
         check_link_options(self.mode, self.num_negatives, self.metric)
@@ -213,12 +213,10 @@ class TypedLinkTask(TypedNodeTask):
         relation = self.split.relation
         reverse = reverse_of(self.split.graph, relation)
         same = relation[0] == relation[2]
-        big = jnp.iinfo(jnp.int32).max
         a, b = items[:, 0], items[:, 1]
         if same:
             a, b = jnp.minimum(a, b), jnp.maximum(a, b)
-        lo, hi = jax.lax.sort((jnp.where(valid, a, big), jnp.where(valid, b, big)),
-                              num_keys=2)
+        lo, hi = sorted_pairs(a, b, valid)
         blocks = []
         for hop, level in enumerate(mb.blocks):
             level = dict(level)
