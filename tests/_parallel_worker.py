@@ -239,9 +239,9 @@ def cmd_typed(args, out: pathlib.Path) -> None:
     with the feature table in host memory and a device cache of part of it: the same
     typed run (exact evaluation too, the table read onto the device), and with the
     table split by rows across the devices (`shard_features`); the test problem's SAGE
-    against its run with the table on the device. Last, R-GAT reading
+    against its run with the table on the device. Then R-GAT reading
     edge features, with learnable rows for every type (`embedding_dim`), on one device
-    and on 4."""
+    and on 4; and link prediction on 4 devices (`_link_runs`)."""
     import jax
 
     from zerognn_jax import TrainConfig, load_hetero_dataset, train
@@ -276,6 +276,7 @@ def cmd_typed(args, out: pathlib.Path) -> None:
         params = {"params": result.variables["params"],
                   "embedding": jax.device_get(result.state.embedding)}
         save_run(out, name, params, {"history": result.history, "summary": result.summary})
+    _link_runs(out)
     # rows as stored: the cache finds its 200 rows by a node -> slot map (4 bytes a node)
     cached = dict(feature_placement="host", host_row_order="stored",
                   feature_cache_gib=(4 * NUM_NODES + 200 * 8 * 4) / 2**30)
@@ -284,6 +285,33 @@ def cmd_typed(args, out: pathlib.Path) -> None:
         save_run(out, name, result.variables["params"],
                  {"history": result.history, "summary": result.summary,
                   "cache": _cache_record(result.data.features)})
+
+
+def _link_runs(out: pathlib.Path) -> None:
+    """Link prediction, batch 16 a device: "*link_still_*" with a learning rate too
+    small to move a float32 parameter, on one device and on 4 (the feature table split
+    by rows), so that both see the initial model on the same batches, negatives and
+    hidden pairs: the test problem's graph ("link_still_*") and the users-buy-items
+    graph of test_typed_link.py ("typed_link_still_*"); then "typed_link_dp4", 4
+    devices learning for 3 epochs."""
+    from test_typed_link import BASE, shop
+
+    from zerognn_jax import TrainConfig, train
+
+    homogeneous = dict(task="link", dataset="dp-test", model="sage", hidden=16, layers=2,
+                       fanouts=(5, 5), progress=False)
+    still, split = {"lr": 1e-30}, {"lr": 1e-30, "shard_features": True}
+    for name, devices, base, data, extra in (
+            ("link_still_1", 1, homogeneous, make_problem(), still),
+            ("link_still_4", 4, homogeneous, make_problem(), split),
+            ("typed_link_still_1", 1, BASE, shop(), still),
+            ("typed_link_still_4", 4, BASE, shop(), split),
+            ("typed_link_dp4", 4, BASE, shop(), {"epochs": 3})):
+        cfg = TrainConfig(**{**base, "batch_size": 16, "devices": devices, "epochs": 1,
+                             **extra})
+        result = train(cfg, data)
+        save_run(out, name, result.variables["params"],
+                 {"history": result.history, "summary": result.summary})
 
 
 def _typed_with_edge_features():

@@ -302,6 +302,30 @@ def test_typed_rgat_with_edge_features_and_every_types_rows_on_four_devices(runs
     assert params["['embedding']"].shape == (180, 4)  # 120 papers and 60 authors
 
 
+@pytest.mark.parametrize("graph", ["link", "typed_link"])
+def test_link_prediction_on_four_devices_takes_one_devices_batches(runs, graph):
+    """A link run on 4 devices (the feature table split by rows) takes, at a learning
+    rate too small to move a parameter, the batches, negatives, hidden pairs and sampled
+    subgraphs of the one-device run of the same batch (device d of step s is batch
+    4 s + d): equal losses, counts and exact metrics (of both end types, typed)."""
+    out = runs["jobs"]["typed"].wait()
+    (a,), (b,) = (load(out, f"{graph}_still_{d}")[1]["history"] for d in (1, 4))
+    assert load(out, f"{graph}_still_4")[1]["summary"]["devices"] == 4
+    assert a["steps"] == 4 * b["steps"]
+    assert a["max_counts"] == b["max_counts"] and a["sampled_edges"] == b["sampled_edges"]
+    np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-6)
+    for key in ("train_batch_pair_acc", "val_auc", "test_auc", "test_ap"):
+        assert abs(a[key] - b[key]) < 1e-9, key
+
+
+def test_typed_link_prediction_learns_on_four_devices(runs):
+    """Trained for real on 4 devices, typed link prediction learns the users' groups as
+    one device does (test_typed_link.py)."""
+    history = load(runs["jobs"]["typed"].wait(), "typed_link_dp4")[1]["history"]
+    assert history[-1]["loss"] < 0.8 * history[0]["loss"]
+    assert history[-1]["test_auc"] > 0.75
+
+
 def test_the_trainer_caches_a_host_table_on_every_device(runs):
     """The trainer on 4 devices with the feature table in host memory keeps its cache on
     every device (typed: the stacked table's hottest rows, laid out first; the test

@@ -309,7 +309,6 @@ def test_resume_from_checkpoint(data, whole, stopped, tmp_path):
     (dict(link_relation=None), "needs the relation to predict"),
     (dict(link_relation="nope"), "link_relation 'nope' names no relation"),
     (dict(eval_mode="sampled"), "typed link prediction evaluates exactly"),
-    (dict(devices=2), "typed link prediction trains on one device"),
     (dict(negative_mode="nope"), "negative_mode must be one of"),
 ])
 def test_refused_options(data, change, message):

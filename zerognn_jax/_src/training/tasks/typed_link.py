@@ -116,12 +116,6 @@ class TypedLinkTask(TypedNodeTask):
         if cfg.eval_mode == "sampled":
             raise ValueError("typed link prediction evaluates exactly: set eval_mode "
                              "'full' or 'none'")
-        if ((cfg.devices or jax.local_device_count()) > 1 or cfg.shard_features
-                or jax.process_count() > 1):
-            raise ValueError(f"typed link prediction trains on one device of one process "
-                             f"(devices 1, no shard_features); got devices {cfg.devices}, "
-                             f"shard_features {cfg.shard_features}, "
-                             f"{jax.process_count()} process(es)")
         if dataset is None:
             dataset = load_hetero_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
         if not isinstance(dataset, HeteroDataset):
