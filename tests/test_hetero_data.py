@@ -1,5 +1,5 @@
-"""Typed datasets: ogbn-mag read from a tiny folder in OGB's layout, the mag-like and
-igbh-like presets' shapes, `zerognn data` on typed datasets, and float targets kept by
+"""Typed datasets: ogbn-mag read from a tiny folder in OGB's layout, the mag-like,
+igbh-like and shop-like presets' shapes, `zerognn data` on typed datasets, and float targets kept by
 storage and by PyG HeteroData in and out."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from test_hetero_graph import _dataset, _FakeHeteroData, _same
 import zerognn_jax as zg
 from zerognn_jax._src.data import hetero_synthetic
 from zerognn_jax._src.data.hetero_synthetic import MAG, igbh_like, mag_like
+from zerognn_jax._src.data.shop import BUYS, SIMILAR, make_shop
 
 MAG_RELATIONS = [("author", "affiliated_with", "institution"), ("author", "writes", "paper"),
                  ("paper", "cites", "paper"), ("paper", "has_topic", "field_of_study")]
@@ -99,6 +100,39 @@ def test_mag_like_has_ogbn_mags_shape_at_scale():
     again = mag_like(scale, add_reverse=False)
     np.testing.assert_array_equal(again.graph.graphs[1].indices, ds.graph.graphs[1].indices)
     np.testing.assert_array_equal(again.features["paper"], ds.features["paper"])
+
+
+def test_shop_like_users_buy_mostly_in_their_items_group(tmp_path):
+    """shop-like's buys are distinct pairs, about `inside` of them (plus chance) within
+    the user's group, which shows in the groups of the items a user bought; similar
+    items share a group, none is similar to itself; cached under root, scale checked."""
+    ds = zg.load_hetero_dataset("shop-like", tmp_path, scale=0.002)
+    counts = ds.graph.num_nodes
+    assert counts == {"user": 2000, "item": 500} and ds.feature_dims == {"item": 64}
+    assert (tmp_path / "shop-like-0.002-0.npz").is_file()
+    again = zg.load_hetero_dataset("shop-like", tmp_path, scale=0.002)  # from the cache
+    np.testing.assert_array_equal(again.graph[BUYS].indices, ds.graph[BUYS].indices)
+    assert sorted(np.r_[ds.train_idx, ds.val_idx, ds.test_idx].tolist()) == list(range(500))
+
+    shop = make_shop(300, 200, 5, per_user=12, inside=0.8, seed=1)
+    buys, similar = shop.graph[BUYS], shop.graph[SIMILAR]
+    items = np.repeat(np.arange(200), np.diff(buys.indptr))  # CSR rows are destinations
+    users = np.asarray(buys.indices)
+    keys = users * 200 + items
+    assert np.unique(keys).size == keys.size
+    group = shop.labels
+    # a user's group: the commonest group among its items; inside + (1 - inside) / G
+    majority = np.array([np.bincount(group[items[users == u]], minlength=5).argmax()
+                         for u in range(300)])
+    share = np.mean(group[items] == majority[users])
+    assert 0.8 + 0.2 / 5 - 0.05 < share < 0.95, share
+    dst = np.repeat(np.arange(200), np.diff(similar.indptr))
+    assert np.all(group[dst] == group[similar.indices])
+    assert not np.any(dst == similar.indices)
+    with pytest.raises(ValueError, match="groups <= items"):
+        make_shop(10, 3, 4)
+    with pytest.raises(ValueError, match="scale applies to mag-like, igbh-like and shop-like"):
+        zg.load_hetero_dataset("ogbn-mag", scale=0.5)
 
 
 def test_igbh_like_has_bfloat16_features_on_every_type():

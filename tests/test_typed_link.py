@@ -12,6 +12,7 @@ from conftest import assert_grown_run_agrees
 
 import zerognn_jax as zg
 from zerognn_jax._src.data.hetero_links import find_relation, relation_pairs, reverse_of
+from zerognn_jax._src.data.shop import make_shop
 from zerognn_jax._src.sampling.typed_envelope import TypedEnvelope, typed_conservative
 from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.trainer import same_level0
@@ -22,27 +23,11 @@ BASE = dict(task="link", dataset="shop", model="rsage", hidden=32, layers=2, fan
             link_relation="buys")
 
 
-def shop(seed: int = 0, users: int = 400, items: int = 300, groups: int = 4,
-         per_user: int = 8, inside: float = 0.9, dim: int = 8) -> zg.HeteroDataset:
+def shop(seed: int = 0) -> zg.HeteroDataset:
     """Users (featureless) buy items (features: their group's centre plus noise), 90 %
     of the time in their own group; items are also `similar` to items of their group.
-    A user's group shows only through the items it bought."""
-    rng = np.random.default_rng(seed)
-    user_group, item_group = rng.integers(0, groups, users), rng.integers(0, groups, items)
-    centre = rng.normal(size=(groups, dim))
-    features = (centre[item_group] + 0.8 * rng.normal(size=(items, dim))).astype(np.float32)
-    members = [np.flatnonzero(item_group == g) for g in range(groups)]
-    src = np.repeat(np.arange(users), per_user)
-    own = rng.random(src.size) < inside
-    dst = np.where(own, [rng.choice(members[user_group[u]]) for u in src],
-                   rng.integers(0, items, src.size))
-    a = rng.integers(0, items, 4 * items)
-    b = np.array([rng.choice(members[item_group[i]]) for i in a])
-    return zg.make_hetero_dataset(
-        "shop", {"user": users, "item": items},
-        {BUYS: (src, dst), ("item", "similar", "item"): (np.r_[a, b], np.r_[b, a])},
-        target_type="item", labels=item_group, train_idx=np.arange(items), val_idx=[],
-        test_idx=[], features={"item": features}, add_reverse=True)
+    A user's group shows only through the items it bought (data/shop.py)."""
+    return make_shop(400, 300, 4, per_user=8, dim=8, seed=seed, name="shop")
 
 
 @pytest.fixture(scope="module")

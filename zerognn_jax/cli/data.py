@@ -49,7 +49,7 @@ from zerognn_jax._src.data.loaders import (
 from zerognn_jax._src.data.storage import load_arrays
 from zerognn_jax._src.data.writes import WriteError
 
-TYPED_PRESETS = ("mag-like", "igbh-like")
+TYPED_PRESETS = ("mag-like", "igbh-like", "shop-like")
 GENERATE_PRESETS = ("products-like", "proteins-like", "papers100m-like", "rmat",
                     *TYPED_PRESETS, *GRAPH_PRESETS)
 

@@ -30,6 +30,7 @@ from zerognn_jax._src.data.mag import load_mag, mag_folder
 from zerognn_jax._src.data.papers import papers100m_like, write_papers100m_like
 from zerognn_jax._src.data.planetoid import row_normalize
 from zerognn_jax._src.data.proteins import proteins_like
+from zerognn_jax._src.data.shop import shop_like
 from zerognn_jax._src.data.storage import (
     is_dataset_dir,
     load_dir,
@@ -52,7 +53,8 @@ DATASET_NAMES = (
     "proteins-like", "<file>.npz", "<dataset directory>",
 )
 SCALED = ("products-like", "papers100m-like", "rmat", "proteins-like")
-HETERO_NAMES = ("ogbn-mag", "mag-like", "igbh-like", "<typed .npz>", "<typed dataset directory>")
+HETERO_NAMES = ("ogbn-mag", "mag-like", "igbh-like", "shop-like", "<typed .npz>",
+                "<typed dataset directory>")
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: float = 1.0,
@@ -191,7 +193,9 @@ def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
         as `<root>/ogbn_mag/processed/zerognn-typed.npz`); "mag-like" (synthetic,
         ogbn-mag's shape times `scale`, cached as `<root>/mag-like-<scale>-<seed>.npz`);
         "igbh-like" (synthetic, IGBH-full's shape / 32 times `scale`, bfloat16
-        features, cached as the directory `<root>/igbh-like-<scale>-<seed>/`); a path
+        features, cached as the directory `<root>/igbh-like-<scale>-<seed>/`); "shop-like"
+        (synthetic users who buy items, data/shop.py, times `scale`, cached as
+        `<root>/shop-like-<scale>-<seed>.npz`); a path
         written by `save_hetero_npz` or `save_hetero_dir`.
       root: data folder (no caching of the synthetic presets when None).
 
@@ -200,19 +204,19 @@ def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
       FileNotFoundError: data files are missing.
     """
     key = name.lower()
-    if key not in ("mag-like", "igbh-like") and scale != 1.0:
-        raise ValueError(f"scale applies to mag-like and igbh-like, got scale={scale} for "
-                         f"{name!r}")
+    if key not in ("mag-like", "igbh-like", "shop-like") and scale != 1.0:
+        raise ValueError(f"scale applies to mag-like, igbh-like and shop-like, got "
+                         f"scale={scale} for {name!r}")
     if key == "ogbn-mag":
         if root is None:
             raise ValueError(f"ogbn-mag needs root=, the folder that holds {mag_folder('')}/")
         return _load_mag(root)
-    if key == "mag-like":
+    if key in ("mag-like", "shop-like"):
+        make = mag_like if key == "mag-like" else shop_like
         if root is None:
-            return mag_like(scale, seed)
-        path = Path(root) / f"mag-like-{scale:g}-{seed}.npz"
-        return load_hetero_npz(path) if path.is_file() else \
-            _saved(mag_like(scale, seed), path)
+            return make(scale, seed)
+        path = Path(root) / f"{key}-{scale:g}-{seed}.npz"
+        return load_hetero_npz(path) if path.is_file() else _saved(make(scale, seed), path)
     if key == "igbh-like":
         if root is None:
             return igbh_like(scale, seed)
