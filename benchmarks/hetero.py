@@ -84,7 +84,8 @@ def append_line(path: str | None, record: dict) -> None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", default="mag-like", choices=("mag-like", "igbh-like"))
+    p.add_argument("--dataset", default="mag-like",
+                   choices=("mag-like", "igbh-like", "shop-like"))
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--model", default="rsage", choices=zg.HETERO_MODELS)
     p.add_argument("--task", default="node", choices=("node", "link"),
@@ -146,7 +147,7 @@ def main(argv=None) -> None:
         if not os.access(folder, os.W_OK):
             p.error(f"--hlo-out: cannot write into {folder}")
     root = args.root if args.root is not None else (
-        ".cache/zerognn" if args.dataset == "mag-like" else None)
+        ".cache/zerognn" if args.dataset != "igbh-like" else None)
     clock = Clock(None, seconds_format="{:7.1f} s")
     clock.log(f"{args.dataset} at scale {args.scale:g}: "
               f"{'loading or generating' if root else 'generating'}")

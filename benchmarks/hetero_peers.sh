@@ -9,7 +9,7 @@
 # every relation, batch 1024 papers, Adam at 3e-3, featureless types' rows learned by
 # lazy Adam, EPOCHS epochs, test accuracy from the test papers sampled at the training
 # fanouts. zerognn-jax runs first for each dtype of DTYPES; its first run writes the
-# graph ($ROOT/mag-like-$SCALE-peer.npz) that PyG reads. Every run fits BUDGET seconds
+# graph ($ROOT/$DATASET-$SCALE-peer.npz) that PyG reads. Every run fits BUDGET seconds
 # (default 560): each runs under `timeout` with what is left, less MIN_NEXT seconds kept
 # for each run after it. Logs and JSON lines go to OUT_DIR/hetero.log; the systems' table rows end the
 # output. Overrides: EPOCHS (3), SCALE (1), DTYPES ("bfloat16 float32"), SYSTEMS
@@ -20,7 +20,8 @@
 # relation, batch 1024 positives with one negative each, test AUC (zerognn-jax exact,
 # PyG sampled at the training fanouts); PyG is benchmarks/peers/pyg_hetero_link.py, and
 # with PYG_STEPS=N it times the first N steps of each epoch and extrapolates (no AUC
-# then compares: fewer steps trained).
+# then compares: fewer steps trained). DATASET (mag-like) may name shop-like (users who
+# buy items: TASK=link LINK_RELATION=buys).
 set -uo pipefail
 
 OUT_DIR=${1:-${OUT:-hetero_peers_out}}
@@ -35,7 +36,8 @@ TASK=${TASK:-node}
 LINK_RELATION=${LINK_RELATION:-writes}
 PYG_STEPS=${PYG_STEPS:-0}
 PY=${PYTHON:-python3}
-DATA=$ROOT/mag-like-$SCALE-peer.npz
+DATASET=${DATASET:-mag-like}
+DATA=$ROOT/$DATASET-$SCALE-peer.npz
 
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 mkdir -p "$OUT_DIR" "$ROOT"
@@ -64,11 +66,12 @@ for i in "${!runs[@]}"; do
       [ "$TASK" = link ] && task=(--task link --link-relation "$LINK_RELATION" \
         --fanouts 10,5 --eval-mode full)
       run "zerognn-jax rsage $dtype $TASK" "$later" $PY benchmarks/hetero.py --scale "$SCALE" \
-        --epochs "$EPOCHS" --dtype "$dtype" --root "$ROOT" "${write[@]}" "${task[@]}" ;;
+        --dataset "$DATASET" --epochs "$EPOCHS" --dtype "$dtype" --root "$ROOT" "${write[@]}" \
+        "${task[@]}" ;;
     pyg)
       if [ ! -f "$DATA" ]; then
         run "graph file $DATA" "$later" $PY benchmarks/hetero.py --scale "$SCALE" \
-          --epochs 1 --eval-mode none --root "$ROOT" --write-npz "$DATA" \
+          --dataset "$DATASET" --epochs 1 --eval-mode none --root "$ROOT" --write-npz "$DATA" \
           || { echo "   no graph file: PyG not run"; continue; }
       fi
       if [ "$TASK" = link ]; then
