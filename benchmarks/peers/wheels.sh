@@ -10,10 +10,13 @@ pyg_workers() {
 
 # pyg_backend: makes torch_sparse importable for PyG's neighbour loaders. Without
 # torch_sparse, installs the torch-scatter and torch-sparse wheels of WHEELS (default:
-# shared/wheels or ../shared/wheels) into $ROOT/pyg-wheels and adds that folder to
-# PYTHONPATH. Reads PY, ROOT and LOG.
+# shared/wheels or ../shared/wheels) into $ROOT/pyg-wheels, emptied first, and adds that
+# folder to PYTHONPATH. (pip's --target keeps what a folder already holds: on a warm
+# machine, a second call over an earlier call's folder left PyG without torch_sparse.)
+# Reads PY, ROOT and LOG.
 pyg_backend() {
   $PY -c "import torch_sparse" 2>/dev/null && return
+  rm -rf "$ROOT/pyg-wheels"
   local wheels=${WHEELS:-}
   for dir in shared/wheels ../shared/wheels; do
     [ -z "$wheels" ] && [ -d "$dir" ] && wheels=$dir
