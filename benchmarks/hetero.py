@@ -1,8 +1,9 @@
 """Typed node classification on mag-like (or igbh-like): epoch time, seeds per second
 and test accuracy of zerognn-jax, and the same graph written for the PyG peer
 (benchmarks/peers/pyg_hetero_sage.py). With `--task link`, link prediction on one
-relation instead (`--link-relation`, default writes: authors and their papers; the PyG
-peer is benchmarks/peers/pyg_hetero_link.py): training pairs per second and test AUC.
+relation instead (`--link-relation`, default writes: authors and their papers; on
+`--dataset shop-like`, buys: users and the items they bought; the PyG peer is
+benchmarks/peers/pyg_hetero_link.py): training pairs per second and test AUC.
 
 Relational SAGE (`rsage`), 2 layers, fanouts [25, 20] for every relation, batch 1024,
 Adam; featureless types (authors, institutions, fields) take learnable `hidden`-wide
@@ -92,8 +93,9 @@ def main(argv=None) -> None:
                    help="link: predict the pairs of --link-relation (positives a step: "
                         "--batch-size, one negative each by destination; --eval-mode full "
                         "or none)")
-    p.add_argument("--link-relation", default="writes",
-                   help="with --task link: the relation whose pairs to predict")
+    p.add_argument("--link-relation", default=None,
+                   help="with --task link: the relation whose pairs to predict (default "
+                        "buys on shop-like, else writes)")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--heads", type=int, default=4, help="attention heads (rgat)")
     p.add_argument("--fanouts", default="25,20")
@@ -126,7 +128,7 @@ def main(argv=None) -> None:
                    help="a host table's rows by degree or as stored (as TrainConfig)")
     p.add_argument("--root", default=None,
                    help="data folder caching the dataset (default: .cache/zerognn for "
-                        "mag-like, none for igbh-like)")
+                        "mag-like and shop-like, none for igbh-like)")
     p.add_argument("--out", default=None, help="JSON lines: the dataset's, each epoch's as it "
                    "ends, the summary")
     p.add_argument("--write-npz", default=None, help="write the graph for the PyG peer")
@@ -166,7 +168,8 @@ def main(argv=None) -> None:
         write_npz(ds, args.write_npz)
         clock.log(f"wrote {args.write_npz}")
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
-    link = {"task": "link", "link_relation": args.link_relation} if args.task == "link" \
+    relation = args.link_relation or ("buys" if args.dataset == "shop-like" else "writes")
+    link = {"task": "link", "link_relation": relation} if args.task == "link" \
         else {}
     cfg = zg.TrainConfig(**link, dataset=args.dataset, scale=args.scale, model=args.model,
                          hidden=args.hidden, heads=args.heads, layers=len(fanouts), fanouts=fanouts,

@@ -21,7 +21,7 @@
 # PyG sampled at the training fanouts); PyG is benchmarks/peers/pyg_hetero_link.py, and
 # with PYG_STEPS=N it times the first N steps of each epoch and extrapolates (no AUC
 # then compares: fewer steps trained). DATASET (mag-like) may name shop-like (users who
-# buy items: TASK=link LINK_RELATION=buys).
+# buy items; LINK_RELATION then defaults to buys).
 set -uo pipefail
 
 OUT_DIR=${1:-${OUT:-hetero_peers_out}}
@@ -33,10 +33,11 @@ DTYPES=${DTYPES:-"bfloat16 float32"}
 ROOT=${ROOT:-.cache/zerognn}
 SYSTEMS=${SYSTEMS:-zerognn,pyg}
 TASK=${TASK:-node}
-LINK_RELATION=${LINK_RELATION:-writes}
+
 PYG_STEPS=${PYG_STEPS:-0}
 PY=${PYTHON:-python3}
 DATASET=${DATASET:-mag-like}
+LINK_RELATION=${LINK_RELATION:-$([ "$DATASET" = shop-like ] && echo buys || echo writes)}
 DATA=$ROOT/$DATASET-$SCALE-peer.npz
 
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1

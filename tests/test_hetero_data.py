@@ -129,9 +129,16 @@ def test_shop_like_users_buy_mostly_in_their_items_group(tmp_path):
     dst = np.repeat(np.arange(200), np.diff(similar.indptr))
     assert np.all(group[dst] == group[similar.indices])
     assert not np.any(dst == similar.indices)
-    with pytest.raises(ValueError, match="groups <= items"):
-        make_shop(10, 3, 4)
-    with pytest.raises(ValueError, match="scale applies to mag-like, igbh-like and shop-like"):
+    for kwargs, message in (
+            (dict(groups=4, items=3), r"groups must be at most the items \(3\), got 4"),
+            (dict(users=0), "users must be at least 1, got 0"),
+            (dict(inside=1.5), r"inside must lie in \[0, 1\], got 1.5"),
+            (dict(noise=-1.0), "noise must be at least 0, got -1.0")):
+        with pytest.raises(ValueError, match=message):
+            make_shop(**{"users": 10, "items": 6, "groups": 2, **kwargs})
+    with pytest.raises(ValueError, match="scale must be positive and finite, got inf"):
+        zg.load_hetero_dataset("shop-like", scale=float("inf"))
+    with pytest.raises(ValueError, match="scale applies to mag-like, igbh-like, shop-like, got"):
         zg.load_hetero_dataset("ogbn-mag", scale=0.5)
 
 

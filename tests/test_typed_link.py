@@ -12,22 +12,21 @@ from conftest import assert_grown_run_agrees
 
 import zerognn_jax as zg
 from zerognn_jax._src.data.hetero_links import find_relation, relation_pairs, reverse_of
-from zerognn_jax._src.data.shop import make_shop
+from zerognn_jax._src.data.shop import BUYS, make_shop
 from zerognn_jax._src.sampling.typed_envelope import TypedEnvelope, typed_conservative
 from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.trainer import same_level0
 
-BUYS = ("user", "buys", "item")
 BASE = dict(task="link", dataset="shop", model="rsage", hidden=32, layers=2, fanouts=(5, 5),
             batch_size=64, lr=0.01, progress=False, multiple=8, sample_ahead=1,
             link_relation="buys")
 
 
-def shop(seed: int = 0) -> zg.HeteroDataset:
+def shop() -> zg.HeteroDataset:
     """Users (featureless) buy items (features: their group's centre plus noise), 90 %
     of the time in their own group; items are also `similar` to items of their group.
     A user's group shows only through the items it bought (data/shop.py)."""
-    return make_shop(400, 300, 4, per_user=8, dim=8, seed=seed, name="shop")
+    return make_shop(400, 300, 4, per_user=8, dim=8, name="shop")
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +252,7 @@ def test_learns_the_groups_well_above_chance(whole):
     losses = [h["loss"] for h in whole.history]
     assert losses[-1] < losses[0]
     # a user's group shows only through its items: random scores give AUC 0.5, and
-    # 0.83 to 0.87 were seen
+    # 0.82 to 0.83 were seen
     assert whole.summary["test_auc"] > 0.75 and whole.summary["val_auc"] > 0.75
     assert whole.summary["envelope_over_ideal"] >= 1.0
 

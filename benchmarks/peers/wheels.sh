@@ -16,12 +16,12 @@ pyg_workers() {
 # Reads PY, ROOT and LOG.
 pyg_backend() {
   $PY -c "import torch_sparse" 2>/dev/null && return
-  rm -rf "$ROOT/pyg-wheels"
   local wheels=${WHEELS:-}
   for dir in shared/wheels ../shared/wheels; do
     [ -z "$wheels" ] && [ -d "$dir" ] && wheels=$dir
   done
   if [ -z "$wheels" ]; then echo "   no torch-sparse and no wheels folder"; return; fi
+  rm -rf "$ROOT/pyg-wheels"
   $PY -m pip install -q --no-index --no-deps --target "$ROOT/pyg-wheels" \
     "$wheels"/torch_scatter-*.whl "$wheels"/torch_sparse-*.whl >>"$LOG" 2>&1
   export PYTHONPATH=$PYTHONPATH:$ROOT/pyg-wheels

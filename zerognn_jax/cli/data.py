@@ -2,7 +2,7 @@
 
   zerognn data info NAME [--root DIR] [--scale S] [--seed N] [--download]
   zerognn data generate {products-like,proteins-like,papers100m-like,rmat,mag-like,igbh-like,
-                         molhiv-like,molpcba-like} --out PATH [--scale S] [--seed N]
+                         shop-like,molhiv-like,molpcba-like} --out PATH [--scale S] [--seed N]
                         [--feature-dtype {float32,bfloat16}]
 
 molhiv-like and molpcba-like write a graph collection (`--out` ending in .npz, else a
@@ -13,8 +13,8 @@ memory-mappable .npy files, streamed there from the device with its features in
 draws its features in --feature-dtype (default bfloat16); every other preset keeps its
 generator's features, and --feature-dtype given to one is refused (molhiv-like's and
 molpcba-like's atom features are categorical ids). The typed
-presets (mag-like, igbh-like) write a typed .npz or dataset directory; `data info` on a
-typed dataset (ogbn-mag, mag-like, igbh-like, a typed file) lists its node types with
+presets (mag-like, igbh-like, shop-like) write a typed .npz or dataset directory; `data
+info` on a typed dataset (ogbn-mag, a typed preset, a typed file) lists its node types with
 their counts and feature widths and its relations with their edge counts.
 
 Both print the dataset's statistics as one JSON object on stdout. Errors print
@@ -46,10 +46,11 @@ from zerognn_jax._src.data.loaders import (
     save_npz,
     write_papers100m_like,
 )
+from zerognn_jax._src.data.loaders import TYPED_PRESETS as TYPED_GENERATORS
 from zerognn_jax._src.data.storage import load_arrays
 from zerognn_jax._src.data.writes import WriteError
 
-TYPED_PRESETS = ("mag-like", "igbh-like", "shop-like")
+TYPED_PRESETS = tuple(TYPED_GENERATORS)
 GENERATE_PRESETS = ("products-like", "proteins-like", "papers100m-like", "rmat",
                     *TYPED_PRESETS, *GRAPH_PRESETS)
 

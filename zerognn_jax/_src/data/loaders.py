@@ -55,6 +55,10 @@ DATASET_NAMES = (
 SCALED = ("products-like", "papers100m-like", "rmat", "proteins-like")
 HETERO_NAMES = ("ogbn-mag", "mag-like", "igbh-like", "shop-like", "<typed .npz>",
                 "<typed dataset directory>")
+# The synthetic typed presets: (generator(scale, seed), the cache's suffix: a .npz file,
+# or "" for a dataset directory)
+TYPED_PRESETS = {"mag-like": (mag_like, ".npz"), "igbh-like": (igbh_like, ""),
+                 "shop-like": (shop_like, ".npz")}
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: float = 1.0,
@@ -204,25 +208,19 @@ def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
       FileNotFoundError: data files are missing.
     """
     key = name.lower()
-    if key not in ("mag-like", "igbh-like", "shop-like") and scale != 1.0:
-        raise ValueError(f"scale applies to mag-like, igbh-like and shop-like, got "
-                         f"scale={scale} for {name!r}")
+    if key not in TYPED_PRESETS and scale != 1.0:
+        raise ValueError(f"scale applies to {', '.join(TYPED_PRESETS)}, got scale={scale} "
+                         f"for {name!r}")
     if key == "ogbn-mag":
         if root is None:
             raise ValueError(f"ogbn-mag needs root=, the folder that holds {mag_folder('')}/")
         return _load_mag(root)
-    if key in ("mag-like", "shop-like"):
-        make = mag_like if key == "mag-like" else shop_like
+    if key in TYPED_PRESETS:
+        make, suffix = TYPED_PRESETS[key]
         if root is None:
             return make(scale, seed)
-        path = Path(root) / f"{key}-{scale:g}-{seed}.npz"
-        return load_hetero_npz(path) if path.is_file() else _saved(make(scale, seed), path)
-    if key == "igbh-like":
-        if root is None:
-            return igbh_like(scale, seed)
-        path = Path(root) / f"igbh-like-{scale:g}-{seed}"
-        return load_hetero(path) if is_hetero_path(path) else \
-            _saved(igbh_like(scale, seed), path)
+        path = Path(root) / f"{key}-{scale:g}-{seed}{suffix}"
+        return load_hetero(path) if is_hetero_path(path) else _saved(make(scale, seed), path)
     if is_hetero_path(name):
         return load_hetero(name)
     raise ValueError(f"unknown typed dataset {name!r}; valid names: {', '.join(HETERO_NAMES)}")

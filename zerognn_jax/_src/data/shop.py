@@ -9,7 +9,8 @@ The model behind it: items fall into G groups (categories), users prefer one gro
      bought: users have no features.
   3. Items have features, their group's centre (N(0, 1) per coordinate) plus Gaussian
      noise of standard deviation `noise`, and are `similar` to items of their own group
-     (`similar_per_item` pairs drawn per item, both directions stored).
+     (`similar_per_item` x items pairs drawn, each from a uniform item to an item of its
+     group; both directions stored).
   4. Repeated pairs and an item's pairs with itself are dropped; `rev_buys` is added
      (items to the users who bought them), as PyG's ToUndirected does.
 
@@ -17,12 +18,15 @@ The task it was built for: predict (user, buys, item) pairs (`--task link
 --link-relation buys`); a model that reads the items a user bought can tell its group
 apart, and so which items it will buy, where the pairs alone give nothing to a new user.
 Items carry their group as a label, and all items are in the node-classification split
-(train 80 %, val 10 %, test 10 % at random), so the graph also serves node tasks.
+(train 80 %, val 10 %, test 10 % at random; at five items or fewer the last splits are
+empty), so the graph also serves node tasks. Item popularity has no skew: within a
+group every item is as likely to be bought.
 
 At `scale=1`: 1,000,000 users, 250,000 items, 100 groups, 10 purchases drawn a user
 (9,985,505 distinct buys pairs), 4 similar pairs drawn per item (1,996,018 directed
-edges), 64 float32 features per item. Counts scale with `scale` (at least 2 groups); the output is a
-function of the sizes, the seed and the NumPy version.
+edges), 64 float32 features per item. Users and items scale with `scale`, groups with
+its square root (at least 2, at most the items); the output is a function of the sizes,
+the seed and the NumPy version.
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ SHOP = dict(users=1_000_000, items=250_000, groups=100, per_user=10, dim=64)
 
 def shop_like(scale: float = 1.0, seed: int = 0) -> HeteroDataset:
     """The shop-like graph (module docstring) at `scale` of its sizes."""
-    if not scale > 0:
-        raise ValueError(f"scale must be positive, got {scale}")
+    if not (scale > 0 and np.isfinite(scale)):
+        raise ValueError(f"scale must be positive and finite, got {scale}")
     users, items = (max(2, round(SHOP[k] * scale)) for k in ("users", "items"))
     groups = min(items, max(2, round(SHOP["groups"] * scale ** 0.5)))
     return make_shop(users, items, groups, per_user=SHOP["per_user"], dim=SHOP["dim"],
@@ -51,10 +55,17 @@ def make_shop(users: int, items: int, groups: int, *, per_user: int = 8,
               similar_per_item: int = 4, seed: int = 0,
               name: str = "shop-like") -> HeteroDataset:
     """A users-buy-items graph of these sizes (module docstring)."""
-    if min(users, items, groups, per_user, dim) < 1 or groups > items or not 0 <= inside <= 1:
-        raise ValueError(f"need users, items, groups, per_user, dim >= 1, groups <= items "
-                         f"and inside in [0, 1]; got users {users}, items {items}, groups "
-                         f"{groups}, per_user {per_user}, dim {dim}, inside {inside}")
+    sizes = dict(users=users, items=items, groups=groups, per_user=per_user, dim=dim,
+                 similar_per_item=similar_per_item)
+    for key, value in sizes.items():
+        if value < 1:
+            raise ValueError(f"{key} must be at least 1, got {value}")
+    if groups > items:
+        raise ValueError(f"groups must be at most the items ({items}), got {groups}")
+    if not 0 <= inside <= 1:
+        raise ValueError(f"inside must lie in [0, 1], got {inside}")
+    if not noise >= 0:
+        raise ValueError(f"noise must be at least 0, got {noise}")
     rng = np.random.default_rng(seed)
     user_group, item_group = rng.integers(0, groups, users), rng.integers(0, groups, items)
     centre = rng.normal(size=(groups, dim))
