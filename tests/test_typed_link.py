@@ -14,6 +14,7 @@ import zerognn_jax as zg
 from zerognn_jax._src.data.hetero_links import find_relation, relation_pairs, reverse_of
 from zerognn_jax._src.data.shop import BUYS, make_shop
 from zerognn_jax._src.sampling.typed_envelope import TypedEnvelope, typed_conservative
+from zerognn_jax._src.training.tasks.link_metrics import roc_auc
 from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.trainer import same_level0
 
@@ -306,6 +307,26 @@ def test_link_relation_outside_a_typed_link_task_is_refused(data):
         zg.train(zg.TrainConfig(**{**BASE, "task": "node"}, epochs=1), data)
     with pytest.raises(ValueError, match="this run trains task 'link' on 'tiny'"):
         zg.train(zg.TrainConfig(task="link", link_relation="buys", epochs=1, progress=False))
+
+
+def test_score_pairs_scores_the_relations_pairs(whole):
+    """`zg.score_pairs` of a typed run: user and item ids; the test pairs' scores give
+    the run's test AUC, and the dot decoder's score is the product of the two ends'
+    embeddings (`zg.predict`); ids past their end type and sampled scoring refused."""
+    split = whole.program.task.split
+    pos, neg = zg.score_pairs(whole, split.test.pos), zg.score_pairs(whole, split.test.neg)
+    assert roc_auc(pos, neg) == whole.summary["test_auc"]
+    users, items = split.test.pos[:6, 0], split.test.pos[:6, 1]
+    dot = np.sum(np.asarray(zg.predict(whole, users, node_type="user"))
+                 * np.asarray(zg.predict(whole, items, node_type="item")), axis=1)
+    np.testing.assert_allclose(pos[:6], dot, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"destination ids must lie in \[0, 300\), found "
+                                         r"\[0, 300\]"):
+        zg.score_pairs(whole, [[0, 0], [1, 300]])
+    with pytest.raises(ValueError, match="source ids must lie in \\[0, 400\\)"):
+        zg.score_pairs(whole, [[400, 0]])
+    with pytest.raises(ValueError, match="exact inference: mode 'full', got 'sampled'"):
+        zg.score_pairs(whole, [[0, 0]], mode="sampled")
 
 
 def test_predict_refuses_what_it_cannot_give_and_export_refuses(whole):

@@ -152,7 +152,7 @@ from zerognn_jax._src.training.evaluate import (
 )
 from zerognn_jax._src.training.export import ExportedModel, export_model
 from zerognn_jax._src.training.host import HostEngine
-from zerognn_jax._src.training.inference import predict, restore
+from zerognn_jax._src.training.inference import predict, restore, score_pairs
 from zerognn_jax._src.training.loaders import (
     LinkLoaderBatch,
     LinkNeighborLoader,
@@ -226,6 +226,6 @@ __all__ = [
     "prepare_typed_graph", "sample_typed", "sample_typed_step", "typed_conservative",
     "load_hetero_dataset", "HETERO_MODELS", "HeteroGNN", "OnTypes", "RelGATConv", "RGCNConv",
     "TypedLayer", "make_hetero_model", "typed_layers", "whole_graph_layer",
-    "LayerWise", "predict", "LinkLoaderBatch", "LinkNeighborLoader", "roc_auc",
+    "LayerWise", "predict", "score_pairs", "LinkLoaderBatch", "LinkNeighborLoader", "roc_auc",
     "average_precision", "HostTable",
 ]

@@ -7,7 +7,8 @@ purchases, the k items the model ranks first among those they have not bought.
     python examples/recommend/main.py --scale 0.002 --epochs 3       # tiny, on a CPU
 
 Prints the test AUC, then the share of those users' test purchases found in their top
-k (the dot decoder's ranking: a user's embedding times each item's), beside the share a
+k (the dot decoder's ranking: a user's embedding times each item's; with another
+decoder, `zg.score_pairs(result, pairs)` scores (user, item) pairs), beside the share a
 random ranking finds on average (k over the items left to rank; shop-like's items have
 no popularity skew, so the most bought items are no stronger baseline); returns the
 training result, with both shares in its summary.

@@ -28,7 +28,8 @@ from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.evaluate import Predictor
 from zerognn_jax._src.training.program import init_state, saved_envelope
 from zerognn_jax._src.training.rebuild import check_dataset, config_of
-from zerognn_jax._src.training.tasks.base import BatchedTask
+from zerognn_jax._src.training.tasks.base import BatchedTask, ScoresPairs
+from zerognn_jax._src.training.tasks.link_metrics import score_pairs as score_rows
 from zerognn_jax._src.training.tasks.typed_eval import exact_outputs, typed_logits
 from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.trainer import (
@@ -213,6 +214,40 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     if target is not None:
         return jnp.asarray(typed_logits(result.program.task, predictor, nodes))
     return predictor.outputs(nodes.astype(np.int32))
+
+
+def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: int = 4096,
+                seed: int = 0) -> np.ndarray:
+    """float32[P]: a link run's scores of `pairs`, int[P, 2] (source id, destination id;
+    a typed run's ids of its relation's source and destination types), from a `train`
+    or `restore` result: the decoder's logits (a sigmoid gives probabilities) of every
+    node's embedding, computed once a call (`mode` as `predict`'s; a typed run's is
+    exact, "full").
+
+    Raises:
+      ValueError: a run whose task predicts no pairs, `pairs` not int[P, 2], an id out
+        of range of its end, an unknown `mode` (or "sampled" for a typed run).
+    """
+    task = result.program.task
+    if not isinstance(task, ScoresPairs):
+        raise ValueError(f"score_pairs scores the pairs of a link run (task 'link'); this "
+                         f"run's task is {type(task).__name__}")
+    if mode not in ("full", "sampled"):
+        raise ValueError(f"mode must be 'full' or 'sampled', got {mode!r}")
+    pairs = np.asarray(pairs)
+    if pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer):
+        raise ValueError(f"pairs must be int[P, 2] (source, destination), got "
+                         f"{pairs.dtype}{list(pairs.shape)}")
+    for end, (name, n) in enumerate(zip(("source", "destination"), task.pair_counts())):
+        ids = pairs[:, end]
+        if ids.size and (ids.min() < 0 or ids.max() >= n):
+            raise ValueError(f"pairs' {name} ids must lie in [0, {n}), found "
+                             f"[{ids.min()}, {ids.max()}]")
+    predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
+                          seed)
+    table, offset = task.pair_table(predictor)
+    return score_rows(result.program.model, result.variables, table,
+                      pairs.astype(np.int64) + [0, offset])
 
 
 def _link_end(task: TypedLinkTask, node_type: str | None, mode: str) -> str:

@@ -205,6 +205,21 @@ class BatchedTask(Protocol):
         ...
 
 
+@runtime_checkable
+class ScoresPairs(Protocol):
+    """A link task: its model's decoder scores pairs of nodes from their embeddings
+    (`zg.score_pairs`, and the task's own evaluation)."""
+
+    def pair_counts(self) -> tuple[int, int]:
+        """The node counts of a pair's two ends (sources, destinations)."""
+        ...
+
+    def pair_table(self, predictor: Predictor) -> tuple[jax.Array, int]:
+        """(float[R, d] every end node's embedding, offset): a pair (u, v) reads rows u
+        and offset + v."""
+        ...
+
+
 class ItemsAreLevel0:
     """For tasks whose level 0 is the step's items themselves, one row each (graphs of
     a collection, target nodes of a typed graph): the `Task` methods that say so."""

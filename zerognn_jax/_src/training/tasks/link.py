@@ -273,10 +273,17 @@ class LinkTask:
         del dataset
         return metric_names(self.metric)
 
+    def pair_counts(self) -> tuple[int, int]:
+        return self.num_nodes, self.num_nodes
+
+    def pair_table(self, predictor: Predictor) -> tuple[jax.Array, int]:
+        """(every node's embedding, 0): `ScoresPairs`, in the predictor's mode."""
+        return predictor.all_outputs(), 0
+
     def evaluate(self, predictor: Predictor, dataset: Dataset) -> dict:
         """Validation and test metrics of the split from every node's embedding."""
         del dataset
-        h = predictor.all_outputs()
+        h, _ = self.pair_table(predictor)
         out = {}
         for name in EVAL_SPLITS:
             edges = getattr(self.split, name)

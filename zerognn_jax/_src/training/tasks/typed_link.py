@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -257,14 +258,28 @@ class TypedLinkTask(TypedNodeTask):
         del dataset
         return metric_names(self.metric)
 
+    def pair_counts(self) -> tuple[int, int]:
+        counts = self.split.graph.num_nodes
+        return tuple(counts[t] for t in self.split.ends)
+
+    def pair_table(self, predictor: Predictor) -> tuple[jax.Array, int]:
+        """(every end node's exact embedding, the sources' rows first, then the
+        destinations' (one type: one block, offset 0)): `ScoresPairs`. ValueError for
+        a sampled predictor: this task embeds exactly."""
+        if predictor.mode != "full":
+            raise ValueError(f"a typed link run's embeddings come from exact inference: "
+                             f"mode 'full', got {predictor.mode!r}")
+        h = exact_outputs(self, predictor.program, predictor.variables, predictor.data)
+        src, dst = self.split.ends
+        if src == dst:
+            return h[src], 0
+        return jnp.concatenate([h[src], h[dst]]), self.split.graph.num_nodes[src]
+
     def evaluate(self, predictor: Predictor, dataset) -> dict:
         """Validation and test metrics of the split's pairs, from every node's exact
         embedding (both end types)."""
         del dataset
-        h = exact_outputs(self, predictor.program, predictor.variables, predictor.data)
-        (src, dst), counts = self.split.ends, self.split.graph.num_nodes
-        shift = 0 if src == dst else counts[src]
-        table = h[src] if src == dst else jnp.concatenate([h[src], h[dst]])
+        table, shift = self.pair_table(predictor)
         out = {}
         for name in EVAL_SPLITS:
             edges = getattr(self.split, name)
