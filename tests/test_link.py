@@ -538,7 +538,8 @@ def test_link_training_reads_a_host_table_as_the_device_one(tmp_path):
 
 def test_score_pairs_gives_the_decoders_scores_of_any_pairs(tmp_path):
     """`zg.score_pairs` of a link run (MLP decoder): the test pairs' scores give the
-    run's test AUC; with every neighbour taken, sampled scoring agrees with exact; a
+    run's test AUC and are the decoder's scores of the ends' `zg.predict` embeddings;
+    with every neighbour taken, sampled scoring agrees with exact; a
     run that predicts no pairs and bad pairs are refused in one line."""
     path = _small_npz(tmp_path)
     result = zg.train(zg.TrainConfig(
@@ -548,6 +549,12 @@ def test_score_pairs_gives_the_decoders_scores_of_any_pairs(tmp_path):
     pos, neg = zg.score_pairs(result, test.pos), zg.score_pairs(result, test.neg)
     assert pos.dtype == np.float32 and pos.shape == (test.pos.shape[0],)
     assert link_metrics.roc_auc(pos, neg) == result.summary["test_auc"]
+    # the same scores from the two ends' embeddings (`zg.predict`) through the decoder
+    u, v = test.pos[:8, 0], test.pos[:8, 1]
+    direct = result.program.model.apply(
+        {"params": result.variables["params"]}, zg.predict(result, u), zg.predict(result, v),
+        method="score")
+    np.testing.assert_allclose(pos[:8], np.asarray(direct), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(zg.score_pairs(result, test.pos[:8], mode="sampled"),
                                pos[:8], rtol=1e-4, atol=1e-4)
     for pairs, kwargs, message in (
