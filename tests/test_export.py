@@ -151,10 +151,13 @@ def test_export_refuses_a_graph_collection():
         export_model(program, {}, data, batch_size=4)
 
 
-def test_export_refuses_bad_batch_and_weighted_sampler(trained):
+def test_export_refuses_bad_batch_node_type_and_weighted_sampler(trained):
     p, v, d = trained.program, trained.variables, trained.data
     with pytest.raises(ValueError, match="batch_size must be a positive int, got 0"):
         export_model(p, v, d, batch_size=0)
+    with pytest.raises(ValueError, match="node_type picks a node type of a typed graph's "
+                                         "model; this program's graph has one type"):
+        export_model(p, v, d, batch_size=8, node_type="paper")
     weighted = dataclasses.replace(p, sampler=dataclasses.replace(p.sampler, method="weighted"))
     with pytest.raises(ValueError, match="samples by edge weight"):
         export_model(weighted, v, d, batch_size=8)

@@ -55,6 +55,9 @@ def test_restore_for_inference_needs_the_model_only(planetoid_root, tmp_path):
         zg.restore(cfg.checkpoint_dir, model=MeanConcat(8, 7), for_inference=True)
     with pytest.raises(ValueError, match=r"nodes must lie in \[0, 2708\)"):
         zg.predict(back, [2708])
+    with pytest.raises(ValueError, match="node_type picks a node type of a typed graph's "
+                                         "run; this run's graph has one type"):
+        zg.predict(back, [0], node_type="paper")
 
 
 def test_a_given_dataset_is_asked_for_by_name(tmp_path):

@@ -1,10 +1,12 @@
 """Link prediction on typed graphs: the split, a step's two-type level 0, seed-pair
-hiding, exact evaluation against the sampled forward, learning, overflow recovery,
-checkpoints and the refused options."""
+hiding, exact evaluation against the sampled forward, sampled inference and the exported
+artifact against exact, learning, overflow recovery, checkpoints and the refused
+options."""
 
 import dataclasses
 import shutil
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ import zerognn_jax as zg
 from zerognn_jax._src.data.hetero_links import find_relation, relation_pairs, reverse_of
 from zerognn_jax._src.data.shop import BUYS, make_shop
 from zerognn_jax._src.sampling.typed_envelope import TypedEnvelope, typed_conservative
+from zerognn_jax._src.training.evaluate import Predictor
 from zerognn_jax._src.training.tasks.link_metrics import roc_auc
 from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.trainer import same_level0
@@ -224,7 +227,32 @@ def test_hidden_pairs_leave_every_block_of_the_relation_and_its_reverse(whole):
 def test_exact_scores_equal_the_sampled_forward_with_every_neighbour(data):
     cfg = zg.TrainConfig(**{**BASE, "fanouts": (-1, -1)}, epochs=1, dropout=0.0,
                          eval_mode="none")
-    _check_exact(zg.train(cfg, data))
+    result = zg.train(cfg, data)
+    _check_exact(result)
+    _check_sampled_inference(result)
+
+
+def _check_sampled_inference(result) -> None:
+    """With every neighbour sampled, each end's sampled embeddings (`zg.predict`, a
+    batch smaller than the ids), the exported artifact's, and the sampled evaluation
+    equal the exact ones."""
+    users, items = np.arange(0, 400, 7), np.arange(0, 300, 5)
+    for t, ids in (("user", users), ("item", items)):
+        exact = np.asarray(zg.predict(result, ids, node_type=t))
+        sampled = zg.predict(result, ids, node_type=t, mode="sampled", batch_size=16)
+        np.testing.assert_allclose(np.asarray(sampled), exact, rtol=2e-5, atol=2e-5)
+        art = zg.export_model(result.program, result.variables, result.data, batch_size=8,
+                              node_type=t)
+        call = jax.export.deserialize(art.serialize()).call
+        got = call(*art.data_arguments(result.data), jnp.asarray(ids[:8], jnp.int32),
+                   jnp.ones(8, bool), jnp.uint32(0))
+        np.testing.assert_allclose(np.asarray(got), exact[:8], rtol=2e-5, atol=2e-5)
+    task, p = result.program.task, result.program
+    metrics = [task.evaluate(Predictor(p, result.variables, result.data, mode, 64, 0), None)
+               for mode in ("full", "sampled")]
+    assert metrics[0].keys() == metrics[1].keys() and "test_auc" in metrics[0]
+    for k in metrics[0]:
+        assert metrics[1][k] == pytest.approx(metrics[0][k], abs=1e-6), k
 
 
 def test_a_relation_of_one_type_trains_through_one_frontier(data):
@@ -293,7 +321,6 @@ def test_resume_from_checkpoint(data, whole, stopped, tmp_path):
 @pytest.mark.parametrize("change, message", [
     (dict(link_relation=None), "needs the relation to predict"),
     (dict(link_relation="nope"), "link_relation 'nope' names no relation"),
-    (dict(eval_mode="sampled"), "typed link prediction evaluates exactly"),
     (dict(negative_mode="nope"), "negative_mode must be one of"),
 ])
 def test_refused_options(data, change, message):
@@ -312,7 +339,7 @@ def test_link_relation_outside_a_typed_link_task_is_refused(data):
 def test_score_pairs_scores_the_relations_pairs(whole):
     """`zg.score_pairs` of a typed run: user and item ids; the test pairs' scores give
     the run's test AUC, and the dot decoder's score is the product of the two ends'
-    embeddings (`zg.predict`); ids past their end type and sampled scoring refused."""
+    embeddings (`zg.predict`); ids past their end type refused."""
     split = whole.program.task.split
     pos, neg = zg.score_pairs(whole, split.test.pos), zg.score_pairs(whole, split.test.neg)
     assert roc_auc(pos, neg) == whole.summary["test_auc"]
@@ -325,16 +352,17 @@ def test_score_pairs_scores_the_relations_pairs(whole):
         zg.score_pairs(whole, [[0, 0], [1, 300]])
     with pytest.raises(ValueError, match="source ids must lie in \\[0, 400\\)"):
         zg.score_pairs(whole, [[400, 0]])
-    with pytest.raises(ValueError, match="exact inference: mode 'full', got 'sampled'"):
-        zg.score_pairs(whole, [[0, 0]], mode="sampled")
 
 
-def test_predict_refuses_what_it_cannot_give_and_export_refuses(whole):
-    """(Its embeddings are checked against the sampled forward in `_check_exact`.)"""
+def test_predict_and_export_refuse_what_they_cannot_give(whole):
+    """(Their outputs are checked in `_check_exact` and `_check_sampled_inference`.)"""
     for kwargs, message in ((dict(), "node_type must be an end of the relation"),
-                            (dict(node_type="user", mode="sampled"), "mode 'full'"),
+                            (dict(node_type="paper"), "node_type must be an end"),
                             (dict(node_type="item"), r"\('item' ids\)")):
         with pytest.raises(ValueError, match=message):
             zg.predict(whole, [300] if "item" in str(kwargs) else [0], **kwargs)
-    with pytest.raises(ValueError, match="predicts the pairs of a typed graph's relation"):
-        zg.export_model(whole.program, whole.variables, whole.data, batch_size=4)
+    for node_type in (None, "paper"):
+        with pytest.raises(ValueError, match="node_type must be an end of the relation "
+                                             "user__buys__item \\(user, item\\)"):
+            zg.export_model(whole.program, whole.variables, whole.data, batch_size=4,
+                            node_type=node_type)

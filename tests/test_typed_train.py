@@ -163,8 +163,11 @@ def test_predict_gives_the_target_types_logits(mag, whole):
     papers = mag.num_nodes["paper"]
     with pytest.raises(ValueError, match=rf"\[0, {papers}\) \('paper' ids\)"):
         zg.predict(whole, [papers])
-    with pytest.raises(ValueError, match="node_type picks an end of a typed link run's"):
-        zg.predict(whole, [0], node_type="paper")
+    np.testing.assert_array_equal(np.asarray(zg.predict(whole, test[:3], node_type="paper")),
+                                  exact[:3])
+    with pytest.raises(ValueError, match="predicts the nodes of its target type 'paper'; "
+                                         "got node_type 'author'"):
+        zg.predict(whole, [0], node_type="author")
     typed = "this run's graph is typed: zg.predict\\(result, nodes\\) gives its 'paper'"
     with pytest.raises(TypeError, match="sampled_logits evaluates a graph of one node type; "
                                         + typed):

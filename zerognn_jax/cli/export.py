@@ -2,7 +2,7 @@
 artifact for serving (`zg.export_model`), read from its checkpoint folder.
 
   zerognn export CHECKPOINT_DIR --out FILE [--batch-size N] [--best]
-                 [--platforms cpu,cuda]
+                 [--platforms cpu,cuda] [--node-type TYPE]
 
 The run's configuration and dataset come from what the checkpoint records, as
 `zg.restore` loads them (a run trained on a dataset object needs that object again:
@@ -36,6 +36,8 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--platforms", default=None,
                    help="lowering targets, comma-separated (cpu, cuda); default: this "
                         "machine's")
+    p.add_argument("--node-type", default=None,
+                   help="a typed link run's end type whose embeddings the artifact gives")
     p.set_defaults(handler=run_export)
     return p
 
@@ -45,7 +47,8 @@ def run_export(args) -> int:
         else None
     result = restore(args.checkpoint_dir, best=args.best, for_inference=True)
     art = export_model(result.program, result.variables, result.data,
-                       batch_size=args.batch_size, platforms=platforms)
+                       batch_size=args.batch_size, platforms=platforms,
+                       node_type=args.node_type)
     blob = art.serialize()
     with atomic_write(args.out, "the artifact") as f:
         f.write(blob)

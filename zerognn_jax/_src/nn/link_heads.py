@@ -96,8 +96,9 @@ class OnTypesLink(OnTypes):
 
     `model(x, views, train=..., typed=..., pairs=int32[P, 2])` gives float32[P] scores
     of pairs (a position among level 0's `ends[0]` rows, one among its `ends[1]` rows);
-    `layer` is the encoder's, so exact layer-wise inference yields every node's
-    embedding, and `score` decodes given embeddings.
+    without `pairs`, a level 0 of one type gives its rows' embeddings (sampled
+    inference of one end's nodes). `layer` is the encoder's, so exact layer-wise
+    inference yields every node's embedding, and `score` decodes given embeddings.
 
     Attributes:
       decoder: scores a pair of embeddings (`make_decoder`).
@@ -111,6 +112,11 @@ class OnTypesLink(OnTypes):
         del views
         h = self.model.encode(self.typed_inputs(x, typed.nodes[-1]),
                               typed_layers(typed, self.kernels, edges), train=train)
+        if pairs is None:
+            if len(h) != 1:
+                raise ValueError(f"without pairs, level 0 must hold one type (its nodes' "
+                                 f"embeddings come back); it holds {', '.join(h)}")
+            return next(iter(h.values()))
         src, dst = self.ends
         return self.decoder(h[src][pairs[:, 0]], h[dst][pairs[:, 1]], train=train)
 

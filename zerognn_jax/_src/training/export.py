@@ -6,8 +6,9 @@ XLA form. The graph and the feature table stay arguments: they are the data a se
 holds, often too large to serialize. Every argument is a plain array, so the artifact
 needs no pytree registrations to load: `jax.export.deserialize(blob).call(...)` in any
 process with JAX (and `flatbuffers`, which `serialize` needs) runs it, no zerognn-jax
-required. A typed graph's node model exports the same way, each relation's CSR an
-argument of its own (`export_model`).
+required. A typed graph's model exports the same way, each relation's CSR an argument of
+its own: a node model gives its target type's logits, a link model the embeddings of the
+nodes of one end of its relation (`export_model`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ from zerognn_jax._src.sampling.envelope import conservative
 from zerognn_jax._src.sampling.typed_envelope import typed_conservative, typed_tree_sizes
 from zerognn_jax._src.sampling.typed_minibatch import sample_typed
 from zerognn_jax._src.training.program import DeviceData, StepProgram
-from zerognn_jax._src.training.tasks.base import BatchedTask
-from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
-from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask
+from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's names for its lowering targets
 
@@ -37,7 +36,8 @@ class ExportedModel(NamedTuple):
 
     Attributes:
       exported: the `jax.export.Exported`; `.call(*arguments)` gives
-        float32[batch_size, outputs]; `.serialize()` gives bytes.
+        float32[batch_size, outputs] (a link model's: the encoder's embeddings);
+        `.serialize()` gives bytes.
       batch_size: seeds per call (pad with any id and `valid=False`).
       arguments: the argument names, in order: (indptr, indices, features, seeds, valid,
         key), with "edge_features" (float[E, D], the graph's table) after "features"
@@ -74,7 +74,8 @@ def _lookup(data: DeviceData, names) -> list:
 
 
 def export_model(program: StepProgram, variables, data: DeviceData, *, batch_size: int,
-                 platforms: tuple[str, ...] | None = None) -> ExportedModel:
+                 platforms: tuple[str, ...] | None = None,
+                 node_type: str | None = None) -> ExportedModel:
     """Exports sampled inference of `batch_size` seeds with `program`'s sampler and model.
 
     Args:
@@ -84,17 +85,19 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
       batch_size: seeds per call; the envelope is the conservative one for that batch,
         so no call can overflow.
       platforms: lowering targets, e.g. ("cpu", "cuda"); default: this backend's.
+      node_type: a typed link model's end type whose embeddings the artifact gives (it
+        may be left out where both ends are one type); None elsewhere.
 
-    A typed graph's program (`TypedNodeTask`) takes, per relation in the graph's order,
+    A typed graph's program takes, per relation in the graph's order,
     "<src>__<name>__<dst>.indptr" and ".indices" (and ".edge_features" where its views
-    read that relation's table), then the stacked "features" table, then the seeds (ids
-    of the target type), and gives their logits; learnable rows are baked in with the
-    variables.
+    read that relation's table), then the stacked "features" table, then the seeds: ids
+    of the target type, whose logits come back, or of a link model's `node_type`, whose
+    embeddings come back. Learnable rows are baked in with the variables.
 
     Raises:
       ValueError: a bad batch size, an unknown platform, a weighted sampler (it reads a
-        per-edge table the artifact does not take), or a graph collection's task (not
-        served yet).
+        per-edge table the artifact does not take), a graph collection's task (not
+        served yet), or a `node_type` the model does not predict.
     """
     if not (isinstance(batch_size, int) and batch_size >= 1):
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
@@ -102,15 +105,16 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
     if unknown:  # jax.export lowers for a name it does not know without a word
         raise ValueError(f"platforms must be among {', '.join(PLATFORMS)}; got "
                          f"{', '.join(map(repr, unknown))}")
-    typed = isinstance(program.task, TypedNodeTask)
-    if isinstance(program.task, TypedLinkTask):
-        raise ValueError("export_model serves typed graphs' node models; this program "
-                         "predicts the pairs of a typed graph's relation (TypedLinkTask), "
-                         "which is not served yet")
+    typed = isinstance(program.task, PredictsTypes)
     if isinstance(program.task, BatchedTask) and not typed:
-        raise ValueError(f"export_model serves node and link models, and typed graphs' "
-                         f"node models; this program's task ({type(program.task).__name__}) "
+        raise ValueError(f"export_model serves node and link models, of one node type or "
+                         f"several; this program's task ({type(program.task).__name__}) "
                          f"batches graph collections, which are not served yet")
+    if typed:
+        seeds = program.task.output_type(node_type)  # before any lowering
+    elif node_type is not None:
+        raise ValueError(f"node_type picks a node type of a typed graph's model; this "
+                         f"program's graph has one type (task {type(program.task).__name__})")
     if program.sampler.method == "weighted":
         raise ValueError("export_model serves the uniform and LABOR samplers; this "
                          "program samples by edge weight")
@@ -118,7 +122,7 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
     # does not promise to keep loadable, and one artifact lowers for CPU and GPU alike.
     program = dataclasses.replace(program.with_mesh(None), kernels=XLA)
     if typed:
-        return _export_typed(program, variables, data, batch_size, platforms)
+        return _export_typed(program, variables, data, batch_size, platforms, seeds)
     edges = program.sampler.edge_ids  # the views read the sampled edges' features
     caps = conservative(batch_size, program.sampler.slots, data.graph.num_nodes).capacities
 
@@ -155,11 +159,12 @@ def _exported(infer, data: DeviceData, names: tuple, batch_size: int, platforms)
 
 
 def _export_typed(program: StepProgram, variables, data: DeviceData, batch_size: int,
-                  platforms) -> ExportedModel:
-    """`export_model` for a typed node task (its docstring): the typed sampler at the
-    conservative envelope for `batch_size` seeds (tree sizes in tree mode)."""
-    task, graph = program.task, data.graph
-    config, seed_type = task.sampler, task.seed_type
+                  platforms, seed_type: str) -> ExportedModel:
+    """`export_model` for a typed graph's task (its docstring), seeds of `seed_type`:
+    the typed sampler at the conservative envelope for `batch_size` seeds (tree sizes in
+    tree mode)."""
+    task, graph = program.task.for_seeds(seed_type), data.graph
+    config = task.sampler
     envelope = (typed_conservative(config, seed_type, batch_size, graph.num_nodes)
                 if config.dedup else typed_tree_sizes(config, seed_type, batch_size))
     relations = [relation_name(r) for r in graph.relations]

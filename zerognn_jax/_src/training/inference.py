@@ -21,16 +21,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.hetero import relation_name
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.evaluate import Predictor
 from zerognn_jax._src.training.program import init_state, saved_envelope
 from zerognn_jax._src.training.rebuild import check_dataset, config_of
-from zerognn_jax._src.training.tasks.base import BatchedTask, ScoresPairs
+from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes, ScoresPairs
 from zerognn_jax._src.training.tasks.link_metrics import score_pairs as score_rows
-from zerognn_jax._src.training.tasks.typed_eval import exact_outputs, typed_logits
 from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.trainer import (
     TrainResult,
@@ -179,40 +177,37 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     A typed graph's `nodes` are ids of its target type, whose logits come as its
     evaluation computes them (`typed_logits`). A typed link run's are ids of
     `node_type`, one end of its relation (needed where the ends are two types), whose
-    exact embeddings come back (mode "full" only).
+    embeddings come back.
 
     Raises:
-      ValueError: `nodes` not 1-D integer ids of the graph (of its target type), an
+      ValueError: `nodes` not 1-D integer ids of the graph (of the type they are of), an
         unknown `mode`, or exact evaluation of a typed graph whose feature table, kept
-        in host memory, does not fit the device's free memory; for a typed link run, a
-        `node_type` that is not an end of its relation, or mode "sampled".
+        in host memory, does not fit the device's free memory; a `node_type` that is
+        not a type the run predicts (a typed link run: an end of its relation; a
+        homogeneous run: none).
     """
     if mode not in ("full", "sampled"):
         raise ValueError(f"mode must be 'full' or 'sampled', got {mode!r}")
     nodes = np.asarray(nodes)
     n = result.data.graph.num_nodes
     task = result.program.task
-    target = getattr(task, "seed_type", None)  # a typed graph's
-    if isinstance(task, TypedLinkTask):
-        target = _link_end(task, node_type, mode)
-    elif node_type is not None:
-        raise ValueError(f"node_type picks an end of a typed link run's relation; this "
-                         f"run's task is {type(task).__name__}")
-    if target is not None:
+    target = None
+    if isinstance(task, PredictsTypes):
+        target = task.output_type(node_type)
         n = n[target]
+    elif node_type is not None:
+        raise ValueError(f"node_type picks a node type of a typed graph's run; this run's "
+                         f"graph has one type (task {type(task).__name__})")
     if nodes.ndim != 1 or not np.issubdtype(nodes.dtype, np.integer):
         raise ValueError(f"nodes must be 1-D integer ids, got {nodes.dtype}{list(nodes.shape)}")
     if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
         kind = "" if target is None else f" ({target!r} ids)"
         raise ValueError(f"nodes must lie in [0, {n}){kind}, found [{nodes.min()}, "
                          f"{nodes.max()}]")
-    if isinstance(task, TypedLinkTask):
-        h = exact_outputs(task, result.program, result.variables, result.data)
-        return h[target][jnp.asarray(nodes, jnp.int32)]
     predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
                           seed)
     if target is not None:
-        return jnp.asarray(typed_logits(result.program.task, predictor, nodes))
+        return task.outputs_of(predictor, target, nodes.astype(np.int32))
     return predictor.outputs(nodes.astype(np.int32))
 
 
@@ -226,7 +221,7 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
 
     Raises:
       ValueError: a run whose task predicts no pairs, `pairs` not int[P, 2], an id out
-        of range of its end, an unknown `mode` (or "sampled" for a typed run).
+        of range of its end, an unknown `mode`.
     """
     task = result.program.task
     if not isinstance(task, ScoresPairs):
@@ -248,18 +243,3 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
     table, offset = task.pair_table(predictor)
     return score_rows(result.program.model, result.variables, table,
                       pairs.astype(np.int64) + [0, offset])
-
-
-def _link_end(task: TypedLinkTask, node_type: str | None, mode: str) -> str:
-    """The end type of a typed link run's relation whose embeddings `predict` gives."""
-    ends = tuple(dict.fromkeys(task.split.ends))
-    if mode != "full":
-        raise ValueError("a typed link run's embeddings come from exact inference: "
-                         "mode 'full'")
-    if node_type is None and len(ends) == 1:
-        return ends[0]
-    if node_type not in ends:
-        raise ValueError(f"node_type must be an end of the relation "
-                         f"{relation_name(task.split.relation)} ({', '.join(ends)}), got "
-                         f"{node_type!r}")
-    return node_type

@@ -206,6 +206,28 @@ class BatchedTask(Protocol):
 
 
 @runtime_checkable
+class PredictsTypes(Protocol):
+    """A task on a typed graph: `zg.predict` asks it which node type a call's ids are
+    of, and for those nodes' output rows."""
+
+    def output_type(self, node_type: str | None) -> str:
+        """The type whose rows `predict` gives for its `node_type` argument (None: the
+        task's own choice); ValueError naming the choices where there is none."""
+        ...
+
+    def outputs_of(self, predictor: Predictor, node_type: str, ids) -> jax.Array:
+        """float[len(ids), ...]: the output rows (logits, embeddings) of the
+        `node_type` nodes `ids`, in the predictor's mode."""
+        ...
+
+    def for_seeds(self, node_type: str) -> Any:
+        """The task as it samples a batch whose seeds are `node_type` nodes and runs the
+        model to their output rows (sampled inference, `export_model`); the same object
+        for the same type."""
+        ...
+
+
+@runtime_checkable
 class ScoresPairs(Protocol):
     """A link task: its model's decoder scores pairs of nodes from their embeddings
     (`zg.score_pairs`, and the task's own evaluation)."""

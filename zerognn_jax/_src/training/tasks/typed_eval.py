@@ -352,15 +352,16 @@ def sampled_logits(task, program, variables, data, ids, *, batch_size: int,
     def run(batch: int) -> np.ndarray:
         padded, key = ordered_items(jnp.asarray(ids, jnp.int32), batch), jnp.uint32(seed)
         env = eval_envelope(task, data, padded, batch, key, program.kernels)
-        out = _sampled_pass(program, variables, data, padded, key, envelope=env)
+        out = _sampled_pass(program, variables, data, padded, key, task=task, envelope=env)
         return np.asarray(out, np.float32).reshape(padded.shape[0], -1)[:ids.size]
 
     return halving_batches(run, min(batch_size, ids.size), "typed sampled evaluation")
 
 
-@functools.partial(jax.jit, static_argnames=("program", "envelope"))
-def _sampled_pass(program, variables, data, padded, seed, *, envelope):
-    task = program.task
+@functools.partial(jax.jit, static_argnames=("program", "task", "envelope"))
+def _sampled_pass(program, variables, data, padded, seed, *, task, envelope):
+    """The model's outputs for each batch of `padded`, sampled as `task` samples (the
+    program's task, or a typed link task's view from one end: `for_seeds`)."""
     program = dataclasses.replace(program, parallel=None)
 
     def step(_, s):

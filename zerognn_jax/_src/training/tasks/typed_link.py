@@ -16,18 +16,22 @@ Seed-edge exclusion: every sampled slot of the predicted relation, or of its rev
 that joins the two ends of a positive of the step is masked out before the model reads
 the blocks (both directions where the ends are one type), as the homogeneous task does.
 
-Evaluation runs exact layer-wise inference for every node of both types and scores the
-split's fixed pairs (link_metrics.py); the split comes from `typed_link_split`.
+Evaluation embeds every node of both types, by exact layer-wise inference or (eval_mode
+"sampled") from sampled neighbourhoods of each end type's nodes in turn (`end`), and
+scores the split's fixed pairs (link_metrics.py); the split comes from
+`typed_link_split`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.hetero import relation_name
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset
 from zerognn_jax._src.data.hetero_links import (
     TypedLinkSplit,
@@ -58,7 +62,7 @@ from zerognn_jax._src.training.tasks.link import (
 )
 from zerognn_jax._src.training.tasks.link_metrics import split_metrics
 from zerognn_jax._src.training.tasks.losses import label_accuracy, sigmoid_cross_entropy
-from zerognn_jax._src.training.tasks.typed_eval import exact_outputs
+from zerognn_jax._src.training.tasks.typed_eval import exact_outputs, sampled_logits
 from zerognn_jax._src.training.tasks.typed_node import (
     TypedInputs,
     TypedNodeTask,
@@ -113,9 +117,6 @@ class TypedLinkTask(TypedNodeTask):
         if loss is not None:
             raise ValueError("loss= applies to node tasks; link prediction trains with "
                              "binary cross-entropy over positive and negative pairs")
-        if cfg.eval_mode == "sampled":
-            raise ValueError("typed link prediction evaluates exactly: set eval_mode "
-                             "'full' or 'none'")
         if dataset is None:
             dataset = load_hetero_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
         if not isinstance(dataset, HeteroDataset):
@@ -262,22 +263,62 @@ class TypedLinkTask(TypedNodeTask):
         counts = self.split.graph.num_nodes
         return tuple(counts[t] for t in self.split.ends)
 
+    @functools.cached_property
+    def _end_views(self) -> dict:
+        return {t: dataclasses.replace(self, seed_type=t,
+                                       types=self.sampler.plan(t)[-1].types)
+                for t in dict.fromkeys(self.split.ends)}
+
+    def for_seeds(self, node_type: str) -> TypedLinkTask:
+        """`PredictsTypes`: this task with the nodes of `node_type`, an end of the
+        relation, as level 0 (its model then gives their embeddings): what sampled
+        inference of that end samples with (one object per type, so the jitted pass
+        that takes it as a static argument compiles once)."""
+        return self._end_views[node_type]
+
+    def output_type(self, node_type: str | None) -> str:
+        """`PredictsTypes`: `node_type`, which must be an end of the relation (it may be
+        left out where both ends are one type)."""
+        ends = tuple(dict.fromkeys(self.split.ends))
+        if node_type is None and len(ends) == 1:
+            return ends[0]
+        if node_type not in ends:
+            raise ValueError(f"node_type must be an end of the relation "
+                             f"{relation_name(self.split.relation)} ({', '.join(ends)}), "
+                             f"got {node_type!r}")
+        return node_type
+
+    def outputs_of(self, predictor: Predictor, node_type: str, ids) -> jax.Array:
+        """`PredictsTypes`: float[len(ids), hidden], the encoder's rows of the
+        `node_type` nodes `ids`, exact (mode "full": every node embedded, then `ids`
+        picked) or sampled with the training fanouts (`predictor.batch_size` nodes a
+        step)."""
+        if predictor.mode == "full":
+            h = exact_outputs(self, predictor.program, predictor.variables, predictor.data)
+            return h[node_type][jnp.asarray(ids, jnp.int32)]
+        return jnp.asarray(sampled_logits(self.for_seeds(node_type), predictor.program,
+                                          predictor.variables, predictor.data,
+                                          np.asarray(ids, np.int32),
+                                          batch_size=predictor.batch_size,
+                                          seed=predictor.seed))
+
     def pair_table(self, predictor: Predictor) -> tuple[jax.Array, int]:
-        """(every end node's exact embedding, the sources' rows first, then the
-        destinations' (one type: one block, offset 0)): `ScoresPairs`. ValueError for
-        a sampled predictor: this task embeds exactly."""
-        if predictor.mode != "full":
-            raise ValueError(f"a typed link run's embeddings come from exact inference: "
-                             f"mode 'full', got {predictor.mode!r}")
-        h = exact_outputs(self, predictor.program, predictor.variables, predictor.data)
+        """(every end node's embedding, the sources' rows first, then the destinations'
+        (one type: one block, offset 0)), in the predictor's mode: `ScoresPairs`."""
         src, dst = self.split.ends
+        counts = self.split.graph.num_nodes
+        if predictor.mode == "full":
+            h = exact_outputs(self, predictor.program, predictor.variables, predictor.data)
+        else:
+            h = {t: self.outputs_of(predictor, t, np.arange(counts[t]))
+                 for t in dict.fromkeys((src, dst))}
         if src == dst:
             return h[src], 0
-        return jnp.concatenate([h[src], h[dst]]), self.split.graph.num_nodes[src]
+        return jnp.concatenate([h[src], h[dst]]), counts[src]
 
     def evaluate(self, predictor: Predictor, dataset) -> dict:
-        """Validation and test metrics of the split's pairs, from every node's exact
-        embedding (both end types)."""
+        """Validation and test metrics of the split's pairs, from every node's embedding
+        (both end types; exact or sampled, the predictor's mode)."""
         del dataset
         table, shift = self.pair_table(predictor)
         out = {}

@@ -415,6 +415,24 @@ class TypedNodeTask(ItemsAreLevel0):
     def metric_names(self, dataset: HeteroDataset) -> tuple[str, ...]:
         return METRICS[dataset.target_kind]
 
+    def output_type(self, node_type: str | None) -> str:
+        """`PredictsTypes`: the target type, the only one this task predicts."""
+        if node_type not in (None, self.seed_type):
+            raise ValueError(f"this run predicts the nodes of its target type "
+                             f"{self.seed_type!r}; got node_type {node_type!r}")
+        return self.seed_type
+
+    def for_seeds(self, node_type: str) -> TypedNodeTask:
+        """`PredictsTypes`: this task (its seeds are its target type's nodes)."""
+        del node_type
+        return self
+
+    def outputs_of(self, predictor: Predictor, node_type: str, ids) -> jax.Array:
+        """`PredictsTypes`: the logits of the target-type nodes `ids`, as evaluation
+        computes them (`typed_logits`)."""
+        del node_type
+        return jnp.asarray(typed_logits(self, predictor, ids))
+
     def evaluate(self, predictor: Predictor, dataset: HeteroDataset) -> dict:
         """Every split's metrics (`metric_names`, as the node task's) from exact
         layer-wise outputs ("full") or sampled with the training fanouts,
