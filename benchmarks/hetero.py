@@ -91,8 +91,7 @@ def main(argv=None) -> None:
     p.add_argument("--model", default="rsage", choices=zg.HETERO_MODELS)
     p.add_argument("--task", default="node", choices=("node", "link"),
                    help="link: predict the pairs of --link-relation (positives a step: "
-                        "--batch-size, one negative each by destination; --eval-mode full "
-                        "or none)")
+                        "--batch-size, one negative each by destination)")
     p.add_argument("--link-relation", default=None,
                    help="with --task link: the relation whose pairs to predict (default "
                         "buys on shop-like, else writes)")

@@ -234,8 +234,8 @@ def test_exact_scores_equal_the_sampled_forward_with_every_neighbour(data):
 
 def _check_sampled_inference(result) -> None:
     """With every neighbour sampled, each end's sampled embeddings (`zg.predict`, a
-    batch smaller than the ids), the exported artifact's, and the sampled evaluation
-    equal the exact ones."""
+    batch smaller than the ids), the exported artifact's, the sampled evaluation's
+    metrics and sampled pair scores equal the exact ones."""
     users, items = np.arange(0, 400, 7), np.arange(0, 300, 5)
     for t, ids in (("user", users), ("item", items)):
         exact = np.asarray(zg.predict(result, ids, node_type=t))
@@ -253,12 +253,15 @@ def _check_sampled_inference(result) -> None:
     assert metrics[0].keys() == metrics[1].keys() and "test_auc" in metrics[0]
     for k in metrics[0]:
         assert metrics[1][k] == pytest.approx(metrics[0][k], abs=1e-6), k
+    pairs = task.split.test.pos[:20]
+    np.testing.assert_allclose(zg.score_pairs(result, pairs, mode="sampled", batch_size=32),
+                               zg.score_pairs(result, pairs), rtol=2e-5, atol=2e-5)
 
 
 def test_a_relation_of_one_type_trains_through_one_frontier(data):
     """`similar` (items to items, symmetric): level 0 is one frontier holding both ends,
-    the hidden slots are those joining a positive in either direction, and exact
-    scores equal the sampled forward."""
+    the hidden slots are those joining a positive in either direction, exact scores
+    equal the sampled forward, and sampled embeddings the exact ones."""
     cfg = zg.TrainConfig(**{**BASE, "fanouts": (-1, -1), "link_relation": "similar"},
                          epochs=1, dropout=0.0, eval_mode="none")
     result = zg.train(cfg, data)
@@ -275,6 +278,10 @@ def test_a_relation_of_one_type_trains_through_one_frontier(data):
                                   np.asarray(pairs))
     _check_hidden(result)
     _check_exact(result)
+    ids = np.arange(0, 300, 9)  # one end type: node_type may be left out
+    np.testing.assert_allclose(np.asarray(zg.predict(result, ids, mode="sampled",
+                                                     batch_size=16)),
+                               np.asarray(zg.predict(result, ids)), rtol=2e-5, atol=2e-5)
 
 
 def test_learns_the_groups_well_above_chance(whole):

@@ -37,7 +37,8 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
                    help="lowering targets, comma-separated (cpu, cuda); default: this "
                         "machine's")
     p.add_argument("--node-type", default=None,
-                   help="a typed link run's end type whose embeddings the artifact gives")
+                   help="a typed link run's end type whose embeddings the artifact gives "
+                        "(a typed node run gives its target type's logits)")
     p.set_defaults(handler=run_export)
     return p
 

@@ -86,7 +86,8 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
         so no call can overflow.
       platforms: lowering targets, e.g. ("cpu", "cuda"); default: this backend's.
       node_type: a typed link model's end type whose embeddings the artifact gives (it
-        may be left out where both ends are one type); None elsewhere.
+        may be left out where both ends are one type); a typed node model's target type
+        or None; None for a graph of one type.
 
     A typed graph's program takes, per relation in the graph's order,
     "<src>__<name>__<dst>.indptr" and ".indices" (and ".edge_features" where its views
@@ -111,7 +112,7 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
                          f"several; this program's task ({type(program.task).__name__}) "
                          f"batches graph collections, which are not served yet")
     if typed:
-        seeds = program.task.output_type(node_type)  # before any lowering
+        seed_type = program.task.output_type(node_type)  # before any lowering
     elif node_type is not None:
         raise ValueError(f"node_type picks a node type of a typed graph's model; this "
                          f"program's graph has one type (task {type(program.task).__name__})")
@@ -121,8 +122,9 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
     # The XLA twin of every op: no Triton custom calls, whose serialized form jax.export
     # does not promise to keep loadable, and one artifact lowers for CPU and GPU alike.
     program = dataclasses.replace(program.with_mesh(None), kernels=XLA)
-    if typed:
-        return _export_typed(program, variables, data, batch_size, platforms, seeds)
+    if typed:  # a typed model's views take their kernels from the model (`OnTypes`)
+        program = dataclasses.replace(program, model=program.model.clone(kernels=XLA))
+        return _export_typed(program, variables, data, batch_size, platforms, seed_type)
     edges = program.sampler.edge_ids  # the views read the sampled edges' features
     caps = conservative(batch_size, program.sampler.slots, data.graph.num_nodes).capacities
 

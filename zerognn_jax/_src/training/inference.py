@@ -29,7 +29,6 @@ from zerognn_jax._src.training.program import init_state, saved_envelope
 from zerognn_jax._src.training.rebuild import check_dataset, config_of
 from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes, ScoresPairs
 from zerognn_jax._src.training.tasks.link_metrics import score_pairs as score_rows
-from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.trainer import (
     TrainResult,
     _saved,
@@ -157,7 +156,7 @@ def _batched_envelope(cfg, meta, data, dataset, program):
     """`_envelope` for a `BatchedTask`: the checkpoint's, else its conservative one."""
     saved = meta.get("envelope") or {}
     task = program.task
-    level0 = (task.seed_capacities(cfg.batch_size) if isinstance(task, TypedLinkTask)
+    level0 = (task.seed_capacities(cfg.batch_size) if isinstance(task, PredictsTypes)
               else cfg.batch_size)
     if "batch_size" in saved and same_level0(saved["batch_size"], level0):
         return saved_envelope(program, saved)
@@ -216,8 +215,7 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
     """float32[P]: a link run's scores of `pairs`, int[P, 2] (source id, destination id;
     a typed run's ids of its relation's source and destination types), from a `train`
     or `restore` result: the decoder's logits (a sigmoid gives probabilities) of every
-    node's embedding, computed once a call (`mode` as `predict`'s; a typed run's is
-    exact, "full").
+    node's embedding, computed once a call (`mode` as `predict`'s).
 
     Raises:
       ValueError: a run whose task predicts no pairs, `pairs` not int[P, 2], an id out

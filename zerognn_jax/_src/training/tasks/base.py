@@ -12,7 +12,7 @@ task class, and nothing else looks at the task's name.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import flax.linen as nn
 import jax
@@ -21,6 +21,9 @@ import numpy as np
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.sampling.minibatch import MiniBatch
 from zerognn_jax._src.sampling.steps import ItemLevel, SeedLevel
+
+if TYPE_CHECKING:  # a typed task's view (`PredictsTypes.for_seeds`); it imports this module
+    from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask
 
 
 class TaskBatch(NamedTuple):
@@ -49,7 +52,8 @@ class Predictor(Protocol):
 
     `mode` is "full" (exact layer-wise when the model supports it) or "sampled";
     `program` and `variables` are the model's, for tasks that decode outputs further;
-    `data` and `batch_size` serve tasks that run the model themselves (graph batches).
+    `data`, `batch_size` and `seed` serve tasks that run the model themselves (graph
+    batches, sampled typed inference).
     """
 
     mode: str
@@ -57,6 +61,7 @@ class Predictor(Protocol):
     variables: dict
     data: Any  # the run's DeviceData
     batch_size: int  # items per evaluation step
+    seed: int  # the sampled passes' key
 
     def outputs(self, nodes) -> jax.Array:
         """float[len(nodes), ...]: the model's output rows of the node ids `nodes`."""
@@ -220,10 +225,10 @@ class PredictsTypes(Protocol):
         `node_type` nodes `ids`, in the predictor's mode."""
         ...
 
-    def for_seeds(self, node_type: str) -> Any:
-        """The task as it samples a batch whose seeds are `node_type` nodes and runs the
-        model to their output rows (sampled inference, `export_model`); the same object
-        for the same type."""
+    def for_seeds(self, node_type: str) -> TypedNodeTask:
+        """The typed node task that samples a batch whose seeds are `node_type` nodes,
+        with this task's sampler and inputs, for this task's model to give their output
+        rows (sampled inference, `export_model`); the same object for the same type."""
         ...
 
 

@@ -1,5 +1,6 @@
-"""Evaluation of typed node classification: exact layer-wise logits per node type, or
-logits of sampled neighbourhoods with the training fanouts.
+"""Evaluation on typed graphs: exact layer-wise outputs per node type (a node task's
+logits, a link task's embeddings), or outputs of sampled neighbourhoods with the
+training fanouts.
 
 Exact: layer i computes, for every node of the types a sampled batch holds at level
 L - 1 - i (`TypedSamplerConfig.plan`), the relational layer over every edge of the
@@ -344,8 +345,10 @@ def eval_envelope(task, data, padded, batch_size: int, seed, kernels):
 
 def sampled_logits(task, program, variables, data, ids, *, batch_size: int,
                    seed: int = 0) -> np.ndarray:
-    """float32[len(ids), classes]: logits of sampled neighbourhoods of `ids`,
-    `batch_size` at a time (fewer where the device runs out: `halving_batches`)."""
+    """float32[len(ids), outputs]: the model's outputs (logits; a link encoder's
+    embeddings, with `task` a link task's `for_seeds` view) of sampled neighbourhoods of
+    `task.seed_type`'s nodes `ids`, `batch_size` at a time (fewer where the device runs
+    out: `halving_batches`)."""
     if ids.size == 0:
         return np.zeros((0, program.model.model.num_classes), np.float32)
 

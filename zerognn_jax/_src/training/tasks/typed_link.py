@@ -17,9 +17,9 @@ that joins the two ends of a positive of the step is masked out before the model
 the blocks (both directions where the ends are one type), as the homogeneous task does.
 
 Evaluation embeds every node of both types, by exact layer-wise inference or (eval_mode
-"sampled") from sampled neighbourhoods of each end type's nodes in turn (`end`), and
-scores the split's fixed pairs (link_metrics.py); the split comes from
-`typed_link_split`.
+"sampled", or an encoder without per-layer form) from sampled neighbourhoods of each end
+type's nodes in turn (`for_seeds`), and scores the split's fixed pairs
+(link_metrics.py); the split comes from `typed_link_split`.
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ class _Level0:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class TypedLinkTask(TypedNodeTask):
-    """Link prediction between the ends of one relation of a typed graph (`Task` and
-    `BatchedTask`; module docstring).
+    """Link prediction between the ends of one relation of a typed graph (`Task`,
+    `BatchedTask`, `ScoresPairs` and `PredictsTypes`; module docstring).
 
     Attributes (beyond `TypedNodeTask`'s, whose `seed_type` is the ends' type, or the
     pair of them):
@@ -264,17 +264,20 @@ class TypedLinkTask(TypedNodeTask):
         return tuple(counts[t] for t in self.split.ends)
 
     @functools.cached_property
-    def _end_views(self) -> dict:
-        return {t: dataclasses.replace(self, seed_type=t,
-                                       types=self.sampler.plan(t)[-1].types)
+    def _end_views(self) -> dict[str, TypedNodeTask]:
+        """{end type: a typed node task of that type's seeds}, built once: the jitted
+        passes take a view as a static argument, by identity (a frozen dataclass lets
+        `cached_property` write its instance dict)."""
+        return {t: TypedNodeTask(self.sampler, t, self.sampler.plan(t)[-1].types,
+                                 self.inputs)
                 for t in dict.fromkeys(self.split.ends)}
 
-    def for_seeds(self, node_type: str) -> TypedLinkTask:
-        """`PredictsTypes`: this task with the nodes of `node_type`, an end of the
-        relation, as level 0 (its model then gives their embeddings): what sampled
-        inference of that end samples with (one object per type, so the jitted pass
-        that takes it as a static argument compiles once)."""
-        return self._end_views[node_type]
+    def for_seeds(self, node_type: str) -> TypedNodeTask:
+        """`PredictsTypes`: a typed node task whose seeds are the nodes of `node_type`,
+        an end of the relation, with this task's sampler and inputs (this task's model
+        then gives their embeddings): what sampled inference of that end samples with,
+        the same object for the same type."""
+        return self._end_views[self.output_type(node_type)]
 
     def output_type(self, node_type: str | None) -> str:
         """`PredictsTypes`: `node_type`, which must be an end of the relation (it may be
@@ -290,10 +293,10 @@ class TypedLinkTask(TypedNodeTask):
 
     def outputs_of(self, predictor: Predictor, node_type: str, ids) -> jax.Array:
         """`PredictsTypes`: float[len(ids), hidden], the encoder's rows of the
-        `node_type` nodes `ids`, exact (mode "full": every node embedded, then `ids`
-        picked) or sampled with the training fanouts (`predictor.batch_size` nodes a
-        step)."""
-        if predictor.mode == "full":
+        `node_type` nodes `ids`, exact (mode "full" with an encoder of per-layer form:
+        every node embedded, then `ids` picked) or sampled with the training fanouts
+        (`predictor.batch_size` nodes a step)."""
+        if _exact(predictor):
             h = exact_outputs(self, predictor.program, predictor.variables, predictor.data)
             return h[node_type][jnp.asarray(ids, jnp.int32)]
         return jnp.asarray(sampled_logits(self.for_seeds(node_type), predictor.program,
@@ -307,7 +310,7 @@ class TypedLinkTask(TypedNodeTask):
         (one type: one block, offset 0)), in the predictor's mode: `ScoresPairs`."""
         src, dst = self.split.ends
         counts = self.split.graph.num_nodes
-        if predictor.mode == "full":
+        if _exact(predictor):
             h = exact_outputs(self, predictor.program, predictor.variables, predictor.data)
         else:
             h = {t: self.outputs_of(predictor, t, np.arange(counts[t]))
@@ -331,3 +334,9 @@ class TypedLinkTask(TypedNodeTask):
                                         moved, self.metric)
                 out.update({f"{name}_{k}": v for k, v in metrics.items()})
         return out
+
+
+def _exact(predictor: Predictor) -> bool:
+    """Whether `predictor` embeds exactly: mode "full" and an encoder with `layer` (as
+    `typed_logits` decides; else sampled)."""
+    return predictor.mode == "full" and hasattr(predictor.program.model.model, "layer")

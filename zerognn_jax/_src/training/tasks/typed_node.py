@@ -422,6 +422,11 @@ class TypedNodeTask(ItemsAreLevel0):
                              f"{self.seed_type!r}; got node_type {node_type!r}")
         return self.seed_type
 
+    def seed_capacities(self, batch_size: int):
+        """Level 0's capacity for `batch_size` seeds, as the typed envelope records it
+        (a link task's has one per end type)."""
+        return batch_size
+
     def for_seeds(self, node_type: str) -> TypedNodeTask:
         """`PredictsTypes`: this task (its seeds are its target type's nodes)."""
         del node_type
