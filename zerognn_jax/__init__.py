@@ -185,6 +185,7 @@ from zerognn_jax._src.training.tasks.registry import TASKS, register_task
 from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask, TypedSample
 from zerognn_jax._src.training.trainer import Diverged, TrainResult, train
+from zerognn_jax._src.training.typed_loaders import HeteroLoaderBatch, HeteroNeighborLoader
 
 __version__ = "0.1.0"
 
@@ -199,7 +200,8 @@ __all__ = [
     "make_mesh", "make_model", "mean_weights", "gcn_weights", "prepare_graph", "SAMPLERS",
     "sample_minibatch",
     "sampled_logits", "save_npz", "step_keys", "step_seeds", "to_jraph", "train",
-    "LoaderBatch", "NeighborLoader", "counter_key", "views_for", "from_edge_index",
+    "LoaderBatch", "NeighborLoader", "HeteroNeighborLoader", "HeteroLoaderBatch",
+    "counter_key", "views_for", "from_edge_index",
     "CheckpointMismatch", "CheckpointWarning", "Diverged", "PlacementWarning",
     "DotDecoder", "LinkModel", "LinkSplit", "LinkTask", "MLPDecoder", "load_ogbl",
     "make_decoder", "negative_pairs", "node_embeddings", "random_link_split",

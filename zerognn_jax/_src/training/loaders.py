@@ -149,10 +149,11 @@ def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
 
 
 class DeviceLoader:
-    """What both loaders share: items, order, keys, the envelope and its growth.
+    """What the loaders share: items, order, keys, the envelope and its growth.
 
     Subclasses give the seed source (`_source`) and turn a step's sample into their
-    batch (`_assemble`, traced).
+    batch (`_assemble`, traced); a typed graph's loader also samples (`_sample`) and
+    grows its envelope (`_grown`) its own way (typed_loaders.py).
     """
 
     _source = ITEM_SEEDS
@@ -217,14 +218,22 @@ class DeviceLoader:
             lambda t: t[mb.nodes[0]], targets)
         return x, y
 
-    def _program(self, envelope: Envelope):
+    def _sample(self, graph, order, epoch, step, envelope):
+        """The step's sample at `envelope` (traced)."""
+        return sample_step(graph, order, step, seed=self.seed, epoch=epoch,
+                           batch_size=self.batch_size, config=self.sampler,
+                           envelope=envelope, kernels=self.kernels, source=self._source)
+
+    def _grown(self, mb: MiniBatch):
+        """The envelope after `mb` overflowed it."""
+        return self.sampler.fit_envelope(grow(self.envelope, np.asarray(mb.counts),
+                                              self.policy))
+
+    def _program(self, envelope):
         if envelope not in self._programs:
             # the tables are arguments: closed over, they would be compiled in as constants
             def sample(graph, tables, order, epoch, step):
-                out = sample_step(graph, order, step, seed=self.seed, epoch=epoch,
-                                  batch_size=self.batch_size, config=self.sampler,
-                                  envelope=envelope, kernels=self.kernels,
-                                  source=self._source)
+                out = self._sample(graph, order, epoch, step, envelope)
                 return self._assemble(out, epoch, step, tables)
             self._programs[envelope] = jax.jit(sample)
         return self._programs[envelope]
@@ -236,8 +245,7 @@ class DeviceLoader:
             mb = batch.minibatch
             if not bool(mb.overflow):  # one host read per batch
                 return dataclasses.replace(batch, epoch=epoch, step=step)
-            self.envelope = self.sampler.fit_envelope(
-                grow(self.envelope, np.asarray(mb.counts), self.policy))
+            self.envelope = self._grown(mb)
 
 
 class NeighborLoader(DeviceLoader):
