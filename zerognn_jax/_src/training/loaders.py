@@ -33,7 +33,7 @@ from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.links import EvalEdges, LinkSplit
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.host_rows import is_host_resident, to_device
-from zerognn_jax._src.ops.registry import XLA, Kernels
+from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
 from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig, prepare_graph
@@ -140,6 +140,11 @@ class LinkLoaderBatch(_Layers):
     step: Any
     x: jax.Array | None = None
     positional: tuple = ()
+
+
+def as_kernels(kernels: Kernels | str) -> Kernels:
+    """`kernels`, or the `Kernels` its spec names (`Kernels.parse`)."""
+    return Kernels.parse(kernels) if isinstance(kernels, str) else kernels
 
 
 def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
@@ -272,7 +277,9 @@ class NeighborLoader(DeviceLoader):
         (`batch.y`).
       envelope: "calibrate" (tight, measured on a first epoch), "conservative", or an
         `Envelope`. It grows by itself when a batch does not fit.
-      policy: how capacities are sized and grown. kernels: which op implementations run.
+      policy: how capacities are sized and grown. kernels: which op implementations run:
+        a `Kernels`, or its spec ("auto", the default, as `zg.train` picks: the Pallas
+        sampler on a GPU, XLA on a CPU; "xla"; `Kernels.parse`).
 
     Iterating gives the batches of the next epoch (0, 1, ...); `epoch(e)` those of
     epoch `e`.
@@ -283,7 +290,8 @@ class NeighborLoader(DeviceLoader):
                  flat_outer: bool = False, edge_ids: bool = False, shuffle: bool = True,
                  drop_last: bool = False, features=None, targets=None,
                  envelope: Envelope | str = "calibrate",
-                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels = XLA):
+                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels | str = "auto"):
+        kernels = as_kernels(kernels)
         nodes = np.asarray(nodes)
         if nodes.ndim != 1 or nodes.size == 0 or not np.issubdtype(nodes.dtype, np.integer):
             raise ValueError(f"nodes must be a non-empty 1-D integer array, got "
@@ -327,7 +335,8 @@ class LinkNeighborLoader(DeviceLoader):
                  edge_ids: bool = False, shuffle: bool = True, drop_last: bool = False,
                  features=None,
                  envelope: Envelope | str = "calibrate",
-                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels = XLA):
+                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels | str = "auto"):
+        kernels = as_kernels(kernels)
         edges = np.asarray(edges)
         if (edges.ndim != 2 or edges.shape[1] != 2 or not edges.shape[0]
                 or not np.issubdtype(edges.dtype, np.integer)):

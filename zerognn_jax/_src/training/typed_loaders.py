@@ -44,7 +44,7 @@ from zerognn_jax._src.sampling.typed_minibatch import (
     prepare_typed_graph,
     sample_typed_step,
 )
-from zerognn_jax._src.training.loaders import DeviceLoader
+from zerognn_jax._src.training.loaders import DeviceLoader, as_kernels
 
 
 @jax.tree_util.register_dataclass
@@ -119,7 +119,8 @@ class HeteroNeighborLoader(DeviceLoader):
                  sampler: str = "uniform", replace: bool = False, dedup: bool = True,
                  shuffle: bool = True, drop_last: bool = False, features=None,
                  targets=None, envelope: TypedEnvelope | str = "calibrate",
-                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels = XLA):
+                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels | str = "auto"):
+        kernels = as_kernels(kernels)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.seed_type, ids = _seed_nodes(graph, nodes)
