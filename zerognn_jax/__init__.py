@@ -185,7 +185,12 @@ from zerognn_jax._src.training.tasks.registry import TASKS, register_task
 from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask, TypedSample
 from zerognn_jax._src.training.trainer import Diverged, TrainResult, train
-from zerognn_jax._src.training.typed_loaders import HeteroLoaderBatch, HeteroNeighborLoader
+from zerognn_jax._src.training.typed_loaders import (
+    HeteroLinkLoaderBatch,
+    HeteroLinkNeighborLoader,
+    HeteroLoaderBatch,
+    HeteroNeighborLoader,
+)
 
 __version__ = "0.1.0"
 
@@ -201,6 +206,7 @@ __all__ = [
     "sample_minibatch",
     "sampled_logits", "save_npz", "step_keys", "step_seeds", "to_jraph", "train",
     "LoaderBatch", "NeighborLoader", "HeteroNeighborLoader", "HeteroLoaderBatch",
+    "HeteroLinkNeighborLoader", "HeteroLinkLoaderBatch",
     "counter_key", "views_for", "from_edge_index",
     "CheckpointMismatch", "CheckpointWarning", "Diverged", "PlacementWarning",
     "DotDecoder", "LinkModel", "LinkSplit", "LinkTask", "MLPDecoder", "load_ogbl",

@@ -1,19 +1,24 @@
-"""A data loader over the typed device sampler, for users who write their own training
+"""Data loaders over the typed device sampler, for users who write their own training
 loop on a graph with node and edge types (PyG's hetero `NeighborLoader` with
-`input_nodes=(type, ids)`, DGL's `DataLoader` over a heterograph).
+`input_nodes=(type, ids)` and hetero `LinkNeighborLoader`, DGL's `DataLoader` over a
+heterograph).
 
 `HeteroNeighborLoader` yields one sampled typed subgraph per batch of seed nodes of one
-type: the `TypedMiniBatch`, each featured type's input rows and the seeds' targets, all
-fetched on the device at static shapes (the typed envelope, per (level, type)), so a
-jitted step compiles once. As `NeighborLoader` (loaders.py), whose machinery it shares:
-a loop returns to Python after every batch and reads one flag, and a batch that
+type: the `TypedMiniBatch`, each featured type's input rows and the seeds' targets;
+`HeteroLinkNeighborLoader` one per batch of positive pairs of a relation, with
+negatives drawn on the device, the subgraph around every end and the batch's own pairs
+hidden from it. Both fetch on the device at static shapes (the typed envelope, per
+(level, type)), so a jitted step compiles once, and sample what `zg.train`'s typed node
+and link tasks sample. As `NeighborLoader` (loaders.py), whose machinery they share: a
+loop returns to Python after every batch and reads one flag, and a batch that
 overflowed its envelope is sampled again, with the same randomness, after the envelope
 grows (`grow_typed`).
 
 A batch hands a relational model (`HeteroGNN`'s interface: `model(x, layers, train=)`
-with `x` {type: rows} and one `TypedLayer` per layer) its inputs: `batch.x` and
-`batch.layers()`. A type without features gets no rows in `batch.x`: give it rows of
-your own (an embedding of `batch.input_nodes[type]`).
+with `x` {type: rows} and one `TypedLayer` per layer; `model.encode` for every level-0
+type's rows) its inputs: `batch.x` and `batch.layers()`. A type without features gets
+no rows in `batch.x`: give it rows of your own (an embedding of
+`batch.input_nodes[type]`).
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.hetero import HeteroGraph
+from zerognn_jax._src.data.hetero import HeteroGraph, named_relation
+from zerognn_jax._src.data.hetero_links import TypedLinkSplit
+from zerognn_jax._src.data.links import EvalEdges
 from zerognn_jax._src.nn.hetero import TypedLayer, typed_layers
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import XLA, Kernels
@@ -45,6 +52,8 @@ from zerognn_jax._src.sampling.typed_minibatch import (
     sample_typed_step,
 )
 from zerognn_jax._src.training.loaders import DeviceLoader, as_kernels
+from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
+from zerognn_jax._src.training.tasks.typed_node import TypedInputs
 
 
 @jax.tree_util.register_dataclass
@@ -93,7 +102,88 @@ class HeteroLoaderBatch:
         return typed_layers(self.minibatch, kernels)
 
 
-class HeteroNeighborLoader(DeviceLoader):
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class HeteroLinkLoaderBatch:
+    """One batch of a `HeteroLinkNeighborLoader`: B positive pairs, K negatives each.
+
+    Attributes:
+      minibatch: the typed subgraph around level 0, the deduplicated ends of the
+        batch's pairs (one frontier per end type), the batch's positives hidden from
+        the relation and its reverse when the loader excludes them.
+      pairs: int32[P, 2], P = B (1 + K): each pair's positions among level 0's rows of
+        the source and destination types (score `h[src][pairs[:, 0]]` against
+        `h[dst][pairs[:, 1]]`); positives first, then negative j of positive i at row
+        B + i K + j.
+      edges: int32[P, 2], the same pairs as ids of the two end types.
+      labels: float32[P], 1 for positives, 0 for negatives. weight: float32[P], 1 per
+        real positive, 1/K per real negative, 0 for padding: weigh the loss by it.
+      dropout_key, epoch, step, x: as in `HeteroLoaderBatch`.
+    """
+
+    minibatch: TypedMiniBatch
+    pairs: jax.Array
+    edges: jax.Array
+    labels: jax.Array
+    weight: jax.Array
+    dropout_key: jax.Array
+    epoch: Any
+    step: Any
+    x: dict
+
+    @property
+    def input_nodes(self) -> dict:
+        """{type: int32[C_t]}: the outermost level's node ids, whose rows `x` holds."""
+        return self.minibatch.nodes[-1]
+
+    def layers(self, kernels: Kernels = XLA) -> tuple[TypedLayer, ...]:
+        """As `HeteroLoaderBatch.layers`."""
+        return typed_layers(self.minibatch, kernels)
+
+
+class _TypedLoader(DeviceLoader):
+    """What the typed loaders share: the resolved sampler, the device graph and feature
+    tables, the typed envelope and its growth."""
+
+    def _setup_typed(self, graph: HeteroGraph, items: np.ndarray, seed_type, *, fanouts,
+                     batch_size: int, key, sampler: str, replace: bool, dedup: bool,
+                     shuffle: bool, drop_last: bool, features, envelope, policy,
+                     kernels: Kernels, seeds=None):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.seed = int(counter_key(key)) & 0x7FFFFFFF  # as NeighborLoader takes it
+        config = TypedSamplerConfig(fanouts, replace=replace, dedup=dedup,
+                                    method=sampler).resolve(graph)
+        self.sampler = config
+        self.graph = prepare_typed_graph(graph, config).to_device()
+        self.items = jnp.asarray(items, jnp.int32)
+        self.batch_size, self.policy, self.kernels = batch_size, policy, kernels
+        self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
+        self.features = _device_tables(graph, features)
+        if isinstance(envelope, str):
+            envelope, _ = choose_typed_envelope(self.graph, self.items, batch_size, config,
+                                                seed_type=seed_type, method=envelope,
+                                                seed=self.seed, policy=policy,
+                                                kernels=kernels, seeds=seeds)
+        if envelope.seed_type != seed_type:
+            raise ValueError(f"the envelope is for seeds of type {envelope.seed_type!r}, "
+                             f"the loader's are {seed_type!r}")
+        self.envelope = fit_typed_envelope(config, envelope)
+        self._next_epoch = 0
+        self._programs = {}
+
+    def _grown(self, mb: TypedMiniBatch) -> TypedEnvelope:
+        return fit_typed_envelope(self.sampler, grow_typed(
+            self.envelope, self.sampler, host_counts(mb.counts), self.policy))
+
+    def _rows(self, mb: TypedMiniBatch, features: dict) -> dict:
+        """{type: float[C_t, d_t]}: the outermost level's feature rows of the types
+        `features` has (zero on padding rows)."""
+        return {t: gather_rows(self.kernels, table, mb.nodes[-1][t], mb.valid[-1][t])
+                for t, table in features.items() if t in mb.nodes[-1]}
+
+
+class HeteroNeighborLoader(_TypedLoader):
     """Sampled typed mini-batches around seed nodes of one type, on the device (module
     docstring; docs/loader.md).
 
@@ -120,49 +210,89 @@ class HeteroNeighborLoader(DeviceLoader):
                  shuffle: bool = True, drop_last: bool = False, features=None,
                  targets=None, envelope: TypedEnvelope | str = "calibrate",
                  policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels | str = "auto"):
-        kernels = as_kernels(kernels)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.seed_type, ids = _seed_nodes(graph, nodes)
-        self.seed = int(counter_key(key)) & 0x7FFFFFFF  # as NeighborLoader takes it
-        config = TypedSamplerConfig(fanouts, replace=replace, dedup=dedup,
-                                    method=sampler).resolve(graph)
-        self.sampler = config
-        self.graph = prepare_typed_graph(graph, config).to_device()
-        self.items = jnp.asarray(ids, jnp.int32)
-        self.batch_size, self.policy, self.kernels = batch_size, policy, kernels
-        self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
-        self.features = _device_tables(graph, features)
         self.targets = _device_targets(graph, self.seed_type, targets)
-        if isinstance(envelope, str):
-            envelope, _ = choose_typed_envelope(self.graph, self.items, batch_size, config,
-                                                seed_type=self.seed_type, method=envelope,
-                                                seed=self.seed, policy=policy,
-                                                kernels=kernels)
-        if envelope.seed_type != self.seed_type:
-            raise ValueError(f"the envelope is for seeds of type {envelope.seed_type!r}, "
-                             f"the nodes are {self.seed_type!r}")
-        self.envelope = fit_typed_envelope(config, envelope)
-        self._next_epoch = 0
-        self._programs = {}
+        self._setup_typed(graph, ids, self.seed_type, fanouts=fanouts, batch_size=batch_size,
+                          key=key, sampler=sampler, replace=replace, dedup=dedup,
+                          shuffle=shuffle, drop_last=drop_last, features=features,
+                          envelope=envelope, policy=policy, kernels=as_kernels(kernels))
 
     def _sample(self, graph, order, epoch, step, envelope):
         return sample_typed_step(graph, order, step, seed=self.seed, epoch=epoch,
                                  batch_size=self.batch_size, config=self.sampler,
                                  envelope=envelope, kernels=self.kernels)
 
-    def _grown(self, mb: TypedMiniBatch) -> TypedEnvelope:
-        return fit_typed_envelope(self.sampler, grow_typed(
-            self.envelope, self.sampler, host_counts(mb.counts), self.policy))
-
     def _assemble(self, out, epoch, step, tables) -> HeteroLoaderBatch:
         features, targets = tables
         mb = out.mb
-        x = {t: gather_rows(self.kernels, table, mb.nodes[-1][t], mb.valid[-1][t])
-             for t, table in features.items() if t in mb.nodes[-1]}
         y = None if targets is None else jax.tree_util.tree_map(
             lambda a: a[mb.nodes[0][self.seed_type]], targets)
-        return HeteroLoaderBatch(mb, out.drop_key, epoch, step, x, y)
+        return HeteroLoaderBatch(mb, out.drop_key, epoch, step, self._rows(mb, features), y)
+
+
+class HeteroLinkNeighborLoader(_TypedLoader):
+    """Batches of positive pairs of one relation, negatives drawn on the device and the
+    typed subgraph sampled around every end (PyG's hetero `LinkNeighborLoader`; module
+    docstring; docs/loader.md).
+
+    Args:
+      graph: the message-passing HeteroGraph (for link prediction without leakage, the
+        training pairs only: e.g. `zg.typed_link_split(graph, relation).graph`).
+      relation: the relation whose pairs the batches hold: (src, name, dst), or its
+        name ("src__name__dst", or the name alone where unique).
+      edges: int[E, 2], the positive (source id, destination id) pairs, ids of the
+        relation's two end types; each epoch cuts them into batches of `batch_size`.
+      num_negatives, negative_mode, exclude_seed_edges: as in `LinkNeighborLoader`
+        (negatives of the destination type; "pairs" draws sources of the source type);
+        the batch's positives are hidden from the relation and its reverse.
+      features: {type: float[N_t, d_t]}, as in `HeteroNeighborLoader`.
+      fanouts, batch_size, key, sampler, replace, dedup, shuffle, drop_last, envelope,
+      policy, kernels: as in `HeteroNeighborLoader`. Level 0 holds the most distinct
+      ends a batch can have, so it never overflows; the levels after it are calibrated.
+    """
+
+    def __init__(self, graph: HeteroGraph, relation, edges, *, fanouts, batch_size: int,
+                 key, num_negatives: int = 1, negative_mode: str = "destination",
+                 exclude_seed_edges: bool = True, sampler: str = "uniform",
+                 replace: bool = False, dedup: bool = True, shuffle: bool = True,
+                 drop_last: bool = False, features=None,
+                 envelope: TypedEnvelope | str = "calibrate",
+                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels | str = "auto"):
+        kernels = as_kernels(kernels)
+        relation = (tuple(relation) if isinstance(relation, tuple | list)
+                    else named_relation(graph.relations, relation, "relation"))
+        if relation not in graph.relations:
+            raise ValueError(f"relation {relation} is not a relation of the graph")
+        edges = _pairs(graph, relation, edges)
+        none = EvalEdges(np.zeros((0, 2), np.int32), np.zeros((0, 2), np.int32),
+                         np.zeros((0, 0), np.int32))
+        split = TypedLinkSplit(relation, edges, graph, none, none)
+        src, dst = split.ends
+        seed_type = src if src == dst else (src, dst)
+        config = TypedSamplerConfig(fanouts, replace=replace, dedup=dedup, method=sampler)
+        self._task = TypedLinkTask(config.resolve(graph), seed_type, (),
+                                   TypedInputs((), (), (), ()), split=split,
+                                   num_negatives=num_negatives, mode=negative_mode,
+                                   exclude_seed_edges=exclude_seed_edges)
+        self._setup_typed(graph, edges, seed_type, fanouts=fanouts, batch_size=batch_size,
+                          key=key, sampler=sampler, replace=replace, dedup=dedup,
+                          shuffle=shuffle, drop_last=drop_last, features=features,
+                          envelope=envelope, policy=policy, kernels=kernels,
+                          seeds=self._task.level0_source(batch_size, kernels))
+        self.targets = None
+
+    def _sample(self, graph, order, epoch, step, envelope):
+        return self._task.sample_pairs(graph, order, step, seed=self.seed, epoch=epoch,
+                                       batch_size=self.batch_size, envelope=envelope,
+                                       kernels=self.kernels)
+
+    def _assemble(self, out, epoch, step, tables) -> HeteroLinkLoaderBatch:
+        features, _ = tables
+        src, dst = self._task.split.ends
+        level0 = out.mb.nodes[0]
+        edges = jnp.stack([level0[src][out.pairs[:, 0]], level0[dst][out.pairs[:, 1]]], 1)
+        return HeteroLinkLoaderBatch(out.mb, out.pairs, edges, out.labels, out.weight,
+                                     out.drop_key, epoch, step, self._rows(out.mb, features))
 
 
 def _seed_nodes(graph: HeteroGraph, nodes) -> tuple[str, np.ndarray]:
@@ -182,6 +312,23 @@ def _seed_nodes(graph: HeteroGraph, nodes) -> tuple[str, np.ndarray]:
         raise ValueError(f"nodes' ids must lie in [0, {counts[seed_type]}) ({seed_type!r} "
                          f"ids), found [{ids.min()}, {ids.max()}]")
     return seed_type, ids
+
+
+def _pairs(graph: HeteroGraph, relation, edges) -> np.ndarray:
+    """int32[E, 2] from `edges`, checked: a non-empty integer [E, 2] array whose columns
+    are ids of the relation's source and destination types."""
+    edges = np.asarray(edges)
+    if (edges.ndim != 2 or edges.shape[1] != 2 or not edges.shape[0]
+            or not np.issubdtype(edges.dtype, np.integer)):
+        raise ValueError(f"edges must be a non-empty integer [E, 2] array, got "
+                         f"{edges.dtype}{list(edges.shape)}")
+    counts = graph.num_nodes
+    for col, (end, t) in enumerate((("source", relation[0]), ("destination", relation[2]))):
+        ids = edges[:, col]
+        if ids.min() < 0 or ids.max() >= counts[t]:
+            raise ValueError(f"edges' {end} ids must lie in [0, {counts[t]}) ({t!r} ids), "
+                             f"found [{ids.min()}, {ids.max()}]")
+    return edges.astype(np.int32)
 
 
 def _device_tables(graph: HeteroGraph, features) -> dict:

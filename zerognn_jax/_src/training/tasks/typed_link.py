@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -69,6 +70,29 @@ from zerognn_jax._src.training.tasks.typed_node import (
     _refuse,
     typed_sampler,
 )
+
+
+class PairSample(NamedTuple):
+    """A typed link step's sample (`TypedLinkTask.sample_pairs`).
+
+    Attributes:
+      mb: the `TypedMiniBatch` around level 0, the ends of the step's pairs.
+      pairs: int32[P, 2], P = B (1 + K): each pair's positions among level 0's rows of
+        its source and destination types; positives first, then negative j of
+        positive i at row B + i K + j.
+      labels: float32[P], 1 for positives, 0 for negatives. weight: float32[P],
+        `link.pair_weights`.
+      items, valid: int32[B, 2] the positive pairs (ids of the end types), bool[B].
+      drop_key: the step's dropout key.
+    """
+
+    mb: TypedMiniBatch
+    pairs: jax.Array
+    labels: jax.Array
+    weight: jax.Array
+    items: jax.Array
+    valid: jax.Array
+    drop_key: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,32 +251,47 @@ class TypedLinkTask(TypedNodeTask):
             blocks.append(level)
         return mb._replace(blocks=tuple(blocks))
 
-    def sample_batch(self, program, data, perm, batch_index, epoch, envelope, active=None):
-        """(TaskBatch, TypedSample, dropout key) of batch `batch_index` at `envelope`:
-        labels 1 for the positives, 0 for their negatives; the model scores the pairs'
-        positions among level 0's seeds."""
-        items, valid = step_items(perm, batch_index, program.batch_size)
+    def sample_pairs(self, graph, perm, batch_index, *, seed: int, epoch, batch_size: int,
+                     envelope, kernels: Kernels, active=None) -> PairSample:
+        """Batch `batch_index` of the padded permutation `perm` of positive pairs at
+        `envelope`, with the keys of (`seed`, `epoch`, `batch_index`): its negatives,
+        level 0 and the typed subgraph, the positives hidden (`PairSample`; what a step
+        and `HeteroLinkNeighborLoader` sample)."""
+        items, valid = step_items(perm, batch_index, batch_size)
         if active is not None:
             valid = valid & active
-        key, drop_key = step_keys(program.seed, epoch, batch_index)
+        key, drop_key = step_keys(seed, epoch, batch_index)
         seeds, seed_valid, local, pair_valid = self.level0(items, valid, key, envelope,
-                                                           program.kernels)
-        mb = sample_typed(data.graph, seeds, seed_valid, key, self.sampler, envelope,
-                          program.kernels)
+                                                           kernels)
+        mb = sample_typed(graph, seeds, seed_valid, key, self.sampler, envelope, kernels)
         if self.exclude_seed_edges:
             mb = self.hide_positives(mb, items, valid)
         b = items.shape[0]
         labels = jnp.concatenate([jnp.ones((b,), jnp.float32),
                                   jnp.zeros((b * self.num_negatives,), jnp.float32)])
-        weights = pair_weights(pair_valid, self.num_negatives)
-        inputs = {**self.model_inputs(data, mb), "pairs": local}
-        return (TaskBatch(labels, weights, inputs, ItemLevel(items, valid)),
-                self.sample_of(mb), drop_key)
+        return PairSample(mb, local, labels, pair_weights(pair_valid, self.num_negatives),
+                          items, valid, drop_key)
+
+    def sample_batch(self, program, data, perm, batch_index, epoch, envelope, active=None):
+        """(TaskBatch, TypedSample, dropout key) of batch `batch_index` at `envelope`:
+        labels 1 for the positives, 0 for their negatives; the model scores the pairs'
+        positions among level 0's seeds."""
+        out = self.sample_pairs(data.graph, perm, batch_index, seed=program.seed, epoch=epoch,
+                                batch_size=program.batch_size, envelope=envelope,
+                                kernels=program.kernels, active=active)
+        inputs = {**self.model_inputs(data, out.mb), "pairs": out.pairs}
+        return (TaskBatch(out.labels, out.weight, inputs, ItemLevel(out.items, out.valid)),
+                self.sample_of(out.mb), out.drop_key)
+
+    def level0_source(self, batch_size: int, kernels: Kernels) -> tuple:
+        """(level 0's capacities, the static callable making level 0 from a step's
+        pairs): the `seeds` calibration takes (`calibrate_typed`)."""
+        return self.seed_capacities(batch_size), _Level0(self, kernels)
 
     def choose_envelope(self, program, data, dataset, cfg):
         """The typed envelope, calibrated on the steps' real level 0 (`_Level0`)."""
         del dataset
-        seeds = (self.seed_capacities(program.batch_size), _Level0(self, program.kernels))
+        seeds = self.level0_source(program.batch_size, program.kernels)
         return self._chosen_envelope(program, data, self.split.train, cfg, seeds)
 
     def metric_names(self, dataset) -> tuple[str, ...]:
