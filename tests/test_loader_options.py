@@ -137,6 +137,13 @@ def test_loaders_reject_bad_input(graph):
     with pytest.raises(ValueError, match="weighted sampling needs edge weights"):
         zg.NeighborLoader(graph._replace(weights=None), [1, 2], fanouts=(2,), batch_size=4,
                           key=0, sampler="weighted")
+    with pytest.raises(ValueError, match="bad kernel spec 'nope'"):
+        zg.NeighborLoader(graph, [1, 2], fanouts=(2,), batch_size=4, key=0, kernels="nope")
+    if jax.default_backend() != "gpu":  # Pallas kernels run there
+        with pytest.raises(ValueError, match="runs sample as Pallas kernels, which need an "
+                                             "NVIDIA GPU"):
+            zg.LinkNeighborLoader(graph, [[0, 1]], fanouts=(2,), batch_size=4, key=0,
+                                  kernels="sample=pallas")
 
 
 def test_a_jitted_step_over_the_batches_traces_once(graph):

@@ -33,7 +33,7 @@ from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.links import EvalEdges, LinkSplit
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.host_rows import is_host_resident, to_device
-from zerognn_jax._src.ops.registry import Kernels
+from zerognn_jax._src.ops.registry import OPS, Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
 from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig, prepare_graph
@@ -143,8 +143,16 @@ class LinkLoaderBatch(_Layers):
 
 
 def as_kernels(kernels: Kernels | str) -> Kernels:
-    """`kernels`, or the `Kernels` its spec names (`Kernels.parse`)."""
-    return Kernels.parse(kernels) if isinstance(kernels, str) else kernels
+    """`kernels`, or the `Kernels` its spec names (`Kernels.parse`); ValueError for Pallas
+    kernels off an NVIDIA GPU (outside interpret mode), as `TrainConfig` refuses them."""
+    spec = kernels
+    kernels = Kernels.parse(kernels) if isinstance(kernels, str) else kernels
+    pallas = [op for op in OPS if getattr(kernels, op) == "pallas"]
+    if pallas and not kernels.interpret and jax.default_backend() != "gpu":
+        raise ValueError(f"kernels {spec!r} runs {', '.join(pallas)} as Pallas kernels, "
+                         f"which need an NVIDIA GPU; JAX's backend here is "
+                         f"{jax.default_backend()}: use kernels 'xla' or 'auto'")
+    return kernels
 
 
 def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:

@@ -24,6 +24,8 @@ no rows in `batch.x`: give it rows of your own (an embedding of
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -36,7 +38,7 @@ from zerognn_jax._src.data.links import EvalEdges
 from zerognn_jax._src.nn.hetero import TypedLayer, typed_layers
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import XLA, Kernels
-from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, EnvelopePolicy
+from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, EnvelopePolicy, round_up
 from zerognn_jax._src.sampling.seeds import counter_key
 from zerognn_jax._src.sampling.typed_calibrate import choose_typed_envelope
 from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig
@@ -44,6 +46,7 @@ from zerognn_jax._src.sampling.typed_envelope import (
     TypedEnvelope,
     fit_typed_envelope,
     grow_typed,
+    seed_level,
 )
 from zerognn_jax._src.sampling.typed_minibatch import (
     TypedMiniBatch,
@@ -56,7 +59,9 @@ from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.tasks.typed_node import TypedInputs
 
 
-@jax.tree_util.register_dataclass
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["minibatch", "dropout_key", "epoch", "step", "x", "y"],
+                   meta_fields=["kernels"])
 @dataclasses.dataclass(frozen=True)
 class HeteroLoaderBatch:
     """One batch of a `HeteroNeighborLoader`.
@@ -70,6 +75,7 @@ class HeteroLoaderBatch:
       x: {type: float[C_t, d_t]}, the features of the outermost level's nodes of each
         type the loader has features for (zero on padding rows).
       y: the seeds' rows of the loader's `targets` ([S, ...]), or None.
+      kernels: the loader's (static), which `layers()` gives the views.
     """
 
     minibatch: TypedMiniBatch
@@ -78,6 +84,7 @@ class HeteroLoaderBatch:
     step: Any
     x: dict
     y: Any = None
+    kernels: Kernels = XLA
 
     @property
     def seeds(self) -> jax.Array:
@@ -96,13 +103,16 @@ class HeteroLoaderBatch:
         """{type: int32[C_t]}: the outermost level's node ids, whose rows `x` holds."""
         return self.minibatch.nodes[-1]
 
-    def layers(self, kernels: Kernels = XLA) -> tuple[TypedLayer, ...]:
+    def layers(self, kernels: Kernels | None = None) -> tuple[TypedLayer, ...]:
         """One `TypedLayer` per layer, outermost hop first (`layers()[i]` feeds layer
-        i), whose views aggregate with `kernels`."""
-        return typed_layers(self.minibatch, kernels)
+        i), whose views aggregate with `kernels` (default: the loader's)."""
+        return typed_layers(self.minibatch, self.kernels if kernels is None else kernels)
 
 
-@jax.tree_util.register_dataclass
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["minibatch", "pairs", "edges", "labels", "weight",
+                                "dropout_key", "epoch", "step", "x"],
+                   meta_fields=["kernels"])
 @dataclasses.dataclass(frozen=True)
 class HeteroLinkLoaderBatch:
     """One batch of a `HeteroLinkNeighborLoader`: B positive pairs, K negatives each.
@@ -118,7 +128,7 @@ class HeteroLinkLoaderBatch:
       edges: int32[P, 2], the same pairs as ids of the two end types.
       labels: float32[P], 1 for positives, 0 for negatives. weight: float32[P], 1 per
         real positive, 1/K per real negative, 0 for padding: weigh the loss by it.
-      dropout_key, epoch, step, x: as in `HeteroLoaderBatch`.
+      dropout_key, epoch, step, x, kernels: as in `HeteroLoaderBatch`.
     """
 
     minibatch: TypedMiniBatch
@@ -130,15 +140,16 @@ class HeteroLinkLoaderBatch:
     epoch: Any
     step: Any
     x: dict
+    kernels: Kernels = XLA
 
     @property
     def input_nodes(self) -> dict:
         """{type: int32[C_t]}: the outermost level's node ids, whose rows `x` holds."""
         return self.minibatch.nodes[-1]
 
-    def layers(self, kernels: Kernels = XLA) -> tuple[TypedLayer, ...]:
+    def layers(self, kernels: Kernels | None = None) -> tuple[TypedLayer, ...]:
         """As `HeteroLoaderBatch.layers`."""
-        return typed_layers(self.minibatch, kernels)
+        return typed_layers(self.minibatch, self.kernels if kernels is None else kernels)
 
 
 class _TypedLoader(DeviceLoader):
@@ -155,7 +166,9 @@ class _TypedLoader(DeviceLoader):
         config = TypedSamplerConfig(fanouts, replace=replace, dedup=dedup,
                                     method=sampler).resolve(graph)
         self.sampler = config
-        self.graph = prepare_typed_graph(graph, config).to_device()
+        unread = dataclasses.replace(graph, graphs=tuple(g._replace(edge_features=None)
+                                                        for g in graph.graphs))
+        self.graph = prepare_typed_graph(unread, config).to_device()  # no edge tables
         self.items = jnp.asarray(items, jnp.int32)
         self.batch_size, self.policy, self.kernels = batch_size, policy, kernels
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
@@ -165,16 +178,22 @@ class _TypedLoader(DeviceLoader):
                                                 seed_type=seed_type, method=envelope,
                                                 seed=self.seed, policy=policy,
                                                 kernels=kernels, seeds=seeds)
-        if envelope.seed_type != seed_type:
-            raise ValueError(f"the envelope is for seeds of type {envelope.seed_type!r}, "
-                             f"the loader's are {seed_type!r}")
+        _check_envelope(config, envelope, seed_type,
+                        batch_size if seeds is None else seeds[0])
         self.envelope = fit_typed_envelope(config, envelope)
+        self.num_nodes = graph.num_nodes
         self._next_epoch = 0
         self._programs = {}
 
     def _grown(self, mb: TypedMiniBatch) -> TypedEnvelope:
-        return fit_typed_envelope(self.sampler, grow_typed(
-            self.envelope, self.sampler, host_counts(mb.counts), self.policy))
+        """The grown envelope, no level of a type above the type's node count (rounded
+        up): a deduplicated level holds each node once."""
+        grown = grow_typed(self.envelope, self.sampler, host_counts(mb.counts), self.policy)
+        most = {t: round_up(n, self.policy.multiple) for t, n in self.num_nodes.items()}
+        capped = tuple(tuple((t, min(c, max(most[t], self.envelope.level(h + 1).get(t, 0))))
+                             for t, c in level) for h, level in enumerate(grown.capacities))
+        return fit_typed_envelope(self.sampler, dataclasses.replace(grown,
+                                                                    capacities=capped))
 
     def _rows(self, mb: TypedMiniBatch, features: dict) -> dict:
         """{type: float[C_t, d_t]}: the outermost level's feature rows of the types
@@ -227,7 +246,8 @@ class HeteroNeighborLoader(_TypedLoader):
         mb = out.mb
         y = None if targets is None else jax.tree_util.tree_map(
             lambda a: a[mb.nodes[0][self.seed_type]], targets)
-        return HeteroLoaderBatch(mb, out.drop_key, epoch, step, self._rows(mb, features), y)
+        return HeteroLoaderBatch(mb, out.drop_key, epoch, step, self._rows(mb, features), y,
+                                 self.kernels)
 
 
 class HeteroLinkNeighborLoader(_TypedLoader):
@@ -292,7 +312,8 @@ class HeteroLinkNeighborLoader(_TypedLoader):
         level0 = out.mb.nodes[0]
         edges = jnp.stack([level0[src][out.pairs[:, 0]], level0[dst][out.pairs[:, 1]]], 1)
         return HeteroLinkLoaderBatch(out.mb, out.pairs, edges, out.labels, out.weight,
-                                     out.drop_key, epoch, step, self._rows(out.mb, features))
+                                     out.drop_key, epoch, step, self._rows(out.mb, features),
+                                     self.kernels)
 
 
 def _seed_nodes(graph: HeteroGraph, nodes) -> tuple[str, np.ndarray]:
@@ -331,9 +352,28 @@ def _pairs(graph: HeteroGraph, relation, edges) -> np.ndarray:
     return edges.astype(np.int32)
 
 
+def _check_envelope(config: TypedSamplerConfig, envelope: TypedEnvelope, seed_type,
+                    level0) -> None:
+    """ValueError, in one line, unless `envelope` is one for this loader: its seed types,
+    level 0 capacities, hops and each level's types."""
+    want = [dict(seed_level(seed_type, level0))] + [set(step.types)
+                                                    for step in config.plan(seed_type)]
+    got = [envelope.level(0)] + [set(dict(level)) for level in envelope.capacities]
+    if envelope.seed_type != seed_type or got[0] != want[0]:
+        raise ValueError(f"the envelope is for seeds {envelope.seed_type!r} with level-0 "
+                         f"capacity {envelope.batch_size}; the loader's are {seed_type!r} "
+                         f"with {level0}")
+    if [sorted(g) for g in got[1:]] != [sorted(w) for w in want[1:]]:
+        raise ValueError(f"the envelope's levels hold types {[sorted(g) for g in got[1:]]}; "
+                         f"the fanouts sample {[sorted(w) for w in want[1:]]}")
+
+
 def _device_tables(graph: HeteroGraph, features) -> dict:
     """{type: device float[N_t, d_t]} from `features`, each checked: a type of the
     graph, one 2-D row per node."""
+    if features is not None and not isinstance(features, Mapping):
+        raise ValueError(f"features must be a dict {{node type: float[N_t, d]}}, got "
+                         f"{type(features).__name__}")
     out, counts = {}, graph.num_nodes
     for t, table in (features or {}).items():
         if t not in counts:
