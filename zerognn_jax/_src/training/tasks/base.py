@@ -12,7 +12,7 @@ task class, and nothing else looks at the task's name.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import flax.linen as nn
 import jax
@@ -21,9 +21,6 @@ import numpy as np
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.sampling.minibatch import MiniBatch
 from zerognn_jax._src.sampling.steps import ItemLevel, SeedLevel
-
-if TYPE_CHECKING:  # a typed task's view (`PredictsTypes.for_seeds`); it imports this module
-    from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask
 
 
 class TaskBatch(NamedTuple):
@@ -225,10 +222,26 @@ class PredictsTypes(Protocol):
         `node_type` nodes `ids`, in the predictor's mode."""
         ...
 
-    def for_seeds(self, node_type: str) -> TypedNodeTask:
-        """The typed node task that samples a batch whose seeds are `node_type` nodes,
-        with this task's sampler and inputs, for this task's model to give their output
-        rows (sampled inference, `export_model`); the same object for the same type."""
+    def for_seeds(self, node_type: str) -> SamplesSeeds:
+        """The task that samples a batch whose seeds are `node_type` nodes, with this
+        task's sampler and inputs, for this task's model to give their output rows
+        (sampled inference, `export_model`); the same object for the same type."""
+        ...
+
+
+class SamplesSeeds(Protocol):
+    """What sampled inference and `export_model` read of a typed task's view for one
+    seed type (`PredictsTypes.for_seeds`; a `TypedNodeTask`)."""
+
+    sampler: Any  # the TypedSamplerConfig, resolved
+    seed_type: str
+
+    def sample_of(self, mb) -> Any:
+        """The engines' view of a sampled `TypedMiniBatch` (what `apply_model` reads)."""
+        ...
+
+    def model_inputs(self, data, mb) -> dict:
+        """The model's inputs besides its rows (the minibatch, the edges' features)."""
         ...
 
 
