@@ -157,15 +157,17 @@ def typed_from_counts(config: TypedSamplerConfig, seed_type, batch_size,
 
 
 def grow_typed(envelope: TypedEnvelope, config: TypedSamplerConfig,
-               counts: Mapping[str, list], policy: EnvelopePolicy = DEFAULT_POLICY
-               ) -> TypedEnvelope:
+               counts: Mapping[str, list], policy: EnvelopePolicy = DEFAULT_POLICY, *,
+               num_nodes: Mapping[str, int] | None = None) -> TypedEnvelope:
     """Capacities after an overflow seen with `counts` ({type: (n_0, ..., n_L)}).
 
     As the homogeneous `grow`: the first level where some type overflowed gets margin x
     its count for that type; every later level, whose counts were cut short by it, grows
     by at least the largest ratio so far (and by `policy.growth` where it overflowed
     itself). The ratio takes effect from the level after the one that set it: types of
-    one level are computed from the level before, not from each other.
+    one level are computed from the level before, not from each other. With
+    `num_nodes`, no level of a type grows past that type's node count (rounded up, and
+    never below its capacity now): a deduplicated level holds each node once.
     """
     ratio, sizes = 1.0, {}
     for hop, level in enumerate(envelope.capacities):
@@ -178,6 +180,11 @@ def grow_typed(envelope: TypedEnvelope, config: TypedSamplerConfig,
                 grown = max(grown, want / cap)
             sizes[hop, t] = want
         ratio = grown
-    return _sizes_from(config, envelope.seed_type, envelope.batch_size,
-                       lambda hop, t, exact: round_up(max(sizes[hop, t], 1),
-                                                      policy.multiple))
+    def size(hop, t, exact):
+        grown = round_up(max(sizes[hop, t], 1), policy.multiple)
+        if num_nodes is None:
+            return grown
+        most = max(round_up(num_nodes[t], policy.multiple), envelope.level(hop + 1)[t])
+        return min(grown, most)
+
+    return _sizes_from(config, envelope.seed_type, envelope.batch_size, size)

@@ -171,22 +171,30 @@ class DeviceLoader:
 
     _source = ITEM_SEEDS
 
-    def _setup(self, graph: CSRGraph, items: np.ndarray, *, fanouts, batch_size: int, key,
-               envelope, sampler: str, replace: bool, dedup: bool, flat_outer: bool,
-               edge_ids: bool, shuffle: bool, drop_last: bool, features, targets,
-               policy: EnvelopePolicy, kernels: Kernels):
+    def _start(self, items: np.ndarray, *, batch_size: int, key, shuffle: bool,
+               drop_last: bool, policy: EnvelopePolicy, kernels: Kernels) -> None:
+        """What every loader keeps before its sampler: the items, keys, order options."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         # The run's seed as the engines take it: a non-negative int32 (its top bit dropped).
         self.seed = int(counter_key(key)) & 0x7FFFFFFF
+        self.items = jnp.asarray(items, jnp.int32)
+        self.batch_size, self.policy, self.kernels = batch_size, policy, kernels
+        self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
+        self._next_epoch = 0
+        self._programs = {}
+
+    def _setup(self, graph: CSRGraph, items: np.ndarray, *, fanouts, batch_size: int, key,
+               envelope, sampler: str, replace: bool, dedup: bool, flat_outer: bool,
+               edge_ids: bool, shuffle: bool, drop_last: bool, features, targets,
+               policy: EnvelopePolicy, kernels: Kernels):
+        self._start(items, batch_size=batch_size, key=key, shuffle=shuffle,
+                    drop_last=drop_last, policy=policy, kernels=kernels)
         config = SamplerConfig(tuple(fanouts), replace=replace, dedup=dedup,
                                flat_outer=flat_outer, method=sampler,
                                edge_ids=edge_ids).resolve(graph.max_degree())
         self.sampler = config
         self.graph = prepare_graph(graph, config).to_device()
-        self.items = jnp.asarray(items, jnp.int32)
-        self.batch_size, self.policy, self.kernels = batch_size, policy, kernels
-        self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         for name, table in (("features", features), ("targets", targets)):
             rows = (None if table is None else table.shape[0] if is_host_resident(table)
                     else jax.tree_util.tree_leaves(table)[0].shape[0])
@@ -201,8 +209,6 @@ class DeviceLoader:
                                           method=envelope, seed=self.seed, policy=policy,
                                           kernels=kernels, source=self._source)
         self.envelope = config.fit_envelope(envelope)
-        self._next_epoch = 0
-        self._programs = {}
 
     def __len__(self) -> int:
         n, b = self.items.shape[0], self.batch_size

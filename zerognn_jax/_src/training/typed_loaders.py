@@ -38,8 +38,7 @@ from zerognn_jax._src.data.links import EvalEdges
 from zerognn_jax._src.nn.hetero import TypedLayer, typed_layers
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import XLA, Kernels
-from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, EnvelopePolicy, round_up
-from zerognn_jax._src.sampling.seeds import counter_key
+from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, EnvelopePolicy
 from zerognn_jax._src.sampling.typed_calibrate import choose_typed_envelope
 from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig
 from zerognn_jax._src.sampling.typed_envelope import (
@@ -160,18 +159,14 @@ class _TypedLoader(DeviceLoader):
                      batch_size: int, key, sampler: str, replace: bool, dedup: bool,
                      shuffle: bool, drop_last: bool, features, envelope, policy,
                      kernels: Kernels, seeds=None):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.seed = int(counter_key(key)) & 0x7FFFFFFF  # as NeighborLoader takes it
+        self._start(items, batch_size=batch_size, key=key, shuffle=shuffle,
+                    drop_last=drop_last, policy=policy, kernels=kernels)
         config = TypedSamplerConfig(fanouts, replace=replace, dedup=dedup,
                                     method=sampler).resolve(graph)
         self.sampler = config
         unread = dataclasses.replace(graph, graphs=tuple(g._replace(edge_features=None)
                                                         for g in graph.graphs))
         self.graph = prepare_typed_graph(unread, config).to_device()  # no edge tables
-        self.items = jnp.asarray(items, jnp.int32)
-        self.batch_size, self.policy, self.kernels = batch_size, policy, kernels
-        self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         self.features = _device_tables(graph, features)
         if isinstance(envelope, str):
             envelope, _ = choose_typed_envelope(self.graph, self.items, batch_size, config,
@@ -181,19 +176,12 @@ class _TypedLoader(DeviceLoader):
         _check_envelope(config, envelope, seed_type,
                         batch_size if seeds is None else seeds[0])
         self.envelope = fit_typed_envelope(config, envelope)
-        self.num_nodes = graph.num_nodes
-        self._next_epoch = 0
-        self._programs = {}
 
     def _grown(self, mb: TypedMiniBatch) -> TypedEnvelope:
-        """The grown envelope, no level of a type above the type's node count (rounded
-        up): a deduplicated level holds each node once."""
-        grown = grow_typed(self.envelope, self.sampler, host_counts(mb.counts), self.policy)
-        most = {t: round_up(n, self.policy.multiple) for t, n in self.num_nodes.items()}
-        capped = tuple(tuple((t, min(c, max(most[t], self.envelope.level(h + 1).get(t, 0))))
-                             for t, c in level) for h, level in enumerate(grown.capacities))
-        return fit_typed_envelope(self.sampler, dataclasses.replace(grown,
-                                                                    capacities=capped))
+        """The grown envelope, no level of a type above the type's node count."""
+        return fit_typed_envelope(self.sampler, grow_typed(
+            self.envelope, self.sampler, host_counts(mb.counts), self.policy,
+            num_nodes=self.graph.num_nodes))
 
     def _rows(self, mb: TypedMiniBatch, features: dict) -> dict:
         """{type: float[C_t, d_t]}: the outermost level's feature rows of the types
