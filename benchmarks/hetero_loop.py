@@ -1,18 +1,19 @@
 """Your own loop on a typed graph against `zg.train`: mag-like, relational SAGE.
 
-    PYTHONPATH=. python3 benchmarks/hetero_loop.py --scale 1 --epochs 3 --root /tmp/zg
+    PYTHONPATH=. python3 benchmarks/hetero_loop.py --scale 1 --epochs 3 --ahead 1,4,8
 
 Three ways through the same epochs of training papers (fanouts per relation, batch 1024,
 Adam), each timed as the median epoch after the first (compiles excluded):
 - `zg.train`: the whole epoch as one compiled scan (the featureless types' rows
   trained by lazy Adam inside it);
 - the loader alone: iterating `zg.HeteroNeighborLoader` (sampling, the feature rows
-  gathered, one overflow flag read per batch), no model;
+  gathered, one overflow flag read per call of `sample_ahead` batches), no model;
 - your own loop: that loader and a jitted step written as a user would, the featureless
   types' rows as ordinary parameters under `optax.adam` (a dense update of every row).
-Then each trained model's test accuracy: `zg.train`'s sampled evaluation, the loop's
-over a loader of the test papers in order (both at the training fanouts). One JSON line
-per measurement on stdout (and `--out`), then a table.
+The last two for each `sample_ahead` of `--ahead` (the same batches, so the same test
+accuracy). Then each trained model's test accuracy: `zg.train`'s sampled evaluation,
+the loop's over a loader of the test papers in order (both at the training fanouts).
+One JSON line per measurement on stdout (and `--out`), then a table.
 """
 
 from __future__ import annotations
@@ -41,17 +42,17 @@ def median_after_first(times: list[float]) -> float:
     return float(np.median(times[1:] if len(times) > 1 else times))
 
 
-def own_loop(ds, args) -> dict:
+def own_loop(ds, args, ahead: int) -> dict:
     """The loader and a user's jitted step; epoch times and test accuracy."""
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
     loader = zg.HeteroNeighborLoader(ds.graph, (ds.target_type, ds.train_idx),
                                      fanouts=fanouts, batch_size=args.batch_size, key=0,
                                      features=ds.features, targets=np.maximum(ds.labels, 0),
-                                     kernels=args.kernels)
+                                     kernels=args.kernels, sample_ahead=ahead)
     bare = []
     for epoch in range(args.epochs):  # the loader alone
         t = time.perf_counter()
-        for _ in loader.epoch(epoch):  # each batch reads its overflow flag: in step
+        for _ in loader.epoch(epoch):
             pass
         bare.append(time.perf_counter() - t)
     model = zg.make_hetero_model("rsage", hidden=args.hidden, num_layers=len(fanouts),
@@ -107,7 +108,7 @@ def own_loop(ds, args) -> dict:
         pred = np.asarray(apply(params, batch)).argmax(1)
         right += int((pred == np.asarray(batch.y))[live].sum())
         total += int(live.sum())
-    return {"loader_epochs": bare, "loop_epochs": times, "loop_losses": losses,
+    return {"ahead": ahead, "loader_epochs": bare, "loop_epochs": times, "loop_losses": losses,
             "loader_compiles": len(loader._programs),  # > 1: the envelope grew in a timed epoch
             "loop_test_acc": right / total, "test_nodes": total, "steps": len(loader)}
 
@@ -122,6 +123,8 @@ def main(argv=None) -> None:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--kernels", default="auto", help="the loader's (TrainConfig.kernels' "
                                                      "spec); zg.train runs auto")
+    p.add_argument("--ahead", default="4", help="the loaders' sample_ahead values, "
+                                                "comma-separated")
     p.add_argument("--root", default=None, help="folder caching the generated graph")
     p.add_argument("--out", default=None, help="JSON lines, appended as measured")
     args = p.parse_args(argv)
@@ -137,14 +140,16 @@ def main(argv=None) -> None:
             "train_test_acc": result.summary["test_acc"]}
     emit(args.out, {"stage": "zg.train", "device": result.summary["device"], **scan})
     del result
-    loop = own_loop(ds, args)
-    emit(args.out, {"stage": "own loop", **loop})
     rows = [("`zg.train` (one scan an epoch)", median_after_first(scan["train_epochs"]),
-             scan["train_test_acc"]),
-            ("`HeteroNeighborLoader` alone (no model)", median_after_first(loop["loader_epochs"]),
-             None),
-            ("`HeteroNeighborLoader` + a jitted step, dense Adam on the rows",
-             median_after_first(loop["loop_epochs"]), loop["loop_test_acc"])]
+             scan["train_test_acc"])]
+    for ahead in (int(a) for a in args.ahead.split(",")):
+        loop = own_loop(ds, args, ahead)
+        emit(args.out, {"stage": "own loop", **loop})
+        rows += [(f"`HeteroNeighborLoader` alone (no model), sample_ahead={ahead}",
+                  median_after_first(loop["loader_epochs"]), None),
+                 (f"`HeteroNeighborLoader` + a jitted step, dense Adam on the rows, "
+                  f"sample_ahead={ahead}", median_after_first(loop["loop_epochs"]),
+                  loop["loop_test_acc"])]
     print(f"| mag-like scale {args.scale}, {loop['steps']} steps | epoch (median after the "
           f"first) | test accuracy after {args.epochs} epochs |\n|---|---|---|")
     for name, seconds, acc in rows:

@@ -70,10 +70,10 @@ def test_an_epoch_covers_the_seeds_with_real_edges_rows_and_targets(shop):
 
 def test_a_small_envelope_grows_to_the_same_batches(shop):
     """A forced-small envelope overflows, grows (no level past its type's node count)
-    and gives the conservative envelope's batches."""
+    and gives the conservative envelope's batches, sampled three at a time against one."""
     small_env = zg.TypedEnvelope("item", 64, ((("item", 64), ("user", 8)),) * 2)
-    small = _loader(shop, envelope=small_env, shuffle=False)
-    large = _loader(shop, envelope="conservative", shuffle=False)
+    small = _loader(shop, envelope=small_env, shuffle=False, sample_ahead=3)
+    large = _loader(shop, envelope="conservative", shuffle=False, sample_ahead=1)
     for a, b in zip(small.epoch(2), large.epoch(2), strict=True):
         for t in ("item", "user"):
             np.testing.assert_array_equal(np.asarray(a.minibatch.counts[t]),

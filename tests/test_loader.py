@@ -70,6 +70,31 @@ def test_a_small_envelope_grows_and_samples_the_same(graph):
     assert small.envelope.capacities[0] > 50
 
 
+def test_batches_sampled_ahead_are_those_sampled_one_at_a_time(graph):
+    """Five batches in calls of two (the last call repeats step 4): from an envelope
+    that overflows, the same nodes as calls of one; at the grown envelope, the same
+    arrays bit for bit (blocks, features, dropout keys)."""
+    nodes = np.arange(0, 300, 3)
+    features = np.random.default_rng(0).standard_normal((graph.num_nodes, 4)).astype(
+        np.float32)
+    kw = dict(fanouts=(4, 3), batch_size=20, key=jax.random.key(1), features=features)
+    ahead = zg.NeighborLoader(graph, nodes, envelope=zg.Envelope(20, (20, 20)),
+                              sample_ahead=2, **kw)
+    large = zg.NeighborLoader(graph, nodes, envelope="conservative", sample_ahead=1, **kw)
+    got = list(ahead.epoch(0))
+    assert [b.step for b in got] == [0, 1, 2, 3, 4] and ahead.envelope.capacities[0] > 20
+    for a, b in zip(got, large.epoch(0), strict=True):
+        assert not bool(a.minibatch.overflow)
+        np.testing.assert_array_equal(a.minibatch.counts, b.minibatch.counts)
+        for level, count in enumerate(np.asarray(a.minibatch.counts)):
+            np.testing.assert_array_equal(np.asarray(a.minibatch.nodes[level])[:count],
+                                          np.asarray(b.minibatch.nodes[level])[:count])
+    alone = zg.NeighborLoader(graph, nodes, envelope=ahead.envelope, sample_ahead=1, **kw)
+    for a, b in zip(ahead.epoch(1), alone.epoch(1), strict=True):
+        for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
 def test_sample_minibatch_takes_jax_keys(graph):
     g = graph.to_device()
     seeds, valid = jnp.arange(20, dtype=jnp.int32), jnp.ones(20, bool)
@@ -87,6 +112,7 @@ def test_sample_minibatch_takes_jax_keys(graph):
     ({"nodes": np.array([], np.int32)}, "non-empty 1-D integer array"),
     ({"nodes": np.array([0, 300])}, r"nodes must lie in \[0, 300\)"),
     ({"batch_size": 0}, "batch_size must be >= 1"),
+    ({"sample_ahead": 0}, "sample_ahead must be an integer >= 1, got 0"),
 ])
 def test_loader_rejects_bad_input(graph, kwargs, match):
     args = dict(nodes=np.arange(10), fanouts=(2,), batch_size=4, key=0) | kwargs
@@ -116,7 +142,7 @@ def test_the_feature_table_is_an_argument_not_a_constant(graph):
     compiled in as a constant (its bytes in the program's text, and a copy of it)."""
     from zerognn_jax._src.sampling.seeds import ordered_items
 
-    features = np.random.default_rng(0).standard_normal((graph.num_nodes, 64)).astype(
+    features = np.random.default_rng(0).standard_normal((graph.num_nodes, 512)).astype(
         np.float32)
     loader = zg.NeighborLoader(graph, np.arange(40), fanouts=(3,), batch_size=8,
                                key=jax.random.key(0), features=features, envelope="conservative")
@@ -126,5 +152,5 @@ def test_the_feature_table_is_an_argument_not_a_constant(graph):
                                       np.asarray(batch.minibatch.valid[-1])]])
     text = loader._program(loader.envelope).lower(
         loader.graph, (loader.features, loader.targets), ordered_items(loader.items, 8),
-        jnp.int32(0), jnp.int32(0)).as_text()
+        jnp.int32(0), jnp.zeros(loader.sample_ahead, jnp.int32)).as_text()
     assert len(text) < features.nbytes

@@ -98,8 +98,9 @@ def test_link_loader_draws_negatives_and_hides_the_seed_edges(graph):
     edges = np.stack([src, v], 1)[rs.choice(len(v), 150, replace=False)]
     kw = dict(fanouts=(5, 3), batch_size=40, key=9, num_negatives=2, replace=True,
               features=np.eye(300, 4, dtype=np.float32))
-    small = zg.LinkNeighborLoader(graph, edges, envelope=zg.Envelope(96, (160, 200)), **kw)
-    large = zg.LinkNeighborLoader(graph, edges, envelope="conservative", **kw)
+    small = zg.LinkNeighborLoader(graph, edges, envelope=zg.Envelope(96, (160, 200)),
+                                  sample_ahead=3, **kw)
+    large = zg.LinkNeighborLoader(graph, edges, envelope="conservative", sample_ahead=1, **kw)
     seen = []
     for a, b in zip(small.epoch(0), large.epoch(0), strict=True):
         assert a.pairs.shape == (120, 2) and a.labels.shape == (120,)

@@ -9,9 +9,12 @@ task, training/tasks/link.py, is its seed source). Both offer every sampler and 
 the trainer has (uniform, weighted, LABOR; with or without replacement; dedup or tree
 levels) and keep static shapes (the envelope), so a jitted step compiles once.
 
-A loop on a loader returns to Python after every batch and reads one flag to catch an
-overflow (then grows the envelope and samples the batch again, with the same
-randomness): a host synchronisation per step, which `train()` does not make.
+A loader samples `sample_ahead` batches per call (one vmapped sample, as `train()`'s
+`sample_ahead`) and reads one flag per call to catch an overflow (then grows the
+envelope and samples those batches again, with the same randomness). The next call is
+queued before the current group's batches are handed out, so its flag is read behind
+the sampling alone, not behind the steps a loop queued meanwhile: the host waits for
+the sampler, never for the model.
 
 Hop order. Hops count from the seeds: `fanouts[0]`, `minibatch.nodes[0]` (the seeds)
 and `minibatch.blocks[0]` are the seeds' hop (the sampler's record, as before). What a
@@ -22,6 +25,7 @@ model consumes comes in layer order, outermost hop first: `batch.views[i]` and
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,6 +45,9 @@ from zerognn_jax._src.sampling.seeds import counter_key, epoch_items, ordered_it
 from zerognn_jax._src.sampling.steps import ITEM_SEEDS, sample_step
 from zerognn_jax._src.training.program import views_for
 from zerognn_jax._src.training.tasks.link import LinkTask
+
+# Batches sampled by one call by default (docs/loader.md, "The cost").
+SAMPLE_AHEAD = 4
 
 
 def _register(cls):
@@ -172,10 +179,15 @@ class DeviceLoader:
     _source = ITEM_SEEDS
 
     def _start(self, items: np.ndarray, *, batch_size: int, key, shuffle: bool,
-               drop_last: bool, policy: EnvelopePolicy, kernels: Kernels) -> None:
+               drop_last: bool, policy: EnvelopePolicy, kernels: Kernels,
+               sample_ahead: int) -> None:
         """What every loader keeps before its sampler: the items, keys, order options."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not isinstance(sample_ahead, int) or isinstance(sample_ahead, bool) \
+                or sample_ahead < 1:
+            raise ValueError(f"sample_ahead must be an integer >= 1, got {sample_ahead!r}")
+        self.sample_ahead = sample_ahead
         # The run's seed as the engines take it: a non-negative int32 (its top bit dropped).
         self.seed = int(counter_key(key)) & 0x7FFFFFFF
         self.items = jnp.asarray(items, jnp.int32)
@@ -187,9 +199,10 @@ class DeviceLoader:
     def _setup(self, graph: CSRGraph, items: np.ndarray, *, fanouts, batch_size: int, key,
                envelope, sampler: str, replace: bool, dedup: bool, flat_outer: bool,
                edge_ids: bool, shuffle: bool, drop_last: bool, features, targets,
-               policy: EnvelopePolicy, kernels: Kernels):
+               policy: EnvelopePolicy, kernels: Kernels, sample_ahead: int):
         self._start(items, batch_size=batch_size, key=key, shuffle=shuffle,
-                    drop_last=drop_last, policy=policy, kernels=kernels)
+                    drop_last=drop_last, policy=policy, kernels=kernels,
+                    sample_ahead=sample_ahead)
         config = SamplerConfig(tuple(fanouts), replace=replace, dedup=dedup,
                                flat_outer=flat_outer, method=sampler,
                                edge_ids=edge_ids).resolve(graph.max_degree())
@@ -224,8 +237,14 @@ class DeviceLoader:
             order = epoch_items(self.items, self.batch_size, self.seed, epoch)
         else:
             order = ordered_items(self.items, self.batch_size)
-        for step in range(len(self)):
-            yield self._batch(order, epoch, step)
+        total, ahead = len(self), self.sample_ahead
+        pending = self._launch(order, epoch, 0)
+        for first in range(0, total, ahead):
+            batches = self._checked(pending, order, epoch, first)
+            if first + ahead < total:  # queued before this group's steps are
+                pending = self._launch(order, epoch, first + ahead)
+            for i, batch in enumerate(batches[:total - first]):
+                yield dataclasses.replace(batch, epoch=epoch, step=first + i)
 
     def _fetch(self, mb: MiniBatch, tables):
         """(x, y): the input nodes' features and the seeds' targets (`tables`: the
@@ -243,28 +262,49 @@ class DeviceLoader:
                            batch_size=self.batch_size, config=self.sampler,
                            envelope=envelope, kernels=self.kernels, source=self._source)
 
-    def _grown(self, mb: MiniBatch):
-        """The envelope after `mb` overflowed it."""
-        return self.sampler.fit_envelope(grow(self.envelope, np.asarray(mb.counts),
-                                              self.policy))
+    def _grown(self, counts):
+        """The envelope after a sample with per-level `counts` overflowed it."""
+        return self.sampler.fit_envelope(grow(self.envelope, np.asarray(counts), self.policy))
 
     def _program(self, envelope):
         if envelope not in self._programs:
+            ahead = self.sample_ahead
+
             # the tables are arguments: closed over, they would be compiled in as constants
-            def sample(graph, tables, order, epoch, step):
-                out = self._sample(graph, order, epoch, step, envelope)
-                return self._assemble(out, epoch, step, tables)
+            def sample(graph, tables, order, epoch, steps):
+                def one(step):
+                    return self._sample(graph, order, epoch, step, envelope)
+                if ahead == 1:
+                    outs = [one(steps[0])]
+                else:
+                    group = jax.vmap(one)(steps)
+                    outs = [jax.tree_util.tree_map(lambda a, i=i: a[i], group)
+                            for i in range(ahead)]
+                batches = [self._assemble(out, epoch, steps[i], tables)
+                           for i, out in enumerate(outs)]
+                overflow = functools.reduce(jnp.logical_or, [o.mb.overflow for o in outs])
+                counts = jax.tree_util.tree_map(lambda *c: functools.reduce(jnp.maximum, c),
+                                                *[o.mb.counts for o in outs])
+                return batches, overflow, counts
             self._programs[envelope] = jax.jit(sample)
         return self._programs[envelope]
 
-    def _batch(self, order, epoch: int, step: int):
+    def _launch(self, order, epoch: int, first: int):
+        """Queues the group of steps from `first` (the last step repeated past the
+        epoch's end) at the current envelope: (batches, overflow flag, counts)."""
+        steps = np.minimum(np.arange(first, first + self.sample_ahead), len(self) - 1)
+        return self._program(self.envelope)(self.graph, (self.features, self.targets), order,
+                                            np.int32(epoch), steps.astype(np.int32))
+
+    def _checked(self, pending, order, epoch: int, first: int) -> list:
+        """The group's batches once its flag says they fit (one host read), sampled
+        again after the envelope grows while they do not."""
         while True:
-            batch = self._program(self.envelope)(self.graph, (self.features, self.targets),
-                                                 order, jnp.int32(epoch), jnp.int32(step))
-            mb = batch.minibatch
-            if not bool(mb.overflow):  # one host read per batch
-                return dataclasses.replace(batch, epoch=epoch, step=step)
-            self.envelope = self._grown(mb)
+            batches, overflow, counts = pending
+            if not bool(overflow):
+                return batches
+            self.envelope = self._grown(counts)
+            pending = self._launch(order, epoch, first)
 
 
 class NeighborLoader(DeviceLoader):
@@ -294,6 +334,9 @@ class NeighborLoader(DeviceLoader):
       policy: how capacities are sized and grown. kernels: which op implementations run:
         a `Kernels`, or its spec ("auto", the default, as `zg.train` picks: the Pallas
         sampler on a GPU, XLA on a CPU; "xla"; `Kernels.parse`).
+      sample_ahead: batches sampled by one call (one vmapped sample and one host read
+        for all of them; the same batches as one at a time). The next call is queued
+        as a group is handed out, so up to twice this many batches are held at once.
 
     Iterating gives the batches of the next epoch (0, 1, ...); `epoch(e)` those of
     epoch `e`.
@@ -304,7 +347,8 @@ class NeighborLoader(DeviceLoader):
                  flat_outer: bool = False, edge_ids: bool = False, shuffle: bool = True,
                  drop_last: bool = False, features=None, targets=None,
                  envelope: Envelope | str = "calibrate",
-                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels | str = "auto"):
+                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels | str = "auto",
+                 sample_ahead: int = SAMPLE_AHEAD):
         kernels = as_kernels(kernels)
         nodes = np.asarray(nodes)
         if nodes.ndim != 1 or nodes.size == 0 or not np.issubdtype(nodes.dtype, np.integer):
@@ -314,7 +358,8 @@ class NeighborLoader(DeviceLoader):
         self._setup(graph, nodes, fanouts=fanouts, batch_size=batch_size, key=key,
                     envelope=envelope, sampler=sampler, replace=replace, dedup=dedup,
                     flat_outer=flat_outer, edge_ids=edge_ids, shuffle=shuffle, drop_last=drop_last,
-                    features=features, targets=targets, policy=policy, kernels=kernels)
+                    features=features, targets=targets, policy=policy, kernels=kernels,
+                    sample_ahead=sample_ahead)
 
     def _assemble(self, out, epoch, step, tables) -> LoaderBatch:
         x, y = self._fetch(out.mb, tables)
@@ -338,8 +383,9 @@ class LinkNeighborLoader(DeviceLoader):
         every sampled block, so message passing cannot read the edge it predicts.
       features: float[N, d], gathered for each batch's input nodes (`batch.x`).
       fanouts, batch_size, key, sampler, replace, dedup, flat_outer, edge_ids, shuffle,
-      drop_last, envelope, policy, kernels: as in `NeighborLoader`. Level 0 (the endpoints) has
-      a capacity of its own, calibrated like the other levels, and grows on overflow.
+      drop_last, envelope, policy, kernels, sample_ahead: as in `NeighborLoader`. Level 0
+      (the endpoints) has a capacity of its own, calibrated like the other levels, and
+      grows on overflow.
     """
 
     def __init__(self, graph: CSRGraph, edges, *, fanouts, batch_size: int, key,
@@ -349,7 +395,8 @@ class LinkNeighborLoader(DeviceLoader):
                  edge_ids: bool = False, shuffle: bool = True, drop_last: bool = False,
                  features=None,
                  envelope: Envelope | str = "calibrate",
-                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels | str = "auto"):
+                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels | str = "auto",
+                 sample_ahead: int = SAMPLE_AHEAD):
         kernels = as_kernels(kernels)
         edges = np.asarray(edges)
         if (edges.ndim != 2 or edges.shape[1] != 2 or not edges.shape[0]
@@ -365,7 +412,8 @@ class LinkNeighborLoader(DeviceLoader):
         self._setup(graph, edges, fanouts=fanouts, batch_size=batch_size, key=key,
                     envelope=envelope, sampler=sampler, replace=replace, dedup=dedup,
                     flat_outer=flat_outer, edge_ids=edge_ids, shuffle=shuffle, drop_last=drop_last,
-                    features=features, targets=None, policy=policy, kernels=kernels)
+                    features=features, targets=None, policy=policy, kernels=kernels,
+                    sample_ahead=sample_ahead)
         self._source = self._source.with_sampler(self.sampler)
 
     def _assemble(self, out, epoch, step, tables) -> LinkLoaderBatch:

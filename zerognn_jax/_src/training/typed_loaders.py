@@ -9,10 +9,10 @@ type: the `TypedMiniBatch`, each featured type's input rows and the seeds' targe
 negatives drawn on the device, the subgraph around every end and the batch's own pairs
 hidden from it. Both fetch on the device at static shapes (the typed envelope, per
 (level, type)), so a jitted step compiles once, and sample what `zg.train`'s typed node
-and link tasks sample. As `NeighborLoader` (loaders.py), whose machinery they share: a
-loop returns to Python after every batch and reads one flag, and a batch that
-overflowed its envelope is sampled again, with the same randomness, after the envelope
-grows (`grow_typed`).
+and link tasks sample. As `NeighborLoader` (loaders.py), whose machinery they share:
+`sample_ahead` batches are sampled by one call whose one flag the host reads, and
+batches that overflowed their envelope are sampled again, with the same randomness,
+after the envelope grows (`grow_typed`).
 
 A batch hands a relational model (`HeteroGNN`'s interface: `model(x, layers, train=)`
 with `x` {type: rows} and one `TypedLayer` per layer; `model.encode` for every level-0
@@ -53,7 +53,7 @@ from zerognn_jax._src.sampling.typed_minibatch import (
     prepare_typed_graph,
     sample_typed_step,
 )
-from zerognn_jax._src.training.loaders import DeviceLoader, as_kernels
+from zerognn_jax._src.training.loaders import SAMPLE_AHEAD, DeviceLoader, as_kernels
 from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.tasks.typed_node import TypedInputs
 
@@ -158,9 +158,10 @@ class _TypedLoader(DeviceLoader):
     def _setup_typed(self, graph: HeteroGraph, items: np.ndarray, seed_type, *, fanouts,
                      batch_size: int, key, sampler: str, replace: bool, dedup: bool,
                      shuffle: bool, drop_last: bool, features, envelope, policy,
-                     kernels: Kernels, seeds=None):
+                     kernels: Kernels, sample_ahead: int, seeds=None):
         self._start(items, batch_size=batch_size, key=key, shuffle=shuffle,
-                    drop_last=drop_last, policy=policy, kernels=kernels)
+                    drop_last=drop_last, policy=policy, kernels=kernels,
+                    sample_ahead=sample_ahead)
         config = TypedSamplerConfig(fanouts, replace=replace, dedup=dedup,
                                     method=sampler).resolve(graph)
         self.sampler = config
@@ -177,10 +178,11 @@ class _TypedLoader(DeviceLoader):
                         batch_size if seeds is None else seeds[0])
         self.envelope = fit_typed_envelope(config, envelope)
 
-    def _grown(self, mb: TypedMiniBatch) -> TypedEnvelope:
-        """The grown envelope, no level of a type above the type's node count."""
+    def _grown(self, counts: dict) -> TypedEnvelope:
+        """The envelope after a sample with `counts` ({type: per-level counts})
+        overflowed it, no level of a type above the type's node count."""
         return fit_typed_envelope(self.sampler, grow_typed(
-            self.envelope, self.sampler, host_counts(mb.counts), self.policy,
+            self.envelope, self.sampler, host_counts(counts), self.policy,
             num_nodes=self.graph.num_nodes))
 
     def _rows(self, mb: TypedMiniBatch, features: dict) -> dict:
@@ -202,8 +204,8 @@ class HeteroNeighborLoader(_TypedLoader):
         dict {relation or its (src, name, dst): per-hop tuple}, or one dict per hop
         (DGL's layout); 0 skips a relation at a hop, -1 takes every neighbour
         (docs/hetero.md, "Fanouts, and how they count").
-      batch_size, key, shuffle, drop_last, envelope, policy, kernels: as in
-        `NeighborLoader`; `envelope` may also be a `TypedEnvelope`.
+      batch_size, key, shuffle, drop_last, envelope, policy, kernels, sample_ahead: as
+        in `NeighborLoader`; `envelope` may also be a `TypedEnvelope`.
       sampler, replace, dedup: as in `NeighborLoader`, for every relation (dedup False:
         tree mode, exact sizes).
       features: {type: float[N_t, d_t]} (host or device arrays), gathered for each
@@ -216,13 +218,15 @@ class HeteroNeighborLoader(_TypedLoader):
                  sampler: str = "uniform", replace: bool = False, dedup: bool = True,
                  shuffle: bool = True, drop_last: bool = False, features=None,
                  targets=None, envelope: TypedEnvelope | str = "calibrate",
-                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels | str = "auto"):
+                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels | str = "auto",
+                 sample_ahead: int = SAMPLE_AHEAD):
         self.seed_type, ids = _seed_nodes(graph, nodes)
         self.targets = _device_targets(graph, self.seed_type, targets)
         self._setup_typed(graph, ids, self.seed_type, fanouts=fanouts, batch_size=batch_size,
                           key=key, sampler=sampler, replace=replace, dedup=dedup,
                           shuffle=shuffle, drop_last=drop_last, features=features,
-                          envelope=envelope, policy=policy, kernels=as_kernels(kernels))
+                          envelope=envelope, policy=policy, kernels=as_kernels(kernels),
+                          sample_ahead=sample_ahead)
 
     def _sample(self, graph, order, epoch, step, envelope):
         return sample_typed_step(graph, order, step, seed=self.seed, epoch=epoch,
@@ -255,8 +259,9 @@ class HeteroLinkNeighborLoader(_TypedLoader):
         the batch's positives are hidden from the relation and its reverse.
       features: {type: float[N_t, d_t]}, as in `HeteroNeighborLoader`.
       fanouts, batch_size, key, sampler, replace, dedup, shuffle, drop_last, envelope,
-      policy, kernels: as in `HeteroNeighborLoader`. Level 0 holds the most distinct
-      ends a batch can have, so it never overflows; the levels after it are calibrated.
+      policy, kernels, sample_ahead: as in `HeteroNeighborLoader`. Level 0 holds the most
+      distinct ends a batch can have, so it never overflows; the levels after it are
+      calibrated.
     """
 
     def __init__(self, graph: HeteroGraph, relation, edges, *, fanouts, batch_size: int,
@@ -265,7 +270,8 @@ class HeteroLinkNeighborLoader(_TypedLoader):
                  replace: bool = False, dedup: bool = True, shuffle: bool = True,
                  drop_last: bool = False, features=None,
                  envelope: TypedEnvelope | str = "calibrate",
-                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels | str = "auto"):
+                 policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels | str = "auto",
+                 sample_ahead: int = SAMPLE_AHEAD):
         kernels = as_kernels(kernels)
         relation = (tuple(relation) if isinstance(relation, tuple | list)
                     else named_relation(graph.relations, relation, "relation"))
@@ -286,6 +292,7 @@ class HeteroLinkNeighborLoader(_TypedLoader):
                           key=key, sampler=sampler, replace=replace, dedup=dedup,
                           shuffle=shuffle, drop_last=drop_last, features=features,
                           envelope=envelope, policy=policy, kernels=kernels,
+                          sample_ahead=sample_ahead,
                           seeds=self._task.level0_source(batch_size, kernels))
         self.targets = None
 

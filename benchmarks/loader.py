@@ -1,0 +1,113 @@
+"""Your own loop on products-like: `NeighborLoader` by batches sampled per call.
+
+    PYTHONPATH=. python3 benchmarks/loader.py --ahead 1,2,4,8 --root /tmp/c
+
+For each `sample_ahead`, the epoch (median after the first; compiles excluded) of the
+loader alone (sampling, feature rows gathered, one overflow flag read per call, no
+model) and of a loop with a user's jitted step (SAGE 3x256 as `zg.make_model` builds it,
+[15, 10, 5], batch 1024, Adam 3e-3, float32), then `zg.train`'s epoch on the same
+workload for reference. The loop's losses must not depend on `sample_ahead` (the
+batches are the same); each run prints its last epoch's mean loss. One JSON line per
+measurement on stdout (and `--out`), then a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import zerognn_jax as zg
+
+FANOUTS = (15, 10, 5)
+
+
+def emit(out: str | None, record: dict) -> None:
+    line = json.dumps(record)
+    print(line, flush=True)
+    if out:
+        with open(out, "a") as f:
+            f.write(line + "\n")
+
+
+def median_after_first(times: list[float]) -> float:
+    return float(np.median(times[1:] if len(times) > 1 else times))
+
+
+def loop(ds, ahead: int, epochs: int) -> dict:
+    """The loader alone, then the loader and a jitted step, `epochs` epochs each."""
+    loader = zg.NeighborLoader(ds.graph, ds.train_idx, fanouts=FANOUTS, batch_size=1024,
+                               key=0, features=ds.features, targets=ds.labels.clip(0),
+                               sample_ahead=ahead)
+    bare = []
+    for epoch in range(epochs):
+        t = time.perf_counter()
+        for _ in loader.epoch(epoch):
+            pass
+        bare.append(time.perf_counter() - t)
+    model = zg.make_model("sage", hidden=256, num_layers=len(FANOUTS),
+                          num_classes=ds.num_classes, dropout=0.5)
+    tx = optax.adam(3e-3)
+
+    @jax.jit
+    def step(params, opt, batch):
+        def loss_fn(p):
+            logits = model.apply({"params": p}, batch.x, batch.views, train=True,
+                                 rngs={"dropout": batch.dropout_key})
+            ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch.y)
+            w = batch.seed_mask.astype(jnp.float32)
+            return jnp.sum(ce * w) / jnp.maximum(jnp.sum(w), 1.0)
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt = tx.update(grads, opt, params)
+        return optax.apply_updates(params, updates), opt, loss
+
+    first = next(loader.epoch(0))
+    params = model.init(jax.random.key(1), first.x, first.views, train=False)["params"]
+    opt = tx.init(params)
+    times, loss = [], None
+    for epoch in range(epochs):
+        t, total = time.perf_counter(), []
+        for batch in loader.epoch(epoch):
+            params, opt, value = step(params, opt, batch)
+            total.append(value)
+        jax.block_until_ready(params)
+        times.append(time.perf_counter() - t)
+        loss = float(jnp.mean(jnp.stack(total)))
+    return {"ahead": ahead, "loader_epochs": bare, "loop_epochs": times, "last_loss": loss,
+            "programs": len(loader._programs), "steps": len(loader)}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--ahead", default="1,2,4,8", help="sample_ahead values, comma-separated")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--root", default=None, help="products-like cache folder")
+    p.add_argument("--out", default=None, help="JSON lines, appended as measured")
+    args = p.parse_args(argv)
+    ds = zg.load_dataset("products-like", args.root, scale=args.scale)
+    rows = []
+    for ahead in (int(a) for a in args.ahead.split(",")):
+        run = loop(ds, ahead, args.epochs)
+        emit(args.out, {"stage": "own loop", "device": str(jax.devices()[0]), **run})
+        rows.append(run)
+    cfg = zg.TrainConfig(dataset="products-like", root=args.root, scale=args.scale,
+                         epochs=args.epochs,
+                         eval_mode="none", progress=False)
+    train = [h["epoch_seconds"] for h in zg.train(cfg, ds).history]
+    emit(args.out, {"stage": "zg.train", "train_epochs": train})
+    print(f"| products-like, {rows[0]['steps']} steps | loader alone | loader + a jitted "
+          f"step | last epoch's loss |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| sample_ahead={r['ahead']} | {median_after_first(r['loader_epochs']):.3f} s | "
+              f"{median_after_first(r['loop_epochs']):.3f} s | {r['last_loss']:.4f} |")
+    print(f"| `zg.train` (one scan an epoch) | | {median_after_first(train):.3f} s | |")
+
+
+if __name__ == "__main__":
+    main()
