@@ -10,10 +10,11 @@ Adam), each timed as the median epoch after the first (compiles excluded):
   gathered, one overflow flag read per call of `sample_ahead` batches), no model;
 - your own loop: that loader and a jitted step written as a user would, the featureless
   types' rows as ordinary parameters under `optax.adam` (a dense update of every row).
-The last two for each `sample_ahead` of `--ahead` (the same batches, so the same test
-accuracy). Then each trained model's test accuracy: `zg.train`'s sampled evaluation,
-the loop's over a loader of the test papers in order (both at the training fanouts).
-One JSON line per measurement on stdout (and `--out`), then a table.
+The last two for each `sample_ahead` of `--ahead` (the same batches; the steps'
+scatter-adds on a GPU are not deterministic, so accuracies differ a little). Then each
+trained model's test accuracy: `zg.train`'s sampled evaluation, the loop's over a
+loader of the test papers in order (both at the training fanouts). One JSON line per
+measurement on stdout (and `--out`), then a table.
 """
 
 from __future__ import annotations

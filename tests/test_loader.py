@@ -71,20 +71,27 @@ def test_a_small_envelope_grows_and_samples_the_same(graph):
 
 
 def test_batches_sampled_ahead_are_those_sampled_one_at_a_time(graph):
-    """Five batches in calls of two (the last call repeats step 4): from an envelope
-    that overflows, the same nodes as calls of one; at the grown envelope, the same
-    arrays bit for bit (blocks, features, dropout keys)."""
-    nodes = np.arange(0, 300, 3)
+    """Five batches in calls of two (the last call repeats step 4), seeds in order of
+    degree, from an envelope that the first call fits and the second overflows: the
+    same nodes as calls of one; at the grown envelope, the same arrays bit for bit
+    (blocks, features, dropout keys)."""
+    nodes = np.argsort(np.diff(np.asarray(graph.indptr)), kind="stable")[::3]
     features = np.random.default_rng(0).standard_normal((graph.num_nodes, 4)).astype(
         np.float32)
-    kw = dict(fanouts=(4, 3), batch_size=20, key=jax.random.key(1), features=features)
-    ahead = zg.NeighborLoader(graph, nodes, envelope=zg.Envelope(20, (20, 20)),
-                              sample_ahead=2, **kw)
+    kw = dict(fanouts=(4, 3), batch_size=20, key=jax.random.key(1), features=features,
+              shuffle=False)
     large = zg.NeighborLoader(graph, nodes, envelope="conservative", sample_ahead=1, **kw)
-    got = list(ahead.epoch(0))
-    assert [b.step for b in got] == [0, 1, 2, 3, 4] and ahead.envelope.capacities[0] > 20
-    for a, b in zip(got, large.epoch(0), strict=True):
-        assert not bool(a.minibatch.overflow)
+    want = list(large.epoch(0))
+    first = np.max([np.asarray(b.minibatch.counts) for b in want[:2]], 0)
+    envelope = zg.Envelope(20, tuple(int(c) for c in first[1:]))
+    ahead = zg.NeighborLoader(graph, nodes, envelope=envelope, sample_ahead=2, **kw)
+    batches = ahead.epoch(0)
+    got = [next(batches), next(batches)]
+    assert ahead.envelope == envelope  # the first call fit
+    got += list(batches)
+    assert ahead.envelope.capacities[1] > envelope.capacities[1]  # a later one grew it
+    assert [b.step for b in got] == [0, 1, 2, 3, 4]
+    for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a.minibatch.counts, b.minibatch.counts)
         for level, count in enumerate(np.asarray(a.minibatch.counts)):
             np.testing.assert_array_equal(np.asarray(a.minibatch.nodes[level])[:count],
@@ -93,6 +100,12 @@ def test_batches_sampled_ahead_are_those_sampled_one_at_a_time(graph):
     for a, b in zip(ahead.epoch(1), alone.epoch(1), strict=True):
         for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_an_epoch_of_no_full_batch_samples_nothing(graph):
+    loader = zg.NeighborLoader(graph, np.arange(5), fanouts=(2,), batch_size=8, key=0,
+                               drop_last=True, envelope="conservative")
+    assert len(loader) == 0 and list(loader) == [] and not loader._programs
 
 
 def test_sample_minibatch_takes_jax_keys(graph):
@@ -113,6 +126,7 @@ def test_sample_minibatch_takes_jax_keys(graph):
     ({"nodes": np.array([0, 300])}, r"nodes must lie in \[0, 300\)"),
     ({"batch_size": 0}, "batch_size must be >= 1"),
     ({"sample_ahead": 0}, "sample_ahead must be an integer >= 1, got 0"),
+    ({"sample_ahead": 2.0}, "sample_ahead must be an integer >= 1, got 2.0"),
 ])
 def test_loader_rejects_bad_input(graph, kwargs, match):
     args = dict(nodes=np.arange(10), fanouts=(2,), batch_size=4, key=0) | kwargs

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -162,6 +163,15 @@ def as_kernels(kernels: Kernels | str) -> Kernels:
     return kernels
 
 
+class _Group(NamedTuple):
+    """One call's output: its batches, whether any overflowed (bool[]), and the
+    per-level counts' maximum over them (to grow the envelope from)."""
+
+    batches: list
+    overflow: jax.Array
+    counts: Any
+
+
 def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
     if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
         raise ValueError(f"{name} must lie in [0, {num_nodes}), found "
@@ -184,10 +194,10 @@ class DeviceLoader:
         """What every loader keeps before its sampler: the items, keys, order options."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if not isinstance(sample_ahead, int) or isinstance(sample_ahead, bool) \
-                or sample_ahead < 1:
+        if (isinstance(sample_ahead, bool) or not isinstance(sample_ahead, numbers.Integral)
+                or sample_ahead < 1):
             raise ValueError(f"sample_ahead must be an integer >= 1, got {sample_ahead!r}")
-        self.sample_ahead = sample_ahead
+        self.sample_ahead = int(sample_ahead)
         # The run's seed as the engines take it: a non-negative int32 (its top bit dropped).
         self.seed = int(counter_key(key)) & 0x7FFFFFFF
         self.items = jnp.asarray(items, jnp.int32)
@@ -238,13 +248,18 @@ class DeviceLoader:
         else:
             order = ordered_items(self.items, self.batch_size)
         total, ahead = len(self), self.sample_ahead
-        pending = self._launch(order, epoch, 0)
+        pending = self._launch(order, epoch, 0, ahead) if total else None
         for first in range(0, total, ahead):
-            batches = self._checked(pending, order, epoch, first)
+            group, pending = pending, None
+            while bool(group.overflow):  # one host read a call
+                self.envelope = self._grown(group.counts)
+                group = None  # freed before the call that samples it again
+                group = self._launch(order, epoch, first, ahead)
             if first + ahead < total:  # queued before this group's steps are
-                pending = self._launch(order, epoch, first + ahead)
-            for i, batch in enumerate(batches[:total - first]):
+                pending = self._launch(order, epoch, first + ahead, ahead)
+            for i, batch in enumerate(group.batches[:total - first]):
                 yield dataclasses.replace(batch, epoch=epoch, step=first + i)
+            group = None
 
     def _fetch(self, mb: MiniBatch, tables):
         """(x, y): the input nodes' features and the seeds' targets (`tables`: the
@@ -268,43 +283,31 @@ class DeviceLoader:
 
     def _program(self, envelope):
         if envelope not in self._programs:
-            ahead = self.sample_ahead
-
             # the tables are arguments: closed over, they would be compiled in as constants
             def sample(graph, tables, order, epoch, steps):
                 def one(step):
                     return self._sample(graph, order, epoch, step, envelope)
-                if ahead == 1:
+                if steps.shape[0] == 1:
                     outs = [one(steps[0])]
                 else:
                     group = jax.vmap(one)(steps)
                     outs = [jax.tree_util.tree_map(lambda a, i=i: a[i], group)
-                            for i in range(ahead)]
+                            for i in range(steps.shape[0])]
                 batches = [self._assemble(out, epoch, steps[i], tables)
                            for i, out in enumerate(outs)]
                 overflow = functools.reduce(jnp.logical_or, [o.mb.overflow for o in outs])
                 counts = jax.tree_util.tree_map(lambda *c: functools.reduce(jnp.maximum, c),
                                                 *[o.mb.counts for o in outs])
-                return batches, overflow, counts
+                return _Group(batches, overflow, counts)
             self._programs[envelope] = jax.jit(sample)
         return self._programs[envelope]
 
-    def _launch(self, order, epoch: int, first: int):
-        """Queues the group of steps from `first` (the last step repeated past the
-        epoch's end) at the current envelope: (batches, overflow flag, counts)."""
-        steps = np.minimum(np.arange(first, first + self.sample_ahead), len(self) - 1)
+    def _launch(self, order, epoch: int, first: int, ahead: int) -> _Group:
+        """Queues the `ahead` steps from `first` (the last step repeated past the
+        epoch's end) at the current envelope."""
+        steps = np.minimum(np.arange(first, first + ahead), len(self) - 1)
         return self._program(self.envelope)(self.graph, (self.features, self.targets), order,
                                             np.int32(epoch), steps.astype(np.int32))
-
-    def _checked(self, pending, order, epoch: int, first: int) -> list:
-        """The group's batches once its flag says they fit (one host read), sampled
-        again after the envelope grows while they do not."""
-        while True:
-            batches, overflow, counts = pending
-            if not bool(overflow):
-                return batches
-            self.envelope = self._grown(counts)
-            pending = self._launch(order, epoch, first)
 
 
 class NeighborLoader(DeviceLoader):
@@ -335,8 +338,10 @@ class NeighborLoader(DeviceLoader):
         a `Kernels`, or its spec ("auto", the default, as `zg.train` picks: the Pallas
         sampler on a GPU, XLA on a CPU; "xla"; `Kernels.parse`).
       sample_ahead: batches sampled by one call (one vmapped sample and one host read
-        for all of them; the same batches as one at a time). The next call is queued
-        as a group is handed out, so up to twice this many batches are held at once.
+        for all of them; the same batches as one at a time, padded alike where the
+        envelope is the same: one grown from a call's largest counts may end larger).
+        The next call is queued as a group is handed out, so up to twice this many
+        batches are held at once.
 
     Iterating gives the batches of the next epoch (0, 1, ...); `epoch(e)` those of
     epoch `e`.
