@@ -33,7 +33,7 @@ def shop():
 
 def _loader(shop, **kw):
     args = dict(fanouts=(4, 3), batch_size=64, key=jax.random.key(0),
-                features=shop.features, targets=shop.labels)
+                features=shop.features, targets=shop.labels, sample_ahead=1)
     return zg.HeteroNeighborLoader(shop.graph, ("item", shop.train_idx), **{**args, **kw})
 
 
@@ -124,7 +124,7 @@ def test_a_loop_of_its_own_learns(shop):
     test = zg.HeteroNeighborLoader(shop.graph, ("item", shop.test_idx), fanouts=(4, 3),
                                    batch_size=64, key=3, shuffle=False,
                                    features=shop.features, targets=shop.labels,
-                                   envelope="conservative")
+                                   envelope="conservative", sample_ahead=1)
     right = total = 0
     for batch in test:
         logits = model.apply(params, inputs(batch), batch.layers(), train=False)
@@ -206,7 +206,7 @@ def test_a_link_loop_of_its_own_learns(shop_clear):
     split = zg.typed_link_split(shop_clear.graph, BUYS, seed=0)
     loader = zg.HeteroLinkNeighborLoader(split.graph, BUYS, split.train, fanouts=(4, 3),
                                          batch_size=256, key=0, features=shop_clear.features,
-                                         envelope="conservative")
+                                         envelope="conservative", sample_ahead=1)
     model = zg.make_hetero_model("rsage", hidden=16, num_layers=2, num_classes=16,
                                  target_type="item", relations=split.graph.relations)
     users = jnp.zeros((shop_clear.graph.num_nodes["user"], 8))
@@ -241,7 +241,7 @@ def test_a_link_loop_of_its_own_learns(shop_clear):
     test = zg.HeteroLinkNeighborLoader(split.graph, BUYS, split.test.pos, fanouts=(4, 3),
                                        batch_size=256, key=5, shuffle=False,
                                        exclude_seed_edges=False, features=shop_clear.features,
-                                       envelope="conservative")
+                                       envelope="conservative", sample_ahead=1)
     pos, neg = [], []
     for batch in test:
         s, w = np.asarray(scores(params, batch, False)), np.asarray(batch.weight)

@@ -37,7 +37,7 @@ def test_every_sampler_grows_a_small_envelope_and_samples_the_same(graph, sample
     nodes = np.arange(0, 300, 3)
     kw = dict(fanouts=(4, 3), batch_size=50, key=jax.random.key(1), sampler=sampler)
     small = zg.NeighborLoader(graph, nodes, envelope=zg.Envelope(50, (50, 50)), **kw)
-    large = zg.NeighborLoader(graph, nodes, envelope="conservative", **kw)
+    large = zg.NeighborLoader(graph, nodes, envelope="conservative", sample_ahead=1, **kw)
     for a, b in zip(small.epoch(0), large.epoch(0), strict=True):
         ma, mb = a.minibatch, b.minibatch
         np.testing.assert_array_equal(ma.counts, mb.counts)
@@ -55,7 +55,7 @@ def test_input_order_drop_last_and_device_fetching(graph):
     labels = np.arange(300) % 7
     loader = zg.NeighborLoader(graph, nodes, fanouts=(3, 2), batch_size=64, key=0,
                                shuffle=False, drop_last=True, features=feats, targets=labels,
-                               replace=True, envelope="conservative")
+                               replace=True, envelope="conservative", sample_ahead=1)
     batches = list(loader)
     assert len(loader) == len(batches) == 3  # 200 // 64; the last 8 seeds dropped
     seeds = np.concatenate([np.asarray(b.seeds)[np.asarray(b.seed_mask)] for b in batches])
@@ -74,7 +74,8 @@ def test_views_and_blocks_share_the_layer_order(graph, dedup, flat_outer):
     """Failed before: `views` ran outermost hop first, `blocks` seeds first."""
     loader = zg.NeighborLoader(graph, np.arange(40), fanouts=(4, 3), batch_size=20, key=3,
                                dedup=dedup, flat_outer=flat_outer,
-                               features=np.ones((300, 2), np.float32), envelope="conservative")
+                               features=np.ones((300, 2), np.float32), envelope="conservative",
+                               sample_ahead=1)
     batch = next(iter(loader))
     mb = batch.minibatch
     assert len(batch.views) == len(batch.blocks) == 2
@@ -150,7 +151,7 @@ def test_loaders_reject_bad_input(graph):
 def test_a_jitted_step_over_the_batches_traces_once(graph):
     loader = zg.NeighborLoader(graph, np.arange(200), fanouts=(3, 2), batch_size=64, key=0,
                                features=np.ones((300, 4), np.float32), targets=np.arange(300),
-                               envelope="conservative")
+                               envelope="conservative", sample_ahead=1)
     traces = []
 
     @jax.jit

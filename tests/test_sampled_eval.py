@@ -143,7 +143,7 @@ def test_loader_tree_batches_read_by_position_equal_exact(graph_400, all_neighbo
     res = all_neighbours("uniform")
     exact = np.asarray(layerwise_logits(res.program, res.variables, res.data))
     loader = NeighborLoader(graph_400.graph, np.arange(400), fanouts=(max_degree,) * 2,
-                            batch_size=64, key=0, dedup=False)
+                            batch_size=64, key=0, dedup=False, sample_ahead=1)
     features = jnp.asarray(graph_400.features)
     seen = 0
     for batch in loader:
