@@ -1,19 +1,25 @@
-"""Your own loop on products-like: `NeighborLoader` by batches sampled per call.
+"""Your own loop on products-like: the loaders by batches sampled per call.
 
     PYTHONPATH=. python3 benchmarks/loader.py --ahead 1,2,4,8 --root /tmp/c
+    PYTHONPATH=. python3 benchmarks/loader.py --task link --steps 300 --ahead 1,4,8
 
 For each `sample_ahead`, the epoch (median after the first; compiles excluded) of the
 loader alone (sampling, feature rows gathered, one overflow flag read per call, no
 model) and of a loop with a user's jitted step (SAGE 3x256 as `zg.make_model` builds it,
-[15, 10, 5], batch 1024, Adam 3e-3, float32), then `zg.train`'s epoch on the same
-workload for reference. The loop's losses must not depend on `sample_ahead` (the
-batches are the same); each run prints its last epoch's mean loss. One JSON line per
-measurement on stdout (and `--out`), then a table.
+[15, 10, 5], batch 1024, Adam 3e-3, float32). `--task node`: `NeighborLoader` over the
+training nodes, then `zg.train`'s epoch on the same workload for reference. `--task
+link`: `LinkNeighborLoader` over `zg.random_link_split`'s training edges, one negative
+each, a dot product of the ends' embeddings and a weighted binary cross-entropy, the
+first `--steps` batches of each epoch (`benchmarks/link.py` times `zg.train`'s link
+steps). The loop's losses must not depend on `sample_ahead` beyond the GPU's
+nondeterministic scatter-adds (the batches are the same); each run prints its last
+epoch's mean loss. One JSON line per measurement on stdout (and `--out`), then a table.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 
@@ -39,30 +45,51 @@ def median_after_first(times: list[float]) -> float:
     return float(np.median(times[1:] if len(times) > 1 else times))
 
 
-def loop(ds, ahead: int, epochs: int) -> dict:
-    """The loader alone, then the loader and a jitted step, `epochs` epochs each."""
-    loader = zg.NeighborLoader(ds.graph, ds.train_idx, fanouts=FANOUTS, batch_size=1024,
-                               key=0, features=ds.features, targets=ds.labels.clip(0),
-                               sample_ahead=ahead)
+def node_loss(model, params, batch):
+    logits = model.apply({"params": params}, batch.x, batch.views, train=True,
+                         rngs={"dropout": batch.dropout_key})
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch.y)
+    w = batch.seed_mask.astype(jnp.float32)
+    return jnp.sum(ce * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def link_loss(model, params, batch):
+    h = model.apply({"params": params}, batch.x, batch.views, train=True,
+                    rngs={"dropout": batch.dropout_key})
+    scores = jnp.sum(h[batch.pairs[:, 0]] * h[batch.pairs[:, 1]], -1)
+    bce = optax.sigmoid_binary_cross_entropy(scores, batch.labels)
+    return jnp.sum(bce * batch.weight) / jnp.maximum(jnp.sum(batch.weight), 1.0)
+
+
+def loop(ds, split, ahead: int, args) -> dict:
+    """The loader alone, then the loader and a jitted step, `args.epochs` epochs each
+    (of at most `args.steps` batches)."""
+    common = dict(fanouts=FANOUTS, batch_size=1024, key=0, features=ds.features,
+                  sample_ahead=ahead)
+    if split is None:
+        loader = zg.NeighborLoader(ds.graph, ds.train_idx, targets=ds.labels.clip(0), **common)
+        model, loss_of = zg.make_model("sage", hidden=256, num_layers=len(FANOUTS),
+                                       num_classes=ds.num_classes, dropout=0.5), node_loss
+    else:
+        loader = zg.LinkNeighborLoader(split.graph, split.train, num_negatives=1, **common)
+        model, loss_of = zg.make_model("sage", hidden=256, num_layers=len(FANOUTS),
+                                       num_classes=256, dropout=0.5), link_loss
+    steps = min(len(loader), args.steps or len(loader))
+
+    def batches(epoch):
+        return itertools.islice(loader.epoch(epoch), steps)
+
     bare = []
-    for epoch in range(epochs):
+    for epoch in range(args.epochs):
         t = time.perf_counter()
-        for _ in loader.epoch(epoch):
+        for _ in batches(epoch):
             pass
         bare.append(time.perf_counter() - t)
-    model = zg.make_model("sage", hidden=256, num_layers=len(FANOUTS),
-                          num_classes=ds.num_classes, dropout=0.5)
     tx = optax.adam(3e-3)
 
     @jax.jit
     def step(params, opt, batch):
-        def loss_fn(p):
-            logits = model.apply({"params": p}, batch.x, batch.views, train=True,
-                                 rngs={"dropout": batch.dropout_key})
-            ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch.y)
-            w = batch.seed_mask.astype(jnp.float32)
-            return jnp.sum(ce * w) / jnp.maximum(jnp.sum(w), 1.0)
-        loss, grads = jax.value_and_grad(loss_fn)(params)
+        loss, grads = jax.value_and_grad(lambda p: loss_of(model, p, batch))(params)
         updates, opt = tx.update(grads, opt, params)
         return optax.apply_updates(params, updates), opt, loss
 
@@ -70,43 +97,47 @@ def loop(ds, ahead: int, epochs: int) -> dict:
     params = model.init(jax.random.key(1), first.x, first.views, train=False)["params"]
     opt = tx.init(params)
     times, loss = [], None
-    for epoch in range(epochs):
+    for epoch in range(args.epochs):
         t, total = time.perf_counter(), []
-        for batch in loader.epoch(epoch):
+        for batch in batches(epoch):
             params, opt, value = step(params, opt, batch)
             total.append(value)
         jax.block_until_ready(params)
         times.append(time.perf_counter() - t)
         loss = float(jnp.mean(jnp.stack(total)))
     return {"ahead": ahead, "loader_epochs": bare, "loop_epochs": times, "last_loss": loss,
-            "programs": len(loader._programs), "steps": len(loader)}
+            "programs": len(loader._programs), "steps": steps}
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ahead", default="1,2,4,8", help="sample_ahead values, comma-separated")
+    p.add_argument("--task", default="node", choices=("node", "link"))
     p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--steps", type=int, default=0, help="batches an epoch (0: all)")
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--root", default=None, help="products-like cache folder")
     p.add_argument("--out", default=None, help="JSON lines, appended as measured")
     args = p.parse_args(argv)
     ds = zg.load_dataset("products-like", args.root, scale=args.scale)
+    split = zg.random_link_split(ds.graph, seed=0) if args.task == "link" else None
     rows = []
     for ahead in (int(a) for a in args.ahead.split(",")):
-        run = loop(ds, ahead, args.epochs)
-        emit(args.out, {"stage": "own loop", "device": str(jax.devices()[0]), **run})
+        run = loop(ds, split, ahead, args)
+        emit(args.out, {"stage": "own loop", "task": args.task,
+                        "device": str(jax.devices()[0]), **run})
         rows.append(run)
-    cfg = zg.TrainConfig(dataset="products-like", root=args.root, scale=args.scale,
-                         epochs=args.epochs,
-                         eval_mode="none", progress=False)
-    train = [h["epoch_seconds"] for h in zg.train(cfg, ds).history]
-    emit(args.out, {"stage": "zg.train", "train_epochs": train})
-    print(f"| products-like, {rows[0]['steps']} steps | loader alone | loader + a jitted "
-          f"step | last epoch's loss |\n|---|---|---|---|")
+    print(f"| products-like {args.task}, {rows[0]['steps']} steps | loader alone | loader + "
+          f"a jitted step | last epoch's loss |\n|---|---|---|---|")
     for r in rows:
         print(f"| sample_ahead={r['ahead']} | {median_after_first(r['loader_epochs']):.3f} s | "
               f"{median_after_first(r['loop_epochs']):.3f} s | {r['last_loss']:.4f} |")
-    print(f"| `zg.train` (one scan an epoch) | | {median_after_first(train):.3f} s | |")
+    if args.task == "node":
+        cfg = zg.TrainConfig(dataset="products-like", root=args.root, scale=args.scale,
+                             epochs=args.epochs, eval_mode="none", progress=False)
+        train = [h["epoch_seconds"] for h in zg.train(cfg, ds).history]
+        emit(args.out, {"stage": "zg.train", "train_epochs": train})
+        print(f"| `zg.train` (one scan an epoch) | | {median_after_first(train):.3f} s | |")
 
 
 if __name__ == "__main__":
