@@ -13,7 +13,9 @@ each, a dot product of the ends' embeddings and a weighted binary cross-entropy,
 first `--steps` batches of each epoch (`benchmarks/link.py` times `zg.train`'s link
 steps). The loop's losses must not depend on `sample_ahead` beyond the GPU's
 nondeterministic scatter-adds (the batches are the same); each run prints its last
-epoch's mean loss. One JSON line per measurement on stdout (and `--out`), then a table.
+epoch's mean loss. `--check` first compares every array of the first batches of an
+epoch sampled one at a time and `max(--ahead)` at a time, on the device, and fails the
+run if one differs. One JSON line per measurement on stdout (and `--out`), then a table.
 """
 
 from __future__ import annotations
@@ -61,19 +63,34 @@ def link_loss(model, params, batch):
     return jnp.sum(bce * batch.weight) / jnp.maximum(jnp.sum(batch.weight), 1.0)
 
 
+def make_loader(ds, split, ahead: int, **kw):
+    common = dict(fanouts=FANOUTS, batch_size=1024, key=0, features=ds.features,
+                  sample_ahead=ahead, **kw)
+    if split is None:
+        return zg.NeighborLoader(ds.graph, ds.train_idx, targets=ds.labels.clip(0), **common)
+    return zg.LinkNeighborLoader(split.graph, split.train, num_negatives=1, **common)
+
+
+def check(ds, split, ahead: int, steps: int) -> dict:
+    """Arrays compared and unequal over the first `steps` batches of epoch 1, sampled
+    one at a time and `ahead` at a time at one envelope."""
+    one = make_loader(ds, split, 1)
+    many = make_loader(ds, split, ahead, envelope=one.envelope)
+    compared = unequal = 0
+    for a, b in itertools.islice(zip(one.epoch(1), many.epoch(1)), steps):
+        for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+            compared += 1
+            unequal += not bool(jnp.array_equal(x, y))
+    return {"ahead": ahead, "batches": steps, "compared": compared, "unequal": unequal}
+
+
 def loop(ds, split, ahead: int, args) -> dict:
     """The loader alone, then the loader and a jitted step, `args.epochs` epochs each
     (of at most `args.steps` batches)."""
-    common = dict(fanouts=FANOUTS, batch_size=1024, key=0, features=ds.features,
-                  sample_ahead=ahead)
-    if split is None:
-        loader = zg.NeighborLoader(ds.graph, ds.train_idx, targets=ds.labels.clip(0), **common)
-        model, loss_of = zg.make_model("sage", hidden=256, num_layers=len(FANOUTS),
-                                       num_classes=ds.num_classes, dropout=0.5), node_loss
-    else:
-        loader = zg.LinkNeighborLoader(split.graph, split.train, num_negatives=1, **common)
-        model, loss_of = zg.make_model("sage", hidden=256, num_layers=len(FANOUTS),
-                                       num_classes=256, dropout=0.5), link_loss
+    loader = make_loader(ds, split, ahead)
+    outputs, loss_of = (ds.num_classes, node_loss) if split is None else (256, link_loss)
+    model = zg.make_model("sage", hidden=256, num_layers=len(FANOUTS), num_classes=outputs,
+                          dropout=0.5)
     steps = min(len(loader), args.steps or len(loader))
 
     def batches(epoch):
@@ -115,14 +132,22 @@ def main(argv=None) -> None:
     p.add_argument("--task", default="node", choices=("node", "link"))
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--steps", type=int, default=0, help="batches an epoch (0: all)")
+    p.add_argument("--check", action="store_true",
+                   help="first compare batches sampled one and max(--ahead) at a time")
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--root", default=None, help="products-like cache folder")
     p.add_argument("--out", default=None, help="JSON lines, appended as measured")
     args = p.parse_args(argv)
     ds = zg.load_dataset("products-like", args.root, scale=args.scale)
     split = zg.random_link_split(ds.graph, seed=0) if args.task == "link" else None
+    aheads = [int(a) for a in args.ahead.split(",")]
+    if args.check:
+        same = check(ds, split, max(aheads), args.steps or 20)
+        emit(args.out, {"stage": "check", "task": args.task, **same})
+        if same["unequal"]:
+            raise SystemExit(f"batches sampled {max(aheads)} at a time differ: {same}")
     rows = []
-    for ahead in (int(a) for a in args.ahead.split(",")):
+    for ahead in aheads:
         run = loop(ds, split, ahead, args)
         emit(args.out, {"stage": "own loop", "task": args.task,
                         "device": str(jax.devices()[0]), **run})

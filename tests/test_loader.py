@@ -88,6 +88,7 @@ def test_batches_sampled_ahead_are_those_sampled_one_at_a_time(graph):
     for a, b in zip(ahead.epoch(1), alone.epoch(1), strict=True):
         for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert ahead.envelope == alone.envelope
 
 
 def test_an_epoch_of_no_full_batch_samples_nothing(graph):
@@ -144,6 +145,7 @@ def test_the_feature_table_is_an_argument_not_a_constant(graph):
     compiled in as a constant (its bytes in the program's text, and a copy of it)."""
     from zerognn_jax._src.sampling.seeds import ordered_items
 
+    # 600 KB: wider than the text of the program, which samples sample_ahead batches
     features = np.random.default_rng(0).standard_normal((graph.num_nodes, 512)).astype(
         np.float32)
     loader = zg.NeighborLoader(graph, np.arange(40), fanouts=(3,), batch_size=8,

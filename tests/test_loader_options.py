@@ -75,7 +75,7 @@ def test_views_and_blocks_share_the_layer_order(graph, dedup, flat_outer):
     loader = zg.NeighborLoader(graph, np.arange(40), fanouts=(4, 3), batch_size=20, key=3,
                                dedup=dedup, flat_outer=flat_outer,
                                features=np.ones((300, 2), np.float32), envelope="conservative",
-                               sample_ahead=1)
+                               sample_ahead=2)  # each layout sampled in a group
     batch = next(iter(loader))
     mb = batch.minibatch
     assert len(batch.views) == len(batch.blocks) == 2

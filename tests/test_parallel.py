@@ -28,7 +28,9 @@ from zerognn_jax._src.training import parallel
 
 WORKER = pathlib.Path(worker.__file__)
 REPO = WORKER.parents[1]
-TIMEOUT_S = 300  # generous: the other pytest-xdist worker shares the cores
+# A bound for a hung worker, not a speed check: a four-device worker ran past 300 s on a
+# machine shared with other work (2026-11-30), where the suite is allowed twice its time.
+TIMEOUT_S = 900
 
 
 class Job:

@@ -12,9 +12,9 @@ levels) and keep static shapes (the envelope), so a jitted step compiles once.
 A loader samples `sample_ahead` batches per call (one vmapped sample, as `train()`'s
 `sample_ahead`) and reads one flag per call to catch an overflow (then grows the
 envelope and samples those batches again, with the same randomness). The next call is
-queued before the current group's batches are handed out, so its flag is read behind
-the sampling alone, not behind the steps a loop queued meanwhile: the host waits for
-the sampler, never for the model.
+queued before the current group's batches are handed out, so its flag read waits for
+the work queued before it, not for the steps a loop queues for the group in hand: the
+GPU always holds a group of steps in its queue.
 
 Hop order. Hops count from the seeds: `fanouts[0]`, `minibatch.nodes[0]` (the seeds)
 and `minibatch.blocks[0]` are the seeds' hop (the sampler's record, as before). What a
@@ -247,7 +247,8 @@ class DeviceLoader:
             order = epoch_items(self.items, self.batch_size, self.seed, epoch)
         else:
             order = ordered_items(self.items, self.batch_size)
-        total, ahead = len(self), self.sample_ahead
+        total = len(self)
+        ahead = min(self.sample_ahead, total)  # a short epoch samples no repeats
         pending = self._launch(order, epoch, 0, ahead) if total else None
         for first in range(0, total, ahead):
             group, pending = pending, None
