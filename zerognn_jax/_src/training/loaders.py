@@ -243,13 +243,15 @@ class DeviceLoader:
 
     def epoch(self, epoch: int) -> Iterator:
         """The batches of epoch `epoch`, in order (the same key: the same batches)."""
+        total = len(self)
+        if not total:
+            return
         if self.shuffle:
             order = epoch_items(self.items, self.batch_size, self.seed, epoch)
         else:
             order = ordered_items(self.items, self.batch_size)
-        total = len(self)
         ahead = min(self.sample_ahead, total)  # a short epoch samples no repeats
-        pending = self._launch(order, epoch, 0, ahead) if total else None
+        pending = self._launch(order, epoch, 0, ahead)
         for first in range(0, total, ahead):
             group, pending = pending, None
             while bool(group.overflow):  # one host read a call
