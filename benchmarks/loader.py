@@ -22,29 +22,16 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
+from hetero_loop import emit, median_after_first  # benchmarks/, the script's folder
 
 import zerognn_jax as zg
 
 FANOUTS = (15, 10, 5)
-
-
-def emit(out: str | None, record: dict) -> None:
-    line = json.dumps(record)
-    print(line, flush=True)
-    if out:
-        with open(out, "a") as f:
-            f.write(line + "\n")
-
-
-def median_after_first(times: list[float]) -> float:
-    return float(np.median(times[1:] if len(times) > 1 else times))
 
 
 def node_loss(model, params, batch):
