@@ -50,6 +50,18 @@ def test_grow_covers_the_failed_counts():
     assert bigger.capacities[1] > 256
 
 
+def test_growth_stops_at_the_node_count_but_never_shrinks():
+    env, policy = Envelope(32, (128, 256)), EnvelopePolicy(margin=1.1, multiple=128)
+    counts = (32, 300, 280)
+    assert grow(env, counts, policy).capacities == (384, 768)
+    assert grow(env, counts, policy, num_nodes=500).capacities == (384, 512)  # 500 -> 512
+    assert grow(env, counts, policy, num_nodes=10**6).capacities == (384, 768)
+    # below a capacity already there, the level keeps it (capacities only grow)
+    assert grow(env, counts, policy, num_nodes=100).capacities == (128, 256)
+    # a frontier (level 0) that grew is held to the node count too
+    assert grow(env, (700, 300, 280), policy, num_nodes=500).levels == (512, 512, 512)
+
+
 def test_memory_report_ratio():
     env = Envelope(10, (128, 256))
     report = memory.memory_report(env, (10, 100, 200), (5, 3), (7, 16, 32))

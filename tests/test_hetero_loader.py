@@ -1,8 +1,9 @@
 """The typed loaders over the device sampler. `HeteroNeighborLoader`: seeds covered once
 an epoch, real edges of each relation, rows and targets fetched on the device, a small
 envelope grown to the same batches, the typed node task's own sampling, a loop of its
-own that learns, its refusals. `HeteroLinkNeighborLoader`: pairs covered once an epoch,
-negatives, positives hidden, a loop that learns, its refusals."""
+own that learns, its refusals. `HeteroLinkNeighborLoader`: pairs covered once an epoch
+(four batches a call, as one at a time), negatives, positives hidden, a loop that learns,
+its refusals."""
 
 from __future__ import annotations
 
@@ -198,6 +199,17 @@ def test_link_batches_cover_the_pairs_draw_negatives_and_hide_positives(shop):
                                           for u, i in zip(users[live], items[live]))
     ids, ok = np.asarray(batch.input_nodes["item"]), np.asarray(mb.valid[-1]["item"])
     np.testing.assert_array_equal(np.asarray(batch.x["item"])[ok], shop.features["item"][ids[ok]])
+    # sampled four at a time (the default), the batches are those sampled one at a time
+    alone = zg.HeteroLinkNeighborLoader(split.graph, "buys", split.train, fanouts=(4, 3),
+                                        batch_size=128, key=0, num_negatives=2,
+                                        features=shop.features, envelope=loader.envelope,
+                                        sample_ahead=1)
+    assert loader.sample_ahead == 4 and len(batches) > 4
+    for a, b in zip(batches, alone.epoch(0), strict=True):
+        for x, y in zip(jax.tree_util.tree_leaves((a.minibatch, a.edges, a.pairs, a.x)),
+                        jax.tree_util.tree_leaves((b.minibatch, b.edges, b.pairs, b.x)),
+                        strict=True):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def test_a_link_loop_of_its_own_learns(shop_clear):

@@ -83,6 +83,12 @@ def test_one_type_calibrates_and_grows_as_the_homogeneous_envelope():
     typed = zg.TypedSamplerConfig((5, 4)).resolve(hetero)
     grown = grow_typed(zg.TypedEnvelope.from_envelope(small), typed, {"_N": counts})
     assert grown.as_envelope() == zg.grow(small, counts)
+    near_all = (20, 90, 290)  # 290 x 1.1 is past the graph's 300 nodes
+    policy = zg.EnvelopePolicy(multiple=8)
+    grown = grow_typed(zg.TypedEnvelope.from_envelope(small), typed, {"_N": near_all}, policy,
+                       num_nodes={"_N": 300})
+    assert grown.as_envelope() == zg.grow(small, near_all, policy, num_nodes=300)
+    assert grown.as_envelope().capacities == (104, 304)
 
 
 def _edge_sets(graph):

@@ -90,13 +90,17 @@ def conservative(batch_size: int, slots, num_nodes: int,
     return monotone(batch_size, sizes, policy.multiple)
 
 
-def grow(envelope: Envelope, counts, policy: EnvelopePolicy = DEFAULT_POLICY) -> Envelope:
+def grow(envelope: Envelope, counts, policy: EnvelopePolicy = DEFAULT_POLICY, *,
+         num_nodes: int | None = None) -> Envelope:
     """Capacities after an overflow seen with per-level `counts` (n_0, n_1, ..., n_L).
 
     The first level that overflowed gets margin x its count; every later level, whose
     count was cut short by that overflow, grows by at least the same ratio (and by
     `policy.growth` if it overflowed itself). Level 0 grows only when its count exceeds
     it: a task that deduplicates its seeds into a frontier (link prediction) overflowed.
+    With `num_nodes`, no level grows past the graph's node count (rounded up, and never
+    below its capacity now): a deduplicated level holds each node once, and a positional
+    level's size is set by the sampler's `fit_envelope`, not here.
     """
     margin, factor = policy.margin, policy.growth
     base, ratio = envelope.batch_size, 1.0
@@ -111,4 +115,9 @@ def grow(envelope: Envelope, counts, policy: EnvelopePolicy = DEFAULT_POLICY) ->
             want = max(want, cnt * margin, cap * (factor if ratio > 1.0 else 1.0))
             ratio = max(ratio, want / cap)
         sizes.append(want)
-    return monotone(base, sizes, policy.multiple)
+    grown = monotone(base, sizes, policy.multiple)
+    if num_nodes is None:
+        return grown
+    most = round_up(num_nodes, policy.multiple)
+    caps = [min(c, max(most, cap)) for c, cap in zip(grown.levels, envelope.levels)]
+    return Envelope(caps[0], tuple(caps[1:]))

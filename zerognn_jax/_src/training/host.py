@@ -148,7 +148,7 @@ class HostEngine:
             counts = np.asarray(sampled.mb.counts)  # the host read that defines this engine
             if np.all(counts <= np.asarray(envelope.levels)):
                 return sampled, counts, envelope, grown
-            envelope = grow(envelope, counts, self.policy)
+            envelope = grow(envelope, counts, self.policy, num_nodes=data.graph.num_nodes)
             grown += 1
 
     def run_steps(self, state: TrainState, data: DeviceData, perm, epoch: int,

@@ -281,8 +281,10 @@ class DeviceLoader:
                            envelope=envelope, kernels=self.kernels, source=self._source)
 
     def _grown(self, counts):
-        """The envelope after a sample with per-level `counts` overflowed it."""
-        return self.sampler.fit_envelope(grow(self.envelope, np.asarray(counts), self.policy))
+        """The envelope after a sample with per-level `counts` overflowed it, no level
+        above the graph's node count."""
+        return self.sampler.fit_envelope(grow(self.envelope, np.asarray(counts), self.policy,
+                                              num_nodes=self.graph.num_nodes))
 
     def _program(self, envelope):
         if envelope not in self._programs:

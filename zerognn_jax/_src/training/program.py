@@ -260,12 +260,14 @@ def sample_batch(program: StepProgram, data: DeviceData, perm, batch_index, epoc
     return TaskSample(batch, mb, step.drop_key)
 
 
-def grown_envelope(program: StepProgram, envelope, counts, policy):
-    """The envelope after a step overflowed `envelope` with `counts` (its sample's):
-    `grow`, fitted to the sampler; a `BatchedTask` grows its own envelope."""
+def grown_envelope(program: StepProgram, envelope, counts, policy, graph):
+    """The envelope after a step on `graph` overflowed `envelope` with `counts` (its
+    sample's): `grow` with no level above the graph's node count, fitted to the
+    sampler; a `BatchedTask` grows its own envelope."""
     if isinstance(program.task, BatchedTask):
-        return program.task.grow_envelope(program, envelope, counts, policy)
-    return program.sampler.fit_envelope(grow(envelope, counts, policy))
+        return program.task.grow_envelope(program, envelope, counts, policy, graph)
+    return program.sampler.fit_envelope(grow(envelope, counts, policy,
+                                             num_nodes=graph.num_nodes))
 
 
 def saved_envelope(program: StepProgram, saved: dict):

@@ -395,7 +395,7 @@ class ScanEngine:
             if overflowed:
                 overflows += 1
                 envelope = grown_envelope(program, envelope, metrics["counts"][failed - start],
-                                          self.policy)
+                                          self.policy, data.graph)
                 state = state._replace(overflowed=jnp.array(False), failed_step=jnp.int32(0))
                 start = int(failed)
             else:

@@ -185,9 +185,10 @@ class BatchedTask(Protocol):
         """(the run's starting Envelope, its Calibration or None)."""
         ...
 
-    def grow_envelope(self, program, envelope, counts, policy) -> Any:
+    def grow_envelope(self, program, envelope, counts, policy, graph=None) -> Any:
         """The envelope after a step overflowed `envelope` with the sample's `counts`
-        (as `step_sums` reports them), grown by `policy` (scan.py)."""
+        (as `step_sums` reports them), grown by `policy` (scan.py); `graph`, the graph
+        the run samples (`DeviceData.graph`), bounds what a level can hold."""
         ...
 
     def envelope_from(self, program, saved: dict) -> Any:

@@ -292,10 +292,12 @@ class GraphTask(ItemsAreLevel0):
                                 tuple(float(c) for c in counts.mean(0)), counts.shape[0])
 
     def grow_envelope(self, program: StepProgram, envelope: Envelope, counts,
-                      policy: EnvelopePolicy) -> Envelope:
+                      policy: EnvelopePolicy, graph=None) -> Envelope:
         """The homogeneous rule (`envelope.grow`, rounding to at most GRAPH_MULTIPLE
         slots as calibration does) on the (node, edge) slots, left as they are when
-        both fit; K becomes the batch's largest degree if that exceeds it."""
+        both fit; K becomes the batch's largest degree if that exceeds it. (A batch's
+        slots are bounded by its graphs, not by the collection: `graph` is not read.)"""
+        del graph
         nodes, edges, width = self.capacities(envelope)
         if counts[0] > nodes or counts[1] > edges:
             rounding = dataclasses.replace(policy, multiple=min(policy.multiple,

@@ -584,12 +584,14 @@ class TypedNodeTask(ItemsAreLevel0):
         return env, Calibration(env, flat(cal.max_counts), flat(cal.mean_counts), cal.steps)
 
     def grow_envelope(self, program: StepProgram, envelope: TypedEnvelope, counts,
-                      policy) -> TypedEnvelope:
-        """`grow_typed` after a step that overflowed with these flattened counts."""
+                      policy, graph: HeteroGraph | None = None) -> TypedEnvelope:
+        """`grow_typed` after a step that overflowed with these flattened counts, no
+        level of a type above `graph`'s count of that type."""
         per_level = np.asarray(counts).reshape(envelope.num_hops + 1, len(self.types))
         by_type = {t: per_level[:, j] for j, t in enumerate(self.types)}
-        return fit_typed_envelope(self.sampler, grow_typed(envelope, self.sampler, by_type,
-                                                           policy))
+        return fit_typed_envelope(self.sampler, grow_typed(
+            envelope, self.sampler, by_type, policy,
+            num_nodes=None if graph is None else graph.num_nodes))
 
     def envelope_from(self, program: StepProgram, saved: dict) -> TypedEnvelope:
         """The envelope a checkpoint recorded ({"batch_size", "capacities"})."""
