@@ -3,26 +3,59 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import pathlib
+import subprocess
+import sys
+
+# XLA_FLAGS that compile faster: the suite checks results, not speed, and its programs
+# are small, so compiling is most of its time (on a 2-core CPU, 2026-11-30: two
+# recorded-loss and host-table files 136 -> 103 s, two training files 172 -> 159 s).
+# They change float results in the last bits, so tests compare runs under the same
+# flags, or within a tolerance; the recorded-loss tests, bit for bit against runs
+# recorded under XLA's defaults, train in a child process under the flags the suite was
+# started with (`under_start_flags`). Set before JAX starts its backends; a user's
+# XLA_FLAGS are kept.
+FAST_XLA = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+START_XLA = os.environ.get("XLA_FLAGS")
+os.environ.setdefault("XLA_FLAGS", FAST_XLA)
 
 # pytest-xdist's workers (pyproject's addopts) share the machine's GPU where it has one:
 # each allocates as it needs instead of taking 75 % of the GPU's memory at start.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-import jax
-import numpy as np
-import pytest
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
-from zerognn_jax import from_edge_list
+from zerognn_jax import from_edge_list  # noqa: E402
 
-SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared" / "datasets"
-# XLA_FLAGS that compile faster, for child processes whose runs check plumbing, not
-# speed, and are compared only with runs under the same flags, or within a tolerance:
-# these flags change float results in the last bits (not for this process, whose
-# recorded-loss tests compare bit for bit).
-FAST_XLA = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+TESTS = pathlib.Path(__file__).resolve().parent
+SHARED = TESTS.parents[1] / "shared" / "datasets"
+
+
+def _under_start_flags(module: str, timeout: float = 900) -> dict:
+    """`module.all_runs()` (a test module of this folder, JSON-able), computed in a child
+    process under the XLA_FLAGS the suite started with (none: XLA's defaults). The
+    module must not import this file, which would set the fast flags there too."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    if START_XLA is not None:
+        env["XLA_FLAGS"] = START_XLA
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(TESTS.parent),
+                                         env.get("PYTHONPATH", "")])
+    code = f"import json, {module}; print(json.dumps({module}.all_runs()))"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def under_start_flags():
+    """`_under_start_flags`, as a fixture: a module using it imports nothing from here."""
+    return _under_start_flags
 
 
 def pytest_collection_modifyitems(config, items):
