@@ -16,9 +16,13 @@ import sys
 # flags, or within a tolerance; the recorded-loss tests, bit for bit against runs
 # recorded under XLA's defaults, train in a child process under the flags the suite was
 # started with (`under_start_flags`). Set before JAX starts its backends; a user's
-# XLA_FLAGS are kept.
+# XLA_FLAGS are kept. The start flags travel in the environment to pytest-xdist's
+# workers, which inherit the fast flags from the process that started them.
 FAST_XLA = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-START_XLA = os.environ.get("XLA_FLAGS")
+_UNSET = "(unset)"
+os.environ.setdefault("ZEROGNN_TESTS_START_XLA_FLAGS", os.environ.get("XLA_FLAGS", _UNSET))
+START_XLA = os.environ["ZEROGNN_TESTS_START_XLA_FLAGS"]
+START_XLA = None if START_XLA == _UNSET else START_XLA
 os.environ.setdefault("XLA_FLAGS", FAST_XLA)
 
 # pytest-xdist's workers (pyproject's addopts) share the machine's GPU where it has one:
