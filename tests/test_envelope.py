@@ -57,9 +57,16 @@ def test_growth_stops_at_the_node_count_but_never_shrinks():
     assert grow(env, counts, policy, num_nodes=500).capacities == (384, 512)  # 500 -> 512
     assert grow(env, counts, policy, num_nodes=10**6).capacities == (384, 768)
     # below a capacity already there, the level keeps it (capacities only grow)
-    assert grow(env, counts, policy, num_nodes=100).capacities == (128, 256)
+    fine = EnvelopePolicy(margin=1.1, multiple=8)
+    assert grow(Envelope(32, (64, 256)), (32, 100, 90), fine).capacities == (112, 448)
+    assert grow(Envelope(32, (64, 256)), (32, 100, 90), fine,
+                num_nodes=100).capacities == (104, 256)
     # a frontier (level 0) that grew is held to the node count too
-    assert grow(env, (700, 300, 280), policy, num_nodes=500).levels == (512, 512, 512)
+    assert grow(env, (450, 300, 280), policy, num_nodes=500).levels == (512, 512, 512)
+    # repeated seeds: a level may hold more rows than the graph has nodes; it still
+    # grows to its count, or an overflow would never end
+    repeated = grow(Envelope(64, (104,)), (64, 150), EnvelopePolicy(multiple=8), num_nodes=100)
+    assert repeated.capacities[0] >= 150
 
 
 def test_memory_report_ratio():

@@ -158,3 +158,17 @@ def test_the_feature_table_is_an_argument_not_a_constant(graph):
         loader.graph, (loader.features, loader.targets), ordered_items(loader.items, 8),
         jnp.int32(0), jnp.zeros(loader.sample_ahead, jnp.int32)).as_text()
     assert len(text) < features.nbytes
+
+
+def test_repeated_seeds_grow_past_the_node_count():
+    """Seeds given twice stay twice in the seed level, so a level may hold more rows
+    than the graph has nodes: an overflow then grows the level to its count (held to
+    the node count, growth would never end)."""
+    n = 100
+    src, dst = np.nonzero(~np.eye(n, dtype=bool))
+    graph = zg.from_edge_list(src, dst, num_nodes=n)
+    loader = zg.NeighborLoader(graph, np.arange(64) % 8, fanouts=(30,), batch_size=64, key=0,
+                               envelope=zg.Envelope(64, (104,)),
+                               policy=zg.EnvelopePolicy(multiple=8), sample_ahead=1)
+    counts = np.asarray(next(iter(loader)).minibatch.counts)
+    assert counts[1] > n and loader.envelope.capacities[0] >= counts[1]

@@ -52,8 +52,9 @@ def all_runs() -> dict:
 
 @pytest.fixture(scope="module")
 def runs(under_start_flags):
-    """Every run, trained in one child process under XLA's default flags, as recorded
-    (the suite's own flags change the last bits: conftest.py)."""
+    """Every run, trained in one child process under the flags the suite started with
+    (XLA's defaults unless XLA_FLAGS was set, as recorded; the suite's own flags change
+    the last bits: conftest.py)."""
     return under_start_flags("test_reference_link_losses")
 
 
@@ -61,6 +62,7 @@ def runs(under_start_flags):
 def test_link_losses_match_recorded(runs, name):
     losses, test_auc = runs[name]
     recorded, recorded_auc = RECORDED[name]
+    assert len(losses) == RUNS[name].get("epochs", 2)
     np.testing.assert_allclose(losses, recorded[:len(losses)], rtol=0, atol=0)
     if len(losses) == 2:  # the AUC was recorded after two epochs
         assert test_auc == recorded_auc

@@ -51,8 +51,9 @@ def all_runs() -> dict:
 
 @pytest.fixture(scope="module")
 def runs(under_start_flags):
-    """Every run, trained in one child process under XLA's default flags, as recorded
-    (the suite's own flags change the last bits: conftest.py)."""
+    """Every run, trained in one child process under the flags the suite started with
+    (XLA's defaults unless XLA_FLAGS was set, as recorded; the suite's own flags change
+    the last bits: conftest.py)."""
     return under_start_flags("test_reference_losses")
 
 

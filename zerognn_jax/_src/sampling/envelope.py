@@ -98,12 +98,13 @@ def grow(envelope: Envelope, counts, policy: EnvelopePolicy = DEFAULT_POLICY, *,
     count was cut short by that overflow, grows by at least the same ratio (and by
     `policy.growth` if it overflowed itself). Level 0 grows only when its count exceeds
     it: a task that deduplicates its seeds into a frontier (link prediction) overflowed.
-    With `num_nodes`, no level grows past the graph's node count (rounded up, and never
-    below its capacity now): a deduplicated level holds each node once, and a positional
-    level's size is set by the sampler's `fit_envelope`, not here.
+    With `num_nodes`, no level grows past the graph's node count (rounded up), its
+    capacity now, or its count, whichever is largest: a deduplicated level holds each
+    node once unless the seeds themselves repeat (a level then keeps every seed row), and
+    a positional level's size is set by the sampler's `fit_envelope`, not here.
     """
     margin, factor = policy.margin, policy.growth
-    base, ratio = envelope.batch_size, 1.0
+    base, ratio, counts_all = envelope.batch_size, 1.0, [int(c) for c in counts]
     if int(counts[0]) > base:
         base = round_up(int(counts[0]) * margin, policy.multiple)
         ratio = base / envelope.batch_size
@@ -118,6 +119,8 @@ def grow(envelope: Envelope, counts, policy: EnvelopePolicy = DEFAULT_POLICY, *,
     grown = monotone(base, sizes, policy.multiple)
     if num_nodes is None:
         return grown
-    most = round_up(num_nodes, policy.multiple)
-    caps = [min(c, max(most, cap)) for c, cap in zip(grown.levels, envelope.levels)]
+    most, caps = round_up(num_nodes, policy.multiple), []
+    for c, cap, cnt in zip(grown.levels, envelope.levels, counts_all):
+        caps.append(max(min(c, max(most, cap, round_up(cnt, policy.multiple))),
+                        caps[-1] if caps else 0))
     return Envelope(caps[0], tuple(caps[1:]))

@@ -166,8 +166,9 @@ def grow_typed(envelope: TypedEnvelope, config: TypedSamplerConfig,
     by at least the largest ratio so far (and by `policy.growth` where it overflowed
     itself). The ratio takes effect from the level after the one that set it: types of
     one level are computed from the level before, not from each other. With
-    `num_nodes`, no level of a type grows past that type's node count (rounded up, and
-    never below its capacity now): a deduplicated level holds each node once.
+    `num_nodes`, no level of a type grows past that type's node count (rounded up), its
+    capacity now, or its count, whichever is largest: a deduplicated level holds each
+    node once unless the seeds themselves repeat.
     """
     ratio, sizes = 1.0, {}
     for hop, level in enumerate(envelope.capacities):
@@ -184,7 +185,8 @@ def grow_typed(envelope: TypedEnvelope, config: TypedSamplerConfig,
         grown = round_up(max(sizes[hop, t], 1), policy.multiple)
         if num_nodes is None:
             return grown
-        most = max(round_up(num_nodes[t], policy.multiple), envelope.level(hop + 1)[t])
+        most = max(round_up(num_nodes[t], policy.multiple), envelope.level(hop + 1)[t],
+                   round_up(int(counts[t][hop + 1]), policy.multiple))
         return min(grown, most)
 
     return _sizes_from(config, envelope.seed_type, envelope.batch_size, size)
