@@ -15,7 +15,7 @@ import sys
 # They change float results in the last bits, so tests compare runs under the same
 # flags, or within a tolerance; the recorded-loss tests, bit for bit against runs
 # recorded under XLA's defaults, train in a child process under the flags the suite was
-# started with (`under_start_flags`). Set before JAX starts its backends; a user's
+# started with (`start_flag_runs`). Set before JAX starts its backends; a user's
 # XLA_FLAGS are kept. The start flags travel in the environment to pytest-xdist's
 # workers, which inherit the fast flags from the process that started them.
 FAST_XLA = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
@@ -56,10 +56,12 @@ def _under_start_flags(module: str, timeout: float = 900) -> dict:
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-@pytest.fixture(scope="session")
-def under_start_flags():
-    """`_under_start_flags`, as a fixture: a module using it imports nothing from here."""
-    return _under_start_flags
+@pytest.fixture(scope="module")
+def start_flag_runs(request):
+    """The requesting module's `all_runs()`, trained in one child process under the
+    flags the suite started with (`_under_start_flags`); as a fixture, the module
+    imports nothing from here."""
+    return _under_start_flags(request.module.__name__)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -50,17 +50,11 @@ def all_runs() -> dict:
     return out
 
 
-@pytest.fixture(scope="module")
-def runs(under_start_flags):
-    """Every run, trained in one child process under the flags the suite started with
-    (XLA's defaults unless XLA_FLAGS was set, as recorded; the suite's own flags change
-    the last bits: conftest.py)."""
-    return under_start_flags("test_reference_link_losses")
-
-
 @pytest.mark.parametrize("name", sorted(RUNS))
-def test_link_losses_match_recorded(runs, name):
-    losses, test_auc = runs[name]
+def test_link_losses_match_recorded(start_flag_runs, name):
+    """Trained under the flags the suite started with (XLA's defaults unless XLA_FLAGS
+    was set, as recorded; the suite's own flags change the last bits: conftest.py)."""
+    losses, test_auc = start_flag_runs[name]
     recorded, recorded_auc = RECORDED[name]
     assert len(losses) == RUNS[name].get("epochs", 2)
     np.testing.assert_allclose(losses, recorded[:len(losses)], rtol=0, atol=0)

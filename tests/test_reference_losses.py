@@ -49,16 +49,10 @@ def all_runs() -> dict:
     return out
 
 
-@pytest.fixture(scope="module")
-def runs(under_start_flags):
-    """Every run, trained in one child process under the flags the suite started with
-    (XLA's defaults unless XLA_FLAGS was set, as recorded; the suite's own flags change
-    the last bits: conftest.py)."""
-    return under_start_flags("test_reference_losses")
-
-
 @pytest.mark.parametrize("name", sorted(RUNS))
-def test_losses_match_recorded(runs, name):
-    losses, test_acc = runs[name]
+def test_losses_match_recorded(start_flag_runs, name):
+    """Trained under the flags the suite started with (XLA's defaults unless XLA_FLAGS
+    was set, as recorded; the suite's own flags change the last bits: conftest.py)."""
+    losses, test_acc = start_flag_runs[name]
     np.testing.assert_allclose(losses, RECORDED[name][0], rtol=1e-6)
     assert test_acc == pytest.approx(RECORDED[name][1])

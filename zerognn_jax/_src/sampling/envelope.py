@@ -104,7 +104,7 @@ def grow(envelope: Envelope, counts, policy: EnvelopePolicy = DEFAULT_POLICY, *,
     a positional level's size is set by the sampler's `fit_envelope`, not here.
     """
     margin, factor = policy.margin, policy.growth
-    base, ratio, counts_all = envelope.batch_size, 1.0, [int(c) for c in counts]
+    base, ratio, seen = envelope.batch_size, 1.0, [int(c) for c in counts]
     if int(counts[0]) > base:
         base = round_up(int(counts[0]) * margin, policy.multiple)
         ratio = base / envelope.batch_size
@@ -120,7 +120,7 @@ def grow(envelope: Envelope, counts, policy: EnvelopePolicy = DEFAULT_POLICY, *,
     if num_nodes is None:
         return grown
     most, caps = round_up(num_nodes, policy.multiple), []
-    for c, cap, cnt in zip(grown.levels, envelope.levels, counts_all):
+    for c, cap, cnt in zip(grown.levels, envelope.levels, seen):
         caps.append(max(min(c, max(most, cap, round_up(cnt, policy.multiple))),
                         caps[-1] if caps else 0))
     return Envelope(caps[0], tuple(caps[1:]))
