@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 
 # XLA_FLAGS that compile faster: the suite checks results, not speed, and its programs
 # are small, so compiling is most of its time (on a 2-core CPU, 2026-11-30: two
@@ -33,6 +36,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+# JAX's persistent compilation cache, a folder of this process's own (pytest-xdist's
+# workers each theirs: JAX writes an entry without a lock), removed at exit: a program
+# built again by a later test (a resumed run, a second engine over the same config, a
+# module's programs after `_fresh_compile_caches`) is loaded instead of compiled. Child
+# processes get none. A user's JAX_COMPILATION_CACHE_DIR is kept.
+if not jax.config.jax_compilation_cache_dir:
+    _XLA_CACHE = tempfile.mkdtemp(prefix="zerognn-tests-xla-")
+    atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
+    jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
 
 from zerognn_jax import from_edge_list  # noqa: E402
 
