@@ -72,7 +72,8 @@ def test_bfloat16_is_kept_and_integers_become_float32():
     (np.zeros(2, np.float32), r"edge_features must be 2-D \[E, D\], got shape \(2,\)"),
     (np.zeros((2, 0), np.float32), "need at least one column"),
     (np.array([[0.0, 1.0], [2.0, np.nan]]), "NaN or inf \\(1 entries; first at row 1, column 1\\)"),
-    (np.ones((2, 1), bool), "edge_features must be numeric, got bool"),
+    (np.ones((2, 1), bool), "edge_features must be real numbers, got bool"),
+    (np.ones((2, 1), np.complex64), "edge_features must be real numbers, got complex64"),
 ])
 def test_bad_tables_are_refused_with_the_problem_named(table, message):
     with pytest.raises(ValueError, match=message):

@@ -402,6 +402,11 @@ def test_typed_options_on_a_graph_of_one_type_are_refused(monkeypatch):
                                          r"datasets; 'tiny' has one node and one edge type: "
                                          r"choose one of sage, "):
         trainer.prepare(TrainConfig(dataset="tiny", model="rsage", progress=False))
+    # a name that reads no dataset says so, whatever the model
+    with pytest.raises(FileNotFoundError, match=r"dataset 'gone/x.npz': no such file"):
+        trainer.prepare(TrainConfig(dataset="gone/x.npz", model="rsage", progress=False))
+    with pytest.raises(ValueError, match=r"unknown dataset 'tinny'; valid names: "):
+        trainer.prepare(TrainConfig(dataset="tinny", model="rgat", progress=False))
 
 
 def test_a_best_metric_the_task_never_reports_fails_before_training(tmp_path, monkeypatch):
@@ -436,3 +441,20 @@ def test_a_graph_collection_directory_is_readable_by_others(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "mol").stat().st_mode & 0o777 == 0o755
+
+
+def test_an_epoch_whose_best_metric_has_no_value_says_so(tmp_path):
+    """A validation split with one class only gives ROC-AUC no value: the epoch cannot
+    become the best checkpoint, and a warning says why instead of nothing."""
+    from zerognn_jax import CheckpointWarning
+    from zerognn_jax._src.training.checkpoint import BestCheckpoint
+
+    best = BestCheckpoint(str(tmp_path), "val_rocauc")
+    try:
+        with pytest.warns(CheckpointWarning, match=r"best_metric 'val_rocauc' has no value "
+                                                   r"at epoch 0 \(an empty split, or one "
+                                                   r"class only"):
+            assert not best.offer(0, {"val_rocauc": None}, {}, {})
+        assert best.epoch is None and best.value is None
+    finally:
+        best.close()

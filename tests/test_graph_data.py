@@ -51,7 +51,11 @@ BAD = [
     ("targets", np.array([[0, np.inf], [0, 1], [1, 0]], np.float32), "infinite value"),
     ("target_kind", "ranks", "target_kind must be one of"),
     ("train_idx", np.array([0, 3], np.int32), "train_idx holds graph 3, outside [0, 3)"),
-    ("val_idx", np.array([1, 1], np.int32), "val_idx lists a graph twice"),
+    ("val_idx", np.array([1, 1], np.int32), "val_idx lists graph 1 twice"),
+    ("val_idx", np.array([1], np.int32), "train and val splits overlap in 1 graphs (first: 1)"),
+    ("node_features", np.full((6, 2), np.nan, np.float32),
+     "node_features contain NaN or inf (12 entries; first at row 0, column 0)"),
+    ("edge_features", np.full((8, 3), np.inf, np.float32), "edge_features contain NaN or inf"),
     ("node_features", np.zeros((6, 2), np.int32), "need their vocabulary sizes"),
 ]
 
@@ -61,6 +65,27 @@ BAD = [
 def test_validation_names_the_problem(field, value, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         dataclasses.replace(tiny(), **{field: value})
+
+
+MAKE = dict(name="t", n_node=[3, 2], n_edge=[1, 1], senders=[0, 0], receivers=[1, 1],
+            node_features=np.ones((5, 2), np.float32), targets=[0, 1], target_kind="classes",
+            num_classes=2, splits=([0], [1], []))
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("senders", np.array([0, 2**32 + 1]), "senders holds 4294967297, outside the range of "
+                                          "int32"),
+    ("splits", ([2**32], [1], []), "train_idx holds 4294967296, outside the range of int32"),
+    ("targets", [2**32 + 1, 0], "class targets holds 4294967297, outside"),
+    ("targets", [1.7, 0.2], "class targets must be integers, got 1.7 (dtype float64)"),
+    ("targets", [np.nan, 0], "class targets must be integers, got nan"),
+    ("n_node", [3.0, 2.7], "n_node must be integers, got 2.7"),
+])
+def test_make_collection_refuses_what_a_cast_would_change(field, value, message):
+    """Ids and counts that NumPy's cast to int32 would wrap or round are refused."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        zg.make_collection(**{**MAKE, field: value})
+    zg.make_collection(**{**MAKE, "n_node": [3.0, 2.0]})  # whole floats are counts
 
 
 def test_validation_of_classes_and_vocab():

@@ -330,3 +330,21 @@ def test_a_batched_task_need_not_size_its_step():
              "envelope_from", "memory_report")
     older = type("Older", (), {name: getattr(zg.GraphTask, name) for name in names})
     assert isinstance(older(), zg.BatchedTask)
+
+
+def test_graphs_without_edges_and_empty_splits_train_and_report_no_value():
+    """A collection without a single edge trains on its nodes' own features; its
+    default splits (every graph in train) report no value (None) for val and test; an
+    empty train split is refused before anything runs."""
+    rs = np.random.default_rng(0)
+    make = functools.partial(zg.make_collection, "bare", [3] * 16, [0] * 16, [], [],
+                             rs.random((48, 4)).astype(np.float32),
+                             (np.arange(16) % 2)[:, None].astype(np.float32), "binary")
+    cfg = zg.TrainConfig(task="graph", dataset="bare", model="gin", hidden=8, layers=2,
+                         batch_size=8, epochs=1, progress=False)
+    last = zg.train(cfg, make()).history[-1]
+    assert np.isfinite(last["loss"])
+    assert [last[f"{s}_{m}"] for s in ("val", "test") for m in ("rocauc", "ap")] == [None] * 4
+    with pytest.raises(ValueError, match="bare's train_idx is empty: there is nothing to "
+                                         "train on"):
+        zg.train(cfg, make(splits=([], range(8), range(8, 16))))

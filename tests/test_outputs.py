@@ -24,6 +24,7 @@ from zerognn_jax._src.data.writes import WriteError
 from zerognn_jax._src.training import lock as lock_module
 from zerognn_jax._src.training.lock import LOCK_NAME, OutputsInUse, hold_outputs
 from zerognn_jax._src.training.records import MetricsLog
+from zerognn_jax.cli import data as cli_data
 from zerognn_jax.cli import main
 
 HOLDER = """
@@ -143,6 +144,41 @@ def test_save_dir_on_a_full_disk_names_the_folder_and_leaves_nothing(tmp_path, m
                                          rf"{tmp_path / 'd'}: {re.escape(ENOSPC)}$"):
         storage.save_dir(dataset, tmp_path / "d")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_or_file_not_written_here_is_never_replaced(tmp_path, capsys, monkeypatch):
+    """Writing a dataset over a folder of the user's (or a file that is no dataset
+    archive, or the current folder) is refused before anything is generated; a dataset
+    written here, or an empty folder, is replaced."""
+    mine = tmp_path / "mine"
+    (mine / "figs").mkdir(parents=True)
+    (mine / "thesis.tex").write_text("chapter 1")
+    (tmp_path / "keep.npz").write_text("not an archive")
+    for name in ("load_graphs", "load_dataset"):  # generating would fail loudly
+        monkeypatch.setattr(cli_data, name, None)
+    generate = ["data", "generate", "molhiv-like", "--scale", "0.002", "--out"]
+    assert main([*generate, str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"zerognn: error: --out {mine} is a folder holding figs, thesis.tex, not "
+                   f"a dataset written by zerognn-jax; give a new path or remove it first\n")
+    assert main(["data", "generate", "rmat", "--scale", str(2**-9), "--out",
+                 str(tmp_path / "keep.npz")]) == 2
+    assert "keep.npz is a file, not a dataset archive" in capsys.readouterr().err
+    dataset = products_like(0.0005, seed=0)
+    with pytest.raises(FileExistsError, match="is a folder holding figs, thesis.tex"):
+        storage.save_dir(dataset, mine)
+    with pytest.raises(FileExistsError, match="is a file, not a dataset archive"):
+        storage.save_npz(dataset, tmp_path / "keep.npz")
+    assert sorted(p.name for p in mine.iterdir()) == ["figs", "thesis.tex"]
+    assert (tmp_path / "keep.npz").read_text() == "not an archive"
+    monkeypatch.chdir(mine)
+    assert main([*generate, "."]) == 2
+    assert "is the current folder or holds it" in capsys.readouterr().err
+    assert sorted(p.name for p in mine.iterdir()) == ["figs", "thesis.tex"]
+    (tmp_path / "empty").mkdir()
+    for out in (tmp_path / "empty", tmp_path / "empty", tmp_path / "d.npz", tmp_path / "d.npz"):
+        assert (storage.save_npz if out.suffix else storage.save_dir)(dataset, out) == out
+    assert storage.load_dir(tmp_path / "empty").name == dataset.name
 
 
 def test_a_metrics_line_cut_by_a_full_disk_is_taken_back(tmp_path, monkeypatch):

@@ -48,7 +48,7 @@ from zerognn_jax._src.data.loaders import (
 )
 from zerognn_jax._src.data.loaders import TYPED_PRESETS as TYPED_GENERATORS
 from zerognn_jax._src.data.storage import load_arrays
-from zerognn_jax._src.data.writes import WriteError
+from zerognn_jax._src.data.writes import WriteError, refuse_foreign
 
 TYPED_PRESETS = tuple(TYPED_GENERATORS)
 GENERATE_PRESETS = ("products-like", "proteins-like", "papers100m-like", "rmat",
@@ -108,6 +108,11 @@ def run_generate(args: argparse.Namespace) -> int:
     streamed = args.preset == "papers100m-like" and not args.out.endswith(".npz")
     if args.feature_dtype is not None and not streamed and args.preset != "igbh-like":
         print(f"zerognn: error: {_feature_dtype_refusal(args)}", file=sys.stderr)
+        return 2
+    try:  # before generating: a foreign --out would only be refused after it
+        refuse_foreign(args.out, "--out")
+    except FileExistsError as err:
+        print(f"zerognn: error: {err}", file=sys.stderr)
         return 2
     if streamed:
         return _guarded_stats(lambda: _dir_stats(write_papers100m_like(

@@ -12,7 +12,7 @@ HELP = {
                "rmat, cora, citeseer, pubmed, ogbn-arxiv, ogbn-products, ogbn-papers100M, "
                "ogbn-proteins, a .npz file or a dataset directory; graph task: "
                "molhiv-like, molpcba-like, ogbg-molhiv, ogbg-molpcba, a graphs .npz; typed "
-               "(node and link tasks): mag-like, igbh-like, ogbn-mag, a typed .npz or "
+               "(node and link tasks): mag-like, igbh-like, shop-like, ogbn-mag, a typed .npz or "
                "directory",
     "root": "folder holding dataset files (OGB layout, Planetoid files, generator cache)",
     "scale": "size factor for synthetic presets (products-like at 1.0 is full size)",

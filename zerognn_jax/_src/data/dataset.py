@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 
 from zerognn_jax._src.data.graph import CSRGraph, csr_from_arrays, validate_csr
-from zerognn_jax._src.data.tables import BFLOAT16, FINITE_BLOCK, check_finite_rows
+from zerognn_jax._src.data.tables import BFLOAT16, FINITE_BLOCK, check_finite_rows, require_real
 
 TARGET_KINDS = ("classes", "multilabel", "regression")
 _FINITE_BLOCK = FINITE_BLOCK  # feature entries checked at a time (tests shrink it)
@@ -243,9 +243,7 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
         splits[split] = _integers(f"{split}_idx", idx)
         _check_range(f"{split}_idx has node ids outside", splits[split], 0, graph.num_nodes)
     features = np.asarray(features)
-    if not (np.issubdtype(features.dtype, np.number) or features.dtype == BFLOAT16) \
-            or features.dtype == np.bool_:
-        raise ValueError(f"features must be numeric, got {features.dtype}")
+    require_real("features", features)
     if features.dtype != BFLOAT16:  # bfloat16 stays as given (no widening copy)
         with np.errstate(over="ignore"):  # past float32's range: inf, refused below
             features = np.ascontiguousarray(features, dtype=np.float32)

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from zerognn_jax._src.data.graphs import GraphCollection
-from zerognn_jax._src.data.writes import atomic_write, umask, writing
+from zerognn_jax._src.data.writes import atomic_write, refuse_foreign, umask, writing
 
 FORMAT, VERSION = "zerognn-graphs", 1
 ARRAYS = ("node_offsets", "edge_offsets", "senders", "receivers", "node_features",
@@ -54,6 +54,7 @@ def save_graphs(collection: GraphCollection, path: str | os.PathLike) -> Path:
     directory. Raises WriteError (an OSError naming the path) when it cannot be written;
     nothing half-written is left."""
     path = Path(path)
+    refuse_foreign(path, "graph collection " + ("file" if path.suffix == ".npz" else "directory"))
     if path.suffix == ".npz":
         with atomic_write(path, "graph collection file") as f:
             np.savez(f, meta=np.str_(json.dumps(_meta(collection))), **_arrays(collection))
@@ -66,9 +67,11 @@ def save_graphs(collection: GraphCollection, path: str | os.PathLike) -> Path:
             for key, values in _arrays(collection).items():
                 np.save(tmp / f"{key}.npy", values)
             (tmp / "meta.json").write_text(json.dumps(_meta(collection)))
-            if path.exists():
-                shutil.rmtree(path)
+            old = path.with_name(f".{path.name}.old")  # the old folder goes only once
+            if path.exists():                           # the new one is in place
+                os.replace(path, old)
             os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -224,8 +224,36 @@ def validate_collection(c: GraphCollection) -> None:
         bad = np.flatnonzero((idx < 0) | (idx >= c.num_graphs))
         if bad.size:
             _fail(f"{split}_idx holds graph {int(idx[bad[0]])}, outside [0, {c.num_graphs})")
-        if np.unique(idx).size != idx.size:
-            _fail(f"{split}_idx lists a graph twice")
+        seen, counts = np.unique(idx, return_counts=True)
+        if (counts > 1).any():
+            _fail(f"{split}_idx lists graph {int(seen[counts > 1][0])} twice")
+    for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
+        both = np.intersect1d(getattr(c, f"{a}_idx"), getattr(c, f"{b}_idx"))
+        if both.size:
+            _fail(f"{a} and {b} splits overlap in {both.size} graphs (first: {int(both[0])})")
+    for what, table in (("node_features", c.node_features), ("edge_features", c.edge_features)):
+        if table is not None and np.issubdtype(table.dtype, np.floating):
+            bad = ~np.isfinite(table)
+            if bad.any():
+                row, col = (int(i) for i in np.argwhere(bad)[0])
+                _fail(f"{what} contain NaN or inf ({int(bad.sum())} entries; first at row "
+                      f"{row}, column {col})")
+
+
+def _ints(what: str, values, dtype) -> np.ndarray:
+    """`values` as `dtype` integers; ValueError for values that are not whole numbers or
+    do not fit (NumPy's cast would round or wrap them silently)."""
+    a = np.asarray(values)
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        whole = np.issubdtype(a.dtype, np.floating) and np.isfinite(a) & (a == np.round(a))
+        if not np.all(whole):
+            at = int(np.flatnonzero(~np.broadcast_to(whole, a.shape).reshape(-1))[0])
+            _fail(f"{what} must be integers, got {a.reshape(-1)[at].item()} (dtype {a.dtype})")
+    limits = np.iinfo(dtype)
+    if a.size and (a.min() < limits.min or a.max() > limits.max):
+        value = a.min() if a.min() < limits.min else a.max()
+        _fail(f"{what} holds {value}, outside the range of {np.dtype(dtype).name}")
+    return a.astype(dtype)
 
 
 def make_collection(name: str, n_node, n_edge, senders, receivers, node_features,
@@ -236,8 +264,8 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
 
     `splits` is (train, val, test) graph ids; None puts every graph in train.
     """
-    n_node = np.asarray(n_node, np.int64).reshape(-1)
-    n_edge = np.asarray(n_edge, np.int64).reshape(-1)
+    n_node = _ints("n_node", n_node, np.int64).reshape(-1)
+    n_edge = _ints("n_edge", n_edge, np.int64).reshape(-1)
     if n_node.shape != n_edge.shape:
         _fail(f"n_node and n_edge must list the same graphs, got {n_node.size} and "
               f"{n_edge.size} counts")
@@ -249,15 +277,19 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
         edge_features = np.asarray(edge_features)
         if np.issubdtype(edge_features.dtype, np.floating):
             edge_features = edge_features.astype(np.float32)
-    kind_dtype = np.int32 if target_kind == "classes" else np.float32
-    targets = np.asarray(targets, kind_dtype)
+    if target_kind == "classes":
+        targets = _ints("class targets", targets, np.int32)
+    else:
+        targets = np.asarray(targets, np.float32)
     if target_kind != "classes" and targets.ndim == 1:
         targets = targets[:, None]
     if splits is None:
         splits = (np.arange(n_node.size), np.zeros(0), np.zeros(0))
-    train, val, test = (np.asarray(s, np.int32).reshape(-1) for s in splits)
+    train, val, test = (_ints(f"{split}_idx", s, np.int32).reshape(-1)
+                        for split, s in zip(("train", "val", "test"), splits))
     return GraphCollection(name, offsets(n_node), offsets(n_edge),
-                           np.asarray(senders, np.int32), np.asarray(receivers, np.int32),
+                           _ints("senders", senders, np.int32),
+                           _ints("receivers", receivers, np.int32),
                            node_features, edge_features, targets, target_kind, train, val,
                            test, int(num_classes), tuple(int(v) for v in node_vocab),
                            tuple(int(v) for v in edge_vocab))

@@ -36,7 +36,7 @@ from zerognn_jax._src.data.graph import csr_from_arrays
 from zerognn_jax._src.data.hetero import HeteroGraph
 from zerognn_jax._src.data.hetero_dataset import SPLITS, HeteroDataset
 from zerognn_jax._src.data.tables import BFLOAT16
-from zerognn_jax._src.data.writes import atomic_write
+from zerognn_jax._src.data.writes import atomic_write, refuse_foreign
 
 KIND = "hetero"
 _KEY = re.compile(r"r\d+_(indptr|indices|weights|edge_features)|x\d+|info\d+_\d+|labels|"
@@ -110,6 +110,7 @@ def save_hetero_npz(ds: HeteroDataset, path: str | os.PathLike) -> Path:
             values = values.view(np.uint16)
         arrays[key] = values
     meta = {**_meta(ds), "dtypes": dtypes}
+    refuse_foreign(path, "dataset file")
     with atomic_write(path, "dataset file") as f:
         np.savez(f, format_version=np.int64(storage.FORMAT_VERSION),
                  meta=np.str_(json.dumps(meta)), **arrays)

@@ -124,6 +124,17 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
         return _tiny(seed)
     if key == "rmat":
         return _cached(root, f"rmat-{scale:g}-{seed}", lambda: rmat(_rmat_log2(scale), seed=seed))
+    _refuse_unknown(name)
+
+
+def require_known(name: str) -> None:
+    """Raises what `load_dataset` raises for a name that names no dataset (a missing
+    path, an unknown name), without loading anything; returns for any other name."""
+    if name.lower() not in {n.lower() for n in DATASET_NAMES} and not Path(name).exists():
+        _refuse_unknown(name)
+
+
+def _refuse_unknown(name: str):
     if names_a_missing_path(name):
         raise FileNotFoundError(f"dataset {name!r}: no such file or directory")
     raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASET_NAMES)}; "

@@ -45,7 +45,14 @@ import numpy as np
 
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
 from zerognn_jax._src.data.tables import BFLOAT16
-from zerognn_jax._src.data.writes import atomic_write, umask, write_error, writing
+from zerognn_jax._src.data.writes import (
+    META,
+    atomic_write,
+    refuse_foreign,
+    umask,
+    write_error,
+    writing,
+)
 
 __all__ = ["atomic_write", "load_arrays", "load_dir", "load_npz", "save_dir", "save_npz",
            "write_dir"]
@@ -85,6 +92,7 @@ def save_npz(dataset: Dataset, path: str | os.PathLike) -> Path:
     if dataset.targets is not None:
         arrays["targets"] = dataset.targets
         arrays["target_kind"] = np.str_(dataset.target_kind)
+    refuse_foreign(path, "dataset file")
     with atomic_write(path, "dataset file") as f:
         np.savez(f, **arrays)
     return Path(path)
@@ -143,7 +151,6 @@ def _stored_edge_features(arrays: dict):
     return table
 
 
-META = "meta.json"
 _DIR_ARRAYS = ("indptr", "indices", "weights", "features", "labels", "train_idx", "val_idx",
                "test_idx", "targets", "edge_features")
 _OPTIONAL = ("weights", "targets", "edge_features")
@@ -194,6 +201,7 @@ def write_dir(path: str | os.PathLike, name: str, num_classes: int, *,
     `DatasetWriter`.
     """
     path = Path(path)
+    refuse_foreign(path, "dataset directory")
     with writing("dataset directory", path):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part"))

@@ -57,17 +57,16 @@ def _nonfinite(rows, start: int) -> tuple[int, tuple[int, int]] | None:
 
 def edge_feature_table(values, num_edges: int, *, check: bool = True) -> np.ndarray:
     """`values` as an edge-feature table [num_edges, D]: bfloat16 kept as given, any
-    other numeric dtype made float32 (no copy where it already is); checked by
+    other real dtype made float32 (no copy where it already is); checked by
     `check_edge_features` unless `check` is False.
 
     Raises:
-      ValueError: not numeric (bool and object included), or what
+      ValueError: not real numbers (bool, complex and object included), or what
         `check_edge_features` refuses.
     """
     table = np.asarray(values)
     if table.dtype != BFLOAT16:
-        if not np.issubdtype(table.dtype, np.number) or table.dtype == np.bool_:
-            raise ValueError(f"edge_features must be numeric, got {table.dtype}")
+        require_real("edge_features", table)
         with np.errstate(over="ignore"):  # past float32's range: inf, refused below
             table = np.asarray(table, np.float32)
     if check:
@@ -93,14 +92,24 @@ def check_edge_features(table, num_edges: int) -> None:
     check_finite_rows("edge_features", table)
 
 
+def require_real(what: str, table: np.ndarray) -> None:
+    """ValueError "<what> must be real numbers" unless `table` holds ints, floats or
+    bfloat16 (bool, complex, strings and objects are refused: a cast to float32 would
+    drop or garble them)."""
+    if table.dtype == BFLOAT16:
+        return
+    if (not np.issubdtype(table.dtype, np.number) or table.dtype == np.bool_
+            or np.issubdtype(table.dtype, np.complexfloating)):
+        raise ValueError(f"{what} must be real numbers, got {table.dtype}")
+
+
 def node_feature_table(what: str, values, rows: int) -> np.ndarray:
     """`values` as a finite node-feature table [rows, d], d >= 1: bfloat16 kept as given,
-    any other numeric dtype made float32 (no copy where it already is); ValueError
+    any other real dtype made float32 (no copy where it already is); ValueError
     "<what> ..." naming the problem otherwise."""
     table = values if isinstance(values, np.ndarray) else np.asarray(values)
     if table.dtype != BFLOAT16:
-        if not np.issubdtype(table.dtype, np.number) or table.dtype == np.bool_:
-            raise ValueError(f"{what} must be numeric, got {table.dtype}")
+        require_real(what, table)
         with np.errstate(over="ignore"):  # past float32's range: inf, refused below
             table = np.asarray(table, np.float32)
     if table.ndim != 2 or table.shape[1] < 1:

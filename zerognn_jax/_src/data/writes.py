@@ -13,6 +13,7 @@ import errno
 import os
 import re
 import tempfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,6 +92,46 @@ def atomic_write(path: str | os.PathLike, what: str = "file") -> Iterator:
             Path(tmp).unlink(missing_ok=True)
             raise
 
+
+
+# What marks a file or folder as a dataset this library wrote: an .npz with one of these
+# members (datasets, typed datasets, graph collections), a folder of .npy files and META.
+_NPZ_MARKERS = {"format_version.npy", "meta.npy"}
+META = "meta.json"
+
+
+def written_here(path: Path) -> bool:
+    """Whether `path` is a dataset file or folder this library wrote, or an empty
+    folder (so a new dataset may replace it): an .npz archive with a format_version or
+    meta entry, or a folder that holds meta.json and nothing but it and .npy files."""
+    if path.is_dir():
+        entries = list(path.iterdir())
+        return not entries or any(e.name == META for e in entries) and all(
+            e.is_file() and (e.name == META or e.suffix == ".npy") for e in entries)
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return bool(_NPZ_MARKERS & set(archive.namelist()))
+
+
+def refuse_foreign(path: str | os.PathLike, what: str) -> None:
+    """FileExistsError when `path` exists but is not a dataset this library wrote, so
+    that writing `what` there would destroy a file or folder of someone else's (a
+    dataset written here is replaced, as before)."""
+    path = Path(path)
+    if path.exists() and Path.cwd().is_relative_to(path.resolve()):
+        raise FileExistsError(f"{what} {path} is the current folder or holds it; give the "
+                              f"path of a new folder")
+    if not os.path.lexists(path) or written_here(path):
+        return
+    if path.is_dir():
+        names = sorted(e.name for e in path.iterdir())
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        found = f"a folder holding {', '.join(names[:3])}{more}, not a dataset"
+    else:
+        found = "a file, not a dataset archive"
+    raise FileExistsError(f"{what} {path} is {found} written by zerognn-jax; give a new "
+                          f"path or remove it first")
 
 
 def umask() -> int:

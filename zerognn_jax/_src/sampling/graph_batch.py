@@ -77,9 +77,11 @@ def graph_tables(c: GraphCollection) -> GraphTables:
     edges = None if c.edge_features is None else c.edge_features.astype(np.float32)
     rows = _node_rows(c)
     (by_r, ptr_r), (by_s, ptr_s) = (_sorted_incidence(ends, c.num_nodes) for ends in rows)
+    # a collection without edges still gets an edge row to index (masked in every batch)
+    one_row = lambda a: a if a is None or a.shape[0] else np.zeros((1, *a.shape[1:]), a.dtype)
     return GraphTables(c.node_offsets.astype(np.int32), c.edge_offsets.astype(np.int32),
-                       c.senders, c.receivers, edges, c.targets, by_r, by_s, ptr_r, ptr_s,
-                       _degree_peaks(c, *rows))
+                       one_row(c.senders), one_row(c.receivers), one_row(edges), c.targets,
+                       by_r, by_s, ptr_r, ptr_s, _degree_peaks(c, *rows))
 
 
 def _node_rows(c: GraphCollection) -> tuple[np.ndarray, np.ndarray]:

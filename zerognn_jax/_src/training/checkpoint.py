@@ -72,7 +72,8 @@ class CheckpointMismatch(ValueError):
 
 
 class CheckpointWarning(UserWarning):
-    """A checkpoint could not be read and was set aside."""
+    """A checkpoint could not be read and was set aside, or an epoch's best_metric has
+    no value to rank it by."""
 
 
 BEST = "best"  # the sub-folder of the best-validation checkpoint
@@ -427,7 +428,13 @@ class BestCheckpoint:
         if self.metric not in evaluated:
             raise ValueError(f"best_metric {self.metric!r} is not among the evaluated "
                              f"metrics: {', '.join(sorted(evaluated))}")
-        if not self._take(epoch, evaluated[self.metric]):
+        value = evaluated[self.metric]
+        if value is None or not math.isfinite(value):
+            warnings.warn(f"best_metric {self.metric!r} has no value at epoch {epoch} (an "
+                          f"empty split, or one class only: ROC-AUC and AP need both): "
+                          f"this epoch cannot become the best checkpoint", CheckpointWarning,
+                          stacklevel=2)
+        if not self._take(epoch, value):
             return False
         self._ckpt.save(epoch, state, {**meta, "best": {"metric": self.metric,
                                                        "value": self.value}},

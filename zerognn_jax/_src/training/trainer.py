@@ -19,7 +19,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from zerognn_jax._src.data.dataset import Dataset
-from zerognn_jax._src.data.loaders import is_typed, row_normalize
+from zerognn_jax._src.data.loaders import is_typed, require_known, row_normalize
 from zerognn_jax._src.nn.bridge import as_linen, model_name
 from zerognn_jax._src.nn.hetero import HETERO_MODELS
 from zerognn_jax._src.nn.models import EDGE_MODELS, GNN, MODELS, count_params, make_model
@@ -107,6 +107,8 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                          f"starts as its own layers say: drop init")
     typed = is_typed(cfg.dataset if dataset is None else dataset)
     if model is None and cfg.model in HETERO_MODELS and not typed and cfg.task != "graph":
+        if dataset is None:  # a missing or misspelled name says so, not "one type"
+            require_known(str(cfg.dataset))
         raise ValueError(f"model {cfg.model!r} is a relational model for typed datasets; "
                          f"{_name(cfg, dataset)!r} has one node and one edge type: choose "
                          f"one of {', '.join(MODELS)}")

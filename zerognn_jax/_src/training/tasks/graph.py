@@ -149,6 +149,9 @@ class GraphTask(ItemsAreLevel0):
         if not isinstance(dataset, GraphCollection):
             raise TypeError(f"the graph task trains on a GraphCollection, got "
                             f"{type(dataset).__name__}")
+        if not dataset.train_idx.size:
+            raise ValueError(f"{dataset.name}'s train_idx is empty: there is nothing to "
+                             f"train on")
         task = graph_task(loss, dataset.target_kind, cfg.balance_window)
         aggregation = resolve_aggregation(cfg.graph_aggregation, cfg.batch_size)
         return dataclasses.replace(task, aggregation=aggregation), dataset

@@ -87,6 +87,8 @@ def graph_metrics(outputs, targets, kind: str) -> dict:
     "binary"), targets as stored (NaN = missing)."""
     out = np.asarray(outputs, np.float64)
     t = np.asarray(targets)
+    if not len(out):  # an empty split: no value (null in the records)
+        return {name: float("nan") for name in METRICS[kind]}
     if kind == "classes":
         acc = float(np.mean(out.argmax(-1) == t)) if t.size else float("nan")
         return {"acc": acc}
