@@ -9,6 +9,7 @@ import dataclasses
 import gzip
 import json
 import re
+import warnings
 from pathlib import Path
 
 import jax
@@ -407,6 +408,9 @@ def test_typed_options_on_a_graph_of_one_type_are_refused(monkeypatch):
         trainer.prepare(TrainConfig(dataset="gone/x.npz", model="rsage", progress=False))
     with pytest.raises(ValueError, match=r"unknown dataset 'tinny'; valid names: "):
         trainer.prepare(TrainConfig(dataset="tinny", model="rgat", progress=False))
+    with pytest.raises(ValueError, match=r"molhiv-like is a collection of small graphs: "
+                                         r"train it with task='graph'"):
+        trainer.prepare(TrainConfig(dataset="molhiv-like", model="rgcn", progress=False))
 
 
 def test_a_best_metric_the_task_never_reports_fails_before_training(tmp_path, monkeypatch):
@@ -455,6 +459,9 @@ def test_an_epoch_whose_best_metric_has_no_value_says_so(tmp_path):
                                                    r"at epoch 0 \(an empty split, or one "
                                                    r"class only"):
             assert not best.offer(0, {"val_rocauc": None}, {}, {})
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # said once a run, not every epoch
+            assert not best.offer(1, {"val_rocauc": float("nan")}, {}, {})
         assert best.epoch is None and best.value is None
     finally:
         best.close()

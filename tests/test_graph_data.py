@@ -77,15 +77,19 @@ MAKE = dict(name="t", n_node=[3, 2], n_edge=[1, 1], senders=[0, 0], receivers=[1
                                           "int32"),
     ("splits", ([2**32], [1], []), "train_idx holds 4294967296, outside the range of int32"),
     ("targets", [2**32 + 1, 0], "class targets holds 4294967297, outside"),
-    ("targets", [1.7, 0.2], "class targets must be integers, got 1.7 (dtype float64)"),
-    ("targets", [np.nan, 0], "class targets must be integers, got nan"),
-    ("n_node", [3.0, 2.7], "n_node must be integers, got 2.7"),
+    ("targets", [1.7, 0.2], "class targets must be integers within int32, got 1.7 (dtype "
+                            "float64)"),
+    ("targets", [np.nan, 0], "class targets must be integers within int32, got nan"),
+    ("targets", np.array([2.0**31], np.float32), "within int32, got 2147483648.0"),
+    ("n_node", [3.0, 2.7], "n_node must be integers within int64, got 2.7"),
 ])
 def test_make_collection_refuses_what_a_cast_would_change(field, value, message):
     """Ids and counts that NumPy's cast to int32 would wrap or round are refused."""
     with pytest.raises(ValueError, match=re.escape(message)):
         zg.make_collection(**{**MAKE, field: value})
     zg.make_collection(**{**MAKE, "n_node": [3.0, 2.0]})  # whole floats are counts
+    zg.make_collection(**{**MAKE, "targets": np.array([False, True])})  # bools are 0 and 1
+    zg.make_collection(**{**MAKE, "senders": np.array([0, 0], object)})  # Python ints
 
 
 def test_validation_of_classes_and_vocab():

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from zerognn_jax._src.data import storage
@@ -175,10 +176,26 @@ def test_a_folder_or_file_not_written_here_is_never_replaced(tmp_path, capsys, m
     assert main([*generate, "."]) == 2
     assert "is the current folder or holds it" in capsys.readouterr().err
     assert sorted(p.name for p in mine.iterdir()) == ["figs", "thesis.tex"]
+    # arrays of one's own saved the common ways, with a `meta` of their own
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "meta.json").write_text('{"lr": 0.1}')
+    np.save(exp / "weights.npy", np.ones(3))
+    np.savez(tmp_path / "run.npz", meta=np.str_('{"lr": 0.1}'), results=np.ones(3))
+    with pytest.raises(FileExistsError, match="is a folder holding meta.json, weights.npy"):
+        storage.save_dir(dataset, exp)
+    with pytest.raises(FileExistsError, match="run.npz is a file, not a dataset archive"):
+        storage.save_npz(dataset, tmp_path / "run.npz")
+    with pytest.raises(FileExistsError, match="exp is a folder; give a file's path"):
+        storage.save_npz(dataset, exp)
+    storage.save_npz(dataset, tmp_path / "run.npz", overwrite=True)  # the caches' way
+    assert storage.load_npz(tmp_path / "run.npz").name == dataset.name
     (tmp_path / "empty").mkdir()
+    (tmp_path / ".empty.old").mkdir()  # left by a write killed between its renames
     for out in (tmp_path / "empty", tmp_path / "empty", tmp_path / "d.npz", tmp_path / "d.npz"):
         assert (storage.save_npz if out.suffix else storage.save_dir)(dataset, out) == out
     assert storage.load_dir(tmp_path / "empty").name == dataset.name
+    assert not (tmp_path / ".empty.old").exists()
 
 
 def test_a_metrics_line_cut_by_a_full_disk_is_taken_back(tmp_path, monkeypatch):

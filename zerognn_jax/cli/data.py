@@ -110,8 +110,8 @@ def run_generate(args: argparse.Namespace) -> int:
         print(f"zerognn: error: {_feature_dtype_refusal(args)}", file=sys.stderr)
         return 2
     try:  # before generating: a foreign --out would only be refused after it
-        refuse_foreign(args.out, "--out")
-    except FileExistsError as err:
+        refuse_foreign(args.out, "--out", folder=not args.out.endswith(".npz"))
+    except OSError as err:
         print(f"zerognn: error: {err}", file=sys.stderr)
         return 2
     if streamed:

@@ -45,7 +45,7 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
         if path.is_file():
             return load_graphs_file(path)
         collection = PRESETS[key](scale, seed)
-        save_graphs(collection, path)
+        save_graphs(collection, path, overwrite=True)
         return collection
     if scale != 1.0:
         raise ValueError(f"scale applies to the synthetic presets ({', '.join(PRESETS)}), "

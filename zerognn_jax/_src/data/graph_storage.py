@@ -29,9 +29,16 @@ from pathlib import Path
 import numpy as np
 
 from zerognn_jax._src.data.graphs import GraphCollection
-from zerognn_jax._src.data.writes import atomic_write, refuse_foreign, umask, writing
+from zerognn_jax._src.data.writes import (
+    GRAPHS_FORMAT,
+    atomic_write,
+    refuse_foreign,
+    remove_path,
+    umask,
+    writing,
+)
 
-FORMAT, VERSION = "zerognn-graphs", 1
+FORMAT, VERSION = GRAPHS_FORMAT, 1
 ARRAYS = ("node_offsets", "edge_offsets", "senders", "receivers", "node_features",
           "targets", "train_idx", "val_idx", "test_idx")
 
@@ -49,12 +56,16 @@ def _arrays(c: GraphCollection) -> dict:
     return out
 
 
-def save_graphs(collection: GraphCollection, path: str | os.PathLike) -> Path:
+def save_graphs(collection: GraphCollection, path: str | os.PathLike, *,
+                overwrite: bool = False) -> Path:
     """Writes `collection` to `path`: a `.npz` file when the name ends in .npz, else a
     directory. Raises WriteError (an OSError naming the path) when it cannot be written;
-    nothing half-written is left."""
+    nothing half-written is left. Unless `overwrite`, FileExistsError if `path` holds
+    something else than a dataset written here."""
     path = Path(path)
-    refuse_foreign(path, "graph collection " + ("file" if path.suffix == ".npz" else "directory"))
+    what = "graph collection " + ("file" if path.suffix == ".npz" else "directory")
+    if not overwrite:
+        refuse_foreign(path, what, folder=path.suffix != ".npz")
     if path.suffix == ".npz":
         with atomic_write(path, "graph collection file") as f:
             np.savez(f, meta=np.str_(json.dumps(_meta(collection))), **_arrays(collection))
@@ -67,11 +78,14 @@ def save_graphs(collection: GraphCollection, path: str | os.PathLike) -> Path:
             for key, values in _arrays(collection).items():
                 np.save(tmp / f"{key}.npy", values)
             (tmp / "meta.json").write_text(json.dumps(_meta(collection)))
+            if not overwrite:
+                refuse_foreign(path, what, folder=True)
             old = path.with_name(f".{path.name}.old")  # the old folder goes only once
-            if path.exists():                           # the new one is in place
+            remove_path(old)                            # the new one is in place
+            if os.path.lexists(path):
                 os.replace(path, old)
             os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
+            remove_path(old)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

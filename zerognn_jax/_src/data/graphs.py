@@ -241,18 +241,28 @@ def validate_collection(c: GraphCollection) -> None:
 
 
 def _ints(what: str, values, dtype) -> np.ndarray:
-    """`values` as `dtype` integers; ValueError for values that are not whole numbers or
-    do not fit (NumPy's cast would round or wrap them silently)."""
+    """`values` as `dtype` integers (bools as 0 and 1); ValueError for values that are
+    not whole numbers or do not fit (NumPy's cast would round or wrap them silently)."""
     a = np.asarray(values)
-    if a.size and not np.issubdtype(a.dtype, np.integer):
-        whole = np.issubdtype(a.dtype, np.floating) and np.isfinite(a) & (a == np.round(a))
-        if not np.all(whole):
-            at = int(np.flatnonzero(~np.broadcast_to(whole, a.shape).reshape(-1))[0])
-            _fail(f"{what} must be integers, got {a.reshape(-1)[at].item()} (dtype {a.dtype})")
+    if a.dtype == object:  # Python ints (or anything else) in an object array
+        a = np.asarray(a.tolist())
+    if a.dtype == np.bool_:
+        a = a.astype(np.int64)
     limits = np.iinfo(dtype)
-    if a.size and (a.min() < limits.min or a.max() > limits.max):
-        value = a.min() if a.min() < limits.min else a.max()
-        _fail(f"{what} holds {value}, outside the range of {np.dtype(dtype).name}")
+    if a.size and np.issubdtype(a.dtype, np.integer):
+        low, high = a.min(), a.max()
+        if low < limits.min or high > limits.max:
+            _fail(f"{what} holds {low if low < limits.min else high}, outside the range of "
+                  f"{np.dtype(dtype).name}")
+    elif a.size:
+        if not np.issubdtype(a.dtype, np.floating):
+            _fail(f"{what} must be integers, got dtype {a.dtype}")
+        f = a.astype(np.float64).reshape(-1)
+        # float64 bounds, exact as powers of two: the upper one is 2**(bits - 1)
+        bad = ~np.isfinite(f) | (f != np.round(f)) | (f < limits.min) | (f >= -limits.min)
+        if bad.any():
+            _fail(f"{what} must be integers within {np.dtype(dtype).name}, got "
+                  f"{f[np.flatnonzero(bad)[0]]} (dtype {a.dtype})")
     return a.astype(dtype)
 
 

@@ -101,8 +101,11 @@ def _dataset(meta: dict, arrays: dict, where) -> HeteroDataset:
         raise ValueError(f"{where} holds an invalid typed dataset: {err}") from err
 
 
-def save_hetero_npz(ds: HeteroDataset, path: str | os.PathLike) -> Path:
-    """Writes `ds` to the `.npz` file `path` (atomically; WriteError when it cannot)."""
+def save_hetero_npz(ds: HeteroDataset, path: str | os.PathLike, *,
+                    overwrite: bool = False) -> Path:
+    """Writes `ds` to the `.npz` file `path` (atomically; WriteError when it cannot;
+    FileExistsError if `path` holds something else than a dataset written here, unless
+    `overwrite`)."""
     arrays, dtypes = {}, {}
     for key, values in _arrays(ds).items():
         if values.dtype == BFLOAT16:  # .npy has no bfloat16: its bits go as uint16
@@ -110,7 +113,8 @@ def save_hetero_npz(ds: HeteroDataset, path: str | os.PathLike) -> Path:
             values = values.view(np.uint16)
         arrays[key] = values
     meta = {**_meta(ds), "dtypes": dtypes}
-    refuse_foreign(path, "dataset file")
+    if not overwrite:
+        refuse_foreign(path, "dataset file", folder=False)
     with atomic_write(path, "dataset file") as f:
         np.savez(f, format_version=np.int64(storage.FORMAT_VERSION),
                  meta=np.str_(json.dumps(meta)), **arrays)
@@ -145,9 +149,12 @@ def load_hetero_npz(path: str | os.PathLike) -> HeteroDataset:
     return _dataset(meta, arrays, path)
 
 
-def save_hetero_dir(ds: HeteroDataset, path: str | os.PathLike) -> Path:
-    """Writes `ds` to the directory `path` (atomically), one `.npy` per array."""
-    with storage.write_dir(path, ds.name, ds.num_classes, accepts=_accepts) as out:
+def save_hetero_dir(ds: HeteroDataset, path: str | os.PathLike, *,
+                    overwrite: bool = False) -> Path:
+    """Writes `ds` to the directory `path` (atomically), one `.npy` per array (as
+    `save_hetero_npz` for what is already at `path`)."""
+    with storage.write_dir(path, ds.name, ds.num_classes, accepts=_accepts,
+                           overwrite=overwrite) as out:
         out.meta.update(_meta(ds))
         for key, values in _arrays(ds).items():
             out.put(key, values)

@@ -93,9 +93,7 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
     if key in HETERO_NAMES or is_hetero_path(name):
         raise ValueError(f"{name} is a typed (heterogeneous) dataset: load it with "
                          "load_hetero_dataset (zg.train reads it by name)")
-    if is_graph_dataset(name):
-        raise ValueError(f"{name} is a collection of small graphs: train it with "
-                         "task='graph' (--task graph); load_graphs reads it")
+    _refuse_graphs(name)
     if name.endswith(".npz"):
         return load_npz(name)
     if is_dataset_dir(name):
@@ -128,10 +126,17 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
 
 
 def require_known(name: str) -> None:
-    """Raises what `load_dataset` raises for a name that names no dataset (a missing
-    path, an unknown name), without loading anything; returns for any other name."""
+    """Raises what `load_dataset` raises for a name that names no dataset it reads (a
+    graph collection, a missing path, an unknown name), without loading anything."""
+    _refuse_graphs(name)
     if name.lower() not in {n.lower() for n in DATASET_NAMES} and not Path(name).exists():
         _refuse_unknown(name)
+
+
+def _refuse_graphs(name: str):
+    if is_graph_dataset(name):
+        raise ValueError(f"{name} is a collection of small graphs: train it with "
+                         "task='graph' (--task graph); load_graphs reads it")
 
 
 def _refuse_unknown(name: str):
@@ -173,7 +178,7 @@ def _load_ogb(name: str, root) -> Dataset:
     if binary:
         return ogb.load_ogb(name, root)
     dataset = ogb.load_ogb(name, root)
-    save_npz(dataset, cache)
+    save_npz(dataset, cache, overwrite=True)
     return dataset
 
 
@@ -185,7 +190,7 @@ def _cached(root, stem: str, build: Callable[[], Dataset]) -> Dataset:
     if path.is_file():
         return load_npz(path)
     dataset = build()
-    save_npz(dataset, path)
+    save_npz(dataset, path, overwrite=True)
     return dataset
 
 
@@ -238,7 +243,8 @@ def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
 
 
 def _saved(dataset: HeteroDataset, path: Path) -> HeteroDataset:
-    (save_hetero_npz if path.suffix == ".npz" else save_hetero_dir)(dataset, path)
+    (save_hetero_npz if path.suffix == ".npz" else save_hetero_dir)(dataset, path,
+                                                                     overwrite=True)
     return dataset
 
 

@@ -193,7 +193,8 @@ def write_binary(name: str, root: str | os.PathLike, path: str | os.PathLike, *,
     raw = folder / "raw"
     data_npz = _require(raw / "data.npz")
     path = Path(path)
-    with zipfile.ZipFile(data_npz) as zf, storage.write_dir(path, name, spec.num_classes) as out, \
+    with zipfile.ZipFile(data_npz) as zf, storage.write_dir(path, name, spec.num_classes,
+                                                              overwrite=True) as out, \
             tempfile.TemporaryDirectory(dir=path.parent, prefix=".edges.") as tmp:
         missing = [k for k in ("edge_index", "node_feat", "num_nodes_list")
                    if f"{k}.npy" not in zf.namelist()]

@@ -107,5 +107,5 @@ def load_ogbg(name: str, root: str | os.PathLike) -> GraphCollection:
     if cache.is_file() and all(p.stat().st_mtime <= cache.stat().st_mtime for p in sources):
         return load_graphs_file(cache)
     collection = read_ogbg(name, root)
-    save_graphs(collection, cache)
+    save_graphs(collection, cache, overwrite=True)
     return collection

@@ -49,6 +49,7 @@ from zerognn_jax._src.data.writes import (
     META,
     atomic_write,
     refuse_foreign,
+    remove_path,
     umask,
     write_error,
     writing,
@@ -64,11 +65,13 @@ _REQUIRED = (
 )
 
 
-def save_npz(dataset: Dataset, path: str | os.PathLike) -> Path:
+def save_npz(dataset: Dataset, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """Writes `dataset` to `path` (atomically) in the single-file format above.
 
     Raises:
       WriteError: the file could not be written (an OSError naming it; nothing is left).
+      FileExistsError: `path` holds something else than a dataset written here (not
+        checked with `overwrite`).
     """
     g = dataset.graph
     arrays = {
@@ -92,7 +95,8 @@ def save_npz(dataset: Dataset, path: str | os.PathLike) -> Path:
     if dataset.targets is not None:
         arrays["targets"] = dataset.targets
         arrays["target_kind"] = np.str_(dataset.target_kind)
-    refuse_foreign(path, "dataset file")
+    if not overwrite:
+        refuse_foreign(path, "dataset file", folder=False)
     with atomic_write(path, "dataset file") as f:
         np.savez(f, **arrays)
     return Path(path)
@@ -190,7 +194,7 @@ class DatasetWriter:
 
 @contextlib.contextmanager
 def write_dir(path: str | os.PathLike, name: str, num_classes: int, *,
-              accepts=_homogeneous_key) -> Iterator[DatasetWriter]:
+              accepts=_homogeneous_key, overwrite: bool = False) -> Iterator[DatasetWriter]:
     """Yields a `DatasetWriter` whose directory replaces `path` when the block ends.
 
     The arrays go to a temporary folder beside `path`, which is synced and renamed into
@@ -198,10 +202,13 @@ def write_dir(path: str | os.PathLike, name: str, num_classes: int, *,
     then), and deleted otherwise: readers see a complete dataset or none. The folder and
     its files get the permissions the umask leaves (of 0o777 and 0o666). An OSError
     (a full disk, ...) becomes a `WriteError` naming `path`. `accepts`: see
-    `DatasetWriter`.
+    `DatasetWriter`. Unless `overwrite` (the library's own caches), anything at `path`
+    but a dataset written here is refused (`refuse_foreign`), before the block and again
+    before the swap.
     """
     path = Path(path)
-    refuse_foreign(path, "dataset directory")
+    if not overwrite:
+        refuse_foreign(path, "dataset directory", folder=True)
     with writing("dataset directory", path):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part"))
@@ -215,11 +222,14 @@ def write_dir(path: str | os.PathLike, name: str, num_classes: int, *,
         for file in tmp.iterdir():
             with open(file, "rb+") as f:
                 os.fsync(f.fileno())
+        if not overwrite:  # the block may have run for hours
+            refuse_foreign(path, "dataset directory", folder=True)
         old = path.with_name(f".{path.name}.old")
-        if path.exists():
+        remove_path(old)  # a leftover of a write killed between the two renames
+        if os.path.lexists(path):
             os.replace(path, old)
         os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
+        remove_path(old)
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
         raise write_error("dataset directory", path, err) from None
@@ -228,10 +238,12 @@ def write_dir(path: str | os.PathLike, name: str, num_classes: int, *,
         raise
 
 
-def save_dir(dataset: Dataset, path: str | os.PathLike) -> Path:
-    """Writes `dataset` to the directory `path` (atomically), one `.npy` per array."""
+def save_dir(dataset: Dataset, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+    """Writes `dataset` to the directory `path` (atomically), one `.npy` per array;
+    FileExistsError if `path` holds something else than a dataset written here, unless
+    `overwrite`."""
     g = dataset.graph
-    with write_dir(path, dataset.name, dataset.num_classes) as out:
+    with write_dir(path, dataset.name, dataset.num_classes, overwrite=overwrite) as out:
         for key, values in (("indptr", g.indptr), ("indices", g.indices),
                             ("weights", g.weights), ("features", dataset.features),
                             ("labels", dataset.labels), ("train_idx", dataset.train_idx),

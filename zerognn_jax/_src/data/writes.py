@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
+import shutil
 import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+
+import numpy as np
 
 # How C++ layers (tensorstore under orbax) report an errno in their messages.
 _ERRNO_IN_TEXT = re.compile(r"os_error_code='?(\d+)|\[Errno (\d+)\]")
@@ -94,37 +98,59 @@ def atomic_write(path: str | os.PathLike, what: str = "file") -> Iterator:
 
 
 
-# What marks a file or folder as a dataset this library wrote: an .npz with one of these
-# members (datasets, typed datasets, graph collections), a folder of .npy files and META.
-_NPZ_MARKERS = {"format_version.npy", "meta.npy"}
+# What marks a file or folder as a dataset this library wrote: an .npz with a
+# format_version entry (datasets, typed datasets) or a meta entry whose JSON names the
+# graph collections' format; a folder of .npy files and a meta.json that does the same.
 META = "meta.json"
+GRAPHS_FORMAT = "zerognn-graphs"
+
+
+def _ours(meta) -> bool:
+    return isinstance(meta, dict) and ("format_version" in meta
+                                       or meta.get("format") == GRAPHS_FORMAT)
 
 
 def written_here(path: Path) -> bool:
-    """Whether `path` is a dataset file or folder this library wrote, or an empty
-    folder (so a new dataset may replace it): an .npz archive with a format_version or
-    meta entry, or a folder that holds meta.json and nothing but it and .npy files."""
-    if path.is_dir():
-        entries = list(path.iterdir())
-        return not entries or any(e.name == META for e in entries) and all(
-            e.is_file() and (e.name == META or e.suffix == ".npy") for e in entries)
-    if not zipfile.is_zipfile(path):
+    """Whether `path` is a dataset file or folder this library wrote (its format marks
+    above), or an empty folder: one a new dataset may replace. Unreadable: False."""
+    try:
+        if path.is_dir():
+            entries = list(path.iterdir())
+            if not entries:
+                return True
+            files = all(e.is_file() and (e.name == META or e.suffix == ".npy") for e in entries)
+            return files and (path / META).is_file() and _ours(
+                json.loads((path / META).read_text()))
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+            if "format_version.npy" in names:
+                return True
+            if "meta.npy" not in names:
+                return False
+            with archive.open("meta.npy") as f:
+                return _ours(json.loads(str(np.lib.format.read_array(f))))
+    except (OSError, ValueError, zipfile.BadZipFile):
         return False
-    with zipfile.ZipFile(path) as archive:
-        return bool(_NPZ_MARKERS & set(archive.namelist()))
 
 
-def refuse_foreign(path: str | os.PathLike, what: str) -> None:
-    """FileExistsError when `path` exists but is not a dataset this library wrote, so
-    that writing `what` there would destroy a file or folder of someone else's (a
-    dataset written here is replaced, as before)."""
+def refuse_foreign(path: str | os.PathLike, what: str, *, folder: bool) -> None:
+    """FileExistsError (or an OSError of reading it) when `path` exists but is not a
+    dataset this library wrote of the kind to be written (`folder`, or a file), so that
+    writing `what` there would destroy a file or folder of someone else's or fail after
+    the work; the current folder is refused too. A dataset written here is replaced."""
     path = Path(path)
+    if not os.path.lexists(path):
+        return
     if path.exists() and Path.cwd().is_relative_to(path.resolve()):
         raise FileExistsError(f"{what} {path} is the current folder or holds it; give the "
                               f"path of a new folder")
-    if not os.path.lexists(path) or written_here(path):
+    if path.is_dir() != folder:
+        want = "a folder's" if folder else "a file's"
+        raise FileExistsError(f"{what} {path} is a {'folder' if path.is_dir() else 'file'}; "
+                              f"give {want} path")
+    if written_here(path):
         return
-    if path.is_dir():
+    if folder:
         names = sorted(e.name for e in path.iterdir())
         more = f" and {len(names) - 3} more" if len(names) > 3 else ""
         found = f"a folder holding {', '.join(names[:3])}{more}, not a dataset"
@@ -132,6 +158,14 @@ def refuse_foreign(path: str | os.PathLike, what: str) -> None:
         found = "a file, not a dataset archive"
     raise FileExistsError(f"{what} {path} is {found} written by zerognn-jax; give a new "
                           f"path or remove it first")
+
+
+def remove_path(path: Path) -> None:
+    """Removes a file, link or folder tree at `path`, if any (errors ignored)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.exists():
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def umask() -> int:

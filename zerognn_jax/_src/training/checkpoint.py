@@ -399,7 +399,7 @@ class BestCheckpoint:
 
     def __init__(self, checkpoint_dir: str, metric: str, history=()):
         self.metric, self.mode = metric, best_mode(metric)
-        self.value, self.epoch = None, None
+        self.value, self.epoch, self._warned = None, None, False
         for record in history:
             self._take(record.get("epoch"), record.get(metric))
         self._ckpt = Checkpointer(str(Path(checkpoint_dir) / BEST), best_metric=metric)
@@ -429,11 +429,12 @@ class BestCheckpoint:
             raise ValueError(f"best_metric {self.metric!r} is not among the evaluated "
                              f"metrics: {', '.join(sorted(evaluated))}")
         value = evaluated[self.metric]
-        if value is None or not math.isfinite(value):
+        if (value is None or not math.isfinite(value)) and not self._warned:
+            self._warned = True  # once a run: a split may lack a value every epoch
             warnings.warn(f"best_metric {self.metric!r} has no value at epoch {epoch} (an "
                           f"empty split, or one class only: ROC-AUC and AP need both): "
-                          f"this epoch cannot become the best checkpoint", CheckpointWarning,
-                          stacklevel=2)
+                          f"such an epoch cannot become the best checkpoint",
+                          CheckpointWarning, stacklevel=2)
         if not self._take(epoch, value):
             return False
         self._ckpt.save(epoch, state, {**meta, "best": {"metric": self.metric,
