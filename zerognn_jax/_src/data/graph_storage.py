@@ -33,7 +33,7 @@ from zerognn_jax._src.data.writes import (
     GRAPHS_FORMAT,
     atomic_write,
     refuse_foreign,
-    remove_path,
+    swap_in,
     umask,
     writing,
 )
@@ -78,14 +78,7 @@ def save_graphs(collection: GraphCollection, path: str | os.PathLike, *,
             for key, values in _arrays(collection).items():
                 np.save(tmp / f"{key}.npy", values)
             (tmp / "meta.json").write_text(json.dumps(_meta(collection)))
-            if not overwrite:
-                refuse_foreign(path, what, folder=True)
-            old = path.with_name(f".{path.name}.old")  # the old folder goes only once
-            remove_path(old)                            # the new one is in place
-            if os.path.lexists(path):
-                os.replace(path, old)
-            os.replace(tmp, path)
-            remove_path(old)
+            swap_in(tmp, path, what, overwrite=overwrite)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -49,7 +49,7 @@ from zerognn_jax._src.data.writes import (
     META,
     atomic_write,
     refuse_foreign,
-    remove_path,
+    swap_in,
     umask,
     write_error,
     writing,
@@ -222,14 +222,7 @@ def write_dir(path: str | os.PathLike, name: str, num_classes: int, *,
         for file in tmp.iterdir():
             with open(file, "rb+") as f:
                 os.fsync(f.fileno())
-        if not overwrite:  # the block may have run for hours
-            refuse_foreign(path, "dataset directory", folder=True)
-        old = path.with_name(f".{path.name}.old")
-        remove_path(old)  # a leftover of a write killed between the two renames
-        if os.path.lexists(path):
-            os.replace(path, old)
-        os.replace(tmp, path)
-        remove_path(old)
+        swap_in(tmp, path, "dataset directory", overwrite=overwrite)
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
         raise write_error("dataset directory", path, err) from None

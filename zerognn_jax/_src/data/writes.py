@@ -160,6 +160,20 @@ def refuse_foreign(path: str | os.PathLike, what: str, *, folder: bool) -> None:
                           f"path or remove it first")
 
 
+def swap_in(tmp: Path, path: Path, what: str, *, overwrite: bool) -> None:
+    """Renames the finished folder `tmp` to `path`; an older `path` (checked again by
+    `refuse_foreign` unless `overwrite`) goes aside first and is removed only once the new
+    one is in place, as is a leftover of a swap killed between its renames."""
+    if not overwrite:  # the writing may have run for hours
+        refuse_foreign(path, what, folder=True)
+    old = path.with_name(f".{path.name}.old")
+    remove_path(old)
+    if os.path.lexists(path):
+        os.replace(path, old)
+    os.replace(tmp, path)
+    remove_path(old)
+
+
 def remove_path(path: Path) -> None:
     """Removes a file, link or folder tree at `path`, if any (errors ignored)."""
     if path.is_symlink() or path.is_file():
