@@ -303,7 +303,7 @@ def test_divergence_stops_with_epoch_and_step(tmp_path):
     records = [strict_json(line) for line in metrics.read_text().splitlines()]
     assert len(records) == 1 and records[0]["loss"] is None
     assert records[0]["epoch"] == 0 and records[0]["diverged_at_step"] >= 0
-    assert not [p for p in (tmp_path / "ck").iterdir() if p.name.isdigit()]
+    assert not (tmp_path / "ck").exists()  # no checkpoint: the folder made for it goes
 
 
 def test_cli_divergence_exit_code_and_one_line(tmp_path, capsys):
@@ -417,14 +417,22 @@ def test_a_best_metric_the_task_never_reports_fails_before_training(tmp_path, mo
     ran = []
     monkeypatch.setattr(trainer, "_train", lambda *a, **k: ran.append(1))
     cfg = TrainConfig(dataset="tiny", epochs=1, best_metric="val_rocauc",
-                      checkpoint_dir=str(tmp_path / "ck"), progress=False)
-    with pytest.raises(ValueError, match=r"best_metric 'val_rocauc' is not a metric this "
-                                         r"task reports; choose one of train_acc, val_acc, "
-                                         r"test_acc"):
+                      checkpoint_dir=str(tmp_path / "new" / "ck"),
+                      metrics_out=str(tmp_path / "logs" / "m.jsonl"), progress=False)
+    refused = pytest.raises(ValueError, match=r"best_metric 'val_rocauc' is not a metric this "
+                                              r"task reports; choose one of train_acc, "
+                                              r"val_acc, test_acc")
+    with refused:
         train(cfg)
-    assert not ran and not any((tmp_path / "ck").iterdir())
+    # the folders the run made for its outputs go with it; one that was there stays
+    assert not ran and sorted(p.name for p in tmp_path.iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    with refused:
+        train(dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "kept")))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
+    assert not any((tmp_path / "kept").iterdir())
     train(dataclasses.replace(cfg, best_metric="val_acc"))  # a reported one passes on
-    assert ran
+    assert ran and (tmp_path / "new" / "ck").is_dir()
     # a task of one's own: names plain or prefixed pass, and one that lists none is not
     # checked here
     for names, metric in ((("acc",), "val_acc"), (("val_f1",), "val_f1"), (None, "val_x")):

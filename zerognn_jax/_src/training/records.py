@@ -44,35 +44,52 @@ def dumps(record: dict) -> str:
     return json.dumps(strict(record), allow_nan=False)
 
 
-def check_output_paths(metrics_out: str | None, checkpoint_dir: str | None) -> None:
+def check_output_paths(metrics_out: str | None, checkpoint_dir: str | None) -> list[Path]:
     """Raises ValueError naming the path and the problem if the run could not write its
-    metrics file or its checkpoints. Creates missing folders; writes nothing else."""
+    metrics file or its checkpoints. Creates missing folders, which it returns (deepest
+    first, for `remove_if_empty`); writes nothing else."""
+    created = []
     if checkpoint_dir:
-        _check_folder("checkpoint_dir", Path(checkpoint_dir))
+        created += _check_folder("checkpoint_dir", Path(checkpoint_dir))
     if metrics_out:
         path = Path(metrics_out)
         if path.is_dir():
             raise ValueError(f"metrics_out {metrics_out} is a directory; give a file path")
-        _check_folder("the folder of metrics_out", path.parent)
+        created += _check_folder("the folder of metrics_out", path.parent)
         if path.exists():
             try:
                 open(path, "a").close()  # appending nothing changes nothing
             except OSError as err:
                 raise ValueError(f"metrics_out {metrics_out} is not writable: "
                                  f"{err.strerror}") from None
+    return created
 
 
-def _check_folder(what: str, path: Path) -> None:
-    """Creates `path` if needed and proves it writable by creating and removing a file."""
+def remove_if_empty(folders: list[Path]) -> None:
+    """Removes each of `folders` (deepest first) that holds nothing: what a run that
+    failed before writing leaves of the folders `check_output_paths` created."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty, or gone
+            pass
+
+
+def _check_folder(what: str, path: Path) -> list[Path]:
+    """Creates `path` if needed and proves it writable by creating and removing a file;
+    returns the folders it created, deepest first."""
     if path.exists() and not path.is_dir():
         raise ValueError(f"{what} {path} is not a directory")
+    missing = [p for p in [path, *path.parents] if not p.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=path, prefix=".zerognn-probe-")
         os.close(fd)
         os.unlink(probe)
     except OSError as err:
+        remove_if_empty(missing)
         raise ValueError(f"{what} {path} is not writable: {err.strerror}") from None
+    return missing
 
 
 class MetricsLog:

@@ -60,6 +60,7 @@ from zerognn_jax._src.training.records import (
     TensorBoardLog,
     check_output_paths,
     check_tensorboard,
+    remove_if_empty,
     strict,
 )
 from zerognn_jax._src.training.scan import read_ahead_bytes, read_ahead_limit, steps_ahead
@@ -285,7 +286,8 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
         after that epoch (callbacks.py, `EarlyStopping`).
 
     Output paths are checked before anything else, and held for the run (training/lock.py:
-    a second run on the same checkpoint folder or metrics file is refused). Inside
+    a second run on the same checkpoint folder or metrics file is refused). Folders made
+    for them are removed again when the run fails or is refused before writing into them. Inside
     `interrupts.deferred()` (the CLI) a SIGINT or SIGTERM stops the run between phases
     and chunks.
 
@@ -299,10 +301,16 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
       interrupts.Interrupted: a signal arrived inside `interrupts.deferred()`.
     """
     lead = jax.process_index() == 0  # one writer when several processes train together
-    check_output_paths(cfg.metrics_out if lead else None, cfg.checkpoint_dir)
-    check_tensorboard(cfg.tensorboard_dir if lead else None)
-    with hold_outputs(cfg.checkpoint_dir if lead else None, cfg.metrics_out if lead else None):
-        return _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead)
+    created = check_output_paths(cfg.metrics_out if lead else None, cfg.checkpoint_dir)
+    try:
+        check_tensorboard(cfg.tensorboard_dir if lead else None)
+        with hold_outputs(cfg.checkpoint_dir if lead else None,
+                          cfg.metrics_out if lead else None):
+            return _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks,
+                               lead)
+    except BaseException:
+        remove_if_empty(created)  # refused or failed before writing: no empty folders left
+        raise
 
 
 def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
