@@ -127,6 +127,23 @@ def test_jraph_round_trip():
     assert same(c, back)
 
 
+def test_jraph_padding_graphs_are_left_out_by_the_mask():
+    jraph = pytest.importorskip("jraph")
+    c = tiny()
+    padded = jraph.pad_with_graphs(zg.collection_to_jraph(c), n_node=16, n_edge=20,
+                                   n_graph=6)
+    mask = np.asarray(jraph.get_graph_padding_mask(padded))
+    assert mask.tolist() == [True] * 3 + [False] * 3
+    splits = (c.train_idx, c.val_idx, c.test_idx)
+    back = zg.collection_from_jraph(padded, name="tiny", graph_mask=mask, splits=splits)
+    assert same(c, back)
+    # without the mask, jraph's padding graphs are graphs like any other
+    assert zg.collection_from_jraph(padded, name="tiny").n_node.size == 6
+    with pytest.raises(ValueError, match=r"graph_mask must be bool\[6\], one entry per "
+                                         r"graph of the tuple, got int64\[3\]"):
+        zg.collection_from_jraph(padded, graph_mask=np.ones(3, np.int64))
+
+
 def test_pyg_round_trip():
     pytest.importorskip("torch")
     pytest.importorskip("torch_geometric")

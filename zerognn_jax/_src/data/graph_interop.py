@@ -34,23 +34,43 @@ def collection_to_jraph(collection: GraphCollection):
         globals=c.targets)
 
 
-def collection_from_jraph(graphs, *, name: str = "jraph", target_kind: str = "binary", targets=None,
-               splits=None, num_classes: int = 0, node_vocab=(), edge_vocab=()
-               ) -> GraphCollection:
+def collection_from_jraph(graphs, *, name: str = "jraph", target_kind: str = "binary",
+                          targets=None, graph_mask=None, splits=None, num_classes: int = 0,
+                          node_vocab=(), edge_vocab=()) -> GraphCollection:
     """A collection from a `jraph.GraphsTuple` of several graphs (senders and receivers
     global, as `jraph.batch` leaves them). Targets are `targets` if given, else the
-    tuple's `globals`. Raises ValueError if an edge leaves its graph."""
+    tuple's `globals`: one row per graph of the tuple.
+
+    A tuple padded by `jraph.pad_with_graphs` holds padding graphs that would otherwise
+    become graphs of the collection: pass `graph_mask` (bool[G], True for the real
+    graphs: `jraph.get_graph_padding_mask(graphs)`) to leave them out with their nodes,
+    edges and targets; `splits` then number the graphs kept.
+
+    Raises ValueError if an edge leaves its graph, or `graph_mask` does not hold one
+    entry per graph."""
     n_node = np.asarray(graphs.n_node, np.int64)
     n_edge = np.asarray(graphs.n_edge, np.int64)
     shift = np.repeat(np.concatenate([[0], np.cumsum(n_node)[:-1]]), n_edge)
     if targets is None:
         if graphs.globals is None:
             raise ValueError("the GraphsTuple has no globals: pass targets=")
-        targets = np.asarray(graphs.globals)
-    edges = None if graphs.edges is None else np.asarray(graphs.edges)
-    return make_collection(name, n_node, n_edge, np.asarray(graphs.senders) - shift,
-                           np.asarray(graphs.receivers) - shift, np.asarray(graphs.nodes),
-                           targets, target_kind, edge_features=edges, splits=splits,
+        targets = graphs.globals
+    arrays = {"nodes": graphs.nodes, "edges": graphs.edges, "targets": targets,
+              "senders": np.asarray(graphs.senders) - shift,
+              "receivers": np.asarray(graphs.receivers) - shift}
+    arrays = {k: None if v is None else np.asarray(v) for k, v in arrays.items()}
+    if graph_mask is not None:
+        keep = np.asarray(graph_mask)
+        if keep.dtype != bool or keep.shape != n_node.shape:
+            raise ValueError(f"graph_mask must be bool[{n_node.size}], one entry per graph "
+                             f"of the tuple, got {keep.dtype}{list(keep.shape)}")
+        rows = {"nodes": np.repeat(keep, n_node), "targets": keep}
+        rows.update(dict.fromkeys(("edges", "senders", "receivers"), np.repeat(keep, n_edge)))
+        arrays = {k: None if v is None else v[rows[k]] for k, v in arrays.items()}
+        n_node, n_edge = n_node[keep], n_edge[keep]
+    return make_collection(name, n_node, n_edge, arrays["senders"], arrays["receivers"],
+                           arrays["nodes"], arrays["targets"], target_kind,
+                           edge_features=arrays["edges"], splits=splits,
                            num_classes=num_classes, node_vocab=node_vocab,
                            edge_vocab=edge_vocab)
 
