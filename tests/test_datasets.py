@@ -319,6 +319,21 @@ def test_products_like_rejects_tiny_scale():
         products_like(scale=1e-4)
 
 
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), -1.0])
+@pytest.mark.parametrize("name", ["products-like", "proteins-like", "papers100m-like",
+                                  "rmat", "molhiv-like", "molpcba-like", "mag-like",
+                                  "igbh-like", "shop-like"])
+def test_a_scale_that_is_no_size_is_refused_by_every_preset(name, scale):
+    """Each preset names the scale it cannot use (NaN once failed inside round())."""
+    import zerognn_jax as zg
+
+    load = {"molhiv-like": zg.load_graphs, "molpcba-like": zg.load_graphs,
+            "mag-like": zg.load_hetero_dataset, "igbh-like": zg.load_hetero_dataset,
+            "shop-like": zg.load_hetero_dataset}.get(name, load_dataset)
+    with pytest.raises(ValueError, match=rf"scale(=| must be .*got ){scale}"):
+        load(name, scale=scale)
+
+
 def test_tiny_preset():
     ds = load_dataset("tiny")
     assert ds.name == "tiny" and 4000 < ds.num_nodes < 6000

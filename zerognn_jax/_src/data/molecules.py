@@ -152,8 +152,8 @@ def _collection(name, graphs, seed, weights, rates, missing) -> GraphCollection:
 
 
 def _count(base: int, scale: float, name: str) -> int:
-    graphs = round(base * scale)
-    if not math.isfinite(scale) or graphs < 10:
+    graphs = round(base * scale) if math.isfinite(scale) else 0
+    if graphs < 10:
         raise ValueError(f"scale={scale} gives {graphs} graphs; {name} needs >= 10")
     return graphs
 

@@ -64,8 +64,8 @@ _EDGES = _Model(community_edge_prob=1.0)  # every edge stays inside its species
 
 def proteins_like(scale: float = 1.0, seed: int = 0) -> Dataset:
     """The proteins-like graph (module docstring); counts scale with `scale`."""
-    n = round(PROTEINS_NODES * scale)
-    if not math.isfinite(scale) or n < _MIN_NODES:
+    n = round(PROTEINS_NODES * scale) if math.isfinite(scale) else 0
+    if n < _MIN_NODES:
         raise ValueError(f"scale={scale} gives {n} nodes; proteins-like needs >= {_MIN_NODES}")
     sizes = _species_sizes(n)
     species = _rng(seed, 20).permutation(np.repeat(np.arange(sizes.size), sizes))

@@ -73,8 +73,8 @@ def _rng(seed: int, stream: int) -> np.random.Generator:
 
 def products_like(scale: float = 1.0, seed: int = 0) -> Dataset:
     """The products-like benchmark graph; node, edge and split counts scale with `scale`."""
-    n = round(PRODUCTS_NODES * scale)
-    if not math.isfinite(scale) or n < _MIN_NODES:
+    n = round(PRODUCTS_NODES * scale) if math.isfinite(scale) else 0
+    if n < _MIN_NODES:
         raise ValueError(f"scale={scale} gives {n} nodes; products-like needs >= {_MIN_NODES}")
     m = round(PRODUCTS_EDGES * scale)
     model = _PRODUCTS
