@@ -106,6 +106,13 @@ def test_cli_option_errors_are_one_line(capsys):
         main(["train", "--norm", "bogus"])
     assert exit_.value.code == 2
     assert "argument --norm: invalid choice: 'bogus'" in capsys.readouterr().err
+    # a value the config refuses is named by the flag that gave it
+    for argv, message in ((["train", "--seed", "-3"], "--seed must be in [0, 2**31), got -3"),
+                          (["bench", "--eval-batch-size", "0"],
+                           "--eval-batch-size must be >= 1, got 0"),
+                          (["train", "--scale", "nan"], "--scale must be positive, got nan")):
+        assert main([*argv, "--no-progress"]) == 2
+        assert capsys.readouterr().err == f"zerognn: error: {message}\n"
 
 
 # ---------------------------------------------------- output paths, first

@@ -73,7 +73,25 @@ def add_config_flags(parser: argparse.ArgumentParser, config, *, help: dict,
 
 
 def config_from_args(config_cls, args: argparse.Namespace, **overrides):
-    """`config_cls` built from the parsed flags that name its fields."""
+    """`config_cls` built from the parsed flags that name its fields.
+
+    Raises:
+      ValueError: the config's own, with a leading field name spelled as its flag
+        ("seed must be in ..." -> "--seed must be in ...").
+    """
     names = {f.name for f in dataclasses.fields(config_cls)}
     values = {k: v for k, v in vars(args).items() if k in names}
-    return config_cls(**{**values, **overrides})
+    try:
+        return config_cls(**{**values, **overrides})
+    except ValueError as err:
+        raise ValueError(_as_flag(str(err), names)) from None
+
+
+def _as_flag(message: str, names: set[str]) -> str:
+    """`message` with the field name it starts with written as that field's flag, unless
+    the message names the flag already."""
+    field = message.split(" ", 1)[0]
+    flag = "--" + field.replace("_", "-")
+    if field not in names or flag in message:
+        return message
+    return flag + message[len(field):]
