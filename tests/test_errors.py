@@ -434,10 +434,15 @@ def test_a_best_metric_the_task_never_reports_fails_before_training(tmp_path, mo
     # the folders the run made for its outputs go with it; one that was there stays
     assert not ran and sorted(p.name for p in tmp_path.iterdir()) == []
     (tmp_path / "kept").mkdir()
-    with refused:
-        train(dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "kept")))
+    with refused:  # one output inside another; a folder reached through one made here
+        train(dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "a" / ".." / "kept"),
+                                  metrics_out=str(tmp_path / "out" / "logs" / "m.jsonl"),
+                                  tensorboard_dir=str(tmp_path / "out" / "tb")))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
     assert not any((tmp_path / "kept").iterdir())
+    with pytest.raises(ValueError, match="is a directory"):  # refused by the path checks
+        train(dataclasses.replace(cfg, metrics_out=str(tmp_path / "kept")))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
     train(dataclasses.replace(cfg, best_metric="val_acc"))  # a reported one passes on
     assert ran and (tmp_path / "new" / "ck").is_dir()
     # a task of one's own: names plain or prefixed pass, and one that lists none is not

@@ -137,6 +137,13 @@ def test_jraph_padding_graphs_are_left_out_by_the_mask():
     splits = (c.train_idx, c.val_idx, c.test_idx)
     back = zg.collection_from_jraph(padded, name="tiny", graph_mask=mask, splits=splits)
     assert same(c, back)
+    # targets of the real graphs only do as well; other counts are refused
+    real_only = zg.collection_from_jraph(padded, name="tiny", graph_mask=mask, splits=splits,
+                                         targets=c.targets)
+    assert same(c, real_only)
+    with pytest.raises(ValueError, match=r"targets must give a row per graph of the tuple "
+                                         r"\(6\) or per real graph \(3\), got 2"):
+        zg.collection_from_jraph(padded, graph_mask=mask, targets=c.targets[:2])
     # without the mask, jraph's padding graphs are graphs like any other
     assert zg.collection_from_jraph(padded, name="tiny").n_node.size == 6
     with pytest.raises(ValueError, match=r"graph_mask must be bool\[6\], one entry per "

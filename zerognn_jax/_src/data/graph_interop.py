@@ -44,10 +44,11 @@ def collection_from_jraph(graphs, *, name: str = "jraph", target_kind: str = "bi
     A tuple padded by `jraph.pad_with_graphs` holds padding graphs that would otherwise
     become graphs of the collection: pass `graph_mask` (bool[G], True for the real
     graphs: `jraph.get_graph_padding_mask(graphs)`) to leave them out with their nodes,
-    edges and targets; `splits` then number the graphs kept.
+    edges and targets (`targets` may then also give one row per real graph); `splits`
+    then number the graphs kept.
 
-    Raises ValueError if an edge leaves its graph, or `graph_mask` does not hold one
-    entry per graph."""
+    Raises ValueError if an edge leaves its graph, `graph_mask` does not hold one entry
+    per graph, or `targets` fits neither count."""
     n_node = np.asarray(graphs.n_node, np.int64)
     n_edge = np.asarray(graphs.n_edge, np.int64)
     shift = np.repeat(np.concatenate([[0], np.cumsum(n_node)[:-1]]), n_edge)
@@ -64,7 +65,12 @@ def collection_from_jraph(graphs, *, name: str = "jraph", target_kind: str = "bi
         if keep.dtype != bool or keep.shape != n_node.shape:
             raise ValueError(f"graph_mask must be bool[{n_node.size}], one entry per graph "
                              f"of the tuple, got {keep.dtype}{list(keep.shape)}")
-        rows = {"nodes": np.repeat(keep, n_node), "targets": keep}
+        real = int(keep.sum())
+        if len(arrays["targets"]) not in (keep.size, real):
+            raise ValueError(f"targets must give a row per graph of the tuple ({keep.size}) "
+                             f"or per real graph ({real}), got {len(arrays['targets'])}")
+        whole = len(arrays["targets"]) == keep.size
+        rows = {"nodes": np.repeat(keep, n_node), "targets": keep if whole else slice(None)}
         rows.update(dict.fromkeys(("edges", "senders", "receivers"), np.repeat(keep, n_edge)))
         arrays = {k: None if v is None else v[rows[k]] for k, v in arrays.items()}
         n_node, n_edge = n_node[keep], n_edge[keep]

@@ -60,7 +60,11 @@ class _Lock:
     def __init__(self, path: Path, what: str):
         self.path = path
         while True:  # the holder may unlink the file between our open and our flock
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            except FileNotFoundError:  # a refused run removed the empty folder it made
+                path.parent.mkdir(parents=True, exist_ok=True)
+                continue
             try:
                 self._flock(fd, what)
                 if os.path.exists(path) and os.path.samestat(os.fstat(fd), os.stat(path)):

@@ -46,50 +46,81 @@ def dumps(record: dict) -> str:
 
 def check_output_paths(metrics_out: str | None, checkpoint_dir: str | None) -> list[Path]:
     """Raises ValueError naming the path and the problem if the run could not write its
-    metrics file or its checkpoints. Creates missing folders, which it returns (deepest
-    first, for `remove_if_empty`); writes nothing else."""
+    metrics file or its checkpoints. Creates missing folders, which it returns (for
+    `remove_if_empty`; on failure it removes them itself); writes nothing else."""
+    if metrics_out and Path(metrics_out).is_dir():
+        raise ValueError(f"metrics_out {metrics_out} is a directory; give a file path")
     created = []
-    if checkpoint_dir:
-        created += _check_folder("checkpoint_dir", Path(checkpoint_dir))
-    if metrics_out:
-        path = Path(metrics_out)
-        if path.is_dir():
-            raise ValueError(f"metrics_out {metrics_out} is a directory; give a file path")
-        created += _check_folder("the folder of metrics_out", path.parent)
-        if path.exists():
-            try:
-                open(path, "a").close()  # appending nothing changes nothing
-            except OSError as err:
-                raise ValueError(f"metrics_out {metrics_out} is not writable: "
-                                 f"{err.strerror}") from None
+    try:
+        if checkpoint_dir:
+            created += _check_folder("checkpoint_dir", Path(checkpoint_dir))
+        if metrics_out:
+            path = Path(metrics_out)
+            created += _check_folder("the folder of metrics_out", path.parent)
+            if path.exists():
+                try:
+                    open(path, "a").close()  # appending nothing changes nothing
+                except OSError as err:
+                    raise ValueError(f"metrics_out {metrics_out} is not writable: "
+                                     f"{err.strerror}") from None
+    except BaseException:
+        remove_if_empty(created)
+        raise
     return created
 
 
 def remove_if_empty(folders: list[Path]) -> None:
-    """Removes each of `folders` (deepest first) that holds nothing: what a run that
-    failed before writing leaves of the folders `check_output_paths` created."""
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:  # not empty, or gone
-            pass
+    """Removes each of `folders` that holds nothing (the folders a run created for its
+    outputs, when it fails before writing there), a folder emptied by removing another
+    included, in whatever order they come."""
+    left = list(folders)
+    while left:
+        kept = []
+        for folder in left:
+            try:
+                folder.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:  # not empty (yet: another of `left` may be inside it)
+                kept.append(folder)
+        if len(kept) == len(left):
+            return
+        left = kept
+
+
+def _make_folders(path: Path) -> list[Path]:
+    """Creates `path` and any missing parents, one level at a time from the top, and
+    returns the levels this call created: a level that exists (or that another process
+    makes meanwhile) is not counted, however the path is spelled ("a/../b")."""
+    made = []
+    try:
+        for level in [*reversed(path.parents), path]:
+            try:
+                os.mkdir(level)
+                made.append(level)
+            except FileExistsError:
+                pass
+    except BaseException:
+        remove_if_empty(made)
+        raise
+    return made
 
 
 def _check_folder(what: str, path: Path) -> list[Path]:
     """Creates `path` if needed and proves it writable by creating and removing a file;
-    returns the folders it created, deepest first."""
+    returns the folders it created."""
     if path.exists() and not path.is_dir():
         raise ValueError(f"{what} {path} is not a directory")
-    missing = [p for p in [path, *path.parents] if not p.exists()]
+    made = []
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        made = _make_folders(path)
         fd, probe = tempfile.mkstemp(dir=path, prefix=".zerognn-probe-")
         os.close(fd)
         os.unlink(probe)
     except OSError as err:
-        remove_if_empty(missing)
+        remove_if_empty(made)
         raise ValueError(f"{what} {path} is not writable: {err.strerror}") from None
-    return missing
+    return made
 
 
 class MetricsLog:
@@ -154,16 +185,17 @@ def _replace(path: Path, text: str) -> None:
 TENSORBOARD_HINT = "pip install 'zerognn-jax[tensorboard]' (or pip install tensorboardX)"
 
 
-def check_tensorboard(logdir: str | None) -> None:
+def check_tensorboard(logdir: str | None) -> list[Path]:
     """Raises ImportError (with the install command) if `logdir` is set and tensorboardX
-    is missing, and ValueError if `logdir` cannot be written."""
+    is missing, and ValueError if `logdir` cannot be written. Returns the folders it
+    created (`check_output_paths`)."""
     if not logdir:
-        return
+        return []
     try:
         import tensorboardX  # noqa: F401
     except ImportError as err:
         raise ImportError(f"tensorboard_dir needs tensorboardX: {TENSORBOARD_HINT}") from err
-    _check_folder("tensorboard_dir", Path(logdir))
+    return _check_folder("tensorboard_dir", Path(logdir))
 
 
 class TensorBoardLog:

@@ -303,7 +303,7 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
     lead = jax.process_index() == 0  # one writer when several processes train together
     created = check_output_paths(cfg.metrics_out if lead else None, cfg.checkpoint_dir)
     try:
-        check_tensorboard(cfg.tensorboard_dir if lead else None)
+        created += check_tensorboard(cfg.tensorboard_dir if lead else None)
         with hold_outputs(cfg.checkpoint_dir if lead else None,
                           cfg.metrics_out if lead else None):
             return _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks,
