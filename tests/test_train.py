@@ -151,16 +151,16 @@ def test_default_cli_run_trains_the_embedded_graph(tmp_path):
     (["--fanouts", "5,0", "--layers", "2"], "fanout of hop 1 must be positive"),
     (["--layers", "2"], "need one fanout per layer: 2 layers but fanouts (15, 10, 5); set "
                         "layers to 3 (--layers 3) or give 2 fanouts"),
-    (["--batch-size", "0"], "batch_size must be >= 1"),
+    (["--batch-size", "0"], "--batch-size must be >= 1"),
     (["--kernels", "fast"], "bad kernel spec"),
     (["--dataset", "nope"], "nope"),
     (["--dtype", "float16"], "argument --dtype: invalid choice: 'float16'"),
     (["--norm", "bogus"], "argument --norm: invalid choice: 'bogus'"),
-    (["--model", "gat", "--heads", "0"], "heads must be >= 1, got 0"),
+    (["--model", "gat", "--heads", "0"], "--heads must be >= 1, got 0"),
     (["--model", "gat", "--hidden", "32", "--heads", "3"],
      "hidden 32 is not a multiple of heads 3"),
-    (["--multiple", "0"], "multiple must be >= 1, got 0"),
-    (["--multiple", "-128"], "multiple must be >= 1, got -128"),
+    (["--multiple", "0"], "--multiple must be >= 1, got 0"),
+    (["--multiple", "-128"], "--multiple must be >= 1, got -128"),
 ])
 def test_cli_rejects_bad_arguments(args, message, capsys, monkeypatch):
     # In this process (test_default_cli_run_trains_the_embedded_graph runs the command);
