@@ -81,6 +81,15 @@ def test_a_lock_file_removed_during_the_run_still_releases(tmp_path):
         pass
 
 
+def test_a_folder_removed_before_its_lock_is_taken_is_made_again(tmp_path):
+    """A refused run removes the empty folder it made (trainer.train) while another run
+    on the same path is between its path check and its lock: that run takes the lock."""
+    folder = tmp_path / "ck"  # checked by the second run, then removed by the first
+    with hold_outputs(str(folder), None):
+        assert (folder / LOCK_NAME).exists()
+    assert not (folder / LOCK_NAME).exists()
+
+
 def test_without_flock_a_dead_pid_of_this_host_is_stale(tmp_path, monkeypatch):
     def no_flock(fd, op):
         raise OSError(errno.ENOLCK, "No locks available")

@@ -83,8 +83,9 @@ def config_from_args(config_cls, args: argparse.Namespace, **overrides):
     values = {k: v for k, v in vars(args).items() if k in names}
     try:
         return config_cls(**{**values, **overrides})
-    except ValueError as err:
-        raise ValueError(_as_flag(str(err), names)) from None
+    except ValueError as err:  # the same error, its type and notes kept
+        err.args = (_as_flag(str(err), names),)
+        raise
 
 
 def _as_flag(message: str, names: set[str]) -> str:

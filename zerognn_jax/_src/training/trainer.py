@@ -287,9 +287,9 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
 
     Output paths are checked before anything else, and held for the run (training/lock.py:
     a second run on the same checkpoint folder or metrics file is refused). Folders made
-    for them are removed again when the run fails or is refused before writing into them. Inside
-    `interrupts.deferred()` (the CLI) a SIGINT or SIGTERM stops the run between phases
-    and chunks.
+    for them are removed again when the run fails or is refused before writing into
+    them. Inside `interrupts.deferred()` (the CLI) a SIGINT or SIGTERM stops the run
+    between phases and chunks.
 
     Raises:
       ValueError: unusable data, loss or output paths; output paths in use by another
