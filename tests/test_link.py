@@ -190,8 +190,10 @@ def test_seed_edges_are_absent_from_every_sampled_block(small_graph):
                                                      (False, False, 1)])
 def test_seed_edge_mask_checks_deduplicated_levels_by_their_first_rows(
         small_graph, dedup, flat_outer, unique):
-    """The mask that checks only the endpoints' rows of deduplicated levels hides the
-    same slots as the one that checks every row, in each layout."""
+    """The masks that compare only the rows of each positive's ends in deduplicated
+    levels (the unique levels the sampler gives, and the one any sampler gives) hide
+    the same slots as a search of the positives for every slot of every row, in each
+    layout."""
     split = random_link_split(small_graph, seed=0)
     task = link.LinkTask(split, num_negatives=1)
     sampler = SamplerConfig((6, 4), dedup=dedup, flat_outer=flat_outer).resolve(
@@ -208,15 +210,19 @@ def test_seed_edge_mask_checks_deduplicated_levels_by_their_first_rows(
                      static_argnums=0)
     hidden = 0
     for step in range(3):
-        _, every_row, _ = sample(program, step)
+        _, one_level, _ = sample(program, step)
         _, first_rows, _ = sample(dataclasses.replace(program, task=fitted), step)
-        _, unmasked, _ = sample(dataclasses.replace(
+        batch, unmasked, _ = sample(dataclasses.replace(
             program, task=dataclasses.replace(task, exclude_seed_edges=False)), step)
+        every_row = link.exclude_pairs(unmasked, batch.seeds[batch.model_inputs["pairs"][:32]],
+                                       batch.weight[:32] > 0, unique_levels=0)
         assert not bool(every_row.overflow)
-        for full, fast, raw in zip(every_row.blocks, first_rows.blocks, unmasked.blocks):
-            assert np.array_equal(full.mask, fast.mask)
-            assert np.array_equal(full.nbr, fast.nbr)
-            hidden += int(np.sum(np.asarray(raw.mask) & ~np.asarray(fast.mask)))
+        for full, *fast, raw in zip(every_row.blocks, one_level.blocks, first_rows.blocks,
+                                    unmasked.blocks):
+            for mine in fast:
+                assert np.array_equal(full.mask, mine.mask)
+                assert np.array_equal(full.nbr, mine.nbr)
+            hidden += int(np.sum(np.asarray(raw.mask) & ~np.asarray(full.mask)))
     assert hidden > 0  # some slots were positives' edges
 
 

@@ -77,16 +77,19 @@ def sorted_pairs(first, second, valid):
                         num_keys=2)
 
 
-def exclude_pairs(mb, positives, valid, unique_levels: int = 1):
+def exclude_pairs(mb, positives, valid, unique_levels: int = 1, positions=None):
     """`mb` with every sampled slot (a, b) whose {a, b} is a row of `positives`
     (int32[B, 2] global ids, bool[B] valid) masked out, in every block.
 
     Every level begins with level 0's nodes, the step's endpoints (sampling keeps the
     current level as the next one's prefix). In the first `unique_levels` levels, which
     hold each node once (level 0, and every level a deduplicated hop made), an endpoint
-    can only be one of those first rows, so only their slots are checked; a level that
-    may repeat nodes (after a positional hop: tree layout, a flat outer hop) has all of
-    its rows checked. The result is the same either way.
+    can only be the row of level 0 that holds it: with `positions` (int32[B, 2], each
+    positive's ends as rows of level 0) those blocks compare only the two rows of each
+    positive with its other end (`_hide_at_rows`); without, they search the positives
+    for every slot of their first rows. A level that may repeat nodes (after a
+    positional hop: tree layout, a flat outer hop) has every slot of every row searched.
+    The result is the same every way.
     """
     lo, hi = sorted_pairs(jnp.minimum(positives[:, 0], positives[:, 1]),
                           jnp.maximum(positives[:, 0], positives[:, 1]), valid)
@@ -96,14 +99,30 @@ def exclude_pairs(mb, positives, valid, unique_levels: int = 1):
         rows = block.nbr.shape[0]
         if hop < unique_levels:
             rows = min(rows, endpoints)
-        a = mb.nodes[hop][:rows, None]
-        b = mb.nodes[hop + 1][block.nbr[:rows]]
-        hit = pair_member(lo, hi, jnp.minimum(a, b), jnp.maximum(a, b))
+        if hop < unique_levels and positions is not None:
+            hit = _hide_at_rows(block, mb.nodes[hop + 1], positives, valid, positions, rows)
+        else:
+            a = mb.nodes[hop][:rows, None]
+            b = mb.nodes[hop + 1][block.nbr[:rows]]
+            hit = pair_member(lo, hi, jnp.minimum(a, b), jnp.maximum(a, b))
         keep = block.mask[:rows] & ~hit
         # slots masked by sampling already hold neighbour 0 (sampling/minibatch.py)
         nbr = block.nbr.at[:rows].set(jnp.where(keep, block.nbr[:rows], 0))
         blocks.append(block._replace(nbr=nbr, mask=block.mask.at[:rows].set(keep)))
     return mb._replace(blocks=tuple(blocks))
+
+
+def _hide_at_rows(block, next_nodes, positives, valid, positions, rows: int):
+    """bool[rows, K]: the slots of `block`'s first `rows` rows (each node at most once)
+    that join a valid positive's two ends: row `positions[p, 0]` holding `positives[p,
+    1]`, and the reverse. B x K slots compared instead of rows x K searched."""
+    hit = jnp.zeros((rows, block.nbr.shape[1]), jnp.int32)  # int32: a native atomic max
+    for end in (0, 1):
+        at = positions[:, end]
+        other = positives[:, 1 - end]
+        match = block.mask[at] & (next_nodes[block.nbr[at]] == other[:, None])
+        hit = hit.at[jnp.where(valid, at, rows)].max(match.astype(jnp.int32), mode="drop")
+    return hit > 0
 
 
 def unique_levels(sampler: SamplerConfig) -> int:
@@ -266,8 +285,9 @@ class LinkTask:
         if not self.exclude_seed_edges:
             return mb
         b = batch.weight.shape[0] // (1 + self.num_negatives)
-        positives = batch.seeds[batch.model_inputs["pairs"][:b]]
-        return exclude_pairs(mb, positives, batch.weight[:b] > 0, self.unique_levels)
+        at = batch.model_inputs["pairs"][:b]
+        return exclude_pairs(mb, batch.seeds[at], batch.weight[:b] > 0, self.unique_levels,
+                             positions=at)
 
     def metric_names(self, dataset: Dataset) -> tuple[str, ...]:
         del dataset
