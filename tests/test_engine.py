@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import jax
 import jax.numpy as jnp
@@ -52,10 +53,18 @@ def _train(data, env, epochs=2, program=None, chunk_steps=0):
     return engine, results
 
 
-def test_tiny_envelope_recovers_and_matches_a_large_one():
+@pytest.fixture(scope="module")
+def large_run():
+    """Two epochs of the default problem and program, in chunks of 3 steps, under an
+    envelope that never overflows: the reference both tiny-envelope runs are held to,
+    trained once (the tests read its results, they do not modify them)."""
+    return _train(_problem(), Envelope(32, (512, 512)), chunk_steps=3)[1]
+
+
+def test_tiny_envelope_recovers_and_matches_a_large_one(large_run):
     data = _problem()
     _, tiny = _train(data, Envelope(32, (40, 40)), chunk_steps=3)
-    _, large = _train(data, Envelope(32, (512, 512)), chunk_steps=3)
+    large = large_run
     assert tiny[0].overflows >= 1 and sum(r.overflows for r in large) == 0
     assert tiny[-1].envelope.capacities[0] > 40
     for a, b in zip(tiny, large):
@@ -124,14 +133,13 @@ def test_loss_decreases(model):
     assert results[-1].loss < results[0].loss - 0.05
 
 
-def test_flat_outer_hop_trains_as_dedup_does():
+def test_flat_outer_hop_trains_as_dedup_does(large_run):
     """A flat outer hop recovers from a tiny envelope, keeps that level at its exact
     size C (1 + K) as the envelope grows, and trains on the same subgraphs with the
-    same losses as deduplicated sampling."""
-    data = _problem()
+    same losses as deduplicated sampling (`large_run`)."""
     flat = dataclasses.replace(_program(), sampler=SamplerConfig((5, 3), flat_outer=True))
-    _, tiny = _train(data, Envelope(32, (40, 40)), program=flat, chunk_steps=3)
-    _, dedup = _train(data, Envelope(32, (512, 512)), chunk_steps=3)
+    _, tiny = _train(_problem(), Envelope(32, (40, 40)), program=flat, chunk_steps=3)
+    dedup = large_run
     assert tiny[0].overflows >= 1
     caps = tiny[-1].envelope.capacities
     assert caps[0] > 40 and caps[1] == caps[0] * 4
@@ -210,10 +218,11 @@ def test_a_group_reads_its_host_rows_in_one_call(monkeypatch):
 
 
 def test_host_tables_sample_and_read_more_steps_at_once(monkeypatch):
-    """sample_ahead None: the engine samples 16 steps a group for a host table, 8 for a
-    device one; the read-ahead bytes the memory check counts: the steps one call reads
-    (the group, or what the read-ahead limit holds, none under two) times their rows'
-    bytes, none on the device; the engine hands its limit to the chunk."""
+    """sample_ahead None: the engine samples 16 steps a group for a host table, 1 for a
+    table on a CPU and 8 on any other device; the read-ahead bytes the memory check
+    counts: the steps one call reads (the group, or what the read-ahead limit holds,
+    none under two) times their rows' bytes, none on the device; the engine hands its
+    limit to the chunk."""
     from zerognn_jax._src.training import scan
 
     class Traced(Exception):
@@ -232,7 +241,10 @@ def test_host_tables_sample_and_read_more_steps_at_once(monkeypatch):
                             read_ahead_bytes=limit)
         with pytest.raises(Traced):
             engine.run_epoch(init_state(program, d, env, train_idx), d, train_idx, 0, env)
-    assert seen == [(8, None), (16, 12345)]
+    assert seen == [(1, None), (16, 12345)]
+    assert scan.steps_ahead(None, None) == 1  # no table: JAX's devices, here a CPU
+    monkeypatch.setattr(jax, "devices", lambda: [types.SimpleNamespace(platform="gpu")])
+    assert scan.steps_ahead(None, None) == 8
     step = 512 * 12 * 4  # a step's outermost rows
     assert scan.read_ahead_bytes(data.features, 512, None) == 0
     assert scan.read_ahead_bytes(host.features, 512, None) == 16 * step

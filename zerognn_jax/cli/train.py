@@ -57,7 +57,7 @@ HELP = {
                   "default: on for SAGE models on the scan engine)",
     "sample_ahead": "steps sampled together by one vmapped call (scan engine; unset: 16 "
                     "with the features in host memory, whose rows they then read "
-                    "together, else 8)",
+                    "together, 1 on a CPU, else 8)",
     "read_ahead_gib": "the most GiB of host-table rows read at once for the steps sampled "
                       "together (unset: an eighth of the device's memory as a power of two "
                       "between 1 and 4 GiB)",

@@ -130,8 +130,9 @@ class TrainConfig:
     `chunk_steps=0` compiles a whole epoch into one program. `sample_ahead` steps are
     sampled by one vmapped call (`ScanEngine.sample_ahead`; a host feature table's rows
     are then read for several of them at once; None: 16 with the features in host
-    memory, else 8), in calls of at most `read_ahead_gib` GiB of rows (None: an eighth of
-    the device's memory as a power of two between 1 and 4 GiB; scan.read_ahead_limit).
+    memory, 1 on a CPU, else 8), in calls of at most `read_ahead_gib` GiB of rows (None:
+    an eighth of the device's memory as a power of two between 1 and 4 GiB;
+    scan.read_ahead_limit).
     `devices` is the number of devices per process to train on (0 = all
     local ones); `batch_size` is per device, so a step trains on batch_size x devices x
     processes seeds. `shard_features` splits the feature table by rows across those

@@ -606,6 +606,13 @@ def _sampled_pass(program, variables, data, padded, seed, *, envelope: Envelope)
     return jax.lax.scan(step, None, jnp.arange(steps, dtype=jnp.int32))[1]
 
 
+@jax.jit
+def _rows(table, ids):
+    """`table[ids]` as one program: eagerly, indexing compiles each of its ~6 ops (index
+    wrapping, broadcasts, the gather) for every new shape."""
+    return table[ids]
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Predictor:
     """A trained model's output rows for a task's evaluation (tasks/base.py's
@@ -629,7 +636,7 @@ class Predictor:
 
     def outputs(self, nodes) -> jax.Array:
         if self.exact is not None:
-            return self.exact[jnp.asarray(nodes)]
+            return _rows(self.exact, jnp.asarray(nodes))
         return sampled_logits(self.program, self.variables, self.data, nodes,
                               batch_size=self.batch_size, seed=self.seed)
 

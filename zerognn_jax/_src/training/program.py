@@ -294,13 +294,20 @@ def init_state(program: StepProgram, data: DeviceData, envelope: Envelope,
         batch, mb, _ = sample_batch(program, data, perm, 0, 0, envelope)
         x = program.model_input({"embedding": embedding}, data, mb, in_mesh=False)
         init_key = jax.random.PRNGKey(program.seed)
-        return program.model.init({"params": init_key, "dropout": init_key}, x,
-                                  program.views(data, mb, inference=False),
-                                  train=False,
-                                  **batch.model_inputs)
+        variables = program.model.init({"params": init_key, "dropout": init_key}, x,
+                                       program.views(data, mb, inference=False),
+                                       train=False,
+                                       **batch.model_inputs)
+        # in the same program: eagerly, each state leaf of the optimizer compiled apart
+        return variables, program.tx.init(variables["params"])
 
-    variables = jax.jit(init)(data, perm, embedding)
-    params = variables["params"]
-    state = TrainState(params, variables.get("batch_stats", {}), program.tx.init(params),
+    variables, opt_state = jax.jit(init)(data, perm, embedding)
+    state = TrainState(variables["params"], variables.get("batch_stats", {}), opt_state,
                        jnp.array(False), jnp.array(0, jnp.int32), embedding, embedding_opt)
-    return state if program.parallel is None else program.parallel.replicate(state)
+    if program.parallel is not None:
+        return program.parallel.replicate(state)
+    # committed to its device, as a state restored from a checkpoint is: a resumed run
+    # then lowers the same chunk program and finds it in JAX's compilation cache
+    leaves = jax.tree_util.tree_leaves(variables)
+    device, = (leaves[0] if leaves else state.overflowed).devices()
+    return jax.device_put(state, device)

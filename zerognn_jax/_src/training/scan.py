@@ -64,7 +64,7 @@ class Sampled(NamedTuple):
     rows: jax.Array | None = None
 
 
-# Steps sampled by one call where `sample_ahead` is None: on the device, and where the
+# Steps sampled by one call where `sample_ahead` is None: on a GPU, and where the
 # features lie in host memory, whose rows are then read for those steps together.
 SAMPLE_AHEAD = 8
 HOST_SAMPLE_AHEAD = 16
@@ -72,11 +72,16 @@ HOST_SAMPLE_AHEAD = 16
 
 def steps_ahead(sample_ahead: int | None, features) -> int:
     """The steps sampled together by a run reading `features`: `sample_ahead`, or with
-    None the default, 16 from a host table (13 % and 7 % shorter 2- and 3-layer
-    papers100m-like epochs than 8 on an H100, docs/host_features.md), else 8."""
+    None the default: 16 from a host table (13 % and 7 % shorter 2- and 3-layer
+    papers100m-like epochs than 8 on an H100, docs/host_features.md); 1 from a table on
+    a CPU, which has no kernel launches for a group to share, while an epoch whose steps
+    are no multiple of the group compiles the step twice (the rest's group); else 8."""
     if sample_ahead is not None:
         return sample_ahead
-    return HOST_SAMPLE_AHEAD if is_host_resident(features) else SAMPLE_AHEAD
+    if is_host_resident(features):
+        return HOST_SAMPLE_AHEAD
+    devices = features.devices() if isinstance(features, jax.Array) else jax.devices()
+    return 1 if all(d.platform == "cpu" for d in devices) else SAMPLE_AHEAD
 
 
 def read_ahead_limit(read_ahead_bytes: int | None = None) -> int:
