@@ -133,8 +133,16 @@ def test_full_scale_generation_fits_an_h100():
     assert papers.estimate_device_bytes(1.0, max_sort=1 << 29) < 36 * 10**9
 
 
-def test_directory_round_trip_is_memory_mapped(dataset, tmp_path):
-    path = papers.write_papers100m_like(tmp_path / "p", SCALE, 0, feature_dtype="bfloat16")
+@pytest.fixture(scope="module")
+def bfloat16_dir(tmp_path_factory):
+    """The dataset written as a directory with bfloat16 features, once for the tests
+    that read it back (they do not modify it)."""
+    return papers.write_papers100m_like(tmp_path_factory.mktemp("written") / "p", SCALE, 0,
+                                        feature_dtype="bfloat16")
+
+
+def test_directory_round_trip_is_memory_mapped(dataset, bfloat16_dir):
+    path = bfloat16_dir
     meta, arrays = storage.load_arrays(path)
     assert meta["name"] == "papers100m-like" and meta["num_classes"] == 172
     assert all(isinstance(a, np.memmap) for a in arrays.values())
@@ -144,7 +152,7 @@ def test_directory_round_trip_is_memory_mapped(dataset, tmp_path):
                                rtol=1e-2, atol=1e-2)
     loaded = load_dataset(str(path))
     np.testing.assert_array_equal(loaded.labels, dataset.labels)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]  # no temporary left
+    assert sorted(p.name for p in path.parent.iterdir()) == ["p"]  # no temporary left
 
 
 def test_save_dir_round_trip_and_failed_write_leaves_nothing(dataset, tmp_path):
@@ -156,8 +164,8 @@ def test_save_dir_round_trip_and_failed_write_leaves_nothing(dataset, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
 
 
-def test_directory_shape_mismatch_is_named(tmp_path):
-    path = storage.save_dir(papers.papers100m_like(SCALE, 0), tmp_path / "d")
+def test_directory_shape_mismatch_is_named(dataset, tmp_path):
+    path = storage.save_dir(dataset, tmp_path / "d")
     meta = json.loads((path / storage.META).read_text())
     meta["arrays"]["labels"]["shape"] = [3]
     (path / storage.META).write_text(json.dumps(meta))
@@ -216,9 +224,8 @@ def test_bfloat16_features_are_kept_and_checked_in_blocks(dataset, monkeypatch):
         build(bad)
 
 
-def test_load_dir_keeps_bfloat16_memory_mapped(tmp_path):
-    path = papers.write_papers100m_like(tmp_path / "p", SCALE, 0, feature_dtype="bfloat16")
-    loaded = storage.load_dir(path)
+def test_load_dir_keeps_bfloat16_memory_mapped(bfloat16_dir):
+    loaded = storage.load_dir(bfloat16_dir)
     assert loaded.features.dtype == ml_dtypes.bfloat16
     assert not loaded.features.flags.owndata  # a view of the memory map, not a copy
 

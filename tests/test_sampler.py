@@ -126,11 +126,15 @@ def test_relabel_methods_agree_on_random_inputs():
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f"trial {trial}")
 
 
+# Under jit: one compile per (config, capacities) rather than every op dispatched eagerly.
+_sample_minibatch = jax.jit(sample_minibatch, static_argnames=("config", "capacities"))
+
+
 def _sample(graph, capacities, fanouts=(4, 3), dedup=True, seeds=None, flat_outer=False):
     seeds = jnp.arange(0, 40, 2, dtype=jnp.int32) if seeds is None else seeds
     cfg = SamplerConfig(fanouts, dedup=dedup, flat_outer=flat_outer)
-    return sample_minibatch(graph, seeds, jnp.arange(seeds.shape[0]) < 17,
-                            counter_hash.step_key(0, 0, 5, 0), cfg, capacities)
+    return _sample_minibatch(graph, seeds, jnp.arange(seeds.shape[0]) < 17,
+                             counter_hash.step_key(0, 0, 5, 0), cfg, capacities)
 
 
 def test_larger_capacities_give_identical_samples(small_graph):

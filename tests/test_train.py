@@ -106,7 +106,12 @@ def _wait_for_checkpoint(proc, ckpt: pathlib.Path, epoch: int, timeout=300.0):
 
 
 def test_killed_run_resumes_to_the_same_result(planetoid_root, tmp_path):
-    env = dict(os.environ, PYTHONUNBUFFERED="1", XLA_FLAGS=FAST_XLA)
+    # The runs share a JAX compilation cache: the killed and the resumed run load the
+    # first one's programs (a restored state lowers the chunk program a fresh one does).
+    env = dict(os.environ, PYTHONUNBUFFERED="1", XLA_FLAGS=FAST_XLA,
+               JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax-cache"),
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     full = subprocess.run(_train_args(planetoid_root, tmp_path / "a", tmp_path / "a.jsonl"),
                           capture_output=True, text=True, env=env, timeout=600)
     assert full.returncode == 0, full.stderr
