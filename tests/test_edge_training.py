@@ -52,12 +52,23 @@ def _cfg(**kw):
     return TrainConfig(**{**base, **kw})
 
 
+@pytest.fixture(scope="module")
+def sage_embedding_run(edge_data):
+    """(config, result): two epochs of SAGE with a 4-wide learnable embedding, which
+    the built-in GNN aggregates apart from the features: the resume test's
+    uninterrupted run, and the apart side of the SAGE comparison."""
+    cfg = _cfg(model="sage", edge_features=False, fanouts=(3, 2), epochs=2, embedding_dim=4)
+    return cfg, train(cfg, edge_data)
+
+
 @pytest.mark.parametrize("model,dedup,embedding_dim", [("gat", False, 5), ("gine", True, 0)])
 def test_sampled_all_neighbours_equal_exact_with_edge_features(edge_data, model, dedup,
                                                                embedding_dim):
+    """No epoch trains: the conservative envelope spares calibrating one (both
+    inferences size their own)."""
     deg = edge_data.graph.max_degree()
     res = train(_cfg(model=model, fanouts=(deg, deg), dedup=dedup, epochs=0,
-                     embedding_dim=embedding_dim), edge_data)
+                     embedding_dim=embedding_dim, envelope="conservative"), edge_data)
     assert res.data.graph.edge_features.shape == (edge_data.graph.num_edges, D_EDGE)
     exact = np.asarray(layerwise_logits(res.program, res.variables, res.data))
     nodes = np.arange(edge_data.graph.num_nodes)
@@ -66,7 +77,7 @@ def test_sampled_all_neighbours_equal_exact_with_edge_features(edge_data, model,
 
 
 def test_model_outputs_depend_on_the_edge_table(edge_data):
-    res = train(_cfg(fanouts=(4, 4), epochs=0), edge_data)
+    res = train(_cfg(fanouts=(4, 4), epochs=0, envelope="conservative"), edge_data)
     nodes = np.arange(16)
 
     def total(table):
@@ -156,10 +167,9 @@ def test_embeddings_learn_labels_features_cannot_carry():
     assert accs["built-in"] > 0.95 and accs["own"] > 0.95 and accs["none"] < 0.75, accs
 
 
-def test_embeddings_resume_from_a_checkpoint_as_if_never_stopped(edge_data, tmp_path):
-    cfg = _cfg(model="sage", edge_features=False, fanouts=(2, 2), embedding_dim=3,
-               epochs=2)
-    whole = train(cfg, edge_data)
+def test_embeddings_resume_from_a_checkpoint_as_if_never_stopped(edge_data,
+                                                                sage_embedding_run, tmp_path):
+    cfg, whole = sage_embedding_run
     first = dataclasses.replace(cfg, epochs=1, checkpoint_dir=str(tmp_path))
     train(first, edge_data)
     resumed = train(dataclasses.replace(first, epochs=2), edge_data)
@@ -217,18 +227,22 @@ def test_memory_check_counts_the_embedding_rows_devices_gather(edge_data, monkey
 
 @pytest.mark.parametrize("model", ["sage", "sage-max"])
 def test_sage_aggregates_features_and_embedding_apart_as_if_joined(edge_data, model,
+                                                                   sage_embedding_run,
                                                                    monkeypatch):
     """The built-in GNN takes (features, embedding rows) as a pair and its SAGE layer
     aggregates them apart; training equals the concatenated input's, losses and the
-    table after two epochs, up to float32 rounding."""
+    table after two epochs, up to float32 rounding (SAGE's apart run: the module's)."""
     def run(apart: bool):
         class Joined(NodeEmbedding):  # the pair's concatenation, as a user's model gets it
             def __init__(self, *args, **kw):
                 super().__init__(*args, **{**kw, "apart": apart})
 
-        monkeypatch.setattr(trainer, "NodeEmbedding", Joined)
-        res = train(_cfg(model=model, edge_features=False, fanouts=(3, 2), epochs=2,
-                         embedding_dim=4), edge_data)
+        cfg = dataclasses.replace(sage_embedding_run[0], model=model)
+        if cfg == sage_embedding_run[0] and apart:  # the built-in default: apart
+            res = sage_embedding_run[1]
+        else:
+            monkeypatch.setattr(trainer, "NodeEmbedding", Joined)
+            res = train(cfg, edge_data)
         assert res.program.embedding.apart is apart
         return [r["loss"] for r in res.history], np.asarray(res.state.embedding)
 

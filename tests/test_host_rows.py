@@ -371,10 +371,12 @@ def test_host_features_under_labor_and_a_resume(planetoid_root, tmp_path):
 def test_host_features_under_the_weighted_sampler(tmp_path, engine):
     """A graph with edge weights, sampled by weight, its table on the host (rows as
     stored, nothing cached; 2 epochs of 5 steps): the device table's losses bit for bit,
-    on the scan engine and on the host-mediated one."""
+    on the scan engine and on the host-mediated one (conservative envelopes: each table
+    would be calibrated by a program of its own)."""
     ds = zg.load_dataset(neighbour_labelled_npz(tmp_path / "weighted.npz", num_nodes=300))
     base = dict(epochs=2, layers=2, fanouts=(4, 4), hidden=8, batch_size=32,
-                sampler="weighted", engine=engine, eval_mode="none", progress=False)
+                sampler="weighted", engine=engine, eval_mode="none", progress=False,
+                envelope="conservative")
     device = zg.train(zg.TrainConfig(**base), ds)
     host = zg.train(zg.TrainConfig(**base, feature_placement="host", feature_cache_gib=0,
                                    host_row_order="stored"), ds)
@@ -386,7 +388,7 @@ def test_memory_check_counts_the_rows_read_ahead(planetoid_root, monkeypatch):
     """With the table on the host, the check before compiling is given the rows read
     ahead: those of the host table, at the checked envelope's outermost capacity, for
     the configured steps ahead (None: the default for a host table), under the
-    configured read-ahead limit."""
+    configured read-ahead limit. (A conservative envelope: nothing to calibrate.)"""
     from zerognn_jax._src.training import memory, trainer
 
     class Checked(Exception):
@@ -402,7 +404,7 @@ def test_memory_check_counts_the_rows_read_ahead(planetoid_root, monkeypatch):
     monkeypatch.setattr(memory, "check_fits", check)
     cfg = zg.TrainConfig(dataset="cora", root=planetoid_root, layers=2, fanouts=(5, 5),
                          hidden=16, feature_placement="host", progress=False,
-                         read_ahead_gib=0.5)
+                         read_ahead_gib=0.5, envelope="conservative")
     with pytest.raises(Checked):
         zg.train(cfg)
     ((env, extra),) = seen

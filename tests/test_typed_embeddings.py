@@ -292,8 +292,9 @@ def _exact_run(cfg, monkeypatch, chunks: str):
                                    variables, data), calls
 
 
-@pytest.mark.parametrize("model, edges", [("rsage", False), ("rgcn", False), ("rgat", False),
-                                         ("rgat", True)])
+# R-GAT without edge features: the chunks of rsage and rgcn (no edge rows) and R-GAT's
+# layer over a chunk as with them; its layer without them is test_hetero_models.py's
+@pytest.mark.parametrize("model, edges", [("rsage", False), ("rgcn", False), ("rgat", True)])
 def test_exact_logits_in_chunks_equal_the_whole_graph_layers(model, edges, monkeypatch):
     """Exact inference over chunks of each type's rows (a budget of a few edge rows: many
     chunks, the last one moved back) gives the logits of whole-graph layers, embedding
