@@ -214,8 +214,9 @@ def test_seed_edge_mask_checks_deduplicated_levels_by_their_first_rows(
         _, first_rows, _ = sample(dataclasses.replace(program, task=fitted), step)
         batch, unmasked, _ = sample(dataclasses.replace(
             program, task=dataclasses.replace(task, exclude_seed_edges=False)), step)
-        every_row = link.exclude_pairs(unmasked, batch.seeds[batch.model_inputs["pairs"][:32]],
-                                       batch.weight[:32] > 0, unique_levels=0)
+        at = batch.model_inputs["pairs"][:32]
+        every_row = link.exclude_pairs(unmasked, batch.seeds[at], batch.weight[:32] > 0, at,
+                                       unique_levels=0)
         assert not bool(every_row.overflow)
         for full, *fast, raw in zip(every_row.blocks, one_level.blocks, first_rows.blocks,
                                     unmasked.blocks):

@@ -77,19 +77,18 @@ def sorted_pairs(first, second, valid):
                         num_keys=2)
 
 
-def exclude_pairs(mb, positives, valid, unique_levels: int = 1, positions=None):
+def exclude_pairs(mb, positives, valid, positions, unique_levels: int = 1):
     """`mb` with every sampled slot (a, b) whose {a, b} is a row of `positives`
-    (int32[B, 2] global ids, bool[B] valid) masked out, in every block.
+    (int32[B, 2] global ids, bool[B] valid; `positions`, int32[B, 2], their ends as rows
+    of level 0) masked out, in every block.
 
     Every level begins with level 0's nodes, the step's endpoints (sampling keeps the
     current level as the next one's prefix). In the first `unique_levels` levels, which
     hold each node once (level 0, and every level a deduplicated hop made), an endpoint
-    can only be the row of level 0 that holds it: with `positions` (int32[B, 2], each
-    positive's ends as rows of level 0) those blocks compare only the two rows of each
-    positive with its other end (`_hide_at_rows`); without, they search the positives
-    for every slot of their first rows. A level that may repeat nodes (after a
-    positional hop: tree layout, a flat outer hop) has every slot of every row searched.
-    The result is the same every way.
+    can only be the row of level 0 that holds it, so those blocks compare only the two
+    rows of each positive with its other end (`_hide_at_rows`). A level that may repeat
+    nodes (after a positional hop: tree layout, a flat outer hop) has every slot of
+    every row searched. The result is the same either way.
     """
     lo, hi = sorted_pairs(jnp.minimum(positives[:, 0], positives[:, 1]),
                           jnp.maximum(positives[:, 0], positives[:, 1]), valid)
@@ -99,7 +98,6 @@ def exclude_pairs(mb, positives, valid, unique_levels: int = 1, positions=None):
         rows = block.nbr.shape[0]
         if hop < unique_levels:
             rows = min(rows, endpoints)
-        if hop < unique_levels and positions is not None:
             hit = _hide_at_rows(block, mb.nodes[hop + 1], positives, valid, positions, rows)
         else:
             a = mb.nodes[hop][:rows, None]
@@ -286,8 +284,8 @@ class LinkTask:
             return mb
         b = batch.weight.shape[0] // (1 + self.num_negatives)
         at = batch.model_inputs["pairs"][:b]
-        return exclude_pairs(mb, batch.seeds[at], batch.weight[:b] > 0, self.unique_levels,
-                             positions=at)
+        return exclude_pairs(mb, batch.seeds[at], batch.weight[:b] > 0, at,
+                             self.unique_levels)
 
     def metric_names(self, dataset: Dataset) -> tuple[str, ...]:
         del dataset
