@@ -110,7 +110,8 @@ def test_cli_option_errors_are_one_line(capsys):
     for argv, message in ((["train", "--seed", "-3"], "--seed must be in [0, 2**31), got -3"),
                           (["bench", "--eval-batch-size", "0"],
                            "--eval-batch-size must be >= 1, got 0"),
-                          (["train", "--scale", "nan"], "--scale must be positive, got nan")):
+                          (["train", "--scale", "nan"],
+                           "--scale must be positive and finite, got nan")):
         assert main([*argv, "--no-progress"]) == 2
         assert capsys.readouterr().err == f"zerognn: error: {message}\n"
 

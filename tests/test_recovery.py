@@ -355,6 +355,31 @@ def test_steps_sampled_ahead_are_free_on_resume(tmp_path):
         ck.check(1, {"identity": {**before, "hidden": 64}}, ident)
 
 
+def test_a_relation_resumes_under_its_name_or_its_full_name(tmp_path):
+    """relation_fanouts and link_relation name a relation by its unique name or in full:
+    either spelling resumes the other's checkpoint, one written before identities named
+    relations in full included; another relation's fanouts are still refused."""
+    ck = Checkpointer(str(tmp_path))
+    rels = (("paper", "cites", "paper"), ("author", "writes", "paper"))
+    stats = {"name": "x", "nodes": 5}
+    run = lambda fanouts, link: TrainConfig(fanouts=(2, 2), layers=2, relation_fanouts=fanouts,
+                                            task="link", link_relation=link)
+    short = run({"cites": (1, 0)}, "writes")
+    full = run({"paper__cites__paper": (1, 0)}, "author__writes__paper")
+    ident = identity(full, stats, 32, relations=rels)
+    assert identity(short, stats, 32, relations=rels) == ident
+    assert ident["relation_fanouts"] == {"paper__cites__paper": [1, 0]}
+    assert ident["link_relation"] == "author__writes__paper"
+    older = identity(short, stats, 32)  # as written before: the names as given
+    assert older["link_relation"] == "writes"
+    ck.check(1, {"identity": older}, ident, rels)
+    with pytest.raises(CheckpointMismatch, match="relation_fanouts"):
+        ck.check(1, {"identity": older}, ident)  # compared without the graph's relations
+    other = identity(run({"writes": (1, 0)}, "writes"), stats, 32, relations=rels)
+    with pytest.raises(CheckpointMismatch, match=r"relation_fanouts \{'paper__cites__paper'"):
+        ck.check(1, {"identity": older}, other, rels)
+
+
 def test_a_field_added_since_the_checkpoint_resumes_at_what_runs_did_before(tmp_path):
     """A checkpoint written before `init` existed records no `init`: it resumes under
     "flax" (what every run did then, `ADDED_SINCE`), not under another value; another

@@ -68,7 +68,7 @@ import numpy as np
 
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset, make_hetero_dataset
 from zerognn_jax._src.data.host_parallel import host_threads, merge_sorted, thread_map
-from zerognn_jax._src.data.synthetic import _rng
+from zerognn_jax._src.data.synthetic import _rng, check_scale
 from zerognn_jax._src.data.tables import BFLOAT16
 
 _CHUNK = 1 << 22  # draws per chunk (mag-like), feature entries per block (igbh-like)
@@ -170,8 +170,7 @@ class _Pool:
 
 
 def _scaled(preset: _Preset, scale: float) -> dict[str, int]:
-    if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive number, got {scale}")
+    check_scale(scale)
     counts = {t: max(preset.min_nodes, round(n * scale)) for t, n in preset.nodes.items()}
     if counts[preset.target] < 100:
         raise ValueError(f"scale={scale} gives {counts[preset.target]} {preset.target} nodes; "

@@ -39,7 +39,7 @@ from zerognn_jax._src.data.storage import (
     save_dir,
     save_npz,
 )
-from zerognn_jax._src.data.synthetic import products_like, rmat
+from zerognn_jax._src.data.synthetic import check_scale, products_like, rmat
 
 __all__ = ["DATASET_NAMES", "HETERO_NAMES", "is_typed", "load_dataset", "load_hetero_dataset",
            "load_dir",
@@ -159,8 +159,7 @@ def _tiny(seed: int) -> Dataset:
 
 
 def _rmat_log2(scale: float) -> int:
-    if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive number, got {scale}")
+    check_scale(scale)
     return RMAT_BASE_LOG2 + round(math.log2(scale))
 
 

@@ -27,12 +27,11 @@ Output is a function of (scale, seed) and the NumPy version.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from zerognn_jax._src.data.graphs import GraphCollection, make_collection
 from zerognn_jax._src.data.ogbg import ATOM_VOCAB, BOND_VOCAB
+from zerognn_jax._src.data.synthetic import check_scale
 
 MOLHIV_GRAPHS, MOLPCBA_GRAPHS = 41_127, 437_929
 ELEMENTS = np.array([6, 7, 8, 16, 9, 17, 35, 15])  # atomic numbers
@@ -152,7 +151,8 @@ def _collection(name, graphs, seed, weights, rates, missing) -> GraphCollection:
 
 
 def _count(base: int, scale: float, name: str) -> int:
-    graphs = round(base * scale) if math.isfinite(scale) else 0
+    check_scale(scale)
+    graphs = round(base * scale)
     if graphs < 10:
         raise ValueError(f"scale={scale} gives {graphs} graphs; {name} needs >= 10")
     return graphs

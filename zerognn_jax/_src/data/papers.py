@@ -36,7 +36,6 @@ in memory for small scales.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +47,7 @@ import numpy as np
 from zerognn_jax._src.data import storage
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.graph import offset_dtype
+from zerognn_jax._src.data.synthetic import check_scale
 
 NAME = "papers100m-like"
 PAPERS_NODES = 111_059_956
@@ -88,7 +88,8 @@ _PAPERS = _Citation()
 
 def sizes(scale: float) -> tuple[int, int, tuple[int, int, int]]:
     """(nodes, undirected edges, (train, val, test)) at `scale`."""
-    n = round(PAPERS_NODES * scale) if math.isfinite(scale) else 0
+    check_scale(scale)
+    n = round(PAPERS_NODES * scale)
     if n < _MIN_NODES:
         raise ValueError(f"scale={scale} gives {n} nodes; papers100m-like needs >= {_MIN_NODES}")
     split = tuple(max(1, round(s * scale)) for s in PAPERS_SPLIT)

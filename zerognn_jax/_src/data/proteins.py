@@ -36,14 +36,18 @@ NumPy version. Measured cost: docs/datasets.md.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from scipy.special import expit
 
 from zerognn_jax._src.data import undirected
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
-from zerognn_jax._src.data.synthetic import _Model, _rng, _sample_edges, _StubTable
+from zerognn_jax._src.data.synthetic import (
+    _Model,
+    _rng,
+    _sample_edges,
+    _StubTable,
+    check_scale,
+)
 
 PROTEINS_NODES = 132_534
 PROTEINS_EDGES = 19_780_626  # undirected; 39,561,252 directed
@@ -64,7 +68,8 @@ _EDGES = _Model(community_edge_prob=1.0)  # every edge stays inside its species
 
 def proteins_like(scale: float = 1.0, seed: int = 0) -> Dataset:
     """The proteins-like graph (module docstring); counts scale with `scale`."""
-    n = round(PROTEINS_NODES * scale) if math.isfinite(scale) else 0
+    check_scale(scale)
+    n = round(PROTEINS_NODES * scale)
     if n < _MIN_NODES:
         raise ValueError(f"scale={scale} gives {n} nodes; proteins-like needs >= {_MIN_NODES}")
     sizes = _species_sizes(n)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset, make_hetero_dataset
+from zerognn_jax._src.data.synthetic import check_scale
 
 BUYS = ("user", "buys", "item")
 SIMILAR = ("item", "similar", "item")
@@ -42,8 +43,7 @@ SHOP = dict(users=1_000_000, items=250_000, groups=100, per_user=10, dim=64)
 
 def shop_like(scale: float = 1.0, seed: int = 0) -> HeteroDataset:
     """The shop-like graph (module docstring) at `scale` of its sizes."""
-    if not (scale > 0 and np.isfinite(scale)):
-        raise ValueError(f"scale must be positive and finite, got {scale}")
+    check_scale(scale)
     users, items = (max(2, round(SHOP[k] * scale)) for k in ("users", "items"))
     groups = min(items, max(2, round(SHOP["groups"] * scale ** 0.5)))
     return make_shop(users, items, groups, per_user=SHOP["per_user"], dim=SHOP["dim"],

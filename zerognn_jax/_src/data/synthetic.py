@@ -71,9 +71,16 @@ def _rng(seed: int, stream: int) -> np.random.Generator:
     return np.random.default_rng([stream, seed])
 
 
+def check_scale(scale: float) -> None:
+    """Raises ValueError unless a preset's `scale` is a positive, finite number."""
+    if not (scale > 0 and math.isfinite(scale)):
+        raise ValueError(f"scale must be positive and finite, got {scale}")
+
+
 def products_like(scale: float = 1.0, seed: int = 0) -> Dataset:
     """The products-like benchmark graph; node, edge and split counts scale with `scale`."""
-    n = round(PRODUCTS_NODES * scale) if math.isfinite(scale) else 0
+    check_scale(scale)
+    n = round(PRODUCTS_NODES * scale)
     if n < _MIN_NODES:
         raise ValueError(f"scale={scale} gives {n} nodes; products-like needs >= {_MIN_NODES}")
     m = round(PRODUCTS_EDGES * scale)

@@ -38,6 +38,7 @@ from pathlib import Path
 import jax
 import orbax.checkpoint as ocp
 
+from zerognn_jax._src.data.hetero import named_relation, relation_name
 from zerognn_jax._src.data.writes import atomic_write, write_error
 from zerognn_jax._src.training.records import dumps
 
@@ -79,14 +80,17 @@ class CheckpointWarning(UserWarning):
 BEST = "best"  # the sub-folder of the best-validation checkpoint
 
 
-def identity(cfg, dataset_stats: dict, global_batch: int, extra: dict | None = None) -> dict:
+def identity(cfg, dataset_stats: dict, global_batch: int, extra: dict | None = None,
+             relations=()) -> dict:
     """What a checkpoint must agree on with the run resuming from it, as flat JSON: the
     TrainConfig fields not in FREE_ON_RESUME, the global batch (seeds per step over every
     device and process), the dataset's counts (`Dataset.stats()`; its target kind and
     output width when they are not class labels) and `extra` (what the user brought:
-    "model", "optimizer", "loss"; as "custom.model", ...)."""
+    "model", "optimizer", "loss"; as "custom.model", ...), with the relations named by
+    `relation_fanouts` and `link_relation` written in full (`full_names`)."""
     out = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
            if f.name not in FREE_ON_RESUME}
+    out = full_names(out, relations)
     out["global_batch"] = global_batch
     # a graph collection's statistics hold no directed_edges, features or classes
     out.update({f"dataset.{k}": dataset_stats[k] for k in DATASET_KEYS if k in dataset_stats})
@@ -117,6 +121,26 @@ def state_spec(state) -> dict:
     leaves = jax.tree_util.tree_flatten_with_path(state)[0]
     return {jax.tree_util.keystr(path): [list(leaf.shape), str(leaf.dtype)]
             for path, leaf in leaves}
+
+
+def full_names(ident: dict, relations) -> dict:
+    """`ident` (options by name) with the relations of a typed graph's `relations` that
+    its `relation_fanouts` keys and `link_relation` name written "src__name__dst": a
+    relation's unique name is as valid an option, and either spelling resumes the
+    other's checkpoint. A key that names no one relation (a checkpoint of another
+    graph) stays as written, to be reported as a difference."""
+    def full(key: str) -> str:
+        try:
+            return relation_name(named_relation(relations, key, "relation"))
+        except ValueError:
+            return key
+
+    out = dict(ident)
+    if out.get("relation_fanouts"):
+        out["relation_fanouts"] = {full(k): v for k, v in out["relation_fanouts"].items()}
+    if out.get("link_relation"):
+        out["link_relation"] = full(out["link_relation"])
+    return out
 
 
 def _differences(saved: dict, current: dict) -> list[str]:
@@ -305,11 +329,12 @@ class Checkpointer:
                 state=ocp.args.StandardRestore(abstract)))
         return out["state"]
 
-    def check(self, epoch: int, meta: dict, ident: dict) -> None:
-        """Raises CheckpointMismatch if `meta` (of `epoch`) records another identity."""
-        self._check(epoch, meta, ident, None)
+    def check(self, epoch: int, meta: dict, ident: dict, relations=()) -> None:
+        """Raises CheckpointMismatch if `meta` (of `epoch`) records another identity
+        (relations named as `full_names` writes them for a graph of `relations`)."""
+        self._check(epoch, meta, ident, None, relations)
 
-    def find_resumable(self, ident: dict) -> list[int]:
+    def find_resumable(self, ident: dict, relations=()) -> list[int]:
         """The epochs to try resuming from, newest first: from the newest checkpoint whose
         record can be read and has the identity `ident` (unreadable newer ones are set
         aside); [] for a folder without checkpoints.
@@ -318,25 +343,25 @@ class Checkpointer:
           CheckpointMismatch: that checkpoint has another identity.
           ValueError: checkpoints exist but none can be read.
         """
-        return self._first_readable(ident, None)[0]
+        return self._first_readable(ident, None, relations=relations)[0]
 
-    def restore_first(self, epochs: list[int], ident: dict,
-                      like: dict) -> tuple[int, dict, dict] | None:
+    def restore_first(self, epochs: list[int], ident: dict, like: dict,
+                      relations=()) -> tuple[int, dict, dict] | None:
         """(epoch, state, meta) of the first of `epochs` whose state restores into the
         structure and shardings of `like` (the ones before it are set aside); None if
         `epochs` is empty. Raises as `find_resumable`, and CheckpointMismatch for a
         checkpoint whose arrays have other shapes than `like`'s."""
-        epochs, restored = self._first_readable(ident, like, epochs)
+        epochs, restored = self._first_readable(ident, like, epochs, relations)
         return None if restored is None else (epochs[0], *restored)
 
-    def _first_readable(self, ident: dict, like: dict | None, epochs=None):
+    def _first_readable(self, ident: dict, like: dict | None, epochs=None, relations=()):
         if epochs is None:
             epochs = sorted(self._manager.all_steps(), reverse=True)
         problems = []
         for i, epoch in enumerate(epochs):
             try:
                 meta = self.read_meta(epoch)
-                self._check(epoch, meta, ident, like)
+                self._check(epoch, meta, ident, like, relations)
                 restored = None if like is None else self.restore(epoch, like)
             except CheckpointMismatch:
                 raise
@@ -350,7 +375,8 @@ class Checkpointer:
                              f"({'; '.join(problems)}); move the folder away to start afresh")
         return [], None
 
-    def _check(self, epoch: int, meta: dict, ident: dict, like: dict | None) -> None:
+    def _check(self, epoch: int, meta: dict, ident: dict, like: dict | None,
+               relations) -> None:
         """Raises CheckpointMismatch if `meta` records another identity or other arrays."""
         where = f"checkpoint_dir {self.directory} holds"
         if "identity" not in meta:
@@ -360,7 +386,7 @@ class Checkpointer:
         # a field made free since the checkpoint was written is free in it too
         saved = {k: v for k, v in meta["identity"].items() if k not in FREE_ON_RESUME}
         saved.update({k: v for k, v in ADDED_SINCE.items() if k not in saved})
-        diff = _differences(saved, ident)
+        diff = _differences(full_names(saved, relations), ident)
         if diff:
             raise CheckpointMismatch(
                 f"{where} a run with other settings (epoch {epoch}): {'; '.join(diff)}; "

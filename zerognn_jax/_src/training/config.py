@@ -273,7 +273,8 @@ class TrainConfig:
              or self.hidden % self.heads == 0,
              f"GAT splits hidden over its heads: hidden {self.hidden} is not a multiple of "
              f"heads {self.heads}"),
-            (self.scale > 0 and finite(self.scale), f"scale must be positive, got {self.scale}"),
+            (self.scale > 0 and finite(self.scale),
+             f"scale must be positive and finite, got {self.scale}"),
             (self.chunk_steps >= 0, f"chunk_steps must be >= 0, got {self.chunk_steps}"),
             (self.sampler != "labor" or not self.replace,
              "the labor sampler draws without replacement: drop --replace"),

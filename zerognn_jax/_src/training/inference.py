@@ -34,6 +34,7 @@ from zerognn_jax._src.training.trainer import (
     _saved,
     _variables,
     prepare,
+    relations_of,
     same_level0,
 )
 from zerognn_jax._src.training.user import user_identity
@@ -90,14 +91,16 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
                                          loss=loss)
         ident = identity(cfg, dataset.stats(), program.global_batch,
                          user_identity(model, optimizer, None if loss is None else program.task,
-                                       dataset))
+                                       dataset), relations_of(dataset))
         pick = _batched_envelope if isinstance(program.task, BatchedTask) else _envelope
         env = pick(cfg, meta, data, dataset, program)
         state = init_state(program, data, env, program.task.train_items(dataset))
         if for_inference:
-            last, state = epochs[0], _inference_state(ckpt, epochs[0], meta, ident, state)
+            last, state = epochs[0], _inference_state(ckpt, epochs[0], meta, ident, state,
+                                                      relations_of(dataset))
         else:
-            last, restored, meta = ckpt.restore_first(epochs, ident, _saved(state))
+            last, restored, meta = ckpt.restore_first(epochs, ident, _saved(state),
+                                                      relations_of(dataset))
             state = state._replace(**restored)
         history = meta.get("history", [])
         if meta.get("evaluation_pending") and history:  # saved before its evaluation
@@ -110,15 +113,16 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
     return TrainResult(_variables(state), history, summary, program, data, state, dataset)
 
 
-def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state):
-    """`state` with the model variables of `epoch`, the identity compared but for
-    `INFERENCE_FREE` and the variables' shapes with the model's."""
+def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations):
+    """`state` with the model variables of `epoch`, the identity compared (relations
+    named by a graph of `relations`) but for `INFERENCE_FREE`, and the variables'
+    shapes with the model's."""
     from zerognn_jax._src.training.checkpoint import CheckpointMismatch, state_spec
 
     saved_ident = meta.get("identity", {})
     ident = {k: v for k, v in ident.items() if k not in INFERENCE_FREE}
     ident.update({k: saved_ident[k] for k in INFERENCE_FREE if k in saved_ident})
-    ckpt.check(epoch, meta, ident)
+    ckpt.check(epoch, meta, ident, relations)
     saved = ckpt.restore_as_saved(epoch)
     like = {"params": state.params, "batch_stats": state.batch_stats}
     got = {"params": saved["params"], "batch_stats": saved.get("batch_stats") or {}}

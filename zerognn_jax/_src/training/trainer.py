@@ -347,8 +347,10 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     if ckpt is not None:
         from zerognn_jax._src.training.checkpoint import check_epochs, identity
 
-        ident = identity(cfg, dataset.stats(), program.global_batch, user.identity)
-        resumable = ckpt.find_resumable(ident)  # a checkpoint of another run fails here
+        ident = identity(cfg, dataset.stats(), program.global_batch, user.identity,
+                         relations_of(dataset))
+        # a checkpoint of another run fails here
+        resumable = ckpt.find_resumable(ident, relations_of(dataset))
         check_epochs(cfg.epochs, resumable, cfg.checkpoint_dir)
     t0 = time.perf_counter()
     batched = isinstance(program.task, BatchedTask)
@@ -392,7 +394,8 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         state = start_from(program, state, user.variables)
     interrupts.check("initialisation", wait_for=state)
     history, start_epoch, pending, fresh = [], 0, None, False
-    resumed = ckpt.restore_first(resumable, ident, _saved(state)) if resumable else None
+    resumed = (ckpt.restore_first(resumable, ident, _saved(state), relations_of(dataset))
+               if resumable else None)
     if resumed is not None:
         last, restored, meta = resumed
         state = state._replace(**restored)
@@ -511,6 +514,11 @@ def same_level0(saved, current) -> bool:
     envelope's capacities per end type (a tuple, which JSON gives back as a list)."""
     as_list = lambda v: list(v) if isinstance(v, tuple | list) else [v]
     return as_list(saved) == as_list(current)
+
+
+def relations_of(dataset) -> tuple:
+    """A typed dataset's relations, () for any other."""
+    return dataset.graph.relations if is_typed(dataset) else ()
 
 
 def _name(cfg, dataset) -> str:
