@@ -23,7 +23,9 @@ A variant is `DEVICES[-split][:COLLECTIVES][+OPTION...]` (`--variants`, comma-se
   flag), or `GRADS.METRICS.OVERFLOW` (`flat|tree`, `host|psum`, `packed|early|late`).
 - OPTION: `prefetch` (step i samples step i + 1, so XLA may overlap sampling with the
   all-reduce); `lhs` (XLA:GPU's latency-hiding scheduler for the chunk program);
-  `cmdbuf` (command buffers that include collectives, while loops and conditionals).
+  `cmdbuf` (command buffers that include collectives, while loops and conditionals);
+  `concurrent` (kernels that share no buffer run side by side inside a command buffer,
+  as one-device programs compile by default: xla_options.py).
   XLA options are passed per compiled program (`ScanEngine.compiler_options`), never
   through XLA_FLAGS: a name this XLA does not know fails only that variant.
 
@@ -70,6 +72,7 @@ OPTION_SETS = {
     "prefetch": {},
     "lhs": {"xla_gpu_enable_latency_hiding_scheduler": True},
     "cmdbuf": {"xla_gpu_enable_command_buffer": COMMAND_BUFFER},
+    "concurrent": {"xla_gpu_command_buffer_scheduling_mode": "CONCURRENT"},
 }
 
 

@@ -1,6 +1,6 @@
 """The XLA options the engines compile step programs with (xla_options.py): cuBLAS for
-matrix products and, on one device, kernels side by side on a GPU unless the user chose
-otherwise, nothing elsewhere, and option names and values this XLA still knows."""
+matrix products and kernels side by side on a GPU unless the user chose otherwise,
+nothing elsewhere, and option names and values this XLA still knows."""
 
 from __future__ import annotations
 
@@ -28,9 +28,6 @@ def test_cublas_and_concurrent_kernels_on_an_nvidia_gpu_only(monkeypatch):
     assert compiler_options("cublas", nvidia=True) == both
     assert compiler_options("cublas", nvidia=False) is None
     assert compiler_options("xla", nvidia=True) == {SCHEDULING: "CONCURRENT"}
-    # over several devices XLA's own scheduling stays
-    assert compiler_options("cublas", nvidia=True, devices=4) == {TRITON_GEMM: False}
-    assert compiler_options("xla", nvidia=True, devices=2) is None
 
 
 def _device(platform: str, kind: str, version: str):
@@ -105,13 +102,13 @@ def test_training_compiles_with_the_configs_backend(monkeypatch):
     real = scan.compiler_options
 
     def spy(backend, extra=None, **kwargs):
-        asked.append((backend, kwargs.get("devices")))
+        asked.append(backend)
         return real(backend, extra, **kwargs)
 
     monkeypatch.setattr(scan, "compiler_options", spy)
     train(TrainConfig(epochs=1, hidden=8, layers=2, fanouts=(2, 2), batch_size=64,
                       eval_mode="none", progress=False, gemm_backend="xla"))
-    assert asked and set(asked) == {("xla", 1)}  # one device: its program's shard count
+    assert asked and set(asked) == {"xla"}
 
 
 @pytest.mark.skipif(not on_nvidia_gpu(), reason="reads a CUDA compile")

@@ -343,8 +343,7 @@ class ScanEngine:
                 run = program.parallel.shard_chunk(run, args[1])
             t0 = time.perf_counter()
             lowered = jax.jit(run, donate_argnums=0).lower(*args)
-            options = compiler_options(self.gemm_backend, self.compiler_options,
-                                       devices=program.num_shards)
+            options = compiler_options(self.gemm_backend, self.compiler_options)
             self._programs[key] = lowered.compile(compiler_options=options)
             self.compile_seconds += time.perf_counter() - t0
         return self._programs[key]

@@ -9,13 +9,14 @@ the default, turns XLA's Triton GEMMs off (`xla_gpu_enable_triton_gemm=false`), 
 the products it would have given Triton go to cuBLAS; "xla" leaves XLA's own choice.
 
 XLA runs a step's kernels as CUDA graphs (command buffers), by default one after another
-in the order of its schedule. A program on one device compiles with
+in the order of its schedule. Training programs compile with
 `xla_gpu_command_buffer_scheduling_mode=CONCURRENT`, which lets kernels that share no
 buffer run side by side: a GNN step has many small kernels on independent branches
-(relations, a virtual node beside the node MLP). On an H100 that made molhiv-like's
+(relations, a virtual node beside the node MLP). On one H100 that made molhiv-like's
 batch-32 epoch 1.35x faster, mag-like's 1.15x and products-like's bfloat16 one 1.07x
-(docs/benchmarks.md, "Kernels side by side"). Programs over several devices keep XLA's
-default (their collectives were not measured with it).
+(docs/benchmarks.md, "Kernels side by side"); over 2 and 4 H200s, products-like's
+data-parallel epoch 2-4 % faster, with the same losses (docs/multi_gpu.md,
+"Kernels side by side on several GPUs").
 
 Other devices get no option (AMD GPUs too: unmeasured there). A user's XLA_FLAGS that
 set either flag win over its default, and options passed explicitly
@@ -61,17 +62,16 @@ def on_nvidia_gpu(device=None) -> bool:
 
 
 def compiler_options(gemm_backend: str, extra: dict | None = None,
-                     nvidia: bool | None = None, *, devices: int = 1) -> dict | None:
-    """The options to compile a training program over `devices` devices with (module
-    docstring): where it runs on NVIDIA GPUs (`nvidia`, default `on_nvidia_gpu()`), the
-    GEMM backend's and, on one device, concurrent kernels; then `extra` over them; None
-    when there are none."""
+                     nvidia: bool | None = None) -> dict | None:
+    """The options to compile a training program with (module docstring): where it runs
+    on NVIDIA GPUs (`nvidia`, default `on_nvidia_gpu()`), the GEMM backend's and
+    concurrent kernels; then `extra` over them; None when there are none."""
     check_gemm_backend(gemm_backend)
     options = {}
     if on_nvidia_gpu() if nvidia is None else nvidia:
         if gemm_backend == "cublas" and not _set_by_user(TRITON_GEMM):
             options[TRITON_GEMM] = False
-        if devices == 1 and not _set_by_user(SCHEDULING):
+        if not _set_by_user(SCHEDULING):
             options[SCHEDULING] = "CONCURRENT"
     options.update(extra or {})
     return options or None
