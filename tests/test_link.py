@@ -529,8 +529,11 @@ def _small_npz(tmp_path):
 
 def test_link_training_reads_a_host_table_as_the_device_one(tmp_path):
     """Link prediction with the feature table in host memory (rows by degree, its 20
-    hottest cached on the device): the device table's losses and test AUC, bit for
-    bit."""
+    hottest cached on the device): the device table's losses and test AUC. Bit for bit
+    under XLA:CPU's fusion emitters; the suite's faster IR emitters (conftest.py) round
+    a row gathered inside a fusion and a row read by the host call apart in the last
+    bit, so they are compared to float32 rounding (wrong rows would move them by far
+    more; test_host_rows.py holds node training bit for bit under either)."""
     path = _small_npz(tmp_path)
     runs = [zg.train(zg.TrainConfig(
         dataset=str(path), task="link", model="sage", layers=2, fanouts=(5, 5), hidden=16,
@@ -539,8 +542,10 @@ def test_link_training_reads_a_host_table_as_the_device_one(tmp_path):
     device, host = runs
     assert host.summary["feature_placement"] == "host"
     assert host.data.features.rows.shape[0] == 20
-    assert [r["loss"] for r in host.history] == [r["loss"] for r in device.history]
-    assert host.summary["test_auc"] == device.summary["test_auc"] > 0.0
+    np.testing.assert_allclose([r["loss"] for r in host.history],
+                               [r["loss"] for r in device.history], rtol=1e-6)
+    assert host.summary["test_auc"] == pytest.approx(device.summary["test_auc"], abs=1e-6)
+    assert device.summary["test_auc"] > 0.0
 
 
 def test_score_pairs_gives_the_decoders_scores_of_any_pairs(tmp_path):
