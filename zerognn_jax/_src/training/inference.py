@@ -89,18 +89,19 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
         cfg = cfg or config_of(meta)
         dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                          loss=loss)
+        relations = relations_of(dataset)
         ident = identity(cfg, dataset.stats(), program.global_batch,
                          user_identity(model, optimizer, None if loss is None else program.task,
-                                       dataset), relations_of(dataset))
+                                       dataset), relations)
         pick = _batched_envelope if isinstance(program.task, BatchedTask) else _envelope
         env = pick(cfg, meta, data, dataset, program)
         state = init_state(program, data, env, program.task.train_items(dataset))
         if for_inference:
             last, state = epochs[0], _inference_state(ckpt, epochs[0], meta, ident, state,
-                                                      relations_of(dataset))
+                                                      relations)
         else:
             last, restored, meta = ckpt.restore_first(epochs, ident, _saved(state),
-                                                      relations_of(dataset))
+                                                      relations)
             state = state._replace(**restored)
         history = meta.get("history", [])
         if meta.get("evaluation_pending") and history:  # saved before its evaluation

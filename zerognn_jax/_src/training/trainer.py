@@ -343,14 +343,13 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
 
 
 def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainResult:
-    ident, resumable = None, []
+    ident, resumable, relations = None, [], relations_of(dataset)
     if ckpt is not None:
         from zerognn_jax._src.training.checkpoint import check_epochs, identity
 
         ident = identity(cfg, dataset.stats(), program.global_batch, user.identity,
-                         relations_of(dataset))
-        # a checkpoint of another run fails here
-        resumable = ckpt.find_resumable(ident, relations_of(dataset))
+                         relations)
+        resumable = ckpt.find_resumable(ident, relations)  # another run's fails here
         check_epochs(cfg.epochs, resumable, cfg.checkpoint_dir)
     t0 = time.perf_counter()
     batched = isinstance(program.task, BatchedTask)
@@ -394,7 +393,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         state = start_from(program, state, user.variables)
     interrupts.check("initialisation", wait_for=state)
     history, start_epoch, pending, fresh = [], 0, None, False
-    resumed = (ckpt.restore_first(resumable, ident, _saved(state), relations_of(dataset))
+    resumed = (ckpt.restore_first(resumable, ident, _saved(state), relations)
                if resumable else None)
     if resumed is not None:
         last, restored, meta = resumed

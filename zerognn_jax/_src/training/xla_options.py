@@ -14,9 +14,9 @@ in the order of its schedule. Training programs compile with
 buffer run side by side: a GNN step has many small kernels on independent branches
 (relations, a virtual node beside the node MLP). On one H100 that made molhiv-like's
 batch-32 epoch 1.35x faster, mag-like's 1.15x and products-like's bfloat16 one 1.07x
-(docs/benchmarks.md, "Kernels side by side"); over 2 and 4 H200s, products-like's
-data-parallel epoch 2-4 % faster, with the same losses (docs/multi_gpu.md,
-"Kernels side by side on several GPUs").
+(docs/benchmarks.md, "Kernels side by side"); over 2 and 4 H200s, data-parallel
+epochs 2-6 % faster on products-like and 4-7 % on mag-like, with the same losses
+(docs/multi_gpu.md, "Kernels side by side on several GPUs").
 
 Other devices get no option (AMD GPUs too: unmeasured there). A user's XLA_FLAGS that
 set either flag win over its default, and options passed explicitly
