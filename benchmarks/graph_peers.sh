@@ -5,19 +5,23 @@
 #   bash benchmarks/graph_peers.sh [OUT_DIR]      (on the device machine, repo root)
 #
 # Overrides: EPOCHS (default 5), SCALE (1), BATCHES ("32 256"), PYTHON (python3),
-# SYSTEMS ("zerognn jraph pyg"). JSON lines go to OUT_DIR/graph.jsonl as they come;
-# logs to OUT_DIR/graph.log. The PyG run reads the same molecules from
-# OUT_DIR/molhiv-like.npz (written by `zerognn data generate`).
+# SYSTEMS ("zerognn jraph pyg"), DTYPES (zerognn-jax's dtypes, "float32"; the peers run
+# float32). JSON lines go to OUT_DIR/graph.jsonl as they come; logs to OUT_DIR/graph.log.
+# The PyG run reads the same molecules from OUT_DIR/molhiv-like.npz (written by
+# `zerognn data generate`).
 set -uo pipefail
 OUT=${1:-${OUT:-out}}; mkdir -p "$OUT"
 EPOCHS=${EPOCHS:-5}; SCALE=${SCALE:-1}; BATCHES=${BATCHES:-"32 256"}
+DTYPES=${DTYPES:-float32}
 PY=${PYTHON:-python3}; SYSTEMS=${SYSTEMS:-"zerognn jraph pyg"}
 export PYTHONPATH=${PYTHONPATH:-}:$PWD
 for s in $SYSTEMS; do
   for b in $BATCHES; do
     case $s in
-      zerognn) $PY benchmarks/graph.py --scale "$SCALE" --epochs "$EPOCHS" --batch-sizes "$b" \
-                 --out "$OUT" ;;
+      zerognn) for d in $DTYPES; do
+                 $PY benchmarks/graph.py --scale "$SCALE" --epochs "$EPOCHS" --batch-sizes "$b" \
+                   --dtype "$d" --out "$OUT"
+               done ;;
       jraph) $PY benchmarks/peers/jraph_gin.py --scale "$SCALE" --epochs "$EPOCHS" \
                --batch-size "$b" | tee -a "$OUT/graph.jsonl" ;;
       pyg) [ -f "$OUT/molhiv-like.npz" ] || $PY -m zerognn_jax.cli data generate molhiv-like \
@@ -27,11 +31,12 @@ for s in $SYSTEMS; do
     esac
   done 2>>"$OUT/graph.log"
 done
-echo "| system | batch | graphs/s | test ROC-AUC |"; echo "|---|---|---|---|"
+echo "| system | dtype | batch | graphs/s | test ROC-AUC |"; echo "|---|---|---|---|---|"
 $PY - "$OUT/graph.jsonl" <<'PYEOF'
 import json, sys
 for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line)
-        print(f"| {r['system']} | {r['batch_size']} | {r['graphs_per_s']:,.0f} | {r['test_rocauc']:.4f} |")
+        print(f"| {r['system']} | {r.get('dtype', 'float32')} | {r['batch_size']} | "
+              f"{r['graphs_per_s']:,.0f} | {r['test_rocauc']:.4f} |")
 PYEOF

@@ -3,7 +3,7 @@
 each batch size, on one GPU.
 
     python benchmarks/graph_profile.py [--scale 1] [--batch-sizes 32,256] [--epochs 3]
-        [--aggregations segment,ell] [--top 12] [--no-trace] [--out DIR]
+        [--aggregations segment,ell] [--dtype float32] [--top 12] [--no-trace] [--out DIR]
 
 Per (batch size, aggregation), from the same initial parameters and seed: `--epochs`
 epochs on the scan engine as `zg.train` runs it (`sample_ahead` steps sampled at once;
@@ -40,12 +40,13 @@ from zerognn_jax._src.training.tasks.losses import masked_mean
 from zerognn_jax._src.training.trainer import prepare
 
 
-def config(data, batch_size: int, aggregation: str, epochs: int, seed: int):
+def config(data, batch_size: int, aggregation: str, epochs: int, seed: int,
+           dtype: str = "float32"):
     """The workload of benchmarks/graph.py with one aggregation."""
     return zg.TrainConfig(task="graph", dataset=data.name, model="gine-virtual", hidden=300,
                           layers=5, dropout=0.5, readout="mean", batch_size=batch_size,
                           epochs=epochs, lr=1e-3, progress=False, seed=seed, eval_every=0,
-                          graph_aggregation=aggregation)
+                          graph_aggregation=aggregation, dtype=dtype)
 
 
 def traced_epoch(engine, state, data, items, epoch: int, envelope, log_dir) -> tuple:
@@ -79,7 +80,7 @@ def first_step(program, state, dev, items, envelope, seed: int) -> tuple:
 def measure(data, batch_size: int, aggregation: str, args, log_dir) -> dict:
     """One (batch size, aggregation) record (module docstring), with the first step's
     loss and gradient under "_first" (for `agreement`)."""
-    cfg = config(data, batch_size, aggregation, args.epochs, args.seed)
+    cfg = config(data, batch_size, aggregation, args.epochs, args.seed, args.dtype)
     _, dev, program = prepare(cfg, data)
     items = program.task.train_items(data)
     env, cal = program.task.choose_envelope(program, dev, data, cfg)
@@ -96,7 +97,7 @@ def measure(data, batch_size: int, aggregation: str, args, log_dir) -> dict:
         losses.append(res.loss)
     epoch_s = statistics.median(seconds[1:] or seconds)
     steps = res.steps
-    record = {"batch_size": batch_size, "aggregation": aggregation,
+    record = {"batch_size": batch_size, "aggregation": aggregation, "dtype": args.dtype,
               "graphs_per_s": len(items) / epoch_s, "epoch_s": epoch_s,
               "ms_per_step": 1e3 * epoch_s / steps, "steps": steps, "losses": losses,
               "compile_s": engine.compile_seconds, "envelope": list(env.levels),
@@ -167,6 +168,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch-sizes", default="32,256")
     p.add_argument("--aggregations", default="segment,ell")
     p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--loss-tolerance", type=float, default=1e-4)
     p.add_argument("--grad-tolerance", type=float, default=1e-2)

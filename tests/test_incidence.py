@@ -83,3 +83,16 @@ def test_auto_aggregation_follows_backend_and_batch_size(monkeypatch, backend, b
     assert graph.resolve_aggregation("auto", batch) == expected
     assert graph.resolve_aggregation("segment", 256) == "segment"
     assert graph.resolve_aggregation("ell", 8) == "ell"
+
+
+def test_segment_sums_of_half_precision_rows_accumulate_in_float32():
+    # 600 live edges into node 0: summed in bfloat16 the ones would stop at 256
+    # (256 + 1 rounds back to 256), forward and in the gather's gradient
+    inc = Incidence(jnp.zeros(600, jnp.int32), jnp.ones(600, bool))
+    out = edges_to_nodes(jnp.ones((600, 2), jnp.bfloat16), inc, 2)
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(out, np.float32)[:, 0], [600, 0])
+    h = jnp.ones((2, 2), jnp.bfloat16)
+    grad = jax.grad(lambda h: nodes_to_edges(h, inc).astype(jnp.float32).sum())(h)
+    assert grad.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(grad, np.float32)[:, 0], [600, 0])
