@@ -9,11 +9,11 @@ slot meets, and which edge slots meet each node):
 The references are `jax.ops.segment_sum` and a gather: their gradients (and the
 reference's forward) scatter-add rows with atomics, which cost a GPU more than the
 rest of a molecule GNN's layer. Half-precision rows are summed, and scattered in the
-gradients, in float32: an H200 took 30-37 us for each bfloat16 scatter-add of
+gradients, in float32: an H200 took 29-37 us for each bfloat16 scatter-add of
 molhiv-like's [2240, 300] edge rows into [1088, 300] node rows, where float32's took
-6.6 (docs/benchmarks.md). The fixed-width ("ELL") form reads each node's
-incident edge slots from `slots` (int32[N, K], K at least the largest degree): both
-ops and both gradients are then gathers followed by a sum over K, with no scatter.
+6.3-6.7 (docs/benchmarks.md). The fixed-width ("ELL") form reads each node's incident
+edge slots from `slots` (int32[N, K], K at least the largest degree): both ops and
+both gradients are then gathers followed by a sum over K, with no scatter.
 Each takes the ELL form when the incidence has slots, the reference otherwise.
 """
 
