@@ -266,6 +266,18 @@ def test_max_reference_against_loops():
     np.testing.assert_array_equal(np.asarray(got), want)
 
 
+def test_max_reference_gradient_of_half_precision_rows_sums_in_float32():
+    # 600 rows whose one slot reads source row 0: bfloat16 sums of the ones would stop
+    # at 256 (256 + 1 rounds back to 256)
+    nbr, mask = jnp.zeros((600, 2), jnp.int32), jnp.array([[True, False]] * 600)
+    h = jnp.ones((3, 4), jnp.bfloat16)
+    out = aggregate.max_reference(h, nbr, mask)
+    assert out.dtype == jnp.bfloat16
+    grad = jax.grad(lambda h: aggregate.max_reference(h, nbr, mask).astype(jnp.float32).sum())(h)
+    assert grad.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(grad, np.float32)[:, 0], [600, 0, 0])
+
+
 def test_tiling_override_splits_features_and_heads():
     """Feature tiles narrower than a row: heads straddle programs, d weights sum partials."""
     s, c, k, heads, f = 40, 24, 3, 4, 12

@@ -117,11 +117,16 @@ def max_reference(h_src: jax.Array, nbr: jax.Array, mask: jax.Array) -> jax.Arra
     Args:
       h_src: float[S, d]; nbr: int32[C, K]; mask: bool[C, K].
     Reduced over the leading axis of the slot-major gather, as in `weighted_sum_reference`.
+    Half-precision rows are gathered as float32 (the maximum is the same value), so that
+    the gradient's scatter-add into a row read by many slots sums in float32, as the
+    Pallas twin's does.
     """
-    gathered = gather_live(h_src, nbr.T, mask.T)  # [K, C, d]
-    neg = jnp.array(-jnp.inf, h_src.dtype)
+    acc = _accumulator(h_src.dtype)
+    gathered = gather_live(h_src.astype(acc), nbr.T, mask.T)  # [K, C, d]
+    neg = jnp.array(-jnp.inf, acc)
     best = jnp.max(jnp.where(mask.T[..., None], gathered, neg), axis=0)
-    return jnp.where(jnp.any(mask, axis=1)[:, None], best, jnp.zeros((), h_src.dtype))
+    best = jnp.where(jnp.any(mask, axis=1)[:, None], best, jnp.zeros((), acc))
+    return best.astype(h_src.dtype)
 
 
 def weighted_sum(kernels: Kernels, h_src, nbr, weights) -> jax.Array:
