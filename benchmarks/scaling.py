@@ -24,8 +24,8 @@ A variant is `DEVICES[-split][:COLLECTIVES][+OPTION...]` (`--variants`, comma-se
 - OPTION: `prefetch` (step i samples step i + 1, so XLA may overlap sampling with the
   all-reduce); `lhs` (XLA:GPU's latency-hiding scheduler for the chunk program);
   `cmdbuf` (command buffers that include collectives, while loops and conditionals);
-  `concurrent` (kernels that share no buffer run side by side inside a command buffer,
-  as one-device programs compile by default: xla_options.py).
+  `serial` (kernels inside a command buffer in XLA's own order, `LHS`, where every
+  training program compiles with the concurrent mode: xla_options.py).
   XLA options are passed per compiled program (`ScanEngine.compiler_options`), never
   through XLA_FLAGS: a name this XLA does not know fails only that variant.
 
@@ -72,7 +72,7 @@ OPTION_SETS = {
     "prefetch": {},
     "lhs": {"xla_gpu_enable_latency_hiding_scheduler": True},
     "cmdbuf": {"xla_gpu_enable_command_buffer": COMMAND_BUFFER},
-    "concurrent": {"xla_gpu_command_buffer_scheduling_mode": "CONCURRENT"},
+    "serial": {"xla_gpu_command_buffer_scheduling_mode": "LHS"},
 }
 
 

@@ -378,6 +378,12 @@ def test_a_relation_resumes_under_its_name_or_its_full_name(tmp_path):
     other = identity(run({"writes": (1, 0)}, "writes"), stats, 32, relations=rels)
     with pytest.raises(CheckpointMismatch, match=r"relation_fanouts \{'paper__cites__paper'"):
         ck.check(1, {"identity": older}, other, rels)
+    # on a graph of one relation, link_relation None names it
+    one = rels[1:]
+    named = identity(run(None, "writes"), stats, 32, relations=one)
+    assert identity(run(None, None), stats, 32, relations=one) == named
+    ck.check(1, {"identity": identity(run(None, None), stats, 32)}, named, one)
+    assert identity(run(None, None), stats, 32, relations=rels)["link_relation"] is None
 
 
 def test_a_field_added_since_the_checkpoint_resumes_at_what_runs_did_before(tmp_path):

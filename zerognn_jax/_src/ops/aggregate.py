@@ -14,7 +14,10 @@ from zerognn_jax._src.ops.registry import Kernels, implementation
 
 
 def _accumulator(dtype):
-    """float32 for half-precision inputs (sums and their gradients accumulate in it)."""
+    """float32 for half-precision inputs (sums and their gradients accumulate in it);
+    any wider float, and any non-float dtype, as it is."""
+    if not jnp.issubdtype(dtype, jnp.floating):
+        return jnp.dtype(dtype)
     return jnp.promote_types(dtype, jnp.float32)
 
 

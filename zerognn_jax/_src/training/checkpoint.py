@@ -127,8 +127,9 @@ def full_names(ident: dict, relations) -> dict:
     """`ident` (options by name) with the relations of a typed graph's `relations` that
     its `relation_fanouts` keys and `link_relation` name written "src__name__dst": a
     relation's unique name is as valid an option, and either spelling resumes the
-    other's checkpoint. A key that names no one relation (a checkpoint of another
-    graph) stays as written, to be reported as a difference."""
+    other's checkpoint; so does a link task's `link_relation` None on a graph of one
+    relation, which names that relation. A key that names no one relation (a checkpoint
+    of another graph) stays as written, to be reported as a difference."""
     def full(key: str) -> str:
         try:
             return relation_name(named_relation(relations, key, "relation"))
@@ -140,6 +141,8 @@ def full_names(ident: dict, relations) -> dict:
         out["relation_fanouts"] = {full(k): v for k, v in out["relation_fanouts"].items()}
     if out.get("link_relation"):
         out["link_relation"] = full(out["link_relation"])
+    elif out.get("task") == "link" and len(relations) == 1:
+        out["link_relation"] = relation_name(relations[0])
     return out
 
 

@@ -261,9 +261,13 @@ class TypedEmbedding(NodeEmbedding):
 def relation_fanouts(cfg, graph: HeteroGraph) -> dict:
     """{relation: per-hop fanouts}: `cfg.fanouts` for every relation, replaced where
     `cfg.relation_fanouts` names one ("src__name__dst", or its name when unique)."""
-    out = {r: tuple(cfg.fanouts) for r in graph.relations}
+    out, keys = {r: tuple(cfg.fanouts) for r in graph.relations}, {}
     for key, per_hop in (cfg.relation_fanouts or {}).items():
         relation = named_relation(graph.relations, key, "relation_fanouts key")
+        if relation in keys:
+            raise ValueError(f"relation_fanouts names {'__'.join(relation)} twice, as "
+                             f"{keys[relation]!r} and {key!r}: keep one")
+        keys[relation] = key
         if len(per_hop) != len(cfg.fanouts):
             raise ValueError(f"relation_fanouts[{key!r}] has {len(per_hop)} hops, the model "
                              f"{len(cfg.fanouts)} layers: {tuple(per_hop)}")
