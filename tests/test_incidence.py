@@ -96,3 +96,14 @@ def test_segment_sums_of_half_precision_rows_accumulate_in_float32():
     grad = jax.grad(lambda h: nodes_to_edges(h, inc).astype(jnp.float32).sum())(h)
     assert grad.dtype == jnp.bfloat16
     np.testing.assert_array_equal(np.asarray(grad, np.float32)[:, 0], [600, 0])
+
+
+def test_integer_rows_are_gathered_and_summed_as_they_are():
+    # 2**24 + 1 has no float32 value: a detour through float32 would round it
+    inc = Incidence(jnp.zeros(2, jnp.int32), jnp.ones(2, bool))
+    big = 2**24 + 1
+    h = jnp.array([[big], [0]], jnp.int32)
+    np.testing.assert_array_equal(nodes_to_edges(h, inc), [[big], [big]])
+    out = edges_to_nodes(jnp.full((2, 1), big, jnp.int32), inc, 2)
+    assert out.dtype == jnp.int32
+    np.testing.assert_array_equal(out, [[2 * big], [0]])
