@@ -150,6 +150,28 @@ def test_initialize_distributed_checks_its_flags():
         parallel.initialize_distributed("127.0.0.1:1234", 2)
     with pytest.raises(ValueError, match=r"--process-id 2 must lie in \[0, 2\)"):
         parallel.initialize_distributed("127.0.0.1:1234", 2, 2)
+    with pytest.raises(ValueError, match="--num-processes must be >= 1, got 0"):
+        parallel.initialize_distributed("127.0.0.1:1234", 0, 0)
+    with pytest.raises(ValueError, match="--num-processes 2 and --process-id 5 join .* only "
+                                         "with --coordinator"):
+        parallel.initialize_distributed(None, 2, 5)
+
+
+def test_the_cli_joins_a_run_over_a_coordinator(tmp_path):
+    """`zerognn train --coordinator ...` joins JAX's distributed runtime before anything
+    starts a backend: building the commands' default configs once asked JAX for its
+    backend (kernels "auto"), and every such run stopped with jax.distributed's
+    RuntimeError. One process here; two join in `runs` (through the worker)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO),
+           "XLA_FLAGS": FAST_XLA}
+    cmd = [sys.executable, "-m", "zerognn_jax.cli", "train", "--epochs", "1", "--no-progress",
+           "--hidden", "8", "--layers", "1", "--fanouts", "2",
+           "--coordinator", f"127.0.0.1:{free_port()}", "--num-processes", "1",
+           "--process-id", "0"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=TIMEOUT_S)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.splitlines()[-1])["processes"] == 1
 
 
 def test_placement_checks_data_is_on_the_mesh(small_graph):

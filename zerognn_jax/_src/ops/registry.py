@@ -47,19 +47,20 @@ class Kernels:
                                  f"{IMPLEMENTATIONS} or a callable, got {impl!r}")
 
     @classmethod
-    def parse(cls, spec: str, *, interpret: bool = False) -> Kernels:
+    def parse(cls, spec: str, *, interpret: bool = False, gpu: bool | None = None) -> Kernels:
         """From "auto", "xla", "pallas", or per op: "sample=pallas,aggregate=xla" (others
         xla, or what the first part says: "auto,row_adam=xla" is auto's choice but for
         that op).
 
         "auto" picks what measured fastest on an H100 (docs/kernels.md): the Pallas
         sampler and lazy Adam's in-place row update with XLA for the other ops on a
-        GPU, XLA everywhere else.
+        GPU (`gpu`; None: JAX's default backend, which asking starts), XLA everywhere
+        else.
         """
         parts = [p.strip() for p in spec.split(",") if p.strip()]
         choices = {}
         if parts and parts[0] == "auto":
-            gpu = jax.default_backend() == "gpu"
+            gpu = jax.default_backend() == "gpu" if gpu is None else gpu
             choices, parts = (dict(sample="pallas", row_adam="pallas") if gpu else {}), parts[1:]
         elif parts and parts[0] in IMPLEMENTATIONS:
             choices, parts = dict.fromkeys(OPS, parts[0]), parts[1:]

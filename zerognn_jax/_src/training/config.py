@@ -320,7 +320,9 @@ class TrainConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
-        kernels = Kernels.parse(self.kernels)  # raises on a bad spec
+        # raises on a bad spec; "auto" is read as off a GPU, so that a default config does
+        # not start JAX's backend (a multi-process run must join the others first)
+        kernels = Kernels.parse(self.kernels, gpu=False)
         pallas = [op for op in OPS if getattr(kernels, op) == "pallas"]
         if pallas and jax.default_backend() != "gpu":
             raise ValueError(

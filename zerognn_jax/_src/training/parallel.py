@@ -48,6 +48,10 @@ def initialize_distributed(coordinator: str | None, num_processes: int | None = 
       True if the runtime was initialised.
     """
     if coordinator is None:
+        if num_processes is not None or process_id is not None:
+            raise ValueError(f"--num-processes {num_processes} and --process-id {process_id} "
+                             f"join a run over several processes only with --coordinator "
+                             f"(or $JAX_COORDINATOR_ADDRESS)")
         return False
     if coordinator == "auto":
         jax.distributed.initialize(initialization_timeout=timeout_s)
@@ -55,6 +59,8 @@ def initialize_distributed(coordinator: str | None, num_processes: int | None = 
     if num_processes is None or process_id is None:
         raise ValueError(f"--coordinator {coordinator} needs --num-processes and --process-id "
                          f"(got {num_processes} and {process_id})")
+    if num_processes < 1:
+        raise ValueError(f"--num-processes must be >= 1, got {num_processes}")
     if not 0 <= process_id < num_processes:
         raise ValueError(f"--process-id {process_id} must lie in [0, {num_processes})")
     jax.distributed.initialize(coordinator, num_processes, process_id,
