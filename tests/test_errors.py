@@ -80,6 +80,11 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
     (dict(kernels="sample=fast"), "kernel implementation for 'sample' must be one of "
                                   "('xla', 'pallas') or a callable, got 'fast'"),
     (dict(kernels="fast"), "bad kernel spec 'fast'"),
+    (dict(batch_size=99999999999), "batch_size 99999999999 is past int32 (2**31 - 1)"),
+    (dict(fanouts=(3, 2**31), layers=2),
+     "fanouts (3, 2147483648): 2147483648 is past int32 (2**31 - 1)"),
+    (dict(metrics_out=""), "metrics_out must be a path (None for none), got ''"),
+    (dict(checkpoint_dir=" "), "checkpoint_dir must be a path (None for none), got ' '"),
 ])
 def test_config_names_the_bad_value(changes, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -312,6 +317,36 @@ def test_divergence_stops_with_epoch_and_step(tmp_path):
     assert len(records) == 1 and records[0]["loss"] is None
     assert records[0]["epoch"] == 0 and records[0]["diverged_at_step"] >= 0
     assert not (tmp_path / "ck").exists()  # no checkpoint: the folder made for it goes
+
+
+def test_train_names_arguments_of_the_wrong_kind():
+    with pytest.raises(TypeError, match="train takes a TrainConfig as cfg, got dict"):
+        train({"epochs": 1}, random_dataset())
+    with pytest.raises(TypeError, match="dataset 'tiny' is a name or a path: give it as "
+                                        r"TrainConfig\(dataset=...\)"):
+        train(small_config(), "tiny")
+    with pytest.raises(ValueError, match=r"variables hold no 'params' .*got \['x'\]"):
+        train(small_config(), random_dataset(), variables={"x": 1})
+
+
+def test_a_failed_run_leaves_no_empty_metrics_file(tmp_path, monkeypatch):
+    """A run that fails before its first record removes the metrics file it created and
+    the folder made for it; an empty file that was there before stays."""
+    from zerognn_jax._src.training import trainer
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("out of device memory, say")
+
+    monkeypatch.setattr(trainer, "_train_epoch", fail)
+    metrics = tmp_path / "new" / "m.jsonl"
+    with pytest.raises(RuntimeError, match="out of device memory, say"):
+        train(small_config(epochs=1, metrics_out=str(metrics)), random_dataset())
+    assert not metrics.parent.exists()
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("")
+    with pytest.raises(RuntimeError, match="out of device memory, say"):
+        train(small_config(epochs=1, metrics_out=str(kept)), random_dataset())
+    assert kept.exists()
 
 
 def test_cli_divergence_exit_code_and_one_line(tmp_path, capsys):

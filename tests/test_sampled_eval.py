@@ -140,6 +140,25 @@ def test_sampled_logits_halve_the_batch_the_device_cannot_hold(graph_400, all_ne
     np.testing.assert_allclose(np.asarray(got), exact, rtol=1e-4, atol=1e-4)
 
 
+def test_sampled_logits_batch_is_at_most_the_nodes(all_neighbours, monkeypatch):
+    """An evaluation batch above the nodes asked for runs as one batch of those nodes:
+    the buffers follow the batch, and `--eval-batch-size 99999999999` once ran the host
+    out of memory after training."""
+    from zerognn_jax._src.training import evaluate
+
+    res = all_neighbours("uniform")
+    run, sizes = evaluate._sampled_pass, []
+
+    def record(*args, envelope, **kwargs):
+        sizes.append(envelope.batch_size)
+        return run(*args, envelope=envelope, **kwargs)
+
+    monkeypatch.setattr(evaluate, "_sampled_pass", record)
+    nodes = np.arange(100)
+    got = sampled_logits(res.program, res.variables, res.data, nodes, batch_size=10**11)
+    assert sizes == [100] and got.shape[0] == 100
+
+
 def test_loader_tree_batches_read_by_position_equal_exact(graph_400, all_neighbours):
     """A user's loop over tree batches, views read by position for inference."""
     max_degree = graph_400.graph.max_degree()

@@ -236,6 +236,10 @@ class TrainConfig:
             if value not in options:
                 raise ValueError(f"{name} must be one of {', '.join(options)}, got {value!r}")
         check_init(self.init, self.model)  # the built-in models' own rule
+        for name in ("checkpoint_dir", "metrics_out", "tensorboard_dir"):
+            path = getattr(self, name)
+            if path is not None and not str(path).strip():
+                raise ValueError(f"{name} must be a path (None for none), got {path!r}")
         finite = lambda x: math.isfinite(x)
         batched = issubclass(TASKS[self.task], BatchedTask)  # graph batches: no fanouts
         for hop, fanout in enumerate(self.fanouts):
@@ -320,6 +324,7 @@ class TrainConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        _check_int32(self)
         # raises on a bad spec; "auto" is read as off a GPU, so that a default config does
         # not start JAX's backend (a multi-process run must join the others first)
         kernels = Kernels.parse(self.kernels, gpu=False)
@@ -341,3 +346,19 @@ class TrainConfig:
         if self.margin is None:  # EnvelopePolicy's own default margin, 1.1
             return EnvelopePolicy(multiple=self.multiple)
         return EnvelopePolicy(self.margin, self.multiple)
+
+
+def _check_int32(cfg) -> None:
+    """ValueError naming the first whole-number option (or fanout) past int32: counts,
+    sizes and positions are int32 on the device, where such a value cannot be held."""
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        if isinstance(value, dict):
+            numbers = [n for per_hop in value.values() for n in per_hop]
+        else:
+            numbers = value if isinstance(value, tuple) else (value,)
+        for n in numbers:
+            if isinstance(n, int) and not isinstance(n, bool) and not -2**31 <= n < 2**31:
+                name = field.name if n is value else f"{field.name} {value}:"
+                raise ValueError(f"{name} {n} is past int32 (2**31 - 1): counts and sizes "
+                                 f"are int32 on the device")

@@ -566,9 +566,11 @@ def halving_batches(run, batch_size: int, what: str):
 def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
                    batch_size: int, seed: int = 0) -> jax.Array:
     """float[len(nodes), classes]: logits from sampled neighbourhoods (program's fanouts),
-    `batch_size` nodes at a time (fewer where the device runs out: `halving_batches`)."""
+    `batch_size` nodes at a time, at most all of them (fewer where the device runs out:
+    `halving_batches`)."""
     _refuse_typed(program, "sampled_logits")
     nodes = np.asarray(nodes, np.int32)
+    batch_size = max(1, min(batch_size, nodes.shape[0]))  # buffers follow the batch
 
     def run(batch: int):
         padded = ordered_items(jnp.asarray(nodes), batch)

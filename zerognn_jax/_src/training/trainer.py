@@ -9,8 +9,10 @@ docs/api.md shows each.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -287,9 +289,9 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
 
     Output paths are checked before anything else, and held for the run (training/lock.py:
     a second run on the same checkpoint folder or metrics file is refused). Folders made
-    for them are removed again when the run fails or is refused before writing into
-    them. Inside `interrupts.deferred()` (the CLI) a SIGINT or SIGTERM stops the run
-    between phases and chunks.
+    for them, and a metrics file it created, are removed again when the run fails or is
+    refused before writing into them. Inside `interrupts.deferred()` (the CLI) a SIGINT
+    or SIGTERM stops the run between phases and chunks.
 
     Raises:
       ValueError: unusable data, loss or output paths; output paths in use by another
@@ -300,7 +302,10 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
       Diverged: the loss became NaN or infinite.
       interrupts.Interrupted: a signal arrived inside `interrupts.deferred()`.
     """
+    _check_arguments(cfg, dataset, variables)
     lead = jax.process_index() == 0  # one writer when several processes train together
+    metrics = Path(cfg.metrics_out) if lead and cfg.metrics_out else None
+    new_metrics = metrics is not None and not metrics.exists()
     created = check_output_paths(cfg.metrics_out if lead else None, cfg.checkpoint_dir)
     try:
         created += check_tensorboard(cfg.tensorboard_dir if lead else None)
@@ -309,8 +314,24 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
             return _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks,
                                lead)
     except BaseException:
-        remove_if_empty(created)  # refused or failed before writing: no empty folders left
+        # refused or failed before writing: no empty metrics file or folders left
+        if new_metrics and metrics.is_file() and metrics.stat().st_size == 0:
+            metrics.unlink()
+        remove_if_empty(created)
         raise
+
+
+def _check_arguments(cfg, dataset, variables) -> None:
+    """TypeError or ValueError for arguments of `train` that are not what it takes."""
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"train takes a TrainConfig as cfg, got {type(cfg).__name__}: "
+                        f"build one with zg.TrainConfig(...)")
+    if isinstance(dataset, (str, bytes, os.PathLike)):
+        raise TypeError(f"dataset {dataset!r} is a name or a path: give it as "
+                        f"TrainConfig(dataset=...) and pass no dataset")
+    if variables is not None and "params" not in variables:
+        raise ValueError(f"variables hold no 'params' (as restore(...).variables does): "
+                         f"got {sorted(variables)}")
 
 
 def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
