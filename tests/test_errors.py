@@ -329,6 +329,16 @@ def test_train_names_arguments_of_the_wrong_kind():
         train(small_config(), random_dataset(), variables={"x": 1})
 
 
+def test_options_of_another_task_are_named_as_ignored():
+    cfg = small_config(epochs=1, negatives=5, decoder="mlp", readout="max")
+    with pytest.warns(UserWarning) as caught:
+        train(cfg, random_dataset())
+    said = [str(w.message) for w in caught]
+    assert "decoder 'mlp', negatives 5: options of link tasks, ignored by this node task" \
+        in said
+    assert "readout 'max': options of graph tasks, ignored by this node task" in said
+
+
 def test_a_failed_run_leaves_no_empty_metrics_file(tmp_path, monkeypatch):
     """A run that fails before its first record removes the metrics file it created and
     the folder made for it; an empty file that was there before stays."""

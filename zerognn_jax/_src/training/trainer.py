@@ -12,6 +12,7 @@ import dataclasses
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -303,6 +304,7 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
       interrupts.Interrupted: a signal arrived inside `interrupts.deferred()`.
     """
     _check_arguments(cfg, dataset, variables)
+    _warn_unread_options(cfg)
     lead = jax.process_index() == 0  # one writer when several processes train together
     metrics = Path(cfg.metrics_out) if lead and cfg.metrics_out else None
     new_metrics = metrics is not None and not metrics.exists()
@@ -332,6 +334,22 @@ def _check_arguments(cfg, dataset, variables) -> None:
     if variables is not None and "params" not in variables:
         raise ValueError(f"variables hold no 'params' (as restore(...).variables does): "
                          f"got {sorted(variables)}")
+
+
+# Options only one task reads: set elsewhere (away from their defaults) they are ignored.
+TASK_OPTIONS = {"link": ("decoder", "negatives", "negative_mode", "link_metric"),
+                "graph": ("readout", "balance_window", "graph_aggregation")}
+
+
+def _warn_unread_options(cfg: TrainConfig) -> None:
+    """Warns (UserWarning) naming the options `cfg` sets that only another task reads."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    for task, names in TASK_OPTIONS.items():
+        unread = [f"{n} {getattr(cfg, n)!r}" for n in names
+                  if cfg.task != task and getattr(cfg, n) != defaults[n]]
+        if unread:
+            warnings.warn(f"{', '.join(unread)}: options of {task} tasks, ignored by this "
+                          f"{cfg.task} task", UserWarning, stacklevel=3)
 
 
 def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
