@@ -156,6 +156,18 @@ def test_unusable_output_paths_fail_before_any_work(tmp_path, capsys, no_work, f
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["train", "--fanouts", "3,,3"], "argument --fanouts: expected comma-separated "
+                                     "integers, got '3,,3'"),
+    (["data", "generate", "rmat", "--out", "g.npz", "--seed", "-1"],
+     "argument --seed: expected an integer >= 0, got '-1'"),
+])
+def test_malformed_flags_name_the_flag_and_value(capsys, args, message):
+    with pytest.raises(SystemExit) as stop:
+        main(args)
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_existing_metrics_file_that_cannot_be_appended_to(tmp_path, capsys, no_work):
     if not Path("/proc/version").is_file():
         pytest.skip("needs Linux's /proc/version")

@@ -49,6 +49,7 @@ from zerognn_jax._src.data.loaders import (
 from zerognn_jax._src.data.loaders import TYPED_PRESETS as TYPED_GENERATORS
 from zerognn_jax._src.data.storage import load_arrays
 from zerognn_jax._src.data.writes import WriteError, refuse_foreign
+from zerognn_jax.cli.flags import generator_seed
 
 TYPED_PRESETS = tuple(TYPED_GENERATORS)
 GENERATE_PRESETS = ("products-like", "proteins-like", "papers100m-like", "rmat",
@@ -88,7 +89,7 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
 def _add_size_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", type=float, default=1.0,
                         help="size multiplier of the synthetic presets (default 1)")
-    parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    parser.add_argument("--seed", type=generator_seed, default=0, help="generator seed (default 0)")
 
 
 def run_info(args: argparse.Namespace) -> int:

@@ -13,12 +13,26 @@ import dataclasses
 
 
 def int_tuple(text: str) -> tuple[int, ...]:
-    """argparse type: "15,10,5" -> (15, 10, 5)."""
+    """argparse type: "15,10,5" -> (15, 10, 5); "" -> ()."""
+    parts = [p.strip() for p in text.split(",")]
     try:
-        return tuple(int(p) for p in text.split(",") if p.strip())
+        if text.strip() and not all(parts):
+            raise ValueError
+        return tuple(int(p) for p in parts if p)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers, got {text!r}") from None
+
+
+def generator_seed(text: str) -> int:
+    """argparse type: a generator seed, an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
 
 
 def name_tuple(text: str) -> tuple[str, ...]:
