@@ -80,6 +80,7 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
     (dict(kernels="sample=fast"), "kernel implementation for 'sample' must be one of "
                                   "('xla', 'pallas') or a callable, got 'fast'"),
     (dict(kernels="fast"), "bad kernel spec 'fast'"),
+    (dict(kernels=" "), "bad kernel spec ' ': expected 'auto', 'xla' or 'pallas'"),
     (dict(batch_size=99999999999), "batch_size 99999999999 is past int32 (2**31 - 1)"),
     (dict(fanouts=(3, 2**31), layers=2),
      "fanouts (3, 2147483648): 2147483648 is past int32 (2**31 - 1)"),

@@ -58,6 +58,9 @@ class Kernels:
         else.
         """
         parts = [p.strip() for p in spec.split(",") if p.strip()]
+        if not parts:
+            raise ValueError(f"bad kernel spec {spec!r}: expected 'auto', 'xla' or 'pallas', "
+                             f"then OP=IMPL with OP in {(*OPS, *_ALIASES)}")
         choices = {}
         if parts and parts[0] == "auto":
             gpu = jax.default_backend() == "gpu" if gpu is None else gpu
