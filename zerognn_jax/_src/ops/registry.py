@@ -62,10 +62,10 @@ class Kernels:
             raise ValueError(f"bad kernel spec {spec!r}: expected 'auto', 'xla' or 'pallas', "
                              f"then OP=IMPL with OP in {(*OPS, *_ALIASES)}")
         choices = {}
-        if parts and parts[0] == "auto":
+        if parts[0] == "auto":
             gpu = jax.default_backend() == "gpu" if gpu is None else gpu
             choices, parts = (dict(sample="pallas", row_adam="pallas") if gpu else {}), parts[1:]
-        elif parts and parts[0] in IMPLEMENTATIONS:
+        elif parts[0] in IMPLEMENTATIONS:
             choices, parts = dict.fromkeys(OPS, parts[0]), parts[1:]
         for part in parts:
             op, sep, impl = (s.strip() for s in part.partition("="))

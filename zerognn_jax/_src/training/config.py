@@ -354,11 +354,13 @@ def _check_int32(cfg) -> None:
     for field in dataclasses.fields(cfg):
         value = getattr(cfg, field.name)
         if isinstance(value, dict):
-            numbers = [n for per_hop in value.values() for n in per_hop]
+            numbers, name = [n for per_hop in value.values() for n in per_hop], \
+                f"{field.name} {value}:"
+        elif isinstance(value, tuple):
+            numbers, name = value, f"{field.name} {value}:"
         else:
-            numbers = value if isinstance(value, tuple) else (value,)
+            numbers, name = (value,), field.name
         for n in numbers:
             if isinstance(n, int) and not isinstance(n, bool) and not -2**31 <= n < 2**31:
-                name = field.name if n is value else f"{field.name} {value}:"
                 raise ValueError(f"{name} {n} is past int32 (2**31 - 1): counts and sizes "
                                  f"are int32 on the device")

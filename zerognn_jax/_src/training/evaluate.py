@@ -546,12 +546,15 @@ def _gib(nbytes: int | None) -> str:
     return "unknown" if nbytes is None else f"{nbytes / 2**30:.1f} GiB"
 
 
-def halving_batches(run, batch_size: int, what: str):
-    """`run(batch_size)`, run again at half the batch (with a warning) while the device
-    runs out of memory: an evaluation batch of `eval_batch_size` seeds samples levels
-    and edges in proportion, and a wide typed model (R-GAT over 1024-wide features) can
-    need more than the training batch left free. `run` must finish its device work
-    (the error surfaces only then). Other errors, and running out at one seed, raise."""
+def halving_batches(run, batch_size: int, what: str, items: int):
+    """`run(batch)` at `batch_size` but at most `items` (the seeds evaluated: buffers
+    follow the batch, and `--eval-batch-size 99999999999` once ran the host out of
+    memory), run again at half the batch (with a warning) while the device runs out of
+    memory: an evaluation batch of `eval_batch_size` seeds samples levels and edges in
+    proportion, and a wide typed model (R-GAT over 1024-wide features) can need more
+    than the training batch left free. `run` must finish its device work (the error
+    surfaces only then). Other errors, and running out at one seed, raise."""
+    batch_size = max(1, min(batch_size, items))
     while True:
         try:
             return run(batch_size)
@@ -570,7 +573,6 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
     `halving_batches`)."""
     _refuse_typed(program, "sampled_logits")
     nodes = np.asarray(nodes, np.int32)
-    batch_size = max(1, min(batch_size, nodes.shape[0]))  # buffers follow the batch
 
     def run(batch: int):
         padded = ordered_items(jnp.asarray(nodes), batch)
@@ -578,7 +580,7 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
         out = _sampled_pass(program, variables, data, padded, jnp.uint32(seed), envelope=env)
         return jax.block_until_ready(out.reshape(padded.shape[0], -1)[: nodes.shape[0]])
 
-    return halving_batches(run, batch_size, "sampled evaluation")
+    return halving_batches(run, batch_size, "sampled evaluation", nodes.shape[0])
 
 
 def _refuse_typed(program: StepProgram, name: str) -> None:

@@ -358,7 +358,7 @@ def sampled_logits(task, program, variables, data, ids, *, batch_size: int,
         out = _sampled_pass(program, variables, data, padded, key, task=task, envelope=env)
         return np.asarray(out, np.float32).reshape(padded.shape[0], -1)[:ids.size]
 
-    return halving_batches(run, min(batch_size, ids.size), "typed sampled evaluation")
+    return halving_batches(run, batch_size, "typed sampled evaluation", ids.size)
 
 
 @functools.partial(jax.jit, static_argnames=("program", "task", "envelope"))
