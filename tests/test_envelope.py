@@ -11,6 +11,7 @@ from zerognn_jax import (
     EnvelopePolicy,
     Kernels,
     SamplerConfig,
+    TypedEnvelope,
     calibrate,
     conservative,
     epoch_seeds,
@@ -118,10 +119,17 @@ def test_data_parallel_embedding_rows_count_as_step_buffers():
     ({"batch_size": 0, "capacities": (128,)}, "batch_size must be at least 1"),
     ({"batch_size": 256, "capacities": (128,)}, "capacities must not decrease"),
     ({"batch_size": 8, "capacities": (256, 128)}, "capacities must not decrease"),
+    ({"batch_size": 1024, "capacities": (2**31,)},
+     "level 1 would hold 2,147,483,648 rows, more than int32 positions reach"),
 ])
 def test_bad_envelopes(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Envelope(**kwargs)
+
+
+def test_a_typed_level_past_int32_is_refused():
+    with pytest.raises(ValueError, match="paper at level 1 would hold 3,000,000,000 rows"):
+        TypedEnvelope("paper", 8, ((("paper", 3_000_000_000),),))
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -166,6 +166,8 @@ def test_cumulative_table_is_exact_integers():
     np.testing.assert_array_equal(table, [2**29 + 1, 2**29 + 1, 2**31 + 2, 2**30 + 1, 2**31 + 2])
     with pytest.raises(ValueError, match="non-negative"):
         weighted.cumulative_table([0, 2], [1.0, -1.0])
+    with pytest.raises(ValueError, match="all 3 edge weights are zero"):
+        weighted.cumulative_table([0, 2, 3], [0.0, 0.0, 0.0])
 
 
 def test_weighted_sampling_needs_a_prepared_weighted_graph(small_graph):
@@ -425,3 +427,26 @@ def test_the_cli_offers_the_samplers(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["train", "--sampler", "importance"])
     assert "invalid choice: 'importance'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method", ["uniform", "weighted"])
+def test_a_fanout_above_the_largest_degree_gets_that_many_slots(small_graph, method):
+    """Without replacement no row fills more slots than its degree: `resolve` gives such a
+    hop D slots (D the largest degree), and the samples are those of the wide rows."""
+    top = small_graph.max_degree()
+    wide = SamplerConfig((top + 40,), method=method, max_degree=top)
+    cfg = wide.resolve(top)
+    assert cfg.fanouts == (top,) and cfg.full == (method == "uniform",)
+    assert SamplerConfig((top + 40,), replace=True).resolve(top).fanouts == (top + 40,)
+    g = prepare_graph(_with_weights(small_graph), cfg).to_device()
+    seeds, valid = jnp.arange(0, 60, 3, dtype=jnp.int32), jnp.arange(20) < 18
+    key = counter_hash.step_key(0, 0, 2, 0)
+    narrow = _sample_minibatch(g, seeds, valid, key, cfg, (320,))
+    broad = _sample_minibatch(g, seeds, valid, key, wide, (320,))
+    mask = np.asarray(broad.blocks[0].mask)
+    assert not mask[:, top:].any()
+    np.testing.assert_array_equal(np.asarray(narrow.blocks[0].mask), mask[:, :top])
+    assert not bool(broad.overflow)
+    np.testing.assert_array_equal(np.asarray(narrow.nodes[1]), np.asarray(broad.nodes[1]))
+    np.testing.assert_array_equal(np.asarray(narrow.blocks[0].nbr),
+                                  np.asarray(broad.blocks[0].nbr)[:, :top])

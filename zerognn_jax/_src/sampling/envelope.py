@@ -36,6 +36,16 @@ class EnvelopePolicy:
 
 
 DEFAULT_POLICY = EnvelopePolicy()
+MAX_CAPACITY = 2**31 - 1  # positions in a level are int32
+
+
+def check_capacity(where: str, capacity: int) -> None:
+    """ValueError unless a level of `capacity` rows (`where`: which one) is addressable by
+    int32 positions: tree levels multiply the batch by (1 + K) each hop."""
+    if capacity > MAX_CAPACITY:
+        raise ValueError(f"{where} would hold {capacity:,} rows, more than int32 positions "
+                         f"reach ({MAX_CAPACITY:,}): lower the fanouts or the batch size, or "
+                         "deduplicate the levels (dedup=True)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +61,7 @@ class Envelope:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
         prev = self.batch_size
         for hop, cap in enumerate(self.capacities):
+            check_capacity(f"level {hop + 1}", cap)
             if cap < prev:
                 raise ValueError(
                     f"capacity of level {hop + 1} ({cap}) is below that of level {hop} ({prev}); "

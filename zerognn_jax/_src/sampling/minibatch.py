@@ -37,6 +37,26 @@ SAMPLERS = ("uniform", "weighted", "labor")
 TREE_SHARE = 1 / 4
 
 
+def hop_width(fanout: int, max_degree: int, method: str, replace: bool) -> tuple[int, bool]:
+    """(slots K, whether the hop takes every neighbour) of a hop asking `fanout` of a graph
+    whose largest degree is `max_degree` (1 for an edgeless one).
+
+    -1 takes every neighbour. Without replacement no row gives more neighbours than its
+    degree, so a fanout above the largest degree would only add slots that are masked in
+    every row (a fanout of 100,000 on a graph of degree 500 would allocate [C, 100,000]
+    buffers): uniform sampling then takes every neighbour in CSR order, as it does for any
+    row of degree <= K, and weighted sampling draws the same edges into `max_degree`
+    slots. With replacement, and under LABOR (whose rows `labor_slots` already caps at the
+    degree), the fanout stays.
+    """
+    top = max(max_degree, 1)
+    if fanout == -1:
+        return top, True
+    if replace or fanout <= top or method == "labor":
+        return fanout, False
+    return top, method == "uniform"
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplerConfig:
     """What to sample; static (hashable).
@@ -98,11 +118,12 @@ class SamplerConfig:
         return len(self.fanouts)
 
     def resolve(self, max_degree: int) -> SamplerConfig:
-        """Replaces -1 fanouts by `max_degree` (at least 1), marking those hops as full,
-        and records `max_degree`."""
-        full = tuple(f == -1 for f in self.fanouts)
-        fanouts = tuple(max(max_degree, 1) if f == -1 else f for f in self.fanouts)
-        return dataclasses.replace(self, fanouts=fanouts, all_neighbors=full,
+        """Fanouts for a graph whose largest degree is `max_degree` (`hop_width`: -1,
+        and a fanout above that degree without replacement, become the degree), those
+        hops that take every neighbour marked full, and `max_degree` recorded."""
+        widths = [hop_width(f, max_degree, self.method, self.replace) for f in self.fanouts]
+        return dataclasses.replace(self, fanouts=tuple(f for f, _ in widths),
+                                   all_neighbors=tuple(full for _, full in widths),
                                    max_degree=max_degree)
 
     @property

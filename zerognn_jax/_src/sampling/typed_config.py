@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from zerognn_jax._src.data.hetero import HeteroGraph, Relation, relation_name
-from zerognn_jax._src.sampling.minibatch import MAX_HOPS, SAMPLERS, SamplerConfig
+from zerognn_jax._src.sampling.minibatch import MAX_HOPS, SAMPLERS, SamplerConfig, hop_width
 
 
 class HopPlan(NamedTuple):
@@ -137,8 +137,9 @@ class TypedSamplerConfig:
         return dict(self.fanouts)[relation][hop]
 
     def resolve(self, graph: HeteroGraph) -> TypedSamplerConfig:
-        """Fanouts for every relation of `graph` in its order, -1 replaced by the
-        relation's largest in-degree (at least 1); ValueError for a relation named that
+        """Fanouts for every relation of `graph` in its order, each as `hop_width` gives
+        it for the relation's largest in-degree (-1, and a fanout above that degree
+        without replacement, become the degree); ValueError for a relation named that
         the graph lacks, or one of the graph's left out."""
         if self.resolved and self.relations == graph.relations:
             return self
@@ -155,8 +156,10 @@ class TypedSamplerConfig:
         for rel, g in graph.items():
             per_hop = given[rel] if self.by_relation else self.fanouts
             top = g.max_degree()
-            fanouts.append((rel, tuple(max(top, 1) if f == -1 else f for f in per_hop)))
-            full.append((rel, tuple(f == -1 for f in per_hop)))
+            widths = [(0, False) if f == 0 else hop_width(f, top, self.method, self.replace)
+                      for f in per_hop]
+            fanouts.append((rel, tuple(f for f, _ in widths)))
+            full.append((rel, tuple(whole for _, whole in widths)))
             degrees.append((rel, top))
         return dataclasses.replace(self, fanouts=tuple(fanouts), all_neighbors=tuple(full),
                                    max_degrees=tuple(degrees))

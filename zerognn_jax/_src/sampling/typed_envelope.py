@@ -19,6 +19,7 @@ from zerognn_jax._src.sampling.envelope import (
     DEFAULT_POLICY,
     Envelope,
     EnvelopePolicy,
+    check_capacity,
     round_up,
 )
 from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig
@@ -57,6 +58,8 @@ class TypedEnvelope:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
         for hop, level in enumerate(caps):
             now = dict(level)
+            for t, c in now.items():
+                check_capacity(f"{t} at level {hop + 1}", c)
             for t, c in prev.items():
                 if now.get(t, -1) < c:
                     raise ValueError(f"capacity of {t} at level {hop + 1} ({now.get(t)}) is "
