@@ -283,6 +283,34 @@ def test_ogb_missing_file_and_root(tmp_path):
         load_dataset("ogbn-arxiv")
 
 
+def _cut_short(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:20])
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (lambda raw: _cut_short(raw / "edge.csv.gz"),
+     r"edge\.csv\.gz is not a readable OGB file: Compressed file ended"),
+    (lambda raw: (raw / "node-feat.csv.gz").write_bytes(b"no gzip"),
+     r"node-feat\.csv\.gz is not a readable OGB file: Not a gzipped file"),
+    (lambda raw: write_csv_gz(raw / "edge.csv.gz", [0, 1, 2]),
+     r"edge\.csv\.gz has 1 columns, expected 2"),
+    (lambda raw: write_csv_gz(raw / "edge.csv.gz", [(0, 1, 0), (1, 2, 0)]),
+     r"edge\.csv\.gz has 3 columns, expected 2"),
+    (lambda raw: write_csv_gz(raw / "node-label.csv.gz", [3, 0.7, 39, 3, 1]),
+     r"node-label\.csv\.gz has a class id that is not a whole number: 0\.7"),
+])
+def test_ogb_files_that_do_not_read_are_named(tmp_path, spoil, message):
+    spoil(make_fake_arxiv(tmp_path) / "raw")
+    with pytest.raises(ValueError, match=message):
+        load_dataset("ogbn-arxiv", root=tmp_path)
+
+
+def test_an_empty_ogb_edge_file_is_an_edgeless_graph(tmp_path):
+    raw = make_fake_arxiv(tmp_path) / "raw"
+    write_csv_gz(raw / "edge.csv.gz", [])
+    assert load_dataset("ogbn-arxiv", root=tmp_path).graph.num_edges == 0
+
+
 # ---------------------------------------------------------------- synthetic
 
 
@@ -430,6 +458,22 @@ def test_npz_round_trip_keeps_weights(tmp_path):
     np.testing.assert_array_equal(back.graph.weights, np.float32([0.5, 2.0]))
 
 
+def test_npz_round_trip_keeps_bfloat16_features(tmp_path):
+    import ml_dtypes
+
+    arrays = tiny_arrays()
+    arrays["features"] = np.asarray(arrays["features"], ml_dtypes.bfloat16)
+    ds = make_dataset(**arrays)
+    back = load_npz(save_npz(ds, tmp_path / "b.npz"))
+    assert back.features.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(back.features.view(np.uint16), ds.features.view(np.uint16))
+    legacy = {k: v for k, v in np.load(save_npz(make_dataset(**tiny_arrays()),
+                                                tmp_path / "f.npz")).items()
+              if k != "features_dtype"}  # a file from before the dtype entry
+    np.savez(tmp_path / "old.npz", **legacy)
+    assert load_npz(tmp_path / "old.npz").features.dtype == np.float32
+
+
 @pytest.fixture
 def saved(tmp_path):
     return save_npz(make_dataset(**tiny_arrays()), tmp_path / "d.npz")
@@ -438,6 +482,12 @@ def saved(tmp_path):
 def test_npz_truncated_file(saved):
     saved.write_bytes(saved.read_bytes()[:200])
     with pytest.raises(ValueError, match=rf"{saved} is not a readable zerognn dataset file"):
+        load_npz(saved)
+
+
+def test_npz_format_version_that_is_no_number(saved):
+    np.savez(saved, **{**dict(np.load(saved)), "format_version": np.array([1, 2])})
+    with pytest.raises(ValueError, match=rf"{saved} is not a readable zerognn dataset file: "):
         load_npz(saved)
 
 

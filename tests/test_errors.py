@@ -16,6 +16,7 @@ import jax
 import numpy as np
 import pytest
 
+import zerognn_jax as zg
 from zerognn_jax import (
     CSRGraph,
     Dataset,
@@ -28,6 +29,7 @@ from zerognn_jax import (
     sample_minibatch,
     train,
 )
+from zerognn_jax._src.data.loaders import require_graphs
 from zerognn_jax._src.training import trainer
 from zerognn_jax._src.training.trainer import Diverged
 from zerognn_jax.cli import main
@@ -277,6 +279,12 @@ def test_num_classes_must_be_whole():
         make_dataset(**{**good_arrays(), "num_classes": 40.5})
 
 
+@pytest.mark.parametrize("name", (None, "", 5))
+def test_a_dataset_needs_a_name(name):
+    with pytest.raises(ValueError, match=rf"name must be a non-empty string .* got {name!r}"):
+        make_dataset(**{**good_arrays(), "name": name})
+
+
 # ------------------------------------------------------ an edgeless graph
 
 
@@ -477,6 +485,32 @@ def test_typed_options_on_a_graph_of_one_type_are_refused(monkeypatch):
     with pytest.raises(ValueError, match=r"molhiv-like is a collection of small graphs: "
                                          r"train it with task='graph'"):
         trainer.prepare(TrainConfig(dataset="molhiv-like", model="rgcn", progress=False))
+
+
+def test_each_loader_names_the_kind_of_dataset_it_was_given(tmp_path):
+    """A path object reads as its string; a node dataset's name or file given where
+    typed data or a graph collection is read says which it is."""
+    node = zg.save_npz(make_dataset(**good_arrays()), tmp_path / "node.npz")  # a Path
+    assert zg.load_dataset(node).name == "t"
+    graphs = zg.save_graphs(zg.load_graphs("molhiv-like", scale=0.002), tmp_path / "g.npz")
+    assert zg.load_graphs(graphs).num_graphs == zg.load_graphs(str(graphs)).num_graphs
+    with pytest.raises(TypeError, match="named by a string or a path, got NoneType"):
+        zg.load_dataset(None)
+    with pytest.raises(ValueError, match=r"cora is a node dataset, one graph: train it with "
+                                         r"task 'node' or 'link'; task 'graph' trains"):
+        require_graphs("cora")
+    require_graphs(graphs)
+    with pytest.raises(ValueError, match=r"node.npz is not a readable graph collection: it "
+                                         r"has no 'meta' entry"):
+        zg.load_graphs(node)
+    with pytest.raises(ValueError, match="cora is not a typed dataset: load it with "
+                                         "load_dataset"):
+        zg.load_hetero_dataset("cora")
+    with pytest.raises(ValueError, match="molhiv-like is not a typed dataset: load it with "
+                                         "load_graphs"):
+        zg.load_hetero_dataset("molhiv-like")
+    with pytest.raises(FileNotFoundError, match=r"typed dataset '.*gone.npz': no such file"):
+        zg.load_hetero_dataset(str(tmp_path / "gone.npz"))
 
 
 def test_a_best_metric_the_task_never_reports_fails_before_training(tmp_path, monkeypatch):

@@ -1,5 +1,7 @@
 """CSR construction: directions, self-loops, duplicates, ordering, SciPy interop, bad input."""
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -156,6 +158,8 @@ def test_from_scipy_reads_weights_only_when_not_all_one():
 def test_from_scipy_rejects_non_square():
     with pytest.raises(ValueError, match=r"must be square, got shape \(2, 3\)"):
         from_scipy(scipy.sparse.csr_matrix(np.ones((2, 3))))
+    with pytest.raises(TypeError, match=r"takes a SciPy sparse matrix or array, got ndarray"):
+        from_scipy(np.eye(3))
 
 
 def test_csr_from_arrays_narrows_to_int32():
@@ -168,6 +172,18 @@ def test_jraph_round_trip():
     pytest.importorskip("jraph")
     g = from_edge_list([0, 1, 1], [1, 0, 2], 3)
     assert rows(from_jraph(to_jraph(g))) == rows(g)
+
+
+def test_from_jraph_keeps_the_edges_as_weights_or_features():
+    """Without jraph: a GraphsTuple is read by its fields."""
+    tuple_of = lambda edges: types.SimpleNamespace(
+        nodes=None, edges=edges, senders=np.array([1, 0]), receivers=np.array([0, 1]),
+        n_node=np.array([2]), n_edge=np.array([2]), globals=None)
+    weighted = from_jraph(tuple_of(np.float32([0.5, 2.0])))
+    np.testing.assert_array_equal(weighted.weights, [0.5, 2.0])
+    table = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(from_jraph(tuple_of(table)).edge_features, table)
+    assert from_jraph(tuple_of(None)).weights is None
 
 
 @pytest.mark.parametrize(

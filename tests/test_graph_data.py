@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import json
 import re
+import types
 
 import numpy as np
 import pytest
@@ -57,6 +59,9 @@ BAD = [
      "node_features contain NaN or inf (12 entries; first at row 0, column 0)"),
     ("edge_features", np.full((8, 3), np.inf, np.float32), "edge_features contain NaN or inf"),
     ("node_features", np.zeros((6, 2), np.int32), "need their vocabulary sizes"),
+    ("node_features", np.float32(1.0), "node_features must be 2-D [N, d], got shape ()"),
+    ("senders", np.array([0, 1, 1, 2, 2, 0, 0, 0.5]), "senders must hold integers, got float64"),
+    ("train_idx", np.array([0.7, 1.2]), "train_idx must hold integers, got float64"),
 ]
 
 
@@ -82,6 +87,7 @@ MAKE = dict(name="t", n_node=[3, 2], n_edge=[1, 1], senders=[0, 0], receivers=[1
     ("targets", [np.nan, 0], "class targets must be integers within int32, got nan"),
     ("targets", np.array([2.0**31], np.float32), "within int32, got 2147483648.0"),
     ("n_node", [3.0, 2.7], "n_node must be integers within int64, got 2.7"),
+    ("splits", ([0], [1]), "splits must be (train, val, test) graph ids, got 2 entries"),
 ])
 def test_make_collection_refuses_what_a_cast_would_change(field, value, message):
     """Ids and counts that NumPy's cast to int32 would wrap or round are refused."""
@@ -115,6 +121,15 @@ def test_storage_refuses_other_files(tmp_path):
         zg.load_graphs_file(tmp_path / "x.npz")
     with pytest.raises(ValueError, match="unknown graph dataset 'nothing'"):
         zg.load_graphs("nothing")
+    saved = zg.save_graphs(tiny(), tmp_path / "d")
+    meta = json.loads((saved / "meta.json").read_text())
+    for edit, message in (({k: v for k, v in meta.items() if k != "name"},
+                           "holds an invalid graph collection: no entry 'name'"),
+                          ([1], r"is not a readable graph collection: its meta is not a JSON "
+                                r"object: \[1\]")):
+        (saved / "meta.json").write_text(json.dumps(edit))
+        with pytest.raises(ValueError, match=message):
+            zg.load_graphs_file(saved)
 
 
 def test_jraph_round_trip():
@@ -149,6 +164,16 @@ def test_jraph_padding_graphs_are_left_out_by_the_mask():
     with pytest.raises(ValueError, match=r"graph_mask must be bool\[6\], one entry per "
                                          r"graph of the tuple, got int64\[3\]"):
         zg.collection_from_jraph(padded, graph_mask=np.ones(3, np.int64))
+
+
+@pytest.mark.parametrize("nodes", [None, {"x": np.ones((4, 2))}])
+def test_a_graphs_tuple_without_a_node_table_is_refused(nodes):
+    graphs = types.SimpleNamespace(nodes=nodes, edges=None, senders=np.array([0, 2]),
+                                   receivers=np.array([1, 3]), n_node=np.array([2, 2]),
+                                   n_edge=np.array([1, 1]), globals=np.zeros((2, 1)))
+    with pytest.raises(ValueError, match=r"the GraphsTuple's nodes must be one array \[N, d\] "
+                                         rf"of node features .* got {type(nodes).__name__}"):
+        zg.collection_from_jraph(graphs)
 
 
 def test_pyg_round_trip():

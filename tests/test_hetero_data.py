@@ -297,6 +297,20 @@ def test_from_hetero_data_integer_y_refuses_a_float_target_kind():
     assert zg.from_hetero_data(data, target_kind="classes").targets is None
 
 
+@pytest.mark.parametrize("mask, got", [
+    (np.array([0, 3]), r"int64 of shape \(2,\)"),  # node ids, not a mask
+    (np.ones(2, bool), r"bool of shape \(2,\)"),
+    (np.ones((5, 1), bool), r"bool of shape \(5, 1\)"),
+])
+def test_from_hetero_data_needs_boolean_masks_of_the_nodes(mask, got):
+    data = _FakeHeteroData(_dataset(node_info={}))
+    data["paper"]["train_mask"] = mask
+    with pytest.raises(ValueError, match=r"train_mask of node type 'paper' must be a boolean "
+                                         r"mask of shape \(5,\), one entry per node; got "
+                                         + got):
+        zg.from_hetero_data(data)
+
+
 class _PyGStore(dict):
     """A PyG node or edge store for `to_hetero_data`: attributes set and read as items."""
 
@@ -342,3 +356,29 @@ def test_relation_stats_give_the_edge_feature_width_where_a_table_exists():
     stats = graph.stats()["relations"]
     assert stats["a__r__b"] == {"edges": 2, "max_degree": 1, "edge_features": 3}
     assert "edge_features" not in stats["b__s__a"]
+
+
+@pytest.mark.parametrize("indices, message", [
+    (np.array([0.6, 1.7, 2.9]), "indices must have an integer dtype, got float64"),
+    (np.array([0, 1, 2**32 + 2]), "indices has node id 4294967298 at position 2, out of "
+                                  "range for num_nodes=2147483648"),
+])
+def test_stored_typed_ids_are_checked_before_they_are_narrowed(tmp_path, indices, message):
+    ds = zg.make_hetero_dataset("h", {"a": 3, "b": 2}, {("a", "ab", "b"): ([0, 1, 2],
+                                                                          [0, 1, 1])},
+                                target_type="b", labels=[0, 1], train_idx=[0], val_idx=[1],
+                                test_idx=[])
+    arrays = dict(np.load(zg.save_hetero_npz(ds, tmp_path / "h.npz")), r0_indices=indices)
+    np.savez(tmp_path / "bad.npz", **arrays)
+    with pytest.raises(ValueError, match=rf"bad.npz holds an invalid typed dataset: {message}"):
+        zg.load_hetero(tmp_path / "bad.npz")
+
+
+def test_node_info_of_python_objects_is_refused():
+    """An object column (strings with a None, as a pandas column often is) would save
+    into a file that only pickle reads."""
+    with pytest.raises(ValueError, match=r"node_info 'a'/'title' holds Python objects \(dtype "
+                                         r"object\): give numbers or strings"):
+        zg.make_hetero_dataset("h", {"a": 2}, {("a", "r", "a"): ([0], [1])}, target_type="a",
+                               labels=[0, 1], train_idx=[0], val_idx=[1], test_idx=[],
+                               node_info={"a": {"title": np.array(["x", None], object)}})

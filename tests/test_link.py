@@ -331,6 +331,29 @@ def test_ogbl_collab_layout_reads_without_ogb(tmp_path):
     assert s.graph.num_edges == 10  # both directions of the training edges only
 
 
+@pytest.mark.parametrize("write, message", [
+    (lambda d: np.savez(d / "train.npz", edge=np.array([[0, 1, 2], [1, 2, 3]])),
+     r"split train's 'edge' must be node pairs of shape \[E, 2\], got shape \(2, 3\) "
+     r"\(PyG's \[2, E\] edge_index\?"),
+    (lambda d: np.savez(d / "train.npz", edge=np.array([[0.5, 1.7]])),
+     r"split train's 'edge' must hold integer node ids, got float64"),
+    (lambda d: np.savez(d / "train.npz", edge=np.array([[0, 12]])),
+     r"split train's 'edge' has node ids in \[0, 12\], outside \[0, 12\)"),
+    (lambda d: (d / "valid.npz").write_bytes(b"junk"),
+     r"valid.npz is not a readable OGB split file"),
+])
+def test_ogbl_split_files_that_do_not_fit_are_refused(tmp_path, write, message):
+    folder = tmp_path / "ogbl_collab"
+    _raw(folder, 12)
+    split = folder / "split" / "time"
+    split.mkdir(parents=True)
+    for part in ("train", "valid", "test"):
+        np.savez(split / f"{part}.npz", edge=np.array([[0, 1], [2, 3]]))
+    write(split)
+    with pytest.raises(ValueError, match=message):
+        load_ogbl("ogbl-collab", tmp_path)
+
+
 def test_ogbl_citation2_layout_reads_per_positive_negatives(tmp_path):
     n = 10
     folder = tmp_path / "ogbl_citation2"

@@ -93,6 +93,11 @@ def test_split_holds_out_pairs_from_the_relation_and_its_reverse(data, relation)
     again = zg.typed_link_split(graph, relation, seed=3, mrr_negatives=5)
     np.testing.assert_array_equal(again.train, split.train)
     np.testing.assert_array_equal(again.test.neg, split.test.neg)
+    named = zg.typed_link_split(graph, "__".join(relation), seed=3, mrr_negatives=5)
+    np.testing.assert_array_equal(named.train, split.train)  # the name the library prints
+    with pytest.raises(ValueError, match=r"relation \('a', 'gone', 'b'\) is not one of the "
+                                         r"graph's"):
+        zg.typed_link_split(graph, ("a", "gone", "b"))
 
 
 def test_split_keeps_the_edge_features_of_kept_edges():

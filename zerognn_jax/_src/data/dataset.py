@@ -114,6 +114,9 @@ def _check_range(problem: str, values: np.ndarray, lo: int, hi: int) -> None:
 
 def validate_dataset(ds: Dataset) -> None:
     """Raises ValueError naming the first inconsistency found in `ds`."""
+    if not isinstance(ds.name, str) or not ds.name:
+        raise ValueError(f"name must be a non-empty string (it names the dataset in "
+                         f"metrics, checkpoints and files), got {ds.name!r}")
     g = ds.graph
     try:
         validate_csr(g.indptr, g.indices, g.weights, g.edge_features)

@@ -354,6 +354,9 @@ def csr_from_arrays(indptr, indices, weights=None, *, edge_features=None,
                                                               indices.shape[0], check=False)
     if validate:
         validate_csr(indptr, indices, weights, f, num_columns=num_columns)
+    elif indices.dtype != np.int32 and indices.size:  # the caller validates after the cast,
+        _as_id_array("indices", indices)              # which must not wrap an id into range
+        _check_ids("indices", indices, _INT32_MAX + 1)
     ptr_dtype = offset_dtype(indices.shape[0])
     w = None if weights is None else np.asarray(weights, np.float32)
     return CSRGraph(indptr.astype(ptr_dtype, copy=False), indices.astype(np.int32, copy=False), w,
@@ -366,6 +369,9 @@ def from_scipy(matrix, **kwargs) -> CSRGraph:
     Stored values become edge weights unless they are all one. Keyword arguments go to
     `from_edge_list` (make_undirected, remove_self_loops, ...).
     """
+    if not hasattr(matrix, "tocoo"):
+        raise TypeError(f"from_scipy takes a SciPy sparse matrix or array, got "
+                        f"{type(matrix).__name__} (a dense one: scipy.sparse.csr_array(m))")
     coo = matrix.tocoo()
     if coo.shape[0] != coo.shape[1]:
         raise ValueError(f"adjacency matrix must be square, got shape {coo.shape}")
@@ -470,8 +476,14 @@ def to_jraph(graph: CSRGraph, node_features=None):
 
 
 def from_jraph(graphs_tuple, **kwargs) -> CSRGraph:
-    """Builds a CSRGraph from a single-graph jraph.GraphsTuple (receivers sample senders)."""
+    """Builds a CSRGraph from a single-graph jraph.GraphsTuple (receivers sample senders).
+
+    The tuple's `edges` come along, as `to_jraph` writes them: [E] as the edge weights,
+    [E, D] as edge features (unless `weights=` or `edge_features=` is given)."""
     n = int(np.sum(np.asarray(graphs_tuple.n_node)))
+    edges = None if graphs_tuple.edges is None else np.asarray(graphs_tuple.edges)
+    if edges is not None and "weights" not in kwargs and "edge_features" not in kwargs:
+        kwargs["weights" if edges.ndim == 1 else "edge_features"] = edges
     return from_edge_list(
         np.asarray(graphs_tuple.receivers), np.asarray(graphs_tuple.senders), n, **kwargs
     )

@@ -10,7 +10,7 @@ from zerognn_jax._src.data.graph_storage import is_graphs_path, load_graphs_file
 from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.molecules import molhiv_like, molpcba_like
 from zerognn_jax._src.data.ogbg import GRAPH_SPECS, load_ogbg
-from zerognn_jax._src.data.storage import names_a_missing_path
+from zerognn_jax._src.data.storage import dataset_name, names_a_missing_path
 
 PRESETS = {"molhiv-like": molhiv_like, "molpcba-like": molpcba_like}
 GRAPH_DATASET_NAMES = (*PRESETS, *GRAPH_SPECS, "<graphs>.npz", "<graphs directory>")
@@ -19,6 +19,7 @@ GRAPH_DATASET_NAMES = (*PRESETS, *GRAPH_SPECS, "<graphs>.npz", "<graphs director
 def is_graph_dataset(name: str) -> bool:
     """Whether `load_graphs` reads `name` (a preset, an OGB graph dataset, or a file or
     directory written by `save_graphs`)."""
+    name = dataset_name(name)
     return name.lower() in PRESETS or name.lower() in GRAPH_SPECS or is_graphs_path(name)
 
 
@@ -34,9 +35,11 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
       scale, seed: of the synthetic presets (scale must be 1 for the others).
 
     Raises:
-      ValueError: an unknown name or a bad option, naming the choices.
+      ValueError: an unknown name or a bad option, naming the choices; a file or
+        directory that holds no readable collection, naming the problem.
       FileNotFoundError: data files are missing.
     """
+    name = dataset_name(name)
     key = name.lower()
     if key in PRESETS:
         if root is None:
@@ -55,9 +58,10 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
             raise ValueError(f"{key} needs root=, the folder that holds "
                              f"{GRAPH_SPECS[key].folder}/")
         return load_ogbg(key, root)
-    if is_graphs_path(name):
-        return load_graphs_file(name)
     if names_a_missing_path(name):
         raise FileNotFoundError(f"graph dataset {name!r}: no such file or directory")
+    if is_graphs_path(name) or Path(name).exists():
+        return load_graphs_file(name)  # a file that holds none: it says what is wrong
     raise ValueError(f"unknown graph dataset {name!r}; valid names: "
-                     f"{', '.join(GRAPH_DATASET_NAMES)}")
+                     f"{', '.join(GRAPH_DATASET_NAMES)} (node and typed datasets, one "
+                     "graph each, are read by load_dataset and load_hetero_dataset)")

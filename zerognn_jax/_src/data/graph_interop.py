@@ -47,8 +47,12 @@ def collection_from_jraph(graphs, *, name: str = "jraph", target_kind: str = "bi
     edges and targets (`targets` may then also give one row per real graph); `splits`
     then number the graphs kept.
 
-    Raises ValueError if an edge leaves its graph, `graph_mask` does not hold one entry
-    per graph, or `targets` fits neither count."""
+    Raises ValueError if the tuple has no node features, an edge leaves its graph,
+    `graph_mask` does not hold one entry per graph, or `targets` fits neither count."""
+    if graphs.nodes is None or isinstance(graphs.nodes, dict):
+        raise ValueError(f"the GraphsTuple's nodes must be one array [N, d] of node features "
+                         f"(a collection's graphs carry them), got "
+                         f"{type(graphs.nodes).__name__}")
     n_node = np.asarray(graphs.n_node, np.int64)
     n_edge = np.asarray(graphs.n_edge, np.int64)
     shift = np.repeat(np.concatenate([[0], np.cumsum(n_node)[:-1]]), n_edge)

@@ -90,7 +90,10 @@ def is_graphs_path(path: str | os.PathLike) -> bool:
     path = Path(path)
     if path.is_dir():
         meta = path / "meta.json"
-        return meta.is_file() and FORMAT in meta.read_text()[:200]
+        try:
+            return meta.is_file() and FORMAT in meta.read_text()[:200]
+        except (OSError, UnicodeDecodeError):  # unreadable: not a collection
+            return False
     if path.is_file() and path.suffix == ".npz":
         try:
             with np.load(path, allow_pickle=False) as npz:
@@ -113,7 +116,10 @@ def load_graphs_file(path: str | os.PathLike) -> GraphCollection:
         raise FileNotFoundError(f"graph collection {path} does not exist")
     try:
         meta, arrays = _read(path)
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as err:
+        if not isinstance(meta, dict):
+            raise ValueError(f"its meta is not a JSON object: {meta!r:.60}")
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError,
+            UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not a readable graph collection: {err}") from err
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise ValueError(f"{path} is format {meta.get('format')!r} version "
@@ -124,6 +130,8 @@ def load_graphs_file(path: str | os.PathLike) -> GraphCollection:
             arrays["targets"], meta["target_kind"], arrays["train_idx"], arrays["val_idx"],
             arrays["test_idx"], int(meta["num_classes"]), tuple(meta["node_vocab"]),
             tuple(meta["edge_vocab"]))
+    except KeyError as err:
+        raise ValueError(f"{path} holds an invalid graph collection: no entry {err}") from err
     except (TypeError, ValueError) as err:
         raise ValueError(f"{path} holds an invalid graph collection: {err}") from err
 
@@ -137,6 +145,9 @@ def _read(path: Path) -> tuple[dict, dict]:
     else:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
+        if "meta" not in arrays:
+            raise ValueError("it has no 'meta' entry, which save_graphs writes (a node "
+                             "dataset's file? load_dataset reads those)")
         meta = json.loads(str(arrays.pop("meta")))
     missing = [k for k in ARRAYS if k not in arrays]
     if missing:

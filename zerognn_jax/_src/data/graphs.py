@@ -199,9 +199,14 @@ def _check_targets(c: GraphCollection) -> None:
 def validate_collection(c: GraphCollection) -> None:
     """Raises ValueError, one line naming the problem and the value, unless `c` is a
     consistent collection (module docstring)."""
-    num_nodes = c.node_features.shape[0]
     if c.node_features.ndim != 2:
         _fail(f"node_features must be 2-D [N, d], got shape {c.node_features.shape}")
+    num_nodes = c.node_features.shape[0]
+    for what in ("node_offsets", "edge_offsets", "senders", "receivers", "train_idx",
+                 "val_idx", "test_idx"):
+        values = getattr(c, what)
+        if values.size and not np.issubdtype(values.dtype, np.integer):
+            _fail(f"{what} must hold integers, got {values.dtype}")
     _check_offsets("node_offsets", c.node_offsets, num_nodes, "node_features")
     if c.senders.shape != c.receivers.shape or c.senders.ndim != 1:
         _fail(f"senders and receivers must be 1-D of one length, got shapes "
@@ -295,6 +300,8 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
         targets = targets[:, None]
     if splits is None:
         splits = (np.arange(n_node.size), np.zeros(0), np.zeros(0))
+    if len(splits) != 3:
+        _fail(f"splits must be (train, val, test) graph ids, got {len(splits)} entries")
     train, val, test = (_ints(f"{split}_idx", s, np.int32).reshape(-1)
                         for split, s in zip(("train", "val", "test"), splits))
     return GraphCollection(name, offsets(n_node), offsets(n_edge),

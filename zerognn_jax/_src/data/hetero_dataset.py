@@ -159,6 +159,10 @@ def validate_hetero_dataset(ds: HeteroDataset) -> None:
             if t not in counts or np.shape(values) != (counts[t],):
                 raise ValueError(f"node_info {t!r}/{col!r} must be an array [N_{t}] of a node "
                                  f"type, got shape {np.shape(values)}")
+            if np.asarray(values).dtype.hasobject:  # .npy files would need pickle
+                raise ValueError(f"node_info {t!r}/{col!r} holds Python objects (dtype "
+                                 "object): give numbers or strings (np.str_; fill missing "
+                                 "entries, e.g. with '')")
 
 
 def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping, *,
@@ -300,7 +304,12 @@ def from_hetero_data(data, target_type: str | None = None, *, name: str = "heter
     for split in SPLITS:
         if not _store_has(target, f"{split}_mask"):
             raise ValueError(f"node type {target_type!r} has no {split}_mask")
-        masks[split] = np.flatnonzero(_numpy(getattr(target, f"{split}_mask")))
+        mask, n = _numpy(getattr(target, f"{split}_mask")), counts[target_type]
+        if mask.dtype != np.bool_ or mask.shape != (n,):  # node ids would read as a mask
+            raise ValueError(f"{split}_mask of node type {target_type!r} must be a boolean "
+                             f"mask of shape ({n},), one entry per node; got {mask.dtype} "
+                             f"of shape {mask.shape}")
+        masks[split] = np.flatnonzero(mask)
     return make_hetero_dataset(name, counts, edges, target_type=target_type, **given,
                                train_idx=masks["train"], val_idx=masks["val"],
                                test_idx=masks["test"], num_classes=num_classes,

@@ -121,13 +121,20 @@ def _held(pairs: np.ndarray, held_keys: np.ndarray, n_dst: int) -> np.ndarray:
     return held_keys[at] == keys
 
 
-def typed_link_split(graph: HeteroGraph, relation: Relation, *, val: float = 0.05,
+def typed_link_split(graph: HeteroGraph, relation: Relation | str, *, val: float = 0.05,
                      test: float = 0.10, seed: int = 0, mrr_negatives: int = 0
                      ) -> TypedLinkSplit:
-    """A random split of `relation`'s distinct pairs (module docstring)."""
+    """A random split of `relation`'s distinct pairs (module docstring); `relation` is a
+    (src, name, dst) triple, or a string as `named_relation` reads it ("src__name__dst",
+    or a name only one relation has)."""
     if not (0 <= val and 0 <= test and val + test < 1):
         raise ValueError(f"need val, test >= 0 and val + test < 1, got {val}, {test}")
-    src_t, _, dst_t = relation
+    if isinstance(relation, str):
+        relation = named_relation(graph.relations, relation, "relation")
+    elif tuple(relation) not in graph.relations:
+        raise ValueError(f"relation {relation!r} is not one of the graph's "
+                         f"({', '.join(map(relation_name, graph.relations))})")
+    src_t, _, dst_t = relation = tuple(relation)
     counts = graph.num_nodes
     n_src, n_dst = counts[src_t], counts[dst_t]
     if n_src < 1 or n_dst < 2:

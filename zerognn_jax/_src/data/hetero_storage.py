@@ -137,9 +137,11 @@ def load_hetero_npz(path: str | os.PathLike) -> HeteroDataset:
                 raise ValueError("no meta entry (not a typed dataset file)")
             arrays = {k: npz[k] for k in npz.files}
         meta = json.loads(str(arrays.pop("meta")))
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
+        if not isinstance(meta, dict):
+            raise ValueError(f"its meta entry is not a JSON object: {meta!r:.60}")
+        version = int(arrays.pop("format_version", -1))
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, TypeError) as err:
         raise ValueError(f"{path} is not a readable typed dataset file: {err}") from err
-    version = int(arrays.pop("format_version", -1))
     if version != storage.FORMAT_VERSION or meta.get("kind") != KIND:
         raise ValueError(f"{path} has format_version {version} and kind {meta.get('kind')!r}; "
                          f"this version reads {storage.FORMAT_VERSION} and {KIND!r}")

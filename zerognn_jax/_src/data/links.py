@@ -337,15 +337,37 @@ def _read_split_part(folder: Path, part: str) -> dict:
     for suffix, reader in ((".pt", read_pt), (".npz", lambda p: dict(np.load(p)))):
         path = folder / f"{part}{suffix}"
         if path.is_file():
-            return {k: np.asarray(v) for k, v in reader(path).items()}
+            try:
+                return {k: np.asarray(v) for k, v in reader(path).items()}
+            except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError,
+                    pickle.UnpicklingError) as err:
+                raise ValueError(f"{path} is not a readable OGB split file: {err}") from err
     raise FileNotFoundError(f"OGB split file {folder / part}.pt (or .npz) not found")
 
 
-def _pairs(part: dict, name: str) -> np.ndarray:
+def _node_pairs(values, what: str, n: int) -> np.ndarray:
+    """int32[E, 2] node pairs of `values`, which must be integer [E, 2] (OGB's layout)
+    with ids in [0, n): ValueError naming `what` otherwise."""
+    pairs = np.asarray(values)
+    if pairs.ndim != 2 or pairs.shape[1] != 2:
+        hint = " (PyG's [2, E] edge_index? OGB's split files hold [E, 2])" \
+            if pairs.ndim == 2 and pairs.shape[0] == 2 else ""
+        raise ValueError(f"{what} must be node pairs of shape [E, 2], got shape "
+                         f"{pairs.shape}{hint}")
+    if pairs.size and not np.issubdtype(pairs.dtype, np.integer):
+        raise ValueError(f"{what} must hold integer node ids, got {pairs.dtype}")
+    if pairs.size and (pairs.min() < 0 or pairs.max() >= n):
+        raise ValueError(f"{what} has node ids in [{pairs.min()}, {pairs.max()}], outside "
+                         f"[0, {n})")
+    return pairs.astype(np.int32)
+
+
+def _pairs(part: dict, name: str, n: int) -> np.ndarray:
     if "edge" in part:
-        return np.asarray(part["edge"], np.int64).reshape(-1, 2)
+        return _node_pairs(part["edge"], f"split {name}'s 'edge'", n)
     if "source_node" in part:
-        return np.stack([part["source_node"], part["target_node"]], 1).astype(np.int64)
+        return _node_pairs(np.stack([part["source_node"], part["target_node"]], 1),
+                           f"split {name}'s source_node and target_node", n)
     raise ValueError(f"split {name} has neither 'edge' nor 'source_node': {sorted(part)}")
 
 
@@ -358,6 +380,8 @@ def load_ogbl(name: str, root: str | os.PathLike):
     """
     if name not in OGBL:
         raise ValueError(f"unknown ogbl dataset {name!r}; expected one of {sorted(OGBL)}")
+    if root is None:
+        raise ValueError(f"{name} needs root, the folder that holds {OGBL[name]}/")
     folder = Path(root) / OGBL[name]
     raw = folder / "raw"
     features = _load_text(raw / "node-feat.csv.gz", np.float32)
@@ -367,12 +391,13 @@ def load_ogbl(name: str, root: str | os.PathLike):
                          f"{features.shape[0]} rows")
     split_dir = folder / "split" / "time"
     parts = {p: _read_split_part(split_dir, p) for p in ("train", "valid", "test")}
-    train = _pairs(parts["train"], "train").astype(np.int32)
+    train = _pairs(parts["train"], "train", n)
     evals = {}
     for ours, theirs in (("val", "valid"), ("test", "test")):
         part = parts[theirs]
-        pos = _pairs(part, theirs).astype(np.int32)
-        neg = np.asarray(part.get("edge_neg", np.zeros((0, 2))), np.int32).reshape(-1, 2)
+        pos = _pairs(part, theirs, n)
+        neg = _node_pairs(part.get("edge_neg", np.zeros((0, 2), np.int64)),
+                          f"split {theirs}'s 'edge_neg'", n)
         neg_dst = np.asarray(part.get("target_node_neg", np.zeros((pos.shape[0], 0))),
                              np.int32).reshape(pos.shape[0], -1)
         evals[ours] = EvalEdges(pos, neg, neg_dst)

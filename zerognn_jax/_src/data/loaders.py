@@ -32,6 +32,7 @@ from zerognn_jax._src.data.planetoid import row_normalize
 from zerognn_jax._src.data.proteins import proteins_like
 from zerognn_jax._src.data.shop import shop_like
 from zerognn_jax._src.data.storage import (
+    dataset_name,
     is_dataset_dir,
     load_dir,
     load_npz,
@@ -89,6 +90,7 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
       ValueError: unknown name or bad option, naming the valid choices.
       FileNotFoundError: data files are missing.
     """
+    name = dataset_name(name)
     key = name.lower()
     if key in HETERO_NAMES or is_hetero_path(name):
         raise ValueError(f"{name} is a typed (heterogeneous) dataset: load it with "
@@ -128,9 +130,27 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
 def require_known(name: str) -> None:
     """Raises what `load_dataset` raises for a name that names no dataset it reads (a
     graph collection, a missing path, an unknown name), without loading anything."""
+    name = dataset_name(name)
     _refuse_graphs(name)
     if name.lower() not in {n.lower() for n in DATASET_NAMES} and not Path(name).exists():
         _refuse_unknown(name)
+
+
+def require_graphs(name) -> None:
+    """ValueError for the name or path of a node or typed dataset (one graph) given where
+    a collection of graphs is read (task 'graph')."""
+    name = dataset_name(name)
+    if is_graph_dataset(name):
+        return
+    if is_typed(name):
+        kind = "a typed (heterogeneous) dataset"
+    elif name.lower() in {n.lower() for n in DATASET_NAMES} or is_dataset_dir(name):
+        kind = "a node dataset"
+    else:
+        return
+    raise ValueError(f"{name} is {kind}, one graph: train it with task 'node' or 'link'; "
+                     f"task 'graph' trains collections of small graphs "
+                     f"({', '.join(GRAPH_DATASET_NAMES)})")
 
 
 def _refuse_graphs(name: str):
@@ -222,6 +242,7 @@ def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
       ValueError: unknown name or bad option, naming the valid choices.
       FileNotFoundError: data files are missing.
     """
+    name = dataset_name(name)
     key = name.lower()
     if key not in TYPED_PRESETS and scale != 1.0:
         raise ValueError(f"scale applies to {', '.join(TYPED_PRESETS)}, got scale={scale} "
@@ -236,8 +257,15 @@ def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
             return make(scale, seed)
         path = Path(root) / f"{key}-{scale:g}-{seed}{suffix}"
         return load_hetero(path) if is_hetero_path(path) else _saved(make(scale, seed), path)
-    if is_hetero_path(name):
-        return load_hetero(name)
+    if names_a_missing_path(name):
+        raise FileNotFoundError(f"typed dataset {name!r}: no such file or directory")
+    if is_hetero_path(name) or (Path(name).exists() and not is_dataset_dir(name)
+                                and not is_graph_dataset(name)):
+        return load_hetero(name)  # a file that holds none: it says what is wrong
+    if key in {n.lower() for n in DATASET_NAMES} or is_dataset_dir(name) or \
+            is_graph_dataset(name):
+        raise ValueError(f"{name} is not a typed dataset: load it with "
+                         f"{'load_graphs' if is_graph_dataset(name) else 'load_dataset'}")
     raise ValueError(f"unknown typed dataset {name!r}; valid names: {', '.join(HETERO_NAMES)}")
 
 

@@ -22,14 +22,13 @@ pairs, and so does this one).
 
 from __future__ import annotations
 
-import gzip
 import os
 from pathlib import Path
 
 import numpy as np
 
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset, make_hetero_dataset
-from zerognn_jax._src.data.ogb import _as_labels, _load_text, _read_ids, _require
+from zerognn_jax._src.data.ogb import _as_labels, _load_text, _read_ids, read_gz
 
 FOLDER = "ogbn_mag"
 TARGET = "paper"
@@ -42,8 +41,7 @@ def mag_folder(root: str | os.PathLike) -> Path:
 
 def _read_counts(path: Path) -> dict[str, int]:
     """{type: count} from OGB's num-node-dict (a header row, then a row of counts)."""
-    with gzip.open(_require(path), "rt") as f:
-        lines = [line.strip() for line in f if line.strip()]
+    lines = read_gz(path, lambda f: [line.strip() for line in f if line.strip()])
     if len(lines) < 2:
         raise ValueError(f"{path}: expected a header row of node types and a row of counts")
     types, counts = lines[0].split(","), lines[1].split(",")
@@ -53,8 +51,8 @@ def _read_counts(path: Path) -> dict[str, int]:
 
 
 def _read_triplets(path: Path) -> list[tuple[str, str, str]]:
-    with gzip.open(_require(path), "rt") as f:
-        rows = [tuple(line.strip().split(",")) for line in f if line.strip()]
+    rows = read_gz(path, lambda f: [tuple(line.strip().split(",")) for line in f
+                                    if line.strip()])
     bad = [r for r in rows if len(r) != 3]
     if bad:
         raise ValueError(f"{path}: a line is not src_type,relation,dst_type: {','.join(bad[0])}")
@@ -73,16 +71,14 @@ def load_mag(root: str | os.PathLike, *, add_reverse: bool = True) -> HeteroData
     counts = _read_counts(raw / "num-node-dict.csv.gz")
     edges = {}
     for rel in _read_triplets(raw / "triplet-type-list.csv.gz"):
-        pairs = _load_text(raw / "relations" / "___".join(rel) / "edge.csv.gz", np.int64)
-        if pairs.size and pairs.shape[1] != 2:
-            raise ValueError(f"{'___'.join(rel)}/edge.csv.gz has {pairs.shape[1]} columns, "
-                             "expected src,dst")
-        edges[rel] = (pairs[:, 0], pairs[:, 1]) if pairs.size else (np.zeros(0, np.int64),) * 2
+        pairs = _load_text(raw / "relations" / "___".join(rel) / "edge.csv.gz", np.int64,
+                           columns=2)
+        edges[rel] = (pairs[:, 0], pairs[:, 1])
     paper = Path("node-feat") / TARGET
     features = _load_text(raw / paper / "node-feat.csv.gz", np.float32)
     year = _load_text(raw / paper / "node_year.csv.gz", np.int64).reshape(-1)
-    labels = _as_labels(_load_text(raw / "node-label" / TARGET / "node-label.csv.gz",
-                                   np.float64))
+    label_file = raw / "node-label" / TARGET / "node-label.csv.gz"
+    labels = _as_labels(_load_text(label_file, np.float64), label_file)
     split = {part: _read_ids(folder / "split" / "time" / TARGET / f"{part}.csv.gz")
              for part in ("train", "valid", "test")}
     n = counts.get(TARGET, -1)

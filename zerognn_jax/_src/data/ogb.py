@@ -120,30 +120,59 @@ def _require(path: Path) -> Path:
     return path
 
 
-def _load_text(path: Path, dtype) -> np.ndarray:
-    """[rows, cols] array from a gzipped headerless CSV."""
-    with gzip.open(_require(path), "rt") as f, warnings.catch_warnings():
+def read_gz(path: Path, read):
+    """`read(f)` of the gzipped text file `path`; ValueError naming the file where it
+    cannot be read (not gzip, cut short, text that is not what `read` parses)."""
+    _require(path)
+    try:
+        with gzip.open(path, "rt") as f:
+            return read(f)
+    except (OSError, EOFError, ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not a readable OGB file: {err}") from err
+
+
+def _loadtxt(f, dtype) -> np.ndarray:
+    with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "loadtxt: input contained no data")  # empty split
         return np.loadtxt(f, delimiter=",", dtype=dtype, ndmin=2)
+
+
+def _load_text(path: Path, dtype, columns: int | None = None) -> np.ndarray:
+    """[rows, cols] array from a gzipped headerless CSV; with `columns`, ValueError
+    unless it has that many (an empty file gives [0, columns])."""
+    table = read_gz(path, lambda f: _loadtxt(f, dtype))
+    if columns is None:
+        return table
+    if not table.size:
+        return np.zeros((0, columns), table.dtype)
+    if table.shape[1] != columns:
+        raise ValueError(f"{path} has {table.shape[1]} columns, expected {columns}")
+    return table
 
 
 def _read_ids(path: Path) -> np.ndarray:
     return _load_text(path, np.int64).reshape(-1)
 
 
-def _as_labels(values: np.ndarray) -> np.ndarray:
-    """int64[N] class ids from a [N] or [N, 1] array; NaN -> -1."""
+def _as_labels(values: np.ndarray, where: Path) -> np.ndarray:
+    """int64[N] class ids from a [N] or [N, 1] array (read from `where`); NaN -> -1;
+    ValueError for a fractional one."""
     values = np.asarray(values).reshape(-1)
     if np.issubdtype(values.dtype, np.floating):
+        known = values[~np.isnan(values)]
+        odd = known[known != np.round(known)]
+        if odd.size:
+            raise ValueError(f"{where} has a class id that is not a whole number: {odd[0]}")
         return np.where(np.isnan(values), -1, values).astype(np.int64)
     return values.astype(np.int64)
 
 
 def _read_csv_graph(raw: Path):
     """(src, dst, features, labels) of a CSV-layout dataset."""
-    edges = _load_text(raw / "edge.csv.gz", np.int64)
+    edges = _load_text(raw / "edge.csv.gz", np.int64, columns=2)
     features = _load_text(raw / "node-feat.csv.gz", np.float32)
-    labels = _as_labels(_load_text(raw / "node-label.csv.gz", np.float64))
+    labels = _as_labels(_load_text(raw / "node-label.csv.gz", np.float64),
+                        raw / "node-label.csv.gz")
     num_nodes = int(_load_text(raw / "num-node-list.csv.gz", np.int64).sum())
     if features.shape[0] != num_nodes:
         raise ValueError(
@@ -155,7 +184,7 @@ def _read_csv_graph(raw: Path):
 def _read_multilabel(name: str, folder: Path, spec: _Spec) -> Dataset:
     """A CSV-layout dataset with binary float targets and edge features (ogbn-proteins)."""
     raw = folder / "raw"
-    edges = _load_text(raw / "edge.csv.gz", np.int64)
+    edges = _load_text(raw / "edge.csv.gz", np.int64, columns=2)
     table = _load_text(raw / "edge-feat.csv.gz", np.float32)
     targets = _load_text(raw / "node-label.csv.gz", np.float32)
     num_nodes = int(_load_text(raw / "num-node-list.csv.gz", np.int64).sum())
@@ -202,7 +231,7 @@ def write_binary(name: str, root: str | os.PathLike, path: str | os.PathLike, *,
             raise ValueError(f"{data_npz} lacks key(s) {', '.join(missing)}; has "
                              f"{[n.removesuffix('.npy') for n in zf.namelist()]}")
         (labels,) = _npz_arrays(raw / "node-label.npz", "node_label")
-        labels = _as_labels(labels)
+        labels = _as_labels(labels, raw / "node-label.npz")
         split = {part: _read_ids(folder / "split" / spec.split / f"{part}.csv.gz")
                  for part in ("train", "valid", "test")}
         stream, member = _member(zf, "num_nodes_list", data_npz)

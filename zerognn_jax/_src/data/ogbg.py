@@ -20,7 +20,6 @@ As OGB does for molecules (`add_inverse_edge`), every bond becomes two directed 
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import os
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import numpy as np
 
 from zerognn_jax._src.data.graph_storage import load_graphs_file, save_graphs
 from zerognn_jax._src.data.graphs import GraphCollection, make_collection
-from zerognn_jax._src.data.ogb import _load_text, _read_ids, _require
+from zerognn_jax._src.data.ogb import _load_text, _read_ids, read_gz
 
 # OGB's vocabulary sizes (ogb/utils/features.py: get_atom_feature_dims and
 # get_bond_feature_dims): atomic number, chirality, degree, formal charge, Hs,
@@ -52,9 +51,9 @@ GRAPH_SPECS = {
 
 def _read_labels(path: Path, tasks: int) -> np.ndarray:
     """float32[G, tasks]; empty fields are missing labels (NaN)."""
-    with gzip.open(_require(path), "rt") as f:
-        labels = np.genfromtxt(f, delimiter=",", dtype=np.float32, ndmin=2,
-                               filling_values=np.nan, missing_values="")
+    labels = read_gz(path, lambda f: np.genfromtxt(f, delimiter=",", dtype=np.float32,
+                                                   ndmin=2, filling_values=np.nan,
+                                                   missing_values=""))
     if labels.shape[1] != tasks:
         raise ValueError(f"{path}: expected {tasks} label columns, got {labels.shape[1]}")
     return labels
@@ -75,7 +74,7 @@ def read_ogbg(name: str, root: str | os.PathLike) -> GraphCollection:
     raw = folder / "raw"
     n_node = _read_ids(raw / "num-node-list.csv.gz")
     n_bond = _read_ids(raw / "num-edge-list.csv.gz")
-    bonds = _load_text(raw / "edge.csv.gz", np.int64).reshape(-1, 2)
+    bonds = _load_text(raw / "edge.csv.gz", np.int64, columns=2)
     atoms = _load_text(raw / "node-feat.csv.gz", np.int64)
     bond_feats = _load_text(raw / "edge-feat.csv.gz", np.int64)
     labels = _read_labels(raw / "graph-label.csv.gz", spec.tasks)

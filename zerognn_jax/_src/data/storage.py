@@ -21,7 +21,8 @@ Layout of a file (NumPy's uncompressed `.npz`, readable with `allow_pickle=False
   weights         float32[E]   only for weighted graphs
   edge_features   float32[E, D] or uint16[E, D] (bfloat16 bits, with
                   edge_features_dtype = "bfloat16"), only with edge features
-  features        float32[N, d]
+  features        float32[N, d] or uint16[N, d] (bfloat16 bits); features_dtype names
+                  the dtype (files written before it existed hold float32 features)
   labels          int32[N]     -1 for unlabelled nodes
   targets         float32[N, T] only with float targets, whose kind is target_kind
   target_kind     str[]        "multilabel" or "regression", only with targets (a
@@ -80,7 +81,6 @@ def save_npz(dataset: Dataset, path: str | os.PathLike, *, overwrite: bool = Fal
         "num_classes": np.int64(dataset.num_classes),
         "indptr": np.asarray(g.indptr),
         "indices": np.asarray(g.indices),
-        "features": dataset.features,
         "labels": dataset.labels,
         "train_idx": dataset.train_idx,
         "val_idx": dataset.val_idx,
@@ -88,10 +88,9 @@ def save_npz(dataset: Dataset, path: str | os.PathLike, *, overwrite: bool = Fal
     }
     if g.weights is not None:
         arrays["weights"] = np.asarray(g.weights)
-    if g.edge_features is not None:  # .npy has no bfloat16: its bits go as uint16
-        table = np.asarray(g.edge_features)
-        arrays["edge_features_dtype"] = np.str_(table.dtype.name)
-        arrays["edge_features"] = table.view(np.uint16) if table.dtype == BFLOAT16 else table
+    _put_table(arrays, "features", np.asarray(dataset.features))
+    if g.edge_features is not None:
+        _put_table(arrays, "edge_features", np.asarray(g.edge_features))
     if dataset.targets is not None:
         arrays["targets"] = dataset.targets
         arrays["target_kind"] = np.str_(dataset.target_kind)
@@ -121,9 +120,9 @@ def load_npz(path: str | os.PathLike) -> Dataset:
             if missing:
                 raise ValueError(f"missing key(s) {', '.join(missing)}")
             arrays = {k: npz[k] for k in npz.files}
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
+        version = int(arrays["format_version"])
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, TypeError) as err:
         raise ValueError(f"{path} is not a readable zerognn dataset file: {err}") from err
-    version = int(arrays["format_version"])
     if version != FORMAT_VERSION:
         raise ValueError(
             f"{path} has format_version {version}; this version of zerognn reads "
@@ -131,27 +130,36 @@ def load_npz(path: str | os.PathLike) -> Dataset:
         )
     try:
         return make_dataset(
-            str(arrays["name"]), arrays["indptr"], arrays["indices"], arrays["features"],
-            arrays["labels"], arrays["train_idx"], arrays["val_idx"], arrays["test_idx"],
+            str(arrays["name"]), arrays["indptr"], arrays["indices"],
+            _stored_table(arrays, "features"), arrays["labels"], arrays["train_idx"],
+            arrays["val_idx"], arrays["test_idx"],
             int(arrays["num_classes"]), weights=arrays.get("weights"),
             targets=arrays.get("targets"),
             target_kind=str(arrays["target_kind"]) if "target_kind" in arrays else None,
-            edge_features=_stored_edge_features(arrays),
+            edge_features=_stored_table(arrays, "edge_features"),
         )
     except (TypeError, ValueError) as err:
         raise ValueError(f"{path} holds an invalid dataset: {err}") from err
 
 
-def _stored_edge_features(arrays: dict):
-    """The edge-feature table of a `.npz`'s arrays (bfloat16 from its uint16 bits)."""
-    table = arrays.get("edge_features")
+def _put_table(arrays: dict, key: str, table: np.ndarray) -> None:
+    """Puts `table` and its dtype's name (`<key>_dtype`) into a `.npz`'s `arrays`: .npy
+    has no bfloat16, so its bits go as uint16."""
+    arrays[f"{key}_dtype"] = np.str_(table.dtype.name)
+    arrays[key] = table.view(np.uint16) if table.dtype == BFLOAT16 else table
+
+
+def _stored_table(arrays: dict, key: str):
+    """The table `key` of a `.npz`'s arrays (bfloat16 from its uint16 bits; files written
+    before features had a dtype entry hold their features as they are), or None."""
+    table = arrays.get(key)
     if table is None:
         return None
-    kind = str(arrays.get("edge_features_dtype", table.dtype.name))
+    kind = str(arrays.get(f"{key}_dtype", table.dtype.name))
     if kind == "bfloat16" and table.dtype == np.uint16:
         return table.view(BFLOAT16)
     if kind != table.dtype.name:
-        raise ValueError(f"edge_features_dtype says {kind}, the array holds {table.dtype}")
+        raise ValueError(f"{key}_dtype says {kind}, the array holds {table.dtype}")
     return table
 
 
@@ -247,6 +255,15 @@ def save_dir(dataset: Dataset, path: str | os.PathLike, *, overwrite: bool = Fal
         if dataset.targets is not None:
             out.meta["target_kind"] = dataset.target_kind
     return Path(path)
+
+
+def dataset_name(name) -> str:
+    """`name`, a dataset's name or a path (str or `os.PathLike`), as a string; TypeError
+    for anything else."""
+    if isinstance(name, str | os.PathLike):
+        return os.fspath(name)
+    raise TypeError(f"a dataset is named by a string or a path, got {type(name).__name__}: "
+                    f"{name!r}")
 
 
 def names_a_missing_path(name: str) -> bool:

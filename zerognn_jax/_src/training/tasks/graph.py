@@ -28,6 +28,7 @@ import optax
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.graph_datasets import load_graphs
 from zerognn_jax._src.data.graphs import GraphCollection
+from zerognn_jax._src.data.loaders import require_graphs
 from zerognn_jax._src.nn.graph_models import OnGraphs, make_graph_model
 from zerognn_jax._src.sampling.calibrate import Calibration
 from zerognn_jax._src.sampling.envelope import (
@@ -145,6 +146,7 @@ class GraphTask(ItemsAreLevel0):
         `load_graphs`), a `GraphCollection`."""
         del kernels
         if dataset is None:
+            require_graphs(cfg.dataset)
             dataset = load_graphs(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
         if not isinstance(dataset, GraphCollection):
             raise TypeError(f"the graph task trains on a GraphCollection, got "
