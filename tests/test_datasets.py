@@ -6,6 +6,9 @@ import http.server
 import json
 import os
 import shutil
+import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -472,6 +475,28 @@ def test_npz_round_trip_keeps_bfloat16_features(tmp_path):
               if k != "features_dtype"}  # a file from before the dtype entry
     np.savez(tmp_path / "old.npz", **legacy)
     assert load_npz(tmp_path / "old.npz").features.dtype == np.float32
+
+
+def test_a_later_save_removes_what_killed_writers_left(tmp_path):
+    """A writer killed outright (SIGKILL, out of memory) leaves its hidden temporary file
+    or folder; the next save to that path removes those of this host's dead processes,
+    and leaves a running writer's, another host's and unnamed ones."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    left = {"file": tmp_path / f".d.npz.{host}-{dead.pid}.a1.part",
+            "dir": tmp_path / f".e.{host}-{dead.pid}.a2.part"}
+    left["file"].write_bytes(b"half a dataset")
+    (left["dir"] / "x.npy").parent.mkdir()
+    (left["dir"] / "x.npy").write_bytes(b"")
+    kept = [f".d.npz.{host}-{os.getppid()}.a3.part", f".d.npz.elsewhere-{dead.pid}.a4.part",
+            ".e.a5.part"]
+    for name in kept:
+        (tmp_path / name).write_bytes(b"")
+    ds = make_dataset(**tiny_arrays())
+    save_npz(ds, tmp_path / "d.npz")
+    storage.save_dir(ds, tmp_path / "e")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["d.npz", "e", *kept])
 
 
 @pytest.fixture

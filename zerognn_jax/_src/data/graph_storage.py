@@ -32,6 +32,7 @@ from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.writes import (
     GRAPHS_FORMAT,
     atomic_write,
+    part_prefix,
     refuse_foreign,
     swap_in,
     umask,
@@ -72,7 +73,7 @@ def save_graphs(collection: GraphCollection, path: str | os.PathLike, *,
         return path
     with writing("graph collection directory", path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part"))
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=part_prefix(path), suffix=".part"))
         os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it 0700
         try:
             for key, values in _arrays(collection).items():

@@ -49,6 +49,7 @@ from zerognn_jax._src.data.tables import BFLOAT16
 from zerognn_jax._src.data.writes import (
     META,
     atomic_write,
+    part_prefix,
     refuse_foreign,
     swap_in,
     umask,
@@ -219,7 +220,7 @@ def write_dir(path: str | os.PathLike, name: str, num_classes: int, *,
         refuse_foreign(path, "dataset directory", folder=True)
     with writing("dataset directory", path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part"))
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=part_prefix(path), suffix=".part"))
         os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it 0700
     try:
         writer = DatasetWriter(tmp, accepts)

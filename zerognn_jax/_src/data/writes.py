@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -69,13 +70,49 @@ def writing(what: str, path: str | os.PathLike) -> Iterator[None]:
         raise write_error(what, path, err) from None
 
 
+def part_prefix(path: Path) -> str:
+    """The name start of a temporary file or folder written for `path`: hidden, and
+    naming the host and process that write it, so that a later write to `path` knows a
+    leftover of a writer that was killed (`remove_stale_parts`)."""
+    return f".{path.name}.{socket.gethostname()}-{os.getpid()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it runs, under another user
+        return True
+    return True
+
+
+def remove_stale_parts(path: Path) -> None:
+    """Removes the temporary files and folders beside `path` that writers killed before
+    they could remove them left (SIGKILL, an out-of-memory kill, a lost machine): those
+    of this host whose process no longer runs. Others' are left alone, and so are
+    those of unknown writers (names from before the host and process were in them)."""
+    head = f".{path.name}.{socket.gethostname()}-"
+    try:
+        siblings = list(path.parent.iterdir())
+    except OSError:
+        return
+    for entry in siblings:
+        if not (entry.name.startswith(head) and entry.name.endswith(".part")):
+            continue
+        pid = entry.name[len(head):].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            remove_path(entry)
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, what: str = "file") -> Iterator:
     """Yields a binary file object whose content replaces `path` only on success.
 
     The data go to a temporary file in the same folder, which is renamed over `path`
     once the block ends without an exception and removed otherwise, so readers never
-    see a half-written file. The file gets the permissions the umask leaves of 0o666,
+    see a half-written file; the leftovers of earlier writers that were killed go then
+    too (`remove_stale_parts`). The file gets the permissions the umask leaves of 0o666,
     as `open` would give it.
 
     Raises:
@@ -84,7 +121,7 @@ def atomic_write(path: str | os.PathLike, what: str = "file") -> Iterator:
     path = Path(path)
     with writing(what, path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=part_prefix(path), suffix=".part")
         try:
             os.fchmod(fd, 0o666 & ~umask())  # mkstemp makes it 0600
             with os.fdopen(fd, "wb") as f:
@@ -95,6 +132,7 @@ def atomic_write(path: str | os.PathLike, what: str = "file") -> Iterator:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+    remove_stale_parts(path)
 
 
 
@@ -163,7 +201,8 @@ def refuse_foreign(path: str | os.PathLike, what: str, *, folder: bool) -> None:
 def swap_in(tmp: Path, path: Path, what: str, *, overwrite: bool) -> None:
     """Renames the finished folder `tmp` to `path`; an older `path` (checked again by
     `refuse_foreign` unless `overwrite`) goes aside first and is removed only once the new
-    one is in place, as is a leftover of a swap killed between its renames."""
+    one is in place, as is a leftover of a swap killed between its renames, and of
+    writers killed before their swap (`remove_stale_parts`)."""
     if not overwrite:  # the writing may have run for hours
         refuse_foreign(path, what, folder=True)
     old = path.with_name(f".{path.name}.old")
@@ -172,6 +211,7 @@ def swap_in(tmp: Path, path: Path, what: str, *, overwrite: bool) -> None:
         os.replace(path, old)
     os.replace(tmp, path)
     remove_path(old)
+    remove_stale_parts(path)
 
 
 def remove_path(path: Path) -> None:
