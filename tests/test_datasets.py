@@ -475,6 +475,12 @@ def test_npz_round_trip_keeps_bfloat16_features(tmp_path):
               if k != "features_dtype"}  # a file from before the dtype entry
     np.savez(tmp_path / "old.npz", **legacy)
     assert load_npz(tmp_path / "old.npz").features.dtype == np.float32
+    # bfloat16 features saved as they were (before the dtype entry: NumPy's "|V2")
+    raw = {k: v for k, v in np.load(tmp_path / "b.npz").items() if k != "features_dtype"}
+    np.savez(tmp_path / "v2.npz", **{**raw, "features": ds.features})
+    assert np.load(tmp_path / "v2.npz")["features"].dtype == np.dtype("V2")
+    again = load_npz(tmp_path / "v2.npz")
+    np.testing.assert_array_equal(again.features.view(np.uint16), ds.features.view(np.uint16))
 
 
 def test_a_later_save_removes_what_killed_writers_left(tmp_path):

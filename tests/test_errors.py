@@ -487,7 +487,7 @@ def test_typed_options_on_a_graph_of_one_type_are_refused(monkeypatch):
         trainer.prepare(TrainConfig(dataset="molhiv-like", model="rgcn", progress=False))
 
 
-def test_each_loader_names_the_kind_of_dataset_it_was_given(tmp_path):
+def test_each_loader_names_the_kind_of_dataset_it_was_given(tmp_path, monkeypatch):
     """A path object reads as its string; a node dataset's name or file given where
     typed data or a graph collection is read says which it is."""
     node = zg.save_npz(make_dataset(**good_arrays()), tmp_path / "node.npz")  # a Path
@@ -511,6 +511,15 @@ def test_each_loader_names_the_kind_of_dataset_it_was_given(tmp_path):
         zg.load_hetero_dataset("molhiv-like")
     with pytest.raises(FileNotFoundError, match=r"typed dataset '.*gone.npz': no such file"):
         zg.load_hetero_dataset(str(tmp_path / "gone.npz"))
+    with pytest.raises(ValueError, match="node.npz is not a typed dataset: load it with "
+                                         "load_dataset"):
+        zg.load_hetero_dataset(node)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cora").mkdir()  # a folder of that name beside: the name still wins
+    with pytest.raises(ValueError, match="cora is not a typed dataset"):
+        zg.load_hetero_dataset("cora")
+    with pytest.raises(ValueError, match=r"unknown graph dataset 'cora'.*read by load_dataset"):
+        zg.load_graphs("cora")
 
 
 def test_a_best_metric_the_task_never_reports_fails_before_training(tmp_path, monkeypatch):

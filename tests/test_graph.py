@@ -184,6 +184,10 @@ def test_from_jraph_keeps_the_edges_as_weights_or_features():
     table = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(from_jraph(tuple_of(table)).edge_features, table)
     assert from_jraph(tuple_of(None)).weights is None
+    assert from_jraph(tuple_of(np.ones(2, np.float32))).weights is None  # as from_scipy
+    for other in (np.array([3, 0]), {"bond": np.ones(2)}):  # ids, a dict: left out
+        g = from_jraph(tuple_of(other))
+        assert g.weights is None and g.edge_features is None
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,11 @@ def test_an_outer_hop_of_every_neighbour_is_not_laid_flat():
     assert asked.flat_outer and "flat_outer=True" in asked.why
 
 
+def test_a_fanout_above_the_largest_degree_keeps_the_flat_outer_hop():
+    layout = _layout((5, 80), num_nodes=100)  # 80 slots capped at the degree, 50
+    assert (layout.dedup, layout.flat_outer) == (True, True)
+
+
 def test_tree_mode_when_asked_or_small_and_no_flat_hop_for_user_models():
     assert not _layout((5, 3), dedup=False).dedup
     assert _layout((2, 2), num_nodes=10**7).name == "tree"

@@ -341,6 +341,8 @@ def test_ogbl_collab_layout_reads_without_ogb(tmp_path):
      r"split train's 'edge' has node ids in \[0, 12\], outside \[0, 12\)"),
     (lambda d: (d / "valid.npz").write_bytes(b"junk"),
      r"valid.npz is not a readable OGB split file"),
+    (lambda d: np.savez(d / "test.npz", edge=np.zeros(0), edge_neg=np.array([[0, 12]])),
+     r"split test's 'edge_neg' has node ids in \[0, 12\]"),  # an empty 'edge' reads
 ])
 def test_ogbl_split_files_that_do_not_fit_are_refused(tmp_path, write, message):
     folder = tmp_path / "ogbl_collab"

@@ -166,8 +166,15 @@ def test_cumulative_table_is_exact_integers():
     np.testing.assert_array_equal(table, [2**29 + 1, 2**29 + 1, 2**31 + 2, 2**30 + 1, 2**31 + 2])
     with pytest.raises(ValueError, match="non-negative"):
         weighted.cumulative_table([0, 2], [1.0, -1.0])
-    with pytest.raises(ValueError, match="all 3 edge weights are zero"):
-        weighted.cumulative_table([0, 2, 3], [0.0, 0.0, 0.0])
+
+
+
+def test_all_zero_weights_are_refused_where_a_hop_draws_by_them():
+    g = from_edge_list([0, 0, 1], [1, 2, 2], 3, weights=[0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="all 3 edge weights of the graph are zero"):
+        prepare_graph(g, SamplerConfig((2,), method="weighted").resolve(g.max_degree()))
+    full = SamplerConfig((-1,), method="weighted").resolve(g.max_degree())
+    assert prepare_graph(g, full).weights.dtype == np.uint32  # -1 reads no weight
 
 
 def test_weighted_sampling_needs_a_prepared_weighted_graph(small_graph):
@@ -436,7 +443,7 @@ def test_a_fanout_above_the_largest_degree_gets_that_many_slots(small_graph, met
     top = small_graph.max_degree()
     wide = SamplerConfig((top + 40,), method=method, max_degree=top)
     cfg = wide.resolve(top)
-    assert cfg.fanouts == (top,) and cfg.full == (method == "uniform",)
+    assert cfg.fanouts == (top,) and cfg.full == (False,)  # it samples on wider graphs
     assert SamplerConfig((top + 40,), replace=True).resolve(top).fanouts == (top + 40,)
     g = prepare_graph(_with_weights(small_graph), cfg).to_device()
     seeds, valid = jnp.arange(0, 60, 3, dtype=jnp.int32), jnp.arange(20) < 18

@@ -227,6 +227,29 @@ def test_fanout_layouts_agree_and_errors_name_the_relation():
         zg.TypedEnvelope("paper", 16, ((("paper", 8),),))
 
 
+def test_each_relation_gets_at_most_its_largest_degree_in_slots():
+    """Per relation, without replacement: a fanout above the relation's largest
+    in-degree becomes that degree (at least 1 for an edgeless relation), 0 skips the hop
+    still, -1 takes every neighbour; with replacement and under LABOR fanouts stay."""
+    graph = zg.hetero_graph({"a": 5, "b": 5}, {("a", "r", "b"): ([0, 1, 2], [0, 0, 1]),
+                                               ("b", "s", "a"): ([], [])})
+    fanouts = {("a", "r", "b"): (9, 0, -1), ("b", "s", "a"): (9, 9, 9)}
+    cfg = zg.TypedSamplerConfig(fanouts).resolve(graph)
+    assert dict(cfg.fanouts) == {("a", "r", "b"): (2, 0, 2), ("b", "s", "a"): (1, 1, 1)}
+    assert dict(cfg.all_neighbors)[("a", "r", "b")] == (False, False, True)
+    again = zg.TypedSamplerConfig(fanouts, replace=True).resolve(graph)
+    assert dict(again.fanouts)[("b", "s", "a")] == (9, 9, 9)
+    labor = zg.TypedSamplerConfig({r: (9, 9, 9) for r in fanouts}, method="labor")
+    assert dict(labor.resolve(graph).fanouts)[("a", "r", "b")] == (9, 9, 9)
+
+
+def test_all_zero_weights_of_a_relation_are_refused_naming_it():
+    graph = zg.hetero_graph({"a": 5, "b": 5}, {("a", "r", "b"): ([0, 1, 2], [0, 0, 1])},
+                            weights={("a", "r", "b"): [0.0, 0.0, 0.0]})
+    with pytest.raises(ValueError, match="all 3 edge weights of relation a__r__b are zero"):
+        zg.prepare_typed_graph(graph, zg.TypedSamplerConfig((2,), method="weighted"))
+
+
 def test_a_second_batch_does_not_retrace():
     graph = _typed_graph(reverse=False).to_device()
     config = zg.TypedSamplerConfig((3,)).resolve(graph)

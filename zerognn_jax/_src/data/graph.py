@@ -478,12 +478,19 @@ def to_jraph(graph: CSRGraph, node_features=None):
 def from_jraph(graphs_tuple, **kwargs) -> CSRGraph:
     """Builds a CSRGraph from a single-graph jraph.GraphsTuple (receivers sample senders).
 
-    The tuple's `edges` come along, as `to_jraph` writes them: [E] as the edge weights,
-    [E, D] as edge features (unless `weights=` or `edge_features=` is given)."""
+    Float `edges` come along unless `weights=` or `edge_features=` is given: [E] as the
+    edge weights, as `to_jraph` writes them (none when all are one, as `from_scipy`
+    reads values), [E, D] as edge features. Other edges (integer ids, a dict) are left
+    out."""
     n = int(np.sum(np.asarray(graphs_tuple.n_node)))
-    edges = None if graphs_tuple.edges is None else np.asarray(graphs_tuple.edges)
-    if edges is not None and "weights" not in kwargs and "edge_features" not in kwargs:
-        kwargs["weights" if edges.ndim == 1 else "edge_features"] = edges
+    edges = graphs_tuple.edges
+    if edges is not None and not isinstance(edges, dict) and "weights" not in kwargs \
+            and "edge_features" not in kwargs:
+        edges = np.asarray(edges)
+        if np.issubdtype(edges.dtype, np.floating) and edges.ndim == 1 and (edges != 1).any():
+            kwargs["weights"] = edges
+        elif np.issubdtype(edges.dtype, np.floating) and edges.ndim == 2:
+            kwargs["edge_features"] = edges
     return from_edge_list(
         np.asarray(graphs_tuple.receivers), np.asarray(graphs_tuple.senders), n, **kwargs
     )

@@ -60,7 +60,7 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
         return load_ogbg(key, root)
     if names_a_missing_path(name):
         raise FileNotFoundError(f"graph dataset {name!r}: no such file or directory")
-    if is_graphs_path(name) or Path(name).exists():
+    if is_graphs_path(name) or Path(name).is_file() or (Path(name) / "meta.json").is_file():
         return load_graphs_file(name)  # a file that holds none: it says what is wrong
     raise ValueError(f"unknown graph dataset {name!r}; valid names: "
                      f"{', '.join(GRAPH_DATASET_NAMES)} (node and typed datasets, one "

@@ -349,14 +349,16 @@ def _node_pairs(values, what: str, n: int) -> np.ndarray:
     """int32[E, 2] node pairs of `values`, which must be integer [E, 2] (OGB's layout)
     with ids in [0, n): ValueError naming `what` otherwise."""
     pairs = np.asarray(values)
+    if pairs.size == 0:  # no pairs, whatever shape the empty array was saved in
+        return np.zeros((0, 2), np.int32)
     if pairs.ndim != 2 or pairs.shape[1] != 2:
         hint = " (PyG's [2, E] edge_index? OGB's split files hold [E, 2])" \
             if pairs.ndim == 2 and pairs.shape[0] == 2 else ""
         raise ValueError(f"{what} must be node pairs of shape [E, 2], got shape "
                          f"{pairs.shape}{hint}")
-    if pairs.size and not np.issubdtype(pairs.dtype, np.integer):
+    if not np.issubdtype(pairs.dtype, np.integer):
         raise ValueError(f"{what} must hold integer node ids, got {pairs.dtype}")
-    if pairs.size and (pairs.min() < 0 or pairs.max() >= n):
+    if pairs.min() < 0 or pairs.max() >= n:
         raise ValueError(f"{what} has node ids in [{pairs.min()}, {pairs.max()}], outside "
                          f"[0, {n})")
     return pairs.astype(np.int32)

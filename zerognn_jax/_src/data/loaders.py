@@ -7,8 +7,10 @@ loaders it dispatches to live in the private modules of this package.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +34,7 @@ from zerognn_jax._src.data.planetoid import row_normalize
 from zerognn_jax._src.data.proteins import proteins_like
 from zerognn_jax._src.data.shop import shop_like
 from zerognn_jax._src.data.storage import (
+    META,
     dataset_name,
     is_dataset_dir,
     load_dir,
@@ -144,7 +147,7 @@ def require_graphs(name) -> None:
         return
     if is_typed(name):
         kind = "a typed (heterogeneous) dataset"
-    elif name.lower() in {n.lower() for n in DATASET_NAMES} or is_dataset_dir(name):
+    elif name.lower() in {n.lower() for n in DATASET_NAMES} or _node_path(name):
         kind = "a node dataset"
     else:
         return
@@ -257,16 +260,33 @@ def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
             return make(scale, seed)
         path = Path(root) / f"{key}-{scale:g}-{seed}{suffix}"
         return load_hetero(path) if is_hetero_path(path) else _saved(make(scale, seed), path)
-    if names_a_missing_path(name):
-        raise FileNotFoundError(f"typed dataset {name!r}: no such file or directory")
-    if is_hetero_path(name) or (Path(name).exists() and not is_dataset_dir(name)
-                                and not is_graph_dataset(name)):
-        return load_hetero(name)  # a file that holds none: it says what is wrong
-    if key in {n.lower() for n in DATASET_NAMES} or is_dataset_dir(name) or \
-            is_graph_dataset(name):
+    if is_hetero_path(name):
+        return load_hetero(name)
+    if key in {n.lower() for n in DATASET_NAMES} or is_graph_dataset(name) or \
+            _node_path(name):
         raise ValueError(f"{name} is not a typed dataset: load it with "
                          f"{'load_graphs' if is_graph_dataset(name) else 'load_dataset'}")
+    if names_a_missing_path(name):
+        raise FileNotFoundError(f"typed dataset {name!r}: no such file or directory")
+    if Path(name).exists():
+        return load_hetero(name)  # a file that holds none: it says what is wrong
     raise ValueError(f"unknown typed dataset {name!r}; valid names: {', '.join(HETERO_NAMES)}")
+
+
+def _node_path(name: str) -> bool:
+    """Whether `name` is a node dataset's `.npz` file or directory (`save_npz`,
+    `save_dir`), not a typed dataset's or a graph collection's."""
+    path = Path(name)
+    try:
+        if is_dataset_dir(path):
+            meta = json.loads((path / META).read_text())
+            return isinstance(meta, dict) and "kind" not in meta and "format" not in meta
+        if path.suffix == ".npz" and path.is_file():
+            with np.load(path, allow_pickle=False) as npz:
+                return "indptr" in npz.files and "meta" not in npz.files
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        pass
+    return False
 
 
 def _saved(dataset: HeteroDataset, path: Path) -> HeteroDataset:

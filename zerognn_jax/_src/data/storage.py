@@ -159,6 +159,8 @@ def _stored_table(arrays: dict, key: str):
     kind = str(arrays.get(f"{key}_dtype", table.dtype.name))
     if kind == "bfloat16" and table.dtype == np.uint16:
         return table.view(BFLOAT16)
+    if table.dtype == np.dtype("V2") and f"{key}_dtype" not in arrays:
+        return table.view(BFLOAT16)  # bfloat16 saved as it was, before the dtype entry
     if kind != table.dtype.name:
         raise ValueError(f"{key}_dtype says {kind}, the array holds {table.dtype}")
     return table

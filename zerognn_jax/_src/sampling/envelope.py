@@ -45,7 +45,7 @@ def check_capacity(where: str, capacity: int) -> None:
     if capacity > MAX_CAPACITY:
         raise ValueError(f"{where} would hold {capacity:,} rows, more than int32 positions "
                          f"reach ({MAX_CAPACITY:,}): lower the fanouts or the batch size, or "
-                         "deduplicate the levels (dedup=True)")
+                         "deduplicate the levels (dedup=True, flat_outer=False)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,17 +44,18 @@ def hop_width(fanout: int, max_degree: int, method: str, replace: bool) -> tuple
     -1 takes every neighbour. Without replacement no row gives more neighbours than its
     degree, so a fanout above the largest degree would only add slots that are masked in
     every row (a fanout of 100,000 on a graph of degree 500 would allocate [C, 100,000]
-    buffers): uniform sampling then takes every neighbour in CSR order, as it does for any
-    row of degree <= K, and weighted sampling draws the same edges into `max_degree`
-    slots. With replacement, and under LABOR (whose rows `labor_slots` already caps at the
-    degree), the fanout stays.
+    buffers): it gets `max_degree` slots, which hold the same draws (uniform sampling
+    takes a row of degree <= K whole, in CSR order; weighted sampling's successive draws
+    do not depend on K). The hop is not marked full: on another graph, of larger
+    degree, the same config still samples. With replacement, and under LABOR (whose
+    rows `labor_slots` caps at its span), the fanout stays.
     """
     top = max(max_degree, 1)
     if fanout == -1:
         return top, True
     if replace or fanout <= top or method == "labor":
         return fanout, False
-    return top, method == "uniform"
+    return top, False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,12 +220,13 @@ def _degrees(indptr, ids, valid):
     return jnp.where(valid, (indptr[ids + 1] - indptr[ids]).astype(jnp.int32), 0)
 
 
-def prepare_graph(graph: CSRGraph, config: SamplerConfig) -> CSRGraph:
+def prepare_graph(graph: CSRGraph, config: SamplerConfig, what: str = "the graph") -> CSRGraph:
     """The graph as `sample_minibatch` reads it under `config`; host-side, once per run.
 
     Weighted sampling searches per-row cumulative weights: the returned graph's
     `weights` hold that uint32 table (`weighted.cumulative_table`) instead of the float
-    weights. Other methods get the graph unchanged.
+    weights. Other methods get the graph unchanged. Weights that are all zero are
+    refused (`what` names the graph) where a hop draws by them (not a -1 fanout's).
     """
     if config.method != "weighted":
         return graph
@@ -233,8 +235,12 @@ def prepare_graph(graph: CSRGraph, config: SamplerConfig) -> CSRGraph:
                          "(CSRGraph.weights is None)")
     if np.dtype(graph.weights.dtype) == np.uint32:
         return graph  # already prepared
-    return graph._replace(weights=cumulative_table(np.asarray(graph.indptr),
-                                                   np.asarray(graph.weights)))
+    weights = np.asarray(graph.weights)
+    if weights.size and not weights.any() and not all(config.full):
+        raise ValueError(f"all {weights.size:,} edge weights of {what} are zero: weighted "
+                         "sampling would draw no neighbour of any node; give positive "
+                         "weights, or sample uniformly")
+    return graph._replace(weights=cumulative_table(np.asarray(graph.indptr), weights))
 
 
 def _weight_table(graph: CSRGraph) -> jax.Array:

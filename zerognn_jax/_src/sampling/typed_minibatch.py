@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pallas_kernels import counter_hash
-from zerognn_jax._src.data.hetero import HeteroGraph
+from zerognn_jax._src.data.hetero import HeteroGraph, relation_name
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.ops.relabel import relabel
 from zerognn_jax._src.sampling.minibatch import MAX_HOPS, Block, prepare_graph, sample_hop
@@ -76,7 +76,7 @@ def prepare_typed_graph(graph: HeteroGraph, config: TypedSamplerConfig) -> Heter
     relation that is sampled at some hop turned into its cumulative table
     (`prepare_graph`); host-side, once."""
     config = config.resolve(graph)
-    graphs = tuple(prepare_graph(g, config.relation_config(r))
+    graphs = tuple(prepare_graph(g, config.relation_config(r), f"relation {relation_name(r)}")
                    if any(config.fanout(r, h) for h in range(config.num_hops)) else g
                    for r, g in graph.items())
     return HeteroGraph(graph.node_counts, graph.relations, graphs)

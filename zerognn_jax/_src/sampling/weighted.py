@@ -47,10 +47,6 @@ def cumulative_table(indptr, weights) -> np.ndarray:
         raise ValueError(f"weights has shape {w.shape}, expected ({int(indptr[-1])},)")
     if w.size and not (np.all(np.isfinite(w)) and w.min() >= 0):
         raise ValueError(f"edge weights must be finite and non-negative; smallest is {w.min()}")
-    if w.size and not w.any():
-        raise ValueError(f"all {w.size:,} edge weights are zero: weighted sampling would draw "
-                         "no neighbour of any node; give positive weights, or sample "
-                         "uniformly")
     deg = np.diff(indptr)
     if deg.size and deg.max() >= 2**31:
         raise ValueError(f"a row has {deg.max()} edges; weighted sampling needs fewer than 2**31")
