@@ -121,7 +121,9 @@ class SamplerConfig:
     def resolve(self, max_degree: int) -> SamplerConfig:
         """Fanouts for a graph whose largest degree is `max_degree` (`hop_width`: -1,
         and a fanout above that degree without replacement, become the degree), those
-        hops that take every neighbour marked full, and `max_degree` recorded."""
+        hops that take every neighbour marked full, and `max_degree` recorded. The
+        result belongs to that graph (its degree bounds the widths, weighted sampling's
+        search and LABOR's span): resolve the config as given again for another."""
         widths = [hop_width(f, max_degree, self.method, self.replace) for f in self.fanouts]
         return dataclasses.replace(self, fanouts=tuple(f for f, _ in widths),
                                    all_neighbors=tuple(full for _, full in widths),

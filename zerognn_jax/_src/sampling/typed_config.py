@@ -139,7 +139,8 @@ class TypedSamplerConfig:
     def resolve(self, graph: HeteroGraph) -> TypedSamplerConfig:
         """Fanouts for every relation of `graph` in its order, each as `hop_width` gives
         it for the relation's largest in-degree (-1, and a fanout above that degree
-        without replacement, become the degree); ValueError for a relation named that
+        without replacement, become the degree; the result belongs to that graph, as
+        `SamplerConfig.resolve`'s does); ValueError for a relation named that
         the graph lacks, or one of the graph's left out."""
         if self.resolved and self.relations == graph.relations:
             return self
