@@ -92,6 +92,37 @@ def test_options_are_checked():
         bench.BenchOptions(host_steps=0)
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    ({"configs": ()}, "configs must name at least one configuration"),
+    ({"deadline": -1.0}, "deadline must be a positive number of seconds, got -1.0"),
+    ({"deadline": float("nan")}, "deadline must be a positive number of seconds, got nan"),
+    ({"batch_sizes": (2**33,)}, r"batch sizes must be in \[1, 2\*\*31\)"),
+    ({"out": ""}, "out must not be an empty path"),
+    ({"plot": "x.foo"}, "plot must end in one of .png"),
+    ({"plot": "no/such/folder/x.png"}, "plot's folder no/such/folder does not exist"),
+])
+def test_options_that_would_fail_after_the_measurements_fail_first(kwargs, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        bench.BenchOptions(**kwargs)
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ValueError, match="trace_dir .* is a file, not a folder"):
+        bench.BenchOptions(trace_dir=str(tmp_path / "f"))
+    with pytest.raises(ValueError, match="envelope_cache .* is a folder, not a file"):
+        bench.BenchOptions(envelope_cache=str(tmp_path))
+
+
+def test_an_envelope_cache_that_does_not_read_is_calibrated_again(tmp_path):
+    from zerognn_jax._src.bench.workload import _read_cache
+
+    for text in ("[1, 2]", '{"key": ', '{"key": {}}'):
+        (tmp_path / "c.json").write_text(text)
+        assert _read_cache(tmp_path / "c.json") is None
+    assert _read_cache(tmp_path / "gone.json") is None
+    good = {"key": {}, "capacities": [8], "max_counts": [4], "mean_counts": [3.0], "steps": 2}
+    (tmp_path / "c.json").write_text(json.dumps(good))
+    assert _read_cache(tmp_path / "c.json") == good
+
+
 def test_a_failing_child_becomes_an_error_record():
     options = bench.BenchOptions(TrainConfig(dataset="tiny", progress=False),
                                  configs=("scan-xla",))

@@ -88,6 +88,8 @@ MAKE = dict(name="t", n_node=[3, 2], n_edge=[1, 1], senders=[0, 0], receivers=[1
     ("targets", np.array([2.0**31], np.float32), "within int32, got 2147483648.0"),
     ("n_node", [3.0, 2.7], "n_node must be integers within int64, got 2.7"),
     ("splits", ([0], [1]), "splits must be (train, val, test) graph ids, got 2 entries"),
+    ("num_classes", 2.5, "num_classes must hold whole numbers, got 2.5"),
+    ("node_vocab", (4, True), "node_vocab must hold whole numbers, got True"),
 ])
 def test_make_collection_refuses_what_a_cast_would_change(field, value, message):
     """Ids and counts that NumPy's cast to int32 would wrap or round are refused."""

@@ -291,6 +291,22 @@ def test_user_model_resume_and_errors(molecules, tmp_path):
         zg.train(config(), zg.load_dataset("tiny"))
 
 
+def test_a_user_graph_model_that_does_not_fit_is_refused_before_training(molecules):
+    """As on node tasks, the first batch is traced through a user's model and the loss
+    before the epoch compiles: a forgotten readout (a row per node) is named."""
+    import flax.linen as nn
+
+    class PerNode(nn.Module):
+        @nn.compact
+        def __call__(self, graphs, *, train):
+            del train
+            return nn.Dense(1)(graphs.nodes)
+
+    with pytest.raises(ValueError, match=r"the model .*PerNode gives outputs float32\[\d+, 1\]; "
+                                         r"the task needs one row per target row"):
+        zg.train(config(epochs=1, eval_mode="none"), molecules, model=PerNode())
+
+
 def test_memory_check_counts_the_allocated_run_and_names_its_parts(molecules, tmp_path,
                                                                    monkeypatch):
     """Before compiling the epoch, the collection, the model's state as allocated and

@@ -4,6 +4,7 @@ storage and by PyG HeteroData in and out."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import sys
@@ -382,3 +383,18 @@ def test_node_info_of_python_objects_is_refused():
         zg.make_hetero_dataset("h", {"a": 2}, {("a", "r", "a"): ([0], [1])}, target_type="a",
                                labels=[0, 1], train_idx=[0], val_idx=[1], test_idx=[],
                                node_info={"a": {"title": np.array(["x", None], object)}})
+
+
+def test_relations_of_one_name_and_bad_dataset_fields_are_refused():
+    edges = {("a", "b__c", "d"): ([0, 1], [0, 2]), ("a__b", "c", "d"): ([0, 1], [1, 3])}
+    with pytest.raises(ValueError, match=r"relations \('a', 'b__c', 'd'\) and \('a__b', 'c', "
+                                         r"'d'\) have one name, a__b__c__d"):
+        zg.hetero_graph({"a": 4, "a__b": 4, "d": 6}, edges)
+    make = functools.partial(zg.make_hetero_dataset, num_nodes={"a": 2},
+                             edges={("a", "r", "a"): ([0], [1])}, target_type="a",
+                             labels=[0, 1], train_idx=[0], val_idx=[1], test_idx=[])
+    for name in ("", 3):
+        with pytest.raises(ValueError, match="name must be a non-empty string"):
+            make(name)
+    with pytest.raises(ValueError, match="node_info must map node types to"):
+        make("h", node_info={"year": np.array([1, 2])})

@@ -144,7 +144,7 @@ def test_a_loop_of_its_own_learns(shop):
     (dict(features={"shop": np.zeros((300, 2))}), "features has type 'shop'"),
     (dict(features={"item": np.zeros((299, 2))}), r"features\['item'\] must be \[300, d\]"),
     (dict(targets=np.zeros(400)), r"targets must have one row per 'item' node \(300\)"),
-    (dict(batch_size=0), "batch_size must be >= 1, got 0"),
+    (dict(batch_size=0), "batch_size must be an integer >= 1, got 0"),
     (dict(kernels="nope"), "bad kernel spec 'nope'"),
     pytest.param(dict(kernels="pallas"), "runs sample, relabel, gather, weighted_sum, max, "
                  "row_adam as Pallas kernels, which need an NVIDIA GPU",

@@ -113,14 +113,51 @@ def test_sample_minibatch_takes_jax_keys(graph):
 @pytest.mark.parametrize("kwargs, match", [
     ({"nodes": np.array([], np.int32)}, "non-empty 1-D integer array"),
     ({"nodes": np.array([0, 300])}, r"nodes must lie in \[0, 300\)"),
-    ({"batch_size": 0}, "batch_size must be >= 1"),
+    ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
+    ({"batch_size": 2.5}, "batch_size must be an integer >= 1, got 2.5"),
+    ({"batch_size": True}, "batch_size must be an integer >= 1, got True"),
     ({"sample_ahead": 0}, "sample_ahead must be an integer >= 1, got 0"),
     ({"sample_ahead": 2.0}, "sample_ahead must be an integer >= 1, got 2.0"),
+    ({"fanouts": (2.5,)}, "fanouts must be whole numbers"),
+    ({"features": np.ones(300, np.float32)}, r"features must be 2-D \[num_nodes, d\], got "
+                                             r"shape \(300,\)"),
+    ({"features": np.ones((299, 4), np.float32)}, r"features must have one row per node "
+                                                  r"\(300\), got shape \(299, 4\)"),
+    ({"targets": 3}, "targets must be an array"),
 ])
 def test_loader_rejects_bad_input(graph, kwargs, match):
     args = dict(nodes=np.arange(10), fanouts=(2,), batch_size=4, key=0) | kwargs
     with pytest.raises(ValueError, match=match):
         zg.NeighborLoader(graph, **args)
+
+
+def test_loader_takes_lists_and_a_bare_fanout(graph):
+    loader = zg.NeighborLoader(graph, np.arange(10), fanouts=2, batch_size=4, key=0,
+                               envelope="conservative", targets=[0] * graph.num_nodes)
+    batch = next(iter(loader))
+    assert loader.sampler.fanouts == (2,) and np.asarray(batch.y).shape == (4,)
+
+
+def test_direct_sampling_calls_check_what_they_are_given(graph):
+    g = graph.to_device()
+    cfg = zg.SamplerConfig((3, 2)).resolve(graph.max_degree())
+    seeds, valid = jnp.array([0, 300], jnp.int32), jnp.array([True, True])
+    with pytest.raises(ValueError, match=r"seeds must lie in \[0, 300\), found \[0, 300\]"):
+        zg.sample_minibatch(g, seeds, valid, 0, cfg, (64, 128))
+    zg.sample_minibatch(g, seeds, jnp.array([True, False]), 0, cfg, (64, 128))  # padding
+    with pytest.raises(ValueError, match=r"capacities must give one level per hop \(2\), "
+                                         r"got \(64,\)"):
+        zg.sample_minibatch(g, seeds[:1], valid[:1], 0, cfg, (64,))
+    with pytest.raises(ValueError, match="the envelope has 1 levels past the seeds, the "
+                                         "sampler 2 hops"):
+        cfg.fit_envelope(zg.Envelope(2, (8,)))
+    with pytest.raises(ValueError, match="capacities and batch_size must be integers, got 4.5"):
+        zg.Envelope(4.5, (64,))
+    with pytest.raises(ValueError, match=r"items must be node ids in \[0, 300\), found "
+                                         r"\[0, 399\]"):
+        zg.calibrate(g, np.array([0, 399]), 2, cfg)
+    with pytest.raises(ValueError, match="epochs must be an integer >= 1, got 0"):
+        zg.calibrate(g, np.arange(4), 2, cfg, epochs=0)
 
 
 def test_from_edge_index_follows_pyg_direction():

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -75,3 +77,10 @@ def test_a_given_dataset_is_asked_for_by_name(tmp_path):
                                np.asarray(zg.layerwise_logits(result.program,
                                                               result.variables,
                                                               result.data)), atol=1e-6)
+    # a damaged checkpoint is named, with the cause's first line
+    shutil.rmtree(tmp_path / "ck" / "0" / "state")
+    with pytest.raises(ValueError, match=r"checkpoint 0 in .*ck does not read \("):
+        zg.restore(cfg.checkpoint_dir, dataset=ds, for_inference=True)
+    (tmp_path / "ck" / "0" / "meta" / "metadata").write_text('{"x":')
+    with pytest.raises(ValueError, match=r"checkpoint 0 in .*ck does not read \("):
+        zg.restore(cfg.checkpoint_dir, dataset=ds, for_inference=True)

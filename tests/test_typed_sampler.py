@@ -250,6 +250,25 @@ def test_all_zero_weights_of_a_relation_are_refused_naming_it():
         zg.prepare_typed_graph(graph, zg.TypedSamplerConfig((2,), method="weighted"))
 
 
+def test_fanouts_keyed_by_a_relation_name_and_whole_numbers_only():
+    graph = _typed_graph()
+    by_triple = zg.TypedSamplerConfig({r: (3, 2) for r in graph.relations}).resolve(graph)
+    names = {("cites" if r == CITES else "__".join(r)): (3, 2) for r in graph.relations}
+    assert zg.TypedSamplerConfig(names).resolve(graph) == by_triple
+    per_hop = [{"__".join(r): f for r in graph.relations} for f in (3, 2)]
+    assert zg.TypedSamplerConfig(per_hop).resolve(graph) == by_triple
+    with pytest.raises(ValueError, match="fanouts 'nothing' names no relation"):
+        zg.TypedSamplerConfig({"nothing": (3,)}).resolve(graph)
+    with pytest.raises(ValueError, match="fanouts give relation paper__cites__paper twice"):
+        zg.TypedSamplerConfig({"cites": (3,), CITES: (2,)}).resolve(graph)
+    for bad in ((2.5,), (True,), ("3",)):
+        with pytest.raises(ValueError, match="fanouts must be whole numbers"):
+            zg.TypedSamplerConfig(bad)
+    with pytest.raises(ValueError, match="fanouts must list one fanout per hop"):
+        zg.TypedSamplerConfig(5)
+    assert zg.TypedSamplerConfig((3.0,)).fanouts == (3,)
+
+
 def test_a_second_batch_does_not_retrace():
     graph = _typed_graph(reverse=False).to_device()
     config = zg.TypedSamplerConfig((3,)).resolve(graph)

@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 
+from zerognn_jax._src.data.writes import writing
+
 SCAN_CONFIGS = ("scan-xla", "scan-pallas", "scan-cmdbuf", "scan-tree", "scan-bf16")
 GOALS = {"speedup_vs_host_exact": 5.0, "gpu_fraction": 0.95, "epoch_seconds": 0.3}
 
@@ -156,7 +158,8 @@ def plot(records: list[dict], path: str) -> None:
     for ax in (ax_time, ax_frac):
         ax.tick_params(axis="x", rotation=30)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with writing("bench plot", path):
+        fig.savefig(path, dpi=110)
     plt.close(fig)
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import math
 import os
 import pathlib
 import subprocess
@@ -50,6 +51,10 @@ def bench_defaults() -> TrainConfig:
     scale, SAGE 3x256, fanouts 15,10,5, batch 1024 (TrainConfig's defaults), 3 timed
     epochs per configuration, no evaluation."""
     return TrainConfig(dataset="products-like", epochs=3, eval_mode="none")
+
+
+# What `--plot` can write (matplotlib's raster and vector formats most used).
+PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,12 +87,34 @@ class BenchOptions:
             (self.host_steps is None or self.host_steps >= 1,
              f"host_steps must be >= 1, got {self.host_steps}"),
             (self.check_steps >= 0, f"check_steps must be >= 0, got {self.check_steps}"),
-            (all(b >= 1 for b in self.batch_sizes),
-             f"batch sizes must be >= 1, got {self.batch_sizes}"),
+            (all(1 <= b < 2**31 for b in self.batch_sizes),
+             f"batch sizes must be in [1, 2**31), got {self.batch_sizes}"),
+            (bool(self.configs), "configs must name at least one configuration"),
+            (self.deadline is None or (math.isfinite(self.deadline) and self.deadline > 0),
+             f"deadline must be a positive number of seconds, got {self.deadline}"),
         ]
+        for name in ("out", "plot", "trace_dir", "envelope_cache"):
+            value = getattr(self, name)
+            checks.append((value is None or bool(value), f"{name} must not be an empty path"))
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        self._check_paths()
+
+    def _check_paths(self) -> None:
+        """Output paths that could only fail after the measurements fail now."""
+        if self.plot:
+            plot = pathlib.Path(self.plot)
+            if plot.suffix.lower() not in PLOT_SUFFIXES:
+                raise ValueError(f"plot must end in one of {', '.join(PLOT_SUFFIXES)}, got "
+                                 f"{self.plot!r}")
+            if not plot.parent.is_dir():
+                raise ValueError(f"plot's folder {plot.parent} does not exist")
+        if self.trace_dir and pathlib.Path(self.trace_dir).exists() and \
+                not pathlib.Path(self.trace_dir).is_dir():
+            raise ValueError(f"trace_dir {self.trace_dir} is a file, not a folder")
+        if self.envelope_cache and pathlib.Path(self.envelope_cache).is_dir():
+            raise ValueError(f"envelope_cache {self.envelope_cache} is a folder, not a file")
 
     def child(self, config: str, envelope_cache: str | None) -> BenchOptions:
         """The options of a child process that measures `config` alone."""

@@ -25,6 +25,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from zerognn_jax._src.bench import profiling
+from zerognn_jax._src.data.writes import writing
 from zerognn_jax._src.nn.models import count_params
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import Kernels
@@ -144,7 +145,7 @@ class Workbench:
         """A copy of the first state (engines donate the state they are given)."""
         return jax.tree_util.tree_map(jnp.copy, self.state)
 
-    def _cache_key(self, batch_size: int) -> dict:
+    def _cache_key(self, batch_size: int) -> dict:  # what a cached envelope must match
         c = self.cfg
         return {"dataset": c.dataset, "scale": c.scale, "fanouts": list(c.fanouts),
                 "sampler": c.sampler, "margin": c.margin, "multiple": c.multiple,
@@ -160,8 +161,8 @@ class Workbench:
             path = self.options.envelope_cache
             path = pathlib.Path(path) if path and batch_size == self.cfg.batch_size \
                 else None
-            cached = json.loads(path.read_text()) if path and path.is_file() else None
-            if cached and cached["key"] == self._cache_key(batch_size):
+            cached = _read_cache(path) if path else None
+            if cached and cached.get("key") == self._cache_key(batch_size):
                 env = Envelope(batch_size, tuple(cached["capacities"]))
                 cal = Calibration(env, tuple(cached["max_counts"]),
                                                tuple(cached["mean_counts"]), cached["steps"])
@@ -172,10 +173,11 @@ class Workbench:
                     seed=self.cfg.seed, policy=self.cfg.envelope_policy,
                     kernels=self.program.kernels)
                 if path:
-                    path.write_text(json.dumps({
-                        "key": self._cache_key(batch_size), "capacities": env.capacities,
-                        "max_counts": cal.max_counts, "mean_counts": cal.mean_counts,
-                        "steps": cal.steps}))
+                    with writing("envelope cache", path):
+                        path.write_text(json.dumps({
+                            "key": self._cache_key(batch_size),
+                            "capacities": env.capacities, "max_counts": cal.max_counts,
+                            "mean_counts": cal.mean_counts, "steps": cal.steps}))
             self._calibrations[batch_size] = env, cal
         return self._calibrations[batch_size]
 
@@ -394,3 +396,14 @@ def sweep_point(wb: Workbench, name: str, batch_size: int) -> dict:
                      profile=False)
     record["step_seconds"] = record["epoch_seconds"] / record["steps_per_epoch"]
     return record
+
+
+def _read_cache(path: pathlib.Path) -> dict | None:
+    """The envelope cache at `path`, or None where there is none to use (missing,
+    unreadable or not a JSON object: calibrated again and written over)."""
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    keys = ("key", "capacities", "max_counts", "mean_counts", "steps")
+    return cached if isinstance(cached, dict) and all(k in cached for k in keys) else None

@@ -20,6 +20,7 @@ each column a category id, embedded by the models' categorical encoders).
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 import numpy as np
 
@@ -304,6 +305,12 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
         _fail(f"splits must be (train, val, test) graph ids, got {len(splits)} entries")
     train, val, test = (_ints(f"{split}_idx", s, np.int32).reshape(-1)
                         for split, s in zip(("train", "val", "test"), splits))
+    for what, values in (("num_classes", (num_classes,)), ("node_vocab", node_vocab),
+                         ("edge_vocab", edge_vocab)):
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or \
+                    not float(v).is_integer():
+                _fail(f"{what} must hold whole numbers, got {v!r}")
     return GraphCollection(name, offsets(n_node), offsets(n_edge),
                            _ints("senders", senders, np.int32),
                            _ints("receivers", receivers, np.int32),

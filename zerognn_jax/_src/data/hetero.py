@@ -135,6 +135,7 @@ def validate_hetero_graph(graph: HeteroGraph) -> None:
     counts = dict(check_node_counts(graph.num_nodes))
     if len(graph.relations) != len(graph.graphs):
         raise ValueError(f"{len(graph.relations)} relations but {len(graph.graphs)} graphs")
+    check_relation_names(graph.relations)
     for rel, g in graph.items():
         rel = check_relation(rel, counts)
         rows = np.shape(g.indptr)[0] - 1
@@ -146,6 +147,18 @@ def validate_hetero_graph(graph: HeteroGraph) -> None:
                          num_columns=counts[rel[0]])
         except (TypeError, ValueError) as err:
             raise ValueError(f"relation {relation_name(rel)}: {err}") from None
+
+
+def check_relation_names(relations) -> None:
+    """ValueError unless every relation has a name of its own (`relation_name`): the
+    names key models' parameters, fanouts and exported arguments."""
+    named = {}
+    for rel in relations:
+        other = named.setdefault(relation_name(rel), rel)
+        if other != rel:
+            raise ValueError(f"relations {other} and {rel} have one name, "
+                             f"{relation_name(rel)}: rename a type or relation (a '__' in "
+                             "a name joins up with the separator)")
 
 
 def check_node_counts(num_nodes: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
@@ -255,7 +268,9 @@ def hetero_graph(num_nodes: Mapping[str, int], edges: Mapping, *, weights: Mappi
         relations.append(rel)
         graphs.append(graph)
     graph = HeteroGraph(tuple(counts.items()), tuple(relations), tuple(graphs))
-    return add_reverse_relations(graph) if add_reverse else graph
+    graph = add_reverse_relations(graph) if add_reverse else graph
+    check_relation_names(graph.relations)
+    return graph
 
 
 def hetero_from_csr(num_nodes: Mapping[str, int], csr: Mapping) -> HeteroGraph:

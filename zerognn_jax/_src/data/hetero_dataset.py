@@ -124,8 +124,19 @@ class HeteroDataset:
                 "bytes": int(sum(np.asarray(a).nbytes for a in arrays))}
 
 
+def _check_info_layout(node_info) -> None:
+    if not isinstance(node_info, Mapping) or not all(
+            isinstance(cols, Mapping) for cols in node_info.values()):
+        raise ValueError("node_info must map node types to {column: array [N_type]}, got "
+                         f"{type(node_info).__name__} {node_info!r:.60}")
+
+
 def validate_hetero_dataset(ds: HeteroDataset) -> None:
     """Raises ValueError naming the first inconsistency of `ds`."""
+    if not isinstance(ds.name, str) or not ds.name:
+        raise ValueError(f"name must be a non-empty string (it names the dataset in "
+                         f"metrics, checkpoints and files), got {ds.name!r}")
+    _check_info_layout(ds.node_info)
     if not isinstance(ds.graph, HeteroGraph):
         raise ValueError(f"graph must be a HeteroGraph, got {type(ds.graph).__name__}")
     validate_hetero_graph(ds.graph)
@@ -214,6 +225,7 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
     for split, idx in zip(SPLITS, (train_idx, val_idx, test_idx)):
         splits[split] = _integers(f"{split}_idx", idx)
         check_type_ids(f"{split}_idx", splits[split], target_type, n)
+    _check_info_layout(node_info or {})
     info = {t: {c: np.asarray(v) for c, v in cols.items()} for t, cols in (node_info or {}).items()}
     return HeteroDataset(name, graph, tables, target_type, labels.astype(np.int32),
                          *(splits[s].astype(np.int32) for s in SPLITS), int(num_classes), info,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -85,6 +86,16 @@ def calibrate(
     (module docstring) level 0 is calibrated too: `Calibration.envelope.batch_size` is
     then the seed frontier's capacity, not `batch_size` (the items per step).
     """
+    if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 1:
+        raise ValueError(f"epochs must be an integer >= 1, got {epochs!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) \
+            or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    given = np.asarray(items)
+    if given.size and source is ITEM_SEEDS and (given.min() < 0
+                                                or given.max() >= graph.num_nodes):
+        raise ValueError(f"items must be node ids in [0, {graph.num_nodes}), found "
+                         f"[{given.min()}, {given.max()}]")
     items = jnp.asarray(items, jnp.int32)
     level0 = source.seed_capacity(batch_size)
     safe = conservative(level0, config.slots, graph.num_nodes, policy)

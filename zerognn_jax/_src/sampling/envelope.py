@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,10 @@ class Envelope:
     capacities: tuple[int, ...]
 
     def __post_init__(self):
+        for c in (self.batch_size, *self.capacities):
+            if isinstance(c, bool) or not isinstance(c, numbers.Integral):
+                raise ValueError(f"capacities and batch_size must be integers, got {c!r}")
+        object.__setattr__(self, "batch_size", int(self.batch_size))
         object.__setattr__(self, "capacities", tuple(int(c) for c in self.capacities))
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")

@@ -13,6 +13,7 @@ Each hop runs the sampler that `SamplerConfig.method` names: "uniform" (uniform.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import NamedTuple
 
 import jax
@@ -35,6 +36,13 @@ SAMPLERS = ("uniform", "weighted", "labor")
 # level may hold. Tree mode won at the three shares measured (products-like at scales
 # 1, 0.5, 0.25: 7, 15 and 29 %; docs/benchmarks.md); larger shares were not measured.
 TREE_SHARE = 1 / 4
+
+
+def fanout_count(f) -> int:
+    """A fanout as an int; ValueError for what is not a whole number (2.5, True, "3")."""
+    if isinstance(f, bool) or not isinstance(f, numbers.Real) or not float(f).is_integer():
+        raise ValueError(f"fanouts must be whole numbers (-1: every neighbour), got {f!r}")
+    return int(f)
 
 
 def hop_width(fanout: int, max_degree: int, method: str, replace: bool) -> tuple[int, bool]:
@@ -99,7 +107,10 @@ class SamplerConfig:
     edge_ids: bool = False
 
     def __post_init__(self):
-        fanouts = tuple(int(f) for f in self.fanouts)
+        if isinstance(self.fanouts, numbers.Real | str):
+            raise ValueError(f"fanouts must list one fanout per hop (e.g. (15, 10)), got "
+                             f"{self.fanouts!r}")
+        fanouts = tuple(fanout_count(f) for f in self.fanouts)
         object.__setattr__(self, "fanouts", fanouts)
         if not 1 <= len(fanouts) <= MAX_HOPS:
             raise ValueError(f"need between 1 and {MAX_HOPS} hops, got {len(fanouts)}: {fanouts}")
@@ -148,6 +159,10 @@ class SamplerConfig:
 
     def fit_envelope(self, envelope: Envelope) -> Envelope:
         """`envelope` with every positional level at the one size it can have, C (1 + K)."""
+        if len(envelope.capacities) != self.num_hops:
+            raise ValueError(f"the envelope has {len(envelope.capacities)} levels past the "
+                             f"seeds, the sampler {self.num_hops} hops: give one capacity "
+                             "per hop")
         caps, prev = [], envelope.batch_size
         for cap, k, flat in zip(envelope.capacities, self.slots, self.positional):
             prev = prev * (1 + k) if flat else cap
@@ -303,7 +318,16 @@ def sample_minibatch(
     key = counter_key(key)
     if any(f < 1 for f in config.fanouts):
         raise ValueError(f"unresolved fanouts {config.fanouts}: call SamplerConfig.resolve")
+    if len(capacities) != config.num_hops and not all(config.positional):
+        raise ValueError(f"capacities must give one level per hop ({config.num_hops}), got "
+                         f"{tuple(capacities)}")
     n = graph.num_nodes
+    try:  # seeds given concretely are checked; traced ones are the step's own
+        live = np.asarray(seeds)[np.asarray(seed_valid, bool)]
+    except jax.errors.TracerArrayConversionError:
+        live = np.zeros(0, np.int32)
+    if live.size and (live.min() < 0 or live.max() >= n):
+        raise ValueError(f"seeds must lie in [0, {n}), found [{live.min()}, {live.max()}]")
     ids = jnp.where(seed_valid, seeds, 0).astype(jnp.int32)
     valid = seed_valid
     count = jnp.sum(seed_valid.astype(jnp.int32))

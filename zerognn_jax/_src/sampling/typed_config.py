@@ -7,6 +7,10 @@ hops (seeds' hop first):
   {("author", "writes", "paper"): (15, 10), ...}      PyG's hetero `num_neighbors`
   [{("author", "writes", "paper"): 15, ...}, {...}]   DGL's per-hop fanout dicts
 
+A dict's keys may also be names: "author__writes__paper", or "writes" where only one
+relation has that name (`named_relation`; mapped when the config is resolved).
+Fanouts are whole numbers.
+
 How these count, against PyG and DGL: a fanout f of relation r at hop h draws up to f
 sources of r for every destination node of hop h, independently of the other relations
 into the same type, so a paper with fanouts {writes: 10, cites: 5} draws up to 15
@@ -28,11 +32,18 @@ order.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from zerognn_jax._src.data.hetero import HeteroGraph, Relation, relation_name
-from zerognn_jax._src.sampling.minibatch import MAX_HOPS, SAMPLERS, SamplerConfig, hop_width
+from zerognn_jax._src.data.hetero import HeteroGraph, Relation, named_relation, relation_name
+from zerognn_jax._src.sampling.minibatch import (
+    MAX_HOPS,
+    SAMPLERS,
+    SamplerConfig,
+    fanout_count,
+    hop_width,
+)
 
 
 class HopPlan(NamedTuple):
@@ -48,25 +59,39 @@ def seed_types(seed_type: str | tuple[str, ...]) -> tuple[str, ...]:
     return (seed_type,) if isinstance(seed_type, str) else tuple(dict.fromkeys(seed_type))
 
 
+def _key(relation) -> Relation | str:
+    """A fanouts key: a (src, name, dst) triple, or a string naming one as
+    `named_relation` reads it (mapped to the graph's relation by `resolve`)."""
+    return relation if isinstance(relation, str) else tuple(relation)
+
+
+def _shown(key) -> str:
+    return key if isinstance(key, str) else relation_name(key)
+
+
 def _normalize(fanouts) -> tuple:
     """Fanouts in a hashable layout: a tuple of ints, or ((relation, (f_0, ...)), ...)."""
     if isinstance(fanouts, Mapping):
-        return tuple((tuple(r), tuple(int(f) for f in (v if isinstance(v, Sequence) else (v,))))
+        per_hop = lambda v: v if isinstance(v, Sequence) else (v,)
+        return tuple((_key(r), tuple(fanout_count(f) for f in per_hop(v)))
                      for r, v in fanouts.items())
+    if isinstance(fanouts, numbers.Real | str):
+        raise ValueError(f"fanouts must list one fanout per hop (e.g. (15, 10)), or give "
+                         f"them per relation; got {fanouts!r}")
     fanouts = tuple(fanouts)
     if fanouts and all(isinstance(f, Mapping) for f in fanouts):  # DGL: one dict per hop
-        rels = list(dict.fromkeys(tuple(r) for hop in fanouts for r in hop))
+        rels = list(dict.fromkeys(_key(r) for hop in fanouts for r in hop))
         missing = [(h, r) for h, hop in enumerate(fanouts) for r in rels
-                   if r not in {tuple(k) for k in hop}]
+                   if r not in {_key(k) for k in hop}]
         if missing:
             h, r = missing[0]
-            raise ValueError(f"the fanouts of hop {h} leave out relation {relation_name(r)}; "
+            raise ValueError(f"the fanouts of hop {h} leave out relation {_shown(r)}; "
                              "give it at every hop (0 skips it)")
-        return tuple((r, tuple(int({tuple(k): v for k, v in hop.items()}[r])
+        return tuple((r, tuple(fanout_count({_key(k): v for k, v in hop.items()}[r])
                                for hop in fanouts)) for r in rels)
     if fanouts and isinstance(fanouts[0], tuple):
         return fanouts  # already normalized
-    return tuple(int(f) for f in fanouts)
+    return tuple(fanout_count(f) for f in fanouts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +131,7 @@ class TypedSamplerConfig:
         for rel, per_hop in (self.fanouts if self.by_relation else (("all", self.fanouts),)):
             for hop, f in enumerate(per_hop):
                 if f < -1:
-                    where = rel if rel == "all" else relation_name(rel)
+                    where = rel if rel == "all" else _shown(rel)
                     raise ValueError(f"fanout of {where} at hop {hop} must be >= 0 or -1 "
                                      f"(all), got {f}")
         if self.method not in SAMPLERS:
@@ -144,7 +169,13 @@ class TypedSamplerConfig:
         the graph lacks, or one of the graph's left out."""
         if self.resolved and self.relations == graph.relations:
             return self
-        given = dict(self.fanouts) if self.by_relation else {}
+        given = {}
+        for key, per_hop in self.fanouts if self.by_relation else ():
+            rel = named_relation(graph.relations, key, "fanouts") if isinstance(key, str) \
+                else key
+            if rel in given:
+                raise ValueError(f"fanouts give relation {relation_name(rel)} twice")
+            given[rel] = per_hop
         unknown = [r for r in given if r not in graph.relations]
         if unknown:
             raise ValueError(f"fanouts name {relation_name(unknown[0])}, which the graph lacks "

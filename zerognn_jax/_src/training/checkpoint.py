@@ -166,6 +166,18 @@ def _short(err: BaseException) -> str:
     return f"{type(err).__name__}: {_PAYLOADS.sub('', text[0]) if text else ''}"
 
 
+def readable(read, directory, epoch: int):
+    """`read()` of checkpoint `epoch` in `directory`; ValueError naming both and the
+    cause's first line where it fails (a file missing, cut short or edited)."""
+    try:
+        return read()
+    except CheckpointMismatch:
+        raise
+    except Exception as err:  # noqa: BLE001 - any failure to read means damaged
+        raise ValueError(f"checkpoint {epoch} in {directory} does not read ({_short(err)}); "
+                         "pick another with epoch=, or retrain") from err
+
+
 def _teardown_noise(unraisable) -> bool:
     """Whether an exception Python could not raise is the leftover of a failed orbax
     read or write: a coroutine never awaited, or a tensorstore callback that reached the

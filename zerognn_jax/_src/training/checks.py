@@ -21,6 +21,7 @@ from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.nn.views import NoEdgeFeatures
 from zerognn_jax._src.sampling.seeds import epoch_items
 from zerognn_jax._src.training.program import init_state, sample_batch
+from zerognn_jax._src.training.tasks.base import BatchedTask
 from zerognn_jax._src.training.tasks.losses import LOSSES
 from zerognn_jax._src.training.tasks.node import fn_name
 
@@ -47,9 +48,10 @@ def init_checked(program, data, envelope, items, *, user_model: str | None):
                              f"(view.edge_features()), and this run gives it none: pass "
                              f"edge_features=True (--edge-features) with a dataset that "
                              f"has an edge-feature table") from err
-        hops = program.sampler.num_hops
-        raise ValueError(f"the model {user_model} fails on its first batch (a feature "
-                         f"table {_shape(data.features)}, views of {hops} hops): "
+        given = ("a batch of graphs" if isinstance(program.task, BatchedTask) else
+                 f"a feature table {_shape(data.features)}, views of "
+                 f"{program.sampler.num_hops} hops")
+        raise ValueError(f"the model {user_model} fails on its first batch ({given}): "
                          f"{_first_line(err)}") from err
 
 
@@ -64,19 +66,21 @@ def _reads_missing_edges(err: BaseException | None) -> bool:
     return False
 
 
-def check_pieces(program, state, data, envelope, items, *, width: int) -> None:
+def check_pieces(program, state, data, envelope, items, *, width: int,
+                 name: str | None = None) -> None:
     """Raises ValueError (one line) when the model's outputs, the task's loss and the
     optimizer do not fit each other on the first batch (module docstring).
 
     `width`: the output width the task asks of the model (`Task.output_dim`), checked
-    for class labels under the built-in loss.
+    for class labels under the built-in loss. `name`: the model's, as the user knows it
+    (default: the program's model's class).
     """
     task, program = program.task, program.with_mesh(None)  # shapes only: one device
     perm = epoch_items(jnp.asarray(items, jnp.int32), program.batch_size, program.seed, 0)
     variables = {"params": state.params, "batch_stats": state.batch_stats}
     if state.embedding is not None:
         variables["embedding"] = state.embedding
-    name = model_name(program.model)
+    name = name or model_name(program.model)
 
     def forward(variables, data, perm):
         batch, mb, key = sample_batch(program, data, perm, 0, 0, envelope)

@@ -70,7 +70,7 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
       CheckpointMismatch: the checkpoint is of another run or model.
       ValueError: the run trained on a given Dataset and none is passed.
     """
-    from zerognn_jax._src.training.checkpoint import BEST, Checkpointer, identity
+    from zerognn_jax._src.training.checkpoint import BEST, Checkpointer, identity, readable
 
     directory = Path(checkpoint_dir) / BEST if best else Path(checkpoint_dir)
     if not directory.is_dir():
@@ -84,7 +84,7 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
         if not epochs or epochs[0] not in ckpt.all_epochs():
             raise FileNotFoundError(f"no checkpoint {'' if epoch is None else epoch} in "
                                     f"{directory} (it holds {sorted(ckpt.all_epochs())})")
-        meta = ckpt.read_meta(epochs[0])
+        meta = readable(lambda: ckpt.read_meta(epochs[0]), directory, epochs[0])
         check_dataset(meta, dataset)
         cfg = cfg or config_of(meta)
         dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
@@ -118,13 +118,13 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
     """`state` with the model variables of `epoch`, the identity compared (relations
     named by a graph of `relations`) but for `INFERENCE_FREE`, and the variables'
     shapes with the model's."""
-    from zerognn_jax._src.training.checkpoint import CheckpointMismatch, state_spec
+    from zerognn_jax._src.training.checkpoint import CheckpointMismatch, readable, state_spec
 
     saved_ident = meta.get("identity", {})
     ident = {k: v for k, v in ident.items() if k not in INFERENCE_FREE}
     ident.update({k: saved_ident[k] for k in INFERENCE_FREE if k in saved_ident})
     ckpt.check(epoch, meta, ident, relations)
-    saved = ckpt.restore_as_saved(epoch)
+    saved = readable(lambda: ckpt.restore_as_saved(epoch), ckpt.directory, epoch)
     like = {"params": state.params, "batch_stats": state.batch_stats}
     got = {"params": saved["params"], "batch_stats": saved.get("batch_stats") or {}}
     if state_spec(got) != state_spec(like):

@@ -178,6 +178,26 @@ def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
                          f"[{ids.min()}, {ids.max()}]")
 
 
+def _node_table(name: str, table, num_nodes: int):
+    """`table` (features: [N, d] per leaf; targets: [N, ...]) checked against the graph's
+    `num_nodes`, a list made an array; ValueError naming `name` and the shape."""
+    if table is None:
+        return None
+    if isinstance(table, list):
+        table = np.asarray(table)
+    leaves = [table] if is_host_resident(table) else jax.tree_util.tree_leaves(table)
+    if not leaves or not all(hasattr(x, "shape") for x in leaves):
+        raise ValueError(f"{name} must be an array (or a pytree of arrays) with one row per "
+                         f"node, got {type(table).__name__}")
+    for x in leaves:
+        if len(x.shape) < 1 or x.shape[0] != num_nodes:
+            raise ValueError(f"{name} must have one row per node ({num_nodes}), got shape "
+                             f"{tuple(x.shape)}")
+        if name == "features" and len(x.shape) != 2:
+            raise ValueError(f"features must be 2-D [num_nodes, d], got shape {tuple(x.shape)}")
+    return table
+
+
 class DeviceLoader:
     """What the loaders share: items, order, keys, the envelope and its growth.
 
@@ -192,8 +212,10 @@ class DeviceLoader:
                drop_last: bool, policy: EnvelopePolicy, kernels: Kernels,
                sample_ahead: int) -> None:
         """What every loader keeps before its sampler: the items, keys, order options."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) \
+                or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        batch_size = int(batch_size)
         if (isinstance(sample_ahead, bool) or not isinstance(sample_ahead, numbers.Integral)
                 or sample_ahead < 1):
             raise ValueError(f"sample_ahead must be an integer >= 1, got {sample_ahead!r}")
@@ -213,17 +235,14 @@ class DeviceLoader:
         self._start(items, batch_size=batch_size, key=key, shuffle=shuffle,
                     drop_last=drop_last, policy=policy, kernels=kernels,
                     sample_ahead=sample_ahead)
-        config = SamplerConfig(tuple(fanouts), replace=replace, dedup=dedup,
+        fanouts = (fanouts,) if isinstance(fanouts, numbers.Real | str) else tuple(fanouts)
+        config = SamplerConfig(fanouts, replace=replace, dedup=dedup,
                                flat_outer=flat_outer, method=sampler,
                                edge_ids=edge_ids).resolve(graph.max_degree())
         self.sampler = config
         self.graph = prepare_graph(graph, config).to_device()
-        for name, table in (("features", features), ("targets", targets)):
-            rows = (None if table is None else table.shape[0] if is_host_resident(table)
-                    else jax.tree_util.tree_leaves(table)[0].shape[0])
-            if rows is not None and rows != graph.num_nodes:
-                raise ValueError(f"{name} must have one row per node ({graph.num_nodes}), "
-                                 f"got {rows}")
+        features, targets = (_node_table(name, table, graph.num_nodes)
+                             for name, table in (("features", features), ("targets", targets)))
         self.features = (features if features is None or is_host_resident(features)
                          else to_device(features))
         self.targets = None if targets is None else jax.tree_util.tree_map(jnp.asarray, targets)

@@ -53,7 +53,6 @@ from zerognn_jax._src.training.placement import (
 from zerognn_jax._src.training.program import (
     DeviceData,
     StepProgram,
-    init_state,
     make_optimizer,
     saved_envelope,
 )
@@ -397,7 +396,9 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     interrupts.check("calibration")
     items = program.task.train_items(dataset)
     if batched:  # the state first: the memory check counts it as allocated
-        state = init_state(program, data, env, items)
+        state = init_checked(program, data, env, items, user_model=user.model)
+        check_pieces(program, state, data, env, items,
+                     width=program.task.output_dim(cfg, dataset), name=user.model)
         step_bytes = getattr(program.task, "envelope_bytes", None)  # optional (base.py)
         rows = getattr(program.task, "feature_rows", None)  # optional too
         if step_bytes is not None:
@@ -427,7 +428,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
                           if cfg.engine == "scan" else 0)
         state = init_checked(program, data, env, items, user_model=user.model)
         check_pieces(program, state, data, env, items,
-                     width=program.task.output_dim(cfg, dataset))
+                     width=program.task.output_dim(cfg, dataset), name=user.model)
     if user.variables is not None:
         state = start_from(program, state, user.variables)
     interrupts.check("initialisation", wait_for=state)
