@@ -61,3 +61,37 @@ def test_a_missing_checkpoint_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("zerognn: error:") and "\n" not in err
     assert not out.exists()
+
+
+def test_an_out_that_names_no_file_is_refused_before_the_restore(tmp_path, capsys):
+    """An empty --out or a folder fails at once, not after a restore and a lowering."""
+    for out in ("", str(tmp_path)):
+        assert main(["export", str(tmp_path / "none"), "--out", out]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--out must name the artifact's file" in err and "\n" not in err
+
+
+def test_a_graph_level_run_exports_with_its_rows_per_call(tmp_path, capsys):
+    """A molecule run's checkpoint becomes an artifact of --max-nodes and --max-edges rows
+    that gives the restored model's outputs for packed graphs."""
+    from zerognn_jax._src.training.tasks.graph import graph_outputs
+
+    path = zg.save_graphs(zg.molhiv_like(0.002, seed=2), tmp_path / "mol.npz")
+    cfg = zg.TrainConfig(task="graph", dataset=str(path), model="gin", hidden=8, layers=2,
+                         batch_size=8, epochs=1, eval_mode="none", progress=False,
+                         checkpoint_dir=str(tmp_path / "ckpt"))
+    zg.train(cfg)
+    out = tmp_path / "mol.bin"
+    assert main(["export", str(tmp_path / "ckpt"), "--out", str(out), "--batch-size", "2",
+                 "--max-nodes", "120", "--max-edges", "260"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["arguments"] == ["node_features", "edge_features", "senders",
+                                    "receivers", "n_node", "n_edge"]
+    art = zg.ExportedModel(jax.export.deserialize(out.read_bytes()), 2,
+                           tuple(printed["arguments"]))
+    assert art.exported.in_avals[0].shape[0] == 120
+    back = zg.restore(str(tmp_path / "ckpt"), for_inference=True)
+    got = np.asarray(art.exported.call(*zg.graph_arguments(art, back.dataset, [3, 9])))
+    want = graph_outputs(back.program, back.variables, back.data, np.array([3, 9]),
+                         back.dataset, batch_size=2)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -90,6 +90,7 @@ def test_graph_example_beats_node_count():
     summary = result.summary
     assert summary["overflows"] == 0 and summary["envelope_over_ideal"] < 1.25
     assert summary["test_rocauc"] > summary["node_count_auc"] + 0.1, summary
+    assert len(summary["served"]) == 8 and all(0 <= p <= 1 for p in summary["served"])
 
 
 # ---------------------------------------- the flexible path against the built-in one

@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 from conftest import random_graph
 
-from zerognn_jax import TrainConfig, export_model, layerwise_logits, make_dataset, train
+from zerognn_jax import (
+    TrainConfig,
+    export_model,
+    graph_arguments,
+    layerwise_logits,
+    make_dataset,
+    train,
+)
 from zerognn_jax._src.sampling.envelope import conservative
 
 
@@ -146,17 +153,114 @@ def test_a_typed_model_exports_and_equals_exact_inference(options):
         assert "triton" not in text.mlir_module()
 
 
-def test_export_refuses_a_graph_collection():
-    """A graph-level program is refused in one line naming its task."""
+@pytest.fixture(scope="module")
+def molecules():
+    """A GINE-virtual run on 82 molecules: categorical atoms and bonds, a virtual node."""
     from zerognn_jax import molhiv_like
-    from zerognn_jax._src.training.trainer import prepare
 
-    cfg = TrainConfig(task="graph", dataset="molhiv-like", model="gin", hidden=8, layers=2,
-                      batch_size=8, epochs=1, eval_mode="none", progress=False)
-    _, data, program = prepare(cfg, molhiv_like(0.002, seed=1))
-    with pytest.raises(ValueError, match=r"\(GraphTask\) batches graph collections, which "
-                                         r"are not served yet"):
-        export_model(program, {}, data, batch_size=4)
+    mol = molhiv_like(0.002, seed=1)
+    cfg = TrainConfig(task="graph", dataset="molhiv-like", model="gine-virtual", hidden=8,
+                      layers=2, batch_size=8, epochs=0, eval_mode="none", progress=False)
+    return mol, train(cfg, mol)
+
+
+def test_a_graph_level_artifact_gives_the_live_models_outputs_for_packed_graphs(molecules):
+    """Graphs packed into the artifact's rows give the outputs evaluation gives them;
+    a graph whose edge leaves it, or a call past the rows, gives NaN rows."""
+    from zerognn_jax._src.training.tasks.graph import graph_outputs
+
+    mol, res = molecules
+    art = export_model(res.program, res.variables, res.data, batch_size=4, max_nodes=150,
+                       max_edges=300)
+    assert art.arguments == ("node_features", "edge_features", "senders", "receivers",
+                             "n_node", "n_edge")
+    call = jax.export.deserialize(art.serialize()).call
+    ids = [5, 0, 17]
+    given = graph_arguments(art, mol, ids)
+    got = np.asarray(call(*given))
+    want = graph_outputs(res.program, res.variables, res.data, np.array(ids), mol,
+                         batch_size=3)
+    np.testing.assert_allclose(got[:3], want, rtol=1e-5, atol=1e-6)
+    assert np.isfinite(got[3]).all()  # the empty graph that pads the call
+    assert not np.allclose(got[0], got[1])  # rows of their own graphs
+
+    n_node, n_edge = given[4], given[5]
+    for end in (2, 3):  # a sender, then a receiver, of graph 5 named outside it
+        moved = list(given)
+        moved[end] = given[end].copy()
+        moved[end][0] = n_node[0]
+        bad = np.asarray(call(*moved))
+        assert np.isnan(bad[0]).all()
+        np.testing.assert_allclose(bad[1:3], want[1:], rtol=1e-5, atol=1e-6)
+    empty = list(given)  # an edge (0 -> 0) listed under the empty fourth graph
+    empty[5] = n_edge + np.array([0, 0, 0, 1], np.int32)
+    bad = np.asarray(call(*empty))
+    assert np.isnan(bad[3]).all() and np.isfinite(bad[:3]).all()
+    np.testing.assert_allclose(bad[1:3], want[1:], rtol=1e-5, atol=1e-6)
+    for counts in ([0, 0, 0, 151], [0, 0, 0, -1], [2**31 - 1, 2**31 - 1, 0, 0]):
+        wrong = list(given)  # past the 150 rows, negative, or wrapping int32
+        wrong[4] = np.array(counts, np.int32)
+        assert np.isnan(np.asarray(call(*wrong))).all(), counts
+
+    with pytest.raises(ValueError, match="at most 4 graphs a call, got 5"):
+        graph_arguments(art, mol, [0, 1, 2, 3, 4])
+    with pytest.raises(ValueError, match=r"graph ids in \[0, 82\), found \[0, 82\]"):
+        graph_arguments(art, mol, [0, 82])
+    with pytest.raises(ValueError, match="the artifact has rows for 150 and 300"):
+        graph_arguments(art, mol, np.argsort(-np.diff(mol.node_offsets))[:4])
+    with pytest.raises(ValueError, match="takes each call's graphs whole"):
+        art.data_arguments(res.data)
+    with pytest.raises(ValueError, match="ids must be integer graph ids, got dtype float64"):
+        graph_arguments(art, mol, [1.5])
+    plain = dataclasses.replace(mol, edge_features=None, edge_vocab=())
+    with pytest.raises(ValueError, match="takes edge features of 3 columns; collection "
+                                         "'molhiv-like' has none"):
+        graph_arguments(art, plain, [0])
+
+
+def test_a_graph_level_artifact_of_float_features_and_no_edges():
+    """A GIN on float node features of graphs without edges: default rows (one edge
+    row at least) and the live model's outputs."""
+    from zerognn_jax import make_collection
+    from zerognn_jax._src.training.tasks.graph import graph_outputs
+
+    rs = np.random.default_rng(4)
+    n_node = rs.integers(1, 6, 24)
+    feats = rs.normal(size=(int(n_node.sum()), 3)).astype(np.float32)
+    col = make_collection("dots", n_node, np.zeros(24, int), [], [], feats,
+                          rs.integers(0, 2, 24), "classes", num_classes=2,
+                          splits=(np.arange(16), np.arange(16, 20), np.arange(20, 24)))
+    cfg = TrainConfig(task="graph", dataset="dots", model="gin", hidden=8, layers=2,
+                      batch_size=4, epochs=0, eval_mode="none", progress=False)
+    res = train(cfg, col)
+    art = export_model(res.program, res.variables, res.data, batch_size=4)
+    assert art.arguments == ("node_features", "senders", "receivers", "n_node", "n_edge")
+    assert art.exported.in_avals[1].shape == (1,)
+    got = np.asarray(art.exported.call(*graph_arguments(art, col, [20, 21, 22, 23])))
+    want = graph_outputs(res.program, res.variables, res.data, np.arange(20, 24), col,
+                         batch_size=4)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_graph_level_artifact_is_sized_for_any_batch_of_the_collection(molecules, trained):
+    mol, res = molecules
+    art = export_model(res.program, res.variables, res.data, batch_size=3)
+    largest = lambda offsets: 3 * int(np.diff(offsets).max())
+    assert art.exported.in_avals[0].shape == (largest(mol.node_offsets), 9)
+    assert art.exported.in_avals[2].shape == (largest(mol.edge_offsets),)
+    with pytest.raises(ValueError, match=r"max_edges must be in \[1, 2\*\*31 - 1\), got 0"):
+        export_model(res.program, res.variables, res.data, batch_size=3, max_edges=0)
+    with pytest.raises(ValueError, match="max_nodes must be an integer, got 2.5"):
+        export_model(res.program, res.variables, res.data, batch_size=3, max_nodes=2.5)
+    with pytest.raises(ValueError, match="one row per graph"):
+        export_model(res.program, res.variables, res.data, batch_size=3, node_type="a")
+    with pytest.raises(ValueError, match="max_nodes and max_edges size a graph-level "
+                                         "model's calls; this program's task is NodeTask"):
+        export_model(trained.program, trained.variables, trained.data, batch_size=4,
+                     max_nodes=10)
+    node_art = export_model(trained.program, trained.variables, trained.data, batch_size=4)
+    with pytest.raises(ValueError, match="packs graphs for a graph-level artifact"):
+        graph_arguments(node_art, mol, [0])
 
 
 def test_export_refuses_bad_batch_node_type_and_weighted_sampler(trained):
@@ -169,6 +273,16 @@ def test_export_refuses_bad_batch_node_type_and_weighted_sampler(trained):
     weighted = dataclasses.replace(p, sampler=dataclasses.replace(p.sampler, method="weighted"))
     with pytest.raises(ValueError, match="samples by edge weight"):
         export_model(weighted, v, d, batch_size=8)
+    with pytest.raises(ValueError, match="batch_size must be a positive int, got True"):
+        export_model(p, v, d, batch_size=True)
+    with pytest.raises(ValueError, match=r"variables must be the model's variables, a mapping "
+                                         r"with 'params'"):
+        export_model(p, v["params"], d, batch_size=8)
+    with pytest.raises(ValueError, match=r"platforms must be a tuple of names"):
+        export_model(p, v, d, batch_size=8, platforms="cpu")
+    other = {**v, "params": {"elsewhere": {"kernel": jax.tree_util.tree_leaves(v["params"])[0]}}}
+    with pytest.raises(ValueError, match="the variables do not fit this program's model"):
+        export_model(p, other, d, batch_size=8)
 
 
 def test_one_artifact_lowers_for_cpu_and_cuda(trained):

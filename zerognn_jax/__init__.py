@@ -150,7 +150,7 @@ from zerognn_jax._src.training.evaluate import (
     node_embeddings,
     sampled_logits,
 )
-from zerognn_jax._src.training.export import ExportedModel, export_model
+from zerognn_jax._src.training.export import ExportedModel, export_model, graph_arguments
 from zerognn_jax._src.training.host import HostEngine
 from zerognn_jax._src.training.inference import predict, restore, score_pairs
 from zerognn_jax._src.training.loaders import (
@@ -216,7 +216,7 @@ __all__ = [
     "softmax_cross_entropy", "squared_error", "evaluate_targets", "target_metrics",
     "RowAdamState", "row_adam_init", "row_adam_update",
     "from_networkx", "to_edge_index", "to_networkx", "to_scipy",
-    "ExportedModel", "export_model", "load_dir", "save_dir", "GINEConv",
+    "ExportedModel", "export_model", "graph_arguments", "load_dir", "save_dir", "GINEConv",
     "Task", "TaskBatch", "TASKS", "register_task", "step_items", "epoch_items",
     "ITEM_SEEDS", "SeedSource", "take_edge_rows",
     "GraphCollection", "make_collection", "load_graphs", "load_graphs_file", "save_graphs",

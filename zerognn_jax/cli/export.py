@@ -3,6 +3,7 @@ artifact for serving (`zg.export_model`), read from its checkpoint folder.
 
   zerognn export CHECKPOINT_DIR --out FILE [--batch-size N] [--best]
                  [--platforms cpu,cuda] [--node-type TYPE]
+                 [--max-nodes N --max-edges N]   (a graph-level run's rows per call)
 
 The run's configuration and dataset come from what the checkpoint records, as
 `zg.restore` loads them (a run trained on a dataset object needs that object again:
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from zerognn_jax._src.data.writes import atomic_write
 from zerognn_jax._src.training.export import export_model
@@ -30,7 +32,8 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
                                              "artifact for serving")
     p.add_argument("checkpoint_dir", help="the run's checkpoint folder (--checkpoint-dir)")
     p.add_argument("--out", required=True, help="the artifact's file")
-    p.add_argument("--batch-size", type=int, default=256, help="seeds per call")
+    p.add_argument("--batch-size", type=int, default=256,
+                   help="seeds per call (graphs per call for a graph-level run)")
     p.add_argument("--best", action="store_true",
                    help="the best-validation checkpoint instead of the latest")
     p.add_argument("--platforms", default=None,
@@ -39,17 +42,25 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--node-type", default=None,
                    help="a typed link run's end type whose embeddings the artifact gives "
                         "(a typed node run gives its target type's logits)")
+    p.add_argument("--max-nodes", type=int, default=None,
+                   help="a graph-level run's node rows per call; default: batch size times "
+                        "the collection's largest graph")
+    p.add_argument("--max-edges", type=int, default=None,
+                   help="a graph-level run's edge rows per call; default as --max-nodes")
     p.set_defaults(handler=run_export)
     return p
 
 
 def run_export(args) -> int:
+    if not args.out or Path(args.out).is_dir():  # checked before the restore and lowering
+        raise ValueError(f"--out must name the artifact's file, got {args.out!r}")
     platforms = tuple(p.strip() for p in args.platforms.split(",")) if args.platforms \
         else None
     result = restore(args.checkpoint_dir, best=args.best, for_inference=True)
     art = export_model(result.program, result.variables, result.data,
                        batch_size=args.batch_size, platforms=platforms,
-                       node_type=args.node_type)
+                       node_type=args.node_type, max_nodes=args.max_nodes,
+                       max_edges=args.max_edges)
     blob = art.serialize()
     with atomic_write(args.out, "the artifact") as f:
         f.write(blob)

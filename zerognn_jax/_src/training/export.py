@@ -8,27 +8,39 @@ needs no pytree registrations to load: `jax.export.deserialize(blob).call(...)` 
 process with JAX (and `flatbuffers`, which `serialize` needs) runs it, no zerognn-jax
 required. A typed graph's model exports the same way, each relation's CSR an argument of
 its own: a node model gives its target type's logits, a link model the embeddings of the
-nodes of one end of its relation (`export_model`).
+nodes of one end of its relation (`export_model`). A graph-level model (a collection of
+small graphs) exports as one forward pass over B whole graphs that the caller packs
+into fixed node and edge rows, as a jraph user pads a `GraphsTuple`: new graphs, not
+the collection's, are what such a server sees (`export_model`, `graph_arguments`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import numbers
+from collections.abc import Mapping
 from typing import NamedTuple
 
+import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from zerognn_jax._src.data.graph import CSRGraph
+from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.hetero import HeteroGraph, relation_name
 from zerognn_jax._src.ops.registry import XLA
 from zerognn_jax._src.sampling.envelope import conservative
+from zerognn_jax._src.sampling.graph_batch import GraphTables, pack_graphs
 from zerognn_jax._src.sampling.typed_envelope import typed_conservative, typed_tree_sizes
 from zerognn_jax._src.sampling.typed_minibatch import sample_typed
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's names for its lowering targets
+# A layout pin (`ops.aggregate.row_major`, R-GAT's projected slots) is a custom call
+# outside jax.export's stable list; it only tells XLA's layout assignment what to do.
+_PINS = (jax.export.DisabledSafetyCheck.custom_call("LayoutConstraint"),)
 
 
 class ExportedModel(NamedTuple):
@@ -38,11 +50,14 @@ class ExportedModel(NamedTuple):
       exported: the `jax.export.Exported`; `.call(*arguments)` gives
         float32[batch_size, outputs] (a link model's: the encoder's embeddings);
         `.serialize()` gives bytes.
-      batch_size: seeds per call (pad with any id and `valid=False`).
+      batch_size: seeds per call (pad with any id and `valid=False`); graphs per call
+        for a graph-level model.
       arguments: the argument names, in order: (indptr, indices, features, seeds, valid,
         key), with "edge_features" (float[E, D], the graph's table) after "features"
         for a model that reads edge features; a typed graph's are per relation
-        (`export_model`).
+        (`export_model`); a graph-level model's are (node_features, edge_features,
+        senders, receivers, n_node, n_edge), without "edge_features" where the
+        collection has none.
     """
 
     exported: jax.export.Exported
@@ -55,8 +70,88 @@ class ExportedModel(NamedTuple):
     def data_arguments(self, data: DeviceData) -> tuple:
         """The arrays of `data` (a run's `DeviceData`, or one of the same shapes) that
         come before the seeds, in `arguments`' order: `call(*art.data_arguments(data),
-        seeds, valid, key)`."""
+        seeds, valid, key)`. A graph-level artifact takes no data (`graph_arguments`)."""
+        if "n_node" in self.arguments:
+            raise ValueError("a graph-level artifact takes each call's graphs whole, and "
+                             "no data arrays: call it with graph_arguments(...)")
         return tuple(_lookup(data, self.arguments[:-3]))
+
+
+# A graph-level artifact's arguments: B graphs' nodes and edges back to back in
+# max_nodes and max_edges rows (senders and receivers local to their graph, as
+# `make_collection` takes them), then each graph's node and edge count.
+GRAPH_ARGUMENTS = ("node_features", "edge_features", "senders", "receivers", "n_node",
+                   "n_edge")
+
+
+def graph_arguments(art: ExportedModel, collection: GraphCollection, ids) -> tuple:
+    """The arrays a graph-level artifact `art` takes for graphs `ids` of `collection`
+    (at most `art.batch_size`; the rest of the call's graph slots are empty graphs,
+    their output rows to be ignored), padded to its shapes: a call's row i is graph
+    ids[i]'s output. The collection is any that `make_collection` builds, the graphs
+    to serve as well as those trained on.
+
+    Raises:
+      ValueError: `art` is not a graph-level artifact, more ids than its batch, an id
+        outside the collection, or graphs whose nodes or edges overflow its rows.
+    """
+    if "n_node" not in art.arguments:
+        raise ValueError("graph_arguments packs graphs for a graph-level artifact; this "
+                         f"one takes {', '.join(art.arguments)}")
+    shapes = dict(zip(art.arguments, art.exported.in_avals))
+    batch = shapes["n_node"].shape[0]
+    given_ids = np.asarray(ids).reshape(-1)
+    if given_ids.size and not np.issubdtype(given_ids.dtype, np.integer):
+        raise ValueError(f"ids must be integer graph ids, got dtype {given_ids.dtype}")
+    ids = given_ids.astype(np.int64)
+    if ids.size > batch:
+        raise ValueError(f"the artifact takes at most {batch} graphs a call, got {ids.size}")
+    if ids.size and (ids.min() < 0 or ids.max() >= collection.num_graphs):
+        raise ValueError(f"ids must be graph ids in [0, {collection.num_graphs}), found "
+                         f"[{ids.min()}, {ids.max()}]")
+    _check_fits(shapes, collection)
+    no, eo = collection.node_offsets, collection.edge_offsets
+    n_node, n_edge = no[ids + 1] - no[ids], eo[ids + 1] - eo[ids]
+    rows = {"node_features": shapes["node_features"].shape[0],
+            "senders": shapes["senders"].shape[0]}
+    if n_node.sum() > rows["node_features"] or n_edge.sum() > rows["senders"]:
+        raise ValueError(f"graphs {ids.tolist()} hold {n_node.sum()} nodes and "
+                         f"{n_edge.sum()} edges; the artifact has rows for "
+                         f"{rows['node_features']} and {rows['senders']}")
+    node_rows = np.concatenate([np.arange(no[i], no[i + 1]) for i in ids] or [[]])
+    edge_rows = np.concatenate([np.arange(eo[i], eo[i + 1]) for i in ids] or [[]])
+    node_rows, edge_rows = node_rows.astype(np.int64), edge_rows.astype(np.int64)
+
+    def padded(name, table, at):
+        spec = shapes[name]
+        out = np.zeros(spec.shape, spec.dtype)
+        out[:at.size] = np.asarray(table)[at].astype(spec.dtype)
+        return out
+
+    counts = lambda c: np.pad(c, (0, batch - c.size)).astype(np.int32)
+    given = {"node_features": padded("node_features", collection.node_features, node_rows),
+             "senders": padded("senders", collection.senders, edge_rows),
+             "receivers": padded("receivers", collection.receivers, edge_rows),
+             "n_node": counts(n_node), "n_edge": counts(n_edge)}
+    if "edge_features" in shapes:
+        given["edge_features"] = padded("edge_features", collection.edge_features,
+                                        edge_rows)
+    return tuple(given[name] for name in art.arguments)
+
+
+def _check_fits(shapes: dict, collection: GraphCollection) -> None:
+    """ValueError unless `collection`'s node and edge columns are the artifact's."""
+    table = collection.edge_features
+    wanted = {"node features": (shapes["node_features"].shape[1],
+                                np.asarray(collection.node_features).shape[1]),
+              "edge features": (shapes["edge_features"].shape[1]
+                                if "edge_features" in shapes else None,
+                                None if table is None else np.asarray(table).shape[1])}
+    for what, (artifact, given) in wanted.items():
+        if artifact != given:
+            has = lambda w: "none" if w is None else f"{w} columns"
+            raise ValueError(f"the artifact takes {what} of {has(artifact)}; collection "
+                             f"{collection.name!r} has {has(given)}")
 
 
 def _lookup(data: DeviceData, names) -> list:
@@ -75,7 +170,8 @@ def _lookup(data: DeviceData, names) -> list:
 
 def export_model(program: StepProgram, variables, data: DeviceData, *, batch_size: int,
                  platforms: tuple[str, ...] | None = None,
-                 node_type: str | None = None) -> ExportedModel:
+                 node_type: str | None = None, max_nodes: int | None = None,
+                 max_edges: int | None = None) -> ExportedModel:
     """Exports sampled inference of `batch_size` seeds with `program`'s sampler and model.
 
     Args:
@@ -88,6 +184,9 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
       node_type: a typed link model's end type whose embeddings the artifact gives (it
         may be left out where both ends are one type); a typed node model's target type
         or None; None for a graph of one type.
+      max_nodes, max_edges: a graph-level model's node and edge rows per call (below);
+        default: `batch_size` times the collection's largest graph, which any
+        `batch_size` of its graphs fit.
 
     A typed graph's program takes, per relation in the graph's order,
     "<src>__<name>__<dst>.indptr" and ".indices" (and ".edge_features" where its views
@@ -95,22 +194,55 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
     of the target type, whose logits come back, or of a link model's `node_type`, whose
     embeddings come back. Learnable rows are baked in with the variables.
 
+    A graph-level model (`task="graph"`) takes (node_features, edge_features, senders,
+    receivers, n_node, n_edge): float[max_nodes, d] node rows and float[max_edges, d_e]
+    edge rows (dtypes as the run's `data` holds them, categorical ids as float32 within
+    the vocabularies trained on; no edge rows where the collection has none),
+    int32[max_edges] senders and receivers local to their graph, int32[batch_size] node
+    and edge counts (an empty graph pads a call); it gives float32[batch_size, outputs],
+    the evaluation-mode outputs. A graph whose edge names a node outside it gets a NaN
+    row (the edge joins no graph), and a call whose counts are negative or sum past the
+    rows NaN everywhere: no call reads out of bounds unseen. `graph_arguments` packs a
+    collection's graphs for it.
+
     Raises:
       ValueError: a bad batch size, an unknown platform, a weighted sampler (it reads a
-        per-edge table the artifact does not take), a graph collection's task (not
-        served yet), or a `node_type` the model does not predict.
+        per-edge table the artifact does not take), a `node_type` the model does not
+        predict, rows per call given for a model that is not graph-level or out of
+        range, or variables that are not the model's (no `params`, a parameter missing
+        or of another shape).
     """
-    if not (isinstance(batch_size, int) and batch_size >= 1):
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) \
+            or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    batch_size = int(batch_size)
+    if not isinstance(variables, Mapping) or "params" not in variables:
+        raise ValueError(f"variables must be the model's variables, a mapping with 'params' "
+                         f"(as TrainResult.variables), got {type(variables).__name__}")
+    if isinstance(platforms, str):
+        raise ValueError(f"platforms must be a tuple of names, e.g. ('cpu', 'cuda'), got "
+                         f"{platforms!r}")
     unknown = [p for p in platforms or () if p not in PLATFORMS]
     if unknown:  # jax.export lowers for a name it does not know without a word
         raise ValueError(f"platforms must be among {', '.join(PLATFORMS)}; got "
                          f"{', '.join(map(repr, unknown))}")
     typed = isinstance(program.task, PredictsTypes)
-    if isinstance(program.task, BatchedTask) and not typed:
-        raise ValueError(f"export_model serves node and link models, of one node type or "
-                         f"several; this program's task ({type(program.task).__name__}) "
-                         f"batches graph collections, which are not served yet")
+    graphs = isinstance(program.task, BatchedTask) and not typed
+    if not graphs and (max_nodes, max_edges) != (None, None):
+        raise ValueError(f"max_nodes and max_edges size a graph-level model's calls; this "
+                         f"program's task is {type(program.task).__name__}")
+    if graphs:
+        if node_type is not None:
+            raise ValueError("node_type picks a node type of a typed graph's model; this "
+                             "program's model predicts one row per graph")
+        rows = _graph_rows(data, batch_size, max_nodes, max_edges)
+        program = dataclasses.replace(program.with_mesh(None), kernels=XLA)
+        try:
+            return _export_graphs(program, variables, data, batch_size, rows, platforms)
+        except flax.errors.FlaxError as err:
+            line = str(err).strip().splitlines()[0]
+            raise ValueError(f"the variables do not fit this program's model: {line}") \
+                from err
     if typed:
         seed_type = program.task.output_type(node_type)  # before any lowering
     elif node_type is not None:
@@ -122,9 +254,18 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
     # The XLA twin of every op: no Triton custom calls, whose serialized form jax.export
     # does not promise to keep loadable, and one artifact lowers for CPU and GPU alike.
     program = dataclasses.replace(program.with_mesh(None), kernels=XLA)
-    if typed:  # a typed model's views take their kernels from the model (`OnTypes`)
-        program = dataclasses.replace(program, model=program.model.clone(kernels=XLA))
-        return _export_typed(program, variables, data, batch_size, platforms, seed_type)
+    try:
+        if typed:  # a typed model's views take their kernels from the model (`OnTypes`)
+            program = dataclasses.replace(program, model=program.model.clone(kernels=XLA))
+            return _export_typed(program, variables, data, batch_size, platforms, seed_type)
+        return _export_one_type(program, variables, data, batch_size, platforms)
+    except flax.errors.FlaxError as err:  # a parameter missing or of another shape
+        line = str(err).strip().splitlines()[0]
+        raise ValueError(f"the variables do not fit this program's model: {line}") from err
+
+
+def _export_one_type(program: StepProgram, variables, data: DeviceData, batch_size: int,
+                     platforms) -> ExportedModel:
     edges = program.sampler.edge_ids  # the views read the sampled edges' features
     caps = conservative(batch_size, program.sampler.slots, data.graph.num_nodes).capacities
 
@@ -153,10 +294,7 @@ def _exported(infer, data: DeviceData, names: tuple, batch_size: int, platforms)
 
     # Left out, jax.export lowers for this backend (its name for it: "cuda", not "gpu").
     chosen = {"platforms": tuple(platforms)} if platforms else {}
-    # A layout pin (`ops.aggregate.row_major`, R-GAT's projected slots) is a custom call
-    # outside jax.export's stable list; it only tells XLA's layout assignment what to do.
-    pins = [jax.export.DisabledSafetyCheck.custom_call("LayoutConstraint")]
-    exported = jax.export.export(jax.jit(call), disabled_checks=pins, **chosen)(*shapes)
+    exported = jax.export.export(jax.jit(call), disabled_checks=_PINS, **chosen)(*shapes)
     return ExportedModel(exported, batch_size, names + ("seeds", "valid", "key"))
 
 
@@ -188,3 +326,88 @@ def _export_typed(program: StepProgram, variables, data: DeviceData, batch_size:
         return logits.astype(jnp.float32)
 
     return _exported(infer, data, names + ("features",), batch_size, platforms)
+
+
+def _graph_rows(data: DeviceData, batch_size: int, max_nodes, max_edges) -> tuple[int, int]:
+    """(node rows, edge rows) of a graph-level artifact: as given (checked), or
+    `batch_size` times the collection's largest graph (all splits; at least one edge
+    row: the artifact indexes its edge arrays)."""
+    sizes = []
+    for what, given, offsets in (("max_nodes", max_nodes, data.targets.node_offsets),
+                                 ("max_edges", max_edges, data.targets.edge_offsets)):
+        if given is None:
+            given = max(batch_size * int(np.diff(np.asarray(offsets)).max(initial=0)), 1)
+            if given >= 2**31 - 1:
+                raise ValueError(f"{batch_size} graphs a call of the collection's largest "
+                                 f"need {given} rows, past int32: give {what}")
+        elif isinstance(given, bool) or not isinstance(given, numbers.Integral):
+            raise ValueError(f"{what} must be an integer, got {given!r}")
+        if not 1 <= given < 2**31 - 1:
+            raise ValueError(f"{what} must be in [1, 2**31 - 1), got {given}")
+        sizes.append(int(given))
+    return sizes[0], sizes[1]
+
+
+def _export_graphs(program: StepProgram, variables, data: DeviceData, batch_size: int,
+                   rows: tuple[int, int], platforms) -> ExportedModel:
+    """`export_model` for a graph-level task (its docstring): the call's B graphs packed
+    as a step packs them (`pack_graphs`, scatter-add sums: no degree bound to fit)."""
+    if program.embedding is not None:
+        raise ValueError("export_model does not serve graph-level models with learnable "
+                         "node rows")
+    task = dataclasses.replace(program.task, aggregation="segment")
+    program = dataclasses.replace(program, task=task)
+    max_nodes, max_edges = rows
+    edge_table = data.targets.edge_features
+    names = tuple(n for n in GRAPH_ARGUMENTS if n != "edge_features" or edge_table is not None)
+    width = data.features.shape[1]
+    shapes = {"node_features": jax.ShapeDtypeStruct((max_nodes, width), data.features.dtype),
+              "senders": jax.ShapeDtypeStruct((max_edges,), jnp.int32),
+              "receivers": jax.ShapeDtypeStruct((max_edges,), jnp.int32),
+              "n_node": jax.ShapeDtypeStruct((batch_size,), jnp.int32),
+              "n_edge": jax.ShapeDtypeStruct((batch_size,), jnp.int32)}
+    if edge_table is not None:
+        shapes["edge_features"] = jax.ShapeDtypeStruct((max_edges, edge_table.shape[1]),
+                                                       edge_table.dtype)
+
+    def infer(*args):
+        given = dict(zip(names, args))
+        n_node, n_edge = given["n_node"], given["n_edge"]
+        offsets = lambda c: jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(c)])
+        no, eo = offsets(n_node), offsets(n_edge)
+        # counts that are negative, or whose running sums pass the rows or wrap int32
+        broken = (jnp.any(n_node < 0) | jnp.any(n_edge < 0) | jnp.any(no[1:] < no[:-1])
+                  | jnp.any(eo[1:] < eo[:-1]) | (no[-1] > max_nodes) | (eo[-1] > max_edges))
+        # an edge slot's graph, and whether both its ends lie in that graph
+        slot = jnp.arange(max_edges, dtype=jnp.int32)
+        g = jnp.minimum(jnp.searchsorted(eo[1:], slot, side="right"), batch_size - 1)
+        outside = lambda e: (e < 0) | (e >= n_node[g])
+        bad = (slot < eo[-1]) & (outside(given["senders"]) | outside(given["receivers"]))
+        zeros = jnp.zeros(1, jnp.int32)
+        tables = GraphTables(no, eo, given["senders"], given["receivers"],
+                             given.get("edge_features"), jnp.zeros(batch_size, jnp.float32),
+                             zeros, zeros, zeros, zeros, jnp.zeros(batch_size, jnp.int32))
+        ids = jnp.arange(batch_size, dtype=jnp.int32)
+        gb = pack_graphs(tables, ids, jnp.ones(batch_size, bool), max_nodes + 1, max_edges)
+        # a bad edge joins no graph (packed, its end would be another graph's node): it
+        # becomes a padding edge, and its own graph's row NaN below
+        pad = max_nodes
+        gb = gb._replace(edge_mask=gb.edge_mask & ~bad,
+                         senders=jnp.where(bad, pad, gb.senders),
+                         receivers=jnp.where(bad, pad, gb.receivers))
+        device = DeviceData(CSRGraph(jnp.zeros(2, jnp.int32), jnp.zeros(1, jnp.int32)),
+                            given["node_features"], tables)
+        edges = None
+        if tables.edge_features is not None:
+            edges = jnp.where(gb.edge_mask[:, None], tables.edge_features[gb.edge_ids],
+                              jnp.zeros((), tables.edge_features.dtype))
+        out, _ = program.apply_model(variables, device, gb, train=False,
+                                     inputs={"graph": gb, "edges": edges})
+        out = out[:-1].astype(jnp.float32)
+        bad_graph = jnp.zeros(batch_size, bool).at[g].max(bad)
+        return jnp.where((bad_graph | broken)[:, None], jnp.nan, out)
+
+    chosen = {"platforms": tuple(platforms)} if platforms else {}
+    exported = jax.export.export(jax.jit(infer), disabled_checks=_PINS,
+                                 **chosen)(*(shapes[n] for n in names))
+    return ExportedModel(exported, batch_size, names)
