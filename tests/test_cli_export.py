@@ -83,7 +83,7 @@ def test_a_graph_level_run_exports_with_its_rows_per_call(tmp_path, capsys):
     zg.train(cfg)
     out = tmp_path / "mol.bin"
     assert main(["export", str(tmp_path / "ckpt"), "--out", str(out), "--batch-size", "2",
-                 "--max-nodes", "120", "--max-edges", "260"]) == 0
+                 "--max-nodes", "120", "--max-edges", "260", "--max-degree", "8"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["arguments"] == ["node_features", "edge_features", "senders",
                                     "receivers", "n_node", "n_edge"]

@@ -242,6 +242,35 @@ def test_a_graph_level_artifact_of_float_features_and_no_edges():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_a_graph_level_artifact_summing_by_listed_edges_gives_the_same_outputs(molecules):
+    """With max_degree the artifact lists each node's edges and sums by gathers: the
+    outputs evaluation gives, and a NaN row for a graph with a node past the bound."""
+    from zerognn_jax._src.training.tasks.graph import graph_outputs
+
+    mol, res = molecules
+    ids = np.array([5, 0, 17])
+    want = graph_outputs(res.program, res.variables, res.data, ids, mol, batch_size=3)
+    art = export_model(res.program, res.variables, res.data, batch_size=4, max_nodes=150,
+                       max_edges=300, max_degree=6)
+    given = graph_arguments(art, mol, ids)
+    got = np.asarray(art.exported.call(*given))
+    np.testing.assert_allclose(got[:3], want, rtol=1e-5, atol=1e-6)
+    n_edge = given[5]
+    star = list(given)  # graph 0's edges all redirected into its node 0: past 6 a node
+    first = slice(0, int(n_edge[0]))
+    for end in (2, 3):
+        star[end] = given[end].copy()
+        star[end][first] = 0
+    assert int(n_edge[0]) > 6
+    wide = np.asarray(art.exported.call(*star))
+    assert np.isnan(wide[0]).all()
+    np.testing.assert_allclose(wide[1:3], want[1:], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"max_degree must be an integer in \[1, max_edges "
+                                         r"= 300\], got 0"):
+        export_model(res.program, res.variables, res.data, batch_size=4, max_nodes=150,
+                     max_edges=300, max_degree=0)
+
+
 def test_a_graph_level_artifact_is_sized_for_any_batch_of_the_collection(molecules, trained):
     mol, res = molecules
     art = export_model(res.program, res.variables, res.data, batch_size=3)
@@ -254,8 +283,9 @@ def test_a_graph_level_artifact_is_sized_for_any_batch_of_the_collection(molecul
         export_model(res.program, res.variables, res.data, batch_size=3, max_nodes=2.5)
     with pytest.raises(ValueError, match="one row per graph"):
         export_model(res.program, res.variables, res.data, batch_size=3, node_type="a")
-    with pytest.raises(ValueError, match="max_nodes and max_edges size a graph-level "
-                                         "model's calls; this program's task is NodeTask"):
+    with pytest.raises(ValueError, match="max_nodes, max_edges and max_degree size a "
+                                         "graph-level model's calls; this program's task "
+                                         "is NodeTask"):
         export_model(trained.program, trained.variables, trained.data, batch_size=4,
                      max_nodes=10)
     node_art = export_model(trained.program, trained.variables, trained.data, batch_size=4)

@@ -4,6 +4,7 @@ artifact for serving (`zg.export_model`), read from its checkpoint folder.
   zerognn export CHECKPOINT_DIR --out FILE [--batch-size N] [--best]
                  [--platforms cpu,cuda] [--node-type TYPE]
                  [--max-nodes N --max-edges N]   (a graph-level run's rows per call)
+                 [--max-degree K]                (its sums by K listed edges a node)
 
 The run's configuration and dataset come from what the checkpoint records, as
 `zg.restore` loads them (a run trained on a dataset object needs that object again:
@@ -47,6 +48,10 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
                         "the collection's largest graph")
     p.add_argument("--max-edges", type=int, default=None,
                    help="a graph-level run's edge rows per call; default as --max-nodes")
+    p.add_argument("--max-degree", type=int, default=None,
+                   help="a graph-level run sums by gathers over this many listed edges a "
+                        "node (faster on a GPU for large batches; a graph past it gets NaN); "
+                        "default: by scatter-adds")
     p.set_defaults(handler=run_export)
     return p
 
@@ -60,7 +65,7 @@ def run_export(args) -> int:
     art = export_model(result.program, result.variables, result.data,
                        batch_size=args.batch_size, platforms=platforms,
                        node_type=args.node_type, max_nodes=args.max_nodes,
-                       max_edges=args.max_edges)
+                       max_edges=args.max_edges, max_degree=args.max_degree)
     blob = art.serialize()
     with atomic_write(args.out, "the artifact") as f:
         f.write(blob)
