@@ -90,6 +90,12 @@ def test_options_are_checked():
         bench.BenchOptions(configs=("scan-fast",))
     with pytest.raises(ValueError, match="host_steps"):
         bench.BenchOptions(host_steps=0)
+    for train, script in ((dict(task="link"), "benchmarks/link.py"),
+                          (dict(task="graph", dataset="molhiv-like", model="gin"),
+                           "benchmarks/graph.py"),
+                          (dict(dataset="mag-like", model="rsage"), "benchmarks/hetero.py")):
+        with pytest.raises(ValueError, match=f"zerognn bench times .* run {script}"):
+            bench.BenchOptions(TrainConfig(**train))
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -352,7 +352,7 @@ def test_train_names_arguments_of_the_wrong_kind():
 
 def test_options_of_another_task_are_named_as_ignored():
     cfg = small_config(epochs=1, negatives=5, decoder="mlp", readout="max")
-    with pytest.warns(UserWarning) as caught:
+    with pytest.warns(zg.IgnoredOptionWarning) as caught:
         train(cfg, random_dataset())
     said = [str(w.message) for w in caught]
     assert "decoder 'mlp', negatives 5: options of link tasks, ignored by this node task" \

@@ -285,3 +285,69 @@ def test_bench_output_that_cannot_be_written_is_one_line_exit_1(tmp_path, capsys
     assert main(["bench", "--out", str(out), "--no-progress"]) == 1
     assert capsys.readouterr().err == (f"zerognn: error: could not write bench output {out}: "
                                        f"Not a directory (ENOTDIR, errno 20)\n")
+
+
+def test_a_metrics_file_of_other_lines_is_refused_and_left_as_it_was(tmp_path, capsys):
+    """A run rewrites its metrics file when it starts: one holding lines that are no
+    run's records is refused, untouched; a link to a file of records stays a link, and
+    that file keeps its permissions."""
+    from zerognn_jax._src.training.records import check_output_paths
+
+    notes = tmp_path / "notes.txt"
+    for text, shown in (("precious line 1\n{\"epoch\": 99}\n", "line 1: 'precious line 1'"),
+                        ('{"epoch": 0}\nno newline at the end', "ends in a line")):
+        notes.write_text(text)
+        assert main(["train", "--dataset", "tiny", "--epochs", "1", "--metrics-out",
+                     str(notes), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("zerognn: error:") and shown in err, err
+        assert notes.read_text() == text
+    records = tmp_path / "runs" / "m.jsonl"
+    records.parent.mkdir()
+    records.write_text('{"epoch": 0}\n{"epoch": 1, "summary": true}\n{"epoch": 2')
+    records.chmod(0o640)
+    link = tmp_path / "m.jsonl"
+    link.symlink_to(records)
+    check_output_paths(str(link), None)  # a cut-off record is no other line
+    MetricsLog(str(link)).close()
+    assert link.is_symlink() and records.read_text().endswith('"summary": true}\n')
+    assert records.stat().st_mode & 0o777 == 0o640
+
+
+def test_a_signal_while_generating_or_exporting_stops_at_a_safe_point(tmp_path, capsys,
+                                                                      monkeypatch):
+    """SIGINT in the middle of generating a dataset, or of reading a checkpoint to
+    export, is held until that work is done: exit 130, one line, nothing written."""
+    from zerognn_jax.cli import export as cli_export
+
+    real_load = cli_data.load_dataset
+
+    def load_then_signal(*args, **kwargs):
+        dataset = real_load(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return dataset
+
+    monkeypatch.setattr(cli_data, "load_dataset", load_then_signal)
+    out = tmp_path / "rmat.npz"
+    assert main(["data", "generate", "rmat", "--scale", str(2**-9), "--out", str(out)]) == 130
+    assert capsys.readouterr().err == ("zerognn: interrupted by SIGINT after generating "
+                                       "rmat; nothing was written\n")
+    assert not out.exists()
+
+    import zerognn_jax as zg
+
+    zg.train(zg.TrainConfig(dataset="tiny", hidden=8, layers=1, fanouts=(3,), epochs=1,
+                            eval_mode="none", progress=False,
+                            checkpoint_dir=str(tmp_path / "ck")))
+    real_restore = cli_export.restore
+
+    def restore_then_signal(*args, **kwargs):
+        result = real_restore(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(cli_export, "restore", restore_then_signal)
+    assert main(["export", str(tmp_path / "ck"), "--out", str(tmp_path / "m.bin")]) == 130
+    assert capsys.readouterr().err == ("zerognn: interrupted by SIGINT after reading the "
+                                       "checkpoint; nothing was written\n")
+    assert not (tmp_path / "m.bin").exists()

@@ -156,6 +156,10 @@ def test_default_cli_run_trains_the_embedded_graph(tmp_path):
     (["--fanouts", "5,0", "--layers", "2"], "fanout of hop 1 must be positive"),
     (["--layers", "2"], "need one fanout per layer: 2 layers but fanouts (15, 10, 5); set "
                         "layers to 3 (--layers 3) or give 2 fanouts"),
+    (["--fanouts", ""], "need one fanout per layer: 3 layers but no fanouts; give 3 "
+                        "fanouts (-1: every neighbour)"),
+    (["--task", "graph", "--dataset", "molhiv-like", "--model", "gin",
+      "--embedding-dim", "4"], "takes no node embedding: drop embedding_dim"),
     (["--batch-size", "0"], "--batch-size must be >= 1"),
     (["--kernels", "fast"], "bad kernel spec"),
     (["--dataset", "nope"], "nope"),

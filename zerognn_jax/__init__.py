@@ -184,7 +184,7 @@ from zerognn_jax._src.training.tasks.node import NodeTask, target_metrics
 from zerognn_jax._src.training.tasks.registry import TASKS, register_task
 from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask, TypedSample
-from zerognn_jax._src.training.trainer import Diverged, TrainResult, train
+from zerognn_jax._src.training.trainer import Diverged, IgnoredOptionWarning, TrainResult, train
 from zerognn_jax._src.training.typed_loaders import (
     HeteroLinkLoaderBatch,
     HeteroLinkNeighborLoader,
@@ -209,6 +209,7 @@ __all__ = [
     "HeteroLinkNeighborLoader", "HeteroLinkLoaderBatch",
     "counter_key", "views_for", "from_edge_index",
     "CheckpointMismatch", "CheckpointWarning", "Diverged", "PlacementWarning",
+    "IgnoredOptionWarning",
     "DotDecoder", "LinkModel", "LinkSplit", "LinkTask", "MLPDecoder", "load_ogbl",
     "make_decoder", "negative_pairs", "node_embeddings", "random_link_split",
     "seed_frontier",

@@ -105,7 +105,22 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    """Handler of `data generate`: builds the preset, writes it to --out, prints stats."""
+    """Handler of `data generate`: builds the preset, writes it to --out, prints stats.
+
+    SIGINT and SIGTERM are held until the preset is built (nothing written yet) or
+    written (`interrupts.deferred`; a signal in the middle of NumPy's or JAX's work
+    could crash the process); `main` turns them into exit code 130 or 143."""
+    from zerognn_jax._src.training import interrupts
+
+    with interrupts.deferred():
+        code = _generate(args)
+        interrupts.check(f"writing {args.out}" if code == 0 else "the command failed")
+    return code
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from zerognn_jax._src.training import interrupts
+
     streamed = args.preset == "papers100m-like" and not args.out.endswith(".npz")
     if args.feature_dtype is not None and not streamed and args.preset != "igbh-like":
         print(f"zerognn: error: {_feature_dtype_refusal(args)}", file=sys.stderr)
@@ -128,6 +143,7 @@ def run_generate(args: argparse.Namespace) -> int:
         if not args.out.endswith(".npz"):
             raise ValueError(f"--out must end in .npz, got {args.out!r}")
         dataset = load_dataset(args.preset, scale=args.scale, seed=args.seed)
+        interrupts.check(f"generating {args.preset}; nothing was written")
         save_npz(dataset, args.out)
         return dataset
 

@@ -57,18 +57,27 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
 
 
 def run_export(args) -> int:
+    """Handler of `zerognn export`. SIGINT and SIGTERM are held until the checkpoint is
+    read, the model lowered or the artifact written (`interrupts.deferred`; a signal in
+    the middle of a restore's threads could crash the process)."""
+    from zerognn_jax._src.training import interrupts
+
     if not args.out or Path(args.out).is_dir():  # checked before the restore and lowering
         raise ValueError(f"--out must name the artifact's file, got {args.out!r}")
     platforms = tuple(p.strip() for p in args.platforms.split(",")) if args.platforms \
         else None
-    result = restore(args.checkpoint_dir, best=args.best, for_inference=True)
-    art = export_model(result.program, result.variables, result.data,
-                       batch_size=args.batch_size, platforms=platforms,
-                       node_type=args.node_type, max_nodes=args.max_nodes,
-                       max_edges=args.max_edges, max_degree=args.max_degree)
-    blob = art.serialize()
-    with atomic_write(args.out, "the artifact") as f:
-        f.write(blob)
+    with interrupts.deferred():
+        result = restore(args.checkpoint_dir, best=args.best, for_inference=True)
+        interrupts.check("reading the checkpoint; nothing was written")
+        art = export_model(result.program, result.variables, result.data,
+                           batch_size=args.batch_size, platforms=platforms,
+                           node_type=args.node_type, max_nodes=args.max_nodes,
+                           max_edges=args.max_edges, max_degree=args.max_degree)
+        blob = art.serialize()
+        interrupts.check("lowering the model; nothing was written")
+        with atomic_write(args.out, "the artifact") as f:
+            f.write(blob)
+        interrupts.check(f"writing {args.out}")
     print(json.dumps({"out": str(args.out), "bytes": len(blob), "batch_size": art.batch_size,
                       "arguments": list(art.arguments),
                       "platforms": list(art.exported.platforms)}))

@@ -99,7 +99,26 @@ class BenchOptions:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        self._check_workload()
         self._check_paths()
+
+    def _check_workload(self) -> None:
+        """The bench times node classification on a graph of one node type; other
+        workloads have scripts of their own (docs/benchmarks.md)."""
+        from zerognn_jax._src.data.graph_datasets import is_graph_dataset
+        from zerognn_jax._src.data.hetero_storage import is_hetero_path
+        from zerognn_jax._src.data.loaders import HETERO_NAMES
+
+        dataset = self.train.dataset
+        if self.train.task == "link":
+            raise ValueError("zerognn bench times node classification; for link "
+                             "prediction run benchmarks/link.py")
+        if self.train.task == "graph" or is_graph_dataset(dataset):
+            raise ValueError(f"zerognn bench times node classification; for graph "
+                             f"collections ({dataset}) run benchmarks/graph.py")
+        if dataset.lower() in HETERO_NAMES or is_hetero_path(dataset):
+            raise ValueError(f"zerognn bench times graphs of one node type; for typed "
+                             f"graphs ({dataset}) run benchmarks/hetero.py")
 
     def _check_paths(self) -> None:
         """Output paths that could only fail after the measurements fail now."""

@@ -175,7 +175,8 @@ def readable(read, directory, epoch: int):
         raise
     except Exception as err:  # noqa: BLE001 - any failure to read means damaged
         raise ValueError(f"checkpoint {epoch} in {directory} does not read ({_short(err)}); "
-                         "pick another with epoch=, or retrain") from err
+                         "pick another (restore's epoch=, or best=True / --best), or "
+                         "retrain") from err
 
 
 def _teardown_noise(unraisable) -> bool:

@@ -251,7 +251,10 @@ class TrainConfig:
                                  f"hop, got {per_hop}")
         checks = [
             (self.layers >= 1, f"layers must be >= 1, got {self.layers}"),
-            (batched or len(self.fanouts) == self.layers,
+            (batched or bool(self.fanouts),
+             f"need one fanout per layer: {self.layers} layers but no fanouts; give "
+             f"{self.layers} fanouts (-1: every neighbour)"),
+            (batched or not self.fanouts or len(self.fanouts) == self.layers,
              f"need one fanout per layer: {self.layers} layers but fanouts {self.fanouts}; "
              f"set layers to {len(self.fanouts)} (--layers {len(self.fanouts)}) or give "
              f"{self.layers} fanouts"),
@@ -272,7 +275,8 @@ class TrainConfig:
              "model 'gine' reads edge features: add --edge-features"),
             (not batched or not (self.edge_features or self.embedding_dim),
              f"the {self.task} task reads its graphs' own edge features and takes no node "
-             f"embedding: drop edge_features and embedding_dim"),
+             f"embedding: drop " + " and ".join(
+                 n for n in ("edge_features", "embedding_dim") if getattr(self, n))),
             (self.model != "gat" or self.layers == 1 or self.heads < 1
              or self.hidden % self.heads == 0,
              f"GAT splits hidden over its heads: hidden {self.hidden} is not a multiple of "

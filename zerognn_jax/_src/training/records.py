@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -63,10 +64,31 @@ def check_output_paths(metrics_out: str | None, checkpoint_dir: str | None) -> l
                 except OSError as err:
                     raise ValueError(f"metrics_out {metrics_out} is not writable: "
                                      f"{err.strerror}") from None
+                _refuse_foreign_metrics(path)
     except BaseException:
         remove_if_empty(created)
         raise
     return created
+
+
+def _refuse_foreign_metrics(path: Path) -> None:
+    """ValueError if the file at `path` holds a line that is not a JSON object, as every
+    record of a metrics file is (a cut-off last line excepted if it begins like one): a
+    run rewrites the file when it starts, and would lose such lines."""
+    text = path.read_text(errors="surrogateescape")
+    complete, tail = text[: text.rfind("\n") + 1], text[text.rfind("\n") + 1:]
+    for number, line in enumerate(complete.split("\n")[:-1], 1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            raise ValueError(f"metrics_out {path} holds lines that are not a run's records "
+                             f"(line {number}: {line[:40]!r}); give another file, or "
+                             "remove this one")
+    if tail and not tail.lstrip().startswith("{"):
+        raise ValueError(f"metrics_out {path} ends in a line that is not a run's record "
+                         f"({tail[:40]!r}); give another file, or remove this one")
 
 
 def remove_if_empty(folders: list[Path]) -> None:
@@ -170,12 +192,16 @@ def _is_summary(line: str) -> bool:
 
 
 def _replace(path: Path, text: str) -> None:
-    """Writes `text` to `path` through a temporary file renamed over it (atomic)."""
+    """Writes `text` to `path` through a temporary file renamed over it (atomic), the
+    file a link points to, keeping its permissions."""
+    path = path.resolve()
     if path.exists() and path.read_text(errors="surrogateescape") == text:
         return
     tmp = path.with_name(f".{path.name}.part")
     try:
         tmp.write_text(text, errors="surrogateescape")
+        if path.exists():
+            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -340,15 +340,20 @@ TASK_OPTIONS = {"link": ("decoder", "negatives", "negative_mode", "link_metric")
                 "graph": ("readout", "balance_window", "graph_aggregation")}
 
 
+class IgnoredOptionWarning(UserWarning):
+    """An option set away from its default that only another task reads."""
+
+
 def _warn_unread_options(cfg: TrainConfig) -> None:
-    """Warns (UserWarning) naming the options `cfg` sets that only another task reads."""
+    """Warns (`IgnoredOptionWarning`) naming the options `cfg` sets that only another
+    task reads."""
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     for task, names in TASK_OPTIONS.items():
         unread = [f"{n} {getattr(cfg, n)!r}" for n in names
                   if cfg.task != task and getattr(cfg, n) != defaults[n]]
         if unread:
             warnings.warn(f"{', '.join(unread)}: options of {task} tasks, ignored by this "
-                          f"{cfg.task} task", UserWarning, stacklevel=3)
+                          f"{cfg.task} task", IgnoredOptionWarning, stacklevel=3)
 
 
 def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
