@@ -318,35 +318,30 @@ def test_a_signal_while_generating_or_exporting_stops_at_a_safe_point(tmp_path, 
                                                                       monkeypatch):
     """SIGINT in the middle of generating a dataset, or of reading a checkpoint to
     export, is held until that work is done: exit 130, one line, nothing written."""
+    import zerognn_jax as zg
     from zerognn_jax.cli import export as cli_export
 
-    real_load = cli_data.load_dataset
+    def then_signal(module, name):  # `module.name` that sends SIGINT once it has run
+        real = getattr(module, name)
 
-    def load_then_signal(*args, **kwargs):
-        dataset = real_load(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGINT)
-        return dataset
+        def call(*args, **kwargs):
+            result = real(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGINT)
+            return result
 
-    monkeypatch.setattr(cli_data, "load_dataset", load_then_signal)
+        monkeypatch.setattr(module, name, call)
+
+    then_signal(cli_data, "load_dataset")
     out = tmp_path / "rmat.npz"
     assert main(["data", "generate", "rmat", "--scale", str(2**-9), "--out", str(out)]) == 130
     assert capsys.readouterr().err == ("zerognn: interrupted by SIGINT after generating "
                                        "rmat; nothing was written\n")
     assert not out.exists()
 
-    import zerognn_jax as zg
-
     zg.train(zg.TrainConfig(dataset="tiny", hidden=8, layers=1, fanouts=(3,), epochs=1,
                             eval_mode="none", progress=False,
                             checkpoint_dir=str(tmp_path / "ck")))
-    real_restore = cli_export.restore
-
-    def restore_then_signal(*args, **kwargs):
-        result = real_restore(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGINT)
-        return result
-
-    monkeypatch.setattr(cli_export, "restore", restore_then_signal)
+    then_signal(cli_export, "restore")
     assert main(["export", str(tmp_path / "ck"), "--out", str(tmp_path / "m.bin")]) == 130
     assert capsys.readouterr().err == ("zerognn: interrupted by SIGINT after reading the "
                                        "checkpoint; nothing was written\n")
