@@ -41,9 +41,12 @@ def test_the_artifact_gives_the_checkpointed_models_outputs(run, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--batch-size", "0"], "batch_size must be a positive int, got 0"),
-    (["--platforms", "cpu,nope"], "platforms must be among cpu, cuda, rocm, tpu; got 'nope'"),
-    (["--node-type", "paper"], "node_type picks a node type of a typed graph's model; this "
+    (["--batch-size", "0"], "--batch-size must be a positive int, got 0"),
+    (["--platforms", "cpu,nope"], "--platforms must be among cpu, cuda, rocm, tpu; got "
+                                  "'nope'"),
+    (["--max-nodes", "10"], "max_nodes, max_edges and max_degree size a graph-level "
+                            "model's calls; this program's task is 'node'"),
+    (["--node-type", "paper"], "--node-type picks a node type of a typed graph's model; this "
                                "program's graph has one type"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(run, capsys, args, message):

@@ -463,7 +463,7 @@ def test_missing_paths_and_unknown_names_say_which(tmp_path):
         load_dataset("mag-lik")
 
 
-def test_typed_options_on_a_graph_of_one_type_are_refused(monkeypatch):
+def test_typed_options_on_a_graph_of_one_type_are_refused(monkeypatch, tmp_path):
     ran = []
     monkeypatch.setattr(trainer, "_train", lambda *a, **k: ran.append(1))
     cfg = TrainConfig(dataset="tiny", relation_fanouts={"cites": (2, 2)}, progress=False)
@@ -482,6 +482,17 @@ def test_typed_options_on_a_graph_of_one_type_are_refused(monkeypatch):
         trainer.prepare(TrainConfig(dataset="gone/x.npz", model="rsage", progress=False))
     with pytest.raises(ValueError, match=r"unknown dataset 'tinny'; valid names: "):
         trainer.prepare(TrainConfig(dataset="tinny", model="rgat", progress=False))
+    # a folder or file that exists but holds no dataset is named as such
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes").write_text("x")
+    with pytest.raises(ValueError, match="is a folder without the meta.json of a dataset"):
+        trainer.prepare(TrainConfig(dataset=str(tmp_path / "empty"), progress=False))
+    with pytest.raises(ValueError, match="is a file but not an .npz dataset archive"):
+        trainer.prepare(TrainConfig(dataset=str(tmp_path / "notes"), progress=False))
+    with pytest.raises(ValueError, match=r"unknown graph model 'sage' \(a node model, the "
+                                         r"default of node tasks\); choose one of gin"):
+        trainer.prepare(TrainConfig(task="graph", dataset="molhiv-like", scale=0.002,
+                                    progress=False))
     with pytest.raises(ValueError, match=r"molhiv-like is a collection of small graphs: "
                                          r"train it with task='graph'"):
         trainer.prepare(TrainConfig(dataset="molhiv-like", model="rgcn", progress=False))

@@ -285,7 +285,7 @@ def test_a_graph_level_artifact_is_sized_for_any_batch_of_the_collection(molecul
         export_model(res.program, res.variables, res.data, batch_size=3, node_type="a")
     with pytest.raises(ValueError, match="max_nodes, max_edges and max_degree size a "
                                          "graph-level model's calls; this program's task "
-                                         "is NodeTask"):
+                                         "is 'node'"):
         export_model(trained.program, trained.variables, trained.data, batch_size=4,
                      max_nodes=10)
     node_art = export_model(trained.program, trained.variables, trained.data, batch_size=4)

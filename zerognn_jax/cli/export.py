@@ -24,6 +24,10 @@ from pathlib import Path
 from zerognn_jax._src.data.writes import atomic_write
 from zerognn_jax._src.training.export import export_model
 from zerognn_jax._src.training.inference import restore
+from zerognn_jax.cli.flags import _as_flag
+
+# export_model's arguments that are this command's options
+FLAGS = {"batch_size", "platforms", "node_type", "max_nodes", "max_edges", "max_degree"}
 
 
 def add_export_command(subparsers) -> argparse.ArgumentParser:
@@ -69,10 +73,14 @@ def run_export(args) -> int:
     with interrupts.deferred():
         result = restore(args.checkpoint_dir, best=args.best, for_inference=True)
         interrupts.check("reading the checkpoint; nothing was written")
-        art = export_model(result.program, result.variables, result.data,
-                           batch_size=args.batch_size, platforms=platforms,
-                           node_type=args.node_type, max_nodes=args.max_nodes,
-                           max_edges=args.max_edges, max_degree=args.max_degree)
+        try:
+            art = export_model(result.program, result.variables, result.data,
+                               batch_size=args.batch_size, platforms=platforms,
+                               node_type=args.node_type, max_nodes=args.max_nodes,
+                               max_edges=args.max_edges, max_degree=args.max_degree)
+        except ValueError as err:  # the option's flag, not export_model's argument
+            err.args = (_as_flag(str(err), FLAGS),)
+            raise
         blob = art.serialize()
         interrupts.check("lowering the model; nothing was written")
         with atomic_write(args.out, "the artifact") as f:

@@ -165,6 +165,12 @@ def _refuse_graphs(name: str):
 def _refuse_unknown(name: str):
     if names_a_missing_path(name):
         raise FileNotFoundError(f"dataset {name!r}: no such file or directory")
+    if Path(name).is_dir():
+        raise ValueError(f"dataset {name!r} is a folder without the meta.json of a dataset "
+                         "saved by zerognn-jax (save_dir, zerognn data generate)")
+    if Path(name).is_file():
+        raise ValueError(f"dataset {name!r} is a file but not an .npz dataset archive "
+                         "(save_npz, zerognn data generate)")
     raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASET_NAMES)}; "
                      f"typed (task 'node'): {', '.join(HETERO_NAMES)}; graph collections "
                      f"(task 'graph'): {', '.join(GRAPH_DATASET_NAMES)}")

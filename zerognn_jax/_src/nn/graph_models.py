@@ -366,8 +366,9 @@ def make_graph_model(name: str, *, hidden: int, num_layers: int, out_dim: int,
                      edge_vocab=(), dtype: Any = jnp.float32) -> GraphGNN:
     """A built-in graph-level model by name: gin, gine, gcn, and each with "-virtual"."""
     if name not in GRAPH_MODELS:
-        raise ValueError(f"unknown graph model {name!r}; choose one of "
-                         f"{', '.join(GRAPH_MODELS)}")
+        node = " (a node model, the default of node tasks)" if name == "sage" else ""
+        raise ValueError(f"unknown graph model {name!r}{node}; choose one of "
+                         f"{', '.join(GRAPH_MODELS)} (--model)")
     if readout not in READOUTS:
         raise ValueError(f"readout must be one of {', '.join(READOUTS)}, got {readout!r}")
     conv, _, virtual = name.partition("-")

@@ -235,7 +235,7 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
     graphs = isinstance(program.task, BatchedTask) and not typed
     if not graphs and (max_nodes, max_edges, max_degree) != (None, None, None):
         raise ValueError(f"max_nodes, max_edges and max_degree size a graph-level model's "
-                         f"calls; this program's task is {type(program.task).__name__}")
+                         f"calls; this program's task is {program.task.name!r}")
     if graphs:
         if node_type is not None:
             raise ValueError("node_type picks a node type of a typed graph's model; this "
