@@ -44,7 +44,7 @@ def test_info_planetoid_with_root(capsys):
         (["data", "info", "/nonexistent/d.npz"],
          "zerognn: error: dataset file /nonexistent/d.npz does not exist"),
         (["data", "info", "cora", "--scale", "2"],
-         "zerognn: error: scale applies to products-like and rmat only"),
+         "zerognn: error: scale applies to the synthetic presets (products-like, "),
         (["data", "generate", "rmat", "--out", "graph.bin"],
          "zerognn: error: --out must end in .npz, got 'graph.bin'"),
         (["data", "generate", "molhiv-like", "--out", "/nonexistent/m.npz",

@@ -577,7 +577,8 @@ def test_unknown_name_lists_valid_names():
 
 
 def test_scale_only_for_synthetic_presets():
-    with pytest.raises(ValueError, match=r"scale applies to products-like and rmat only"):
+    with pytest.raises(ValueError, match=r"scale applies to the synthetic presets "
+                                         r"\(products-like, .* molhiv-like"):
         load_dataset("cora", scale=0.5)
 
 

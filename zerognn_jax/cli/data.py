@@ -75,8 +75,8 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
                                                     "directory of .npy files)")
     generate.add_argument("preset", choices=GENERATE_PRESETS)
     generate.add_argument("--out", required=True,
-                          help="output file ending in .npz (papers100m-like and the typed "
-                               "presets: or a directory)")
+                          help="output file ending in .npz (papers100m-like, the typed "
+                               "presets and the graph collections: or a directory)")
     generate.add_argument("--feature-dtype", default=None, choices=("float32", "bfloat16"),
                           help="papers100m-like into a directory (default float32) and "
                                "igbh-like (default bfloat16): the features' dtype; refused "

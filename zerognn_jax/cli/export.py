@@ -68,8 +68,9 @@ def run_export(args) -> int:
 
     if not args.out or Path(args.out).is_dir():  # checked before the restore and lowering
         raise ValueError(f"--out must name the artifact's file, got {args.out!r}")
-    platforms = tuple(p.strip() for p in args.platforms.split(",")) if args.platforms \
-        else None
+    platforms = None
+    if args.platforms:  # each named once, in the order given
+        platforms = tuple(dict.fromkeys(p.strip() for p in args.platforms.split(",")))
     with interrupts.deferred():
         result = restore(args.checkpoint_dir, best=args.best, for_inference=True)
         interrupts.check("reading the checkpoint; nothing was written")

@@ -19,6 +19,7 @@ import numpy as np
 from zerognn_jax._src.data import ogb, planetoid
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.graph_datasets import GRAPH_DATASET_NAMES, is_graph_dataset
+from zerognn_jax._src.data.graph_datasets import PRESETS as GRAPH_PRESETS
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset
 from zerognn_jax._src.data.hetero_storage import (
     is_hetero_path,
@@ -104,8 +105,10 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
     if is_dataset_dir(name):
         return load_dir(name)
     if key not in SCALED and scale != 1.0:
-        raise ValueError(f"scale applies to products-like and rmat only (and to "
-                         f"papers100m-like and proteins-like), got scale={scale} for {name!r}")
+        raise ValueError(f"scale applies to the synthetic presets ({', '.join(SCALED)}; "
+                         f"typed: {', '.join(TYPED_PRESETS)}; graph collections: "
+                         f"{', '.join(GRAPH_PRESETS)}), got scale={scale} for "
+                         f"{name!r}")
     if key in planetoid.NAMES:
         return planetoid.load_planetoid(key, root, download=download)
     ogb_names = {n.lower(): n for n in ogb.SPECS}
