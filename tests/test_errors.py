@@ -358,6 +358,12 @@ def test_options_of_another_task_are_named_as_ignored():
     assert "decoder 'mlp', negatives 5: options of link tasks, ignored by this node task" \
         in said
     assert "readout 'max': options of graph tasks, ignored by this node task" in said
+    graph = TrainConfig(task="graph", dataset="molhiv-like", model="gin", fanouts=(3, 3),
+                        sampler="labor", progress=False)
+    with pytest.warns(zg.IgnoredOptionWarning, match=r"^fanouts \(3, 3\), sampler 'labor': "
+                                                     r"options of neighbour sampling, ignored "
+                                                     r"by this graph task"):
+        trainer._warn_unread_options(graph)
 
 
 def test_a_failed_run_leaves_no_empty_metrics_file(tmp_path, monkeypatch):

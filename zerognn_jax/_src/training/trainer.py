@@ -338,6 +338,8 @@ def _check_arguments(cfg, dataset, variables) -> None:
 # Options only one task reads: set elsewhere (away from their defaults) they are ignored.
 TASK_OPTIONS = {"link": ("decoder", "negatives", "negative_mode", "link_metric"),
                 "graph": ("readout", "balance_window", "graph_aggregation")}
+# Options of neighbour sampling, which a graph task (whole graphs, packed) never reads.
+SAMPLING_OPTIONS = ("fanouts", "relation_fanouts", "sampler", "replace", "dedup")
 
 
 class IgnoredOptionWarning(UserWarning):
@@ -354,6 +356,11 @@ def _warn_unread_options(cfg: TrainConfig) -> None:
         if unread:
             warnings.warn(f"{', '.join(unread)}: options of {task} tasks, ignored by this "
                           f"{cfg.task} task", IgnoredOptionWarning, stacklevel=3)
+    unread = [f"{n} {getattr(cfg, n)!r}" for n in SAMPLING_OPTIONS
+              if cfg.task == "graph" and getattr(cfg, n) != defaults[n]]
+    if unread:
+        warnings.warn(f"{', '.join(unread)}: options of neighbour sampling, ignored by this "
+                      f"graph task (it packs whole graphs)", IgnoredOptionWarning, stacklevel=3)
 
 
 def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
