@@ -106,8 +106,7 @@ class BenchOptions:
         """The bench times node classification on a graph of one node type; other
         workloads have scripts of their own (docs/benchmarks.md)."""
         from zerognn_jax._src.data.graph_datasets import is_graph_dataset
-        from zerognn_jax._src.data.hetero_storage import is_hetero_path
-        from zerognn_jax._src.data.loaders import HETERO_NAMES
+        from zerognn_jax._src.data.loaders import is_typed
 
         dataset = self.train.dataset
         if self.train.task == "link":
@@ -116,7 +115,7 @@ class BenchOptions:
         if self.train.task == "graph" or is_graph_dataset(dataset):
             raise ValueError(f"zerognn bench times node classification; for graph "
                              f"collections ({dataset}) run benchmarks/graph.py")
-        if dataset.lower() in HETERO_NAMES or is_hetero_path(dataset):
+        if is_typed(dataset):
             raise ValueError(f"zerognn bench times graphs of one node type; for typed "
                              f"graphs ({dataset}) run benchmarks/hetero.py")
 

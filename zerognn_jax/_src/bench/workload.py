@@ -25,7 +25,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from zerognn_jax._src.bench import profiling
-from zerognn_jax._src.data.writes import writing
+from zerognn_jax._src.data.writes import atomic_write
 from zerognn_jax._src.nn.models import count_params
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import Kernels
@@ -173,11 +173,11 @@ class Workbench:
                     seed=self.cfg.seed, policy=self.cfg.envelope_policy,
                     kernels=self.program.kernels)
                 if path:
-                    with writing("envelope cache", path):
-                        path.write_text(json.dumps({
+                    with atomic_write(path, "envelope cache") as f:  # whole or not at all
+                        f.write(json.dumps({
                             "key": self._cache_key(batch_size),
                             "capacities": env.capacities, "max_counts": cal.max_counts,
-                            "mean_counts": cal.mean_counts, "steps": cal.steps}))
+                            "mean_counts": cal.mean_counts, "steps": cal.steps}).encode())
             self._calibrations[batch_size] = env, cal
         return self._calibrations[batch_size]
 

@@ -301,7 +301,8 @@ def sample_minibatch(
     capacities: tuple[int, ...],
     kernels: Kernels = XLA,
 ) -> MiniBatch:
-    """Samples the L-hop neighbourhood of `seeds` (jit-compatible, no host reads).
+    """Samples the L-hop neighbourhood of `seeds` (jit-compatible; traced, no host reads;
+    called eagerly, concrete seeds are read back once to check their range).
 
     Args:
       graph: device CSRGraph with N nodes.

@@ -188,8 +188,7 @@ class TypedSamplerConfig:
         for rel, g in graph.items():
             per_hop = given[rel] if self.by_relation else self.fanouts
             top = g.max_degree()
-            widths = [(0, False) if f == 0 else hop_width(f, top, self.method, self.replace)
-                      for f in per_hop]
+            widths = [hop_width(f, top, self.method, self.replace) for f in per_hop]
             fanouts.append((rel, tuple(f for f, _ in widths)))
             full.append((rel, tuple(whole for _, whole in widths)))
             degrees.append((rel, top))

@@ -36,6 +36,7 @@ from zerognn_jax._src.sampling.typed_envelope import typed_conservative, typed_t
 from zerognn_jax._src.sampling.typed_minibatch import sample_typed
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes
+from zerognn_jax._src.training.tasks.graph import edge_rows
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's names for its lowering targets
 # A layout pin (`ops.aggregate.row_major`, R-GAT's projected slots) is a custom call
@@ -245,26 +246,21 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
                 max_degree, numbers.Integral) or not 1 <= max_degree <= rows[1]):
             raise ValueError(f"max_degree must be an integer in [1, max_edges = {rows[1]}], "
                              f"got {max_degree!r}")
-        program = dataclasses.replace(program.with_mesh(None), kernels=XLA)
-        try:
-            return _export_graphs(program, variables, data, batch_size, rows, max_degree,
-                                  platforms)
-        except flax.errors.FlaxError as err:
-            line = str(err).strip().splitlines()[0]
-            raise ValueError(f"the variables do not fit this program's model: {line}") \
-                from err
-    if typed:
+    elif typed:
         seed_type = program.task.output_type(node_type)  # before any lowering
     elif node_type is not None:
         raise ValueError(f"node_type picks a node type of a typed graph's model; this "
                          f"program's graph has one type (task {type(program.task).__name__})")
-    if program.sampler.method == "weighted":
+    if not graphs and program.sampler.method == "weighted":
         raise ValueError("export_model serves the uniform and LABOR samplers; this "
                          "program samples by edge weight")
     # The XLA twin of every op: no Triton custom calls, whose serialized form jax.export
     # does not promise to keep loadable, and one artifact lowers for CPU and GPU alike.
     program = dataclasses.replace(program.with_mesh(None), kernels=XLA)
     try:
+        if graphs:
+            return _export_graphs(program, variables, data, batch_size, rows, max_degree,
+                                  platforms)
         if typed:  # a typed model's views take their kernels from the model (`OnTypes`)
             program = dataclasses.replace(program, model=program.model.clone(kernels=XLA))
             return _export_typed(program, variables, data, batch_size, platforms, seed_type)
@@ -302,10 +298,15 @@ def _exported(infer, data: DeviceData, names: tuple, batch_size: int, platforms)
     def call(*args):
         return infer(dict(zip(names, args)), *args[len(names):])
 
-    # Left out, jax.export lowers for this backend (its name for it: "cuda", not "gpu").
+    return ExportedModel(_lowered(call, shapes, platforms), batch_size,
+                         names + ("seeds", "valid", "key"))
+
+
+def _lowered(fn, shapes, platforms) -> jax.export.Exported:
+    """`fn` jitted and exported for argument `shapes` and `platforms` (left out: this
+    backend, by jax.export's name for it: "cuda", not "gpu")."""
     chosen = {"platforms": tuple(platforms)} if platforms else {}
-    exported = jax.export.export(jax.jit(call), disabled_checks=_PINS, **chosen)(*shapes)
-    return ExportedModel(exported, batch_size, names + ("seeds", "valid", "key"))
+    return jax.export.export(jax.jit(fn), disabled_checks=_PINS, **chosen)(*shapes)
 
 
 def _export_typed(program: StepProgram, variables, data: DeviceData, batch_size: int,
@@ -432,17 +433,11 @@ def _export_graphs(program: StepProgram, variables, data: DeviceData, batch_size
                          receivers=jnp.where(bad, pad, gb.receivers))
         device = DeviceData(CSRGraph(jnp.zeros(2, jnp.int32), jnp.zeros(1, jnp.int32)),
                             given["node_features"], tables)
-        edges = None
-        if tables.edge_features is not None:
-            edges = jnp.where(gb.edge_mask[:, None], tables.edge_features[gb.edge_ids],
-                              jnp.zeros((), tables.edge_features.dtype))
         out, _ = program.apply_model(variables, device, gb, train=False,
-                                     inputs={"graph": gb, "edges": edges})
+                                     inputs={"graph": gb, "edges": edge_rows(tables, gb)})
         out = out[:-1].astype(jnp.float32)
         bad_graph = jnp.zeros(batch_size, bool).at[g].max(bad) | too_wide
         return jnp.where((bad_graph | broken)[:, None], jnp.nan, out)
 
-    chosen = {"platforms": tuple(platforms)} if platforms else {}
-    exported = jax.export.export(jax.jit(infer), disabled_checks=_PINS,
-                                 **chosen)(*(shapes[n] for n in names))
-    return ExportedModel(exported, batch_size, names)
+    return ExportedModel(_lowered(infer, [shapes[n] for n in names], platforms), batch_size,
+                         names)

@@ -335,11 +335,14 @@ def _check_arguments(cfg, dataset, variables) -> None:
                          f"got {sorted(variables)}")
 
 
-# Options only one task reads: set elsewhere (away from their defaults) they are ignored.
-TASK_OPTIONS = {"link": ("decoder", "negatives", "negative_mode", "link_metric"),
-                "graph": ("readout", "balance_window", "graph_aggregation")}
-# Options of neighbour sampling, which a graph task (whole graphs, packed) never reads.
-SAMPLING_OPTIONS = ("fanouts", "relation_fanouts", "sampler", "replace", "dedup")
+# Options some tasks only read, by the tasks that read them: set elsewhere (away from
+# their defaults) they are ignored. A graph task packs whole graphs: it samples nothing.
+TASK_OPTIONS = {"link tasks": (("link",), ("decoder", "negatives", "negative_mode",
+                                           "link_metric")),
+                "graph tasks": (("graph",), ("readout", "balance_window",
+                                             "graph_aggregation")),
+                "neighbour sampling": (("node", "link"), ("fanouts", "relation_fanouts",
+                                                          "sampler", "replace", "dedup"))}
 
 
 class IgnoredOptionWarning(UserWarning):
@@ -350,17 +353,12 @@ def _warn_unread_options(cfg: TrainConfig) -> None:
     """Warns (`IgnoredOptionWarning`) naming the options `cfg` sets that only another
     task reads."""
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    for task, names in TASK_OPTIONS.items():
+    for readers, (tasks, names) in TASK_OPTIONS.items():
         unread = [f"{n} {getattr(cfg, n)!r}" for n in names
-                  if cfg.task != task and getattr(cfg, n) != defaults[n]]
+                  if cfg.task not in tasks and getattr(cfg, n) != defaults[n]]
         if unread:
-            warnings.warn(f"{', '.join(unread)}: options of {task} tasks, ignored by this "
+            warnings.warn(f"{', '.join(unread)}: options of {readers}, ignored by this "
                           f"{cfg.task} task", IgnoredOptionWarning, stacklevel=3)
-    unread = [f"{n} {getattr(cfg, n)!r}" for n in SAMPLING_OPTIONS
-              if cfg.task == "graph" and getattr(cfg, n) != defaults[n]]
-    if unread:
-        warnings.warn(f"{', '.join(unread)}: options of neighbour sampling, ignored by this "
-                      f"graph task (it packs whole graphs)", IgnoredOptionWarning, stacklevel=3)
 
 
 def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
@@ -407,10 +405,15 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     calibrate_seconds = time.perf_counter() - t0
     interrupts.check("calibration")
     items = program.task.train_items(dataset)
-    if batched:  # the state first: the memory check counts it as allocated
+
+    def checked_state():  # a user's model, loss and optimizer checked against the batch
         state = init_checked(program, data, env, items, user_model=user.model)
         check_pieces(program, state, data, env, items,
                      width=program.task.output_dim(cfg, dataset), name=user.model)
+        return state
+
+    if batched:  # the state first: the memory check counts it as allocated
+        state = checked_state()
         step_bytes = getattr(program.task, "envelope_bytes", None)  # optional (base.py)
         rows = getattr(program.task, "feature_rows", None)  # optional too
         if step_bytes is not None:
@@ -438,9 +441,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
                               data.features, env.levels[-1], cfg.sample_ahead,
                               cfg.read_ahead_bytes)
                           if cfg.engine == "scan" else 0)
-        state = init_checked(program, data, env, items, user_model=user.model)
-        check_pieces(program, state, data, env, items,
-                     width=program.task.output_dim(cfg, dataset), name=user.model)
+        state = checked_state()
     if user.variables is not None:
         state = start_from(program, state, user.variables)
     interrupts.check("initialisation", wait_for=state)

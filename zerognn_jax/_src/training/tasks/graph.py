@@ -98,7 +98,7 @@ def ell_envelope(nodes: int, edges: int, width: int) -> Envelope:
     return Envelope(nodes, (edges, nodes * k))
 
 
-def _edge_rows(tables: GraphTables, gb: GraphBatch):
+def edge_rows(tables: GraphTables, gb: GraphBatch):
     """The batch's edge feature rows float[Ec, d_e] (zero where padded), or None."""
     if tables.edge_features is None:
         return None
@@ -249,7 +249,7 @@ class GraphTask(ItemsAreLevel0):
         key, drop_key = step_keys(program.seed, epoch, batch_index)
         gb = pack_graphs(tables, items, valid, *self.capacities(envelope))
         batch = self.batch(data, items, valid, key, ItemLevel(items, valid))
-        inputs = {"graph": gb, "edges": _edge_rows(tables, gb)}
+        inputs = {"graph": gb, "edges": edge_rows(tables, gb)}
         return batch._replace(model_inputs=inputs), gb, drop_key
 
     def capacities(self, envelope: Envelope) -> tuple[int, int, int | None]:
@@ -412,7 +412,7 @@ def _eval_pass(program: StepProgram, variables, data: DeviceData, padded, *, cap
         items, valid = step_items(padded, s, batch_size)
         gb = pack_graphs(tables, items, valid, *caps)
         out, _ = program.apply_model(variables, data, gb, train=False,
-                                     inputs={"graph": gb, "edges": _edge_rows(tables, gb)})
+                                     inputs={"graph": gb, "edges": edge_rows(tables, gb)})
         return None, out[:-1]
 
     steps = padded.shape[0] // batch_size
