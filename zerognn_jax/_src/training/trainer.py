@@ -335,14 +335,17 @@ def _check_arguments(cfg, dataset, variables) -> None:
                          f"got {sorted(variables)}")
 
 
-# Options some tasks only read, by the tasks that read them: set elsewhere (away from
-# their defaults) they are ignored. A graph task packs whole graphs: it samples nothing.
-TASK_OPTIONS = {"link tasks": (("link",), ("decoder", "negatives", "negative_mode",
-                                           "link_metric")),
-                "graph tasks": (("graph",), ("readout", "balance_window",
-                                             "graph_aggregation")),
-                "neighbour sampling": (("node", "link"), ("fanouts", "relation_fanouts",
-                                                          "sampler", "replace", "dedup"))}
+# Options some tasks only read, by what reads them and whether a task (its class) does:
+# set where it does not (away from their defaults) they are ignored.
+TASK_OPTIONS = {
+    "link tasks": (lambda name, task: name == "link",
+                   ("decoder", "negatives", "negative_mode", "link_metric")),
+    "graph tasks": (lambda name, task: name == "graph",
+                    ("readout", "balance_window", "graph_aggregation")),
+    # a task that packs whole graphs (`samples_neighbours` False) samples nothing
+    "neighbour sampling": (lambda name, task: getattr(task, "samples_neighbours", True),
+                           ("fanouts", "relation_fanouts", "sampler", "replace", "dedup")),
+}
 
 
 class IgnoredOptionWarning(UserWarning):
@@ -353,9 +356,10 @@ def _warn_unread_options(cfg: TrainConfig) -> None:
     """Warns (`IgnoredOptionWarning`) naming the options `cfg` sets that only another
     task reads."""
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    for readers, (tasks, names) in TASK_OPTIONS.items():
+    task = task_class(cfg.task)
+    for readers, (reads, names) in TASK_OPTIONS.items():
         unread = [f"{n} {getattr(cfg, n)!r}" for n in names
-                  if cfg.task not in tasks and getattr(cfg, n) != defaults[n]]
+                  if not reads(cfg.task, task) and getattr(cfg, n) != defaults[n]]
         if unread:
             warnings.warn(f"{', '.join(unread)}: options of {readers}, ignored by this "
                           f"{cfg.task} task", IgnoredOptionWarning, stacklevel=3)
