@@ -13,8 +13,8 @@ does the same on an idle machine and on a loaded one.
   compilation returns only once every signal is sent, so all land inside the phase.
 --kill-at ends the process with SIGKILL at the safe point (`interrupts.check`) that
   follows POINT: "loading the data", "calibration", "initialisation", "step S of epoch
-  E" (after each chunk), "training epoch E" (after its checkpoint, before its
-  evaluation) or "epoch E" (after its evaluation and record).
+  E" (after each chunk but the epoch's last), "training epoch E" (after its checkpoint,
+  before its evaluation) or "epoch E" (after its evaluation and record).
 --kill-in-save ends the process with SIGKILL while the checkpoint of EPOCH is written:
   WHEN is N, at the N-th Python function call of the save on the main thread (at the
   save's end if it makes fewer; a save of a small state makes about 6,000 and orbax

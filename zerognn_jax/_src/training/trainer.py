@@ -627,8 +627,12 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar):
     program, compile_before = runner.program, runner.compile_seconds
     t0 = time.perf_counter()
     items = program.task.train_items(dataset)
-    res = runner.run_epoch(state, data, items, epoch, env, on_progress=lambda done, total:
-                           interrupts.check(f"step {done} of epoch {epoch}"))
+    def between_chunks(done, total):
+        # a signal during the last chunk stops the run after the epoch's checkpoint
+        if done < total:
+            interrupts.check(f"step {done} of epoch {epoch}")
+
+    res = runner.run_epoch(state, data, items, epoch, env, on_progress=between_chunks)
     wall = time.perf_counter() - t0
     compile_s = runner.compile_seconds - compile_before
     record = {"epoch": epoch, "loss": res.loss,
