@@ -174,6 +174,23 @@ def test_the_cli_joins_a_run_over_a_coordinator(tmp_path):
     assert json.loads(out.stdout.splitlines()[-1])["processes"] == 1
 
 
+def test_coordinator_auto_without_a_cluster_says_what_to_give(tmp_path):
+    """Outside a scheduler's job, `--coordinator auto` ends in one line that says what
+    JAX looked for and which flags to give instead (JAX's own message names none)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "OMPI_", "PMI_", "KUBERNETES_", "JAX_COORDINATOR"))}
+    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "zerognn_jax.cli", "train", "--epochs", "1", "--no-progress",
+           "--coordinator", "auto"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=TIMEOUT_S)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert out.stderr.startswith("zerognn: error: --coordinator auto takes the cluster from "
+                                 "its scheduler's environment"), out.stderr[-3000:]
+    assert "give --coordinator HOST:PORT with --num-processes and --process-id" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
 def test_placement_checks_data_is_on_the_mesh(small_graph):
     import optax
 

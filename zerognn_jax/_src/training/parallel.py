@@ -54,7 +54,13 @@ def initialize_distributed(coordinator: str | None, num_processes: int | None = 
                              f"(or $JAX_COORDINATOR_ADDRESS)")
         return False
     if coordinator == "auto":
-        jax.distributed.initialize(initialization_timeout=timeout_s)
+        try:
+            jax.distributed.initialize(initialization_timeout=timeout_s)
+        except ValueError as err:  # no scheduler's environment to take the address from
+            raise ValueError(f"--coordinator auto takes the cluster from its scheduler's "
+                             f"environment (SLURM, Open MPI, Kubernetes), and JAX found none "
+                             f"here ({err}); give --coordinator HOST:PORT with "
+                             f"--num-processes and --process-id") from err
         return True
     if num_processes is None or process_id is None:
         raise ValueError(f"--coordinator {coordinator} needs --num-processes and --process-id "
