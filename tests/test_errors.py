@@ -116,12 +116,17 @@ def test_cli_option_errors_are_one_line(capsys):
     assert "argument --norm: invalid choice: 'bogus'" in capsys.readouterr().err
     # a value the config refuses is named by the flag that gave it
     for argv, message in ((["train", "--seed", "-3"], "--seed must be in [0, 2**31), got -3"),
-                          (["bench", "--eval-batch-size", "0"],
-                           "--eval-batch-size must be >= 1, got 0"),
+                          (["bench", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
                           (["train", "--scale", "nan"],
                            "--scale must be positive and finite, got nan")):
         assert main([*argv, "--no-progress"]) == 2
         assert capsys.readouterr().err == f"zerognn: error: {message}\n"
+    # the bench evaluates and checkpoints nothing: those training options are not its own
+    for flag in ("--eval-batch-size", "--checkpoint-dir", "--metrics-out", "--best-metric"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["bench", flag, "1", "--no-progress"])
+        assert exit_.value.code == 2
+        assert f"unrecognized arguments: {flag} 1" in capsys.readouterr().err
 
 
 # ---------------------------------------------------- output paths, first

@@ -1,6 +1,6 @@
-"""`zerognn bench`: the training flags (with the bench's workload as defaults) plus what
-to measure. The runner is `zerognn_jax/_src/bench/run.py`, whose docstring gives the
-protocol."""
+"""`zerognn bench`: the training flags (with the bench's workload as defaults; none for
+evaluation, checkpoints or training records) plus what to measure. The runner is
+`zerognn_jax/_src/bench/run.py`, whose docstring gives the protocol."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ from zerognn_jax.cli.flags import add_config_flags, config_from_args, int_tuple,
 from zerognn_jax.cli.train import HELP as TRAIN_HELP
 
 HELP = dict(TRAIN_HELP, epochs="timed epochs per configuration")
+# Training options the bench has no use for (it evaluates nothing and writes only its
+# own records): no flags, so that giving one is an error rather than ignored.
+NOT_MEASURED = ("eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir", "metrics_out",
+                "best_metric", "tensorboard_dir")
 
 
 def add_bench_flags(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +24,7 @@ def add_bench_flags(parser: argparse.ArgumentParser) -> None:
     from zerognn_jax._src.training.config import CHOICES
 
     d = BenchOptions()
-    add_config_flags(parser, d.train, help=HELP, choices=CHOICES)
+    add_config_flags(parser, d.train, help=HELP, choices=CHOICES, skip=NOT_MEASURED)
     add = parser.add_argument
     add("--configs", type=name_tuple, default=d.configs,
         help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)")
@@ -50,7 +54,10 @@ def options_from_args(args: argparse.Namespace):
 
     if args.options_json:
         return BenchOptions(**json.loads(pathlib.Path(args.options_json).read_text()))
-    return config_from_args(BenchOptions, args, train=config_from_args(TrainConfig, args))
+    defaults = BenchOptions().train
+    train = config_from_args(TrainConfig, args,
+                             **{name: getattr(defaults, name) for name in NOT_MEASURED})
+    return config_from_args(BenchOptions, args, train=train)
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -61,13 +61,16 @@ def _caster(kind: str):
 
 
 def add_config_flags(parser: argparse.ArgumentParser, config, *, help: dict,
-                     choices: dict | None = None) -> None:
-    """Adds a flag per field of the dataclass instance `config` (its values are the defaults).
+                     choices: dict | None = None, skip: tuple[str, ...] = ()) -> None:
+    """Adds a flag per field of the dataclass instance `config` (its values are the
+    defaults), but for the fields named in `skip` (a command that does not use them).
 
     Raises ValueError for a field without help text, so a new option cannot ship without.
     """
     choices = choices or {}
     for field in dataclasses.fields(config):
+        if field.name in skip:
+            continue
         if field.name not in help:
             raise ValueError(f"no help text for option {field.name!r}")
         flag = "--" + field.name.replace("_", "-")
