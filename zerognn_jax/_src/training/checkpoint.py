@@ -159,10 +159,17 @@ def _differences(saved: dict, current: dict) -> list[str]:
 _PAYLOADS = re.compile(r" \[[\w.\[\]]+='.*$")
 
 
+# How orbax's wrapper of a failed array read begins its tensorstore spec; its cause says
+# what failed.
+_ORBAX_SPEC = "See full TensorStore details"
+
+
 def _short(err: BaseException) -> str:
-    """The error's type and first line without tensorstore's payloads; whole otherwise,
-    so a path in it is never cut."""
+    """The error's type and first line without tensorstore's payloads (orbax's wrapper of a
+    failed read: its cause's); whole otherwise, so a path in it is never cut."""
     text = str(err).strip().splitlines()
+    if text and _ORBAX_SPEC in text[0] and err.__cause__ is not None:
+        return _short(err.__cause__)
     return f"{type(err).__name__}: {_PAYLOADS.sub('', text[0]) if text else ''}"
 
 
@@ -174,9 +181,22 @@ def readable(read, directory, epoch: int):
     except CheckpointMismatch:
         raise
     except Exception as err:  # noqa: BLE001 - any failure to read means damaged
+        _drop_frames(err)
         raise ValueError(f"checkpoint {epoch} in {directory} does not read ({_short(err)}); "
                          "pick another (restore's epoch=, or best=True / --best), or "
                          "retrain") from err
+
+
+def _drop_frames(err: BaseException) -> None:
+    """Clears the tracebacks of `err` and the exceptions it chains. Their frames hold
+    orbax's failed read tasks; kept alive by the error raised in its place, the tasks
+    would outlive `_quiet` and print their tracebacks at exit. The types and messages
+    stay."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        err.__traceback__ = None
+        err = err.__cause__ or err.__context__
 
 
 def _teardown_noise(unraisable) -> bool:
