@@ -45,7 +45,7 @@ def test_the_artifact_gives_the_checkpointed_models_outputs(run, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--batch-size", "0"], "--batch-size must be a positive int, got 0"),
+    (["--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
     (["--platforms", "cpu,nope"], "--platforms must be among cpu, cuda, rocm, tpu; got "
                                   "'nope'"),
     (["--max-nodes", "10"], "max_nodes, max_edges and max_degree size a graph-level "

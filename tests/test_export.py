@@ -295,7 +295,7 @@ def test_a_graph_level_artifact_is_sized_for_any_batch_of_the_collection(molecul
 
 def test_export_refuses_bad_batch_node_type_and_weighted_sampler(trained):
     p, v, d = trained.program, trained.variables, trained.data
-    with pytest.raises(ValueError, match="batch_size must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
         export_model(p, v, d, batch_size=0)
     with pytest.raises(ValueError, match="node_type picks a node type of a typed graph's "
                                          "model; this program's graph has one type"):
@@ -303,7 +303,7 @@ def test_export_refuses_bad_batch_node_type_and_weighted_sampler(trained):
     weighted = dataclasses.replace(p, sampler=dataclasses.replace(p.sampler, method="weighted"))
     with pytest.raises(ValueError, match="samples by edge weight"):
         export_model(weighted, v, d, batch_size=8)
-    with pytest.raises(ValueError, match="batch_size must be a positive int, got True"):
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got True"):
         export_model(p, v, d, batch_size=True)
     with pytest.raises(ValueError, match=r"variables must be the model's variables, a mapping "
                                          r"with 'params'"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -364,3 +365,38 @@ def test_graphs_without_edges_and_empty_splits_train_and_report_no_value():
     with pytest.raises(ValueError, match="bare's train_idx is empty: there is nothing to "
                                          "train on"):
         zg.train(cfg, make(splits=([], range(8), range(8, 16))))
+
+
+@pytest.mark.usefixtures("full_precision")
+def test_predict_gives_one_row_per_graph_as_the_evaluation_does(molecules, tmp_path):
+    """`zg.predict` on a graph-level run takes graph ids of its collection: their output
+    rows give the test ROC-AUC its evaluation reported, in any order and batching, and
+    the same from the restored run; ids past the graphs, a node type and a bad batch
+    size are named in one line (predict had called the graph model without its batch)."""
+    from zerognn_jax._src.training.tasks.graph_metrics import graph_metrics
+
+    result = zg.train(config(epochs=1, checkpoint_dir=str(tmp_path)), molecules)
+    ids = np.asarray(molecules.test_idx)
+    rows = np.asarray(zg.predict(result, ids))
+    assert rows.shape == (ids.size, 1)
+    got = graph_metrics(rows, molecules.targets[ids], molecules.target_kind)["rocauc"]
+    assert got == pytest.approx(result.summary["test_rocauc"], abs=1e-6)
+    order = np.random.default_rng(0).permutation(ids.size)
+    np.testing.assert_allclose(np.asarray(zg.predict(result, ids[order], batch_size=7)),
+                               rows[order], rtol=1e-5, atol=1e-6)
+    back = zg.restore(str(tmp_path), dataset=molecules, for_inference=True)
+    np.testing.assert_allclose(np.asarray(zg.predict(back, ids)), rows, rtol=1e-5, atol=1e-6)
+    n = molecules.num_graphs
+    with pytest.raises(ValueError, match=rf"nodes must lie in \[0, {n}\) \(graph ids\), "
+                                         rf"found \[0, {n}\]"):
+        zg.predict(result, [0, n])
+    with pytest.raises(ValueError, match="node_type picks a node type of a typed graph's"):
+        zg.predict(result, [0], node_type="atom")
+    for bad in (0, 2.5, "64", True):
+        with pytest.raises(ValueError, match=f"batch_size must be an integer >= 1, got "
+                                             f"{re.escape(repr(bad))}"):
+            zg.predict(result, [0], batch_size=bad)
+    for bad in (-1, 1.5, 2**32):
+        with pytest.raises(ValueError, match=rf"seed must be an integer in \[0, 2\*\*32\), "
+                                             rf"got {re.escape(repr(bad))}"):
+            zg.predict(result, [0], seed=bad)

@@ -598,7 +598,9 @@ def test_score_pairs_gives_the_decoders_scores_of_any_pairs(tmp_path):
             ([[0, 1, 2]], {}, r"pairs must be int\[P, 2\] \(source, destination\), got "
                               r"int64\[1, 3\]"),
             ([[0, n]], {}, rf"destination ids must lie in \[0, {n}\), found \[{n}, {n}\]"),
-            ([[0, 1]], {"mode": "exact"}, "mode must be 'full' or 'sampled', got 'exact'")):
+            ([[0, 1]], {"mode": "exact"}, "mode must be 'full' or 'sampled', got 'exact'"),
+            ([[0, 1]], {"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
+            ([[0, 1]], {"seed": -1}, r"seed must be an integer in \[0, 2\*\*32\), got -1")):
         with pytest.raises(ValueError, match=message):
             zg.score_pairs(result, np.asarray(pairs), **kwargs)
     node_run = dataclasses.replace(result, program=dataclasses.replace(

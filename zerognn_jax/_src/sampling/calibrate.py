@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import numbers
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.checks import at_least_one
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.sampling.envelope import (
@@ -86,11 +86,7 @@ def calibrate(
     (module docstring) level 0 is calibrated too: `Calibration.envelope.batch_size` is
     then the seed frontier's capacity, not `batch_size` (the items per step).
     """
-    if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 1:
-        raise ValueError(f"epochs must be an integer >= 1, got {epochs!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) \
-            or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    epochs, batch_size = at_least_one(epochs, "epochs"), at_least_one(batch_size, "batch_size")
     given = np.asarray(items)
     if given.size and source is ITEM_SEEDS and (given.min() < 0
                                                 or given.max() >= graph.num_nodes):

@@ -17,7 +17,6 @@ the collection's, are what such a server sees (`export_model`, `graph_arguments`
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -26,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.checks import at_least_one, is_int
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.hetero import HeteroGraph, relation_name
@@ -218,10 +218,7 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
         range, or variables that are not the model's (no `params`, a parameter missing
         or of another shape).
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) \
-            or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    batch_size = int(batch_size)
+    batch_size = at_least_one(batch_size, "batch_size")
     if not isinstance(variables, Mapping) or "params" not in variables:
         raise ValueError(f"variables must be the model's variables, a mapping with 'params' "
                          f"(as TrainResult.variables), got {type(variables).__name__}")
@@ -242,8 +239,8 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
             raise ValueError("node_type picks a node type of a typed graph's model; this "
                              "program's model predicts one row per graph")
         rows = _graph_rows(data, batch_size, max_nodes, max_edges)
-        if max_degree is not None and (isinstance(max_degree, bool) or not isinstance(
-                max_degree, numbers.Integral) or not 1 <= max_degree <= rows[1]):
+        if max_degree is not None and (not is_int(max_degree)
+                                       or not 1 <= max_degree <= rows[1]):
             raise ValueError(f"max_degree must be an integer in [1, max_edges = {rows[1]}], "
                              f"got {max_degree!r}")
     elif typed:
@@ -351,7 +348,7 @@ def _graph_rows(data: DeviceData, batch_size: int, max_nodes, max_edges) -> tupl
             if given >= 2**31 - 1:
                 raise ValueError(f"{batch_size} graphs a call of the collection's largest "
                                  f"need {given} rows, past int32: give {what}")
-        elif isinstance(given, bool) or not isinstance(given, numbers.Integral):
+        elif not is_int(given):
             raise ValueError(f"{what} must be an integer, got {given!r}")
         if not 1 <= given < 2**31 - 1:
             raise ValueError(f"{what} must be in [1, 2**31 - 1), got {given}")

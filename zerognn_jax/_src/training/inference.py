@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.checks import at_least_one, is_int
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.training.config import TrainConfig
@@ -28,6 +29,7 @@ from zerognn_jax._src.training.evaluate import Predictor
 from zerognn_jax._src.training.program import init_state, saved_envelope
 from zerognn_jax._src.training.rebuild import check_dataset, config_of
 from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes, ScoresPairs
+from zerognn_jax._src.training.tasks.graph import GraphTask, graph_outputs
 from zerognn_jax._src.training.tasks.link_metrics import score_pairs as score_rows
 from zerognn_jax._src.training.trainer import (
     TrainResult,
@@ -82,7 +84,7 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
     try:
         epochs = sorted(ckpt.all_epochs(), reverse=True) if epoch is None else [epoch]
         if not epochs or epochs[0] not in ckpt.all_epochs():
-            raise FileNotFoundError(f"no checkpoint {'' if epoch is None else epoch} in "
+            raise FileNotFoundError(f"no checkpoint{'' if epoch is None else f' {epoch}'} in "
                                     f"{directory} (it holds {sorted(ckpt.all_epochs())})")
         meta = readable(lambda: ckpt.read_meta(epochs[0]), directory, epochs[0])
         check_dataset(meta, dataset)
@@ -181,21 +183,25 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     A typed graph's `nodes` are ids of its target type, whose logits come as its
     evaluation computes them (`typed_logits`). A typed link run's are ids of
     `node_type`, one end of its relation (needed where the ends are two types), whose
-    embeddings come back.
+    embeddings come back. A graph-level run's are ids of graphs of its collection, one
+    output row each, as its evaluation computes them (`mode` changes nothing: no
+    neighbours are sampled).
 
     Raises:
-      ValueError: `nodes` not 1-D integer ids of the graph (of the type they are of), an
-        unknown `mode`, or exact evaluation of a typed graph whose feature table, kept
-        in host memory, does not fit the device's free memory; a `node_type` that is
-        not a type the run predicts (a typed link run: an end of its relation; a
+      ValueError: `nodes` not 1-D integer ids of the graph (of the type they are of; of
+        the collection's graphs), an unknown `mode`, a `batch_size` or `seed` that is not
+        a whole number in range, or exact evaluation of a typed graph whose feature
+        table, kept in host memory, does not fit the device's free memory; a `node_type`
+        that is not a type the run predicts (a typed link run: an end of its relation; a
         homogeneous run: none).
     """
-    if mode not in ("full", "sampled"):
-        raise ValueError(f"mode must be 'full' or 'sampled', got {mode!r}")
+    _check_call(mode, batch_size, seed)
     nodes = np.asarray(nodes)
     n = result.data.graph.num_nodes
     task = result.program.task
     target = None
+    if isinstance(task, GraphTask):
+        n = result.dataset.num_graphs
     if isinstance(task, PredictsTypes):
         target = task.output_type(node_type)
         n = n[target]
@@ -205,9 +211,13 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     if nodes.ndim != 1 or not np.issubdtype(nodes.dtype, np.integer):
         raise ValueError(f"nodes must be 1-D integer ids, got {nodes.dtype}{list(nodes.shape)}")
     if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
-        kind = "" if target is None else f" ({target!r} ids)"
+        kind = " (graph ids)" if isinstance(task, GraphTask) else \
+            "" if target is None else f" ({target!r} ids)"
         raise ValueError(f"nodes must lie in [0, {n}){kind}, found [{nodes.min()}, "
                          f"{nodes.max()}]")
+    if isinstance(task, GraphTask):
+        return jnp.asarray(graph_outputs(result.program, result.variables, result.data,
+                                         nodes, result.dataset, batch_size=batch_size))
     predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
                           seed)
     if target is not None:
@@ -224,14 +234,13 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
 
     Raises:
       ValueError: a run whose task predicts no pairs, `pairs` not int[P, 2], an id out
-        of range of its end, an unknown `mode`.
+        of range of its end, an unknown `mode`, a `batch_size` or `seed` out of range.
     """
     task = result.program.task
     if not isinstance(task, ScoresPairs):
         raise ValueError(f"score_pairs scores the pairs of a link run (task 'link'); this "
                          f"run's task is {type(task).__name__}")
-    if mode not in ("full", "sampled"):
-        raise ValueError(f"mode must be 'full' or 'sampled', got {mode!r}")
+    _check_call(mode, batch_size, seed)
     pairs = np.asarray(pairs)
     if pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer):
         raise ValueError(f"pairs must be int[P, 2] (source, destination), got "
@@ -246,3 +255,12 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
     table, offset = task.pair_table(predictor)
     return score_rows(result.program.model, result.variables, table,
                       pairs.astype(np.int64) + [0, offset])
+
+
+def _check_call(mode: str, batch_size, seed) -> None:
+    """The options `predict` and `score_pairs` share, checked before any work."""
+    if mode not in ("full", "sampled"):
+        raise ValueError(f"mode must be 'full' or 'sampled', got {mode!r}")
+    at_least_one(batch_size, "batch_size")
+    if not is_int(seed) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.checks import at_least_one
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.links import EvalEdges, LinkSplit
 from zerognn_jax._src.ops.gather import gather_rows
@@ -212,14 +213,8 @@ class DeviceLoader:
                drop_last: bool, policy: EnvelopePolicy, kernels: Kernels,
                sample_ahead: int) -> None:
         """What every loader keeps before its sampler: the items, keys, order options."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) \
-                or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        batch_size = int(batch_size)
-        if (isinstance(sample_ahead, bool) or not isinstance(sample_ahead, numbers.Integral)
-                or sample_ahead < 1):
-            raise ValueError(f"sample_ahead must be an integer >= 1, got {sample_ahead!r}")
-        self.sample_ahead = int(sample_ahead)
+        batch_size = at_least_one(batch_size, "batch_size")
+        self.sample_ahead = at_least_one(sample_ahead, "sample_ahead")
         # The run's seed as the engines take it: a non-negative int32 (its top bit dropped).
         self.seed = int(counter_key(key)) & 0x7FFFFFFF
         self.items = jnp.asarray(items, jnp.int32)

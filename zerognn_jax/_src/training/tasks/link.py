@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.checks import at_least_one
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
 from zerognn_jax._src.data.links import OGBL, LinkSplit, load_ogbl, random_link_split
 from zerognn_jax._src.data.loaders import load_dataset
@@ -152,8 +153,7 @@ def pair_weights(pair_valid, num_negatives: int):
 def check_link_options(mode: str, num_negatives: int, metric: str) -> None:
     """ValueError for a negative mode, negative count or metric a link task lacks."""
     check_mode(mode)
-    if num_negatives < 1:
-        raise ValueError(f"num_negatives must be >= 1, got {num_negatives}")
+    at_least_one(num_negatives, "num_negatives")
     if metric not in LINK_METRICS:
         raise ValueError(f"metric must be one of {', '.join(LINK_METRICS)}, got {metric!r}")
 
