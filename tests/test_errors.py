@@ -121,8 +121,10 @@ def test_cli_option_errors_are_one_line(capsys):
                            "--scale must be positive and finite, got nan")):
         assert main([*argv, "--no-progress"]) == 2
         assert capsys.readouterr().err == f"zerognn: error: {message}\n"
-    # the bench evaluates and checkpoints nothing: those training options are not its own
-    for flag in ("--eval-batch-size", "--checkpoint-dir", "--metrics-out", "--best-metric"):
+    # the bench sets its configurations' engine, kernels and dtype, measures node
+    # classification and evaluates and checkpoints nothing: those options are not its own
+    for flag in ("--dtype", "--engine", "--negatives", "--readout", "--eval-batch-size",
+                 "--checkpoint-dir", "--metrics-out", "--best-metric"):
         with pytest.raises(SystemExit) as exit_:
             main(["bench", flag, "1", "--no-progress"])
         assert exit_.value.code == 2
@@ -364,11 +366,22 @@ def test_options_of_another_task_are_named_as_ignored():
         in said
     assert "readout 'max': options of graph tasks, ignored by this node task" in said
     graph = TrainConfig(task="graph", dataset="molhiv-like", model="gin", fanouts=(3, 3),
-                        sampler="labor", progress=False)
-    with pytest.warns(zg.IgnoredOptionWarning, match=r"^fanouts \(3, 3\), sampler 'labor': "
-                                                     r"options of neighbour sampling, ignored "
-                                                     r"by this graph task"):
-        trainer._warn_unread_options(graph)
+                        sampler="labor", flat_outer=True, norm="layer", input_dropout=0.5,
+                        progress=False)
+    with pytest.warns(zg.IgnoredOptionWarning) as caught:
+        trainer._warn_unread_options(graph, None)
+    assert [str(w.message) for w in caught] == [
+        "fanouts (3, 3), sampler 'labor', flat_outer True: options of neighbour sampling, "
+        "ignored by this graph task",
+        "input_dropout 0.5: options of node and link models, ignored by this graph task",
+        "norm 'layer': options of the models of one-type graphs' node and link tasks, "
+        "ignored by this graph task"]
+    typed = TrainConfig(dataset="mag-like", model="rsage", norm="batch", progress=False)
+    with pytest.warns(zg.IgnoredOptionWarning) as caught:
+        trainer._warn_unread_options(typed, None)
+    assert [str(w.message) for w in caught] == [
+        "norm 'batch': options of the models of one-type graphs' node and link tasks, "
+        "ignored by this node task of a typed graph"]
 
 
 def test_a_failed_run_leaves_no_empty_metrics_file(tmp_path, monkeypatch):

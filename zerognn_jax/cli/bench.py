@@ -1,6 +1,7 @@
 """`zerognn bench`: the training flags (with the bench's workload as defaults; none for
-evaluation, checkpoints or training records) plus what to measure. The runner is
-`zerognn_jax/_src/bench/run.py`, whose docstring gives the protocol."""
+what its configurations set, other tasks, evaluation or training outputs) plus what to
+measure. The runner is `zerognn_jax/_src/bench/run.py`, whose docstring gives the
+protocol."""
 
 from __future__ import annotations
 
@@ -12,9 +13,14 @@ from zerognn_jax.cli.flags import add_config_flags, config_from_args, int_tuple,
 from zerognn_jax.cli.train import HELP as TRAIN_HELP
 
 HELP = dict(TRAIN_HELP, epochs="timed epochs per configuration")
-# Training options the bench has no use for (it evaluates nothing and writes only its
-# own records): no flags, so that giving one is an error rather than ignored.
-NOT_MEASURED = ("eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir", "metrics_out",
+# Training options the bench takes no flags for, so that giving one is an error rather
+# than ignored: what each configuration sets itself, what only link and graph tasks read
+# (it measures node classification), evaluation and training outputs (it evaluates
+# nothing and writes only its own records).
+NOT_MEASURED = ("engine", "kernels", "dtype", "dedup",
+                "decoder", "negatives", "negative_mode", "link_metric", "link_relation",
+                "readout", "balance_window", "graph_aggregation",
+                "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir", "metrics_out",
                 "best_metric", "tensorboard_dir")
 
 

@@ -41,7 +41,9 @@ HELP = {
     "dtype": "float32, or bfloat16 (features and activations in half the bytes; sums and "
              "gradients accumulate in float32)",
     "epochs": "training epochs",
-    "seed": "seed of sampling, dropout, initialisation and the seed order (0 .. 2**31 - 1)",
+    "seed": "seed of sampling, dropout, initialisation and the seed order, and of a "
+            "synthetic dataset's generation (another seed, another graph; a saved --dataset "
+            "file keeps one) (0 .. 2**31 - 1)",
     "kernels": "auto (fastest measured per op), xla, pallas (NVIDIA GPUs), or per op: "
                "sample=pallas,relabel=xla,gather=xla,aggregate=xla,row_adam=pallas; a "
                "first part auto, xla or pallas sets the ops not named (auto,row_adam=xla)",

@@ -153,8 +153,11 @@ class TrainConfig:
     NVIDIA GPU: "cublas" (the default, as fast or faster for a step's shapes on an H100)
     or "xla" (XLA's own choice, mostly Triton kernels of its own; xla_options.py).
 
-    Run. `eval_mode` is "full" (exact layer-wise), "sampled" (the training fanouts) or
-    "none". `best_metric` (e.g. "val_acc", "val_f1", "val_mse"; lower is better for
+    Run. `seed` seeds sampling, dropout, initialisation and the seed order, and also the
+    generation of a synthetic dataset named by `dataset` (products-like, mag-like, ...:
+    another seed is another graph; pass the dataset or a saved file to keep one graph
+    across seeds). `eval_mode` is "full" (exact layer-wise), "sampled" (the training
+    fanouts) or "none". `best_metric` (e.g. "val_acc", "val_f1", "val_mse"; lower is better for
     `*_mse` and `*_loss`) keeps the checkpoint of the best evaluated epoch in
     `<checkpoint_dir>/best` (`restore(..., best=True)`). `tensorboard_dir` writes every
     epoch's scalars there as TensorBoard events (needs the `tensorboard` extra).

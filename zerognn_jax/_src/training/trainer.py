@@ -303,7 +303,7 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
       interrupts.Interrupted: a signal arrived inside `interrupts.deferred()`.
     """
     _check_arguments(cfg, dataset, variables)
-    _warn_unread_options(cfg)
+    _warn_unread_options(cfg, dataset)
     lead = jax.process_index() == 0  # one writer when several processes train together
     metrics = Path(cfg.metrics_out) if lead and cfg.metrics_out else None
     new_metrics = metrics is not None and not metrics.exists()
@@ -335,16 +335,22 @@ def _check_arguments(cfg, dataset, variables) -> None:
                          f"got {sorted(variables)}")
 
 
-# Options some tasks only read, by what reads them and whether a task (its class) does:
-# set where it does not (away from their defaults) they are ignored.
+# Options some tasks only read, by what reads them and whether a task does (from its
+# name, its class and whether its dataset is typed): set where it does not (away from
+# their defaults) they are ignored.
 TASK_OPTIONS = {
-    "link tasks": (lambda name, task: name == "link",
+    "link tasks": (lambda name, task, typed: name == "link",
                    ("decoder", "negatives", "negative_mode", "link_metric")),
-    "graph tasks": (lambda name, task: name == "graph",
+    "graph tasks": (lambda name, task, typed: name == "graph",
                     ("readout", "balance_window", "graph_aggregation")),
     # a task that packs whole graphs (`samples_neighbours` False) samples nothing
-    "neighbour sampling": (lambda name, task: getattr(task, "samples_neighbours", True),
-                           ("fanouts", "relation_fanouts", "sampler", "replace", "dedup")),
+    "neighbour sampling": (lambda name, task, typed: getattr(task, "samples_neighbours", True),
+                           ("fanouts", "relation_fanouts", "sampler", "replace", "dedup",
+                            "flat_outer")),
+    # the graph models (nn/graph_models.py) drop out and normalise inside their layers
+    "node and link models": (lambda name, task, typed: name != "graph", ("input_dropout",)),
+    "the models of one-type graphs' node and link tasks": (
+        lambda name, task, typed: name != "graph" and not typed, ("norm",)),
 }
 
 
@@ -352,17 +358,19 @@ class IgnoredOptionWarning(UserWarning):
     """An option set away from its default that only another task reads."""
 
 
-def _warn_unread_options(cfg: TrainConfig) -> None:
+def _warn_unread_options(cfg: TrainConfig, dataset) -> None:
     """Warns (`IgnoredOptionWarning`) naming the options `cfg` sets that only another
-    task reads."""
+    task reads (`dataset`: the one given to `train`, else `cfg.dataset` names it)."""
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     task = task_class(cfg.task)
+    typed = is_typed(cfg.dataset if dataset is None else dataset)
     for readers, (reads, names) in TASK_OPTIONS.items():
         unread = [f"{n} {getattr(cfg, n)!r}" for n in names
-                  if not reads(cfg.task, task) and getattr(cfg, n) != defaults[n]]
+                  if not reads(cfg.task, task, typed) and getattr(cfg, n) != defaults[n]]
         if unread:
+            where = " of a typed graph" if typed else ""
             warnings.warn(f"{', '.join(unread)}: options of {readers}, ignored by this "
-                          f"{cfg.task} task", IgnoredOptionWarning, stacklevel=3)
+                          f"{cfg.task} task{where}", IgnoredOptionWarning, stacklevel=3)
 
 
 def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
