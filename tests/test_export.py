@@ -212,6 +212,9 @@ def test_a_graph_level_artifact_gives_the_live_models_outputs_for_packed_graphs(
         art.data_arguments(res.data)
     with pytest.raises(ValueError, match="ids must be integer graph ids, got dtype float64"):
         graph_arguments(art, mol, [1.5])
+    with pytest.raises(ValueError, match=r"ids must be a 1-D list of graph ids, got shape "
+                                         r"\[1, 2\]"):
+        graph_arguments(art, mol, [[1, 2]])
     plain = dataclasses.replace(mol, edge_features=None, edge_vocab=())
     with pytest.raises(ValueError, match="takes edge features of 3 columns; collection "
                                          "'molhiv-like' has none"):

@@ -62,6 +62,8 @@ BAD = [
     ("node_features", np.float32(1.0), "node_features must be 2-D [N, d], got shape ()"),
     ("senders", np.array([0, 1, 1, 2, 2, 0, 0, 0.5]), "senders must hold integers, got float64"),
     ("train_idx", np.array([0.7, 1.2]), "train_idx must hold integers, got float64"),
+    ("name", "", "name must be a non-empty string (it names the collection in metrics, "
+                 "checkpoints and files), got ''"),
 ]
 
 
@@ -142,6 +144,9 @@ def test_jraph_round_trip():
     back = zg.collection_from_jraph(gt, name="tiny", splits=(c.train_idx, c.val_idx,
                                                               c.test_idx))
     assert same(c, back)
+    with pytest.raises(ValueError, match=r"the GraphsTuple's globals are a dict \(keys "
+                                         r"\['y'\]\); the targets must be one array"):
+        zg.collection_from_jraph(gt._replace(globals={"y": gt.globals}))
 
 
 def test_jraph_padding_graphs_are_left_out_by_the_mask():

@@ -77,6 +77,10 @@ def test_a_given_dataset_is_asked_for_by_name(tmp_path):
                                np.asarray(zg.layerwise_logits(result.program,
                                                               result.variables,
                                                               result.data)), atol=1e-6)
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint 3 in .*ck \(it holds \[0\]\)"):
+        zg.restore(cfg.checkpoint_dir, dataset=ds, epoch=3)
+    with pytest.raises(ValueError, match="epoch must be an integer .*, got '0'"):
+        zg.restore(cfg.checkpoint_dir, dataset=ds, epoch="0")
     # a damaged checkpoint is named, with the cause's first line
     shutil.rmtree(tmp_path / "ck" / "0" / "state")
     with pytest.raises(ValueError, match=r"checkpoint 0 in .*ck does not read \("):

@@ -47,7 +47,8 @@ def collection_from_jraph(graphs, *, name: str = "jraph", target_kind: str = "bi
     edges and targets (`targets` may then also give one row per real graph); `splits`
     then number the graphs kept.
 
-    Raises ValueError if the tuple has no node features, an edge leaves its graph,
+    Raises ValueError if the tuple has no node features, no targets (globals missing or a
+    dict, and no `targets`), an edge leaves its graph,
     `graph_mask` does not hold one entry per graph, or `targets` fits neither count."""
     if graphs.nodes is None or isinstance(graphs.nodes, dict):
         raise ValueError(f"the GraphsTuple's nodes must be one array [N, d] of node features "
@@ -59,6 +60,10 @@ def collection_from_jraph(graphs, *, name: str = "jraph", target_kind: str = "bi
     if targets is None:
         if graphs.globals is None:
             raise ValueError("the GraphsTuple has no globals: pass targets=")
+        if isinstance(graphs.globals, dict):
+            raise ValueError(f"the GraphsTuple's globals are a dict (keys "
+                             f"{sorted(graphs.globals)}); the targets must be one array, "
+                             f"one row per graph: pass targets=")
         targets = graphs.globals
     arrays = {"nodes": graphs.nodes, "edges": graphs.edges, "targets": targets,
               "senders": np.asarray(graphs.senders) - shift,

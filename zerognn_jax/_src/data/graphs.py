@@ -200,6 +200,9 @@ def _check_targets(c: GraphCollection) -> None:
 def validate_collection(c: GraphCollection) -> None:
     """Raises ValueError, one line naming the problem and the value, unless `c` is a
     consistent collection (module docstring)."""
+    if not isinstance(c.name, str) or not c.name:
+        _fail(f"name must be a non-empty string (it names the collection in metrics, "
+              f"checkpoints and files), got {c.name!r}")
     if c.node_features.ndim != 2:
         _fail(f"node_features must be 2-D [N, d], got shape {c.node_features.shape}")
     num_nodes = c.node_features.shape[0]

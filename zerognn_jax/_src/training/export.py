@@ -101,7 +101,11 @@ def graph_arguments(art: ExportedModel, collection: GraphCollection, ids) -> tup
                          f"one takes {', '.join(art.arguments)}")
     shapes = dict(zip(art.arguments, art.exported.in_avals))
     batch = shapes["n_node"].shape[0]
-    given_ids = np.asarray(ids).reshape(-1)
+    given_ids = np.asarray(ids)
+    if given_ids.ndim > 1:
+        raise ValueError(f"ids must be a 1-D list of graph ids, got shape "
+                         f"{list(given_ids.shape)}")
+    given_ids = given_ids.reshape(-1)
     if given_ids.size and not np.issubdtype(given_ids.dtype, np.integer):
         raise ValueError(f"ids must be integer graph ids, got dtype {given_ids.dtype}")
     ids = given_ids.astype(np.int64)

@@ -70,10 +70,13 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
     Raises:
       FileNotFoundError: no checkpoint there.
       CheckpointMismatch: the checkpoint is of another run or model.
-      ValueError: the run trained on a given Dataset and none is passed.
+      ValueError: the run trained on a given Dataset and none is passed; an `epoch` that
+        is not an integer.
     """
     from zerognn_jax._src.training.checkpoint import BEST, Checkpointer, identity, readable
 
+    if epoch is not None and not is_int(epoch):
+        raise ValueError(f"epoch must be an integer (a checkpoint's epoch), got {epoch!r}")
     directory = Path(checkpoint_dir) / BEST if best else Path(checkpoint_dir)
     if not directory.is_dir():
         raise FileNotFoundError(f"no checkpoint folder {directory}"
