@@ -224,6 +224,7 @@ def test_a_kernels_phase_is_its_first_named_scope_found_whole():
     assert phase(None) == "unnamed"
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="traces a run on the CPU backend")
 def test_a_cpu_trace_has_no_device_fraction(tmp_path):
     double = jax.jit(lambda x: x * 2)
     with profiling.traced_window(tmp_path):

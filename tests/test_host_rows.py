@@ -19,6 +19,7 @@ from zerognn_jax._src.ops.gather import gather_rows, gather_rows_reference
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.training.memory import Resident
 from zerognn_jax._src.training.placement import choose_placement
+from zerognn_jax._src.training.scan import read_ahead_limit
 
 
 def _ids(rng, n: int, rows: int):
@@ -328,12 +329,14 @@ def test_training_with_host_features_equals_device_features(planetoid_root, caps
         runs[name] = zg.train(cfg)
         assert runs[name].summary["feature_placement"] == place
         assert runs[name].summary["feature_placement_why"] == "asked for (feature_placement)"
-        assert runs[name].summary["sample_ahead"] == (16 if place == "host" else 1)  # CPU
+        on_device = 1 if jax.default_backend() == "cpu" else 8
+        assert runs[name].summary["sample_ahead"] == (16 if place == "host" else on_device)
         if place == "host":
             assert runs[name].summary["host_row_order"] == \
                 ("stored" if order == "stored" else "degree")
+            default = 2 << 30 if jax.default_backend() == "cpu" else read_ahead_limit()
             assert runs[name].summary["read_ahead_bytes"] == (
-                int(0.03 * 2**30) if name == "host" else 2 << 30)  # a CPU's default
+                int(0.03 * 2**30) if name == "host" else default)
         else:
             assert "read_ahead_bytes" not in runs[name].summary
     err = capsys.readouterr().err

@@ -10,10 +10,16 @@ and the test AUC must be equal."""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
 import zerognn_jax as zg
+
+# Recorded on a CPU: XLA:GPU adds in other orders, so a GPU's losses differ in the last
+# digits (seen on an H200, 2026-12-01).
+pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu",
+                                reason="losses recorded on a CPU, compared bit for bit")
 
 # Per run: per-epoch training losses and the final test AUC.
 RECORDED = {

@@ -3,10 +3,16 @@ into rooms by stage (commit 95aa808, CPU, JAX 0.10.2) must come out unchanged.""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
 import zerognn_jax as zg
+
+# Recorded on a CPU: XLA:GPU adds in other orders, so a GPU's losses differ in the last
+# digits (seen on an H200, 2026-12-01).
+pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu",
+                                reason="losses recorded on a CPU, compared bit for bit")
 
 # Per run: per-epoch training losses and the final exact test accuracy.
 RECORDED = {

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import assert_same_runs
 
 import zerognn_jax as zg
 
@@ -149,10 +150,9 @@ def test_degree_task_resumes_from_its_checkpoint(dataset, tmp_path):
     zg.train(config(epochs=1, checkpoint_dir=str(tmp_path)), dataset)
     resumed = zg.train(config(checkpoint_dir=str(tmp_path)), dataset)
     assert resumed.summary["start_epoch"] == 1
-    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in straight.history]
-    same = jax.tree_util.tree_map(lambda a, b: bool(jnp.all(a == b)),
-                                  straight.variables["params"], resumed.variables["params"])
-    assert jax.tree_util.tree_all(same)
+    assert_same_runs([h["loss"] for h in resumed.history],
+                     [h["loss"] for h in straight.history])
+    assert_same_runs(straight.variables["params"], resumed.variables["params"])
 
 
 def test_degree_task_trains_on_two_devices(tmp_path):

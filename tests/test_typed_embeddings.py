@@ -410,8 +410,9 @@ def test_a_whole_graph_layer_that_runs_out_of_memory_runs_in_chunks(monkeypatch)
 
         monkeypatch.setattr(typed_eval, "_exact_layer",
                             short_of_memory("RESOURCE_EXHAUSTED: Out of memory"))
-        with pytest.warns(UserWarning, match="layer 2's whole-graph pass ran the device out "
-                                             "of memory; running it in chunks of 1.00 GiB"):
+        # 1 GiB on a CPU; an eighth of the free memory on a large device
+        with pytest.warns(UserWarning, match=r"layer 2's whole-graph pass ran the device out "
+                                             r"of memory; running it in chunks of [\d.]+ GiB"):
             got = np.asarray(logits())
         assert [t for t, _, _ in calls] == ["paper"]  # layer 2's one type, chunked
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
