@@ -72,23 +72,25 @@ def test_a_missing_checkpoint_is_one_line(tmp_path, capsys):
 
 def test_a_checkpoint_cut_short_is_one_line_and_leaves_no_tracebacks(run, tmp_path):
     """Array data cut short fails orbax's parallel reads: one line naming the array and the
-    file, and none of the failed reads' tracebacks (kept alive by the error raised in its
-    place, they were printed at exit, 250 lines for this small model). A child process,
-    as the tracebacks came at its exit."""
+    file, and none of the failed reads' reports (tracebacks, "Future exception was never
+    retrieved"), which came during the read and at exit, up to ~1,000 lines for this
+    small model. Child processes, as the reports came at their exit."""
     folder, _ = run
     ckpt = shutil.copytree(folder / "ckpt", tmp_path / "ckpt")
     for chunk in (ckpt / "0" / "state" / "ocdbt.process_0" / "d").iterdir():
         chunk.write_bytes(chunk.read_bytes()[:50])
     out = tmp_path / "model.bin"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-m", "zerognn_jax.cli", "export", str(ckpt),
-                           "--out", str(out)], capture_output=True, text=True, env=env,
-                          timeout=300)
-    assert done.returncode == 2, done.stderr[-3000:]
-    assert done.stderr.startswith(f"zerognn: error: checkpoint 0 in {ckpt} does not read "
-                                  f"(ValueError: OUT_OF_RANGE: Error reading "), done.stderr
-    assert done.stderr.count("\n") == 1, done.stderr[-3000:]
-    assert "TensorStore(" not in done.stderr and not out.exists()
+    for _ in range(3):  # the leftovers came in about half of the runs, at random
+        done = subprocess.run([sys.executable, "-m", "zerognn_jax.cli", "export", str(ckpt),
+                               "--out", str(out)], capture_output=True, text=True, env=env,
+                              timeout=300)
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert done.stderr.startswith(f"zerognn: error: checkpoint 0 in {ckpt} does not "
+                                      f"read (ValueError: OUT_OF_RANGE: Error reading "), \
+            done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr[-3000:]
+        assert "TensorStore(" not in done.stderr and not out.exists()
 
 
 def test_an_out_that_names_no_file_is_refused_before_the_restore(tmp_path, capsys):

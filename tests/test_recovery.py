@@ -498,12 +498,16 @@ def test_orbax_teardown_noise_is_dropped_while_a_checkpointer_is_open(tmp_path, 
     orbax_shutdown = ("unhandled exception during asyncio.run() shutdown\ntask: <Task finished "
                       "coro=<_read_array_index_and_device_put() done, defined at "
                       "/x/orbax/checkpoint/y.py:1>>")
+    tensorstore_future = ("Future exception was never retrieved\nfuture: <Future finished "
+                          "exception=ValueError('OUT_OF_RANGE: Error reading \"a/0.0\" in "
+                          "OCDBT database at local file \"/x/\"')>")
     ckpt = Checkpointer(str(tmp_path / "ck"))
     try:
         sys.unraisablehook(closed)
         sys.unraisablehook(other)
         logging.getLogger("asyncio").error(orbax_task)
         logging.getLogger("asyncio").error(orbax_shutdown)
+        logging.getLogger("asyncio").error(tensorstore_future)
         logging.getLogger("asyncio").error("Task exception was never retrieved: mine")
     finally:
         ckpt.close()

@@ -37,13 +37,17 @@ def main(argv=None) -> int:
     try:
         return args.handler(args)
     except (ValueError, FileNotFoundError) as err:
-        return _fail(err, f"error: {err}", 2)
+        code = _fail(err, f"error: {err}", 2)
     except (Diverged, OSError) as err:
-        return _fail(err, f"error: {err}", 1)
+        code = _fail(err, f"error: {err}", 1)
     except Interrupted as err:
-        return _fail(err, str(err), err.exit_code, "; run the same command again to resume")
+        code = _fail(err, str(err), err.exit_code, "; run the same command again to resume")
     except KeyboardInterrupt as err:
-        return _fail(err, "interrupted", 130)
+        code = _fail(err, "interrupted", 130)
+    checkpoints = sys.modules.get("zerognn_jax._src.training.checkpoint")
+    if argv is None and checkpoints is not None:  # the command's process, about to exit
+        checkpoints.quiet_until_exit()
+    return code
 
 
 def _fail(err: BaseException, message: str, code: int, hint: str = "") -> int:

@@ -209,19 +209,32 @@ def _teardown_noise(unraisable) -> bool:
         isinstance(err, RuntimeError) and str(err) == "Event loop is closed")
 
 
-# How asyncio reports a task's failure that nothing awaited: when the task is collected,
-# and (seen with Python 3.12 on the GPU machine, 2026-12-01) when asyncio.run ends.
-_UNAWAITED = ("Task exception was never retrieved",
-              "unhandled exception during asyncio.run() shutdown")
+# What marks one of asyncio's reports of a failure nothing awaited ("Task exception was
+# never retrieved", "Future ...", "_GatheringFuture ..." when the object is collected;
+# "unhandled exception during asyncio.run() shutdown", Python 3.12) as orbax's: its code,
+# or the tensorstore error it holds.
+_ORBAX_MARKS = ("orbax", "TensorStore", "tensorstore", "OCDBT")
 
 
 class _OrbaxTasks(logging.Filter):
-    """Drops asyncio's reports of orbax's failed tasks (`_UNAWAITED`): the failure they
-    hold is the one the save or restore raised."""
+    """Drops asyncio's reports of orbax's failed reads and writes: the failure they hold
+    is the one the save or restore raised."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
-        return not (text.startswith(_UNAWAITED) and "orbax" in text)
+        first = text.split("\n", 1)[0]
+        unawaited = (first.endswith("exception was never retrieved")
+                     or first.startswith("unhandled exception during asyncio.run() shutdown"))
+        return not (unawaited and any(mark in text for mark in _ORBAX_MARKS))
+
+
+def quiet_until_exit() -> None:
+    """Keeps `_quiet`'s filters of orbax's leftovers for the rest of the process: a command
+    that failed is about to exit, and the read tasks of a damaged checkpoint may be
+    collected only then (orbax's event loop holds them), each printing its traceback."""
+    logging.getLogger("asyncio").addFilter(_OrbaxTasks())
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda u: None if _teardown_noise(u) else hook(u)
 
 
 # Failed orbax calls so far (`_quiet`): a context collects garbage only after one.
