@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import flax.linen as nn
@@ -14,6 +15,7 @@ import pytest
 from conftest import labelled_dataset, mean_layer
 
 import zerognn_jax as zg
+from zerognn_jax.cli import main
 
 
 class MeanConcat(nn.Module):
@@ -62,7 +64,7 @@ def test_restore_for_inference_needs_the_model_only(planetoid_root, tmp_path):
         zg.predict(back, [0], node_type="paper")
 
 
-def test_a_given_dataset_is_asked_for_by_name(tmp_path):
+def test_a_given_dataset_is_asked_for_by_name(tmp_path, capsys):
     n = 120
     ds = labelled_dataset("mine", n, 4, 2, seed=0, edges=400)
     cfg = zg.TrainConfig(hidden=8, layers=1, fanouts=(3,), batch_size=40, epochs=1,
@@ -77,6 +79,13 @@ def test_a_given_dataset_is_asked_for_by_name(tmp_path):
                                np.asarray(zg.layerwise_logits(result.program,
                                                               result.variables,
                                                               result.data)), atol=1e-6)
+    # the command line exports such a run from the dataset's saved file
+    out, saved = tmp_path / "m.bin", zg.save_npz(ds, tmp_path / "mine.npz")
+    export = ["export", cfg.checkpoint_dir, "--out", str(out), "--batch-size", "8"]
+    assert main(export) == 2 and not out.exists()
+    assert "(zerognn export: --dataset and the file it was saved to)" in capsys.readouterr().err
+    assert main([*export, "--dataset", str(saved)]) == 0
+    assert json.loads(capsys.readouterr().out)["bytes"] == out.stat().st_size > 0
     with pytest.raises(FileNotFoundError, match=r"no checkpoint 3 in .*ck \(it holds \[0\]\)"):
         zg.restore(cfg.checkpoint_dir, dataset=ds, epoch=3)
     with pytest.raises(ValueError, match="epoch must be an integer .*, got '0'"):

@@ -92,16 +92,21 @@ def _add_size_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=generator_seed, default=0, help="generator seed (default 0)")
 
 
+def load_named(name: str, root=None, *, scale: float = 1.0, seed: int = 0,
+                download: bool = False):
+    """The dataset `name` (a name or a saved file) names, read by the loader of its kind:
+    a graph collection, a typed dataset or a node dataset."""
+    if is_graph_dataset(name):
+        return load_graphs(name, root, scale=scale, seed=seed)
+    if name.lower() in HETERO_NAMES or is_hetero_path(name):
+        return load_hetero_dataset(name, root, scale=scale, seed=seed)
+    return load_dataset(name, root, scale=scale, seed=seed, download=download)
+
+
 def run_info(args: argparse.Namespace) -> int:
     """Handler of `data info`: loads the dataset and prints its statistics."""
-    if is_graph_dataset(args.name):
-        return _guarded(lambda: load_graphs(args.name, args.root, scale=args.scale,
-                                            seed=args.seed))
-    if args.name.lower() in HETERO_NAMES or is_hetero_path(args.name):
-        return _guarded(lambda: load_hetero_dataset(args.name, args.root, scale=args.scale,
-                                                    seed=args.seed))
-    return _guarded(lambda: load_dataset(args.name, args.root, scale=args.scale,
-                                         seed=args.seed, download=args.download))
+    return _guarded(lambda: load_named(args.name, args.root, scale=args.scale,
+                                       seed=args.seed, download=args.download))
 
 
 def run_generate(args: argparse.Namespace) -> int:

@@ -2,13 +2,14 @@
 artifact for serving (`zg.export_model`), read from its checkpoint folder.
 
   zerognn export CHECKPOINT_DIR --out FILE [--batch-size N] [--best]
-                 [--platforms cpu,cuda] [--node-type TYPE]
+                 [--platforms cpu,cuda] [--node-type TYPE] [--dataset FILE]
                  [--max-nodes N --max-edges N]   (a graph-level run's rows per call)
                  [--max-degree K]                (its sums by K listed edges a node)
 
 The run's configuration and dataset come from what the checkpoint records, as
-`zg.restore` loads them (a run trained on a dataset object needs that object again:
-restore it from Python and call `zg.export_model`). The artifact is written whole or
+`zg.restore` loads them; a run trained on a dataset object needs that dataset again,
+saved to a file (`zg.save_npz`, `save_dir`, `save_hetero_npz`, `save_graphs`) and given
+as `--dataset FILE`. The artifact is written whole or
 not at all; its argument names are printed as one JSON object on stdout
 (`jax.export.deserialize(bytes).call(...)` takes them in that order). Errors print
 `zerognn: error: ...` on stderr and exit with 2, or 1 where the file could not be
@@ -24,6 +25,7 @@ from pathlib import Path
 from zerognn_jax._src.data.writes import atomic_write
 from zerognn_jax._src.training.export import export_model
 from zerognn_jax._src.training.inference import restore
+from zerognn_jax.cli.data import load_named
 from zerognn_jax.cli.flags import _as_flag
 
 # export_model's arguments that are this command's options
@@ -56,6 +58,10 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
                    help="a graph-level run sums by gathers over this many listed edges a "
                         "node (faster on a GPU for large batches; a graph past it gets NaN); "
                         "default: by scatter-adds")
+    p.add_argument("--dataset", default=None,
+                   help="the saved file of the dataset a run trained on when it was given "
+                        "to train() as an object; other runs load theirs by the name they "
+                        "recorded")
     p.set_defaults(handler=run_export)
     return p
 
@@ -72,7 +78,9 @@ def run_export(args) -> int:
     if args.platforms:  # each named once, in the order given
         platforms = tuple(dict.fromkeys(p.strip() for p in args.platforms.split(",")))
     with interrupts.deferred():
-        result = restore(args.checkpoint_dir, best=args.best, for_inference=True)
+        dataset = None if args.dataset is None else load_named(args.dataset)
+        result = restore(args.checkpoint_dir, best=args.best, dataset=dataset,
+                         for_inference=True)
         interrupts.check("reading the checkpoint; nothing was written")
         try:
             art = export_model(result.program, result.variables, result.data,

@@ -55,4 +55,5 @@ def check_dataset(meta: dict, dataset) -> None:
         name = meta.get("config", {}).get("dataset")
         raise ValueError(f"the checkpoint's run trained on a Dataset passed to train() "
                          f"(named {name!r}), which cannot be loaded by name: pass it, "
-                         f"restore(..., dataset=...)")
+                         f"restore(..., dataset=...) (zerognn export: --dataset and the "
+                         f"file it was saved to)")
