@@ -9,8 +9,8 @@ artifact for serving (`zg.export_model`), read from its checkpoint folder.
 The run's configuration and dataset come from what the checkpoint records, as
 `zg.restore` loads them; a run trained on a dataset object needs that dataset again,
 saved to a file (`zg.save_npz`, `save_dir`, `save_hetero_npz`, `save_graphs`) and given
-as `--dataset FILE`. The artifact is written whole or
-not at all; its argument names are printed as one JSON object on stdout
+as `--dataset FILE`. The artifact is written whole or not at all; its argument names
+are printed as one JSON object on stdout
 (`jax.export.deserialize(bytes).call(...)` takes them in that order). Errors print
 `zerognn: error: ...` on stderr and exit with 2, or 1 where the file could not be
 written.

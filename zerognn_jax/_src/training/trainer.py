@@ -635,6 +635,7 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar):
     program, compile_before = runner.program, runner.compile_seconds
     t0 = time.perf_counter()
     items = program.task.train_items(dataset)
+
     def between_chunks(done, total):
         # a signal during the last chunk stops the run after the epoch's checkpoint
         if done < total:
