@@ -1,6 +1,6 @@
 """`zerognn train` in a process that tests/test_recovery.py can make fail on cue.
 
-  python tests/_fault_child.py [--signal-in-compile PHASE:SIGNAL[:COUNT]]
+  python tests/_fault_child.py [--signal-in-compile PHASE:SIGNAL[:COUNT[:held]]]
                                [--kill-at POINT] [--kill-in-save EPOCH:WHEN]
                                [--signal-after-save EPOCH:SIGNAL] -- ZEROGNN_ARGS...
 
@@ -11,6 +11,9 @@ does the same on an idle machine and on a loaded one.
   once, 0.3 s apart), starting 0.3 s into the longest XLA compilation of PHASE (seconds
   on a CPU): "calibration" (its sampling scan) or "training" (the chunk program). That
   compilation returns only once every signal is sent, so all land inside the phase.
+  With "held", the main thread blocks SIGNAL and waits for every signal to be sent before
+  it compiles, as a thread held in native code the whole time does: Python runs no
+  handler of its own until then.
 --kill-at ends the process with SIGKILL at the safe point (`interrupts.check`) that
   follows POINT: "loading the data", "calibration", "initialisation", "step S of epoch
   E" (after each chunk but the epoch's last), "training epoch E" (after its checkpoint,
@@ -38,8 +41,9 @@ import time
 def _signal_in_compile(spec: str) -> None:
     import jax._src.compiler as compiler
 
-    phase, name, *count = spec.split(":")
-    sig, count = getattr(signal, name), int(count[0]) if count else 1
+    phase, name, *more = spec.split(":")
+    sig, count = getattr(signal, name), int(more[0]) if more else 1
+    held = more[1:] == ["held"]
     # The longest compilation of each phase: calibration's sampling scan, the first chunk.
     program = {"calibration": "jit_sample_epoch_counts", "training": "jit_run"}[phase]
     compile_and_load = compiler.backend_compile_and_load
@@ -54,6 +58,12 @@ def _signal_in_compile(spec: str) -> None:
             print(f"fault: {name} x{count} while compiling {program}", file=sys.stderr,
                   flush=True)
             sender = threading.Thread(target=send, daemon=True)
+            if held:  # the threads already running still take the signal
+                signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+                sender.start()
+                sender.join()  # a wait in native code that no signal interrupts
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+                return compile_and_load(backend, module, *args, **kwargs)
             sender.start()
             try:
                 return compile_and_load(backend, module, *args, **kwargs)
