@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import flax.linen as nn
@@ -97,3 +98,39 @@ def test_a_given_dataset_is_asked_for_by_name(tmp_path, capsys):
     (tmp_path / "ck" / "0" / "meta" / "metadata").write_text('{"x":')
     with pytest.raises(ValueError, match=r"checkpoint 0 in .*ck does not read \("):
         zg.restore(cfg.checkpoint_dir, dataset=ds, for_inference=True)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs Linux's /proc/self/io")
+def test_inference_reads_the_model_and_not_the_optimizers_moments(tmp_path):
+    """`restore(for_inference=True)` (and `zerognn export`) read the parameters and batch
+    statistics only: counted by the bytes this process reads from files (`rchar`, all its
+    threads), which for Adam's moments of a wide table were 2,000 times the model's."""
+    from zerognn_jax._src.training.checkpoint import Checkpointer
+
+    def bytes_read():
+        with open("/proc/self/io") as io:
+            return next(int(line.split()[1]) for line in io if line.startswith("rchar"))
+
+    rng = np.random.default_rng(0)
+    table = lambda: jnp.asarray(rng.normal(size=(2000, 1000)), jnp.float32)
+    state = {"params": {"w": jnp.asarray(rng.normal(size=(16, 16)), jnp.float32)},
+             "batch_stats": {}, "opt_state": ({"mu": table(), "nu": table()},)}
+    saving = Checkpointer(str(tmp_path / "ck"))
+    saving.save(0, state, {"epoch": 0})
+    saving.close()
+    ckpt = Checkpointer(str(tmp_path / "ck"), create=False)
+    try:
+        start = bytes_read()
+        whole = ckpt.restore_as_saved(0)
+        middle = bytes_read()
+        model = ckpt.restore_as_saved(0, ("params", "batch_stats"))
+        end = bytes_read()
+    finally:
+        ckpt.close()
+    assert sorted(model) == ["batch_stats", "params"]
+    np.testing.assert_array_equal(np.asarray(model["params"]["w"]),
+                                  np.asarray(state["params"]["w"]))
+    np.testing.assert_array_equal(np.asarray(whole["opt_state"][0]["nu"]),
+                                  np.asarray(state["opt_state"][0]["nu"]))
+    assert middle - start > 8_000_000  # the moments, compressed
+    assert end - middle < 200_000, end - middle

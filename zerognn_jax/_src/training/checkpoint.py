@@ -199,13 +199,15 @@ def _drop_frames(err: BaseException) -> None:
         err = err.__cause__ or err.__context__
 
 
-def _teardown_noise(unraisable) -> bool:
+def _teardown_noise(unraisable, iscoroutine=inspect.iscoroutine) -> bool:
     """Whether an exception Python could not raise is the leftover of a failed orbax
     read or write: a coroutine never awaited, or a tensorstore callback that reached the
     asyncio event loop orbax had already closed (printed as "RuntimeError: Event loop is
-    closed" tracebacks, a dozen for one corrupt checkpoint)."""
+    closed" tracebacks, a dozen for one corrupt checkpoint). (`iscoroutine` is bound
+    here: at the interpreter's exit, where a Checkpointer never closed still holds the
+    hook, the module's globals are None.)"""
     err = unraisable.exc_value
-    return inspect.iscoroutine(unraisable.object) or (
+    return iscoroutine(unraisable.object) or (
         isinstance(err, RuntimeError) and str(err) == "Event loop is closed")
 
 
@@ -368,20 +370,35 @@ class Checkpointer:
                 state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
         return out["state"], out["meta"]
 
-    def restore_as_saved(self, epoch: int) -> dict:
+    def restore_as_saved(self, epoch: int, parts: tuple[str, ...] | None = None) -> dict:
         """The state of `epoch` in the structure it was saved with (read from the
         checkpoint's metadata, so no optimizer is needed: what inference restores), every
-        array whole on this process's first device, whatever mesh saved it."""
+        array whole on this process's first device, whatever mesh saved it. With `parts`,
+        only those entries of the state are read (inference: not the optimizer's moments,
+        twice a model's bytes under Adam); the others are left out of the result."""
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         with _quiet():
             saved = ocp.StandardCheckpointer().metadata(
                 self.directory / str(epoch) / "state").item_metadata
-            abstract = jax.tree_util.tree_map(
-                lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                getattr(saved, "tree", saved))
-            out = self._manager.restore(epoch, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract)))
-        return out["state"]
+            saved = getattr(saved, "tree", saved)
+            if parts is None:
+                abstract = jax.tree_util.tree_map(
+                    lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), saved)
+                out = self._manager.restore(epoch, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(abstract)))
+                return out["state"]
+            # Leaves given as orbax's PLACEHOLDER are not read.
+            abstract = {k: jax.tree_util.tree_map(
+                lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), v)
+                if k in parts else jax.tree_util.tree_map(lambda _: ocp.PLACEHOLDER, v)
+                for k, v in saved.items()}
+            read = jax.tree_util.tree_map(
+                lambda a: a if a is ocp.PLACEHOLDER else ocp.ArrayRestoreArgs(sharding=device),
+                abstract)
+            with ocp.PyTreeCheckpointer() as reader:  # the manager's item reads it whole
+                out = reader.restore(self.directory / str(epoch) / "state",
+                                     args=ocp.args.PyTreeRestore(abstract, restore_args=read))
+        return {k: v for k, v in out.items() if k in parts}
 
     def check(self, epoch: int, meta: dict, ident: dict, relations=()) -> None:
         """Raises CheckpointMismatch if `meta` (of `epoch`) records another identity
