@@ -131,6 +131,24 @@ def test_cli_option_errors_are_one_line(capsys):
         assert f"unrecognized arguments: {flag} 1" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--dataset", "mag-like", "--scale", "0.001", "--model", "rsage", "--fanouts", "5,5",
+      "--relation-fanouts", "cites=5"],
+     "relation_fanouts['cites'] (--relation-fanouts) is (5,): one fanout per layer is "
+     "needed, and the model has 2 layers"),
+    (["--dataset", "products-like", "--scale", "0.001", "--edge-features"],
+     "edge_features is set (--edge-features), and dataset 'products-like' has no "
+     "edge-feature table (CSRGraph.edge_features)"),
+    (["--dataset", "ogbn-mag"],
+     "ogbn-mag needs root= (--root), the folder that holds ogbn_mag/"),
+])
+def test_errors_found_while_preparing_a_run_name_the_flag(capsys, args, message):
+    """Raised by `train()` (fields, as Python calls it), they also name the command
+    line's flag."""
+    assert main(["train", *args, "--epochs", "1", "--no-progress"]) == 2
+    assert capsys.readouterr().err == f"zerognn: error: {message}\n"
+
+
 # ---------------------------------------------------- output paths, first
 
 

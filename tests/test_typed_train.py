@@ -205,7 +205,8 @@ def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
     (dict(model="sage"), "model 'sage' does not read typed graphs"),
     (dict(engine="host-exact"), "typed graphs train on the scan engine"),
     (dict(relation_fanouts={"nope": (1, 1)}), "relation_fanouts key 'nope' names no"),
-    (dict(relation_fanouts={"cites": (1,)}), "relation_fanouts['cites'] has 1 hops"),
+    (dict(relation_fanouts={"cites": (1,)}),
+     "relation_fanouts['cites'] (--relation-fanouts) is (1,)"),
     (dict(relation_fanouts={"cites": (1, 1), "paper__cites__paper": (2, 2)}),
      "relation_fanouts names paper__cites__paper twice, as 'cites' and "
      "'paper__cites__paper'"),

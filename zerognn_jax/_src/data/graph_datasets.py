@@ -52,10 +52,10 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
         return collection
     if scale != 1.0:
         raise ValueError(f"scale applies to the synthetic presets ({', '.join(PRESETS)}), "
-                         f"got scale={scale} for {name!r}")
+                         f"got scale={scale} (--scale) for {name!r}")
     if key in GRAPH_SPECS:
         if root is None:
-            raise ValueError(f"{key} needs root=, the folder that holds "
+            raise ValueError(f"{key} needs root= (--root), the folder that holds "
                              f"{GRAPH_SPECS[key].folder}/")
         return load_ogbg(key, root)
     if names_a_missing_path(name):

@@ -107,7 +107,7 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
     if key not in SCALED and scale != 1.0:
         raise ValueError(f"scale applies to the synthetic presets ({', '.join(SCALED)}; "
                          f"typed: {', '.join(TYPED_PRESETS)}; graph collections: "
-                         f"{', '.join(GRAPH_PRESETS)}), got scale={scale} for "
+                         f"{', '.join(GRAPH_PRESETS)}), got scale={scale} (--scale) for "
                          f"{name!r}")
     if key in planetoid.NAMES:
         return planetoid.load_planetoid(key, root, download=download)
@@ -197,7 +197,7 @@ def _rmat_log2(scale: float) -> int:
 
 def _load_ogb(name: str, root) -> Dataset:
     if root is None:
-        raise ValueError(f"{name} needs root=, the folder that holds "
+        raise ValueError(f"{name} needs root= (--root), the folder that holds "
                          f"{ogb.SPECS[name].folder}/")
     folder = ogb.dataset_folder(name, root)
     binary = ogb.SPECS[name].binary  # converted into a memory-mapped dataset directory
@@ -258,10 +258,11 @@ def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
     key = name.lower()
     if key not in TYPED_PRESETS and scale != 1.0:
         raise ValueError(f"scale applies to {', '.join(TYPED_PRESETS)}, got scale={scale} "
-                         f"for {name!r}")
+                         f"(--scale) for {name!r}")
     if key == "ogbn-mag":
         if root is None:
-            raise ValueError(f"ogbn-mag needs root=, the folder that holds {mag_folder('')}/")
+            raise ValueError(f"ogbn-mag needs root= (--root), the folder that holds "
+                             f"{mag_folder('')}/")
         return _load_mag(root)
     if key in TYPED_PRESETS:
         make, suffix = TYPED_PRESETS[key]

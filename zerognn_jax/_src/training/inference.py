@@ -129,7 +129,9 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
     ident = {k: v for k, v in ident.items() if k not in INFERENCE_FREE}
     ident.update({k: saved_ident[k] for k in INFERENCE_FREE if k in saved_ident})
     ckpt.check(epoch, meta, ident, relations)
-    saved = readable(lambda: ckpt.restore_as_saved(epoch, ("params", "batch_stats")),
+    # the model's variables and its node embedding, not the optimizers' state
+    saved = readable(lambda: ckpt.restore_as_saved(epoch, ("params", "batch_stats",
+                                                           "embedding")),
                      ckpt.directory, epoch)
     like = {"params": state.params, "batch_stats": state.batch_stats}
     got = {"params": saved["params"], "batch_stats": saved.get("batch_stats") or {}}

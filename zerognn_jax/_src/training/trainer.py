@@ -201,10 +201,12 @@ def _edge_dim(cfg: TrainConfig, dataset: Dataset, *, user_model: bool) -> int | 
         return None
     table = dataset.graph.edge_features
     if table is None:
-        raise ValueError(f"edge_features is set, and dataset {dataset.name!r} has no "
+        raise ValueError(f"edge_features is set (--edge-features), and dataset "
+                         f"{dataset.name!r} has no "
                          f"edge-feature table (CSRGraph.edge_features)")
     if not user_model and cfg.model not in EDGE_MODELS:
-        raise ValueError(f"edge_features is set, and model {cfg.model!r} reads none; "
+        raise ValueError(f"edge_features is set (--edge-features), and model {cfg.model!r} "
+                         f"reads none; "
                          f"models that do: {', '.join(EDGE_MODELS)}")
     return int(table.shape[1])
 

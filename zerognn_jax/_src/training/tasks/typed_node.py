@@ -269,8 +269,9 @@ def relation_fanouts(cfg, graph: HeteroGraph) -> dict:
                              f"{keys[relation]!r} and {key!r}: keep one")
         keys[relation] = key
         if len(per_hop) != len(cfg.fanouts):
-            raise ValueError(f"relation_fanouts[{key!r}] has {len(per_hop)} hops, the model "
-                             f"{len(cfg.fanouts)} layers: {tuple(per_hop)}")
+            raise ValueError(f"relation_fanouts[{key!r}] (--relation-fanouts) is "
+                             f"{tuple(per_hop)}: one fanout per layer is needed, and the "
+                             f"model has {len(cfg.fanouts)} layers")
         out[relation] = tuple(per_hop)
     return out
 
