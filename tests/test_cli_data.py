@@ -45,6 +45,11 @@ def test_info_planetoid_with_root(capsys):
          "zerognn: error: dataset file /nonexistent/d.npz does not exist"),
         (["data", "info", "cora", "--scale", "2"],
          "zerognn: error: scale applies to the synthetic presets (products-like, "),
+        (["data", "info", "products-like", "--scale", "0.001", "--download"],
+         "zerognn: error: --download fetches the Planetoid files (cora, citeseer, pubmed); "
+         "'products-like' has none\n"),
+        (["data", "info", "ogbn-mag", "--seed", "3"],
+         "zerognn: error: --seed applies to the synthetic presets (products-like, "),
         (["data", "generate", "rmat", "--out", "graph.bin"],
          "zerognn: error: --out must end in .npz, got 'graph.bin'"),
         (["data", "generate", "molhiv-like", "--out", "/nonexistent/m.npz",

@@ -47,6 +47,7 @@ from zerognn_jax._src.data.loaders import (
     write_papers100m_like,
 )
 from zerognn_jax._src.data.loaders import TYPED_PRESETS as TYPED_GENERATORS
+from zerognn_jax._src.data.planetoid import NAMES as PLANETOID_NAMES
 from zerognn_jax._src.data.storage import load_arrays
 from zerognn_jax._src.data.writes import WriteError, refuse_foreign
 from zerognn_jax.cli.flags import generator_seed
@@ -104,9 +105,22 @@ def load_named(name: str, root=None, *, scale: float = 1.0, seed: int = 0,
 
 
 def run_info(args: argparse.Namespace) -> int:
-    """Handler of `data info`: loads the dataset and prints its statistics."""
-    return _guarded(lambda: load_named(args.name, args.root, scale=args.scale,
-                                       seed=args.seed, download=args.download))
+    """Handler of `data info`: loads the dataset and prints its statistics. --download
+    and --seed are refused where they would do nothing (the scale is checked by the
+    loaders, whose Python callers give it too)."""
+    def build():
+        key = args.name.lower()
+        if args.download and key not in PLANETOID_NAMES:
+            raise ValueError(f"--download fetches the Planetoid files "
+                             f"({', '.join(PLANETOID_NAMES)}); {args.name!r} has none")
+        if args.seed and key not in (*GENERATE_PRESETS, "tiny"):
+            raise ValueError(f"--seed applies to the synthetic presets "
+                             f"({', '.join(GENERATE_PRESETS)}, tiny); {args.name!r} is "
+                             f"read, not generated (got --seed {args.seed})")
+        return load_named(args.name, args.root, scale=args.scale, seed=args.seed,
+                          download=args.download)
+
+    return _guarded(build)
 
 
 def run_generate(args: argparse.Namespace) -> int:
