@@ -132,8 +132,8 @@ def test_cli_option_errors_are_one_line(capsys):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--dataset", "mag-like", "--scale", "0.001", "--model", "rsage", "--fanouts", "5,5",
-      "--relation-fanouts", "cites=5"],
+    (["--dataset", "mag-like", "--scale", "0.001", "--model", "rsage", "--layers", "2",
+      "--fanouts", "5,5", "--relation-fanouts", "cites=5"],
      "relation_fanouts['cites'] (--relation-fanouts) is (5,): one fanout per layer is "
      "needed, and the model has 2 layers"),
     (["--dataset", "products-like", "--scale", "0.001", "--edge-features"],
@@ -385,7 +385,7 @@ def test_options_of_another_task_are_named_as_ignored():
     assert "readout 'max': options of graph tasks, ignored by this node task" in said
     graph = TrainConfig(task="graph", dataset="molhiv-like", model="gin", fanouts=(3, 3),
                         sampler="labor", flat_outer=True, norm="layer", input_dropout=0.5,
-                        progress=False)
+                        eval_mode="sampled", progress=False)
     with pytest.warns(zg.IgnoredOptionWarning) as caught:
         trainer._warn_unread_options(graph, None)
     assert [str(w.message) for w in caught] == [
@@ -393,13 +393,21 @@ def test_options_of_another_task_are_named_as_ignored():
         "ignored by this graph task",
         "input_dropout 0.5: options of node and link models, ignored by this graph task",
         "norm 'layer': options of the models of one-type graphs' node and link tasks, "
-        "ignored by this graph task"]
+        "ignored by this graph task",
+        "eval_mode 'sampled': this graph task evaluates whole graphs, exactly ('full'; "
+        "'none' skips it)"]
     typed = TrainConfig(dataset="mag-like", model="rsage", norm="batch", progress=False)
     with pytest.warns(zg.IgnoredOptionWarning) as caught:
         trainer._warn_unread_options(typed, None)
     assert [str(w.message) for w in caught] == [
         "norm 'batch': options of the models of one-type graphs' node and link tasks, "
         "ignored by this node task of a typed graph"]
+    # a task the typed dataset cannot train is refused before any warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="task 'graph' does not train typed datasets"):
+            trainer._warn_unread_options(dataclasses.replace(typed, task="graph",
+                                                             fanouts=(3, 3)), None)
 
 
 def test_a_failed_run_leaves_no_empty_metrics_file(tmp_path, monkeypatch):

@@ -364,15 +364,18 @@ def _warn_unread_options(cfg: TrainConfig, dataset) -> None:
     """Warns (`IgnoredOptionWarning`) naming the options `cfg` sets that only another
     task reads (`dataset`: the one given to `train`, else `cfg.dataset` names it)."""
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    task = task_class(cfg.task)
     typed = is_typed(cfg.dataset if dataset is None else dataset)
+    task = task_class(cfg.task, typed=typed)  # a task no such dataset trains: its error first
+    where = " of a typed graph" if typed else ""
     for readers, (reads, names) in TASK_OPTIONS.items():
         unread = [f"{n} {getattr(cfg, n)!r}" for n in names
                   if not reads(cfg.task, task, typed) and getattr(cfg, n) != defaults[n]]
         if unread:
-            where = " of a typed graph" if typed else ""
             warnings.warn(f"{', '.join(unread)}: options of {readers}, ignored by this "
                           f"{cfg.task} task{where}", IgnoredOptionWarning, stacklevel=3)
+    if cfg.eval_mode == "sampled" and not getattr(task, "samples_neighbours", True):
+        warnings.warn(f"eval_mode 'sampled': this {cfg.task} task evaluates whole graphs, "
+                      f"exactly ('full'; 'none' skips it)", IgnoredOptionWarning, stacklevel=3)
 
 
 def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
@@ -709,6 +712,8 @@ def _notes(cfg, program, user: _UserParts, best, stopped, history) -> dict:
         notes["eval_mode"] = "sampled"
         notes["eval_note"] = (f"{no_layerwise_form(program.model)}: evaluated on sampled "
                               f"neighbourhoods (the training fanouts)")
+    if cfg.eval_mode == "sampled" and not getattr(program.task, "samples_neighbours", True):
+        notes["eval_mode"] = "full"  # whole graphs: no sampled form (warned at the start)
     if best is not None:
         notes["best"] = {"metric": best.metric, "epoch": best.epoch, "value": best.value}
     return notes
