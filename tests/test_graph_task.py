@@ -376,6 +376,7 @@ def test_predict_gives_one_row_per_graph_as_the_evaluation_does(molecules, tmp_p
     from zerognn_jax._src.training.tasks.graph_metrics import graph_metrics
 
     result = zg.train(config(epochs=1, checkpoint_dir=str(tmp_path)), molecules)
+    assert isinstance(result.program.task, zg.PredictsItems)  # the seam predict asks
     ids = np.asarray(molecules.test_idx)
     rows = np.asarray(zg.predict(result, ids))
     assert rows.shape == (ids.size, 1)

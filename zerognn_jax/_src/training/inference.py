@@ -28,8 +28,12 @@ from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.evaluate import Predictor
 from zerognn_jax._src.training.program import init_state, saved_envelope
 from zerognn_jax._src.training.rebuild import check_dataset, config_of
-from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes, ScoresPairs
-from zerognn_jax._src.training.tasks.graph import GraphTask, graph_outputs
+from zerognn_jax._src.training.tasks.base import (
+    BatchedTask,
+    PredictsItems,
+    PredictsTypes,
+    ScoresPairs,
+)
 from zerognn_jax._src.training.tasks.link_metrics import score_pairs as score_rows
 from zerognn_jax._src.training.trainer import (
     TrainResult,
@@ -206,8 +210,9 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     n = result.data.graph.num_nodes
     task = result.program.task
     target = None
-    if isinstance(task, GraphTask):
-        n = result.dataset.num_graphs
+    items = isinstance(task, PredictsItems)
+    if items:
+        n = task.num_items(result.dataset)
     if isinstance(task, PredictsTypes):
         target = task.output_type(node_type)
         n = n[target]
@@ -217,13 +222,13 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     if nodes.ndim != 1 or not np.issubdtype(nodes.dtype, np.integer):
         raise ValueError(f"nodes must be 1-D integer ids, got {nodes.dtype}{list(nodes.shape)}")
     if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
-        kind = " (graph ids)" if isinstance(task, GraphTask) else \
+        kind = f" ({task.item_name} ids)" if items else \
             "" if target is None else f" ({target!r} ids)"
         raise ValueError(f"nodes must lie in [0, {n}){kind}, found [{nodes.min()}, "
                          f"{nodes.max()}]")
-    if isinstance(task, GraphTask):
-        return jnp.asarray(graph_outputs(result.program, result.variables, result.data,
-                                         nodes, result.dataset, batch_size=batch_size))
+    if items:
+        return task.outputs_of_items(result.program, result.variables, result.data,
+                                     result.dataset, nodes, batch_size=batch_size)
     predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
                           seed)
     if target is not None:

@@ -230,6 +230,24 @@ class PredictsTypes(Protocol):
         ...
 
 
+@runtime_checkable
+class PredictsItems(Protocol):
+    """A task whose output rows are of its own items, not of nodes (a graph task: one row
+    per graph of its collection): `zg.predict` takes the items' ids and asks it."""
+
+    item_name: ClassVar[str]  # what an id names, in messages ("graph")
+
+    def num_items(self, dataset) -> int:
+        """How many items `dataset` holds (ids lie in [0, num_items))."""
+        ...
+
+    def outputs_of_items(self, program, variables, data, dataset, ids, *,
+                         batch_size: int) -> jax.Array:
+        """float[len(ids), ...]: the output rows of items `ids` (evaluation mode),
+        `batch_size` items a step."""
+        ...
+
+
 class SamplesSeeds(Protocol):
     """What sampled inference and `export_model` read of a typed task's view for one
     seed type (`PredictsTypes.for_seeds`; a `TypedNodeTask`)."""

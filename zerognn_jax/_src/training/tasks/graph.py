@@ -129,6 +129,7 @@ class GraphTask(ItemsAreLevel0):
     window: int = 0
     aggregation: str = "segment"
     name = "graph"
+    item_name = "graph"  # `PredictsItems`: zg.predict's ids are graphs of the collection
     score_name = "acc"  # the fraction of labelled entries (or graphs) predicted right
     dedups_seeds = False
     tree_by_default = False
@@ -202,6 +203,14 @@ class GraphTask(ItemsAreLevel0):
         return result
 
     # -- BatchedTask ---------------------------------------------------------------
+
+    def num_items(self, dataset: GraphCollection) -> int:
+        return dataset.num_graphs
+
+    def outputs_of_items(self, program: StepProgram, variables, data: DeviceData,
+                         dataset: GraphCollection, ids, *, batch_size: int) -> jax.Array:
+        return jnp.asarray(graph_outputs(program, variables, data, ids, dataset,
+                                         batch_size=batch_size))
 
     def prepare_run(self, cfg, dataset: GraphCollection, *, model, tx, kernels):
         """Device data (node rows as `features`, `GraphTables` as `targets`) and the
