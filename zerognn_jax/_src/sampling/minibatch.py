@@ -323,10 +323,11 @@ def sample_minibatch(
         raise ValueError(f"capacities must give one level per hop ({config.num_hops}), got "
                          f"{tuple(capacities)}")
     n = graph.num_nodes
-    try:  # seeds given concretely are checked; traced ones are the step's own
+    # Seeds given concretely are checked here; traced ones (under jit, vmap, a scan) are
+    # the step's own, and asking whether they are is cheaper than a failed conversion.
+    live = np.zeros(0, np.int32)
+    if not any(isinstance(x, jax.core.Tracer) for x in (seeds, seed_valid)):
         live = np.asarray(seeds)[np.asarray(seed_valid, bool)]
-    except jax.errors.TracerArrayConversionError:
-        live = np.zeros(0, np.int32)
     if live.size and (live.min() < 0 or live.max() >= n):
         raise ValueError(f"seeds must lie in [0, {n}), found [{live.min()}, {live.max()}]")
     ids = jnp.where(seed_valid, seeds, 0).astype(jnp.int32)
