@@ -299,9 +299,13 @@ def test_bad_graph_or_ids_every_way(tmp_path, way, change, message):
         arrive(way, {**good_arrays(), **change}, tmp_path)
 
 
-def test_num_classes_must_be_whole():
-    with pytest.raises(ValueError, match=r"num_classes must be an integer, got 40.5"):
-        make_dataset(**{**good_arrays(), "num_classes": 40.5})
+@pytest.mark.parametrize("bad", [40.5, True, "40", float("nan")])
+def test_num_classes_must_be_whole(bad):
+    """A bool and a string of digits were taken as counts before the check was shared."""
+    with pytest.raises(ValueError, match=f"num_classes must be an integer, got "
+                                         f"{re.escape(repr(bad))}"):
+        make_dataset(**{**good_arrays(), "num_classes": bad})
+    assert make_dataset(**{**good_arrays(), "num_classes": np.array(40.0)}).num_classes == 40
 
 
 @pytest.mark.parametrize("name", (None, "", 5))

@@ -5,10 +5,21 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 
 def is_int(value) -> bool:
     """Whether `value` is an integer (Python's or NumPy's), a bool not counted as one."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_whole(value) -> bool:
+    """Whether `value` is a whole number: an integer, or a real number of integral value
+    (3.0, a 0-d array of one); a bool, a string or a non-finite float is not."""
+    if getattr(value, "ndim", None) == 0:
+        value = np.asarray(value).item()
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and float(value).is_integer())
 
 
 def at_least_one(value, name: str) -> int:
@@ -17,3 +28,12 @@ def at_least_one(value, name: str) -> int:
     if not is_int(value) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)
+
+
+def check_ids(name: str, ids, n: int, kind: str = "") -> None:
+    """ValueError unless every id in `ids` lies in [0, n), naming `name`, the range (with
+    `kind`, e.g. " ('paper' ids)") and the span of the ids found."""
+    ids = np.asarray(ids)
+    if ids.size and (ids.min() < 0 or ids.max() >= n):
+        raise ValueError(f"{name} must lie in [0, {n}){kind}, found [{ids.min()}, "
+                         f"{ids.max()}]")

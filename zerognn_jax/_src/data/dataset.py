@@ -11,6 +11,7 @@ import dataclasses
 
 import numpy as np
 
+from zerognn_jax._src.data.checks import is_whole
 from zerognn_jax._src.data.graph import CSRGraph, csr_from_arrays, validate_csr
 from zerognn_jax._src.data.tables import BFLOAT16, FINITE_BLOCK, check_finite_rows, require_real
 
@@ -236,7 +237,7 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
             labels = np.full(graph.num_nodes, -1, np.int32)
     elif labels is None:
         raise ValueError("labels are required unless float targets are given")
-    if not (np.ndim(num_classes) == 0 and float(num_classes).is_integer()):
+    if not is_whole(num_classes):
         raise ValueError(f"num_classes must be an integer, got {num_classes!r}")
     num_classes = int(num_classes)
     labels = _integers("labels", labels)

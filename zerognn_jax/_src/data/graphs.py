@@ -20,9 +20,10 @@ each column a category id, embedded by the models' categorical encoders).
 from __future__ import annotations
 
 import dataclasses
-import numbers
 
 import numpy as np
+
+from zerognn_jax._src.data.checks import is_whole
 
 TARGET_KINDS = ("binary", "classes", "regression")
 
@@ -311,8 +312,7 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
     for what, values in (("num_classes", (num_classes,)), ("node_vocab", node_vocab),
                          ("edge_vocab", edge_vocab)):
         for v in values:
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or \
-                    not float(v).is_integer():
+            if not is_whole(v):
                 _fail(f"{what} must hold whole numbers, got {v!r}")
     return GraphCollection(name, offsets(n_node), offsets(n_edge),
                            _ints("senders", senders, np.int32),

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 import jax
 import numpy as np
 
+from zerognn_jax._src.data.checks import is_whole
 from zerognn_jax._src.data.graph import (
     CSRGraph,
     csr_from_arrays,
@@ -171,7 +172,7 @@ def check_node_counts(num_nodes: Mapping[str, int]) -> tuple[tuple[str, int], ..
     for t, n in num_nodes.items():
         if not isinstance(t, str) or not t:
             raise ValueError(f"node types must be non-empty strings, got {t!r}")
-        if isinstance(n, bool) or not (np.ndim(n) == 0 and float(n).is_integer()):
+        if not is_whole(n):
             raise ValueError(f"the count of node type {t!r} must be an integer, got {n!r}")
         if not 0 <= int(n) <= _INT32_MAX:
             raise ValueError(f"the count of node type {t!r} must lie in [0, 2**31 - 1], "

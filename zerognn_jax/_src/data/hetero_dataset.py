@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from zerognn_jax._src.data.checks import is_whole
 from zerognn_jax._src.data.dataset import (
     TARGET_KINDS,
     _check_range,
@@ -217,7 +218,7 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
     labels = _integers("labels", labels)
     if num_classes is None:
         num_classes = int(labels.max(initial=-1)) + 1
-    if not (np.ndim(num_classes) == 0 and float(num_classes).is_integer()):
+    if not is_whole(num_classes):
         raise ValueError(f"num_classes must be an integer, got {num_classes!r}")
     _check_range("labels must lie in", labels, -1, max(int(num_classes), 0))
     n = counts[target_type]

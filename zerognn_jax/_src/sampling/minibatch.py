@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pallas_kernels import counter_hash
+from zerognn_jax._src.data.checks import check_ids, is_whole
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.ops.relabel import relabel
@@ -40,7 +41,7 @@ TREE_SHARE = 1 / 4
 
 def fanout_count(f) -> int:
     """A fanout as an int; ValueError for what is not a whole number (2.5, True, "3")."""
-    if isinstance(f, bool) or not isinstance(f, numbers.Real) or not float(f).is_integer():
+    if not is_whole(f):
         raise ValueError(f"fanouts must be whole numbers (-1: every neighbour), got {f!r}")
     return int(f)
 
@@ -325,11 +326,8 @@ def sample_minibatch(
     n = graph.num_nodes
     # Seeds given concretely are checked here; traced ones (under jit, vmap, a scan) are
     # the step's own, and asking whether they are is cheaper than a failed conversion.
-    live = np.zeros(0, np.int32)
     if not any(isinstance(x, jax.core.Tracer) for x in (seeds, seed_valid)):
-        live = np.asarray(seeds)[np.asarray(seed_valid, bool)]
-    if live.size and (live.min() < 0 or live.max() >= n):
-        raise ValueError(f"seeds must lie in [0, {n}), found [{live.min()}, {live.max()}]")
+        check_ids("seeds", np.asarray(seeds)[np.asarray(seed_valid, bool)], n)
     ids = jnp.where(seed_valid, seeds, 0).astype(jnp.int32)
     valid = seed_valid
     count = jnp.sum(seed_valid.astype(jnp.int32))

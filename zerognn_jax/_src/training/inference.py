@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.checks import at_least_one, is_int
+from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.training.config import TrainConfig
@@ -221,11 +221,8 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
                          f"graph has one type (task {type(task).__name__})")
     if nodes.ndim != 1 or not np.issubdtype(nodes.dtype, np.integer):
         raise ValueError(f"nodes must be 1-D integer ids, got {nodes.dtype}{list(nodes.shape)}")
-    if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
-        kind = f" ({task.item_name} ids)" if items else \
-            "" if target is None else f" ({target!r} ids)"
-        raise ValueError(f"nodes must lie in [0, {n}){kind}, found [{nodes.min()}, "
-                         f"{nodes.max()}]")
+    check_ids("nodes", nodes, n, f" ({task.item_name} ids)" if items else
+              "" if target is None else f" ({target!r} ids)")
     if items:
         return task.outputs_of_items(result.program, result.variables, result.data,
                                      result.dataset, nodes, batch_size=batch_size)
@@ -257,10 +254,7 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
         raise ValueError(f"pairs must be int[P, 2] (source, destination), got "
                          f"{pairs.dtype}{list(pairs.shape)}")
     for end, (name, n) in enumerate(zip(("source", "destination"), task.pair_counts())):
-        ids = pairs[:, end]
-        if ids.size and (ids.min() < 0 or ids.max() >= n):
-            raise ValueError(f"pairs' {name} ids must lie in [0, {n}), found "
-                             f"[{ids.min()}, {ids.max()}]")
+        check_ids(f"pairs' {name} ids", pairs[:, end], n)
     predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
                           seed)
     table, offset = task.pair_table(predictor)

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.checks import at_least_one
+from zerognn_jax._src.data.checks import at_least_one, check_ids
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.links import EvalEdges, LinkSplit
 from zerognn_jax._src.ops.gather import gather_rows
@@ -171,12 +171,6 @@ class _Group(NamedTuple):
     batches: list
     overflow: jax.Array
     counts: Any
-
-
-def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
-    if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
-        raise ValueError(f"{name} must lie in [0, {num_nodes}), found "
-                         f"[{ids.min()}, {ids.max()}]")
 
 
 def _node_table(name: str, table, num_nodes: int):
@@ -378,7 +372,7 @@ class NeighborLoader(DeviceLoader):
         if nodes.ndim != 1 or nodes.size == 0 or not np.issubdtype(nodes.dtype, np.integer):
             raise ValueError(f"nodes must be a non-empty 1-D integer array, got "
                              f"{nodes.dtype}{list(nodes.shape)}")
-        _check_ids("nodes", nodes, graph.num_nodes)
+        check_ids("nodes", nodes, graph.num_nodes)
         self._setup(graph, nodes, fanouts=fanouts, batch_size=batch_size, key=key,
                     envelope=envelope, sampler=sampler, replace=replace, dedup=dedup,
                     flat_outer=flat_outer, edge_ids=edge_ids, shuffle=shuffle, drop_last=drop_last,
@@ -427,7 +421,7 @@ class LinkNeighborLoader(DeviceLoader):
                 or not np.issubdtype(edges.dtype, np.integer)):
             raise ValueError(f"edges must be a non-empty integer [E, 2] array, got "
                              f"{edges.dtype}{list(edges.shape)}")
-        _check_ids("edges", edges, graph.num_nodes)
+        check_ids("edges", edges, graph.num_nodes)
         none = EvalEdges(np.zeros((0, 2), np.int32), np.zeros((0, 2), np.int32),
                          np.zeros((0, 0), np.int32))
         split = LinkSplit(edges.astype(np.int32), graph, none, none, graph.num_nodes)

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.checks import check_ids
 from zerognn_jax._src.data.hetero import HeteroGraph, named_relation
 from zerognn_jax._src.data.hetero_links import TypedLinkSplit
 from zerognn_jax._src.data.links import EvalEdges
@@ -324,9 +325,7 @@ def _seed_nodes(graph: HeteroGraph, nodes) -> tuple[str, np.ndarray]:
     if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(f"nodes' ids must be a non-empty 1-D integer array, got "
                          f"{ids.dtype}{list(ids.shape)}")
-    if ids.min() < 0 or ids.max() >= counts[seed_type]:
-        raise ValueError(f"nodes' ids must lie in [0, {counts[seed_type]}) ({seed_type!r} "
-                         f"ids), found [{ids.min()}, {ids.max()}]")
+    check_ids("nodes' ids", ids, counts[seed_type], f" ({seed_type!r} ids)")
     return seed_type, ids
 
 
@@ -340,10 +339,7 @@ def _pairs(graph: HeteroGraph, relation, edges) -> np.ndarray:
                          f"{edges.dtype}{list(edges.shape)}")
     counts = graph.num_nodes
     for col, (end, t) in enumerate((("source", relation[0]), ("destination", relation[2]))):
-        ids = edges[:, col]
-        if ids.min() < 0 or ids.max() >= counts[t]:
-            raise ValueError(f"edges' {end} ids must lie in [0, {counts[t]}) ({t!r} ids), "
-                             f"found [{ids.min()}, {ids.max()}]")
+        check_ids(f"edges' {end} ids", edges[:, col], counts[t], f" ({t!r} ids)")
     return edges.astype(np.int32)
 
 
