@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -209,3 +213,43 @@ def test_repeated_seeds_grow_past_the_node_count():
                                policy=zg.EnvelopePolicy(multiple=8), sample_ahead=1)
     counts = np.asarray(next(iter(loader)).minibatch.counts)
     assert counts[1] > n and loader.envelope.capacities[0] >= counts[1]
+
+
+_SAMPLES_DIGEST = r"""
+import hashlib
+import jax
+import numpy as np
+import zerognn_jax as zg
+from zerognn_jax._src.data.synthetic import products_like
+
+graph = products_like(0.002, seed=0).graph
+digest = hashlib.sha256()
+loaders = [zg.NeighborLoader(graph, np.arange(0, 600, 2), fanouts=(4, 3), batch_size=64,
+                             key=0, sampler=s, sample_ahead=4) for s in ("uniform", "labor")]
+src, dst = np.asarray(graph.indptr), np.asarray(graph.indices)
+edges = np.stack([np.repeat(np.arange(src.size - 1), np.diff(src)), dst], 1)[:400]
+loaders.append(zg.LinkNeighborLoader(graph, edges, fanouts=(4, 3), batch_size=64, key=0,
+                                     sample_ahead=4))
+for loader in loaders:
+    for batch in loader:
+        for leaf in jax.tree_util.tree_leaves(batch.minibatch):
+            digest.update(np.asarray(leaf).tobytes())
+print(digest.hexdigest())
+"""
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="a flag of XLA:GPU's")
+def test_samples_are_the_same_under_xla_gpus_determinism_flag():
+    """`--xla_gpu_exclude_nondeterministic_ops=true` makes XLA:GPU's scatters
+    deterministic by flattening their indices; under `vmap` (steps sampled together) an
+    index past the end of one batch's row then wrote the next batch's first entry, and
+    relabelled frontiers, LABOR's packed rows and the link mask came out wrong (an H200,
+    2026-12-01). The samplers now write no index out of range (ops/relabel.py, SPARE)."""
+    digests = []
+    for flags in ("", "--xla_gpu_exclude_nondeterministic_ops=true"):
+        env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {flags}"}
+        done = subprocess.run([sys.executable, "-c", _SAMPLES_DIGEST], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        digests.append(done.stdout.strip())
+    assert digests[0] == digests[1]

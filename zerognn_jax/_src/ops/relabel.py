@@ -5,6 +5,14 @@ too): the next frontier keeps the current frontier as its prefix (dst-first), th
 sampled id not seen before, in order of first occurrence when the `[C, K]` neighbour
 matrix is read row by row. That order depends only on the real rows, never on the
 capacities, so growing the envelope reproduces the same frontier.
+
+SPARE. Writes that must go nowhere (padding, ids past the capacity) go to one spare
+entry past the end that is cut off after, never to an index out of range with
+`mode="drop"`: sampling runs under `jax.vmap` (steps sampled together), which gives the
+scatter a batch dimension, and XLA:GPU's deterministic scatter
+(`--xla_gpu_exclude_nondeterministic_ops=true`, JAX 0.11.2) flattens its indices, so an
+index one past the end of batch b's row wrote entry 0 of batch b + 1 (seen on an H200,
+2026-12-01: wrong LABOR samples, other typed-loader batches).
 """
 
 from __future__ import annotations
@@ -37,8 +45,8 @@ def _first_positions_table(ids, valid, num_nodes):
     """For each entry, the smallest position holding the same id (scatter-min over ids)."""
     m = ids.shape[0]
     pos = jnp.arange(m, dtype=jnp.int32)
-    table = jnp.full((num_nodes,), m, jnp.int32)
-    table = table.at[jnp.where(valid, ids, num_nodes)].min(pos, mode="drop")
+    table = jnp.full((num_nodes + 1,), m, jnp.int32)  # entry num_nodes: SPARE
+    table = table.at[jnp.where(valid, ids, num_nodes)].min(pos)
     return jnp.where(valid, table[jnp.where(valid, ids, 0)], pos)
 
 
@@ -92,9 +100,9 @@ def relabel_reference(
     local = jnp.where(first < c, first, count + rank[first])
     nbr_local = jnp.where(mask, local[c:].reshape(c, k), 0)
     n_next = count + jnp.sum(is_new.astype(jnp.int32))
-    out = jnp.zeros((capacity,), jnp.int32).at[:c].set(jnp.where(valid[:c], frontier, 0))
-    out = out.at[jnp.where(is_new, count + rank, capacity)].set(ids, mode="drop")
-    return Relabeled(out, n_next.astype(jnp.int32), nbr_local)
+    out = jnp.zeros((capacity + 1,), jnp.int32).at[:c].set(jnp.where(valid[:c], frontier, 0))
+    out = out.at[jnp.where(is_new, jnp.minimum(count + rank, capacity), capacity)].set(ids)
+    return Relabeled(out[:capacity], n_next.astype(jnp.int32), nbr_local)  # SPARE cut off
 
 
 def relabel_sorted(frontier, count, nbr, mask, capacity: int, num_nodes: int) -> Relabeled:

@@ -122,12 +122,12 @@ def sample_labor_reference(
     """
     nbr, keep, edge = _scan(indptr, indices, frontier, valid, key, fanout, span)
     rank = jnp.cumsum(keep, axis=1, dtype=jnp.int32) - 1
-    col = jnp.where(keep & (rank < slots), rank, slots)  # column `slots` is dropped
+    col = jnp.where(keep & (rank < slots), rank, slots)  # column `slots` is cut off
     rows = jnp.arange(frontier.shape[0], dtype=jnp.int32)[:, None]
 
-    def packed(values):
-        out = jnp.zeros((frontier.shape[0], slots), values.dtype)
-        return out.at[rows, col].set(values, mode="drop")
+    def packed(values):  # into a spare column, never out of range (ops/relabel.py, SPARE)
+        out = jnp.zeros((frontier.shape[0], slots + 1), values.dtype)
+        return out.at[rows, col].set(values)[:, :slots]
 
     out = packed(nbr)
     count = jnp.sum(keep, axis=1, dtype=jnp.int32)

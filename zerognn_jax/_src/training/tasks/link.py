@@ -115,13 +115,14 @@ def _hide_at_rows(block, next_nodes, positives, valid, positions, rows: int):
     """bool[rows, K]: the slots of `block`'s first `rows` rows (each node at most once)
     that join a valid positive's two ends: row `positions[p, 0]` holding `positives[p,
     1]`, and the reverse. B x K slots compared instead of rows x K searched."""
-    hit = jnp.zeros((rows, block.nbr.shape[1]), jnp.int32)  # int32: a native atomic max
+    # int32: a native atomic max; row `rows` is the spare one of ops/relabel.py's SPARE
+    hit = jnp.zeros((rows + 1, block.nbr.shape[1]), jnp.int32)
     for end in (0, 1):
         at = positions[:, end]
         other = positives[:, 1 - end]
         match = block.mask[at] & (next_nodes[block.nbr[at]] == other[:, None])
-        hit = hit.at[jnp.where(valid, at, rows)].max(match.astype(jnp.int32), mode="drop")
-    return hit > 0
+        hit = hit.at[jnp.where(valid, at, rows)].max(match.astype(jnp.int32))
+    return hit[:rows] > 0
 
 
 def unique_levels(sampler: SamplerConfig) -> int:
