@@ -414,6 +414,22 @@ def test_options_of_another_task_are_named_as_ignored():
                                                              fanouts=(3, 3)), None)
 
 
+@pytest.mark.parametrize("task", ["node", "link"])
+def test_a_run_with_64_bit_types_enabled_trains_as_without(task):
+    """With `jax_enable_x64` (JAX_ENABLE_X64=1) index arithmetic became int64 beside the
+    library's int32 positions: exact evaluation and the link task's calibration stopped
+    in dynamic_slice ("index arguments ... must be integers of the same type")."""
+    cfg, dataset = small_config(epochs=1, task=task), random_dataset()
+    want = train(cfg, dataset)
+    with jax.enable_x64(True):
+        got = train(cfg, dataset)
+    np.testing.assert_allclose([h["loss"] for h in got.history],
+                               [h["loss"] for h in want.history], rtol=1e-5)
+    scores = lambda result: {k: v for k, v in result.summary.items()
+                             if k.startswith(("val_", "test_"))}
+    assert scores(got) == scores(want) and scores(want)
+
+
 def test_a_failed_run_leaves_no_empty_metrics_file(tmp_path, monkeypatch):
     """A run that fails before its first record removes the metrics file it created and
     the folder made for it; an empty file that was there before stays."""

@@ -498,7 +498,7 @@ def _upload(table: HostTable, *, rows: int) -> jax.Array:
             block = read_rows(table, first + ids, every, ids)
         else:
             block = table.gather(first + ids, every)
-        return jax.lax.dynamic_update_slice(out, block, (first, 0))
+        return jax.lax.dynamic_update_slice(out, block, (first, jnp.zeros_like(first)))
 
     out = jnp.zeros((n, width), table.dtype)
     return jax.lax.fori_loop(0, -(-n // rows), body, out)

@@ -78,7 +78,8 @@ def num_steps(num_train: int, batch_size: int) -> int:
 
 def step_items(perm: jax.Array, step, batch_size: int):
     """(items int32[B, ...], valid bool[B]) for step `step` of a padded permutation."""
-    start = (step * batch_size,) + (0,) * (perm.ndim - 1)
+    first = jnp.asarray(step * batch_size)
+    start = (first,) + (jnp.zeros_like(first),) * (perm.ndim - 1)  # one dtype (x64 too)
     items = jax.lax.dynamic_slice(perm, start, (batch_size, *perm.shape[1:]))
     valid = jnp.all((items >= 0).reshape(batch_size, -1), axis=1)
     return jnp.maximum(items, 0), valid

@@ -151,7 +151,7 @@ def _chunk_rows(program: StepProgram, variables, h, graph, deg, r0, *, layer: in
                                    train=False, method="layer")
     node_ids = jnp.arange(graph.num_nodes, dtype=jnp.int32)  # h holds every node, in order
     view = EdgeView(src, dst, mask, every, degrees, deg, rows, edge_rows, node_ids)
-    h_dst = jax.lax.dynamic_slice(h, (r0, 0), (rows, h.shape[1]))
+    h_dst = jax.lax.dynamic_slice(h, (r0, jnp.zeros_like(r0)), (rows, h.shape[1]))
     return program.model.apply(model_vars, layer, h, h_dst, view, train=False,
                                method="layer")
 
@@ -175,7 +175,7 @@ def rows_in_chunks(chunk, rows: int, length: int) -> jax.Array:
 
     def body(j, out):
         first = jnp.minimum(j * rows, length - rows)
-        return jax.lax.dynamic_update_slice(out, chunk(first), (first, 0))
+        return jax.lax.dynamic_update_slice(out, chunk(first), (first, jnp.zeros_like(first)))
 
     out = jnp.zeros((length, shape.shape[1]), shape.dtype)
     return jax.lax.fori_loop(0, -(-length // rows), body, out)
