@@ -129,3 +129,22 @@ def test_a_graph_level_run_exports_with_its_rows_per_call(tmp_path, capsys):
     want = graph_outputs(back.program, back.variables, back.data, np.array([3, 9]),
                          back.dataset, batch_size=2)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_quiet_hook_still_works_at_the_interpreters_exit(tmp_path):
+    """A leftover that Python reports only at exit, once modules' globals are None, met
+    a hook that looked up its helpers there: "Exception ignored in sys.unraisablehook ...
+    'NoneType' object is not callable" came instead of silence."""
+    (tmp_path / "late.py").write_text(
+        "class Leftover:\n"
+        "    def __del__(self):\n"
+        "        raise RuntimeError('Event loop is closed')\n"
+        "kept = None\n")
+    script = ("import late\n"
+              "from zerognn_jax._src.training import checkpoint\n"
+              "checkpoint.quiet_until_exit()\n"
+              "late.kept = late.Leftover()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path,  # `-c` puts the cwd on the path
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0 and done.stderr == "", done.stderr

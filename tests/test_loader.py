@@ -246,8 +246,10 @@ def test_samples_are_the_same_under_xla_gpus_determinism_flag():
     relabelled frontiers, LABOR's packed rows and the link mask came out wrong (an H200,
     2026-12-01). The samplers now write no index out of range (ops/relabel.py, SPARE)."""
     digests = []
+    inherited = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
+                         if "exclude_nondeterministic_ops" not in f)  # the baseline's off
     for flags in ("", "--xla_gpu_exclude_nondeterministic_ops=true"):
-        env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {flags}"}
+        env = {**os.environ, "XLA_FLAGS": f"{inherited} {flags}"}
         done = subprocess.run([sys.executable, "-c", _SAMPLES_DIGEST], env=env,
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]

@@ -199,6 +199,81 @@ def test_deferred_passes_signals_on_to_the_wakeup_fd_it_replaced():
         os.close(write)
 
 
+# Child scripts for `deferred()` itself (a review's findings, each hung or ended the
+# process wrongly before): what each must print, and its exit code.
+_BLOCKS = {
+    # one signal inside a nested block: the outer block's, not a second signal
+    "nested": ("""
+with I.deferred():
+    with I.deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.3)
+        check("the inner block")
+""", ["caught: interrupted by SIGINT after the inner block"], 0, 1),
+    # one signal in each of two blocks, and a byte of the first that the reader gets only
+    # after that block ended (written here as the wakeup fd would have): it neither
+    # announces after the block nor counts in the next one as a second signal
+    "two blocks": ("""
+for i in range(2):
+    try:
+        with I.deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3 * i)
+            I.check(f"block {i}")
+    except I.Interrupted as e:
+        print("caught:", e)
+    if i == 0:
+        os.write(I._pipe[0], bytes([signal.SIGINT]))
+    time.sleep(0.05)
+""", ["caught: interrupted by SIGINT after block 0",
+      "caught: interrupted by SIGINT after block 1"], 0, 2),
+    # a child forked inside the block gets the same Ctrl-C: the parent counts one
+    "fork": ("""
+with I.deferred():
+    if os.fork() == 0:
+        time.sleep(2)
+        os._exit(0)
+    time.sleep(0.3)
+    os.killpg(os.getpgrp(), signal.SIGINT)
+    time.sleep(0.5)
+    check("the fork")
+""", ["caught: interrupted by SIGINT after the fork"], 0, 2),  # the child's own too
+    # a second signal while the first one's handler writes its announcement exits (a lock
+    # taken there had hung the process for good)
+    "in the announcement": ("""
+real = os.write
+def write(fd, data):
+    if fd == 2 and threading.current_thread() is threading.main_thread():
+        os.kill(os.getpid(), signal.SIGINT)
+    return real(fd, data)
+I.os = types.SimpleNamespace(**{**vars(os), "write": write})
+with I.deferred():
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(10 ** 8):
+        pass
+print("not exited")
+""", [], 130, None),
+}
+
+
+@pytest.mark.parametrize("case", list(_BLOCKS))
+def test_deferred_blocks_count_each_signal_once(case):
+    script, lines, code, announced = _BLOCKS[case]
+    head = ("import os, signal, threading, time, types\n"
+            "from zerognn_jax._src.training import interrupts as I\n"
+            "def check(after):\n"
+            "    try:\n"
+            "        I.check(after)\n"
+            "    except I.Interrupted as e:\n"
+            "        print('caught:', e)\n")
+    done = subprocess.run([sys.executable, "-c", head + script], capture_output=True,
+                          text=True, timeout=120, env=child_env(), start_new_session=True)
+    assert done.returncode == code, done.stderr[-2000:]
+    assert done.stdout.splitlines() == lines, done.stderr[-2000:]
+    if announced is not None:
+        assert done.stderr.count("SIGINT received; stopping") == announced, done.stderr
+
+
 def test_sigint_between_epochs_keeps_the_checkpoint_and_resumes(npz, tmp_path, reference):
     args = train_args(npz, tmp_path)
     code, _, err = finish(child(args, "--signal-after-save", "2:SIGINT",

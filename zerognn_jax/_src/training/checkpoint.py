@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import inspect
 import json
 import logging
 import math
@@ -32,6 +31,7 @@ import os
 import re
 import shutil
 import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -199,15 +199,15 @@ def _drop_frames(err: BaseException) -> None:
         err = err.__cause__ or err.__context__
 
 
-def _teardown_noise(unraisable, iscoroutine=inspect.iscoroutine) -> bool:
+def _teardown_noise(unraisable, coroutine=types.CoroutineType) -> bool:
     """Whether an exception Python could not raise is the leftover of a failed orbax
     read or write: a coroutine never awaited, or a tensorstore callback that reached the
     asyncio event loop orbax had already closed (printed as "RuntimeError: Event loop is
-    closed" tracebacks, a dozen for one corrupt checkpoint). (`iscoroutine` is bound
-    here: at the interpreter's exit, where a Checkpointer never closed still holds the
-    hook, the module's globals are None.)"""
+    closed" tracebacks, a dozen for one corrupt checkpoint). (What it reads is bound as
+    defaults, here and in the hooks that call it: at the interpreter's exit, where a
+    Checkpointer never closed still holds a hook, modules' globals are None.)"""
     err = unraisable.exc_value
-    return iscoroutine(unraisable.object) or (
+    return isinstance(unraisable.object, coroutine) or (
         isinstance(err, RuntimeError) and str(err) == "Event loop is closed")
 
 
@@ -236,7 +236,8 @@ def quiet_until_exit() -> None:
     collected only then (orbax's event loop holds them), each printing its traceback."""
     logging.getLogger("asyncio").addFilter(_OrbaxTasks())
     hook = sys.unraisablehook
-    sys.unraisablehook = lambda u: None if _teardown_noise(u) else hook(u)
+    sys.unraisablehook = (lambda u, noise=_teardown_noise, hook=hook:
+                          None if noise(u) else hook(u))
 
 
 # Failed orbax calls so far (`_quiet`): a context collects garbage only after one.
@@ -254,7 +255,8 @@ def _quiet():
     level, failures = logger.level, _failures[0]
     logger.setLevel(logging.CRITICAL)
     logging.getLogger("asyncio").addFilter(tasks)
-    sys.unraisablehook = lambda u: None if _teardown_noise(u) else hook(u)
+    sys.unraisablehook = (lambda u, noise=_teardown_noise, hook=hook:
+                          None if noise(u) else hook(u))
     try:
         yield
     except BaseException:

@@ -18,11 +18,15 @@ bytecodes: while that thread is held in native code (a long compile, a wait for 
 device) two signals leave one handler call behind, so the second was lost and the first
 said nothing until the call returned. Python's C-level handler also writes one byte per
 signal to the wakeup fd (`signal.set_wakeup_fd`), whatever the main thread does; a
-thread reading it announces the first signal and exits on the second at once.
+thread reading it announces the first signal and exits on the second at once. Each
+signal counts once, in the block it arrived in: a nested block changes nothing, a byte
+read after its block ended is not counted, and a forked child's signals stay its own
+(tests/test_recovery.py, `_BLOCKS`).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import signal
@@ -52,18 +56,33 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
-_say = threading.Lock()  # the first signal is announced once, by whoever comes first
-_said = threading.Event()
+class _Block:
+    """One outermost `deferred()` block: the wakeup fd it replaced and what its signals
+    have done. Whoever takes `say` first (the main thread's handler or the watcher)
+    writes the announcement, and nobody waits for it: a second signal can interrupt the
+    first one's handler inside that write, and a handler that blocked there would hang.
+    `said` is set once the line is out; `check()` waits for it, so the line comes before
+    the stop's."""
+
+    def __init__(self, forward: int):
+        self.forward = forward
+        self.say = threading.Lock()
+        self.said = threading.Event()
+        self.seen = 0  # signals the watcher read, counted while the block runs
+        self.active = True
+
+
 _leaving = threading.Lock()
+_current: list[_Block | None] = [None]
+_depth = [0]  # nested blocks change nothing
 
 
-def _announce(signum: int) -> None:
-    # os.write, not print: the main thread may be inside a write to sys.stderr.
-    with _say:
-        if not _said.is_set():
-            os.write(2, f"zerognn: {signal.Signals(signum).name} received; stopping after the "
-                        f"current phase (send it again to exit at once)\n".encode())
-            _said.set()
+def _announce(block: _Block, signum: int) -> None:
+    if block.say.acquire(blocking=False):
+        # os.write, not print: the main thread may be inside a write to sys.stderr.
+        os.write(2, f"zerognn: {signal.Signals(signum).name} received; stopping after the "
+                    f"current phase (send it again to exit at once)\n".encode())
+        block.said.set()
 
 
 def _exit_now(signum: int) -> None:
@@ -76,41 +95,64 @@ def _on_signal(signum, frame) -> None:
     if _received:
         _exit_now(signum)
         return
-    _announce(signum)
-    _received.append(signum)
+    _received.append(signum)  # first: a signal that interrupts the line below exits
+    if _current[0] is not None:
+        _announce(_current[0], signum)
 
 
-# The wakeup pipe's write end, and the fd it replaced while a `deferred()` block runs.
-# One pipe and one reader for the process, made at the first block: a block's exit
-# then makes no system call, so it lets no other thread run before the caller goes on
-# (a failed checkpoint read leaves tensorstore threads waiting to print).
-_pipe: list[int] = []
-_forward = [-1]
-_seen = [0]
-os.register_at_fork(after_in_child=_pipe.clear)  # a child has the fds but not the reader
+# One wakeup pipe and one reader for the process, made at the first block, so that a
+# block's exit only sets flags and restores handlers: no call there lets another thread
+# run before the caller goes on (a failed checkpoint read leaves tensorstore threads
+# waiting to print). Each block's entry writes a marker byte (0) ahead of its signals'
+# bytes and queues its `_Block`, so the reader knows whose bytes it reads, however late.
+_pipe: list[int] = []  # [write end, read end]
+_blocks: collections.deque = collections.deque()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has the pipe but not its reader: its signals must not reach the
+    parent's pipe (one Ctrl-C to both would count twice there)."""
+    if _pipe and _current[0] is not None:
+        with contextlib.suppress(ValueError):  # forked from another thread: not ours
+            signal.set_wakeup_fd(_current[0].forward)
+    for fd in _pipe:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _pipe.clear()
+    _blocks.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _watch(fd: int) -> None:
-    """Reads the wakeup pipe; every byte is one delivered signal. Bytes go on to the fd
-    that was there before, so its owner still sees its signals."""
+    """Reads the wakeup pipe: a 0 starts the next queued block; any other byte is one
+    delivered signal, passed on to the fd that block replaced (its owner still sees its
+    signals), and counted while the block runs."""
+    block = None
     while data := os.read(fd, 64):
-        if _forward[0] >= 0:
-            with contextlib.suppress(OSError):
-                os.write(_forward[0], data)
-        for signum in data:
-            if signum in SIGNALS:
-                _seen[0] += 1
-                if _seen[0] == 1:
-                    _announce(signum)
+        for byte in data:
+            if byte == 0:
+                block = _blocks.popleft()
+                continue
+            if block is None:
+                continue
+            if block.forward >= 0:
+                with contextlib.suppress(OSError):
+                    os.write(block.forward, bytes([byte]))
+            if block.active and byte in SIGNALS:
+                block.seen += 1
+                if block.seen == 1:
+                    _announce(block, byte)
                 else:
-                    _exit_now(signum)
+                    _exit_now(byte)
 
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM are recorded for `check()` (main thread only;
-    elsewhere the block changes nothing)."""
-    if threading.current_thread() is not threading.main_thread():
+    elsewhere, and inside another such block, it changes nothing)."""
+    if threading.current_thread() is not threading.main_thread() or _depth[0]:
         yield
         return
     if not _pipe:
@@ -118,25 +160,35 @@ def deferred() -> Iterator[None]:
         os.set_blocking(write, False)
         threading.Thread(target=_watch, args=(read,), daemon=True,
                          name="zerognn-signals").start()
-        _pipe.append(write)
+        _pipe.extend((write, read))
     previous = {s: signal.signal(s, _on_signal) for s in SIGNALS}
-    _forward[0] = signal.set_wakeup_fd(_pipe[0], warn_on_full_buffer=False)
+    block = _Block(signal.set_wakeup_fd(-1))
+    _blocks.append(block)
+    os.write(_pipe[0], b"\0")  # ahead of any signal's byte
+    signal.set_wakeup_fd(_pipe[0], warn_on_full_buffer=False)
+    _current[0] = block
+    _depth[0] = 1
     try:
         yield
     finally:
-        signal.set_wakeup_fd(_forward[0])
-        _forward[0] = -1
         for s, handler in previous.items():
             signal.signal(s, handler)
+        block.active = False
+        if _pipe:  # (not in a forked child)
+            ours = signal.set_wakeup_fd(block.forward)
+            if ours != _pipe[0]:  # replaced during the block: its owner's stays
+                signal.set_wakeup_fd(ours)
+        _current[0] = None
+        _depth[0] = 0
         _received.clear()
-        _said.clear()
-        _seen[0] = 0
 
 
 def check(after: str, wait_for=None) -> None:
     """Raises `Interrupted` if a signal arrived, once the arrays in `wait_for` (device work
     still in flight) are ready; a no-op otherwise."""
     if _received:
+        if _current[0] is not None:  # the announcement first (`_Block`)
+            _current[0].said.wait(timeout=5)
         if wait_for is not None:
             jax.block_until_ready(wait_for)
         raise Interrupted(_received[0], after)
