@@ -253,6 +253,26 @@ with I.deferred():
         pass
 print("not exited")
 """, [], 130, None),
+    # stderr that cannot be written (a pipe whose reader died with the Ctrl-C, `| tee`):
+    # the announcement's error had escaped into the run and the second signal did nothing
+    "stderr gone": ("""
+os.close(2)
+with I.deferred():
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(10 ** 8):
+        pass
+print("not exited")
+""", [], 130, None),
+    # a signal the process was started ignoring (a job started with `&`) stays ignored
+    "ignored": ("""
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+with I.deferred():
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.3)
+    check("an ignored signal")
+    print("ignored")
+""", ["ignored"], 0, 0),
 }
 
 

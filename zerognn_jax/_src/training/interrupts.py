@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import select
 import signal
 import threading
 from collections.abc import Iterator
@@ -77,18 +78,31 @@ _current: list[_Block | None] = [None]
 _depth = [0]  # nested blocks change nothing
 
 
+def _say(text: bytes) -> None:
+    """`text` on stderr if it takes it now, else nothing: never raises, never blocks (a
+    broken pipe after `| tee` died with the Ctrl-C, or a full one nobody reads, must not
+    keep a signal from stopping the process). os.write, not print: the main thread may
+    be inside a write to sys.stderr."""
+    with contextlib.suppress(OSError, ValueError):
+        if select.select([], [2], [], 0)[1]:
+            os.write(2, text)
+
+
 def _announce(block: _Block, signum: int) -> None:
     if block.say.acquire(blocking=False):
-        # os.write, not print: the main thread may be inside a write to sys.stderr.
-        os.write(2, f"zerognn: {signal.Signals(signum).name} received; stopping after the "
-                    f"current phase (send it again to exit at once)\n".encode())
-        block.said.set()
+        try:
+            _say(f"zerognn: {signal.Signals(signum).name} received; stopping after the "
+                 f"current phase (send it again to exit at once)\n".encode())
+        finally:
+            block.said.set()
 
 
 def _exit_now(signum: int) -> None:
     if _leaving.acquire(blocking=False):  # the other thread may be exiting already
-        os.write(2, b"zerognn: second interrupt, exiting now\n")
-        os._exit(128 + signum)
+        try:
+            _say(b"zerognn: second interrupt, exiting now\n")
+        finally:
+            os._exit(128 + signum)
 
 
 def _on_signal(signum, frame) -> None:
@@ -111,10 +125,14 @@ _blocks: collections.deque = collections.deque()
 
 def _after_fork_in_child() -> None:
     """A forked child has the pipe but not its reader: its signals must not reach the
-    parent's pipe (one Ctrl-C to both would count twice there)."""
-    if _pipe and _current[0] is not None:
+    parent's pipe (one Ctrl-C to both would count twice there), and the parent's signal
+    so far is not its own."""
+    _received.clear()
+    if _current[0] is not None:
+        forward = _current[0].forward
+        _current[0] = _Block(forward)
         with contextlib.suppress(ValueError):  # forked from another thread: not ours
-            signal.set_wakeup_fd(_current[0].forward)
+            signal.set_wakeup_fd(forward)
     for fd in _pipe:
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -137,7 +155,7 @@ def _watch(fd: int) -> None:
                 continue
             if block is None:
                 continue
-            if block.forward >= 0:
+            if block.forward >= 0 and block.forward != _pipe[0]:
                 with contextlib.suppress(OSError):
                     os.write(block.forward, bytes([byte]))
             if block.active and byte in SIGNALS:
@@ -161,18 +179,25 @@ def deferred() -> Iterator[None]:
         threading.Thread(target=_watch, args=(read,), daemon=True,
                          name="zerognn-signals").start()
         _pipe.extend((write, read))
-    previous = {s: signal.signal(s, _on_signal) for s in SIGNALS}
-    block = _Block(signal.set_wakeup_fd(-1))
+    forward = signal.set_wakeup_fd(-1)
+    block = _Block(-1 if forward == _pipe[0] else forward)  # (left there by another)
     _blocks.append(block)
-    os.write(_pipe[0], b"\0")  # ahead of any signal's byte
-    signal.set_wakeup_fd(_pipe[0], warn_on_full_buffer=False)
+    try:
+        os.write(_pipe[0], b"\0")  # ahead of any signal's byte
+    except OSError:
+        _blocks.pop()
+        signal.set_wakeup_fd(forward)
+        raise
+    _received.clear()
     _current[0] = block
     _depth[0] = 1
+    # a signal its process ignores (SIG_IGN: a job started with `&`) stays ignored
+    previous = {s: signal.signal(s, _on_signal) for s in SIGNALS
+                if signal.getsignal(s) is not signal.SIG_IGN}
+    signal.set_wakeup_fd(_pipe[0], warn_on_full_buffer=False)
     try:
         yield
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
         block.active = False
         if _pipe:  # (not in a forked child)
             ours = signal.set_wakeup_fd(block.forward)
@@ -181,14 +206,20 @@ def deferred() -> Iterator[None]:
         _current[0] = None
         _depth[0] = 0
         _received.clear()
+        # handlers last, SIGINT's last of all: a signal pending here meets the handler
+        # it would meet outside the block, with the block's state already put back
+        for s in sorted(previous, key=lambda s: s == signal.SIGINT):
+            signal.signal(s, previous[s])
 
 
 def check(after: str, wait_for=None) -> None:
     """Raises `Interrupted` if a signal arrived, once the arrays in `wait_for` (device work
     still in flight) are ready; a no-op otherwise."""
     if _received:
-        if _current[0] is not None:  # the announcement first (`_Block`)
-            _current[0].said.wait(timeout=5)
+        block = _current[0]
+        if block is not None:  # the announcement first (`_Block`), made here if no one
+            _announce(block, _received[0])  # has begun it (a signal during the entry)
+            block.said.wait(timeout=5)
         if wait_for is not None:
             jax.block_until_ready(wait_for)
         raise Interrupted(_received[0], after)
