@@ -166,6 +166,15 @@ def _watch(fd: int) -> None:
                     _exit_now(byte)
 
 
+def _restore_wakeup(fd: int) -> int:
+    """`signal.set_wakeup_fd(fd)`, or -1 where `fd` no longer takes it (closed, or
+    reopened blocking since); returns the fd it replaced."""
+    try:
+        return signal.set_wakeup_fd(fd)
+    except (ValueError, OSError):
+        return signal.set_wakeup_fd(-1)
+
+
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM are recorded for `check()` (main thread only;
@@ -186,23 +195,21 @@ def deferred() -> Iterator[None]:
         os.write(_pipe[0], b"\0")  # ahead of any signal's byte
     except OSError:
         _blocks.pop()
-        signal.set_wakeup_fd(forward)
+        _restore_wakeup(forward)
         raise
     _received.clear()
     _current[0] = block
     _depth[0] = 1
-    # a signal its process ignores (SIG_IGN: a job started with `&`) stays ignored
-    previous = {s: signal.signal(s, _on_signal) for s in SIGNALS
-                if signal.getsignal(s) is not signal.SIG_IGN}
+    previous = {s: signal.signal(s, _on_signal) for s in SIGNALS}
     signal.set_wakeup_fd(_pipe[0], warn_on_full_buffer=False)
     try:
         yield
     finally:
         block.active = False
         if _pipe:  # (not in a forked child)
-            ours = signal.set_wakeup_fd(block.forward)
+            ours = _restore_wakeup(block.forward)
             if ours != _pipe[0]:  # replaced during the block: its owner's stays
-                signal.set_wakeup_fd(ours)
+                _restore_wakeup(ours)
         _current[0] = None
         _depth[0] = 0
         _received.clear()
