@@ -235,9 +235,12 @@ def quiet_until_exit() -> None:
     that failed is about to exit, and the read tasks of a damaged checkpoint may be
     collected only then (orbax's event loop holds them), each printing its traceback."""
     logging.getLogger("asyncio").addFilter(_OrbaxTasks())
-    hook = sys.unraisablehook
-    sys.unraisablehook = (lambda u, noise=_teardown_noise, hook=hook:
-                          None if noise(u) else hook(u))
+    sys.unraisablehook = _without_noise(sys.unraisablehook)
+
+
+def _without_noise(hook):
+    """`hook` that first drops `_teardown_noise` (both bound: see there)."""
+    return lambda u, noise=_teardown_noise, hook=hook: None if noise(u) else hook(u)
 
 
 # Failed orbax calls so far (`_quiet`): a context collects garbage only after one.
@@ -255,8 +258,7 @@ def _quiet():
     level, failures = logger.level, _failures[0]
     logger.setLevel(logging.CRITICAL)
     logging.getLogger("asyncio").addFilter(tasks)
-    sys.unraisablehook = (lambda u, noise=_teardown_noise, hook=hook:
-                          None if noise(u) else hook(u))
+    sys.unraisablehook = _without_noise(hook)
     try:
         yield
     except BaseException:

@@ -74,8 +74,7 @@ class _Block:
 
 
 _leaving = threading.Lock()
-_current: list[_Block | None] = [None]
-_depth = [0]  # nested blocks change nothing
+_current: list[_Block | None] = [None]  # the block running; a nested one changes nothing
 
 
 def _say(text: bytes) -> None:
@@ -179,7 +178,7 @@ def _restore_wakeup(fd: int) -> int:
 def deferred() -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM are recorded for `check()` (main thread only;
     elsewhere, and inside another such block, it changes nothing)."""
-    if threading.current_thread() is not threading.main_thread() or _depth[0]:
+    if threading.current_thread() is not threading.main_thread() or _current[0]:
         yield
         return
     if not _pipe:
@@ -199,7 +198,6 @@ def deferred() -> Iterator[None]:
         raise
     _received.clear()
     _current[0] = block
-    _depth[0] = 1
     previous = {s: signal.signal(s, _on_signal) for s in SIGNALS}
     signal.set_wakeup_fd(_pipe[0], warn_on_full_buffer=False)
     try:
@@ -211,7 +209,6 @@ def deferred() -> Iterator[None]:
             if ours != _pipe[0]:  # replaced during the block: its owner's stays
                 _restore_wakeup(ours)
         _current[0] = None
-        _depth[0] = 0
         _received.clear()
         # handlers last, SIGINT's last of all: a signal pending here meets the handler
         # it would meet outside the block, with the block's state already put back
