@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,14 @@ os.environ.setdefault("XLA_FLAGS", FAST_XLA)
 # each allocates as it needs instead of taking 75 % of the GPU's memory at start.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+# A suite started in the background (`cmd &` in a script, nohup) has SIGINT ignored,
+# and so would every child it starts: the signal tests need SIGINT as a process in the
+# foreground has it (a process that ignores it keeps ignoring it inside
+# `interrupts.deferred`, as it should). A Python handler here becomes the default
+# action in a child, whose Python then raises KeyboardInterrupt as usual.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

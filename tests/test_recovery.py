@@ -265,6 +265,15 @@ with I.deferred():
         pass
 print("not exited")
 """, [], 130, None),
+    # a signal the process ignores (a job started with `&`) stays ignored in a block
+    "ignored": ("""
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+with I.deferred():
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.3)
+    check("an ignored signal")
+    print("ignored")
+""", ["ignored"], 0, 0),
 }
 
 

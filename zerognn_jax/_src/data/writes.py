@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -106,14 +107,15 @@ def remove_stale_parts(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, what: str = "file") -> Iterator:
+def atomic_write(path: str | os.PathLike, what: str = "file", *,
+                 keep_mode: bool = False) -> Iterator:
     """Yields a binary file object whose content replaces `path` only on success.
 
     The data go to a temporary file in the same folder, which is renamed over `path`
     once the block ends without an exception and removed otherwise, so readers never
     see a half-written file; the leftovers of earlier writers that were killed go then
     too (`remove_stale_parts`). The file gets the permissions the umask leaves of 0o666,
-    as `open` would give it.
+    as `open` would give it, or with `keep_mode` those of the file it replaces, if any.
 
     Raises:
       WriteError: an OSError while writing (a full disk, ...), naming `what` and `path`.
@@ -123,7 +125,9 @@ def atomic_write(path: str | os.PathLike, what: str = "file") -> Iterator:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=part_prefix(path), suffix=".part")
         try:
-            os.fchmod(fd, 0o666 & ~umask())  # mkstemp makes it 0600
+            old = path.stat() if keep_mode and path.exists() else None
+            # mkstemp makes it 0600
+            os.fchmod(fd, stat.S_IMODE(old.st_mode) if old else 0o666 & ~umask())
             with os.fdopen(fd, "wb") as f:
                 yield f
                 f.flush()

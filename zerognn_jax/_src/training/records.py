@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from zerognn_jax._src.data.writes import AppendFile, writing
+from zerognn_jax._src.data.writes import AppendFile, atomic_write, writing
 
 
 def strict(value):
@@ -192,20 +191,13 @@ def _is_summary(line: str) -> bool:
 
 
 def _replace(path: Path, text: str) -> None:
-    """Writes `text` to `path` through a temporary file renamed over it (atomic), the
-    file a link points to, keeping its permissions."""
+    """Writes `text` to `path` (`atomic_write`), the file a link points to, keeping its
+    permissions; a file that holds `text` already is left as it is."""
     path = path.resolve()
     if path.exists() and path.read_text(errors="surrogateescape") == text:
         return
-    tmp = path.with_name(f".{path.name}.part")
-    try:
-        tmp.write_text(text, errors="surrogateescape")
-        if path.exists():
-            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_write(path, "metrics_out", keep_mode=True) as f:
+        f.write(text.encode(errors="surrogateescape"))
 
 
 TENSORBOARD_HINT = "pip install 'zerognn-jax[tensorboard]' (or pip install tensorboardX)"
