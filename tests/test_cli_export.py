@@ -42,6 +42,25 @@ def test_the_artifact_gives_the_checkpointed_models_outputs(run, capsys):
     caps = conservative(16, p.sampler.slots, d.graph.num_nodes).capacities
     want, _, _ = p.forward(v, d, seeds, valid, key, caps, train=False)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+    # an artifact is replaced by the next export to its path
+    assert main(["export", str(folder / "ckpt"), "--out", str(out), "--batch-size", "8"]) == 0
+    assert json.loads(capsys.readouterr().out)["batch_size"] == 8
+    assert jax.export.deserialize(out.read_bytes()).in_avals[3].shape == (8,)
+
+
+def test_an_out_that_is_someone_elses_file_is_refused_before_the_restore(tmp_path, capsys):
+    """A dataset (the one the run trained on, say) or any other file that is not an
+    exported model is left as it is; the check comes before the checkpoint is read."""
+    dataset = tmp_path / "graphs.npz"
+    zg.save_graphs(zg.molhiv_like(0.001, seed=0), dataset)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me")
+    for out, before in ((dataset, dataset.read_bytes()), (notes, b"keep me")):
+        assert main(["export", str(tmp_path / "none"), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"zerognn: error: --out {out} is a file, not a model exported by "
+                       f"zerognn-jax; give a new path or remove it first\n")
+        assert out.read_bytes() == before
 
 
 @pytest.mark.parametrize("args, message", [

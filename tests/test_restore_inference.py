@@ -100,6 +100,27 @@ def test_a_given_dataset_is_asked_for_by_name(tmp_path, capsys):
         zg.restore(cfg.checkpoint_dir, dataset=ds, for_inference=True)
 
 
+def test_a_dataset_read_from_a_relative_path_is_found_from_any_folder(tmp_path,
+                                                                     monkeypatch):
+    """The checkpoint records the dataset's file absolute, as it does the root: a restore
+    from another folder reads the same file (it had looked for it there)."""
+    (tmp_path / "data").mkdir()
+    zg.save_npz(labelled_dataset("mine", 90, 4, 2, seed=1, edges=300),
+                tmp_path / "data" / "mine.npz")
+    monkeypatch.chdir(tmp_path)
+    cfg = zg.TrainConfig(dataset=os.path.join("data", "mine.npz"), hidden=8, layers=1,
+                         fanouts=(3,), batch_size=30, epochs=1, progress=False,
+                         eval_mode="none", model="gcn", checkpoint_dir="ck")
+    result = zg.train(cfg)
+    monkeypatch.chdir(tmp_path / "data")
+    back = zg.restore(tmp_path / "ck", for_inference=True)
+    assert back.dataset.num_nodes == 90
+    np.testing.assert_allclose(np.asarray(zg.predict(back, np.arange(90))),
+                               np.asarray(zg.layerwise_logits(result.program,
+                                                              result.variables,
+                                                              result.data)), atol=1e-6)
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs Linux's /proc/self/io")
 def test_inference_reads_the_model_and_not_the_optimizers_moments(tmp_path):
     """`restore(for_inference=True)` (and `zerognn export`) read the parameters and batch

@@ -19,10 +19,14 @@ written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 from pathlib import Path
 
-from zerognn_jax._src.data.writes import atomic_write
+import jax
+
+from zerognn_jax._src.data.writes import atomic_write, written_here
 from zerognn_jax._src.training.export import export_model
 from zerognn_jax._src.training.inference import restore
 from zerognn_jax.cli.data import load_named
@@ -66,6 +70,21 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _refuse_other_files(out: Path) -> None:
+    """ValueError if `out` exists and is not an exported model (an artifact is
+    replaced; anything else, a dataset the run trained on say, is someone's data)."""
+    if not os.path.lexists(out):
+        return
+    if not out.is_file():
+        raise ValueError(f"--out {out} exists and is not a file; give a new path")
+    if not written_here(out):  # a dataset archive is never read whole here
+        with contextlib.suppress(Exception):  # any failure: not an artifact
+            jax.export.deserialize(bytearray(out.read_bytes()))
+            return
+    raise ValueError(f"--out {out} is a file, not a model exported by zerognn-jax; "
+                          f"give a new path or remove it first")
+
+
 def run_export(args) -> int:
     """Handler of `zerognn export`. SIGINT and SIGTERM are held until the checkpoint is
     read, the model lowered or the artifact written (`interrupts.deferred`; a signal in
@@ -74,6 +93,7 @@ def run_export(args) -> int:
 
     if not args.out or Path(args.out).is_dir():  # checked before the restore and lowering
         raise ValueError(f"--out must name the artifact's file, got {args.out!r}")
+    _refuse_other_files(Path(args.out))
     platforms = None
     if args.platforms:  # each named once, in the order given
         platforms = tuple(dict.fromkeys(p.strip() for p in args.platforms.split(",")))

@@ -1,12 +1,12 @@
 """What a checkpoint records to rebuild its run for inference, and the config it gives.
 
 Every checkpoint's `meta` holds, besides the run's identity (checkpoint.py), the whole
-`TrainConfig` with the dataset root made absolute (`"config"`) and whether the dataset
-was a `Dataset` passed to `train()` rather than loaded by `cfg.dataset`
-(`"dataset_given"`). `restore` and `predict` (inference.py) rebuild the run from these
-without the caller's config: the dataset is loaded from the recorded root, not searched
-for under `~/.cache`. Checkpoints written before this record fall back to the identity's
-options (the dataset's name, no root).
+`TrainConfig` with the dataset root, and a dataset read from a file or folder, made
+absolute (`"config"`) and whether the dataset was a `Dataset` passed to `train()`
+rather than loaded by `cfg.dataset` (`"dataset_given"`). `restore` and `predict`
+(inference.py) rebuild the run from these without the caller's config: the dataset is
+loaded from the recorded root, not searched for under `~/.cache`. Checkpoints written
+before this record fall back to the identity's options (the dataset's name, no root).
 """
 
 from __future__ import annotations
@@ -14,19 +14,28 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from zerognn_jax._src.data.graph_datasets import GRAPH_DATASET_NAMES
+from zerognn_jax._src.data.loaders import DATASET_NAMES, HETERO_NAMES
 from zerognn_jax._src.training.config import TrainConfig
 
 # Set when a run is rebuilt from its checkpoint: on one device, writing nothing.
+# Names the loaders read as datasets' names before any file or folder of that name
+NAMES = frozenset(n.lower() for n in (*DATASET_NAMES, *HETERO_NAMES, *GRAPH_DATASET_NAMES))
 REBUILT = {"progress": False, "checkpoint_dir": None, "metrics_out": None,
            "tensorboard_dir": None, "best_metric": None, "devices": 1,
            "shard_features": False}
 
 
 def rebuild_record(cfg: TrainConfig, dataset, given: bool) -> dict:
-    """{"config": every option (the root absolute), "dataset_given": bool} of a run."""
+    """{"config": every option (the root, and a dataset read from a path, absolute),
+    "dataset_given": bool} of a run."""
     config = dataclasses.asdict(cfg)
     if cfg.root is not None:
         config["root"] = os.path.abspath(cfg.root)
+    name = cfg.dataset
+    if isinstance(name, str | os.PathLike) and os.fspath(name).lower() not in NAMES \
+            and os.path.exists(name):  # a dataset file or folder, read from any folder
+        config["dataset"] = os.path.abspath(name)
     if given:  # recorded for the message that asks for it: its name, not cfg.dataset's
         config["dataset"] = dataset.name
     return {"config": config, "dataset_given": bool(given)}
