@@ -196,6 +196,36 @@ def test_pyg_round_trip():
     assert same(c, zg.collection_from_pyg(Batch.from_data_list(data), splits=splits))
 
 
+def _pyg_like(c):
+    """`c`'s graphs as objects with PyG `Data`'s fields, holding NumPy arrays."""
+    out = []
+    for g in range(c.num_graphs):
+        part = c.graph(g)
+        out.append(types.SimpleNamespace(
+            x=part["nodes"], edge_attr=part["edges"],
+            edge_index=np.stack([part["senders"], part["receivers"]]),
+            y=part["target"], num_nodes=part["nodes"].shape[0]))
+    return out
+
+
+def test_graphs_from_pyg_need_the_same_fields_in_every_graph():
+    """Arrays convert as tensors do; a graph without a field the others have (edge_attr
+    in graph 0 only was dropped from every graph, or crashed on the first without it)
+    is named."""
+    c = tiny()
+    splits = (c.train_idx, c.val_idx, c.test_idx)
+    assert same(c, zg.collection_from_pyg(_pyg_like(c), name="tiny", splits=splits))
+    for graph, field, message in (
+            (2, "edge_attr", "graph 2 has no edge_attr: graph 0 has it"),
+            (0, "edge_attr", "graph 1 has edge_attr and graph 0 has none"),
+            (1, "y", "graph 1 has no y: every graph needs x, edge_index and y"),
+            (0, "x", "graph 0 has no x")):
+        data = _pyg_like(c)
+        setattr(data[graph], field, None)
+        with pytest.raises(ValueError, match=message):
+            zg.collection_from_pyg(data)
+
+
 def _write_csv(path, rows):
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt") as f:

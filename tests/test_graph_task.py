@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import re
 
 import jax
@@ -282,6 +283,28 @@ def test_user_model_resume_and_errors(molecules, tmp_path):
     resumed = zg.train(dataclasses.replace(cfg, epochs=2), molecules, model=_user_model())
     assert (resumed.summary["start_epoch"], resumed.summary["epochs_run"]) == (1, 1)
     assert [h["loss"] for h in resumed.history][:1] == [result.history[0]["loss"]]
+    # another collection of as many nodes is refused by its graphs' count (it resumed);
+    # a checkpoint from before graphs and edges were recorded is not compared on them
+    meta = tmp_path / "1" / "meta" / "metadata"
+    record = json.loads(meta.read_text())
+    graphs = record["identity"]["dataset.graphs"]
+    assert graphs == molecules.num_graphs
+    record["identity"]["dataset.graphs"] = graphs + 7
+    meta.write_text(json.dumps(record))
+    more = dataclasses.replace(cfg, epochs=3)
+    with pytest.raises(zg.CheckpointMismatch,
+                       match=rf"dataset.graphs {graphs + 7} there, {graphs} here"):
+        zg.train(more, molecules, model=_user_model())
+    for key in ("dataset.graphs", "dataset.edges"):
+        del record["identity"][key]
+    meta.write_text(json.dumps(record))
+    assert zg.train(more, molecules, model=_user_model()).summary["start_epoch"] == 2
+    unlabelled = dataclasses.replace(molecules, targets=np.where(
+        np.isin(np.arange(molecules.num_graphs), molecules.train_idx)[:, None], np.nan,
+        molecules.targets))
+    with pytest.raises(ValueError, match=r"molhiv-like's training graphs have no target: "
+                                         r"every entry of targets\[train_idx\] is missing"):
+        zg.train(config(), unlabelled)
     with pytest.raises(ValueError, match="unknown graph model 'sage'"):
         zg.train(config(model="sage"), molecules)
     with pytest.raises(ValueError, match="runs on the scan engine"):

@@ -113,20 +113,36 @@ def collection_to_pyg(collection: GraphCollection) -> list:
 def collection_from_pyg(graphs, *, name: str = "pyg", target_kind: str = "binary", splits=None,
              num_classes: int = 0, node_vocab=(), edge_vocab=()) -> GraphCollection:
     """A collection from a PyG `Batch` or a sequence of `Data` (each with x,
-    edge_index, y and optionally edge_attr)."""
+    edge_index, y and optionally edge_attr, as tensors or arrays; edge_attr in every
+    graph or in none)."""
     if hasattr(graphs, "to_data_list"):
         graphs = graphs.to_data_list()
     graphs = list(graphs)
     if not graphs:
         raise ValueError("from_pyg needs at least one graph")
-    numpy = lambda t: t.detach().cpu().numpy()
-    n_node = [int(d.num_nodes) for d in graphs]
-    n_edge = [int(d.edge_index.shape[1]) for d in graphs]
-    edge_index = np.concatenate([numpy(d.edge_index) for d in graphs], axis=1)
-    x = np.concatenate([numpy(d.x) for d in graphs])
     has_edges = getattr(graphs[0], "edge_attr", None) is not None
-    edges = np.concatenate([numpy(d.edge_attr) for d in graphs]) if has_edges else None
-    y = np.concatenate([numpy(d.y).reshape(1, -1) for d in graphs])
+
+    def field(i, d, name):
+        """Graph i's `name` as a NumPy array; ValueError naming both if it has none."""
+        t = getattr(d, name, None)
+        if t is None:
+            why = ("graph 0 has it, and every graph needs the same fields"
+                   if name == "edge_attr" else "every graph needs x, edge_index and y")
+            raise ValueError(f"graph {i} has no {name}: {why}")
+        return t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
+
+    n_node = [int(d.num_nodes) for d in graphs]
+    n_edge = [int(field(i, d, "edge_index").shape[1]) for i, d in enumerate(graphs)]
+    edge_index = np.concatenate([field(i, d, "edge_index") for i, d in enumerate(graphs)],
+                                axis=1)
+    x = np.concatenate([field(i, d, "x") for i, d in enumerate(graphs)])
+    if not has_edges and any(getattr(d, "edge_attr", None) is not None for d in graphs):
+        first = next(i for i, d in enumerate(graphs) if d.edge_attr is not None)
+        raise ValueError(f"graph {first} has edge_attr and graph 0 has none: every graph "
+                         f"needs the same fields")
+    edges = np.concatenate([field(i, d, "edge_attr") for i, d in enumerate(graphs)]) \
+        if has_edges else None
+    y = np.concatenate([field(i, d, "y").reshape(1, -1) for i, d in enumerate(graphs)])
     if target_kind == "classes":
         y = y.reshape(-1)
     return make_collection(name, n_node, n_edge, edge_index[0], edge_index[1], x, y,

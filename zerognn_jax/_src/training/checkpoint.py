@@ -61,7 +61,12 @@ FREE_ON_RESUME = frozenset({
     "eval_batch_size", "checkpoint_dir", "metrics_out", "progress", "tensorboard_dir",
     "best_metric", "gemm_backend", "sample_ahead", "read_ahead_gib",
 })
-DATASET_KEYS = ("name", "nodes", "directed_edges", "features", "classes", "train")
+DATASET_KEYS = ("name", "nodes", "directed_edges", "features", "classes", "train",
+                "graphs", "edges")
+# Dataset counts recorded since 2026-12-01 (a graph collection's graphs and edges: one
+# of as many nodes but other graphs had resumed unremarked); a checkpoint written
+# before is not compared on them.
+DATASET_ADDED_SINCE = ("dataset.graphs", "dataset.edges")
 # TrainConfig fields added after checkpoints began to record their options, with what every
 # run did before the field existed: a checkpoint that does not record one resumes under
 # that value only.
@@ -92,7 +97,8 @@ def identity(cfg, dataset_stats: dict, global_batch: int, extra: dict | None = N
            if f.name not in FREE_ON_RESUME}
     out = full_names(out, relations)
     out["global_batch"] = global_batch
-    # a graph collection's statistics hold no directed_edges, features or classes
+    # a graph collection's statistics hold no directed_edges, features or classes, and
+    # a graph's counts of graphs and edges (DATASET_ADDED_SINCE)
     out.update({f"dataset.{k}": dataset_stats[k] for k in DATASET_KEYS if k in dataset_stats})
     if dataset_stats.get("target_kind", "classes") != "classes":
         out.update({f"dataset.{k}": dataset_stats[k] for k in ("target_kind", "outputs")})
@@ -461,6 +467,8 @@ class Checkpointer:
         # a field made free since the checkpoint was written is free in it too
         saved = {k: v for k, v in meta["identity"].items() if k not in FREE_ON_RESUME}
         saved.update({k: v for k, v in ADDED_SINCE.items() if k not in saved})
+        ident = {k: v for k, v in ident.items()
+                 if k in saved or k not in DATASET_ADDED_SINCE}
         diff = _differences(full_names(saved, relations), ident)
         if diff:
             raise CheckpointMismatch(

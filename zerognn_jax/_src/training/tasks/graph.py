@@ -155,6 +155,11 @@ class GraphTask(ItemsAreLevel0):
         if not dataset.train_idx.size:
             raise ValueError(f"{dataset.name}'s train_idx is empty: there is nothing to "
                              f"train on")
+        train_targets = np.asarray(dataset.targets)[dataset.train_idx]
+        if train_targets.dtype.kind == "f" and np.isnan(train_targets).all():
+            raise ValueError(f"{dataset.name}'s training graphs have no target: every entry "
+                             f"of targets[train_idx] is missing (NaN), so there is nothing "
+                             f"to learn from")
         task = graph_task(loss, dataset.target_kind, cfg.balance_window)
         aggregation = resolve_aggregation(cfg.graph_aggregation, cfg.batch_size)
         return dataclasses.replace(task, aggregation=aggregation), dataset
