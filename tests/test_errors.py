@@ -389,13 +389,17 @@ def test_options_of_another_task_are_named_as_ignored():
     assert "readout 'max': options of graph tasks, ignored by this node task" in said
     graph = TrainConfig(task="graph", dataset="molhiv-like", model="gin", fanouts=(3, 3),
                         sampler="labor", flat_outer=True, norm="layer", input_dropout=0.5,
-                        eval_mode="sampled", progress=False)
+                        eval_mode="sampled", progress=False, heads=2,
+                        normalize_features=True, read_ahead_gib=1.0)
     with pytest.warns(zg.IgnoredOptionWarning) as caught:
         trainer._warn_unread_options(graph, None)
     assert [str(w.message) for w in caught] == [
         "fanouts (3, 3), sampler 'labor', flat_outer True: options of neighbour sampling, "
         "ignored by this graph task",
-        "input_dropout 0.5: options of node and link models, ignored by this graph task",
+        "input_dropout 0.5, heads 2: options of node and link models, ignored by this "
+        "graph task",
+        "normalize_features True, read_ahead_gib 1.0: options of the feature tables of node "
+        "and link tasks, ignored by this graph task",
         "norm 'layer': options of the models of one-type graphs' node and link tasks, "
         "ignored by this graph task",
         "eval_mode 'sampled': this graph task evaluates whole graphs, exactly ('full'; "

@@ -349,8 +349,14 @@ TASK_OPTIONS = {
     "neighbour sampling": (lambda name, task, typed: getattr(task, "samples_neighbours", True),
                            ("fanouts", "relation_fanouts", "sampler", "replace", "dedup",
                             "flat_outer")),
-    # the graph models (nn/graph_models.py) drop out and normalise inside their layers
-    "node and link models": (lambda name, task, typed: name != "graph", ("input_dropout",)),
+    # the graph models (nn/graph_models.py) drop out and normalise inside their layers,
+    # and have no attention heads
+    "node and link models": (lambda name, task, typed: name != "graph",
+                             ("input_dropout", "heads")),
+    # a graph task keeps its collection's node rows on the device as given
+    "the feature tables of node and link tasks": (
+        lambda name, task, typed: name != "graph",
+        ("normalize_features", "host_row_order", "read_ahead_gib")),
     "the models of one-type graphs' node and link tasks": (
         lambda name, task, typed: name != "graph" and not typed, ("norm",)),
 }
