@@ -7,6 +7,7 @@ import dataclasses
 import gzip
 import json
 import re
+import sys
 import types
 
 import numpy as np
@@ -224,6 +225,21 @@ def test_graphs_from_pyg_need_the_same_fields_in_every_graph():
         setattr(data[graph], field, None)
         with pytest.raises(ValueError, match=message):
             zg.collection_from_pyg(data)
+
+
+@pytest.mark.parametrize("convert, module, hint", [
+    (lambda: zg.collection_to_jraph(tiny()), "jraph", "collection_to_jraph needs jraph, "
+     "which is not installed here: pip install 'zerognn-jax[jraph]'"),
+    (lambda: zg.collection_to_pyg(tiny()), "torch", "collection_to_pyg needs torch, "
+     "which is not installed here: pip install torch"),
+    (lambda: zg.to_networkx(zg.from_edge_list([0], [1], 2)), "networkx", "to_networkx "
+     "needs networkx, which is not installed here: pip install 'zerognn-jax[networkx]'"),
+])
+def test_a_conversion_without_its_library_says_what_to_install(monkeypatch, convert,
+                                                                module, hint):
+    monkeypatch.setitem(sys.modules, module, None)  # `import module` fails
+    with pytest.raises(ImportError, match=re.escape(hint)):
+        convert()
 
 
 def _write_csv(path, rows):

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.host_parallel import host_threads, merge_sorted, thread_map
+from zerognn_jax._src.data.optional import need
 from zerognn_jax._src.data.tables import check_edge_features, edge_feature_table
 
 _INT32_MAX = np.iinfo(np.int32).max
@@ -446,8 +447,7 @@ def from_networkx(nx_graph, *, weight: str | None = None, **kwargs) -> CSRGraph:
 def to_networkx(graph: CSRGraph, *, undirected: bool = False):
     """A networkx `DiGraph` (or `Graph`) on nodes 0..N-1 with an edge j -> i for row i's
     neighbour j, and the edge weights as its "weight" attribute (needs networkx)."""
-    import networkx  # optional dependency
-
+    networkx = need("networkx", "to_networkx")
     out = networkx.Graph() if undirected else networkx.DiGraph()
     out.add_nodes_from(range(graph.num_nodes))
     rows, nbrs = to_edge_list(graph)
@@ -461,8 +461,7 @@ def to_networkx(graph: CSRGraph, *, undirected: bool = False):
 
 def to_jraph(graph: CSRGraph, node_features=None):
     """A jraph.GraphsTuple holding the graph's edges as receivers <- senders (needs jraph)."""
-    import jraph  # optional dependency
-
+    jraph = need("jraph", "to_jraph")
     src, dst = to_edge_list(graph)
     return jraph.GraphsTuple(
         nodes=node_features,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from zerognn_jax._src.data.graphs import GraphCollection, make_collection
+from zerognn_jax._src.data.optional import need
 
 
 def _shift(c: GraphCollection) -> np.ndarray:
@@ -22,8 +23,7 @@ def collection_to_jraph(collection: GraphCollection):
     """The collection as one `jraph.GraphsTuple` (NumPy arrays): nodes, edges (None
     without edge features), global senders/receivers, n_node, n_edge, and the targets
     as `globals` (one row per graph)."""
-    import jraph
-
+    jraph = need("jraph", "collection_to_jraph")
     c = collection
     shift = _shift(c)
     return jraph.GraphsTuple(
@@ -93,8 +93,8 @@ def collection_from_jraph(graphs, *, name: str = "jraph", target_kind: str = "bi
 def collection_to_pyg(collection: GraphCollection) -> list:
     """One `torch_geometric.data.Data` per graph: x, edge_index (local, [2, E], row 0
     the senders), edge_attr (if any) and y ([1, T], or [1] class ids)."""
-    import torch
-    from torch_geometric.data import Data
+    torch = need("torch", "collection_to_pyg")
+    Data = need("torch_geometric.data", "collection_to_pyg").Data
 
     c, out = collection, []
     for g in range(c.num_graphs):

@@ -36,6 +36,7 @@ from zerognn_jax._src.data.hetero import (
     hetero_graph,
     validate_hetero_graph,
 )
+from zerognn_jax._src.data.optional import need
 from zerognn_jax._src.data.tables import BFLOAT16, check_finite_rows, node_feature_table
 
 SPLITS = ("train", "val", "test")
@@ -334,8 +335,8 @@ def to_hetero_data(ds: HeteroDataset):
     """The dataset as a PyG `HeteroData` (needs torch and torch_geometric): the inverse
     of `from_hetero_data`, edges in CSR order; bfloat16 features become float32. The
     target type's `y` holds the labels (int64[N]), or float targets (float32[N, T])."""
-    import torch  # optional dependency
-    from torch_geometric.data import HeteroData  # optional dependency
+    torch = need("torch", "to_hetero_data")
+    HeteroData = need("torch_geometric.data", "to_hetero_data").HeteroData
 
     out = HeteroData()
     for t, n in ds.graph.node_counts:
