@@ -65,6 +65,10 @@ BAD = [
     ("train_idx", np.array([0.7, 1.2]), "train_idx must hold integers, got float64"),
     ("name", "", "name must be a non-empty string (it names the collection in metrics, "
                  "checkpoints and files), got ''"),
+    ("num_classes", 5, "num_classes is for class targets; these are binary, got "
+                       "num_classes=5"),
+    ("edge_features", None, "edge_vocab [2, 3] describes edge features, and this "
+                            "collection has none"),
 ]
 
 
@@ -72,7 +76,11 @@ BAD = [
                                                           enumerate(BAD)])
 def test_validation_names_the_problem(field, value, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        dataclasses.replace(tiny(), **{field: value})
+        given = tiny()
+        if field == "edge_features" and value is None:  # a vocabulary left without them
+            given = dataclasses.replace(given, edge_features=np.zeros((8, 2), np.int32),
+                                        edge_vocab=(2, 3))
+        dataclasses.replace(given, **{field: value})
 
 
 MAKE = dict(name="t", n_node=[3, 2], n_edge=[1, 1], senders=[0, 0], receivers=[1, 1],

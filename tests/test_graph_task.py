@@ -414,6 +414,7 @@ def test_predict_gives_one_row_per_graph_as_the_evaluation_does(molecules, tmp_p
     with pytest.raises(ValueError, match=rf"nodes must lie in \[0, {n}\) \(graph ids\), "
                                          rf"found \[0, {n}\]"):
         zg.predict(result, [0, n])
+    assert zg.predict(result, []).shape == (0, rows.shape[1])  # `[]` is float64 to NumPy
     with pytest.raises(ValueError, match="node_type picks a node type of a typed graph's"):
         zg.predict(result, [0], node_type="atom")
     for bad in (0, 2.5, "64", True):

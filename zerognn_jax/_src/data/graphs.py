@@ -186,6 +186,9 @@ def _check_targets(c: GraphCollection) -> None:
             _fail(f"class target of graph {int(bad[0])} is {int(t[bad[0]])}, outside "
                   f"[0, {c.num_classes})")
         return
+    if c.num_classes:
+        _fail(f"num_classes is for class targets; these are {c.target_kind}, got "
+              f"num_classes={c.num_classes}")
     if t.ndim != 2 or t.dtype != np.float32:
         _fail(f"{c.target_kind} targets must be float32[G, T], got {t.dtype}{list(t.shape)}")
     if np.isinf(t).any():
@@ -223,6 +226,9 @@ def validate_collection(c: GraphCollection) -> None:
     _check_local("senders", c.senders, c)
     _check_local("receivers", c.receivers, c)
     _check_vocab("node features", c.node_features, c.node_vocab)
+    if c.edge_features is None and c.edge_vocab:
+        _fail(f"edge_vocab {list(c.edge_vocab)} describes edge features, and this "
+              f"collection has none")
     if c.edge_features is not None:
         if c.edge_features.ndim != 2 or c.edge_features.shape[0] != c.senders.shape[0]:
             _fail(f"edge_features must be [E, d] with E = {c.senders.shape[0]} edges, got "

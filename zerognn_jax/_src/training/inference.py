@@ -207,6 +207,8 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     """
     _check_call(mode, batch_size, seed)
     nodes = np.asarray(nodes)
+    if nodes.shape == (0,):  # `[]` reads as float64: no id, of any type
+        nodes = nodes.astype(np.int32)
     n = result.data.graph.num_nodes
     task = result.program.task
     target = None
