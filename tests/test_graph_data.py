@@ -119,6 +119,22 @@ def test_validation_of_classes_and_vocab():
         dataclasses.replace(tiny(), node_features=ids, node_vocab=(2, 4))
 
 
+def test_targets_and_arrays_of_the_wrong_kind_are_named(tmp_path):
+    with pytest.raises(ValueError, match="regression targets must be numbers: could not "
+                                         "convert string to float: 'a'"):
+        zg.make_collection(**{**MAKE, "targets": ["a", "b"], "target_kind": "regression",
+                              "num_classes": 0})
+    c = tiny()
+    with pytest.raises(ValueError, match=r"node_offsets must be a NumPy array, got list "
+                                         r"\(make_collection takes lists"):
+        dataclasses.replace(c, node_offsets=c.node_offsets.tolist())
+    # a file saved before num_classes was refused for binary targets still loads
+    path = zg.save_graphs(c, tmp_path / "old")
+    meta = json.loads((path / "meta.json").read_text())
+    (path / "meta.json").write_text(json.dumps({**meta, "num_classes": 5}))
+    assert zg.load_graphs(str(path)).num_classes == 0
+
+
 @pytest.mark.parametrize("suffix", [".npz", "_dir"])
 def test_storage_round_trip(tmp_path, suffix):
     for kind in ("binary", "classes", "regression"):

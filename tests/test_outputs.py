@@ -284,7 +284,14 @@ def test_bench_output_that_cannot_be_written_is_one_line_exit_1(tmp_path, capsys
     out = tmp_path / "file" / "bench.jsonl"
     assert main(["bench", "--out", str(out), "--no-progress"]) == 1
     assert capsys.readouterr().err == (f"zerognn: error: could not write bench output {out}: "
-                                       f"Not a directory (ENOTDIR, errno 20)\n")
+                                       f"{tmp_path / 'file'} is a file, not a folder (Not a "
+                                       f"directory (ENOTDIR, errno 20))\n")
+    # a dataset's folder on the way that is a file: mkdir says EEXIST, named the same
+    graphs = tmp_path / "file" / "g.npz"
+    assert main(["data", "generate", "molhiv-like", "--scale", "0.001", "--out",
+                 str(graphs)]) == 1
+    assert capsys.readouterr().err.endswith(f"{tmp_path / 'file'} is a file, not a folder "
+                                            f"(File exists (EEXIST, errno 17))\n")
 
 
 def test_a_metrics_file_of_other_lines_is_refused_and_left_as_it_was(tmp_path, capsys):

@@ -126,11 +126,15 @@ def load_graphs_file(path: str | os.PathLike) -> GraphCollection:
         raise ValueError(f"{path} is format {meta.get('format')!r} version "
                          f"{meta.get('version')!r}; this zerognn reads {FORMAT!r} {VERSION}")
     try:
+        # a file saved before 2026-12-01 may hold num_classes for other targets, or an
+        # edge vocabulary without edge features: both meant nothing, and are dropped
+        classes = int(meta["num_classes"]) if meta["target_kind"] == "classes" else 0
+        edges = arrays.get("edge_features")
         return GraphCollection(
-            meta["name"], *(arrays[k] for k in ARRAYS[:5]), arrays.get("edge_features"),
-            arrays["targets"], meta["target_kind"], arrays["train_idx"], arrays["val_idx"],
-            arrays["test_idx"], int(meta["num_classes"]), tuple(meta["node_vocab"]),
-            tuple(meta["edge_vocab"]))
+            meta["name"], *(arrays[k] for k in ARRAYS[:5]), edges, arrays["targets"],
+            meta["target_kind"], arrays["train_idx"], arrays["val_idx"],
+            arrays["test_idx"], classes, tuple(meta["node_vocab"]),
+            tuple(meta["edge_vocab"]) if edges is not None else ())
     except KeyError as err:
         raise ValueError(f"{path} holds an invalid graph collection: no entry {err}") from err
     except (TypeError, ValueError) as err:

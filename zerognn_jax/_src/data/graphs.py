@@ -207,6 +207,11 @@ def validate_collection(c: GraphCollection) -> None:
     if not isinstance(c.name, str) or not c.name:
         _fail(f"name must be a non-empty string (it names the collection in metrics, "
               f"checkpoints and files), got {c.name!r}")
+    for what in ("node_offsets", "edge_offsets", "senders", "receivers", "node_features",
+                 "targets", "train_idx", "val_idx", "test_idx"):
+        if not isinstance(getattr(c, what), np.ndarray | np.generic):
+            _fail(f"{what} must be a NumPy array, got {type(getattr(c, what)).__name__} "
+                  f"(make_collection takes lists and other array-likes)")
     if c.node_features.ndim != 2:
         _fail(f"node_features must be 2-D [N, d], got shape {c.node_features.shape}")
     num_nodes = c.node_features.shape[0]
@@ -306,7 +311,10 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
     if target_kind == "classes":
         targets = _ints("class targets", targets, np.int32)
     else:
-        targets = np.asarray(targets, np.float32)
+        try:
+            targets = np.asarray(targets, np.float32)
+        except (TypeError, ValueError) as err:
+            _fail(f"{target_kind} targets must be numbers: {err}")
     if target_kind != "classes" and targets.ndim == 1:
         targets = targets[:, None]
     if splits is None:

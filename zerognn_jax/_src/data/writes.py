@@ -56,6 +56,11 @@ def write_error(what: str, path: str | os.PathLike, err: BaseException) -> Write
         cause = f"{type(err).__name__}: {text[0][:200] if text else ''}"
     else:
         cause = f"{os.strerror(code)} ({errno.errorcode.get(code, '?')}, errno {code})"
+    if code in (errno.EEXIST, errno.ENOTDIR):  # a folder on the way is a file
+        blocking = next((p for p in Path(path).parents if p.exists() and not p.is_dir()),
+                        None)
+        if blocking is not None:
+            cause = f"{blocking} is a file, not a folder ({cause})"
     out = WriteError(f"could not write {what} {path}: {cause}")
     out.errno = code
     return out
