@@ -40,7 +40,7 @@ os.environ.setdefault("XLA_FLAGS", FAST_XLA)
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-# A suite started in the background (`cmd &` in a script, nohup) has SIGINT ignored,
+# A suite started in the background (`cmd &` in a script) has SIGINT ignored,
 # and so would every child it starts: the signal tests need SIGINT as a process in the
 # foreground has it (a process that ignores it keeps ignoring it inside
 # `interrupts.deferred`, as it should). A Python handler here becomes the default

@@ -16,6 +16,7 @@ import pytest
 
 import zerognn_jax as zg
 from zerognn_jax._src.sampling.envelope import conservative
+from zerognn_jax.cli import export as export_command
 from zerognn_jax.cli import main
 
 
@@ -48,7 +49,8 @@ def test_the_artifact_gives_the_checkpointed_models_outputs(run, capsys):
     assert jax.export.deserialize(out.read_bytes()).in_avals[3].shape == (8,)
 
 
-def test_an_out_that_is_someone_elses_file_is_refused_before_the_restore(tmp_path, capsys):
+def test_an_out_that_is_someone_elses_file_is_refused_before_the_restore(tmp_path, capsys,
+                                                                         monkeypatch):
     """A dataset (the one the run trained on, say) or any other file that is not an
     exported model is left as it is; the check comes before the checkpoint is read."""
     dataset = tmp_path / "graphs.npz"
@@ -61,6 +63,11 @@ def test_an_out_that_is_someone_elses_file_is_refused_before_the_restore(tmp_pat
         assert err == (f"zerognn: error: --out {out} is a file, not a model exported by "
                        f"zerognn-jax; give a new path or remove it first\n")
         assert out.read_bytes() == before
+    # a file too large to read for the check is refused unread
+    monkeypatch.setattr(export_command, "CHECKED_BYTES", 4)
+    assert main(["export", str(tmp_path / "none"), "--out", str(notes)]) == 2
+    assert f"--out {notes} is a file of 0.0 GiB, too large to check that it is an " \
+           f"artifact" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, message", [

@@ -125,7 +125,7 @@ def test_targets_and_arrays_of_the_wrong_kind_are_named(tmp_path):
         zg.make_collection(**{**MAKE, "targets": ["a", "b"], "target_kind": "regression",
                               "num_classes": 0})
     c = tiny()
-    with pytest.raises(ValueError, match=r"node_offsets must be a NumPy array, got list "
+    with pytest.raises(ValueError, match=r"node_offsets must be an array, got a list "
                                          r"\(make_collection takes lists"):
         dataclasses.replace(c, node_offsets=c.node_offsets.tolist())
     # a file saved before num_classes was refused for binary targets still loads
@@ -264,6 +264,19 @@ def test_a_conversion_without_its_library_says_what_to_install(monkeypatch, conv
     monkeypatch.setitem(sys.modules, module, None)  # `import module` fails
     with pytest.raises(ImportError, match=re.escape(hint)):
         convert()
+
+
+def test_a_broken_install_gives_its_own_import_error(monkeypatch):
+    """Only a missing module is reported as not installed: one whose own import fails
+    (a dependency of it missing) raises that error."""
+    from zerognn_jax._src.data import optional
+
+    def broken(name):
+        raise ModuleNotFoundError("No module named 'scipy'", name="scipy")
+
+    monkeypatch.setattr(optional.importlib, "import_module", broken)
+    with pytest.raises(ModuleNotFoundError, match="No module named 'scipy'"):
+        optional.need("networkx", "to_networkx")
 
 
 def _write_csv(path, rows):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -119,6 +120,13 @@ def test_a_dataset_read_from_a_relative_path_is_found_from_any_folder(tmp_path,
                                np.asarray(zg.layerwise_logits(result.program,
                                                               result.variables,
                                                               result.data)), atol=1e-6)
+    # a dataset folder named as a preset is read as the folder (node tasks), and so
+    # recorded; the preset `tiny` has 4,898 nodes
+    monkeypatch.chdir(tmp_path)
+    zg.save_dir(zg.load_npz(tmp_path / "data" / "mine.npz"), tmp_path / "tiny")
+    zg.train(dataclasses.replace(cfg, dataset="tiny", checkpoint_dir="ck2"))
+    monkeypatch.chdir(tmp_path / "data")
+    assert zg.restore(tmp_path / "ck2", for_inference=True).dataset.num_nodes == 90
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs Linux's /proc/self/io")

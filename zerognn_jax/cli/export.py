@@ -32,6 +32,9 @@ from zerognn_jax._src.training.inference import restore
 from zerognn_jax.cli.data import load_named
 from zerognn_jax.cli.flags import _as_flag
 
+# An existing --out is read to check that it is an artifact (replaced) rather than
+# someone's file (refused) only up to this size.
+CHECKED_BYTES = 2**30
 # export_model's arguments that are this command's options
 FLAGS = {"batch_size", "platforms", "node_type", "max_nodes", "max_edges", "max_degree"}
 
@@ -77,12 +80,19 @@ def _refuse_other_files(out: Path) -> None:
         return
     if not out.is_file():
         raise ValueError(f"--out {out} exists and is not a file; give a new path")
+    size = out.stat().st_size
+    if size > CHECKED_BYTES:
+        raise ValueError(f"--out {out} is a file of {size / 2**30:.1f} GiB, too large to "
+                         f"check that it is an artifact; give a new path or remove it first")
     if not written_here(out):  # a dataset archive is never read whole here
+        blob = bytearray(size)  # one copy in memory
         with contextlib.suppress(Exception):  # any failure: not an artifact
-            jax.export.deserialize(bytearray(out.read_bytes()))
+            with open(out, "rb") as f:
+                f.readinto(blob)
+            jax.export.deserialize(blob)
             return
     raise ValueError(f"--out {out} is a file, not a model exported by zerognn-jax; "
-                          f"give a new path or remove it first")
+                     f"give a new path or remove it first")
 
 
 def run_export(args) -> int:

@@ -209,8 +209,8 @@ def validate_collection(c: GraphCollection) -> None:
               f"checkpoints and files), got {c.name!r}")
     for what in ("node_offsets", "edge_offsets", "senders", "receivers", "node_features",
                  "targets", "train_idx", "val_idx", "test_idx"):
-        if not isinstance(getattr(c, what), np.ndarray | np.generic):
-            _fail(f"{what} must be a NumPy array, got {type(getattr(c, what)).__name__} "
+        if isinstance(getattr(c, what), list | tuple):
+            _fail(f"{what} must be an array, got a {type(getattr(c, what)).__name__} "
                   f"(make_collection takes lists and other array-likes)")
     if c.node_features.ndim != 2:
         _fail(f"node_features must be 2-D [N, d], got shape {c.node_features.shape}")

@@ -13,9 +13,11 @@ INSTALL = {"jraph": "pip install 'zerognn-jax[jraph]'",
 
 def need(module: str, what: str) -> types.ModuleType:
     """`module` imported; ImportError naming `what` needs it and how to install it."""
+    top = module.split(".")[0]
     try:
         return importlib.import_module(module)
-    except ImportError as err:
-        top = module.split(".")[0]
+    except ModuleNotFoundError as err:
+        if err.name not in (top, module):  # installed, and broken: its own error
+            raise
         raise ImportError(f"{what} needs {top}, which is not installed here: "
                           f"{INSTALL[top]}") from err

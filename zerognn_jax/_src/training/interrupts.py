@@ -198,8 +198,9 @@ def deferred() -> Iterator[None]:
         raise
     _received.clear()
     _current[0] = block
-    # a signal the process ignores stays ignored: a job a script starts with `&` (or
-    # under nohup) must not stop on the Ctrl-C meant for the script
+    # a signal the process ignores stays ignored: a job a script starts with `&` (a
+    # shell without job control ignores SIGINT for it) must not stop on the Ctrl-C
+    # meant for the script
     previous = {s: signal.signal(s, _on_signal) for s in SIGNALS
                 if signal.getsignal(s) is not signal.SIG_IGN}
     signal.set_wakeup_fd(_pipe[0], warn_on_full_buffer=False)

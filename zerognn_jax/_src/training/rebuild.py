@@ -16,11 +16,15 @@ import os
 
 from zerognn_jax._src.data.graph_datasets import GRAPH_DATASET_NAMES
 from zerognn_jax._src.data.loaders import DATASET_NAMES, HETERO_NAMES
+from zerognn_jax._src.data.storage import is_dataset_dir
 from zerognn_jax._src.training.config import TrainConfig
 
 # Set when a run is rebuilt from its checkpoint: on one device, writing nothing.
-# Names the loaders read as datasets' names before any file or folder of that name
+# Datasets' names. The graph and typed loaders read a name before a file or folder of
+# that name; `load_dataset` (node and link tasks) reads an .npz file or a dataset
+# folder first.
 NAMES = frozenset(n.lower() for n in (*DATASET_NAMES, *HETERO_NAMES, *GRAPH_DATASET_NAMES))
+TYPED_NAMES = frozenset(n.lower() for n in HETERO_NAMES)
 REBUILT = {"progress": False, "checkpoint_dir": None, "metrics_out": None,
            "tensorboard_dir": None, "best_metric": None, "devices": 1,
            "shard_features": False}
@@ -32,13 +36,23 @@ def rebuild_record(cfg: TrainConfig, dataset, given: bool) -> dict:
     config = dataclasses.asdict(cfg)
     if cfg.root is not None:
         config["root"] = os.path.abspath(cfg.root)
-    name = cfg.dataset
-    if isinstance(name, str | os.PathLike) and os.fspath(name).lower() not in NAMES \
-            and os.path.exists(name):  # a dataset file or folder, read from any folder
-        config["dataset"] = os.path.abspath(name)
+    if not given and _read_from_path(cfg):  # a dataset file or folder: from any folder
+        config["dataset"] = os.path.abspath(cfg.dataset)
     if given:  # recorded for the message that asks for it: its name, not cfg.dataset's
         config["dataset"] = dataset.name
     return {"config": config, "dataset_given": bool(given)}
+
+
+def _read_from_path(cfg: TrainConfig) -> bool:
+    """Whether the run's loader reads `cfg.dataset` as a file or folder (see NAMES)."""
+    name = cfg.dataset
+    if not isinstance(name, str | os.PathLike) or not os.path.exists(name):
+        return False
+    name = os.fspath(name)
+    if name.lower() not in NAMES:
+        return True
+    return cfg.task != "graph" and name.lower() not in TYPED_NAMES and (
+        name.endswith(".npz") or is_dataset_dir(name))
 
 
 def config_of(meta: dict) -> TrainConfig:
