@@ -109,6 +109,8 @@ def test_make_collection_refuses_what_a_cast_would_change(field, value, message)
     zg.make_collection(**{**MAKE, "n_node": [3.0, 2.0]})  # whole floats are counts
     zg.make_collection(**{**MAKE, "targets": np.array([False, True])})  # bools are 0 and 1
     zg.make_collection(**{**MAKE, "senders": np.array([0, 0], object)})  # Python ints
+    column = zg.make_collection(**{**MAKE, "targets": [[1], [0]]})  # jraph's globals
+    np.testing.assert_array_equal(column.targets, [1, 0])
 
 
 def test_validation_of_classes_and_vocab():

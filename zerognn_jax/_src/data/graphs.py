@@ -293,7 +293,8 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
     """A validated collection from per-graph node and edge counts (`n_node`, `n_edge`:
     int[G]) and arrays in any array-like form, converted to the stored dtypes.
 
-    `splits` is (train, val, test) graph ids; None puts every graph in train.
+    `splits` is (train, val, test) graph ids; None puts every graph in train. Class
+    targets may come as one column ([G, 1], as jraph's globals hold them).
     """
     n_node = _ints("n_node", n_node, np.int64).reshape(-1)
     n_edge = _ints("n_edge", n_edge, np.int64).reshape(-1)
@@ -310,6 +311,8 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
             edge_features = edge_features.astype(np.float32)
     if target_kind == "classes":
         targets = _ints("class targets", targets, np.int32)
+        if targets.ndim == 2 and targets.shape[1] == 1:  # a column (jraph's globals)
+            targets = targets[:, 0]
     else:
         try:
             targets = np.asarray(targets, np.float32)
