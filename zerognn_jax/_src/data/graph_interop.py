@@ -132,9 +132,9 @@ def collection_from_pyg(graphs, *, name: str = "pyg", target_kind: str = "binary
         return t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
 
     n_node = [int(d.num_nodes) for d in graphs]
-    n_edge = [int(field(i, d, "edge_index").shape[1]) for i, d in enumerate(graphs)]
-    edge_index = np.concatenate([field(i, d, "edge_index") for i, d in enumerate(graphs)],
-                                axis=1)
+    index = [field(i, d, "edge_index") for i, d in enumerate(graphs)]
+    n_edge = [int(e.shape[1]) for e in index]
+    edge_index = np.concatenate(index, axis=1)
     x = np.concatenate([field(i, d, "x") for i, d in enumerate(graphs)])
     if not has_edges and any(getattr(d, "edge_attr", None) is not None for d in graphs):
         first = next(i for i, d in enumerate(graphs) if d.edge_attr is not None)

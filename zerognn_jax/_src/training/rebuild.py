@@ -19,12 +19,12 @@ from zerognn_jax._src.data.loaders import DATASET_NAMES, HETERO_NAMES
 from zerognn_jax._src.data.storage import is_dataset_dir
 from zerognn_jax._src.training.config import TrainConfig
 
-# Set when a run is rebuilt from its checkpoint: on one device, writing nothing.
 # Datasets' names. The graph and typed loaders read a name before a file or folder of
 # that name; `load_dataset` (node and link tasks) reads an .npz file or a dataset
 # folder first.
 NAMES = frozenset(n.lower() for n in (*DATASET_NAMES, *HETERO_NAMES, *GRAPH_DATASET_NAMES))
 TYPED_NAMES = frozenset(n.lower() for n in HETERO_NAMES)
+# Set when a run is rebuilt from its checkpoint: on one device, writing nothing.
 REBUILT = {"progress": False, "checkpoint_dir": None, "metrics_out": None,
            "tensorboard_dir": None, "best_metric": None, "devices": 1,
            "shard_features": False}
@@ -36,10 +36,10 @@ def rebuild_record(cfg: TrainConfig, dataset, given: bool) -> dict:
     config = dataclasses.asdict(cfg)
     if cfg.root is not None:
         config["root"] = os.path.abspath(cfg.root)
-    if not given and _read_from_path(cfg):  # a dataset file or folder: from any folder
-        config["dataset"] = os.path.abspath(cfg.dataset)
     if given:  # recorded for the message that asks for it: its name, not cfg.dataset's
         config["dataset"] = dataset.name
+    elif _read_from_path(cfg):  # a dataset file or folder, found then from any folder
+        config["dataset"] = os.path.abspath(cfg.dataset)
     return {"config": config, "dataset_given": bool(given)}
 
 
