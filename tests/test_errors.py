@@ -566,7 +566,7 @@ def test_typed_options_on_a_graph_of_one_type_are_refused(monkeypatch, tmp_path)
     with pytest.raises(ValueError, match=r"unknown graph model 'sage' \(a node model, the "
                                          r"default of node tasks\); choose one of gin"):
         trainer.prepare(TrainConfig(task="graph", dataset="molhiv-like", scale=0.002,
-                                    progress=False))
+                                    model="sage", progress=False))
     with pytest.raises(ValueError, match=r"molhiv-like is a collection of small graphs: "
                                          r"train it with task='graph'"):
         trainer.prepare(TrainConfig(dataset="molhiv-like", model="rgcn", progress=False))

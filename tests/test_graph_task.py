@@ -20,6 +20,7 @@ import zerognn_jax as zg
 from zerognn_jax._src.sampling import graph_batch
 from zerognn_jax._src.sampling.envelope import round_up
 from zerognn_jax._src.sampling.graph_batch import graph_tables, step_graphs
+from zerognn_jax._src.training import trainer
 from zerognn_jax._src.training.trainer import prepare
 
 
@@ -313,6 +314,24 @@ def test_user_model_resume_and_errors(molecules, tmp_path):
         config(devices=2, shard_features=True)
     with pytest.raises(TypeError, match="trains on a GraphCollection"):
         zg.train(config(), zg.load_dataset("tiny"))
+
+
+def test_a_config_naming_no_model_takes_gin_virtual_reading_edges_where_there_are(molecules):
+    """`TrainConfig.model` None takes the graph task's model: GIN with a virtual node,
+    GINE (OGB's GIN-virtual) on graphs with edge features; `init` is checked against
+    the model taken."""
+    cfg = zg.TrainConfig(task="graph", dataset="molhiv-like", hidden=8, layers=2,
+                         batch_size=16, progress=False)
+    assert cfg.model is None
+    bare = dataclasses.replace(molecules, edge_features=None, edge_vocab=())
+    for collection, conv in ((molecules, "gine"), (bare, "gin")):
+        _, _, program = prepare(cfg, collection)
+        gnn = program.model.model
+        assert (gnn.conv, gnn.virtual_node) == (conv, True)
+        assert trainer.with_model(cfg, program.task, collection).model == f"{conv}-virtual"
+    with pytest.raises(ValueError, match=r"init='torch' applies to the models sage, .+ not "
+                                         r"'gine-virtual'"):
+        prepare(dataclasses.replace(cfg, init="torch"), molecules)
 
 
 def test_a_user_graph_model_that_does_not_fit_is_refused_before_training(molecules):

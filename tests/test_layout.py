@@ -8,7 +8,7 @@ from zerognn_jax._src.training.tasks.node import NodeTask
 
 
 def _layout(fanouts, *, max_degree=50, num_nodes=10_000, user_model=False, **cfg):
-    config = TrainConfig(fanouts=fanouts, layers=len(fanouts), **cfg)
+    config = TrainConfig(**{"model": "sage", **cfg}, fanouts=fanouts, layers=len(fanouts))
     sampler = SamplerConfig(fanouts).resolve(max_degree)
     return choose_layout(config, NodeTask(), sampler, 64, num_nodes, dedup=config.dedup,
                          user_model=user_model)

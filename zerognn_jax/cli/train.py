@@ -16,7 +16,10 @@ HELP = {
                "directory",
     "root": "folder holding dataset files (OGB layout, Planetoid files, generator cache)",
     "scale": "size factor for synthetic presets (products-like at 1.0 is full size)",
-    "model": "the built-in model (typed datasets: rsage, rgcn, rgat)",
+    "model": "the built-in model (typed datasets: rsage, rgcn, rgat; graph task: gin, gine, "
+             "gcn, each also -virtual); None takes the task's: sage, rsage on a typed "
+             "dataset, gine-virtual for a graph task whose graphs have edge features, else "
+             "gin-virtual",
     "hidden": "width of every hidden layer",
     "layers": "number of message-passing layers (one fanout each)",
     "fanouts": "neighbours sampled per hop, seeds' hop first; -1 = all (on a typed dataset: "

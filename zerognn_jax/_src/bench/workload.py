@@ -132,8 +132,9 @@ class Workbench:
 
     def __init__(self, options):
         self.options = options
-        self.cfg = dataclasses.replace(options.train, eval_mode="none", progress=False)
-        self.dataset, self.data, self.program = trainer.prepare(self.cfg)
+        cfg = dataclasses.replace(options.train, eval_mode="none", progress=False)
+        self.dataset, self.data, self.program = trainer.prepare(cfg)
+        self.cfg = trainer.with_model(cfg, self.program.task, self.dataset)
         self.train_idx = jnp.asarray(self.dataset.train_idx, jnp.int32)
         self._calibrations = {}
         self._data = {"float32": self.data}

@@ -382,12 +382,12 @@ def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
                dtype=dtype, edge_dim=edge_dim, param_init=init)
 
 
-def check_init(init: str, model: str) -> None:
+def check_init(init: str, model: str | None) -> None:
     """Raises ValueError unless `init` is one of INITS and, other than "flax", `model`
-    is one it applies to (INIT_MODELS)."""
+    is one it applies to (INIT_MODELS; None, a model not named yet, is not checked)."""
     if init not in INITS:
         raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
-    if init != "flax" and model not in INIT_MODELS:
+    if init != "flax" and model is not None and model not in INIT_MODELS:
         raise ValueError(f"init={init!r} applies to the models {', '.join(INIT_MODELS)}, "
                          f"not {model!r}, which starts as its own layers say (GCN and "
                          f"GAT from Glorot weights and zero biases, as PyG's do)")

@@ -81,7 +81,10 @@ class TrainConfig:
     row-normalises Planetoid features where the task asks for it (node tasks) and
     leaves others.
 
-    Model. `model` names a built-in model; `dtype` is the model's computation dtype and
+    Model. `model` names a built-in model; None (the default) takes the task's: sage
+    for node and link tasks, rsage on a typed dataset, and for graph tasks gine-virtual
+    on graphs with edge features, gin-virtual on others (the run's config records the
+    model taken). `dtype` is the model's computation dtype and
     the feature table's on the device: "float32", or "bfloat16" (half the bytes; sums
     and gradients accumulate in float32). `edge_features` gives the model the sampled
     edges' rows of the graph's edge-feature table (gat reads them in its attention,
@@ -176,7 +179,7 @@ class TrainConfig:
     scale: float = 1.0
     normalize_features: bool | None = None
     # model
-    model: str = "sage"
+    model: str | None = None
     hidden: int = 256
     layers: int = 3
     dropout: float = 0.5
@@ -236,7 +239,7 @@ class TrainConfig:
         check_types(self)
         for name, options in CHOICES.items():
             value = getattr(self, name)
-            if value not in options:
+            if value not in options and not (name == "model" and value is None):
                 raise ValueError(f"{name} must be one of {', '.join(options)}, got {value!r}")
         check_init(self.init, self.model)  # the built-in models' own rule
         for name in ("checkpoint_dir", "metrics_out", "tensorboard_dir"):

@@ -42,6 +42,7 @@ from zerognn_jax._src.training.trainer import (
     prepare,
     relations_of,
     same_level0,
+    with_model,
 )
 from zerognn_jax._src.training.user import user_identity
 
@@ -98,6 +99,7 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
         cfg = cfg or config_of(meta)
         dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                          loss=loss)
+        cfg = with_model(cfg, program.task, dataset)  # as `prepare` named it
         relations = relations_of(dataset)
         ident = identity(cfg, dataset.stats(), program.global_batch,
                          user_identity(model, optimizer, None if loss is None else program.task,

@@ -117,6 +117,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                          f"one of {', '.join(MODELS)}")
     task, dataset = task_class(cfg.task, typed=typed).build(cfg, dataset, loss=loss,
                                                             kernels=kernels)
+    cfg = with_model(cfg, task, dataset)
     if isinstance(task, BatchedTask):
         if optimizer is not None:
             check_optimizer(optimizer)
@@ -193,6 +194,16 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     else:
         table = np.asarray(feats).astype(dtype, copy=False)  # no copy of a table in `dtype`
     return dataset, program.parallel.place_data(DeviceData(graph, table, targets)), program
+
+
+def with_model(cfg: TrainConfig, task, dataset) -> TrainConfig:
+    """`cfg` with its model named: `cfg.model`, or the default of `task` (built) for
+    `dataset` (the one its `build` gave) when `cfg.model` is None: its
+    `default_model(dataset)`, or "sage" for a task without one (`Task`)."""
+    if cfg.model is not None:
+        return cfg
+    default = getattr(task, "default_model", None)
+    return dataclasses.replace(cfg, model=default(dataset) if default else "sage")
 
 
 def _edge_dim(cfg: TrainConfig, dataset: Dataset, *, user_model: bool) -> int | None:
@@ -389,6 +400,7 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
     user = _UserParts({}, None, check_callbacks(callbacks), variables, dataset is not None)
     dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                      loss=loss)
+    cfg = with_model(cfg, program.task, dataset)  # as `prepare` named it
     user = dataclasses.replace(
         user, identity=user_identity(model, optimizer,
                                      None if loss is None else program.task, dataset),

@@ -85,6 +85,10 @@ class Task(Protocol):
         when it means nothing (regression).
       score_name: what the score measures; an epoch's record reports the mean score of
         its training batches as "train_batch_<score_name>" (None without a score).
+
+    A task may also define `default_model(dataset) -> str`: the built-in model a run
+    trains on `dataset` (as `build` gave it) when `cfg.model` is None; without it,
+    "sage" (`trainer.with_model`).
     """
 
     name: ClassVar[str]

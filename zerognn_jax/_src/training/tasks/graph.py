@@ -164,6 +164,11 @@ class GraphTask(ItemsAreLevel0):
         aggregation = resolve_aggregation(cfg.graph_aggregation, cfg.batch_size)
         return dataclasses.replace(task, aggregation=aggregation), dataset
 
+    def default_model(self, dataset: GraphCollection) -> str:
+        """GIN with a virtual node, reading the graphs' edge features where they have
+        them (GINE: OGB's GIN-virtual on its molecules)."""
+        return "gin-virtual" if dataset.edge_features is None else "gine-virtual"
+
     def output_dim(self, cfg, dataset: GraphCollection) -> int:
         del cfg
         return dataset.output_dim

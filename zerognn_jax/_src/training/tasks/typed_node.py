@@ -381,6 +381,10 @@ class TypedNodeTask(ItemsAreLevel0):
         return cls(config, dataset.target_type, plan[-1].types, inputs, rows.loss,
                    rows.score), dataset
 
+    def default_model(self, dataset: HeteroDataset) -> str:
+        del dataset
+        return "rsage"
+
     def output_dim(self, cfg, dataset: HeteroDataset) -> int:
         del cfg
         return dataset.output_dim
