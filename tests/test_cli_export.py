@@ -61,7 +61,8 @@ def test_an_out_that_is_someone_elses_file_is_refused_before_the_restore(tmp_pat
         assert main(["export", str(tmp_path / "none"), "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert err == (f"zerognn: error: --out {out} is a file, not a model exported by "
-                       f"zerognn-jax; give a new path or remove it first\n")
+                       f"zerognn-jax that this JAX ({jax.__version__}) reads; give a new "
+                       f"path or remove it first\n")
         assert out.read_bytes() == before
     # a file too large to read for the check is refused unread
     monkeypatch.setattr(export_command, "CHECKED_BYTES", 4)

@@ -91,8 +91,9 @@ def _refuse_other_files(out: Path) -> None:
                 f.readinto(blob)
             jax.export.deserialize(blob)
             return
-    raise ValueError(f"--out {out} is a file, not a model exported by zerognn-jax; "
-                     f"give a new path or remove it first")
+    raise ValueError(f"--out {out} is a file, not a model exported by zerognn-jax that "
+                     f"this JAX ({jax.__version__}) reads; give a new path or remove it "
+                     f"first")
 
 
 def run_export(args) -> int:
