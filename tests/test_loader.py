@@ -249,7 +249,7 @@ def test_samples_are_the_same_under_xla_gpus_determinism_flag():
     inherited = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
                          if "exclude_nondeterministic_ops" not in f)  # the baseline's off
     for flags in ("", "--xla_gpu_exclude_nondeterministic_ops=true"):
-        env = {**os.environ, "XLA_FLAGS": f"{inherited} {flags}"}
+        env = {**os.environ, "XLA_FLAGS": f"{inherited} {flags}".strip()}  # XLA takes no " "
         done = subprocess.run([sys.executable, "-c", _SAMPLES_DIGEST], env=env,
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
