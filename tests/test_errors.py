@@ -380,13 +380,16 @@ def test_train_names_arguments_of_the_wrong_kind():
 
 
 def test_options_of_another_task_are_named_as_ignored():
-    cfg = small_config(epochs=1, negatives=5, decoder="mlp", readout="max")
+    cfg = small_config(epochs=1, negatives=5, decoder="mlp", readout="max", heads=2)
     with pytest.warns(zg.IgnoredOptionWarning) as caught:
         train(cfg, random_dataset())
     said = [str(w.message) for w in caught]
     assert "decoder 'mlp', negatives 5: options of link tasks, ignored by this node task" \
         in said
     assert "readout 'max': options of graph tasks, ignored by this node task" in said
+    # a model without attention (sage, the model of a config naming none) has no heads
+    assert "heads 2: attention heads of the models gat, rgat, ignored by model 'sage'" \
+        in said
     graph = TrainConfig(task="graph", dataset="molhiv-like", model="gin", fanouts=(3, 3),
                         sampler="labor", flat_outer=True, norm="layer", input_dropout=0.5,
                         eval_mode="sampled", progress=False, heads=2,

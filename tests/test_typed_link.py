@@ -16,6 +16,7 @@ import zerognn_jax as zg
 from zerognn_jax._src.data.hetero_links import find_relation, relation_pairs, reverse_of
 from zerognn_jax._src.data.shop import BUYS, make_shop
 from zerognn_jax._src.sampling.typed_envelope import TypedEnvelope, typed_conservative
+from zerognn_jax._src.training import trainer
 from zerognn_jax._src.training.evaluate import Predictor
 from zerognn_jax._src.training.tasks.link_metrics import roc_auc
 from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
@@ -343,6 +344,33 @@ def test_refused_options(data, change, message):
     with pytest.raises(ValueError) as err:
         zg.train(zg.TrainConfig(**{**BASE, **change}, epochs=1), data)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_best_metric_names_only_the_scored_splits_and_is_refused_before_training(data,
+                                                                                  tmp_path):
+    """Link tasks score validation and test pairs, not training pairs: train_auc is
+    refused with the others listed, and the run leaves no folder behind."""
+    ckpt = tmp_path / "ck"
+    with pytest.raises(ValueError, match=r"best_metric 'train_auc' is not a metric this "
+                                         r"task reports; choose one of val_auc, val_ap, "
+                                         r"test_auc, test_ap$"):
+        zg.train(zg.TrainConfig(**BASE, epochs=1, best_metric="train_auc",
+                                checkpoint_dir=str(ckpt)), data)
+    assert not ckpt.exists()
+
+
+def test_a_split_without_pairs_reports_none(whole):
+    """Its metrics are there, as None (as a node task's empty split), not left out."""
+    task = whole.program.task
+    val = task.split.val
+    empty = type(val)(val.pos[:0], val.neg[:0], val.neg_dst[:0])
+    program = dataclasses.replace(whole.program,
+                                  task=dataclasses.replace(task, split=dataclasses.replace(
+                                      task.split, val=empty)))
+    cfg = zg.TrainConfig(**BASE)
+    got = trainer.evaluate(cfg, program, whole.variables, whole.data, whole.dataset)
+    assert got["val_auc"] is None and got["val_ap"] is None
+    assert got["test_auc"] == pytest.approx(whole.summary["test_auc"])
 
 
 def test_link_relation_outside_a_typed_link_task_is_refused(data):

@@ -399,3 +399,32 @@ def test_a_run_over_device_memory_stops_before_compiling(mag, monkeypatch):
         zg.train(zg.TrainConfig(**{**BASE, "sample_ahead": None}, epochs=1, eval_mode="none",
                                 dtype="bfloat16", feature_placement="host",
                                 feature_cache_gib=0), mag)
+
+
+def _with_ghosts(relations: bool = True) -> HeteroDataset:
+    """Authors write papers; "ghost", a type without nodes, haunts papers (no edges)."""
+    rs = np.random.default_rng(0)
+    edges = {("author", "writes", "paper"): (rs.integers(0, 50, 300), rs.integers(0, 100, 300)),
+             ("ghost", "haunts", "paper"): (np.zeros(0, int), np.zeros(0, int))}
+    order = rs.permutation(100)
+    return zg.make_hetero_dataset(
+        "ghosts", {"author": 50, "paper": 100, "ghost": 0}, edges if relations else {},
+        target_type="paper", labels=rs.integers(0, 3, 100), num_classes=3,
+        features={"paper": rs.normal(size=(100, 8)).astype(np.float32)},
+        train_idx=order[:60], val_idx=order[60:80], test_idx=order[80:])
+
+
+def test_a_type_without_nodes_may_source_a_relation():
+    """Its relation draws nothing (the pooled relabel's id table of such a type had no
+    entry, and sampling failed in JAX's gather)."""
+    cfg = zg.TrainConfig(**{**BASE, "fanouts": (3, 3), "hidden": 8, "batch_size": 32},
+                         epochs=1)
+    result = zg.train(cfg, _with_ghosts())
+    assert np.isfinite(result.history[0]["loss"]) and result.summary["test_acc"] is not None
+
+
+def test_a_typed_graph_without_relations_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^the typed graph has no relations, so a relational "
+                                         r"model has no neighbours to sample \(its node types: "
+                                         r"author, paper, ghost\): give it at least one$"):
+        zg.train(zg.TrainConfig(**BASE, epochs=1), _with_ghosts(relations=False))

@@ -98,7 +98,8 @@ def _pooled_relabel(kernels: Kernels, frontier, count, draws, capacity: int, num
     k = -(-m // c)
     ids = jnp.pad(ids, (0, c * k - m)).reshape(c, k)
     live = jnp.pad(live, (0, c * k - m)).reshape(c, k)
-    out = relabel(kernels, frontier, count, ids, live, capacity, num_nodes)
+    # a type without nodes draws nothing; its id table still needs an entry
+    out = relabel(kernels, frontier, count, ids, live, capacity, max(num_nodes, 1))
     flat, parts, start = out.nbr_local.reshape(-1), [], 0
     for nbr, _ in draws:
         parts.append(flat[start:start + nbr.size].reshape(nbr.shape))

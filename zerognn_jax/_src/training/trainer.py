@@ -373,6 +373,10 @@ TASK_OPTIONS = {
 }
 
 
+# the built-in models that read `heads`
+ATTENTION_MODELS = ("gat", "rgat")
+
+
 class IgnoredOptionWarning(UserWarning):
     """An option set away from its default that only another task reads."""
 
@@ -401,6 +405,11 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
     dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                      loss=loss)
     cfg = with_model(cfg, program.task, dataset)  # as `prepare` named it
+    if model is None and cfg.task != "graph" and cfg.model not in ATTENTION_MODELS \
+            and cfg.heads != TrainConfig.heads:  # (a graph task warns of heads already)
+        warnings.warn(f"heads {cfg.heads!r}: attention heads of the models "
+                      f"{', '.join(ATTENTION_MODELS)}, ignored by model {cfg.model!r}",
+                      IgnoredOptionWarning, stacklevel=3)
     user = dataclasses.replace(
         user, identity=user_identity(model, optimizer,
                                      None if loss is None else program.task, dataset),
@@ -630,15 +639,17 @@ def _check_typed_options(cfg, dataset) -> None:
 
 def _check_best_metric(cfg, task, dataset) -> None:
     """Refuses, before anything is trained or written, a `best_metric` that the task's
-    metrics (`metric_names`: plain, "acc", and prefixed by a split, "val_acc") do not
-    name. A task that does not list its metrics is not checked here."""
+    metrics (`metric_names`: plain, "acc", and prefixed by a split it scores, "val_acc";
+    its `metric_splits`, else train, val and test) do not name. A task that does not
+    list its metrics is not checked here."""
     listed = getattr(task, "metric_names", None)
     if not cfg.best_metric or listed is None:
         return
     names = tuple(listed(dataset) or ())
     if not names:
         return
-    known = [f"{split}_{name}" for split in ("train", "val", "test") for name in names]
+    splits = getattr(task, "metric_splits", ("train", "val", "test"))
+    known = [f"{split}_{name}" for split in splits for name in names]
     if cfg.best_metric not in known and cfg.best_metric not in names:
         raise ValueError(f"best_metric {cfg.best_metric!r} is not a metric this task "
                          f"reports; choose one of {', '.join(known)}")

@@ -194,6 +194,7 @@ class LinkTask:
     unique_levels: int = 1
     name = "link"
     score_name = "pair_acc"  # positive and negative pairs classified by the logit's sign
+    metric_splits = EVAL_SPLITS  # training pairs are not scored
     dedups_seeds = True
     tree_by_default = False  # the frontier's size varies: dedup sizes the levels after it
     row_normalizes_planetoid = False  # GAE trains on raw features
@@ -310,10 +311,11 @@ class LinkTask:
         out = {}
         for name in EVAL_SPLITS:
             edges = getattr(self.split, name)
+            metrics = dict.fromkeys(metric_names(self.metric))  # None: a split without pairs
             if edges.pos.shape[0]:
                 metrics = split_metrics(predictor.program.model, predictor.variables, h,
                                         edges, self.metric)
-                out.update({f"{name}_{k}": v for k, v in metrics.items()})
+            out.update({f"{name}_{k}": v for k, v in metrics.items()})
         return out
 
 

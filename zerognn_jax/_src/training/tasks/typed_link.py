@@ -127,6 +127,7 @@ class TypedLinkTask(TypedNodeTask):
     exclude_seed_edges: bool = True
     name = "link"
     score_name = "pair_acc"
+    metric_splits = EVAL_SPLITS  # training pairs are not scored
 
     def __post_init__(self):
         check_link_options(self.mode, self.num_negatives, self.metric)
@@ -366,12 +367,13 @@ class TypedLinkTask(TypedNodeTask):
         out = {}
         for name in EVAL_SPLITS:
             edges = getattr(self.split, name)
+            metrics = dict.fromkeys(metric_names(self.metric))  # None: a split without pairs
             if edges.pos.shape[0]:
                 moved = EvalEdges(edges.pos + [0, shift], edges.neg + [0, shift],
                                   edges.neg_dst + shift)
                 metrics = split_metrics(predictor.program.model, predictor.variables, table,
                                         moved, self.metric)
-                out.update({f"{name}_{k}": v for k, v in metrics.items()})
+            out.update({f"{name}_{k}": v for k, v in metrics.items()})
         return out
 
 

@@ -280,6 +280,10 @@ def typed_sampler(cfg, graph: HeteroGraph) -> TypedSamplerConfig:
     """The run `cfg`'s typed sampler (`relation_fanouts`, the layout `typed_layout`
     picks, the sampling method, edge ids where edge features are read), resolved
     against `graph`."""
+    if not graph.relations:
+        raise ValueError(f"the typed graph has no relations, so a relational model has no "
+                         f"neighbours to sample (its node types: "
+                         f"{', '.join(graph.node_types)}): give it at least one")
     layout = typed_layout(cfg)
     return TypedSamplerConfig(relation_fanouts(cfg, graph), replace=cfg.replace,
                               dedup=layout.dedup, flat_outer=layout.flat_outer,
