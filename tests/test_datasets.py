@@ -17,7 +17,8 @@ import pytest
 
 import zerognn_jax._src.data.loaders as datasets_pkg
 from zerognn_jax._src.data import planetoid, storage
-from zerognn_jax._src.data.dataset import make_dataset
+from zerognn_jax._src.data.dataset import Dataset, make_dataset
+from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.loaders import (
     load_dataset,
     load_npz,
@@ -635,3 +636,20 @@ def test_dataset_directories_through_the_public_api(tmp_path):
     ds = make_dataset(**tiny_arrays())
     back = zerognn_jax.load_dir(zerognn_jax.save_dir(ds, tmp_path / "t"))
     assert back.stats() == ds.stats()
+
+
+def test_finite_float64_features_past_float32_are_named_as_an_overflow():
+    arrays = tiny_arrays()
+    dataset = lambda features: Dataset(
+        name="t", graph=CSRGraph(arrays["indptr"], arrays["indices"]), features=features,
+        labels=arrays["labels"], train_idx=np.array([0, 1]), val_idx=np.array([2]),
+        test_idx=np.array([3, 4]), num_classes=2)
+    features = np.ones((6, 3))
+    features[4, 2] = 1e300
+    with pytest.raises(ValueError, match=r"^features overflow float32: 1e\+300 at row 4, "
+                                         r"column 2 is past its largest magnitude"):
+        dataset(features)
+    features[4, 2] = np.nan
+    with pytest.raises(ValueError, match=r"^features contain NaN or inf \(1 entries; first at "
+                                         r"row 4, column 2\)$"):
+        dataset(features)

@@ -398,3 +398,26 @@ def test_relations_of_one_name_and_bad_dataset_fields_are_refused():
             make(name)
     with pytest.raises(ValueError, match="node_info must map node types to"):
         make("h", node_info={"year": np.array([1, 2])})
+
+
+def test_typed_ids_past_int64_are_named_as_given():
+    src = np.array([0, 2**63 + 1], np.uint64)  # as int64: -9223372036854775807
+    with pytest.raises(ValueError, match=r"relation a__r__b: src has a id 9223372036854775809 "
+                                         r"at position 1, out of range for 2 a nodes"):
+        zg.hetero_graph({"a": 2, "b": 2}, {("a", "r", "b"): (src, np.array([0, 1]))})
+
+
+def test_finite_typed_features_past_float32_are_named_as_an_overflow():
+    make = functools.partial(zg.make_hetero_dataset, "h", {"a": 2},
+                             {("a", "r", "a"): ([0], [1])}, target_type="a", labels=[0, 1],
+                             train_idx=[0], val_idx=[1], test_idx=[])
+    with pytest.raises(ValueError, match=r"^features of 'a' overflow float32: 1e\+300 at row 1, "
+                                         r"column 0 is past its largest magnitude "
+                                         r"\(3\.40282e\+38\)$"):
+        make(features={"a": np.array([[1.0], [1e300]])})
+    with pytest.raises(ValueError, match=r"^relation a__r__a: edge_features overflow float32: "
+                                         r"-1e\+39 at row 0, column 1 "):
+        make(edge_features={("a", "r", "a"): np.array([[1.0, -1e39]])})
+    with pytest.raises(ValueError, match=r"^features of 'a' contain NaN or inf \(1 entries; "
+                                         r"first at row 1, column 0\)$"):
+        make(features={"a": np.array([[1.0], [np.inf]])})

@@ -638,3 +638,21 @@ def test_link_checkpoints_resume_to_the_same_result(tmp_path):
     assert resumed["start_epoch"] == 2 and resumed["epochs"] == 3
     for key in ("test_mrr", "test_hits@10", "val_mrr"):
         assert full[key] == resumed[key], key
+
+
+def test_link_splits_refuse_a_negative_seed_naming_it():
+    ring = zg.from_edge_list(np.arange(6), (np.arange(6) + 1) % 6, 6, make_undirected=True)
+    with pytest.raises(ValueError, match=r"^seed must be an integer >= 0, got -1$"):
+        random_link_split(ring, seed=-1)
+    typed = zg.hetero_graph({"user": 3, "item": 4}, {("user", "buys", "item"): ([0, 1, 2],
+                                                                                 [1, 2, 3])})
+    with pytest.raises(ValueError, match=r"^seed must be an integer >= 0, got -1$"):
+        zg.typed_link_split(typed, "buys", seed=-1)
+
+
+def test_a_typed_split_without_enough_non_edges_names_its_relation():
+    every = np.stack(np.meshgrid(np.arange(3), np.arange(4), indexing="ij")).reshape(2, -1)
+    typed = zg.hetero_graph({"user": 3, "item": 4}, {("user", "buys", "item"): tuple(every)})
+    with pytest.raises(ValueError, match=r"^link split of user__buys__item: need 3 negative "
+                                         r"pairs and only 0 pairs are not edges$"):
+        zg.typed_link_split(typed, "buys", val=0.3, test=0.3)

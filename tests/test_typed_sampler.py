@@ -283,3 +283,19 @@ def test_a_second_batch_does_not_retrace():
     step(jnp.arange(8, dtype=jnp.int32), jnp.uint32(1))
     step(jnp.arange(8, 16, dtype=jnp.int32), jnp.uint32(2))
     assert len(traces) == 1
+
+
+def test_typed_envelope_refuses_an_unknown_seed_type_and_seed_ids_out_of_range():
+    graph = _typed_graph()
+    config = zg.TypedSamplerConfig((3, 2))
+    choose = lambda items, seed_type: zg.choose_typed_envelope(graph, items, 16, config,
+                                                               seed_type=seed_type)
+    with pytest.raises(ValueError, match=r"^seed_type 'venue' is not a node type of the "
+                                         r"graph \(author, paper, field\)$"):
+        choose(np.arange(16), "venue")
+    with pytest.raises(ValueError, match=r"^items has paper id 1000000 at position 0, out of "
+                                         r"range for 80 paper nodes$"):
+        choose(np.arange(16) + 10**6, "paper")
+    with pytest.raises(ValueError, match=r"^items has field id 12 at position 12, out of "
+                                         r"range for 12 field nodes$"):  # paper ids as fields
+        choose(np.arange(16), "field")

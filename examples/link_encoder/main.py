@@ -5,7 +5,8 @@ The encoder is any Flax model with the node interface (`model(x, views, train=..
 gives one embedding row per level-0 node). `zg.train` wraps it with a dot-product
 decoder, draws negatives on the device and hides each step's own edges from its message
 passing (docs/link_prediction.md). This encoder has no per-layer form (`layer`), so it
-is evaluated on sampled neighbourhoods, which the full fanouts (-1) make exact. With
+is evaluated on sampled neighbourhoods, which full fanouts (`--fanouts -1,-1`) make
+exact (slow on a CPU: every neighbour of every node, two hops). With
 `--loop` the same happens in a loop of your own: the loader hands out each batch's
 pairs, labels and weights, and the test edges of the same split are scored from every
 node's embedding (a `NeighborLoader` over all nodes, in order).
@@ -46,7 +47,7 @@ def main(argv=None):
     p.add_argument("--dataset", default="tiny", help="a dataset name or .npz file")
     p.add_argument("--root", default=None, help="folder with the dataset files")
     p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--fanouts", default="-1,-1", help="per hop; -1 = all neighbours")
+    p.add_argument("--fanouts", default="5,5", help="per hop; -1 = all neighbours")
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--builtin", action="store_true", help="the built-in SAGE encoder")
     p.add_argument("--loop", action="store_true", help="your own loop over LinkNeighborLoader")

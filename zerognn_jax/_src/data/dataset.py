@@ -249,6 +249,8 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
     features = np.asarray(features)
     require_real("features", features)
     if features.dtype != BFLOAT16:  # bfloat16 stays as given (no widening copy)
+        if features.dtype.itemsize > 4 and features.ndim == 2:  # its values named, not inf
+            check_finite_rows("features", features)
         with np.errstate(over="ignore"):  # past float32's range: inf, refused below
             features = np.ascontiguousarray(features, dtype=np.float32)
     return Dataset(

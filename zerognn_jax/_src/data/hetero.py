@@ -196,17 +196,18 @@ def check_relation(relation, counts: Mapping[str, int]) -> Relation:
 
 def check_type_ids(what: str, ids: np.ndarray, node_type: str, count: int) -> None:
     """Raises ValueError "<what> has <type> id <v> at position <i>, out of range for
-    <count> <type> nodes" unless every entry of `ids` lies in [0, count)."""
-    if ids.size == 0:
+    <count> <type> nodes", naming the first such entry as given (before any cast that
+    could wrap it), unless every entry of `ids` lies in [0, count)."""
+    if ids.size == 0 or (ids.min() >= 0 and ids.max() < count):
         return
-    for pos in (int(np.argmin(ids)), int(np.argmax(ids))):
-        if not 0 <= ids[pos] < count:
-            raise ValueError(f"{what} has {node_type} id {int(ids[pos])} at position {pos}, "
-                             f"out of range for {count} {node_type} nodes")
+    pos = int(np.argmax((ids < 0) | (ids >= count)))
+    raise ValueError(f"{what} has {node_type} id {int(ids[pos])} at position {pos}, "
+                     f"out of range for {count} {node_type} nodes")
 
 
 def _edge_pair(relation: Relation, edges):
-    """(src, dst) int64 arrays from a (src, dst) pair or an int[2, E] edge_index."""
+    """(src, dst) integer arrays, as given, from a (src, dst) pair or an int[2, E]
+    edge_index."""
     name = relation_name(relation)
     if isinstance(edges, tuple | list) and len(edges) == 2:
         src, dst = np.asarray(edges[0]), np.asarray(edges[1])
@@ -225,7 +226,7 @@ def _edge_pair(relation: Relation, edges):
     if src.shape != dst.shape:
         raise ValueError(f"relation {name}: src and dst differ in length: {src.shape[0]} vs "
                          f"{dst.shape[0]}")
-    return src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
+    return src, dst
 
 
 def hetero_graph(num_nodes: Mapping[str, int], edges: Mapping, *, weights: Mapping | None = None,
@@ -260,6 +261,7 @@ def hetero_graph(num_nodes: Mapping[str, int], edges: Mapping, *, weights: Mappi
         src, dst = _edge_pair(rel, pair)
         check_type_ids(f"relation {relation_name(rel)}: src", src, rel[0], counts[rel[0]])
         check_type_ids(f"relation {relation_name(rel)}: dst", dst, rel[2], counts[rel[2]])
+        src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
         w, f = (weights or {}).get(rel), (edge_features or {}).get(rel)
         try:
             graph = from_edge_list(dst, src, counts[rel[2]], num_columns=counts[rel[0]],

@@ -29,6 +29,7 @@ from zerognn_jax._src.data.hetero import HeteroGraph, Relation, named_relation, 
 from zerognn_jax._src.data.links import (
     SPLITS,
     EvalEdges,
+    check_seed,
     destination_negatives,
     sample_non_edges,
 )
@@ -129,6 +130,7 @@ def typed_link_split(graph: HeteroGraph, relation: Relation | str, *, val: float
     or a name only one relation has)."""
     if not (0 <= val and 0 <= test and val + test < 1):
         raise ValueError(f"need val, test >= 0 and val + test < 1, got {val}, {test}")
+    seed = check_seed(seed)
     if isinstance(relation, str):
         relation = named_relation(graph.relations, relation, "relation")
     elif tuple(relation) not in graph.relations:
@@ -171,7 +173,8 @@ def typed_link_split(graph: HeteroGraph, relation: Relation | str, *, val: float
     for name in SPLITS:
         pos = as_pairs(parts[name])
         neg = sample_non_edges(rng, pos.shape[0], n_dst, keys,
-                               num_sources=None if same else n_src)
+                               num_sources=None if same else n_src,
+                               relation=relation_name(relation))
         evals[name] = EvalEdges(pos, neg, destination_negatives(rng, pos, n_dst,
                                                                 mrr_negatives))
     return TypedLinkSplit(relation, as_pairs(keys_perm[held:]),

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from zerognn_jax._src.data.checks import is_int
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.ogb import _load_text  # the gzipped-CSV reader of ogbn
 from zerognn_jax._src.data.tables import BFLOAT16, edge_feature_table
@@ -197,19 +198,23 @@ def _pair_keys(edges: np.ndarray, n: int) -> np.ndarray:
 
 
 def sample_non_edges(rng: np.random.Generator, count: int, num_nodes: int,
-                     known: np.ndarray, *, num_sources: int | None = None) -> np.ndarray:
+                     known: np.ndarray, *, num_sources: int | None = None,
+                     relation: str | None = None) -> np.ndarray:
     """int32[count, 2] uniform pairs {u, v}, u != v, none in the sorted int64 `known`
     pair keys (min * N + max) nor repeated. With `num_sources` (the sources are nodes
     of another type): ordered pairs (u < num_sources, v < num_nodes), keys u * N + v.
 
-    Raises ValueError when fewer than `count` such pairs exist."""
+    Raises ValueError when fewer than `count` such pairs exist (naming `relation`, the
+    split relation's name, where given)."""
     if num_sources is None:  # self-pairs are never drawn, so their keys do not count
         pairs = num_nodes * (num_nodes - 1) // 2
         free = pairs - np.count_nonzero(known // num_nodes != known % num_nodes)
     else:
         free = num_sources * num_nodes - known.size
     if count > free:
-        raise ValueError(f"need {count} negative pairs and only {free} pairs are not edges")
+        where = "" if relation is None else f"link split of {relation}: "
+        raise ValueError(f"{where}need {count} negative pairs and only {free} pairs are not "
+                         "edges")
     out = np.zeros((0,), np.int64)
     while out.size < count:
         want = 2 * (count - out.size) + 16
@@ -240,6 +245,14 @@ def destination_negatives(rng: np.random.Generator, pos: np.ndarray, num_nodes: 
     return (draw + (draw >= pos[:, 1:2])).astype(np.int32)
 
 
+def check_seed(seed) -> int:
+    """`seed` as an int; ValueError naming it unless it is an integer >= 0 (NumPy's own
+    refusal names neither the argument nor the value)."""
+    if not is_int(seed) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    return int(seed)
+
+
 def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
                       seed: int = 0, mrr_negatives: int = 0) -> LinkSplit:
     """A random split of the undirected edges of `graph` (85/5/10 by default).
@@ -253,6 +266,7 @@ def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
     """
     if not (0 <= val and 0 <= test and val + test < 1):
         raise ValueError(f"need val, test >= 0 and val + test < 1, got {val}, {test}")
+    seed = check_seed(seed)
     n = graph.num_nodes
     if n < 2:
         raise ValueError(f"a link split needs at least 2 nodes, got {n}")

@@ -22,24 +22,29 @@ def check_finite_rows(name: str, table: np.ndarray, block: int = FINITE_BLOCK,
                       threads: int | None = None) -> None:
     """Raises ValueError "<name> contain NaN or inf (...)" with the count and the first
     (row, column), unless every entry of the 2-D `table` is finite (as float32 where the
-    table is wider: the device holds float32 or narrower). Reads `block` entries at a
-    time, on `threads` threads (default `host_threads()`)."""
+    table is wider: the device holds float32 or narrower; a finite entry past float32's
+    range is named as an overflow, with its value). Reads `block` entries at a time, on
+    `threads` threads (default `host_threads()`)."""
     step = max(1, block // max(1, table.shape[1]))
     threads = host_threads() if threads is None else threads
     found = thread_map(lambda i: _nonfinite(table[i * step:(i + 1) * step], i * step),
                        -(-table.shape[0] // step), threads)
     found = [f for f in found if f is not None]
     if found:
-        count, (row, col) = sum(c for c, _ in found), found[0][1]
+        count, (row, col), value = sum(c for c, _, _ in found), found[0][1], found[0][2]
+        if value is not None:
+            top = float(np.finfo(np.float32).max)
+            raise ValueError(f"{name} overflow float32: {value} at row {row}, column {col} "
+                             f"is past its largest magnitude ({top:g})")
         raise ValueError(
-            f"{name} contain NaN or inf ({count} entries; first at row {row}, "
-            f"column {col}{'; as float32' if table.dtype.itemsize > 4 else ''})"
+            f"{name} contain NaN or inf ({count} entries; first at row {row}, column {col})"
         )
 
 
-def _nonfinite(rows, start: int) -> tuple[int, tuple[int, int]] | None:
-    """(count, first (row, column) counted from `start`) of the non-finite entries of the
-    2-D block `rows`, or None. bfloat16 is read as its bits: all exponent bits set."""
+def _nonfinite(rows, start: int) -> tuple[int, tuple[int, int], np.generic | None] | None:
+    """(count, first (row, column) counted from `start`, its value where it is finite as
+    given, else None) of the entries of the 2-D block `rows` that are not finite as
+    float32, or None. bfloat16 is read as its bits: all exponent bits set."""
     rows = np.asarray(rows)
     if rows.dtype == BFLOAT16:
         bits = rows.view(np.uint16) & np.uint16(0x7FFF)
@@ -52,13 +57,15 @@ def _nonfinite(rows, start: int) -> tuple[int, tuple[int, int]] | None:
         if not bad.any():
             return None
     row, col = np.argwhere(bad)[0]
-    return int(bad.sum()), (start + int(row), int(col))
+    value = rows[row, col]
+    return int(bad.sum()), (start + int(row), int(col)), value if np.isfinite(value) else None
 
 
 def edge_feature_table(values, num_edges: int, *, check: bool = True) -> np.ndarray:
     """`values` as an edge-feature table [num_edges, D]: bfloat16 kept as given, any
-    other real dtype made float32 (no copy where it already is); checked by
-    `check_edge_features` unless `check` is False.
+    other real dtype made float32 (no copy where it already is); unless `check` is
+    False, its shape and finiteness are checked as `check_edge_features` does, before
+    the cast (a finite value past float32's range is named as an overflow).
 
     Raises:
       ValueError: not real numbers (bool, complex and object included), or what
@@ -67,11 +74,13 @@ def edge_feature_table(values, num_edges: int, *, check: bool = True) -> np.ndar
     table = np.asarray(values)
     if table.dtype != BFLOAT16:
         require_real("edge_features", table)
-        with np.errstate(over="ignore"):  # past float32's range: inf, refused below
-            table = np.asarray(table, np.float32)
     if check:
-        check_edge_features(table, num_edges)
-    return table
+        _check_edge_shape(table, num_edges)
+        check_finite_rows("edge_features", table)
+    if table.dtype == BFLOAT16:
+        return table
+    with np.errstate(over="ignore"):  # past float32's range: inf, where unchecked
+        return np.asarray(table, np.float32)
 
 
 def check_edge_features(table, num_edges: int) -> None:
@@ -79,6 +88,14 @@ def check_edge_features(table, num_edges: int) -> None:
     bfloat16 array [num_edges, D], D >= 1."""
     if not hasattr(table, "shape"):  # a list; arrays (memory-mapped too) stay as they are
         table = np.asarray(table)
+    _check_edge_shape(table, num_edges)
+    if np.dtype(table.dtype) not in (np.dtype(np.float32), BFLOAT16):
+        raise ValueError(f"edge_features must be float32 or bfloat16, got {table.dtype}")
+    check_finite_rows("edge_features", table)
+
+
+def _check_edge_shape(table, num_edges: int) -> None:
+    """Raises ValueError naming the problem unless `table` is [num_edges, D], D >= 1."""
     if table.ndim != 2:
         raise ValueError(f"edge_features must be 2-D [E, D], got shape {tuple(table.shape)}")
     if table.shape[0] != num_edges:
@@ -87,9 +104,6 @@ def check_edge_features(table, num_edges: int) -> None:
     if table.shape[1] < 1:
         raise ValueError(f"edge_features need at least one column, got shape "
                          f"{tuple(table.shape)}")
-    if np.dtype(table.dtype) not in (np.dtype(np.float32), BFLOAT16):
-        raise ValueError(f"edge_features must be float32 or bfloat16, got {table.dtype}")
-    check_finite_rows("edge_features", table)
 
 
 def require_real(what: str, table: np.ndarray) -> None:
@@ -110,11 +124,9 @@ def node_feature_table(what: str, values, rows: int) -> np.ndarray:
     table = values if isinstance(values, np.ndarray) else np.asarray(values)
     if table.dtype != BFLOAT16:
         require_real(what, table)
-        with np.errstate(over="ignore"):  # past float32's range: inf, refused below
-            table = np.asarray(table, np.float32)
     if table.ndim != 2 or table.shape[1] < 1:
         raise ValueError(f"{what} must be 2-D [N, d] with d >= 1, got shape {table.shape}")
     if table.shape[0] != rows:
         raise ValueError(f"{what} have {table.shape[0]} rows, expected {rows}")
-    check_finite_rows(what, table)
-    return table
+    check_finite_rows(what, table)  # as given: a value past float32's range is named
+    return table if table.dtype == BFLOAT16 else np.asarray(table, np.float32)

@@ -16,11 +16,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.hetero import HeteroGraph
+from zerognn_jax._src.data.hetero import HeteroGraph, check_type_ids
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, EnvelopePolicy
 from zerognn_jax._src.sampling.seeds import epoch_items
-from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig
+from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig, seed_types
 from zerognn_jax._src.sampling.typed_envelope import (
     TypedEnvelope,
     fit_typed_envelope,
@@ -72,6 +72,7 @@ def calibrate_typed(graph: HeteroGraph, items, batch_size: int, config: TypedSam
     `seeds` is the pair (level 0's capacities, the static callable making level 0 from
     a step's items: `sample_typed_step`'s `level0`), and level 0 keeps its capacities.
     """
+    _check_seeds(graph, seed_type, items if seeds is None else None)
     config = config.resolve(graph)
     items = jnp.asarray(items, jnp.int32)
     first, level0 = (batch_size, None) if seeds is None else seeds
@@ -102,6 +103,7 @@ def choose_typed_envelope(graph: HeteroGraph, items, batch_size: int,
     """A typed run's starting envelope, and the calibration record when calibrated: tree
     mode's exact sizes, or `method` "calibrate" (tight, measured) or "conservative".
     `seeds`: as `calibrate_typed` takes it."""
+    _check_seeds(graph, seed_type)
     config = config.resolve(graph)
     first = batch_size if seeds is None else seeds[0]
     if not config.dedup:
@@ -113,3 +115,16 @@ def choose_typed_envelope(graph: HeteroGraph, items, batch_size: int,
     cal = calibrate_typed(graph, items, batch_size, config, seed_type=seed_type, seed=seed,
                           policy=policy, kernels=kernels, seeds=seeds)
     return cal.envelope, cal
+
+
+def _check_seeds(graph: HeteroGraph, seed_type, items=None) -> None:
+    """ValueError unless each type of `seed_type` (one, or a link task's tuple) is a node
+    type of `graph` and, when given, every id of `items` (a node task's seeds) lies in
+    [0, N_seed_type): naming the unknown type, or the first id out of range."""
+    counts = graph.num_nodes
+    for t in seed_types(seed_type):
+        if t not in counts:
+            raise ValueError(f"seed_type {t!r} is not a node type of the graph "
+                             f"({', '.join(counts)})")
+    if items is not None:
+        check_type_ids("items", np.asarray(items), seed_type, counts[seed_type])
