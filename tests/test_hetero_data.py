@@ -298,6 +298,20 @@ def test_from_hetero_data_integer_y_refuses_a_float_target_kind():
     assert zg.from_hetero_data(data, target_kind="classes").targets is None
 
 
+def test_from_hetero_data_takes_class_ids_of_one_column_only():
+    """[N, 1] class ids (ogbn-mag's layout) are read as [N]; more integer columns are
+    refused (the first column alone was read, the others dropped without a word)."""
+    ds = _dataset(node_info={})
+    data = _FakeHeteroData(ds)
+    data["paper"]["y"] = ds.labels[:, None].astype(np.int64)
+    np.testing.assert_array_equal(zg.from_hetero_data(data).labels, ds.labels)
+    data["paper"]["y"] = np.stack([ds.labels, ds.labels], 1).astype(np.int64)
+    with pytest.raises(ValueError, match=r"^node type 'paper' has int64 labels \(y\) of shape "
+                                         r"\(5, 2\): class ids take one column; for "
+                                         r"multi-label targets make y float"):
+        zg.from_hetero_data(data)
+
+
 @pytest.mark.parametrize("mask, got", [
     (np.array([0, 3]), r"int64 of shape \(2,\)"),  # node ids, not a mask
     (np.ones(2, bool), r"bool of shape \(2,\)"),

@@ -255,14 +255,20 @@ def _store_has(store, key: str) -> bool:
 
 def _y_targets(y: np.ndarray, target_type: str, target_kind: str | None) -> dict:
     """`make_hetero_dataset`'s target arguments for the target type's `y`: integer y gives
-    `labels` (its first column), floating-point y float `targets` (a 1-D y one column) of
+    `labels` (y of one column: [N] or [N, 1]), floating-point y float `targets` (a 1-D y
+    one column) of
     `target_kind`, which float y needs ("multilabel" or "regression") and integer y
     refuses (but for "classes")."""
     if not (np.issubdtype(y.dtype, np.floating) or y.dtype == BFLOAT16):
         if target_kind not in (None, "classes"):
             raise ValueError(f"target_kind={target_kind!r} needs float labels (y), but node "
                              f"type {target_type!r} has {y.dtype} y (class ids)")
-        return {"labels": y.reshape(y.shape[0], -1)[:, 0]}
+        columns = y.reshape(y.shape[0], -1).shape[1]
+        if columns != 1:
+            raise ValueError(f"node type {target_type!r} has {y.dtype} labels (y) of shape "
+                             f"{y.shape}: class ids take one column; for multi-label "
+                             f"targets make y float and give target_kind=\"multilabel\"")
+        return {"labels": y.reshape(-1)}
     if target_kind not in TARGET_KINDS[1:]:
         raise ValueError(f"node type {target_type!r} has {y.dtype} labels (y): give "
                          f"target_kind=\"multilabel\" or \"regression\" for float targets"
