@@ -264,3 +264,10 @@ def test_training_leaves_an_unread_edge_table_on_the_host():
                             eval_mode="none", progress=False), ds)
     assert res.data.graph.edge_features is None
     assert res.dataset.graph.edge_features is not None  # the dataset keeps its table
+
+
+def test_csr_edge_features_past_float32_are_named_as_an_overflow():
+    """Checked as given, before the cast to float32 (which made them inf)."""
+    with pytest.raises(ValueError, match=r"^edge_features overflow float32: 1e\+300 at row 1, "
+                                         r"column 0 is past its largest magnitude"):
+        csr_from_arrays([0, 1, 2], [1, 0], edge_features=np.array([[1.0], [1e300]]))

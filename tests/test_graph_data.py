@@ -101,6 +101,9 @@ MAKE = dict(name="t", n_node=[3, 2], n_edge=[1, 1], senders=[0, 0], receivers=[1
     ("splits", ([0], [1]), "splits must be (train, val, test) graph ids, got 2 entries"),
     ("num_classes", 2.5, "num_classes must hold whole numbers, got 2.5"),
     ("node_vocab", (4, True), "node_vocab must hold whole numbers, got True"),
+    # float64 past float32's range: named with its value, not as the inf the cast makes
+    ("node_features", np.array([[1.0], [1.0], [1.0], [1e300], [1.0]]),
+     "node_features overflow float32: 1e+300 at row 3, column 0 is past its largest"),
 ])
 def test_make_collection_refuses_what_a_cast_would_change(field, value, message):
     """Ids and counts that NumPy's cast to int32 would wrap or round are refused."""

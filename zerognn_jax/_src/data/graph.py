@@ -351,10 +351,11 @@ def csr_from_arrays(indptr, indices, weights=None, *, edge_features=None,
     lie below `num_columns` (default: the number of rows; see `validate_csr`)."""
     indptr = np.asarray(indptr)
     indices = np.asarray(indices)
+    # checked as given (a float64 value past float32's range is named, not its inf)
     f = None if edge_features is None else edge_feature_table(edge_features,
-                                                              indices.shape[0], check=False)
+                                                              indices.shape[0], check=validate)
     if validate:
-        validate_csr(indptr, indices, weights, f, num_columns=num_columns)
+        validate_csr(indptr, indices, weights, num_columns=num_columns)
     elif indices.dtype != np.int32 and indices.size:  # the caller validates after the cast,
         _as_id_array("indices", indices)              # which must not wrap an id into range
         _check_ids("indices", indices, _INT32_MAX + 1)

@@ -24,6 +24,7 @@ import dataclasses
 import numpy as np
 
 from zerognn_jax._src.data.checks import is_whole
+from zerognn_jax._src.data.tables import check_finite_rows
 
 TARGET_KINDS = ("binary", "classes", "regression")
 
@@ -253,12 +254,21 @@ def validate_collection(c: GraphCollection) -> None:
         if both.size:
             _fail(f"{a} and {b} splits overlap in {both.size} graphs (first: {int(both[0])})")
     for what, table in (("node_features", c.node_features), ("edge_features", c.edge_features)):
-        if table is not None and np.issubdtype(table.dtype, np.floating):
-            bad = ~np.isfinite(table)
-            if bad.any():
-                row, col = (int(i) for i in np.argwhere(bad)[0])
-                _fail(f"{what} contain NaN or inf ({int(bad.sum())} entries; first at row "
-                      f"{row}, column {col})")
+        if table is not None and np.issubdtype(table.dtype, np.floating):  # 2-D, checked above
+            check_finite_rows(what, table)
+
+
+def _float32(what: str, values) -> np.ndarray:
+    """`values` as an array, float32 where it is floating point: a wider table is checked
+    first, so that a finite value past float32's range is named as such, not as the inf
+    the cast makes of it."""
+    table = np.asarray(values)
+    if not np.issubdtype(table.dtype, np.floating):
+        return table
+    if table.dtype.itemsize > 4 and table.ndim == 2:
+        check_finite_rows(what, table)
+    with np.errstate(over="ignore"):  # a 2-D table is checked above, others when built
+        return table.astype(np.float32)
 
 
 def _ints(what: str, values, dtype) -> np.ndarray:
@@ -302,13 +312,9 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
         _fail(f"n_node and n_edge must list the same graphs, got {n_node.size} and "
               f"{n_edge.size} counts")
     offsets = lambda counts: np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    node_features = np.asarray(node_features)
-    if np.issubdtype(node_features.dtype, np.floating):
-        node_features = node_features.astype(np.float32)
+    node_features = _float32("node_features", node_features)
     if edge_features is not None:
-        edge_features = np.asarray(edge_features)
-        if np.issubdtype(edge_features.dtype, np.floating):
-            edge_features = edge_features.astype(np.float32)
+        edge_features = _float32("edge_features", edge_features)
     if target_kind == "classes":
         targets = _ints("class targets", targets, np.int32)
         if targets.ndim == 2 and targets.shape[1] == 1:  # a column (jraph's globals)
