@@ -278,9 +278,12 @@ def _user_model():
 
 
 def test_user_model_resume_and_errors(molecules, tmp_path):
-    cfg = config(epochs=1, eval_mode="none", checkpoint_dir=str(tmp_path))
+    cfg = config(model=None, epochs=1, eval_mode="none", checkpoint_dir=str(tmp_path))
     result = zg.train(cfg, molecules, model=_user_model())
     assert result.summary["model"].endswith("SumOfNodes") and np.isfinite(result.history[0]["loss"])
+    # a model of the user's leaves the field as its runs recorded it (their checkpoints
+    # compare it), not the graph task's default
+    assert result.summary["config"]["model"] == "sage"
     resumed = zg.train(dataclasses.replace(cfg, epochs=2), molecules, model=_user_model())
     assert (resumed.summary["start_epoch"], resumed.summary["epochs_run"]) == (1, 1)
     assert [h["loss"] for h in resumed.history][:1] == [result.history[0]["loss"]]

@@ -648,6 +648,9 @@ def test_link_splits_refuse_a_negative_seed_naming_it():
                                                                                  [1, 2, 3])})
     with pytest.raises(ValueError, match=r"^seed must be an integer >= 0, got -1$"):
         zg.typed_link_split(typed, "buys", seed=-1)
+    # NumPy's integers, a 0-d array of one included, are seeds as NumPy takes them
+    same = random_link_split(ring, seed=np.array(3)), random_link_split(ring, seed=np.int64(3))
+    np.testing.assert_array_equal(same[0].train, same[1].train)
 
 
 def test_a_typed_split_without_enough_non_edges_names_its_relation():

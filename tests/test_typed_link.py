@@ -356,6 +356,9 @@ def test_best_metric_names_only_the_scored_splits_and_is_refused_before_training
                                          r"test_auc, test_ap$"):
         zg.train(zg.TrainConfig(**BASE, epochs=1, best_metric="train_auc",
                                 checkpoint_dir=str(ckpt)), data)
+    with pytest.raises(ValueError, match=r"best_metric 'auc' is not a metric"):  # no split
+        zg.train(zg.TrainConfig(**BASE, epochs=1, best_metric="auc",
+                                checkpoint_dir=str(ckpt)), data)
     assert not ckpt.exists()
 
 

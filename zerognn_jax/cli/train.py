@@ -17,7 +17,7 @@ HELP = {
     "root": "folder holding dataset files (OGB layout, Planetoid files, generator cache)",
     "scale": "size factor for synthetic presets (products-like at 1.0 is full size)",
     "model": "the built-in model (typed datasets: rsage, rgcn, rgat; graph task: gin, gine, "
-             "gcn, each also -virtual); None takes the task's: sage, rsage on a typed "
+             "gcn, each also -virtual); omitted: the task's, sage, rsage on a typed "
              "dataset, gine-virtual for a graph task whose graphs have edge features, else "
              "gin-virtual",
     "hidden": "width of every hidden layer",

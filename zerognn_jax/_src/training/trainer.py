@@ -117,7 +117,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                          f"one of {', '.join(MODELS)}")
     task, dataset = task_class(cfg.task, typed=typed).build(cfg, dataset, loss=loss,
                                                             kernels=kernels)
-    cfg = with_model(cfg, task, dataset)
+    cfg = with_model(cfg, task, dataset, user_model=model is not None)
     if isinstance(task, BatchedTask):
         if optimizer is not None:
             check_optimizer(optimizer)
@@ -196,13 +196,15 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     return dataset, program.parallel.place_data(DeviceData(graph, table, targets)), program
 
 
-def with_model(cfg: TrainConfig, task, dataset) -> TrainConfig:
+def with_model(cfg: TrainConfig, task, dataset, *, user_model: bool = False) -> TrainConfig:
     """`cfg` with its model named: `cfg.model`, or the default of `task` (built) for
     `dataset` (the one its `build` gave) when `cfg.model` is None: its
-    `default_model(dataset)`, or "sage" for a task without one (`Task`)."""
+    `default_model(dataset)`, or "sage" for a task without one (`Task`). With a model of
+    the user's (`user_model`) the field is not read, and is "sage", as the runs of such
+    models recorded before per-task defaults (their checkpoints compare it)."""
     if cfg.model is not None:
         return cfg
-    default = getattr(task, "default_model", None)
+    default = None if user_model else getattr(task, "default_model", None)
     return dataclasses.replace(cfg, model=default(dataset) if default else "sage")
 
 
@@ -404,7 +406,7 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
     user = _UserParts({}, None, check_callbacks(callbacks), variables, dataset is not None)
     dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                      loss=loss)
-    cfg = with_model(cfg, program.task, dataset)  # as `prepare` named it
+    cfg = with_model(cfg, program.task, dataset, user_model=model is not None)  # as `prepare`
     if model is None and cfg.task != "graph" and cfg.model not in ATTENTION_MODELS \
             and cfg.heads != TrainConfig.heads:  # (a graph task warns of heads already)
         warnings.warn(f"heads {cfg.heads!r}: attention heads of the models "
@@ -639,9 +641,9 @@ def _check_typed_options(cfg, dataset) -> None:
 
 def _check_best_metric(cfg, task, dataset) -> None:
     """Refuses, before anything is trained or written, a `best_metric` that the task's
-    metrics (`metric_names`: plain, "acc", and prefixed by a split it scores, "val_acc";
-    its `metric_splits`, else train, val and test) do not name. A task that does not
-    list its metrics is not checked here."""
+    metrics (`metric_names`, each prefixed by a split it scores, "val_acc": its
+    `metric_splits`, else train, val and test) do not name; a plain "acc" too, which no
+    epoch's record holds. A task that does not list its metrics is not checked here."""
     listed = getattr(task, "metric_names", None)
     if not cfg.best_metric or listed is None:
         return
@@ -650,7 +652,7 @@ def _check_best_metric(cfg, task, dataset) -> None:
         return
     splits = getattr(task, "metric_splits", ("train", "val", "test"))
     known = [f"{split}_{name}" for split in splits for name in names]
-    if cfg.best_metric not in known and cfg.best_metric not in names:
+    if cfg.best_metric not in known:
         raise ValueError(f"best_metric {cfg.best_metric!r} is not a metric this task "
                          f"reports; choose one of {', '.join(known)}")
 

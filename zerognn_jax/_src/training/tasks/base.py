@@ -88,7 +88,9 @@ class Task(Protocol):
 
     A task may also define `default_model(dataset) -> str`: the built-in model a run
     trains on `dataset` (as `build` gave it) when `cfg.model` is None; without it,
-    "sage" (`trainer.with_model`).
+    "sage" (`trainer.with_model`); and `metric_splits`, the splits whose metrics
+    `evaluate` reports (without it, train, val and test: `best_metric` is checked
+    against them).
     """
 
     name: ClassVar[str]
