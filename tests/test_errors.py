@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import optax
 import pytest
 
 import zerognn_jax as zg
@@ -400,6 +401,11 @@ def test_options_of_another_task_are_named_as_ignored():
     # a model without attention (sage, the model of a config naming none) has no heads
     assert "heads 2: attention heads of the models gat, rgat, ignored by model 'sage'" \
         in said
+    with pytest.warns(zg.IgnoredOptionWarning, match=r"^weight_decay 0.1: an option of the "
+                                                      r"built-in optimizer, ignored with one "
+                                                      r"of yours$"):
+        train(small_config(epochs=1, weight_decay=0.1), random_dataset(),
+              optimizer=optax.sgd(0.1))
     graph = TrainConfig(task="graph", dataset="molhiv-like", model="gin", fanouts=(3, 3),
                         sampler="labor", flat_outer=True, norm="layer", input_dropout=0.5,
                         eval_mode="sampled", progress=False, heads=2,
@@ -645,13 +651,24 @@ def test_a_best_metric_the_task_never_reports_fails_before_training(tmp_path, mo
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
     train(dataclasses.replace(cfg, best_metric="val_acc"))  # a reported one passes on
     assert ran and (tmp_path / "new" / "ck").is_dir()
-    # a task of one's own: names plain or prefixed pass, and one that lists none is not
-    # checked here
+    # a task of one's own: names listed plain or prefixed pass, and one that lists none is
+    # not checked here; a name without its split ("acc") is in no record
     for names, metric in ((("acc",), "val_acc"), (("val_f1",), "val_f1"), (None, "val_x")):
         task = type("Task", (), {})()
         if names is not None:
             task.metric_names = lambda dataset, names=names: names
-        trainer._check_best_metric(dataclasses.replace(cfg, best_metric=metric), task, None)
+        trainer._check_metrics(dataclasses.replace(cfg, best_metric=metric), task, None)
+    task.metric_names = lambda dataset: ("acc",)
+    with pytest.raises(ValueError, match=r"^best_metric 'acc' is not a metric this task "
+                                         r"reports; choose one of train_acc, val_acc, "
+                                         r"test_acc$"):
+        trainer._check_metrics(dataclasses.replace(cfg, best_metric="acc"), task, None)
+    # an EarlyStopping callback's metric likewise (it had waited for it silently)
+    with pytest.raises(ValueError, match=r"^EarlyStopping's metric 'val_accuracy' is not a "
+                                         r"metric this task reports"):
+        train(dataclasses.replace(cfg, best_metric=None, checkpoint_dir=None,
+                                  metrics_out=None),
+              callbacks=[zg.EarlyStopping("val_accuracy", 2)])
 
 
 def test_a_graph_collection_directory_is_readable_by_others(tmp_path):

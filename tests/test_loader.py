@@ -128,6 +128,9 @@ def test_sample_minibatch_takes_jax_keys(graph):
     ({"features": np.ones((299, 4), np.float32)}, r"features must have one row per node "
                                                   r"\(300\), got shape \(299, 4\)"),
     ({"targets": 3}, "targets must be an array"),
+    # JAX's own messages named neither the argument nor the value
+    ({"key": None}, r"expected a jax.random key, .* got None"),
+    ({"key": "abc"}, r"expected a jax.random key, .* got 'abc'"),
 ])
 def test_loader_rejects_bad_input(graph, kwargs, match):
     args = dict(nodes=np.arange(10), fanouts=(2,), batch_size=4, key=0) | kwargs

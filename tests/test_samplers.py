@@ -457,3 +457,21 @@ def test_a_fanout_above_the_largest_degree_gets_that_many_slots(small_graph, met
     np.testing.assert_array_equal(np.asarray(narrow.nodes[1]), np.asarray(broad.nodes[1]))
     np.testing.assert_array_equal(np.asarray(narrow.blocks[0].nbr),
                                   np.asarray(broad.blocks[0].nbr)[:, :top])
+
+
+def test_every_neighbour_is_taken_once_with_replacement_too():
+    """A fanout of -1 takes each row whole, in CSR order, whatever `replace` says (with
+    replacement it drew max-degree slots at random: a degree-3 row got many repeats).
+    Every method's -1 hop is this one (`sample_hop`)."""
+    from zerognn_jax._src.sampling.minibatch import sample_hop
+
+    graph = random_graph(60, 240, seed=4)
+    indptr, indices = np.asarray(graph.indptr), np.asarray(graph.indices)
+    ids = jnp.arange(60, dtype=jnp.int32)
+    for replace in (False, True):
+        config = SamplerConfig((-1,), replace=replace).resolve(int(np.diff(indptr).max()))
+        nbr, mask, _ = sample_hop(graph.to_device(), ids, jnp.ones(60, bool), jnp.uint32(7),
+                                  config, 0)
+        for row in range(60):
+            got = np.asarray(nbr[row])[np.asarray(mask[row])]
+            np.testing.assert_array_equal(got, indices[indptr[row]:indptr[row + 1]])

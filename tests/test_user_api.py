@@ -262,6 +262,19 @@ def test_early_stopping():
     assert stop.best == 0.5 and stop.best_epoch == 1
 
 
+@pytest.mark.parametrize("args, kwargs, message", [
+    ((5,), {}, r"metric must be the name of a record's metric \(e.g. 'val_acc'\), got 5"),
+    (("val_acc", 2.5), {}, r"patience must be an integer >= 1, got 2.5"),
+    (("val_acc", 0), {}, r"patience must be an integer >= 1, got 0"),
+    (("val_acc",), {"min_delta": -1}, r"min_delta must be a finite number >= 0, got -1"),
+    (("val_acc",), {"min_delta": float("nan")}, r"min_delta must be a finite number >= 0"),
+])
+def test_early_stopping_names_a_bad_argument(args, kwargs, message):
+    """An int metric raised AttributeError from str.endswith; the others were taken."""
+    with pytest.raises(ValueError, match=f"^{message}"):
+        zg.EarlyStopping(*args, **kwargs)
+
+
 def _scalar_tags(path) -> set[str]:
     """Tags of the scalars in a TensorBoard event file (TFRecord framing, Event protos)."""
     from tensorboardX.proto import event_pb2

@@ -95,3 +95,29 @@ def test_a_model_that_fails_on_its_first_batch_is_named(dataset):
 
     with pytest.raises(ValueError, match=r"the model .*Broken fails on its first batch"):
         zg.train(config(), dataset, model=Broken())
+
+
+class Rounded(nn.Module):
+    """Outputs rounded to integers (or returned with something else beside them)."""
+
+    pair: bool = False
+
+    @nn.compact
+    def __call__(self, x, views, *, train):
+        out = nn.Dense(3)(x[: views[-1].num_dst])
+        return (out, 0) if self.pair else out.astype(jnp.int32)
+
+
+def test_outputs_that_cannot_carry_a_gradient_are_named(dataset):
+    """Integer outputs, or an integer loss, trained to nothing (zero gradients) without a
+    word; a tuple of outputs failed with "'tuple' object has no attribute 'shape'"."""
+    with pytest.raises(ValueError, match=r"^the model Rounded gives int32\[35, 3\] outputs; "
+                                         r"they must be floating point"):
+        zg.train(config(), dataset, model=Rounded())
+    with pytest.raises(ValueError, match=r"^the model Rounded gives a tuple of outputs; the "
+                                         r"task needs one array, one row per target row"):
+        zg.train(config(), dataset, model=Rounded(pair=True))
+    counted = lambda out, y: (jnp.argmax(out, -1) != y).astype(jnp.int32)
+    with pytest.raises(ValueError, match=r"gives int32\[35\] for outputs float32\[35, 3\] .*"
+                                         r"one value per row, float32\[35\]"):
+        zg.train(config(), dataset, model=Width(3), loss=counted)

@@ -5,7 +5,7 @@ The loader shuffles the seeds every epoch and yields sampled subgraphs of static
 (`batch.x`) and the seeds' labels (`batch.y`) fetched on the device; any sampler of the
 trainer ("uniform", "weighted" by edge weight, "labor"). The loop, the loss and the
 optimizer are yours. The test nodes are then predicted in their own order
-(`shuffle=False`), over full neighbourhoods with `--eval-fanouts=-1` (exact). `zerognn train` /
+(`shuffle=False`), over full neighbourhoods with `--eval-fanouts=-1,-1` (exact). `zerognn train` /
 `zg.train` run a whole epoch as one program instead, without the per-batch return to
 Python this loop makes.
 
@@ -33,7 +33,8 @@ def main(argv=None):
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--eval-fanouts", default=None, help="per hop, for the test nodes "
-                   "(default: the training fanouts; -1 = all neighbours, exact)")
+                   "(default: the training fanouts; -1 = all neighbours, exact; one per "
+                   "layer)")
     args = p.parse_args(argv)
     ds = zg.load_dataset(args.dataset)
     fanouts = tuple(int(f) for f in args.fanouts.split(","))

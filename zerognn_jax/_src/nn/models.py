@@ -312,7 +312,12 @@ class GNN(nn.Module):
         (`input_dropout` 0 or not training), aggregates the two apart: each column is the
         same sum (bit-equal in float32; bfloat16 may round a few values apart), and the
         backward scatters the gradient of the embedding's `e` columns only, not of all
-        d + e (the features take none)."""
+        d + e (the features take none). One view per layer: other counts are refused
+        (fewer gave a hidden layer's activations as the output)."""
+        if len(views) != self.num_layers:
+            raise ValueError(f"the model has {self.num_layers} layers and was given "
+                             f"{len(views)} views (sampled hops): sample one hop per "
+                             f"layer")
         h = x
         if isinstance(x, tuple) and (self.conv != "sage" or not views
                                      or (train and self.input_dropout > 0.0)):

@@ -279,9 +279,10 @@ def sample_hop(graph: CSRGraph, ids, valid, key, config: SamplerConfig, hop: int
         shape = (ids.shape[0], config.slots[hop])
         eid = jnp.zeros(shape, graph.indptr.dtype) if edges else None
         return jnp.zeros(shape, jnp.int32), jnp.zeros(shape, bool), eid
-    if full or config.method == "uniform":
+    if full or config.method == "uniform":  # -1 takes every neighbour once, replace or not
         out = sample_neighbors(kernels, graph.indptr, graph.indices, ids, valid, key, fanout,
-                               replace=config.replace, all_neighbors=full, with_edges=edges)
+                               replace=config.replace and not full, all_neighbors=full,
+                               with_edges=edges)
     elif config.method == "weighted":
         steps = search_steps(config.max_degree) if config.max_degree else 31
         out = sample_weighted(kernels, graph.indptr, graph.indices, _weight_table(graph), ids,

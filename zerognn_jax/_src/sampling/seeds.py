@@ -26,7 +26,15 @@ def counter_key(key) -> jax.Array:
         if not 0 <= int(key) < 2**32:
             raise ValueError(f"an integer key must lie in [0, 2**32), got {key}")
         return jnp.uint32(key)
-    key = key if isinstance(key, jax.Array) else jnp.asarray(key)
+    if not isinstance(key, jax.Array):
+        given = key
+        try:
+            key = jnp.asarray(key)
+        except (TypeError, ValueError):  # None, a string: JAX's own message names neither
+            key = None
+        if key is None or not jnp.issubdtype(key.dtype, jnp.number):
+            raise ValueError(f"expected a jax.random key, a legacy uint32[2] key or an "
+                             f"integer scalar, got {given!r}")
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         return jax.random.bits(key, dtype=jnp.uint32)
     if key.shape == (2,) and key.dtype == jnp.uint32:

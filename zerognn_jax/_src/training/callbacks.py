@@ -12,6 +12,7 @@ every record (they are all called before the stop is taken).
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 
 
@@ -24,8 +25,15 @@ class EarlyStopping:
 
     def __init__(self, metric: str = "val_acc", patience: int = 10, *,
                  mode: str | None = None, min_delta: float = 0.0):
-        if patience < 1:
-            raise ValueError(f"patience must be >= 1, got {patience}")
+        if not isinstance(metric, str) or not metric:
+            raise ValueError(f"metric must be the name of a record's metric (e.g. "
+                             f"'val_acc'), got {metric!r}")
+        if isinstance(patience, bool) or not isinstance(patience, numbers.Integral) \
+                or patience < 1:
+            raise ValueError(f"patience must be an integer >= 1, got {patience!r}")
+        if isinstance(min_delta, bool) or not isinstance(min_delta, numbers.Real) \
+                or not math.isfinite(min_delta) or min_delta < 0:
+            raise ValueError(f"min_delta must be a finite number >= 0, got {min_delta!r}")
         self.metric, self.patience, self.min_delta = metric, patience, min_delta
         self.mode = mode or ("min" if metric.endswith(("_mse", "_mae", "_loss")) else "max")
         if self.mode not in ("min", "max"):

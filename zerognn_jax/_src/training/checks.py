@@ -94,6 +94,13 @@ def check_pieces(program, state, data, envelope, items, *, width: int,
         raise ValueError(f"the model {name} fails on its first batch: "
                          f"{_first_line(err)}") from err
     rows = weight.shape[0]
+    if not isinstance(out, jax.ShapeDtypeStruct):
+        raise ValueError(f"the model {name} gives a {type(out).__name__} of outputs; the task "
+                         f"needs one array, one row per target row: [{rows}, ...]")
+    if not jnp.issubdtype(out.dtype, jnp.floating):
+        raise ValueError(f"the model {name} gives {_shape(out)} outputs; they must be "
+                         f"floating point (no gradient reaches the model through "
+                         f"integers or booleans)")
     if not out.shape or out.shape[0] != rows:
         raise ValueError(f"the model {name} gives outputs {_shape(out)}; the task needs one "
                          f"row per target row: [{rows}, ...]")
@@ -130,7 +137,8 @@ def _check_loss(task, name: str, out, targets, rows: int) -> None:
             raise ValueError(f"the {what} {fn_name(fn)} fails on the model {name}'s outputs "
                              f"{_shape(out)} and targets {shapes}: {_first_line(err)}"
                              ) from err
-        if getattr(got, "shape", None) != (rows,):
+        if getattr(got, "shape", None) != (rows,) or (
+                what == "loss" and not jnp.issubdtype(got.dtype, jnp.floating)):
             raise ValueError(f"the {what} {fn_name(fn)} gives {_shape(got)} for outputs "
                              f"{_shape(out)} and targets {shapes}; it must give one value "
                              f"per row, float32[{rows}]")

@@ -25,13 +25,14 @@ from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.loaders import is_typed, require_known, row_normalize
 from zerognn_jax._src.nn.bridge import as_linen, model_name
 from zerognn_jax._src.nn.hetero import HETERO_MODELS
+from zerognn_jax._src.nn.layerwise import layer_count
 from zerognn_jax._src.nn.models import EDGE_MODELS, GNN, MODELS, count_params, make_model
 from zerognn_jax._src.ops.host_rows import device_bytes, host_table, is_host_resident
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
 from zerognn_jax._src.training import interrupts, memory
-from zerognn_jax._src.training.callbacks import check_callbacks, run_callbacks
+from zerognn_jax._src.training.callbacks import EarlyStopping, check_callbacks, run_callbacks
 from zerognn_jax._src.training.checks import check_pieces, init_checked
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.embeddings import NodeEmbedding
@@ -164,6 +165,12 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                            dtype=dtype, edge_dim=edge_dim, init=cfg.init)
     else:
         model = as_linen(model)
+        count = layer_count(model)
+        if count is not None and count != cfg.layers:  # exact inference runs `count`
+            raise ValueError(f"the model's num_layers is {count} and the run samples "
+                             f"{cfg.layers} hops (layers={cfg.layers}, one fanout each): "
+                             f"exact evaluation runs num_layers layers, a training step "
+                             f"one per hop; make them agree")
     if optimizer is not None:
         check_optimizer(optimizer)
     # the built-in GNN takes features and embedding rows as a pair (models.GNN); a
@@ -412,13 +419,18 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
         warnings.warn(f"heads {cfg.heads!r}: attention heads of the models "
                       f"{', '.join(ATTENTION_MODELS)}, ignored by model {cfg.model!r}",
                       IgnoredOptionWarning, stacklevel=3)
+    if optimizer is not None and cfg.weight_decay != TrainConfig.weight_decay:
+        # (lr also steps learnable embedding rows, which a user's optimizer leaves alone)
+        warnings.warn(f"weight_decay {cfg.weight_decay!r}: an option of the built-in "
+                      f"optimizer, ignored with one of yours", IgnoredOptionWarning,
+                      stacklevel=3)
     user = dataclasses.replace(
         user, identity=user_identity(model, optimizer,
                                      None if loss is None else program.task, dataset),
         model=None if model is None else model_name(model))
     interrupts.check("loading the data")
     _check_typed_options(cfg, dataset)
-    _check_best_metric(cfg, program.task, dataset)
+    _check_metrics(cfg, program.task, dataset, user.callbacks)
     ckpt = None
     if cfg.checkpoint_dir:
         from zerognn_jax._src.training.checkpoint import Checkpointer  # orbax takes ~1 s
@@ -639,22 +651,29 @@ def _check_typed_options(cfg, dataset) -> None:
                          f"type: {fix}")
 
 
-def _check_best_metric(cfg, task, dataset) -> None:
-    """Refuses, before anything is trained or written, a `best_metric` that the task's
-    metrics (`metric_names`, each prefixed by a split it scores, "val_acc": its
-    `metric_splits`, else train, val and test) do not name; a plain "acc" too, which no
-    epoch's record holds. A task that does not list its metrics is not checked here."""
+def _check_metrics(cfg, task, dataset, callbacks=()) -> None:
+    """Refuses, before anything is trained or written, a `best_metric` (or an
+    `EarlyStopping` callback's metric) that the task's metrics (`metric_names`, each
+    prefixed by a split it scores, "val_acc": its `metric_splits`, else train, val and
+    test; or listed so prefixed) do not name; a plain "acc" too, which no epoch's record
+    holds. A task that does not list its metrics is not checked here."""
     listed = getattr(task, "metric_names", None)
-    if not cfg.best_metric or listed is None:
+    asked = [(f"best_metric {cfg.best_metric!r}", cfg.best_metric)] if cfg.best_metric \
+        else []
+    asked += [(f"EarlyStopping's metric {cb.metric!r}", cb.metric) for cb in callbacks
+              if isinstance(cb, EarlyStopping)]
+    if not asked or listed is None:
         return
     names = tuple(listed(dataset) or ())
     if not names:
         return
     splits = getattr(task, "metric_splits", ("train", "val", "test"))
     known = [f"{split}_{name}" for split in splits for name in names]
-    if cfg.best_metric not in known:
-        raise ValueError(f"best_metric {cfg.best_metric!r} is not a metric this task "
-                         f"reports; choose one of {', '.join(known)}")
+    known += [n for n in names if n.startswith(tuple(f"{s}_" for s in splits))]  # as listed
+    for what, metric in asked:
+        if metric not in known:
+            raise ValueError(f"{what} is not a metric this task reports; choose one of "
+                             f"{', '.join(known)}")
 
 
 def _best_checkpoint(cfg, history):
