@@ -138,6 +138,14 @@ def test_loader_rejects_bad_input(graph, kwargs, match):
         zg.NeighborLoader(graph, **args)
 
 
+def test_an_epoch_is_a_whole_number(graph):
+    loader = zg.NeighborLoader(graph, np.arange(10), fanouts=(2,), batch_size=4, key=0)
+    for epoch in (1.5, -1):  # both were taken as given
+        with pytest.raises(ValueError, match=f"^epoch must be an integer >= 0, got {epoch}$"):
+            next(loader.epoch(epoch))
+    assert len(list(loader.epoch(np.int64(1)))) == 3
+
+
 def test_loader_takes_lists_and_a_bare_fanout(graph):
     loader = zg.NeighborLoader(graph, np.arange(10), fanouts=2, batch_size=4, key=0,
                                envelope="conservative", targets=[0] * graph.num_nodes)

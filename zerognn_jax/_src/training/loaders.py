@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.checks import at_least_one, check_ids
+from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.links import EvalEdges, LinkSplit
 from zerognn_jax._src.ops.gather import gather_rows
@@ -251,6 +251,8 @@ class DeviceLoader:
 
     def epoch(self, epoch: int) -> Iterator:
         """The batches of epoch `epoch`, in order (the same key: the same batches)."""
+        if not is_int(epoch) or epoch < 0:  # a float or negative one was taken as given
+            raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
         total = len(self)
         if not total:
             return
