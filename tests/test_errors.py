@@ -669,6 +669,9 @@ def test_a_best_metric_the_task_never_reports_fails_before_training(tmp_path, mo
         train(dataclasses.replace(cfg, best_metric=None, checkpoint_dir=None,
                                   metrics_out=None),
               callbacks=[zg.EarlyStopping("val_accuracy", 2)])
+    for watched in ("loss", "train_batch_acc"):  # every record's own: a callback may watch
+        train(dataclasses.replace(cfg, best_metric=None, checkpoint_dir=None,
+                                  metrics_out=None), callbacks=[zg.EarlyStopping(watched)])
 
 
 def test_a_graph_collection_directory_is_readable_by_others(tmp_path):

@@ -656,7 +656,8 @@ def _check_metrics(cfg, task, dataset, callbacks=()) -> None:
     `EarlyStopping` callback's metric) that the task's metrics (`metric_names`, each
     prefixed by a split it scores, "val_acc": its `metric_splits`, else train, val and
     test; or listed so prefixed) do not name; a plain "acc" too, which no epoch's record
-    holds. A task that does not list its metrics is not checked here."""
+    holds. A callback may also watch the training loss ("loss") and the batches' score
+    ("train_batch_acc"). A task that does not list its metrics is not checked here."""
     listed = getattr(task, "metric_names", None)
     asked = [(f"best_metric {cfg.best_metric!r}", cfg.best_metric)] if cfg.best_metric \
         else []
@@ -670,8 +671,11 @@ def _check_metrics(cfg, task, dataset, callbacks=()) -> None:
     splits = getattr(task, "metric_splits", ("train", "val", "test"))
     known = [f"{split}_{name}" for split in splits for name in names]
     known += [n for n in names if n.startswith(tuple(f"{s}_" for s in splits))]  # as listed
+    # every record's own entries, which a callback may watch too (not the best checkpoint)
+    trained = ["loss", f"train_batch_{getattr(task, 'score_name', 'acc')}"]
     for what, metric in asked:
-        if metric not in known:
+        if metric not in known and not (what.startswith("EarlyStopping") and
+                                         metric in trained):
             raise ValueError(f"{what} is not a metric this task reports; choose one of "
                              f"{', '.join(known)}")
 
