@@ -30,6 +30,18 @@ def at_least_one(value, name: str) -> int:
     return int(value)
 
 
+def check_seed(seed) -> int:
+    """`seed` as an int; ValueError naming it unless it is an integer >= 0 (a NumPy
+    integer or a 0-d integer array too; NumPy's own refusal names neither the argument
+    nor the value)."""
+    value = np.asarray(seed) if getattr(seed, "ndim", None) == 0 else None
+    if value is not None and np.issubdtype(value.dtype, np.integer):
+        seed = int(value)
+    if not is_int(seed) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    return int(seed)
+
+
 def check_ids(name: str, ids, n: int, kind: str = "") -> None:
     """ValueError unless every id in `ids` lies in [0, n), naming `name`, the range (with
     `kind`, e.g. " ('paper' ids)") and the span of the ids found."""

@@ -24,12 +24,12 @@ import warnings
 
 import numpy as np
 
+from zerognn_jax._src.data.checks import check_seed
 from zerognn_jax._src.data.graph import CSRGraph, to_edge_list
 from zerognn_jax._src.data.hetero import HeteroGraph, Relation, named_relation, relation_name
 from zerognn_jax._src.data.links import (
     SPLITS,
     EvalEdges,
-    check_seed,
     destination_negatives,
     sample_non_edges,
 )

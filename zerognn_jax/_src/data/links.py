@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zerognn_jax._src.data.checks import is_int
+from zerognn_jax._src.data.checks import check_seed
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.ogb import _load_text  # the gzipped-CSV reader of ogbn
 from zerognn_jax._src.data.tables import BFLOAT16, edge_feature_table
@@ -243,18 +243,6 @@ def destination_negatives(rng: np.random.Generator, pos: np.ndarray, num_nodes: 
     """int32[P, M]: per positive (u, v), M uniform destinations other than v."""
     draw = rng.integers(0, num_nodes - 1, (pos.shape[0], per_positive))
     return (draw + (draw >= pos[:, 1:2])).astype(np.int32)
-
-
-def check_seed(seed) -> int:
-    """`seed` as an int; ValueError naming it unless it is an integer >= 0 (a NumPy
-    integer or a 0-d integer array too; NumPy's own refusal names neither the argument
-    nor the value)."""
-    value = np.asarray(seed) if getattr(seed, "ndim", None) == 0 else None
-    if value is not None and np.issubdtype(value.dtype, np.integer):
-        seed = int(value)
-    if not is_int(seed) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    return int(seed)
 
 
 def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,

@@ -659,9 +659,10 @@ def _check_metrics(cfg, task, dataset, callbacks=()) -> None:
     holds. A callback may also watch the training loss ("loss") and the batches' score
     ("train_batch_acc"). A task that does not list its metrics is not checked here."""
     listed = getattr(task, "metric_names", None)
-    asked = [(f"best_metric {cfg.best_metric!r}", cfg.best_metric)] if cfg.best_metric \
-        else []
-    asked += [(f"EarlyStopping's metric {cb.metric!r}", cb.metric) for cb in callbacks
+    # (what asks, the metric, whether it may watch every record's own entries too)
+    asked = [(f"best_metric {cfg.best_metric!r}", cfg.best_metric, False)] \
+        if cfg.best_metric else []
+    asked += [(f"EarlyStopping's metric {cb.metric!r}", cb.metric, True) for cb in callbacks
               if isinstance(cb, EarlyStopping)]
     if not asked or listed is None:
         return
@@ -671,11 +672,9 @@ def _check_metrics(cfg, task, dataset, callbacks=()) -> None:
     splits = getattr(task, "metric_splits", ("train", "val", "test"))
     known = [f"{split}_{name}" for split in splits for name in names]
     known += [n for n in names if n.startswith(tuple(f"{s}_" for s in splits))]  # as listed
-    # every record's own entries, which a callback may watch too (not the best checkpoint)
     trained = ["loss", f"train_batch_{getattr(task, 'score_name', 'acc')}"]
-    for what, metric in asked:
-        if metric not in known and not (what.startswith("EarlyStopping") and
-                                         metric in trained):
+    for what, metric, watches in asked:
+        if metric not in known and not (watches and metric in trained):
             raise ValueError(f"{what} is not a metric this task reports; choose one of "
                              f"{', '.join(known)}")
 

@@ -232,10 +232,6 @@ class LinkTask:
     def num_nodes(self) -> int:
         return self.split.num_nodes
 
-    def default_model(self, dataset: Dataset) -> str:
-        del dataset
-        return "sage"
-
     def output_dim(self, cfg, dataset: Dataset) -> int:
         """The encoder's width: `cfg.hidden`."""
         del dataset

@@ -72,10 +72,6 @@ class NodeTask:
         check_loss(task, task.output_dim(cfg, dataset), task.device_targets(dataset))
         return task, dataset
 
-    def default_model(self, dataset: Dataset) -> str:
-        del dataset
-        return "sage"
-
     def output_dim(self, cfg, dataset: Dataset) -> int:
         del cfg
         return dataset.output_dim
