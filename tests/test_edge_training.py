@@ -21,6 +21,7 @@ from zerognn_jax._src.nn.models import GNN
 from zerognn_jax._src.training import trainer
 from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.evaluate import layerwise_logits, sampled_logits
+from zerognn_jax._src.training.trainer import ATTENTION_MODELS
 
 D_EDGE = 3
 
@@ -46,10 +47,13 @@ def edge_data():
 
 
 def _cfg(**kw):
-    base = dict(dataset="edges", model="gat", edge_features=True, hidden=8, heads=2,
+    base = dict(dataset="edges", model="gat", edge_features=True, hidden=8,
                 layers=2, fanouts=(2, 2), batch_size=32, epochs=1, lr=0.01,
                 eval_mode="none", progress=False)
-    return TrainConfig(**{**base, **kw})
+    cfg = {**base, **kw}
+    if cfg["model"] in ATTENTION_MODELS:  # heads of another model warn that they do nothing
+        cfg.setdefault("heads", 2)
+    return TrainConfig(**cfg)
 
 
 @pytest.fixture(scope="module")

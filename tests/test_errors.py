@@ -86,6 +86,8 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
     (dict(batch_size=99999999999), "batch_size 99999999999 is past int32 (2**31 - 1)"),
     (dict(fanouts=(3, 2**31), layers=2),
      "fanouts (3, 2147483648): 2147483648 is past int32 (2**31 - 1)"),
+    (dict(dedup=False, flat_outer=True), "dedup=False (tree mode) lays out every hop so: "
+                                         "drop flat_outer"),
     (dict(metrics_out=""), "metrics_out must be a path (None for none), got ''"),
     (dict(checkpoint_dir=" "), "checkpoint_dir must be a path (None for none), got ' '"),
 ])

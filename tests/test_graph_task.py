@@ -332,8 +332,8 @@ def test_a_config_naming_no_model_takes_gin_virtual_reading_edges_where_there_ar
         gnn = program.model.model
         assert (gnn.conv, gnn.virtual_node) == (conv, True)
         assert trainer.with_model(cfg, program.task, collection).model == f"{conv}-virtual"
-    with pytest.raises(ValueError, match=r"init='torch' applies to the models sage, .+ not "
-                                         r"'gine-virtual'"):
+    with pytest.raises(ValueError, match=r"init='torch' \(--init\) applies to the models "
+                                         r"sage, .+ not 'gine-virtual'"):
         prepare(dataclasses.replace(cfg, init="torch"), molecules)
 
 

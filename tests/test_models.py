@@ -199,7 +199,7 @@ def test_torch_init_reaches_the_link_decoder_and_is_refused_elsewhere():
         assert np.abs(layer["kernel"]).max() <= bound
     with pytest.raises(ValueError, match="init must be one of flax, torch, got 'xavier'"):
         TrainConfig(init="xavier")
-    with pytest.raises(ValueError, match="init='torch' applies to the models sage, "
+    with pytest.raises(ValueError, match=r"init='torch' \(--init\) applies to the models sage, "
                                          "sage-max, sage-sum, mlp, not 'gcn'"):
         TrainConfig(model="gcn", init="torch")
     with pytest.raises(ValueError, match="not 'gat', which starts as its own layers say"):

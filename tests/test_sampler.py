@@ -227,6 +227,11 @@ def test_bad_fanouts(fanouts, match):
         SamplerConfig(fanouts)
 
 
+def test_flat_outer_needs_deduplicated_levels():
+    with pytest.raises(ValueError, match="dedup=False .tree mode. lays out every hop so"):
+        SamplerConfig((4, 3), dedup=False, flat_outer=True)
+
+
 def test_unresolved_full_fanout_is_rejected(small_graph):
     with pytest.raises(ValueError, match="unresolved fanouts"):
         sample_minibatch(small_graph.to_device(), jnp.zeros(4, jnp.int32), jnp.ones(4, bool),

@@ -13,7 +13,13 @@ import numpy as np
 
 from zerognn_jax._src.data.checks import is_whole
 from zerognn_jax._src.data.graph import CSRGraph, csr_from_arrays, validate_csr
-from zerognn_jax._src.data.tables import BFLOAT16, FINITE_BLOCK, check_finite_rows, require_real
+from zerognn_jax._src.data.tables import (
+    BFLOAT16,
+    FINITE_BLOCK,
+    check_finite_rows,
+    narrow_to_float32,
+    require_real,
+)
 
 TARGET_KINDS = ("classes", "multilabel", "regression")
 _FINITE_BLOCK = FINITE_BLOCK  # feature entries checked at a time (tests shrink it)
@@ -249,10 +255,7 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
     features = np.asarray(features)
     require_real("features", features)
     if features.dtype != BFLOAT16:  # bfloat16 stays as given (no widening copy)
-        if features.dtype.itemsize > 4 and features.ndim == 2:  # its values named, not inf
-            check_finite_rows("features", features)
-        with np.errstate(over="ignore"):  # past float32's range: inf, refused below
-            features = np.ascontiguousarray(features, dtype=np.float32)
+        features = narrow_to_float32("features", features)
     return Dataset(
         name=name,
         graph=graph,

@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from zerognn_jax._src.data.checks import is_whole
-from zerognn_jax._src.data.tables import check_finite_rows
+from zerognn_jax._src.data.tables import check_finite_rows, narrow_to_float32
 
 TARGET_KINDS = ("binary", "classes", "regression")
 
@@ -259,16 +259,12 @@ def validate_collection(c: GraphCollection) -> None:
 
 
 def _float32(what: str, values) -> np.ndarray:
-    """`values` as an array, float32 where it is floating point: a wider table is checked
-    first, so that a finite value past float32's range is named as such, not as the inf
-    the cast makes of it."""
+    """`values` as an array, a copy in float32 where it is floating point
+    (`narrow_to_float32`)."""
     table = np.asarray(values)
     if not np.issubdtype(table.dtype, np.floating):
         return table
-    if table.dtype.itemsize > 4 and table.ndim == 2:
-        check_finite_rows(what, table)
-    with np.errstate(over="ignore"):  # a 2-D table is checked above, others when built
-        return table.astype(np.float32)
+    return narrow_to_float32(what, table, copy=True)
 
 
 def _ints(what: str, values, dtype) -> np.ndarray:

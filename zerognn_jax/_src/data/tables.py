@@ -106,6 +106,19 @@ def _check_edge_shape(table, num_edges: int) -> None:
                          f"{tuple(table.shape)}")
 
 
+def narrow_to_float32(what: str, table: np.ndarray, *, copy: bool = False) -> np.ndarray:
+    """The real-valued `table` as float32 (`copy`: always a new array). A wider 2-D float
+    table is checked first, so that a finite value past float32's range is named as such,
+    not as the inf the cast makes of it."""
+    if np.issubdtype(table.dtype, np.floating) and table.dtype.itemsize > 4 \
+            and table.ndim == 2:
+        check_finite_rows(what, table)
+    with np.errstate(over="ignore"):  # past float32's range: inf, refused where checked
+        if copy:
+            return table.astype(np.float32)
+        return np.ascontiguousarray(table, dtype=np.float32)
+
+
 def require_real(what: str, table: np.ndarray) -> None:
     """ValueError "<what> must be real numbers" unless `table` holds ints, floats or
     bfloat16 (bool, complex, strings and objects are refused: a cast to float32 would

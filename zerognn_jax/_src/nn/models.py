@@ -393,7 +393,7 @@ def check_init(init: str, model: str | None) -> None:
     if init not in INITS:
         raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
     if init != "flax" and model is not None and model not in INIT_MODELS:
-        raise ValueError(f"init={init!r} applies to the models {', '.join(INIT_MODELS)}, "
+        raise ValueError(f"init={init!r} (--init) applies to the models {', '.join(INIT_MODELS)}, "
                          f"not {model!r}, which starts as its own layers say (GCN and "
                          f"GAT from Glorot weights and zero biases, as PyG's do)")
 

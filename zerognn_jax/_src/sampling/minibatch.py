@@ -120,6 +120,10 @@ class SamplerConfig:
                 raise ValueError(f"fanout of hop {hop} must be positive or -1 (all), got {f}")
         if self.method not in SAMPLERS:
             raise ValueError(f"method must be one of {', '.join(SAMPLERS)}, got {self.method!r}")
+        if self.flat_outer and not self.dedup:
+            raise ValueError("flat_outer=True lays out the outermost hop of deduplicated "
+                             "levels in slot order; dedup=False (tree mode) lays out every "
+                             "hop so: drop flat_outer")
         if self.method == "labor" and self.replace:
             raise ValueError("LABOR samples without replacement; drop replace=True")
         if self.span < 1 or not 0.0 < self.slot_tail < 1.0 or self.max_degree < 0:

@@ -191,7 +191,8 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
 
     `mode` "full" is exact layer-wise inference when the model offers the per-layer
     protocol (nn/layerwise.py; every node is computed once, then `nodes` are picked),
-    else sampled; "sampled" uses the training fanouts, `batch_size` nodes per step.
+    else sampled; "sampled" uses the training fanouts, `batch_size` nodes per step, its
+    draws keyed by `seed`. Exact inference reads neither `batch_size` nor `seed`.
 
     A typed graph's `nodes` are ids of its target type, whose logits come as its
     evaluation computes them (`typed_logits`). A typed link run's are ids of
@@ -243,7 +244,8 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
     """float32[P]: a link run's scores of `pairs`, int[P, 2] (source id, destination id;
     a typed run's ids of its relation's source and destination types), from a `train`
     or `restore` result: the decoder's logits (a sigmoid gives probabilities) of every
-    node's embedding, computed once a call (`mode` as `predict`'s).
+    node's embedding, computed once a call (`mode`, `batch_size` and `seed` as
+    `predict`'s: exact inference reads neither of the last two).
 
     Raises:
       ValueError: a run whose task predicts no pairs, `pairs` not int[P, 2], an id out
