@@ -74,8 +74,10 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
     (dict(norm="bogus"), "norm must be one of none, layer, batch, got 'bogus'"),
     (dict(gemm_backend="triton"), "gemm_backend must be one of cublas, xla, got 'triton'"),
     (dict(lr=float("inf")), "lr must be positive and finite, got inf"),
-    (dict(read_ahead_gib=0.0), "read_ahead_gib must be positive, got 0.0"),
-    (dict(read_ahead_gib=float("nan")), "read_ahead_gib must be positive, got nan"),
+    (dict(read_ahead_gib=0.0), "read_ahead_gib must be positive and at least one byte "
+                               "(2**-30 GiB), got 0.0"),
+    (dict(read_ahead_gib=float("nan")), "at least one byte (2**-30 GiB), got nan"),
+    (dict(read_ahead_gib=1e-12), "at least one byte (2**-30 GiB), got 1e-12"),
     (dict(seed=-1), "seed must be in [0, 2**31), got -1"),
     (dict(seed=2**31), "seed must be in [0, 2**31), got 2147483648"),
     (dict(fanouts=(5, 0)), "fanout of hop 1 must be positive or -1 (all), got 0"),
@@ -191,6 +193,7 @@ def test_unusable_output_paths_fail_before_any_work(tmp_path, capsys, no_work, f
                                      "integers, got '3,,3'"),
     (["data", "generate", "rmat", "--out", "g.npz", "--seed", "-1"],
      "argument --seed: expected an integer >= 0, got '-1'"),
+    (["data", "generate", "rmat", "--out", ""], "argument --out: expected a path, got ''"),
 ])
 def test_malformed_flags_name_the_flag_and_value(capsys, args, message):
     with pytest.raises(SystemExit) as stop:
@@ -363,6 +366,18 @@ def test_edgeless_graph_trains(changes):
     losses = [h["loss"] for h in result.history]
     assert all(np.isfinite(losses)) and losses[-1] < losses[0], losses
     assert result.summary["test_acc"] > 0.5  # three classes: chance is about 1/3
+
+
+def test_featureless_nodes_need_an_embedding():
+    """A feature table of no columns trains only with a learnable embedding; without
+    one the run is refused before any work, naming the dataset and the option."""
+    ds = random_dataset()
+    bare = dataclasses.replace(ds, features=np.zeros((200, 0), np.float32))
+    with pytest.raises(ValueError, match=r"^dataset 'r' has no feature columns \(features "
+                                         r"\[200, 0\]\) .+ set embedding_dim "):
+        train(small_config(epochs=1), bare)
+    losses = [h["loss"] for h in train(small_config(epochs=1, embedding_dim=4), bare).history]
+    assert np.isfinite(losses).all()
 
 
 # -------------------------------------------- divergence and strict JSON

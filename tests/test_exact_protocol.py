@@ -189,7 +189,7 @@ def test_a_larger_budget_that_runs_out_of_memory_runs_again_at_the_base(dataset,
         got = evaluate.layerwise_logits(res.program, res.variables, res.data)
     assert budgets == [2 * evaluate.BASE_BUDGET, evaluate.BASE_BUDGET]
     assert_same_runs(np.asarray(got), want)
-    with pytest.raises(ValueError, match="budget_bytes must be positive, got 0"):
+    with pytest.raises(ValueError, match="budget_bytes must be an integer >= 1, got 0"):
         evaluate.layerwise_logits(res.program, res.variables, res.data, budget_bytes=0)
 
 

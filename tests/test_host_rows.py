@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import neighbour_labelled_npz
+from conftest import neighbour_labelled_npz, random_graph
 
 import zerognn_jax as zg
 from zerognn_jax._src.ops import host_rows
@@ -351,6 +351,55 @@ def test_training_with_host_features_equals_device_features(planetoid_root, caps
         assert [r["loss"] for r in got.history] == [r["loss"] for r in want.history]
         for key in ("val_acc", "test_acc"):
             assert got.history[-1][key] == want.history[-1][key]
+
+
+def test_exact_inference_of_host_features_and_an_embedding_outlives_its_joined_table():
+    """Exact inference with a host table and a learnable embedding joins the two into a
+    new host table that its programs read by address: every call gives the outputs of
+    the same features on the device (the joined table freed before the programs ran
+    gave other rows' bytes, in most calls)."""
+    rs = np.random.default_rng(1)
+    graph = random_graph(300, 1200, seed=2)
+    features = rs.normal(size=(300, 8)).astype(np.float32)
+    ds = zg.make_dataset("joined", graph.indptr, graph.indices, features,
+                         rs.integers(0, 3, 300), np.arange(100), [], [], 3)
+    res = zg.train(zg.TrainConfig(layers=2, fanouts=(4, 4), hidden=8, batch_size=32,
+                                  epochs=1, embedding_dim=4, feature_placement="host",
+                                  host_row_order="stored", eval_mode="none",
+                                  progress=False), ds)
+    want = np.asarray(zg.layerwise_logits(res.program, res.variables,
+                                          res.data._replace(features=jnp.asarray(features))))
+    for _ in range(6):  # close, not equal: a GPU's sums may add in another order
+        np.testing.assert_allclose(
+            np.asarray(zg.layerwise_logits(res.program, res.variables, res.data)), want,
+            rtol=1e-5, atol=1e-6)
+
+
+def test_one_engine_runs_epochs_over_two_host_tables():
+    """A host table is part of the compiled program: an engine given a second table (or a
+    device array after a table) compiles for it, and its epoch equals a fresh engine's
+    over the same rows on the device (it once failed with a pytree mismatch)."""
+    rs = np.random.default_rng(3)
+    graph = random_graph(300, 1200, seed=4)
+    first = rs.normal(size=(300, 8)).astype(np.float32)
+    second = (3 * first + 1).astype(np.float32)
+    ds = zg.make_dataset("two", graph.indptr, graph.indices, first, rs.integers(0, 3, 300),
+                         np.arange(100), [], [], 3)
+    res = zg.train(zg.TrainConfig(layers=2, fanouts=(4, 4), hidden=8, batch_size=32,
+                                  epochs=0, eval_mode="none", progress=False), ds)
+    env = zg.conservative(32, res.program.sampler.slots, 300)
+
+    def epoch(engine, features):
+        state = jax.tree_util.tree_map(jnp.copy, res.state)  # run_epoch donates it
+        data = res.data._replace(features=features)
+        return engine.run_epoch(state, data, ds.train_idx, 5, env).loss
+
+    engine = zg.ScanEngine(res.program)
+    losses = [epoch(engine, t) for t in (zg.HostTable(first), zg.HostTable(second),
+                                         jnp.asarray(second))]
+    fresh = epoch(zg.ScanEngine(res.program), jnp.asarray(second))
+    assert losses[1] == losses[2] == fresh != losses[0]
+    assert len(engine.programs) == 3
 
 
 def test_host_features_under_labor_and_a_resume(planetoid_root, tmp_path):

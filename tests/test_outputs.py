@@ -198,6 +198,10 @@ def test_a_folder_or_file_not_written_here_is_never_replaced(tmp_path, capsys, m
     with pytest.raises(FileExistsError, match="exp is a folder; give a file's path"):
         storage.save_npz(dataset, exp)
     storage.save_npz(dataset, tmp_path / "run.npz", overwrite=True)  # the caches' way
+    with pytest.raises(ValueError, match=r"save_npz writes a \.npz archive, which "
+                                         r"load_dataset .+ got '.+/nosuffix'$"):
+        storage.save_npz(dataset, tmp_path / "nosuffix")  # load_dataset would refuse it
+    assert not (tmp_path / "nosuffix").exists()
     assert storage.load_npz(tmp_path / "run.npz").name == dataset.name
     (tmp_path / "empty").mkdir()
     (tmp_path / ".empty.old").mkdir()  # left by a write killed between its renames

@@ -182,6 +182,8 @@ def test_cli_generates_a_directory(tmp_path, capsys):
     stats = json.loads(capsys.readouterr().out)
     assert stats["nodes"] == 55_530 and stats["feature_dtype"] == "bfloat16"
     assert storage.is_dataset_dir(out)
+    # the statistics every other way of writing a dataset prints, and where it went
+    assert stats == {**storage.load_dir(out).stats(), "path": str(out)}
 
 
 def test_memory_plan_names_the_parts_and_the_remedies(dataset):

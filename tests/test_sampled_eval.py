@@ -159,6 +159,24 @@ def test_sampled_logits_batch_is_at_most_the_nodes(all_neighbours, monkeypatch):
     assert sizes == [100] and got.shape[0] == 100
 
 
+@pytest.mark.parametrize(("nodes", "options", "message"), [
+    (np.array([2**32 + 5]), {}, r"nodes must lie in \[0, 400\), found \[4294967301, "),
+    ([3, -7, 400], {}, r"nodes must lie in \[0, 400\), found \[-7, 400\]"),
+    ([2.7], {}, r"nodes must be 1-D integer ids, got float64\[1\]"),
+    ([[1, 2]], {}, r"nodes must be 1-D integer ids, got int64\[1, 2\]"),
+    ([1], {"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
+    ([1], {"seed": -1}, r"seed must be an integer in \[0, 2\*\*32\), got -1"),
+])
+def test_sampled_logits_refuses_what_it_would_misread(all_neighbours, nodes, options,
+                                                      message):
+    """Ids out of range (an int64 past int32 once wrapped to another node), non-integer
+    ids, and a bad batch size or seed are named before any sampling."""
+    res = all_neighbours("uniform")
+    with pytest.raises(ValueError, match=message):
+        sampled_logits(res.program, res.variables, res.data, nodes,
+                       **{"batch_size": 8, **options})
+
+
 def test_loader_tree_batches_read_by_position_equal_exact(graph_400, all_neighbours):
     """A user's loop over tree batches, views read by position for inference."""
     max_degree = graph_400.graph.max_degree()

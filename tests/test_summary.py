@@ -154,6 +154,12 @@ def test_a_cache_for_a_table_on_the_device_is_warned_of_once(homo, typed, tmp_pa
     for gib in (None, 0.0):
         quiet = zg.TrainConfig(**QUICK, feature_placement="device", feature_cache_gib=gib)
         assert placement_warnings(lambda q=quiet: trainer.prepare(q, homo)) == []
+    for data, extra in ((homo, {}), (typed, {"model": "rsage"})):  # a row order, likewise
+        ordered = zg.TrainConfig(**QUICK, **extra, feature_placement="device",
+                                 host_row_order="degree")
+        assert placement_warnings(lambda c=ordered, d=data: trainer.prepare(c, d)) == [
+            "host_row_order 'degree' is ignored: the feature table is on the device "
+            "(asked for (feature_placement)), so no host rows are laid out"]
 
 
 def test_a_sharded_table_says_why_it_is_on_the_device():

@@ -48,9 +48,9 @@ from zerognn_jax._src.data.loaders import (
 )
 from zerognn_jax._src.data.loaders import TYPED_PRESETS as TYPED_GENERATORS
 from zerognn_jax._src.data.planetoid import NAMES as PLANETOID_NAMES
-from zerognn_jax._src.data.storage import load_arrays
+from zerognn_jax._src.data.storage import load_dir
 from zerognn_jax._src.data.writes import WriteError, refuse_foreign
-from zerognn_jax.cli.flags import generator_seed
+from zerognn_jax.cli.flags import generator_seed, path_text
 
 TYPED_PRESETS = tuple(TYPED_GENERATORS)
 GENERATE_PRESETS = ("products-like", "proteins-like", "papers100m-like", "rmat",
@@ -75,7 +75,7 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
     generate = commands.add_parser("generate", help="write a synthetic dataset (.npz or a "
                                                     "directory of .npy files)")
     generate.add_argument("preset", choices=GENERATE_PRESETS)
-    generate.add_argument("--out", required=True,
+    generate.add_argument("--out", required=True, type=path_text,
                           help="output file ending in .npz (papers100m-like, the typed "
                                "presets and the graph collections: or a directory)")
     generate.add_argument("--feature-dtype", default=None, choices=("float32", "bfloat16"),
@@ -203,13 +203,9 @@ def _typed(args: argparse.Namespace):
 
 
 def _dir_stats(path) -> dict:
-    """The statistics of a dataset directory, read from its memory-mapped arrays."""
-    meta, a = load_arrays(path)
-    return {"name": meta["name"], "nodes": int(a["indptr"].shape[0] - 1),
-            "directed_edges": int(a["indices"].shape[0]),
-            "features": int(a["features"].shape[1]), "classes": meta["num_classes"],
-            **{s: int(a[f"{s}_idx"].shape[0]) for s in ("train", "val", "test")},
-            "feature_dtype": a["features"].dtype.name, "path": str(path)}
+    """The statistics of a dataset directory (`Dataset.stats()`, read back from its
+    memory-mapped arrays and so checked as `load_dir` checks them), and its path."""
+    return {**load_dir(path).stats(), "path": str(path)}
 
 
 def _guarded(build) -> int:

@@ -35,6 +35,14 @@ def generator_seed(text: str) -> int:
     return value
 
 
+def path_text(text: str) -> str:
+    """argparse type: a path, refused when empty or blank (Python reads "" as the
+    current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a path, got {text!r}")
+    return text
+
+
 def name_tuple(text: str) -> tuple[str, ...]:
     """argparse type: "a, b" -> ("a", "b")."""
     return tuple(p.strip() for p in text.split(",") if p.strip())

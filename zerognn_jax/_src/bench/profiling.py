@@ -319,7 +319,7 @@ def profile_training_epoch(cfg, dataset, log_dir: str | pathlib.Path, *, top: in
     if res.overflows:
         raise RuntimeError(f"the profiled epoch overflowed {res.overflows} times at "
                            f"{envelope}; its kernels would mix two programs")
-    (text,) = [c.as_text() for (env, _), c in engine.programs.items() if env == envelope]
+    (text,) = [c.as_text() for (env, *_), c in engine.programs.items() if env == envelope]
     if hlo_out is not None:
         pathlib.Path(hlo_out).write_text(text)
     out = step_profile(find_trace(log_dir), text, res.steps, phase_of, top)

@@ -42,6 +42,27 @@ def check_seed(seed) -> int:
     return int(seed)
 
 
+def key_seed(seed) -> int:
+    """`seed` as an int; ValueError naming it unless it is an integer in [0, 2**32) (a
+    sampling key's seed: a uint32)."""
+    if not is_int(seed) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    return int(seed)
+
+
+def node_ids(name: str, ids, n: int, kind: str = "") -> np.ndarray:
+    """int32[len(ids)]: `ids` (a list, a NumPy or JAX array) as node ids; ValueError
+    naming `name` unless they are 1-D integers in [0, n) (`check_ids`; an empty list,
+    which NumPy reads as float64, holds no id of any type)."""
+    ids = np.asarray(ids)
+    if ids.shape == (0,):
+        ids = ids.astype(np.int32)
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"{name} must be 1-D integer ids, got {ids.dtype}{list(ids.shape)}")
+    check_ids(name, ids, n, kind)
+    return ids.astype(np.int32)
+
+
 def check_ids(name: str, ids, n: int, kind: str = "") -> None:
     """ValueError unless every id in `ids` lies in [0, n), naming `name`, the range (with
     `kind`, e.g. " ('paper' ids)") and the span of the ids found."""

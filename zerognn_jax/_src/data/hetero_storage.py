@@ -36,7 +36,7 @@ from zerognn_jax._src.data.graph import csr_from_arrays
 from zerognn_jax._src.data.hetero import HeteroGraph
 from zerognn_jax._src.data.hetero_dataset import SPLITS, HeteroDataset
 from zerognn_jax._src.data.tables import BFLOAT16
-from zerognn_jax._src.data.writes import atomic_write, refuse_foreign
+from zerognn_jax._src.data.writes import atomic_write, refuse_foreign, require_npz_suffix
 
 KIND = "hetero"
 _KEY = re.compile(r"r\d+_(indptr|indices|weights|edge_features)|x\d+|info\d+_\d+|labels|"
@@ -103,9 +103,9 @@ def _dataset(meta: dict, arrays: dict, where) -> HeteroDataset:
 
 def save_hetero_npz(ds: HeteroDataset, path: str | os.PathLike, *,
                     overwrite: bool = False) -> Path:
-    """Writes `ds` to the `.npz` file `path` (atomically; WriteError when it cannot;
-    FileExistsError if `path` holds something else than a dataset written here, unless
-    `overwrite`)."""
+    """Writes `ds` to the `.npz` file `path` (atomically; ValueError where `path` does
+    not end in .npz; WriteError when it cannot be written; FileExistsError if `path`
+    holds something else than a dataset written here, unless `overwrite`)."""
     arrays, dtypes = {}, {}
     for key, values in _arrays(ds).items():
         if values.dtype == BFLOAT16:  # .npy has no bfloat16: its bits go as uint16
@@ -115,6 +115,7 @@ def save_hetero_npz(ds: HeteroDataset, path: str | os.PathLike, *,
     meta = {**_meta(ds), "dtypes": dtypes}
     if not overwrite:
         refuse_foreign(path, "dataset file", folder=False)
+    require_npz_suffix(path, "save_hetero_npz")
     with atomic_write(path, "dataset file") as f:
         np.savez(f, format_version=np.int64(storage.FORMAT_VERSION),
                  meta=np.str_(json.dumps(meta)), **arrays)

@@ -51,6 +51,7 @@ from zerognn_jax._src.data.writes import (
     atomic_write,
     part_prefix,
     refuse_foreign,
+    require_npz_suffix,
     swap_in,
     umask,
     write_error,
@@ -71,6 +72,7 @@ def save_npz(dataset: Dataset, path: str | os.PathLike, *, overwrite: bool = Fal
     """Writes `dataset` to `path` (atomically) in the single-file format above.
 
     Raises:
+      ValueError: `path` does not end in .npz (`load_dataset` would not read it).
       WriteError: the file could not be written (an OSError naming it; nothing is left).
       FileExistsError: `path` holds something else than a dataset written here (not
         checked with `overwrite`).
@@ -97,6 +99,7 @@ def save_npz(dataset: Dataset, path: str | os.PathLike, *, overwrite: bool = Fal
         arrays["target_kind"] = np.str_(dataset.target_kind)
     if not overwrite:
         refuse_foreign(path, "dataset file", folder=False)
+    require_npz_suffix(path, "save_npz")
     with atomic_write(path, "dataset file") as f:
         np.savez(f, **arrays)
     return Path(path)

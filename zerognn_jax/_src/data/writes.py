@@ -180,6 +180,15 @@ def written_here(path: Path) -> bool:
         return False
 
 
+def require_npz_suffix(path: str | os.PathLike, writer: str) -> None:
+    """ValueError unless `path` ends in .npz, which is how `load_dataset` and the
+    command line tell an archive that `writer` wrote from a dataset folder."""
+    if not str(path).endswith(".npz"):
+        raise ValueError(f"{writer} writes a .npz archive, which load_dataset and zerognn "
+                         f"train know by its suffix: name the file with .npz at the end, "
+                         f"got {str(path)!r}")
+
+
 def refuse_foreign(path: str | os.PathLike, what: str, *, folder: bool) -> None:
     """FileExistsError (or an OSError of reading it) when `path` exists but is not a
     dataset this library wrote of the kind to be written (`folder`, or a file), so that

@@ -306,7 +306,8 @@ class TrainConfig:
              f"sample_ahead must be >= 1, got {self.sample_ahead}"),
             (self.read_ahead_gib is None or (finite(self.read_ahead_gib)
                                              and self.read_ahead_bytes >= 1),
-             f"read_ahead_gib must be positive, got {self.read_ahead_gib}"),
+             f"read_ahead_gib must be positive and at least one byte (2**-30 GiB), got "
+             f"{self.read_ahead_gib}"),
             (self.balance_window >= 0,
              f"balance_window must be >= 0, got {self.balance_window}"),
             (not batched or self.engine == "scan",

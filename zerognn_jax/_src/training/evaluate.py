@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.checks import at_least_one, key_seed, node_ids
 from zerognn_jax._src.data.graph import edge_ids, take_edge_rows, take_edges
 from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.nn.layerwise import layer_count, supports_layerwise
@@ -314,8 +315,8 @@ def layerwise_logits(program: StepProgram, variables, data: DeviceData, *,
         raise TypeError(f"{no_layerwise_form(program.model)}; use sampled_logits instead")
     if not (isinstance(offload, (bool, np.bool_)) or offload == "auto"):
         raise ValueError(f"offload must be False, True or 'auto', got {offload!r}")
-    if budget_bytes is not None and budget_bytes < 1:
-        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+    if budget_bytes is not None:
+        at_least_one(budget_bytes, "budget_bytes")
     offload = offload if offload == "auto" else bool(offload)
     run = functools.partial(_layerwise_logits, program, variables, data, offload=offload,
                             log=log)
@@ -368,7 +369,7 @@ def _layerwise_logits(program: StepProgram, variables, data: DeviceData, budget_
     variables = jax.tree_util.tree_map(  # host leaves uploaded once, not with every block
         lambda x: x if isinstance(x, jax.Array) else jax.device_put(x), variables)
     model = program.model
-    h = model_inputs(program, variables, data.features)
+    h = source = model_inputs(program, variables, data.features)
     widest = max(h.shape[1], getattr(model, "hidden", 0))
     outs = _layer_outputs(program, variables, h, data) if offload else []
     nbytes = [o.size * o.dtype.itemsize for o in outs]
@@ -439,6 +440,8 @@ def _layerwise_logits(program: StepProgram, variables, data: DeviceData, budget_
                     f"{'streamed to the host' if streamed is not None else 'on the device'} "
                     f"in {time.perf_counter() - t1:.2f} s, its input uploaded in "
                     f"{upload:.2f} s")
+    if is_host_resident(source):  # the programs read it by address: a table made here
+        jax.block_until_ready(h)  # (features and embedding joined) outlives them
     return h
 
 
@@ -572,7 +575,8 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
     `batch_size` nodes at a time, at most all of them (fewer where the device runs out:
     `halving_batches`)."""
     _refuse_typed(program, "sampled_logits")
-    nodes = np.asarray(nodes, np.int32)
+    nodes = node_ids("nodes", nodes, data.graph.num_nodes)
+    batch_size, seed = at_least_one(batch_size, "batch_size"), key_seed(seed)
 
     def run(batch: int):
         padded = ordered_items(jnp.asarray(nodes), batch)

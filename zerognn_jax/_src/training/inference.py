@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int
+from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int, key_seed, node_ids
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.training.config import TrainConfig
@@ -210,9 +210,6 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
         homogeneous run: none).
     """
     _check_call(mode, batch_size, seed)
-    nodes = np.asarray(nodes)
-    if nodes.shape == (0,):  # `[]` reads as float64: no id, of any type
-        nodes = nodes.astype(np.int32)
     n = result.data.graph.num_nodes
     task = result.program.task
     target = None
@@ -225,18 +222,16 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     elif node_type is not None:
         raise ValueError(f"node_type picks a node type of a typed graph's run; this run's "
                          f"graph has one type (task {type(task).__name__})")
-    if nodes.ndim != 1 or not np.issubdtype(nodes.dtype, np.integer):
-        raise ValueError(f"nodes must be 1-D integer ids, got {nodes.dtype}{list(nodes.shape)}")
-    check_ids("nodes", nodes, n, f" ({task.item_name} ids)" if items else
-              "" if target is None else f" ({target!r} ids)")
+    nodes = node_ids("nodes", nodes, n, f" ({task.item_name} ids)" if items else
+                     "" if target is None else f" ({target!r} ids)")
     if items:
         return task.outputs_of_items(result.program, result.variables, result.data,
                                      result.dataset, nodes, batch_size=batch_size)
     predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
                           seed)
     if target is not None:
-        return task.outputs_of(predictor, target, nodes.astype(np.int32))
-    return predictor.outputs(nodes.astype(np.int32))
+        return task.outputs_of(predictor, target, nodes)
+    return predictor.outputs(nodes)
 
 
 def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: int = 4096,
@@ -274,5 +269,4 @@ def _check_call(mode: str, batch_size, seed) -> None:
     if mode not in ("full", "sampled"):
         raise ValueError(f"mode must be 'full' or 'sampled', got {mode!r}")
     at_least_one(batch_size, "batch_size")
-    if not is_int(seed) or not 0 <= seed < 2**32:
-        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    key_seed(seed)

@@ -82,13 +82,21 @@ def cache_budget(setting: float | None, placement: Placement, resident: Resident
     return max(0, int(((1 - HEADROOM) * limit - resident.graph - resident.model) / 2))
 
 
-def warn_unused_cache(setting: float | None, placement: Placement) -> None:
+def warn_unused_cache(setting: float | None, placement: Placement,
+                      row_order: str = "auto") -> None:
     """Warns (`PlacementWarning`) that a positive `feature_cache_gib` (`setting`) sizes
-    nothing where `placement` keeps the table on the device; None and 0 ask for no
-    cache and are silent. Not an error: benchmarks and older checkpoints set both."""
-    if setting and placement.where == "device":
+    nothing, and that a `host_row_order` other than "auto" lays out nothing, where
+    `placement` keeps the table on the device; None and 0 ask for no cache and are
+    silent. Not an error: benchmarks and older checkpoints set both."""
+    if placement.where != "device":
+        return
+    if setting:
         warnings.warn(f"feature_cache_gib {setting} is ignored: the feature table is on "
                       f"the device ({placement.reason}), so no cache of its rows is sized",
+                      PlacementWarning, stacklevel=2)
+    if row_order != "auto":
+        warnings.warn(f"host_row_order {row_order!r} is ignored: the feature table is on "
+                      f"the device ({placement.reason}), so no host rows are laid out",
                       PlacementWarning, stacklevel=2)
 
 

@@ -275,7 +275,7 @@ def _unpacked(words: np.ndarray, like):
 class ScanEngine:
     """Runs epochs as chunks of `chunk_steps` steps (0: the whole epoch) per program.
 
-    Compiled chunk programs are cached here per (envelope, chunk length);
+    Compiled chunk programs are cached here per (envelope, chunk length, data);
     `compile_seconds` adds up the time spent compiling them. `prefetch` samples each
     step one step ahead (`scan_chunk`); `sample_ahead` > 1 samples that many steps in
     one vmapped call (`scan_chunk`'s `ahead`; not with `prefetch`; None: the default for
@@ -310,7 +310,8 @@ class ScanEngine:
 
     @property
     def programs(self) -> dict:
-        """The compiled chunk programs so far, by (envelope, chunk length)."""
+        """The compiled chunk programs so far, by (envelope, chunk length, the data's
+        structure and shapes)."""
         return dict(self._programs)
 
     def chunk_program(self, envelope: Envelope, chunk_steps: int, args):
@@ -318,11 +319,16 @@ class ScanEngine:
         `scalars` is int32[3]: epoch, first step, steps in the epoch (one array, one
         transfer per chunk).
 
-        Compiled ahead of time for `args` and cached; `state` is donated. With a mesh
+        Compiled ahead of time for `args` and cached, by envelope, length and the data's
+        structure and shapes (a host table is part of the program: another table compiles
+        another); `state` is donated. With a mesh
         the program is one SPMD program over it; with host metrics its metrics are each
         device's sums, `[devices, steps, ...]` (`run_epoch` merges them).
         """
-        key = (envelope, chunk_steps)
+        leaves, structure = jax.tree_util.tree_flatten(args[1])
+        key = (envelope, chunk_steps, structure,
+               tuple((np.shape(x), str(getattr(x, "dtype", type(x).__name__)))
+                     for x in leaves))
         if key not in self._programs:
             program, prefetch = self.program, self.prefetch
             host = program.parallel is not None and program.parallel.host_metrics

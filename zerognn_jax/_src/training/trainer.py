@@ -126,6 +126,10 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                                          tx=optimizer, kernels=kernels)
         return dataset, data, program
     feats = dataset.features
+    if feats.shape[1] == 0 and not cfg.embedding_dim and model is None:
+        raise ValueError(f"dataset {dataset.name!r} has no feature columns (features "
+                         f"{list(feats.shape)}) and the run learns no node embedding: set "
+                         f"embedding_dim (--embedding-dim) or give the nodes features")
     norm = cfg.normalize_features
     # By default Planetoid features are row-normalised where the task asks for it (node
     # tasks, as in the GCN paper; not link prediction, as in GAE: docs/link_prediction.md).
@@ -148,7 +152,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     limit = memory.device_memory_limit()
     placement = choose_placement(cfg.feature_placement, resident, limit,
                                  sharded=cfg.shard_features)
-    warn_unused_cache(cfg.feature_cache_gib, placement)
+    warn_unused_cache(cfg.feature_cache_gib, placement, cfg.host_row_order)
     cache = cache_budget(cfg.feature_cache_gib, placement, resident, limit)
     layout = choose_layout(cfg, task, sampler, cfg.batch_size, dataset.graph.num_nodes,
                            dedup=cfg.dedup, user_model=model is not None,

@@ -535,7 +535,7 @@ class TypedNodeTask(ItemsAreLevel0):
                             dtype.name, 1)
         limit = device_memory_limit()
         placement = _typed_placement(cfg, resident, limit, whole_table)
-        warn_unused_cache(cfg.feature_cache_gib, placement)
+        warn_unused_cache(cfg.feature_cache_gib, placement, cfg.host_row_order)
         announce = cfg.progress and jax.process_index() == 0
         if placement.where == "device":
             if announce:
