@@ -347,6 +347,9 @@ def main(argv=None):
     parser.add_argument("--interpret", action="store_true", help="Pallas interpreter (CPU)")
     parser.add_argument("--sweep", action="store_true", help="also time the SWEEP tilings")
     args = parser.parse_args(argv)
+    if jax.default_backend() == "cpu" and not args.interpret:
+        parser.error("the Pallas kernels need an NVIDIA GPU; on a CPU, --interpret runs "
+                     "them in the interpreter (a smoke test at a small --scale)")
     start = time.perf_counter()
     nodes = max(1000, round(NODES * args.scale))
     edges = max(10_000, round(EDGES * args.scale))

@@ -117,6 +117,47 @@ def test_options_that_would_fail_after_the_measurements_fail_first(kwargs, match
         bench.BenchOptions(envelope_cache=str(tmp_path))
 
 
+def test_the_envelope_option_chunks_and_devices_reach_the_measured_run(tmp_path):
+    """--envelope conservative runs at the conservative bound (it ran at the calibrated
+    envelope), and an epoch over two devices is timed whole at the global batch (it was
+    taken for half an epoch and doubled); a cached envelope of another --envelope is not
+    reused (nor of another --replace: the cache's key holds both)."""
+    out, cache = tmp_path / "b.jsonl", tmp_path / "env.json"
+    cmd = [sys.executable, "-m", "zerognn_jax.cli", "bench", "--dataset", "tiny",
+           "--layers", "2", "--fanouts", "2,2", "--hidden", "8", "--batch-size", "128",
+           "--epochs", "1", "--configs", "scan-dedup", "--multiple", "1", "--no-flat-outer",
+           "--devices", "2", "--chunk-steps", "5", "--out", str(out), "--no-progress",
+           "--envelope-cache", str(cache)]
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"{FAST_XLA} --xla_force_host_platform_device_count=2")
+    for envelope in ("calibrate", "conservative"):
+        proc = subprocess.run([*cmd, "--envelope", envelope], env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    calibrated, conservative = [json.loads(line) for line in out.read_text().splitlines()
+                                if '"kind": "config"' in line]
+    assert conservative["envelope"] == [128, 384, 1152]  # 128 (1 + 2) (1 + 2)
+    assert calibrated["envelope"] != conservative["envelope"]
+    for record in (calibrated, conservative):  # tiny trains 2,938 nodes: 12 steps of 256
+        assert record["steps_per_epoch"] == record["steps_timed"] == 12
+        assert not record["extrapolated"]
+    assert json.loads(cache.read_text())["key"]["envelope"] == "conservative"
+
+
+def test_chunk_steps_reach_the_measured_engine(tmp_path, monkeypatch):
+    from zerognn_jax._src.bench import workload
+    from zerognn_jax.cli import main
+
+    made, make = [], workload.make_engine
+    monkeypatch.setattr(workload, "make_engine",
+                        lambda *a, **k: made.append(k["chunk_steps"]) or make(*a, **k))
+    assert main(["bench", "--dataset", "tiny", "--layers", "1", "--fanouts", "2",
+                 "--hidden", "8", "--batch-size", "512", "--epochs", "1", "--configs",
+                 "scan-xla", "--chunk-steps", "3", "--no-progress",
+                 "--out", str(tmp_path / "b.jsonl")]) == 0
+    assert made == [3]
+
+
 def test_an_envelope_cache_that_does_not_read_is_calibrated_again(tmp_path):
     from zerognn_jax._src.bench.workload import _read_cache
 
@@ -254,6 +295,30 @@ def test_summary_and_table_from_records():
     assert "scan-pallas    skipped: kernels not importable" in table
     assert "goals scan-xla: speedup_vs_host_exact met" in table
     assert "step time (ms) vs batch size, scan-xla: b=1024 2.50" in table
+
+
+def test_appended_runs_are_rendered_each_on_its_own(tmp_path, capsys):
+    """Two runs appended to one file (`--out` appends) give two summaries, each run's
+    speedup over its own host-exact (not the last run's); a line that is not JSON is
+    named."""
+    base = {**dict.fromkeys(FIELDS), "kind": "config", "status": "ok",
+            "extrapolated": False, "batch_size": 1024, "steps_per_epoch": 100}
+    runs = [[{**base, "config": "host-exact", "epoch_seconds": exact},
+             {**base, "config": "scan-xla", "epoch_seconds": scan}]
+            for exact, scan in ((2.0, 0.25), (3.0, 1.0))]
+    lines = [json.dumps(r) for run in runs for r in (*run, {"kind": "summary"})]
+    path = tmp_path / "b.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert bench_report.runs_of([json.loads(line) for line in lines]) == runs
+    assert bench_report.main([str(path)]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+               if line.startswith("{")]
+    assert [p["speedup_vs_host-exact"]["scan-xla"] for p in printed] == [8.0, 3.0]
+    path.write_text(lines[0] + "\nnot json\n")
+    with pytest.raises(SystemExit) as stop:
+        bench_report.main([str(path)])
+    assert stop.value.code == 2
+    assert f"{path}, line 2, is not a JSON record" in capsys.readouterr().err
 
 
 def test_children_get_no_blank_xla_flags(monkeypatch):

@@ -43,8 +43,9 @@ def test_the_artifact_gives_the_checkpointed_models_outputs(run, capsys):
     caps = conservative(16, p.sampler.slots, d.graph.num_nodes).capacities
     want, _, _ = p.forward(v, d, seeds, valid, key, caps, train=False)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
-    # an artifact is replaced by the next export to its path
-    assert main(["export", str(folder / "ckpt"), "--out", str(out), "--batch-size", "8"]) == 0
+    # an artifact is replaced by the next export to its path (of a checkpoint by epoch)
+    assert main(["export", str(folder / "ckpt"), "--out", str(out), "--batch-size", "8",
+                 "--epoch", "0"]) == 0
     assert json.loads(capsys.readouterr().out)["batch_size"] == 8
     assert jax.export.deserialize(out.read_bytes()).in_avals[3].shape == (8,)
 
@@ -79,6 +80,7 @@ def test_an_out_that_is_someone_elses_file_is_refused_before_the_restore(tmp_pat
                             "model's calls; this program's task is 'node'"),
     (["--node-type", "paper"], "--node-type picks a node type of a typed graph's model; this "
                                "program's graph has one type"),
+    (["--epoch", "5"], "no checkpoint 5 in "),  # the run kept epoch 0 only
 ])
 def test_bad_input_is_one_line_and_writes_nothing(run, capsys, args, message):
     folder, _ = run
@@ -126,7 +128,7 @@ def test_a_checkpoint_cut_short_is_one_line_without_asyncios_reports(run, tmp_pa
 
 def test_an_out_that_names_no_file_is_refused_before_the_restore(tmp_path, capsys):
     """An empty --out or a folder fails at once, not after a restore and a lowering."""
-    for out in ("", str(tmp_path)):
+    for out in ("", " ", str(tmp_path)):
         assert main(["export", str(tmp_path / "none"), "--out", out]) == 2
         err = capsys.readouterr().err.strip()
         assert "--out must name the artifact's file" in err and "\n" not in err

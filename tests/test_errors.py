@@ -201,6 +201,25 @@ def test_malformed_flags_name_the_flag_and_value(capsys, args, message):
     assert stop.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_a_ctrl_c_while_the_command_starts_ends_in_one_line(monkeypatch, capsys):
+    """The `zerognn` entry point imports the package (a second or two) inside its own
+    guard: a Ctrl-C there exits with 130 and one line, not a traceback."""
+    import builtins
+
+    import zerognn_cli
+
+    real = builtins.__import__
+
+    def interrupted(name, *args, **kwargs):
+        if name == "zerognn_jax.cli":
+            raise KeyboardInterrupt
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    assert zerognn_cli.main() == 130
+    assert capsys.readouterr().err == "zerognn: interrupted while starting\n"
+
+
 def test_existing_metrics_file_that_cannot_be_appended_to(tmp_path, capsys, no_work):
     if not Path("/proc/version").is_file():
         pytest.skip("needs Linux's /proc/version")

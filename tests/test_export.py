@@ -71,6 +71,11 @@ def test_exported_model_round_trips_and_matches_the_live_model(trained):
     assert got.shape == (16, 3) and got.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
     assert out.arguments[:3] == ("indptr", "indices", "features")
+    # a valid seed outside the graph gets a NaN row (its id would be clamped to a node's)
+    outside = seeds.at[:3].set(jnp.array([300, -1, 10**6], jnp.int32))
+    got = np.asarray(back.call(d.graph.indptr, d.graph.indices, d.features, outside, valid,
+                               key))
+    assert np.isnan(got[:3]).all() and np.isfinite(got[3:]).all()
 
 
 def test_a_model_reading_edge_features_takes_the_table_as_an_argument():
@@ -145,6 +150,9 @@ def test_a_typed_model_exports_and_equals_exact_inference(options):
     exact = typed_logits(p.task, Predictor(p, v, d, "full", 8, 0), np.arange(30, 36))
     assert got.shape == (8, 3)
     np.testing.assert_allclose(np.asarray(got)[:6], exact, rtol=1e-4, atol=1e-5)
+    papers = d.graph.num_nodes["paper"]  # a paper id past the papers: a NaN row
+    got = np.asarray(back.call(*tables, seeds.at[0].set(papers), valid, jnp.uint32(4)))
+    assert np.isnan(got[0]).all() and np.isfinite(got[1:]).all()
     if options["model"] == "rsage":  # views that ran Pallas kernels export their XLA twins
         from zerognn_jax._src.ops.registry import Kernels
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -36,6 +37,7 @@ from zerognn_jax._src.training.checkpoint import (
     CheckpointMismatch,
     identity,
 )
+from zerognn_jax._src.training.checksums import check_checksums, state_checksums
 from zerognn_jax.cli import main
 
 CHILD = Path(__file__).with_name("_fault_child.py")
@@ -573,11 +575,51 @@ def flip_bits(step: Path):
             f.write_bytes(bytes(data))
 
 
+def flip_one_value_bit(step: Path):
+    """One bit in the middle of the largest data file: inside an array's stored values,
+    which the storage reads back without complaint (the checksums find it)."""
+    largest = max((f for f in (step / "state").rglob("*")
+                   if f.is_file() and f.parent.name == "d"), key=lambda f: f.stat().st_size)
+    data = bytearray(largest.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    largest.write_bytes(bytes(data))
+
+
 CORRUPTIONS = {
     "arrays cut short": truncate_arrays,
     "arrays bit-flipped": flip_bits,
+    "one value bit-flipped": flip_one_value_bit,
     "record not JSON": lambda step: (step / "meta" / "metadata").write_text("{not json"),
 }
+
+
+def test_a_checksum_changes_with_any_single_bit_of_any_dtype():
+    """Every bit of every array, whatever its dtype, is in its checksum: flipping one
+    (each leaf, a random position and bit) is named by its path; the same state passes."""
+    rs = np.random.default_rng(0)
+    state = {"f": rs.normal(size=(5, 3)).astype(np.float32),
+             "h": rs.normal(size=7).astype(jnp.bfloat16),
+             "m": {"b": rs.random(4) < 0.5, "i": rs.integers(-9, 9, 6).astype(np.int8)},
+             "u": np.uint32(7), "e": np.zeros((0, 3), np.float32)}
+    sums = state_checksums(state)
+    check_checksums(2, state, sums)
+    check_checksums(2, state, None)  # a checkpoint written before checksums
+    for path in ("['f']", "['h']", "['m']['b']", "['m']['i']", "['u']"):
+        leaves = jax.tree_util.tree_flatten_with_path(state)[0]
+        flipped = []
+        for p, leaf in leaves:
+            leaf = np.array(leaf)
+            if jax.tree_util.keystr(p) == path:
+                bits = leaf.reshape(-1).view(np.uint8)
+                at = rs.integers(bits.size)
+                bits[at] ^= np.uint8(1 << (rs.integers(1) if leaf.dtype == bool
+                                             else rs.integers(8)))
+            flipped.append(leaf)
+        changed = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(state), flipped)
+        with pytest.raises(ValueError, match=rf"checkpoint 2 holds other bytes than were "
+                                             rf"written in 1 of its 6 arrays \(first "
+                                             rf"{re.escape(path)}\): damaged on disk"):
+            check_checksums(2, changed, sums)
 
 
 @pytest.mark.parametrize("corrupt", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
@@ -593,7 +635,9 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(dataset, run, four
         result = train(config(run, 4), dataset)
     # (on a GPU, JAX's deprecation of the Pallas Triton backend is caught too)
     message = next(str(w.message) for w in caught if w.category is CheckpointWarning)
-    if corrupt is not CORRUPTIONS["record not JSON"]:  # tensorstore's message, whole
+    if corrupt is CORRUPTIONS["one value bit-flipped"]:  # read back, then compared
+        assert "checkpoint 2 holds other bytes than were written in 1 of its " in message
+    elif corrupt is not CORRUPTIONS["record not JSON"]:  # tensorstore's message, whole
         assert f'local file "{ckpt}/2/state/' in message and "tensorstore_spec" not in message
     assert result.summary["start_epoch"] == 2
     assert (ckpt / "2.corrupt").is_dir() and checkpoints(ckpt) == [2, 3]
@@ -602,6 +646,20 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(dataset, run, four
     assert [r["epoch"] for r in records[:-1]] == [0, 1, 2, 3]
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Exception ignored" not in err and "absl" not in err
+
+
+def test_restoring_for_inference_compares_the_variables_checksums(dataset, run):
+    """`restore(for_inference=True)` reads the model's variables only, and checks them
+    against the checksums their checkpoint recorded (here the record's, changed)."""
+    record = run / "ck" / "2" / "meta" / "metadata"
+    meta = json.loads(record.read_text())
+    key = next(k for k in meta["checksums"] if k.startswith("['params']"))
+    meta["checksums"][key] ^= 1
+    record.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=rf"checkpoint 2 in .+ does not read \(ValueError: "
+                                         rf"checkpoint 2 holds other bytes than were written "
+                                         rf"in 1 of its \d+ arrays \(first {re.escape(key)}"):
+        restore(str(run / "ck"), dataset=dataset, for_inference=True)
 
 
 def test_orbax_teardown_noise_is_dropped_while_a_checkpointer_is_open(tmp_path, monkeypatch,
@@ -701,6 +759,25 @@ def test_a_run_stopped_in_its_last_evaluation_keeps_the_epoch(dataset, tmp_path,
     for key in ("val_acc", "test_acc"):
         assert got[2][key] == want[2][key] == result.summary[key]
     assert_same_params(final_params(tmp_path / "ck", 2), final_params(three_epochs / "ck", 2))
+
+
+def test_a_resume_keeps_the_best_checkpoints_metric(dataset, tmp_path):
+    """`best/` holds the best epoch by the metric that kept it: a resume naming another
+    is refused before any training; a run that kept no best checkpoint before starts
+    one from the epochs it trains (the epochs before have no state to keep)."""
+    kept = tmp_path / "kept"
+    train(config(kept, 2, best_metric="val_acc"), dataset)
+    with pytest.raises(CheckpointMismatch, match=r"best_metric 'train_acc' is not the metric "
+                                                 r"of the best checkpoint in checkpoint_dir "
+                                                 r".+ \(epoch 1, kept by 'val_acc'\): resume "
+                                                 r"with best_metric 'val_acc'"):
+        train(config(kept, 3, best_metric="train_acc"), dataset)
+    assert Checkpointer(str(kept / "ck")).all_epochs() == [0, 1]
+    late = tmp_path / "late"
+    train(config(late, 2, eval_every=1), dataset)
+    res = train(config(late, 3, eval_every=1, best_metric="val_acc"), dataset)
+    assert res.summary["best"]["epoch"] == 2
+    assert Checkpointer(str(late / "ck" / "best")).all_epochs() == [2]
 
 
 def test_a_signal_in_an_epochs_last_chunk_keeps_the_epoch(dataset, run, four_epochs,

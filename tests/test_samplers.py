@@ -281,6 +281,26 @@ def test_a_hub_row_scans_a_window_with_the_same_inclusion_probability():
     assert abs(per_row.mean() - fanout) < 4.5 * np.sqrt(fanout / DRAWS)
 
 
+@pytest.mark.parametrize("fanout", [200, 600])
+def test_labor_fanouts_above_the_span_keep_their_inclusion_probability(fanout):
+    """A row of 400 neighbours under a config of span 128 (the default): a fanout of 200
+    keeps each neighbour with probability 1/2 (its window widens to the fanout), one of
+    600, above the largest degree, keeps the whole row; both were cut to a window of 128
+    kept whole (probability 0.32 each)."""
+    d = 400
+    g = _star(np.ones(d)).to_device()
+    cfg = SamplerConfig((fanout,), method="labor").resolve(d)
+    assert cfg.labor_span == min(fanout, d)
+    draw = jax.jit(jax.vmap(lambda k: sample_minibatch(
+        g, jnp.zeros(1, jnp.int32), jnp.ones(1, bool), k, cfg, (1024,)).blocks[0].mask[0]))
+    kept = np.asarray(draw(_keys(400, 9))).sum(1)
+    if fanout >= d:
+        assert (kept == d).all()
+    else:
+        p = fanout / d
+        assert abs(kept.mean() - fanout) < 4.5 * np.sqrt(d * p * (1 - p) / 400)
+
+
 def test_labor_rows_cut_to_their_slots_stay_uniform():
     """Degree 20, fanout 10, 10 slots: about half the rows keep more than fit; the cut
     keeps every neighbour equally likely."""

@@ -30,7 +30,7 @@ from zerognn_jax._src.data.writes import atomic_write, written_here
 from zerognn_jax._src.training.export import export_model
 from zerognn_jax._src.training.inference import restore
 from zerognn_jax.cli.data import load_named
-from zerognn_jax.cli.flags import _as_flag
+from zerognn_jax.cli.flags import _as_flag, generator_seed
 
 # An existing --out is read to check that it is an artifact (replaced) rather than
 # someone's file (refused) only up to this size.
@@ -50,6 +50,9 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
                    help="seeds per call (graphs per call for a graph-level run)")
     p.add_argument("--best", action="store_true",
                    help="the best-validation checkpoint instead of the latest")
+    p.add_argument("--epoch", type=generator_seed, default=None,
+                   help="that epoch's checkpoint instead of the latest (one the folder "
+                        "keeps)")
     p.add_argument("--platforms", default=None,
                    help="lowering targets, comma-separated (cpu, cuda); default: this "
                         "machine's")
@@ -102,7 +105,7 @@ def run_export(args) -> int:
     the middle of a restore's threads could crash the process)."""
     from zerognn_jax._src.training import interrupts
 
-    if not args.out or Path(args.out).is_dir():  # checked before the restore and lowering
+    if not args.out.strip() or Path(args.out).is_dir():  # before the restore and lowering
         raise ValueError(f"--out must name the artifact's file, got {args.out!r}")
     _refuse_other_files(Path(args.out))
     platforms = None
@@ -110,8 +113,8 @@ def run_export(args) -> int:
         platforms = tuple(dict.fromkeys(p.strip() for p in args.platforms.split(",")))
     with interrupts.deferred():
         dataset = None if args.dataset is None else load_named(args.dataset)
-        result = restore(args.checkpoint_dir, best=args.best, dataset=dataset,
-                         for_inference=True)
+        result = restore(args.checkpoint_dir, best=args.best, epoch=args.epoch,
+                         dataset=dataset, for_inference=True)
         interrupts.check("reading the checkpoint; nothing was written")
         try:
             art = export_model(result.program, result.variables, result.data,

@@ -1,7 +1,8 @@
 """What `zerognn bench` prints and draws from its records: summary, table and plot.
 
-`python -m zerognn_jax._src.bench_report FILE.jsonl... [--plot PNG]` renders them again
-from the JSON lines of one or several runs (a fresh summary replaces theirs).
+`python -m zerognn_jax._src.bench.report FILE.jsonl... [--plot PNG]` renders them again
+from the JSON lines of one or several runs (`--out` appends), each run on its own (a
+fresh summary replaces its own; `runs_of`).
 """
 
 from __future__ import annotations
@@ -163,21 +164,52 @@ def plot(records: list[dict], path: str) -> None:
     plt.close(fig)
 
 
+def runs_of(records: list[dict]) -> list[list[dict]]:
+    """`records` (one or several runs appended to one file) cut into runs: each ends with
+    its summary record (dropped here), and records after the last summary (a run that
+    stopped early) are one more. Ratios and sweeps compare records of one run only."""
+    runs, current = [], []
+    for record in records:
+        if record.get("kind") == "summary":
+            runs.append(current)
+            current = []
+        else:
+            current.append(record)
+    return [run for run in (*runs, current) if run]
+
+
+def _read(path: str) -> list[dict]:
+    """The JSON records of `path`, one a line; ValueError naming the line that is not."""
+    records = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{path}, line {number}, is not a JSON record "
+                                     f"({err.msg})") from None
+    return records
+
+
 def main(argv=None) -> int:
-    """Prints the summary (as a JSON line) and the table of saved records."""
-    parser = argparse.ArgumentParser(prog="python -m zerognn_jax._src.bench_report")
+    """Prints each run's summary (as a JSON line) and table from saved records."""
+    parser = argparse.ArgumentParser(prog="python -m zerognn_jax._src.bench.report")
     parser.add_argument("files", nargs="+", help="JSON lines written by `zerognn bench`")
-    parser.add_argument("--plot", help="also write the PNG here")
+    parser.add_argument("--plot", help="also write the PNG here (of the last run)")
     args = parser.parse_args(argv)
-    records = [json.loads(line) for name in args.files
-               for line in open(name).read().splitlines() if line.strip()]
-    records = [r for r in records if r["kind"] != "summary"]
-    summary = summarize(records)
-    if summary is not None:
-        records.append(summary)
-        print(json.dumps(summary))
-    print(format_table(records))
-    if args.plot:
+    try:
+        saved = [r for name in args.files for r in _read(name)]
+    except (OSError, ValueError) as err:
+        parser.error(str(err))
+    records = []
+    for records in runs_of(saved):
+        summary = summarize(records)
+        if summary is not None:
+            records.append(summary)
+            print(json.dumps(summary))
+        print(format_table(records))
+    if args.plot and records:
         plot(records, args.plot)
     return 0
 

@@ -1,11 +1,13 @@
 """The runner behind `zerognn bench`: the scan engine against the host-mediated baseline,
 and its ablations (flags in `zerognn_jax/cli/bench.py`).
 
-Configurations (`--configs`): host-exact and host-bucketed (host_engine.py), scan-xla,
-scan-pallas, scan-tree (no dedup), scan-bf16 (bfloat16 features and activations) and
+Configurations (`--configs`, `workload.VARIANTS`): host-exact and host-bucketed
+(host_engine.py), scan-xla, scan-pallas, scan-auto (the library's kernel choice),
+scan-auto-bf16, scan-tree (no dedup), scan-dedup (every hop deduplicated, as the host
+engines sample), scan-dedup-bf16, scan-bf16 (bfloat16 features and activations) and
 scan-cmdbuf (the scan engine with XLA command buffers over its loop,
-`bench_workload.CMDBUF_FLAGS`; it runs in a child process, since XLA reads its flags
-once at start). Each is measured the same way:
+`workload.CMDBUF_FLAGS`; it runs in a child process, since XLA reads its flags once at
+start). Each is measured the same way:
 
 1. warm-up: epoch 0, which compiles what the epoch needs (`compile_seconds`);
 2. `--epochs` timed replays of epoch 0, each ended by a device sync; their median,

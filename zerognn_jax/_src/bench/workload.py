@@ -149,15 +149,17 @@ class Workbench:
     def _cache_key(self, batch_size: int) -> dict:  # what a cached envelope must match
         c = self.cfg
         return {"dataset": c.dataset, "scale": c.scale, "fanouts": list(c.fanouts),
-                "sampler": c.sampler, "margin": c.margin, "multiple": c.multiple,
-                "batch_size": batch_size, "seed": c.seed}
+                "sampler": c.sampler, "replace": c.replace, "envelope": c.envelope,
+                "margin": c.margin, "multiple": c.multiple, "batch_size": batch_size,
+                "seed": c.seed}
 
     def calibrated(self, batch_size: int):
         """(envelope, Calibration) at `batch_size`; shared through `envelope_cache` if set.
 
         Calibrated with every hop deduplicated, so the counts are unique nodes (what the
-        bytes floor and the ideal memory count); `program_for` fits a variant's
-        positional levels onto it."""
+        bytes floor and the ideal memory count); the envelope is the calibrated one, or
+        the conservative bound where `cfg.envelope` asks for it; `program_for` fits a
+        variant's positional levels onto it."""
         if batch_size not in self._calibrations:
             path = self.options.envelope_cache
             path = pathlib.Path(path) if path and batch_size == self.cfg.batch_size \
@@ -168,11 +170,13 @@ class Workbench:
                 cal = Calibration(env, tuple(cached["max_counts"]),
                                                tuple(cached["mean_counts"]), cached["steps"])
             else:
-                env, cal = choose_envelope(
-                    self.data.graph, self.dataset.train_idx, batch_size,
-                    self.dedup_program.sampler,
-                    seed=self.cfg.seed, policy=self.cfg.envelope_policy,
-                    kernels=self.program.kernels)
+                pick = functools.partial(
+                    choose_envelope, self.data.graph, self.dataset.train_idx, batch_size,
+                    self.dedup_program.sampler, seed=self.cfg.seed,
+                    policy=self.cfg.envelope_policy, kernels=self.program.kernels)
+                env, cal = pick()
+                if self.cfg.envelope == "conservative":
+                    env = pick(method="conservative")[0]
                 if path:
                     with atomic_write(path, "envelope cache") as f:  # whole or not at all
                         f.write(json.dumps({
@@ -238,7 +242,8 @@ def measure(wb: Workbench, variant: Variant, *, kind: str = "config",
     epochs = epochs or wb.cfg.epochs
     program, env = wb.program_for(variant, batch_size)
     host = variant.engine != "scan"
-    runner = make_engine(variant.engine, program, policy=wb.cfg.envelope_policy,
+    runner = make_engine(variant.engine, program, chunk_steps=wb.cfg.chunk_steps,
+                         policy=wb.cfg.envelope_policy,
                          max_steps=options.host_steps if host else None,
                          sample_ahead=wb.cfg.sample_ahead,
                          read_ahead_bytes=wb.cfg.read_ahead_bytes,
@@ -267,7 +272,7 @@ def measure(wb: Workbench, variant: Variant, *, kind: str = "config",
         run()
         runs.append(time.perf_counter() - t0 - (runner.compile_seconds - compiled))
     result, median = last[0], statistics.median(runs)
-    total = num_steps(wb.train_idx.shape[0], batch_size)
+    total = num_steps(wb.train_idx.shape[0], program.global_batch)  # over every device
     scale = total / result.steps
     record.update(
         batch_size=batch_size, steps_per_epoch=total, steps_timed=result.steps,

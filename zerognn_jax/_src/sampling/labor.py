@@ -111,7 +111,9 @@ def sample_labor_reference(
       key: uint32 scalar for this hop (the same for every row: that is the point).
       fanout: expected neighbours per row.
       slots: K, the static width of a row (`labor_slots`).
-      span: neighbours scanned per row (see the module docstring).
+      span: neighbours scanned per row (see the module docstring): at least `fanout`,
+        unless no row is longer than `span` (a narrower window of a longer row is kept
+        whole, each neighbour with probability span / d).
       with_edges: also return the sampled edges' ids.
 
     Returns:

@@ -87,7 +87,8 @@ class SamplerConfig:
       method: "uniform", "weighted" (probability proportional to the graph's edge
         weights; the graph must go through `prepare_graph`) or "labor" (LABOR-0: a
         fanout is the expected count per row; no replacement).
-      span: LABOR scans at most this many neighbours per row (see labor.py).
+      span: LABOR scans at most this many neighbours per row, or the largest fanout
+        where that is more (see labor.py and `labor_span`).
       slot_tail: LABOR's rows get `slots` places, enough for all but about this
         fraction of rows (see `labor_slots`).
       max_degree: the graph's largest degree (0: unknown), set by `resolve`; it bounds
@@ -181,8 +182,12 @@ class SamplerConfig:
 
     @property
     def labor_span(self) -> int:
-        """Neighbours LABOR scans per row: `span`, capped by a known largest degree."""
-        return min(self.span, self.max_degree) if self.max_degree else self.span
+        """Neighbours LABOR scans per row: `span`, or the largest fanout where that is
+        wider (a window narrower than the fanout would be kept whole, each neighbour
+        with probability span / d instead of fanout / d), capped by a known largest
+        degree (a row no longer than its window is scanned whole)."""
+        wide = max(self.span, *self.fanouts)
+        return min(wide, self.max_degree) if self.max_degree else wide
 
     @property
     def slots(self) -> tuple[int, ...]:

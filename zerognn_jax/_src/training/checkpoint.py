@@ -7,8 +7,9 @@ checkpoint into a temporary folder and renames it when complete, so a process ki
 mid-save leaves the previous checkpoint as the latest one.
 
 Resuming (`find_resumable`, then `restore`): a checkpoint written with other options is
-refused with one line naming the options that differ; one that cannot be read is moved
-aside to `<epoch>.corrupt` with a `CheckpointWarning`, and the previous one kept is used.
+refused with one line naming the options that differ; one that cannot be read, or whose
+arrays no longer have the checksums it recorded (checksums.py), is moved aside to
+`<epoch>.corrupt` with a `CheckpointWarning`, and the previous one kept is used.
 
 With a user's model, optimizer or loss (`train(model=...)`), the identity also names the
 model's class, "custom" for the optimizer and the loss function's name; the model's
@@ -40,6 +41,7 @@ import orbax.checkpoint as ocp
 
 from zerognn_jax._src.data.hetero import named_relation, relation_name
 from zerognn_jax._src.data.writes import atomic_write, write_error
+from zerognn_jax._src.training.checksums import check_checksums, state_checksums
 from zerognn_jax._src.training.records import dumps
 
 FORMAT = 1
@@ -189,8 +191,8 @@ def readable(read, directory, epoch: int):
     except Exception as err:  # noqa: BLE001 - any failure to read means damaged
         _drop_frames(err)
         raise ValueError(f"checkpoint {epoch} in {directory} does not read ({_short(err)}); "
-                         "pick another (restore's epoch=, or best=True / --best), or "
-                         "retrain") from err
+                         "pick another (restore's epoch= or best=True; zerognn export's "
+                         "--epoch or --best), or retrain") from err
 
 
 def _drop_frames(err: BaseException) -> None:
@@ -318,7 +320,8 @@ class Checkpointer:
           WriteError: the checkpoint could not be written (a full disk, ...): an OSError
             naming the folder and the errno; its temporary folder is removed.
         """
-        meta = {"format": FORMAT, "epoch": epoch, "state_spec": state_spec(state), **meta}
+        meta = {"format": FORMAT, "epoch": epoch, "state_spec": state_spec(state),
+                "checksums": state_checksums(state), **meta}
         if self.best_metric is not None and epoch in self._manager.all_steps():
             self._manager.delete(epoch)
         try:
@@ -373,11 +376,14 @@ class Checkpointer:
         return out["meta"]
 
     def restore(self, epoch: int, like: dict) -> tuple[dict, dict]:
-        """Restores the checkpoint of `epoch` into the structure and shardings of `like`."""
+        """Restores the checkpoint of `epoch` into the structure and shardings of `like`,
+        its arrays' checksums compared with those it recorded (ValueError where one
+        differs: bytes damaged on disk)."""
         abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, like)
         with _quiet():
             out = self._manager.restore(epoch, args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+        check_checksums(epoch, out["state"], out["meta"].get("checksums"))
         return out["state"], out["meta"]
 
     def restore_as_saved(self, epoch: int, parts: tuple[str, ...] | None = None) -> dict:
@@ -509,19 +515,46 @@ def _trained(record: dict) -> dict:
     return {k: record.get(k) for k in ("epoch", "loss", "epoch_seconds")}
 
 
+def check_best_metric(checkpoint_dir: str, metric: str) -> None:
+    """Raises CheckpointMismatch if `<checkpoint_dir>/best` holds the best checkpoint of
+    another metric than `metric` (a run resumed with another best_metric: its best
+    would be ranked by one metric and the folder hold another's). A folder that cannot
+    be read is left to the restore that reads it."""
+    folder = Path(checkpoint_dir) / BEST
+    if not folder.is_dir():
+        return
+    ckpt = Checkpointer(str(folder), create=False)
+    try:
+        held = ckpt.latest_epoch()
+        kept = None if held is None else ckpt.read_meta(held).get("best", {}).get("metric")
+    except (OSError, ValueError, AttributeError):
+        return
+    finally:
+        ckpt.close()
+    if held is not None and kept != metric:
+        raise CheckpointMismatch(
+            f"best_metric {metric!r} is not the metric of the best checkpoint in "
+            f"checkpoint_dir {checkpoint_dir} (epoch {held}, kept by {kept!r}): resume with "
+            f"best_metric {kept!r}, or use another checkpoint_dir")
+
+
 class BestCheckpoint:
     """The best-validation checkpoint of a run: `<checkpoint_dir>/best` holds the state
     of the epoch with the best evaluated `metric` so far (`best_mode`).
 
-    `history` (a resumed run's records) gives the best value to beat.
+    `history` (a resumed run's records) gives the best value to beat where the folder
+    holds a checkpoint (of the same metric: `check_best_metric`); where it holds none
+    (the run before kept no best checkpoint) the best is of the epochs from here on,
+    whose states it can hold.
     """
 
     def __init__(self, checkpoint_dir: str, metric: str, history=()):
         self.metric, self.mode = metric, best_mode(metric)
         self.value, self.epoch, self._warned = None, None, False
-        for record in history:
-            self._take(record.get("epoch"), record.get(metric))
         self._ckpt = Checkpointer(str(Path(checkpoint_dir) / BEST), best_metric=metric)
+        if self._ckpt.latest_epoch() is not None:  # kept by this metric (`check_best_metric`)
+            for record in history:
+                self._take(record.get("epoch"), record.get(metric))
 
     def _better(self, value) -> bool:
         if value is None or not math.isfinite(value):

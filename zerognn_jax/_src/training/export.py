@@ -202,7 +202,8 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
     "<src>__<name>__<dst>.indptr" and ".indices" (and ".edge_features" where its views
     read that relation's table), then the stacked "features" table, then the seeds: ids
     of the target type, whose logits come back, or of a link model's `node_type`, whose
-    embeddings come back. Learnable rows are baked in with the variables.
+    embeddings come back. Learnable rows are baked in with the variables. A valid seed
+    outside its type's nodes (or the graph's) gets a NaN row.
 
     A graph-level model (`task="graph"`) takes (node_features, edge_features, senders,
     receivers, n_node, n_edge): float[max_nodes, d] node rows and float[max_edges, d_e]
@@ -282,10 +283,17 @@ def _export_one_type(program: StepProgram, variables, data: DeviceData, batch_si
         device = DeviceData(graph, given["features"], None)  # inference reads no targets
         logits, _, _ = program.forward(variables, device, seeds, valid, key, caps,
                                        train=False)
-        return logits.astype(jnp.float32)
+        return _nan_outside(logits, seeds, valid, data.graph.num_nodes)
 
     names = ("indptr", "indices", "features") + (("edge_features",) if edges else ())
     return _exported(infer, data, names, batch_size, platforms)
+
+
+def _nan_outside(logits, seeds, valid, num_nodes: int) -> jax.Array:
+    """float32 `logits`, the rows of valid seeds outside [0, num_nodes) NaN: the sampler
+    clamps such an id to a node's, whose row would come back unmarked."""
+    outside = valid & ((seeds < 0) | (seeds >= num_nodes))
+    return jnp.where(outside[:, None], jnp.nan, logits.astype(jnp.float32))
 
 
 def _exported(infer, data: DeviceData, names: tuple, batch_size: int, platforms):
@@ -335,7 +343,7 @@ def _export_typed(program: StepProgram, variables, data: DeviceData, batch_size:
         mb = sample_typed(device.graph, seeds, valid, key, config, envelope, XLA)
         logits, _ = program.apply_model(variables, device, task.sample_of(mb), train=False,
                                         inputs=task.model_inputs(device, mb))
-        return logits.astype(jnp.float32)
+        return _nan_outside(logits, seeds, valid, graph.num_nodes[seed_type])
 
     return _exported(infer, data, names + ("features",), batch_size, platforms)
 

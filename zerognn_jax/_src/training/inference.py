@@ -131,15 +131,19 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
     named by a graph of `relations`) but for `INFERENCE_FREE`, and the variables'
     shapes with the model's."""
     from zerognn_jax._src.training.checkpoint import CheckpointMismatch, readable, state_spec
+    from zerognn_jax._src.training.checksums import check_checksums
 
     saved_ident = meta.get("identity", {})
     ident = {k: v for k, v in ident.items() if k not in INFERENCE_FREE}
     ident.update({k: saved_ident[k] for k in INFERENCE_FREE if k in saved_ident})
     ckpt.check(epoch, meta, ident, relations)
     # the model's variables and its node embedding, not the optimizers' state
-    saved = readable(lambda: ckpt.restore_as_saved(epoch, ("params", "batch_stats",
-                                                           "embedding")),
-                     ckpt.directory, epoch)
+    def read():
+        parts = ckpt.restore_as_saved(epoch, ("params", "batch_stats", "embedding"))
+        check_checksums(epoch, parts, meta.get("checksums"))
+        return parts
+
+    saved = readable(read, ckpt.directory, epoch)
     like = {"params": state.params, "batch_stats": state.batch_stats}
     got = {"params": saved["params"], "batch_stats": saved.get("batch_stats") or {}}
     if state_spec(got) != state_spec(like):

@@ -455,12 +455,18 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
 def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainResult:
     ident, resumable, relations = None, [], relations_of(dataset)
     if ckpt is not None:
-        from zerognn_jax._src.training.checkpoint import check_epochs, identity
+        from zerognn_jax._src.training.checkpoint import (
+            check_best_metric,
+            check_epochs,
+            identity,
+        )
 
         ident = identity(cfg, dataset.stats(), program.global_batch, user.identity,
                          relations)
         resumable = ckpt.find_resumable(ident, relations)  # another run's fails here
         check_epochs(cfg.epochs, resumable, cfg.checkpoint_dir)
+        if resumable and cfg.best_metric:
+            check_best_metric(cfg.checkpoint_dir, cfg.best_metric)
     t0 = time.perf_counter()
     batched = isinstance(program.task, BatchedTask)
     env, cal = starting_envelope(cfg, program, data, dataset)
