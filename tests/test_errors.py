@@ -88,8 +88,6 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
     (dict(batch_size=99999999999), "batch_size 99999999999 is past int32 (2**31 - 1)"),
     (dict(fanouts=(3, 2**31), layers=2),
      "fanouts (3, 2147483648): 2147483648 is past int32 (2**31 - 1)"),
-    (dict(dedup=False, flat_outer=True), "dedup=False (tree mode) lays out every hop so: "
-                                         "drop flat_outer"),
     (dict(metrics_out=""), "metrics_out must be a path (None for none), got ''"),
     (dict(checkpoint_dir=" "), "checkpoint_dir must be a path (None for none), got ' '"),
 ])
@@ -465,6 +463,12 @@ def test_options_of_another_task_are_named_as_ignored():
     assert [str(w.message) for w in caught] == [
         "norm 'batch': options of the models of one-type graphs' node and link tasks, "
         "ignored by this node task of a typed graph"]
+    tree = small_config(dedup=False, flat_outer=True)  # accepted, as its checkpoints are
+    with pytest.warns(zg.IgnoredOptionWarning) as caught:
+        trainer._warn_unread_options(tree, None)
+    assert [str(w.message) for w in caught] == [
+        "flat_outer True is ignored with dedup False: tree mode lays out every hop in slot "
+        "order already"]
     # a task the typed dataset cannot train is refused before any warning
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -209,3 +209,18 @@ def test_largest_free_block_counts_room_the_allocator_may_still_reserve(monkeypa
         monkeypatch.setattr(memory, "_memory_stat",
                             lambda name, device=None, stats=stats: stats.get(name))
         assert memory.device_largest_free_block() == want
+
+
+def test_exact_inputs_join_a_split_tables_nodes_to_their_embedding_rows():
+    """A feature table split over devices has padding rows past the nodes (the rows a
+    device count divides); exact inference joins each node's features to its embedding
+    row, the padding left out (the concatenation of unequal rows failed)."""
+    from types import SimpleNamespace
+
+    rs = np.random.default_rng(0)
+    features, table = rs.normal(size=(13, 5)), rs.normal(size=(11, 2)).astype(np.float32)
+    program = SimpleNamespace(embedding=object())  # all that model_inputs reads of it
+    for given in (features, jax.numpy.asarray(features, "float32")):
+        got = np.asarray(evaluate.model_inputs(program, {"embedding": table}, given))
+        np.testing.assert_allclose(got, np.concatenate(
+            [np.asarray(given)[:11], table.astype(np.asarray(given).dtype)], 1), rtol=1e-6)

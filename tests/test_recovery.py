@@ -600,11 +600,12 @@ def test_a_checksum_changes_with_any_single_bit_of_any_dtype():
     state = {"f": rs.normal(size=(5, 3)).astype(np.float32),
              "h": rs.normal(size=7).astype(jnp.bfloat16),
              "m": {"b": rs.random(4) < 0.5, "i": rs.integers(-9, 9, 6).astype(np.int8)},
-             "u": np.uint32(7), "e": np.zeros((0, 3), np.float32)}
+             "u": np.uint32(7), "e": np.zeros((0, 3), np.float32),
+             "d": rs.normal(size=3), "l": rs.integers(-2**40, 2**40, 4)}  # 8-byte, as given
     sums = state_checksums(state)
     check_checksums(2, state, sums)
     check_checksums(2, state, None)  # a checkpoint written before checksums
-    for path in ("['f']", "['h']", "['m']['b']", "['m']['i']", "['u']"):
+    for path in ("['f']", "['h']", "['m']['b']", "['m']['i']", "['u']", "['d']", "['l']"):
         leaves = jax.tree_util.tree_flatten_with_path(state)[0]
         flipped = []
         for p, leaf in leaves:
@@ -617,7 +618,7 @@ def test_a_checksum_changes_with_any_single_bit_of_any_dtype():
             flipped.append(leaf)
         changed = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(state), flipped)
         with pytest.raises(ValueError, match=rf"checkpoint 2 holds other bytes than were "
-                                             rf"written in 1 of its 6 arrays \(first "
+                                             rf"written in 1 of its 8 arrays \(first "
                                              rf"{re.escape(path)}\): damaged on disk"):
             check_checksums(2, changed, sums)
 

@@ -290,10 +290,12 @@ def test_labor_fanouts_above_the_span_keep_their_inclusion_probability(fanout):
     d = 400
     g = _star(np.ones(d)).to_device()
     cfg = SamplerConfig((fanout,), method="labor").resolve(d)
-    assert cfg.labor_span == min(fanout, d)
+    assert cfg.labor_span(0) == min(fanout, d)
     draw = jax.jit(jax.vmap(lambda k: sample_minibatch(
         g, jnp.zeros(1, jnp.int32), jnp.ones(1, bool), k, cfg, (1024,)).blocks[0].mask[0]))
     kept = np.asarray(draw(_keys(400, 9))).sum(1)
+    # each hop's window is its own: a full hop or a wide one leaves the others at span
+    assert SamplerConfig((-1, fanout, 10), method="labor").resolve(d).labor_span(2) == 128
     if fanout >= d:
         assert (kept == d).all()
     else:

@@ -166,8 +166,10 @@ def plot(records: list[dict], path: str) -> None:
 
 def runs_of(records: list[dict]) -> list[list[dict]]:
     """`records` (one or several runs appended to one file) cut into runs: each ends with
-    its summary record (dropped here), and records after the last summary (a run that
-    stopped early) are one more. Ratios and sweeps compare records of one run only."""
+    its summary record (dropped here; `zerognn bench` writes one however a run ends, a
+    file written before 2026-12-01 may lack it after a run that measured nothing), and
+    records after the last summary are one more. Ratios and sweeps compare records of
+    one run only."""
     runs, current = [], []
     for record in records:
         if record.get("kind") == "summary":

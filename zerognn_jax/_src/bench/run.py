@@ -183,17 +183,19 @@ def run(options: BenchOptions) -> list[dict]:
 
     with AppendFile(options.out, "bench output") if options.out else _nowhere() as out:
         state = _Run(options, out)
-        with tempfile.TemporaryDirectory() as tmp:
-            cache = options.envelope_cache or str(pathlib.Path(tmp) / "envelope.json")
-            options = dataclasses.replace(options, envelope_cache=cache)
-            state.options = options
-            children = [c for c in options.configs if _needs_child(options, c)]
-            for name in children:  # before this process takes the device
-                _measure_in_child(state, name)
-            _run_here(state, [c for c in options.configs if c not in children])
-        summary = bench_report.summarize(state.records)
-        if summary is not None:
-            state.emit(summary)
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                cache = options.envelope_cache or str(pathlib.Path(tmp) / "envelope.json")
+                options = dataclasses.replace(options, envelope_cache=cache)
+                state.options = options
+                children = [c for c in options.configs if _needs_child(options, c)]
+                for name in children:  # before this process takes the device
+                    _measure_in_child(state, name)
+                _run_here(state, [c for c in options.configs if c not in children])
+        finally:  # every run ends with its summary, an interrupted one too: a file of
+            # appended runs is cut at them (report.runs_of)
+            state.emit(bench_report.summarize(state.records)
+                       or {"kind": "summary", "status": "nothing measured", "goals": {}})
     print(bench_report.format_table(state.records), flush=True)
     if options.plot:
         bench_report.plot(state.records, options.plot)

@@ -87,8 +87,8 @@ class SamplerConfig:
       method: "uniform", "weighted" (probability proportional to the graph's edge
         weights; the graph must go through `prepare_graph`) or "labor" (LABOR-0: a
         fanout is the expected count per row; no replacement).
-      span: LABOR scans at most this many neighbours per row, or the largest fanout
-        where that is more (see labor.py and `labor_span`).
+      span: LABOR scans at most this many neighbours per row, or a hop's fanout where
+        that is more (see labor.py and `labor_span`).
       slot_tail: LABOR's rows get `slots` places, enough for all but about this
         fraction of rows (see `labor_slots`).
       max_degree: the graph's largest degree (0: unknown), set by `resolve`; it bounds
@@ -180,13 +180,12 @@ class SamplerConfig:
         """Per hop, whether it takes every neighbour."""
         return self.all_neighbors or (False,) * self.num_hops
 
-    @property
-    def labor_span(self) -> int:
-        """Neighbours LABOR scans per row: `span`, or the largest fanout where that is
-        wider (a window narrower than the fanout would be kept whole, each neighbour
+    def labor_span(self, hop: int) -> int:
+        """Neighbours LABOR scans per row at `hop`: `span`, or the hop's fanout where that
+        is wider (a window narrower than the fanout would be kept whole, each neighbour
         with probability span / d instead of fanout / d), capped by a known largest
         degree (a row no longer than its window is scanned whole)."""
-        wide = max(self.span, *self.fanouts)
+        wide = max(self.span, self.fanouts[hop])
         return min(wide, self.max_degree) if self.max_degree else wide
 
     @property
@@ -196,8 +195,8 @@ class SamplerConfig:
         model) follow these, not the fanouts."""
         if self.method != "labor":
             return self.fanouts
-        return tuple(f if full else labor_slots(f, self.labor_span, self.slot_tail)
-                     for f, full in zip(self.fanouts, self.full))
+        return tuple(f if full else labor_slots(f, self.labor_span(hop), self.slot_tail)
+                     for hop, (f, full) in enumerate(zip(self.fanouts, self.full)))
 
 
 class Block(NamedTuple):
@@ -299,7 +298,8 @@ def sample_hop(graph: CSRGraph, ids, valid, key, config: SamplerConfig, hop: int
                               with_edges=edges)
     else:
         out = sample_labor(kernels, graph.indptr, graph.indices, ids, valid, key, fanout,
-                           slots=config.slots[hop], span=config.labor_span, with_edges=edges)
+                           slots=config.slots[hop], span=config.labor_span(hop),
+                           with_edges=edges)
     return out if edges else (*out, None)
 
 

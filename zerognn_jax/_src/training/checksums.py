@@ -34,11 +34,23 @@ def _checksums(leaves: list) -> list:
     return [_checksum(x) for x in leaves]
 
 
+def _device_bits(leaf):
+    """`leaf` for `_checksum`: a JAX array as it is; a NumPy one (or scalar) as its bits,
+    unsigned integers of its width (8-byte types as two words, in the order a bitcast
+    on the device gives), so that JAX, with 64-bit types off, narrows no value first."""
+    if isinstance(leaf, jax.Array):
+        return leaf
+    host = np.ascontiguousarray(leaf)
+    words = np.uint32 if host.dtype.itemsize == 8 else np.dtype(f"u{host.dtype.itemsize}")
+    shape = host.shape + ((2,) if host.dtype.itemsize == 8 else ())
+    return jnp.asarray(host.reshape(-1).view(words).reshape(shape))
+
+
 def state_checksums(state) -> dict[str, int]:
     """{path: checksum} of every array of `state` (paths as `jax.tree_util.keystr`
-    writes them, as `checkpoint.state_spec` does)."""
+    writes them, as `checkpoint.state_spec` does), read back in one transfer."""
     pairs = jax.tree_util.tree_flatten_with_path(state)[0]
-    sums = _checksums([jnp.asarray(leaf) for _, leaf in pairs])
+    sums = jax.device_get(_checksums([_device_bits(leaf) for _, leaf in pairs]))
     return {jax.tree_util.keystr(path): int(s) for (path, _), s in zip(pairs, sums)}
 
 

@@ -315,9 +315,6 @@ class TrainConfig:
             (not batched or not self.shard_features,
              f"the {self.task} task keeps every graph's node rows on every device: drop "
              f"shard_features"),
-            (not (self.flat_outer and self.dedup is False),
-             "flat_outer=True lays out the outermost hop of deduplicated levels in slot "
-             "order; dedup=False (tree mode) lays out every hop so: drop flat_outer"),
             (self.engine == "scan" or not (self.flat_outer or self.dedup is False),
              f"the host-mediated engine {self.engine!r} cuts deduplicated levels to their "
              f"counts: drop flat_outer and keep dedup"),

@@ -391,57 +391,62 @@ def _layerwise_logits(program: StepProgram, variables, data: DeviceData, budget_
     inputs = [h if is_host_resident(h) else jax.ShapeDtypeStruct(h.shape, h.dtype),
               *outs[:-1]]
     streams = {}  # layer -> future of `_prepared_stream`
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        for layer in (i for i, surely in enumerate(sure) if surely):
-            if _owns_memory(buffer, nbytes, layer, num_layers):
-                continue  # its own buffer is allocated when it runs, not locked early
-            streams[layer] = pool.submit(
-                _prepared_stream, program, variables, inputs[layer], data.graph,
-                functools.partial(_stream_target, buffer, outs, nbytes, layer, log), layer,
-                plan)
-        streamed = None
-        for layer in range(num_layers):
-            t0 = time.perf_counter()
-            resident = streamed is None and (isinstance(h, jax.Array) or is_host_resident(h))
-            hold = (_hold_output(outs[layer], h if streamed is None else streamed)
-                    if offload == "auto" and layer not in streams and not resident else None)
-            if streamed is not None:  # the previous layer's output, in the host buffer
-                h_device = uploaded(streamed)
-            elif resident:
-                h_device = h
-            else:
-                h_device = to_device(h)
-            if offload or log:  # frees the host buffer for this layer's output, and lets
-                # the previous layer finish and release its input before free memory is read
-                h_device = jax.block_until_ready(h_device)
-            del hold  # its room, below the input, is where the output goes
-            t1 = time.perf_counter()
-            upload, h, streamed = t1 - t0, None, None
-            if offload is not True and layer not in streams:
-                h = _device_layer(program, variables, h_device, data.graph, layer, plan,
-                                  need=(nbytes[layer], budget_bytes) if offload else None,
-                                  log=log)
-            if h is None:
-                t1, compiled = time.perf_counter(), None
-                if layer in streams:
-                    memory, out, made = streams.pop(layer).result()
-                    compiled = made, time.perf_counter() - t1
+    h_device = None
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            for layer in (i for i, surely in enumerate(sure) if surely):
+                if _owns_memory(buffer, nbytes, layer, num_layers):
+                    continue  # its own buffer is allocated when it runs, not locked early
+                streams[layer] = pool.submit(
+                    _prepared_stream, program, variables, inputs[layer], data.graph,
+                    functools.partial(_stream_target, buffer, outs, nbytes, layer, log), layer,
+                    plan)
+            streamed = None
+            for layer in range(num_layers):
+                t0 = time.perf_counter()
+                resident = streamed is None and (isinstance(h, jax.Array) or is_host_resident(h))
+                hold = (_hold_output(outs[layer], h if streamed is None else streamed)
+                        if offload == "auto" and layer not in streams and not resident else None)
+                if streamed is not None:  # the previous layer's output, in the host buffer
+                    h_device = uploaded(streamed)
+                elif resident:
+                    h_device = h
                 else:
-                    if buffer is None:
-                        buffer = _host_buffer(max(nbytes), log)
-                    memory, out = _stream_target(buffer, outs, nbytes, layer, log)
-                streamed = _offloaded_layer(program, variables, h_device, data.graph, layer,
-                                            plan, out, log, memory.ready, compiled)
-                h = out.array
-            del h_device  # freed before the next layer's input is uploaded
-            if log:
-                jax.block_until_ready(h)
-                log(f"exact inference: layer {layer + 1} of {num_layers} "
-                    f"{'streamed to the host' if streamed is not None else 'on the device'} "
-                    f"in {time.perf_counter() - t1:.2f} s, its input uploaded in "
-                    f"{upload:.2f} s")
-    if is_host_resident(source):  # the programs read it by address: a table made here
-        jax.block_until_ready(h)  # (features and embedding joined) outlives them
+                    h_device = to_device(h)
+                if offload or log:  # frees the host buffer for this layer's output, and lets
+                    # the previous layer finish and release its input before free memory is read
+                    h_device = jax.block_until_ready(h_device)
+                del hold  # its room, below the input, is where the output goes
+                t1 = time.perf_counter()
+                upload, h, streamed = t1 - t0, None, None
+                if offload is not True and layer not in streams:
+                    h = _device_layer(program, variables, h_device, data.graph, layer, plan,
+                                      need=(nbytes[layer], budget_bytes) if offload else None,
+                                      log=log)
+                if h is None:
+                    t1, compiled = time.perf_counter(), None
+                    if layer in streams:
+                        memory, out, made = streams.pop(layer).result()
+                        compiled = made, time.perf_counter() - t1
+                    else:
+                        if buffer is None:
+                            buffer = _host_buffer(max(nbytes), log)
+                        memory, out = _stream_target(buffer, outs, nbytes, layer, log)
+                    streamed = _offloaded_layer(program, variables, h_device, data.graph, layer,
+                                                plan, out, log, memory.ready, compiled)
+                    h = out.array
+                h_device = None  # freed before the next layer's input is uploaded
+                if log:
+                    jax.block_until_ready(h)
+                    log(f"exact inference: layer {layer + 1} of {num_layers} "
+                        f"{'streamed to the host' if streamed is not None else 'on the device'} "
+                        f"in {time.perf_counter() - t1:.2f} s, its input uploaded in "
+                        f"{upload:.2f} s")
+    finally:  # the programs read a host table by address: one made here (features and
+        # embedding joined) outlives them, whether the layers end (the last output) or
+        # one fails (its input, which the first layer's program made)
+        if is_host_resident(source):
+            jax.block_until_ready((h, h_device))
     return h
 
 
@@ -511,9 +516,10 @@ def model_inputs(program: StepProgram, variables, features):
             laid[np.asarray(host.position)] = rows
             rows = laid
         return HostTable(np.concatenate([host.array, rows], axis=1), host.position)
+    rows = table.shape[0]  # a table split over devices has padding rows past the nodes
     if isinstance(features, jax.Array):
-        return jnp.concatenate([features, table.astype(features.dtype)], axis=1)
-    return np.concatenate([features, np.asarray(table).astype(features.dtype)], axis=1)
+        return jnp.concatenate([features[:rows], table.astype(features.dtype)], axis=1)
+    return np.concatenate([features[:rows], np.asarray(table).astype(features.dtype)], axis=1)
 
 
 def _device_layer(program, variables, h, graph, layer: int, plan: ChunkPlan, *, need,

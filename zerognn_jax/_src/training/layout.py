@@ -59,8 +59,8 @@ def choose_layout(cfg, task, sampler: SamplerConfig, batch_size: int, num_nodes:
     """
     sage = not user_model and cfg.model.startswith("sage")
     scan = cfg.engine == "scan"
-    if dedup is False:
-        return Layout(False, bool(cfg.flat_outer), "dedup=False asks for tree mode")
+    if dedup is False:  # every hop in slot order: no flat outer hop to ask for
+        return Layout(False, False, "dedup=False asks for tree mode")
     if host_features and dedup is None:
         return Layout(True, bool(cfg.flat_outer),
                       f"dedup: features in host memory, each row read over PCIe once per "
@@ -105,6 +105,6 @@ def typed_layout(cfg) -> Layout:
     only where `flat_outer=True` asks."""
     flat = bool(cfg.flat_outer)
     if cfg.dedup is False:
-        return Layout(False, flat, "dedup=False asks for tree mode")
+        return Layout(False, False, "dedup=False asks for tree mode")
     return Layout(True, flat, f"dedup: typed graphs deduplicate every level per type "
                               f"unless dedup=False; flat_outer={flat}")

@@ -407,7 +407,11 @@ def _warn_unread_options(cfg: TrainConfig, dataset) -> None:
         if unread:
             warnings.warn(f"{', '.join(unread)}: options of {readers}, ignored by this "
                           f"{cfg.task} task{where}", IgnoredOptionWarning, stacklevel=3)
-    if cfg.eval_mode == "sampled" and not getattr(task, "samples_neighbours", True):
+    samples = getattr(task, "samples_neighbours", True)
+    if cfg.flat_outer and cfg.dedup is False and samples:  # checkpoints of such runs exist
+        warnings.warn("flat_outer True is ignored with dedup False: tree mode lays out every "
+                      "hop in slot order already", IgnoredOptionWarning, stacklevel=3)
+    if cfg.eval_mode == "sampled" and not samples:
         warnings.warn(f"eval_mode 'sampled': this {cfg.task} task evaluates whole graphs, "
                       f"exactly ('full'; 'none' skips it)", IgnoredOptionWarning, stacklevel=3)
 
