@@ -24,6 +24,7 @@ import numpy as np
 from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int, key_seed, node_ids
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
+from zerognn_jax._src.training.checksums import check_checksums
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.evaluate import Predictor
 from zerognn_jax._src.training.program import init_state, saved_envelope
@@ -131,7 +132,6 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
     named by a graph of `relations`) but for `INFERENCE_FREE`, and the variables'
     shapes with the model's."""
     from zerognn_jax._src.training.checkpoint import CheckpointMismatch, readable, state_spec
-    from zerognn_jax._src.training.checksums import check_checksums
 
     saved_ident = meta.get("identity", {})
     ident = {k: v for k, v in ident.items() if k not in INFERENCE_FREE}
