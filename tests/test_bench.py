@@ -141,7 +141,8 @@ def test_the_envelope_option_chunks_and_devices_reach_the_measured_run(tmp_path)
     for record in (calibrated, conservative):  # tiny trains 2,938 nodes: 12 steps of 256
         assert record["steps_per_epoch"] == record["steps_timed"] == 12
         assert not record["extrapolated"]
-    assert json.loads(cache.read_text())["key"]["envelope"] == "conservative"
+    key = json.loads(cache.read_text())["key"]
+    assert key["envelope"] == "conservative" and key["replace"] is False
 
 
 def test_chunk_steps_reach_the_measured_engine(tmp_path, monkeypatch):
