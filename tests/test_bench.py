@@ -102,14 +102,17 @@ def test_options_are_checked():
     ({"configs": ()}, "configs must name at least one configuration"),
     ({"deadline": -1.0}, "deadline must be a positive number of seconds, got -1.0"),
     ({"deadline": float("nan")}, "deadline must be a positive number of seconds, got nan"),
-    ({"batch_sizes": (2**33,)}, r"batch sizes must be in \[1, 2\*\*31\)"),
+    ({"batch_sizes": (2**33,)}, r"batch_sizes must be in \[1, 2\*\*31\)"),
     ({"out": ""}, "out must not be an empty path"),
     ({"plot": "x.foo"}, "plot must end in one of .png"),
-    ({"plot": "no/such/folder/x.png"}, "plot's folder no/such/folder does not exist"),
+    ({"plot": "no/such/folder/x.png"},
+     r"plot 'no/such/folder/x.png' names a folder that does not exist \(no/such/folder\)"),
 ])
 def test_options_that_would_fail_after_the_measurements_fail_first(kwargs, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         bench.BenchOptions(**kwargs)
+    with pytest.raises(ValueError, match="out .* is a folder, not a file"):
+        bench.BenchOptions(out=str(tmp_path))
     (tmp_path / "f").write_text("")
     with pytest.raises(ValueError, match="trace_dir .* is a file, not a folder"):
         bench.BenchOptions(trace_dir=str(tmp_path / "f"))
@@ -177,6 +180,18 @@ def test_a_failing_child_becomes_an_error_record():
     (record,) = bench.run_child(options, "--xla_no_such_flag=1", timeout=120)
     assert record["status"] == "error" and "xla_no_such_flag" in record["reason"]
     assert set(FIELDS) <= set(record)
+
+
+def test_a_child_the_deadline_stops_is_skipped_with_its_reason():
+    """It was an error record of empty reason (the killed child's stderr), and `zerognn
+    bench` exited 1 where a measurement in process is skipped. A child cannot import JAX
+    in 0.2 s, let alone measure."""
+    options = bench.BenchOptions(TrainConfig(dataset="tiny", progress=False),
+                                 configs=("scan-xla",))
+    (record,) = bench.run_child(options, timeout=0.2)
+    assert record["status"] == "skipped"
+    assert record["reason"] == ("time budget (--deadline) spent: its child process was "
+                                "stopped after 0.2 s")
 
 
 def test_union_length_counts_overlaps_once():

@@ -119,6 +119,10 @@ def test_cli_option_errors_are_one_line(capsys):
     # a value the config refuses is named by the flag that gave it
     for argv, message in ((["train", "--seed", "-3"], "--seed must be in [0, 2**31), got -3"),
                           (["bench", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+                          # the bench's own checks of a training field and of its own
+                          (["bench", "--epochs", "0"], "--epochs must be >= 1, got 0"),
+                          (["bench", "--batch-sizes", "0"],
+                           "--batch-sizes must be in [1, 2**31), got (0,)"),
                           (["train", "--scale", "nan"],
                            "--scale must be positive and finite, got nan")):
         assert main([*argv, "--no-progress"]) == 2

@@ -397,6 +397,10 @@ def test_a_kernel_spec_can_start_from_auto_or_one_implementation():
     assert [getattr(mixed, op) for op in OPS] == ["pallas"] * 3 + ["xla"] * 2 + ["pallas"]
     with pytest.raises(ValueError, match=r"bad kernel spec 'auto' in 'xla,auto'"):
         Kernels.parse("xla,auto")
+    # an op named twice was taken from its last part, silently
+    with pytest.raises(ValueError, match=r"'sample=pallas,sample=xla': sample is named twice"):
+        Kernels.parse("sample=pallas,sample=xla")
+    assert Kernels.parse("aggregate=pallas,max=xla").max == "xla"  # an alias, then one op
 
 
 def test_a_callable_replaces_an_op(small_graph):

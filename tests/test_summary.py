@@ -168,6 +168,16 @@ def test_a_sharded_table_says_why_it_is_on_the_device():
         "device", "shard_features splits it across the devices", False)
 
 
+def test_a_table_split_over_one_device_is_said_to_stay_whole(homo, typed):
+    """shard_features with devices 1 (in one process) was accepted silently."""
+    said = ("shard_features True splits the feature table over one device, which keeps all "
+            "of it: train on more devices (devices 0 takes all of this process's) or "
+            "processes for the split to save memory")
+    for data, extra in ((homo, {}), (typed, {"model": "rsage"})):
+        split = zg.TrainConfig(**QUICK, **extra, shard_features=True)
+        assert placement_warnings(lambda c=split, d=data: trainer.prepare(c, d)) == [said]
+
+
 def test_an_evaluated_epoch_records_how_long_its_evaluation_took(homo, no_limit):
     """`eval_seconds` in the records of the epochs evaluated, none in the others, none
     without evaluation."""

@@ -102,14 +102,17 @@ def config_from_args(config_cls, args: argparse.Namespace, **overrides):
 
     Raises:
       ValueError: the config's own, with a leading field name spelled as its flag
-        ("seed must be in ..." -> "--seed must be in ...").
+        ("seed must be in ..." -> "--seed must be in ..."); a field of a config given in
+        `overrides` too ("train.epochs must be ..." -> "--epochs must be ...").
     """
     names = {f.name for f in dataclasses.fields(config_cls)}
     values = {k: v for k, v in vars(args).items() if k in names}
+    nested = {f"{key}.{f.name}" for key, value in overrides.items()
+              if dataclasses.is_dataclass(value) for f in dataclasses.fields(value)}
     try:
         return config_cls(**{**values, **overrides})
     except ValueError as err:  # the same error, its type and notes kept
-        err.args = (_as_flag(str(err), names),)
+        err.args = (_as_flag(str(err), names | nested),)
         raise
 
 
@@ -117,7 +120,7 @@ def _as_flag(message: str, names: set[str]) -> str:
     """`message` with the field name it starts with written as that field's flag, unless
     the message names the flag already."""
     field = message.split(" ", 1)[0]
-    flag = "--" + field.replace("_", "-")
+    flag = "--" + field.rpartition(".")[2].replace("_", "-")
     if field not in names or flag in message:
         return message
     return flag + message[len(field):]

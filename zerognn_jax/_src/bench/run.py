@@ -85,12 +85,12 @@ class BenchOptions:
         unknown = [c for c in self.configs if c not in VARIANTS]
         checks = [
             (not unknown, f"unknown configs {unknown}; choose from {', '.join(VARIANTS)}"),
-            (self.train.epochs >= 1, f"epochs must be >= 1, got {self.train.epochs}"),
+            (self.train.epochs >= 1, f"train.epochs must be >= 1, got {self.train.epochs}"),
             (self.host_steps is None or self.host_steps >= 1,
              f"host_steps must be >= 1, got {self.host_steps}"),
             (self.check_steps >= 0, f"check_steps must be >= 0, got {self.check_steps}"),
             (all(1 <= b < 2**31 for b in self.batch_sizes),
-             f"batch sizes must be in [1, 2**31), got {self.batch_sizes}"),
+             f"batch_sizes must be in [1, 2**31), got {self.batch_sizes}"),
             (bool(self.configs), "configs must name at least one configuration"),
             (self.deadline is None or (math.isfinite(self.deadline) and self.deadline > 0),
              f"deadline must be a positive number of seconds, got {self.deadline}"),
@@ -129,10 +129,13 @@ class BenchOptions:
                 raise ValueError(f"plot must end in one of {', '.join(PLOT_SUFFIXES)}, got "
                                  f"{self.plot!r}")
             if not plot.parent.is_dir():
-                raise ValueError(f"plot's folder {plot.parent} does not exist")
+                raise ValueError(f"plot {self.plot!r} names a folder that does not exist "
+                                 f"({plot.parent})")
         if self.trace_dir and pathlib.Path(self.trace_dir).exists() and \
                 not pathlib.Path(self.trace_dir).is_dir():
             raise ValueError(f"trace_dir {self.trace_dir} is a file, not a folder")
+        if self.out and pathlib.Path(self.out).is_dir():
+            raise ValueError(f"out {self.out} is a folder, not a file")
         if self.envelope_cache and pathlib.Path(self.envelope_cache).is_dir():
             raise ValueError(f"envelope_cache {self.envelope_cache} is a folder, not a file")
 
@@ -316,7 +319,10 @@ def run_child(options: BenchOptions, xla_flags: str = "",
     records = [r for r in records if r["kind"] != "summary"]
     if code == 0 and records:
         return [dict(r, peak_scope="config") for r in records]
-    what = "timed out" if code == "timeout" else f"exited with {code}"
-    reason = f"child process {what}: " + " ".join("".join(tail).split())[-600:]
+    if code == "timeout":  # as a measurement the deadline leaves no time for
+        return [dict(blank_record("config", c, options), status="skipped",
+                     reason=f"time budget (--deadline) spent: its child process was "
+                            f"stopped after {timeout:.3g} s") for c in options.configs]
+    reason = f"child process exited with {code}: " + " ".join("".join(tail).split())[-600:]
     return [dict(blank_record("config", c, options), status="error", reason=reason)
             for c in options.configs]

@@ -67,12 +67,16 @@ class Kernels:
             choices, parts = (dict(sample="pallas", row_adam="pallas") if gpu else {}), parts[1:]
         elif parts[0] in IMPLEMENTATIONS:
             choices, parts = dict.fromkeys(OPS, parts[0]), parts[1:]
+        named = set()
         for part in parts:
             op, sep, impl = (s.strip() for s in part.partition("="))
             if not sep or (op not in OPS and op not in _ALIASES):
                 raise ValueError(f"bad kernel spec {part!r} in {spec!r}: expected 'auto', "
                                  f"'xla' or 'pallas', then OP=IMPL with OP in "
                                  f"{(*OPS, *_ALIASES)}")
+            if op in named:
+                raise ValueError(f"bad kernel spec {spec!r}: {op} is named twice")
+            named.add(op)
             choices.update(dict.fromkeys(_ALIASES.get(op, (op,)), impl))
         return cls(**choices, interpret=interpret)
 

@@ -100,6 +100,16 @@ def warn_unused_cache(setting: float | None, placement: Placement,
                       PlacementWarning, stacklevel=2)
 
 
+def warn_unsplit(shard_features: bool, devices: int) -> None:
+    """Warns (`PlacementWarning`) that `shard_features` splits the table over a mesh of
+    one device (`devices`), where every row stays where it is."""
+    if shard_features and devices == 1:
+        warnings.warn("shard_features True splits the feature table over one device, "
+                      "which keeps all of it: train on more devices (devices 0 takes all "
+                      "of this process's) or processes for the split to save memory",
+                      PlacementWarning, stacklevel=3)
+
+
 def hottest_first(degree: np.ndarray, count: int) -> np.ndarray:
     """int32[count]: the `count` rows of highest `degree` (int[N]), highest first (ties
     by id)."""

@@ -49,6 +49,7 @@ from zerognn_jax._src.training.placement import (
     cache_budget,
     choose_placement,
     place_features,
+    warn_unsplit,
     warn_unused_cache,
 )
 from zerognn_jax._src.training.program import (
@@ -186,6 +187,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                           sampler, cfg.batch_size, cfg.seed, kernels, task=task, layout=layout,
                           embedding=embedding, placement=placement)
     mesh = make_mesh(cfg.devices)
+    warn_unsplit(cfg.shard_features, mesh.size)
     # a node's own neighbour count: on an undirected graph, also how often it is drawn
     # as a neighbour (a typed graph counts the latter: TypedInputs.degrees)
     degree = np.diff(np.asarray(graph.indptr)) if placement.where == "host" else None

@@ -65,6 +65,7 @@ from zerognn_jax._src.training.placement import (
     cache_budget,
     choose_placement,
     place_features,
+    warn_unsplit,
     warn_unused_cache,
 )
 from zerognn_jax._src.training.program import (
@@ -495,6 +496,7 @@ class TypedNodeTask(ItemsAreLevel0):
                              self.sampler.edge_ids, dtype)
         table = self.inputs.table(dataset, dtype, bool(cfg.normalize_features))
         mesh = make_mesh(cfg.devices)
+        warn_unsplit(cfg.shard_features, mesh.size)
         whole = not getattr(model, "chunked_exact", False)  # exact evaluation's reads
         table, placement = self._placed(cfg, graph, table, dtype, whole_table=whole)
         host = DeviceData(graph, table, self.device_targets(dataset))
