@@ -5,13 +5,28 @@ otherwise end in a traceback instead of the command line's one line and exit cod
 
 from __future__ import annotations
 
+import signal
 import sys
 
 
 def main() -> int:
+    arrived = []
+
+    def stop(signum, frame):
+        arrived.append(signum)
+        raise KeyboardInterrupt
+
+    # A KeyboardInterrupt raised inside a callback the import runs (JAX's garbage
+    # collection hook) is printed and dropped by Python, and the import goes on: the
+    # signal is recorded as well, so that it ends the command all the same.
+    signal.signal(signal.SIGINT, stop)
     try:
         from zerognn_jax.cli import main as run
     except KeyboardInterrupt:
+        arrived.append(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if arrived:
         print("zerognn: interrupted while starting", file=sys.stderr)
         return 130
     return run()

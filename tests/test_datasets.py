@@ -302,6 +302,10 @@ def _cut_short(path: Path) -> None:
      r"edge\.csv\.gz has 3 columns, expected 2"),
     (lambda raw: write_csv_gz(raw / "node-label.csv.gz", [3, 0.7, 39, 3, 1]),
      r"node-label\.csv\.gz has a class id that is not a whole number: 0\.7"),
+    (lambda raw: write_csv_gz(raw / "edge.csv.gz", [(0, 1), (1, 5)]),
+     r"edge\.csv\.gz: edge ends span \[0, 5\], outside the 5 nodes \[0, 5\)"),
+    (lambda raw: write_csv_gz(raw.parent / "split" / "time" / "test.csv.gz", [(3, 4)]),
+     r"test\.csv\.gz has 2 columns, expected 1"),  # was read as the ids 3 and 4
 ])
 def test_ogb_files_that_do_not_read_are_named(tmp_path, spoil, message):
     spoil(make_fake_arxiv(tmp_path) / "raw")
@@ -313,6 +317,46 @@ def test_an_empty_ogb_edge_file_is_an_edgeless_graph(tmp_path):
     raw = make_fake_arxiv(tmp_path) / "raw"
     write_csv_gz(raw / "edge.csv.gz", [])
     assert load_dataset("ogbn-arxiv", root=tmp_path).graph.num_edges == 0
+
+
+def _fake_papers(root: Path, *, edges=((0, 1, 3), (1, 2, 3)), labels=(5.0, np.nan, 171.0, 0)):
+    raw = root / "ogbn_papers100M" / "raw"
+    raw.mkdir(parents=True)
+    np.savez(raw / "data.npz", edge_index=np.array(edges, np.int64).reshape(2, -1),
+             node_feat=np.ones((4, 2), np.float32), num_nodes_list=np.array([4]))
+    np.savez(raw / "node-label.npz", node_label=np.float32(labels)[:, None])
+    write_ogb_split(root / "ogbn_papers100M", "time", [0], [2], [])
+    return raw
+
+
+def test_ogb_papers100m_files_that_do_not_read_are_named(tmp_path):
+    """Archives cut short were tracebacks (BadZipFile); an edgeless graph an IndexError."""
+    for name in ("data.npz", "node-label.npz"):
+        raw = _fake_papers(tmp_path / name)
+        _cut_short(raw / name)
+        with pytest.raises(ValueError, match=rf"{name} is not a readable .*: File is not a zip"):
+            load_dataset("ogbn-papers100M", root=tmp_path / name)
+    _fake_papers(tmp_path / "none", edges=((), ()))
+    assert load_dataset("ogbn-papers100M", root=tmp_path / "none").graph.num_edges == 0
+
+
+def test_an_invalid_ogb_papers100m_is_named_by_its_raw_files_and_not_kept(tmp_path):
+    """It was named by the converted folder, which stayed: a dataset nobody wrote."""
+    raw = _fake_papers(tmp_path, labels=(5.0, np.nan, 172.0, 0))
+    with pytest.raises(ValueError, match=rf"^{raw} holds an invalid dataset: labels must lie "
+                                         rf"in \[-1, 172\), found range \[-1, 172\]$"):
+        load_dataset("ogbn-papers100M", root=tmp_path)
+    assert list((raw.parent / "processed").iterdir()) == []
+
+
+def test_ogb_data_whose_cache_cannot_be_written_are_used_without_it(tmp_path):
+    """A folder the user may not write (a team's copy) refused the whole dataset."""
+    folder = make_fake_arxiv(tmp_path)
+    (folder / "processed").write_text("in the way")  # as a folder that cannot be written
+    with pytest.warns(UserWarning, match=r"could not write the cache .*zerognn\.npz .*read "
+                                         r"from their files again next time"):
+        ds = load_dataset("ogbn-arxiv", root=tmp_path)
+    assert ds.labels.tolist() == [3, 0, 39, 3, 1]
 
 
 # ---------------------------------------------------------------- synthetic

@@ -222,6 +222,34 @@ def test_a_ctrl_c_while_the_command_starts_ends_in_one_line(monkeypatch, capsys)
     assert capsys.readouterr().err == "zerognn: interrupted while starting\n"
 
 
+def test_a_ctrl_c_that_the_import_swallows_still_ends_the_command(monkeypatch, capsys):
+    """Python prints and drops a KeyboardInterrupt raised in a callback, as JAX's garbage
+    collection hook is, and the import went on: the command then ran to its end (exit
+    0; 2 of 8 Ctrl-Cs a second into `zerognn data generate`)."""
+    import builtins
+    import os
+    import signal
+    import time
+
+    import zerognn_cli
+
+    real = builtins.__import__
+
+    def swallowing(name, *args, **kwargs):
+        if name == "zerognn_jax.cli":
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # the handler runs here, in this thread
+            except KeyboardInterrupt:
+                pass  # as a callback's caller does
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", swallowing)
+    assert zerognn_cli.main() == 130
+    assert capsys.readouterr().err == "zerognn: interrupted while starting\n"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_existing_metrics_file_that_cannot_be_appended_to(tmp_path, capsys, no_work):
     if not Path("/proc/version").is_file():
         pytest.skip("needs Linux's /proc/version")

@@ -172,6 +172,17 @@ def test_jraph_round_trip():
     pytest.importorskip("jraph")
     g = from_edge_list([0, 1, 1], [1, 0, 2], 3)
     assert rows(from_jraph(to_jraph(g))) == rows(g)
+    # edge weights, edge features, or both come back with their edges (the features were
+    # dropped: to_jraph wrote the weights only)
+    table = np.arange(6, dtype=np.float32).reshape(3, 2)
+    for tables in (dict(weights=np.float32([0.5, 2, 3])), dict(edge_features=table),
+                   dict(weights=np.float32([0.5, 2, 3]), edge_features=table)):
+        g = from_edge_list([0, 1, 1], [1, 0, 2], 3, **tables)
+        back = from_jraph(to_jraph(g))
+        assert rows(back) == rows(g)
+        for name in ("weights", "edge_features"):
+            want, got = getattr(g, name), getattr(back, name)
+            assert (want is None and got is None) or np.array_equal(want, got)
 
 
 def test_from_jraph_keeps_the_edges_as_weights_or_features():
@@ -185,9 +196,12 @@ def test_from_jraph_keeps_the_edges_as_weights_or_features():
     np.testing.assert_array_equal(from_jraph(tuple_of(table)).edge_features, table)
     assert from_jraph(tuple_of(None)).weights is None
     assert from_jraph(tuple_of(np.ones(2, np.float32))).weights is None  # as from_scipy
-    for other in (np.array([3, 0]), {"bond": np.ones(2)}):  # ids, a dict: left out
+    for other in (np.array([3, 0]), {"bond": np.ones(2)}):  # ids, other keys: left out
         g = from_jraph(tuple_of(other))
         assert g.weights is None and g.edge_features is None
+    both = from_jraph(tuple_of({"weights": np.float32([0.5, 2.0]), "edge_features": table}))
+    np.testing.assert_array_equal(both.weights, [0.5, 2.0])
+    np.testing.assert_array_equal(both.edge_features, table)
 
 
 @pytest.mark.parametrize(
@@ -206,6 +220,8 @@ def test_from_jraph_keeps_the_edges_as_weights_or_features():
         ([[0, 1]], [[1, 2]], 5, ValueError, r"src must be one-dimensional, got shape \(1, 2\)"),
         ([0], [1], -1, ValueError, r"num_nodes must be in \[0, 2\*\*31 - 1\], got -1"),
         ([0], [1], 2**31, ValueError, r"num_nodes must be in \[0, 2\*\*31 - 1\], got 2147483648"),
+        ([0], [1], 3.0, TypeError, r"num_nodes must be a whole number \(an int\), got float 3.0"),
+        ([0], [1], True, TypeError, r"num_nodes must be a whole number \(an int\), got bool"),
     ],
 )
 def test_from_edge_list_rejects_bad_ids(src, dst, num_nodes, error, match):

@@ -155,6 +155,10 @@ def test_storage_refuses_other_files(tmp_path):
         zg.load_graphs_file(tmp_path / "x.npz")
     with pytest.raises(ValueError, match="unknown graph dataset 'nothing'"):
         zg.load_graphs("nothing")
+    (tmp_path / "empty.npz").write_bytes(b"")  # asking which kind of file it is: EOFError
+    for load in (zg.load_graphs, zg.load_dataset, zg.load_hetero_dataset):
+        with pytest.raises(ValueError, match=r"empty.npz is not a readable .*No data left"):
+            load(str(tmp_path / "empty.npz"))
     saved = zg.save_graphs(tiny(), tmp_path / "d")
     meta = json.loads((saved / "meta.json").read_text())
     for edit, message in (({k: v for k, v in meta.items() if k != "name"},
@@ -311,8 +315,20 @@ def test_ogbg_layout_on_a_tiny_folder(tmp_path):
     np.testing.assert_array_equal(c.val_idx, [1])
     assert (tmp_path / "ogbg_molpcba" / "processed" / "zerognn-graphs.npz").is_file()
     assert same(c, zg.load_graphs("ogbg-molpcba", str(tmp_path)))  # from the cache
+    # text in a label field is no missing label (it was read as one, silently)
+    for typo in ("yes", "O"):
+        _write_csv(raw / "graph-label.csv.gz", [label_row(0), label_row(typo)])
+        with pytest.raises(ValueError, match=f"graph-label.csv.gz is not a readable OGB file: "
+                                             f"could not convert string '{typo}'"):
+            zg.read_ogbg("ogbg-molpcba", tmp_path)
+    _write_csv(raw / "graph-label.csv.gz", [label_row(0), label_row("")])
+    # no bond in any graph: tables of no rows keep their widths (they were read as 1 wide)
+    _write_csv(raw / "num-edge-list.csv.gz", [[0], [0]])
+    for name in ("edge.csv.gz", "edge-feat.csv.gz"):
+        _write_csv(raw / name, [])
+    assert zg.read_ogbg("ogbg-molpcba", tmp_path).edge_features.shape == (0, 3)
     _write_csv(raw / "num-edge-list.csv.gz", [[2], [2]])
-    (tmp_path / "ogbg_molpcba" / "processed" / "zerognn-graphs.npz").unlink()
+    _write_csv(raw / "edge.csv.gz", [[0, 1], [1, 2], [0, 1]])
     with pytest.raises(ValueError, match="edge.csv.gz has 3 rows, the count lists say 4"):
         zg.read_ogbg("ogbg-molpcba", tmp_path)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import re
 import sys
 import types
 
@@ -83,6 +84,20 @@ def test_ogbn_mag_names_a_missing_file(tmp_path):
     _write_mag(tmp_path, np.random.default_rng(1))
     (tmp_path / "ogbn_mag" / "raw" / "node-feat" / "paper" / "node_year.csv.gz").unlink()
     with pytest.raises(FileNotFoundError, match="node_year.csv.gz not found"):
+        zg.load_hetero_dataset("ogbn-mag", tmp_path)
+
+
+@pytest.mark.parametrize("counts, message", [
+    ({"author": "x", "paper": 8}, "num-node-dict.csv.gz: a node count is not a whole number: "
+                                  "'x'"),  # was int()'s message, naming no file
+    ({"author": 6, "institution": 2}, "num-node-dict.csv.gz lists no 'paper' node type (it "
+                                      "lists author, institution)"),  # was "-1 papers"
+])
+def test_ogbn_mag_names_a_node_count_file_it_cannot_use(tmp_path, counts, message):
+    _write_mag(tmp_path, np.random.default_rng(1))
+    _csv(tmp_path / "ogbn_mag" / "raw" / "num-node-dict.csv.gz", [list(counts.values())],
+         header=list(counts))
+    with pytest.raises(ValueError, match=re.escape(message)):
         zg.load_hetero_dataset("ogbn-mag", tmp_path)
 
 
@@ -386,6 +401,19 @@ def test_stored_typed_ids_are_checked_before_they_are_narrowed(tmp_path, indices
     arrays = dict(np.load(zg.save_hetero_npz(ds, tmp_path / "h.npz")), r0_indices=indices)
     np.savez(tmp_path / "bad.npz", **arrays)
     with pytest.raises(ValueError, match=rf"bad.npz holds an invalid typed dataset: {message}"):
+        zg.load_hetero(tmp_path / "bad.npz")
+
+
+def test_a_stored_typed_dataset_without_an_array_names_what_it_lacks(tmp_path):
+    ds = zg.make_hetero_dataset("h", {"a": 3, "b": 2}, {("a", "ab", "b"): ([0, 1, 2],
+                                                                          [0, 1, 1])},
+                                target_type="b", labels=[0, 1], train_idx=[0], val_idx=[1],
+                                test_idx=[])
+    arrays = dict(np.load(zg.save_hetero_npz(ds, tmp_path / "h.npz")))
+    del arrays["r0_indices"]
+    np.savez(tmp_path / "bad.npz", **arrays)
+    with pytest.raises(ValueError, match="bad.npz holds an invalid typed dataset: it lacks "
+                                         "'r0_indices'$"):  # the bare key, before
         zg.load_hetero(tmp_path / "bad.npz")
 
 

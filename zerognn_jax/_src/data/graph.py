@@ -20,6 +20,7 @@ Host-side construction works in NumPy int64 and narrows at the end.
 
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple
 
 import jax
@@ -144,6 +145,13 @@ def from_edge_list(
         raise ValueError(f"src and dst differ in length: {src.shape[0]} vs {dst.shape[0]}")
     if num_nodes is None:
         num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
+    try:
+        if isinstance(num_nodes, bool | np.bool_):
+            raise TypeError
+        num_nodes = operator.index(num_nodes)
+    except TypeError:
+        raise TypeError(f"num_nodes must be a whole number (an int), got "
+                        f"{type(num_nodes).__name__} {num_nodes!r}") from None
     if num_nodes < 0 or num_nodes > _INT32_MAX:
         raise ValueError(f"num_nodes must be in [0, 2**31 - 1], got {num_nodes}")
     columns = num_nodes if num_columns is None else int(num_columns)
@@ -461,12 +469,17 @@ def to_networkx(graph: CSRGraph, *, undirected: bool = False):
 
 
 def to_jraph(graph: CSRGraph, node_features=None):
-    """A jraph.GraphsTuple holding the graph's edges as receivers <- senders (needs jraph)."""
+    """A jraph.GraphsTuple holding the graph's edges as receivers <- senders (needs jraph).
+
+    `edges` holds the edge weights [E], or the edge features [E, D], or both as a dict
+    {"weights": ..., "edge_features": ...}, each row the edge's in CSR order."""
     jraph = need("jraph", "to_jraph")
     src, dst = to_edge_list(graph)
+    tables = {k: v for k, v in (("weights", graph.weights),
+                                ("edge_features", graph.edge_features)) if v is not None}
     return jraph.GraphsTuple(
         nodes=node_features,
-        edges=None if graph.weights is None else graph.weights,
+        edges=tables if len(tables) == 2 else next(iter(tables.values()), None),
         senders=jnp.asarray(dst),
         receivers=jnp.asarray(src),
         n_node=jnp.asarray([graph.num_nodes]),
@@ -480,12 +493,16 @@ def from_jraph(graphs_tuple, **kwargs) -> CSRGraph:
 
     Float `edges` come along unless `weights=` or `edge_features=` is given: [E] as the
     edge weights, as `to_jraph` writes them (none when all are one, as `from_scipy`
-    reads values), [E, D] as edge features. Other edges (integer ids, a dict) are left
-    out."""
+    reads values), [E, D] as edge features, a dict's "weights" and "edge_features" as
+    those (`to_jraph` of a graph with both). Other edges (integer ids, other keys) are
+    left out."""
     n = int(np.sum(np.asarray(graphs_tuple.n_node)))
     edges = graphs_tuple.edges
-    if edges is not None and not isinstance(edges, dict) and "weights" not in kwargs \
-            and "edge_features" not in kwargs:
+    given = "weights" in kwargs or "edge_features" in kwargs
+    if isinstance(edges, dict) and not given:
+        kwargs.update({k: np.asarray(edges[k]) for k in ("weights", "edge_features")
+                       if edges.get(k) is not None})
+    elif edges is not None and not isinstance(edges, dict) and not given:
         edges = np.asarray(edges)
         if np.issubdtype(edges.dtype, np.floating) and edges.ndim == 1 and (edges != 1).any():
             kwargs["weights"] = edges

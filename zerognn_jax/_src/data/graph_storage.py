@@ -99,7 +99,7 @@ def is_graphs_path(path: str | os.PathLike) -> bool:
         try:
             with np.load(path, allow_pickle=False) as npz:
                 return "meta" in npz.files and "node_offsets" in npz.files
-        except (zipfile.BadZipFile, OSError, ValueError):
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
             return False
     return False
 

@@ -97,7 +97,9 @@ def _dataset(meta: dict, arrays: dict, where) -> HeteroDataset:
                              features, meta["target_type"], arrays["labels"],
                              *(arrays[f"{s}_idx"] for s in SPLITS), int(meta["num_classes"]),
                              info, arrays.get("targets"), meta.get("target_kind", "classes"))
-    except (KeyError, TypeError, ValueError, IndexError) as err:
+    except KeyError as err:  # an array (or a record's entry) its record says it holds
+        raise ValueError(f"{where} holds an invalid typed dataset: it lacks {err}") from err
+    except (TypeError, ValueError, IndexError) as err:
         raise ValueError(f"{where} holds an invalid typed dataset: {err}") from err
 
 

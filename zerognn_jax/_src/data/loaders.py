@@ -45,6 +45,7 @@ from zerognn_jax._src.data.storage import (
     save_npz,
 )
 from zerognn_jax._src.data.synthetic import check_scale, products_like, rmat
+from zerognn_jax._src.data.writes import keep_cache
 
 __all__ = ["DATASET_NAMES", "HETERO_NAMES", "is_typed", "load_dataset", "load_hetero_dataset",
            "load_dir",
@@ -209,7 +210,7 @@ def _load_ogb(name: str, root) -> Dataset:
     if binary:
         return ogb.load_ogb(name, root)
     dataset = ogb.load_ogb(name, root)
-    save_npz(dataset, cache, overwrite=True)
+    keep_cache(lambda: save_npz(dataset, cache, overwrite=True), cache)
     return dataset
 
 
@@ -312,4 +313,6 @@ def _load_mag(root) -> HeteroDataset:
     sources = [p for sub in ("raw", "split") for p in (folder / sub).rglob("*") if p.is_file()]
     if cache.is_file() and all(p.stat().st_mtime <= cache.stat().st_mtime for p in sources):
         return load_hetero_npz(cache)
-    return _saved(load_mag(root), cache)
+    dataset = load_mag(root)
+    keep_cache(lambda: _saved(dataset, cache), cache)
+    return dataset

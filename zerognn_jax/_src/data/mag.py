@@ -47,6 +47,12 @@ def _read_counts(path: Path) -> dict[str, int]:
     types, counts = lines[0].split(","), lines[1].split(",")
     if len(types) != len(counts):
         raise ValueError(f"{path}: {len(types)} node types but {len(counts)} counts")
+    bad = [c for c in counts if not c.strip().isdigit()]
+    if bad:
+        raise ValueError(f"{path}: a node count is not a whole number: {bad[0]!r}")
+    if TARGET not in types:
+        raise ValueError(f"{path} lists no {TARGET!r} node type (it lists "
+                         f"{', '.join(types)}), whose papers ogbn-mag classifies")
     return {t: int(c) for t, c in zip(types, counts)}
 
 
@@ -81,7 +87,7 @@ def load_mag(root: str | os.PathLike, *, add_reverse: bool = True) -> HeteroData
     labels = _as_labels(_load_text(label_file, np.float64), label_file)
     split = {part: _read_ids(folder / "split" / "time" / TARGET / f"{part}.csv.gz")
              for part in ("train", "valid", "test")}
-    n = counts.get(TARGET, -1)
+    n = counts[TARGET]
     for what, arr in (("node-feat", features), ("node_year", year), ("node-label", labels)):
         if arr.shape[0] != n:
             raise ValueError(f"{raw / paper}: {what} has {arr.shape[0]} rows, num-node-dict "

@@ -45,9 +45,11 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import os
+import shutil
 import tempfile
 import warnings
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +59,7 @@ from zerognn_jax._src.data.dataset import BFLOAT16, Dataset, make_dataset
 from zerognn_jax._src.data.graph import offset_dtype
 from zerognn_jax._src.data.undirected import undirected_csr
 
+PROTEIN_EDGE_FEATURES = 8  # the columns of ogbn-proteins' edge-feat.csv.gz
 _BLOCK = 1 << 25  # entries (edges, feature values) read, sorted or written at a time
 
 
@@ -96,7 +99,7 @@ def load_ogb(name: str, root: str | os.PathLike) -> Dataset:
     spec = SPECS[name]
     folder = dataset_folder(name, root)
     if spec.binary:
-        return storage.load_dir(write_binary(name, root, processed_dir(name, root)))
+        return _load_converted(name, root)
     raw = folder / "raw"
     if spec.targets == "multilabel":
         return _read_multilabel(name, folder, spec)
@@ -151,7 +154,15 @@ def _load_text(path: Path, dtype, columns: int | None = None) -> np.ndarray:
 
 
 def _read_ids(path: Path) -> np.ndarray:
-    return _load_text(path, np.int64).reshape(-1)
+    """int64[n] from a file of one whole number a line (a line of two is refused)."""
+    return _load_text(path, np.int64, columns=1).reshape(-1)
+
+
+def _check_ends(edges: np.ndarray, num_nodes: int, path: Path) -> None:
+    """ValueError naming `path` where an edge's end (int[E, 2]) is not a node id."""
+    if edges.size and (edges.min() < 0 or edges.max() >= num_nodes):
+        raise ValueError(f"{path}: edge ends span [{int(edges.min())}, {int(edges.max())}], "
+                         f"outside the {num_nodes} nodes [0, {num_nodes})")
 
 
 def _as_labels(values: np.ndarray, where: Path) -> np.ndarray:
@@ -178,6 +189,7 @@ def _read_csv_graph(raw: Path):
         raise ValueError(
             f"{raw}: num-node-list says {num_nodes} nodes, node-feat has {features.shape[0]} rows"
         )
+    _check_ends(edges, num_nodes, raw / "edge.csv.gz")
     return edges[:, 0], edges[:, 1], features, labels
 
 
@@ -185,9 +197,10 @@ def _read_multilabel(name: str, folder: Path, spec: _Spec) -> Dataset:
     """A CSV-layout dataset with binary float targets and edge features (ogbn-proteins)."""
     raw = folder / "raw"
     edges = _load_text(raw / "edge.csv.gz", np.int64, columns=2)
-    table = _load_text(raw / "edge-feat.csv.gz", np.float32)
+    table = _load_text(raw / "edge-feat.csv.gz", np.float32, columns=PROTEIN_EDGE_FEATURES)
     targets = _load_text(raw / "node-label.csv.gz", np.float32)
     num_nodes = int(_load_text(raw / "num-node-list.csv.gz", np.int64).sum())
+    _check_ends(edges, num_nodes, raw / "edge.csv.gz")
     if table.shape[0] != edges.shape[0]:
         raise ValueError(f"{raw}: edge.csv.gz has {edges.shape[0]} edges, edge-feat.csv.gz "
                          f"{table.shape[0]} rows")
@@ -201,6 +214,19 @@ def _read_multilabel(name: str, folder: Path, spec: _Spec) -> Dataset:
                         None, split["train"], split["valid"], split["test"], spec.num_classes,
                         targets=targets, target_kind="multilabel",
                         edge_features=graph.edge_features)
+
+
+def _load_converted(name: str, root: str | os.PathLike) -> Dataset:
+    """A binary-layout dataset written into its dataset directory and read back from it;
+    one that does not validate (labels past the classes, NaN features, ...) is removed
+    and named by its raw files, which hold what the error is about."""
+    path = write_binary(name, root, processed_dir(name, root))
+    try:
+        return storage.load_dir(path)
+    except ValueError as err:
+        shutil.rmtree(path, ignore_errors=True)
+        raise ValueError(f"{dataset_folder(name, root) / 'raw'} holds an invalid dataset: "
+                         f"{err.__cause__ or err}") from err
 
 
 def processed_dir(name: str, root: str | os.PathLike) -> Path:
@@ -222,6 +248,16 @@ def write_binary(name: str, root: str | os.PathLike, path: str | os.PathLike, *,
     raw = folder / "raw"
     data_npz = _require(raw / "data.npz")
     path = Path(path)
+    try:
+        _write_binary(spec, name, folder, data_npz, path, feature_dtype)
+    except (zipfile.BadZipFile, EOFError, zlib.error) as err:  # cut short, or not a zip
+        raise ValueError(f"{data_npz} is not a readable OGB archive: {err}") from err
+    return path
+
+
+def _write_binary(spec: _Spec, name: str, folder: Path, data_npz: Path, path: Path,
+                  feature_dtype) -> None:
+    raw = folder / "raw"
     with zipfile.ZipFile(data_npz) as zf, storage.write_dir(path, name, spec.num_classes,
                                                               overwrite=True) as out, \
             tempfile.TemporaryDirectory(dir=path.parent, prefix=".edges.") as tmp:
@@ -246,7 +282,6 @@ def write_binary(name: str, root: str | os.PathLike, path: str | os.PathLike, *,
         out.put("labels", labels.astype(np.int32))
         for key, part in (("train_idx", "train"), ("val_idx", "valid"), ("test_idx", "test")):
             out.put(key, split[part].astype(np.int32))
-    return path
 
 
 def _feature_dtype(name) -> np.dtype:
@@ -276,10 +311,14 @@ class _Member:
 
 def _member(zf: zipfile.ZipFile, key: str, where: Path):
     stream = zf.open(f"{key}.npy")
-    version = np.lib.format.read_magic(stream)
-    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                   else np.lib.format.read_array_header_2_0)
-    shape, fortran, dtype = read_header(stream)
+    try:
+        version = np.lib.format.read_magic(stream)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, fortran, dtype = read_header(stream)
+    except ValueError as err:
+        stream.close()
+        raise ValueError(f"{where}:{key} is not a readable array: {err}") from err
     return stream, _Member(stream, shape, np.dtype(dtype), fortran, f"{where}:{key}")
 
 
@@ -347,7 +386,7 @@ def _write_csr(out, src, dst, n: int, tmp: Path) -> None:
         seg = raw[first[lo]:first[hi]].astype(np.int64)
         local = np.repeat(np.arange(hi - lo), degree[lo:hi])
         key = np.sort(local * n + seg)
-        key = key[np.concatenate([[True], key[1:] != key[:-1]])]
+        key = key[np.concatenate([[True], key[1:] != key[:-1]])[:key.size]]
         kept[total:total + key.size] = key % n
         new_degree[lo:hi] = np.bincount(key // n, minlength=hi - lo)
         total += key.size
@@ -372,8 +411,12 @@ def _row_blocks(first: np.ndarray, n: int):
 
 
 def _npz_arrays(path: Path, *keys: str) -> list[np.ndarray]:
-    with np.load(_require(path), allow_pickle=False) as data:
-        missing = [k for k in keys if k not in data.files]
-        if missing:
-            raise ValueError(f"{path} lacks key(s) {', '.join(missing)}; has {data.files}")
-        return [data[k] for k in keys]
+    try:
+        with np.load(_require(path), allow_pickle=False) as data:
+            missing = [k for k in keys if k not in data.files]
+            if not missing:
+                return [data[k] for k in keys]
+            files = data.files
+    except (zipfile.BadZipFile, EOFError, zlib.error, ValueError) as err:
+        raise ValueError(f"{path} is not a readable .npz file: {err}") from err
+    raise ValueError(f"{path} lacks key(s) {', '.join(missing)}; has {files}")

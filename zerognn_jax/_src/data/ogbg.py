@@ -20,20 +20,25 @@ As OGB does for molecules (`add_inverse_edge`), every bond becomes two directed 
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 
 from zerognn_jax._src.data.graph_storage import load_graphs_file, save_graphs
 from zerognn_jax._src.data.graphs import GraphCollection, make_collection
-from zerognn_jax._src.data.ogb import _load_text, _read_ids, read_gz
+from zerognn_jax._src.data.ogb import _load_text, _loadtxt, _read_ids, read_gz
+from zerognn_jax._src.data.writes import keep_cache
 
 # OGB's vocabulary sizes (ogb/utils/features.py: get_atom_feature_dims and
 # get_bond_feature_dims): atomic number, chirality, degree, formal charge, Hs,
 # radical electrons, hybridisation, aromatic, in ring; bond type, stereo, conjugated.
 ATOM_VOCAB = (119, 5, 12, 12, 10, 6, 6, 2, 2)
 BOND_VOCAB = (5, 6, 2)
+# a field with nothing in it: after a line's start or a comma, before a comma or the end
+_EMPTY_FIELD = re.compile(r"(?<![^,\n])(?=,|\n|\Z)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +55,10 @@ GRAPH_SPECS = {
 
 
 def _read_labels(path: Path, tasks: int) -> np.ndarray:
-    """float32[G, tasks]; empty fields are missing labels (NaN)."""
-    labels = read_gz(path, lambda f: np.genfromtxt(f, delimiter=",", dtype=np.float32,
-                                                   ndmin=2, filling_values=np.nan,
-                                                   missing_values=""))
+    """float32[G, tasks]; empty fields are missing labels (NaN); other text that is not
+    a number is refused, naming the file (it was read as a missing label)."""
+    labels = read_gz(path, lambda f: _loadtxt(
+        io.StringIO(_EMPTY_FIELD.sub("nan", f.read().removesuffix("\n"))), np.float32))
     if labels.shape[1] != tasks:
         raise ValueError(f"{path}: expected {tasks} label columns, got {labels.shape[1]}")
     return labels
@@ -75,8 +80,8 @@ def read_ogbg(name: str, root: str | os.PathLike) -> GraphCollection:
     n_node = _read_ids(raw / "num-node-list.csv.gz")
     n_bond = _read_ids(raw / "num-edge-list.csv.gz")
     bonds = _load_text(raw / "edge.csv.gz", np.int64, columns=2)
-    atoms = _load_text(raw / "node-feat.csv.gz", np.int64)
-    bond_feats = _load_text(raw / "edge-feat.csv.gz", np.int64)
+    atoms = _load_text(raw / "node-feat.csv.gz", np.int64, columns=len(ATOM_VOCAB))
+    bond_feats = _load_text(raw / "edge-feat.csv.gz", np.int64, columns=len(BOND_VOCAB))
     labels = _read_labels(raw / "graph-label.csv.gz", spec.tasks)
     for what, rows, want in (("edge.csv.gz", bonds.shape[0], n_bond.sum()),
                              ("edge-feat.csv.gz", bond_feats.shape[0], n_bond.sum()),
@@ -106,5 +111,5 @@ def load_ogbg(name: str, root: str | os.PathLike) -> GraphCollection:
     if cache.is_file() and all(p.stat().st_mtime <= cache.stat().st_mtime for p in sources):
         return load_graphs_file(cache)
     collection = read_ogbg(name, root)
-    save_graphs(collection, cache, overwrite=True)
+    keep_cache(lambda: save_graphs(collection, cache, overwrite=True), cache)
     return collection

@@ -17,6 +17,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import warnings
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,6 +75,17 @@ def writing(what: str, path: str | os.PathLike) -> Iterator[None]:
         yield
     except OSError as err:
         raise write_error(what, path, err) from None
+
+
+def keep_cache(write, path: str | os.PathLike) -> None:
+    """Runs `write()`, which writes the cache `path` of data just read. One that cannot be
+    written (a read-only folder shared by a team, a full disk) is warned about, and the
+    data are used without it: they are read again from their sources next time."""
+    try:
+        write()
+    except OSError as err:
+        warnings.warn(f"could not write the cache {path} ({err}); the data read are used "
+                      f"without it, and read from their files again next time", stacklevel=3)
 
 
 def part_prefix(path: Path) -> str:
