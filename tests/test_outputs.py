@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from zerognn_jax._src.data import graph_storage as storage_graphs
 from zerognn_jax._src.data import storage
+from zerognn_jax._src.data.molecules import molhiv_like
 from zerognn_jax._src.data.synthetic import products_like
 from zerognn_jax._src.data.writes import WriteError
 from zerognn_jax._src.training import lock as lock_module
@@ -290,12 +292,15 @@ def test_bench_output_that_cannot_be_written_is_one_line_exit_1(tmp_path, capsys
     assert capsys.readouterr().err == (f"zerognn: error: could not write bench output {out}: "
                                        f"{tmp_path / 'file'} is a file, not a folder (Not a "
                                        f"directory (ENOTDIR, errno 20))\n")
-    # a dataset's folder on the way that is a file: mkdir says EEXIST, named the same
+    # a dataset's folder on the way that is a file: refused before the data are made (it
+    # was refused by the write, after generating, with exit 1), as is --out for a file
     graphs = tmp_path / "file" / "g.npz"
     assert main(["data", "generate", "molhiv-like", "--scale", "0.001", "--out",
-                 str(graphs)]) == 1
-    assert capsys.readouterr().err.endswith(f"{tmp_path / 'file'} is a file, not a folder "
-                                            f"(File exists (EEXIST, errno 17))\n")
+                 str(graphs)]) == 2
+    assert capsys.readouterr().err == (f"zerognn: error: --out {graphs}: {tmp_path / 'file'} "
+                                       f"is a file, not a folder\n")
+    with pytest.raises(FileExistsError, match=f"{tmp_path / 'file'} is a file, not a folder"):
+        storage_graphs.save_graphs(molhiv_like(0.001), graphs)
 
 
 def test_a_metrics_file_of_other_lines_is_refused_and_left_as_it_was(tmp_path, capsys):

@@ -207,6 +207,9 @@ def refuse_foreign(path: str | os.PathLike, what: str, *, folder: bool) -> None:
     writing `what` there would destroy a file or folder of someone else's or fail after
     the work; the current folder is refused too. A dataset written here is replaced."""
     path = Path(path)
+    above = next((p for p in path.parents if os.path.lexists(p)), None)
+    if above is not None and not above.is_dir():  # the folders to make would fail
+        raise FileExistsError(f"{what} {path}: {above} is a file, not a folder")
     if not os.path.lexists(path):
         return
     if path.exists() and Path.cwd().is_relative_to(path.resolve()):
