@@ -155,6 +155,31 @@ def test_errors_found_while_preparing_a_run_name_the_flag(capsys, args, message)
     assert capsys.readouterr().err == f"zerognn: error: {message}\n"
 
 
+def test_a_device_out_of_memory_is_one_line_naming_what_to_lower(monkeypatch, capsys):
+    """A run whose model, table or batch does not fit ended in JAX's traceback (a
+    learnable embedding of 10**8 rows x 100, for one); other runtime errors still raise."""
+    import jax
+
+    def fail(error):
+        def prepare(*args, **kwargs):
+            error.add_note("For simplicity, JAX has removed its internal frames ... Set "
+                           "JAX_TRACEBACK_FILTERING=off to include these.")
+            raise error
+        monkeypatch.setattr(trainer, "prepare", prepare)
+
+    fail(jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 48000000000 "
+                                    "bytes.\nmore lines"))
+    assert main(["train", "--no-progress"]) == 1
+    assert capsys.readouterr().err == (
+        "zerognn: error: the device ran out of memory (RESOURCE_EXHAUSTED: Out of memory "
+        "allocating 48000000000 bytes.); give it less to hold: a smaller --batch-size, "
+        "--hidden or --embedding-dim, --dtype bfloat16, or the feature table in host memory "
+        "(--feature-placement host)\n")
+    fail(jax.errors.JaxRuntimeError("INTERNAL: something else"))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
+        main(["train", "--no-progress"])
+
+
 # ---------------------------------------------------- output paths, first
 
 

@@ -69,6 +69,16 @@ def test_ogbn_proteins_refuses_a_feature_file_of_another_length(tmp_path):
     write_csv_gz(folder / "raw" / "edge-feat.csv.gz", edge_table()[:-1])
     with pytest.raises(ValueError, match="edge.csv.gz has 6 edges, edge-feat.csv.gz 5 rows"):
         load_dataset("ogbn-proteins", root=tmp_path)
+    # of another width (7 columns were read, and cached), or a value the dataset refuses
+    write_csv_gz(folder / "raw" / "edge-feat.csv.gz", edge_table()[:, :7])
+    with pytest.raises(ValueError, match="edge-feat.csv.gz has 7 columns, expected 8"):
+        load_dataset("ogbn-proteins", root=tmp_path)
+    table = edge_table()
+    table[1, 2] = np.nan
+    write_csv_gz(folder / "raw" / "edge-feat.csv.gz", table)
+    with pytest.raises(ValueError, match=f"^{folder / 'raw'} holds an invalid dataset: "
+                                         f"edge_features contain NaN"):
+        load_dataset("ogbn-proteins", root=tmp_path)
 
 
 def test_mean_edge_features_averages_each_rows_edges():

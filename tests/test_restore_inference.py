@@ -57,8 +57,16 @@ def test_restore_for_inference_needs_the_model_only(planetoid_root, tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     logits = zg.predict(back, [5, 700, 2000, 12], mode="sampled", batch_size=64)
     assert logits.shape == (4, 7) and np.isfinite(np.asarray(logits)).all()
-    with pytest.raises(zg.CheckpointMismatch, match="model"):
+    with pytest.raises(zg.CheckpointMismatch) as other:
         zg.restore(cfg.checkpoint_dir, model=MeanConcat(8, 7), for_inference=True)
+    # each variable that differs, with its shape there and here (it was a raw set
+    # difference of both sides' entries, cut after three, so a pair could show half)
+    assert str(other.value) == (
+        f"checkpoint_dir {tmp_path / 'ck'} holds other model variables (epoch 0): "
+        "['params']['Dense_0']['bias'] [[16], 'float32'] there, [[8], 'float32'] here; "
+        "['params']['Dense_0']['kernel'] [[2866, 16], 'float32'] there, [[2866, 8], "
+        "'float32'] here; ['params']['Dense_1']['kernel'] [[32, 7], 'float32'] there, "
+        "[[16, 7], 'float32'] here")
     with pytest.raises(ValueError, match=r"nodes must lie in \[0, 2708\)"):
         zg.predict(back, [2708])
     with pytest.raises(ValueError, match="node_type picks a node type of a typed graph's "

@@ -90,6 +90,22 @@ def test_gradient_rows_of_the_wrong_shape_are_refused():
         row_adam_update(table, row_adam_init(table), jnp.arange(3), jnp.zeros((3, 5)), lr=0.1)
 
 
+@pytest.mark.parametrize("merge", [{}, {"unique": True}, {"repeats": 2}])
+def test_ids_outside_the_table_touch_nothing(merge):
+    """-1 (a common padding) wrote row N - 1, row and moments, where an id past the end
+    was dropped: both touch nothing now, whichever way repeats are merged."""
+    rs = np.random.default_rng(4)
+    n = 6
+    table = jnp.asarray(rs.normal(size=(n, 3)), jnp.float32)
+    rows = jnp.asarray([-1, 2, n, -n], jnp.int32)
+    grads = jnp.asarray(rs.normal(size=(4, 3)), jnp.float32)
+    new, state = row_adam_update(table, row_adam_init(table), rows, grads, lr=0.1, **merge)
+    changed = np.flatnonzero((np.asarray(new) != np.asarray(table)).any(1))
+    assert changed.tolist() == [2]
+    assert np.flatnonzero(np.asarray(state.mu).any(1)).tolist() == [2]
+    assert np.flatnonzero(np.asarray(state.nu).any(1)).tolist() == [2]
+
+
 def test_distinct_rows_skip_the_merge_and_give_the_same_update():
     """`unique=True` (a deduplicated level: valid ids distinct, padding repeated) equals
     the general path that sorts and merges repeats."""

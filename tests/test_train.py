@@ -159,7 +159,7 @@ def test_default_cli_run_trains_the_embedded_graph(tmp_path):
     (["--fanouts", ""], "need one fanout per layer: 3 layers but no fanouts; give 3 "
                         "fanouts (-1: every neighbour)"),
     (["--task", "graph", "--dataset", "molhiv-like", "--model", "gin",
-      "--embedding-dim", "4"], "takes no node embedding: drop embedding_dim"),
+      "--embedding-dim", "4"], "takes no node embedding: drop embedding_dim (--embedding-dim)"),
     (["--batch-size", "0"], "--batch-size must be >= 1"),
     (["--kernels", "fast"], "bad kernel spec"),
     (["--dataset", "nope"], "nope"),

@@ -25,8 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Runs a command; every failure a user can cause ends in one line on stderr.
 
-    Exit codes: 0 done; 1 training diverged or a file could not be written; 2 bad
-    arguments or data; 128 + N stopped by signal N (130 SIGINT, 143 SIGTERM).
+    Exit codes: 0 done; 1 training diverged, a file could not be written or the device
+    ran out of memory; 2 bad arguments or data; 128 + N stopped by signal N (130 SIGINT,
+    143 SIGTERM).
     """
     from zerognn_jax._src.training.interrupts import Interrupted
     from zerognn_jax._src.training.trainer import Diverged
@@ -44,16 +45,35 @@ def main(argv=None) -> int:
         code = _fail(err, str(err), err.exit_code, "; run the same command again to resume")
     except KeyboardInterrupt as err:
         code = _fail(err, "interrupted", 130)
+    except Exception as err:
+        if not _out_of_memory(err):
+            raise
+        code = _fail(err, f"error: the device ran out of memory ({_first_line(err)}); give "
+                     f"it less to hold: a smaller --batch-size, --hidden or --embedding-dim, "
+                     f"--dtype bfloat16, or the feature table in host memory "
+                     f"(--feature-placement host)", 1)
     checkpoints = sys.modules.get("zerognn_jax._src.training.checkpoint")
     if argv is None and checkpoints is not None:  # the command's process, about to exit
         checkpoints.quiet_until_exit()
     return code
 
 
+def _out_of_memory(err: BaseException) -> bool:
+    """Whether `err` is JAX's report of a device allocation that failed."""
+    import jax
+
+    return isinstance(err, jax.errors.JaxRuntimeError) and "RESOURCE_EXHAUSTED" in str(err)
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0][:300]
+
+
 def _fail(err: BaseException, message: str, code: int, hint: str = "") -> int:
     """Prints `zerognn: message`, with `err`'s notes and then `hint` if it has any, on one
     line of stderr; returns `code`."""
-    notes = getattr(err, "__notes__", [])
+    notes = [n for n in getattr(err, "__notes__", [])
+             if "JAX_TRACEBACK_FILTERING" not in n]  # JAX's word on its own traceback
     line = "; ".join([message, *notes]) + (hint if notes else "")
     print(f"zerognn: {line}", file=sys.stderr)
     return code

@@ -504,9 +504,10 @@ def from_jraph(graphs_tuple, **kwargs) -> CSRGraph:
                        if edges.get(k) is not None})
     elif edges is not None and not isinstance(edges, dict) and not given:
         edges = np.asarray(edges)
-        if np.issubdtype(edges.dtype, np.floating) and edges.ndim == 1 and (edges != 1).any():
+        floats = jnp.issubdtype(edges.dtype, jnp.floating)  # bfloat16 included
+        if floats and edges.ndim == 1 and (edges != 1).any():
             kwargs["weights"] = edges
-        elif np.issubdtype(edges.dtype, np.floating) and edges.ndim == 2:
+        elif floats and edges.ndim == 2:
             kwargs["edge_features"] = edges
     return from_edge_list(
         np.asarray(graphs_tuple.receivers), np.asarray(graphs_tuple.senders), n, **kwargs

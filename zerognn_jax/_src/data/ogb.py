@@ -111,10 +111,19 @@ def load_ogb(name: str, root: str | os.PathLike) -> Dataset:
     graph = undirected_csr(src, dst, features.shape[0])
     split = {part: _read_ids(folder / "split" / spec.split / f"{part}.csv.gz")
              for part in ("train", "valid", "test")}
-    return make_dataset(
+    return _named(raw, lambda: make_dataset(
         name, graph.indptr, graph.indices, features, labels, split["train"], split["valid"],
         split["test"], spec.num_classes,
-    )
+    ))
+
+
+def _named(raw: Path, make):
+    """`make()`, whose ValueError (a value the dataset refuses: a label, a split id, a
+    NaN) names the folder of raw files that held it."""
+    try:
+        return make()
+    except ValueError as err:
+        raise ValueError(f"{raw} holds an invalid dataset: {err}") from err
 
 
 def _require(path: Path) -> Path:
@@ -207,13 +216,14 @@ def _read_multilabel(name: str, folder: Path, spec: _Spec) -> Dataset:
     if targets.shape != (num_nodes, spec.num_classes):
         raise ValueError(f"{raw}: node-label.csv.gz is {list(targets.shape)}, expected "
                          f"[{num_nodes}, {spec.num_classes}] (num-node-list says {num_nodes})")
-    graph = undirected_csr(edges[:, 0], edges[:, 1], num_nodes, edge_features=table)
+    graph = _named(raw, lambda: undirected_csr(edges[:, 0], edges[:, 1], num_nodes,
+                                               edge_features=table))
     split = {part: _read_ids(folder / "split" / spec.split / f"{part}.csv.gz")
              for part in ("train", "valid", "test")}
-    return make_dataset(name, graph.indptr, graph.indices, np.ones((num_nodes, 1), np.float32),
-                        None, split["train"], split["valid"], split["test"], spec.num_classes,
-                        targets=targets, target_kind="multilabel",
-                        edge_features=graph.edge_features)
+    return _named(raw, lambda: make_dataset(
+        name, graph.indptr, graph.indices, np.ones((num_nodes, 1), np.float32), None,
+        split["train"], split["valid"], split["test"], spec.num_classes, targets=targets,
+        target_kind="multilabel", edge_features=graph.edge_features))
 
 
 def _load_converted(name: str, root: str | os.PathLike) -> Dataset:

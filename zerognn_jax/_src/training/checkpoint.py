@@ -154,7 +154,7 @@ def full_names(ident: dict, relations) -> dict:
     return out
 
 
-def _differences(saved: dict, current: dict) -> list[str]:
+def differences(saved: dict, current: dict) -> list[str]:
     """"key A there, B here" for every key whose value differs (or is absent on one side)."""
     absent = object()
     show = lambda v: "absent" if v is absent else repr(v)
@@ -475,12 +475,12 @@ class Checkpointer:
         saved.update({k: v for k, v in ADDED_SINCE.items() if k not in saved})
         ident = {k: v for k, v in ident.items()
                  if k in saved or k not in DATASET_ADDED_SINCE}
-        diff = _differences(full_names(saved, relations), ident)
+        diff = differences(full_names(saved, relations), ident)
         if diff:
             raise CheckpointMismatch(
                 f"{where} a run with other settings (epoch {epoch}): {'; '.join(diff)}; "
                 f"resume with the same settings or use another checkpoint_dir")
-        diff = [] if like is None else _differences(meta.get("state_spec", {}),
+        diff = [] if like is None else differences(meta.get("state_spec", {}),
                                                     state_spec(like))
         if diff:
             raise CheckpointMismatch(f"{where} other model variables (epoch {epoch}): "

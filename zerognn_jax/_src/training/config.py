@@ -282,7 +282,8 @@ class TrainConfig:
             (not batched or not (self.edge_features or self.embedding_dim),
              f"the {self.task} task reads its graphs' own edge features and takes no node "
              f"embedding: drop " + " and ".join(
-                 n for n in ("edge_features", "embedding_dim") if getattr(self, n))),
+                 f"{n} (--{n.replace('_', '-')})" for n in ("edge_features", "embedding_dim")
+                 if getattr(self, n))),
             (self.model != "gat" or self.layers == 1 or self.heads < 1
              or self.hidden % self.heads == 0,
              f"GAT splits hidden over its heads: hidden {self.hidden} is not a multiple of "

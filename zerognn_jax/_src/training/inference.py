@@ -131,7 +131,12 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
     """`state` with the model variables of `epoch`, the identity compared (relations
     named by a graph of `relations`) but for `INFERENCE_FREE`, and the variables'
     shapes with the model's."""
-    from zerognn_jax._src.training.checkpoint import CheckpointMismatch, readable, state_spec
+    from zerognn_jax._src.training.checkpoint import (
+        CheckpointMismatch,
+        differences,
+        readable,
+        state_spec,
+    )
 
     saved_ident = meta.get("identity", {})
     ident = {k: v for k, v in ident.items() if k not in INFERENCE_FREE}
@@ -147,8 +152,7 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
     like = {"params": state.params, "batch_stats": state.batch_stats}
     got = {"params": saved["params"], "batch_stats": saved.get("batch_stats") or {}}
     if state_spec(got) != state_spec(like):
-        diff = sorted(set(map(str, state_spec(got).items()))
-                      ^ set(map(str, state_spec(like).items())))
+        diff = differences(state_spec(got), state_spec(like))
         raise CheckpointMismatch(f"checkpoint_dir {ckpt.directory} holds other model "
                                  f"variables (epoch {epoch}): {'; '.join(diff[:3])}")
     put = lambda x, ref: jax.device_put(jnp.asarray(x, ref.dtype), ref.sharding)

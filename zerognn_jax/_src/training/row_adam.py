@@ -57,7 +57,7 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
     Args:
       table: [N, D], any float dtype (updates are computed in float32, stored in it).
       state: from `row_adam_init` or a previous step.
-      rows: int32[R] row ids; repeats allowed.
+      rows: int32[R] row ids; repeats allowed; one outside [0, N) touches nothing.
       grads: [R, D], the gradient of each entry of `rows`.
       valid: bool[R], entries that count (None: all); invalid ones touch nothing.
       lr, b1, b2, eps: Adam's step size, decay rates and epsilon (as `optax.adam`).
@@ -80,7 +80,8 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
     if grads.shape != (r, *table.shape[1:]):
         raise ValueError(f"grads must be [{r}, {', '.join(map(str, table.shape[1:]))}] "
                          f"(one row per id), got {list(grads.shape)}")
-    live = jnp.ones((r,), bool) if valid is None else valid
+    # an id outside [0, N) touches nothing (-1, a common padding, wrapped to row N - 1)
+    live = (rows >= 0) & (rows < n) & (True if valid is None else valid)
     ids = jnp.where(live, rows, n)  # n sorts last and marks a slot unused
     if unique:
         uniq, g = ids, grads

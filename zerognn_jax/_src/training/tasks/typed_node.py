@@ -340,8 +340,8 @@ def _edge_dims(cfg, dataset: HeteroDataset, *, user_model: bool) -> dict:
         raise ValueError(f"edge_features asks for edge features, and no relation of "
                          f"{dataset.name!r} has any")
     if not user_model and cfg.model != "rgat":
-        raise ValueError(f"model {cfg.model!r} reads no edge features: drop edge_features, "
-                         f"or train rgat, whose attention reads them")
+        raise ValueError(f"model {cfg.model!r} reads no edge features: drop edge_features "
+                         f"(--edge-features), or train rgat, whose attention reads them")
     return dims
 
 
