@@ -60,6 +60,7 @@ from zerognn_jax._src.data.loaders import (
 )
 from zerognn_jax._src.data.molecules import molhiv_like, molpcba_like
 from zerognn_jax._src.data.ogbg import read_ogbg
+from zerognn_jax._src.data.writes import WriteError
 from zerognn_jax._src.nn.bridge import as_linen
 from zerognn_jax._src.nn.graph_models import (
     GRAPH_MODELS,
@@ -159,6 +160,7 @@ from zerognn_jax._src.training.loaders import (
     LoaderBatch,
     NeighborLoader,
 )
+from zerognn_jax._src.training.lock import OutputsInUse
 from zerognn_jax._src.training.parallel import DataParallel, initialize_distributed, make_mesh
 from zerognn_jax._src.training.placement import PlacementWarning
 from zerognn_jax._src.training.program import (
@@ -209,7 +211,7 @@ __all__ = [
     "HeteroLinkNeighborLoader", "HeteroLinkLoaderBatch",
     "counter_key", "views_for", "from_edge_index",
     "CheckpointMismatch", "CheckpointWarning", "Diverged", "PlacementWarning",
-    "IgnoredOptionWarning",
+    "IgnoredOptionWarning", "OutputsInUse", "WriteError",
     "DotDecoder", "LinkModel", "LinkSplit", "LinkTask", "MLPDecoder", "load_ogbl",
     "make_decoder", "negative_pairs", "node_embeddings", "random_link_split",
     "seed_frontier",

@@ -6,7 +6,8 @@ when validation micro-F1 stops improving, keeps the best epoch's checkpoint, and
 `zg.restore` loads that checkpoint back to predict the test nodes' labels.
 
     python examples/multilabel/main.py --epochs 20 --out runs/multilabel
-    python examples/multilabel/main.py --tensorboard   # + runs/.../tb (needs tensorboardX)
+    python examples/multilabel/main.py --out runs/multilabel --tensorboard   # + tb/ there
+                                                      # (needs tensorboardX)
 """
 
 import argparse
@@ -42,7 +43,8 @@ def main(argv=None):
                            "multilabel")["f1"]
     report = {"epochs": result.summary["epochs"], "best": result.summary["best"],
               "stopped_early": result.summary["stopped_early"],
-              "test_f1_of_best": f1, "predicted_positive": float(pred.mean())}
+              "test_f1_of_best": f1, "predicted_positive": float(pred.mean()),
+              "run_folder": str(out)}
     print(json.dumps(report))
     return report
 

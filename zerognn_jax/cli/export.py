@@ -47,7 +47,8 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("checkpoint_dir", help="the run's checkpoint folder (--checkpoint-dir)")
     p.add_argument("--out", required=True, help="the artifact's file")
     p.add_argument("--batch-size", type=int, default=256,
-                   help="seeds per call (graphs per call for a graph-level run)")
+                   help="seeds per call (graphs per call for a graph-level run; default: "
+                        "256)")
     p.add_argument("--best", action="store_true",
                    help="the best-validation checkpoint instead of the latest")
     p.add_argument("--epoch", type=generator_seed, default=None,

@@ -84,7 +84,11 @@ def add_config_flags(parser: argparse.ArgumentParser, config, *, help: dict,
         flag = "--" + field.name.replace("_", "-")
         default = getattr(config, field.name)
         kind = field.type if isinstance(field.type, str) else field.type.__name__
-        text = f"{help[field.name]} (default: {default})"
+        text = help[field.name]
+        if default is not None or not ("default:" in text or "unset:" in text):
+            # (a help text that says what unset means already shows no "None")
+            shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+            text = f"{text} (default: {shown})"
         kwargs = dict(dest=field.name, default=default, help=text)
         if kind.startswith("bool"):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)

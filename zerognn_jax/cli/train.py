@@ -162,8 +162,9 @@ def run_train(args: argparse.Namespace) -> int:
     from zerognn_jax._src.training.trainer import train
 
     with interrupts.deferred():
-        # Joining a multi-process run must come first: building the config asks JAX for
-        # its backend (kernels "auto"), which initialize() must precede.
+        # Joining a multi-process run must come first: a config naming Pallas kernels
+        # asks JAX for its backend (to refuse them off a GPU), and so does training,
+        # which initialize() must precede.
         initialize_distributed(args.coordinator, args.num_processes, args.process_id)
         result = train(config_from_args(TrainConfig, args))
     if jax.process_index() == 0:
