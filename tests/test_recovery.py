@@ -437,7 +437,7 @@ def run(three_epochs, tmp_path) -> Path:
     return Path(shutil.copytree(three_epochs, tmp_path / "run"))
 
 
-def test_other_settings_are_refused_in_one_line(npz, run, capfd):
+def test_other_settings_are_refused_in_one_line(npz, run, capfd, monkeypatch):
     base = ["train", "--dataset", str(npz), "--hidden", "16", "--layers", "2", "--fanouts",
             "5,5", "--batch-size", "32", "--eval-mode", "none", "--no-progress",
             "--checkpoint-dir", str(run / "ck")]
@@ -448,6 +448,11 @@ def test_other_settings_are_refused_in_one_line(npz, run, capfd):
                    f"resume with the same settings or use another checkpoint_dir\n")
     assert main([*base, "--model", "gcn", "--epochs", "5"]) == 2
     assert "model 'sage' there, 'gcn' here" in capfd.readouterr().err
+    # the folder as it was given, relative too (the other messages spell it so; this one
+    # spelled it absolute)
+    monkeypatch.chdir(run)
+    assert main([*base[:-1], "ck", "--model", "gcn", "--epochs", "5"]) == 2
+    assert capfd.readouterr().err.startswith("zerognn: error: checkpoint_dir ck holds a run")
     assert main([*base, "--batch-size", "64", "--epochs", "5"]) == 2
     assert "global_batch 32 there, 64 here" in capfd.readouterr().err
     # More epochs, the data from a file, another chunk size, kernels and evaluation: the

@@ -289,7 +289,8 @@ class Checkpointer:
 
     def __init__(self, directory: str, *, keep: int = 2, best_metric: str | None = None,
                  create: bool = True):
-        self.directory = Path(directory).absolute()
+        self.directory = Path(directory).absolute()  # (orbax's)
+        self.named = directory  # as the user gave it, for messages (errors.md's spelling)
         self.best_metric = best_metric
         best = {} if best_metric is None else dict(
             best_fn=lambda metrics: float(metrics[best_metric]),
@@ -458,14 +459,14 @@ class Checkpointer:
             self._set_aside(epochs[:i], problems)
             return epochs[i:], restored
         if problems:
-            raise ValueError(f"no readable checkpoint in {self.directory} "
+            raise ValueError(f"no readable checkpoint in {self.named} "
                              f"({'; '.join(problems)}); move the folder away to start afresh")
         return [], None
 
     def _check(self, epoch: int, meta: dict, ident: dict, like: dict | None,
                relations) -> None:
         """Raises CheckpointMismatch if `meta` records another identity or other arrays."""
-        where = f"checkpoint_dir {self.directory} holds"
+        where = f"checkpoint_dir {self.named} holds"
         if "identity" not in meta:
             raise CheckpointMismatch(f"{where} a checkpoint that records no options (epoch "
                                      f"{epoch}, written by an older version); use another "
@@ -501,7 +502,7 @@ class Checkpointer:
                 os.replace(src, dst)
         self._manager.reload()
         names = ", ".join(f"{e}.corrupt" for e in epochs)
-        warnings.warn(f"unreadable checkpoint in {self.directory} ({'; '.join(problems)}); "
+        warnings.warn(f"unreadable checkpoint in {self.named} ({'; '.join(problems)}); "
                       f"set aside as {names}, resuming from the one before", CheckpointWarning,
                       stacklevel=4)
 

@@ -153,12 +153,12 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
     got = {"params": saved["params"], "batch_stats": saved.get("batch_stats") or {}}
     if state_spec(got) != state_spec(like):
         diff = differences(state_spec(got), state_spec(like))
-        raise CheckpointMismatch(f"checkpoint_dir {ckpt.directory} holds other model "
+        raise CheckpointMismatch(f"checkpoint_dir {ckpt.named} holds other model "
                                  f"variables (epoch {epoch}): {'; '.join(diff[:3])}")
     put = lambda x, ref: jax.device_put(jnp.asarray(x, ref.dtype), ref.sharding)
     if state.embedding is not None:  # the node embedding is part of the model's inputs
         if "embedding" not in saved or saved["embedding"].shape != state.embedding.shape:
-            raise CheckpointMismatch(f"checkpoint_dir {ckpt.directory} holds no node "
+            raise CheckpointMismatch(f"checkpoint_dir {ckpt.named} holds no node "
                                      f"embedding of shape {list(state.embedding.shape)} "
                                      f"(epoch {epoch})")
         state = state._replace(embedding=put(saved["embedding"], state.embedding))
