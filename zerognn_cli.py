@@ -18,14 +18,17 @@ def main() -> int:
 
     # A KeyboardInterrupt raised inside a callback the import runs (JAX's garbage
     # collection hook) is printed and dropped by Python, and the import goes on: the
-    # signal is recorded as well, so that it ends the command all the same.
-    signal.signal(signal.SIGINT, stop)
+    # signal is recorded as well, so that it ends the command all the same. A SIGINT
+    # the process ignores (a job a script starts with `&`) stays ignored.
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, stop)
     try:
         from zerognn_jax.cli import main as run
     except KeyboardInterrupt:
         arrived.append(signal.SIGINT)
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, previous)
     if arrived:
         print("zerognn: interrupted while starting", file=sys.stderr)
         return 130

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import zerognn_jax as zg
 import zerognn_jax._src.data.loaders as datasets_pkg
 from zerognn_jax._src.data import planetoid, storage
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
@@ -341,10 +342,12 @@ def test_ogb_papers100m_files_that_do_not_read_are_named(tmp_path):
 
 
 def test_an_invalid_ogb_papers100m_is_named_by_its_raw_files_and_not_kept(tmp_path):
-    """It was named by the converted folder, which stayed: a dataset nobody wrote."""
+    """It was named by the converted folder, which stayed: a dataset nobody wrote; now by
+    the dataset's folder (its raw and split files)."""
     raw = _fake_papers(tmp_path, labels=(5.0, np.nan, 172.0, 0))
-    with pytest.raises(ValueError, match=rf"^{raw} holds an invalid dataset: labels must lie "
-                                         rf"in \[-1, 172\), found range \[-1, 172\]$"):
+    with pytest.raises(ValueError, match=rf"^{raw.parent} holds an invalid dataset: labels "
+                                         rf"must lie in \[-1, 172\), found range "
+                                         rf"\[-1, 172\]$"):
         load_dataset("ogbn-papers100M", root=tmp_path)
     assert list((raw.parent / "processed").iterdir()) == []
 
@@ -357,6 +360,13 @@ def test_ogb_data_whose_cache_cannot_be_written_are_used_without_it(tmp_path):
                                          r"from their files again next time"):
         ds = load_dataset("ogbn-arxiv", root=tmp_path)
     assert ds.labels.tolist() == [3, 0, 39, 3, 1]
+    # a synthetic preset's root cache, of every kind: likewise
+    blocked = tmp_path / "file"
+    blocked.write_text("in the way")
+    for load, name in ((load_dataset, "products-like"), (zg.load_graphs, "molhiv-like"),
+                       (zg.load_hetero_dataset, "mag-like")):
+        with pytest.warns(UserWarning, match="could not write the cache"):
+            assert load(name, root=str(blocked / "sub"), scale=0.001) is not None
 
 
 # ---------------------------------------------------------------- synthetic

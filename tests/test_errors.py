@@ -175,6 +175,15 @@ def test_a_device_out_of_memory_is_one_line_naming_what_to_lower(monkeypatch, ca
         "allocating 48000000000 bytes.); give it less to hold: a smaller --batch-size, "
         "--hidden or --embedding-dim, --dtype bfloat16, or the feature table in host memory "
         "(--feature-placement host)\n")
+    # each command names its own flags (data generate made papers100m-like on the device)
+    from zerognn_jax.cli import data as data_cli
+
+    def generate(*args, **kwargs):
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 9 bytes.")
+
+    monkeypatch.setattr(data_cli, "write_papers100m_like", generate)
+    assert main(["data", "generate", "papers100m-like", "--out", "/nonexistent/p"]) == 1
+    assert capsys.readouterr().err.endswith("; give it less to hold: a smaller --scale\n")
     fail(jax.errors.JaxRuntimeError("INTERNAL: something else"))
     with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
         main(["train", "--no-progress"])
@@ -270,9 +279,22 @@ def test_a_ctrl_c_that_the_import_swallows_still_ends_the_command(monkeypatch, c
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", swallowing)
+    before = signal.getsignal(signal.SIGINT)
     assert zerognn_cli.main() == 130
     assert capsys.readouterr().err == "zerognn: interrupted while starting\n"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before  # the handler it found is back
+    # a SIGINT the process ignores (a script's `&` job) stays ignored through the import
+    seen = []
+    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (
+        seen.append(signal.getsignal(signal.SIGINT)) if name == "zerognn_jax.cli" else None)
+        or real(name, *a, **k))
+    monkeypatch.setattr("zerognn_jax.cli.main", lambda: 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert zerognn_cli.main() == 0
+        assert seen == [signal.SIG_IGN] and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_existing_metrics_file_that_cannot_be_appended_to(tmp_path, capsys, no_work):

@@ -222,13 +222,20 @@ def test_from_jraph_keeps_the_edges_as_weights_or_features():
         ([[0, 1]], [[1, 2]], 5, ValueError, r"src must be one-dimensional, got shape \(1, 2\)"),
         ([0], [1], -1, ValueError, r"num_nodes must be in \[0, 2\*\*31 - 1\], got -1"),
         ([0], [1], 2**31, ValueError, r"num_nodes must be in \[0, 2\*\*31 - 1\], got 2147483648"),
-        ([0], [1], 3.0, TypeError, r"num_nodes must be a whole number \(an int\), got float 3.0"),
-        ([0], [1], True, TypeError, r"num_nodes must be a whole number \(an int\), got bool"),
+        ([0], [1], 3.0, TypeError, r"num_nodes must be an integer, got float 3.0"),
+        ([0], [1], True, TypeError, r"num_nodes must be an integer, got bool"),
     ],
 )
 def test_from_edge_list_rejects_bad_ids(src, dst, num_nodes, error, match):
     with pytest.raises(error, match=match):
         from_edge_list(np.array(src), np.array(dst), num_nodes)
+
+
+def test_from_edge_list_takes_integer_counts_of_any_kind():
+    for n in (np.int64(3), jnp.int32(3), np.array(3)):
+        assert from_edge_list([0], [1], n).num_nodes == 3
+    with pytest.raises(TypeError, match=r"num_columns must be an integer, got float 2.9"):
+        from_edge_list([0], [1], 3, num_columns=2.9)  # was read as 2
 
 
 @pytest.mark.parametrize(

@@ -333,6 +333,23 @@ def test_ogbg_layout_on_a_tiny_folder(tmp_path):
         zg.read_ogbg("ogbg-molpcba", tmp_path)
 
 
+@pytest.mark.parametrize("text, tasks, want", [
+    ("0\n1\n\n", 1, [[0], [1]]),  # blank lines at the end are no graphs
+    ("0, \n1,\n", 2, [[0, "nan"], [1, "nan"]]),  # blanks are a missing label, as nothing
+    ("1,,0\n,1,\n", 3, [[1, "nan", 0], ["nan", 1, "nan"]]),
+    ("0\r\n\r\n1\r\n", 1, [[0], ["nan"], [1]]),  # a blank line inside: a missing label
+    ("", 2, np.zeros((0, 2))),
+])
+def test_ogb_graph_labels_read_empty_fields_as_missing(tmp_path, text, tasks, want):
+    from zerognn_jax._src.data.ogbg import _read_labels
+
+    path = tmp_path / "graph-label.csv.gz"
+    with gzip.open(path, "wt", newline="") as f:
+        f.write(text)
+    got = _read_labels(path, tasks)
+    np.testing.assert_array_equal(got, np.asarray(want, np.float32).reshape(-1, tasks))
+
+
 def test_molhiv_like_shape():
     c = zg.molhiv_like(0.05, seed=1)
     stats = c.stats()

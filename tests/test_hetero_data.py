@@ -88,8 +88,8 @@ def test_ogbn_mag_names_a_missing_file(tmp_path):
 
 
 @pytest.mark.parametrize("counts, message", [
-    ({"author": "x", "paper": 8}, "num-node-dict.csv.gz: a node count is not a whole number: "
-                                  "'x'"),  # was int()'s message, naming no file
+    ({"author": "x", "paper": 8}, "num-node-dict.csv.gz: a node count is not a count (a "
+                                  "whole number >= 0): 'x'"),  # int()'s, naming no file
     ({"author": 6, "institution": 2}, "num-node-dict.csv.gz lists no 'paper' node type (it "
                                       "lists author, institution)"),  # was "-1 papers"
 ])

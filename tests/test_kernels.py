@@ -401,6 +401,10 @@ def test_a_kernel_spec_can_start_from_auto_or_one_implementation():
     with pytest.raises(ValueError, match=r"'sample=pallas,sample=xla': sample is named twice"):
         Kernels.parse("sample=pallas,sample=xla")
     assert Kernels.parse("aggregate=pallas,max=xla").max == "xla"  # an alias, then one op
+    for spec, op in (("max=xla,aggregate=pallas", "max"), ("aggregate=xla,aggregate=pallas",
+                                                           "aggregate")):
+        with pytest.raises(ValueError, match=f"{spec}': {op} is named twice"):
+            Kernels.parse(spec)
 
 
 def test_a_callable_replaces_an_op(small_graph):

@@ -285,13 +285,19 @@ def test_datasets_are_written_with_the_umasks_permissions(tmp_path, mask, capsys
     assert {mode(f) for f in folder.iterdir()} == {0o666 & ~mask}
 
 
-def test_bench_output_that_cannot_be_written_is_one_line_exit_1(tmp_path, capsys):
+def test_an_output_path_that_cannot_be_written_is_one_line_before_any_work(tmp_path,
+                                                                           capsys):
+    """A file where a folder should be, or a folder that does not exist: the bench
+    refuses its --out before measuring (exit 2; it was exit 1 at the first write)."""
     (tmp_path / "file").write_text("x")
     out = tmp_path / "file" / "bench.jsonl"
-    assert main(["bench", "--out", str(out), "--no-progress"]) == 1
-    assert capsys.readouterr().err == (f"zerognn: error: could not write bench output {out}: "
-                                       f"{tmp_path / 'file'} is a file, not a folder (Not a "
-                                       f"directory (ENOTDIR, errno 20))\n")
+    assert main(["bench", "--out", str(out), "--no-progress"]) == 2
+    assert capsys.readouterr().err == (f"zerognn: error: --out {out}: {tmp_path / 'file'} is "
+                                       f"a file, not a folder\n")
+    gone = tmp_path / "gone" / "bench.jsonl"
+    assert main(["bench", "--out", str(gone), "--no-progress"]) == 2
+    assert capsys.readouterr().err == (f"zerognn: error: --out {gone}: its folder "
+                                       f"{gone.parent} does not exist\n")
     # a dataset's folder on the way that is a file: refused before the data are made (it
     # was refused by the write, after generating, with exit 1), as is --out for a file
     graphs = tmp_path / "file" / "g.npz"

@@ -49,13 +49,22 @@ def main(argv=None) -> int:
         if not _out_of_memory(err):
             raise
         code = _fail(err, f"error: the device ran out of memory ({_first_line(err)}); give "
-                     f"it less to hold: a smaller --batch-size, --hidden or --embedding-dim, "
-                     f"--dtype bfloat16, or the feature table in host memory "
-                     f"(--feature-placement host)", 1)
+                     f"it less to hold: {LESS_TO_HOLD[args.command]}", 1)
     checkpoints = sys.modules.get("zerognn_jax._src.training.checkpoint")
     if argv is None and checkpoints is not None:  # the command's process, about to exit
         checkpoints.quiet_until_exit()
     return code
+
+
+# What each command can be given to use less device memory.
+LESS_TO_HOLD = {
+    "train": "a smaller --batch-size, --hidden or --embedding-dim, --dtype bfloat16, or the "
+             "feature table in host memory (--feature-placement host)",
+    "bench": "a smaller --batch-size or --hidden, or the feature table in host memory "
+             "(--feature-placement host)",
+    "data": "a smaller --scale",
+    "export": "a smaller --batch-size",
+}
 
 
 def _out_of_memory(err: BaseException) -> bool:

@@ -68,6 +68,10 @@ def _caster(kind: str):
     return {"int": int, "float": float}.get(base, str)
 
 
+# How a help text says what leaving its option out (None) does: no "(default: None)" then.
+UNSET_SAID = ("default:", "unset:", "omitted:", "optional when")
+
+
 def add_config_flags(parser: argparse.ArgumentParser, config, *, help: dict,
                      choices: dict | None = None, skip: tuple[str, ...] = ()) -> None:
     """Adds a flag per field of the dataclass instance `config` (its values are the
@@ -85,7 +89,7 @@ def add_config_flags(parser: argparse.ArgumentParser, config, *, help: dict,
         default = getattr(config, field.name)
         kind = field.type if isinstance(field.type, str) else field.type.__name__
         text = help[field.name]
-        if default is not None or not ("default:" in text or "unset:" in text):
+        if default is not None or not any(w in text for w in UNSET_SAID):
             # (a help text that says what unset means already shows no "None")
             shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
             text = f"{text} (default: {shown})"

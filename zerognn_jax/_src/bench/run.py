@@ -134,8 +134,15 @@ class BenchOptions:
         if self.trace_dir and pathlib.Path(self.trace_dir).exists() and \
                 not pathlib.Path(self.trace_dir).is_dir():
             raise ValueError(f"trace_dir {self.trace_dir} is a file, not a folder")
-        if self.out and pathlib.Path(self.out).is_dir():
-            raise ValueError(f"out {self.out} is a folder, not a file")
+        if self.out:
+            out = pathlib.Path(self.out)
+            above = next((p for p in out.parents if p.exists()), None)
+            if out.is_dir():
+                raise ValueError(f"out {self.out} is a folder, not a file")
+            if above is not None and not above.is_dir():
+                raise ValueError(f"out {self.out}: {above} is a file, not a folder")
+            if not out.parent.is_dir():
+                raise ValueError(f"out {self.out}: its folder {out.parent} does not exist")
         if self.envelope_cache and pathlib.Path(self.envelope_cache).is_dir():
             raise ValueError(f"envelope_cache {self.envelope_cache} is a folder, not a file")
 
@@ -322,7 +329,7 @@ def run_child(options: BenchOptions, xla_flags: str = "",
     if code == "timeout":  # as a measurement the deadline leaves no time for
         return [dict(blank_record("config", c, options), status="skipped",
                      reason=f"time budget (--deadline) spent: its child process was "
-                            f"stopped after {timeout:.3g} s") for c in options.configs]
+                            f"stopped after {timeout:.1f} s") for c in options.configs]
     reason = f"child process exited with {code}: " + " ".join("".join(tail).split())[-600:]
     return [dict(blank_record("config", c, options), status="error", reason=reason)
             for c in options.configs]

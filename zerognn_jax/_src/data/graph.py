@@ -109,6 +109,18 @@ def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
         )
 
 
+def _integer(name: str, value) -> int:
+    """`value` as an int: an integer, NumPy's or JAX's included (TypeError naming `name`
+    for a float, a bool, a string: 2.9 nodes was read as 2)."""
+    try:
+        if isinstance(value, bool | np.bool_):
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} "
+                        f"{value!r}") from None
+
+
 def from_edge_list(
     src,
     dst,
@@ -145,16 +157,10 @@ def from_edge_list(
         raise ValueError(f"src and dst differ in length: {src.shape[0]} vs {dst.shape[0]}")
     if num_nodes is None:
         num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
-    try:
-        if isinstance(num_nodes, bool | np.bool_):
-            raise TypeError
-        num_nodes = operator.index(num_nodes)
-    except TypeError:
-        raise TypeError(f"num_nodes must be a whole number (an int), got "
-                        f"{type(num_nodes).__name__} {num_nodes!r}") from None
+    num_nodes = _integer("num_nodes", num_nodes)
     if num_nodes < 0 or num_nodes > _INT32_MAX:
         raise ValueError(f"num_nodes must be in [0, 2**31 - 1], got {num_nodes}")
-    columns = num_nodes if num_columns is None else int(num_columns)
+    columns = num_nodes if num_columns is None else _integer("num_columns", num_columns)
     if columns != num_nodes and make_undirected:
         raise ValueError(f"make_undirected needs one node set; rows have {num_nodes} nodes, "
                          f"neighbours {columns}")

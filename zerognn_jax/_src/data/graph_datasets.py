@@ -11,6 +11,7 @@ from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.molecules import molhiv_like, molpcba_like
 from zerognn_jax._src.data.ogbg import GRAPH_SPECS, load_ogbg
 from zerognn_jax._src.data.storage import dataset_name, names_a_missing_path
+from zerognn_jax._src.data.writes import keep_cache
 
 PRESETS = {"molhiv-like": molhiv_like, "molpcba-like": molpcba_like}
 GRAPH_DATASET_NAMES = (*PRESETS, *GRAPH_SPECS, "<graphs>.npz", "<graphs directory>")
@@ -48,7 +49,7 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
         if path.is_file():
             return load_graphs_file(path)
         collection = PRESETS[key](scale, seed)
-        save_graphs(collection, path, overwrite=True)
+        keep_cache(lambda: save_graphs(collection, path, overwrite=True), path)
         return collection
     if scale != 1.0:
         raise ValueError(f"scale applies to the synthetic presets ({', '.join(PRESETS)}), "

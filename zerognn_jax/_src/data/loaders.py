@@ -222,7 +222,7 @@ def _cached(root, stem: str, build: Callable[[], Dataset]) -> Dataset:
     if path.is_file():
         return load_npz(path)
     dataset = build()
-    save_npz(dataset, path, overwrite=True)
+    keep_cache(lambda: save_npz(dataset, path, overwrite=True), path)
     return dataset
 
 
@@ -270,7 +270,11 @@ def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
         if root is None:
             return make(scale, seed)
         path = Path(root) / f"{key}-{scale:g}-{seed}{suffix}"
-        return load_hetero(path) if is_hetero_path(path) else _saved(make(scale, seed), path)
+        if is_hetero_path(path):
+            return load_hetero(path)
+        dataset = make(scale, seed)
+        keep_cache(lambda: _saved(dataset, path), path)
+        return dataset
     if is_hetero_path(name):
         return load_hetero(name)
     if key in {n.lower() for n in DATASET_NAMES} or is_graph_dataset(name) or \

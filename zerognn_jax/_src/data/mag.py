@@ -49,7 +49,8 @@ def _read_counts(path: Path) -> dict[str, int]:
         raise ValueError(f"{path}: {len(types)} node types but {len(counts)} counts")
     bad = [c for c in counts if not c.strip().isdigit()]
     if bad:
-        raise ValueError(f"{path}: a node count is not a whole number: {bad[0]!r}")
+        raise ValueError(f"{path}: a node count is not a count (a whole number >= 0): "
+                         f"{bad[0]!r}")
     if TARGET not in types:
         raise ValueError(f"{path} lists no {TARGET!r} node type (it lists "
                          f"{', '.join(types)}), whose papers ogbn-mag classifies")

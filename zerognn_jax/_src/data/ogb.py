@@ -111,7 +111,7 @@ def load_ogb(name: str, root: str | os.PathLike) -> Dataset:
     graph = undirected_csr(src, dst, features.shape[0])
     split = {part: _read_ids(folder / "split" / spec.split / f"{part}.csv.gz")
              for part in ("train", "valid", "test")}
-    return _named(raw, lambda: make_dataset(
+    return _named(folder, lambda: make_dataset(
         name, graph.indptr, graph.indices, features, labels, split["train"], split["valid"],
         split["test"], spec.num_classes,
     ))
@@ -119,7 +119,8 @@ def load_ogb(name: str, root: str | os.PathLike) -> Dataset:
 
 def _named(raw: Path, make):
     """`make()`, whose ValueError (a value the dataset refuses: a label, a split id, a
-    NaN) names the folder of raw files that held it."""
+    NaN) names the folder whose files held it (the dataset's, for a check of raw and
+    split files together)."""
     try:
         return make()
     except ValueError as err:
@@ -220,7 +221,7 @@ def _read_multilabel(name: str, folder: Path, spec: _Spec) -> Dataset:
                                                edge_features=table))
     split = {part: _read_ids(folder / "split" / spec.split / f"{part}.csv.gz")
              for part in ("train", "valid", "test")}
-    return _named(raw, lambda: make_dataset(
+    return _named(folder, lambda: make_dataset(
         name, graph.indptr, graph.indices, np.ones((num_nodes, 1), np.float32), None,
         split["train"], split["valid"], split["test"], spec.num_classes, targets=targets,
         target_kind="multilabel", edge_features=graph.edge_features))
@@ -229,13 +230,14 @@ def _read_multilabel(name: str, folder: Path, spec: _Spec) -> Dataset:
 def _load_converted(name: str, root: str | os.PathLike) -> Dataset:
     """A binary-layout dataset written into its dataset directory and read back from it;
     one that does not validate (labels past the classes, NaN features, ...) is removed
-    and named by its raw files, which hold what the error is about."""
+    and named by the dataset's folder, whose raw and split files hold what the error is
+    about."""
     path = write_binary(name, root, processed_dir(name, root))
     try:
         return storage.load_dir(path)
     except ValueError as err:
         shutil.rmtree(path, ignore_errors=True)
-        raise ValueError(f"{dataset_folder(name, root) / 'raw'} holds an invalid dataset: "
+        raise ValueError(f"{dataset_folder(name, root)} holds an invalid dataset: "
                          f"{err.__cause__ or err}") from err
 
 

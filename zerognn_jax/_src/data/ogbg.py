@@ -37,8 +37,9 @@ from zerognn_jax._src.data.writes import keep_cache
 # radical electrons, hybridisation, aromatic, in ring; bond type, stereo, conjugated.
 ATOM_VOCAB = (119, 5, 12, 12, 10, 6, 6, 2, 2)
 BOND_VOCAB = (5, 6, 2)
-# a field with nothing in it: after a line's start or a comma, before a comma or the end
-_EMPTY_FIELD = re.compile(r"(?<![^,\n])(?=,|\n|\Z)")
+# a field with nothing (or blanks) in it: after a line's start or a comma, before a comma
+# or the line's end
+_EMPTY_FIELD = re.compile(r"(?<![^,\n])[ \t]*(?=,|\n|\Z)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +58,13 @@ GRAPH_SPECS = {
 def _read_labels(path: Path, tasks: int) -> np.ndarray:
     """float32[G, tasks]; empty fields are missing labels (NaN); other text that is not
     a number is refused, naming the file (it was read as a missing label)."""
-    labels = read_gz(path, lambda f: _loadtxt(
-        io.StringIO(_EMPTY_FIELD.sub("nan", f.read().removesuffix("\n"))), np.float32))
+    def parse(f) -> np.ndarray:
+        text = f.read().rstrip("\n")  # (a blank last line would be a missing label)
+        if not text:
+            return np.zeros((0, tasks), np.float32)
+        return _loadtxt(io.StringIO(_EMPTY_FIELD.sub("nan", text)), np.float32)
+
+    labels = read_gz(path, parse)
     if labels.shape[1] != tasks:
         raise ValueError(f"{path}: expected {tasks} label columns, got {labels.shape[1]}")
     return labels

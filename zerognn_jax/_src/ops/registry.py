@@ -67,16 +67,24 @@ class Kernels:
             choices, parts = (dict(sample="pallas", row_adam="pallas") if gpu else {}), parts[1:]
         elif parts[0] in IMPLEMENTATIONS:
             choices, parts = dict.fromkeys(OPS, parts[0]), parts[1:]
-        named = set()
+        single, aliases = set(), set()
         for part in parts:
             op, sep, impl = (s.strip() for s in part.partition("="))
             if not sep or (op not in OPS and op not in _ALIASES):
                 raise ValueError(f"bad kernel spec {part!r} in {spec!r}: expected 'auto', "
                                  f"'xla' or 'pallas', then OP=IMPL with OP in "
                                  f"{(*OPS, *_ALIASES)}")
-            if op in named:
-                raise ValueError(f"bad kernel spec {spec!r}: {op} is named twice")
-            named.add(op)
+            # an op or alias named again, or an alias after one of its ops, would undo a
+            # choice silently (an alias and then one of its ops refines the alias)
+            if op in _ALIASES:
+                twice = op if op in aliases else next(
+                    (o for o in _ALIASES[op] if o in single), None)
+                aliases.add(op)
+            else:
+                twice = op if op in single else None
+                single.add(op)
+            if twice is not None:
+                raise ValueError(f"bad kernel spec {spec!r}: {twice} is named twice")
             choices.update(dict.fromkeys(_ALIASES.get(op, (op,)), impl))
         return cls(**choices, interpret=interpret)
 
