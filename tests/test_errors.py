@@ -155,6 +155,18 @@ def test_errors_found_while_preparing_a_run_name_the_flag(capsys, args, message)
     assert capsys.readouterr().err == f"zerognn: error: {message}\n"
 
 
+def test_a_missing_optional_dependency_is_one_line_exit_2(monkeypatch, capsys):
+    """--tensorboard-dir without tensorboardX was a traceback, exit 1."""
+    def prepare(*args, **kwargs):
+        raise ImportError("tensorboard_dir needs tensorboardX, which is not installed here: "
+                          "pip install 'zerognn-jax[tensorboard]'")
+    monkeypatch.setattr(trainer, "prepare", prepare)
+    assert main(["train", "--no-progress"]) == 2
+    assert capsys.readouterr().err == ("zerognn: error: tensorboard_dir needs tensorboardX, "
+                                       "which is not installed here: pip install "
+                                       "'zerognn-jax[tensorboard]'\n")
+
+
 def test_a_device_out_of_memory_is_one_line_naming_what_to_lower(monkeypatch, capsys):
     """A run whose model, table or batch does not fit ended in JAX's traceback (a
     learnable embedding of 10**8 rows x 100, for one); other runtime errors still raise."""
@@ -491,6 +503,13 @@ def test_divergence_stops_with_epoch_and_step(tmp_path):
     assert len(records) == 1 and records[0]["loss"] is None
     assert records[0]["epoch"] == 0 and records[0]["diverged_at_step"] >= 0
     assert not (tmp_path / "ck").exists()  # no checkpoint: the folder made for it goes
+    # the same run again with a sane lr: its block starts at epoch 0 (the diverged
+    # epoch's record stayed, and read as the first of this run's)
+    train(dataclasses.replace(cfg, lr=1e-3, epochs=1), random_dataset())
+    records = [strict_json(line) for line in metrics.read_text().splitlines()]
+    assert [(r.get("epoch"), r.get("summary", False)) for r in records] == [
+        (0, False), (None, True)]
+    assert records[0]["loss"] is not None
 
 
 def test_train_names_arguments_of_the_wrong_kind():

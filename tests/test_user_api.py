@@ -4,6 +4,7 @@ the best-validation checkpoint; epoch callbacks; TensorBoard scalars (docs/api.m
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import sys
 
@@ -191,6 +192,21 @@ def test_multilabel_targets_train_and_evaluate():
     assert res.history[-1]["loss"] < res.history[0]["loss"]
 
 
+def test_float_targets_with_an_empty_split_evaluate_to_null():
+    """An empty validation split crashed the first evaluation of float targets (a reshape
+    of 0 rows); class labels gave null already. Outputs of another width than the
+    targets are refused (they broadcast into a number)."""
+    for kind in ("multilabel", "regression"):
+        assert all(np.isnan(v) for v in zg.target_metrics(np.zeros((0, 2)), np.zeros((0, 2)),
+                                                            kind).values())
+    with pytest.raises(ValueError, match=r"outputs \[5, 3\] and targets \[5, 1\] differ"):
+        zg.target_metrics(np.zeros((5, 3)), np.zeros((5, 1)), "regression")
+    ds = multilabel_dataset()
+    empty = dataclasses.replace(ds, val_idx=np.zeros(0, np.int32))
+    s = zg.train(config(epochs=1, eval_mode="full"), empty).summary
+    assert s["val_f1"] is None and s["val_acc"] is None and s["test_f1"] is not None
+
+
 def test_regression_targets_train_and_evaluate():
     g, x, tr, va, te = graph_arrays(2)
     y = x[:, :2] @ np.array([[1.0, -0.5], [0.5, 2.0]], np.float32)
@@ -253,9 +269,34 @@ def test_callback_sees_every_epoch_and_can_stop(classes, tmp_path):
     assert res.summary["val_acc"] == res.history[-1]["val_acc"]  # evaluated once
 
 
+def test_a_stop_at_an_epoch_left_unevaluated_evaluates_it_for_the_best_checkpoint(
+        classes, tmp_path):
+    """The summary evaluated it, but the best checkpoint never saw that evaluation, nor
+    did the epoch's record: `best` could name a worse epoch than the one the run ended on
+    (eval_every=2 evaluates epochs 1 and 3; the run stops at 0)."""
+    cfg = config(tmp_path, epochs=4, eval_every=2, best_metric="val_acc")
+    res = zg.train(cfg, classes, callbacks=[lambda record: True])
+    assert len(res.history) == 1 and res.summary["val_acc"] == res.history[0]["val_acc"]
+    assert res.summary["best"] == {"metric": "val_acc", "epoch": 0,
+                                   "value": res.history[0]["val_acc"]}
+    assert zg.restore(cfg.checkpoint_dir, cfg, classes, best=True).summary["epoch"] == 0
+
+
+def test_early_stopping_on_an_evaluated_metric_without_evaluation_is_refused(classes):
+    """It was accepted, and could never stop the run (best_metric is refused so)."""
+    with pytest.raises(ValueError, match=r"EarlyStopping's metric 'val_acc' needs evaluation, "
+                                         r"and eval_mode is 'none' \(it would never stop the "
+                                         r"run\): evaluate, or watch one of loss, "
+                                         r"train_batch_acc"):
+        zg.train(config(eval_mode="none"), classes, callbacks=[zg.EarlyStopping("val_acc")])
+
+
 def test_early_stopping():
     stop = zg.EarlyStopping("val_mse", patience=2)
     assert stop.mode == "min"
+    # the training loss too is better lower (it was taken as higher: a run stopped as its
+    # loss fell)
+    assert zg.EarlyStopping("loss").mode == "min" and zg.EarlyStopping("val_acc").mode == "max"
     values = [1.0, 0.5, 0.6, None, 0.5]  # a tie is no improvement; None is skipped
     assert [stop({"epoch": i, "val_mse": v}) for i, v in enumerate(values)] == \
         [False, False, False, False, True]

@@ -37,7 +37,8 @@ def main(argv=None) -> int:
     warnings.formatwarning = _format_warning
     try:
         return args.handler(args)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, ImportError) as err:  # (an option's missing
+        # optional dependency: the message says what to install)
         code = _fail(err, f"error: {err}", 2)
     except (Diverged, OSError) as err:
         code = _fail(err, f"error: {err}", 1)

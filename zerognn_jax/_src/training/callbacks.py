@@ -16,11 +16,18 @@ import numbers
 from collections.abc import Callable, Sequence
 
 
+def best_mode(metric: str) -> str:
+    """"min" for an error or a loss (`*_mse`, `*_mae`, `*_loss`, the training `loss`),
+    else "max": the direction a best checkpoint and `EarlyStopping` take."""
+    return "min" if metric == "loss" or metric.endswith(("_mse", "_mae", "_loss")) else "max"
+
+
 class EarlyStopping:
     """Stops when `metric` has not improved by more than `min_delta` for `patience`
     evaluated epochs (records without the metric are skipped).
 
-    `mode` is "max" or "min"; None picks "min" for `*_mse`, `*_mae` and `*_loss`, else "max".
+    `mode` is "max" or "min"; None picks "min" for `*_mse`, `*_mae`, `*_loss` and the
+    training `loss`, else "max" (`best_mode`).
     """
 
     def __init__(self, metric: str = "val_acc", patience: int = 10, *,
@@ -35,7 +42,7 @@ class EarlyStopping:
                 or not math.isfinite(min_delta) or min_delta < 0:
             raise ValueError(f"min_delta must be a finite number >= 0, got {min_delta!r}")
         self.metric, self.patience, self.min_delta = metric, patience, min_delta
-        self.mode = mode or ("min" if metric.endswith(("_mse", "_mae", "_loss")) else "max")
+        self.mode = mode or best_mode(metric)
         if self.mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
         self.best, self.best_epoch, self.waited = None, None, 0

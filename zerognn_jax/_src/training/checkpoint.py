@@ -41,6 +41,7 @@ import orbax.checkpoint as ocp
 
 from zerognn_jax._src.data.hetero import named_relation, relation_name
 from zerognn_jax._src.data.writes import atomic_write, write_error
+from zerognn_jax._src.training.callbacks import best_mode
 from zerognn_jax._src.training.checksums import check_checksums, state_checksums
 from zerognn_jax._src.training.records import dumps
 
@@ -117,11 +118,6 @@ def check_epochs(epochs: int, resumable: list[int], directory: str) -> None:
                          f"{directory} holds, so nothing would be trained; ask for epochs "
                          f"{held + 1} or more to train on ({held} to evaluate it again), or "
                          f"use another checkpoint_dir to start afresh")
-
-
-def best_mode(metric: str) -> str:
-    """"min" for an error or a loss (`*_mse`, `*_mae`, `*_loss`), else "max"."""
-    return "min" if metric.endswith(("_mse", "_mae", "_loss")) else "max"
 
 
 def state_spec(state) -> dict:

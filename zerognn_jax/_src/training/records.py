@@ -149,7 +149,8 @@ class MetricsLog:
 
     def __init__(self, path: str | None, history: list[dict] | None = None):
         """Opens `path` for appending after dropping a cut-off last line; with `history`
-        (a resumed run), the records after the last summary become those of `history`."""
+        (a resumed run's records; [] for a fresh run), the records after the last summary
+        become those of `history` (None: kept)."""
         self._file = None
         if path is None:
             return

@@ -542,7 +542,9 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
                          policy=cfg.envelope_policy, sample_ahead=cfg.sample_ahead,
                          read_ahead_bytes=cfg.read_ahead_bytes,
                          gemm_backend=cfg.gemm_backend)
-    log = MetricsLog(cfg.metrics_out if lead else None, history if resumed else None)
+    # the records after the file's last summary become this run's: a fresh run's none (a
+    # run that failed or diverged before left records that are no run's now)
+    log = MetricsLog(cfg.metrics_out if lead else None, history if resumed else [])
     board = TensorBoardLog(cfg.tensorboard_dir if lead else None)
     # the value to beat comes from the epochs before a pending one, which is offered
     best = _best_checkpoint(cfg, history if pending is None else history[:-1])
@@ -598,6 +600,17 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             stopped = run_callbacks(user.callbacks, record)
             interrupts.check(f"epoch {epoch}")
             if stopped and epoch < cfg.epochs - 1:
+                if not due:  # an epoch eval_every skips: evaluated now, as the last epoch
+                    # is, into its record (the log's line precedes it; the summary holds
+                    # it), its checkpoint and TensorBoard, and offered to the best one
+                    final, added = _evaluate_epoch(cfg, program, state, data, dataset,
+                                                   record, bar)
+                    if ckpt is not None:
+                        ckpt.save_evaluation(record, added)
+                    if best is not None:
+                        best.offer(epoch, final, _saved(state),
+                                   {**meta, "evaluation_pending": False})
+                    board.write({"epoch": epoch, **added})
                 break
         else:
             stopped = None  # a stop asked at the last epoch stops nothing
@@ -680,6 +693,12 @@ def _check_metrics(cfg, task, dataset, callbacks=()) -> None:
         if cfg.best_metric else []
     asked += [(f"EarlyStopping's metric {cb.metric!r}", cb.metric, True) for cb in callbacks
               if isinstance(cb, EarlyStopping)]
+    trained = ["loss", f"train_batch_{getattr(task, 'score_name', 'acc')}"]
+    for what, metric, watches in asked:  # (best_metric: refused by TrainConfig)
+        if watches and cfg.eval_mode == "none" and metric not in trained:
+            raise ValueError(f"{what} needs evaluation, and eval_mode is 'none' (it would "
+                             f"never stop the run): evaluate, or watch one of "
+                             f"{', '.join(trained)}")
     if not asked or listed is None:
         return
     names = tuple(listed(dataset) or ())
@@ -688,11 +707,10 @@ def _check_metrics(cfg, task, dataset, callbacks=()) -> None:
     splits = getattr(task, "metric_splits", ("train", "val", "test"))
     known = [f"{split}_{name}" for split in splits for name in names]
     known += [n for n in names if n.startswith(tuple(f"{s}_" for s in splits))]  # as listed
-    trained = ["loss", f"train_batch_{getattr(task, 'score_name', 'acc')}"]
     for what, metric, watches in asked:
         if metric not in known and not (watches and metric in trained):
             raise ValueError(f"{what} is not a metric this task reports; choose one of "
-                             f"{', '.join(known)}")
+                             f"{', '.join(known + (trained if watches else []))}")
 
 
 def _best_checkpoint(cfg, history):

@@ -148,8 +148,11 @@ def target_metrics(outputs, targets, kind: str) -> dict:
     target column averaged over the columns with both classes present (OGB's
     ogbn-proteins metric; NaN if none has)}. "regression": {"mse"}.
     """
-    out = np.asarray(outputs, np.float32).reshape(len(outputs), -1)
-    t = np.asarray(targets, np.float32).reshape(len(targets), -1)
+    out, t = (np.asarray(a, np.float32) for a in (outputs, targets))
+    out, t = (a.reshape(len(a), int(np.prod(a.shape[1:]))) for a in (out, t))  # 0 rows too
+    if out.shape != t.shape:  # (they broadcast: a wrong width gave a number)
+        raise ValueError(f"outputs {list(out.shape)} and targets {list(t.shape)} differ in "
+                         f"shape")
     if kind == "regression":
         return {"mse": float(np.mean(np.square(out - t))) if t.size else float("nan")}
     if kind != "multilabel":
