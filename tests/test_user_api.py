@@ -225,6 +225,7 @@ def test_regression_targets_train_and_evaluate():
 @pytest.mark.parametrize(("targets", "kind", "message"), [
     (np.full((N, 2), 0.5), "multilabel", "must be 0 or 1"),
     (np.full((N, 2), np.nan), "regression", "NaN or inf"),
+    (np.full(N, 1e300), "regression", r"targets overflow float32: 1e\+300 at row 0"),
     (np.zeros((N - 1, 2)), "regression", r"shape \(300, T\)"),
     (np.zeros((N, 2)), "classes", "multilabel or regression"),
     (np.array(["a"] * N), "regression", "numeric"),

@@ -211,9 +211,8 @@ def float_targets(targets) -> np.ndarray:
     t = np.asarray(targets)
     if not (np.issubdtype(t.dtype, np.number) or t.dtype == np.bool_):
         raise ValueError(f"targets must be numeric, got {t.dtype}")
-    with np.errstate(over="ignore"):  # past float32's range: inf, refused by validation
-        t = np.ascontiguousarray(t, dtype=np.float32)
-    return t[:, None] if t.ndim == 1 else t
+    # a value past float32's range is named as such (the cast would make it inf)
+    return narrow_to_float32("targets", t[:, None] if t.ndim == 1 else t)
 
 
 def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, test_idx,
