@@ -165,6 +165,11 @@ def test_a_missing_optional_dependency_is_one_line_exit_2(monkeypatch, capsys):
     assert capsys.readouterr().err == ("zerognn: error: tensorboard_dir needs tensorboardX, "
                                        "which is not installed here: pip install "
                                        "'zerognn-jax[tensorboard]'\n")
+    def broken(*args, **kwargs):  # a broken install is no option's: its traceback stays
+        raise ImportError("cannot import name 'x' from 'y'")
+    monkeypatch.setattr(trainer, "prepare", broken)
+    with pytest.raises(ImportError, match="cannot import name"):
+        main(["train", "--no-progress"])
 
 
 def test_a_device_out_of_memory_is_one_line_naming_what_to_lower(monkeypatch, capsys):

@@ -37,9 +37,12 @@ def main(argv=None) -> int:
     warnings.formatwarning = _format_warning
     try:
         return args.handler(args)
-    except (ValueError, FileNotFoundError, ImportError) as err:  # (an option's missing
-        # optional dependency: the message says what to install)
+    except (ValueError, FileNotFoundError) as err:
         code = _fail(err, f"error: {err}", 2)
+    except ImportError as err:
+        if "pip install" not in str(err):  # a broken install, not an option's extra
+            raise
+        code = _fail(err, f"error: {err}", 2)  # it says what to install
     except (Diverged, OSError) as err:
         code = _fail(err, f"error: {err}", 1)
     except Interrupted as err:

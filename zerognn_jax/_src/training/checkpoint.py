@@ -332,9 +332,9 @@ class Checkpointer:
                 for tmp in self.directory.glob(f"{epoch}.orbax-checkpoint-tmp*"):
                     shutil.rmtree(tmp, ignore_errors=True)
             raise write_error(f"the checkpoint of epoch {epoch} in checkpoint_dir",
-                              self.directory, err) from None
+                              self.named, err) from None
         if not saved:
-            raise RuntimeError(f"orbax did not save epoch {epoch} into {self.directory}: a "
+            raise RuntimeError(f"orbax did not save epoch {epoch} into {self.named}: a "
                                f"checkpoint of that epoch exists already")
 
     def save_evaluation(self, record: dict, evaluated: dict) -> None:

@@ -117,7 +117,7 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
                                                       relations)
             state = state._replace(**restored)
         history = meta.get("history", [])
-        if meta.get("evaluation_pending") and history:  # saved before its evaluation
+        if history:  # saved before its evaluation (pending, or a stop that evaluated it)
             history[-1].update(ckpt.evaluation_of(history[-1]) or {})
     finally:
         ckpt.close()
@@ -148,7 +148,7 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
         check_checksums(epoch, parts, meta.get("checksums"))
         return parts
 
-    saved = readable(read, ckpt.directory, epoch)
+    saved = readable(read, ckpt.named, epoch)
     like = {"params": state.params, "batch_stats": state.batch_stats}
     got = {"params": saved["params"], "batch_stats": saved.get("batch_stats") or {}}
     if state_spec(got) != state_spec(like):

@@ -538,6 +538,10 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             history[-1].update(strict(entries))
             pending = {k: v for k, v in entries.items() if k != "eval_seconds"}
             meta = {**meta, "evaluation_pending": False}
+        elif history and (entries := ckpt.evaluation_of(history[-1])):
+            # evaluated after a checkpoint that expected none: a stop at an epoch
+            # eval_every skipped (its record and the best checkpoint's value to beat)
+            history[-1].update(strict(entries))
     runner = make_engine(cfg.engine, program, chunk_steps=cfg.chunk_steps,
                          policy=cfg.envelope_policy, sample_ahead=cfg.sample_ahead,
                          read_ahead_bytes=cfg.read_ahead_bytes,
@@ -694,8 +698,10 @@ def _check_metrics(cfg, task, dataset, callbacks=()) -> None:
     asked += [(f"EarlyStopping's metric {cb.metric!r}", cb.metric, True) for cb in callbacks
               if isinstance(cb, EarlyStopping)]
     trained = ["loss", f"train_batch_{getattr(task, 'score_name', 'acc')}"]
+    evaluated = ("train_", "val_", "test_")  # (a record's own entries are not)
     for what, metric, watches in asked:  # (best_metric: refused by TrainConfig)
-        if watches and cfg.eval_mode == "none" and metric not in trained:
+        if watches and cfg.eval_mode == "none" and metric not in trained \
+                and metric.startswith(evaluated):
             raise ValueError(f"{what} needs evaluation, and eval_mode is 'none' (it would "
                              f"never stop the run): evaluate, or watch one of "
                              f"{', '.join(trained)}")

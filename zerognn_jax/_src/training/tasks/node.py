@@ -8,6 +8,7 @@ user's loss plugs in unchanged (`node_task`).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 
 import jax
@@ -141,7 +142,8 @@ def accuracy(logits, labels) -> float:
 
 
 def target_metrics(outputs, targets, kind: str) -> dict:
-    """Metrics of float node targets, over every (row, column) entry; NaN for no rows.
+    """Metrics of float node targets, over every (row, column) entry; NaN for no rows,
+    and (with a warning) for outputs of another shape than the targets'.
 
     "multilabel" (logits against {0, 1} targets, a logit > 0 predicts 1): {"acc": the
     fraction of labels right, "f1": micro-averaged F1, "rocauc": the ROC-AUC of each
@@ -150,9 +152,12 @@ def target_metrics(outputs, targets, kind: str) -> dict:
     """
     out, t = (np.asarray(a, np.float32) for a in (outputs, targets))
     out, t = (a.reshape(len(a), int(np.prod(a.shape[1:]))) for a in (out, t))  # 0 rows too
-    if out.shape != t.shape:  # (they broadcast: a wrong width gave a number)
-        raise ValueError(f"outputs {list(out.shape)} and targets {list(t.shape)} differ in "
-                         f"shape")
+    if out.shape != t.shape:  # (they broadcast: a wrong width gave a number) a user's
+        # loss may read outputs of another width (a mean and a variance): no metric then
+        warnings.warn(f"outputs {list(out.shape)} and targets {list(t.shape)} differ in "
+                      f"shape: their {kind} metrics are undefined (NaN)", stacklevel=2)
+        names = ("mse",) if kind == "regression" else ("acc", "f1", "rocauc")
+        return dict.fromkeys(names, float("nan"))
     if kind == "regression":
         return {"mse": float(np.mean(np.square(out - t))) if t.size else float("nan")}
     if kind != "multilabel":
