@@ -204,15 +204,15 @@ def main(argv=None) -> int:
         saved = [r for name in args.files for r in _read(name)]
     except (OSError, ValueError) as err:
         parser.error(str(err))
-    records = []
-    for records in runs_of(saved):
+    runs = runs_of(saved)
+    for records in runs:
         summary = summarize(records)
         if summary is not None:
             records.append(summary)
             print(json.dumps(summary))
         print(format_table(records))
-    if args.plot and records:
-        plot(records, args.plot)
+    if args.plot and runs:
+        plot(runs[-1], args.plot)
     return 0
 
 

@@ -43,7 +43,7 @@ import threading
 import time
 
 from zerognn_jax._src.bench.workload import REPO, VARIANTS, blank_record
-from zerognn_jax._src.data.writes import AppendFile
+from zerognn_jax._src.data.writes import AppendFile, file_on_the_way
 from zerognn_jax._src.training import interrupts
 from zerognn_jax._src.training.config import TrainConfig
 
@@ -135,11 +135,10 @@ class BenchOptions:
                 not pathlib.Path(self.trace_dir).is_dir():
             raise ValueError(f"trace_dir {self.trace_dir} is a file, not a folder")
         if self.out:
-            out = pathlib.Path(self.out)
-            above = next((p for p in out.parents if p.exists()), None)
+            out, above = pathlib.Path(self.out), file_on_the_way(self.out)
             if out.is_dir():
                 raise ValueError(f"out {self.out} is a folder, not a file")
-            if above is not None and not above.is_dir():
+            if above is not None:
                 raise ValueError(f"out {self.out}: {above} is a file, not a folder")
             if not out.parent.is_dir():
                 raise ValueError(f"out {self.out}: its folder {out.parent} does not exist")

@@ -117,14 +117,14 @@ def load_ogb(name: str, root: str | os.PathLike) -> Dataset:
     ))
 
 
-def _named(raw: Path, make):
+def _named(folder: Path, make):
     """`make()`, whose ValueError (a value the dataset refuses: a label, a split id, a
     NaN) names the folder whose files held it (the dataset's, for a check of raw and
     split files together)."""
     try:
         return make()
     except ValueError as err:
-        raise ValueError(f"{raw} holds an invalid dataset: {err}") from err
+        raise ValueError(f"{folder} holds an invalid dataset: {err}") from err
 
 
 def _require(path: Path) -> Path:

@@ -201,14 +201,21 @@ def require_npz_suffix(path: str | os.PathLike, writer: str) -> None:
                          f"got {str(path)!r}")
 
 
+def file_on_the_way(path: str | os.PathLike) -> Path | None:
+    """The nearest existing folder above `path` where that is not a folder (a file): the
+    folders a write of `path` would make would fail there; None where it is a folder."""
+    above = next((p for p in Path(path).parents if os.path.lexists(p)), None)
+    return None if above is None or above.is_dir() else above
+
+
 def refuse_foreign(path: str | os.PathLike, what: str, *, folder: bool) -> None:
     """FileExistsError (or an OSError of reading it) when `path` exists but is not a
     dataset this library wrote of the kind to be written (`folder`, or a file), so that
     writing `what` there would destroy a file or folder of someone else's or fail after
     the work; the current folder is refused too. A dataset written here is replaced."""
     path = Path(path)
-    above = next((p for p in path.parents if os.path.lexists(p)), None)
-    if above is not None and not above.is_dir():  # the folders to make would fail
+    above = file_on_the_way(path)
+    if above is not None:  # the folders to make would fail
         raise FileExistsError(f"{what} {path}: {above} is a file, not a folder")
     if not os.path.lexists(path):
         return

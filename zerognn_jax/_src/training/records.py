@@ -19,6 +19,7 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -147,18 +148,17 @@ def _check_folder(what: str, path: Path) -> list[Path]:
 class MetricsLog:
     """Appends strict JSON lines to a file (or nowhere when `path` is None)."""
 
-    def __init__(self, path: str | None, history: list[dict] | None = None):
-        """Opens `path` for appending after dropping a cut-off last line; with `history`
-        (a resumed run's records; [] for a fresh run), the records after the last summary
-        become those of `history` (None: kept)."""
+    def __init__(self, path: str | None, history: Sequence[dict] = ()):
+        """Opens `path` for appending after dropping a cut-off last line; the records
+        after its last summary become those of `history` (a resumed run's; none for a
+        fresh run: a run that failed or diverged left them)."""
         self._file = None
         if path is None:
             return
         lines = _complete_lines(Path(path))
-        if history is not None:
-            last_summary = max((i for i, line in enumerate(lines) if _is_summary(line)),
-                               default=-1)
-            lines = lines[: last_summary + 1] + [dumps(r) + "\n" for r in history]
+        last_summary = max((i for i, line in enumerate(lines) if _is_summary(line)),
+                           default=-1)
+        lines = lines[: last_summary + 1] + [dumps(r) + "\n" for r in history]
         with writing("metrics_out", path):
             _replace(Path(path), "".join(lines))
         self._file = AppendFile(path, "metrics_out")

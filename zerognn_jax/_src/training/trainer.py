@@ -546,9 +546,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
                          policy=cfg.envelope_policy, sample_ahead=cfg.sample_ahead,
                          read_ahead_bytes=cfg.read_ahead_bytes,
                          gemm_backend=cfg.gemm_backend)
-    # the records after the file's last summary become this run's: a fresh run's none (a
-    # run that failed or diverged before left records that are no run's now)
-    log = MetricsLog(cfg.metrics_out if lead else None, history if resumed else [])
+    log = MetricsLog(cfg.metrics_out if lead else None, history)  # ([] for a fresh run)
     board = TensorBoardLog(cfg.tensorboard_dir if lead else None)
     # the value to beat comes from the epochs before a pending one, which is offered
     best = _best_checkpoint(cfg, history if pending is None else history[:-1])
