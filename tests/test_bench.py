@@ -182,10 +182,16 @@ def test_a_failing_child_becomes_an_error_record():
     assert set(FIELDS) <= set(record)
 
 
-def test_a_child_the_deadline_stops_is_skipped_with_its_reason():
+def test_a_child_the_deadline_stops_is_skipped_with_its_reason(monkeypatch):
     """It was an error record of empty reason (the killed child's stderr), and `zerognn
-    bench` exited 1 where a measurement in process is skipped. A child cannot import JAX
-    in 0.2 s, let alone measure."""
+    bench` exited 1 where a measurement in process is skipped. The child here sleeps
+    past its deadline whatever the machine's speed."""
+    popen = subprocess.Popen
+
+    def sleeping_child(cmd, **kwargs):
+        return popen([sys.executable, "-c", "import time; time.sleep(120)"], **kwargs)
+
+    monkeypatch.setattr(bench.subprocess, "Popen", sleeping_child)
     options = bench.BenchOptions(TrainConfig(dataset="tiny", progress=False),
                                  configs=("scan-xla",))
     (record,) = bench.run_child(options, timeout=0.2)

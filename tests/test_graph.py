@@ -204,6 +204,10 @@ def test_from_jraph_keeps_the_edges_as_weights_or_features():
     both = from_jraph(tuple_of({"weights": np.float32([0.5, 2.0]), "edge_features": table}))
     np.testing.assert_array_equal(both.weights, [0.5, 2.0])
     np.testing.assert_array_equal(both.edge_features, table)
+    ones = from_jraph(tuple_of({"weights": np.ones(2, np.float32), "edge_features": table}))
+    assert ones.weights is None and ones.edge_features is not None  # as the [E] form
+    mine = from_jraph(tuple_of(table), weights=np.float32([1.0, 3.0]))  # given: edges unread
+    assert mine.edge_features is None and list(mine.weights) == [1.0, 3.0]
 
 
 @pytest.mark.parametrize(

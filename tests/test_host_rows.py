@@ -18,7 +18,7 @@ from zerognn_jax._src.ops import host_rows
 from zerognn_jax._src.ops.gather import gather_rows, gather_rows_reference
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.training.memory import Resident
-from zerognn_jax._src.training.placement import choose_placement
+from zerognn_jax._src.training.placement import PlacementWarning, choose_placement
 from zerognn_jax._src.training.scan import read_ahead_limit
 
 
@@ -291,6 +291,23 @@ def test_auto_placement_keeps_room_for_the_step():
     assert choose_placement("auto", large, None).where == "device"  # a CPU says no limit
     assert choose_placement("host", small, 80 * gib).where == "host"
     assert choose_placement("device", large, 80 * gib).where == "device"
+
+
+def test_a_table_without_columns_stays_on_the_device():
+    """A run on embeddings alone was refused under "host": its zero-column table could
+    not be a host table, though the run needs none."""
+    with pytest.warns(PlacementWarning, match="feature_placement 'host' is ignored"):
+        chosen = choose_placement("host", Resident(graph=1, features=0, model=1), None,
+                                  columns=0)
+    assert chosen.where == "device"
+    graph = random_graph(120, 600, seed=3)
+    ds = zg.make_dataset("bare", graph.indptr, graph.indices, np.zeros((120, 0), np.float32),
+                         np.arange(120) % 3, np.arange(60), [], [], 3)
+    with pytest.warns(PlacementWarning):
+        res = zg.train(zg.TrainConfig(layers=1, fanouts=(3,), hidden=8, batch_size=32,
+                                      epochs=1, embedding_dim=4, feature_placement="host",
+                                      eval_mode="none", progress=False), ds)
+    assert res.summary["feature_placement"] == "device"
 
 
 @pytest.mark.parametrize("overrides,message", [

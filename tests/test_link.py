@@ -36,6 +36,8 @@ from zerognn_jax._src.training.host import HostEngine
 from zerognn_jax._src.training.program import DeviceData, StepProgram, init_state, sample_batch
 from zerognn_jax._src.training.scan import ScanEngine
 from zerognn_jax._src.training.tasks import link, link_metrics
+from zerognn_jax._src.training.tasks.graph_metrics import graph_metrics
+from zerognn_jax._src.training.tasks.node import accuracy
 from zerognn_jax._src.training.trainer import prepare
 
 # ---- negatives and the seed frontier ------------------------------------------------------
@@ -408,6 +410,28 @@ def test_mrr_and_hits_follow_ogb():
     assert m["hits@3"] == pytest.approx(2 / 3)
     assert link_metrics.hits_at_k(np.array([0.5, 0.3, 0.9]), np.array([0.1, 0.4, 0.6, 0.2]), 2) \
         == pytest.approx(2 / 3)
+
+
+def test_a_nan_score_makes_every_metric_it_enters_nan():
+    """Sorted, a NaN ranked above every score: a diverged row raised AUC and AP."""
+    pos, neg = np.array([np.nan, 0.2, 0.3]), np.array([0.5, 0.6, 0.7])
+    for value in (link_metrics.roc_auc(pos, neg), link_metrics.average_precision(pos, neg),
+                  link_metrics.hits_at_k(pos, neg, 2),
+                  *link_metrics.mrr_metrics(pos, np.tile(neg, (3, 1))).values()):
+        assert np.isnan(value)
+    assert link_metrics.roc_auc(pos[1:], neg) == 0.0  # the finite rows alone rank low
+    node = zg.target_metrics(np.array([[np.nan, 1.0], [-1.0, 1.0]]),
+                             np.array([[1.0, 1.0], [0.0, 1.0]]), "multilabel")
+    assert all(np.isnan(v) for v in node.values())
+    graph = graph_metrics(np.array([[np.nan], [1.0], [-1.0]]),
+                          np.array([[1.0], [1.0], [0.0]]), "binary")
+    assert all(np.isnan(v) for v in graph.values())
+    assert np.isnan(accuracy(np.array([[np.nan, 0.0], [0.0, 1.0]]), np.array([0, 1])))
+
+
+def test_micro_f1_is_undefined_without_positives():
+    metrics = zg.target_metrics(np.full((3, 2), -1.0), np.zeros((3, 2)), "multilabel")
+    assert metrics["acc"] == 1.0 and np.isnan(metrics["f1"]) and np.isnan(metrics["rocauc"])
 
 
 # ---- the envelope's level 0 ---------------------------------------------------------------

@@ -331,8 +331,13 @@ def test_a_metrics_file_of_other_lines_is_refused_and_left_as_it_was(tmp_path, c
     link = tmp_path / "m.jsonl"
     link.symlink_to(records)
     check_output_paths(str(link), None)  # a cut-off record is no other line
-    MetricsLog(str(link)).close()
-    assert link.is_symlink() and records.read_text().endswith('"summary": true}\n')
+    MetricsLog(str(link)).close()  # a run that wrote no record leaves the file as it was
+    assert records.read_text().endswith('{"epoch": 2')
+    log = MetricsLog(str(link))
+    log.write({"epoch": 0})
+    log.close()
+    assert link.is_symlink() and records.read_text().endswith('"summary": true}\n'
+                                                              '{"epoch": 0}\n')
     assert records.stat().st_mode & 0o777 == 0o640
 
 

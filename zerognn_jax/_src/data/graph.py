@@ -498,23 +498,24 @@ def from_jraph(graphs_tuple, **kwargs) -> CSRGraph:
     """Builds a CSRGraph from a single-graph jraph.GraphsTuple (receivers sample senders).
 
     Float `edges` come along unless `weights=` or `edge_features=` is given: [E] as the
-    edge weights, as `to_jraph` writes them (none when all are one, as `from_scipy`
-    reads values), [E, D] as edge features, a dict's "weights" and "edge_features" as
-    those (`to_jraph` of a graph with both). Other edges (integer ids, other keys) are
-    left out."""
+    edge weights, as `to_jraph` writes them, [E, D] as edge features, a dict's "weights"
+    and "edge_features" as those (`to_jraph` of a graph with both). Weights that are all
+    one are no weights (as `from_scipy` reads values). Other edges (integer ids, other
+    keys) are left out."""
     n = int(np.sum(np.asarray(graphs_tuple.n_node)))
     edges = graphs_tuple.edges
-    given = "weights" in kwargs or "edge_features" in kwargs
-    if isinstance(edges, dict) and not given:
-        kwargs.update({k: np.asarray(edges[k]) for k in ("weights", "edge_features")
-                       if edges.get(k) is not None})
-    elif edges is not None and not isinstance(edges, dict) and not given:
+    tables = {}
+    if isinstance(edges, dict):
+        tables = {k: np.asarray(edges[k]) for k in ("weights", "edge_features")
+                  if edges.get(k) is not None}
+    elif edges is not None:
         edges = np.asarray(edges)
-        floats = jnp.issubdtype(edges.dtype, jnp.floating)  # bfloat16 included
-        if floats and edges.ndim == 1 and (edges != 1).any():
-            kwargs["weights"] = edges
-        elif floats and edges.ndim == 2:
-            kwargs["edge_features"] = edges
+        if jnp.issubdtype(edges.dtype, jnp.floating) and edges.ndim in (1, 2):  # bf16 too
+            tables = {("weights" if edges.ndim == 1 else "edge_features"): edges}
+    if "weights" in tables and not (tables["weights"] != 1).any():
+        del tables["weights"]
+    if "weights" not in kwargs and "edge_features" not in kwargs:
+        kwargs.update(tables)
     return from_edge_list(
         np.asarray(graphs_tuple.receivers), np.asarray(graphs_tuple.senders), n, **kwargs
     )

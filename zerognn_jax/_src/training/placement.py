@@ -50,12 +50,20 @@ class PlacementWarning(UserWarning):
 
 
 def choose_placement(setting: str, resident: Resident, limit: int | None, *,
-                     sharded: bool = False) -> Placement:
+                     sharded: bool = False, columns: int | None = None) -> Placement:
     """The placement for `setting` ("auto", "device", "host") given what would stay
     resident with the table on the device and the device's memory `limit` (None: the
-    backend does not say, as on a CPU); `sharded` (shard_features): the device."""
+    backend does not say, as on a CPU); `sharded` (shard_features): the device; a table
+    of no `columns` (a run on embeddings alone) has nothing to read from the host: the
+    device, with a `PlacementWarning` where "host" was asked for."""
     if sharded:
         return Placement("device", "shard_features splits it across the devices")
+    if columns == 0:
+        if setting == "host":
+            warnings.warn("feature_placement 'host' is ignored: the feature table has no "
+                          "columns, so the step reads no rows from it", PlacementWarning,
+                          stacklevel=3)
+        return Placement("device", "the feature table has no columns")
     if setting != "auto":
         return Placement(setting, "asked for (feature_placement)")
     if limit is None:

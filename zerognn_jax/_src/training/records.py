@@ -149,25 +149,26 @@ class MetricsLog:
     """Appends strict JSON lines to a file (or nowhere when `path` is None)."""
 
     def __init__(self, path: str | None, history: Sequence[dict] = ()):
-        """Opens `path` for appending after dropping a cut-off last line; the records
-        after its last summary become those of `history` (a resumed run's; none for a
-        fresh run: a run that failed or diverged left them)."""
-        self._file = None
-        if path is None:
-            return
-        lines = _complete_lines(Path(path))
-        last_summary = max((i for i, line in enumerate(lines) if _is_summary(line)),
-                           default=-1)
-        lines = lines[: last_summary + 1] + [dumps(r) + "\n" for r in history]
-        with writing("metrics_out", path):
-            _replace(Path(path), "".join(lines))
-        self._file = AppendFile(path, "metrics_out")
+        """A log appending to `path`. Before its first record, it drops a cut-off last
+        line and makes the records after the file's last summary those of `history` (a
+        resumed run's; none for a fresh run: a run that failed or diverged left them).
+        A run that writes no record leaves the file as it was."""
+        self._path, self._history, self._file = path, tuple(history), None
 
     def write(self, record: dict) -> None:
         """Appends `record` as one line; a line that cannot be written whole is taken
         back and raises WriteError (an OSError) naming the file."""
-        if self._file is not None:
-            self._file.write(dumps(record) + "\n")
+        if self._path is None:
+            return
+        if self._file is None:
+            lines = _complete_lines(Path(self._path))
+            last_summary = max((i for i, line in enumerate(lines) if _is_summary(line)),
+                               default=-1)
+            lines = lines[: last_summary + 1] + [dumps(r) + "\n" for r in self._history]
+            with writing("metrics_out", self._path):
+                _replace(Path(self._path), "".join(lines))
+            self._file = AppendFile(self._path, "metrics_out")
+        self._file.write(dumps(record) + "\n")
 
     def close(self) -> None:
         if self._file is not None:

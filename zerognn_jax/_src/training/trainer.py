@@ -152,7 +152,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                                      embedding_dim=cfg.embedding_dim)
     limit = memory.device_memory_limit()
     placement = choose_placement(cfg.feature_placement, resident, limit,
-                                 sharded=cfg.shard_features)
+                                 sharded=cfg.shard_features, columns=feats.shape[1])
     warn_unused_cache(cfg.feature_cache_gib, placement, cfg.host_row_order)
     cache = cache_budget(cfg.feature_cache_gib, placement, resident, limit)
     layout = choose_layout(cfg, task, sampler, cfg.batch_size, dataset.graph.num_nodes,

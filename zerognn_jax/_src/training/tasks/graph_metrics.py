@@ -1,6 +1,7 @@
 """Graph-level losses (per graph row, missing labels masked) and evaluation metrics:
 ROC-AUC and AP averaged over the tasks (OGB's molhiv and molpcba evaluators: a task
-counts when its labelled graphs hold both classes), accuracy, mean absolute error."""
+counts when its labelled graphs hold both classes), accuracy, mean absolute error; NaN
+when an output is."""
 
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def graph_metrics(outputs, targets, kind: str) -> dict:
     "binary"), targets as stored (NaN = missing)."""
     out = np.asarray(outputs, np.float64)
     t = np.asarray(targets)
-    if not len(out):  # an empty split: no value (null in the records)
+    if not len(out) or np.isnan(out).any():  # no rows, or a NaN output: null in records
         return {name: float("nan") for name in METRICS[kind]}
     if kind == "classes":
         acc = float(np.mean(out.argmax(-1) == t)) if t.size else float("nan")

@@ -1,7 +1,8 @@
 """Link prediction's evaluation: decoder scores of fixed pairs, and ranking metrics.
 
 AUC and AP over the split's positives and negatives, MRR with Hits@1/3/10 against
-per-positive negatives, or Hits@K against shared negatives (OGB's definitions).
+per-positive negatives, or Hits@K against shared negatives (OGB's definitions). A NaN
+score makes every metric it enters NaN (it has no rank; sorted, it would rank highest).
 """
 
 from __future__ import annotations
@@ -54,10 +55,14 @@ def split_metrics(model, variables, h, edges, metric: str) -> dict:
     return {metric: hits_at_k(pos, neg, k)}
 
 
+def any_nan(*scores) -> bool:
+    return any(np.isnan(np.asarray(s, np.float64)).any() for s in scores)
+
+
 def roc_auc(pos, neg) -> float:
     """Area under the ROC curve of positives over negatives (ties count one half)."""
     pos, neg = np.asarray(pos, np.float64), np.sort(np.asarray(neg, np.float64))
-    if not pos.size or not neg.size:
+    if not pos.size or not neg.size or any_nan(pos, neg):
         return float("nan")
     below = np.searchsorted(neg, pos, side="left")
     ties = np.searchsorted(neg, pos, side="right") - below
@@ -69,7 +74,7 @@ def average_precision(pos, neg) -> float:
     steps times precision), positives labelled 1."""
     scores = np.concatenate([np.asarray(pos, np.float64), np.asarray(neg, np.float64)])
     labels = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
-    if not len(pos):
+    if not len(pos) or any_nan(scores):
         return float("nan")
     order = np.argsort(-scores, kind="stable")
     scores, labels = scores[order], labels[order]
@@ -84,6 +89,8 @@ def mrr_metrics(pos, neg) -> dict:
     """OGB's MRR protocol: positive i ranked among its negatives neg[i] (ties: the mean
     of the optimistic and pessimistic rank); MRR and Hits@1, 3, 10."""
     pos, neg = np.asarray(pos)[:, None], np.asarray(neg)
+    if any_nan(pos, neg):
+        return dict.fromkeys(("mrr", "hits@1", "hits@3", "hits@10"), float("nan"))
     rank = 0.5 * ((neg > pos).sum(1) + (neg >= pos).sum(1)) + 1
     return {"mrr": float(np.mean(1.0 / rank)), "hits@1": float(np.mean(rank <= 1)),
             "hits@3": float(np.mean(rank <= 3)), "hits@10": float(np.mean(rank <= 10))}
@@ -92,6 +99,8 @@ def mrr_metrics(pos, neg) -> dict:
 def hits_at_k(pos, neg, k: int) -> float:
     """OGB's Hits@K: the fraction of positives scored above the K-th best negative."""
     neg = np.asarray(neg)
+    if any_nan(pos, neg):
+        return float("nan")
     if neg.size < k:
         return 1.0
     kth = np.partition(neg, neg.size - k)[neg.size - k]

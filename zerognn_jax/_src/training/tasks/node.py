@@ -19,7 +19,7 @@ from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.loaders import load_dataset
 from zerognn_jax._src.sampling.steps import ItemLevel
 from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch
-from zerognn_jax._src.training.tasks.link_metrics import roc_auc
+from zerognn_jax._src.training.tasks.link_metrics import any_nan, roc_auc
 from zerognn_jax._src.training.tasks.losses import (
     LOSSES,
     SCORES,
@@ -134,8 +134,9 @@ def split_metrics(outputs, dataset, ids) -> dict:
 
 
 def accuracy(logits, labels) -> float:
-    """The fraction of rows whose arg-max class is the label (NaN for no rows)."""
-    if len(labels) == 0:
+    """The fraction of rows whose arg-max class is the label (NaN for no rows, or any
+    NaN logit: its arg-max would be the NaN's class)."""
+    if len(labels) == 0 or any_nan(logits):
         return float("nan")
     pred = np.asarray(jnp.argmax(logits, -1))
     return float(np.mean(pred == np.asarray(labels)))
@@ -148,7 +149,8 @@ def target_metrics(outputs, targets, kind: str) -> dict:
     "multilabel" (logits against {0, 1} targets, a logit > 0 predicts 1): {"acc": the
     fraction of labels right, "f1": micro-averaged F1, "rocauc": the ROC-AUC of each
     target column averaged over the columns with both classes present (OGB's
-    ogbn-proteins metric; NaN if none has)}. "regression": {"mse"}.
+    ogbn-proteins metric; NaN if none has)}; F1 is NaN with no positive label and none
+    predicted (nothing to score). "regression": {"mse"}. NaN outputs give NaN metrics.
     """
     out, t = (np.asarray(a, np.float32) for a in (outputs, targets))
     out, t = (a.reshape(len(a), int(np.prod(a.shape[1:]))) for a in (out, t))  # 0 rows too
@@ -162,7 +164,7 @@ def target_metrics(outputs, targets, kind: str) -> dict:
         return {"mse": float(np.mean(np.square(out - t))) if t.size else float("nan")}
     if kind != "multilabel":
         raise ValueError(f"target kind must be multilabel or regression, got {kind!r}")
-    if t.size == 0:
+    if t.size == 0 or any_nan(out):
         return {"acc": float("nan"), "f1": float("nan"), "rocauc": float("nan")}
     pred, true = out > 0, t > 0.5
     tp = float(np.sum(pred & true))
@@ -170,7 +172,7 @@ def target_metrics(outputs, targets, kind: str) -> dict:
     aucs = [roc_auc(out[true[:, j], j], out[~true[:, j], j]) for j in range(t.shape[1])
             if true[:, j].any() and not true[:, j].all()]
     return {"acc": 1.0 - wrong / t.size, "f1": 2 * tp / (2 * tp + wrong) if tp or wrong
-            else 1.0, "rocauc": float(np.mean(aucs)) if aucs else float("nan")}
+            else float("nan"), "rocauc": float(np.mean(aucs)) if aucs else float("nan")}
 
 
 def node_task(loss, dataset) -> NodeTask:
