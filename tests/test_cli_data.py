@@ -1,22 +1,15 @@
-"""`zerognn data info` and `zerognn data generate`, driven through their argparse parser."""
+"""`zerognn data info` and `zerognn data generate`, driven through the command line's
+`main`."""
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
 from zerognn_jax import load_npz
-from zerognn_jax.cli import data as cli_data
+from zerognn_jax.cli import main as run
 
 PLANETOID = Path(__file__).parents[2] / "shared" / "datasets" / "planetoid"
-
-
-def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="zerognn")
-    cli_data.add_data_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.handler(args)
 
 
 def test_info_prints_one_json_object(capsys):
@@ -45,6 +38,11 @@ def test_info_planetoid_with_root(capsys):
          "zerognn: error: dataset file /nonexistent/d.npz does not exist"),
         (["data", "info", "cora", "--scale", "2"],
          "zerognn: error: scale applies to the synthetic presets (products-like, "),
+        (["data", "info", "mag-like", "--scale", "0"],
+         "zerognn: error: --scale must be positive and finite, got 0.0\n"),
+        (["data", "generate", "rmat", "--out", "r.npz", "--scale", "1e-9"],  # was scale_log2
+         "zerognn: error: --scale=1e-09 gives rmat 2**-9 nodes; it needs a scale from 2**-20 "
+         "to 2**9 (2 to 2**30 nodes)\n"),
         (["data", "info", "products-like", "--scale", "0.001", "--download"],
          "zerognn: error: --download fetches the Planetoid files (cora, citeseer, pubmed); "
          "'products-like' has none\n"),
@@ -78,6 +76,14 @@ def test_errors_go_to_stderr_with_exit_code_2(argv, message, capsys):
     assert run(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(message)
+
+
+def test_an_empty_root_is_refused(capsys):
+    """It was read as the current folder, and the hint's command lost its value."""
+    with pytest.raises(SystemExit) as exit_:
+        run(["data", "info", "cora", "--root", ""])
+    assert exit_.value.code == 2
+    assert "argument --root: expected a path, got ''" in capsys.readouterr().err
 
 
 def test_generate_products_like_writes_a_loadable_file(tmp_path, capsys):

@@ -76,8 +76,8 @@ def test_an_out_that_is_someone_elses_file_is_refused_before_the_restore(tmp_pat
     (["--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
     (["--platforms", "cpu,nope"], "--platforms must be among cpu, cuda, rocm, tpu; got "
                                   "'nope'"),
-    (["--max-nodes", "10"], "max_nodes, max_edges and max_degree size a graph-level "
-                            "model's calls; this program's task is 'node'"),
+    (["--max-nodes", "10"], "--max-nodes 10: only a graph-level model's calls take sizes; "
+                            "this program's task is 'node'"),
     (["--node-type", "paper"], "--node-type picks a node type of a typed graph's model; this "
                                "program's graph has one type"),
     (["--epoch", "5"], "no checkpoint 5 in "),  # the run kept epoch 0 only

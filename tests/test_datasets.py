@@ -481,7 +481,7 @@ def test_undirected_csr_checks_ids():
         (dict(features=np.full((6, 3), np.inf)), r"features contain NaN or inf"),
         (dict(train_idx=[]), r"train_idx is empty"),
         (dict(val_idx=[1, 2]), r"train and val splits overlap in 1 nodes \(first: 1\)"),
-        (dict(test_idx=[2, 2]), r"test_idx lists a node more than once"),
+        (dict(test_idx=[2, 2]), r"test_idx lists node 2 more than once"),
         (dict(test_idx=[6]), r"test_idx has node ids outside \[0, 6\)"),
         (dict(labels=np.array([0, 1, 2, 0, 1, 0])), r"labels must lie in \[-1, 2\)"),
     ],
@@ -489,6 +489,19 @@ def test_undirected_csr_checks_ids():
 def test_dataset_validation_names_the_problem(change, match):
     with pytest.raises(ValueError, match=match):
         make_dataset(**{**tiny_arrays(), **change})
+
+
+def test_a_dataset_built_directly_names_what_is_not_an_array():
+    """A list split was an AttributeError (make_dataset converts them)."""
+    good = make_dataset(**tiny_arrays())
+    with pytest.raises(ValueError, match=r"^train_idx must be an array, got a list \(make_"):
+        zg.Dataset(good.name, good.graph, good.features, good.labels, [0, 1], good.val_idx,
+                   good.test_idx, good.num_classes)
+    labels = np.asarray(good.labels).copy()
+    labels[good.train_idx[1]] = -1
+    with pytest.raises(ValueError, match=rf"^train_idx contains 1 unlabelled nodes \(label "
+                                         rf"-1; first: node {good.train_idx[1]}\)"):
+        make_dataset(**{**tiny_arrays(), "labels": labels})
 
 
 # ---------------------------------------------------------------- npz files

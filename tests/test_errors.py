@@ -90,6 +90,12 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
      "fanouts (3, 2147483648): 2147483648 is past int32 (2**31 - 1)"),
     (dict(metrics_out=""), "metrics_out must be a path (None for none), got ''"),
     (dict(checkpoint_dir=" "), "checkpoint_dir must be a path (None for none), got ' '"),
+    (dict(best_metric="", checkpoint_dir="c"), "best_metric must name a metric (val_acc, "
+                                               "val_loss, ...), got ''"),
+    (dict(dataset=""), "dataset must name a dataset or a folder, got ''"),
+    (dict(checkpoint_dir="ck\udcffx"), "checkpoint_dir 'ck\\udcffx' is not UTF-8 text, "
+                                        "which checkpoints (orbax) need"),
+    (dict(root=""), "root must be a folder (None for the default), got ''"),
 ])
 def test_config_names_the_bad_value(changes, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -129,7 +135,8 @@ def test_cli_option_errors_are_one_line(capsys):
         assert capsys.readouterr().err == f"zerognn: error: {message}\n"
     # the bench sets its configurations' engine, kernels and dtype, measures node
     # classification and evaluates and checkpoints nothing: those options are not its own
-    for flag in ("--dtype", "--engine", "--negatives", "--readout", "--eval-batch-size",
+    for flag in ("--dtype", "--engine", "--task", "--negatives", "--readout",
+                 "--eval-batch-size",
                  "--checkpoint-dir", "--metrics-out", "--best-metric"):
         with pytest.raises(SystemExit) as exit_:
             main(["bench", flag, "1", "--no-progress"])
@@ -143,10 +150,21 @@ def test_cli_option_errors_are_one_line(capsys):
      "relation_fanouts['cites'] (--relation-fanouts) is (5,): one fanout per layer is "
      "needed, and the model has 2 layers"),
     (["--dataset", "products-like", "--scale", "0.001", "--edge-features"],
-     "edge_features is set (--edge-features), and dataset 'products-like' has no "
+     "edge_features is set (--edge-features), and --dataset 'products-like' has no "
      "edge-feature table (CSRGraph.edge_features)"),
     (["--dataset", "ogbn-mag"],
      "ogbn-mag needs root= (--root), the folder that holds ogbn_mag/"),
+    # named as fields by the library, spelled as flags here: fields with an underscore
+    # anywhere, others where the command line gave them and a value follows
+    (["--best-metric", "val_acc"],
+     "--best-metric 'val_acc' keeps a checkpoint: set --checkpoint-dir"),
+    (["--model", "gat", "--hidden", "10", "--heads", "4", "--layers", "2", "--fanouts", "5,5"],
+     "GAT splits hidden over its heads: --hidden 10 is not a multiple of --heads 4"),
+    (["--model", "gin"], "--model 'gin' is a graph-level model (--task graph); this node "
+                         "task takes one of sage, sage-max, sage-sum, gcn, gat, gine, mlp"),
+    (["--dataset", "mag-like", "--scale", "0.001", "--model", "sage"],
+     "--model 'sage' is a model of one-type graphs; this node task of a typed graph takes "
+     "one of rsage, rgcn, rgat"),
 ])
 def test_errors_found_while_preparing_a_run_name_the_flag(capsys, args, message):
     """Raised by `train()` (fields, as Python calls it), they also name the command
@@ -155,14 +173,16 @@ def test_errors_found_while_preparing_a_run_name_the_flag(capsys, args, message)
     assert capsys.readouterr().err == f"zerognn: error: {message}\n"
 
 
-def test_a_missing_optional_dependency_is_one_line_exit_2(monkeypatch, capsys):
+def test_a_missing_optional_dependency_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
     """--tensorboard-dir without tensorboardX was a traceback, exit 1."""
-    def prepare(*args, **kwargs):
+    def check(logdir):
+        if not logdir:
+            return []
         raise ImportError("tensorboard_dir needs tensorboardX, which is not installed here: "
                           "pip install 'zerognn-jax[tensorboard]'")
-    monkeypatch.setattr(trainer, "prepare", prepare)
-    assert main(["train", "--no-progress"]) == 2
-    assert capsys.readouterr().err == ("zerognn: error: tensorboard_dir needs tensorboardX, "
+    monkeypatch.setattr(trainer, "check_tensorboard", check)
+    assert main(["train", "--no-progress", "--tensorboard-dir", str(tmp_path / "tb")]) == 2
+    assert capsys.readouterr().err == ("zerognn: error: --tensorboard-dir needs tensorboardX, "
                                        "which is not installed here: pip install "
                                        "'zerognn-jax[tensorboard]'\n")
     def broken(*args, **kwargs):  # a broken install is no option's: its traceback stays
@@ -218,15 +238,16 @@ def no_work(monkeypatch):
 
 
 @pytest.mark.parametrize(("flag", "where", "message"), [
-    ("--metrics-out", "dir", "metrics_out {p} is a directory; give a file path"),
-    ("--metrics-out", "under_file", "the folder of metrics_out {p.parent} is not writable: "
+    ("--metrics-out", "dir", "--metrics-out {p} is a directory; give a file path"),
+    ("--metrics-out", "under_file", "the folder of --metrics-out {p.parent} is not writable: "
                                     "Not a directory"),
-    ("--metrics-out", "file_as_folder", "the folder of metrics_out {p.parent} is not a "
+    ("--metrics-out", "file_as_folder", "the folder of --metrics-out {p.parent} is not a "
                                         "directory"),
-    ("--metrics-out", "proc", "the folder of metrics_out {p.parent} is not writable"),
-    ("--checkpoint-dir", "file", "checkpoint_dir {p} is not a directory"),
-    ("--checkpoint-dir", "under_file", "checkpoint_dir {p} is not writable: Not a directory"),
-    ("--checkpoint-dir", "proc", "checkpoint_dir {p} is not writable"),
+    ("--metrics-out", "proc", "the folder of --metrics-out {p.parent} is not writable"),
+    ("--checkpoint-dir", "file", "--checkpoint-dir {p} is not a directory"),
+    ("--checkpoint-dir", "under_file", "--checkpoint-dir {p} is not writable: Not a "
+                                       "directory"),
+    ("--checkpoint-dir", "proc", "--checkpoint-dir {p} is not writable"),
 ])
 def test_unusable_output_paths_fail_before_any_work(tmp_path, capsys, no_work, flag, where,
                                                     message):
@@ -320,7 +341,7 @@ def test_existing_metrics_file_that_cannot_be_appended_to(tmp_path, capsys, no_w
     link = tmp_path / "m.jsonl"  # in a writable folder, a file not even root may append to
     link.symlink_to("/proc/version")
     assert main(["train", "--no-progress", "--metrics-out", str(link)]) == 2
-    assert capsys.readouterr().err.startswith(f"zerognn: error: metrics_out {link} is not "
+    assert capsys.readouterr().err.startswith(f"zerognn: error: --metrics-out {link} is not "
                                               f"writable: ")
 
 
@@ -527,6 +548,33 @@ def test_train_names_arguments_of_the_wrong_kind():
         train(small_config(), random_dataset(), variables={"x": 1})
 
 
+def test_messages_spell_options_as_flags_only_where_they_name_them():
+    from zerognn_jax.cli.flags import spelled_as_flags
+
+    flags = {"checkpoint_dir": "--checkpoint-dir", "epochs": "--epochs", "model": "--model",
+             "checkpoint": None}
+    said = spelled_as_flags("epochs 1 is below the 2 epochs that checkpoint_dir /tmp/"
+                            "checkpoint_dir holds; ask for epochs 3 (model 'x')", flags,
+                            {"epochs", "checkpoint_dir"})
+    assert said == ("--epochs 1 is below the 2 epochs that --checkpoint-dir /tmp/"
+                    "checkpoint_dir holds; ask for --epochs 3 (model 'x')")
+    assert spelled_as_flags("error: epochs 3", flags) == "error: epochs 3"  # not given
+    assert spelled_as_flags("set checkpoint_dir (--checkpoint-dir)", flags) == \
+        "set checkpoint_dir (--checkpoint-dir)"  # the flag is there already
+    # a record's keys, a path that spells a name, a table named as an option is not
+    flags.update(dataset="--dataset", norm="--norm", normalize_features="--normalize-"
+                 "features", edge_features="--edge-features")
+    assert spelled_as_flags("(epoch 0): dataset.name 'tiny' there, 'p' here", flags,
+                            {"dataset"}) == "(epoch 0): dataset.name 'tiny' there, 'p' here"
+    assert spelled_as_flags("checkpoint_dir checkpoint_dir is not a directory", flags,
+                            {"checkpoint_dir"}) == ("--checkpoint-dir checkpoint_dir is not "
+                                                    "a directory")
+    assert spelled_as_flags("edge_features have 5 rows", flags) == "edge_features have 5 rows"
+    assert spelled_as_flags("normalize_features True, norm 'layer'", flags,
+                            {"norm", "normalize_features"}) == \
+        "--normalize-features True, --norm 'layer'"  # one flag inside another's
+
+
 def test_options_of_another_task_are_named_as_ignored():
     cfg = small_config(epochs=1, negatives=5, decoder="mlp", readout="max", heads=2)
     with pytest.warns(zg.IgnoredOptionWarning) as caught:
@@ -566,6 +614,12 @@ def test_options_of_another_task_are_named_as_ignored():
     assert [str(w.message) for w in caught] == [
         "norm 'batch': options of the models of one-type graphs' node and link tasks, "
         "ignored by this node task of a typed graph"]
+    host = small_config(engine="host-exact", chunk_steps=2, sample_ahead=4)
+    with pytest.warns(zg.IgnoredOptionWarning) as caught:
+        trainer._warn_unread_options(host, None)
+    assert [str(w.message) for w in caught] == [
+        "chunk_steps 2, sample_ahead 4: options of the scan engine, ignored by engine "
+        "'host-exact'"]
     tree = small_config(dedup=False, flat_outer=True)  # accepted, as its checkpoints are
     with pytest.warns(zg.IgnoredOptionWarning) as caught:
         trainer._warn_unread_options(tree, None)

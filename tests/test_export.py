@@ -294,11 +294,11 @@ def test_a_graph_level_artifact_is_sized_for_any_batch_of_the_collection(molecul
         export_model(res.program, res.variables, res.data, batch_size=3, max_nodes=2.5)
     with pytest.raises(ValueError, match="one row per graph"):
         export_model(res.program, res.variables, res.data, batch_size=3, node_type="a")
-    with pytest.raises(ValueError, match="max_nodes, max_edges and max_degree size a "
-                                         "graph-level model's calls; this program's task "
+    with pytest.raises(ValueError, match="max_nodes 10, max_degree 3: only a graph-level "
+                                         "model's calls take sizes; this program's task "
                                          "is 'node'"):
         export_model(trained.program, trained.variables, trained.data, batch_size=4,
-                     max_nodes=10)
+                     max_nodes=10, max_degree=3)
     node_art = export_model(trained.program, trained.variables, trained.data, batch_size=4)
     with pytest.raises(ValueError, match="packs graphs for a graph-level artifact"):
         graph_arguments(node_art, mol, [0])

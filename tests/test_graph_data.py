@@ -69,6 +69,11 @@ BAD = [
                        "num_classes=5"),
     ("edge_features", None, "edge_vocab [2, 3] describes edge features, and this "
                             "collection has none"),
+    # zero-width tables failed in Flax's initializer (a division by zero)
+    ("node_features", np.zeros((6, 0), np.float32), "node_features have no columns (shape "
+                                                     "(6, 0)): a graph model reads"),
+    ("edge_features", np.zeros((8, 0), np.float32), "edge_features have no columns (shape "
+                                                     "(8, 0)): give None"),
 ]
 
 
@@ -100,6 +105,9 @@ MAKE = dict(name="t", n_node=[3, 2], n_edge=[1, 1], senders=[0, 0], receivers=[1
     ("n_node", [3.0, 2.7], "n_node must be integers within int64, got 2.7"),
     ("splits", ([0], [1]), "splits must be (train, val, test) graph ids, got 2 entries"),
     ("num_classes", 2.5, "num_classes must hold whole numbers, got 2.5"),
+    # a mask was read as the ids 0 and 1 (two graphs: graph 1 trained, silently)
+    ("splits", (np.array([True, False]), [], []), "train_idx must be graph ids, got "
+                                                  "bool[2] (a mask? np.flatnonzero(mask)"),
     ("node_vocab", (4, True), "node_vocab must hold whole numbers, got True"),
     # float64 past float32's range: named with its value, not as the inf the cast makes
     ("node_features", np.array([[1.0], [1.0], [1.0], [1e300], [1.0]]),
@@ -114,6 +122,13 @@ def test_make_collection_refuses_what_a_cast_would_change(field, value, message)
     zg.make_collection(**{**MAKE, "senders": np.array([0, 0], object)})  # Python ints
     column = zg.make_collection(**{**MAKE, "targets": [[1], [0]]})  # jraph's globals
     np.testing.assert_array_equal(column.targets, [1, 0])
+
+
+def test_a_collection_of_empty_graphs_only_is_refused():
+    """It failed in training, in a gather of no rows."""
+    with pytest.raises(ValueError, match=re.escape("the collection holds no nodes")):
+        zg.make_collection("c", [0, 0], [0, 0], [], [], np.zeros((0, 3)), [0, 1], "classes",
+                           num_classes=2)
 
 
 def test_validation_of_classes_and_vocab():

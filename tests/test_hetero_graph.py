@@ -159,9 +159,9 @@ def test_csr_input_is_checked_against_both_types():
     (dict(labels=np.array([0, 1, 2, 1, 0]), num_classes=2), r"labels must lie in \[-1, 2\)"),
     (dict(train_idx=[0, 7]), r"train_idx has paper id 7 at position 1, out of range for 5"),
     (dict(val_idx=[1]), r"train and val splits overlap in 1 nodes \(first: 1\)"),
-    (dict(train_idx=[0, 0]), r"train_idx lists a node more than once"),
+    (dict(train_idx=[0, 0]), r"train_idx lists node 0 more than once"),
     (dict(labels=np.array([0, -1, 2, 1, 0]), num_classes=3),
-     r"train_idx contains unlabelled nodes"),
+     r"train_idx contains 1 unlabelled nodes \(label -1; first: node 1\)"),
     (dict(node_info={"paper": {"year": np.arange(3)}}), r"node_info 'paper'/'year' must be"),
 ])
 def test_dataset_errors_name_the_problem(change, match):

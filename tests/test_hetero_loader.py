@@ -279,3 +279,21 @@ def test_bad_link_input_is_refused_in_one_line(shop, kwargs, match):
                                     fanouts=(2,), batch_size=8, key=0,
                                     envelope="conservative", **args)
     assert "\n" not in str(err.value)
+
+
+def test_a_model_given_no_rows_of_a_type_it_reads_says_which():
+    """It was a bare KeyError from inside the model."""
+    ds = zg.make_hetero_dataset(
+        "toy", {"author": 4, "paper": 8},
+        {("author", "writes", "paper"): (np.array([0, 1, 3]), np.array([0, 2, 4]))},
+        target_type="paper", labels=np.arange(8) % 2, train_idx=[0, 1, 2, 3], val_idx=[4],
+        test_idx=[5], features={"paper": np.ones((8, 3), np.float32)}, add_reverse=True)
+    batch = next(iter(zg.HeteroNeighborLoader(ds.graph, ("paper", ds.train_idx),
+                                              fanouts=(2, 2), batch_size=4, key=0,
+                                              features=ds.features)))
+    model = zg.make_hetero_model("rsage", hidden=8, num_layers=2, num_classes=2,
+                                 target_type="paper", relations=ds.graph.relations)
+    with pytest.raises(ValueError, match="^x has no rows of node type 'author', which the "
+                                         "first layer reads"):
+        model.init(jax.random.key(0), batch.x, batch.layers(), train=False)
+

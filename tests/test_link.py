@@ -10,6 +10,7 @@ import os
 import pickle
 import subprocess
 import sys
+import warnings
 import zipfile
 
 import jax
@@ -410,6 +411,17 @@ def test_mrr_and_hits_follow_ogb():
     assert m["hits@3"] == pytest.approx(2 / 3)
     assert link_metrics.hits_at_k(np.array([0.5, 0.3, 0.9]), np.array([0.1, 0.4, 0.6, 0.2]), 2) \
         == pytest.approx(2 / 3)
+
+
+def test_a_split_left_empty_by_its_fraction_is_warned_of():
+    graph = zg.from_edge_list(np.arange(9), np.arange(1, 10), 12, make_undirected=True)
+    with pytest.warns(zg.EmptySplitWarning, match=r"^the link split of 9 undirected edges "
+                                                  r"leaves val and test empty"):
+        split = random_link_split(graph)
+    assert len(split.val.pos) == len(split.test.pos) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        random_link_split(graph, val=0.0, test=0.2)  # val asked for none; test has one
 
 
 def test_a_nan_score_makes_every_metric_it_enters_nan():

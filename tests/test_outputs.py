@@ -55,9 +55,9 @@ def test_a_second_run_is_refused_until_the_first_is_killed(tmp_path, capsys):
     try:
         assert holder.stdout.readline() == "held\n"
         assert main(["train", "--no-progress", "--checkpoint-dir", str(ckpt)]) == 2
-        assert capsys.readouterr().err == in_use(f"checkpoint_dir {ckpt}", holder.pid)
+        assert capsys.readouterr().err == in_use(f"--checkpoint-dir {ckpt}", holder.pid)
         assert main(["train", "--no-progress", "--metrics-out", str(metrics)]) == 2
-        assert capsys.readouterr().err == in_use(f"metrics_out {metrics}", holder.pid)
+        assert capsys.readouterr().err == in_use(f"--metrics-out {metrics}", holder.pid)
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
@@ -74,6 +74,44 @@ def test_one_process_cannot_hold_a_folder_twice(tmp_path):
             pass
     with hold_outputs(str(tmp_path), None):  # released: free again
         pass
+
+
+def test_a_metrics_file_is_held_however_a_link_names_it(tmp_path):
+    """A link and its target took two locks: two runs wrote one file, and the second's
+    rewrite left the first appending to a file no name reached (its records lost)."""
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "link.jsonl").symlink_to(tmp_path / "m.jsonl")
+    with hold_outputs(None, str(tmp_path / "m.jsonl")), pytest.raises(OutputsInUse):
+        with hold_outputs(None, str(tmp_path / "runs" / "link.jsonl")):
+            pass
+
+
+def test_a_lock_file_that_is_a_folder_is_named(tmp_path):
+    (tmp_path / LOCK_NAME).mkdir()
+    with pytest.raises(ValueError, match=rf"^checkpoint_dir {tmp_path}: its lock file "
+                                         rf"{tmp_path / LOCK_NAME} is a folder; remove it"):
+        with hold_outputs(str(tmp_path), None):
+            pass
+
+
+def test_a_tensorboard_folder_that_fills_up_is_a_write_error(tmp_path, monkeypatch):
+    """It was a bare OSError, and tensorboardX's close at exit failed again in a
+    traceback."""
+    pytest.importorskip("tensorboardX")
+    import tensorboardX.event_file_writer as events
+
+    from zerognn_jax._src.training.records import TensorBoardLog
+
+    log = TensorBoardLog(str(tmp_path / "tb"))
+    writer = log._writer
+    monkeypatch.setattr(events.EventsWriter, "flush", lambda self: full_disk())
+    with pytest.raises(WriteError, match=rf"^could not write tensorboard_dir "
+                                         rf"{tmp_path / 'tb'}: {re.escape(ENOSPC)}$"):
+        log.write({"epoch": 0, "loss": 1.0})
+    for file_writer in writer.all_writers.values():  # what the exit-time close reads
+        assert file_writer.event_writer._closed
+    log.write({"epoch": 1, "loss": 1.0})  # writes nothing more
+    log.close()
 
 
 def test_a_lock_file_removed_during_the_run_still_releases(tmp_path):
@@ -256,7 +294,7 @@ def test_checkpoint_on_a_full_disk_is_one_line_exit_1(tmp_path, monkeypatch, cap
                  "--hidden", "8", "--layers", "1", "--fanouts", "2", "--batch-size", "512",
                  "--checkpoint-dir", str(ckpt)]) == 1
     assert capfd.readouterr().err == (f"zerognn: error: could not write the checkpoint of "
-                                      f"epoch 0 in checkpoint_dir {ckpt}: {ENOSPC}\n")
+                                      f"epoch 0 in --checkpoint-dir {ckpt}: {ENOSPC}\n")
     assert not ckpt.exists()  # nothing written: the folder made for the run goes too
 
 

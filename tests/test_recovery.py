@@ -443,16 +443,16 @@ def test_other_settings_are_refused_in_one_line(npz, run, capfd, monkeypatch):
             "--checkpoint-dir", str(run / "ck")]
     assert main([*base, "--hidden", "32", "--lr", "0.01", "--epochs", "5"]) == 2
     err = capfd.readouterr().err
-    assert err == (f"zerognn: error: checkpoint_dir {run / 'ck'} holds a run with other "
-                   f"settings (epoch 2): hidden 16 there, 32 here; lr 0.003 there, 0.01 here; "
-                   f"resume with the same settings or use another checkpoint_dir\n")
+    assert err == (f"zerognn: error: --checkpoint-dir {run / 'ck'} holds a run with other "
+                   f"settings (epoch 2): --hidden 16 there, 32 here; --lr 0.003 there, 0.01 "
+                   f"here; resume with the same settings or use another --checkpoint-dir\n")
     assert main([*base, "--model", "gcn", "--epochs", "5"]) == 2
     assert "model 'sage' there, 'gcn' here" in capfd.readouterr().err
     # the folder as it was given, relative too (the other messages spell it so; this one
     # spelled it absolute)
     monkeypatch.chdir(run)
     assert main([*base[:-1], "ck", "--model", "gcn", "--epochs", "5"]) == 2
-    assert capfd.readouterr().err.startswith("zerognn: error: checkpoint_dir ck holds a run")
+    assert capfd.readouterr().err.startswith("zerognn: error: --checkpoint-dir ck holds a run")
     assert main([*base, "--batch-size", "64", "--epochs", "5"]) == 2
     assert "global_batch 32 there, 64 here" in capfd.readouterr().err
     # More epochs, the data from a file, another chunk size, kernels and evaluation: the
@@ -467,9 +467,10 @@ def test_fewer_epochs_than_the_checkpoint_holds_is_refused_in_one_line(npz, run,
                  "--fanouts", "5,5", "--batch-size", "32", "--eval-mode", "none",
                  "--no-progress", "--checkpoint-dir", str(run / "ck"), "--epochs", "1"]) == 2
     assert capfd.readouterr().err == (
-        f"zerognn: error: epochs 1 is below the 3 epochs that checkpoint_dir {run / 'ck'} "
-        f"holds, so nothing would be trained; ask for epochs 4 or more to train on (3 to "
-        f"evaluate it again), or use another checkpoint_dir to start afresh\n")
+        f"zerognn: error: --epochs 1 is below the 3 epochs that --checkpoint-dir "
+        f"{run / 'ck'} holds, so nothing would be trained; ask for --epochs 4 or more to "
+        f"train on (3 to evaluate it again), or use another --checkpoint-dir to start "
+        f"afresh\n")
 
 
 def test_steps_sampled_ahead_are_free_on_resume(tmp_path):

@@ -160,6 +160,11 @@ def test_a_cache_for_a_table_on_the_device_is_warned_of_once(homo, typed, tmp_pa
         assert placement_warnings(lambda c=ordered, d=data: trainer.prepare(c, d)) == [
             "host_row_order 'degree' is ignored: the feature table is on the device "
             "(asked for (feature_placement)), so no host rows are laid out"]
+        read = zg.TrainConfig(**QUICK, **extra, feature_placement="device",
+                              read_ahead_gib=1.0)  # was silent
+        assert placement_warnings(lambda c=read, d=data: trainer.prepare(c, d)) == [
+            "read_ahead_gib 1.0 is ignored: the feature table is on the device (asked for "
+            "(feature_placement)), so no rows are read from the host"]
 
 
 def test_a_sharded_table_says_why_it_is_on_the_device():

@@ -167,7 +167,7 @@ def test_default_cli_run_trains_the_embedded_graph(tmp_path):
     (["--norm", "bogus"], "argument --norm: invalid choice: 'bogus'"),
     (["--model", "gat", "--heads", "0"], "--heads must be >= 1, got 0"),
     (["--model", "gat", "--hidden", "32", "--heads", "3"],
-     "hidden 32 is not a multiple of heads 3"),
+     "--hidden 32 is not a multiple of --heads 3"),
     (["--multiple", "0"], "--multiple must be >= 1, got 0"),
     (["--multiple", "-128"], "--multiple must be >= 1, got -128"),
 ])

@@ -124,6 +124,20 @@ def test_split_warns_of_an_unnamed_reverse_and_refuses_too_few_non_pairs():
             zg.typed_link_split(graph, ("a", "r", "b"), val=0.2, test=0.2)
 
 
+def test_a_nodes_pair_with_itself_is_no_pair_to_predict():
+    """They were positives, against negatives that are never (u, u); the homogeneous
+    split drops them."""
+    src, dst = np.r_[np.arange(10), [0, 1, 2, 3, 4]], np.r_[np.arange(10), [5, 6, 7, 8, 9]]
+    graph = zg.hetero_graph({"paper": 10}, {("paper", "cites", "paper"): (src, dst)},
+                            add_reverse=True)
+    with pytest.warns(zg.EmptySplitWarning, match=r"^the link split of 5 distinct pairs of "
+                                                  r"paper__cites__paper leaves val and test "
+                                                  r"empty \(val 0.05 x 5 and test 0.1 x 5"):
+        split = zg.typed_link_split(graph, "cites", seed=0)
+    pairs = np.r_[split.train, split.val.pos, split.test.pos]
+    assert len(pairs) == 5 and not (pairs[:, 0] == pairs[:, 1]).any()
+
+
 def test_an_envelope_of_one_type_takes_one_capacity():
     with pytest.raises(ValueError, match="one seed type takes one capacity"):
         TypedEnvelope("user", (4, 8), ())

@@ -204,7 +204,8 @@ def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(model="sage"), "model 'sage' does not read typed graphs"),
+    (dict(model="sage"), "model 'sage' is a model of one-type graphs; this node task of a "
+                         "typed graph takes one of rsage, rgcn, rgat"),
     (dict(engine="host-exact"), "typed graphs train on the scan engine"),
     (dict(relation_fanouts={"nope": (1, 1)}), "relation_fanouts key 'nope' names no"),
     (dict(relation_fanouts={"cites": (1,)}),
@@ -428,3 +429,18 @@ def test_a_typed_graph_without_relations_is_refused_in_one_line():
                                          r"model has no neighbours to sample \(its node types: "
                                          r"author, paper, ghost\): give it at least one$"):
         zg.train(zg.TrainConfig(**BASE, epochs=1), _with_ghosts(relations=False))
+
+
+def test_a_featureless_type_without_nodes_trains():
+    """Its learnable rows were a table of none, which the step's gather refused."""
+    ds = zg.make_hetero_dataset(
+        "toy", {"author": 0, "paper": 8},
+        {("author", "writes", "paper"): (np.array([], int), np.array([], int)),
+         ("paper", "cites", "paper"): (np.array([0, 1, 3, 5, 6]), np.array([1, 2, 4, 6, 7]))},
+        target_type="paper", labels=np.arange(8) % 2, train_idx=[0, 1, 2, 3],
+        val_idx=[4, 5], test_idx=[6, 7],
+        features={"paper": np.random.default_rng(0).normal(size=(8, 3))})
+    res = zg.train(zg.TrainConfig(hidden=8, layers=2, fanouts=(3, 2), batch_size=4, epochs=1,
+                                  eval_mode="none", progress=False), ds)
+    assert np.isfinite(res.history[-1]["loss"])
+

@@ -49,7 +49,12 @@ from zerognn_jax._src.data.hetero_storage import (
     save_hetero_dir,
     save_hetero_npz,
 )
-from zerognn_jax._src.data.links import LinkSplit, load_ogbl, random_link_split
+from zerognn_jax._src.data.links import (
+    EmptySplitWarning,
+    LinkSplit,
+    load_ogbl,
+    random_link_split,
+)
 from zerognn_jax._src.data.loaders import (
     load_dataset,
     load_dir,
@@ -210,7 +215,8 @@ __all__ = [
     "LoaderBatch", "NeighborLoader", "HeteroNeighborLoader", "HeteroLoaderBatch",
     "HeteroLinkNeighborLoader", "HeteroLinkLoaderBatch",
     "counter_key", "views_for", "from_edge_index",
-    "CheckpointMismatch", "CheckpointWarning", "Diverged", "PlacementWarning",
+    "CheckpointMismatch", "CheckpointWarning", "Diverged", "EmptySplitWarning",
+    "PlacementWarning",
     "IgnoredOptionWarning", "OutputsInUse", "WriteError",
     "DotDecoder", "LinkModel", "LinkSplit", "LinkTask", "MLPDecoder", "load_ogbl",
     "make_decoder", "negative_pairs", "node_embeddings", "random_link_split",

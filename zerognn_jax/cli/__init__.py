@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import warnings
 
 from zerognn_jax.cli.bench import add_bench_command
 from zerognn_jax.cli.data import add_data_commands
 from zerognn_jax.cli.export import add_export_command
+from zerognn_jax.cli.flags import flag_names, given_names, spelled_as_flags
 from zerognn_jax.cli.train import add_train_command
 
 
@@ -34,26 +36,31 @@ def main(argv=None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    warnings.formatwarning = _format_warning
+    given = sys.argv[1:] if argv is None else list(argv)
+    fail = functools.partial(_fail, flags=_message_flags(parser, args.command, given))
+    previous = warnings.formatwarning  # (put back: a process may call main more than once)
+    warnings.formatwarning = functools.partial(_format_warning, flags=fail.keywords["flags"])
     try:
         return args.handler(args)
     except (ValueError, FileNotFoundError) as err:
-        code = _fail(err, f"error: {err}", 2)
+        code = fail(err, f"error: {err}", 2)
     except ImportError as err:
         if "pip install" not in str(err):  # a broken install, not an option's extra
             raise
-        code = _fail(err, f"error: {err}", 2)  # it says what to install
+        code = fail(err, f"error: {err}", 2)  # it says what to install
     except (Diverged, OSError) as err:
-        code = _fail(err, f"error: {err}", 1)
+        code = fail(err, f"error: {err}", 1)
     except Interrupted as err:
-        code = _fail(err, str(err), err.exit_code, "; run the same command again to resume")
+        code = fail(err, str(err), err.exit_code, "; run the same command again to resume")
     except KeyboardInterrupt as err:
-        code = _fail(err, "interrupted", 130)
+        code = fail(err, "interrupted", 130)
     except Exception as err:
         if not _out_of_memory(err):
             raise
-        code = _fail(err, f"error: the device ran out of memory ({_first_line(err)}); give "
-                     f"it less to hold: {LESS_TO_HOLD[args.command]}", 1)
+        code = fail(err, f"error: the device ran out of memory ({_first_line(err)}); give "
+                    f"it less to hold: {LESS_TO_HOLD[args.command]}", 1)
+    finally:
+        warnings.formatwarning = previous
     checkpoints = sys.modules.get("zerognn_jax._src.training.checkpoint")
     if argv is None and checkpoints is not None:  # the command's process, about to exit
         checkpoints.quiet_until_exit()
@@ -82,21 +89,32 @@ def _first_line(err: BaseException) -> str:
     return str(err).strip().splitlines()[0][:300]
 
 
-def _fail(err: BaseException, message: str, code: int, hint: str = "") -> int:
+def _message_flags(parser: argparse.ArgumentParser, command: str, argv) -> tuple:
+    """What `spelled_as_flags` needs to name options as `command` spells them: its flags
+    and the ones `argv` gave."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return flag_names(commands.choices[command]), given_names(parser, argv)
+
+
+def _fail(err: BaseException, message: str, code: int, hint: str = "", *,
+          flags=({}, ())) -> int:
     """Prints `zerognn: message`, with `err`'s notes and then `hint` if it has any, on one
-    line of stderr; returns `code`."""
+    line of stderr, the options it names spelled as `flags` (`_message_flags`) spell
+    them; returns `code`."""
     notes = [n for n in getattr(err, "__notes__", [])
              if "JAX_TRACEBACK_FILTERING" not in n]  # JAX's word on its own traceback
     line = "; ".join([message, *notes]) + (hint if notes else "")
-    print(f"zerognn: {line}", file=sys.stderr)
+    print(f"zerognn: {spelled_as_flags(line, *flags)}", file=sys.stderr)
     return code
 
 
 _default_format = warnings.formatwarning
 
 
-def _format_warning(message, category, filename, lineno, line=None) -> str:
-    """The library's own warnings as `zerognn: warning: ...`, others as usual."""
+def _format_warning(message, category, filename, lineno, line=None, *,
+                    flags=({}, ())) -> str:
+    """The library's own warnings as `zerognn: warning: ...` (options spelled as their
+    flags), others as usual."""
     if category.__module__.startswith("zerognn_jax"):
-        return f"zerognn: warning: {message}\n"
+        return f"zerognn: warning: {spelled_as_flags(str(message), *flags)}\n"
     return _default_format(message, category, filename, lineno, line)

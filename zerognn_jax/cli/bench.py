@@ -12,12 +12,13 @@ import pathlib
 from zerognn_jax.cli.flags import add_config_flags, config_from_args, int_tuple, name_tuple
 from zerognn_jax.cli.train import HELP as TRAIN_HELP
 
-HELP = dict(TRAIN_HELP, epochs="timed epochs per configuration")
+HELP = dict(TRAIN_HELP, epochs="timed epochs per configuration",
+            model="the built-in model; omitted: sage")
 # Training options the bench takes no flags for, so that giving one is an error rather
-# than ignored: what each configuration sets itself, what only link and graph tasks read
-# (it measures node classification), evaluation and training outputs (it evaluates
-# nothing and writes only its own records).
-NOT_MEASURED = ("engine", "kernels", "dtype", "dedup",
+# than ignored: what each configuration sets itself, the task and what only link and
+# graph tasks read (it measures node classification), evaluation and training outputs
+# (it evaluates nothing and writes only its own records).
+NOT_MEASURED = ("engine", "kernels", "dtype", "dedup", "task",
                 "decoder", "negatives", "negative_mode", "link_metric", "link_relation",
                 "readout", "balance_window", "graph_aggregation",
                 "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir", "metrics_out",
@@ -27,10 +28,12 @@ NOT_MEASURED = ("engine", "kernels", "dtype", "dedup",
 def add_bench_flags(parser: argparse.ArgumentParser) -> None:
     from zerognn_jax._src.bench.run import BenchOptions
     from zerognn_jax._src.bench.workload import VARIANTS
+    from zerognn_jax._src.nn.models import MODELS
     from zerognn_jax._src.training.config import CHOICES
 
     d = BenchOptions()
-    add_config_flags(parser, d.train, help=HELP, choices=CHOICES, skip=NOT_MEASURED)
+    add_config_flags(parser, d.train, help=HELP, choices=dict(CHOICES, model=MODELS),
+                     skip=NOT_MEASURED)
     add = parser.add_argument
     add("--configs", type=name_tuple, default=d.configs,
         help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)")

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from zerognn_jax._src.data.graph_datasets import (
     GRAPH_DATASET_NAMES,
@@ -68,7 +67,8 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
     info = commands.add_parser("info", help="print a dataset's statistics as JSON")
     info.add_argument("name", help="one of: " + ", ".join(
         DATASET_NAMES + HETERO_NAMES + GRAPH_DATASET_NAMES))
-    info.add_argument("--root", default=None, help="data folder (see docs/datasets.md)")
+    info.add_argument("--root", default=None, type=path_text,
+                      help="data folder (see docs/datasets.md)")
     info.add_argument("--download", action="store_true", help="fetch missing Planetoid files")
     _add_size_options(info)
     info.set_defaults(handler=run_info)
@@ -132,8 +132,12 @@ def run_generate(args: argparse.Namespace) -> int:
     from zerognn_jax._src.training import interrupts
 
     with interrupts.deferred():
-        code = _generate(args)
-        interrupts.check(f"writing {args.out}" if code == 0 else "the command failed")
+        try:
+            code = _generate(args)
+        except (ValueError, OSError):
+            interrupts.check("the command failed")  # a signal meanwhile is the exit's
+            raise
+        interrupts.check(f"writing {args.out}")
     return code
 
 
@@ -142,13 +146,11 @@ def _generate(args: argparse.Namespace) -> int:
 
     streamed = args.preset == "papers100m-like" and not args.out.endswith(".npz")
     if args.feature_dtype is not None and not streamed and args.preset != "igbh-like":
-        print(f"zerognn: error: {_feature_dtype_refusal(args)}", file=sys.stderr)
-        return 2
+        raise ValueError(_feature_dtype_refusal(args))
     try:  # before generating: a foreign --out would only be refused after it
         refuse_foreign(args.out, "--out", folder=not args.out.endswith(".npz"))
     except OSError as err:
-        print(f"zerognn: error: {err}", file=sys.stderr)
-        return 2
+        raise ValueError(str(err)) from None
     if streamed:
         return _guarded_stats(lambda: _dir_stats(write_papers100m_like(
             args.out, args.scale, args.seed, feature_dtype=args.feature_dtype or "float32")))
@@ -214,15 +216,14 @@ def _guarded(build) -> int:
 
 
 def _guarded_stats(stats) -> int:
-    """Prints `stats()` as JSON; maps data errors to exit code 2, a file that could not
-    be written (`WriteError`: a full disk, ...) to 1."""
+    """Prints `stats()` as JSON. Raises data errors (an unreadable file too) as
+    ValueError, exit code 2, and a file that could not be written (`WriteError`: a full
+    disk, ...) as it is, exit code 1."""
     try:
         record = stats()
-    except WriteError as err:
-        print(f"zerognn: error: {err}", file=sys.stderr)
-        return 1
-    except (ValueError, OSError) as err:
-        print(f"zerognn: error: {err}", file=sys.stderr)
-        return 2
+    except WriteError:
+        raise
+    except OSError as err:
+        raise ValueError(str(err)) from None
     print(json.dumps(record))
     return 0

@@ -30,13 +30,11 @@ from zerognn_jax._src.data.writes import atomic_write, written_here
 from zerognn_jax._src.training.export import export_model
 from zerognn_jax._src.training.inference import restore
 from zerognn_jax.cli.data import load_named
-from zerognn_jax.cli.flags import _as_flag, generator_seed
+from zerognn_jax.cli.flags import generator_seed
 
 # An existing --out is read to check that it is an artifact (replaced) rather than
 # someone's file (refused) only up to this size.
 CHECKED_BYTES = 2**30
-# export_model's arguments that are this command's options
-FLAGS = {"batch_size", "platforms", "node_type", "max_nodes", "max_edges", "max_degree"}
 
 
 def add_export_command(subparsers) -> argparse.ArgumentParser:
@@ -117,14 +115,10 @@ def run_export(args) -> int:
         result = restore(args.checkpoint_dir, best=args.best, epoch=args.epoch,
                          dataset=dataset, for_inference=True)
         interrupts.check("reading the checkpoint; nothing was written")
-        try:
-            art = export_model(result.program, result.variables, result.data,
-                               batch_size=args.batch_size, platforms=platforms,
-                               node_type=args.node_type, max_nodes=args.max_nodes,
-                               max_edges=args.max_edges, max_degree=args.max_degree)
-        except ValueError as err:  # the option's flag, not export_model's argument
-            err.args = (_as_flag(str(err), FLAGS),)
-            raise
+        art = export_model(result.program, result.variables, result.data,
+                           batch_size=args.batch_size, platforms=platforms,
+                           node_type=args.node_type, max_nodes=args.max_nodes,
+                           max_edges=args.max_edges, max_degree=args.max_degree)
         blob = art.serialize()
         interrupts.check("lowering the model; nothing was written")
         with atomic_write(args.out, "the artifact") as f:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 
 
 def int_tuple(text: str) -> tuple[int, ...]:
@@ -132,3 +133,56 @@ def _as_flag(message: str, names: set[str]) -> str:
     if field not in names or flag in message:
         return message
     return flag + message[len(field):]
+
+
+def _option_actions(parser: argparse.ArgumentParser):
+    """The actions of `parser` and of the subcommands below it, subcommands first."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _option_actions(sub)
+        elif action.dest != "help":
+            yield action
+
+
+def flag_names(parser: argparse.ArgumentParser) -> dict[str, str | None]:
+    """{option name (dest): its flag} of `parser` and the subcommands below it (None for
+    a positional argument: a name no flag spells)."""
+    names = {}
+    for action in _option_actions(parser):
+        long = [o for o in action.option_strings if o.startswith("--")]
+        names.setdefault(action.dest, long[0] if long else None)
+    return names
+
+
+def given_names(parser: argparse.ArgumentParser, argv) -> set[str]:
+    """The option names (dests) whose flags `argv` holds."""
+    by_flag = {o: a.dest for a in _option_actions(parser) for o in a.option_strings}
+    return {by_flag[t.split("=", 1)[0]] for t in argv if t.split("=", 1)[0] in by_flag}
+
+
+def spelled_as_flags(text: str, flags: dict[str, str | None], given=frozenset()) -> str:
+    """`text` (a message of the library, which names options as fields) with the option
+    names of `flags` it holds written as the command line's flags, where the name is
+    the option's: one `given` (set on the command line) with an underscore, or that
+    starts the text or a clause, or that a value follows ("epochs 3", "heads=4"); one
+    not given with an underscore where a value follows or a hint names it ("set
+    checkpoint_dir", "drop flat_outer"). A name whose flag the text holds already, a
+    word right after a flag (its value) and a name followed by "." (a record's key,
+    "dataset.name") stay."""
+    for name, flag in flags.items():
+        if flag is None or re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text):
+            continue
+        pieces = re.split(rf"(?<![\w./'\"-]){re.escape(name)}(?![\w./'\"-])", text)
+        out = pieces[0]
+        for piece in pieces[1:]:
+            valued = re.match(r" ['\"\d-]|=", piece)
+            starts = out in ("", "error: ") or out.endswith(("; ", ": "))
+            hinted = out.endswith(("set ", "drop ", "another "))
+            after_flag = re.search(r"(?<![\w-])--[\w-]+ $", out)
+            swap = not after_flag and (
+                (name in given and ("_" in name or valued or starts))
+                or ("_" in name and (valued or hinted)))
+            out += (flag if swap else name) + piece
+        text = out
+    return text

@@ -114,9 +114,12 @@ class BenchOptions:
         if self.train.task == "link":
             raise ValueError("zerognn bench times node classification; for link "
                              "prediction run benchmarks/link.py")
-        if self.train.task == "graph" or is_graph_dataset(dataset):
-            raise ValueError(f"zerognn bench times node classification; for graph "
-                             f"collections ({dataset}) run benchmarks/graph.py")
+        if self.train.task == "graph":
+            raise ValueError("zerognn bench times node classification; for graph-level "
+                             "tasks run benchmarks/graph.py")
+        if is_graph_dataset(dataset):
+            raise ValueError(f"zerognn bench times node classification; {dataset} is a "
+                             f"collection of graphs: run benchmarks/graph.py")
         if is_typed(dataset):
             raise ValueError(f"zerognn bench times graphs of one node type; for typed "
                              f"graphs ({dataset}) run benchmarks/hetero.py")

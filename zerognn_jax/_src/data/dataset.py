@@ -124,6 +124,11 @@ def validate_dataset(ds: Dataset) -> None:
     if not isinstance(ds.name, str) or not ds.name:
         raise ValueError(f"name must be a non-empty string (it names the dataset in "
                          f"metrics, checkpoints and files), got {ds.name!r}")
+    for what in ("features", "labels", "train_idx", "val_idx", "test_idx"):
+        if isinstance(getattr(ds, what), list | tuple):
+            raise ValueError(f"{what} must be an array, got a "
+                             f"{type(getattr(ds, what)).__name__} (make_dataset takes lists "
+                             f"and other array-likes)")
     g = ds.graph
     try:
         validate_csr(g.indptr, g.indices, g.weights, g.edge_features)
@@ -161,10 +166,13 @@ def check_splits(splits: dict, n: int, labels: np.ndarray | None) -> None:
             raise ValueError(f"{name}_idx must be a 1-D integer array, got {idx.dtype}{idx.shape}")
         _check_range(f"{name}_idx has node ids outside", idx, 0, n)
         ordered = np.sort(idx)  # np.unique is ~100x slower than a sort on NumPy 2.4
-        if np.any(ordered[1:] == ordered[:-1]):
-            raise ValueError(f"{name}_idx lists a node more than once")
-        if idx.size and labels is not None and np.any(labels[idx] < 0):
-            raise ValueError(f"{name}_idx contains unlabelled nodes (label -1)")
+        twice = np.flatnonzero(ordered[1:] == ordered[:-1])
+        if twice.size:
+            raise ValueError(f"{name}_idx lists node {int(ordered[twice[0]])} more than once")
+        unlabelled = idx[labels[idx] < 0] if idx.size and labels is not None else idx[:0]
+        if unlabelled.size:
+            raise ValueError(f"{name}_idx contains {unlabelled.size} unlabelled nodes (label "
+                             f"-1; first: node {int(unlabelled[0])})")
     if splits["train"].size == 0:
         raise ValueError("train_idx is empty: there is nothing to train on")
     for a, b in (("train", "val"), ("train", "test"), ("val", "test")):

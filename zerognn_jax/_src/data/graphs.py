@@ -215,7 +215,13 @@ def validate_collection(c: GraphCollection) -> None:
                   f"(make_collection takes lists and other array-likes)")
     if c.node_features.ndim != 2:
         _fail(f"node_features must be 2-D [N, d], got shape {c.node_features.shape}")
+    if c.node_features.shape[1] == 0:
+        _fail(f"node_features have no columns (shape {c.node_features.shape}): a graph "
+              f"model reads each node's features; give each node one (a constant 1.0)")
     num_nodes = c.node_features.shape[0]
+    if num_nodes == 0:
+        _fail("the collection holds no nodes (node_features has 0 rows): its graphs are "
+              "all empty")
     for what in ("node_offsets", "edge_offsets", "senders", "receivers", "train_idx",
                  "val_idx", "test_idx"):
         values = getattr(c, what)
@@ -239,6 +245,9 @@ def validate_collection(c: GraphCollection) -> None:
         if c.edge_features.ndim != 2 or c.edge_features.shape[0] != c.senders.shape[0]:
             _fail(f"edge_features must be [E, d] with E = {c.senders.shape[0]} edges, got "
                   f"shape {c.edge_features.shape}")
+        if c.edge_features.shape[1] == 0:
+            _fail(f"edge_features have no columns (shape {c.edge_features.shape}): give "
+                  f"None for a collection without edge features")
         _check_vocab("edge features", c.edge_features, c.edge_vocab)
     _check_targets(c)
     for split in ("train", "val", "test"):
@@ -326,6 +335,10 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
         splits = (np.arange(n_node.size), np.zeros(0), np.zeros(0))
     if len(splits) != 3:
         _fail(f"splits must be (train, val, test) graph ids, got {len(splits)} entries")
+    for split, ids in zip(("train", "val", "test"), splits):
+        if np.asarray(ids).dtype == np.bool_:
+            _fail(f"{split}_idx must be graph ids, got bool{list(np.shape(ids))} (a mask? "
+                  f"np.flatnonzero(mask) gives its ids)")
     train, val, test = (_ints(f"{split}_idx", s, np.int32).reshape(-1)
                         for split, s in zip(("train", "val", "test"), splits))
     for what, values in (("num_classes", (num_classes,)), ("node_vocab", node_vocab),

@@ -6,10 +6,12 @@ node; its distinct pairs are split at random (85/5/10 by default). When both end
 one type, a pair is unordered, {u, v}, as for homogeneous links: a relation made
 symmetric (mag's cites) stores both directions, and (u, v) and (v, u) are one pair,
 which lands in one split only (else a test pair's other direction would be trained
-on). Val and test pairs leave the message-passing graph (one type: in both
-directions): from the relation itself and from its reverse, (dst, "rev_" + name, src)
-as `add_reverse_relations` names it (or, for a relation called "rev_<name>", the
-relation it reverses), where the graph has one; another relation from dst to src is
+on), and a node's pair with itself is no pair to predict (its edges stay in the
+message-passing graph; `random_link_split` drops them too). Val and test pairs leave
+the message-passing graph (one type: in both directions): from the relation itself
+and from its reverse, (dst, "rev_" + name, src) as `add_reverse_relations` names it
+(or, for a relation called "rev_<name>", the relation it reverses), where the graph
+has one; another relation from dst to src is
 not taken for a reverse, and a warning says so. Edge features and weights of the edges
 kept stay with them. Each evaluation split gets one negative per positive (uniform
 pairs that are not pairs of the relation, none repeated, no (u, u) for one type) and,
@@ -32,6 +34,7 @@ from zerognn_jax._src.data.links import (
     EvalEdges,
     destination_negatives,
     sample_non_edges,
+    warn_empty_splits,
 )
 
 REVERSE_PREFIX = "rev_"
@@ -144,16 +147,18 @@ def typed_link_split(graph: HeteroGraph, relation: Relation | str, *, val: float
                          f"destinations, got {n_src} {src_t} and {n_dst} {dst_t} nodes")
     same = src_t == dst_t
     pairs = relation_pairs(graph[relation])
-    if same:  # unordered: {u, v} as (min, max)
-        pairs = np.sort(pairs, axis=1)
+    if same:  # unordered: {u, v} as (min, max), no (u, u)
+        pairs = np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1)
     keys = np.unique(pairs[:, 0] * n_dst + pairs[:, 1])
     rng = np.random.default_rng(seed)
     keys_perm = keys[rng.permutation(keys.size)]
     n_val, n_test = int(val * keys.size), int(test * keys.size)
     held = n_val + n_test
     if keys.size - held < 1:
-        raise ValueError(f"{relation_name(relation)} has {keys.size} distinct pairs: none "
-                         f"left to train")
+        raise ValueError(f"{relation_name(relation)} has {keys.size} distinct pairs"
+                         f"{' of two nodes' if same else ''}: none left to train")
+    warn_empty_splits(val, test, n_val, n_test, keys.size,
+                      f"distinct pairs of {relation_name(relation)}")
     as_pairs = lambda k: np.stack([k // n_dst, k % n_dst], 1).astype(np.int32)
     held_keys = np.sort(keys_perm[:held])
     if same:  # both directions of a held-out pair leave

@@ -32,6 +32,7 @@ import dataclasses
 import io
 import os
 import pickle
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -245,6 +246,23 @@ def destination_negatives(rng: np.random.Generator, pos: np.ndarray, num_nodes: 
     return (draw + (draw >= pos[:, 1:2])).astype(np.int32)
 
 
+class EmptySplitWarning(UserWarning):
+    """A link split's fraction that gives no pair on a graph this small."""
+
+
+def warn_empty_splits(val: float, test: float, n_val: int, n_test: int, pairs: int,
+                      what: str) -> None:
+    """Warns (`EmptySplitWarning`) of an evaluation split a positive fraction leaves
+    empty: its metrics are then null."""
+    empty = [(name, fraction) for name, fraction, count in
+             (("val", val, n_val), ("test", test, n_test)) if fraction > 0 and count == 0]
+    if empty:
+        said = " and ".join(f"{name} {fraction} x {pairs}" for name, fraction in empty)
+        warnings.warn(f"the link split of {pairs} {what} leaves "
+                      f"{' and '.join(name for name, _ in empty)} empty ({said} round down "
+                      f"to 0 pairs): their metrics are null", EmptySplitWarning, stacklevel=3)
+
+
 def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
                       seed: int = 0, mrr_negatives: int = 0) -> LinkSplit:
     """A random split of the undirected edges of `graph` (85/5/10 by default).
@@ -272,6 +290,7 @@ def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
     train = edges[held:]
     if not train.shape[0]:
         raise ValueError(f"the graph has {edges.shape[0]} undirected edges: none left to train")
+    warn_empty_splits(val, test, n_val, n_test, edges.shape[0], "undirected edges")
     # The graph `training_graph(train, n, table)` builds, without its sort of the training
     # keys: they are `keys` where `in_train`, and `at` holds their rows of `train`.
     rank = np.empty_like(perm)

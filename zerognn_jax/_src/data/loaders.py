@@ -193,7 +193,12 @@ def _tiny(seed: int) -> Dataset:
 
 def _rmat_log2(scale: float) -> int:
     check_scale(scale)
-    return RMAT_BASE_LOG2 + round(math.log2(scale))
+    log2 = RMAT_BASE_LOG2 + round(math.log2(scale))
+    if not 1 <= log2 <= 30:
+        raise ValueError(f"scale={scale} gives rmat 2**{log2} nodes; it needs a scale from "
+                         f"2**{1 - RMAT_BASE_LOG2} to 2**{30 - RMAT_BASE_LOG2} (2 to 2**30 "
+                         f"nodes)")
+    return log2
 
 
 def _load_ogb(name: str, root) -> Dataset:

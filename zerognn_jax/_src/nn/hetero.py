@@ -271,6 +271,13 @@ class HeteroGNN(nn.Module):
         if len(layers) != self.num_layers:
             raise ValueError(f"the model has {self.num_layers} layers, the batch "
                              f"{len(layers)} hops")
+        read = {r[0] for r in layers[0].views} | {t for t, _ in layers[0].num_dst}
+        missing = sorted(read - set(x))
+        if missing:
+            raise ValueError(f"x has no rows of node type {', '.join(map(repr, missing))}, "
+                             f"which the first layer reads: a featureless type needs rows "
+                             f"of yours (an embedding of batch.input_nodes[type], "
+                             f"docs/loader.md)")
         h = x
         for i, layer in enumerate(layers):
             h = self.layer(i, h, layer, train=train)

@@ -246,6 +246,17 @@ class TrainConfig:
             path = getattr(self, name)
             if path is not None and not str(path).strip():
                 raise ValueError(f"{name} must be a path (None for none), got {path!r}")
+        try:  # bytes that are no UTF-8 reach Python as surrogates, orbax's C++ refuses them
+            str(self.checkpoint_dir or "").encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"checkpoint_dir {self.checkpoint_dir!r} is not UTF-8 text, "
+                             f"which checkpoints (orbax) need: name the folder in UTF-8"
+                             ) from None
+        if not str(self.dataset).strip():
+            raise ValueError(f"dataset must name a dataset or a folder, got {self.dataset!r}")
+        if self.root is not None and not str(self.root).strip():
+            raise ValueError(f"root must be a folder (None for the default), got "
+                             f"{self.root!r}")
         finite = lambda x: math.isfinite(x)
         batched = issubclass(TASKS[self.task], BatchedTask)  # graph batches: no fanouts
         for hop, fanout in enumerate(self.fanouts):
@@ -299,6 +310,9 @@ class TrainConfig:
             (self.devices >= 0, f"devices must be >= 0 (0 = all local devices), "
                                 f"got {self.devices}"),
             (self.negatives >= 1, f"negatives must be >= 1, got {self.negatives}"),
+            (self.best_metric is None or bool(self.best_metric.strip()),
+             f"best_metric must name a metric (val_acc, val_loss, ...), got "
+             f"{self.best_metric!r}"),
             (self.best_metric is None or bool(self.checkpoint_dir),
              f"best_metric {self.best_metric!r} keeps a checkpoint: set checkpoint_dir"),
             (self.best_metric is None or self.eval_mode != "none",

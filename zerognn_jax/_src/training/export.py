@@ -236,9 +236,11 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
                          f"{', '.join(map(repr, unknown))}")
     typed = isinstance(program.task, PredictsTypes)
     graphs = isinstance(program.task, BatchedTask) and not typed
-    if not graphs and (max_nodes, max_edges, max_degree) != (None, None, None):
-        raise ValueError(f"max_nodes, max_edges and max_degree size a graph-level model's "
-                         f"calls; this program's task is {program.task.name!r}")
+    sizes = [f"{name} {value}" for name, value in (("max_nodes", max_nodes),
+             ("max_edges", max_edges), ("max_degree", max_degree)) if value is not None]
+    if not graphs and sizes:
+        raise ValueError(f"{', '.join(sizes)}: only a graph-level model's calls take sizes; "
+                         f"this program's task is {program.task.name!r}")
     if graphs:
         if node_type is not None:
             raise ValueError("node_type picks a node type of a typed graph's model; this "

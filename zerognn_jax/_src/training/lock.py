@@ -65,6 +65,9 @@ class _Lock:
             except FileNotFoundError:  # a refused run removed the empty folder it made
                 path.parent.mkdir(parents=True, exist_ok=True)
                 continue
+            except IsADirectoryError:
+                raise ValueError(f"{what}: its lock file {path} is a folder; remove it (a "
+                                 f"run keeps its lock there)") from None
             try:
                 self._flock(fd, what)
                 if os.path.exists(path) and os.path.samestat(os.fstat(fd), os.stat(path)):
@@ -127,8 +130,8 @@ def hold_outputs(checkpoint_dir: str | None, metrics_out: str | None) -> Iterato
             lock = _Lock(folder / LOCK_NAME, f"checkpoint_dir {checkpoint_dir}")
             stack.callback(lock.release)
             remove_orbax_leftovers(folder)
-        if metrics_out:
-            path = Path(metrics_out)
+        if metrics_out:  # the lock of the file itself, however a link names it
+            path = Path(metrics_out).resolve()
             lock = _Lock(path.with_name(f".{path.name}.lock"), f"metrics_out {metrics_out}")
             stack.callback(lock.release)
         yield

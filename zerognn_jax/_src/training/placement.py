@@ -91,13 +91,18 @@ def cache_budget(setting: float | None, placement: Placement, resident: Resident
 
 
 def warn_unused_cache(setting: float | None, placement: Placement,
-                      row_order: str = "auto") -> None:
+                      row_order: str = "auto", read_ahead: float | None = None) -> None:
     """Warns (`PlacementWarning`) that a positive `feature_cache_gib` (`setting`) sizes
-    nothing, and that a `host_row_order` other than "auto" lays out nothing, where
-    `placement` keeps the table on the device; None and 0 ask for no cache and are
-    silent. Not an error: benchmarks and older checkpoints set both."""
+    nothing, that a `host_row_order` other than "auto" lays out nothing and that a
+    `read_ahead_gib` (`read_ahead`) reads nothing, where `placement` keeps the table on
+    the device; None and 0 ask for no cache and are silent. Not an error: benchmarks
+    and older checkpoints set them."""
     if placement.where != "device":
         return
+    if read_ahead is not None:
+        warnings.warn(f"read_ahead_gib {read_ahead} is ignored: the feature table is on "
+                      f"the device ({placement.reason}), so no rows are read from the host",
+                      PlacementWarning, stacklevel=2)
     if setting:
         warnings.warn(f"feature_cache_gib {setting} is ignored: the feature table is on "
                       f"the device ({placement.reason}), so no cache of its rows is sized",

@@ -15,6 +15,7 @@ at step = epoch, written through tensorboardX (the optional `tensorboard` extra)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -223,24 +224,52 @@ class TensorBoardLog:
     `record["epoch"]`; nothing when `logdir` is None."""
 
     def __init__(self, logdir: str | None):
-        self._writer = None
+        self._writer, self._logdir = None, logdir
         if logdir:
             check_tensorboard(logdir)
             from tensorboardX import SummaryWriter
 
-            self._writer = SummaryWriter(logdir)
+            with writing("tensorboard_dir", logdir):
+                self._writer = SummaryWriter(logdir)
 
     def write(self, record: dict) -> None:
+        """Writes `record`'s scalars and flushes them. Raises WriteError (an OSError)
+        naming the folder where the events file cannot be written (a full disk); the log
+        then writes nothing more."""
         if self._writer is None:
             return
         step = int(record["epoch"])
-        for name, value in strict(record).items():
-            if name != "epoch" and isinstance(value, (int, float)) \
-                    and not isinstance(value, bool):
-                self._writer.add_scalar(name, value, step)
-        self._writer.flush()
+        try:
+            with writing("tensorboard_dir", self._logdir):
+                for name, value in strict(record).items():
+                    if name != "epoch" and isinstance(value, (int, float)) \
+                            and not isinstance(value, bool):
+                        self._writer.add_scalar(name, value, step)
+                self._writer.flush()
+        except OSError:
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        """Drops a writer whose events file cannot be written. tensorboardX closes each
+        file writer at exit, which would fail again (a traceback after the run's one
+        line): its event writers are marked closed (its own flag, which makes `close` a
+        no-op) and their threads stopped."""
+        for file_writer in (self._writer.all_writers or {}).values():
+            events = getattr(file_writer, "event_writer", None)
+            if events is None or getattr(events, "_closed", True):
+                continue
+            events._closed = True
+            with contextlib.suppress(Exception):
+                events._worker.stop()
+        self._writer = None
 
     def close(self) -> None:
         if self._writer is not None:
-            self._writer.close()
+            try:
+                with writing("tensorboard_dir", self._logdir):
+                    self._writer.close()
+            except OSError:
+                self._abandon()
+                raise
             self._writer = None

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.loaders import is_typed, require_known, row_normalize
 from zerognn_jax._src.nn.bridge import as_linen, model_name
+from zerognn_jax._src.nn.graph_models import GRAPH_MODELS
 from zerognn_jax._src.nn.hetero import HETERO_MODELS
 from zerognn_jax._src.nn.layerwise import layer_count
 from zerognn_jax._src.nn.models import EDGE_MODELS, GNN, MODELS, count_params, make_model
@@ -117,6 +118,13 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         raise ValueError(f"model {cfg.model!r} is a relational model for typed datasets; "
                          f"{_name(cfg, dataset)!r} has one node and one edge type: choose "
                          f"one of {', '.join(MODELS)}")
+    takes = HETERO_MODELS if typed else MODELS  # the built-in node and link tasks'
+    if model is None and cfg.task in ("node", "link") and cfg.model not in (None, *takes):
+        kind = ("a graph-level model (--task graph)" if cfg.model in GRAPH_MODELS else
+                "a model of one-type graphs" if cfg.model in MODELS else "no built-in model")
+        raise ValueError(f"model {cfg.model!r} is {kind}; this {cfg.task} task"
+                         f"{' of a typed graph' if typed else ''} takes one of "
+                         f"{', '.join(takes)}")
     task, dataset = task_class(cfg.task, typed=typed).build(cfg, dataset, loss=loss,
                                                             kernels=kernels)
     cfg = with_model(cfg, task, dataset, user_model=model is not None)
@@ -153,7 +161,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     limit = memory.device_memory_limit()
     placement = choose_placement(cfg.feature_placement, resident, limit,
                                  sharded=cfg.shard_features, columns=feats.shape[1])
-    warn_unused_cache(cfg.feature_cache_gib, placement, cfg.host_row_order)
+    warn_unused_cache(cfg.feature_cache_gib, placement, cfg.host_row_order, cfg.read_ahead_gib)
     cache = cache_budget(cfg.feature_cache_gib, placement, resident, limit)
     layout = choose_layout(cfg, task, sampler, cfg.batch_size, dataset.graph.num_nodes,
                            dedup=cfg.dedup, user_model=model is not None,
@@ -409,6 +417,12 @@ def _warn_unread_options(cfg: TrainConfig, dataset) -> None:
         if unread:
             warnings.warn(f"{', '.join(unread)}: options of {readers}, ignored by this "
                           f"{cfg.task} task{where}", IgnoredOptionWarning, stacklevel=3)
+    scan_only = [f"{n} {getattr(cfg, n)!r}" for n in ("chunk_steps", "sample_ahead",
+                                                       "read_ahead_gib")
+                 if getattr(cfg, n) != defaults[n]]
+    if cfg.engine != "scan" and scan_only:
+        warnings.warn(f"{', '.join(scan_only)}: options of the scan engine, ignored by "
+                      f"engine {cfg.engine!r}", IgnoredOptionWarning, stacklevel=3)
     samples = getattr(task, "samples_neighbours", True)
     if cfg.flat_outer and cfg.dedup is False and samples:  # checkpoints of such runs exist
         warnings.warn("flat_outer True is ignored with dedup False: tree mode lays out every "

@@ -56,7 +56,9 @@ def split_metrics(model, variables, h, edges, metric: str) -> dict:
 
 
 def any_nan(*scores) -> bool:
-    return any(np.isnan(np.asarray(s, np.float64)).any() for s in scores)
+    """Whether any of the score arrays (NumPy or JAX, on the device, any float dtype)
+    holds a NaN, checked where it lies and in its own dtype."""
+    return any(bool((jnp if isinstance(s, jax.Array) else np).isnan(s).any()) for s in scores)
 
 
 def roc_auc(pos, neg) -> float:

@@ -32,7 +32,7 @@ import numpy as np
 from zerognn_jax._src.data.hetero import HeteroGraph, named_relation
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset
 from zerognn_jax._src.data.loaders import load_hetero_dataset, row_normalize
-from zerognn_jax._src.nn.hetero import HETERO_MODELS, OnTypes, make_hetero_model
+from zerognn_jax._src.nn.hetero import OnTypes, make_hetero_model
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import Calibration
 from zerognn_jax._src.sampling.minibatch import SamplerConfig
@@ -250,7 +250,7 @@ class TypedEmbedding(NodeEmbedding):
 
     def num_rows(self, graph) -> int:
         del graph
-        return self.table_rows
+        return max(1, self.table_rows)  # embedded types of no nodes: one row none reads
 
     def ids(self, mb: TypedSample) -> tuple[jax.Array, jax.Array]:
         return mb.embedded, mb.embedded_valid
@@ -479,10 +479,7 @@ class TypedNodeTask(ItemsAreLevel0):
         """Device data (the typed graph, the stacked feature table, the labels) and the
         step program of the built-in relational `cfg.model` or the user's `model`."""
         dtype = jnp.dtype(cfg.dtype)
-        if model is None:
-            if cfg.model not in HETERO_MODELS:
-                raise ValueError(f"model {cfg.model!r} does not read typed graphs; choose "
-                                 f"one of {', '.join(HETERO_MODELS)}")
+        if model is None:  # (a model of another kind: refused by trainer.prepare)
             model = make_hetero_model(
                 cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
                 num_classes=self.output_dim(cfg, dataset),
@@ -537,7 +534,8 @@ class TypedNodeTask(ItemsAreLevel0):
                             dtype.name, 1)
         limit = device_memory_limit()
         placement = _typed_placement(cfg, resident, limit, whole_table)
-        warn_unused_cache(cfg.feature_cache_gib, placement, cfg.host_row_order)
+        warn_unused_cache(cfg.feature_cache_gib, placement, cfg.host_row_order,
+                          cfg.read_ahead_gib)
         announce = cfg.progress and jax.process_index() == 0
         if placement.where == "device":
             if announce:
