@@ -118,7 +118,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         raise ValueError(f"model {cfg.model!r} is a relational model for typed datasets; "
                          f"{_name(cfg, dataset)!r} has one node and one edge type: choose "
                          f"one of {', '.join(MODELS)}")
-    takes = HETERO_MODELS if typed else MODELS  # the built-in node and link tasks'
+    takes = HETERO_MODELS if typed else MODELS  # (what the built-in node and link tasks take)
     if model is None and cfg.task in ("node", "link") and cfg.model not in (None, *takes):
         kind = ("a graph-level model (--task graph)" if cfg.model in GRAPH_MODELS else
                 "a model of one-type graphs" if cfg.model in MODELS else "no built-in model")
