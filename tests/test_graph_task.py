@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from conftest import runs_rtol
 
 import zerognn_jax as zg
 from zerognn_jax._src.sampling import graph_batch
@@ -236,8 +237,12 @@ def test_ell_trains_as_segment_and_recovers_a_narrow_width(molecules, model):
         assert program.task.capacities(runs["ell"].envelope)[2] > 2  # K widened
     np.testing.assert_allclose(runs["ell"].loss, runs["segment"].loss, rtol=1e-5)
     flat = lambda s: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(s.params)])
+    # a GPU's scatter-adds sum in any order: an epoch of SGD drifts the two apart (on an
+    # H200, 8 % of the values by up to 7.8e-5 once, none the next run)
+    on_cpu = jax.default_backend() == "cpu"
     np.testing.assert_allclose(flat(runs["ell"].state), flat(runs["segment"].state),
-                               rtol=1e-4, atol=1e-6)
+                               rtol=1e-4 if on_cpu else runs_rtol(),
+                               atol=1e-6 if on_cpu else 1e-4)
 
 
 def test_ell_envelope_grows_its_width():
