@@ -120,8 +120,10 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                          f"one of {', '.join(MODELS)}")
     takes = HETERO_MODELS if typed else MODELS  # (what the built-in node and link tasks take)
     if model is None and cfg.task in ("node", "link") and cfg.model not in (None, *takes):
+        # (TrainConfig takes built-in names only; a relational one off a typed graph is
+        # refused above)
         kind = ("a graph-level model (--task graph)" if cfg.model in GRAPH_MODELS else
-                "a model of one-type graphs" if cfg.model in MODELS else "no built-in model")
+                "a model of one-type graphs")
         raise ValueError(f"model {cfg.model!r} is {kind}; this {cfg.task} task"
                          f"{' of a typed graph' if typed else ''} takes one of "
                          f"{', '.join(takes)}")
