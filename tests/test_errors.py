@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import importlib.util
 import json
 import re
+import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -30,6 +33,7 @@ from zerognn_jax import (
     sample_minibatch,
     train,
 )
+from zerognn_jax._src.data.checks import key_seed
 from zerognn_jax._src.data.loaders import require_graphs
 from zerognn_jax._src.training import trainer
 from zerognn_jax._src.training.trainer import Diverged
@@ -100,6 +104,18 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
 def test_config_names_the_bad_value(changes, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         small_config(**changes)
+
+
+@pytest.mark.parametrize(("seed", "message"), [
+    (2**32, r"got 4294967296$"), (np.array(-1), r"got array\(-1\)$"), (2.0, "got 2.0$"),
+    (True, "got True$"), ("3", "got '3'$")])
+def test_a_sampling_seed_outside_uint32_is_named(seed, message):
+    """Evaluation's sampling seeds are uint32s: NumPy integers in range are taken as
+    the seeds of training are, anything else is named."""
+    assert [key_seed(np.int64(7)), key_seed(np.array(7, np.uint8)), key_seed(2**32 - 1)] == [
+        7, 7, 2**32 - 1]
+    with pytest.raises(ValueError, match=r"^seed must be an integer in \[0, 2\*\*32\), " + message):
+        key_seed(seed)
 
 
 @on_cpu
@@ -837,6 +853,10 @@ def test_a_best_metric_the_task_never_reports_fails_before_training(tmp_path, mo
     # the folders the run made for its outputs go with it; one that was there stays
     assert not ran and sorted(p.name for p in tmp_path.iterdir()) == []
     (tmp_path / "kept").mkdir()
+    # the run only checks that tensorboardX imports before it writes: a stand-in where it
+    # is not installed (the GPU machine) keeps this part of the test there
+    if importlib.util.find_spec("tensorboardX") is None:
+        monkeypatch.setitem(sys.modules, "tensorboardX", types.ModuleType("tensorboardX"))
     with refused:  # one output inside another; a folder reached through one made here
         train(dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "a" / ".." / "kept"),
                                   metrics_out=str(tmp_path / "out" / "logs" / "m.jsonl"),

@@ -30,24 +30,32 @@ def at_least_one(value, name: str) -> int:
     return int(value)
 
 
+def _as_seed(seed):
+    """`seed` as given, or as a Python int where it is a 0-d integer array (NumPy's or
+    JAX's): what the seed checks compare."""
+    value = np.asarray(seed) if getattr(seed, "ndim", None) == 0 else None
+    if value is not None and np.issubdtype(value.dtype, np.integer):
+        return int(value)
+    return seed
+
+
 def check_seed(seed) -> int:
     """`seed` as an int; ValueError naming it unless it is an integer >= 0 (a NumPy
     integer or a 0-d integer array too; NumPy's own refusal names neither the argument
     nor the value)."""
-    value = np.asarray(seed) if getattr(seed, "ndim", None) == 0 else None
-    if value is not None and np.issubdtype(value.dtype, np.integer):
-        seed = int(value)
-    if not is_int(seed) or seed < 0:
+    value = _as_seed(seed)
+    if not is_int(value) or value < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    return int(seed)
+    return int(value)
 
 
 def key_seed(seed) -> int:
     """`seed` as an int; ValueError naming it unless it is an integer in [0, 2**32) (a
-    sampling key's seed: a uint32)."""
-    if not is_int(seed) or not 0 <= seed < 2**32:
+    sampling key's seed: a uint32; NumPy integers as `check_seed` takes them)."""
+    value = _as_seed(seed)
+    if not is_int(value) or not 0 <= value < 2**32:
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
-    return int(seed)
+    return int(value)
 
 
 def node_ids(name: str, ids, n: int, kind: str = "") -> np.ndarray:
