@@ -58,6 +58,17 @@ def key_seed(seed) -> int:
     return int(value)
 
 
+def arrays_not_lists(record, fields, maker: str) -> None:
+    """ValueError naming the first of `fields` of `record` (a dataclass a user may build
+    by hand) that is a list or tuple, where the class wants an array; `maker` is the
+    constructor that takes lists."""
+    for what in fields:
+        value = getattr(record, what)
+        if isinstance(value, list | tuple):
+            raise ValueError(f"{what} must be an array, got a {type(value).__name__} "
+                             f"({maker} takes lists and other array-likes)")
+
+
 def node_ids(name: str, ids, n: int, kind: str = "") -> np.ndarray:
     """int32[len(ids)]: `ids` (a list, a NumPy or JAX array) as node ids; ValueError
     naming `name` unless they are 1-D integers in [0, n) (`check_ids`; an empty list,

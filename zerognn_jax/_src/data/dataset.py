@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from zerognn_jax._src.data.checks import is_whole
+from zerognn_jax._src.data.checks import arrays_not_lists, is_whole
 from zerognn_jax._src.data.graph import CSRGraph, csr_from_arrays, validate_csr
 from zerognn_jax._src.data.tables import (
     BFLOAT16,
@@ -124,11 +124,8 @@ def validate_dataset(ds: Dataset) -> None:
     if not isinstance(ds.name, str) or not ds.name:
         raise ValueError(f"name must be a non-empty string (it names the dataset in "
                          f"metrics, checkpoints and files), got {ds.name!r}")
-    for what in ("features", "labels", "train_idx", "val_idx", "test_idx"):
-        if isinstance(getattr(ds, what), list | tuple):
-            raise ValueError(f"{what} must be an array, got a "
-                             f"{type(getattr(ds, what)).__name__} (make_dataset takes lists "
-                             f"and other array-likes)")
+    arrays_not_lists(ds, ("features", "labels", "train_idx", "val_idx", "test_idx"),
+                     "make_dataset")
     g = ds.graph
     try:
         validate_csr(g.indptr, g.indices, g.weights, g.edge_features)

@@ -23,7 +23,7 @@ import dataclasses
 
 import numpy as np
 
-from zerognn_jax._src.data.checks import is_whole
+from zerognn_jax._src.data.checks import arrays_not_lists, is_whole
 from zerognn_jax._src.data.tables import check_finite_rows, narrow_to_float32
 
 TARGET_KINDS = ("binary", "classes", "regression")
@@ -208,11 +208,9 @@ def validate_collection(c: GraphCollection) -> None:
     if not isinstance(c.name, str) or not c.name:
         _fail(f"name must be a non-empty string (it names the collection in metrics, "
               f"checkpoints and files), got {c.name!r}")
-    for what in ("node_offsets", "edge_offsets", "senders", "receivers", "node_features",
-                 "targets", "train_idx", "val_idx", "test_idx"):
-        if isinstance(getattr(c, what), list | tuple):
-            _fail(f"{what} must be an array, got a {type(getattr(c, what)).__name__} "
-                  f"(make_collection takes lists and other array-likes)")
+    arrays_not_lists(c, ("node_offsets", "edge_offsets", "senders", "receivers",
+                         "node_features", "targets", "train_idx", "val_idx", "test_idx"),
+                     "make_collection")
     if c.node_features.ndim != 2:
         _fail(f"node_features must be 2-D [N, d], got shape {c.node_features.shape}")
     if c.node_features.shape[1] == 0:
