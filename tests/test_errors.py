@@ -85,6 +85,9 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
     (dict(seed=-1), "seed must be in [0, 2**31), got -1"),
     (dict(seed=2**31), "seed must be in [0, 2**31), got 2147483648"),
     (dict(fanouts=(5, 0)), "fanout of hop 1 must be positive or -1 (all), got 0"),
+    # refused only by the sampler, once training had started
+    (dict(layers=9, fanouts=(2,) * 9), "layers must be at most 8 (one sampled hop each), "
+                                       "got 9"),
     (dict(kernels="sample=fast"), "kernel implementation for 'sample' must be one of "
                                   "('xla', 'pallas') or a callable, got 'fast'"),
     (dict(kernels="fast"), "bad kernel spec 'fast'"),
@@ -237,6 +240,13 @@ def test_a_device_out_of_memory_is_one_line_naming_what_to_lower(monkeypatch, ca
     monkeypatch.setattr(data_cli, "write_papers100m_like", generate)
     assert main(["data", "generate", "papers100m-like", "--out", "/nonexistent/p"]) == 1
     assert capsys.readouterr().err.endswith("; give it less to hold: a smaller --scale\n")
+    # the CPU backend's form (a probe: --fanouts 50000,50000 --replace on tiny)
+    fail(jax.errors.JaxRuntimeError("INTERNAL: Error dispatching computation: Out of memory "
+                                    "allocating 205964238584 bytes."))
+    assert main(["train", "--no-progress"]) == 1
+    assert capsys.readouterr().err.startswith(
+        "zerognn: error: the device ran out of memory (INTERNAL: Error dispatching "
+        "computation: Out of memory allocating 205964238584 bytes.); give it less to hold")
     fail(jax.errors.JaxRuntimeError("INTERNAL: something else"))
     with pytest.raises(jax.errors.JaxRuntimeError, match="INTERNAL"):
         main(["train", "--no-progress"])
@@ -552,6 +562,62 @@ def test_divergence_stops_with_epoch_and_step(tmp_path):
     assert [(r.get("epoch"), r.get("summary", False)) for r in records] == [
         (0, False), (None, True)]
     assert records[0]["loss"] is not None
+
+
+def test_a_last_update_to_nan_stops_the_run_before_its_checkpoint(tmp_path):
+    """One step an epoch (a full batch): every loss is computed before its update, so a
+    NaN update showed in no loss and its weights were saved as the epoch's checkpoint,
+    which each rerun resumed from. The state after the epoch is checked now."""
+    metrics, ck = tmp_path / "m.jsonl", tmp_path / "ck"
+    cfg = small_config(batch_size=120, epochs=2, metrics_out=str(metrics),
+                       checkpoint_dir=str(ck), eval_mode="none")
+    with pytest.raises(Diverged, match=r"^training diverged: the parameters or the optimizer's "
+                                       r"state became NaN or infinite in the update of epoch "
+                                       r"0, step 0 \(its last; every loss was finite\); "
+                                       r"nothing of this epoch is saved\. Lower your "
+                                       r"optimizer's learning rate"):
+        train(cfg, random_dataset(), optimizer=optax.sgd(float("nan")))
+    records = [strict_json(line) for line in metrics.read_text().splitlines()]
+    assert [(r["epoch"], r["diverged_at_step"]) for r in records] == [(0, 0)]
+    assert records[0]["loss"] is not None and not ck.exists()
+
+
+def test_a_loss_that_overflows_before_any_update_names_the_data(tmp_path):
+    """Targets of 1e20 are finite, but their squared error is not: the loss overflows at
+    the first step, before any update, where lowering lr cannot help."""
+    ds = random_dataset()
+    ds = ds.with_targets(np.full(ds.num_nodes, 1e20), "regression")
+    with pytest.raises(Diverged, match=r"at epoch 0, step 0 \(of 4\); nothing of this epoch "
+                                       r"is saved\. It came before any update: check the "
+                                       r"features and targets"):
+        train(small_config(eval_mode="none"), ds)
+
+
+def test_normalize_features_refuses_signed_features_before_training(tmp_path):
+    with pytest.raises(ValueError, match=r"^normalize_features divides each row of the "
+                                         r"features by its sum, which needs values >= 0"):
+        train(small_config(normalize_features=True,
+                           metrics_out=str(tmp_path / "m.jsonl")), random_dataset())
+    assert not (tmp_path / "m.jsonl").exists()
+
+
+def test_a_batch_beyond_the_training_nodes_is_fitted_to_them():
+    """One step takes every node either way; the step's buffers were sized by the batch
+    asked (a probe: 45x the epoch and 7x the memory at 200000 on 2,938 nodes)."""
+    runs = [train(small_config(batch_size=b, epochs=1, eval_mode="none"), random_dataset())
+            for b in (120, 10_000)]
+    assert [r.summary["config"]["batch_size"] for r in runs] == [120, 120]
+    assert runs[1].history[0]["envelope"][0] == 120 and runs[1].history[0]["steps"] == 1
+    assert runs[1].history[0]["loss"] == runs[0].history[0]["loss"]
+
+
+def test_slots_past_int32_are_named_before_anything_is_allocated():
+    """With replacement a fanout keeps its slots however small the graph: 32 seeds x 2**30
+    slots failed in JAX's argument parsing (OverflowError) inside the relabel."""
+    with pytest.raises(ValueError, match=r"^hop 1 would sample 34,359,738,368 slots \(32 "
+                                         r"rows x 1,073,741,824\), more than int32 positions "
+                                         r"reach \(2,147,483,647\): lower the fanouts"):
+        train(small_config(fanouts=(2**30, 2**30), replace=True), random_dataset())
 
 
 def test_train_names_arguments_of_the_wrong_kind():

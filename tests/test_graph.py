@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse
 from conftest import lexsort_csr
 
-from zerognn_jax import CSRGraph, from_edge_list, from_jraph, from_scipy, to_jraph
+from zerognn_jax import CSRGraph, from_edge_list, from_jraph, from_scipy, hetero_graph, to_jraph
 from zerognn_jax._src.data.graph import csr_from_arrays, to_edge_list
 
 
@@ -246,13 +246,23 @@ def test_from_edge_list_takes_integer_counts_of_any_kind():
     ("weights", "match"),
     [
         ([1.0], r"weights has shape \(1,\), expected \(2,\)"),
-        ([1.0, np.nan], r"weights contain NaN or inf"),
-        ([np.inf, 1.0], r"weights contain NaN or inf"),
+        ([1.0, np.nan], r"^weights contain NaN or inf \(1 entries; first at edge 1\)$"),
+        ([np.inf, 1.0], r"^weights contain NaN or inf \(1 entries; first at edge 0\)$"),
+        # finite as given, inf as float32: named as an overflow, not as the inf of a cast
+        ([1.0, 1e39], r"^weights overflow float32: 1e\+39 at edge 1 is past its largest "
+                      r"magnitude \(3\.40282e\+38\)$"),
+        ([True, False], r"^weights must be real numbers, got bool$"),
     ],
 )
 def test_from_edge_list_rejects_bad_weights(weights, match):
     with pytest.raises(ValueError, match=match):
         from_edge_list([0, 1], [1, 0], 2, weights=np.array(weights))
+    if "edge" in match:  # the same line from a CSR built directly, and a typed relation's
+        with pytest.raises(ValueError, match=match):
+            csr_from_arrays(np.array([0, 1, 2]), np.array([1, 0]), np.array(weights))
+        with pytest.raises(ValueError, match="^relation a__r__a: " + match[1:]):
+            hetero_graph({"a": 2}, {("a", "r", "a"): ([0, 1], [1, 0])},
+                         weights={("a", "r", "a"): np.array(weights)})
 
 
 @pytest.mark.parametrize(

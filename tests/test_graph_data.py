@@ -9,6 +9,7 @@ import json
 import re
 import sys
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -122,6 +123,20 @@ def test_make_collection_refuses_what_a_cast_would_change(field, value, message)
     zg.make_collection(**{**MAKE, "senders": np.array([0, 0], object)})  # Python ints
     column = zg.make_collection(**{**MAKE, "targets": [[1], [0]]})  # jraph's globals
     np.testing.assert_array_equal(column.targets, [1, 0])
+
+
+def test_regression_targets_past_float32_are_named_and_missing_ones_kept():
+    """1e39 was cast to inf with NumPy's RuntimeWarning, then refused as an infinite
+    value; NaN, a missing label, stays."""
+    make = {k: v for k, v in MAKE.items() if k != "num_classes"}
+    make["target_kind"] = "regression"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no cast warning either
+        with pytest.raises(ValueError, match=r"^regression targets overflow float32: 1e\+39 "
+                                             r"at row 1, column 0 is past its largest"):
+            zg.make_collection(**{**make, "targets": np.array([0.5, 1e39])})
+        kept = zg.make_collection(**{**make, "targets": np.array([[0.5], [np.nan]])})
+    np.testing.assert_array_equal(kept.targets, np.array([[0.5], [np.nan]], np.float32))
 
 
 def test_a_collection_of_empty_graphs_only_is_refused():

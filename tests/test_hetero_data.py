@@ -4,6 +4,7 @@ storage and by PyG HeteroData in and out."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import json
@@ -440,6 +441,12 @@ def test_relations_of_one_name_and_bad_dataset_fields_are_refused():
             make(name)
     with pytest.raises(ValueError, match="node_info must map node types to"):
         make("h", node_info={"year": np.array([1, 2])})
+    with pytest.raises(ValueError, match=r"^labels hold no class \(every 'a' label is -1, "
+                                         r"unlabelled\), so num_classes cannot be read off "
+                                         r"them: give num_classes"):
+        make("h", labels=[-1, -1], train_idx=[], val_idx=[])
+    with pytest.raises(ValueError, match=r"^num_classes must be a positive integer, got 1\.5$"):
+        dataclasses.replace(make("h"), num_classes=1.5)
 
 
 def test_typed_ids_past_int64_are_named_as_given():

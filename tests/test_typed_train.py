@@ -431,6 +431,22 @@ def test_a_typed_graph_without_relations_is_refused_in_one_line():
         zg.train(zg.TrainConfig(**BASE, epochs=1), _with_ghosts(relations=False))
 
 
+def test_normalize_features_names_the_type_and_row_of_a_negative_value():
+    """Typed tables are normalised block by block: the row is the type's own."""
+    with pytest.raises(ValueError, match=r"^normalize_features divides each row of the "
+                                         r"'paper' features by its sum, which needs values "
+                                         r">= 0 \(counts, bags of words\); found -[\d.]+ at "
+                                         r"row \d+, column \d+"):
+        zg.train(zg.TrainConfig(**BASE, epochs=1, normalize_features=True), _with_ghosts())
+
+
+def test_typed_slots_past_int32_are_named():
+    with pytest.raises(ValueError, match=r"^hop 1 would sample 34,359,738,368 slots of "
+                                         r"'author' nodes, more than int32 positions reach"):
+        zg.train(zg.TrainConfig(**{**BASE, "fanouts": (2**30, 2**30), "batch_size": 32},
+                                replace=True, epochs=1), _with_ghosts())
+
+
 def test_a_featureless_type_without_nodes_trains():
     """Its learnable rows were a table of none, which the step's gather refused."""
     ds = zg.make_hetero_dataset(

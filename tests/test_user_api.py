@@ -303,6 +303,30 @@ def test_early_stopping_on_an_evaluated_metric_without_evaluation_is_refused(cla
         zg.train(config(eval_mode="none"), classes, callbacks=[zg.EarlyStopping("val_acc")])
 
 
+def test_early_stopping_counts_on_across_a_resume(tmp_path, classes):
+    """A fresh EarlyStopping on resume restarted its patience (the resumed run stopped two
+    epochs later than the uninterrupted one), and rerunning a run it had stopped trained
+    on to `epochs`. The records a run holds are replayed to it first."""
+    watch = lambda: zg.EarlyStopping("loss", patience=2, mode="max")  # epoch 0 stays best
+    cfg = config(tmp_path, epochs=6, eval_mode="none")
+    whole = zg.train(cfg, classes, callbacks=[watch()])
+    assert whole.summary["stopped_early"] == {"epoch": 2, "by": "EarlyStopping"}
+    again = zg.train(cfg, classes, callbacks=[watch()])  # the same call: nothing trains
+    assert again.summary["epochs_run"] == 0 and len(again.history) == 3
+    assert again.summary["stopped_early"] == whole.summary["stopped_early"]
+
+    def crash(record):
+        if record["epoch"] == 1:
+            raise RuntimeError("stopped from outside")
+
+    other = dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "other"), metrics_out=None)
+    with pytest.raises(RuntimeError, match="stopped from outside"):
+        zg.train(other, classes, callbacks=[watch(), crash])
+    resumed = zg.train(other, classes, callbacks=[watch()])
+    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in whole.history]
+    assert resumed.summary["stopped_early"] == whole.summary["stopped_early"]
+
+
 def test_early_stopping():
     stop = zg.EarlyStopping("val_mse", patience=2)
     assert stop.mode == "min"

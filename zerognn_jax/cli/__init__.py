@@ -55,7 +55,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt as err:
         code = fail(err, "interrupted", 130)
     except Exception as err:
-        if not _out_of_memory(err):
+        from zerognn_jax._src.training.memory import is_out_of_memory
+
+        if not is_out_of_memory(err):
             raise
         code = fail(err, f"error: the device ran out of memory ({_first_line(err)}); give "
                     f"it less to hold: {LESS_TO_HOLD[args.command]}", 1)
@@ -76,13 +78,6 @@ LESS_TO_HOLD = {
     "data": "a smaller --scale",
     "export": "a smaller --batch-size",
 }
-
-
-def _out_of_memory(err: BaseException) -> bool:
-    """Whether `err` is JAX's report of a device allocation that failed."""
-    import jax
-
-    return isinstance(err, jax.errors.JaxRuntimeError) and "RESOURCE_EXHAUSTED" in str(err)
 
 
 def _first_line(err: BaseException) -> str:

@@ -13,14 +13,22 @@ from zerognn_jax.cli.flags import add_config_flags, config_from_args, int_tuple,
 from zerognn_jax.cli.train import HELP as TRAIN_HELP
 
 HELP = dict(TRAIN_HELP, epochs="timed epochs per configuration",
-            model="the built-in model; omitted: sage")
+            model="the built-in model; omitted: sage",
+            dataset="a graph of one node type: tiny (embedded synthetic), products-like, "
+                    "proteins-like, papers100m-like, rmat, cora, citeseer, pubmed, "
+                    "ogbn-arxiv, ogbn-products, ogbn-papers100M, ogbn-proteins, a .npz file "
+                    "or a dataset directory",
+            margin="calibrated capacity = margin x the largest count seen (>= 1)",
+            flat_outer="do not deduplicate the outermost hop (the scan configurations that "
+                       "deduplicate; host engines and scan-tree lay out their own levels; "
+                       "default: as zerognn train picks)")
 # Training options the bench takes no flags for, so that giving one is an error rather
 # than ignored: what each configuration sets itself, the task and what only link and
 # graph tasks read (it measures node classification), evaluation and training outputs
 # (it evaluates nothing and writes only its own records).
 NOT_MEASURED = ("engine", "kernels", "dtype", "dedup", "task",
                 "decoder", "negatives", "negative_mode", "link_metric", "link_relation",
-                "readout", "balance_window", "graph_aggregation",
+                "readout", "balance_window", "graph_aggregation", "relation_fanouts",
                 "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir", "metrics_out",
                 "best_metric", "tensorboard_dir")
 

@@ -10,7 +10,8 @@ from zerognn_jax.cli.flags import add_config_flags, config_from_args
 HELP = {
     "dataset": "tiny (embedded synthetic), products-like, proteins-like, papers100m-like, "
                "rmat, cora, citeseer, pubmed, ogbn-arxiv, ogbn-products, ogbn-papers100M, "
-               "ogbn-proteins, a .npz file or a dataset directory; graph task: "
+               "ogbn-proteins, a .npz file or a dataset directory; link task also: "
+               "ogbl-collab, ogbl-citation2; graph task: "
                "molhiv-like, molpcba-like, ogbg-molhiv, ogbg-molpcba, a graphs .npz; typed "
                "(node and link tasks): mag-like, igbh-like, shop-like, ogbn-mag, a typed .npz or "
                "directory",
@@ -30,7 +31,8 @@ HELP = {
     "link_relation": "typed datasets, task link: the relation whose pairs to predict "
                      "(src__name__dst or a unique name; optional when it is the only one)",
     "batch_size": "seeds per step and device: a step trains on batch-size x devices x "
-                  "processes seeds (the summary's global_batch)",
+                  "processes seeds (the summary's global_batch; at most the training "
+                  "items a device gets)",
     "lr": "Adam learning rate",
     "weight_decay": "L2 penalty added to the gradient (as in the GCN paper)",
     "dropout": "dropout rate on hidden activations",
@@ -56,11 +58,14 @@ HELP = {
                "pick the same neighbours; a fanout is then the expected count)",
     "replace": "sample neighbours with replacement",
     "dedup": "deduplicate sampled nodes (--no-dedup: tree sampling, every level in slot "
-             "order; default: tree for SAGE models on the scan engine where the tree's "
-             "levels hold at most 1/4 of the graph's nodes, dedup elsewhere)",
+             "order; default: tree for the built-in SAGE models of node tasks on the scan "
+             "engine, sampling uniform or weighted, where the tree's levels hold at most "
+             "1/4 of the graph's nodes; dedup elsewhere, and with --embedding-dim or "
+             "the features in host memory; the summary's layout says which and why)",
     "flat_outer": "do not deduplicate the outermost hop: the first layer reads its "
                   "neighbours by position (scan engine; same outputs, more feature rows; "
-                  "default: on for SAGE models on the scan engine)",
+                  "default: on for the built-in SAGE models on the scan engine, off with "
+                  "--embedding-dim, the features in host memory or a -1 outer fanout)",
     "sample_ahead": "steps sampled together by one vmapped call (scan engine; unset: 16 "
                     "with the features in host memory, whose rows they then read "
                     "together, 1 on a CPU, else 8)",
@@ -79,8 +84,10 @@ HELP = {
     "multiple": "capacities are rounded up to a multiple of this (>= 1)",
     "eval_mode": "full (exact layer-wise), sampled, or none",
     "eval_every": "evaluate every N epochs (0: only after the last)",
-    "eval_batch_size": "nodes per step of sampled evaluation",
-    "normalize_features": "row-normalise features (default: only Planetoid, node tasks)",
+    "eval_batch_size": "nodes per step of sampled evaluation (graphs per step of a graph "
+                       "task's evaluation)",
+    "normalize_features": "divide each feature row by its sum; features must be >= 0 (default: "
+                          "only Planetoid, node tasks)",
     "checkpoint_dir": "save every epoch here and resume from the latest checkpoint",
     "metrics_out": "append one JSON object per epoch, then a summary, to this file",
     "progress": "show a progress bar on stderr",
@@ -103,9 +110,10 @@ HELP = {
                    "*_mse, *_mae and *_loss) in <checkpoint-dir>/best; needs --checkpoint-dir",
     "tensorboard_dir": "write each epoch's scalars here as TensorBoard events (needs the "
                        "tensorboard extra: pip install 'zerognn-jax[tensorboard]')",
-    "task": "node (classification) or link (link prediction: a random 85/5/10 edge split "
-            "of the dataset, or OGB's split for ogbl-collab and ogbl-citation2 under --root; "
-            "--batch-size counts positive edges, --hidden is the embedding width) or graph "
+    "task": "node (a target per node: classes, multi-label or regression) or link (link "
+            "prediction: a random 85/5/10 edge split of the dataset, or OGB's split for "
+            "ogbl-collab and ogbl-citation2 under --root; --batch-size counts positive "
+            "edges, --hidden is the embedding width) or graph "
             "(one prediction per graph: molhiv-like, molpcba-like, ogbg-molhiv, "
             "ogbg-molpcba or a saved graph collection; --batch-size counts graphs; "
             "--model gin, gine, gcn, or with -virtual; --fanouts does not apply)",

@@ -29,7 +29,7 @@ import numpy as np
 
 from zerognn_jax._src.data.host_parallel import host_threads, merge_sorted, thread_map
 from zerognn_jax._src.data.optional import need
-from zerognn_jax._src.data.tables import check_edge_features, edge_feature_table
+from zerognn_jax._src.data.tables import check_edge_features, check_weights, edge_feature_table
 
 _INT32_MAX = np.iinfo(np.int32).max
 _UINT32_MAX = np.iinfo(np.uint32).max
@@ -168,11 +168,11 @@ def from_edge_list(
     _check_ids("dst", dst, columns)
     w = None
     if weights is not None:
-        w = np.asarray(weights, dtype=np.float32)
+        w = np.asarray(weights)
         if w.shape != src.shape:
             raise ValueError(f"weights has shape {w.shape}, expected ({src.shape[0]},)")
-        if not np.all(np.isfinite(w)):
-            raise ValueError("weights contain NaN or inf")
+        check_weights(w)  # as given: a value past float32's range is named
+        w = w.astype(np.float32)
     f = None if edge_features is None else edge_feature_table(edge_features, src.shape[0])
     if w is None and f is None and (sort_neighbors or remove_duplicates):
         indptr, indices = _key_csr(src, dst, num_nodes, columns, undirected=make_undirected,
@@ -294,8 +294,7 @@ def validate_csr(indptr, indices, weights=None, edge_features=None, *,
         w = np.asarray(weights)
         if w.shape != indices.shape:
             raise ValueError(f"weights has shape {w.shape}, expected ({indices.shape[0]},)")
-        if not (np.issubdtype(w.dtype, np.number) and np.all(np.isfinite(w))):
-            raise ValueError(f"weights must be finite numbers ({w.dtype})")
+        check_weights(w)
     if edge_features is not None:
         check_edge_features(edge_features, indices.shape[0])
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from zerognn_jax._src.data.checks import is_whole
+from zerognn_jax._src.data.checks import is_int, is_whole
 from zerognn_jax._src.data.dataset import (
     TARGET_KINDS,
     _check_range,
@@ -161,8 +161,8 @@ def validate_hetero_dataset(ds: HeteroDataset) -> None:
     if labels.ndim != 1 or labels.shape[0] != n or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"labels must be integers of shape ({n},) (one per {ds.target_type} "
                          f"node), got {labels.dtype}{labels.shape}")
-    if ds.num_classes < 1:
-        raise ValueError(f"num_classes must be positive, got {ds.num_classes}")
+    if not is_int(ds.num_classes) or ds.num_classes < 1:
+        raise ValueError(f"num_classes must be a positive integer, got {ds.num_classes!r}")
     _check_range("labels must lie in", labels, -1, ds.num_classes)
     check_targets(ds.targets, ds.target_kind, n)
     check_splits({s: getattr(ds, f"{s}_idx") for s in SPLITS}, n,
@@ -219,6 +219,10 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
     labels = _integers("labels", labels)
     if num_classes is None:
         num_classes = int(labels.max(initial=-1)) + 1
+        if num_classes == 0:  # (the check below would name a number nobody gave)
+            raise ValueError(f"labels hold no class (every {target_type!r} label is -1, "
+                             f"unlabelled), so num_classes cannot be read off them: give "
+                             f"num_classes, or label some nodes")
     if not is_whole(num_classes):
         raise ValueError(f"num_classes must be an integer, got {num_classes!r}")
     _check_range("labels must lie in", labels, -1, max(int(num_classes), 0))

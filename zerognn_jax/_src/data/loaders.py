@@ -87,7 +87,8 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
         None); OGB datasets cache their parsed form as
         `<root>/ogbn_<name>/processed/zerognn.npz` (ogbn-papers100M: the memory-mapped
         dataset directory `processed/zerognn/`, ogb.py).
-      scale: size multiplier of the synthetic presets; must be 1 for the others.
+      scale: size multiplier of the synthetic presets; must be 1 for the other named
+        datasets (a .npz file or a dataset directory ignores it, and `seed`).
       seed: generator seed of the synthetic presets.
       download: fetch missing Planetoid files.
 

@@ -61,6 +61,23 @@ def _nonfinite(rows, start: int) -> tuple[int, tuple[int, int], np.generic | Non
     return int(bad.sum()), (start + int(row), int(col)), value if np.isfinite(value) else None
 
 
+def check_weights(weights: np.ndarray) -> None:
+    """ValueError naming the first edge whose weight float32 cannot hold: NaN or
+    infinite ("weights contain NaN or inf (2 entries; first at edge 3)"), or finite as
+    given but past float32's range, which the cast would make infinite (named with its
+    value); or weights that are not real numbers."""
+    if weights.dtype != BFLOAT16:
+        require_real("weights", weights)
+    found = _nonfinite(weights.reshape(-1, 1), 0)
+    if found is None:
+        return
+    count, (edge, _), value = found
+    if value is not None:
+        raise ValueError(f"weights overflow float32: {value} at edge {edge} is past its "
+                         f"largest magnitude ({float(np.finfo(np.float32).max):g})")
+    raise ValueError(f"weights contain NaN or inf ({count} entries; first at edge {edge})")
+
+
 def edge_feature_table(values, num_edges: int, *, check: bool = True) -> np.ndarray:
     """`values` as an edge-feature table [num_edges, D]: bfloat16 kept as given, any
     other real dtype made float32 (no copy where it already is); unless `check` is

@@ -6,7 +6,10 @@ metrics log: "epoch", "loss", "train_batch_acc" ("train_batch_pair_acc" for link
 prediction: the task's `score_name`), the evaluated "val_acc", ... when that epoch was
 evaluated). A true return value stops training after this epoch; the run then
 evaluates and writes its summary as usual, with "stopped_early" set. Every callback sees
-every record (they are all called before the stop is taken).
+every record (they are all called before the stop is taken). A resumed run first shows
+the records it holds to its `EarlyStopping` callbacks (`replay_early_stopping`), so that
+a resumed run stops where the uninterrupted one would, and one they stopped stays
+stopped when run again; other callbacks see the epochs completed from then on.
 """
 
 from __future__ import annotations
@@ -69,6 +72,20 @@ def check_callbacks(callbacks) -> tuple[Callable, ...]:
             raise TypeError(f"a callback must be callable with the epoch record, got "
                             f"{type(cb).__name__}")
     return callbacks
+
+
+def replay_early_stopping(callbacks: Sequence[Callable], records) -> str | None:
+    """Feeds the `records` of the epochs a resumed run already holds to its
+    `EarlyStopping` callbacks, so that they count patience from where the run was (a
+    fresh one would restart the count, and rerunning a run it had stopped trained on);
+    the name of the first whose patience ran out, or None. Other callbacks, which may
+    log or write, see only the epochs the resumed run completes."""
+    stop = None
+    for record in records:
+        for cb in callbacks:
+            if isinstance(cb, EarlyStopping) and cb(dict(record)) and stop is None:
+                stop = type(cb).__name__
+    return stop
 
 
 def run_callbacks(callbacks: Sequence[Callable], record: dict) -> str | None:

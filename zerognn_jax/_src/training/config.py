@@ -13,7 +13,7 @@ from zerognn_jax._src.nn.link_heads import DECODERS
 from zerognn_jax._src.nn.models import INITS, MODELS, NORMS, check_init
 from zerognn_jax._src.ops.registry import OPS, Kernels
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
-from zerognn_jax._src.sampling.minibatch import SAMPLERS
+from zerognn_jax._src.sampling.minibatch import MAX_HOPS, SAMPLERS
 from zerognn_jax._src.sampling.negatives import NEGATIVE_MODES
 from zerognn_jax._src.training.config_types import check_types
 from zerognn_jax._src.training.engines import ENGINES
@@ -79,7 +79,8 @@ class TrainConfig:
 
     Data. `dataset` is a name or path (`load_dataset`); `normalize_features=None`
     row-normalises Planetoid features where the task asks for it (node tasks) and
-    leaves others.
+    leaves others; True divides each feature row of any dataset by its sum (refused for
+    negative values, whose rows can sum to about zero), False leaves them.
 
     Model. `model` names a built-in model; None (the default) takes the task's: sage
     for node and link tasks, rsage on a typed dataset, and for graph tasks gine-virtual
@@ -138,7 +139,9 @@ class TrainConfig:
     scan.read_ahead_limit).
     `devices` is the number of devices per process to train on (0 = all
     local ones); `batch_size` is per device, so a step trains on batch_size x devices x
-    processes seeds. `shard_features` splits the feature table by rows across those
+    processes seeds; a run lowers a larger batch than its training items share per
+    device to that share (one step an epoch either way; the run's records give the
+    size trained). `shard_features` splits the feature table by rows across those
     devices. `feature_placement` says where the feature table lives: "device", or "host"
     (page-locked host memory, whose rows the step reads over PCIe: ops/host_rows.py,
     docs/host_features.md), or "auto": the host when graph, features and model would
@@ -268,6 +271,8 @@ class TrainConfig:
                                  f"hop, got {per_hop}")
         checks = [
             (self.layers >= 1, f"layers must be >= 1, got {self.layers}"),
+            (batched or self.layers <= MAX_HOPS,  # (graph tasks sample no hops)
+             f"layers must be at most {MAX_HOPS} (one sampled hop each), got {self.layers}"),
             (batched or bool(self.fanouts),
              f"need one fanout per layer: {self.layers} layers but no fanouts; give "
              f"{self.layers} fanouts (-1: every neighbour)"),

@@ -45,6 +45,7 @@ from zerognn_jax._src.training.memory import (
     device_free_bytes,
     device_largest_free_block,
     eighth_as_power_of_two,
+    is_out_of_memory,
 )
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.tasks.node import NodeTask
@@ -344,7 +345,7 @@ def unless_out_of_memory(first, then, warning: str):
     try:
         return jax.block_until_ready(first())
     except jax.errors.JaxRuntimeError as error:
-        if "RESOURCE_EXHAUSTED" not in str(error):
+        if not is_out_of_memory(error):
             raise
     warnings.warn(warning, stacklevel=3)
     return then()
@@ -543,7 +544,7 @@ def _device_layer(program, variables, h, graph, layer: int, plan: ChunkPlan, *, 
     try:
         return jax.block_until_ready(run())
     except jax.errors.JaxRuntimeError as error:
-        if "RESOURCE_EXHAUSTED" not in str(error):
+        if not is_out_of_memory(error):
             raise
         if log:
             log(f"exact inference: layer {layer + 1} ran out of device memory after "
@@ -568,7 +569,7 @@ def halving_batches(run, batch_size: int, what: str, items: int):
         try:
             return run(batch_size)
         except jax.errors.JaxRuntimeError as error:
-            if "RESOURCE_EXHAUSTED" not in str(error) or batch_size == 1:
+            if not is_out_of_memory(error) or batch_size == 1:
                 raise
             warnings.warn(f"{what}: the device ran out of memory at {batch_size} seeds a "
                           f"batch; running again at {batch_size // 2}", stacklevel=2)

@@ -12,6 +12,13 @@ from zerognn_jax._src.ops.host_rows import is_host_resident
 from zerognn_jax._src.sampling.envelope import Envelope
 
 
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is JAX's report of an allocation that failed: RESOURCE_EXHAUSTED
+    on a GPU, "Out of memory allocating" (an INTERNAL error) on the CPU backend."""
+    return isinstance(error, jax.errors.JaxRuntimeError) and (
+        "RESOURCE_EXHAUSTED" in str(error) or "Out of memory allocating" in str(error))
+
+
 def level_bytes(slots, level_dims) -> tuple[int, ...]:
     """Bytes each node costs per level: ids, mask, degree, its block row, activations.
 

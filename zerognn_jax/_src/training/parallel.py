@@ -310,6 +310,7 @@ class DataParallel:
         """float[C, d]: rows `ids` of a table split by rows over the mesh.
 
         Args:
+          kernels: the gather's implementation (`Kernels`, ops/registry.py).
           local: float[R, d], this device's rows [k R, (k + 1) R) of the table.
           ids: int32[C], global row ids; valid: bool[C] (invalid rows come back zero).
 

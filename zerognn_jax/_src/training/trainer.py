@@ -33,7 +33,12 @@ from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
 from zerognn_jax._src.training import interrupts, memory
-from zerognn_jax._src.training.callbacks import EarlyStopping, check_callbacks, run_callbacks
+from zerognn_jax._src.training.callbacks import (
+    EarlyStopping,
+    check_callbacks,
+    replay_early_stopping,
+    run_callbacks,
+)
 from zerognn_jax._src.training.checks import check_pieces, init_checked
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.embeddings import NodeEmbedding
@@ -129,7 +134,8 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                          f"{', '.join(takes)}")
     task, dataset = task_class(cfg.task, typed=typed).build(cfg, dataset, loss=loss,
                                                             kernels=kernels)
-    cfg = with_model(cfg, task, dataset, user_model=model is not None)
+    cfg = fit_batch(with_model(cfg, task, dataset, user_model=model is not None),
+                    task.train_items(dataset))
     if isinstance(task, BatchedTask):
         if optimizer is not None:
             check_optimizer(optimizer)
@@ -217,6 +223,17 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     else:
         table = np.asarray(feats).astype(dtype, copy=False)  # no copy of a table in `dtype`
     return dataset, program.parallel.place_data(DeviceData(graph, table, targets)), program
+
+
+def fit_batch(cfg: TrainConfig, items) -> TrainConfig:
+    """`cfg` with `batch_size` lowered to the training `items` a device gets where it
+    asks for more: either way one step takes them all, but the step's buffers, sized by
+    the batch, would hold that many rows of padding (a probe's `batch_size` 200000 on
+    2,938 items: 45x the epoch, 7x the memory). The program, the envelope and the
+    records take the lowered size."""
+    shards = (cfg.devices or jax.local_device_count()) * jax.process_count()
+    most = max(1, -(-len(items) // shards))
+    return cfg if cfg.batch_size <= most else dataclasses.replace(cfg, batch_size=most)
 
 
 def with_model(cfg: TrainConfig, task, dataset, *, user_model: bool = False) -> TrainConfig:
@@ -316,7 +333,8 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
         `layer` and `num_layers` methods, evaluation samples (the summary says so).
       optimizer: an optax `GradientTransformation` (schedules, clipping, ...) instead of
         Adam with `cfg.lr` and `cfg.weight_decay`.
-      loss: a built-in name ("cross_entropy", "sigmoid", "mse"), a per-row function
+      loss: a built-in name ("cross_entropy", "sigmoid", "mse"; "mae" too on a graph
+        task), a per-row function
         `(outputs, targets) -> float32[rows]`, or a `NodeTask`; default: the loss of the
         dataset's targets.
       variables: model variables to start from (e.g. `restore(...).variables`, for
@@ -439,7 +457,9 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
     user = _UserParts({}, None, check_callbacks(callbacks), variables, dataset is not None)
     dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                      loss=loss)
-    cfg = with_model(cfg, program.task, dataset, user_model=model is not None)  # as `prepare`
+    cfg = dataclasses.replace(  # as `prepare` named the model and fitted the batch
+        with_model(cfg, program.task, dataset, user_model=model is not None),
+        batch_size=program.batch_size)
     if model is None and cfg.task != "graph" and cfg.model not in ATTENTION_MODELS \
             and cfg.heads != TrainConfig.heads:  # (a graph task warns of heads already)
         warnings.warn(f"heads {cfg.heads!r}: attention heads of the models "
@@ -573,10 +593,12 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     # the last epoch's evaluation (a finished run rerun is evaluated again, with the
     # evaluation options given now, unless that just happened); the callback that stopped
     final = pending if fresh and start_epoch == cfg.epochs else None
-    stopped = None
+    # early stopping counts on from the epochs a resumed run holds; one it stopped stays
+    # stopped (the loop below trains nothing; the run is evaluated again)
+    stopped = replay_early_stopping(user.callbacks, history[:-1] if fresh else history)
     if fresh:  # the epoch completed only now: TensorBoard and the callbacks see it
         board.write(history[-1])
-        stopped = run_callbacks(user.callbacks, history[-1])
+        stopped = run_callbacks(user.callbacks, history[-1]) or stopped
         if not stopped or start_epoch == cfg.epochs:  # a stop at the last epoch: nothing
             stopped = None
         else:
@@ -587,7 +609,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
                 break
             try:
                 record, state, env = _train_epoch(cfg, runner, state, data, dataset, epoch,
-                                                  env, bar)
+                                                  env, bar, "optimizer" in user.identity)
             except Diverged as err:
                 log.write(err.record)
                 raise
@@ -742,8 +764,10 @@ def _best_checkpoint(cfg, history):
     return BestCheckpoint(cfg.checkpoint_dir, cfg.best_metric, history)
 
 
-def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar):
-    """(record, state, envelope) of one epoch's training."""
+def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar, own_optimizer):
+    """(record, state, envelope) of one epoch's training; Diverged if a step's loss, or
+    the state after the last step's update, holds NaN or inf (`own_optimizer`: the
+    user's, whose learning rate the message cannot name)."""
     program, compile_before = runner.program, runner.compile_seconds
     t0 = time.perf_counter()
     items = program.task.train_items(dataset)
@@ -763,7 +787,9 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar):
               "envelope": list(res.envelope.levels), "max_counts": list(res.max_counts),
               "sampled_edges": res.sampled_edges}
     if res.first_nonfinite is not None:
-        _diverged(cfg, epoch, res, record)
+        _diverged(cfg, epoch, res.first_nonfinite, res.steps, record, own_optimizer)
+    if res.steps and not bool(_finite(_saved(res.state))):  # the last update's result
+        _diverged(cfg, epoch, res.steps - 1, res.steps, record, own_optimizer, what="state")
     record = strict(record)
     bar.update(1)
     bar.set_postfix(loss=f"{res.loss:.4f}")
@@ -797,11 +823,31 @@ def _evaluate_epoch(cfg, program, state, data, dataset, record, bar) -> tuple[di
     return evaluated, added
 
 
-def _diverged(cfg, epoch, res, record):
-    step = res.first_nonfinite
-    err = Diverged(f"training diverged: the loss became NaN or infinite at epoch {epoch}, "
-                   f"step {step} (of {res.steps}); nothing of this epoch is saved. Lower lr "
-                   f"(now {cfg.lr:g}) or check the features for extreme values")
+@jax.jit
+def _finite(tree) -> jax.Array:
+    """bool scalar: every float of `tree` (a train state's saved part) is finite."""
+    leaves = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack([jnp.isfinite(x).all() for x in leaves])) if leaves \
+        else jnp.bool_(True)
+
+
+def _diverged(cfg, epoch, step, steps, record, own_optimizer, *, what="loss"):
+    """Raises Diverged at `step` of `epoch`: its loss (`what` "loss") or, "state", the
+    parameters and optimizer state its update wrote became NaN or infinite."""
+    where = (f"the loss became NaN or infinite at epoch {epoch}, step {step} (of {steps})"
+             if what == "loss" else
+             f"the parameters or the optimizer's state became NaN or infinite in the update "
+             f"of epoch {epoch}, step {step} (its last; every loss was finite)")
+    if what == "loss" and epoch == 0 and step == 0:
+        hint = ("It came before any update: check the features and targets for extreme "
+                "values (the first batch's loss overflowed), or the model's initialisation")
+    elif own_optimizer:
+        hint = ("Lower your optimizer's learning rate or check the features and targets for "
+                "extreme values")
+    else:
+        hint = (f"Lower lr (now {cfg.lr:g}) or check the features and targets for extreme "
+                f"values")
+    err = Diverged(f"training diverged: {where}; nothing of this epoch is saved. {hint}")
     err.record = strict({**record, "diverged_at_step": step})
     raise err
 

@@ -177,7 +177,7 @@ class TypedInputs:
             for start in range(0, rows.shape[0], _TABLE_BLOCK):
                 block = np.asarray(rows[start:start + _TABLE_BLOCK])
                 if normalize:
-                    block = row_normalize(block.astype(np.float32))
+                    block = row_normalize(block, what=f"{t!r} features", first_row=start)
                 out[first + start:first + start + block.shape[0], :d] = block.astype(
                     out.dtype, copy=False)
         return out
