@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from conftest import random_graph
 
+import zerognn_jax as zg
 from zerognn_jax import NeighborLoader, TrainConfig, make_dataset, train, views_for
 from zerognn_jax._src.nn.views import EllView, mean_weights
 from zerognn_jax._src.training.evaluate import layerwise_logits, node_embeddings, sampled_logits
@@ -157,6 +158,34 @@ def test_sampled_logits_batch_is_at_most_the_nodes(all_neighbours, monkeypatch):
     nodes = np.arange(100)
     got = sampled_logits(res.program, res.variables, res.data, nodes, batch_size=10**11)
     assert sizes == [100] and got.shape[0] == 100
+
+
+def test_predictions_of_every_request_size_share_a_few_programs(all_neighbours,
+                                                                 monkeypatch):
+    """`zg.predict` compiled the sampled pass again for every new number of nodes (a
+    probe: 2-3 s each on a CPU, 20 s on a typed graph). A serving call rounds the batch
+    and the steps up to powers of two; each node's sample is the same either way."""
+    from zerognn_jax._src.training import evaluate
+
+    res = all_neighbours("uniform")
+    run, shapes = evaluate._sampled_pass, []
+
+    def record(program, variables, data, padded, seed, *, envelope):
+        shapes.append((padded.shape[0], envelope.batch_size))
+        return run(program, variables, data, padded, seed, envelope=envelope)
+
+    monkeypatch.setattr(evaluate, "_sampled_pass", record)
+    rng = np.random.default_rng(0)
+    for n in (5, 7, 101, 200):
+        nodes = rng.choice(400, n, replace=False)
+        got = np.asarray(zg.predict(res, nodes, mode="sampled", batch_size=96))
+        assert got.shape[0] == n
+        np.testing.assert_array_equal(got, sampled_logits(res.program, res.variables,
+                                                          res.data, nodes, batch_size=96))
+    # (rows, batch) of each pass, bucketed then plain: 5 and 7 nodes in a batch of 8,
+    # 101 in 2 steps of 96, 200 in 4 (3 plain)
+    assert shapes[0::2] == [(8, 8), (8, 8), (192, 96), (384, 96)]
+    assert shapes[1::2] == [(5, 5), (7, 7), (192, 96), (288, 96)]
 
 
 @pytest.mark.parametrize(("nodes", "options", "message"), [

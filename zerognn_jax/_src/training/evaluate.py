@@ -39,7 +39,7 @@ from zerognn_jax._src.ops.host_rows import (
 )
 from zerognn_jax._src.ops.search import count_at_most
 from zerognn_jax._src.sampling.envelope import Envelope, conservative
-from zerognn_jax._src.sampling.seeds import ordered_items
+from zerognn_jax._src.sampling.seeds import num_steps, ordered_items
 from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training.memory import (
     device_free_bytes,
@@ -577,21 +577,36 @@ def halving_batches(run, batch_size: int, what: str, items: int):
 
 
 def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
-                   batch_size: int, seed: int = 0) -> jax.Array:
+                   batch_size: int, seed: int = 0, bucketed: bool = False) -> jax.Array:
     """float[len(nodes), classes]: logits from sampled neighbourhoods (program's fanouts),
     `batch_size` nodes at a time, at most all of them (fewer where the device runs out:
-    `halving_batches`)."""
+    `halving_batches`).
+
+    `bucketed` (requests of varying sizes, `zg.predict`): a batch below `batch_size`
+    and the number of steps are rounded up to powers of two, with empty rows and steps,
+    so that every request size does not compile a program of its own. Each node's
+    sample is the same either way (its step and position in the step draw it)."""
     _refuse_typed(program, "sampled_logits")
     nodes = node_ids("nodes", nodes, data.graph.num_nodes)
     batch_size, seed = at_least_one(batch_size, "batch_size"), key_seed(seed)
 
     def run(batch: int):
+        steps = num_steps(nodes.shape[0], batch)
+        if bucketed:
+            batch = batch if batch == batch_size else min(batch_size, _power_of_two(batch))
+            steps = _power_of_two(num_steps(nodes.shape[0], batch))
         padded = ordered_items(jnp.asarray(nodes), batch)
+        padded = jnp.pad(padded, (0, steps * batch - padded.shape[0]), constant_values=-1)
         env = conservative(batch, program.sampler.slots, data.graph.num_nodes)
         out = _sampled_pass(program, variables, data, padded, jnp.uint32(seed), envelope=env)
         return jax.block_until_ready(out.reshape(padded.shape[0], -1)[: nodes.shape[0]])
 
     return halving_batches(run, batch_size, "sampled evaluation", nodes.shape[0])
+
+
+def _power_of_two(n: int) -> int:
+    """The smallest power of two >= n (n >= 1)."""
+    return 1 << (n - 1).bit_length()
 
 
 def _refuse_typed(program: StepProgram, name: str) -> None:
@@ -641,6 +656,7 @@ class Predictor:
     mode: str = "full"
     batch_size: int = 4096
     seed: int = 0
+    bucketed: bool = False  # requests of varying sizes (`sampled_logits`)
 
     @functools.cached_property
     def exact(self) -> jax.Array | None:
@@ -653,7 +669,8 @@ class Predictor:
         if self.exact is not None:
             return _rows(self.exact, jnp.asarray(nodes))
         return sampled_logits(self.program, self.variables, self.data, nodes,
-                              batch_size=self.batch_size, seed=self.seed)
+                              batch_size=self.batch_size, seed=self.seed,
+                              bucketed=self.bucketed)
 
     def all_outputs(self) -> jax.Array:
         if self.exact is not None:

@@ -237,7 +237,7 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
         return task.outputs_of_items(result.program, result.variables, result.data,
                                      result.dataset, nodes, batch_size=batch_size)
     predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
-                          seed)
+                          seed, bucketed=True)
     if target is not None:
         return task.outputs_of(predictor, target, nodes)
     return predictor.outputs(nodes)
