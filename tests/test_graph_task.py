@@ -437,6 +437,23 @@ def test_predict_gives_one_row_per_graph_as_the_evaluation_does(molecules, tmp_p
                                rows[order], rtol=1e-5, atol=1e-6)
     back = zg.restore(str(tmp_path), dataset=molecules, for_inference=True)
     np.testing.assert_allclose(np.asarray(zg.predict(back, ids)), rows, rtol=1e-5, atol=1e-6)
+    # requests of other graphs share a few programs (exact capacities made a program for
+    # most requests); their rows are the evaluation's as above
+    from zerognn_jax._src.training.tasks import graph as graph_task
+
+    run, programs = graph_task._eval_pass, set()
+
+    def record(*args, caps, batch_size):
+        programs.add((args[3].shape[0], caps, batch_size))
+        return run(*args, caps=caps, batch_size=batch_size)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(graph_task, "_eval_pass", record)
+        for seed in range(6):
+            pick = np.random.default_rng(seed).choice(ids.size, 12, replace=False)
+            np.testing.assert_allclose(np.asarray(zg.predict(result, ids[pick])), rows[pick],
+                                       rtol=1e-5, atol=1e-6)
+    assert len(programs) <= 2 and all(b == 16 for _, _, b in programs)
     n = molecules.num_graphs
     with pytest.raises(ValueError, match=rf"nodes must lie in \[0, {n}\) \(graph ids\), "
                                          rf"found \[0, {n}\]"):

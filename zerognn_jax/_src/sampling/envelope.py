@@ -84,6 +84,11 @@ def round_up(x: float, multiple: int) -> int:
     return int(math.ceil(x / multiple) * multiple)
 
 
+def power_of_two(n: int) -> int:
+    """The smallest power of two >= n (n >= 1): sizes that requests of any size share."""
+    return 1 << (int(n) - 1).bit_length()
+
+
 def monotone(batch_size, sizes, multiple) -> Envelope:
     """An envelope holding `sizes`, each rounded up to `multiple`, made non-decreasing."""
     caps, prev = [], batch_size

@@ -38,7 +38,7 @@ from zerognn_jax._src.ops.host_rows import (
     write_rows,
 )
 from zerognn_jax._src.ops.search import count_at_most
-from zerognn_jax._src.sampling.envelope import Envelope, conservative
+from zerognn_jax._src.sampling.envelope import Envelope, conservative, power_of_two
 from zerognn_jax._src.sampling.seeds import num_steps, ordered_items
 from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training.memory import (
@@ -593,8 +593,8 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
     def run(batch: int):
         steps = num_steps(nodes.shape[0], batch)
         if bucketed:
-            batch = batch if batch == batch_size else min(batch_size, _power_of_two(batch))
-            steps = _power_of_two(num_steps(nodes.shape[0], batch))
+            batch = batch if batch == batch_size else min(batch_size, power_of_two(batch))
+            steps = power_of_two(num_steps(nodes.shape[0], batch))
         padded = ordered_items(jnp.asarray(nodes), batch)
         padded = jnp.pad(padded, (0, steps * batch - padded.shape[0]), constant_values=-1)
         env = conservative(batch, program.sampler.slots, data.graph.num_nodes)
@@ -602,11 +602,6 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
         return jax.block_until_ready(out.reshape(padded.shape[0], -1)[: nodes.shape[0]])
 
     return halving_batches(run, batch_size, "sampled evaluation", nodes.shape[0])
-
-
-def _power_of_two(n: int) -> int:
-    """The smallest power of two >= n (n >= 1)."""
-    return 1 << (n - 1).bit_length()
 
 
 def _refuse_typed(program: StepProgram, name: str) -> None:
