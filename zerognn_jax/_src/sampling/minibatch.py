@@ -266,7 +266,12 @@ def prepare_graph(graph: CSRGraph, config: SamplerConfig, what: str = "the graph
         raise ValueError(f"all {weights.size:,} edge weights of {what} are zero: weighted "
                          "sampling would draw no neighbour of any node; give positive "
                          "weights, or sample uniformly")
-    return graph._replace(weights=cumulative_table(np.asarray(graph.indptr), weights))
+    try:
+        return graph._replace(weights=cumulative_table(np.asarray(graph.indptr), weights))
+    except ValueError as err:  # (a negative weight: which relation's, on a typed graph)
+        if what == "the graph":
+            raise
+        raise ValueError(f"{what}: {err}") from None
 
 
 def _weight_table(graph: CSRGraph) -> jax.Array:
