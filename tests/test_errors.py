@@ -572,9 +572,9 @@ def test_a_last_update_to_nan_stops_the_run_before_its_checkpoint(tmp_path):
     metrics, ck = tmp_path / "m.jsonl", tmp_path / "ck"
     cfg = small_config(batch_size=120, epochs=2, metrics_out=str(metrics),
                        checkpoint_dir=str(ck), eval_mode="none")
-    with pytest.raises(Diverged, match=r"^training diverged: the parameters or the optimizer's "
-                                       r"state became NaN or infinite in the update of epoch "
-                                       r"0, step 0 \(its last; every loss was finite\); "
+    with pytest.raises(Diverged, match=r"^training diverged: the parameters became NaN or "
+                                       r"infinite in the update of epoch 0, step 0 \(its "
+                                       r"last; every loss was finite\); "
                                        r"nothing of this epoch is saved\. Lower your "
                                        r"optimizer's learning rate"):
         # (a schedule: a NaN constant rate reaches XLA:GPU's matmul as its alpha, which
@@ -603,16 +603,6 @@ def test_normalize_features_refuses_signed_features_before_training(tmp_path):
         train(small_config(normalize_features=True,
                            metrics_out=str(tmp_path / "m.jsonl")), random_dataset())
     assert not (tmp_path / "m.jsonl").exists()
-
-
-def test_a_batch_beyond_the_training_nodes_is_fitted_to_them():
-    """One step takes every node either way; the step's buffers were sized by the batch
-    asked (a probe: 45x the epoch and 7x the memory at 200000 on 2,938 nodes)."""
-    runs = [train(small_config(batch_size=b, epochs=1, eval_mode="none"), random_dataset())
-            for b in (120, 10_000)]
-    assert [r.summary["config"]["batch_size"] for r in runs] == [120, 120]
-    assert runs[1].history[0]["envelope"][0] == 120 and runs[1].history[0]["steps"] == 1
-    assert runs[1].history[0]["loss"] == runs[0].history[0]["loss"]
 
 
 def test_slots_past_int32_are_named_before_anything_is_allocated():

@@ -235,7 +235,7 @@ def test_row_normalised_features_match_zerognn(tmp_path):
     from zerognn_jax._src.data.planetoid import row_normalize
     common = _peer("common")
     path = write_npz(tmp_path / "tiny.npz")
-    raw = np.load(path)["features"]
+    raw = np.abs(np.load(path)["features"])  # row sums of counts (signed rows: refused)
     raw[3] = 0.0  # an all-zero row stays zero
     np.savez(tmp_path / "zero.npz", **dict(np.load(path), features=raw))
     assert np.array_equal(common.load_npz(tmp_path / "zero.npz").features, raw)

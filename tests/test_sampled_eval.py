@@ -164,7 +164,7 @@ def test_predictions_of_every_request_size_share_a_few_programs(all_neighbours,
                                                                  monkeypatch):
     """`zg.predict` compiled the sampled pass again for every new number of nodes (a
     probe: 2-3 s each on a CPU, 20 s on a typed graph). A serving call rounds the batch
-    and the steps up to powers of two; each node's sample is the same either way."""
+    and the steps up to shared sizes (`bucket`); each node's sample is the same."""
     from zerognn_jax._src.training import evaluate
 
     res = all_neighbours("uniform")
@@ -176,16 +176,16 @@ def test_predictions_of_every_request_size_share_a_few_programs(all_neighbours,
 
     monkeypatch.setattr(evaluate, "_sampled_pass", record)
     rng = np.random.default_rng(0)
-    for n in (5, 7, 101, 200):
+    for n, batch in ((9, 96), (10, 96), (65, 8), (73, 8)):
         nodes = rng.choice(400, n, replace=False)
-        got = np.asarray(zg.predict(res, nodes, mode="sampled", batch_size=96))
+        got = np.asarray(zg.predict(res, nodes, mode="sampled", batch_size=batch))
         assert got.shape[0] == n
         np.testing.assert_array_equal(got, sampled_logits(res.program, res.variables,
-                                                          res.data, nodes, batch_size=96))
-    # (rows, batch) of each pass, bucketed then plain: 5 and 7 nodes in a batch of 8,
-    # 101 in 2 steps of 96, 200 in 4 (3 plain)
-    assert shapes[0::2] == [(8, 8), (8, 8), (192, 96), (384, 96)]
-    assert shapes[1::2] == [(5, 5), (7, 7), (192, 96), (288, 96)]
+                                                          res.data, nodes, batch_size=batch))
+    # (rows, batch) of each pass, rounded then plain: 9 and 10 nodes in a batch of 10;
+    # 65 and 73 nodes in 10 steps of 8 (9 and 10 plain)
+    assert shapes[0::2] == [(10, 10), (10, 10), (80, 8), (80, 8)]
+    assert shapes[1::2] == [(9, 9), (10, 10), (72, 8), (80, 8)]
 
 
 @pytest.mark.parametrize(("nodes", "options", "message"), [

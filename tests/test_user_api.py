@@ -327,6 +327,18 @@ def test_early_stopping_counts_on_across_a_resume(tmp_path, classes):
     assert resumed.summary["stopped_early"] == whole.summary["stopped_early"]
 
 
+def test_early_stopping_replayed_stops_only_if_its_patience_is_out_at_the_last_record():
+    """One added on resume, whose patience ran out at an earlier record but which
+    improved since, does not stop a run that went on; other callbacks are not called."""
+    from zerognn_jax._src.training.callbacks import replay_early_stopping
+
+    records = [{"epoch": 0, "m": 1.0}, {"epoch": 1, "m": 0.0}, {"epoch": 2, "m": 2.0}]
+    seen = []
+    assert replay_early_stopping([zg.EarlyStopping("m", 1), seen.append], records) is None
+    assert replay_early_stopping([zg.EarlyStopping("m", 1)], records[:2]) == "EarlyStopping"
+    assert seen == []
+
+
 def test_early_stopping():
     stop = zg.EarlyStopping("val_mse", patience=2)
     assert stop.mode == "min"

@@ -13,6 +13,12 @@ def is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def is_count(value) -> bool:
+    """Whether `value` is an integer (`is_int`) or a 0-d integer array (NumPy's or
+    JAX's), as a count held in a dataclass field may be."""
+    return is_int(_unwrapped(value))
+
+
 def is_whole(value) -> bool:
     """Whether `value` is a whole number: an integer, or a real number of integral value
     (3.0, a 0-d array of one); a bool, a string or a non-finite float is not."""
@@ -30,9 +36,9 @@ def at_least_one(value, name: str) -> int:
     return int(value)
 
 
-def _as_seed(seed):
+def _unwrapped(seed):
     """`seed` as given, or as a Python int where it is a 0-d integer array (NumPy's or
-    JAX's): what the seed checks compare."""
+    JAX's): what the seed and count checks compare."""
     value = np.asarray(seed) if getattr(seed, "ndim", None) == 0 else None
     if value is not None and np.issubdtype(value.dtype, np.integer):
         return int(value)
@@ -43,7 +49,7 @@ def check_seed(seed) -> int:
     """`seed` as an int; ValueError naming it unless it is an integer >= 0 (a NumPy
     integer or a 0-d integer array too; NumPy's own refusal names neither the argument
     nor the value)."""
-    value = _as_seed(seed)
+    value = _unwrapped(seed)
     if not is_int(value) or value < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     return int(value)
@@ -52,7 +58,7 @@ def check_seed(seed) -> int:
 def key_seed(seed) -> int:
     """`seed` as an int; ValueError naming it unless it is an integer in [0, 2**32) (a
     sampling key's seed: a uint32; NumPy integers as `check_seed` takes them)."""
-    value = _as_seed(seed)
+    value = _unwrapped(seed)
     if not is_int(value) or not 0 <= value < 2**32:
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     return int(value)

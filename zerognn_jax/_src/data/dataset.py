@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from zerognn_jax._src.data.checks import arrays_not_lists, is_int, is_whole
+from zerognn_jax._src.data.checks import arrays_not_lists, is_count, is_whole
 from zerognn_jax._src.data.graph import CSRGraph, csr_from_arrays, validate_csr
 from zerognn_jax._src.data.tables import (
     BFLOAT16,
@@ -146,7 +146,7 @@ def validate_dataset(ds: Dataset) -> None:
         raise ValueError(f"labels must have shape ({n},), got {labels.shape}")
     if not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"labels must be integers, got {labels.dtype}")
-    if not is_int(ds.num_classes) or ds.num_classes < 1:  # (make_dataset takes 3.0)
+    if not is_count(ds.num_classes) or ds.num_classes < 1:  # (make_dataset takes 3.0)
         raise ValueError(f"num_classes must be a positive integer, got {ds.num_classes!r}")
     _check_range("labels must lie in", labels, -1, ds.num_classes)
     check_splits({"train": ds.train_idx, "val": ds.val_idx, "test": ds.test_idx}, n,

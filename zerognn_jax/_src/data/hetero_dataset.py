@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from zerognn_jax._src.data.checks import is_int, is_whole
+from zerognn_jax._src.data.checks import is_count, is_whole
 from zerognn_jax._src.data.dataset import (
     TARGET_KINDS,
     _check_range,
@@ -161,7 +161,7 @@ def validate_hetero_dataset(ds: HeteroDataset) -> None:
     if labels.ndim != 1 or labels.shape[0] != n or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"labels must be integers of shape ({n},) (one per {ds.target_type} "
                          f"node), got {labels.dtype}{labels.shape}")
-    if not is_int(ds.num_classes) or ds.num_classes < 1:
+    if not is_count(ds.num_classes) or ds.num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer, got {ds.num_classes!r}")
     _check_range("labels must lie in", labels, -1, ds.num_classes)
     check_targets(ds.targets, ds.target_kind, n)

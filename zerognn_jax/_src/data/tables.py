@@ -66,7 +66,7 @@ def check_weights(weights: np.ndarray) -> None:
     infinite ("weights contain NaN or inf (2 entries; first at edge 3)"), or finite as
     given but past float32's range, which the cast would make infinite (named with its
     value); or weights that are not real numbers."""
-    if weights.dtype != BFLOAT16:
+    if weights.dtype not in (BFLOAT16, np.bool_):  # (bools are weights 0 and 1)
         require_real("weights", weights)
     found = _nonfinite(weights.reshape(-1, 1), 0)
     if found is None:

@@ -84,9 +84,13 @@ def round_up(x: float, multiple: int) -> int:
     return int(math.ceil(x / multiple) * multiple)
 
 
-def power_of_two(n: int) -> int:
-    """The smallest power of two >= n (n >= 1): sizes that requests of any size share."""
-    return 1 << (int(n) - 1).bit_length()
+def bucket(n: int) -> int:
+    """`n` (>= 1) rounded up to a size that requests of any size share: itself below 8,
+    else a multiple of a quarter of the power of two below it (under 25 % more; four
+    sizes an octave)."""
+    n = int(n)
+    step = 1 << max(n.bit_length() - 3, 0)
+    return -(-n // step) * step
 
 
 def monotone(batch_size, sizes, multiple) -> Envelope:

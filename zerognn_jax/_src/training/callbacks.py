@@ -78,12 +78,15 @@ def replay_early_stopping(callbacks: Sequence[Callable], records) -> str | None:
     """Feeds the `records` of the epochs a resumed run already holds to its
     `EarlyStopping` callbacks, so that they count patience from where the run was (a
     fresh one would restart the count, and rerunning a run it had stopped trained on);
-    the name of the first whose patience ran out, or None. Other callbacks, which may
-    log or write, see only the epochs the resumed run completes."""
+    the name of the first whose patience has run out at the last record, or None (one
+    added on resume whose patience ran out at an earlier record stops nothing: that
+    run went on). Other callbacks, which may log or write, see only the epochs the
+    resumed run completes."""
     stop = None
-    for record in records:
+    for i, record in enumerate(records):
         for cb in callbacks:
-            if isinstance(cb, EarlyStopping) and cb(dict(record)) and stop is None:
+            if isinstance(cb, EarlyStopping) and cb(dict(record)) and stop is None \
+                    and i == len(records) - 1:
                 stop = type(cb).__name__
     return stop
 

@@ -38,7 +38,7 @@ from zerognn_jax._src.ops.host_rows import (
     write_rows,
 )
 from zerognn_jax._src.ops.search import count_at_most
-from zerognn_jax._src.sampling.envelope import Envelope, conservative, power_of_two
+from zerognn_jax._src.sampling.envelope import Envelope, bucket, conservative
 from zerognn_jax._src.sampling.seeds import num_steps, ordered_items
 from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training.memory import (
@@ -583,8 +583,9 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
     `halving_batches`).
 
     `bucketed` (requests of varying sizes, `zg.predict`): a batch below `batch_size`
-    and the number of steps are rounded up to powers of two, with empty rows and steps,
-    so that every request size does not compile a program of its own. Each node's
+    and the number of steps are rounded up to shared sizes (`bucket`: under 25 % more),
+    with empty rows and steps, so that every request size does not compile a program
+    of its own. Each node's
     sample is the same either way (its step and position in the step draw it)."""
     _refuse_typed(program, "sampled_logits")
     nodes = node_ids("nodes", nodes, data.graph.num_nodes)
@@ -593,8 +594,8 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
     def run(batch: int):
         steps = num_steps(nodes.shape[0], batch)
         if bucketed:
-            batch = batch if batch == batch_size else min(batch_size, power_of_two(batch))
-            steps = power_of_two(num_steps(nodes.shape[0], batch))
+            batch = batch if batch == batch_size else min(batch_size, bucket(batch))
+            steps = bucket(num_steps(nodes.shape[0], batch))
         padded = ordered_items(jnp.asarray(nodes), batch)
         padded = jnp.pad(padded, (0, steps * batch - padded.shape[0]), constant_values=-1)
         env = conservative(batch, program.sampler.slots, data.graph.num_nodes)

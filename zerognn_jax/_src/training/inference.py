@@ -100,9 +100,8 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
         cfg = cfg or config_of(meta)
         dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                          loss=loss)
-        cfg = dataclasses.replace(  # as `prepare` named the model and fitted the batch
-            with_model(cfg, program.task, dataset, user_model=model is not None),
-            batch_size=program.batch_size)
+        cfg = with_model(cfg, program.task, dataset,  # as `prepare` named it
+                         user_model=model is not None)
         relations = relations_of(dataset)
         ident = identity(cfg, dataset.stats(), program.global_batch,
                          user_identity(model, optimizer, None if loss is None else program.task,

@@ -134,8 +134,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                          f"{', '.join(takes)}")
     task, dataset = task_class(cfg.task, typed=typed).build(cfg, dataset, loss=loss,
                                                             kernels=kernels)
-    cfg = fit_batch(with_model(cfg, task, dataset, user_model=model is not None),
-                    task.train_items(dataset))
+    cfg = with_model(cfg, task, dataset, user_model=model is not None)
     if isinstance(task, BatchedTask):
         if optimizer is not None:
             check_optimizer(optimizer)
@@ -223,17 +222,6 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     else:
         table = np.asarray(feats).astype(dtype, copy=False)  # no copy of a table in `dtype`
     return dataset, program.parallel.place_data(DeviceData(graph, table, targets)), program
-
-
-def fit_batch(cfg: TrainConfig, items) -> TrainConfig:
-    """`cfg` with `batch_size` lowered to the training `items` a device gets where it
-    asks for more: either way one step takes them all, but the step's buffers, sized by
-    the batch, would hold that many rows of padding (a probe's `batch_size` 200000 on
-    2,938 items: 45x the epoch, 7x the memory). The program, the envelope and the
-    records take the lowered size."""
-    shards = (cfg.devices or jax.local_device_count()) * jax.process_count()
-    most = max(1, -(-len(items) // shards))
-    return cfg if cfg.batch_size <= most else dataclasses.replace(cfg, batch_size=most)
 
 
 def with_model(cfg: TrainConfig, task, dataset, *, user_model: bool = False) -> TrainConfig:
@@ -457,9 +445,7 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
     user = _UserParts({}, None, check_callbacks(callbacks), variables, dataset is not None)
     dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                      loss=loss)
-    cfg = dataclasses.replace(  # as `prepare` named the model and fitted the batch
-        with_model(cfg, program.task, dataset, user_model=model is not None),
-        batch_size=program.batch_size)
+    cfg = with_model(cfg, program.task, dataset, user_model=model is not None)  # as `prepare`
     if model is None and cfg.task != "graph" and cfg.model not in ATTENTION_MODELS \
             and cfg.heads != TrainConfig.heads:  # (a graph task warns of heads already)
         warnings.warn(f"heads {cfg.heads!r}: attention heads of the models "
@@ -788,7 +774,7 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar, own_optimiz
               "sampled_edges": res.sampled_edges}
     if res.first_nonfinite is not None:
         _diverged(cfg, epoch, res.first_nonfinite, res.steps, record, own_optimizer)
-    if res.steps and not bool(_finite(_saved(res.state))):  # the last update's result
+    if res.steps and not bool(_finite(_checked(res.state))):  # the last update's result
         _diverged(cfg, epoch, res.steps - 1, res.steps, record, own_optimizer, what="state")
     record = strict(record)
     bar.update(1)
@@ -823,9 +809,17 @@ def _evaluate_epoch(cfg, program, state, data, dataset, record, bar) -> tuple[di
     return evaluated, added
 
 
+def _checked(state) -> dict:
+    """What the state check reads: the model's variables and embedding rows (an
+    optimizer's state may hold an infinity on purpose, a running minimum say; a NaN
+    update reaches the parameters)."""
+    return {"params": state.params, "batch_stats": state.batch_stats,
+            "embedding": state.embedding}
+
+
 @jax.jit
 def _finite(tree) -> jax.Array:
-    """bool scalar: every float of `tree` (a train state's saved part) is finite."""
+    """bool scalar: every float of `tree` is finite."""
     leaves = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
     return jnp.all(jnp.stack([jnp.isfinite(x).all() for x in leaves])) if leaves \
         else jnp.bool_(True)
@@ -833,11 +827,11 @@ def _finite(tree) -> jax.Array:
 
 def _diverged(cfg, epoch, step, steps, record, own_optimizer, *, what="loss"):
     """Raises Diverged at `step` of `epoch`: its loss (`what` "loss") or, "state", the
-    parameters and optimizer state its update wrote became NaN or infinite."""
+    parameters (or embedding rows) its update wrote became NaN or infinite."""
     where = (f"the loss became NaN or infinite at epoch {epoch}, step {step} (of {steps})"
              if what == "loss" else
-             f"the parameters or the optimizer's state became NaN or infinite in the update "
-             f"of epoch {epoch}, step {step} (its last; every loss was finite)")
+             f"the parameters became NaN or infinite in the update of epoch {epoch}, step "
+             f"{step} (its last; every loss was finite)")
     if what == "loss" and epoch == 0 and step == 0:
         hint = ("It came before any update: check the features and targets for extreme "
                 "values (the first batch's loss overflowed), or the model's initialisation")

@@ -34,9 +34,9 @@ from zerognn_jax._src.sampling.calibrate import Calibration
 from zerognn_jax._src.sampling.envelope import (
     Envelope,
     EnvelopePolicy,
+    bucket,
     grow,
     monotone,
-    power_of_two,
     round_up,
 )
 from zerognn_jax._src.sampling.graph_batch import (
@@ -415,21 +415,21 @@ def graph_outputs(program: StepProgram, variables, data: DeviceData, ids,
     `batch_size` graphs per step at capacities that fit every batch exactly.
 
     `bucketed` (requests of varying graphs, `zg.predict`): a batch below `batch_size`,
-    the steps and the capacities are rounded up to powers of two, so that requests share
-    a few programs (exact capacities change with the graphs picked: a new program for
-    most requests)."""
+    the steps and the capacities are rounded up to shared sizes (`bucket`: under 25 %
+    more), so that requests share a few programs (exact capacities change with the
+    graphs picked: a new program for most requests)."""
     ids = np.asarray(ids, np.int64)
     if ids.size == 0:
         return np.zeros((0, dataset.output_dim), np.float32)
     given, batch_size = batch_size, min(batch_size, ids.size)
     if bucketed and batch_size < given:
-        batch_size = min(given, power_of_two(batch_size))
+        batch_size = min(given, bucket(batch_size))
     padded = ordered_items(jnp.asarray(ids, jnp.int32), batch_size)
     caps = _eval_capacities(program.task, dataset, ids, batch_size, data.targets.max_degree)
     if bucketed:
-        steps = power_of_two(padded.shape[0] // batch_size)
+        steps = bucket(padded.shape[0] // batch_size)
         padded = jnp.pad(padded, (0, steps * batch_size - padded.shape[0]), constant_values=-1)
-        caps = tuple(None if c is None else power_of_two(c) for c in caps)
+        caps = tuple(None if c is None else bucket(c) for c in caps)
     out = _eval_pass(program, variables, data, padded, caps=caps, batch_size=batch_size)
     return np.asarray(out, np.float32).reshape(padded.shape[0], -1)[:ids.size]
 
