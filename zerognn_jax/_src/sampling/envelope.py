@@ -49,6 +49,16 @@ def check_capacity(where: str, capacity: int) -> None:
                          "deduplicate the levels (dedup=True, flat_outer=False)")
 
 
+def check_slots(where: str, slots: int, detail: str) -> None:
+    """ValueError unless a hop's `slots` sampled entries (`where`: which hop; `detail`:
+    of what, as " (R rows x K)") are addressable by int32 positions; a level's own size
+    is checked by its envelope (`check_capacity`), its candidates here."""
+    if slots > MAX_CAPACITY:
+        raise ValueError(f"{where} would sample {slots:,} slots{detail}, more than int32 "
+                         f"positions reach ({MAX_CAPACITY:,}): lower the fanouts or the "
+                         f"batch size")
+
+
 @dataclasses.dataclass(frozen=True)
 class Envelope:
     """Static buffer capacities. `capacities[l]` is C_{l+1}, the size of level l + 1."""

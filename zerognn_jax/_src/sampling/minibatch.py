@@ -25,7 +25,7 @@ from zerognn_jax._src.data.checks import check_ids, is_whole
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.ops.relabel import relabel
-from zerognn_jax._src.sampling.envelope import MAX_CAPACITY, Envelope
+from zerognn_jax._src.sampling.envelope import Envelope, check_slots
 from zerognn_jax._src.sampling.labor import labor_slots, sample_labor
 from zerognn_jax._src.sampling.seeds import counter_key
 from zerognn_jax._src.sampling.uniform import sample_neighbors
@@ -350,11 +350,8 @@ def sample_minibatch(
     count = jnp.sum(seed_valid.astype(jnp.int32))
     nodes, valids, degs, blocks, counts = [ids], [valid], [], [], [count]
     for hop in range(config.num_hops):
-        slots = ids.shape[0] * config.slots[hop]
-        if slots > MAX_CAPACITY:  # (a level's own size is checked by its Envelope)
-            raise ValueError(f"hop {hop + 1} would sample {slots:,} slots ({ids.shape[0]:,} "
-                             f"rows x {config.slots[hop]:,}), more than int32 positions "
-                             f"reach ({MAX_CAPACITY:,}): lower the fanouts or the batch size")
+        check_slots(f"hop {hop + 1}", ids.shape[0] * config.slots[hop],
+                    f" ({ids.shape[0]:,} rows x {config.slots[hop]:,})")
         degs.append(_degrees(graph.indptr, ids, valid))
         nbr, mask, eid = sample_hop(graph, ids, valid, counter_hash.hash2(key, hop), config,
                                     hop, kernels)

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pallas_kernels import counter_hash
+from zerognn_jax._src.sampling.envelope import bucket
 
 
 def counter_key(key) -> jax.Array:
@@ -78,6 +79,18 @@ def ordered_items(items: jax.Array, batch_size: int) -> jax.Array:
     pad = steps * batch_size - items.shape[0]
     items = items.astype(jnp.int32)
     return jnp.concatenate([items, jnp.full((pad, *items.shape[1:]), -1, jnp.int32)])
+
+
+def serving_items(items: jax.Array, batch: int, limit: int) -> tuple[jax.Array, int]:
+    """(padded items, batch) of a request of varying size (`zg.predict`): a `batch` below
+    `limit` and the number of steps rounded up to sizes that requests share
+    (`envelope.bucket`: under 25 % more), padded with -1 rows and empty steps, so that a
+    new request size seldom compiles a program of its own."""
+    if batch < limit:
+        batch = min(limit, bucket(batch))
+    padded = ordered_items(items, batch)
+    steps = bucket(padded.shape[0] // batch)
+    return jnp.pad(padded, (0, steps * batch - padded.shape[0]), constant_values=-1), batch
 
 
 def num_steps(num_train: int, batch_size: int) -> int:

@@ -32,7 +32,7 @@ from pallas_kernels import counter_hash
 from zerognn_jax._src.data.hetero import HeteroGraph, relation_name
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.ops.relabel import relabel
-from zerognn_jax._src.sampling.envelope import MAX_CAPACITY
+from zerognn_jax._src.sampling.envelope import check_slots
 from zerognn_jax._src.sampling.minibatch import MAX_HOPS, Block, prepare_graph, sample_hop
 from zerognn_jax._src.sampling.seeds import counter_key, step_items, step_keys
 from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig
@@ -171,11 +171,8 @@ def sample_typed(graph: HeteroGraph, seeds: jax.Array, seed_valid: jax.Array, ke
                 new_count[t] = count[t]
                 continue
             draws = [drawn[r][:2] for r in into]
-            slots = sum(nbr.size for nbr, _ in draws)
-            if slots > MAX_CAPACITY:  # (a level's own size is checked by its envelope)
-                raise ValueError(f"hop {hop + 1} would sample {slots:,} slots of {t!r} "
-                                 f"nodes, more than int32 positions reach "
-                                 f"({MAX_CAPACITY:,}): lower the fanouts or the batch size")
+            check_slots(f"hop {hop + 1}", sum(nbr.size for nbr, _ in draws),
+                        f" of {t!r} nodes")
             if config.positional[hop]:
                 prev_valid = valid.get(t, jnp.zeros((0,), bool))
                 new_ids[t], new_valid[t], new_count[t], parts = _positional(prev, prev_valid,

@@ -38,8 +38,8 @@ from zerognn_jax._src.ops.host_rows import (
     write_rows,
 )
 from zerognn_jax._src.ops.search import count_at_most
-from zerognn_jax._src.sampling.envelope import Envelope, bucket, conservative
-from zerognn_jax._src.sampling.seeds import num_steps, ordered_items
+from zerognn_jax._src.sampling.envelope import Envelope, conservative
+from zerognn_jax._src.sampling.seeds import ordered_items, serving_items
 from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training.memory import (
     device_free_bytes,
@@ -592,12 +592,8 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
     batch_size, seed = at_least_one(batch_size, "batch_size"), key_seed(seed)
 
     def run(batch: int):
-        steps = num_steps(nodes.shape[0], batch)
-        if bucketed:
-            batch = batch if batch == batch_size else min(batch_size, bucket(batch))
-            steps = bucket(num_steps(nodes.shape[0], batch))
-        padded = ordered_items(jnp.asarray(nodes), batch)
-        padded = jnp.pad(padded, (0, steps * batch - padded.shape[0]), constant_values=-1)
+        padded, batch = (serving_items(jnp.asarray(nodes), batch, batch_size) if bucketed
+                         else (ordered_items(jnp.asarray(nodes), batch), batch))
         env = conservative(batch, program.sampler.slots, data.graph.num_nodes)
         out = _sampled_pass(program, variables, data, padded, jnp.uint32(seed), envelope=env)
         return jax.block_until_ready(out.reshape(padded.shape[0], -1)[: nodes.shape[0]])

@@ -53,6 +53,7 @@ from zerognn_jax._src.sampling.seeds import (
     epoch_items,
     num_steps,
     ordered_items,
+    serving_items,
     step_items,
     step_keys,
 )
@@ -421,14 +422,11 @@ def graph_outputs(program: StepProgram, variables, data: DeviceData, ids,
     ids = np.asarray(ids, np.int64)
     if ids.size == 0:
         return np.zeros((0, dataset.output_dim), np.float32)
-    given, batch_size = batch_size, min(batch_size, ids.size)
-    if bucketed and batch_size < given:
-        batch_size = min(given, bucket(batch_size))
-    padded = ordered_items(jnp.asarray(ids, jnp.int32), batch_size)
+    items, batch = jnp.asarray(ids, jnp.int32), min(batch_size, ids.size)
+    padded, batch_size = (serving_items(items, batch, batch_size) if bucketed
+                          else (ordered_items(items, batch), batch))
     caps = _eval_capacities(program.task, dataset, ids, batch_size, data.targets.max_degree)
     if bucketed:
-        steps = bucket(padded.shape[0] // batch_size)
-        padded = jnp.pad(padded, (0, steps * batch_size - padded.shape[0]), constant_values=-1)
         caps = tuple(None if c is None else bucket(c) for c in caps)
     out = _eval_pass(program, variables, data, padded, caps=caps, batch_size=batch_size)
     return np.asarray(out, np.float32).reshape(padded.shape[0], -1)[:ids.size]
