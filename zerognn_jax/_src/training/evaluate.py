@@ -585,8 +585,8 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
     `bucketed` (requests of varying sizes, `zg.predict`): a batch below `batch_size`
     and the number of steps are rounded up to shared sizes (`bucket`: under 25 % more),
     with empty rows and steps, so that every request size does not compile a program
-    of its own. Each node's
-    sample is the same either way (its step and position in the step draw it)."""
+    of its own. Each node's sample is the same either way (its step and position in
+    the step draw it)."""
     _refuse_typed(program, "sampled_logits")
     nodes = node_ids("nodes", nodes, data.graph.num_nodes)
     batch_size, seed = at_least_one(batch_size, "batch_size"), key_seed(seed)
