@@ -733,6 +733,55 @@ def test_metrics_log_after_resume_lists_every_epoch_once(dataset, run, four_epoc
     assert_same_params(params_of(result), four_epochs)
 
 
+@pytest.mark.parametrize("older", [False, True])
+def test_a_resumed_run_takes_its_checkpoints_envelope_without_calibrating(
+        dataset, run, four_epochs, monkeypatch, older):
+    """A resumed run calibrated its envelope and then took the checkpoint's (4.8 s of a
+    22.9 s typed resume on a CPU): it takes the checkpoint's from the start now, and its
+    summary has no calibration fields. A checkpoint written before checkpoints recorded
+    their seeds per device calibrates first, as before; both end where the uninterrupted
+    run does (tests/test_typed_train.py checks a calibrated envelope's summary)."""
+    if older:
+        read = Checkpointer.read_meta
+
+        def without_seeds(self, epoch):
+            meta = read(self, epoch)
+            del meta["envelope"]["seeds_per_device"]
+            return meta
+
+        monkeypatch.setattr(Checkpointer, "read_meta", without_seeds)
+    choose, calls = trainer.starting_envelope, []
+
+    def calibrating(*args, **kwargs):
+        calls.append(1)
+        return choose(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "starting_envelope", calibrating)
+    result = train(config(run, 4), dataset)
+    assert result.summary["start_epoch"] == 3 and len(calls) == int(older)
+    assert_same_params(params_of(result), four_epochs)
+
+
+def test_a_batch_beyond_the_training_items_is_fitted_and_its_checkpoints_resume(
+        dataset, tmp_path):
+    """One step takes all 98 training nodes either way, but the step's buffers were sized
+    by the batch asked (a probe: 45x the epoch and 7x the memory at 200000 on 2,938
+    nodes). The program takes 98; the options and the checkpoints' identity keep 10,000
+    (what checkpoints written before recorded), so the run resumes and restores, and it
+    trains as a batch of 98 does."""
+    big = train(config(tmp_path / "big", 1, batch_size=10_000), dataset)
+    exact = train(config(tmp_path / "exact", 1, batch_size=98), dataset)
+    assert big.summary["batch_size"] == 98 and big.summary["config"]["batch_size"] == 10_000
+    assert big.history[0]["envelope"][0] == 98 and big.history[0]["steps"] == 1
+    assert big.history[0]["loss"] == exact.history[0]["loss"]
+    meta = Checkpointer(str(tmp_path / "big" / "ck")).read_meta(0)
+    assert meta["identity"]["global_batch"] == 10_000
+    resumed = train(config(tmp_path / "big", 2, batch_size=10_000), dataset)
+    assert resumed.summary["start_epoch"] == 1
+    assert_same_params(params_of(restore(str(tmp_path / "big" / "ck"), dataset=dataset)),
+                       params_of(resumed))
+
+
 def test_a_run_stopped_in_its_last_evaluation_keeps_the_epoch(dataset, tmp_path, monkeypatch,
                                                                three_epochs):
     """The epoch's checkpoint is written before its evaluation: a run stopped during a

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import warnings
 
 import numpy as np
@@ -193,3 +194,15 @@ def test_an_evaluated_epoch_records_how_long_its_evaluation_took(homo, no_limit)
     assert all(r["eval_seconds"] > 0 for r in history[1:])
     quiet = zg.train(zg.TrainConfig(**{**QUICK, "epochs": 1}), homo).history
     assert "eval_seconds" not in quiet[0]
+
+
+def test_the_progress_bar_names_the_phases_that_show_no_steps(homo, capfd):
+    """The bar stood at 0 epochs through the first epoch's compilation, and showed the
+    last loss through every evaluation (a typed run's exact pass, tens of seconds): it
+    says "compiling" and "evaluating" while they run (tqdm writes each state)."""
+    zg.train(zg.TrainConfig(**{**QUICK, "epochs": 1, "eval_mode": "full",
+                               "progress": True}), homo)
+    err = capfd.readouterr().err
+    assert "0/1 [" in err and err.index("compiling") < err.index("1/1 [")
+    assert re.search(r"1/1 \[[^\]]*, loss=[0-9.]+, evaluating\]", err)
+    assert re.search(r"1/1 \[[^\]]*, loss=[0-9.]+, val_acc=[0-9.]+\]\s*$", err)

@@ -180,6 +180,40 @@ def test_predict_gives_the_target_types_logits(mag, whole):
         zg.node_embeddings(whole.program, whole.variables, whole.data)
 
 
+
+def test_sampled_predictions_of_nearby_sizes_share_a_program(mag, whole, monkeypatch):
+    """Typed `zg.predict` in sampled mode calibrated an exact envelope for every request
+    and compiled its pass again (a probe: 20 s a request on a CPU). A request's batch,
+    steps and capacities are rounded up to shared sizes and never below what earlier
+    requests took, so requests A, B, A of nearby sizes run at most two programs, the
+    second A on B's; every output equals the unrounded pass's (to the rounding that
+    other shapes give the products)."""
+    from zerognn_jax._src.training.tasks import typed_eval
+
+    run, seen = typed_eval._sampled_pass, []
+
+    def record(*args, envelope, **kwargs):
+        seen.append((args[3].shape[0], envelope))
+        return run(*args, envelope=envelope, **kwargs)
+
+    test = np.asarray(mag.test_idx)
+    a, b = test[:50], test[20:73]
+    plain = {}
+    for ids in (a, b):
+        plain[ids.size] = typed_eval.sampled_logits(whole.program.task, whole.program,
+                                                    whole.variables, whole.data, ids,
+                                                    batch_size=64)
+    monkeypatch.setattr(typed_eval, "_sampled_pass", record)
+    for ids in (a, b, a):
+        got = np.asarray(zg.predict(whole, ids, mode="sampled", batch_size=64))
+        np.testing.assert_allclose(got, plain[ids.size], rtol=1e-5, atol=1e-5)  # shapes
+    # 50 and 53 seeds: one step of 56 each (a multiple of 8 below 64)
+    assert [rows for rows, _ in seen] == [56, 56, 56]
+    first, _, again = (env for _, env in seen)
+    assert all(again.level(h)[t] >= c for h, level in enumerate(first.levels)
+               for t, c in level.items())
+    assert len({first, again}) <= 2 and again == typed_eval._SERVED[whole.program.task][56]
+
 def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
     """A run stopped after epoch 0 resumes to the uninterrupted run's losses, and
     `restore` gives back the resumed variables, the featureless types' table and its
@@ -190,6 +224,7 @@ def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
                          checkpoint_dir=str(tmp_path / "ckpt"))
     resumed = zg.train(cfg, mag)
     assert resumed.summary["start_epoch"] == 1
+    assert "envelope_over_ideal" not in resumed.summary  # the checkpoint's: no calibration
     np.testing.assert_allclose([h["loss"] for h in resumed.history],
                                [h["loss"] for h in whole.history], rtol=runs_rtol())
     back = zg.restore(cfg.checkpoint_dir, cfg, mag)

@@ -31,7 +31,8 @@ HELP = {
     "link_relation": "typed datasets, task link: the relation whose pairs to predict "
                      "(src__name__dst or a unique name; optional when it is the only one)",
     "batch_size": "seeds per step and device: a step trains on batch-size x devices x "
-                  "processes seeds (the summary's global_batch)",
+                  "processes seeds (the summary's global_batch; at most the training "
+                  "items a device gets)",
     "lr": "Adam learning rate",
     "weight_decay": "L2 penalty added to the gradient (as in the GCN paper)",
     "dropout": "dropout rate on hidden activations",

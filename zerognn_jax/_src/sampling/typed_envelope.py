@@ -19,6 +19,7 @@ from zerognn_jax._src.sampling.envelope import (
     DEFAULT_POLICY,
     Envelope,
     EnvelopePolicy,
+    bucket,
     check_capacity,
     round_up,
 )
@@ -157,6 +158,19 @@ def typed_from_counts(config: TypedSamplerConfig, seed_type, batch_size,
     return _sizes_from(config, seed_type, batch_size, lambda hop, t, exact: min(
         round_up(max(int(counts[t][hop + 1]), 1) * policy.margin, policy.multiple),
         bound[hop][t]))
+
+
+def typed_served(config: TypedSamplerConfig, envelope: TypedEnvelope, safe: TypedEnvelope,
+                 before: TypedEnvelope | None = None) -> TypedEnvelope:
+    """`envelope` for a request of varying size (`zg.predict`): each capacity rounded up
+    to a size that requests share (`bucket`, at most `safe`'s) and at least `before`'s
+    (what earlier requests of the same seeds were served with, or None), so that
+    requests seldom need a program of their own; positional hops at their exact sizes."""
+    def size(hop, t, exact):
+        cap = min(bucket(envelope.level(hop + 1)[t]), safe.level(hop + 1)[t])
+        return cap if before is None else max(cap, before.level(hop + 1)[t])
+
+    return _sizes_from(config, envelope.seed_type, envelope.batch_size, size)
 
 
 def grow_typed(envelope: TypedEnvelope, config: TypedSamplerConfig,

@@ -139,7 +139,10 @@ class TrainConfig:
     scan.read_ahead_limit).
     `devices` is the number of devices per process to train on (0 = all
     local ones); `batch_size` is per device, so a step trains on batch_size x devices x
-    processes seeds. `shard_features` splits the feature table by rows across those
+    processes seeds; a run lowers a batch larger than the training items a device gets
+    to that share (one step an epoch either way: the summary's `batch_size` and
+    `global_batch` are what was trained; its `config` and checkpoints keep the size
+    asked). `shard_features` splits the feature table by rows across those
     devices. `feature_placement` says where the feature table lives: "device", or "host"
     (page-locked host memory, whose rows the step reads over PCIe: ops/host_rows.py,
     docs/host_features.md), or "auto": the host when graph, features and model would

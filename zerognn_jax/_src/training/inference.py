@@ -40,6 +40,7 @@ from zerognn_jax._src.training.trainer import (
     TrainResult,
     _saved,
     _variables,
+    asked_global_batch,
     prepare,
     relations_of,
     same_level0,
@@ -103,7 +104,7 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
         cfg = with_model(cfg, program.task, dataset,  # as `prepare` named it
                          user_model=model is not None)
         relations = relations_of(dataset)
-        ident = identity(cfg, dataset.stats(), program.global_batch,
+        ident = identity(cfg, dataset.stats(), asked_global_batch(cfg, program),
                          user_identity(model, optimizer, None if loss is None else program.task,
                                        dataset), relations)
         pick = _batched_envelope if isinstance(program.task, BatchedTask) else _envelope
@@ -170,7 +171,7 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
 def _envelope(cfg, meta, data, dataset, program) -> Envelope:
     """The checkpoint's envelope if it fits this batch, else the conservative one (the
     first batch only gives the variables' shapes: no calibration needed)."""
-    env, _ = choose_envelope(data.graph, program.task.train_items(dataset), cfg.batch_size,
+    env, _ = choose_envelope(data.graph, program.task.train_items(dataset), program.batch_size,
                              program.sampler, method="conservative", seed=cfg.seed,
                              policy=cfg.envelope_policy, kernels=program.kernels,
                              source=program.task)
@@ -184,8 +185,8 @@ def _batched_envelope(cfg, meta, data, dataset, program):
     """`_envelope` for a `BatchedTask`: the checkpoint's, else its conservative one."""
     saved = meta.get("envelope") or {}
     task = program.task
-    level0 = (task.seed_capacities(cfg.batch_size) if isinstance(task, PredictsTypes)
-              else cfg.batch_size)
+    level0 = (task.seed_capacities(program.batch_size) if isinstance(task, PredictsTypes)
+              else program.batch_size)
     if "batch_size" in saved and same_level0(saved["batch_size"], level0):
         return saved_envelope(program, saved)
     conservative = dataclasses.replace(cfg, envelope="conservative")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -33,13 +34,14 @@ from zerognn_jax._src.nn.hetero import TypedLayer, join_inputs, whole_graph_laye
 from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.ops.host_rows import host_table, is_host_resident, uploaded
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
-from zerognn_jax._src.sampling.seeds import ordered_items
+from zerognn_jax._src.sampling.seeds import ordered_items, serving_items
 from zerognn_jax._src.sampling.typed_calibrate import sample_typed_epoch_counts
 from zerognn_jax._src.sampling.typed_config import seed_types
 from zerognn_jax._src.sampling.typed_envelope import (
     fit_typed_envelope,
     typed_conservative,
     typed_from_counts,
+    typed_served,
     typed_tree_sizes,
 )
 from zerognn_jax._src.sampling.typed_minibatch import sample_typed_step
@@ -68,7 +70,8 @@ def typed_logits(task, predictor, ids) -> np.ndarray:
     if predictor.mode == "full" and hasattr(program.model.model, "layer"):
         return np.asarray(exact_logits(task, program, variables, predictor.data))[ids]
     return sampled_logits(task, program, variables, predictor.data, ids,
-                          batch_size=predictor.batch_size, seed=predictor.seed)
+                          batch_size=predictor.batch_size, seed=predictor.seed,
+                          bucketed=predictor.bucketed)
 
 
 def exact_relations(task, graph, i: int) -> tuple[tuple, tuple]:
@@ -329,8 +332,11 @@ def _chunked_rows(program, variables, h, graph, *, i: int, node_type: str, relat
     return rows_in_chunks(chunk, rows, length)
 
 
-def eval_envelope(task, data, padded, batch_size: int, seed, kernels):
-    """The envelope that holds every batch of `padded` exactly (module docstring)."""
+def eval_envelope(task, data, padded, batch_size: int, seed, kernels, *,
+                  served: bool = False):
+    """The envelope that holds every batch of `padded` exactly (module docstring); with
+    `served` (a `zg.predict` request), rounded up to sizes shared with earlier requests
+    to `task` of the same batch size (`typed_served`: it only grows)."""
     config, st = task.sampler, task.seed_type
     if not config.dedup:
         return typed_tree_sizes(config, st, batch_size)
@@ -339,22 +345,39 @@ def eval_envelope(task, data, padded, batch_size: int, seed, kernels):
                                              batch_size=batch_size, config=config,
                                              envelope=safe, kernels=kernels)
     top = {t: np.asarray(c).max(axis=0) for t, c in counts.items()}
-    env = typed_from_counts(config, st, batch_size, top, safe, EXACT_POLICY)
-    return fit_typed_envelope(config, env)
+    env = fit_typed_envelope(config, typed_from_counts(config, st, batch_size, top, safe,
+                                                       EXACT_POLICY))
+    if served:
+        earlier = _SERVED.setdefault(task, {})
+        env = earlier[batch_size] = typed_served(config, env, safe, earlier.get(batch_size))
+    return env
+
+
+# What `zg.predict`'s requests to a task were served with, by batch size: a later request
+# whose counts fit takes the same envelope, hence the same compiled pass.
+_SERVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def sampled_logits(task, program, variables, data, ids, *, batch_size: int,
-                   seed: int = 0) -> np.ndarray:
+                   seed: int = 0, bucketed: bool = False) -> np.ndarray:
     """float32[len(ids), outputs]: the model's outputs (logits; a link encoder's
     embeddings, with `task` a link task's `for_seeds` view) of sampled neighbourhoods of
     `task.seed_type`'s nodes `ids`, `batch_size` at a time (fewer where the device runs
-    out: `halving_batches`)."""
+    out: `halving_batches`).
+
+    `bucketed` (`zg.predict`'s requests of varying sizes): the batch, the steps and the
+    envelope rounded up to sizes that requests share (`serving_items`, `eval_envelope`),
+    so that a new request size seldom compiles the pass again; each node's sample is the
+    same (its step and position draw it)."""
     if ids.size == 0:
         return np.zeros((0, program.model.model.num_classes), np.float32)
 
     def run(batch: int) -> np.ndarray:
-        padded, key = ordered_items(jnp.asarray(ids, jnp.int32), batch), jnp.uint32(seed)
-        env = eval_envelope(task, data, padded, batch, key, program.kernels)
+        ids_ = jnp.asarray(ids, jnp.int32)
+        padded, batch = (serving_items(ids_, batch, batch_size) if bucketed
+                         else (ordered_items(ids_, batch), batch))
+        key = jnp.uint32(seed)
+        env = eval_envelope(task, data, padded, batch, key, program.kernels, served=bucketed)
         out = _sampled_pass(program, variables, data, padded, key, task=task, envelope=env)
         return np.asarray(out, np.float32).reshape(padded.shape[0], -1)[:ids.size]
 

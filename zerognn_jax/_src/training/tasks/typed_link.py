@@ -343,7 +343,8 @@ class TypedLinkTask(TypedNodeTask):
                                           predictor.variables, predictor.data,
                                           np.asarray(ids, np.int32),
                                           batch_size=predictor.batch_size,
-                                          seed=predictor.seed))
+                                          seed=predictor.seed,
+                                          bucketed=predictor.bucketed))
 
     def pair_table(self, predictor: Predictor) -> tuple[jax.Array, int]:
         """(every end node's embedding, the sources' rows first, then the destinations'
