@@ -1,5 +1,5 @@
 """The `zerognn` command's entry point, outside the `zerognn_jax` package: importing the
-package (JAX, Flax, orbax) takes a second or two, and a Ctrl-C in that time would
+package (JAX, Flax) takes a few seconds, and a Ctrl-C in that time would
 otherwise end in a traceback instead of the command line's one line and exit code 130
 (`zerognn_jax.cli.main`)."""
 

@@ -39,7 +39,7 @@ def room_of(module: str) -> str | None:
         return None
     if len(parts) == 1 or parts[1:] == ["_src"]:
         return "api"  # the package and its (empty) private root
-    if parts[1] == "cli":
+    if parts[1] in ("cli", "__main__"):  # (`python -m zerognn_jax` runs the command)
         return "cli"
     if parts[1] == "_src" and len(parts) > 2:
         return parts[2]

@@ -107,8 +107,13 @@ def test_options_are_checked():
     ({"plot": "x.foo"}, "plot must end in one of .png"),
     ({"plot": "no/such/folder/x.png"},
      r"plot 'no/such/folder/x.png' names a folder that does not exist \(no/such/folder\)"),
+    ({"plot": "x.png", "matplotlib": None},
+     r"--plot needs matplotlib: pip install 'zerognn-jax\[plot\]'"),
 ])
-def test_options_that_would_fail_after_the_measurements_fail_first(kwargs, match, tmp_path):
+def test_options_that_would_fail_after_the_measurements_fail_first(kwargs, match, tmp_path,
+                                                                    monkeypatch):
+    if kwargs.pop("matplotlib", True) is None:  # not installed: it failed after the runs
+        monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(ValueError, match=match):
         bench.BenchOptions(**kwargs)
     with pytest.raises(ValueError, match="out .* is a folder, not a file"):
@@ -353,16 +358,24 @@ def test_children_get_no_blank_xla_flags(monkeypatch):
 
 
 def test_git_commit_marks_a_dirty_tree(tmp_path, monkeypatch):
+    """A checkout's commit, "+dirty" after an edit; None outside a checkout, and for a
+    copy installed into site-packages inside another repository (it gave that
+    repository's commit)."""
     from zerognn_jax._src.bench import workload as bench_workload
 
     git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True,
                                     capture_output=True, text=True).stdout.strip()
     git("init", "-q")
     (tmp_path / "f.txt").write_text("one\n")
-    git("add", "f.txt")
+    (tmp_path / "site-packages").mkdir()
+    monkeypatch.setattr(bench_workload, "REPO", tmp_path / "site-packages")
+    read = bench_workload.git_commit.__wrapped__
+    assert read() is None  # (nothing committed yet either: no repository of ours)
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "zerognn_jax").mkdir()
+    git("add", "f.txt", "pyproject.toml")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
     monkeypatch.setattr(bench_workload, "REPO", tmp_path)
-    read = bench_workload.git_commit.__wrapped__
     head = git("rev-parse", "HEAD")
     assert read() == head
     (tmp_path / "f.txt").write_text("two\n")

@@ -597,6 +597,17 @@ def test_a_loss_that_overflows_before_any_update_names_the_data(tmp_path):
         train(small_config(eval_mode="none"), ds)
 
 
+def test_a_loss_of_yours_that_is_not_finite_at_first_is_named_first():
+    """The hint before any update named the data and the initialisation, never the
+    loss a user brought, the likeliest cause."""
+    def logs_of_negatives(outputs, targets):
+        return jnp.log(outputs[:, 0] * 0 - 1.0)
+
+    with pytest.raises(Diverged, match=r"It came before any update: check your loss on "
+                                       r"the first batch's outputs and targets"):
+        train(small_config(eval_mode="none"), random_dataset(), loss=logs_of_negatives)
+
+
 def test_normalize_features_refuses_signed_features_before_training(tmp_path):
     with pytest.raises(ValueError, match=r"^normalize_features divides each row of the "
                                          r"features by its sum, which needs values >= 0"):

@@ -294,7 +294,7 @@ def test_graphs_from_pyg_need_the_same_fields_in_every_graph():
     (lambda: zg.collection_to_jraph(tiny()), "jraph", "collection_to_jraph needs jraph, "
      "which is not installed here: pip install 'zerognn-jax[jraph]'"),
     (lambda: zg.collection_to_pyg(tiny()), "torch", "collection_to_pyg needs torch, "
-     "which is not installed here: pip install torch"),
+     "which is not installed here: pip install 'zerognn-jax[pyg]'"),
     (lambda: zg.to_networkx(zg.from_edge_list([0], [1], 2)), "networkx", "to_networkx "
      "needs networkx, which is not installed here: pip install 'zerognn-jax[networkx]'"),
 ])

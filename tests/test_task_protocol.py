@@ -155,6 +155,104 @@ def test_degree_task_resumes_from_its_checkpoint(dataset, tmp_path):
     assert_same_runs(straight.variables["params"], resumed.variables["params"])
 
 
+class _Bare:
+    name = "bare"
+
+
+@pytest.mark.parametrize(("cls", "error", "message"), [
+    (DegreeTask(), TypeError, "register_task takes a task class, got a DegreeTask instance"),
+    (type("Numbered", (DegreeTask,), {"name": 5}), ValueError,
+     "a task's name must be a non-empty string .*got 5 on Numbered"),
+    (type("Blank", (DegreeTask,), {"name": ""}), ValueError, "got '' on Blank"),
+    (_Bare, TypeError, "task _Bare lacks build, output_dim, .* of the Task protocol"),
+    (type("Unnamed", (DegreeTask,), {"name": "unnamed", "score_name": None}), ValueError,
+     "a task's score_name must be a non-empty string .*got None on Unnamed"),
+])
+def test_register_task_refuses_what_could_not_train(cls, error, message):
+    """An instance, a name that is not a string (after which every unknown task name
+    failed with a TypeError from the message's join), a class without the protocol's
+    members (an AttributeError once training began) and a score_name of None (records
+    named "train_batch_None") are refused at registration, and nothing is registered."""
+    before = dict(zg.TASKS)
+    with pytest.raises(error, match=message):
+        zg.register_task(cls)
+    assert zg.TASKS == before
+    with pytest.raises(ValueError, match=r"got 'nope' \(a task of your own joins them by "
+                                         r"zg.register_task"):
+        zg.TrainConfig(task="nope")
+
+
+def _variant(name: str, **methods):
+    return dataclasses.dataclass(frozen=True, eq=False)(
+        type(name, (DegreeTask,), {"name": name, **methods}))
+
+
+@pytest.mark.parametrize(("methods", "message"), [
+    (dict(train_items=lambda self, d: np.zeros(0, np.int32)),
+     r"the task bad gives no training items \(train_items int32\[0\]\): there is "
+     r"nothing to train on"),
+    (dict(train_items=lambda self, d: np.asarray(d.train_idx, np.float32)),
+     r"the task bad's train_items must be integer ids, got float32\[192\]"),
+    (dict(train_items=lambda self, d: np.asarray(d.train_idx) - 5),
+     r"the task bad's train_items hold a negative id \(-5\)"),
+    (dict(output_dim=lambda self, cfg, d: 0),
+     r"the task bad's output_dim is 0; a model's output rows need a positive integer"),
+    (dict(batch=lambda self, data, items, valid, key, level: zg.TaskBatch(
+        data.targets[items], valid.astype(jnp.float32)[:, None], {}, level)),
+     r"the task bad's batch gives weight float32\[32, 1\]; it must be one weight a row"),
+    (dict(batch=lambda self, data, items, valid, key, level: zg.TaskBatch(
+        data.targets[items], valid.astype(jnp.float32)[:10], {}, level)),
+     r"the task bad's batch gives targets float32\[32\] and weight float32\[10\]"),
+])
+def test_a_task_of_ones_own_that_could_not_train_is_refused_first(dataset, monkeypatch,
+                                                                   methods, message):
+    """Items, widths and batches a task of one's own gets wrong were trained on
+    silently (ids clamped by the gathers; no items: an epoch of one empty step), failed
+    deep in Flax (output_dim 0), gave a loss 32 times too large (a [rows, 1] weight
+    broadcast to [rows, rows]), or blamed the model (a weight of other rows); each is
+    one line before anything compiles."""
+    monkeypatch.setitem(zg.TASKS, "bad", _variant("bad", **methods))
+    with pytest.raises(ValueError, match=f"^{message}"):
+        zg.train(config(task="bad", epochs=1), dataset)
+
+
+def test_weights_summing_below_one_give_the_weighted_mean():
+    """The step's loss divided by at least 1: a step whose weights summed to 0.032 gave
+    a loss 0.032 times the weighted mean. 0/1 masks give what they gave."""
+    from zerognn_jax._src.training.tasks.losses import masked_mean
+
+    rows = jnp.array([1.0, 3.0, 5.0, 7.0])
+    assert float(masked_mean(rows, jnp.full(4, 0.001))) == pytest.approx(4.0)
+    assert float(masked_mean(rows, jnp.array([1.0, 0.0, 1.0, 0.0]))) == 3.0
+    assert float(masked_mean(rows, jnp.zeros(4))) == 0.0
+
+
+def test_two_partials_of_one_loss_are_two_losses_to_a_checkpoint():
+    """Both were named "partial": a run resumed under another loss was not refused."""
+    import functools
+
+    from zerognn_jax._src.training.tasks.node import fn_name
+
+    def smoothed(outputs, targets, eps):
+        return outputs
+
+    names = {fn_name(functools.partial(smoothed, eps=e)) for e in (0.1, 0.2)}
+    assert names == {"test_two_partials_of_one_loss_are_two_losses_to_a_checkpoint."
+                     f"<locals>.smoothed, eps={e})".join(["partial(", ""])
+                     for e in (0.1, 0.2)}
+    assert fn_name(functools.partial(smoothed, np.ones(3))).endswith("smoothed, ndarray)")
+
+
+def test_an_evaluation_in_jax_scalars_is_recorded_as_numbers():
+    """A task's `evaluate` giving `jnp.mean(...)` broke the metrics file (TypeError: not
+    JSON serializable) after an epoch of training."""
+    from zerognn_jax._src.training.records import dumps
+
+    got = json.loads(dumps({"val_mse": jnp.float32(0.5), "per": jnp.array([1.0, jnp.nan]),
+                            "n": np.int64(3)}))
+    assert got == {"val_mse": 0.5, "per": [1.0, None], "n": 3}
+
+
 def test_degree_task_trains_on_two_devices(tmp_path):
     from conftest import FAST_XLA
 

@@ -146,7 +146,7 @@ from zerognn_jax._src.sampling.typed_minibatch import (
     sample_typed_step,
 )
 from zerognn_jax._src.training.callbacks import EarlyStopping
-from zerognn_jax._src.training.checkpoint import CheckpointMismatch, CheckpointWarning
+from zerognn_jax._src.training.checkpoint_errors import CheckpointMismatch, CheckpointWarning
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.engines import make_engine
 from zerognn_jax._src.training.evaluate import (

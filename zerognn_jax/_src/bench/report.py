@@ -131,12 +131,15 @@ def format_table(records: list[dict]) -> str:
     return "\n".join(rows)
 
 
+PLOT_NEEDS = "--plot needs matplotlib: pip install 'zerognn-jax[plot]'"
+
+
 def plot(records: list[dict], path: str) -> None:
     """A PNG: epoch time and GPU execution fraction per config; step time vs batch size."""
     try:
         import matplotlib
     except ImportError:
-        raise ValueError("--plot needs matplotlib: pip install 'zerognn-jax[plot]'") from None
+        raise ValueError(PLOT_NEEDS) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

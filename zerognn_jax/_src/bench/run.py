@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 
+from zerognn_jax._src.bench.report import PLOT_NEEDS
 from zerognn_jax._src.bench.workload import REPO, VARIANTS, blank_record
 from zerognn_jax._src.data.writes import AppendFile, file_on_the_way
 from zerognn_jax._src.training import interrupts
@@ -134,6 +135,10 @@ class BenchOptions:
             if not plot.parent.is_dir():
                 raise ValueError(f"plot {self.plot!r} names a folder that does not exist "
                                  f"({plot.parent})")
+            try:  # (missing, it failed after the runs)
+                import matplotlib  # noqa: F401
+            except ImportError:
+                raise ValueError(PLOT_NEEDS) from None
         if self.trace_dir and pathlib.Path(self.trace_dir).exists() and \
                 not pathlib.Path(self.trace_dir).is_dir():
             raise ValueError(f"trace_dir {self.trace_dir} is a file, not a folder")

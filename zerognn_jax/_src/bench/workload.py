@@ -89,7 +89,11 @@ FIELDS = (
 @functools.cache
 def git_commit() -> str | None:
     """The checkout's commit, with "+dirty" when tracked files differ from it; None
-    outside a git checkout (a copied tree whose files differ says so, not a clean id)."""
+    outside a git checkout of this repository (a copied tree whose files differ says
+    so, not a clean id; an installed copy in a virtual environment inside some other
+    repository gave that repository's commit)."""
+    if not (REPO / "pyproject.toml").is_file() or not (REPO / "zerognn_jax").is_dir():
+        return None
     git = ["git", "-C", str(REPO)]
     try:
         head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,

@@ -119,7 +119,7 @@ def collection_from_pyg(graphs, *, name: str = "pyg", target_kind: str = "binary
         graphs = graphs.to_data_list()
     graphs = list(graphs)
     if not graphs:
-        raise ValueError("from_pyg needs at least one graph")
+        raise ValueError("collection_from_pyg needs at least one graph")
     has_edges = getattr(graphs[0], "edge_attr", None) is not None
 
     def field(i, d, name):

@@ -295,7 +295,9 @@ def from_hetero_data(data, target_type: str | None = None, *, name: str = "heter
 
     An integer `y` holds class ids (its first column is read). A floating-point `y`
     ([N] or [N, T]) holds float targets of `target_kind`, which it then needs:
-    "multilabel" or "regression"; `num_classes` then defaults to T.
+    "multilabel" or "regression"; `num_classes` then defaults to T. Class ids take
+    `num_classes` from the target type's `num_classes` where it has one (`to_hetero_data`
+    writes it: classes no node is labelled with would be lost), else the largest + 1.
     """
     types = list(data.node_types)
     if target_type is None:
@@ -324,6 +326,8 @@ def from_hetero_data(data, target_type: str | None = None, *, name: str = "heter
         raise ValueError(f"node type {target_type!r} has {counts[target_type]} nodes but its "
                          f"labels (y) have shape {y.shape}: one label per node")
     given = _y_targets(y, target_type, target_kind)
+    if num_classes is None and "labels" in given and _store_has(target, "num_classes"):
+        num_classes = target.num_classes
     masks = {}
     for split in SPLITS:
         if not _store_has(target, f"{split}_mask"):
@@ -344,7 +348,8 @@ def from_hetero_data(data, target_type: str | None = None, *, name: str = "heter
 def to_hetero_data(ds: HeteroDataset):
     """The dataset as a PyG `HeteroData` (needs torch and torch_geometric): the inverse
     of `from_hetero_data`, edges in CSR order; bfloat16 features become float32. The
-    target type's `y` holds the labels (int64[N]), or float targets (float32[N, T])."""
+    target type's `y` holds the labels (int64[N]) and its `num_classes` their count, or
+    float targets (float32[N, T])."""
     torch = need("torch", "to_hetero_data")
     HeteroData = need("torch_geometric.data", "to_hetero_data").HeteroData
 
@@ -363,6 +368,8 @@ def to_hetero_data(ds: HeteroDataset):
     target = out[ds.target_type]
     target.y = torch.from_numpy(ds.labels.astype(np.int64) if ds.targets is None
                                 else np.array(ds.targets, np.float32))  # a copy
+    if ds.targets is None:  # classes no node is labelled with are not in y
+        target.num_classes = int(ds.num_classes)
     for split in SPLITS:
         mask = np.zeros(ds.labels.shape[0], bool)
         mask[getattr(ds, f"{split}_idx")] = True

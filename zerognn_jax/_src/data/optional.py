@@ -8,8 +8,8 @@ import types
 
 INSTALL = {"jraph": "pip install 'zerognn-jax[jraph]'",
            "networkx": "pip install 'zerognn-jax[networkx]'",
-           "torch": "pip install torch torch_geometric (PyG needs both)",
-           "torch_geometric": "pip install torch_geometric"}
+           "torch": "pip install 'zerognn-jax[pyg]' (torch and torch_geometric)",
+           "torch_geometric": "pip install 'zerognn-jax[pyg]' (torch and torch_geometric)"}
 
 
 def need(module: str, what: str) -> types.ModuleType:

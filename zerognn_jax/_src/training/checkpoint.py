@@ -42,6 +42,7 @@ import orbax.checkpoint as ocp
 from zerognn_jax._src.data.hetero import named_relation, relation_name
 from zerognn_jax._src.data.writes import atomic_write, write_error
 from zerognn_jax._src.training.callbacks import best_mode
+from zerognn_jax._src.training.checkpoint_errors import CheckpointMismatch, CheckpointWarning
 from zerognn_jax._src.training.checksums import check_checksums, state_checksums
 from zerognn_jax._src.training.records import dumps
 
@@ -74,15 +75,6 @@ DATASET_ADDED_SINCE = ("dataset.graphs", "dataset.edges")
 # run did before the field existed: a checkpoint that does not record one resumes under
 # that value only.
 ADDED_SINCE = {"init": "flax", "link_relation": None}
-
-
-class CheckpointMismatch(ValueError):
-    """The checkpoint folder holds a run with other options or another model."""
-
-
-class CheckpointWarning(UserWarning):
-    """A checkpoint could not be read and was set aside, or an epoch's best_metric has
-    no value to rank it by."""
 
 
 BEST = "best"  # the sub-folder of the best-validation checkpoint

@@ -5,6 +5,8 @@ epoch compiles, `check_pieces` traces (`jax.eval_shape`: no compilation, no devi
 work) that first batch through the model, the task's loss and the optimizer, and turns
 what would fail inside the epoch into one line naming the piece and the shapes:
 
+- the task's batch must give one weight a row (float32[rows]) and one target row a
+  weight;
 - the model's outputs must have one row per target row, and for the built-in losses
   the targets' shape: `[rows, classes]` for class labels, the targets' own shape for
   float targets (multi-label, regression) and for link prediction's pair scores;
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from zerognn_jax._src.data.checks import is_count
 from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.nn.views import NoEdgeFeatures
 from zerognn_jax._src.sampling.seeds import epoch_items
@@ -93,7 +97,7 @@ def check_pieces(program, state, data, envelope, items, *, width: int,
     except Exception as err:  # noqa: BLE001 - re-raised with the piece named
         raise ValueError(f"the model {name} fails on its first batch: "
                          f"{_first_line(err)}") from err
-    rows = weight.shape[0]
+    rows = _check_batch(task, targets, weight)
     if not isinstance(out, jax.ShapeDtypeStruct):
         raise ValueError(f"the model {name} gives a {type(out).__name__} of outputs; the task "
                          f"needs one array, one row per target row: [{rows}, ...]")
@@ -107,6 +111,50 @@ def check_pieces(program, state, data, envelope, items, *, width: int,
     _check_width(task, name, out, targets, width)
     _check_loss(task, name, out, targets, rows)
     _check_optimizer(program, state)
+
+
+def _check_batch(task, targets, weight) -> int:
+    """The rows of the task's first batch (`Task.batch`): a weight a row, float32[rows]
+    (a [rows, 1] weight broadcast against the per-row losses into [rows, rows], a loss
+    `rows` times too large), and a target row a weight (a wrong weight was blamed on
+    the model's outputs)."""
+    name = type(task).__name__
+    if weight.ndim != 1 or not jnp.issubdtype(weight.dtype, jnp.floating):
+        raise ValueError(f"the task {name}'s batch gives weight {_shape(weight)}; it must "
+                         f"be one weight a row, float32[rows]")
+    rows = weight.shape[0]
+    for leaf in jax.tree_util.tree_leaves(targets):
+        if not leaf.shape or leaf.shape[0] != rows:
+            raise ValueError(f"the task {name}'s batch gives targets {_shape(leaf)} and "
+                             f"weight {_shape(weight)}; it must give one target row a "
+                             f"weight")
+    return rows
+
+
+def check_items(task, items) -> None:
+    """Raises ValueError (one line) where a task's training items (`Task.train_items`)
+    cannot be trained on: none (an epoch of one empty step trained nothing and scored
+    an untrained model), not integers, or negative (gathers clamp or wrap them
+    silently). Built-in tasks take items from checked datasets; this is for a task of
+    one's own."""
+    name, items = type(task).__name__, np.asarray(items)
+    if items.ndim == 0 or items.shape[0] == 0:
+        raise ValueError(f"the task {name} gives no training items (train_items "
+                         f"{_shape(items)}): there is nothing to train on")
+    if not np.issubdtype(items.dtype, np.integer):
+        raise ValueError(f"the task {name}'s train_items must be integer ids, got "
+                         f"{_shape(items)}")
+    if items.size and items.min() < 0:
+        raise ValueError(f"the task {name}'s train_items hold a negative id "
+                         f"({items.min()}); ids must be >= 0")
+
+
+def check_output_dim(task, width) -> None:
+    """Raises ValueError (one line) for a task whose `output_dim` is not a positive
+    integer (0 failed deep inside Flax's initializers as a ZeroDivisionError)."""
+    if not is_count(width) or width < 1:
+        raise ValueError(f"the task {type(task).__name__}'s output_dim is {width!r}; a "
+                         f"model's output rows need a positive integer width")
 
 
 def _check_width(task, name: str, out, targets, width: int) -> None:

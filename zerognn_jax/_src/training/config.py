@@ -244,7 +244,10 @@ class TrainConfig:
         for name, options in CHOICES.items():
             value = getattr(self, name)
             if value not in options and not (name == "model" and value is None):
-                raise ValueError(f"{name} must be one of {', '.join(options)}, got {value!r}")
+                own = (" (a task of your own joins them by zg.register_task, in every "
+                       "process that trains or restores it)" if name == "task" else "")
+                raise ValueError(f"{name} must be one of {', '.join(options)}, got "
+                                 f"{value!r}{own}")
         check_init(self.init, self.model)  # the built-in models' own rule
         for name in ("checkpoint_dir", "metrics_out", "tensorboard_dir"):
             path = getattr(self, name)

@@ -29,11 +29,14 @@ from zerognn_jax._src.data.writes import AppendFile, atomic_write, writing
 
 
 def strict(value):
-    """`value` with NumPy scalars made Python numbers and non-finite floats made None."""
+    """`value` with NumPy scalars and arrays (JAX's too: a task's `evaluate` may give
+    `jnp.mean(...)`) made Python numbers and lists, and non-finite floats made None."""
     if isinstance(value, dict):
         return {k: strict(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [strict(v) for v in value]
+    if hasattr(value, "__array__") and not isinstance(value, np.generic):
+        return strict(np.asarray(value).tolist())
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):

@@ -39,7 +39,12 @@ from zerognn_jax._src.training.callbacks import (
     replay_early_stopping,
     run_callbacks,
 )
-from zerognn_jax._src.training.checks import check_pieces, init_checked
+from zerognn_jax._src.training.checks import (
+    check_items,
+    check_output_dim,
+    check_pieces,
+    init_checked,
+)
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.engines import make_engine
@@ -134,8 +139,10 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                          f"{', '.join(takes)}")
     task, dataset = task_class(cfg.task, typed=typed).build(cfg, dataset, loss=loss,
                                                             kernels=kernels)
-    cfg = fit_batch(with_model(cfg, task, dataset, user_model=model is not None),
-                    task.train_items(dataset))
+    items = task.train_items(dataset)
+    check_items(task, items)
+    check_output_dim(task, task.output_dim(cfg, dataset))
+    cfg = fit_batch(with_model(cfg, task, dataset, user_model=model is not None), items)
     if isinstance(task, BatchedTask):
         if optimizer is not None:
             check_optimizer(optimizer)
@@ -616,7 +623,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
                 break
             try:
                 record, state, env = _train_epoch(cfg, runner, state, data, dataset, epoch,
-                                                  env, bar, "optimizer" in user.identity)
+                                                  env, bar, tuple(user.identity))
             except Diverged as err:
                 log.write(err.record)
                 raise
@@ -795,10 +802,10 @@ def _best_checkpoint(cfg, history):
     return BestCheckpoint(cfg.checkpoint_dir, cfg.best_metric, history)
 
 
-def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar, own_optimizer):
+def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar, own):
     """(record, state, envelope) of one epoch's training; Diverged if a step's loss, or
-    the state after the last step's update, holds NaN or inf (`own_optimizer`: the
-    user's, whose learning rate the message cannot name)."""
+    the state after the last step's update, holds NaN or inf (`own`: the pieces the user
+    brought, "optimizer" and "loss" among them, which the message names)."""
     program, compile_before = runner.program, runner.compile_seconds
     t0 = time.perf_counter()
     items = program.task.train_items(dataset)
@@ -820,9 +827,9 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar, own_optimiz
               "envelope": list(res.envelope.levels), "max_counts": list(res.max_counts),
               "sampled_edges": res.sampled_edges}
     if res.first_nonfinite is not None:
-        _diverged(cfg, epoch, res.first_nonfinite, res.steps, record, own_optimizer)
+        _diverged(cfg, epoch, res.first_nonfinite, res.steps, record, own)
     if res.steps and not bool(_finite(_checked(res.state))):  # the last update's result
-        _diverged(cfg, epoch, res.steps - 1, res.steps, record, own_optimizer, what="state")
+        _diverged(cfg, epoch, res.steps - 1, res.steps, record, own, what="state")
     record = strict(record)
     bar.update(1)
     bar.set_postfix(loss=f"{res.loss:.4f}")
@@ -879,9 +886,11 @@ def _finite(tree) -> jax.Array:
         else jnp.bool_(True)
 
 
-def _diverged(cfg, epoch, step, steps, record, own_optimizer, *, what="loss"):
+def _diverged(cfg, epoch, step, steps, record, own=(), *, what="loss"):
     """Raises Diverged at `step` of `epoch`: its loss (`what` "loss") or, "state", the
-    parameters (or embedding rows) its update wrote became NaN or infinite."""
+    parameters (or embedding rows) its update wrote became NaN or infinite. `own`: the
+    user's pieces ("optimizer": its rate is not `cfg.lr`; "loss": the first suspect of
+    a first loss that is not finite)."""
     where = (f"the loss became NaN or infinite at epoch {epoch}, step {step} (of {steps})"
              if what == "loss" else
              f"the parameters became NaN or infinite in the update of epoch {epoch}, step "
@@ -889,7 +898,11 @@ def _diverged(cfg, epoch, step, steps, record, own_optimizer, *, what="loss"):
     if what == "loss" and epoch == 0 and step == 0:
         hint = ("It came before any update: check the features and targets for extreme "
                 "values (the first batch's loss overflowed), or the model's initialisation")
-    elif own_optimizer:
+        if "loss" in own:
+            hint = ("It came before any update: check your loss on the first batch's "
+                    "outputs and targets (it gave NaN or inf), then the features and "
+                    "targets for extreme values")
+    elif "optimizer" in own:
         hint = ("Lower your optimizer's learning rate or check the features and targets for "
                 "extreme values")
     else:

@@ -83,8 +83,9 @@ class Task(Protocol):
         the engine averages them over the rows of weight 1.
       score: the same shape of function giving a per-row score in [0, 1], or None
         when it means nothing (regression).
-      score_name: what the score measures; an epoch's record reports the mean score of
-        its training batches as "train_batch_<score_name>" (None without a score).
+      score_name: what the score measures, a string; an epoch's record reports the mean
+        score of its training batches as "train_batch_<score_name>" (its value None
+        where `score` is None).
 
     A task may also define `default_model(dataset) -> str`: the built-in model a run
     trains on `dataset` (as `build` gave it) when `cfg.model` is None; without it,

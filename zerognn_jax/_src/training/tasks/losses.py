@@ -45,5 +45,9 @@ SCORES = {"cross_entropy": class_accuracy, "sigmoid": label_accuracy, "mse": Non
 
 
 def masked_mean(per_row, weight) -> jax.Array:
-    """The mean of `per_row` over the rows whose weight is 1 (0 if there are none)."""
-    return jnp.sum(per_row * weight) / jnp.maximum(jnp.sum(weight), 1.0)
+    """The mean of `per_row` weighted by `weight` (1 a real row, 0 padding, or a row's
+    own weight), 0 if every weight is 0. (It divided by at least 1: weights summing
+    below 1 in a step gave a loss too small by their sum; 0/1 masks, whose sum is 0 or
+    at least 1, give the same values as before.)"""
+    total = jnp.sum(weight)
+    return jnp.sum(per_row * weight) / jnp.where(total > 0, total, 1.0)

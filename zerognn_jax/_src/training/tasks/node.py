@@ -8,6 +8,7 @@ user's loss plugs in unchanged (`node_task`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Callable
 
@@ -231,5 +232,19 @@ def check_loss(task: NodeTask, outputs: int, targets) -> None:
 
 
 def fn_name(fn: Callable) -> str:
-    """A function's (or callable object's) qualified name, for messages and identities."""
+    """A function's (or callable object's) qualified name, for messages and identities;
+    a `functools.partial` names its function and the arguments it binds (plain values by
+    `repr`, others by type), so that two partials of one function differ (they were both
+    "partial", and a checkpoint resumed under another loss)."""
+    if isinstance(fn, functools.partial):
+        bound = [_bound(a) for a in fn.args] + [f"{k}={_bound(v)}" for k, v in
+                                                 fn.keywords.items()]
+        return f"partial({', '.join([fn_name(fn.func), *bound])})"
     return getattr(fn, "__qualname__", None) or type(fn).__qualname__
+
+
+def _bound(value) -> str:
+    """A bound argument as an identity may record it: the same in every process."""
+    if isinstance(value, bool | int | float | str | type(None)):
+        return repr(value)
+    return type(value).__qualname__
