@@ -549,6 +549,18 @@ KNOWN_FIELDS = frozenset({
     "weight_decay"})
 
 
+def test_a_partial_loss_recorded_before_its_arguments_were_named_resumes(tmp_path):
+    """Checkpoints written before 2026-12-02 named every functools.partial loss
+    "partial": one resumes under the partial given now (as it did then); another
+    loss's is still refused."""
+    ck = Checkpointer(str(tmp_path))
+    stats = {"name": "x", "nodes": 5}
+    now = identity(TrainConfig(), stats, 32, {"loss": "partial(f, eps=0.1)"})
+    ck.check(1, {"identity": identity(TrainConfig(), stats, 32, {"loss": "partial"})}, now)
+    with pytest.raises(CheckpointMismatch, match="custom.loss 'g' there, 'partial"):
+        ck.check(1, {"identity": identity(TrainConfig(), stats, 32, {"loss": "g"})}, now)
+
+
 def test_a_new_option_says_how_older_checkpoints_resume():
     """Every TrainConfig field not in KNOWN_FIELDS is free on resume or listed in
     ADDED_SINCE with what runs did before it; otherwise checkpoints written before the
@@ -741,15 +753,20 @@ def test_a_resumed_run_takes_its_checkpoints_envelope_without_calibrating(
     summary has no calibration fields. A checkpoint written before checkpoints recorded
     their seeds per device calibrates first, as before; both end where the uninterrupted
     run does (tests/test_typed_train.py checks a calibrated envelope's summary)."""
-    if older:
-        read = Checkpointer.read_meta
+    if older:  # the meta without the field, as each of the two reads gives it
+        read, restore_ = Checkpointer.read_meta, Checkpointer.restore
 
-        def without_seeds(self, epoch):
-            meta = read(self, epoch)
+        def without_seeds(meta):
             del meta["envelope"]["seeds_per_device"]
             return meta
 
-        monkeypatch.setattr(Checkpointer, "read_meta", without_seeds)
+        monkeypatch.setattr(Checkpointer, "read_meta",
+                            lambda self, epoch: without_seeds(read(self, epoch)))
+        monkeypatch.setattr(Checkpointer, "restore", lambda self, epoch, like: (
+            lambda state, meta: (state, without_seeds(meta)))(*restore_(self, epoch, like)))
+    applies, taken = trainer._envelope_applies, []
+    monkeypatch.setattr(trainer, "_envelope_applies", lambda program, saved, env: (
+        taken.append("seeds_per_device" in saved) or applies(program, saved, env)))
     choose, calls = trainer.starting_envelope, []
 
     def calibrating(*args, **kwargs):
@@ -759,6 +776,7 @@ def test_a_resumed_run_takes_its_checkpoints_envelope_without_calibrating(
     monkeypatch.setattr(trainer, "starting_envelope", calibrating)
     result = train(config(run, 4), dataset)
     assert result.summary["start_epoch"] == 3 and len(calls) == int(older)
+    assert taken == [not older]  # the restored meta, as written then
     assert_same_params(params_of(result), four_epochs)
 
 

@@ -22,6 +22,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from conftest import assert_same_runs
 
@@ -216,10 +217,19 @@ def test_a_task_of_ones_own_that_could_not_train_is_refused_first(dataset, monke
         zg.train(config(task="bad", epochs=1), dataset)
 
 
-def test_weights_summing_below_one_give_the_weighted_mean():
+def test_weights_summing_below_one_give_the_weighted_mean(dataset, monkeypatch):
     """The step's loss divided by at least 1: a step whose weights summed to 0.032 gave
-    a loss 0.032 times the weighted mean. 0/1 masks give what they gave."""
+    a loss 0.032 times the weighted mean, and the records divided so too. 0/1 masks give
+    what they gave; a run of weights 0.001 a row trains and records as one of 1s."""
     from zerognn_jax._src.training.tasks.losses import masked_mean
+
+    small = _variant("small", batch=lambda self, data, items, valid, key, level:
+                     zg.TaskBatch(data.targets[items], valid.astype(jnp.float32) * 1e-3,
+                                  {}, level))
+    monkeypatch.setitem(zg.TASKS, "small", small)
+    runs = [zg.train(config(task=task, epochs=2, eval_mode="none"), dataset,
+                     optimizer=optax.sgd(0.05)) for task in ("degree", "small")]
+    np.testing.assert_allclose(*([h["loss"] for h in r.history] for r in runs), rtol=1e-5)
 
     rows = jnp.array([1.0, 3.0, 5.0, 7.0])
     assert float(masked_mean(rows, jnp.full(4, 0.001))) == pytest.approx(4.0)
@@ -265,6 +275,11 @@ def test_degree_task_trains_on_two_devices(tmp_path):
     assert summary["devices"] == 2 and summary["global_batch"] == 64
     assert summary["losses"][-1] < summary["losses"][0]
     assert summary["test_mse"] < summary["untrained_mse"] / 10
+    # weights of 0.001 a row: each device's gradient was scaled back by at least 1, so
+    # two devices stepped about twice as far as one at the same global batch (SGD; whole
+    # neighbourhoods, so that both sample alike)
+    one, two = summary["small_weights"]
+    np.testing.assert_allclose(two, one, rtol=1e-4)
 
 
 def _two_device_run(out: pathlib.Path) -> None:
@@ -275,6 +290,16 @@ def _two_device_run(out: pathlib.Path) -> None:
     record = {k: result.summary[k] for k in ("devices", "global_batch", "test_mse")}
     record["losses"] = [h["loss"] for h in result.history]
     record["untrained_mse"] = _untrained_mse(data, devices=2)
+    small = _variant("degree_small", batch=lambda self, data, items, valid, key, level:
+                     zg.TaskBatch(data.targets[items], valid.astype(jnp.float32) * 1e-3,
+                                  {}, level))
+    zg.register_task(small)
+    record["small_weights"] = [
+        [h["loss"] for h in zg.train(config(task="degree_small", devices=d, epochs=2,
+                                            batch_size=64 // d, eval_mode="none",
+                                            fanouts=(-1, -1)),
+                                     data, optimizer=optax.sgd(0.05)).history]
+        for d in (1, 2)]  # (Adam would not see a scaled gradient)
     (out / "summary.json").write_text(json.dumps(record))
 
 

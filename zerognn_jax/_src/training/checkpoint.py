@@ -462,6 +462,11 @@ class Checkpointer:
         # a field made free since the checkpoint was written is free in it too
         saved = {k: v for k, v in meta["identity"].items() if k not in FREE_ON_RESUME}
         saved.update({k: v for k, v in ADDED_SINCE.items() if k not in saved})
+        if saved.get("custom.loss") == "partial" and \
+                str(ident.get("custom.loss")).startswith("partial("):
+            # written before 2026-12-02, when every functools.partial loss was named
+            # "partial": taken as the partial given now, as it was then
+            saved["custom.loss"] = ident["custom.loss"]
         ident = {k: v for k, v in ident.items()
                  if k in saved or k not in DATASET_ADDED_SINCE}
         diff = differences(full_names(saved, relations), ident)

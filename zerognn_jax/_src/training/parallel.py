@@ -255,18 +255,20 @@ class DataParallel:
 
         Args:
           grads: this device's gradient of its loss, a mean over its rows of weight
-            `weight` (float32 scalar; the loss divides by max(weight, 1)).
+            `weight` (float32 scalar; the loss divides by it, by 1 where it is 0:
+            `masked_mean`).
           batch_stats: this device's new batch statistics (averaged over devices).
           overflow: bool scalar, this device's minibatch overflowed.
 
         Returns:
           (grads, batch_stats, agreed): the gradient of the loss averaged over the
-          rows of every device, sum_d max(w_d, 1) g_d / max(sum_d w_d, 1) (a device
-          without rows adds nothing, so a partial last batch weighs every row alike);
+          rows of every device, sum_d w_d g_d / sum_d w_d (a device without rows adds
+          nothing, so a partial last batch weighs every row alike; 1 stands for a sum
+          of 0);
           `agreed` is the overflow flag of any device when the collectives pack it,
           else None (the caller agrees on it).
         """
-        scale = jnp.maximum(weight, 1.0)
+        scale = jnp.where(weight > 0, weight, 1.0)
         scaled = jax.tree_util.tree_map(lambda g: (g * scale).astype(g.dtype), grads)
         packed = self.collectives.overflow == "packed"
         if self.collectives.grads == "flat":
@@ -277,7 +279,7 @@ class DataParallel:
         else:
             scaled, stats, total = self.sum((scaled, batch_stats, weight))
             agreed = None
-        div = jnp.maximum(total, 1.0)
+        div = jnp.where(total > 0, total, 1.0)
         grads = jax.tree_util.tree_map(lambda g: (g / div).astype(g.dtype), scaled)
         stats = jax.tree_util.tree_map(
             lambda s: s / self.size if _is_float(s) else s // self.size, stats)
@@ -292,10 +294,10 @@ class DataParallel:
           ids: int32[R] this device's row ids; grads: [R, dim] the gradient of its loss
             (a mean over its `weight` rows); valid: bool[R].
         """
-        scaled = grads * jnp.maximum(weight, 1.0).astype(grads.dtype)
+        scaled = grads * jnp.where(weight > 0, weight, 1.0).astype(grads.dtype)
         total = jax.lax.psum(weight, AXIS)
         every = lambda x: jax.lax.all_gather(x, AXIS, tiled=True)
-        grads = every(scaled) / jnp.maximum(total, 1.0).astype(grads.dtype)
+        grads = every(scaled) / jnp.where(total > 0, total, 1.0).astype(grads.dtype)
         return every(ids), grads, every(valid)
 
     def reduce_metrics(self, sums: dict) -> dict:

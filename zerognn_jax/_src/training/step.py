@@ -124,8 +124,8 @@ def finish_metrics(sums: dict) -> dict:
     Works on JAX and NumPy arrays alike."""
     out = {k: v for k, v in sums.items() if k != "loss_sum"}
     seeds = sums["seeds"]
-    maximum = np.maximum if isinstance(seeds, np.ndarray | np.generic) else jnp.maximum
-    out["loss"] = sums["loss_sum"] / maximum(seeds, 1.0)
+    where = np.where if isinstance(seeds, np.ndarray | np.generic) else jnp.where
+    out["loss"] = sums["loss_sum"] / where(seeds > 0, seeds, 1.0)  # as `masked_mean`
     return out
 
 
@@ -167,7 +167,7 @@ class EpochResult:
     def of(cls, state, envelope, metrics: dict, *, overflows: int,
            chunks: int) -> EpochResult:
         """From the per-step metrics (NumPy arrays over the steps that were applied)."""
-        seeds = max(float(metrics["seeds"].sum()), 1.0)
+        seeds = float(metrics["seeds"].sum()) or 1.0  # the weights' sum, as `masked_mean`
         return cls(
             state=state, envelope=envelope,
             loss=float((metrics["loss"] * metrics["seeds"]).sum() / seeds),

@@ -163,7 +163,9 @@ class GraphTask(ItemsAreLevel0):
                              f"of targets[train_idx] is missing (NaN), so there is nothing "
                              f"to learn from")
         task = graph_task(loss, dataset.target_kind, cfg.balance_window)
-        aggregation = resolve_aggregation(cfg.graph_aggregation, cfg.batch_size)
+        # by the batch a step takes: at most the training graphs (`trainer.fit_batch`)
+        batch = min(cfg.batch_size, int(dataset.train_idx.size))
+        aggregation = resolve_aggregation(cfg.graph_aggregation, batch)
         return dataclasses.replace(task, aggregation=aggregation), dataset
 
     def default_model(self, dataset: GraphCollection) -> str:

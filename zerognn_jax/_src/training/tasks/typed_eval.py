@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 import weakref
 
 import jax
@@ -348,14 +349,17 @@ def eval_envelope(task, data, padded, batch_size: int, seed, kernels, *,
     env = fit_typed_envelope(config, typed_from_counts(config, st, batch_size, top, safe,
                                                        EXACT_POLICY))
     if served:
-        earlier = _SERVED.setdefault(task, {})
-        env = earlier[batch_size] = typed_served(config, env, safe, earlier.get(batch_size))
+        with _SERVED_LOCK:  # (requests from several threads: the larger one is kept)
+            earlier = _SERVED.setdefault(task, {})
+            env = earlier[batch_size] = typed_served(config, env, safe,
+                                                     earlier.get(batch_size))
     return env
 
 
 # What `zg.predict`'s requests to a task were served with, by batch size: a later request
 # whose counts fit takes the same envelope, hence the same compiled pass.
 _SERVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_SERVED_LOCK = threading.Lock()
 
 
 def sampled_logits(task, program, variables, data, ids, *, batch_size: int,
