@@ -246,11 +246,10 @@ def test_two_partials_of_one_loss_are_two_losses_to_a_checkpoint():
     def smoothed(outputs, targets, eps):
         return outputs
 
-    names = {fn_name(functools.partial(smoothed, eps=e)) for e in (0.1, 0.2)}
-    assert names == {"test_two_partials_of_one_loss_are_two_losses_to_a_checkpoint."
-                     f"<locals>.smoothed, eps={e})".join(["partial(", ""])
-                     for e in (0.1, 0.2)}
-    assert fn_name(functools.partial(smoothed, np.ones(3))).endswith("smoothed, ndarray)")
+    here = "test_two_partials_of_one_loss_are_two_losses_to_a_checkpoint.<locals>.smoothed"
+    assert fn_name(functools.partial(smoothed, eps=0.1)) == f"partial({here}, eps=0.1)"
+    assert fn_name(functools.partial(smoothed, eps=0.2)) == f"partial({here}, eps=0.2)"
+    assert fn_name(functools.partial(smoothed, np.ones(3))) == f"partial({here}, ndarray)"
 
 
 def test_an_evaluation_in_jax_scalars_is_recorded_as_numbers():

@@ -36,13 +36,13 @@ def at_least_one(value, name: str) -> int:
     return int(value)
 
 
-def _unwrapped(seed):
-    """`seed` as given, or as a Python int where it is a 0-d integer array (NumPy's or
+def _unwrapped(given):
+    """`given` as it is, or as a Python int where it is a 0-d integer array (NumPy's or
     JAX's): what the seed and count checks compare."""
-    value = np.asarray(seed) if getattr(seed, "ndim", None) == 0 else None
+    value = np.asarray(given) if getattr(given, "ndim", None) == 0 else None
     if value is not None and np.issubdtype(value.dtype, np.integer):
         return int(value)
-    return seed
+    return given
 
 
 def check_seed(seed) -> int:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import importlib
 import types
 
+PYG = "pip install 'zerognn-jax[pyg]' (torch and torch_geometric)"
 INSTALL = {"jraph": "pip install 'zerognn-jax[jraph]'",
            "networkx": "pip install 'zerognn-jax[networkx]'",
-           "torch": "pip install 'zerognn-jax[pyg]' (torch and torch_geometric)",
-           "torch_geometric": "pip install 'zerognn-jax[pyg]' (torch and torch_geometric)"}
+           "torch": PYG, "torch_geometric": PYG}
 
 
 def need(module: str, what: str) -> types.ModuleType:

@@ -236,9 +236,10 @@ def fit_batch(cfg: TrainConfig, items) -> TrainConfig:
     """`cfg` with `batch_size` lowered to the training `items` a device gets where it
     asks for more: one step takes them all either way, but the step's buffers, sized by
     the batch, held that many rows of padding (a probe's `batch_size` 200000 on 2,938
-    items: 45x the epoch, 7x the memory). The program and its envelope take the lowered
-    size; the run's options, its checkpoints' identity (`asked_global_batch`) and its
-    records keep the size asked."""
+    items: 45x the epoch, 7x the memory). The program, its envelope and the summary's
+    `batch_size` and `global_batch` take the lowered size; the run's options (the
+    summary's `config`) and its checkpoints' identity (`asked_global_batch`) keep the
+    size asked."""
     shards = (cfg.devices or jax.local_device_count()) * jax.process_count()
     most = max(1, -(-len(items) // shards))
     return cfg if cfg.batch_size <= most else dataclasses.replace(cfg, batch_size=most)
@@ -895,13 +896,13 @@ def _diverged(cfg, epoch, step, steps, record, own=(), *, what="loss"):
              if what == "loss" else
              f"the parameters became NaN or infinite in the update of epoch {epoch}, step "
              f"{step} (its last; every loss was finite)")
-    if what == "loss" and epoch == 0 and step == 0:
+    if what == "loss" and epoch == 0 and step == 0 and "loss" in own:
+        hint = ("It came before any update: check your loss on the first batch's outputs "
+                "and targets (it gave NaN or inf), then the features and targets for "
+                "extreme values")
+    elif what == "loss" and epoch == 0 and step == 0:
         hint = ("It came before any update: check the features and targets for extreme "
                 "values (the first batch's loss overflowed), or the model's initialisation")
-        if "loss" in own:
-            hint = ("It came before any update: check your loss on the first batch's "
-                    "outputs and targets (it gave NaN or inf), then the features and "
-                    "targets for extreme values")
     elif "optimizer" in own:
         hint = ("Lower your optimizer's learning rate or check the features and targets for "
                 "extreme values")

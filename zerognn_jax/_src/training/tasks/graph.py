@@ -162,11 +162,7 @@ class GraphTask(ItemsAreLevel0):
             raise ValueError(f"{dataset.name}'s training graphs have no target: every entry "
                              f"of targets[train_idx] is missing (NaN), so there is nothing "
                              f"to learn from")
-        task = graph_task(loss, dataset.target_kind, cfg.balance_window)
-        # by the batch a step takes: at most the training graphs (`trainer.fit_batch`)
-        batch = min(cfg.batch_size, int(dataset.train_idx.size))
-        aggregation = resolve_aggregation(cfg.graph_aggregation, batch)
-        return dataclasses.replace(task, aggregation=aggregation), dataset
+        return graph_task(loss, dataset.target_kind, cfg.balance_window), dataset
 
     def default_model(self, dataset: GraphCollection) -> str:
         """GIN with a virtual node, reading the graphs' edge features where they have
@@ -233,7 +229,11 @@ class GraphTask(ItemsAreLevel0):
         The built-in optimizer runs over the parameters raveled into one vector
         (`optax.flatten`): the same elementwise Adam, as a few kernels per step instead
         of a few per parameter array (one CPU-compiled step: 807 fusions and 411 copies
-        against 970 and 654). A user's optimizer sees the parameter tree."""
+        against 970 and 654). A user's optimizer sees the parameter tree. The program's
+        task resolves its aggregation by `cfg.batch_size`, the batch a step takes
+        (`trainer.fit_batch` has lowered one above the training graphs)."""
+        task = dataclasses.replace(
+            self, aggregation=resolve_aggregation(cfg.graph_aggregation, cfg.batch_size))
         dtype = jnp.dtype(cfg.dtype)
         # categorical ids stay exact in float32; float features take the run's dtype
         feat_dtype = jnp.float32 if dataset.node_vocab else dtype
@@ -250,8 +250,8 @@ class GraphTask(ItemsAreLevel0):
         tx = tx or optax.flatten(make_optimizer(cfg))
         placement = Placement("device", "graph tasks keep their graphs' features there")
         warn_unused_cache(cfg.feature_cache_gib, placement)
-        program = StepProgram(self.wrap_model(model, cfg), tx, SamplerConfig((1,)),
-                              cfg.batch_size, cfg.seed, kernels, task=self,
+        program = StepProgram(task.wrap_model(model, cfg), tx, SamplerConfig((1,)),
+                              cfg.batch_size, cfg.seed, kernels, task=task,
                               placement=placement)
         mesh = make_mesh(cfg.devices)
         if mesh.size > 1:  # every device holds the whole collection and packs its batch
