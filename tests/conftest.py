@@ -61,6 +61,9 @@ if not jax.config.jax_compilation_cache_dir:
     _XLA_CACHE = tempfile.mkdtemp(prefix="zerognn-tests-xla-")
     atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
     jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
+# The `zerognn` commands the tests start keep no cache in the user's home either (a test
+# gives --compile-cache where it wants one); in this process the folder above is kept.
+os.environ.setdefault("ZEROGNN_COMPILE_CACHE", "none")
 
 from zerognn_jax import from_edge_list  # noqa: E402
 

@@ -139,7 +139,8 @@ def test_killed_run_resumes_to_the_same_result(planetoid_root, tmp_path):
 
 def test_default_cli_run_trains_the_embedded_graph(tmp_path):
     out = subprocess.run(_cli("train", "--epochs", "1", "--no-progress", "--metrics-out",
-                              str(tmp_path / "m.jsonl")),
+                              str(tmp_path / "m.jsonl"), "--compile-cache",
+                              str(tmp_path / "cache")),
                          capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, XLA_FLAGS=FAST_XLA))
     assert out.returncode == 0, out.stderr
@@ -150,6 +151,8 @@ def test_default_cli_run_trains_the_embedded_graph(tmp_path):
     records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert {"epoch", "loss", "epoch_seconds", "compile_seconds", "steps", "overflows",
             "envelope"} <= set(records[0])
+    # The epoch's program (seconds to compile) was kept for the next run to read back.
+    assert any(p.name.startswith("jit_run-") for p in (tmp_path / "cache").iterdir())
 
 
 @pytest.mark.parametrize("args, message", [

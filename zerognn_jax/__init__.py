@@ -147,6 +147,7 @@ from zerognn_jax._src.sampling.typed_minibatch import (
 )
 from zerognn_jax._src.training.callbacks import EarlyStopping
 from zerognn_jax._src.training.checkpoint_errors import CheckpointMismatch, CheckpointWarning
+from zerognn_jax._src.training.compile_cache import CompileCacheWarning, use_compile_cache
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.engines import make_engine
 from zerognn_jax._src.training.evaluate import (
@@ -217,7 +218,8 @@ __all__ = [
     "counter_key", "views_for", "from_edge_index",
     "CheckpointMismatch", "CheckpointWarning", "Diverged", "EmptySplitWarning",
     "PlacementWarning",
-    "IgnoredOptionWarning", "OutputsInUse", "WriteError",
+    "IgnoredOptionWarning", "OutputsInUse", "WriteError", "CompileCacheWarning",
+    "use_compile_cache",
     "DotDecoder", "LinkModel", "LinkSplit", "LinkTask", "MLPDecoder", "load_ogbl",
     "make_decoder", "negative_pairs", "node_embeddings", "random_link_split",
     "seed_frontier",

@@ -10,7 +10,12 @@ import warnings
 from zerognn_jax.cli.bench import add_bench_command
 from zerognn_jax.cli.data import add_data_commands
 from zerognn_jax.cli.export import add_export_command
-from zerognn_jax.cli.flags import flag_names, given_names, spelled_as_flags
+from zerognn_jax.cli.flags import (
+    flag_names,
+    given_names,
+    spelled_as_flags,
+    use_compile_cache_flag,
+)
 from zerognn_jax.cli.train import add_train_command
 
 
@@ -41,6 +46,7 @@ def main(argv=None) -> int:
     previous = warnings.formatwarning  # (put back: a process may call main more than once)
     warnings.formatwarning = functools.partial(_format_warning, flags=fail.keywords["flags"])
     try:
+        use_compile_cache_flag(args)
         return args.handler(args)
     except (ValueError, FileNotFoundError) as err:
         code = fail(err, f"error: {err}", 2)

@@ -5,6 +5,7 @@ artifact for serving (`zg.export_model`), read from its checkpoint folder.
                  [--platforms cpu,cuda] [--node-type TYPE] [--dataset FILE]
                  [--max-nodes N --max-edges N]   (a graph-level run's rows per call)
                  [--max-degree K]                (its sums by K listed edges a node)
+                 [--compile-cache DIR|none]      (compiled programs kept between runs)
 
 The run's configuration and dataset come from what the checkpoint records, as
 `zg.restore` loads them; a run trained on a dataset object needs that dataset again,
@@ -30,7 +31,7 @@ from zerognn_jax._src.data.writes import atomic_write, written_here
 from zerognn_jax._src.training.export import export_model
 from zerognn_jax._src.training.inference import restore
 from zerognn_jax.cli.data import load_named
-from zerognn_jax.cli.flags import generator_seed
+from zerognn_jax.cli.flags import add_compile_cache_flag, generator_seed
 
 # An existing --out is read to check that it is an artifact (replaced) rather than
 # someone's file (refused) only up to this size.
@@ -71,6 +72,7 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
                    help="the saved file of the dataset a run trained on when it was given "
                         "to train() as an object; other runs load theirs by the name they "
                         "recorded")
+    add_compile_cache_flag(p)
     p.set_defaults(handler=run_export)
     return p
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 
 
@@ -42,6 +43,30 @@ def path_text(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError(f"expected a path, got {text!r}")
     return text
+
+
+def add_compile_cache_flag(parser: argparse.ArgumentParser) -> None:
+    """`--compile-cache DIR|none`, read by `use_compile_cache_flag`."""
+    parser.add_argument(
+        "--compile-cache", type=path_text, metavar="DIR",
+        default=os.environ.get("ZEROGNN_COMPILE_CACHE") or None,
+        help="keep compiled programs in DIR and read them back in later runs of the same "
+             "configuration instead of compiling them again; 'none': compile afresh "
+             "(default: $ZEROGNN_COMPILE_CACHE, else JAX's $JAX_COMPILATION_CACHE_DIR, "
+             "else ~/.cache/zerognn-jax/xla, at most 4 GiB)")
+
+
+def use_compile_cache_flag(args: argparse.Namespace):
+    """Turns on the compile cache `--compile-cache` names (the command's process keeps
+    it); a command without the flag, or given 'none', changes nothing."""
+    if not hasattr(args, "compile_cache"):
+        return None
+    value = args.compile_cache
+    if value is not None and value.strip().lower() == "none":
+        return None
+    from zerognn_jax._src.training.compile_cache import use_compile_cache
+
+    return use_compile_cache(value)
 
 
 def name_tuple(text: str) -> tuple[str, ...]:

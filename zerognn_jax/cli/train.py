@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from zerognn_jax.cli.flags import add_config_flags, config_from_args
+from zerognn_jax.cli.flags import add_compile_cache_flag, add_config_flags, config_from_args
 
 HELP = {
     "dataset": "tiny (embedded synthetic), products-like, proteins-like, papers100m-like, "
@@ -187,5 +187,6 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("train", help="train a GNN (default: the embedded tiny graph)")
     add_config_flags(parser, TrainConfig(), help=HELP, choices=CHOICES)
     add_distributed_flags(parser)
+    add_compile_cache_flag(parser)
     parser.set_defaults(handler=run_train)
     return parser
