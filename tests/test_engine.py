@@ -24,6 +24,7 @@ from zerognn_jax import (
     make_model,
 )
 from zerognn_jax._src.training.embeddings import NodeEmbedding
+from zerognn_jax._src.training.scan import chunk_scalars
 
 
 def _problem(num_nodes=400, classes=4, seed=0):
@@ -110,7 +111,7 @@ def test_overflowing_step_applies_no_update():
     state = init_state(program, data, Envelope(32, (512, 512)), np.arange(200))
     before = jax.tree_util.tree_map(np.asarray, state.params)
     perm = jnp.arange(224, dtype=jnp.int32)
-    args = (state, data, perm, np.array([0, 0, 7], np.int32))  # epoch, first step, steps
+    args = (state, data, perm, chunk_scalars(0, 0, 7, program.seed))  # epoch, step 0, 7 steps
     out, metrics = ScanEngine(program).chunk_program(env, 7, args)(*args)
     assert bool(out.overflowed) and int(out.failed_step) == 0
     assert not np.asarray(metrics["applied"]).any()

@@ -38,7 +38,7 @@ from zerognn_jax._src.training.engines import make_engine
 from zerognn_jax._src.training.host import HostEngine
 from zerognn_jax._src.training.layout import choose_layout
 from zerognn_jax._src.training.program import DeviceData, TrainState, init_state
-from zerognn_jax._src.training.scan import ScanEngine
+from zerognn_jax._src.training.scan import ScanEngine, chunk_scalars
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 CMDBUF_FLAGS = ("--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL "
@@ -320,7 +320,7 @@ def check_equivalence(wb: Workbench, steps: int) -> dict:
     total = num_steps(wb.train_idx.shape[0], program.batch_size)
     steps = min(steps, total)
     perm = epoch_items(wb.train_idx, program.batch_size, program.seed, 0)
-    args = (wb.fresh_state(), wb.data, perm, np.array([0, 0, total], np.int32))
+    args = (wb.fresh_state(), wb.data, perm, chunk_scalars(0, 0, total, program.seed))
     scan = jax.device_get(ScanEngine(program).chunk_program(env, steps, args)(*args)[1])
     host = HostEngine(program, "exact")
     _, _, exact, _ = host.run_steps(wb.fresh_state(), wb.data, perm, 0, env, steps)

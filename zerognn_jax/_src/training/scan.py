@@ -271,6 +271,11 @@ def _unpacked(words: np.ndarray, like):
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
+def chunk_scalars(epoch: int, start: int, total: int, seed: int) -> np.ndarray:
+    """A chunk program's int32[4] scalars (`ScanEngine.chunk_program`)."""
+    return np.array([epoch, start, total, seed], np.int32)
+
+
 @dataclasses.dataclass(eq=False)
 class ScanEngine:
     """Runs epochs as chunks of `chunk_steps` steps (0: the whole epoch) per program.
@@ -316,8 +321,10 @@ class ScanEngine:
 
     def chunk_program(self, envelope: Envelope, chunk_steps: int, args):
         """The compiled chunk `(state, data, perm, scalars) -> (state, metrics)`, where
-        `scalars` is int32[3]: epoch, first step, steps in the epoch (one array, one
-        transfer per chunk).
+        `scalars` is `chunk_scalars(...)`: epoch, first step, steps in the epoch and the
+        program's seed (one array, one transfer per chunk). The seed is an argument, not
+        a constant of the program, so that runs told apart only by their seed share one
+        compiled program (in the persistent compile cache, compile_cache.py).
 
         Compiled ahead of time for `args` and cached, by envelope, length and the data's
         structure and shapes (a host table is part of the program: another table compiles
@@ -336,9 +343,10 @@ class ScanEngine:
             limit = self.read_ahead_bytes
 
             def run(state, data, perm, scalars):
-                epoch, start, total = scalars[0], scalars[1], scalars[2]
+                epoch, start, total, seed = scalars[0], scalars[1], scalars[2], scalars[3]
                 steps = start + jnp.arange(chunk_steps, dtype=jnp.int32)
-                state, metrics = scan_chunk(program, state, steps, data, perm, epoch, total,
+                seeded = dataclasses.replace(program, seed=seed)
+                state, metrics = scan_chunk(seeded, state, steps, data, perm, epoch, total,
                                             envelope, prefetch=prefetch, ahead=ahead,
                                             read_limit=limit)
                 if host:
@@ -357,7 +365,7 @@ class ScanEngine:
     def _args(self, state, data, perm, epoch, start, total) -> tuple:
         # One NumPy array travels with the call; jnp.int32(x) would be a dispatched
         # conversion per scalar, and separate arrays a transfer each, the GPU idle behind.
-        scalars = (perm, np.array([epoch, start, total], np.int32))
+        scalars = (perm, chunk_scalars(epoch, start, total, self.program.seed))
         dp = self.program.parallel
         if dp is None:
             return (state, data, *scalars)
