@@ -115,7 +115,10 @@ _default_format = warnings.formatwarning
 def _format_warning(message, category, filename, lineno, line=None, *,
                     flags=({}, ())) -> str:
     """The library's own warnings as `zerognn: warning: ...` (options spelled as their
-    flags), others as usual."""
+    flags), and JAX's on the compile cache folder (an entry it could not read or write:
+    the program is compiled instead), others as usual."""
     if category.__module__.startswith("zerognn_jax"):
         return f"zerognn: warning: {spelled_as_flags(str(message), *flags)}\n"
+    if "persistent compilation cache" in str(message):
+        return f"zerognn: warning: {_first_line(message)} (--compile-cache)\n"
     return _default_format(message, category, filename, lineno, line)

@@ -49,10 +49,11 @@ def add_compile_cache_flag(parser: argparse.ArgumentParser) -> None:
     """`--compile-cache DIR|none`, read by `use_compile_cache_flag`."""
     parser.add_argument(
         "--compile-cache", type=path_text, metavar="DIR",
-        default=os.environ.get("ZEROGNN_COMPILE_CACHE") or None,
+        default=os.environ.get("ZEROGNN_COMPILE_CACHE", "").strip() or None,
         help="keep compiled programs in DIR and read them back in later runs of the same "
-             "configuration instead of compiling them again; 'none': compile afresh "
-             "(default: $ZEROGNN_COMPILE_CACHE, else JAX's $JAX_COMPILATION_CACHE_DIR, "
+             "configuration instead of compiling them again; 'none': keep no folder of "
+             "the command's own (one JAX was given in $JAX_COMPILATION_CACHE_DIR is still "
+             "used) (default: $ZEROGNN_COMPILE_CACHE, else $JAX_COMPILATION_CACHE_DIR, "
              "else ~/.cache/zerognn-jax/xla, at most 4 GiB)")
 
 
