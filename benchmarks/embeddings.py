@@ -22,7 +22,7 @@ Variants (the library's defaults otherwise: SAGE 3x256, [15, 10, 5], batch 1024)
                 table never written: the backward into the rows without the update
 
 `--kernels` as `TrainConfig.kernels`: `auto` (on a GPU the Pallas sampler and the row
-update written in place by its Pallas kernel, `pallas_kernels/row_adam.py`), or
+update written in place by its Pallas kernel, `zerognn_jax/_src/pallas/row_adam.py`), or
 `sample=pallas` for the row update's XLA form.
 
 `--profile`: for those variants, one more epoch on the scan engine as `zg.train` runs it

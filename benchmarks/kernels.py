@@ -22,7 +22,7 @@ count of its hop rounded up to 128. Then, per op and hop, both implementations r
   cost included in every row, which dominates the smallest ops.
 - sweep (`--sweep`): the aggregation kernels at hops 1 and 2 also run with the tilings
   in SWEEP (rows `pallas[<label>]`), against the same XLA output; the frozen defaults in
-  `pallas_kernels/aggregate.py` were picked from such a sweep.
+  `zerognn_jax/_src/pallas/aggregate.py` were picked from such a sweep.
 - bandwidth: `bytes` is what the op must move at least (inputs read once, outputs
   written once, each gathered row read once, no table or temporary), reported as GB/s
   and as a fraction of the measured device-to-device copy bandwidth.
@@ -49,13 +49,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from pallas_kernels import aggregate as pk_aggregate
-from pallas_kernels import counter_hash
-from pallas_kernels import gather as pk_gather
-from pallas_kernels import relabel as pk_relabel
-from pallas_kernels import sample as pk_sample
-from pallas_kernels.common import Tiling
 from zerognn_jax._src.ops import aggregate, gather, relabel
+from zerognn_jax._src.pallas import aggregate as pk_aggregate
+from zerognn_jax._src.pallas import counter_hash
+from zerognn_jax._src.pallas import gather as pk_gather
+from zerognn_jax._src.pallas import relabel as pk_relabel
+from zerognn_jax._src.pallas import sample as pk_sample
+from zerognn_jax._src.pallas.common import Tiling
 from zerognn_jax._src.sampling import uniform as sampling
 
 NODES, EDGES, FEATURES, HIDDEN = 2_449_029, 123_718_280, 100, 256

@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pallas_kernels import counter_hash
 from zerognn_jax._src.data.loaders import load_dataset
 from zerognn_jax._src.ops.registry import Kernels
+from zerognn_jax._src.pallas import counter_hash
 from zerognn_jax._src.sampling import labor, weighted
 from zerognn_jax._src.sampling.calibrate import calibrate, sample_epoch_counts
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph, sample_minibatch

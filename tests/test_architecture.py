@@ -19,11 +19,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # room -> the rooms it may import (besides itself).
 ALLOWED = {
-    "pallas_kernels": set(),
+    "pallas": set(),
     "data": set(),
-    "ops": {"pallas_kernels"},
-    "sampling": {"pallas_kernels", "data", "ops"},
-    "nn": {"pallas_kernels", "ops"},
+    "ops": {"pallas"},
+    "sampling": {"pallas", "data", "ops"},
+    "nn": {"pallas", "ops"},
     "training": {"data", "ops", "sampling", "nn"},
     "bench": {"data", "ops", "sampling", "nn", "training"},
     "cli": {"data", "ops", "sampling", "nn", "training", "bench"},
@@ -33,8 +33,6 @@ ALLOWED = {
 
 def room_of(module: str) -> str | None:
     parts = module.split(".")
-    if parts[0] == "pallas_kernels":
-        return "pallas_kernels"
     if parts[0] != "zerognn_jax":
         return None
     if len(parts) == 1 or parts[1:] == ["_src"]:
@@ -61,7 +59,7 @@ def imports_of(path: pathlib.Path, module: str):
             yield from (f"{base}.{alias.name}" for alias in node.names)
 
 
-def sources(root=ROOT, tops=("zerognn_jax", "pallas_kernels")):
+def sources(root=ROOT, tops=("zerognn_jax",)):
     for top in tops:
         for path in sorted((root / top).rglob("*.py")):
             rel = path.relative_to(root).with_suffix("")
@@ -84,6 +82,12 @@ def test_every_library_file_lies_in_a_room():
     assert rooms <= set(ALLOWED)
 
 
+def test_the_kernels_room_is_the_pallas_folder_and_imports_nothing_else():
+    kernels = {module for _, module in sources() if room_of(module) == "pallas"}
+    assert {"zerognn_jax._src.pallas.sample", "zerognn_jax._src.pallas.counter_hash"} <= kernels
+    assert ALLOWED["pallas"] == set()
+
+
 # ---- circles ------------------------------------------------------------------------------
 
 # Library imports inside functions, by importing module (prefix) and imported module
@@ -93,7 +97,7 @@ LAZY = {
         "orbax takes about a second to import; runs without checkpoints skip it",
     ("zerognn_jax._src.training.inference", "zerognn_jax._src.training.checkpoint"):
         "orbax takes about a second to import",
-    ("zerognn_jax._src.ops.registry", "pallas_kernels"):
+    ("zerognn_jax._src.ops.registry", "zerognn_jax._src.pallas"):
         "a Pallas kernel (and Triton) is imported only when it is selected",
     ("zerognn_jax._src.bench.run", "zerognn_jax"):
         "XLA reads its flags when JAX first loads: the runner sets them, then imports",
@@ -102,7 +106,7 @@ LAZY = {
 }
 
 
-def import_graph(root=ROOT, tops=("zerognn_jax", "pallas_kernels")):
+def import_graph(root=ROOT, tops=("zerognn_jax",)):
     """{module: {imported library module: True if only imported inside functions}}."""
     paths = dict((module, path) for path, module in sources(root, tops))
     graph = {}

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from conftest import random_graph
 
-from pallas_kernels import counter_hash
-from pallas_kernels import sample as pk_sample
 from zerognn_jax import SamplerConfig, sample_minibatch
 from zerognn_jax._src.data.graph import csr_from_arrays
+from zerognn_jax._src.pallas import counter_hash
+from zerognn_jax._src.pallas import sample as pk_sample
 from zerognn_jax._src.sampling.minibatch import prepare_graph
 from zerognn_jax._src.sampling.uniform import sample_neighbors_reference
 

@@ -23,13 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels import aggregate as pk_aggregate
-from pallas_kernels import counter_hash
-from pallas_kernels import relabel as pk_relabel
-from pallas_kernels import sample as pk_sample
-from pallas_kernels.common import Tiling, launch, next_pow2
 from zerognn_jax._src.ops import aggregate, gather, relabel
 from zerognn_jax._src.ops.registry import Kernels
+from zerognn_jax._src.pallas import aggregate as pk_aggregate
+from zerognn_jax._src.pallas import counter_hash
+from zerognn_jax._src.pallas import relabel as pk_relabel
+from zerognn_jax._src.pallas import sample as pk_sample
+from zerognn_jax._src.pallas.common import Tiling, launch, next_pow2
 from zerognn_jax._src.sampling import uniform as sampling
 
 IMPLS = [

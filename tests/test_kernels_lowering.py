@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from pallas_kernels import aggregate, gather, relabel, row_adam, sample
-from pallas_kernels.common import Tiling
+from zerognn_jax._src.pallas import aggregate, gather, relabel, row_adam, sample
+from zerognn_jax._src.pallas.common import Tiling
 
 I32, F32, BOOL = jnp.int32, jnp.float32, jnp.bool_
 N, E = 2_449_029, 123_718_280  # products-like graph

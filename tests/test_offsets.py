@@ -20,7 +20,6 @@ import optax
 import pytest
 from conftest import random_graph
 
-from pallas_kernels import sample as pk_sample
 from zerognn_jax._src.data.graph import (
     CSRGraph,
     csr_from_arrays,
@@ -29,6 +28,7 @@ from zerognn_jax._src.data.graph import (
     validate_csr,
 )
 from zerognn_jax._src.nn.models import make_model
+from zerognn_jax._src.pallas import sample as pk_sample
 from zerognn_jax._src.sampling import labor, uniform, weighted
 from zerognn_jax._src.sampling.envelope import conservative
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, sample_minibatch

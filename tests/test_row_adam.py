@@ -11,8 +11,8 @@ import numpy as np
 import optax
 import pytest
 
-from pallas_kernels.row_adam import row_adam_rows
 from zerognn_jax import Kernels, RowAdamState, row_adam_init, row_adam_update
+from zerognn_jax._src.pallas.row_adam import row_adam_rows
 from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.row_adam import row_adam_rows_reference
 from zerognn_jax._src.training.step import update_embedding

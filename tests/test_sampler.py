@@ -11,9 +11,9 @@ import pytest
 from conftest import random_graph
 from scipy import stats
 
-from pallas_kernels import counter_hash
 from zerognn_jax import SamplerConfig, from_edge_list, sample_minibatch
 from zerognn_jax._src.ops import relabel
+from zerognn_jax._src.pallas import counter_hash
 from zerognn_jax._src.sampling import uniform as sampling
 
 

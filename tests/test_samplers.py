@@ -13,7 +13,6 @@ import pytest
 from conftest import random_graph
 from scipy import stats
 
-from pallas_kernels import counter_hash
 from zerognn_jax import (
     DeviceData,
     Envelope,
@@ -30,6 +29,7 @@ from zerognn_jax import (
     sample_minibatch,
     train,
 )
+from zerognn_jax._src.pallas import counter_hash
 from zerognn_jax._src.sampling import labor, weighted
 from zerognn_jax._src.sampling.minibatch import tree_sizes
 

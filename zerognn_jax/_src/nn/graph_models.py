@@ -24,11 +24,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels import counter_hash
 from zerognn_jax._src.nn.models import dropout_seed, hash_dropout
 from zerognn_jax._src.ops.aggregate import _accumulator
 from zerognn_jax._src.ops.batch_norm import masked_batch_norm
 from zerognn_jax._src.ops.incidence import Incidence, edges_to_nodes, nodes_to_edges
+from zerognn_jax._src.pallas import counter_hash
 
 GRAPH_CONVS = ("gin", "gine", "gcn")
 GRAPH_MODELS = (*GRAPH_CONVS, *(f"{c}-virtual" for c in GRAPH_CONVS))

@@ -20,8 +20,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels import counter_hash
 from zerognn_jax._src.nn.views import gcn_weights, mean_over_edges, mean_weights
+from zerognn_jax._src.pallas import counter_hash
 
 MODELS = ("sage", "sage-max", "sage-sum", "gcn", "gat", "gine", "mlp")
 # The models whose layers read the edge features of their views.

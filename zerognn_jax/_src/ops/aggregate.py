@@ -1,6 +1,6 @@
 """Neighbour aggregation over fixed-shape ("ELL") blocks: the ops and their XLA references.
 
-Their Pallas twins live in `pallas_kernels/aggregate.py` and take the same arguments
+Their Pallas twins live in `pallas/aggregate.py` and take the same arguments
 (plus `interpret`).
 """
 

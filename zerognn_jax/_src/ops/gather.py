@@ -1,6 +1,6 @@
 """Gathering feature rows by id: the op and its plain-XLA reference.
 
-The Pallas twin lives in `pallas_kernels/gather.py`. A table kept in host memory
+The Pallas twin lives in `pallas/gather.py`. A table kept in host memory
 (`ops/host_rows.HostTable`, or its `CachedTable`) is read by its own kernel, whatever
 `kernels` says.
 """

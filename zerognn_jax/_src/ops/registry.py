@@ -4,7 +4,7 @@ Ops: `sample` (neighbour sampling), `relabel` (dedup into the next frontier), `g
 (feature rows), `weighted_sum` and `max` (aggregation over the fanout axis), `row_adam`
 (lazy Adam's update of an embedding table's rows, `training/row_adam.py`). Each op's
 module in this folder holds its reference and a dispatcher that asks `implementation`
-what to run; Pallas kernels (`pallas_kernels/`) are imported only when selected.
+what to run; Pallas kernels (`pallas/`) are imported only when selected.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ XLA = Kernels()
 
 @functools.cache
 def _pallas(op: str) -> Callable:
-    from pallas_kernels import aggregate, gather, relabel, row_adam, sample
+    from zerognn_jax._src.pallas import aggregate, gather, relabel, row_adam, sample
 
     return {"sample": sample.sample_neighbors, "relabel": relabel.relabel,
             "gather": gather.gather_rows, "weighted_sum": aggregate.weighted_sum,

@@ -1,6 +1,6 @@
 """Dedup/relabel of a sampled hop into the next frontier: the op and its XLA references.
 
-Contract shared by every implementation (the Pallas kernel in `pallas_kernels/relabel.py`
+Contract shared by every implementation (the Pallas kernel in `pallas/relabel.py`
 too): the next frontier keeps the current frontier as its prefix (dst-first), then every
 sampled id not seen before, in order of first occurrence when the `[C, K]` neighbour
 matrix is read row by row. That order depends only on the real rows, never on the

@@ -36,9 +36,9 @@ import math
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels import counter_hash
 from zerognn_jax._src.data.graph import edge_ids, take_edges
 from zerognn_jax._src.ops.registry import Kernels
+from zerognn_jax._src.pallas import counter_hash
 from zerognn_jax._src.sampling.uniform import row_bounds
 
 # Hash domains of the per-hop key: one for vertices (r_t), one for row offsets.

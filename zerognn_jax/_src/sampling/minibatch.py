@@ -20,11 +20,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pallas_kernels import counter_hash
 from zerognn_jax._src.data.checks import check_ids, is_whole
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.ops.relabel import relabel
+from zerognn_jax._src.pallas import counter_hash
 from zerognn_jax._src.sampling.envelope import Envelope, check_slots
 from zerognn_jax._src.sampling.labor import labor_slots, sample_labor
 from zerognn_jax._src.sampling.seeds import counter_key

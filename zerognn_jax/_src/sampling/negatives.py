@@ -30,9 +30,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels import counter_hash
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.ops.relabel import relabel
+from zerognn_jax._src.pallas import counter_hash
 
 NEGATIVE_MODES = ("destination", "pairs", "shared")
 # The negatives' stream under a step key; the sampler's hops use the words 0 .. L - 1.

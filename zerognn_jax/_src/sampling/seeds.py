@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pallas_kernels import counter_hash
+from zerognn_jax._src.pallas import counter_hash
 from zerognn_jax._src.sampling.envelope import bucket
 
 

@@ -28,10 +28,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pallas_kernels import counter_hash
 from zerognn_jax._src.data.hetero import HeteroGraph, relation_name
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.ops.relabel import relabel
+from zerognn_jax._src.pallas import counter_hash
 from zerognn_jax._src.sampling.envelope import check_slots
 from zerognn_jax._src.sampling.minibatch import MAX_HOPS, Block, prepare_graph, sample_hop
 from zerognn_jax._src.sampling.seeds import counter_key, step_items, step_keys

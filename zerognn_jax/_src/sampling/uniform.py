@@ -1,7 +1,7 @@
 """Uniform neighbour sampling into fixed-shape blocks: the op and its plain-XLA reference.
 
 `sample_neighbors_reference` is the default implementation and the twin that the Pallas
-kernel in `pallas_kernels/sample.py` must match exactly; `sample_neighbors` dispatches.
+kernel in `pallas/sample.py` must match exactly; `sample_neighbors` dispatches.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from pallas_kernels import counter_hash
 from zerognn_jax._src.data.graph import edge_ids, take_edges
 from zerognn_jax._src.ops.registry import Kernels, implementation
+from zerognn_jax._src.pallas import counter_hash
 
 # Fanouts up to this size unroll Floyd's loop in Python; larger ones use fori_loop.
 _UNROLL_LIMIT = 16

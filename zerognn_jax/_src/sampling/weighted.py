@@ -27,9 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from pallas_kernels import counter_hash
 from zerognn_jax._src.data.graph import edge_ids, take_edges
 from zerognn_jax._src.ops.registry import Kernels
+from zerognn_jax._src.pallas import counter_hash
 from zerognn_jax._src.sampling.uniform import row_bounds
 
 _UNITS = 2**31

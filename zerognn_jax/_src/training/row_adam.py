@@ -129,7 +129,7 @@ def row_adam_rows_reference(table: jax.Array, mu: jax.Array, nu: jax.Array, ids:
     among the used slots), with gradient rows `grads`; every other row as it was.
 
     The XLA form: gather the rows and both moments, compute, scatter the three back. Its
-    Pallas twin (`pallas_kernels/row_adam.py`) writes them in place."""
+    Pallas twin (`pallas/row_adam.py`) writes them in place."""
     n, r = table.shape[0], ids.shape[0]
     g = jnp.where(_rows_mask(used, grads), grads.astype(jnp.float32), 0.0)
     safe = jnp.where(used, ids, 0)

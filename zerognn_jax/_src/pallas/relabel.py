@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from pallas_kernels.common import Tiling, atomic, cdiv, launch, scatter
+from zerognn_jax._src.pallas.common import Tiling, atomic, cdiv, launch, scatter
 
 TILING = Tiling(block_rows=1024, num_warps=4)
 # Positions are kept in float32, exact below this bound.

@@ -21,8 +21,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from pallas_kernels import counter_hash
-from pallas_kernels.common import Tiling, cdiv, fanout_loop, launch, next_pow2
+from zerognn_jax._src.pallas import counter_hash
+from zerognn_jax._src.pallas.common import Tiling, cdiv, fanout_loop, launch, next_pow2
 
 TILING = Tiling(block_rows=128, num_warps=4)
 

@@ -6,6 +6,7 @@ axis, with Pallas backward kernels). `common` holds what the kernels share;
 `counter_hash` is the project's one source of randomness, plain uint32 arithmetic that
 a kernel (which has no PRNG) and its XLA twin both call, so both draw the same bits.
 
-This package imports nothing from `zerognn_jax`: the library's op dispatchers
-(`zerognn_jax/_src/ops/`) import a kernel only when it is selected.
+This package imports nothing else of `zerognn_jax` (a room of its own,
+`tests/test_architecture.py`): the library's op dispatchers (`zerognn_jax/_src/ops/`)
+import a kernel only when it is selected.
 """

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from pallas_kernels.common import Tiling, atomic, cdiv, fanout_loop, launch, next_pow2
+from zerognn_jax._src.pallas.common import Tiling, atomic, cdiv, fanout_loop, launch, next_pow2
 
 # Forward and backward launch configurations, picked by the sweep in benchmarks/kernels.py
 # (docs/kernels.md); `tiling=` overrides both.

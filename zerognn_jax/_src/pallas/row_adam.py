@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from pallas_kernels.common import Tiling, cdiv, launch, next_pow2, scatter
+from zerognn_jax._src.pallas.common import Tiling, cdiv, launch, next_pow2, scatter
 
 TILING = Tiling(block_rows=16, block_cols=128, num_warps=4)
 
