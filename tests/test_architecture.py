@@ -11,7 +11,10 @@ none of them may close a circle. The checks are tried on planted circles too.
 from __future__ import annotations
 
 import ast
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -80,6 +83,22 @@ def test_imports_point_down(path, module):
 def test_every_library_file_lies_in_a_room():
     rooms = {room_of(module) for _, module in sources()}
     assert rooms <= set(ALLOWED)
+
+
+# Slow imports that wait until they are needed: orbax (checkpoints), flax.nnx (a model
+# that is an NNX module, nn/bridge.py) and scipy.special (proteins-like's generator).
+NOT_AT_START = ("orbax", "flax.nnx", "scipy.special")
+
+
+def test_importing_the_package_leaves_the_slow_imports_for_later():
+    code = ("import sys, zerognn_jax; "
+            f"print(' '.join(m for m in {NOT_AT_START!r} if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == []
 
 
 def test_the_kernels_room_is_the_pallas_folder_and_imports_nothing_else():

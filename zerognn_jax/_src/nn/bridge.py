@@ -17,21 +17,22 @@ every call the wrapper:
 An NNX module that defines `layer(i, h_src, h_dst, view, *, train)` and `num_layers`
 (the per-layer protocol, nn/layerwise.py) gets exact layer-wise inference: the wrapper
 forwards both.
+
+`flax.nnx` (about 0.2 s to import) is imported by the functions that meet an NNX
+module, so a run with a Linen model never loads it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
-from flax import nnx
 
 from zerognn_jax._src.nn.layerwise import layer_count
 
-
-def is_nnx(model) -> bool:
-    return isinstance(model, nnx.Module)
+if TYPE_CHECKING:
+    from flax import nnx
 
 
 def model_name(model) -> str:
@@ -42,6 +43,8 @@ def model_name(model) -> str:
 def _reseed(module, rngs: nnx.Rngs) -> None:
     """Gives every RNG stream of `module` a key drawn from `rngs`' dropout stream (when
     the caller supplied one, i.e. in training)."""
+    from flax import nnx
+
     if "dropout" not in rngs:
         return
     tags = sorted({node.tag for _, node in nnx.iter_graph(module)
@@ -82,7 +85,9 @@ class NNXModel(nn.Module):
     num_layers: int | None = None
 
     def setup(self):
-        self.nnx = nnx.bridge.ToLinen(self.factory, metadata_fn=None)  # the "nnx" scope
+        from flax.nnx import bridge
+
+        self.nnx = bridge.ToLinen(self.factory, metadata_fn=None)  # the "nnx" scope
 
     def __call__(self, x, views, *, train: bool, **inputs):
         return self.nnx(x, views, train=train, nnx_method=_in_mode, **inputs)
@@ -101,7 +106,9 @@ def as_linen(model) -> nn.Module:
     """
     if isinstance(model, nn.Module):
         return model
-    if is_nnx(model):
+    from flax import nnx
+
+    if isinstance(model, nnx.Module):
         graphdef, state = nnx.split(model)
 
         def factory(*, rngs: nnx.Rngs):
