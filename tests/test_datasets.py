@@ -737,3 +737,27 @@ def test_finite_float64_features_past_float32_are_named_as_an_overflow():
     with pytest.raises(ValueError, match=r"^features contain NaN or inf \(1 entries; first at "
                                          r"row 4, column 2\)$"):
         dataset(features)
+
+
+def test_reprs_give_sizes_not_arrays():
+    """A notebook prints what a cell leaves: the containers give their sizes (a Dataset's
+    repr was 14 kB of truncated arrays, a TrainResult's 36 kB)."""
+    ds = zg.load_dataset("tiny")
+    assert repr(ds) == ("Dataset('tiny', nodes=4,898, edges=246,528, features=float32[4898, "
+                        "100], classes=47, train/val/test=2,938/979/981)")
+    graphs = zg.molhiv_like(0.01)
+    assert repr(graphs).startswith("GraphCollection('molhiv-like', graphs=411, nodes=")
+    result = zg.TrainResult(
+        variables={"params": {"w": np.zeros((1000, 100))}}, history=[{}, {}],
+        summary={"dataset": "tiny", "task": "node", "model": "sage", "params": 100000,
+                 "val_acc": 0.51234, "test_acc": 0.5, "train_acc": 0.9}, dataset=ds)
+    assert repr(result) == ("TrainResult(dataset='tiny', task='node', model='sage', "
+                            "params=100000, epochs=2, val_acc=0.5123, test_acc=0.5)")
+
+
+def test_ids_out_of_range_are_counted_and_named():
+    from zerognn_jax._src.data.checks import check_ids
+
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, 10\), found \[5, 14\]: 5 "
+                                         r"outside it \(10, 11, 12, \.\.\.\)$"):
+        check_ids("ids", np.arange(5, 15), 10)

@@ -53,11 +53,14 @@ def no_limit(monkeypatch):
 
 
 def placement_warnings(run) -> list[str]:
-    """The messages of the `zg.PlacementWarning`s `run()` gives, every one counted."""
+    """The messages of the `zg.PlacementWarning`s `run()` gives, every one counted; each
+    must name the caller's line (here), not the library's."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run()
-    return [str(w.message) for w in caught if w.category is zg.PlacementWarning]
+    placed = [w for w in caught if w.category is zg.PlacementWarning]
+    assert {w.filename for w in placed} <= {__file__}
+    return [str(w.message) for w in placed]
 
 
 def placement_of(summary: dict) -> dict:

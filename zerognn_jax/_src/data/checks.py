@@ -90,8 +90,11 @@ def node_ids(name: str, ids, n: int, kind: str = "") -> np.ndarray:
 
 def check_ids(name: str, ids, n: int, kind: str = "") -> None:
     """ValueError unless every id in `ids` lies in [0, n), naming `name`, the range (with
-    `kind`, e.g. " ('paper' ids)") and the span of the ids found."""
+    `kind`, e.g. " ('paper' ids)"), the span of the ids found and how many lie outside
+    it (the first few of them)."""
     ids = np.asarray(ids)
     if ids.size and (ids.min() < 0 or ids.max() >= n):
+        outside = ids[(ids < 0) | (ids >= n)]
+        first = ", ".join(map(str, outside[:3])) + (", ..." if outside.size > 3 else "")
         raise ValueError(f"{name} must lie in [0, {n}){kind}, found [{ids.min()}, "
-                         f"{ids.max()}]")
+                         f"{ids.max()}]: {outside.size:,} outside it ({first})")

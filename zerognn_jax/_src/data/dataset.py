@@ -63,6 +63,13 @@ class Dataset:
     def num_nodes(self) -> int:
         return self.graph.num_nodes
 
+    def __repr__(self) -> str:  # its sizes, not its arrays (a notebook prints it)
+        x, targets = self.features, self.targets
+        extra = "" if targets is None else f", targets={self.target_kind}{list(targets.shape)}"
+        return (f"Dataset({self.name!r}, nodes={self.num_nodes:,}, "
+                f"edges={self.graph.num_edges:,}, features={x.dtype}{list(x.shape)}, "
+                f"classes={self.num_classes}, {split_sizes(self)}{extra})")
+
     @property
     def output_dim(self) -> int:
         """Output units a model needs: num_classes, or the targets' T."""
@@ -282,3 +289,9 @@ def _integers(name: str, values) -> np.ndarray:
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"{name} must be a 1-D array of integers, got {arr.dtype}{arr.shape}")
     return arr
+
+
+def split_sizes(ds) -> str:
+    """"train/val/test=a/b/c" of a dataset's split, for its repr."""
+    sizes = "/".join(f"{len(ix):,}" for ix in (ds.train_idx, ds.val_idx, ds.test_idx))
+    return f"train/val/test={sizes}"

@@ -24,6 +24,7 @@ import dataclasses
 import numpy as np
 
 from zerognn_jax._src.data.checks import arrays_not_lists, is_whole
+from zerognn_jax._src.data.dataset import split_sizes
 from zerognn_jax._src.data.tables import check_finite_rows, narrow_to_float32
 
 TARGET_KINDS = ("binary", "classes", "regression")
@@ -67,6 +68,11 @@ class GraphCollection:
 
     def __post_init__(self):
         validate_collection(self)
+
+    def __repr__(self) -> str:  # its sizes, not its arrays (a notebook prints it)
+        return (f"GraphCollection({self.name!r}, graphs={self.num_graphs:,}, "
+                f"nodes={self.num_nodes:,}, edges={self.num_edges:,}, "
+                f"targets={self.target_kind}{list(self.targets.shape)}, {split_sizes(self)})")
 
     @property
     def num_graphs(self) -> int:

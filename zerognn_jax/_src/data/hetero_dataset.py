@@ -28,6 +28,7 @@ from zerognn_jax._src.data.dataset import (
     check_splits,
     check_targets,
     float_targets,
+    split_sizes,
 )
 from zerognn_jax._src.data.graph import to_edge_list
 from zerognn_jax._src.data.hetero import (
@@ -92,6 +93,11 @@ class HeteroDataset:
         if kind not in TARGET_KINDS[1:]:
             raise ValueError(f"target kind must be multilabel or regression, got {kind!r}")
         return dataclasses.replace(self, targets=float_targets(targets), target_kind=kind)
+
+    def __repr__(self) -> str:  # its sizes, not its arrays (a notebook prints it)
+        return (f"HeteroDataset({self.name!r}, nodes={self.num_nodes}, "
+                f"relations={len(self.graph.relations)}, target_type={self.target_type!r}, "
+                f"classes={self.num_classes}, {split_sizes(self)})")
 
     @property
     def num_nodes(self) -> dict[str, int]:

@@ -76,9 +76,13 @@ class _Lock:
                 os.close(fd)
                 raise
             os.close(fd)
-        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, record, 0)
+        try:  # a KeyboardInterrupt here must not leave the lock held by a lost descriptor
+            record = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, record, 0)
+        except BaseException:
+            os.close(fd)
+            raise
         self._fd = fd
 
     @staticmethod
@@ -94,6 +98,12 @@ class _Lock:
             holder = _holder(fd)  # no flock here: a live recorded pid holds it
             if not _alive_here(holder):
                 return
+        if holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
+            raise OutputsInUse(
+                f"{what} is in use by a run of this process (pid {os.getpid()}): one still "
+                f"running in another thread, or one interrupted while it took the lock, "
+                f"which holds it until the process ends; wait for it, restart the process, "
+                f"or use another path")
         raise OutputsInUse(
             f"{what} is in use by another run (pid {holder.get('pid', '?')} on host "
             f"{holder.get('host', '?')}); wait for it to end, stop it, or use another path")
@@ -127,11 +137,10 @@ def hold_outputs(checkpoint_dir: str | None, metrics_out: str | None) -> Iterato
     with contextlib.ExitStack() as stack:
         if checkpoint_dir:
             folder = Path(checkpoint_dir)
-            lock = _Lock(folder / LOCK_NAME, f"checkpoint_dir {checkpoint_dir}")
-            stack.callback(lock.release)
+            stack.callback(_Lock(folder / LOCK_NAME, f"checkpoint_dir {checkpoint_dir}").release)
             remove_orbax_leftovers(folder)
         if metrics_out:  # the lock of the file itself, however a link names it
             path = Path(metrics_out).resolve()
-            lock = _Lock(path.with_name(f".{path.name}.lock"), f"metrics_out {metrics_out}")
-            stack.callback(lock.release)
+            stack.callback(_Lock(path.with_name(f".{path.name}.lock"),
+                                 f"metrics_out {metrics_out}").release)
         yield

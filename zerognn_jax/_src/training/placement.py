@@ -12,6 +12,7 @@ a copy of it is made anyway or fits the host's memory.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from typing import NamedTuple
@@ -62,7 +63,7 @@ def choose_placement(setting: str, resident: Resident, limit: int | None, *,
         if setting == "host":
             warnings.warn("feature_placement 'host' is ignored: the feature table has no "
                           "columns, so the step reads no rows from it", PlacementWarning,
-                          stacklevel=3)
+                          stacklevel=user_stacklevel())
         return Placement("device", "the feature table has no columns")
     if setting != "auto":
         return Placement(setting, "asked for (feature_placement)")
@@ -74,6 +75,21 @@ def choose_placement(setting: str, resident: Resident, limit: int | None, *,
         return Placement("host", f"{parts} would leave the step less than "
                                  f"{HEADROOM:.0%} of the device", True)
     return Placement("device", f"{parts} fit with room for the step", True)
+
+
+# The package's folder: a warning points at the first frame outside it.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def user_stacklevel() -> int:
+    """The `stacklevel` at which a warning issued by this function's caller names the
+    first frame outside the package (the user's call of `train`, `restore`, ...), however
+    deep the library's frames: Python shows a warning once per place, and a place inside
+    the library would show it once per process, not once per line of the user's."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def cache_budget(setting: float | None, placement: Placement, resident: Resident,
@@ -102,15 +118,15 @@ def warn_unused_cache(setting: float | None, placement: Placement,
     if read_ahead is not None:
         warnings.warn(f"read_ahead_gib {read_ahead} is ignored: the feature table is on "
                       f"the device ({placement.reason}), so no rows are read from the host",
-                      PlacementWarning, stacklevel=2)
+                      PlacementWarning, stacklevel=user_stacklevel())
     if setting:
         warnings.warn(f"feature_cache_gib {setting} is ignored: the feature table is on "
                       f"the device ({placement.reason}), so no cache of its rows is sized",
-                      PlacementWarning, stacklevel=2)
+                      PlacementWarning, stacklevel=user_stacklevel())
     if row_order != "auto":
         warnings.warn(f"host_row_order {row_order!r} is ignored: the feature table is on "
                       f"the device ({placement.reason}), so no host rows are laid out",
-                      PlacementWarning, stacklevel=2)
+                      PlacementWarning, stacklevel=user_stacklevel())
 
 
 def warn_unsplit(shard_features: bool, devices: int) -> None:
@@ -120,7 +136,7 @@ def warn_unsplit(shard_features: bool, devices: int) -> None:
         warnings.warn("shard_features True splits the feature table over one device, "
                       "which keeps all of it: train on more devices (devices 0 takes all "
                       "of this process's) or processes for the split to save memory",
-                      PlacementWarning, stacklevel=3)
+                      PlacementWarning, stacklevel=user_stacklevel())
 
 
 def hottest_first(degree: np.ndarray, count: int) -> np.ndarray:

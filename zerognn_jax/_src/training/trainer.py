@@ -105,6 +105,14 @@ class TrainResult:
     state: Any = None
     dataset: Any = None
 
+    def __repr__(self) -> str:  # what the run gave, not its arrays (a notebook prints it)
+        s = self.summary or {}
+        scores = "".join(f", {k}={v:.4g}" for k, v in s.items()
+                         if k.startswith(("val_", "test_")) and isinstance(v, float))
+        return (f"TrainResult(dataset={s.get('dataset')!r}, task={s.get('task')!r}, "
+                f"model={s.get('model')!r}, params={s.get('params')}, "
+                f"epochs={len(self.history)}{scores})")
+
 
 def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optimizer=None,
             loss=None):
