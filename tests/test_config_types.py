@@ -62,6 +62,12 @@ def test_lists_and_numpy_scalars_conform():
     assert cfg.dropout == 0.25
 
 
+def test_paths_are_kept_as_their_text(tmp_path):
+    cfg = zg.TrainConfig(checkpoint_dir=tmp_path / "ck", metrics_out=tmp_path / "m.jsonl")
+    assert cfg.checkpoint_dir == str(tmp_path / "ck") and type(cfg.checkpoint_dir) is str
+    assert cfg.metrics_out == str(tmp_path / "m.jsonl")
+
+
 def test_groups_hold_every_field_once_in_declared_order():
     names = [f.name for f in FIELDS]
     assert [n for group in GROUPS.values() for n in group] == names

@@ -60,7 +60,7 @@ GROUPS = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """Everything `train` needs; the CLI flags map one to one onto these fields, which
     come in the parts of `GROUPS`. Values are checked by type (config_types.py), then

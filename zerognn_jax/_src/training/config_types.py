@@ -1,9 +1,9 @@
 """Checks a config dataclass's values against their annotations when it is built.
 
 Ints are ints (not 64.0, "64" or True), floats are real numbers (an int is fine: 1 for
-1.0), booleans are booleans, strings are strings, `tuple[int, ...]` takes a tuple or a
-list of ints (never a string: "15" is not (1, 5)), `dict[K, V]` a dict whose keys fit K
-and values fit V, and `X | None` takes None too.
+1.0), booleans are booleans, strings are strings (a path object becomes its text),
+`tuple[int, ...]` takes a tuple or a list of ints (never a string: "15" is not (1, 5)),
+`dict[K, V]` a dict whose keys fit K and values fit V, and `X | None` takes None too.
 Nothing is parsed from a string here; the options whose strings are specs say so
 (`TrainConfig.kernels`). Each error is one line naming the field and the value.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import os
 import types
 import typing
 
@@ -61,7 +62,8 @@ def conform(hint, value):
     if hint is float:
         real = isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
         return float(value) if real else _MISSING
-    if hint is str:
+    if hint is str:  # a path may come as a pathlib.Path: the config keeps its text
+        value = os.fspath(value) if isinstance(value, os.PathLike) else value
         return value if isinstance(value, str) else _MISSING
     if typing.get_origin(hint) is dict:
         if not isinstance(value, dict):
