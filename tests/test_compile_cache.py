@@ -94,6 +94,15 @@ def test_a_folder_that_cannot_be_made_warns_and_changes_nothing(tmp_path, jax_se
     assert jax.config.jax_compilation_cache_dir == jax_settings["jax_compilation_cache_dir"]
 
 
+def test_a_loop_of_links_warns_too(tmp_path, jax_settings):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.warns(CompileCacheWarning, match="cannot be used") as caught:
+        assert use_compile_cache(tmp_path / "a" / "x") is None
+    assert caught[0].filename == __file__  # the caller's line, not the library's
+    assert jax.config.jax_compilation_cache_dir == jax_settings["jax_compilation_cache_dir"]
+
+
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan")])
 def test_a_bound_that_is_not_positive_is_refused(tmp_path, bad):
     with pytest.raises(ValueError, match=f"max_gib must be positive.*{bad}"):

@@ -753,6 +753,10 @@ def test_reprs_give_sizes_not_arrays():
                  "val_acc": 0.51234, "test_acc": 0.5, "train_acc": 0.9}, dataset=ds)
     assert repr(result) == ("TrainResult(dataset='tiny', task='node', model='sage', "
                             "params=100000, epochs=2, val_acc=0.5123, test_acc=0.5)")
+    restored = zg.TrainResult(variables={"params": {"w": np.zeros((10, 3))}}, history=None,
+                              summary={"test_acc": np.float32(0.25)}, dataset=ds)
+    assert repr(restored) == ("TrainResult(dataset='tiny', task=None, model=None, params=30, "
+                              "epochs=0, test_acc=0.25)")
 
 
 def test_ids_out_of_range_are_counted_and_named():

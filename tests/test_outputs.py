@@ -89,6 +89,18 @@ def test_an_interrupt_while_the_lock_is_taken_leaves_it_free(tmp_path, monkeypat
             pass
     with hold_outputs(str(tmp_path), None):  # not held by the lost call
         pass
+    taken = lock_module._Lock.acquire
+
+    def interrupted_as_it_returns(lock):
+        taken(lock)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(lock_module._Lock, "acquire", interrupted_as_it_returns)
+        with pytest.raises(KeyboardInterrupt), hold_outputs(str(tmp_path), None):
+            pass
+    with hold_outputs(str(tmp_path), None):
+        pass
 
 
 def test_a_metrics_file_is_held_however_a_link_names_it(tmp_path):

@@ -95,9 +95,12 @@ class HeteroDataset:
         return dataclasses.replace(self, targets=float_targets(targets), target_kind=kind)
 
     def __repr__(self) -> str:  # its sizes, not its arrays (a notebook prints it)
-        return (f"HeteroDataset({self.name!r}, nodes={self.num_nodes}, "
+        nodes = ", ".join(f"{t!r}: {n:,}" for t, n in self.num_nodes.items())
+        targets = self.targets
+        extra = "" if targets is None else f", targets={self.target_kind}{list(targets.shape)}"
+        return (f"HeteroDataset({self.name!r}, nodes={{{nodes}}}, "
                 f"relations={len(self.graph.relations)}, target_type={self.target_type!r}, "
-                f"classes={self.num_classes}, {split_sizes(self)})")
+                f"classes={self.num_classes}, {split_sizes(self)}{extra})")
 
     @property
     def num_nodes(self) -> dict[str, int]:

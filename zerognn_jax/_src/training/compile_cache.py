@@ -18,6 +18,8 @@ import warnings
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 
+from zerognn_jax._src.training.placement import user_stacklevel
+
 # The folder's size bound, in GiB: beyond it JAX removes the entries read least recently.
 DEFAULT_MAX_GIB = 4.0
 # Programs compiled in less time than this are not written (JAX's default is 1 s): a
@@ -73,7 +75,7 @@ def use_compile_cache(path: str | os.PathLike | None = None, *,
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not os.access(folder, os.W_OK | os.X_OK):
             raise PermissionError(f"not writable: {str(folder)!r}")
-    except OSError as err:
+    except (OSError, RuntimeError) as err:  # RuntimeError: a loop of links (resolve)
         _warn(f"compiled programs are not kept between runs: the compile cache folder "
               f"{str(folder)!r} cannot be used ({err})")
         return None
@@ -124,4 +126,4 @@ def _repair(folder: pathlib.Path) -> None:
 
 
 def _warn(message: str) -> None:
-    warnings.warn(message, CompileCacheWarning, stacklevel=3)
+    warnings.warn(message, CompileCacheWarning, stacklevel=user_stacklevel())

@@ -55,35 +55,36 @@ def _alive_here(holder: dict) -> bool:
 
 
 class _Lock:
-    """An exclusive lock on the file `path`, naming `what` when refused."""
+    """An exclusive lock on the file `path`, naming `what` when refused. `release` is
+    registered before `acquire` runs, so that an interrupt at any point of taking the
+    lock leaves it free (a descriptor lost with the flock on it held the folder until
+    the process ended)."""
 
     def __init__(self, path: Path, what: str):
-        self.path = path
+        self.path, self.what = path, what
+        self._fd: int | None = None
+        self._held = False
+
+    def acquire(self) -> None:
         while True:  # the holder may unlink the file between our open and our flock
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
             except FileNotFoundError:  # a refused run removed the empty folder it made
-                path.parent.mkdir(parents=True, exist_ok=True)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
                 continue
             except IsADirectoryError:
-                raise ValueError(f"{what}: its lock file {path} is a folder; remove it (a "
-                                 f"run keeps its lock there)") from None
-            try:
-                self._flock(fd, what)
-                if os.path.exists(path) and os.path.samestat(os.fstat(fd), os.stat(path)):
-                    break
-            except BaseException:
-                os.close(fd)
-                raise
+                raise ValueError(f"{self.what}: its lock file {self.path} is a folder; "
+                                 f"remove it (a run keeps its lock there)") from None
+            self._flock(self._fd, self.what)
+            if os.path.exists(self.path) and \
+                    os.path.samestat(os.fstat(self._fd), os.stat(self.path)):
+                break
+            fd, self._fd = self._fd, None
             os.close(fd)
-        try:  # a KeyboardInterrupt here must not leave the lock held by a lost descriptor
-            record = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode()
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, record, 0)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
+        self._held = True
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode()
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, record, 0)
 
     @staticmethod
     def _flock(fd: int, what: str) -> None:
@@ -109,12 +110,18 @@ class _Lock:
             f"{holder.get('host', '?')}); wait for it to end, stop it, or use another path")
 
     def release(self) -> None:
+        """Frees the lock, if `acquire` got as far as opening the file; its file is
+        removed only where the lock was taken (a refused run's is the holder's)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
         try:  # unlink before unlocking: a waiting run then finds a new file
-            os.unlink(self.path)
+            if self._held:
+                os.unlink(self.path)
         except FileNotFoundError:  # the folder went away during the run
             pass
         finally:
-            os.close(self._fd)
+            os.close(fd)
 
 
 def remove_orbax_leftovers(folder: Path) -> None:
@@ -135,12 +142,16 @@ def hold_outputs(checkpoint_dir: str | None, metrics_out: str | None) -> Iterato
         the holder's pid and host.
     """
     with contextlib.ExitStack() as stack:
+        locks = []
         if checkpoint_dir:
-            folder = Path(checkpoint_dir)
-            stack.callback(_Lock(folder / LOCK_NAME, f"checkpoint_dir {checkpoint_dir}").release)
-            remove_orbax_leftovers(folder)
+            locks.append(_Lock(Path(checkpoint_dir) / LOCK_NAME,
+                               f"checkpoint_dir {checkpoint_dir}"))
         if metrics_out:  # the lock of the file itself, however a link names it
             path = Path(metrics_out).resolve()
-            stack.callback(_Lock(path.with_name(f".{path.name}.lock"),
-                                 f"metrics_out {metrics_out}").release)
+            locks.append(_Lock(path.with_name(f".{path.name}.lock"), f"metrics_out {metrics_out}"))
+        for lock in locks:
+            stack.callback(lock.release)
+            lock.acquire()
+        if checkpoint_dir:
+            remove_orbax_leftovers(Path(checkpoint_dir))
         yield

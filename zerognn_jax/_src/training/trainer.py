@@ -9,6 +9,7 @@ docs/api.md shows each.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 import sys
 import time
@@ -106,12 +107,15 @@ class TrainResult:
     dataset: Any = None
 
     def __repr__(self) -> str:  # what the run gave, not its arrays (a notebook prints it)
-        s = self.summary or {}
-        scores = "".join(f", {k}={v:.4g}" for k, v in s.items()
-                         if k.startswith(("val_", "test_")) and isinstance(v, float))
-        return (f"TrainResult(dataset={s.get('dataset')!r}, task={s.get('task')!r}, "
-                f"model={s.get('model')!r}, params={s.get('params')}, "
-                f"epochs={len(self.history)}{scores})")
+        s = self.summary if isinstance(self.summary, dict) else {}
+        dataset = s.get("dataset", getattr(self.dataset, "name", None))
+        params = s.get("params", count_params((self.variables or {}).get("params", {})))
+        scores = "".join(f", {k}={float(v):.4g}" for k, v in s.items()
+                         if k.startswith(("val_", "test_")) and isinstance(v, numbers.Real)
+                         and not isinstance(v, bool))
+        return (f"TrainResult(dataset={dataset!r}, task={s.get('task')!r}, "
+                f"model={s.get('model')!r}, params={params}, "
+                f"epochs={len(self.history or ())}{scores})")
 
 
 def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optimizer=None,
