@@ -69,8 +69,8 @@ def test_a_second_run_is_refused_until_the_first_is_killed(tmp_path, capsys):
 
 
 def test_one_process_cannot_hold_a_folder_twice(tmp_path):
-    with hold_outputs(str(tmp_path), None), \
-            pytest.raises(OutputsInUse, match=rf"a run of this process \(pid {os.getpid()}\)"):
+    held = rf"another run of this process \(pid {os.getpid()}\)"
+    with hold_outputs(str(tmp_path), None), pytest.raises(OutputsInUse, match=held):
         with hold_outputs(str(tmp_path), None):
             pass
     with hold_outputs(str(tmp_path), None):  # released: free again

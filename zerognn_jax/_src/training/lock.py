@@ -101,10 +101,8 @@ class _Lock:
                 return
         if holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
             raise OutputsInUse(
-                f"{what} is in use by a run of this process (pid {os.getpid()}): one still "
-                f"running in another thread, or one interrupted while it took the lock, "
-                f"which holds it until the process ends; wait for it, restart the process, "
-                f"or use another path")
+                f"{what} is in use by another run of this process (pid {os.getpid()}); "
+                f"wait for it to end or use another path")
         raise OutputsInUse(
             f"{what} is in use by another run (pid {holder.get('pid', '?')} on host "
             f"{holder.get('host', '?')}); wait for it to end, stop it, or use another path")
