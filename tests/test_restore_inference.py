@@ -67,6 +67,11 @@ def test_restore_for_inference_needs_the_model_only(planetoid_root, tmp_path):
         "['params']['Dense_0']['kernel'] [[2866, 16], 'float32'] there, [[2866, 8], "
         "'float32'] here; ['params']['Dense_1']['kernel'] [[32, 7], 'float32'] there, "
         "[[16, 7], 'float32'] here")
+    with pytest.raises(zg.CheckpointMismatch, match=r"holds a run with other settings "
+                       r"\(epoch 0\): lr 0\.01 there, 0\.1 here; restore it with the "
+                       r"settings, dataset and model it was trained with$"):
+        zg.restore(cfg.checkpoint_dir, cfg=dataclasses.replace(cfg, lr=0.1),
+                   model=MeanConcat(16, 7), optimizer=optax.sgd(0.05), loss=smoothed)
     with pytest.raises(ValueError, match=r"nodes must lie in \[0, 2708\)"):
         zg.predict(back, [2708])
     with pytest.raises(ValueError, match="node_type picks a node type of a typed graph's "

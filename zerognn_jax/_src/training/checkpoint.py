@@ -279,6 +279,10 @@ class Checkpointer:
                  create: bool = True):
         self.directory = Path(directory).absolute()  # (orbax's)
         self.named = directory  # as the user gave it, for messages (errors.md's spelling)
+        # what a refused identity asks for: a run resumes, a restore (create False) reads
+        self._remedy = ("resume with the same settings or use another checkpoint_dir"
+                        if create else "restore it with the settings, dataset and model "
+                                       "it was trained with")
         self.best_metric = best_metric
         best = {} if best_metric is None else dict(
             best_fn=lambda metrics: float(metrics[best_metric]),
@@ -473,7 +477,7 @@ class Checkpointer:
         if diff:
             raise CheckpointMismatch(
                 f"{where} a run with other settings (epoch {epoch}): {'; '.join(diff)}; "
-                f"resume with the same settings or use another checkpoint_dir")
+                f"{self._remedy}")
         diff = [] if like is None else differences(meta.get("state_spec", {}),
                                                     state_spec(like))
         if diff:
