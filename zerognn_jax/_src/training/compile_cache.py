@@ -18,7 +18,7 @@ import warnings
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 
-from zerognn_jax._src.training.placement import user_stacklevel
+from zerognn_jax._src.training.user_frames import user_stacklevel
 
 # The folder's size bound, in GiB: beyond it JAX removes the entries read least recently.
 DEFAULT_MAX_GIB = 4.0

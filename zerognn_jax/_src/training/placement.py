@@ -12,7 +12,6 @@ a copy of it is made anyway or fits the host's memory.
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from typing import NamedTuple
@@ -27,6 +26,7 @@ from zerognn_jax._src.ops.host_rows import (
     to_device,
 )
 from zerognn_jax._src.training.memory import Resident, _gib
+from zerognn_jax._src.training.user_frames import user_stacklevel
 
 # The share of device memory "auto" keeps free for the step's buffers.
 HEADROOM = 0.25
@@ -75,21 +75,6 @@ def choose_placement(setting: str, resident: Resident, limit: int | None, *,
         return Placement("host", f"{parts} would leave the step less than "
                                  f"{HEADROOM:.0%} of the device", True)
     return Placement("device", f"{parts} fit with room for the step", True)
-
-
-# The package's folder: a warning points at the first frame outside it.
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def user_stacklevel() -> int:
-    """The `stacklevel` at which a warning issued by this function's caller names the
-    first frame outside the package (the user's call of `train`, `restore`, ...), however
-    deep the library's frames: Python shows a warning once per place, and a place inside
-    the library would show it once per process, not once per line of the user's."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE + os.sep):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def cache_budget(setting: float | None, placement: Placement, resident: Resident,
