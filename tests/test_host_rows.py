@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import types
 
 import jax
 import jax.numpy as jnp
@@ -76,7 +77,36 @@ def test_gather_lowers_for_cuda_as_one_ffi_call():
         lowering_platforms=("cuda",))
     text = lowered.as_text()
     assert text.count("zerognn_host_rows") == 1
-    assert f"address = {host.array.ctypes.data}" in text.replace(" : i64", "")
+    assert f"table = {host.number}" in text.replace(" : i64", "")
+
+
+def test_programs_name_tables_by_number_not_address():
+    """Two tables of one shape give one program but for their numbers, and neither holds
+    its address: a later process that makes its tables in the same order compiles the
+    same programs, which JAX's persistent cache then finds."""
+    texts = []
+    for host in (zg.HostTable(np.ones((8, 4), np.float32)),
+                 zg.HostTable(np.zeros((8, 4), np.float32))):
+        text = jax.jit(host.gather).trace(jnp.zeros(3, jnp.int32), jnp.ones(3, bool)).lower(
+            lowering_platforms=("cuda",)).as_text().replace(" : i64", "")
+        assert str(host.array.ctypes.data) not in text
+        texts.append(text.replace(f"table = {host.number}", "table = N"))
+    assert texts[0] == texts[1]
+
+
+def test_a_program_run_after_its_table_is_collected_fails():
+    """The numbers of collected tables are unbound: a call naming one is an error, not a
+    read of freed memory."""
+    import gc
+
+    host = zg.HostTable(np.ones((8, 4), np.float32))
+    number = host.number
+    del host
+    gc.collect()
+    gone = types.SimpleNamespace(number=number, shape=(8, 4), dtype=np.dtype(np.float32))
+    ids = jnp.arange(3, dtype=jnp.int32)
+    with pytest.raises(Exception, match=f"host table {number} is not held any more"):
+        jax.block_until_ready(host_rows.read_rows(gone, ids, ids >= 0, ids))
 
 
 @pytest.mark.parametrize("dtype,width", [(np.float32, 16), (ml_dtypes.bfloat16, 3)])
@@ -573,10 +603,14 @@ _FAKES_CUDA = pytest.mark.skipif(jax.default_backend() != "cpu",
 
 
 class _FakeCuda:
-    """Stands in for the CUDA build's page-locking calls; refuses the `fail_at` piece."""
+    """Stands in for the CUDA build's page-locking calls; refuses the `fail_at` piece.
+    Tables are bound to their numbers in the real CPU library (made before any test
+    patches `_gpu_arch`), whose handlers then read them."""
 
     def __init__(self, fail_at: int | None = None):
         self.locked, self.fail_at, self.read_only = set(), fail_at, set()
+        real = host_rows._register_targets()
+        self.zg_bind, self.zg_unbind = real.zg_bind, real.zg_unbind
 
     def zg_register(self, address: int, nbytes: int, read_only: int = 0) -> bytes:
         if address in self.locked:
@@ -763,7 +797,6 @@ def test_a_table_locked_by_a_host_table_goes_to_the_device_by_the_gather(monkeyp
     bit), and leaves any other array to device_put."""
     from zerognn_jax._src.training import placement
 
-    host_rows._register_targets()  # the real CPU handlers, before the fake stands in
     fake = _FakeCuda()
     monkeypatch.setattr(host_rows, "_gpu_arch", lambda: "sm_90")
     monkeypatch.setattr(host_rows, "_register_targets", lambda: fake)

@@ -6,7 +6,11 @@ reads them with a kernel of ours: `csrc/host_rows.cc`, an XLA FFI call whose CUD
 handler loads the step's rows straight from page-locked host memory over PCIe
 (zero-copy: no staging copy, no host thread on the critical path, command-buffer
 compatible) and whose CPU handler copies them (tests, CPU runs). The table is never an
-XLA buffer: the call carries its address, row count and row size as attributes.
+XLA buffer: the call carries its number, row count and row size as attributes. Each
+`HostTable` takes the next number of the process (0, 1, ...) and binds it to its address
+in the library until it is collected; a program holds the number, not the address, so
+runs that make the same tables in the same order compile the same programs, which JAX's
+persistent compilation cache then reads back (training/compile_cache.py).
 
 `HostTable` owns such a table. It is a pytree whose one leaf is its optional row map
 (`position`, for tables laid out hottest first by `reordered_table`), so a `DeviceData`
@@ -32,6 +36,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import itertools
 import mmap
 import os
 import shutil
@@ -55,6 +60,9 @@ _SOURCE = Path(__file__).parent / "csrc" / "host_rows.cc"
 _PIECE = 1 << 32
 # (address, bytes) of each page-locked table -> [live HostTables over it, its pieces].
 _LOCKED: dict[tuple[int, int], list] = {}
+# The numbers programs know tables by; never reused, so a program compiled for a
+# collected table cannot read another one.
+_NUMBERS = itertools.count()
 
 
 def _cache_dir() -> Path:
@@ -145,6 +153,8 @@ def _registered() -> ctypes.CDLL:
         if arch is not None:
             jax.ffi.register_ffi_target(
                 target, jax.ffi.pycapsule(getattr(lib, handler + "Cuda")), platform="CUDA")
+    lib.zg_bind.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    lib.zg_unbind.argtypes = [ctypes.c_int64]
     if arch is not None:
         lib.zg_register.restype = ctypes.c_char_p
         lib.zg_register.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int32]
@@ -327,7 +337,8 @@ class HostTable:
     The table is not copied: keep `array` unchanged while the table is in use (the
     step reads it when it runs). Tables over the same array, or over a part of an
     array another table has locked, share its page-locking, undone when the last of
-    them is collected. Equal only to itself (a new table compiles a new program).
+    them is collected. Equal only to itself: a new table traces a new program, which
+    holds the table's number (the process's count of tables so far), not its address.
 
     Node n's row is row n of `array`, or with `position` (int32[N], a permutation of
     [0, N), kept on the device) row position[n]: `reordered_table` lays a table out
@@ -364,6 +375,10 @@ class HostTable:
             else position.astype(jnp.int32))
         self._lock = PageLock(array)  # registers the handlers too
         self.page_locked = self._lock.locked
+        lib = _register_targets()
+        self.number = next(_NUMBERS)
+        lib.zg_bind(self.number, array.ctypes.data)
+        weakref.finalize(self, lib.zg_unbind, self.number)
         self._static = _Static(self)
 
     @property
@@ -462,7 +477,7 @@ def read_rows(table: HostTable, ids: jax.Array, valid: jax.Array,
     permutation of [0, C)) as given."""
     out = jax.ShapeDtypeStruct((ids.shape[0], table.shape[1]), table.dtype)
     return jax.ffi.ffi_call(_TARGET, out)(
-        ids, valid, order, address=np.int64(table.array.ctypes.data),
+        ids, valid, order, table=np.int64(table.number),
         rows=np.int64(table.shape[0]), row_bytes=np.int64(table.shape[1] * table.dtype.itemsize))
 
 
@@ -480,7 +495,7 @@ def write_rows(table: HostTable, block: jax.Array, first: jax.Array) -> jax.Arra
                          f"{block.dtype}{list(block.shape)}")
     count = jax.ShapeDtypeStruct((), jnp.int32)
     return jax.ffi.ffi_call(_WRITE, count, has_side_effect=True)(
-        block, jnp.asarray(first, jnp.int32), address=np.int64(table.array.ctypes.data),
+        block, jnp.asarray(first, jnp.int32), table=np.int64(table.number),
         rows=np.int64(table.shape[0]), row_bytes=np.int64(table.shape[1] * table.dtype.itemsize))
 
 

@@ -1,8 +1,8 @@
 // Row gathers from a feature table kept in host memory, as XLA FFI handlers.
 //
 // `zerognn_host_rows(ids int32[C], valid bool[C], order int32[C]) -> out[C, width]` with
-// attributes `address` (the table's first byte), `rows` (its row count) and `row_bytes`:
-// row c of `out` is row ids[c] of the table, or zeros where valid[c] is false or ids[c]
+// attributes `table` (the number the table was bound under, below), `rows` (its row count)
+// and `row_bytes`: row c of `out` is row ids[c] of the table, or zeros where valid[c] is false or ids[c]
 // lies outside [0, rows). `order` is a permutation of [0, C) in which the rows are read
 // (ids ascending: GPU reads of host memory in address order run 1.8-2.4x faster over PCIe
 // than in random order, measured in docs/host_features.md). The table is never an XLA
@@ -10,9 +10,15 @@
 //
 // `zerognn_rows_to_host(block[R, width], first int32[]) -> written int32[]`, the other
 // way (exact inference's layer outputs, training/evaluate.py): rows [first, first + R)
-// of the table at `address` get the block's rows, those outside [0, rows) are skipped,
+// of the table get the block's rows, those outside [0, rows) are skipped,
 // and `written` counts the rows stored. `first` is read where it lies (on the device in
 // a GPU program), so one compiled loop writes every chunk of a layer without the host.
+//
+// A program names its table by a number, not by its address: `zg_bind(table, address)`
+// binds the number when the table is made and `zg_unbind` when it is collected, so two
+// processes that make their tables in the same order compile the same program (and
+// JAX's persistent compilation cache finds it), and a program run after its table is
+// gone fails with an error instead of reading freed memory.
 //
 // Built by ops/host_rows.py: with a C++ compiler for the CPU handler alone, and with
 // nvcc (this file as CUDA) for the CUDA handler as well, whose kernel reads page-locked
@@ -21,7 +27,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "xla/ffi/api/ffi.h"
@@ -29,6 +37,25 @@
 namespace ffi = xla::ffi;
 
 namespace {
+
+std::mutex bound_mutex;
+std::unordered_map<int64_t, int64_t>& Bound() {  // table number -> its first byte
+  static auto* bound = new std::unordered_map<int64_t, int64_t>();
+  return *bound;
+}
+
+// The address of table `table` into `address`, or an error naming `what` if none is bound.
+ffi::Error Address(int64_t table, const char* what, int64_t& address) {
+  std::lock_guard<std::mutex> hold(bound_mutex);
+  const auto found = Bound().find(table);
+  if (found == Bound().end()) {
+    return ffi::Error::InvalidArgument(
+        std::string(what) + ": host table " + std::to_string(table) +
+        " is not held any more (a program ran after its HostTable was collected)");
+  }
+  address = found->second;
+  return ffi::Error::Success();
+}
 
 // Checks shared by both handlers; the out buffer must hold exactly C rows.
 ffi::Error CheckShapes(const ffi::Buffer<ffi::S32>& ids, const ffi::Buffer<ffi::PRED>& valid,
@@ -73,7 +100,7 @@ auto HostRowsSignature(Binding bind) {
       .template Arg<ffi::Buffer<ffi::PRED>>()  // valid
       .template Arg<ffi::Buffer<ffi::S32>>()   // order
       .template Ret<ffi::AnyBuffer>()          // out
-      .template Attr<int64_t>("address")
+      .template Attr<int64_t>("table")
       .template Attr<int64_t>("rows")
       .template Attr<int64_t>("row_bytes");
 }
@@ -84,15 +111,18 @@ auto RowsToHostSignature(Binding bind) {
       .template Arg<ffi::AnyBuffer>()         // block
       .template Arg<ffi::Buffer<ffi::S32>>()  // first
       .template Ret<ffi::Buffer<ffi::S32>>()  // written
-      .template Attr<int64_t>("address")
+      .template Attr<int64_t>("table")
       .template Attr<int64_t>("rows")
       .template Attr<int64_t>("row_bytes");
 }
 
 ffi::Error HostRowsCpu(ffi::Buffer<ffi::S32> ids, ffi::Buffer<ffi::PRED> valid,
                        ffi::Buffer<ffi::S32> order, ffi::Result<ffi::AnyBuffer> out,
-                       int64_t address, int64_t rows, int64_t row_bytes) {
+                       int64_t number, int64_t rows, int64_t row_bytes) {
   ffi::Error err = CheckShapes(ids, valid, order, *out, rows, row_bytes);
+  if (err.failure()) return err;
+  int64_t address = 0;
+  err = Address(number, "zerognn_host_rows", address);
   if (err.failure()) return err;
   const char* table = reinterpret_cast<const char*>(address);
   char* dst = static_cast<char*>(out->untyped_data());
@@ -116,9 +146,12 @@ ffi::Error HostRowsCpu(ffi::Buffer<ffi::S32> ids, ffi::Buffer<ffi::PRED> valid,
 }
 
 ffi::Error RowsToHostCpu(ffi::AnyBuffer block, ffi::Buffer<ffi::S32> first,
-                         ffi::Result<ffi::Buffer<ffi::S32>> written, int64_t address,
+                         ffi::Result<ffi::Buffer<ffi::S32>> written, int64_t number,
                          int64_t rows, int64_t row_bytes) {
   ffi::Error err = CheckBlock(block, row_bytes);
+  if (err.failure()) return err;
+  int64_t address = 0;
+  err = Address(number, "zerognn_rows_to_host", address);
   if (err.failure()) return err;
   const int64_t n = static_cast<int64_t>(block.size_bytes()) / row_bytes;
   const int64_t r0 = first.typed_data()[0];
@@ -140,6 +173,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZgHostRowsCpu, HostRowsCpu,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ZgRowsToHostCpu, RowsToHostCpu,
                               RowsToHostSignature(ffi::Ffi::Bind()));
+
+extern "C" void zg_bind(int64_t table, int64_t address) {
+  std::lock_guard<std::mutex> hold(bound_mutex);
+  Bound()[table] = address;
+}
+
+extern "C" void zg_unbind(int64_t table) {
+  std::lock_guard<std::mutex> hold(bound_mutex);
+  Bound().erase(table);
+}
 
 #ifdef __CUDACC__
 
@@ -191,9 +234,12 @@ ffi::Error ByWord(int64_t address, int64_t row_bytes, const char* what, LaunchFn
 
 ffi::Error HostRowsCuda(cudaStream_t stream, ffi::Buffer<ffi::S32> ids,
                         ffi::Buffer<ffi::PRED> valid, ffi::Buffer<ffi::S32> order,
-                        ffi::Result<ffi::AnyBuffer> out, int64_t address, int64_t rows,
+                        ffi::Result<ffi::AnyBuffer> out, int64_t number, int64_t rows,
                         int64_t row_bytes) {
   ffi::Error err = CheckShapes(ids, valid, order, *out, rows, row_bytes);
+  if (err.failure()) return err;
+  int64_t address = 0;
+  err = Address(number, "zerognn_host_rows", address);
   if (err.failure()) return err;
   const int64_t n = static_cast<int64_t>(ids.element_count());
   return ByWord(address, row_bytes, "zerognn_host_rows", [&](auto word) {
@@ -228,9 +274,12 @@ __global__ void StoreRows(const Word* __restrict__ block, const int32_t* __restr
 
 ffi::Error RowsToHostCuda(cudaStream_t stream, ffi::AnyBuffer block,
                           ffi::Buffer<ffi::S32> first,
-                          ffi::Result<ffi::Buffer<ffi::S32>> written, int64_t address,
+                          ffi::Result<ffi::Buffer<ffi::S32>> written, int64_t number,
                           int64_t rows, int64_t row_bytes) {
   ffi::Error err = CheckBlock(block, row_bytes);
+  if (err.failure()) return err;
+  int64_t address = 0;
+  err = Address(number, "zerognn_rows_to_host", address);
   if (err.failure()) return err;
   const int64_t n = static_cast<int64_t>(block.size_bytes()) / row_bytes;
   return ByWord(address, row_bytes, "zerognn_rows_to_host", [&](auto word) {
