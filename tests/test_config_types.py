@@ -4,6 +4,7 @@ fields come in the parts of `GROUPS`."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import typing
 
 import numpy as np
@@ -77,3 +78,17 @@ def test_groups_hold_every_field_once_in_declared_order():
 
 def test_asdict_stays_flat():
     assert dataclasses.asdict(zg.TrainConfig(lr=0.01))["lr"] == 0.01
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"epoch": 3}, r"no option 'epoch' \(did you mean 'epochs'\?\); the options"),
+    ({"fanout": (5,), "lr_rate": 0.1},
+     r"no option 'fanout' \(did you mean 'fanouts'\?\); no option 'lr_rate'; the options"),
+])
+def test_an_unknown_option_names_the_closest_ones(options, message):
+    cfg = zg.TrainConfig()
+    for build in (lambda: zg.TrainConfig(**options),
+                  lambda: dataclasses.replace(cfg, **options)):
+        with pytest.raises(TypeError, match=message):
+            build()
+    assert "epochs: 'int'" in str(inspect.signature(zg.TrainConfig))  # help() still reads it

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import math
 
 import jax
@@ -381,6 +383,29 @@ class TrainConfig:
         if self.margin is None:  # EnvelopePolicy's own default margin, 1.1
             return EnvelopePolicy(multiple=self.multiple)
         return EnvelopePolicy(self.margin, self.multiple)
+
+
+def _naming_unknown_options(init):
+    """`TrainConfig.__init__`, refusing an option it does not have by a TypeError that
+    names the closest ones it has (a misspelt `epoch=3` suggests `epochs`)."""
+    fields = [field.name for field in dataclasses.fields(TrainConfig)]
+
+    @functools.wraps(init)
+    def checked(self, *args, **options):
+        unknown = [name for name in options if name not in fields]
+        if unknown:
+            def hint(name):
+                close = difflib.get_close_matches(name, fields, n=3, cutoff=0.75)
+                return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+            raise TypeError("TrainConfig has no option " + "; no option ".join(
+                f"{name!r}{hint(name)}" for name in unknown) + "; the options are "
+                "TrainConfig's fields (docs/api.md)")
+        init(self, *args, **options)
+
+    return checked
+
+
+TrainConfig.__init__ = _naming_unknown_options(TrainConfig.__init__)
 
 
 def _check_int32(cfg) -> None:
