@@ -294,13 +294,30 @@ def test_a_stop_at_an_epoch_left_unevaluated_evaluates_it_for_the_best_checkpoin
     assert more.summary["best"]["value"] == kept["val_acc"]
 
 
-def test_early_stopping_on_an_evaluated_metric_without_evaluation_is_refused(classes):
-    """It was accepted, and could never stop the run (best_metric is refused so)."""
-    with pytest.raises(ValueError, match=r"EarlyStopping's metric 'val_acc' needs evaluation, "
-                                         r"and eval_mode is 'none' \(it would never stop the "
-                                         r"run\): evaluate, or watch one of loss, "
-                                         r"train_batch_acc"):
-        zg.train(config(eval_mode="none"), classes, callbacks=[zg.EarlyStopping("val_acc")])
+@pytest.mark.parametrize("changes, why", [
+    ({"eval_mode": "none"}, "eval_mode is 'none'"),
+    ({"epochs": 3, "eval_every": 0}, "eval_every 0 evaluates the last of 3 epochs alone"),
+    ({"epochs": 3, "eval_every": 3}, "eval_every 3 evaluates the last of 3 epochs alone"),
+])
+def test_early_stopping_on_an_evaluated_metric_without_evaluation_is_refused(classes, changes,
+                                                                             why):
+    """It was accepted, and could never stop the run (best_metric is refused so); with
+    the last epoch alone evaluated, as with none."""
+    with pytest.raises(ValueError, match=f"EarlyStopping's metric 'val_acc' needs evaluation, "
+                                         f"and {why} \\(it would never stop the run\\): "
+                                         f"evaluate more often, or watch one of loss, "
+                                         f"train_batch_acc"):
+        zg.train(config(**changes), classes, callbacks=[zg.EarlyStopping("val_acc")])
+
+
+def test_one_early_stopping_serves_run_after_run(classes):
+    """It kept the best value of the run before: the second run, whose first loss ties the
+    first run's best, was stopped at its epoch 0."""
+    stop = zg.EarlyStopping("loss", patience=1, mode="max")  # epoch 0 stays best
+    cfg = config(epochs=4, eval_mode="none")
+    for _ in range(2):
+        assert zg.train(cfg, classes, callbacks=[stop]).summary["stopped_early"] == \
+            {"epoch": 1, "by": "EarlyStopping"}
 
 
 def test_early_stopping_counts_on_across_a_resume(tmp_path, classes):

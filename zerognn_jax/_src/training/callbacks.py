@@ -6,7 +6,9 @@ metrics log: "epoch", "loss", "train_batch_acc" ("train_batch_pair_acc" for link
 prediction: the task's `score_name`), the evaluated "val_acc", ... when that epoch was
 evaluated). A true return value stops training after this epoch; the run then
 evaluates and writes its summary as usual, with "stopped_early" set. Every callback sees
-every record (they are all called before the stop is taken). A resumed run first shows
+every record (they are all called before the stop is taken). A callback with a `reset()`
+method has it called when a run starts, before any record (`EarlyStopping` forgets the
+best value and the patience spent of an earlier run). A resumed run first shows
 the records it holds to its `EarlyStopping` callbacks (`replay_early_stopping`), so that
 a resumed run stops where the uninterrupted one would, and one they stopped stays
 stopped when run again; other callbacks see the epochs completed from then on.
@@ -48,6 +50,11 @@ class EarlyStopping:
         self.mode = mode or best_mode(metric)
         if self.mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets the records seen: `train` calls it when a run starts, so that one
+        instance serves run after run."""
         self.best, self.best_epoch, self.waited = None, None, 0
 
     def __call__(self, record: dict) -> bool:
@@ -72,6 +79,14 @@ def check_callbacks(callbacks) -> tuple[Callable, ...]:
             raise TypeError(f"a callback must be callable with the epoch record, got "
                             f"{type(cb).__name__}")
     return callbacks
+
+
+def reset_callbacks(callbacks: Sequence[Callable]) -> None:
+    """Calls the `reset()` of every callback that has one (a run is starting)."""
+    for cb in callbacks:
+        reset = getattr(cb, "reset", None)
+        if callable(reset):
+            reset()
 
 
 def replay_early_stopping(callbacks: Sequence[Callable], records) -> str | None:

@@ -38,6 +38,7 @@ from zerognn_jax._src.training.callbacks import (
     EarlyStopping,
     check_callbacks,
     replay_early_stopping,
+    reset_callbacks,
     run_callbacks,
 )
 from zerognn_jax._src.training.checks import (
@@ -504,6 +505,7 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
     interrupts.check("loading the data")
     _check_typed_options(cfg, dataset)
     _check_metrics(cfg, program.task, dataset, user.callbacks)
+    reset_callbacks(user.callbacks)
     ckpt = None
     if cfg.checkpoint_dir:
         from zerognn_jax._src.training.checkpoint import Checkpointer  # orbax takes ~1 s
@@ -786,11 +788,14 @@ def _check_metrics(cfg, task, dataset, callbacks=()) -> None:
               if isinstance(cb, EarlyStopping)]
     trained = ["loss", f"train_batch_{getattr(task, 'score_name', 'acc')}"]
     evaluated = ("train_", "val_", "test_")  # (a record's own entries are not)
+    # the last epoch alone is evaluated: a stop there stops nothing
+    unevaluated = "eval_mode is 'none'" if cfg.eval_mode == "none" else \
+        f"eval_every {cfg.eval_every} evaluates the last of {cfg.epochs} epochs alone" \
+        if cfg.epochs > 1 and (cfg.eval_every == 0 or cfg.eval_every >= cfg.epochs) else None
     for what, metric, watches in asked:  # (best_metric: refused by TrainConfig)
-        if watches and cfg.eval_mode == "none" and metric not in trained \
-                and metric.startswith(evaluated):
-            raise ValueError(f"{what} needs evaluation, and eval_mode is 'none' (it would "
-                             f"never stop the run): evaluate, or watch one of "
+        if watches and unevaluated and metric not in trained and metric.startswith(evaluated):
+            raise ValueError(f"{what} needs evaluation, and {unevaluated} (it would never "
+                             f"stop the run): evaluate more often, or watch one of "
                              f"{', '.join(trained)}")
     if not asked or listed is None:
         return
