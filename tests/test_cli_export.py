@@ -36,6 +36,7 @@ def test_the_artifact_gives_the_checkpointed_models_outputs(run, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert printed["arguments"] == ["indptr", "indices", "features", "seeds", "valid", "key"]
     assert printed["bytes"] == out.stat().st_size and printed["batch_size"] == 16
+    assert printed["features_row_normalized"] is False  # tiny's rows are served as stored
     call = jax.export.deserialize(out.read_bytes()).call
     p, v, d = result.program, result.variables, result.data
     seeds, valid, key = jnp.arange(16, dtype=jnp.int32), jnp.arange(16) < 10, jnp.uint32(3)
@@ -150,6 +151,7 @@ def test_a_graph_level_run_exports_with_its_rows_per_call(tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert printed["arguments"] == ["node_features", "edge_features", "senders",
                                     "receivers", "n_node", "n_edge"]
+    assert "features_row_normalized" not in printed  # whole graphs, as given
     art = zg.ExportedModel(jax.export.deserialize(out.read_bytes()), 2,
                            tuple(printed["arguments"]))
     assert art.exported.in_avals[0].shape[0] == 120

@@ -78,7 +78,26 @@ def test_a_node_summary_keeps_its_sampling_entries_and_says_why_the_table_is_the
     assert summary["fanouts"] == [3, 2] and summary["sampler"] == "uniform"
     assert set(summary["layout"]) == {"layout", "why"} and summary["layout"]["why"]
     assert placement_of(summary) == NO_LIMIT
+    assert summary["features_row_normalized"] is False
     assert as_json(summary) == summary
+
+
+@pytest.mark.parametrize("name, changes, normalized", [
+    ("cora", {}, True),  # Planetoid's, by name
+    ("cora", {"normalize_features": False}, False),
+    ("cora", {"task": "link"}, False),  # as GAE trains
+    ("small", {"normalize_features": True}, True),
+])
+def test_the_summary_says_whether_the_features_were_row_normalized(homo, name, changes,
+                                                                    normalized):
+    """By default a dataset named as a Planetoid one trains on row-normalised features,
+    which `result.data.features` holds and an exported model must be served with; the
+    summary said nothing of it."""
+    dataset = dataclasses.replace(homo, name=name, features=np.abs(homo.features))
+    result = zg.train(zg.TrainConfig(**{**QUICK, **changes}), dataset)
+    assert result.summary["features_row_normalized"] is normalized
+    sums = np.asarray(result.data.features).sum(1)
+    assert np.allclose(sums, 1, atol=1e-6) == normalized
 
 
 def test_a_graph_summary_has_no_sampling_entries():
@@ -89,7 +108,7 @@ def test_a_graph_summary_has_no_sampling_entries():
     with pytest.warns(zg.IgnoredOptionWarning, match="evaluates whole graphs"):
         summary = zg.train(cfg, molecules).summary
     assert summary["eval_mode"] == "full"  # how it evaluates, whatever was asked
-    assert not {"fanouts", "sampler", "layout"} & set(summary)
+    assert not {"fanouts", "sampler", "layout", "features_row_normalized"} & set(summary)
     assert placement_of(summary) == {
         "feature_placement": "device",
         "feature_placement_why": "graph tasks keep their graphs' features there"}

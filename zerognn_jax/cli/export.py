@@ -12,7 +12,9 @@ The run's configuration and dataset come from what the checkpoint records, as
 saved to a file (`zg.save_npz`, `save_dir`, `save_hetero_npz`, `save_graphs`) and given
 as `--dataset FILE`. The artifact is written whole or not at all; its argument names
 are printed as one JSON object on stdout
-(`jax.export.deserialize(bytes).call(...)` takes them in that order). Errors print
+(`jax.export.deserialize(bytes).call(...)` takes them in that order), with
+`features_row_normalized` where the run trained on its feature rows each divided by
+its sum (Planetoid's by default): the features a server passes must be so too. Errors print
 `zerognn: error: ...` on stderr and exit with 2, or 1 where the file could not be
 written.
 """
@@ -128,5 +130,7 @@ def run_export(args) -> int:
         interrupts.check(f"writing {args.out}")
     print(json.dumps({"out": str(args.out), "bytes": len(blob), "batch_size": art.batch_size,
                       "arguments": list(art.arguments),
-                      "platforms": list(art.exported.platforms)}))
+                      "platforms": list(art.exported.platforms),
+                      **{k: v for k, v in result.summary.items()
+                         if k == "features_row_normalized"}}))
     return 0

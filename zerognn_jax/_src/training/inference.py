@@ -43,6 +43,7 @@ from zerognn_jax._src.training.trainer import (
     asked_global_batch,
     prepare,
     relations_of,
+    row_normalizes,
     same_level0,
     with_model,
 )
@@ -125,6 +126,8 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
     summary = {"checkpoint": str(directory), "epoch": last, "best": meta.get("best"),
                **{k: v for k, v in (history[-1] if history else {}).items()
                   if k.startswith(("train_", "val_", "test_", "loss"))}}
+    if (normalized := row_normalizes(cfg, dataset, program.task)) is not None:
+        summary["features_row_normalized"] = normalized  # what `data.features` holds
     return TrainResult(_variables(state), history, summary, program, data, state, dataset)
 
 

@@ -119,6 +119,19 @@ class TrainResult:
                 f"epochs={len(self.history or ())}{scores})")
 
 
+def row_normalizes(cfg: TrainConfig, dataset, task) -> bool | None:
+    """Whether the run trains on its feature rows each divided by its sum: as
+    `normalize_features` says, or by default where the dataset's name is a Planetoid one
+    and the task asks for it (node tasks, as in the GCN paper; not link prediction, as in
+    GAE: docs/link_prediction.md). None for a task that samples no neighbourhoods (graph
+    batches, whose node rows stay as given)."""
+    if not getattr(task, "samples_neighbours", True):
+        return None
+    if cfg.normalize_features is not None:
+        return cfg.normalize_features
+    return dataset.name in PLANETOID and task.row_normalizes_planetoid
+
+
 def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optimizer=None,
             loss=None):
     """Loads the data and builds (dataset, device data, step program).
@@ -167,10 +180,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         raise ValueError(f"dataset {dataset.name!r} has no feature columns (features "
                          f"{list(feats.shape)}) and the run learns no node embedding: set "
                          f"embedding_dim (--embedding-dim) or give the nodes features")
-    norm = cfg.normalize_features
-    # By default Planetoid features are row-normalised where the task asks for it (node
-    # tasks, as in the GCN paper; not link prediction, as in GAE: docs/link_prediction.md).
-    if norm or (norm is None and dataset.name in PLANETOID and task.row_normalizes_planetoid):
+    if row_normalizes(cfg, dataset, task):
         feats = row_normalize(feats)
     targets = task.device_targets(dataset)
     edge_dim = _edge_dim(cfg, dataset, user_model=model is not None)
@@ -688,6 +698,8 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             final = evaluate(cfg, program, _variables(state), data, dataset)
         notes = _notes(cfg, program, user, best, stopped, history)
         notes.update(_placement_entries(program, data))
+        if (normalized := row_normalizes(cfg, dataset, program.task)) is not None:
+            notes["features_row_normalized"] = normalized
         if cfg.engine == "scan":
             notes["sample_ahead"] = steps_ahead(cfg.sample_ahead, data.features)
         if is_host_resident(data.features):
