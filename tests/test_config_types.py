@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import typing
 
 import numpy as np
 import pytest
@@ -15,7 +14,6 @@ from zerognn_jax._src.training.config import GROUPS
 from zerognn_jax._src.training.config_types import ConfigTypeError
 
 FIELDS = dataclasses.fields(zg.TrainConfig)
-HINTS = typing.get_type_hints(zg.TrainConfig)
 
 # Wrong values per annotation: for ints a float, a numeric string and a bool.
 WRONG = {
