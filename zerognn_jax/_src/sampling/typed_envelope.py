@@ -104,15 +104,15 @@ def seed_level(seed_type, batch_size) -> dict[str, int]:
 
 def _sizes_from(config: TypedSamplerConfig, seed_type, batch_size,
                 want) -> TypedEnvelope:
-    """The envelope whose level h + 1 capacity of type t is `want(hop, t, prev, caps)`,
-    made non-decreasing per type; positional hops get their exact sizes."""
+    """The envelope whose level h + 1 capacity of type t is `want(hop, t)`, made
+    non-decreasing per type; positional hops get their exact sizes."""
     levels, prev = [], seed_level(seed_type, batch_size)
     for hop, step in enumerate(config.plan(seed_type)):
         caps = {}
         for t in step.types:
             exact = prev.get(t, 0) + sum(prev[r[2]] * config.slots(r, hop)
                                          for r in step.relations if r[0] == t)
-            size = exact if config.positional[hop] else want(hop, t, exact)
+            size = exact if config.positional[hop] else want(hop, t)
             caps[t] = max(size, prev.get(t, 0), 1)
         levels.append(tuple(caps.items()))
         prev = caps
@@ -132,7 +132,7 @@ def typed_conservative(config: TypedSamplerConfig, seed_type, batch_size,
              for t in step.types}
         bounds.append(b)
     return _sizes_from(config, seed_type, batch_size,
-                       lambda hop, t, exact: round_up(max(bounds[hop][t], 1), policy.multiple))
+                       lambda hop, t: round_up(max(bounds[hop][t], 1), policy.multiple))
 
 
 def typed_tree_sizes(config: TypedSamplerConfig, seed_type, batch_size) -> TypedEnvelope:
@@ -146,7 +146,7 @@ def fit_typed_envelope(config: TypedSamplerConfig, envelope: TypedEnvelope) -> T
     least the capacities before it."""
     caps = {hop: dict(level) for hop, level in enumerate(envelope.capacities)}
     return _sizes_from(config, envelope.seed_type, envelope.batch_size,
-                       lambda hop, t, exact: caps[hop][t])
+                       lambda hop, t: caps[hop][t])
 
 
 def typed_from_counts(config: TypedSamplerConfig, seed_type, batch_size,
@@ -155,7 +155,7 @@ def typed_from_counts(config: TypedSamplerConfig, seed_type, batch_size,
     """Capacities margin x `counts[type][level]` (the largest counts seen), rounded up
     and capped by the safe envelope `safe`."""
     bound = {hop: dict(level) for hop, level in enumerate(safe.capacities)}
-    return _sizes_from(config, seed_type, batch_size, lambda hop, t, exact: min(
+    return _sizes_from(config, seed_type, batch_size, lambda hop, t: min(
         round_up(max(int(counts[t][hop + 1]), 1) * policy.margin, policy.multiple),
         bound[hop][t]))
 
@@ -166,7 +166,7 @@ def typed_served(config: TypedSamplerConfig, envelope: TypedEnvelope, safe: Type
     to a size that requests share (`bucket`, at most `safe`'s) and at least `before`'s
     (what earlier requests of the same seeds were served with, or None), so that
     requests seldom need a program of their own; positional hops at their exact sizes."""
-    def size(hop, t, exact):
+    def size(hop, t):
         cap = min(bucket(envelope.level(hop + 1)[t]), safe.level(hop + 1)[t])
         return cap if before is None else max(cap, before.level(hop + 1)[t])
 
@@ -198,7 +198,7 @@ def grow_typed(envelope: TypedEnvelope, config: TypedSamplerConfig,
                 grown = max(grown, want / cap)
             sizes[hop, t] = want
         ratio = grown
-    def size(hop, t, exact):
+    def size(hop, t):
         grown = round_up(max(sizes[hop, t], 1), policy.multiple)
         if num_nodes is None:
             return grown
