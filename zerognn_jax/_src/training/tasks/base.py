@@ -287,8 +287,9 @@ class ScoresPairs(Protocol):
 
 
 class ItemsAreLevel0:
-    """For tasks whose level 0 is the step's items themselves, one row each (graphs of
-    a collection, target nodes of a typed graph): the `Task` methods that say so."""
+    """For tasks whose level 0 is the step's items themselves, one row each (training
+    nodes, graphs of a collection, target nodes of a typed graph): the `Task` methods
+    that say so."""
 
     def train_items(self, dataset):
         return dataset.train_idx

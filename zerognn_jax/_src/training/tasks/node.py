@@ -18,8 +18,7 @@ import numpy as np
 
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.loaders import load_dataset
-from zerognn_jax._src.sampling.steps import ItemLevel
-from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch
+from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.link_metrics import any_nan, roc_auc
 from zerognn_jax._src.training.tasks.losses import (
     LOSSES,
@@ -37,7 +36,7 @@ METRICS = {"classes": ("acc",), "multilabel": ("acc", "f1", "rocauc"),
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class NodeTask:
+class NodeTask(ItemsAreLevel0):
     """Supervised learning on the training nodes: one output row per seed (`Task`).
 
     Attributes:
@@ -88,18 +87,6 @@ class NodeTask:
         if dataset.targets is not None:
             return dataset.targets
         return np.maximum(dataset.labels, 0).astype(np.int32)
-
-    def train_items(self, dataset: Dataset):
-        """The rows the engines shuffle into steps: the training node ids."""
-        return dataset.train_idx
-
-    def seed_capacity(self, batch_size: int) -> int:
-        return batch_size
-
-    def seed_level(self, items, valid, key, capacity: int) -> ItemLevel:
-        """The step's items are its seeds."""
-        del key, capacity  # nothing drawn; level 0 is the batch
-        return ItemLevel(items, valid)
 
     def batch(self, data, items, valid, key, level) -> TaskBatch:
         """Targets are the items' rows of `data.targets`."""
