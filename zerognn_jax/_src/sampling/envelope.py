@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
+
+from zerognn_jax._src.data.checks import is_int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +69,7 @@ class Envelope:
 
     def __post_init__(self):
         for c in (self.batch_size, *self.capacities):
-            if isinstance(c, bool) or not isinstance(c, numbers.Integral):
+            if not is_int(c):
                 raise ValueError(f"capacities and batch_size must be integers, got {c!r}")
         object.__setattr__(self, "batch_size", int(self.batch_size))
         object.__setattr__(self, "capacities", tuple(int(c) for c in self.capacities))
