@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import os
 import re
 import sys
 import types
@@ -177,6 +178,19 @@ def test_storage_round_trip(tmp_path, suffix):
         path = zg.save_graphs(c, tmp_path / f"{kind}{suffix}")
         back = zg.load_graphs(str(path))
         assert same(c, back) and back.target_kind == kind
+
+
+def test_a_saved_directory_has_every_file_synced(tmp_path, monkeypatch):
+    """As a dataset directory's: a crash after the swap leaves no file half on disk."""
+    synced, real_fsync = set(), os.fsync
+
+    def fsync(fd):
+        synced.add(os.fstat(fd).st_ino)  # a rename keeps a file's inode
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    saved = zg.save_graphs(tiny(), tmp_path / "d")
+    assert synced == {f.stat().st_ino for f in saved.iterdir()}
 
 
 def test_storage_refuses_other_files(tmp_path):

@@ -13,16 +13,14 @@ JSON document of the rest:
   targets                      float32[G, T] or int32[G]
   train_idx, val_idx, test_idx int32[*]
 
-A directory is written under a temporary name and renamed into place when complete;
-a file is replaced atomically. Its arrays load memory-mapped.
+A directory is written under a temporary name, synced and renamed into place when
+complete; a file is replaced atomically. Its arrays load memory-mapped.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -32,11 +30,8 @@ from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.writes import (
     GRAPHS_FORMAT,
     atomic_write,
-    part_prefix,
     refuse_foreign,
-    swap_in,
-    umask,
-    writing,
+    staged_dir,
 )
 
 FORMAT, VERSION = GRAPHS_FORMAT, 1
@@ -71,18 +66,10 @@ def save_graphs(collection: GraphCollection, path: str | os.PathLike, *,
         with atomic_write(path, "graph collection file") as f:
             np.savez(f, meta=np.str_(json.dumps(_meta(collection))), **_arrays(collection))
         return path
-    with writing("graph collection directory", path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=part_prefix(path), suffix=".part"))
-        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it 0700
-        try:
-            for key, values in _arrays(collection).items():
-                np.save(tmp / f"{key}.npy", values)
-            (tmp / "meta.json").write_text(json.dumps(_meta(collection)))
-            swap_in(tmp, path, what, overwrite=overwrite)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+    with staged_dir(path, what, overwrite=overwrite) as tmp:
+        for key, values in _arrays(collection).items():
+            np.save(tmp / f"{key}.npy", values)
+        (tmp / "meta.json").write_text(json.dumps(_meta(collection)))
     return path
 
 

@@ -35,8 +35,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,13 +47,9 @@ from zerognn_jax._src.data.tables import BFLOAT16
 from zerognn_jax._src.data.writes import (
     META,
     atomic_write,
-    part_prefix,
     refuse_foreign,
     require_npz_suffix,
-    swap_in,
-    umask,
-    write_error,
-    writing,
+    staged_dir,
 )
 
 __all__ = ["atomic_write", "load_arrays", "load_dir", "load_npz", "save_dir", "save_npz",
@@ -223,26 +217,12 @@ def write_dir(path: str | os.PathLike, name: str, num_classes: int, *,
     path = Path(path)
     if not overwrite:
         refuse_foreign(path, "dataset directory", folder=True)
-    with writing("dataset directory", path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=part_prefix(path), suffix=".part"))
-        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it 0700
-    try:
+    with staged_dir(path, "dataset directory", overwrite=overwrite) as tmp:
         writer = DatasetWriter(tmp, accepts)
         writer.meta.update(name=name, num_classes=int(num_classes))
         yield writer
         with open(tmp / META, "w") as f:
             json.dump(writer.meta, f, indent=1)
-        for file in tmp.iterdir():
-            with open(file, "rb+") as f:
-                os.fsync(f.fileno())
-        swap_in(tmp, path, "dataset directory", overwrite=overwrite)
-    except OSError as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise write_error("dataset directory", path, err) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def save_dir(dataset: Dataset, path: str | os.PathLike, *, overwrite: bool = False) -> Path:

@@ -254,6 +254,30 @@ def swap_in(tmp: Path, path: Path, what: str, *, overwrite: bool) -> None:
     remove_stale_parts(path)
 
 
+@contextlib.contextmanager
+def staged_dir(path: Path, what: str, *, overwrite: bool) -> Iterator[Path]:
+    """Yields a new empty folder beside `path` for the block to fill; it replaces `path`.
+
+    The folder gets the permissions the umask leaves of 0o777. Once the block ends
+    without an exception, its files are synced and it is renamed into place (`swap_in`,
+    which `overwrite` is passed to); otherwise it is deleted: readers see a complete
+    folder or none. An OSError becomes a `WriteError` naming `what` and `path`.
+    """
+    with writing(what, path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=part_prefix(path), suffix=".part"))
+        try:
+            os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it 0700
+            yield tmp
+            for file in tmp.iterdir():
+                with open(file, "rb+") as f:
+                    os.fsync(f.fileno())
+            swap_in(tmp, path, what, overwrite=overwrite)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
 def remove_path(path: Path) -> None:
     """Removes a file, link or folder tree at `path`, if any (errors ignored)."""
     if path.is_symlink() or path.is_file():
