@@ -110,7 +110,7 @@ def _hop(c: int, k: int, n: int, count: int, seed: int):
     r = _rng(2, seed)
     frontier = r.permutation(n)[:c].astype(np.int32)
     frontier[count:] = 0
-    block = pk_relabel.slots_per_program(c, k)
+    block, _ = pk_relabel.hop_launch(c, k)
     assert block <= n
     flat = np.concatenate([r.permutation(n)[:block] for _ in range(-(-c * k // block))])
     mask = r.random(c * k) < 0.75

@@ -38,9 +38,10 @@ TILING = Tiling(block_rows=1024, num_warps=4)
 MAX_POSITIONS = 2**24
 
 
-def slots_per_program(c: int, k: int) -> int:
-    """Flattened neighbour slots one program handles for a [c, k] hop (tests use it)."""
-    return launch(TILING, c * k, 1)[0]
+def hop_launch(c: int, k: int):
+    """(flattened neighbour slots per program, compiler params) of the kernels of a
+    [c, k] hop; the tests read the block to build hops that fill it."""
+    return launch(TILING, c * k, 1)
 
 
 def _block(block: int, size: int):
@@ -127,7 +128,7 @@ def relabel(
     _check(frontier, nbr, mask, capacity)
     c, k = nbr.shape
     m = c * k
-    block, params = launch(TILING, m, 1)
+    block, params = hop_launch(c, k)
     grid = (cdiv(m, block),)
     call = functools.partial(pl.pallas_call, grid=grid, compiler_params=params, interpret=interpret)
     i32 = functools.partial(jax.ShapeDtypeStruct, dtype=jnp.int32)
