@@ -29,7 +29,7 @@ import numpy as np
 
 from zerognn_jax._src.data.checks import at_least_one
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
-from zerognn_jax._src.data.links import OGBL, LinkSplit, load_ogbl, random_link_split
+from zerognn_jax._src.data.links import OGBL, EvalEdges, LinkSplit, load_ogbl, random_link_split
 from zerognn_jax._src.data.loaders import load_dataset
 from zerognn_jax._src.nn.link_heads import LinkModel, make_decoder
 from zerognn_jax._src.ops.registry import XLA, Kernels
@@ -303,16 +303,27 @@ class LinkTask:
     def evaluate(self, predictor: Predictor, dataset: Dataset) -> dict:
         """Validation and test metrics of the split from every node's embedding."""
         del dataset
-        h, _ = self.pair_table(predictor)
-        out = {}
-        for name in EVAL_SPLITS:
-            edges = getattr(self.split, name)
-            metrics = dict.fromkeys(metric_names(self.metric))  # None: a split without pairs
-            if edges.pos.shape[0]:
-                metrics = split_metrics(predictor.program.model, predictor.variables, h,
-                                        edges, self.metric)
-            out.update({f"{name}_{k}": v for k, v in metrics.items()})
-        return out
+        return evaluate_pairs(self, predictor)
+
+
+def evaluate_pairs(task, predictor: Predictor) -> dict:
+    """{"<split>_<metric>": value} of the validation and test pairs of `task.split`
+    (`metric_names(task.metric)`, None for a split without pairs), scored from the
+    embeddings of `task.pair_table` (`ScoresPairs`): a pair (u, v) reads rows u and
+    offset + v."""
+    table, shift = task.pair_table(predictor)
+    out = {}
+    for name in EVAL_SPLITS:
+        edges = getattr(task.split, name)
+        metrics = dict.fromkeys(metric_names(task.metric))  # None: a split without pairs
+        if edges.pos.shape[0]:
+            if shift:  # the destinations' rows follow the sources'
+                edges = EvalEdges(edges.pos + [0, shift], edges.neg + [0, shift],
+                                  edges.neg_dst + shift)
+            metrics = split_metrics(predictor.program.model, predictor.variables, table,
+                                    edges, task.metric)
+        out.update({f"{name}_{k}": v for k, v in metrics.items()})
+    return out
 
 
 def link_data(cfg, dataset: Dataset | None = None) -> tuple[Dataset, LinkSplit]:

@@ -40,7 +40,6 @@ from zerognn_jax._src.data.hetero_links import (
     reverse_of,
     typed_link_split,
 )
-from zerognn_jax._src.data.links import EvalEdges
 from zerognn_jax._src.data.loaders import load_hetero_dataset
 from zerognn_jax._src.nn.link_heads import OnTypesLink, make_decoder
 from zerognn_jax._src.ops.registry import Kernels
@@ -56,12 +55,12 @@ from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch
 from zerognn_jax._src.training.tasks.link import (
     EVAL_SPLITS,
     check_link_options,
+    evaluate_pairs,
     metric_names,
     pair_member,
     pair_weights,
     sorted_pairs,
 )
-from zerognn_jax._src.training.tasks.link_metrics import split_metrics
 from zerognn_jax._src.training.tasks.losses import label_accuracy, sigmoid_cross_entropy
 from zerognn_jax._src.training.tasks.typed_eval import exact_outputs, sampled_logits
 from zerognn_jax._src.training.tasks.typed_node import (
@@ -364,18 +363,7 @@ class TypedLinkTask(TypedNodeTask):
         """Validation and test metrics of the split's pairs, from every node's embedding
         (both end types; exact or sampled, the predictor's mode)."""
         del dataset
-        table, shift = self.pair_table(predictor)
-        out = {}
-        for name in EVAL_SPLITS:
-            edges = getattr(self.split, name)
-            metrics = dict.fromkeys(metric_names(self.metric))  # None: a split without pairs
-            if edges.pos.shape[0]:
-                moved = EvalEdges(edges.pos + [0, shift], edges.neg + [0, shift],
-                                  edges.neg_dst + shift)
-                metrics = split_metrics(predictor.program.model, predictor.variables, table,
-                                        moved, self.metric)
-            out.update({f"{name}_{k}": v for k, v in metrics.items()})
-        return out
+        return evaluate_pairs(self, predictor)
 
 
 def _exact(predictor: Predictor) -> bool:
