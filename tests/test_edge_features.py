@@ -170,6 +170,10 @@ def test_a_saved_link_split_reloads_its_edge_features(tmp_path, dtype):
 
     split = random_link_split(_featured_ring(dtype=dtype), val=0.2, test=0.2, seed=1)
     split.save(tmp_path / "s.npz")
+    with np.load(tmp_path / "s.npz") as stored:  # the layout of files saved before
+        assert str(stored["train_edge_features_dtype"]) == np.dtype(dtype).name
+        bits = np.uint16 if dtype == BFLOAT16 else dtype
+        assert stored["train_edge_features"].dtype == bits
     back = LinkSplit.load(tmp_path / "s.npz")
     assert back.graph.edge_features.dtype == dtype
     assert np.array_equal(back.graph.indices, split.graph.indices)

@@ -41,7 +41,8 @@ import numpy as np
 from zerognn_jax._src.data.checks import check_seed
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.ogb import _load_text  # the gzipped-CSV reader of ogbn
-from zerognn_jax._src.data.tables import BFLOAT16, edge_feature_table
+from zerognn_jax._src.data.storage import put_table, stored_table
+from zerognn_jax._src.data.tables import edge_feature_table
 from zerognn_jax._src.data.undirected import (
     canonical_pairs,
     symmetric_graph,
@@ -111,12 +112,9 @@ class LinkSplit:
         for s in SPLITS:
             for k in ("pos", "neg", "neg_dst"):
                 arrays[f"{s}_{k}"] = getattr(getattr(self, s), k)
-        if self.graph.edge_features is not None:  # bfloat16 goes as its uint16 bits
-            table = np.asarray(self.graph.edge_features)[
-                edge_positions(self.graph, self.train[:, 0], self.train[:, 1])]
-            arrays["train_edge_features_dtype"] = np.str_(table.dtype.name)
-            arrays["train_edge_features"] = table.view(np.uint16) \
-                if table.dtype == BFLOAT16 else table
+        if self.graph.edge_features is not None:
+            put_table(arrays, "train_edge_features", np.asarray(self.graph.edge_features)[
+                edge_positions(self.graph, self.train[:, 0], self.train[:, 1])])
         path = Path(path)
         path = path if path.suffix == ".npz" else path.with_name(f"{path.name}.npz")
         with atomic_write(path, "link split file") as f:
@@ -130,11 +128,7 @@ class LinkSplit:
             n = int(f["num_nodes"])
             evals = {s: EvalEdges(*(f[f"{s}_{k}"] for k in ("pos", "neg", "neg_dst")))
                      for s in SPLITS}
-            table = None
-            if "train_edge_features" in f.files:
-                table = f["train_edge_features"]
-                if str(f["train_edge_features_dtype"]) == "bfloat16":
-                    table = table.view(BFLOAT16)
+            table = stored_table(f, "train_edge_features")
             return cls(f["train"], training_graph(f["train"], n, table), evals["val"],
                        evals["test"], n)
 

@@ -85,9 +85,9 @@ def save_npz(dataset: Dataset, path: str | os.PathLike, *, overwrite: bool = Fal
     }
     if g.weights is not None:
         arrays["weights"] = np.asarray(g.weights)
-    _put_table(arrays, "features", np.asarray(dataset.features))
+    put_table(arrays, "features", np.asarray(dataset.features))
     if g.edge_features is not None:
-        _put_table(arrays, "edge_features", np.asarray(g.edge_features))
+        put_table(arrays, "edge_features", np.asarray(g.edge_features))
     if dataset.targets is not None:
         arrays["targets"] = dataset.targets
         arrays["target_kind"] = np.str_(dataset.target_kind)
@@ -129,25 +129,25 @@ def load_npz(path: str | os.PathLike) -> Dataset:
     try:
         return make_dataset(
             str(arrays["name"]), arrays["indptr"], arrays["indices"],
-            _stored_table(arrays, "features"), arrays["labels"], arrays["train_idx"],
+            stored_table(arrays, "features"), arrays["labels"], arrays["train_idx"],
             arrays["val_idx"], arrays["test_idx"],
             int(arrays["num_classes"]), weights=arrays.get("weights"),
             targets=arrays.get("targets"),
             target_kind=str(arrays["target_kind"]) if "target_kind" in arrays else None,
-            edge_features=_stored_table(arrays, "edge_features"),
+            edge_features=stored_table(arrays, "edge_features"),
         )
     except (TypeError, ValueError) as err:
         raise ValueError(f"{path} holds an invalid dataset: {err}") from err
 
 
-def _put_table(arrays: dict, key: str, table: np.ndarray) -> None:
+def put_table(arrays: dict, key: str, table: np.ndarray) -> None:
     """Puts `table` and its dtype's name (`<key>_dtype`) into a `.npz`'s `arrays`: .npy
     has no bfloat16, so its bits go as uint16."""
     arrays[f"{key}_dtype"] = np.str_(table.dtype.name)
     arrays[key] = table.view(np.uint16) if table.dtype == BFLOAT16 else table
 
 
-def _stored_table(arrays: dict, key: str):
+def stored_table(arrays: dict, key: str):
     """The table `key` of a `.npz`'s arrays (bfloat16 from its uint16 bits; files written
     before features had a dtype entry hold their features as they are), or None."""
     table = arrays.get(key)
