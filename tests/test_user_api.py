@@ -5,6 +5,7 @@ the best-validation checkpoint; epoch callbacks; TensorBoard scalars (docs/api.m
 from __future__ import annotations
 
 import dataclasses
+import types
 import struct
 import sys
 
@@ -210,6 +211,28 @@ def test_float_targets_with_an_empty_split_evaluate_to_null():
     assert s["val_f1"] is None and s["val_acc"] is None and s["test_f1"] is not None
 
 
+def test_each_split_reports_the_tasks_loss():
+    """The mean per-row loss of the task over a split's nodes, the user's loss where one
+    was given: PyG users stop on val_loss, which no node task reported."""
+    from zerognn_jax._src.training.tasks.node import split_metrics
+
+    rng = np.random.default_rng(0)
+    outputs = rng.standard_normal((6, 3)).astype(np.float32)
+    labels = np.array([2, 0, 1, 1, -1, 0])
+    ds = types.SimpleNamespace(targets=None, labels=labels)
+    ids = np.array([0, 2, 3])
+    want = -np.mean(jax.nn.log_softmax(outputs[:3])[np.arange(3), labels[ids]])
+    got = split_metrics(outputs[:3], ds, ids, zg.NodeTask().loss)
+    assert got["acc"] == np.mean(outputs[:3].argmax(-1) == labels[ids])
+    np.testing.assert_allclose(got["loss"], want, rtol=1e-6)
+    targets = types.SimpleNamespace(targets=outputs[::-1] + 1.0, target_kind="regression")
+    l1 = split_metrics(outputs[:2], targets, np.arange(2),
+                       lambda out, t: jnp.mean(jnp.abs(out - t), -1))
+    np.testing.assert_allclose(l1["loss"], np.mean(np.abs(outputs[:2] - outputs[::-1][:2] - 1)),
+                               rtol=1e-6)
+    assert np.isnan(split_metrics(outputs[:0], ds, ids[:0], zg.NodeTask().loss)["loss"])
+
+
 def test_regression_targets_train_and_evaluate():
     g, x, tr, va, te = graph_arrays(2)
     y = x[:, :2] @ np.array([[1.0, -0.5], [0.5, 2.0]], np.float32)
@@ -220,6 +243,7 @@ def test_regression_targets_train_and_evaluate():
     s = res.summary
     assert res.history[0]["train_batch_acc"] is None  # nothing to score
     assert {"train_mse", "val_mse", "test_mse"} <= set(s) and "val_acc" not in s
+    assert {"train_loss", "val_loss", "test_loss"} <= set(s)
     assert s["val_mse"] < 0.5 * float(np.var(y[va])), s
     one_column = base.with_targets(y[:, 0], "regression")
     assert one_column.targets.shape == (N, 1) and one_column.output_dim == 1

@@ -30,9 +30,10 @@ from zerognn_jax._src.training.tasks.losses import (
 SPLITS = ("train", "val", "test")
 # The built-in loss of each kind of node target (Dataset.target_kind).
 DEFAULT_LOSS = {"classes": "cross_entropy", "multilabel": "sigmoid", "regression": "mse"}
-# What `evaluate` reports per split, by kind of target.
-METRICS = {"classes": ("acc",), "multilabel": ("acc", "f1", "rocauc"),
-           "regression": ("mse",)}
+# What `evaluate` reports per split, by kind of target ("loss": the task's loss, the
+# mean over the split's nodes, as the training loss is over a step's seeds).
+METRICS = {"classes": ("acc", "loss"), "multilabel": ("acc", "f1", "rocauc", "loss"),
+           "regression": ("mse", "loss")}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -107,18 +108,26 @@ class NodeTask(ItemsAreLevel0):
         result = {}
         for split in SPLITS:
             idx = np.asarray(getattr(dataset, f"{split}_idx"))
-            metrics = split_metrics(predictor.outputs(idx), dataset, idx)
+            metrics = split_metrics(predictor.outputs(idx), dataset, idx, self.loss)
             result.update({f"{split}_{name}": value for name, value in metrics.items()})
         return result
 
 
-def split_metrics(outputs, dataset, ids) -> dict:
+def split_metrics(outputs, dataset, ids, loss: Callable) -> dict:
     """The metrics of the output rows of nodes `ids` of `dataset` (a `Dataset` or a typed
     one, whose ids are its target type's): the accuracy of class labels, or
-    `target_metrics` of float targets."""
+    `target_metrics` of float targets; and the mean of the per-row `loss` (NaN for no
+    rows)."""
     if dataset.targets is None:
-        return {"acc": accuracy(outputs, np.asarray(dataset.labels)[ids])}
-    return target_metrics(outputs, dataset.targets[ids], dataset.target_kind)
+        labels = np.asarray(dataset.labels)[ids]
+        metrics = {"acc": accuracy(outputs, labels)}
+        targets = np.maximum(labels, 0).astype(np.int32)  # (split nodes are labelled)
+    else:
+        targets = dataset.targets[ids]
+        metrics = target_metrics(outputs, targets, dataset.target_kind)
+    metrics["loss"] = (float(jnp.mean(loss(jnp.asarray(outputs), jnp.asarray(targets))))
+                       if len(ids) else float("nan"))
+    return metrics
 
 
 def accuracy(logits, labels) -> float:
