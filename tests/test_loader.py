@@ -192,6 +192,32 @@ def test_from_edge_index_follows_pyg_direction():
         zg.from_edge_index(np.zeros((3, 1), np.int64))
 
 
+@pytest.mark.parametrize(("edge_index", "kwargs", "error", "match"), [
+    # PyG's source row is edge_index[0], whichever way messages flow
+    ([[0, -1], [1, 0]], {}, ValueError,
+     r"^edge_index\[0\] has a negative node id -1 at position 1$"),
+    ([[0, 1], [1, -3]], dict(flow="target_to_source"), ValueError,
+     r"^edge_index\[1\] has a negative node id -3 at position 1$"),
+    ([[0, 1, 2], [1, 2, 6]], dict(num_nodes=6), ValueError,
+     r"^edge_index\[1\] has node id 6 at position 2, out of range for num_nodes=6; pass "
+     r"num_nodes=7 or more$"),
+    ([[0, 7], [1, 2]], dict(num_nodes=6, flow="target_to_source"), ValueError,
+     r"^edge_index\[0\] has node id 7 at position 1, out of range for num_nodes=6; pass "
+     r"num_nodes=8 or more$"),
+    ([[0, 3], [1, 1]], dict(num_nodes=2, num_columns=3), ValueError,
+     r"^edge_index\[0\] has node id 3 at position 1, out of range for num_columns=3; pass "
+     r"num_columns=4 or more$"),
+    ([[0, 1], [1.0, 2.0]], dict(num_nodes=3), TypeError,
+     r"^edge_index\[0\] must have an integer dtype, got float64 \(cast explicitly"),
+])
+def test_from_edge_index_names_the_row_of_a_bad_id_as_given(edge_index, kwargs, error,
+                                                             match):
+    """`from_edge_list` names its `src` (the CSR row, PyG's edge_index[1]) and `dst`:
+    an id of edge_index[0] was reported as dst's."""
+    with pytest.raises(error, match=match):
+        zg.from_edge_index(np.array(edge_index), **kwargs)
+
+
 def test_the_feature_table_is_an_argument_not_a_constant(graph):
     """The batch program takes the feature table as an argument: closed over, it would be
     compiled in as a constant (its bytes in the program's text, and a copy of it)."""

@@ -95,18 +95,22 @@ def _as_id_array(name: str, values) -> np.ndarray:
     return arr if arr.dtype.kind == "i" else arr.astype(np.int64)
 
 
-def _check_ids(name: str, ids: np.ndarray, num_nodes: int) -> None:
+def _check_ids(name: str, ids: np.ndarray, num_nodes: int | None,
+               count: str | None = None) -> None:
+    """ValueError naming `name`, the first smallest or largest id and its position unless
+    every id lies in [0, num_nodes) (None: no upper bound); for an id past the end,
+    `count` names the argument to pass larger (with the least value that holds it)."""
     if ids.size == 0:
         return
     lo, hi = int(ids.min()), int(ids.max())
     if lo < 0:
         pos = int(np.argmin(ids))
         raise ValueError(f"{name} has a negative node id {lo} at position {pos}")
-    if hi >= num_nodes:
+    if num_nodes is not None and hi >= num_nodes:
         pos = int(np.argmax(ids))
-        raise ValueError(
-            f"{name} has node id {hi} at position {pos}, out of range for num_nodes={num_nodes}"
-        )
+        fix = "" if count is None else f"; pass {count}={hi + 1} or more"
+        raise ValueError(f"{name} has node id {hi} at position {pos}, out of range for "
+                         f"{count or 'num_nodes'}={num_nodes}{fix}")
 
 
 def _integer(name: str, value) -> int:
@@ -257,15 +261,39 @@ def from_edge_index(edge_index, num_nodes: int | None = None, *,
     `edge_index[1, i]` (the target) aggregates from `edge_index[0, i]`; with
     "target_to_source" the other way round. (`from_edge_list(src, dst)` takes the row
     first: row `src[i]` aggregates from `dst[i]`.) Other keywords as `from_edge_list`.
+
+    `num_nodes` defaults to the largest id in `edge_index` + 1 (PyG reads it off `x`):
+    nodes without edges whose ids come after it (a last node that is isolated) are
+    left out unless `num_nodes` is given. A bad id is named by its row and position
+    in `edge_index` as given.
     """
     if flow not in ("source_to_target", "target_to_source"):
         raise ValueError(f"flow must be 'source_to_target' or 'target_to_source', got {flow!r}")
     edge_index = np.asarray(edge_index)
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {list(edge_index.shape)}")
+    _check_edge_index(edge_index, 1 if flow == "source_to_target" else 0, num_nodes,
+                      kwargs.get("num_columns"))
     source, target = edge_index
     rows, nbrs = (target, source) if flow == "source_to_target" else (source, target)
     return from_edge_list(rows, nbrs, num_nodes, **kwargs)
+
+
+def _check_edge_index(edge_index: np.ndarray, row_of_rows: int, num_nodes,
+                      num_columns) -> None:
+    """TypeError or ValueError naming the row of `edge_index` as the user gave it
+    (`edge_index[0]`, `edge_index[1]`) that holds a non-integer or out-of-range id, and
+    the id's position: `from_edge_list` would name its own `src` and `dst`, which are
+    those rows swapped under PyG's default flow. `edge_index[row_of_rows]` holds the
+    CSR rows (below `num_nodes`), the other row their neighbours (below `num_columns`,
+    default `num_nodes`); a count of None bounds nothing (it is read off the ids)."""
+    rows = None if num_nodes is None else _integer("num_nodes", num_nodes)
+    columns = rows if num_columns is None else _integer("num_columns", num_columns)
+    for i in (0, 1):
+        name = f"edge_index[{i}]"
+        count = "num_nodes" if i == row_of_rows or num_columns is None else "num_columns"
+        _check_ids(name, _as_id_array(name, edge_index[i]),
+                   rows if i == row_of_rows else columns, count)
 
 
 def validate_csr(indptr, indices, weights=None, edge_features=None, *,
