@@ -489,7 +489,8 @@ def test_undirected_csr_checks_ids():
     ("change", "match"),
     [
         (dict(features=np.ones((5, 3))), r"features have 5 rows but the graph has 6 nodes"),
-        (dict(labels=np.zeros(7, np.int64)), r"labels must have shape \(6,\), got \(7,\)"),
+        (dict(labels=np.zeros(7, np.int64)), r"labels have 7 entries but the graph has 6 "
+                                              r"nodes; a graph built from edges"),
         (dict(features=np.where(np.eye(6, 3) > 0, np.nan, 1.0)),
          r"features contain NaN or inf \(3 entries; first at row 0, column 0\)"),
         (dict(features=np.full((6, 3), np.inf)), r"features contain NaN or inf"),
@@ -503,6 +504,29 @@ def test_undirected_csr_checks_ids():
 def test_dataset_validation_names_the_problem(change, match):
     with pytest.raises(ValueError, match=match):
         make_dataset(**{**tiny_arrays(), **change})
+
+
+def test_tables_longer_than_the_graph_are_named_before_the_splits():
+    """from_edge_index without num_nodes leaves out a last isolated node: 8 feature rows
+    on its 7-node graph were named by the test split that reached node 7."""
+    graph = zg.from_edge_index(np.array([[0, 1, 5], [1, 6, 4]]))  # node 7 has no edge
+    assert graph.num_nodes == 7
+    arrays = dict(tiny_arrays(8), indptr=graph.indptr, indices=graph.indices,
+                  test_idx=[3, 7])
+    fix = r"a graph built from edges has the largest id \+ 1 nodes unless told: pass "
+    with pytest.raises(ValueError, match=rf"^features have 8 rows but the graph has 7 nodes; "
+                                         rf"{fix}from_edge_index\(\.\.\., num_nodes=8\)$"):
+        make_dataset(**arrays)
+    with pytest.raises(ValueError, match=rf"^labels have 8 entries but the graph has 7 nodes; "
+                                         rf"{fix}"):
+        make_dataset(**{**arrays, "features": np.ones((7, 3), np.float32)})
+    with pytest.raises(ValueError, match=r"^targets have 8 rows but the graph has 7 nodes; "):
+        make_dataset(**{**arrays, "features": np.ones((7, 3), np.float32), "labels": None,
+                        "num_classes": None, "targets": np.zeros(8),
+                        "target_kind": "regression"})
+    with pytest.raises(ValueError, match=r"^features have 6 rows but the graph has 7 nodes; "
+                                         r"give one per node$"):
+        make_dataset(**{**arrays, "features": np.ones((6, 3), np.float32)})
 
 
 def test_a_dataset_built_directly_names_what_is_not_an_array():

@@ -142,15 +142,15 @@ def validate_dataset(ds: Dataset) -> None:
     feats = ds.features
     if feats.ndim != 2:
         raise ValueError(f"features must be 2-D [num_nodes, dim], got shape {feats.shape}")
-    if feats.shape[0] != n:
-        raise ValueError(f"features have {feats.shape[0]} rows but the graph has {n} nodes")
+    one_per_node("features have", feats.shape[0], "rows", n)
     if not (np.issubdtype(feats.dtype, np.floating) or feats.dtype == BFLOAT16):
         raise ValueError(f"features must be floating point, got {feats.dtype}")
     check_finite_rows("features", feats, _FINITE_BLOCK)
     labels = ds.labels
     check_targets(ds.targets, ds.target_kind, n)
-    if labels.ndim != 1 or labels.shape[0] != n:
+    if labels.ndim != 1:
         raise ValueError(f"labels must have shape ({n},), got {labels.shape}")
+    one_per_node("labels have", labels.shape[0], "entries", n)
     if not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"labels must be integers, got {labels.dtype}")
     if not is_count(ds.num_classes) or ds.num_classes < 1:  # (make_dataset takes 3.0)
@@ -158,6 +158,19 @@ def validate_dataset(ds: Dataset) -> None:
     _check_range("labels must lie in", labels, -1, ds.num_classes)
     check_splits({"train": ds.train_idx, "val": ds.val_idx, "test": ds.test_idx}, n,
                  labels if ds.targets is None else None)
+
+
+def one_per_node(what: str, count: int, unit: str, n: int) -> None:
+    """ValueError unless a table has one row (`unit`) per node of the graph's n, naming
+    both counts: "<what> 8 rows but the graph has 7 nodes". More rows than nodes are
+    mostly a graph built from edges, which counts its nodes up to the largest id + 1
+    and so leaves out an isolated last node: the message says to give num_nodes."""
+    if count == n:
+        return
+    fix = (f"; a graph built from edges has the largest id + 1 nodes unless told: pass "
+           f"from_edge_index(..., num_nodes={count})" if count > n
+           else "; give one per node")
+    raise ValueError(f"{what} {count} {unit} but the graph has {n} nodes{fix}")
 
 
 def check_splits(splits: dict, n: int, labels: np.ndarray | None) -> None:
@@ -258,12 +271,19 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
         raise ValueError(f"num_classes must be an integer, got {num_classes!r}")
     num_classes = int(num_classes)
     labels = _integers("labels", labels)
+    features = np.asarray(features)
+    # the tables' lengths before the splits: a graph short of nodes (from_edge_index
+    # without num_nodes) was named by the first split that reached past it
+    for what, table, unit in (("features have", features, "rows"),
+                              ("labels have", labels, "entries"),
+                              ("targets have", targets, "rows")):
+        if table is not None and table.ndim:
+            one_per_node(what, table.shape[0], unit, graph.num_nodes)
     _check_range("labels must lie in", labels, -1, max(num_classes, 0))
     splits = {}
     for split, idx in (("train", train_idx), ("val", val_idx), ("test", test_idx)):
         splits[split] = _integers(f"{split}_idx", idx)
         _check_range(f"{split}_idx has node ids outside", splits[split], 0, graph.num_nodes)
-    features = np.asarray(features)
     require_real("features", features)
     if features.dtype != BFLOAT16:  # bfloat16 stays as given (no widening copy)
         features = narrow_to_float32("features", features)
