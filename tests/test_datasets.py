@@ -529,6 +529,28 @@ def test_tables_longer_than_the_graph_are_named_before_the_splits():
         make_dataset(**{**arrays, "features": np.ones((6, 3), np.float32)})
 
 
+@pytest.mark.parametrize(("graph_at", "given", "tables"), [
+    (0, "CSRGraph", True), (1, "CSRGraph", True), (0, "csr_array", False),
+    (0, "NoneType", False),
+])
+def test_make_dataset_names_a_graph_given_for_its_csr_arrays(graph_at, given, tables):
+    """A CSRGraph in place of indptr was NumPy's "setting an array element with a
+    sequence"; make_dataset takes the arrays (the graph's weights and edge features
+    would be a second way to give what `weights=` and `edge_features=` give)."""
+    arrays = tiny_arrays()
+    graph = zg.from_edge_list([0, 1], [1, 0], 6)
+    given_value = {"CSRGraph": graph, "csr_array": zg.to_scipy(graph), "NoneType": None}[given]
+    arrays[("indptr", "indices")[graph_at]] = given_value
+    fix = r", weights=g\.weights, edge_features=g\.edge_features" if tables else ""
+    with pytest.raises(TypeError, match=rf"^make_dataset takes the graph as its CSR arrays, "
+                                        rf"got {given} as {('indptr', 'indices')[graph_at]}: "
+                                        rf"for a graph g \(a CSRGraph, a SciPy CSR matrix\) "
+                                        rf"pass g\.indptr, g\.indices{fix}$"):
+        make_dataset(**arrays)
+    built = make_dataset(**{**tiny_arrays(), "indptr": graph.indptr, "indices": graph.indices})
+    assert built.graph.num_edges == 2
+
+
 def test_a_dataset_built_directly_names_what_is_not_an_array():
     """A list split was an AttributeError (make_dataset converts them)."""
     good = make_dataset(**tiny_arrays())

@@ -245,6 +245,9 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
                  target_kind: str | None = None, edge_features=None) -> Dataset:
     """Builds and validates a Dataset from plain arrays, casting to the canonical dtypes.
 
+    The graph comes as its CSR arrays `indptr` and `indices` (of a CSRGraph `g`:
+    `g.indptr, g.indices`, with `weights=g.weights, edge_features=g.edge_features`).
+
     Ids and labels are checked before they are narrowed to int32 (a cast must not wrap
     an out-of-range value into range); non-integer ids, labels or num_classes are refused.
 
@@ -255,7 +258,8 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
     Edge features: `edge_features` float[E, D] aligned with `indices` (row i for the
     edge at CSR position i), kept in bfloat16 or made float32; see `CSRGraph`.
     """
-    graph = csr_from_arrays(indptr, indices, weights, edge_features=edge_features)
+    graph = csr_from_arrays(_csr_array("indptr", indptr), _csr_array("indices", indices),
+                            weights, edge_features=edge_features)
     if (targets is None) != (target_kind is None):
         raise ValueError("give targets and target_kind together (float targets), or neither "
                          "(integer labels)")
@@ -299,6 +303,24 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
         targets=targets,
         target_kind=target_kind or "classes",
     )
+
+
+def _csr_array(name: str, value) -> np.ndarray:
+    """make_dataset's `indptr` or `indices` as a NumPy array; TypeError naming what was
+    given and what to pass where it is a graph (a CSRGraph was a NumPy error about an
+    inhomogeneous shape) or anything else NumPy does not read as numbers. Numeric
+    arrays go on as given: `validate_csr` checks them."""
+    try:
+        arr = None if isinstance(value, CSRGraph) else np.asarray(value)
+    except (ValueError, TypeError):
+        arr = None
+    if arr is not None and arr.dtype != object:
+        return arr
+    tables = ", weights=g.weights, edge_features=g.edge_features" if isinstance(
+        value, CSRGraph) else ""
+    raise TypeError(f"make_dataset takes the graph as its CSR arrays, got "
+                    f"{type(value).__name__} as {name}: for a graph g (a CSRGraph, a SciPy "
+                    f"CSR matrix) pass g.indptr, g.indices{tables}")
 
 
 def _integers(name: str, values) -> np.ndarray:
