@@ -551,6 +551,22 @@ def test_make_dataset_names_a_graph_given_for_its_csr_arrays(graph_at, given, ta
     assert built.graph.num_edges == 2
 
 
+@pytest.mark.parametrize("split", ("train_idx", "val_idx", "test_idx"))
+def test_a_boolean_mask_given_for_a_split_says_how_to_get_its_ids(split):
+    """PyG's train_mask is refused (no silent conversion), by make_dataset and by the
+    Dataset constructor alike, with the way to its ids."""
+    arrays = tiny_arrays()
+    mask = np.isin(np.arange(6), arrays[split])
+    message = (rf"^{split} must be a 1-D integer array, got bool\[6\]; a boolean mask\? "
+               r"pass np\.flatnonzero\(mask\)$")
+    with pytest.raises(ValueError, match=message):
+        make_dataset(**{**arrays, split: mask})
+    good = make_dataset(**arrays)
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(good, **{split: mask})
+    assert make_dataset(**{**arrays, split: np.flatnonzero(mask)}).num_nodes == 6
+
+
 def test_a_dataset_built_directly_names_what_is_not_an_array():
     """A list split was an AttributeError (make_dataset converts them)."""
     good = make_dataset(**tiny_arrays())

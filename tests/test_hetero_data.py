@@ -447,6 +447,10 @@ def test_relations_of_one_name_and_bad_dataset_fields_are_refused():
         make("h", labels=[-1, -1], train_idx=[], val_idx=[])
     with pytest.raises(ValueError, match=r"^num_classes must be a positive integer, got 1\.5$"):
         dataclasses.replace(make("h"), num_classes=1.5)
+    with pytest.raises(ValueError, match=r"^train_idx must be a 1-D integer array, got "
+                                         r"bool\[2\]; a boolean mask\? pass "
+                                         r"np\.flatnonzero\(mask\)$"):
+        make("h", train_idx=np.array([True, False]))
 
 
 def test_typed_ids_past_int64_are_named_as_given():

@@ -141,6 +141,9 @@ def test_a_loop_of_its_own_learns(shop):
     (dict(nodes=("item", np.arange(290, 301))), r"lie in \[0, 300\) \('item' ids\), "
                                                 r"found \[290, 300\]"),
     (dict(nodes=("item", np.zeros((0,), int))), "non-empty 1-D integer array"),
+    (dict(nodes=("item", np.arange(300) < 40)), r"^nodes' ids must be a non-empty 1-D integer "
+                                                r"array, got bool\[300\]; a boolean mask\? "
+                                                r"pass np\.flatnonzero\(mask\)$"),
     (dict(features={"shop": np.zeros((300, 2))}), "features has type 'shop'"),
     (dict(features={"item": np.zeros((299, 2))}), r"features\['item'\] must be \[300, d\]"),
     (dict(targets=np.zeros(400)), r"targets must have one row per 'item' node \(300\)"),

@@ -116,6 +116,9 @@ def test_sample_minibatch_takes_jax_keys(graph):
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"nodes": np.array([], np.int32)}, "non-empty 1-D integer array"),
+    ({"nodes": np.arange(300) < 40}, r"^nodes must be a non-empty 1-D integer array, got "
+                                     r"bool\[300\]; a boolean mask\? pass "
+                                     r"np\.flatnonzero\(mask\)$"),
     ({"nodes": np.array([0, 300])}, r"nodes must lie in \[0, 300\)"),
     ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
     ({"batch_size": 2.5}, "batch_size must be an integer >= 1, got 2.5"),

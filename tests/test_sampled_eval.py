@@ -191,8 +191,10 @@ def test_predictions_of_every_request_size_share_a_few_programs(all_neighbours,
 @pytest.mark.parametrize(("nodes", "options", "message"), [
     (np.array([2**32 + 5]), {}, r"nodes must lie in \[0, 400\), found \[4294967301, "),
     ([3, -7, 400], {}, r"nodes must lie in \[0, 400\), found \[-7, 400\]"),
-    ([2.7], {}, r"nodes must be 1-D integer ids, got float64\[1\]"),
-    ([[1, 2]], {}, r"nodes must be 1-D integer ids, got int64\[1, 2\]"),
+    ([2.7], {}, r"nodes must be a 1-D integer array, got float64\[1\]$"),
+    ([[1, 2]], {}, r"nodes must be a 1-D integer array, got int64\[1, 2\]$"),
+    (np.arange(400) < 9, {}, r"nodes must be a 1-D integer array, got bool\[400\]"
+                             r"; a boolean mask\? pass np\.flatnonzero\(mask\)$"),
     ([1], {"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
     ([1], {"seed": -1}, r"seed must be an integer in \[0, 2\*\*32\), got -1"),
 ])
@@ -204,6 +206,18 @@ def test_sampled_logits_refuses_what_it_would_misread(all_neighbours, nodes, opt
     with pytest.raises(ValueError, match=message):
         sampled_logits(res.program, res.variables, res.data, nodes,
                        **{"batch_size": 8, **options})
+
+
+def test_predict_names_a_boolean_mask_given_for_node_ids(all_neighbours):
+    """PyG's test_mask where zg.predict takes ids: refused (as ids it would be nodes 0
+    and 1), saying how to get its ids."""
+    res = all_neighbours("uniform")
+    mask = np.arange(400) >= 300
+    with pytest.raises(ValueError, match=r"^nodes must be a 1-D integer array, got "
+                                         r"bool\[400\]; a boolean mask\? pass "
+                                         r"np\.flatnonzero\(mask\)$"):
+        zg.predict(res, mask)
+    assert zg.predict(res, np.flatnonzero(mask)).shape[0] == 100
 
 
 def test_loader_tree_batches_read_by_position_equal_exact(graph_400, all_neighbours):

@@ -77,15 +77,33 @@ def arrays_not_lists(record, fields, maker: str) -> None:
 
 def node_ids(name: str, ids, n: int, kind: str = "") -> np.ndarray:
     """int32[len(ids)]: `ids` (a list, a NumPy or JAX array) as node ids; ValueError
-    naming `name` unless they are 1-D integers in [0, n) (`check_ids`; an empty list,
-    which NumPy reads as float64, holds no id of any type)."""
-    ids = np.asarray(ids)
-    if ids.shape == (0,):
-        ids = ids.astype(np.int32)
-    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"{name} must be 1-D integer ids, got {ids.dtype}{list(ids.shape)}")
+    naming `name` unless they are 1-D integers (`id_array`) in [0, n) (`check_ids`)."""
+    ids = id_array(name, ids)
     check_ids(name, ids, n, kind)
     return ids.astype(np.int32)
+
+
+def id_array(name: str, ids) -> np.ndarray:
+    """`ids` (a list, a NumPy or JAX array) as a NumPy array of their integer dtype;
+    ValueError naming `name` unless they are 1-D integers (`require_ids`). An empty
+    list, which NumPy reads as float64, holds no id of any type: int64[0]."""
+    ids = np.asarray(ids)
+    if ids.shape == (0,):
+        ids = ids.astype(np.int64)
+    require_ids(name, ids)
+    return ids
+
+
+def require_ids(name: str, ids: np.ndarray, *, nonempty: bool = False) -> None:
+    """ValueError naming `name`, the dtype and the shape unless `ids` is a 1-D integer
+    array (with an id, where `nonempty`). A boolean mask (PyG's `train_mask`) is refused
+    like any other non-integer array, not read as ids, and the message says how to get
+    its ids: the datasets' splits, the loaders' and `predict`'s nodes are checked here."""
+    if ids.ndim == 1 and np.issubdtype(ids.dtype, np.integer) and (ids.size or not nonempty):
+        return
+    mask = "; a boolean mask? pass np.flatnonzero(mask)" if ids.dtype == np.bool_ else ""
+    raise ValueError(f"{name} must be a {'non-empty ' if nonempty else ''}1-D integer "
+                     f"array, got {ids.dtype}{list(ids.shape)}{mask}")
 
 
 def check_ids(name: str, ids, n: int, kind: str = "") -> None:

@@ -11,7 +11,13 @@ import dataclasses
 
 import numpy as np
 
-from zerognn_jax._src.data.checks import arrays_not_lists, is_count, is_whole
+from zerognn_jax._src.data.checks import (
+    arrays_not_lists,
+    id_array,
+    is_count,
+    is_whole,
+    require_ids,
+)
 from zerognn_jax._src.data.graph import CSRGraph, csr_from_arrays, validate_csr
 from zerognn_jax._src.data.tables import (
     BFLOAT16,
@@ -179,8 +185,7 @@ def check_splits(splits: dict, n: int, labels: np.ndarray | None) -> None:
     node listed twice, an unlabelled node (label -1 in `labels`, unless None), an empty
     train split, or two splits that overlap."""
     for name, idx in splits.items():
-        if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
-            raise ValueError(f"{name}_idx must be a 1-D integer array, got {idx.dtype}{idx.shape}")
+        require_ids(f"{name}_idx", idx)
         _check_range(f"{name}_idx has node ids outside", idx, 0, n)
         ordered = np.sort(idx)  # np.unique is ~100x slower than a sort on NumPy 2.4
         twice = np.flatnonzero(ordered[1:] == ordered[:-1])
@@ -286,7 +291,7 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
     _check_range("labels must lie in", labels, -1, max(num_classes, 0))
     splits = {}
     for split, idx in (("train", train_idx), ("val", val_idx), ("test", test_idx)):
-        splits[split] = _integers(f"{split}_idx", idx)
+        splits[split] = id_array(f"{split}_idx", idx)
         _check_range(f"{split}_idx has node ids outside", splits[split], 0, graph.num_nodes)
     require_real("features", features)
     if features.dtype != BFLOAT16:  # bfloat16 stays as given (no widening copy)
@@ -324,7 +329,8 @@ def _csr_array(name: str, value) -> np.ndarray:
 
 
 def _integers(name: str, values) -> np.ndarray:
-    """`values` as a 1-D NumPy array of an integer dtype (an empty list is fine)."""
+    """`values` (labels) as a 1-D NumPy array of an integer dtype (an empty list is
+    fine); node ids are `id_array`'s."""
     arr = np.asarray(values)
     if arr.size == 0:
         return arr.reshape(0).astype(np.int64)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from zerognn_jax._src.data.checks import is_count, is_whole
+from zerognn_jax._src.data.checks import id_array, is_count, is_whole
 from zerognn_jax._src.data.dataset import (
     TARGET_KINDS,
     _check_range,
@@ -238,7 +238,7 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
     n = counts[target_type]
     splits = {}
     for split, idx in zip(SPLITS, (train_idx, val_idx, test_idx)):
-        splits[split] = _integers(f"{split}_idx", idx)
+        splits[split] = id_array(f"{split}_idx", idx)
         check_type_ids(f"{split}_idx", splits[split], target_type, n)
     _check_info_layout(node_info or {})
     info = {t: {c: np.asarray(v) for c, v in cols.items()} for t, cols in (node_info or {}).items()}

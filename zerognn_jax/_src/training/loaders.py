@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int
+from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int, require_ids
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.links import EvalEdges, LinkSplit
 from zerognn_jax._src.ops.gather import gather_rows
@@ -371,9 +371,7 @@ class NeighborLoader(DeviceLoader):
                  sample_ahead: int = SAMPLE_AHEAD):
         kernels = as_kernels(kernels)
         nodes = np.asarray(nodes)
-        if nodes.ndim != 1 or nodes.size == 0 or not np.issubdtype(nodes.dtype, np.integer):
-            raise ValueError(f"nodes must be a non-empty 1-D integer array, got "
-                             f"{nodes.dtype}{list(nodes.shape)}")
+        require_ids("nodes", nodes, nonempty=True)
         check_ids("nodes", nodes, graph.num_nodes)
         self._setup(graph, nodes, fanouts=fanouts, batch_size=batch_size, key=key,
                     envelope=envelope, sampler=sampler, replace=replace, dedup=dedup,

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.checks import check_ids
+from zerognn_jax._src.data.checks import check_ids, require_ids
 from zerognn_jax._src.data.hetero import HeteroGraph, named_relation
 from zerognn_jax._src.data.hetero_links import TypedLinkSplit
 from zerognn_jax._src.data.links import EvalEdges
@@ -322,9 +322,7 @@ def _seed_nodes(graph: HeteroGraph, nodes) -> tuple[str, np.ndarray]:
     if seed_type not in counts:
         raise ValueError(f"nodes' type {seed_type!r} is not a node type of the graph "
                          f"({', '.join(counts)})")
-    if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"nodes' ids must be a non-empty 1-D integer array, got "
-                         f"{ids.dtype}{list(ids.shape)}")
+    require_ids("nodes' ids", ids, nonempty=True)
     check_ids("nodes' ids", ids, counts[seed_type], f" ({seed_type!r} ids)")
     return seed_type, ids
 
