@@ -135,6 +135,26 @@ def test_a_loop_of_its_own_learns(shop):
     assert total == shop.test_idx.size and right / total > 0.8  # chance 0.25
 
 
+def test_typed_loaders_name_what_they_got_where_they_take_a_graph(shop):
+    """A HeteroDataset or a CSRGraph as the typed loaders' graph failed on its
+    attributes (`num_nodes` read as a dict, `relations`)."""
+    with pytest.raises(TypeError, match=r"^HeteroNeighborLoader takes a HeteroGraph as graph, "
+                                        r"got HeteroDataset: pass dataset\.graph \(and "
+                                        r"features=dataset\.features for batch\.x\)$"):
+        zg.HeteroNeighborLoader(shop, ("item", np.arange(10)), fanouts=(2,), batch_size=8,
+                                key=0)
+    relation = shop.graph.relations[0]
+    with pytest.raises(TypeError, match=r"^HeteroLinkNeighborLoader takes a HeteroGraph as "
+                                        r"graph, got CSRGraph: a CSRGraph is sampled by "
+                                        r"zg\.LinkNeighborLoader$"):
+        zg.HeteroLinkNeighborLoader(shop.graph.graphs[0], relation, np.array([[0, 1]]),
+                                    fanouts=(2,), batch_size=8, key=0)
+    with pytest.raises(TypeError, match=r"^NeighborLoader takes a CSRGraph as graph, got "
+                                        r"HeteroGraph: a HeteroGraph is sampled by "
+                                        r"zg\.HeteroNeighborLoader$"):
+        zg.NeighborLoader(shop.graph, np.arange(10), fanouts=(2,), batch_size=8, key=0)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(nodes=np.arange(5)), "nodes must be a pair \\(node type, ids\\)"),
     (dict(nodes=("paper", np.arange(5))), "nodes' type 'paper' is not a node type"),

@@ -141,6 +141,30 @@ def test_loader_rejects_bad_input(graph, kwargs, match):
         zg.NeighborLoader(graph, **args)
 
 
+def test_loaders_name_what_they_got_where_they_take_a_graph(graph):
+    """A Dataset was read as a graph up to `max_degree` (an AttributeError naming
+    neither); the message says what to pass."""
+    n = graph.num_nodes
+    ds = zg.make_dataset("d", graph.indptr, graph.indices, np.ones((n, 2), np.float32),
+                         np.zeros(n, np.int64), [0, 1], [2], [3], 1)
+    fix = r"pass dataset\.graph \(and features=dataset\.features for batch\.x\)$"
+    with pytest.raises(TypeError, match=rf"^NeighborLoader takes a CSRGraph as graph, got "
+                                        rf"Dataset: {fix}"):
+        zg.NeighborLoader(ds, np.arange(10), fanouts=(2,), batch_size=4, key=0)
+    with pytest.raises(TypeError, match=rf"^LinkNeighborLoader takes a CSRGraph as graph, "
+                                        rf"got Dataset: {fix}"):
+        zg.LinkNeighborLoader(ds, np.array([[0, 1]]), fanouts=(2,), batch_size=4, key=0)
+    with pytest.raises(TypeError, match=r"^NeighborLoader takes a CSRGraph as graph, got "
+                                        r"tuple: pass a CSRGraph, e\.g\. "
+                                        r"zg\.from_edge_index\(edge_index, num_nodes=N\)$"):
+        zg.NeighborLoader((graph.indptr, graph.indices), np.arange(10), fanouts=(2,),
+                          batch_size=4, key=0)
+    with pytest.raises(TypeError, match=r"^HeteroNeighborLoader takes a HeteroGraph as graph, "
+                                        r"got Dataset: a Dataset's graph is sampled by "
+                                        r"zg\.NeighborLoader$"):
+        zg.HeteroNeighborLoader(ds, ("a", np.arange(10)), fanouts=(2,), batch_size=4, key=0)
+
+
 def test_an_epoch_is_a_whole_number(graph):
     loader = zg.NeighborLoader(graph, np.arange(10), fanouts=(2,), batch_size=4, key=0)
     for epoch in (1.5, -1):  # both were taken as given

@@ -54,7 +54,12 @@ from zerognn_jax._src.sampling.typed_minibatch import (
     prepare_typed_graph,
     sample_typed_step,
 )
-from zerognn_jax._src.training.loaders import SAMPLE_AHEAD, DeviceLoader, as_kernels
+from zerognn_jax._src.training.loaders import (
+    SAMPLE_AHEAD,
+    DeviceLoader,
+    as_kernels,
+    require_graph,
+)
 from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.tasks.typed_node import TypedInputs
 
@@ -221,6 +226,7 @@ class HeteroNeighborLoader(_TypedLoader):
                  targets=None, envelope: TypedEnvelope | str = "calibrate",
                  policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels | str = "auto",
                  sample_ahead: int = SAMPLE_AHEAD):
+        require_graph("HeteroNeighborLoader", graph, HeteroGraph)
         self.seed_type, ids = _seed_nodes(graph, nodes)
         self.targets = _device_targets(graph, self.seed_type, targets)
         self._setup_typed(graph, ids, self.seed_type, fanouts=fanouts, batch_size=batch_size,
@@ -273,6 +279,7 @@ class HeteroLinkNeighborLoader(_TypedLoader):
                  envelope: TypedEnvelope | str = "calibrate",
                  policy: EnvelopePolicy = DEFAULT_POLICY, kernels: Kernels | str = "auto",
                  sample_ahead: int = SAMPLE_AHEAD):
+        require_graph("HeteroLinkNeighborLoader", graph, HeteroGraph)
         kernels = as_kernels(kernels)
         relation = (tuple(relation) if isinstance(relation, tuple | list)
                     else named_relation(graph.relations, relation, "relation"))
