@@ -276,6 +276,13 @@ def test_bad_losses_are_refused_before_training(classes, loss, error, message):
 def test_bad_models_and_optimizers_are_refused(classes):
     with pytest.raises(TypeError, match="pass an instance"):
         zg.train(config(), classes, model=NNXSage)
+    # a Linen class said "got type", naming neither the class nor the fix
+    with pytest.raises(TypeError, match=r"^model is the Linen class LinenSage, not an "
+                                        r"instance; pass an instance, e.g. LinenSage\(\.\.\.\)$"):
+        zg.train(config(), classes, model=LinenSage)
+    with pytest.raises(TypeError, match=r"^model must be a flax\.linen\.Module or a "
+                                        r"flax\.nnx\.Module instance, got the class dict$"):
+        zg.train(config(), classes, model=dict)
     with pytest.raises(TypeError, match="optax.GradientTransformation"):
         zg.train(config(), classes, optimizer=optax.adam)
 

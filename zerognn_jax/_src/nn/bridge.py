@@ -102,7 +102,7 @@ def as_linen(model) -> nn.Module:
     an NNX module instance wrapped (module docstring).
 
     Raises:
-      TypeError: `model` is an NNX module class (pass an instance) or neither kind.
+      TypeError: `model` is a module class, named (pass an instance), or neither kind.
     """
     if isinstance(model, nn.Module):
         return model
@@ -122,5 +122,10 @@ def as_linen(model) -> nn.Module:
     if isinstance(model, type) and issubclass(model, nnx.Module):
         raise TypeError(f"model is the NNX class {model.__qualname__}; pass an instance, "
                         f"e.g. {model.__qualname__}(..., rngs=nnx.Rngs(0))")
+    if isinstance(model, type) and issubclass(model, nn.Module):  # was "got type"
+        raise TypeError(f"model is the Linen class {model.__qualname__}, not an instance; "
+                        f"pass an instance, e.g. {model.__qualname__}(...)")
+    given = (f"the class {model.__qualname__}" if isinstance(model, type)
+             else type(model).__qualname__)
     raise TypeError(f"model must be a flax.linen.Module or a flax.nnx.Module instance, got "
-                    f"{type(model).__qualname__}")
+                    f"{given}")
