@@ -26,6 +26,14 @@ def test_conservative_bound_is_capped_and_rounded():
     assert env.levels == (64, 1024, 5120)  # 64*16 = 1024; min(5000, 1024*11) -> 5120
 
 
+def test_calibration_refuses_a_boolean_mask_for_node_ids(small_graph):
+    """It was read as the ids 0 and 1."""
+    g = small_graph.to_device()
+    with pytest.raises(ValueError, match=r"items must be a 1-D integer array, got bool\[200\]; "
+                                         r"a boolean mask\? pass np.flatnonzero\(mask\)"):
+        calibrate(g, np.arange(200) < 100, 16, SamplerConfig((3, 2)))
+
+
 def test_calibrated_envelope_covers_every_training_step(small_graph):
     g = small_graph.to_device()
     cfg = SamplerConfig((4, 3))

@@ -5,9 +5,9 @@ the best-validation checkpoint; epoch callbacks; TensorBoard scalars (docs/api.m
 from __future__ import annotations
 
 import dataclasses
-import types
 import struct
 import sys
+import types
 
 import flax.linen as nn
 import jax

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.checks import at_least_one
+from zerognn_jax._src.data.checks import at_least_one, require_ids
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.sampling.envelope import (
@@ -88,6 +88,8 @@ def calibrate(
     """
     epochs, batch_size = at_least_one(epochs, "epochs"), at_least_one(batch_size, "batch_size")
     given = np.asarray(items)
+    if source is ITEM_SEEDS:  # node ids (a boolean mask was read as ids 0 and 1)
+        require_ids("items", given)
     if given.size and source is ITEM_SEEDS and (given.min() < 0
                                                 or given.max() >= graph.num_nodes):
         raise ValueError(f"items must be node ids in [0, {graph.num_nodes}), found "
