@@ -10,7 +10,7 @@ import scipy.sparse
 from conftest import lexsort_csr
 
 from zerognn_jax import CSRGraph, from_edge_list, from_jraph, from_scipy, hetero_graph, to_jraph
-from zerognn_jax._src.data.graph import csr_from_arrays, to_edge_list
+from zerognn_jax._src.data.graph import csr_from_arrays, to_edge_list, without_self_loops
 
 
 def rows(graph: CSRGraph) -> list[list[int]]:
@@ -286,3 +286,22 @@ def test_csr_from_arrays_rejects_bad_arrays(indptr, indices, error, match):
     with pytest.raises(error, match=match):
         csr_from_arrays(np.array(indptr, dtype=np.int64 if indptr == [] else None),
                         np.array(indices))
+
+
+@pytest.mark.parametrize("rows_per_chunk", [1 << 20, 2])
+def test_self_loops_go_with_their_weights_and_edge_features(rows_per_chunk):
+    """Rows 0 and 3 list themselves (row 3 twice); every other edge keeps its weight and
+    feature row, in CSR order; a graph without loops comes back as itself."""
+    indptr = np.array([0, 3, 4, 4, 8])
+    indices = np.array([0, 1, 2, 0, 3, 1, 3, 2], np.int32)
+    weights = np.arange(8, dtype=np.float32)
+    features = np.arange(16, dtype=np.float32).reshape(8, 2)
+    g = CSRGraph(indptr.astype(np.int32), indices, weights, features)
+    out = without_self_loops(g, rows_per_chunk=rows_per_chunk)
+    kept = [1, 2, 3, 5, 7]
+    np.testing.assert_array_equal(out.indptr, [0, 2, 3, 3, 5])
+    assert out.indptr.dtype == np.int32
+    np.testing.assert_array_equal(out.indices, indices[kept])
+    np.testing.assert_array_equal(out.weights, weights[kept])
+    np.testing.assert_array_equal(out.edge_features, features[kept])
+    assert without_self_loops(out, rows_per_chunk=rows_per_chunk) is out

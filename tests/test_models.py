@@ -331,3 +331,31 @@ def test_positional_view_checks_its_source_rows():
                    jnp.ones(4, jnp.int32), jnp.ones(16, jnp.int32), positional=True)
     with pytest.raises(ValueError, match="reads 16 source rows, got 12"):
         view.weighted_sum(jnp.zeros((12, 1, 2)), jnp.ones((4, 3, 1)))
+
+
+@pytest.mark.parametrize("name", ["gcn", "gat"])
+def test_a_graphs_self_loops_do_not_count_a_nodes_own_term_twice(name):
+    """GCN and GAT add each node's own term, as PyG's GCNConv and GATConv add self-loops
+    (add_remaining_self_loops; GAT removes and adds them): a loop in the graph gave the
+    node its own term twice, and other outputs than the same graph without it."""
+    import dataclasses
+
+    import zerognn_jax as zg
+
+    loops = np.array([[0, 1, 2, 2, 3, 4, 5, 6, 2, 1], [1, 2, 3, 2, 4, 5, 6, 0, 0, 1]])
+    x = np.random.default_rng(0).standard_normal((8, 5)).astype(np.float32)
+    y = np.arange(8) % 2
+
+    def dataset(remove):
+        g = zg.from_edge_index(loops, num_nodes=8, remove_self_loops=remove)
+        return make_dataset("loops", g.indptr, g.indices, x, y, np.arange(4), np.arange(4, 6),
+                            np.arange(6, 8), 2)
+
+    cfg = TrainConfig(model=name, layers=1, fanouts=(-1,), batch_size=4, epochs=1, hidden=8,
+                      heads=1, dropout=0.0, eval_mode="none", progress=False)
+    with_loops = train(cfg, dataset(False))
+    without = train(dataclasses.replace(cfg, epochs=0), dataset(True),
+                    variables=with_loops.variables)
+    nodes = np.arange(8)
+    np.testing.assert_allclose(np.asarray(zg.predict(with_loops, nodes)),
+                               np.asarray(zg.predict(without, nodes)), rtol=1e-5, atol=1e-6)

@@ -437,6 +437,32 @@ def mean_edge_features(graph: CSRGraph) -> np.ndarray:
     return (sums / np.maximum(np.diff(indptr), 1)[:, None]).astype(np.float32)
 
 
+def without_self_loops(graph: CSRGraph, *, rows_per_chunk: int = 1 << 20) -> CSRGraph:
+    """`graph` without its self-loops (row v listing v itself), their weights and edge
+    feature rows dropped with them; `graph` itself where it has none. Rows are scanned
+    `rows_per_chunk` at a time, so a large graph is checked without an edge-sized copy."""
+    indptr = np.asarray(graph.indptr)
+    indices = np.asarray(graph.indices)
+    loops = []
+    for lo in range(0, graph.num_nodes, rows_per_chunk):
+        hi = min(lo + rows_per_chunk, graph.num_nodes)
+        start, stop = int(indptr[lo]), int(indptr[hi])
+        rows = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(indptr[lo:hi + 1]))
+        loops.append(start + np.flatnonzero(indices[start:stop] == rows))
+    loops = np.concatenate(loops) if loops else np.zeros(0, np.int64)
+    if not loops.size:
+        return graph
+    keep = np.ones(graph.num_edges, bool)
+    keep[loops] = False
+    dropped = np.bincount(np.searchsorted(indptr, loops, side="right") - 1,
+                          minlength=graph.num_nodes)
+    shift = np.concatenate([[0], np.cumsum(dropped)])
+    return CSRGraph((indptr - shift).astype(indptr.dtype), indices[keep],
+                    None if graph.weights is None else np.asarray(graph.weights)[keep],
+                    None if graph.edge_features is None
+                    else np.asarray(graph.edge_features)[keep])
+
+
 def to_edge_list(graph: CSRGraph) -> tuple[np.ndarray, np.ndarray]:
     """Host copies (src, dst) of every directed edge, in CSR order."""
     indptr = np.asarray(graph.indptr)

@@ -26,6 +26,9 @@ from zerognn_jax._src.pallas import counter_hash
 MODELS = ("sage", "sage-max", "sage-sum", "gcn", "gat", "gine", "mlp")
 # The models whose layers read the edge features of their views.
 EDGE_MODELS = ("gat", "gine")
+# The models whose layers add each node's own term to its neighbours' (as PyG's GCNConv
+# and GATConv add self-loops): a graph's own self-loops would count that term twice.
+OWN_TERM_MODELS = ("gcn", "gat")
 NORMS = ("none", "layer", "batch")
 # How the dense layers of SAGE and the MLP start: "flax" (Flax's `Dense`: LeCun-normal
 # weights over the layer's whole input, zero bias) or "torch" (as `torch.nn.Linear`, and

@@ -23,12 +23,20 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from zerognn_jax._src.data.dataset import Dataset
+from zerognn_jax._src.data.graph import without_self_loops
 from zerognn_jax._src.data.loaders import is_typed, require_known, row_normalize
 from zerognn_jax._src.nn.bridge import as_linen, model_name
 from zerognn_jax._src.nn.graph_models import GRAPH_MODELS
 from zerognn_jax._src.nn.hetero import HETERO_MODELS
 from zerognn_jax._src.nn.layerwise import layer_count
-from zerognn_jax._src.nn.models import EDGE_MODELS, GNN, MODELS, count_params, make_model
+from zerognn_jax._src.nn.models import (
+    EDGE_MODELS,
+    GNN,
+    MODELS,
+    OWN_TERM_MODELS,
+    count_params,
+    make_model,
+)
 from zerognn_jax._src.ops.host_rows import device_bytes, host_table, is_host_resident
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
@@ -175,6 +183,11 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         data, program = task.prepare_run(cfg, dataset, model=model and as_linen(model),
                                          tx=optimizer, kernels=kernels)
         return dataset, data, program
+    if model is None and cfg.model in OWN_TERM_MODELS:
+        # each node's own term once, as PyG's layers give it (add_remaining_self_loops)
+        loopless = without_self_loops(dataset.graph)
+        if loopless is not dataset.graph:
+            dataset = dataclasses.replace(dataset, graph=loopless)
     feats = dataset.features
     if feats.shape[1] == 0 and not cfg.embedding_dim and model is None:
         raise ValueError(f"dataset {dataset.name!r} has no feature columns (features "
