@@ -125,8 +125,9 @@ def split_metrics(outputs, dataset, ids, loss: Callable) -> dict:
     else:
         targets = dataset.targets[ids]
         metrics = target_metrics(outputs, targets, dataset.target_kind)
-    metrics["loss"] = (float(jnp.mean(loss(jnp.asarray(outputs), jnp.asarray(targets))))
-                       if len(ids) else float("nan"))
+    # summed on the host in float64: the same figure whatever JAX's 64-bit mode
+    rows = np.asarray(loss(jnp.asarray(outputs), jnp.asarray(targets)), np.float64)
+    metrics["loss"] = float(rows.mean()) if len(ids) else float("nan")
     return metrics
 
 
