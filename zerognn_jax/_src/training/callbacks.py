@@ -20,6 +20,8 @@ import math
 import numbers
 from collections.abc import Callable, Sequence
 
+from zerognn_jax._src.data.checks import at_least_one
+
 
 def best_mode(metric: str) -> str:
     """"min" for an error or a loss (`*_mse`, `*_mae`, `*_loss`, the training `loss`),
@@ -40,9 +42,7 @@ class EarlyStopping:
         if not isinstance(metric, str) or not metric:
             raise ValueError(f"metric must be the name of a record's metric (e.g. "
                              f"'val_acc'), got {metric!r}")
-        if isinstance(patience, bool) or not isinstance(patience, numbers.Integral) \
-                or patience < 1:
-            raise ValueError(f"patience must be an integer >= 1, got {patience!r}")
+        patience = at_least_one(patience, "patience")
         if isinstance(min_delta, bool) or not isinstance(min_delta, numbers.Real) \
                 or not math.isfinite(min_delta) or min_delta < 0:
             raise ValueError(f"min_delta must be a finite number >= 0, got {min_delta!r}")
