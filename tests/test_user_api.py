@@ -209,6 +209,7 @@ def test_float_targets_with_an_empty_split_evaluate_to_null():
     empty = dataclasses.replace(ds, val_idx=np.zeros(0, np.int32))
     s = zg.train(config(epochs=1, eval_mode="full"), empty).summary
     assert s["val_f1"] is None and s["val_acc"] is None and s["test_f1"] is not None
+    assert s["val_loss"] is None and s["test_loss"] is not None  # (it failed on no rows)
 
 
 def test_each_split_reports_the_tasks_loss():

@@ -125,9 +125,12 @@ def split_metrics(outputs, dataset, ids, loss: Callable) -> dict:
     else:
         targets = dataset.targets[ids]
         metrics = target_metrics(outputs, targets, dataset.target_kind)
+    if not len(ids):  # (the built-in losses cannot reshape no rows)
+        metrics["loss"] = float("nan")
+        return metrics
     # summed on the host in float64: the same figure whatever JAX's 64-bit mode
     rows = np.asarray(loss(jnp.asarray(outputs), jnp.asarray(targets)), np.float64)
-    metrics["loss"] = float(rows.mean()) if len(ids) else float("nan")
+    metrics["loss"] = float(rows.mean())
     return metrics
 
 
