@@ -234,6 +234,24 @@ def test_each_split_reports_the_tasks_loss():
     assert np.isnan(split_metrics(outputs[:0], ds, ids[:0], zg.NodeTask().loss)["loss"])
 
 
+def test_a_run_evaluated_before_split_losses_resumes_ranked_by_val_loss(classes, tmp_path,
+                                                                       monkeypatch):
+    """A checkpoint whose last evaluation has no val_loss (written before node tasks
+    reported it) resumed with best_metric="val_loss": the resume raised that the metric
+    was not evaluated; that epoch is now left unranked and the next ones are."""
+    from zerognn_jax._src.training.tasks import node
+
+    split_metrics = node.split_metrics
+    monkeypatch.setattr(node, "split_metrics", lambda *args: {
+        k: v for k, v in split_metrics(*args).items() if k != "loss"})
+    cfg = config(tmp_path, epochs=1, eval_mode="full")
+    assert "val_loss" not in zg.train(cfg, classes).summary
+    monkeypatch.setattr(node, "split_metrics", split_metrics)
+    more = zg.train(dataclasses.replace(cfg, epochs=2, best_metric="val_loss"), classes)
+    assert more.summary["best"] == {"metric": "val_loss", "epoch": 1,
+                                    "value": more.history[1]["val_loss"]}
+
+
 def test_regression_targets_train_and_evaluate():
     g, x, tr, va, te = graph_arrays(2)
     y = x[:, :2] @ np.array([[1.0, -0.5], [0.5, 2.0]], np.float32)

@@ -638,7 +638,9 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     board = TensorBoardLog(cfg.tensorboard_dir if lead else None)
     # the value to beat comes from the epochs before a pending one, which is offered
     best = _best_checkpoint(cfg, history if pending is None else history[:-1])
-    if best is not None and pending is not None:
+    # (an evaluation an older version stored may lack a metric the task reports now,
+    # val_loss: that epoch is not ranked)
+    if best is not None and pending is not None and best.metric in pending:
         best.offer(start_epoch - 1, pending, _saved(state), meta)
     bar = tqdm(total=cfg.epochs, initial=start_epoch, desc="epochs", unit="epoch",
                disable=not (cfg.progress and lead), file=sys.stderr, dynamic_ncols=True)
