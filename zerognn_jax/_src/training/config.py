@@ -87,9 +87,9 @@ class TrainConfig:
     Model. `model` names a built-in model; None (the default) takes the task's: sage
     for node and link tasks, rsage on a typed dataset, and for graph tasks gine-virtual
     on graphs with edge features, gin-virtual on others (the run's config records the
-    model taken). gcn and gat add each node's own term themselves, as PyG's GCNConv and
-    GATConv add self-loops, so they train on the graph without its self-loops (each
-    node's term counted once). `dtype` is the model's computation dtype and
+    model taken). On node and link tasks gcn and gat add each node's own term themselves,
+    as PyG's GCNConv and GATConv add self-loops, so they sample the graph without its
+    self-loops (each node's term counted once). `dtype` is the model's computation dtype and
     the feature table's on the device: "float32", or "bfloat16" (half the bytes; sums
     and gradients accumulate in float32). `edge_features` gives the model the sampled
     edges' rows of the graph's edge-feature table (gat reads them in its attention,

@@ -183,11 +183,11 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         data, program = task.prepare_run(cfg, dataset, model=model and as_linen(model),
                                          tx=optimizer, kernels=kernels)
         return dataset, data, program
-    if model is None and cfg.model in OWN_TERM_MODELS:
-        # each node's own term once, as PyG's layers give it (add_remaining_self_loops)
-        loopless = without_self_loops(dataset.graph)
-        if loopless is not dataset.graph:
-            dataset = dataclasses.replace(dataset, graph=loopless)
+    # The graph the step samples: for gcn and gat without self-loops, each node's own
+    # term once, as PyG's layers give it (add_remaining_self_loops). The dataset stays
+    # as given: its statistics are the run's identity in checkpoints.
+    source = (without_self_loops(dataset.graph)
+              if model is None and cfg.model in OWN_TERM_MODELS else dataset.graph)
     feats = dataset.features
     if feats.shape[1] == 0 and not cfg.embedding_dim and model is None:
         raise ValueError(f"dataset {dataset.name!r} has no feature columns (features "
@@ -199,13 +199,13 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     edge_dim = _edge_dim(cfg, dataset, user_model=model is not None)
     sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, method=cfg.sampler,
                             edge_ids=edge_dim is not None)
-    sampler = sampler.resolve(dataset.graph.max_degree())
+    sampler = sampler.resolve(source.max_degree())
     dtype = jnp.dtype(cfg.dtype)
     # An edge-feature table no model reads stays on the host; a read one goes in `dtype`
     # (a table already in it, memory-mapped say, is uploaded as it is: no host copy).
     edges = (None if edge_dim is None
-             else np.asarray(dataset.graph.edge_features).astype(dtype, copy=False))
-    graph = dataset.graph._replace(edge_features=edges)
+             else np.asarray(source.edge_features).astype(dtype, copy=False))
+    graph = source._replace(edge_features=edges)
     resident = memory.resident_bytes(graph, feats.shape[1], cfg.dtype,
                                      level_dims(cfg, dataset, task, model),
                                      embedding_dim=cfg.embedding_dim)
