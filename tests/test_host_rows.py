@@ -94,6 +94,23 @@ def test_programs_name_tables_by_number_not_address():
     assert texts[0] == texts[1]
 
 
+def test_copies_of_a_table_read_their_own_memory():
+    """A copy kept the original's number without holding it, and a deep copy read the
+    original's rows (its own array unread)."""
+    import copy
+    import gc
+
+    array = np.arange(12, dtype=np.float32).reshape(4, 3)
+    host = zg.HostTable(array)
+    shallow, deep = copy.copy(host), copy.deepcopy(host)
+    deep.array[:] = -1
+    del host
+    gc.collect()
+    ids = jnp.arange(4)
+    np.testing.assert_array_equal(np.asarray(shallow.gather(ids, ids >= 0)), array)
+    np.testing.assert_array_equal(np.asarray(deep.gather(ids, ids >= 0)), -np.ones((4, 3)))
+
+
 def test_a_program_run_after_its_table_is_collected_fails():
     """The numbers of collected tables are unbound: a call naming one is an error, not a
     read of freed memory."""

@@ -334,8 +334,11 @@ class HostTable:
     """A table float[N, d] left in host memory (page-locked when the process has a GPU),
     whose rows compiled programs read with `gather` (and write with `write_rows`).
 
-    The table is not copied: keep `array` unchanged while the table is in use (the
-    step reads it when it runs). Tables over the same array, or over a part of an
+    The table is not copied: keep `array` unchanged, and the table itself, while
+    programs that read it may run (the step reads it when it runs; block on their
+    results before dropping it: a program run after the table is collected fails).
+    `copy.copy` gives a table over the same memory, `copy.deepcopy` one over a copy of
+    it. Tables over the same array, or over a part of an
     array another table has locked, share its page-locking, undone when the last of
     them is collected. Equal only to itself: a new table traces a new program, which
     holds the table's number (the process's count of tables so far), not its address.
@@ -407,6 +410,12 @@ class HostTable:
         as `gather` reads them; zero where `valid` is False or a row lies outside [0, N)."""
         order = jnp.argsort(jnp.where(valid, rows, jnp.iinfo(jnp.int32).max)).astype(jnp.int32)
         return read_rows(self, rows, valid, order)
+
+    def __copy__(self) -> HostTable:
+        return self._with_position(self.position)
+
+    def __deepcopy__(self, memo) -> HostTable:
+        return HostTable(self.array.copy(), self.position)
 
     def _with_position(self, position) -> HostTable:
         """This table with `position` in place of its own (jit's tracers, device_put's
@@ -658,7 +667,10 @@ def to_device(array, dtype=None) -> jax.Array:
     array = array.astype(dtype or array.dtype, copy=False)
     locked = (array.nbytes > 0 and array.ndim == 2 and array.flags.c_contiguous
               and _locked_span(array.ctypes.data, array.nbytes) is not None)
-    return uploaded(HostTable(array)) if locked else jax.device_put(array)
+    if not locked:
+        return jax.device_put(array)
+    table = HostTable(array)  # held until its rows are read: its number goes with it
+    return jax.block_until_ready(uploaded(table))
 
 
 def is_host_resident(table) -> bool:
