@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from zerognn_jax._src.data.graph import mean_edge_features, to_edge_list
+from zerognn_jax import mean_edge_features
+from zerognn_jax._src.data.graph import to_edge_list
 from zerognn_jax._src.data.loaders import load_dataset
 
 
