@@ -223,15 +223,15 @@ def test_each_split_reports_the_tasks_loss():
     ds = types.SimpleNamespace(targets=None, labels=labels)
     ids = np.array([0, 2, 3])
     want = -np.mean(jax.nn.log_softmax(outputs[:3])[np.arange(3), labels[ids]])
-    got = split_metrics(outputs[:3], ds, ids, zg.NodeTask().loss)
+    got = split_metrics(outputs[:3], ds, ids, zg.NodeTask())
     assert got["acc"] == np.mean(outputs[:3].argmax(-1) == labels[ids])
     np.testing.assert_allclose(got["loss"], want, rtol=1e-6)
     targets = types.SimpleNamespace(targets=outputs[::-1] + 1.0, target_kind="regression")
     l1 = split_metrics(outputs[:2], targets, np.arange(2),
-                       lambda out, t: jnp.mean(jnp.abs(out - t), -1))
+                       zg.NodeTask(lambda out, t: jnp.mean(jnp.abs(out - t), -1), None))
     np.testing.assert_allclose(l1["loss"], np.mean(np.abs(outputs[:2] - outputs[::-1][:2] - 1)),
                                rtol=1e-6)
-    assert np.isnan(split_metrics(outputs[:0], ds, ids[:0], zg.NodeTask().loss)["loss"])
+    assert np.isnan(split_metrics(outputs[:0], ds, ids[:0], zg.NodeTask())["loss"])
 
 
 def test_a_run_evaluated_before_split_losses_resumes_ranked_by_val_loss(classes, tmp_path,

@@ -14,8 +14,8 @@ as `--dataset FILE`. The artifact is written whole or not at all; its argument n
 are printed as one JSON object on stdout
 (`jax.export.deserialize(bytes).call(...)` takes them in that order), with
 `features_row_normalized` where the run trained on its feature rows each divided by
-its sum (Planetoid's by default): the features a server passes must be so too. Errors print
-`zerognn: error: ...` on stderr and exit with 2, or 1 where the file could not be
+its sum (Planetoid's by default): the features a server passes must be so too. Errors
+print `zerognn: error: ...` on stderr and exit with 2, or 1 where the file could not be
 written.
 """
 
@@ -128,9 +128,9 @@ def run_export(args) -> int:
         with atomic_write(args.out, "the artifact") as f:
             f.write(blob)
         interrupts.check(f"writing {args.out}")
-    print(json.dumps({"out": str(args.out), "bytes": len(blob), "batch_size": art.batch_size,
-                      "arguments": list(art.arguments),
-                      "platforms": list(art.exported.platforms),
-                      **{k: v for k, v in result.summary.items()
-                         if k == "features_row_normalized"}}))
+    printed = {"out": str(args.out), "bytes": len(blob), "batch_size": art.batch_size,
+               "arguments": list(art.arguments), "platforms": list(art.exported.platforms)}
+    if "features_row_normalized" in result.summary:  # (a graph task's rows are as given)
+        printed["features_row_normalized"] = result.summary["features_row_normalized"]
+    print(json.dumps(printed))
     return 0

@@ -90,10 +90,9 @@ def calibrate(
     given = np.asarray(items)
     if source is ITEM_SEEDS:  # node ids (a boolean mask was read as ids 0 and 1)
         require_ids("items", given)
-    if given.size and source is ITEM_SEEDS and (given.min() < 0
-                                                or given.max() >= graph.num_nodes):
-        raise ValueError(f"items must be node ids in [0, {graph.num_nodes}), found "
-                         f"[{given.min()}, {given.max()}]")
+        if given.size and (given.min() < 0 or given.max() >= graph.num_nodes):
+            raise ValueError(f"items must be node ids in [0, {graph.num_nodes}), found "
+                             f"[{given.min()}, {given.max()}]")
     items = jnp.asarray(items, jnp.int32)
     level0 = source.seed_capacity(batch_size)
     safe = conservative(level0, config.slots, graph.num_nodes, policy)

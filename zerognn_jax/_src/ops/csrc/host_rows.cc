@@ -1,9 +1,9 @@
 // Row gathers from a feature table kept in host memory, as XLA FFI handlers.
 //
 // `zerognn_host_rows(ids int32[C], valid bool[C], order int32[C]) -> out[C, width]` with
-// attributes `table` (the number the table was bound under, below), `rows` (its row count)
-// and `row_bytes`: row c of `out` is row ids[c] of the table, or zeros where valid[c] is false or ids[c]
-// lies outside [0, rows). `order` is a permutation of [0, C) in which the rows are read
+// attributes `table` (the number the table was bound under, below), `rows` (its row
+// count) and `row_bytes`: row c of `out` is row ids[c] of the table, or zeros where
+// valid[c] is false or ids[c] lies outside [0, rows). `order` is a permutation of [0, C) in which the rows are read
 // (ids ascending: GPU reads of host memory in address order run 1.8-2.4x faster over PCIe
 // than in random order, measured in docs/host_features.md). The table is never an XLA
 // buffer: it stays where its owner put it.

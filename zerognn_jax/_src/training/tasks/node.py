@@ -108,28 +108,26 @@ class NodeTask(ItemsAreLevel0):
         result = {}
         for split in SPLITS:
             idx = np.asarray(getattr(dataset, f"{split}_idx"))
-            metrics = split_metrics(predictor.outputs(idx), dataset, idx, self.loss)
+            metrics = split_metrics(predictor.outputs(idx), dataset, idx, self)
             result.update({f"{split}_{name}": value for name, value in metrics.items()})
         return result
 
 
-def split_metrics(outputs, dataset, ids, loss: Callable) -> dict:
+def split_metrics(outputs, dataset, ids, task) -> dict:
     """The metrics of the output rows of nodes `ids` of `dataset` (a `Dataset` or a typed
     one, whose ids are its target type's): the accuracy of class labels, or
-    `target_metrics` of float targets; and the mean of the per-row `loss` (NaN for no
-    rows)."""
+    `target_metrics` of float targets; and the mean of `task`'s per-row loss over the
+    targets it trains on (`device_targets`; NaN for no rows)."""
     if dataset.targets is None:
-        labels = np.asarray(dataset.labels)[ids]
-        metrics = {"acc": accuracy(outputs, labels)}
-        targets = np.maximum(labels, 0).astype(np.int32)  # (split nodes are labelled)
+        metrics = {"acc": accuracy(outputs, np.asarray(dataset.labels)[ids])}
     else:
-        targets = dataset.targets[ids]
-        metrics = target_metrics(outputs, targets, dataset.target_kind)
+        metrics = target_metrics(outputs, dataset.targets[ids], dataset.target_kind)
     if not len(ids):  # (the built-in losses cannot reshape no rows)
         metrics["loss"] = float("nan")
         return metrics
+    targets = task.device_targets(dataset)[ids]
     # summed on the host in float64: the same figure whatever JAX's 64-bit mode
-    rows = np.asarray(loss(jnp.asarray(outputs), jnp.asarray(targets)), np.float64)
+    rows = np.asarray(task.loss(jnp.asarray(outputs), jnp.asarray(targets)), np.float64)
     metrics["loss"] = float(rows.mean())
     return metrics
 

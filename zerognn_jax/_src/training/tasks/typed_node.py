@@ -460,8 +460,7 @@ class TypedNodeTask(ItemsAreLevel0):
         outputs = typed_logits(self, predictor, np.concatenate(parts))
         result, start = {}, 0
         for split, ids in zip(SPLITS, parts):
-            metrics = split_metrics(outputs[start:start + ids.size], dataset, ids,
-                                    self.loss)
+            metrics = split_metrics(outputs[start:start + ids.size], dataset, ids, self)
             start += ids.size
             result.update({f"{split}_{name}": value for name, value in metrics.items()})
         return result
