@@ -23,9 +23,14 @@ def _load(name):
 
 
 def test_products_sage_example(tmp_path):
+    """One epoch at scale 0.002 learns the labels' shares at least: its test loss is below
+    a uniform guess's, log(47) (3.85; the shares' own entropy is 3.12, the run's 3.12)."""
     result = _load("products_sage").main(["--scale", "0.002", "--epochs", "1",
                                           "--batch-size", "128", "--root", str(tmp_path)])
-    assert result.summary["epochs"] == 1 and result.summary["overflows"] >= 0
+    summary = result.summary
+    assert summary["epochs"] == 1 and summary["overflows"] == 0, summary
+    assert summary["model"] == "sage" and tuple(summary["config"]["fanouts"]) == (15, 10, 5)
+    assert summary["test_loss"] < np.log(47) - 0.5, summary
 
 
 def test_cora_gcn_example(planetoid_root):
@@ -33,10 +38,19 @@ def test_cora_gcn_example(planetoid_root):
     assert len(accs) == 1 and accs[0] > 0.5
 
 
-@pytest.mark.parametrize("epochs", [2])
-def test_custom_model_example(epochs):
-    acc = _load("custom_model").main(["--epochs", str(epochs)])
-    assert 0.0 <= acc <= 1.0
+def _tiny_majority() -> float:
+    """The share of tiny's most common test label (0.25 of its 47 classes)."""
+    from zerognn_jax import load_dataset
+
+    ds = load_dataset("tiny")
+    return float(np.bincount(ds.labels[ds.test_idx]).max() / ds.test_idx.size)
+
+
+def test_custom_model_example():
+    """Two epochs of the Linen model on tiny beat its most common label by 15 points (0.49
+    against 0.25; the built-in GraphSAGE reaches 0.50)."""
+    acc = _load("custom_model").main(["--epochs", "2"])
+    assert acc > _tiny_majority() + 0.15, acc
 
 
 def test_own_loop_example():
@@ -44,24 +58,18 @@ def test_own_loop_example():
     assert len(losses) == 3 and losses[-1] < losses[0]
 
 
-def test_link_prediction_example(tmp_path):
-    from conftest import random_graph
-
-    from zerognn_jax import make_dataset, save_npz
-
-    g = random_graph(200, 900, seed=3)
-    rs = np.random.default_rng(0)
-    ds = make_dataset("small", g.indptr, g.indices, rs.normal(size=(200, 8)),
-                      np.zeros(200, np.int64), np.arange(200), [], [], 1)
-    save_npz(ds, tmp_path / "small.npz")
-    runs = _load("link_prediction").main(["--dataset", str(tmp_path / "small.npz"),
-                                          "--epochs", "2", "--fanouts", "5,5"])
-    assert len(runs) == 1 and 0.0 <= runs[0]["test_auc"] <= 1.0
+def test_link_prediction_example(neighbours):
+    """Two epochs of the GCN encoder rank held-out edges of a graph whose features predict
+    its edges (4 in 5 inside one of 8 clusters) well above chance (test AUC 0.82)."""
+    runs = _load("link_prediction").main(["--dataset", neighbours, "--epochs", "2",
+                                          "--fanouts", "5,5"])
+    assert len(runs) == 1 and runs[0]["test_auc"] > 0.75, runs
 
 
 def test_custom_model_example_nnx():
+    """One epoch of the NNX model beats tiny's most common label (0.37 against 0.25)."""
     acc = _load("custom_model").main(["--epochs", "1", "--nnx"])
-    assert 0.0 <= acc <= 1.0
+    assert acc > _tiny_majority() + 0.08, acc
 
 
 def test_multilabel_example(tmp_path):
