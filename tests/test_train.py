@@ -138,6 +138,8 @@ def test_killed_run_resumes_to_the_same_result(planetoid_root, tmp_path):
 
 
 def test_default_cli_run_trains_the_embedded_graph(tmp_path):
+    """One epoch of the defaults on tiny beats its most common test label (0.36 against
+    0.25); the record, the summary's config and the compile cache are as documented."""
     out = subprocess.run(_cli("train", "--epochs", "1", "--no-progress", "--metrics-out",
                               str(tmp_path / "m.jsonl"), "--compile-cache",
                               str(tmp_path / "cache")),
@@ -146,7 +148,9 @@ def test_default_cli_run_trains_the_embedded_graph(tmp_path):
     assert out.returncode == 0, out.stderr
     summary = _summary(out.stdout)
     assert summary["dataset"] == "tiny" and summary["epochs"] == 1
-    assert 0.0 <= summary["test_acc"] <= 1.0
+    tiny = load_dataset("tiny")
+    majority = np.bincount(tiny.labels[tiny.test_idx]).max() / tiny.test_idx.size
+    assert summary["test_acc"] > majority + 0.05, (summary["test_acc"], majority)
     assert summary["config"]["lr"] == 3e-3 and summary["config"]["hidden"] == 256
     records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert {"epoch", "loss", "epoch_seconds", "compile_seconds", "steps", "overflows",
