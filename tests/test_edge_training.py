@@ -91,7 +91,16 @@ def test_model_outputs_depend_on_the_edge_table(edge_data):
 
     grad = np.asarray(jax.grad(total)(res.data.graph.edge_features))
     touched = np.abs(grad).sum(1) > 0
-    assert 0 < touched.sum() < len(grad)  # the sampled edges' rows, and only those
+    # The rows read are edges of the seeds' rows (hop 1) and of their neighbours' rows
+    # (hop 2); a row's draws depend on its node and hop, so a row gives at most 4 a hop,
+    # and each seed's row all 4 of its first hop.
+    indptr, indices = np.asarray(edge_data.graph.indptr), np.asarray(edge_data.graph.indices)
+    row = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+    reach = np.union1d(nodes, indices[np.isin(row, nodes)])
+    assert touched.any() and not (touched & ~np.isin(row, reach)).any()
+    per_row = np.bincount(row[touched], minlength=indptr.size - 1)
+    assert per_row.max() <= 2 * 4
+    assert (per_row[nodes] >= np.minimum(np.diff(indptr)[nodes], 4)).all(), per_row[nodes]
 
 
 def test_edge_feature_options_refuse_what_cannot_run(edge_data):
