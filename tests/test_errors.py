@@ -550,19 +550,21 @@ def test_divergence_stops_with_epoch_and_step(tmp_path):
                        checkpoint_dir=str(tmp_path / "ck"))
     with pytest.raises(Diverged, match=r"^training diverged: the loss became NaN or infinite "
                                        r"at epoch 0, step \d+ \(of 4\); nothing of this epoch "
-                                       r"is saved\. Lower lr \(now 1e\+30\)"):
+                                       r"is saved\. Lower lr \(now 1e\+30\)") as err:
         train(cfg, random_dataset())
+    step = int(re.search(r"step (\d+)", str(err.value)).group(1))
     records = [strict_json(line) for line in metrics.read_text().splitlines()]
     assert len(records) == 1 and records[0]["loss"] is None
-    assert records[0]["epoch"] == 0 and records[0]["diverged_at_step"] >= 0
+    # after an update (the hint is to lower lr), at the step the message names
+    assert records[0]["epoch"] == 0 and records[0]["diverged_at_step"] == step >= 1
     assert not (tmp_path / "ck").exists()  # no checkpoint: the folder made for it goes
     # the same run again with a sane lr: its block starts at epoch 0 (the diverged
     # epoch's record stayed, and read as the first of this run's)
-    train(dataclasses.replace(cfg, lr=1e-3, epochs=1), random_dataset())
+    sane = train(dataclasses.replace(cfg, lr=1e-3, epochs=1), random_dataset())
     records = [strict_json(line) for line in metrics.read_text().splitlines()]
     assert [(r.get("epoch"), r.get("summary", False)) for r in records] == [
         (0, False), (None, True)]
-    assert records[0]["loss"] is not None
+    assert records[0]["loss"] == sane.history[0]["loss"] and "diverged_at_step" not in records[0]
 
 
 def test_a_last_update_to_nan_stops_the_run_before_its_checkpoint(tmp_path):
