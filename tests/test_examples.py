@@ -34,8 +34,10 @@ def test_products_sage_example(tmp_path):
 
 
 def test_cora_gcn_example(planetoid_root):
+    """30 epochs reach 0.74 (seeds 0-4: 0.74 to 0.77); the same GCN on Cora without its
+    edges reaches 0.50, so the bound says the graph is read."""
     accs = _load("cora_gcn").main(["--root", planetoid_root, "--epochs", "30"])
-    assert len(accs) == 1 and accs[0] > 0.5
+    assert len(accs) == 1 and accs[0] > 0.7, accs
 
 
 def _tiny_majority() -> float:
