@@ -51,7 +51,9 @@ def stopped(mag, tmp_path_factory):
 def test_rsage_learns_above_chance(whole):
     losses = [h["loss"] for h in whole.history]
     assert losses[-1] < losses[0]
-    # 349 classes: chance is below 1 %, a paper's own features alone give about 19 %
+    # 349 classes: the most common venue is 13 % of the test papers (this run: 32 %). Not a
+    # bound on reading the graph: an MLP on a paper's own features, 3 epochs at these
+    # settings, gives 23 to 26 % (seeds 0-3), and so does rsage at seeds 1-3 (21 to 27 %).
     assert whole.summary["test_acc"] > 0.2
     assert whole.summary["envelope_over_ideal"] >= 1.0
     assert isinstance(whole.program.task, TypedNodeTask)
