@@ -126,12 +126,22 @@ def test_second_epoch_reuses_the_compiled_program(device_run):
 
 
 def test_batch_larger_than_training_set_is_padded():
+    """20 training nodes in a batch of 64: one step whose padding rows count for nothing,
+    so its loss and update are those of a batch of exactly the 20 (the same draws: they
+    depend on the node, not its place in the batch; no dropout)."""
     data = _problem()
-    program = _program(batch_size=64)
-    state = init_state(program, data, Envelope(64, (512, 512)), np.arange(20))
-    res = ScanEngine(program).run_epoch(state, data, np.arange(20), 0, Envelope(64, (512, 512)))
-    assert res.steps == 1 and res.overflows == 0
-    assert np.isfinite(res.loss)
+    runs = {}
+    for batch in (64, 20):
+        program = _program(batch_size=batch, dropout=0.0)
+        state = init_state(program, data, Envelope(batch, (512, 512)), np.arange(20))
+        runs[batch] = ScanEngine(program).run_epoch(state, data, np.arange(20), 0,
+                                                    Envelope(batch, (512, 512)))
+    padded, exact = runs[64], runs[20]
+    assert padded.steps == exact.steps == 1 and padded.overflows == 0
+    assert padded.loss == pytest.approx(exact.loss, rel=1e-6)
+    for x, y in zip(jax.tree_util.tree_leaves(padded.state.params),
+                    jax.tree_util.tree_leaves(exact.state.params), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("model", ["sage", "gcn", "gat", "sage-max", "mlp"])
