@@ -446,6 +446,46 @@ def test_micro_f1_is_undefined_without_positives():
     assert metrics["acc"] == 1.0 and np.isnan(metrics["f1"]) and np.isnan(metrics["rocauc"])
 
 
+def _brute_auc(pos, neg) -> float:
+    return float(np.mean([(p > q) + 0.5 * (p == q) for p in pos for q in neg]))
+
+
+def _brute_ap(pos, neg) -> float:
+    """Without ties: the mean over the positives of the precision at each one's rank."""
+    scores = np.concatenate([pos, neg])
+    labels = np.r_[np.ones(len(pos)), np.zeros(len(neg))][np.argsort(-scores)]
+    return float((np.cumsum(labels) / np.arange(1, labels.size + 1))[labels == 1].mean())
+
+
+def test_node_and_graph_target_metrics_match_their_definitions():
+    """Multi-label node targets: the share of entries right, micro F1 from the counts,
+    ROC-AUC averaged over the columns with both classes. Graph targets (OGB's molhiv and
+    molpcba evaluators): per-task ROC-AUC and AP over the labelled rows (NaN: missing),
+    averaged over the tasks whose labelled rows hold both classes."""
+    rng = np.random.default_rng(3)
+    out, t = rng.normal(size=(30, 4)), (rng.random((30, 4)) < 0.4).astype(np.float64)
+    t[:, 3] = 1.0  # one class only: left out of the ROC-AUC
+    pred = out > 0
+    tp, fp, fn = (np.sum(pred & (t == 1)), np.sum(pred & (t == 0)), np.sum(~pred & (t == 1)))
+    got = zg.target_metrics(out, t, "multilabel")
+    assert got["acc"] == pytest.approx(np.mean(pred == (t == 1)))
+    assert got["f1"] == pytest.approx(2 * tp / (2 * tp + fp + fn))
+    assert got["rocauc"] == pytest.approx(np.mean(
+        [_brute_auc(out[t[:, j] == 1, j], out[t[:, j] == 0, j]) for j in range(3)]))
+    assert zg.target_metrics(out, t, "regression")["mse"] == pytest.approx(
+        np.mean((out - t) ** 2))
+    out, t = rng.normal(size=(40, 3)), (rng.random((40, 3)) < 0.3).astype(np.float64)
+    t[rng.random((40, 3)) < 0.25] = np.nan  # missing labels
+    t[~np.isnan(t[:, 2]), 2] = 0.0  # task 2's labelled rows: negatives only
+    parts = [(out[t[:, j] == 1, j], out[t[:, j] == 0, j]) for j in range(2)]
+    got = graph_metrics(out, t, "binary")
+    assert got["rocauc"] == pytest.approx(np.mean([_brute_auc(*p) for p in parts]))
+    assert got["ap"] == pytest.approx(np.mean([_brute_ap(*p) for p in parts]))
+    known = ~np.isnan(t)
+    assert graph_metrics(out, t, "regression")["mae"] == pytest.approx(
+        np.abs(out - t)[known].mean())
+
+
 # ---- the envelope's level 0 ---------------------------------------------------------------
 
 def _tiny_link(small_graph, batch=32, negatives=2, mode="destination"):
