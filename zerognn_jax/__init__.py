@@ -61,6 +61,7 @@ from zerognn_jax._src.data.loaders import (
     load_dir,
     load_hetero_dataset,
     load_npz,
+    row_normalize,
     save_dir,
     save_npz,
 )
@@ -228,6 +229,7 @@ __all__ = [
     "softmax_cross_entropy", "squared_error", "evaluate_targets", "target_metrics",
     "RowAdamState", "row_adam_init", "row_adam_update",
     "from_networkx", "to_edge_index", "to_networkx", "to_scipy", "mean_edge_features",
+    "row_normalize",
     "ExportedModel", "export_model", "graph_arguments", "load_dir", "save_dir", "GINEConv",
     "Task", "TaskBatch", "TASKS", "register_task", "step_items", "epoch_items",
     "ITEM_SEEDS", "SeedSource", "take_edge_rows",
