@@ -93,7 +93,6 @@ def engine_run(devices: int, *, shard_features=False, tiny_envelope=False,
     import zerognn_jax as zg
     from zerognn_jax._src.ops.host_rows import cache_leading_rows, reordered_table
     from zerognn_jax._src.training.embeddings import NodeEmbedding
-    from zerognn_jax._src.training.parallel import Collectives
 
     ds = make_problem(train)
     sampler = zg.SamplerConfig((-1, -1)).resolve(ds.graph.max_degree())
@@ -104,7 +103,7 @@ def engine_run(devices: int, *, shard_features=False, tiny_envelope=False,
     if devices > 1 or shard_features:
         program = program.with_mesh(zg.make_mesh(devices), shard_features=shard_features)
         program = dataclasses.replace(program, parallel=dataclasses.replace(
-            program.parallel, collectives=Collectives.parse(collectives)))
+            program.parallel, collectives=zg.Collectives.parse(collectives)))
         # host features: a table laid out in reverse, so that its row map and cached rows
         # (device arrays in the table's pytree) must reach every device
         table = cache_leading_rows(reordered_table(np.asarray(ds.features),

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from conftest import FAST_XLA
 
+import zerognn_jax as zg
 from zerognn_jax import train
 from zerognn_jax._src.training import parallel
 
@@ -392,15 +393,15 @@ def test_the_trainer_caches_a_host_table_on_every_device(runs):
 
 
 def test_collectives_parse_and_check():
-    assert parallel.Collectives.parse("optimised") == parallel.Collectives()
-    assert parallel.Collectives.parse("baseline").describe() == "tree.psum.late"
-    assert parallel.Collectives.parse("flat.host.early").overflow == "early"
+    assert zg.Collectives.parse("optimised") == zg.Collectives()
+    assert zg.Collectives.parse("baseline").describe() == "tree.psum.late"
+    assert zg.Collectives.parse("flat.host.early").overflow == "early"
     with pytest.raises(ValueError, match="needs grads 'flat'"):
-        parallel.Collectives.parse("tree.host.packed")
+        zg.Collectives.parse("tree.host.packed")
     with pytest.raises(ValueError, match="metrics must be one of psum, host"):
-        parallel.Collectives("flat", "device", "late")
+        zg.Collectives("flat", "device", "late")
     with pytest.raises(ValueError, match="GRADS.METRICS.OVERFLOW"):
-        parallel.Collectives.parse("fast")
+        zg.Collectives.parse("fast")
 
 
 def test_psum_flat_is_one_all_reduce_per_dtype():

@@ -169,7 +169,12 @@ from zerognn_jax._src.training.loaders import (
     NeighborLoader,
 )
 from zerognn_jax._src.training.lock import OutputsInUse
-from zerognn_jax._src.training.parallel import DataParallel, initialize_distributed, make_mesh
+from zerognn_jax._src.training.parallel import (
+    Collectives,
+    DataParallel,
+    initialize_distributed,
+    make_mesh,
+)
 from zerognn_jax._src.training.placement import PlacementWarning
 from zerognn_jax._src.training.program import (
     DeviceData,
@@ -205,7 +210,7 @@ from zerognn_jax._src.training.typed_loaders import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "CSRGraph", "Calibration", "DataParallel", "Dataset", "DeviceData", "EdgeView",
+    "CSRGraph", "Calibration", "Collectives", "DataParallel", "Dataset", "DeviceData", "EdgeView",
     "EllView", "Envelope", "EnvelopePolicy", "EpochResult", "GATConv", "GCNConv", "GNN",
     "HostEngine", "Kernels", "MLP", "MiniBatch", "SAGEConv", "SamplerConfig", "ScanEngine",
     "StepProgram", "TrainConfig", "TrainResult", "TrainState", "calibrate",
