@@ -194,6 +194,21 @@ def test_cli_rejects_bad_arguments(args, message, capsys, monkeypatch):
     assert message in err and ("zerognn: error:" in err or "zerognn train: error:" in err)
 
 
+def test_cli_version_names_the_package_and_its_jax(capsys):
+    import importlib.metadata
+
+    import jax
+
+    from zerognn_jax import __version__, cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"zerognn-jax {__version__} (jax {jax.__version__}, jaxlib ")
+    assert __version__ == importlib.metadata.version("zerognn-jax")  # one version, installed
+
+
 def test_host_engine_refuses_several_devices():
     with pytest.raises(ValueError, match="host-mediated engine 'host-exact' runs on one device"):
         TrainConfig(engine="host-exact", devices=2)

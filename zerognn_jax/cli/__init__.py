@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.metadata
 import sys
 import warnings
 
@@ -21,12 +22,26 @@ from zerognn_jax.cli.train import add_train_command
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zerognn", description=__doc__)
+    parser.add_argument("--version", action="version", version=_versions())
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_command(sub)
     add_data_commands(sub)
     add_bench_command(sub)
     add_export_command(sub)
     return parser
+
+
+def _versions() -> str:
+    """This package's version and those of the JAX it runs on, for a bug report."""
+    from zerognn_jax import __version__
+
+    found = []
+    for name in ("jax", "jaxlib", "flax", "optax"):
+        try:
+            found.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{name} not installed")
+    return f"zerognn-jax {__version__} ({', '.join(found)})"
 
 
 def main(argv=None) -> int:
