@@ -32,16 +32,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _versions() -> str:
-    """This package's version and those of the JAX it runs on, for a bug report."""
-    from zerognn_jax import __version__
-
+    """The installed versions of this package and of the JAX, Flax and optax it runs on,
+    for a bug report (the package's own as its metadata has it: this is the installed
+    `zerognn` command)."""
     found = []
-    for name in ("jax", "jaxlib", "flax", "optax"):
+    for name in ("zerognn-jax", "jax", "jaxlib", "flax", "optax"):
         try:
             found.append(f"{name} {importlib.metadata.version(name)}")
         except importlib.metadata.PackageNotFoundError:
             found.append(f"{name} not installed")
-    return f"zerognn-jax {__version__} ({', '.join(found)})"
+    return f"{found[0]} ({', '.join(found[1:])})"
 
 
 def main(argv=None) -> int:
