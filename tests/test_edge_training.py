@@ -21,7 +21,7 @@ from zerognn_jax._src.nn.models import GNN
 from zerognn_jax._src.training import trainer
 from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.evaluate import layerwise_logits, sampled_logits
-from zerognn_jax._src.training.trainer import ATTENTION_MODELS
+from zerognn_jax._src.training.run_checks import ATTENTION_MODELS
 
 D_EDGE = 3
 

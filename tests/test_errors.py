@@ -36,7 +36,7 @@ from zerognn_jax import (
 )
 from zerognn_jax._src.data.checks import key_seed
 from zerognn_jax._src.data.loaders import require_graphs
-from zerognn_jax._src.training import trainer
+from zerognn_jax._src.training import run_checks, trainer
 from zerognn_jax._src.training.trainer import Diverged
 from zerognn_jax.cli import main
 
@@ -669,6 +669,8 @@ def test_options_of_another_task_are_named_as_ignored():
     with pytest.warns(zg.IgnoredOptionWarning) as caught:
         train(cfg, random_dataset())
     said = [str(w.message) for w in caught]
+    # each points at the line that called train, where the option was set
+    assert {w.filename for w in caught if w.category is zg.IgnoredOptionWarning} == {__file__}
     assert "decoder 'mlp', negatives 5: options of link tasks, ignored by this node task" \
         in said
     assert "readout 'max': options of graph tasks, ignored by this node task" in said
@@ -677,15 +679,16 @@ def test_options_of_another_task_are_named_as_ignored():
         in said
     with pytest.warns(zg.IgnoredOptionWarning, match=r"^weight_decay 0.1: an option of the "
                                                       r"built-in optimizer, ignored with one "
-                                                      r"of yours$"):
+                                                      r"of yours$") as caught:
         train(small_config(epochs=1, weight_decay=0.1), random_dataset(),
               optimizer=optax.sgd(0.1))
+    assert {w.filename for w in caught if w.category is zg.IgnoredOptionWarning} == {__file__}
     graph = TrainConfig(task="graph", dataset="molhiv-like", model="gin", fanouts=(3, 3),
                         sampler="labor", flat_outer=True, norm="layer", input_dropout=0.5,
                         eval_mode="sampled", progress=False, heads=2,
                         normalize_features=True, read_ahead_gib=1.0)
     with pytest.warns(zg.IgnoredOptionWarning) as caught:
-        trainer._warn_unread_options(graph, None)
+        run_checks.warn_unread_options(graph, None)
     assert [str(w.message) for w in caught] == [
         "fanouts (3, 3), sampler 'labor', flat_outer True: options of neighbour sampling, "
         "ignored by this graph task",
@@ -699,19 +702,19 @@ def test_options_of_another_task_are_named_as_ignored():
         "'none' skips it)"]
     typed = TrainConfig(dataset="mag-like", model="rsage", norm="batch", progress=False)
     with pytest.warns(zg.IgnoredOptionWarning) as caught:
-        trainer._warn_unread_options(typed, None)
+        run_checks.warn_unread_options(typed, None)
     assert [str(w.message) for w in caught] == [
         "norm 'batch': options of the models of one-type graphs' node and link tasks, "
         "ignored by this node task of a typed graph"]
     host = small_config(engine="host-exact", chunk_steps=2, sample_ahead=4)
     with pytest.warns(zg.IgnoredOptionWarning) as caught:
-        trainer._warn_unread_options(host, None)
+        run_checks.warn_unread_options(host, None)
     assert [str(w.message) for w in caught] == [
         "chunk_steps 2, sample_ahead 4: options of the scan engine, ignored by engine "
         "'host-exact'"]
     tree = small_config(dedup=False, flat_outer=True)  # accepted, as its checkpoints are
     with pytest.warns(zg.IgnoredOptionWarning) as caught:
-        trainer._warn_unread_options(tree, None)
+        run_checks.warn_unread_options(tree, None)
     assert [str(w.message) for w in caught] == [
         "flat_outer True is ignored with dedup False: tree mode lays out every hop in slot "
         "order already"]
@@ -719,7 +722,7 @@ def test_options_of_another_task_are_named_as_ignored():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match="task 'graph' does not train typed datasets"):
-            trainer._warn_unread_options(dataclasses.replace(typed, task="graph",
+            run_checks.warn_unread_options(dataclasses.replace(typed, task="graph",
                                                              fanouts=(3, 3)), None)
 
 
@@ -952,12 +955,12 @@ def test_a_best_metric_the_task_never_reports_fails_before_training(tmp_path, mo
         task = type("Task", (), {})()
         if names is not None:
             task.metric_names = lambda dataset, names=names: names
-        trainer._check_metrics(dataclasses.replace(cfg, best_metric=metric), task, None)
+        run_checks.check_metrics(dataclasses.replace(cfg, best_metric=metric), task, None)
     task.metric_names = lambda dataset: ("acc",)
     with pytest.raises(ValueError, match=r"^best_metric 'acc' is not a metric this task "
                                          r"reports; choose one of train_acc, val_acc, "
                                          r"test_acc$"):
-        trainer._check_metrics(dataclasses.replace(cfg, best_metric="acc"), task, None)
+        run_checks.check_metrics(dataclasses.replace(cfg, best_metric="acc"), task, None)
     # an EarlyStopping callback's metric likewise (it had waited for it silently)
     with pytest.raises(ValueError, match=r"^EarlyStopping's metric 'val_accuracy' is not a "
                                          r"metric this task reports"):

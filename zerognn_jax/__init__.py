@@ -184,6 +184,7 @@ from zerognn_jax._src.training.program import (
     views_for,
 )
 from zerognn_jax._src.training.row_adam import RowAdamState, row_adam_init, row_adam_update
+from zerognn_jax._src.training.run_checks import IgnoredOptionWarning
 from zerognn_jax._src.training.scan import ScanEngine
 from zerognn_jax._src.training.step import EpochResult
 from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsItems, Task, TaskBatch
@@ -199,7 +200,7 @@ from zerognn_jax._src.training.tasks.node import NodeTask, target_metrics
 from zerognn_jax._src.training.tasks.registry import TASKS, register_task
 from zerognn_jax._src.training.tasks.typed_link import TypedLinkTask
 from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask, TypedSample
-from zerognn_jax._src.training.trainer import Diverged, IgnoredOptionWarning, TrainResult, train
+from zerognn_jax._src.training.trainer import Diverged, TrainResult, train
 from zerognn_jax._src.training.typed_loaders import (
     HeteroLinkLoaderBatch,
     HeteroLinkNeighborLoader,

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import os
 import sys
 import time
-import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -37,13 +35,12 @@ from zerognn_jax._src.nn.models import (
     count_params,
     make_model,
 )
-from zerognn_jax._src.ops.host_rows import device_bytes, host_table, is_host_resident
+from zerognn_jax._src.ops.host_rows import device_bytes, is_host_resident
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
 from zerognn_jax._src.training import interrupts, memory
 from zerognn_jax._src.training.callbacks import (
-    EarlyStopping,
     check_callbacks,
     replay_early_stopping,
     reset_callbacks,
@@ -60,8 +57,6 @@ from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.engines import make_engine
 from zerognn_jax._src.training.evaluate import (
     Predictor,
-    no_layerwise_form,
-    supports_layerwise,
 )
 from zerognn_jax._src.training.layout import choose_layout
 from zerognn_jax._src.training.lock import hold_outputs
@@ -88,7 +83,16 @@ from zerognn_jax._src.training.records import (
     remove_if_empty,
     strict,
 )
-from zerognn_jax._src.training.scan import read_ahead_bytes, read_ahead_limit, steps_ahead
+from zerognn_jax._src.training.run_checks import (
+    check_arguments,
+    check_metrics,
+    check_typed_options,
+    dataset_name,
+    warn_unread_options,
+    warn_unread_pieces,
+)
+from zerognn_jax._src.training.scan import read_ahead_bytes
+from zerognn_jax._src.training.summary import run_notes, run_summary
 from zerognn_jax._src.training.tasks.base import BatchedTask
 from zerognn_jax._src.training.tasks.registry import task_class
 from zerognn_jax._src.training.user import check_optimizer, start_from, user_identity
@@ -160,7 +164,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         if dataset is None:  # a missing or misspelled name says so, not "one type"
             require_known(str(cfg.dataset))
         raise ValueError(f"model {cfg.model!r} is a relational model for typed datasets; "
-                         f"{_name(cfg, dataset)!r} has one node and one edge type: choose "
+                         f"{dataset_name(cfg, dataset)!r} has one node and one edge type: choose "
                          f"one of {', '.join(MODELS)}")
     takes = HETERO_MODELS if typed else MODELS  # (what the built-in node and link tasks take)
     if model is None and cfg.task in ("node", "link") and cfg.model not in (None, *takes):
@@ -411,8 +415,8 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
       Diverged: the loss became NaN or infinite.
       interrupts.Interrupted: a signal arrived inside `interrupts.deferred()`.
     """
-    _check_arguments(cfg, dataset, variables)
-    _warn_unread_options(cfg, dataset)
+    check_arguments(cfg, dataset, variables)
+    warn_unread_options(cfg, dataset)
     lead = jax.process_index() == 0  # one writer when several processes train together
     metrics = Path(cfg.metrics_out) if lead and cfg.metrics_out else None
     new_metrics = metrics is not None and not metrics.exists()
@@ -431,103 +435,20 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
         raise
 
 
-def _check_arguments(cfg, dataset, variables) -> None:
-    """TypeError or ValueError for arguments of `train` that are not what it takes."""
-    if not isinstance(cfg, TrainConfig):
-        raise TypeError(f"train takes a TrainConfig as cfg, got {type(cfg).__name__}: "
-                        f"build one with zg.TrainConfig(...)")
-    if isinstance(dataset, (str, bytes, os.PathLike)):
-        raise TypeError(f"dataset {dataset!r} is a name or a path: give it as "
-                        f"TrainConfig(dataset=...) and pass no dataset")
-    if variables is not None and "params" not in variables:
-        raise ValueError(f"variables hold no 'params' (as restore(...).variables does): "
-                         f"got {sorted(variables)}")
-
-
-# Options some tasks only read, by what reads them and whether a task does (from its
-# name, its class and whether its dataset is typed): set where it does not (away from
-# their defaults) they are ignored.
-TASK_OPTIONS = {
-    "link tasks": (lambda name, task, typed: name == "link",
-                   ("decoder", "negatives", "negative_mode", "link_metric")),
-    "graph tasks": (lambda name, task, typed: name == "graph",
-                    ("readout", "balance_window", "graph_aggregation")),
-    # a task that packs whole graphs (`samples_neighbours` False) samples nothing
-    "neighbour sampling": (lambda name, task, typed: getattr(task, "samples_neighbours", True),
-                           ("fanouts", "relation_fanouts", "sampler", "replace", "dedup",
-                            "flat_outer")),
-    # the graph models (nn/graph_models.py) drop out and normalise inside their layers,
-    # and have no attention heads
-    "node and link models": (lambda name, task, typed: name != "graph",
-                             ("input_dropout", "heads")),
-    # a graph task keeps its collection's node rows on the device as given
-    "the feature tables of node and link tasks": (
-        lambda name, task, typed: name != "graph",
-        ("normalize_features", "host_row_order", "read_ahead_gib")),
-    "the models of one-type graphs' node and link tasks": (
-        lambda name, task, typed: name != "graph" and not typed, ("norm",)),
-}
-
-
-# the built-in models that read `heads`
-ATTENTION_MODELS = ("gat", "rgat")
-
-
-class IgnoredOptionWarning(UserWarning):
-    """An option set away from its default that only another task reads."""
-
-
-def _warn_unread_options(cfg: TrainConfig, dataset) -> None:
-    """Warns (`IgnoredOptionWarning`) naming the options `cfg` sets that only another
-    task reads (`dataset`: the one given to `train`, else `cfg.dataset` names it)."""
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    typed = is_typed(cfg.dataset if dataset is None else dataset)
-    task = task_class(cfg.task, typed=typed)  # a task no such dataset trains: its error first
-    where = " of a typed graph" if typed else ""
-    for readers, (reads, names) in TASK_OPTIONS.items():
-        unread = [f"{n} {getattr(cfg, n)!r}" for n in names
-                  if not reads(cfg.task, task, typed) and getattr(cfg, n) != defaults[n]]
-        if unread:
-            warnings.warn(f"{', '.join(unread)}: options of {readers}, ignored by this "
-                          f"{cfg.task} task{where}", IgnoredOptionWarning, stacklevel=3)
-    scan_only = [f"{n} {getattr(cfg, n)!r}" for n in ("chunk_steps", "sample_ahead",
-                                                       "read_ahead_gib")
-                 if getattr(cfg, n) != defaults[n]]
-    if cfg.engine != "scan" and scan_only:
-        warnings.warn(f"{', '.join(scan_only)}: options of the scan engine, ignored by "
-                      f"engine {cfg.engine!r}", IgnoredOptionWarning, stacklevel=3)
-    samples = getattr(task, "samples_neighbours", True)
-    if cfg.flat_outer and cfg.dedup is False and samples:  # checkpoints of such runs exist
-        warnings.warn("flat_outer True is ignored with dedup False: tree mode lays out every "
-                      "hop in slot order already", IgnoredOptionWarning, stacklevel=3)
-    if cfg.eval_mode == "sampled" and not samples:
-        warnings.warn(f"eval_mode 'sampled': this {cfg.task} task evaluates whole graphs, "
-                      f"exactly ('full'; 'none' skips it)", IgnoredOptionWarning, stacklevel=3)
-
-
 def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
     """`train` once the run holds its output paths."""
     user = _UserParts({}, None, check_callbacks(callbacks), variables, dataset is not None)
     dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                      loss=loss)
     cfg = with_model(cfg, program.task, dataset, user_model=model is not None)  # as `prepare`
-    if model is None and cfg.task != "graph" and cfg.model not in ATTENTION_MODELS \
-            and cfg.heads != TrainConfig.heads:  # (a graph task warns of heads already)
-        warnings.warn(f"heads {cfg.heads!r}: attention heads of the models "
-                      f"{', '.join(ATTENTION_MODELS)}, ignored by model {cfg.model!r}",
-                      IgnoredOptionWarning, stacklevel=3)
-    if optimizer is not None and cfg.weight_decay != TrainConfig.weight_decay:
-        # (lr also steps learnable embedding rows, which a user's optimizer leaves alone)
-        warnings.warn(f"weight_decay {cfg.weight_decay!r}: an option of the built-in "
-                      f"optimizer, ignored with one of yours", IgnoredOptionWarning,
-                      stacklevel=3)
+    warn_unread_pieces(cfg, model, optimizer)
     user = dataclasses.replace(
         user, identity=user_identity(model, optimizer,
                                      None if loss is None else program.task, dataset),
         model=None if model is None else model_name(model))
     interrupts.check("loading the data")
-    _check_typed_options(cfg, dataset)
-    _check_metrics(cfg, program.task, dataset, user.callbacks)
+    check_typed_options(cfg, dataset)
+    check_metrics(cfg, program.task, dataset, user.callbacks)
     reset_callbacks(user.callbacks)
     ckpt = None
     if cfg.checkpoint_dir:
@@ -547,89 +468,20 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
 
 
 def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainResult:
-    ident, resumable, relations = None, [], relations_of(dataset)
-    if ckpt is not None:
-        from zerognn_jax._src.training.checkpoint import (
-            check_best_metric,
-            check_epochs,
-            identity,
-        )
-
-        ident = identity(cfg, dataset.stats(), asked_global_batch(cfg, program), user.identity,
-                         relations)
-        resumable = ckpt.find_resumable(ident, relations)  # another run's fails here
-        check_epochs(cfg.epochs, resumable, cfg.checkpoint_dir)
-        if resumable and cfg.best_metric:
-            check_best_metric(cfg.checkpoint_dir, cfg.best_metric)
+    ident, resumable = _resumable(cfg, dataset, program, ckpt, user.identity)
     t0 = time.perf_counter()
-    batched = isinstance(program.task, BatchedTask)
     env, cal = (_checkpoint_envelope(program, ckpt, resumable)
                 or starting_envelope(cfg, program, data, dataset))
     calibrate_seconds = time.perf_counter() - t0
     interrupts.check("calibration")
-    items = program.task.train_items(dataset)
-
-    def checked_state():  # a user's model, loss and optimizer checked against the batch
-        state = init_checked(program, data, env, items, user_model=user.model)
-        check_pieces(program, state, data, env, items,
-                     width=program.task.output_dim(cfg, dataset), name=user.model)
-        return state
-
-    if batched:  # the state first: the memory check counts it as allocated
-        state = checked_state()
-        step_bytes = getattr(program.task, "envelope_bytes", None)  # optional (base.py)
-        rows = getattr(program.task, "feature_rows", None)  # optional too
-        if step_bytes is not None:
-            ahead = 0 if rows is None else read_ahead_bytes(
-                data.features, rows(env), cfg.sample_ahead, cfg.read_ahead_bytes)
-            memory.check_step_fits(memory.allocated_resident(data, state),
-                                   step_bytes(program, env), memory.device_memory_limit(),
-                                   batch_size=program.batch_size, read_ahead_bytes=ahead)
-    else:  # the memory model and the checks of a user's pieces read the sampled levels
-        dims = level_dims(cfg, dataset, program.task, program.model)
-        shards = program.num_shards if cfg.shard_features else 1
-        host_table_bytes = (device_bytes(data.features) if is_host_resident(data.features)
-                            else None)
-        memory.check_fits(env, program.sampler.slots, dims, memory.device_memory_limit(),
-                          resident=memory.resident_bytes(data.graph,
-                                                         dataset.features.shape[1],
-                                                         cfg.dtype, dims,
-                                                         feature_shards=shards,
-                                                         embedding_dim=cfg.embedding_dim,
-                                                         feature_bytes=host_table_bytes),
-                          extra_step_bytes=memory.gathered_rows_bytes(
-                              env.levels[-1], cfg.embedding_dim, cfg.dtype,
-                              program.num_shards),
-                          read_ahead_bytes=read_ahead_bytes(
-                              data.features, env.levels[-1], cfg.sample_ahead,
-                              cfg.read_ahead_bytes)
-                          if cfg.engine == "scan" else 0)
-        state = checked_state()
+    state = _initial_state(cfg, dataset, data, program, env, user.model)
     if user.variables is not None:
         state = start_from(program, state, user.variables)
     interrupts.check("initialisation", wait_for=state)
-    history, start_epoch, pending, fresh = [], 0, None, False
-    resumed = (ckpt.restore_first(resumable, ident, _saved(state), relations)
-               if resumable else None)
-    if resumed is not None:
-        last, restored, meta = resumed
-        state = state._replace(**restored)
-        if _envelope_applies(program, meta["envelope"], env):
-            env = saved_envelope(program, meta["envelope"])
-        history, start_epoch = meta["history"], last + 1
-        if meta.get("evaluation_pending"):  # evaluated after its checkpoint, if at all
-            entries = ckpt.evaluation_of(history[-1])  # metrics and eval_seconds
-            if entries is None:  # the earlier run stopped first: evaluate it now
-                entries, fresh = _evaluation_entries(
-                    *_timed_evaluation(cfg, program, state, data, dataset)), True
-                ckpt.save_evaluation(history[-1], entries)
-            history[-1].update(strict(entries))
-            pending = {k: v for k, v in entries.items() if k != "eval_seconds"}
-            meta = {**meta, "evaluation_pending": False}
-        elif history and (entries := ckpt.evaluation_of(history[-1])):
-            # evaluated after a checkpoint that expected none: a stop at an epoch
-            # eval_every skipped (its record and the best checkpoint's value to beat)
-            history[-1].update(strict(entries))
+    back = _Resumed(state, env, [], 0, None, False, None)
+    if resumable:
+        back = _resume(cfg, dataset, data, program, ckpt, resumable, ident, back)
+    state, env, history, start_epoch, pending, fresh, meta = back
     runner = make_engine(cfg.engine, program, chunk_steps=cfg.chunk_steps,
                          policy=cfg.envelope_policy, sample_ahead=cfg.sample_ahead,
                          read_ahead_bytes=cfg.read_ahead_bytes,
@@ -711,19 +563,12 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             stopped = None  # a stop asked at the last epoch stops nothing
         if final is None:  # no epoch trained here, or the last one was not evaluated
             final = evaluate(cfg, program, _variables(state), data, dataset)
-        notes = _notes(cfg, program, user, best, stopped, history)
-        notes.update(_placement_entries(program, data))
-        if (normalized := row_normalizes(cfg, dataset, program.task)) is not None:
-            notes["features_row_normalized"] = normalized
-        if cfg.engine == "scan":
-            notes["sample_ahead"] = steps_ahead(cfg.sample_ahead, data.features)
-        if is_host_resident(data.features):
-            host = host_table(data.features)
-            notes["host_row_order"] = "stored" if host.position is None else "degree"
-            if cfg.engine == "scan":
-                notes["read_ahead_bytes"] = read_ahead_limit(cfg.read_ahead_bytes)
-        summary = _summary(cfg, dataset, program, state, env, cal, history, final,
-                           calibrate_seconds, runner.compile_seconds, start_epoch, notes)
+        notes = run_notes(cfg, program, data, model=user.model, custom=user.identity,
+                          best=best, stopped=stopped, history=history,
+                          row_normalized=row_normalizes(cfg, dataset, program.task))
+        summary = run_summary(cfg, dataset, program, state, env, cal, history, final,
+                              calibrate_seconds, runner.compile_seconds, start_epoch, notes,
+                              _memory_report(cfg, dataset, program, env, cal))
         log.write(summary)
     finally:
         bar.close()
@@ -732,6 +577,121 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         if best is not None:
             best.close()
     return TrainResult(_variables(state), history, summary, program, data, state, dataset)
+
+
+def _resumable(cfg, dataset, program, ckpt, custom) -> tuple[dict | None, list]:
+    """(this run's checkpoint identity, the checkpoints in `ckpt` it may resume from,
+    newest first); (None, []) without a checkpoint folder. A folder of another run
+    (`CheckpointMismatch`), one holding more epochs than `cfg.epochs` asks for, or one
+    whose best checkpoint ranks another metric than `cfg.best_metric` is refused here,
+    before anything is trained."""
+    if ckpt is None:
+        return None, []
+    from zerognn_jax._src.training.checkpoint import (
+        check_best_metric,
+        check_epochs,
+        identity,
+    )
+
+    relations = relations_of(dataset)
+    ident = identity(cfg, dataset.stats(), asked_global_batch(cfg, program), custom,
+                     relations)
+    resumable = ckpt.find_resumable(ident, relations)  # another run's fails here
+    check_epochs(cfg.epochs, resumable, cfg.checkpoint_dir)
+    if resumable and cfg.best_metric:
+        check_best_metric(cfg.checkpoint_dir, cfg.best_metric)
+    return ident, resumable
+
+
+def _initial_state(cfg, dataset, data, program, env, user_model):
+    """The run's first state, once the step is known to fit in device memory (else a
+    ValueError saying what to lower) and a user's model, loss and optimizer
+    (`user_model`: its name, None for the built-in one) have been checked against the
+    first batch."""
+    items = program.task.train_items(dataset)
+
+    def checked_state():
+        state = init_checked(program, data, env, items, user_model=user_model)
+        check_pieces(program, state, data, env, items,
+                     width=program.task.output_dim(cfg, dataset), name=user_model)
+        return state
+
+    if isinstance(program.task, BatchedTask):  # the state first: counted as allocated
+        state = checked_state()
+        step_bytes = getattr(program.task, "envelope_bytes", None)  # optional (base.py)
+        rows = getattr(program.task, "feature_rows", None)  # optional too
+        if step_bytes is not None:
+            ahead = 0 if rows is None else read_ahead_bytes(
+                data.features, rows(env), cfg.sample_ahead, cfg.read_ahead_bytes)
+            memory.check_step_fits(memory.allocated_resident(data, state),
+                                   step_bytes(program, env), memory.device_memory_limit(),
+                                   batch_size=program.batch_size, read_ahead_bytes=ahead)
+    else:  # the memory model and the checks of a user's pieces read the sampled levels
+        dims = level_dims(cfg, dataset, program.task, program.model)
+        shards = program.num_shards if cfg.shard_features else 1
+        host_table_bytes = (device_bytes(data.features) if is_host_resident(data.features)
+                            else None)
+        memory.check_fits(env, program.sampler.slots, dims, memory.device_memory_limit(),
+                          resident=memory.resident_bytes(data.graph,
+                                                         dataset.features.shape[1],
+                                                         cfg.dtype, dims,
+                                                         feature_shards=shards,
+                                                         embedding_dim=cfg.embedding_dim,
+                                                         feature_bytes=host_table_bytes),
+                          extra_step_bytes=memory.gathered_rows_bytes(
+                              env.levels[-1], cfg.embedding_dim, cfg.dtype,
+                              program.num_shards),
+                          read_ahead_bytes=read_ahead_bytes(
+                              data.features, env.levels[-1], cfg.sample_ahead,
+                              cfg.read_ahead_bytes)
+                          if cfg.engine == "scan" else 0)
+        state = checked_state()
+    return state
+
+
+class _Resumed(NamedTuple):
+    """Where a run starts: its state and envelope, the records of the epochs it holds
+    (`history`), the first epoch to train, and of the last epoch held, its evaluation
+    where one was due (`pending`: its metrics; `fresh`: made only now) and its
+    checkpoint's metadata (`meta`). A fresh run's holds no epoch."""
+
+    state: Any
+    env: Any
+    history: list
+    start_epoch: int
+    pending: dict | None
+    fresh: bool
+    meta: dict | None
+
+
+def _resume(cfg, dataset, data, program, ckpt, resumable, ident, fresh_run: _Resumed):
+    """`fresh_run` carried on from the newest readable checkpoint of `resumable`: its
+    state, its envelope where it was saved for this run's seeds per device, its records,
+    and the last epoch's evaluation (read back, or run now where the earlier run stopped
+    before it); `fresh_run` itself where no checkpoint could be read."""
+    state, env = fresh_run.state, fresh_run.env
+    resumed = ckpt.restore_first(resumable, ident, _saved(state), relations_of(dataset))
+    if resumed is None:
+        return fresh_run
+    last, restored, meta = resumed
+    state = state._replace(**restored)
+    if _envelope_applies(program, meta["envelope"], env):
+        env = saved_envelope(program, meta["envelope"])
+    history, pending, fresh = meta["history"], None, False
+    if meta.get("evaluation_pending"):  # evaluated after its checkpoint, if at all
+        entries = ckpt.evaluation_of(history[-1])  # metrics and eval_seconds
+        if entries is None:  # the earlier run stopped first: evaluate it now
+            entries, fresh = _evaluation_entries(
+                *_timed_evaluation(cfg, program, state, data, dataset)), True
+            ckpt.save_evaluation(history[-1], entries)
+        history[-1].update(strict(entries))
+        pending = {k: v for k, v in entries.items() if k != "eval_seconds"}
+        meta = {**meta, "evaluation_pending": False}
+    elif history and (entries := ckpt.evaluation_of(history[-1])):
+        # evaluated after a checkpoint that expected none: a stop at an epoch
+        # eval_every skipped (its record and the best checkpoint's value to beat)
+        history[-1].update(strict(entries))
+    return _Resumed(state, env, history, last + 1, pending, fresh, meta)
 
 
 def starting_envelope(cfg: TrainConfig, program, data, dataset):
@@ -778,64 +738,6 @@ def same_level0(saved, current) -> bool:
 def relations_of(dataset) -> tuple:
     """A typed dataset's relations, () for any other."""
     return dataset.graph.relations if is_typed(dataset) else ()
-
-
-def _name(cfg, dataset) -> str:
-    return cfg.dataset if dataset is None else getattr(dataset, "name", type(dataset).__name__)
-
-
-def _check_typed_options(cfg, dataset) -> None:
-    """Refuses, before training (not in `prepare`: a run restored from an older
-    checkpoint may have recorded it unused), relation fanouts on a dataset without
-    relations, and a link relation outside a typed link task."""
-    if cfg.link_relation is not None and (cfg.task != "link" or not is_typed(dataset)):
-        raise ValueError(f"link_relation (--link-relation) names the relation a typed "
-                         f"dataset's link task predicts; this run trains task "
-                         f"{cfg.task!r} on {_name(cfg, dataset)!r}")
-    if cfg.relation_fanouts and not is_typed(dataset):
-        fix = ("graph tasks sample no neighbours" if cfg.task == "graph"
-               else "give fanouts (--fanouts)")
-        raise ValueError(f"relation_fanouts (--relation-fanouts) samples the relations of a "
-                         f"typed dataset; {_name(cfg, dataset)!r} has one node and one edge "
-                         f"type: {fix}")
-
-
-def _check_metrics(cfg, task, dataset, callbacks=()) -> None:
-    """Refuses, before anything is trained or written, a `best_metric` (or an
-    `EarlyStopping` callback's metric) that the task's metrics (`metric_names`, each
-    prefixed by a split it scores, "val_acc": its `metric_splits`, else train, val and
-    test; or listed so prefixed) do not name; a plain "acc" too, which no epoch's record
-    holds. A callback may also watch the training loss ("loss") and the batches' score
-    ("train_batch_acc"). A task that does not list its metrics is not checked here."""
-    listed = getattr(task, "metric_names", None)
-    # (what asks, the metric, whether it may watch every record's own entries too)
-    asked = [(f"best_metric {cfg.best_metric!r}", cfg.best_metric, False)] \
-        if cfg.best_metric else []
-    asked += [(f"EarlyStopping's metric {cb.metric!r}", cb.metric, True) for cb in callbacks
-              if isinstance(cb, EarlyStopping)]
-    trained = ["loss", f"train_batch_{getattr(task, 'score_name', 'acc')}"]
-    evaluated = ("train_", "val_", "test_")  # (a record's own entries are not)
-    # the last epoch alone is evaluated: a stop there stops nothing
-    unevaluated = "eval_mode is 'none'" if cfg.eval_mode == "none" else \
-        f"eval_every {cfg.eval_every} evaluates the last of {cfg.epochs} epochs alone" \
-        if cfg.epochs > 1 and (cfg.eval_every == 0 or cfg.eval_every >= cfg.epochs) else None
-    for what, metric, watches in asked:  # (best_metric: refused by TrainConfig)
-        if watches and unevaluated and metric not in trained and metric.startswith(evaluated):
-            raise ValueError(f"{what} needs evaluation, and {unevaluated} (it would never "
-                             f"stop the run): evaluate more often, or watch one of "
-                             f"{', '.join(trained)}")
-    if not asked or listed is None:
-        return
-    names = tuple(listed(dataset) or ())
-    if not names:
-        return
-    splits = getattr(task, "metric_splits", ("train", "val", "test"))
-    known = [f"{split}_{name}" for split in splits for name in names]
-    known += [n for n in names if n.startswith(tuple(f"{s}_" for s in splits))]  # as listed
-    for what, metric, watches in asked:
-        if metric not in known and not (watches and metric in trained):
-            raise ValueError(f"{what} is not a metric this task reports; choose one of "
-                             f"{', '.join(known + (trained if watches else []))}")
 
 
 def _best_checkpoint(cfg, history):
@@ -958,86 +860,12 @@ def _diverged(cfg, epoch, step, steps, record, own=(), *, what="loss"):
     raise err
 
 
-def _notes(cfg, program, user: _UserParts, best, stopped, history) -> dict:
-    """Summary entries on what ran: the model's name, the user's pieces, how evaluation
-    ran, the best checkpoint, an early stop."""
-    notes = {"model": user.model or cfg.model, "eval_mode": cfg.eval_mode,
-             "stopped_early": None if not stopped else {"epoch": history[-1]["epoch"],
-                                                        "by": stopped}}
-    if user.identity:
-        notes["custom"] = user.identity
-    if (cfg.eval_mode == "full" and not supports_layerwise(program.model)
-            and not isinstance(program.task, BatchedTask)):
-        notes["eval_mode"] = "sampled"
-        notes["eval_note"] = (f"{no_layerwise_form(program.model)}: evaluated on sampled "
-                              f"neighbourhoods (the training fanouts)")
-    if cfg.eval_mode == "sampled" and not getattr(program.task, "samples_neighbours", True):
-        notes["eval_mode"] = "full"  # whole graphs: no sampled form (warned at the start)
-    if best is not None:
-        notes["best"] = {"metric": best.metric, "epoch": best.epoch, "value": best.value}
-    return notes
-
-
-def _placement_entries(program, data) -> dict:
-    """The summary's `feature_placement` and `feature_placement_why`: where the table is
-    and why (`Placement.describe`); the why is None for a program that does not say."""
-    if program.placement is not None:
-        return program.placement.describe()
-    return {"feature_placement": "host" if is_host_resident(data.features) else "device",
-            "feature_placement_why": None}
-
-
-def _unused_keys(program) -> tuple[str, ...]:
-    """The summary's sampling keys that do not apply to `program`: all three for a task
-    whose steps sample no neighbours (`Task.samples_neighbours` False: graph batches;
-    a task that does not say samples them), the layout where none was chosen."""
-    if not getattr(program.task, "samples_neighbours", True):
-        return ("fanouts", "sampler", "layout")
-    return () if program.layout is not None else ("layout",)
-
-
-def _summary(cfg, dataset, program, state, env, cal, history, final, calibrate_seconds,
-             compile_seconds, start_epoch, notes) -> dict:
-    """The run's summary record. `epochs` and `median_epoch_seconds` cover every epoch
-    trained, resumed runs included; `epochs_run` those trained by this process;
-    `compile_seconds` and `calibrate_seconds` this
-    process only (`start_epoch` > 0: it resumed from a checkpoint); `config` is every
-    TrainConfig field of the run (lr, hidden, layers, dropout, seed, ...); `fanouts`,
-    `sampler` and `layout` appear where they apply (`_unused_keys`); `notes`
-    (`_notes`) say what ran; `embedding_bytes`, with a node embedding (or a typed run's
-    featureless types), what its table and two moments hold on each device."""
-    times = [h["epoch_seconds"] for h in history]
-    summary = {"summary": True, "dataset": dataset.name, "task": cfg.task, "model": cfg.model,
-               "params": count_params(state.params),
-               "kernels": program.kernels.describe(), "fanouts": list(program.sampler.fanouts),
-               "sampler": program.sampler.method,
-               "batch_size": program.batch_size, "devices": program.num_shards,
-               "processes": jax.process_count(), "global_batch": program.global_batch,
-               "shard_features": cfg.shard_features, "epochs": len(history),
-               "epochs_run": len(history) - start_epoch,
-               "median_epoch_seconds": float(np.median(times)) if times else None,
-               "engine": cfg.engine,
-               "layout": program.layout and program.layout.describe(),
-               "start_epoch": start_epoch, "compile_seconds": compile_seconds,
-               "calibrate_seconds": calibrate_seconds,
-               "overflows": int(sum(h["overflows"] for h in history)),
-               "envelope": list(env.levels), "device": jax.devices()[0].device_kind,
-               "peak_bytes_in_use": memory.device_peak_bytes(),
-               "jax_version": jax.__version__, **final, **notes,
-               "config": dataclasses.asdict(cfg)}
-    for key in _unused_keys(program):
-        del summary[key]
-    if cal is not None and isinstance(program.task, BatchedTask):
-        report = program.task.memory_report(program, env, cal)
-    elif cal is not None:
-        report = memory.memory_report(env, cal.max_counts, program.sampler.slots,
-                                      level_dims(cfg, dataset, program.task, program.model))
-    if cal is not None:
-        summary["envelope_over_ideal"] = report["ratio"]
-        summary["calibration_max_counts"] = list(cal.max_counts)
-        summary["calibration_mean_counts"] = [float(c) for c in cal.mean_counts]
-    if program.embedding is not None:
-        emb = program.embedding
-        summary["embedding_bytes"] = memory.embedding_bytes(state.embedding.shape[0], emb.dim,
-                                                            emb.dtype)
-    return strict(summary)
+def _memory_report(cfg, dataset, program, env, cal) -> dict | None:
+    """How the envelope compares with what calibration saw (`memory.memory_report`, or a
+    graph task's own), None for a run that did not calibrate (it resumed)."""
+    if cal is None:
+        return None
+    if isinstance(program.task, BatchedTask):
+        return program.task.memory_report(program, env, cal)
+    return memory.memory_report(env, cal.max_counts, program.sampler.slots,
+                                level_dims(cfg, dataset, program.task, program.model))

@@ -1,0 +1,163 @@
+"""What `train` checks of its arguments and options before it loads or writes anything:
+arguments of the wrong kind, options that only another task (or engine) reads, typed-graph
+options on a graph without types, and metrics no epoch reports."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+
+from zerognn_jax._src.data.loaders import is_typed
+from zerognn_jax._src.training.callbacks import EarlyStopping
+from zerognn_jax._src.training.config import TrainConfig
+from zerognn_jax._src.training.tasks.registry import task_class
+
+
+def check_arguments(cfg, dataset, variables) -> None:
+    """TypeError or ValueError for arguments of `train` that are not what it takes."""
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"train takes a TrainConfig as cfg, got {type(cfg).__name__}: "
+                        f"build one with zg.TrainConfig(...)")
+    if isinstance(dataset, (str, bytes, os.PathLike)):
+        raise TypeError(f"dataset {dataset!r} is a name or a path: give it as "
+                        f"TrainConfig(dataset=...) and pass no dataset")
+    if variables is not None and "params" not in variables:
+        raise ValueError(f"variables hold no 'params' (as restore(...).variables does): "
+                         f"got {sorted(variables)}")
+
+
+# Options some tasks only read, by what reads them and whether a task does (from its
+# name, its class and whether its dataset is typed): set where it does not (away from
+# their defaults) they are ignored.
+TASK_OPTIONS = {
+    "link tasks": (lambda name, task, typed: name == "link",
+                   ("decoder", "negatives", "negative_mode", "link_metric")),
+    "graph tasks": (lambda name, task, typed: name == "graph",
+                    ("readout", "balance_window", "graph_aggregation")),
+    # a task that packs whole graphs (`samples_neighbours` False) samples nothing
+    "neighbour sampling": (lambda name, task, typed: getattr(task, "samples_neighbours", True),
+                           ("fanouts", "relation_fanouts", "sampler", "replace", "dedup",
+                            "flat_outer")),
+    # the graph models (nn/graph_models.py) drop out and normalise inside their layers,
+    # and have no attention heads
+    "node and link models": (lambda name, task, typed: name != "graph",
+                             ("input_dropout", "heads")),
+    # a graph task keeps its collection's node rows on the device as given
+    "the feature tables of node and link tasks": (
+        lambda name, task, typed: name != "graph",
+        ("normalize_features", "host_row_order", "read_ahead_gib")),
+    "the models of one-type graphs' node and link tasks": (
+        lambda name, task, typed: name != "graph" and not typed, ("norm",)),
+}
+
+
+# the built-in models that read `heads`
+ATTENTION_MODELS = ("gat", "rgat")
+
+
+class IgnoredOptionWarning(UserWarning):
+    """An option set away from its default that only another task reads."""
+
+
+def warn_unread_options(cfg: TrainConfig, dataset) -> None:
+    """Warns (`IgnoredOptionWarning`) naming the options `cfg` sets that only another
+    task reads (`dataset`: the one given to `train`, else `cfg.dataset` names it)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    typed = is_typed(cfg.dataset if dataset is None else dataset)
+    task = task_class(cfg.task, typed=typed)  # a task no such dataset trains: its error first
+    where = " of a typed graph" if typed else ""
+    for readers, (reads, names) in TASK_OPTIONS.items():
+        unread = [f"{n} {getattr(cfg, n)!r}" for n in names
+                  if not reads(cfg.task, task, typed) and getattr(cfg, n) != defaults[n]]
+        if unread:
+            warnings.warn(f"{', '.join(unread)}: options of {readers}, ignored by this "
+                          f"{cfg.task} task{where}", IgnoredOptionWarning, stacklevel=3)
+    scan_only = [f"{n} {getattr(cfg, n)!r}" for n in ("chunk_steps", "sample_ahead",
+                                                       "read_ahead_gib")
+                 if getattr(cfg, n) != defaults[n]]
+    if cfg.engine != "scan" and scan_only:
+        warnings.warn(f"{', '.join(scan_only)}: options of the scan engine, ignored by "
+                      f"engine {cfg.engine!r}", IgnoredOptionWarning, stacklevel=3)
+    samples = getattr(task, "samples_neighbours", True)
+    if cfg.flat_outer and cfg.dedup is False and samples:  # checkpoints of such runs exist
+        warnings.warn("flat_outer True is ignored with dedup False: tree mode lays out every "
+                      "hop in slot order already", IgnoredOptionWarning, stacklevel=3)
+    if cfg.eval_mode == "sampled" and not samples:
+        warnings.warn(f"eval_mode 'sampled': this {cfg.task} task evaluates whole graphs, "
+                      f"exactly ('full'; 'none' skips it)", IgnoredOptionWarning, stacklevel=3)
+
+
+def warn_unread_pieces(cfg: TrainConfig, model, optimizer) -> None:
+    """Warns (`IgnoredOptionWarning`, pointing at the caller of `train`) of `heads` set
+    for a built-in model without attention, and of `weight_decay` set beside an optimizer
+    of the user's, which it does not reach."""
+    if model is None and cfg.task != "graph" and cfg.model not in ATTENTION_MODELS \
+            and cfg.heads != TrainConfig.heads:  # (a graph task warns of heads already)
+        warnings.warn(f"heads {cfg.heads!r}: attention heads of the models "
+                      f"{', '.join(ATTENTION_MODELS)}, ignored by model {cfg.model!r}",
+                      IgnoredOptionWarning, stacklevel=4)
+    if optimizer is not None and cfg.weight_decay != TrainConfig.weight_decay:
+        # (lr also steps learnable embedding rows, which a user's optimizer leaves alone)
+        warnings.warn(f"weight_decay {cfg.weight_decay!r}: an option of the built-in "
+                      f"optimizer, ignored with one of yours", IgnoredOptionWarning,
+                      stacklevel=4)
+
+
+def dataset_name(cfg, dataset) -> str:
+    """The name of the dataset a run trains on: `cfg.dataset`'s, or that of the one given."""
+    return cfg.dataset if dataset is None else getattr(dataset, "name", type(dataset).__name__)
+
+
+def check_typed_options(cfg, dataset) -> None:
+    """Refuses, before training (not in `prepare`: a run restored from an older
+    checkpoint may have recorded it unused), relation fanouts on a dataset without
+    relations, and a link relation outside a typed link task."""
+    if cfg.link_relation is not None and (cfg.task != "link" or not is_typed(dataset)):
+        raise ValueError(f"link_relation (--link-relation) names the relation a typed "
+                         f"dataset's link task predicts; this run trains task "
+                         f"{cfg.task!r} on {dataset_name(cfg, dataset)!r}")
+    if cfg.relation_fanouts and not is_typed(dataset):
+        fix = ("graph tasks sample no neighbours" if cfg.task == "graph"
+               else "give fanouts (--fanouts)")
+        raise ValueError(f"relation_fanouts (--relation-fanouts) samples the relations of a "
+                         f"typed dataset; {dataset_name(cfg, dataset)!r} has one node and one edge "
+                         f"type: {fix}")
+
+
+def check_metrics(cfg, task, dataset, callbacks=()) -> None:
+    """Refuses, before anything is trained or written, a `best_metric` (or an
+    `EarlyStopping` callback's metric) that the task's metrics (`metric_names`, each
+    prefixed by a split it scores, "val_acc": its `metric_splits`, else train, val and
+    test; or listed so prefixed) do not name; a plain "acc" too, which no epoch's record
+    holds. A callback may also watch the training loss ("loss") and the batches' score
+    ("train_batch_acc"). A task that does not list its metrics is not checked here."""
+    listed = getattr(task, "metric_names", None)
+    # (what asks, the metric, whether it may watch every record's own entries too)
+    asked = [(f"best_metric {cfg.best_metric!r}", cfg.best_metric, False)] \
+        if cfg.best_metric else []
+    asked += [(f"EarlyStopping's metric {cb.metric!r}", cb.metric, True) for cb in callbacks
+              if isinstance(cb, EarlyStopping)]
+    trained = ["loss", f"train_batch_{getattr(task, 'score_name', 'acc')}"]
+    evaluated = ("train_", "val_", "test_")  # (a record's own entries are not)
+    # the last epoch alone is evaluated: a stop there stops nothing
+    unevaluated = "eval_mode is 'none'" if cfg.eval_mode == "none" else \
+        f"eval_every {cfg.eval_every} evaluates the last of {cfg.epochs} epochs alone" \
+        if cfg.epochs > 1 and (cfg.eval_every == 0 or cfg.eval_every >= cfg.epochs) else None
+    for what, metric, watches in asked:  # (best_metric: refused by TrainConfig)
+        if watches and unevaluated and metric not in trained and metric.startswith(evaluated):
+            raise ValueError(f"{what} needs evaluation, and {unevaluated} (it would never "
+                             f"stop the run): evaluate more often, or watch one of "
+                             f"{', '.join(trained)}")
+    if not asked or listed is None:
+        return
+    names = tuple(listed(dataset) or ())
+    if not names:
+        return
+    splits = getattr(task, "metric_splits", ("train", "val", "test"))
+    known = [f"{split}_{name}" for split in splits for name in names]
+    known += [n for n in names if n.startswith(tuple(f"{s}_" for s in splits))]  # as listed
+    for what, metric, watches in asked:
+        if metric not in known and not (watches and metric in trained):
+            raise ValueError(f"{what} is not a metric this task reports; choose one of "
+                             f"{', '.join(known + (trained if watches else []))}")
