@@ -8,7 +8,10 @@ import dataclasses
 import os
 import warnings
 
-from zerognn_jax._src.data.loaders import is_typed
+from zerognn_jax._src.data.loaders import is_typed, require_known
+from zerognn_jax._src.nn.graph_models import GRAPH_MODELS
+from zerognn_jax._src.nn.hetero import HETERO_MODELS
+from zerognn_jax._src.nn.models import MODELS
 from zerognn_jax._src.training.callbacks import EarlyStopping
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.tasks.registry import task_class
@@ -161,3 +164,28 @@ def check_metrics(cfg, task, dataset, callbacks=()) -> None:
         if metric not in known and not (watches and metric in trained):
             raise ValueError(f"{what} is not a metric this task reports; choose one of "
                              f"{', '.join(known + (trained if watches else []))}")
+
+
+def check_model_choice(cfg: TrainConfig, dataset, model, typed: bool) -> None:
+    """Refuses a built-in model the run's task and dataset do not take (a relational one
+    off a typed graph, a graph-level one for nodes or links, a model of one-type graphs
+    on a typed one), and `init` beside a model of the user's (`model`), which starts as
+    its own layers say."""
+    if model is not None and cfg.init != "flax":
+        raise ValueError(f"init={cfg.init!r} starts the built-in models; a model of yours "
+                         f"starts as its own layers say: drop init")
+    if model is None and cfg.model in HETERO_MODELS and not typed and cfg.task != "graph":
+        if dataset is None:  # a missing or misspelled name says so, not "one type"
+            require_known(str(cfg.dataset))
+        raise ValueError(f"model {cfg.model!r} is a relational model for typed datasets; "
+                         f"{dataset_name(cfg, dataset)!r} has one node and one edge type: choose "
+                         f"one of {', '.join(MODELS)}")
+    takes = HETERO_MODELS if typed else MODELS  # (what the built-in node and link tasks take)
+    if model is None and cfg.task in ("node", "link") and cfg.model not in (None, *takes):
+        # (TrainConfig takes built-in names only; a relational one off a typed graph is
+        # refused above)
+        kind = ("a graph-level model (--task graph)" if cfg.model in GRAPH_MODELS else
+                "a model of one-type graphs")
+        raise ValueError(f"model {cfg.model!r} is {kind}; this {cfg.task} task"
+                         f"{' of a typed graph' if typed else ''} takes one of "
+                         f"{', '.join(takes)}")

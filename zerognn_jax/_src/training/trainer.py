@@ -22,15 +22,12 @@ from tqdm.auto import tqdm
 
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.graph import without_self_loops
-from zerognn_jax._src.data.loaders import is_typed, require_known, row_normalize
+from zerognn_jax._src.data.loaders import is_typed, row_normalize
 from zerognn_jax._src.nn.bridge import as_linen, model_name
-from zerognn_jax._src.nn.graph_models import GRAPH_MODELS
-from zerognn_jax._src.nn.hetero import HETERO_MODELS
 from zerognn_jax._src.nn.layerwise import layer_count
 from zerognn_jax._src.nn.models import (
     EDGE_MODELS,
     GNN,
-    MODELS,
     OWN_TERM_MODELS,
     count_params,
     make_model,
@@ -86,8 +83,8 @@ from zerognn_jax._src.training.records import (
 from zerognn_jax._src.training.run_checks import (
     check_arguments,
     check_metrics,
+    check_model_choice,
     check_typed_options,
-    dataset_name,
     warn_unread_options,
     warn_unread_pieces,
 )
@@ -156,25 +153,8 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     data and program.
     """
     kernels = Kernels.parse(cfg.kernels)
-    if model is not None and cfg.init != "flax":
-        raise ValueError(f"init={cfg.init!r} starts the built-in models; a model of yours "
-                         f"starts as its own layers say: drop init")
     typed = is_typed(cfg.dataset if dataset is None else dataset)
-    if model is None and cfg.model in HETERO_MODELS and not typed and cfg.task != "graph":
-        if dataset is None:  # a missing or misspelled name says so, not "one type"
-            require_known(str(cfg.dataset))
-        raise ValueError(f"model {cfg.model!r} is a relational model for typed datasets; "
-                         f"{dataset_name(cfg, dataset)!r} has one node and one edge type: choose "
-                         f"one of {', '.join(MODELS)}")
-    takes = HETERO_MODELS if typed else MODELS  # (what the built-in node and link tasks take)
-    if model is None and cfg.task in ("node", "link") and cfg.model not in (None, *takes):
-        # (TrainConfig takes built-in names only; a relational one off a typed graph is
-        # refused above)
-        kind = ("a graph-level model (--task graph)" if cfg.model in GRAPH_MODELS else
-                "a model of one-type graphs")
-        raise ValueError(f"model {cfg.model!r} is {kind}; this {cfg.task} task"
-                         f"{' of a typed graph' if typed else ''} takes one of "
-                         f"{', '.join(takes)}")
+    check_model_choice(cfg, dataset, model, typed)
     task, dataset = task_class(cfg.task, typed=typed).build(cfg, dataset, loss=loss,
                                                             kernels=kernels)
     items = task.train_items(dataset)
@@ -226,19 +206,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         task = task.with_sampler(sampler)
     graph = prepare_graph(graph, sampler)
     built_in = model is None
-    if built_in:
-        model = make_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
-                           num_classes=task.output_dim(cfg, dataset), dropout=cfg.dropout,
-                           input_dropout=cfg.input_dropout, norm=cfg.norm, heads=cfg.heads,
-                           dtype=dtype, edge_dim=edge_dim, init=cfg.init)
-    else:
-        model = as_linen(model)
-        count = layer_count(model)
-        if count is not None and count != cfg.layers:  # exact inference runs `count`
-            raise ValueError(f"the model's num_layers is {count} and the run samples "
-                             f"{cfg.layers} hops (layers={cfg.layers}, one fanout each): "
-                             f"exact evaluation runs num_layers layers, a training step "
-                             f"one per hop; make them agree")
+    model = _model_for(cfg, task, dataset, model, dtype, edge_dim)
     if optimizer is not None:
         check_optimizer(optimizer)
     # the built-in GNN takes features and embedding rows as a pair (models.GNN); a
@@ -249,27 +217,52 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     program = StepProgram(task.wrap_model(model, cfg), optimizer or make_optimizer(cfg),
                           sampler, cfg.batch_size, cfg.seed, kernels, task=task, layout=layout,
                           embedding=embedding, placement=placement)
+    return dataset, *_placed(cfg, program, graph, feats, targets, placement, cache)
+
+
+def _model_for(cfg, task, dataset, model, dtype, edge_dim):
+    """The run's Linen model: the built-in `cfg.model` where `model` is None, else the
+    user's (an NNX one wrapped), whose `num_layers`, where it has one, must be the hops
+    the run samples."""
+    if model is None:
+        return make_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
+                          num_classes=task.output_dim(cfg, dataset), dropout=cfg.dropout,
+                          input_dropout=cfg.input_dropout, norm=cfg.norm, heads=cfg.heads,
+                          dtype=dtype, edge_dim=edge_dim, init=cfg.init)
+    model = as_linen(model)
+    count = layer_count(model)
+    if count is not None and count != cfg.layers:  # exact inference runs `count`
+        raise ValueError(f"the model's num_layers is {count} and the run samples "
+                         f"{cfg.layers} hops (layers={cfg.layers}, one fanout each): "
+                         f"exact evaluation runs num_layers layers, a training step "
+                         f"one per hop; make them agree")
+    return model
+
+
+def _placed(cfg, program, graph, feats, targets, placement, cache) -> tuple:
+    """(device data, program): the graph, feature table and targets where `placement`
+    puts them (the table in host memory with a device cache of `cache` bytes, or on the
+    device), on one device or over the mesh of `cfg.devices` (`program` then runs on it)."""
     mesh = make_mesh(cfg.devices)
     warn_unsplit(cfg.shard_features, mesh.size)
-    # a node's own neighbour count: on an undirected graph, also how often it is drawn
-    # as a neighbour (a typed graph counts the latter: TypedInputs.degrees)
-    degree = np.diff(np.asarray(graph.indptr)) if placement.where == "host" else None
-    if mesh.size == 1 and not cfg.shard_features:
+    one_device = mesh.size == 1 and not cfg.shard_features
+    dtype = jnp.dtype(cfg.dtype)
+    if placement.where == "host" or one_device:
+        # A host table is one that every device reads, each with its own copy of the
+        # cache. Its rows go in order of a node's own neighbour count: on an undirected
+        # graph, also how often it is drawn as a neighbour (a typed graph counts the
+        # latter: TypedInputs.degrees).
+        degree = np.diff(np.asarray(graph.indptr)) if placement.where == "host" else None
         table = place_features(feats, dtype, placement,
                                announce=cfg.progress and jax.process_index() == 0,
                                cache_bytes=cache, degree=degree,
                                row_order=cfg.host_row_order)
-        return dataset, DeviceData(graph.to_device(), table, jnp.asarray(targets)), program
-    program = program.with_mesh(mesh, shard_features=cfg.shard_features)
-    # one host table that every device reads, each with its own copy of the cache
-    if placement.where == "host":
-        table = place_features(feats, dtype, placement,
-                               announce=cfg.progress and jax.process_index() == 0,
-                               cache_bytes=cache, degree=degree,
-                               row_order=cfg.host_row_order)
-    else:
+    else:  # split or copied over the mesh below
         table = np.asarray(feats).astype(dtype, copy=False)  # no copy of a table in `dtype`
-    return dataset, program.parallel.place_data(DeviceData(graph, table, targets)), program
+    if one_device:
+        return DeviceData(graph.to_device(), table, jnp.asarray(targets)), program
+    program = program.with_mesh(mesh, shard_features=cfg.shard_features)
+    return program.parallel.place_data(DeviceData(graph, table, targets)), program
 
 
 def fit_batch(cfg: TrainConfig, items) -> TrainConfig:
