@@ -29,7 +29,7 @@ ALLOWED = {
     "nn": {"pallas", "ops"},
     "training": {"data", "ops", "sampling", "nn"},
     "bench": {"data", "ops", "sampling", "nn", "training"},
-    "cli": {"data", "ops", "sampling", "nn", "training", "bench"},
+    "cli": {"data", "ops", "sampling", "nn", "training", "bench", "api"},  # api: __version__
     "api": {"data", "ops", "sampling", "nn", "training"},
 }
 

@@ -8,6 +8,7 @@ import importlib.metadata
 import sys
 import warnings
 
+import zerognn_jax
 from zerognn_jax.cli.bench import add_bench_command
 from zerognn_jax.cli.data import add_data_commands
 from zerognn_jax.cli.export import add_export_command
@@ -32,16 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _versions() -> str:
-    """The installed versions of this package and of the JAX, Flax and optax it runs on,
-    for a bug report (the package's own as its metadata has it: this is the installed
-    `zerognn` command)."""
+    """This package's version and the installed versions of the JAX, Flax and optax it
+    runs on, for a bug report."""
     found = []
-    for name in ("zerognn-jax", "jax", "jaxlib", "flax", "optax"):
+    for name in ("jax", "jaxlib", "flax", "optax"):
         try:
             found.append(f"{name} {importlib.metadata.version(name)}")
         except importlib.metadata.PackageNotFoundError:
             found.append(f"{name} not installed")
-    return f"{found[0]} ({', '.join(found[1:])})"
+    return f"zerognn-jax {zerognn_jax.__version__} ({', '.join(found)})"
 
 
 def main(argv=None) -> int:
