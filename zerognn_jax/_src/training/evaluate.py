@@ -443,9 +443,9 @@ def _layerwise_logits(program: StepProgram, variables, data: DeviceData, budget_
                         f"{'streamed to the host' if streamed is not None else 'on the device'} "
                         f"in {time.perf_counter() - t1:.2f} s, its input uploaded in "
                         f"{upload:.2f} s")
-    finally:  # the programs read a host table by address: one made here (features and
-        # embedding joined) outlives them, whether the layers end (the last output) or
-        # one fails (its input, which the first layer's program made)
+    finally:  # the programs read a host table while it lives (by its number): one made
+        # here (features and embedding joined) outlives them, whether the layers end (the
+        # last output) or one fails (its input, which the first layer's program made)
         if is_host_resident(source):
             jax.block_until_ready((h, h_device))
     return h
