@@ -5,7 +5,11 @@ hops (seeds' hop first):
 
   (15, 10)                              every relation takes 15, then 10 per destination
   {("author", "writes", "paper"): (15, 10), ...}      PyG's hetero `num_neighbors`
-  [{("author", "writes", "paper"): 15, ...}, {...}]   DGL's per-hop fanout dicts
+  [{("author", "writes", "paper"): 15, ...}, {...}]   one dict per hop, seeds' hop first
+
+The third is DGL's shape in the opposite order: DGL's `NeighborSampler` lists its dicts
+(and its ints) by layer, input layer first, so its last entry is the seeds' hop; pass
+`list(reversed(dgl_fanouts))`.
 
 A dict's keys may also be names: "author__writes__paper", or "writes" where only one
 relation has that name (`named_relation`; mapped when the config is resolved).

@@ -208,8 +208,9 @@ class HeteroNeighborLoader(_TypedLoader):
       nodes: (type, int[M] ids), the seed nodes (e.g. ("paper", train ids)).
       fanouts: neighbours per hop, seeds' hop first: one tuple for every relation, a
         dict {relation or its (src, name, dst): per-hop tuple}, or one dict per hop
-        (DGL's layout); 0 skips a relation at a hop, -1 takes every neighbour
-        (docs/hetero.md, "Fanouts, and how they count").
+        (DGL's dicts in reverse: DGL lists the input layer first); 0 skips a relation
+        at a hop, -1 takes every neighbour (docs/hetero.md, "Fanouts, and how they
+        count").
       batch_size, key, shuffle, drop_last, envelope, policy, kernels, sample_ahead: as
         in `NeighborLoader`; `envelope` may also be a `TypedEnvelope`.
       sampler, replace, dedup: as in `NeighborLoader`, for every relation (dedup False:
