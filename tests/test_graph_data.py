@@ -420,3 +420,16 @@ def test_cli_generates_and_reads_a_graph_preset(tmp_path, capsys):
     assert main(["data", "info", str(out)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 and '"graphs": 82' in lines[1]
+
+
+def test_ids_numbered_across_graphs_are_named_so():
+    """Edges numbered as dgl.batch numbers them (graph 1's nodes from 3) get a hint."""
+    args = ([3, 3], [2, 2], [0, 1, 3, 4], [1, 2, 4, 5], np.ones((6, 2), np.float32), [0, 1],
+            "classes")
+    with pytest.raises(ValueError, match=r"senders\[2\] = 3 is not a node of graph 1, which "
+                       r"has 3 nodes: the ids look numbered across all graphs"):
+        zg.make_collection("g", *args, num_classes=2)
+    plain = ([3, 3], [2, 2], [0, 1, 0, 7], [1, 2, 1, 2], *args[4:])
+    with pytest.raises(ValueError, match=r"senders\[3\] = 7 is not a node of graph 1, which "
+                       r"has 3 nodes$"):
+        zg.make_collection("g", *plain, num_classes=2)

@@ -156,7 +156,19 @@ def _check_local(what: str, ids: np.ndarray, c: GraphCollection) -> None:
     if bad.size:
         e = int(bad[0])
         _fail(f"{what}[{e}] = {int(ids[e])} is not a node of graph {int(graph_of_edge[e])}, "
-              f"which has {int(size[e])} nodes")
+              f"which has {int(size[e])} nodes{_global_hint(ids, graph_of_edge, size, c)}")
+
+
+def _global_hint(ids: np.ndarray, graph_of_edge: np.ndarray, size: np.ndarray,
+                 c: GraphCollection) -> str:
+    """A hint where every id is a node of its graph once counted from the collection's
+    first node (dgl.batch's and a PyG Batch's numbering) rather than from its graph's."""
+    local = ids - c.node_offsets[:-1][graph_of_edge]
+    if not np.all((local >= 0) & (local < size)):
+        return ""
+    return (": the ids look numbered across all graphs (as dgl.batch and a PyG Batch "
+            "number them); give each graph's ids from 0, i.e. subtract its first node's "
+            "offset")
 
 
 def _check_vocab(what: str, table: np.ndarray, vocab: tuple[int, ...]) -> None:
