@@ -62,7 +62,10 @@ def any_nan(*scores) -> bool:
 
 
 def roc_auc(pos, neg) -> float:
-    """Area under the ROC curve of positives over negatives (ties count one half)."""
+    """Area under the ROC curve of positives over negatives (ties count one half).
+
+    `pos` and `neg` are the scores of the positive and of the negative pairs, not
+    scikit-learn's (labels, scores): `roc_auc(scores[labels == 1], scores[labels == 0])`."""
     pos, neg = np.asarray(pos, np.float64), np.sort(np.asarray(neg, np.float64))
     if not pos.size or not neg.size or any_nan(pos, neg):
         return float("nan")
