@@ -800,6 +800,22 @@ def test_a_batch_beyond_the_training_items_is_fitted_and_its_checkpoints_resume(
                        params_of(resumed))
 
 
+def test_a_signal_inside_deferred_interrupts_stops_train_after_the_epoch(dataset, tmp_path):
+    """The public block (`zg.deferred_interrupts`, as the command line runs `train`): a
+    SIGINT sent during epoch 0 (from its callback) stops the run after that epoch, with
+    `zg.Interrupted` naming it, its checkpoint kept."""
+    import zerognn_jax as zg
+
+    def kill(record):
+        os.kill(os.getpid(), signal.SIGINT)
+
+    with zg.deferred_interrupts():
+        with pytest.raises(zg.Interrupted, match="interrupted by SIGINT after epoch 0") as err:
+            train(config(tmp_path, 3), dataset, callbacks=(kill,))
+    assert err.value.exit_code == 130
+    assert Checkpointer(str(tmp_path / "ck")).all_epochs() == [0]
+
+
 def test_a_run_stopped_in_its_last_evaluation_keeps_the_epoch(dataset, tmp_path, monkeypatch,
                                                                three_epochs):
     """The epoch's checkpoint is written before its evaluation: a run stopped during a

@@ -162,6 +162,8 @@ from zerognn_jax._src.training.evaluate import (
 from zerognn_jax._src.training.export import ExportedModel, export_model, graph_arguments
 from zerognn_jax._src.training.host import HostEngine
 from zerognn_jax._src.training.inference import predict, restore, score_pairs
+from zerognn_jax._src.training.interrupts import Interrupted
+from zerognn_jax._src.training.interrupts import deferred as deferred_interrupts
 from zerognn_jax._src.training.loaders import (
     LinkLoaderBatch,
     LinkNeighborLoader,
@@ -226,7 +228,8 @@ __all__ = [
     "counter_key", "views_for", "from_edge_index",
     "CheckpointMismatch", "CheckpointWarning", "Diverged", "EmptySplitWarning",
     "PlacementWarning",
-    "IgnoredOptionWarning", "OutputsInUse", "WriteError", "CompileCacheWarning",
+    "IgnoredOptionWarning", "Interrupted", "deferred_interrupts", "OutputsInUse", "WriteError",
+    "CompileCacheWarning",
     "use_compile_cache",
     "DotDecoder", "LinkModel", "LinkSplit", "LinkTask", "MLPDecoder", "load_ogbl",
     "make_decoder", "negative_pairs", "node_embeddings", "random_link_split",
