@@ -1,5 +1,6 @@
-"""What `train` checks of its arguments and options before it loads or writes anything:
-arguments of the wrong kind, options that only another task (or engine) reads, typed-graph
+"""What `train` checks of its arguments and options before it trains or writes anything:
+arguments of the wrong kind, options that only another task, engine or model reads
+(`IgnoredOptionWarning`), a built-in model the task and dataset do not take, typed-graph
 options on a graph without types, and metrics no epoch reports."""
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ def warn_unread_pieces(cfg: TrainConfig, model, optimizer) -> None:
                       stacklevel=4)
 
 
-def dataset_name(cfg, dataset) -> str:
-    """The name of the dataset a run trains on: `cfg.dataset`'s, or that of the one given."""
+def _named(cfg, dataset) -> str:
+    """The name of the dataset a run trains on, for messages: `cfg.dataset`, or the given
+    dataset's name."""
     return cfg.dataset if dataset is None else getattr(dataset, "name", type(dataset).__name__)
 
 
@@ -119,12 +121,12 @@ def check_typed_options(cfg, dataset) -> None:
     if cfg.link_relation is not None and (cfg.task != "link" or not is_typed(dataset)):
         raise ValueError(f"link_relation (--link-relation) names the relation a typed "
                          f"dataset's link task predicts; this run trains task "
-                         f"{cfg.task!r} on {dataset_name(cfg, dataset)!r}")
+                         f"{cfg.task!r} on {_named(cfg, dataset)!r}")
     if cfg.relation_fanouts and not is_typed(dataset):
         fix = ("graph tasks sample no neighbours" if cfg.task == "graph"
                else "give fanouts (--fanouts)")
         raise ValueError(f"relation_fanouts (--relation-fanouts) samples the relations of a "
-                         f"typed dataset; {dataset_name(cfg, dataset)!r} has one node and one edge "
+                         f"typed dataset; {_named(cfg, dataset)!r} has one node and one edge "
                          f"type: {fix}")
 
 
@@ -178,7 +180,7 @@ def check_model_choice(cfg: TrainConfig, dataset, model, typed: bool) -> None:
         if dataset is None:  # a missing or misspelled name says so, not "one type"
             require_known(str(cfg.dataset))
         raise ValueError(f"model {cfg.model!r} is a relational model for typed datasets; "
-                         f"{dataset_name(cfg, dataset)!r} has one node and one edge type: choose "
+                         f"{_named(cfg, dataset)!r} has one node and one edge type: choose "
                          f"one of {', '.join(MODELS)}")
     takes = HETERO_MODELS if typed else MODELS  # (what the built-in node and link tasks take)
     if model is None and cfg.task in ("node", "link") and cfg.model not in (None, *takes):
