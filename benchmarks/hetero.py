@@ -46,6 +46,7 @@ from papers100m import Clock  # this folder: run as `python benchmarks/hetero.py
 
 import zerognn_jax as zg
 from zerognn_jax._src.bench import profiling
+from zerognn_jax._src.nn.link_heads import DECODERS
 from zerognn_jax._src.training.records import MetricsLog, check_output_paths
 
 
@@ -95,6 +96,8 @@ def main(argv=None) -> None:
     p.add_argument("--link-relation", default=None,
                    help="with --task link: the relation whose pairs to predict (default "
                         "buys on shop-like, else writes)")
+    p.add_argument("--decoder", default="scaled-dot", choices=DECODERS,
+                   help="with --task link: how a pair is scored (TrainConfig.decoder)")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--heads", type=int, default=4, help="attention heads (rgat)")
     p.add_argument("--fanouts", default="25,20")
@@ -168,8 +171,8 @@ def main(argv=None) -> None:
         clock.log(f"wrote {args.write_npz}")
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
     relation = args.link_relation or ("buys" if args.dataset == "shop-like" else "writes")
-    link = {"task": "link", "link_relation": relation} if args.task == "link" \
-        else {}
+    link = {"task": "link", "link_relation": relation, "decoder": args.decoder} \
+        if args.task == "link" else {}
     cfg = zg.TrainConfig(**link, dataset=args.dataset, scale=args.scale, model=args.model,
                          hidden=args.hidden, heads=args.heads, layers=len(fanouts), fanouts=fanouts,
                          batch_size=args.batch_size, epochs=args.epochs,

@@ -21,7 +21,9 @@
 # PyG sampled at the training fanouts); PyG is benchmarks/peers/pyg_hetero_link.py, and
 # with PYG_STEPS=N it times the first N steps of each epoch and extrapolates (no AUC
 # then compares: fewer steps trained). DATASET (mag-like) may name shop-like (users who
-# buy items; LINK_RELATION then defaults to buys).
+# buy items; LINK_RELATION then defaults to buys). zerognn-jax scores pairs with
+# DECODER (default dot: PyG's plain product; scaled-dot: the library's default, the
+# product over sqrt(256)).
 set -uo pipefail
 
 OUT_DIR=${1:-${OUT:-hetero_peers_out}}
@@ -65,7 +67,7 @@ for i in "${!runs[@]}"; do
       [ -f "$DATA" ] || write=(--write-npz "$DATA")
       task=()
       [ "$TASK" = link ] && task=(--task link --link-relation "$LINK_RELATION" \
-        --fanouts 10,5 --eval-mode full)
+        --fanouts 10,5 --eval-mode full --decoder "${DECODER:-dot}")
       run "zerognn-jax rsage $dtype $TASK" "$later" $PY benchmarks/hetero.py --scale "$SCALE" \
         --dataset "$DATASET" --epochs "$EPOCHS" --dtype "$dtype" --root "$ROOT" "${write[@]}" \
         "${task[@]}" ;;

@@ -7,17 +7,18 @@
 
 The workload is the node benchmark's (GraphSAGE-mean, fanouts 15,10,5, hidden 256, Adam
 3e-3) with the link task: `--batch-size` positive edges per step from a random 85/5/10
-split, `--negatives` per positive (destination corruption), a dot-product decoder, seed
-edges masked out of message passing. A full products-like epoch has ~51k steps of 1024
-positives, so each engine trains on the first `--steps` (scan) or `--host-steps` (host)
-steps of a fixed order; the epoch time is extrapolated from the time per step
-(`--full-epoch` times the scan engine over a whole epoch instead). Timings follow
-docs/benchmarks.md (the scan engine samples `sample_ahead` steps at once, as `zg.train`
-does): after a warm-up run (compilation, and every shape the host engine
-meets), `--repeats` timed runs ended by a device sync; compile time reported apart.
-The envelope, level 0 (the seed frontier) included, is calibrated on the measured steps.
-The host engines deduplicate every level (they cut each to its count): where the run's
-layout has a flat outer hop, theirs does not. One JSON line per engine.
+split, `--negatives` per positive (destination corruption), the default decoder (the
+scaled dot product), seed edges masked out of message passing. A full products-like
+epoch has ~51k steps of 1024 positives, so each engine trains on the first `--steps`
+(scan) or `--host-steps` (host) steps of a fixed order; the epoch time is extrapolated
+from the time per step (`--full-epoch` times the scan engine over a whole epoch
+instead). Timings follow docs/benchmarks.md (the scan engine samples `sample_ahead`
+steps at once, as `zg.train` does): after a warm-up run (compilation, and every shape
+the host engine meets), `--repeats` timed runs ended by a device sync; compile time
+reported apart. The envelope, level 0 (the seed frontier) included, is calibrated on
+the measured steps. The host engines deduplicate every level (they cut each to its
+count): where the run's layout has a flat outer hop, theirs does not. One JSON line per
+engine.
 """
 
 from __future__ import annotations

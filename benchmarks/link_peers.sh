@@ -15,7 +15,9 @@
 # fixed negatives:
 #   zerognn       benchmarks/peers/zerognn_link.py: zerognn-jax's scan engine, its SAGE
 #                 layers started as INIT says (default torch: as the peers' layers start;
-#                 flax: the library's default, TrainConfig.init)
+#                 flax: the library's default, TrainConfig.init), its pairs scored by
+#                 DECODER (default dot: the peers' product; scaled-dot: the library's
+#                 default, the product over sqrt(256))
 #   zerognn-bf16  the same with bfloat16 features and computation
 #   torch-eager   benchmarks/peers/torch_gpu_link.py: GPU sampling driven by the host
 #   pyg           benchmarks/peers/pyg_link.py: PyG LinkNeighborLoader, CPU workers
@@ -28,7 +30,7 @@
 # JSON lines go to OUT_DIR/link.jsonl as they come, logs to OUT_DIR/link.log; the table
 # (benchmarks/peers/link_table.py) ends the output and is saved as OUT_DIR/table.md.
 # Overrides: STEPS (200), LINK_STEPS (2000), SCALE (1), SEED (0), METRIC (auc or mrr), INIT,
-# SYSTEMS (comma list of the names above), BUDGET, MIN_NEXT (45), ROOT, WORKERS, WHEELS
+# DECODER, SYSTEMS (comma list of the names above), BUDGET, MIN_NEXT (45), ROOT, WORKERS, WHEELS
 # (as in benchmarks/peers.sh), PYTHON.
 set -uo pipefail
 
@@ -41,6 +43,7 @@ SCALE=${SCALE:-1}
 SEED=${SEED:-0}
 METRIC=${METRIC:-auc}
 INIT=${INIT:-torch}
+DECODER=${DECODER:-dot}
 ROOT=${ROOT:-.cache/zerognn}
 SYSTEMS=${SYSTEMS:-zerognn,torch-eager,pyg,zerognn-bf16}
 PY=${PYTHON:-python3}
@@ -81,7 +84,8 @@ for i in "${!order[@]}"; do
       [ "${order[$i]}" = zerognn-bf16 ] && dtype=bfloat16
       run "${order[$i]}" "$later" $PY benchmarks/peers/zerognn_link.py --data "$DATA" \
         --dtype "$dtype" --fanouts 15,10,5 --batch 1024 --hidden 256 --negatives 1 \
-        --lr 3e-3 --seed "$SEED" --steps "$STEPS" --init "$INIT" --out "$JSONL" ;;
+        --lr 3e-3 --seed "$SEED" --steps "$STEPS" --init "$INIT" --decoder "$DECODER" \
+        --out "$JSONL" ;;
     torch-eager) run torch-eager "$later" $PY benchmarks/peers/torch_gpu_link.py "${peer[@]}" ;;
     pyg) run pyg "$later" $PY benchmarks/peers/pyg_link.py "${peer[@]}" --workers "$WORKERS" ;;
     linkpy) run linkpy "$later" $PY benchmarks/link.py --dataset products-like \

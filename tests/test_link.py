@@ -547,18 +547,18 @@ def _cora_link(planetoid_root, name="cora", **kw):
 
 
 def test_gcn_dot_link_prediction_on_cora(planetoid_root):
-    """Raw features (GAE's input), 10 epochs: seed 0 test AUC 0.9144 / AP 0.9215 (seeds
-    1, 2: AUC 0.9009, 0.9235). The 5-seed target measurement (row-normalised features,
-    30 epochs, mean AUC 0.9066 / AP 0.9056) is in docs/link_prediction.md."""
+    """Raw features (GAE's input), 10 epochs, the default scaled dot decoder: seed 0
+    test AUC 0.9158 / AP 0.9191 (seeds 1, 2: AUC 0.9077, 0.9263; the plain product, GAE's:
+    0.9144, 0.9009, 0.9235). The 5-seed measurements are in docs/link_prediction.md."""
     s = _cora_link(planetoid_root, seed=0, epochs=10, normalize_features=False)
     assert s["test_auc"] >= 0.90 and s["test_ap"] >= 0.90, s
 
 
 def test_shared_negatives_train_cora_as_well_as_one_per_positive(planetoid_root):
-    """64 negatives shared by a step's positives, the setup above: test AUC / AP of seeds
-    0-2 (CPU, JAX 0.10.2) 0.9235 / 0.9304, 0.8995 / 0.8980, 0.9300 / 0.9324, against
-    0.9144, 0.9009, 0.9235 AUC with one destination per positive; one shared negative
-    per step gives 0.749 (seed 0)."""
+    """64 negatives shared by a step's positives, the setup above: seed 0 test AUC / AP
+    0.9211 / 0.9230 (CPU, JAX 0.10.2), against 0.9158 / 0.9191 with one destination per
+    positive. With the plain dot product, seeds 0-2 scored 0.9235 / 0.9304, 0.8995 /
+    0.8980, 0.9300 / 0.9324, and one shared negative per step 0.749 (seed 0)."""
     s = _cora_link(planetoid_root, seed=0, epochs=10, normalize_features=False,
                    negatives=64, negative_mode="shared")
     assert s["test_auc"] >= 0.90 and s["test_ap"] >= 0.90, s
@@ -567,18 +567,21 @@ def test_shared_negatives_train_cora_as_well_as_one_per_positive(planetoid_root)
 def test_gcn_dot_link_prediction_on_citeseer(planetoid_root):
     """CiteSeer with GAE's input, the raw binary features (row-normalised ones reach only
     AUC 0.8385 after 30 epochs). It peaks early and then overfits: seed 0 test AUC
-    0.9011 / AP 0.9153 after 10 epochs, 0.8852 after 30, 0.8646 after 40; the 5-seed
-    mean after 10 epochs is 0.8917 / 0.9023 (docs/link_prediction.md)."""
+    0.9100 / AP 0.9187 after 10 epochs with the default scaled dot decoder; with the plain
+    product 0.9011 / 0.9153 after 10, 0.8852 after 30, 0.8646 after 40 (the 5-seed means
+    are in docs/link_prediction.md)."""
     s = _cora_link(planetoid_root, "citeseer", seed=0, epochs=10)  # default: raw for links
     assert s["test_auc"] >= 0.88 and s["test_ap"] >= 0.88, s
 
 
 def test_five_negatives_per_positive_train_the_dot_decoder(planetoid_root):
-    """K = 5 with the dot decoder: unweighted, seed 1 collapsed to constant embeddings
-    (loss log 2, AUC 0.5). Negatives weigh 1/K (LinkTask.pair_weights): measured test
-    AUC 0.8145 after 5 epochs, 0.8430 after 10, 0.8876 after 20."""
+    """K = 5: unweighted, the plain dot decoder collapsed seed 1 to constant embeddings
+    (loss log 2, AUC 0.5). Negatives weigh 1/K (LinkTask.pair_weights): test AUC / AP
+    0.9008 / 0.8984 after 5 epochs with the default scaled dot decoder (CPU, JAX 0.10.2;
+    the plain product, row-normalised features: 0.8145 after 5, 0.8430 after 10, 0.8876
+    after 20)."""
     s = _cora_link(planetoid_root, seed=1, negatives=5, epochs=5)
-    assert s["test_auc"] >= 0.75, s
+    assert s["test_auc"] >= 0.85, s
 
 
 def test_pair_weights_balance_positives_and_negatives(small_graph):
@@ -592,28 +595,29 @@ def test_pair_weights_balance_positives_and_negatives(small_graph):
 
 
 def test_sampled_sage_link_prediction_on_cora(planetoid_root):
-    """Raw features, 8 epochs: seed 0 test AUC 0.8963 (row-normalised, 30 epochs:
-    0.9089 / 0.9062, in 97 s rather than 42 s on a 2-core CPU). Test AUC after epochs
-    6-10 (CPU, JAX 0.10.2), seed 0: 0.8879 0.8927 0.8963 0.8993 0.8993; seed 1: 0.8880
-    0.8932 0.8945 0.8925 0.8958; seed 2: 0.8853 0.8863 0.8941 0.9019 0.9077. From
-    epoch 8 on every seed clears the bound by more than a point; epochs 9 and 10
-    (~4 s each) added no margin it needs. SAGE's default layout adds a flat outer hop;
-    without it the AUCs after epochs 1 and 3 are bit-equal and an epoch takes 1.4 s, not
-    4.7 s, on a 2-core CPU; test_engine and the seed-edge mask tests above cover the
-    flat hop."""
+    """Raw features, 8 epochs, the default scaled dot decoder: test AUC 0.9020 / 0.8797 /
+    0.9014 for seeds 0-2 (CPU, JAX 0.10.2; the plain product 0.8963 / 0.8945 / 0.8941;
+    row-normalised, 30 epochs, plain: 0.9089 / AP 0.9062, in 97 s rather than 42 s on a
+    2-core CPU). With the plain product, test AUC after epochs 6-10, seed 0: 0.8879
+    0.8927 0.8963 0.8993 0.8993; seed 1: 0.8880 0.8932 0.8945 0.8925 0.8958; seed 2:
+    0.8853 0.8863 0.8941 0.9019 0.9077: epochs 9 and 10 (~4 s each) add little. SAGE's
+    default layout adds a flat outer hop; without it the AUCs after epochs 1 and 3 are
+    bit-equal and an epoch takes 1.4 s, not 4.7 s, on a 2-core CPU; test_engine and the
+    seed-edge mask tests above cover the flat hop."""
     s = _cora_link(planetoid_root, model="sage", fanouts=(10, 10), seed=0, epochs=8,
                    normalize_features=False, flat_outer=False)
-    assert s["test_auc"] >= 0.88, s
+    assert s["test_auc"] >= 0.87, s
 
 
 def test_sampled_sage_link_prediction_on_cora_from_torchs_start(planetoid_root):
     """The run above with its layers started as PyG's (`init="torch"`): test AUC after 8
-    epochs (CPU, JAX 0.10.2) 0.8331 / 0.8663 / 0.8718 for seeds 0-2, against 0.8963 /
-    0.8945 / 0.8941 from the default start (docs/link_prediction.md: on products-like the
-    torch start left the log 2 plateau sooner). It learns, if less well here."""
+    epochs (CPU, JAX 0.10.2) 0.9103 / 0.8888 / 0.9014 for seeds 0-2, against 0.9020 /
+    0.8797 / 0.9014 from the default start. With the plain dot product the torch start
+    scored less here (0.8331 / 0.8663 / 0.8718 against 0.8963 / 0.8945 / 0.8941) and
+    more on products-like (docs/link_prediction.md, "The scaled dot decoder")."""
     s = _cora_link(planetoid_root, model="sage", fanouts=(10, 10), seed=0, epochs=8,
                    normalize_features=False, flat_outer=False, init="torch")
-    assert s["test_auc"] >= 0.82, s
+    assert s["test_auc"] >= 0.87, s
 
 
 def _small_npz(tmp_path):

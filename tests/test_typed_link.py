@@ -233,7 +233,7 @@ def _check_exact(result) -> None:
     # the exact embeddings as a user gets them (`zg.predict`: `exact_outputs` inside)
     h_src = zg.predict(result, seeds[src][local[:, 0]], node_type=src)
     h_dst = zg.predict(result, seeds[dst][local[:, 1]], node_type=dst)
-    want = jnp.sum(h_src * h_dst, -1)
+    want = jnp.sum(h_src * h_dst, -1) * h_src.shape[-1] ** -0.5  # the scaled dot decoder
     live = np.asarray(batch.weight) > 0
     np.testing.assert_allclose(np.asarray(scores)[live], np.asarray(want)[live], rtol=2e-5,
                                atol=2e-5)
@@ -399,14 +399,16 @@ def test_link_relation_outside_a_typed_link_task_is_refused(data):
 
 def test_score_pairs_scores_the_relations_pairs(whole):
     """`zg.score_pairs` of a typed run: user and item ids; the test pairs' scores give
-    the run's test AUC, and the dot decoder's score is the product of the two ends'
-    embeddings (`zg.predict`); ids past their end type refused."""
+    the run's test AUC, and the scaled dot decoder's score is the product of the two ends'
+    embeddings (`zg.predict`) over the square root of their width; ids past their end
+    type refused."""
     split = whole.program.task.split
     pos, neg = zg.score_pairs(whole, split.test.pos), zg.score_pairs(whole, split.test.neg)
     assert roc_auc(pos, neg) == whole.summary["test_auc"]
     users, items = split.test.pos[:6, 0], split.test.pos[:6, 1]
-    dot = np.sum(np.asarray(zg.predict(whole, users, node_type="user"))
-                 * np.asarray(zg.predict(whole, items, node_type="item")), axis=1)
+    h_user = np.asarray(zg.predict(whole, users, node_type="user"))
+    dot = np.sum(h_user * np.asarray(zg.predict(whole, items, node_type="item")), axis=1)
+    dot = dot / np.sqrt(h_user.shape[1])
     np.testing.assert_allclose(pos[:6], dot, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match=r"destination ids must lie in \[0, 300\), found "
                                          r"\[0, 300\]"):

@@ -36,6 +36,7 @@ import numpy as np
 
 import zerognn_jax as zg
 from zerognn_jax._src.data.links import EvalEdges
+from zerognn_jax._src.nn.link_heads import DECODERS
 from zerognn_jax._src.nn.models import INITS
 from zerognn_jax._src.ops.registry import XLA
 from zerognn_jax._src.training.trainer import evaluate, prepare
@@ -75,6 +76,7 @@ def config(args, metric: str) -> zg.TrainConfig:
         dataset=args.data, task=SavedLinkTask.name, model="sage", hidden=args.hidden,
         layers=len(fanouts), fanouts=fanouts, batch_size=args.batch, lr=args.lr,
         dropout=args.dropout, negatives=args.negatives, link_metric=metric,
+        decoder=args.decoder,
         kernels=args.kernels, dtype=args.dtype, seed=args.seed, init=args.init,
         progress=False,
         dedup={"auto": None, "tree": False, "dedup": True}[args.layout])
@@ -108,6 +110,7 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--kernels", default="auto")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--decoder", default="scaled-dot", choices=DECODERS)
     p.add_argument("--init", default="flax", choices=INITS,
                    help="how the encoder's layers start (TrainConfig.init)")
 
@@ -155,7 +158,7 @@ def main(argv=None) -> dict:
         "setup_seconds": setup, "eval_seconds": time.perf_counter() - t1,
         "fanouts": list(cfg.fanouts), "batch": args.batch, "hidden": args.hidden,
         "layers": cfg.layers, "lr": args.lr, "dropout": args.dropout, "dtype": args.dtype,
-        "init": args.init,
+        "init": args.init, "decoder": args.decoder,
         "seed": args.seed, "device_name": jax.devices()[0].device_kind,
         "jax_version": jax.__version__, **metrics,
     }

@@ -22,7 +22,9 @@ def main(argv=None):
     p.add_argument("--root", default=None, help="folder with the dataset files")
     p.add_argument("--seeds", type=int, default=1, help="independent runs (splits) to average")
     p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--decoder", default="dot", choices=("dot", "mlp"))
+    p.add_argument("--decoder", default="dot", choices=("dot", "scaled-dot", "mlp"),
+                   help="dot (GAE's, this example's default), scaled-dot (the library's "
+                   "default: the product over sqrt(width)) or mlp")
     p.add_argument("--fanouts", default="-1,-1", help="per hop; -1 = all neighbours")
     args = p.parse_args(argv)
     fanouts = tuple(int(f) for f in args.fanouts.split(","))

@@ -7,11 +7,12 @@ purchases, the k items the model ranks first among those they have not bought.
     python examples/recommend/main.py --scale 0.002 --epochs 3       # tiny, on a CPU
 
 Prints the test AUC, then the share of those users' test purchases found in their top
-k (the dot decoder's ranking: a user's embedding times each item's; with another
-decoder, `zg.score_pairs(result, pairs)` scores (user, item) pairs), beside the share a
-random ranking finds on average (k over the items left to rank; shop-like's items have
-no popularity skew, so the most bought items are no stronger baseline); returns the
-training result, with both shares in its summary.
+k (the default decoder's ranking, the scaled dot product: a user's embedding times
+each item's, all over one constant; with another decoder, `zg.score_pairs(result,
+pairs)` scores (user, item) pairs), beside the share a random ranking finds on average
+(k over the items left to rank; shop-like's items have no popularity skew, so the most
+bought items are no stronger baseline); returns the training result, with both shares
+in its summary.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def main(argv=None) -> zg.TrainResult:
     ds = zg.load_hetero_dataset("shop-like", args.root, scale=args.scale)
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
     cfg = zg.TrainConfig(task="link", dataset="shop-like", scale=args.scale,
-                         link_relation="buys", decoder="dot", model="rsage",
+                         link_relation="buys", model="rsage",
                          hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
                          batch_size=args.batch_size, epochs=args.epochs, progress=False)
     result = zg.train(cfg, ds)

@@ -129,8 +129,9 @@ HELP = {
     "balance_window": "graph task: deal each window of this many batches' graphs by size "
                       "(fewer padded slots; 0 = plain shuffled batches; with D devices "
                       "a step takes D of the window's batches)",
-    "decoder": "link task: score of a pair from its two embeddings, dot (product) or mlp "
-               "(an MLP over their elementwise product)",
+    "decoder": "link task: score of a pair from its two embeddings: scaled-dot (their "
+               "dot product over the square root of their width), dot (the product) or "
+               "mlp (an MLP over their elementwise product)",
     "negatives": "link task: negatives drawn per positive edge each step",
     "negative_mode": "link task: destination (corrupt the positive's destination, never "
                      "to itself), pairs (uniform random pairs) or shared (every positive "

@@ -13,16 +13,24 @@ from zerognn_jax._src.nn.hetero import OnTypes, typed_layers
 from zerognn_jax._src.nn.layerwise import layer_count
 from zerognn_jax._src.nn.models import dense
 
-DECODERS = ("dot", "mlp")
+DECODERS = ("scaled-dot", "dot", "mlp")
 
 
 class DotDecoder(nn.Module):
-    """score(u, v) = <h_u, h_v>."""
+    """score(u, v) = <h_u, h_v>, or with `scaled` <h_u, h_v> / sqrt(d) (d: the
+    embeddings' width). Both rank pairs alike; scaled, the scores of embeddings whose
+    entries have unit variance have unit variance too, where the plain product's grow
+    with sqrt(d): from LeCun-normal layers (Flax's start) over standardised features a
+    256-wide encoder's first scores are in the tens, the loss starts near 14 and
+    training stalls at log 2 (docs/link_prediction.md, "The scaled dot decoder")."""
+
+    scaled: bool = False
 
     @nn.compact
     def __call__(self, h_src, h_dst, *, train: bool = False):
         del train
-        return jnp.sum(h_src.astype(jnp.float32) * h_dst.astype(jnp.float32), axis=-1)
+        score = jnp.sum(h_src.astype(jnp.float32) * h_dst.astype(jnp.float32), axis=-1)
+        return score * (h_src.shape[-1] ** -0.5) if self.scaled else score
 
 
 class MLPDecoder(nn.Module):
@@ -46,9 +54,10 @@ class MLPDecoder(nn.Module):
 
 def make_decoder(name: str, hidden: int, dropout: float = 0.0,
                  init: str = "flax") -> nn.Module:
-    """The decoder called `name`: "dot" or "mlp" (its layers started as `init` says)."""
-    if name == "dot":
-        return DotDecoder()
+    """The decoder called `name`: "scaled-dot", "dot" or "mlp" (its layers started as
+    `init` says)."""
+    if name in ("scaled-dot", "dot"):
+        return DotDecoder(scaled=name == "scaled-dot")
     if name == "mlp":
         return MLPDecoder(hidden, dropout=dropout, param_init=init)
     raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, got {name!r}")

@@ -71,7 +71,8 @@ class TrainConfig:
     Task. `task` is a name in the task registry (tasks/registry.py): "node"
     (classification, regression) or "link" (link prediction, docs/link_prediction.md:
     `batch_size` then counts positive edges per step; the model is the encoder, its
-    output width `hidden`; `decoder`, `negatives` per positive, `negative_mode` and
+    output width `hidden`; `decoder` ("scaled-dot": the embeddings' product over
+    sqrt(hidden), "dot" or "mlp"), `negatives` per positive, `negative_mode` and
     `link_metric` apply to it only; on a typed dataset `link_relation` names the
     relation whose pairs it predicts, docs/hetero.md) or "graph" (one prediction per
     graph of a graph collection, docs/graph_tasks.md: `batch_size` counts graphs per
@@ -176,7 +177,7 @@ class TrainConfig:
 
     # task
     task: str = "node"
-    decoder: str = "dot"
+    decoder: str = "scaled-dot"
     negatives: int = 1
     negative_mode: str = "destination"
     link_metric: str = "auc"
