@@ -4,12 +4,12 @@ own loop over `zg.LinkNeighborLoader` (`--loop`).
 The encoder is any Flax model with the node interface (`model(x, views, train=...)`
 gives one embedding row per level-0 node). `zg.train` wraps it with the default
 decoder (the dot product over sqrt(width)), draws negatives on the device and hides each
-step's own edges from its message passing (docs/link_prediction.md). This encoder has no per-layer form (`layer`), so it
-is evaluated on sampled neighbourhoods, which full fanouts (`--fanouts -1,-1`) make
-exact (slow on a CPU: every neighbour of every node, two hops). With
-`--loop` the same happens in a loop of your own: the loader hands out each batch's
-pairs, labels and weights, and the test edges of the same split are scored from every
-node's embedding (a `NeighborLoader` over all nodes, in order).
+step's own edges from its message passing (docs/link_prediction.md). This encoder has
+no per-layer form (`layer`), so it is evaluated on sampled neighbourhoods, which full
+fanouts (`--fanouts -1,-1`) make exact (slow on a CPU: every neighbour of every node,
+two hops). With `--loop` the same happens in a loop of your own: the loader hands out
+each batch's pairs, labels and weights, and the test edges of the same split are scored
+from every node's embedding (a `NeighborLoader` over all nodes, in order).
 
     python examples/link_encoder/main.py --dataset cora --root ../shared/datasets/planetoid
     python examples/link_encoder/main.py --loop         # your own loop
