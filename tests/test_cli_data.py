@@ -2,11 +2,13 @@
 `main`."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from zerognn_jax import load_npz
+from zerognn_jax._src.data import announce
 from zerognn_jax.cli import main as run
 
 PLANETOID = Path(__file__).parents[2] / "shared" / "datasets" / "planetoid"
@@ -86,13 +88,30 @@ def test_an_empty_root_is_refused(capsys):
     assert "argument --root: expected a path, got ''" in capsys.readouterr().err
 
 
-def test_generate_products_like_writes_a_loadable_file(tmp_path, capsys):
+def test_generate_products_like_writes_a_loadable_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(announce, "ANNOUNCE_AFTER_S", 0)  # told at once, not after 1 s
     out = tmp_path / "p.npz"
     assert run(["data", "generate", "products-like", "--scale", "0.001", "--seed", "5",
                 "--out", str(out)]) == 0
-    stats = json.loads(capsys.readouterr().out)
+    printed, err = capsys.readouterr()
+    stats = json.loads(printed)
     assert stats["nodes"] == 2449 and stats["train"] == 197
     assert load_npz(out).stats() == stats
+    # what it is doing goes to stderr, the statistics alone to stdout
+    what = "products-like at scale 0.001 (seed 5)"
+    assert re.fullmatch(rf"{re.escape(what)}: generating, into {re.escape(str(out))}\n"
+                        rf"{re.escape(what)}: done in \d+\.\d s\n", err), err
+
+
+def test_info_announces_a_preset_it_generates_not_its_cache(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(announce, "ANNOUNCE_AFTER_S", 0)
+    argv = ["data", "info", "molhiv-like", "--scale", "0.001", "--root", str(tmp_path)]
+    assert run(argv) == 0
+    out, err = capsys.readouterr()
+    assert err.startswith("molhiv-like at scale 0.001 (seed 0): generating, into ")
+    assert run(argv) == 0
+    again, err = capsys.readouterr()
+    assert again == out and err == ""
 
 
 def test_generate_proteins_like_keeps_its_edge_features(tmp_path, capsys):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from zerognn_jax._src.data.announce import announced, announcing, preset_label, stderr_log
 from zerognn_jax._src.data.graph_datasets import (
     GRAPH_DATASET_NAMES,
     is_graph_dataset,
@@ -94,14 +95,14 @@ def _add_size_options(parser: argparse.ArgumentParser) -> None:
 
 
 def load_named(name: str, root=None, *, scale: float = 1.0, seed: int = 0,
-                download: bool = False):
+               download: bool = False, log=None):
     """The dataset `name` (a name or a saved file) names, read by the loader of its kind:
-    a graph collection, a typed dataset or a node dataset."""
+    a graph collection, a typed dataset or a node dataset (`log`: as the loaders')."""
     if is_graph_dataset(name):
-        return load_graphs(name, root, scale=scale, seed=seed)
+        return load_graphs(name, root, scale=scale, seed=seed, log=log)
     if name.lower() in HETERO_NAMES or is_hetero_path(name):
-        return load_hetero_dataset(name, root, scale=scale, seed=seed)
-    return load_dataset(name, root, scale=scale, seed=seed, download=download)
+        return load_hetero_dataset(name, root, scale=scale, seed=seed, log=log)
+    return load_dataset(name, root, scale=scale, seed=seed, download=download, log=log)
 
 
 def run_info(args: argparse.Namespace) -> int:
@@ -118,7 +119,7 @@ def run_info(args: argparse.Namespace) -> int:
                              f"({', '.join(GENERATE_PRESETS)}, tiny); {args.name!r} is "
                              f"read, not generated (got --seed {args.seed})")
         return load_named(args.name, args.root, scale=args.scale, seed=args.seed,
-                          download=args.download)
+                          download=args.download, log=stderr_log(True))
 
     return _guarded(build)
 
@@ -151,24 +152,34 @@ def _generate(args: argparse.Namespace) -> int:
         refuse_foreign(args.out, "--out", folder=not args.out.endswith(".npz"))
     except OSError as err:
         raise ValueError(str(err)) from None
-    if streamed:
-        return _guarded_stats(lambda: _dir_stats(write_papers100m_like(
-            args.out, args.scale, args.seed, feature_dtype=args.feature_dtype or "float32")))
+    log = stderr_log(True)  # the stats go to stdout; what it is doing to stderr
 
+    what = preset_label(args.preset, args.scale, args.seed)
+
+    def announced_write(write):
+        return announced(what, write, log, into=args.out)
+
+    def streamed_write():
+        with announcing(what, log, into=args.out) as say:
+            return write_papers100m_like(args.out, args.scale, args.seed, log=say,
+                                         feature_dtype=args.feature_dtype or "float32")
+
+    if streamed:
+        return _guarded_stats(lambda: _dir_stats(streamed_write()))
     if args.preset in GRAPH_PRESETS:  # a graph collection: .npz file or directory
-        return _guarded(lambda: _saved_graphs(args))
+        return _guarded(lambda: announced_write(lambda: _saved_graphs(args)))
     if args.preset in TYPED_PRESETS:
-        return _guarded(lambda: _typed(args))
+        return _guarded(lambda: announced_write(lambda: _typed(args)))
+    if not args.out.endswith(".npz"):
+        raise ValueError(f"--out must end in .npz, got {args.out!r}")
 
     def build():
-        if not args.out.endswith(".npz"):
-            raise ValueError(f"--out must end in .npz, got {args.out!r}")
         dataset = load_dataset(args.preset, scale=args.scale, seed=args.seed)
         interrupts.check(f"generating {args.preset}; nothing was written")
         save_npz(dataset, args.out)
         return dataset
 
-    return _guarded(build)
+    return _guarded(lambda: announced_write(build))
 
 
 def _feature_dtype_refusal(args: argparse.Namespace) -> str:

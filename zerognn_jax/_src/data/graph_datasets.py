@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from zerognn_jax._src.data.announce import Log, announced, preset_label
 from zerognn_jax._src.data.graph_storage import is_graphs_path, load_graphs_file, save_graphs
 from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.molecules import molhiv_like, molpcba_like
@@ -25,7 +26,7 @@ def is_graph_dataset(name: str) -> bool:
 
 
 def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: float = 1.0,
-                seed: int = 0) -> GraphCollection:
+                seed: int = 0, log: Log | None = None) -> GraphCollection:
     """Loads a graph collection by name.
 
     Args:
@@ -34,6 +35,8 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
         "ogbg-molhiv", "ogbg-molpcba" (OGB's folder under `root`, required); or a
         `.npz` file or directory written by `save_graphs`.
       scale, seed: of the synthetic presets (scale must be 1 for the others).
+      log: as `load_dataset`'s: told before and after a preset is generated or an OGB
+        folder parsed.
 
     Raises:
       ValueError: an unknown name or a bad option, naming the choices; a file or
@@ -43,14 +46,14 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
     name = dataset_name(name)
     key = name.lower()
     if key in PRESETS:
+        what = preset_label(key, scale, seed)
         if root is None:
-            return PRESETS[key](scale, seed)
+            return announced(what, lambda: PRESETS[key](scale, seed), log)
         path = Path(root) / f"{key}-{scale:g}-{seed}.npz"
         if path.is_file():
             return load_graphs_file(path)
-        collection = PRESETS[key](scale, seed)
-        keep_cache(lambda: save_graphs(collection, path, overwrite=True), path)
-        return collection
+        return announced(what, lambda: keep_cache(PRESETS[key](scale, seed), save_graphs, path),
+                         log, into=path)
     if scale != 1.0:
         raise ValueError(f"scale applies to the synthetic presets ({', '.join(PRESETS)}), "
                          f"got scale={scale} (--scale) for {name!r}")
@@ -58,7 +61,7 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
         if root is None:
             raise ValueError(f"{key} needs root= (--root), the folder that holds "
                              f"{GRAPH_SPECS[key].folder}/")
-        return load_ogbg(key, root)
+        return load_ogbg(key, root, log)
     if names_a_missing_path(name):
         raise FileNotFoundError(f"graph dataset {name!r}: no such file or directory")
     if is_graphs_path(name) or Path(name).is_file() or (Path(name) / "meta.json").is_file():

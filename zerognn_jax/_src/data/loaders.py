@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from zerognn_jax._src.data import ogb, planetoid
+from zerognn_jax._src.data.announce import Log, announced, announcing, preset_label
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.graph_datasets import GRAPH_DATASET_NAMES, is_graph_dataset
 from zerognn_jax._src.data.graph_datasets import PRESETS as GRAPH_PRESETS
@@ -68,7 +69,7 @@ TYPED_PRESETS = {"mag-like": (mag_like, ".npz"), "igbh-like": (igbh_like, ""),
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: float = 1.0,
-                 seed: int = 0, download: bool = False) -> Dataset:
+                 seed: int = 0, download: bool = False, log: Log | None = None) -> Dataset:
     """Loads a dataset by name, or a `.npz` file written by `save_npz`.
 
     Args:
@@ -91,6 +92,9 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
         datasets (a .npz file or a dataset directory ignores it, and `seed`).
       seed: generator seed of the synthetic presets.
       download: fetch missing Planetoid files.
+      log: called with a line before a synthetic preset is generated or an OGB folder
+        parsed (not when its cache is read) and with the seconds it took after;
+        `zg.train` prints these to stderr while `progress` is on.
 
     Raises:
       ValueError: unknown name or bad option, naming the valid choices.
@@ -115,23 +119,28 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
         return planetoid.load_planetoid(key, root, download=download)
     ogb_names = {n.lower(): n for n in ogb.SPECS}
     if key in ogb_names:
-        return _load_ogb(ogb_names[key], root)
+        return _load_ogb(ogb_names[key], root, log)
+    what = preset_label(key, scale, seed)
     if key == "products-like":
         return _cached(root, f"products-like-{scale:g}-{seed}",
-                       lambda: products_like(scale, seed))
+                       lambda: products_like(scale, seed), what, log)
     if key == "papers100m-like":
-        if root is None:
-            return papers100m_like(scale, seed)
-        path = Path(root) / f"papers100m-like-{scale:g}-{seed}"
-        return load_dir(path if is_dataset_dir(path) else
-                        write_papers100m_like(path, scale, seed))
+        path = None if root is None else Path(root) / f"papers100m-like-{scale:g}-{seed}"
+        if path is not None and is_dataset_dir(path):
+            return load_dir(path)
+        with announcing(what, log, into=path) as say:
+            if path is None:
+                return papers100m_like(scale, seed, log=say)
+            write_papers100m_like(path, scale, seed, log=say)
+        return load_dir(path)
     if key == "proteins-like":
         return _cached(root, f"proteins-like-{scale:g}-{seed}",
-                       lambda: proteins_like(scale, seed))
+                       lambda: proteins_like(scale, seed), what, log)
     if key == "tiny":
         return _tiny(seed)
     if key == "rmat":
-        return _cached(root, f"rmat-{scale:g}-{seed}", lambda: rmat(_rmat_log2(scale), seed=seed))
+        return _cached(root, f"rmat-{scale:g}-{seed}", lambda: rmat(_rmat_log2(scale), seed=seed),
+                       what, log)
     _refuse_unknown(name)
 
 
@@ -202,7 +211,7 @@ def _rmat_log2(scale: float) -> int:
     return log2
 
 
-def _load_ogb(name: str, root) -> Dataset:
+def _load_ogb(name: str, root, log: Log | None) -> Dataset:
     if root is None:
         raise ValueError(f"{name} needs root= (--root), the folder that holds "
                          f"{ogb.SPECS[name].folder}/")
@@ -213,23 +222,26 @@ def _load_ogb(name: str, root) -> Dataset:
     sources = [p for sub in ("raw", "split") for p in (folder / sub).rglob("*") if p.is_file()]
     if stamp.is_file() and all(p.stat().st_mtime <= stamp.stat().st_mtime for p in sources):
         return load_dir(cache) if binary else load_npz(cache)
-    if binary:
-        return ogb.load_ogb(name, root)
+    return announced(name, lambda: _parsed_ogb(name, root, binary, cache), log,
+                     into=cache, doing="parsing OGB's files")
+
+
+def _parsed_ogb(name: str, root, binary: bool, cache: Path) -> Dataset:
+    """OGB dataset `name` parsed from its files, its cache written (`_load_ogb`)."""
     dataset = ogb.load_ogb(name, root)
-    keep_cache(lambda: save_npz(dataset, cache, overwrite=True), cache)
-    return dataset
+    return dataset if binary else keep_cache(dataset, save_npz, cache)
 
 
-def _cached(root, stem: str, build: Callable[[], Dataset]) -> Dataset:
-    """Loads `<root>/<stem>.npz` if present, else builds the dataset and writes it there."""
+def _cached(root, stem: str, build: Callable[[], Dataset], what: str,
+            log: Log | None) -> Dataset:
+    """Loads `<root>/<stem>.npz` if present, else builds the dataset (`log` told, as
+    `what`) and writes it there."""
     if root is None:
-        return build()
+        return announced(what, build, log)
     path = Path(root) / f"{stem}.npz"
     if path.is_file():
         return load_npz(path)
-    dataset = build()
-    keep_cache(lambda: save_npz(dataset, path, overwrite=True), path)
-    return dataset
+    return announced(what, lambda: keep_cache(build(), save_npz, path), log, into=path)
 
 
 def is_typed(dataset) -> bool:
@@ -243,7 +255,8 @@ def is_typed(dataset) -> bool:
 
 
 def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
-                        scale: float = 1.0, seed: int = 0) -> HeteroDataset:
+                        scale: float = 1.0, seed: int = 0,
+                        log: Log | None = None) -> HeteroDataset:
     """Loads a typed dataset by name, or from a typed `.npz` file or dataset directory.
 
     Args:
@@ -256,6 +269,8 @@ def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
         `<root>/shop-like-<scale>-<seed>.npz`); a path
         written by `save_hetero_npz` or `save_hetero_dir`.
       root: data folder (no caching of the synthetic presets when None).
+      log: as `load_dataset`'s: told before and after a preset is generated or
+        ogbn-mag's folder parsed.
 
     Raises:
       ValueError: unknown name or bad option, naming the valid choices.
@@ -270,17 +285,17 @@ def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
         if root is None:
             raise ValueError(f"ogbn-mag needs root= (--root), the folder that holds "
                              f"{mag_folder('')}/")
-        return _load_mag(root)
+        return _load_mag(root, log)
     if key in TYPED_PRESETS:
         make, suffix = TYPED_PRESETS[key]
+        what = preset_label(key, scale, seed)
         if root is None:
-            return make(scale, seed)
+            return announced(what, lambda: make(scale, seed), log)
         path = Path(root) / f"{key}-{scale:g}-{seed}{suffix}"
         if is_hetero_path(path):
             return load_hetero(path)
-        dataset = make(scale, seed)
-        keep_cache(lambda: _saved(dataset, path), path)
-        return dataset
+        return announced(what, lambda: keep_cache(make(scale, seed), _save_typed, path), log,
+                         into=path)
     if is_hetero_path(name):
         return load_hetero(name)
     if key in {n.lower() for n in DATASET_NAMES} or is_graph_dataset(name) or \
@@ -310,19 +325,17 @@ def _node_path(name: str) -> bool:
     return False
 
 
-def _saved(dataset: HeteroDataset, path: Path) -> HeteroDataset:
+def _save_typed(dataset: HeteroDataset, path: Path, *, overwrite: bool) -> None:
     (save_hetero_npz if path.suffix == ".npz" else save_hetero_dir)(dataset, path,
-                                                                     overwrite=True)
-    return dataset
+                                                                     overwrite=overwrite)
 
 
-def _load_mag(root) -> HeteroDataset:
+def _load_mag(root, log: Log | None) -> HeteroDataset:
     """ogbn-mag, from its cache when that is newer than every raw and split file."""
     folder = mag_folder(root)
     cache = folder / "processed" / "zerognn-typed.npz"
     sources = [p for sub in ("raw", "split") for p in (folder / sub).rglob("*") if p.is_file()]
     if cache.is_file() and all(p.stat().st_mtime <= cache.stat().st_mtime for p in sources):
         return load_hetero_npz(cache)
-    dataset = load_mag(root)
-    keep_cache(lambda: _saved(dataset, cache), cache)
-    return dataset
+    return announced("ogbn-mag", lambda: keep_cache(load_mag(root), _save_typed, cache), log,
+                     into=cache, doing="parsing OGB's files")

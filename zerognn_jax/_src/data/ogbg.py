@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from zerognn_jax._src.data.announce import Log, announced
 from zerognn_jax._src.data.graph_storage import load_graphs_file, save_graphs
 from zerognn_jax._src.data.graphs import GraphCollection, make_collection
 from zerognn_jax._src.data.ogb import _load_text, _loadtxt, _read_ids, read_gz
@@ -106,8 +107,9 @@ def read_ogbg(name: str, root: str | os.PathLike) -> GraphCollection:
                            splits=splits, node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB)
 
 
-def load_ogbg(name: str, root: str | os.PathLike) -> GraphCollection:
-    """`read_ogbg`, through the cache `<folder>/processed/zerognn-graphs.npz`."""
+def load_ogbg(name: str, root: str | os.PathLike, log: Log | None = None) -> GraphCollection:
+    """`read_ogbg`, through the cache `<folder>/processed/zerognn-graphs.npz` (`log` told
+    before and after a parse, as `load_graphs` says)."""
     if name not in GRAPH_SPECS:
         raise ValueError(f"unknown OGB graph dataset {name!r}; expected one of "
                          f"{', '.join(GRAPH_SPECS)}")
@@ -116,6 +118,5 @@ def load_ogbg(name: str, root: str | os.PathLike) -> GraphCollection:
     sources = [p for sub in ("raw", "split") for p in (folder / sub).rglob("*") if p.is_file()]
     if cache.is_file() and all(p.stat().st_mtime <= cache.stat().st_mtime for p in sources):
         return load_graphs_file(cache)
-    collection = read_ogbg(name, root)
-    keep_cache(lambda: save_graphs(collection, cache, overwrite=True), cache)
-    return collection
+    return announced(name, lambda: keep_cache(read_ogbg(name, root), save_graphs, cache), log,
+                     into=cache, doing="parsing OGB's files")

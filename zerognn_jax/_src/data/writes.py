@@ -77,15 +77,17 @@ def writing(what: str, path: str | os.PathLike) -> Iterator[None]:
         raise write_error(what, path, err) from None
 
 
-def keep_cache(write, path: str | os.PathLike) -> None:
-    """Runs `write()`, which writes the cache `path` of data just read. One that cannot be
-    written (a read-only folder shared by a team, a full disk) is warned about, and the
-    data are used without it: they are read again from their sources next time."""
+def keep_cache(data, save, path: str | os.PathLike):
+    """`data`, just read or generated, after `save(data, path, overwrite=True)` wrote
+    its cache `path`. A cache that cannot be written (a read-only folder shared by a team,
+    a full disk) is warned about, and the data are used without it: they are read again
+    from their sources next time."""
     try:
-        write()
+        save(data, path, overwrite=True)
     except OSError as err:
         warnings.warn(f"could not write the cache {path} ({err}); the data read are used "
                       f"without it, and read from their files again next time", stacklevel=3)
+    return data
 
 
 def part_prefix(path: Path) -> str:

@@ -18,6 +18,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from zerognn_jax._src.data.announce import Log, stderr_log
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.sampling.minibatch import MiniBatch
 from zerognn_jax._src.sampling.steps import ItemLevel, SeedLevel
@@ -300,3 +301,9 @@ class ItemsAreLevel0:
     def seed_level(self, items, valid, key, capacity: int) -> ItemLevel:
         del key, capacity
         return ItemLevel(items, valid)
+
+
+def data_log(cfg) -> Log | None:
+    """The `log` a task's `build` gives the loaders: stderr on the first process while
+    `cfg.progress` is on, so that a run that generates its dataset says so."""
+    return stderr_log(cfg.progress and jax.process_index() == 0)

@@ -61,7 +61,7 @@ from zerognn_jax._src.sampling.steps import ItemLevel
 from zerognn_jax._src.training.parallel import make_mesh
 from zerognn_jax._src.training.placement import Placement, warn_unused_cache
 from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
-from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
+from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch, data_log
 from zerognn_jax._src.training.tasks.graph_metrics import (
     DEFAULT_LOSS,
     LOSSES,
@@ -150,7 +150,8 @@ class GraphTask(ItemsAreLevel0):
         del kernels
         if dataset is None:
             require_graphs(cfg.dataset)
-            dataset = load_graphs(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
+            dataset = load_graphs(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed,
+                                  log=data_log(cfg))
         if not isinstance(dataset, GraphCollection):
             raise TypeError(f"the graph task trains on a GraphCollection, got "
                             f"{type(dataset).__name__}")

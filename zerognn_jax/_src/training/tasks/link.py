@@ -41,7 +41,7 @@ from zerognn_jax._src.sampling.negatives import (
     negative_pairs,
     seed_frontier,
 )
-from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch
+from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch, data_log
 from zerognn_jax._src.training.tasks.link_metrics import split_metrics
 from zerognn_jax._src.training.tasks.losses import label_accuracy, sigmoid_cross_entropy
 
@@ -343,7 +343,8 @@ def link_data(cfg, dataset: Dataset | None = None) -> tuple[Dataset, LinkSplit]:
                                np.zeros(n, np.int32), np.arange(n), [], [], 1)
         return dataset, split
     if dataset is None:
-        dataset = load_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
+        dataset = load_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed,
+                               log=data_log(cfg))
     split = random_link_split(dataset.graph, seed=cfg.seed,
                               mrr_negatives=100 if cfg.link_metric == "mrr" else 0)
     return dataclasses.replace(dataset, graph=split.graph), split

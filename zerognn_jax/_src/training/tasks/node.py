@@ -18,7 +18,7 @@ import numpy as np
 
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.loaders import load_dataset
-from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
+from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch, data_log
 from zerognn_jax._src.training.tasks.link_metrics import any_nan, roc_auc
 from zerognn_jax._src.training.tasks.losses import (
     LOSSES,
@@ -69,7 +69,8 @@ class NodeTask(ItemsAreLevel0):
         its loss checked against the dataset's targets."""
         del kernels  # a node task runs no op of its own
         if dataset is None:
-            dataset = load_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
+            dataset = load_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed,
+                                   log=data_log(cfg))
         task = node_task(loss, dataset)
         check_loss(task, task.output_dim(cfg, dataset), task.device_targets(dataset))
         return task, dataset

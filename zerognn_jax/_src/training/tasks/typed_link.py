@@ -51,7 +51,7 @@ from zerognn_jax._src.sampling.negatives import (
 from zerognn_jax._src.sampling.seeds import step_items, step_keys
 from zerognn_jax._src.sampling.steps import ItemLevel
 from zerognn_jax._src.sampling.typed_minibatch import TypedMiniBatch, sample_typed
-from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch
+from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch, data_log
 from zerognn_jax._src.training.tasks.link import (
     EVAL_SPLITS,
     check_link_options,
@@ -142,7 +142,8 @@ class TypedLinkTask(TypedNodeTask):
             raise ValueError("loss= applies to node tasks; link prediction trains with "
                              "binary cross-entropy over positive and negative pairs")
         if dataset is None:
-            dataset = load_hetero_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
+            dataset = load_hetero_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed,
+                                          log=data_log(cfg))
         if not isinstance(dataset, HeteroDataset):
             raise TypeError(f"typed link prediction trains on a HeteroDataset, got "
                             f"{type(dataset).__name__}")

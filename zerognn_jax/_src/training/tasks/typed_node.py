@@ -74,7 +74,7 @@ from zerognn_jax._src.training.program import (
     block_edge_rows,
     make_optimizer,
 )
-from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch
+from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch, data_log
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
 from zerognn_jax._src.training.tasks.node import METRICS, node_task, split_metrics
 from zerognn_jax._src.training.tasks.typed_eval import typed_logits
@@ -375,7 +375,8 @@ class TypedNodeTask(ItemsAreLevel0):
         del kernels
         _refuse(cfg)
         if dataset is None:
-            dataset = load_hetero_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed)
+            dataset = load_hetero_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed,
+                                          log=data_log(cfg))
         if not isinstance(dataset, HeteroDataset):
             raise TypeError(f"typed node classification trains on a HeteroDataset, got "
                             f"{type(dataset).__name__}")
