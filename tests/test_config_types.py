@@ -82,6 +82,11 @@ def test_asdict_stays_flat():
     ({"epoch": 3}, r"no option 'epoch' \(did you mean 'epochs'\?\); the options"),
     ({"fanout": (5,), "lr_rate": 0.1},
      r"no option 'fanout' \(did you mean 'fanouts'\?\); no option 'lr_rate'; the options"),
+    # other libraries' names, which no spelling distance leads to
+    ({"learning_rate": 1e-3}, r"no option 'learning_rate' \(did you mean 'lr'\?\)"),
+    ({"hidden_channels": 64, "num_neighbors": [10, 5]},
+     r"no option 'hidden_channels' \(did you mean 'hidden'\?\); no option 'num_neighbors' "
+     r"\(did you mean 'fanouts'\?\)"),
 ])
 def test_an_unknown_option_names_the_closest_ones(options, message):
     cfg = zg.TrainConfig()
@@ -90,3 +95,9 @@ def test_an_unknown_option_names_the_closest_ones(options, message):
         with pytest.raises(TypeError, match=message):
             build()
     assert "epochs: 'int'" in str(inspect.signature(zg.TrainConfig))  # help() still reads it
+
+
+def test_other_libraries_names_lead_to_options_that_exist():
+    from zerognn_jax._src.training.config import OTHER_NAMES
+    names = {f.name for f in FIELDS}
+    assert set(OTHER_NAMES.values()) <= names and not set(OTHER_NAMES) & names

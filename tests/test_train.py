@@ -177,6 +177,13 @@ def test_default_cli_run_trains_the_embedded_graph(tmp_path):
      "--hidden 32 is not a multiple of --heads 3"),
     (["--multiple", "0"], "--multiple must be >= 1, got 0"),
     (["--multiple", "-128"], "--multiple must be >= 1, got -128"),
+    # a flag another library names so, or misspelt: argparse's refusal, with the flag meant
+    (["--learning-rate", "0.01"],
+     "unrecognized arguments: --learning-rate 0.01 (--learning-rate: did you mean --lr?)"),
+    (["--hiden", "4", "--num-neighbors=5,5", "extra"],
+     "unrecognized arguments: --hiden 4 --num-neighbors=5,5 extra (--hiden: did you mean "
+     "--hidden?; --num-neighbors: did you mean --fanouts?)"),
+    (["--frobnicate", "1"], "unrecognized arguments: --frobnicate 1\n"),
 ])
 def test_cli_rejects_bad_arguments(args, message, capsys, monkeypatch):
     # In this process (test_default_cli_run_trains_the_embedded_graph runs the command);

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import importlib.metadata
 import sys
 import warnings
 
 import zerognn_jax
+from zerognn_jax._src.training.config import OTHER_NAMES
 from zerognn_jax.cli.bench import add_bench_command
 from zerognn_jax.cli.data import add_data_commands
 from zerognn_jax.cli.export import add_export_command
@@ -55,7 +57,10 @@ def main(argv=None) -> int:
     from zerognn_jax._src.training.trainer import Diverged
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # as parse_args would refuse them, with the flags they may have meant
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}"
+                     f"{_meant(flag_names(_command(parser, args.command)), unknown)}")
     given = sys.argv[1:] if argv is None else list(argv)
     fail = functools.partial(_fail, flags=_message_flags(parser, args.command, given))
     previous = warnings.formatwarning  # (put back: a process may call main more than once)
@@ -105,11 +110,33 @@ def _first_line(err: BaseException) -> str:
     return str(err).strip().splitlines()[0][:300]
 
 
+def _command(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of subcommand `command`."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return commands.choices[command]
+
+
 def _message_flags(parser: argparse.ArgumentParser, command: str, argv) -> tuple:
     """What `spelled_as_flags` needs to name options as `command` spells them: its flags
     and the ones `argv` gave."""
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return flag_names(commands.choices[command]), given_names(parser, argv)
+    return flag_names(_command(parser, command)), given_names(parser, argv)
+
+
+def _meant(flags: dict[str, str | None], unknown) -> str:
+    """" (--x: did you mean --y?; ...)" for the unknown flags that name one of `flags`
+    as another library does (`OTHER_NAMES`: --learning-rate for --lr) or by a close
+    spelling (--hiden), else ""."""
+    known = [flag for flag in flags.values() if flag]
+    hints = []
+    for token in unknown:
+        if not token.startswith("--"):
+            continue
+        given = token.split("=", 1)[0]
+        other = flags.get(OTHER_NAMES.get(given[2:].replace("-", "_")))
+        close = [other] if other else difflib.get_close_matches(given, known, n=2, cutoff=0.8)
+        if close:
+            hints.append(f"{given}: did you mean {' or '.join(close)}?")
+    return f" ({'; '.join(hints)})" if hints else ""
 
 
 def _fail(err: BaseException, message: str, code: int, hint: str = "", *,

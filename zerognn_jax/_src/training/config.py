@@ -388,9 +388,27 @@ class TrainConfig:
         return EnvelopePolicy(self.margin, self.multiple)
 
 
+# What other libraries call an option (PyG's `hidden_channels`, `num_layers`,
+# `num_neighbors`, `neg_sampling_ratio`; DGL examples' `n_hidden`, `fan_out`,
+# `num_heads`; optax's and Keras's `learning_rate`; Flax's `rate`), which no spelling
+# distance leads to: TrainConfig's name for it.
+OTHER_NAMES = {
+    "learning_rate": "lr", "wd": "weight_decay",
+    "hidden_channels": "hidden", "hidden_dim": "hidden", "hidden_size": "hidden",
+    "n_hidden": "hidden", "num_hidden": "hidden",
+    "num_layers": "layers", "n_layers": "layers",
+    "num_neighbors": "fanouts", "fan_out": "fanouts", "fan_outs": "fanouts",
+    "num_epochs": "epochs", "n_epochs": "epochs", "max_epochs": "epochs",
+    "dropout_rate": "dropout", "num_heads": "heads", "n_heads": "heads",
+    "neg_sampling_ratio": "negatives", "num_negatives": "negatives",
+    "random_seed": "seed", "eval_steps": "eval_every",
+}
+
+
 def _naming_unknown_options(init):
     """`TrainConfig.__init__`, refusing an option it does not have by a TypeError that
-    names the closest ones it has (a misspelt `epoch=3` suggests `epochs`)."""
+    names the closest ones it has (a misspelt `epoch=3` suggests `epochs`, another
+    library's `learning_rate` suggests `lr`)."""
     fields = [field.name for field in dataclasses.fields(TrainConfig)]
 
     @functools.wraps(init)
@@ -398,7 +416,8 @@ def _naming_unknown_options(init):
         unknown = [name for name in options if name not in fields]
         if unknown:
             def hint(name):
-                close = difflib.get_close_matches(name, fields, n=3, cutoff=0.75)
+                close = [OTHER_NAMES[name]] if name in OTHER_NAMES else \
+                    difflib.get_close_matches(name, fields, n=3, cutoff=0.75)
                 return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
             raise TypeError("TrainConfig has no option " + "; no option ".join(
                 f"{name!r}{hint(name)}" for name in unknown) + "; the options are "
