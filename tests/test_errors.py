@@ -635,6 +635,15 @@ def test_train_names_arguments_of_the_wrong_kind():
         train(small_config(), "tiny")
     with pytest.raises(ValueError, match=r"variables hold no 'params' .*got \['x'\]"):
         train(small_config(), random_dataset(), variables={"x": 1})
+    # a config's options as train's own arguments: where they go, not Python's
+    # "unexpected keyword argument 'epochs'"
+    with pytest.raises(TypeError, match=r"^train\(\) takes the run's options in its "
+                                        r"TrainConfig, not as its own arguments: got "
+                                        r"epochs=2, lr=0\.1; give zg\.train\(zg\.TrainConfig"
+                                        r"\(epochs=2, lr=0\.1, \.\.\.\)\)"):
+        train(small_config(), random_dataset(), epochs=2, lr=0.1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        train(small_config(), random_dataset(), bogus=1)  # no option of either: Python's
 
 
 def test_messages_spell_options_as_flags_only_where_they_name_them():

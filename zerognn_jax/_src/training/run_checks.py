@@ -6,6 +6,8 @@ options on a graph without types, and metrics no epoch reports."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import os
 import warnings
 
@@ -16,6 +18,28 @@ from zerognn_jax._src.nn.models import MODELS
 from zerognn_jax._src.training.callbacks import EarlyStopping
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.tasks.registry import task_class
+from zerognn_jax._src.training.user_frames import user_stacklevel
+
+
+def options_in_the_config(train):
+    """`train`, refusing `TrainConfig`'s options given as its own keyword arguments
+    (`zg.train(cfg, epochs=3)`, `zg.train(dataset="cora")`) by a TypeError that says
+    where they go, where Python's said only "unexpected keyword argument"."""
+    own = inspect.signature(train).parameters
+    fields = [field.name for field in dataclasses.fields(TrainConfig)]
+
+    @functools.wraps(train)
+    def checked(*args, **kwargs):
+        misplaced = [name for name in kwargs if name not in own and name in fields]
+        if misplaced:
+            given = ", ".join(f"{name}={kwargs[name]!r}" for name in misplaced)
+            raise TypeError(f"train() takes the run's options in its TrainConfig, not as "
+                            f"its own arguments: got {given}; give "
+                            f"zg.train(zg.TrainConfig({given}, ...)), or "
+                            f"dataclasses.replace(cfg, {given}) for a config you have")
+        return train(*args, **kwargs)
+
+    return checked
 
 
 def check_arguments(cfg, dataset, variables) -> None:
@@ -76,20 +100,24 @@ def warn_unread_options(cfg: TrainConfig, dataset) -> None:
                   if not reads(cfg.task, task, typed) and getattr(cfg, n) != defaults[n]]
         if unread:
             warnings.warn(f"{', '.join(unread)}: options of {readers}, ignored by this "
-                          f"{cfg.task} task{where}", IgnoredOptionWarning, stacklevel=3)
+                          f"{cfg.task} task{where}", IgnoredOptionWarning,
+                          stacklevel=user_stacklevel())
     scan_only = [f"{n} {getattr(cfg, n)!r}" for n in ("chunk_steps", "sample_ahead",
                                                        "read_ahead_gib")
                  if getattr(cfg, n) != defaults[n]]
     if cfg.engine != "scan" and scan_only:
         warnings.warn(f"{', '.join(scan_only)}: options of the scan engine, ignored by "
-                      f"engine {cfg.engine!r}", IgnoredOptionWarning, stacklevel=3)
+                      f"engine {cfg.engine!r}", IgnoredOptionWarning,
+                      stacklevel=user_stacklevel())
     samples = getattr(task, "samples_neighbours", True)
     if cfg.flat_outer and cfg.dedup is False and samples:  # checkpoints of such runs exist
         warnings.warn("flat_outer True is ignored with dedup False: tree mode lays out every "
-                      "hop in slot order already", IgnoredOptionWarning, stacklevel=3)
+                      "hop in slot order already", IgnoredOptionWarning,
+                      stacklevel=user_stacklevel())
     if cfg.eval_mode == "sampled" and not samples:
         warnings.warn(f"eval_mode 'sampled': this {cfg.task} task evaluates whole graphs, "
-                      f"exactly ('full'; 'none' skips it)", IgnoredOptionWarning, stacklevel=3)
+                      f"exactly ('full'; 'none' skips it)", IgnoredOptionWarning,
+                      stacklevel=user_stacklevel())
 
 
 def warn_unread_pieces(cfg: TrainConfig, model, optimizer) -> None:
@@ -100,12 +128,12 @@ def warn_unread_pieces(cfg: TrainConfig, model, optimizer) -> None:
             and cfg.heads != TrainConfig.heads:  # (a graph task warns of heads already)
         warnings.warn(f"heads {cfg.heads!r}: attention heads of the models "
                       f"{', '.join(ATTENTION_MODELS)}, ignored by model {cfg.model!r}",
-                      IgnoredOptionWarning, stacklevel=4)
+                      IgnoredOptionWarning, stacklevel=user_stacklevel())
     if optimizer is not None and cfg.weight_decay != TrainConfig.weight_decay:
         # (lr also steps learnable embedding rows, which a user's optimizer leaves alone)
         warnings.warn(f"weight_decay {cfg.weight_decay!r}: an option of the built-in "
                       f"optimizer, ignored with one of yours", IgnoredOptionWarning,
-                      stacklevel=4)
+                      stacklevel=user_stacklevel())
 
 
 def _named(cfg, dataset) -> str:

@@ -85,6 +85,7 @@ from zerognn_jax._src.training.run_checks import (
     check_metrics,
     check_model_choice,
     check_typed_options,
+    options_in_the_config,
     warn_unread_options,
     warn_unread_pieces,
 )
@@ -369,6 +370,7 @@ class _UserParts:
     dataset_given: bool = False  # a Dataset passed to train(), not loaded by cfg.dataset
 
 
+@options_in_the_config
 def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optimizer=None,
           loss=None, variables: dict | None = None, callbacks=()) -> TrainResult:
     """Trains on `dataset` (default: `cfg.dataset` loaded); resumes from
