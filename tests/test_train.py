@@ -300,3 +300,15 @@ def test_a_run_that_generates_its_dataset_says_so_while_progress_is_on(
         err = capsys.readouterr().err
         start = f"{dataset} at scale 0.01 (seed 0): generating, into {root}"
         assert err.startswith(start) == progress and ("done in" in err) == progress, err
+
+
+def test_calibration_is_announced_while_progress_is_on(capsys, monkeypatch):
+    """Calibrating igbh-like at scale 1 took 17.9 s before the progress bar appeared."""
+    from zerognn_jax._src.data import announce
+
+    monkeypatch.setattr(announce, "ANNOUNCE_AFTER_S", 0)
+    train(TrainConfig(dataset="tiny", hidden=8, layers=2, fanouts=(3, 3), epochs=1,
+                      eval_mode="none", progress=True))
+    err = capsys.readouterr().err
+    assert err.startswith("execution envelope: calibrating the step's buffers\n"
+                          "execution envelope: done in "), err[:200]

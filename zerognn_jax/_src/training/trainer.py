@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from zerognn_jax._src.data.announce import announced, stderr_log
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.graph import without_self_loops
 from zerognn_jax._src.data.loaders import is_typed, row_normalize
@@ -465,8 +466,9 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
 def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainResult:
     ident, resumable = _resumable(cfg, dataset, program, ckpt, user.identity)
     t0 = time.perf_counter()
-    env, cal = (_checkpoint_envelope(program, ckpt, resumable)
-                or starting_envelope(cfg, program, data, dataset))
+    env, cal = _checkpoint_envelope(program, ckpt, resumable) or announced(
+        "execution envelope", lambda: starting_envelope(cfg, program, data, dataset),
+        stderr_log(cfg.progress and lead), doing="calibrating the step's buffers")
     calibrate_seconds = time.perf_counter() - t0
     interrupts.check("calibration")
     state = _initial_state(cfg, dataset, data, program, env, user.model)
