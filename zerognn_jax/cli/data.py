@@ -153,7 +153,6 @@ def _generate(args: argparse.Namespace) -> int:
     except OSError as err:
         raise ValueError(str(err)) from None
     log = stderr_log(True)  # the stats go to stdout; what it is doing to stderr
-
     what = preset_label(args.preset, args.scale, args.seed)
 
     def announced_write(write):

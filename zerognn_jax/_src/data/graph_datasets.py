@@ -35,8 +35,8 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
         "ogbg-molhiv", "ogbg-molpcba" (OGB's folder under `root`, required); or a
         `.npz` file or directory written by `save_graphs`.
       scale, seed: of the synthetic presets (scale must be 1 for the others).
-      log: as `load_dataset`'s: told before and after a preset is generated or an OGB
-        folder parsed.
+      log: as `load_dataset`'s: told when generating a preset or parsing an OGB folder
+        takes more than a second, and when it ends.
 
     Raises:
       ValueError: an unknown name or a bad option, naming the choices; a file or

@@ -92,9 +92,10 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
         datasets (a .npz file or a dataset directory ignores it, and `seed`).
       seed: generator seed of the synthetic presets.
       download: fetch missing Planetoid files.
-      log: called with a line before a synthetic preset is generated or an OGB folder
-        parsed (not when its cache is read) and with the seconds it took after;
-        `zg.train` prints these to stderr while `progress` is on.
+      log: called with a line once generating a synthetic preset or parsing an OGB
+        folder has taken a second (never for a cache read) and with the seconds it took
+        when it ends (data/announce.py); `zg.train` prints these to stderr while
+        `progress` is on.
 
     Raises:
       ValueError: unknown name or bad option, naming the valid choices.
@@ -269,8 +270,8 @@ def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
         `<root>/shop-like-<scale>-<seed>.npz`); a path
         written by `save_hetero_npz` or `save_hetero_dir`.
       root: data folder (no caching of the synthetic presets when None).
-      log: as `load_dataset`'s: told before and after a preset is generated or
-        ogbn-mag's folder parsed.
+      log: as `load_dataset`'s: told when generating a preset or parsing ogbn-mag's
+        folder takes more than a second, and when it ends.
 
     Raises:
       ValueError: unknown name or bad option, naming the valid choices.

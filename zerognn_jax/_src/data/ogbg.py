@@ -109,7 +109,7 @@ def read_ogbg(name: str, root: str | os.PathLike) -> GraphCollection:
 
 def load_ogbg(name: str, root: str | os.PathLike, log: Log | None = None) -> GraphCollection:
     """`read_ogbg`, through the cache `<folder>/processed/zerognn-graphs.npz` (`log` told
-    before and after a parse, as `load_graphs` says)."""
+    of a long parse, as `load_graphs` says)."""
     if name not in GRAPH_SPECS:
         raise ValueError(f"unknown OGB graph dataset {name!r}; expected one of "
                          f"{', '.join(GRAPH_SPECS)}")
