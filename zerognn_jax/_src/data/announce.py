@@ -6,7 +6,8 @@ included), and a run that prints nothing meanwhile looks hung. The loaders take 
 callable and build inside `announcing`, which tells it what is being built once the
 build has taken ANNOUNCE_AFTER_S seconds, and how long it took when it ends. A build
 shorter than that (a small preset, a cache read, an option refused before any work)
-logs nothing, so that quick runs and their errors stay as they were.
+logs nothing, so that quick runs and their errors stay as they were. `zg.train`
+announces its calibration the same way (training/trainer.py).
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ from zerognn_jax._src.training.user_frames import user_stacklevel
 
 def options_in_the_config(train):
     """`train`, refusing `TrainConfig`'s options given as its own keyword arguments
-    (`zg.train(cfg, epochs=3)`, `zg.train(dataset="cora")`) by a TypeError that says
-    where they go, where Python's said only "unexpected keyword argument"."""
+    (`zg.train(cfg, epochs=3)`; `dataset`, a name of both, stays train's own and
+    `check_arguments` refuses a name there) by a TypeError that says where they go,
+    where Python's said only "unexpected keyword argument"."""
     own = inspect.signature(train).parameters
     fields = [field.name for field in dataclasses.fields(TrainConfig)]
 
