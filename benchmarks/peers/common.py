@@ -466,13 +466,15 @@ def summary(system: str, args, clock: EpochClock, first: dict, losses: list[floa
 
 
 def graph_result(system: str, args, train_graphs: int, times: list[float],
-                 test_rocauc: float | None, extra: dict) -> dict:
+                 metrics: dict, extra: dict) -> dict:
     """The one JSON line (printed) of a graph-classification peer (pyg_gin.py,
     jraph_gin.py): training graphs per second over the median epoch after the first,
-    the test ROC-AUC, then `extra`."""
+    the test ROC-AUC and AP (`metrics`: graph_metrics' "rocauc" and "ap"), then
+    `extra`."""
     epoch_s = statistics.median(times[1:] or times)
     row = {"system": system, "batch_size": args.batch_size,
            "graphs_per_s": train_graphs / epoch_s, "epoch_s": epoch_s,
-           "test_rocauc": test_rocauc, "epochs": args.epochs, **extra}
+           "test_rocauc": metrics["rocauc"], "test_ap": metrics["ap"],
+           "epochs": args.epochs, **extra}
     JsonLines(None).write(row)
     return row

@@ -1,20 +1,23 @@
-"""The PyG baseline on the same molecules: `torch_geometric.loader.DataLoader` batching
-on the host, OGB's gin-virtual for molecules (bond-aware GIN convolutions, virtual node,
-batch norm, dropout 0.5, mean pooling), 5 layers x 300, Adam lr 1e-3, on CUDA if present.
+"""The PyG baseline on the same molecules (molhiv-like or molpcba-like):
+`torch_geometric.loader.DataLoader` batching on the host, OGB's gin-virtual for molecules
+(bond-aware GIN convolutions, virtual node, batch norm, dropout 0.5, mean pooling),
+5 layers x 300, Adam lr 1e-3, on CUDA if present.
 
     python benchmarks/peers/pyg_gin.py --data molhiv-like.npz [--epochs 5] [--batch-size 32]
                                        [--workers 0]
 
 `--data` is a graph collection written by `zerognn data generate molhiv-like --out F.npz`
-(read here with NumPy alone: meta, node_offsets, edge_offsets, senders, receivers,
-node_features, edge_features, targets, train_idx, test_idx). One JSON line: graphs per
-second (training graphs over the median epoch time after the first) and test ROC-AUC
-(OGB's definition) after the last epoch.
+(or molpcba-like; read here with NumPy alone: meta, node_offsets, edge_offsets, senders,
+receivers, node_features, edge_features, targets, train_idx, test_idx); the model has one
+output per target column. One JSON line: graphs per second (training graphs over the
+median epoch time after the first), test ROC-AUC and AP (OGB's definitions, means over
+the tasks; zerognn-jax's metric functions) after the last epoch.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 
 import common
 import numpy as np
@@ -93,13 +96,14 @@ def load(path):
                         edge_index=torch.from_numpy(ei),
                         edge_attr=torch.from_numpy(a["edge_features"][e0:e1].astype(np.int64)),
                         y=torch.from_numpy(a["targets"][g:g + 1])))
-    return out, a["train_idx"], a["test_idx"]
+    name = json.loads(str(a["meta"]))["name"]
+    return out, a["train_idx"], a["test_idx"], a["targets"].shape[1], name
 
 
-def rocauc(scores, targets):
+def metrics(scores, targets) -> dict:
     from zerognn_jax._src.training.tasks.graph_metrics import graph_metrics
 
-    return graph_metrics(scores, targets, "binary")["rocauc"]
+    return graph_metrics(scores, targets, "binary")
 
 
 def main(argv=None) -> dict:
@@ -112,10 +116,10 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     torch.manual_seed(args.seed)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    graphs, train, test = load(args.data)
+    graphs, train, test, tasks, name = load(args.data)
     loader = DataLoader([graphs[i] for i in train], batch_size=args.batch_size, shuffle=True,
                         num_workers=args.workers)
-    model = GINVirtual().to(dev)
+    model = GINVirtual(tasks=tasks).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     clock = common.EpochClock(dev)
     for _ in range(args.epochs):
@@ -135,9 +139,10 @@ def main(argv=None) -> dict:
         for b in DataLoader([graphs[i] for i in test], batch_size=256):
             scores.append(model(b.to(dev)).cpu().numpy())
             ys.append(b.y.cpu().numpy())  # PyG moves the batch in place
-    auc = rocauc(np.concatenate(scores), np.concatenate(ys))
-    return common.graph_result("pyg", args, len(train), clock.times, auc,
-                               {"device": str(dev), "torch": torch.__version__})
+    return common.graph_result("pyg", args, len(train), clock.times,
+                               metrics(np.concatenate(scores), np.concatenate(ys)),
+                               {"dataset": name, "device": str(dev),
+                                "torch": torch.__version__})
 
 
 if __name__ == "__main__":
