@@ -220,6 +220,17 @@ def test_predict_names_a_boolean_mask_given_for_node_ids(all_neighbours):
     assert zg.predict(res, np.flatnonzero(mask)).shape[0] == 100
 
 
+def test_predict_names_a_dataset_given_for_node_ids(all_neighbours, graph_400):
+    """`zg.predict(result, dataset)`, as if it took the data (it reads the run's own): the
+    message names the type, where it named a 0-d object array ("got object[]")."""
+    res = all_neighbours("uniform")
+    for value, what in ((graph_400, "a value of type Dataset"), (None, "None"),
+                        (7, "a value of type int")):
+        with pytest.raises(ValueError, match=rf"^nodes must be a 1-D integer array of ids, "
+                                             rf"got {what}$"):
+            zg.predict(res, value)
+
+
 def test_loader_tree_batches_read_by_position_equal_exact(graph_400, all_neighbours):
     """A user's loop over tree batches, views read by position for inference."""
     max_degree = graph_400.graph.max_degree()

@@ -86,7 +86,12 @@ def node_ids(name: str, ids, n: int, kind: str = "") -> np.ndarray:
 def id_array(name: str, ids) -> np.ndarray:
     """`ids` (a list, a NumPy or JAX array) as a NumPy array of their integer dtype;
     ValueError naming `name` unless they are 1-D integers (`require_ids`). An empty
-    list, which NumPy reads as float64, holds no id of any type: int64[0]."""
+    list, which NumPy reads as float64, holds no id of any type: int64[0]. A value that
+    is no array at all (None, a dataset given where its ids were meant) is named by its
+    type, where NumPy would make it a 0-d object array."""
+    if ids is None or not (hasattr(ids, "__array__") or hasattr(ids, "__len__")):
+        what = "None" if ids is None else f"a value of type {type(ids).__name__}"
+        raise ValueError(f"{name} must be a 1-D integer array of ids, got {what}")
     ids = np.asarray(ids)
     if ids.shape == (0,):
         ids = ids.astype(np.int64)
