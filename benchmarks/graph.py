@@ -30,6 +30,7 @@ import jax
 from graph_profile import traced_epoch
 
 import zerognn_jax as zg
+from zerognn_jax._src.data.graph_datasets import PRESETS
 
 
 def run(data, batch_size: int, args) -> dict:
@@ -75,7 +76,7 @@ def gpu_fraction(result, epoch: int, epoch_s: float, sample_ahead: int) -> dict:
 
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", default="molhiv-like", choices=("molhiv-like", "molpcba-like"))
+    p.add_argument("--dataset", default="molhiv-like", choices=tuple(PRESETS))
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--batch-sizes", default="32,256")

@@ -24,6 +24,7 @@ import numpy as np
 import optax
 
 import zerognn_jax as zg
+from zerognn_jax._src.data.graph_datasets import PRESETS
 from zerognn_jax._src.training.tasks.graph_metrics import graph_metrics, masked_sigmoid
 
 
@@ -55,7 +56,7 @@ def pad_batch(c, ids, n_cap, e_cap):
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", default="molhiv-like", choices=("molhiv-like", "molpcba-like"))
+    p.add_argument("--dataset", default="molhiv-like", choices=tuple(PRESETS))
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=32)
