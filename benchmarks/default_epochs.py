@@ -4,7 +4,8 @@
 
 `zg.train` with the defaults (SAGE 3x256, [15, 10, 5], batch 1024, the layout the
 library picks), `--epochs` epochs without evaluation; the median of the epochs after the
-first (`epoch_seconds`, compilation excluded) and every epoch's loss. Run from two
+first (`epoch_seconds`, compilation excluded), every epoch's loss and the time spent
+compiling. Run from two
 exported trees in turn to compare them on one GPU (docs/benchmarks.md, "The task seam").
 """
 
@@ -31,6 +32,7 @@ def main(argv=None) -> None:
     times = [h["epoch_seconds"] for h in res.history[1:]]
     print(json.dumps({"tag": args.tag, "dtype": args.dtype, "epochs": times,
                       "median": float(np.median(times)),
+                      "compile_seconds": res.summary["compile_seconds"],
                       "losses": [h["loss"] for h in res.history]}), flush=True)
 
 
