@@ -459,3 +459,53 @@ def test_hlo_bytes_count_gathered_rows_and_scatter_updates():
     assert max(counts.values()) < 1000 * row  # no instruction counts the whole table
     assert hlo_bytes.shape_bytes("(f32[2,3]{1,0}, bf16[4])") == 32
     assert hlo_bytes.kernel_key("loop_select_fusion.2") == "loop_select_fusion_2"
+
+
+def _compile_time_script():
+    import importlib.util
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "compile_time.py")
+    spec = importlib.util.spec_from_file_location("compile_time_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_compile_time_reads_the_epoch_programs_pass_times_from_xlas_log():
+    ct = _compile_time_script()
+    log = "\n".join([
+        "I1204 06:59:09.1 792 hlo_pass_pipeline.cc:302] Running HLO pass pipeline on "
+        "module jit_init: optimization",
+        "I1204 06:59:11.5 792 hlo_pass_pipeline.cc:206] HLO pass: priority-fusion time: "
+        "2.42 s (2415881 us) (cumulative: 4.1 s, max: 2.42 s, #called: 947)",
+        "I1204 06:59:17.2 792 hlo_pass_pipeline.cc:302] Running HLO pass pipeline on "
+        "module jit_run: fusion",
+        "I1204 06:59:36.7 792 hlo_pass_pipeline.cc:206] HLO pass: priority-fusion time: "
+        "19.5 s (19480361 us) (cumulative: 25.3 s, max: 19.5 s, #called: 2052)",
+        "I1204 06:59:38.6 792 hlo_pass_pipeline.cc:206] HLO pass: multi_output_fusion "
+        "time: 1.93 s (1930053 us) (cumulative: 27.6 s, max: 19.5 s, #called: 2055)",
+        "I1204 06:59:38.7 792 hlo_pass_pipeline.cc:302] Running HLO pass pipeline on "
+        "module jit_run: post-fusion",
+        "I1204 06:59:38.8 792 hlo_pass_pipeline.cc:206] HLO pass: cse time: 437 us (437 us)",
+        "I1204 06:59:38.9 792 hlo_pass_pipeline.cc:206] HLO pass: priority-fusion time: "
+        "95.5 ms (95500 us)",
+        "I1204 06:59:45.7 792 gpu_compiler.cc:3017] GpuCompiler::RunBackend for jit_run "
+        "time: 7.04 s (7040888 us) (cumulative: 8.46 s, max: 7.04 s, #called: 6)",
+        "I1204 06:59:46.0 792 gpu_compiler.cc:3017] GpuCompiler::RunBackend for jit_add "
+        "time: 44.1 ms (44088 us)",
+    ])
+    seconds = ct.pass_seconds(log)
+    assert seconds == pytest.approx({"priority-fusion": 19.5955, "multi_output_fusion": 1.93,
+                                     "cse": 0.000437, "backend": 7.04})
+    assert ct.pass_seconds(log, "jit_init") == {"priority-fusion": 2.42}
+    assert ct.pass_seconds("no XLA lines here") == {}
+
+
+def test_compile_time_variants_name_one_change_each():
+    ct = _compile_time_script()
+    assert ct.variant_config("f32") == {"dtype": "float32"}
+    assert ct.variant_config("bf16-ahead1") == {"dtype": "bfloat16", "sample_ahead": 1}
+    assert ct.variant_config("bf16-gin-virtual") == {"dtype": "bfloat16",
+                                                     "model": "gin-virtual"}
+    for bad in ("fp16", "bf16-fast", ""):
+        with pytest.raises(ValueError, match=f"variant {bad!r}: expected DTYPE"):
+            ct.variant_config(bad)
