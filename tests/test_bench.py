@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
 import re
@@ -461,17 +462,17 @@ def test_hlo_bytes_count_gathered_rows_and_scatter_updates():
     assert hlo_bytes.kernel_key("loop_select_fusion.2") == "loop_select_fusion_2"
 
 
-def _compile_time_script():
-    import importlib.util
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "compile_time.py")
-    spec = importlib.util.spec_from_file_location("compile_time_benchmark", path)
+def _benchmark_script(name: str):
+    """A script of benchmarks/ loaded as a module (its main does not run)."""
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def test_compile_time_reads_the_epoch_programs_pass_times_from_xlas_log():
-    ct = _compile_time_script()
+    ct = _benchmark_script("compile_time")
     log = "\n".join([
         "I1204 06:59:09.1 792 hlo_pass_pipeline.cc:302] Running HLO pass pipeline on "
         "module jit_init: optimization",
@@ -501,7 +502,7 @@ def test_compile_time_reads_the_epoch_programs_pass_times_from_xlas_log():
 
 
 def test_compile_time_variants_name_one_change_each():
-    ct = _compile_time_script()
+    ct = _benchmark_script("compile_time")
     assert ct.variant_config("f32") == {"dtype": "float32"}
     assert ct.variant_config("bf16-ahead1") == {"dtype": "bfloat16", "sample_ahead": 1}
     assert ct.variant_config("bf16-gin-virtual") == {"dtype": "bfloat16",
@@ -509,3 +510,24 @@ def test_compile_time_variants_name_one_change_each():
     for bad in ("fp16", "bf16-fast", ""):
         with pytest.raises(ValueError, match=f"variant {bad!r}: expected DTYPE"):
             ct.variant_config(bad)
+
+
+def test_graph_forms_split_encoder_is_the_library_encoder_rewritten():
+    """benchmarks/graph_forms.py's `split-encoders` form must compute the same function
+    with the same parameters, value and gradient, as the library's encoder."""
+    from zerognn_jax._src.nn import graph_models
+    forms = _benchmark_script("graph_forms")
+    vocab = (5, 6, 2)
+    ids = jax.random.randint(jax.random.PRNGKey(1), (40, 3), 0, jnp.array(vocab))
+    ours, theirs = graph_models.CategoricalEncoder(vocab, 8), forms._SplitEncoder(vocab, 8)
+    params = ours.init(jax.random.PRNGKey(0), ids)
+    assert jax.tree.structure(params) == jax.tree.structure(
+        theirs.init(jax.random.PRNGKey(0), ids))
+    loss = lambda module: lambda p: jnp.sum(jnp.sin(module.apply(p, ids)))
+    assert jnp.array_equal(ours.apply(params, ids), theirs.apply(params, ids))
+    for a, b in zip(jax.tree.leaves(jax.grad(loss(ours))(params)),
+                    jax.tree.leaves(jax.grad(loss(theirs))(params))):
+        assert jnp.array_equal(a, b)
+    with forms._split_encoders():
+        assert isinstance(graph_models.encoder(vocab, 8, jnp.float32, "e"), forms._SplitEncoder)
+    assert not isinstance(graph_models.encoder(vocab, 8, jnp.float32, "e"), forms._SplitEncoder)

@@ -1,0 +1,156 @@
+"""Graph-level epochs under alternative forms of the model (#33), form against form.
+
+    python benchmarks/graph_forms.py [--dataset molhiv-like] [--scale 1]
+        [--batch-sizes 256,32] [--forms library,split-encoders] [--repeats 2]
+        [--epochs 3] [--dtype bfloat16] [--loss-tolerance 0.02] [--out DIR]
+
+The workload of benchmarks/graph.py (GINE-virtual 5 x 300, mean readout, dropout 0.5,
+Adam 1e-3). `library` is the model as it stands; every other form swaps one piece:
+
+- `split-encoders`: each layer's bond encoder keeps its multi-hot codes to itself (an
+  optimisation barrier pairs them with the layer's own tables). On a GPU, XLA's dot
+  merger joins the five layers' encoder products, whose codes are one value, into one
+  product and their table gradients into another, which can start only once layer 0's
+  backward, the last, is done (docs/graph_tasks.md, "Not yet"); kept apart, four of
+  the five gradients may run beside the rest of the backward. The same function: the
+  same parameters, the same products.
+
+For each batch size the forms run in turn, `--repeats` rounds, each run training
+`--epochs` epochs from the same seed. One JSON line a run (also appended to
+DIR/graph_forms.jsonl): graphs per second over the median epoch after the first,
+compile seconds, every epoch's loss and the test ROC-AUC. Then a table, each form's
+median graphs/s against library's, and whether each run's first-epoch loss is within
+`--loss-tolerance` (relative) of library's first run: a form that only reformulates
+must agree up to rounding (GPU sums run in varying order); exit code 1 if one does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import pathlib
+import statistics
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+import zerognn_jax as zg
+from zerognn_jax._src.data.graph_datasets import PRESETS
+from zerognn_jax._src.nn import graph_models
+
+
+class _SplitEncoder(graph_models.CategoricalEncoder):
+    """`CategoricalEncoder` whose codes pass an optimisation barrier with this encoder's
+    own stacked tables, so that no two encoders share the codes' value."""
+
+    @nn.compact
+    def __call__(self, x):
+        ids = x.astype(jnp.int32)
+        init = nn.initializers.xavier_uniform()
+        tables = [nn.Embed(v, self.dim, embedding_init=init, name=f"column{k}").embedding
+                  for k, v in enumerate(self.vocab)]
+        width = sum(self.vocab)
+        codes = sum(jax.nn.one_hot(ids[:, k] + start, width, dtype=self.dtype)
+                    for k, start in enumerate(graph_models._starts(self.vocab)))
+        stacked = jnp.concatenate(tables).astype(self.dtype)
+        codes, stacked = jax.lax.optimization_barrier((codes, stacked))
+        return jnp.dot(codes, stacked, precision=jax.lax.Precision.HIGHEST)
+
+
+@contextlib.contextmanager
+def _split_encoders():
+    """Models built inside use `_SplitEncoder` (graph_models.encoder reads the name)."""
+    library = graph_models.CategoricalEncoder
+    graph_models.CategoricalEncoder = _SplitEncoder
+    try:
+        yield
+    finally:
+        graph_models.CategoricalEncoder = library
+
+
+FORMS = {"library": contextlib.nullcontext, "split-encoders": _split_encoders}
+
+
+def run(data, form: str, batch_size: int, args) -> dict:
+    """One run of `form`: its JSON record."""
+    cfg = zg.TrainConfig(task="graph", dataset=data.name, model="gine-virtual", hidden=300,
+                         layers=5, dropout=0.5, readout="mean", batch_size=batch_size,
+                         epochs=args.epochs, lr=1e-3, progress=False, eval_every=0,
+                         dtype=args.dtype)
+    if form != "library" and sum(data.edge_vocab or ()) > graph_models.MULTI_HOT_LIMIT:
+        raise ValueError(f"form {form} changes the multi-hot encoders; {data.name}'s bond "
+                         "vocabulary is looked up instead")
+    with FORMS[form]():
+        result = zg.train(cfg, data)
+    epochs = [h["epoch_seconds"] for h in result.history]
+    epoch_s = statistics.median(epochs[1:] or epochs)
+    return {"form": form, "batch_size": batch_size, "dtype": args.dtype,
+            "dataset": data.name, "graphs_per_s": data.train_idx.size / epoch_s,
+            "epoch_seconds": epochs, "compile_s": result.summary["compile_seconds"],
+            "losses": [h["loss"] for h in result.history],
+            "test_rocauc": result.summary["test_rocauc"],
+            "device": result.summary["device"], "jax": jax.__version__}
+
+
+def _each(runs: list[dict], key: str, fmt: str) -> str:
+    """Every run's `key` ("first_loss": its first epoch's loss), formatted, comma-joined."""
+    value = lambda r: r["losses"][0] if key == "first_loss" else r[key]
+    return ", ".join(format(value(r), fmt) for r in runs)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dataset", default="molhiv-like", choices=tuple(PRESETS))
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--batch-sizes", default="256,32")
+    p.add_argument("--forms", default="library,split-encoders")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
+    p.add_argument("--loss-tolerance", type=float, default=0.02)
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = p.parse_args(argv)
+    forms = args.forms.split(",")
+    unknown = [f for f in forms if f not in FORMS]
+    if unknown or "library" not in forms:
+        p.error(f"--forms takes library and any of {', '.join(FORMS)}; got {args.forms}")
+    data = zg.load_graphs(args.dataset, scale=args.scale)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for b in (int(x) for x in args.batch_sizes.split(",")):
+        for _ in range(args.repeats):
+            for form in forms:
+                row = run(data, form, b, args)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                with open(out / "graph_forms.jsonl", "a") as f:
+                    f.write(json.dumps(row) + "\n")
+    ok = True
+    print("| batch | form | graphs/s (runs) | vs library | compile s | first-epoch loss | "
+          "within tolerance | test ROC-AUC |")
+    print("|---|---|---|---|---|---|---|---|")
+    for b in sorted({r["batch_size"] for r in rows}, reverse=True):
+        mine = [r for r in rows if r["batch_size"] == b]
+        base = [r for r in mine if r["form"] == "library"]
+        ref_loss = base[0]["losses"][0]
+        base_speed = statistics.median(r["graphs_per_s"] for r in base)
+        for form in forms:
+            runs = [r for r in mine if r["form"] == form]
+            speed = statistics.median(r["graphs_per_s"] for r in runs)
+            close = all(abs(r["losses"][0] - ref_loss) <= args.loss_tolerance * abs(ref_loss)
+                        for r in runs)
+            ok &= close
+            print(f"| {b} | {form} | {_each(runs, 'graphs_per_s', ',.0f')} | "
+                  f"{speed / base_speed:.3f}x | {_each(runs, 'compile_s', '.1f')} | "
+                  f"{_each(runs, 'first_loss', '.4f')} | {close} | "
+                  f"{_each(runs, 'test_rocauc', '.4f')} |")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
