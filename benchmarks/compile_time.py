@@ -2,21 +2,22 @@
 
     python benchmarks/compile_time.py [--dataset molhiv-like] [--scale 1] [--batch-size 256]
         [--variants bf16,f32,bf16-segment,bf16-ell,bf16-gine,bf16-gin-virtual,bf16-nodrop,
-         bf16-ahead1] [--epochs 2] [--out DIR]
+         bf16-ahead1,bf16-ahead3] [--epochs 2] [--out DIR]
 
 On a GPU, compiling GINE-virtual 5 x 300's epoch takes 25-45 s against 3-5 s on a
 2-core CPU, most of it in XLA's priority fusion pass (docs/benchmarks.md, "Compiling an
 epoch"). Each variant changes one thing of the workload of benchmarks/graph.py (bfloat16
 unless named "f32"): the aggregation (`segment`, `ell`), the model (`gine`: no virtual
-node; `gin-virtual`: no edge encoders), no dropout (`nodrop`), or one step sampled a call
-(`ahead1`: the epoch holds one copy of the step, not two). It trains `--epochs` epochs
-in a child process of its own whose XLA logs each HLO pass's time
+node; `gin-virtual`: no edge encoders), no dropout (`nodrop`), or N steps sampled a call
+(`aheadN`; the default is 8: `ahead1`, or `ahead3` for batch 256's 129 steps, gives an
+epoch with one copy of the step, not two). It trains `--epochs` epochs in a child
+process of its own whose XLA logs each HLO pass's time
 (`TF_CPP_VMODULE=hlo_pass_pipeline=1,gpu_compiler=1`, set before JAX starts), and the
 parent reads back, for the epoch program (module `jit_run`): the time in priority
 fusion, in multi-output fusion, in all HLO passes, and in code generation (GPU only),
 beside the run's `compile_seconds` (the logging adds to it: 34.5 s where unlogged runs
-took 27-31 s on an H200) and its last epoch's graphs per second. One JSON line
-a variant (also appended to DIR/compile_time.jsonl), then a table. On a CPU every
+took 27-31 s on an H200) and its last epoch's graphs per second. One JSON line a
+variant (also appended to DIR/compile_time.jsonl), then a table. On a CPU every
 variant runs (no priority fusion there: the CPU compiler fuses otherwise).
 """
 
@@ -40,7 +41,6 @@ CHANGES = {
     "gine": {"model": "gine"},
     "gin-virtual": {"model": "gin-virtual"},
     "nodrop": {"dropout": 0.0},
-    "ahead1": {"sample_ahead": 1},
 }
 MODULE = "jit_run"  # the scan engine's chunk program (training/scan.py)
 
@@ -51,12 +51,16 @@ _UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
 def variant_config(name: str) -> dict:
-    """The TrainConfig fields `name` ("DTYPE" or "DTYPE-CHANGE") sets over the workload."""
+    """The TrainConfig fields `name` ("DTYPE" or "DTYPE-CHANGE") sets over the workload;
+    CHANGE "aheadN" samples N steps a call."""
     dtype, _, change = name.partition("-")
-    if dtype not in DTYPES or (change and change not in CHANGES):
+    ahead = re.fullmatch(r"ahead([1-9][0-9]*)", change)
+    if dtype not in DTYPES or (change and change not in CHANGES and not ahead):
         raise ValueError(f"variant {name!r}: expected DTYPE or DTYPE-CHANGE with DTYPE one "
-                         f"of {', '.join(DTYPES)} and CHANGE one of {', '.join(CHANGES)}")
-    return {"dtype": DTYPES[dtype], **CHANGES.get(change, {})}
+                         f"of {', '.join(DTYPES)} and CHANGE one of {', '.join(CHANGES)} "
+                         "or aheadN")
+    change = {"sample_ahead": int(ahead.group(1))} if ahead else CHANGES.get(change, {})
+    return {"dtype": DTYPES[dtype], **change}
 
 
 def pass_seconds(log: str, module: str = MODULE) -> dict:
@@ -123,7 +127,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--variants", default="bf16,f32,bf16-segment,bf16-ell,bf16-gine,"
-                   "bf16-gin-virtual,bf16-nodrop,bf16-ahead1")
+                   "bf16-gin-virtual,bf16-nodrop,bf16-ahead1,bf16-ahead3")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--child", help=argparse.SUPPRESS)

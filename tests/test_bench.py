@@ -505,9 +505,10 @@ def test_compile_time_variants_name_one_change_each():
     ct = _benchmark_script("compile_time")
     assert ct.variant_config("f32") == {"dtype": "float32"}
     assert ct.variant_config("bf16-ahead1") == {"dtype": "bfloat16", "sample_ahead": 1}
+    assert ct.variant_config("f32-ahead12") == {"dtype": "float32", "sample_ahead": 12}
     assert ct.variant_config("bf16-gin-virtual") == {"dtype": "bfloat16",
                                                      "model": "gin-virtual"}
-    for bad in ("fp16", "bf16-fast", ""):
+    for bad in ("fp16", "bf16-fast", "", "bf16-ahead0", "bf16-ahead"):
         with pytest.raises(ValueError, match=f"variant {bad!r}: expected DTYPE"):
             ct.variant_config(bad)
 
