@@ -532,3 +532,21 @@ def test_graph_forms_split_encoder_is_the_library_encoder_rewritten():
     with forms._split_encoders():
         assert isinstance(graph_models.encoder(vocab, 8, jnp.float32, "e"), forms._SplitEncoder)
     assert not isinstance(graph_models.encoder(vocab, 8, jnp.float32, "e"), forms._SplitEncoder)
+
+
+def test_graph_forms_saved_masks_drop_what_the_library_drops():
+    """The `saved-masks` form's dropout equals the library's hash dropout, values and
+    gradient, and models built inside the form use it."""
+    from zerognn_jax._src.nn import graph_models
+    from zerognn_jax._src.nn.models import hash_dropout
+    forms = _benchmark_script("graph_forms")
+    x = jax.random.normal(jax.random.PRNGKey(2), (33, 7), jnp.bfloat16)
+    seed = jnp.uint32(12345)
+    ours = lambda v: hash_dropout(v, 0.5, seed)
+    theirs = lambda v: forms._saved_mask_dropout(v, 0.5, seed)
+    assert jnp.array_equal(ours(x), theirs(x)) and 0 < int(jnp.sum(ours(x) == 0)) < x.size
+    loss = lambda f: lambda v: jnp.sum(jnp.sin(f(v).astype(jnp.float32)))
+    assert jnp.array_equal(jax.grad(loss(ours))(x), jax.grad(loss(theirs))(x))
+    with forms._saved_masks():
+        assert graph_models.hash_dropout is forms._saved_mask_dropout
+    assert graph_models.hash_dropout is hash_dropout
