@@ -107,7 +107,7 @@ def run(data, form: str, batch_size: int, args) -> dict:
                          layers=5, dropout=0.5, readout="mean", batch_size=batch_size,
                          epochs=args.epochs, lr=1e-3, progress=False, eval_every=0,
                          dtype=args.dtype)
-    if form != "library" and sum(data.edge_vocab or ()) > graph_models.MULTI_HOT_LIMIT:
+    if form == "split-encoders" and sum(data.edge_vocab or ()) > graph_models.MULTI_HOT_LIMIT:
         raise ValueError(f"form {form} changes the multi-hot encoders; {data.name}'s bond "
                          "vocabulary is looked up instead")
     with FORMS[form]():
