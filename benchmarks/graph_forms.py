@@ -7,8 +7,8 @@
 The workload of benchmarks/graph.py (GINE-virtual 5 x 300, mean readout, dropout 0.5,
 Adam 1e-3). `library` is the model as it stands; every other form swaps one piece:
 
-- `split-encoders`: each layer's bond encoder keeps its multi-hot codes to itself (an
-  optimisation barrier pairs them with the layer's own tables). On a GPU, XLA's dot
+- `split-encoders`: each layer's bond encoder computes its multi-hot codes itself, from
+  the bond ids read through an optimisation barrier of its own. On a GPU, XLA's dot
   merger joins the five layers' encoder products, whose codes are one value, into one
   product and their table gradients into another, which can start only once layer 0's
   backward, the last, is done (docs/graph_tasks.md, "Not yet"); kept apart, four of
@@ -38,8 +38,8 @@ import os
 import pathlib
 import statistics
 import sys
+import zlib
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -50,21 +50,13 @@ from zerognn_jax._src.nn.models import hash_dropout
 
 
 class _SplitEncoder(graph_models.CategoricalEncoder):
-    """`CategoricalEncoder` whose codes pass an optimisation barrier with this encoder's
-    own stacked tables, so that no two encoders share the codes' value."""
+    """The library's `CategoricalEncoder`, reading its ids through an optimisation
+    barrier tagged with this encoder's own path: no two encoders' codes are one value."""
 
-    @nn.compact
     def __call__(self, x):
-        ids = x.astype(jnp.int32)
-        init = nn.initializers.xavier_uniform()
-        tables = [nn.Embed(v, self.dim, embedding_init=init, name=f"column{k}").embedding
-                  for k, v in enumerate(self.vocab)]
-        width = sum(self.vocab)
-        codes = sum(jax.nn.one_hot(ids[:, k] + start, width, dtype=self.dtype)
-                    for k, start in enumerate(graph_models._starts(self.vocab)))
-        stacked = jnp.concatenate(tables).astype(self.dtype)
-        codes, stacked = jax.lax.optimization_barrier((codes, stacked))
-        return jnp.dot(codes, stacked, precision=jax.lax.Precision.HIGHEST)
+        tag = jnp.uint32(zlib.crc32("/".join(self.scope.path).encode()))
+        x, _ = jax.lax.optimization_barrier((x, tag))
+        return super().__call__(x)
 
 
 @contextlib.contextmanager
@@ -107,9 +99,6 @@ def run(data, form: str, batch_size: int, args) -> dict:
                          layers=5, dropout=0.5, readout="mean", batch_size=batch_size,
                          epochs=args.epochs, lr=1e-3, progress=False, eval_every=0,
                          dtype=args.dtype)
-    if form == "split-encoders" and sum(data.edge_vocab or ()) > graph_models.MULTI_HOT_LIMIT:
-        raise ValueError(f"form {form} changes the multi-hot encoders; {data.name}'s bond "
-                         "vocabulary is looked up instead")
     with FORMS[form]():
         result = zg.train(cfg, data)
     epochs = [h["epoch_seconds"] for h in result.history]

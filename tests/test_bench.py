@@ -518,7 +518,8 @@ def test_compile_time_variants_name_one_change_each():
 
 def test_graph_forms_split_encoder_is_the_library_encoder_rewritten():
     """benchmarks/graph_forms.py's `split-encoders` form must compute the same function
-    with the same parameters, value and gradient, as the library's encoder."""
+    with the same parameters, value and gradient, as the library's encoder, and put an
+    optimisation barrier before each encoder's codes."""
     from zerognn_jax._src.nn import graph_models
     forms = _benchmark_script("graph_forms")
     vocab = (5, 6, 2)
@@ -532,6 +533,7 @@ def test_graph_forms_split_encoder_is_the_library_encoder_rewritten():
     for a, b in zip(jax.tree.leaves(jax.grad(loss(ours))(params)),
                     jax.tree.leaves(jax.grad(loss(theirs))(params))):
         assert jnp.array_equal(a, b)
+    assert "optimization_barrier" in jax.jit(theirs.apply).lower(params, ids).as_text()
     with forms._split_encoders():
         assert isinstance(graph_models.encoder(vocab, 8, jnp.float32, "e"), forms._SplitEncoder)
     assert not isinstance(graph_models.encoder(vocab, 8, jnp.float32, "e"), forms._SplitEncoder)
