@@ -2,10 +2,12 @@
 
     python benchmarks/graph.py [--dataset molhiv-like] [--scale 1] [--epochs 5]
                                [--batch-sizes 32,256] [--model gine-virtual]
-                               [--dtype float32] [--no-trace] [--out DIR]
+                               [--dtype float32] [--sample-ahead S] [--no-trace]
+                               [--out DIR]
 
 GINE with a virtual node (OGB's molecule "gin-virtual": bond-aware GIN), 5 layers x 300,
-mean readout, dropout 0.5, Adam lr 1e-3, `--epochs` epochs per batch size. Per batch
+mean readout, dropout 0.5, Adam lr 1e-3, `--epochs` epochs per batch size, `--sample-ahead` batches
+packed by one call (the library's default when not given). Per batch
 size one JSON line (also appended to DIR/graph.jsonl): graphs per second (training
 graphs over the median epoch time after the first; until 2026-12-04 this script took the
 run summary's median over every epoch, epoch 0 included), each epoch's time, the
@@ -37,14 +39,15 @@ def run(data, batch_size: int, args) -> dict:
     cfg = zg.TrainConfig(task="graph", dataset=data.name, model=args.model, hidden=300,
                          layers=5, dropout=0.5, readout="mean", batch_size=batch_size,
                          epochs=args.epochs, lr=1e-3, progress=False, seed=args.seed,
-                         eval_every=0, balance_window=args.balance_window, dtype=args.dtype)
+                         eval_every=0, balance_window=args.balance_window, dtype=args.dtype,
+                         sample_ahead=args.sample_ahead)
     result = zg.train(cfg, data)
     s = result.summary
     epochs = [h["epoch_seconds"] for h in result.history]
     # After the first, as the peers take it; the summary's median counts epoch 0 too
     epoch_s = statistics.median(epochs[1:] or epochs)
     row = {"system": "zerognn", "dataset": data.name, "batch_size": batch_size,
-           "model": args.model, "dtype": args.dtype,
+           "model": args.model, "dtype": args.dtype, "sample_ahead": s["sample_ahead"],
            "graphs_per_s": data.train_idx.size / epoch_s, "epoch_s": epoch_s,
            "epoch_seconds": epochs,
            "envelope": s["envelope"], "envelope_over_ideal": s["envelope_over_ideal"],
@@ -85,6 +88,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                    help="the model's compute dtype (batch-norm statistics stay float32)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sample-ahead", type=int, default=None)
     p.add_argument("--no-trace", action="store_true")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     args = p.parse_args(argv)

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -555,3 +556,21 @@ def test_graph_forms_saved_masks_drop_what_the_library_drops():
     with forms._saved_masks():
         assert graph_models.hash_dropout is forms._saved_mask_dropout
     assert graph_models.hash_dropout is hash_dropout
+
+
+def test_graph_forms_materialised_virtual_node_is_the_library_broadcast():
+    """The `vn-materialised` form's broadcast equals the library's, values and gradient,
+    behind an optimisation barrier, and models built inside the form use it."""
+    from zerognn_jax._src.nn import graph_models
+    forms = _benchmark_script("graph_forms")
+    rows = jax.random.normal(jax.random.PRNGKey(3), (4, 5))
+    graphs = SimpleNamespace(node_graph=jnp.array([0, 0, 1, 2, 2, 2, 3]))
+    ours = lambda r: graph_models.broadcast(r, graphs)
+    theirs = lambda r: forms._materialised_broadcast(r, graphs)
+    assert jnp.array_equal(ours(rows), theirs(rows))
+    loss = lambda f: lambda r: jnp.sum(jnp.sin(f(r)) * jnp.arange(5.0))
+    assert jnp.array_equal(jax.grad(loss(ours))(rows), jax.grad(loss(theirs))(rows))
+    assert "optimization_barrier" in jax.jit(theirs).lower(rows).as_text()
+    with forms._materialised_virtual():
+        assert graph_models.broadcast is forms._materialised_broadcast
+    assert graph_models.broadcast is forms._library_broadcast
