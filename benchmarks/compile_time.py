@@ -5,8 +5,9 @@
          bf16-ahead1,bf16-ahead3] [--epochs 2] [--out DIR]
 
 On a GPU, compiling GINE-virtual 5 x 300's epoch takes 25-45 s against 3-5 s on a
-2-core CPU, most of it in XLA's priority fusion pass (docs/benchmarks.md, "Compiling an
-epoch"). Each variant changes one thing of the workload of benchmarks/graph.py (bfloat16
+2-core CPU, most of it in XLA's priority fusion pass, and most of that on the virtual
+node (an H200 run of this script: docs/benchmarks.md, "Compiling an epoch, second
+round"). Each variant changes one thing of the workload of benchmarks/graph.py (bfloat16
 unless named "f32"): the aggregation (`segment`, `ell`), the model (`gine`: no virtual
 node; `gin-virtual`: no edge encoders), no dropout (`nodrop`), or N steps sampled a call
 (`aheadN`; the default is 8: `ahead1`, or `ahead3` for batch 256's 129 steps, gives an
