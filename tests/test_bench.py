@@ -574,3 +574,37 @@ def test_graph_forms_materialised_virtual_node_is_the_library_broadcast():
     with forms._materialised_virtual():
         assert graph_models.broadcast is forms._materialised_broadcast
     assert graph_models.broadcast is forms._library_broadcast
+
+
+def test_graph_forms_product_pooling_is_the_library_pooling():
+    """The `product-pooling` form's sums, means and broadcasts equal the library's up to
+    the order of float32 sums (bfloat16 rows pooled in float32), gradients too; max is
+    the library's; models built inside the form use them."""
+    from zerognn_jax._src.nn import graph_models
+    forms = _benchmark_script("graph_forms")
+    graphs = SimpleNamespace(node_graph=jnp.array([0, 0, 1, 1, 1, 3, 4, 4]),
+                             n_node=jnp.array([2, 3, 0, 1, 2]), num_graphs=5)
+    for dtype, tol in ((jnp.float32, 1e-6), (jnp.bfloat16, 1e-2)):
+        h = jax.random.normal(jax.random.PRNGKey(4), (8, 6), dtype)
+        for how in ("sum", "mean", "max"):
+            ours, theirs = (f(h, graphs, how) for f in (graph_models.pool, forms._product_pool))
+            assert theirs.dtype == ours.dtype == dtype
+            assert jnp.allclose(ours.astype(jnp.float32), theirs.astype(jnp.float32), rtol=tol,
+                                atol=tol)
+        rows = h[:5]
+        assert jnp.array_equal(graph_models.broadcast(rows, graphs),
+                               forms._product_broadcast(rows, graphs))
+    h = jax.random.normal(jax.random.PRNGKey(5), (8, 6))
+    for how in ("sum", "mean"):
+        loss = lambda f, how=how: lambda v: jnp.sum(jnp.sin(f(v, graphs, how))
+                                                    * jnp.arange(6.0))
+        assert jnp.allclose(jax.grad(loss(graph_models.pool))(h),
+                            jax.grad(loss(forms._product_pool))(h), rtol=1e-6, atol=1e-6)
+    loss = lambda f: lambda r: jnp.sum(jnp.sin(f(r, graphs)) * jnp.arange(6.0))
+    assert jnp.allclose(jax.grad(loss(graph_models.broadcast))(h[:5]),
+                        jax.grad(loss(forms._product_broadcast))(h[:5]), rtol=1e-6, atol=1e-6)
+    with forms._product_pooling():
+        assert graph_models.pool is forms._product_pool
+        assert graph_models.broadcast is forms._product_broadcast
+    assert graph_models.pool is forms._library_pool
+    assert graph_models.broadcast is forms._library_broadcast
