@@ -41,7 +41,7 @@ def smoothed(logits, labels):
     return optax.softmax_cross_entropy(logits, onehot)
 
 
-def test_restore_for_inference_needs_the_model_only(planetoid_root, tmp_path):
+def test_restore_for_inference_needs_the_model_only(planetoid_root, tmp_path, capsys):
     """Failed before: `CheckpointMismatch: custom.optimizer 'custom' there, absent here`,
     and without the config the dataset was searched for under ~/.cache."""
     cfg = zg.TrainConfig(dataset="cora", root=planetoid_root, model="gcn", hidden=16,
@@ -74,6 +74,18 @@ def test_restore_for_inference_needs_the_model_only(planetoid_root, tmp_path):
                    model=MeanConcat(16, 7), optimizer=optax.sgd(0.05), loss=smoothed)
     with pytest.raises(ValueError, match=r"nodes must lie in \[0, 2708\)"):
         zg.predict(back, [2708])
+    # without the model: said before the dataset is loaded or a model built, and the
+    # command, which builds built-in models only, says where such a run is exported
+    with pytest.raises(zg.CheckpointMismatch, match=r"ck holds a run of a model of your "
+                       r"own, MeanConcat \(epoch 0\): pass it as model=$"):
+        zg.restore(cfg.checkpoint_dir, for_inference=True)
+    out = tmp_path / "model.bin"
+    assert main(["export", cfg.checkpoint_dir, "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"zerognn: error: {cfg.checkpoint_dir} holds a run of a model of your own "
+        "(MeanConcat); this command builds the built-in models only: export it from "
+        "Python, zg.export_model on zg.restore(..., model=..., for_inference=True)\n")
+    assert not out.exists()
     with pytest.raises(ValueError, match="node_type picks a node type of a typed graph's "
                                          "run; this run's graph has one type"):
         zg.predict(back, [0], node_type="paper")

@@ -30,6 +30,7 @@ from pathlib import Path
 import jax
 
 from zerognn_jax._src.data.writes import atomic_write, written_here
+from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
 from zerognn_jax._src.training.export import export_model
 from zerognn_jax._src.training.inference import restore
 from zerognn_jax.cli.data import load_named
@@ -116,8 +117,14 @@ def run_export(args) -> int:
         platforms = tuple(dict.fromkeys(p.strip() for p in args.platforms.split(",")))
     with interrupts.deferred():
         dataset = None if args.dataset is None else load_named(args.dataset)
-        result = restore(args.checkpoint_dir, best=args.best, epoch=args.epoch,
-                         dataset=dataset, for_inference=True)
+        try:
+            result = restore(args.checkpoint_dir, best=args.best, epoch=args.epoch,
+                             dataset=dataset, for_inference=True)
+        except OwnModelNeeded as err:
+            raise ValueError(f"{args.checkpoint_dir} holds a run of a model of your own "
+                             f"({err.model}); this command builds the built-in models "
+                             f"only: export it from Python, zg.export_model on "
+                             f"zg.restore(..., model=..., for_inference=True)") from None
         interrupts.check("reading the checkpoint; nothing was written")
         art = export_model(result.program, result.variables, result.data,
                            batch_size=args.batch_size, platforms=platforms,

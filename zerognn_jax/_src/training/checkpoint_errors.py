@@ -12,3 +12,12 @@ class CheckpointMismatch(ValueError):
 class CheckpointWarning(UserWarning):
     """A checkpoint could not be read and was set aside, or an epoch's best_metric has
     no value to rank it by."""
+
+
+class OwnModelNeeded(CheckpointMismatch):
+    """The checkpoint holds a run of a user's model (class name `model`), and a restore
+    was asked for without one: only that model can read its variables back."""
+
+    def __init__(self, message: str, model: str):
+        super().__init__(message)
+        self.model = model

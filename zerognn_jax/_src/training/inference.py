@@ -24,6 +24,7 @@ import numpy as np
 from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int, key_seed, node_ids
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
+from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
 from zerognn_jax._src.training.checksums import check_checksums
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.evaluate import Predictor
@@ -77,7 +78,8 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
 
     Raises:
       FileNotFoundError: no checkpoint there.
-      CheckpointMismatch: the checkpoint is of another run or model.
+      CheckpointMismatch: the checkpoint is of another run or model, or of a model of
+        the user's own and `model` is None.
       ValueError: the run trained on a given Dataset and none is passed; an `epoch` that
         is not an integer.
     """
@@ -98,6 +100,11 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
             raise FileNotFoundError(f"no checkpoint{'' if epoch is None else f' {epoch}'} in "
                                     f"{directory} (it holds {sorted(ckpt.all_epochs())})")
         meta = readable(lambda: ckpt.read_meta(epochs[0]), directory, epochs[0])
+        own = meta.get("identity", {}).get("custom.model")
+        if own is not None and model is None:
+            raise OwnModelNeeded(f"checkpoint_dir {directory} holds a run of a model of "
+                                 f"your own, {own} (epoch {epochs[0]}): pass it as model=",
+                                 own)
         check_dataset(meta, dataset)
         cfg = cfg or config_of(meta)
         dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
