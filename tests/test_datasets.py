@@ -569,6 +569,9 @@ def test_undirected_csr_checks_ids():
         (dict(test_idx=[2, 2]), r"test_idx lists node 2 more than once"),
         (dict(test_idx=[6]), r"test_idx has node ids outside \[0, 6\)"),
         (dict(labels=np.array([0, 1, 2, 0, 1, 0])), r"labels must lie in \[-1, 2\)"),
+        (dict(labels=np.array([0, 1, 2**32, 0, 1, 0]), num_classes=2**31),
+         r"labels must lie in \[-1, 2147483648\), found range \[0, 4294967296\]"),
+        (dict(num_classes=2**32 + 1), r"num_classes must be at most 2\*\*31"),
     ],
 )
 def test_dataset_validation_names_the_problem(change, match):

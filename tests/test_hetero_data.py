@@ -418,6 +418,31 @@ def test_a_stored_typed_dataset_without_an_array_names_what_it_lacks(tmp_path):
         zg.load_hetero(tmp_path / "bad.npz")
 
 
+@pytest.mark.parametrize("change, message", [
+    # each was a traceback (AttributeError, "'venue' is not in list") or read quietly
+    (dict(node_info=["x"]), r"its node_info must map node types to column names, got \['x'\]"),
+    (dict(node_info={"venue": ["y"]}), r"its node_info names 'venue', which is not a node "
+                                       r"type \(a, b\)"),
+    (dict(node_types=[["a", 4.7], ["b", 2]]), r"its node count of 'a' must be an integer, "
+                                              r"got 4\.7"),
+    (dict(num_classes="3"), r"its num_classes must be an integer, got '3'"),
+    (dict(relations=[["a", "ab", "b"], ["a", "ab", "b"]]), r"relation a__ab__b is given twice"),
+])
+def test_a_stored_typed_dataset_with_a_bad_record_is_named(tmp_path, change, message):
+    ds = zg.make_hetero_dataset("h", {"a": 3, "b": 2}, {("a", "ab", "b"): ([0, 1, 2],
+                                                                          [0, 1, 1])},
+                                target_type="b", labels=[0, 1], train_idx=[0], val_idx=[1],
+                                test_idx=[])
+    arrays = dict(np.load(zg.save_hetero_npz(ds, tmp_path / "h.npz")))
+    meta = {**json.loads(str(arrays["meta"])), **change}
+    if len(meta["relations"]) == 2:  # the second relation's arrays: the first's again
+        arrays.update({k.replace("r0_", "r1_"): v for k, v in arrays.items()
+                       if k.startswith("r0_")})
+    np.savez(tmp_path / "bad.npz", **{**arrays, "meta": np.array(json.dumps(meta))})
+    with pytest.raises(ValueError, match=rf"bad.npz holds an invalid typed dataset: {message}"):
+        zg.load_hetero(tmp_path / "bad.npz")
+
+
 def test_node_info_of_python_objects_is_refused():
     """An object column (strings with a None, as a pandas column often is) would save
     into a file that only pickle reads."""

@@ -157,6 +157,11 @@ def test_csr_input_is_checked_against_both_types():
      r"features of 'paper' must be real numbers, got complex64"),
     (dict(labels=np.array([0, 1, 2])), r"labels must be integers of shape \(5,\)"),
     (dict(labels=np.array([0, 1, 2, 1, 0]), num_classes=2), r"labels must lie in \[-1, 2\)"),
+    # past int32, named as given (a label of 2**32 became class 0 before)
+    (dict(labels=np.array([0, 1, 2, 1, 2**32]), num_classes=None),
+     r"labels must lie in \[-1, 2147483648\), found range \[0, 4294967296\]"),
+    (dict(num_classes=2**32 + 1), r"num_classes must be at most 2\*\*31 \(labels are stored "
+                                  r"as int32\), got 4294967297"),
     (dict(train_idx=[0, 7]), r"train_idx has paper id 7 at position 1, out of range for 5"),
     (dict(val_idx=[1]), r"train and val splits overlap in 1 nodes \(first: 1\)"),
     (dict(train_idx=[0, 0]), r"train_idx lists node 0 more than once"),

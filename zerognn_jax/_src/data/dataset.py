@@ -124,6 +124,21 @@ class Dataset:
         }
 
 
+# Labels are stored as int32: classes number at most this.
+MAX_CLASSES = 2**31
+
+
+def check_num_classes(num_classes) -> int:
+    """`num_classes` as an int; ValueError unless it is a whole number of at most
+    MAX_CLASSES (a larger one would pass labels that int32 storage wraps)."""
+    if not is_whole(num_classes):
+        raise ValueError(f"num_classes must be an integer, got {num_classes!r}")
+    if int(num_classes) > MAX_CLASSES:
+        raise ValueError(f"num_classes must be at most 2**31 (labels are stored as int32), "
+                         f"got {int(num_classes)}")
+    return int(num_classes)
+
+
 def _check_range(problem: str, values: np.ndarray, lo: int, hi: int) -> None:
     """Raises ValueError "<problem> [lo, hi), found range [min, max]" unless every entry
     of `values` lies in [lo, hi)."""
@@ -276,9 +291,7 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
             labels = np.full(graph.num_nodes, -1, np.int32)
     elif labels is None:
         raise ValueError("labels are required unless float targets are given")
-    if not is_whole(num_classes):
-        raise ValueError(f"num_classes must be an integer, got {num_classes!r}")
-    num_classes = int(num_classes)
+    num_classes = check_num_classes(num_classes)
     labels = _integers("labels", labels)
     features = np.asarray(features)
     # the tables' lengths before the splits: a graph short of nodes (from_edge_index

@@ -155,11 +155,14 @@ def check_relation_names(relations) -> None:
     names key models' parameters, fanouts and exported arguments."""
     named = {}
     for rel in relations:
-        other = named.setdefault(relation_name(rel), rel)
+        name = relation_name(rel)
+        if name in named and named[name] == rel:
+            raise ValueError(f"relation {name} is given twice")
+        other = named.setdefault(name, rel)
         if other != rel:
-            raise ValueError(f"relations {other} and {rel} have one name, "
-                             f"{relation_name(rel)}: rename a type or relation (a '__' in "
-                             "a name joins up with the separator)")
+            raise ValueError(f"relations {other} and {rel} have one name, {name}: rename a "
+                             "type or relation (a '__' in a name joins up with the "
+                             "separator)")
 
 
 def check_node_counts(num_nodes: Mapping[str, int]) -> tuple[tuple[str, int], ...]:

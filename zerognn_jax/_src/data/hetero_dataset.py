@@ -20,11 +20,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from zerognn_jax._src.data.checks import id_array, is_count, is_whole
+from zerognn_jax._src.data.checks import id_array, is_count
 from zerognn_jax._src.data.dataset import (
+    MAX_CLASSES,
     TARGET_KINDS,
     _check_range,
     _integers,
+    check_num_classes,
     check_splits,
     check_targets,
     float_targets,
@@ -227,14 +229,13 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
         raise ValueError("labels are required unless float targets are given")
     labels = _integers("labels", labels)
     if num_classes is None:
+        _check_range("labels must lie in", labels, -1, MAX_CLASSES)  # (int32 storage)
         num_classes = int(labels.max(initial=-1)) + 1
         if num_classes == 0:  # (the check below would name a number nobody gave)
             raise ValueError(f"labels hold no class (every {target_type!r} label is -1, "
                              f"unlabelled), so num_classes cannot be read off them: give "
                              f"num_classes, or label some nodes")
-    if not is_whole(num_classes):
-        raise ValueError(f"num_classes must be an integer, got {num_classes!r}")
-    _check_range("labels must lie in", labels, -1, max(int(num_classes), 0))
+    _check_range("labels must lie in", labels, -1, max(check_num_classes(num_classes), 0))
     n = counts[target_type]
     splits = {}
     for split, idx in zip(SPLITS, (train_idx, val_idx, test_idx)):

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from zerognn_jax._src.data import storage
+from zerognn_jax._src.data.checks import is_int
 from zerognn_jax._src.data.graph import csr_from_arrays
 from zerognn_jax._src.data.hetero import HeteroGraph
 from zerognn_jax._src.data.hetero_dataset import SPLITS, HeteroDataset
@@ -80,7 +81,8 @@ def _meta(ds: HeteroDataset) -> dict:
 def _dataset(meta: dict, arrays: dict, where) -> HeteroDataset:
     """The HeteroDataset of stored (meta, arrays); ValueError naming `where`."""
     try:
-        counts = tuple((str(t), int(n)) for t, n in meta["node_types"])
+        counts = tuple((str(t), _recorded_int(n, f"node count of {t!r}"))
+                       for t, n in meta["node_types"])
         relations = tuple(tuple(r) for r in meta["relations"])
         graphs = []
         for i, rel in enumerate(relations):
@@ -91,16 +93,33 @@ def _dataset(meta: dict, arrays: dict, where) -> HeteroDataset:
                                           validate=False))  # the dataset validates them
         types = [t for t, _ in counts]
         features = {t: arrays[f"x{j}"] for j, t in enumerate(types) if f"x{j}" in arrays}
+        recorded = meta.get("node_info", {})
+        if not isinstance(recorded, dict):
+            raise ValueError(f"its node_info must map node types to column names, got "
+                             f"{recorded!r}")
+        for t in recorded:
+            if t not in types:
+                raise ValueError(f"its node_info names {t!r}, which is not a node type "
+                                 f"({', '.join(types)})")
         info = {t: {c: arrays[f"info{types.index(t)}_{k}"] for k, c in enumerate(cols)}
-                for t, cols in meta.get("node_info", {}).items()}
+                for t, cols in recorded.items()}
+        num_classes = _recorded_int(meta["num_classes"], "num_classes")
         return HeteroDataset(meta["name"], HeteroGraph(counts, relations, tuple(graphs)),
                              features, meta["target_type"], arrays["labels"],
-                             *(arrays[f"{s}_idx"] for s in SPLITS), int(meta["num_classes"]),
+                             *(arrays[f"{s}_idx"] for s in SPLITS), num_classes,
                              info, arrays.get("targets"), meta.get("target_kind", "classes"))
     except KeyError as err:  # an array (or a record's entry) its record says it holds
         raise ValueError(f"{where} holds an invalid typed dataset: it lacks {err}") from err
     except (TypeError, ValueError, IndexError) as err:
         raise ValueError(f"{where} holds an invalid typed dataset: {err}") from err
+
+
+def _recorded_int(value, what: str) -> int:
+    """`value`, an integer its record holds; ValueError naming `what` otherwise (a count
+    of 4.7 or a "3" read as 4 and 3 would pass unnoticed)."""
+    if not is_int(value):
+        raise ValueError(f"its {what} must be an integer, got {value!r}")
+    return int(value)
 
 
 def save_hetero_npz(ds: HeteroDataset, path: str | os.PathLike, *,

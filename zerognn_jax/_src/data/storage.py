@@ -318,7 +318,7 @@ def load_arrays(path: str | os.PathLike, *, accepts=_homogeneous_key,
     for key, spec in meta["arrays"].items():
         try:
             arr = np.load(path / f"{key}.npy", mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, EOFError) as err:  # EOFError: an empty file
             raise ValueError(f"{path}: array {key} is unreadable: {err}") from err
         if arr.dtype.kind == "V" and hasattr(ml_dtypes, spec["dtype"]):
             arr = arr.view(getattr(ml_dtypes, spec["dtype"]))  # .npy keeps bfloat16 as void
