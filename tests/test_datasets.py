@@ -654,6 +654,9 @@ def test_a_dataset_built_directly_names_what_is_not_an_array():
     # a fractional class count passed, and the loss named a [3, 47.5] shape instead
     with pytest.raises(ValueError, match=r"^num_classes must be a positive integer, got 2\.5$"):
         dataclasses.replace(good, num_classes=2.5)
+    with pytest.raises(ValueError, match=r"^num_classes must be at most 2\*\*31 \(labels are "
+                                         r"stored as int32\), got 4294967297$"):
+        dataclasses.replace(good, num_classes=2**32 + 1)
 
 
 # ---------------------------------------------------------------- npz files

@@ -176,6 +176,7 @@ def validate_dataset(ds: Dataset) -> None:
         raise ValueError(f"labels must be integers, got {labels.dtype}")
     if not is_count(ds.num_classes) or ds.num_classes < 1:  # (make_dataset takes 3.0)
         raise ValueError(f"num_classes must be a positive integer, got {ds.num_classes!r}")
+    check_num_classes(ds.num_classes)
     _check_range("labels must lie in", labels, -1, ds.num_classes)
     check_splits({"train": ds.train_idx, "val": ds.val_idx, "test": ds.test_idx}, n,
                  labels if ds.targets is None else None)

@@ -174,6 +174,7 @@ def validate_hetero_dataset(ds: HeteroDataset) -> None:
                          f"node), got {labels.dtype}{labels.shape}")
     if not is_count(ds.num_classes) or ds.num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer, got {ds.num_classes!r}")
+    check_num_classes(ds.num_classes)
     _check_range("labels must lie in", labels, -1, ds.num_classes)
     check_targets(ds.targets, ds.target_kind, n)
     check_splits({s: getattr(ds, f"{s}_idx") for s in SPLITS}, n,
