@@ -907,8 +907,27 @@ def test_each_loader_names_the_kind_of_dataset_it_was_given(tmp_path, monkeypatc
         require_graphs("cora")
     require_graphs(graphs)
     with pytest.raises(ValueError, match=r"node.npz is not a readable graph collection: it "
-                                         r"has no 'meta' entry"):
+                                         r"holds a homogeneous dataset; read it with "
+                                         r"zg.load_dataset$"):
         zg.load_graphs(node)
+    typed = zg.save_hetero_npz(zg.load_hetero_dataset("shop-like", scale=0.001),
+                               tmp_path / "typed.npz")
+    # each file given to another kind's reader names its reader (the keys it lacked, or
+    # "no meta entry", before)
+    for load, path, message in (
+            (zg.load_npz, typed, "typed.npz is not a readable zerognn dataset file: it holds "
+                                 "a typed (heterogeneous) dataset; read it with zg.load_hetero"),
+            (zg.load_npz, graphs, "g.npz is not a readable zerognn dataset file: it holds a "
+                                  "graph collection; read it with zg.load_graphs_file"),
+            (zg.load_hetero, node, "node.npz is not a readable typed dataset file: it holds a "
+                                   "homogeneous dataset; read it with zg.load_dataset"),
+            (zg.load_hetero, graphs, "g.npz is not a readable typed dataset file: it holds a "
+                                     "graph collection; read it with zg.load_graphs_file"),
+            (zg.load_graphs_file, typed, "typed.npz is not a readable graph collection: it "
+                                         "holds a typed (heterogeneous) dataset; read it with "
+                                         "zg.load_hetero")):
+        with pytest.raises(ValueError, match=f"{re.escape(message)}$"):
+            load(path)
     with pytest.raises(ValueError, match="cora is not a typed dataset: load it with "
                                          "load_dataset"):
         zg.load_hetero_dataset("cora")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from zerognn_jax._src.data import storage
 from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.writes import (
     GRAPHS_FORMAT,
@@ -136,10 +137,11 @@ def _read(path: Path) -> tuple[dict, dict]:
                   for k in keys if (path / f"{k}.npy").is_file()}
     else:
         with np.load(path, allow_pickle=False) as npz:
+            if other := storage.npz_of_another_kind(npz, "graphs"):
+                raise ValueError(other)
             arrays = {k: npz[k] for k in npz.files}
         if "meta" not in arrays:
-            raise ValueError("it has no 'meta' entry, which save_graphs writes (a node "
-                             "dataset's file? load_dataset reads those)")
+            raise ValueError("it has no 'meta' entry, which save_graphs writes")
         meta = json.loads(str(arrays.pop("meta")))
     missing = [k for k in ARRAYS if k not in arrays]
     if missing:

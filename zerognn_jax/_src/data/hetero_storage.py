@@ -155,6 +155,8 @@ def load_hetero_npz(path: str | os.PathLike) -> HeteroDataset:
         raise FileNotFoundError(f"dataset file {path} does not exist")
     try:
         with np.load(path, allow_pickle=False) as npz:
+            if other := storage.npz_of_another_kind(npz, "hetero"):
+                raise ValueError(other)
             if "meta" not in npz.files:
                 raise ValueError("no meta entry (not a typed dataset file)")
             arrays = {k: npz[k] for k in npz.files}

@@ -45,6 +45,7 @@ import numpy as np
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
 from zerognn_jax._src.data.tables import BFLOAT16
 from zerognn_jax._src.data.writes import (
+    GRAPHS_FORMAT,
     META,
     atomic_write,
     refuse_foreign,
@@ -116,7 +117,8 @@ def load_npz(path: str | os.PathLike) -> Dataset:
         with np.load(path, allow_pickle=False) as npz:
             missing = [k for k in _REQUIRED if k not in npz.files]
             if missing:
-                raise ValueError(f"missing key(s) {', '.join(missing)}")
+                raise ValueError(npz_of_another_kind(npz, "homogeneous")
+                                 or f"missing key(s) {', '.join(missing)}")
             arrays = {k: npz[k] for k in npz.files}
         version = int(arrays["format_version"])
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, TypeError) as err:
@@ -250,6 +252,32 @@ def dataset_name(name) -> str:
         return os.fspath(name)
     raise TypeError(f"a dataset is named by a string or a path, got {type(name).__name__}: "
                     f"{name!r}")
+
+
+# What each kind of this library's `.npz` files holds, and its reader.
+_NPZ_KINDS = {"homogeneous": ("a homogeneous dataset", "zg.load_dataset"),
+              "hetero": ("a typed (heterogeneous) dataset", "zg.load_hetero"),
+              "graphs": ("a graph collection", "zg.load_graphs_file")}
+
+
+def npz_of_another_kind(npz, kind: str) -> str | None:
+    """"it holds <what>; read it with <reader>" where the open `.npz` `npz` is one of
+    this library's files of another kind than `kind` (a `_NPZ_KINDS` key), else None:
+    a loader then names the reader rather than the keys the file lacks."""
+    held = None
+    if "meta" in npz.files:
+        with contextlib.suppress(ValueError, TypeError):
+            meta = json.loads(str(npz["meta"]))
+            if isinstance(meta, dict) and meta.get("kind") == "hetero":
+                held = "hetero"
+            elif isinstance(meta, dict) and meta.get("format") == GRAPHS_FORMAT:
+                held = "graphs"
+    elif {"indptr", "format_version"} <= set(npz.files):
+        held = "homogeneous"
+    if held is None or held == kind:
+        return None
+    what, reader = _NPZ_KINDS[held]
+    return f"it holds {what}; read it with {reader}"
 
 
 def names_a_missing_path(name: str) -> bool:
