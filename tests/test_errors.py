@@ -928,6 +928,21 @@ def test_each_loader_names_the_kind_of_dataset_it_was_given(tmp_path, monkeypatc
                                          "zg.load_hetero")):
         with pytest.raises(ValueError, match=f"{re.escape(message)}$"):
             load(path)
+    # and each saver given another kind names that kind's saver (AttributeErrors before)
+    node_ds, typed_ds = zg.load_dataset(node), zg.load_hetero(typed)
+    for save, value, message in (
+            (zg.save_npz, typed_ds, "save_npz saves a Dataset, got a HeteroDataset; save it "
+                                    "with zg.save_hetero_npz or zg.save_hetero_dir"),
+            (zg.save_dir, typed_ds.graph, "save_dir saves a Dataset, got a HeteroGraph"),
+            (zg.save_hetero_npz, node_ds, "save_hetero_npz saves a HeteroDataset, got a "
+                                          "Dataset; save it with zg.save_npz or zg.save_dir"),
+            (zg.save_hetero_dir, node_ds, "save_hetero_dir saves a HeteroDataset, got a "
+                                          "Dataset"),
+            (zg.save_graphs, typed_ds, "save_graphs saves a GraphCollection, got a "
+                                       "HeteroDataset; save it with zg.save_hetero_npz")):
+        with pytest.raises(TypeError, match=f"^{re.escape(message)}"):
+            save(value, tmp_path / "out.npz")
+        assert not (tmp_path / "out.npz").exists()
     with pytest.raises(ValueError, match="cora is not a typed dataset: load it with "
                                          "load_dataset"):
         zg.load_hetero_dataset("cora")

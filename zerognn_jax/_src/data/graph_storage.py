@@ -32,6 +32,7 @@ from zerognn_jax._src.data.writes import (
     GRAPHS_FORMAT,
     atomic_write,
     refuse_foreign,
+    require_kind,
     staged_dir,
 )
 
@@ -59,6 +60,7 @@ def save_graphs(collection: GraphCollection, path: str | os.PathLike, *,
     directory. Raises WriteError (an OSError naming the path) when it cannot be written;
     nothing half-written is left. Unless `overwrite`, FileExistsError if `path` holds
     something else than a dataset written here."""
+    require_kind(collection, GraphCollection, "save_graphs")
     path = Path(path)
     what = "graph collection " + ("file" if path.suffix == ".npz" else "directory")
     if not overwrite:

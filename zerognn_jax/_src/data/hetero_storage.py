@@ -37,7 +37,12 @@ from zerognn_jax._src.data.graph import csr_from_arrays
 from zerognn_jax._src.data.hetero import HeteroGraph
 from zerognn_jax._src.data.hetero_dataset import SPLITS, HeteroDataset
 from zerognn_jax._src.data.tables import BFLOAT16
-from zerognn_jax._src.data.writes import atomic_write, refuse_foreign, require_npz_suffix
+from zerognn_jax._src.data.writes import (
+    atomic_write,
+    refuse_foreign,
+    require_kind,
+    require_npz_suffix,
+)
 
 KIND = "hetero"
 _KEY = re.compile(r"r\d+_(indptr|indices|weights|edge_features)|x\d+|info\d+_\d+|labels|"
@@ -127,6 +132,7 @@ def save_hetero_npz(ds: HeteroDataset, path: str | os.PathLike, *,
     """Writes `ds` to the `.npz` file `path` (atomically; ValueError where `path` does
     not end in .npz; WriteError when it cannot be written; FileExistsError if `path`
     holds something else than a dataset written here, unless `overwrite`)."""
+    require_kind(ds, HeteroDataset, "save_hetero_npz")
     arrays, dtypes = {}, {}
     for key, values in _arrays(ds).items():
         if values.dtype == BFLOAT16:  # .npy has no bfloat16: its bits go as uint16
@@ -179,6 +185,7 @@ def save_hetero_dir(ds: HeteroDataset, path: str | os.PathLike, *,
                     overwrite: bool = False) -> Path:
     """Writes `ds` to the directory `path` (atomically), one `.npy` per array (as
     `save_hetero_npz` for what is already at `path`)."""
+    require_kind(ds, HeteroDataset, "save_hetero_dir")
     with storage.write_dir(path, ds.name, ds.num_classes, accepts=_accepts,
                            overwrite=overwrite) as out:
         out.meta.update(_meta(ds))

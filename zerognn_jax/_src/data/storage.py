@@ -49,6 +49,7 @@ from zerognn_jax._src.data.writes import (
     META,
     atomic_write,
     refuse_foreign,
+    require_kind,
     require_npz_suffix,
     staged_dir,
 )
@@ -72,6 +73,7 @@ def save_npz(dataset: Dataset, path: str | os.PathLike, *, overwrite: bool = Fal
       FileExistsError: `path` holds something else than a dataset written here (not
         checked with `overwrite`).
     """
+    require_kind(dataset, Dataset, "save_npz")
     g = dataset.graph
     arrays = {
         "format_version": np.int64(FORMAT_VERSION),
@@ -231,6 +233,7 @@ def save_dir(dataset: Dataset, path: str | os.PathLike, *, overwrite: bool = Fal
     """Writes `dataset` to the directory `path` (atomically), one `.npy` per array;
     FileExistsError if `path` holds something else than a dataset written here, unless
     `overwrite`."""
+    require_kind(dataset, Dataset, "save_dir")
     g = dataset.graph
     with write_dir(path, dataset.name, dataset.num_classes, overwrite=overwrite) as out:
         for key, values in (("indptr", g.indptr), ("indices", g.indices),

@@ -334,3 +334,19 @@ class AppendFile:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# Each kind of data and its savers, for `require_kind`'s hint.
+_SAVERS = {"Dataset": "zg.save_npz or zg.save_dir",
+           "HeteroDataset": "zg.save_hetero_npz or zg.save_hetero_dir",
+           "GraphCollection": "zg.save_graphs"}
+
+
+def require_kind(value, cls: type, saver: str) -> None:
+    """TypeError unless `value` is a `cls`, naming `saver` and, for another kind of
+    this library's data, its saver (an AttributeError from deep in the write, before)."""
+    if isinstance(value, cls):
+        return
+    got = type(value).__name__
+    hint = f"; save it with {_SAVERS[got]}" if got in _SAVERS else ""
+    raise TypeError(f"{saver} saves a {cls.__name__}, got a {got}{hint}")
