@@ -302,6 +302,14 @@ def test_graphs_from_pyg_need_the_same_fields_in_every_graph():
         setattr(data[graph], field, None)
         with pytest.raises(ValueError, match=message):
             zg.collection_from_pyg(data)
+    data = _pyg_like(c)  # the edges as rows, [E, 2]: read as [2, E] before
+    g = int(np.argmax([d.edge_index.shape[1] for d in data]))
+    data[g].edge_index = data[g].edge_index.T.copy()
+    assert data[g].edge_index.shape[0] > 2
+    with pytest.raises(ValueError, match=rf"graph {g}'s edge_index must be \[2, E\] \(row 0 "
+                                         rf"the sources\), got \[{data[g].edge_index.shape[0]}, "
+                                         r"2\]"):
+        zg.collection_from_pyg(data)
 
 
 @pytest.mark.parametrize("convert, module, hint", [

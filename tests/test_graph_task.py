@@ -357,6 +357,17 @@ def test_a_user_graph_model_that_does_not_fit_is_refused_before_training(molecul
                                          r"the task needs one row per target row"):
         zg.train(config(epochs=1, eval_mode="none"), molecules, model=PerNode())
 
+    class ThreeScores(nn.Module):  # one binary target a graph: trained before, silently
+        @nn.compact
+        def __call__(self, graphs, *, train):
+            del train
+            return nn.Dense(3)(zg.pool(graphs.nodes, graphs, "sum"))
+
+    with pytest.raises(ValueError, match=r"the model .*ThreeScores gives outputs float32\[\d+, "
+                                         r"3\]; the loss masked_sigmoid needs the targets' "
+                                         r"shape float32\[\d+, 1\]"):
+        zg.train(config(epochs=1, eval_mode="none"), molecules, model=ThreeScores())
+
 
 def test_memory_check_counts_the_allocated_run_and_names_its_parts(molecules, tmp_path,
                                                                    monkeypatch):

@@ -131,11 +131,15 @@ def collection_from_pyg(graphs, *, name: str = "pyg", target_kind: str = "binary
             raise ValueError(f"graph {i} has no {name}: {why}")
         return t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
 
-    n_node = [int(d.num_nodes) for d in graphs]
     index = [field(i, d, "edge_index") for i, d in enumerate(graphs)]
+    for i, e in enumerate(index):  # [E, 2] read as [2, E] kept two edges of the first two
+        if e.ndim != 2 or e.shape[0] != 2:
+            raise ValueError(f"graph {i}'s edge_index must be [2, E] (row 0 the sources), "
+                             f"got {list(e.shape)}")
+    x = np.concatenate([field(i, d, "x") for i, d in enumerate(graphs)])
+    n_node = [int(d.num_nodes) for d in graphs]
     n_edge = [int(e.shape[1]) for e in index]
     edge_index = np.concatenate(index, axis=1)
-    x = np.concatenate([field(i, d, "x") for i, d in enumerate(graphs)])
     if not has_edges and any(getattr(d, "edge_attr", None) is not None for d in graphs):
         first = next(i for i, d in enumerate(graphs) if d.edge_attr is not None)
         raise ValueError(f"graph {first} has edge_attr and graph 0 has none: every graph "

@@ -26,6 +26,7 @@ from zerognn_jax._src.nn.views import NoEdgeFeatures
 from zerognn_jax._src.sampling.seeds import epoch_items
 from zerognn_jax._src.training.program import init_state, sample_batch
 from zerognn_jax._src.training.tasks.base import BatchedTask
+from zerognn_jax._src.training.tasks.graph_metrics import LOSSES as GRAPH_LOSSES
 from zerognn_jax._src.training.tasks.losses import LOSSES
 from zerognn_jax._src.training.tasks.node import fn_name
 
@@ -158,7 +159,7 @@ def check_output_dim(task, width) -> None:
 
 
 def _check_width(task, name: str, out, targets, width: int) -> None:
-    if task.loss not in LOSSES.values():
+    if task.loss not in (*LOSSES.values(), *GRAPH_LOSSES.values()):
         return  # a user's loss decides what it takes; _check_loss traces it
     leaves = jax.tree_util.tree_leaves(targets)
     if len(leaves) != 1:
