@@ -12,6 +12,7 @@ import sys
 import types
 import warnings
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -124,6 +125,19 @@ def test_make_collection_refuses_what_a_cast_would_change(field, value, message)
     zg.make_collection(**{**MAKE, "senders": np.array([0, 0], object)})  # Python ints
     column = zg.make_collection(**{**MAKE, "targets": [[1], [0]]})  # jraph's globals
     np.testing.assert_array_equal(column.targets, [1, 0])
+
+
+def test_node_features_in_bfloat16_are_read_and_bools_named():
+    """bfloat16 rows were refused as integer codes without their vocabulary; they are
+    floats (widened to float32 exactly), and a bool table gets the choices it has."""
+    rows = np.linspace(-2, 2, 10).reshape(5, 2).astype(ml_dtypes.bfloat16)
+    c = zg.make_collection(**{**MAKE, "node_features": rows})
+    assert c.node_features.dtype == np.float32
+    np.testing.assert_array_equal(c.node_features, rows.astype(np.float32))
+    with pytest.raises(ValueError, match=re.escape("node features are bool: give float32 "
+                                                   "features, or integer category ids with "
+                                                   "their vocabulary sizes (node_vocab)")):
+        zg.make_collection(**{**MAKE, "node_features": np.ones((5, 2), bool)})
 
 
 def test_regression_targets_past_float32_are_named_and_missing_ones_kept():

@@ -25,7 +25,7 @@ import numpy as np
 
 from zerognn_jax._src.data.checks import arrays_not_lists, is_whole
 from zerognn_jax._src.data.dataset import split_sizes
-from zerognn_jax._src.data.tables import check_finite_rows, narrow_to_float32
+from zerognn_jax._src.data.tables import BFLOAT16, check_finite_rows, narrow_to_float32
 
 TARGET_KINDS = ("binary", "classes", "regression")
 
@@ -173,9 +173,12 @@ def _global_hint(ids: np.ndarray, graph_of_edge: np.ndarray, size: np.ndarray,
 
 def _check_vocab(what: str, table: np.ndarray, vocab: tuple[int, ...]) -> None:
     if not vocab:
-        if not np.issubdtype(table.dtype, np.floating):
+        if np.issubdtype(table.dtype, np.integer):
             _fail(f"{what} are {table.dtype}: integer (categorical) features need their "
                   f"vocabulary sizes ({what.split()[0]}_vocab)")
+        if not np.issubdtype(table.dtype, np.floating):
+            _fail(f"{what} are {table.dtype}: give float32 features, or integer category "
+                  f"ids with their vocabulary sizes ({what.split()[0]}_vocab)")
         return
     if not np.issubdtype(table.dtype, np.integer):
         _fail(f"{what} with a vocabulary must be integer category ids, got {table.dtype}")
@@ -287,6 +290,8 @@ def _float32(what: str, values) -> np.ndarray:
     """`values` as an array, a copy in float32 where it is floating point
     (`narrow_to_float32`)."""
     table = np.asarray(values)
+    if table.dtype == BFLOAT16:  # (NumPy counts it among no floating types)
+        return table.astype(np.float32)
     if not np.issubdtype(table.dtype, np.floating):
         return table
     return narrow_to_float32(what, table, copy=True)
