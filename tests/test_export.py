@@ -71,6 +71,9 @@ def test_exported_model_round_trips_and_matches_the_live_model(trained):
     assert got.shape == (16, 3) and got.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
     assert out.arguments[:3] == ("indptr", "indices", "features")
+    # a short repr (the Exported's own printed the whole serialized module)
+    assert repr(out) == (f"ExportedModel(batch_size=16, arguments={out.arguments}, "
+                         f"platforms={tuple(out.exported.platforms)})")
     # a valid seed outside the graph gets a NaN row (its id would be clamped to a node's)
     outside = seeds.at[:3].set(jnp.array([300, -1, 10**6], jnp.int32))
     got = np.asarray(back.call(d.graph.indptr, d.graph.indices, d.features, outside, valid,

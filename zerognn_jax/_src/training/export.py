@@ -68,6 +68,12 @@ class ExportedModel(NamedTuple):
     def serialize(self) -> bytearray:
         return self.exported.serialize()
 
+    def __repr__(self) -> str:
+        # jax.export.Exported's own repr holds the whole serialized module (~290 KB for a
+        # small graph model), which would flood a notebook cell
+        return (f"ExportedModel(batch_size={self.batch_size}, arguments={self.arguments}, "
+                f"platforms={tuple(self.exported.platforms)})")
+
     def data_arguments(self, data: DeviceData) -> tuple:
         """The arrays of `data` (a run's `DeviceData`, or one of the same shapes) that
         come before the seeds, in `arguments`' order: `call(*art.data_arguments(data),
