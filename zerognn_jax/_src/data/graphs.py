@@ -330,7 +330,8 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
     int[G]) and arrays in any array-like form, converted to the stored dtypes.
 
     `splits` is (train, val, test) graph ids; None puts every graph in train. Class
-    targets may come as one column ([G, 1], as jraph's globals hold them).
+    targets may come as one column ([G, 1], as jraph's globals hold them). Floating
+    features of any width (float64, float16, bfloat16) are stored as float32.
     """
     n_node = _ints("n_node", n_node, np.int64).reshape(-1)
     n_edge = _ints("n_edge", n_edge, np.int64).reshape(-1)
