@@ -227,8 +227,9 @@ def test_typed_and_homogeneous_files_name_their_reader(tmp_path):
                                   [], 2)
     zg.save_npz(homogeneous, tmp_path / "h.npz")
     assert not zg.is_hetero_path(tmp_path / "h.npz")
-    with pytest.raises(ValueError, match=r"h.npz is not a readable typed dataset file: no "
-                                         r"meta entry"):
+    with pytest.raises(ValueError, match=r"h.npz is not a readable typed dataset file: it "
+                                         r"holds a homogeneous dataset; read it with "
+                                         r"zg.load_dataset$"):
         zg.load_hetero(tmp_path / "h.npz")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         zg.load_hetero(tmp_path / "none.npz")
