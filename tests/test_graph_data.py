@@ -213,9 +213,9 @@ def test_storage_refuses_other_files(tmp_path):
         zg.load_graphs_file(tmp_path / "x.npz")
     with pytest.raises(ValueError, match="unknown graph dataset 'nothing'"):
         zg.load_graphs("nothing")
-    (tmp_path / "folder").mkdir()  # was "unknown graph dataset" with the preset names
-    with pytest.raises(ValueError, match=r"folder is a directory without the meta.json that "
-                                         r"save_graphs writes, so no graph collection$"):
+    (tmp_path / "folder").mkdir()  # the names alone, before: no word of the folder
+    with pytest.raises(ValueError, match=r"unknown graph dataset .*; the folder .*folder holds "
+                                         r"no meta.json, which save_graphs writes$"):
         zg.load_graphs(str(tmp_path / "folder"))
     (tmp_path / "empty.npz").write_bytes(b"")  # asking which kind of file it is: EOFError
     for load in (zg.load_graphs, zg.load_dataset, zg.load_hetero_dataset):

@@ -66,9 +66,8 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
         raise FileNotFoundError(f"graph dataset {name!r}: no such file or directory")
     if is_graphs_path(name) or Path(name).is_file() or (Path(name) / "meta.json").is_file():
         return load_graphs_file(name)  # a file that holds none: it says what is wrong
-    if Path(name).is_dir():
-        raise ValueError(f"{name} is a directory without the meta.json that save_graphs "
-                         f"writes, so no graph collection")
+    folder = (f"; the folder {name} holds no meta.json, which save_graphs writes"
+              if Path(name).is_dir() else "")
     raise ValueError(f"unknown graph dataset {name!r}; valid names: "
                      f"{', '.join(GRAPH_DATASET_NAMES)} (node and typed datasets, one "
-                     "graph each, are read by load_dataset and load_hetero_dataset)")
+                     f"graph each, are read by load_dataset and load_hetero_dataset){folder}")
