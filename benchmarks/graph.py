@@ -6,9 +6,9 @@
                                [--out DIR]
 
 GINE with a virtual node (OGB's molecule "gin-virtual": bond-aware GIN), 5 layers x 300,
-mean readout, dropout 0.5, Adam lr 1e-3, `--epochs` epochs per batch size, `--sample-ahead` batches
-packed by one call (the library's default when not given). Per batch
-size one JSON line (also appended to DIR/graph.jsonl): graphs per second (training
+mean readout, dropout 0.5, Adam lr 1e-3, `--epochs` epochs per batch size,
+`--sample-ahead` batches packed by one call (the library's default when not given). Per
+batch size one JSON line (also appended to DIR/graph.jsonl): graphs per second (training
 graphs over the median epoch time after the first; until 2026-12-04 this script took the
 run summary's median over every epoch, epoch 0 included), each epoch's time, the
 envelope, envelope bytes over the ideal padded bytes (largest batch seen), test ROC-AUC

@@ -13,12 +13,13 @@ Adam 1e-3). `library` is the model as it stands; every other form swaps one piec
   product and their table gradients into another, which can start only once layer 0's
   backward, the last, is done (docs/graph_tasks.md, "Not yet"); kept apart, four of
   the five gradients may run beside the rest of the backward. The same function: the
-  same parameters, the same products.
+  same parameters, the same products. Not kept: on an H200 (2026-12-04) within the
+  library's spread at batch 256, 0.993x at 32 (docs/benchmarks.md).
 - `saved-masks`: each dropout site's keep mask is computed once and kept (behind an
   optimisation barrier) for the backward, which otherwise recomputes the counter hash
   inside its fusions (an H100 profile of a batch-256 step: four backward fusions that
   recompute batch norm and the dropout hash, 33 us each). The same masks, so the same
-  function.
+  function. Not kept: 1-2 % slower on an H200 (2026-12-04).
 - `vn-materialised`: each layer's virtual-node rows, gathered to the nodes, are written
   out behind an optimisation barrier before they are added. Without the virtual node,
   XLA's priority fusion took 3.9 s of the epoch's compile instead of 20.2 s (H200,
@@ -27,9 +28,9 @@ Adam 1e-3). `library` is the model as it stands; every other form swaps one piec
 - `product-pooling`: sums and means over each graph's nodes (the virtual node's input,
   the readout) and the virtual node's rows gathered back to the nodes are products
   with the batch's [nodes, graphs] membership matrix, as cuBLAS computes them, instead
-  of sorted scatter-adds and gathers (the H100 profile above: nine scatter-adds of pooling at
-  10-17 us each; a product of [7872, 257] by [7872, 300] is ~1.2 GFLOP, a few us). The
-  same function up to the order of float32 sums.
+  of sorted scatter-adds and gathers (the H100 profile above: nine scatter-adds of
+  pooling at 10-17 us each; a product of [7872, 257] by [7872, 300] is ~1.2 GFLOP, a
+  few us). The same function up to the order of float32 sums.
 
 For each batch size the forms run in turn, `--repeats` rounds, each run training
 `--epochs` epochs from the same seed. One JSON line a run (also appended to
@@ -59,6 +60,9 @@ from zerognn_jax._src.data.graph_datasets import PRESETS
 from zerognn_jax._src.nn import graph_models
 from zerognn_jax._src.nn.models import hash_dropout
 
+# The library's pieces that forms call, kept before any form replaces them
+_library_broadcast, _library_pool = graph_models.broadcast, graph_models.pool
+
 
 class _SplitEncoder(graph_models.CategoricalEncoder):
     """The library's `CategoricalEncoder`, reading its ids through an optimisation
@@ -70,17 +74,6 @@ class _SplitEncoder(graph_models.CategoricalEncoder):
         return super().__call__(x)
 
 
-@contextlib.contextmanager
-def _split_encoders():
-    """Models built inside use `_SplitEncoder` (graph_models.encoder reads the name)."""
-    library = graph_models.CategoricalEncoder
-    graph_models.CategoricalEncoder = _SplitEncoder
-    try:
-        yield
-    finally:
-        graph_models.CategoricalEncoder = library
-
-
 def _saved_mask_dropout(x, rate, seed):
     """`hash_dropout` with its keep mask materialised: the same mask (the library's
     dropout of ones), through a barrier the backward cannot recompute behind."""
@@ -89,37 +82,10 @@ def _saved_mask_dropout(x, rate, seed):
     return jnp.where(keep, x / (1.0 - rate), jnp.zeros((), x.dtype))
 
 
-@contextlib.contextmanager
-def _saved_masks():
-    """Models built inside drop out through `_saved_mask_dropout`."""
-    library = graph_models.hash_dropout
-    graph_models.hash_dropout = _saved_mask_dropout
-    try:
-        yield
-    finally:
-        graph_models.hash_dropout = library
-
-
-_library_broadcast = graph_models.broadcast
-
-
 def _materialised_broadcast(rows, graphs):
     """The library's `broadcast`, its output written out behind a barrier: no consumer
     of a node's virtual-node row fuses the gather that reads it."""
     return jax.lax.optimization_barrier(_library_broadcast(rows, graphs))
-
-
-@contextlib.contextmanager
-def _materialised_virtual():
-    """Models built inside broadcast the virtual node through `_materialised_broadcast`."""
-    graph_models.broadcast = _materialised_broadcast
-    try:
-        yield
-    finally:
-        graph_models.broadcast = _library_broadcast
-
-
-_library_pool = graph_models.pool
 
 
 def _membership(graphs, dtype):
@@ -146,19 +112,25 @@ def _product_broadcast(rows, graphs):
     return jnp.dot(_membership(graphs, rows.dtype), rows, precision=jax.lax.Precision.HIGHEST)
 
 
+# Each form: the graph_models pieces it replaces while its models are built.
+FORMS = {"library": {}, "split-encoders": {"CategoricalEncoder": _SplitEncoder},
+         "saved-masks": {"hash_dropout": _saved_mask_dropout},
+         "vn-materialised": {"broadcast": _materialised_broadcast},
+         "product-pooling": {"pool": _product_pool, "broadcast": _product_broadcast}}
+
+
 @contextlib.contextmanager
-def _product_pooling():
-    """Models built inside pool and broadcast through products."""
-    graph_models.pool, graph_models.broadcast = _product_pool, _product_broadcast
+def swapped(form: str):
+    """Models built inside use `form`'s pieces in place of graph_models' own (the
+    module's names, which its model classes read when they are called)."""
+    library = {name: getattr(graph_models, name) for name in FORMS[form]}
+    for name, piece in FORMS[form].items():
+        setattr(graph_models, name, piece)
     try:
         yield
     finally:
-        graph_models.pool, graph_models.broadcast = _library_pool, _library_broadcast
-
-
-FORMS = {"library": contextlib.nullcontext, "split-encoders": _split_encoders,
-         "saved-masks": _saved_masks, "vn-materialised": _materialised_virtual,
-         "product-pooling": _product_pooling}
+        for name, piece in library.items():
+            setattr(graph_models, name, piece)
 
 
 def run(data, form: str, batch_size: int, args) -> dict:
@@ -167,7 +139,7 @@ def run(data, form: str, batch_size: int, args) -> dict:
                          layers=5, dropout=0.5, readout="mean", batch_size=batch_size,
                          epochs=args.epochs, lr=1e-3, progress=False, eval_every=0,
                          dtype=args.dtype)
-    with FORMS[form]():
+    with swapped(form):
         result = zg.train(cfg, data)
     epochs = [h["epoch_seconds"] for h in result.history]
     epoch_s = statistics.median(epochs[1:] or epochs)

@@ -535,7 +535,7 @@ def test_graph_forms_split_encoder_is_the_library_encoder_rewritten():
                     jax.tree.leaves(jax.grad(loss(theirs))(params))):
         assert jnp.array_equal(a, b)
     assert "optimization_barrier" in jax.jit(theirs.apply).lower(params, ids).as_text()
-    with forms._split_encoders():
+    with forms.swapped("split-encoders"):
         assert isinstance(graph_models.encoder(vocab, 8, jnp.float32, "e"), forms._SplitEncoder)
     assert not isinstance(graph_models.encoder(vocab, 8, jnp.float32, "e"), forms._SplitEncoder)
 
@@ -553,7 +553,7 @@ def test_graph_forms_saved_masks_drop_what_the_library_drops():
     assert jnp.array_equal(ours(x), theirs(x)) and 0 < int(jnp.sum(ours(x) == 0)) < x.size
     loss = lambda f: lambda v: jnp.sum(jnp.sin(f(v).astype(jnp.float32)))
     assert jnp.array_equal(jax.grad(loss(ours))(x), jax.grad(loss(theirs))(x))
-    with forms._saved_masks():
+    with forms.swapped("saved-masks"):
         assert graph_models.hash_dropout is forms._saved_mask_dropout
     assert graph_models.hash_dropout is hash_dropout
 
@@ -571,7 +571,7 @@ def test_graph_forms_materialised_virtual_node_is_the_library_broadcast():
     loss = lambda f: lambda r: jnp.sum(jnp.sin(f(r)) * jnp.arange(5.0))
     assert jnp.array_equal(jax.grad(loss(ours))(rows), jax.grad(loss(theirs))(rows))
     assert "optimization_barrier" in jax.jit(theirs).lower(rows).as_text()
-    with forms._materialised_virtual():
+    with forms.swapped("vn-materialised"):
         assert graph_models.broadcast is forms._materialised_broadcast
     assert graph_models.broadcast is forms._library_broadcast
 
@@ -603,7 +603,7 @@ def test_graph_forms_product_pooling_is_the_library_pooling():
     loss = lambda f: lambda r: jnp.sum(jnp.sin(f(r, graphs)) * jnp.arange(6.0))
     assert jnp.allclose(jax.grad(loss(graph_models.broadcast))(h[:5]),
                         jax.grad(loss(forms._product_broadcast))(h[:5]), rtol=1e-6, atol=1e-6)
-    with forms._product_pooling():
+    with forms.swapped("product-pooling"):
         assert graph_models.pool is forms._product_pool
         assert graph_models.broadcast is forms._product_broadcast
     assert graph_models.pool is forms._library_pool

@@ -72,6 +72,7 @@ def test_exported_model_round_trips_and_matches_the_live_model(trained):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
     assert out.arguments[:3] == ("indptr", "indices", "features")
     # a short repr (the Exported's own printed the whole serialized module)
+    assert len(repr(out)) < 200 and len(repr(out.exported)) > 10_000
     assert repr(out) == (f"ExportedModel(batch_size=16, arguments={out.arguments}, "
                          f"platforms={tuple(out.exported.platforms)})")
     # a valid seed outside the graph gets a NaN row (its id would be clamped to a node's)

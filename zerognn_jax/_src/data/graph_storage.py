@@ -88,7 +88,7 @@ def is_graphs_path(path: str | os.PathLike) -> bool:
     if path.is_file() and path.suffix == ".npz":
         try:
             with np.load(path, allow_pickle=False) as npz:
-                return "meta" in npz.files and "node_offsets" in npz.files
+                return storage.npz_kind(npz) == "graphs"
         except (zipfile.BadZipFile, OSError, ValueError, EOFError):
             return False
     return False

@@ -210,10 +210,10 @@ def is_hetero_path(path: str | os.PathLike) -> bool:
         except (OSError, ValueError, AttributeError):
             return False
     if path.suffix == ".npz" and path.is_file():
-        try:  # a graph collection's .npz has a `meta` too: its kind tells them apart
+        try:
             with np.load(path, allow_pickle=False) as npz:
-                return "meta" in npz.files and json.loads(str(npz["meta"])).get("kind") == KIND
-        except (OSError, ValueError, AttributeError, EOFError, zipfile.BadZipFile,
+                return storage.npz_kind(npz) == KIND
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile,
                 zlib.error):  # unreadable: not a typed dataset file
             return False
     return False

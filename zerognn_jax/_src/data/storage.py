@@ -263,20 +263,28 @@ _NPZ_KINDS = {"homogeneous": ("a homogeneous dataset", "zg.load_dataset"),
               "graphs": ("a graph collection", "zg.load_graphs_file")}
 
 
+def npz_kind(npz) -> str | None:
+    """Which of this library's `.npz` files the open `npz` is (a `_NPZ_KINDS` key: a
+    typed dataset's and a graph collection's `meta` say so, a homogeneous dataset has
+    its arrays at the top), or None."""
+    if "meta" not in npz.files:
+        return "homogeneous" if {"indptr", "format_version"} <= set(npz.files) else None
+    try:
+        meta = json.loads(str(npz["meta"]))
+    except (ValueError, TypeError):
+        return None
+    if isinstance(meta, dict) and meta.get("kind") == "hetero":
+        return "hetero"
+    if isinstance(meta, dict) and meta.get("format") == GRAPHS_FORMAT:
+        return "graphs"
+    return None
+
+
 def npz_of_another_kind(npz, kind: str) -> str | None:
     """"it holds <what>; read it with <reader>" where the open `.npz` `npz` is one of
-    this library's files of another kind than `kind` (a `_NPZ_KINDS` key), else None:
-    a loader then names the reader rather than the keys the file lacks."""
-    held = None
-    if "meta" in npz.files:
-        with contextlib.suppress(ValueError, TypeError):
-            meta = json.loads(str(npz["meta"]))
-            if isinstance(meta, dict) and meta.get("kind") == "hetero":
-                held = "hetero"
-            elif isinstance(meta, dict) and meta.get("format") == GRAPHS_FORMAT:
-                held = "graphs"
-    elif {"indptr", "format_version"} <= set(npz.files):
-        held = "homogeneous"
+    this library's files of another kind than `kind` (`npz_kind`), else None: a loader
+    then names the reader rather than the keys the file lacks."""
+    held = npz_kind(npz)
     if held is None or held == kind:
         return None
     what, reader = _NPZ_KINDS[held]
