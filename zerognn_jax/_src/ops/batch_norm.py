@@ -21,8 +21,11 @@ with two other changes):
 with inv = rsqrt(var + epsilon), m the mask and n its count; sums run over every row
 (padding rows' outputs depend on the statistics too). `count` is the number of masked
 rows (float32; no gradient). With none (a device's share of an epoch's last, partial
-step under data parallelism) the statistics are taken over a count of 1: they are zero
-and the output and gradient finite, where Flax's are NaN.
+step under data parallelism) the statistics are taken over a count of 1, so they are
+zero, and the rows pass as y = x * scale + bias: finite, where Flax's are NaN. (Scaled
+by rsqrt(epsilon), as those statistics would have them, each normalisation multiplied
+the padding rows by ~316, and a deep model's stack of them overflowed to inf and NaN:
+GINE-virtual 5 x 300 diverged on the empty device of such a step.)
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ def masked_batch_norm(x, mask, scale, bias, epsilon):
 def _forward(x, mask, scale, bias, epsilon):
     xf, count, n, mean, raw = _stats(x, mask)
     var = jnp.maximum(raw, 0.0)
-    inv = jax.lax.rsqrt(var + epsilon)
+    inv = jnp.where(count > 0, jax.lax.rsqrt(var + epsilon), 1.0)
     y = (xf - mean) * (inv * scale) + bias
     return (y, mean, var, count), (x, mask, scale, n, mean, inv, raw > 0)
 
