@@ -446,6 +446,8 @@ def test_predict_gives_one_row_per_graph_as_the_evaluation_does(molecules, tmp_p
     order = np.random.default_rng(0).permutation(ids.size)
     np.testing.assert_allclose(np.asarray(zg.predict(result, ids[order], batch_size=7)),
                                rows[order], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="trained on a GraphCollection passed to train"):
+        zg.restore(str(tmp_path), for_inference=True)
     back = zg.restore(str(tmp_path), dataset=molecules, for_inference=True)
     np.testing.assert_allclose(np.asarray(zg.predict(back, ids)), rows, rtol=1e-5, atol=1e-6)
     # requests of other graphs share a few programs (exact capacities made a program for

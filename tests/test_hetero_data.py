@@ -418,6 +418,22 @@ def test_a_stored_typed_dataset_without_an_array_names_what_it_lacks(tmp_path):
         zg.load_hetero(tmp_path / "bad.npz")
 
 
+def test_a_typed_directory_names_its_own_arrays_when_meta_lists_another(tmp_path):
+    """meta.json of a typed directory naming an array it cannot hold lists the typed
+    names (it listed the homogeneous dataset's)."""
+    ds = zg.make_hetero_dataset("h", {"a": 3, "b": 2}, {("a", "ab", "b"): ([0, 1, 2],
+                                                                          [0, 1, 1])},
+                                target_type="b", labels=[0, 1], train_idx=[0], val_idx=[1],
+                                test_idx=[])
+    folder = zg.save_hetero_dir(ds, tmp_path / "h")
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["arrays"]["indptr"] = meta["arrays"]["r0_indptr"]
+    (folder / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"must map array names \(r<k>_indptr, r<k>_indices, "
+                                         r".*test_idx, targets\) .*bad entries: indptr$"):
+        zg.load_hetero(folder)
+
+
 @pytest.mark.parametrize("change, message", [
     # each was a traceback (AttributeError, "'venue' is not in list") or read quietly
     (dict(node_info=["x"]), r"its node_info must map node types to column names, got \['x'\]"),

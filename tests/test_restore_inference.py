@@ -98,7 +98,7 @@ def test_a_given_dataset_is_asked_for_by_name(tmp_path, capsys):
                          progress=False, eval_mode="none", envelope="conservative",
                          model="gcn", checkpoint_dir=str(tmp_path / "ck"))
     result = zg.train(cfg, ds)
-    with pytest.raises(ValueError, match="trained on a Dataset passed to train.*'mine'"):
+    with pytest.raises(ValueError, match="trained on a dataset passed to train.*'mine'"):
         zg.restore(cfg.checkpoint_dir, for_inference=True)
     back = zg.restore(cfg.checkpoint_dir, dataset=ds, for_inference=True)
     exact = zg.predict(back, np.arange(n))  # GCN: exact layer-wise

@@ -224,7 +224,8 @@ def test_fanout_layouts_agree_and_errors_name_the_relation():
         zg.TypedSamplerConfig({r: (3,) for r in rels if r != TOPIC}).resolve(graph)
     with pytest.raises(ValueError, match="fanouts name a__b__c, which the graph lacks"):
         zg.TypedSamplerConfig({("a", "b", "c"): (3,)}).resolve(graph)
-    with pytest.raises(ValueError, match="the fanouts of hop 1 leave out relation"):
+    with pytest.raises(ValueError, match="the fanouts name relation paper__cites__paper at "
+                                         "hop 0 but not at hop 1: give each relation"):
         zg.TypedSamplerConfig([{WRITES: 3, CITES: 1}, {WRITES: 2}])
     with pytest.raises(ValueError, match="every relation needs the same number of hops"):
         zg.TypedSamplerConfig({WRITES: (3, 2), CITES: (1,)})

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import zipfile
 import zlib
 from pathlib import Path
@@ -45,12 +44,13 @@ from zerognn_jax._src.data.writes import (
 )
 
 KIND = "hetero"
-_KEY = re.compile(r"r\d+_(indptr|indices|weights|edge_features)|x\d+|info\d+_\d+|labels|"
-                  r"(train|val|test)_idx|targets")
-
-
-def _accepts(key: str) -> bool:
-    return _KEY.fullmatch(key) is not None
+# Relation k's CSR and tables, node type k's features, node_info entries, the target
+# type's labels, splits and targets
+_ACCEPTS = storage.ArrayNames(
+    r"r\d+_(indptr|indices|weights|edge_features)|x\d+|info\d+_\d+|labels|"
+    r"(train|val|test)_idx|targets",
+    "r<k>_indptr, r<k>_indices, r<k>_weights, r<k>_edge_features, x<k>, info<k>_<j>, "
+    "labels, train_idx, val_idx, test_idx, targets")
 
 
 def _arrays(ds: HeteroDataset) -> dict[str, np.ndarray]:
@@ -186,7 +186,7 @@ def save_hetero_dir(ds: HeteroDataset, path: str | os.PathLike, *,
     """Writes `ds` to the directory `path` (atomically), one `.npy` per array (as
     `save_hetero_npz` for what is already at `path`)."""
     require_kind(ds, HeteroDataset, "save_hetero_dir")
-    with storage.write_dir(path, ds.name, ds.num_classes, accepts=_accepts,
+    with storage.write_dir(path, ds.name, ds.num_classes, accepts=_ACCEPTS,
                            overwrite=overwrite) as out:
         out.meta.update(_meta(ds))
         for key, values in _arrays(ds).items():
@@ -197,7 +197,7 @@ def save_hetero_dir(ds: HeteroDataset, path: str | os.PathLike, *,
 def load_hetero_dir(path: str | os.PathLike) -> HeteroDataset:
     """The HeteroDataset of a directory written by `save_hetero_dir`, its arrays
     memory-mapped as stored (features in float32 or bfloat16), not copied."""
-    meta, arrays = storage.load_arrays(path, accepts=_accepts, kind=KIND)
+    meta, arrays = storage.load_arrays(path, accepts=_ACCEPTS, kind=KIND)
     return _dataset(meta, arrays, path)
 
 

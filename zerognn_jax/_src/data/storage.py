@@ -33,8 +33,10 @@ Layout of a file (NumPy's uncompressed `.npz`, readable with `allow_pickle=False
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
+import re
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,8 +174,19 @@ _DIR_ARRAYS = ("indptr", "indices", "weights", "features", "labels", "train_idx"
 _OPTIONAL = ("weights", "targets", "edge_features")
 
 
-def _homogeneous_key(key: str) -> bool:
-    return key in _DIR_ARRAYS
+@dataclasses.dataclass(frozen=True)
+class ArrayNames:
+    """The array names a kind of dataset directory holds: those `pattern` (a regular
+    expression) matches whole; `shown` lists them for messages."""
+
+    pattern: str
+    shown: str
+
+    def __call__(self, key: str) -> bool:
+        return re.fullmatch(self.pattern, key) is not None
+
+
+HOMOGENEOUS = ArrayNames("|".join(_DIR_ARRAYS), ", ".join(_DIR_ARRAYS))
 
 
 class DatasetWriter:
@@ -183,7 +196,7 @@ class DatasetWriter:
     homogeneous dataset's, `_DIR_ARRAYS`; typed datasets name theirs, hetero_storage.py).
     """
 
-    def __init__(self, folder: Path, accepts=_homogeneous_key):
+    def __init__(self, folder: Path, accepts: ArrayNames = HOMOGENEOUS):
         self.folder = folder
         self.accepts = accepts
         self.meta: dict = {"format_version": FORMAT_VERSION, "arrays": {}}
@@ -191,7 +204,7 @@ class DatasetWriter:
     def array(self, key: str, shape, dtype) -> np.memmap:
         """A writable memory map for array `key`, to fill in place (in blocks)."""
         if not self.accepts(key):
-            raise ValueError(f"unknown array {key!r}; expected one of {_DIR_ARRAYS}")
+            raise ValueError(f"unknown array {key!r}; expected one of {self.accepts.shown}")
         dtype = np.dtype(dtype)
         self.meta["arrays"][key] = {"shape": [int(d) for d in shape], "dtype": dtype.name}
         return np.lib.format.open_memmap(self.folder / f"{key}.npy", "w+", dtype, tuple(shape))
@@ -206,7 +219,8 @@ class DatasetWriter:
 
 @contextlib.contextmanager
 def write_dir(path: str | os.PathLike, name: str, num_classes: int, *,
-              accepts=_homogeneous_key, overwrite: bool = False) -> Iterator[DatasetWriter]:
+              accepts: ArrayNames = HOMOGENEOUS,
+              overwrite: bool = False) -> Iterator[DatasetWriter]:
     """Yields a `DatasetWriter` whose directory replaces `path` when the block ends.
 
     The arrays go to a temporary folder beside `path`, which is synced and renamed into
@@ -301,7 +315,7 @@ def is_dataset_dir(path: str | os.PathLike) -> bool:
     return (Path(path) / META).is_file()
 
 
-def _read_meta(file: Path, accepts=_homogeneous_key, kind: str | None = None) -> dict:
+def _read_meta(file: Path, accepts: ArrayNames = HOMOGENEOUS, kind: str | None = None) -> dict:
     """The JSON object of a `meta.json`, checked for what `load_arrays` reads from it.
 
     Raises:
@@ -330,13 +344,13 @@ def _read_meta(file: Path, accepts=_homogeneous_key, kind: str | None = None) ->
            or not isinstance(v.get("shape"), list) or not isinstance(v.get("dtype"), str)] \
         if isinstance(specs, dict) else [repr(specs)]
     if bad:
-        raise ValueError(f"{file}: \"arrays\" must map array names ({', '.join(_DIR_ARRAYS)}) "
+        raise ValueError(f"{file}: \"arrays\" must map array names ({accepts.shown}) "
                          f"to {{\"shape\": [...], \"dtype\": \"...\"}}; bad entries: "
                          f"{', '.join(bad)}")
     return meta
 
 
-def load_arrays(path: str | os.PathLike, *, accepts=_homogeneous_key,
+def load_arrays(path: str | os.PathLike, *, accepts: ArrayNames = HOMOGENEOUS,
                 kind: str | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """(meta, arrays) of a dataset directory, the arrays memory-mapped read-only.
 

@@ -85,12 +85,15 @@ def _normalize(fanouts) -> tuple:
     fanouts = tuple(fanouts)
     if fanouts and all(isinstance(f, Mapping) for f in fanouts):  # DGL: one dict per hop
         rels = list(dict.fromkeys(_key(r) for hop in fanouts for r in hop))
-        missing = [(h, r) for h, hop in enumerate(fanouts) for r in rels
-                   if r not in {_key(k) for k in hop}]
+        named = [{_key(k) for k in hop} for hop in fanouts]
+        missing = [(h, r) for h, hop in enumerate(named) for r in rels if r not in hop]
         if missing:
             h, r = missing[0]
-            raise ValueError(f"the fanouts of hop {h} leave out relation {_shown(r)}; "
-                             "give it at every hop (0 skips it)")
+            given = [str(g) for g, hop in enumerate(named) if r in hop]
+            raise ValueError(f"the fanouts name relation {_shown(r)} at hop"
+                             f"{'s' * (len(given) > 1)} {', '.join(given)} but not "
+                             f"at hop {h}: give each relation at every hop (0 skips it), "
+                             "and check the name")
         return tuple((r, tuple(fanout_count({_key(k): v for k, v in hop.items()}[r])
                                for hop in fanouts)) for r in rels)
     if fanouts and isinstance(fanouts[0], tuple):

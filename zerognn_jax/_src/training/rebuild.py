@@ -72,11 +72,14 @@ def config_of(meta: dict) -> TrainConfig:
 
 
 def check_dataset(meta: dict, dataset) -> None:
-    """Raises ValueError when the run trained on a Dataset passed to `train()` and none
-    is given now: it cannot be loaded by name."""
+    """Raises ValueError when the run trained on data passed to `train()` (a Dataset,
+    HeteroDataset or GraphCollection) and none is given now: it cannot be loaded by
+    name."""
     if dataset is None and meta.get("dataset_given"):
-        name = meta.get("config", {}).get("dataset")
-        raise ValueError(f"the checkpoint's run trained on a Dataset passed to train() "
+        config = meta.get("config", {})
+        name = config.get("dataset")
+        kind = "GraphCollection" if config.get("task") == "graph" else "dataset"
+        raise ValueError(f"the checkpoint's run trained on a {kind} passed to train() "
                          f"(named {name!r}), which cannot be loaded by name: pass it, "
                          f"restore(..., dataset=...) (zerognn export: --dataset and the "
                          f"file it was saved to)")
