@@ -1,7 +1,7 @@
 """Graph-level epochs under alternative forms of the model (#33), form against form.
 
     python benchmarks/graph_forms.py [--dataset molhiv-like] [--scale 1]
-        [--batch-sizes 256,32] [--forms library,vn-materialised,product-pooling]
+        [--batch-sizes 256,32] [--forms library,FORM,...]
         [--repeats 2] [--epochs 3] [--dtype bfloat16] [--loss-tolerance 0.02] [--out DIR]
 
 The workload of benchmarks/graph.py (GINE-virtual 5 x 300, mean readout, dropout 0.5,
@@ -24,13 +24,15 @@ Adam 1e-3). `library` is the model as it stands; every other form swaps one piec
   out behind an optimisation barrier before they are added. Without the virtual node,
   XLA's priority fusion took 3.9 s of the epoch's compile instead of 20.2 s (H200,
   benchmarks/compile_time.py); the lead is that the gather fuses into each of its
-  consumers. The same function.
+  consumers. The same function. Not kept: 1.004x at batch 256 on an H200 (2026-12-04),
+  its compile no shorter (docs/benchmarks.md).
 - `product-pooling`: sums and means over each graph's nodes (the virtual node's input,
   the readout) and the virtual node's rows gathered back to the nodes are products
   with the batch's [nodes, graphs] membership matrix, as cuBLAS computes them, instead
   of sorted scatter-adds and gathers (the H100 profile above: nine scatter-adds of
   pooling at 10-17 us each; a product of [7872, 257] by [7872, 300] is ~1.2 GFLOP, a
-  few us). The same function up to the order of float32 sums.
+  few us). The same function up to the order of float32 sums. Not kept: 0.806x at
+  batch 256 on an H200 (2026-12-04).
 
 For each batch size the forms run in turn, `--repeats` rounds, each run training
 `--epochs` epochs from the same seed. One JSON line a run (also appended to
@@ -162,8 +164,7 @@ def main(argv=None) -> int:
     p.add_argument("--dataset", default="molhiv-like", choices=tuple(PRESETS))
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--batch-sizes", default="256,32")
-    p.add_argument("--forms", default="library,vn-materialised,product-pooling",
-                   help=f"any of {', '.join(FORMS)}")
+    p.add_argument("--forms", default=",".join(FORMS), help=f"any of {', '.join(FORMS)}")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))

@@ -608,3 +608,16 @@ def test_graph_forms_product_pooling_is_the_library_pooling():
         assert graph_models.broadcast is forms._product_broadcast
     assert graph_models.pool is forms._library_pool
     assert graph_models.broadcast is forms._library_broadcast
+
+
+def test_task_devices_names_a_device_count_the_process_lacks(capsys):
+    """benchmarks/task_devices.py refuses, before loading any data, more devices than
+    the process sees and a task it does not time, naming what was asked."""
+    td = _benchmark_script("task_devices")
+    with pytest.raises(SystemExit):
+        td.main(["--devices", f"1,{jax.local_device_count() + 1}"])
+    assert f"asks for {jax.local_device_count() + 1} devices; this process sees" in \
+        capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        td.main(["--tasks", "node"])
+    assert "--tasks takes graph and link" in capsys.readouterr().err
