@@ -230,6 +230,12 @@ def test_storage_refuses_other_files(tmp_path):
         (saved / "meta.json").write_text(json.dumps(edit))
         with pytest.raises(ValueError, match=message):
             zg.load_graphs_file(saved)
+    saved = zg.save_graphs(tiny(), tmp_path / "d", overwrite=True)
+    (saved / "senders.npy").write_bytes(b"not an array" * 8)  # NumPy: "unpickle it"
+    with pytest.raises(ValueError, match=r"d is not a readable graph collection: senders.npy "
+                                         r"is unreadable: it is not a .npy file \(it lacks "
+                                         r"NumPy's header\)$"):
+        zg.load_graphs_file(saved)
 
 
 def test_jraph_round_trip():

@@ -173,9 +173,12 @@ def test_directory_shape_mismatch_is_named(dataset, tmp_path):
     (path / storage.META).write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=r"labels.npy holds int32\[55530\], meta.json says"):
         storage.load_arrays(path)
-    (path / "labels.npy").write_bytes(b"")  # emptied: was an EOFError's traceback
-    with pytest.raises(ValueError, match=r"array labels is unreadable: "):
-        storage.load_arrays(path)
+    for content, why in ((b"", "it is empty"),  # was an EOFError's traceback
+                         (b"\x93NUMPY\x01", "EOF: reading magic string"),
+                         (b"x" * 64, r"it is not a .npy file \(it lacks NumPy's header\)")):
+        (path / "labels.npy").write_bytes(content)  # NumPy's advice: unpickle the last
+        with pytest.raises(ValueError, match=rf"array labels is unreadable: {why}"):
+            storage.load_arrays(path)
 
 
 def test_cli_generates_a_directory(tmp_path, capsys):

@@ -135,8 +135,13 @@ def _read(path: Path) -> tuple[dict, dict]:
     if path.is_dir():
         meta = json.loads((path / "meta.json").read_text())
         keys = [*ARRAYS, "edge_features"]
-        arrays = {k: np.load(path / f"{k}.npy", mmap_mode="r", allow_pickle=False)
-                  for k in keys if (path / f"{k}.npy").is_file()}
+        arrays = {}
+        for k in keys:
+            if (path / f"{k}.npy").is_file():
+                try:
+                    arrays[k] = storage.open_npy(path / f"{k}.npy")
+                except ValueError as err:
+                    raise ValueError(f"{k}.npy is unreadable: {err}") from err
     else:
         with np.load(path, allow_pickle=False) as npz:
             if other := storage.npz_of_another_kind(npz, "graphs"):

@@ -350,6 +350,21 @@ def _read_meta(file: Path, accepts: ArrayNames = HOMOGENEOUS, kind: str | None =
     return meta
 
 
+def open_npy(file: Path) -> np.ndarray:
+    """The `.npy` file `file` memory-mapped read-only; ValueError saying why it cannot
+    be: not a `.npy` file at all (NumPy's own message then suggests unpickling it), an
+    empty or cut file, or an array of Python objects."""
+    with open(file, "rb") as f:
+        head = f.read(len(np.lib.format.MAGIC_PREFIX))
+    if head != np.lib.format.MAGIC_PREFIX:
+        raise ValueError("it is not a .npy file (it lacks NumPy's header)" if head else
+                         "it is empty")
+    try:
+        return np.load(file, mmap_mode="r", allow_pickle=False)
+    except (ValueError, EOFError) as err:  # EOFError: a cut header
+        raise ValueError(str(err) or type(err).__name__) from err
+
+
 def load_arrays(path: str | os.PathLike, *, accepts: ArrayNames = HOMOGENEOUS,
                 kind: str | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """(meta, arrays) of a dataset directory, the arrays memory-mapped read-only.
@@ -370,8 +385,8 @@ def load_arrays(path: str | os.PathLike, *, accepts: ArrayNames = HOMOGENEOUS,
     arrays = {}
     for key, spec in meta["arrays"].items():
         try:
-            arr = np.load(path / f"{key}.npy", mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError, EOFError) as err:  # EOFError: an empty file
+            arr = open_npy(path / f"{key}.npy")
+        except (OSError, ValueError) as err:
             raise ValueError(f"{path}: array {key} is unreadable: {err}") from err
         if arr.dtype.kind == "V" and hasattr(ml_dtypes, spec["dtype"]):
             arr = arr.view(getattr(ml_dtypes, spec["dtype"]))  # .npy keeps bfloat16 as void
