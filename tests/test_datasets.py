@@ -795,8 +795,15 @@ def test_atomic_write_failure_leaves_nothing(tmp_path):
 
 def test_unknown_name_lists_valid_names():
     with pytest.raises(ValueError, match=r"unknown dataset 'karate'; valid names: cora, "
-                                         r"citeseer, pubmed, ogbn-arxiv.*products-like, tiny"):
+                                         r"citeseer, pubmed, ogbn-arxiv.*products-like, tiny"
+                                         r".*; link splits \(task 'link'\): ogbl-collab, "
+                                         r"ogbl-citation2$"):
         load_dataset("karate")
+    # read by the link task only: named as unknown before
+    with pytest.raises(ValueError, match=r"^ogbl-citation2 is a link-prediction split: train "
+                                         r"it with task='link' \(--task link\) and root= "
+                                         r"\(--root\), the folder that holds ogbl_citation2/$"):
+        load_dataset("ogbl-citation2")
 
 
 def test_scale_only_for_synthetic_presets():

@@ -104,6 +104,10 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
     (dict(checkpoint_dir="ck\udcffx"), "checkpoint_dir 'ck\\udcffx' is not UTF-8 text, "
                                         "which checkpoints (orbax) need"),
     (dict(root=""), "root must be a folder (None for the default), got ''"),
+    # was an OverflowError's traceback from the first step's frontier
+    (dict(task="link", negatives=2_100_000, batch_size=1024),
+     "negatives 2100000 with batch_size 1024 gives a step 2,150,402,048 node ids (each "
+     "pair's ends, negatives included), past int32's 2**31 - 1: lower either"),
 ])
 def test_config_names_the_bad_value(changes, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -184,6 +188,10 @@ def test_cli_option_errors_are_one_line(capsys):
                          "task takes one of sage, sage-max, sage-sum, gcn, gat, gine, mlp"),
     (["--dataset", "mag-like", "--scale", "0.001", "--model", "sage"],
      "--model 'sage' is a model of one-type graphs; this node task of a typed graph takes "
+     "one of rsage, rgcn, rgat"),
+    # gcn is also a graph-level model's name, which was all the message said
+    (["--dataset", "mag-like", "--scale", "0.001", "--model", "gcn"],
+     "--model 'gcn' is a model of one-type graphs; this node task of a typed graph takes "
      "one of rsage, rgcn, rgat"),
 ])
 def test_errors_found_while_preparing_a_run_name_the_flag(capsys, args, message):
@@ -1046,3 +1054,56 @@ def test_an_epoch_whose_best_metric_has_no_value_says_so(tmp_path):
         assert best.epoch is None and best.value is None
     finally:
         best.close()
+
+
+def _ogbl_folder(root: Path, name: str) -> None:
+    """A 10-node OGB link folder of `name`'s layout: collab's pairs with edge_neg,
+    citation2's pairs with target_node_neg (3 per positive)."""
+    raw = root / name.replace("-", "_") / "raw"
+    raw.mkdir(parents=True)
+    for file, rows, fmt in (("node-feat", np.ones((10, 2)), "%.1f"),
+                            ("num-node-list", [[10]], "%d"), ("edge", [[0, 1]], "%d")):
+        with gzip.open(raw / f"{file}.csv.gz", "wt") as f:
+            np.savetxt(f, np.asarray(rows), delimiter=",", fmt=fmt)
+    split = raw.parent / "split" / "time"
+    split.mkdir(parents=True)
+    for part in ("train", "valid", "test"):
+        if name == "ogbl-collab":
+            np.savez(split / f"{part}.npz", edge=np.array([[0, 1], [2, 3]]),
+                     edge_neg=np.array([[4, 5]]))
+        else:
+            np.savez(split / f"{part}.npz", source_node=np.array([0, 2]),
+                     target_node=np.array([1, 3]),
+                     target_node_neg=np.arange(6).reshape(2, 3) + 4)
+
+
+@pytest.mark.parametrize("name, metric, message", [
+    ("ogbl-citation2", "auc", r"ogbl-citation2's val split has no negative pairs \(OGB's "
+                              r"edge_neg\), which link_metric 'auc' scores"),
+    ("ogbl-citation2", "hits@20", r"ogbl-citation2's val split has no negative pairs"),
+    ("ogbl-collab", "mrr", r"ogbl-collab's val split has no negatives per positive \(OGB's "
+                           r"target_node_neg\), which link_metric 'mrr' ranks"),
+])
+def test_a_metric_the_ogb_split_cannot_score_is_refused_before_training(tmp_path, name,
+                                                                        metric, message):
+    """AP and Hits@K over no negatives came out 1.0 for any model, and MRR without
+    negatives per positive failed only after every epoch had trained."""
+    from zerognn_jax._src.training.tasks.link import LinkTask
+
+    _ogbl_folder(tmp_path, name)
+    cfg = zg.TrainConfig(task="link", dataset=name, root=str(tmp_path), link_metric=metric)
+    with pytest.raises(ValueError, match=message):
+        LinkTask.build(cfg, None)
+
+
+def test_hits_at_k_over_fewer_negatives_than_k_is_warned_of():
+    """OGB's Hits@K is 1.0 when a split has fewer than K negatives: said, not silent."""
+    from zerognn_jax._src.training.tasks.link import LinkTask
+
+    graph = zg.from_edge_list(np.arange(40), np.arange(1, 41), 41, make_undirected=True)
+    ds = zg.make_dataset("path", graph.indptr, graph.indices, np.ones((41, 2), np.float32),
+                         np.zeros(41, np.int32), np.arange(41), [], [], 1)
+    with pytest.warns(zg.EmptySplitWarning, match=r"path's val split has 2 negative pairs, "
+                                                  r"fewer than hits@20's 20: every model "
+                                                  r"scores 1.0 there"):
+        LinkTask.build(zg.TrainConfig(task="link", link_metric="hits@20"), ds)

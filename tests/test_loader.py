@@ -141,6 +141,23 @@ def test_loader_rejects_bad_input(graph, kwargs, match):
         zg.NeighborLoader(graph, **args)
 
 
+def test_link_loaders_refuse_a_step_past_int32(graph):
+    """Negatives x batch past int32 node ids: one line before calibrating (an
+    OverflowError's traceback from the frontier before)."""
+    message = (r"^num_negatives 5000000 with batch_size 512 gives a step 2,560,001,024 node "
+               r"ids \(each pair's ends, negatives included\), past int32's 2\*\*31 - 1")
+    with pytest.raises(ValueError, match=message):
+        zg.LinkNeighborLoader(graph, np.array([[0, 1]]), fanouts=(2,), batch_size=512, key=0,
+                              num_negatives=5_000_000)
+    typed = zg.make_hetero_dataset("h", {"a": 3, "b": 2}, {("a", "ab", "b"): ([0, 1, 2],
+                                                                             [0, 1, 1])},
+                                   target_type="b", labels=[0, 1], train_idx=[0],
+                                   val_idx=[1], test_idx=[]).graph
+    with pytest.raises(ValueError, match=message):
+        zg.HeteroLinkNeighborLoader(typed, "ab", np.array([[0, 1]]), fanouts=(2,),
+                                    batch_size=512, key=0, num_negatives=5_000_000)
+
+
 def test_loaders_name_what_they_got_where_they_take_a_graph(graph):
     """A Dataset was read as a graph up to `max_degree` (an AttributeError naming
     neither); the message says what to pass."""

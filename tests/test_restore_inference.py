@@ -101,6 +101,8 @@ def test_a_given_dataset_is_asked_for_by_name(tmp_path, capsys):
     with pytest.raises(ValueError, match="trained on a dataset passed to train.*'mine'"):
         zg.restore(cfg.checkpoint_dir, for_inference=True)
     back = zg.restore(cfg.checkpoint_dir, dataset=ds, for_inference=True)
+    # the run's task and model, as train's result names them (None and None before)
+    assert repr(back).startswith("TrainResult(dataset='mine', task='node', model='gcn', ")
     exact = zg.predict(back, np.arange(n))  # GCN: exact layer-wise
     np.testing.assert_allclose(np.asarray(exact),
                                np.asarray(zg.layerwise_logits(result.program,

@@ -419,13 +419,16 @@ def test_score_pairs_scores_the_relations_pairs(whole):
 
 def test_predict_and_export_refuse_what_they_cannot_give(whole):
     """(Their outputs are checked in `_check_exact` and `_check_sampled_inference`.)"""
-    for kwargs, message in ((dict(), "node_type must be an end of the relation"),
+    missing = ("the relation user__buys__item has two end types, whose rows differ: set "
+               "node_type to one of user, item")  # "set": the command line names its flag
+    for kwargs, message in ((dict(), missing),
                             (dict(node_type="paper"), "node_type must be an end"),
                             (dict(node_type="item"), r"\('item' ids\)")):
         with pytest.raises(ValueError, match=message):
             zg.predict(whole, [300] if "item" in str(kwargs) else [0], **kwargs)
-    for node_type in (None, "paper"):
-        with pytest.raises(ValueError, match="node_type must be an end of the relation "
-                                             "user__buys__item \\(user, item\\)"):
+    for node_type, message in ((None, missing),
+                               ("paper", "node_type must be an end of the relation "
+                                         "user__buys__item \\(user, item\\), got 'paper'")):
+        with pytest.raises(ValueError, match=message):
             zg.export_model(whole.program, whole.variables, whole.data, batch_size=4,
                             node_type=node_type)

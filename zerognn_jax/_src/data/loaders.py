@@ -30,6 +30,7 @@ from zerognn_jax._src.data.hetero_storage import (
     save_hetero_npz,
 )
 from zerognn_jax._src.data.hetero_synthetic import igbh_like, mag_like
+from zerognn_jax._src.data.links import OGBL
 from zerognn_jax._src.data.mag import load_mag, mag_folder
 from zerognn_jax._src.data.papers import papers100m_like, write_papers100m_like
 from zerognn_jax._src.data.planetoid import row_normalize
@@ -186,9 +187,14 @@ def _refuse_unknown(name: str):
     if Path(name).is_file():
         raise ValueError(f"dataset {name!r} is a file but not an .npz dataset archive "
                          "(save_npz, zerognn data generate)")
+    if name.lower() in OGBL:  # read by the link task alone (links.py)
+        raise ValueError(f"{name} is a link-prediction split: train it with task='link' "
+                         f"(--task link) and root= (--root), the folder that holds "
+                         f"{OGBL[name.lower()]}/")
     raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASET_NAMES)}; "
                      f"typed (task 'node'): {', '.join(HETERO_NAMES)}; graph collections "
-                     f"(task 'graph'): {', '.join(GRAPH_DATASET_NAMES)}")
+                     f"(task 'graph'): {', '.join(GRAPH_DATASET_NAMES)}; link splits "
+                     f"(task 'link'): {', '.join(OGBL)}")
 
 
 def _tiny(seed: int) -> Dataset:

@@ -47,6 +47,17 @@ def frontier_size(batch_size: int, num_negatives: int, mode: str) -> int:
     return batch_size * (2 + (num_negatives if mode == "destination" else 2 * num_negatives))
 
 
+def check_frontier(batch_size: int, num_negatives: int, mode: str,
+                   negatives_name: str = "num_negatives") -> None:
+    """ValueError when the node ids of a step's pairs (`frontier_size`) would not fit
+    int32 indices, naming both numbers (`negatives_name`: the caller's name for K)."""
+    ids = frontier_size(batch_size, num_negatives, mode)
+    if ids >= 2**31:
+        raise ValueError(f"{negatives_name} {num_negatives} with batch_size {batch_size} "
+                         f"gives a step {ids:,} node ids (each pair's ends, negatives "
+                         f"included), past int32's 2**31 - 1: lower either")
+
+
 def check_mode(mode: str) -> None:
     if mode not in NEGATIVE_MODES:
         raise ValueError(f"negative mode must be one of {', '.join(NEGATIVE_MODES)}, "

@@ -16,7 +16,7 @@ from zerognn_jax._src.nn.models import INITS, MODELS, NORMS, check_init
 from zerognn_jax._src.ops.registry import OPS, Kernels
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
 from zerognn_jax._src.sampling.minibatch import MAX_HOPS, SAMPLERS
-from zerognn_jax._src.sampling.negatives import NEGATIVE_MODES
+from zerognn_jax._src.sampling.negatives import NEGATIVE_MODES, check_frontier
 from zerognn_jax._src.training.config_types import check_types
 from zerognn_jax._src.training.engines import ENGINES
 from zerognn_jax._src.training.tasks.base import BatchedTask
@@ -364,6 +364,8 @@ class TrainConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        if self.task == "link":
+            check_frontier(self.batch_size, self.negatives, self.negative_mode, "negatives")
         _check_int32(self)
         # raises on a bad spec; "auto" is read as off a GPU, so that a default config does
         # not start JAX's backend (a multi-process run must join the others first)

@@ -130,7 +130,8 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
             history[-1].update(ckpt.evaluation_of(history[-1]) or {})
     finally:
         ckpt.close()
-    summary = {"checkpoint": str(directory), "epoch": last, "best": meta.get("best"),
+    summary = {"checkpoint": str(directory), "dataset": dataset.name, "task": cfg.task,
+               "model": cfg.model, "epoch": last, "best": meta.get("best"),
                **{k: v for k, v in (history[-1] if history else {}).items()
                   if k.startswith(("train_", "val_", "test_", "loss"))}}
     if (normalized := row_normalizes(cfg, dataset, program.task)) is not None:

@@ -46,6 +46,7 @@ from zerognn_jax._src.ops.registry import OPS, Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
 from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig, prepare_graph
+from zerognn_jax._src.sampling.negatives import check_frontier
 from zerognn_jax._src.sampling.seeds import counter_key, epoch_items, ordered_items
 from zerognn_jax._src.sampling.steps import ITEM_SEEDS, sample_step
 from zerognn_jax._src.training.program import views_for
@@ -458,6 +459,7 @@ class LinkNeighborLoader(DeviceLoader):
         split = LinkSplit(edges.astype(np.int32), graph, none, none, graph.num_nodes)
         self._source = LinkTask(split, num_negatives, negative_mode,
                                 exclude_seed_edges=exclude_seed_edges, kernels=kernels)
+        check_frontier(at_least_one(batch_size, "batch_size"), num_negatives, negative_mode)
         self._setup(graph, edges, fanouts=fanouts, batch_size=batch_size, key=key,
                     envelope=envelope, sampler=sampler, replace=replace, dedup=dedup,
                     flat_outer=flat_outer, edge_ids=edge_ids, shuffle=shuffle, drop_last=drop_last,

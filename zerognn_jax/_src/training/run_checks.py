@@ -12,7 +12,6 @@ import os
 import warnings
 
 from zerognn_jax._src.data.loaders import is_typed, require_known
-from zerognn_jax._src.nn.graph_models import GRAPH_MODELS
 from zerognn_jax._src.nn.hetero import HETERO_MODELS
 from zerognn_jax._src.nn.models import MODELS
 from zerognn_jax._src.training.callbacks import EarlyStopping
@@ -215,8 +214,8 @@ def check_model_choice(cfg: TrainConfig, dataset, model, typed: bool) -> None:
     if model is None and cfg.task in ("node", "link") and cfg.model not in (None, *takes):
         # (TrainConfig takes built-in names only; a relational one off a typed graph is
         # refused above)
-        kind = ("a graph-level model (--task graph)" if cfg.model in GRAPH_MODELS else
-                "a model of one-type graphs")
+        kind = ("a model of one-type graphs" if cfg.model in MODELS else
+                "a graph-level model (--task graph)")  # gcn is both: typed graphs get here
         raise ValueError(f"model {cfg.model!r} is {kind}; this {cfg.task} task"
                          f"{' of a typed graph' if typed else ''} takes one of "
                          f"{', '.join(takes)}")

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.checks import check_ids, require_ids
+from zerognn_jax._src.data.checks import at_least_one, check_ids, require_ids
 from zerognn_jax._src.data.hetero import HeteroGraph, named_relation
 from zerognn_jax._src.data.hetero_links import TypedLinkSplit
 from zerognn_jax._src.data.links import EvalEdges
@@ -40,6 +40,7 @@ from zerognn_jax._src.nn.hetero import TypedLayer, typed_layers
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, EnvelopePolicy
+from zerognn_jax._src.sampling.negatives import check_frontier
 from zerognn_jax._src.sampling.typed_calibrate import choose_typed_envelope
 from zerognn_jax._src.sampling.typed_config import TypedSamplerConfig
 from zerognn_jax._src.sampling.typed_envelope import (
@@ -297,6 +298,7 @@ class HeteroLinkNeighborLoader(_TypedLoader):
                                    TypedInputs((), (), (), ()), split=split,
                                    num_negatives=num_negatives, mode=negative_mode,
                                    exclude_seed_edges=exclude_seed_edges)
+        check_frontier(at_least_one(batch_size, "batch_size"), num_negatives, negative_mode)
         self._setup_typed(graph, edges, seed_type, fanouts=fanouts, batch_size=batch_size,
                           key=key, sampler=sampler, replace=replace, dedup=dedup,
                           shuffle=shuffle, drop_last=drop_last, features=features,

@@ -22,6 +22,7 @@ negatives (link_metrics.py).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +30,14 @@ import numpy as np
 
 from zerognn_jax._src.data.checks import at_least_one
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
-from zerognn_jax._src.data.links import OGBL, EvalEdges, LinkSplit, load_ogbl, random_link_split
+from zerognn_jax._src.data.links import (
+    OGBL,
+    EmptySplitWarning,
+    EvalEdges,
+    LinkSplit,
+    load_ogbl,
+    random_link_split,
+)
 from zerognn_jax._src.data.loaders import load_dataset
 from zerognn_jax._src.nn.link_heads import LinkModel, make_decoder
 from zerognn_jax._src.ops.registry import XLA, Kernels
@@ -159,6 +167,32 @@ def check_link_options(mode: str, num_negatives: int, metric: str) -> None:
         raise ValueError(f"metric must be one of {', '.join(LINK_METRICS)}, got {metric!r}")
 
 
+def check_split_metric(split, metric: str, what: str) -> None:
+    """ValueError, before any training, when an evaluation split of `split` (a
+    `LinkSplit` or `TypedLinkSplit` of `what`, a dataset's name) lacks the negatives
+    `metric` ranks its positives against: MRR needs negatives per positive (OGB's
+    target_node_neg), AUC and Hits@K negative pairs (OGB's edge_neg); without them AP
+    and Hits@K came out as 1.0 for any model. Warns (`EmptySplitWarning`) when a split
+    has fewer negative pairs than Hits@K's K: OGB's Hits@K is then 1.0."""
+    for name in EVAL_SPLITS:
+        edges = getattr(split, name)
+        if not edges.pos.shape[0]:
+            continue
+        if metric == "mrr" and not edges.neg_dst.shape[1]:
+            raise ValueError(f"{what}'s {name} split has no negatives per positive (OGB's "
+                             f"target_node_neg), which link_metric 'mrr' ranks each positive "
+                             f"against: use 'auc' or 'hits@K'")
+        if metric != "mrr" and not edges.neg.shape[0]:
+            raise ValueError(f"{what}'s {name} split has no negative pairs (OGB's edge_neg), "
+                             f"which link_metric {metric!r} scores the positives against: "
+                             f"use 'mrr'")
+        k = int(metric.split("@")[1]) if metric.startswith("hits@") else 0
+        if edges.neg.shape[0] < k:
+            warnings.warn(f"{what}'s {name} split has {edges.neg.shape[0]} negative pairs, "
+                          f"fewer than hits@{k}'s {k}: every model scores 1.0 there (OGB's "
+                          f"rule); 'auc' ranks them all", EmptySplitWarning, stacklevel=3)
+
+
 def metric_names(metric: str) -> tuple[str, ...]:
     """The names a split's metrics get for `metric` (link_metrics.py)."""
     if metric == "auc":
@@ -213,6 +247,7 @@ class LinkTask:
             raise ValueError("loss= applies to node tasks; link prediction trains with "
                              "binary cross-entropy over positive and negative pairs")
         dataset, split = link_data(cfg, dataset)
+        check_split_metric(split, cfg.link_metric, dataset.name)
         return cls(split, cfg.negatives, cfg.negative_mode, cfg.link_metric,
                    kernels=kernels or XLA), dataset
 

@@ -55,6 +55,7 @@ from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch, data_log
 from zerognn_jax._src.training.tasks.link import (
     EVAL_SPLITS,
     check_link_options,
+    check_split_metric,
     evaluate_pairs,
     metric_names,
     pair_member,
@@ -150,6 +151,7 @@ class TypedLinkTask(TypedNodeTask):
         relation = find_relation(dataset.graph, cfg.link_relation)
         split = typed_link_split(dataset.graph, relation, seed=cfg.seed,
                                  mrr_negatives=100 if cfg.link_metric == "mrr" else 0)
+        check_split_metric(split, cfg.link_metric, dataset.name)
         dataset = dataclasses.replace(dataset, graph=split.graph)
         config = typed_sampler(cfg, dataset.graph)
         src, dst = split.ends
@@ -325,6 +327,10 @@ class TypedLinkTask(TypedNodeTask):
         ends = tuple(dict.fromkeys(self.split.ends))
         if node_type is None and len(ends) == 1:
             return ends[0]
+        if node_type is None:
+            raise ValueError(f"the relation {relation_name(self.split.relation)} has two end "
+                             f"types, whose rows differ: set node_type to one of "
+                             f"{', '.join(ends)}")
         if node_type not in ends:
             raise ValueError(f"node_type must be an end of the relation "
                              f"{relation_name(self.split.relation)} ({', '.join(ends)}), "
