@@ -415,6 +415,11 @@ def test_score_pairs_scores_the_relations_pairs(whole):
         zg.score_pairs(whole, [[0, 0], [1, 300]])
     with pytest.raises(ValueError, match="source ids must lie in \\[0, 400\\)"):
         zg.score_pairs(whole, [[400, 0]])
+    assert zg.score_pairs(whole, []).shape == (0,)  # was "got float64[0]"
+    for call in (zg.score_pairs, zg.predict):  # AttributeErrors before
+        with pytest.raises(TypeError, match=rf"^{call.__name__} takes the TrainResult of "
+                                            rf"zg.train or zg.restore, got dict$"):
+            call(whole.variables, [[0, 0]] if call is zg.score_pairs else [0])
 
 
 def test_predict_and_export_refuse_what_they_cannot_give(whole):

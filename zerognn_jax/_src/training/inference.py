@@ -222,6 +222,7 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     neighbours are sampled).
 
     Raises:
+      TypeError: `result` not a `TrainResult`.
       ValueError: `nodes` not 1-D integer ids of the graph (of the type they are of; of
         the collection's graphs), an unknown `mode`, a `batch_size` or `seed` that is not
         a whole number in range, or exact evaluation of a typed graph whose feature
@@ -229,6 +230,7 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
         that is not a type the run predicts (a typed link run: an end of its relation; a
         homogeneous run: none).
     """
+    _require_result("predict", result)
     _check_call(mode, batch_size, seed)
     n = result.data.graph.num_nodes
     task = result.program.task
@@ -263,15 +265,19 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
     `predict`'s: exact inference reads neither of the last two).
 
     Raises:
+      TypeError: `result` not a `TrainResult`.
       ValueError: a run whose task predicts no pairs, `pairs` not int[P, 2], an id out
         of range of its end, an unknown `mode`, a `batch_size` or `seed` out of range.
     """
+    _require_result("score_pairs", result)
     task = result.program.task
     if not isinstance(task, ScoresPairs):
         raise ValueError(f"score_pairs scores the pairs of a link run (task 'link'); this "
                          f"run's task is {type(task).__name__}")
     _check_call(mode, batch_size, seed)
     pairs = np.asarray(pairs)
+    if pairs.shape == (0,):  # an empty list, which NumPy reads as float64[0]: no pairs
+        pairs = np.zeros((0, 2), np.int64)
     if pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer):
         raise ValueError(f"pairs must be int[P, 2] (source, destination), got "
                          f"{pairs.dtype}{list(pairs.shape)}")
@@ -282,6 +288,14 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
     table, offset = task.pair_table(predictor)
     return score_rows(result.program.model, result.variables, table,
                       pairs.astype(np.int64) + [0, offset])
+
+
+def _require_result(name: str, result) -> None:
+    """TypeError unless `result` is a run's `TrainResult` (a config, or the variables
+    alone, read as one failed on a missing attribute)."""
+    if not isinstance(result, TrainResult):
+        raise TypeError(f"{name} takes the TrainResult of zg.train or zg.restore, got "
+                        f"{type(result).__name__}")
 
 
 def _check_call(mode: str, batch_size, seed) -> None:
