@@ -14,6 +14,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -301,14 +303,33 @@ def test_a_metrics_line_cut_by_a_full_disk_is_taken_back(tmp_path, monkeypatch):
 
 def test_checkpoint_on_a_full_disk_is_one_line_exit_1(tmp_path, monkeypatch, capfd):
     """Orbax reports tensorstore's failed write as a ValueError carrying the errno, after
-    logging it from several threads; the run ends with one line, and the save's
-    temporary folder is removed."""
+    logging it from several threads, while its metadata thread goes on to write into the
+    temporary folder and log its own failure; the run ends with one line, and the save's
+    temporary folder is removed once that thread is done (it was left, holding the
+    thread's file, and the thread's traceback followed the line)."""
     import orbax.checkpoint as ocp
+
+    class Metadata(threading.Thread):  # as orbax's threads are, by their module
+        __module__ = "orbax.checkpoint.fake"
+
+        def __init__(self, tmp):
+            super().__init__(daemon=True)
+            self.tmp = tmp
+
+        def run(self):
+            time.sleep(0.3)
+            (self.tmp / "state").mkdir(parents=True, exist_ok=True)  # as tensorstore does
+            (self.tmp / "state" / "_sharding").write_text("{}")
+            logging.getLogger("absl").error("write_metadata_after_commits raised")
+
+    threads = []
 
     def save(self, step, *args, **kwargs):
         tmp = Path(self.directory) / f"{step}.orbax-checkpoint-tmp"
         (tmp / "state").mkdir(parents=True)
         logging.getLogger("absl").error("_SignalingThread.run() raised an exception")
+        threads.append(Metadata(tmp))
+        threads[-1].start()
         raise ValueError(f"RESOURCE_EXHAUSTED: Error writing \"params\" in OCDBT database at "
                          f"local file \"{tmp}/state\": No space left on device "
                          f"[os_error_code='28']")
@@ -320,6 +341,7 @@ def test_checkpoint_on_a_full_disk_is_one_line_exit_1(tmp_path, monkeypatch, cap
     assert main(["train", "--no-progress", "--epochs", "1", "--eval-mode", "none",
                  "--hidden", "8", "--layers", "1", "--fanouts", "2", "--batch-size", "512",
                  "--checkpoint-dir", str(ckpt)]) == 1
+    threads[0].join()
     assert capfd.readouterr().err == (f"zerognn: error: could not write the checkpoint of "
                                       f"epoch 0 in --checkpoint-dir {ckpt}: {ENOSPC}\n")
     assert not ckpt.exists()  # nothing written: the folder made for the run goes too

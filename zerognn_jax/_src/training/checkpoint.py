@@ -32,6 +32,8 @@ import os
 import re
 import shutil
 import sys
+import threading
+import time
 import types
 import warnings
 from pathlib import Path
@@ -268,6 +270,16 @@ def _quiet():
         logger.setLevel(level)
 
 
+def _join_orbax_threads(seconds: float = 10.0) -> None:
+    """Waits, at most `seconds` in all, for orbax's threads: after a failed save its
+    metadata writer goes on, wrote into the temporary folder once that was removed, and
+    logged its failure (a traceback) after `_quiet` or at the process's exit."""
+    end = time.monotonic() + seconds
+    for thread in threading.enumerate():
+        if type(thread).__module__.startswith("orbax.") and thread.is_alive():
+            thread.join(max(end - time.monotonic(), 0.0))
+
+
 class Checkpointer:
     """Saves `{params, batch_stats, opt_state}` and a JSON dict after each epoch.
 
@@ -319,10 +331,14 @@ class Checkpointer:
             self._manager.delete(epoch)
         try:
             with _quiet():
-                saved = self._manager.save(epoch, args=ocp.args.Composite(
-                    state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-                    metrics=metrics)
-                self._manager.wait_until_finished()
+                try:
+                    saved = self._manager.save(epoch, args=ocp.args.Composite(
+                        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+                        metrics=metrics)
+                    self._manager.wait_until_finished()
+                except (OSError, ValueError):
+                    _join_orbax_threads()
+                    raise
         except (OSError, ValueError) as err:  # tensorstore reports a full disk as ValueError
             if jax.process_index() == 0:
                 for tmp in self.directory.glob(f"{epoch}.orbax-checkpoint-tmp*"):
