@@ -443,6 +443,9 @@ def test_a_typed_directory_names_its_own_arrays_when_meta_lists_another(tmp_path
                                               r"got 4\.7"),
     (dict(num_classes="3"), r"its num_classes must be an integer, got '3'"),
     (dict(relations=[["a", "ab", "b"], ["a", "ab", "b"]]), r"relation a__ab__b is given twice"),
+    # read without the relation before
+    (dict(relations=[]), r"it holds arrays its record names no relation, node type or column "
+                         r"for: r0_indices, r0_indptr$"),
 ])
 def test_a_stored_typed_dataset_with_a_bad_record_is_named(tmp_path, change, message):
     ds = zg.make_hetero_dataset("h", {"a": 3, "b": 2}, {("a", "ab", "b"): ([0, 1, 2],

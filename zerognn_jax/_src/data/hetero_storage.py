@@ -108,6 +108,16 @@ def _dataset(meta: dict, arrays: dict, where) -> HeteroDataset:
                                  f"({', '.join(types)})")
         info = {t: {c: arrays[f"info{types.index(t)}_{k}"] for k, c in enumerate(cols)}
                 for t, cols in recorded.items()}
+        claimed = {f"r{i}_{part}" for i in range(len(relations))
+                   for part in ("indptr", "indices", "weights", "edge_features")}
+        claimed |= {f"x{j}" for j in range(len(types))}
+        claimed |= {f"info{types.index(t)}_{k}" for t, cols in recorded.items()
+                    for k in range(len(cols))}
+        unclaimed = sorted(set(arrays) - claimed - {"meta", "labels", "targets",
+                                                     *(f"{s}_idx" for s in SPLITS)})
+        if unclaimed:  # its record lost a relation or a type: read, they were left out
+            raise ValueError(f"it holds arrays its record names no relation, node type or "
+                             f"column for: {', '.join(unclaimed)}")
         num_classes = _recorded_int(meta["num_classes"], "num_classes")
         return HeteroDataset(meta["name"], HeteroGraph(counts, relations, tuple(graphs)),
                              features, meta["target_type"], arrays["labels"],
