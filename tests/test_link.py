@@ -288,6 +288,16 @@ def test_split_save_and_load_round_trip(small_graph, tmp_path):
     assert np.array_equal(np.asarray(back.graph.indices), np.asarray(split.graph.indices))
 
 
+def test_split_load_names_files_as_save_does_and_refuses_other_npz(small_graph, tmp_path):
+    split = random_link_split(small_graph, seed=1)
+    split.save(tmp_path / "s")  # writes s.npz
+    assert np.array_equal(LinkSplit.load(tmp_path / "s").train, split.train)
+    np.savez(tmp_path / "x.npz", a=np.arange(3))
+    with pytest.raises(ValueError, match=r"x\.npz is not a link split written by "
+                                         r"LinkSplit\.save: it lacks num_nodes, train, "):
+        LinkSplit.load(tmp_path / "x.npz")
+
+
 def _gz_csv(path, rows, fmt):
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt") as f:
@@ -376,6 +386,29 @@ def test_ogbl_citation2_layout_reads_per_positive_negatives(tmp_path):
     assert s.test.neg_dst.shape == (2, 5) and s.test.neg.shape == (0, 2)
 
 
+@pytest.mark.parametrize("neg, message", [
+    (np.arange(15).reshape(5, 3) % 10,  # [M, P]: was reshaped to [3, 5], rows scrambled
+     r"valid\.npz: 'target_node_neg' must be integer \[P, M\], one row of negatives per "
+     r"positive \(P = 3\), got int64\[5, 3\] \(transposed\?\)$"),
+    (np.arange(15).reshape(3, 5) % 10 + 0.7,  # float ids were truncated
+     r"valid\.npz: 'target_node_neg' must hold integer node ids, got float64\[3, 5\]$"),
+    (np.arange(15) % 10, r"must be integer \[P, M\].*, got int64\[15\]$"),
+    (np.full((3, 5), 10), r"valid\.npz: 'target_node_neg' has node ids in \[10, 10\], "
+                          r"outside \[0, 10\)$"),
+])
+def test_ogbl_target_node_neg_must_be_integer_per_positive_rows(tmp_path, neg, message):
+    folder = tmp_path / "ogbl_citation2"
+    _raw(folder, 10)
+    split = folder / "split" / "time"
+    split.mkdir(parents=True)
+    pairs = dict(source_node=np.array([0, 1, 2]), target_node=np.array([1, 2, 3]))
+    np.savez(split / "train.npz", **pairs)
+    np.savez(split / "test.npz", **pairs, target_node_neg=np.zeros((3, 5), np.int64))
+    np.savez(split / "valid.npz", **pairs, target_node_neg=neg)
+    with pytest.raises(ValueError, match=message):
+        load_ogbl("ogbl-citation2", tmp_path)
+
+
 def test_pt_reader_refuses_anything_but_numpy(tmp_path):
     class Evil:
         def __reduce__(self):
@@ -400,6 +433,27 @@ def test_auc_and_ap_match_their_definitions():
     precision_at = np.cumsum(labels) / np.arange(1, 101)
     assert link_metrics.average_precision(pos, neg) == pytest.approx(
         precision_at[labels == 1].mean())
+
+
+@pytest.mark.parametrize("metric", [zg.roc_auc, zg.average_precision])
+def test_auc_and_ap_take_two_1d_score_arrays_not_labels_and_scores(metric):
+    rng = np.random.default_rng(0)
+    pos, neg = rng.normal(1, 1, 20), rng.normal(0, 1, 20)
+    name = metric.__name__
+    assert metric(list(pos), neg.astype(np.float32)) == pytest.approx(metric(pos, neg))
+    assert metric(pos.round().astype(int), neg) == metric(pos.round(), neg)  # int scores
+    labels, scores = np.r_[np.ones(20), np.zeros(20)], np.r_[pos, neg]
+    not_labels = rf"^{name} takes \(positive scores, negative scores\), not \(labels, scores\)"
+    for first in (labels, labels.astype(bool), labels.astype(np.int32)):
+        with pytest.raises(ValueError, match=not_labels):
+            metric(first, scores)
+    with pytest.raises(ValueError, match=rf"^{name}: pos must be a 1-D array of scores, got "
+                                         r"float64\[4, 5\]$"):
+        metric(pos.reshape(4, 5), neg)
+    with pytest.raises(ValueError, match=r"neg must be a 1-D array of scores, got float64\[\]$"):
+        metric(pos, 0.3)
+    with pytest.raises(ValueError, match=r"neg must be a 1-D array of scores, got bool\[20\]$"):
+        metric(pos, neg > 0)
 
 
 def test_mrr_and_hits_follow_ogb():
@@ -739,3 +793,51 @@ def test_a_typed_split_without_enough_non_edges_names_its_relation():
     with pytest.raises(ValueError, match=r"^link split of user__buys__item: need 3 negative "
                                          r"pairs and only 0 pairs are not edges$"):
         zg.typed_link_split(typed, "buys", val=0.3, test=0.3)
+
+
+def test_link_splits_name_a_graph_of_the_wrong_type():
+    ring = zg.from_edge_list(np.arange(6), (np.arange(6) + 1) % 6, 6, make_undirected=True)
+    ds = zg.make_dataset("ring", ring.indptr, ring.indices, np.ones((6, 2), np.float32),
+                         np.zeros(6, int), [0, 1], [2], [3], 1)
+    typed = zg.make_hetero_dataset("shop", {"user": 3, "item": 4},
+                                   {("user", "buys", "item"): ([0, 1, 2], [1, 2, 3])},
+                                   target_type="item", labels=[0, 1, 0, 1], train_idx=[0],
+                                   val_idx=[1], test_idx=[2])
+    for call, message in [
+        (lambda: random_link_split(ds),
+         "random_link_split takes a CSRGraph as graph, got Dataset: pass dataset.graph"),
+        (lambda: random_link_split(np.array([[0, 1], [1, 2]])),
+         "random_link_split takes a CSRGraph as graph, got ndarray: pass a CSRGraph, e.g. "
+         "zg.from_edge_index(edge_index, num_nodes=N)"),
+        (lambda: random_link_split(typed.graph),
+         "random_link_split takes a CSRGraph as graph, got HeteroGraph: a HeteroGraph is split by "
+         "zg.typed_link_split(graph, relation)"),
+        (lambda: zg.typed_link_split(typed, "buys"),
+         "typed_link_split takes a HeteroGraph as graph, got HeteroDataset: pass dataset.graph"),
+        (lambda: zg.typed_link_split(ring, "buys"),
+         "typed_link_split takes a HeteroGraph as graph, got CSRGraph: a CSRGraph is split by "
+         "zg.random_link_split(graph)"),
+        (lambda: zg.typed_link_split(ds, "buys"),
+         "typed_link_split takes a HeteroGraph as graph, got Dataset: a Dataset's graph is "
+         "split by zg.random_link_split(dataset.graph)"),
+    ]:
+        with pytest.raises(TypeError) as err:
+            call()
+        assert str(err.value) == message
+
+
+def test_mrr_negatives_must_be_a_count_whose_table_fits_int32():
+    ring = zg.from_edge_list(np.arange(60), (np.arange(60) + 1) % 60, 60, make_undirected=True)
+    typed = zg.hetero_graph({"user": 60, "item": 70},
+                            {("user", "buys", "item"): (np.arange(60), np.arange(60) + 5)})
+    for split in (random_link_split, lambda g, **kw: zg.typed_link_split(g, "buys", **kw)):
+        graph = ring if split is random_link_split else typed
+        for bad in (-1, 1.5, True, "3"):
+            with pytest.raises(ValueError, match=rf"^mrr_negatives must be an integer >= 0, "
+                                                 rf"got {bad!r}$"):
+                split(graph, mrr_negatives=bad)
+        with pytest.raises(ValueError, match=r"^mrr_negatives=1000000000000 x 6 test "
+                                             r"positives is 6,000,000,000,000 negative "
+                                             r"destinations, 2\*\*31 or more$"):
+            split(graph, mrr_negatives=10**12)
+        assert split(graph, mrr_negatives=np.int64(2)).test.neg_dst.shape == (6, 2)

@@ -32,7 +32,9 @@ from zerognn_jax._src.data.hetero import HeteroGraph, Relation, named_relation, 
 from zerognn_jax._src.data.links import (
     SPLITS,
     EvalEdges,
+    check_mrr_negatives,
     destination_negatives,
+    require_graph,
     sample_non_edges,
     warn_empty_splits,
 )
@@ -131,6 +133,7 @@ def typed_link_split(graph: HeteroGraph, relation: Relation | str, *, val: float
     """A random split of `relation`'s distinct pairs (module docstring); `relation` is a
     (src, name, dst) triple, or a string as `named_relation` reads it ("src__name__dst",
     or a name only one relation has)."""
+    require_graph("typed_link_split", graph, HeteroGraph)
     if not (0 <= val and 0 <= test and val + test < 1):
         raise ValueError(f"need val, test >= 0 and val + test < 1, got {val}, {test}")
     seed = check_seed(seed)
@@ -153,6 +156,7 @@ def typed_link_split(graph: HeteroGraph, relation: Relation | str, *, val: float
     rng = np.random.default_rng(seed)
     keys_perm = keys[rng.permutation(keys.size)]
     n_val, n_test = int(val * keys.size), int(test * keys.size)
+    mrr_negatives = check_mrr_negatives(mrr_negatives, n_val, n_test)
     held = n_val + n_test
     if keys.size - held < 1:
         raise ValueError(f"{relation_name(relation)} has {keys.size} distinct pairs"

@@ -38,8 +38,10 @@ from pathlib import Path
 
 import numpy as np
 
-from zerognn_jax._src.data.checks import check_seed
+from zerognn_jax._src.data import hetero
+from zerognn_jax._src.data.checks import check_seed, is_count
 from zerognn_jax._src.data.graph import CSRGraph
+from zerognn_jax._src.data.hetero import HeteroGraph
 from zerognn_jax._src.data.ogb import _load_text  # the gzipped-CSV reader of ogbn
 from zerognn_jax._src.data.storage import put_table, stored_table
 from zerognn_jax._src.data.tables import edge_feature_table
@@ -52,6 +54,7 @@ from zerognn_jax._src.data.undirected import (
 from zerognn_jax._src.data.writes import atomic_write
 
 SPLITS = ("val", "test")
+_SAVED = ("num_nodes", "train", *(f"{s}_{k}" for s in SPLITS for k in ("pos", "neg", "neg_dst")))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,22 +118,47 @@ class LinkSplit:
         if self.graph.edge_features is not None:
             put_table(arrays, "train_edge_features", np.asarray(self.graph.edge_features)[
                 edge_positions(self.graph, self.train[:, 0], self.train[:, 1])])
-        path = Path(path)
-        path = path if path.suffix == ".npz" else path.with_name(f"{path.name}.npz")
-        with atomic_write(path, "link split file") as f:
+        with atomic_write(_npz_path(path), "link split file") as f:
             np.savez(f, **arrays)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> LinkSplit:
-        """Reads a split written by `save`; the graph is rebuilt from its training edges
-        (and their feature rows, when saved)."""
-        with np.load(path) as f:
+        """Reads a split written by `save` (at `path`, or at `path` + ".npz" as `save`
+        names it); the graph is rebuilt from its training edges (and their feature rows,
+        when saved). ValueError naming the file when it is no such split."""
+        with _split_archive(path) as f:
             n = int(f["num_nodes"])
             evals = {s: EvalEdges(*(f[f"{s}_{k}"] for k in ("pos", "neg", "neg_dst")))
                      for s in SPLITS}
             table = stored_table(f, "train_edge_features")
             return cls(f["train"], training_graph(f["train"], n, table), evals["val"],
                        evals["test"], n)
+
+
+def _npz_path(path: str | os.PathLike) -> Path:
+    """`path` with ".npz" added where it lacks it, as `np.savez` names its file."""
+    path = Path(path)
+    return path if path.suffix == ".npz" else path.with_name(f"{path.name}.npz")
+
+
+def _split_archive(path: str | os.PathLike):
+    """The open `.npz` of a split `LinkSplit.save` wrote at `path` (or `path` + ".npz");
+    ValueError naming the file when it holds no such split (which gave a KeyError naming
+    one key, or NumPy's error of a file that is no archive)."""
+    path = Path(path)
+    path = path if path.is_file() else _npz_path(path)
+    wrong = f"{path} is not a link split written by LinkSplit.save"
+    try:
+        f = np.load(path)
+    except (ValueError, EOFError, pickle.UnpicklingError) as err:
+        raise ValueError(f"{wrong}: {err}") from err
+    if not isinstance(f, np.lib.npyio.NpzFile):
+        raise ValueError(f"{wrong}: it holds one array, not an .npz archive")
+    missing = [k for k in _SAVED if k not in f.files]
+    if missing:
+        f.close()
+        raise ValueError(f"{wrong}: it lacks {', '.join(missing)}")
+    return f
 
 
 def training_graph(train: np.ndarray, num_nodes: int, edge_features=None) -> CSRGraph:
@@ -257,6 +285,35 @@ def warn_empty_splits(val: float, test: float, n_val: int, n_test: int, pairs: i
                       f"to 0 pairs): their metrics are null", EmptySplitWarning, stacklevel=3)
 
 
+# What splits each kind of graph, for the message of a wrong one (`require_graph`)
+_SPLIT_BY = {CSRGraph: "zg.random_link_split({})",
+             HeteroGraph: "zg.typed_link_split({}, relation)"}
+
+
+def require_graph(split: str, graph, kind: type) -> None:
+    """`hetero.require_graph` for `split`: a dataset's graph, or the split of the other
+    kind of graph."""
+    def elsewhere(what: str, inner) -> str:
+        held = "graph" if inner is graph else "dataset.graph"
+        return f"{what} is split by {_SPLIT_BY[type(inner)].format(held)}"
+
+    hetero.require_graph(split, graph, kind, dataset_fix="pass dataset.graph",
+                         elsewhere=elsewhere)
+
+
+def check_mrr_negatives(value, n_val: int, n_test: int) -> int:
+    """`value` as an int; ValueError naming it unless it is an integer >= 0 whose
+    [P, value] table of each split's P positives stays under 2**31 entries (-1 and 1.5
+    met NumPy's errors, 10**12 a MemoryError of petabytes)."""
+    if not is_count(value) or int(value) < 0:
+        raise ValueError(f"mrr_negatives must be an integer >= 0, got {value!r}")
+    count, (positives, split) = int(value), max((n_val, "val"), (n_test, "test"))
+    if positives * count >= 2**31:
+        raise ValueError(f"mrr_negatives={count} x {positives} {split} positives is "
+                         f"{positives * count:,} negative destinations, 2**31 or more")
+    return count
+
+
 def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
                       seed: int = 0, mrr_negatives: int = 0) -> LinkSplit:
     """A random split of the undirected edges of `graph` (85/5/10 by default).
@@ -268,6 +325,7 @@ def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
     and, if `mrr_negatives` > 0, that many negative destinations per positive. The
     same (graph, fractions, seed) give the same split, negatives included.
     """
+    require_graph("random_link_split", graph, CSRGraph)
     if not (0 <= val and 0 <= test and val + test < 1):
         raise ValueError(f"need val, test >= 0 and val + test < 1, got {val}, {test}")
     seed = check_seed(seed)
@@ -279,6 +337,7 @@ def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
     perm = rng.permutation(keys.shape[0])
     edges = _key_pairs(keys[perm], n)
     n_val, n_test = int(val * edges.shape[0]), int(test * edges.shape[0])
+    mrr_negatives = check_mrr_negatives(mrr_negatives, n_val, n_test)
     parts = {"val": edges[:n_val], "test": edges[n_val:n_val + n_test]}
     held = n_val + n_test
     train = edges[held:]
@@ -352,12 +411,13 @@ def read_pt(path: str | os.PathLike) -> dict:
         return _NumpyUnpickler(f).load()
 
 
-def _read_split_part(folder: Path, part: str) -> dict:
+def _read_split_part(folder: Path, part: str) -> tuple[Path, dict]:
+    """(the file of split `part`, its dict of arrays)."""
     for suffix, reader in ((".pt", read_pt), (".npz", lambda p: dict(np.load(p)))):
         path = folder / f"{part}{suffix}"
         if path.is_file():
             try:
-                return {k: np.asarray(v) for k, v in reader(path).items()}
+                return path, {k: np.asarray(v) for k, v in reader(path).items()}
             except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError,
                     pickle.UnpicklingError) as err:
                 raise ValueError(f"{path} is not a readable OGB split file: {err}") from err
@@ -381,6 +441,29 @@ def _node_pairs(values, what: str, n: int) -> np.ndarray:
         raise ValueError(f"{what} has node ids in [{pairs.min()}, {pairs.max()}], outside "
                          f"[0, {n})")
     return pairs.astype(np.int32)
+
+
+def _negative_rows(part: dict, path: Path, positives: int, n: int) -> np.ndarray:
+    """int32[P, M]: a split file's `target_node_neg`, which must be integer [P, M], one
+    row per positive, ids in [0, n) (a transposed [M, P] was reshaped into scrambled
+    rows, float ids truncated); [P, 0] without it or with an empty one. ValueError naming
+    the file otherwise."""
+    neg = part.get("target_node_neg", np.zeros((positives, 0), np.int32))
+    fits = neg.ndim == 2 and neg.shape[0] == positives
+    if not neg.size:  # no negatives, whatever shape the empty array was saved in
+        return np.zeros((positives, neg.shape[1] if fits else 0), np.int32)
+    what = f"{path}: 'target_node_neg'"
+    if not fits:
+        hint = " (transposed?)" if neg.ndim == 2 and neg.shape[1] == positives else ""
+        raise ValueError(f"{what} must be integer [P, M], one row of negatives per positive "
+                         f"(P = {positives}), got {neg.dtype}{list(neg.shape)}{hint}")
+    if not np.issubdtype(neg.dtype, np.integer):
+        raise ValueError(f"{what} must hold integer node ids, got {neg.dtype}"
+                         f"{list(neg.shape)}")
+    if neg.min() < 0 or neg.max() >= n:
+        raise ValueError(f"{what} has node ids in [{neg.min()}, {neg.max()}], outside "
+                         f"[0, {n})")
+    return neg.astype(np.int32)
 
 
 def _pairs(part: dict, name: str, n: int) -> np.ndarray:
@@ -411,16 +494,14 @@ def load_ogbl(name: str, root: str | os.PathLike):
         raise ValueError(f"{raw}: num-node-list says {n} nodes, node-feat has "
                          f"{features.shape[0]} rows")
     split_dir = folder / "split" / "time"
-    parts = {p: _read_split_part(split_dir, p) for p in ("train", "valid", "test")}
-    train = _pairs(parts["train"], "train", n)
+    files = {p: _read_split_part(split_dir, p) for p in ("train", "valid", "test")}
+    train = _pairs(files["train"][1], "train", n)
     evals = {}
     for ours, theirs in (("val", "valid"), ("test", "test")):
-        part = parts[theirs]
+        path, part = files[theirs]
         pos = _pairs(part, theirs, n)
         neg = _node_pairs(part.get("edge_neg", np.zeros((0, 2), np.int64)),
                           f"split {theirs}'s 'edge_neg'", n)
-        neg_dst = np.asarray(part.get("target_node_neg", np.zeros((pos.shape[0], 0))),
-                             np.int32).reshape(pos.shape[0], -1)
-        evals[ours] = EvalEdges(pos, neg, neg_dst)
+        evals[ours] = EvalEdges(pos, neg, _negative_rows(part, path, pos.shape[0], n))
     split = LinkSplit(train, training_graph(train, n), evals["val"], evals["test"], n)
     return features, split

@@ -34,11 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data import hetero
 from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int, require_ids
-from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.hetero import HeteroGraph
-from zerognn_jax._src.data.hetero_dataset import HeteroDataset
 from zerognn_jax._src.data.links import EvalEdges, LinkSplit
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.host_rows import is_host_resident, to_device
@@ -168,30 +167,16 @@ def as_kernels(kernels: Kernels | str) -> Kernels:
     return kernels
 
 
-# How a user builds each kind of graph a loader samples, for the message of a wrong one
-_BUILT_BY = {CSRGraph: "zg.from_edge_index(edge_index, num_nodes=N)",
-             HeteroGraph: "zg.hetero_graph(num_nodes, edges)"}
-
-
 def require_graph(loader: str, graph, kind: type) -> None:
-    """TypeError naming what `loader` got as its graph unless it is a `kind` (CSRGraph;
-    HeteroGraph for the typed loaders), and what to pass instead: a dataset's graph, the
-    loader of the other kind of graph, or how one is built. (A Dataset was read as a
-    graph until `max_degree`: an AttributeError naming neither.)"""
-    if isinstance(graph, kind):
-        return
-    given = type(graph).__name__
-    inner = graph.graph if isinstance(graph, Dataset | HeteroDataset) else graph
-    if isinstance(inner, kind):
-        fix = "pass dataset.graph (and features=dataset.features for batch.x)"
-    elif isinstance(inner, CSRGraph | HeteroGraph):
+    """`hetero.require_graph` for `loader`: a dataset's graph with its features, or the
+    loader of the other kind of graph."""
+    def elsewhere(what: str, inner) -> str:
         other = (f"Hetero{loader}" if isinstance(inner, HeteroGraph)
                  else loader.removeprefix("Hetero"))
-        fix = (f"a {given} is" if inner is graph else f"a {given}'s graph is") + \
-            f" sampled by zg.{other}"
-    else:
-        fix = f"pass a {kind.__name__}, e.g. {_BUILT_BY[kind]}"
-    raise TypeError(f"{loader} takes a {kind.__name__} as graph, got {given}: {fix}")
+        return f"{what} is sampled by zg.{other}"
+
+    hetero.require_graph(loader, graph, kind, elsewhere=elsewhere, dataset_fix=(
+        "pass dataset.graph (and features=dataset.features for batch.x)"))
 
 
 class _Group(NamedTuple):

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from zerognn_jax._src.training.tasks.link_metrics import average_precision, roc_auc
+from zerognn_jax._src.training.tasks.link_metrics import scored_ap, scored_auc
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
 
 
@@ -99,4 +99,4 @@ def graph_metrics(outputs, targets, kind: str) -> dict:
         mae = float(np.abs(out - np.nan_to_num(t))[known].mean()) if known.any() \
             else float("nan")
         return {"mae": mae}
-    return {"rocauc": _per_task(out, t, roc_auc), "ap": _per_task(out, t, average_precision)}
+    return {"rocauc": _per_task(out, t, scored_auc), "ap": _per_task(out, t, scored_ap)}

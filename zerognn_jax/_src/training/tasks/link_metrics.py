@@ -50,7 +50,7 @@ def split_metrics(model, variables, h, edges, metric: str) -> dict:
         return mrr_metrics(pos, neg)
     neg = score_pairs(model, variables, h, edges.neg)
     if metric == "auc":
-        return {"auc": roc_auc(pos, neg), "ap": average_precision(pos, neg)}
+        return {"auc": scored_auc(pos, neg), "ap": scored_ap(pos, neg)}
     k = int(metric.split("@")[1])
     return {metric: hits_at_k(pos, neg, k)}
 
@@ -61,11 +61,53 @@ def any_nan(*scores) -> bool:
     return any(bool((jnp if isinstance(s, jax.Array) else np).isnan(s).any()) for s in scores)
 
 
+def _score_array(values, name: str, metric: str) -> np.ndarray:
+    """float64[n] of a 1-D array (or list) of real scores; ValueError naming `metric`,
+    `name`, the dtype and the shape otherwise (a 2-D `pos` was flattened by one metric
+    and refused by NumPy in the other, a scalar met NumPy's errors)."""
+    a = np.asarray(values)
+    if a.ndim != 1 or not (jnp.issubdtype(a.dtype, jnp.floating)
+                           or jnp.issubdtype(a.dtype, jnp.integer)):
+        raise ValueError(f"{metric}: {name} must be a 1-D array of scores, got "
+                         f"{a.dtype}{list(a.shape)}")
+    return a.astype(np.float64)
+
+
+def _scores(pos, neg, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(pos, neg) as `_score_array`s, refusing scikit-learn's (labels, scores) order: a
+    boolean `pos`, or one of 0s and 1s as long as a `neg` of other values (it gave a
+    plausible wrong number)."""
+    first, second = np.asarray(pos), np.asarray(neg)
+    labels = first.dtype == bool
+    if not labels and first.ndim == second.ndim == 1 and first.size == second.size:
+        is_01 = lambda a: set(np.unique(a).tolist()) == {0, 1}
+        labels = first.dtype != object and is_01(first) and not (
+            second.dtype != object and is_01(second))
+    if labels:
+        raise ValueError(f"{metric} takes (positive scores, negative scores), not (labels, "
+                         f"scores): pass {metric}(scores[labels == 1], scores[labels == 0])")
+    return _score_array(first, "pos", metric), _score_array(second, "neg", metric)
+
+
 def roc_auc(pos, neg) -> float:
     """Area under the ROC curve of positives over negatives (ties count one half).
 
-    `pos` and `neg` are the scores of the positive and of the negative pairs, not
-    scikit-learn's (labels, scores): `roc_auc(scores[labels == 1], scores[labels == 0])`."""
+    `pos` and `neg` are 1-D scores of the positive and of the negative pairs, not
+    scikit-learn's (labels, scores): `roc_auc(scores[labels == 1], scores[labels == 0])`;
+    a first argument that looks like labels is refused (ValueError)."""
+    return scored_auc(*_scores(pos, neg, "roc_auc"))
+
+
+def average_precision(pos, neg) -> float:
+    """Average precision (scikit-learn's definition: sum over thresholds of recall
+    steps times precision) of the 1-D scores `pos` of positives (labelled 1) and `neg`
+    of negatives, taken as `roc_auc` takes them."""
+    return scored_ap(*_scores(pos, neg, "average_precision"))
+
+
+def scored_auc(pos, neg) -> float:
+    """`roc_auc` of score arrays the library made itself (a split's, a column of node or
+    graph outputs), unchecked: real scores of 0 and 1 alone are no labels there."""
     pos, neg = np.asarray(pos, np.float64), np.sort(np.asarray(neg, np.float64))
     if not pos.size or not neg.size or any_nan(pos, neg):
         return float("nan")
@@ -74,9 +116,8 @@ def roc_auc(pos, neg) -> float:
     return float(np.mean((below + 0.5 * ties) / neg.size))
 
 
-def average_precision(pos, neg) -> float:
-    """Average precision (scikit-learn's definition: sum over thresholds of recall
-    steps times precision), positives labelled 1."""
+def scored_ap(pos, neg) -> float:
+    """`average_precision` of score arrays the library made itself (`scored_auc`)."""
     scores = np.concatenate([np.asarray(pos, np.float64), np.asarray(neg, np.float64)])
     labels = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
     if not len(pos) or any_nan(scores):

@@ -19,7 +19,7 @@ import numpy as np
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.loaders import load_dataset
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch, data_log
-from zerognn_jax._src.training.tasks.link_metrics import any_nan, roc_auc
+from zerognn_jax._src.training.tasks.link_metrics import any_nan, scored_auc
 from zerognn_jax._src.training.tasks.losses import (
     LOSSES,
     SCORES,
@@ -169,7 +169,7 @@ def target_metrics(outputs, targets, kind: str) -> dict:
     pred, true = out > 0, t > 0.5
     tp = float(np.sum(pred & true))
     wrong = float(np.sum(pred != true))
-    aucs = [roc_auc(out[true[:, j], j], out[~true[:, j], j]) for j in range(t.shape[1])
+    aucs = [scored_auc(out[true[:, j], j], out[~true[:, j], j]) for j in range(t.shape[1])
             if true[:, j].any() and not true[:, j].all()]
     return {"acc": 1.0 - wrong / t.size, "f1": 2 * tp / (2 * tp + wrong) if tp or wrong
             else float("nan"), "rocauc": float(np.mean(aucs)) if aucs else float("nan")}
