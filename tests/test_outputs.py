@@ -396,6 +396,20 @@ def test_an_output_path_that_cannot_be_written_is_one_line_before_any_work(tmp_p
         storage_graphs.save_graphs(molhiv_like(0.001), graphs)
 
 
+def test_a_metrics_path_that_is_no_regular_file_is_refused(tmp_path):
+    """A pipe blocked the run's read-back (and a resume renamed a file over a device such
+    as /dev/null); each is refused before anything is opened."""
+    from zerognn_jax._src.training.records import check_output_paths
+
+    fifo = tmp_path / "m.fifo"
+    os.mkfifo(fifo)
+    for path, kind in ((fifo, "a pipe"), (Path(os.devnull), "a character device")):
+        with pytest.raises(ValueError, match=rf"^metrics_out {path} is {kind}, not a regular "
+                                             rf"file: a run reads its records back"):
+            check_output_paths(str(path), None)
+    assert fifo.exists() and Path(os.devnull).is_char_device()
+
+
 def test_a_metrics_file_of_other_lines_is_refused_and_left_as_it_was(tmp_path, capsys):
     """A run rewrites its metrics file when it starts: one holding lines that are no
     run's records is refused, untouched; a link to a file of records stays a link, and

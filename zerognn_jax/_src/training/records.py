@@ -19,6 +19,7 @@ import contextlib
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,6 +63,10 @@ def check_output_paths(metrics_out: str | None, checkpoint_dir: str | None) -> l
         if metrics_out:
             path = Path(metrics_out)
             created += _check_folder("the folder of metrics_out", path.parent)
+            if path.exists() and not path.is_file():
+                raise ValueError(f"metrics_out {metrics_out} is {_file_kind(path)}, not a "
+                                 f"regular file: a run reads its records back and rewrites "
+                                 f"the file when it resumes; give a file path")
             if path.exists():
                 try:
                     open(path, "a").close()  # appending nothing changes nothing
@@ -73,6 +78,18 @@ def check_output_paths(metrics_out: str | None, checkpoint_dir: str | None) -> l
         remove_if_empty(created)
         raise
     return created
+
+
+def _file_kind(path: Path) -> str:
+    """What `path` (which exists, and is neither a regular file nor a folder) names.
+    (Read back, a terminal or a pipe blocked the run, /dev/zero filled memory; rewritten,
+    /dev/null became a regular file.)"""
+    mode = path.stat().st_mode
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "no regular file"
 
 
 def _refuse_foreign_metrics(path: Path) -> None:
