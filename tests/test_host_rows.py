@@ -309,14 +309,21 @@ def test_bad_tables_are_refused(array, message):
 
 
 def test_a_missing_compiler_is_named_and_leaves_no_library(tmp_path, monkeypatch):
+    """Named by an OSError (one line from the command line; a RuntimeError's traceback
+    before); a library built already is used without looking for a compiler."""
     monkeypatch.setenv("ZEROGNN_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", "no-such-compiler-here")
-    with pytest.raises(RuntimeError, match="'no-such-compiler-here' is not on the PATH"):
+    with pytest.raises(host_rows.BuildError, match="'no-such-compiler-here' is not on the "
+                                                   "PATH"):
         host_rows._library.__wrapped__(None)
     monkeypatch.setenv("CXX", "false")  # a compiler that fails
-    with pytest.raises(RuntimeError, match="building the host-row gather failed"):
+    with pytest.raises(OSError, match="building the host-row gather failed"):
         host_rows._library.__wrapped__(None)
     assert os.listdir(tmp_path) == []
+    monkeypatch.delenv("CXX")
+    host_rows._library.__wrapped__(None)
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    host_rows._library.__wrapped__(None)  # the cached library (refused before)
 
 
 def test_pieces_cover_the_table_at_page_aligned_cuts():

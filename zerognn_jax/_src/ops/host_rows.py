@@ -80,41 +80,57 @@ def _gpu_arch() -> str | None:
     return "sm_" + str(cap).replace(".", "")
 
 
-def _compiler(arch: str | None) -> list[str]:
-    """The command that builds the handlers (without source and output)."""
-    include = ["-I", jax.ffi.include_dir()]
+class BuildError(OSError):
+    """The host-row gather could not be built: no compiler, or it failed. An OSError (of
+    the machine, not of the run's values), which the command line reports in one line."""
+
+
+def _compiler(arch: str | None) -> str:
+    """The compiler that builds the handlers for `arch`: $CXX or g++ for the CPU, nvcc
+    for a GPU; BuildError when there is none."""
     if arch is None:
         cxx = os.environ.get("CXX", "g++")
         if shutil.which(cxx) is None:
-            raise RuntimeError(f"host-resident features need a C++ compiler to build their "
-                               f"row gather, and {cxx!r} is not on the PATH: install g++, "
-                               "set $CXX, or keep the features on the device "
-                               "(feature_placement='device')")
-        return [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-w", "-x", "c++", *include]
+            raise BuildError(f"host-resident features need a C++ compiler to build their "
+                             f"row gather, and {cxx!r} is not on the PATH: install g++, "
+                             "set $CXX, or keep the features on the device "
+                             "(feature_placement 'device')")
+        return cxx
     nvcc = os.environ.get("NVCC") or shutil.which("nvcc")
     if nvcc is None:
         home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
         nvcc = str(Path(home) / "bin" / "nvcc") if (Path(home) / "bin" / "nvcc").exists() \
             else None
     if nvcc is None:
-        raise RuntimeError("host-resident features need nvcc to build their GPU row "
-                           "gather, and none was found ($NVCC, the PATH, $CUDA_HOME/bin): "
-                           "install CUDA's compiler or keep the features on the device "
-                           "(feature_placement='device')")
+        raise BuildError("host-resident features need nvcc to build their GPU row "
+                         "gather, and none was found ($NVCC, the PATH, $CUDA_HOME/bin): "
+                         "install CUDA's compiler or keep the features on the device "
+                         "(feature_placement 'device')")
+    return nvcc
+
+
+def _flags(arch: str | None) -> list[str]:
+    """The compiler's arguments for `arch` (without source and output)."""
+    include = ["-I", jax.ffi.include_dir()]
+    if arch is None:
+        return ["-O2", "-std=c++17", "-shared", "-fPIC", "-w", "-x", "c++", *include]
     code = arch.removeprefix("sm_")
-    return [nvcc, "-O2", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-w",
+    return ["-O2", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-w",
             f"-gencode=arch=compute_{code},code=[sm_{code},compute_{code}]", "-x", "cu",
             *include]
 
 
 @functools.cache
 def _library(arch: str | None) -> ctypes.CDLL:
-    """The built handlers for `arch` (None: CPU only), built once per cache key."""
-    command = _compiler(arch)
+    """The built handlers for `arch` (None: CPU only), built once per cache key (the
+    compiler is looked for only then: a machine without one uses a library built
+    already)."""
+    flags = _flags(arch)
     source = _SOURCE.read_bytes()
-    key = hashlib.sha256(source + " ".join([jax.__version__, *command[1:]]).encode())
+    key = hashlib.sha256(source + " ".join([jax.__version__, *flags]).encode())
     path = _cache_dir() / f"host_rows-{arch or 'cpu'}-{key.hexdigest()[:16]}.so"
     if not path.exists():
+        command = [_compiler(arch), *flags]
         path.parent.mkdir(parents=True, exist_ok=True)
         # Built beside its final name and renamed: a run stopped mid-build, or two runs
         # building at once, never leave a half-written library under that name.
@@ -124,7 +140,7 @@ def _library(arch: str | None) -> ctypes.CDLL:
             done = subprocess.run([*command, str(_SOURCE), "-o", tmp], capture_output=True,
                                   text=True)
             if done.returncode:
-                raise RuntimeError(f"building the host-row gather failed ({command[0]} exit "
+                raise BuildError(f"building the host-row gather failed ({command[0]} exit "
                                    f"{done.returncode}):\n{done.stderr[-4000:]}")
             os.replace(tmp, path)
         finally:
