@@ -225,6 +225,26 @@ def test_save_dir_on_a_full_disk_names_the_folder_and_leaves_nothing(tmp_path, m
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_mapped_array_allocates_its_blocks_before_it_is_filled(tmp_path, monkeypatch):
+    """Filling a mapping of a file with holes on a full disk died of SIGBUS, printing
+    nothing and leaving the staging folder: the blocks are allocated first, and the
+    allocation's ENOSPC is the one line. A file system that allocates nothing ahead is
+    written as before."""
+    dataset = products_like(0.0005, seed=0)
+    monkeypatch.setattr(os, "posix_fallocate", full_disk)
+    with pytest.raises(WriteError, match=rf"^could not write dataset directory "
+                                         rf"{tmp_path / 'd'}: {re.escape(ENOSPC)}$"):
+        storage.save_dir(dataset, tmp_path / "d")
+    assert list(tmp_path.iterdir()) == []
+
+    def unsupported(*args):
+        raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    back = storage.load_dir(storage.save_dir(dataset, tmp_path / "d"))
+    np.testing.assert_array_equal(back.features, dataset.features)
+
+
 def test_a_folder_or_file_not_written_here_is_never_replaced(tmp_path, capsys, monkeypatch):
     """Writing a dataset over a folder of the user's (or a file that is no dataset
     archive, or the current folder) is refused before anything is generated; a dataset

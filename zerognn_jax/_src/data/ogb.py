@@ -58,6 +58,7 @@ from zerognn_jax._src.data import storage
 from zerognn_jax._src.data.dataset import BFLOAT16, Dataset, make_dataset
 from zerognn_jax._src.data.graph import offset_dtype
 from zerognn_jax._src.data.undirected import undirected_csr
+from zerognn_jax._src.data.writes import open_filled
 
 PROTEIN_EDGE_FEATURES = 8  # the columns of ogbn-proteins' edge-feat.csv.gz
 _BLOCK = 1 << 25  # entries (edges, feature values) read, sorted or written at a time
@@ -358,7 +359,7 @@ def _stream_edges(zf, where: Path, tmp: Path, num_nodes: int):
         num_edges = member.shape[1]
         ends = []
         for name in ("src", "dst"):
-            dest = np.lib.format.open_memmap(tmp / f"{name}.npy", "w+", np.int32, (num_edges,))
+            dest = open_filled(tmp / f"{name}.npy", np.int32, (num_edges,))
             for start in range(0, num_edges, _BLOCK):
                 ids = member.read(min(_BLOCK, num_edges - start))
                 if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
@@ -379,7 +380,7 @@ def _write_csr(out, src, dst, n: int, tmp: Path) -> None:
         keep = s != d
         degree += np.bincount(s[keep], minlength=n) + np.bincount(d[keep], minlength=n)
     first = np.concatenate([[0], np.cumsum(degree)])
-    raw = np.lib.format.open_memmap(tmp / "raw.npy", "w+", np.int32, (int(first[-1]),))
+    raw = open_filled(tmp / "raw.npy", np.int32, (int(first[-1]),))
     cursor = first[:-1].copy()
     for a, b in blocks:
         s, d = src[a:b], dst[a:b]
@@ -392,7 +393,7 @@ def _write_csr(out, src, dst, n: int, tmp: Path) -> None:
         raw[cursor[rows] + np.arange(rows.size) - starts[rows]] = cols
         cursor += counts
     del cursor
-    kept = np.lib.format.open_memmap(tmp / "kept.npy", "w+", np.int32, (raw.shape[0],))
+    kept = open_filled(tmp / "kept.npy", np.int32, (raw.shape[0],))
     new_degree, total = np.zeros(n, np.int64), 0
     for lo, hi in _row_blocks(first, n):
         seg = raw[first[lo]:first[hi]].astype(np.int64)

@@ -50,6 +50,7 @@ from zerognn_jax._src.data.writes import (
     GRAPHS_FORMAT,
     META,
     atomic_write,
+    open_filled,
     refuse_foreign,
     require_kind,
     require_npz_suffix,
@@ -207,7 +208,7 @@ class DatasetWriter:
             raise ValueError(f"unknown array {key!r}; expected one of {self.accepts.shown}")
         dtype = np.dtype(dtype)
         self.meta["arrays"][key] = {"shape": [int(d) for d in shape], "dtype": dtype.name}
-        return np.lib.format.open_memmap(self.folder / f"{key}.npy", "w+", dtype, tuple(shape))
+        return open_filled(self.folder / f"{key}.npy", dtype, shape)
 
     def put(self, key: str, values) -> None:
         """Writes array `key` from `values` (any array-like)."""

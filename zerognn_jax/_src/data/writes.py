@@ -90,6 +90,22 @@ def keep_cache(data, save, path: str | os.PathLike):
     return data
 
 
+def open_filled(file: Path, dtype, shape) -> np.memmap:
+    """A new `.npy` at `file` memory-mapped for writing, its blocks allocated on disk
+    first: a mapping of a file with holes meets a full disk as SIGBUS, which killed the
+    process without a word, where the allocation raises an OSError (ENOSPC). A file
+    system that allocates no blocks ahead (EOPNOTSUPP, EINVAL) is mapped as it is."""
+    out = np.lib.format.open_memmap(file, "w+", dtype, tuple(shape))
+    try:
+        with open(file, "r+b") as f:
+            os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
+    except OSError as err:
+        if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            del out  # (the mapping, before the caller's folder goes)
+            raise
+    return out
+
+
 def part_prefix(path: Path) -> str:
     """The name start of a temporary file or folder written for `path`: hidden, and
     naming the host and process that write it, so that a later write to `path` knows a
