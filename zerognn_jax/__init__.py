@@ -67,7 +67,7 @@ from zerognn_jax._src.data.loaders import (
 )
 from zerognn_jax._src.data.molecules import molhiv_like, molpcba_like
 from zerognn_jax._src.data.ogbg import read_ogbg
-from zerognn_jax._src.data.writes import WriteError
+from zerognn_jax._src.data.writes import CacheWarning, WriteError
 from zerognn_jax._src.nn.bridge import as_linen
 from zerognn_jax._src.nn.graph_models import (
     GRAPH_MODELS,
@@ -229,7 +229,7 @@ __all__ = [
     "CheckpointMismatch", "CheckpointWarning", "Diverged", "EmptySplitWarning",
     "PlacementWarning",
     "IgnoredOptionWarning", "Interrupted", "deferred_interrupts", "OutputsInUse", "WriteError",
-    "CompileCacheWarning",
+    "CompileCacheWarning", "CacheWarning",
     "use_compile_cache",
     "DotDecoder", "LinkModel", "LinkSplit", "LinkTask", "MLPDecoder", "load_ogbl",
     "make_decoder", "negative_pairs", "node_embeddings", "random_link_split",

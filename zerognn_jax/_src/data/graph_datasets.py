@@ -52,8 +52,8 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
         path = Path(root) / f"{key}-{scale:g}-{seed}.npz"
         if path.is_file():
             return load_graphs_file(path)
-        return announced(what, lambda: keep_cache(PRESETS[key](scale, seed), save_graphs, path),
-                         log, into=path)
+        return announced(what, lambda: keep_cache(PRESETS[key](scale, seed), save_graphs, path,
+                                                  "generated"), log, into=path)
     if scale != 1.0:
         raise ValueError(f"scale applies to the synthetic presets ({', '.join(PRESETS)}), "
                          f"got scale={scale} (--scale) for {name!r}")

@@ -248,7 +248,8 @@ def _cached(root, stem: str, build: Callable[[], Dataset], what: str,
     path = Path(root) / f"{stem}.npz"
     if path.is_file():
         return load_npz(path)
-    return announced(what, lambda: keep_cache(build(), save_npz, path), log, into=path)
+    return announced(what, lambda: keep_cache(build(), save_npz, path, "generated"), log,
+                     into=path)
 
 
 def is_typed(dataset) -> bool:
@@ -301,8 +302,8 @@ def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
         path = Path(root) / f"{key}-{scale:g}-{seed}{suffix}"
         if is_hetero_path(path):
             return load_hetero(path)
-        return announced(what, lambda: keep_cache(make(scale, seed), _save_typed, path), log,
-                         into=path)
+        return announced(what, lambda: keep_cache(make(scale, seed), _save_typed, path,
+                                                  "generated"), log, into=path)
     if is_hetero_path(name):
         return load_hetero(name)
     if key in {n.lower() for n in DATASET_NAMES} or is_graph_dataset(name) or \

@@ -77,16 +77,20 @@ def writing(what: str, path: str | os.PathLike) -> Iterator[None]:
         raise write_error(what, path, err) from None
 
 
-def keep_cache(data, save, path: str | os.PathLike):
+class CacheWarning(UserWarning):
+    """A dataset's cache that could not be written: the data are used without it."""
+
+
+def keep_cache(data, save, path: str | os.PathLike, made: str = "read from their files"):
     """`data`, just read or generated, after `save(data, path, overwrite=True)` wrote
     its cache `path`. A cache that cannot be written (a read-only folder shared by a team,
-    a full disk) is warned about, and the data are used without it: they are read again
-    from their sources next time."""
+    a full disk) is warned about (`CacheWarning`), and the data are used without it:
+    they are `made` again next time ("read from their files", "generated")."""
     try:
         save(data, path, overwrite=True)
     except OSError as err:
-        warnings.warn(f"could not write the cache {path} ({err}); the data read are used "
-                      f"without it, and read from their files again next time", stacklevel=3)
+        warnings.warn(f"could not write the cache {path} ({err}); the data are used "
+                      f"without it, and {made} again next time", CacheWarning, stacklevel=3)
     return data
 
 
