@@ -149,13 +149,21 @@ def test_user_model_trains_resumes_and_restores(kind, classes, tmp_path):
                                         "value": res.summary["best"]["value"]}
 
 
-def test_fine_tuning_starts_from_given_variables(classes):
+def test_fine_tuning_starts_from_given_variables(classes, tmp_path):
     cfg = config(epochs=1, eval_mode="none")
     first = zg.train(cfg, classes, model=LinenSage(16, CLASSES))
     tuned = zg.train(cfg, classes, model=LinenSage(16, CLASSES), variables=first.variables,
                      optimizer=optax.sgd(0.0))  # lr 0: the given variables come back
     for a, b in zip(leaves(tuned.variables["params"]), leaves(first.variables["params"])):
         np.testing.assert_array_equal(a, b)
+    # a checkpoint of the run wins over them: said (a silent resume before)
+    held = config(tmp_path, epochs=1, eval_mode="none")
+    zg.train(held, classes, model=LinenSage(16, CLASSES))
+    with pytest.warns(zg.CheckpointWarning, match=rf"^checkpoint_dir {held.checkpoint_dir} "
+                                                  rf"holds this run's epoch 0: the run "
+                                                  rf"resumes from it, and the variables"):
+        zg.train(dataclasses.replace(held, epochs=2), classes, model=LinenSage(16, CLASSES),
+                 variables=first.variables)
     with pytest.raises(ValueError, match="do not fit the model"):
         zg.train(config(epochs=0, eval_mode="none"), classes, model=LinenSage(8, CLASSES),
                  variables=first.variables)

@@ -12,6 +12,7 @@ import dataclasses
 import numbers
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -44,6 +45,7 @@ from zerognn_jax._src.training.callbacks import (
     reset_callbacks,
     run_callbacks,
 )
+from zerognn_jax._src.training.checkpoint_errors import CheckpointWarning
 from zerognn_jax._src.training.checks import (
     check_items,
     check_output_dim,
@@ -95,6 +97,7 @@ from zerognn_jax._src.training.summary import run_notes, run_summary
 from zerognn_jax._src.training.tasks.base import BatchedTask
 from zerognn_jax._src.training.tasks.registry import task_class
 from zerognn_jax._src.training.user import check_optimizer, start_from, user_identity
+from zerognn_jax._src.training.user_frames import user_stacklevel
 
 PLANETOID = ("cora", "citeseer", "pubmed")
 
@@ -392,7 +395,8 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
         dataset's targets.
       variables: model variables to start from (e.g. `restore(...).variables`, for
         fine-tuning) instead of a fresh initialisation; the optimizer starts afresh. A
-        checkpoint in `cfg.checkpoint_dir` takes precedence (the run resumes).
+        checkpoint in `cfg.checkpoint_dir` takes precedence (the run resumes, with a
+        `CheckpointWarning`).
       callbacks: functions called with each epoch's record; a true result stops training
         after that epoch (callbacks.py, `EarlyStopping`).
 
@@ -479,6 +483,11 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     if resumable:
         back = _resume(cfg, dataset, data, program, ckpt, resumable, ident, back)
     state, env, history, start_epoch, pending, fresh, meta = back
+    if user.variables is not None and start_epoch:  # a fine-tune that would resume
+        warnings.warn(f"checkpoint_dir {cfg.checkpoint_dir} holds this run's epoch "
+                      f"{start_epoch - 1}: the run resumes from it, and the variables "
+                      f"given are not used (give another checkpoint_dir to start from "
+                      f"them)", CheckpointWarning, stacklevel=user_stacklevel())
     runner = make_engine(cfg.engine, program, chunk_steps=cfg.chunk_steps,
                          policy=cfg.envelope_policy, sample_ahead=cfg.sample_ahead,
                          read_ahead_bytes=cfg.read_ahead_bytes,
