@@ -145,9 +145,13 @@ def full_names(ident: dict, relations) -> dict:
 
 
 def differences(saved: dict, current: dict) -> list[str]:
-    """"key A there, B here" for every key whose value differs (or is absent on one side)."""
+    """"key A there, B here" for every key whose value differs (or is absent on one
+    side). An option left unset (None: the library picks, as `dedup` and
+    `normalize_features`) is said so, where "None" named no value a command line takes;
+    set to what the library would pick, it still differs: leaving it unset resumes."""
     absent = object()
-    show = lambda v: "absent" if v is absent else repr(v)
+    show = lambda v: ("absent" if v is absent else "unset (the default)" if v is None
+                      else repr(v))
     keys = list(current) + [k for k in saved if k not in current]
     return [f"{k} {show(saved.get(k, absent))} there, {show(current.get(k, absent))} here"
             for k in keys if saved.get(k, absent) != current.get(k, absent)]
