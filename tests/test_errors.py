@@ -1056,6 +1056,26 @@ def test_an_epoch_whose_best_metric_has_no_value_says_so(tmp_path):
         best.close()
 
 
+def test_the_value_to_beat_is_that_of_the_epoch_best_holds(tmp_path):
+    """A run resumed without best_metric trained epochs that best/ never saw: their
+    value was taken as the one to beat, and the summary named an epoch best/ lacks."""
+    from zerognn_jax._src.training.checkpoint import BestCheckpoint
+
+    best = BestCheckpoint(str(tmp_path), "val_acc")
+    try:
+        assert best.offer(1, {"val_acc": 0.475}, {"w": np.ones(2, np.float32)}, {})
+    finally:
+        best.close()
+    history = [{"epoch": 0, "val_acc": 0.4}, {"epoch": 1, "val_acc": 0.475},
+               {"epoch": 2, "val_acc": 0.48}, {"epoch": 3, "val_acc": 0.47}]
+    again = BestCheckpoint(str(tmp_path), "val_acc", history)
+    try:
+        assert (again.epoch, again.value) == (1, 0.475)
+        assert again.offer(4, {"val_acc": 0.477}, {"w": np.ones(2, np.float32)}, {})
+    finally:
+        again.close()
+
+
 def _ogbl_folder(root: Path, name: str) -> None:
     """A 10-node OGB link folder of `name`'s layout: collab's pairs with edge_neg,
     citation2's pairs with target_node_neg (3 per positive)."""

@@ -560,19 +560,21 @@ class BestCheckpoint:
     """The best-validation checkpoint of a run: `<checkpoint_dir>/best` holds the state
     of the epoch with the best evaluated `metric` so far (`best_mode`).
 
-    `history` (a resumed run's records) gives the best value to beat where the folder
-    holds a checkpoint (of the same metric: `check_best_metric`); where it holds none
-    (the run before kept no best checkpoint) the best is of the epochs from here on,
-    whose states it can hold.
+    `history` (a resumed run's records) gives the value to beat: that of the epoch the
+    folder holds (kept by the same metric: `check_best_metric`), not the best of every
+    record: epochs a run without `best_metric` trained were never offered, and their
+    value named a checkpoint `best/` lacks. Where it holds none (the run before kept no
+    best checkpoint) the best is of the epochs from here on, whose states it can hold.
     """
 
     def __init__(self, checkpoint_dir: str, metric: str, history=()):
         self.metric, self.mode = metric, best_mode(metric)
         self.value, self.epoch, self._warned = None, None, False
         self._ckpt = Checkpointer(str(Path(checkpoint_dir) / BEST), best_metric=metric)
-        if self._ckpt.latest_epoch() is not None:  # kept by this metric (`check_best_metric`)
-            for record in history:
-                self._take(record.get("epoch"), record.get(metric))
+        held = self._ckpt.latest_epoch()
+        for record in history:
+            if held is not None and record.get("epoch") == held:
+                self._take(held, record.get(metric))
 
     def _better(self, value) -> bool:
         if value is None or not math.isfinite(value):
