@@ -190,3 +190,18 @@ def test_inference_reads_the_model_and_not_the_optimizers_moments(tmp_path):
                                   np.asarray(state["opt_state"][0]["nu"]))
     assert middle - start > 8_000_000  # the moments, compressed
     assert end - middle < 200_000, end - middle
+
+
+def test_an_older_kept_epoch_is_restored_with_its_evaluation(tmp_path):
+    """A checkpoint is saved before its epoch's evaluation, which the folder's file keeps
+    for the newest epoch alone: an older epoch came back without its figures, which a
+    newer checkpoint's records hold."""
+    ds = labelled_dataset("mine", 120, 4, 2, seed=0, edges=400)
+    cfg = zg.TrainConfig(hidden=8, layers=1, fanouts=(3,), batch_size=40, epochs=3,
+                         progress=False, envelope="conservative", model="gcn",
+                         checkpoint_dir=str(tmp_path / "ck"))
+    result = zg.train(cfg, ds)
+    older = zg.restore(cfg.checkpoint_dir, dataset=ds, epoch=1, for_inference=True)
+    assert older.summary["epoch"] == 1
+    assert older.summary["val_acc"] == result.history[1]["val_acc"] is not None
+    assert older.history[-1]["test_acc"] == result.history[1]["test_acc"]

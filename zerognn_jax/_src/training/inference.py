@@ -127,7 +127,8 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
             state = state._replace(**restored)
         history = meta.get("history", [])
         if history:  # saved before its evaluation (pending, or a stop that evaluated it)
-            history[-1].update(ckpt.evaluation_of(history[-1]) or {})
+            history[-1].update(ckpt.evaluation_of(history[-1]) or
+                               _evaluated_later(ckpt, history[-1]))
     finally:
         ckpt.close()
     summary = {"checkpoint": str(directory), "dataset": dataset.name, "task": cfg.task,
@@ -137,6 +138,24 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
     if (normalized := row_normalizes(cfg, dataset, program.task)) is not None:
         summary["features_row_normalized"] = normalized  # what `data.features` holds
     return TrainResult(_variables(state), history, summary, program, data, state, dataset)
+
+
+def _evaluated_later(ckpt, record: dict) -> dict:
+    """The evaluation of `record`'s epoch as a newer checkpoint's records hold it ({}
+    without one): an older checkpoint is saved before its epoch's evaluation, and the
+    folder's evaluation file keeps the newest epoch's alone."""
+    from zerognn_jax._src.training.checkpoint import readable
+
+    for newer in sorted((e for e in ckpt.all_epochs() if e > record.get("epoch", -1)),
+                        reverse=True):
+        try:
+            later = readable(lambda e=newer: ckpt.read_meta(e), ckpt.named, newer)
+        except ValueError:  # an unreadable newer checkpoint: an older one may tell
+            continue
+        for kept in later.get("history", []):
+            if kept.get("epoch") == record.get("epoch"):
+                return {k: v for k, v in kept.items() if k not in record}
+    return {}
 
 
 def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations):
