@@ -121,6 +121,16 @@ def test_data_parallel_embedding_rows_count_as_step_buffers():
     with pytest.raises(ValueError, match=r"--sample-ahead 1: none\) drops up to 0\.00 GiB"):
         memory.check_fits(env, (15, 10), (47, 256, 100), limit, resident=resident,
                           extra_step_bytes=40, read_ahead_bytes=61)
+    # a table in host memory holds no device rows: no lever on them is offered (it said
+    # to split them over devices, which such a table refuses)
+    hosted = memory.Resident(graph=1 << 20, features=0, model=1 << 20)
+    with pytest.raises(ValueError) as err:
+        memory.check_fits(env, (15, 10), (47, 256, 100), hosted.total + levels, resident=hosted,
+                          extra_step_bytes=40, read_ahead_bytes=61)
+    assert "--shard-features" not in str(err.value) and "bfloat16" not in str(err.value)
+    with pytest.raises(ValueError, match="--shard-features --devices N, now 1"):
+        memory.check_fits(env, (15, 10), (47, 256, 100), limit, resident=resident,
+                          extra_step_bytes=40, read_ahead_bytes=61)
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -144,10 +144,13 @@ def _advice(resident: Resident, envelope_bytes: int, over: int,
     """What would bring the run `over` bytes lower, largest lever first (`read_ahead`:
     bytes of host-table rows read ahead, part of the step's buffers)."""
     tips = [_read_ahead_tip(read_ahead)] if read_ahead else []
-    if resident.feature_dtype == "float32":
+    # (levers on the device's feature rows: none for a table in host memory, which
+    # shard_features refuses)
+    if resident.feature_dtype == "float32" and resident.features:
         tips.append(f"bfloat16 features (--dtype bfloat16) save {_gib(resident.features // 2)}")
-    tips.append(f"splitting the features over more devices (--shard-features --devices N, "
-                f"now {resident.feature_shards}) saves up to {_gib(resident.features)}")
+    if resident.features:
+        tips.append(f"splitting the features over more devices (--shard-features --devices "
+                    f"N, now {resident.feature_shards}) saves up to {_gib(resident.features)}")
     tips.append(f"fewer layers, smaller fanouts or batch shrink the step's "
                 f"{_gib(envelope_bytes)} of buffers")
     if resident.graph > over:
