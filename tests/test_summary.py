@@ -198,9 +198,9 @@ def test_a_sharded_table_says_why_it_is_on_the_device():
 
 def test_a_table_split_over_one_device_is_said_to_stay_whole(homo, typed):
     """shard_features with devices 1 (in one process) was accepted silently."""
-    said = ("shard_features True splits the feature table over one device, which keeps all "
+    said = ("shard_features splits the feature table over one device here, which keeps all "
             "of it: train on more devices (devices 0 takes all of this process's) or "
-            "processes for the split to save memory")
+            "processes for the split to save memory")  # ("--shard-features True" before)
     for data, extra in ((homo, {}), (typed, {"model": "rsage"})):
         split = zg.TrainConfig(**QUICK, **extra, shard_features=True)
         assert placement_warnings(lambda c=split, d=data: trainer.prepare(c, d)) == [said]

@@ -118,7 +118,7 @@ def warn_unsplit(shard_features: bool, devices: int) -> None:
     """Warns (`PlacementWarning`) that `shard_features` splits the table over a mesh of
     one device (`devices`), where every row stays where it is."""
     if shard_features and devices == 1:
-        warnings.warn("shard_features True splits the feature table over one device, "
+        warnings.warn("shard_features splits the feature table over one device here, "
                       "which keeps all of it: train on more devices (devices 0 takes all "
                       "of this process's) or processes for the split to save memory",
                       PlacementWarning, stacklevel=user_stacklevel())
