@@ -22,13 +22,13 @@ Runs anywhere (a CPU at a small --scale: no fraction).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import statistics
 import tempfile
 
 import jax
+from bench_rows import record
 from graph_profile import traced_epoch
 
 import zerognn_jax as zg
@@ -99,9 +99,7 @@ def main(argv=None) -> list[dict]:
     for b in (int(x) for x in args.batch_sizes.split(",")):
         row = run(data, b, args)
         rows.append(row)
-        print(json.dumps(row), flush=True)
-        with open(out / "graph.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
+        record(row, out, "graph.jsonl")
     print("| batch | graphs/s | epoch s | envelope | envelope/ideal | test ROC-AUC | test AP | "
           "GPU fraction (traced) | busy / epoch |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import pathlib
 import statistics
@@ -56,6 +55,7 @@ import zlib
 
 import jax
 import jax.numpy as jnp
+from bench_rows import each, record
 
 import zerognn_jax as zg
 from zerognn_jax._src.data.graph_datasets import PRESETS
@@ -153,12 +153,6 @@ def run(data, form: str, batch_size: int, args) -> dict:
             "device": result.summary["device"], "jax": jax.__version__}
 
 
-def _each(runs: list[dict], key: str, fmt: str) -> str:
-    """Every run's `key` ("first_loss": its first epoch's loss), formatted, comma-joined."""
-    value = lambda r: r["losses"][0] if key == "first_loss" else r[key]
-    return ", ".join(format(value(r), fmt) for r in runs)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", default="molhiv-like", choices=tuple(PRESETS))
@@ -184,9 +178,7 @@ def main(argv=None) -> int:
             for form in forms:
                 row = run(data, form, b, args)
                 rows.append(row)
-                print(json.dumps(row), flush=True)
-                with open(out / "graph_forms.jsonl", "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                record(row, out, "graph_forms.jsonl")
     ok = True
     print("| batch | form | graphs/s (runs) | vs library | compile s | first-epoch loss | "
           "within tolerance | test ROC-AUC |")
@@ -202,10 +194,10 @@ def main(argv=None) -> int:
             close = all(abs(r["losses"][0] - ref_loss) <= args.loss_tolerance * abs(ref_loss)
                         for r in runs)
             ok &= close
-            print(f"| {b} | {form} | {_each(runs, 'graphs_per_s', ',.0f')} | "
-                  f"{speed / base_speed:.3f}x | {_each(runs, 'compile_s', '.1f')} | "
-                  f"{_each(runs, 'first_loss', '.4f')} | {close} | "
-                  f"{_each(runs, 'test_rocauc', '.4f')} |")
+            first = ", ".join(f"{r['losses'][0]:.4f}" for r in runs)
+            print(f"| {b} | {form} | {each(runs, 'graphs_per_s', ',.0f')} | "
+                  f"{speed / base_speed:.3f}x | {each(runs, 'compile_s', '.1f')} | "
+                  f"{first} | {close} | {each(runs, 'test_rocauc', '.4f')} |")
     return 0 if ok else 1
 
 

@@ -27,13 +27,13 @@ devices with XLA_FLAGS=--xla_force_host_platform_device_count=N (and tiny scales
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import statistics
 import sys
 
 import jax
+from bench_rows import each, record
 
 import zerognn_jax as zg
 
@@ -72,10 +72,6 @@ def run(task: str, data, devices: int, args) -> dict:
             "test_metric": s[METRIC[task]], "device": s["device"], "jax": jax.__version__}
 
 
-def _each(runs: list[dict], key: str, fmt: str) -> str:
-    return ", ".join(format(r[key], fmt) for r in runs)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", default="graph,link")
@@ -110,9 +106,7 @@ def main(argv=None) -> int:
             for devices in counts:
                 row = run(task, data, devices, args)
                 rows.append(row)
-                print(json.dumps(row), flush=True)
-                with open(out / "task_devices.jsonl", "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                record(row, out, "task_devices.jsonl")
     print("| task | devices | global batch | steps | items/s (runs) | vs 1 device | "
           "compile s | test metric |")
     print("|---|---|---|---|---|---|---|---|")
@@ -123,9 +117,9 @@ def main(argv=None) -> int:
             runs = [r for r in mine if r["devices"] == devices]
             speed = statistics.median(r["items_per_s"] for r in runs)
             print(f"| {task} | {devices} | {runs[0]['global_batch']} | {runs[0]['steps']} | "
-                  f"{_each(runs, 'items_per_s', ',.0f')} | {speed / base:.2f}x | "
-                  f"{_each(runs, 'compile_s', '.1f')} | {runs[0]['metric']} "
-                  f"{_each(runs, 'test_metric', '.4f')} |")
+                  f"{each(runs, 'items_per_s', ',.0f')} | {speed / base:.2f}x | "
+                  f"{each(runs, 'compile_s', '.1f')} | {runs[0]['metric']} "
+                  f"{each(runs, 'test_metric', '.4f')} |")
     return 0
 
 

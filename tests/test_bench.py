@@ -464,8 +464,12 @@ def test_hlo_bytes_count_gathered_rows_and_scatter_updates():
 
 
 def _benchmark_script(name: str):
-    """A script of benchmarks/ loaded as a module (its main does not run)."""
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", f"{name}.py")
+    """A script of benchmarks/ loaded as a module (its main does not run), its folder on
+    the import path as when it runs (for the modules the scripts share)."""
+    folder = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
+    if os.path.abspath(folder) not in map(os.path.abspath, sys.path):
+        sys.path.append(os.path.abspath(folder))
+    path = os.path.join(folder, f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"{name}_benchmark", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
