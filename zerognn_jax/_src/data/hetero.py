@@ -354,8 +354,11 @@ def require_graph(who: str, graph, kind: type, *, dataset_fix: str, elsewhere) -
     was read as a graph until an AttributeError named neither.)"""
     if isinstance(graph, kind):
         return
+    from zerognn_jax._src.data.dataset import Dataset  # (they import this module)
+    from zerognn_jax._src.data.hetero_dataset import HeteroDataset
+
     given = type(graph).__name__
-    inner = getattr(graph, "graph", graph)  # a Dataset's or a HeteroDataset's
+    inner = graph.graph if isinstance(graph, Dataset | HeteroDataset) else graph
     if isinstance(inner, kind):
         fix = dataset_fix
     elif isinstance(inner, CSRGraph | HeteroGraph):
