@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zerognn_jax._src.data import hetero
+from zerognn_jax._src.data import graph_kinds
 from zerognn_jax._src.data.checks import check_seed, is_count
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.hetero import HeteroGraph
@@ -291,13 +291,13 @@ _SPLIT_BY = {CSRGraph: "zg.random_link_split({})",
 
 
 def require_graph(split: str, graph, kind: type) -> None:
-    """`hetero.require_graph` for `split`: a dataset's graph, or the split of the other
+    """`graph_kinds.require_graph` for `split`: a dataset's graph, or the split of the other
     kind of graph."""
     def elsewhere(what: str, inner) -> str:
         held = "graph" if inner is graph else "dataset.graph"
         return f"{what} is split by {_SPLIT_BY[type(inner)].format(held)}"
 
-    hetero.require_graph(split, graph, kind, dataset_fix="pass dataset.graph",
+    graph_kinds.require_graph(split, graph, kind, dataset_fix="pass dataset.graph",
                          elsewhere=elsewhere)
 
 

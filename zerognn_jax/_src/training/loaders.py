@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data import hetero
+from zerognn_jax._src.data import graph_kinds
 from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int, require_ids
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.hetero import HeteroGraph
@@ -168,14 +168,14 @@ def as_kernels(kernels: Kernels | str) -> Kernels:
 
 
 def require_graph(loader: str, graph, kind: type) -> None:
-    """`hetero.require_graph` for `loader`: a dataset's graph with its features, or the
+    """`graph_kinds.require_graph` for `loader`: a dataset's graph with its features, or the
     loader of the other kind of graph."""
     def elsewhere(what: str, inner) -> str:
         other = (f"Hetero{loader}" if isinstance(inner, HeteroGraph)
                  else loader.removeprefix("Hetero"))
         return f"{what} is sampled by zg.{other}"
 
-    hetero.require_graph(loader, graph, kind, elsewhere=elsewhere, dataset_fix=(
+    graph_kinds.require_graph(loader, graph, kind, elsewhere=elsewhere, dataset_fix=(
         "pass dataset.graph (and features=dataset.features for batch.x)"))
 
 
