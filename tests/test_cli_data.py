@@ -103,6 +103,19 @@ def test_generate_products_like_writes_a_loadable_file(tmp_path, capsys, monkeyp
                         rf"{re.escape(what)}: done in \d+\.\d s\n", err), err
 
 
+def test_a_leading_tilde_in_a_path_is_the_home_folder(tmp_path, capsys, monkeypatch):
+    """`--out=~/p.npz` reaches the program unexpanded (the shell expands `~` only at a
+    word's start): it wrote a folder named "~" in the working directory."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert run(["data", "generate", "products-like", "--scale", "0.001",
+                "--out=~/p.npz"]) == 0
+    written = json.loads(capsys.readouterr().out)
+    assert (tmp_path / "p.npz").is_file() and not (tmp_path / "~").exists()
+    assert run(["data", "info", "~/p.npz"]) == 0
+    assert json.loads(capsys.readouterr().out) == written
+
+
 def test_info_announces_a_preset_it_generates_not_its_cache(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(announce, "ANNOUNCE_AFTER_S", 0)
     argv = ["data", "info", "molhiv-like", "--scale", "0.001", "--root", str(tmp_path)]

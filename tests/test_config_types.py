@@ -67,6 +67,22 @@ def test_paths_are_kept_as_their_text(tmp_path):
     assert cfg.metrics_out == str(tmp_path / "m.jsonl")
 
 
+def test_a_leading_tilde_names_the_home_folder(tmp_path, monkeypatch):
+    """As a shell reads it: `--checkpoint-dir=~/ck` reaches the program unexpanded, and
+    "~" was made as a folder of that name in the working directory."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = zg.TrainConfig(checkpoint_dir="~/ck", metrics_out="~/m.jsonl", root="~/data",
+                         tensorboard_dir="~/tb", dataset="~/graph.npz")
+    assert cfg.checkpoint_dir == str(tmp_path / "ck")
+    assert (cfg.metrics_out, cfg.root) == (str(tmp_path / "m.jsonl"), str(tmp_path / "data"))
+    assert (cfg.tensorboard_dir, cfg.dataset) == (str(tmp_path / "tb"),
+                                                  str(tmp_path / "graph.npz"))
+    assert zg.TrainConfig(dataset="cora").dataset == "cora"
+    assert dataclasses.replace(cfg, epochs=2).checkpoint_dir == str(tmp_path / "ck")
+    with pytest.raises(FileNotFoundError, match=f"no checkpoint folder {tmp_path}/ck"):
+        zg.restore("~/ck")
+
+
 def test_groups_hold_every_field_once_in_declared_order():
     names = [f.name for f in FIELDS]
     assert [n for group in GROUPS.values() for n in group] == names

@@ -39,10 +39,11 @@ def generator_seed(text: str) -> int:
 
 def path_text(text: str) -> str:
     """argparse type: a path, refused when empty or blank (Python reads "" as the
-    current folder)."""
+    current folder), with a leading `~` read as the home folder (the shell leaves the
+    `~` of `--out=~/x` as it is)."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"expected a path, got {text!r}")
-    return text
+    return os.path.expanduser(text)
 
 
 def add_compile_cache_flag(parser: argparse.ArgumentParser) -> None:

@@ -264,10 +264,10 @@ def save_dir(dataset: Dataset, path: str | os.PathLike, *, overwrite: bool = Fal
 
 
 def dataset_name(name) -> str:
-    """`name`, a dataset's name or a path (str or `os.PathLike`), as a string; TypeError
-    for anything else."""
+    """`name`, a dataset's name or a path (str or `os.PathLike`; a leading `~` read as
+    the home folder), as a string; TypeError for anything else."""
     if isinstance(name, str | os.PathLike):
-        return os.fspath(name)
+        return os.path.expanduser(os.fspath(name))
     raise TypeError(f"a dataset is named by a string or a path, got {type(name).__name__}: "
                     f"{name!r}")
 

@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import functools
 import math
+import os
 
 import jax
 
@@ -60,6 +61,9 @@ GROUPS = {
     "run": ("epochs", "seed", "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir",
             "metrics_out", "progress", "best_metric", "tensorboard_dir"),
 }
+
+# The options that name files or folders (`dataset` when it is one).
+PATHS = ("dataset", "root", "checkpoint_dir", "metrics_out", "tensorboard_dir")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -246,6 +250,10 @@ class TrainConfig:
 
     def __post_init__(self):
         check_types(self)
+        for name in PATHS:  # "~/runs" is the home folder's, as a shell would read it
+            value = getattr(self, name)
+            if isinstance(value, str) and value.startswith("~"):
+                object.__setattr__(self, name, os.path.expanduser(value))
         for name, options in CHOICES.items():
             value = getattr(self, name)
             if value not in options and not (name == "model" and value is None):

@@ -87,7 +87,8 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
 
     if epoch is not None and not is_int(epoch):
         raise ValueError(f"epoch must be an integer (a checkpoint's epoch), got {epoch!r}")
-    directory = Path(checkpoint_dir) / BEST if best else Path(checkpoint_dir)
+    checkpoint_dir = Path(checkpoint_dir).expanduser()
+    directory = checkpoint_dir / BEST if best else checkpoint_dir
     if not directory.is_dir():
         raise FileNotFoundError(f"no checkpoint folder {directory}"
                                 + (" (was best_metric set?)" if best else ""))
