@@ -57,7 +57,8 @@ class DenseAdamEmbedding(NodeEmbedding):
     """Dense Adam over the whole table every step (for timing contrast only: a step the
     engine drops would still move the table by its momentum)."""
 
-    def update(self, table, opt, ids, grads, valid, *, unique, taken=True, kernels=None):
+    def update(self, table, opt, ids, grads, valid, *, unique, repeats=None, taken=True,
+               kernels=None):
         n, b1, b2, eps = table.shape[0], 0.9, 0.999, 1e-8
         g = jnp.zeros(table.shape, jnp.float32).at[jnp.where(valid, ids, n)].add(
             grads.astype(jnp.float32), mode="drop")
@@ -74,7 +75,8 @@ class FrozenEmbedding(NodeEmbedding):
     """Rows gathered and read by the model, never written: their gradient is unused, so
     XLA drops the backward into them (the cost of reading the rows)."""
 
-    def update(self, table, opt, ids, grads, valid, *, unique, taken=True, kernels=None):
+    def update(self, table, opt, ids, grads, valid, *, unique, repeats=None, taken=True,
+               kernels=None):
         return table, opt
 
 
@@ -84,7 +86,8 @@ class GradientOnlyEmbedding(NodeEmbedding):
     flag no value depends on (the cost of the backward into the rows, without the
     update)."""
 
-    def update(self, table, opt, ids, grads, valid, *, unique, taken=True, kernels=None):
+    def update(self, table, opt, ids, grads, valid, *, unique, repeats=None, taken=True,
+               kernels=None):
         never = jnp.sum(grads.astype(jnp.float32)) == jnp.inf
         return table, opt._replace(count=opt.count + never.astype(opt.count.dtype))
 
