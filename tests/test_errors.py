@@ -899,6 +899,9 @@ def test_typed_options_on_a_graph_of_one_type_are_refused(monkeypatch, tmp_path)
     with pytest.raises(ValueError, match=r"molhiv-like is a collection of small graphs: "
                                          r"train it with task='graph'"):
         trainer.prepare(TrainConfig(dataset="molhiv-like", model="rgcn", progress=False))
+    # told before a node task's fanouts are checked (the fanouts' advice led nowhere)
+    with pytest.raises(ValueError, match=r"^ogbg-molhiv is a collection of small graphs"):
+        TrainConfig(dataset="ogbg-molhiv", layers=2)
 
 
 def test_each_loader_names_the_kind_of_dataset_it_was_given(tmp_path, monkeypatch):

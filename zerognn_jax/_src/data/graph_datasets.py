@@ -16,13 +16,20 @@ from zerognn_jax._src.data.writes import keep_cache
 
 PRESETS = {"molhiv-like": molhiv_like, "molpcba-like": molpcba_like}
 GRAPH_DATASET_NAMES = (*PRESETS, *GRAPH_SPECS, "<graphs>.npz", "<graphs directory>")
+GRAPH_NAMES = frozenset((*PRESETS, *GRAPH_SPECS))  # the collections known by name
 
 
 def is_graph_dataset(name: str) -> bool:
     """Whether `load_graphs` reads `name` (a preset, an OGB graph dataset, or a file or
     directory written by `save_graphs`)."""
     name = dataset_name(name)
-    return name.lower() in PRESETS or name.lower() in GRAPH_SPECS or is_graphs_path(name)
+    return name.lower() in GRAPH_NAMES or is_graphs_path(name)
+
+
+def graph_task_needed(name: str) -> str:
+    """What a run of another task than "graph" on the graph collection `name` is told."""
+    return (f"{name} is a collection of small graphs: train it with task='graph' "
+            "(--task graph); load_graphs reads it")
 
 
 def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: float = 1.0,

@@ -19,7 +19,11 @@ import numpy as np
 from zerognn_jax._src.data import ogb, planetoid
 from zerognn_jax._src.data.announce import Log, announced, announcing, preset_label
 from zerognn_jax._src.data.dataset import Dataset
-from zerognn_jax._src.data.graph_datasets import GRAPH_DATASET_NAMES, is_graph_dataset
+from zerognn_jax._src.data.graph_datasets import (
+    GRAPH_DATASET_NAMES,
+    graph_task_needed,
+    is_graph_dataset,
+)
 from zerognn_jax._src.data.graph_datasets import PRESETS as GRAPH_PRESETS
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset
 from zerognn_jax._src.data.hetero_storage import (
@@ -174,8 +178,7 @@ def require_graphs(name) -> None:
 
 def _refuse_graphs(name: str):
     if is_graph_dataset(name):
-        raise ValueError(f"{name} is a collection of small graphs: train it with "
-                         "task='graph' (--task graph); load_graphs reads it")
+        raise ValueError(graph_task_needed(name))
 
 
 def _refuse_unknown(name: str):

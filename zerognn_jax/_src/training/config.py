@@ -10,6 +10,7 @@ import os
 
 import jax
 
+from zerognn_jax._src.data.graph_datasets import GRAPH_NAMES, graph_task_needed
 from zerognn_jax._src.nn.graph_models import GRAPH_MODELS, READOUTS
 from zerognn_jax._src.nn.hetero import HETERO_MODELS
 from zerognn_jax._src.nn.link_heads import DECODERS
@@ -286,6 +287,8 @@ class TrainConfig:
             if any(f < -1 for f in per_hop):
                 raise ValueError(f"relation_fanouts[{rel!r}] must be >= 0 or -1 (all) at every "
                                  f"hop, got {per_hop}")
+        if not batched and self.dataset.lower() in GRAPH_NAMES:  # before its fanouts
+            raise ValueError(graph_task_needed(self.dataset))
         checks = [
             (self.layers >= 1, f"layers must be >= 1, got {self.layers}"),
             (batched or self.layers <= MAX_HOPS,  # (graph tasks sample no hops)
