@@ -13,6 +13,7 @@ import pytest
 
 from zerognn_jax import Kernels, RowAdamState, row_adam_init, row_adam_update
 from zerognn_jax._src.pallas.row_adam import row_adam_rows
+from zerognn_jax._src.training import row_adam
 from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.row_adam import row_adam_rows_reference
 from zerognn_jax._src.training.step import update_embedding
@@ -33,7 +34,12 @@ def _reference(table, mu, nu, t, rows, grads, valid, lr, b1=0.9, b2=0.999, eps=1
     return table, mu, nu, sorted(g)
 
 
-def test_updates_equal_dense_reference_on_touched_rows_and_leave_others_unchanged():
+@pytest.mark.parametrize("table_rows", [16, 0], ids=["table-merge", "sort-merge"])
+def test_updates_equal_dense_reference_on_touched_rows_and_leave_others_unchanged(
+        table_rows, monkeypatch):
+    """Either general merge of repeats (a table of the N rows' first slots, or
+    `jnp.unique`'s sort for a table far larger than the step's rows)."""
+    monkeypatch.setattr(row_adam, "TABLE_MERGE_ROWS", table_rows)
     rs = np.random.default_rng(0)
     n, d, r = 50, 4, 24
     table = jnp.asarray(rs.normal(size=(n, d)), jnp.float32)
@@ -45,6 +51,7 @@ def test_updates_equal_dense_reference_on_touched_rows_and_leave_others_unchange
         rows[:3] = rows[3]  # duplicates: their gradients add up
         grads = rs.normal(size=(r, d)).astype(np.float32)
         valid = rs.random(r) < 0.8
+        grads[~valid] = np.nan  # what an invalid slot holds reaches no row
         before = (np.asarray(table), np.asarray(state.mu), np.asarray(state.nu))
         table, state = update(table, state, jnp.asarray(rows, jnp.int32), jnp.asarray(grads),
                               jnp.asarray(valid))

@@ -9,10 +9,11 @@ and its moments as they are; the step count and so the bias correction are globa
 
 `row_adam_update` takes the step's row ids (duplicates allowed: their gradients are
 summed first, as a dense gradient would have them; padding marked invalid) and their
-gradient rows, and works at a static number of rows R: unique ids come from
-`jnp.unique(size=R)` (or, where each id repeats at most a known number of times, from a
-sort and a sum over that many neighbours), moments are gathered and scattered for those
-R slots only. It is
+gradient rows, and works at a static number of rows R: repeats are merged into the slot
+of each id's first occurrence, found through a table of the N rows (or, for a table far
+larger than R, by `jnp.unique(size=R)`; where each id repeats at most a known number of
+times, by a sort and a sum over that many neighbours), moments are gathered and
+scattered for those R slots only. It is
 pure and jit-compatible; inside a scan the carry holds the table and `RowAdamState`.
 The row update itself is the op "row_adam" of the kernel registry: the XLA form below,
 or its Pallas twin, which writes the rows in place.
@@ -26,6 +27,11 @@ import jax
 import jax.numpy as jnp
 
 from zerognn_jax._src.ops.registry import XLA, Kernels, implementation
+
+# Repeats are merged through a table of the table's N rows while N is at most this many
+# times the step's R rows (the table's fill then costs about as much as the ids' pass);
+# past it by `jnp.unique`'s sort.
+TABLE_MERGE_ROWS = 16
 
 
 class RowAdamState(NamedTuple):
@@ -87,6 +93,8 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
         uniq, g = ids, grads
     elif repeats is not None:
         uniq, g = _merge_sorted(ids, grads, n, repeats)
+    elif n <= TABLE_MERGE_ROWS * r:
+        uniq, g = _merge_by_table(ids, grads, n)
     else:
         g = jnp.where(_rows_mask(live, grads), grads.astype(jnp.float32), 0.0)
         uniq, inverse = jnp.unique(ids, return_inverse=True, size=r, fill_value=n)
@@ -96,6 +104,25 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
     table, mu, nu = update(table, state.mu, state.nu, uniq, uniq < n, g, count, lr=lr, b1=b1,
                            b2=b2, eps=eps)
     return table, RowAdamState(mu, nu, count)
+
+
+def _merge_by_table(ids: jax.Array, grads: jax.Array, n: int
+                    ) -> tuple[jax.Array, jax.Array]:
+    """(int32[R] ids, float32[R, ...] gradient sums): each valid id's gradient rows
+    summed into the slot of its first occurrence, found through a table of N positions
+    (a scatter-min of the slots by id, read back at each slot), the other slots and the
+    invalid ones (id n) marked n, unused. One pass over the ids and one scatter-add of
+    the rows: no sort. An invalid slot adds its row to itself (no index leaves [0, R);
+    the update reads no unused slot's sum)."""
+    r = ids.shape[0]
+    pos = jnp.arange(r, dtype=jnp.int32)
+    valid = ids < n
+    # an invalid slot writes the table's own fill, R, at a spread id: a no-op for the min
+    first = jnp.full((n,), r, jnp.int32).at[jnp.where(valid, ids, pos % n)].min(
+        jnp.where(valid, pos, r))
+    owner = jnp.where(valid, first[jnp.where(valid, ids, 0)], pos)
+    total = jnp.zeros(grads.shape, jnp.float32).at[owner].add(grads.astype(jnp.float32))
+    return jnp.where(valid & (owner == pos), ids, n), total
 
 
 def _merge_sorted(ids: jax.Array, grads: jax.Array, n: int, repeats: int
