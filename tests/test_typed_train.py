@@ -240,6 +240,25 @@ def test_resume_from_checkpoint(mag, whole, stopped, tmp_path):
                                   np.asarray(resumed.variables["embedding"]))
 
 
+def test_node_types_listed_in_another_order_are_another_dataset(mag, stopped, tmp_path):
+    """The featureless types' rows lie in one table in the order of the types: the same
+    graph with its types listed in another order had restored and resumed with those
+    rows read as another type's, unremarked."""
+    g = mag.graph
+    order = ("paper", "field_of_study", "institution", "author")
+    moved = dataclasses.replace(mag, graph=dataclasses.replace(
+        g, node_counts=tuple((t, g.num_nodes[t]) for t in order)))
+    assert moved.graph.node_types == order != g.node_types
+    shutil.copytree(stopped[1], tmp_path / "ckpt")
+    cfg = zg.TrainConfig(**{**BASE, "model": None}, epochs=2,
+                         checkpoint_dir=str(tmp_path / "ckpt"))
+    told = r"dataset.node_types \[\['paper', \d+\], \['author', \d+\]"
+    for run in (lambda: zg.restore(cfg.checkpoint_dir, dataset=moved, for_inference=True),
+                lambda: zg.train(cfg, moved)):
+        with pytest.raises(zg.CheckpointMismatch, match=told):
+            run()
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(model="sage"), "model 'sage' is a model of one-type graphs; this node task of a "
                          "typed graph takes one of rsage, rgcn, rgat"),

@@ -70,9 +70,11 @@ FREE_ON_RESUME = frozenset({
 DATASET_KEYS = ("name", "nodes", "directed_edges", "features", "classes", "train",
                 "graphs", "edges")
 # Dataset counts recorded since 2026-12-01 (a graph collection's graphs and edges: one
-# of as many nodes but other graphs had resumed unremarked); a checkpoint written
-# before is not compared on them.
-DATASET_ADDED_SINCE = ("dataset.graphs", "dataset.edges")
+# of as many nodes but other graphs had resumed unremarked) and 2026-12-04 (a typed
+# graph's node types in order with their counts: the same types listed in another order
+# had resumed with their learnable rows swapped); a checkpoint written before is not
+# compared on them.
+DATASET_ADDED_SINCE = ("dataset.graphs", "dataset.edges", "dataset.node_types")
 # TrainConfig fields added after checkpoints began to record their options, with what every
 # run did before the field existed: a checkpoint that does not record one resumes under
 # that value only.
@@ -97,6 +99,9 @@ def identity(cfg, dataset_stats: dict, global_batch: int, extra: dict | None = N
     # a graph collection's statistics hold no directed_edges, features or classes, and
     # a graph's counts of graphs and edges (DATASET_ADDED_SINCE)
     out.update({f"dataset.{k}": dataset_stats[k] for k in DATASET_KEYS if k in dataset_stats})
+    if "node_types" in dataset_stats:  # in order: the stacked embedding table's row blocks
+        out["dataset.node_types"] = [[t, info["nodes"]]
+                                     for t, info in dataset_stats["node_types"].items()]
     if dataset_stats.get("target_kind", "classes") != "classes":
         out.update({f"dataset.{k}": dataset_stats[k] for k in ("target_kind", "outputs")})
     out.update({f"custom.{k}": v for k, v in (extra or {}).items()})

@@ -116,6 +116,10 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
         ident = identity(cfg, dataset.stats(), asked_global_batch(cfg, program),
                          user_identity(model, optimizer, None if loss is None else program.task,
                                        dataset), relations)
+        # compared before the envelope, which reads the checkpoint's capacities by the
+        # dataset's node types
+        ckpt.check(epochs[0], meta, _compared(ident, meta) if for_inference else ident,
+                   relations)
         pick = _batched_envelope if isinstance(program.task, BatchedTask) else _envelope
         env = pick(cfg, meta, data, dataset, program)
         state = init_state(program, data, env, program.task.train_items(dataset))
@@ -159,6 +163,15 @@ def _evaluated_later(ckpt, record: dict) -> dict:
     return {}
 
 
+def _compared(ident: dict, meta: dict) -> dict:
+    """`ident` as inference compares it with the checkpoint's `meta`: what
+    `INFERENCE_FREE` names taken from the checkpoint."""
+    saved_ident = meta.get("identity", {})
+    ident = {k: v for k, v in ident.items() if k not in INFERENCE_FREE}
+    ident.update({k: saved_ident[k] for k in INFERENCE_FREE if k in saved_ident})
+    return ident
+
+
 def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations):
     """`state` with the model variables of `epoch`, the identity compared (relations
     named by a graph of `relations`) but for `INFERENCE_FREE`, and the variables'
@@ -170,10 +183,7 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
         state_spec,
     )
 
-    saved_ident = meta.get("identity", {})
-    ident = {k: v for k, v in ident.items() if k not in INFERENCE_FREE}
-    ident.update({k: saved_ident[k] for k in INFERENCE_FREE if k in saved_ident})
-    ckpt.check(epoch, meta, ident, relations)
+    ckpt.check(epoch, meta, _compared(ident, meta), relations)
     # the model's variables and its node embedding, not the optimizers' state
     def read():
         parts = ckpt.restore_as_saved(epoch, ("params", "batch_stats", "embedding"))
