@@ -257,6 +257,12 @@ def test_node_types_listed_in_another_order_are_another_dataset(mag, stopped, tm
                 lambda: zg.train(cfg, moved)):
         with pytest.raises(zg.CheckpointMismatch, match=told):
             run()
+    # another typed graph is named as such, before its envelope is built from the
+    # checkpoint's capacities by type (a capacity message, or a KeyError, before)
+    shop = zg.load_hetero_dataset("shop-like", scale=0.0005)
+    with pytest.raises(zg.CheckpointMismatch, match="dataset.name 'mag-like' there, "
+                                                    "'shop-like' here"):
+        zg.restore(cfg.checkpoint_dir, dataset=shop, for_inference=True)
 
 
 @pytest.mark.parametrize("change, message", [
