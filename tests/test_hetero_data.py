@@ -477,6 +477,11 @@ def test_relations_of_one_name_and_bad_dataset_fields_are_refused():
     with pytest.raises(ValueError, match=r"relations \('a', 'b__c', 'd'\) and \('a__b', 'c', "
                                          r"'d'\) have one name, a__b__c__d"):
         zg.hetero_graph({"a": 4, "a__b": 4, "d": 6}, edges)
+    # the CSR constructor too (its relations shared one set of a model's weights)
+    csr = {("a", "b__c", "d"): ([0, 0, 0, 0, 0, 0, 1], [2]),
+           ("a__b", "c", "d"): ([0, 1, 1, 1, 1, 1, 1], [3])}
+    with pytest.raises(ValueError, match=r"have one name, a__b__c__d"):
+        zg.hetero_from_csr({"a": 4, "a__b": 4, "d": 6}, csr)
     make = functools.partial(zg.make_hetero_dataset, num_nodes={"a": 2},
                              edges={("a", "r", "a"): ([0], [1])}, target_type="a",
                              labels=[0, 1], train_idx=[0], val_idx=[1], test_idx=[])

@@ -300,6 +300,7 @@ def hetero_from_csr(num_nodes: Mapping[str, int], csr: Mapping) -> HeteroGraph:
             raise ValueError(f"relation {relation_name(rel)}: {err}") from None
         relations.append(rel)
         graphs.append(g)
+    check_relation_names(relations)
     return HeteroGraph(tuple(counts.items()), tuple(relations), tuple(graphs))
 
 
