@@ -262,6 +262,13 @@ def test_all_zero_weights_of_a_relation_are_refused_naming_it():
     with pytest.raises(ValueError, match=r"^relation a__r__b: edge weights must be finite and "
                                          r"non-negative; smallest is -1\.0$"):
         zg.prepare_typed_graph(graph, zg.TypedSamplerConfig((2,), method="weighted"))
+    # a relation without weights beside one with them is named ("this graph has none")
+    graph = zg.hetero_graph({"a": 5, "b": 5}, {("a", "r", "b"): ([0, 1, 2], [0, 0, 1]),
+                                               ("b", "s", "b"): ([0], [1])},
+                            weights={("a", "r", "b"): [1.0, 2.0, 0.5]})
+    with pytest.raises(ValueError, match=r"^weighted sampling needs edge weights, and "
+                                         r"relation b__s__b has none: give every relation"):
+        zg.prepare_typed_graph(graph, zg.TypedSamplerConfig((2,), method="weighted"))
 
 
 def test_fanouts_keyed_by_a_relation_name_and_whole_numbers_only():

@@ -256,9 +256,13 @@ def prepare_graph(graph: CSRGraph, config: SamplerConfig, what: str = "the graph
     """
     if config.method != "weighted":
         return graph
-    if graph.weights is None:
+    if graph.weights is None and what == "the graph":
         raise ValueError("weighted sampling needs edge weights, and this graph has none "
                          "(CSRGraph.weights is None)")
+    if graph.weights is None:
+        raise ValueError(f"weighted sampling needs edge weights, and {what} has none: give "
+                         "every relation weights (weights={relation: [E]}), or sample "
+                         "uniformly")
     if np.dtype(graph.weights.dtype) == np.uint32:
         return graph  # already prepared
     weights = np.asarray(graph.weights)
