@@ -227,6 +227,9 @@ def test_fanout_layouts_agree_and_errors_name_the_relation():
     with pytest.raises(ValueError, match="the fanouts name relation paper__cites__paper at "
                                          "hop 0 but not at hop 1: give each relation"):
         zg.TypedSamplerConfig([{WRITES: 3, CITES: 1}, {WRITES: 2}])
+    with pytest.raises(ValueError, match=r"spelled the same way at each \(a triple or the "
+                                         r"same name"):  # the hops' keys compared as given
+        zg.TypedSamplerConfig([{WRITES: 3, CITES: 1}, {WRITES: 2, "cites": 1}])
     with pytest.raises(ValueError, match="every relation needs the same number of hops"):
         zg.TypedSamplerConfig({WRITES: (3, 2), CITES: (1,)})
     with pytest.raises(ValueError, match=r"fanout of author__writes__paper at hop 0 must be"):

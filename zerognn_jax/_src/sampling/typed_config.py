@@ -93,7 +93,9 @@ def _normalize(fanouts) -> tuple:
             raise ValueError(f"the fanouts name relation {_shown(r)} at hop"
                              f"{'s' * (len(given) > 1)} {', '.join(given)} but not "
                              f"at hop {h}: give each relation at every hop (0 skips it), "
-                             "and check the name")
+                             "spelled the same way at each (a triple or the same name: the "
+                             "hops' keys are compared before the graph names them), and "
+                             "check the name")
         return tuple((r, tuple(fanout_count({_key(k): v for k, v in hop.items()}[r])
                                for hop in fanouts)) for r in rels)
     if fanouts and isinstance(fanouts[0], tuple):
