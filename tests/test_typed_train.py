@@ -265,6 +265,18 @@ def test_node_types_listed_in_another_order_are_another_dataset(mag, stopped, tm
         zg.restore(cfg.checkpoint_dir, dataset=shop, for_inference=True)
 
 
+def test_rgcn_bases_over_sources_of_two_widths_name_the_width_to_set(mag):
+    """The featureless types' rows are `hidden` wide, the papers' features 128: R-GCN's
+    bases need one width, and the message (it said "a batch of graphs") says which."""
+    model = zg.make_hetero_model("rgcn", hidden=32, num_layers=2,
+                                 num_classes=mag.num_classes, target_type="paper",
+                                 relations=mag.graph.relations, num_bases=2)
+    with pytest.raises(ValueError, match=r"fails on its first batch \(a typed batch\): "
+                                         r"ValueError: R-GCN bases need one source width per "
+                                         r"layer, got \[32, 128\].*TrainConfig.hidden wide"):
+        zg.train(zg.TrainConfig(**BASE, epochs=1), mag, model=model)
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(model="sage"), "model 'sage' is a model of one-type graphs; this node task of a "
                          "typed graph takes one of rsage, rgcn, rgat"),

@@ -114,7 +114,10 @@ class RGCNConv(nn.Module):
             widths = {h.shape[-1] for _, h, _ in inputs}
             if len(widths) != 1:
                 raise ValueError(f"R-GCN bases need one source width per layer, got "
-                                 f"{sorted(widths)}: project the inputs to one width first")
+                                 f"{sorted(widths)}: project the inputs to one width first "
+                                 f"(zg.train gives types without features learnable rows "
+                                 f"TrainConfig.hidden wide, embedding_dim where set: make "
+                                 f"that the features' width)")
             init = nn.initializers.glorot_uniform()
             bases = self.param("bases", init, (self.num_bases, widths.pop(), self.features))
             coef = self.param("coef", nn.initializers.lecun_normal(),

@@ -25,7 +25,7 @@ from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.nn.views import NoEdgeFeatures
 from zerognn_jax._src.sampling.seeds import epoch_items
 from zerognn_jax._src.training.program import init_state, sample_batch
-from zerognn_jax._src.training.tasks.base import BatchedTask
+from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes
 from zerognn_jax._src.training.tasks.graph_metrics import LOSSES as GRAPH_LOSSES
 from zerognn_jax._src.training.tasks.losses import LOSSES
 from zerognn_jax._src.training.tasks.node import fn_name
@@ -53,7 +53,8 @@ def init_checked(program, data, envelope, items, *, user_model: str | None):
                              f"(view.edge_features()), and this run gives it none: pass "
                              f"edge_features=True (--edge-features) with a dataset that "
                              f"has an edge-feature table") from err
-        given = ("a batch of graphs" if isinstance(program.task, BatchedTask) else
+        given = ("a typed batch" if isinstance(program.task, PredictsTypes) else
+                 "a batch of graphs" if isinstance(program.task, BatchedTask) else
                  f"a feature table {_shape(data.features)}, views of "
                  f"{program.sampler.num_hops} hops")
         raise ValueError(f"the model {user_model} fails on its first batch ({given}): "
