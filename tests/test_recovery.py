@@ -487,6 +487,19 @@ def test_steps_sampled_ahead_are_free_on_resume(tmp_path):
         ck.check(1, {"identity": {**before, "hidden": 64}}, ident)
 
 
+def test_a_presets_scale_is_free_on_resume(tmp_path):
+    """The data are compared by their counts: a run of products-like at scale 0.002
+    resumes from the file `zerognn data generate` wrote of it (read at scale 1, which
+    only presets take), and another graph of the preset is still refused."""
+    ck = Checkpointer(str(tmp_path))
+    stats = {"name": "products-like", "nodes": 4898}
+    ident = identity(TrainConfig(dataset="products-like", scale=0.002), stats, 32)
+    ck.check(1, {"identity": ident}, identity(TrainConfig(dataset="p.npz"), stats, 32))
+    with pytest.raises(CheckpointMismatch, match="dataset.nodes 4898 there, 2449 here"):
+        ck.check(1, {"identity": ident}, identity(TrainConfig(dataset="p.npz"),
+                                                  {**stats, "nodes": 2449}, 32))
+
+
 def test_a_relation_resumes_under_its_name_or_its_full_name(tmp_path):
     """relation_fanouts and link_relation name a relation by its unique name or in full:
     either spelling resumes the other's checkpoint, one written before identities named

@@ -56,12 +56,13 @@ EVALUATION = "evaluation.json"  # the last evaluated epoch's evaluation
 # subgraphs sampled from then on, but not the model or its optimizer state; steps
 # sampled ahead are the steps sampled one by one; the batch
 # is compared as the global batch, so the devices may change with the per-device
-# batch; the data are compared by their sizes, not by the name or path they were
-# loaded from) or only say how long to train, what to evaluate and where to write.
+# batch; the data are compared by their sizes, not by the name, path or preset scale
+# they were loaded from: a preset's file written by `zerognn data generate` resumes a
+# run of the preset) or only say how long to train, what to evaluate and where to write.
 # Every other field must match the checkpoint, new ones included, except those in
 # ADDED_SINCE.
 FREE_ON_RESUME = frozenset({
-    "epochs", "dataset", "root", "batch_size", "devices", "shard_features", "kernels",
+    "epochs", "dataset", "root", "scale", "batch_size", "devices", "shard_features", "kernels",
     "graph_aggregation", "feature_placement", "feature_cache_gib", "host_row_order",
     "chunk_steps", "engine", "envelope", "margin", "multiple", "eval_mode", "eval_every",
     "eval_batch_size", "checkpoint_dir", "metrics_out", "progress", "tensorboard_dir",
