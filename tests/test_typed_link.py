@@ -5,6 +5,7 @@ options."""
 
 import dataclasses
 import shutil
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -122,6 +123,14 @@ def test_split_warns_of_an_unnamed_reverse_and_refuses_too_few_non_pairs():
     with pytest.warns(UserWarning, match="b__back__a also joins b to a and is not taken"):
         with pytest.raises(ValueError, match="only 0 pairs are not edges"):
             zg.typed_link_split(graph, ("a", "r", "b"), val=0.2, test=0.2)
+    # an edgeless such relation, or a split that holds nothing out, keeps no held-out pair
+    edgeless = zg.hetero_graph({"a": 4, "b": 3}, {
+        ("a", "r", "b"): ([0, 0, 1, 2], [0, 1, 2, 0]), ("b", "back", "a"): ([], [])})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", zg.EmptySplitWarning)
+        zg.typed_link_split(edgeless, ("a", "r", "b"), val=0.25, test=0.0)
+        zg.typed_link_split(graph, ("a", "r", "b"), val=0.0, test=0.0)
 
 
 def test_a_nodes_pair_with_itself_is_no_pair_to_predict():

@@ -89,10 +89,10 @@ def reverse_of(graph: HeteroGraph, relation: Relation) -> Relation | None:
 
 
 def _warn_unpaired(graph: HeteroGraph, relation: Relation, reverse) -> None:
-    """Warns when a relation from the predicted one's dst type to its src type is not its
-    reverse by name: held-out pairs stay in it (`reverse_of`)."""
-    others = [r for r in graph.relations if (r[0], r[2]) == (relation[2], relation[0])
-              and r not in (relation, reverse)]
+    """Warns when a relation with edges from the predicted one's dst type to its src
+    type is not its reverse by name: held-out pairs stay in it (`reverse_of`)."""
+    others = [r for r, g in graph.items() if (r[0], r[2]) == (relation[2], relation[0])
+              and r not in (relation, reverse) and g.num_edges]
     if others:
         warnings.warn(f"link split of {relation_name(relation)}: "
                       f"{', '.join(map(relation_name, others))} also joins {relation[2]} to "
@@ -169,7 +169,8 @@ def typed_link_split(graph: HeteroGraph, relation: Relation | str, *, val: float
         both = as_pairs(held_keys).astype(np.int64)
         held_keys = np.unique(np.concatenate([held_keys, both[:, 1] * n_dst + both[:, 0]]))
     reverse = reverse_of(graph, relation)
-    _warn_unpaired(graph, relation, reverse)
+    if held:  # (a split that holds nothing out leaves every pair in every relation)
+        _warn_unpaired(graph, relation, reverse)
     graphs = []
     for rel, g in graph.items():
         if rel == relation:
