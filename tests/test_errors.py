@@ -85,7 +85,8 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
     (dict(read_ahead_gib=1e-12), "at least one byte (2**-30 GiB), got 1e-12"),
     (dict(seed=-1), "seed must be in [0, 2**31), got -1"),
     (dict(seed=2**31), "seed must be in [0, 2**31), got 2147483648"),
-    (dict(fanouts=(5, 0)), "fanout of hop 1 must be positive or -1 (all), got 0"),
+    (dict(fanouts=(5, 0)), "fanouts must be positive or -1 (all) at every hop, got 0 at "
+                           "hop 1"),
     # refused only by the sampler, once training had started
     (dict(layers=9, fanouts=(2,) * 9), "layers must be at most 8 (one sampled hop each), "
                                        "got 9"),

@@ -482,6 +482,10 @@ def test_relations_of_one_name_and_bad_dataset_fields_are_refused():
            ("a__b", "c", "d"): ([0, 1, 1, 1, 1, 1, 1], [3])}
     with pytest.raises(ValueError, match=r"have one name, a__b__c__d"):
         zg.hetero_from_csr({"a": 4, "a__b": 4, "d": 6}, csr)
+    # a source id out of its type's range is named with the type, as in edge lists
+    with pytest.raises(ValueError, match=r"^relation a__w__p: indices has a id 3 at position "
+                                         r"2, out of range for 3 a nodes$"):
+        zg.hetero_from_csr({"a": 3, "p": 2}, {("a", "w", "p"): ([0, 1, 3], [0, 1, 3])})
     make = functools.partial(zg.make_hetero_dataset, num_nodes={"a": 2},
                              edges={("a", "r", "a"): ([0], [1])}, target_type="a",
                              labels=[0, 1], train_idx=[0], val_idx=[1], test_idx=[])

@@ -141,8 +141,8 @@ def test_csr_input_is_checked_against_both_types():
     assert good[("a", "x", "b")].num_edges == 2
     with pytest.raises(ValueError, match=r"indptr has 3 entries, expected 4 \(b nodes \+ 1\)"):
         zg.hetero_from_csr({"a": 2, "b": 3}, {("a", "x", "b"): ([0, 1, 2], [0, 1])})
-    with pytest.raises(ValueError, match="indices has node id 2 at position 1, out of range "
-                                         "for num_nodes=2"):
+    with pytest.raises(ValueError, match="indices has a id 2 at position 1, out of range "
+                                         "for 2 a nodes"):
         zg.hetero_from_csr({"a": 2, "b": 3}, {("a", "x", "b"): ([0, 1, 1, 2], [0, 2])})
 
 

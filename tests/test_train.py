@@ -160,7 +160,9 @@ def test_default_cli_run_trains_the_embedded_graph(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--fanouts", "5,0", "--layers", "2"], "fanout of hop 1 must be positive"),
+    (["--fanouts", "5,0", "--layers", "2"], "--fanouts must be positive or -1 (all) at "
+                                            "every hop, got 0 at hop 1 (on a typed graph, "
+                                            "set --relation-fanouts with a 0"),
     (["--layers", "2"], "need one fanout per layer: 2 layers but fanouts (15, 10, 5); set "
                         "layers to 3 (--layers 3) or give 2 fanouts"),
     (["--fanouts", ""], "need one fanout per layer: 3 layers but no fanouts; give 3 "

@@ -317,9 +317,10 @@ def test_typed_envelope_refuses_an_unknown_seed_type_and_seed_ids_out_of_range()
     with pytest.raises(ValueError, match=r"^seed_type 'venue' is not a node type of the "
                                          r"graph \(author, paper, field\)$"):
         choose(np.arange(16), "venue")
-    with pytest.raises(ValueError, match=r"^items has paper id 1000000 at position 0, out of "
-                                         r"range for 80 paper nodes$"):
+    with pytest.raises(ValueError, match=r"^items \(the seed nodes\) has paper id 1000000 at "
+                                         r"position 0, out of range for 80 paper nodes$"):
         choose(np.arange(16) + 10**6, "paper")
-    with pytest.raises(ValueError, match=r"^items has field id 12 at position 12, out of "
-                                         r"range for 12 field nodes$"):  # paper ids as fields
+    with pytest.raises(ValueError, match=r"^items \(the seed nodes\) has field id 12 at "
+                                         r"position 12, out of range for 12 field "
+                                         r"nodes$"):  # paper ids as fields
         choose(np.arange(16), "field")

@@ -143,11 +143,21 @@ def validate_hetero_graph(graph: HeteroGraph) -> None:
         if rows != counts[rel[2]]:
             raise ValueError(f"relation {relation_name(rel)}: indptr has {rows + 1} entries, "
                              f"expected {counts[rel[2]] + 1} ({rel[2]} nodes + 1)")
+        _check_sources(rel, g, counts)
         try:
             validate_csr(g.indptr, g.indices, g.weights, g.edge_features,
                          num_columns=counts[rel[0]])
         except (TypeError, ValueError) as err:
             raise ValueError(f"relation {relation_name(rel)}: {err}") from None
+
+
+def _check_sources(rel: Relation, g: CSRGraph, counts: dict) -> None:
+    """ValueError naming the source type where a relation's CSR `indices` (1-D integers:
+    other shapes and dtypes are `validate_csr`'s to name) hold an id outside it."""
+    indices = np.asarray(g.indices)
+    if indices.ndim == 1 and np.issubdtype(indices.dtype, np.integer):
+        check_type_ids(f"relation {relation_name(rel)}: indices", indices, rel[0],
+                       counts[rel[0]])
 
 
 def check_relation_names(relations) -> None:
@@ -293,6 +303,7 @@ def hetero_from_csr(num_nodes: Mapping[str, int], csr: Mapping) -> HeteroGraph:
         if rows != counts[rel[2]]:
             raise ValueError(f"relation {relation_name(rel)}: indptr has {rows + 1} entries, "
                              f"expected {counts[rel[2]] + 1} ({rel[2]} nodes + 1)")
+        _check_sources(rel, g, counts)
         try:
             g = csr_from_arrays(g.indptr, g.indices, g.weights, edge_features=g.edge_features,
                                 num_columns=counts[rel[0]])

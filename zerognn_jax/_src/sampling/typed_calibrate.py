@@ -127,4 +127,5 @@ def _check_seeds(graph: HeteroGraph, seed_type, items=None) -> None:
             raise ValueError(f"seed_type {t!r} is not a node type of the graph "
                              f"({', '.join(counts)})")
     if items is not None:
-        check_type_ids("items", np.asarray(items), seed_type, counts[seed_type])
+        check_type_ids("items (the seed nodes)", np.asarray(items), seed_type,
+                       counts[seed_type])

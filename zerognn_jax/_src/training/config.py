@@ -282,7 +282,10 @@ class TrainConfig:
         batched = issubclass(TASKS[self.task], BatchedTask)  # graph batches: no fanouts
         for hop, fanout in enumerate(self.fanouts):
             if fanout <= 0 and fanout != -1:
-                raise ValueError(f"fanout of hop {hop} must be positive or -1 (all), got {fanout}")
+                raise ValueError(f"fanouts must be positive or -1 (all) at every hop, got "
+                                 f"{fanout} at hop {hop} (on a typed graph, set "
+                                 f"relation_fanouts with a 0 at a hop to skip one relation "
+                                 f"there)")
         for rel, per_hop in (self.relation_fanouts or {}).items():
             if any(f < -1 for f in per_hop):
                 raise ValueError(f"relation_fanouts[{rel!r}] must be >= 0 or -1 (all) at every "
