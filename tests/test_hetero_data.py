@@ -306,6 +306,15 @@ def test_from_hetero_data_float_y_needs_a_target_kind():
         zg.from_hetero_data(data, target_kind="classes")
 
 
+def test_float_targets_of_the_kind_classes_are_refused_as_such():
+    """It was reported as a labels-range error (the all -1 labels made for targets)."""
+    with pytest.raises(ValueError, match=r"^target_kind 'classes' takes no targets \(the labels "
+                                         r"are the targets\): give \"multilabel\""):
+        _dataset(labels=None, targets=_targets("regression"), target_kind="classes")
+    with pytest.raises(ValueError, match=r"^target_kind must be one of classes, multilabel"):
+        _dataset(labels=None, targets=_targets("regression"), target_kind="binary")
+
+
 def test_from_hetero_data_integer_y_refuses_a_float_target_kind():
     data = _FakeHeteroData(_dataset(node_info={}))
     with pytest.raises(ValueError, match=r"target_kind='regression' needs float labels \(y\), "

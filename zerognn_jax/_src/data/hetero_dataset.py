@@ -223,6 +223,11 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
         raise ValueError("give targets and target_kind together (float targets), or neither "
                          "(integer labels)")
     if targets is not None:
+        if target_kind not in TARGET_KINDS[1:]:  # (before labels, which it would explain)
+            check_targets(None, target_kind, counts[target_type])
+            raise ValueError(f"target_kind {target_kind!r} takes no targets (the labels are "
+                             f"the targets): give \"multilabel\" or \"regression\" with "
+                             f"float targets")
         targets = float_targets(targets)
         num_classes = targets.shape[1] if num_classes is None else num_classes
         labels = np.full(counts[target_type], -1) if labels is None else labels
@@ -304,7 +309,7 @@ def from_hetero_data(data, target_type: str | None = None, *, name: str = "heter
     (when present), and the target type's `y` with `train_mask`, `val_mask` and
     `test_mask`. `target_type` defaults to the one node type that has `y`.
 
-    An integer `y` holds class ids (its first column is read). A floating-point `y`
+    An integer `y` holds class ids ([N] or [N, 1]). A floating-point `y`
     ([N] or [N, T]) holds float targets of `target_kind`, which it then needs:
     "multilabel" or "regression"; `num_classes` then defaults to T. Class ids take
     `num_classes` from the target type's `num_classes` where it has one (`to_hetero_data`
