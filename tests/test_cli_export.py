@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import zerognn_jax as zg
+from zerognn_jax._src.nn.link_heads import DECODERS
 from zerognn_jax._src.sampling.envelope import conservative
 from zerognn_jax.cli import export as export_command
 from zerognn_jax.cli import main
@@ -37,6 +38,8 @@ def test_the_artifact_gives_the_checkpointed_models_outputs(run, capsys):
     assert printed["arguments"] == ["indptr", "indices", "features", "seeds", "valid", "key"]
     assert printed["bytes"] == out.stat().st_size and printed["batch_size"] == 16
     assert printed["features_row_normalized"] is False  # tiny's rows are served as stored
+    assert (printed["epoch"], printed["best"]) == (0, False)  # the checkpoint served
+    assert "decoder" not in printed
     call = jax.export.deserialize(out.read_bytes()).call
     p, v, d = result.program, result.variables, result.data
     seeds, valid, key = jnp.arange(16, dtype=jnp.int32), jnp.arange(16) < 10, jnp.uint32(3)
@@ -49,6 +52,25 @@ def test_the_artifact_gives_the_checkpointed_models_outputs(run, capsys):
                  "--epoch", "0"]) == 0
     assert json.loads(capsys.readouterr().out)["batch_size"] == 8
     assert jax.export.deserialize(out.read_bytes()).in_avals[3].shape == (8,)
+
+
+def test_a_link_artifact_says_how_pairs_of_its_embeddings_are_scored(tmp_path, capsys):
+    """The artifact gives the encoder's embeddings: the printed record names the decoder
+    and its score, and an mlp decoder, whose parameters the artifact does not carry,
+    is warned of (a server scoring by a plain product was silently wrong)."""
+    assert tuple(export_command.PAIR_SCORES) == DECODERS  # every decoder told of
+    cfg = zg.TrainConfig(task="link", dataset="tiny", decoder="mlp", hidden=8, layers=1,
+                         fanouts=(2,), batch_size=1024, epochs=1, eval_mode="none",
+                         progress=False, checkpoint_dir=str(tmp_path / "ck"))
+    zg.train(cfg)
+    out = tmp_path / "link.bin"
+    assert main(["export", cfg.checkpoint_dir, "--out", str(out), "--batch-size", "8"]) == 0
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    assert printed["outputs"] == "embeddings" and printed["decoder"] == "mlp"
+    assert printed["pair_score"] == "the trained mlp decoder's, not in the artifact"
+    assert captured.err.startswith("zerognn: warning: the artifact gives the encoder's "
+                                   "embeddings; the trained mlp decoder")
 
 
 def test_an_out_that_is_someone_elses_file_is_refused_before_the_restore(tmp_path, capsys,

@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import jax
@@ -104,6 +105,11 @@ def _refuse_other_files(out: Path) -> None:
                      f"first")
 
 
+# How a link model's decoder scores a pair (u, v) of the artifact's embeddings.
+PAIR_SCORES = {"scaled-dot": "dot(h_u, h_v) / sqrt(d)", "dot": "dot(h_u, h_v)",
+               "mlp": "the trained mlp decoder's, not in the artifact"}
+
+
 def run_export(args) -> int:
     """Handler of `zerognn export`. SIGINT and SIGTERM are held until the checkpoint is
     read, the model lowered or the artifact written (`interrupts.deferred`; a signal in
@@ -137,8 +143,16 @@ def run_export(args) -> int:
             f.write(blob)
         interrupts.check(f"writing {args.out}")
     printed = {"out": str(args.out), "bytes": len(blob), "batch_size": art.batch_size,
-               "arguments": list(art.arguments), "platforms": list(art.exported.platforms)}
+               "arguments": list(art.arguments), "platforms": list(art.exported.platforms),
+               "epoch": result.summary["epoch"], "best": bool(args.best)}
     if "features_row_normalized" in result.summary:  # (a graph task's rows are as given)
         printed["features_row_normalized"] = result.summary["features_row_normalized"]
+    decoder = result.summary.get("decoder")
+    if decoder is not None:  # a link model's artifact gives embeddings; what scores pairs
+        printed.update(outputs="embeddings", decoder=decoder, pair_score=PAIR_SCORES[decoder])
     print(json.dumps(printed))
+    if decoder == "mlp":
+        print("zerognn: warning: the artifact gives the encoder's embeddings; the trained "
+              "mlp decoder that scores pairs of them is not in it (zg.score_pairs on "
+              "zg.restore of the checkpoint scores pairs with it)", file=sys.stderr)
     return 0

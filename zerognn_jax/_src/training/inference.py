@@ -140,6 +140,8 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
                "model": cfg.model, "epoch": last, "best": meta.get("best"),
                **{k: v for k, v in (history[-1] if history else {}).items()
                   if k.startswith(("train_", "val_", "test_", "loss"))}}
+    if cfg.task == "link":  # what scores the encoder's embeddings
+        summary["decoder"] = cfg.decoder
     if (normalized := row_normalizes(cfg, dataset, program.task)) is not None:
         summary["features_row_normalized"] = normalized  # what `data.features` holds
     return TrainResult(_variables(state), history, summary, program, data, state, dataset)
