@@ -182,6 +182,26 @@ def test_a_graph_level_run_exports_with_its_rows_per_call(tmp_path, capsys):
     want = graph_outputs(back.program, back.variables, back.data, np.array([3, 9]),
                          back.dataset, batch_size=2)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # batches int32 counts cannot hold are one line naming the flag to give or lower
+    export = ["export", str(tmp_path / "ckpt"), "--out", str(tmp_path / "x.bin")]
+    for extra, message in (
+            (["--batch-size", "3000000000", "--max-nodes", "9", "--max-edges", "9"],
+             "--batch-size 3,000,000,000 is past int32: give at most 2,147,483,647"),
+            (["--batch-size", "300000000"], "past int32: give --max-nodes\n")):
+        assert main([*export, *extra]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_a_batch_whose_hops_pass_int32_is_told_to_lower_the_batch_alone(run, capsys):
+    """The checkpoint fixes the fanouts and the levels' layout: the advice to change
+    them (in Python's spelling) was advice the command cannot follow."""
+    folder, _ = run
+    assert main(["export", str(folder / "ckpt"), "--out", str(folder / "big.bin"),
+                 "--batch-size", "1000000000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("zerognn: error: hop ") and "fanouts or" not in err
+    assert err.endswith("lower --batch-size (now 1,000,000,000; the fanouts and the "
+                        "levels' layout are the run's)\n")
 
 
 def test_the_quiet_hook_still_works_at_the_interpreters_exit(tmp_path):

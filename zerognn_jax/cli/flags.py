@@ -194,7 +194,8 @@ def spelled_as_flags(text: str, flags: dict[str, str | None], given=frozenset())
     the option's: one `given` (set on the command line) with an underscore, or that
     starts the text or a clause, or that a value follows ("epochs 3", "heads=4"); one
     not given with an underscore where a value follows or a hint names it ("set
-    checkpoint_dir", "drop flat_outer"). A name whose flag the text holds already, a
+    checkpoint_dir", "drop flat_outer", "give max_nodes", "lower batch_size"). A name
+    whose flag the text holds already, a
     word right after a flag (its value) and a name followed by "." (a record's key,
     "dataset.name") stay."""
     for name, flag in flags.items():
@@ -205,7 +206,7 @@ def spelled_as_flags(text: str, flags: dict[str, str | None], given=frozenset())
         for piece in pieces[1:]:
             valued = re.match(r" ['\"\d-]|=", piece)
             starts = out in ("", "error: ") or out.endswith(("; ", ": "))
-            hinted = out.endswith(("set ", "drop ", "another "))
+            hinted = out.endswith(("set ", "drop ", "another ", "give ", "lower "))
             after_flag = re.search(r"(?<![\w-])--[\w-]+ $", out)
             swap = not after_flag and (
                 (name in given and ("_" in name or valued or starts))

@@ -41,13 +41,22 @@ DEFAULT_POLICY = EnvelopePolicy()
 MAX_CAPACITY = 2**31 - 1  # positions in a level are int32
 
 
+class PastInt32(ValueError):
+    """A level or a hop's slots past int32 positions. `fact` is the message without its
+    advice, for a caller whose remedies are others (an export: the batch size alone)."""
+
+    def __init__(self, fact: str, advice: str):
+        super().__init__(f"{fact}: {advice}")
+        self.fact = fact
+
+
 def check_capacity(where: str, capacity: int) -> None:
     """ValueError unless a level of `capacity` rows (`where`: which one) is addressable by
     int32 positions: tree levels multiply the batch by (1 + K) each hop."""
     if capacity > MAX_CAPACITY:
-        raise ValueError(f"{where} would hold {capacity:,} rows, more than int32 positions "
-                         f"reach ({MAX_CAPACITY:,}): lower the fanouts or the batch size, or "
-                         "deduplicate the levels (dedup=True, flat_outer=False)")
+        raise PastInt32(f"{where} would hold {capacity:,} rows, more than int32 positions "
+                        f"reach ({MAX_CAPACITY:,})", "lower the fanouts or the batch size, "
+                        "or deduplicate the levels (dedup=True, flat_outer=False)")
 
 
 def check_slots(where: str, slots: int, detail: str) -> None:
@@ -55,9 +64,9 @@ def check_slots(where: str, slots: int, detail: str) -> None:
     of what, as " (R rows x K)") are addressable by int32 positions; a level's own size
     is checked by its envelope (`check_capacity`), its candidates here."""
     if slots > MAX_CAPACITY:
-        raise ValueError(f"{where} would sample {slots:,} slots{detail}, more than int32 "
-                         f"positions reach ({MAX_CAPACITY:,}): lower the fanouts or the "
-                         f"batch size")
+        raise PastInt32(f"{where} would sample {slots:,} slots{detail}, more than int32 "
+                        f"positions reach ({MAX_CAPACITY:,})",
+                        "lower the fanouts or the batch size")
 
 
 @dataclasses.dataclass(frozen=True)

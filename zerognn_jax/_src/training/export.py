@@ -30,7 +30,7 @@ from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.hetero import HeteroGraph, relation_name
 from zerognn_jax._src.ops.registry import XLA
-from zerognn_jax._src.sampling.envelope import conservative
+from zerognn_jax._src.sampling.envelope import MAX_CAPACITY, PastInt32, conservative
 from zerognn_jax._src.sampling.graph_batch import GraphTables, pack_graphs
 from zerognn_jax._src.sampling.typed_envelope import typed_conservative, typed_tree_sizes
 from zerognn_jax._src.sampling.typed_minibatch import sample_typed
@@ -230,6 +230,9 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
         or of another shape).
     """
     batch_size = at_least_one(batch_size, "batch_size")
+    if batch_size > MAX_CAPACITY:  # seeds, flags and a graph call's counts are int32[B]
+        raise ValueError(f"batch_size {batch_size:,} is past int32: give at most "
+                         f"{MAX_CAPACITY:,} (far fewer fit a device)")
     if not isinstance(variables, Mapping) or "params" not in variables:
         raise ValueError(f"variables must be the model's variables, a mapping with 'params' "
                          f"(as TrainResult.variables), got {type(variables).__name__}")
@@ -278,6 +281,9 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
     except flax.errors.FlaxError as err:  # a parameter missing or of another shape
         line = str(err).strip().splitlines()[0]
         raise ValueError(f"the variables do not fit this program's model: {line}") from err
+    except PastInt32 as err:  # the run fixed its fanouts and levels: the batch is left
+        raise ValueError(f"{err.fact}: lower batch_size (now {batch_size:,}; the fanouts "
+                         f"and the levels' layout are the run's)") from None
 
 
 def _export_one_type(program: StepProgram, variables, data: DeviceData, batch_size: int,
