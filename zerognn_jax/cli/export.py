@@ -34,6 +34,7 @@ from zerognn_jax._src.data.writes import atomic_write, written_here
 from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
 from zerognn_jax._src.training.export import export_model
 from zerognn_jax._src.training.inference import restore
+from zerognn_jax._src.training.lock import LOCK_NAME
 from zerognn_jax.cli.data import load_named
 from zerognn_jax.cli.flags import add_compile_cache_flag, generator_seed, path_text
 
@@ -53,11 +54,12 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=256,
                    help="seeds per call (graphs per call for a graph-level run; default: "
                         "256)")
-    p.add_argument("--best", action="store_true",
-                   help="the best-validation checkpoint instead of the latest")
-    p.add_argument("--epoch", type=generator_seed, default=None,
-                   help="that epoch's checkpoint instead of the latest (one the folder "
-                        "keeps)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--best", action="store_true",
+                       help="the best-validation checkpoint instead of the latest")
+    which.add_argument("--epoch", type=generator_seed, default=None,
+                       help="that epoch's checkpoint instead of the latest (one the folder "
+                            "keeps)")
     p.add_argument("--platforms", default=None,
                    help="lowering targets, comma-separated (cpu, cuda); default: this "
                         "machine's")
@@ -110,6 +112,21 @@ PAIR_SCORES = {"scaled-dot": "dot(h_u, h_v) / sqrt(d)", "dot": "dot(h_u, h_v)",
                "mlp": "the trained mlp decoder's, not in the artifact"}
 
 
+def _refuse_checkpoint_names(out: Path, checkpoint_dir: Path) -> None:
+    """ValueError where `out` takes a name in `checkpoint_dir` that a run writes there
+    (an epoch's number, the best checkpoint's folder, the evaluation record, the lock):
+    a resumed run would replace the artifact."""
+    from zerognn_jax._src.training.checkpoint import BEST, EVALUATION  # (orbax: at use)
+
+    out, folder = out.resolve(), checkpoint_dir.resolve()
+    if not out.is_relative_to(folder) or out == folder:
+        return
+    first = out.relative_to(folder).parts[0]
+    if first.split(".")[0].isdigit() or first in (BEST, EVALUATION, LOCK_NAME):
+        raise ValueError(f"--out {out} takes a name a run writes in its checkpoint folder "
+                         f"({first}: a resumed run may replace it); give another name")
+
+
 def run_export(args) -> int:
     """Handler of `zerognn export`. SIGINT and SIGTERM are held until the checkpoint is
     read, the model lowered or the artifact written (`interrupts.deferred`; a signal in
@@ -119,8 +136,9 @@ def run_export(args) -> int:
     if not args.out.strip() or Path(args.out).is_dir():  # before the restore and lowering
         raise ValueError(f"--out must name the artifact's file, got {args.out!r}")
     _refuse_other_files(Path(args.out))
+    _refuse_checkpoint_names(Path(args.out), Path(args.checkpoint_dir))
     platforms = None
-    if args.platforms:  # each named once, in the order given
+    if args.platforms is not None:  # each named once, in the order given ("" names none)
         platforms = tuple(dict.fromkeys(p.strip() for p in args.platforms.split(",")))
     with interrupts.deferred():
         dataset = None if args.dataset is None else load_named(args.dataset)

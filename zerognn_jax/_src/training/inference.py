@@ -99,7 +99,8 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
         epochs = sorted(ckpt.all_epochs(), reverse=True) if epoch is None else [epoch]
         if not epochs or epochs[0] not in ckpt.all_epochs():
             raise FileNotFoundError(f"no checkpoint{'' if epoch is None else f' {epoch}'} in "
-                                    f"{directory} (it holds {sorted(ckpt.all_epochs())})")
+                                    f"{directory} (it holds {sorted(ckpt.all_epochs())})"
+                                    + _epoch_folder_hint(directory))
         meta = readable(lambda: ckpt.read_meta(epochs[0]), directory, epochs[0])
         own = meta.get("identity", {}).get("custom.model")
         if own is not None and model is None:
@@ -163,6 +164,17 @@ def _evaluated_later(ckpt, record: dict) -> dict:
             if kept.get("epoch") == record.get("epoch"):
                 return {k: v for k, v in kept.items() if k not in record}
     return {}
+
+
+def _epoch_folder_hint(directory: Path) -> str:
+    """Where `directory` is one epoch's folder of a run's checkpoint folder (its name a
+    number, and it holds the record `meta/` of a checkpoint), what to give instead; ""
+    otherwise."""
+    name, parent = directory.name, directory.parent
+    if not (name.isdigit() and (directory / "meta").is_dir()):
+        return ""
+    return (f"; {directory} is epoch {name}'s checkpoint of the run folder {parent}: give "
+            f"{parent} with epoch={name} (zerognn export: --epoch {name})")
 
 
 def _compared(ident: dict, meta: dict) -> dict:
