@@ -131,6 +131,20 @@ def test_data_parallel_embedding_rows_count_as_step_buffers():
     with pytest.raises(ValueError, match="--shard-features --devices N, now 1"):
         memory.check_fits(env, (15, 10), (47, 256, 100), limit, resident=resident,
                           extra_step_bytes=40, read_ahead_bytes=61)
+    # a device table is told of the host placement; a host table's cached rows are
+    # named as such, with the cache's size as their lever (it was told to shard them)
+    with pytest.raises(ValueError, match=r"keeping the feature table in host memory "
+                                         r"\(--feature-placement host\) frees up to"):
+        memory.check_fits(env, (15, 10), (47, 256, 100), limit, resident=resident,
+                          extra_step_bytes=101)
+    cached = memory.Resident(graph=1 << 20, features=1 << 20, model=1 << 20, host_table=True)
+    with pytest.raises(ValueError) as err:
+        memory.check_fits(env, (15, 10), (47, 256, 100), limit, resident=cached,
+                          extra_step_bytes=101)
+    assert "(float32, cached rows of the host table)" in str(err.value)
+    assert "a smaller cache of the host table's rows (--feature-cache-gib, 0: none)" in \
+        str(err.value)
+    assert "--shard-features" not in str(err.value) and "bfloat16" not in str(err.value)
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -467,7 +467,8 @@ def test_a_run_over_device_memory_stops_before_compiling(mag, monkeypatch):
                                          r".* step buffers .*now 64\)"):
         zg.train(zg.TrainConfig(**BASE, epochs=1, eval_mode="none"), mag)
     # a bfloat16 host table (nothing of it on the device) read 16 steps ahead
-    with pytest.raises(ValueError, match=r"features 0\.00 GiB \(bfloat16, over 1 device\(s\)\)"
+    with pytest.raises(ValueError, match=r"features 0\.00 GiB \(bfloat16, cached rows of the "
+                                         r"host table\)"
                                          r".*To fit: sampling fewer steps ahead \(--sample-"
                                          r"ahead 1: none\) drops up to 0\.0[0-9] GiB of feature "
                                          r"rows read ahead from the host table; a smaller batch"):

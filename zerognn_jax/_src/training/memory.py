@@ -61,6 +61,8 @@ class Resident:
       model: parameters, gradients and two Adam moments (float32), and a node
         embedding's table with its two float32 moments.
       feature_dtype: the features' dtype name; feature_shards: devices they are split over.
+      host_table: the table is in host memory: `features` are its cached rows and row
+        maps on the device.
     """
 
     graph: int
@@ -68,6 +70,7 @@ class Resident:
     model: int
     feature_dtype: str = "float32"
     feature_shards: int = 1
+    host_table: bool = False
 
     @property
     def total(self) -> int:
@@ -93,7 +96,8 @@ def resident_bytes(graph, num_features: int, feature_dtype, level_dims, *,
     params = sum(2 * a * b + a for a, b in zip(level_dims[:-1], level_dims[1:]))
     embedding = embedding_bytes(graph.num_nodes, embedding_dim, feature_dtype)
     return Resident(graph_bytes, features, 4 * 4 * params + embedding,
-                    jax.numpy.dtype(feature_dtype).name, feature_shards)
+                    jax.numpy.dtype(feature_dtype).name, feature_shards,
+                    host_table=feature_bytes is not None)
 
 
 def allocated_resident(data, state) -> Resident:
@@ -112,7 +116,7 @@ def allocated_resident(data, state) -> Resident:
     model = 2 * per_device(state.params) + per_device(
         (state.batch_stats, state.opt_state, state.embedding, state.embedding_opt))
     return Resident(per_device((data.graph, data.targets)), per_device(data.features), model,
-                    dtype)
+                    dtype, host_table=is_host_resident(data.features))
 
 
 def embedding_bytes(rows: int, dim: int, dtype) -> int:
@@ -144,11 +148,15 @@ def _advice(resident: Resident, envelope_bytes: int, over: int,
     """What would bring the run `over` bytes lower, largest lever first (`read_ahead`:
     bytes of host-table rows read ahead, part of the step's buffers)."""
     tips = [_read_ahead_tip(read_ahead)] if read_ahead else []
-    # (levers on the device's feature rows: none for a table in host memory, which
-    # shard_features refuses)
-    if resident.feature_dtype == "float32" and resident.features:
-        tips.append(f"bfloat16 features (--dtype bfloat16) save {_gib(resident.features // 2)}")
-    if resident.features:
+    if resident.host_table and resident.features:  # a cache: shard_features refuses it
+        tips.append(f"a smaller cache of the host table's rows (--feature-cache-gib, 0: "
+                    f"none) frees up to {_gib(resident.features)}")
+    elif resident.features:
+        if resident.feature_dtype == "float32":
+            tips.append(f"bfloat16 features (--dtype bfloat16) save "
+                        f"{_gib(resident.features // 2)}")
+        tips.append(f"keeping the feature table in host memory (--feature-placement host) "
+                    f"frees up to {_gib(resident.features)}")
         tips.append(f"splitting the features over more devices (--shard-features --devices "
                     f"N, now {resident.feature_shards}) saves up to {_gib(resident.features)}")
     tips.append(f"fewer layers, smaller fanouts or batch shrink the step's "
@@ -216,8 +224,10 @@ def _read_ahead_tip(read_ahead: int) -> str:
 
 def _does_not_fit(resident: Resident, step_bytes: int, limit_bytes: int, tips) -> None:
     total = resident.total + step_bytes
+    held = ("cached rows of the host table" if resident.host_table else
+             f"over {resident.feature_shards} device(s)")
     parts = (f"graph {_gib(resident.graph)} + features {_gib(resident.features)} "
-             f"({resident.feature_dtype}, over {resident.feature_shards} device(s)) + model "
+             f"({resident.feature_dtype}, {held}) + model "
              f"{_gib(resident.model)} + step buffers {_gib(step_bytes)} = {_gib(total)}")
     raise ValueError(
         f"the run does not fit device memory: {parts}, above the {_gib(limit_bytes)} "
