@@ -266,6 +266,39 @@ def test_degree_order_needs_the_graph():
         place_features(features, np.float32, host, announce=False, degree=np.arange(5))
 
 
+def test_a_host_copy_that_does_not_fit_says_which_options_need_none(monkeypatch, capsys):
+    """Host memory running out in the copy of the table ended in NumPy's traceback: a
+    one-line error now names the copy and how to read the table in place."""
+    from zerognn_jax._src.training import placement
+    from zerognn_jax.cli import main
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 217. MiB")
+
+    monkeypatch.setattr(placement, "reordered_table", no_memory)
+    host = placement.Placement("host", "asked for")
+    stored = np.ones((6, 2), ml_dtypes.bfloat16)
+    with pytest.raises(MemoryError, match=r"^host memory ran out copying the feature table "
+                                          r"\(6 x 2, reordered by degree: 0\.00 GiB\): free "
+                                          r"host memory, or read the table in place: "
+                                          r"--host-row-order stored with --dtype bfloat16 "
+                                          r"\(the table's own dtype\)$"):
+        placement.place_features(stored, np.float32, host, announce=False,
+                                 degree=np.arange(6), row_order="degree")
+    # the command line: one line, exit 1 (tiny's float32 rows, copied by degree)
+    assert main(["train", "--no-progress", "--feature-placement", "host"]) == 1
+    assert capsys.readouterr().err == (
+        "zerognn: error: host memory ran out copying the feature table (4,898 x 100, "
+        "reordered by degree: 0.00 GiB): free host memory, or read the table in place: "
+        "--host-row-order stored\n")
+    # any other allocation of host memory that fails is one line too
+    from zerognn_jax._src.training import trainer
+    monkeypatch.setattr(trainer, "prepare", no_memory)
+    assert main(["train", "--no-progress"]) == 1
+    assert capsys.readouterr().err == ("zerognn: error: host memory ran out (Unable to "
+                                       "allocate 217. MiB)\n")
+
+
 @pytest.mark.parametrize("order,message", [
     (np.arange(5), r"must be int\[6\], got int64\[5\]"),
     (np.array([0, 1, 2, 3, 4, 4]), "every row of \\[0, 6\\) once; 1 are missing"),

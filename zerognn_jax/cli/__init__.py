@@ -80,6 +80,10 @@ def main(argv=None) -> int:
         code = fail(err, str(err), err.exit_code, "; run the same command again to resume")
     except KeyboardInterrupt as err:
         code = fail(err, "interrupted", 130)
+    except MemoryError as err:  # the host's; a copy the library names says what it was
+        said = _first_line(err)
+        code = fail(err, f"error: {said}" if said.startswith("host memory") else
+                    f"error: host memory ran out ({said})", 1)
     except Exception as err:
         from zerognn_jax._src.training.memory import is_out_of_memory
 

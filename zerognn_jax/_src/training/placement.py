@@ -169,6 +169,20 @@ def choose_row_order(setting: str, features, dtype,
     return "stored", f"a copy of {_gib(need)} would not fit half of {have} available"
 
 
+def _no_host_copy(features, dtype, order: str) -> str:
+    """Why a host table's copy failed to allocate, and the options that need none."""
+    stored = np.asarray(features[:0]).dtype
+    shape = np.shape(features)
+    need = shape[0] * shape[1] * np.dtype(dtype).itemsize
+    ways = ["--host-row-order stored"] if order == "degree" else []
+    if stored != np.dtype(dtype) and stored.name in ("float32", "bfloat16"):
+        ways.append(f"--dtype {stored.name} (the table's own dtype)")
+    made = "reordered by degree" if order == "degree" else f"converted to {np.dtype(dtype)}"
+    return (f"host memory ran out copying the feature table ({shape[0]:,} x {shape[1]}, "
+            f"{made}: {_gib(need)}): free host memory"
+            + (f", or read the table in place: {' with '.join(ways)}" if ways else ""))
+
+
 def place_features(features, dtype, placement: Placement, *, announce: bool,
                    cache_bytes: int = 0, degree=None, row_order: str = "auto"):
     """The feature table in `dtype`: a device array, or a `HostTable` laid out in the
@@ -190,14 +204,17 @@ def place_features(features, dtype, placement: Placement, *, announce: bool,
         order, why = ("stored", "no graph degrees to order by") if degree is None else \
             choose_row_order(row_order, features, dtype, available_host_bytes())
         n = np.shape(features)[0]
-        if order == "degree":
-            long = n * np.shape(features)[1] * np.dtype(dtype).itemsize >= 2**30
-            log = (lambda line: print(line, file=sys.stderr, flush=True)) \
-                if announce and long else None
-            table = reordered_table(features, hottest_first(degree, n), dtype, log=log)
-        else:
-            table = HostTable(np.ascontiguousarray(
-                np.asarray(features).astype(dtype, copy=False)))
+        try:
+            if order == "degree":
+                long = n * np.shape(features)[1] * np.dtype(dtype).itemsize >= 2**30
+                log = (lambda line: print(line, file=sys.stderr, flush=True)) \
+                    if announce and long else None
+                table = reordered_table(features, hottest_first(degree, n), dtype, log=log)
+            else:
+                table = HostTable(np.ascontiguousarray(
+                    np.asarray(features).astype(dtype, copy=False)))
+        except MemoryError:
+            raise MemoryError(_no_host_copy(features, dtype, order)) from None
         note = f"; rows {'by degree' if order == 'degree' else 'as stored'}: {why}"
         row_bytes = table.shape[1] * table.dtype.itemsize
         # rows as stored need a node -> slot map on the device (4 bytes a node), paid
