@@ -561,7 +561,7 @@ def test_undirected_csr_checks_ids():
     [
         (dict(features=np.ones((5, 3))), r"features have 5 rows but the graph has 6 nodes"),
         (dict(labels=np.zeros(7, np.int64)), r"labels have 7 entries but the graph has 6 "
-                                              r"nodes; a graph built from edges"),
+                                              r"nodes; the graph's nodes are its indptr's"),
         (dict(features=np.where(np.eye(6, 3) > 0, np.nan, 1.0)),
          r"features contain NaN or inf \(3 entries; first at row 0, column 0\)"),
         (dict(features=np.full((6, 3), np.inf)), r"features contain NaN or inf"),
@@ -587,7 +587,8 @@ def test_tables_longer_than_the_graph_are_named_before_the_splits():
     assert graph.num_nodes == 7
     arrays = dict(tiny_arrays(8), indptr=graph.indptr, indices=graph.indices,
                   test_idx=[3, 7])
-    fix = r"a graph built from edges has the largest id \+ 1 nodes unless told: pass "
+    fix = (r"the graph's nodes are its indptr's entries less one \(8 - 1\), and a graph "
+           r"built from edges has the largest id \+ 1 nodes unless told: pass ")
     with pytest.raises(ValueError, match=rf"^features have 8 rows but the graph has 7 nodes; "
                                          rf"{fix}from_edge_index\(\.\.\., num_nodes=8\)$"):
         make_dataset(**arrays)
@@ -601,6 +602,10 @@ def test_tables_longer_than_the_graph_are_named_before_the_splits():
     with pytest.raises(ValueError, match=r"^features have 6 rows but the graph has 7 nodes; "
                                          r"give one per node$"):
         make_dataset(**{**arrays, "features": np.ones((6, 3), np.float32)})
+    # a 1-D table is named as such, not by its length as a row count
+    with pytest.raises(ValueError, match=r"^features must be 2-D \[num_nodes, dim\], got "
+                                         r"shape \(21,\)$"):
+        make_dataset(**{**arrays, "features": np.ones(21, np.float32)})
 
 
 @pytest.mark.parametrize(("graph_at", "given", "tables"), [
@@ -866,6 +871,18 @@ def test_dataset_directories_through_the_public_api(tmp_path):
     ds = make_dataset(**tiny_arrays())
     back = zerognn_jax.load_dir(zerognn_jax.save_dir(ds, tmp_path / "t"))
     assert back.stats() == ds.stats()
+    # features of another dtype are refused, as a typed directory's are (they were read
+    # as a float32 copy of the whole table, not in place)
+    meta_path = tmp_path / "t" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    for dtype in (np.float64, np.int64):
+        np.save(tmp_path / "t" / "features.npy", np.ones((6, 3), dtype))
+        meta["arrays"]["features"]["dtype"] = np.dtype(dtype).name  # the record agrees
+        meta_path.write_text(json.dumps(meta))
+        with pytest.raises(ValueError, match=rf"holds an invalid dataset: features\.npy is "
+                                             rf"{np.dtype(dtype)}; a dataset directory's "
+                                             rf"features must be float32 or bfloat16"):
+            zerognn_jax.load_dir(tmp_path / "t")
 
 
 def test_finite_float64_features_past_float32_are_named_as_an_overflow():

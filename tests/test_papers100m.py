@@ -173,6 +173,13 @@ def test_directory_shape_mismatch_is_named(dataset, tmp_path):
     (path / storage.META).write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=r"labels.npy holds int32\[55530\], meta.json says"):
         storage.load_arrays(path)
+    whole = (path / "features.npy").read_bytes()
+    (path / "features.npy").write_bytes(whole[:len(whole) // 2])  # mmap: "length greater"
+    with pytest.raises(ValueError, match=rf"array features is unreadable: it is cut short: "
+                                         rf"{len(whole) // 2:,} of the {len(whole):,} bytes "
+                                         rf"its header promises"):
+        storage.load_arrays(path)
+    (path / "features.npy").write_bytes(whole)
     for content, why in ((b"", "it is empty"),  # was an EOFError's traceback
                          (b"\x93NUMPY\x01", "EOF: reading magic string"),
                          (b"x" * 64, r"it is not a .npy file \(it lacks NumPy's header\)")):

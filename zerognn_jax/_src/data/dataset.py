@@ -189,7 +189,8 @@ def one_per_node(what: str, count: int, unit: str, n: int) -> None:
     and so leaves out an isolated last node: the message says to give num_nodes."""
     if count == n:
         return
-    fix = (f"; a graph built from edges has the largest id + 1 nodes unless told: pass "
+    fix = (f"; the graph's nodes are its indptr's entries less one ({n + 1} - 1), and a "
+           f"graph built from edges has the largest id + 1 nodes unless told: pass "
            f"from_edge_index(..., num_nodes={count})" if count > n
            else "; give one per node")
     raise ValueError(f"{what} {count} {unit} but the graph has {n} nodes{fix}")
@@ -295,6 +296,8 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
     num_classes = check_num_classes(num_classes)
     labels = _integers("labels", labels)
     features = np.asarray(features)
+    if features.ndim != 2:  # (a 1-D table's length is no row count)
+        raise ValueError(f"features must be 2-D [num_nodes, dim], got shape {features.shape}")
     # the tables' lengths before the splits: a graph short of nodes (from_edge_index
     # without num_nodes) was named by the first split that reached past it
     for what, table, unit in (("features have", features, "rows"),

@@ -363,7 +363,28 @@ def open_npy(file: Path) -> np.ndarray:
     try:
         return np.load(file, mmap_mode="r", allow_pickle=False)
     except (ValueError, EOFError) as err:  # EOFError: a cut header
-        raise ValueError(str(err) or type(err).__name__) from err
+        raise ValueError(_cut_short(file) or str(err) or type(err).__name__) from err
+
+
+def _cut_short(file: Path) -> str | None:
+    """"it is cut short: ..." where `file`'s header reads and promises more bytes than
+    the file holds (mmap's own words: "mmap length is greater than file size"); None
+    otherwise."""
+    try:
+        with open(file, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
+                    np.lib.format.read_array_header_2_0)
+            shape, _, dtype = read(f)
+            start = f.tell()
+    except (ValueError, EOFError, OSError):
+        return None
+    want = start + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    have = file.stat().st_size
+    if have >= want:
+        return None
+    return (f"it is cut short: {have:,} of the {want:,} bytes its header promises "
+            f"({dtype}{list(shape)})")
 
 
 def load_arrays(path: str | os.PathLike, *, accepts: ArrayNames = HOMOGENEOUS,
@@ -405,6 +426,12 @@ def load_dir(path: str | os.PathLike) -> Dataset:
     """The Dataset of a directory written by `save_dir` or `write_dir`: the graph and the
     features memory-mapped as stored (float32 or bfloat16), not copied."""
     meta, a = load_arrays(path)
+    stored = a["features"].dtype
+    if stored not in (np.float32, BFLOAT16):  # read in place, never as a converted copy
+        raise ValueError(f"{path} holds an invalid dataset: features.npy is {stored}; a "
+                         f"dataset directory's features must be float32 or bfloat16 (they "
+                         f"are read in place, as typed directories' are): write them as "
+                         f"one, np.save(path, table.astype(np.float32))")
     try:
         return make_dataset(meta["name"], a["indptr"], a["indices"], a["features"], a["labels"],
                             a["train_idx"], a["val_idx"], a["test_idx"], meta["num_classes"],
