@@ -357,6 +357,30 @@ def test_a_missing_compiler_is_named_and_leaves_no_library(tmp_path, monkeypatch
     host_rows._library.__wrapped__(None)
     monkeypatch.setenv("CXX", "no-such-compiler-here")
     host_rows._library.__wrapped__(None)  # the cached library (refused before)
+    # a library cut short no longer matches the digest beside it: built again (loading
+    # it killed the process with a bus error), or, without a compiler, named as such
+    library = next(tmp_path.glob("host_rows-cpu-*.so"))
+    whole = library.read_bytes()
+    library.write_bytes(whole[:1000])
+    with pytest.raises(host_rows.BuildError, match="'no-such-compiler-here' is not on the "
+                                                   "PATH"):
+        host_rows._library.__wrapped__(None)
+    monkeypatch.delenv("CXX")
+    host_rows._library.__wrapped__(None)
+    assert library.read_bytes() != whole[:1000]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [library.name, library.name +
+                                                          ".sha256"]
+
+
+def test_a_cache_folder_it_cannot_write_is_one_line(tmp_path, monkeypatch):
+    """A $ZEROGNN_CACHE it cannot write (read-only, or here under a file, which root
+    cannot write either) gave the errno of a temporary file's name."""
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("ZEROGNN_CACHE", str(tmp_path / "file" / "cache"))
+    with pytest.raises(host_rows.BuildError, match=rf"^the host-row gather cannot be built "
+                                                   rf"into {tmp_path / 'file' / 'cache'} \(Not "
+                                                   rf"a directory\): set \$ZEROGNN_CACHE"):
+        host_rows._library.__wrapped__(None)
 
 
 def test_pieces_cover_the_table_at_page_aligned_cuts():

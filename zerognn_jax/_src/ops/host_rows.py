@@ -51,6 +51,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import jaxlib.version
 import numpy as np
 
 _TARGET = "zerognn_host_rows"
@@ -122,19 +123,30 @@ def _flags(arch: str | None) -> list[str]:
 
 @functools.cache
 def _library(arch: str | None) -> ctypes.CDLL:
-    """The built handlers for `arch` (None: CPU only), built once per cache key (the
-    compiler is looked for only then: a machine without one uses a library built
-    already)."""
+    """The built handlers for `arch` (None: CPU only), built once per cache key: the
+    source, the jax and jaxlib versions (the FFI headers are jaxlib's) and the flags
+    (the compiler is looked for only then: a machine without one uses a library built
+    already). A library whose bytes no longer match the digest written beside it when
+    it was built (cut short or damaged: loading such a file killed the process with a
+    bus error) is built again."""
     flags = _flags(arch)
     source = _SOURCE.read_bytes()
-    key = hashlib.sha256(source + " ".join([jax.__version__, *flags]).encode())
+    versions = [jax.__version__, jaxlib.version.__version__]
+    key = hashlib.sha256(source + " ".join([*versions, *flags]).encode())
     path = _cache_dir() / f"host_rows-{arch or 'cpu'}-{key.hexdigest()[:16]}.so"
-    if not path.exists():
+    digest = path.with_name(path.name + ".sha256")
+    if not _intact(path, digest):
         command = [_compiler(arch), *flags]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Built beside its final name and renamed: a run stopped mid-build, or two runs
-        # building at once, never leave a half-written library under that name.
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Built beside its final name and renamed: a run stopped mid-build, or two
+            # runs building at once, never leave a half-written library under that name.
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+        except OSError as err:
+            raise BuildError(f"the host-row gather cannot be built into {path.parent} "
+                             f"({err.strerror}): set $ZEROGNN_CACHE to a writable folder, "
+                             f"or keep the features on the device (feature_placement="
+                             f"\"device\")") from None
         os.close(fd)
         try:
             done = subprocess.run([*command, str(_SOURCE), "-o", tmp], capture_output=True,
@@ -142,11 +154,22 @@ def _library(arch: str | None) -> ctypes.CDLL:
             if done.returncode:
                 raise BuildError(f"building the host-row gather failed ({command[0]} exit "
                                    f"{done.returncode}):\n{done.stderr[-4000:]}")
+            built = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
             os.replace(tmp, path)
+            Path(tmp).write_text(built)  # the digest, renamed into place as well
+            os.replace(tmp, digest)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
     return ctypes.CDLL(str(path))
+
+
+def _intact(path: Path, digest: Path) -> bool:
+    """Whether the library `path` exists with the bytes its `digest` file records."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() == digest.read_text().strip()
+    except OSError:  # either missing or unreadable: built again
+        return False
 
 
 _REGISTERING = threading.Lock()
