@@ -97,6 +97,31 @@ def test_a_model_that_fails_on_its_first_batch_is_named(dataset):
         zg.train(config(), dataset, model=Broken())
 
 
+def test_a_model_that_fails_in_training_mode_alone_is_named(dataset):
+    """Checked in evaluation mode only, such models failed inside the compiled epoch
+    with a traceback: dropout on an rng stream the engine does not give, and outputs
+    cut to the seeds only when not training."""
+    class OwnStream(nn.Module):
+        @nn.compact
+        def __call__(self, x, views, *, train):
+            x = nn.Dropout(0.5, rng_collection="drop")(x, deterministic=not train)
+            return nn.Dense(3)(x[: views[-1].num_dst])
+
+    class CutWhenEvaluating(nn.Module):
+        @nn.compact
+        def __call__(self, x, views, *, train):
+            return nn.Dense(3)(x if train else x[: views[-1].num_dst])
+
+    with pytest.raises(ValueError, match=r"OwnStream fails on its first batch in training mode "
+                                         r"\(train=True; zg.train gives it the rng 'dropout'\)"
+                                         r": InvalidRngError"):
+        zg.train(config(), dataset, model=OwnStream())
+    with pytest.raises(ValueError, match=r"CutWhenEvaluating gives outputs float32\[\d+, 3\] "
+                                         r"in training mode .*; the task needs one row per "
+                                         r"target row: \[35, ...\]"):
+        zg.train(config(), dataset, model=CutWhenEvaluating())
+
+
 class Rounded(nn.Module):
     """Outputs rounded to integers (or returned with something else beside them)."""
 

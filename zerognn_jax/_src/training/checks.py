@@ -16,6 +16,8 @@ what would fail inside the epoch into one line naming the piece and the shapes:
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -86,33 +88,45 @@ def check_pieces(program, state, data, envelope, items, *, width: int,
     variables = {"params": state.params, "batch_stats": state.batch_stats}
     if state.embedding is not None:
         variables["embedding"] = state.embedding
-    name = name or model_name(program.model)
+    own, name = name is not None, name or model_name(program.model)
 
-    def forward(variables, data, perm):
+    def forward(variables, data, perm, train):
         batch, mb, key = sample_batch(program, data, perm, 0, 0, envelope)
-        out, _ = program.apply_model(variables, data, mb, train=False,
+        out, _ = program.apply_model(variables, data, mb, train=train, dropout_key=key,
                                      inputs=batch.model_inputs)
         return out, batch.targets, batch.weight
 
-    try:
-        out, targets, weight = jax.eval_shape(forward, variables, data, perm)
-    except Exception as err:  # noqa: BLE001 - re-raised with the piece named
-        raise ValueError(f"the model {name} fails on its first batch: "
-                         f"{_first_line(err)}") from err
-    rows = _check_batch(task, targets, weight)
-    if not isinstance(out, jax.ShapeDtypeStruct):
-        raise ValueError(f"the model {name} gives a {type(out).__name__} of outputs; the task "
-                         f"needs one array, one row per target row: [{rows}, ...]")
-    if not jnp.issubdtype(out.dtype, jnp.floating):
-        raise ValueError(f"the model {name} gives {_shape(out)} outputs; they must be "
-                         f"floating point (no gradient reaches the model through "
-                         f"integers or booleans)")
-    if not out.shape or out.shape[0] != rows:
-        raise ValueError(f"the model {name} gives outputs {_shape(out)}; the task needs one "
-                         f"row per target row: [{rows}, ...]")
+    # a model of one's own in training mode too (dropout, its train-only paths), where
+    # it failed inside the compiled epoch; the built-in models are known there
+    for train in (False, True) if own else (False,):
+        mode = " in training mode (train=True; zg.train gives it the rng 'dropout')" \
+            if train else ""
+        try:
+            out, targets, weight = jax.eval_shape(
+                functools.partial(forward, train=train), variables, data, perm)
+        except Exception as err:  # noqa: BLE001 - re-raised with the piece named
+            raise ValueError(f"the model {name} fails on its first batch{mode}: "
+                             f"{_first_line(err)}") from err
+        rows = _check_batch(task, targets, weight)
+        _check_outputs(name, out, rows, mode)
     _check_width(task, name, out, targets, width)
     _check_loss(task, name, out, targets, rows)
     _check_optimizer(program, state)
+
+
+def _check_outputs(name: str, out, rows: int, mode: str) -> None:
+    """ValueError unless the model's outputs `out` (in the `mode` said) are one float
+    array of `rows` rows."""
+    if not isinstance(out, jax.ShapeDtypeStruct):
+        raise ValueError(f"the model {name} gives a {type(out).__name__} of outputs{mode}; "
+                         f"the task needs one array, one row per target row: [{rows}, ...]")
+    if not jnp.issubdtype(out.dtype, jnp.floating):
+        raise ValueError(f"the model {name} gives {_shape(out)} outputs{mode}; they must be "
+                         f"floating point (no gradient reaches the model through "
+                         f"integers or booleans)")
+    if not out.shape or out.shape[0] != rows:
+        raise ValueError(f"the model {name} gives outputs {_shape(out)}{mode}; the task "
+                         f"needs one row per target row: [{rows}, ...]")
 
 
 def _check_batch(task, targets, weight) -> int:
