@@ -294,6 +294,10 @@ def test_a_link_loop_of_its_own_learns(shop_clear):
     (dict(edges=np.array([[400, 0]])), r"edges' source ids must lie in \[0, 400\)"),
     (dict(negative_mode="nope"), "negative mode must be one of destination, pairs, shared, "
                                 "got .nope."),
+    # the pairs where the relation goes (PyG's order): NumPy's "truth value" error before
+    (dict(relation=np.array([[0, 1], [2, 3]]), edges="buys"),
+     r"relation must be a \(src, name, dst\) triple or a relation's name, got ndarray: the "
+     r"arguments are \(graph, relation, edges\)"),
 ])
 def test_bad_link_input_is_refused_in_one_line(shop, kwargs, match):
     args = {"relation": "buys", "edges": np.array([[0, 1], [2, 3]]), **kwargs}

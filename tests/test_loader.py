@@ -116,6 +116,8 @@ def test_sample_minibatch_takes_jax_keys(graph):
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"nodes": np.array([], np.int32)}, "non-empty 1-D integer array"),
+    ({"nodes": []}, r"^nodes must be a non-empty 1-D integer array, got none \(an empty "
+                    r"array\)$"),  # it said float64[0], NumPy's reading of []
     ({"nodes": np.arange(300) < 40}, r"^nodes must be a non-empty 1-D integer array, got "
                                      r"bool\[300\]; a boolean mask\? pass "
                                      r"np\.flatnonzero\(mask\)$"),

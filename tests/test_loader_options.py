@@ -141,6 +141,15 @@ def test_loaders_reject_bad_input(graph):
                           key=0, sampler="weighted")
     with pytest.raises(ValueError, match="bad kernel spec 'nope'"):
         zg.NeighborLoader(graph, [1, 2], fanouts=(2,), batch_size=4, key=0, kernels="nope")
+    # a dict of tables (the typed loaders' layout) crashed in the first batch's gather
+    with pytest.raises(ValueError, match=r"^features must be one float\[N, d\] table, got a "
+                                         r"dict of 'x': tables per node type are "
+                                         r"zg.HeteroNeighborLoader's$"):
+        zg.NeighborLoader(graph, [1, 2], fanouts=(2,), batch_size=4, key=0,
+                          features={"x": np.ones((300, 2), np.float32)})
+    # an integer key past int32 replayed the batches of the key 2**31 below it
+    with pytest.raises(ValueError, match=r"an integer key must lie in \[0, 2\*\*31\)"):
+        zg.NeighborLoader(graph, [1, 2], fanouts=(2,), batch_size=4, key=2**31 + 5)
     if jax.default_backend() != "gpu":  # Pallas kernels run there
         with pytest.raises(ValueError, match="runs sample as Pallas kernels, which need an "
                                              "NVIDIA GPU"):

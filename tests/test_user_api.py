@@ -292,7 +292,10 @@ def test_bad_targets_are_refused(classes, targets, kind, message):
 @pytest.mark.parametrize(("loss", "error", "message"), [
     ("mse", ValueError, "needs float targets"),
     (lambda out, y: jnp.mean(optax.softmax_cross_entropy_with_integer_labels(out, y)),
-     ValueError, "one value per row"),
+     ValueError, r"one value per row, .* gave shape \(\) \(the engine averages .*: drop a "
+                 r"final \.mean\(\)\)"),
+    (lambda out, y: optax.softmax_cross_entropy_with_integer_labels(out, y)[:, None],
+     ValueError, r"gave shape \(3, 1\) \(drop its last axis\)"),  # (.mean() was told)
     (42, TypeError, "loss must be"),
 ])
 def test_bad_losses_are_refused_before_training(classes, loss, error, message):

@@ -106,6 +106,9 @@ def require_ids(name: str, ids: np.ndarray, *, nonempty: bool = False) -> None:
     its ids: the datasets' splits, the loaders' and `predict`'s nodes are checked here."""
     if ids.ndim == 1 and np.issubdtype(ids.dtype, np.integer) and (ids.size or not nonempty):
         return
+    if nonempty and ids.shape == (0,):  # (an empty list reads as float64[0])
+        raise ValueError(f"{name} must be a non-empty 1-D integer array, got none (an empty "
+                         f"array)")
     mask = "; a boolean mask? pass np.flatnonzero(mask)" if ids.dtype == np.bool_ else ""
     raise ValueError(f"{name} must be a {'non-empty ' if nonempty else ''}1-D integer "
                      f"array, got {ids.dtype}{list(ids.shape)}{mask}")

@@ -50,6 +50,9 @@ def named_relation(relations, key: str, what: str) -> Relation:
     """The one relation of `relations` that `key` names ("src__name__dst", or a name
     only one relation has); ValueError naming `what` (the option that gave `key`) and
     the relations otherwise."""
+    if not isinstance(key, str):  # (an array compared with names is no bool)
+        raise ValueError(f"{what} must name a relation (a string), got "
+                         f"{type(key).__name__}")
     hits = [r for r in relations if key in (relation_name(r), r[1])]
     if len(hits) != 1:
         names = ", ".join(map(relation_name, relations))

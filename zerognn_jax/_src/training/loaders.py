@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import numbers
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -189,12 +189,18 @@ class _Group(NamedTuple):
 
 
 def _node_table(name: str, table, num_nodes: int):
-    """`table` (features: [N, d] per leaf; targets: [N, ...]) checked against the graph's
-    `num_nodes`, a list made an array; ValueError naming `name` and the shape."""
+    """`table` (features: one [N, d] table; targets: [N, ...] per leaf) checked against
+    the graph's `num_nodes`, a list made an array; ValueError naming `name` and the
+    shape."""
     if table is None:
         return None
     if isinstance(table, list):
         table = np.asarray(table)
+    if name == "features" and not (is_host_resident(table) or hasattr(table, "shape")):
+        typed = (" of " + ", ".join(map(repr, table)) + ": tables per node type are "
+                 "zg.HeteroNeighborLoader's") if isinstance(table, Mapping) else ""
+        raise ValueError(f"features must be one float[N, d] table, got a "
+                         f"{type(table).__name__}{typed}")
     leaves = [table] if is_host_resident(table) else jax.tree_util.tree_leaves(table)
     if not leaves or not all(hasattr(x, "shape") for x in leaves):
         raise ValueError(f"{name} must be an array (or a pytree of arrays) with one row per "
@@ -224,7 +230,11 @@ class DeviceLoader:
         """What every loader keeps before its sampler: the items, keys, order options."""
         batch_size = at_least_one(batch_size, "batch_size")
         self.sample_ahead = at_least_one(sample_ahead, "sample_ahead")
-        # The run's seed as the engines take it: a non-negative int32 (its top bit dropped).
+        # The run's seed as the engines take it: a non-negative int32 (its top bit dropped;
+        # an integer key with it set would replay another's batches, so it is refused).
+        if isinstance(key, int | np.integer) and int(key) >= 2**31:
+            raise ValueError(f"an integer key must lie in [0, 2**31) (the engines' seeds are "
+                             f"non-negative int32, as TrainConfig.seed), got {key}")
         self.seed = int(counter_key(key)) & 0x7FFFFFFF
         self.items = jnp.asarray(items, jnp.int32)
         self.batch_size, self.policy, self.kernels = batch_size, policy, kernels

@@ -283,6 +283,10 @@ class HeteroLinkNeighborLoader(_TypedLoader):
                  sample_ahead: int = SAMPLE_AHEAD):
         require_graph("HeteroLinkNeighborLoader", graph, HeteroGraph)
         kernels = as_kernels(kernels)
+        if not isinstance(relation, str | tuple | list):  # PyG takes the pairs first
+            raise ValueError(f"relation must be a (src, name, dst) triple or a relation's "
+                             f"name, got {type(relation).__name__}: the arguments are "
+                             f"(graph, relation, edges)")
         relation = (tuple(relation) if isinstance(relation, tuple | list)
                     else named_relation(graph.relations, relation, "relation"))
         if relation not in graph.relations:

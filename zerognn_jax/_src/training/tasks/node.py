@@ -223,11 +223,15 @@ def check_loss(task: NodeTask, outputs: int, targets) -> None:
             raise ValueError(f"the {what} {fn_name(fn)} fails on outputs "
                              f"float32{list(out.shape)} and targets "
                              f"{tgt.dtype}{list(tgt.shape)}: {err}") from err
-        if getattr(got, "shape", None) != (rows,):
+        shape = getattr(got, "shape", None)
+        if shape != (rows,):
+            fix = ("the engine averages over the real rows itself: drop a final .mean()"
+                   if shape == () else "drop its last axis" if shape == (rows, 1) else
+                   "reduce each row to one value")
             raise ValueError(
                 f"the {what} {fn_name(fn)} must give one value per row, float32[rows]; for "
-                f"{rows} rows it gave shape {getattr(got, 'shape', type(got).__name__)} "
-                "(the engine averages over the real rows itself: drop a final .mean())")
+                f"{rows} rows it gave shape {type(got).__name__ if shape is None else shape} "
+                f"({fix})")
 
 
 def fn_name(fn: Callable) -> str:
