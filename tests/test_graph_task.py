@@ -482,3 +482,19 @@ def test_predict_gives_one_row_per_graph_as_the_evaluation_does(molecules, tmp_p
         with pytest.raises(ValueError, match=rf"seed must be an integer in \[0, 2\*\*32\), "
                                              rf"got {re.escape(repr(bad))}"):
             zg.predict(result, [0], seed=bad)
+
+
+def test_a_built_in_loss_must_fit_the_targets_kind():
+    """sigmoid on regression targets was taken and trained to a negative loss; each kind
+    takes its own built-in losses (regression both mae and mse)."""
+    from zerognn_jax._src.training.tasks.graph import graph_task
+
+    with pytest.raises(ValueError, match=r"^loss 'sigmoid' does not fit regression targets, "
+                                         r"whose loss is 'mae' or 'mse'$"):
+        graph_task("sigmoid", "regression")
+    with pytest.raises(ValueError, match=r"^loss 'mae' does not fit binary targets, whose "
+                                         r"loss is 'sigmoid'$"):
+        graph_task("mae", "binary")
+    with pytest.raises(ValueError, match=r"loss 'mse' does not fit classes targets"):
+        graph_task("mse", "classes")
+    assert graph_task("mse", "regression").kind == "regression"

@@ -376,6 +376,10 @@ def _epoch_counts(tables, perm, *, batch_size, window):
     return epoch_counts(tables, perm, batch_size, window)
 
 
+# The built-in losses each kind of targets takes (its default first).
+FITTING = {"binary": ("sigmoid",), "classes": ("cross_entropy",), "regression": ("mae", "mse")}
+
+
 def graph_task(loss, kind: str, window: int = 0) -> GraphTask:
     """The graph task of targets of `kind`: `loss` None (the kind's default: sigmoid
     for binary, cross_entropy for classes, mae for regression), a built-in name, a
@@ -387,11 +391,9 @@ def graph_task(loss, kind: str, window: int = 0) -> GraphTask:
     if isinstance(loss, str):
         if loss not in LOSSES:
             raise ValueError(f"graph loss must be one of {', '.join(LOSSES)}, got {loss!r}")
-        fits = (loss == "cross_entropy") == (kind == "classes") and \
-            (kind != "binary" or loss == "sigmoid")
-        if not fits:
+        if loss not in FITTING[kind]:  # (sigmoid on regression trained to a loss < 0)
             raise ValueError(f"loss {loss!r} does not fit {kind} targets, whose loss is "
-                             f"{DEFAULT_LOSS[kind]!r}")
+                             f"{' or '.join(map(repr, FITTING[kind]))}")
         return GraphTask(LOSSES[loss], SCORES[kind], kind, window)
     if callable(loss):
         return GraphTask(loss, SCORES[kind], kind, window)
