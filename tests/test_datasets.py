@@ -258,6 +258,25 @@ def test_ogb_parsed_form_is_cached_and_refreshed(tmp_path, monkeypatch):
     write_csv_gz(folder / "raw" / "node-label.csv.gz", [1, 1, 1, 1, 1])
     os.utime(cache, (0, 0))  # the cache is now older than the raw files
     assert load_dataset("ogbn-arxiv", root=tmp_path).labels.tolist() == [1] * 5
+    # a file replaced by one of an older time (an archive extracted again, `cp -p`) is
+    # told apart by the record of the files the cache was made from
+    labels = folder / "raw" / "node-label.csv.gz"
+    write_csv_gz(labels, [2, 2, 2, 2, 2])
+    os.utime(labels, (1, 1))
+    assert load_dataset("ogbn-arxiv", root=tmp_path).labels.tolist() == [2] * 5
+    monkeypatch.setattr(ogb, "load_ogb", fail)  # and read from the cache from then on
+    assert load_dataset("ogbn-arxiv", root=tmp_path).labels.tolist() == [2] * 5
+    # a cache of files as they were, which could not be written anew, is not vouched for
+    monkeypatch.undo()
+    write_csv_gz(labels, [3, 3, 3, 3, 3])
+    os.utime(labels, (2, 2))
+    from zerognn_jax._src.data import loaders
+    monkeypatch.setattr(loaders, "save_npz", lambda *a, **k: (_ for _ in ()).throw(
+        OSError(28, "No space left on device")))
+    with pytest.warns(zg.CacheWarning):
+        assert load_dataset("ogbn-arxiv", root=tmp_path).labels.tolist() == [3] * 5
+    monkeypatch.undo()
+    assert load_dataset("ogbn-arxiv", root=tmp_path).labels.tolist() == [3] * 5
 
 
 def test_ogb_products_layout(tmp_path):

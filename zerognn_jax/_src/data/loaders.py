@@ -51,7 +51,7 @@ from zerognn_jax._src.data.storage import (
     save_npz,
 )
 from zerognn_jax._src.data.synthetic import check_scale, products_like, rmat
-from zerognn_jax._src.data.writes import keep_cache
+from zerognn_jax._src.data.writes import cache_current, keep_cache, parse_into_cache
 
 __all__ = ["DATASET_NAMES", "HETERO_NAMES", "is_typed", "load_dataset", "load_hetero_dataset",
            "load_dir",
@@ -229,10 +229,10 @@ def _load_ogb(name: str, root, log: Log | None) -> Dataset:
     binary = ogb.SPECS[name].binary  # converted into a memory-mapped dataset directory
     cache = ogb.processed_dir(name, root) if binary else folder / "processed" / "zerognn.npz"
     stamp = cache / "meta.json" if binary else cache
-    sources = [p for sub in ("raw", "split") for p in (folder / sub).rglob("*") if p.is_file()]
-    if stamp.is_file() and all(p.stat().st_mtime <= stamp.stat().st_mtime for p in sources):
+    if cache_current(cache, stamp, folder):
         return load_dir(cache) if binary else load_npz(cache)
-    return announced(name, lambda: _parsed_ogb(name, root, binary, cache), log,
+    parse = lambda: _parsed_ogb(name, root, binary, cache)
+    return announced(name, lambda: parse_into_cache(cache, stamp, folder, parse), log,
                      into=cache, doing="parsing OGB's files")
 
 
@@ -342,11 +342,12 @@ def _save_typed(dataset: HeteroDataset, path: Path, *, overwrite: bool) -> None:
 
 
 def _load_mag(root, log: Log | None) -> HeteroDataset:
-    """ogbn-mag, from its cache when that is newer than every raw and split file."""
+    """ogbn-mag, from its cache when that was made from the raw and split files as they
+    are (`cache_current`)."""
     folder = mag_folder(root)
     cache = folder / "processed" / "zerognn-typed.npz"
-    sources = [p for sub in ("raw", "split") for p in (folder / sub).rglob("*") if p.is_file()]
-    if cache.is_file() and all(p.stat().st_mtime <= cache.stat().st_mtime for p in sources):
+    if cache_current(cache, cache, folder):
         return load_hetero_npz(cache)
-    return announced("ogbn-mag", lambda: keep_cache(load_mag(root), _save_typed, cache), log,
+    parse = lambda: keep_cache(load_mag(root), _save_typed, cache)
+    return announced("ogbn-mag", lambda: parse_into_cache(cache, cache, folder, parse), log,
                      into=cache, doing="parsing OGB's files")

@@ -94,6 +94,53 @@ def keep_cache(data, save, path: str | os.PathLike, made: str = "read from their
     return data
 
 
+def source_files(folder: Path) -> list[Path]:
+    """The files an OGB folder's parse reads: those under `raw/` and `split/`."""
+    return sorted(p for sub in ("raw", "split") for p in (folder / sub).rglob("*")
+                  if p.is_file())
+
+
+def _record(cache: Path) -> Path:
+    return cache.with_name(cache.name + ".sources.json")
+
+
+def _fingerprint(folder: Path) -> list:
+    return [[str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns]
+            for p in source_files(folder)]
+
+
+def cache_current(cache: Path, stamp: Path, folder: Path) -> bool:
+    """Whether the parsed `cache` of `folder`'s files (`stamp`: its file written last)
+    was made from them as they are: its record `<cache>.sources.json` lists each file's
+    path, size and time as they are now. A re-extracted archive keeps its files' old
+    times, which a comparison of ages took for files unchanged; a cache written before
+    records existed is still judged by its age."""
+    if not stamp.is_file():
+        return False
+    try:
+        return json.loads(_record(cache).read_text()) == _fingerprint(folder)
+    except FileNotFoundError:
+        return all(p.stat().st_mtime <= stamp.stat().st_mtime for p in source_files(folder))
+    except (OSError, ValueError):
+        return False
+
+
+def parse_into_cache(cache: Path, stamp: Path, folder: Path, parse):
+    """`parse()`, which reads `folder`'s files and writes `cache` (`keep_cache`; `stamp`:
+    its file written last), then the cache's record of those files. The old cache,
+    judged not current, and its record go first: a parse that fails, or a cache that
+    cannot be written anew, leaves none to pass for current."""
+    for old in (_record(cache), cache):
+        with contextlib.suppress(OSError):
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+    seen = _fingerprint(folder)
+    data = parse()
+    if stamp.is_file():
+        with contextlib.suppress(OSError), atomic_write(_record(cache), "a cache record") as f:
+            f.write(json.dumps(seen).encode())
+    return data
+
+
 def open_filled(file: Path, dtype, shape) -> np.memmap:
     """A new `.npy` at `file` memory-mapped for writing, its blocks allocated on disk
     first: a mapping of a file with holes meets a full disk as SIGBUS, which killed the
