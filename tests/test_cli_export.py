@@ -30,7 +30,7 @@ def run(tmp_path_factory):
     return folder, zg.train(cfg)
 
 
-def test_the_artifact_gives_the_checkpointed_models_outputs(run, capsys):
+def test_the_artifact_gives_the_checkpointed_models_outputs(run, capsys, monkeypatch):
     folder, result = run
     out = folder / "model.bin"
     assert main(["export", str(folder / "ckpt"), "--out", str(out), "--batch-size", "16"]) == 0
@@ -52,6 +52,12 @@ def test_the_artifact_gives_the_checkpointed_models_outputs(run, capsys):
                  "--epoch", "0"]) == 0
     assert json.loads(capsys.readouterr().out)["batch_size"] == 8
     assert jax.export.deserialize(out.read_bytes()).in_avals[3].shape == (8,)
+    # --out=~/... reaches the command unexpanded (no shell expands it after "="): ~ is
+    # the home folder, not a folder named "~"
+    monkeypatch.setenv("HOME", str(folder))
+    monkeypatch.chdir(folder)
+    assert main(["export", "~/ckpt", "--out=~/home.bin", "--batch-size", "8"]) == 0
+    assert (folder / "home.bin").is_file() and not (folder / "~").exists()
 
 
 def test_a_link_artifact_says_how_pairs_of_its_embeddings_are_scored(tmp_path, capsys):

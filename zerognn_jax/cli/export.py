@@ -36,7 +36,7 @@ from zerognn_jax._src.training.export import export_model
 from zerognn_jax._src.training.inference import restore
 from zerognn_jax._src.training.lock import LOCK_NAME
 from zerognn_jax.cli.data import load_named
-from zerognn_jax.cli.flags import add_compile_cache_flag, generator_seed, path_text
+from zerognn_jax.cli.flags import add_compile_cache_flag, generator_seed
 
 # An existing --out is read to check that it is an artifact (replaced) rather than
 # someone's file (refused) only up to this size.
@@ -48,9 +48,10 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
     exit code."""
     p = subparsers.add_parser("export", help="write a trained run's model as a jax.export "
                                              "artifact for serving")
-    p.add_argument("checkpoint_dir", type=path_text,
+    p.add_argument("checkpoint_dir", type=os.path.expanduser,
                    help="the run's checkpoint folder (--checkpoint-dir)")
-    p.add_argument("--out", required=True, type=path_text, help="the artifact's file")
+    p.add_argument("--out", required=True, type=os.path.expanduser,  # "": refused below
+                   help="the artifact's file")
     p.add_argument("--batch-size", type=int, default=256,
                    help="seeds per call (graphs per call for a graph-level run; default: "
                         "256)")
@@ -75,7 +76,7 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
                    help="a graph-level run sums by gathers over this many listed edges a "
                         "node (faster on a GPU for large batches; a graph past it gets NaN); "
                         "default: by scatter-adds")
-    p.add_argument("--dataset", default=None, type=path_text,
+    p.add_argument("--dataset", default=None, type=os.path.expanduser,
                    help="the saved file of the dataset a run trained on when it was given "
                         "to train() as an object; other runs load theirs by the name they "
                         "recorded")
