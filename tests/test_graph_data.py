@@ -407,6 +407,20 @@ def test_ogbg_layout_on_a_tiny_folder(tmp_path):
     _write_csv(raw / "edge.csv.gz", [[0, 1], [1, 2], [0, 1]])
     with pytest.raises(ValueError, match="edge.csv.gz has 3 rows, the count lists say 4"):
         zg.read_ogbg("ogbg-molpcba", tmp_path)
+    # a bond outside its molecule is named by its row of the file (it was named by a
+    # directed edge's index, bonds doubled), a split's fault by the folder
+    _write_csv(raw / "num-edge-list.csv.gz", [[2], [1]])
+    _write_csv(raw / "edge.csv.gz", [[0, 1], [1, 2], [0, 2]])
+    _write_csv(raw / "edge-feat.csv.gz", [[0, 0, 0], [1, 0, 1], [3, 0, 1]])
+    with pytest.raises(ValueError, match=r"edge.csv.gz row 2: bond \[0, 2\] names an atom "
+                                         r"outside molecule 1, which has 2 atoms"):
+        zg.read_ogbg("ogbg-molpcba", tmp_path)
+    _write_csv(raw / "edge.csv.gz", [[0, 1], [1, 2], [0, 1]])
+    _write_csv(split / "scaffold" / "train.csv.gz", [[0], [0]])
+    with pytest.raises(ValueError, match=r"ogbg_molpcba holds an invalid ogbg-molpcba: "
+                                         r"train_idx lists graph 0 twice \(in its raw/ or "
+                                         r"split/scaffold/ files\)"):
+        zg.read_ogbg("ogbg-molpcba", tmp_path)
 
 
 @pytest.mark.parametrize("text, tasks, want", [

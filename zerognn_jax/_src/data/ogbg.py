@@ -97,14 +97,32 @@ def read_ogbg(name: str, root: str | os.PathLike) -> GraphCollection:
                              ("num-edge-list.csv.gz", n_bond.size, n_node.size)):
         if rows != want:
             raise ValueError(f"{raw}: {what} has {rows} rows, the count lists say {want}")
+    _check_bonds(raw / "edge.csv.gz", bonds, n_node, n_bond)
     both = np.empty((2 * bonds.shape[0], 2), np.int64)  # (u, v), (v, u) per bond
     both[0::2], both[1::2] = bonds, bonds[:, ::-1]
     splits = [_read_ids(folder / "split" / spec.split / f"{part}.csv.gz")
               for part in ("train", "valid", "test")]
-    return make_collection(name, n_node, 2 * n_bond, both[:, 0], both[:, 1],
-                           atoms.astype(np.int32), labels, "binary",
-                           edge_features=np.repeat(bond_feats, 2, axis=0).astype(np.int32),
-                           splits=splits, node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB)
+    try:
+        return make_collection(name, n_node, 2 * n_bond, both[:, 0], both[:, 1],
+                               atoms.astype(np.int32), labels, "binary",
+                               edge_features=np.repeat(bond_feats, 2, axis=0).astype(np.int32),
+                               splits=splits, node_vocab=ATOM_VOCAB, edge_vocab=BOND_VOCAB)
+    except ValueError as err:  # (the split files' ids, the features' vocabularies)
+        raise ValueError(f"{folder} holds an invalid {name}: {err} (in its raw/ or "
+                         f"split/{spec.split}/ files)") from None
+
+
+def _check_bonds(file: Path, bonds: np.ndarray, n_node: np.ndarray, n_bond: np.ndarray):
+    """ValueError naming `file`'s first row whose atom lies outside its molecule (ids
+    are local to each molecule: row i belongs to the molecule whose bonds it falls in)."""
+    graph = np.repeat(np.arange(n_node.size), n_bond)
+    bad = np.flatnonzero(((bonds < 0) | (bonds >= n_node[graph][:, None])).any(1))
+    if bad.size:
+        row = int(bad[0])
+        g = int(graph[row])
+        raise ValueError(f"{file} row {row}: bond {bonds[row].tolist()} names an atom outside "
+                         f"molecule {g}, which has {int(n_node[g])} atoms (ids 0 to "
+                         f"{int(n_node[g]) - 1}, local to each molecule)")
 
 
 def load_ogbg(name: str, root: str | os.PathLike, log: Log | None = None) -> GraphCollection:
