@@ -334,6 +334,13 @@ def test_graphs_from_pyg_need_the_same_fields_in_every_graph():
                                          rf"the sources\), got \[{data[g].edge_index.shape[0]}, "
                                          r"2\]"):
         zg.collection_from_pyg(data)
+    # a field of other columns in one graph is named (NumPy's concatenation error was)
+    data = _pyg_like(c)
+    data[1].x = np.concatenate([data[1].x, data[1].x], axis=1)
+    with pytest.raises(ValueError, match=r"^graph 1's x is \[\d+, \d+\] and graph 0's "
+                                         r"\[\d+, \d+\]: every graph's x needs the same "
+                                         r"columns$"):
+        zg.collection_from_pyg(data)
 
 
 @pytest.mark.parametrize("convert, module, hint", [

@@ -110,6 +110,18 @@ def collection_to_pyg(collection: GraphCollection) -> list:
     return out
 
 
+def _joined(parts: list, name: str) -> np.ndarray:
+    """The graphs' `name` arrays stacked by rows; ValueError naming the first graph whose
+    columns differ from graph 0's (NumPy's error named neither the field nor the
+    graph)."""
+    for i, part in enumerate(parts):
+        if part.shape[1:] != parts[0].shape[1:]:
+            raise ValueError(f"graph {i}'s {name} is {list(part.shape)} and graph 0's "
+                             f"{list(parts[0].shape)}: every graph's {name} needs the same "
+                             f"columns")
+    return np.concatenate(parts)
+
+
 def collection_from_pyg(graphs, *, name: str = "pyg", target_kind: str = "binary", splits=None,
              num_classes: int = 0, node_vocab=(), edge_vocab=()) -> GraphCollection:
     """A collection from a PyG `Batch` or a sequence of `Data` (each with x,
@@ -136,7 +148,7 @@ def collection_from_pyg(graphs, *, name: str = "pyg", target_kind: str = "binary
         if e.ndim != 2 or e.shape[0] != 2:
             raise ValueError(f"graph {i}'s edge_index must be [2, E] (row 0 the sources), "
                              f"got {list(e.shape)}")
-    x = np.concatenate([field(i, d, "x") for i, d in enumerate(graphs)])
+    x = _joined([field(i, d, "x") for i, d in enumerate(graphs)], "x")
     n_node = [int(d.num_nodes) for d in graphs]
     n_edge = [int(e.shape[1]) for e in index]
     edge_index = np.concatenate(index, axis=1)
@@ -144,9 +156,9 @@ def collection_from_pyg(graphs, *, name: str = "pyg", target_kind: str = "binary
         first = next(i for i, d in enumerate(graphs) if d.edge_attr is not None)
         raise ValueError(f"graph {first} has edge_attr and graph 0 has none: every graph "
                          f"needs the same fields")
-    edges = np.concatenate([field(i, d, "edge_attr") for i, d in enumerate(graphs)]) \
+    edges = _joined([field(i, d, "edge_attr") for i, d in enumerate(graphs)], "edge_attr") \
         if has_edges else None
-    y = np.concatenate([field(i, d, "y").reshape(1, -1) for i, d in enumerate(graphs)])
+    y = _joined([field(i, d, "y").reshape(1, -1) for i, d in enumerate(graphs)], "y")
     if target_kind == "classes":
         y = y.reshape(-1)
     return make_collection(name, n_node, n_edge, edge_index[0], edge_index[1], x, y,
