@@ -112,6 +112,9 @@ MAKE = dict(name="t", n_node=[3, 2], n_edge=[1, 1], senders=[0, 0], receivers=[1
     ("splits", (np.array([True, False]), [], []), "train_idx must be graph ids, got "
                                                   "bool[2] (a mask? np.flatnonzero(mask)"),
     ("node_vocab", (4, True), "node_vocab must hold whole numbers, got True"),
+    # two folds stacked were read as one split, flattened
+    ("splits", (np.array([[0], [1]]).reshape(1, 2), [], []), "train_idx must be a 1-D list "
+                                                             "of graph ids, got shape [1, 2]"),
     # float64 past float32's range: named with its value, not as the inf the cast makes
     ("node_features", np.array([[1.0], [1.0], [1.0], [1e300], [1.0]]),
      "node_features overflow float32: 1e+300 at row 3, column 0 is past its largest"),
@@ -123,6 +126,7 @@ def test_make_collection_refuses_what_a_cast_would_change(field, value, message)
     zg.make_collection(**{**MAKE, "n_node": [3.0, 2.0]})  # whole floats are counts
     zg.make_collection(**{**MAKE, "targets": np.array([False, True])})  # bools are 0 and 1
     zg.make_collection(**{**MAKE, "senders": np.array([0, 0], object)})  # Python ints
+    zg.make_collection(**{**MAKE, "splits": ([[0]], [[1]], [])})  # one column: a list
     column = zg.make_collection(**{**MAKE, "targets": [[1], [0]]})  # jraph's globals
     np.testing.assert_array_equal(column.targets, [1, 0])
 

@@ -368,6 +368,10 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
         if np.asarray(ids).dtype == np.bool_:
             _fail(f"{split}_idx must be graph ids, got bool{list(np.shape(ids))} (a mask? "
                   f"np.flatnonzero(mask) gives its ids)")
+        shape = np.shape(ids)  # one column ([n, 1], as a file may read) is a list too
+        if len(shape) > 2 or (len(shape) == 2 and shape[1] != 1):
+            _fail(f"{split}_idx must be a 1-D list of graph ids, got shape {list(shape)} "
+                  f"(several folds stacked? give one)")
     train, val, test = (_ints(f"{split}_idx", s, np.int32).reshape(-1)
                         for split, s in zip(("train", "val", "test"), splits))
     for what, values in (("num_classes", (num_classes,)), ("node_vocab", node_vocab),
