@@ -138,10 +138,14 @@ def resumed(runs):
     return load(runs["jobs"]["resume4"].out, "resumed4"), runs["resumed1"]
 
 
-def test_make_mesh_names_the_bad_device_count():
+def test_make_mesh_names_the_bad_device_count(capsys):
+    from zerognn_jax.cli import main
+
     have = jax.local_device_count()
-    with pytest.raises(ValueError, match=f"--devices {have + 1} .* {have} local"):
+    with pytest.raises(ValueError, match=f"^devices {have + 1} .* {have} local"):  # Python's
         parallel.make_mesh(have + 1)
+    assert main(["train", "--devices", str(have + 1)]) == 2  # the command line's spelling
+    assert f"--devices {have + 1} must lie in [0, {have}]" in capsys.readouterr().err
     assert parallel.make_mesh(0).size == have
 
 

@@ -205,3 +205,12 @@ def test_an_older_kept_epoch_is_restored_with_its_evaluation(tmp_path):
     assert older.summary["epoch"] == 1
     assert older.summary["val_acc"] == result.history[1]["val_acc"] is not None
     assert older.history[-1]["test_acc"] == result.history[1]["test_acc"]
+
+
+def test_an_empty_best_folder_says_why_no_epoch_was_kept(tmp_path):
+    """A run whose best metric was null every epoch (molhiv-like's validation graphs of
+    one class) keeps an empty best/: restore said only "it holds []"."""
+    (tmp_path / "ck" / "best").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=r"it holds \[\]\); no epoch was kept as best: "
+                                                r"the best metric had no value"):
+        zg.restore(tmp_path / "ck", best=True)

@@ -98,9 +98,12 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
     try:
         epochs = sorted(ckpt.all_epochs(), reverse=True) if epoch is None else [epoch]
         if not epochs or epochs[0] not in ckpt.all_epochs():
+            none_best = ("; no epoch was kept as best: the best metric had no value in "
+                         "any epoch evaluated (null: a split without both classes, say), "
+                         "or none was evaluated" if best and not ckpt.all_epochs() else "")
             raise FileNotFoundError(f"no checkpoint{'' if epoch is None else f' {epoch}'} in "
                                     f"{directory} (it holds {sorted(ckpt.all_epochs())})"
-                                    + _epoch_folder_hint(directory))
+                                    + _epoch_folder_hint(directory) + none_best)
         meta = readable(lambda: ckpt.read_meta(epochs[0]), directory, epochs[0])
         own = meta.get("identity", {}).get("custom.model")
         if own is not None and model is None:

@@ -81,7 +81,7 @@ def make_mesh(devices: int = 0) -> Mesh:
     """
     local = jax.local_device_count()
     if not 0 <= devices <= local:
-        raise ValueError(f"--devices {devices} must lie in [0, {local}]: this process has "
+        raise ValueError(f"devices {devices} must lie in [0, {local}]: this process has "
                          f"{local} local {jax.default_backend()} device(s) (0 = all of them)")
     per_process = devices or local
     by_process: dict[int, list] = {}
