@@ -2,7 +2,7 @@
 and its ablations (flags in `zerognn_jax/cli/bench.py`).
 
 Configurations (`--configs`, `workload.VARIANTS`): host-exact and host-bucketed
-(host_engine.py), scan-xla, scan-pallas, scan-auto (the library's kernel choice),
+(`training/host.py`), scan-xla, scan-pallas, scan-auto (the library's kernel choice),
 scan-auto-bf16, scan-tree (no dedup), scan-dedup (every hop deduplicated, as the host
 engines sample), scan-dedup-bf16, scan-bf16 (bfloat16 features and activations) and
 scan-cmdbuf (the scan engine with XLA command buffers over its loop,
