@@ -39,8 +39,8 @@ HELP = {
     "input_dropout": "dropout rate on the raw input features (the GCN paper uses 0.5)",
     "norm": "normalisation after each hidden layer",
     "heads": "attention heads of GAT's hidden layers (must divide --hidden)",
-    "edge_features": "give the model the sampled edges' features (gat, gine; the dataset "
-                     "needs an edge-feature table)",
+    "edge_features": "give the model the sampled edges' features (gat, gine; rgat on a "
+                     "typed graph; the dataset needs an edge-feature table)",
     "embedding_dim": "width of a learnable embedding per node (of every type on a typed "
                      "graph), concatenated with its features and trained with row-sparse "
                      "Adam (0: none)",
