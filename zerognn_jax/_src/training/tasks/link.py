@@ -113,10 +113,18 @@ def exclude_pairs(mb, positives, valid, positions, unique_levels: int = 1):
             b = mb.nodes[hop + 1][block.nbr[:rows]]
             hit = pair_member(lo, hi, jnp.minimum(a, b), jnp.maximum(a, b))
         keep = block.mask[:rows] & ~hit
-        # slots masked by sampling already hold neighbour 0 (sampling/minibatch.py)
-        nbr = block.nbr.at[:rows].set(jnp.where(keep, block.nbr[:rows], 0))
-        blocks.append(block._replace(nbr=nbr, mask=block.mask.at[:rows].set(keep)))
+        # slots masked by sampling already hold neighbour 0 (sampling/minibatch.py); the
+        # rows past `rows` joined on as they are (an update of the first rows in place,
+        # `.at[:rows].set`, crashed XLA's GPU compile of the sharded step, JAX 0.11.2)
+        nbr = _first_rows(block.nbr, jnp.where(keep, block.nbr[:rows], 0))
+        blocks.append(block._replace(nbr=nbr, mask=_first_rows(block.mask, keep)))
     return mb._replace(blocks=tuple(blocks))
+
+
+def _first_rows(array, first):
+    """`array` with its first `first.shape[0]` rows replaced by `first`."""
+    rows = first.shape[0]
+    return first if rows == array.shape[0] else jnp.concatenate([first, array[rows:]])
 
 
 def _hide_at_rows(block, next_nodes, positives, valid, positions, rows: int):
