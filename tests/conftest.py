@@ -222,11 +222,13 @@ def neighbour_labelled_npz(path, num_nodes: int = 600, dim: int = 8, classes: in
 
 def lexsort_csr(src, dst, num_rows, *, undirected=False, loops=True, distinct=False):
     """The CSR arrays (indptr, indices) of edges src -> dst by plain NumPy, a reference for
-    `from_edge_list`'s builds: reverses appended when `undirected`, loops dropped unless kept,
-    edges ordered by (row, neighbour), each pair once when `distinct`."""
+    `from_edge_list`'s builds: reverses appended when `undirected` (none for a loop, its own
+    reverse), loops dropped unless kept, edges ordered by (row, neighbour), each pair once
+    when `distinct`."""
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     if undirected:
-        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        turn = src != dst
+        src, dst = np.concatenate([src, dst[turn]]), np.concatenate([dst, src[turn]])
     if not loops:
         src, dst = src[src != dst], dst[src != dst]
     order = np.lexsort((dst, src))

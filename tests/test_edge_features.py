@@ -275,3 +275,29 @@ def test_csr_edge_features_past_float32_are_named_as_an_overflow():
     with pytest.raises(ValueError, match=r"^edge_features overflow float32: 1e\+300 at row 1, "
                                          r"column 0 is past its largest magnitude"):
         csr_from_arrays([0, 1, 2], [1, 0], edge_features=np.array([[1.0], [1e300]]))
+
+
+def test_a_link_split_keeps_weights_as_it_keeps_feature_rows(tmp_path):
+    from zerognn_jax._src.data.links import LinkSplit, random_link_split
+
+    featured = _featured_ring()
+    src, dst = to_edge_list(featured)
+    # each direction its own weight, the feature row's pair coded in it: 100 lo + hi for
+    # the (min, max) direction, which the split keeps, 0.5 for the other
+    weights = np.where(src < dst, 100.0 * src + dst, 0.5).astype(np.float32)
+    graph = csr_from_arrays(featured.indptr, featured.indices, weights,
+                            edge_features=featured.edge_features)
+    split = random_link_split(graph, val=0.2, test=0.2, seed=3)
+    kept = dict(zip(zip(*map(np.ndarray.tolist, to_edge_list(split.graph))),
+                    np.asarray(split.graph.weights).tolist()))
+    assert len(kept) == 2 * split.train.shape[0]
+    for a, b in split.train.tolist():
+        lo, hi = min(a, b), max(a, b)
+        assert kept[(a, b)] == kept[(b, a)] == 100.0 * lo + hi
+    assert edge_rows(split.graph) == edge_rows(random_link_split(featured, val=0.2, test=0.2,
+                                                                 seed=3).graph)
+    split.save(tmp_path / "s.npz")
+    back = LinkSplit.load(tmp_path / "s.npz")
+    assert np.array_equal(back.graph.indices, split.graph.indices)
+    assert np.array_equal(back.graph.weights, split.graph.weights)
+    assert edge_rows(back.graph) == edge_rows(split.graph)

@@ -305,3 +305,35 @@ def test_self_loops_go_with_their_weights_and_edge_features(rows_per_chunk):
     np.testing.assert_array_equal(out.weights, weights[kept])
     np.testing.assert_array_equal(out.edge_features, features[kept])
     assert without_self_loops(out, rows_per_chunk=rows_per_chunk) is out
+
+
+@pytest.mark.parametrize("weighted", [False, True])  # the key build and the argsort's
+def test_make_undirected_keeps_a_self_loop_once(weighted):
+    w = np.array([2.0, 5.0, 3.0], np.float32) if weighted else None
+    g = from_edge_list([0, 2, 1], [1, 2, 2], 3, weights=w, make_undirected=True)
+    pairs = list(zip(*map(np.ndarray.tolist, to_edge_list(g))))
+    assert pairs == [(0, 1), (1, 0), (1, 2), (2, 1), (2, 2)]
+    if weighted:
+        assert np.asarray(g.weights).tolist() == [2.0, 2.0, 3.0, 3.0, 5.0]
+
+
+def test_an_undirected_networkx_graph_round_trips_with_its_self_loops():
+    nx = pytest.importorskip("networkx")
+    from zerognn_jax import from_networkx, to_networkx
+
+    graph = nx.Graph()
+    graph.add_weighted_edges_from([(0, 1, 2.0), (2, 2, 5.0), (1, 2, 3.0)])
+    g = from_networkx(graph, weight="weight")
+    assert g.num_edges == 5 and np.asarray(g.weights)[-1] == 5.0
+    back = to_networkx(g, undirected=True)
+    assert sorted(back.edges(data="weight")) == sorted(graph.edges(data="weight"))
+
+
+def test_a_networkx_weight_that_is_no_number_is_named():
+    nx = pytest.importorskip("networkx")
+    from zerognn_jax import from_networkx
+
+    graph = nx.Graph()
+    graph.add_edge(0, 1, weight="heavy")
+    with pytest.raises(ValueError, match="edge attribute 'weight' must hold numbers.*heavy"):
+        from_networkx(graph, weight="weight")

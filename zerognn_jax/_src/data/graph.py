@@ -140,8 +140,9 @@ def from_edge_list(
 ) -> CSRGraph:
     """Builds a host-side CSRGraph from edges `src[i] -> dst[i]`.
 
-    Row `src[i]` gets neighbour `dst[i]`. `make_undirected` adds every reverse edge
-    (after all given edges, with the same weight and `edge_features` row);
+    Row `src[i]` gets neighbour `dst[i]`. `make_undirected` adds the reverse of every
+    edge but a self-loop, which is its own reverse (after all given edges, with the same
+    weight and `edge_features` row);
     `remove_duplicates` keeps one copy of each (src, dst) pair, the first in that order
     (a given edge before any reverse copy), with its weight and features;
     `sort_neighbors` orders each row by neighbour id. `edge_features` ([E, D], row i
@@ -184,9 +185,10 @@ def from_edge_list(
         return csr_from_arrays(indptr, indices, num_columns=columns)
     src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
     if make_undirected:
-        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-        w = None if w is None else np.concatenate([w, w])
-        f = None if f is None else np.concatenate([f, f])
+        turn = np.flatnonzero(src != dst)  # a self-loop is its own reverse
+        src, dst = np.concatenate([src, dst[turn]]), np.concatenate([dst, src[turn]])
+        w = None if w is None else np.concatenate([w, w[turn]])
+        f = None if f is None else np.concatenate([f, f[turn]])
     if remove_self_loops:
         keep = src != dst
         src, dst = src[keep], dst[keep]
@@ -213,7 +215,8 @@ def _key_csr(src: np.ndarray, dst: np.ndarray, num_rows: int, num_columns: int, 
              undirected: bool, drop_loops: bool,
              distinct: bool) -> tuple[np.ndarray, np.ndarray]:
     """(int64[num_rows + 1] offsets, int32[E'] neighbour ids, rows sorted) of the bare
-    edges `src -> dst` (their reverses too when `undirected`; loops dropped when
+    edges `src -> dst` (their reverses too when `undirected`, a loop's excepted; loops
+    dropped when
     `drop_loops`; each pair once when `distinct`), from their ascending int64 keys
     src * N_cols + dst.
 
@@ -231,7 +234,11 @@ def _key_csr(src: np.ndarray, dst: np.ndarray, num_rows: int, num_columns: int, 
         if drop_loops:
             keep = r != k
             r, k = r[keep], k[keep]
-        keys = np.concatenate([r * width + k, k * width + r]) if undirected else r * width + k
+        if undirected:
+            turn = r != k  # a self-loop is its own reverse
+            keys = np.concatenate([r * width + k, k[turn] * width + r[turn]])
+        else:
+            keys = r * width + k
         if not np.all(keys[1:] >= keys[:-1]):  # edges in CSR order (igbh-like's) skip it
             keys.sort()
         return keys
@@ -506,7 +513,12 @@ def from_networkx(nx_graph, *, weight: str | None = None, **kwargs) -> CSRGraph:
         list(nx_graph.edges)
     src = np.fromiter((index[e[0]] for e in edges), np.int64, len(edges))
     dst = np.fromiter((index[e[1]] for e in edges), np.int64, len(edges))
-    w = None if not weight else np.fromiter((e[2] for e in edges), np.float32, len(edges))
+    w = None
+    if weight:
+        try:
+            w = np.array([e[2] for e in edges], np.float64)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"edge attribute {weight!r} must hold numbers: {err}") from None
     if not nx_graph.is_directed():
         kwargs.setdefault("make_undirected", True)
     return from_edge_list(dst, src, len(nodes), weights=w, **kwargs)

@@ -82,7 +82,8 @@ class LinkSplit:
     Attributes:
       train: int32[E, 2], training edges (the items the engines shuffle into steps).
       graph: CSRGraph of the training edges in both directions (val/test removed),
-        with the edge features of the split graph's surviving edges, if it had them.
+        with the edge features and weights of the split graph's surviving edges, if it
+        had them.
       val, test: EvalEdges.
       num_nodes: N.
     """
@@ -105,8 +106,8 @@ class LinkSplit:
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes the split (edges and fixed negatives; not the graph, but the training
-        edges' feature rows when it has edge features) to a `.npz` (atomically; ".npz"
-        is added to a path without it, as `np.savez` does).
+        edges' feature rows and weights when it has them) to a `.npz` (atomically;
+        ".npz" is added to a path without it, as `np.savez` does).
 
         Raises:
           WriteError: the file could not be written (an OSError naming it).
@@ -115,9 +116,13 @@ class LinkSplit:
         for s in SPLITS:
             for k in ("pos", "neg", "neg_dst"):
                 arrays[f"{s}_{k}"] = getattr(getattr(self, s), k)
-        if self.graph.edge_features is not None:
-            put_table(arrays, "train_edge_features", np.asarray(self.graph.edge_features)[
-                edge_positions(self.graph, self.train[:, 0], self.train[:, 1])])
+        g = self.graph
+        if g.edge_features is not None or g.weights is not None:
+            at = edge_positions(g, self.train[:, 0], self.train[:, 1])
+            if g.edge_features is not None:
+                put_table(arrays, "train_edge_features", np.asarray(g.edge_features)[at])
+            if g.weights is not None:
+                arrays["train_weights"] = np.asarray(g.weights)[at]
         with atomic_write(_npz_path(path), "link split file") as f:
             np.savez(f, **arrays)
 
@@ -125,14 +130,15 @@ class LinkSplit:
     def load(cls, path: str | os.PathLike) -> LinkSplit:
         """Reads a split written by `save` (at `path`, or at `path` + ".npz" as `save`
         names it); the graph is rebuilt from its training edges (and their feature rows,
-        when saved). ValueError naming the file when it is no such split."""
+        and weights, when saved). ValueError naming the file when it is no such split."""
         with _split_archive(path) as f:
             n = int(f["num_nodes"])
             evals = {s: EvalEdges(*(f[f"{s}_{k}"] for k in ("pos", "neg", "neg_dst")))
                      for s in SPLITS}
             table = stored_table(f, "train_edge_features")
-            return cls(f["train"], training_graph(f["train"], n, table), evals["val"],
-                       evals["test"], n)
+            weights = f["train_weights"] if "train_weights" in f.files else None
+            return cls(f["train"], training_graph(f["train"], n, table, weights),
+                       evals["val"], evals["test"], n)
 
 
 def _npz_path(path: str | os.PathLike) -> Path:
@@ -161,10 +167,12 @@ def _split_archive(path: str | os.PathLike):
     return f
 
 
-def training_graph(train: np.ndarray, num_nodes: int, edge_features=None) -> CSRGraph:
+def training_graph(train: np.ndarray, num_nodes: int, edge_features=None,
+                   weights=None) -> CSRGraph:
     """The message-passing graph: the training edges in both directions, each with its
-    row of `edge_features` ([E, D], row i for train[i]) when given."""
-    return undirected_csr(train[:, 0], train[:, 1], num_nodes, edge_features)
+    row of `edge_features` ([E, D], row i for train[i]) and its weight (float32[E]) when
+    given."""
+    return undirected_csr(train[:, 0], train[:, 1], num_nodes, edge_features, weights)
 
 
 def _edge_keys(graph: CSRGraph, positions: bool):
@@ -318,9 +326,10 @@ def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
                       seed: int = 0, mrr_negatives: int = 0) -> LinkSplit:
     """A random split of the undirected edges of `graph` (85/5/10 by default).
 
-    Val and test edges leave the message-passing graph; with `graph.edge_features`, each
-    surviving edge keeps, in both directions, the row of its first directed copy in
-    `graph` (the (min, max) direction where present). Each evaluation split gets one
+    Val and test edges leave the message-passing graph; with `graph.edge_features` or
+    `graph.weights`, each surviving edge keeps, in both directions, the row and the
+    weight of its first directed copy in `graph` (the (min, max) direction where
+    present). Each evaluation split gets one
     negative pair per positive (uniform non-edges of the whole graph, none repeated)
     and, if `mrr_negatives` > 0, that many negative destinations per positive. The
     same (graph, fractions, seed) give the same split, negatives included.
@@ -332,7 +341,8 @@ def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
     n = graph.num_nodes
     if n < 2:
         raise ValueError(f"a link split needs at least 2 nodes, got {n}")
-    keys, first = _edge_keys(graph, positions=graph.edge_features is not None)
+    keys, first = _edge_keys(graph, positions=graph.edge_features is not None
+                             or graph.weights is not None)
     rng = np.random.default_rng(seed)
     perm = rng.permutation(keys.shape[0])
     edges = _key_pairs(keys[perm], n)
@@ -350,10 +360,14 @@ def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
     rank[perm] = np.arange(perm.size)
     in_train = rank >= held
     at = rank[in_train] - held
-    table = None
+    table = weights = None
+    if first is not None:
+        train_first = first[perm[held:]]  # each training edge's first copy, in `train` order
     if graph.edge_features is not None:
-        table = edge_feature_table(np.asarray(graph.edge_features)[first[perm[held:]]],
+        table = edge_feature_table(np.asarray(graph.edge_features)[train_first],
                                    train.shape[0])[at]
+    if graph.weights is not None:
+        weights = np.asarray(graph.weights, np.float32)[train_first][at]
     train_keys = keys[in_train]
     upper = upper_matrix((train_keys // n).astype(np.int32),
                          (train_keys % n).astype(np.int32), n)
@@ -363,7 +377,8 @@ def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
         neg = sample_non_edges(rng, pos.shape[0], n, keys)
         neg_dst = destination_negatives(rng, pos, n, mrr_negatives)
         evals[name] = EvalEdges(pos, neg, neg_dst)
-    return LinkSplit(train, symmetric_graph(upper, table), evals["val"], evals["test"], n)
+    return LinkSplit(train, symmetric_graph(upper, table, weights), evals["val"],
+                     evals["test"], n)
 
 
 # ---- OGB's ogbl layout -------------------------------------------------------------------

@@ -6,11 +6,12 @@ upper-triangular boolean SciPy matrix: COO -> CSR is a counting sort that merges
 duplicates, and `U + U.T` mirrors it into both directions with sorted rows, in C++.
 Indices stay int32 throughout (SciPy picks int64 only past 2**31 - 1 entries).
 
-Edge features ride along as the matrix's data: the upper matrix holds 1 + the table row
-of each entry (int64; never 0, which SciPy may drop), `U + U.T` copies it to the
-reverse entry, and the mirrored graph's table is `table[data - 1]`: both directions of
-an undirected edge carry the same row. Duplicates must be gone before (a COO -> CSR
-conversion sums them): `undirected_csr` keeps each pair's first occurrence.
+Edge features and weights ride along as the matrix's data: the upper matrix holds 1 +
+the table row of each entry (int64; never 0, which SciPy may drop), `U + U.T` copies it
+to the reverse entry, and the mirrored graph's table is `table[data - 1]`: both
+directions of an undirected edge carry the same row (the same weight). Duplicates must
+be gone before (a COO -> CSR conversion sums them): `undirected_csr` keeps each pair's
+first occurrence.
 """
 
 from __future__ import annotations
@@ -35,15 +36,17 @@ def upper_matrix(lo: np.ndarray, hi: np.ndarray, num_nodes: int) -> scipy.sparse
     return scipy.sparse.coo_matrix((data, (lo, hi)), shape=(num_nodes, num_nodes)).tocsr()
 
 
-def symmetric_graph(upper: scipy.sparse.csr_matrix, edge_features=None) -> CSRGraph:
+def symmetric_graph(upper: scipy.sparse.csr_matrix, edge_features=None,
+                    weights=None) -> CSRGraph:
     """The CSRGraph holding every entry of `upper` in both directions, rows sorted.
 
-    `edge_features` ([upper.nnz, D], float32 or bfloat16, checked by the caller): row j
-    for the j-th stored entry of `upper` in CSR order; both directions of that entry get
-    it. `upper` must be strictly upper-triangular (a diagonal entry would be summed with
-    itself) without duplicates, as `upper_matrix` of `canonical_pairs` is.
+    `edge_features` ([upper.nnz, D], float32 or bfloat16) and `weights` ([upper.nnz],
+    float32), both checked by the caller: row j for the j-th stored entry of `upper` in
+    CSR order; both directions of that entry get it. `upper` must be strictly
+    upper-triangular (a diagonal entry would be summed with itself) without duplicates,
+    as `upper_matrix` of `canonical_pairs` is.
     """
-    if edge_features is None:
+    if edge_features is None and weights is None:
         full = (upper + upper.T).tocsr()
         full.sort_indices()
         return csr_from_arrays(full.indptr, full.indices, validate=False)
@@ -52,11 +55,13 @@ def symmetric_graph(upper: scipy.sparse.csr_matrix, edge_features=None) -> CSRGr
         shape=upper.shape)
     full = (ids + ids.T).tocsr()
     full.sort_indices()
-    return csr_from_arrays(full.indptr, full.indices, validate=False,
-                           edge_features=edge_features[full.data - 1])
+    rows = full.data - 1
+    return csr_from_arrays(
+        full.indptr, full.indices, None if weights is None else np.asarray(weights)[rows],
+        validate=False, edge_features=None if edge_features is None else edge_features[rows])
 
 
-def undirected_csr(src, dst, num_nodes: int, edge_features=None) -> CSRGraph:
+def undirected_csr(src, dst, num_nodes: int, edge_features=None, weights=None) -> CSRGraph:
     """CSRGraph of the undirected graph on edges {src[i], dst[i]}: both directions stored,
     self-loops and duplicates dropped, neighbours sorted.
 
@@ -64,6 +69,8 @@ def undirected_csr(src, dst, num_nodes: int, edge_features=None) -> CSRGraph:
       src, dst: int[E] node ids in [0, num_nodes).
       edge_features: float[E, D] or None, row i for edge i. A pair listed more than once
         (either way round) keeps the row of its first listing; both directions carry it.
+      weights: float32[E] or None (checked by the caller), edge i's weight; kept as the
+        feature rows are.
     """
     src, dst = np.asarray(src), np.asarray(dst)
     if src.shape != dst.shape or src.ndim != 1:
@@ -76,12 +83,14 @@ def undirected_csr(src, dst, num_nodes: int, edge_features=None) -> CSRGraph:
                 f"{label} ids span [{int(ids.min())}, {int(ids.max())}], outside "
                 f"[0, {num_nodes})"
             )
-    if edge_features is None:
+    if edge_features is None and weights is None:
         return symmetric_graph(upper_matrix(*canonical_pairs(src, dst), num_nodes))
-    table = edge_feature_table(edge_features, src.shape[0])
+    table = None if edge_features is None else edge_feature_table(edge_features, src.shape[0])
     keep = np.flatnonzero(src != dst)
     lo, hi = canonical_pairs(src, dst)
     keys, first = np.unique(lo.astype(np.int64) * num_nodes + hi, return_index=True)
     lo, hi = (keys // num_nodes).astype(np.int32), (keys % num_nodes).astype(np.int32)
     upper = upper_matrix(lo, hi, num_nodes)  # keys are sorted: entry j is pair j
-    return symmetric_graph(upper, table[keep[first]])
+    rows = keep[first]
+    return symmetric_graph(upper, None if table is None else table[rows],
+                           None if weights is None else np.asarray(weights)[rows])
