@@ -947,3 +947,22 @@ def test_ids_out_of_range_are_counted_and_named():
     with pytest.raises(ValueError, match=r"ids must lie in \[0, 10\), found \[5, 14\]: 5 "
                                          r"outside it \(10, 11, 12, \.\.\.\)$"):
         check_ids("ids", np.arange(5, 15), 10)
+
+
+def test_a_dataset_built_directly_keeps_the_dtypes_its_files_store(tmp_path):
+    """float64 features were accepted, then `load_dir` refused the folder `save_dir`
+    wrote of them; int64 labels and ids came back int32 from `.npz` only."""
+    good = make_dataset(**tiny_arrays())
+    wide = lambda a: np.asarray(a, np.int64)  # noqa: E731
+    with pytest.raises(ValueError, match=r"^features must be float32 or bfloat16, got "
+                                         r"float64 \(make_dataset narrows"):
+        zg.Dataset(good.name, good.graph, np.asarray(good.features, np.float64), good.labels,
+                   good.train_idx, good.val_idx, good.test_idx, good.num_classes)
+    ds = zg.Dataset(good.name, good.graph, good.features, wide(good.labels),
+                    wide(good.train_idx), wide(good.val_idx), wide(good.test_idx),
+                    good.num_classes)
+    for name in ("labels", "train_idx", "val_idx", "test_idx"):
+        assert getattr(ds, name).dtype == np.int32
+        assert np.array_equal(getattr(ds, name), getattr(good, name))
+    back = storage.load_dir(storage.save_dir(ds, tmp_path / "d"))
+    assert back.labels.dtype == np.int32 and np.array_equal(back.labels, good.labels)

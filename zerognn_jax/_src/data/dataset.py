@@ -44,6 +44,7 @@ class Dataset:
         device bytes), finite.
       labels: int32[N], class ids in [0, num_classes); -1 marks an unlabelled node.
       train_idx, val_idx, test_idx: int32[*], disjoint node ids; train is non-empty.
+        (Labels and ids given in another integer dtype are narrowed to int32.)
       num_classes: number of classes.
       targets: None (the targets are `labels`), or float32[N, T], finite: T binary labels
         per node in {0, 1} ("multilabel") or T real values ("regression"). With targets,
@@ -64,6 +65,10 @@ class Dataset:
 
     def __post_init__(self):
         validate_dataset(self)
+        # other integer dtypes (int64, ...) narrowed to the int32 that storage keeps: the
+        # checks above put every value in int32's range
+        for name in ("labels", "train_idx", "val_idx", "test_idx"):
+            object.__setattr__(self, name, getattr(self, name).astype(np.int32, copy=False))
 
     @property
     def num_nodes(self) -> int:
@@ -166,7 +171,10 @@ def validate_dataset(ds: Dataset) -> None:
     one_per_node("features have", feats.shape[0], "rows", n)
     if not (np.issubdtype(feats.dtype, np.floating) or feats.dtype == BFLOAT16):
         raise ValueError(f"features must be floating point, got {feats.dtype}")
-    check_finite_rows("features", feats, _FINITE_BLOCK)
+    check_finite_rows("features", feats, _FINITE_BLOCK)  # as given: an overflow is named
+    if feats.dtype not in (np.dtype(np.float32), BFLOAT16):
+        raise ValueError(f"features must be float32 or bfloat16, got {feats.dtype} "
+                         f"(make_dataset narrows other real dtypes to float32)")
     labels = ds.labels
     check_targets(ds.targets, ds.target_kind, n)
     if labels.ndim != 1:
