@@ -337,3 +337,20 @@ def test_a_networkx_weight_that_is_no_number_is_named():
     graph.add_edge(0, 1, weight="heavy")
     with pytest.raises(ValueError, match="edge attribute 'weight' must hold numbers.*heavy"):
         from_networkx(graph, weight="weight")
+
+
+def test_from_scipy_reads_a_matrix_as_scipy_does():
+    # a repeated COO entry is one entry of the summed value, a stored zero is no entry
+    coo = scipy.sparse.coo_matrix((np.array([1.0, 1.0, 0.0, 3.0]),
+                                   (np.array([0, 0, 1, 2]), np.array([1, 1, 2, 0]))), (3, 3))
+    for m in (coo, coo.tocsr()):
+        g = from_scipy(m)
+        assert list(zip(*map(np.ndarray.tolist, to_edge_list(g)))) == [(0, 1), (2, 0)]
+        assert np.asarray(g.weights).tolist() == [2.0, 3.0]
+    assert coo.nnz == 4  # the caller's matrix is left as it was
+    with pytest.raises(ValueError, match="weights must be real numbers"):
+        from_scipy(scipy.sparse.csr_matrix(np.array([[0, 3j], [0, 0]])))
+    with pytest.raises(ValueError, match=r"weights overflow float32: 1e\+300 at edge 0"):
+        from_scipy(scipy.sparse.csr_matrix(np.array([[0, 1e300], [0, 0]])))
+    with pytest.raises(TypeError, match="takes the edge weights from the matrix's values"):
+        from_scipy(coo, weights=np.ones(4))

@@ -416,16 +416,23 @@ def csr_from_arrays(indptr, indices, weights=None, *, edge_features=None,
 def from_scipy(matrix, **kwargs) -> CSRGraph:
     """Builds a CSRGraph from a SciPy sparse matrix; nonzero (i, j) is the edge i -> j.
 
-    Stored values become edge weights unless they are all one. Keyword arguments go to
+    The matrix is read as SciPy reads it: entries stored more than once are summed and
+    explicitly stored zeros are no edges. Its values become edge weights unless they are
+    all one (checked as `from_edge_list` checks weights). Keyword arguments go to
     `from_edge_list` (make_undirected, remove_self_loops, ...).
     """
     if not hasattr(matrix, "tocoo"):
         raise TypeError(f"from_scipy takes a SciPy sparse matrix or array, got "
                         f"{type(matrix).__name__} (a dense one: scipy.sparse.csr_array(m))")
-    coo = matrix.tocoo()
+    if "weights" in kwargs:
+        raise TypeError("from_scipy takes the edge weights from the matrix's values; "
+                        "give them there rather than as weights=")
+    coo = matrix.tocoo(copy=True)
     if coo.shape[0] != coo.shape[1]:
         raise ValueError(f"adjacency matrix must be square, got shape {coo.shape}")
-    data = np.asarray(coo.data, np.float32)
+    coo.sum_duplicates()
+    coo.eliminate_zeros()
+    data = coo.data
     weights = None if np.all(data == 1) else data
     return from_edge_list(coo.row, coo.col, coo.shape[0], weights=weights, **kwargs)
 
