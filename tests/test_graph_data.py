@@ -289,6 +289,30 @@ def test_a_graphs_tuple_without_a_node_table_is_refused(nodes):
         zg.collection_from_jraph(graphs)
 
 
+@pytest.mark.parametrize(("change", "message"), [
+    (dict(senders=np.array([0, 1])), r"senders has 2 rows but its n_edge sums to 3$"),
+    (dict(n_edge=np.array([2, 2])), r"senders has 3 rows but its n_edge sums to 4$"),
+    (dict(n_node=np.array([3, 3])), r"nodes has 5 rows but its n_node sums to 6$"),
+    (dict(edges=np.ones((2, 1))), r"edges has 2 rows but its n_edge sums to 3$"),
+    (dict(n_node=np.array([[3], [2]])), r"n_node must be integers \[G\], one per graph, "
+                                        r"got int64\[2, 1\]$"),
+    (dict(n_edge=np.array([3])), r"n_node counts 2 graphs but n_edge 1$"),
+    (dict(receivers=np.array([1, 2, 2])), r"^receivers\[2\] = 2 leaves its graph 1, whose "
+                                          r"nodes are \[3, 5\) of the tuple$"),
+])
+def test_a_graphs_tuple_whose_counts_disagree_is_named(change, message):
+    """Raw NumPy errors (shapes that do not broadcast, a boolean index) before; and an
+    edge leaving its graph was named by its id less its graph's first node."""
+    graphs = types.SimpleNamespace(
+        nodes=np.ones((5, 2)), edges=np.ones((3, 1)), senders=np.array([0, 1, 3]),
+        receivers=np.array([1, 2, 4]), n_node=np.array([3, 2]), n_edge=np.array([2, 1]),
+        globals=np.array([[1.0], [0.0]]))
+    assert zg.collection_from_jraph(graphs).num_graphs == 2
+    with pytest.raises(ValueError, match=message):
+        zg.collection_from_jraph(types.SimpleNamespace(**{**vars(graphs), **change}),
+                                 graph_mask=np.array([True, True]))
+
+
 def test_pyg_round_trip():
     pytest.importorskip("torch")
     pytest.importorskip("torch_geometric")

@@ -54,9 +54,17 @@ def collection_from_jraph(graphs, *, name: str = "jraph", target_kind: str = "bi
         raise ValueError(f"the GraphsTuple's nodes must be one array [N, d] of node features "
                          f"(a collection's graphs carry them), got "
                          f"{type(graphs.nodes).__name__}")
-    n_node = np.asarray(graphs.n_node, np.int64)
-    n_edge = np.asarray(graphs.n_edge, np.int64)
-    shift = np.repeat(np.concatenate([[0], np.cumsum(n_node)[:-1]]), n_edge)
+    n_node, n_edge = _jraph_counts(graphs)
+    start = np.concatenate([[0], np.cumsum(n_node)[:-1]])
+    shift = np.repeat(start, n_edge)
+    for field in ("senders", "receivers"):  # named with the ids the tuple holds
+        ids = np.asarray(getattr(graphs, field), np.int64)
+        out = np.flatnonzero((ids < shift) | (ids >= shift + np.repeat(n_node, n_edge)))
+        if out.size:
+            e = int(out[0])
+            g = int(np.searchsorted(np.cumsum(n_edge), e, side="right"))
+            raise ValueError(f"{field}[{e}] = {int(ids[e])} leaves its graph {g}, whose nodes "
+                             f"are [{int(start[g])}, {int(start[g] + n_node[g])}) of the tuple")
     if targets is None:
         if graphs.globals is None:
             raise ValueError("the GraphsTuple has no globals: pass targets=")
@@ -88,6 +96,37 @@ def collection_from_jraph(graphs, *, name: str = "jraph", target_kind: str = "bi
                            edge_features=arrays["edges"], splits=splits,
                            num_classes=num_classes, node_vocab=node_vocab,
                            edge_vocab=edge_vocab)
+
+
+def _jraph_counts(graphs) -> tuple[np.ndarray, np.ndarray]:
+    """(n_node, n_edge) of a GraphsTuple as int64[G], checked against its arrays: one
+    count of each per graph, non-negative whole numbers, the node rows and the edges
+    they sum to. ValueError naming the field and both counts otherwise."""
+    counts = {}
+    for field in ("n_node", "n_edge"):
+        c = np.asarray(getattr(graphs, field))
+        if c.ndim != 1 or not (np.issubdtype(c.dtype, np.integer) or c.size == 0):
+            raise ValueError(f"the GraphsTuple's {field} must be integers [G], one per graph, "
+                             f"got {c.dtype}{list(c.shape)}")
+        if c.size and c.min() < 0:
+            raise ValueError(f"the GraphsTuple's {field} holds a negative count {int(c.min())}")
+        counts[field] = c.astype(np.int64)
+    if counts["n_node"].size != counts["n_edge"].size:
+        raise ValueError(f"the GraphsTuple's n_node counts {counts['n_node'].size} graphs but "
+                         f"n_edge {counts['n_edge'].size}")
+    edges = int(counts["n_edge"].sum())
+    sizes = {"nodes": (np.shape(graphs.nodes)[:1], int(counts["n_node"].sum()), "n_node"),
+             "senders": (np.shape(graphs.senders), edges, "n_edge"),
+             "receivers": (np.shape(graphs.receivers), edges, "n_edge")}
+    if graphs.edges is not None and not isinstance(graphs.edges, dict):
+        sizes["edges"] = (np.shape(graphs.edges)[:1], edges, "n_edge")
+    for field, (shape, want, by) in sizes.items():
+        if field in ("senders", "receivers") and len(shape) != 1:
+            raise ValueError(f"the GraphsTuple's {field} must be 1-D, got shape {list(shape)}")
+        if shape[0] != want:
+            raise ValueError(f"the GraphsTuple's {field} has {shape[0]} rows but its {by} "
+                             f"sums to {want}")
+    return counts["n_node"], counts["n_edge"]
 
 
 def collection_to_pyg(collection: GraphCollection) -> list:
