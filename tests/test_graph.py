@@ -354,3 +354,13 @@ def test_from_scipy_reads_a_matrix_as_scipy_does():
         from_scipy(scipy.sparse.csr_matrix(np.array([[0, 1e300], [0, 0]])))
     with pytest.raises(TypeError, match="takes the edge weights from the matrix's values"):
         from_scipy(coo, weights=np.ones(4))
+
+
+def test_ids_past_int64_and_past_num_columns_are_named_as_given():
+    big = np.array([0, 2**63], np.uint64)
+    with pytest.raises(ValueError, match=r"^src has node id 9223372036854775808 at position 1, "
+                                         r"past any graph's node count$"):
+        from_edge_list(big, np.array([1, 0], np.uint64), 3)
+    with pytest.raises(ValueError, match=r"^dst has node id 5 at position 0, out of range for "
+                                         r"num_columns=4; pass num_columns=6 or more$"):
+        from_edge_list([0], [5], 3, num_columns=4)

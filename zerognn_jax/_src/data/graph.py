@@ -91,7 +91,11 @@ def _as_id_array(name: str, values) -> np.ndarray:
                 "(cast explicitly if the values are whole numbers)"
             )
         raise TypeError(f"{name} must have an integer dtype, got {arr.dtype}")
-    # signed ids are used as given (every later use widens them exactly); others: int64
+    # signed ids are used as given (every later use widens them exactly); others: int64,
+    # which would wrap an unsigned id past its range into a negative one
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} has node id {int(arr.max())} at position "
+                         f"{int(np.argmax(arr))}, past any graph's node count")
     return arr if arr.dtype.kind == "i" else arr.astype(np.int64)
 
 
@@ -170,7 +174,7 @@ def from_edge_list(
         raise ValueError(f"make_undirected needs one node set; rows have {num_nodes} nodes, "
                          f"neighbours {columns}")
     _check_ids("src", src, num_nodes)
-    _check_ids("dst", dst, columns)
+    _check_ids("dst", dst, columns, None if num_columns is None else "num_columns")
     w = None
     if weights is not None:
         w = np.asarray(weights)
