@@ -362,6 +362,15 @@ def test_graphs_from_pyg_need_the_same_fields_in_every_graph():
                                          rf"the sources\), got \[{data[g].edge_index.shape[0]}, "
                                          r"2\]"):
         zg.collection_from_pyg(data)
+    # a stand-in without num_nodes counts its x's rows; one lacking edge_attr after graph 0
+    # lacked it (an AttributeError before) is named as one set to None is
+    data = _pyg_like(c)
+    for d in data:
+        del d.num_nodes
+    assert same(c, zg.collection_from_pyg(data, name="tiny", splits=splits))
+    del data[0].edge_attr
+    with pytest.raises(ValueError, match="graph 1 has edge_attr and graph 0 has none"):
+        zg.collection_from_pyg(data)
     # a field of other columns in one graph is named (NumPy's concatenation error was)
     data = _pyg_like(c)
     data[1].x = np.concatenate([data[1].x, data[1].x], axis=1)

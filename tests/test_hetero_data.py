@@ -295,6 +295,19 @@ def test_from_hetero_data_reads_float_y_as_targets():
     np.testing.assert_array_equal(back.targets, [[0.5], [-1.0], [2.0], [0.0], [3.5]])
 
 
+def test_from_hetero_data_counts_a_type_without_num_nodes_by_its_x():
+    """A duck-typed store without num_nodes was a bare AttributeError."""
+    ds = _dataset(node_info={})
+    data = _FakeHeteroData(ds)
+    del data["paper"]["num_nodes"]
+    _same(ds, zg.from_hetero_data(data, name="toy"))
+    bare = next(t for t in data.node_types if "x" not in data[t])
+    del data[bare]["num_nodes"]
+    with pytest.raises(ValueError, match=rf"^node type '{bare}' has no num_nodes and no x to "
+                                         rf"count: set data\['{bare}'\]\.num_nodes$"):
+        zg.from_hetero_data(data, name="toy")
+
+
 def test_from_hetero_data_float_y_needs_a_target_kind():
     data = _FakeHeteroData(_dataset(node_info={}))
     data["paper"]["y"] = np.ones((5, 2), np.float32)

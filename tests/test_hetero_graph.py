@@ -239,7 +239,10 @@ class _Store(dict):
     """A stand-in for PyG's node and edge stores: attributes over a dict."""
 
     def __getattr__(self, key):
-        return self[key]
+        try:
+            return self[key]
+        except KeyError:  # what PyG's stores raise for a field they lack
+            raise AttributeError(key) from None
 
 
 class _FakeHeteroData:

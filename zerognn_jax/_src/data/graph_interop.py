@@ -187,12 +187,16 @@ def collection_from_pyg(graphs, *, name: str = "pyg", target_kind: str = "binary
         if e.ndim != 2 or e.shape[0] != 2:
             raise ValueError(f"graph {i}'s edge_index must be [2, E] (row 0 the sources), "
                              f"got {list(e.shape)}")
-    x = _joined([field(i, d, "x") for i, d in enumerate(graphs)], "x")
-    n_node = [int(d.num_nodes) for d in graphs]
+    xs = [field(i, d, "x") for i, d in enumerate(graphs)]
+    x = _joined(xs, "x")
+    # PyG's `num_nodes` (its x's rows unless set); a stand-in without it: its x's rows
+    n_node = [int(len(xs[i]) if getattr(d, "num_nodes", None) is None else d.num_nodes)
+              for i, d in enumerate(graphs)]
     n_edge = [int(e.shape[1]) for e in index]
     edge_index = np.concatenate(index, axis=1)
     if not has_edges and any(getattr(d, "edge_attr", None) is not None for d in graphs):
-        first = next(i for i, d in enumerate(graphs) if d.edge_attr is not None)
+        first = next(i for i, d in enumerate(graphs)
+                     if getattr(d, "edge_attr", None) is not None)
         raise ValueError(f"graph {first} has edge_attr and graph 0 has none: every graph "
                          f"needs the same fields")
     edges = _joined([field(i, d, "edge_attr") for i, d in enumerate(graphs)], "edge_attr") \

@@ -299,6 +299,18 @@ def _y_targets(y: np.ndarray, target_type: str, target_kind: str | None) -> dict
     return {"targets": y, "target_kind": target_kind}
 
 
+def _node_count(store, node_type: str, x) -> int:
+    """A node store's `num_nodes` (PyG infers it from x), else its x's rows; ValueError
+    naming the type when it has neither (PyG then holds None)."""
+    n = getattr(store, "num_nodes", None)
+    if n is None and x is not None:
+        n = len(x)
+    if n is None:
+        raise ValueError(f"node type {node_type!r} has no num_nodes and no x to count: set "
+                         f"data[{node_type!r}].num_nodes")
+    return int(n)
+
+
 def from_hetero_data(data, target_type: str | None = None, *, name: str = "hetero",
                      num_classes: int | None = None, add_reverse: bool = False,
                      target_kind: str | None = None) -> HeteroDataset:
@@ -321,8 +333,8 @@ def from_hetero_data(data, target_type: str | None = None, *, name: str = "heter
         if len(with_y) != 1:
             raise ValueError(f"give target_type: node types with labels (y) are {with_y}")
         target_type = with_y[0]
-    counts = {t: int(data[t].num_nodes) for t in types}
     features = {t: _numpy(data[t].x) for t in types if _store_has(data[t], "x")}
+    counts = {t: _node_count(data[t], t, features.get(t)) for t in types}
     edges, weights, tables = {}, {}, {}
     for rel in data.edge_types:
         store = data[rel]
