@@ -940,6 +940,19 @@ def test_each_loader_names_the_kind_of_dataset_it_was_given(tmp_path, monkeypatc
                                          "zg.load_hetero")):
         with pytest.raises(ValueError, match=f"{re.escape(message)}$"):
             load(path)
+    # so does each folder (another format version, or the arrays it lacked, before)
+    node_dir = zg.save_dir(zg.load_dataset(node), tmp_path / "node")
+    graphs_dir = zg.save_graphs(zg.load_graphs(graphs), tmp_path / "g")
+    for load, path, message in (
+            (zg.load_dir, graphs_dir, "g is not a dataset directory: it holds a graph "
+                                      "collection; read it with zg.load_graphs_file"),
+            (zg.load_hetero, graphs_dir, "g is not a dataset directory: it holds a graph "
+                                         "collection; read it with zg.load_graphs_file"),
+            (zg.load_graphs_file, node_dir, "node is not a readable graph collection: it holds "
+                                            "a homogeneous dataset; read it with "
+                                            "zg.load_dataset")):
+        with pytest.raises(ValueError, match=f"{re.escape(message)}$"):
+            load(path)
     # and each saver given another kind names that kind's saver (AttributeErrors before)
     node_ds, typed_ds = zg.load_dataset(node), zg.load_hetero(typed)
     for save, value, message in (

@@ -134,6 +134,8 @@ def load_graphs_file(path: str | os.PathLike) -> GraphCollection:
 def _read(path: Path) -> tuple[dict, dict]:
     if path.is_dir():
         meta = json.loads((path / "meta.json").read_text())
+        if other := storage.of_another_kind(storage.dir_kind(meta), "graphs"):
+            raise ValueError(other)
         keys = [*ARRAYS, "edge_features"]
         arrays = {}
         for k in keys:

@@ -285,9 +285,14 @@ def npz_kind(npz) -> str | None:
     if "meta" not in npz.files:
         return "homogeneous" if {"indptr", "format_version"} <= set(npz.files) else None
     try:
-        meta = json.loads(str(npz["meta"]))
+        return _meta_kind(json.loads(str(npz["meta"])))
     except (ValueError, TypeError):
         return None
+
+
+def _meta_kind(meta) -> str | None:
+    """"hetero" or "graphs" where the JSON object `meta` (a `.npz`'s `meta` entry or a
+    folder's meta.json) says so, else None."""
     if isinstance(meta, dict) and meta.get("kind") == "hetero":
         return "hetero"
     if isinstance(meta, dict) and meta.get("format") == GRAPHS_FORMAT:
@@ -295,15 +300,27 @@ def npz_kind(npz) -> str | None:
     return None
 
 
-def npz_of_another_kind(npz, kind: str) -> str | None:
-    """"it holds <what>; read it with <reader>" where the open `.npz` `npz` is one of
-    this library's files of another kind than `kind` (`npz_kind`), else None: a loader
-    then names the reader rather than the keys the file lacks."""
-    held = npz_kind(npz)
+def dir_kind(meta) -> str | None:
+    """Which of this library's folders a folder of meta.json `meta` is (as `npz_kind`:
+    a homogeneous dataset's meta.json has a format_version and no kind), or None."""
+    held = _meta_kind(meta)
+    return held or ("homogeneous" if isinstance(meta, dict) and "format_version" in meta
+                    else None)
+
+
+def of_another_kind(held: str | None, kind: str) -> str | None:
+    """"it holds <what>; read it with <reader>" where a file or folder of this library's
+    kind `held` (`npz_kind`, `dir_kind`) is of another kind than `kind`, else None: a
+    loader then names the reader rather than the keys the file lacks."""
     if held is None or held == kind:
         return None
     what, reader = _NPZ_KINDS[held]
     return f"it holds {what}; read it with {reader}"
+
+
+def npz_of_another_kind(npz, kind: str) -> str | None:
+    """`of_another_kind` of the open `.npz` `npz`."""
+    return of_another_kind(npz_kind(npz), kind)
 
 
 def names_a_missing_path(name: str) -> bool:
@@ -330,6 +347,9 @@ def _read_meta(file: Path, accepts: ArrayNames = HOMOGENEOUS, kind: str | None =
         raise ValueError(f"{file} is not readable JSON: {err}") from None
     if not isinstance(meta, dict):
         raise ValueError(f"{file} holds a JSON {type(meta).__name__}, not an object")
+    if _meta_kind(meta) == "graphs":  # not a dataset of either kind
+        raise ValueError(f"{file.parent} is not a dataset directory: "
+                         f"{of_another_kind('graphs', 'homogeneous')}")
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{file.parent} has format_version {meta.get('format_version')}; "
                          f"this version of zerognn reads {FORMAT_VERSION}")
