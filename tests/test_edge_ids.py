@@ -90,3 +90,23 @@ def test_edgeless_graph_gives_dead_edge_ids():
                           jnp.uint32(0), config, (16,))
     assert mb.blocks[0].eid.shape == (4, 3) and not np.asarray(mb.blocks[0].eid).any()
     assert not np.asarray(mb.blocks[0].mask).any()
+
+
+def test_slots_a_link_loader_hides_hold_no_edge_id():
+    """The seed-edge mask hid a positive's slots but left their edge ids, so a loop that
+    read edge rows by `eid` without the mask read the edge it was asked to predict."""
+    from zerognn_jax import LinkNeighborLoader
+
+    g = random_graph(40, 200, seed=3)
+    src = np.repeat(np.arange(40), np.diff(np.asarray(g.indptr)))
+    pairs = np.stack([src, np.asarray(g.indices)], 1)[:60]
+    kw = dict(fanouts=(3, 2), batch_size=20, key=0, edge_ids=True, kernels="xla")
+    hidden = 0
+    for shown, masked in zip(LinkNeighborLoader(g, pairs, exclude_seed_edges=False, **kw),
+                             LinkNeighborLoader(g, pairs, **kw)):
+        for raw, block in zip(shown.minibatch.blocks, masked.minibatch.blocks):
+            mask, eid = np.asarray(block.mask), np.asarray(block.eid)
+            assert not eid[~mask].any()
+            np.testing.assert_array_equal(eid[mask], np.asarray(raw.eid)[mask])
+            hidden += int(np.sum(np.asarray(raw.mask) & ~mask))
+    assert hidden > 0  # the mask hid some slots

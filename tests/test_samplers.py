@@ -14,6 +14,7 @@ from conftest import random_graph
 from scipy import stats
 
 from zerognn_jax import (
+    CSRGraph,
     DeviceData,
     Envelope,
     EnvelopePolicy,
@@ -175,6 +176,20 @@ def test_all_zero_weights_are_refused_where_a_hop_draws_by_them():
         prepare_graph(g, SamplerConfig((2,), method="weighted").resolve(g.max_degree()))
     full = SamplerConfig((-1,), method="weighted").resolve(g.max_degree())
     assert prepare_graph(g, full).weights.dtype == np.uint32  # -1 reads no weight
+
+
+def test_integer_weights_are_weights_and_a_graph_without_edges_is_prepared():
+    """uint32 weights were taken for a prepared table and sampled by a wrong law; an
+    edgeless graph's table failed in NumPy's divide (bincount's int64 of no edges)."""
+    counts = CSRGraph(np.array([0, 4, 4, 4, 4, 4]), np.arange(1, 5, dtype=np.int32),
+                      np.array([3, 1, 2, 4], np.uint32))
+    as_float = counts._replace(weights=counts.weights.astype(np.float32))
+    config = SamplerConfig((1,), method="weighted")
+    np.testing.assert_array_equal(prepare_graph(counts, config).weights,
+                                  prepare_graph(as_float, config).weights)
+    bare = CSRGraph(np.zeros(4, np.int32), np.zeros(0, np.int32), np.zeros(0, np.float32))
+    table = prepare_graph(bare, config).weights
+    assert table.dtype == np.uint32 and table.shape == (0,)
 
 
 def test_weighted_sampling_needs_a_prepared_weighted_graph(small_graph):

@@ -263,8 +263,6 @@ def prepare_graph(graph: CSRGraph, config: SamplerConfig, what: str = "the graph
         raise ValueError(f"weighted sampling needs edge weights, and {what} has none: give "
                          "every relation weights (weights={relation: [E]}), or sample "
                          "uniformly")
-    if np.dtype(graph.weights.dtype) == np.uint32:
-        return graph  # already prepared
     weights = np.asarray(graph.weights)
     if weights.size and not weights.any() and not all(config.full):
         raise ValueError(f"all {weights.size:,} edge weights of {what} are zero: weighted "

@@ -51,7 +51,8 @@ def cumulative_table(indptr, weights) -> np.ndarray:
     if deg.size and deg.max() >= 2**31:
         raise ValueError(f"a row has {deg.max()} edges; weighted sampling needs fewer than 2**31")
     row = np.repeat(np.arange(deg.size), deg)
-    total = np.bincount(row, weights=w, minlength=deg.size)
+    # (float64 even without edges, where NumPy's bincount gives int64)
+    total = np.bincount(row, weights=w, minlength=deg.size).astype(np.float64)
     scale = np.divide(_UNITS, total, out=np.zeros_like(total), where=total > 0)
     units = np.floor(w * scale[row]).astype(np.int64) + (w > 0)
     run = np.cumsum(units)

@@ -117,7 +117,9 @@ def exclude_pairs(mb, positives, valid, positions, unique_levels: int = 1):
         # rows past `rows` joined on as they are (an update of the first rows in place,
         # `.at[:rows].set`, crashed XLA's GPU compile of the sharded step, JAX 0.11.2)
         nbr = _first_rows(block.nbr, jnp.where(keep, block.nbr[:rows], 0))
-        blocks.append(block._replace(nbr=nbr, mask=_first_rows(block.mask, keep)))
+        eid = None if block.eid is None else _first_rows(
+            block.eid, jnp.where(keep, block.eid[:rows], jnp.zeros((), block.eid.dtype)))
+        blocks.append(block._replace(nbr=nbr, mask=_first_rows(block.mask, keep), eid=eid))
     return mb._replace(blocks=tuple(blocks))
 
 
