@@ -80,6 +80,20 @@ def test_sampled_all_neighbours_equal_exact_with_edge_features(edge_data, model,
     np.testing.assert_allclose(np.asarray(got), exact, rtol=1e-4, atol=1e-4)
 
 
+def test_a_graph_whose_only_edges_are_self_loops_trains_gat_with_edge_features():
+    """GAT drops self-loops, leaving a table of no rows, whose gather the sampled views
+    failed on ("slice size ... out of range"); every node then has no neighbour."""
+    data = make_dataset("loops", np.array([0, 1, 2, 2, 2, 2]), np.array([0, 1]),
+                        np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32),
+                        np.array([0, 1, 0, 1, 0]), [0, 1, 2], [3], [4], 2,
+                        edge_features=np.ones((2, 2), np.float32))
+    res = train(_cfg(model="gat", fanouts=(-1, -1), batch_size=4, epochs=1), data)
+    assert res.data.graph.edge_features.shape == (0, 2)
+    exact = np.asarray(layerwise_logits(res.program, res.variables, res.data))
+    got = sampled_logits(res.program, res.variables, res.data, np.arange(5), batch_size=4)
+    np.testing.assert_allclose(np.asarray(got), exact, rtol=1e-5, atol=1e-6)
+
+
 def test_model_outputs_depend_on_the_edge_table(edge_data):
     res = train(_cfg(fanouts=(4, 4), epochs=0, envelope="conservative"), edge_data)
     nodes = np.arange(16)

@@ -384,8 +384,12 @@ def take_edges(values, ids):
 def take_edge_rows(table, ids):
     """`table[ids]` for an edge table [E, D] and edge ids of any shape from `edge_ids`
     (uint32 past 2**31 edges): [*ids.shape, D]. A gather keeps the ids' dtype (see
-    `take_edges`); ids past the end (masked slots) read the last row. NumPy tables are
-    indexed as they are."""
+    `take_edges`); ids past the end (masked slots) read the last row, and a table of no
+    rows (an edgeless graph: every slot masked) zeros. NumPy tables are indexed as they
+    are."""
+    if table.shape[0] == 0:
+        xp = jnp if isinstance(table, jax.Array) else np
+        return xp.zeros((*np.shape(ids), table.shape[1]), table.dtype)
     if not isinstance(table, jax.Array):
         return table[ids]
     ids = jnp.asarray(ids)

@@ -205,8 +205,6 @@ def chunk_edge_rows(table, first, slots, mask):
     masked), or None for a graph without a table."""
     if table is None:
         return None
-    if table.shape[0] == 0:  # an edgeless graph: every slot is masked
-        return jnp.zeros((slots.shape[0], table.shape[1]), table.dtype)
     rows = take_edge_rows(table, jnp.where(mask, edge_ids(first, slots), 0))
     return jnp.where(mask[:, None], rows, jnp.zeros((), rows.dtype))
 
