@@ -16,19 +16,26 @@ def main() -> int:
         arrived.append(signum)
         raise KeyboardInterrupt
 
+    def unraisable(report):
+        if not isinstance(report.exc_value, KeyboardInterrupt):
+            hook(report)
+
     # A KeyboardInterrupt raised inside a callback the import runs (JAX's garbage
-    # collection hook) is printed and dropped by Python, and the import goes on: the
-    # signal is recorded as well, so that it ends the command all the same. A SIGINT
-    # the process ignores (a job a script starts with `&`) stays ignored.
-    previous = signal.getsignal(signal.SIGINT)
+    # collection hook) is handed to `sys.unraisablehook`, whose default prints it with a
+    # traceback, and dropped, and the import goes on: that report is kept quiet, and the
+    # signal, recorded, ends the command all the same. A SIGINT the process ignores (a
+    # job a script starts with `&`) stays ignored.
+    previous, hook = signal.getsignal(signal.SIGINT), sys.unraisablehook
     if previous is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, stop)
+        sys.unraisablehook = unraisable
     try:
         from zerognn_jax.cli import main as run
     except KeyboardInterrupt:
         arrived.append(signal.SIGINT)
     finally:
         signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = hook
     if arrived:
         print("zerognn: interrupted while starting", file=sys.stderr)
         return 130

@@ -335,6 +335,7 @@ def test_a_ctrl_c_that_the_import_swallows_still_ends_the_command(monkeypatch, c
     collection hook is, and the import went on: the command then ran to its end (exit
     0; 2 of 8 Ctrl-Cs a second into `zerognn data generate`)."""
     import builtins
+    import gc
     import os
     import signal
     import time
@@ -343,20 +344,29 @@ def test_a_ctrl_c_that_the_import_swallows_still_ends_the_command(monkeypatch, c
 
     real = builtins.__import__
 
+    def hook(phase, info):
+        if phase == "start":
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs here, inside the collection's callback
+
     def swallowing(name, *args, **kwargs):
         if name == "zerognn_jax.cli":
+            gc.callbacks.append(hook)
             try:
-                os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(1)  # the handler runs here, in this thread
-            except KeyboardInterrupt:
-                pass  # as a callback's caller does
+                gc.collect()  # Python reports the hook's KeyboardInterrupt, and drops it
+            finally:
+                gc.callbacks.remove(hook)
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", swallowing)
+    reported = []  # Python's default hook prints each report with a traceback
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
     before = signal.getsignal(signal.SIGINT)
     assert zerognn_cli.main() == 130
     assert capsys.readouterr().err == "zerognn: interrupted while starting\n"
+    assert reported == []  # the dropped KeyboardInterrupt was reported (printed) before
     assert signal.getsignal(signal.SIGINT) is before  # the handler it found is back
+    assert sys.unraisablehook == reported.append
     # a SIGINT the process ignores (a script's `&` job) stays ignored through the import
     seen = []
     monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (
