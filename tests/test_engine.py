@@ -305,3 +305,30 @@ def test_metrics_come_back_bit_for_bit_in_one_packed_copy():
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(np.atleast_1d(a).view(np.uint8),
                                       np.atleast_1d(b).view(np.uint8))
+
+
+def test_an_epoch_compiles_nothing_its_engine_does_not_count():
+    """The epoch's shuffle and the metrics' packing compiled on first use inside the
+    epoch, so the first epoch's `epoch_seconds` (its wall less `compile_seconds`) held
+    their compiles; every program an epoch compiles is now the engine's, and counted."""
+    import jax.monitoring
+
+    data, train_idx = _problem(), np.arange(200)
+    program = _program(batch_size=24)  # shapes no other test compiled in this process
+    state = init_state(program, data, Envelope(24, (512, 512)), train_idx)
+    engine = ScanEngine(program, 0, EnvelopePolicy(multiple=8))
+    compiles = []
+
+    def listener(event, seconds, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(seconds)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        engine.run_epoch(state, data, train_idx, 0, Envelope(24, (512, 512)))
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    # the chunk, the packing, and the shuffle (which init_state's calibration compiled
+    # already: its program comes from JAX's cache, with no compile of its own)
+    assert len(engine._programs) + len(engine._helpers) == 3
+    assert len(compiles) <= 2 and engine.compile_seconds >= sum(compiles)

@@ -55,15 +55,20 @@ def epoch_items(items: jax.Array, batch_size: int, seed, epoch) -> jax.Array:
     products-like epoch in an H100 profile). Python integers go as one array (one
     transfer); device or traced scalars are stacked.
     """
+    return shuffled_items(items, batch_size, seed_epoch(seed, epoch))
+
+
+def seed_epoch(seed, epoch):
+    """int32[2] (seed, epoch): one NumPy array for Python integers, stacked for device or
+    traced scalars."""
     if all(isinstance(v, (int, np.integer)) for v in (seed, epoch)):
-        seed_epoch = np.array([seed, epoch], np.int32)
-    else:  # traced values
-        seed_epoch = jnp.stack([jnp.asarray(seed, jnp.int32), jnp.asarray(epoch, jnp.int32)])
-    return _shuffled(items, batch_size, seed_epoch)
+        return np.array([seed, epoch], np.int32)
+    return jnp.stack([jnp.asarray(seed, jnp.int32), jnp.asarray(epoch, jnp.int32)])
 
 
 @functools.partial(jax.jit, static_argnums=1)
-def _shuffled(items: jax.Array, batch_size: int, seed_epoch: jax.Array) -> jax.Array:
+def shuffled_items(items: jax.Array, batch_size: int, seed_epoch: jax.Array) -> jax.Array:
+    """`epoch_items` of `seed_epoch` = int32[2] (seed, epoch)."""
     steps = num_steps(items.shape[0], batch_size)
     key = jax.random.fold_in(jax.random.PRNGKey(seed_epoch[0]), seed_epoch[1])
     perm = jax.random.permutation(key, items.astype(jnp.int32), axis=0)

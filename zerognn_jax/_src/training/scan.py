@@ -22,7 +22,7 @@ from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.host_rows import is_host_resident
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy
 from zerognn_jax._src.sampling.minibatch import MiniBatch
-from zerognn_jax._src.sampling.seeds import epoch_items, num_steps
+from zerognn_jax._src.sampling.seeds import num_steps, seed_epoch, shuffled_items
 from zerognn_jax._src.training.memory import device_memory_limit, eighth_as_power_of_two
 from zerognn_jax._src.training.parallel import fetch_per_device
 from zerognn_jax._src.training.program import (
@@ -311,7 +311,7 @@ class ScanEngine:
             raise ValueError(f"sample_ahead must be >= 1, got {self.sample_ahead}")
         if self.sample_ahead != 1 and self.prefetch:
             raise ValueError("sample_ahead already samples before training: drop prefetch")
-        self._programs = {}
+        self._programs, self._helpers = {}, {}
 
     @property
     def programs(self) -> dict:
@@ -362,6 +362,20 @@ class ScanEngine:
             self.compile_seconds += time.perf_counter() - t0
         return self._programs[key]
 
+    def _helper(self, jitted, *args):
+        """`jitted(*args)` (Python ints static) through a program compiled ahead of time
+        for the args' shapes and cached, its compile counted in `compile_seconds`: a
+        helper compiled on first use inside an epoch (the shuffle, the metrics' packing)
+        made that epoch's `epoch_seconds` count its compile."""
+        leaves, structure = jax.tree_util.tree_flatten(args)
+        key = (jitted, structure, tuple(x if isinstance(x, int) else
+                                        (np.shape(x), str(x.dtype)) for x in leaves))
+        if key not in self._helpers:
+            t0 = time.perf_counter()
+            self._helpers[key] = jitted.lower(*args).compile()
+            self.compile_seconds += time.perf_counter() - t0
+        return self._helpers[key](*(a for a in args if not isinstance(a, int)))
+
     def _args(self, state, data, perm, epoch, start, total) -> tuple:
         # One NumPy array travels with the call; jnp.int32(x) would be a dispatched
         # conversion per scalar, and separate arrays a transfer each, the GPU idle behind.
@@ -382,7 +396,7 @@ class ScanEngine:
         dp = self.program.parallel
         tree = (metrics, flags)
         if dp is None and all(_packable(x) for x in jax.tree_util.tree_leaves(tree)):
-            words = _packed(tree)
+            words = self._helper(_packed, tree)
             words.copy_to_host_async()
             return _unpacked(np.asarray(words), tree)
         if dp is None or not dp.host_metrics:
@@ -401,7 +415,8 @@ class ScanEngine:
         items = jnp.asarray(items, jnp.int32)
         total = num_steps(items.shape[0], program.global_batch)
         chunk = total if self.chunk_steps <= 0 else min(self.chunk_steps, total)
-        perm = epoch_items(items, program.global_batch, program.seed, epoch)
+        perm = self._helper(shuffled_items, items, program.global_batch,
+                            seed_epoch(program.seed, epoch))
         start, overflows, chunks, parts = 0, 0, 0, []
         while start < total:
             args = self._args(state, data, perm, epoch, start, total)
