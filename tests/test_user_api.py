@@ -468,3 +468,16 @@ def test_tensorboard_without_the_extra_says_how_to_install(classes, tmp_path, mo
     monkeypatch.setitem(sys.modules, "tensorboardX", None)
     with pytest.raises(ImportError, match=r"zerognn-jax\[tensorboard\]"):
         zg.train(config(tensorboard_dir=str(tmp_path / "tb")), classes)
+
+
+@pytest.mark.parametrize("given", [zg.EarlyStopping, [zg.EarlyStopping], 3])
+def test_a_callback_that_is_a_class_or_no_callable_is_refused_before_any_work(given):
+    """The class was accepted, and the run loaded its data and built its model before
+    EarlyStopping.reset failed for want of `self`."""
+    from zerognn_jax._src.training.callbacks import check_callbacks
+
+    message = (r"got the class EarlyStopping: pass an instance, EarlyStopping\(\.\.\.\)$"
+               if given != 3 else r"^callbacks must be a callable or a sequence of "
+                                  r"callables, got int$")
+    with pytest.raises(TypeError, match=message):
+        check_callbacks(given)

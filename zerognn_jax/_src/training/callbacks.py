@@ -71,10 +71,17 @@ class EarlyStopping:
 
 def check_callbacks(callbacks) -> tuple[Callable, ...]:
     """`callbacks` as a tuple of callables (one callable alone is accepted)."""
-    if callable(callbacks):
+    if callable(callbacks):  # a class too, named below
         callbacks = (callbacks,)
-    callbacks = tuple(callbacks or ())
+    try:
+        callbacks = tuple(callbacks or ())
+    except TypeError:
+        raise TypeError(f"callbacks must be a callable or a sequence of callables, got "
+                        f"{type(callbacks).__name__}") from None
     for cb in callbacks:
+        if isinstance(cb, type):  # callable too: calling it would make an instance
+            raise TypeError(f"a callback must be callable with the epoch record, got the "
+                            f"class {cb.__name__}: pass an instance, {cb.__name__}(...)")
         if not callable(cb):
             raise TypeError(f"a callback must be callable with the epoch record, got "
                             f"{type(cb).__name__}")
