@@ -1154,3 +1154,20 @@ def test_hits_at_k_over_fewer_negatives_than_k_is_warned_of():
                                                   r"fewer than hits@20's 20: every model "
                                                   r"scores 1.0 there"):
         LinkTask.build(zg.TrainConfig(task="link", link_metric="hits@20"), ds)
+
+
+def test_a_summary_that_cannot_be_printed_names_what_and_why(monkeypatch, capsys):
+    """A closed pipe or a full disk on standard output was "error: [Errno 32] Broken
+    pipe", which named neither the summary nor that the work itself was done."""
+    class Closed:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stdout", Closed())
+    assert main(["data", "info", "tiny"]) == 1
+    assert capsys.readouterr().err == (
+        "zerognn: error: could not write the dataset's statistics to standard output: "
+        "Broken pipe (EPIPE, errno 32)\n")

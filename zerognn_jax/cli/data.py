@@ -49,7 +49,7 @@ from zerognn_jax._src.data.loaders import (
 from zerognn_jax._src.data.loaders import TYPED_PRESETS as TYPED_GENERATORS
 from zerognn_jax._src.data.planetoid import NAMES as PLANETOID_NAMES
 from zerognn_jax._src.data.storage import load_dir
-from zerognn_jax._src.data.writes import WriteError, refuse_foreign
+from zerognn_jax._src.data.writes import WriteError, print_line, refuse_foreign
 from zerognn_jax.cli.flags import generator_seed, path_text
 
 TYPED_PRESETS = tuple(TYPED_GENERATORS)
@@ -235,5 +235,5 @@ def _guarded_stats(stats) -> int:
         raise
     except OSError as err:
         raise ValueError(str(err)) from None
-    print(json.dumps(record))
+    print_line(json.dumps(record), "the dataset's statistics")
     return 0

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import jax
 
-from zerognn_jax._src.data.writes import atomic_write, written_here
+from zerognn_jax._src.data.writes import atomic_write, print_line, written_here
 from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
 from zerognn_jax._src.training.export import export_model
 from zerognn_jax._src.training.inference import restore
@@ -169,7 +169,7 @@ def run_export(args) -> int:
     decoder = result.summary.get("decoder")
     if decoder is not None:  # a link model's artifact gives embeddings; what scores pairs
         printed.update(outputs="embeddings", decoder=decoder, pair_score=PAIR_SCORES[decoder])
-    print(json.dumps(printed))
+    print_line(json.dumps(printed), "the artifact's description (the artifact is written)")
     if decoder == "mlp":
         print("zerognn: warning: the artifact gives the encoder's embeddings; the trained "
               "mlp decoder that scores pairs of them is not in it (zg.score_pairs on "

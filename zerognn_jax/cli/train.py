@@ -165,6 +165,7 @@ def run_train(args: argparse.Namespace) -> int:
     """
     import jax
 
+    from zerognn_jax._src.data.writes import print_line
     from zerognn_jax._src.training import interrupts
     from zerognn_jax._src.training.config import TrainConfig
     from zerognn_jax._src.training.parallel import initialize_distributed
@@ -178,7 +179,7 @@ def run_train(args: argparse.Namespace) -> int:
         initialize_distributed(args.coordinator, args.num_processes, args.process_id)
         result = train(config_from_args(TrainConfig, args))
     if jax.process_index() == 0:
-        print(dumps(result.summary))
+        print_line(dumps(result.summary), "the run's summary (the run itself finished)")
     return 0
 
 

@@ -16,6 +16,7 @@ import re
 import shutil
 import socket
 import stat
+import sys
 import tempfile
 import warnings
 import zipfile
@@ -75,6 +76,19 @@ def writing(what: str, path: str | os.PathLike) -> Iterator[None]:
         yield
     except OSError as err:
         raise write_error(what, path, err) from None
+
+
+def print_line(text: str, what: str) -> None:
+    """Prints `text` to standard output; a failed write (a closed pipe, a full disk) is a
+    WriteError naming `what`, standard output then pointed at the null device so that
+    Python's own flush at exit does not fail a second time with a traceback."""
+    try:
+        with writing(what, "to standard output"):
+            print(text, flush=True)
+    except WriteError:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # (no descriptor)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise
 
 
 class CacheWarning(UserWarning):
