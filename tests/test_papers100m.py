@@ -73,6 +73,20 @@ def test_deterministic_per_seed(dataset):
     assert not np.array_equal(other.graph.indptr, dataset.graph.indptr)
 
 
+def test_seeds_past_32_bits_give_other_data():
+    """jax.random.key kept a seed's low 32 bits: --seed 4294967296 wrote seed 0's file,
+    and one past 2**63 was an OverflowError's traceback."""
+    def key(seed):
+        return np.asarray(jax.random.key_data(papers.seed_key(seed))).tolist()
+
+    assert key(7) == np.asarray(jax.random.key_data(jax.random.key(7))).tolist()  # as before
+    seeds = (0, 2**32, 2**64, 2**64 + 2**32, 10**30)
+    assert len({str(key(s)) for s in seeds}) == len(seeds)
+    low = papers.papers100m_like(0.00002, seed=0)
+    high = papers.papers100m_like(0.00002, seed=2**32)
+    assert not np.array_equal(low.features, high.features)
+
+
 def test_bucketed_csr_is_the_same_graph(dataset):
     """Buckets of at most 2**17 directed entries (~13 here) sort and deduplicate their rows
     alone, as 2**30 do at full scale (XLA sorts at most 2**31 - 1): same graph."""

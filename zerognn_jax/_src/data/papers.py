@@ -134,12 +134,25 @@ class _Arrays:
         self.arrays[key] = np.asarray(values)
 
 
+def seed_key(seed: int) -> jax.Array:
+    """A jax.random key of the whole integer `seed` >= 0: its low 32 bits make the key
+    (as `jax.random.key(seed)`, which keeps only those, does) and every further 32 bits
+    are folded in, so that seeds 2**32 apart give other data."""
+    seed = int(seed)
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
+    key, seed = jax.random.key(seed & 0xFFFFFFFF), seed >> 32
+    while seed:
+        key, seed = jax.random.fold_in(key, seed & 0xFFFFFFFF), seed >> 32
+    return key
+
+
 def _generate(out, scale: float, seed: int, feature_dtype, max_sort: int, log) -> None:
     n, m, split = sizes(scale)
     if not 1 <= max_sort <= _SORT_LIMIT:
         raise ValueError(f"max_sort={max_sort:,} must be in 1 .. 2**31 - 1 ({_SORT_LIMIT:,})")
     model = _PAPERS
-    key = jax.random.key(seed)
+    key = seed_key(seed)
     keys = [jax.random.fold_in(key, stream) for stream in range(5)]
     sizes_c = _class_sizes(n, model)
     perm = jax.random.permutation(keys[0], n).astype(jnp.int32)  # rank space -> node id
