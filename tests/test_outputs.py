@@ -245,6 +245,21 @@ def test_a_mapped_array_allocates_its_blocks_before_it_is_filled(tmp_path, monke
     np.testing.assert_array_equal(back.features, dataset.features)
 
 
+def test_a_graph_collection_folder_on_a_full_disk_names_the_errno(tmp_path, monkeypatch):
+    """np.save's partial write on a full disk was "OSError: 11160 requested and 4064
+    written", no errno; the collection's arrays are allocated first, as a dataset's."""
+    collection = molhiv_like(0.002, seed=0)
+    monkeypatch.setattr(os, "posix_fallocate", full_disk)
+    with pytest.raises(WriteError, match=rf"^could not write graph collection directory "
+                                         rf"{tmp_path / 'g'}: {re.escape(ENOSPC)}$"):
+        storage_graphs.save_graphs(collection, tmp_path / "g")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    back = storage_graphs.load_graphs_file(storage_graphs.save_graphs(collection,
+                                                                      tmp_path / "g"))
+    np.testing.assert_array_equal(back.node_features, collection.node_features)
+
+
 def test_a_folder_or_file_not_written_here_is_never_replaced(tmp_path, capsys, monkeypatch):
     """Writing a dataset over a folder of the user's (or a file that is no dataset
     archive, or the current folder) is refused before anything is generated; a dataset

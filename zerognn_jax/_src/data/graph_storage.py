@@ -31,6 +31,7 @@ from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.writes import (
     GRAPHS_FORMAT,
     atomic_write,
+    open_filled,
     refuse_foreign,
     require_kind,
     staged_dir,
@@ -71,7 +72,12 @@ def save_graphs(collection: GraphCollection, path: str | os.PathLike, *,
         return path
     with staged_dir(path, what, overwrite=overwrite) as tmp:
         for key, values in _arrays(collection).items():
-            np.save(tmp / f"{key}.npy", values)
+            # blocks allocated first: np.save's partial write on a full disk raised
+            # "11160 requested and 4064 written", an OSError of no errno
+            out = open_filled(tmp / f"{key}.npy", values.dtype, values.shape)
+            out[...] = values
+            out.flush()
+            del out
         (tmp / "meta.json").write_text(json.dumps(_meta(collection)))
     return path
 
