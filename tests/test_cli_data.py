@@ -52,6 +52,17 @@ def test_info_planetoid_with_root(capsys):
          "zerognn: error: --seed applies to the synthetic presets (products-like, "),
         (["data", "generate", "rmat", "--out", "graph.bin"],
          "zerognn: error: --out must end in .npz, got 'graph.bin'"),
+        # a file named as the out path: the advice was to give a folder, which rmat refuses
+        (["data", "generate", "rmat", "--out", "/dev/null"],
+         "zerognn: error: --out must end in .npz, got '/dev/null'\n"),
+        # "m.npz/" wrote a folder m.npz that the readers took for a missing file (a file,
+        # for a graph preset)
+        (["data", "generate", "mag-like", "--out", "/nonexistent/m.npz/"],
+         "zerognn: error: --out /nonexistent/m.npz/ ends in a separator but its name ends "
+         "in .npz, which names a file: give /nonexistent/m.npz for a file, or a folder name "
+         "without .npz\n"),
+        (["data", "generate", "molhiv-like", "--out", "m.npz/"],
+         "zerognn: error: --out m.npz/ ends in a separator"),
         (["data", "generate", "molhiv-like", "--out", "/nonexistent/m.npz",
           "--feature-dtype", "bfloat16"],
          "zerognn: error: --feature-dtype bfloat16 does not apply to molhiv-like: its atom "

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from zerognn_jax._src.data.announce import announced, announcing, preset_label, stderr_log
 from zerognn_jax._src.data.graph_datasets import (
@@ -145,6 +146,15 @@ def run_generate(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     from zerognn_jax._src.training import interrupts
 
+    bare = args.out.rstrip("/" + os.sep)
+    if bare != args.out and bare.endswith(".npz"):  # Path() reads "x.npz/" as x.npz
+        raise ValueError(f"--out {args.out} ends in a separator but its name ends in .npz, "
+                         f"which names a file: give {bare} for a file, or a folder name "
+                         f"without .npz")
+    folders = args.preset in GRAPH_PRESETS or args.preset in TYPED_PRESETS \
+        or args.preset == "papers100m-like"
+    if not folders and not args.out.endswith(".npz"):  # (before advice about folders)
+        raise ValueError(f"--out must end in .npz, got {args.out!r}")
     streamed = args.preset == "papers100m-like" and not args.out.endswith(".npz")
     if args.feature_dtype is not None and not streamed and args.preset != "igbh-like":
         raise ValueError(_feature_dtype_refusal(args))
@@ -169,8 +179,6 @@ def _generate(args: argparse.Namespace) -> int:
         return _guarded(lambda: announced_write(lambda: _saved_graphs(args)))
     if args.preset in TYPED_PRESETS:
         return _guarded(lambda: announced_write(lambda: _typed(args)))
-    if not args.out.endswith(".npz"):
-        raise ValueError(f"--out must end in .npz, got {args.out!r}")
 
     def build():
         dataset = load_dataset(args.preset, scale=args.scale, seed=args.seed)
