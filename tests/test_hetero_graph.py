@@ -4,6 +4,7 @@ error), reverse relations, storage round trips, PyG HeteroData in and out."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import jax.numpy as jnp
 import numpy as np
@@ -220,6 +221,22 @@ def test_storage_round_trip(tmp_path, suffix):
         assert isinstance(back.features["paper"], np.memmap)
         with pytest.raises(ValueError, match="holds a typed .* read it with load_hetero"):
             zg.load_dir(path)
+
+
+def test_a_typed_file_short_of_an_array_its_meta_lists_is_refused(tmp_path):
+    """A file without one type's features (or a relation's weights) loaded without
+    them, silently: a directory's meta.json named every array, an .npz's meta none."""
+    ds = _dataset(weights={TOPIC: np.array([1.0, 2.0, 3.0])})
+    zg.save_hetero_npz(ds, tmp_path / "t.npz")
+    with np.load(tmp_path / "t.npz") as f:
+        arrays = {k: f[k] for k in f.files}
+    for gone, named in (("x0", "x0 (the features of 'author')"),
+                        (next(k for k in arrays if k.endswith("_weights")), "_weights")):
+        np.savez(tmp_path / "short.npz", **{k: v for k, v in arrays.items() if k != gone})
+        with pytest.raises(ValueError, match=rf"short.npz is not a readable typed dataset "
+                                             rf"file: it lacks .*{re.escape(named)}, which "
+                                             rf"its meta lists$"):
+            zg.load_hetero(tmp_path / "short.npz")
 
 
 def test_typed_and_homogeneous_files_name_their_reader(tmp_path):

@@ -17,7 +17,7 @@ A directory holds `<key>.npy` per array and `meta.json` ({"kind": "hetero", ...}
 every array's shape and dtype, written and renamed into place atomically by
 `storage.write_dir`), and is read memory-mapped; an `.npz` holds the same arrays plus
 `meta`, the same JSON as a string (bfloat16 tables as their uint16 bits, the dtype named
-in "dtypes").
+in "dtypes"; "stored" lists every array, so that a file short of one is refused).
 """
 
 from __future__ import annotations
@@ -149,7 +149,9 @@ def save_hetero_npz(ds: HeteroDataset, path: str | os.PathLike, *,
             dtypes[key] = "bfloat16"
             values = values.view(np.uint16)
         arrays[key] = values
-    meta = {**_meta(ds), "dtypes": dtypes}
+    # every array named, as a directory's meta.json names them: a file short of one
+    # (its features, say) is refused rather than read without it
+    meta = {**_meta(ds), "dtypes": dtypes, "stored": sorted(arrays)}
     if not overwrite:
         refuse_foreign(path, "dataset file", folder=False)
     require_npz_suffix(path, "save_hetero_npz")
@@ -185,6 +187,14 @@ def load_hetero_npz(path: str | os.PathLike) -> HeteroDataset:
     if version != storage.FORMAT_VERSION or meta.get("kind") != KIND:
         raise ValueError(f"{path} has format_version {version} and kind {meta.get('kind')!r}; "
                          f"this version reads {storage.FORMAT_VERSION} and {KIND!r}")
+    lacking = [k for k in meta.get("stored", ()) if k not in arrays]  # (older files: none)
+    if lacking:
+        types = [t for t, _ in meta.get("node_types", ())]
+        named = [f"{k} (the features of {types[int(k[1:])]!r})"
+                 if k[0] == "x" and k[1:].isdigit() and int(k[1:]) < len(types) else k
+                 for k in lacking]
+        raise ValueError(f"{path} is not a readable typed dataset file: it lacks "
+                         f"{', '.join(named)}, which its meta lists")
     for key, kind in meta.get("dtypes", {}).items():
         if kind == "bfloat16" and arrays.get(key, np.zeros(0)).dtype == np.uint16:
             arrays[key] = arrays[key].view(BFLOAT16)
