@@ -435,9 +435,15 @@ def test_a_stored_typed_dataset_without_an_array_names_what_it_lacks(tmp_path):
     arrays = dict(np.load(zg.save_hetero_npz(ds, tmp_path / "h.npz")))
     del arrays["r0_indices"]
     np.savez(tmp_path / "bad.npz", **arrays)
-    with pytest.raises(ValueError, match="bad.npz holds an invalid typed dataset: it lacks "
-                                         "'r0_indices'$"):  # the bare key, before
+    with pytest.raises(ValueError, match="bad.npz is not a readable typed dataset file: it "
+                                         "lacks r0_indices, which its meta lists$"):
         zg.load_hetero(tmp_path / "bad.npz")
+    meta = json.loads(str(arrays["meta"]))
+    del meta["stored"]  # a file written before its meta listed its arrays
+    np.savez(tmp_path / "old.npz", **{**arrays, "meta": np.str_(json.dumps(meta))})
+    with pytest.raises(ValueError, match="old.npz holds an invalid typed dataset: it lacks "
+                                         "'r0_indices'$"):  # the bare key, before
+        zg.load_hetero(tmp_path / "old.npz")
 
 
 def test_a_typed_directory_names_its_own_arrays_when_meta_lists_another(tmp_path):
