@@ -1156,6 +1156,25 @@ def test_hits_at_k_over_fewer_negatives_than_k_is_warned_of():
         LinkTask.build(zg.TrainConfig(task="link", link_metric="hits@20"), ds)
 
 
+@pytest.mark.parametrize(("args", "reader"), [
+    (["data", "info", "{}"], "zerognn dataset file"),
+    (["train", "--task", "graph", "--dataset", "{}", "--no-progress"], "graph collection"),
+])
+def test_a_file_named_npz_that_is_no_archive_is_named_as_such(tmp_path, capsys, args, reader):
+    """Text read as an archive was NumPy's advice to pass allow_pickle= (no reader takes
+    it); a lone .npy named .npz was a traceback from probing whether it held graphs."""
+    (tmp_path / "text.npz").write_text("hello")
+    np.save(tmp_path / "one.npy", np.ones(3))
+    (tmp_path / "one.npy").rename(tmp_path / "one.npz")
+    for name, problem in (("text.npz", "it is no .npz archive (its bytes are neither a zip "
+                                       "of .npy arrays nor a .npy array)"),
+                          ("one.npz", "it holds one .npy array, not an .npz archive")):
+        path = tmp_path / name
+        assert main([a.format(path) for a in args]) == 2
+        assert capsys.readouterr().err.endswith(f"{path} is not a readable {reader}: "
+                                                f"{problem}\n")
+
+
 def test_a_summary_that_cannot_be_printed_names_what_and_why(monkeypatch, capsys):
     """A closed pipe or a full disk on standard output was "error: [Errno 32] Broken
     pipe", which named neither the summary nor that the work itself was done."""

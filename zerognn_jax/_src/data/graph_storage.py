@@ -93,7 +93,7 @@ def is_graphs_path(path: str | os.PathLike) -> bool:
             return False
     if path.is_file() and path.suffix == ".npz":
         try:
-            with np.load(path, allow_pickle=False) as npz:
+            with storage.open_npz(path) as npz:
                 return storage.npz_kind(npz) == "graphs"
         except (zipfile.BadZipFile, OSError, ValueError, EOFError):
             return False
@@ -151,7 +151,7 @@ def _read(path: Path) -> tuple[dict, dict]:
                 except ValueError as err:
                     raise ValueError(f"{k}.npy is unreadable: {err}") from err
     else:
-        with np.load(path, allow_pickle=False) as npz:
+        with storage.open_npz(path) as npz:
             if other := storage.npz_of_another_kind(npz, "graphs"):
                 raise ValueError(other)
             arrays = {k: npz[k] for k in npz.files}

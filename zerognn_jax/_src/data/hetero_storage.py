@@ -172,7 +172,7 @@ def load_hetero_npz(path: str | os.PathLike) -> HeteroDataset:
     if not path.is_file():
         raise FileNotFoundError(f"dataset file {path} does not exist")
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        with storage.open_npz(path) as npz:
             if other := storage.npz_of_another_kind(npz, "hetero"):
                 raise ValueError(other)
             if "meta" not in npz.files:
@@ -231,7 +231,7 @@ def is_hetero_path(path: str | os.PathLike) -> bool:
             return False
     if path.suffix == ".npz" and path.is_file():
         try:
-            with np.load(path, allow_pickle=False) as npz:
+            with storage.open_npz(path) as npz:
                 return storage.npz_kind(npz) == KIND
         except (OSError, ValueError, EOFError, zipfile.BadZipFile,
                 zlib.error):  # unreadable: not a typed dataset file

@@ -47,6 +47,7 @@ from zerognn_jax._src.data.storage import (
     load_dir,
     load_npz,
     names_a_missing_path,
+    open_npz,
     save_dir,
     save_npz,
 )
@@ -329,7 +330,7 @@ def _node_path(name: str) -> bool:
             meta = json.loads((path / META).read_text())
             return isinstance(meta, dict) and "kind" not in meta and "format" not in meta
         if path.suffix == ".npz" and path.is_file():
-            with np.load(path, allow_pickle=False) as npz:
+            with open_npz(path) as npz:
                 return "indptr" in npz.files and "meta" not in npz.files
     except (OSError, ValueError, EOFError, zipfile.BadZipFile):
         pass

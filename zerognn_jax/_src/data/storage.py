@@ -119,7 +119,7 @@ def load_npz(path: str | os.PathLike) -> Dataset:
         problem = "is not a file" if path.exists() else "does not exist"
         raise FileNotFoundError(f"dataset file {path} {problem}")
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        with open_npz(path) as npz:
             missing = [k for k in _REQUIRED if k not in npz.files]
             if missing:
                 raise ValueError(npz_of_another_kind(npz, "homogeneous")
@@ -276,6 +276,22 @@ def dataset_name(name) -> str:
 _NPZ_KINDS = {"homogeneous": ("a homogeneous dataset", "zg.load_dataset"),
               "hetero": ("a typed (heterogeneous) dataset", "zg.load_hetero"),
               "graphs": ("a graph collection", "zg.load_graphs_file")}
+
+
+def open_npz(path: str | os.PathLike):
+    """The open `.npz` archive at `path` (pickles refused). ValueError where the file is
+    something else: NumPy reads bytes that are neither a zip nor a `.npy` as a pickle,
+    and advised `allow_pickle=`, which no reader here takes."""
+    try:
+        f = np.load(path, allow_pickle=False)
+    except ValueError as err:
+        if "pickle" not in str(err):
+            raise
+        raise ValueError("it is no .npz archive (its bytes are neither a zip of .npy "
+                         "arrays nor a .npy array)") from None
+    if not isinstance(f, np.lib.npyio.NpzFile):
+        raise ValueError("it holds one .npy array, not an .npz archive")
+    return f
 
 
 def npz_kind(npz) -> str | None:
