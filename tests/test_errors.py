@@ -1175,6 +1175,25 @@ def test_a_file_named_npz_that_is_no_archive_is_named_as_such(tmp_path, capsys, 
                                                 f"{problem}\n")
 
 
+def test_a_link_split_or_a_damaged_collection_read_as_a_dataset_is_named(tmp_path, capsys):
+    """Both listed the node dataset's keys the file lacked."""
+    from zerognn_jax._src.data.links import random_link_split
+
+    ring = zg.from_edge_list(np.arange(30), (np.arange(30) + 1) % 30, 30, make_undirected=True)
+    random_link_split(ring).save(tmp_path / "split.npz")
+    assert main(["data", "info", str(tmp_path / "split.npz")]) == 2
+    assert capsys.readouterr().err.endswith(
+        "split.npz is not a readable zerognn dataset file: it holds a link split "
+        "(LinkSplit.save's); read it with zg.LinkSplit.load\n")
+    saved = zg.save_graphs(zg.load_graphs("molhiv-like", scale=0.002), tmp_path / "g.npz")
+    with np.load(saved) as f:
+        arrays = {k: f[k] for k in f.files}
+    np.savez(tmp_path / "bad.npz", **{**arrays, "meta": np.str_("{not json")})
+    assert main(["data", "info", str(tmp_path / "bad.npz")]) == 2
+    assert "bad.npz is not a readable graph collection: its meta entry is not readable " \
+           "JSON (" in capsys.readouterr().err
+
+
 def test_a_summary_that_cannot_be_printed_names_what_and_why(monkeypatch, capsys):
     """A closed pipe or a full disk on standard output was "error: [Errno 32] Broken
     pipe", which named neither the summary nor that the work itself was done."""

@@ -157,7 +157,10 @@ def _read(path: Path) -> tuple[dict, dict]:
             arrays = {k: npz[k] for k in npz.files}
         if "meta" not in arrays:
             raise ValueError("it has no 'meta' entry, which save_graphs writes")
-        meta = json.loads(str(arrays.pop("meta")))
+        try:
+            meta = json.loads(str(arrays.pop("meta")))
+        except ValueError as err:
+            raise ValueError(f"its meta entry is not readable JSON ({err})") from None
     missing = [k for k in ARRAYS if k not in arrays]
     if missing:
         raise ValueError(f"missing array(s) {', '.join(missing)}")

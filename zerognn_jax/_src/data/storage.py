@@ -275,7 +275,8 @@ def dataset_name(name) -> str:
 # What each kind of this library's `.npz` files holds, and its reader.
 _NPZ_KINDS = {"homogeneous": ("a homogeneous dataset", "zg.load_dataset"),
               "hetero": ("a typed (heterogeneous) dataset", "zg.load_hetero"),
-              "graphs": ("a graph collection", "zg.load_graphs_file")}
+              "graphs": ("a graph collection", "zg.load_graphs_file"),
+              "link": ("a link split (LinkSplit.save's)", "zg.LinkSplit.load")}
 
 
 def open_npz(path: str | os.PathLike):
@@ -296,14 +297,17 @@ def open_npz(path: str | os.PathLike):
 
 def npz_kind(npz) -> str | None:
     """Which of this library's `.npz` files the open `npz` is (a `_NPZ_KINDS` key: a
-    typed dataset's and a graph collection's `meta` say so, a homogeneous dataset has
-    its arrays at the top), or None."""
-    if "meta" not in npz.files:
-        return "homogeneous" if {"indptr", "format_version"} <= set(npz.files) else None
+    typed dataset's and a graph collection's `meta` say so, a homogeneous dataset and a
+    link split have their arrays at the top), or None."""
+    files = set(npz.files)
+    if "meta" not in files:
+        if {"indptr", "format_version"} <= files:
+            return "homogeneous"
+        return "link" if {"num_nodes", "train", "val_pos", "test_pos"} <= files else None
     try:
         return _meta_kind(json.loads(str(npz["meta"])))
-    except (ValueError, TypeError):
-        return None
+    except (ValueError, TypeError):  # a damaged meta: the arrays may still say what it is
+        return "graphs" if {"node_offsets", "senders", "receivers"} <= files else None
 
 
 def _meta_kind(meta) -> str | None:
