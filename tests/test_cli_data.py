@@ -40,6 +40,9 @@ def test_info_planetoid_with_root(capsys):
          "zerognn: error: dataset file /nonexistent/d.npz does not exist"),
         (["data", "info", "cora", "--scale", "2"],
          "zerognn: error: scale applies to the synthetic presets (products-like, "),
+        # a saved homogeneous file ignored it, where typed files and collections refuse it
+        (["data", "info", "/nonexistent/r.npz", "--scale", "0.5"],
+         "zerognn: error: scale applies to the synthetic presets (products-like, "),
         (["data", "info", "mag-like", "--scale", "0"],
          "zerognn: error: --scale must be positive and finite, got 0.0\n"),
         (["data", "generate", "rmat", "--out", "r.npz", "--scale", "1e-9"],  # was scale_log2

@@ -113,15 +113,15 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
         raise ValueError(f"{name} is a typed (heterogeneous) dataset: load it with "
                          "load_hetero_dataset (zg.train reads it by name)")
     _refuse_graphs(name)
-    if name.endswith(".npz"):
-        return load_npz(name)
-    if is_dataset_dir(name):
-        return load_dir(name)
-    if key not in SCALED and scale != 1.0:
+    if key not in SCALED and scale != 1.0:  # a saved file's too: typed ones refuse it
         raise ValueError(f"scale applies to the synthetic presets ({', '.join(SCALED)}; "
                          f"typed: {', '.join(TYPED_PRESETS)}; graph collections: "
                          f"{', '.join(GRAPH_PRESETS)}), got scale={scale} (--scale) for "
                          f"{name!r}")
+    if name.endswith(".npz"):
+        return load_npz(name)
+    if is_dataset_dir(name):
+        return load_dir(name)
     if key in planetoid.NAMES:
         return planetoid.load_planetoid(key, root, download=download)
     ogb_names = {n.lower(): n for n in ogb.SPECS}
