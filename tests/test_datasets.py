@@ -966,3 +966,20 @@ def test_a_dataset_built_directly_keeps_the_dtypes_its_files_store(tmp_path):
         assert np.array_equal(getattr(ds, name), getattr(good, name))
     back = storage.load_dir(storage.save_dir(ds, tmp_path / "d"))
     assert back.labels.dtype == np.int32 and np.array_equal(back.labels, good.labels)
+
+
+@pytest.mark.parametrize(("load", "stem"), [
+    (lambda root: zg.load_dataset("rmat", root, scale=2**-12), "rmat-0.000244141-0.npz"),
+    (lambda root: zg.load_hetero_dataset("shop-like", root, scale=0.001),
+     "shop-like-0.001-0.npz"),
+    (lambda root: zg.load_graphs("molhiv-like", root, scale=0.002), "molhiv-like-0.002-0.npz"),
+])
+def test_an_unreadable_cache_says_to_remove_it_and_is_never_overwritten(tmp_path, load, stem):
+    """A node or graph preset's failed on every run without saying what to do; a typed
+    preset's was generated over, even a file of the user's standing at that name."""
+    (tmp_path / stem).write_text("the user's notes")
+    with pytest.raises(ValueError, match=r"; it stands where the preset's cache goes under "
+                                         r"the data folder: remove it, and the data are "
+                                         r"generated again$"):
+        load(tmp_path)
+    assert (tmp_path / stem).read_text() == "the user's notes"

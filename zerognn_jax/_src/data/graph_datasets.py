@@ -12,7 +12,7 @@ from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.molecules import molhiv_like, molpcba_like
 from zerognn_jax._src.data.ogbg import GRAPH_SPECS, load_ogbg
 from zerognn_jax._src.data.storage import dataset_name, names_a_missing_path
-from zerognn_jax._src.data.writes import keep_cache
+from zerognn_jax._src.data.writes import keep_cache, read_cache
 
 PRESETS = {"molhiv-like": molhiv_like, "molpcba-like": molpcba_like}
 GRAPH_DATASET_NAMES = (*PRESETS, *GRAPH_SPECS, "<graphs>.npz", "<graphs directory>")
@@ -57,8 +57,8 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
         if root is None:
             return announced(what, lambda: PRESETS[key](scale, seed), log)
         path = Path(root) / f"{key}-{scale:g}-{seed}.npz"
-        if path.is_file():
-            return load_graphs_file(path)
+        if path.exists():
+            return read_cache(load_graphs_file, path)
         return announced(what, lambda: keep_cache(PRESETS[key](scale, seed), save_graphs, path,
                                                   "generated"), log, into=path)
     if scale != 1.0:

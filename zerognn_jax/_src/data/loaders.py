@@ -52,7 +52,7 @@ from zerognn_jax._src.data.storage import (
     save_npz,
 )
 from zerognn_jax._src.data.synthetic import check_scale, products_like, rmat
-from zerognn_jax._src.data.writes import cache_current, keep_cache, parse_into_cache
+from zerognn_jax._src.data.writes import cache_current, keep_cache, parse_into_cache, read_cache
 
 __all__ = ["DATASET_NAMES", "HETERO_NAMES", "is_typed", "load_dataset", "load_hetero_dataset",
            "load_dir",
@@ -250,8 +250,8 @@ def _cached(root, stem: str, build: Callable[[], Dataset], what: str,
     if root is None:
         return announced(what, build, log)
     path = Path(root) / f"{stem}.npz"
-    if path.is_file():
-        return load_npz(path)
+    if path.exists():
+        return read_cache(load_npz, path)
     return announced(what, lambda: keep_cache(build(), save_npz, path, "generated"), log,
                      into=path)
 
@@ -304,8 +304,8 @@ def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
         if root is None:
             return announced(what, lambda: make(scale, seed), log)
         path = Path(root) / f"{key}-{scale:g}-{seed}{suffix}"
-        if is_hetero_path(path):
-            return load_hetero(path)
+        if path.exists():  # (an unreadable one was generated over before)
+            return read_cache(load_hetero, path)
         return announced(what, lambda: keep_cache(make(scale, seed), _save_typed, path,
                                                   "generated"), log, into=path)
     if is_hetero_path(name):

@@ -95,6 +95,17 @@ class CacheWarning(UserWarning):
     """A dataset's cache that could not be written: the data are used without it."""
 
 
+def read_cache(read, path: Path):
+    """`read(path)` of a preset's cache; where it cannot be read (truncated, another
+    kind of file), the ValueError says to remove it: the cache is never overwritten
+    unasked, as the file may be the user's."""
+    try:
+        return read(path)
+    except (ValueError, FileNotFoundError) as err:  # (a folder without its meta.json)
+        raise ValueError(f"{err}; it stands where the preset's cache goes under the "
+                         f"data folder: remove it, and the data are generated again") from None
+
+
 def keep_cache(data, save, path: str | os.PathLike, made: str = "read from their files"):
     """`data`, just read or generated, after `save(data, path, overwrite=True)` wrote
     its cache `path`. A cache that cannot be written (a read-only folder shared by a team,
