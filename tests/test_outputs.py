@@ -207,6 +207,10 @@ def test_data_generate_on_a_full_disk_is_one_line_and_leaves_no_file(tmp_path, m
     assert capsys.readouterr().err == (f"zerognn: error: could not write dataset file {out}: "
                                        f"{ENOSPC}\n")
     assert list(tmp_path.iterdir()) == []
+    # nor the folders it made on the way (they stayed, empty)
+    deep = tmp_path / "a" / "b" / "r.npz"
+    assert main(["data", "generate", "rmat", "--scale", str(2**-9), "--out", str(deep)]) == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_save_dir_on_a_full_disk_names_the_folder_and_leaves_nothing(tmp_path, monkeypatch):

@@ -232,8 +232,7 @@ def atomic_write(path: str | os.PathLike, what: str = "file", *,
       WriteError: an OSError while writing (a full disk, ...), naming `what` and `path`.
     """
     path = Path(path)
-    with writing(what, path):
-        path.parent.mkdir(parents=True, exist_ok=True)
+    with writing(what, path), parents_made(path):
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=part_prefix(path), suffix=".part")
         try:
             old = path.stat() if keep_mode and path.exists() else None
@@ -248,6 +247,21 @@ def atomic_write(path: str | os.PathLike, what: str = "file", *,
             Path(tmp).unlink(missing_ok=True)
             raise
     remove_stale_parts(path)
+
+
+@contextlib.contextmanager
+def parents_made(path: Path) -> Iterator[None]:
+    """Makes the missing folders above `path` for the block, and removes those it made
+    (while empty) when the block fails: a failed write leaves no folder behind."""
+    missing = [p for p in path.parents if not p.exists()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for folder in missing:  # the deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
 
 
 
@@ -357,8 +371,7 @@ def staged_dir(path: Path, what: str, *, overwrite: bool) -> Iterator[Path]:
     which `overwrite` is passed to); otherwise it is deleted: readers see a complete
     folder or none. An OSError becomes a `WriteError` naming `what` and `path`.
     """
-    with writing(what, path):
-        path.parent.mkdir(parents=True, exist_ok=True)
+    with writing(what, path), parents_made(path):
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=part_prefix(path), suffix=".part"))
         try:
             os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it 0700
