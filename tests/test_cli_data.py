@@ -163,3 +163,13 @@ def test_generate_rejects_unknown_preset(capsys):
         run(["data", "generate", "cora", "--out", "x.npz"])
     assert exit_info.value.code == 2
     assert "invalid choice: 'cora'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "names"), [([], "{train,data,bench,export}"),
+                                             (["data"], "{info,generate}")])
+def test_a_missing_command_is_named_by_its_choices(argv, names, capsys):
+    """The message named argparse's destination, `data_command`."""
+    with pytest.raises(SystemExit):
+        run(argv)
+    assert capsys.readouterr().err.endswith(f"error: the following arguments are required: "
+                                            f"{names}\n")

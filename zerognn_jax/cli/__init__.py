@@ -26,7 +26,7 @@ from zerognn_jax.cli.train import add_train_command
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zerognn", description=__doc__)
     parser.add_argument("--version", action="version", version=_versions())
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,data,bench,export}")
     add_train_command(sub)
     add_data_commands(sub)
     add_bench_command(sub)

@@ -65,7 +65,7 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
     exit code.
     """
     data = subparsers.add_parser("data", help="inspect or generate datasets")
-    commands = data.add_subparsers(dest="data_command", required=True)
+    commands = data.add_subparsers(dest="data_command", required=True, metavar="{info,generate}")
     info = commands.add_parser("info", help="print a dataset's statistics as JSON")
     info.add_argument("name", help="one of: " + ", ".join(
         DATASET_NAMES + HETERO_NAMES + GRAPH_DATASET_NAMES))
