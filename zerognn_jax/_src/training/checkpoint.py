@@ -159,8 +159,13 @@ def differences(saved: dict, current: dict) -> list[str]:
     show = lambda v: ("absent" if v is absent else "unset (the default)" if v is None
                       else repr(v))
     keys = list(current) + [k for k in saved if k not in current]
-    return [f"{k} {show(saved.get(k, absent))} there, {show(current.get(k, absent))} here"
+    return [f"{_SHOWN.get(k, k)} {show(saved.get(k, absent))} there, "
+            f"{show(current.get(k, absent))} here"
             for k in keys if saved.get(k, absent) != current.get(k, absent)]
+
+
+# Keys of an identity that name no option, with the options that set them
+_SHOWN = {"global_batch": "global_batch (batch_size x devices)"}
 
 
 # What tensorstore appends to a message: its specs as JSON, ` [tensorstore_spec='{...}']`.
