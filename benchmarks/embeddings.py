@@ -98,6 +98,16 @@ STAND_INS = {"dense": DenseAdamEmbedding, "no-update": FrozenEmbedding,
              "grad-only": GradientOnlyEmbedding}
 
 
+def names_of(text: str, known, what: str) -> list[str]:
+    """argparse type: comma-separated names, each one of `known`."""
+    names = [n.strip() for n in text.split(",")]
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown {what}(s) {', '.join(map(repr, bad))}; "
+                                         f"choose from {', '.join(known)}")
+    return names
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dim", type=int, default=64)
@@ -105,14 +115,16 @@ def main(argv=None) -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--root", default="/tmp/c")
     p.add_argument("--scale", type=float, default=1.0)
-    p.add_argument("--variants", default="none,sparse,sparse-tree,dense")
+    p.add_argument("--variants", default="none,sparse,sparse-tree,dense",
+                   type=lambda text: names_of(text, VARIANTS, "variant"),
+                   help=f"comma-separated, of {', '.join(VARIANTS)}")
     p.add_argument("--kernels", default="auto")
     p.add_argument("--profile", default="", help="variants to profile, comma-separated")
     p.add_argument("--top", type=int, default=14, help="kernels listed per profile")
     args = p.parse_args(argv)
     dataset = load_dataset("products-like", root=args.root, scale=args.scale)
     rows = []
-    for name in args.variants.split(","):
+    for name in args.variants:
         trainer.NodeEmbedding = STAND_INS.get(name, NodeEmbedding)
         cfg = TrainConfig(dataset="products-like", root=args.root, scale=args.scale,
                           epochs=args.epochs,
@@ -121,7 +133,8 @@ def main(argv=None) -> None:
                           embedding_dim=0 if name == "none" else args.dim,
                           **VARIANTS[name])
         res = train(cfg, dataset)
-        times = [h["epoch_seconds"] for h in res.history[1:]]
+        times = [h["epoch_seconds"] for h in res.history]
+        times = times[1:] or times  # after the first, unless it is the only one
         rows.append({"variant": name, "dim": cfg.embedding_dim, "dtype": args.dtype,
                      "kernels": res.summary.get("kernels"),
                      "layout": res.summary.get("layout"), "epochs": times,

@@ -33,6 +33,7 @@ from graph_profile import traced_epoch
 
 import zerognn_jax as zg
 from zerognn_jax._src.data.graph_datasets import PRESETS
+from zerognn_jax.cli.flags import int_tuple
 
 
 def run(data, batch_size: int, args) -> dict:
@@ -82,7 +83,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--dataset", default="molhiv-like", choices=tuple(PRESETS))
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--batch-sizes", default="32,256")
+    p.add_argument("--batch-sizes", default=(32, 256), type=int_tuple)
     p.add_argument("--model", default="gine-virtual", choices=zg.GRAPH_MODELS)
     p.add_argument("--balance-window", type=int, default=0)
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
@@ -96,7 +97,7 @@ def main(argv=None) -> list[dict]:
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for b in (int(x) for x in args.batch_sizes.split(",")):
+    for b in args.batch_sizes:
         row = run(data, b, args)
         rows.append(row)
         record(row, out, "graph.jsonl")

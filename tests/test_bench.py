@@ -629,3 +629,55 @@ def test_task_devices_names_a_device_count_the_process_lacks(capsys):
     with pytest.raises(SystemExit):
         td.main(["--tasks", "node"])
     assert "--tasks takes graph and link" in capsys.readouterr().err
+
+
+def test_the_sampling_phase_samples_in_tree_layout():
+    """Its program returned the level counts only, which in tree layout do not depend on
+    the draws: XLA left the sampling out (0.000 s an epoch). Its checksum of the sampled
+    ids does, so another seed gives another one."""
+    import numpy as np
+    from conftest import random_graph
+
+    from zerognn_jax import Envelope, SamplerConfig
+    from zerognn_jax._src.bench.workload import _sample_epoch
+    from zerognn_jax._src.ops.registry import XLA
+
+    graph = random_graph(300, 3000, seed=4)
+    config = SamplerConfig((4, 3), dedup=False).resolve(graph.max_degree())
+    assert all(config.positional)  # the tree layout
+    perm = jnp.asarray(np.random.default_rng(0).permutation(300)[:256], jnp.int32)
+    static = dict(batch_size=64, config=config, envelope=config.fit_envelope(
+        Envelope(64, (256, 1024))), kernels=XLA)
+    sums = {int(_sample_epoch(graph.to_device(), perm, seed, 0, **static)) for seed in (0, 1)}
+    assert len(sums) == 2
+
+
+def test_link_benchmark_times_runs_without_what_they_compile(monkeypatch):
+    """host-exact meets new shapes in each epoch's order, and its timed runs held their
+    compiles (19.8 s of compiling in three 4.4 s runs on a CPU)."""
+    link = _benchmark_script("link")
+    clock = [0.0]
+    monkeypatch.setattr(link, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    class Compiling:  # each run takes 5 s on the clock, 4 of them compiling
+        compile_seconds = 0.0
+
+        def run_epoch(self, state, data, items, epoch, env):
+            clock[0] += 5.0
+            self.compile_seconds += 4.0
+            return SimpleNamespace(state=SimpleNamespace(params=jnp.zeros(())), envelope=env)
+
+    seconds, _ = link._timed(Compiling(), None, None, None, None, repeats=3)
+    assert seconds == 1.0
+
+
+@pytest.mark.parametrize(("script", "argv", "message"), [
+    ("link", ["--engines", "scan,bogus"], "unknown engine(s) 'bogus'; choose from scan, "),
+    ("embeddings", ["--variants", "bogus"], "unknown variant(s) 'bogus'; choose from none, "),
+    ("graph", ["--batch-sizes", "x"], "expected comma-separated integers, got 'x'"),
+])
+def test_benchmark_scripts_refuse_bad_arguments_in_one_line(script, argv, message, capsys):
+    """A KeyError, a ValueError after the data were prepared, an int() traceback."""
+    with pytest.raises(SystemExit):
+        _benchmark_script(script).main(argv)
+    assert message in capsys.readouterr().err
