@@ -681,3 +681,13 @@ def test_benchmark_scripts_refuse_bad_arguments_in_one_line(script, argv, messag
     with pytest.raises(SystemExit):
         _benchmark_script(script).main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_a_trace_without_device_kernels_measures_nothing_rather_than_zeros(tmp_path):
+    """A CPU's trace has no device stream lines: its records said 0.0 us a step."""
+    path = tmp_path / "t.trace.json.gz"
+    with gzip.open(path, "wt") as handle:
+        json.dump({"traceEvents": [_meta(1, None, "process_name", "/host:CPU")]}, handle)
+    got = profiling.step_kernel_table(path, "", steps=4)
+    assert got == {"kernels": [], "busy_us_per_step": None, "kernels_per_step": None,
+                   "hlo_mb_per_step": None, "time_share_with_bytes": None}

@@ -212,11 +212,13 @@ def step_kernel_table(path: str | pathlib.Path, hlo_text: str, steps: int,
                      None if mb is None else round(mb, 1),
                      None if mb is None else round(moved[name] / (t * 1e3), 1)])
     busy = sum(us.values())
+    if not us:  # no device stream lines (a CPU): nothing measured, rather than zeros
+        return {"kernels": [], "busy_us_per_step": None, "kernels_per_step": None,
+                "hlo_mb_per_step": None, "time_share_with_bytes": None}
     return {"kernels": rows, "busy_us_per_step": round(busy / steps, 1),
             "kernels_per_step": round(sum(launches.values()) / steps, 1),
             "hlo_mb_per_step": round(sum(moved.values()) / steps / 1e6, 1),
-            "time_share_with_bytes": (round(sum(us[n] for n in moved) / busy, 3) if busy
-                                      else None)}  # no device stream lines on CPU
+            "time_share_with_bytes": round(sum(us[n] for n in moved) / busy, 3)}
 
 
 def op_names(hlo_text: str) -> dict[str, str]:
