@@ -30,8 +30,9 @@ def main(argv=None) -> None:
                       dtype=args.dtype, eval_mode="none", progress=False)
     res = train(cfg)
     times = [h["epoch_seconds"] for h in res.history]
-    times = times[1:] or times  # after the first, unless it is the only one
-    print(json.dumps({"tag": args.tag, "dtype": args.dtype, "epochs": times,
+    first, times = times[0], times[1:] or times  # after the first, unless the only one
+    print(json.dumps({"tag": args.tag, "dtype": args.dtype, "first_epoch": first,
+                      "epochs": times,
                       "median": float(np.median(times)),
                       "compile_seconds": res.summary["compile_seconds"],
                       "losses": [h["loss"] for h in res.history]}), flush=True)
