@@ -310,7 +310,9 @@ def test_metrics_come_back_bit_for_bit_in_one_packed_copy():
 def test_an_epoch_compiles_nothing_its_engine_does_not_count():
     """The epoch's shuffle and the metrics' packing compiled on first use inside the
     epoch, so the first epoch's `epoch_seconds` (its wall less `compile_seconds`) held
-    their compiles; every program an epoch compiles is now the engine's, and counted."""
+    their compiles; every program an epoch compiles is now the engine's, and counted
+    (the packing compiled for the chunk's outputs before it runs is the one it runs:
+    no third helper)."""
     import jax.monitoring
 
     data, train_idx = _problem(), np.arange(200)

@@ -362,9 +362,9 @@ class ScanEngine:
             self.compile_seconds += time.perf_counter() - t0
         return self._programs[key]
 
-    def _helper(self, jitted, *args):
-        """`jitted(*args)` (Python ints static) through a program compiled ahead of time
-        for the args' shapes and cached, its compile counted in `compile_seconds`: a
+    def _compiled(self, jitted, *args):
+        """`jitted` compiled ahead of time for `args` (arrays, or their ShapeDtypeStructs;
+        Python ints static) and cached, its compile counted in `compile_seconds`: a
         helper compiled on first use inside an epoch (the shuffle, the metrics' packing)
         made that epoch's `epoch_seconds` count its compile."""
         leaves, structure = jax.tree_util.tree_flatten(args)
@@ -374,7 +374,22 @@ class ScanEngine:
             t0 = time.perf_counter()
             self._helpers[key] = jitted.lower(*args).compile()
             self.compile_seconds += time.perf_counter() - t0
-        return self._helpers[key](*(a for a in args if not isinstance(a, int)))
+        return self._helpers[key]
+
+    def _helper(self, jitted, *args):
+        """`jitted(*args)` through `_compiled`."""
+        return self._compiled(jitted, *args)(*(a for a in args if not isinstance(a, int)))
+
+    def _packing_for(self, compiled) -> None:
+        """Compiles the packing of `compiled`'s metrics and flags (`_fetch`) before the
+        chunk runs: compiled after it was launched, it overlapped the device's work, so
+        that taking its compile out of the epoch's time took out device time too."""
+        if self.program.parallel is not None:
+            return
+        state, metrics = compiled.out_info
+        tree = (metrics, (state.overflowed, state.failed_step))
+        if all(_packable(x) for x in jax.tree_util.tree_leaves(tree)):
+            self._compiled(_packed, tree)
 
     def _args(self, state, data, perm, epoch, start, total) -> tuple:
         # One NumPy array travels with the call; jnp.int32(x) would be a dispatched
@@ -420,7 +435,9 @@ class ScanEngine:
         start, overflows, chunks, parts = 0, 0, 0, []
         while start < total:
             args = self._args(state, data, perm, epoch, start, total)
-            state, metrics = self.chunk_program(envelope, chunk, args)(*args)
+            compiled = self.chunk_program(envelope, chunk, args)
+            self._packing_for(compiled)
+            state, metrics = compiled(*args)
             metrics, (overflowed, failed) = self._fetch(
                 metrics, (state.overflowed, state.failed_step))
             chunks += 1
