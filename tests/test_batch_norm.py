@@ -179,3 +179,34 @@ def test_module_output_takes_its_dtype_and_float32_statistics():
         for a, b in zip(jax.tree_util.tree_leaves(s_got), jax.tree_util.tree_leaves(s_want)):
             assert a.dtype == jnp.float32
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_node_models_norm_is_flaxs_with_its_momentum_and_survives_no_seed():
+    """The node GNN's `norm="batch"` was Flax's nn.BatchNorm(mask=...), NaN over no row:
+    on two devices, a device without seeds in an epoch's last step made the update NaN
+    and the run stopped as diverged. RowBatchNorm(0.99) keeps Flax's variables, names and
+    values (momentum 0.99 as before) and stays finite on such a share."""
+    from zerognn_jax._src.nn.models import RowBatchNorm
+
+    x, mask, *_ = _inputs(jnp.float32, seed=6)
+    ours = RowBatchNorm(0.99)
+    ref = nn.BatchNorm(momentum=0.99, epsilon=1e-5)
+    v = ref.init(jax.random.key(0), x, use_running_average=False,
+                 mask=jnp.broadcast_to(mask[:, None], x.shape))
+    assert jax.tree_util.tree_structure(ours.init(jax.random.key(0), x, mask, train=True)) \
+        == jax.tree_util.tree_structure(v)
+    v = jax.tree_util.tree_map(lambda a: a + 0.25, v)
+    for train in (True, False):
+        y_ours, s_ours = ours.apply(v, x, mask, train=train, mutable=["batch_stats"])
+        y_ref, s_ref = ref.apply(v, x, use_running_average=not train, mutable=["batch_stats"],
+                                 mask=jnp.broadcast_to(mask[:, None], x.shape))
+        np.testing.assert_allclose(np.asarray(y_ours), np.asarray(y_ref), rtol=1e-6, atol=1e-5)
+        for a, b in zip(jax.tree_util.tree_leaves(s_ours), jax.tree_util.tree_leaves(s_ref)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+    # a share of no seeds: every destination of the sampled block is padding
+    model = zg.make_model("sage", hidden=8, num_layers=2, num_classes=3, dropout=0.0,
+                          norm="batch")
+    assert isinstance(model.bind({}).norms[0], RowBatchNorm)
+    none = jnp.zeros(x.shape[0], bool)
+    out, _ = ours.apply(v, x, none, train=True, mutable=["batch_stats"])
+    assert np.isfinite(np.asarray(out)).all()

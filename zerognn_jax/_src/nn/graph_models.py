@@ -24,9 +24,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from zerognn_jax._src.nn.models import dropout_seed, hash_dropout
+from zerognn_jax._src.nn.models import RowBatchNorm, dropout_seed, hash_dropout
 from zerognn_jax._src.ops.aggregate import _accumulator
-from zerognn_jax._src.ops.batch_norm import masked_batch_norm
 from zerognn_jax._src.ops.incidence import Incidence, edges_to_nodes, nodes_to_edges
 from zerognn_jax._src.pallas import counter_hash
 
@@ -181,36 +180,7 @@ class MaskedBatchNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x, mask, *, train: bool):
-        return _BatchNorm(dtype=self.dtype, name="BatchNorm_0")(x, mask, train=train)
-
-
-class _BatchNorm(nn.Module):
-    """The variables and arithmetic of `MaskedBatchNorm` (its docstring)."""
-
-    momentum: float = 0.9
-    epsilon: float = 1e-5
-    dtype: Any = None
-
-    @nn.compact
-    def __call__(self, x, mask, *, train: bool):
-        features = (x.shape[-1],)
-        mean = self.variable("batch_stats", "mean", jnp.zeros, features, jnp.float32)
-        var = self.variable("batch_stats", "var", jnp.ones, features, jnp.float32)
-        scale = self.param("scale", nn.initializers.ones, features, jnp.float32)
-        bias = self.param("bias", nn.initializers.zeros, features, jnp.float32)
-        out = jnp.float32 if self.dtype is None else self.dtype
-        if not train:
-            inv = jax.lax.rsqrt(var.value + self.epsilon) * scale
-            return ((x - mean.value) * inv + bias).astype(out)
-        y, batch_mean, batch_var, count = masked_batch_norm(x, mask, scale, bias,
-                                                            self.epsilon)
-        if not self.is_initializing():
-            seen = count > 0
-            mean.value = jnp.where(seen, self.momentum * mean.value
-                                   + (1 - self.momentum) * batch_mean, mean.value)
-            var.value = jnp.where(seen, self.momentum * var.value
-                                  + (1 - self.momentum) * batch_var, var.value)
-        return y.astype(out)
+        return RowBatchNorm(0.9, dtype=self.dtype, name="BatchNorm_0")(x, mask, train=train)
 
 
 def dense_before_norm(features: int, dtype) -> nn.Dense:

@@ -13,6 +13,7 @@ inference over the whole graph; otherwise evaluation samples.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from zerognn_jax._src.nn.views import gcn_weights, mean_over_edges, mean_weights
+from zerognn_jax._src.ops.batch_norm import masked_batch_norm
 from zerognn_jax._src.pallas import counter_hash
 
 MODELS = ("sage", "sage-max", "sage-sum", "gcn", "gat", "gine", "mlp")
@@ -228,6 +230,42 @@ class GINEConv(nn.Module):
         return nn.Dense(self.features, dtype=self.dtype)(out)
 
 
+class RowBatchNorm(nn.Module):
+    """Batch normalisation over the rows where `mask` (bool[rows]) holds: the variables,
+    their names and the values of Flax's `nn.BatchNorm(momentum, epsilon)` given that
+    mask (checkpoints of either load in the other), differentiated in training steps by
+    `ops.batch_norm.masked_batch_norm`'s two-pass gradient. A training call with no
+    masked row (a device without seeds or graphs in the last step of a data-parallel
+    epoch) normalises by zero statistics, where Flax's are NaN, and leaves the running
+    statistics as they were. Statistics and arithmetic are float32; the output has
+    `dtype` (float32 when None)."""
+
+    momentum: float
+    epsilon: float = 1e-5
+    dtype: Any = None
+
+    @nn.compact
+    def __call__(self, x, mask, *, train: bool):
+        features = (x.shape[-1],)
+        mean = self.variable("batch_stats", "mean", jnp.zeros, features, jnp.float32)
+        var = self.variable("batch_stats", "var", jnp.ones, features, jnp.float32)
+        scale = self.param("scale", nn.initializers.ones, features, jnp.float32)
+        bias = self.param("bias", nn.initializers.zeros, features, jnp.float32)
+        out = jnp.float32 if self.dtype is None else self.dtype
+        if not train:
+            inv = jax.lax.rsqrt(var.value + self.epsilon) * scale
+            return ((x - mean.value) * inv + bias).astype(out)
+        y, batch_mean, batch_var, count = masked_batch_norm(x, mask, scale, bias,
+                                                            self.epsilon)
+        if not self.is_initializing():
+            seen = count > 0
+            mean.value = jnp.where(seen, self.momentum * mean.value
+                                   + (1 - self.momentum) * batch_mean, mean.value)
+            var.value = jnp.where(seen, self.momentum * var.value
+                                  + (1 - self.momentum) * batch_var, var.value)
+        return y.astype(out)
+
+
 class GNN(nn.Module):
     """A stack of message-passing layers with ReLU, dropout and optional norm.
 
@@ -266,7 +304,9 @@ class GNN(nn.Module):
         widths = [self.hidden] * (self.num_layers - 1) + [self.num_classes]
         self.convs = [self._make_conv(w, last=i == self.num_layers - 1)
                       for i, w in enumerate(widths)]
-        norm = {"none": None, "layer": nn.LayerNorm, "batch": nn.BatchNorm}[self.norm]
+        # batch: over the destinations that hold a node, Flax's momentum (0.99)
+        norm = {"none": None, "layer": nn.LayerNorm,
+                "batch": functools.partial(RowBatchNorm, 0.99)}[self.norm]
         self.norms = [norm(dtype=self.dtype) for _ in widths[:-1]] if norm else []
         self.drop_input = Dropout(self.input_dropout)
         self.drop_hidden = Dropout(self.dropout)
@@ -303,7 +343,7 @@ class GNN(nn.Module):
         if i == self.num_layers - 1:
             return out.astype(jnp.float32)
         if self.norm == "batch":
-            out = self.norms[i](out, use_running_average=not train, mask=view.dst_valid[:, None])
+            out = self.norms[i](out, view.dst_valid, train=train)
         elif self.norm == "layer":
             out = self.norms[i](out)
         return nn.relu(out)
