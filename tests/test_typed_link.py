@@ -419,10 +419,10 @@ def test_score_pairs_scores_the_relations_pairs(whole):
     dot = np.sum(h_user * np.asarray(zg.predict(whole, items, node_type="item")), axis=1)
     dot = dot / np.sqrt(h_user.shape[1])
     np.testing.assert_allclose(pos[:6], dot, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match=r"destination ids must lie in \[0, 300\), found "
-                                         r"\[0, 300\]"):
+    with pytest.raises(ValueError, match=r"destination ids must lie in \[0, 300\) \('item' "
+                                         r"ids\), found \[0, 300\]"):  # the type, as predict
         zg.score_pairs(whole, [[0, 0], [1, 300]])
-    with pytest.raises(ValueError, match="source ids must lie in \\[0, 400\\)"):
+    with pytest.raises(ValueError, match="source ids must lie in \\[0, 400\\) \\('user' ids"):
         zg.score_pairs(whole, [[400, 0]])
     assert zg.score_pairs(whole, []).shape == (0,)  # was "got float64[0]"
     for call in (zg.score_pairs, zg.predict):  # AttributeErrors before

@@ -328,8 +328,10 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
     if pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer):
         raise ValueError(f"pairs must be int[P, 2] (source, destination), got "
                          f"{pairs.dtype}{list(pairs.shape)}")
+    ends = getattr(getattr(task, "split", None), "ends", None)  # a typed split's two types
     for end, (name, n) in enumerate(zip(("source", "destination"), task.pair_counts())):
-        check_ids(f"pairs' {name} ids", pairs[:, end], n)
+        check_ids(f"pairs' {name} ids", pairs[:, end], n,
+                  "" if ends is None else f" ({ends[end]!r} ids)")
     predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
                           seed)
     table, offset = task.pair_table(predictor)
