@@ -44,6 +44,7 @@ import tempfile
 
 import jax.numpy as jnp
 import numpy as np
+from bench_rows import names_of  # this folder: run as `python benchmarks/embeddings.py`
 
 from zerognn_jax import TrainConfig, load_dataset, train
 from zerognn_jax._src.bench import profiling
@@ -96,16 +97,6 @@ VARIANTS = {"none": {}, "sparse": {}, "sparse-tree": dict(dedup=False), "dense":
             "no-update": {}, "grad-only": {}}
 STAND_INS = {"dense": DenseAdamEmbedding, "no-update": FrozenEmbedding,
              "grad-only": GradientOnlyEmbedding}
-
-
-def names_of(text: str, known, what: str) -> list[str]:
-    """argparse type: comma-separated names, each one of `known`."""
-    names = [n.strip() for n in text.split(",")]
-    bad = [n for n in names if n not in known]
-    if bad:
-        raise argparse.ArgumentTypeError(f"unknown {what}(s) {', '.join(map(repr, bad))}; "
-                                         f"choose from {', '.join(known)}")
-    return names
 
 
 def main(argv=None) -> None:

@@ -31,6 +31,7 @@ import time
 
 import jax
 import numpy as np
+from bench_rows import names_of  # this folder: run as `python benchmarks/link.py`
 
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.seeds import num_steps
@@ -57,22 +58,13 @@ def _timed(engine, state, data, items, env, repeats: int):
 ENGINES = ("scan", "host-exact", "host-bucketed")
 
 
-def _engines(text: str) -> list[str]:
-    """argparse type: comma-separated engine names, each one of ENGINES."""
-    names = [n.strip() for n in text.split(",")]
-    bad = [n for n in names if n not in ENGINES]
-    if bad:
-        raise argparse.ArgumentTypeError(f"unknown engine(s) {', '.join(map(repr, bad))}; "
-                                         f"choose from {', '.join(ENGINES)}")
-    return names
-
-
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="products-like")
     p.add_argument("--root", default=None)
     p.add_argument("--scale", type=float, default=1.0)
-    p.add_argument("--engines", default="scan,host-bucketed", type=_engines,
+    p.add_argument("--engines", default="scan,host-bucketed",
+                   type=lambda text: names_of(text, ENGINES, "engine"),
                    help="comma-separated: scan, host-exact, host-bucketed")
     p.add_argument("--batch-size", type=int, default=1024, help="positive edges per step")
     p.add_argument("--negatives", type=int, default=1)
