@@ -220,9 +220,8 @@ def _key_csr(src: np.ndarray, dst: np.ndarray, num_rows: int, num_columns: int, 
              distinct: bool) -> tuple[np.ndarray, np.ndarray]:
     """(int64[num_rows + 1] offsets, int32[E'] neighbour ids, rows sorted) of the bare
     edges `src -> dst` (their reverses too when `undirected`, a loop's excepted; loops
-    dropped when
-    `drop_loops`; each pair once when `distinct`), from their ascending int64 keys
-    src * N_cols + dst.
+    dropped when `drop_loops`; each pair once when `distinct`), from their ascending
+    int64 keys src * N_cols + dst.
 
     Keys are made and sorted `_KEY_CHUNK` edges at a time (a chunk already ascending,
     edges given in CSR order, is not sorted again), then merged by ranges of rows

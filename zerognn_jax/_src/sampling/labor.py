@@ -20,7 +20,8 @@ Fixed shapes, and what they cost:
   more keeps the first `slots` in scan order from its random offset: given the count,
   every neighbour stays equally likely (the kept set is a run of the scan, not a
   uniform subset), so mean and GCN aggregation stay unbiased; only the inclusion
-  probability of such rows drops below fanout / d. `row_counts` gives the counts before that cut.
+  probability of such rows drops below fanout / d. `row_counts` gives the counts before
+  that cut.
 
 Weights. The paper's unbiased estimator weights edge (t, s) by 1 / pi_ts, pi_ts =
 min(1, fanout / d_s), normalised per row (as DGL does). LABOR-0 gives every neighbour of

@@ -360,6 +360,7 @@ class ScanEngine:
             options = compiler_options(self.gemm_backend, self.compiler_options)
             self._programs[key] = lowered.compile(compiler_options=options)
             self.compile_seconds += time.perf_counter() - t0
+            self._packing_for(self._programs[key])
         return self._programs[key]
 
     def _compiled(self, jitted, *args):
@@ -381,9 +382,10 @@ class ScanEngine:
         return self._compiled(jitted, *args)(*(a for a in args if not isinstance(a, int)))
 
     def _packing_for(self, compiled) -> None:
-        """Compiles the packing of `compiled`'s metrics and flags (`_fetch`) before the
-        chunk runs: compiled after it was launched, it overlapped the device's work, so
-        that taking its compile out of the epoch's time took out device time too."""
+        """Compiles the packing of the chunk program `compiled`'s metrics and flags
+        (`_fetch`) with it, before any chunk runs: compiled after a launch, it overlapped
+        the device's work, so that taking its compile out of the epoch's time took out
+        device time too."""
         if self.program.parallel is not None:
             return
         state, metrics = compiled.out_info
@@ -435,9 +437,7 @@ class ScanEngine:
         start, overflows, chunks, parts = 0, 0, 0, []
         while start < total:
             args = self._args(state, data, perm, epoch, start, total)
-            compiled = self.chunk_program(envelope, chunk, args)
-            self._packing_for(compiled)
-            state, metrics = compiled(*args)
+            state, metrics = self.chunk_program(envelope, chunk, args)(*args)
             metrics, (overflowed, failed) = self._fetch(
                 metrics, (state.overflowed, state.failed_step))
             chunks += 1
