@@ -229,39 +229,33 @@ def test_save_dir_on_a_full_disk_names_the_folder_and_leaves_nothing(tmp_path, m
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_mapped_array_allocates_its_blocks_before_it_is_filled(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("make", "save", "load", "what", "table"), [
+    (lambda: products_like(0.0005, seed=0), storage.save_dir, storage.load_dir,
+     "dataset directory", "features"),
+    # np.save's partial write on a full disk was "OSError: 11160 requested and 4064
+    # written", no errno: a collection's arrays are allocated first too
+    (lambda: molhiv_like(0.002, seed=0), storage_graphs.save_graphs,
+     storage_graphs.load_graphs_file, "graph collection directory", "node_features"),
+])
+def test_a_mapped_array_allocates_its_blocks_before_it_is_filled(tmp_path, monkeypatch, make,
+                                                                 save, load, what, table):
     """Filling a mapping of a file with holes on a full disk died of SIGBUS, printing
     nothing and leaving the staging folder: the blocks are allocated first, and the
     allocation's ENOSPC is the one line. A file system that allocates nothing ahead is
     written as before."""
-    dataset = products_like(0.0005, seed=0)
+    data = make()
     monkeypatch.setattr(os, "posix_fallocate", full_disk)
-    with pytest.raises(WriteError, match=rf"^could not write dataset directory "
+    with pytest.raises(WriteError, match=rf"^could not write {what} "
                                          rf"{tmp_path / 'd'}: {re.escape(ENOSPC)}$"):
-        storage.save_dir(dataset, tmp_path / "d")
+        save(data, tmp_path / "d")
     assert list(tmp_path.iterdir()) == []
 
     def unsupported(*args):
         raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
 
     monkeypatch.setattr(os, "posix_fallocate", unsupported)
-    back = storage.load_dir(storage.save_dir(dataset, tmp_path / "d"))
-    np.testing.assert_array_equal(back.features, dataset.features)
-
-
-def test_a_graph_collection_folder_on_a_full_disk_names_the_errno(tmp_path, monkeypatch):
-    """np.save's partial write on a full disk was "OSError: 11160 requested and 4064
-    written", no errno; the collection's arrays are allocated first, as a dataset's."""
-    collection = molhiv_like(0.002, seed=0)
-    monkeypatch.setattr(os, "posix_fallocate", full_disk)
-    with pytest.raises(WriteError, match=rf"^could not write graph collection directory "
-                                         rf"{tmp_path / 'g'}: {re.escape(ENOSPC)}$"):
-        storage_graphs.save_graphs(collection, tmp_path / "g")
-    assert list(tmp_path.iterdir()) == []
-    monkeypatch.undo()
-    back = storage_graphs.load_graphs_file(storage_graphs.save_graphs(collection,
-                                                                      tmp_path / "g"))
-    np.testing.assert_array_equal(back.node_features, collection.node_features)
+    back = load(save(data, tmp_path / "d"))
+    np.testing.assert_array_equal(getattr(back, table), getattr(data, table))
 
 
 def test_a_folder_or_file_not_written_here_is_never_replaced(tmp_path, capsys, monkeypatch):
