@@ -100,6 +100,16 @@ def test_options_are_checked():
             bench.BenchOptions(TrainConfig(**train))
 
 
+def test_a_dataset_that_cannot_be_read_is_refused_before_any_child_process(tmp_path):
+    """A missing or unreadable dataset file was found by each child process and then by
+    the parent: one error line each. The options refuse it, naming the file."""
+    with pytest.raises(FileNotFoundError, match="no/such.npz'?: no such file"):
+        bench.BenchOptions(TrainConfig(dataset=str(tmp_path / "no/such.npz")))
+    (tmp_path / "bad.npz").write_bytes(b"not an archive")
+    with pytest.raises(ValueError, match="bad.npz is not a readable zerognn dataset file"):
+        bench.BenchOptions(TrainConfig(dataset=str(tmp_path / "bad.npz")))
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"configs": ()}, "configs must name at least one configuration"),
     ({"deadline": -1.0}, "deadline must be a positive number of seconds, got -1.0"),

@@ -107,9 +107,10 @@ class BenchOptions:
 
     def _check_workload(self) -> None:
         """The bench times node classification on a graph of one node type; other
-        workloads have scripts of their own (docs/benchmarks.md)."""
+        workloads have scripts of their own (docs/benchmarks.md). A dataset that cannot be
+        read is refused here, before child processes load it."""
         from zerognn_jax._src.data.graph_datasets import is_graph_dataset
-        from zerognn_jax._src.data.loaders import is_typed
+        from zerognn_jax._src.data.loaders import is_typed, require_readable
 
         dataset = self.train.dataset
         if self.train.task == "link":
@@ -124,6 +125,7 @@ class BenchOptions:
         if is_typed(dataset):
             raise ValueError(f"zerognn bench times graphs of one node type; for typed "
                              f"graphs ({dataset}) run benchmarks/hetero.py")
+        require_readable(dataset)
 
     def _check_paths(self) -> None:
         """Output paths that could only fail after the measurements fail now."""

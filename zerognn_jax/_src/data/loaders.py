@@ -160,6 +160,15 @@ def require_known(name: str) -> None:
         _refuse_unknown(name)
 
 
+def require_readable(name: str) -> None:
+    """`require_known`, and for a file or folder that is no node dataset's, the error that
+    loading it raises; a node dataset's file or folder is looked at, not loaded."""
+    require_known(name)
+    name = dataset_name(name)
+    if Path(name).exists() and not _node_path(name):
+        load_dataset(name)  # raises what is wrong with it
+
+
 def require_graphs(name) -> None:
     """ValueError for the name or path of a node or typed dataset (one graph) given where
     a collection of graphs is read (task 'graph')."""
