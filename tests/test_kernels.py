@@ -315,6 +315,27 @@ def test_max_and_grad_match_reference(impl, s, c, k, heads, f, repeat_first):
     _assert_close(got, grad(aggregate.max_reference)(h), k)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_max_propagates_nan_as_the_reference(impl):
+    """A NaN among a row's live slots is its maximum, and its gradient is NaN on each live
+    slot; a NaN behind a masked slot stays out. The Pallas kernel gave the largest other
+    value, or 0 for a row of NaNs alone, with finite gradients. (Gradients are taken
+    eagerly: the reference's, compiled by XLA:CPU, came out finite.)"""
+    nan = np.nan
+    h = jnp.asarray([[nan, 1.0], [2.0, nan], [nan, 5.0]], jnp.float32)
+    nbr = jnp.asarray([[0, 1], [1, 0], [1, 2]], jnp.int32)
+    mask = jnp.asarray([[True, True], [True, False], [True, False]])
+
+    def grad(fn):
+        return jax.grad(lambda h: jnp.sum(fn(h, nbr, mask)))(h)
+
+    out = jax.jit(lambda h: aggregate.neighbor_max(impl, h, nbr, mask))(h)
+    np.testing.assert_array_equal(out, [[nan, nan], [2.0, nan], [2.0, nan]])
+    np.testing.assert_array_equal(out, aggregate.max_reference(h, nbr, mask))
+    got = grad(lambda *a: aggregate.neighbor_max(impl, *a))
+    np.testing.assert_array_equal(got, [[nan, nan], [nan, nan], [0.0, 0.0]])
+
+
 # ---------------------------------------------------------------------- GPU-only: duplicates
 
 

@@ -157,6 +157,18 @@ def test_loaders_reject_bad_input(graph):
                                   kernels="sample=pallas")
 
 
+def test_interpreted_kernels_that_sum_repeated_ids_wrongly_are_refused(graph):
+    """The interpreter sums ids repeated within a block wrongly; a loader that took such
+    kernels handed out wrong relabels and gradients. The sampler, exact there, is taken."""
+    with pytest.raises(ValueError, match="interprets relabel, weighted_sum, max as Pallas "
+                                         "kernels, which the interpreter computes wrongly"):
+        zg.NeighborLoader(graph, [1, 2], fanouts=(2,), batch_size=4, key=0,
+                          kernels=zg.Kernels.parse("pallas", interpret=True))
+    loader = zg.NeighborLoader(graph, [1, 2], fanouts=(2,), batch_size=4, key=0,
+                               kernels=zg.Kernels(sample="pallas", interpret=True))
+    assert next(iter(loader)).views[0].nbr.shape[1] == 2
+
+
 def test_a_jitted_step_over_the_batches_traces_once(graph):
     loader = zg.NeighborLoader(graph, np.arange(200), fanouts=(3, 2), batch_size=64, key=0,
                                features=np.ones((300, 4), np.float32), targets=np.arange(300),

@@ -156,21 +156,24 @@ def test_rows_of_several_devices_merge_as_the_general_path(devices):
     assert int(merged[1].count) == 1 and len(touched) < n
 
 
-@pytest.mark.parametrize("dtype,d", [(jnp.float32, 5), (jnp.bfloat16, 130)])
+@pytest.mark.parametrize("dtype,d", [(jnp.float32, 5), (jnp.bfloat16, 130),
+                                     (jnp.float32, (2, 3))])
 @pytest.mark.parametrize("unique", [False, True])
 def test_pallas_row_update_equals_the_xla_form(dtype, d, unique):
     """The in-place Pallas kernel (interpreted) against the XLA gather-compute-scatter,
     over three steps with repeats (or distinct ids) and padding; a width of 130 takes two
-    lane tiles, the second masked."""
+    lane tiles, the second masked; rows of shape [2, 3] are updated as rows of 6 (the
+    kernel refused a table that was not [N, D])."""
     rs = np.random.default_rng(3)
     n, r = 40, 24
-    table = jnp.asarray(rs.normal(size=(n, d)), dtype)
+    d = d if isinstance(d, tuple) else (d,)
+    table = jnp.asarray(rs.normal(size=(n, *d)), dtype)
     pallas = Kernels(row_adam="pallas", interpret=True)
     ours = theirs = (table, row_adam_init(table))
     for _ in range(3):
         rows = rs.permutation(n)[:r] if unique else rs.integers(0, n, r)
         valid = jnp.asarray(rs.random(r) < 0.8)
-        grads = jnp.asarray(rs.normal(size=(r, d)), dtype)
+        grads = jnp.asarray(rs.normal(size=(r, *d)), dtype)
         args = (jnp.asarray(rows, jnp.int32), grads, valid)
         before = ours
         ours = row_adam_update(*ours, *args, lr=0.01, unique=unique, kernels=pallas)

@@ -241,6 +241,9 @@ def _run_here(state: _Run, configs: list[str]) -> None:
         if state.out_of_time():
             state.skip("config", name, "time budget (--deadline) spent")
             continue
+        if reason := workload.unmeasured_here(VARIANTS[name]):
+            state.skip("config", name, reason)
+            continue
         _guarded(state, "config", name, lambda name=name: dict(
             workload.measure(wb, VARIANTS[name]), peak_bytes_in_use=device_peak_bytes(),
             peak_scope="process"))

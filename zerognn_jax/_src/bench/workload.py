@@ -74,6 +74,16 @@ VARIANTS = {v.name: v for v in (
     Variant("scan-cmdbuf", xla_flags=CMDBUF_FLAGS),
 )}
 
+def unmeasured_here(variant: Variant) -> str | None:
+    """Why `variant` is not measured on this backend: Pallas kernels off a GPU. Their
+    interpreter sums ids repeated within one program's block wrongly (docs/kernels.md),
+    so an interpreted epoch would time, and train on, wrong gradients."""
+    if "pallas" in variant.kernels and jax.default_backend() != "gpu":
+        return (f"Pallas kernels need an NVIDIA GPU (backend here: {jax.default_backend()}; "
+                f"their interpreter is for the kernels' tests)")
+    return None
+
+
 FIELDS = (
     "kind", "config", "status", "reason", "engine", "kernels", "dedup", "dtype", "xla_flags",
     "sampler",
@@ -206,13 +216,13 @@ class Workbench:
     def program_for(self, variant: Variant, batch_size: int):
         """(StepProgram, starting envelope) of a variant at `batch_size`.
 
-        Pallas kernels run in the interpreter on CPU. The host engines sample every hop
+        The host engines sample every hop
         deduplicated (`dedup_program`); their exact and bucketed levels are cut from it.
         The scan engine samples as the library would at `batch_size` (tree mode or
         dedup, `layout.choose_layout`) unless the variant sets `dedup`; dedup'd, its
         outermost hop is flat where the library makes it so.
         """
-        kernels = Kernels.parse(variant.kernels, interpret=jax.default_backend() == "cpu")
+        kernels = Kernels.parse(variant.kernels)
         base = self.dedup_program
         sampler = base.sampler
         if variant.engine == "scan":

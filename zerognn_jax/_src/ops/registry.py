@@ -16,6 +16,8 @@ from collections.abc import Callable
 import jax
 
 OPS = ("sample", "relabel", "gather", "weighted_sum", "max", "row_adam")
+# The ops whose interpreted Pallas kernels sum ids repeated within a block wrongly.
+INTERPRETER_INEXACT = ("relabel", "weighted_sum", "max")
 IMPLEMENTATIONS = ("xla", "pallas")
 # "aggregate" in a spec string names both aggregation ops at once.
 _ALIASES = {"aggregate": ("weighted_sum", "max")}
@@ -28,7 +30,11 @@ class Kernels:
     """Per op: "xla" (the reference), "pallas", or a callable with the reference's signature.
 
     Hashable (callables hash by identity), so it can be a static argument.
-    `interpret=True` runs Pallas kernels through the Pallas interpreter (CPU tests).
+    `interpret=True` runs Pallas kernels through the Pallas interpreter, for the kernels'
+    tests on a CPU: it sums ids repeated within one program's block wrongly (one atomic
+    update per index and call), so relabel, weighted_sum and max are exact there only on
+    inputs whose live ids are distinct within a block, and the loaders refuse them
+    (`training.loaders.as_kernels`).
     """
 
     sample: Impl = "xla"

@@ -199,7 +199,7 @@ def _max_fwd_kernel(h_ref, nbr_ref, mask_ref, out_ref, cnt_ref, *, c, k, d, rows
         idx = plt.load(nbr_ref.at[r, j], mask=live, other=0)
         hit = plt.load(mask_ref.at[r, j], mask=live, other=False)[:, None] & tile
         x = plt.load(h_ref.at[idx[:, None], col], mask=hit, other=-jnp.inf).astype(_F32)
-        above = hit & (x > best)
+        above = hit & ((x > best) | (x != x))  # a NaN wins and stays, as jnp.max's
         cnt = jnp.where(above, 1, cnt + (hit & (x == best)).astype(jnp.int32))
         return jnp.where(above, x, best), cnt
 
@@ -220,14 +220,17 @@ def _max_bwd_kernel(
     tile = tile & (cnt > 0)
     best = plt.load(out_ref.at[at], mask=tile, other=0).astype(_F32)
     g = plt.load(g_ref.at[at], mask=tile, other=0).astype(_F32)
-    share = g / jnp.maximum(cnt, 1).astype(_F32)
+    # a NaN maximum sends NaN to every live slot of its row, as jnp.max's gradient does
+    nan = best != best
+    share = jnp.where(nan, jnp.nan, g / jnp.maximum(cnt, 1).astype(_F32))
 
     def step(j, carry):
         idx = plt.load(nbr_ref.at[r, j], mask=live, other=0)
         hit = plt.load(mask_ref.at[r, j], mask=live, other=False)[:, None] & tile
         upd = (idx[:, None], col)
         x = plt.load(h_ref.at[upd], mask=hit, other=0).astype(_F32)
-        atomic(plt.atomic_add, dh_ref, upd, share, hit & (x == best), interpret=interpret)
+        atomic(plt.atomic_add, dh_ref, upd, share, hit & ((x == best) | nan),
+               interpret=interpret)
         return carry
 
     fanout_loop(k, step, ())

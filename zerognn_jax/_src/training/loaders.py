@@ -41,7 +41,7 @@ from zerognn_jax._src.data.hetero import HeteroGraph
 from zerognn_jax._src.data.links import EvalEdges, LinkSplit
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.host_rows import is_host_resident, to_device
-from zerognn_jax._src.ops.registry import OPS, Kernels
+from zerognn_jax._src.ops.registry import INTERPRETER_INEXACT, OPS, Kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
 from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig, prepare_graph
@@ -156,10 +156,17 @@ class LinkLoaderBatch(_Layers):
 
 def as_kernels(kernels: Kernels | str) -> Kernels:
     """`kernels`, or the `Kernels` its spec names (`Kernels.parse`); ValueError for Pallas
-    kernels off an NVIDIA GPU (outside interpret mode), as `TrainConfig` refuses them."""
+    kernels off an NVIDIA GPU (outside interpret mode), as `TrainConfig` refuses them, and
+    for the interpreted kernels that sum repeated ids wrongly (`Kernels`)."""
     spec = kernels
     kernels = Kernels.parse(kernels) if isinstance(kernels, str) else kernels
     pallas = [op for op in OPS if getattr(kernels, op) == "pallas"]
+    inexact = [op for op in pallas if op in INTERPRETER_INEXACT]
+    if kernels.interpret and inexact:
+        raise ValueError(f"kernels {spec!r} interprets {', '.join(inexact)} as Pallas "
+                         f"kernels, which the interpreter computes wrongly where ids repeat "
+                         f"within a block, as sampled batches' do (docs/kernels.md): it is "
+                         f"for the kernels' tests; use those ops' 'xla' form here")
     if pallas and not kernels.interpret and jax.default_backend() != "gpu":
         raise ValueError(f"kernels {spec!r} runs {', '.join(pallas)} as Pallas kernels, "
                          f"which need an NVIDIA GPU; JAX's backend here is "

@@ -21,6 +21,7 @@ or its Pallas twin, which writes the rows in place.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -61,7 +62,8 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
     """One lazy Adam step on the rows `rows` of `table`.
 
     Args:
-      table: [N, D], any float dtype (updates are computed in float32, stored in it).
+      table: [N, D] (or [N, ...], rows of any shape), any float dtype (updates are
+        computed in float32, stored in it).
       state: from `row_adam_init` or a previous step.
       rows: int32[R] row ids; repeats allowed; one outside [0, N) touches nothing.
       grads: [R, D], the gradient of each entry of `rows`.
@@ -101,9 +103,13 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
         g = jax.ops.segment_sum(g, inverse.reshape(-1), num_segments=r)
     count = state.count + jnp.asarray(taken, jnp.int32)
     update = implementation(kernels or XLA, "row_adam") or row_adam_rows_reference
-    table, mu, nu = update(table, state.mu, state.nu, uniq, uniq < n, g, count, lr=lr, b1=b1,
-                           b2=b2, eps=eps)
-    return table, RowAdamState(mu, nu, count)
+    # rows of any shape as flat [N, D] rows (the Pallas kernel takes those alone)
+    width = math.prod(table.shape[1:])
+    flat = lambda a: a.reshape(a.shape[0], width)
+    new, mu, nu = update(flat(table), flat(state.mu), flat(state.nu), uniq, uniq < n,
+                         flat(g), count, lr=lr, b1=b1, b2=b2, eps=eps)
+    back = lambda a: a.reshape(table.shape)
+    return back(new), RowAdamState(back(mu), back(nu), count)
 
 
 def _merge_by_table(ids: jax.Array, grads: jax.Array, n: int
