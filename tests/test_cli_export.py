@@ -39,7 +39,8 @@ def test_the_artifact_gives_the_checkpointed_models_outputs(run, capsys, monkeyp
     assert printed["bytes"] == out.stat().st_size and printed["batch_size"] == 16
     assert printed["features_row_normalized"] is False  # tiny's rows are served as stored
     assert (printed["epoch"], printed["best"]) == (0, False)  # the checkpoint served
-    assert "decoder" not in printed
+    assert "decoder" not in printed and "node_type" not in printed
+    assert printed["task"] == "node"
     call = jax.export.deserialize(out.read_bytes()).call
     p, v, d = result.program, result.variables, result.data
     seeds, valid, key = jnp.arange(16, dtype=jnp.int32), jnp.arange(16) < 10, jnp.uint32(3)
@@ -77,6 +78,35 @@ def test_a_link_artifact_says_how_pairs_of_its_embeddings_are_scored(tmp_path, c
     assert printed["pair_score"] == "the trained mlp decoder's, not in the artifact"
     assert captured.err.startswith("zerognn: warning: the artifact gives the encoder's "
                                    "embeddings; the trained mlp decoder")
+    # the graph it takes is the one it was told of: the split's training edges, which
+    # the dataset's whole graph is not (a server passing that got a shape error)
+    assert printed["task"] == "link" and printed["graph"] == export_command.LINK_GRAPH
+    graph = zg.restore(cfg.checkpoint_dir, for_inference=True).data.graph
+    in_avals = jax.export.deserialize(out.read_bytes()).in_avals
+    assert in_avals[1].shape == graph.indices.shape
+    assert graph.indices.shape[0] < zg.load_dataset("tiny").graph.indices.shape[0]
+
+
+def test_a_typed_artifact_names_the_type_whose_rows_it_gives(tmp_path, capsys):
+    """A typed run's artifacts of each end type have the same arguments; the printed
+    record names the type (a server mixing them up got other rows, unwarned)."""
+    rs = np.random.default_rng(0)
+    ds = zg.make_hetero_dataset(
+        "two-types", {"paper": 40, "author": 20},
+        {("author", "writes", "paper"): (rs.integers(0, 20, 60), rs.integers(0, 40, 60))},
+        target_type="paper", labels=rs.integers(0, 3, 40), train_idx=np.arange(24),
+        val_idx=np.arange(24, 32), test_idx=np.arange(32, 40),
+        features={"paper": rs.normal(size=(40, 4)), "author": rs.normal(size=(20, 4))},
+        add_reverse=True)
+    saved = zg.save_hetero_npz(ds, tmp_path / "typed.npz")
+    cfg = zg.TrainConfig(model="rsage", hidden=8, layers=1, fanouts=(3,), batch_size=8,
+                         epochs=1, eval_mode="none", progress=False,
+                         checkpoint_dir=str(tmp_path / "ck"))
+    zg.train(cfg, ds)
+    assert main(["export", cfg.checkpoint_dir, "--out", str(tmp_path / "m.bin"),
+                 "--dataset", str(saved), "--batch-size", "4"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["task"], printed["node_type"]) == ("node", "paper")
 
 
 def test_an_out_that_is_someone_elses_file_is_refused_before_the_restore(tmp_path, capsys,

@@ -45,8 +45,25 @@ def trained():
     return _train((4, 3))
 
 
-def test_exported_full_neighbourhood_model_equals_exact_inference():
-    """With every neighbour sampled, the artifact must give exact layer-wise logits."""
+def _with_a_longer_row(indptr, node: int, sources: int):
+    """(indptr, indices): a graph (or relation) of the same row and edge counts, its
+    neighbours drawn from `sources` nodes, whose row `node` has one neighbour more than
+    any row of `indptr`'s."""
+    degrees = np.diff(np.asarray(indptr))
+    need = degrees.max() + 1 - degrees[node]
+    donors = np.flatnonzero(degrees > 1)
+    donors = donors[donors != node][:need]
+    degrees[donors] -= 1
+    degrees[node] += need
+    indices = np.random.default_rng(0).integers(0, sources, degrees.sum()).astype(np.int32)
+    return jnp.asarray(np.r_[0, np.cumsum(degrees)].astype(np.int32)), jnp.asarray(indices)
+
+
+def test_exported_full_neighbourhood_model_equals_exact_inference(trained):
+    """With every neighbour sampled, the artifact must give exact layer-wise logits. Its
+    rows are as wide as the training graph's largest degree: a served graph with a
+    longer row gets NaN everywhere (it came back cut to that width, unmarked), where an
+    artifact whose fanouts no degree cut samples it as any other."""
     res = _train((-1, -1))
     d = res.data
     back = jax.export.deserialize(export_model(res.program, res.variables, d,
@@ -56,6 +73,14 @@ def test_exported_full_neighbourhood_model_equals_exact_inference():
                     jnp.uint32(3))
     exact = np.asarray(layerwise_logits(res.program, res.variables, d))[100:132]
     np.testing.assert_allclose(np.asarray(got), exact, rtol=1e-4, atol=1e-4)
+    indptr, indices = _with_a_longer_row(d.graph.indptr, 100, 300)
+    got = back.call(indptr, indices, d.features, seeds, jnp.ones(32, bool), jnp.uint32(3))
+    assert np.isnan(np.asarray(got)).all()
+    p, v, d = trained.program, trained.variables, trained.data  # fanouts 4, 3
+    assert 4 < d.graph.max_degree()
+    sampled = jax.export.deserialize(export_model(p, v, d, batch_size=32).serialize())
+    got = sampled.call(indptr, indices, d.features, seeds, jnp.ones(32, bool), jnp.uint32(3))
+    assert np.isfinite(np.asarray(got)).all()
 
 
 def test_exported_model_round_trips_and_matches_the_live_model(trained):
@@ -102,6 +127,26 @@ def test_a_model_reading_edge_features_takes_the_table_as_an_argument():
     zeroed = back.call(d.graph.indptr, d.graph.indices, d.features,
                        jnp.zeros_like(d.graph.edge_features), seeds, valid, key)
     assert np.abs(np.asarray(zeroed) - np.asarray(got)).max() > 1e-4
+
+
+def test_data_arguments_of_a_run_with_host_features_are_arrays_in_node_order():
+    """A run whose feature table stays in host memory, laid out hottest rows first: the
+    artifact takes the table in node order. `data_arguments` handed the HostTable itself,
+    which the artifact refused."""
+    res = _train((4, 3), feature_placement="host", host_row_order="degree")
+    p, v, d = res.program, res.variables, res.data
+    assert d.features.position is not None  # rows laid out by degree, not by id
+    out = export_model(p, v, d, batch_size=16)
+    indptr, indices, table = out.data_arguments(d)
+    assert isinstance(table, np.ndarray)
+    np.testing.assert_array_equal(table, np.asarray(d.features.array)[
+        np.asarray(d.features.position)])
+    back = jax.export.deserialize(out.serialize())
+    seeds, valid, key = jnp.arange(250, 266, dtype=jnp.int32), jnp.ones(16, bool), jnp.uint32(5)
+    got = back.call(indptr, indices, table, seeds, valid, key)
+    caps = conservative(16, p.sampler.slots, d.graph.num_nodes).capacities
+    want, _, _ = p.forward(v, d, seeds, valid, key, caps, train=False)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
 def _typed(**options):
@@ -157,6 +202,11 @@ def test_a_typed_model_exports_and_equals_exact_inference(options):
     papers = d.graph.num_nodes["paper"]  # a paper id past the papers: a NaN row
     got = np.asarray(back.call(*tables, seeds.at[0].set(papers), valid, jnp.uint32(4)))
     assert np.isnan(got[0]).all() and np.isfinite(got[1:]).all()
+    # a relation with a row longer than any it had in training: cut, so NaN everywhere
+    at = out.arguments.index("author__writes__paper.indptr")
+    longer = list(tables)
+    longer[at:at + 2] = _with_a_longer_row(tables[at], 0, d.graph.num_nodes["author"])
+    assert np.isnan(np.asarray(back.call(*longer, seeds, valid, jnp.uint32(4)))).all()
     if options["model"] == "rsage":  # views that ran Pallas kernels export their XLA twins
         from zerognn_jax._src.ops.registry import Kernels
 

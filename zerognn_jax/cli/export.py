@@ -12,9 +12,12 @@ The run's configuration and dataset come from what the checkpoint records, as
 saved to a file (`zg.save_npz`, `save_dir`, `save_hetero_npz`, `save_graphs`) and given
 as `--dataset FILE`. The artifact is written whole or not at all; its argument names
 are printed as one JSON object on stdout
-(`jax.export.deserialize(bytes).call(...)` takes them in that order), with
-`features_row_normalized` where the run trained on its feature rows each divided by
-its sum (Planetoid's by default): the features a server passes must be so too. Errors
+(`jax.export.deserialize(bytes).call(...)` takes them in that order; the artifact holds
+no names: keep the line beside it, `> model.json`), with the run's task, a typed run's
+`node_type` (whose rows the artifact gives), `features_row_normalized` where the run
+trained on its feature rows each divided by its sum (Planetoid's by default: the
+features a server passes must be so too), and for a link run the decoder, how it scores
+a pair of embeddings and which graph the artifact takes. Errors
 print `zerognn: error: ...` on stderr and exit with 2, or 1 where the file could not be
 written.
 """
@@ -35,6 +38,7 @@ from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
 from zerognn_jax._src.training.export import export_model
 from zerognn_jax._src.training.inference import restore
 from zerognn_jax._src.training.lock import LOCK_NAME
+from zerognn_jax._src.training.tasks.base import PredictsTypes
 from zerognn_jax.cli.data import load_named
 from zerognn_jax.cli.flags import add_compile_cache_flag, generator_seed
 
@@ -113,6 +117,11 @@ PAIR_SCORES = {"scaled-dot": "dot(h_u, h_v) / sqrt(d)", "dot": "dot(h_u, h_v)",
                "mlp": "the trained mlp decoder's, not in the artifact"}
 
 
+# The graph a link artifact is called with: the one its encoder passed messages over.
+LINK_GRAPH = ("the run's message-passing graph, its link split's training edges: "
+              "zg.restore(CHECKPOINT_DIR).data.graph, whose arrays data_arguments gives")
+
+
 def _refuse_checkpoint_names(out: Path, checkpoint_dir: Path) -> None:
     """ValueError where `out` takes a name in `checkpoint_dir` that a run writes there
     (an epoch's number, the best checkpoint's folder, the evaluation record, the lock):
@@ -163,12 +172,16 @@ def run_export(args) -> int:
         interrupts.check(f"writing {args.out}")
     printed = {"out": str(args.out), "bytes": len(blob), "batch_size": art.batch_size,
                "arguments": list(art.arguments), "platforms": list(art.exported.platforms),
-               "epoch": result.summary["epoch"], "best": bool(args.best)}
+               "epoch": result.summary["epoch"], "best": bool(args.best),
+               "task": result.summary["task"]}
+    if isinstance(result.program.task, PredictsTypes):  # whose rows its seeds are
+        printed["node_type"] = result.program.task.output_type(args.node_type)
     if "features_row_normalized" in result.summary:  # (a graph task's rows are as given)
         printed["features_row_normalized"] = result.summary["features_row_normalized"]
     decoder = result.summary.get("decoder")
     if decoder is not None:  # a link model's artifact gives embeddings; what scores pairs
-        printed.update(outputs="embeddings", decoder=decoder, pair_score=PAIR_SCORES[decoder])
+        printed.update(outputs="embeddings", decoder=decoder, pair_score=PAIR_SCORES[decoder],
+                       graph=LINK_GRAPH)
     print_line(json.dumps(printed), "the artifact's description (the artifact is written)")
     if decoder == "mlp":
         print("zerognn: warning: the artifact gives the encoder's embeddings; the trained "

@@ -29,9 +29,11 @@ from zerognn_jax._src.data.checks import at_least_one, is_int
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.hetero import HeteroGraph, relation_name
+from zerognn_jax._src.ops.host_rows import HostTable
 from zerognn_jax._src.ops.registry import XLA
 from zerognn_jax._src.sampling.envelope import MAX_CAPACITY, PastInt32, conservative
 from zerognn_jax._src.sampling.graph_batch import GraphTables, pack_graphs
+from zerognn_jax._src.sampling.minibatch import SamplerConfig
 from zerognn_jax._src.sampling.typed_envelope import typed_conservative, typed_tree_sizes
 from zerognn_jax._src.sampling.typed_minibatch import sample_typed
 from zerognn_jax._src.training.program import DeviceData, StepProgram
@@ -81,7 +83,7 @@ class ExportedModel(NamedTuple):
         if "n_node" in self.arguments:
             raise ValueError("a graph-level artifact takes each call's graphs whole, and "
                              "no data arrays: call it with graph_arguments(...)")
-        return tuple(_lookup(data, self.arguments[:-3]))
+        return tuple(_in_node_order(a) for a in _lookup(data, self.arguments[:-3]))
 
 
 # A graph-level artifact's arguments: B graphs' nodes and edges back to back in
@@ -165,6 +167,16 @@ def _check_fits(shapes: dict, collection: GraphCollection) -> None:
                              f"{collection.name!r} has {has(given)}")
 
 
+def _in_node_order(table):
+    """An array as the artifact takes it: a host feature table's NumPy array, its rows in
+    node order where the table keeps them hottest first (`HostTable.position`)."""
+    if not isinstance(table, HostTable):
+        return table
+    if table.position is None:
+        return table.array
+    return table.array[np.asarray(table.position)]
+
+
 def _lookup(data: DeviceData, names) -> list:
     """The arrays of `data` that argument `names` name: "features", a graph's "indptr",
     "indices" or "edge_features", or a typed graph's "<relation>.<that>"."""
@@ -209,7 +221,10 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
     read that relation's table), then the stacked "features" table, then the seeds: ids
     of the target type, whose logits come back, or of a link model's `node_type`, whose
     embeddings come back. Learnable rows are baked in with the variables. A valid seed
-    outside its type's nodes (or the graph's) gets a NaN row.
+    outside its type's nodes (or the graph's) gets a NaN row. A hop taking every
+    neighbour, or a fanout the training graph's largest degree cut, has that degree's
+    slots: a call whose graph (or a relation) has a longer row gives NaN everywhere,
+    where its rows would come back cut. The graph arrays are otherwise taken as valid.
 
     A graph-level model (`task="graph"`) takes (node_features, edge_features, senders,
     receivers, n_node, n_edge): float[max_nodes, d] node rows and float[max_edges, d_e]
@@ -297,10 +312,34 @@ def _export_one_type(program: StepProgram, variables, data: DeviceData, batch_si
         device = DeviceData(graph, given["features"], None)  # inference reads no targets
         logits, _, _ = program.forward(variables, device, seeds, valid, key, caps,
                                        train=False)
+        logits = _nan_past_degree(logits, graph.indptr, _degree_bound(program.sampler))
         return _nan_outside(logits, seeds, valid, data.graph.num_nodes)
 
     names = ("indptr", "indices", "features") + (("edge_features",) if edges else ())
     return _exported(infer, data, names, batch_size, platforms)
+
+
+def _degree_bound(config: SamplerConfig, sampled=None) -> int | None:
+    """The largest degree of a served graph (or relation) that `config`, resolved for the
+    training graph's, samples as its fanouts say; None where any degree is. A hop taking
+    every neighbour, and one whose fanout that degree cut (`hop_width`), have as many
+    slots as the training graph's largest degree, and LABOR scans no more of a row.
+    `sampled`: per hop, whether it is sampled at all (a typed relation's fanout 0)."""
+    top = max(config.max_degree, 1)
+    cut = [full or (not config.replace and config.method != "labor" and f == top)
+           or (config.method == "labor" and config.labor_span(hop) == config.max_degree)
+           for hop, (f, full) in enumerate(zip(config.fanouts, config.full))]
+    sampled = sampled or (True,) * len(cut)
+    return top if any(c and s for c, s in zip(cut, sampled)) else None
+
+
+def _nan_past_degree(logits, indptr, bound: int | None) -> jax.Array:
+    """`logits` all NaN where the served graph has a row longer than `bound`: its rows
+    would come back cut to `bound` neighbours, unmarked."""
+    if bound is None:
+        return logits
+    longest = jnp.max(indptr[1:] - indptr[:-1], initial=0)
+    return jnp.where(longest > bound, jnp.nan, logits.astype(jnp.float32))
 
 
 def _nan_outside(logits, seeds, valid, num_nodes: int) -> jax.Array:
@@ -357,6 +396,10 @@ def _export_typed(program: StepProgram, variables, data: DeviceData, batch_size:
         mb = sample_typed(device.graph, seeds, valid, key, config, envelope, XLA)
         logits, _ = program.apply_model(variables, device, task.sample_of(mb), train=False,
                                         inputs=task.model_inputs(device, mb))
+        for relation, g in zip(graph.relations, graphs):
+            sampled = [f > 0 for f in dict(config.fanouts)[relation]]
+            bound = _degree_bound(config.relation_config(relation), sampled)
+            logits = _nan_past_degree(logits, g.indptr, bound)
         return _nan_outside(logits, seeds, valid, graph.num_nodes[seed_type])
 
     return _exported(infer, data, names + ("features",), batch_size, platforms)
