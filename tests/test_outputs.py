@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import zerognn_jax as zg
 from zerognn_jax._src.data import graph_storage as storage_graphs
 from zerognn_jax._src.data import storage
 from zerognn_jax._src.data.molecules import molhiv_like
@@ -77,6 +78,28 @@ def test_one_process_cannot_hold_a_folder_twice(tmp_path):
             pass
     with hold_outputs(str(tmp_path), None):  # released: free again
         pass
+
+
+def test_a_lock_file_that_cannot_be_removed_leaves_the_runs_own_error(tmp_path,
+                                                                      monkeypatch):
+    """A folder turned read-only during a run: the checkpoint's write failed, then the
+    lock's removal did, and its EPERM replaced the error that named the checkpoint."""
+    real_unlink = os.unlink
+
+    def refused(path, *args, **kwargs):
+        if str(path).endswith(LOCK_NAME):
+            raise PermissionError(1, "Operation not permitted", str(path))
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", refused)
+    with pytest.raises(OSError, match="could not write the checkpoint"):
+        with hold_outputs(str(tmp_path), None):
+            raise OSError("could not write the checkpoint of epoch 5")
+    monkeypatch.setattr(os, "unlink", real_unlink)
+    assert (tmp_path / LOCK_NAME).exists()  # left, unlocked: the next run takes it
+    with hold_outputs(str(tmp_path), None):
+        pass
+    assert not (tmp_path / LOCK_NAME).exists()
 
 
 def test_an_interrupt_while_the_lock_is_taken_leaves_it_free(tmp_path, monkeypatch):
@@ -378,6 +401,37 @@ def test_checkpoint_on_a_full_disk_is_one_line_exit_1(tmp_path, monkeypatch, cap
     assert capfd.readouterr().err == (f"zerognn: error: could not write the checkpoint of "
                                       f"epoch 0 in --checkpoint-dir {ckpt}: {ENOSPC}\n")
     assert not ckpt.exists()  # nothing written: the folder made for the run goes too
+
+
+def test_a_failure_after_the_checkpoint_is_written_is_not_called_a_write_failure(
+        tmp_path, monkeypatch):
+    """orbax's save also removes checkpoints past the ones kept; a removal that failed
+    (a folder made read-only) was reported as the new checkpoint's write failing, though
+    it was whole and a rerun resumed from it."""
+    import orbax.checkpoint as ocp
+
+    real = ocp.CheckpointManager.save
+
+    def save(self, step, *args, **kwargs):
+        real(self, step, *args, **kwargs)
+        if step == 2:
+            raise PermissionError(errno.EPERM, "Operation not permitted",
+                                  str(Path(self.directory) / "0"))
+        return True
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", save)
+    ckpt = tmp_path / "ck"
+    cfg = zg.TrainConfig(dataset="tiny", hidden=8, layers=1, fanouts=(2,), batch_size=512,
+                         epochs=3, eval_mode="none", progress=False, checkpoint_dir=str(ckpt))
+    with pytest.raises(OSError) as caught:
+        zg.train(cfg)
+    assert str(caught.value) == (
+        f"could not remove an older checkpoint in checkpoint_dir {ckpt}: Operation not "
+        f"permitted (EPERM, errno 1); the checkpoint of epoch 2 was written, and a rerun "
+        f"resumes from it")
+    assert caught.value.errno == errno.EPERM
+    monkeypatch.setattr(ocp.CheckpointManager, "save", real)
+    assert zg.train(cfg).summary["start_epoch"] == 3
 
 
 # ------------------------------------------------------- permissions

@@ -66,7 +66,8 @@ def test_restore_for_inference_needs_the_model_only(planetoid_root, tmp_path, ca
         "['params']['Dense_0']['bias'] [[16], 'float32'] there, [[8], 'float32'] here; "
         "['params']['Dense_0']['kernel'] [[2866, 16], 'float32'] there, [[2866, 8], "
         "'float32'] here; ['params']['Dense_1']['kernel'] [[32, 7], 'float32'] there, "
-        "[[16, 7], 'float32'] here")
+        "[[16, 7], 'float32'] here; restore it with the settings, dataset and model it "
+        "was trained with")
     with pytest.raises(zg.CheckpointMismatch, match=r"holds a run with other settings "
                        r"\(epoch 0\): lr 0\.01 there, 0\.1 here; restore it with the "
                        r"settings, dataset and model it was trained with$"):
@@ -89,6 +90,29 @@ def test_restore_for_inference_needs_the_model_only(planetoid_root, tmp_path, ca
     with pytest.raises(ValueError, match="node_type picks a node type of a typed graph's "
                                          "run; this run's graph has one type"):
         zg.predict(back, [0], node_type="paper")
+
+
+def test_a_resume_with_another_optimizer_or_model_names_what_differs(tmp_path):
+    """Another optimizer's state was called "other model variables"; another model's
+    showed its optimizer's moments first (sorted before the parameters), three of them,
+    and no remedy."""
+    cfg = zg.TrainConfig(dataset="tiny", layers=2, fanouts=(2, 2), batch_size=512,
+                         epochs=1, eval_mode="none", progress=False,
+                         checkpoint_dir=str(tmp_path / "ck"))
+    zg.train(cfg, model=MeanConcat(8, 47), optimizer=optax.adam(1e-3))
+    resumed = dataclasses.replace(cfg, epochs=2)
+    with pytest.raises(zg.CheckpointMismatch) as other:
+        zg.train(resumed, model=MeanConcat(8, 47), optimizer=optax.sgd(1e-3))
+    assert str(other.value).startswith(
+        f"checkpoint_dir {cfg.checkpoint_dir} holds another optimizer's state (another "
+        f"optimizer, or a schedule where there was none, or the reverse) (epoch 0): "
+        f"['opt_state'][0].count [[], 'int32'] there, absent here; ")
+    assert str(other.value).endswith(" more); resume with the same settings or use another "
+                                     "checkpoint_dir")
+    with pytest.raises(zg.CheckpointMismatch) as other:
+        zg.train(resumed, model=MeanConcat(16, 47), optimizer=optax.adam(1e-3))
+    assert "holds other model variables (epoch 0): ['params']" in str(other.value)
+    assert "opt_state" not in str(other.value)
 
 
 def test_a_given_dataset_is_asked_for_by_name(tmp_path, capsys):

@@ -48,8 +48,10 @@ def _errno_of(err: BaseException) -> int | None:
     return None
 
 
-def write_error(what: str, path: str | os.PathLike, err: BaseException) -> WriteError:
-    """A WriteError for `err`, raised while writing `what` at `path`."""
+def write_error(what: str, path: str | os.PathLike, err: BaseException, *,
+                failed: str = "write") -> WriteError:
+    """A WriteError for `err`, raised while writing `what` at `path` (or doing what
+    `failed` names to it: "remove")."""
     if isinstance(err, WriteError):
         return err
     code = _errno_of(err)
@@ -63,7 +65,7 @@ def write_error(what: str, path: str | os.PathLike, err: BaseException) -> Write
                         None)
         if blocking is not None:
             cause = f"{blocking} is a file, not a folder ({cause})"
-    out = WriteError(f"could not write {what} {path}: {cause}")
+    out = WriteError(f"could not {failed} {what} {path}: {cause}")
     out.errno = code
     return out
 

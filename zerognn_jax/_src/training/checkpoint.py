@@ -42,7 +42,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from zerognn_jax._src.data.hetero import named_relation, relation_name
-from zerognn_jax._src.data.writes import atomic_write, write_error
+from zerognn_jax._src.data.writes import WriteError, atomic_write, write_error
 from zerognn_jax._src.training.callbacks import best_mode
 from zerognn_jax._src.training.checkpoint_errors import CheckpointMismatch, CheckpointWarning
 from zerognn_jax._src.training.checksums import check_checksums, state_checksums
@@ -162,6 +162,11 @@ def differences(saved: dict, current: dict) -> list[str]:
     return [f"{_SHOWN.get(k, k)} {show(saved.get(k, absent))} there, "
             f"{show(current.get(k, absent))} here"
             for k in keys if saved.get(k, absent) != current.get(k, absent)]
+
+
+# How a state spec's entries of optimizer state begin (`state_spec`: the model's
+# optimizer, a learnable embedding's row optimizer).
+OPTIMIZER_STATE = ("['opt_state']", "['embedding_opt']")
 
 
 # Keys of an identity that name no option, with the options that set them
@@ -358,6 +363,13 @@ class Checkpointer:
             if jax.process_index() == 0:
                 for tmp in self.directory.glob(f"{epoch}.orbax-checkpoint-tmp*"):
                     shutil.rmtree(tmp, ignore_errors=True)
+            if (self.directory / str(epoch)).is_dir():  # written: the cleanup failed
+                cleanup = write_error("an older checkpoint in checkpoint_dir", self.named,
+                                      err, failed="remove")
+                out = WriteError(f"{cleanup}; the checkpoint of epoch {epoch} was written, "
+                                 f"and a rerun resumes from it")
+                out.errno = cleanup.errno
+                raise out from None
             raise write_error(f"the checkpoint of epoch {epoch} in checkpoint_dir",
                               self.named, err) from None
         if not saved:
@@ -509,11 +521,24 @@ class Checkpointer:
             raise CheckpointMismatch(
                 f"{where} a run with other settings (epoch {epoch}): {'; '.join(diff)}; "
                 f"{self._remedy}")
-        diff = [] if like is None else differences(meta.get("state_spec", {}),
-                                                    state_spec(like))
-        if diff:
-            raise CheckpointMismatch(f"{where} other model variables (epoch {epoch}): "
-                                     f"{'; '.join(diff[:3])}")
+        if like is not None:
+            self.check_arrays(epoch, meta.get("state_spec", {}), state_spec(like))
+
+    def check_arrays(self, epoch: int, saved: dict, current: dict) -> None:
+        """CheckpointMismatch naming the arrays whose shapes or dtypes differ between the
+        state specs `saved` (epoch `epoch`'s) and `current`: the model's variables first
+        (an optimizer's moments repeat their differences), or the optimizer's state."""
+        diff = differences(saved, current)
+        if not diff:
+            return
+        model = [d for d in diff if not d.startswith(OPTIMIZER_STATE)]
+        what = ("other model variables" if model else "another optimizer's state (another "
+                "optimizer, or a schedule where there was none, or the reverse)")
+        shown = (model or diff)[:3]
+        more = len(diff) - len(shown)
+        raise CheckpointMismatch(
+            f"checkpoint_dir {self.named} holds {what} (epoch {epoch}): {'; '.join(shown)}"
+            f"{f' (and {more} more)' if more else ''}; {self._remedy}")
 
     def _set_aside(self, epochs: list[int], problems: list[str]) -> None:
         """Renames the unreadable checkpoints of `epochs` to `<epoch>.corrupt`, so the

@@ -193,12 +193,7 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
     """`state` with the model variables of `epoch`, the identity compared (relations
     named by a graph of `relations`) but for `INFERENCE_FREE`, and the variables'
     shapes with the model's."""
-    from zerognn_jax._src.training.checkpoint import (
-        CheckpointMismatch,
-        differences,
-        readable,
-        state_spec,
-    )
+    from zerognn_jax._src.training.checkpoint import CheckpointMismatch, readable, state_spec
 
     ckpt.check(epoch, meta, _compared(ident, meta), relations)
     # the model's variables and its node embedding, not the optimizers' state
@@ -210,10 +205,7 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
     saved = readable(read, ckpt.named, epoch)
     like = {"params": state.params, "batch_stats": state.batch_stats}
     got = {"params": saved["params"], "batch_stats": saved.get("batch_stats") or {}}
-    if state_spec(got) != state_spec(like):
-        diff = differences(state_spec(got), state_spec(like))
-        raise CheckpointMismatch(f"checkpoint_dir {ckpt.named} holds other model "
-                                 f"variables (epoch {epoch}): {'; '.join(diff[:3])}")
+    ckpt.check_arrays(epoch, state_spec(got), state_spec(like))
     put = lambda x, ref: jax.device_put(jnp.asarray(x, ref.dtype), ref.sharding)
     if state.embedding is not None:  # the node embedding is part of the model's inputs
         if "embedding" not in saved or saved["embedding"].shape != state.embedding.shape:
