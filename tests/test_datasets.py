@@ -102,9 +102,18 @@ def test_row_normalize_refuses_negative_values_by_position():
     with pytest.raises(ValueError, match=r"^normalize_features divides each row of the "
                                          r"features by its sum, which needs values >= 0 "
                                          r"\(counts, bags of words\); found -1 at row 12, "
-                                         r"column 1: turn normalize_features off"):
+                                         r"column 1: set normalize_features to False"):
         zg.row_normalize(x, first_row=10)
     np.testing.assert_allclose(zg.row_normalize(x[:2]), [[0.25, 0.5, 0.25], [1, 0, 0]])
+    # one's own arrays named "cora": the option, left unset, was on by that name, and the
+    # message had said to turn off what the user never turned on
+    ds = zg.make_dataset("cora", np.arange(5), np.array([1, 2, 3, 0]), x[[0, 1, 2, 0]],
+                         np.array([0, 1, 0, 1]), [0, 1], [2], [3], 2)
+    cfg = zg.TrainConfig(hidden=4, layers=1, fanouts=(1,), batch_size=2, epochs=1,
+                         eval_mode="none", progress=False)
+    with pytest.raises(ValueError, match=r"^normalize_features, on by default for a "
+                                         r"dataset named 'cora' as Planetoid's is, divides"):
+        zg.train(cfg, ds)
 
 
 @pytest.fixture

@@ -250,6 +250,14 @@ def test_jraph_round_trip():
     back = zg.collection_from_jraph(gt, name="tiny", splits=(c.train_idx, c.val_idx,
                                                               c.test_idx))
     assert same(c, back)
+    # categorical columns: the vocabularies, which a GraphsTuple cannot hold, given back
+    # as collection_to_jraph's docstring says
+    m = zg.molhiv_like(0.001, seed=0)
+    back = zg.collection_from_jraph(
+        zg.collection_to_jraph(m), name=m.name, target_kind=m.target_kind,
+        num_classes=m.num_classes, splits=(m.train_idx, m.val_idx, m.test_idx),
+        node_vocab=m.node_vocab, edge_vocab=m.edge_vocab)
+    assert m.node_vocab and same(m, back)
     with pytest.raises(ValueError, match=r"the GraphsTuple's globals are a dict \(keys "
                                          r"\['y'\]\); the targets must be one array"):
         zg.collection_from_jraph(gt._replace(globals={"y": gt.globals}))

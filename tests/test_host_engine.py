@@ -115,6 +115,23 @@ def test_host_engine_grows_a_small_envelope(problem):
     assert small.loss == pytest.approx(large.loss, rel=1e-5)
 
 
+def test_a_state_an_epoch_consumed_is_refused_by_name(problem):
+    """Both engines donate the state they are given; passing it again raised JAX's
+    "Array has been deleted", which named neither the call nor the fix."""
+    program, data, state = problem
+    host = HostEngine(program, "bucketed", max_steps=1, policy=EnvelopePolicy(multiple=8))
+    given = _copy(state)
+    host.run_epoch(given, data, TRAIN_IDX, 0, ENVELOPE)
+    with pytest.raises(ValueError, match=r"consumed by an earlier run_epoch .* pass that "
+                                         r"call's result\.state"):
+        host.run_epoch(given, data, TRAIN_IDX, 1, ENVELOPE)
+    scan = ScanEngine(program)
+    given = _copy(state)
+    scan.run_epoch(given, data, TRAIN_IDX, 0, ENVELOPE)
+    with pytest.raises(ValueError, match="consumed by an earlier run_epoch"):
+        scan.run_epoch(given, data, TRAIN_IDX, 1, ENVELOPE)
+
+
 def test_host_engine_refuses_positional_levels(problem):
     program = problem[0]
     tree = StepProgram(program.model, program.tx, SamplerConfig((4, 3), dedup=False), 32, 1)

@@ -22,7 +22,12 @@ def _shift(c: GraphCollection) -> np.ndarray:
 def collection_to_jraph(collection: GraphCollection):
     """The collection as one `jraph.GraphsTuple` (NumPy arrays): nodes, edges (None
     without edge features), global senders/receivers, n_node, n_edge, and the targets
-    as `globals` (one row per graph)."""
+    as `globals` (one row per graph). A GraphsTuple has no place for the rest: the
+    name, target kind, number of classes, splits and the categorical columns'
+    vocabularies are given back to `collection_from_jraph` by hand
+    (`collection_from_jraph(t, name=c.name, target_kind=c.target_kind,
+    num_classes=c.num_classes, splits=(c.train_idx, c.val_idx, c.test_idx),
+    node_vocab=c.node_vocab, edge_vocab=c.edge_vocab)`)."""
     jraph = need("jraph", "collection_to_jraph")
     c = collection
     shift = _shift(c)

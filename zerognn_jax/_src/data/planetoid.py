@@ -81,22 +81,26 @@ def default_root() -> Path:
 
 
 def row_normalize(features: np.ndarray, *, what: str = "features",
-                  first_row: int = 0) -> np.ndarray:
+                  first_row: int = 0, default_for: str | None = None) -> np.ndarray:
     """float32[N, d] -> float32[N, d]: each row divided by its sum; all-zero rows stay zero.
 
     Raises:
       ValueError: a negative value, naming `what` and its row (counted from `first_row`,
-        for a table normalised block by block) and column. Dividing by the sum is for
-        counts and bags of words: a row with negative entries can sum to about zero or
-        below it, flipping or blowing up its values.
+        for a table normalised block by block) and column, and the dataset whose name
+        turned the option on where it was left unset (`default_for`). Dividing by the
+        sum is for counts and bags of words: a row with negative entries can sum to
+        about zero or below it, flipping or blowing up its values.
     """
     features = np.asarray(features, np.float32)
     if features.size and features.min() < 0:
         row, col = np.unravel_index(int(np.argmin(features)), features.shape)
-        raise ValueError(f"normalize_features divides each row of the {what} by its sum, "
+        option = ("normalize_features" if default_for is None else
+                  f"normalize_features, on by default for a dataset named {default_for!r} "
+                  f"as Planetoid's is,")
+        raise ValueError(f"{option} divides each row of the {what} by its sum, "
                          f"which needs values >= 0 (counts, bags of words); found "
                          f"{features[row, col]:g} at row {first_row + row}, column {col}: "
-                         f"turn normalize_features off, or shift or scale the {what} "
+                         f"set normalize_features to False, or shift or scale the {what} "
                          f"yourself")
     sums = features.sum(axis=1, keepdims=True)
     return features / np.where(sums == 0, 1, sums)

@@ -28,6 +28,7 @@ from zerognn_jax._src.training.program import (
     StepProgram,
     TaskSample,
     TrainState,
+    require_live,
     sample_batch,
 )
 from zerognn_jax._src.training.step import (
@@ -181,7 +182,8 @@ class HostEngine:
     def run_epoch(self, state: TrainState, data: DeviceData, items, epoch: int,
                   envelope: Envelope, *, on_progress=None) -> EpochResult:
         """One epoch over the task's training `items` (its first `max_steps` steps if
-        set), summed as the scan engine's."""
+        set), summed as the scan engine's. `state` is donated, as the scan engine's."""
+        require_live(state)
         items = jnp.asarray(items, jnp.int32)
         program = self.program
         total = num_steps(items.shape[0], program.batch_size)

@@ -62,6 +62,17 @@ class TrainState(NamedTuple):
     embedding_opt: Any = None
 
 
+def require_live(state: TrainState) -> None:
+    """ValueError for a state an engine's epoch consumed: its arrays are donated to the
+    epoch's program, which updates them in place (JAX's own error named no cause)."""
+    if any(isinstance(leaf, jax.Array) and leaf.is_deleted()
+           for leaf in jax.tree_util.tree_leaves(state)):
+        raise ValueError("the state's arrays were consumed by an earlier run_epoch (the "
+                         "engines donate the state they are given and update it in "
+                         "place): pass that call's result.state, or give each call a copy, "
+                         "jax.tree_util.tree_map(jnp.copy, state)")
+
+
 def views_for(mb: MiniBatch, kernels: Kernels = XLA,
               positional: tuple[bool, ...] = (), *,
               inference: bool = False, edge_table: jax.Array | None = None

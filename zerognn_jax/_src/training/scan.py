@@ -30,6 +30,7 @@ from zerognn_jax._src.training.program import (
     StepProgram,
     TrainState,
     grown_envelope,
+    require_live,
     sample_batch,
 )
 from zerognn_jax._src.training.step import (
@@ -426,8 +427,10 @@ class ScanEngine:
         envelope on overflow.
 
         `on_progress(done, total)` is called after every chunk (for progress bars). With
-        a mesh, `data` must have been placed by `program.parallel.place_data`.
+        a mesh, `data` must have been placed by `program.parallel.place_data`. `state` is
+        donated: its arrays are updated in place, and the result's state replaces it.
         """
+        require_live(state)
         program = self.program
         items = jnp.asarray(items, jnp.int32)
         total = num_steps(items.shape[0], program.global_batch)

@@ -183,7 +183,8 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                          f"{list(feats.shape)}) and the run learns no node embedding: set "
                          f"embedding_dim (--embedding-dim) or give the nodes features")
     if row_normalizes(cfg, dataset, task):
-        feats = row_normalize(feats)
+        feats = row_normalize(feats, default_for=(dataset.name if cfg.normalize_features
+                                                  is None else None))
     targets = task.device_targets(dataset)
     edge_dim = _edge_dim(cfg, dataset, user_model=model is not None)
     sampler = SamplerConfig(cfg.fanouts, replace=cfg.replace, method=cfg.sampler,
