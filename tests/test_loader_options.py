@@ -136,9 +136,16 @@ def test_loaders_reject_bad_input(graph):
     with pytest.raises(ValueError, match=r"features must have one row per node \(300\)"):
         zg.NeighborLoader(graph, [1, 2], fanouts=(2,), batch_size=4, key=0,
                           features=np.ones((3, 2)))
-    with pytest.raises(ValueError, match="weighted sampling needs edge weights"):
+    # the option and the ways to give weights are named (no built-in dataset has any)
+    unweighted = (r"^sampler 'weighted' draws neighbours by edge weight, and this graph has "
+                  r"none \(CSRGraph.weights is None; no built-in dataset has weights\): "
+                  r".* or use sampler 'uniform' or 'labor'$")
+    with pytest.raises(ValueError, match=unweighted):
         zg.NeighborLoader(graph._replace(weights=None), [1, 2], fanouts=(2,), batch_size=4,
                           key=0, sampler="weighted")
+    with pytest.raises(ValueError, match=unweighted):
+        zg.train(zg.TrainConfig(dataset="tiny", sampler="weighted", fanouts=(2,), layers=1,
+                                epochs=1, progress=False))
     with pytest.raises(ValueError, match="bad kernel spec 'nope'"):
         zg.NeighborLoader(graph, [1, 2], fanouts=(2,), batch_size=4, key=0, kernels="nope")
     # a dict of tables (the typed loaders' layout) crashed in the first batch's gather

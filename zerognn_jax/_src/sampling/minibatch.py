@@ -257,8 +257,11 @@ def prepare_graph(graph: CSRGraph, config: SamplerConfig, what: str = "the graph
     if config.method != "weighted":
         return graph
     if graph.weights is None and what == "the graph":
-        raise ValueError("weighted sampling needs edge weights, and this graph has none "
-                         "(CSRGraph.weights is None)")
+        raise ValueError("sampler 'weighted' draws neighbours by edge weight, and this "
+                         "graph has none (CSRGraph.weights is None; no built-in dataset "
+                         "has weights): give the graph weights (make_dataset's or "
+                         "CSRGraph's weights=, a SciPy matrix's values, a .npz or dataset "
+                         "folder saved with them), or use sampler 'uniform' or 'labor'")
     if graph.weights is None:
         raise ValueError(f"weighted sampling needs edge weights, and {what} has none: give "
                          "every relation weights (weights={relation: [E]}), or sample "
