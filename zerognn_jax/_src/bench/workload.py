@@ -74,6 +74,7 @@ VARIANTS = {v.name: v for v in (
     Variant("scan-cmdbuf", xla_flags=CMDBUF_FLAGS),
 )}
 
+
 def unmeasured_here(variant: Variant) -> str | None:
     """Why `variant` is not measured on this backend: Pallas kernels off a GPU. Their
     interpreter sums ids repeated within one program's block wrongly (docs/kernels.md),
@@ -216,11 +217,10 @@ class Workbench:
     def program_for(self, variant: Variant, batch_size: int):
         """(StepProgram, starting envelope) of a variant at `batch_size`.
 
-        The host engines sample every hop
-        deduplicated (`dedup_program`); their exact and bucketed levels are cut from it.
-        The scan engine samples as the library would at `batch_size` (tree mode or
-        dedup, `layout.choose_layout`) unless the variant sets `dedup`; dedup'd, its
-        outermost hop is flat where the library makes it so.
+        The host engines sample every hop deduplicated (`dedup_program`); their exact and
+        bucketed levels are cut from it. The scan engine samples as the library would at
+        `batch_size` (tree mode or dedup, `layout.choose_layout`) unless the variant sets
+        `dedup`; dedup'd, its outermost hop is flat where the library makes it so.
         """
         kernels = Kernels.parse(variant.kernels)
         base = self.dedup_program

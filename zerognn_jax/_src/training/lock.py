@@ -116,9 +116,11 @@ class _Lock:
         try:  # unlink before unlocking: a waiting run then finds a new file
             if self._held:
                 os.unlink(self.path)
-        except OSError:  # the folder went away, or turned read-only, during the run: the
-            pass  # file stays, unlocked (a later run takes it), and the run's own error,
-            # if it is ending on one, is the one raised
+        except OSError:
+            # the folder went away, or turned read-only, during the run: the file stays,
+            # unlocked (a later run takes it), and the run's own error, if it is ending
+            # on one, is the one raised
+            pass
         finally:
             os.close(fd)
 
