@@ -176,3 +176,27 @@ def test_hetero_example_learns_and_serves(tmp_path):
     summary = result.summary
     assert summary["test_acc"] > summary["majority_share"] + 0.05, summary
     assert summary["served_agree"] == 1.0
+
+
+@pytest.mark.parametrize("name, argv, message", [
+    ("cora_gcn", ["--seeds", "0"], "--seeds must be at least 1, got 0"),
+    ("cora_gcn", ["--seed", "3"], "unrecognized arguments: --seed 3"),  # not --seeds 3
+    ("own_loop", ["--fanouts", "10,x"], "expected comma-separated integers, got '10,x'"),
+    ("own_loop", ["--eval-fanouts=-1"], "--eval-fanouts needs one fanout per layer, 2"),
+    ("hetero", ["--serve", "0"], "--serve must be at least 1, got 0"),
+    ("recommend", ["--k", "0"], "--k must be at least 1, got 0"),
+])
+def test_bad_flags_stop_an_example_before_it_trains(name, argv, message, capsys):
+    """They had been found after training (a raw NumPy or library error), read as another
+    flag (--seed as --seeds), or not at all (--seeds 0 averaged nothing)."""
+    with pytest.raises(SystemExit) as stop:
+        _load(name).main(argv)
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_graph_example_refuses_a_test_split_without_both_classes():
+    """At --scale 0.001 the 5 test molecules hold no positive: it trained, then failed
+    formatting a ROC-AUC of None."""
+    with pytest.raises(SystemExit, match="holds 5 molecules, 0 positive: its ROC-AUC is "
+                                         "undefined"):
+        _load("graph").main(["--scale", "0.001", "--epochs", "1"])

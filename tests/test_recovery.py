@@ -735,6 +735,22 @@ def test_no_readable_checkpoint_is_an_error(dataset, run):
         train(config(run, 4), dataset)
 
 
+def test_a_resumed_run_says_so_and_what_is_left(dataset, run, capfd):
+    """With progress on, a resumed run says where it resumes and what is left: a finished
+    run's rerun trained nothing, and printed the same summary as if it had trained."""
+    train(config(run, 3, progress=True), dataset)
+    err = capfd.readouterr().err
+    assert (f"resuming from the checkpoint of epoch 2 in {run / 'ck'}: nothing is left to "
+            f"train at epochs=3 (more epochs train on; another checkpoint_dir starts "
+            f"afresh)\n") in err
+    train(config(run, 4, progress=True), dataset)
+    err = capfd.readouterr().err
+    assert f"resuming from the checkpoint of epoch 2 in {run / 'ck'}: epoch 3 left to " \
+           f"train\n" in err
+    train(config(run, 4), dataset)  # progress off: nothing said
+    assert "resuming" not in capfd.readouterr().err
+
+
 def test_metrics_log_after_resume_lists_every_epoch_once(dataset, run, four_epochs):
     """A kill can leave the log behind its checkpoints or cut a line short; the resumed
     run rewrites the records of the run in progress from its checkpoint. Its summary's

@@ -1,6 +1,6 @@
 """Two-layer GCN on Cora with Kipf & Welling's settings (published test accuracy 81.5 %).
 
-    python examples/cora_gcn/main.py --root ../shared/datasets/planetoid --seeds 5
+    python examples/cora_gcn/main.py --root path/to/planetoid --seeds 5
 """
 
 import argparse
@@ -12,12 +12,14 @@ import zerognn_jax as zg
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--root", default=None,
                    help="folder with the ind.cora.* files (default: download to the cache)")
     p.add_argument("--seeds", type=int, default=1, help="independent runs to average")
     p.add_argument("--epochs", type=int, default=200)
     args = p.parse_args(argv)
+    if args.seeds < 1:
+        p.error(f"--seeds must be at least 1, got {args.seeds}")
     dataset = zg.load_dataset("cora", args.root, download=args.root is None)
     accs = []
     for seed in range(args.seeds):

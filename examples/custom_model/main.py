@@ -24,6 +24,7 @@ import optax
 from flax import nnx
 
 import zerognn_jax as zg
+from zerognn_jax.cli.flags import int_tuple
 
 
 def mean_concat(dense, h_src, h_dst, view):
@@ -85,18 +86,21 @@ def smoothed_cross_entropy(logits, labels):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--dataset", default="tiny", help="a dataset name or .npz file")
+    p.add_argument("--root", default=None,
+                   help="folder of a named dataset's files (Planetoid's ind.* files, OGB's "
+                        "folders)")
     p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--fanouts", default="10,5", help="per hop, seeds' hop first")
+    p.add_argument("--fanouts", type=int_tuple, default="10,5", help="per hop, seeds' hop first")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--nnx", action="store_true", help="the Flax NNX model")
     p.add_argument("--builtin", action="store_true", help="the built-in GraphSAGE, Adam "
                    "and cross-entropy, for comparison")
     args = p.parse_args(argv)
-    dataset = zg.load_dataset(args.dataset)
-    fanouts = tuple(int(f) for f in args.fanouts.split(","))
+    dataset = zg.load_dataset(args.dataset, args.root)
+    fanouts = args.fanouts
     cfg = zg.TrainConfig(layers=len(fanouts), fanouts=fanouts, batch_size=128,
                          hidden=args.hidden, dropout=0.2, lr=args.lr, epochs=args.epochs,
                          eval_every=0, progress=False)

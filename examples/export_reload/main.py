@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import zerognn_jax as zg
+from zerognn_jax.cli.flags import int_tuple
 
 
 def serve(blob: bytes, graph, features, nodes, batch_size: int) -> np.ndarray:
@@ -36,17 +37,20 @@ def serve(blob: bytes, graph, features, nodes, batch_size: int) -> np.ndarray:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--dataset", default="tiny", help="a dataset name or .npz file")
+    p.add_argument("--root", default=None,
+                   help="folder of a named dataset's files (Planetoid's ind.* files, OGB's "
+                        "folders)")
     p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--fanouts", default="10,5", help="per hop, seeds' hop first")
+    p.add_argument("--fanouts", type=int_tuple, default="10,5", help="per hop, seeds' hop first")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
     args = p.parse_args(argv)
-    fanouts = tuple(int(f) for f in args.fanouts.split(","))
-    cfg = zg.TrainConfig(dataset=args.dataset, layers=len(fanouts), fanouts=fanouts,
-                         batch_size=128, hidden=args.hidden, dropout=0.2, lr=args.lr,
-                         epochs=args.epochs, eval_every=0, progress=False)
+    fanouts = args.fanouts
+    cfg = zg.TrainConfig(dataset=args.dataset, root=args.root, layers=len(fanouts),
+                         fanouts=fanouts, batch_size=128, hidden=args.hidden, dropout=0.2,
+                         lr=args.lr, epochs=args.epochs, eval_every=0, progress=False)
     result = zg.train(cfg)
     art = zg.export_model(result.program, result.variables, result.data, batch_size=256)
     blob = bytes(art.serialize())

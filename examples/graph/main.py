@@ -22,7 +22,7 @@ from zerognn_jax._src.training.tasks.link_metrics import roc_auc
 
 
 def parse(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--scale", type=float, default=1.0, help="molhiv-like size factor")
     p.add_argument("--positive-rate", type=float, default=0.035,
                    help="share of positive molecules (molhiv: 0.035)")
@@ -45,6 +45,11 @@ def node_count_auc(data: zg.GraphCollection) -> float:
 def main(argv=None) -> zg.TrainResult:
     args = parse(argv)
     data = zg.molhiv_like(args.scale, positive_rate=args.positive_rate)
+    test = data.targets[data.test_idx, 0]
+    if not ((test == 1).any() and (test == 0).any()):  # before training, not after
+        raise SystemExit(f"the test split of molhiv-like at --scale {args.scale:g} holds "
+                         f"{test.size} molecules, {int((test == 1).sum())} positive: its "
+                         f"ROC-AUC is undefined; raise --scale or --positive-rate")
     cfg = zg.TrainConfig(task="graph", dataset=data.name, model=args.model,
                          hidden=args.hidden, layers=args.layers, batch_size=args.batch_size,
                          epochs=args.epochs, lr=args.lr, dropout=0.0, sample_ahead=1,
@@ -65,7 +70,7 @@ def serve(result: zg.TrainResult, data: zg.GraphCollection) -> list[float]:
     call = jax.export.deserialize(art.serialize()).call
     ids = data.test_idx[:8]
     logits = np.asarray(call(*zg.graph_arguments(art, data, ids)))[:ids.size, 0]
-    served = (1 / (1 + np.exp(-logits))).round(3).tolist()
+    served = (1 / (1 + np.exp(-logits.astype(np.float64)))).round(3).tolist()
     print(f"served by the exported model, test molecules {ids.tolist()}: {served}")
     return served
 

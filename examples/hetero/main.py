@@ -20,21 +20,25 @@ import jax.numpy as jnp
 import numpy as np
 
 import zerognn_jax as zg
+from zerognn_jax.cli.flags import int_tuple
 
 
 def parse(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--scale", type=float, default=1.0, help="mag-like size factor")
     p.add_argument("--root", default=None, help="folder caching the generated graph")
     p.add_argument("--model", default="rsage", choices=zg.HETERO_MODELS)
-    p.add_argument("--fanouts", default="25,20", help="per hop, for every relation")
+    p.add_argument("--fanouts", type=int_tuple, default="25,20", help="per hop, for every relation")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--embedding-dim", type=int, default=0,
                    help="learnable rows for every type (0: the featureless types' only)")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--serve", type=int, default=8, help="test papers the artifact scores")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.serve < 1:  # (checked before training, which it follows)
+        p.error(f"--serve must be at least 1, got {args.serve}")
+    return args
 
 
 def majority_share(ds: zg.HeteroDataset) -> float:
@@ -56,7 +60,7 @@ def serve(result: zg.TrainResult, papers: np.ndarray) -> np.ndarray:
 def main(argv=None) -> zg.TrainResult:
     args = parse(argv)
     ds = zg.load_hetero_dataset("mag-like", args.root, scale=args.scale)
-    fanouts = tuple(int(f) for f in args.fanouts.split(","))
+    fanouts = args.fanouts
     cfg = zg.TrainConfig(dataset="mag-like", scale=args.scale, model=args.model,
                          hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
                          embedding_dim=args.embedding_dim, batch_size=args.batch_size,

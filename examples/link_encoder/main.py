@@ -6,12 +6,12 @@ gives one embedding row per level-0 node). `zg.train` wraps it with the default
 decoder (the dot product over sqrt(width)), draws negatives on the device and hides each
 step's own edges from its message passing (docs/link_prediction.md). This encoder has
 no per-layer form (`layer`), so it is evaluated on sampled neighbourhoods, which full
-fanouts (`--fanouts -1,-1`) make exact (slow on a CPU: every neighbour of every node,
+fanouts (`--fanouts=-1,-1`) make exact (slow on a CPU: every neighbour of every node,
 two hops). With `--loop` the same happens in a loop of your own: the loader hands out
 each batch's pairs, labels and weights, and the test edges of the same split are scored
 from every node's embedding (a `NeighborLoader` over all nodes, in order).
 
-    python examples/link_encoder/main.py --dataset cora --root ../shared/datasets/planetoid
+    python examples/link_encoder/main.py --dataset cora --root path/to/planetoid
     python examples/link_encoder/main.py --loop         # your own loop
     python examples/link_encoder/main.py --builtin      # the built-in SAGE encoder
 """
@@ -26,6 +26,7 @@ import numpy as np
 import optax
 
 import zerognn_jax as zg
+from zerognn_jax.cli.flags import int_tuple
 
 
 class MeanEncoder(nn.Module):
@@ -43,16 +44,16 @@ class MeanEncoder(nn.Module):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--dataset", default="tiny", help="a dataset name or .npz file")
     p.add_argument("--root", default=None, help="folder with the dataset files")
     p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--fanouts", default="5,5", help="per hop; -1 = all neighbours")
+    p.add_argument("--fanouts", type=int_tuple, default="5,5", help="per hop; -1 = all neighbours")
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--builtin", action="store_true", help="the built-in SAGE encoder")
     p.add_argument("--loop", action="store_true", help="your own loop over LinkNeighborLoader")
     args = p.parse_args(argv)
-    fanouts = tuple(int(f) for f in args.fanouts.split(","))
+    fanouts = args.fanouts
     if args.loop:
         report = own_loop(zg.load_dataset(args.dataset, args.root), fanouts, args.hidden,
                           args.epochs)

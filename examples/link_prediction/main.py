@@ -1,7 +1,7 @@
 """Link prediction: a 2-layer GCN encoder and a dot-product decoder on a random 85/5/10
 edge split (GAE's Planetoid protocol; Kipf & Welling report test AUC 91.0 on Cora).
 
-    python examples/link_prediction/main.py --root ../shared/datasets/planetoid --seeds 5
+    python examples/link_prediction/main.py --root path/to/planetoid --seeds 5
 
 Every step trains on a slice of the shuffled training edges with negatives drawn on the
 device, inside one compiled scan per epoch (docs/link_prediction.md).
@@ -13,10 +13,11 @@ import json
 import numpy as np
 
 import zerognn_jax as zg
+from zerognn_jax.cli.flags import int_tuple
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--dataset", default="cora", help="cora, citeseer, pubmed, or any dataset "
                    "name of `zerognn train` (products-like, tiny, a .npz file)")
     p.add_argument("--root", default=None, help="folder with the dataset files")
@@ -25,9 +26,12 @@ def main(argv=None):
     p.add_argument("--decoder", default="dot", choices=("dot", "scaled-dot", "mlp"),
                    help="dot (GAE's, this example's default), scaled-dot (the library's "
                    "default: the product over sqrt(width)) or mlp")
-    p.add_argument("--fanouts", default="-1,-1", help="per hop; -1 = all neighbours")
+    p.add_argument("--fanouts", type=int_tuple, default="-1,-1",
+                   help="per hop; -1 = all neighbours")
     args = p.parse_args(argv)
-    fanouts = tuple(int(f) for f in args.fanouts.split(","))
+    if args.seeds < 1:
+        p.error(f"--seeds must be at least 1, got {args.seeds}")
+    fanouts = args.fanouts
     results = []
     for seed in range(args.seeds):
         config = zg.TrainConfig(dataset=args.dataset, root=args.root, task="link",

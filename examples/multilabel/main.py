@@ -6,8 +6,12 @@ when validation micro-F1 stops improving, keeps the best epoch's checkpoint, and
 `zg.restore` loads that checkpoint back to predict the test nodes' labels.
 
     python examples/multilabel/main.py --epochs 20 --out runs/multilabel
-    python examples/multilabel/main.py --out runs/multilabel --tensorboard   # + tb/ there
+    python examples/multilabel/main.py --out runs/multilabel-tb --tensorboard  # + tb/
                                                       # (needs tensorboardX)
+
+A folder given again resumes its run: a finished one trains nothing more (zg.train says
+so on stderr), and its TensorBoard scalars are those of the epochs trained with
+`--tensorboard` on.
 """
 
 import argparse
@@ -21,7 +25,7 @@ import zerognn_jax as zg
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--out", default=None, help="run folder (default: a temporary one)")
     p.add_argument("--tensorboard", action="store_true", help="write TensorBoard scalars")

@@ -22,22 +22,29 @@ import numpy as np
 import optax
 
 import zerognn_jax as zg
+from zerognn_jax.cli.flags import int_tuple
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--dataset", default="tiny", help="a dataset name or .npz file")
+    p.add_argument("--root", default=None,
+                   help="folder of a named dataset's files (Planetoid's ind.* files, OGB's "
+                        "folders)")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--sampler", default="uniform", choices=zg.SAMPLERS)
-    p.add_argument("--fanouts", default="10,5", help="per hop, seeds' hop first")
+    p.add_argument("--fanouts", type=int_tuple, default="10,5", help="per hop, seeds' hop first")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--eval-fanouts", default=None, help="per hop, for the test nodes "
-                   "(default: the training fanouts; -1 = all neighbours, exact; one per "
-                   "layer)")
+    p.add_argument("--eval-fanouts", type=int_tuple, default=None,
+                   help="per hop, for the test nodes (default: the training fanouts; -1 = all "
+                        "neighbours, exact; one per layer)")
     args = p.parse_args(argv)
-    ds = zg.load_dataset(args.dataset)
-    fanouts = tuple(int(f) for f in args.fanouts.split(","))
+    if args.eval_fanouts and len(args.eval_fanouts) != len(args.fanouts):
+        p.error(f"--eval-fanouts needs one fanout per layer, {len(args.fanouts)} as "
+                f"--fanouts gives, got {len(args.eval_fanouts)}")
+    ds = zg.load_dataset(args.dataset, args.root)
+    fanouts = args.fanouts
     graph = ds.graph
     if args.sampler == "weighted" and graph.weights is None:  # some weights to sample by
         graph = graph._replace(weights=np.ones(graph.num_edges, np.float32))
@@ -73,7 +80,7 @@ def main(argv=None):
             epoch_losses.append(loss)
         losses.append(float(jnp.mean(jnp.stack(epoch_losses))))
         print(json.dumps({"epoch": len(losses) - 1, "loss": losses[-1]}))
-    eval_fanouts = tuple(int(f) for f in (args.eval_fanouts or args.fanouts).split(","))
+    eval_fanouts = args.eval_fanouts or args.fanouts
     test_acc = evaluate(model, params, graph, ds, eval_fanouts)
     print(json.dumps({"sampler": args.sampler, "test_acc": test_acc}))
     return {"losses": losses, "test_acc": test_acc}

@@ -11,7 +11,7 @@ import zerognn_jax as zg
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--scale", type=float, default=1.0, help="size factor of the graph")
     p.add_argument("--root", default=None, help="cache folder for the generated graph")
     p.add_argument("--epochs", type=int, default=10)

@@ -22,21 +22,26 @@ import argparse
 import numpy as np
 
 import zerognn_jax as zg
+from zerognn_jax.cli.flags import int_tuple
 
 USERS_AT_ONCE = 256  # score rows held at a time: users x items float32
 
 
 def parse(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--scale", type=float, default=1.0, help="shop-like size factor")
     p.add_argument("--root", default=None, help="folder caching the generated graph")
-    p.add_argument("--fanouts", default="10,5", help="per hop, for every relation")
+    p.add_argument("--fanouts", type=int_tuple, default="10,5", help="per hop, for every relation")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=1024, help="purchases a step")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--users", type=int, default=500, help="users whose top k is checked")
     p.add_argument("--k", type=int, default=10)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for name in ("users", "k"):  # (checked before training, which they follow)
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    return args
 
 
 def items_of(pairs: np.ndarray, users: np.ndarray) -> list[np.ndarray]:
@@ -62,7 +67,10 @@ def top_k(h_user: np.ndarray, h_item: np.ndarray, known: list[np.ndarray],
 def main(argv=None) -> zg.TrainResult:
     args = parse(argv)
     ds = zg.load_hetero_dataset("shop-like", args.root, scale=args.scale)
-    fanouts = tuple(int(f) for f in args.fanouts.split(","))
+    if args.k >= ds.num_nodes["item"]:
+        raise SystemExit(f"--k {args.k} leaves nothing to rank out: shop-like has "
+                         f"{ds.num_nodes['item']} items at --scale {args.scale:g}")
+    fanouts = args.fanouts
     cfg = zg.TrainConfig(task="link", dataset="shop-like", scale=args.scale,
                          link_relation="buys", model="rsage",
                          hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,

@@ -7,36 +7,48 @@ gives the output rows of the nodes asked for (exact layer-wise for models that o
 it, docs/api.md).
 
     python examples/restore_predict/main.py --epochs 5 --out runs/restore
+
+A folder given again resumes its run: a finished one trains nothing more.
 """
 
 import argparse
 import json
 import pathlib
+import shutil
 import tempfile
 
 import numpy as np
 import optax
 
 import zerognn_jax as zg
+from zerognn_jax.cli.flags import int_tuple
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--dataset", default="tiny", help="a dataset name or .npz file")
+    p.add_argument("--root", default=None,
+                   help="folder of a named dataset's files (Planetoid's ind.* files, OGB's "
+                        "folders)")
     p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--fanouts", default="10,5", help="per hop, seeds' hop first")
+    p.add_argument("--fanouts", type=int_tuple, default="10,5", help="per hop, seeds' hop first")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--out", default=None, help="run folder (default: a temporary one)")
     args = p.parse_args(argv)
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="zerognn-restore-"))
-    fanouts = tuple(int(f) for f in args.fanouts.split(","))
-    cfg = zg.TrainConfig(dataset=args.dataset, layers=len(fanouts), fanouts=fanouts,
-                         batch_size=128, hidden=args.hidden, dropout=0.2, lr=args.lr,
-                         epochs=args.epochs, eval_every=0, progress=False,
+    fanouts = args.fanouts
+    cfg = zg.TrainConfig(dataset=args.dataset, root=args.root, layers=len(fanouts),
+                         fanouts=fanouts, batch_size=128, hidden=args.hidden, dropout=0.2,
+                         lr=args.lr, epochs=args.epochs, eval_every=0, progress=False,
                          checkpoint_dir=str(out / "ckpt"))
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(args.lr, weight_decay=1e-4))
-    trained = zg.train(cfg, optimizer=tx)
+    try:
+        trained = zg.train(cfg, optimizer=tx)
+    except BaseException:
+        if args.out is None:  # the temporary folder made for this run holds nothing kept
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     # Another process would start here: the folder is all it needs.
     back = zg.restore(cfg.checkpoint_dir, for_inference=True)
     ds = back.dataset
@@ -46,7 +58,7 @@ def main(argv=None):
     same = bool(np.allclose(logits, np.asarray(zg.predict(trained, subset)), atol=1e-5))
     report = {"trained_test_acc": trained.summary["test_acc"], "restored_epoch":
               back.summary["epoch"], "subset": len(subset), "subset_acc": acc,
-              "same_as_trained": same}
+              "same_as_trained": same, "run_folder": str(out)}
     print(json.dumps(report))
     return report
 

@@ -501,8 +501,6 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
     # val_loss: that epoch is not ranked)
     if best is not None and pending is not None and best.metric in pending:
         best.offer(start_epoch - 1, pending, _saved(state), meta)
-    bar = tqdm(total=cfg.epochs, initial=start_epoch, desc="epochs", unit="epoch",
-               disable=not (cfg.progress and lead), file=sys.stderr, dynamic_ncols=True)
     # the last epoch's evaluation (a finished run rerun is evaluated again, with the
     # evaluation options given now, unless that just happened); the callback that stopped
     final = pending if fresh and start_epoch == cfg.epochs else None
@@ -516,6 +514,9 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             stopped = None
         else:
             final = pending
+    _say_resumed(cfg, lead, start_epoch, stopped)
+    bar = tqdm(total=cfg.epochs, initial=start_epoch, desc="epochs", unit="epoch",
+               disable=not (cfg.progress and lead), file=sys.stderr, dynamic_ncols=True)
     try:
         for epoch in range(start_epoch, cfg.epochs):
             if stopped:  # a callback stopped the run at the epoch completed on resume
@@ -699,6 +700,25 @@ def _resume(cfg, dataset, data, program, ckpt, resumable, ident, fresh_run: _Res
         # eval_every skipped (its record and the best checkpoint's value to beat)
         history[-1].update(strict(entries))
     return _Resumed(state, env, history, last + 1, pending, fresh, meta)
+
+
+def _say_resumed(cfg: TrainConfig, lead: bool, start_epoch: int, stopped) -> None:
+    """One line on stderr (with `progress`) where a run resumes: from which checkpoint,
+    and what is left to train (a finished run's rerun trained nothing, unsaid)."""
+    say = stderr_log(cfg.progress and lead)
+    if say is None or not start_epoch:
+        return
+    if start_epoch >= cfg.epochs:
+        left = (f"nothing is left to train at epochs={cfg.epochs} (more epochs train on; "
+                f"another checkpoint_dir starts afresh)")
+    elif stopped:
+        left = "a callback stopped the run there, nothing is left to train"
+    elif start_epoch == cfg.epochs - 1:
+        left = f"epoch {start_epoch} left to train"
+    else:
+        left = f"epochs {start_epoch} to {cfg.epochs - 1} left to train"
+    say(f"resuming from the checkpoint of epoch {start_epoch - 1} in {cfg.checkpoint_dir}: "
+        f"{left}")
 
 
 def starting_envelope(cfg: TrainConfig, program, data, dataset):
