@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -324,7 +325,10 @@ def test_ogb_npz_missing_key(tmp_path):
 def test_ogb_missing_file_and_root(tmp_path):
     folder = make_fake_arxiv(tmp_path)
     (folder / "raw" / "node-feat.csv.gz").unlink()
-    with pytest.raises(FileNotFoundError, match=r"OGB file .*ogbn_arxiv/raw/node-feat\.csv\.gz"):
+    # a zip unpacked by hand (to arxiv/) is told of the ogb package's rename
+    with pytest.raises(FileNotFoundError, match=r"OGB file .*ogbn_arxiv/raw/node-feat\.csv\.gz "
+                                                r"not found \(.*to arxiv/ say, is renamed "
+                                                r"ogbn_arxiv/\)"):
         load_dataset("ogbn-arxiv", root=tmp_path)
     with pytest.raises(ValueError, match=r"ogbn-arxiv needs root="):
         load_dataset("ogbn-arxiv")
@@ -383,6 +387,20 @@ def test_ogb_papers100m_files_that_do_not_read_are_named(tmp_path):
     assert load_dataset("ogbn-papers100M", root=tmp_path / "none").graph.num_edges == 0
 
 
+def test_a_missing_or_misshapen_ogb_papers100m_input_is_named_as_such(tmp_path):
+    """A missing split or label file was read inside the converted folder's writer and
+    reported as a failed write (exit 1); a label file of two columns as twice the rows."""
+    raw = _fake_papers(tmp_path / "a")
+    (raw.parent / "split" / "time" / "valid.csv.gz").unlink()
+    with pytest.raises(FileNotFoundError, match=r"OGB file .*valid\.csv\.gz not found"):
+        load_dataset("ogbn-papers100M", root=tmp_path / "a")
+    raw = _fake_papers(tmp_path / "b")
+    np.savez(raw / "node-label.npz", node_label=np.zeros((4, 2), np.float32))
+    with pytest.raises(ValueError, match=r"node-label\.npz has \(2,\) values a row, "
+                                         r"expected one class id a node"):
+        load_dataset("ogbn-papers100M", root=tmp_path / "b")
+
+
 def test_an_invalid_ogb_papers100m_is_named_by_its_raw_files_and_not_kept(tmp_path):
     """It was named by the converted folder, which stayed: a dataset nobody wrote; now by
     the dataset's folder (its raw and split files)."""
@@ -392,6 +410,24 @@ def test_an_invalid_ogb_papers100m_is_named_by_its_raw_files_and_not_kept(tmp_pa
                                          rf"\[-1, 172\]$"):
         load_dataset("ogbn-papers100M", root=tmp_path)
     assert list((raw.parent / "processed").iterdir()) == []
+
+
+def test_a_parsed_ogb_cache_that_does_not_read_is_parsed_again(tmp_path):
+    """A cache cut short (a copy interrupted) beside unchanged files failed every later
+    load with "not a readable zerognn dataset file", never saying it was the library's
+    own; it is parsed from the files again, with a warning, and written anew."""
+    make_fake_arxiv(tmp_path)
+    first = load_dataset("ogbn-arxiv", root=tmp_path)
+    cache = tmp_path / "ogbn_arxiv" / "processed" / "zerognn.npz"
+    _cut_short(cache)
+    with pytest.warns(zg.CacheWarning, match=r"the parsed cache .*zerognn\.npz does not "
+                                            r"read \(.*\): the dataset is parsed from its "
+                                            r"files again"):
+        again = load_dataset("ogbn-arxiv", root=tmp_path)
+    assert again.labels.tolist() == first.labels.tolist()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the cache written anew reads without a word
+        assert load_dataset("ogbn-arxiv", root=tmp_path).num_nodes == first.num_nodes
 
 
 def test_ogb_data_whose_cache_cannot_be_written_are_used_without_it(tmp_path):

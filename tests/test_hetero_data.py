@@ -102,6 +102,27 @@ def test_ogbn_mag_names_a_node_count_file_it_cannot_use(tmp_path, counts, messag
         zg.load_hetero_dataset("ogbn-mag", tmp_path)
 
 
+def test_ogbn_mag_names_the_file_or_folder_of_a_bad_value(tmp_path):
+    """A label file's row count was reported under raw/node-feat/paper; a year file of
+    two columns as twice the rows; a value the dataset refuses named no file or folder."""
+    _write_mag(tmp_path, np.random.default_rng(1))
+    raw = tmp_path / "ogbn_mag" / "raw"
+    label_file = raw / "node-label" / "paper" / "node-label.csv.gz"
+    _csv(label_file, [1, 2])
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(label_file))} has 2 rows, "
+                                         rf"num-node-dict says 8 papers$"):
+        zg.load_hetero_dataset("ogbn-mag", tmp_path)
+    _csv(label_file, [349] + [0] * 7)  # a venue past the 349
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 'ogbn_mag'))} holds "
+                                         rf"an invalid dataset: labels must lie in"):
+        zg.load_hetero_dataset("ogbn-mag", tmp_path)
+    _csv(label_file, [0] * 8)
+    year_file = raw / "node-feat" / "paper" / "node_year.csv.gz"
+    _csv(year_file, [[2015, 1]] * 8)
+    with pytest.raises(ValueError, match=r"node_year\.csv\.gz has 2 columns, expected 1"):
+        zg.load_hetero_dataset("ogbn-mag", tmp_path)
+
+
 def test_mag_like_has_ogbn_mags_shape_at_scale():
     scale = 0.004
     ds = mag_like(scale, add_reverse=False)

@@ -342,20 +342,32 @@ def test_ogbl_collab_layout_reads_without_ogb(tmp_path):
     assert np.array_equal(s.val.pos, [[7, 8]]) and s.val.neg.shape == (2, 2)
     assert s.test.neg.shape == (3, 2) and s.test.neg_dst.shape == (2, 0)
     assert s.graph.num_edges == 10  # both directions of the training edges only
+    # an empty array in torch.save's protocol 2 pickles bytes() (refused, blaming tensors)
+    _torch_legacy(split / "valid.pt", {"edge": np.array([[7, 8]]),
+                                       "edge_neg": np.zeros((0, 2), np.int64)})
+    assert load_ogbl("ogbl-collab", tmp_path)[1].val.neg.shape == (0, 2)
 
 
 @pytest.mark.parametrize("write, message", [
     (lambda d: np.savez(d / "train.npz", edge=np.array([[0, 1, 2], [1, 2, 3]])),
-     r"split train's 'edge' must be node pairs of shape \[E, 2\], got shape \(2, 3\) "
+     r"train.npz's 'edge' must be node pairs of shape \[E, 2\], got shape \(2, 3\) "
      r"\(PyG's \[2, E\] edge_index\?"),
     (lambda d: np.savez(d / "train.npz", edge=np.array([[0.5, 1.7]])),
-     r"split train's 'edge' must hold integer node ids, got float64"),
+     r"train.npz's 'edge' must hold integer node ids, got float64"),
     (lambda d: np.savez(d / "train.npz", edge=np.array([[0, 12]])),
-     r"split train's 'edge' has node ids in \[0, 12\], outside \[0, 12\)"),
+     r"train.npz's 'edge' has node ids in \[0, 12\], outside \[0, 12\)"),
     (lambda d: (d / "valid.npz").write_bytes(b"junk"),
      r"valid.npz is not a readable OGB split file"),
     (lambda d: np.savez(d / "test.npz", edge=np.zeros(0), edge_neg=np.array([[0, 12]])),
-     r"split test's 'edge_neg' has node ids in \[0, 12\]"),  # an empty 'edge' reads
+     r"test.npz's 'edge_neg' has node ids in \[0, 12\]"),  # an empty 'edge' reads
+    # each named its file (a KeyError, NumPy's stack error, an AttributeError before)
+    (lambda d: np.savez(d / "train.npz", source_node=np.array([0, 1])),
+     r"train.npz has source_node but not target_node$"),
+    (lambda d: np.savez(d / "train.npz", source_node=np.array([0, 1, 2]),
+                        target_node=np.array([1, 2])),
+     r"train.npz: source_node and target_node must be \[E\] each, got \[3\] and \[2\]$"),
+    (lambda d: _torch_legacy(d / "train.pt", [np.array([0, 1])]),
+     r"train.pt holds a list, not the dict of arrays of OGB's split files$"),
 ])
 def test_ogbl_split_files_that_do_not_fit_are_refused(tmp_path, write, message):
     folder = tmp_path / "ogbl_collab"

@@ -389,6 +389,7 @@ _NUMPY_GLOBALS = {
     ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
     ("numpy", "ndarray"), ("numpy", "dtype"), ("collections", "OrderedDict"),
     ("_codecs", "encode"),  # how protocol 2 (torch.save's) pickles bytes
+    ("__builtin__", "bytes"), ("builtins", "bytes"),  # and empty bytes (an empty array's)
 }
 
 
@@ -432,10 +433,14 @@ def _read_split_part(folder: Path, part: str) -> tuple[Path, dict]:
         path = folder / f"{part}{suffix}"
         if path.is_file():
             try:
-                return path, {k: np.asarray(v) for k, v in reader(path).items()}
+                content = reader(path)
             except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError,
                     pickle.UnpicklingError) as err:
                 raise ValueError(f"{path} is not a readable OGB split file: {err}") from err
+            if not isinstance(content, dict):
+                raise ValueError(f"{path} holds a {type(content).__name__}, not the dict of "
+                                 f"arrays of OGB's split files")
+            return path, {k: np.asarray(v) for k, v in content.items()}
     raise FileNotFoundError(f"OGB split file {folder / part}.pt (or .npz) not found")
 
 
@@ -481,13 +486,23 @@ def _negative_rows(part: dict, path: Path, positives: int, n: int) -> np.ndarray
     return neg.astype(np.int32)
 
 
-def _pairs(part: dict, name: str, n: int) -> np.ndarray:
+def _pairs(part: dict, path: Path, n: int) -> np.ndarray:
+    """int32[E, 2] positive pairs of split file `path`'s `part`: its 'edge', or its
+    'source_node' and 'target_node' side by side; ValueError naming the file."""
     if "edge" in part:
-        return _node_pairs(part["edge"], f"split {name}'s 'edge'", n)
-    if "source_node" in part:
-        return _node_pairs(np.stack([part["source_node"], part["target_node"]], 1),
-                           f"split {name}'s source_node and target_node", n)
-    raise ValueError(f"split {name} has neither 'edge' nor 'source_node': {sorted(part)}")
+        return _node_pairs(part["edge"], f"{path}'s 'edge'", n)
+    ends = [k for k in ("source_node", "target_node") if k in part]
+    if not ends:
+        raise ValueError(f"{path} has neither 'edge' nor 'source_node' and 'target_node': "
+                         f"{sorted(part)}")
+    if len(ends) == 1:
+        raise ValueError(f"{path} has {ends[0]} but not "
+                         f"{({'source_node', 'target_node'} - set(ends)).pop()}")
+    src, dst = (np.asarray(part[k]) for k in ends)
+    if src.shape != dst.shape or src.ndim != 1:
+        raise ValueError(f"{path}: source_node and target_node must be [E] each, got "
+                         f"{list(src.shape)} and {list(dst.shape)}")
+    return _node_pairs(np.stack([src, dst], 1), f"{path}'s source_node and target_node", n)
 
 
 def load_ogbl(name: str, root: str | os.PathLike):
@@ -510,13 +525,13 @@ def load_ogbl(name: str, root: str | os.PathLike):
                          f"{features.shape[0]} rows")
     split_dir = folder / "split" / "time"
     files = {p: _read_split_part(split_dir, p) for p in ("train", "valid", "test")}
-    train = _pairs(files["train"][1], "train", n)
+    train = _pairs(files["train"][1], files["train"][0], n)
     evals = {}
     for ours, theirs in (("val", "valid"), ("test", "test")):
         path, part = files[theirs]
-        pos = _pairs(part, theirs, n)
+        pos = _pairs(part, path, n)
         neg = _node_pairs(part.get("edge_neg", np.zeros((0, 2), np.int64)),
-                          f"split {theirs}'s 'edge_neg'", n)
+                          f"{path}'s 'edge_neg'", n)
         evals[ours] = EvalEdges(pos, neg, _negative_rows(part, path, pos.shape[0], n))
     split = LinkSplit(train, training_graph(train, n), evals["val"], evals["test"], n)
     return features, split

@@ -52,7 +52,12 @@ from zerognn_jax._src.data.storage import (
     save_npz,
 )
 from zerognn_jax._src.data.synthetic import check_scale, products_like, rmat
-from zerognn_jax._src.data.writes import cache_current, keep_cache, parse_into_cache, read_cache
+from zerognn_jax._src.data.writes import (
+    keep_cache,
+    parse_into_cache,
+    read_cache,
+    read_current_cache,
+)
 
 __all__ = ["DATASET_NAMES", "HETERO_NAMES", "is_typed", "load_dataset", "load_hetero_dataset",
            "load_dir",
@@ -239,8 +244,9 @@ def _load_ogb(name: str, root, log: Log | None) -> Dataset:
     binary = ogb.SPECS[name].binary  # converted into a memory-mapped dataset directory
     cache = ogb.processed_dir(name, root) if binary else folder / "processed" / "zerognn.npz"
     stamp = cache / "meta.json" if binary else cache
-    if cache_current(cache, stamp, folder):
-        return load_dir(cache) if binary else load_npz(cache)
+    cached = read_current_cache(cache, stamp, folder, load_dir if binary else load_npz)
+    if cached is not None:
+        return cached
     parse = lambda: _parsed_ogb(name, root, binary, cache)
     return announced(name, lambda: parse_into_cache(cache, stamp, folder, parse), log,
                      into=cache, doing="parsing OGB's files")
@@ -356,8 +362,9 @@ def _load_mag(root, log: Log | None) -> HeteroDataset:
     are (`cache_current`)."""
     folder = mag_folder(root)
     cache = folder / "processed" / "zerognn-typed.npz"
-    if cache_current(cache, cache, folder):
-        return load_hetero_npz(cache)
+    cached = read_current_cache(cache, cache, folder, load_hetero_npz)
+    if cached is not None:
+        return cached
     parse = lambda: keep_cache(load_mag(root), _save_typed, cache)
     return announced("ogbn-mag", lambda: parse_into_cache(cache, cache, folder, parse), log,
                      into=cache, doing="parsing OGB's files")

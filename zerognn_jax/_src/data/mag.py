@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset, make_hetero_dataset
-from zerognn_jax._src.data.ogb import _as_labels, _load_text, _read_ids, read_gz
+from zerognn_jax._src.data.ogb import _as_labels, _load_text, _named, _read_ids, read_gz
 
 FOLDER = "ogbn_mag"
 TARGET = "paper"
@@ -83,18 +83,20 @@ def load_mag(root: str | os.PathLike, *, add_reverse: bool = True) -> HeteroData
         edges[rel] = (pairs[:, 0], pairs[:, 1])
     paper = Path("node-feat") / TARGET
     features = _load_text(raw / paper / "node-feat.csv.gz", np.float32)
-    year = _load_text(raw / paper / "node_year.csv.gz", np.int64).reshape(-1)
+    year_file = raw / paper / "node_year.csv.gz"
+    year = _load_text(year_file, np.int64, columns=1).reshape(-1)
     label_file = raw / "node-label" / TARGET / "node-label.csv.gz"
     labels = _as_labels(_load_text(label_file, np.float64), label_file)
     split = {part: _read_ids(folder / "split" / "time" / TARGET / f"{part}.csv.gz")
              for part in ("train", "valid", "test")}
     n = counts[TARGET]
-    for what, arr in (("node-feat", features), ("node_year", year), ("node-label", labels)):
+    for file, arr in ((raw / paper / "node-feat.csv.gz", features), (year_file, year),
+                      (label_file, labels)):
         if arr.shape[0] != n:
-            raise ValueError(f"{raw / paper}: {what} has {arr.shape[0]} rows, num-node-dict "
-                             f"says {n} papers")
-    return make_hetero_dataset(
+            raise ValueError(f"{file} has {arr.shape[0]} rows, num-node-dict says {n} "
+                             f"papers")
+    return _named(folder, lambda: make_hetero_dataset(
         "ogbn-mag", counts, edges, target_type=TARGET, labels=labels,
         train_idx=split["train"], val_idx=split["valid"], test_idx=split["test"],
         num_classes=NUM_CLASSES, features={TARGET: features}, add_reverse=add_reverse,
-        node_info={TARGET: {"year": year.astype(np.int32)}})
+        node_info={TARGET: {"year": year.astype(np.int32)}}))

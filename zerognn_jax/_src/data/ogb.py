@@ -1,6 +1,7 @@
 """OGB node-property datasets read from OGB's own on-disk layout, without the ogb package.
 
-Expected layout under `root` (what OGB's download unpacks to):
+Expected layout under `root` (what the ogb package leaves there: its zip files unpack to
+`arxiv/` and so on, which it renames to these names):
 
   ogbn_arxiv/, ogbn_products/ and ogbn_proteins/ (CSV, one row per line, no header):
     raw/edge.csv.gz          E rows "src,dst" (each undirected edge once for products;
@@ -83,7 +84,7 @@ SPECS = {
 
 
 def dataset_folder(name: str, root: str | os.PathLike) -> Path:
-    """`<root>/ogbn_<name>`, the folder OGB unpacks dataset `name` into."""
+    """`<root>/ogbn_<name>`, the folder the ogb package keeps dataset `name` in."""
     return Path(root) / SPECS[name].folder
 
 
@@ -130,7 +131,9 @@ def _named(folder: Path, make):
 
 def _require(path: Path) -> Path:
     if not path.is_file():
-        raise FileNotFoundError(f"OGB file {path} not found (see the layout in docs/datasets.md)")
+        raise FileNotFoundError(f"OGB file {path} not found (the layout the ogb package "
+                                f"leaves, in docs/datasets.md: a zip unpacked by hand, to "
+                                f"arxiv/ say, is renamed ogbn_arxiv/)")
     return path
 
 
@@ -178,8 +181,12 @@ def _check_ends(edges: np.ndarray, num_nodes: int, path: Path) -> None:
 
 def _as_labels(values: np.ndarray, where: Path) -> np.ndarray:
     """int64[N] class ids from a [N] or [N, 1] array (read from `where`); NaN -> -1;
-    ValueError for a fractional one."""
-    values = np.asarray(values).reshape(-1)
+    ValueError for a fractional one, or for a second column (it read as twice the rows)."""
+    values = np.asarray(values)
+    if values.ndim > 2 or (values.ndim == 2 and values.shape[1] != 1):
+        raise ValueError(f"{where} has {values.shape[1:]} values a row, expected one class "
+                         f"id a node")
+    values = values.reshape(-1)
     if np.issubdtype(values.dtype, np.floating):
         known = values[~np.isnan(values)]
         odd = known[known != np.round(known)]
@@ -271,18 +278,21 @@ def write_binary(name: str, root: str | os.PathLike, path: str | os.PathLike, *,
 def _write_binary(spec: _Spec, name: str, folder: Path, data_npz: Path, path: Path,
                   feature_dtype) -> None:
     raw = folder / "raw"
-    with zipfile.ZipFile(data_npz) as zf, storage.write_dir(path, name, spec.num_classes,
-                                                              overwrite=True) as out, \
-            tempfile.TemporaryDirectory(dir=path.parent, prefix=".edges.") as tmp:
+    # the inputs checked, and the small ones read, before the writer opens: a missing
+    # one is no failed write
+    with zipfile.ZipFile(data_npz) as zf:
         missing = [k for k in ("edge_index", "node_feat", "num_nodes_list")
                    if f"{k}.npy" not in zf.namelist()]
         if missing:
             raise ValueError(f"{data_npz} lacks key(s) {', '.join(missing)}; has "
                              f"{[n.removesuffix('.npy') for n in zf.namelist()]}")
-        (labels,) = _npz_arrays(raw / "node-label.npz", "node_label")
-        labels = _as_labels(labels, raw / "node-label.npz")
-        split = {part: _read_ids(folder / "split" / spec.split / f"{part}.csv.gz")
-                 for part in ("train", "valid", "test")}
+    (labels,) = _npz_arrays(raw / "node-label.npz", "node_label")
+    labels = _as_labels(labels, raw / "node-label.npz")
+    split = {part: _read_ids(folder / "split" / spec.split / f"{part}.csv.gz")
+             for part in ("train", "valid", "test")}
+    with zipfile.ZipFile(data_npz) as zf, storage.write_dir(path, name, spec.num_classes,
+                                                              overwrite=True) as out, \
+            tempfile.TemporaryDirectory(dir=path.parent, prefix=".edges.") as tmp:
         stream, member = _member(zf, "num_nodes_list", data_npz)
         with stream:
             num_nodes = int(np.sum(member.read_all()))

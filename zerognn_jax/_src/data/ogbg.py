@@ -31,7 +31,7 @@ from zerognn_jax._src.data.announce import Log, announced
 from zerognn_jax._src.data.graph_storage import load_graphs_file, save_graphs
 from zerognn_jax._src.data.graphs import GraphCollection, make_collection
 from zerognn_jax._src.data.ogb import _load_text, _loadtxt, _read_ids, read_gz
-from zerognn_jax._src.data.writes import cache_current, keep_cache, parse_into_cache
+from zerognn_jax._src.data.writes import keep_cache, parse_into_cache, read_current_cache
 
 # OGB's vocabulary sizes (ogb/utils/features.py: get_atom_feature_dims and
 # get_bond_feature_dims): atomic number, chirality, degree, formal charge, Hs,
@@ -133,8 +133,9 @@ def load_ogbg(name: str, root: str | os.PathLike, log: Log | None = None) -> Gra
                          f"{', '.join(GRAPH_SPECS)}")
     folder = Path(root) / GRAPH_SPECS[name].folder
     cache = folder / "processed" / "zerognn-graphs.npz"
-    if cache_current(cache, cache, folder):
-        return load_graphs_file(cache)
+    cached = read_current_cache(cache, cache, folder, load_graphs_file)
+    if cached is not None:
+        return cached
     parse = lambda: keep_cache(read_ogbg(name, root), save_graphs, cache)
     return announced(name, lambda: parse_into_cache(cache, cache, folder, parse), log,
                      into=cache, doing="parsing OGB's files")

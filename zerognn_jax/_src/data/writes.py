@@ -152,6 +152,22 @@ def cache_current(cache: Path, stamp: Path, folder: Path) -> bool:
         return False
 
 
+def read_current_cache(cache: Path, stamp: Path, folder: Path, read):
+    """`read(cache)` where the cache was made from `folder`'s files as they are
+    (`cache_current`), else None; None too, with a CacheWarning, where it does not read
+    (cut short by a copy, written by another version): it is parsed from the files
+    again, as a stale one is, rather than refused on every load."""
+    if not cache_current(cache, stamp, folder):
+        return None
+    try:
+        return read(cache)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        warnings.warn(f"the parsed cache {cache} does not read ({first[:300]}): the "
+                      f"dataset is parsed from its files again", CacheWarning, stacklevel=3)
+        return None
+
+
 def parse_into_cache(cache: Path, stamp: Path, folder: Path, parse):
     """`parse()`, which reads `folder`'s files and writes `cache` (`keep_cache`; `stamp`:
     its file written last), then the cache's record of those files. The old cache,
