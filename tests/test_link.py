@@ -459,6 +459,9 @@ def test_auc_and_ap_take_two_1d_score_arrays_not_labels_and_scores(metric):
     for first in (labels, labels.astype(bool), labels.astype(np.int32)):
         with pytest.raises(ValueError, match=not_labels):
             metric(first, scores)
+    # a heuristic's 0/1 scores, negatives all 0 (one negative a positive): scores, as
+    # scikit-learn takes them (they were refused as labels)
+    assert metric([1, 1, 0, 1], [0, 0, 0, 0]) == pytest.approx(0.875)  # both, sklearn's
     with pytest.raises(ValueError, match=rf"^{name}: pos must be a 1-D array of scores, got "
                                          r"float64\[4, 5\]$"):
         metric(pos.reshape(4, 5), neg)
@@ -498,6 +501,11 @@ def test_a_nan_score_makes_every_metric_it_enters_nan():
                   *link_metrics.mrr_metrics(pos, np.tile(neg, (3, 1))).values()):
         assert np.isnan(value)
     assert link_metrics.roc_auc(pos[1:], neg) == 0.0  # the finite rows alone rank low
+    # infinite scores tie as any equal scores do (inf - inf is NaN: they had not tied)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (NumPy's invalid-value warning reached users)
+        # the tie at inf: precision 1/2 at recall 1/2; then 2/4 at recall 1 (sklearn's)
+        assert link_metrics.average_precision([np.inf, 0.0], [np.inf, 1.0]) == 0.5
     node = zg.target_metrics(np.array([[np.nan, 1.0], [-1.0, 1.0]]),
                              np.array([[1.0, 1.0], [0.0, 1.0]]), "multilabel")
     assert all(np.isnan(v) for v in node.values())
@@ -550,6 +558,13 @@ def test_node_and_graph_target_metrics_match_their_definitions():
     known = ~np.isnan(t)
     assert graph_metrics(out, t, "regression")["mae"] == pytest.approx(
         np.abs(out - t)[known].mean())
+    # node targets with missing labels leave them out too (they counted as negatives)
+    got = zg.target_metrics(out, t, "multilabel")
+    pred = out > 0
+    assert got["acc"] == pytest.approx(np.mean((pred == (t == 1))[known]))
+    assert got["rocauc"] == pytest.approx(np.mean([_brute_auc(*p) for p in parts]))
+    assert zg.target_metrics(out, t, "regression")["mse"] == pytest.approx(
+        np.square(out - t)[known].mean())
 
 
 # ---- the envelope's level 0 ---------------------------------------------------------------

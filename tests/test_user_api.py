@@ -272,6 +272,12 @@ def test_regression_targets_train_and_evaluate():
     assert {"train_mse", "val_mse", "test_mse"} <= set(s) and "val_acc" not in s
     assert {"train_loss", "val_loss", "test_loss"} <= set(s)
     assert s["val_mse"] < 0.5 * float(np.var(y[va])), s
+    # evaluated again from the result: the run's task and loss (a TypeError before, the
+    # default NodeTask reading float targets as classes, and softmax cross-entropy)
+    again = zg.evaluate_splits(res.program, res.variables, res.data, ds, mode="sampled",
+                               batch_size=64)
+    assert again["val_mse"] == pytest.approx(s["val_mse"], rel=1e-5)
+    assert again["val_loss"] == pytest.approx(s["val_loss"], rel=1e-5)
     one_column = base.with_targets(y[:, 0], "regression")
     assert one_column.targets.shape == (N, 1) and one_column.output_dim == 1
 

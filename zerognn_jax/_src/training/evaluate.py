@@ -48,7 +48,7 @@ from zerognn_jax._src.training.memory import (
     is_out_of_memory,
 )
 from zerognn_jax._src.training.program import DeviceData, StepProgram
-from zerognn_jax._src.training.tasks.node import NodeTask
+from zerognn_jax._src.training.tasks.node import NodeTask, node_task
 
 # Output bytes per dispatch of a streamed layer: its segments start as soon as the host
 # buffer's pieces they write are page-locked.
@@ -675,12 +675,14 @@ def evaluate_splits(program: StepProgram, variables, data: DeviceData, dataset, 
 
     `mode`: "full" (exact layer-wise, for models that support it; else sampled),
     "sampled" (the training fanouts, `batch_size` nodes per step) or "none" ({}).
+    The run's own node task scores it (its loss, a user's included); a program of
+    another task is scored as the dataset's targets' default node task would be.
     """
     if mode == "none":
         return {}
     _refuse_typed(program, "evaluate_splits")
-    return NodeTask().evaluate(Predictor(program, variables, data, mode, batch_size, seed),
-                               dataset)
+    task = program.task if isinstance(program.task, NodeTask) else node_task(None, dataset)
+    return task.evaluate(Predictor(program, variables, data, mode, batch_size, seed), dataset)
 
 
 evaluate_targets = evaluate_splits  # its former name for float targets: one function now

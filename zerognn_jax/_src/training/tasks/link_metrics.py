@@ -75,14 +75,15 @@ def _score_array(values, name: str, metric: str) -> np.ndarray:
 
 def _scores(pos, neg, metric: str) -> tuple[np.ndarray, np.ndarray]:
     """(pos, neg) as `_score_array`s, refusing scikit-learn's (labels, scores) order: a
-    boolean `pos`, or one of 0s and 1s as long as a `neg` of other values (it gave a
-    plausible wrong number)."""
+    boolean `pos`, or one of 0s and 1s as long as a `neg` holding a value besides 0 and 1
+    (it gave a plausible wrong number). Scores of 0s and 1s on both sides (a heuristic's)
+    are scores."""
     first, second = np.asarray(pos), np.asarray(neg)
     labels = first.dtype == bool
     if not labels and first.ndim == second.ndim == 1 and first.size == second.size:
-        is_01 = lambda a: set(np.unique(a).tolist()) == {0, 1}
-        labels = first.dtype != object and is_01(first) and not (
-            second.dtype != object and is_01(second))
+        values = lambda a: set(np.unique(a).tolist())
+        labels = first.dtype != object and values(first) == {0, 1} and not (
+            second.dtype != object and values(second) <= {0, 1})
     if labels:
         raise ValueError(f"{metric} takes (positive scores, negative scores), not (labels, "
                          f"scores): pass {metric}(scores[labels == 1], scores[labels == 0])")
@@ -124,7 +125,8 @@ def scored_ap(pos, neg) -> float:
         return float("nan")
     order = np.argsort(-scores, kind="stable")
     scores, labels = scores[order], labels[order]
-    last = np.r_[np.flatnonzero(np.diff(scores)), scores.size - 1]  # end of each tie run
+    # the end of each tie run (compared, not subtracted: inf - inf is NaN, no tie)
+    last = np.r_[np.flatnonzero(scores[1:] != scores[:-1]), scores.size - 1]
     tps = np.cumsum(labels)[last]
     precision = tps / (last + 1)
     recall = tps / tps[-1]

@@ -150,7 +150,8 @@ def target_metrics(outputs, targets, kind: str) -> dict:
     fraction of labels right, "f1": micro-averaged F1, "rocauc": the ROC-AUC of each
     target column averaged over the columns with both classes present (OGB's
     ogbn-proteins metric; NaN if none has)}; F1 is NaN with no positive label and none
-    predicted (nothing to score). "regression": {"mse"}. NaN outputs give NaN metrics.
+    predicted (nothing to score). "regression": {"mse"}. NaN outputs give NaN metrics; a
+    NaN target is a missing label, left out of every metric (as OGB's evaluators do).
     """
     out, t = (np.asarray(a, np.float32) for a in (outputs, targets))
     out, t = (a.reshape(len(a), int(np.prod(a.shape[1:]))) for a in (out, t))  # 0 rows too
@@ -160,19 +161,22 @@ def target_metrics(outputs, targets, kind: str) -> dict:
                       f"shape: their {kind} metrics are undefined (NaN)", stacklevel=2)
         names = ("mse",) if kind == "regression" else ("acc", "f1", "rocauc")
         return dict.fromkeys(names, float("nan"))
+    known = ~np.isnan(t)
     if kind == "regression":
-        return {"mse": float(np.mean(np.square(out - t))) if t.size else float("nan")}
+        return {"mse": float(np.mean(np.square(out - t)[known])) if known.any()
+                else float("nan")}
     if kind != "multilabel":
         raise ValueError(f"target kind must be multilabel or regression, got {kind!r}")
-    if t.size == 0 or any_nan(out):
+    if not known.any() or any_nan(out):
         return {"acc": float("nan"), "f1": float("nan"), "rocauc": float("nan")}
     pred, true = out > 0, t > 0.5
-    tp = float(np.sum(pred & true))
-    wrong = float(np.sum(pred != true))
-    aucs = [scored_auc(out[true[:, j], j], out[~true[:, j], j]) for j in range(t.shape[1])
-            if true[:, j].any() and not true[:, j].all()]
-    return {"acc": 1.0 - wrong / t.size, "f1": 2 * tp / (2 * tp + wrong) if tp or wrong
-            else float("nan"), "rocauc": float(np.mean(aucs)) if aucs else float("nan")}
+    tp = float(np.sum(pred & true & known))
+    wrong = float(np.sum((pred != true) & known))
+    columns = [(out[known[:, j], j], true[known[:, j], j]) for j in range(t.shape[1])]
+    aucs = [scored_auc(o[y], o[~y]) for o, y in columns if y.any() and not y.all()]
+    return {"acc": 1.0 - wrong / known.sum(), "f1": 2 * tp / (2 * tp + wrong)
+            if tp or wrong else float("nan"),
+            "rocauc": float(np.mean(aucs)) if aucs else float("nan")}
 
 
 def node_task(loss, dataset) -> NodeTask:
