@@ -49,9 +49,10 @@ def _errno_of(err: BaseException) -> int | None:
 
 
 def write_error(what: str, path: str | os.PathLike, err: BaseException, *,
-                failed: str = "write") -> WriteError:
+                failed: str = "write", outcome: str = "") -> WriteError:
     """A WriteError for `err`, raised while writing `what` at `path` (or doing what
-    `failed` names to it: "remove")."""
+    `failed` names to it: "remove"); `outcome`, if given, ends the message (what was
+    done all the same)."""
     if isinstance(err, WriteError):
         return err
     code = _errno_of(err)
@@ -65,7 +66,8 @@ def write_error(what: str, path: str | os.PathLike, err: BaseException, *,
                         None)
         if blocking is not None:
             cause = f"{blocking} is a file, not a folder ({cause})"
-    out = WriteError(f"could not {failed} {what} {path}: {cause}")
+    out = WriteError(f"could not {failed} {what} {path}: {cause}"
+                     f"{f'; {outcome}' if outcome else ''}")
     out.errno = code
     return out
 

@@ -42,7 +42,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from zerognn_jax._src.data.hetero import named_relation, relation_name
-from zerognn_jax._src.data.writes import WriteError, atomic_write, write_error
+from zerognn_jax._src.data.writes import atomic_write, write_error
 from zerognn_jax._src.training.callbacks import best_mode
 from zerognn_jax._src.training.checkpoint_errors import CheckpointMismatch, CheckpointWarning
 from zerognn_jax._src.training.checksums import check_checksums, state_checksums
@@ -364,12 +364,9 @@ class Checkpointer:
                 for tmp in self.directory.glob(f"{epoch}.orbax-checkpoint-tmp*"):
                     shutil.rmtree(tmp, ignore_errors=True)
             if (self.directory / str(epoch)).is_dir():  # written: the cleanup failed
-                cleanup = write_error("an older checkpoint in checkpoint_dir", self.named,
-                                      err, failed="remove")
-                out = WriteError(f"{cleanup}; the checkpoint of epoch {epoch} was written, "
-                                 f"and a rerun resumes from it")
-                out.errno = cleanup.errno
-                raise out from None
+                raise write_error("an older checkpoint in checkpoint_dir", self.named, err,
+                                  failed="remove", outcome=f"the checkpoint of epoch {epoch} "
+                                  f"was written, and a rerun resumes from it") from None
             raise write_error(f"the checkpoint of epoch {epoch} in checkpoint_dir",
                               self.named, err) from None
         if not saved:
