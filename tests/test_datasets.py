@@ -385,6 +385,12 @@ def test_ogb_papers100m_files_that_do_not_read_are_named(tmp_path):
             load_dataset("ogbn-papers100M", root=tmp_path / name)
     _fake_papers(tmp_path / "none", edges=((), ()))
     assert load_dataset("ogbn-papers100M", root=tmp_path / "none").graph.num_edges == 0
+    raw = _fake_papers(tmp_path / "objects")  # was "cannot create an OBJECT array ..."
+    np.savez(raw / "data.npz", edge_index=np.array([[0, 1], [1, 2]], object),
+             node_feat=np.ones((4, 2), np.float32), num_nodes_list=np.array([4]))
+    with pytest.raises(ValueError, match=r"data\.npz:edge_index is not a readable array: "
+                                         r"it holds Python objects \(object\)"):
+        load_dataset("ogbn-papers100M", root=tmp_path / "objects")
 
 
 def test_a_missing_or_misshapen_ogb_papers100m_input_is_named_as_such(tmp_path):

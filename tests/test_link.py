@@ -432,6 +432,16 @@ def test_pt_reader_refuses_anything_but_numpy(tmp_path):
         read_pt(path)
 
 
+def test_pt_reader_names_a_zip_cut_short(tmp_path):
+    """A zip-format file cut short was read as a legacy pickle: "persistent IDs in protocol
+    0 must be ASCII strings" said nothing of what was wrong."""
+    path = tmp_path / "test.pt"
+    _torch_zip(path, {"edge": np.zeros((4, 2), np.int64)})
+    path.write_bytes(path.read_bytes()[:-40])
+    with pytest.raises(ValueError, match=r"zip-format torch\.save file cut short"):
+        read_pt(path)
+
+
 # ---- metrics ------------------------------------------------------------------------------
 
 def test_auc_and_ap_match_their_definitions():

@@ -418,6 +418,10 @@ def read_pt(path: str | os.PathLike) -> dict:
                 raise ValueError(f"{path}: a zip without data.pkl is not a torch.save file")
             return _NumpyUnpickler(io.BytesIO(z.read(name))).load()
     with open(path, "rb") as f:
+        if f.read(4) == b"PK\x03\x04":  # a zip's first entry, but no readable directory
+            raise ValueError("a zip-format torch.save file cut short (its directory is "
+                             "missing)")
+        f.seek(0)
         first = _NumpyUnpickler(f).load()
         if isinstance(first, dict):  # a plain pickle
             return first

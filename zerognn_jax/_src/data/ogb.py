@@ -339,6 +339,8 @@ def _member(zf: zipfile.ZipFile, key: str, where: Path):
         read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                        else np.lib.format.read_array_header_2_0)
         shape, fortran, dtype = read_header(stream)
+        if np.dtype(dtype).hasobject:
+            raise ValueError(f"it holds Python objects ({dtype}), not numbers")
     except ValueError as err:
         stream.close()
         raise ValueError(f"{where}:{key} is not a readable array: {err}") from err
