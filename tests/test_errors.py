@@ -311,6 +311,15 @@ def test_malformed_flags_name_the_flag_and_value(capsys, args, message):
     assert stop.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_a_list_of_negative_fanouts_is_taken_without_the_equals_sign(capsys):
+    """`--fanouts -1,-1` was "argument --fanouts: expected one argument" (argparse takes
+    a value starting with - for a flag); the fanouts' own check now sees the value."""
+    assert main(["train", "--no-progress", "--layers", "3", "--fanouts", "-1,-1"]) == 2
+    assert "3 layers but fanouts (-1, -1)" in capsys.readouterr().err
+    assert main(["bench", "--fanouts", "-1,-1", "--layers", "3"]) == 2
+    assert "3 layers but fanouts (-1, -1)" in capsys.readouterr().err
+
+
 def test_a_ctrl_c_while_the_command_starts_ends_in_one_line(monkeypatch, capsys):
     """The `zerognn` entry point imports the package (a second or two) inside its own
     guard: a Ctrl-C there exits with 130 and one line, not a traceback."""

@@ -17,6 +17,7 @@ from zerognn_jax.cli.export import add_export_command
 from zerognn_jax.cli.flags import (
     flag_names,
     given_names,
+    glue_negative_lists,
     spelled_as_flags,
     use_compile_cache_flag,
 )
@@ -57,11 +58,11 @@ def main(argv=None) -> int:
     from zerognn_jax._src.training.trainer import Diverged
 
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    given = glue_negative_lists(parser, sys.argv[1:] if argv is None else list(argv))
+    args, unknown = parser.parse_known_args(given)
     if unknown:  # as parse_args would refuse them, with the flags they may have meant
         parser.error(f"unrecognized arguments: {' '.join(unknown)}"
                      f"{_meant(flag_names(_command(parser, args.command)), unknown)}")
-    given = sys.argv[1:] if argv is None else list(argv)
     fail = functools.partial(_fail, flags=_message_flags(parser, args.command, given))
     previous = warnings.formatwarning  # (put back: a process may call main more than once)
     warnings.formatwarning = functools.partial(_format_warning, flags=fail.keywords["flags"])

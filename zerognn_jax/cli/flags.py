@@ -26,6 +26,33 @@ def int_tuple(text: str) -> tuple[int, ...]:
             f"expected comma-separated integers, got {text!r}") from None
 
 
+_NEGATIVE_LIST = re.compile(r"-\d+(,\s*-?\d+)*")
+
+
+def glue_negative_lists(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`argv` with `--fanouts -1,-1` given as `--fanouts=-1,-1`: argparse takes a value
+    that starts with "-" for a flag unless it is one negative number, and said only
+    "expected one argument". Applies to the int-list flags of `parser` and its
+    subcommands."""
+    flags = set()
+    todo = [parser]
+    while todo:
+        for action in todo.pop()._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo.extend(action.choices.values())
+            elif action.type is int_tuple:
+                flags.update(action.option_strings)
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in flags and i + 1 < len(argv) and _NEGATIVE_LIST.fullmatch(argv[i + 1]):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def generator_seed(text: str) -> int:
     """argparse type: a generator seed, an integer >= 0."""
     try:

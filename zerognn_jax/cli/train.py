@@ -23,9 +23,8 @@ HELP = {
              "gin-virtual",
     "hidden": "width of every hidden layer",
     "layers": "number of message-passing layers (one fanout each)",
-    "fanouts": "neighbours sampled per hop, seeds' hop first; -1 = all, written "
-               "--fanouts=-1,-1 (a value starting with - needs the =) (on a typed dataset: "
-               "per relation)",
+    "fanouts": "neighbours sampled per hop, seeds' hop first; -1 = all (--fanouts -1,-1) "
+               "(on a typed dataset: per relation)",
     "relation_fanouts": "typed datasets: fanouts of named relations, e.g. "
                         "'cites=25,20;writes=10,0' (src__name__dst or a unique name; 0 skips)",
     "link_relation": "typed datasets, task link: the relation whose pairs to predict "
