@@ -183,6 +183,8 @@ def test_hetero_example_learns_and_serves(tmp_path):
     ("cora_gcn", ["--seed", "3"], "unrecognized arguments: --seed 3"),  # not --seeds 3
     ("own_loop", ["--fanouts", "10,x"], "expected comma-separated integers, got '10,x'"),
     ("own_loop", ["--eval-fanouts=-1"], "--eval-fanouts needs one fanout per layer, 2"),
+    # without the =: argparse had taken -1,-1,-1 for a flag ("expected one argument")
+    ("own_loop", ["--eval-fanouts", "-1,-1,-1"], "--eval-fanouts needs one fanout per layer"),
     ("hetero", ["--serve", "0"], "--serve must be at least 1, got 0"),
     ("recommend", ["--k", "0"], "--k must be at least 1, got 0"),
 ])

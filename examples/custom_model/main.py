@@ -24,7 +24,7 @@ import optax
 from flax import nnx
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple
+from zerognn_jax.cli.flags import int_tuple, parse_args
 
 
 def mean_concat(dense, h_src, h_dst, view):
@@ -98,7 +98,7 @@ def main(argv=None):
     p.add_argument("--nnx", action="store_true", help="the Flax NNX model")
     p.add_argument("--builtin", action="store_true", help="the built-in GraphSAGE, Adam "
                    "and cross-entropy, for comparison")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
     dataset = zg.load_dataset(args.dataset, args.root)
     fanouts = args.fanouts
     cfg = zg.TrainConfig(layers=len(fanouts), fanouts=fanouts, batch_size=128,

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple
+from zerognn_jax.cli.flags import int_tuple, parse_args
 
 
 def serve(blob: bytes, graph, features, nodes, batch_size: int) -> np.ndarray:
@@ -46,7 +46,7 @@ def main(argv=None):
     p.add_argument("--fanouts", type=int_tuple, default="10,5", help="per hop, seeds' hop first")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
     fanouts = args.fanouts
     cfg = zg.TrainConfig(dataset=args.dataset, root=args.root, layers=len(fanouts),
                          fanouts=fanouts, batch_size=128, hidden=args.hidden, dropout=0.2,

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple
+from zerognn_jax.cli.flags import int_tuple, parse_args
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -35,7 +35,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--serve", type=int, default=8, help="test papers the artifact scores")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
     if args.serve < 1:  # (checked before training, which it follows)
         p.error(f"--serve must be at least 1, got {args.serve}")
     return args

@@ -26,7 +26,7 @@ import numpy as np
 import optax
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple
+from zerognn_jax.cli.flags import int_tuple, parse_args
 
 
 class MeanEncoder(nn.Module):
@@ -52,7 +52,7 @@ def main(argv=None):
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--builtin", action="store_true", help="the built-in SAGE encoder")
     p.add_argument("--loop", action="store_true", help="your own loop over LinkNeighborLoader")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
     fanouts = args.fanouts
     if args.loop:
         report = own_loop(zg.load_dataset(args.dataset, args.root), fanouts, args.hidden,

@@ -13,7 +13,7 @@ import json
 import numpy as np
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple
+from zerognn_jax.cli.flags import int_tuple, parse_args
 
 
 def main(argv=None):
@@ -28,7 +28,7 @@ def main(argv=None):
                    "default: the product over sqrt(width)) or mlp")
     p.add_argument("--fanouts", type=int_tuple, default="-1,-1",
                    help="per hop; -1 = all neighbours")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
     if args.seeds < 1:
         p.error(f"--seeds must be at least 1, got {args.seeds}")
     fanouts = args.fanouts

@@ -22,7 +22,7 @@ import numpy as np
 import optax
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple
+from zerognn_jax.cli.flags import int_tuple, parse_args
 
 
 def main(argv=None):
@@ -39,7 +39,7 @@ def main(argv=None):
     p.add_argument("--eval-fanouts", type=int_tuple, default=None,
                    help="per hop, for the test nodes (default: the training fanouts; -1 = all "
                         "neighbours, exact; one per layer)")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
     if args.eval_fanouts and len(args.eval_fanouts) != len(args.fanouts):
         p.error(f"--eval-fanouts needs one fanout per layer, {len(args.fanouts)} as "
                 f"--fanouts gives, got {len(args.eval_fanouts)}")

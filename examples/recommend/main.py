@@ -22,7 +22,7 @@ import argparse
 import numpy as np
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple
+from zerognn_jax.cli.flags import int_tuple, parse_args
 
 USERS_AT_ONCE = 256  # score rows held at a time: users x items float32
 
@@ -37,7 +37,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--users", type=int, default=500, help="users whose top k is checked")
     p.add_argument("--k", type=int, default=10)
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
     for name in ("users", "k"):  # (checked before training, which they follow)
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")

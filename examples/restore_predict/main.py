@@ -21,7 +21,7 @@ import numpy as np
 import optax
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple
+from zerognn_jax.cli.flags import int_tuple, parse_args
 
 
 def main(argv=None):
@@ -35,7 +35,7 @@ def main(argv=None):
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--out", default=None, help="run folder (default: a temporary one)")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="zerognn-restore-"))
     fanouts = args.fanouts
     cfg = zg.TrainConfig(dataset=args.dataset, root=args.root, layers=len(fanouts),

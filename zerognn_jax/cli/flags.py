@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import os
 import re
+import sys
 
 
 def int_tuple(text: str) -> tuple[int, ...]:
@@ -51,6 +52,13 @@ def glue_negative_lists(parser: argparse.ArgumentParser, argv: list[str]) -> lis
             out.append(argv[i])
             i += 1
     return out
+
+
+def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """`parser.parse_args(argv)` (the process's arguments for None), a list of negative
+    ints taken as `--fanouts -1,-1` (`glue_negative_lists`)."""
+    return parser.parse_args(glue_negative_lists(parser, sys.argv[1:] if argv is None
+                                                 else list(argv)))
 
 
 def generator_seed(text: str) -> int:
