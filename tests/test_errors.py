@@ -160,13 +160,17 @@ def test_cli_option_errors_are_one_line(capsys):
         assert capsys.readouterr().err == f"zerognn: error: {message}\n"
     # the bench sets its configurations' engine, kernels and dtype, measures node
     # classification and evaluates and checkpoints nothing: those options are not its own
-    for flag in ("--dtype", "--engine", "--task", "--negatives", "--readout",
-                 "--eval-batch-size",
+    for flag in ("--task", "--negatives", "--readout", "--eval-batch-size",
                  "--checkpoint-dir", "--metrics-out", "--best-metric"):
         with pytest.raises(SystemExit) as exit_:
             main(["bench", flag, "1", "--no-progress"])
         assert exit_.value.code == 2
         assert f"unrecognized arguments: {flag} 1" in capsys.readouterr().err
+    for flag in ("--dtype", "--engine"):  # with where the bench chooses them
+        with pytest.raises(SystemExit) as exit_:
+            main(["bench", flag, "1", "--no-progress"])
+        assert exit_.value.code == 2
+        assert f"{flag} is what each configuration sets" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -304,8 +308,22 @@ def test_unusable_output_paths_fail_before_any_work(tmp_path, capsys, no_work, f
     (["data", "generate", "rmat", "--out", "g.npz", "--seed", "-1"],
      "argument --seed: expected an integer >= 0, got '-1'"),
     (["data", "generate", "rmat", "--out", ""], "argument --out: expected a path, got ''"),
+    # a seed no `zerognn train --seed` could name had been taken
+    (["data", "info", "products-like", "--seed", "2147483648"],
+     "argument --seed: expected an integer in [0, 2**31), got '2147483648'"),
+    # the hint had offered the flag refused: "(--out: did you mean --out?)"
+    (["data", "info", "tiny", "--out", "x.npz"],
+     "unrecognized arguments: --out x.npz (--out is an option of `zerognn data generate`)"),
+    # argparse had said only that a command is required
+    (["--verison"], "unrecognized arguments: --verison (--verison: did you mean --version?); "
+                    "the command comes first"),
+    (["--epochs", "3", "train"], "(--epochs is an option of `zerognn train`); the command "
+                                 "comes first"),
+    # "unrecognized arguments" had not said where the bench's kernels are chosen
+    (["bench", "--kernels", "xla"], "--kernels is what each configuration sets: choose the "
+                                    "configurations with --configs (host-exact, "),
 ])
-def test_malformed_flags_name_the_flag_and_value(capsys, args, message):
+def test_malformed_or_misplaced_flags_are_named(capsys, args, message):
     with pytest.raises(SystemExit) as stop:
         main(args)
     assert stop.value.code == 2 and message in capsys.readouterr().err
@@ -318,6 +336,15 @@ def test_a_list_of_negative_fanouts_is_taken_without_the_equals_sign(capsys):
     assert "3 layers but fanouts (-1, -1)" in capsys.readouterr().err
     assert main(["bench", "--fanouts", "-1,-1", "--layers", "3"]) == 2
     assert "3 layers but fanouts (-1, -1)" in capsys.readouterr().err
+
+
+def test_the_bench_names_the_benchmark_of_a_graph_collection(capsys):
+    """The training config's check had answered first, with a --task flag the bench
+    lacks."""
+    assert main(["bench", "--dataset", "molhiv-like"]) == 2
+    assert capsys.readouterr().err == ("zerognn: error: zerognn bench times node "
+                                       "classification; molhiv-like is a collection of "
+                                       "graphs: run benchmarks/graph.py\n")
 
 
 def test_a_ctrl_c_while_the_command_starts_ends_in_one_line(monkeypatch, capsys):

@@ -160,6 +160,9 @@ def test_initialize_distributed_checks_its_flags():
     with pytest.raises(ValueError, match="--num-processes 2 and --process-id 5 join .* only "
                                          "with --coordinator"):
         parallel.initialize_distributed(None, 2, 5)
+    # the flag not given had been named: "--num-processes None and --process-id 1 join"
+    with pytest.raises(ValueError, match="^--process-id 1 joins a run"):
+        parallel.initialize_distributed(None, None, 1)
 
 
 def test_the_cli_joins_a_run_over_a_coordinator(tmp_path):

@@ -59,10 +59,18 @@ def main(argv=None) -> int:
 
     parser = build_parser()
     given = glue_negative_lists(parser, sys.argv[1:] if argv is None else list(argv))
+    top = {o for a in parser._actions for o in a.option_strings}  # --help, --version
+    if given and given[0].startswith("-") and given[0].split("=", 1)[0] not in top:
+        # argparse would say only that a command is required
+        hint = _meant({o: o for o in top if o.startswith("--")}, given[:1],
+                      _elsewhere(parser, parser))
+        parser.error(f"unrecognized arguments: {given[0]}{hint}; the command comes first: "
+                     f"zerognn {{train,data,bench,export}} ...")
     args, unknown = parser.parse_known_args(given)
     if unknown:  # as parse_args would refuse them, with the flags they may have meant
+        leaf = _leaf(parser, args)
         parser.error(f"unrecognized arguments: {' '.join(unknown)}"
-                     f"{_meant(flag_names(_command(parser, args.command)), unknown)}")
+                     f"{_meant(flag_names(leaf), unknown, _elsewhere(parser, leaf))}")
     fail = functools.partial(_fail, flags=_message_flags(parser, args.command, given))
     previous = warnings.formatwarning  # (put back: a process may call main more than once)
     warnings.formatwarning = functools.partial(_format_warning, flags=fail.keywords["flags"])
@@ -121,16 +129,40 @@ def _command(parser: argparse.ArgumentParser, command: str) -> argparse.Argument
     return commands.choices[command]
 
 
+def _leaf(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The parser of the subcommand `args` ran (`data info`'s, not `data`'s)."""
+    while True:
+        below = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not below:
+            return parser
+        parser = below[0].choices[getattr(args, below[0].dest)]
+
+
+def _elsewhere(parser: argparse.ArgumentParser, leaf: argparse.ArgumentParser,
+               path: str = "zerognn") -> dict[str, str]:
+    """{flag: the command that has it} for the flags of the commands other than `leaf`."""
+    found = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                for flag, where in _elsewhere(sub, leaf, f"{path} {name}").items():
+                    found.setdefault(flag, where)
+        elif parser is not leaf:
+            found.update({o: path for o in action.option_strings if o.startswith("--")})
+    return found
+
+
 def _message_flags(parser: argparse.ArgumentParser, command: str, argv) -> tuple:
     """What `spelled_as_flags` needs to name options as `command` spells them: its flags
     and the ones `argv` gave."""
     return flag_names(_command(parser, command)), given_names(parser, argv)
 
 
-def _meant(flags: dict[str, str | None], unknown) -> str:
+def _meant(flags: dict[str, str | None], unknown, elsewhere=None) -> str:
     """" (--x: did you mean --y?; ...)" for the unknown flags that name one of `flags`
     as another library does (`OTHER_NAMES`: --learning-rate for --lr) or by a close
-    spelling (--hiden), else ""."""
+    spelling (--hiden), or that another command has (`elsewhere`: {flag: command}),
+    else ""."""
     known = [flag for flag in flags.values() if flag]
     hints = []
     for token in unknown:
@@ -141,6 +173,8 @@ def _meant(flags: dict[str, str | None], unknown) -> str:
         close = [other] if other else difflib.get_close_matches(given, known, n=2, cutoff=0.8)
         if close:
             hints.append(f"{given}: did you mean {' or '.join(close)}?")
+        elif given in (elsewhere or {}):
+            hints.append(f"{given} is an option of `{elsewhere[given]}`")
     return f" ({'; '.join(hints)})" if hints else ""
 
 

@@ -18,7 +18,15 @@ HELP = dict(TRAIN_HELP, epochs="timed epochs per configuration",
                     "proteins-like, papers100m-like, rmat, cora, citeseer, pubmed, "
                     "ogbn-arxiv, ogbn-products, ogbn-papers100M, ogbn-proteins, a .npz file "
                     "or a dataset directory",
-            margin="calibrated capacity = margin x the largest count seen (>= 1)",
+            margin="calibrated capacity = margin x the largest count seen (>= 1); unset: 1.1",
+            fanouts="neighbours sampled per hop, seeds' hop first; -1 = all (--fanouts -1,-1)",
+            edge_features="give the model the sampled edges' features (gat, gine; the "
+                          "dataset needs an edge-feature table)",
+            embedding_dim="width of a learnable embedding per node, concatenated with its "
+                          "features and trained with row-sparse Adam (0: none)",
+            init="how the dense layers of SAGE and the MLP start: flax (LeCun-normal "
+                 "weights, zero bias) or torch (PyG's SAGEConv and torch's Linear: uniform "
+                 "in +-1/sqrt(fan_in))",
             flat_outer="do not deduplicate the outermost hop (the scan configurations that "
                        "deduplicate; host engines and scan-tree lay out their own levels; "
                        "default: as zerognn train picks)")
@@ -31,6 +39,17 @@ NOT_MEASURED = ("engine", "kernels", "dtype", "dedup", "task",
                 "readout", "balance_window", "graph_aggregation", "relation_fanouts",
                 "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir", "metrics_out",
                 "best_metric", "tensorboard_dir")
+
+
+class _SetByConfigs(argparse.Action):
+    """A training flag that each of the bench's configurations sets: an error that says
+    so, rather than "unrecognized arguments"."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from zerognn_jax._src.bench.workload import VARIANTS
+
+        parser.error(f"{option_string} is what each configuration sets: choose the "
+                     f"configurations with --configs ({', '.join(VARIANTS)})")
 
 
 def add_bench_flags(parser: argparse.ArgumentParser) -> None:
@@ -58,19 +77,24 @@ def add_bench_flags(parser: argparse.ArgumentParser) -> None:
     add("--deadline", type=float, default=d.deadline,
         help="seconds after which remaining measurements are skipped")
     add("--out", default=d.out, help="append the JSON lines to this file")
-    add("--plot", default=d.plot, help="write a PNG of the results here (needs matplotlib)")
+    add("--plot", default=d.plot,
+        help="write a plot of the results here: .png, .pdf, .svg or .jpg (needs matplotlib)")
     add("--trace-dir", default=d.trace_dir, help="keep the profiler traces here")
     add("--envelope-cache", default=d.envelope_cache,
         help="JSON file to share the calibrated envelope between processes")
     add("--options-json", help=argparse.SUPPRESS)  # a child process's whole options
+    for flag in ("--engine", "--kernels", "--dtype", "--dedup", "--no-dedup"):
+        add(flag, action=_SetByConfigs, nargs="?", help=argparse.SUPPRESS,
+            dest=argparse.SUPPRESS)
 
 
 def options_from_args(args: argparse.Namespace):
-    from zerognn_jax._src.bench.run import BenchOptions
+    from zerognn_jax._src.bench.run import BenchOptions, check_dataset_kind
     from zerognn_jax._src.training.config import TrainConfig
 
     if args.options_json:
         return BenchOptions(**json.loads(pathlib.Path(args.options_json).read_text()))
+    check_dataset_kind(args.dataset)
     defaults = BenchOptions().train
     train = config_from_args(TrainConfig, args,
                              **{name: getattr(defaults, name) for name in NOT_MEASURED})

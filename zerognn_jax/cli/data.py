@@ -51,7 +51,7 @@ from zerognn_jax._src.data.loaders import TYPED_PRESETS as TYPED_GENERATORS
 from zerognn_jax._src.data.planetoid import NAMES as PLANETOID_NAMES
 from zerognn_jax._src.data.storage import load_dir
 from zerognn_jax._src.data.writes import WriteError, print_line, refuse_foreign
-from zerognn_jax.cli.flags import generator_seed, path_text
+from zerognn_jax.cli.flags import path_text, run_seed
 
 TYPED_PRESETS = tuple(TYPED_GENERATORS)
 GENERATE_PRESETS = ("products-like", "proteins-like", "papers100m-like", "rmat",
@@ -76,7 +76,8 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
     info.set_defaults(handler=run_info)
     generate = commands.add_parser("generate", help="write a synthetic dataset (.npz or a "
                                                     "directory of .npy files)")
-    generate.add_argument("preset", choices=GENERATE_PRESETS)
+    generate.add_argument("preset", choices=GENERATE_PRESETS,
+                          help="the synthetic preset to write: " + ", ".join(GENERATE_PRESETS))
     generate.add_argument("--out", required=True, type=path_text,
                           help="output file ending in .npz (papers100m-like, the typed "
                                "presets and the graph collections: or a directory)")
@@ -92,7 +93,9 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
 def _add_size_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", type=float, default=1.0,
                         help="size multiplier of the synthetic presets (default 1)")
-    parser.add_argument("--seed", type=generator_seed, default=0, help="generator seed (default 0)")
+    parser.add_argument("--seed", type=run_seed, default=0,
+                        help="generator seed of the synthetic presets, as zerognn train's "
+                             "--seed (0 .. 2**31 - 1; default 0)")
 
 
 def load_named(name: str, root=None, *, scale: float = 1.0, seed: int = 0,

@@ -40,7 +40,7 @@ from zerognn_jax._src.training.inference import restore
 from zerognn_jax._src.training.lock import LOCK_NAME
 from zerognn_jax._src.training.tasks.base import PredictsTypes
 from zerognn_jax.cli.data import load_named
-from zerognn_jax.cli.flags import add_compile_cache_flag, generator_seed
+from zerognn_jax.cli.flags import add_compile_cache_flag, whole_number
 
 # An existing --out is read to check that it is an artifact (replaced) rather than
 # someone's file (refused) only up to this size.
@@ -62,11 +62,11 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--best", action="store_true",
                        help="the best-validation checkpoint instead of the latest")
-    which.add_argument("--epoch", type=generator_seed, default=None,
+    which.add_argument("--epoch", type=whole_number, default=None,
                        help="that epoch's checkpoint instead of the latest (one the folder "
                             "keeps)")
     p.add_argument("--platforms", default=None,
-                   help="lowering targets, comma-separated (cpu, cuda); default: this "
+                   help="lowering targets, comma-separated (cpu, cuda, rocm, tpu); default: this "
                         "machine's")
     p.add_argument("--node-type", default=None,
                    help="a typed link run's end type whose embeddings the artifact gives "

@@ -61,14 +61,23 @@ def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace
                                                  else list(argv)))
 
 
-def generator_seed(text: str) -> int:
-    """argparse type: a generator seed, an integer >= 0."""
+def whole_number(text: str) -> int:
+    """argparse type: an integer >= 0."""
     try:
         value = int(text)
     except ValueError:
         value = -1
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def run_seed(text: str) -> int:
+    """argparse type: a seed as `TrainConfig.seed` takes it, in [0, 2**31) (a preset
+    generated with another seed is one no training run could name)."""
+    value = whole_number(text)
+    if value >= 2**31:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**31), got {text!r}")
     return value
 
 
@@ -90,7 +99,8 @@ def add_compile_cache_flag(parser: argparse.ArgumentParser) -> None:
              "configuration instead of compiling them again; 'none': keep no folder of "
              "the command's own (one JAX was given in $JAX_COMPILATION_CACHE_DIR is still "
              "used) (default: $ZEROGNN_COMPILE_CACHE, else $JAX_COMPILATION_CACHE_DIR, "
-             "else ~/.cache/zerognn-jax/xla, at most 4 GiB)")
+             "else $XDG_CACHE_HOME/zerognn-jax/xla or, without it, "
+             "~/.cache/zerognn-jax/xla, at most 4 GiB)")
 
 
 def use_compile_cache_flag(args: argparse.Namespace):

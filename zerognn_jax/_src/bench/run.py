@@ -60,6 +60,21 @@ def bench_defaults() -> TrainConfig:
 PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 
 
+def check_dataset_kind(dataset: str) -> None:
+    """Refuses a graph collection or a typed graph, which have benchmarks of their own
+    (the command line checks this before the training config, which would ask for
+    another task)."""
+    from zerognn_jax._src.data.graph_datasets import is_graph_dataset
+    from zerognn_jax._src.data.loaders import is_typed
+
+    if is_graph_dataset(dataset):
+        raise ValueError(f"zerognn bench times node classification; {dataset} is a "
+                         f"collection of graphs: run benchmarks/graph.py")
+    if is_typed(dataset):
+        raise ValueError(f"zerognn bench times graphs of one node type; for typed "
+                         f"graphs ({dataset}) run benchmarks/hetero.py")
+
+
 @dataclasses.dataclass(frozen=True)
 class BenchOptions:
     """What to run: the training workload (`train`; its `epochs` are the timed epochs per
@@ -109,23 +124,16 @@ class BenchOptions:
         """The bench times node classification on a graph of one node type; other
         workloads have scripts of their own (docs/benchmarks.md). A dataset that cannot be
         read is refused here, before child processes load it."""
-        from zerognn_jax._src.data.graph_datasets import is_graph_dataset
-        from zerognn_jax._src.data.loaders import is_typed, require_readable
+        from zerognn_jax._src.data.loaders import require_readable
 
-        dataset = self.train.dataset
         if self.train.task == "link":
             raise ValueError("zerognn bench times node classification; for link "
                              "prediction run benchmarks/link.py")
         if self.train.task == "graph":
             raise ValueError("zerognn bench times node classification; for graph-level "
                              "tasks run benchmarks/graph.py")
-        if is_graph_dataset(dataset):
-            raise ValueError(f"zerognn bench times node classification; {dataset} is a "
-                             f"collection of graphs: run benchmarks/graph.py")
-        if is_typed(dataset):
-            raise ValueError(f"zerognn bench times graphs of one node type; for typed "
-                             f"graphs ({dataset}) run benchmarks/hetero.py")
-        require_readable(dataset)
+        check_dataset_kind(self.train.dataset)
+        require_readable(self.train.dataset)
 
     def _check_paths(self) -> None:
         """Output paths that could only fail after the measurements fail now."""

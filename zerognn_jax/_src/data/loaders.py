@@ -100,8 +100,8 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
         `<root>/ogbn_<name>/processed/zerognn.npz` (ogbn-papers100M: the memory-mapped
         dataset directory `processed/zerognn/`, ogb.py).
       scale: size multiplier of the synthetic presets; must be 1 for the other named
-        datasets (a .npz file or a dataset directory ignores it, and `seed`).
-      seed: generator seed of the synthetic presets.
+        datasets and for a .npz file or a dataset directory (ValueError otherwise).
+      seed: generator seed of the synthetic presets (the other datasets ignore it).
       download: fetch missing Planetoid files.
       log: called with a line once generating a synthetic preset or parsing an OGB
         folder has taken a second (never for a cache read) and with the seconds it took

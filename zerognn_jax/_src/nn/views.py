@@ -83,9 +83,11 @@ class EllView:
         return jax.lax.optimization_barrier(agg) if self.pin_aggregates else agg
 
     def dst_of_edges(self, x_dst: jax.Array) -> jax.Array:
+        """[C, K, ...]: each slot's destination row of `x_dst` [C, ...]."""
         return jnp.broadcast_to(x_dst[:, None], self.nbr.shape + x_dst.shape[1:])
 
     def src_of_edges(self, x_src: jax.Array) -> jax.Array:
+        """[C, K, ...]: each slot's source row of `x_src` [S, ...] (zero in dead slots)."""
         if self.positional:
             return self._slot_rows(x_src)
         return gather_live(x_src, self.nbr, self.mask)
@@ -118,6 +120,8 @@ class EllView:
         return weighted_sum(self.kernels, h_src, self.nbr, weights)
 
     def max(self, h_src: jax.Array) -> jax.Array:
+        """[C, F]: per destination, the elementwise max of `h_src` [S, F] over its live
+        slots (0 for a destination with none; a NaN is kept, as `jnp.max` keeps it)."""
         if self.positional:
             rows = jnp.where(self.mask[..., None], self._slot_rows(h_src), -jnp.inf)
             best = jnp.max(rows, axis=1)
@@ -160,6 +164,7 @@ class EdgeView:
         return self.mask
 
     def edge_features(self) -> jax.Array:
+        """[E, D]: the chunk's edge features (`_require_edges` explains a None)."""
         return _require_edges(self.edge_attr)
 
     def sum_edges(self, values: jax.Array) -> jax.Array:
@@ -168,9 +173,12 @@ class EdgeView:
         return self._segment_sum(jnp.where(live, values, jnp.zeros((), values.dtype)))
 
     def dst_of_edges(self, x_dst: jax.Array) -> jax.Array:
+        """[E, ...]: each edge's destination row of `x_dst` [num_dst, ...]."""
         return x_dst[self.dst]
 
     def src_of_edges(self, x_src: jax.Array) -> jax.Array:
+        """[E, ...]: each edge's source row of `x_src` [S, ...] (padding edges read a
+        real row: mask what they give, as `sum_edges` does)."""
         return x_src[self.src]
 
     def _scatter_index(self) -> jax.Array:
@@ -190,18 +198,25 @@ class EdgeView:
                                    indices_are_sorted=True)
 
     def edge_count(self) -> jax.Array:
+        """float32[num_dst]: edges per destination (its degree: a chunk holds them all)."""
         # the degrees: counting the live slots again would cost a scatter-add a chunk
         return self.dst_deg.astype(jnp.float32)
 
     def weighted_sum(self, h_src: jax.Array, weights: jax.Array) -> jax.Array:
+        """[num_dst, H, F] from h_src [S, H, F] and weights [E, H] (zero where masked),
+        summed in float32."""
         return self._segment_sum(h_src[self.src] * weights[..., None])
 
     def max(self, h_src: jax.Array) -> jax.Array:
+        """[num_dst, F]: per destination, the elementwise max of `h_src` [S, F] over its
+        edges (0 for a destination with none)."""
         vals = jnp.where(self.mask[:, None], h_src[self.src], -jnp.inf)
         best = self._segment_max(vals)
         return jnp.where(jnp.isfinite(best), best, 0.0)
 
     def softmax(self, logits: jax.Array, self_logits: jax.Array):
+        """Softmax over each destination's edges plus a self term; returns (w_edges,
+        w_self). logits: [E, H]; self_logits: [num_dst, H]."""
         masked = jnp.where(self.mask[:, None], logits, -jnp.inf)
         top = self._segment_max(masked)
         top = jnp.maximum(top, self_logits)

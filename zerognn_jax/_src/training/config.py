@@ -95,7 +95,12 @@ class TrainConfig:
     on graphs with edge features, gin-virtual on others (the run's config records the
     model taken). On node and link tasks gcn and gat add each node's own term themselves,
     as PyG's GCNConv and GATConv add self-loops, so they sample the graph without its
-    self-loops (each node's term counted once). `dtype` is the model's computation dtype and
+    self-loops (each node's term counted once). `hidden` is every hidden layer's width,
+    `layers` the number of message-passing layers (one fanout each), `dropout` the rate
+    after each hidden layer and `input_dropout` the rate on the input features (the GCN
+    paper's 0.5); `norm` ("none", "layer", "batch") normalises after each hidden layer;
+    `heads` are GAT's attention heads (they must divide `hidden`).
+    `dtype` is the model's computation dtype and
     the feature table's on the device: "float32", or "bfloat16" (half the bytes; sums
     and gradients accumulate in float32). `edge_features` gives the model the sampled
     edges' rows of the graph's edge-feature table (gat reads them in its attention,
@@ -114,7 +119,7 @@ class TrainConfig:
     Sampler. `fanouts` lists the seeds' hop first; -1 means all neighbours. On a typed
     dataset (docs/hetero.md) every relation takes `fanouts`, except those named in
     `relation_fanouts` ({"src__name__dst" or a relation's unique name: per-hop fanouts;
-    0 skips the relation at that hop). `sampler` is
+    0 skips the relation at that hop). `replace` samples with replacement. `sampler` is
     "uniform", "weighted" (by the graph's edge weights) or "labor" (LABOR-0;
     docs/samplers.md). `dedup` deduplicates each sampled level; False is tree mode
     (every level in slot order, exact sizes); None (the default) lets
@@ -174,7 +179,11 @@ class TrainConfig:
     generation of a synthetic dataset named by `dataset` (products-like, mag-like, ...:
     another seed is another graph; pass the dataset or a saved file to keep one graph
     across seeds). `eval_mode` is "full" (exact layer-wise), "sampled" (the training
-    fanouts) or "none". `best_metric` (e.g. "val_acc", "val_f1", "val_mse"; lower is better for
+    fanouts) or "none"; it runs every `eval_every` epochs (0: after the last only), on
+    `eval_batch_size` nodes (graphs, on a graph task) a step where it samples.
+    `checkpoint_dir` saves every epoch and resumes from its latest; `metrics_out` appends
+    a JSON line per epoch and then the summary; `progress` shows a bar and the run's
+    announcements on stderr. `best_metric` (e.g. "val_acc", "val_f1", "val_mse"; lower is better for
     `*_mse` and `*_loss`) keeps the checkpoint of the best evaluated epoch in
     `<checkpoint_dir>/best` (`restore(..., best=True)`). `tensorboard_dir` writes every
     epoch's scalars there as TensorBoard events (needs the `tensorboard` extra).

@@ -68,6 +68,8 @@ class ExportedModel(NamedTuple):
     arguments: tuple[str, ...] = ("indptr", "indices", "features", "seeds", "valid", "key")
 
     def serialize(self) -> bytearray:
+        """The artifact's bytes (`jax.export`'s serialization: `jax.export.deserialize`
+        reads them back in a process without zerognn-jax)."""
         return self.exported.serialize()
 
     def __repr__(self) -> str:

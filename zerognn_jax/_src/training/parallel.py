@@ -49,9 +49,11 @@ def initialize_distributed(coordinator: str | None, num_processes: int | None = 
     """
     if coordinator is None:
         if num_processes is not None or process_id is not None:
-            raise ValueError(f"--num-processes {num_processes} and --process-id {process_id} "
-                             f"join a run over several processes only with --coordinator "
-                             f"(or $JAX_COORDINATOR_ADDRESS)")
+            given = " and ".join(f"{flag} {value}" for flag, value in (
+                ("--num-processes", num_processes), ("--process-id", process_id))
+                if value is not None)
+            raise ValueError(f"{given} join{'s' * (' and ' not in given)} a run over several "
+                             f"processes only with --coordinator (or $JAX_COORDINATOR_ADDRESS)")
         return False
     if coordinator == "auto":
         try:
