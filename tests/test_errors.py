@@ -311,6 +311,9 @@ def test_unusable_output_paths_fail_before_any_work(tmp_path, capsys, no_work, f
     # a seed no `zerognn train --seed` could name had been taken
     (["data", "info", "products-like", "--seed", "2147483648"],
      "argument --seed: expected an integer in [0, 2**31), got '2147483648'"),
+    # a prefix had been taken for the flag: `bench --epoch 2` started a full benchmark
+    (["train", "--epoch", "2", "--batch-size", "0"],
+     "unrecognized arguments: --epoch 2 (--epoch: did you mean --epochs?)"),
     # the hint had offered the flag refused: "(--out: did you mean --out?)"
     (["data", "info", "tiny", "--out", "x.npz"],
      "unrecognized arguments: --out x.npz (--out is an option of `zerognn data generate`)"),

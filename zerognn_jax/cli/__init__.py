@@ -25,7 +25,7 @@ from zerognn_jax.cli.train import add_train_command
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zerognn", description=__doc__)
+    parser = argparse.ArgumentParser(prog="zerognn", description=__doc__, allow_abbrev=False)
     parser.add_argument("--version", action="version", version=_versions())
     sub = parser.add_subparsers(dest="command", required=True, metavar="{train,data,bench,export}")
     add_train_command(sub)

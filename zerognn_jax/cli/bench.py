@@ -116,7 +116,8 @@ def add_bench_command(subparsers) -> argparse.ArgumentParser:
 
     parser = subparsers.add_parser(
         "bench", help="time the scan engine against the host-mediated baseline",
-        description=run.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=run.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False)
     add_bench_flags(parser)
     parser.set_defaults(handler=run_bench)
     return parser

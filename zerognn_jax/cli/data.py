@@ -64,9 +64,11 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
     Each leaf parser sets `handler`, a function taking the parsed namespace and returning an
     exit code.
     """
-    data = subparsers.add_parser("data", help="inspect or generate datasets")
+    data = subparsers.add_parser("data", help="inspect or generate datasets",
+                                 allow_abbrev=False)
     commands = data.add_subparsers(dest="data_command", required=True, metavar="{info,generate}")
-    info = commands.add_parser("info", help="print a dataset's statistics as JSON")
+    info = commands.add_parser("info", help="print a dataset's statistics as JSON",
+                               allow_abbrev=False)
     info.add_argument("name", help="one of: " + ", ".join(
         DATASET_NAMES + HETERO_NAMES + GRAPH_DATASET_NAMES))
     info.add_argument("--root", default=None, type=path_text,
@@ -75,7 +77,8 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
     _add_size_options(info)
     info.set_defaults(handler=run_info)
     generate = commands.add_parser("generate", help="write a synthetic dataset (.npz or a "
-                                                    "directory of .npy files)")
+                                                    "directory of .npy files)",
+                                   allow_abbrev=False)
     generate.add_argument("preset", choices=GENERATE_PRESETS,
                           help="the synthetic preset to write: " + ", ".join(GENERATE_PRESETS))
     generate.add_argument("--out", required=True, type=path_text,

@@ -51,7 +51,7 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
     """Adds `export` to `subparsers` (from `add_subparsers()`); its handler returns the
     exit code."""
     p = subparsers.add_parser("export", help="write a trained run's model as a jax.export "
-                                             "artifact for serving")
+                                             "artifact for serving", allow_abbrev=False)
     p.add_argument("checkpoint_dir", type=os.path.expanduser,
                    help="the run's checkpoint folder (--checkpoint-dir)")
     p.add_argument("--out", required=True, type=os.path.expanduser,  # "": refused below

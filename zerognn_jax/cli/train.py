@@ -185,7 +185,8 @@ def run_train(args: argparse.Namespace) -> int:
 def add_train_command(subparsers) -> argparse.ArgumentParser:
     from zerognn_jax._src.training.config import CHOICES, TrainConfig
 
-    parser = subparsers.add_parser("train", help="train a GNN (default: the embedded tiny graph)")
+    parser = subparsers.add_parser("train", help="train a GNN (default: the embedded tiny graph)",
+                                   allow_abbrev=False)
     add_config_flags(parser, TrainConfig(), help=HELP, choices=CHOICES)
     add_distributed_flags(parser)
     add_compile_cache_flag(parser)
