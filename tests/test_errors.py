@@ -316,12 +316,13 @@ def test_unusable_output_paths_fail_before_any_work(tmp_path, capsys, no_work, f
      "unrecognized arguments: --epoch 2 (--epoch: did you mean --epochs?)"),
     # the hint had offered the flag refused: "(--out: did you mean --out?)"
     (["data", "info", "tiny", "--out", "x.npz"],
-     "unrecognized arguments: --out x.npz (--out is an option of `zerognn data generate`)"),
+     "unrecognized arguments: --out x.npz (--out is an option of `zerognn data generate`, "
+     "`zerognn bench` and `zerognn export`)"),
     # argparse had said only that a command is required
     (["--verison"], "unrecognized arguments: --verison (--verison: did you mean --version?); "
                     "the command comes first"),
-    (["--epochs", "3", "train"], "(--epochs is an option of `zerognn train`); the command "
-                                 "comes first"),
+    (["--epochs", "3", "train"], "(--epochs is an option of `zerognn train` and `zerognn "
+                                 "bench`); the command comes first"),
     # "unrecognized arguments" had not said where the bench's kernels are chosen
     (["bench", "--kernels", "xla"], "--kernels is what each configuration sets: choose the "
                                     "configurations with --configs (host-exact, "),

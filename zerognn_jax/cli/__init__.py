@@ -139,16 +139,19 @@ def _leaf(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
 
 
 def _elsewhere(parser: argparse.ArgumentParser, leaf: argparse.ArgumentParser,
-               path: str = "zerognn") -> dict[str, str]:
-    """{flag: the command that has it} for the flags of the commands other than `leaf`."""
+               path: str = "zerognn") -> dict[str, list[str]]:
+    """{flag: the commands that have it} for the flags of the commands other than
+    `leaf`."""
     found = {}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
                 for flag, where in _elsewhere(sub, leaf, f"{path} {name}").items():
-                    found.setdefault(flag, where)
+                    found.setdefault(flag, []).extend(where)
         elif parser is not leaf:
-            found.update({o: path for o in action.option_strings if o.startswith("--")})
+            for flag in action.option_strings:
+                if flag.startswith("--") and path not in found.get(flag, []):
+                    found.setdefault(flag, []).append(path)
     return found
 
 
@@ -161,7 +164,7 @@ def _message_flags(parser: argparse.ArgumentParser, command: str, argv) -> tuple
 def _meant(flags: dict[str, str | None], unknown, elsewhere=None) -> str:
     """" (--x: did you mean --y?; ...)" for the unknown flags that name one of `flags`
     as another library does (`OTHER_NAMES`: --learning-rate for --lr) or by a close
-    spelling (--hiden), or that another command has (`elsewhere`: {flag: command}),
+    spelling (--hiden), or that other commands have (`elsewhere`: {flag: commands}),
     else ""."""
     known = [flag for flag in flags.values() if flag]
     hints = []
@@ -174,7 +177,9 @@ def _meant(flags: dict[str, str | None], unknown, elsewhere=None) -> str:
         if close:
             hints.append(f"{given}: did you mean {' or '.join(close)}?")
         elif given in (elsewhere or {}):
-            hints.append(f"{given} is an option of `{elsewhere[given]}`")
+            where = [f"`{command}`" for command in elsewhere[given]]
+            listed = " and ".join([", ".join(where[:-1]), where[-1]] if where[1:] else where)
+            hints.append(f"{given} is an option of {listed}")
     return f" ({'; '.join(hints)})" if hints else ""
 
 
