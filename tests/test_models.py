@@ -296,6 +296,18 @@ def test_exact_edge_sums_accumulate_in_float32_and_drop_padding():
     assert float(view.max(jnp.full((1, 1), 2.0, jnp.bfloat16))[1, 0]) == 2.0
 
 
+def test_an_edge_chunks_max_keeps_an_infinite_max():
+    """Exact inference's max had turned every non-finite max into 0 (its test for a
+    destination without edges), where the sampled views keep an infinite one."""
+    h = jnp.array([[np.inf, -np.inf], [1.0, -np.inf], [2.0, 3.0]])
+    # destination 0 <- sources 0, 1; destination 1 <- source 1; destination 2: no edges
+    view = EdgeView(jnp.array([0, 1, 1, 0], jnp.int32), jnp.array([0, 0, 1, 2], jnp.int32),
+                    jnp.array([True, True, True, False]), jnp.ones(3, bool),
+                    jnp.array([2, 1, 0]), jnp.array([1, 2, 0]), num_dst=3)
+    np.testing.assert_array_equal(np.asarray(view.max(h)),
+                                  [[np.inf, -np.inf], [1.0, -np.inf], [0.0, 0.0]])
+
+
 @pytest.mark.parametrize("name", ["sage", "sage-sum", "sage-max", "gcn", "gat"])
 def test_positional_levels_compute_what_dedup_computes(name):
     """A flat outer hop and tree mode (levels in slot order, read by position) give

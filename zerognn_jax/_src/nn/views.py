@@ -209,10 +209,11 @@ class EdgeView:
 
     def max(self, h_src: jax.Array) -> jax.Array:
         """[num_dst, F]: per destination, the elementwise max of `h_src` [S, F] over its
-        edges (0 for a destination with none)."""
+        edges (0 for a destination with none; an infinite max is kept, as the sampled
+        views keep it)."""
         vals = jnp.where(self.mask[:, None], h_src[self.src], -jnp.inf)
         best = self._segment_max(vals)
-        return jnp.where(jnp.isfinite(best), best, 0.0)
+        return jnp.where(self.dst_deg[:, None] > 0, best, 0.0)
 
     def softmax(self, logits: jax.Array, self_logits: jax.Array):
         """Softmax over each destination's edges plus a self term; returns (w_edges,
