@@ -539,8 +539,9 @@ def from_networkx(nx_graph, *, weight: str | None = None, **kwargs) -> CSRGraph:
 
 
 def to_networkx(graph: CSRGraph, *, undirected: bool = False):
-    """A networkx `DiGraph` (or `Graph`) on nodes 0..N-1 with an edge j -> i for row i's
-    neighbour j, and the edge weights as its "weight" attribute (needs networkx)."""
+    """A networkx `DiGraph` (a `Graph` with `undirected`) on nodes 0..N-1 with an edge
+    j -> i for row i's neighbour j, and the edge weights as its "weight" attribute
+    (needs networkx)."""
     networkx = need("networkx", "to_networkx")
     out = networkx.Graph() if undirected else networkx.DiGraph()
     out.add_nodes_from(range(graph.num_nodes))

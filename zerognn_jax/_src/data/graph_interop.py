@@ -170,7 +170,8 @@ def collection_from_pyg(graphs, *, name: str = "pyg", target_kind: str = "binary
              num_classes: int = 0, node_vocab=(), edge_vocab=()) -> GraphCollection:
     """A collection from a PyG `Batch` or a sequence of `Data` (each with x,
     edge_index, y and optionally edge_attr, as tensors or arrays; edge_attr in every
-    graph or in none)."""
+    graph or in none). `target_kind`, `splits`, `num_classes` and the categorical
+    columns' vocabulary sizes `node_vocab` / `edge_vocab` are `make_collection`'s."""
     if hasattr(graphs, "to_data_list"):
         graphs = graphs.to_data_list()
     graphs = list(graphs)

@@ -132,7 +132,9 @@ def typed_link_split(graph: HeteroGraph, relation: Relation | str, *, val: float
                      ) -> TypedLinkSplit:
     """A random split of `relation`'s distinct pairs (module docstring); `relation` is a
     (src, name, dst) triple, or a string as `named_relation` reads it ("src__name__dst",
-    or a name only one relation has)."""
+    or a name only one relation has). `val` and `test` are the shares of the pairs held
+    out for each (their sum below 1), drawn with `seed`; `mrr_negatives` > 0 gives each
+    held-out pair that many negative destinations for MRR and Hits@K."""
     require_graph("typed_link_split", graph, HeteroGraph)
     if not (0 <= val and 0 <= test and val + test < 1):
         raise ValueError(f"need val, test >= 0 and val + test < 1, got {val}, {test}")

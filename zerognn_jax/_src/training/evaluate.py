@@ -690,7 +690,10 @@ evaluate_targets = evaluate_splits  # its former name for float targets: one fun
 
 def node_embeddings(program: StepProgram, variables, data: DeviceData, *, mode: str = "full",
                     batch_size: int = 4096, seed: int = 0):
-    """float[N, d]: every node's output row (a link encoder's embedding), layer-wise
-    exact ("full", when the model supports it) or from sampled neighbourhoods."""
+    """float[N, d]: every node's output row (a link encoder's embedding).
+
+    `mode` "full" computes it layer-wise exact (where the model supports it), "sampled"
+    from neighbourhoods sampled with the program's fanouts, `batch_size` nodes a step,
+    the sampling keyed by `seed`."""
     _refuse_typed(program, "node_embeddings")
     return Predictor(program, variables, data, mode, batch_size, seed).all_outputs()
