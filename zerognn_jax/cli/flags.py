@@ -35,14 +35,8 @@ def glue_negative_lists(parser: argparse.ArgumentParser, argv: list[str]) -> lis
     that starts with "-" for a flag unless it is one negative number, and said only
     "expected one argument". Applies to the int-list flags of `parser` and its
     subcommands."""
-    flags = set()
-    todo = [parser]
-    while todo:
-        for action in todo.pop()._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                todo.extend(action.choices.values())
-            elif action.type is int_tuple:
-                flags.update(action.option_strings)
+    flags = {flag for action in _option_actions(parser) if action.type is int_tuple
+             for flag in action.option_strings}
     out, i = [], 0
     while i < len(argv):
         if argv[i] in flags and i + 1 < len(argv) and _NEGATIVE_LIST.fullmatch(argv[i + 1]):
