@@ -20,7 +20,7 @@ import pytest
 
 import zerognn_jax as zg
 import zerognn_jax._src.data.loaders as datasets_pkg
-from zerognn_jax._src.data import announce, planetoid, storage
+from zerognn_jax._src.data import announce, planetoid, storage, writes
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.loaders import (
@@ -784,8 +784,8 @@ def test_npz_round_trip_keeps_bfloat16_features(tmp_path):
 
 def test_a_later_save_removes_what_killed_writers_left(tmp_path):
     """A writer killed outright (SIGKILL, out of memory) leaves its hidden temporary file
-    or folder; the next save to that path removes those of this host's dead processes,
-    and leaves a running writer's, another host's and unnamed ones."""
+    or folder; the next save to that path removes those of this host's dead processes
+    before it writes, and leaves a running writer's, another host's and unnamed ones."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     host = socket.gethostname()
@@ -798,6 +798,10 @@ def test_a_later_save_removes_what_killed_writers_left(tmp_path):
             ".e.a5.part"]
     for name in kept:
         (tmp_path / name).write_bytes(b"")
+    # before it writes: a save that fails (a disk with room for one copy) removes them too
+    with pytest.raises(RuntimeError, match="disk full"), writes.atomic_write(tmp_path / "d.npz"):
+        raise RuntimeError("disk full")
+    assert not left["file"].exists() and left["dir"].exists()
     ds = make_dataset(**tiny_arrays())
     save_npz(ds, tmp_path / "d.npz")
     storage.save_dir(ds, tmp_path / "e")

@@ -531,8 +531,9 @@ def test_a_metrics_file_of_other_lines_is_refused_and_left_as_it_was(tmp_path, c
 
 def test_a_signal_while_generating_or_exporting_stops_at_a_safe_point(tmp_path, capsys,
                                                                       monkeypatch):
-    """SIGINT in the middle of generating a dataset, or of reading a checkpoint to
-    export, is held until that work is done: exit 130, one line, nothing written."""
+    """SIGINT in the middle of generating a dataset, loading one for `data info`, or
+    reading a checkpoint to export, is held until that work is done: exit 130, one line,
+    nothing (or only the whole cache) written."""
     import zerognn_jax as zg
     from zerognn_jax.cli import export as cli_export
 
@@ -552,6 +553,13 @@ def test_a_signal_while_generating_or_exporting_stops_at_a_safe_point(tmp_path, 
     assert capsys.readouterr().err == ("zerognn: interrupted by SIGINT after generating "
                                        "rmat; nothing was written\n")
     assert not out.exists()
+    # data info too, its cache under --root written before it stops
+    assert main(["data", "info", "rmat", "--scale", str(2**-9), "--root",
+                 str(tmp_path / "data")]) == 130
+    got = capsys.readouterr()
+    assert got.err.endswith("zerognn: interrupted by SIGINT after loading rmat\n")
+    cached = [p.name for p in (tmp_path / "data").iterdir()]
+    assert got.out == "" and len(cached) == 1 and cached[0].startswith("rmat-"), cached
 
     zg.train(zg.TrainConfig(dataset="tiny", hidden=8, layers=1, fanouts=(3,), epochs=1,
                             eval_mode="none", progress=False,

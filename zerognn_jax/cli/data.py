@@ -115,7 +115,11 @@ def load_named(name: str, root=None, *, scale: float = 1.0, seed: int = 0,
 def run_info(args: argparse.Namespace) -> int:
     """Handler of `data info`: loads the dataset and prints its statistics. --download
     and --seed are refused where they would do nothing (the scale is checked by the
-    loaders, whose Python callers give it too)."""
+    loaders, whose Python callers give it too). SIGINT and SIGTERM are held until the
+    dataset is loaded (and a preset's cache under --root written), as `data generate`
+    holds them."""
+    from zerognn_jax._src.training import interrupts
+
     def build():
         key = args.name.lower()
         if args.download and key not in PLANETOID_NAMES:
@@ -125,10 +129,17 @@ def run_info(args: argparse.Namespace) -> int:
             raise ValueError(f"--seed applies to the synthetic presets "
                              f"({', '.join(GENERATE_PRESETS)}, tiny); {args.name!r} is "
                              f"read, not generated (got --seed {args.seed})")
-        return load_named(args.name, args.root, scale=args.scale, seed=args.seed,
-                          download=args.download, log=stderr_log(True))
+        dataset = load_named(args.name, args.root, scale=args.scale, seed=args.seed,
+                             download=args.download, log=stderr_log(True))
+        interrupts.check(f"loading {args.name}")
+        return dataset
 
-    return _guarded(build)
+    with interrupts.deferred():
+        try:
+            return _guarded(build)
+        except (ValueError, OSError):
+            interrupts.check("the command failed")  # a signal meanwhile is the exit's
+            raise
 
 
 def run_generate(args: argparse.Namespace) -> int:

@@ -244,14 +244,16 @@ def atomic_write(path: str | os.PathLike, what: str = "file", *,
 
     The data go to a temporary file in the same folder, which is renamed over `path`
     once the block ends without an exception and removed otherwise, so readers never
-    see a half-written file; the leftovers of earlier writers that were killed go then
-    too (`remove_stale_parts`). The file gets the permissions the umask leaves of 0o666,
+    see a half-written file. The leftovers of earlier writers that were killed go first
+    (`remove_stale_parts`), so that on a disk with room for one copy the write that
+    follows a kill finds it. The file gets the permissions the umask leaves of 0o666,
     as `open` would give it, or with `keep_mode` those of the file it replaces, if any.
 
     Raises:
       WriteError: an OSError while writing (a full disk, ...), naming `what` and `path`.
     """
     path = Path(path)
+    remove_stale_parts(path)
     with writing(what, path), parents_made(path):
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=part_prefix(path), suffix=".part")
         try:
@@ -266,7 +268,6 @@ def atomic_write(path: str | os.PathLike, what: str = "file", *,
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-    remove_stale_parts(path)
 
 
 @contextlib.contextmanager
@@ -369,8 +370,7 @@ def refuse_foreign(path: str | os.PathLike, what: str, *, folder: bool) -> None:
 def swap_in(tmp: Path, path: Path, what: str, *, overwrite: bool) -> None:
     """Renames the finished folder `tmp` to `path`; an older `path` (checked again by
     `refuse_foreign` unless `overwrite`) goes aside first and is removed only once the new
-    one is in place, as is a leftover of a swap killed between its renames, and of
-    writers killed before their swap (`remove_stale_parts`)."""
+    one is in place, as is a leftover of a swap killed between its renames."""
     if not overwrite:  # the writing may have run for hours
         refuse_foreign(path, what, folder=True)
     old = path.with_name(f".{path.name}.old")
@@ -379,7 +379,6 @@ def swap_in(tmp: Path, path: Path, what: str, *, overwrite: bool) -> None:
         os.replace(path, old)
     os.replace(tmp, path)
     remove_path(old)
-    remove_stale_parts(path)
 
 
 @contextlib.contextmanager
@@ -389,8 +388,10 @@ def staged_dir(path: Path, what: str, *, overwrite: bool) -> Iterator[Path]:
     The folder gets the permissions the umask leaves of 0o777. Once the block ends
     without an exception, its files are synced and it is renamed into place (`swap_in`,
     which `overwrite` is passed to); otherwise it is deleted: readers see a complete
-    folder or none. An OSError becomes a `WriteError` naming `what` and `path`.
+    folder or none. Killed writers' leftovers go first (`remove_stale_parts`). An
+    OSError becomes a `WriteError` naming `what` and `path`.
     """
+    remove_stale_parts(path)
     with writing(what, path), parents_made(path):
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=part_prefix(path), suffix=".part"))
         try:
