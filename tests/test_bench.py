@@ -219,6 +219,35 @@ def test_a_child_the_deadline_stops_is_skipped_with_its_reason(monkeypatch):
                                 "stopped after 0.2 s")
 
 
+def test_a_child_stopped_by_ctrl_c_keeps_what_it_measured(monkeypatch):
+    """A terminal's Ctrl-C reaches the child too: it finishes its config, writes the
+    record and exits 130. Its record was thrown away for an error record (`bench
+    --isolate`, and `scan-cmdbuf` always); a child stopped before it measured anything
+    is skipped, not an error."""
+    popen = subprocess.Popen
+    script = ("import json, sys; out = json.load(open(sys.argv[1]))['out']; "
+              "open(out, 'w').write(json.dumps({'kind': 'config', 'config': 'scan-xla', "
+              "'status': 'ok', 'epoch_s': 1.5}) + '\\n' if sys.argv[2] == '1' else ''); "
+              "sys.exit(int(sys.argv[3]))")
+    options = bench.BenchOptions(TrainConfig(dataset="tiny", progress=False),
+                                 configs=("scan-xla",))
+    def child(wrote: str, code: int) -> dict:
+        monkeypatch.setattr(bench.subprocess, "Popen", lambda cmd, **kw: popen(
+            [sys.executable, "-c", script, cmd[-1], wrote, str(code)], **kw))
+        (record,) = bench.run_child(options, timeout=120)
+        return record
+
+    for code in (130, 143):
+        record = child("1", code)
+        assert (record["status"], record["epoch_s"]) == ("ok", 1.5)
+    record = child("0", 130)
+    assert record["status"] == "skipped" and record["reason"] == (
+        "its child process was stopped by SIGINT before it measured it")
+    record = child("1", 1)  # a failure stays an error
+    assert record["status"] == "error" and record["reason"].startswith(
+        "child process exited with 1")
+
+
 def test_union_length_counts_overlaps_once():
     assert profiling.union_length([]) == 0
     assert profiling.union_length([(0, 2), (1, 3), (5, 6), (5.5, 5.7)]) == pytest.approx(4.0)

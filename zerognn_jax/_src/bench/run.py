@@ -321,8 +321,9 @@ def run_child(options: BenchOptions, xla_flags: str = "",
               timeout: float | None = None) -> list[dict]:
     """Runs `options` in a fresh Python process, `xla_flags` added to XLA_FLAGS.
 
-    Returns the child's records; if it fails, one error record per config with the
-    end of its stderr as the reason.
+    Returns the child's records, also those of a child that SIGINT or SIGTERM stopped
+    after the config in progress (a terminal's Ctrl-C reaches it with us); if it fails,
+    one error record per config with the end of its stderr as the reason.
     """
     with tempfile.TemporaryDirectory() as tmp:
         out, spec = pathlib.Path(tmp) / "records.jsonl", pathlib.Path(tmp) / "options.json"
@@ -344,8 +345,13 @@ def run_child(options: BenchOptions, xla_flags: str = "",
         records = [json.loads(line) for line in out.read_text().splitlines()] \
             if out.is_file() else []
     records = [r for r in records if r["kind"] != "summary"]
-    if code == 0 and records:
+    stopped = {128 + int(s): s.name for s in interrupts.SIGNALS}.get(code)
+    if records and (code == 0 or stopped):
         return [dict(r, peak_scope="config") for r in records]
+    if stopped:
+        return [dict(blank_record("config", c, options), status="skipped",
+                     reason=f"its child process was stopped by {stopped} before it "
+                            f"measured it") for c in options.configs]
     if code == "timeout":  # as a measurement the deadline leaves no time for
         return [dict(blank_record("config", c, options), status="skipped",
                      reason=f"time budget (--deadline) spent: its child process was "
