@@ -102,6 +102,23 @@ def test_a_lock_file_that_cannot_be_removed_leaves_the_runs_own_error(tmp_path,
     assert not (tmp_path / LOCK_NAME).exists()
 
 
+def test_a_lock_file_that_cannot_be_written_is_named(tmp_path, monkeypatch):
+    """A full disk passes the check that a folder is writable (an empty file) and fails
+    first at the lock's pid record: the error named no path. The lock stays free."""
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(lock_module.os, "pwrite", full)
+        with pytest.raises(OSError, match=rf"^could not write the lock file of checkpoint_dir "
+                                          rf"{tmp_path}, {tmp_path / LOCK_NAME}: No space "
+                                          rf"left on device \(ENOSPC, errno 28\)$"), \
+                hold_outputs(str(tmp_path), None):
+            pass
+    with hold_outputs(str(tmp_path), None):
+        pass
+
+
 def test_an_interrupt_while_the_lock_is_taken_leaves_it_free(tmp_path, monkeypatch):
     """A notebook's interrupt landing after the flock and before the holder kept its
     descriptor left the folder locked until the process ended."""

@@ -23,6 +23,8 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from zerognn_jax._src.data.writes import writing
+
 LOCK_NAME = ".zerognn.lock"
 ORBAX_TMP = "*.orbax-checkpoint-tmp*"
 _NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
@@ -83,8 +85,9 @@ class _Lock:
             os.close(fd)
         self._held = True
         record = json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode()
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, record, 0)
+        with writing(f"the lock file of {self.what},", self.path):  # (a full disk)
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, record, 0)
 
     @staticmethod
     def _flock(fd: int, what: str) -> None:
