@@ -238,3 +238,39 @@ def test_an_empty_best_folder_says_why_no_epoch_was_kept(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"it holds \[\]\); no epoch was kept as best: "
                                                 r"the best metric had no value"):
         zg.restore(tmp_path / "ck", best=True)
+
+
+def test_a_checkpoint_a_live_run_removes_while_it_is_read_is_not_called_damaged(
+        tmp_path, monkeypatch):
+    """`zerognn export` of a folder a run still trains into read a checkpoint that the
+    run's rotation then removed, and called it damaged ("pick another ..., or
+    retrain"). The latest is read again; an epoch asked for names the live run."""
+    import socket
+
+    from zerognn_jax._src.training.checkpoint import Checkpointer
+    from zerognn_jax._src.training.lock import LOCK_NAME
+
+    ds = labelled_dataset("mine", 120, 4, 2, seed=0, edges=400)
+    cfg = zg.TrainConfig(hidden=8, layers=1, fanouts=(3,), batch_size=40, epochs=3,
+                         progress=False, envelope="conservative", model="gcn",
+                         checkpoint_dir=str(tmp_path / "ck"))
+    zg.train(cfg, ds)
+    ck = tmp_path / "ck"
+    assert sorted(int(p.name) for p in ck.iterdir() if p.name.isdigit()) == [1, 2]
+    (ck / LOCK_NAME).write_text(json.dumps({"pid": os.getpid(),
+                                            "host": socket.gethostname()}))
+    read = Checkpointer.restore_as_saved
+
+    def rotated_away(self, epoch, *args, **kwargs):  # the run removes it mid-read
+        shutil.rmtree(ck / str(epoch))
+        monkeypatch.setattr(Checkpointer, "restore_as_saved", read)
+        raise ValueError("Truncated Zstd-compressed stream; at byte 0")
+
+    monkeypatch.setattr(Checkpointer, "restore_as_saved", rotated_away)
+    assert zg.restore(ck, dataset=ds, for_inference=True).summary["epoch"] == 1
+    monkeypatch.setattr(Checkpointer, "restore_as_saved", rotated_away)
+    with pytest.raises(ValueError, match=rf"^checkpoint 1 in {ck} was removed while it was "
+                                         rf"read by the run training into it \(pid "
+                                         rf"{os.getpid()} on host .+\), which keeps its "
+                                         rf"latest checkpoints"):
+        zg.restore(ck, dataset=ds, epoch=1, for_inference=True)

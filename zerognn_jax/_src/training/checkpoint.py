@@ -46,6 +46,7 @@ from zerognn_jax._src.data.writes import atomic_write, write_error
 from zerognn_jax._src.training.callbacks import best_mode
 from zerognn_jax._src.training.checkpoint_errors import CheckpointMismatch, CheckpointWarning
 from zerognn_jax._src.training.checksums import check_checksums, state_checksums
+from zerognn_jax._src.training.lock import live_holder
 from zerognn_jax._src.training.records import dumps
 
 FORMAT = 1
@@ -191,15 +192,30 @@ def _short(err: BaseException) -> str:
     return f"{type(err).__name__}: {_PAYLOADS.sub('', text[0]) if text else ''}"
 
 
+class CheckpointGone(ValueError):
+    """A checkpoint was removed while it was read: a run still training into the folder
+    keeps its latest checkpoints and removes older ones. Nothing is damaged."""
+
+
 def readable(read, directory, epoch: int):
     """`read()` of checkpoint `epoch` in `directory`; ValueError naming both and the
-    cause's first line where it fails (a file missing, cut short or edited)."""
+    cause's first line where it fails (a file missing, cut short or edited), or
+    CheckpointGone where the checkpoint's folder went during the read."""
     try:
         return read()
     except CheckpointMismatch:
         raise
     except Exception as err:  # noqa: BLE001 - any failure to read means damaged
         _drop_frames(err)
+        if not (Path(directory) / str(epoch)).exists():
+            holder = live_holder(directory)
+            by = "" if holder is None else (
+                f" by the run training into it (pid {holder.get('pid', '?')} on host "
+                f"{holder.get('host', '?')}), which keeps its latest checkpoints and "
+                f"removes older ones")
+            raise CheckpointGone(f"checkpoint {epoch} in {directory} was removed while it "
+                                 f"was read{by}; read the folder again for its latest, or "
+                                 f"wait for the run to end") from None
         raise ValueError(f"checkpoint {epoch} in {directory} does not read ({_short(err)}); "
                          "pick another (restore's epoch= or best=True; zerognn export's "
                          "--epoch or --best), or retrain") from err
@@ -486,6 +502,9 @@ class Checkpointer:
             except CheckpointMismatch:
                 raise
             except Exception as err:  # noqa: BLE001 - any failure to read means corrupt
+                if not (self.directory / str(epoch)).exists():  # removed by a live run
+                    raise CheckpointGone(f"checkpoint {epoch} in {self.named} was removed "
+                                         f"while it was read") from None
                 problems.append(f"epoch {epoch}: {_short(err)}")
                 continue
             self._set_aside(epochs[:i], problems)

@@ -81,9 +81,11 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
       CheckpointMismatch: the checkpoint is of another run or model, or of a model of
         the user's own and `model` is None.
       ValueError: the run trained on a given Dataset and none is passed; an `epoch` that
-        is not an integer.
+        is not an integer; a checkpoint that does not read, or the `epoch` asked for
+        removed while it was read by a run still training into the folder (it keeps
+        its latest checkpoints; the latest, asked for by no `epoch`, is read again).
     """
-    from zerognn_jax._src.training.checkpoint import BEST, Checkpointer, identity, readable
+    from zerognn_jax._src.training.checkpoint import BEST, CheckpointGone
 
     if epoch is not None and not is_int(epoch):
         raise ValueError(f"epoch must be an integer (a checkpoint's epoch), got {epoch!r}")
@@ -94,6 +96,22 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
                                 + (" (was best_metric set?)" if best else ""))
     if for_inference:
         optimizer, loss = None, None
+    tries_left = 2
+    while True:
+        try:
+            return _restored(directory, cfg, dataset, model, optimizer, loss, best, epoch,
+                             for_inference)
+        except CheckpointGone:  # a live run removed it: its latest again, if asked for
+            if epoch is not None or not tries_left:
+                raise
+            tries_left -= 1
+
+
+def _restored(directory: Path, cfg, dataset, model, optimizer, loss, best: bool,
+              epoch: int | None, for_inference: bool) -> TrainResult:
+    """`restore`'s read of `directory` (the checkpoint folder or its best/), once."""
+    from zerognn_jax._src.training.checkpoint import Checkpointer, identity, readable
+
     ckpt = Checkpointer(str(directory), create=False)
     try:
         epochs = sorted(ckpt.all_epochs(), reverse=True) if epoch is None else [epoch]

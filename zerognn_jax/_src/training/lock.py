@@ -56,6 +56,19 @@ def _alive_here(holder: dict) -> bool:
     return True
 
 
+def live_holder(directory) -> dict | None:
+    """The {"pid", "host"} of the run that holds the checkpoint folder `directory`, as
+    its lock file records it, where that run may still be running (`_alive_here`); None
+    where no run holds it. Read only, never locked: a reader must not stand in the way
+    of a run that starts."""
+    try:
+        with open(Path(directory) / LOCK_NAME, "rb") as f:
+            holder = _holder(f.fileno())
+    except OSError:
+        return None
+    return holder if holder and _alive_here(holder) else None
+
+
 class _Lock:
     """An exclusive lock on the file `path`, naming `what` when refused. `release` is
     registered before `acquire` runs, so that an interrupt at any point of taking the
