@@ -1038,3 +1038,14 @@ def test_an_unreadable_cache_says_to_remove_it_and_is_never_overwritten(tmp_path
                                          r"generated again$"):
         load(tmp_path)
     assert (tmp_path / stem).read_text() == "the user's notes"
+
+
+def test_an_unreadable_papers100m_like_cache_folder_says_to_remove_it(tmp_path):
+    """papers100m-like's cache is a folder, read without the advice the others give."""
+    folder = tmp_path / "papers100m-like-0.0005-0"
+    folder.mkdir()
+    (folder / "meta.json").write_text("{}")
+    with pytest.raises(ValueError, match=rf"^{folder}.*; it stands where the preset's "
+                                         r"cache goes under the data folder: remove it"):
+        zg.load_dataset("papers100m-like", tmp_path, scale=0.0005)
+    assert (folder / "meta.json").read_text() == "{}"

@@ -139,7 +139,7 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
     if key == "papers100m-like":
         path = None if root is None else Path(root) / f"papers100m-like-{scale:g}-{seed}"
         if path is not None and is_dataset_dir(path):
-            return load_dir(path)
+            return read_cache(load_dir, path)
         with announcing(what, log, into=path) as say:
             if path is None:
                 return papers100m_like(scale, seed, log=say)
