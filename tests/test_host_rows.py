@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import types
 
 import jax
@@ -370,6 +372,18 @@ def test_a_missing_compiler_is_named_and_leaves_no_library(tmp_path, monkeypatch
     assert library.read_bytes() != whole[:1000]
     assert sorted(p.name for p in tmp_path.iterdir()) == [library.name, library.name +
                                                           ".sha256"]
+    # a build killed mid-compile left its temporary output: the next build removes it,
+    # not a live build's
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left, live = (tmp_path / f".{library.name}.{pid}.x1.tmp" for pid in (dead.pid, os.getppid()))
+    left.write_bytes(b"half a library"), live.write_bytes(b"")
+    library.write_bytes(whole[:1000])
+    host_rows._library.__wrapped__(None)
+    assert not left.exists() and live.exists()
+    monkeypatch.delenv("ZEROGNN_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert host_rows._cache_dir() == tmp_path / "xdg" / "zerognn-jax" / "host_rows"
 
 
 def test_a_cache_folder_it_cannot_write_is_one_line(tmp_path, monkeypatch):

@@ -27,7 +27,8 @@ exact inference streams the layers that do not fit the device through them, into
 The handlers are compiled at first use, with the C++ compiler (`$CXX`, else `g++`) on
 a CPU-only JAX and with `nvcc` (`$NVCC`, else `nvcc` on the PATH or in CUDA's home) on a
 GPU, against the installed jaxlib's FFI headers, into `$ZEROGNN_CACHE` (default
-`~/.cache/zerognn_jax`), keyed by the source, the jaxlib version and the GPU's compute
+`$XDG_CACHE_HOME/zerognn-jax/host_rows`, or `~/.cache/...` without it: beside the compile
+cache), keyed by the source, the jaxlib version and the GPU's compute
 capability; later runs load the built library.
 """
 
@@ -67,7 +68,25 @@ _NUMBERS = itertools.count()
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("ZEROGNN_CACHE", Path.home() / ".cache" / "zerognn_jax"))
+    if os.environ.get("ZEROGNN_CACHE"):
+        return Path(os.environ["ZEROGNN_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "zerognn-jax" / "host_rows"
+
+
+def _remove_killed_builds(path: Path) -> None:
+    """Removes the temporary outputs beside `path` of builds whose process is gone (a
+    run killed while it compiled): each is named `.<name>.<pid>.*.tmp`."""
+    for entry in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = entry.name[len(path.name) + 2:].split(".", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            entry.unlink(missing_ok=True)
+        except OSError:
+            pass  # it runs, as another user's process
 
 
 def _gpu_arch() -> str | None:
@@ -141,7 +160,9 @@ def _library(arch: str | None) -> ctypes.CDLL:
             path.parent.mkdir(parents=True, exist_ok=True)
             # Built beside its final name and renamed: a run stopped mid-build, or two
             # runs building at once, never leave a half-written library under that name.
-            fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+            _remove_killed_builds(path)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
+                                       dir=path.parent)
         except OSError as err:
             raise BuildError(f"the host-row gather cannot be built into {path.parent} "
                              f"({err.strerror}): set $ZEROGNN_CACHE to a writable folder, "
