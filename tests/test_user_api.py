@@ -377,6 +377,22 @@ def test_early_stopping_on_an_evaluated_metric_without_evaluation_is_refused(cla
         zg.train(config(**changes), classes, callbacks=[zg.EarlyStopping("val_acc")])
 
 
+def test_a_metric_of_an_empty_split_is_refused_before_training(tmp_path, classes):
+    """An EarlyStopping on val_acc with no validation split trained every epoch and never
+    stopped, silently; a best_metric there warned after the first epoch and kept no best
+    checkpoint. Both are known before training."""
+    no_val = dataclasses.replace(classes, val_idx=np.zeros(0, np.int32))
+    with pytest.raises(ValueError, match=r"^EarlyStopping's metric 'val_acc' scores the val "
+                                         r"split, and 'classes' has none \(an empty val_idx\): "
+                                         r"it would never stop the run; "):
+        zg.train(config(), no_val, callbacks=[zg.EarlyStopping("val_acc")])
+    with pytest.raises(ValueError, match=r"^best_metric 'val_acc' scores the val split, and "
+                                         r"'classes' has none .+ never keep a best checkpoint"):
+        zg.train(config(tmp_path, best_metric="val_acc"), no_val)
+    assert not (tmp_path / "ck").exists()
+    zg.train(config(epochs=1), no_val, callbacks=[zg.EarlyStopping("test_acc")])
+
+
 def test_one_early_stopping_serves_run_after_run(classes):
     """It kept the best value of the run before: the second run, whose first loss ties the
     first run's best, was stopped at its epoch 0."""

@@ -177,11 +177,22 @@ def check_metrics(cfg, task, dataset, callbacks=()) -> None:
     unevaluated = "eval_mode is 'none'" if cfg.eval_mode == "none" else \
         f"eval_every {cfg.eval_every} evaluates the last of {cfg.epochs} epochs alone" \
         if cfg.epochs > 1 and (cfg.eval_every == 0 or cfg.eval_every >= cfg.epochs) else None
+    # the node and graph tasks' splits are the dataset's own, known before training
+    empty = [split for split in ("val", "test") if cfg.task in ("node", "graph")
+             and getattr(dataset, f"{split}_idx", None) is not None
+             and len(getattr(dataset, f"{split}_idx")) == 0]
     for what, metric, watches in asked:  # (best_metric: refused by TrainConfig)
         if watches and unevaluated and metric not in trained and metric.startswith(evaluated):
             raise ValueError(f"{what} needs evaluation, and {unevaluated} (it would never "
                              f"stop the run): evaluate more often, or watch one of "
                              f"{', '.join(trained)}")
+        for split in empty:
+            if metric.startswith(f"{split}_"):
+                never = "stop the run" if watches else "keep a best checkpoint"
+                raise ValueError(f"{what} scores the {split} split, and "
+                                 f"{_named(cfg, dataset)!r} has none (an empty {split}_idx): "
+                                 f"it would never {never}; give the dataset a {split} split "
+                                 f"or watch another metric")
     if not asked or listed is None:
         return
     names = tuple(listed(dataset) or ())
