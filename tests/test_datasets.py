@@ -643,6 +643,7 @@ def test_undirected_csr_checks_ids():
         (dict(labels=np.array([0, 1, 2**32, 0, 1, 0]), num_classes=2**31),
          r"labels must lie in \[-1, 2147483648\), found range \[0, 4294967296\]"),
         (dict(num_classes=2**32 + 1), r"num_classes must be at most 2\*\*31"),
+        (dict(num_classes=0), r"^num_classes must be at least 1 \(the width of the model's "),
     ],
 )
 def test_dataset_validation_names_the_problem(change, match):

@@ -169,10 +169,24 @@ def test_csr_input_is_checked_against_both_types():
     (dict(labels=np.array([0, -1, 2, 1, 0]), num_classes=3),
      r"train_idx contains 1 unlabelled nodes \(label -1; first: node 1\)"),
     (dict(node_info={"paper": {"year": np.arange(3)}}), r"node_info 'paper'/'year' must be"),
+    (dict(num_classes=0), r"^num_classes must be at least 1 \(the width of the model's "
+                          r"output\), got 0$"),
 ])
 def test_dataset_errors_name_the_problem(change, match):
     with pytest.raises(ValueError, match=match):
         _dataset(**change)
+
+
+def test_a_target_type_without_nodes_is_named():
+    """It was named by its labels ("labels hold no class"), then, with num_classes
+    given, by an empty train_idx."""
+    for classes in (None, 3):
+        with pytest.raises(ValueError, match=r"^target_type 'paper' has no nodes "
+                                             r"\(num_nodes\['paper'\] is 0\)"):
+            zg.make_hetero_dataset("h", {"author": 6, "paper": 0},
+                                   {("author", "writes", "paper"): ([], [])},
+                                   target_type="paper", labels=np.zeros(0, np.int64),
+                                   train_idx=[], val_idx=[], test_idx=[], num_classes=classes)
 
 
 def test_dataset_keeps_dtypes_and_reports_types_and_relations():

@@ -133,11 +133,16 @@ class Dataset:
 MAX_CLASSES = 2**31
 
 
-def check_num_classes(num_classes) -> int:
-    """`num_classes` as an int; ValueError unless it is a whole number of at most
-    MAX_CLASSES (a larger one would pass labels that int32 storage wraps)."""
+def check_num_classes(num_classes, least: int = 0) -> int:
+    """`num_classes` as an int; ValueError unless it is a whole number from `least` (1
+    for node labels, the model's output width; a graph collection's binary or regression
+    targets record 0) to MAX_CLASSES (a larger one would pass labels that int32 storage
+    wraps)."""
     if not is_whole(num_classes):
         raise ValueError(f"num_classes must be an integer, got {num_classes!r}")
+    if int(num_classes) < least:
+        raise ValueError(f"num_classes must be at least {least} (the width of the model's "
+                         f"output), got {int(num_classes)}")
     if int(num_classes) > MAX_CLASSES:
         raise ValueError(f"num_classes must be at most 2**31 (labels are stored as int32), "
                          f"got {int(num_classes)}")
@@ -301,7 +306,7 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
             labels = np.full(graph.num_nodes, -1, np.int32)
     elif labels is None:
         raise ValueError("labels are required unless float targets are given")
-    num_classes = check_num_classes(num_classes)
+    num_classes = check_num_classes(num_classes, least=1)
     labels = _integers("labels", labels)
     features = np.asarray(features)
     if features.ndim != 2:  # (a 1-D table's length is no row count)
@@ -313,7 +318,7 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
                               ("targets have", targets, "rows")):
         if table is not None and table.ndim:
             one_per_node(what, table.shape[0], unit, graph.num_nodes)
-    _check_range("labels must lie in", labels, -1, max(num_classes, 0))
+    _check_range("labels must lie in", labels, -1, num_classes)
     splits = {}
     for split, idx in (("train", train_idx), ("val", val_idx), ("test", test_idx)):
         splits[split] = id_array(f"{split}_idx", idx)

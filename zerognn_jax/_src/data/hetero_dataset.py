@@ -213,6 +213,9 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
     counts = graph.num_nodes
     if target_type not in counts:
         raise ValueError(f"target_type {target_type!r} is not a node type ({', '.join(counts)})")
+    if counts[target_type] == 0:  # (else named by its labels or splits, as if given wrong)
+        raise ValueError(f"target_type {target_type!r} has no nodes (num_nodes[{target_type!r}] "
+                         f"is 0): a node task labels and splits nodes of that type")
     tables = {}
     for t, values in (features or {}).items():
         if t not in counts:
@@ -241,7 +244,7 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
             raise ValueError(f"labels hold no class (every {target_type!r} label is -1, "
                              f"unlabelled), so num_classes cannot be read off them: give "
                              f"num_classes, or label some nodes")
-    _check_range("labels must lie in", labels, -1, max(check_num_classes(num_classes), 0))
+    _check_range("labels must lie in", labels, -1, check_num_classes(num_classes, least=1))
     n = counts[target_type]
     splits = {}
     for split, idx in zip(SPLITS, (train_idx, val_idx, test_idx)):
