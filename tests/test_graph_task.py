@@ -426,6 +426,10 @@ def test_graphs_without_edges_and_empty_splits_train_and_report_no_value():
     with pytest.raises(ValueError, match="bare's train_idx is empty: there is nothing to "
                                          "train on"):
         zg.train(cfg, make(splits=([], range(8), range(8, 16))))
+    # steps of one graph: batch norm before the pooling leaves the model nothing to learn
+    with pytest.warns(UserWarning, match=r"^every training step holds one graph \(bare has "
+                                         r"one training graph\): model 'gin' "):
+        zg.train(cfg, make(splits=([0], range(1, 8), range(8, 16))))
 
 
 @pytest.mark.usefixtures("full_precision")

@@ -207,6 +207,23 @@ def check_metrics(cfg, task, dataset, callbacks=()) -> None:
                              f"{', '.join(known + (trained if watches else []))}")
 
 
+def warn_one_graph_steps(cfg, dataset, model) -> None:
+    """Warns where every training step of a graph task holds one graph and the model is
+    a built-in one: those batch-normalise the step's nodes before they pool, so that a
+    step's single graph pools to the same row whatever it holds, and its loss cannot
+    fall below the prior's (ln 2 for a binary target)."""
+    if cfg.task != "graph" or model is not None:
+        return
+    if min(cfg.batch_size, len(dataset.train_idx)) == 1:
+        why = (f"batch_size {cfg.batch_size}" if cfg.batch_size == 1 else
+               f"{dataset.name} has one training graph")
+        warnings.warn(f"every training step holds one graph ({why}): model "
+                      f"{cfg.model!r} batch-normalises a step's nodes before it pools them, "
+                      f"so one graph pools to the same row whatever it holds and the model "
+                      f"cannot learn; train on steps of two graphs or more",
+                      stacklevel=user_stacklevel())
+
+
 def check_model_choice(cfg: TrainConfig, dataset, model, typed: bool) -> None:
     """Refuses a built-in model the run's task and dataset do not take (a relational one
     off a typed graph, a graph-level one for nodes or links, a model of one-type graphs

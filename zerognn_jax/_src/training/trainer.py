@@ -89,6 +89,7 @@ from zerognn_jax._src.training.run_checks import (
     check_model_choice,
     check_typed_options,
     options_in_the_config,
+    warn_one_graph_steps,
     warn_unread_options,
     warn_unread_pieces,
 )
@@ -450,6 +451,7 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
     interrupts.check("loading the data")
     check_typed_options(cfg, dataset)
     check_metrics(cfg, program.task, dataset, user.callbacks)
+    warn_one_graph_steps(cfg, dataset, model)
     reset_callbacks(user.callbacks)
     ckpt = None
     if cfg.checkpoint_dir:
