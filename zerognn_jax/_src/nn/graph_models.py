@@ -334,7 +334,20 @@ class OnGraphs(nn.Module):
 def make_graph_model(name: str, *, hidden: int, num_layers: int, out_dim: int,
                      dropout: float = 0.5, readout: str = "mean", node_vocab=(),
                      edge_vocab=(), dtype: Any = jnp.float32) -> GraphGNN:
-    """A built-in graph-level model by name: gin, gine, gcn, and each with "-virtual"."""
+    """A built-in graph-level model by name: gin, gine, gcn, and each with "-virtual".
+
+    Args:
+      name: the model; "-virtual" adds a virtual node joined to every node of a graph.
+      hidden: the width of the node encoder and of every convolution.
+      num_layers: the convolutions, each followed by batch norm (and ReLU, but the last).
+      out_dim: the head's output width (a collection's `output_dim`).
+      dropout: the rate after every convolution and virtual-node update.
+      readout: how a graph's node rows pool into its row: sum, mean, max or attention.
+      node_vocab, edge_vocab: the vocabulary size of each column of integer node (edge)
+        features, embedded per column and summed; () reads float features through a
+        dense projection (edges: gine only).
+      dtype: the computation dtype (parameters float32).
+    """
     if name not in GRAPH_MODELS:
         node = " (a node model, the default of node tasks)" if name == "sage" else ""
         raise ValueError(f"unknown graph model {name!r}{node}; choose one of "

@@ -396,7 +396,11 @@ def make_hetero_model(name: str, *, hidden: int, num_layers: int, num_classes: i
     """Builds a relational model by name: rsage, rgcn, rgat (module docstring), with a
     conv per relation of `relations` (the graph's, `HeteroGraph.relations`).
     `edge_dims` ({relation: D}, rgat only): the relations whose attention reads their
-    edges' D features."""
+    edges' D features. The other arguments are `HeteroGNN`'s attributes: `hidden`,
+    `num_layers`, `num_classes` (the output width), `target_type` (whose rows are the
+    outputs), `heads` (rgat; must divide `hidden`), `num_bases` (rgcn's basis
+    decomposition; None: a matrix per relation), `dropout`, `input_dropout` (on the raw
+    features) and `dtype`."""
     if name not in HETERO_MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(HETERO_MODELS)}")
     if name == "rgat" and (heads < 1 or hidden % heads):

@@ -16,9 +16,12 @@ def make_engine(name: str, program: StepProgram, *, chunk_steps: int = 0,
                 sample_ahead: int | None = 1,
                 read_ahead_bytes: int | None = None,
                 gemm_backend: str = "cublas") -> ScanEngine | HostEngine:
-    """The engine called `name` for `program`; `sample_ahead` and `read_ahead_bytes`
-    apply to the scan engine (None: its defaults for the data and the device,
-    `steps_ahead`, `read_ahead_limit`), `gemm_backend` (xla_options.py) to both.
+    """The engine called `name` for `program`; `chunk_steps` (the steps one compiled
+    program runs; 0: the whole epoch), `sample_ahead` and `read_ahead_bytes` apply to
+    the scan engine (None: its defaults for the data and the device, `steps_ahead`,
+    `read_ahead_limit`), `max_steps` (the first steps of each epoch alone; None: all)
+    to the host engines, `policy` (the envelope's margin and growth) and
+    `gemm_backend` (xla_options.py) to both.
 
     Every engine offers `run_epoch(state, data, items, epoch, envelope,
     on_progress=None) -> EpochResult` and `compile_seconds`.
