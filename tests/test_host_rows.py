@@ -363,7 +363,13 @@ def test_a_missing_compiler_is_named_and_leaves_no_library(tmp_path, monkeypatch
     # it killed the process with a bus error), or, without a compiler, named as such
     library = next(tmp_path.glob("host_rows-cpu-*.so"))
     whole = library.read_bytes()
-    library.write_bytes(whole[:1000])
+
+    def cut_short():  # a new file in its place: this process maps the library loaded
+        # (writing into that file cut its mapping short: a bus error at the exit)
+        (tmp_path / "cut").write_bytes(whole[:1000])
+        os.replace(tmp_path / "cut", library)
+
+    cut_short()
     with pytest.raises(host_rows.BuildError, match="'no-such-compiler-here' is not on the "
                                                    "PATH"):
         host_rows._library.__wrapped__(None)
@@ -378,7 +384,7 @@ def test_a_missing_compiler_is_named_and_leaves_no_library(tmp_path, monkeypatch
     dead.wait()
     left, live = (tmp_path / f".{library.name}.{pid}.x1.tmp" for pid in (dead.pid, os.getppid()))
     left.write_bytes(b"half a library"), live.write_bytes(b"")
-    library.write_bytes(whole[:1000])
+    cut_short()
     host_rows._library.__wrapped__(None)
     assert not left.exists() and live.exists()
     monkeypatch.delenv("ZEROGNN_CACHE")
