@@ -197,6 +197,21 @@ class CheckpointGone(ValueError):
     keeps its latest checkpoints and removes older ones. Nothing is damaged."""
 
 
+def _gone(directory, epoch: int) -> CheckpointGone:
+    """The error of checkpoint `epoch` of `directory` removed while it was read, naming
+    the run that holds the folder (or the folder above its best/), if one does."""
+    directory = Path(directory)
+    holder = live_holder(directory) or (live_holder(directory.parent)
+                                        if directory.name == BEST else None)
+    by = "" if holder is None else (
+        f" by the run training into it (pid {holder.get('pid', '?')} on host "
+        f"{holder.get('host', '?')}), which keeps its latest checkpoints and removes "
+        f"older ones")
+    return CheckpointGone(f"checkpoint {epoch} in {directory} was removed while it was "
+                          f"read{by}; read the folder again for its latest, or wait for "
+                          f"the run to end")
+
+
 def readable(read, directory, epoch: int):
     """`read()` of checkpoint `epoch` in `directory`; ValueError naming both and the
     cause's first line where it fails (a file missing, cut short or edited), or
@@ -208,14 +223,7 @@ def readable(read, directory, epoch: int):
     except Exception as err:  # noqa: BLE001 - any failure to read means damaged
         _drop_frames(err)
         if not (Path(directory) / str(epoch)).exists():
-            holder = live_holder(directory)
-            by = "" if holder is None else (
-                f" by the run training into it (pid {holder.get('pid', '?')} on host "
-                f"{holder.get('host', '?')}), which keeps its latest checkpoints and "
-                f"removes older ones")
-            raise CheckpointGone(f"checkpoint {epoch} in {directory} was removed while it "
-                                 f"was read{by}; read the folder again for its latest, or "
-                                 f"wait for the run to end") from None
+            raise _gone(directory, epoch) from None
         raise ValueError(f"checkpoint {epoch} in {directory} does not read ({_short(err)}); "
                          "pick another (restore's epoch= or best=True; zerognn export's "
                          "--epoch or --best), or retrain") from err
@@ -503,8 +511,7 @@ class Checkpointer:
                 raise
             except Exception as err:  # noqa: BLE001 - any failure to read means corrupt
                 if not (self.directory / str(epoch)).exists():  # removed by a live run
-                    raise CheckpointGone(f"checkpoint {epoch} in {self.named} was removed "
-                                         f"while it was read") from None
+                    raise _gone(self.named, epoch) from None
                 problems.append(f"epoch {epoch}: {_short(err)}")
                 continue
             self._set_aside(epochs[:i], problems)
