@@ -329,6 +329,11 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
     """A validated collection from per-graph node and edge counts (`n_node`, `n_edge`:
     int[G]) and arrays in any array-like form, converted to the stored dtypes.
 
+    `name`, `senders` and `receivers` (each edge's local endpoints within its graph),
+    `node_features`, `edge_features` (or None), `targets`, `target_kind` ("binary",
+    "classes" or "regression"), `num_classes` (of "classes" targets; 0 for the others)
+    and `node_vocab`, `edge_vocab` (each categorical column's number of categories; ()
+    for float features) become the `GraphCollection` attributes of those names.
     `splits` is (train, val, test) graph ids; None puts every graph in train. Class
     targets may come as one column ([G, 1], as jraph's globals hold them). Floating
     features of any width (float64, float16, bfloat16) are stored as float32.

@@ -54,8 +54,9 @@ class MLPDecoder(nn.Module):
 
 def make_decoder(name: str, hidden: int, dropout: float = 0.0,
                  init: str = "flax") -> nn.Module:
-    """The decoder called `name`: "scaled-dot", "dot" or "mlp" (its layers started as
-    `init` says)."""
+    """The decoder called `name`: "scaled-dot", "dot" or "mlp" (`MLPDecoder`: `hidden`
+    units a layer, `dropout` between its layers, which start as `init` says); the dot
+    products read neither."""
     if name in ("scaled-dot", "dot"):
         return DotDecoder(scaled=name == "scaled-dot")
     if name == "mlp":

@@ -404,6 +404,11 @@ def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
                init: str = "flax") -> nn.Module:
     """Builds a model by name: sage (mean), sage-max, sage-sum, gcn, gat, gine, mlp.
 
+    `hidden` (the width of every hidden layer), `num_layers`, `num_classes` (the output
+    width), `dropout` (on the hidden activations), `input_dropout` (on the raw
+    features), `norm` ("none", "layer" or "batch", after each hidden layer), `heads`
+    (gat: must divide `hidden` where there are hidden layers) and `dtype` (the
+    computation dtype; parameters float32) are `GNN`'s attributes (`MLP`'s for mlp).
     `edge_dim` is the width of the edge features the model reads (gat: in its
     attention; gine needs them; the others read none and refuse it). `init`: how the
     dense layers of SAGE and the MLP start (INITS)."""
