@@ -2,11 +2,14 @@
 `main`."""
 
 import json
+import os
 import re
+import signal
 from pathlib import Path
 
 import pytest
 
+import zerognn_jax as zg
 from zerognn_jax import load_npz
 from zerognn_jax._src.data import announce
 from zerognn_jax.cli import main as run
@@ -28,6 +31,20 @@ def test_info_planetoid_with_root(capsys):
     assert run(["data", "info", "cora", "--root", str(PLANETOID)]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert (stats["nodes"], stats["directed_edges"], stats["train"]) == (2708, 10_556, 140)
+
+
+def test_info_a_signal_while_the_statistics_are_computed_is_the_exit(monkeypatch, capsys):
+    """Held while the statistics are computed, then the exit's (code 130), as `data
+    generate` does with one that comes while it writes; it had been dropped (exit 0)."""
+    computed = zg.Dataset.stats
+
+    def stats(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        return computed(self)
+
+    monkeypatch.setattr(zg.Dataset, "stats", stats)
+    assert run(["data", "info", "tiny"]) == 130
+    assert "interrupted" in capsys.readouterr().err.lower()
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import json
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -426,10 +427,16 @@ def test_graphs_without_edges_and_empty_splits_train_and_report_no_value():
     with pytest.raises(ValueError, match="bare's train_idx is empty: there is nothing to "
                                          "train on"):
         zg.train(cfg, make(splits=([], range(8), range(8, 16))))
-    # steps of one graph: batch norm before the pooling leaves the model nothing to learn
+    # steps of one graph: batch norm before the mean readout leaves the model nothing to
+    # learn; a sum still sees the node count
     with pytest.warns(UserWarning, match=r"^every training step holds one graph \(bare has "
                                          r"one training graph\): model 'gin' "):
         zg.train(cfg, make(splits=([0], range(1, 8), range(8, 16))))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        zg.train(dataclasses.replace(cfg, readout="sum"),
+                 make(splits=([0], range(1, 8), range(8, 16))))
+    assert not [w for w in seen if "one graph" in str(w.message)]
 
 
 @pytest.mark.usefixtures("full_precision")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import types
@@ -379,14 +380,16 @@ def test_a_missing_compiler_is_named_and_leaves_no_library(tmp_path, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == [library.name, library.name +
                                                           ".sha256"]
     # a build killed mid-compile left its temporary output: the next build removes it,
-    # not a live build's
+    # not a live build's, nor one of another host (its pid says nothing here)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    left, live = (tmp_path / f".{library.name}.{pid}.x1.tmp" for pid in (dead.pid, os.getppid()))
-    left.write_bytes(b"half a library"), live.write_bytes(b"")
+    here = socket.gethostname()
+    left, live, other = (tmp_path / f".{library.name}.{host}-{pid}.x1.part" for host, pid in
+                         ((here, dead.pid), (here, os.getppid()), ("other-host", dead.pid)))
+    left.write_bytes(b"half a library"), live.write_bytes(b""), other.write_bytes(b"")
     cut_short()
     host_rows._library.__wrapped__(None)
-    assert not left.exists() and live.exists()
+    assert not left.exists() and live.exists() and other.exists()
     monkeypatch.delenv("ZEROGNN_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert host_rows._cache_dir() == tmp_path / "xdg" / "zerognn-jax" / "host_rows"

@@ -117,7 +117,7 @@ def run_info(args: argparse.Namespace) -> int:
     and --seed are refused where they would do nothing (the scale is checked by the
     loaders, whose Python callers give it too). SIGINT and SIGTERM are held until the
     dataset is loaded (and a preset's cache under --root written), as `data generate`
-    holds them."""
+    holds them; one that came while the statistics were computed is the exit's."""
     from zerognn_jax._src.training import interrupts
 
     def build():
@@ -136,10 +136,12 @@ def run_info(args: argparse.Namespace) -> int:
 
     with interrupts.deferred():
         try:
-            return _guarded(build)
+            code = _guarded(build)
         except (ValueError, OSError):
             interrupts.check("the command failed")  # a signal meanwhile is the exit's
             raise
+        interrupts.check(f"printing {args.name}'s statistics")
+    return code
 
 
 def run_generate(args: argparse.Namespace) -> int:

@@ -55,6 +55,8 @@ import jax.numpy as jnp
 import jaxlib.version
 import numpy as np
 
+from zerognn_jax._src.data.writes import part_prefix, remove_stale_parts
+
 _TARGET = "zerognn_host_rows"
 _WRITE = "zerognn_rows_to_host"
 _SOURCE = Path(__file__).parent / "csrc" / "host_rows.cc"
@@ -72,21 +74,6 @@ def _cache_dir() -> Path:
         return Path(os.environ["ZEROGNN_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "zerognn-jax" / "host_rows"
-
-
-def _remove_killed_builds(path: Path) -> None:
-    """Removes the temporary outputs beside `path` of builds whose process is gone (a
-    run killed while it compiled): each is named `.<name>.<pid>.*.tmp`."""
-    for entry in path.parent.glob(f".{path.name}.*.tmp"):
-        pid = entry.name[len(path.name) + 2:].split(".", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            entry.unlink(missing_ok=True)
-        except OSError:
-            pass  # it runs, as another user's process
 
 
 def _gpu_arch() -> str | None:
@@ -159,9 +146,10 @@ def _library(arch: str | None) -> ctypes.CDLL:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             # Built beside its final name and renamed: a run stopped mid-build, or two
-            # runs building at once, never leave a half-written library under that name.
-            _remove_killed_builds(path)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
+            # runs building at once, never leave a half-written library under that name;
+            # what builds killed mid-compile left (this host's, their process gone) goes.
+            remove_stale_parts(path)
+            fd, tmp = tempfile.mkstemp(prefix=part_prefix(path), suffix=".part",
                                        dir=path.parent)
         except OSError as err:
             raise BuildError(f"the host-row gather cannot be built into {path.parent} "

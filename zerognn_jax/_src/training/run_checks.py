@@ -208,19 +208,21 @@ def check_metrics(cfg, task, dataset, callbacks=()) -> None:
 
 
 def warn_one_graph_steps(cfg, dataset, model) -> None:
-    """Warns where every training step of a graph task holds one graph and the model is
-    a built-in one: those batch-normalise the step's nodes before they pool, so that a
-    step's single graph pools to the same row whatever it holds, and its loss cannot
-    fall below the prior's (ln 2 for a binary target)."""
-    if cfg.task != "graph" or model is not None:
+    """Warns where every training step of a graph task holds one graph and a built-in
+    model pools by mean: those batch-normalise the step's nodes before they pool, so a
+    step's single graph pools to the normalisation's bias whatever it holds, and its loss
+    cannot fall below the prior's (ln 2 for a binary target). A sum (the node count
+    times the bias), a max or an attention pooling still see the graph."""
+    if cfg.task != "graph" or model is not None or cfg.readout != "mean":
         return
     if min(cfg.batch_size, len(dataset.train_idx)) == 1:
         why = (f"batch_size {cfg.batch_size}" if cfg.batch_size == 1 else
                f"{dataset.name} has one training graph")
         warnings.warn(f"every training step holds one graph ({why}): model "
-                      f"{cfg.model!r} batch-normalises a step's nodes before it pools them, "
-                      f"so one graph pools to the same row whatever it holds and the model "
-                      f"cannot learn; train on steps of two graphs or more",
+                      f"{cfg.model!r} batch-normalises a step's nodes before its mean "
+                      f"readout pools them, so one graph pools to the same row whatever "
+                      f"it holds and the model cannot learn; train on steps of two graphs "
+                      f"or more, or pool by sum, max or attention",
                       stacklevel=user_stacklevel())
 
 
