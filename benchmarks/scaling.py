@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/scaling.py --out scaling.jsonl [--scale 1] [--root DIR]
 
-Workload (DESIGN.md's products-like preset): GraphSAGE-mean 3 x 256, fanouts 15/10/5,
+Workload (products-like, as docs/benchmarks.md): GraphSAGE-mean 3 x 256, fanouts 15/10/5,
 Adam 3e-3, dropout 0.5, a batch of `--batch-size` seeds per device and step, so D devices
 run an epoch in ceil(train / (B D)) steps. Every variant trains `--epochs` epochs from
 the same initial state with the same envelope (calibrated once, for batch B); the epoch

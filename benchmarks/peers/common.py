@@ -17,7 +17,7 @@ The dataset is the neutral file that `zerognn data generate ... --out F.npz` wri
   labels          int32[N]      -1 for unlabelled nodes
   train_idx, val_idx, test_idx  int32[*]
 
-Every measure degrades to None off CUDA. Definitions follow the project's DESIGN.md:
+Every measure degrades to None off CUDA. Definitions follow docs/benchmarks.md's:
 epoch time is the median over the epochs after the first (warm-up); the GPU execution
 fraction is the union of device busy intervals (kernels, copies, memsets) over the
 wall time of a window that starts and ends with a device sync.
