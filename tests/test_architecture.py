@@ -24,7 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 ALLOWED = {
     "pallas": set(),
     "data": set(),
-    "ops": {"pallas"},
+    "ops": {"pallas", "data"},  # data: writes.py's temporary-file names (host_rows)
     "sampling": {"pallas", "data", "ops"},
     "nn": {"pallas", "ops"},
     "training": {"data", "ops", "sampling", "nn"},
