@@ -16,6 +16,7 @@ from zerognn_jax import (
     DeviceData,
     Envelope,
     EnvelopePolicy,
+    EpochResult,
     HostTable,
     SamplerConfig,
     ScanEngine,
@@ -334,3 +335,15 @@ def test_an_epoch_compiles_nothing_its_engine_does_not_count():
     # already: its program comes from JAX's cache, with no compile of its own)
     assert len(engine._programs) + len(engine._helpers) == 3
     assert len(compiles) <= 2 and engine.compile_seconds >= sum(compiles)
+
+
+def test_epoch_loss_of_large_finite_step_losses_is_finite():
+    """Finite float32 step losses whose sum passes float32's range make a finite epoch
+    loss (the mean is summed in float64), not an infinity the run cannot report."""
+    steps = 8
+    metrics = {"loss": np.full(steps, 1e37, np.float32), "seeds": np.full(steps, 64.0),
+               "correct": np.full(steps, np.nan, np.float32),
+               "counts": np.ones((steps, 2), np.int32), "edges": np.zeros(steps, np.int32)}
+    res = EpochResult.of(None, None, metrics, overflows=0, chunks=1)
+    assert res.first_nonfinite is None
+    assert res.loss == pytest.approx(1e37, rel=1e-6)

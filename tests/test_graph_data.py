@@ -77,6 +77,9 @@ BAD = [
                                                      "(6, 0)): a graph model reads"),
     ("edge_features", np.zeros((8, 0), np.float32), "edge_features have no columns (shape "
                                                      "(8, 0)): give None"),
+    # training blamed missing (NaN) labels that a target of no columns does not hold
+    ("targets", np.zeros((3, 0), np.float32), "binary targets have no columns (shape "
+                                              "[3, 0])"),
 ]
 
 
@@ -163,6 +166,12 @@ def test_a_collection_of_empty_graphs_only_is_refused():
     with pytest.raises(ValueError, match=re.escape("the collection holds no nodes")):
         zg.make_collection("c", [0, 0], [0, 0], [], [], np.zeros((0, 3)), [0, 1], "classes",
                            num_classes=2)
+
+
+def test_a_collection_of_no_graphs_is_refused():
+    """Float64 targets of no rows failed in NumPy's reshape."""
+    with pytest.raises(ValueError, match=re.escape("the collection holds no graphs")):
+        zg.make_collection("c", [], [], [], [], np.zeros((0, 3)), np.zeros((0, 1)), "binary")
 
 
 def test_validation_of_classes_and_vocab():
@@ -297,6 +306,16 @@ def test_a_graphs_tuple_without_a_node_table_is_refused(nodes):
         zg.collection_from_jraph(graphs)
 
 
+def test_a_graphs_tuple_with_edge_features_in_a_dict_is_refused():
+    graphs = types.SimpleNamespace(nodes=np.ones((4, 2)), edges={"bond": np.ones((2, 1))},
+                                   senders=np.array([0, 2]), receivers=np.array([1, 3]),
+                                   n_node=np.array([2, 2]), n_edge=np.array([1, 1]),
+                                   globals=np.zeros((2, 1)))
+    with pytest.raises(ValueError, match=r"edges must be one array \[E, d\] of edge features "
+                                         r"or None, got a dict \(keys \['bond'\]\)"):
+        zg.collection_from_jraph(graphs)
+
+
 @pytest.mark.parametrize(("change", "message"), [
     (dict(senders=np.array([0, 1])), r"senders has 2 rows but its n_edge sums to 3$"),
     (dict(n_edge=np.array([2, 2])), r"senders has 3 rows but its n_edge sums to 4$"),
@@ -385,6 +404,13 @@ def test_graphs_from_pyg_need_the_same_fields_in_every_graph():
     with pytest.raises(ValueError, match=r"^graph 1's x is \[\d+, \d+\] and graph 0's "
                                          r"\[\d+, \d+\]: every graph's x needs the same "
                                          r"columns$"):
+        zg.collection_from_pyg(data)
+    # a num_nodes past its x's rows is named with its graph (the collection's offsets
+    # were, without the graph)
+    data = _pyg_like(c)
+    data[1].num_nodes += 2
+    with pytest.raises(ValueError, match=rf"^graph 1 has num_nodes {data[1].num_nodes} but "
+                                         rf"its x has {data[1].num_nodes - 2} rows"):
         zg.collection_from_pyg(data)
 
 

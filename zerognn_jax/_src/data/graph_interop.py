@@ -52,13 +52,16 @@ def collection_from_jraph(graphs, *, name: str = "jraph", target_kind: str = "bi
     edges and targets (`targets` may then also give one row per real graph); `splits`
     then number the graphs kept.
 
-    Raises ValueError if the tuple has no node features, no targets (globals missing or a
-    dict, and no `targets`), an edge leaves its graph,
+    Raises ValueError if the tuple has no node features, edge features in a dict, no
+    targets (globals missing or a dict, and no `targets`), an edge leaves its graph,
     `graph_mask` does not hold one entry per graph, or `targets` fits neither count."""
     if graphs.nodes is None or isinstance(graphs.nodes, dict):
         raise ValueError(f"the GraphsTuple's nodes must be one array [N, d] of node features "
                          f"(a collection's graphs carry them), got "
                          f"{type(graphs.nodes).__name__}")
+    if isinstance(graphs.edges, dict):
+        raise ValueError(f"the GraphsTuple's edges must be one array [E, d] of edge features "
+                         f"or None, got a dict (keys {sorted(graphs.edges)})")
     n_node, n_edge = _jraph_counts(graphs)
     start = np.concatenate([[0], np.cumsum(n_node)[:-1]])
     shift = np.repeat(start, n_edge)
@@ -198,6 +201,10 @@ def collection_from_pyg(graphs, *, name: str = "pyg", target_kind: str = "binary
     # PyG's `num_nodes` (its x's rows unless set); a stand-in without it: its x's rows
     n_node = [int(len(xs[i]) if getattr(d, "num_nodes", None) is None else d.num_nodes)
               for i, d in enumerate(graphs)]
+    wrong = next((i for i in range(len(graphs)) if n_node[i] != len(xs[i])), None)
+    if wrong is not None:
+        raise ValueError(f"graph {wrong} has num_nodes {n_node[wrong]} but its x has "
+                         f"{len(xs[wrong])} rows: every node needs its row of features")
     n_edge = [int(e.shape[1]) for e in index]
     edge_index = np.concatenate(index, axis=1)
     if not has_edges and any(getattr(d, "edge_attr", None) is not None for d in graphs):

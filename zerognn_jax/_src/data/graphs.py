@@ -213,6 +213,9 @@ def _check_targets(c: GraphCollection) -> None:
               f"num_classes={c.num_classes}")
     if t.ndim != 2 or t.dtype != np.float32:
         _fail(f"{c.target_kind} targets must be float32[G, T], got {t.dtype}{list(t.shape)}")
+    if t.shape[1] == 0:
+        _fail(f"{c.target_kind} targets have no columns (shape {list(t.shape)}): each graph "
+              f"needs at least one target")
     if np.isinf(t).any():
         _fail("targets hold an infinite value (mark a missing label with NaN)")
     if c.target_kind == "binary":
@@ -343,6 +346,8 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
     if n_node.shape != n_edge.shape:
         _fail(f"n_node and n_edge must list the same graphs, got {n_node.size} and "
               f"{n_edge.size} counts")
+    if n_node.size == 0:
+        _fail("the collection holds no graphs (n_node and n_edge are empty)")
     offsets = lambda counts: np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     node_features = _float32("node_features", node_features)
     if edge_features is not None:
