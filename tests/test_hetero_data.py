@@ -491,6 +491,11 @@ def test_a_typed_directory_names_its_own_arrays_when_meta_lists_another(tmp_path
     (dict(node_types=[["a", 4.7], ["b", 2]]), r"its node count of 'a' must be an integer, "
                                               r"got 4\.7"),
     (dict(num_classes="3"), r"its num_classes must be an integer, got '3'"),
+    # Python's own words before ("'int' object is not iterable")
+    (dict(relations=5), r"its relations must be a list of \[source type, name, destination "
+                        r"type\] triples, got 5$"),
+    (dict(node_types=[["a", 3, 1]]), r"its node_types must be a list of \[node type, count\] "
+                                     r"pairs, got \[\['a', 3, 1\]\]$"),
     (dict(relations=[["a", "ab", "b"], ["a", "ab", "b"]]), r"relation a__ab__b is given twice"),
     # read without the relation before
     (dict(relations=[]), r"it holds arrays its record names no relation, node type or column "
@@ -503,7 +508,7 @@ def test_a_stored_typed_dataset_with_a_bad_record_is_named(tmp_path, change, mes
                                 test_idx=[])
     arrays = dict(np.load(zg.save_hetero_npz(ds, tmp_path / "h.npz")))
     meta = {**json.loads(str(arrays["meta"])), **change}
-    if len(meta["relations"]) == 2:  # the second relation's arrays: the first's again
+    if change.get("relations") == [["a", "ab", "b"]] * 2:  # the second's arrays: the first's
         arrays.update({k.replace("r0_", "r1_"): v for k, v in arrays.items()
                        if k.startswith("r0_")})
     np.savez(tmp_path / "bad.npz", **{**arrays, "meta": np.array(json.dumps(meta))})
@@ -549,6 +554,13 @@ def test_relations_of_one_name_and_bad_dataset_fields_are_refused():
         make("h", labels=[-1, -1], train_idx=[], val_idx=[])
     with pytest.raises(ValueError, match=r"^num_classes must be a positive integer, got 1\.5$"):
         dataclasses.replace(make("h"), num_classes=1.5)
+    # a wrong count of labels was named as a split id out of range
+    with pytest.raises(ValueError, match=r"^labels must be one per 'a' node \(2\), got shape "
+                                         r"\[3\]$"):
+        make("h", labels=[0, 1, 0], test_idx=[2])
+    with pytest.raises(ValueError, match=r"^targets must be a NumPy array of shape \(2, T\), "
+                                         r"T >= 1, got \(3, 1\)$"):
+        make("h", labels=None, targets=np.zeros(3), target_kind="regression", test_idx=[2])
     with pytest.raises(ValueError, match=r"^train_idx must be a 1-D integer array, got "
                                          r"bool\[2\]; a boolean mask\? pass "
                                          r"np\.flatnonzero\(mask\)$"):

@@ -277,6 +277,17 @@ def test_rgcn_bases_over_sources_of_two_widths_name_the_width_to_set(mag):
         zg.train(zg.TrainConfig(**BASE, epochs=1), mag, model=model)
 
 
+def test_a_model_of_another_target_type_is_told_what_the_batch_holds(mag):
+    """A model built for authors on a paper task failed with a bare KeyError: 'author'."""
+    model = zg.make_hetero_model("rsage", hidden=16, num_layers=2,
+                                 num_classes=mag.num_classes, target_type="author",
+                                 relations=mag.graph.relations)
+    with pytest.raises(ValueError, match=r"KeyError: 'author' \(the batch's seeds are 'paper' "
+                                         r"nodes and its relations .*writes.*: does the model "
+                                         r"name the dataset's target type and relations\?\)"):
+        zg.train(zg.TrainConfig(**BASE, epochs=1), mag, model=model)
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(model="sage"), "model 'sage' is a model of one-type graphs; this node task of a "
                          "typed graph takes one of rsage, rgcn, rgat"),

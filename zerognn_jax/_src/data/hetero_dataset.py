@@ -246,6 +246,12 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
                              f"num_classes, or label some nodes")
     _check_range("labels must lie in", labels, -1, check_num_classes(num_classes, least=1))
     n = counts[target_type]
+    # one per target node, named before the splits (whose ids the wrong count would fail)
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise ValueError(f"labels must be one per {target_type!r} node ({n}), got shape "
+                         f"{list(labels.shape)}")
+    if targets is not None:
+        check_targets(targets, target_kind, n)
     splits = {}
     for split, idx in zip(SPLITS, (train_idx, val_idx, test_idx)):
         splits[split] = id_array(f"{split}_idx", idx)

@@ -87,8 +87,11 @@ def _dataset(meta: dict, arrays: dict, where) -> HeteroDataset:
     """The HeteroDataset of stored (meta, arrays); ValueError naming `where`."""
     try:
         counts = tuple((str(t), _recorded_int(n, f"node count of {t!r}"))
-                       for t, n in meta["node_types"])
-        relations = tuple(tuple(r) for r in meta["relations"])
+                       for t, n in _recorded_rows(meta["node_types"], "node_types", 2,
+                                                  "[node type, count] pairs"))
+        relations = tuple(tuple(r) for r in _recorded_rows(
+            meta["relations"], "relations", 3, "[source type, name, destination type] "
+            "triples"))
         graphs = []
         for i, rel in enumerate(relations):
             ncols = dict(counts).get(rel[0], 0)
@@ -127,6 +130,15 @@ def _dataset(meta: dict, arrays: dict, where) -> HeteroDataset:
         raise ValueError(f"{where} holds an invalid typed dataset: it lacks {err}") from err
     except (TypeError, ValueError, IndexError) as err:
         raise ValueError(f"{where} holds an invalid typed dataset: {err}") from err
+
+
+def _recorded_rows(value, what: str, width: int, rows: str) -> list:
+    """`value`, a list of lists of `width` entries its record holds; ValueError naming
+    `what` and the `rows` it should list otherwise (Python's own message before)."""
+    if not isinstance(value, list) or not all(isinstance(r, list) and len(r) == width
+                                              for r in value):
+        raise ValueError(f"its {what} must be a list of {rows}, got {value!r:.80}")
+    return value
 
 
 def _recorded_int(value, what: str) -> int:

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.checks import is_count
+from zerognn_jax._src.data.hetero import relation_name
 from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.nn.views import NoEdgeFeatures
 from zerognn_jax._src.sampling.seeds import epoch_items
@@ -31,6 +32,7 @@ from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes
 from zerognn_jax._src.training.tasks.graph_metrics import LOSSES as GRAPH_LOSSES
 from zerognn_jax._src.training.tasks.losses import LOSSES
 from zerognn_jax._src.training.tasks.node import fn_name
+from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask
 
 
 def _shape(x) -> str:
@@ -60,7 +62,17 @@ def init_checked(program, data, envelope, items, *, user_model: str | None):
                  f"a feature table {_shape(data.features)}, views of "
                  f"{program.sampler.num_hops} hops")
         raise ValueError(f"the model {user_model} fails on its first batch ({given}): "
-                         f"{_first_line(err)}") from err
+                         f"{_first_line(err)}{_typed_hint(program.task, err)}") from err
+
+
+def _typed_hint(task, err: BaseException) -> str:
+    """For a typed batch's missing key: what the batch holds (a model built for another
+    target type or other relations looks up a type or relation the batch lacks)."""
+    if not isinstance(err, KeyError) or not isinstance(task, TypedNodeTask):
+        return ""
+    relations = ", ".join(relation_name(r) for r, _ in task.sampler.fanouts)
+    return (f" (the batch's seeds are {task.seed_type!r} nodes and its relations "
+            f"{relations}: does the model name the dataset's target type and relations?)")
 
 
 def _reads_missing_edges(err: BaseException | None) -> bool:
