@@ -751,6 +751,14 @@ def test_options_of_another_task_are_named_as_ignored():
         train(small_config(epochs=1, weight_decay=0.1), random_dataset(),
               optimizer=optax.sgd(0.1))
     assert {w.filename for w in caught if w.category is zg.IgnoredOptionWarning} == {__file__}
+    # the built-in models' options beside a model of the user's (input_dropout was
+    # recorded in the summary as if applied)
+    mine = zg.make_model("sage", hidden=8, num_layers=2, num_classes=3)
+    with pytest.warns(zg.IgnoredOptionWarning, match=r"^dropout 0.1, input_dropout 0.9: "
+                                                      r"options of the built-in models, "
+                                                      r"ignored with one of yours$"):
+        train(small_config(epochs=1, dropout=0.1, input_dropout=0.9), random_dataset(),
+              model=mine)
     graph = TrainConfig(task="graph", dataset="molhiv-like", model="gin", fanouts=(3, 3),
                         sampler="labor", flat_outer=True, norm="layer", input_dropout=0.5,
                         eval_mode="sampled", progress=False, heads=2,

@@ -200,6 +200,12 @@ def test_directory_shape_mismatch_is_named(dataset, tmp_path):
         (path / "labels.npy").write_bytes(content)  # NumPy's advice: unpickle the last
         with pytest.raises(ValueError, match=rf"array labels is unreadable: {why}"):
             storage.load_arrays(path)
+    # an array of Python objects (a pickle's) was said to be cut short
+    np.save(path / "labels.npy", np.array([object()] * 4), allow_pickle=True)
+    with pytest.raises(ValueError, match=r"array labels is unreadable: it holds Python objects "
+                                         r"\(dtype object, shape \[4\]\), which only pickle "
+                                         r"reads"):
+        storage.load_arrays(path)
 
 
 def test_cli_generates_a_directory(tmp_path, capsys):

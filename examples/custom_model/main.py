@@ -15,6 +15,7 @@ the details.
 """
 
 import argparse
+import dataclasses
 import json
 
 import flax.linen as nn
@@ -102,10 +103,10 @@ def main(argv=None):
     dataset = zg.load_dataset(args.dataset, args.root)
     fanouts = args.fanouts
     cfg = zg.TrainConfig(layers=len(fanouts), fanouts=fanouts, batch_size=128,
-                         hidden=args.hidden, dropout=0.2, lr=args.lr, epochs=args.epochs,
-                         eval_every=0, progress=False)
-    if args.builtin:
-        result = zg.train(cfg, dataset)
+                         hidden=args.hidden, lr=args.lr, epochs=args.epochs, eval_every=0,
+                         progress=False)
+    if args.builtin:  # the built-in model's dropout as the models below have theirs
+        result = zg.train(dataclasses.replace(cfg, dropout=0.2), dataset)
     else:
         if args.nnx:
             model = NNXMeanConcat(dataset.features.shape[1], args.hidden, dataset.num_classes,

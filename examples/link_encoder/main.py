@@ -17,6 +17,7 @@ from every node's embedding (a `NeighborLoader` over all nodes, in order).
 """
 
 import argparse
+import dataclasses
 import json
 
 import flax.linen as nn
@@ -61,11 +62,12 @@ def main(argv=None):
         return report
     cfg = zg.TrainConfig(dataset=args.dataset, root=args.root, task="link", model="sage",
                          hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
-                         batch_size=512, lr=0.01, dropout=0.0, epochs=args.epochs,
-                         eval_every=0, normalize_features=False, progress=False,
-                         flat_outer=False)
-    model = None if args.builtin else MeanEncoder(args.hidden)
-    summary = zg.train(cfg, model=model).summary
+                         batch_size=512, lr=0.01, epochs=args.epochs, eval_every=0,
+                         normalize_features=False, progress=False, flat_outer=False)
+    if args.builtin:  # without dropout, as the encoder below
+        summary = zg.train(dataclasses.replace(cfg, dropout=0.0)).summary
+    else:
+        summary = zg.train(cfg, model=MeanEncoder(args.hidden)).summary
     report = {k: summary[k] for k in ("model", "eval_mode", "test_auc", "test_ap")}
     print(json.dumps(report))
     return report

@@ -403,13 +403,14 @@ def open_npy(file: Path) -> np.ndarray:
     try:
         return np.load(file, mmap_mode="r", allow_pickle=False)
     except (ValueError, EOFError) as err:  # EOFError: a cut header
-        raise ValueError(_cut_short(file) or str(err) or type(err).__name__) from err
+        raise ValueError(_header_problem(file) or str(err) or type(err).__name__) from err
 
 
-def _cut_short(file: Path) -> str | None:
-    """"it is cut short: ..." where `file`'s header reads and promises more bytes than
-    the file holds (mmap's own words: "mmap length is greater than file size"); None
-    otherwise."""
+def _header_problem(file: Path) -> str | None:
+    """What `file`'s header says is wrong with it, in place of NumPy's words: an array
+    of Python objects, which only pickle reads ("it is cut short" before: an object's
+    size is not its pickle's), or a header that promises more bytes than the file holds
+    (mmap's "mmap length is greater than file size"); None otherwise."""
     try:
         with open(file, "rb") as f:
             version = np.lib.format.read_magic(f)
@@ -419,6 +420,9 @@ def _cut_short(file: Path) -> str | None:
             start = f.tell()
     except (ValueError, EOFError, OSError):
         return None
+    if dtype.hasobject:
+        return (f"it holds Python objects (dtype {dtype}, shape {list(shape)}), which only "
+                f"pickle reads: a dataset's arrays hold numbers")
     want = start + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     have = file.stat().st_size
     if have >= want:

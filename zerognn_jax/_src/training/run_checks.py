@@ -120,15 +120,31 @@ def warn_unread_options(cfg: TrainConfig, dataset) -> None:
                       stacklevel=user_stacklevel())
 
 
-def warn_unread_pieces(cfg: TrainConfig, model, optimizer) -> None:
+def _built_in_model_options(task: str, typed: bool) -> tuple[str, ...]:
+    """The options the task's built-in models read and a model of the user's replaces
+    (those no model of the task reads are `TASK_OPTIONS`' to name)."""
+    if task == "graph":
+        return ("dropout", "readout")
+    return ("dropout", "input_dropout", "heads") if typed else (
+        "dropout", "input_dropout", "norm", "heads")
+
+
+def warn_unread_pieces(cfg: TrainConfig, model, optimizer, dataset) -> None:
     """Warns (`IgnoredOptionWarning`, pointing at the caller of `train`) of `heads` set
-    for a built-in model without attention, and of `weight_decay` set beside an optimizer
-    of the user's, which it does not reach."""
+    for a built-in model without attention, of the built-in models' options set beside a
+    model of the user's, and of `weight_decay` set beside an optimizer of the user's,
+    neither of which they reach."""
     if model is None and cfg.task != "graph" and cfg.model not in ATTENTION_MODELS \
             and cfg.heads != TrainConfig.heads:  # (a graph task warns of heads already)
         warnings.warn(f"heads {cfg.heads!r}: attention heads of the models "
                       f"{', '.join(ATTENTION_MODELS)}, ignored by model {cfg.model!r}",
                       IgnoredOptionWarning, stacklevel=user_stacklevel())
+    unread = [f"{n} {getattr(cfg, n)!r}"
+              for n in _built_in_model_options(cfg.task, is_typed(dataset))
+              if getattr(cfg, n) != getattr(TrainConfig, n)]
+    if model is not None and unread:
+        warnings.warn(f"{', '.join(unread)}: options of the built-in models, ignored with "
+                      f"one of yours", IgnoredOptionWarning, stacklevel=user_stacklevel())
     if optimizer is not None and cfg.weight_decay != TrainConfig.weight_decay:
         # (lr also steps learnable embedding rows, which a user's optimizer leaves alone)
         warnings.warn(f"weight_decay {cfg.weight_decay!r}: an option of the built-in "

@@ -443,7 +443,7 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
     dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                      loss=loss)
     cfg = with_model(cfg, program.task, dataset, user_model=model is not None)  # as `prepare`
-    warn_unread_pieces(cfg, model, optimizer)
+    warn_unread_pieces(cfg, model, optimizer, dataset)
     user = dataclasses.replace(
         user, identity=user_identity(model, optimizer,
                                      None if loss is None else program.task, dataset),
