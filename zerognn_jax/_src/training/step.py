@@ -168,10 +168,12 @@ class EpochResult:
            chunks: int) -> EpochResult:
         """From the per-step metrics (NumPy arrays over the steps that were applied)."""
         seeds = float(metrics["seeds"].sum()) or 1.0  # the weights' sum, as `masked_mean`
-        # summed in float64: steps' finite float32 losses may pass float32's range summed
-        loss_sums = metrics["loss"].astype(np.float64) * metrics["seeds"]
+        total = (metrics["loss"] * metrics["seeds"]).sum()
+        if not np.isfinite(total) and np.isfinite(metrics["loss"]).all():
+            # finite float32 step losses whose sum passes float32's range
+            total = (metrics["loss"].astype(np.float64) * metrics["seeds"]).sum()
         return cls(
-            state=state, envelope=envelope, loss=float(loss_sums.sum() / seeds),
+            state=state, envelope=envelope, loss=float(total / seeds),
             train_acc=_mean_score(metrics["correct"], seeds),
             steps=int(metrics["loss"].shape[0]), overflows=overflows,
             max_counts=tuple(int(c) for c in np.max(metrics["counts"], axis=0)),
