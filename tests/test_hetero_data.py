@@ -555,8 +555,8 @@ def test_relations_of_one_name_and_bad_dataset_fields_are_refused():
     with pytest.raises(ValueError, match=r"^num_classes must be a positive integer, got 1\.5$"):
         dataclasses.replace(make("h"), num_classes=1.5)
     # a wrong count of labels was named as a split id out of range
-    with pytest.raises(ValueError, match=r"^labels must be one per 'a' node \(2\), got shape "
-                                         r"\[3\]$"):
+    with pytest.raises(ValueError, match=r"^labels must be integers of shape \(2,\) \(one per "
+                                         r"a node\), got int64\(3,\)$"):
         make("h", labels=[0, 1, 0], test_idx=[2])
     with pytest.raises(ValueError, match=r"^targets must be a NumPy array of shape \(2, T\), "
                                          r"T >= 1, got \(3, 1\)$"):

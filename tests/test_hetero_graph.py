@@ -156,8 +156,7 @@ def test_csr_input_is_checked_against_both_types():
     (dict(features={"paper": np.array([["a"]] * 5)}), r"features of 'paper' must be real"),
     (dict(features={"paper": np.ones((5, 2), np.complex64)}),
      r"features of 'paper' must be real numbers, got complex64"),
-    (dict(labels=np.array([0, 1, 2])),
-     r"labels must be one per 'paper' node \(5\), got shape \[3\]"),
+    (dict(labels=np.array([0, 1, 2])), r"labels must be integers of shape \(5,\)"),
     (dict(labels=np.array([0, 1, 2, 1, 0]), num_classes=2), r"labels must lie in \[-1, 2\)"),
     # past int32, named as given (a label of 2**32 became class 0 before)
     (dict(labels=np.array([0, 1, 2, 1, 2**32]), num_classes=None),

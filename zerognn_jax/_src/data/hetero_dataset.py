@@ -169,9 +169,7 @@ def validate_hetero_dataset(ds: HeteroDataset) -> None:
                          f"({', '.join(counts)})")
     n = counts[ds.target_type]
     labels = ds.labels
-    if labels.ndim != 1 or labels.shape[0] != n or not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"labels must be integers of shape ({n},) (one per {ds.target_type} "
-                         f"node), got {labels.dtype}{labels.shape}")
+    _check_labels_shape(labels, ds.target_type, n)
     if not is_count(ds.num_classes) or ds.num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer, got {ds.num_classes!r}")
     check_num_classes(ds.num_classes)
@@ -188,6 +186,12 @@ def validate_hetero_dataset(ds: HeteroDataset) -> None:
                 raise ValueError(f"node_info {t!r}/{col!r} holds Python objects (dtype "
                                  "object): give numbers or strings (np.str_; fill missing "
                                  "entries, e.g. with '')")
+
+
+def _check_labels_shape(labels: np.ndarray, target_type: str, n: int) -> None:
+    if labels.ndim != 1 or labels.shape[0] != n or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels must be integers of shape ({n},) (one per {target_type} "
+                         f"node), got {labels.dtype}{labels.shape}")
 
 
 def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping, *,
@@ -247,9 +251,7 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
     _check_range("labels must lie in", labels, -1, check_num_classes(num_classes, least=1))
     n = counts[target_type]
     # one per target node, named before the splits (whose ids the wrong count would fail)
-    if labels.ndim != 1 or labels.shape[0] != n:
-        raise ValueError(f"labels must be one per {target_type!r} node ({n}), got shape "
-                         f"{list(labels.shape)}")
+    _check_labels_shape(labels, target_type, n)
     if targets is not None:
         check_targets(targets, target_kind, n)
     splits = {}

@@ -139,10 +139,10 @@ def warn_unread_pieces(cfg: TrainConfig, model, optimizer, dataset) -> None:
         warnings.warn(f"heads {cfg.heads!r}: attention heads of the models "
                       f"{', '.join(ATTENTION_MODELS)}, ignored by model {cfg.model!r}",
                       IgnoredOptionWarning, stacklevel=user_stacklevel())
-    unread = [f"{n} {getattr(cfg, n)!r}"
-              for n in _built_in_model_options(cfg.task, is_typed(dataset))
-              if getattr(cfg, n) != getattr(TrainConfig, n)]
-    if model is not None and unread:
+    unread = [] if model is None else [
+        f"{n} {getattr(cfg, n)!r}" for n in _built_in_model_options(cfg.task, is_typed(dataset))
+        if getattr(cfg, n) != getattr(TrainConfig, n)]
+    if unread:
         warnings.warn(f"{', '.join(unread)}: options of the built-in models, ignored with "
                       f"one of yours", IgnoredOptionWarning, stacklevel=user_stacklevel())
     if optimizer is not None and cfg.weight_decay != TrainConfig.weight_decay:
