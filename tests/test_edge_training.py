@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import random_graph
 
-from zerognn_jax import TrainConfig, make_dataset, restore, train
+from zerognn_jax import TrainConfig, make_dataset, predict, restore, train
 from zerognn_jax._src.nn.models import GNN
 from zerognn_jax._src.training import trainer
 from zerognn_jax._src.training.embeddings import NodeEmbedding
@@ -210,6 +210,33 @@ def test_embeddings_resume_from_a_checkpoint_as_if_never_stopped(edge_data,
                    for_inference=True)
     np.testing.assert_array_equal(np.asarray(back.variables["embedding"]),
                                   np.asarray(resumed.state.embedding))
+
+
+def test_given_variables_bring_their_embedding(edge_data, sage_embedding_run):
+    """variables= of a run with an embedding start a run from that table (its moments
+    fresh): no epochs give the same predictions; variables without the table, or a
+    table the run has no place for or of another shape, are refused by name."""
+    cfg, whole = sage_embedding_run
+    again = train(dataclasses.replace(cfg, epochs=0), edge_data, variables=whole.variables)
+    np.testing.assert_array_equal(np.asarray(again.variables["embedding"]),
+                                  np.asarray(whole.variables["embedding"]))
+    assert not np.asarray(again.state.embedding_opt.nu).any()
+    nodes = np.arange(edge_data.graph.num_nodes)
+    np.testing.assert_array_equal(np.asarray(predict(again, nodes)),
+                                  np.asarray(predict(whole, nodes)))
+    params = {"params": whole.variables["params"]}
+    with pytest.raises(ValueError, match=r"hold no node embedding \('embedding'\), and "
+                                         r"this run reads one of shape \[240, 4\]"):
+        train(dataclasses.replace(cfg, epochs=0), edge_data, variables=params)
+    wide = {**whole.variables, "embedding": np.zeros((240, 5), np.float32)}
+    with pytest.raises(ValueError, match=r"variables\['embedding'\] has shape \[240, 5\]; "
+                                         r"this run's node embedding is \[240, 4\]"):
+        train(dataclasses.replace(cfg, epochs=0), edge_data, variables=wide)
+    plain = train(dataclasses.replace(cfg, epochs=0, embedding_dim=0), edge_data)
+    with pytest.raises(ValueError, match=r"hold a node embedding of shape \[240, 4\], and "
+                                         r"this run has none"):
+        train(dataclasses.replace(cfg, epochs=0, embedding_dim=0), edge_data,
+              variables={**plain.variables, "embedding": whole.variables["embedding"]})
 
 
 def test_placement_counts_only_the_edge_features_a_model_reads(edge_data, monkeypatch):

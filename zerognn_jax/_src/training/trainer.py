@@ -396,7 +396,8 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
         `(outputs, targets) -> float32[rows]`, or a `NodeTask`; default: the loss of the
         dataset's targets.
       variables: model variables to start from (e.g. `restore(...).variables`, for
-        fine-tuning) instead of a fresh initialisation; the optimizer starts afresh. A
+        fine-tuning) instead of a fresh initialisation, the node embedding too where
+        the run has one ("embedding"); the optimizers start afresh. A
         checkpoint in `cfg.checkpoint_dir` takes precedence (the run resumes, with a
         `CheckpointWarning`).
       callbacks: functions called with each epoch's record; a true result stops training
