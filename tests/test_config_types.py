@@ -103,6 +103,7 @@ def test_asdict_stays_flat():
     ({"hidden_channels": 64, "num_neighbors": [10, 5]},
      r"no option 'hidden_channels' \(did you mean 'hidden'\?\); no option 'num_neighbors' "
      r"\(did you mean 'fanouts'\?\)"),
+    ({"edge_dim": 8}, r"no option 'edge_dim' \(did you mean 'edge_features'\?\)"),
 ])
 def test_an_unknown_option_names_the_closest_ones(options, message):
     cfg = zg.TrainConfig()

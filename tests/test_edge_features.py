@@ -253,6 +253,8 @@ def test_from_edge_index_takes_pyg_edge_attr_column_by_column():
     g = from_edge_index(edge_index, 3, edge_features=attr)
     assert edge_rows(g) == {(1, 0): [attr[0].tolist()], (0, 2): [attr[1].tolist()],
                             (2, 1): [attr[2].tolist()]}
+    with pytest.raises(TypeError, match=r"takes PyG's edge_attr as edge_features="):
+        from_edge_index(edge_index, 3, edge_attr=attr)
 
 
 def test_training_leaves_an_unread_edge_table_on_the_host():

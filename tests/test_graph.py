@@ -155,6 +155,30 @@ def test_from_scipy_reads_weights_only_when_not_all_one():
     assert rows(sym) == [[1], [0]]
 
 
+def test_from_scipy_edge_features_follow_their_entries():
+    """A row per stored entry in tocoo()'s order, unsorted as PyG's COO matrices are:
+    each edge keeps its own row (10 * src + dst), in CSR and COO alike; a stored zero's
+    row goes with it; an entry stored twice, or a table of another length, is refused."""
+    src, dst = np.array([2, 0, 1, 0, 1]), np.array([1, 2, 0, 1, 2])
+    values = np.array([1.0, 1.0, 1.0, 1.0, 0.0])  # (1, 2) stored as a zero: no edge
+    coo = scipy.sparse.coo_matrix((values, (src, dst)), shape=(3, 3))
+    for m in (coo, coo.tocsr()):
+        entries = m.tocoo()
+        table = (10 * entries.row + entries.col).astype(np.float32)[:, None]
+        g = from_scipy(m, edge_features=table)
+        assert rows(g) == [[1, 2], [0], [1]] and g.weights is None
+        owners = np.repeat(np.arange(3), np.diff(np.asarray(g.indptr)))
+        np.testing.assert_array_equal(np.asarray(g.edge_features)[:, 0],
+                                      10 * owners + np.asarray(g.indices))
+    twice = scipy.sparse.coo_matrix((np.ones(3), ([0, 0, 1], [1, 1, 0])), shape=(2, 2))
+    with pytest.raises(ValueError, match=r"stores entry \(0, 1\) more than once"):
+        from_scipy(twice, edge_features=np.ones((3, 2), np.float32))
+    with pytest.raises(ValueError, match=r"one row per entry the matrix stores \(5, "
+                                         r"in the order matrix.tocoo\(\) lists them\), "
+                                         r"got shape \(4, 1\)"):
+        from_scipy(coo, edge_features=np.ones((4, 1), np.float32))
+
+
 def test_from_scipy_rejects_non_square():
     with pytest.raises(ValueError, match=r"must be square, got shape \(2, 3\)"):
         from_scipy(scipy.sparse.csr_matrix(np.ones((2, 3))))

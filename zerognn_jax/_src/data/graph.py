@@ -279,6 +279,9 @@ def from_edge_index(edge_index, num_nodes: int | None = None, *,
     """
     if flow not in ("source_to_target", "target_to_source"):
         raise ValueError(f"flow must be 'source_to_target' or 'target_to_source', got {flow!r}")
+    if "edge_attr" in kwargs:
+        raise TypeError("from_edge_index takes PyG's edge_attr as edge_features= (row i "
+                        "for column i of edge_index)")
     edge_index = np.asarray(edge_index)
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {list(edge_index.shape)}")
@@ -426,7 +429,11 @@ def from_scipy(matrix, **kwargs) -> CSRGraph:
     The matrix is read as SciPy reads it: entries stored more than once are summed and
     explicitly stored zeros are no edges. Its values become edge weights unless they are
     all one (checked as `from_edge_list` checks weights). Keyword arguments go to
-    `from_edge_list` (make_undirected, remove_self_loops, ...).
+    `from_edge_list` (make_undirected, remove_self_loops, ...). `edge_features` has one
+    row per stored entry, in the order `matrix.tocoo()` lists them (a COO matrix's own
+    order; PyG's `to_scipy_sparse_matrix(edge_index, edge_attr)` keeps `edge_index`'s),
+    and follows its entry; a stored zero's row is dropped with it, and a matrix with an
+    entry stored twice is refused (its rows would have to be merged).
     """
     if not hasattr(matrix, "tocoo"):
         raise TypeError(f"from_scipy takes a SciPy sparse matrix or array, got "
@@ -437,11 +444,38 @@ def from_scipy(matrix, **kwargs) -> CSRGraph:
     coo = matrix.tocoo(copy=True)
     if coo.shape[0] != coo.shape[1]:
         raise ValueError(f"adjacency matrix must be square, got shape {coo.shape}")
+    if kwargs.get("edge_features") is not None:
+        return _from_scipy_entries(coo, **kwargs)
     coo.sum_duplicates()
     coo.eliminate_zeros()
     data = coo.data
     weights = None if np.all(data == 1) else data
     return from_edge_list(coo.row, coo.col, coo.shape[0], weights=weights, **kwargs)
+
+
+def _from_scipy_entries(coo, *, edge_features, **kwargs) -> CSRGraph:
+    """`from_scipy` with an edge-feature row per stored entry of `coo`, kept in step
+    with the entries (no duplicates summed: refused instead)."""
+    table = edge_features if hasattr(edge_features, "shape") else np.asarray(edge_features)
+    if table.ndim < 1 or table.shape[0] != coo.nnz:
+        raise ValueError(f"edge_features must have one row per entry the matrix stores "
+                         f"({coo.nnz}, in the order matrix.tocoo() lists them), got shape "
+                         f"{tuple(table.shape)}")
+    row, col = np.asarray(coo.row, np.int64), np.asarray(coo.col, np.int64)
+    order = np.lexsort((col, row))
+    twice = np.flatnonzero((np.diff(row[order]) == 0) & (np.diff(col[order]) == 0))
+    if twice.size:
+        i, j = row[order[twice[0]]], col[order[twice[0]]]
+        raise ValueError(f"the matrix stores entry ({i}, {j}) more than once, which SciPy "
+                         f"sums; edge_features cannot be summed with it: give each edge "
+                         f"once (m.sum_duplicates(), then its rows in m.tocoo()'s order)")
+    keep = coo.data != 0
+    if not keep.all():
+        row, col, table = row[keep], col[keep], np.asarray(table)[keep]
+    data = coo.data[keep]
+    weights = None if np.all(data == 1) else data
+    return from_edge_list(row, col, coo.shape[0], weights=weights, edge_features=table,
+                          **kwargs)
 
 
 def mean_edge_features(graph: CSRGraph) -> np.ndarray:

@@ -414,7 +414,7 @@ class TrainConfig:
 
 
 # What other libraries call an option (PyG's `hidden_channels`, `num_layers`,
-# `num_neighbors`, `neg_sampling_ratio`; DGL examples' `n_hidden`, `fan_out`,
+# `num_neighbors`, `neg_sampling_ratio`, `edge_dim`; DGL examples' `n_hidden`, `fan_out`,
 # `num_heads`; optax's and Keras's `learning_rate`; Flax's `rate`), which no spelling
 # distance leads to: TrainConfig's name for it.
 OTHER_NAMES = {
@@ -427,6 +427,7 @@ OTHER_NAMES = {
     "dropout_rate": "dropout", "num_heads": "heads", "n_heads": "heads",
     "neg_sampling_ratio": "negatives", "num_negatives": "negatives",
     "random_seed": "seed", "eval_steps": "eval_every",
+    "edge_dim": "edge_features", "edge_attr": "edge_features",
 }
 
 
