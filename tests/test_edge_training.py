@@ -214,8 +214,9 @@ def test_embeddings_resume_from_a_checkpoint_as_if_never_stopped(edge_data,
 
 def test_given_variables_bring_their_embedding(edge_data, sage_embedding_run):
     """variables= of a run with an embedding start a run from that table (its moments
-    fresh): no epochs give the same predictions; variables without the table, or a
-    table the run has no place for or of another shape, are refused by name."""
+    fresh): no epochs give the same predictions; variables without the table start the
+    run's own afresh (a fine-tune on another graph); a table the run has no place for,
+    or of another shape, is refused by name."""
     cfg, whole = sage_embedding_run
     again = train(dataclasses.replace(cfg, epochs=0), edge_data, variables=whole.variables)
     np.testing.assert_array_equal(np.asarray(again.variables["embedding"]),
@@ -224,10 +225,10 @@ def test_given_variables_bring_their_embedding(edge_data, sage_embedding_run):
     nodes = np.arange(edge_data.graph.num_nodes)
     np.testing.assert_array_equal(np.asarray(predict(again, nodes)),
                                   np.asarray(predict(whole, nodes)))
-    params = {"params": whole.variables["params"]}
-    with pytest.raises(ValueError, match=r"hold no node embedding \('embedding'\), and "
-                                         r"this run reads one of shape \[240, 4\]"):
-        train(dataclasses.replace(cfg, epochs=0), edge_data, variables=params)
+    fresh = train(dataclasses.replace(cfg, epochs=0), edge_data,
+                  variables={"params": whole.variables["params"]})  # another graph's
+    np.testing.assert_array_equal(np.asarray(fresh.variables["embedding"]),
+                                  NodeEmbedding(4, 0.01).init(240, cfg.seed)[0])
     wide = {**whole.variables, "embedding": np.zeros((240, 5), np.float32)}
     with pytest.raises(ValueError, match=r"variables\['embedding'\] has shape \[240, 5\]; "
                                          r"this run's node embedding is \[240, 4\]"):

@@ -42,12 +42,13 @@ def user_identity(model, optimizer, task: NodeTask | None, dataset) -> dict:
 
 def start_from(program, state, variables: dict):
     """`state` with the model variables `variables` ({"params", "batch_stats"}, and
-    "embedding" for a run with a node embedding) and a fresh optimizer state for them
-    (the embedding's lazy Adam moments zero), for fine-tuning.
+    "embedding", a node embedding's table, if any) and a fresh optimizer state for them
+    (the embedding's lazy Adam moments zero), for fine-tuning. A run's node embedding
+    that `variables` lack starts afresh, as without them (another graph's rows).
 
     Raises:
       ValueError: the variables do not have the model's structure and shapes, or hold a
-        node embedding the run lacks or lack the one it has.
+        node embedding the run lacks or one of another shape.
     """
     want = {"params": state.params, "batch_stats": state.batch_stats}
     given = {"params": variables["params"], "batch_stats": variables.get("batch_stats", {})}
@@ -63,8 +64,8 @@ def start_from(program, state, variables: dict):
     stats = jax.tree_util.tree_map(copy, given["batch_stats"], state.batch_stats)
     state = state._replace(params=params, batch_stats=stats,
                            opt_state=program.tx.init(params))
-    if state.embedding is not None or variables.get("embedding") is not None:
-        table = _given_embedding(state.embedding, variables.get("embedding"))
+    if variables.get("embedding") is not None:  # else a run's own table starts afresh
+        table = _given_embedding(state.embedding, variables["embedding"])
         state = state._replace(embedding=copy(table, state.embedding),
                                embedding_opt=row_adam_init(state.embedding))
     return state if program.parallel is None else program.parallel.replicate(state)
@@ -77,12 +78,8 @@ def _given_embedding(table, given):
         raise ValueError(f"variables hold a node embedding of shape "
                          f"{list(np.shape(given))}, and this run has none (embedding_dim "
                          f"0): drop variables['embedding'], or set embedding_dim")
-    if given is None:
-        raise ValueError(f"variables hold no node embedding ('embedding'), and this run "
-                         f"reads one of shape {list(table.shape)} (embedding_dim "
-                         f"{table.shape[-1]}): give the variables of a run with it")
     if tuple(np.shape(given)) != table.shape:
         raise ValueError(f"variables['embedding'] has shape {list(np.shape(given))}; this "
                          f"run's node embedding is {list(table.shape)} (rows, "
-                         f"embedding_dim)")
+                         f"embedding_dim): drop it to start the run's table afresh")
     return given
