@@ -236,6 +236,9 @@ def test_a_table_rebuilt_from_its_pytree_outlives_the_original():
     ([5, -1, 1], "every row of \\[0, 3\\) once; 2 are missing"),
     (np.zeros(3, np.float32), "must be int"),
     (jnp.zeros(2, jnp.int32), r"must be int\[3\], got int32\[2\]"),
+    # positions on the device are checked there (they were taken as they came)
+    (jnp.array([0, 0, 2], jnp.int32), "every row of \\[0, 3\\) once; 1 are missing"),
+    (jnp.array([100, 101, 102], jnp.int32), "3 are missing"),
 ])
 def test_bad_row_positions_are_refused(position, message):
     with pytest.raises(ValueError, match=message):

@@ -454,7 +454,8 @@ def test_other_settings_are_refused_in_one_line(npz, run, capfd, monkeypatch):
     assert main([*base[:-1], "ck", "--model", "gcn", "--epochs", "5"]) == 2
     assert capfd.readouterr().err.startswith("zerognn: error: --checkpoint-dir ck holds a run")
     assert main([*base, "--batch-size", "64", "--epochs", "5"]) == 2
-    assert "global_batch (--batch-size x devices) 32 there, 64 here" in capfd.readouterr().err
+    assert ("global_batch (--batch-size as asked x devices x processes) 32 there, 64 here"
+            in capfd.readouterr().err)
     # More epochs, the data from a file, another chunk size, kernels and evaluation: the
     # same run, resumed.
     assert main([*base, "--epochs", "4", "--chunk-steps", "1", "--kernels", "xla"]) == 0

@@ -426,7 +426,8 @@ def test_tiny_envelope_recovers_and_matches_a_large_one(method):
 
 
 def test_bad_sampler_options():
-    with pytest.raises(ValueError, match="method must be one of"):
+    with pytest.raises(ValueError, match=r"the sampler \(method\) must be one of uniform, "
+                                         r"weighted, labor, got 'importance'"):
         SamplerConfig((3,), method="importance")
     with pytest.raises(ValueError, match="without replacement"):
         SamplerConfig((3,), method="labor", replace=True)

@@ -417,6 +417,9 @@ class HostTable:
                 raise ValueError(f"a host table's row positions must be int"
                                  f"[{array.shape[0]}], got {position.dtype}"
                                  f"{list(position.shape)}")
+            elif missing := int(_rows_missed(position)):  # checked where it lies
+                raise ValueError(f"a host table's row positions must hold every row of "
+                                 f"[0, {array.shape[0]}) once; {missing:,} are missing")
         self.array = array
         self.shape = array.shape
         self.dtype = jnp.dtype(array.dtype)
@@ -475,6 +478,16 @@ class HostTable:
         return table
 
 
+@jax.jit
+def _rows_missed(position: jax.Array) -> jax.Array:
+    """int32 scalar: the rows of [0, N) that no entry of `position` (int[N]) names, on
+    the device that holds it (0: a permutation)."""
+    n = position.shape[0]
+    inside = (position >= 0) & (position < n)
+    hits = jnp.zeros(n, jnp.int32).at[jnp.where(inside, position, n)].add(1, mode="drop")
+    return jnp.sum(hits == 0)
+
+
 def _permutation(values: np.ndarray, n: int, what: str) -> np.ndarray:
     """`values` if they are a permutation of [0, n) (int[n]), else ValueError naming `what`
     and what is wrong."""
@@ -524,7 +537,6 @@ def reordered_table(source, order, dtype=None, *, log=None) -> HostTable:
 
     with ThreadPoolExecutor(min(16, os.cpu_count() or 1)) as pool:
         list(pool.map(fill, starts))
-    # on the device already: a permutation built here needs no second check
     return HostTable(out, jax.device_put(position))
 
 

@@ -120,7 +120,8 @@ class SamplerConfig:
             if f <= 0 and f != -1:
                 raise ValueError(f"fanout of hop {hop} must be positive or -1 (all), got {f}")
         if self.method not in SAMPLERS:
-            raise ValueError(f"method must be one of {', '.join(SAMPLERS)}, got {self.method!r}")
+            raise ValueError(f"the sampler (method) must be one of {', '.join(SAMPLERS)}, "
+                             f"got {self.method!r}")
         if self.flat_outer and not self.dedup:
             raise ValueError("flat_outer=True lays out the outermost hop of deduplicated "
                              "levels in slot order; dedup=False (tree mode) lays out every "

@@ -144,7 +144,8 @@ class TypedSamplerConfig:
                     raise ValueError(f"fanout of {where} at hop {hop} must be >= 0 or -1 "
                                      f"(all), got {f}")
         if self.method not in SAMPLERS:
-            raise ValueError(f"method must be one of {', '.join(SAMPLERS)}, got {self.method!r}")
+            raise ValueError(f"the sampler (method) must be one of {', '.join(SAMPLERS)}, "
+                             f"got {self.method!r}")
         self.relation_config(None)  # the shared options, checked by SamplerConfig
 
     @property

@@ -171,7 +171,9 @@ OPTIMIZER_STATE = ("['opt_state']", "['embedding_opt']")
 
 
 # Keys of an identity that name no option, with the options that set them
-_SHOWN = {"global_batch": "global_batch (batch_size x devices)"}
+# (the batch as asked: a batch larger than a device's share of the training items is
+# lowered for the run, not for the comparison)
+_SHOWN = {"global_batch": "global_batch (batch_size as asked x devices x processes)"}
 
 
 # What tensorstore appends to a message: its specs as JSON, ` [tensorstore_spec='{...}']`.
