@@ -1189,6 +1189,22 @@ def test_a_metric_the_ogb_split_cannot_score_is_refused_before_training(tmp_path
         LinkTask.build(cfg, None)
 
 
+def test_an_ogb_split_without_negatives_of_either_kind_is_named_so(tmp_path):
+    """Each metric's refusal had pointed at another metric, refused in its turn."""
+    from zerognn_jax._src.training.tasks.link import LinkTask
+
+    _ogbl_folder(tmp_path, "ogbl-collab")
+    split = tmp_path / "ogbl_collab" / "split" / "time"
+    np.savez(split / "valid.npz", edge=np.array([[0, 1]]), edge_neg=np.zeros((0, 2), int))
+    for metric in ("auc", "hits@50", "mrr"):
+        cfg = zg.TrainConfig(task="link", dataset="ogbl-collab", root=str(tmp_path),
+                             link_metric=metric)
+        with pytest.raises(ValueError, match=r"ogbl-collab's val split has no negatives of "
+                                             r"either kind, neither pairs \(OGB's edge_neg\) "
+                                             r"nor destinations per positive"):
+            LinkTask.build(cfg, None)
+
+
 def test_hits_at_k_over_fewer_negatives_than_k_is_warned_of():
     """OGB's Hits@K is 1.0 when a split has fewer than K negatives: said, not silent."""
     from zerognn_jax._src.training.tasks.link import LinkTask

@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import warnings
@@ -298,6 +299,27 @@ def test_split_load_names_files_as_save_does_and_refuses_other_npz(small_graph, 
         LinkSplit.load(tmp_path / "x.npz")
 
 
+def test_split_load_names_the_file_the_array_and_the_id_it_refuses(small_graph, tmp_path):
+    """A 1-D train (an IndexError from building the graph before) and ids out of range
+    (named without the value or the file, train's as 'dst ids') are refused by name."""
+    split = random_link_split(small_graph, seed=1)
+    split.save(tmp_path / "s.npz")
+    good = dict(np.load(tmp_path / "s.npz"))
+    n = int(good["num_nodes"])
+    for key, value, message in (
+            ("train", good["train"].reshape(-1),
+             r"train must be a non-empty \[E, 2\] array, got \(\d+,\)"),
+            ("train", np.where(np.arange(good["train"].size).reshape(good["train"].shape)
+                               == 1, n + 7, good["train"]),
+             rf"train holds node ids outside \[0, {n}\): {n + 7} \(the first of 1\)"),
+            ("test_pos", good["test_pos"] * 0 - 2,
+             rf"test.pos holds node ids outside \[0, {n}\): -2 \(the first of")):
+        np.savez(tmp_path / "bad.npz", **{**good, key: value})
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 'bad.npz'))}: "
+                                             + message):
+            LinkSplit.load(tmp_path / "bad.npz")
+
+
 def _gz_csv(path, rows, fmt):
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt") as f:
@@ -368,6 +390,12 @@ def test_ogbl_collab_layout_reads_without_ogb(tmp_path):
      r"train.npz: source_node and target_node must be \[E\] each, got \[3\] and \[2\]$"),
     (lambda d: _torch_legacy(d / "train.pt", [np.array([0, 1])]),
      r"train.pt holds a list, not the dict of arrays of OGB's split files$"),
+    # a plain pickle of a list was read as torch's legacy format ('Ran out of input'),
+    # training edges of none named no file
+    (lambda d: (d / "train.pt").write_bytes(pickle.dumps([1, 2, 3])),
+     r"train.pt holds a list, not the dict of arrays of OGB's split files$"),
+    (lambda d: np.savez(d / "train.npz", edge=np.zeros((0, 2), np.int64)),
+     r"train.npz holds no training edges$"),
 ])
 def test_ogbl_split_files_that_do_not_fit_are_refused(tmp_path, write, message):
     folder = tmp_path / "ogbl_collab"
@@ -501,6 +529,15 @@ def test_a_split_left_empty_by_its_fraction_is_warned_of():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         random_link_split(graph, val=0.0, test=0.2)  # val asked for none; test has one
+
+
+def test_split_fractions_that_are_no_numbers_are_named():
+    graph = zg.from_edge_list(np.arange(9), np.arange(1, 10), 12, make_undirected=True)
+    with pytest.raises(ValueError, match=r"^val must be a number in \[0, 1\), the share "
+                                         r"of the pairs held out, got '0.1'$"):
+        random_link_split(graph, val="0.1")
+    with pytest.raises(ValueError, match=r"^test must be a number .* got True$"):
+        random_link_split(graph, test=True)
 
 
 def test_a_nan_score_makes_every_metric_it_enters_nan():

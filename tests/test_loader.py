@@ -143,6 +143,14 @@ def test_loader_rejects_bad_input(graph, kwargs, match):
         zg.NeighborLoader(graph, **args)
 
 
+def test_link_loaders_hint_at_pyg_layout_for_transposed_edges(graph):
+    """PyG's [2, E] edge_label_index, given as it is: the transpose named."""
+    with pytest.raises(ValueError, match=r"got int64\[2, 3\] \(PyG's \[2, E\] "
+                                         r"edge_index\? this takes \[E, 2\]"):
+        zg.LinkNeighborLoader(graph, np.array([[0, 1, 2], [1, 2, 3]]), fanouts=(2,),
+                              batch_size=4, key=0)
+
+
 def test_link_loaders_refuse_a_step_past_int32(graph):
     """Negatives x batch past int32 node ids: one line before calibrating (an
     OverflowError's traceback from the frontier before)."""

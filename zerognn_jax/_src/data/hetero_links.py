@@ -32,6 +32,7 @@ from zerognn_jax._src.data.hetero import HeteroGraph, Relation, named_relation, 
 from zerognn_jax._src.data.links import (
     SPLITS,
     EvalEdges,
+    check_fractions,
     check_mrr_negatives,
     destination_negatives,
     require_graph,
@@ -136,8 +137,7 @@ def typed_link_split(graph: HeteroGraph, relation: Relation | str, *, val: float
     out for each (their sum below 1), drawn with `seed`; `mrr_negatives` > 0 gives each
     held-out pair that many negative destinations for MRR and Hits@K."""
     require_graph("typed_link_split", graph, HeteroGraph)
-    if not (0 <= val and 0 <= test and val + test < 1):
-        raise ValueError(f"need val, test >= 0 and val + test < 1, got {val}, {test}")
+    check_fractions(val, test)
     seed = check_seed(seed)
     if isinstance(relation, str):
         relation = named_relation(graph.relations, relation, "relation")

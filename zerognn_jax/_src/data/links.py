@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import numbers
 import os
 import pickle
 import warnings
@@ -95,14 +96,7 @@ class LinkSplit:
     num_nodes: int
 
     def __post_init__(self):
-        n = self.num_nodes
-        arrays = {"train": self.train, **{f"{s}.{k}": getattr(getattr(self, s), k)
-                                          for s in SPLITS for k in ("pos", "neg", "neg_dst")}}
-        for name, a in arrays.items():
-            if a.size and (a.min() < 0 or a.max() >= n):
-                raise ValueError(f"{name} holds node ids outside [0, {n})")
-        if self.train.ndim != 2 or self.train.shape[1] != 2 or not self.train.shape[0]:
-            raise ValueError(f"train must be a non-empty [E, 2] array, got {self.train.shape}")
+        _check_split(self.train, {s: getattr(self, s) for s in SPLITS}, self.num_nodes)
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes the split (edges and fixed negatives; not the graph, but the training
@@ -132,13 +126,52 @@ class LinkSplit:
         names it); the graph is rebuilt from its training edges (and their feature rows,
         and weights, when saved). ValueError naming the file when it is no such split."""
         with _split_archive(path) as f:
-            n = int(f["num_nodes"])
-            evals = {s: EvalEdges(*(f[f"{s}_{k}"] for k in ("pos", "neg", "neg_dst")))
-                     for s in SPLITS}
+            try:  # the arrays checked before the graph is built of them
+                n, train = int(f["num_nodes"]), f["train"]
+                evals = {s: EvalEdges(*(f[f"{s}_{k}"] for k in ("pos", "neg", "neg_dst")))
+                         for s in SPLITS}
+                _check_split(train, evals, n)
+            except ValueError as err:
+                raise ValueError(f"{_npz_path(path) if not Path(path).is_file() else path}: "
+                                 f"{err}") from err
             table = stored_table(f, "train_edge_features")
             weights = f["train_weights"] if "train_weights" in f.files else None
-            return cls(f["train"], training_graph(f["train"], n, table, weights),
-                       evals["val"], evals["test"], n)
+            return cls(train, training_graph(train, n, table, weights), evals["val"],
+                       evals["test"], n)
+
+
+def _check_split(train: np.ndarray, evals: dict, n: int) -> None:
+    """ValueError naming the array of a split (`train`, `val.pos`, ...) whose shape or
+    node ids (the first outside [0, n)) are wrong."""
+    arrays = {"train": train, **{f"{s}.{k}": getattr(evals[s], k)
+                                 for s in SPLITS for k in ("pos", "neg", "neg_dst")}}
+    if train.ndim != 2 or train.shape[1] != 2 or not train.shape[0]:
+        raise ValueError(f"train must be a non-empty [E, 2] array, got {train.shape}")
+    for name, a in arrays.items():
+        outside = (a < 0) | (a >= n)
+        if outside.any():
+            raise ValueError(f"{name} holds node ids outside [0, {n}): "
+                             f"{int(a[outside][0])} (the first of {int(outside.sum())})")
+
+
+def transposed_hint(pairs: np.ndarray, holds: str = "this takes") -> str:
+    """" (PyG's [2, E] edge_index? {holds} [E, 2])" for pairs given as [2, E], E > 2
+    (the layout PyG keeps them in); "" otherwise."""
+    shape = np.shape(pairs)
+    if len(shape) == 2 and shape[0] == 2 and shape[1] > 2:
+        return f" (PyG's [2, E] edge_index? {holds} [E, 2]: its transpose)"
+    return ""
+
+
+def check_fractions(val, test) -> None:
+    """ValueError unless `val` and `test` are numbers >= 0 whose sum is below 1 (a
+    link split's held-out shares), naming them."""
+    for name, share in (("val", val), ("test", test)):
+        if isinstance(share, bool) or not isinstance(share, numbers.Real):
+            raise ValueError(f"{name} must be a number in [0, 1), the share of the pairs "
+                             f"held out, got {share!r}")
+    if not (0 <= val and 0 <= test and val + test < 1):
+        raise ValueError(f"need val, test >= 0 and val + test < 1, got {val}, {test}")
 
 
 def _npz_path(path: str | os.PathLike) -> Path:
@@ -335,8 +368,7 @@ def random_link_split(graph: CSRGraph, *, val: float = 0.05, test: float = 0.10,
     same (graph, fractions, seed) give the same split, negatives included.
     """
     require_graph("random_link_split", graph, CSRGraph)
-    if not (0 <= val and 0 <= test and val + test < 1):
-        raise ValueError(f"need val, test >= 0 and val + test < 1, got {val}, {test}")
+    check_fractions(val, test)
     seed = check_seed(seed)
     n = graph.num_nodes
     if n < 2:
@@ -408,8 +440,13 @@ class _NumpyUnpickler(pickle.Unpickler):
                                      "file to .npz with the same keys")
 
 
-def read_pt(path: str | os.PathLike) -> dict:
-    """The dict of NumPy arrays in a `torch.save` file (legacy or zip format)."""
+# The first object of torch.save's legacy format
+TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+
+
+def read_pt(path: str | os.PathLike):
+    """The object (OGB's: a dict of NumPy arrays) in a `torch.save` file (legacy or zip
+    format) or a plain pickle."""
     path = Path(path)
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as z:
@@ -423,8 +460,8 @@ def read_pt(path: str | os.PathLike) -> dict:
                              "missing)")
         f.seek(0)
         first = _NumpyUnpickler(f).load()
-        if isinstance(first, dict):  # a plain pickle
-            return first
+        if not (isinstance(first, int) and first == TORCH_LEGACY_MAGIC):
+            return first  # a plain pickle (of a dict, or of what the caller names)
         # torch's legacy format: magic number, protocol version, system info, object
         _NumpyUnpickler(f).load()
         _NumpyUnpickler(f).load()
@@ -455,10 +492,8 @@ def _node_pairs(values, what: str, n: int) -> np.ndarray:
     if pairs.size == 0:  # no pairs, whatever shape the empty array was saved in
         return np.zeros((0, 2), np.int32)
     if pairs.ndim != 2 or pairs.shape[1] != 2:
-        hint = " (PyG's [2, E] edge_index? OGB's split files hold [E, 2])" \
-            if pairs.ndim == 2 and pairs.shape[0] == 2 else ""
         raise ValueError(f"{what} must be node pairs of shape [E, 2], got shape "
-                         f"{pairs.shape}{hint}")
+                         f"{pairs.shape}{transposed_hint(pairs, 'OGB split files hold')}")
     if not np.issubdtype(pairs.dtype, np.integer):
         raise ValueError(f"{what} must hold integer node ids, got {pairs.dtype}")
     if pairs.min() < 0 or pairs.max() >= n:
@@ -530,6 +565,8 @@ def load_ogbl(name: str, root: str | os.PathLike):
     split_dir = folder / "split" / "time"
     files = {p: _read_split_part(split_dir, p) for p in ("train", "valid", "test")}
     train = _pairs(files["train"][1], files["train"][0], n)
+    if not train.shape[0]:
+        raise ValueError(f"{files['train'][0]} holds no training edges")
     evals = {}
     for ours, theirs in (("val", "valid"), ("test", "test")):
         path, part = files[theirs]

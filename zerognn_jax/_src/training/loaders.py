@@ -38,7 +38,7 @@ from zerognn_jax._src.data import graph_kinds
 from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int, require_ids
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.hetero import HeteroGraph
-from zerognn_jax._src.data.links import EvalEdges, LinkSplit
+from zerognn_jax._src.data.links import EvalEdges, LinkSplit, transposed_hint
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.host_rows import is_host_resident, to_device
 from zerognn_jax._src.ops.registry import INTERPRETER_INEXACT, OPS, Kernels
@@ -454,7 +454,7 @@ class LinkNeighborLoader(DeviceLoader):
         if (edges.ndim != 2 or edges.shape[1] != 2 or not edges.shape[0]
                 or not np.issubdtype(edges.dtype, np.integer)):
             raise ValueError(f"edges must be a non-empty integer [E, 2] array, got "
-                             f"{edges.dtype}{list(edges.shape)}")
+                             f"{edges.dtype}{list(edges.shape)}{transposed_hint(edges)}")
         check_ids("edges", edges, graph.num_nodes)
         none = EvalEdges(np.zeros((0, 2), np.int32), np.zeros((0, 2), np.int32),
                          np.zeros((0, 0), np.int32))

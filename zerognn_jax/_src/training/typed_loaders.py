@@ -35,7 +35,7 @@ import numpy as np
 from zerognn_jax._src.data.checks import at_least_one, check_ids, require_ids
 from zerognn_jax._src.data.hetero import HeteroGraph, named_relation
 from zerognn_jax._src.data.hetero_links import TypedLinkSplit
-from zerognn_jax._src.data.links import EvalEdges
+from zerognn_jax._src.data.links import EvalEdges, transposed_hint
 from zerognn_jax._src.nn.hetero import TypedLayer, typed_layers
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import XLA, Kernels
@@ -348,7 +348,7 @@ def _pairs(graph: HeteroGraph, relation, edges) -> np.ndarray:
     if (edges.ndim != 2 or edges.shape[1] != 2 or not edges.shape[0]
             or not np.issubdtype(edges.dtype, np.integer)):
         raise ValueError(f"edges must be a non-empty integer [E, 2] array, got "
-                         f"{edges.dtype}{list(edges.shape)}")
+                         f"{edges.dtype}{list(edges.shape)}{transposed_hint(edges)}")
     counts = graph.num_nodes
     for col, (end, t) in enumerate((("source", relation[0]), ("destination", relation[2]))):
         check_ids(f"edges' {end} ids", edges[:, col], counts[t], f" ({t!r} ids)")

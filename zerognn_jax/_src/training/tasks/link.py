@@ -188,6 +188,10 @@ def check_split_metric(split, metric: str, what: str) -> None:
         edges = getattr(split, name)
         if not edges.pos.shape[0]:
             continue
+        if not edges.neg_dst.shape[1] and not edges.neg.shape[0]:
+            raise ValueError(f"{what}'s {name} split has no negatives of either kind, "
+                             f"neither pairs (OGB's edge_neg) nor destinations per positive "
+                             f"(OGB's target_node_neg): no link_metric can score it")
         if metric == "mrr" and not edges.neg_dst.shape[1]:
             raise ValueError(f"{what}'s {name} split has no negatives per positive (OGB's "
                              f"target_node_neg), which link_metric 'mrr' ranks each positive "
