@@ -362,6 +362,10 @@ def cmd_train(args, out: pathlib.Path) -> None:
     if jax.process_index() == 0:
         save_run(out, args.name, result.variables["params"],
                  {"losses": [h["loss"] for h in result.history], "summary": result.summary})
+    if args.start_one_device:  # the run's variables, on its devices, start a run on one
+        one = train(train_config(1, epochs=0, eval_mode="none"), make_problem(),
+                    variables=result.variables)
+        save_run(out, f"{args.name}_on_one", one.variables["params"], {})
 
 
 def main(argv=None) -> int:
@@ -374,6 +378,7 @@ def main(argv=None) -> int:
     parser.add_argument("--ckpt")
     parser.add_argument("--eval-mode", default="none")
     parser.add_argument("--shard-features", action="store_true")
+    parser.add_argument("--start-one-device", action="store_true")
     parser.add_argument("--coordinator")
     parser.add_argument("--num-processes", type=int)
     parser.add_argument("--process-id", type=int)

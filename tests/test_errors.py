@@ -727,8 +727,6 @@ def test_messages_spell_options_as_flags_only_where_they_name_them():
                             {"checkpoint_dir"}) == ("--checkpoint-dir checkpoint_dir is not "
                                                     "a directory")
     assert spelled_as_flags("edge_features have 5 rows", flags) == "edge_features have 5 rows"
-    assert spelled_as_flags("(epoch 0): edge_features True there, False here", flags) == \
-        "(epoch 0): --edge-features True there, False here"  # a yes/no value follows
     assert spelled_as_flags("normalize_features True, norm 'layer'", flags,
                             {"norm", "normalize_features"}) == \
         "--normalize-features True, --norm 'layer'"  # one flag inside another's

@@ -313,7 +313,7 @@ def test_split_load_names_the_file_the_array_and_the_id_it_refuses(small_graph, 
                                == 1, n + 7, good["train"]),
              rf"train holds node ids outside \[0, {n}\): {n + 7} \(the first of 1\)"),
             ("test_pos", good["test_pos"] * 0 - 2,
-             rf"test.pos holds node ids outside \[0, {n}\): -2 \(the first of")):
+             rf"test_pos holds node ids outside \[0, {n}\): -2 \(the first of")):
         np.savez(tmp_path / "bad.npz", **{**good, key: value})
         with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 'bad.npz'))}: "
                                              + message):

@@ -100,7 +100,7 @@ def runs(tmp_path_factory):
             "collectives": Job(root / "collectives", "collectives", "--cpu-devices", "4")}
     try:
         Job(root / "save", "train", "--cpu-devices", "2", "--name", "saved",
-            "--ckpt", str(root / "ckpt")).wait()
+            "--ckpt", str(root / "ckpt"), "--start-one-device").wait()
         for copy in ("ckpt4", "ckpt1"):
             shutil.copytree(root / "ckpt", root / copy)
         jobs["resume4"] = Job(root / "resume4", "train", "--cpu-devices", "4", "--name",
@@ -451,6 +451,15 @@ def test_a_checkpoint_of_two_devices_restores_for_inference_on_one(runs):
     result = restore(root / "ckpt", dataset=worker.make_problem(), for_inference=True)
     assert_params_close(worker.flat(result.variables["params"]), saved, rtol=0, atol=0)
     assert result.program.num_shards == 1
+
+
+def test_variables_of_two_devices_start_a_run_on_one(runs):
+    """train(variables=) given a run's variables as they lie on its two devices starts a
+    one-device run from them (their copy was committed to the other devices: JAX
+    refused the two together)."""
+    saved, _ = load(runs["root"] / "save", "saved")
+    started, _ = load(runs["root"] / "save", "saved_on_one")
+    assert_params_close(started, saved, rtol=0, atol=0)
 
 
 def test_two_processes_train_like_one(runs, resumed):

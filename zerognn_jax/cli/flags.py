@@ -231,8 +231,7 @@ def spelled_as_flags(text: str, flags: dict[str, str | None], given=frozenset())
     """`text` (a message of the library, which names options as fields) with the option
     names of `flags` it holds written as the command line's flags, where the name is
     the option's: one `given` (set on the command line) with an underscore, or that
-    starts the text or a clause, or that a value follows ("epochs 3", "heads=4",
-    "edge_features True"); one
+    starts the text or a clause, or that a value follows ("epochs 3", "heads=4"); one
     not given with an underscore where a value follows or a hint names it ("set
     checkpoint_dir", "drop flat_outer", "give max_nodes", "lower batch_size"). A name
     whose flag the text holds already, a
@@ -244,7 +243,7 @@ def spelled_as_flags(text: str, flags: dict[str, str | None], given=frozenset())
         pieces = re.split(rf"(?<![\w./'\"-]){re.escape(name)}(?![\w./'\"-])", text)
         out = pieces[0]
         for piece in pieces[1:]:
-            valued = re.match(r" (['\"\d-]|(True|False|None)\b)|=", piece)
+            valued = re.match(r" ['\"\d-]|=", piece)
             starts = out in ("", "error: ") or out.endswith(("; ", ": "))
             hinted = out.endswith(("set ", "drop ", "another ", "give ", "lower "))
             after_flag = re.search(r"(?<![\w-])--[\w-]+ $", out)

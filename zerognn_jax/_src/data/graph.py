@@ -431,9 +431,10 @@ def from_scipy(matrix, **kwargs) -> CSRGraph:
     all one (checked as `from_edge_list` checks weights). Keyword arguments go to
     `from_edge_list` (make_undirected, remove_self_loops, ...). `edge_features` has one
     row per stored entry, in the order `matrix.tocoo()` lists them (a COO matrix's own
-    order; PyG's `to_scipy_sparse_matrix(edge_index, edge_attr)` keeps `edge_index`'s),
-    and follows its entry; a stored zero's row is dropped with it, and a matrix with an
-    entry stored twice is refused (its rows would have to be merged).
+    order, unsorted as given), and follows its entry; a stored zero's row is dropped
+    with it, and a matrix with an entry stored twice is refused (its rows would have to
+    be merged). PyG's `edge_attr` of an `edge_index` goes to
+    `from_edge_index(edge_index, edge_features=edge_attr)`.
     """
     if not hasattr(matrix, "tocoo"):
         raise TypeError(f"from_scipy takes a SciPy sparse matrix or array, got "

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import numbers
 import os
 import pickle
 import warnings
@@ -130,7 +129,7 @@ class LinkSplit:
                 n, train = int(f["num_nodes"]), f["train"]
                 evals = {s: EvalEdges(*(f[f"{s}_{k}"] for k in ("pos", "neg", "neg_dst")))
                          for s in SPLITS}
-                _check_split(train, evals, n)
+                _check_split(train, evals, n, sep="_")
             except ValueError as err:
                 raise ValueError(f"{_npz_path(path) if not Path(path).is_file() else path}: "
                                  f"{err}") from err
@@ -140,25 +139,26 @@ class LinkSplit:
                        evals["test"], n)
 
 
-def _check_split(train: np.ndarray, evals: dict, n: int) -> None:
-    """ValueError naming the array of a split (`train`, `val.pos`, ...) whose shape or
-    node ids (the first outside [0, n)) are wrong."""
-    arrays = {"train": train, **{f"{s}.{k}": getattr(evals[s], k)
+def _check_split(train: np.ndarray, evals: dict, n: int, sep: str = ".") -> None:
+    """ValueError naming the array of a split (`train`, `val.pos`, ...; `val_pos` with
+    `sep` "_", a file's keys) whose shape or node ids (the first outside [0, n)) are
+    wrong."""
+    arrays = {"train": train, **{f"{s}{sep}{k}": getattr(evals[s], k)
                                  for s in SPLITS for k in ("pos", "neg", "neg_dst")}}
     if train.ndim != 2 or train.shape[1] != 2 or not train.shape[0]:
         raise ValueError(f"train must be a non-empty [E, 2] array, got {train.shape}")
     for name, a in arrays.items():
-        outside = (a < 0) | (a >= n)
-        if outside.any():
+        if a.size and (a.min() < 0 or a.max() >= n):
+            outside = (a < 0) | (a >= n)
             raise ValueError(f"{name} holds node ids outside [0, {n}): "
                              f"{int(a[outside][0])} (the first of {int(outside.sum())})")
 
 
 def transposed_hint(pairs: np.ndarray, holds: str = "this takes") -> str:
-    """" (PyG's [2, E] edge_index? {holds} [E, 2])" for pairs given as [2, E], E > 2
+    """" (PyG's [2, E] edge_index? {holds} [E, 2])" for pairs given as [2, E], E != 2
     (the layout PyG keeps them in); "" otherwise."""
     shape = np.shape(pairs)
-    if len(shape) == 2 and shape[0] == 2 and shape[1] > 2:
+    if len(shape) == 2 and shape[0] == 2 and shape[1] != 2:
         return f" (PyG's [2, E] edge_index? {holds} [E, 2]: its transpose)"
     return ""
 
@@ -167,7 +167,8 @@ def check_fractions(val, test) -> None:
     """ValueError unless `val` and `test` are numbers >= 0 whose sum is below 1 (a
     link split's held-out shares), naming them."""
     for name, share in (("val", val), ("test", test)):
-        if isinstance(share, bool) or not isinstance(share, numbers.Real):
+        if isinstance(share, bool) or np.ndim(share) or (
+                np.asarray(share).dtype.kind not in "fiu"):  # NumPy's and JAX's scalars too
             raise ValueError(f"{name} must be a number in [0, 1), the share of the pairs "
                              f"held out, got {share!r}")
     if not (0 <= val and 0 <= test and val + test < 1):

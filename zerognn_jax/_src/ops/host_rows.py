@@ -394,10 +394,12 @@ class HostTable:
     Node n's row is row n of `array`, or with `position` (int32[N], a permutation of
     [0, N), kept on the device) row position[n]: `reordered_table` lays a table out
     that way, hottest rows first, so that a step's reads over PCIe fall into less of
-    host memory (docs/host_features.md).
+    host memory (docs/host_features.md). Positions are checked to be a permutation
+    where they lie (on the host, or by one program on their device), but for the
+    library's own (`_checked`).
     """
 
-    def __init__(self, array: np.ndarray, position=None):
+    def __init__(self, array: np.ndarray, position=None, *, _checked: bool = False):
         if not isinstance(array, np.ndarray) or array.ndim != 2:
             raise ValueError(f"a host feature table must be a 2-D NumPy array, got "
                              f"{type(array).__name__} of shape {np.shape(array)}")
@@ -417,9 +419,8 @@ class HostTable:
                 raise ValueError(f"a host table's row positions must be int"
                                  f"[{array.shape[0]}], got {position.dtype}"
                                  f"{list(position.shape)}")
-            elif missing := int(_rows_missed(position)):  # checked where it lies
-                raise ValueError(f"a host table's row positions must hold every row of "
-                                 f"[0, {array.shape[0]}) once; {missing:,} are missing")
+            elif not _checked and (missing := int(_rows_missed(position))):
+                raise _not_every_row("positions", array.shape[0], missing)  # checked there
         self.array = array
         self.shape = array.shape
         self.dtype = jnp.dtype(array.dtype)
@@ -466,7 +467,7 @@ class HostTable:
         return self._with_position(self.position)
 
     def __deepcopy__(self, memo) -> HostTable:
-        return HostTable(self.array.copy(), self.position)
+        return HostTable(self.array.copy(), self.position, _checked=True)
 
     def _with_position(self, position) -> HostTable:
         """This table with `position` in place of its own (jit's tracers, device_put's
@@ -482,7 +483,7 @@ class HostTable:
 def _rows_missed(position: jax.Array) -> jax.Array:
     """int32 scalar: the rows of [0, N) that no entry of `position` (int[N]) names, on
     the device that holds it (0: a permutation)."""
-    n = position.shape[0]
+    n, position = position.shape[0], position.astype(jnp.int32)  # int8's n overflows
     inside = (position >= 0) & (position < n)
     hits = jnp.zeros(n, jnp.int32).at[jnp.where(inside, position, n)].add(1, mode="drop")
     return jnp.sum(hits == 0)
@@ -498,9 +499,13 @@ def _permutation(values: np.ndarray, n: int, what: str) -> np.ndarray:
     inside = (values >= 0) & (values < n)
     seen[values[inside]] = True
     if not inside.all() or not seen.all():
-        raise ValueError(f"a host table's row {what} must hold every row of [0, {n}) once; "
-                         f"{int(n - seen.sum()):,} are missing")
+        raise _not_every_row(what, n, int(n - seen.sum()))
     return values
+
+
+def _not_every_row(what: str, n: int, missing: int) -> ValueError:
+    return ValueError(f"a host table's row {what} must hold every row of [0, {n}) once; "
+                      f"{missing:,} are missing")
 
 
 def reordered_table(source, order, dtype=None, *, log=None) -> HostTable:
@@ -537,7 +542,7 @@ def reordered_table(source, order, dtype=None, *, log=None) -> HostTable:
 
     with ThreadPoolExecutor(min(16, os.cpu_count() or 1)) as pool:
         list(pool.map(fill, starts))
-    return HostTable(out, jax.device_put(position))
+    return HostTable(out, jax.device_put(position), _checked=True)  # built here
 
 
 def read_rows(table: HostTable, ids: jax.Array, valid: jax.Array,

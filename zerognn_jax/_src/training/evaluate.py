@@ -514,7 +514,8 @@ def model_inputs(program: StepProgram, variables, features):
             laid = np.empty_like(rows)
             laid[np.asarray(host.position)] = rows
             rows = laid
-        return HostTable(np.concatenate([host.array, rows], axis=1), host.position)
+        return HostTable(np.concatenate([host.array, rows], axis=1), host.position,
+                         _checked=True)
     rows = table.shape[0]  # a table split over devices has padding rows past the nodes
     if isinstance(features, jax.Array):
         return jnp.concatenate([features[:rows], table.astype(features.dtype)], axis=1)

@@ -58,8 +58,9 @@ def start_from(program, state, variables: dict):
         diff = sorted(set(spec(want).items()) ^ set(spec(given).items()))
         raise ValueError(f"variables do not fit the model (path and shape, either side): "
                          f"{diff[:4]}")
-    # Copies: the engines donate the state, and the caller's arrays must survive.
-    copy = lambda x, like: jnp.array(x, like.dtype, copy=True)
+    # Copies, on the devices of the state they join (variables of a run on other
+    # devices too): the engines donate the state, and the caller's arrays must survive.
+    copy = lambda x, like: jnp.array(jax.device_put(x, like.sharding), like.dtype, copy=True)
     params = jax.tree_util.tree_map(copy, given["params"], state.params)
     stats = jax.tree_util.tree_map(copy, given["batch_stats"], state.batch_stats)
     state = state._replace(params=params, batch_stats=stats,
