@@ -759,6 +759,10 @@ def test_options_of_another_task_are_named_as_ignored():
                                                       r"ignored with one of yours$"):
         train(small_config(epochs=1, dropout=0.1, input_dropout=0.9), random_dataset(),
               model=mine)
+    # the built-in model named too (a run's default filled in is no user's choice)
+    with pytest.warns(zg.IgnoredOptionWarning, match=r"^model 'gcn': options of the built-in "
+                                                      r"models, ignored with one of yours$"):
+        train(small_config(epochs=1, model="gcn"), random_dataset(), model=mine)
     graph = TrainConfig(task="graph", dataset="molhiv-like", model="gin", fanouts=(3, 3),
                         sampler="labor", flat_outer=True, norm="layer", input_dropout=0.5,
                         eval_mode="sampled", progress=False, heads=2,

@@ -60,12 +60,12 @@ def main(argv=None):
                           args.epochs)
         print(json.dumps(report))
         return report
-    cfg = zg.TrainConfig(dataset=args.dataset, root=args.root, task="link", model="sage",
+    cfg = zg.TrainConfig(dataset=args.dataset, root=args.root, task="link",
                          hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
                          batch_size=512, lr=0.01, epochs=args.epochs, eval_every=0,
                          normalize_features=False, progress=False, flat_outer=False)
     if args.builtin:  # without dropout, as the encoder below
-        summary = zg.train(dataclasses.replace(cfg, dropout=0.0)).summary
+        summary = zg.train(dataclasses.replace(cfg, model="sage", dropout=0.0)).summary
     else:
         summary = zg.train(cfg, model=MeanEncoder(args.hidden)).summary
     report = {k: summary[k] for k in ("model", "eval_mode", "test_auc", "test_ap")}

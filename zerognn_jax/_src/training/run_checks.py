@@ -129,17 +129,19 @@ def _built_in_model_options(task: str, typed: bool) -> tuple[str, ...]:
         "dropout", "input_dropout", "norm", "heads")
 
 
-def warn_unread_pieces(cfg: TrainConfig, model, optimizer, dataset) -> None:
+def warn_unread_pieces(cfg: TrainConfig, model, optimizer, dataset, *,
+                       asked_model: str | None = None) -> None:
     """Warns (`IgnoredOptionWarning`, pointing at the caller of `train`) of `heads` set
     for a built-in model without attention, of the built-in models' options set beside a
-    model of the user's, and of `weight_decay` set beside an optimizer of the user's,
-    neither of which they reach."""
+    model of the user's (`asked_model`: the built-in model `cfg` named before the run
+    filled it in, None if it named none), and of `weight_decay` set beside an optimizer
+    of the user's, neither of which they reach."""
     if model is None and cfg.task != "graph" and cfg.model not in ATTENTION_MODELS \
             and cfg.heads != TrainConfig.heads:  # (a graph task warns of heads already)
         warnings.warn(f"heads {cfg.heads!r}: attention heads of the models "
                       f"{', '.join(ATTENTION_MODELS)}, ignored by model {cfg.model!r}",
                       IgnoredOptionWarning, stacklevel=user_stacklevel())
-    unread = [] if model is None else [
+    unread = [] if model is None else [f"model {asked_model!r}"] * (asked_model is not None) + [
         f"{n} {getattr(cfg, n)!r}" for n in _built_in_model_options(cfg.task, is_typed(dataset))
         if getattr(cfg, n) != getattr(TrainConfig, n)]
     if unread:

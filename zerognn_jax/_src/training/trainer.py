@@ -443,8 +443,9 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
     user = _UserParts({}, None, check_callbacks(callbacks), variables, dataset is not None)
     dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                      loss=loss)
+    asked = cfg.model
     cfg = with_model(cfg, program.task, dataset, user_model=model is not None)  # as `prepare`
-    warn_unread_pieces(cfg, model, optimizer, dataset)
+    warn_unread_pieces(cfg, model, optimizer, dataset, asked_model=asked)
     user = dataclasses.replace(
         user, identity=user_identity(model, optimizer,
                                      None if loss is None else program.task, dataset),
