@@ -245,6 +245,15 @@ def test_bad_row_positions_are_refused(position, message):
         zg.HostTable(np.zeros((3, 2), np.float32), position)
 
 
+def test_row_positions_of_a_narrow_int_type_are_checked_widened():
+    """int8 positions of a 200-row table: compared with 200 in a wider type (an
+    OverflowError before), a repeat named as the others are."""
+    table = np.zeros((200, 2), np.float32)
+    assert zg.HostTable(table, jnp.arange(200, dtype=jnp.int16)).shape == (200, 2)
+    with pytest.raises(ValueError, match=r"every row of \[0, 200\) once; 72 are missing"):
+        zg.HostTable(table, jnp.arange(200, dtype=jnp.int32).astype(jnp.int8))
+
+
 def test_reordered_tables_edge_cases():
     """No rows: the gather gives zeros as a plain table's does; a 1-D source and a
     write into a reordered table are refused by name."""

@@ -538,6 +538,11 @@ def test_split_fractions_that_are_no_numbers_are_named():
         random_link_split(graph, val="0.1")
     with pytest.raises(ValueError, match=r"^test must be a number .* got True$"):
         random_link_split(graph, test=True)
+    # NumPy's and JAX's scalars are numbers
+    scalars = random_link_split(graph, val=np.float64(0.2), test=jnp.asarray(0.25))
+    floats = random_link_split(graph, val=0.2, test=float(jnp.asarray(0.25)))
+    np.testing.assert_array_equal(scalars.train, floats.train)
+    np.testing.assert_array_equal(scalars.test.pos, floats.test.pos)
 
 
 def test_a_nan_score_makes_every_metric_it_enters_nan():

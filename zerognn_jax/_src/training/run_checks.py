@@ -141,10 +141,12 @@ def warn_unread_pieces(cfg: TrainConfig, model, optimizer, dataset, *,
         warnings.warn(f"heads {cfg.heads!r}: attention heads of the models "
                       f"{', '.join(ATTENTION_MODELS)}, ignored by model {cfg.model!r}",
                       IgnoredOptionWarning, stacklevel=user_stacklevel())
-    unread = [] if model is None else [f"model {asked_model!r}"] * (asked_model is not None) + [
-        f"{n} {getattr(cfg, n)!r}" for n in _built_in_model_options(cfg.task, is_typed(dataset))
-        if getattr(cfg, n) != getattr(TrainConfig, n)]
-    if unread:
+    unread = [f"{n} {getattr(cfg, n)!r}"
+              for n in _built_in_model_options(cfg.task, is_typed(dataset))
+              if getattr(cfg, n) != getattr(TrainConfig, n)]
+    if asked_model is not None:
+        unread.insert(0, f"model {asked_model!r}")
+    if model is not None and unread:
         warnings.warn(f"{', '.join(unread)}: options of the built-in models, ignored with "
                       f"one of yours", IgnoredOptionWarning, stacklevel=user_stacklevel())
     if optimizer is not None and cfg.weight_decay != TrainConfig.weight_decay:
