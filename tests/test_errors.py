@@ -705,6 +705,17 @@ def test_train_names_arguments_of_the_wrong_kind():
         train(small_config(), random_dataset(), bogus=1)  # no option of either: Python's
 
 
+def test_flags_given_are_read_as_the_command_spells_them():
+    """`zerognn bench` has a hidden --dedup that sets no option; `train --dedup` was read
+    through it as the option '==SUPPRESS==', so a message never spelled --dedup."""
+    from zerognn_jax.cli import _message_flags, build_parser
+
+    parser = build_parser()
+    assert _message_flags(parser, "train", ["train", "--dedup", "--epochs", "2"])[1] == \
+        {"dedup", "epochs"}
+    assert _message_flags(parser, "bench", ["bench", "--no-dedup"])[1] == set()
+
+
 def test_messages_spell_options_as_flags_only_where_they_name_them():
     from zerognn_jax.cli.flags import spelled_as_flags
 

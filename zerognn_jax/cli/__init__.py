@@ -157,8 +157,10 @@ def _elsewhere(parser: argparse.ArgumentParser, leaf: argparse.ArgumentParser,
 
 def _message_flags(parser: argparse.ArgumentParser, command: str, argv) -> tuple:
     """What `spelled_as_flags` needs to name options as `command` spells them: its flags
-    and the ones `argv` gave."""
-    return flag_names(_command(parser, command)), given_names(parser, argv)
+    and the ones `argv` gave (read by `command`'s parser: another command may spell a
+    flag of the same name for something else)."""
+    own = _command(parser, command)
+    return flag_names(own), given_names(own, argv)
 
 
 def _meant(flags: dict[str, str | None], unknown, elsewhere=None) -> str:

@@ -222,8 +222,10 @@ def flag_names(parser: argparse.ArgumentParser) -> dict[str, str | None]:
 
 
 def given_names(parser: argparse.ArgumentParser, argv) -> set[str]:
-    """The option names (dests) whose flags `argv` holds."""
-    by_flag = {o: a.dest for a in _option_actions(parser) for o in a.option_strings}
+    """The option names (dests) whose flags `argv` holds (a flag that sets no option of
+    its own, such as `zerognn bench`'s hidden ones, names none)."""
+    by_flag = {o: a.dest for a in _option_actions(parser) for o in a.option_strings
+               if a.dest != argparse.SUPPRESS}
     return {by_flag[t.split("=", 1)[0]] for t in argv if t.split("=", 1)[0] in by_flag}
 
 
