@@ -61,6 +61,17 @@ def test_lists_and_numpy_scalars_conform():
     assert cfg.dropout == 0.25
 
 
+def test_relations_given_as_triples_are_kept_as_their_names():
+    """As PyG writes edge types; a config holds text (its JSON record, the flags)."""
+    cfg = zg.TrainConfig(link_relation=("user", "buys", "item"),
+                         relation_fanouts={("paper", "cites", "paper"): [10, 5], "writes": (5,)})
+    assert cfg.link_relation == "user__buys__item"
+    assert cfg.relation_fanouts == {"paper__cites__paper": (10, 5), "writes": (5,)}
+    with pytest.raises(ConfigTypeError, match=r"link_relation must be a str or None, got "
+                                              r"\('user', 'buys'\)"):
+        zg.TrainConfig(link_relation=("user", "buys"))
+
+
 def test_paths_are_kept_as_their_text(tmp_path):
     cfg = zg.TrainConfig(checkpoint_dir=tmp_path / "ck", metrics_out=tmp_path / "m.jsonl")
     assert cfg.checkpoint_dir == str(tmp_path / "ck") and type(cfg.checkpoint_dir) is str

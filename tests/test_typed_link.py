@@ -446,3 +446,10 @@ def test_predict_and_export_refuse_what_they_cannot_give(whole):
         with pytest.raises(ValueError, match=message):
             zg.export_model(whole.program, whole.variables, whole.data, batch_size=4,
                             node_type=node_type)
+    # the homogeneous graph's evaluation names predict as a link run takes it (it said
+    # "zg.predict(result, nodes) gives ... logits", which node_type's refusal met)
+    with pytest.raises(TypeError, match=r"node_embeddings evaluates a graph of one node "
+                                        r"type; this run's graph is typed: zg\.predict\("
+                                        r"result, nodes, node_type=T\) gives the embeddings "
+                                        r"of its nodes of type T \('user' or 'item'\)$"):
+        zg.node_embeddings(whole.program, whole.variables, whole.data)

@@ -283,6 +283,14 @@ def test_fanouts_keyed_by_a_relation_name_and_whole_numbers_only():
     assert zg.TypedSamplerConfig(per_hop).resolve(graph) == by_triple
     with pytest.raises(ValueError, match="fanouts 'nothing' names no relation"):
         zg.TypedSamplerConfig({"nothing": (3,)}).resolve(graph)
+    # a name two relations share lists those two (it listed every relation)
+    twice = zg.hetero_graph({"a": 2, "b": 2}, {("a", "to", "b"): ([0], [1]),
+                                               ("b", "to", "b"): ([0], [1]),
+                                               ("b", "x", "a"): ([1], [0])})
+    with pytest.raises(ValueError, match=r"fanouts 'to' names more than one relation of "
+                                         r"the graph \(a__to__b, b__to__b\): give one of "
+                                         r"these names$"):
+        zg.TypedSamplerConfig({"to": (3,)}).resolve(twice)
     with pytest.raises(ValueError, match="fanouts give relation paper__cites__paper twice"):
         zg.TypedSamplerConfig({"cites": (3,), CITES: (2,)}).resolve(graph)
     for bad in ((2.5,), (True,), ("3",)):

@@ -183,6 +183,22 @@ def test_predict_gives_the_target_types_logits(mag, whole):
 
 
 
+def test_sampled_evaluation_scores_each_split_as_predict_gives_it(mag, whole):
+    """A typed run's sampled evaluation sampled train, val and test as one list, so a
+    val node's draws followed the size of train and the batch it fell in, and its
+    metrics were not `zg.predict`'s of the split (docs/api.md says they are)."""
+    from zerognn_jax._src.training.evaluate import Predictor
+
+    batch = 16
+    sampled = Predictor(whole.program, whole.variables, whole.data, "sampled", batch, 3)
+    metrics = whole.program.task.evaluate(sampled, mag)
+    for split in ("val", "test"):
+        ids = np.asarray(getattr(mag, f"{split}_idx"))
+        assert ids.size > batch  # several batches, the train split before them
+        logits = np.asarray(zg.predict(whole, ids, mode="sampled", batch_size=batch, seed=3))
+        assert metrics[f"{split}_acc"] == np.mean(logits.argmax(1) == mag.labels[ids])
+
+
 def test_sampled_predictions_of_nearby_sizes_share_a_program(mag, whole, monkeypatch):
     """Typed `zg.predict` in sampled mode calibrated an exact envelope for every request
     and compiled its pass again (a probe: 20 s a request on a CPU). A request's batch,

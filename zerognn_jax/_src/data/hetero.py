@@ -54,10 +54,12 @@ def named_relation(relations, key: str, what: str) -> Relation:
         raise ValueError(f"{what} must name a relation (a string), got "
                          f"{type(key).__name__}")
     hits = [r for r in relations if key in (relation_name(r), r[1])]
-    if len(hits) != 1:
-        names = ", ".join(map(relation_name, relations))
-        which = "no" if not hits else "more than one"
-        raise ValueError(f"{what} {key!r} names {which} relation of the graph ({names})")
+    if not hits:
+        raise ValueError(f"{what} {key!r} names no relation of the graph (it has "
+                         f"{', '.join(map(relation_name, relations))})")
+    if len(hits) > 1:
+        raise ValueError(f"{what} {key!r} names more than one relation of the graph "
+                         f"({', '.join(map(relation_name, hits))}): give one of these names")
     return hits[0]
 
 

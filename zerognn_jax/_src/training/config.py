@@ -11,6 +11,7 @@ import os
 import jax
 
 from zerognn_jax._src.data.graph_datasets import GRAPH_NAMES, graph_task_needed
+from zerognn_jax._src.data.hetero import relation_name
 from zerognn_jax._src.nn.graph_models import GRAPH_MODELS, READOUTS
 from zerognn_jax._src.nn.hetero import HETERO_MODELS
 from zerognn_jax._src.nn.link_heads import DECODERS
@@ -79,7 +80,8 @@ class TrainConfig:
     output width `hidden`; `decoder` ("scaled-dot": the embeddings' product over
     sqrt(hidden), "dot" or "mlp"), `negatives` per positive, `negative_mode` and
     `link_metric` apply to it only; on a typed dataset `link_relation` names the
-    relation whose pairs it predicts, docs/hetero.md) or "graph" (one prediction per
+    relation whose pairs it predicts ("src__name__dst", a (src, name, dst) triple, or a
+    name one relation has), docs/hetero.md) or "graph" (one prediction per
     graph of a graph collection, docs/graph_tasks.md: `batch_size` counts graphs per
     step; `model` is gin, gine, gcn or one of them with "-virtual"; `readout` pools the
     nodes; fanouts do not apply; `balance_window` > 1 deals each window of that many
@@ -118,8 +120,9 @@ class TrainConfig:
 
     Sampler. `fanouts` lists the seeds' hop first; -1 means all neighbours. On a typed
     dataset (docs/hetero.md) every relation takes `fanouts`, except those named in
-    `relation_fanouts` ({"src__name__dst" or a relation's unique name: per-hop fanouts;
-    0 skips the relation at that hop). `replace` samples with replacement. `sampler` is
+    `relation_fanouts` ({"src__name__dst", a (src, name, dst) triple or a relation's
+    unique name: per-hop fanouts; 0 skips the relation at that hop; triples are kept
+    as their "src__name__dst" names). `replace` samples with replacement. `sampler` is
     "uniform", "weighted" (by the graph's edge weights) or "labor" (LABOR-0;
     docs/samplers.md). `dedup` deduplicates each sampled level; False is tree mode
     (every level in slot order, exact sizes); None (the default) lets
@@ -259,6 +262,7 @@ class TrainConfig:
         return {field: getattr(self, field) for field in GROUPS[name]}
 
     def __post_init__(self):
+        _relations_named(self)
         check_types(self)
         for name in PATHS:  # "~/runs" is the home folder's, as a shell would read it
             value = getattr(self, name)
@@ -472,3 +476,18 @@ def _check_int32(cfg) -> None:
             if isinstance(n, int) and not isinstance(n, bool) and not -2**31 <= n < 2**31:
                 raise ValueError(f"{name} {n} is past int32 (2**31 - 1): counts and sizes "
                                  f"are int32 on the device")
+
+
+def _relations_named(cfg: TrainConfig) -> None:
+    """`link_relation` and `relation_fanouts`' keys given as (src, name, dst) triples,
+    as PyG writes edge types, kept as their "src__name__dst" names (a config holds
+    text, as its JSON record and the command line do)."""
+    def named(key):
+        triple = (isinstance(key, tuple | list) and len(key) == 3
+                  and all(isinstance(part, str) for part in key))
+        return relation_name(tuple(key)) if triple else key
+
+    object.__setattr__(cfg, "link_relation", named(cfg.link_relation))
+    if isinstance(cfg.relation_fanouts, dict):
+        object.__setattr__(cfg, "relation_fanouts",
+                           {named(k): v for k, v in cfg.relation_fanouts.items()})

@@ -604,10 +604,14 @@ def _refuse_typed(program: StepProgram, name: str) -> None:
     """TypeError naming `zg.predict` for a typed graph's program, which `name` (a
     homogeneous graph's evaluation) cannot run."""
     target = getattr(program.task, "seed_type", None)
-    if target is not None:
-        raise TypeError(f"{name} evaluates a graph of one node type; this run's graph is "
-                        f"typed: zg.predict(result, nodes) gives its {target!r} nodes' "
-                        "logits")
+    if target is None:
+        return
+    said = f"{name} evaluates a graph of one node type; this run's graph is typed: "
+    if getattr(program.task, "name", None) == "link":  # embeddings of either end
+        ends = " or ".join(map(repr, target if isinstance(target, tuple) else (target,)))
+        raise TypeError(said + f"zg.predict(result, nodes, node_type=T) gives the "
+                        f"embeddings of its nodes of type T ({ends})")
+    raise TypeError(said + f"zg.predict(result, nodes) gives its {target!r} nodes' logits")
 
 
 @functools.partial(jax.jit, static_argnames=("program", "envelope"))

@@ -66,13 +66,27 @@ EXACT_POLICY = EnvelopePolicy(1.0, 128)
 def typed_logits(task, predictor, ids) -> np.ndarray:
     """float32[len(ids), classes]: logits of the target-type nodes `ids`, exact when
     `predictor.mode` is "full" and the model has `layer`, else sampled."""
-    ids = np.asarray(ids, np.int32)
+    return split_logits(task, predictor, [ids])[0]
+
+
+def split_logits(task, predictor, parts) -> list[np.ndarray]:
+    """`typed_logits` of each id array of `parts` (the splits). Exact logits are
+    computed once for all; sampled ones part by part, each as `typed_logits` of its ids
+    alone gives them: a node's draws depend on the batch it falls in."""
+    parts = [np.asarray(ids, np.int32) for ids in parts]
     program, variables = predictor.program, predictor.variables
-    if predictor.mode == "full" and hasattr(program.model.model, "layer"):
-        return np.asarray(exact_logits(task, program, variables, predictor.data))[ids]
-    return sampled_logits(task, program, variables, predictor.data, ids,
-                          batch_size=predictor.batch_size, seed=predictor.seed,
-                          bucketed=predictor.bucketed)
+    if embeds_exactly(predictor):
+        every = np.asarray(exact_logits(task, program, variables, predictor.data))
+        return [every[ids] for ids in parts]
+    return [sampled_logits(task, program, variables, predictor.data, ids,
+                           batch_size=predictor.batch_size, seed=predictor.seed,
+                           bucketed=predictor.bucketed) for ids in parts]
+
+
+def embeds_exactly(predictor) -> bool:
+    """Whether `predictor` computes exact outputs: mode "full" and a model with `layer`
+    (exact layer-wise inference); else its outputs are sampled."""
+    return predictor.mode == "full" and hasattr(predictor.program.model.model, "layer")
 
 
 def exact_relations(task, graph, i: int) -> tuple[tuple, tuple]:

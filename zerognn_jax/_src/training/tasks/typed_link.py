@@ -63,7 +63,11 @@ from zerognn_jax._src.training.tasks.link import (
     sorted_pairs,
 )
 from zerognn_jax._src.training.tasks.losses import label_accuracy, sigmoid_cross_entropy
-from zerognn_jax._src.training.tasks.typed_eval import exact_outputs, sampled_logits
+from zerognn_jax._src.training.tasks.typed_eval import (
+    embeds_exactly,
+    exact_outputs,
+    sampled_logits,
+)
 from zerognn_jax._src.training.tasks.typed_node import (
     TypedInputs,
     TypedNodeTask,
@@ -342,7 +346,7 @@ class TypedLinkTask(TypedNodeTask):
         `node_type` nodes `ids`, exact (mode "full" with an encoder of per-layer form:
         every node embedded, then `ids` picked) or sampled with the training fanouts
         (`predictor.batch_size` nodes a step)."""
-        if _exact(predictor):
+        if embeds_exactly(predictor):
             h = exact_outputs(self, predictor.program, predictor.variables, predictor.data)
             return h[node_type][jnp.asarray(ids, jnp.int32)]
         return jnp.asarray(sampled_logits(self.for_seeds(node_type), predictor.program,
@@ -357,7 +361,7 @@ class TypedLinkTask(TypedNodeTask):
         (one type: one block, offset 0)), in the predictor's mode: `ScoresPairs`."""
         src, dst = self.split.ends
         counts = self.split.graph.num_nodes
-        if _exact(predictor):
+        if embeds_exactly(predictor):
             h = exact_outputs(self, predictor.program, predictor.variables, predictor.data)
         else:
             h = {t: self.outputs_of(predictor, t, np.arange(counts[t]))
@@ -371,9 +375,3 @@ class TypedLinkTask(TypedNodeTask):
         (both end types; exact or sampled, the predictor's mode)."""
         del dataset
         return evaluate_pairs(self, predictor)
-
-
-def _exact(predictor: Predictor) -> bool:
-    """Whether `predictor` embeds exactly: mode "full" and an encoder with `layer` (as
-    `typed_logits` decides; else sampled)."""
-    return predictor.mode == "full" and hasattr(predictor.program.model.model, "layer")

@@ -77,7 +77,7 @@ from zerognn_jax._src.training.program import (
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch, data_log
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
 from zerognn_jax._src.training.tasks.node import METRICS, node_task, split_metrics
-from zerognn_jax._src.training.tasks.typed_eval import typed_logits
+from zerognn_jax._src.training.tasks.typed_eval import split_logits, typed_logits
 
 SPLITS = ("train", "val", "test")
 
@@ -456,13 +456,12 @@ class TypedNodeTask(ItemsAreLevel0):
     def evaluate(self, predictor: Predictor, dataset: HeteroDataset) -> dict:
         """Every split's metrics (`metric_names`, as the node task's) from exact
         layer-wise outputs ("full") or sampled with the training fanouts,
-        `predictor.batch_size` seeds per step."""
+        `predictor.batch_size` seeds per step, each split on its own (as the node
+        task's, and as `zg.predict` gives a split's ids)."""
         parts = [np.asarray(getattr(dataset, f"{s}_idx")) for s in SPLITS]
-        outputs = typed_logits(self, predictor, np.concatenate(parts))
-        result, start = {}, 0
-        for split, ids in zip(SPLITS, parts):
-            metrics = split_metrics(outputs[start:start + ids.size], dataset, ids, self)
-            start += ids.size
+        result = {}
+        for split, ids, outputs in zip(SPLITS, parts, split_logits(self, predictor, parts)):
+            metrics = split_metrics(outputs, dataset, ids, self)
             result.update({f"{split}_{name}": value for name, value in metrics.items()})
         return result
 
