@@ -97,14 +97,14 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
     (dict(batch_size=99999999999), "batch_size 99999999999 is past int32 (2**31 - 1)"),
     (dict(fanouts=(3, 2**31), layers=2),
      "fanouts (3, 2147483648): 2147483648 is past int32 (2**31 - 1)"),
-    (dict(metrics_out=""), "metrics_out must be a path (None for none), got ''"),
-    (dict(checkpoint_dir=" "), "checkpoint_dir must be a path (None for none), got ' '"),
+    (dict(metrics_out=""), "metrics_out must be a path (left unset: none), got ''"),
+    (dict(checkpoint_dir=" "), "checkpoint_dir must be a path (left unset: none), got ' '"),
     (dict(best_metric="", checkpoint_dir="c"), "best_metric must name a metric (val_acc, "
                                                "val_loss, ...), got ''"),
     (dict(dataset=""), "dataset must name a dataset or a folder, got ''"),
     (dict(checkpoint_dir="ck\udcffx"), "checkpoint_dir 'ck\\udcffx' is not UTF-8 text, "
                                         "which checkpoints (orbax) need"),
-    (dict(root=""), "root must be a folder (None for the default), got ''"),
+    (dict(root=""), "root must be a folder (left unset: the default), got ''"),
     # was an OverflowError's traceback from the first step's frontier
     (dict(task="link", negatives=2_100_000, batch_size=1024),
      "negatives 2100000 with batch_size 1024 gives a step 2,150,402,048 node ids (each "
@@ -288,18 +288,29 @@ def no_work(monkeypatch):
     ("--checkpoint-dir", "under_file", "--checkpoint-dir {p} is not writable: Not a "
                                        "directory"),
     ("--checkpoint-dir", "proc", "--checkpoint-dir {p} is not writable"),
+    # a new run's epochs had been written inside that checkpoint
+    ("--checkpoint-dir", "epoch", "--checkpoint-dir {p} is epoch 2's checkpoint of the run "
+                                  "folder {p.parent}: give {p.parent} to resume that run"),
+    # read as a damaged epoch's checkpoint, it was renamed 2023.corrupt
+    ("--checkpoint-dir", "own_number", "--checkpoint-dir {p} holds the folder 2023, which is "
+                                       "no checkpoint (no meta/ or state/ in it)"),
 ])
 def test_unusable_output_paths_fail_before_any_work(tmp_path, capsys, no_work, flag, where,
                                                     message):
     (tmp_path / "file").write_text("x")
+    (tmp_path / "run" / "2" / "meta").mkdir(parents=True)  # an epoch's checkpoint
+    (tmp_path / "mine" / "2023").mkdir(parents=True)  # a user's own folder
     path = {"dir": tmp_path, "file": tmp_path / "file",
             "under_file": tmp_path / "file" / "sub" / "m.jsonl",
             "file_as_folder": tmp_path / "file" / "m.jsonl",
-            "proc": Path("/proc/zerognn-test/m.jsonl")}[where]
+            "proc": Path("/proc/zerognn-test/m.jsonl"), "epoch": tmp_path / "run" / "2",
+            "own_number": tmp_path / "mine"}[where]
     assert main(["train", "--no-progress", flag, str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("zerognn: error: " + message.format(p=path)), err
     assert err.count("\n") == 1
+    assert sorted(p.name for p in (tmp_path / "run" / "2").iterdir()) == ["meta"]
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["2023"]
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -182,6 +182,28 @@ def test_second_signal_exits_at_once(npz, tmp_path, held):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_after_the_command_leaves_its_exit_code(tmp_path, sig):
+    """A signal in the moment between a command's last line and the process's end was a
+    KeyboardInterrupt's traceback from JAX's exit handler (SIGINT) or a silent exit 143
+    (SIGTERM) after a finished run; now the command's own exit code stands."""
+    script = (
+        "import os, signal, sys\n"
+        f"sys.argv = ['zerognn', 'data', 'info', 'cora', '--root', {str(tmp_path)!r}]\n"
+        "from zerognn_jax.cli import main\n"
+        "code = main()\n"
+        "print('finished with', code)\n"  # flushed on the way out
+        f"os.kill(os.getpid(), signal.{sig})\n"
+        "signal.pause()\n"  # (never returns: the handler ends the process)
+        "sys.exit(99)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2, done.stderr  # the missing Planetoid files' error
+    assert done.stdout == "finished with 2\n"
+    assert done.stderr.startswith("zerognn: error: Planetoid file") and \
+        "Traceback" not in done.stderr
+
+
 def test_deferred_passes_signals_on_to_the_wakeup_fd_it_replaced():
     """An event loop's wakeup fd (asyncio's signal handling) still sees the signals that
     arrive inside the block, and is put back after it."""

@@ -52,8 +52,10 @@ def main(argv=None) -> int:
 
     Exit codes: 0 done; 1 training diverged, a file could not be written or the device
     ran out of memory; 2 bad arguments or data; 128 + N stopped by signal N (130 SIGINT,
-    143 SIGTERM).
+    143 SIGTERM). A signal that comes after the command's work (while the process
+    exits) leaves its exit code as it was.
     """
+    from zerognn_jax._src.training import interrupts
     from zerognn_jax._src.training.interrupts import Interrupted
     from zerognn_jax._src.training.trainer import Diverged
 
@@ -102,9 +104,11 @@ def main(argv=None) -> int:
                     f"it less to hold: {LESS_TO_HOLD[args.command]}", 1)
     finally:
         warnings.formatwarning = previous
-    checkpoints = sys.modules.get("zerognn_jax._src.training.checkpoint")
-    if argv is None and checkpoints is not None:  # the command's process, about to exit
-        checkpoints.quiet_until_exit()
+    if argv is None:  # the command's process, about to exit
+        checkpoints = sys.modules.get("zerognn_jax._src.training.checkpoint")
+        if checkpoints is not None:
+            checkpoints.quiet_until_exit()
+        interrupts.exit_on_signal(code)  # the work is done: a signal has nothing to stop
     return code
 
 

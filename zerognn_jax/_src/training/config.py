@@ -279,7 +279,7 @@ class TrainConfig:
         for name in ("checkpoint_dir", "metrics_out", "tensorboard_dir"):
             path = getattr(self, name)
             if path is not None and not str(path).strip():
-                raise ValueError(f"{name} must be a path (None for none), got {path!r}")
+                raise ValueError(f"{name} must be a path (left unset: none), got {path!r}")
         try:  # bytes that are no UTF-8 reach Python as surrogates, orbax's C++ refuses them
             str(self.checkpoint_dir or "").encode("utf-8")
         except UnicodeEncodeError:
@@ -289,7 +289,7 @@ class TrainConfig:
         if not str(self.dataset).strip():
             raise ValueError(f"dataset must name a dataset or a folder, got {self.dataset!r}")
         if self.root is not None and not str(self.root).strip():
-            raise ValueError(f"root must be a folder (None for the default), got "
+            raise ValueError(f"root must be a folder (left unset: the default), got "
                              f"{self.root!r}")
         finite = lambda x: math.isfinite(x)
         batched = issubclass(TASKS[self.task], BatchedTask)  # graph batches: no fanouts

@@ -30,6 +30,7 @@ from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.evaluate import Predictor
 from zerognn_jax._src.training.program import init_state, saved_envelope
 from zerognn_jax._src.training.rebuild import check_dataset, config_of
+from zerognn_jax._src.training.records import holds_checkpoint
 from zerognn_jax._src.training.tasks.base import (
     BatchedTask,
     PredictsItems,
@@ -189,10 +190,10 @@ def _evaluated_later(ckpt, record: dict) -> dict:
 
 def _epoch_folder_hint(directory: Path) -> str:
     """Where `directory` is one epoch's folder of a run's checkpoint folder (its name a
-    number, and it holds the record `meta/` of a checkpoint), what to give instead; ""
+    number, and it holds a checkpoint: `holds_checkpoint`), what to give instead; ""
     otherwise."""
     name, parent = directory.name, directory.parent
-    if not (name.isdigit() and (directory / "meta").is_dir()):
+    if not (name.isdigit() and holds_checkpoint(directory)):
         return ""
     return (f"; {directory} is epoch {name}'s checkpoint of the run folder {parent}: give "
             f"{parent} with epoch={name} (zerognn export: --epoch {name})")

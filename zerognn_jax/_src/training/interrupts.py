@@ -31,6 +31,7 @@ import contextlib
 import os
 import select
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -231,3 +232,21 @@ def check(after: str, wait_for=None) -> None:
         if wait_for is not None:
             jax.block_until_ready(wait_for)
         raise Interrupted(_received[0], after)
+
+
+def exit_on_signal(code: int) -> None:
+    """For the rest of a command's process, whose work is done and whose exit status
+    is `code`: SIGINT or SIGTERM ends it at once with `code`, its output flushed first.
+    Python's own handlers would make a finished run's signal a KeyboardInterrupt inside
+    the interpreter's shutdown (a traceback from an exit handler, JAX's among them) or,
+    for SIGTERM, a death with status 143 after the summary was printed. A signal the
+    process ignores stays ignored. Call it from the main thread."""
+    def leave(signum, frame):
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # a closed or broken stream
+                stream.flush()
+        os._exit(code)
+
+    for signum in SIGNALS:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, leave)

@@ -59,6 +59,7 @@ def check_output_paths(metrics_out: str | None, checkpoint_dir: str | None) -> l
     created = []
     try:
         if checkpoint_dir:
+            _check_checkpoint_folder(Path(checkpoint_dir))
             created += _check_folder("checkpoint_dir", Path(checkpoint_dir))
         if metrics_out:
             path = Path(metrics_out)
@@ -147,6 +148,31 @@ def _make_folders(path: Path) -> list[Path]:
         remove_if_empty(made)
         raise
     return made
+
+
+def holds_checkpoint(path: Path) -> bool:
+    """Whether `path` is one epoch's checkpoint folder: it holds the checkpoint's `meta`
+    or `state` (a damaged checkpoint lacks files in them, not both)."""
+    return path.is_dir() and ((path / "meta").is_dir() or (path / "state").is_dir())
+
+
+def _check_checkpoint_folder(path: Path) -> None:
+    """ValueError for a checkpoint folder that is one epoch's checkpoint of another
+    run's folder (a run there would write its epochs inside that checkpoint), or that
+    holds a folder named by a number that is no checkpoint (read as an epoch's, it was
+    set aside as damaged, or made the folder's checkpoints unreadable)."""
+    if path.name.isdigit() and holds_checkpoint(path):
+        raise ValueError(f"checkpoint_dir {path} is epoch {path.name}'s checkpoint of the "
+                         f"run folder {path.parent}: give {path.parent} to resume that run, "
+                         f"or another folder for a new one")
+    if not path.is_dir():
+        return
+    for entry in sorted(path.iterdir()):
+        if entry.name.isdigit() and entry.is_dir() and not holds_checkpoint(entry):
+            raise ValueError(f"checkpoint_dir {path} holds the folder {entry.name}, which is "
+                             f"no checkpoint (no meta/ or state/ in it), where the run keeps "
+                             f"its epochs' checkpoints by number: move it out of "
+                             f"checkpoint_dir, or give another folder")
 
 
 def _check_folder(what: str, path: Path) -> list[Path]:
