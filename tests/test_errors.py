@@ -93,7 +93,12 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
     (dict(kernels="sample=fast"), "kernel implementation for 'sample' must be one of "
                                   "('xla', 'pallas') or a callable, got 'fast'"),
     (dict(kernels="fast"), "bad kernel spec 'fast'"),
-    (dict(kernels=" "), "bad kernel spec ' ': expected 'auto', 'xla' or 'pallas'"),
+    (dict(kernels=" "), "bad kernel spec kernels ' ': it names nothing; expected 'auto', "
+                        "'xla' or 'pallas'"),
+    # a trailing comma had been taken
+    (dict(kernels="xla,"), "bad kernel spec kernels 'xla,': it has an empty part"),
+    (dict(layers=1, fanouts=(5, 5)), "need one fanout per layer: 1 layer but fanouts (5, 5); "
+                                     "set layers to 2 (--layers 2) or give 1 fanout"),
     (dict(batch_size=99999999999), "batch_size 99999999999 is past int32 (2**31 - 1)"),
     (dict(fanouts=(3, 2**31), layers=2),
      "fanouts (3, 2147483648): 2147483648 is past int32 (2**31 - 1)"),

@@ -416,7 +416,7 @@ def test_a_kernel_spec_can_start_from_auto_or_one_implementation():
     assert Kernels.parse("auto,gather=pallas").gather == "pallas"
     mixed = Kernels.parse("pallas,aggregate=xla")
     assert [getattr(mixed, op) for op in OPS] == ["pallas"] * 3 + ["xla"] * 2 + ["pallas"]
-    with pytest.raises(ValueError, match=r"bad kernel spec 'auto' in 'xla,auto'"):
+    with pytest.raises(ValueError, match=r"bad kernel spec 'auto' in kernels 'xla,auto'"):
         Kernels.parse("xla,auto")
     # an op named twice was taken from its last part, silently
     with pytest.raises(ValueError, match=r"'sample=pallas,sample=xla': sample is named twice"):

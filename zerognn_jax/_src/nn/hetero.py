@@ -272,7 +272,8 @@ class HeteroGNN(nn.Module):
         """{type: float32 rows} of every type of level 0 after the last layer (a link
         task's two ends; `__call__` keeps the target type's)."""
         if len(layers) != self.num_layers:
-            raise ValueError(f"the model has {self.num_layers} layers, the batch "
+            raise ValueError(f"the model has {self.num_layers} "
+                             f"layer{'s' if self.num_layers != 1 else ''}, the batch "
                              f"{len(layers)} hops")
         read = {r[0] for r in layers[0].views} | {t for t, _ in layers[0].num_dst}
         missing = sorted(read - set(x))

@@ -358,7 +358,8 @@ class GNN(nn.Module):
         d + e (the features take none). One view per layer: other counts are refused
         (fewer gave a hidden layer's activations as the output)."""
         if len(views) != self.num_layers:
-            raise ValueError(f"the model has {self.num_layers} layers and was given "
+            raise ValueError(f"the model has {self.num_layers} "
+                             f"layer{'s' if self.num_layers != 1 else ''} and was given "
                              f"{len(views)} views (sampled hops): sample one hop per "
                              f"layer")
         h = x

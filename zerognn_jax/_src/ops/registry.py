@@ -63,10 +63,11 @@ class Kernels:
         GPU (`gpu`; None: JAX's default backend, which asking starts), XLA everywhere
         else.
         """
-        parts = [p.strip() for p in spec.split(",") if p.strip()]
-        if not parts:
-            raise ValueError(f"bad kernel spec {spec!r}: expected 'auto', 'xla' or 'pallas', "
-                             f"then OP=IMPL with OP in {(*OPS, *_ALIASES)}")
+        parts = [p.strip() for p in spec.split(",")]
+        if not all(parts):  # (a trailing comma was taken, where --fanouts 3, is refused)
+            what = "names nothing" if len(parts) == 1 else "has an empty part"
+            raise ValueError(f"bad kernel spec kernels {spec!r}: it {what}; expected 'auto', "
+                             f"'xla' or 'pallas', then OP=IMPL with OP in {(*OPS, *_ALIASES)}")
         choices = {}
         if parts[0] == "auto":
             gpu = jax.default_backend() == "gpu" if gpu is None else gpu
@@ -77,7 +78,7 @@ class Kernels:
         for part in parts:
             op, sep, impl = (s.strip() for s in part.partition("="))
             if not sep or (op not in OPS and op not in _ALIASES):
-                raise ValueError(f"bad kernel spec {part!r} in {spec!r}: expected 'auto', "
+                raise ValueError(f"bad kernel spec {part!r} in kernels {spec!r}: expected 'auto', "
                                  f"'xla' or 'pallas', then OP=IMPL with OP in "
                                  f"{(*OPS, *_ALIASES)}")
             # an op or alias named again, or an alias after one of its ops, would undo a
@@ -90,7 +91,7 @@ class Kernels:
                 twice = op if op in single else None
                 single.add(op)
             if twice is not None:
-                raise ValueError(f"bad kernel spec {spec!r}: {twice} is named twice")
+                raise ValueError(f"bad kernel spec kernels {spec!r}: {twice} is named twice")
             choices.update(dict.fromkeys(_ALIASES.get(op, (op,)), impl))
         return cls(**choices, interpret=interpret)
 

@@ -305,17 +305,19 @@ class TrainConfig:
                                  f"hop, got {per_hop}")
         if not batched and self.dataset.lower() in GRAPH_NAMES:  # before its fanouts
             raise ValueError(graph_task_needed(self.dataset))
+        layers = f"{self.layers} layer{'s' if self.layers != 1 else ''}"
         checks = [
             (self.layers >= 1, f"layers must be >= 1, got {self.layers}"),
             (batched or self.layers <= MAX_HOPS,  # (graph tasks sample no hops)
              f"layers must be at most {MAX_HOPS} (one sampled hop each), got {self.layers}"),
             (batched or bool(self.fanouts),
-             f"need one fanout per layer: {self.layers} layers but no fanouts; give "
-             f"{self.layers} fanouts (-1: every neighbour)"),
+             f"need one fanout per layer: {layers} but no fanouts; give "
+             f"{self.layers} fanout{'s' if self.layers != 1 else ''} (-1: every "
+             f"neighbour)"),
             (batched or not self.fanouts or len(self.fanouts) == self.layers,
-             f"need one fanout per layer: {self.layers} layers but fanouts {self.fanouts}; "
+             f"need one fanout per layer: {layers} but fanouts {self.fanouts}; "
              f"set layers to {len(self.fanouts)} (--layers {len(self.fanouts)}) or give "
-             f"{self.layers} fanouts"),
+             f"{self.layers} fanout{'s' if self.layers != 1 else ''}"),
             (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
             (self.epochs >= 0, f"epochs must be >= 0, got {self.epochs}"),
             (0 <= self.seed < 2**31, f"seed must be in [0, 2**31), got {self.seed}"),

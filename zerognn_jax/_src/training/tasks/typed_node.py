@@ -272,7 +272,8 @@ def relation_fanouts(cfg, graph: HeteroGraph) -> dict:
         if len(per_hop) != len(cfg.fanouts):
             raise ValueError(f"relation_fanouts[{key!r}] (--relation-fanouts) is "
                              f"{tuple(per_hop)}: one fanout per layer is needed, and the "
-                             f"model has {len(cfg.fanouts)} layers")
+                             f"model has {len(cfg.fanouts)} "
+                             f"layer{'s' if len(cfg.fanouts) != 1 else ''}")
         out[relation] = tuple(per_hop)
     return out
 
