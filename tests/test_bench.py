@@ -453,7 +453,10 @@ def test_a_signal_stops_the_bench_between_measurements(tmp_path):
     assert re.fullmatch(r"zerognn: interrupted by SIGINT after config [a-z-]+",
                         err.strip().splitlines()[-1])
     records = [json.loads(line) for line in out.read_text().splitlines()]
-    assert 1 <= len(records) < 5 and all(r["status"] == "ok" for r in records)
+    assert 1 <= len(records) - 1 < 5 and all(r["status"] == "ok" for r in records[:-1])
+    # the summary says the run was stopped (it said "ok", as if it had measured all)
+    assert records[-1]["kind"] == "summary" and records[-1]["status"] == "interrupted"
+    assert records[-1]["stopped_after"] == err.strip().rsplit(" after ", 1)[1]
 
 
 def test_collective_breakdown_splits_each_device(tmp_path):

@@ -131,6 +131,24 @@ def test_an_out_that_is_someone_elses_file_is_refused_before_the_restore(tmp_pat
            f"artifact" in capsys.readouterr().err
 
 
+def test_a_run_whose_dataset_file_moved_is_told_to_give_it(tmp_path, capsys):
+    """The recorded file gone, export said only that it does not exist."""
+    data = zg.save_npz(zg.load_dataset("tiny"), tmp_path / "g.npz")
+    cfg = zg.TrainConfig(dataset=str(data), hidden=8, layers=1, fanouts=(3,), batch_size=64,
+                         epochs=1, eval_mode="none", progress=False,
+                         checkpoint_dir=str(tmp_path / "ck"))
+    zg.train(cfg)
+    moved = data.rename(tmp_path / "moved.npz")
+    out = tmp_path / "m.bin"
+    assert main(["export", str(tmp_path / "ck"), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.endswith(
+        f": the run's dataset, as its checkpoint records it ({str(data)!r}), is not there "
+        f"now; give the dataset (dataset=; zerognn export: --dataset FILE)\n")
+    assert main(["export", str(tmp_path / "ck"), "--out", str(out), "--dataset",
+                 str(moved)]) == 0
+    assert out.exists()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
     (["--platforms", "cpu,nope"], "--platforms must be among cpu, cuda, rocm, tpu; got "

@@ -88,7 +88,8 @@ def test_restore_for_inference_needs_the_model_only(planetoid_root, tmp_path, ca
         "Python, zg.export_model on zg.restore(..., model=..., for_inference=True)\n")
     assert not out.exists()
     with pytest.raises(ValueError, match="node_type picks a node type of a typed graph's "
-                                         "run; this run's graph has one type"):
+                                         "run; this run's graph has one type \\(its task "
+                                         "'node'\\)$"):  # (it named the class, NodeTask)
         zg.predict(back, [0], node_type="paper")
 
 
@@ -238,6 +239,10 @@ def test_an_empty_best_folder_says_why_no_epoch_was_kept(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"it holds \[\]\); no epoch was kept as best: "
                                                 r"the best metric had no value"):
         zg.restore(tmp_path / "ck", best=True)
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint folder .*best \(only a run "
+                                                r"trained with best_metric, --best-metric, "
+                                                r"keeps a best checkpoint\)$"):
+        zg.restore(tmp_path / "other", best=True)
 
 
 def test_a_checkpoint_a_live_run_removes_while_it_is_read_is_not_called_damaged(

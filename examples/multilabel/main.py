@@ -1,6 +1,6 @@
 """Multi-label node targets, early stopping, the best checkpoint, and restore for inference.
 
-Each node of the embedded tiny graph gets 4 binary labels (the bits of its class id);
+Each node of the built-in tiny graph gets 4 binary labels (the bits of its class id);
 `zg.train` fits them with the built-in GraphSAGE and binary cross-entropy, stops early
 when validation micro-F1 stops improving, keeps the best epoch's checkpoint, and
 `zg.restore` loads that checkpoint back to predict the test nodes' labels.

@@ -14,10 +14,10 @@ from zerognn_jax.cli.train import HELP as TRAIN_HELP
 
 HELP = dict(TRAIN_HELP, epochs="timed epochs per configuration",
             model="the built-in model; omitted: sage",
-            dataset="a graph of one node type: tiny (embedded synthetic), products-like, "
-                    "proteins-like, papers100m-like, rmat, cora, citeseer, pubmed, "
-                    "ogbn-arxiv, ogbn-products, ogbn-papers100M, ogbn-proteins, a .npz file "
-                    "or a dataset directory",
+            dataset="a graph of one node type: tiny (built-in synthetic, generated from "
+                    "--seed), products-like, proteins-like, papers100m-like, rmat, cora, "
+                    "citeseer, pubmed, ogbn-arxiv, ogbn-products, ogbn-papers100M, "
+                    "ogbn-proteins, a .npz file or a dataset directory",
             margin="calibrated capacity = margin x the largest count seen (>= 1); unset: 1.1",
             fanouts="neighbours sampled per hop, seeds' hop first; -1 = all (--fanouts -1,-1)",
             edge_features="give the model the sampled edges' features (gat, gine; the "

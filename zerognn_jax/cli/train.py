@@ -8,10 +8,10 @@ import os
 from zerognn_jax.cli.flags import add_compile_cache_flag, add_config_flags, config_from_args
 
 HELP = {
-    "dataset": "tiny (embedded synthetic), products-like, proteins-like, papers100m-like, "
-               "rmat, cora, citeseer, pubmed, ogbn-arxiv, ogbn-products, ogbn-papers100M, "
-               "ogbn-proteins, a .npz file or a dataset directory; link task also: "
-               "ogbl-collab, ogbl-citation2; graph task: "
+    "dataset": "tiny (built-in synthetic, generated from --seed), products-like, "
+               "proteins-like, papers100m-like, rmat, cora, citeseer, pubmed, ogbn-arxiv, "
+               "ogbn-products, ogbn-papers100M, ogbn-proteins, a .npz file or a dataset "
+               "directory; link task also: ogbl-collab, ogbl-citation2; graph task: "
                "molhiv-like, molpcba-like, ogbg-molhiv, ogbg-molpcba, a graphs .npz; typed "
                "(node and link tasks): mag-like, igbh-like, shop-like, ogbn-mag, a typed .npz or "
                "directory",
@@ -185,7 +185,7 @@ def run_train(args: argparse.Namespace) -> int:
 def add_train_command(subparsers) -> argparse.ArgumentParser:
     from zerognn_jax._src.training.config import CHOICES, TrainConfig
 
-    parser = subparsers.add_parser("train", help="train a GNN (default: the embedded tiny graph)",
+    parser = subparsers.add_parser("train", help="train a GNN (default: the built-in tiny graph)",
                                    allow_abbrev=False)
     add_config_flags(parser, TrainConfig(), help=HELP, choices=CHOICES)
     add_distributed_flags(parser)

@@ -209,7 +209,7 @@ def run(options: BenchOptions) -> list[dict]:
     from zerognn_jax._src.bench import report as bench_report
 
     with AppendFile(options.out, "bench output") if options.out else _nowhere() as out:
-        state = _Run(options, out)
+        state, stopped = _Run(options, out), None
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 cache = options.envelope_cache or str(pathlib.Path(tmp) / "envelope.json")
@@ -219,10 +219,16 @@ def run(options: BenchOptions) -> list[dict]:
                 for name in children:  # before this process takes the device
                     _measure_in_child(state, name)
                 _run_here(state, [c for c in options.configs if c not in children])
+        except interrupts.Interrupted as err:
+            stopped = err
+            raise
         finally:  # every run ends with its summary, an interrupted one too: a file of
             # appended runs is cut at them (report.runs_of)
-            state.emit(bench_report.summarize(state.records)
+            summary = (bench_report.summarize(state.records)
                        or {"kind": "summary", "status": "nothing measured", "goals": {}})
+            if stopped is not None:  # ("ok" had hidden the measurements never made)
+                summary.update(status="interrupted", stopped_after=stopped.after)
+            state.emit(summary)
     print(bench_report.format_table(state.records), flush=True)
     if options.plot:
         bench_report.plot(state.records, options.plot)

@@ -280,7 +280,7 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
         seed_type = program.task.output_type(node_type)  # before any lowering
     elif node_type is not None:
         raise ValueError(f"node_type picks a node type of a typed graph's model; this "
-                         f"program's graph has one type (task {type(program.task).__name__})")
+                         f"program's graph has one type (its task {program.task.name!r})")
     if not graphs and program.sampler.method == "weighted":
         raise ValueError("export_model serves the uniform and LABOR samplers; this "
                          "program samples by edge weight")

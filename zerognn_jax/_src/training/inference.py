@@ -94,7 +94,8 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
     directory = checkpoint_dir / BEST if best else checkpoint_dir
     if not directory.is_dir():
         raise FileNotFoundError(f"no checkpoint folder {directory}"
-                                + (" (was best_metric set?)" if best else ""))
+                                + (" (only a run trained with best_metric, --best-metric, keeps a "
+                                   "best checkpoint)" if best else ""))
     if for_inference:
         optimizer, loss = None, None
     tries_left = 2
@@ -131,8 +132,16 @@ def _restored(directory: Path, cfg, dataset, model, optimizer, loss, best: bool,
                                  own)
         check_dataset(meta, dataset)
         cfg = cfg or config_of(meta)
-        dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
-                                         loss=loss)
+        try:
+            dataset, data, program = prepare(cfg, dataset, model=model,
+                                             optimizer=optimizer, loss=loss)
+        except FileNotFoundError as err:
+            if dataset is not None:
+                raise
+            raise FileNotFoundError(f"{err}: the run's dataset, as its checkpoint records "
+                                    f"it ({cfg.dataset!r}), is not there now; give the "
+                                    f"dataset (dataset=; zerognn export: --dataset FILE)"
+                                    ) from None
         cfg = with_model(cfg, program.task, dataset,  # as `prepare` named it
                          user_model=model is not None)
         relations = relations_of(dataset)
@@ -301,7 +310,7 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
         n = n[target]
     elif node_type is not None:
         raise ValueError(f"node_type picks a node type of a typed graph's run; this run's "
-                         f"graph has one type (task {type(task).__name__})")
+                         f"graph has one type (its task {task.name!r})")
     nodes = node_ids("nodes", nodes, n, f" ({task.item_name} ids)" if items else
                      "" if target is None else f" ({target!r} ids)")
     if items:
