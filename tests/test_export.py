@@ -346,6 +346,12 @@ def test_a_graph_level_artifact_is_sized_for_any_batch_of_the_collection(molecul
         export_model(res.program, res.variables, res.data, batch_size=3, max_edges=0)
     with pytest.raises(ValueError, match="max_nodes must be an integer, got 2.5"):
         export_model(res.program, res.variables, res.data, batch_size=3, max_nodes=2.5)
+    # rows that fit no graph as large as the collection's largest are warned of
+    rows = int(np.diff(mol.node_offsets).max())
+    with pytest.warns(UserWarning, match=rf"^max_nodes 3 is below the {rows} rows of the "
+                                         rf"collection's largest graph: a call cannot take "
+                                         rf"a graph that large$"):
+        export_model(res.program, res.variables, res.data, batch_size=3, max_nodes=3)
     with pytest.raises(ValueError, match="one row per graph"):
         export_model(res.program, res.variables, res.data, batch_size=3, node_type="a")
     with pytest.raises(ValueError, match="max_nodes 10, max_degree 3: only a graph-level "

@@ -17,6 +17,7 @@ the collection's, are what such a server sees (`export_model`, `graph_arguments`
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -39,6 +40,7 @@ from zerognn_jax._src.sampling.typed_minibatch import sample_typed
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes
 from zerognn_jax._src.training.tasks.graph import edge_rows
+from zerognn_jax._src.training.user_frames import user_stacklevel
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's names for its lowering targets
 # A layout pin (`ops.aggregate.row_major`, R-GAT's projected slots) is a custom call
@@ -414,8 +416,9 @@ def _graph_rows(data: DeviceData, batch_size: int, max_nodes, max_edges) -> tupl
     sizes = []
     for what, given, offsets in (("max_nodes", max_nodes, data.targets.node_offsets),
                                  ("max_edges", max_edges, data.targets.edge_offsets)):
+        largest = int(np.diff(np.asarray(offsets)).max(initial=0))
         if given is None:
-            given = max(batch_size * int(np.diff(np.asarray(offsets)).max(initial=0)), 1)
+            given = max(batch_size * largest, 1)
             if given >= 2**31 - 1:
                 raise ValueError(f"{batch_size} graphs a call of the collection's largest "
                                  f"need {given} rows, past int32: give {what}")
@@ -423,6 +426,10 @@ def _graph_rows(data: DeviceData, batch_size: int, max_nodes, max_edges) -> tupl
             raise ValueError(f"{what} must be an integer, got {given!r}")
         if not 1 <= given < 2**31 - 1:
             raise ValueError(f"{what} must be in [1, 2**31 - 1), got {given}")
+        if given < largest:  # (it serves new graphs: a warning, not a refusal)
+            warnings.warn(f"{what} {given} is below the {largest} rows of the collection's "
+                          f"largest graph: a call cannot take a graph that large",
+                          stacklevel=user_stacklevel())
         sizes.append(int(given))
     return sizes[0], sizes[1]
 
