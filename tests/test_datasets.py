@@ -651,6 +651,19 @@ def test_dataset_validation_names_the_problem(change, match):
         make_dataset(**{**tiny_arrays(), **change})
 
 
+def test_a_graph_of_no_labels_is_for_link_prediction_and_a_node_run_says_so():
+    """Every label -1 and no split: a dataset (link prediction needs neither), which a
+    node run refuses by name (with a class labelled, an empty train split stays
+    refused: the table above)."""
+    bare = make_dataset(**{**tiny_arrays(), "name": "bare", "labels": np.full(6, -1),
+                           "train_idx": [], "val_idx": [], "test_idx": [], "num_classes": 1})
+    assert bare.train_idx.size == 0
+    with pytest.raises(ValueError, match=r"^dataset 'bare' labels none of its nodes: a node "
+                                         r"task has nothing to train on \(a graph built for "
+                                         r"link prediction alone trains with task 'link'\)$"):
+        zg.train(zg.TrainConfig(epochs=1, progress=False, fanouts=(2,), layers=1), bare)
+
+
 def test_tables_longer_than_the_graph_are_named_before_the_splits():
     """from_edge_index without num_nodes leaves out a last isolated node: 8 feature rows
     on its 7-node graph were named by the test split that reached node 7."""

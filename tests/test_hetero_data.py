@@ -300,6 +300,36 @@ def test_saved_typed_datasets_keep_float_targets(tmp_path, kind, fmt):
     assert isinstance(back.targets, np.memmap) == (fmt == "dir")
 
 
+def test_a_graph_without_labels_serves_link_prediction_alone():
+    """As recommendation data comes (a PyG HeteroData with no y): no labels and no split
+    ids give unlabelled target nodes and empty splits, which a link run trains on and a
+    node run refuses by name; split ids without labels name the labels missing. (Labels
+    and a made-up train split were needed; the messages said labels are required.)"""
+    ds = _dataset(node_info={})
+    data = _FakeHeteroData(ds)
+    for key in ("y", "train_mask", "val_mask", "test_mask"):
+        del data["paper"][key]
+    back = zg.from_hetero_data(data, name="toy")
+    assert back.target_type == "author" and back.num_classes == 1  # the first type
+    assert (back.labels == -1).all() and back.labels.shape == (4,)
+    assert back.train_idx.size == back.val_idx.size == back.test_idx.size == 0
+    with pytest.raises(ValueError, match=r"^train_idx, test_idx split nodes that no labels "
+                                         r"are given for: give labels \(or float targets "
+                                         r"and target_kind\); a graph for link prediction "
+                                         r"alone takes neither labels nor split ids$"):
+        zg.make_hetero_dataset("toy", {"author": 4, "paper": 5},
+                               {("author", "writes", "paper"): ([0, 1], [1, 2])},
+                               target_type="paper", train_idx=[0], test_idx=[1])
+    base = dict(hidden=8, layers=1, fanouts=(3,), batch_size=4, epochs=1, eval_mode="none",
+                progress=False)
+    with pytest.raises(ValueError, match=r"^dataset 'toy' labels none of its 'author' "
+                                         r"nodes: a node task has nothing to train on"):
+        zg.train(zg.TrainConfig(**base), back)
+    with pytest.warns(zg.EmptySplitWarning, match="leaves val and test empty"):  # 5 pairs
+        run = zg.train(zg.TrainConfig(task="link", link_relation="writes", **base), back)
+    assert np.isfinite(run.history[-1]["loss"])
+
+
 def test_from_hetero_data_reads_float_y_as_targets():
     """A float y [N, T] gives T target columns, a 1-D one a single column; labels are
     then all -1 and num_classes T."""

@@ -212,8 +212,9 @@ def one_per_node(what: str, count: int, unit: str, n: int) -> None:
 def check_splits(splits: dict, n: int, labels: np.ndarray | None) -> None:
     """Raises ValueError naming the first problem of the split ids `splits` ({"train":
     int[*], "val": ..., "test": ...}) of n nodes: not 1-D integers, out of [0, n), a
-    node listed twice, an unlabelled node (label -1 in `labels`, unless None), an empty
-    train split, or two splits that overlap."""
+    node listed twice, an unlabelled node (label -1 in `labels`, unless None: float
+    targets), an empty train split where a node is labelled (a graph of no labels at
+    all serves link prediction alone), or two splits that overlap."""
     for name, idx in splits.items():
         require_ids(f"{name}_idx", idx)
         _check_range(f"{name}_idx has node ids outside", idx, 0, n)
@@ -225,7 +226,7 @@ def check_splits(splits: dict, n: int, labels: np.ndarray | None) -> None:
         if unlabelled.size:
             raise ValueError(f"{name}_idx contains {unlabelled.size} unlabelled nodes (label "
                              f"-1; first: node {int(unlabelled[0])})")
-    if splits["train"].size == 0:
+    if splits["train"].size == 0 and (labels is None or bool(np.any(labels >= 0))):
         raise ValueError("train_idx is empty: there is nothing to train on")
     for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
         both = np.intersect1d(splits[a], splits[b], assume_unique=True)

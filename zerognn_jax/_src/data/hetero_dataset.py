@@ -195,7 +195,8 @@ def _check_labels_shape(labels: np.ndarray, target_type: str, n: int) -> None:
 
 
 def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping, *,
-                        target_type: str, labels=None, train_idx, val_idx, test_idx,
+                        target_type: str, labels=None, train_idx=None, val_idx=None,
+                        test_idx=None,
                         num_classes: int | None = None, features: Mapping | None = None,
                         weights: Mapping | None = None, edge_features: Mapping | None = None,
                         add_reverse: bool = False, node_info: Mapping | None = None,
@@ -211,6 +212,11 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
     Float targets: pass `targets` (float[N_target] or float[N_target, T]) and
     `target_kind` ("multilabel" or "regression"); `labels` may then be None (all -1)
     and `num_classes` None (T).
+
+    A graph for link prediction alone (a relation's pairs predicted, `task="link"`)
+    takes neither labels nor split ids: left out, every `target_type` node is
+    unlabelled (-1), the splits are empty and `num_classes` is 1; a node task refuses
+    such a dataset.
     """
     graph = hetero_graph(num_nodes, edges, weights=weights, edge_features=edge_features,
                          add_reverse=add_reverse)
@@ -239,7 +245,14 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
         num_classes = targets.shape[1] if num_classes is None else num_classes
         labels = np.full(counts[target_type], -1) if labels is None else labels
     elif labels is None:
-        raise ValueError("labels are required unless float targets are given")
+        given = [f"{s}_idx" for s, idx in zip(SPLITS, (train_idx, val_idx, test_idx))
+                 if idx is not None and np.size(idx)]
+        if given:
+            raise ValueError(f"{', '.join(given)} split nodes that no labels are given for: "
+                             f"give labels (or float targets and target_kind); a graph for "
+                             f"link prediction alone takes neither labels nor split ids")
+        labels = np.full(counts[target_type], -1)
+        num_classes = 1 if num_classes is None else num_classes
     labels = _integers("labels", labels)
     if num_classes is None:
         _check_range("labels must lie in", labels, -1, MAX_CLASSES)  # (int32 storage)
@@ -256,7 +269,7 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
         check_targets(targets, target_kind, n)
     splits = {}
     for split, idx in zip(SPLITS, (train_idx, val_idx, test_idx)):
-        splits[split] = id_array(f"{split}_idx", idx)
+        splits[split] = id_array(f"{split}_idx", np.zeros(0, np.int32) if idx is None else idx)
         check_type_ids(f"{split}_idx", splits[split], target_type, n)
     _check_info_layout(node_info or {})
     info = {t: {c: np.asarray(v) for c, v in cols.items()} for t, cols in (node_info or {}).items()}
@@ -330,7 +343,10 @@ def from_hetero_data(data, target_type: str | None = None, *, name: str = "heter
     Reads every node type's `num_nodes` and `x` (when present), every edge type's
     `edge_index` (row 0 sources, row 1 destinations), `edge_weight` and `edge_attr`
     (when present), and the target type's `y` with `train_mask`, `val_mask` and
-    `test_mask`. `target_type` defaults to the one node type that has `y`.
+    `test_mask`. `target_type` defaults to the one node type that has `y`. Data without
+    any `y` (a graph for link prediction alone, as recommendation data comes) gives a
+    dataset without labels or splits (`make_hetero_dataset`), its `target_type` the
+    first node type unless given.
 
     An integer `y` holds class ids ([N] or [N, 1]). A floating-point `y`
     ([N] or [N, T]) holds float targets of `target_kind`, which it then needs:
@@ -341,9 +357,9 @@ def from_hetero_data(data, target_type: str | None = None, *, name: str = "heter
     types = list(data.node_types)
     if target_type is None:
         with_y = [t for t in types if _store_has(data[t], "y")]
-        if len(with_y) != 1:
+        if len(with_y) > 1:
             raise ValueError(f"give target_type: node types with labels (y) are {with_y}")
-        target_type = with_y[0]
+        target_type = (with_y or types or [None])[0]
     features = {t: _numpy(data[t].x) for t in types if _store_has(data[t], "x")}
     counts = {t: _node_count(data[t], t, features.get(t)) for t in types}
     edges, weights, tables = {}, {}, {}
@@ -357,31 +373,41 @@ def from_hetero_data(data, target_type: str | None = None, *, name: str = "heter
     if target_type not in counts:
         raise ValueError(f"target_type {target_type!r} is not a node type "
                          f"({', '.join(counts)})")
-    target = data[target_type]
+    given, splits = {}, {}  # none: a graph for link prediction alone
+    if any(_store_has(data[t], "y") for t in types):
+        given, splits, num_classes = _labels_and_splits(data[target_type], target_type,
+                                                        counts[target_type], target_kind,
+                                                        num_classes)
+    return make_hetero_dataset(name, counts, edges, target_type=target_type, **given,
+                               **splits, num_classes=num_classes, features=features,
+                               weights=weights or None, edge_features=tables or None,
+                               add_reverse=add_reverse)
+
+
+def _labels_and_splits(target, target_type: str, n: int, target_kind, num_classes):
+    """`make_hetero_dataset`'s label (or target) and split arguments from the target
+    type's store of a `HeteroData`: its `y` and masks; and `num_classes` (the store's
+    where class ids leave it unset)."""
     if not _store_has(target, "y"):
         raise ValueError(f"node type {target_type!r} has no labels (y)")
     y = _numpy(target.y)
-    if y.ndim == 0 or y.shape[0] != counts[target_type]:
-        raise ValueError(f"node type {target_type!r} has {counts[target_type]} nodes but its "
+    if y.ndim == 0 or y.shape[0] != n:
+        raise ValueError(f"node type {target_type!r} has {n} nodes but its "
                          f"labels (y) have shape {y.shape}: one label per node")
     given = _y_targets(y, target_type, target_kind)
     if num_classes is None and "labels" in given and _store_has(target, "num_classes"):
         num_classes = target.num_classes
-    masks = {}
+    splits = {}
     for split in SPLITS:
         if not _store_has(target, f"{split}_mask"):
             raise ValueError(f"node type {target_type!r} has no {split}_mask")
-        mask, n = _numpy(getattr(target, f"{split}_mask")), counts[target_type]
+        mask = _numpy(getattr(target, f"{split}_mask"))
         if mask.dtype != np.bool_ or mask.shape != (n,):  # node ids would read as a mask
             raise ValueError(f"{split}_mask of node type {target_type!r} must be a boolean "
                              f"mask of shape ({n},), one entry per node; got {mask.dtype} "
                              f"of shape {mask.shape}")
-        masks[split] = np.flatnonzero(mask)
-    return make_hetero_dataset(name, counts, edges, target_type=target_type, **given,
-                               train_idx=masks["train"], val_idx=masks["val"],
-                               test_idx=masks["test"], num_classes=num_classes,
-                               features=features, weights=weights or None,
-                               edge_features=tables or None, add_reverse=add_reverse)
+        splits[f"{split}_idx"] = np.flatnonzero(mask)
+    return given, splits, num_classes
 
 
 def to_hetero_data(ds: HeteroDataset):

@@ -71,6 +71,7 @@ class NodeTask(ItemsAreLevel0):
         if dataset is None:
             dataset = load_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed,
                                    log=data_log(cfg))
+        require_labels(dataset)
         task = node_task(loss, dataset)
         check_loss(task, task.output_dim(cfg, dataset), task.device_targets(dataset))
         return task, dataset
@@ -177,6 +178,18 @@ def target_metrics(outputs, targets, kind: str) -> dict:
     return {"acc": 1.0 - wrong / known.sum(), "f1": 2 * tp / (2 * tp + wrong)
             if tp or wrong else float("nan"),
             "rocauc": float(np.mean(aucs)) if aucs else float("nan")}
+
+
+def require_labels(dataset) -> None:
+    """ValueError for a dataset (typed or not) that labels none of its target nodes and
+    has no float targets: a graph for link prediction alone, which a node task would
+    train nothing on."""
+    if dataset.targets is None and not np.any(np.asarray(dataset.labels) >= 0):
+        target = getattr(dataset, "target_type", None)
+        nodes = "nodes" if target is None else f"{target!r} nodes"
+        raise ValueError(f"dataset {dataset.name!r} labels none of its {nodes}: a node task "
+                         f"has nothing to train on (a graph built for link prediction alone "
+                         f"trains with task 'link')")
 
 
 def node_task(loss, dataset) -> NodeTask:

@@ -76,7 +76,12 @@ from zerognn_jax._src.training.program import (
 )
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch, data_log
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
-from zerognn_jax._src.training.tasks.node import METRICS, node_task, split_metrics
+from zerognn_jax._src.training.tasks.node import (
+    METRICS,
+    node_task,
+    require_labels,
+    split_metrics,
+)
 from zerognn_jax._src.training.tasks.typed_eval import split_logits, typed_logits
 
 SPLITS = ("train", "val", "test")
@@ -381,6 +386,7 @@ class TypedNodeTask(ItemsAreLevel0):
         if not isinstance(dataset, HeteroDataset):
             raise TypeError(f"typed node classification trains on a HeteroDataset, got "
                             f"{type(dataset).__name__}")
+        require_labels(dataset)
         config = typed_sampler(cfg, dataset.graph)
         plan = config.plan(dataset.target_type)
         rows = node_task(loss, dataset)
