@@ -67,6 +67,9 @@ def test_relations_given_as_triples_are_kept_as_their_names():
                          relation_fanouts={("paper", "cites", "paper"): [10, 5], "writes": (5,)})
     assert cfg.link_relation == "user__buys__item"
     assert cfg.relation_fanouts == {"paper__cites__paper": (10, 5), "writes": (5,)}
+    with pytest.raises(ValueError, match=r"^relation_fanouts give a__to__b twice, as a "
+                                         r"triple and by its name: keep one$"):
+        zg.TrainConfig(relation_fanouts={("a", "to", "b"): (3,), "a__to__b": (2,)})
     with pytest.raises(ConfigTypeError, match=r"link_relation must be a str or None, got "
                                               r"\('user', 'buys'\)"):
         zg.TrainConfig(link_relation=("user", "buys"))

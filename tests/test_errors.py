@@ -93,10 +93,8 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
     (dict(kernels="sample=fast"), "kernel implementation for 'sample' must be one of "
                                   "('xla', 'pallas') or a callable, got 'fast'"),
     (dict(kernels="fast"), "bad kernel spec 'fast'"),
-    (dict(kernels=" "), "bad kernel spec kernels ' ': it names nothing; expected 'auto', "
+    (dict(kernels=" "), "bad kernel spec: kernels ' ' names nothing; expected 'auto', "
                         "'xla' or 'pallas'"),
-    # a trailing comma had been taken
-    (dict(kernels="xla,"), "bad kernel spec kernels 'xla,': it has an empty part"),
     (dict(layers=1, fanouts=(5, 5)), "need one fanout per layer: 1 layer but fanouts (5, 5); "
                                      "set layers to 2 (--layers 2) or give 1 fanout"),
     (dict(batch_size=99999999999), "batch_size 99999999999 is past int32 (2**31 - 1)"),
@@ -298,24 +296,31 @@ def no_work(monkeypatch):
                                   "folder {p.parent}: give {p.parent} to resume that run"),
     # read as a damaged epoch's checkpoint, it was renamed 2023.corrupt
     ("--checkpoint-dir", "own_number", "--checkpoint-dir {p} holds the folder 2023, which is "
-                                       "no checkpoint (no meta/ or state/ in it)"),
+                                       "no checkpoint (nothing a checkpoint writes is in it)"),
+    # the best checkpoint's epoch names the run's folder, not best/
+    ("--checkpoint-dir", "best_epoch", "--checkpoint-dir {p} is epoch 3's checkpoint of the "
+                                       "run folder {p.parent.parent}: give {p.parent.parent} "
+                                       "to resume that run"),
 ])
 def test_unusable_output_paths_fail_before_any_work(tmp_path, capsys, no_work, flag, where,
                                                     message):
     (tmp_path / "file").write_text("x")
     (tmp_path / "run" / "2" / "meta").mkdir(parents=True)  # an epoch's checkpoint
+    (tmp_path / "run" / "best" / "3" / "state").mkdir(parents=True)
     (tmp_path / "mine" / "2023").mkdir(parents=True)  # a user's own folder
+    (tmp_path / "mine" / "2023" / "notes.txt").write_text("mine")
+    (tmp_path / "mine" / "7").mkdir()  # empty: a damaged epoch's, set aside by a run
     path = {"dir": tmp_path, "file": tmp_path / "file",
             "under_file": tmp_path / "file" / "sub" / "m.jsonl",
             "file_as_folder": tmp_path / "file" / "m.jsonl",
             "proc": Path("/proc/zerognn-test/m.jsonl"), "epoch": tmp_path / "run" / "2",
-            "own_number": tmp_path / "mine"}[where]
+            "best_epoch": tmp_path / "run" / "best" / "3", "own_number": tmp_path / "mine"}[where]
     assert main(["train", "--no-progress", flag, str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("zerognn: error: " + message.format(p=path)), err
     assert err.count("\n") == 1
     assert sorted(p.name for p in (tmp_path / "run" / "2").iterdir()) == ["meta"]
-    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["2023"]
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["2023", "7"]
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -239,10 +239,13 @@ def test_an_empty_best_folder_says_why_no_epoch_was_kept(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"it holds \[\]\); no epoch was kept as best: "
                                                 r"the best metric had no value"):
         zg.restore(tmp_path / "ck", best=True)
-    with pytest.raises(FileNotFoundError, match=r"no checkpoint folder .*best \(only a run "
-                                                r"trained with best_metric, --best-metric, "
-                                                r"keeps a best checkpoint\)$"):
+    (tmp_path / "other").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint folder .*other/best \(only a "
+                                                r"run trained with best_metric, "
+                                                r"--best-metric, keeps a best checkpoint\)$"):
         zg.restore(tmp_path / "other", best=True)
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint folder .*/gone$"):
+        zg.restore(tmp_path / "gone", best=True)  # the run's folder is what is missing
 
 
 def test_a_checkpoint_a_live_run_removes_while_it_is_read_is_not_called_damaged(

@@ -52,10 +52,8 @@ def main(argv=None) -> int:
 
     Exit codes: 0 done; 1 training diverged, a file could not be written or the device
     ran out of memory; 2 bad arguments or data; 128 + N stopped by signal N (130 SIGINT,
-    143 SIGTERM). A signal that comes after the command's work (while the process
-    exits) leaves its exit code as it was.
+    143 SIGTERM).
     """
-    from zerognn_jax._src.training import interrupts
     from zerognn_jax._src.training.interrupts import Interrupted
     from zerognn_jax._src.training.trainer import Diverged
 
@@ -78,7 +76,7 @@ def main(argv=None) -> int:
     warnings.formatwarning = functools.partial(_format_warning, flags=fail.keywords["flags"])
     try:
         use_compile_cache_flag(args)
-        return args.handler(args)
+        code = args.handler(args)
     except (ValueError, FileNotFoundError) as err:
         code = fail(err, f"error: {err}", 2)
     except ImportError as err:
@@ -104,11 +102,9 @@ def main(argv=None) -> int:
                     f"it less to hold: {LESS_TO_HOLD[args.command]}", 1)
     finally:
         warnings.formatwarning = previous
-    if argv is None:  # the command's process, about to exit
-        checkpoints = sys.modules.get("zerognn_jax._src.training.checkpoint")
-        if checkpoints is not None:
-            checkpoints.quiet_until_exit()
-        interrupts.exit_on_signal(code)  # the work is done: a signal has nothing to stop
+    checkpoints = sys.modules.get("zerognn_jax._src.training.checkpoint")
+    if argv is None and checkpoints is not None:  # the command's process, about to exit
+        checkpoints.quiet_until_exit()
     return code
 
 

@@ -2,6 +2,9 @@
 
 import sys
 
+from zerognn_jax._src.training.interrupts import exit_on_signal
 from zerognn_jax.cli import main
 
-sys.exit(main())
+code = main()
+exit_on_signal(code)  # the work done: a signal while the process exits keeps the code
+sys.exit(code)

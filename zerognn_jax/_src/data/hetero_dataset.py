@@ -260,7 +260,8 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
         if num_classes == 0:  # (the check below would name a number nobody gave)
             raise ValueError(f"labels hold no class (every {target_type!r} label is -1, "
                              f"unlabelled), so num_classes cannot be read off them: give "
-                             f"num_classes, or label some nodes")
+                             f"num_classes, or label some nodes (a graph for link "
+                             f"prediction alone: leave labels out)")
     _check_range("labels must lie in", labels, -1, check_num_classes(num_classes, least=1))
     n = counts[target_type]
     # one per target node, named before the splits (whose ids the wrong count would fail)

@@ -63,11 +63,12 @@ class Kernels:
         GPU (`gpu`; None: JAX's default backend, which asking starts), XLA everywhere
         else.
         """
-        parts = [p.strip() for p in spec.split(",")]
-        if not all(parts):  # (a trailing comma was taken, where --fanouts 3, is refused)
-            what = "names nothing" if len(parts) == 1 else "has an empty part"
-            raise ValueError(f"bad kernel spec kernels {spec!r}: it {what}; expected 'auto', "
-                             f"'xla' or 'pallas', then OP=IMPL with OP in {(*OPS, *_ALIASES)}")
+        # (empty parts, "xla," say, are skipped: runs recorded with them restore)
+        parts = [p.strip() for p in spec.split(",") if p.strip()]
+        if not parts:
+            raise ValueError(f"bad kernel spec: kernels {spec!r} names nothing; expected "
+                             f"'auto', 'xla' or 'pallas', then OP=IMPL with OP in "
+                             f"{(*OPS, *_ALIASES)}")
         choices = {}
         if parts[0] == "auto":
             gpu = jax.default_backend() == "gpu" if gpu is None else gpu
@@ -91,7 +92,8 @@ class Kernels:
                 twice = op if op in single else None
                 single.add(op)
             if twice is not None:
-                raise ValueError(f"bad kernel spec kernels {spec!r}: {twice} is named twice")
+                raise ValueError(f"bad kernel spec in kernels {spec!r}: {twice} is named "
+                                 f"twice")
             choices.update(dict.fromkeys(_ALIASES.get(op, (op,)), impl))
         return cls(**choices, interpret=interpret)
 

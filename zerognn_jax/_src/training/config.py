@@ -491,5 +491,10 @@ def _relations_named(cfg: TrainConfig) -> None:
 
     object.__setattr__(cfg, "link_relation", named(cfg.link_relation))
     if isinstance(cfg.relation_fanouts, dict):
-        object.__setattr__(cfg, "relation_fanouts",
-                           {named(k): v for k, v in cfg.relation_fanouts.items()})
+        fanouts = {}
+        for key, per_hop in cfg.relation_fanouts.items():
+            if named(key) in fanouts:  # (one would have replaced the other)
+                raise ValueError(f"relation_fanouts give {named(key)} twice, as a triple and "
+                                 f"by its name: keep one")
+            fanouts[named(key)] = per_hop
+        object.__setattr__(cfg, "relation_fanouts", fanouts)

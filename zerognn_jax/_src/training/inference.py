@@ -92,10 +92,11 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
         raise ValueError(f"epoch must be an integer (a checkpoint's epoch), got {epoch!r}")
     checkpoint_dir = Path(checkpoint_dir).expanduser()
     directory = checkpoint_dir / BEST if best else checkpoint_dir
+    if not checkpoint_dir.is_dir():
+        raise FileNotFoundError(f"no checkpoint folder {checkpoint_dir}")
     if not directory.is_dir():
-        raise FileNotFoundError(f"no checkpoint folder {directory}"
-                                + (" (only a run trained with best_metric, --best-metric, keeps a "
-                                   "best checkpoint)" if best else ""))
+        raise FileNotFoundError(f"no checkpoint folder {directory} (only a run trained with "
+                                f"best_metric, --best-metric, keeps a best checkpoint)")
     if for_inference:
         optimizer, loss = None, None
     tries_left = 2
@@ -131,17 +132,18 @@ def _restored(directory: Path, cfg, dataset, model, optimizer, loss, best: bool,
                                  f"your own, {own} (epoch {epochs[0]}): pass it as model=",
                                  own)
         check_dataset(meta, dataset)
+        recorded = cfg is None
         cfg = cfg or config_of(meta)
         try:
             dataset, data, program = prepare(cfg, dataset, model=model,
                                              optimizer=optimizer, loss=loss)
         except FileNotFoundError as err:
-            if dataset is not None:
-                raise
-            raise FileNotFoundError(f"{err}: the run's dataset, as its checkpoint records "
-                                    f"it ({cfg.dataset!r}), is not there now; give the "
-                                    f"dataset (dataset=; zerognn export: --dataset FILE)"
-                                    ) from None
+            if dataset is not None or not _names_a_file(cfg.dataset):
+                raise  # (a named dataset's message says which root to give)
+            said = "as its checkpoint records it" if recorded else "as cfg names it"
+            raise FileNotFoundError(f"{err}: the run's dataset, {said} ({cfg.dataset!r}), "
+                                    f"is not there now; give the dataset (dataset=; "
+                                    f"zerognn export: --dataset FILE)") from None
         cfg = with_model(cfg, program.task, dataset,  # as `prepare` named it
                          user_model=model is not None)
         relations = relations_of(dataset)
@@ -195,6 +197,15 @@ def _evaluated_later(ckpt, record: dict) -> dict:
             if kept.get("epoch") == record.get("epoch"):
                 return {k: v for k, v in kept.items() if k not in record}
     return {}
+
+
+def _names_a_file(dataset: str) -> bool:
+    """Whether `dataset` (a config's) is a path, not the name of a dataset the library
+    loads (which a missing `root` fails)."""
+    from zerognn_jax._src.data.graph_datasets import GRAPH_NAMES
+    from zerognn_jax._src.data.loaders import DATASET_NAMES, HETERO_NAMES
+
+    return dataset not in (*DATASET_NAMES, *HETERO_NAMES, *GRAPH_NAMES)
 
 
 def _epoch_folder_hint(directory: Path) -> str:

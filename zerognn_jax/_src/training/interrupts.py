@@ -240,7 +240,9 @@ def exit_on_signal(code: int) -> None:
     Python's own handlers would make a finished run's signal a KeyboardInterrupt inside
     the interpreter's shutdown (a traceback from an exit handler, JAX's among them) or,
     for SIGTERM, a death with status 143 after the summary was printed. A signal the
-    process ignores stays ignored. Call it from the main thread."""
+    process ignores stays ignored. The command's entry points call it (`zerognn`,
+    `python -m zerognn_jax`), from the main thread; a caller of `cli.main` in a
+    process that goes on (a notebook, a test) keeps its own handlers."""
     def leave(signum, frame):
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # a closed or broken stream

@@ -150,29 +150,36 @@ def _make_folders(path: Path) -> list[Path]:
     return made
 
 
+# What orbax writes into an epoch's folder besides the run's items (`meta`, `state`).
+CHECKPOINT_TRACES = ("meta", "state", "_CHECKPOINT_METADATA", "commit_success.txt")
+
+
 def holds_checkpoint(path: Path) -> bool:
-    """Whether `path` is one epoch's checkpoint folder: it holds the checkpoint's `meta`
-    or `state` (a damaged checkpoint lacks files in them, not both)."""
-    return path.is_dir() and ((path / "meta").is_dir() or (path / "state").is_dir())
+    """Whether `path` is (or was: damaged) one epoch's checkpoint folder: it holds one of
+    the entries a checkpoint writes (`CHECKPOINT_TRACES`)."""
+    return path.is_dir() and any((path / name).exists() for name in CHECKPOINT_TRACES)
 
 
 def _check_checkpoint_folder(path: Path) -> None:
     """ValueError for a checkpoint folder that is one epoch's checkpoint of another
     run's folder (a run there would write its epochs inside that checkpoint), or that
-    holds a folder named by a number that is no checkpoint (read as an epoch's, it was
-    set aside as damaged, or made the folder's checkpoints unreadable)."""
+    holds a folder named by a number with files of its own and no trace of a checkpoint
+    (read as an epoch's, it was set aside as damaged). An empty numbered folder is left
+    to the checkpoints' own recovery (set aside as `<n>.corrupt`)."""
     if path.name.isdigit() and holds_checkpoint(path):
+        run = path.parent.parent if path.parent.name == "best" else path.parent
         raise ValueError(f"checkpoint_dir {path} is epoch {path.name}'s checkpoint of the "
-                         f"run folder {path.parent}: give {path.parent} to resume that run, "
-                         f"or another folder for a new one")
+                         f"run folder {run}: give {run} to resume that run, or another "
+                         f"folder for a new one")
     if not path.is_dir():
         return
     for entry in sorted(path.iterdir()):
-        if entry.name.isdigit() and entry.is_dir() and not holds_checkpoint(entry):
+        if (entry.name.isdigit() and entry.is_dir() and not holds_checkpoint(entry)
+                and any(entry.iterdir())):
             raise ValueError(f"checkpoint_dir {path} holds the folder {entry.name}, which is "
-                             f"no checkpoint (no meta/ or state/ in it), where the run keeps "
-                             f"its epochs' checkpoints by number: move it out of "
-                             f"checkpoint_dir, or give another folder")
+                             f"no checkpoint (nothing a checkpoint writes is in it), where "
+                             f"the run keeps its epochs' checkpoints by number: move it out "
+                             f"of checkpoint_dir, or give another folder")
 
 
 def _check_folder(what: str, path: Path) -> list[Path]:
