@@ -22,6 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int, key_seed, node_ids
+from zerognn_jax._src.data.graph_datasets import GRAPH_NAMES
+from zerognn_jax._src.data.loaders import DATASET_NAMES, HETERO_NAMES
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
@@ -202,9 +204,6 @@ def _evaluated_later(ckpt, record: dict) -> dict:
 def _names_a_file(dataset: str) -> bool:
     """Whether `dataset` (a config's) is a path, not the name of a dataset the library
     loads (which a missing `root` fails)."""
-    from zerognn_jax._src.data.graph_datasets import GRAPH_NAMES
-    from zerognn_jax._src.data.loaders import DATASET_NAMES, HETERO_NAMES
-
     return dataset not in (*DATASET_NAMES, *HETERO_NAMES, *GRAPH_NAMES)
 
 
