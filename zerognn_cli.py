@@ -39,16 +39,8 @@ def main() -> int:
     if arrived:
         print("zerognn: interrupted while starting", file=sys.stderr)
         return 130
-    return ended(run())
+    code = run()
+    from zerognn_jax._src.training.interrupts import exit_on_signal  # (imported by run)
 
-
-def ended(code: int) -> int:
-    """`code`, the command's exit code, once a signal that comes while the process exits
-    (its work done, its output written) is set to end it at once with that code: a
-    finished run's Ctrl-C was a traceback from JAX's exit handler, its SIGTERM exit code
-    143 (`interrupts.exit_on_signal`; the command's process only, never a caller of
-    `zerognn_jax.cli.main`)."""
-    from zerognn_jax._src.training.interrupts import exit_on_signal
-
-    exit_on_signal(code)
+    exit_on_signal(code)  # the work done: a signal while the process exits keeps the code
     return code

@@ -22,8 +22,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int, key_seed, node_ids
-from zerognn_jax._src.data.graph_datasets import GRAPH_NAMES
-from zerognn_jax._src.data.loaders import DATASET_NAMES, HETERO_NAMES
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
@@ -31,8 +29,8 @@ from zerognn_jax._src.training.checksums import check_checksums
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.evaluate import Predictor
 from zerognn_jax._src.training.program import init_state, saved_envelope
-from zerognn_jax._src.training.rebuild import check_dataset, config_of
-from zerognn_jax._src.training.records import holds_checkpoint
+from zerognn_jax._src.training.rebuild import NAMES, check_dataset, config_of
+from zerognn_jax._src.training.records import epoch_folder_of
 from zerognn_jax._src.training.tasks.base import (
     BatchedTask,
     PredictsItems,
@@ -140,7 +138,7 @@ def _restored(directory: Path, cfg, dataset, model, optimizer, loss, best: bool,
             dataset, data, program = prepare(cfg, dataset, model=model,
                                              optimizer=optimizer, loss=loss)
         except FileNotFoundError as err:
-            if dataset is not None or not _names_a_file(cfg.dataset):
+            if dataset is not None or cfg.dataset.lower() in NAMES:
                 raise  # (a named dataset's message says which root to give)
             said = "as its checkpoint records it" if recorded else "as cfg names it"
             raise FileNotFoundError(f"{err}: the run's dataset, {said} ({cfg.dataset!r}), "
@@ -201,21 +199,19 @@ def _evaluated_later(ckpt, record: dict) -> dict:
     return {}
 
 
-def _names_a_file(dataset: str) -> bool:
-    """Whether `dataset` (a config's) is a path, not the name of a dataset the library
-    loads (which a missing `root` fails)."""
-    return dataset not in (*DATASET_NAMES, *HETERO_NAMES, *GRAPH_NAMES)
-
-
 def _epoch_folder_hint(directory: Path) -> str:
-    """Where `directory` is one epoch's folder of a run's checkpoint folder (its name a
-    number, and it holds a checkpoint: `holds_checkpoint`), what to give instead; ""
-    otherwise."""
-    name, parent = directory.name, directory.parent
-    if not (name.isdigit() and holds_checkpoint(directory)):
+    """Where `directory` is one epoch's folder of a run's checkpoint folder
+    (`epoch_folder_of`), what to give instead; "" otherwise."""
+    found = epoch_folder_of(directory)
+    if found is None:
         return ""
-    return (f"; {directory} is epoch {name}'s checkpoint of the run folder {parent}: give "
-            f"{parent} with epoch={name} (zerognn export: --epoch {name})")
+    run, best = found
+    if best:
+        return (f"; {directory} is the best checkpoint's folder of the run folder {run}: "
+                f"give {run} with best=True (zerognn export: --best)")
+    return (f"; {directory} is epoch {directory.name}'s checkpoint of the run folder {run}: "
+            f"give {run} with epoch={directory.name} (zerognn export: --epoch "
+            f"{directory.name})")
 
 
 def _compared(ident: dict, meta: dict) -> dict:

@@ -150,7 +150,7 @@ def _make_folders(path: Path) -> list[Path]:
     return made
 
 
-# What orbax writes into an epoch's folder besides the run's items (`meta`, `state`).
+# What a checkpoint writes into an epoch's folder: the run's items and orbax's records.
 CHECKPOINT_TRACES = ("meta", "state", "_CHECKPOINT_METADATA", "commit_success.txt")
 
 
@@ -160,14 +160,24 @@ def holds_checkpoint(path: Path) -> bool:
     return path.is_dir() and any((path / name).exists() for name in CHECKPOINT_TRACES)
 
 
+def epoch_folder_of(path: Path) -> tuple[Path, bool] | None:
+    """(the run's checkpoint folder, whether `path` is its best checkpoint's) where
+    `path` is one epoch's checkpoint folder of a run (`<run>/<n>` or `<run>/best/<n>`);
+    None otherwise."""
+    if not (path.name.isdigit() and holds_checkpoint(path)):
+        return None
+    best = path.parent.name == "best"
+    return (path.parent.parent if best else path.parent), best
+
+
 def _check_checkpoint_folder(path: Path) -> None:
     """ValueError for a checkpoint folder that is one epoch's checkpoint of another
     run's folder (a run there would write its epochs inside that checkpoint), or that
     holds a folder named by a number with files of its own and no trace of a checkpoint
     (read as an epoch's, it was set aside as damaged). An empty numbered folder is left
     to the checkpoints' own recovery (set aside as `<n>.corrupt`)."""
-    if path.name.isdigit() and holds_checkpoint(path):
-        run = path.parent.parent if path.parent.name == "best" else path.parent
+    if (found := epoch_folder_of(path)) is not None:
+        run = found[0]
         raise ValueError(f"checkpoint_dir {path} is epoch {path.name}'s checkpoint of the "
                          f"run folder {run}: give {run} to resume that run, or another "
                          f"folder for a new one")
