@@ -137,6 +137,12 @@ def test_options_that_would_fail_after_the_measurements_fail_first(kwargs, match
         bench.BenchOptions(trace_dir=str(tmp_path / "f"))
     with pytest.raises(ValueError, match="envelope_cache .* is a folder, not a file"):
         bench.BenchOptions(envelope_cache=str(tmp_path))
+    (tmp_path / "data.npz").write_bytes(b"PK\x03\x04 not records")  # appended to before
+    with pytest.raises(ValueError, match=r"data.npz holds something other than JSON lines "
+                                         r"\(it begins 'PK\\x03\\x04 not records'\)"):
+        bench.BenchOptions(out=str(tmp_path / "data.npz"))
+    (tmp_path / "old.jsonl").write_text('{"config": "scan"}\n')
+    bench.BenchOptions(out=str(tmp_path / "old.jsonl"))  # an earlier run's lines: appended to
 
 
 def test_the_envelope_option_chunks_and_devices_reach_the_measured_run(tmp_path):

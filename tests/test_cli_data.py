@@ -23,6 +23,7 @@ def test_info_prints_one_json_object(capsys):
     stats = json.loads(out)
     assert out.count("\n") == 1 and err == ""
     assert stats["name"] == "tiny" and stats["classes"] == 47 and stats["features"] == 100
+    assert stats["labelled"] == stats["nodes"]
 
 
 def test_info_planetoid_with_root(capsys):

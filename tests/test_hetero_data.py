@@ -231,6 +231,7 @@ def test_cli_info_and_generate_list_types_and_relations(tmp_path, capsys):
                                             "feature_dtype": "float32"}
     assert set(stats["relations"]) >= {"author__writes__paper", "paper__rev_writes__author"}
     assert stats["target_type"] == "paper" and stats["classes"] == 349
+    assert 0 < stats["labelled"] <= 1473
     assert run(["data", "info", "ogbn-mag"]) == 2
     assert "ogbn-mag needs root=" in capsys.readouterr().err
     with pytest.raises(ValueError, match="is a typed .* load_hetero_dataset"):
@@ -313,6 +314,7 @@ def test_a_graph_without_labels_serves_link_prediction_alone():
     assert back.target_type == "author" and back.num_classes == 1  # the first type
     assert (back.labels == -1).all() and back.labels.shape == (4,)
     assert back.train_idx.size == back.val_idx.size == back.test_idx.size == 0
+    assert back.stats()["labelled"] == 0 and ds.stats()["labelled"] == 5  # data info's
     with pytest.raises(ValueError, match=r"^train_idx, test_idx split nodes that no labels "
                                          r"are given for: give labels \(or float targets "
                                          r"and target_kind\); a graph for link prediction "

@@ -44,7 +44,7 @@ import time
 
 from zerognn_jax._src.bench.report import PLOT_NEEDS
 from zerognn_jax._src.bench.workload import REPO, VARIANTS, blank_record
-from zerognn_jax._src.data.writes import AppendFile, file_on_the_way
+from zerognn_jax._src.data.writes import AppendFile, file_on_the_way, not_json_lines
 from zerognn_jax._src.training import interrupts
 from zerognn_jax._src.training.config import TrainConfig
 
@@ -160,6 +160,11 @@ class BenchOptions:
                 raise ValueError(f"out {self.out}: {above} is a file, not a folder")
             if not out.parent.is_dir():
                 raise ValueError(f"out {self.out}: its folder {out.parent} does not exist")
+            first = not_json_lines(out) if out.is_file() else None
+            if first is not None:
+                raise ValueError(f"out {self.out} holds something other than JSON lines "
+                                 f"(it begins {first!r}), and the records would be "
+                                 f"appended to it; give another file")
         if self.envelope_cache and pathlib.Path(self.envelope_cache).is_dir():
             raise ValueError(f"envelope_cache {self.envelope_cache} is a folder, not a file")
 

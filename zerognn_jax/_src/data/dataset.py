@@ -117,6 +117,7 @@ class Dataset:
             "directed_edges": int(g.num_edges),
             "features": int(self.features.shape[1]),
             "classes": int(self.num_classes),
+            **labelled_count(self.labels, self.target_kind),
             "target_kind": self.target_kind,
             "outputs": self.output_dim,
             "train": int(self.train_idx.size),
@@ -127,6 +128,14 @@ class Dataset:
             "bytes": nbytes,
             **edges,
         }
+
+
+def labelled_count(labels, target_kind: str) -> dict:
+    """{"labelled": nodes whose class label is not -1} for class targets, else {}: a
+    graph kept for link prediction alone labels none and still records 1 class."""
+    if target_kind != "classes":
+        return {}
+    return {"labelled": int(np.count_nonzero(np.asarray(labels) >= 0))}
 
 
 # Labels are stored as int32: classes number at most this.

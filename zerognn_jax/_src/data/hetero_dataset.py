@@ -30,6 +30,7 @@ from zerognn_jax._src.data.dataset import (
     check_splits,
     check_targets,
     float_targets,
+    labelled_count,
     split_sizes,
 )
 from zerognn_jax._src.data.graph import to_edge_list
@@ -132,6 +133,7 @@ class HeteroDataset:
                 "relations": self.graph.stats()["relations"],
                 "directed_edges": int(sum(self.graph.num_edges.values())),
                 "target_type": self.target_type, "classes": int(self.num_classes),
+                **labelled_count(self.labels, self.target_kind),
                 "target_kind": self.target_kind, "outputs": self.output_dim,
                 **{s: int(getattr(self, f"{s}_idx").size) for s in SPLITS},
                 "bytes": int(sum(np.asarray(a).nbytes for a in arrays))}

@@ -426,6 +426,17 @@ def umask() -> int:
     return mask
 
 
+def not_json_lines(path: str | os.PathLike) -> str | None:
+    """The start of the first line of the file at `path` if the file does not begin as
+    JSON lines of records do (with "{"), else None (an empty file too). Reads 4 KiB at
+    most, so a large file given by mistake is not read through."""
+    with open(path, "rb") as f:
+        text = f.read(4096).decode("utf-8", "replace").lstrip()
+    if not text or text.startswith("{"):
+        return None
+    return text.split("\n", 1)[0][:40]
+
+
 class AppendFile:
     """Appends text to `path` (created if missing) in whole writes: a write that fails
     midway is taken back (the file is cut to its length before it) and raises a

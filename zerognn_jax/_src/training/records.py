@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zerognn_jax._src.data.writes import AppendFile, atomic_write, writing
+from zerognn_jax._src.data.writes import AppendFile, atomic_write, not_json_lines, writing
 
 
 def strict(value):
@@ -96,7 +96,12 @@ def _file_kind(path: Path) -> str:
 def _refuse_foreign_metrics(path: Path) -> None:
     """ValueError if the file at `path` holds a line that is not a JSON object, as every
     record of a metrics file is (a cut-off last line excepted if it begins like one): a
-    run rewrites the file when it starts, and would lose such lines."""
+    run rewrites the file when it starts, and would lose such lines. A file that does not
+    begin as records do is refused before it is read through."""
+    first = not_json_lines(path)
+    if first is not None:
+        raise ValueError(f"metrics_out {path} holds lines that are not a run's records "
+                         f"(line 1: {first!r}); give another file, or remove this one")
     text = path.read_text(errors="surrogateescape")
     complete, tail = text[: text.rfind("\n") + 1], text[text.rfind("\n") + 1:]
     for number, line in enumerate(complete.split("\n")[:-1], 1):
