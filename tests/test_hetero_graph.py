@@ -45,6 +45,16 @@ def test_relations_hold_destination_rows_of_source_ids():
     assert g.into("paper") == (WRITES, CITES)
 
 
+def test_reversing_a_graph_that_holds_its_reverses_says_what_to_do():
+    g = zg.hetero_graph(COUNTS, _edges(), add_reverse=True)
+    with pytest.raises(ValueError, match=r"^the reverse of author__writes__paper would be "
+                                         r"paper__rev_writes__author, which the graph already "
+                                         r"has: leave add_reverse off .* another prefix$"):
+        zg.add_reverse_relations(g)
+    again = zg.add_reverse_relations(g, prefix="back_")
+    assert ("paper", "back_writes", "author") in again.relations
+
+
 def test_reverse_relations_turn_edges_round_and_merge_same_type():
     w = {WRITES: np.arange(5, dtype=np.float32)}
     g = zg.hetero_graph(COUNTS, _edges(), weights=w, add_reverse=True)

@@ -350,7 +350,9 @@ def add_reverse_relations(graph: HeteroGraph, *, prefix: str = "rev_",
         rev = (rel[2], prefix + rel[1], rel[0])
         if rev in graph.relations:
             raise ValueError(f"the reverse of {relation_name(rel)} would be "
-                             f"{relation_name(rev)}, which the graph already has")
+                             f"{relation_name(rev)}, which the graph already has: leave "
+                             f"add_reverse off for a graph that holds its reverses (as "
+                             f"PyG's ToUndirected leaves it), or give another prefix")
         relations.append(rev)
         graphs.append(from_edge_list(cols, rows, counts[rel[0]], num_columns=counts[rel[2]],
                                      weights=host[0], edge_features=host[1]))
