@@ -220,6 +220,19 @@ def test_main_called_from_python_leaves_the_signal_handlers_as_they_were(tmp_pat
     assert [signal.getsignal(s) for s in interrupts.SIGNALS] == before
 
 
+def test_a_line_said_on_a_terminal_starts_over_the_progress_bar(monkeypatch):
+    """On a terminal the announcement clears the line a progress bar is drawn on (it was
+    written after the bar's text); elsewhere it is written as it is."""
+    said = []
+    monkeypatch.setattr(interrupts.select, "select", lambda r, w, x, t: (r, w, x))
+    monkeypatch.setattr(interrupts.os, "write", lambda fd, data: said.append((fd, data)))
+    for tty in (True, False):
+        monkeypatch.setattr(interrupts.os, "isatty", lambda fd, tty=tty: tty and fd == 2)
+        interrupts._say(b"zerognn: second interrupt, exiting now\n")
+    assert said == [(2, b"\r\x1b[Kzerognn: second interrupt, exiting now\n"),
+                    (2, b"zerognn: second interrupt, exiting now\n")]
+
+
 def test_deferred_passes_signals_on_to_the_wakeup_fd_it_replaced():
     """An event loop's wakeup fd (asyncio's signal handling) still sees the signals that
     arrive inside the block, and is put back after it."""

@@ -78,6 +78,11 @@ _leaving = threading.Lock()
 _current: list[_Block | None] = [None]  # the block running; a nested one changes nothing
 
 
+# On a terminal, a line is said from its start, over a progress bar being drawn there
+# (the bar draws itself again on the next line).
+_CLEAR_LINE = b"\r\x1b[K"
+
+
 def _say(text: bytes) -> None:
     """`text` on stderr if it takes it now, else nothing: never raises, never blocks (a
     broken pipe after `| tee` died with the Ctrl-C, or a full one nobody reads, must not
@@ -85,7 +90,7 @@ def _say(text: bytes) -> None:
     be inside a write to sys.stderr."""
     with contextlib.suppress(OSError, ValueError):
         if select.select([], [2], [], 0)[1]:
-            os.write(2, text)
+            os.write(2, _CLEAR_LINE + text if os.isatty(2) else text)
 
 
 def _announce(block: _Block, signum: int) -> None:
