@@ -136,6 +136,10 @@ def test_sample_minibatch_takes_jax_keys(graph):
     # JAX's own messages named neither the argument nor the value
     ({"key": None}, r"expected a jax.random key, .* got None"),
     ({"key": "abc"}, r"expected a jax.random key, .* got 'abc'"),
+    # taken as an overflow: level 0 grew to twice the batch
+    ({"envelope": zg.Envelope(2, (8,))}, r"^the envelope's level 0 holds 2 seeds, this "
+                                         r"loader's batches 4: give an envelope made for "
+                                         r"batch_size 4"),
 ])
 def test_loader_rejects_bad_input(graph, kwargs, match):
     args = dict(nodes=np.arange(10), fanouts=(2,), batch_size=4, key=0) | kwargs

@@ -97,6 +97,30 @@ def test_gradient_rows_of_the_wrong_shape_are_refused():
         row_adam_update(table, row_adam_init(table), jnp.arange(3), jnp.zeros((3, 5)), lr=0.1)
 
 
+@pytest.mark.parametrize("change, match", [
+    ({"state": "optax"}, r"^state must be the RowAdamState of row_adam_init\(table\) .*got "
+                         r"tuple$"),
+    ({"state": "other"}, r"^state holds moments of shape \[5, 3\], the table is \[8, 2\]"),
+    ({"rows": jnp.zeros((3, 3), jnp.int32)}, r"^rows must be 1-D integer row ids \[R\], "
+                                             r"got int32\[3, 3\]$"),
+    ({"rows": jnp.zeros(3)}, r"^rows must be 1-D integer row ids \[R\], got float32\[3\]$"),
+    ({"valid": jnp.ones(4, bool)}, r"^valid must hold one flag per row id \(\[3\]\), "
+                                   r"got \[4\]$"),
+])
+def test_other_arguments_that_do_not_fit_are_named(change, match):
+    """Each was a JAX error about broadcasting or reshaping (a user trial)."""
+    table = jnp.zeros((8, 2))
+    args = dict(state=row_adam_init(table), rows=jnp.arange(3), valid=None)
+    args.update(change)
+    if args["state"] == "optax":
+        args["state"] = optax.adam(0.1).init(table)
+    elif args["state"] == "other":
+        args["state"] = row_adam_init(jnp.zeros((5, 3)))
+    with pytest.raises(ValueError, match=match):
+        row_adam_update(table, args["state"], args["rows"], jnp.zeros((3, 2)), args["valid"],
+                        lr=0.1)
+
+
 @pytest.mark.parametrize("merge", [{}, {"unique": True}, {"repeats": 2}])
 def test_ids_outside_the_table_touch_nothing(merge):
     """-1 (a common padding) wrote row N - 1, row and moments, where an id past the end

@@ -234,6 +234,11 @@ def test_fanout_layouts_agree_and_errors_name_the_relation():
         zg.TypedSamplerConfig({WRITES: (3, 2), CITES: (1,)})
     with pytest.raises(ValueError, match=r"fanout of author__writes__paper at hop 0 must be"):
         zg.TypedSamplerConfig({WRITES: (-2,)})
+    for zeros in ((0, 0), (3, 0), {WRITES: (0, 2), CITES: (0, 1)}):  # they sampled nothing
+        with pytest.raises(ValueError, match=r"^hop \d samples no relation \(every fanout "
+                                             r"there is 0\)"):
+            zg.TypedSamplerConfig(zeros)
+    zg.TypedSamplerConfig({WRITES: (0, 2), CITES: (1, 0)})  # a relation skipped at a hop
     with pytest.raises(ValueError, match=r"capacity of paper at level 1 \(8\) is below"):
         zg.TypedEnvelope("paper", 16, ((("paper", 8),),))
 

@@ -20,6 +20,7 @@ from zerognn_jax._src.data.graph import (
     to_jraph,
     to_networkx,
     to_scipy,
+    without_self_loops,
 )
 from zerognn_jax._src.data.graph_datasets import load_graphs
 from zerognn_jax._src.data.graph_interop import (
@@ -259,5 +260,5 @@ __all__ = [
     "load_hetero_dataset", "HETERO_MODELS", "HeteroGNN", "OnTypes", "RelGATConv", "RGCNConv",
     "TypedLayer", "make_hetero_model", "typed_layers", "whole_graph_layer",
     "LayerWise", "predict", "score_pairs", "LinkLoaderBatch", "LinkNeighborLoader", "roc_auc",
-    "average_precision", "HostTable",
+    "average_precision", "HostTable", "without_self_loops",
 ]

@@ -329,7 +329,8 @@ def sample_minibatch(
     Args:
       graph: device CSRGraph with N nodes.
       seeds: int32[B], seed ids; seed_valid: bool[B], True on a prefix (the padding of
-        a last batch comes at the end). Valid seeds must be distinct.
+        a last batch comes at the end). A seed given twice is two rows, and stays so in
+        every level's prefix: a level's valid nodes are distinct only if the seeds are.
       key: uint32 scalar for this step (`counter_hash.step_key(seed, epoch, step, 0)`); hop h
         uses `counter_hash.hash2(key, h)`. A `jax.random` key (typed or legacy) is turned
         into such a word first (`seeds.counter_key`).

@@ -137,12 +137,18 @@ class TypedSamplerConfig:
         if len(hops) != 1 or not 1 <= min(hops) <= MAX_HOPS:
             raise ValueError(f"every relation needs the same number of hops, between 1 and "
                              f"{MAX_HOPS}; got {self.fanouts}")
-        for rel, per_hop in (self.fanouts if self.by_relation else (("all", self.fanouts),)):
+        pairs = self.fanouts if self.by_relation else (("all", self.fanouts),)
+        for rel, per_hop in pairs:
             for hop, f in enumerate(per_hop):
                 if f < -1:
                     where = rel if rel == "all" else _shown(rel)
                     raise ValueError(f"fanout of {where} at hop {hop} must be >= 0 or -1 "
                                      f"(all), got {f}")
+        for hop in range(self.num_hops):
+            if all(per_hop[hop] == 0 for _, per_hop in pairs):
+                raise ValueError(f"hop {hop} samples no relation (every fanout there is 0), "
+                                 f"so its layer would see no neighbour: give a fanout above 0 "
+                                 f"(or -1, all) to some relation there, or fewer hops")
         if self.method not in SAMPLERS:
             raise ValueError(f"the sampler (method) must be one of {', '.join(SAMPLERS)}, "
                              f"got {self.method!r}")

@@ -271,6 +271,11 @@ class DeviceLoader:
             envelope, _ = choose_envelope(self.graph, self.items, batch_size, config,
                                           method=envelope, seed=self.seed, policy=policy,
                                           kernels=kernels, source=self._source)
+        elif not self._source.dedups_seeds and envelope.batch_size != batch_size:
+            raise ValueError(f"the envelope's level 0 holds {envelope.batch_size} seeds, "
+                             f"this loader's batches {batch_size}: give an envelope made for "
+                             f"batch_size {batch_size} (a loader's own `.envelope`), or "
+                             f"\"calibrate\"")
         self.envelope = config.fit_envelope(envelope)
 
     def __len__(self) -> int:
@@ -364,7 +369,8 @@ class NeighborLoader(DeviceLoader):
     Args:
       graph: a CSRGraph (host or device arrays); with `sampler="weighted"` it needs
         edge weights (`CSRGraph.weights`).
-      nodes: int[M], the seed nodes (e.g. the training split).
+      nodes: int[M], the seed nodes (e.g. the training split); a node given twice is
+        sampled as two seeds, and every level then holds it twice.
       fanouts: neighbours per hop, seeds' hop first; -1 takes every neighbour.
       batch_size: seeds per batch; the last batch of an epoch is padded (masked)
         unless `drop_last`.

@@ -70,7 +70,8 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
       valid: bool[R], entries that count (None: all); invalid ones touch nothing.
       lr, b1, b2, eps: Adam's step size, decay rates and epsilon (as `optax.adam`).
       unique: the valid entries of `rows` are known to be distinct (a deduplicated
-        level), so they are used as they are, without the sort that merges repeats.
+        level sampled from distinct seeds: a seed given twice stays twice in every
+        level), so they are used as they are, without the merge of repeats.
       repeats: each valid id is known to appear at most this many times (the rows of
         several devices, each device's distinct): repeats are merged by one sort and a
         sum over that many sorted neighbours (`_merge_sorted`), without
@@ -84,6 +85,7 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
       (table, state) with the touched rows updated and every other row, first and
       second moment bit-unchanged.
     """
+    _check_arguments(table, state, rows, valid)
     n, r = table.shape[0], rows.shape[0]
     if grads.shape != (r, *table.shape[1:]):
         raise ValueError(f"grads must be [{r}, {', '.join(map(str, table.shape[1:]))}] "
@@ -110,6 +112,24 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
                          flat(g), count, lr=lr, b1=b1, b2=b2, eps=eps)
     back = lambda a: a.reshape(table.shape)
     return back(new), RowAdamState(back(mu), back(nu), count)
+
+
+def _check_arguments(table, state, rows, valid) -> None:
+    """ValueError, in one line, for a state that is not this table's lazy Adam state, or
+    row ids and `valid` that are not one flag per id."""
+    if not isinstance(state, RowAdamState):
+        raise ValueError(f"state must be the RowAdamState of row_adam_init(table) (or of a "
+                         f"previous step), got {type(state).__name__}")
+    if state.mu.shape != table.shape or state.nu.shape != table.shape:
+        raise ValueError(f"state holds moments of shape {list(state.mu.shape)}, the table "
+                         f"is {list(table.shape)}: give the state row_adam_init made for "
+                         f"this table")
+    if rows.ndim != 1 or not jnp.issubdtype(rows.dtype, jnp.integer):
+        raise ValueError(f"rows must be 1-D integer row ids [R], got "
+                         f"{rows.dtype}{list(rows.shape)}")
+    if valid is not None and jnp.shape(valid) != rows.shape:
+        raise ValueError(f"valid must hold one flag per row id ({list(rows.shape)}), got "
+                         f"{list(jnp.shape(valid))}")
 
 
 def _merge_by_table(ids: jax.Array, grads: jax.Array, n: int
