@@ -183,6 +183,9 @@ def test_an_epochs_folder_and_a_name_a_run_writes_are_named(run, capsys):
     assert capsys.readouterr().err.strip().endswith(
         f"is epoch 0's checkpoint of the run folder {folder / 'ckpt'}: give "
         f"{folder / 'ckpt'} with epoch=0 (zerognn export: --epoch 0)")
+    assert main(["export", str(folder), "--out", str(folder / "e.bin")]) == 2  # ckpt's parent
+    assert capsys.readouterr().err.strip().endswith(
+        f"(it holds []); it holds a run's checkpoint folder, {folder / 'ckpt'}: give that")
     # the best checkpoint's epoch folder (ckpt/best/N) names the run and --best, not
     # "ckpt/best with epoch=N", which would have been refused too
     best = folder / "other" / "best" / "4"

@@ -297,6 +297,10 @@ def no_work(monkeypatch):
     # read as a damaged epoch's checkpoint, it was renamed 2023.corrupt
     ("--checkpoint-dir", "own_number", "--checkpoint-dir {p} holds the folder 2023, which is "
                                        "no checkpoint (nothing a checkpoint writes is in it)"),
+    # a new run wrote its epochs beside another run's folder (a folder given to an example)
+    ("--checkpoint-dir", "parent", "--checkpoint-dir {p} holds another run's checkpoint "
+                                   "folder, {p}/run, and no checkpoint of its own: give "
+                                   "{p}/run to resume that run"),
     # the best checkpoint's epoch names the run's folder, not best/
     ("--checkpoint-dir", "best_epoch", "--checkpoint-dir {p} is epoch 3's checkpoint of the "
                                        "run folder {p.parent.parent}: give {p.parent.parent} "
@@ -314,7 +318,8 @@ def test_unusable_output_paths_fail_before_any_work(tmp_path, capsys, no_work, f
             "under_file": tmp_path / "file" / "sub" / "m.jsonl",
             "file_as_folder": tmp_path / "file" / "m.jsonl",
             "proc": Path("/proc/zerognn-test/m.jsonl"), "epoch": tmp_path / "run" / "2",
-            "best_epoch": tmp_path / "run" / "best" / "3", "own_number": tmp_path / "mine"}[where]
+            "best_epoch": tmp_path / "run" / "best" / "3", "own_number": tmp_path / "mine",
+            "parent": tmp_path}[where]
     assert main(["train", "--no-progress", flag, str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("zerognn: error: " + message.format(p=path)), err

@@ -187,6 +187,13 @@ def test_hetero_example_learns_and_serves(tmp_path):
     ("own_loop", ["--eval-fanouts", "-1,-1,-1"], "--eval-fanouts needs one fanout per layer"),
     ("hetero", ["--serve", "0"], "--serve must be at least 1, got 0"),
     ("recommend", ["--k", "0"], "--k must be at least 1, got 0"),
+    # trained nothing, then found no checkpoint to restore (a temporary folder left)
+    ("restore_predict", ["--epochs", "0"], "--epochs must be at least 1 (the run's "
+                                           "checkpoint is restored), got 0"),
+    ("multilabel", ["--epochs", "0"], "--epochs must be at least 1 (the best epoch's "
+                                      "checkpoint is restored), got 0"),
+    ("custom_model", ["--nnx", "--builtin"], "not allowed with argument"),  # one was dropped
+    ("link_encoder", ["--loop", "--builtin"], "not allowed with argument"),
 ])
 def test_bad_flags_stop_an_example_before_it_trains(name, argv, message, capsys):
     """They had been found after training (a raw NumPy or library error), read as another

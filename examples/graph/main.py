@@ -18,7 +18,6 @@ import jax
 import numpy as np
 
 import zerognn_jax as zg
-from zerognn_jax._src.training.tasks.link_metrics import roc_auc
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -38,7 +37,7 @@ def parse(argv=None) -> argparse.Namespace:
 def node_count_auc(data: zg.GraphCollection) -> float:
     """ROC-AUC of ranking the test graphs by their node count (either direction)."""
     t, n = data.targets[data.test_idx, 0], data.n_node[data.test_idx].astype(float)
-    auc = roc_auc(n[t == 1], n[t == 0])
+    auc = zg.roc_auc(n[t == 1], n[t == 0])
     return max(auc, 1.0 - auc)
 
 

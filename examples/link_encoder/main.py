@@ -51,8 +51,10 @@ def main(argv=None):
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--fanouts", type=int_tuple, default="5,5", help="per hop; -1 = all neighbours")
     p.add_argument("--hidden", type=int, default=32)
-    p.add_argument("--builtin", action="store_true", help="the built-in SAGE encoder")
-    p.add_argument("--loop", action="store_true", help="your own loop over LinkNeighborLoader")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--builtin", action="store_true", help="the built-in SAGE encoder")
+    which.add_argument("--loop", action="store_true",
+                       help="your own loop over LinkNeighborLoader")
     args = parse_args(p, argv)
     fanouts = args.fanouts
     if args.loop:

@@ -19,7 +19,9 @@ from zerognn_jax.cli.flags import int_tuple, parse_args
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--dataset", default="cora", help="cora, citeseer, pubmed, or any dataset "
-                   "name of `zerognn train` (products-like, tiny, a .npz file)")
+                   "name of `zerognn train` (tiny, a .npz file; a preset at full size: "
+                   "`zerognn data generate products-like --scale 0.01 --out p.npz` writes a "
+                   "small one)")
     p.add_argument("--root", default=None, help="folder with the dataset files")
     p.add_argument("--seeds", type=int, default=1, help="independent runs (splits) to average")
     p.add_argument("--epochs", type=int, default=10)

@@ -9,14 +9,15 @@ when validation micro-F1 stops improving, keeps the best epoch's checkpoint, and
     python examples/multilabel/main.py --out runs/multilabel-tb --tensorboard  # + tb/
                                                       # (needs tensorboardX)
 
-A folder given again resumes its run: a finished one trains nothing more (zg.train says
-so on stderr), and its TensorBoard scalars are those of the epochs trained with
-`--tensorboard` on.
+A folder given again resumes its run: a finished one trains nothing more (its
+summary's "epochs" counts the epochs the folder holds), and its TensorBoard scalars are
+those of the epochs trained with `--tensorboard` on.
 """
 
 import argparse
 import json
 import pathlib
+import shutil
 import tempfile
 
 import numpy as np
@@ -30,6 +31,9 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="run folder (default: a temporary one)")
     p.add_argument("--tensorboard", action="store_true", help="write TensorBoard scalars")
     args = p.parse_args(argv)
+    if args.epochs < 1:  # zg.train takes 0 (evaluate only), but then keeps no best epoch
+        p.error(f"--epochs must be at least 1 (the best epoch's checkpoint is restored), "
+                f"got {args.epochs}")
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="zerognn-multilabel-"))
     ds = zg.load_dataset("tiny")
     bits = (ds.labels.clip(0)[:, None] >> np.arange(4)) & 1
@@ -39,8 +43,13 @@ def main(argv=None):
                          checkpoint_dir=str(out / "ck"), best_metric="val_f1",
                          metrics_out=str(out / "metrics.jsonl"),
                          tensorboard_dir=str(out / "tb") if args.tensorboard else None)
-    result = zg.train(cfg, ds, callbacks=[zg.EarlyStopping("val_f1", patience=3)])
-    best = zg.restore(cfg.checkpoint_dir, cfg, ds, best=True)
+    try:
+        result = zg.train(cfg, ds, callbacks=[zg.EarlyStopping("val_f1", patience=3)])
+        best = zg.restore(cfg.checkpoint_dir, cfg, ds, best=True)
+    except BaseException:
+        if args.out is None:  # the temporary folder made for this run holds nothing kept
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     logits = zg.layerwise_logits(best.program, best.variables, best.data)
     pred = np.asarray(logits)[ds.test_idx] > 0
     f1 = zg.target_metrics(np.asarray(logits)[ds.test_idx], ds.targets[ds.test_idx],

@@ -16,7 +16,8 @@ def main(argv=None):
     p.add_argument("--root", default=None, help="cache folder for the generated graph")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--kernels", default="xla", help="xla, pallas, or per op")
+    p.add_argument("--kernels", default="auto", help="auto (the library's default: the "
+                   "Pallas sampler on a GPU), xla, pallas, or per op (TrainConfig.kernels)")
     args = p.parse_args(argv)
     config = zg.TrainConfig(dataset="products-like", root=args.root, scale=args.scale,
                             model="sage", hidden=256, layers=3, fanouts=(15, 10, 5),

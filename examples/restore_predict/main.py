@@ -36,6 +36,9 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--out", default=None, help="run folder (default: a temporary one)")
     args = parse_args(p, argv)
+    if args.epochs < 1:  # zg.train takes 0 (evaluate only), but then writes no checkpoint
+        p.error(f"--epochs must be at least 1 (the run's checkpoint is restored), got "
+                f"{args.epochs}")
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="zerognn-restore-"))
     fanouts = args.fanouts
     cfg = zg.TrainConfig(dataset=args.dataset, root=args.root, layers=len(fanouts),
@@ -45,12 +48,12 @@ def main(argv=None):
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(args.lr, weight_decay=1e-4))
     try:
         trained = zg.train(cfg, optimizer=tx)
+        # Another process would start here: the folder is all it needs.
+        back = zg.restore(cfg.checkpoint_dir, for_inference=True)
     except BaseException:
         if args.out is None:  # the temporary folder made for this run holds nothing kept
             shutil.rmtree(out, ignore_errors=True)
         raise
-    # Another process would start here: the folder is all it needs.
-    back = zg.restore(cfg.checkpoint_dir, for_inference=True)
     ds = back.dataset
     subset = np.sort(ds.test_idx)[: max(1, len(ds.test_idx) // 2)]
     logits = np.asarray(zg.predict(back, subset))

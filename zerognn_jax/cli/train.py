@@ -88,7 +88,9 @@ HELP = {
     "normalize_features": "divide each feature row by its sum; features must be >= 0 (default: "
                           "only Planetoid, node tasks)",
     "checkpoint_dir": "save every epoch here and resume from the latest checkpoint",
-    "metrics_out": "append one JSON object per epoch, then a summary, to this file",
+    "metrics_out": "append one JSON object per epoch, then a summary, to this file (on "
+                   "resuming, the records after the file's last summary are replaced by the "
+                   "epochs the checkpoint holds)",
     "progress": "show a progress bar on stderr",
     "devices": "devices per process to train on, data parallel (0 = all local devices)",
     "shard_features": "split the feature table by rows across the devices (for tables "

@@ -30,7 +30,7 @@ from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.evaluate import Predictor
 from zerognn_jax._src.training.program import init_state, saved_envelope
 from zerognn_jax._src.training.rebuild import NAMES, check_dataset, config_of
-from zerognn_jax._src.training.records import epoch_folder_of
+from zerognn_jax._src.training.records import epoch_folder_of, runs_inside
 from zerognn_jax._src.training.tasks.base import (
     BatchedTask,
     PredictsItems,
@@ -201,10 +201,13 @@ def _evaluated_later(ckpt, record: dict) -> dict:
 
 def _epoch_folder_hint(directory: Path) -> str:
     """Where `directory` is one epoch's folder of a run's checkpoint folder
-    (`epoch_folder_of`), what to give instead; "" otherwise."""
+    (`epoch_folder_of`), or holds a run's checkpoint folder (`runs_inside`), what to
+    give instead; "" otherwise."""
     found = epoch_folder_of(directory)
     if found is None:
-        return ""
+        nested = runs_inside(directory)
+        return (f"; it holds a run's checkpoint folder, {nested[0]}: give that" if nested
+                else "")
     run, best = found
     if best:
         return (f"; {directory} is the best checkpoint's folder of the run folder {run}: "

@@ -175,6 +175,18 @@ def epoch_folder_of(path: Path) -> tuple[Path, bool] | None:
     return (path.parent.parent if best else path.parent), best
 
 
+def runs_inside(path: Path) -> list[Path]:
+    """The folders directly inside `path` that are runs' checkpoint folders (holding an
+    epoch's checkpoint), where `path` holds none of its own; [] otherwise."""
+    if not path.is_dir():
+        return []
+    subs = [entry for entry in sorted(path.iterdir()) if entry.is_dir()]
+    if any(sub.name.isdigit() and holds_checkpoint(sub) for sub in subs):
+        return []
+    return [sub for sub in subs if sub.name != "best" and any(
+        entry.name.isdigit() and holds_checkpoint(entry) for entry in sub.iterdir())]
+
+
 def _check_checkpoint_folder(path: Path) -> None:
     """ValueError for a checkpoint folder that is one epoch's checkpoint of another
     run's folder (a run there would write its epochs inside that checkpoint), or that
@@ -186,6 +198,10 @@ def _check_checkpoint_folder(path: Path) -> None:
         raise ValueError(f"checkpoint_dir {path} is epoch {path.name}'s checkpoint of the "
                          f"run folder {run}: give {run} to resume that run, or another "
                          f"folder for a new one")
+    if nested := runs_inside(path):
+        raise ValueError(f"checkpoint_dir {path} holds another run's checkpoint folder, "
+                         f"{nested[0]}, and no checkpoint of its own: give {nested[0]} to "
+                         f"resume that run, or another folder for a new one")
     if not path.is_dir():
         return
     for entry in sorted(path.iterdir()):
