@@ -136,6 +136,8 @@ def test_sample_minibatch_takes_jax_keys(graph):
     # JAX's own messages named neither the argument nor the value
     ({"key": None}, r"expected a jax.random key, .* got None"),
     ({"key": "abc"}, r"expected a jax.random key, .* got 'abc'"),
+    ({"key": jax.random.split(jax.random.key(0), 2)},
+     r"^expected one jax.random key, got a batch of them, shape \[2\]"),
     # taken as an overflow: level 0 grew to twice the batch
     ({"envelope": zg.Envelope(2, (8,))}, r"^the envelope's level 0 holds 2 seeds, this "
                                          r"loader's batches 4: give an envelope made for "

@@ -37,6 +37,9 @@ def counter_key(key) -> jax.Array:
             raise ValueError(f"expected a jax.random key, a legacy uint32[2] key or an "
                              f"integer scalar, got {given!r}")
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():  # JAX's own message: "bits accepts a single key"
+            raise ValueError(f"expected one jax.random key, got a batch of them, shape "
+                             f"{list(key.shape)} (jax.random.split's; take one: keys[0])")
         return jax.random.bits(key, dtype=jnp.uint32)
     if key.shape == (2,) and key.dtype == jnp.uint32:
         return jax.random.bits(key, dtype=jnp.uint32)
