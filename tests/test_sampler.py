@@ -241,6 +241,7 @@ def test_unresolved_full_fanout_is_rejected(small_graph):
 def test_full_fanout_resolves_to_the_whole_neighbourhood(small_graph):
     cfg = SamplerConfig((-1,)).resolve(small_graph.max_degree())
     assert cfg.fanouts == (small_graph.max_degree(),) and cfg.all_neighbors == (True,)
+    assert SamplerConfig((-1,)).resolve(small_graph) == cfg  # the graph, as typed configs take
     g = small_graph.to_device()
     seeds = jnp.arange(30, dtype=jnp.int32)
     mb = sample_minibatch(g, seeds, jnp.ones(30, bool), jnp.uint32(0), cfg, (512,))

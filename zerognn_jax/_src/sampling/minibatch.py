@@ -136,12 +136,16 @@ class SamplerConfig:
     def num_hops(self) -> int:
         return len(self.fanouts)
 
-    def resolve(self, max_degree: int) -> SamplerConfig:
-        """Fanouts for a graph whose largest degree is `max_degree` (`hop_width`: -1,
-        and a fanout above that degree without replacement, become the degree), those
-        hops that take every neighbour marked full, and `max_degree` recorded. The
-        result belongs to that graph (its degree bounds the widths, weighted sampling's
-        search and LABOR's span): resolve the config as given again for another."""
+    def resolve(self, max_degree: int | CSRGraph) -> SamplerConfig:
+        """Fanouts for a graph whose largest degree is `max_degree` (or for the graph
+        itself, as `TypedSamplerConfig.resolve` takes one: its `max_degree()`;
+        `hop_width`: -1, and a fanout above that degree without replacement, become the
+        degree), those hops that take every neighbour marked full, and `max_degree`
+        recorded. The result belongs to that graph (its degree bounds the widths,
+        weighted sampling's search and LABOR's span): resolve the config as given again
+        for another."""
+        if isinstance(max_degree, CSRGraph):
+            max_degree = max_degree.max_degree()
         widths = [hop_width(f, max_degree, self.method, self.replace) for f in self.fanouts]
         return dataclasses.replace(self, fanouts=tuple(f for f, _ in widths),
                                    all_neighbors=tuple(full for _, full in widths),
