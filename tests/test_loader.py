@@ -13,6 +13,7 @@ import pytest
 from conftest import random_graph
 
 import zerognn_jax as zg
+from zerognn_jax._src.ops.aggregate import weighted_sum_reference
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +148,52 @@ def test_loader_rejects_bad_input(graph, kwargs, match):
     args = dict(nodes=np.arange(10), fanouts=(2,), batch_size=4, key=0) | kwargs
     with pytest.raises(ValueError, match=match):
         zg.NeighborLoader(graph, **args)
+
+
+def test_a_loaders_kernels_reach_its_views(graph):
+    """Sampling and gathers ran the loader's kernels, its batches' views XLA's (a user
+    trial: a weighted_sum of their own was never called)."""
+    calls = []
+
+    def mine(h_src, nbr, weights):
+        calls.append(h_src.shape)
+        return weighted_sum_reference(h_src, nbr, weights)
+
+    kernels = zg.Kernels(weighted_sum=mine)
+    for loader in (zg.NeighborLoader(graph, np.arange(40), fanouts=(3, 2), batch_size=16,
+                                     key=0, kernels=kernels),
+                   zg.LinkNeighborLoader(graph, np.stack(zg.to_edge_list(graph), 1)[:40],
+                                         fanouts=(3, 2), batch_size=8,
+                                         key=0, kernels=kernels)):
+        batch = next(iter(loader))
+        view = batch.views[0]
+        assert view.kernels == kernels and batch.inference_views()[0].kernels == kernels
+        view.weighted_sum(jnp.ones((view.nbr.shape[0] * 4, 1, 2)), zg.mean_weights(view))
+    assert len(calls) == 2
+
+
+def test_direct_ops_take_kernel_specs_and_check_what_they_are_given(graph):
+    """A spec string was an AttributeError ('str' object has no attribute 'sample'); a
+    seed mask that is no prefix gave wrong levels; the XLA aggregation broadcast rows
+    without a head axis into a wrongly shaped result, where the Pallas one refused it."""
+    cfg = zg.SamplerConfig((3,)).resolve(graph)
+    g = graph.to_device()
+    mb = zg.sample_minibatch(g, jnp.arange(4), jnp.ones(4, bool), 0, cfg, (16,), "xla")
+    view = zg.views_for(mb, "xla")[0]
+    with pytest.raises(ValueError, match=r"^seed_valid must mark a prefix of the seeds "
+                                         r"\(padding at the end\); seed 0 is marked padding"):
+        zg.sample_minibatch(g, jnp.arange(4), jnp.array([False, True, False, True]), 0, cfg,
+                            (16,))
+    h = jnp.ones((16, 5))
+    with pytest.raises(ValueError, match=r"^weighted_sum needs h_src \[S, H, F\], nbr "
+                                         r"\[C, K\] and weights \[C, K, H\]; got h_src "
+                                         r"\[16, 5\]"):
+        view.weighted_sum(h, zg.mean_weights(view))
+    with pytest.raises(ValueError, match=r"^max needs h_src \[S, d\]"):
+        view.max(h[:, None])
+    table = jnp.zeros((8, 2))
+    zg.row_adam_update(table, zg.row_adam_init(table), jnp.arange(3), jnp.ones((3, 2)),
+                       lr=0.1, kernels="xla")
 
 
 def test_link_loaders_hint_at_pyg_layout_for_transposed_edges(graph):

@@ -308,6 +308,18 @@ def test_an_edge_chunks_max_keeps_an_infinite_max():
                                   [[np.inf, -np.inf], [1.0, -np.inf], [0.0, 0.0]])
 
 
+def test_an_edge_chunks_weighted_sum_keeps_the_rows_dtype():
+    """As the sampled views' does (bfloat16 rows gave float32 sums; a user trial)."""
+    view = EdgeView(jnp.array([0, 1, 1, 0], jnp.int32), jnp.array([0, 0, 1, 2], jnp.int32),
+                    jnp.array([True, True, True, False]), jnp.ones(3, bool),
+                    jnp.array([2, 1, 0]), jnp.array([1, 2, 0]), num_dst=3)
+    h = jnp.array([[[1.0, 2.0]], [[3.0, 4.0]], [[5.0, 6.0]]], jnp.bfloat16)
+    out = view.weighted_sum(h, jnp.array([[0.5], [0.5], [1.0], [0.0]], jnp.float32))
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(out, np.float32)[:, 0],
+                                  [[2.0, 3.0], [3.0, 4.0], [0.0, 0.0]])
+
+
 @pytest.mark.parametrize("name", ["sage", "sage-sum", "sage-max", "gcn", "gat"])
 def test_positional_levels_compute_what_dedup_computes(name):
     """A flat outer hop and tree mode (levels in slot order, read by position) give

@@ -204,8 +204,8 @@ class EdgeView:
 
     def weighted_sum(self, h_src: jax.Array, weights: jax.Array) -> jax.Array:
         """[num_dst, H, F] from h_src [S, H, F] and weights [E, H] (zero where masked),
-        summed in float32."""
-        return self._segment_sum(h_src[self.src] * weights[..., None])
+        summed in float32, in h_src's dtype (as `EllView.weighted_sum` gives it)."""
+        return self._segment_sum(h_src[self.src] * weights[..., None]).astype(h_src.dtype)
 
     def max(self, h_src: jax.Array) -> jax.Array:
         """[num_dst, F]: per destination, the elementwise max of `h_src` [S, F] over its

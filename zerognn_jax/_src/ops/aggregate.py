@@ -133,11 +133,22 @@ def max_reference(h_src: jax.Array, nbr: jax.Array, mask: jax.Array) -> jax.Arra
 
 
 def weighted_sum(kernels: Kernels, h_src, nbr, weights) -> jax.Array:
-    """`weighted_sum_reference`, or the implementation `kernels` selects."""
+    """`weighted_sum_reference`, or the implementation `kernels` selects; ValueError
+    for shapes outside the op's (the XLA form broadcast some into a wrong result)."""
+    if h_src.ndim != 3 or nbr.ndim != 2 or weights.shape != (*nbr.shape, h_src.shape[1]):
+        raise ValueError(f"weighted_sum needs h_src [S, H, F], nbr [C, K] and weights "
+                         f"[C, K, H]; got h_src {list(h_src.shape)}, nbr "
+                         f"{list(nbr.shape)}, weights {list(weights.shape)} (one head: "
+                         f"h_src[:, None] and weights[..., None])")
     return (implementation(kernels, "weighted_sum") or weighted_sum_reference)(h_src, nbr,
                                                                                weights)
 
 
 def neighbor_max(kernels: Kernels, h_src, nbr, mask) -> jax.Array:
-    """`max_reference`, or the implementation `kernels` selects for "max"."""
+    """`max_reference`, or the implementation `kernels` selects for "max"; ValueError
+    for shapes outside the op's."""
+    if h_src.ndim != 2 or nbr.ndim != 2 or mask.shape != nbr.shape:
+        raise ValueError(f"max needs h_src [S, d], nbr [C, K] and mask [C, K]; got h_src "
+                         f"{list(h_src.shape)}, nbr {list(nbr.shape)}, mask "
+                         f"{list(mask.shape)}")
     return (implementation(kernels, "max") or max_reference)(h_src, nbr, mask)

@@ -34,7 +34,7 @@ class Kernels:
     tests on a CPU: it sums ids repeated within one program's block wrongly (one atomic
     update per index and call), so relabel, weighted_sum and max are exact there only on
     inputs whose live ids are distinct within a block, and the loaders refuse them
-    (`training.loaders.as_kernels`).
+    (`as_kernels`).
     """
 
     sample: Impl = "xla"
@@ -123,3 +123,23 @@ def implementation(kernels: Kernels, op: str) -> Callable | None:
     if impl == "pallas":
         return functools.partial(_pallas(op), interpret=kernels.interpret)
     return impl
+
+
+def as_kernels(kernels: Kernels | str) -> Kernels:
+    """`kernels`, or the `Kernels` its spec names (`Kernels.parse`); ValueError for Pallas
+    kernels off an NVIDIA GPU (outside interpret mode), as `TrainConfig` refuses them, and
+    for the interpreted kernels that sum repeated ids wrongly (`Kernels`)."""
+    spec = kernels
+    kernels = Kernels.parse(kernels) if isinstance(kernels, str) else kernels
+    pallas = [op for op in OPS if getattr(kernels, op) == "pallas"]
+    inexact = [op for op in pallas if op in INTERPRETER_INEXACT]
+    if kernels.interpret and inexact:
+        raise ValueError(f"kernels {spec!r} interprets {', '.join(inexact)} as Pallas "
+                         f"kernels, which the interpreter computes wrongly where ids repeat "
+                         f"within a block, as sampled batches' do (docs/kernels.md): it is "
+                         f"for the kernels' tests; use those ops' 'xla' form here")
+    if pallas and not kernels.interpret and jax.default_backend() != "gpu":
+        raise ValueError(f"kernels {spec!r} runs {', '.join(pallas)} as Pallas kernels, "
+                         f"which need an NVIDIA GPU; JAX's backend here is "
+                         f"{jax.default_backend()}: use kernels 'xla' or 'auto'")
+    return kernels

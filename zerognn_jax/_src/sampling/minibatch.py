@@ -22,7 +22,7 @@ import numpy as np
 
 from zerognn_jax._src.data.checks import check_ids, is_whole
 from zerognn_jax._src.data.graph import CSRGraph
-from zerognn_jax._src.ops.registry import XLA, Kernels
+from zerognn_jax._src.ops.registry import XLA, Kernels, as_kernels
 from zerognn_jax._src.ops.relabel import relabel
 from zerognn_jax._src.pallas import counter_hash
 from zerognn_jax._src.sampling.envelope import Envelope, check_slots
@@ -325,7 +325,7 @@ def sample_minibatch(
     key: jax.Array,
     config: SamplerConfig,
     capacities: tuple[int, ...],
-    kernels: Kernels = XLA,
+    kernels: Kernels | str = XLA,
 ) -> MiniBatch:
     """Samples the L-hop neighbourhood of `seeds` (jit-compatible; traced, no host reads;
     called eagerly, concrete seeds are read back once to check their range).
@@ -351,11 +351,17 @@ def sample_minibatch(
     if len(capacities) != config.num_hops and not all(config.positional):
         raise ValueError(f"capacities must give one level per hop ({config.num_hops}), got "
                          f"{tuple(capacities)}")
+    kernels = as_kernels(kernels) if isinstance(kernels, str) else kernels
     n = graph.num_nodes
     # Seeds given concretely are checked here; traced ones (under jit, vmap, a scan) are
     # the step's own, and asking whether they are is cheaper than a failed conversion.
     if not any(isinstance(x, jax.core.Tracer) for x in (seeds, seed_valid)):
-        check_ids("seeds", np.asarray(seeds)[np.asarray(seed_valid, bool)], n)
+        given = np.asarray(seed_valid, bool)
+        check_ids("seeds", np.asarray(seeds)[given], n)
+        if given.ndim == 1 and given.size and np.any(given[1:] & ~given[:-1]):
+            first = int(np.argmin(given))
+            raise ValueError(f"seed_valid must mark a prefix of the seeds (padding at the "
+                             f"end); seed {first} is marked padding and a later one real")
     ids = jnp.where(seed_valid, seeds, 0).astype(jnp.int32)
     valid = seed_valid
     count = jnp.sum(seed_valid.astype(jnp.int32))

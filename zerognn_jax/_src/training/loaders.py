@@ -41,7 +41,7 @@ from zerognn_jax._src.data.hetero import HeteroGraph
 from zerognn_jax._src.data.links import EvalEdges, LinkSplit, transposed_hint
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.host_rows import is_host_resident, to_device
-from zerognn_jax._src.ops.registry import INTERPRETER_INEXACT, OPS, Kernels
+from zerognn_jax._src.ops.registry import XLA, Kernels, as_kernels
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, Envelope, EnvelopePolicy, grow
 from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig, prepare_graph
@@ -56,10 +56,11 @@ SAMPLE_AHEAD = 4
 
 
 def _register(cls):
-    """`cls`, a frozen dataclass, as a pytree whose `positional` is static."""
+    """`cls`, a frozen dataclass, as a pytree whose `positional` and `kernels` are static."""
+    static = ["positional", "kernels"]
     names = [f.name for f in dataclasses.fields(cls)]
     return jax.tree_util.register_dataclass(
-        cls, data_fields=[n for n in names if n != "positional"], meta_fields=["positional"])
+        cls, data_fields=[n for n in names if n not in static], meta_fields=static)
 
 
 class _Layers:
@@ -88,11 +89,12 @@ class _Layers:
     @property
     def views(self) -> tuple:
         """One `EllView` per layer, in layer order (`zg.views_for`), for training."""
-        return views_for(self.minibatch, positional=self.positional)
+        return views_for(self.minibatch, self.kernels, positional=self.positional)
 
     def inference_views(self) -> tuple:
         """The views for a forward pass that is not differentiated (`EllView.pin_aggregates`)."""
-        return views_for(self.minibatch, positional=self.positional, inference=True)
+        return views_for(self.minibatch, self.kernels, positional=self.positional,
+                         inference=True)
 
 
 @_register
@@ -110,6 +112,7 @@ class LoaderBatch(_Layers):
         loader has `features`; else None.
       y: the seeds' rows of the loader's `targets` ([S, ...]), else None.
       positional: per hop, whether its level is in slot order (static; `views` read it).
+      kernels: the loader's `Kernels` (static): the views' aggregations run them.
     """
 
     minibatch: MiniBatch
@@ -119,6 +122,7 @@ class LoaderBatch(_Layers):
     x: jax.Array | None = None
     y: Any = None
     positional: tuple = ()
+    kernels: Kernels = XLA
 
 
 @_register
@@ -139,7 +143,7 @@ class LinkLoaderBatch(_Layers):
         and for a shared negative that hits its positive's own destination (positives
         and negatives weigh the same in total; training/tasks/link.py). Weigh the
         loss by it: a pair of weight 0 is not a negative.
-      dropout_key, epoch, step, x, positional: as in `LoaderBatch`.
+      dropout_key, epoch, step, x, positional, kernels: as in `LoaderBatch`.
     """
 
     minibatch: MiniBatch
@@ -152,26 +156,7 @@ class LinkLoaderBatch(_Layers):
     step: Any
     x: jax.Array | None = None
     positional: tuple = ()
-
-
-def as_kernels(kernels: Kernels | str) -> Kernels:
-    """`kernels`, or the `Kernels` its spec names (`Kernels.parse`); ValueError for Pallas
-    kernels off an NVIDIA GPU (outside interpret mode), as `TrainConfig` refuses them, and
-    for the interpreted kernels that sum repeated ids wrongly (`Kernels`)."""
-    spec = kernels
-    kernels = Kernels.parse(kernels) if isinstance(kernels, str) else kernels
-    pallas = [op for op in OPS if getattr(kernels, op) == "pallas"]
-    inexact = [op for op in pallas if op in INTERPRETER_INEXACT]
-    if kernels.interpret and inexact:
-        raise ValueError(f"kernels {spec!r} interprets {', '.join(inexact)} as Pallas "
-                         f"kernels, which the interpreter computes wrongly where ids repeat "
-                         f"within a block, as sampled batches' do (docs/kernels.md): it is "
-                         f"for the kernels' tests; use those ops' 'xla' form here")
-    if pallas and not kernels.interpret and jax.default_backend() != "gpu":
-        raise ValueError(f"kernels {spec!r} runs {', '.join(pallas)} as Pallas kernels, "
-                         f"which need an NVIDIA GPU; JAX's backend here is "
-                         f"{jax.default_backend()}: use kernels 'xla' or 'auto'")
-    return kernels
+    kernels: Kernels = XLA
 
 
 def require_graph(loader: str, graph, kind: type) -> None:
@@ -420,7 +405,8 @@ class NeighborLoader(DeviceLoader):
 
     def _assemble(self, out, epoch, step, tables) -> LoaderBatch:
         x, y = self._fetch(out.mb, tables)
-        return LoaderBatch(out.mb, out.drop_key, epoch, step, x, y, self.sampler.positional)
+        return LoaderBatch(out.mb, out.drop_key, epoch, step, x, y, self.sampler.positional,
+                           self.kernels)
 
 
 class LinkNeighborLoader(DeviceLoader):
@@ -483,4 +469,4 @@ class LinkNeighborLoader(DeviceLoader):
         x, _ = self._fetch(mb, tables)
         return LinkLoaderBatch(mb, pairs, out.level.seeds[pairs], batch.targets,
                                batch.weight, out.drop_key, epoch, step, x,
-                               self.sampler.positional)
+                               self.sampler.positional, self.kernels)

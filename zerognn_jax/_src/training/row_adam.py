@@ -27,7 +27,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from zerognn_jax._src.ops.registry import XLA, Kernels, implementation
+from zerognn_jax._src.ops.registry import XLA, Kernels, as_kernels, implementation
 
 # Repeats are merged through a table of the table's N rows while N is at most this many
 # times the step's R rows (the table's fill then costs about as much as the ids' pass);
@@ -58,7 +58,7 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
                     grads: jax.Array, valid: jax.Array | None = None, *, lr: float,
                     b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                     unique: bool = False, repeats: int | None = None, taken=True,
-                    kernels: Kernels | None = None) -> tuple[jax.Array, RowAdamState]:
+                    kernels: Kernels | str | None = None) -> tuple[jax.Array, RowAdamState]:
     """One lazy Adam step on the rows `rows` of `table`.
 
     Args:
@@ -78,7 +78,8 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
         `jnp.unique`'s scatter of every gradient row. None: any number of times.
       taken: bool (scalar, may be traced): the step counts in the bias correction; a
         step not taken passes no valid row, and leaves everything as it was.
-      kernels: which implementation runs the row update ("row_adam": the XLA form, or
+      kernels: a `Kernels` or its spec: which implementation runs the row update
+        ("row_adam": the XLA form, or
         the Pallas kernel that writes the rows in place); None: XLA.
 
     Returns:
@@ -104,7 +105,8 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
         uniq, inverse = jnp.unique(ids, return_inverse=True, size=r, fill_value=n)
         g = jax.ops.segment_sum(g, inverse.reshape(-1), num_segments=r)
     count = state.count + jnp.asarray(taken, jnp.int32)
-    update = implementation(kernels or XLA, "row_adam") or row_adam_rows_reference
+    kernels = as_kernels(kernels) if isinstance(kernels, str) else kernels or XLA
+    update = implementation(kernels, "row_adam") or row_adam_rows_reference
     # rows of any shape as flat [N, D] rows (the Pallas kernel takes those alone)
     width = math.prod(table.shape[1:])
     flat = lambda a: a.reshape(a.shape[0], width)
