@@ -90,8 +90,9 @@ def random_dataset(n=200, classes=3, edges=800, seed=0, split=(120, 40, 40), nam
     # refused only by the sampler, once training had started
     (dict(layers=9, fanouts=(2,) * 9), "layers must be at most 8 (one sampled hop each), "
                                        "got 9"),
-    (dict(kernels="sample=fast"), "kernel implementation for 'sample' must be one of "
-                                  "('xla', 'pallas') or a callable, got 'fast'"),
+    # the spec was not quoted, and "a callable" offered what no spec can name
+    (dict(kernels="sample=fast"), "bad kernel spec 'sample=fast' in kernels 'sample=fast': "
+                                  "sample takes 'xla' or 'pallas', got 'fast'"),
     (dict(kernels="fast"), "bad kernel spec 'fast'"),
     (dict(kernels=" "), "bad kernel spec: kernels ' ' names nothing; expected 'auto', "
                         "'xla' or 'pallas'"),

@@ -94,6 +94,9 @@ class Kernels:
             if twice is not None:
                 raise ValueError(f"bad kernel spec in kernels {spec!r}: {twice} is named "
                                  f"twice")
+            if impl not in IMPLEMENTATIONS:  # a callable is no spec's word
+                raise ValueError(f"bad kernel spec {part!r} in kernels {spec!r}: {op} takes "
+                                 f"{' or '.join(map(repr, IMPLEMENTATIONS))}, got {impl!r}")
             choices.update(dict.fromkeys(_ALIASES.get(op, (op,)), impl))
         return cls(**choices, interpret=interpret)
 
