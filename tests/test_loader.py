@@ -185,15 +185,19 @@ def test_direct_ops_take_kernel_specs_and_check_what_they_are_given(graph):
         zg.sample_minibatch(g, jnp.arange(4), jnp.array([False, True, False, True]), 0, cfg,
                             (16,))
     h = jnp.ones((16, 5))
-    with pytest.raises(ValueError, match=r"^weighted_sum needs h_src \[S, H, F\], nbr "
-                                         r"\[C, K\] and weights \[C, K, H\]; got h_src "
-                                         r"\[16, 5\]"):
-        view.weighted_sum(h, zg.mean_weights(view))
-    with pytest.raises(ValueError, match=r"^max needs h_src \[S, d\]"):
-        view.max(h[:, None])
+    tree = zg.views_for(mb, "xla", positional=(True,))[0]  # read by position, no op call
+    for v in (view, tree):
+        with pytest.raises(ValueError, match=r"^weighted_sum needs h_src \[S, H, F\] and "
+                                             r"weights \[4, 3\] \+ \[H\]; got h_src "
+                                             r"\[16, 5\]"):
+            v.weighted_sum(h, zg.mean_weights(v))
+        with pytest.raises(ValueError, match=r"^max needs h_src \[S, d\], got \[16, 1, 5\]"):
+            v.max(h[:, None])
     table = jnp.zeros((8, 2))
-    zg.row_adam_update(table, zg.row_adam_init(table), jnp.arange(3), jnp.ones((3, 2)),
-                       lr=0.1, kernels="xla")
+    step = lambda k: zg.row_adam_update(table, zg.row_adam_init(table), jnp.arange(3),
+                                        jnp.ones((3, 2)), lr=0.1, kernels=k)[0]
+    np.testing.assert_array_equal(step("xla"), step(zg.Kernels()))
+    assert float(step("xla")[0, 0]) != 0.0
 
 
 def test_link_loaders_hint_at_pyg_layout_for_transposed_edges(graph):

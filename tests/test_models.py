@@ -318,6 +318,8 @@ def test_an_edge_chunks_weighted_sum_keeps_the_rows_dtype():
     assert out.dtype == jnp.bfloat16
     np.testing.assert_array_equal(np.asarray(out, np.float32)[:, 0],
                                   [[2.0, 3.0], [3.0, 4.0], [0.0, 0.0]])
+    with pytest.raises(ValueError, match=r"weights \[4\] \+ \[H\]; got h_src \[3, 2\]"):
+        view.weighted_sum(h[:, 0], jnp.ones((4, 1)))  # it had returned [3, 4, 2]
 
 
 @pytest.mark.parametrize("name", ["sage", "sage-sum", "sage-max", "gcn", "gat"])

@@ -514,6 +514,29 @@ def test_a_metrics_path_that_is_no_regular_file_is_refused(tmp_path):
     assert fifo.exists() and Path(os.devnull).is_char_device()
 
 
+def test_a_run_inside_a_checkpoint_folder_is_found_past_unreadable_folders(tmp_path,
+                                                                          monkeypatch):
+    """An unreadable folder (a volume's lost+found) is no run, and raised PermissionError
+    from train's check; a run's best/ alone is not taken for a nested run."""
+    from zerognn_jax._src.training.records import runs_inside
+
+    (tmp_path / "lost+found").mkdir()
+    (tmp_path / "kept" / "best" / "3" / "meta").mkdir(parents=True)
+    real = Path.iterdir
+
+    def iterdir(self):
+        if self.name == "lost+found":
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    assert runs_inside(tmp_path) == [] and runs_inside(tmp_path / "kept") == []
+    (tmp_path / "other" / "0" / "state").mkdir(parents=True)
+    assert runs_inside(tmp_path) == [tmp_path / "other"]
+    (tmp_path / "2" / "meta").mkdir(parents=True)  # its own checkpoint: a run resumed there
+    assert runs_inside(tmp_path) == []
+
+
 def test_a_metrics_file_of_other_lines_is_refused_and_left_as_it_was(tmp_path, capsys):
     """A run rewrites its metrics file when it starts: one holding lines that are no
     run's records is refused, untouched; a link to a file of records stays a link, and
@@ -521,7 +544,7 @@ def test_a_metrics_file_of_other_lines_is_refused_and_left_as_it_was(tmp_path, c
     from zerognn_jax._src.training.records import check_output_paths
 
     notes = tmp_path / "notes.txt"
-    for text, shown in (("precious line 1\n{\"epoch\": 99}\n", "line 1: 'precious line 1'"),
+    for text, shown in (("precious line 1\n{\"epoch\": 99}\n", "it begins 'precious line 1'"),
                         ('{"epoch": 0}\nno newline at the end', "ends in a line")):
         notes.write_text(text)
         assert main(["train", "--dataset", "tiny", "--epochs", "1", "--metrics-out",

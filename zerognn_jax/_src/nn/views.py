@@ -13,7 +13,13 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from zerognn_jax._src.ops.aggregate import gather_live, neighbor_max, weighted_sum
+from zerognn_jax._src.ops.aggregate import (
+    check_max,
+    check_weighted_sum,
+    gather_live,
+    neighbor_max,
+    weighted_sum,
+)
 from zerognn_jax._src.ops.registry import XLA, Kernels
 
 
@@ -112,6 +118,7 @@ class EllView:
         """[C, H, F] from h_src [S, H, F] and weights [C, K, H] (zero where masked).
 
         Summed in float32 for half-precision inputs, as the gathering op does."""
+        check_weighted_sum(h_src, weights, self.nbr.shape)
         if self.positional:
             acc = jnp.promote_types(h_src.dtype, jnp.float32)
             rows = self._slot_rows(h_src).astype(acc)
@@ -122,6 +129,7 @@ class EllView:
     def max(self, h_src: jax.Array) -> jax.Array:
         """[C, F]: per destination, the elementwise max of `h_src` [S, F] over its live
         slots (0 for a destination with none; a NaN is kept, as `jnp.max` keeps it)."""
+        check_max(h_src)
         if self.positional:
             rows = jnp.where(self.mask[..., None], self._slot_rows(h_src), -jnp.inf)
             best = jnp.max(rows, axis=1)
@@ -205,12 +213,14 @@ class EdgeView:
     def weighted_sum(self, h_src: jax.Array, weights: jax.Array) -> jax.Array:
         """[num_dst, H, F] from h_src [S, H, F] and weights [E, H] (zero where masked),
         summed in float32, in h_src's dtype (as `EllView.weighted_sum` gives it)."""
+        check_weighted_sum(h_src, weights, self.src.shape)
         return self._segment_sum(h_src[self.src] * weights[..., None]).astype(h_src.dtype)
 
     def max(self, h_src: jax.Array) -> jax.Array:
         """[num_dst, F]: per destination, the elementwise max of `h_src` [S, F] over its
         edges (0 for a destination with none; an infinite max is kept, as the sampled
         views keep it)."""
+        check_max(h_src)
         vals = jnp.where(self.mask[:, None], h_src[self.src], -jnp.inf)
         best = self._segment_max(vals)
         return jnp.where(self.dst_deg[:, None] > 0, best, 0.0)

@@ -132,14 +132,29 @@ def max_reference(h_src: jax.Array, nbr: jax.Array, mask: jax.Array) -> jax.Arra
     return best.astype(h_src.dtype)
 
 
+def check_weighted_sum(h_src, weights, slots: tuple) -> None:
+    """ValueError unless h_src is [S, H, F] and weights [*slots, H] (`slots`: a view's
+    [C, K] slots, or an edge chunk's [E]): every implementation and view checks this
+    (the XLA forms had broadcast other shapes into a wrongly shaped result)."""
+    if h_src.ndim != 3 or weights.shape != (*slots, h_src.shape[1]):
+        raise ValueError(f"weighted_sum needs h_src [S, H, F] and weights "
+                         f"{list(slots)} + [H]; got h_src {list(h_src.shape)}, weights "
+                         f"{list(weights.shape)} (one head: h_src[:, None] with "
+                         f"weights[..., None]; one weight for H heads: broadcast it)")
+
+
+def check_max(h_src) -> None:
+    """ValueError unless h_src is [S, d] (a max has no head axis)."""
+    if h_src.ndim != 2:
+        raise ValueError(f"max needs h_src [S, d], got {list(h_src.shape)}")
+
+
 def weighted_sum(kernels: Kernels, h_src, nbr, weights) -> jax.Array:
     """`weighted_sum_reference`, or the implementation `kernels` selects; ValueError
     for shapes outside the op's (the XLA form broadcast some into a wrong result)."""
-    if h_src.ndim != 3 or nbr.ndim != 2 or weights.shape != (*nbr.shape, h_src.shape[1]):
-        raise ValueError(f"weighted_sum needs h_src [S, H, F], nbr [C, K] and weights "
-                         f"[C, K, H]; got h_src {list(h_src.shape)}, nbr "
-                         f"{list(nbr.shape)}, weights {list(weights.shape)} (one head: "
-                         f"h_src[:, None] and weights[..., None])")
+    if nbr.ndim != 2:
+        raise ValueError(f"weighted_sum needs nbr [C, K], got {list(nbr.shape)}")
+    check_weighted_sum(h_src, weights, nbr.shape)
     return (implementation(kernels, "weighted_sum") or weighted_sum_reference)(h_src, nbr,
                                                                                weights)
 
@@ -147,8 +162,8 @@ def weighted_sum(kernels: Kernels, h_src, nbr, weights) -> jax.Array:
 def neighbor_max(kernels: Kernels, h_src, nbr, mask) -> jax.Array:
     """`max_reference`, or the implementation `kernels` selects for "max"; ValueError
     for shapes outside the op's."""
-    if h_src.ndim != 2 or nbr.ndim != 2 or mask.shape != nbr.shape:
-        raise ValueError(f"max needs h_src [S, d], nbr [C, K] and mask [C, K]; got h_src "
-                         f"{list(h_src.shape)}, nbr {list(nbr.shape)}, mask "
-                         f"{list(mask.shape)}")
+    if nbr.ndim != 2 or mask.shape != nbr.shape:
+        raise ValueError(f"max needs nbr [C, K] and mask [C, K]; got nbr "
+                         f"{list(nbr.shape)}, mask {list(mask.shape)}")
+    check_max(h_src)
     return (implementation(kernels, "max") or max_reference)(h_src, nbr, mask)

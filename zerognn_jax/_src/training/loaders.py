@@ -355,7 +355,7 @@ class NeighborLoader(DeviceLoader):
       graph: a CSRGraph (host or device arrays); with `sampler="weighted"` it needs
         edge weights (`CSRGraph.weights`).
       nodes: int[M], the seed nodes (e.g. the training split); a node given twice is
-        sampled as two seeds, and every level then holds it twice.
+        two seeds, and a batch holding both holds it twice in every level.
       fanouts: neighbours per hop, seeds' hop first; -1 takes every neighbour.
       batch_size: seeds per batch; the last batch of an epoch is padded (masked)
         unless `drop_last`.

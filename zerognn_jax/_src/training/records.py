@@ -101,7 +101,7 @@ def _refuse_foreign_metrics(path: Path) -> None:
     first = not_json_lines(path)
     if first is not None:
         raise ValueError(f"metrics_out {path} holds lines that are not a run's records "
-                         f"(line 1: {first!r}); give another file, or remove this one")
+                         f"(it begins {first!r}); give another file, or remove this one")
     text = path.read_text(errors="surrogateescape")
     complete, tail = text[: text.rfind("\n") + 1], text[text.rfind("\n") + 1:]
     for number, line in enumerate(complete.split("\n")[:-1], 1):
@@ -180,11 +180,20 @@ def runs_inside(path: Path) -> list[Path]:
     epoch's checkpoint), where `path` holds none of its own; [] otherwise."""
     if not path.is_dir():
         return []
-    subs = [entry for entry in sorted(path.iterdir()) if entry.is_dir()]
+    subs = [entry for entry in _entries(path) if entry.is_dir()]
     if any(sub.name.isdigit() and holds_checkpoint(sub) for sub in subs):
         return []
     return [sub for sub in subs if sub.name != "best" and any(
-        entry.name.isdigit() and holds_checkpoint(entry) for entry in sub.iterdir())]
+        entry.name.isdigit() and holds_checkpoint(entry) for entry in _entries(sub))]
+
+
+def _entries(folder: Path) -> list[Path]:
+    """`folder`'s entries, sorted; none where it cannot be read (a volume's lost+found
+    is no run)."""
+    try:
+        return sorted(folder.iterdir())
+    except OSError:
+        return []
 
 
 def _check_checkpoint_folder(path: Path) -> None:
