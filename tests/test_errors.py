@@ -145,7 +145,8 @@ def test_pallas_kernels_on_a_cpu_say_what_to_use_instead():
 def test_cli_option_errors_are_one_line(capsys):
     assert main(["train", "--kernels", "sample=fast", "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("zerognn: error: kernel implementation for 'sample' must be one of")
+    assert err.startswith("zerognn: error: bad kernel spec 'sample=fast' in --kernels "
+                          "'sample=fast': sample takes 'xla' or 'pallas', got 'fast'")
     assert err.count("\n") == 1
     with pytest.raises(SystemExit) as exit_:
         main(["train", "--norm", "bogus"])
