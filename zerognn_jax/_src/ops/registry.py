@@ -146,3 +146,9 @@ def as_kernels(kernels: Kernels | str) -> Kernels:
                          f"which need an NVIDIA GPU; JAX's backend here is "
                          f"{jax.default_backend()}: use kernels 'xla' or 'auto'")
     return kernels
+
+
+def given_kernels(kernels: Kernels | str) -> Kernels:
+    """What a public op's `kernels=` names: a spec string read and checked by
+    `as_kernels`; a `Kernels` as it is (the kernels' tests pass interpreted ones)."""
+    return as_kernels(kernels) if isinstance(kernels, str) else kernels

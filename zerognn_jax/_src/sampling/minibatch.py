@@ -22,7 +22,7 @@ import numpy as np
 
 from zerognn_jax._src.data.checks import check_ids, is_whole
 from zerognn_jax._src.data.graph import CSRGraph
-from zerognn_jax._src.ops.registry import XLA, Kernels, as_kernels
+from zerognn_jax._src.ops.registry import XLA, Kernels, given_kernels
 from zerognn_jax._src.ops.relabel import relabel
 from zerognn_jax._src.pallas import counter_hash
 from zerognn_jax._src.sampling.envelope import Envelope, check_slots
@@ -351,7 +351,7 @@ def sample_minibatch(
     if len(capacities) != config.num_hops and not all(config.positional):
         raise ValueError(f"capacities must give one level per hop ({config.num_hops}), got "
                          f"{tuple(capacities)}")
-    kernels = as_kernels(kernels) if isinstance(kernels, str) else kernels
+    kernels = given_kernels(kernels)
     n = graph.num_nodes
     # Seeds given concretely are checked here; traced ones (under jit, vmap, a scan) are
     # the step's own, and asking whether they are is cheaper than a failed conversion.

@@ -17,7 +17,7 @@ import optax
 from zerognn_jax._src.data.graph import CSRGraph, take_edge_rows
 from zerognn_jax._src.nn.views import EllView
 from zerognn_jax._src.ops.gather import gather_rows
-from zerognn_jax._src.ops.registry import XLA, Kernels, as_kernels
+from zerognn_jax._src.ops.registry import XLA, Kernels, given_kernels
 from zerognn_jax._src.sampling.envelope import Envelope, grow
 from zerognn_jax._src.sampling.minibatch import MiniBatch, SamplerConfig, sample_minibatch
 from zerognn_jax._src.sampling.seeds import epoch_items
@@ -86,7 +86,7 @@ def views_for(mb: MiniBatch, kernels: Kernels | str = XLA,
     `edge_table` (float[E, D]): each view's `edge_attr` holds its block's rows of it
     (zero in dead slots); the blocks must carry edge ids (`SamplerConfig.edge_ids`).
     Each view's `node_ids` are its source level's global ids."""
-    kernels = as_kernels(kernels) if isinstance(kernels, str) else kernels
+    kernels = given_kernels(kernels)
     num_hops = len(mb.blocks)
     flat = tuple(positional) or (False,) * num_hops
     views = []

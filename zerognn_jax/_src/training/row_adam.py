@@ -27,7 +27,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from zerognn_jax._src.ops.registry import XLA, Kernels, as_kernels, implementation
+from zerognn_jax._src.ops.registry import XLA, Kernels, given_kernels, implementation
 
 # Repeats are merged through a table of the table's N rows while N is at most this many
 # times the step's R rows (the table's fill then costs about as much as the ids' pass);
@@ -105,7 +105,7 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
         uniq, inverse = jnp.unique(ids, return_inverse=True, size=r, fill_value=n)
         g = jax.ops.segment_sum(g, inverse.reshape(-1), num_segments=r)
     count = state.count + jnp.asarray(taken, jnp.int32)
-    kernels = as_kernels(kernels) if isinstance(kernels, str) else kernels or XLA
+    kernels = given_kernels(kernels or XLA)
     update = implementation(kernels, "row_adam") or row_adam_rows_reference
     # rows of any shape as flat [N, D] rows (the Pallas kernel takes those alone)
     width = math.prod(table.shape[1:])
