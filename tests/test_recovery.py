@@ -222,14 +222,17 @@ def test_main_called_from_python_leaves_the_signal_handlers_as_they_were(tmp_pat
 
 def test_a_line_said_on_a_terminal_starts_over_the_progress_bar(monkeypatch):
     """On a terminal the announcement clears the line a progress bar is drawn on (it was
-    written after the bar's text); elsewhere it is written as it is."""
+    written after the bar's text); a terminal without cursor controls (TERM=dumb) gets
+    a new line instead of the escape; elsewhere it is written as it is."""
     said = []
     monkeypatch.setattr(interrupts.select, "select", lambda r, w, x, t: (r, w, x))
     monkeypatch.setattr(interrupts.os, "write", lambda fd, data: said.append((fd, data)))
-    for tty in (True, False):
+    for tty, term in ((True, "xterm-256color"), (True, "dumb"), (False, "xterm")):
         monkeypatch.setattr(interrupts.os, "isatty", lambda fd, tty=tty: tty and fd == 2)
+        monkeypatch.setenv("TERM", term)
         interrupts._say(b"zerognn: second interrupt, exiting now\n")
     assert said == [(2, b"\r\x1b[Kzerognn: second interrupt, exiting now\n"),
+                    (2, b"\nzerognn: second interrupt, exiting now\n"),
                     (2, b"zerognn: second interrupt, exiting now\n")]
 
 

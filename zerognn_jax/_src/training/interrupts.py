@@ -79,8 +79,15 @@ _current: list[_Block | None] = [None]  # the block running; a nested one change
 
 
 # On a terminal, a line is said from its start, over a progress bar being drawn there
-# (the bar draws itself again on the next line).
+# (the bar draws itself again on the next line); a terminal without cursor controls
+# (TERM=dumb, as Emacs' shell sets) gets a new line instead of the escape.
 _CLEAR_LINE = b"\r\x1b[K"
+
+
+def _line_start() -> bytes:
+    if not os.isatty(2):
+        return b""
+    return b"\n" if os.environ.get("TERM") == "dumb" else _CLEAR_LINE
 
 
 def _say(text: bytes) -> None:
@@ -90,7 +97,7 @@ def _say(text: bytes) -> None:
     be inside a write to sys.stderr."""
     with contextlib.suppress(OSError, ValueError):
         if select.select([], [2], [], 0)[1]:
-            os.write(2, _CLEAR_LINE + text if os.isatty(2) else text)
+            os.write(2, _line_start() + text)
 
 
 def _announce(block: _Block, signum: int) -> None:
