@@ -137,8 +137,40 @@ def test_sampled_logits_halve_the_batch_the_device_cannot_hold(graph_400, all_ne
                                          f"again at {TRAIN_BATCH}"):
         got = sampled_logits(res.program, res.variables, res.data, nodes,
                              batch_size=4 * TRAIN_BATCH)
-    assert sizes == [4 * TRAIN_BATCH, 2 * TRAIN_BATCH, TRAIN_BATCH]
+    # 400 nodes: 4 and 7 batches a call, then 13 in two calls of 8
+    assert sizes == [4 * TRAIN_BATCH, 2 * TRAIN_BATCH, TRAIN_BATCH, TRAIN_BATCH]
     np.testing.assert_allclose(np.asarray(got), exact, rtol=1e-4, atol=1e-4)
+
+
+def test_splits_of_different_sizes_share_one_sampled_pass(graph_400, monkeypatch):
+    """Each split of a sampled evaluation compiled a pass of its own; they now run in
+    calls of the same number of batches of one batch size, one program for all, and
+    each split's logits are those of one pass over its batches alone (every batch
+    keeps its keys)."""
+    from zerognn_jax._src.sampling.envelope import conservative
+    from zerognn_jax._src.sampling.seeds import ordered_items
+    from zerognn_jax._src.training import evaluate
+
+    res = _trained(graph_400, "uniform", (3, 2), epochs=0)
+    parts = [np.arange(0, 200), np.arange(200, 240), np.arange(240, 400)]  # 13, 3, 10 batches
+    env = conservative(16, res.program.sampler.slots, 400)
+    one_pass = lambda nodes: np.asarray(evaluate._sampled_pass(
+        res.program, res.variables, res.data, ordered_items(jnp.asarray(nodes), 16),
+        jnp.uint32(3), jnp.int32(0), envelope=env)).reshape(-1, 4)[:nodes.size]
+    alone = [one_pass(nodes) for nodes in parts]
+    run, programs = evaluate._sampled_pass, []
+
+    def record(*args, envelope, **kwargs):
+        programs.append((args[3].shape, envelope))
+        return run(*args, envelope=envelope, **kwargs)
+
+    monkeypatch.setattr(evaluate, "_sampled_pass", record)
+    predictor = evaluate.Predictor(res.program, res.variables, res.data, "sampled", 16, 3)
+    got = predictor.split_outputs(parts)
+    assert len(programs) == 5 and len(set(programs)) == 1  # 2 + 1 + 2 calls of 8 batches
+    for want, out in zip(alone, got):
+        assert len(np.unique(want.round(5), axis=0)) > len(want) // 2  # rows differ
+        np.testing.assert_array_equal(np.asarray(out), want)
 
 
 def test_sampled_logits_batch_is_at_most_the_nodes(all_neighbours, monkeypatch):
@@ -168,24 +200,27 @@ def test_predictions_of_every_request_size_share_a_few_programs(all_neighbours,
     from zerognn_jax._src.training import evaluate
 
     res = all_neighbours("uniform")
-    run, shapes = evaluate._sampled_pass, []
+    run, served, plain = evaluate._sampled_pass, [], []
+    shapes = [served]
 
-    def record(program, variables, data, padded, seed, *, envelope):
-        shapes.append((padded.shape[0], envelope.batch_size))
-        return run(program, variables, data, padded, seed, envelope=envelope)
+    def record(program, variables, data, padded, seed, first, *, envelope):
+        shapes[-1].append((padded.shape[0], envelope.batch_size))
+        return run(program, variables, data, padded, seed, first, envelope=envelope)
 
     monkeypatch.setattr(evaluate, "_sampled_pass", record)
     rng = np.random.default_rng(0)
     for n, batch in ((9, 96), (10, 96), (65, 8), (73, 8)):
         nodes = rng.choice(400, n, replace=False)
+        shapes.append(served)
         got = np.asarray(zg.predict(res, nodes, mode="sampled", batch_size=batch))
         assert got.shape[0] == n
+        shapes.append(plain)
         np.testing.assert_array_equal(got, sampled_logits(res.program, res.variables,
                                                           res.data, nodes, batch_size=batch))
-    # (rows, batch) of each pass, rounded then plain: 9 and 10 nodes in a batch of 10;
-    # 65 and 73 nodes in 10 steps of 8 (9 and 10 plain)
-    assert shapes[0::2] == [(10, 10), (10, 10), (80, 8), (80, 8)]
-    assert shapes[1::2] == [(9, 9), (10, 10), (72, 8), (80, 8)]
+    # (rows, batch) of each call: 9 and 10 nodes in a batch of 10 (9 plain); 65 and 73
+    # nodes in 10 batches of 8 (9 and 10 plain), run 8 batches a call
+    assert served == [(10, 10), (10, 10)] + [(64, 8)] * 4
+    assert plain == [(9, 9), (10, 10)] + [(64, 8)] * 4
 
 
 @pytest.mark.parametrize(("nodes", "options", "message"), [

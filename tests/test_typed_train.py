@@ -183,15 +183,25 @@ def test_predict_gives_the_target_types_logits(mag, whole):
 
 
 
-def test_sampled_evaluation_scores_each_split_as_predict_gives_it(mag, whole):
+def test_sampled_evaluation_scores_each_split_as_predict_gives_it(mag, whole, monkeypatch):
     """A typed run's sampled evaluation sampled train, val and test as one list, so a
     val node's draws followed the size of train and the batch it fell in, and its
-    metrics were not `zg.predict`'s of the split (docs/api.md says they are)."""
+    metrics were not `zg.predict`'s of the split (docs/api.md says they are). The splits
+    run through one compiled pass (each compiled its own)."""
     from zerognn_jax._src.training.evaluate import Predictor
+    from zerognn_jax._src.training.tasks import typed_eval
 
+    run, programs = typed_eval._sampled_pass, []
+
+    def record(*args, envelope, **kwargs):
+        programs.append((args[3].shape, envelope))
+        return run(*args, envelope=envelope, **kwargs)
+
+    monkeypatch.setattr(typed_eval, "_sampled_pass", record)
     batch = 16
     sampled = Predictor(whole.program, whole.variables, whole.data, "sampled", batch, 3)
     metrics = whole.program.task.evaluate(sampled, mag)
+    assert len(programs) > 3 and len(set(programs)) == 1  # calls of three splits
     for split in ("val", "test"):
         ids = np.asarray(getattr(mag, f"{split}_idx"))
         assert ids.size > batch  # several batches, the train split before them

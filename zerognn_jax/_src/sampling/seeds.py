@@ -101,6 +101,31 @@ def serving_items(items: jax.Array, batch: int, limit: int) -> tuple[jax.Array, 
     return jnp.pad(padded, (0, steps * batch - padded.shape[0]), constant_values=-1), batch
 
 
+# Batches a sampled evaluation runs a call: one program then serves every split (and
+# request) whose batches come in calls of this many, however many nodes it has.
+EVAL_CALL_STEPS = 8
+
+
+def call_steps(parts: list, batch: int) -> int:
+    """The batches a call of an evaluation over the padded item arrays `parts` (whole
+    batches of `batch` rows each) runs: `EVAL_CALL_STEPS`, or fewer where no part has
+    that many, so that a small request runs no empty batches."""
+    return min(EVAL_CALL_STEPS, max(p.shape[0] // batch for p in parts))
+
+
+def step_calls(padded, batch: int, steps: int) -> list[tuple[int, np.ndarray]]:
+    """[(first batch index, int32[steps * batch, ...] rows)]: the batches of `padded` in
+    calls of `steps` batches each (the last filled up with -1 rows, empty batches), on
+    the host: one program runs every call of every part (`sample_step`'s `offset` keeps
+    each batch's keys those of its index in `padded`)."""
+    rows = np.asarray(padded, np.int32)
+    per = steps * batch
+    calls = max(1, -(-rows.shape[0] // per))
+    fill = np.full((calls * per - rows.shape[0], *rows.shape[1:]), -1, np.int32)
+    rows = np.concatenate([rows, fill])
+    return [(i * steps, rows[i * per:(i + 1) * per]) for i in range(calls)]
+
+
 def num_steps(num_train: int, batch_size: int) -> int:
     return max(1, -(-num_train // batch_size))
 

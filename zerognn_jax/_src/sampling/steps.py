@@ -105,16 +105,18 @@ class StepSample(NamedTuple):
 
 def sample_step(graph: CSRGraph, perm, batch_index, *, seed, epoch, batch_size: int,
                 config: SamplerConfig, envelope: Envelope, kernels: Kernels = XLA,
-                source: SeedSource = ITEM_SEEDS, active=None) -> StepSample:
+                source: SeedSource = ITEM_SEEDS, active=None, offset=0) -> StepSample:
     """Samples batch `batch_index` of the padded permutation `perm` (jit-compatible).
 
     `active` (bool, optional) masks every item of a padding step. The keys depend only
-    on (seed, epoch, batch_index), never on the envelope.
+    on (seed, epoch, offset + batch_index), never on the envelope: `offset` is the batch
+    index of `perm`'s first batch, where `perm` is a slice of a longer one (evaluation
+    runs a split some batches a call).
     """
     items, valid = step_items(perm, batch_index, batch_size)
     if active is not None:
         valid = valid & active
-    key, drop_key = step_keys(seed, epoch, batch_index)
+    key, drop_key = step_keys(seed, epoch, offset + batch_index)
     level = source.seed_level(items, valid, key, envelope.batch_size)
     mb = sample_minibatch(graph, level.seeds, level.valid, key, config, envelope.capacities,
                           kernels)

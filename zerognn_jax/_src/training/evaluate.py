@@ -39,7 +39,7 @@ from zerognn_jax._src.ops.host_rows import (
 )
 from zerognn_jax._src.ops.search import count_at_most
 from zerognn_jax._src.sampling.envelope import Envelope, conservative
-from zerognn_jax._src.sampling.seeds import ordered_items, serving_items
+from zerognn_jax._src.sampling.seeds import call_steps, ordered_items, serving_items, step_calls
 from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training.memory import (
     device_free_bytes,
@@ -586,18 +586,39 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
     with empty rows and steps, so that every request size does not compile a program
     of its own. Each node's sample is the same either way (its step and position in
     the step draw it)."""
+    return sampled_parts(program, variables, data, [nodes], batch_size=batch_size,
+                         seed=seed, bucketed=bucketed)[0]
+
+
+def sampled_parts(program: StepProgram, variables, data: DeviceData, parts, *,
+                  batch_size: int, seed: int = 0, bucketed: bool = False) -> list:
+    """`sampled_logits` of each node array of `parts` (a dataset's splits), each equal
+    to what that call gives for it alone, from one compiled program: the batch is at
+    most the largest part's nodes, and every part runs in calls of the same number of
+    batches (`step_calls`), so that splits of different sizes do not compile a pass
+    each."""
     _refuse_typed(program, "sampled_logits")
-    nodes = node_ids("nodes", nodes, data.graph.num_nodes)
+    parts = [node_ids("nodes", nodes, data.graph.num_nodes) for nodes in parts]
     batch_size, seed = at_least_one(batch_size, "batch_size"), key_seed(seed)
 
-    def run(batch: int):
-        padded, batch = (serving_items(jnp.asarray(nodes), batch, batch_size) if bucketed
-                         else (ordered_items(jnp.asarray(nodes), batch), batch))
+    def run(batch: int) -> list:
+        padded = [serving_items(jnp.asarray(nodes), batch, batch_size) if bucketed
+                  else (ordered_items(jnp.asarray(nodes), batch), batch) for nodes in parts]
+        batch = padded[0][1]  # (a served batch rounded up: the same for every part)
+        padded = [rows for rows, _ in padded]
         env = conservative(batch, program.sampler.slots, data.graph.num_nodes)
-        out = _sampled_pass(program, variables, data, padded, jnp.uint32(seed), envelope=env)
-        return jax.block_until_ready(out.reshape(padded.shape[0], -1)[: nodes.shape[0]])
+        steps = call_steps(padded, batch)
+        outs = []
+        for nodes, rows in zip(parts, padded):
+            calls = [_sampled_pass(program, variables, data, chunk, jnp.uint32(seed),
+                                   jnp.int32(first), envelope=env)
+                     for first, chunk in step_calls(rows, batch, steps)]
+            out = jnp.concatenate([c.reshape(steps * batch, -1) for c in calls])
+            outs.append(out[: nodes.shape[0]])
+        return jax.block_until_ready(outs)
 
-    return halving_batches(run, batch_size, "sampled evaluation", nodes.shape[0])
+    return halving_batches(run, batch_size, "sampled evaluation",
+                           max(nodes.shape[0] for nodes in parts))
 
 
 def _refuse_typed(program: StepProgram, name: str) -> None:
@@ -615,15 +636,16 @@ def _refuse_typed(program: StepProgram, name: str) -> None:
 
 
 @functools.partial(jax.jit, static_argnames=("program", "envelope"))
-def _sampled_pass(program, variables, data, padded, seed, *, envelope: Envelope):
-    # Plain jitted code outside any mesh: features are gathered unsplit (XLA's
-    # partitioner moves the rows of a row-sharded table).
+def _sampled_pass(program, variables, data, padded, seed, first, *, envelope: Envelope):
+    """The logits of each batch of `padded`, batches `first`, `first + 1`, ... of the
+    nodes evaluated. Plain jitted code outside any mesh: features are gathered unsplit
+    (XLA's partitioner moves the rows of a row-sharded table)."""
     program = dataclasses.replace(program, parallel=None)
 
     def step(_, s):
         mb = sample_step(data.graph, padded, s, seed=seed, epoch=0x7FFFFFFF,
                          batch_size=envelope.batch_size, config=program.sampler,
-                         envelope=envelope, kernels=program.kernels).mb
+                         envelope=envelope, kernels=program.kernels, offset=first).mb
         logits, _ = program.apply_model(variables, data, mb, train=False)
         return None, logits
 
@@ -666,6 +688,13 @@ class Predictor:
         return sampled_logits(self.program, self.variables, self.data, nodes,
                               batch_size=self.batch_size, seed=self.seed,
                               bucketed=self.bucketed)
+
+    def split_outputs(self, parts) -> list:
+        if self.exact is not None:
+            return [self.outputs(nodes) for nodes in parts]
+        return sampled_parts(self.program, self.variables, self.data, parts,
+                             batch_size=self.batch_size, seed=self.seed,
+                             bucketed=self.bucketed)
 
     def all_outputs(self) -> jax.Array:
         if self.exact is not None:

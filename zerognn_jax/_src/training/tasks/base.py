@@ -65,6 +65,11 @@ class Predictor(Protocol):
         """float[len(nodes), ...]: the model's output rows of the node ids `nodes`."""
         ...
 
+    def split_outputs(self, parts) -> list:
+        """`outputs` of each node id array of `parts` (a dataset's splits), each as
+        `outputs` gives it alone: sampled ones from one compiled program for all."""
+        ...
+
     def all_outputs(self) -> jax.Array:
         """float[N, ...]: the output row of every node."""
         ...

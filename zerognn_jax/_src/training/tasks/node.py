@@ -107,10 +107,9 @@ class NodeTask(ItemsAreLevel0):
 
     def evaluate(self, predictor: Predictor, dataset: Dataset) -> dict:
         """Every split's metrics (`metric_names`) from the model's output rows."""
-        result = {}
-        for split in SPLITS:
-            idx = np.asarray(getattr(dataset, f"{split}_idx"))
-            metrics = split_metrics(predictor.outputs(idx), dataset, idx, self)
+        result, parts = {}, [np.asarray(getattr(dataset, f"{split}_idx")) for split in SPLITS]
+        for split, idx, outputs in zip(SPLITS, parts, predictor.split_outputs(parts)):
+            metrics = split_metrics(outputs, dataset, idx, self)
             result.update({f"{split}_{name}": value for name, value in metrics.items()})
         return result
 

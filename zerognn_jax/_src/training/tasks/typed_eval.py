@@ -16,8 +16,10 @@ pass, by the host gather, where it fits the free memory; where it does not, a mo
 takes chunks runs its first layer in chunks that read their rows from the host table.
 
 Sampled: the ids in consecutive batches, sampled with the keys of an epoch no training
-run reaches; the envelope holds exactly the largest counts of those batches (one
-sampling scan first, under the conservative bound), so nothing overflows.
+run reaches; the envelope holds exactly the largest counts of those batches (sampling
+alone first, under the conservative bound), so nothing overflows. The splits of an
+evaluation share that envelope and run in calls of the same number of batches, so that
+one program serves them all.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from zerognn_jax._src.nn.hetero import TypedLayer, join_inputs, whole_graph_laye
 from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.ops.host_rows import host_table, is_host_resident, uploaded
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
-from zerognn_jax._src.sampling.seeds import ordered_items, serving_items
+from zerognn_jax._src.sampling.seeds import call_steps, ordered_items, serving_items, step_calls
 from zerognn_jax._src.sampling.typed_calibrate import sample_typed_epoch_counts
 from zerognn_jax._src.sampling.typed_config import seed_types
 from zerognn_jax._src.sampling.typed_envelope import (
@@ -78,9 +80,9 @@ def split_logits(task, predictor, parts) -> list[np.ndarray]:
     if embeds_exactly(predictor):
         every = np.asarray(exact_logits(task, program, variables, predictor.data))
         return [every[ids] for ids in parts]
-    return [sampled_logits(task, program, variables, predictor.data, ids,
-                           batch_size=predictor.batch_size, seed=predictor.seed,
-                           bucketed=predictor.bucketed) for ids in parts]
+    return sampled_parts(task, program, variables, predictor.data, parts,
+                         batch_size=predictor.batch_size, seed=predictor.seed,
+                         bucketed=predictor.bucketed)
 
 
 def embeds_exactly(predictor) -> bool:
@@ -347,19 +349,23 @@ def _chunked_rows(program, variables, h, graph, *, i: int, node_type: str, relat
     return rows_in_chunks(chunk, rows, length)
 
 
-def eval_envelope(task, data, padded, batch_size: int, seed, kernels, *,
+def eval_envelope(task, data, padded: list, batch_size: int, seed, kernels, *,
                   served: bool = False):
-    """The envelope that holds every batch of `padded` exactly (module docstring); with
-    `served` (a `zg.predict` request), rounded up to sizes shared with earlier requests
-    to `task` of the same batch size (`typed_served`: it only grows)."""
+    """The envelope that holds every batch of each item array of `padded` exactly (module
+    docstring); with `served` (a `zg.predict` request), rounded up to sizes shared with
+    earlier requests to `task` of the same batch size (`typed_served`: it only grows)."""
     config, st = task.sampler, task.seed_type
     if not config.dedup:
         return typed_tree_sizes(config, st, batch_size)
     safe = typed_conservative(config, st, batch_size, data.graph.num_nodes, EXACT_POLICY)
-    counts, _, _ = sample_typed_epoch_counts(data.graph, padded, seed, EVAL_EPOCH,
-                                             batch_size=batch_size, config=config,
-                                             envelope=safe, kernels=kernels)
-    top = {t: np.asarray(c).max(axis=0) for t, c in counts.items()}
+    steps, top = call_steps(padded, batch_size), {}
+    for rows in padded:
+        for first, chunk in step_calls(rows, batch_size, steps):
+            counts, _, _ = sample_typed_epoch_counts(
+                data.graph, chunk, seed, EVAL_EPOCH, batch_size=batch_size, config=config,
+                envelope=safe, kernels=kernels, offset=jnp.int32(first))
+            for t, c in counts.items():
+                top[t] = np.maximum(top.get(t, 0), np.asarray(c).max(axis=0))
     env = fit_typed_envelope(config, typed_from_counts(config, st, batch_size, top, safe,
                                                        EXACT_POLICY))
     if served:
@@ -387,31 +393,60 @@ def sampled_logits(task, program, variables, data, ids, *, batch_size: int,
     envelope rounded up to sizes that requests share (`serving_items`, `eval_envelope`),
     so that a new request size seldom compiles the pass again; each node's sample is the
     same (its step and position draw it)."""
-    if ids.size == 0:
-        return np.zeros((0, program.model.model.num_classes), np.float32)
+    return sampled_parts(task, program, variables, data, [ids], batch_size=batch_size,
+                         seed=seed, bucketed=bucketed)[0]
 
-    def run(batch: int) -> np.ndarray:
-        ids_ = jnp.asarray(ids, jnp.int32)
-        padded, batch = (serving_items(ids_, batch, batch_size) if bucketed
-                         else (ordered_items(ids_, batch), batch))
-        key = jnp.uint32(seed)
+
+def sampled_parts(task, program, variables, data, parts, *, batch_size: int,
+                  seed: int = 0, bucketed: bool = False) -> list[np.ndarray]:
+    """`sampled_logits` of each id array of `parts` (a dataset's splits), each equal to
+    what that call gives for it alone, from one compiled pass: one batch (at most the
+    largest part's ids), one envelope holding every part's batches, and every part run
+    in calls of the same number of batches (`step_calls`)."""
+    parts = [np.asarray(ids, np.int32) for ids in parts]
+    width = program.model.model.num_classes
+    live = [ids for ids in parts if ids.size]
+    if not live:
+        return [np.zeros((0, width), np.float32) for _ in parts]
+
+    def run(batch: int) -> list[np.ndarray]:
+        padded = [serving_items(jnp.asarray(ids), batch, batch_size) if bucketed
+                  else (ordered_items(jnp.asarray(ids), batch), batch) for ids in live]
+        batch = padded[0][1]  # (a served batch rounded up: the same for every part)
+        padded, key = [rows for rows, _ in padded], jnp.uint32(seed)
         env = eval_envelope(task, data, padded, batch, key, program.kernels, served=bucketed)
-        out = _sampled_pass(program, variables, data, padded, key, task=task, envelope=env)
-        return np.asarray(out, np.float32).reshape(padded.shape[0], -1)[:ids.size]
+        steps = call_steps(padded, batch)
+        got = iter([_in_calls(program, variables, data, rows, key, steps, task=task,
+                              envelope=env)[:ids.size] for ids, rows in zip(live, padded)])
+        return [next(got) if ids.size else np.zeros((0, width), np.float32) for ids in parts]
 
-    return halving_batches(run, batch_size, "typed sampled evaluation", ids.size)
+    return halving_batches(run, batch_size, "typed sampled evaluation",
+                           max(ids.size for ids in live))
+
+
+def _in_calls(program, variables, data, padded, seed, steps: int, *, task, envelope
+              ) -> np.ndarray:
+    """float32[len(padded), outputs]: `_sampled_pass` over `padded`, `steps` batches a
+    call (`step_calls`)."""
+    batch = envelope.batch_size
+    calls = [_sampled_pass(program, variables, data, chunk, seed, jnp.int32(first),
+                           task=task, envelope=envelope)
+             for first, chunk in step_calls(padded, batch, steps)]  # (queued, then read)
+    return np.concatenate([np.asarray(c, np.float32).reshape(steps * batch, -1)
+                           for c in calls])
 
 
 @functools.partial(jax.jit, static_argnames=("program", "task", "envelope"))
-def _sampled_pass(program, variables, data, padded, seed, *, task, envelope):
-    """The model's outputs for each batch of `padded`, sampled as `task` samples (the
-    program's task, or a typed link task's view from one end: `for_seeds`)."""
+def _sampled_pass(program, variables, data, padded, seed, first, *, task, envelope):
+    """The model's outputs for each batch of `padded`, batches `first`, `first + 1`, ...
+    of the ids evaluated, sampled as `task` samples (the program's task, or a typed link
+    task's view from one end: `for_seeds`)."""
     program = dataclasses.replace(program, parallel=None)
 
     def step(_, s):
         st = sample_typed_step(data.graph, padded, s, seed=seed, epoch=EVAL_EPOCH,
                                batch_size=envelope.batch_size, config=task.sampler,
-                               envelope=envelope, kernels=program.kernels)
+                               envelope=envelope, kernels=program.kernels, offset=first)
         out, _ = program.apply_model(variables, data, task.sample_of(st.mb), train=False,
                                      inputs=task.model_inputs(data, st.mb))
         return None, out
