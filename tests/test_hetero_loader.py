@@ -69,6 +69,20 @@ def test_an_epoch_covers_the_seeds_with_real_edges_rows_and_targets(shop):
     assert not np.array_equal(_seeds(next(iter(loader))), _seeds(batches[0]))  # epoch 1
 
 
+def test_a_host_table_gives_the_rows_a_device_table_gives(shop):
+    """`features` may hold `zg.HostTable`s, as `NeighborLoader`'s may (a typed loader's
+    `jnp.asarray` failed on one with "float() argument must be ... not 'HostTable'"),
+    laid out in any row order."""
+    items = np.asarray(shop.features["item"], np.float32)
+    order = np.random.default_rng(0).permutation(items.shape[0])
+    position = np.argsort(order).astype(np.int32)  # node n at row position[n]
+    for table in (zg.HostTable(items.copy()), zg.HostTable(items[order].copy(), position)):
+        host, device = (next(iter(_loader(shop, features={"item": t})))
+                        for t in (table, items))
+        np.testing.assert_array_equal(np.asarray(host.x["item"]), np.asarray(device.x["item"]))
+        assert np.asarray(host.x["item"]).any()
+
+
 def test_a_small_envelope_grows_to_the_same_batches(shop):
     """A forced-small envelope overflows, grows (no level past its type's node count)
     and gives the conservative envelope's batches, sampled three at a time against one."""

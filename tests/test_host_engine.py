@@ -9,6 +9,7 @@ import optax
 import pytest
 from conftest import random_graph
 
+import zerognn_jax as zg
 from zerognn_jax import (
     DeviceData,
     Envelope,
@@ -130,6 +131,21 @@ def test_a_state_an_epoch_consumed_is_refused_by_name(problem):
     scan.run_epoch(given, data, TRAIN_IDX, 0, ENVELOPE)
     with pytest.raises(ValueError, match="consumed by an earlier run_epoch"):
         scan.run_epoch(given, data, TRAIN_IDX, 1, ENVELOPE)
+
+
+def test_a_feature_table_short_of_the_graphs_nodes_is_refused(problem):
+    """A table of fewer rows than nodes trained without an error: the gather reads the
+    missing rows as zeros. Both engines refuse it before any step (a host table too)."""
+    program, data, state = problem
+    table = np.asarray(data.features)[:-10]
+    for short in (data._replace(features=jnp.asarray(table)),
+                  data._replace(features=zg.HostTable(table.copy()))):
+        for engine in (HostEngine(program, "bucketed", max_steps=1), ScanEngine(program)):
+            with pytest.raises(ValueError, match=r"data\.features must have one row per "
+                                                 r"node of data\.graph \(300\), got shape "
+                                                 r"\(290, 8\)"):
+                engine.run_epoch(state, short, TRAIN_IDX, 0, ENVELOPE)
+    assert not any(leaf.is_deleted() for leaf in jax.tree_util.tree_leaves(state))
 
 
 def test_host_engine_refuses_positional_levels(problem):

@@ -159,6 +159,10 @@ def test_written_blocks_must_match_the_table():
                        (jnp.zeros((2, 4), jnp.bfloat16), r"bfloat16\[2, 4\]")):
         with pytest.raises(ValueError, match=r"float32\[R, 4\], got " + got):
             host_rows.write_rows(host, block, 0)
+    frozen = np.zeros((8, 4), np.float32)
+    frozen.flags.writeable = False  # (the write killed the process: SIGSEGV)
+    with pytest.raises(ValueError, match="this one's is read-only"):
+        host_rows.write_rows(zg.HostTable(frozen), jnp.zeros((2, 4), jnp.float32), 0)
 
 
 def test_write_lowers_for_cuda_as_one_call_kept_for_its_effect():
@@ -497,6 +501,7 @@ def test_training_with_host_features_equals_device_features(planetoid_root, caps
         if place == "host":
             assert runs[name].summary["host_row_order"] == \
                 ("stored" if order == "stored" else "degree")
+            assert runs[name].summary["feature_cache_rows"] == (0 if cache == 0 else 200)
             default = 2 << 30 if jax.default_backend() == "cpu" else read_ahead_limit()
             assert runs[name].summary["read_ahead_bytes"] == (
                 int(0.03 * 2**30) if name == "host" else default)
@@ -705,6 +710,9 @@ def test_hottest_rows_come_first_and_the_cache_is_budgeted():
     for count in (3, 5):  # uint32 degrees (graphs of 2^31 edges or more): no wrap-around
         np.testing.assert_array_equal(hottest_first(degree.astype(np.uint32), count),
                                       [1, 3, 0, 4, 2][:count])
+    # rows tied at the last degree taken: the lowest ids (argpartition picked any)
+    tied = np.r_[np.ones(2000, np.int64), 9]
+    np.testing.assert_array_equal(hottest_first(tied, 4), [2000, 0, 1, 2])
     gib = 2**30
     resident = Resident(graph=10 * gib, features=57 * gib, model=2 * gib)
     host, device = Placement("host", ""), Placement("device", "")
@@ -712,6 +720,25 @@ def test_hottest_rows_come_first_and_the_cache_is_budgeted():
     assert cache_budget(1.5, host, resident, 80 * gib) == int(1.5 * gib)
     assert cache_budget(None, host, resident, None) == 0
     assert cache_budget(None, device, resident, 80 * gib) == 0
+
+
+def test_a_directed_graphs_hot_rows_are_those_drawn_most():
+    """Rows were ranked by a node's own neighbour count, which on a directed graph says
+    nothing of how often it is drawn: nodes 0-3, every other node's neighbour, were
+    cached last. The count is how often a node is a neighbour, as on typed graphs."""
+    n = 40
+    src = np.r_[np.repeat(np.arange(4, n), 4), np.arange(4)]
+    dst = np.r_[np.tile(np.arange(4), n - 4), 4 + np.arange(4)]  # nodes 0-3: 1 out, 36 in
+    graph, rs = zg.from_edge_list(src, dst, n), np.random.default_rng(0)
+    ds = zg.make_dataset("directed", graph.indptr, graph.indices,
+                         rs.normal(size=(n, 3)).astype(np.float32), rs.integers(0, 2, n),
+                         np.arange(30), np.arange(30, 35), np.arange(35, n), 2)
+    cfg = zg.TrainConfig(hidden=8, layers=1, fanouts=(2,), batch_size=8, epochs=0,
+                      feature_placement="host", host_row_order="stored",
+                      feature_cache_gib=(4 * 3 * 4 + 4 * n) / 2**30,  # 4 rows, the slot map
+                      eval_mode="none", progress=False)
+    cached = zg.train(cfg, ds).data.features
+    np.testing.assert_array_equal(np.flatnonzero(np.asarray(cached.slot) >= 0), [0, 1, 2, 3])
 
 
 # Tests that stand the CUDA build's page-locking in with `_FakeCuda` run where JAX's

@@ -440,6 +440,14 @@ class HostTable:
     def nbytes(self) -> int:
         return self.array.nbytes
 
+    def __array__(self, dtype=None, copy=None):
+        # (np.asarray would make a 0-d object array of the table, which reads as a table
+        # until it is used; with `position`, `array` alone is not in node order)
+        order = "" if self.position is None else (
+            ", laid out by `position` (node n is row position[n]; an artifact's "
+            "ExportedModel.data_arguments gives its rows in node order)")
+        raise TypeError(f"a HostTable is no array: its rows are its `array`{order}")
+
     def __repr__(self) -> str:
         where = "page-locked host" if self.page_locked else "host"
         order = "" if self.position is None else ", rows reordered"
@@ -563,6 +571,9 @@ def write_rows(table: HostTable, block: jax.Array, first: jax.Array) -> jax.Arra
     if table.position is not None:
         raise ValueError("rows are written to a host table in its stored order; this one's "
                          "rows are reordered (position)")
+    if not table.array.flags.writeable:  # (a write into read-only pages kills the process)
+        raise ValueError("rows are written to a host table over a writable array; this "
+                         "one's is read-only (a memory map opened with mode 'r'?)")
     if block.ndim != 2 or block.shape[1] != table.shape[1] or block.dtype != table.dtype:
         raise ValueError(f"rows written to a {table.dtype.name}{list(table.shape)} host table "
                          f"must be {table.dtype.name}[R, {table.shape[1]}], got "

@@ -29,6 +29,7 @@ from zerognn_jax._src.training.program import (
     TaskSample,
     TrainState,
     require_live,
+    require_rows,
     sample_batch,
 )
 from zerognn_jax._src.training.step import (
@@ -184,6 +185,7 @@ class HostEngine:
         """One epoch over the task's training `items` (its first `max_steps` steps if
         set), summed as the scan engine's. `state` is donated, as the scan engine's."""
         require_live(state)
+        require_rows(data)
         items = jnp.asarray(items, jnp.int32)
         program = self.program
         total = num_steps(items.shape[0], program.batch_size)

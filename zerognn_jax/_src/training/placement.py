@@ -124,16 +124,31 @@ def warn_unsplit(shard_features: bool, devices: int) -> None:
                       PlacementWarning, stacklevel=user_stacklevel())
 
 
+_COUNT_BLOCK = 1 << 26  # edges counted at a time by `add_drawn_counts`
+
+
+def add_drawn_counts(out: np.ndarray, indices) -> None:
+    """Adds to `out` (int64[N]) how often each node is a neighbour in `indices` (a CSR's
+    neighbour ids): how often its feature row is drawn, as the edges estimate it. On a
+    directed graph a node's own neighbour count says nothing of that. In pieces:
+    bincount copies its input to int64 (8 bytes an edge)."""
+    for start in range(0, indices.shape[0], _COUNT_BLOCK):
+        out += np.bincount(np.asarray(indices[start:start + _COUNT_BLOCK]),
+                           minlength=out.shape[0])
+
+
 def hottest_first(degree: np.ndarray, count: int) -> np.ndarray:
-    """int32[count]: the `count` rows of highest `degree` (int[N]), highest first (ties
-    by id)."""
+    """int32[count]: the `count` rows of highest `degree` (int[N]), highest first, ties
+    by id (the lowest ids of the last degree taken)."""
     degree = np.asarray(degree).astype(np.int64)  # unsigned degrees: -degree wraps
     count = min(count, degree.shape[0])
     if count == 0:
         return np.zeros(0, np.int32)
     if count == degree.shape[0]:
         return np.argsort(-degree, kind="stable").astype(np.int32)
-    top = np.argpartition(-degree, count - 1)[:count]
+    last = -np.partition(-degree, count - 1)[count - 1]  # the count-th highest degree
+    above = np.flatnonzero(degree > last)
+    top = np.concatenate([above, np.flatnonzero(degree == last)[:count - above.size]])
     return top[np.lexsort((top, -degree[top]))].astype(np.int32)
 
 

@@ -73,6 +73,16 @@ def require_live(state: TrainState) -> None:
                          "jax.tree_util.tree_map(jnp.copy, state)")
 
 
+def require_rows(data: DeviceData) -> None:
+    """ValueError for a feature table with fewer rows than the graph has nodes: a step
+    reads a missing row as zeros (the gather's rule for ids out of range), so such a
+    table trained without an error. (More rows are a table split over devices, padded.)"""
+    nodes, table = getattr(data.graph, "num_nodes", None), data.features
+    if isinstance(nodes, int) and getattr(table, "ndim", 0) == 2 and table.shape[0] < nodes:
+        raise ValueError(f"data.features must have one row per node of data.graph "
+                         f"({nodes}), got shape {tuple(table.shape)}")
+
+
 def views_for(mb: MiniBatch, kernels: Kernels | str = XLA,
               positional: tuple[bool, ...] = (), *,
               inference: bool = False, edge_table: jax.Array | None = None

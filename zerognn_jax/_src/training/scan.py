@@ -31,6 +31,7 @@ from zerognn_jax._src.training.program import (
     TrainState,
     grown_envelope,
     require_live,
+    require_rows,
     sample_batch,
 )
 from zerognn_jax._src.training.step import (
@@ -431,6 +432,7 @@ class ScanEngine:
         donated: its arrays are updated in place, and the result's state replaces it.
         """
         require_live(state)
+        require_rows(data)
         program = self.program
         items = jnp.asarray(items, jnp.int32)
         total = num_steps(items.shape[0], program.global_batch)

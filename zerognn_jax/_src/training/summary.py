@@ -45,6 +45,8 @@ def run_notes(cfg, program, data, *, model: str | None, custom: dict, best, stop
     if is_host_resident(data.features):
         host = host_table(data.features)
         notes["host_row_order"] = "stored" if host.position is None else "degree"
+        cached = getattr(data.features, "rows", None)  # a CachedTable's device rows
+        notes["feature_cache_rows"] = 0 if cached is None else int(cached.shape[0])
         if cfg.engine == "scan":
             notes["read_ahead_bytes"] = read_ahead_limit(cfg.read_ahead_bytes)
     return notes

@@ -62,6 +62,7 @@ from zerognn_jax._src.training.layout import choose_layout
 from zerognn_jax._src.training.lock import hold_outputs
 from zerognn_jax._src.training.parallel import make_mesh
 from zerognn_jax._src.training.placement import (
+    add_drawn_counts,
     cache_budget,
     choose_placement,
     place_features,
@@ -256,10 +257,13 @@ def _placed(cfg, program, graph, feats, targets, placement, cache) -> tuple:
     dtype = jnp.dtype(cfg.dtype)
     if placement.where == "host" or one_device:
         # A host table is one that every device reads, each with its own copy of the
-        # cache. Its rows go in order of a node's own neighbour count: on an undirected
-        # graph, also how often it is drawn as a neighbour (a typed graph counts the
-        # latter: TypedInputs.degrees).
-        degree = np.diff(np.asarray(graph.indptr)) if placement.where == "host" else None
+        # cache. Its rows go in order of how often a node is drawn as a neighbour (as a
+        # typed graph's: TypedInputs.degrees); on an undirected graph that is its own
+        # neighbour count, but not on a directed one.
+        degree = None
+        if placement.where == "host":
+            degree = np.zeros(graph.num_nodes, np.int64)
+            add_drawn_counts(degree, graph.indices)
         table = place_features(feats, dtype, placement,
                                announce=cfg.progress and jax.process_index() == 0,
                                cache_bytes=cache, degree=degree,

@@ -38,6 +38,7 @@ from zerognn_jax._src.data.hetero_links import TypedLinkSplit
 from zerognn_jax._src.data.links import EvalEdges, transposed_hint
 from zerognn_jax._src.nn.hetero import TypedLayer, typed_layers
 from zerognn_jax._src.ops.gather import gather_rows
+from zerognn_jax._src.ops.host_rows import is_host_resident
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, EnvelopePolicy
 from zerognn_jax._src.sampling.negatives import check_frontier
@@ -216,9 +217,9 @@ class HeteroNeighborLoader(_TypedLoader):
         in `NeighborLoader`; `envelope` may also be a `TypedEnvelope`.
       sampler, replace, dedup: as in `NeighborLoader`, for every relation (dedup False:
         tree mode, exact sizes).
-      features: {type: float[N_t, d_t]} (host or device arrays), gathered for each
-        batch's input nodes of that type on the device (`batch.x`); types left out get
-        no rows.
+      features: {type: float[N_t, d_t]} (NumPy or device arrays, or `zg.HostTable`s
+        left in host memory), gathered for each batch's input nodes of that type onto
+        the device (`batch.x`); types left out get no rows.
       targets: [N_seed type, ...] (or a pytree of such), the seeds' rows (`batch.y`).
     """
 
@@ -372,8 +373,9 @@ def _check_envelope(config: TypedSamplerConfig, envelope: TypedEnvelope, seed_ty
 
 
 def _device_tables(graph: HeteroGraph, features) -> dict:
-    """{type: device float[N_t, d_t]} from `features`, each checked: a type of the
-    graph, one 2-D row per node."""
+    """{type: float[N_t, d_t]} from `features`, each checked: a type of the graph, one
+    2-D row per node; on the device, but for tables left in host memory (`HostTable`,
+    `CachedTable`), which the batches read as `zg.train` reads them."""
     if features is not None and not isinstance(features, Mapping):
         raise ValueError(f"features must be a dict {{node type: float[N_t, d]}}, got "
                          f"{type(features).__name__}")
@@ -382,7 +384,7 @@ def _device_tables(graph: HeteroGraph, features) -> dict:
         if t not in counts:
             raise ValueError(f"features has type {t!r}, which is not a node type of the "
                              f"graph ({', '.join(counts)})")
-        table = jnp.asarray(table)
+        table = table if is_host_resident(table) else jnp.asarray(table)
         if table.ndim != 2 or table.shape[0] != counts[t]:
             raise ValueError(f"features[{t!r}] must be [{counts[t]}, d] (one row per node), "
                              f"got {list(table.shape)}")

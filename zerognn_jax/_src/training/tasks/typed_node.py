@@ -61,6 +61,7 @@ from zerognn_jax._src.training.parallel import make_mesh
 from zerognn_jax._src.training.placement import (
     HEADROOM,
     Placement,
+    add_drawn_counts,
     announce_placement,
     cache_budget,
     choose_placement,
@@ -129,7 +130,6 @@ class TypedSample(NamedTuple):
 
 # Rows of one type converted to the table at a time (TypedInputs.table).
 _TABLE_BLOCK = 1 << 20
-_DEGREE_BLOCK = 1 << 26  # edges counted at a time by `TypedInputs.degrees`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,11 +198,7 @@ class TypedInputs:
         for rel, g in graph.items():
             src = rel[0]
             if src in offsets and rel in sampled:
-                rows = out[offsets[src]:offsets[src] + counts[src]]
-                # in pieces: bincount copies its input to int64 (8 bytes an edge)
-                for start in range(0, g.indices.shape[0], _DEGREE_BLOCK):
-                    rows += np.bincount(np.asarray(g.indices[start:start + _DEGREE_BLOCK]),
-                                        minlength=counts[src])
+                add_drawn_counts(out[offsets[src]:offsets[src] + counts[src]], g.indices)
         return out
 
     def pack(self, nodes: dict, valid: dict) -> tuple[tuple, tuple]:
