@@ -901,6 +901,23 @@ def test_a_signal_inside_deferred_interrupts_stops_train_after_the_epoch(dataset
     assert Checkpointer(str(tmp_path / "ck")).all_epochs() == [0]
 
 
+def test_a_signal_after_the_last_epochs_training_lets_the_run_finish(dataset, tmp_path):
+    """A SIGINT during the last epoch's evaluation (sent here from its callback, which
+    runs after it) stopped the run before its summary: without a checkpoint folder the
+    whole run was lost. All that is left then is the summary, so the run finishes."""
+    import zerognn_jax as zg
+
+    def kill(record):
+        if record["epoch"] == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with zg.deferred_interrupts():
+        result = train(config(tmp_path, 2, checkpoint_dir=None, eval_every=1), dataset,
+                       callbacks=(kill,))
+    assert result.summary["epochs_run"] == 2 and "test_acc" in result.summary
+    assert strict_records(tmp_path / "m.jsonl")[-1]["summary"]
+
+
 def test_a_run_stopped_in_its_last_evaluation_keeps_the_epoch(dataset, tmp_path, monkeypatch,
                                                                three_epochs):
     """The epoch's checkpoint is written before its evaluation: a run stopped during a

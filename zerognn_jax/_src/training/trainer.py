@@ -561,7 +561,8 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
             log.write(record)  # the record follows its checkpoint, never precedes it
             board.write(record)
             stopped = run_callbacks(user.callbacks, record)
-            interrupts.check(f"epoch {epoch}")
+            if epoch < cfg.epochs - 1:  # after the last, only its summary is left to write:
+                interrupts.check(f"epoch {epoch}")  # a stop would lose it (no checkpoint)
             if stopped and epoch < cfg.epochs - 1:
                 if not due:  # an epoch eval_every skips: evaluated now, as the last epoch
                     # is, into its record (the log's line precedes it; the summary holds
