@@ -239,6 +239,12 @@ def test_fanout_layouts_agree_and_errors_name_the_relation():
                                              r"there is 0\)"):
             zg.TypedSamplerConfig(zeros)
     zg.TypedSamplerConfig({WRITES: (0, 2), CITES: (1, 0)})  # a relation skipped at a hop
+    # a hop whose fanouts above 0 all lead into types its batch does not hold yet
+    into_papers = {r: ((0, 2) if r[2] == "paper" else (3, 2)) for r in rels}
+    with pytest.raises(ValueError, match=r"^hop 0 samples no relation into the 'paper' "
+                                         r"nodes a batch of 'paper' seeds holds there \(the "
+                                         r"fanouts of .*paper__cites__paper.* are 0"):
+        zg.TypedSamplerConfig(into_papers).resolve(graph).plan("paper")
     with pytest.raises(ValueError, match=r"capacity of paper at level 1 \(8\) is below"):
         zg.TypedEnvelope("paper", 16, ((("paper", 8),),))
 

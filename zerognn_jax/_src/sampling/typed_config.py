@@ -245,6 +245,15 @@ class TypedSamplerConfig:
         types, out = seed_types(seed_type), []
         for hop in range(self.num_hops):
             rels = tuple(r for r, f in self.fanouts if r[2] in types and f[hop] > 0)
+            if not rels:  # (the hops' own check sees fanouts, not which types they reach)
+                into = [relation_name(r) for r, _ in self.fanouts if r[2] in types]
+                raise ValueError(
+                    f"hop {hop} samples no relation into the {', '.join(map(repr, types))} "
+                    f"nodes a batch of {seed_type!r} seeds holds there "
+                    + (f"(the fanouts of {', '.join(into)} are 0 at that hop)" if into else
+                       "(no relation of the graph leads into them)")
+                    + ", so its layer would see no neighbour: give one of them a fanout "
+                      "above 0 (or -1, all) there, or fewer hops")
             types = tuple(dict.fromkeys(types + tuple(r[0] for r in rels)))
             out.append(HopPlan(rels, types))
         return tuple(out)
