@@ -167,7 +167,7 @@ def test_splits_of_different_sizes_share_one_sampled_pass(graph_400, monkeypatch
     monkeypatch.setattr(evaluate, "_sampled_pass", record)
     predictor = evaluate.Predictor(res.program, res.variables, res.data, "sampled", 16, 3)
     got = predictor.split_outputs(parts)
-    assert len(programs) == 5 and len(set(programs)) == 1  # 2 + 1 + 2 calls of 8 batches
+    assert len(programs) == 10 and len(set(programs)) == 1  # 5 + 1 + 4 calls of 3 batches
     for want, out in zip(alone, got):
         assert len(np.unique(want.round(5), axis=0)) > len(want) // 2  # rows differ
         np.testing.assert_array_equal(np.asarray(out), want)
