@@ -113,7 +113,8 @@ def test_a_dataset_that_cannot_be_read_is_refused_before_any_child_process(tmp_p
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"configs": ()}, "configs must name at least one configuration"),
+    ({"configs": ()}, r"configs must name at least one configuration \(or ask for "
+                      r"check_steps, phases or batch_sizes alone\)"),
     ({"deadline": -1.0}, "deadline must be a positive number of seconds, got -1.0"),
     ({"deadline": float("nan")}, "deadline must be a positive number of seconds, got nan"),
     ({"batch_sizes": (2**33,)}, r"batch_sizes must be in \[1, 2\*\*31\)"),
@@ -132,6 +133,18 @@ def test_options_that_would_fail_after_the_measurements_fail_first(kwargs, match
         bench.BenchOptions(**kwargs)
     with pytest.raises(ValueError, match="out .* is a folder, not a file"):
         bench.BenchOptions(out=str(tmp_path))
+    (tmp_path / "notes.txt").write_text("hello\n")  # written over, or found after the runs
+    for name, path, said in (
+            ("envelope_cache", "notes.txt", r"holds something other than a cached envelope "
+                                            r"\(it begins 'hello'\)"),
+            ("envelope_cache", "notes.txt/env.json", "notes.txt is a file, not a folder"),
+            ("trace_dir", "notes.txt/t", "notes.txt is a file, not a folder"),
+            ("plot", "notes.txt/x.png", "notes.txt is a file, not a folder"),
+            ("plot", "folder.png", "is a folder, not a file")):
+        (tmp_path / "folder.png").mkdir(exist_ok=True)
+        with pytest.raises(ValueError, match=f"{name} .*{said}"):
+            bench.BenchOptions(**{name: str(tmp_path / path)})
+    assert (tmp_path / "notes.txt").read_text() == "hello\n"
     (tmp_path / "f").write_text("")
     with pytest.raises(ValueError, match="trace_dir .* is a file, not a folder"):
         bench.BenchOptions(trace_dir=str(tmp_path / "f"))
@@ -229,12 +242,15 @@ def test_a_child_stopped_by_ctrl_c_keeps_what_it_measured(monkeypatch):
     """A terminal's Ctrl-C reaches the child too: it finishes its config, writes the
     record and exits 130. Its record was thrown away for an error record (`bench
     --isolate`, and `scan-cmdbuf` always); a child stopped before it measured anything
-    is skipped, not an error."""
+    is skipped, not an error. A child that exits 1 (its measurement's record an error)
+    keeps its record and reason: they were replaced by "child process exited with 1: "
+    and nothing (an out-of-memory error under `--isolate` showed no reason)."""
     popen = subprocess.Popen
     script = ("import json, sys; out = json.load(open(sys.argv[1]))['out']; "
-              "open(out, 'w').write(json.dumps({'kind': 'config', 'config': 'scan-xla', "
-              "'status': 'ok', 'epoch_s': 1.5}) + '\\n' if sys.argv[2] == '1' else ''); "
-              "sys.exit(int(sys.argv[3]))")
+              "r = {'kind': 'config', 'config': 'scan-xla', 'status': 'ok', 'epoch_s': 1.5}; "
+              "e = dict(r, status='error', reason='JaxRuntimeError: out of memory'); "
+              "open(out, 'w').write({'1': json.dumps(r) + '\\n', '2': json.dumps(e) + "
+              "'\\n'}.get(sys.argv[2], '')); sys.exit(int(sys.argv[3]))")
     options = bench.BenchOptions(TrainConfig(dataset="tiny", progress=False),
                                  configs=("scan-xla",))
     def child(wrote: str, code: int) -> dict:
@@ -249,9 +265,35 @@ def test_a_child_stopped_by_ctrl_c_keeps_what_it_measured(monkeypatch):
     record = child("0", 130)
     assert record["status"] == "skipped" and record["reason"] == (
         "its child process was stopped by SIGINT before it measured it")
-    record = child("1", 1)  # a failure stays an error
+    record = child("2", 1)
+    assert (record["status"], record["reason"]) == ("error", "JaxRuntimeError: out of memory")
+    record = child("0", 1)  # a failure before any record stays an error
     assert record["status"] == "error" and record["reason"].startswith(
         "child process exited with 1")
+
+
+def test_check_phases_or_a_sweep_run_without_configs_and_skips_are_no_failure(monkeypatch):
+    """benchmarks/run_gpu.sh's third step asks for the check, the phases and the sweep
+    with `--configs ""`, which was refused: the step never ran. A run whose records are
+    all skipped (Pallas off a GPU) exited 1 with no message, for its summary's "nothing
+    measured"; an error record still makes it 1. A check or phases record that failed
+    is a line of the table (the table read its figures: KeyError)."""
+    from zerognn_jax.cli import bench as bench_cli
+
+    for alone in ({"check_steps": 2}, {"phases": True}, {"batch_sizes": (64,)}):
+        assert bench.BenchOptions(configs=(), **alone).configs == ()
+    summary = {"kind": "summary", "status": "nothing measured", "goals": {}}
+    skipped = {"kind": "config", "config": "scan-pallas", "status": "skipped"}
+    for records, code in (([skipped, summary], 0),
+                          ([dict(skipped, status="error"), summary], 1)):
+        monkeypatch.setattr(bench, "run", lambda options, records=records: records)
+        monkeypatch.setattr(bench_cli, "options_from_args", lambda args: None)
+        assert bench_cli.run_bench(SimpleNamespace()) == code
+    failed = {"kind": "check", "config": "scan-vs-host-exact", "status": "error",
+              "reason": "ValueError: the host engine runs on one device"}
+    assert "check scan-vs-host-exact: error: ValueError: the host engine runs on one " \
+           "device" in bench_report.format_table([failed, dict(failed, kind="phases",
+                                                                config="phases")])
 
 
 def test_union_length_counts_overlaps_once():

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -498,6 +499,23 @@ def test_an_output_path_that_cannot_be_written_is_one_line_before_any_work(tmp_p
                                        f"is a file, not a folder\n")
     with pytest.raises(FileExistsError, match=f"{tmp_path / 'file'} is a file, not a folder"):
         storage_graphs.save_graphs(molhiv_like(0.001), graphs)
+
+
+def test_a_record_appended_to_a_file_whose_last_line_has_no_newline_starts_its_own():
+    """`bench --out` (and metrics_out) onto a JSON-lines file without its last newline
+    glued the first record onto that line, and the file no longer read back."""
+    from zerognn_jax._src.data.writes import AppendFile
+
+    for before, want in (('{"a": 1}', '{"a": 1}\n{"b": 2}\n{"c": 3}\n'),
+                         ('{"a": 1}\n', '{"a": 1}\n{"b": 2}\n{"c": 3}\n'),
+                         ("", '{"b": 2}\n{"c": 3}\n')):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "m.jsonl"
+            path.write_text(before)
+            with AppendFile(path, "bench output") as out:
+                out.write('{"b": 2}\n')
+                out.write('{"c": 3}\n')
+            assert path.read_text() == want
 
 
 def test_a_metrics_path_that_is_no_regular_file_is_refused(tmp_path):

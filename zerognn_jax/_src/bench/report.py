@@ -104,7 +104,9 @@ def _config_rows(records: list[dict], summary: dict | None) -> list[str]:
 def _other_rows(records: list[dict]) -> list[str]:
     rows = []
     for r in records:
-        if r["kind"] == "check":
+        if r["kind"] in ("check", "phases") and r["status"] != "ok":  # no figures
+            rows.append(f"{r['kind']} {r['config']}: {r['status']}: {r.get('reason', '')}")
+        elif r["kind"] == "check":
             rows.append(
                 f"check {r['config']} over {r['steps_timed']} steps: {r['status']} "
                 f"(counts equal {r['counts_equal']}, edges equal {r['edges_equal']}, "

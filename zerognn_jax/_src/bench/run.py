@@ -107,7 +107,9 @@ class BenchOptions:
             (self.check_steps >= 0, f"check_steps must be >= 0, got {self.check_steps}"),
             (all(1 <= b < 2**31 for b in self.batch_sizes),
              f"batch_sizes must be in [1, 2**31), got {self.batch_sizes}"),
-            (bool(self.configs), "configs must name at least one configuration"),
+            (bool(self.configs or self.check_steps or self.phases or self.batch_sizes),
+             "configs must name at least one configuration (or ask for check_steps, "
+             "phases or batch_sizes alone)"),
             (self.deadline is None or (math.isfinite(self.deadline) and self.deadline > 0),
              f"deadline must be a positive number of seconds, got {self.deadline}"),
         ]
@@ -142,6 +144,10 @@ class BenchOptions:
             if plot.suffix.lower() not in PLOT_SUFFIXES:
                 raise ValueError(f"plot must end in one of {', '.join(PLOT_SUFFIXES)}, got "
                                  f"{self.plot!r}")
+            if plot.is_dir():
+                raise ValueError(f"plot {self.plot!r} is a folder, not a file")
+            if (above := file_on_the_way(plot)) is not None:
+                raise ValueError(f"plot {self.plot!r}: {above} is a file, not a folder")
             if not plot.parent.is_dir():
                 raise ValueError(f"plot {self.plot!r} names a folder that does not exist "
                                  f"({plot.parent})")
@@ -152,6 +158,8 @@ class BenchOptions:
         if self.trace_dir and pathlib.Path(self.trace_dir).exists() and \
                 not pathlib.Path(self.trace_dir).is_dir():
             raise ValueError(f"trace_dir {self.trace_dir} is a file, not a folder")
+        if self.trace_dir and (above := file_on_the_way(self.trace_dir)) is not None:
+            raise ValueError(f"trace_dir {self.trace_dir}: {above} is a file, not a folder")
         if self.out:
             out, above = pathlib.Path(self.out), file_on_the_way(self.out)
             if out.is_dir():
@@ -165,8 +173,20 @@ class BenchOptions:
                 raise ValueError(f"out {self.out} holds something other than JSON lines "
                                  f"(it begins {first!r}), and the records would be "
                                  f"appended to it; give another file")
-        if self.envelope_cache and pathlib.Path(self.envelope_cache).is_dir():
-            raise ValueError(f"envelope_cache {self.envelope_cache} is a folder, not a file")
+        if self.envelope_cache:
+            cache, above = pathlib.Path(self.envelope_cache), file_on_the_way(
+                self.envelope_cache)
+            if cache.is_dir():
+                raise ValueError(f"envelope_cache {self.envelope_cache} is a folder, not a "
+                                 f"file")
+            if above is not None:
+                raise ValueError(f"envelope_cache {self.envelope_cache}: {above} is a file, "
+                                 f"not a folder")
+            first = not_json_lines(cache) if cache.is_file() else None
+            if first is not None:  # (it was written over)
+                raise ValueError(f"envelope_cache {self.envelope_cache} holds something "
+                                 f"other than a cached envelope (it begins {first!r}), and "
+                                 f"would be written over; give another file")
 
     def child(self, config: str, envelope_cache: str | None) -> BenchOptions:
         """The options of a child process that measures `config` alone."""
@@ -357,7 +377,8 @@ def run_child(options: BenchOptions, xla_flags: str = "",
             if out.is_file() else []
     records = [r for r in records if r["kind"] != "summary"]
     stopped = {128 + int(s): s.name for s in interrupts.SIGNALS}.get(code)
-    if records and (code == 0 or stopped):
+    # (a child exits 1 where its measurement's record is an error: the record says why)
+    if records and (code in (0, 1) or stopped):
         return [dict(r, peak_scope="config") for r in records]
     if stopped:
         return [dict(blank_record("config", c, options), status="skipped",

@@ -444,14 +444,19 @@ class AppendFile:
 
     def __init__(self, path: str | os.PathLike, what: str):
         self.path, self.what = path, what
+        self._line_start = False  # whether the file is known to end a line
         with writing(what, path):
-            self._file = open(path, "ab", buffering=0)  # noqa: SIM115 (closed by close())
+            self._file = open(path, "a+b", buffering=0)  # noqa: SIM115 (closed by close())
 
     def write(self, text: str) -> None:
-        data = memoryview(text.encode("utf-8", "surrogateescape"))
+        data = text.encode("utf-8", "surrogateescape")
         fd = self._file.fileno()
         with writing(self.what, self.path):
             end = os.lseek(fd, 0, os.SEEK_END)
+            # a file whose last line has no newline would take the first record onto it
+            if not self._line_start and end and os.pread(fd, 1, end - 1) != b"\n":
+                data = b"\n" + data
+            data = memoryview(data)
             try:
                 while data:
                     data = data[os.write(fd, data):]
@@ -459,6 +464,7 @@ class AppendFile:
                 with contextlib.suppress(OSError):
                     os.ftruncate(fd, end)
                 raise
+            self._line_start = True
 
     def flush(self) -> None:
         """Nothing to do: every `write` reaches the file at once."""
