@@ -149,6 +149,26 @@ def test_data_arguments_of_a_run_with_host_features_are_arrays_in_node_order():
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
+def test_a_table_padded_past_the_nodes_is_exported_at_the_nodes(trained):
+    """A run's table split over devices (`shard_features`) has zero rows past its nodes,
+    up to a multiple of the devices; an artifact staged from that data took the padded
+    table only (`zerognn export` of the run's checkpoint takes the table itself). It is
+    staged at the graph's rows, and `data_arguments` of the padded data gives those."""
+    p, v, d = trained.program, trained.variables, trained.data
+    n = d.graph.num_nodes
+    padded = d._replace(features=jnp.concatenate([d.features, jnp.zeros((3, 5))]))
+    out = export_model(p, v, padded, batch_size=16)
+    assert out.exported.in_avals[2].shape[0] == n
+    indptr, indices, table = out.data_arguments(padded)
+    np.testing.assert_array_equal(np.asarray(table), np.asarray(d.features))
+    seeds, valid, key = jnp.arange(250, 266, dtype=jnp.int32), jnp.ones(16, bool), jnp.uint32(5)
+    np.testing.assert_array_equal(np.asarray(out.exported.call(indptr, indices, table, seeds,
+                                                               valid, key)),
+                                  np.asarray(export_model(p, v, d, batch_size=16).exported.call(
+                                      d.graph.indptr, d.graph.indices, d.features, seeds,
+                                      valid, key)))
+
+
 def _typed(**options):
     """A typed run: papers with features, citations with 2 edge features, featureless
     authors; every neighbour sampled."""

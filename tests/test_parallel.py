@@ -145,7 +145,10 @@ def test_make_mesh_names_the_bad_device_count(capsys):
     with pytest.raises(ValueError, match=f"^devices {have + 1} .* {have} local"):  # Python's
         parallel.make_mesh(have + 1)
     assert main(["train", "--devices", str(have + 1)]) == 2  # the command line's spelling
-    assert f"--devices {have + 1} must lie in [0, {have}]" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"--devices {have + 1} must lie in [0, {have}]" in err
+    if jax.default_backend() == "cpu":  # how to get more of them there
+        assert "start the process with JAX_NUM_CPU_DEVICES=N" in err
     assert parallel.make_mesh(0).size == have
 
 
@@ -484,3 +487,7 @@ def test_cli_distributed_flags(monkeypatch, capsys):
     assert (args.num_processes, args.process_id) == (2, 1)
     assert cli.main(["train", "--coordinator", "10.0.0.1:9000"]) == 2
     assert "--num-processes and --process-id" in capsys.readouterr().err
+    for address in ("nonsense", "10.0.0.1:", ":9000", "10.0.0.1:port", "h:70000"):
+        assert cli.main(["train", "--coordinator", address, "--num-processes", "1",
+                         "--process-id", "0"]) == 2  # (JAX's IndexError: a traceback)
+        assert f"--coordinator '{address}' must be HOST:PORT" in capsys.readouterr().err

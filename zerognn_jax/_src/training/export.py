@@ -30,7 +30,7 @@ from zerognn_jax._src.data.checks import at_least_one, is_int
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.hetero import HeteroGraph, relation_name
-from zerognn_jax._src.ops.host_rows import HostTable
+from zerognn_jax._src.ops.host_rows import HostTable, is_host_resident
 from zerognn_jax._src.ops.registry import XLA
 from zerognn_jax._src.sampling.envelope import MAX_CAPACITY, PastInt32, conservative
 from zerognn_jax._src.sampling.graph_batch import GraphTables, pack_graphs
@@ -87,7 +87,12 @@ class ExportedModel(NamedTuple):
         if "n_node" in self.arguments:
             raise ValueError("a graph-level artifact takes each call's graphs whole, and "
                              "no data arrays: call it with graph_arguments(...)")
-        return tuple(_in_node_order(a) for a in _lookup(data, self.arguments[:-3]))
+        # (a run's table split over devices holds padding rows past its nodes, which the
+        # artifact does not take)
+        arrays = [_in_node_order(a) for a in _lookup(data, self.arguments[:-3])]
+        return tuple(a[:aval.shape[0]] if name == "features" and a.shape[0] > aval.shape[0]
+                     else a for name, a, aval in zip(self.arguments, arrays,
+                                                      self.exported.in_avals))
 
 
 # A graph-level artifact's arguments: B graphs' nodes and edges back to back in
@@ -179,6 +184,23 @@ def _in_node_order(table):
     if table.position is None:
         return table.array
     return table.array[np.asarray(table.position)]
+
+
+def _without_padding(program: StepProgram, data: DeviceData) -> DeviceData:
+    """`data` with its feature table cut to the graph's rows: a table split over devices
+    (`shard_features`) is padded to a multiple of them, and an artifact staged at its
+    shape took the padded table only (`zerognn export` of the same run's checkpoint took
+    the table itself)."""
+    graph, table = data.graph, data.features
+    if isinstance(graph, HeteroGraph):
+        inputs = getattr(program.task, "inputs", None)
+        rows = None if inputs is None else inputs.table_rows(graph.num_nodes)
+    else:
+        rows = getattr(graph, "num_nodes", None)
+    if rows is None or is_host_resident(table) or not hasattr(table, "shape") \
+            or table.shape[0] <= rows:
+        return data
+    return data._replace(features=table[:rows])
 
 
 def _lookup(data: DeviceData, names) -> list:
@@ -289,6 +311,7 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
     # The XLA twin of every op: no Triton custom calls, whose serialized form jax.export
     # does not promise to keep loadable, and one artifact lowers for CPU and GPU alike.
     program = dataclasses.replace(program.with_mesh(None), kernels=XLA)
+    data = _without_padding(program, data)
     try:
         if graphs:
             return _export_graphs(program, variables, data, batch_size, rows, max_degree,

@@ -71,6 +71,10 @@ def initialize_distributed(coordinator: str | None, num_processes: int | None = 
         raise ValueError(f"--num-processes must be >= 1, got {num_processes}")
     if not 0 <= process_id < num_processes:
         raise ValueError(f"--process-id {process_id} must lie in [0, {num_processes})")
+    host, _, port = coordinator.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:  # (JAX: IndexError)
+        raise ValueError(f"--coordinator {coordinator!r} must be HOST:PORT (process 0's "
+                         f"address and a free port on it, as 10.0.0.1:9000) or 'auto'")
     jax.distributed.initialize(coordinator, num_processes, process_id,
                                initialization_timeout=timeout_s)
     return True
@@ -83,8 +87,12 @@ def make_mesh(devices: int = 0) -> Mesh:
     """
     local = jax.local_device_count()
     if not 0 <= devices <= local:
+        fake = ("; to try several on a CPU, start the process with JAX_NUM_CPU_DEVICES=N "
+                "(or XLA_FLAGS=--xla_force_host_platform_device_count=N)"
+                if jax.default_backend() == "cpu" and devices > local else "")
         raise ValueError(f"devices {devices} must lie in [0, {local}]: this process has "
-                         f"{local} local {jax.default_backend()} device(s) (0 = all of them)")
+                         f"{local} local {jax.default_backend()} device(s) (0 = all of "
+                         f"them){fake}")
     per_process = devices or local
     by_process: dict[int, list] = {}
     for device in jax.devices():

@@ -169,13 +169,18 @@ class TypedInputs:
         """Rows of the stacked embedding table: every embedded type's nodes."""
         return sum(n for _, n in self.embedded)
 
+    def table_rows(self, num_nodes: dict) -> int:
+        """Rows of the stacked feature table (`table`) of a graph of `num_nodes` {type:
+        N_t}: every featured type's nodes (one row where no type has features)."""
+        return sum(num_nodes[t] for t, _ in self.widths) if self.widths else 1
+
     def table(self, dataset: HeteroDataset, dtype, normalize: bool) -> np.ndarray:
         """[sum of N_t over featured types, max d]: the types' features, stacked, zero
         padded. Written into one array of `dtype` a block of rows at a time (float32 only
         for a block being normalised): IGBH-like's 35 GB in bfloat16 would otherwise
         pass through float32 copies several times its size."""
         width = max((d for _, d in self.widths), default=1)
-        total = sum(dataset.num_nodes[t] for t, _ in self.widths) if self.widths else 1
+        total = self.table_rows(dataset.num_nodes)
         out = np.zeros((total, width), np.dtype(dtype))
         for t, d in self.widths:
             rows, first = dataset.features[t], dict(self.offsets)[t]
