@@ -296,6 +296,26 @@ def test_check_phases_or_a_sweep_run_without_configs_and_skips_are_no_failure(mo
                                                                 config="phases")])
 
 
+def test_a_batch_above_the_training_items_is_lowered_and_a_sweep_point_above_skipped(
+        tmp_path):
+    """`zerognn train` lowers a batch above the training items to them
+    (`trainer.fit_batch`); the bench calibrated and timed the batch asked (env/ideal
+    2.15 at batch 1024 on 393 items) while its program took the lowered one. A sweep
+    point above the items is skipped, its record carrying its own batch."""
+    from zerognn_jax._src.bench import workload
+
+    cfg = TrainConfig(dataset="tiny", layers=1, fanouts=(3,), hidden=8,
+                      batch_size=10**6, epochs=1, progress=False)
+    wb = workload.Workbench(bench.BenchOptions(cfg, configs=("scan-xla",)))
+    items = len(wb.dataset.train_idx)
+    assert wb.cfg.batch_size == wb.program.batch_size == wb.envelope.batch_size == items
+    records = bench.run(bench.BenchOptions(cfg, configs=(), batch_sizes=(items + 1,)))
+    sweep = [r for r in records if r["kind"] == "sweep"]
+    assert [(r["status"], r["batch_size"]) for r in sweep] == [("skipped", items + 1)] * 2
+    assert sweep[0]["reason"] == (f"batch {items + 1} is above the {items} training items "
+                                  f"a device takes")
+
+
 def test_union_length_counts_overlaps_once():
     assert profiling.union_length([]) == 0
     assert profiling.union_length([(0, 2), (1, 3), (5, 6), (5.5, 5.7)]) == pytest.approx(4.0)

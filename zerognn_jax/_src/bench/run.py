@@ -219,8 +219,8 @@ class _Run:
             self.out.write(line + "\n")
             self.out.flush()
 
-    def skip(self, kind: str, name: str, reason: str) -> None:
-        self.emit(dict(blank_record(kind, name, self.options), status="skipped",
+    def skip(self, kind: str, name: str, reason: str, batch_size: int | None = None) -> None:
+        self.emit(dict(blank_record(kind, name, self.options, batch_size), status="skipped",
                        reason=reason))
 
 
@@ -288,10 +288,15 @@ def _run_here(state: _Run, configs: list[str]) -> None:
             peak_scope="process"))
     if options.phases:
         _guarded(state, "phases", "phases", lambda: workload.phase_timings(wb))
+    items = -(-len(wb.dataset.train_idx) // wb.program.num_shards)  # a device's
     for batch_size in options.batch_sizes:
         for name in ("scan-xla", "host-bucketed"):
             if state.out_of_time():
-                state.skip("sweep", name, f"time budget (--deadline) spent (b={batch_size})")
+                state.skip("sweep", name, "time budget (--deadline) spent", batch_size)
+                continue
+            if batch_size > items:  # one step takes them all, the rest padding
+                state.skip("sweep", name, f"batch {batch_size} is above the {items} "
+                                          f"training items a device takes", batch_size)
                 continue
             _guarded(state, "sweep", name,
                      lambda b=batch_size, name=name: workload.sweep_point(wb, name, b))

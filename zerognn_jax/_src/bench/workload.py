@@ -116,12 +116,13 @@ def git_commit() -> str | None:
     return (head + "+dirty" if dirty else head) or None
 
 
-def blank_record(kind: str, name: str, options) -> dict:
-    """A record with every field present (None until measured) and the run's identity."""
+def blank_record(kind: str, name: str, options, batch_size: int | None = None) -> dict:
+    """A record with every field present (None until measured) and the run's identity
+    (its batch `batch_size`, default the run's)."""
     record = dict.fromkeys(FIELDS)
     cfg = options.train
     record.update(kind=kind, config=name, status="ok", dataset=cfg.dataset,
-                  scale=cfg.scale, batch_size=cfg.batch_size,
+                  scale=cfg.scale, batch_size=batch_size or cfg.batch_size,
                   fanouts=list(cfg.fanouts), sampler=cfg.sampler, jax_version=jax.__version__,
                   git_commit=git_commit())
     variant = VARIANTS.get(name)
@@ -149,6 +150,10 @@ class Workbench:
         self.options = options
         cfg = dataclasses.replace(options.train, eval_mode="none", progress=False)
         self.dataset, self.data, self.program = trainer.prepare(cfg)
+        # a batch above the training items is lowered to them, as `zg.train` does
+        # (`trainer.fit_batch`): the program's; the configs, the phases and the records
+        # take it too (they calibrated and timed the batch asked, with its padding)
+        cfg = dataclasses.replace(cfg, batch_size=self.program.batch_size)
         self.cfg = trainer.with_model(cfg, self.program.task, self.dataset)
         self.train_idx = jnp.asarray(self.dataset.train_idx, jnp.int32)
         self._calibrations = {}
