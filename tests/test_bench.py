@@ -316,6 +316,18 @@ def test_a_batch_above_the_training_items_is_lowered_and_a_sweep_point_above_ski
                                   f"a device takes")
 
 
+def test_a_workload_refused_at_its_start_writes_no_record(tmp_path, capsys):
+    """A workload refused as the run builds it (edge features on a graph without them)
+    is one error line; a "nothing measured" summary was printed and appended to `out`
+    before it, as if a run had happened."""
+    out = tmp_path / "b.jsonl"
+    cfg = TrainConfig(dataset="tiny", layers=1, fanouts=(3,), hidden=8, epochs=1,
+                      edge_features=True, model="gine", progress=False)
+    with pytest.raises(ValueError, match="has no edge-feature table"):
+        bench.run(bench.BenchOptions(cfg, configs=("scan-xla",), out=str(out)))
+    assert out.read_text() == "" and capsys.readouterr().out == ""
+
+
 def test_union_length_counts_overlaps_once():
     assert profiling.union_length([]) == 0
     assert profiling.union_length([(0, 2), (1, 3), (5, 6), (5.5, 5.7)]) == pytest.approx(4.0)

@@ -234,7 +234,7 @@ def run(options: BenchOptions) -> list[dict]:
     from zerognn_jax._src.bench import report as bench_report
 
     with AppendFile(options.out, "bench output") if options.out else _nowhere() as out:
-        state, stopped = _Run(options, out), None
+        state, stopped, refused = _Run(options, out), None, False
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 cache = options.envelope_cache or str(pathlib.Path(tmp) / "envelope.json")
@@ -247,13 +247,17 @@ def run(options: BenchOptions) -> list[dict]:
         except interrupts.Interrupted as err:
             stopped = err
             raise
+        except Exception:
+            refused = not state.records  # (the workload refused before any measurement:
+            raise  # no run, so no summary record either)
         finally:  # every run ends with its summary, an interrupted one too: a file of
             # appended runs is cut at them (report.runs_of)
             summary = (bench_report.summarize(state.records)
                        or {"kind": "summary", "status": "nothing measured", "goals": {}})
             if stopped is not None:  # ("ok" had hidden the measurements never made)
                 summary.update(status="interrupted", stopped_after=stopped.after)
-            state.emit(summary)
+            if not refused:
+                state.emit(summary)
     print(bench_report.format_table(state.records), flush=True)
     if options.plot:
         bench_report.plot(state.records, options.plot)
