@@ -20,6 +20,7 @@ from zerognn_jax import (
     make_dataset,
     train,
 )
+from zerognn_jax._src.ops.host_rows import host_table
 from zerognn_jax._src.sampling.envelope import conservative
 
 
@@ -130,23 +131,28 @@ def test_a_model_reading_edge_features_takes_the_table_as_an_argument():
 
 
 def test_data_arguments_of_a_run_with_host_features_are_arrays_in_node_order():
-    """A run whose feature table stays in host memory, laid out hottest rows first: the
-    artifact takes the table in node order. `data_arguments` handed the HostTable itself,
-    which the artifact refused."""
-    res = _train((4, 3), feature_placement="host", host_row_order="degree")
-    p, v, d = res.program, res.variables, res.data
-    assert d.features.position is not None  # rows laid out by degree, not by id
-    out = export_model(p, v, d, batch_size=16)
-    indptr, indices, table = out.data_arguments(d)
-    assert isinstance(table, np.ndarray)
-    np.testing.assert_array_equal(table, np.asarray(d.features.array)[
-        np.asarray(d.features.position)])
-    back = jax.export.deserialize(out.serialize())
-    seeds, valid, key = jnp.arange(250, 266, dtype=jnp.int32), jnp.ones(16, bool), jnp.uint32(5)
-    got = back.call(indptr, indices, table, seeds, valid, key)
-    caps = conservative(16, p.sampler.slots, d.graph.num_nodes).capacities
-    want, _, _ = p.forward(v, d, seeds, valid, key, caps, train=False)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+    """A run whose feature table stays in host memory, laid out hottest rows first, with
+    some of its rows cached on the device or none: the artifact takes the table in node
+    order. `data_arguments` handed the HostTable itself, which the artifact refused, and
+    a CachedTable (a GPU's default) still."""
+    for cache in (0, 20 * 5 * 4 / 2**30):  # none; 20 rows of 5 float32 columns
+        res = _train((4, 3), feature_placement="host", host_row_order="degree",
+                     feature_cache_gib=cache)
+        p, v, d = res.program, res.variables, res.data
+        host = host_table(d.features)
+        assert (host is d.features) == (cache == 0)
+        assert host.position is not None  # rows laid out by degree, not by id
+        out = export_model(p, v, d, batch_size=16)
+        indptr, indices, table = out.data_arguments(d)
+        assert isinstance(table, np.ndarray)
+        np.testing.assert_array_equal(table, np.asarray(host.array)[
+            np.asarray(host.position)])
+        back = jax.export.deserialize(out.serialize())
+        seeds, valid = jnp.arange(250, 266, dtype=jnp.int32), jnp.ones(16, bool)
+        got = back.call(indptr, indices, table, seeds, valid, jnp.uint32(5))
+        caps = conservative(16, p.sampler.slots, d.graph.num_nodes).capacities
+        want, _, _ = p.forward(v, d, seeds, valid, jnp.uint32(5), caps, train=False)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
 def test_a_table_padded_past_the_nodes_is_exported_at_the_nodes(trained):

@@ -30,7 +30,7 @@ from zerognn_jax._src.data.checks import at_least_one, is_int
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.hetero import HeteroGraph, relation_name
-from zerognn_jax._src.ops.host_rows import HostTable, is_host_resident
+from zerognn_jax._src.ops.host_rows import host_table, is_host_resident
 from zerognn_jax._src.ops.registry import XLA
 from zerognn_jax._src.sampling.envelope import MAX_CAPACITY, PastInt32, conservative
 from zerognn_jax._src.sampling.graph_batch import GraphTables, pack_graphs
@@ -177,10 +177,12 @@ def _check_fits(shapes: dict, collection: GraphCollection) -> None:
 
 
 def _in_node_order(table):
-    """An array as the artifact takes it: a host feature table's NumPy array, its rows in
-    node order where the table keeps them hottest first (`HostTable.position`)."""
-    if not isinstance(table, HostTable):
+    """An array as the artifact takes it: a host feature table's NumPy array (a cached
+    one's too), its rows in node order where the table keeps them hottest first
+    (`HostTable.position`)."""
+    if not is_host_resident(table):
         return table
+    table = host_table(table)  # (a CachedTable's copies on the device are its rows too)
     if table.position is None:
         return table.array
     return table.array[np.asarray(table.position)]
