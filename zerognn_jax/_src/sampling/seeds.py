@@ -106,13 +106,21 @@ def serving_items(items: jax.Array, batch: int, limit: int) -> tuple[jax.Array, 
 EVAL_CALL_STEPS = 8
 
 
-def call_steps(parts: list, batch: int) -> int:
-    """The batches a call of an evaluation over the padded item arrays `parts` (whole
-    batches of `batch` rows each) runs: `EVAL_CALL_STEPS`, or fewer where a part has
-    fewer, so that no part runs more empty batches than it has real ones (a split of 2
-    batches beside one of 89 ran 6 empty ones; a batch of every neighbour can take
-    seconds on a CPU)."""
-    return min(EVAL_CALL_STEPS, min(p.shape[0] // batch for p in parts))
+def padded_parts(parts: list, batch: int, limit: int, bucketed: bool
+                 ) -> tuple[list[jax.Array], int, int]:
+    """(padded, batch, steps) of an evaluation over the id arrays `parts` (a dataset's
+    splits, or one request): each part's items padded to whole batches (`serving_items`
+    where `bucketed`, else `ordered_items`), the batch (a served one rounded up, the
+    same for every part), and the batches a call runs: `EVAL_CALL_STEPS`, or fewer
+    where a part that holds items has fewer, so that no part runs more empty batches
+    than real ones (a split of 2 batches beside one of 89 ran 6 empty ones; a batch of
+    every neighbour can take seconds on a CPU)."""
+    padded = [serving_items(jnp.asarray(ids), batch, limit) if bucketed
+              else (ordered_items(jnp.asarray(ids), batch), batch) for ids in parts]
+    batch = padded[0][1]
+    padded = [rows for rows, _ in padded]
+    held = [rows for ids, rows in zip(parts, padded) if len(ids)] or padded
+    return padded, batch, min(EVAL_CALL_STEPS, min(rows.shape[0] // batch for rows in held))
 
 
 def step_calls(padded, batch: int, steps: int) -> list[tuple[int, np.ndarray]]:

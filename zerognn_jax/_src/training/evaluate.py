@@ -39,7 +39,7 @@ from zerognn_jax._src.ops.host_rows import (
 )
 from zerognn_jax._src.ops.search import count_at_most
 from zerognn_jax._src.sampling.envelope import Envelope, conservative
-from zerognn_jax._src.sampling.seeds import call_steps, ordered_items, serving_items, step_calls
+from zerognn_jax._src.sampling.seeds import padded_parts, step_calls
 from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training.memory import (
     device_free_bytes,
@@ -602,23 +602,24 @@ def sampled_parts(program: StepProgram, variables, data: DeviceData, parts, *,
     batch_size, seed = at_least_one(batch_size, "batch_size"), key_seed(seed)
 
     def run(batch: int) -> list:
-        padded = [serving_items(jnp.asarray(nodes), batch, batch_size) if bucketed
-                  else (ordered_items(jnp.asarray(nodes), batch), batch) for nodes in parts]
-        batch = padded[0][1]  # (a served batch rounded up: the same for every part)
-        padded = [rows for rows, _ in padded]
+        padded, batch, steps = padded_parts(parts, batch, batch_size, bucketed)
         env = conservative(batch, program.sampler.slots, data.graph.num_nodes)
-        steps = call_steps(padded, batch)
-        outs = []
-        for nodes, rows in zip(parts, padded):
-            calls = [_sampled_pass(program, variables, data, chunk, jnp.uint32(seed),
-                                   jnp.int32(first), envelope=env)
-                     for first, chunk in step_calls(rows, batch, steps)]
-            out = jnp.concatenate([c.reshape(steps * batch, -1) for c in calls])
-            outs.append(out[: nodes.shape[0]])
-        return jax.block_until_ready(outs)
+        call = lambda chunk, first: _sampled_pass(program, variables, data, chunk,
+                                                  jnp.uint32(seed), first, envelope=env)
+        return jax.block_until_ready([
+            jnp.concatenate(in_calls(call, rows, batch, steps))[: nodes.shape[0]]
+            for nodes, rows in zip(parts, padded)])
 
     return halving_batches(run, batch_size, "sampled evaluation",
                            max(nodes.shape[0] for nodes in parts))
+
+
+def in_calls(call, padded, batch: int, steps: int) -> list[jax.Array]:
+    """`call(rows, first)` (a sampled pass: [steps, batch, ...] outputs of batches
+    `first`, `first + 1`, ...) over the batches of `padded`, `steps` a call
+    (`step_calls`), every call queued before any is read: [steps * batch, ...] each."""
+    return [call(rows, jnp.int32(first)).reshape(steps * batch, -1)
+            for first, rows in step_calls(padded, batch, steps)]
 
 
 def _refuse_typed(program: StepProgram, name: str) -> None:

@@ -37,7 +37,7 @@ from zerognn_jax._src.nn.hetero import TypedLayer, join_inputs, whole_graph_laye
 from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.ops.host_rows import host_table, is_host_resident, uploaded
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
-from zerognn_jax._src.sampling.seeds import call_steps, ordered_items, serving_items, step_calls
+from zerognn_jax._src.sampling.seeds import padded_parts, step_calls
 from zerognn_jax._src.sampling.typed_calibrate import sample_typed_epoch_counts
 from zerognn_jax._src.sampling.typed_config import seed_types
 from zerognn_jax._src.sampling.typed_envelope import (
@@ -55,6 +55,7 @@ from zerognn_jax._src.training.evaluate import (
     chunk_edge_rows,
     chunk_edges,
     halving_batches,
+    in_calls,
     rows_in_chunks,
     shared_chunk_rows,
     unless_out_of_memory,
@@ -349,16 +350,17 @@ def _chunked_rows(program, variables, h, graph, *, i: int, node_type: str, relat
     return rows_in_chunks(chunk, rows, length)
 
 
-def eval_envelope(task, data, padded: list, batch_size: int, seed, kernels, *,
+def eval_envelope(task, data, padded: list, batch_size: int, steps: int, seed, kernels, *,
                   served: bool = False):
     """The envelope that holds every batch of each item array of `padded` exactly (module
-    docstring); with `served` (a `zg.predict` request), rounded up to sizes shared with
-    earlier requests to `task` of the same batch size (`typed_served`: it only grows)."""
+    docstring), sampled `steps` batches a call (`padded_parts`); with `served` (a
+    `zg.predict` request), rounded up to sizes shared with earlier requests to `task` of
+    the same batch size (`typed_served`: it only grows)."""
     config, st = task.sampler, task.seed_type
     if not config.dedup:
         return typed_tree_sizes(config, st, batch_size)
     safe = typed_conservative(config, st, batch_size, data.graph.num_nodes, EXACT_POLICY)
-    steps, top = call_steps(padded, batch_size), {}
+    top = {}
     for rows in padded:
         for first, chunk in step_calls(rows, batch_size, steps):
             counts, _, _ = sample_typed_epoch_counts(
@@ -404,36 +406,22 @@ def sampled_parts(task, program, variables, data, parts, *, batch_size: int,
     largest part's ids), one envelope holding every part's batches, and every part run
     in calls of the same number of batches (`step_calls`)."""
     parts = [np.asarray(ids, np.int32) for ids in parts]
-    width = program.model.model.num_classes
-    live = [ids for ids in parts if ids.size]
-    if not live:
-        return [np.zeros((0, width), np.float32) for _ in parts]
+    if not any(ids.size for ids in parts):
+        return [np.zeros((0, program.model.model.num_classes), np.float32) for _ in parts]
 
     def run(batch: int) -> list[np.ndarray]:
-        padded = [serving_items(jnp.asarray(ids), batch, batch_size) if bucketed
-                  else (ordered_items(jnp.asarray(ids), batch), batch) for ids in live]
-        batch = padded[0][1]  # (a served batch rounded up: the same for every part)
-        padded, key = [rows for rows, _ in padded], jnp.uint32(seed)
-        env = eval_envelope(task, data, padded, batch, key, program.kernels, served=bucketed)
-        steps = call_steps(padded, batch)
-        got = iter([_in_calls(program, variables, data, rows, key, steps, task=task,
-                              envelope=env)[:ids.size] for ids, rows in zip(live, padded)])
-        return [next(got) if ids.size else np.zeros((0, width), np.float32) for ids in parts]
+        padded, batch, steps = padded_parts(parts, batch, batch_size, bucketed)
+        key = jnp.uint32(seed)
+        env = eval_envelope(task, data, padded, batch, steps, key, program.kernels,
+                            served=bucketed)
+        call = lambda chunk, first: _sampled_pass(program, variables, data, chunk, key,
+                                                  first, task=task, envelope=env)
+        outs = [in_calls(call, rows, batch, steps) for rows in padded]  # (queued, then read)
+        return [np.concatenate([np.asarray(c, np.float32) for c in out])[:ids.size]
+                for ids, out in zip(parts, outs)]
 
     return halving_batches(run, batch_size, "typed sampled evaluation",
-                           max(ids.size for ids in live))
-
-
-def _in_calls(program, variables, data, padded, seed, steps: int, *, task, envelope
-              ) -> np.ndarray:
-    """float32[len(padded), outputs]: `_sampled_pass` over `padded`, `steps` batches a
-    call (`step_calls`)."""
-    batch = envelope.batch_size
-    calls = [_sampled_pass(program, variables, data, chunk, seed, jnp.int32(first),
-                           task=task, envelope=envelope)
-             for first, chunk in step_calls(padded, batch, steps)]  # (queued, then read)
-    return np.concatenate([np.asarray(c, np.float32).reshape(steps * batch, -1)
-                           for c in calls])
+                           max(ids.size for ids in parts))
 
 
 @functools.partial(jax.jit, static_argnames=("program", "task", "envelope"))
