@@ -161,7 +161,8 @@ def test_options_that_would_fail_after_the_measurements_fail_first(kwargs, match
 def test_the_envelope_option_chunks_and_devices_reach_the_measured_run(tmp_path):
     """--envelope conservative runs at the conservative bound (it ran at the calibrated
     envelope), and an epoch over two devices is timed whole at the global batch (it was
-    taken for half an epoch and doubled); a cached envelope of another --envelope is not
+    taken for half an epoch and doubled), its records naming both counts (they named
+    neither); a cached envelope of another --envelope is not
     reused (nor of another --replace: the cache's key holds both)."""
     out, cache = tmp_path / "b.jsonl", tmp_path / "env.json"
     cmd = [sys.executable, "-m", "zerognn_jax.cli", "bench", "--dataset", "tiny",
@@ -182,6 +183,8 @@ def test_the_envelope_option_chunks_and_devices_reach_the_measured_run(tmp_path)
     for record in (calibrated, conservative):  # tiny trains 2,938 nodes: 12 steps of 256
         assert record["steps_per_epoch"] == record["steps_timed"] == 12
         assert not record["extrapolated"]
+        assert (record["batch_size"], record["devices"], record["global_batch"]) == \
+            (128, 2, 256)
     key = json.loads(cache.read_text())["key"]
     assert key["envelope"] == "conservative" and key["replace"] is False
 
@@ -453,8 +456,8 @@ def test_summary_and_table_from_records():
 
 def test_appended_runs_are_rendered_each_on_its_own(tmp_path, capsys):
     """Two runs appended to one file (`--out` appends) give two summaries, each run's
-    speedup over its own host-exact (not the last run's); a line that is not JSON is
-    named."""
+    speedup over its own host-exact (not the last run's); a line that is not JSON, or
+    not a bench record, is named."""
     base = {**dict.fromkeys(FIELDS), "kind": "config", "status": "ok",
             "extrapolated": False, "batch_size": 1024, "steps_per_epoch": 100}
     runs = [[{**base, "config": "host-exact", "epoch_seconds": exact},
@@ -473,6 +476,16 @@ def test_appended_runs_are_rendered_each_on_its_own(tmp_path, capsys):
         bench_report.main([str(path)])
     assert stop.value.code == 2
     assert f"{path}, line 2, is not a JSON record" in capsys.readouterr().err
+    # JSON that is not a bench record (another command's line, a list): named, where it
+    # raised a KeyError or an AttributeError from inside the report
+    for foreign in ('{"summary": true, "dataset": "cora"}', "[1, 2]",
+                    '{"kind": "config", "status": "ok"}'):
+        path.write_text(lines[0] + "\n" + foreign + "\n")
+        with pytest.raises(SystemExit) as stop:
+            bench_report.main([str(path)])
+        assert stop.value.code == 2
+        assert f"{path}, line 2, is not a record of zerognn bench" in \
+            capsys.readouterr().err
 
 
 def test_children_get_no_blank_xla_flags(monkeypatch):

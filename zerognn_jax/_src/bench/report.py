@@ -20,6 +20,7 @@ GOAL_WORKLOAD = {"dataset": "products-like", "scale": 1.0, "batch_size": 1024}
 
 
 SWEPT = ("scan-xla", "host-bucketed")
+KINDS = ("config", "sweep", "check", "phases", "summary")
 
 
 def _ok(records: list[dict], kind: str) -> dict[str, dict]:
@@ -192,17 +193,30 @@ def runs_of(records: list[dict]) -> list[list[dict]]:
 
 
 def _read(path: str) -> list[dict]:
-    """The JSON records of `path`, one a line; ValueError naming the line that is not."""
+    """The records of `path`, one JSON object a line; ValueError naming the first line
+    that is not a record of `zerognn bench` (another command's JSON, a list)."""
     records = []
     with open(path) as f:
         for number, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    records.append(json.loads(line))
+                    record = json.loads(line)
                 except json.JSONDecodeError as err:
                     raise ValueError(f"{path}, line {number}, is not a JSON record "
                                      f"({err.msg})") from None
+                if not _is_record(record):
+                    raise ValueError(f"{path}, line {number}, is not a record of zerognn "
+                                     f"bench: {line.strip()[:80]!r}")
+                records.append(record)
     return records
+
+
+def _is_record(record) -> bool:
+    """Whether `record` has what the report reads: a kind of `KINDS` and, but for a
+    summary, the configuration and status."""
+    if not isinstance(record, dict) or record.get("kind") not in KINDS:
+        return False
+    return record["kind"] == "summary" or {"config", "status"} <= record.keys()
 
 
 def main(argv=None) -> int:

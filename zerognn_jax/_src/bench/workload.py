@@ -87,8 +87,8 @@ def unmeasured_here(variant: Variant) -> str | None:
 
 FIELDS = (
     "kind", "config", "status", "reason", "engine", "kernels", "dedup", "dtype", "xla_flags",
-    "sampler",
-    "dataset", "scale", "batch_size", "fanouts", "steps_per_epoch", "steps_timed",
+    "sampler", "dataset", "scale", "batch_size", "devices", "global_batch", "fanouts",
+    "steps_per_epoch", "steps_timed",
     "extrapolated", "epoch_seconds", "epoch_seconds_runs", "compile_seconds",
     "warmup_seconds", "shapes_compiled", "steps_per_second", "sampled_edges_per_second",
     "loss", "overflows", "gpu_fraction", "gpu_fraction_untraced", "gpu_busy_seconds",
@@ -294,7 +294,8 @@ def measure(wb: Workbench, variant: Variant, *, kind: str = "config",
     total = num_steps(wb.train_idx.shape[0], program.global_batch)  # over every device
     scale = total / result.steps
     record.update(
-        batch_size=batch_size, steps_per_epoch=total, steps_timed=result.steps,
+        batch_size=batch_size, devices=program.num_shards,
+        global_batch=program.global_batch, steps_per_epoch=total, steps_timed=result.steps,
         extrapolated=result.steps < total, epoch_seconds=median * scale,
         epoch_seconds_runs=[r * scale for r in runs], steps_per_second=result.steps / median,
         sampled_edges_per_second=result.sampled_edges / median, loss=result.loss,
