@@ -322,13 +322,18 @@ def test_a_batch_above_the_training_items_is_lowered_and_a_sweep_point_above_ski
 def test_a_workload_refused_at_its_start_writes_no_record(tmp_path, capsys):
     """A workload refused as the run builds it (edge features on a graph without them)
     is one error line; a "nothing measured" summary was printed and appended to `out`
-    before it, as if a run had happened."""
+    before it, as if a run had happened. The `out` it created is taken back (an empty
+    file was left); one that was there stays as it was."""
     out = tmp_path / "b.jsonl"
     cfg = TrainConfig(dataset="tiny", layers=1, fanouts=(3,), hidden=8, epochs=1,
                       edge_features=True, model="gine", progress=False)
-    with pytest.raises(ValueError, match="has no edge-feature table"):
-        bench.run(bench.BenchOptions(cfg, configs=("scan-xla",), out=str(out)))
-    assert out.read_text() == "" and capsys.readouterr().out == ""
+    for before in (None, "", '{"kind": "summary"}\n'):
+        if before is not None:
+            out.write_text(before)
+        with pytest.raises(ValueError, match="has no edge-feature table"):
+            bench.run(bench.BenchOptions(cfg, configs=("scan-xla",), out=str(out)))
+        assert capsys.readouterr().out == ""
+        assert (out.read_text() if out.exists() else None) == before
 
 
 def test_union_length_counts_overlaps_once():

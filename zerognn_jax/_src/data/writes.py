@@ -440,13 +440,20 @@ def not_json_lines(path: str | os.PathLike) -> str | None:
 class AppendFile:
     """Appends text to `path` (created if missing) in whole writes: a write that fails
     midway is taken back (the file is cut to its length before it) and raises a
-    `WriteError` naming `what` and `path`, so the file never ends in half a record."""
+    `WriteError` naming `what` and `path`, so the file never ends in half a record.
+    A file it created is removed when closed still empty (a run refused before its
+    first record leaves none behind)."""
 
     def __init__(self, path: str | os.PathLike, what: str):
         self.path, self.what = path, what
         self._line_start = False  # whether the file is known to end a line
         with writing(what, path):
-            self._file = open(path, "a+b", buffering=0)  # noqa: SIM115 (closed by close())
+            fd = None
+            with contextlib.suppress(FileExistsError):
+                fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o666)
+            self._created = fd is not None
+            self._file = open(path, "a+b", buffering=0) if fd is None \
+                else os.fdopen(fd, "a+b", buffering=0)  # noqa: SIM115 (closed by close())
 
     def write(self, text: str) -> None:
         data = text.encode("utf-8", "surrogateescape")
@@ -470,7 +477,11 @@ class AppendFile:
         """Nothing to do: every `write` reaches the file at once."""
 
     def close(self) -> None:
+        empty = self._created and os.fstat(self._file.fileno()).st_size == 0
         self._file.close()
+        if empty:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
 
     def __enter__(self) -> AppendFile:
         return self
