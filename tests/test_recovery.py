@@ -736,6 +736,20 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(dataset, run, four
     assert "Traceback" not in err and "Exception ignored" not in err and "absl" not in err
 
 
+def test_a_checkpoint_of_another_format_is_refused_not_set_aside(dataset, run):
+    """A checkpoint whose record names another format was resumed, restored and exported
+    as if this version wrote it; it is refused in one line, kept where it is."""
+    record = run / "ck" / "2" / "meta" / "metadata"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "format": 99}))
+    refused = r"holds a checkpoint of format 99 \(epoch 2\); this version of zerognn-jax " \
+              r"reads format 1"
+    with pytest.raises(CheckpointMismatch, match=refused):
+        train(config(run, 4), dataset)
+    with pytest.raises(CheckpointMismatch, match=refused):
+        restore(str(run / "ck"), dataset=dataset, for_inference=True)
+    assert checkpoints(run / "ck") == [1, 2] and not (run / "ck" / "2.corrupt").exists()
+
+
 def test_restoring_for_inference_compares_the_variables_checksums(dataset, run):
     """`restore(for_inference=True)` reads the model's variables only, and checks them
     against the checksums their checkpoint recorded (here the record's, changed)."""

@@ -527,6 +527,11 @@ class Checkpointer:
                relations) -> None:
         """Raises CheckpointMismatch if `meta` records another identity or other arrays."""
         where = f"checkpoint_dir {self.named} holds"
+        if meta.get("format") != FORMAT:
+            raise CheckpointMismatch(
+                f"{where} a checkpoint of format {meta.get('format')!r} (epoch {epoch}); "
+                f"this version of zerognn-jax reads format {FORMAT}: use the version that "
+                f"wrote it, or another checkpoint_dir")
         if "identity" not in meta:
             raise CheckpointMismatch(f"{where} a checkpoint that records no options (epoch "
                                      f"{epoch}, written by an older version); use another "
