@@ -140,6 +140,17 @@ def test_pallas_kernels_on_a_cpu_say_what_to_use_instead():
         small_config(kernels="pallas")
     with pytest.raises(ValueError, match=r"runs sample as Pallas kernels"):
         small_config(kernels="sample=pallas")
+    # a `Kernels` given to a public op (JAX's lowering error came from deep inside it);
+    # interpreted ones are the kernels' tests'
+    graph = zg.from_edge_list([0, 1], [1, 2], 3, make_undirected=True)
+    config = zg.SamplerConfig(fanouts=(2,))
+    sample = lambda kernels: zg.sample_minibatch(
+        graph, jnp.array([0, 1]), jnp.array([True, True]), 0, config, (8,), kernels=kernels)
+    with pytest.raises(ValueError, match=r"^kernels 'sample=pallas,relabel=xla,.*' runs "
+                                         r"sample as Pallas kernels, which need an NVIDIA "
+                                         r"GPU; JAX's backend here is cpu"):
+        sample(zg.Kernels(sample="pallas"))
+    assert sample(zg.Kernels(sample="pallas", interpret=True)).counts[-1] == 3
 
 
 def test_cli_option_errors_are_one_line(capsys):

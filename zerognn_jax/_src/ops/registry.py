@@ -141,6 +141,13 @@ def as_kernels(kernels: Kernels | str) -> Kernels:
                          f"kernels, which the interpreter computes wrongly where ids repeat "
                          f"within a block, as sampled batches' do (docs/kernels.md): it is "
                          f"for the kernels' tests; use those ops' 'xla' form here")
+    return _on_a_gpu(kernels, spec)
+
+
+def _on_a_gpu(kernels: Kernels, spec) -> Kernels:
+    """`kernels`; ValueError where they run Pallas kernels, not interpreted, off a GPU
+    (JAX's own error came from deep inside the lowering)."""
+    pallas = [op for op in OPS if getattr(kernels, op) == "pallas"]
     if pallas and not kernels.interpret and jax.default_backend() != "gpu":
         raise ValueError(f"kernels {spec!r} runs {', '.join(pallas)} as Pallas kernels, "
                          f"which need an NVIDIA GPU; JAX's backend here is "
@@ -150,5 +157,8 @@ def as_kernels(kernels: Kernels | str) -> Kernels:
 
 def given_kernels(kernels: Kernels | str) -> Kernels:
     """What a public op's `kernels=` names: a spec string read and checked by
-    `as_kernels`; a `Kernels` as it is (the kernels' tests pass interpreted ones)."""
-    return as_kernels(kernels) if isinstance(kernels, str) else kernels
+    `as_kernels`; a `Kernels` as it is (the kernels' tests pass interpreted ones), but
+    for Pallas kernels off a GPU outside interpret mode."""
+    if isinstance(kernels, str):
+        return as_kernels(kernels)
+    return _on_a_gpu(kernels, kernels.describe())
