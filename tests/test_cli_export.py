@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +20,8 @@ from zerognn_jax._src.nn.link_heads import DECODERS
 from zerognn_jax._src.sampling.envelope import conservative
 from zerognn_jax.cli import export as export_command
 from zerognn_jax.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -304,7 +307,10 @@ def test_the_quiet_hook_still_works_at_the_interpreters_exit(tmp_path):
               "from zerognn_jax._src.training import checkpoint\n"
               "checkpoint.quiet_until_exit()\n"
               "late.kept = late.Leftover()\n")
+    # `-c` puts the cwd on the path; the checkout goes on it too, for a run of the tests
+    # where the package is not installed (the GPU machine's)
+    path = os.pathsep.join([str(tmp_path), str(REPO), os.environ.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path,  # `-c` puts the cwd on the path
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+                          timeout=300, cwd=tmp_path,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": path})
     assert done.returncode == 0 and done.stderr == "", done.stderr
