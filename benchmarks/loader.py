@@ -59,16 +59,18 @@ def make_loader(ds, split, ahead: int, **kw):
 
 
 def check(ds, split, ahead: int, steps: int) -> dict:
-    """Arrays compared and unequal over the first `steps` batches of epoch 1, sampled
-    one at a time and `ahead` at a time at one envelope."""
+    """Arrays compared and unequal over the first `steps` batches of epoch 1 (fewer where
+    the epoch has fewer: `batches` counts those compared), sampled one at a time and
+    `ahead` at a time at one envelope."""
     one = make_loader(ds, split, 1)
     many = make_loader(ds, split, ahead, envelope=one.envelope)
-    compared = unequal = 0
+    batches = compared = unequal = 0
     for a, b in itertools.islice(zip(one.epoch(1), many.epoch(1)), steps):
+        batches += 1
         for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
             compared += 1
             unequal += not bool(jnp.array_equal(x, y))
-    return {"ahead": ahead, "batches": steps, "compared": compared, "unequal": unequal}
+    return {"ahead": ahead, "batches": batches, "compared": compared, "unequal": unequal}
 
 
 def loop(ds, split, ahead: int, args) -> dict:

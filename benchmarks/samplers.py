@@ -65,7 +65,7 @@ def _labor_cut(graph, perm, config, env, steps):
         for hop, fanout in enumerate(config.fanouts):
             counts = labor.row_counts(graph.indptr, graph.indices, mb.nodes[hop],
                                       mb.valid[hop], counter_hash.hash2(key, hop), fanout,
-                                      span=config.labor_span)
+                                      span=config.labor_span(hop))
             out.append((jnp.sum(counts > config.slots[hop]), jnp.sum(mb.valid[hop])))
         return out
 
@@ -127,7 +127,7 @@ def main():
             "device": jax.devices()[0].device_kind, "jax_version": jax.__version__,
         }
         if config.method == "labor":
-            record.update(labor_span=config.labor_span,
+            record.update(labor_span=[config.labor_span(h) for h in range(config.num_hops)],
                           rows_cut=_labor_cut(graph, perm, config, env, args.cut_steps))
         if config.method == "weighted":
             record["search_steps"] = weighted.search_steps(max_degree)

@@ -36,8 +36,9 @@ Correctness: each variant's per-epoch losses and final parameters are compared w
 first variant on the same number of devices (`dparams`: max |a - b| / max |b| over
 leaves; the variants do the same math, so this is float rounding: ~2e-7 in the CPU
 smoke test).
-Records go to `<out>.partial` as they are measured (kept if the run is killed) and, with
-speedups, to `--out` at the end; a failing variant is recorded with its error.
+Records go to `<out>.partial` as they are measured (kept if the run is killed; removed
+once they are in `--out`) and, with speedups, to `--out` at the end; a failing variant
+is recorded with its error. Datasets are cached under `--root` (default /tmp/c).
 `--cpu-devices N` (or XLA_FLAGS=--xla_force_host_platform_device_count=N) fakes N CPU
 devices; a smoke test without GPUs (about a minute on 2 cores):
 
@@ -114,7 +115,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="JSON lines output file (appended)")
     p.add_argument("--scale", type=float, default=1.0, help="products-like size factor")
-    p.add_argument("--root", default=".cache/zerognn", help="dataset cache folder")
+    p.add_argument("--root", default="/tmp/c", help="dataset cache folder")
     p.add_argument("--variants", default=DEFAULT_VARIANTS, help="comma-separated variants")
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--warmup", type=int, default=1, help="epochs left out of the median")
@@ -514,6 +515,7 @@ def parent_main(args) -> int:
         for r in records:
             r.pop("params_file", None)
             out.write(json.dumps({**stamp, **r}) + "\n")
+    pathlib.Path(args.out + ".partial").unlink(missing_ok=True)  # its records are in --out
     print(table(records))
     return 0 if records and not any("error" in r for r in records) else 1
 

@@ -833,3 +833,17 @@ def test_a_trace_without_device_kernels_measures_nothing_rather_than_zeros(tmp_p
     got = profiling.step_kernel_table(path, "", steps=4)
     assert got == {"kernels": [], "busy_us_per_step": None, "kernels_per_step": None,
                    "hlo_mb_per_step": None, "time_share_with_bytes": None}
+
+
+def test_the_samplers_script_runs_labor(tmp_path, monkeypatch, capsys):
+    """benchmarks/samplers.py's first example (LABOR) raised a TypeError once the LABOR
+    window became a per-hop method; each hop's window is recorded."""
+    script = _benchmark_script("samplers")
+    out = tmp_path / "s.jsonl"
+    monkeypatch.setattr(sys, "argv", [
+        "samplers.py", "--dataset", "tiny", "--fanouts", "3,2", "--batch-size", "256",
+        "--samplers", "labor", "--repeats", "1", "--cut-steps", "1", "--out", str(out)])
+    script.main()
+    record = json.loads(out.read_text())
+    assert record["sampler"] == "labor" and len(record["labor_span"]) == 2
+    assert all(0 <= cut <= 1 for cut in record["rows_cut"])

@@ -12,6 +12,7 @@ import pytest
 import zerognn_jax as zg
 from zerognn_jax import load_npz
 from zerognn_jax._src.data import announce
+from zerognn_jax.cli import data as cli_data
 from zerognn_jax.cli import main as run
 
 PLANETOID = Path(__file__).parents[2] / "shared" / "datasets" / "planetoid"
@@ -118,6 +119,27 @@ def test_an_empty_root_is_refused(capsys):
         run(["data", "info", "cora", "--root", ""])
     assert exit_.value.code == 2
     assert "argument --root: expected a path, got ''" in capsys.readouterr().err
+
+
+def test_an_unwritable_out_folder_is_refused_before_generating(tmp_path, capsys,
+                                                               monkeypatch):
+    """A folder that cannot be written (a read-only file system) was found out only at
+    the write, once the preset had been generated."""
+    from zerognn_jax._src.data import writes
+
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    access = os.access
+    monkeypatch.setattr(writes.os, "access",
+                        lambda p, mode: Path(p) != locked and access(p, mode))
+    monkeypatch.setattr(cli_data, "load_dataset", lambda *a, **k: pytest.fail("generated"))
+    for out in (locked / "x.npz", locked / "new" / "x.npz"):
+        assert run(["data", "generate", "products-like", "--scale", "0.001",
+                    "--out", str(out)]) == 2
+        assert capsys.readouterr().err == (
+            f"zerognn: error: --out {out}: the folder {locked} is not writable (by this "
+            f"user, or on a read-only file system)\n")
+    assert list(locked.iterdir()) == []
 
 
 def test_generate_products_like_writes_a_loadable_file(tmp_path, capsys, monkeypatch):

@@ -146,6 +146,14 @@ def test_missing_planetoid_file_suggests_download(cora_copy):
     (cora_copy / "ind.cora.ty").unlink()
     with pytest.raises(FileNotFoundError, match=r"ind\.cora\.ty not found .*download=True"):
         load_dataset("cora", root=cora_copy)
+    # a file given for the folder was reported as its eight files missing, with a
+    # download into the file's path suggested
+    file = cora_copy / "ind.cora.x"
+    for download in (False, True):
+        with pytest.raises(NotADirectoryError, match=rf"^root {re.escape(str(file))} is a "
+                                                     rf"file, not the folder of the "
+                                                     rf"ind\.cora\.\* files$"):
+            load_dataset("cora", root=file, download=download)
 
 
 # ------------------------------------------------------- download over HTTP

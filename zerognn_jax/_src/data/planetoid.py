@@ -122,12 +122,16 @@ def load_planetoid(
     Raises:
       ValueError: unknown name, or a file whose checksum differs from the built-in one.
       FileNotFoundError: a file is missing and `download` is False.
+      NotADirectoryError: `root` is a file.
     """
     name = name.lower()
     if name not in NAMES:
         raise ValueError(f"unknown Planetoid dataset {name!r}; expected one of {NAMES}")
     root_flag = "" if root is None else f" --root {root}"
     root = Path(root) if root is not None else default_root()
+    if root.exists() and not root.is_dir():  # (its files were reported missing)
+        raise NotADirectoryError(f"root {root} is a file, not the folder of the "
+                                 f"ind.{name}.* files")
     paths = {part: root / f"ind.{name}.{part}" for part in _PARTS}
     missing = [p for p in paths.values() if not p.is_file()]
     if missing and download:

@@ -341,11 +341,17 @@ def refuse_foreign(path: str | os.PathLike, what: str, *, folder: bool) -> None:
     """FileExistsError (or an OSError of reading it) when `path` exists but is not a
     dataset this library wrote of the kind to be written (`folder`, or a file), so that
     writing `what` there would destroy a file or folder of someone else's or fail after
-    the work; the current folder is refused too. A dataset written here is replaced."""
+    the work; the current folder is refused too, and PermissionError where the folder
+    the write would go into cannot be written. A dataset written here is replaced."""
     path = Path(path)
     above = file_on_the_way(path)
     if above is not None:  # the folders to make would fail
         raise FileExistsError(f"{what} {path}: {above} is a file, not a folder")
+    # (a write goes through a new file in the folder, replacing what is there)
+    folder_above = next((p for p in path.parents if os.path.lexists(p)), None)
+    if folder_above is not None and not os.access(folder_above, os.W_OK | os.X_OK):
+        raise PermissionError(f"{what} {path}: the folder {folder_above} is not writable "
+                              f"(by this user, or on a read-only file system)")
     if not os.path.lexists(path):
         return
     if path.exists() and Path.cwd().is_relative_to(path.resolve()):
