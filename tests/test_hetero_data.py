@@ -143,7 +143,8 @@ def test_mag_like_has_ogbn_mags_shape_at_scale():
 def test_shop_like_users_buy_mostly_in_their_items_group(tmp_path):
     """shop-like's buys are distinct pairs, about `inside` of them (plus chance) within
     the user's group, which shows in the groups of the items a user bought; similar
-    items share a group, none is similar to itself; cached under root, scale checked."""
+    items share a group, none is similar to itself; cached under root, scale checked
+    (one too small to hold out pairs refused)."""
     ds = zg.load_hetero_dataset("shop-like", tmp_path, scale=0.002)
     counts = ds.graph.num_nodes
     assert counts == {"user": 2000, "item": 500} and ds.feature_dims == {"item": 64}
@@ -176,6 +177,10 @@ def test_shop_like_users_buy_mostly_in_their_items_group(tmp_path):
             make_shop(**{"users": 10, "items": 6, "groups": 2, **kwargs})
     with pytest.raises(ValueError, match="scale must be positive and finite, got inf"):
         zg.load_hetero_dataset("shop-like", scale=float("inf"))
+    # 1e-9 gave 2 users and 2 items, with nothing held out
+    with pytest.raises(ValueError, match=r"^scale=1e-09 gives 2 user nodes; shop-like needs "
+                                         r">= 100$"):
+        zg.load_hetero_dataset("shop-like", scale=1e-9)
     with pytest.raises(ValueError, match="scale applies to mag-like, igbh-like, shop-like, got"):
         zg.load_hetero_dataset("ogbn-mag", scale=0.5)
 

@@ -41,10 +41,16 @@ SIMILAR = ("item", "similar", "item")
 SHOP = dict(users=1_000_000, items=250_000, groups=100, per_user=10, dim=64)
 
 
+_MIN_USERS = 100
+
+
 def shop_like(scale: float = 1.0, seed: int = 0) -> HeteroDataset:
     """The shop-like graph (module docstring) at `scale` of its sizes."""
     check_scale(scale)
     users, items = (max(2, round(SHOP[k] * scale)) for k in ("users", "items"))
+    if users < _MIN_USERS:  # (a scale of 1e-9 gave 2 users and empty held-out splits)
+        raise ValueError(f"scale={scale} gives {users} user nodes; shop-like needs >= "
+                         f"{_MIN_USERS}")
     groups = min(items, max(2, round(SHOP["groups"] * scale ** 0.5)))
     return make_shop(users, items, groups, per_user=SHOP["per_user"], dim=SHOP["dim"],
                      seed=seed)
