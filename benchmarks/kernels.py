@@ -30,7 +30,8 @@ count of its hop rounded up to 128. Then, per op and hop, both implementations r
 Each result is one JSON line in `--out`; a table goes to stdout. A failing kernel is
 recorded with its error and the run goes on. `--interpret` runs the Pallas kernels in
 the interpreter (a CPU smoke test of this script at a small `--scale`; atomics with
-duplicate indices are not emulated there, so relabel and the backward passes mismatch).
+duplicate indices are not emulated there, so the backward passes, the `+grad` rows,
+mismatch; relabel checks out at small scales).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ the process (JAX cannot reset it), so each phase's figure includes the earlier o
 On an 80 GB GPU, exact inference at full scale needs the allocator to hold the graph
 plus a layer's 256-wide input (~70 GB): run with XLA_PYTHON_CLIENT_MEM_FRACTION=0.95.
 
-CPU smoke run (about a minute):
+CPU smoke run (about two minutes each on 2 cores):
 
     python benchmarks/papers100m.py --root /tmp/p --scale 0.0005 --hidden 32 --offload on
     python benchmarks/papers100m.py --curve --root /tmp/p --scale 0.0005 \\

@@ -453,6 +453,11 @@ def test_summary_and_table_from_records():
     assert "scan-pallas    skipped: kernels not importable" in table
     assert "goals scan-xla: speedup_vs_host_exact met" in table
     assert "step time (ms) vs batch size" not in table  # one batch size: no sweep
+    # a name longer than the column widens it (scan-dedup-bf16's row was shifted)
+    longer = [{**records[1], "config": "scan-dedup-bf16"}, records[1]]
+    lines = bench_report.format_table(longer).splitlines()
+    column = lines[0].index("epoch s") + len("epoch s")  # right-aligned under it
+    assert [line.index("0.250") + len("0.250") for line in lines[2:]] == [column, column]
     # the epoch's goal was set on products-like at batch 1024: another epoch is no
     # measure of it (tiny's was reported as meeting it)
     tiny = [{**r, "dataset": "tiny"} for r in records[:2]]

@@ -80,17 +80,18 @@ def _fmt(value, spec: str, scale: float = 1.0) -> str:
 
 def _config_rows(records: list[dict], summary: dict | None) -> list[str]:
     speedups = (summary or {}).get("speedup_vs_host-exact", {})
-    head = (f"{'config':<14} {'epoch s':>8} {'compile s':>9} {'steps/s':>8} {'Medges/s':>9} "
+    width = max([14, *(len(r["config"]) for r in records if r["kind"] == "config")])
+    head = (f"{'config':<{width}} {'epoch s':>8} {'compile s':>9} {'steps/s':>8} {'Medges/s':>9} "
             f"{'gpu% tr':>7} {'gpu% un':>7} {'peak GiB':>8} {'env/ideal':>9} {'vs exact':>8}")
     rows = [head, "-" * len(head)]
     for r in records:
         if r["kind"] != "config":
             continue
         if r["status"] != "ok":
-            rows.append(f"{r['config']:<14} {r['status']}: {str(r['reason'])[:90]}")
+            rows.append(f"{r['config']:<{width}} {r['status']}: {str(r['reason'])[:90]}")
             continue
         rows.append(
-            f"{r['config']:<14} {_fmt(r['epoch_seconds'], '8.3f')} "
+            f"{r['config']:<{width}} {_fmt(r['epoch_seconds'], '8.3f')} "
             f"{_fmt(r['compile_seconds'], '9.1f')} {_fmt(r['steps_per_second'], '8.1f')} "
             f"{_fmt(r['sampled_edges_per_second'], '9.1f', 1e-6)} "
             f"{_fmt(r['gpu_fraction'], '7.1f', 100)} "
