@@ -121,7 +121,10 @@ def test_config_names_the_bad_value(changes, message):
 
 @pytest.mark.parametrize(("seed", "message"), [
     (2**32, r"got 4294967296$"), (np.array(-1), r"got array\(-1\)$"), (2.0, "got 2.0$"),
-    (True, "got True$"), ("3", "got '3'$")])
+    (True, "got True$"), ("3", "got '3'$"),
+    # a key (as the loaders take) met JAX's "cannot be converted to a NumPy array"
+    (jax.random.key(0), r"got a PRNG key \(key<fry>\): this takes the integer keys are "
+                        r"made from$")])
 def test_a_sampling_seed_outside_uint32_is_named(seed, message):
     """Evaluation's sampling seeds are uint32s: NumPy integers in range are taken as
     the seeds of training are, anything else is named."""
@@ -723,6 +726,46 @@ def test_slots_past_int32_are_named_before_anything_is_allocated():
                                          r"rows x 1,073,741,824\), more than int32 positions "
                                          r"reach \(2,147,483,647\): lower the fanouts"):
         train(small_config(fanouts=(2**30, 2**30), replace=True), random_dataset())
+
+
+def test_wrong_kinds_of_data_are_named_where_they_are_given(tmp_path):
+    """Each of these raised an AttributeError or NumPy's error from inside the library
+    (a user trial of bad inputs); each now names the argument and what it got."""
+    with pytest.raises(ValueError, match=r"^edge_index must be a rectangular array: its "
+                                         r"rows have different lengths \(2, 3\)$"):
+        zg.from_edge_index([[0, 1, 2], [1, 2]])
+    with pytest.raises(ValueError, match=r"^src must be a rectangular array: it mixes "
+                                         r"numbers and sequences$"):
+        zg.from_edge_list([0, [1, 2]], [1, 2])
+    with pytest.raises(TypeError, match=r"^from_networkx takes a networkx graph, got list "
+                                        r"\(a list of \(u, v\) edges: from_edge_list"):
+        zg.from_networkx([(0, 1), (1, 2)])
+    with pytest.raises(TypeError, match=r"^as_hetero takes a CSRGraph .*, got ndarray$"):
+        zg.as_hetero(np.array([[0, 1], [1, 0]]))
+    g = zg.from_edge_list([0, 1, 2], [1, 2, 0])
+    x, y, ids = np.ones((3, 2), np.float32), np.array([0, 1, 0]), np.array([0])
+    with pytest.raises(ValueError, match=r"^graph must be a CSRGraph, got tuple"):
+        zg.Dataset("t", (g.indptr, g.indices), x, y, ids, ids + 1, ids + 2, 2)
+    with pytest.raises(ValueError, match=r"^graph\.indptr must be an array, got a list"):
+        zg.Dataset("t", zg.CSRGraph([0, 1, 2, 3], [1, 2, 0]), x, y, ids, ids + 1, ids + 2, 2)
+    for load, name in ((zg.load_dataset, "tiny"), (zg.load_hetero_dataset, "shop-like"),
+                       (zg.load_graphs, "molhiv-like")):
+        with pytest.raises(ValueError, match=r"^seed must be an integer >= 0, got -1$"):
+            load(name, seed=-1)
+    with pytest.raises(ValueError, match=r"^features must be floating point, got int32"):
+        zg.NeighborLoader(g, np.arange(3), fanouts=(2,), batch_size=2, key=0,
+                          features=np.ones((3, 2), np.int32))
+    with pytest.raises(ValueError, match=r"^features\['n'\] must be floating point, got bool"):
+        zg.HeteroNeighborLoader(zg.as_hetero(g, "n", "e"), ("n", np.arange(3)), fanouts=(2,),
+                                batch_size=2, key=0, features={"n": np.ones((3, 2), bool)})
+    # restore's arguments, before the folder is looked for
+    with pytest.raises(TypeError, match=r"^restore takes a TrainConfig as cfg \(or None: "
+                                        r"the one the checkpoint records\), got dict$"):
+        zg.restore(tmp_path, {"hidden": 8})
+    with pytest.raises(TypeError, match=r"^dataset 'small' is a name or a path: leave "
+                                        r"dataset out to load the one the checkpoint "
+                                        r"records"):
+        zg.restore(tmp_path, dataset="small")
 
 
 def test_train_names_arguments_of_the_wrong_kind():

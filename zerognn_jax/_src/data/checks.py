@@ -39,8 +39,10 @@ def at_least_one(value, name: str) -> int:
 def _unwrapped(given):
     """`given` as it is, or as a Python int where it is a 0-d integer array (NumPy's or
     JAX's): what the seed and count checks compare."""
-    value = np.asarray(given) if getattr(given, "ndim", None) == 0 else None
-    if value is not None and np.issubdtype(value.dtype, np.integer):
+    if getattr(given, "ndim", None) != 0 or _is_key(given):  # (a key converts to no number)
+        return given
+    value = np.asarray(given)
+    if np.issubdtype(value.dtype, np.integer):
         return int(value)
     return given
 
@@ -60,8 +62,15 @@ def key_seed(seed) -> int:
     sampling key's seed: a uint32; NumPy integers as `check_seed` takes them)."""
     value = _unwrapped(seed)
     if not is_int(value) or not 0 <= value < 2**32:
-        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+        got = f"a PRNG key ({seed.dtype}): this takes the integer keys are made from" \
+            if _is_key(seed) else repr(seed)
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {got}")
     return int(value)
+
+
+def _is_key(value) -> bool:
+    """Whether `value` is a JAX array of typed PRNG keys (`jax.random.key`)."""
+    return str(getattr(value, "dtype", "")).startswith("key<")
 
 
 def arrays_not_lists(record, fields, maker: str) -> None:
@@ -83,6 +92,20 @@ def node_ids(name: str, ids, n: int, kind: str = "") -> np.ndarray:
     return ids.astype(np.int32)
 
 
+def rectangular(name: str, values) -> np.ndarray:
+    """`np.asarray(values)`; ValueError naming `name` where they are nested sequences of
+    different lengths (NumPy's "inhomogeneous shape" named neither)."""
+    try:
+        return np.asarray(values)
+    except ValueError as err:
+        if "inhomogeneous" not in str(err):
+            raise
+        lengths = sorted({len(v) for v in values if hasattr(v, "__len__")})
+        why = f"its rows have different lengths ({', '.join(map(str, lengths))})" \
+            if len(lengths) > 1 else "it mixes numbers and sequences"
+        raise ValueError(f"{name} must be a rectangular array: {why}") from None
+
+
 def id_array(name: str, ids) -> np.ndarray:
     """`ids` (a list, a NumPy or JAX array) as a NumPy array of their integer dtype;
     ValueError naming `name` unless they are 1-D integers (`require_ids`). An empty
@@ -92,7 +115,7 @@ def id_array(name: str, ids) -> np.ndarray:
     if ids is None or not (hasattr(ids, "__array__") or hasattr(ids, "__len__")):
         what = "None" if ids is None else f"a value of type {type(ids).__name__}"
         raise ValueError(f"{name} must be a 1-D integer array of ids, got {what}")
-    ids = np.asarray(ids)
+    ids = rectangular(name, ids)
     if ids.shape == (0,):
         ids = ids.astype(np.int64)
     require_ids(name, ids)

@@ -174,6 +174,15 @@ def validate_dataset(ds: Dataset) -> None:
     arrays_not_lists(ds, ("features", "labels", "train_idx", "val_idx", "test_idx"),
                      "make_dataset")
     g = ds.graph
+    if not isinstance(g, CSRGraph):
+        raise ValueError(f"graph must be a CSRGraph, got {type(g).__name__} (build one with "
+                         f"zg.from_edge_list or zg.from_edge_index; make_dataset takes "
+                         f"indptr and indices)")
+    for what in ("indptr", "indices"):
+        if isinstance(getattr(g, what), list | tuple):
+            raise ValueError(f"graph.{what} must be an array, got a "
+                             f"{type(getattr(g, what)).__name__}: a CSRGraph holds arrays "
+                             f"(zg.from_edge_list takes lists)")
     try:
         validate_csr(g.indptr, g.indices, g.weights, g.edge_features)
     except TypeError as err:

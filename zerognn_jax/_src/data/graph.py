@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.checks import rectangular
 from zerognn_jax._src.data.host_parallel import host_threads, merge_sorted, thread_map
 from zerognn_jax._src.data.optional import need
 from zerognn_jax._src.data.tables import check_edge_features, check_weights, edge_feature_table
@@ -81,7 +82,7 @@ class CSRGraph(NamedTuple):
 
 
 def _as_id_array(name: str, values) -> np.ndarray:
-    arr = np.asarray(values)
+    arr = rectangular(name, values)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
@@ -282,7 +283,7 @@ def from_edge_index(edge_index, num_nodes: int | None = None, *,
     if "edge_attr" in kwargs:
         raise TypeError("from_edge_index takes PyG's edge_attr as edge_features= (row i "
                         "for column i of edge_index)")
-    edge_index = np.asarray(edge_index)
+    edge_index = rectangular("edge_index", edge_index)
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {list(edge_index.shape)}")
     _check_edge_index(edge_index, 1 if flow == "source_to_target" else 0, num_nodes,
@@ -556,6 +557,10 @@ def from_networkx(nx_graph, *, weight: str | None = None, **kwargs) -> CSRGraph:
     attribute to keep as weights (edges without it weigh 1). Other keywords as
     `from_edge_list`.
     """
+    if not all(hasattr(nx_graph, a) for a in ("nodes", "edges", "is_directed")):
+        raise TypeError(f"from_networkx takes a networkx graph, got "
+                        f"{type(nx_graph).__name__} (a list of (u, v) edges: "
+                        f"from_edge_list or networkx.Graph(edges))")
     nodes = list(nx_graph.nodes)
     index = {node: i for i, node in enumerate(nodes)}
     edges = list(nx_graph.edges(data=weight, default=1.0)) if weight else \

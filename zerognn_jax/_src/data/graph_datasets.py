@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from zerognn_jax._src.data.announce import Log, announced, preset_label
+from zerognn_jax._src.data.checks import check_seed
 from zerognn_jax._src.data.graph_storage import is_graphs_path, load_graphs_file, save_graphs
 from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.molecules import molhiv_like, molpcba_like
@@ -52,6 +53,7 @@ def load_graphs(name: str, root: str | os.PathLike | None = None, *, scale: floa
     """
     name = dataset_name(name)
     key = name.lower()
+    check_seed(seed)
     if key in PRESETS:
         what = preset_label(key, scale, seed)
         if root is None:

@@ -323,6 +323,9 @@ def hetero_from_csr(num_nodes: Mapping[str, int], csr: Mapping) -> HeteroGraph:
 def as_hetero(graph: CSRGraph, node_type: str = "_N", name: str = "_E") -> HeteroGraph:
     """A homogeneous CSRGraph as the typed graph of one node type and one relation
     (node_type, name, node_type); the CSRGraph is kept as it is."""
+    if not isinstance(graph, CSRGraph):
+        raise TypeError(f"as_hetero takes a CSRGraph (zg.from_edge_list, ...), got "
+                        f"{type(graph).__name__}")
     return HeteroGraph(((node_type, graph.num_nodes),), ((node_type, name, node_type),),
                        (graph,))
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from zerognn_jax._src.data import ogb, planetoid
 from zerognn_jax._src.data.announce import Log, announced, announcing, preset_label
+from zerognn_jax._src.data.checks import check_seed
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.graph_datasets import (
     GRAPH_DATASET_NAMES,
@@ -114,6 +115,7 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
     """
     name = dataset_name(name)
     key = name.lower()
+    check_seed(seed)  # (NumPy's refusal of -1 named neither)
     if key in HETERO_NAMES or is_hetero_path(name):
         raise ValueError(f"{name} is a typed (heterogeneous) dataset: load it with "
                          "load_hetero_dataset (zg.train reads it by name)")
@@ -305,6 +307,7 @@ def load_hetero_dataset(name: str, root: str | os.PathLike | None = None, *,
     """
     name = dataset_name(name)
     key = name.lower()
+    check_seed(seed)
     if key not in TYPED_PRESETS and scale != 1.0:
         raise ValueError(f"scale applies to {', '.join(TYPED_PRESETS)}, got scale={scale} "
                          f"(--scale) for {name!r}")

@@ -15,6 +15,7 @@ records is used and the dataset is loaded from its recorded root (rebuild.py).
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import jax
@@ -90,6 +91,13 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
 
     if epoch is not None and not is_int(epoch):
         raise ValueError(f"epoch must be an integer (a checkpoint's epoch), got {epoch!r}")
+    if cfg is not None and not isinstance(cfg, TrainConfig):
+        raise TypeError(f"restore takes a TrainConfig as cfg (or None: the one the "
+                        f"checkpoint records), got {type(cfg).__name__}")
+    if isinstance(dataset, (str, bytes, os.PathLike)):
+        raise TypeError(f"dataset {dataset!r} is a name or a path: leave dataset out to "
+                        f"load the one the checkpoint records, or pass the dataset object "
+                        f"a run trained on")
     checkpoint_dir = Path(checkpoint_dir).expanduser()
     directory = checkpoint_dir / BEST if best else checkpoint_dir
     if not checkpoint_dir.is_dir():

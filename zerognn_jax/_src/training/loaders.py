@@ -203,6 +203,9 @@ def _node_table(name: str, table, num_nodes: int):
                              f"{tuple(x.shape)}")
         if name == "features" and len(x.shape) != 2:
             raise ValueError(f"features must be 2-D [num_nodes, d], got shape {tuple(x.shape)}")
+        if name == "features" and not jnp.issubdtype(x.dtype, jnp.floating):
+            raise ValueError(f"features must be floating point, got {x.dtype} (as float32: "
+                             f"np.asarray(features, np.float32))")
     return table
 
 

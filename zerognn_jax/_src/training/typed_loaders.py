@@ -384,6 +384,10 @@ def _device_tables(graph: HeteroGraph, features) -> dict:
         if t not in counts:
             raise ValueError(f"features has type {t!r}, which is not a node type of the "
                              f"graph ({', '.join(counts)})")
+        dtype = table.dtype if hasattr(table, "dtype") else np.asarray(table).dtype
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise ValueError(f"features[{t!r}] must be floating point, got {dtype} (as "
+                             f"float32: np.asarray(table, np.float32))")
         table = table if is_host_resident(table) else jnp.asarray(table)
         if table.ndim != 2 or table.shape[0] != counts[t]:
             raise ValueError(f"features[{t!r}] must be [{counts[t]}, d] (one row per node), "
