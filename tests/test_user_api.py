@@ -147,6 +147,13 @@ def test_user_model_trains_resumes_and_restores(kind, classes, tmp_path):
     else:  # the best-validation checkpoint: the epoch and value the summary names
         assert back.summary["best"] == {"metric": "val_acc",
                                         "value": res.summary["best"]["value"]}
+    # The model alone, for inference: an NNX model's `nnx.List` layers (keys 0, 1, read
+    # back as "0", "1") were refused as other variables; the summary named "sage"
+    model_only = zg.restore(cfg3.checkpoint_dir, cfg3, classes, model=parts["model"],
+                            for_inference=True)
+    assert model_only.summary["model"] == s["model"] and model_only.summary["epoch"] == 2
+    for a, b in zip(leaves(model_only.variables), leaves(res.variables)):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_fine_tuning_starts_from_given_variables(classes, tmp_path):

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int, key_seed, node_ids
+from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
 from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
@@ -179,7 +180,8 @@ def _restored(directory: Path, cfg, dataset, model, optimizer, loss, best: bool,
     finally:
         ckpt.close()
     summary = {"checkpoint": str(directory), "dataset": dataset.name, "task": cfg.task,
-               "model": cfg.model, "epoch": last, "best": meta.get("best"),
+               "model": cfg.model if model is None else model_name(model),
+               "epoch": last, "best": meta.get("best"),
                **{k: v for k, v in (history[-1] if history else {}).items()
                   if k.startswith(("train_", "val_", "test_", "loss"))}}
     if cfg.task == "link":  # what scores the encoder's embeddings
@@ -249,7 +251,8 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
 
     saved = readable(read, ckpt.named, epoch)
     like = {"params": state.params, "batch_stats": state.batch_stats}
-    got = {"params": saved["params"], "batch_stats": saved.get("batch_stats") or {}}
+    got = _keyed_as(like, {"params": saved["params"],
+                           "batch_stats": saved.get("batch_stats") or {}})
     ckpt.check_arrays(epoch, state_spec(got), state_spec(like))
     put = lambda x, ref: jax.device_put(jnp.asarray(x, ref.dtype), ref.sharding)
     if state.embedding is not None:  # the node embedding is part of the model's inputs
@@ -261,6 +264,23 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
     return state._replace(params=jax.tree_util.tree_map(put, got["params"], state.params),
                           batch_stats=jax.tree_util.tree_map(put, got["batch_stats"],
                                                              state.batch_stats))
+
+
+def _keyed_as(like, saved):
+    """`saved` (a checkpoint's tree as stored, its keys strings) with the keys of `like`
+    where a key of `like` is stored as its string: an NNX model's `nnx.List` keys its
+    layers 0, 1, ..., which came back as "0", "1" and were taken for other variables.
+    Keys either tree lacks are left for the comparison to name."""
+    if not (isinstance(like, dict) and isinstance(saved, dict)):
+        return saved
+    out, taken = {}, set()
+    for key, value in like.items():
+        stored = key if key in saved else str(key)
+        if stored in saved:
+            out[key] = _keyed_as(value, saved[stored])
+            taken.add(stored)
+    out.update((k, v) for k, v in saved.items() if k not in taken)
+    return out
 
 
 def _envelope(cfg, meta, data, dataset, program) -> Envelope:
