@@ -572,3 +572,61 @@ def test_a_featureless_type_without_nodes_trains():
                                   eval_mode="none", progress=False), ds)
     assert np.isfinite(res.history[-1]["loss"])
 
+
+
+def _nnx_relational(mag, *, with_layer: bool):
+    """A relational NNX model of a user's: per layer and destination type, a dense map of
+    its own rows plus one of the mean of each relation's sources; with `with_layer`, the
+    typed per-layer protocol (`num_layers`, `layer(i, h, layer)`) too."""
+    from flax import nnx
+
+    types = sorted(mag.graph.num_nodes)
+    widths = {t: mag.feature_dims.get(t, 16) for t in types}  # featureless: hidden-wide
+    out = (16, mag.num_classes)
+
+    class Relational(nnx.Module):
+        def __init__(self, rngs):
+            self.own = nnx.Dict({f"{i}{t}": nnx.Linear(widths[t] if i == 0 else 16, out[i],
+                                                       rngs=rngs)
+                                 for i in range(2) for t in types})
+            self.rel = nnx.Dict({f"{i}{'_'.join(r)}": nnx.Linear(
+                widths[r[0]] if i == 0 else 16, out[i], rngs=rngs)
+                for i in range(2) for r in mag.graph.relations})
+
+        def _layer(self, i, h, layer):
+            new = {}
+            for t, _ in layer.num_dst:
+                acc = self.own[f"{i}{t}"](layer.dst_rows(t, h[t]))
+                for r, view in layer.views.items():
+                    if r[2] == t:
+                        mean = view.weighted_sum(h[r[0]][:, None, :], zg.mean_weights(view))
+                        acc = acc + self.rel[f"{i}{'_'.join(r)}"](mean[:, 0, :])
+                new[t] = acc if i == 1 else nnx.relu(acc)
+            return new
+
+        def __call__(self, x, layers, *, train):
+            for i, layer in enumerate(layers):
+                x = self._layer(i, x, layer)
+            return x["paper"]
+
+    class WithLayers(Relational):
+        num_layers = 2
+
+        def layer(self, i, h, layer, *, train):
+            return self._layer(i, h, layer)
+
+    return (WithLayers if with_layer else Relational)(nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("with_layer", [True, False])
+def test_a_users_nnx_relational_model_is_evaluated(mag, with_layer):
+    """An NNX model on a typed graph trained its epoch, then its exact evaluation called
+    the wrapper's homogeneous `layer(i, h_src, h_dst, view)` with a typed layer's
+    arguments (TypeError), with or without a `layer` of the module's own: now the
+    module's typed `layer` runs exact inference, and a module without one is evaluated
+    on sampled neighbourhoods."""
+    cfg = zg.TrainConfig(**{**BASE, "model": None, "hidden": 16}, epochs=1)
+    res = zg.train(cfg, mag, model=_nnx_relational(mag, with_layer=with_layer))
+    assert res.summary["model"].endswith("WithLayers" if with_layer else ".Relational")
+    assert 0 <= res.summary["test_acc"] <= 1
+    assert hasattr(res.program.model.model, "layer") == with_layer  # what exact asks

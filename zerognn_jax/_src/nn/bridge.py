@@ -15,8 +15,9 @@ every call the wrapper:
   on: `module(x, views, train=train)`.
 
 An NNX module that defines `layer(i, h_src, h_dst, view, *, train)` and `num_layers`
-(the per-layer protocol, nn/layerwise.py) gets exact layer-wise inference: the wrapper
-forwards both.
+(the per-layer protocol, nn/layerwise.py), or a typed model's `layer(i, h, layer, *,
+train)` (nn/hetero.py), gets exact layer-wise inference: the wrapper forwards both; the
+wrapper of a module without `layer` has none.
 
 `flax.nnx` (about 0.2 s to import) is imported by the functions that meet an NNX
 module, so a run with a Linen model never loads it.
@@ -64,9 +65,9 @@ def _in_mode(module, x, views, *, train: bool, **inputs):
     return module(x, views, train=train, **inputs)
 
 
-def _layer_in_mode(module, i, h_src, h_dst, view, *, train: bool):
+def _layer_in_mode(module, i, *inputs, train: bool):
     _set_mode(module, train)
-    return module.layer(i, h_src, h_dst, view, train=train)
+    return module.layer(i, *inputs, train=train)
 
 
 class NNXModel(nn.Module):
@@ -92,9 +93,16 @@ class NNXModel(nn.Module):
     def __call__(self, x, views, *, train: bool, **inputs):
         return self.nnx(x, views, train=train, nnx_method=_in_mode, **inputs)
 
-    def layer(self, i, h_src, h_dst, view, *, train: bool):
+
+class NNXLayerModel(NNXModel):
+    """`NNXModel` of an NNX module that has a `layer` method, which it forwards: a
+    homogeneous model's `layer(i, h_src, h_dst, view)` (nn/layerwise.py) or a typed
+    one's `layer(i, h, layer)` (nn/hetero.py). (A wrapper of a module without one has
+    none either: exact inference asks whether a model has it.)"""
+
+    def layer(self, i, *inputs, train: bool):
         """The NNX module's layer `i` (its `layer` method)."""
-        return self.nnx(i, h_src, h_dst, view, train=train, nnx_method=_layer_in_mode)
+        return self.nnx(i, *inputs, train=train, nnx_method=_layer_in_mode)
 
 
 def as_linen(model) -> nn.Module:
@@ -118,7 +126,8 @@ def as_linen(model) -> nn.Module:
             _reseed(module, rngs)
             return module
 
-        return NNXModel(factory, type(model).__qualname__, layer_count(model))
+        wrapper = NNXLayerModel if callable(getattr(model, "layer", None)) else NNXModel
+        return wrapper(factory, type(model).__qualname__, layer_count(model))
     if isinstance(model, type) and issubclass(model, nnx.Module):
         raise TypeError(f"model is the NNX class {model.__qualname__}; pass an instance, "
                         f"e.g. {model.__qualname__}(..., rngs=nnx.Rngs(0))")
