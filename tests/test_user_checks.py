@@ -68,6 +68,15 @@ def test_outputs_for_every_sampled_row_are_named(dataset):
         zg.train(config(), dataset, model=AllRows())
 
 
+def test_a_link_encoder_for_every_sampled_row_is_named(dataset):
+    """A link task's encoder giving every sampled row trained (pairs are looked up by
+    position in its rows) and failed in evaluation, after training, deep inside JAX."""
+    with pytest.raises(ValueError, match=r"AllRows fails on its first batch .*the encoder "
+                                         r"gives float32\[\d+, 3\]; a link task needs one "
+                                         r"embedding row per level-0 node .*: \[\d+, d\]"):
+        zg.train(config(task="link", batch_size=16), dataset, model=AllRows())
+
+
 def test_a_loss_that_does_not_fit_the_outputs_is_named(dataset):
     """Fits the dataset's 3 classes (checked when the task is built), not the model's 5
     outputs: failed before inside the epoch."""

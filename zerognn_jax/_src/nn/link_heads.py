@@ -79,6 +79,7 @@ class LinkModel(nn.Module):
 
     def __call__(self, x, views, *, train: bool, pairs=None):
         h = self.encoder(x, views, train=train)
+        _check_embeddings(h, views[-1].num_dst if views else len(x))
         if pairs is None:
             return h
         return self.decoder(h[pairs[:, 0]], h[pairs[:, 1]], train=train)
@@ -97,6 +98,19 @@ class LinkModel(nn.Module):
     @property
     def hidden(self) -> int:
         return getattr(self.encoder, "hidden", 0)
+
+
+def _check_embeddings(h, rows: int) -> None:
+    """ValueError unless the encoder's output `h` is one 2-D float array of `rows` rows
+    (level 0's nodes): pairs are looked up in it by position, so an encoder giving every
+    sampled row trained on the wrong rows, and its evaluation failed after training."""
+    shape = getattr(h, "shape", None)
+    if shape is None or len(shape) != 2 or shape[0] != rows:
+        got = (f"a {type(h).__name__}" if shape is None
+               else f"{getattr(h, 'dtype', '')}{list(shape)}")
+        raise ValueError(f"the encoder gives {got}; a link task needs one embedding row "
+                         f"per level-0 node (the innermost view's destinations): "
+                         f"[{rows}, d]")
 
 
 class OnTypesLink(OnTypes):
