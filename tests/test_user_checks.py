@@ -94,6 +94,11 @@ def test_an_optimizer_that_cannot_update_the_parameters_is_named(dataset):
     with pytest.raises(ValueError, match=r"the optimizer GradientTransformation fails to "
                                          r"update the model's parameters"):
         zg.train(config(), dataset, model=Width(3), optimizer=broken)
+    # one whose init fails (labels that name no parameter) was blamed on the model
+    labelled = optax.multi_transform({"a": optax.adam(1e-3)}, {"nothing": "a"})
+    with pytest.raises(ValueError, match=r"^the optimizer fails to start on the model's "
+                                         r"parameters: "):
+        zg.train(config(), dataset, model=Width(3), optimizer=labelled)
 
 
 def test_a_model_that_fails_on_its_first_batch_is_named(dataset):

@@ -300,6 +300,11 @@ def saved_envelope(program: StepProgram, saved: dict):
                                                  tuple(saved["capacities"])))
 
 
+class OptimizerInitError(ValueError):
+    """The optimizer's `init` failed on the model's parameters (`init_state`): a
+    transformation whose labels or mask name no parameter, say."""
+
+
 def init_state(program: StepProgram, data: DeviceData, envelope: Envelope,
                items) -> TrainState:
     """Initialises model variables on a real first batch of the task's training `items`,
@@ -321,7 +326,13 @@ def init_state(program: StepProgram, data: DeviceData, envelope: Envelope,
                                        train=False,
                                        **batch.model_inputs)
         # in the same program: eagerly, each state leaf of the optimizer compiled apart
-        return variables, program.tx.init(variables["params"])
+        try:
+            return variables, program.tx.init(variables["params"])
+        except Exception as err:  # noqa: BLE001 - the optimizer's, not the model's
+            lines = str(err).strip().splitlines()
+            raise OptimizerInitError(f"the optimizer fails to start on the model's "
+                                     f"parameters: {type(err).__name__}: "
+                                     f"{lines[0] if lines else ''}") from err
 
     variables, opt_state = jax.jit(init)(data, perm, embedding)
     state = TrainState(variables["params"], variables.get("batch_stats", {}), opt_state,
