@@ -283,6 +283,24 @@ def _user_model():
     return SumOfNodes()
 
 
+def test_a_users_nnx_graph_model_trains(molecules):
+    """An NNX module taking the batch of graphs (as a Linen one does) was called as a
+    node model, (x, views): "missing 1 required positional argument: 'views'"."""
+    from flax import nnx
+
+    class NNXSumOfNodes(nnx.Module):
+        def __init__(self, rngs):
+            self.dense = nnx.Linear(molecules.node_features.shape[1], 1, rngs=rngs)
+
+        def __call__(self, graphs, *, train):
+            return self.dense(zg.pool(graphs.nodes, graphs, "sum"))
+
+    result = zg.train(config(model=None, epochs=1, eval_mode="none"), molecules,
+                      model=NNXSumOfNodes(nnx.Rngs(0)))
+    assert result.summary["model"].endswith("NNXSumOfNodes")
+    assert np.isfinite(result.history[0]["loss"])
+
+
 def test_user_model_resume_and_errors(molecules, tmp_path):
     cfg = config(model=None, epochs=1, eval_mode="none", checkpoint_dir=str(tmp_path))
     result = zg.train(cfg, molecules, model=_user_model())

@@ -12,7 +12,7 @@ every call the wrapper:
   dropout key, so dropout differs per step and is reproducible from the run's seed;
 - puts `nnx.Dropout` and `nnx.BatchNorm` into training or evaluation mode (their
   `deterministic` / `use_running_average` attributes) from `train`, and passes `train`
-  on: `module(x, views, train=train)`.
+  on: `module(x, views, train=train)` (a graph task's `module(graphs, train=train)`).
 
 An NNX module that defines `layer(i, h_src, h_dst, view, *, train)` and `num_layers`
 (the per-layer protocol, nn/layerwise.py), or a typed model's `layer(i, h, layer, *,
@@ -60,9 +60,9 @@ def _set_mode(module, train: bool) -> None:
                           raise_if_not_found=False)
 
 
-def _in_mode(module, x, views, *, train: bool, **inputs):
+def _in_mode(module, *args, train: bool, **inputs):
     _set_mode(module, train)
-    return module(x, views, train=train, **inputs)
+    return module(*args, train=train, **inputs)
 
 
 def _layer_in_mode(module, i, *inputs, train: bool):
@@ -90,8 +90,10 @@ class NNXModel(nn.Module):
 
         self.nnx = bridge.ToLinen(self.factory, metadata_fn=None)  # the "nnx" scope
 
-    def __call__(self, x, views, *, train: bool, **inputs):
-        return self.nnx(x, views, train=train, nnx_method=_in_mode, **inputs)
+    def __call__(self, *args, train: bool, **inputs):
+        """The NNX module called as the task calls a model: `(x, views)` for node and
+        link tasks, `(graphs)` for a graph task."""
+        return self.nnx(*args, train=train, nnx_method=_in_mode, **inputs)
 
 
 class NNXLayerModel(NNXModel):

@@ -349,8 +349,8 @@ class GraphTask(ItemsAreLevel0):
         activations with their gradients, estimated from the model's `hidden` and
         `num_layers`."""
         model = program.model.model
-        hidden = getattr(model, "hidden", 0)
-        layers = getattr(model, "num_layers", 1)
+        hidden = getattr(model, "hidden", None) or 0
+        layers = getattr(model, "num_layers", None) or 1  # (an NNX model's wrapper: None)
         return 12 + 8 * 4 * hidden * layers, 16 + 8 * hidden * layers, 8  # 2 int32 lists
 
     def envelope_bytes(self, program: StepProgram, envelope: Envelope) -> int:
