@@ -77,6 +77,30 @@ def test_a_link_encoder_for_every_sampled_row_is_named(dataset):
         zg.train(config(task="link", batch_size=16), dataset, model=AllRows())
 
 
+def test_variables_in_collections_training_drops_are_named(dataset):
+    """A Linen collection of the model's own failed inside Flax ("collection 'counters'
+    is empty"); an NNX `nnx.Variable` was dropped and started afresh every step."""
+    from flax import nnx
+
+    class Counter(nn.Module):
+        @nn.compact
+        def __call__(self, x, views, *, train):
+            self.variable("counters", "n", lambda: jnp.zeros((), jnp.int32))
+            return nn.Dense(3)(x[: views[-1].num_dst])
+
+    class NNXCounter(nnx.Module):
+        def __init__(self, rngs):
+            self.dense, self.count = nnx.Linear(D, 3, rngs=rngs), nnx.Variable(jnp.zeros(()))
+
+        def __call__(self, x, views, *, train):
+            return self.dense(x[: views[-1].num_dst])
+
+    for model, collection in ((Counter(), "counters"), (NNXCounter(nnx.Rngs(0)), "Variable")):
+        with pytest.raises(ValueError, match=rf"^the model keeps variables in the collection "
+                                             rf"'{collection}'; training carries 'params' "):
+            zg.train(config(), dataset, model=model)
+
+
 def test_a_loss_that_does_not_fit_the_outputs_is_named(dataset):
     """Fits the dataset's 3 classes (checked when the task is built), not the model's 5
     outputs: failed before inside the epoch."""

@@ -27,7 +27,12 @@ from zerognn_jax._src.data.hetero import relation_name
 from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.nn.views import NoEdgeFeatures
 from zerognn_jax._src.sampling.seeds import epoch_items
-from zerognn_jax._src.training.program import OptimizerInitError, init_state, sample_batch
+from zerognn_jax._src.training.program import (
+    CollectionsError,
+    OptimizerInitError,
+    init_state,
+    sample_batch,
+)
 from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes
 from zerognn_jax._src.training.tasks.graph_metrics import LOSSES as GRAPH_LOSSES
 from zerognn_jax._src.training.tasks.losses import LOSSES
@@ -49,8 +54,8 @@ def init_checked(program, data, envelope, items, *, user_model: str | None):
     line naming the model (the built-in models' errors pass unchanged)."""
     try:
         return init_state(program, data, envelope, items)
-    except OptimizerInitError:
-        raise  # (it was blamed on the model)
+    except (OptimizerInitError, CollectionsError):
+        raise  # (the first was blamed on the model; the second says what to do)
     except Exception as err:  # noqa: BLE001 - re-raised with the piece named
         if user_model is None:
             raise

@@ -305,6 +305,11 @@ class OptimizerInitError(ValueError):
     transformation whose labels or mask name no parameter, say."""
 
 
+class CollectionsError(ValueError):
+    """The model made variables in collections training does not carry (`init_state`):
+    they were dropped, and its first use of one failed inside Flax."""
+
+
 def init_state(program: StepProgram, data: DeviceData, envelope: Envelope,
                items) -> TrainState:
     """Initialises model variables on a real first batch of the task's training `items`,
@@ -335,6 +340,13 @@ def init_state(program: StepProgram, data: DeviceData, envelope: Envelope,
                                      f"{lines[0] if lines else ''}") from err
 
     variables, opt_state = jax.jit(init)(data, perm, embedding)
+    if extra := sorted(set(variables) - {"params", "batch_stats"}):
+        raise CollectionsError(f"the model keeps variables in the collection"
+                               f"{'s' if len(extra) > 1 else ''} "
+                               f"{', '.join(map(repr, extra))}; training carries 'params' "
+                               f"(trained; NNX's nnx.Param) and 'batch_stats' (updated by "
+                               f"the model; NNX's nnx.BatchStat) only: keep its state in "
+                               f"those")
     state = TrainState(variables["params"], variables.get("batch_stats", {}), opt_state,
                        jnp.array(False), jnp.array(0, jnp.int32), embedding, embedding_opt)
     if program.parallel is not None:
