@@ -527,9 +527,9 @@ class Checkpointer:
                relations) -> None:
         """Raises CheckpointMismatch if `meta` records another identity or other arrays."""
         where = f"checkpoint_dir {self.named} holds"
-        if meta.get("format") != FORMAT:
+        if meta.get("format", FORMAT) != FORMAT:  # (every record this library writes has it)
             raise CheckpointMismatch(
-                f"{where} a checkpoint of format {meta.get('format')!r} (epoch {epoch}); "
+                f"{where} a checkpoint of format {meta['format']!r} (epoch {epoch}); "
                 f"this version of zerognn-jax reads format {FORMAT}: use the version that "
                 f"wrote it, or another checkpoint_dir")
         if "identity" not in meta:
