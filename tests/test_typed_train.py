@@ -611,8 +611,10 @@ def _nnx_relational(mag, *, with_layer: bool):
 
     class WithLayers(Relational):
         num_layers = 2
+        traced = []  # the layers exact inference traced (a Python side effect)
 
         def layer(self, i, h, layer, *, train):
+            WithLayers.traced.append(i)
             return self._layer(i, h, layer)
 
     return (WithLayers if with_layer else Relational)(nnx.Rngs(0))
@@ -626,7 +628,10 @@ def test_a_users_nnx_relational_model_is_evaluated(mag, with_layer):
     module's typed `layer` runs exact inference, and a module without one is evaluated
     on sampled neighbourhoods."""
     cfg = zg.TrainConfig(**{**BASE, "model": None, "hidden": 16}, epochs=1)
-    res = zg.train(cfg, mag, model=_nnx_relational(mag, with_layer=with_layer))
+    model = _nnx_relational(mag, with_layer=with_layer)
+    res = zg.train(cfg, mag, model=model)
     assert res.summary["model"].endswith("WithLayers" if with_layer else ".Relational")
     assert 0 <= res.summary["test_acc"] <= 1
     assert hasattr(res.program.model.model, "layer") == with_layer  # what exact asks
+    if with_layer:  # the evaluation ran the module's own layers, each of them
+        assert sorted(set(type(model).traced)) == [0, 1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numbers
 
+import jax
 import numpy as np
 
 
@@ -70,7 +71,8 @@ def key_seed(seed) -> int:
 
 def _is_key(value) -> bool:
     """Whether `value` is a JAX array of typed PRNG keys (`jax.random.key`)."""
-    return str(getattr(value, "dtype", "")).startswith("key<")
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def arrays_not_lists(record, fields, maker: str) -> None:
