@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import warnings
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,7 @@ def test_generate_products_like_writes_a_loadable_file(tmp_path, capsys, monkeyp
     printed, err = capsys.readouterr()
     stats = json.loads(printed)
     assert stats["nodes"] == 2449 and stats["train"] == 197
+    assert stats.pop("path") == str(out)  # where it went, as for a directory
     assert load_npz(out).stats() == stats
     # what it is doing goes to stderr, the statistics alone to stdout
     what = "products-like at scale 0.001 (seed 5)"
@@ -166,6 +168,7 @@ def test_a_leading_tilde_in_a_path_is_the_home_folder(tmp_path, capsys, monkeypa
                 "--out=~/p.npz"]) == 0
     written = json.loads(capsys.readouterr().out)
     assert (tmp_path / "p.npz").is_file() and not (tmp_path / "~").exists()
+    assert written.pop("path") == str(tmp_path / "p.npz")
     assert run(["data", "info", "~/p.npz"]) == 0
     assert json.loads(capsys.readouterr().out) == written
 
@@ -185,6 +188,7 @@ def test_generate_proteins_like_keeps_its_edge_features(tmp_path, capsys):
     out = tmp_path / "pr.npz"
     assert run(["data", "generate", "proteins-like", "--scale", "0.01", "--out", str(out)]) == 0
     stats = json.loads(capsys.readouterr().out)
+    assert stats.pop("path") == str(out)
     back = load_npz(out)
     assert back.stats() == stats
     assert back.graph.edge_features.shape == (back.graph.num_edges, 8)
@@ -213,3 +217,27 @@ def test_a_missing_command_is_named_by_its_choices(argv, names, capsys):
         run(argv)
     assert capsys.readouterr().err.endswith(f"error: the following arguments are required: "
                                             f"{names}\n")
+
+
+
+
+@pytest.mark.parametrize("command", ["info", "train"])
+def test_root_with_a_dataset_read_as_a_path_is_named_as_ignored(tmp_path, capsys, command):
+    """`--root` beside a saved file: the loaders read the path as given, and the folder
+    was ignored without a word; it is named in a warning, as other options that do
+    nothing are."""
+    out = tmp_path / "r.npz"
+    assert run(["data", "generate", "rmat", "--scale", str(2**-9), "--out", str(out)]) == 0
+    argv = (["data", "info", str(out)] if command == "info" else
+            ["train", "--dataset", str(out), "--epochs", "1", "--no-progress",
+             "--eval-mode", "none", "--batch-size", "4096"])
+    root, named = ((str(tmp_path), str(out)) if command == "info" else
+                   (repr(str(tmp_path)), f"dataset {str(out)!r}"))
+    with pytest.warns(zg.IgnoredOptionWarning) as caught:
+        assert run([*argv, "--root", str(tmp_path)]) == 0
+    assert [str(w.message) for w in caught] == [
+        f"{'--' if command == 'info' else ''}root {root}: the folder of datasets read by "
+        f"name, ignored for {named}, a path read as it is given"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert run(argv) == 0

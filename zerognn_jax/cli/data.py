@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import warnings
 
 from zerognn_jax._src.data.announce import announced, announcing, preset_label, stderr_log
 from zerognn_jax._src.data.graph_datasets import (
@@ -49,7 +50,7 @@ from zerognn_jax._src.data.loaders import (
 )
 from zerognn_jax._src.data.loaders import TYPED_PRESETS as TYPED_GENERATORS
 from zerognn_jax._src.data.planetoid import NAMES as PLANETOID_NAMES
-from zerognn_jax._src.data.storage import load_dir
+from zerognn_jax._src.data.storage import load_dir, reads_as_path
 from zerognn_jax._src.data.writes import WriteError, print_line, refuse_foreign
 from zerognn_jax.cli.flags import path_text, run_seed
 
@@ -119,6 +120,7 @@ def run_info(args: argparse.Namespace) -> int:
     dataset is loaded (and a preset's cache under --root written), as `data generate`
     holds them; one that came while the statistics were computed is the exit's."""
     from zerognn_jax._src.training import interrupts
+    from zerognn_jax._src.training.run_checks import IgnoredOptionWarning
 
     def build():
         key = args.name.lower()
@@ -129,6 +131,10 @@ def run_info(args: argparse.Namespace) -> int:
             raise ValueError(f"--seed applies to the synthetic presets "
                              f"({', '.join(GENERATE_PRESETS)}, tiny); {args.name!r} is "
                              f"read, not generated (got --seed {args.seed})")
+        if args.root is not None and reads_as_path(args.name):
+            warnings.warn(f"--root {args.root}: the folder of datasets read by name, "
+                          f"ignored for {args.name}, a path read as it is given",
+                          IgnoredOptionWarning, stacklevel=1)
         dataset = load_named(args.name, args.root, scale=args.scale, seed=args.seed,
                              download=args.download, log=stderr_log(True))
         interrupts.check(f"loading {args.name}")
@@ -194,10 +200,14 @@ def _generate(args: argparse.Namespace) -> int:
 
     if streamed:
         return _guarded_stats(lambda: _dir_stats(streamed_write()))
+
+    def written(write):  # the stats of what `write` wrote, and where it went
+        return _guarded_stats(lambda: {**announced_write(write).stats(), "path": args.out})
+
     if args.preset in GRAPH_PRESETS:  # a graph collection: .npz file or directory
-        return _guarded(lambda: announced_write(lambda: _saved_graphs(args)))
+        return written(lambda: _saved_graphs(args))
     if args.preset in TYPED_PRESETS:
-        return _guarded(lambda: announced_write(lambda: _typed(args)))
+        return written(lambda: _typed(args))
 
     def build():
         dataset = load_dataset(args.preset, scale=args.scale, seed=args.seed)
@@ -205,7 +215,7 @@ def _generate(args: argparse.Namespace) -> int:
         save_npz(dataset, args.out)
         return dataset
 
-    return _guarded(lambda: announced_write(build))
+    return written(build)
 
 
 def _feature_dtype_refusal(args: argparse.Namespace) -> str:

@@ -353,6 +353,12 @@ def is_dataset_dir(path: str | os.PathLike) -> bool:
     return (Path(path) / META).is_file()
 
 
+def reads_as_path(name: str) -> bool:
+    """Whether the loaders read `name` as a path (an `.npz` file, a path with a folder
+    in it, a saved dataset directory), and so never look in their `root`."""
+    return name.endswith(".npz") or os.sep in name or is_dataset_dir(name)
+
+
 def _read_meta(file: Path, accepts: ArrayNames = HOMOGENEOUS, kind: str | None = None) -> dict:
     """The JSON object of a `meta.json`, checked for what `load_arrays` reads from it.
 

@@ -12,6 +12,7 @@ import os
 import warnings
 
 from zerognn_jax._src.data.loaders import is_typed, require_known
+from zerognn_jax._src.data.storage import reads_as_path
 from zerognn_jax._src.nn.hetero import HETERO_MODELS
 from zerognn_jax._src.nn.models import MODELS
 from zerognn_jax._src.training.callbacks import EarlyStopping
@@ -109,6 +110,10 @@ def warn_unread_options(cfg: TrainConfig, dataset) -> None:
         warnings.warn(f"{', '.join(scan_only)}: options of the scan engine, ignored by "
                       f"engine {cfg.engine!r}", IgnoredOptionWarning,
                       stacklevel=user_stacklevel())
+    if dataset is None and cfg.root is not None and reads_as_path(cfg.dataset):
+        warnings.warn(f"root {cfg.root!r}: the folder of datasets read by name, ignored "
+                      f"for dataset {cfg.dataset!r}, a path read as it is given",
+                      IgnoredOptionWarning, stacklevel=user_stacklevel())
     samples = getattr(task, "samples_neighbours", True)
     if cfg.flat_outer and cfg.dedup is False and samples:  # checkpoints of such runs exist
         warnings.warn("flat_outer True is ignored with dedup False: tree mode lays out every "
