@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import zerognn_jax as zg
 from zerognn_jax import CheckpointWarning, TrainConfig, restore, save_npz, train
 from zerognn_jax._src.data.synthetic import products_like
 from zerognn_jax._src.training import interrupts, trainer
@@ -740,9 +741,12 @@ def test_a_checkpoint_of_another_format_is_refused_not_set_aside(dataset, run):
     """A checkpoint whose record names another format was resumed, restored and exported
     as if this version wrote it; it is refused in one line, kept where it is."""
     record = run / "ck" / "2" / "meta" / "metadata"
-    record.write_text(json.dumps({**json.loads(record.read_text()), "format": 99}))
-    refused = r"holds a checkpoint of format 99 \(epoch 2\); this version of zerognn-jax " \
-              r"reads format 1"
+    meta = json.loads(record.read_text())
+    assert meta["written_by"] == {"zerognn_jax": zg.__version__, "jax": jax.__version__}
+    meta["written_by"]["zerognn_jax"] = "9.0"
+    record.write_text(json.dumps({**meta, "format": 99}))
+    refused = r"holds a checkpoint of format 99 \(epoch 2, written by zerognn-jax 9.0\); " \
+              r"this version of zerognn-jax reads format 1"
     with pytest.raises(CheckpointMismatch, match=refused):
         train(config(run, 4), dataset)
     with pytest.raises(CheckpointMismatch, match=refused):

@@ -52,6 +52,7 @@ def test_restore_for_inference_needs_the_model_only(planetoid_root, tmp_path, ca
     result = zg.train(cfg, model=model, optimizer=optax.sgd(0.05), loss=smoothed)
     back = zg.restore(cfg.checkpoint_dir, model=MeanConcat(16, 7), for_inference=True)
     assert back.summary["epoch"] == 0 and back.dataset.name == "cora"
+    assert back.summary["written_by"] == {"zerognn_jax": zg.__version__, "jax": jax.__version__}
     for a, b in zip(jax.tree_util.tree_leaves(back.variables),
                     jax.tree_util.tree_leaves(result.variables), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

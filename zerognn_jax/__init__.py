@@ -68,6 +68,7 @@ from zerognn_jax._src.data.loaders import (
 )
 from zerognn_jax._src.data.molecules import molhiv_like, molpcba_like
 from zerognn_jax._src.data.ogbg import read_ogbg
+from zerognn_jax._src.data.version import VERSION
 from zerognn_jax._src.data.writes import CacheWarning, WriteError
 from zerognn_jax._src.nn.bridge import as_linen
 from zerognn_jax._src.nn.graph_models import (
@@ -211,7 +212,7 @@ from zerognn_jax._src.training.typed_loaders import (
     HeteroNeighborLoader,
 )
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
     "CSRGraph", "Calibration", "Collectives", "DataParallel", "Dataset", "DeviceData", "EdgeView",

@@ -42,6 +42,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from zerognn_jax._src.data.hetero import named_relation, relation_name
+from zerognn_jax._src.data.version import VERSION
 from zerognn_jax._src.data.writes import atomic_write, write_error
 from zerognn_jax._src.training.callbacks import best_mode
 from zerognn_jax._src.training.checkpoint_errors import CheckpointMismatch, CheckpointWarning
@@ -119,6 +120,12 @@ def check_epochs(epochs: int, resumable: list[int], directory: str) -> None:
                          f"{directory} holds, so nothing would be trained; ask for epochs "
                          f"{held + 1} or more to train on ({held} to evaluate it again), or "
                          f"use another checkpoint_dir to start afresh")
+
+
+def written_by() -> dict[str, str]:
+    """The versions of this package and of JAX that write a checkpoint (a record read
+    by another version says which wrote it; records of 2026-12-06 and before have none)."""
+    return {"zerognn_jax": VERSION, "jax": jax.__version__}
 
 
 def state_spec(state) -> dict:
@@ -371,8 +378,8 @@ class Checkpointer:
           WriteError: the checkpoint could not be written (a full disk, ...): an OSError
             naming the folder and the errno; its temporary folder is removed.
         """
-        meta = {"format": FORMAT, "epoch": epoch, "state_spec": state_spec(state),
-                "checksums": state_checksums(state), **meta}
+        meta = {"format": FORMAT, "written_by": written_by(), "epoch": epoch,
+                "state_spec": state_spec(state), "checksums": state_checksums(state), **meta}
         if self.best_metric is not None and epoch in self._manager.all_steps():
             self._manager.delete(epoch)
         try:
@@ -528,8 +535,11 @@ class Checkpointer:
         """Raises CheckpointMismatch if `meta` records another identity or other arrays."""
         where = f"checkpoint_dir {self.named} holds"
         if meta.get("format", FORMAT) != FORMAT:  # (every record this library writes has it)
+            by = meta.get("written_by")
+            by = by.get("zerognn_jax") if isinstance(by, dict) else None
             raise CheckpointMismatch(
-                f"{where} a checkpoint of format {meta['format']!r} (epoch {epoch}); "
+                f"{where} a checkpoint of format {meta['format']!r} (epoch {epoch}"
+                f"{'' if by is None else f', written by zerognn-jax {by}'}); "
                 f"this version of zerognn-jax reads format {FORMAT}: use the version that "
                 f"wrote it, or another checkpoint_dir")
         if "identity" not in meta:

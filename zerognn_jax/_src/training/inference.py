@@ -77,7 +77,9 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
       a `TrainResult`: `variables` (for `predict`, `model.apply`, `sampled_logits`,
       `layerwise_logits`, or `train(..., variables=)` to fine-tune), `state` (with the
       optimizer state), `history`, `program`, `data`, `dataset`, and a `summary` of the
-      checkpoint ({"checkpoint", "epoch", "best"} and the last record's metrics).
+      checkpoint ({"checkpoint", "epoch", "best"}, "written_by": the zerognn-jax and JAX
+      versions that wrote it, None for a checkpoint older than that record, and the
+      last record's metrics).
 
     Raises:
       FileNotFoundError: no checkpoint there.
@@ -181,7 +183,7 @@ def _restored(directory: Path, cfg, dataset, model, optimizer, loss, best: bool,
         ckpt.close()
     summary = {"checkpoint": str(directory), "dataset": dataset.name, "task": cfg.task,
                "model": cfg.model if model is None else model_name(model),
-               "epoch": last, "best": meta.get("best"),
+               "epoch": last, "best": meta.get("best"), "written_by": meta.get("written_by"),
                **{k: v for k, v in (history[-1] if history else {}).items()
                   if k.startswith(("train_", "val_", "test_", "loss"))}}
     if cfg.task == "link":  # what scores the encoder's embeddings
