@@ -212,9 +212,15 @@ class _EdgeKernel(nn.Module):
 class GINEConv(nn.Module):
     """GINE (Hu et al., 2020): MLP((1 + eps) h_i + sum_j ReLU(h_j + W_e e_ij)), the edge
     features projected to the input width; `train_eps` learns eps (PyG's `GINEConv`
-    with `edge_dim`, its `nn` a two-layer MLP of `features` units)."""
+    with `edge_dim`, its `nn` a two-layer MLP of `hidden` then `features` units).
+
+    `hidden` (default `features`, as PyG's `GIN` builds every layer's MLP) is the MLP's
+    inner width: an output layer of a few classes needs it wider, or its few ReLU units
+    can all die and leave the logits constant (`GNN` gives its last layer the model's
+    hidden width)."""
 
     features: int
+    hidden: int | None = None
     eps: float = 0.0
     train_eps: bool = False
     dtype: Any = jnp.float32
@@ -226,7 +232,7 @@ class GINEConv(nn.Module):
         eps = (self.param("eps", nn.initializers.constant(self.eps), ()) if self.train_eps
                else self.eps)
         out = (1.0 + eps) * h_dst + agg
-        out = nn.relu(nn.Dense(self.features, dtype=self.dtype)(out))
+        out = nn.relu(nn.Dense(self.hidden or self.features, dtype=self.dtype)(out))
         return nn.Dense(self.features, dtype=self.dtype)(out)
 
 
@@ -321,7 +327,7 @@ class GNN(nn.Module):
             heads = 1 if last else self.heads
             return GATConv(width, heads=heads, dtype=self.dtype, edge_dim=self.edge_dim)
         if self.conv == "gine":
-            return GINEConv(width, dtype=self.dtype)
+            return GINEConv(width, hidden=self.hidden, dtype=self.dtype)
         raise ValueError(f"unknown conv {self.conv!r}; choose sage, gcn, gat or gine")
 
     def layer(self, i, h_src, h_dst, view, *, train: bool):
