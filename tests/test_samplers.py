@@ -433,7 +433,7 @@ def test_bad_sampler_options():
         SamplerConfig((3,), method="labor", replace=True)
     with pytest.raises(ValueError, match="sampler must be one of"):
         TrainConfig(sampler="bogus")
-    with pytest.raises(ValueError, match="drop --replace"):
+    with pytest.raises(ValueError, match=r"drop replace \(--replace\)"):
         TrainConfig(sampler="labor", replace=True)
 
 

@@ -332,7 +332,7 @@ class TrainConfig:
             (self.embedding_dim >= 0,
              f"embedding_dim must be >= 0 (0: no embeddings), got {self.embedding_dim}"),
             (batched or self.model != "gine" or self.edge_features,
-             "model 'gine' reads edge features: add --edge-features"),
+             "model 'gine' reads edge features: set edge_features (--edge-features)"),
             (not batched or not (self.edge_features or self.embedding_dim),
              f"the {self.task} task reads its graphs' own edge features and takes no node "
              f"embedding: drop " + " and ".join(
@@ -346,7 +346,7 @@ class TrainConfig:
              f"scale must be positive and finite, got {self.scale}"),
             (self.chunk_steps >= 0, f"chunk_steps must be >= 0, got {self.chunk_steps}"),
             (self.sampler != "labor" or not self.replace,
-             "the labor sampler draws without replacement: drop --replace"),
+             "the labor sampler draws without replacement: drop replace (--replace)"),
             (self.eval_every >= 0, f"eval_every must be >= 0, got {self.eval_every}"),
             (self.eval_batch_size >= 1,
              f"eval_batch_size must be >= 1, got {self.eval_batch_size}"),
