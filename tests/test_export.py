@@ -108,6 +108,28 @@ def test_exported_model_round_trips_and_matches_the_live_model(trained):
     assert np.isnan(got[:3]).all() and np.isfinite(got[3:]).all()
 
 
+def test_an_artifacts_call_names_the_argument_of_another_shape(trained):
+    """`ExportedModel.call` checks every argument against the artifact's first: JAX's
+    own error named an argument by position only ("args[1].shape[0]"), and a graph that
+    is not the one the run trained on (GAT's drops self-loops) was a puzzle."""
+    p, v, d = trained.program, trained.variables, trained.data
+    art = export_model(p, v, d, batch_size=16)
+    seeds, valid, key = jnp.arange(16, dtype=jnp.int32), jnp.ones(16, bool), jnp.uint32(2)
+    got = art.call(*art.data_arguments(d), seeds, valid, key)
+    want = art.exported.call(*art.data_arguments(d), seeds, valid, key)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    edges = d.graph.indices.shape[0]
+    with pytest.raises(ValueError, match=rf"^argument indices must be int32\[{edges}\], got "
+                                         rf"int32\[{edges - 3}\] \(the graph's arrays are "
+                                         rf"those of the graph the run trained on"):
+        art.call(d.graph.indptr, d.graph.indices[3:], d.features, seeds, valid, key)
+    with pytest.raises(ValueError, match=r"^argument valid must be bool\[16\], got int32\[16\]$"):
+        art.call(*art.data_arguments(d), seeds, seeds, key)
+    with pytest.raises(TypeError, match=r"takes 6 arguments \(indptr, indices, features, "
+                                        r"seeds, valid, key\), got 5"):
+        art.call(*art.data_arguments(d), seeds, valid)
+
+
 def test_a_model_reading_edge_features_takes_the_table_as_an_argument():
     """GAT with edge features in its attention: the artifact takes the graph's edge
     table after the features and gives the live model's outputs, which the table moves

@@ -69,6 +69,25 @@ class ExportedModel(NamedTuple):
     batch_size: int
     arguments: tuple[str, ...] = ("indptr", "indices", "features", "seeds", "valid", "key")
 
+    def call(self, *args):
+        """`exported.call(*args)`, each argument's shape and dtype checked first against
+        the artifact's, the one that differs named (JAX's own error names an argument by
+        position only). The graph's arrays are as long as the graph the run trained on:
+        `result.data.graph`, which is not the dataset's where training changed it (GAT
+        drops self-loops; a link run keeps its training edges)."""
+        if len(args) != len(self.arguments):
+            raise TypeError(f"the artifact takes {len(self.arguments)} arguments "
+                            f"({', '.join(self.arguments)}), got {len(args)}")
+        for name, arg, aval in zip(self.arguments, args, self.exported.in_avals):
+            shape, dtype = np.shape(arg), getattr(arg, "dtype", None)
+            if shape != aval.shape or (dtype is not None and dtype != aval.dtype):
+                graph = (" (the graph's arrays are those of the graph the run trained on, "
+                         "result.data.graph; art.data_arguments(result.data) gives them)"
+                         if name.endswith(("indptr", "indices", "edge_features")) else "")
+                raise ValueError(f"argument {name} must be {aval.dtype}{list(aval.shape)}, "
+                                 f"got {dtype}{list(shape)}{graph}")
+        return self.exported.call(*args)
+
     def serialize(self) -> bytearray:
         """The artifact's bytes (`jax.export`'s serialization: `jax.export.deserialize`
         reads them back in a process without zerognn-jax)."""
