@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,6 +63,33 @@ def test_the_artifact_gives_the_checkpointed_models_outputs(run, capsys, monkeyp
     monkeypatch.chdir(folder)
     assert main(["export", "~/ckpt", "--out=~/home.bin", "--batch-size", "8"]) == 0
     assert (folder / "home.bin").is_file() and not (folder / "~").exists()
+
+
+def test_an_artifact_read_back_that_is_damaged_or_misdescribed_is_one_line(tmp_path):
+    """`ExportedModel.read` of a truncated or foreign file: JAX's reader failed deep in
+    flatbuffers (struct.error: unpack_from requires a buffer of at least ... bytes)."""
+    cfg = zg.TrainConfig(dataset="tiny", hidden=8, layers=1, fanouts=(2,), epochs=1,
+                         eval_mode="none", progress=False)
+    result = zg.train(cfg)
+    art = zg.export_model(result.program, result.variables, result.data, batch_size=8)
+    blob = bytes(art.serialize())
+    described = {"batch_size": 8, "arguments": list(art.arguments)}
+    good = tmp_path / "m.bin"
+    good.write_bytes(blob)
+    assert zg.ExportedModel.read(good, described).arguments == art.arguments
+    for name, data in (("half.bin", blob[: len(blob) // 2]), ("text.bin", b"not a model")):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / name))} is not an "
+                                             rf"artifact jax.export reads \(truncated, or "
+                                             rf"another file\): "):
+            zg.ExportedModel.read(tmp_path / name, described)
+    with pytest.raises(ValueError, match="the description names 5 arguments, the artifact "):
+        zg.ExportedModel.read(good, {**described, "arguments": described["arguments"][:5]})
+    with pytest.raises(ValueError, match="has no batch_size: give the JSON line"):
+        zg.ExportedModel.read(good, {"arguments": []})
+    (tmp_path / "m.json").write_text("out: m.bin\n")
+    with pytest.raises(ValueError, match="m.json is not the JSON line zerognn export prints"):
+        zg.ExportedModel.read(good, tmp_path / "m.json")
 
 
 def test_a_link_artifact_says_how_pairs_of_its_embeddings_are_scored(tmp_path, capsys):
@@ -267,6 +295,12 @@ def test_a_graph_level_run_exports_with_its_rows_per_call(tmp_path, capsys):
     art = zg.ExportedModel(jax.export.deserialize(out.read_bytes()), 2,
                            tuple(printed["arguments"]))
     assert art.exported.in_avals[0].shape[0] == 120
+    # read back by its printed line, as a file or as a dict
+    (tmp_path / "mol.json").write_text(json.dumps(printed))
+    for description in (tmp_path / "mol.json", printed):
+        again = zg.ExportedModel.read(out, description)
+        assert (again.batch_size, again.arguments) == (art.batch_size, art.arguments)
+        assert again.exported.in_avals == art.exported.in_avals
     back = zg.restore(str(tmp_path / "ckpt"), for_inference=True)
     got = np.asarray(art.exported.call(*zg.graph_arguments(art, back.dataset, [3, 9])))
     want = graph_outputs(back.program, back.variables, back.data, np.array([3, 9]),

@@ -17,8 +17,10 @@ the collection's, are what such a server sees (`export_model`, `graph_arguments`
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import NamedTuple
 
 import flax
@@ -68,6 +70,40 @@ class ExportedModel(NamedTuple):
     exported: jax.export.Exported
     batch_size: int
     arguments: tuple[str, ...] = ("indptr", "indices", "features", "seeds", "valid", "key")
+
+    @classmethod
+    def read(cls, path, description) -> ExportedModel:
+        """The artifact `zerognn export --out path` wrote, named again by the JSON line
+        that command printed (`description`: the file it was kept in, or its dict).
+
+        Raises:
+          ValueError: a file jax.export cannot read (truncated, or not an artifact), or
+            a description that is not that line or is of another artifact, naming it.
+        """
+        if not isinstance(description, dict):
+            text = Path(description).read_text()
+            try:
+                description = json.loads(text)
+            except ValueError:
+                raise ValueError(f"{description} is not the JSON line zerognn export "
+                                 f"prints (keep it with `> model.json`)") from None
+        missing = [k for k in ("batch_size", "arguments") if k not in description]
+        if missing:
+            raise ValueError(f"the artifact's description has no {' or '.join(missing)}: "
+                             f"give the JSON line zerognn export printed")
+        try:
+            exported = jax.export.deserialize(bytearray(Path(path).read_bytes()))
+        except Exception as err:  # flatbuffers' reader: struct.error, AssertionError, ...
+            said = str(err).strip().splitlines()[0][:200] if str(err).strip() else \
+                type(err).__name__
+            raise ValueError(f"{path} is not an artifact jax.export reads (truncated, or "
+                             f"another file): {said}") from None
+        arguments = tuple(description["arguments"])
+        if len(arguments) != len(exported.in_avals):
+            raise ValueError(f"the description names {len(arguments)} arguments, the "
+                             f"artifact {path} takes {len(exported.in_avals)}: they are of "
+                             f"two exports")
+        return cls(exported, int(description["batch_size"]), arguments)
 
     def call(self, *args):
         """`exported.call(*args)`, each argument's shape and dtype checked first against
