@@ -439,6 +439,10 @@ def test_a_callable_replaces_an_op(small_graph):
                                      (128, 256), k)
     chosen = Kernels(relabel=relabel.relabel_sorted)
     assert "relabel=relabel_sorted" in chosen.describe()
+    # an interpreted Pallas kernel says so (a summary showed it as a GPU run's)
+    assert Kernels(sample="pallas", interpret=True).describe().endswith(
+        ",row_adam=xla (interpreted)")
+    assert "interpreted" not in Kernels(interpret=True).describe()  # no Pallas kernel
     for a, b in zip(jax.tree_util.tree_leaves(run(chosen)),
                     jax.tree_util.tree_leaves(run(Kernels()))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

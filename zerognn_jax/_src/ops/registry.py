@@ -101,9 +101,13 @@ class Kernels:
         return cls(**choices, interpret=interpret)
 
     def describe(self) -> str:
+        """Each op's choice ("sample=pallas,relabel=xla,..."), and " (interpreted)"
+        where Pallas kernels run in the interpreter (a CPU run many times slower)."""
         name = lambda impl: impl if isinstance(impl, str) else getattr(
             impl, "__name__", type(impl).__name__)
-        return ",".join(f"{op}={name(getattr(self, op))}" for op in OPS)
+        interpreted = self.interpret and any(getattr(self, op) == "pallas" for op in OPS)
+        return ",".join(f"{op}={name(getattr(self, op))}" for op in OPS) + (
+            " (interpreted)" if interpreted else "")
 
 
 XLA = Kernels()

@@ -126,6 +126,11 @@ def _check_arguments(table, state, rows, valid) -> None:
         raise ValueError(f"state holds moments of shape {list(state.mu.shape)}, the table "
                          f"is {list(table.shape)}: give the state row_adam_init made for "
                          f"this table")
+    if state.mu.dtype != jnp.float32 or state.nu.dtype != jnp.float32:
+        # (the XLA form would keep them in their dtype, the Pallas kernel refused them)
+        raise ValueError(f"state holds moments of dtype {state.mu.dtype} and "
+                         f"{state.nu.dtype}; lazy Adam keeps them in float32 whatever the "
+                         f"table's dtype: give the state row_adam_init made for this table")
     if rows.ndim != 1 or not jnp.issubdtype(rows.dtype, jnp.integer):
         raise ValueError(f"rows must be 1-D integer row ids [R], got "
                          f"{rows.dtype}{list(rows.shape)}")
