@@ -532,6 +532,25 @@ def test_a_metrics_path_that_is_no_regular_file_is_refused(tmp_path):
     assert fifo.exists() and Path(os.devnull).is_char_device()
 
 
+@pytest.mark.parametrize("name", ["2", "3.corrupt", "best", "evaluation.json",
+                                  ".zerognn.lock"])
+def test_a_metrics_file_named_as_a_checkpoint_folders_own_is_refused(tmp_path, capsys, name):
+    """`--metrics-out CK/2` was taken, and removed by the save of epoch 2 (the records
+    after it went to a deleted file); CK/evaluation.json was overwritten, the lock's name
+    unlinked at the end. Refused before the run, as `zerognn export --out` is."""
+    from zerognn_jax.cli import main
+
+    ck = tmp_path / "ck"
+    argv = ["train", "--epochs", "1", "--no-progress", "--checkpoint-dir", str(ck),
+            "--metrics-out", str(ck / name)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"zerognn: error: --metrics-out {ck / name} takes a name the run writes in "
+        f"--checkpoint-dir ({name}: its checkpoints would replace or remove the file); give "
+        f"another name\n")
+    assert not ck.exists()
+
+
 def test_a_run_inside_a_checkpoint_folder_is_found_past_unreadable_folders(tmp_path,
                                                                           monkeypatch):
     """An unreadable folder (a volume's lost+found) is no run, and raised PermissionError

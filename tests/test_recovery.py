@@ -673,11 +673,20 @@ def flip_one_value_bit(step: Path):
     largest.write_bytes(bytes(data))
 
 
+def copy_of_the_epoch_before(step: Path):
+    """The folder replaced by a copy of the previous epoch's (a backup put back under
+    the wrong number): whole and readable, but not this epoch's. It was resumed as this
+    epoch, training one epoch short, and restored and exported as it."""
+    shutil.rmtree(step)
+    shutil.copytree(step.parent / str(int(step.name) - 1), step)
+
+
 CORRUPTIONS = {
     "arrays cut short": truncate_arrays,
     "arrays bit-flipped": flip_bits,
     "one value bit-flipped": flip_one_value_bit,
     "record not JSON": lambda step: (step / "meta" / "metadata").write_text("{not json"),
+    "another epoch's copy": copy_of_the_epoch_before,
 }
 
 
@@ -726,6 +735,8 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(dataset, run, four
     message = next(str(w.message) for w in caught if w.category is CheckpointWarning)
     if corrupt is CORRUPTIONS["one value bit-flipped"]:  # read back, then compared
         assert "checkpoint 2 holds other bytes than were written in 1 of its " in message
+    elif corrupt is CORRUPTIONS["another epoch's copy"]:
+        assert "(epoch 2: ValueError: its record is of epoch 1: a folder copied" in message
     elif corrupt is not CORRUPTIONS["record not JSON"]:  # tensorstore's message, whole
         assert f'local file "{ckpt}/2/state/' in message and "tensorstore_spec" not in message
     assert result.summary["start_epoch"] == 2
@@ -735,6 +746,17 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(dataset, run, four
     assert [r["epoch"] for r in records[:-1]] == [0, 1, 2, 3]
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Exception ignored" not in err and "absl" not in err
+
+
+def test_restoring_a_checkpoint_that_records_another_epoch_is_one_line(dataset, run):
+    """A folder that holds another epoch's checkpoint was restored as its own epoch."""
+    copy_of_the_epoch_before(run / "ck" / "2")
+    with pytest.raises(ValueError, match=rf"^checkpoint 2 in {re.escape(str(run / 'ck'))} does "
+                                         rf"not read \(ValueError: its record is of epoch 1: "
+                                         rf"a folder copied or renamed from another epoch's\)"):
+        restore(str(run / "ck"), dataset=dataset, for_inference=True)
+    assert restore(str(run / "ck"), dataset=dataset, epoch=1,
+                   for_inference=True).summary["epoch"] == 1
 
 
 def test_a_checkpoint_of_another_format_is_refused_not_set_aside(dataset, run):

@@ -37,7 +37,7 @@ from zerognn_jax._src.data.writes import atomic_write, print_line, written_here
 from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
 from zerognn_jax._src.training.export import export_model
 from zerognn_jax._src.training.inference import restore
-from zerognn_jax._src.training.lock import LOCK_NAME
+from zerognn_jax._src.training.lock import checkpoint_name
 from zerognn_jax._src.training.tasks.base import PredictsTypes
 from zerognn_jax.cli.data import load_named
 from zerognn_jax.cli.flags import add_compile_cache_flag, whole_number
@@ -124,17 +124,11 @@ LINK_GRAPH = ("the run's message-passing graph, its link split's training edges:
 
 def _refuse_checkpoint_names(out: Path, checkpoint_dir: Path) -> None:
     """ValueError where `out` takes a name in `checkpoint_dir` that a run writes there
-    (an epoch's number, the best checkpoint's folder, the evaluation record, the lock):
-    a resumed run would replace the artifact."""
-    from zerognn_jax._src.training.checkpoint import BEST, EVALUATION  # (orbax: at use)
-
-    out, folder = out.resolve(), checkpoint_dir.resolve()
-    if not out.is_relative_to(folder) or out == folder:
-        return
-    first = out.relative_to(folder).parts[0]
-    if first.split(".")[0].isdigit() or first in (BEST, EVALUATION, LOCK_NAME):
-        raise ValueError(f"--out {out} takes a name a run writes in its checkpoint folder "
-                         f"({first}: a resumed run may replace it); give another name")
+    (`checkpoint_name`): a resumed run would replace the artifact."""
+    taken = checkpoint_name(out, checkpoint_dir)
+    if taken is not None:
+        raise ValueError(f"--out {out.resolve()} takes a name a run writes in its checkpoint "
+                         f"folder ({taken}: a resumed run may replace it); give another name")
 
 
 def run_export(args) -> int:

@@ -47,11 +47,10 @@ from zerognn_jax._src.data.writes import atomic_write, write_error
 from zerognn_jax._src.training.callbacks import best_mode
 from zerognn_jax._src.training.checkpoint_errors import CheckpointMismatch, CheckpointWarning
 from zerognn_jax._src.training.checksums import check_checksums, state_checksums
-from zerognn_jax._src.training.lock import live_holder
+from zerognn_jax._src.training.lock import BEST, EVALUATION, live_holder
 from zerognn_jax._src.training.records import dumps
 
 FORMAT = 1
-EVALUATION = "evaluation.json"  # the last evaluated epoch's evaluation
 # TrainConfig fields a resumed run may change: they leave the trained values unchanged
 # (kernels, envelopes and the GEMM backend give the same result up to rounding; the
 # engine and the feature placement may change the default level layout, hence the
@@ -83,8 +82,6 @@ DATASET_ADDED_SINCE = ("dataset.graphs", "dataset.edges", "dataset.node_types")
 # that value only.
 ADDED_SINCE = {"init": "flax", "link_relation": None}
 
-
-BEST = "best"  # the sub-folder of the best-validation checkpoint
 
 
 def identity(cfg, dataset_stats: dict, global_batch: int, extra: dict | None = None,
@@ -439,6 +436,10 @@ class Checkpointer:
                 meta=ocp.args.JsonRestore()))
         if not isinstance(out["meta"], dict):
             raise ValueError(f"meta is {type(out['meta']).__name__}, not a JSON object")
+        recorded = out["meta"].get("epoch", epoch)
+        if recorded != epoch:  # its arrays are that epoch's, whatever the folder says
+            raise ValueError(f"its record is of epoch {recorded!r}: a folder copied or "
+                             f"renamed from another epoch's")
         return out["meta"]
 
     def restore(self, epoch: int, like: dict) -> tuple[dict, dict]:

@@ -26,6 +26,8 @@ from pathlib import Path
 from zerognn_jax._src.data.writes import writing
 
 LOCK_NAME = ".zerognn.lock"
+BEST = "best"  # the sub-folder of the best-validation checkpoint
+EVALUATION = "evaluation.json"  # the last evaluated epoch's evaluation
 ORBAX_TMP = "*.orbax-checkpoint-tmp*"
 _NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
@@ -172,3 +174,17 @@ def hold_outputs(checkpoint_dir: str | None, metrics_out: str | None) -> Iterato
         if checkpoint_dir:
             remove_orbax_leftovers(Path(checkpoint_dir))
         yield
+
+
+def checkpoint_name(path: str | os.PathLike, checkpoint_dir: str | os.PathLike) -> str | None:
+    """The name in `checkpoint_dir` that `path` takes where it is one a run writes or
+    replaces there (an epoch's number or its set-aside copy, the best checkpoint's
+    folder, the evaluation record, the lock), else None: another output put there
+    would be lost to a run that writes the folder."""
+    path, folder = Path(path).resolve(), Path(checkpoint_dir).resolve()
+    if not path.is_relative_to(folder) or path == folder:
+        return None
+    first = path.relative_to(folder).parts[0]
+    if first.split(".")[0].isdigit() or first in (BEST, EVALUATION, LOCK_NAME):
+        return first
+    return None

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from zerognn_jax._src.data.writes import AppendFile, atomic_write, not_json_lines, writing
+from zerognn_jax._src.training.lock import checkpoint_name
 
 
 def strict(value):
@@ -56,6 +57,11 @@ def check_output_paths(metrics_out: str | None, checkpoint_dir: str | None) -> l
     `remove_if_empty`; on failure it removes them itself); writes nothing else."""
     if metrics_out and Path(metrics_out).is_dir():
         raise ValueError(f"metrics_out {metrics_out} is a directory; give a file path")
+    if metrics_out and checkpoint_dir and \
+            (taken := checkpoint_name(metrics_out, checkpoint_dir)) is not None:
+        raise ValueError(f"metrics_out {metrics_out} takes a name the run writes in "
+                         f"checkpoint_dir ({taken}: its checkpoints would replace or remove "
+                         f"the file); give another name")
     created = []
     try:
         if checkpoint_dir:
