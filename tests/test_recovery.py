@@ -1057,6 +1057,24 @@ def test_an_extended_run_takes_its_last_evaluation_from_the_record(dataset, run,
     assert after[2] == before[2] and "test_acc" in after[2]
 
 
+def test_an_evaluation_record_holding_no_number_is_evaluated_again(dataset, run,
+                                                                   monkeypatch):
+    """evaluation.json carries no checksum: a figure edited or damaged into something
+    that is no number was put in the resumed run's log as it was ("abc")."""
+    record = run / "ck" / "evaluation.json"
+    saved = json.loads(record.read_text())
+    want = saved["evaluation"]["test_acc"]
+    saved["evaluation"]["test_acc"] = "abc"
+    record.write_text(json.dumps(saved))
+    calls = []
+    evaluate = trainer.evaluate
+    monkeypatch.setattr(trainer, "evaluate", lambda *a, **k: calls.append(1) or evaluate(*a, **k))
+    train(config(run, 4), dataset)
+    assert len(calls) == 2  # epoch 2's again, and the new last epoch's
+    after = last_run(strict_records(run / "m.jsonl"))
+    assert after[2]["test_acc"] == want
+
+
 def test_restore_reads_the_last_epochs_evaluation(dataset, three_epochs):
     """The last checkpoint precedes its epoch's evaluation; `restore` completes the
     epoch's record from evaluation.json, so its summary has the figures."""

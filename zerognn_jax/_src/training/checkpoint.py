@@ -421,11 +421,14 @@ class Checkpointer:
 
     def evaluation_of(self, record: dict) -> dict | None:
         """The evaluation `save_evaluation` recorded for the epoch of training `record`,
-        or None (none, another epoch's or run's, or unreadable)."""
+        or None (none, another epoch's or run's, unreadable, or holding a value that is
+        no number: edited or damaged; the epoch is then evaluated again)."""
         try:
             saved = json.loads((self.directory / EVALUATION).read_text())
             evaluated = saved["evaluation"]
-            ok = saved["trained"] == _trained(record) and isinstance(evaluated, dict)
+            ok = saved["trained"] == _trained(record) and isinstance(evaluated, dict) and \
+                all(v is None or (isinstance(v, int | float) and not isinstance(v, bool))
+                    for v in evaluated.values())
         except (OSError, ValueError, TypeError, KeyError):
             return None
         return evaluated if ok else None
