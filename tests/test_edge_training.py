@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_graph
+from conftest import assert_same_runs, random_graph
 
 from zerognn_jax import TrainConfig, make_dataset, predict, restore, train
 from zerognn_jax._src.nn.models import GNN
@@ -240,8 +240,7 @@ def test_given_variables_bring_their_embedding(edge_data, sage_embedding_run):
                                   np.asarray(whole.variables["embedding"]))
     assert not np.asarray(again.state.embedding_opt.nu).any()
     nodes = np.arange(edge_data.graph.num_nodes)
-    np.testing.assert_array_equal(np.asarray(predict(again, nodes)),
-                                  np.asarray(predict(whole, nodes)))
+    assert_same_runs(predict(again, nodes), predict(whole, nodes))  # (a GPU's sums drift)
     fresh = train(dataclasses.replace(cfg, epochs=0), edge_data,
                   variables={"params": whole.variables["params"]})  # another graph's
     np.testing.assert_array_equal(np.asarray(fresh.variables["embedding"]),
