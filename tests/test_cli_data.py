@@ -235,9 +235,10 @@ def test_root_with_a_dataset_read_as_a_path_is_named_as_ignored(tmp_path, capsys
                    (repr(str(tmp_path)), f"dataset {str(out)!r}"))
     with pytest.warns(zg.IgnoredOptionWarning) as caught:
         assert run([*argv, "--root", str(tmp_path)]) == 0
-    assert [str(w.message) for w in caught] == [
+    # (on a GPU, JAX's deprecation of the Pallas Triton backend is caught too)
+    assert [str(w.message) for w in caught if w.category is zg.IgnoredOptionWarning] == [
         f"{'--' if command == 'info' else ''}root {root}: the folder of datasets read by "
         f"name, ignored for {named}, a path read as it is given"]
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.simplefilter("error", zg.IgnoredOptionWarning)
         assert run(argv) == 0
