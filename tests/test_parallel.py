@@ -185,6 +185,67 @@ def test_the_cli_joins_a_run_over_a_coordinator(tmp_path):
     assert json.loads(out.stdout.splitlines()[-1])["processes"] == 1
 
 
+def _cli(*args: str, cwd) -> subprocess.Popen:
+    """`zerognn ARGS` in a fresh CPU process, its output piped."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO),
+           "XLA_FLAGS": FAST_XLA}
+    return subprocess.Popen([sys.executable, "-m", "zerognn_jax.cli", *args], cwd=cwd,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_processes_given_other_options_stop_in_one_line(tmp_path):
+    """Two processes of one run with another --hidden: one aborted inside gloo and the
+    other printed a traceback and hung; with another --epochs, both hung at the end."""
+    run = ["train", "--epochs", "1", "--no-progress", "--layers", "1", "--fanouts", "2",
+           "--coordinator", f"127.0.0.1:{free_port()}", "--num-processes", "2"]
+    procs = [_cli(*run, "--hidden", str(h), "--process-id", str(i), cwd=tmp_path)
+             for i, h in enumerate((8, 16))]
+    try:
+        ends = [p.communicate(timeout=TIMEOUT_S) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for i, (p, (_, err)) in enumerate(zip(procs, ends)):
+        assert p.returncode == 2, err[-3000:]
+        mine = f"--hidden {(8, 16)[i]} in process {i}"
+        assert f"zerognn: error: the processes of this run were given other options: " \
+               f"{mine}, other values in another; give every process the same\n" in err
+
+
+def test_a_bad_option_ends_a_process_before_it_joins_the_others(tmp_path):
+    """A process given a bad option joined the run first, printed its error and then
+    waited for the others as it exited (and they for it): nothing listens at this
+    coordinator, so joining would have waited out its time limit."""
+    proc = _cli("train", "--lr", "-1", "--coordinator", f"127.0.0.1:{free_port()}",
+                "--num-processes", "2", "--process-id", "1", cwd=tmp_path)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and out == ""
+    assert err == "zerognn: error: --lr must be positive and finite, got -1.0\n"
+
+
+def test_sigterm_still_stops_a_process_that_joined_a_run(tmp_path):
+    """JAX's distributed runtime installs a SIGTERM handler of its own (its preemption
+    notifier, which only logs): a run over several processes trained on through a
+    batch scheduler's SIGTERM. Joining puts the handler that was there back."""
+    script = tmp_path / "term.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "from zerognn_jax._src.training import interrupts, parallel\n"
+        "with interrupts.deferred():\n"
+        "    parallel.initialize_distributed(sys.argv[1], 1, 0, timeout_s=60)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    for _ in range(100):\n"
+        "        time.sleep(0.05)  # the handler runs between bytecodes\n"
+        "        try:\n"
+        "            interrupts.check('joining')\n"
+        "        except interrupts.Interrupted as err:\n"
+        "            sys.exit(err.exit_code)\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, str(script), f"127.0.0.1:{free_port()}"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 143, out.stderr[-3000:]
+
+
 def test_coordinator_auto_without_a_cluster_says_what_to_give(tmp_path):
     """Outside a scheduler's job, `--coordinator auto` ends in one line that says what
     JAX looked for and which flags to give instead (JAX's own message names none)."""

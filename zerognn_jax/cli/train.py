@@ -174,11 +174,13 @@ def run_train(args: argparse.Namespace) -> int:
     from zerognn_jax._src.training.trainer import train
 
     with interrupts.deferred():
-        # Joining a multi-process run must come first: a config naming Pallas kernels
-        # asks JAX for its backend (to refuse them off a GPU), and so does training,
-        # which initialize() must precede.
+        # A bad option ends this process before it joins the others: one that has
+        # joined waits for them as it exits, and they for it (both hung). Joining must
+        # precede JAX's backend, which a config naming Pallas kernels asks for (to
+        # refuse them off a GPU): such a config is built once the process has joined.
+        early = None if "pallas" in args.kernels else config_from_args(TrainConfig, args)
         initialize_distributed(args.coordinator, args.num_processes, args.process_id)
-        result = train(config_from_args(TrainConfig, args))
+        result = train(early or config_from_args(TrainConfig, args))
     if jax.process_index() == 0:
         print_line(dumps(result.summary), "the run's summary (the run itself finished)")
     return 0

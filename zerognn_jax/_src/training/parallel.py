@@ -21,6 +21,9 @@ JAX starts its backends, and the mesh takes the same number of devices from each
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import signal
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -57,7 +60,8 @@ def initialize_distributed(coordinator: str | None, num_processes: int | None = 
         return False
     if coordinator == "auto":
         try:
-            jax.distributed.initialize(initialization_timeout=timeout_s)
+            _keeping_sigterm(lambda: jax.distributed.initialize(
+                initialization_timeout=timeout_s))
         except ValueError as err:  # no scheduler's environment to take the address from
             raise ValueError(f"--coordinator auto takes the cluster from its scheduler's "
                              f"environment (SLURM, Open MPI, Kubernetes), and JAX found none "
@@ -75,9 +79,43 @@ def initialize_distributed(coordinator: str | None, num_processes: int | None = 
     if not host or not port.isdigit() or not 0 < int(port) < 65536:  # (JAX: IndexError)
         raise ValueError(f"--coordinator {coordinator!r} must be HOST:PORT (process 0's "
                          f"address and a free port on it, as 10.0.0.1:9000) or 'auto'")
-    jax.distributed.initialize(coordinator, num_processes, process_id,
-                               initialization_timeout=timeout_s)
+    _keeping_sigterm(lambda: jax.distributed.initialize(
+        coordinator, num_processes, process_id, initialization_timeout=timeout_s))
     return True
+
+
+def _keeping_sigterm(join) -> None:
+    """`join()`, with the SIGTERM handler that was there before put back after it:
+    JAX's distributed runtime installs its preemption notifier's, which only logs the
+    signal, so a run over several processes went on through the SIGTERM a batch
+    scheduler sends (the command's stop between phases, or Python's default, is kept)."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    join()
+    if before is not None:
+        signal.signal(signal.SIGTERM, before)
+
+
+def check_same_across_processes(values: dict, what: str = "options") -> None:
+    """ValueError in every process of a multi-process run when `values` ({name: value},
+    the same names in every process) are not equal in all of them, naming those that
+    differ and this process's value; nothing for one process. One all-gather of a
+    32-bit digest per value: processes given other options had hung in a later
+    collective or failed in one with a runtime error that named none of them."""
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils
+
+    digest = lambda v: int.from_bytes(hashlib.blake2b(repr(v).encode(), digest_size=4)
+                                      .digest(), "little", signed=True)
+    mine = np.array([digest(v) for v in values.values()], np.int32)
+    every = np.asarray(multihost_utils.process_allgather(mine))  # [processes, values]
+    differ = [name for i, name in enumerate(values) if (every[:, i] != every[0, i]).any()]
+    if differ:
+        here = jax.process_index()
+        raise ValueError(f"the processes of this run were given other {what}: "
+                         f"{', '.join(f'{n} {values[n]!r}' for n in differ)} in process "
+                         f"{here}, other values in another; give every process the same")
 
 
 def make_mesh(devices: int = 0) -> Mesh:

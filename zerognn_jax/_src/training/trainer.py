@@ -25,6 +25,7 @@ from zerognn_jax._src.data.announce import announced, stderr_log
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.graph import without_self_loops
 from zerognn_jax._src.data.loaders import is_typed, row_normalize
+from zerognn_jax._src.data.storage import reads_as_path
 from zerognn_jax._src.nn.bridge import as_linen, model_name
 from zerognn_jax._src.nn.layerwise import layer_count
 from zerognn_jax._src.nn.models import (
@@ -52,7 +53,7 @@ from zerognn_jax._src.training.checks import (
     check_pieces,
     init_checked,
 )
-from zerognn_jax._src.training.config import TrainConfig
+from zerognn_jax._src.training.config import PATHS, TrainConfig
 from zerognn_jax._src.training.embeddings import NodeEmbedding
 from zerognn_jax._src.training.engines import make_engine
 from zerognn_jax._src.training.evaluate import (
@@ -60,7 +61,7 @@ from zerognn_jax._src.training.evaluate import (
 )
 from zerognn_jax._src.training.layout import choose_layout
 from zerognn_jax._src.training.lock import hold_outputs
-from zerognn_jax._src.training.parallel import make_mesh
+from zerognn_jax._src.training.parallel import check_same_across_processes, make_mesh
 from zerognn_jax._src.training.placement import (
     add_drawn_counts,
     cache_budget,
@@ -423,6 +424,7 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
       interrupts.Interrupted: a signal arrived inside `interrupts.deferred()`.
     """
     check_arguments(cfg, dataset, variables)
+    check_same_across_processes(_shared_options(cfg))
     warn_unread_options(cfg, dataset)
     lead = jax.process_index() == 0  # one writer when several processes train together
     metrics = Path(cfg.metrics_out) if lead and cfg.metrics_out else None
@@ -440,6 +442,17 @@ def train(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, optim
             metrics.unlink()
         remove_if_empty(created)
         raise
+
+
+def _shared_options(cfg: TrainConfig) -> dict:
+    """The options every process of a run must be given alike: all but the paths (each
+    host may mount the data and the shared checkpoint folder elsewhere; the metrics
+    and TensorBoard files are the first process's alone) and the progress bar. A
+    dataset read from a path counts as one, whichever path."""
+    values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+              if f.name not in (*PATHS, "progress")}
+    values["dataset"] = "<a path>" if reads_as_path(cfg.dataset) else cfg.dataset
+    return values
 
 
 def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
