@@ -536,6 +536,24 @@ def test_two_processes_train_like_one(runs, resumed):
     np.testing.assert_allclose(record["losses"], record4["losses"], rtol=1e-5)
 
 
+def test_a_process_count_from_the_environment_that_is_no_number_names_it(monkeypatch,
+                                                                         capsys):
+    """argparse reads a default through the flag's type: $JAX_NUM_PROCESSES=two was
+    refused as the flag's value, which the command line did not hold."""
+    from zerognn_jax import cli
+
+    monkeypatch.setenv("JAX_NUM_PROCESSES", "two")
+    for argv, said in ((["--coordinator", "127.0.0.1:1", "--process-id", "0"],
+                        "'two' (the value of $JAX_NUM_PROCESSES)"),
+                       (["--num-processes", "x"], "'x'")):
+        with pytest.raises(SystemExit) as stop:  # argparse's usage error
+            cli.main(["train", *argv])
+        assert stop.value.code == 2
+        assert capsys.readouterr().err.endswith(
+            f"zerognn train: error: argument --num-processes: expected an integer, got "
+            f"{said}\n")
+
+
 def test_cli_distributed_flags(monkeypatch, capsys):
     from zerognn_jax import cli
 

@@ -144,6 +144,21 @@ HELP = {
 }
 
 
+def _int_or_from(variable: str):
+    """argparse type: an integer; a value that is none names `variable` where it came
+    from there (argparse reads a flag's default through its type too, and named the
+    flag alone)."""
+    def parse(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            where = (f" (the value of ${variable})" if os.environ.get(variable) == text
+                     else "")
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}{where}"
+                                             ) from None
+    return parse
+
+
 def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
     env = os.environ.get
     parser.add_argument(
@@ -151,9 +166,11 @@ def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
         help="host:port of process 0 for a run over several processes (hosts), or 'auto' "
              "to detect the cluster (SLURM, Open MPI); default: $JAX_COORDINATOR_ADDRESS, "
              "else a single-process run")
-    parser.add_argument("--num-processes", type=int, default=env("JAX_NUM_PROCESSES"),
+    parser.add_argument("--num-processes", type=_int_or_from("JAX_NUM_PROCESSES"),
+                        default=env("JAX_NUM_PROCESSES"),
                         help="processes in the run (default: $JAX_NUM_PROCESSES)")
-    parser.add_argument("--process-id", type=int, default=env("JAX_PROCESS_ID"),
+    parser.add_argument("--process-id", type=_int_or_from("JAX_PROCESS_ID"),
+                        default=env("JAX_PROCESS_ID"),
                         help="this process's rank, 0 .. num-processes - 1 "
                              "(default: $JAX_PROCESS_ID)")
 
