@@ -118,6 +118,9 @@ def test_an_artifacts_call_names_the_argument_of_another_shape(trained):
     got = art.call(*art.data_arguments(d), seeds, valid, key)
     want = art.exported.call(*art.data_arguments(d), seeds, valid, key)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    # NumPy's int64 ids are taken as JAX takes them (int32 without x64), not refused
+    again = art.call(*art.data_arguments(d), np.arange(16), np.ones(16, bool), key)
+    np.testing.assert_array_equal(np.asarray(again), np.asarray(want))
     edges = d.graph.indices.shape[0]
     with pytest.raises(ValueError, match=rf"^argument indices must be int32\[{edges}\], got "
                                          rf"int32\[{edges - 3}\] \(the graph's arrays are "

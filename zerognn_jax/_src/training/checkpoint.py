@@ -121,7 +121,7 @@ def check_epochs(epochs: int, resumable: list[int], directory: str) -> None:
 
 def written_by() -> dict[str, str]:
     """The versions of this package and of JAX that write a checkpoint (a record read
-    by another version says which wrote it; records of 2026-12-06 and before have none)."""
+    by another version says which wrote it; records of earlier versions have none)."""
     return {"zerognn_jax": VERSION, "jax": jax.__version__}
 
 

@@ -91,8 +91,9 @@ class ExportedModel(NamedTuple):
         if missing:
             raise ValueError(f"the artifact's description has no {' or '.join(missing)}: "
                              f"give the JSON line zerognn export printed")
+        blob = bytearray(Path(path).read_bytes())  # (a missing file: FileNotFoundError)
         try:
-            exported = jax.export.deserialize(bytearray(Path(path).read_bytes()))
+            exported = jax.export.deserialize(blob)
         except Exception as err:  # flatbuffers' reader: struct.error, AssertionError, ...
             said = str(err).strip().splitlines()[0][:200] if str(err).strip() else \
                 type(err).__name__
@@ -116,6 +117,8 @@ class ExportedModel(NamedTuple):
                             f"({', '.join(self.arguments)}), got {len(args)}")
         for name, arg, aval in zip(self.arguments, args, self.exported.in_avals):
             shape, dtype = np.shape(arg), getattr(arg, "dtype", None)
+            if dtype is not None:  # as JAX takes it: int64 ids as int32 without x64
+                dtype = jax.dtypes.canonicalize_dtype(dtype)
             if shape != aval.shape or (dtype is not None and dtype != aval.dtype):
                 graph = (" (the graph's arrays are those of the graph the run trained on, "
                          "result.data.graph; art.data_arguments(result.data) gives them)"
