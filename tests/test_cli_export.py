@@ -305,6 +305,12 @@ def test_a_graph_level_run_exports_with_its_rows_per_call(tmp_path, capsys):
         assert again.exported.in_avals == art.exported.in_avals
     back = zg.restore(str(tmp_path / "ckpt"), for_inference=True)
     got = np.asarray(art.exported.call(*zg.graph_arguments(art, back.dataset, [3, 9])))
+    # packed graphs' arrays are no trained graph's: the call names the shape alone
+    packed = list(zg.graph_arguments(art, back.dataset, [3, 9]))
+    packed[1] = packed[1][1:]
+    with pytest.raises(ValueError, match=r"^argument edge_features must be \S+\[260, \d+\], "
+                                         r"got \S+\[259, \d+\]$"):
+        art.call(*packed)
     want = graph_outputs(back.program, back.variables, back.data, np.array([3, 9]),
                          back.dataset, batch_size=2)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

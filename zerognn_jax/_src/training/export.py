@@ -122,7 +122,8 @@ class ExportedModel(NamedTuple):
             if shape != aval.shape or (dtype is not None and dtype != aval.dtype):
                 graph = (" (the graph's arrays are those of the graph the run trained on, "
                          "result.data.graph; art.data_arguments(result.data) gives them)"
-                         if name.endswith(("indptr", "indices", "edge_features")) else "")
+                         if name.endswith(("indptr", "indices", "edge_features"))
+                         and "n_node" not in self.arguments else "")  # (not packed graphs)
                 raise ValueError(f"argument {name} must be {aval.dtype}{list(aval.shape)}, "
                                  f"got {dtype}{list(shape)}{graph}")
         return self.exported.call(*args)
