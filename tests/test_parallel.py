@@ -246,6 +246,47 @@ def test_sigterm_still_stops_a_process_that_joined_a_run(tmp_path):
     assert out.returncode == 143, out.stderr[-3000:]
 
 
+def test_a_signal_to_one_process_stops_every_process_of_the_run(tmp_path):
+    """A SIGINT to one process of a run stopped it alone at its next check point, and
+    the other waited in its next collective until JAX's runtime aborted it (about 90 s)
+    or for good. Process 1 signals itself after epoch 0; both stop there."""
+    script = tmp_path / "one.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "import zerognn_jax as zg\n"
+        "from zerognn_jax._src.training import interrupts, parallel\n"
+        "me = int(sys.argv[2])\n"
+        "def signal_in_process_1(record):\n"
+        "    if me == 1:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "with interrupts.deferred():\n"
+        "    parallel.initialize_distributed(sys.argv[1], 2, me, timeout_s=300)\n"
+        "    cfg = zg.TrainConfig(epochs=3, hidden=8, layers=1, fanouts=(2,),\n"
+        "                         progress=False)\n"
+        "    try:\n"
+        "        zg.train(cfg, callbacks=[signal_in_process_1])\n"
+        "    except interrupts.Interrupted as err:\n"
+        "        print(err, *getattr(err, '__notes__', ()), sep='\\n')\n"
+        "        sys.exit(err.exit_code)\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO),
+           "XLA_FLAGS": FAST_XLA}
+    port = f"127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen([sys.executable, str(script), port, str(i)], cwd=tmp_path,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for i in range(2)]
+    try:
+        ends = [p.communicate(timeout=TIMEOUT_S) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (out, err) in zip(procs, ends):
+        assert p.returncode == 130, err[-3000:]
+        assert "interrupted by SIGINT after epoch 0\n" in out, out
+    assert ends[0][0].endswith("process 1 of this run received it; every process stops at "
+                               "the same point\n"), ends[0][0]
+    assert "process 1 of this run" not in ends[1][0]
+
+
 def test_coordinator_auto_without_a_cluster_says_what_to_give(tmp_path):
     """Outside a scheduler's job, `--coordinator auto` ends in one line that says what
     JAX looked for and which flags to give instead (JAX's own message names none)."""

@@ -13,6 +13,11 @@ signal ends the process at once with `os._exit`, which skips the interpreter's s
 and so cannot crash in it either. Outside `deferred()`, `check()` does nothing and
 signals keep their usual meaning.
 
+Several processes. In a run over several processes (`jax.distributed`), `check()` asks
+every process whether it had a signal, and all stop at that point if one did: a
+scheduler or a user that signals one process of a run stops the run, where the others
+had gone on into a collective that waited for it.
+
 Why a watcher thread. Python runs signal handlers on the main thread only, between
 bytecodes: while that thread is held in native code (a long compile, a wait for the
 device) two signals leave one handler call behind, so the second was lost and the first
@@ -36,6 +41,7 @@ import threading
 from collections.abc import Iterator
 
 import jax
+import numpy as np
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: list[int] = []  # signals seen inside `deferred()`, first one first
@@ -235,15 +241,38 @@ def deferred() -> Iterator[None]:
 
 def check(after: str, wait_for=None) -> None:
     """Raises `Interrupted` if a signal arrived, once the arrays in `wait_for` (device work
-    still in flight) are ready; a no-op otherwise."""
-    if _received:
-        block = _current[0]
-        if block is not None:  # the announcement first (`_Block`), made here if no one
-            _announce(block, _received[0])  # has begun it (a signal during the entry)
-            block.said.wait(timeout=5)
-        if wait_for is not None:
-            jax.block_until_ready(wait_for)
-        raise Interrupted(_received[0], after)
+    still in flight) are ready; a no-op otherwise. In a run over several processes every
+    one of them calls it at the same points, and all stop there if any had a signal
+    (`_from_any_process`)."""
+    signum, source = _from_any_process(_received[0] if _received else 0)
+    if not signum:
+        return
+    block = _current[0]
+    if _received and block is not None:  # the announcement first (`_Block`), made here
+        _announce(block, _received[0])  # if no one has begun it (a signal in the entry)
+        block.said.wait(timeout=5)
+    if wait_for is not None:
+        jax.block_until_ready(wait_for)
+    err = Interrupted(signum, after)
+    if source is not None and source != jax.process_index():
+        err.add_note(f"process {source} of this run received it; every process stops at "
+                     f"the same point")
+    raise err
+
+
+def _from_any_process(signum: int) -> tuple[int, int | None]:
+    """(the signal to stop on, the process that received it) in a run over several
+    processes: the lowest-numbered one's that had a signal, else 0. A process that
+    stopped alone left the others waiting in their next collective, until JAX's runtime
+    aborted them or for good. One all-gather of an int where the device is idle (between
+    phases and chunks). Elsewhere (`signum`, None), without starting JAX's backend."""
+    if not jax.distributed.is_initialized() or jax.process_count() == 1:
+        return signum, None
+    from jax.experimental import multihost_utils
+
+    every = np.asarray(multihost_utils.process_allgather(np.int32(signum))).reshape(-1)
+    first = np.flatnonzero(every)
+    return (int(every[first[0]]), int(first[0])) if first.size else (0, None)
 
 
 def exit_on_signal(code: int) -> None:
