@@ -774,6 +774,15 @@ def test_train_names_arguments_of_the_wrong_kind():
     with pytest.raises(TypeError, match="dataset 'tiny' is a name or a path: give it as "
                                         r"TrainConfig\(dataset=...\)"):
         train(small_config(), "tiny")
+    # a graph without features or labels was read as a dataset: an AttributeError
+    graph = random_dataset().graph
+    for task in ("node", "link"):
+        with pytest.raises(TypeError, match=rf"^the {task} task trains on a Dataset, got "
+                                            rf"CSRGraph; a graph alone becomes one with its "
+                                            rf"features, labels and splits: zg.make_dataset"):
+            train(dataclasses.replace(small_config(), task=task), graph)
+    with pytest.raises(TypeError, match="^the node task trains on a Dataset, got dict$"):
+        train(small_config(), {"graph": graph})
     with pytest.raises(ValueError, match=r"variables hold no 'params' .*got \['x'\]"):
         train(small_config(), random_dataset(), variables={"x": 1})
     # a config's options as train's own arguments: where they go, not Python's

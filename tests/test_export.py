@@ -279,7 +279,8 @@ def molecules():
 
 def test_a_graph_level_artifact_gives_the_live_models_outputs_for_packed_graphs(molecules):
     """Graphs packed into the artifact's rows give the outputs evaluation gives them;
-    a graph whose edge leaves it, or a call past the rows, gives NaN rows."""
+    a graph whose edge leaves it or with an id outside its vocabulary, or a call past
+    the rows, gives NaN rows."""
     from zerognn_jax._src.training.tasks.graph import graph_outputs
 
     mol, res = molecules
@@ -310,6 +311,18 @@ def test_a_graph_level_artifact_gives_the_live_models_outputs_for_packed_graphs(
     bad = np.asarray(call(*empty))
     assert np.isnan(bad[3]).all() and np.isfinite(bad[:3]).all()
     np.testing.assert_allclose(bad[1:3], want[1:], rtol=1e-5, atol=1e-6)
+    # a category outside the vocabulary trained on (the encoder's tables are stacked:
+    # column 0's id past its vocabulary read column 1's rows), negative, or fractional
+    first_edge = n_node[0] + n_node[1], n_edge[0] + n_edge[1]  # graph 17's first rows
+    for table, row, value in ((0, 0, mol.node_vocab[0]), (0, first_edge[0], -1.0),
+                              (1, first_edge[1], 0.5), (1, 0, mol.edge_vocab[0])):
+        odd = list(given)
+        odd[table] = given[table].copy()
+        odd[table][row, 0] = value
+        bad = np.asarray(call(*odd))
+        graph = 0 if row == 0 else 2
+        assert np.isnan(bad[graph]).all(), (table, row, value)
+        assert np.isfinite(np.delete(bad, graph, axis=0)).all(), (table, row, value)
     for counts in ([0, 0, 0, 151], [0, 0, 0, -1], [2**31 - 1, 2**31 - 1, 0, 0]):
         wrong = list(given)  # past the 150 rows, negative, or wrapping int32
         wrong[4] = np.array(counts, np.int32)

@@ -134,6 +134,30 @@ def test_make_collection_refuses_what_a_cast_would_change(field, value, message)
     np.testing.assert_array_equal(column.targets, [1, 0])
 
 
+@pytest.mark.parametrize("given,message", [
+    (dict(node_features=np.ones(5, np.float32)),
+     "got shape (5,) (one feature a node: node_features.reshape(-1, 1))"),
+    (dict(edge_features=np.ones(2, np.float32)),
+     "got shape (2,) (one feature an edge: edge_features.reshape(-1, 1))"),
+    (dict(targets=[[1, 0], [0, 1]]),
+     "got int32[2, 2]; one-hot rows give their classes by targets.argmax(1)"),
+    (dict(targets=[[0.0], [2.0]], target_kind="binary", num_classes=0),
+     "(missing); class ids take target_kind='classes' with num_classes"),
+    (dict(node_vocab=(2, 2)), "got float32 (these are whole numbers: cast them with "
+                              ".astype(np.int64))"),
+])
+def test_make_collection_says_how_pyg_shaped_data_is_given(given, message):
+    """Shapes and dtypes PyG's `Data` holds (a 1-D `edge_attr`, one-hot `y`, class ids
+    under the default binary kind, categories as floats) are refused with the change
+    that fits them."""
+    with pytest.raises(ValueError, match=re.escape(message) + "$"):
+        zg.make_collection(**{**MAKE, **given})
+    fractions = {**MAKE, "node_features": np.full((5, 2), 0.5, np.float32),
+                 "node_vocab": (2, 2)}
+    with pytest.raises(ValueError, match="must be integer category ids, got float32$"):
+        zg.make_collection(**fractions)
+
+
 def test_node_features_in_bfloat16_are_read_and_bools_named():
     """bfloat16 rows were refused as integer codes without their vocabulary; they are
     floats (widened to float32 exactly), and a bool table gets the choices it has."""

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import runs_rtol
+from conftest import labelled_dataset, runs_rtol
 
 import zerognn_jax as zg
 from zerognn_jax._src.sampling import graph_batch
@@ -511,6 +511,72 @@ def test_predict_gives_one_row_per_graph_as_the_evaluation_does(molecules, tmp_p
         with pytest.raises(ValueError, match=rf"seed must be an integer in \[0, 2\*\*32\), "
                                              rf"got {re.escape(repr(bad))}"):
             zg.predict(result, [0], seed=bad)
+
+
+def subset(collection, ids, **changes):
+    """A new collection of `collection`'s graphs `ids`, in that order."""
+    graphs = [collection.graph(int(g)) for g in ids]
+    cat = lambda key: np.concatenate([g[key] for g in graphs])
+    given = dict(n_node=[len(g["nodes"]) for g in graphs],
+                 n_edge=[len(g["senders"]) for g in graphs], senders=cat("senders"),
+                 receivers=cat("receivers"), node_features=cat("nodes"),
+                 targets=np.stack([g["target"] for g in graphs]),
+                 target_kind=collection.target_kind, edge_features=cat("edges"),
+                 node_vocab=collection.node_vocab, edge_vocab=collection.edge_vocab)
+    return zg.make_collection("new", **{**given, **changes})
+
+
+@pytest.mark.usefixtures("full_precision")
+def test_predict_takes_new_graphs_with_the_columns_trained_on(molecules):
+    """`zg.predict(..., dataset=new)` gives the rows of a new collection's graphs: here
+    a few of the training collection's, reversed, which give their rows there. Columns,
+    categories or a task that cannot take them are named in one line (an id past its
+    column's vocabulary had read another column's embedding)."""
+    result = zg.train(config(epochs=1), molecules)
+    ids = np.asarray(molecules.test_idx)[:9]
+    want = np.asarray(zg.predict(result, ids))
+    new = subset(molecules, ids[::-1])
+    got = np.asarray(zg.predict(result, np.arange(9), dataset=new, batch_size=4))
+    np.testing.assert_allclose(got, want[::-1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(zg.predict(result, [8, 0], dataset=new)),
+                               want[[0, 8]], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"nodes must lie in \[0, 9\) \(graph ids\)"):
+        zg.predict(result, [9], dataset=new)
+    nodes = np.asarray(new.node_features)
+    wider = nodes.copy()
+    wider[0, 0] = molecules.node_vocab[0]
+    vocab = (molecules.node_vocab[0] + 1, *molecules.node_vocab[1:])
+    with pytest.raises(ValueError, match=rf"^node features column 0 holds "
+                                         rf"{molecules.node_vocab[0]}, outside the "
+                                         rf"vocabulary trained on \[0, "
+                                         rf"{molecules.node_vocab[0]}\)$"):
+        zg.predict(result, [0], dataset=subset(molecules, ids, node_features=wider,
+                                               node_vocab=vocab))
+    floats = nodes.astype(np.float32)
+    with pytest.raises(ValueError, match="^the model trained on categorical node features; "
+                                         "these are float$"):
+        zg.predict(result, [0], dataset=subset(molecules, ids, node_features=floats,
+                                               node_vocab=()))
+    with pytest.raises(ValueError, match=rf"^the model trained on node features of "
+                                         rf"{nodes.shape[1]} columns; these have "
+                                         rf"{nodes.shape[1] - 1}$"):
+        zg.predict(result, [0], dataset=subset(molecules, ids, node_features=nodes[:, 1:],
+                                               node_vocab=molecules.node_vocab[1:]))
+    with pytest.raises(ValueError, match="^the model trained on edge features of 3 columns; "
+                                         "collection 'new' has none$"):
+        zg.predict(result, [0], dataset=subset(molecules, ids, edge_features=None,
+                                               edge_vocab=()))
+    with pytest.raises(ValueError, match="dataset must be a GraphCollection of the graphs"):
+        zg.predict(result, [0], dataset=molecules.node_features)
+
+
+def test_predict_of_a_node_run_takes_no_other_dataset():
+    data = labelled_dataset("nodes", 60, 4, 2, seed=0, edges=200)
+    result = zg.train(zg.TrainConfig(epochs=0, hidden=8, layers=1, fanouts=(2,),
+                                     eval_mode="none", progress=False), data)
+    with pytest.raises(ValueError, match="^dataset gives a graph-level run new graphs to "
+                                         "predict; this run's task is 'node'"):
+        zg.predict(result, [0], dataset=data)
 
 
 def test_a_built_in_loss_must_fit_the_targets_kind():

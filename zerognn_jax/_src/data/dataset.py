@@ -294,6 +294,20 @@ def float_targets(targets) -> np.ndarray:
     return narrow_to_float32("targets", t[:, None] if t.ndim == 1 else t)
 
 
+def require_dataset(value, task: str) -> None:
+    """TypeError unless `value` is a `Dataset`, what the `task` ("node", "link") trains
+    on; a `CSRGraph` given alone is told how to make one of it (its attributes were
+    read as a dataset's: an AttributeError that named neither)."""
+    if isinstance(value, Dataset):
+        return
+    hint = ""
+    if isinstance(value, CSRGraph):
+        hint = ("; a graph alone becomes one with its features, labels and splits: "
+                "zg.make_dataset(name, g.indptr, g.indices, features, labels, train_idx, "
+                "val_idx, test_idx, num_classes)")
+    raise TypeError(f"the {task} task trains on a Dataset, got {type(value).__name__}{hint}")
+
+
 def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, test_idx,
                  num_classes, weights=None, *, targets=None,
                  target_kind: str | None = None, edge_features=None) -> Dataset:

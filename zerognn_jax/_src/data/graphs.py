@@ -181,7 +181,11 @@ def _check_vocab(what: str, table: np.ndarray, vocab: tuple[int, ...]) -> None:
                   f"ids with their vocabulary sizes ({what.split()[0]}_vocab)")
         return
     if not np.issubdtype(table.dtype, np.integer):
-        _fail(f"{what} with a vocabulary must be integer category ids, got {table.dtype}")
+        whole = np.issubdtype(table.dtype, np.floating) and bool(
+            np.all(np.isfinite(table)) and np.all(table == np.round(table)))
+        hint = " (these are whole numbers: cast them with .astype(np.int64))" if whole else ""
+        _fail(f"{what} with a vocabulary must be integer category ids, got "
+              f"{table.dtype}{hint}")
     if len(vocab) != table.shape[1]:
         _fail(f"{what} have {table.shape[1]} columns but {len(vocab)} vocabulary sizes")
     if table.size:
@@ -200,7 +204,9 @@ def _check_targets(c: GraphCollection) -> None:
         _fail(f"targets have {t.shape[0]} rows but there are {g} graphs")
     if c.target_kind == "classes":
         if t.ndim != 1 or not np.issubdtype(t.dtype, np.integer):
-            _fail(f"class targets must be int[G], got {t.dtype}{list(t.shape)}")
+            hint = ("; one-hot rows give their classes by targets.argmax(1)"
+                    if t.ndim == 2 and t.shape[1] > 1 else "")
+            _fail(f"class targets must be int[G], got {t.dtype}{list(t.shape)}{hint}")
         if c.num_classes < 1:
             _fail(f"class targets need num_classes >= 1, got {c.num_classes}")
         bad = np.flatnonzero((t < 0) | (t >= c.num_classes))
@@ -222,8 +228,11 @@ def _check_targets(c: GraphCollection) -> None:
         bad = ~np.isnan(t) & (t != 0) & (t != 1)
         if bad.any():
             row, col = (int(i[0]) for i in np.nonzero(bad))
-            _fail(f"binary target [{row}, {col}] is {float(t[row, col])}; binary targets are "
-                  f"0, 1 or NaN (missing)")
+            value = float(t[row, col])
+            hint = ("; class ids take target_kind='classes' with num_classes"
+                    if t.shape[1] == 1 and value.is_integer() and value > 1 else "")
+            _fail(f"binary target [{row}, {col}] is {value}; binary targets are "
+                  f"0, 1 or NaN (missing){hint}")
 
 
 def validate_collection(c: GraphCollection) -> None:
@@ -236,7 +245,9 @@ def validate_collection(c: GraphCollection) -> None:
                          "node_features", "targets", "train_idx", "val_idx", "test_idx"),
                      "make_collection")
     if c.node_features.ndim != 2:
-        _fail(f"node_features must be 2-D [N, d], got shape {c.node_features.shape}")
+        one = " (one feature a node: node_features.reshape(-1, 1))" \
+            if c.node_features.ndim == 1 else ""
+        _fail(f"node_features must be 2-D [N, d], got shape {c.node_features.shape}{one}")
     if c.node_features.shape[1] == 0:
         _fail(f"node_features have no columns (shape {c.node_features.shape}): a graph "
               f"model reads each node's features; give each node one (a constant 1.0)")
@@ -265,8 +276,10 @@ def validate_collection(c: GraphCollection) -> None:
               f"collection has none")
     if c.edge_features is not None:
         if c.edge_features.ndim != 2 or c.edge_features.shape[0] != c.senders.shape[0]:
+            one = " (one feature an edge: edge_features.reshape(-1, 1))" \
+                if c.edge_features.shape == c.senders.shape else ""
             _fail(f"edge_features must be [E, d] with E = {c.senders.shape[0]} edges, got "
-                  f"shape {c.edge_features.shape}")
+                  f"shape {c.edge_features.shape}{one}")
         if c.edge_features.shape[1] == 0:
             _fail(f"edge_features have no columns (shape {c.edge_features.shape}): give "
                   f"None for a collection without edge features")

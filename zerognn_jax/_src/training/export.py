@@ -320,7 +320,9 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
     int32[max_edges] senders and receivers local to their graph, int32[batch_size] node
     and edge counts (an empty graph pads a call); it gives float32[batch_size, outputs],
     the evaluation-mode outputs. A graph whose edge names a node outside it gets a NaN
-    row (the edge joins no graph), and a call whose counts are negative or sum past the
+    row (the edge joins no graph), as does one with a categorical id outside the
+    vocabulary trained on or not a whole number (the encoder would read another
+    column's category), and a call whose counts are negative or sum past the
     rows NaN everywhere: no call reads out of bounds unseen. `graph_arguments` packs a
     collection's graphs for it.
 
@@ -528,6 +530,18 @@ def _incidence(ends: jax.Array, rows: int) -> tuple[jax.Array, jax.Array, jax.Ar
     return jnp.append(order, jnp.int32(0)), ptr, degree[:rows]
 
 
+def _unknown_ids(rows, vocab: tuple[int, ...], graph, batch_size: int) -> jax.Array:
+    """bool[batch_size]: the graphs (`graph`: each row's graph; past the call's graphs
+    for padding rows, which are dropped) with a categorical id outside [0, vocab) in one
+    of its rows, or not a whole number: the encoder would read another column's
+    embedding, or none, and give a plausible wrong output."""
+    if not vocab:
+        return jnp.zeros(batch_size, bool)
+    ids = rows[:, :len(vocab)]
+    wrong = (ids < 0) | (ids >= jnp.asarray(vocab, ids.dtype)) | (ids != jnp.floor(ids))
+    return jnp.zeros(batch_size, bool).at[graph].max(wrong.any(axis=1), mode="drop")
+
+
 def _export_graphs(program: StepProgram, variables, data: DeviceData, batch_size: int,
                    rows: tuple[int, int], max_degree: int | None,
                    platforms) -> ExportedModel:
@@ -595,7 +609,13 @@ def _export_graphs(program: StepProgram, variables, data: DeviceData, batch_size
         out, _ = program.apply_model(variables, device, gb, train=False,
                                      inputs={"graph": gb, "edges": edge_rows(tables, gb)})
         out = out[:-1].astype(jnp.float32)
-        bad_graph = jnp.zeros(batch_size, bool).at[g].max(bad) | too_wide
+        node_graph = jnp.searchsorted(no[1:], jnp.arange(max_nodes), side="right")
+        unknown = _unknown_ids(given["node_features"], task.node_vocab, node_graph,
+                               batch_size)
+        if edge_table is not None:
+            unknown |= _unknown_ids(given["edge_features"], task.edge_vocab,
+                                    jnp.where(slot < eo[-1], g, batch_size), batch_size)
+        bad_graph = jnp.zeros(batch_size, bool).at[g].max(bad) | too_wide | unknown
         return jnp.where((bad_graph | broken)[:, None], jnp.nan, out)
 
     return ExportedModel(_lowered(infer, [shapes[n] for n in names], platforms), batch_size,

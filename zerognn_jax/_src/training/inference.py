@@ -36,6 +36,7 @@ from zerognn_jax._src.training.records import epoch_folder_of, runs_inside
 from zerognn_jax._src.training.tasks.base import (
     BatchedTask,
     PredictsItems,
+    PredictsNewItems,
     PredictsTypes,
     ScoresPairs,
 )
@@ -311,7 +312,7 @@ def _batched_envelope(cfg, meta, data, dataset, program):
 
 
 def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int = 4096,
-            seed: int = 0, node_type: str | None = None) -> jax.Array:
+            seed: int = 0, node_type: str | None = None, dataset=None) -> jax.Array:
     """float[len(nodes), ...]: the output rows (logits; a link encoder's embeddings) of
     the node ids `nodes` from a `train` or `restore` result.
 
@@ -325,7 +326,9 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     `node_type`, one end of its relation (needed where the ends are two types), whose
     embeddings come back. A graph-level run's are ids of graphs of its collection, one
     output row each, as its evaluation computes them (`mode` changes nothing: no
-    neighbours are sampled).
+    neighbours are sampled); given `dataset`, another collection (new graphs to
+    predict, with the node and edge columns trained on; its targets and splits are not
+    read), they are ids of its graphs.
 
     Raises:
       TypeError: `result` not a `TrainResult`.
@@ -334,7 +337,8 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
         a whole number in range, or exact evaluation of a typed graph whose feature
         table, kept in host memory, does not fit the device's free memory; a `node_type`
         that is not a type the run predicts (a typed link run: an end of its relation; a
-        homogeneous run: none).
+        homogeneous run: none); a `dataset` given to a run whose task does not predict
+        new items, or whose columns (widths, categories) are not those trained on.
     """
     _require_result("predict", result)
     _check_call(mode, batch_size, seed)
@@ -342,8 +346,15 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     task = result.program.task
     target = None
     items = isinstance(task, PredictsItems)
+    data, items_of = result.data, result.dataset
+    if dataset is not None:
+        if not isinstance(task, PredictsNewItems):
+            raise ValueError(f"dataset gives a graph-level run new graphs to predict; this "
+                             f"run's task is {task.name!r}, whose ids are of the dataset it "
+                             f"trained on")
+        data, items_of = task.data_of(result.program, result.data, dataset), dataset
     if items:
-        n = task.num_items(result.dataset)
+        n = task.num_items(items_of)
     if isinstance(task, PredictsTypes):
         target = task.output_type(node_type)
         n = n[target]
@@ -353,8 +364,8 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     nodes = node_ids("nodes", nodes, n, f" ({task.item_name} ids)" if items else
                      "" if target is None else f" ({target!r} ids)")
     if items:
-        return task.outputs_of_items(result.program, result.variables, result.data,
-                                     result.dataset, nodes, batch_size=batch_size)
+        return task.outputs_of_items(result.program, result.variables, data, items_of,
+                                     nodes, batch_size=batch_size)
     predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
                           seed, bucketed=True)
     if target is not None:

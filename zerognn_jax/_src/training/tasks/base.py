@@ -261,6 +261,17 @@ class PredictsItems(Protocol):
         ...
 
 
+@runtime_checkable
+class PredictsNewItems(Protocol):
+    """A `PredictsItems` task whose trained model also serves items of another dataset
+    (new graphs): `zg.predict(..., dataset=...)` asks it for their device data."""
+
+    def data_of(self, program, data, dataset):
+        """`DeviceData` of `dataset`'s items, as the model trained on `data` reads them;
+        ValueError naming what `dataset` holds that the model did not train on."""
+        ...
+
+
 class SamplesSeeds(Protocol):
     """What sampled inference and `export_model` read of a typed task's view for one
     seed type (`PredictsTypes.for_seeds`; a `TypedNodeTask`)."""

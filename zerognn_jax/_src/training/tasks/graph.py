@@ -123,6 +123,8 @@ class GraphTask(ItemsAreLevel0):
       aggregation: "ell" (layers sum messages by gathers over each node's listed edge
         slots) or "segment" (by scatter-adds: the reference, the default); the same
         sums. `TrainConfig.graph_aggregation` resolves "auto" (`resolve_aggregation`).
+      node_vocab, edge_vocab: the trained collection's categorical vocabularies (set by
+        `prepare_run`): an exported model gives NaN for a graph with an id outside them.
     """
 
     loss: Callable = LOSSES["sigmoid"]
@@ -130,6 +132,8 @@ class GraphTask(ItemsAreLevel0):
     kind: str = "binary"
     window: int = 0
     aggregation: str = "segment"
+    node_vocab: tuple[int, ...] = ()
+    edge_vocab: tuple[int, ...] = ()
     name = "graph"
     item_name = "graph"  # `PredictsItems`: zg.predict's ids are graphs of the collection
     score_name = "acc"  # the fraction of labelled entries (or graphs) predicted right
@@ -234,7 +238,8 @@ class GraphTask(ItemsAreLevel0):
         task resolves its aggregation by `cfg.batch_size`, the batch a step takes
         (`trainer.fit_batch` has lowered one above the training graphs)."""
         task = dataclasses.replace(
-            self, aggregation=resolve_aggregation(cfg.graph_aggregation, cfg.batch_size))
+            self, aggregation=resolve_aggregation(cfg.graph_aggregation, cfg.batch_size),
+            node_vocab=tuple(dataset.node_vocab), edge_vocab=tuple(dataset.edge_vocab))
         dtype = jnp.dtype(cfg.dtype)
         # categorical ids stay exact in float32; float features take the run's dtype
         feat_dtype = jnp.float32 if dataset.node_vocab else dtype
@@ -257,10 +262,34 @@ class GraphTask(ItemsAreLevel0):
         mesh = make_mesh(cfg.devices)
         if mesh.size > 1:  # every device holds the whole collection and packs its batch
             program = program.with_mesh(mesh)
-            return program.parallel.place_data(DeviceData(graph, rows, tables)), program
-        data = DeviceData(graph.to_device(), jax.device_put(rows),
-                          jax.tree_util.tree_map(jax.device_put, tables))
-        return data, program
+        return _placed(program, DeviceData(graph, rows, tables)), program
+
+    def data_of(self, program: StepProgram, data: DeviceData,
+                dataset: GraphCollection) -> DeviceData:
+        """`PredictsNewItems`: `dataset`'s graphs as the model trained on `data` reads
+        them, in its dtypes; ValueError unless their node and edge columns are those it
+        trained on, categorical ids within the vocabularies trained on (an id past its
+        column's would read another column's embedding)."""
+        if not isinstance(dataset, GraphCollection):
+            raise ValueError(f"dataset must be a GraphCollection of the graphs to predict "
+                             f"(zg.make_collection), got {type(dataset).__name__}")
+        trained_edges = data.targets.edge_features
+        _same_columns("node", data.features.shape[1], self.node_vocab, dataset.node_features,
+                      dataset.node_vocab)
+        if (trained_edges is None) != (dataset.edge_features is None):
+            has = lambda e: "none" if e is None else f"{e.shape[1]} columns"
+            raise ValueError(f"the model trained on edge features of {has(trained_edges)}; "
+                             f"collection {dataset.name!r} has {has(dataset.edge_features)}")
+        if trained_edges is not None:
+            _same_columns("edge", trained_edges.shape[1], self.edge_vocab,
+                          dataset.edge_features, dataset.edge_vocab)
+        tables = graph_tables(dataset)
+        if trained_edges is not None:
+            tables = tables._replace(
+                edge_features=tables.edge_features.astype(trained_edges.dtype))
+        rows = np.asarray(dataset.node_features).astype(data.features.dtype, copy=False)
+        graph = CSRGraph(np.zeros(dataset.num_nodes + 1, np.int32), np.zeros(0, np.int32))
+        return _placed(program, DeviceData(graph, rows, tables))
 
     def sample_batch(self, program: StepProgram, data: DeviceData, perm, batch_index, epoch,
                      envelope: Envelope, active=None):
@@ -412,6 +441,34 @@ def _eval_capacities(task: GraphTask, dataset: GraphCollection, ids: np.ndarray,
     width = None if task.aggregation == "segment" else \
         max(int(jnp.max(degrees[jnp.asarray(ids)])), 1)
     return round_up(int(n), GRAPH_MULTIPLE), round_up(max(int(e), 1), GRAPH_MULTIPLE), width
+
+
+def _placed(program: StepProgram, data: DeviceData) -> DeviceData:
+    """Host `data` on the program's device, or on every device of its mesh (each packs
+    its own batches from the whole collection)."""
+    if program.parallel is not None:
+        return program.parallel.place_data(data)
+    return DeviceData(data.graph.to_device(), jax.device_put(data.features),
+                      jax.tree_util.tree_map(jax.device_put, data.targets))
+
+
+def _same_columns(what: str, width: int, vocab: tuple[int, ...], table, given_vocab) -> None:
+    """ValueError unless a new collection's `what` ("node", "edge") feature `table` has
+    the `width` columns trained on, categorical (within `vocab`) where those were."""
+    table = np.asarray(table)
+    if table.shape[1] != width:
+        raise ValueError(f"the model trained on {what} features of {width} columns; these "
+                         f"have {table.shape[1]}")
+    if bool(vocab) != bool(given_vocab):
+        kind = lambda v: "categorical" if v else "float"
+        raise ValueError(f"the model trained on {kind(vocab)} {what} features; these are "
+                         f"{kind(given_vocab)}")
+    if vocab and table.size:
+        high = table.max(0)
+        for col, (hi, v) in enumerate(zip(high, vocab)):
+            if hi >= v:
+                raise ValueError(f"{what} features column {col} holds {int(hi)}, outside "
+                                 f"the vocabulary trained on [0, {v})")
 
 
 def graph_outputs(program: StepProgram, variables, data: DeviceData, ids,

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.checks import at_least_one
-from zerognn_jax._src.data.dataset import Dataset, make_dataset
+from zerognn_jax._src.data.dataset import Dataset, make_dataset, require_dataset
 from zerognn_jax._src.data.links import (
     OGBL,
     EmptySplitWarning,
@@ -394,6 +394,7 @@ def link_data(cfg, dataset: Dataset | None = None) -> tuple[Dataset, LinkSplit]:
     if dataset is None:
         dataset = load_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed,
                                log=data_log(cfg))
+    require_dataset(dataset, "link")
     split = random_link_split(dataset.graph, seed=cfg.seed,
                               mrr_negatives=100 if cfg.link_metric == "mrr" else 0)
     return dataclasses.replace(dataset, graph=split.graph), split

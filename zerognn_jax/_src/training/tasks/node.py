@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.dataset import Dataset
+from zerognn_jax._src.data.dataset import Dataset, require_dataset
 from zerognn_jax._src.data.loaders import load_dataset
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch, data_log
 from zerognn_jax._src.training.tasks.link_metrics import any_nan, scored_auc
@@ -71,6 +71,7 @@ class NodeTask(ItemsAreLevel0):
         if dataset is None:
             dataset = load_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed,
                                    log=data_log(cfg))
+        require_dataset(dataset, "node")
         require_labels(dataset)
         task = node_task(loss, dataset)
         check_loss(task, task.output_dim(cfg, dataset), task.device_targets(dataset))
