@@ -145,8 +145,7 @@ def test_sampled_logits_halve_the_batch_the_device_cannot_hold(graph_400, all_ne
 def test_splits_of_different_sizes_share_one_sampled_pass(graph_400, monkeypatch):
     """Each split of a sampled evaluation compiled a pass of its own; they now run in
     calls of the same number of batches of one batch size, one program for all, and
-    each split's logits are those of one pass over its batches alone (every batch
-    keeps its keys)."""
+    each split's logits are those of one pass over its batches alone."""
     from zerognn_jax._src.sampling.envelope import conservative
     from zerognn_jax._src.sampling.seeds import ordered_items
     from zerognn_jax._src.training import evaluate
@@ -156,7 +155,7 @@ def test_splits_of_different_sizes_share_one_sampled_pass(graph_400, monkeypatch
     env = conservative(16, res.program.sampler.slots, 400)
     one_pass = lambda nodes: np.asarray(evaluate._sampled_pass(
         res.program, res.variables, res.data, ordered_items(jnp.asarray(nodes), 16),
-        jnp.uint32(3), jnp.int32(0), envelope=env)).reshape(-1, 4)[:nodes.size]
+        jnp.uint32(3), envelope=env)).reshape(-1, 4)[:nodes.size]
     alone = [one_pass(nodes) for nodes in parts]
     run, programs = evaluate._sampled_pass, []
 
@@ -171,6 +170,24 @@ def test_splits_of_different_sizes_share_one_sampled_pass(graph_400, monkeypatch
     for want, out in zip(alone, got):
         assert len(np.unique(want.round(5), axis=0)) > len(want) // 2  # rows differ
         np.testing.assert_array_equal(np.asarray(out), want)
+
+
+def test_a_nodes_sampled_row_is_the_same_in_any_request(graph_400):
+    """Evaluation keyed each batch's draws by its step, so a node's sampled row followed
+    its place in the request and the batch size (a request of one node got another
+    sample than the evaluation's). Every batch now draws with one step's keys, and a
+    node's sample, drawn by its id, is its own; with fanouts below the degrees the rows
+    are still samples (not the exact rows)."""
+    res = _trained(graph_400, "uniform", (3, 2), epochs=0)
+    nodes = np.random.default_rng(0).permutation(400)[:90]
+    rows = np.asarray(zg.predict(res, nodes, mode="sampled", batch_size=16, seed=5))
+    for at, batch in ((np.arange(90)[::-1], 7), (np.arange(40, 43), 2), ([0], 64)):
+        got = np.asarray(zg.predict(res, nodes[at], mode="sampled", batch_size=batch,
+                                    seed=5))
+        np.testing.assert_allclose(got, rows[at], rtol=1e-5, atol=1e-6)
+    other = np.asarray(zg.predict(res, nodes, mode="sampled", batch_size=16, seed=6))
+    exact = np.asarray(zg.predict(res, nodes))
+    assert not np.allclose(other, rows) and not np.allclose(exact, rows)
 
 
 def test_sampled_logits_batch_is_at_most_the_nodes(all_neighbours, monkeypatch):
@@ -203,9 +220,9 @@ def test_predictions_of_every_request_size_share_a_few_programs(all_neighbours,
     run, served, plain = evaluate._sampled_pass, [], []
     shapes = [served]
 
-    def record(program, variables, data, padded, seed, first, *, envelope):
+    def record(program, variables, data, padded, seed, *, envelope):
         shapes[-1].append((padded.shape[0], envelope.batch_size))
-        return run(program, variables, data, padded, seed, first, envelope=envelope)
+        return run(program, variables, data, padded, seed, envelope=envelope)
 
     monkeypatch.setattr(evaluate, "_sampled_pass", record)
     rng = np.random.default_rng(0)

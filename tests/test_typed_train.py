@@ -215,7 +215,7 @@ def test_sampled_predictions_of_nearby_sizes_share_a_program(mag, whole, monkeyp
     steps and capacities are rounded up to shared sizes and never below what earlier
     requests took, so requests A, B, A of nearby sizes run at most two programs, the
     second A on B's; every output equals the unrounded pass's (to the rounding that
-    other shapes give the products)."""
+    other shapes give the products), and a paper in both requests gets one row."""
     from zerognn_jax._src.training.tasks import typed_eval
 
     run, seen = typed_eval._sampled_pass, []
@@ -231,6 +231,8 @@ def test_sampled_predictions_of_nearby_sizes_share_a_program(mag, whole, monkeyp
         plain[ids.size] = typed_eval.sampled_logits(whole.program.task, whole.program,
                                                     whole.variables, whole.data, ids,
                                                     batch_size=64)
+    # the 30 papers both ask for have their own samples, whichever request draws them
+    np.testing.assert_allclose(plain[50][20:], plain[53][:30], rtol=1e-5, atol=1e-5)
     monkeypatch.setattr(typed_eval, "_sampled_pass", record)
     for ids in (a, b, a):
         got = np.asarray(zg.predict(whole, ids, mode="sampled", batch_size=64))
@@ -299,7 +301,9 @@ def test_rgcn_bases_over_sources_of_two_widths_name_the_width_to_set(mag):
                                  relations=mag.graph.relations, num_bases=2)
     with pytest.raises(ValueError, match=r"fails on its first batch \(a typed batch\): "
                                          r"ValueError: R-GCN bases need one source width per "
-                                         r"layer, got \[32, 128\].*TrainConfig.hidden wide"):
+                                         r"layer, got \[32, 128\] \(.*author__writes__paper "
+                                         r"32.*paper__cites__paper 128.*\).*TrainConfig."
+                                         r"hidden wide.*need padding to one"):
         zg.train(zg.TrainConfig(**BASE, epochs=1), mag, model=model)
 
 
@@ -626,7 +630,7 @@ def test_a_users_nnx_relational_model_is_evaluated(mag, with_layer):
     the wrapper's homogeneous `layer(i, h_src, h_dst, view)` with a typed layer's
     arguments (TypeError), with or without a `layer` of the module's own: now the
     module's typed `layer` runs exact inference, and a module without one is evaluated
-    on sampled neighbourhoods."""
+    on sampled neighbourhoods, as its summary says."""
     cfg = zg.TrainConfig(**{**BASE, "model": None, "hidden": 16}, epochs=1)
     model = _nnx_relational(mag, with_layer=with_layer)
     res = zg.train(cfg, mag, model=model)
@@ -635,3 +639,11 @@ def test_a_users_nnx_relational_model_is_evaluated(mag, with_layer):
     assert hasattr(res.program.model.model, "layer") == with_layer  # what exact asks
     if with_layer:  # the evaluation ran the module's own layers, each of them
         assert sorted(set(type(model).traced)) == [0, 1]
+        assert res.summary["eval_mode"] == "full" and "eval_note" not in res.summary
+    else:  # the summary said "full", as if the figures were exact
+        assert res.summary["eval_mode"] == "sampled"
+        assert res.summary["eval_note"].startswith("the model ") and res.summary[
+            "eval_note"].endswith(" has no layer(i, h, layer, *, train), which a typed "
+                                  "graph's exact layer-wise inference needs "
+                                  "(docs/hetero.md): evaluated on sampled neighbourhoods "
+                                  "(the training fanouts)")

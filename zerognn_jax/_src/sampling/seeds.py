@@ -123,17 +123,23 @@ def padded_parts(parts: list, batch: int, limit: int, bucketed: bool
     return padded, batch, min(EVAL_CALL_STEPS, min(rows.shape[0] // batch for rows in held))
 
 
-def step_calls(padded, batch: int, steps: int) -> list[tuple[int, np.ndarray]]:
-    """[(first batch index, int32[steps * batch, ...] rows)]: the batches of `padded` in
-    calls of `steps` batches each (the last filled up with -1 rows, empty batches), on
-    the host: one program runs every call of every part (`sample_step`'s `offset` keeps
-    each batch's keys those of its index in `padded`)."""
+# The keys evaluation samples with: those of one step of an epoch no training reaches,
+# for every batch (`sample_step`'s `key_step`), so that a node's sample, drawn by its id,
+# is the same in any request and batch.
+EVAL_EPOCH, EVAL_STEP = 0x7FFFFFFF, 0
+
+
+def step_calls(padded, batch: int, steps: int) -> list[np.ndarray]:
+    """[int32[steps * batch, ...] rows]: the batches of `padded` in calls of `steps`
+    batches each (the last filled up with -1 rows, empty batches), on the host: one
+    program runs every call of every part (evaluation keys every batch alike:
+    `sample_step`'s `key_step`)."""
     rows = np.asarray(padded, np.int32)
     per = steps * batch
     calls = max(1, -(-rows.shape[0] // per))
     fill = np.full((calls * per - rows.shape[0], *rows.shape[1:]), -1, np.int32)
     rows = np.concatenate([rows, fill])
-    return [(i * steps, rows[i * per:(i + 1) * per]) for i in range(calls)]
+    return [rows[i * per:(i + 1) * per] for i in range(calls)]
 
 
 def num_steps(num_train: int, batch_size: int) -> int:

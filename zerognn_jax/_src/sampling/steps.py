@@ -105,18 +105,18 @@ class StepSample(NamedTuple):
 
 def sample_step(graph: CSRGraph, perm, batch_index, *, seed, epoch, batch_size: int,
                 config: SamplerConfig, envelope: Envelope, kernels: Kernels = XLA,
-                source: SeedSource = ITEM_SEEDS, active=None, offset=0) -> StepSample:
+                source: SeedSource = ITEM_SEEDS, active=None, key_step=None) -> StepSample:
     """Samples batch `batch_index` of the padded permutation `perm` (jit-compatible).
 
     `active` (bool, optional) masks every item of a padding step. The keys depend only
-    on (seed, epoch, offset + batch_index), never on the envelope: `offset` is the batch
-    index of `perm`'s first batch, where `perm` is a slice of a longer one (evaluation
-    runs a split some batches a call).
+    on (seed, epoch, step), never on the envelope: the step is `batch_index`, or
+    `key_step` where given (evaluation keys every batch alike, so that a node's sample,
+    drawn by its id, is the same in whichever batch it comes).
     """
     items, valid = step_items(perm, batch_index, batch_size)
     if active is not None:
         valid = valid & active
-    key, drop_key = step_keys(seed, epoch, offset + batch_index)
+    key, drop_key = step_keys(seed, epoch, batch_index if key_step is None else key_step)
     level = source.seed_level(items, valid, key, envelope.batch_size)
     mb = sample_minibatch(graph, level.seeds, level.valid, key, config, envelope.capacities,
                           kernels)

@@ -35,16 +35,16 @@ from zerognn_jax._src.sampling.typed_minibatch import sample_typed_step
                                              "level0"))
 def sample_typed_epoch_counts(graph, perm, seed, epoch, *, batch_size: int,
                               config: TypedSamplerConfig, envelope: TypedEnvelope,
-                              kernels: Kernels, level0=None, offset=0):
+                              kernels: Kernels, level0=None, key_step=None):
     """Samples every step of one epoch in one scan; returns per-step statistics:
     ({type: int32[steps, L + 1]} counts, int32[steps] edges, bool[steps] overflow).
-    `level0` and `offset`: as `sample_typed_step` takes them."""
+    `level0` and `key_step`: as `sample_typed_step` takes them."""
     steps = perm.shape[0] // batch_size
 
     def body(_, step):
         mb = sample_typed_step(graph, perm, step, seed=seed, epoch=epoch,
                                batch_size=batch_size, config=config, envelope=envelope,
-                               kernels=kernels, level0=level0, offset=offset).mb
+                               kernels=kernels, level0=level0, key_step=key_step).mb
         return None, (mb.counts, mb.num_edges(), mb.overflow)
 
     _, out = jax.lax.scan(body, None, jnp.arange(steps, dtype=jnp.int32))

@@ -221,16 +221,16 @@ class TypedStepSample(NamedTuple):
 def sample_typed_step(graph: HeteroGraph, perm, batch_index, *, seed, epoch, batch_size: int,
                       config: TypedSamplerConfig, envelope: TypedEnvelope,
                       kernels: Kernels = XLA, active=None, level0=None,
-                      offset=0) -> TypedStepSample:
+                      key_step=None) -> TypedStepSample:
     """Samples batch `batch_index` of the padded permutation `perm` of seed-type ids,
-    with the keys `sample_step` uses (jit-compatible; `offset` as there). `level0`,
+    with the keys `sample_step` uses (jit-compatible; `key_step` as there). `level0`,
     where the items are not the seeds themselves (a link task's edges): a static
     callable (items, valid, key, envelope) -> (seeds, seed_valid) as `sample_typed`
     takes them."""
     items, valid = step_items(perm, batch_index, batch_size)
     if active is not None:
         valid = valid & active
-    key, drop_key = step_keys(seed, epoch, offset + batch_index)
+    key, drop_key = step_keys(seed, epoch, batch_index if key_step is None else key_step)
     seeds, seed_valid = (items, valid) if level0 is None else level0(items, valid, key,
                                                                      envelope)
     mb = sample_typed(graph, seeds, seed_valid, key, config, envelope, kernels)

@@ -39,7 +39,7 @@ from zerognn_jax._src.ops.host_rows import (
 )
 from zerognn_jax._src.ops.search import count_at_most
 from zerognn_jax._src.sampling.envelope import Envelope, conservative
-from zerognn_jax._src.sampling.seeds import padded_parts, step_calls
+from zerognn_jax._src.sampling.seeds import EVAL_EPOCH, EVAL_STEP, padded_parts, step_calls
 from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training.memory import (
     device_free_bytes,
@@ -584,8 +584,8 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
     `bucketed` (requests of varying sizes, `zg.predict`): a batch below `batch_size`
     and the number of steps are rounded up to shared sizes (`bucket`: under 25 % more),
     with empty rows and steps, so that every request size does not compile a program
-    of its own. Each node's sample is the same either way (its step and position in
-    the step draw it)."""
+    of its own. Each node's sample is the same either way, and in any request (its id
+    draws it: `EVAL_STEP`)."""
     return sampled_parts(program, variables, data, [nodes], batch_size=batch_size,
                          seed=seed, bucketed=bucketed)[0]
 
@@ -604,8 +604,8 @@ def sampled_parts(program: StepProgram, variables, data: DeviceData, parts, *,
     def run(batch: int) -> list:
         padded, batch, steps = padded_parts(parts, batch, batch_size, bucketed)
         env = conservative(batch, program.sampler.slots, data.graph.num_nodes)
-        call = lambda chunk, first: _sampled_pass(program, variables, data, chunk,
-                                                  jnp.uint32(seed), first, envelope=env)
+        call = lambda chunk: _sampled_pass(program, variables, data, chunk,
+                                           jnp.uint32(seed), envelope=env)
         return jax.block_until_ready([
             jnp.concatenate(in_calls(call, rows, batch, steps))[: nodes.shape[0]]
             for nodes, rows in zip(parts, padded)])
@@ -615,11 +615,11 @@ def sampled_parts(program: StepProgram, variables, data: DeviceData, parts, *,
 
 
 def in_calls(call, padded, batch: int, steps: int) -> list[jax.Array]:
-    """`call(rows, first)` (a sampled pass: [steps, batch, ...] outputs of batches
-    `first`, `first + 1`, ...) over the batches of `padded`, `steps` a call
-    (`step_calls`), every call queued before any is read: [steps * batch, ...] each."""
-    return [call(rows, jnp.int32(first)).reshape(steps * batch, -1)
-            for first, rows in step_calls(padded, batch, steps)]
+    """`call(rows)` (a sampled pass: [steps, batch, ...] outputs of the batches of
+    `rows`) over the batches of `padded`, `steps` a call (`step_calls`), every call
+    queued before any is read: [steps * batch, ...] each."""
+    return [call(rows).reshape(steps * batch, -1)
+            for rows in step_calls(padded, batch, steps)]
 
 
 def _refuse_typed(program: StepProgram, name: str) -> None:
@@ -637,16 +637,16 @@ def _refuse_typed(program: StepProgram, name: str) -> None:
 
 
 @functools.partial(jax.jit, static_argnames=("program", "envelope"))
-def _sampled_pass(program, variables, data, padded, seed, first, *, envelope: Envelope):
-    """The logits of each batch of `padded`, batches `first`, `first + 1`, ... of the
-    nodes evaluated. Plain jitted code outside any mesh: features are gathered unsplit
-    (XLA's partitioner moves the rows of a row-sharded table)."""
+def _sampled_pass(program, variables, data, padded, seed, *, envelope: Envelope):
+    """The logits of each batch of `padded`. Plain jitted code outside any mesh:
+    features are gathered unsplit (XLA's partitioner moves the rows of a row-sharded
+    table)."""
     program = dataclasses.replace(program, parallel=None)
 
     def step(_, s):
-        mb = sample_step(data.graph, padded, s, seed=seed, epoch=0x7FFFFFFF,
+        mb = sample_step(data.graph, padded, s, seed=seed, epoch=EVAL_EPOCH,
                          batch_size=envelope.batch_size, config=program.sampler,
-                         envelope=envelope, kernels=program.kernels, offset=first).mb
+                         envelope=envelope, kernels=program.kernels, key_step=EVAL_STEP).mb
         logits, _ = program.apply_model(variables, data, mb, train=False)
         return None, logits
 

@@ -33,11 +33,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.nn.hetero import TypedLayer, join_inputs, whole_graph_layer
 from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.ops.host_rows import host_table, is_host_resident, uploaded
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
-from zerognn_jax._src.sampling.seeds import padded_parts, step_calls
+from zerognn_jax._src.sampling.seeds import EVAL_EPOCH, EVAL_STEP, padded_parts, step_calls
 from zerognn_jax._src.sampling.typed_calibrate import sample_typed_epoch_counts
 from zerognn_jax._src.sampling.typed_config import seed_types
 from zerognn_jax._src.sampling.typed_envelope import (
@@ -62,7 +63,6 @@ from zerognn_jax._src.training.evaluate import (
 )
 from zerognn_jax._src.training.memory import device_free_bytes
 
-EVAL_EPOCH = 0x7FFFFFFF  # the epoch whose keys evaluation samples with
 EXACT_POLICY = EnvelopePolicy(1.0, 128)
 
 
@@ -89,7 +89,19 @@ def split_logits(task, predictor, parts) -> list[np.ndarray]:
 def embeds_exactly(predictor) -> bool:
     """Whether `predictor` computes exact outputs: mode "full" and a model with `layer`
     (exact layer-wise inference); else its outputs are sampled."""
-    return predictor.mode == "full" and hasattr(predictor.program.model.model, "layer")
+    return predictor.mode == "full" and typed_layerwise(predictor.program.model)
+
+
+def typed_layerwise(model) -> bool:
+    """Whether a typed program's model (the task's wrapper of the built-in or the user's
+    module) offers exact layer-wise inference: `layer(i, h, layer, *, train)`."""
+    return hasattr(model.model, "layer")
+
+
+def no_typed_layer_form(model) -> str:
+    """The one-line reason a typed program's model gets no exact layer-wise inference."""
+    return (f"the model {model_name(model.model)} has no layer(i, h, layer, *, train), "
+            f"which a typed graph's exact layer-wise inference needs (docs/hetero.md)")
 
 
 def exact_relations(task, graph, i: int) -> tuple[tuple, tuple]:
@@ -362,10 +374,10 @@ def eval_envelope(task, data, padded: list, batch_size: int, steps: int, seed, k
     safe = typed_conservative(config, st, batch_size, data.graph.num_nodes, EXACT_POLICY)
     top = {}
     for rows in padded:
-        for first, chunk in step_calls(rows, batch_size, steps):
+        for chunk in step_calls(rows, batch_size, steps):
             counts, _, _ = sample_typed_epoch_counts(
                 data.graph, chunk, seed, EVAL_EPOCH, batch_size=batch_size, config=config,
-                envelope=safe, kernels=kernels, offset=jnp.int32(first))
+                envelope=safe, kernels=kernels, key_step=EVAL_STEP)
             for t, c in counts.items():
                 top[t] = np.maximum(top.get(t, 0), np.asarray(c).max(axis=0))
     env = fit_typed_envelope(config, typed_from_counts(config, st, batch_size, top, safe,
@@ -394,7 +406,7 @@ def sampled_logits(task, program, variables, data, ids, *, batch_size: int,
     `bucketed` (`zg.predict`'s requests of varying sizes): the batch, the steps and the
     envelope rounded up to sizes that requests share (`serving_items`, `eval_envelope`),
     so that a new request size seldom compiles the pass again; each node's sample is the
-    same (its step and position draw it)."""
+    same in any request (its id draws it: `EVAL_STEP`)."""
     return sampled_parts(task, program, variables, data, [ids], batch_size=batch_size,
                          seed=seed, bucketed=bucketed)[0]
 
@@ -414,8 +426,8 @@ def sampled_parts(task, program, variables, data, parts, *, batch_size: int,
         key = jnp.uint32(seed)
         env = eval_envelope(task, data, padded, batch, steps, key, program.kernels,
                             served=bucketed)
-        call = lambda chunk, first: _sampled_pass(program, variables, data, chunk, key,
-                                                  first, task=task, envelope=env)
+        call = lambda chunk: _sampled_pass(program, variables, data, chunk, key, task=task,
+                                           envelope=env)
         outs = [in_calls(call, rows, batch, steps) for rows in padded]  # (queued, then read)
         return [np.concatenate([np.asarray(c, np.float32) for c in out])[:ids.size]
                 for ids, out in zip(parts, outs)]
@@ -425,16 +437,16 @@ def sampled_parts(task, program, variables, data, parts, *, batch_size: int,
 
 
 @functools.partial(jax.jit, static_argnames=("program", "task", "envelope"))
-def _sampled_pass(program, variables, data, padded, seed, first, *, task, envelope):
-    """The model's outputs for each batch of `padded`, batches `first`, `first + 1`, ...
-    of the ids evaluated, sampled as `task` samples (the program's task, or a typed link
-    task's view from one end: `for_seeds`)."""
+def _sampled_pass(program, variables, data, padded, seed, *, task, envelope):
+    """The model's outputs for each batch of `padded`, sampled as `task` samples (the
+    program's task, or a typed link task's view from one end: `for_seeds`)."""
     program = dataclasses.replace(program, parallel=None)
 
     def step(_, s):
         st = sample_typed_step(data.graph, padded, s, seed=seed, epoch=EVAL_EPOCH,
                                batch_size=envelope.batch_size, config=task.sampler,
-                               envelope=envelope, kernels=program.kernels, offset=first)
+                               envelope=envelope, kernels=program.kernels,
+                               key_step=EVAL_STEP)
         out, _ = program.apply_model(variables, data, task.sample_of(st.mb), train=False,
                                      inputs=task.model_inputs(data, st.mb))
         return None, out
