@@ -1,10 +1,12 @@
-"""Typed (heterogeneous) node classification: relational SAGE, R-GCN or R-GAT on
-mag-like (ogbn-mag's shape: papers, authors, institutions, fields), the venue of each
-paper, the whole epoch on the device; then the model exported for serving and called.
+"""Typed (heterogeneous) node classification: relational SAGE, R-GCN, R-GAT or a
+relational module of your own on mag-like (ogbn-mag's shape: papers, authors,
+institutions, fields), the venue of each paper, the whole epoch on the device; then the
+model exported for serving and called.
 
     python examples/hetero/main.py                                   # mag-like, rsage
     python examples/hetero/main.py --scale 0.002 --epochs 3          # tiny, on a CPU
     python examples/hetero/main.py --model rgat --embedding-dim 32   # rows for every type
+    python examples/hetero/main.py --own-model                       # RelationalMean below
 
 Prints the test accuracy beside the share of the most common training venue among the
 test papers, then the classes the exported artifact gives a few test papers beside the
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,6 +31,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--scale", type=float, default=1.0, help="mag-like size factor")
     p.add_argument("--root", default=None, help="folder caching the generated graph")
     p.add_argument("--model", default="rsage", choices=zg.HETERO_MODELS)
+    p.add_argument("--own-model", action="store_true",
+                   help="train RelationalMean (this file) instead of --model")
     p.add_argument("--fanouts", type=int_tuple, default="25,20", help="per hop, for every relation")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--embedding-dim", type=int, default=0,
@@ -39,6 +44,40 @@ def parse(argv=None) -> argparse.Namespace:
     if args.serve < 1:  # (checked before training, which it follows)
         p.error(f"--serve must be at least 1, got {args.serve}")
     return args
+
+
+class RelationalMean(nn.Module):
+    """A relational module of your own: per layer and node type of the level, a dense map
+    of each destination's own row plus, per relation into the type, a dense map of the
+    mean of its sampled sources; ReLU between layers. `zg.train` calls it as
+    `model(x, layers, train=...)`: `x` {type: rows} of the outermost level (features,
+    or a featureless type's learnable rows, `hidden` wide), `layers` one `zg.TypedLayer`
+    a layer, outermost hop first. Its `layer` method, one layer of it, is what exact
+    layer-wise inference calls with whole-graph views (docs/hetero.md)."""
+
+    hidden: int
+    num_classes: int
+    num_layers: int
+    target_type: str
+
+    def __call__(self, x, layers, *, train):
+        for i, layer in enumerate(layers):
+            x = self.layer(i, x, layer, train=train)
+        return x[self.target_type]
+
+    @nn.compact
+    def layer(self, i, h, layer, *, train):
+        last = i == self.num_layers - 1
+        width = self.num_classes if last else self.hidden
+        out = {}
+        for t, _ in layer.num_dst:  # every type of the level, one no relation reaches too
+            z = nn.Dense(width, name=f"own{i}_{t}")(layer.dst_rows(t, h[t]))
+            for (src, name, dst), view in layer.views.items():  # views by relation triple
+                if dst == t:
+                    mean = view.weighted_sum(h[src][:, None, :], zg.mean_weights(view))
+                    z = z + nn.Dense(width, name=f"rel{i}_{src}_{name}_{dst}")(mean[:, 0, :])
+            out[t] = z if last else nn.relu(z)
+        return out
 
 
 def majority_share(ds: zg.HeteroDataset) -> float:
@@ -65,7 +104,10 @@ def main(argv=None) -> zg.TrainResult:
                          hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
                          embedding_dim=args.embedding_dim, batch_size=args.batch_size,
                          epochs=args.epochs, progress=False)
-    result = zg.train(cfg, ds)
+    model = None
+    if args.own_model:
+        model = RelationalMean(args.hidden, ds.num_classes, len(fanouts), "paper")
+    result = zg.train(cfg, ds, model=model)
     result.summary["majority_share"] = majority_share(ds)
     print(f"test accuracy {result.summary['test_acc']:.3f}, most common venue "
           f"{result.summary['majority_share']:.3f}")

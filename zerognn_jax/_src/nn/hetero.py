@@ -113,11 +113,14 @@ class RGCNConv(nn.Module):
         if self.num_bases:
             widths = {h.shape[-1] for _, h, _ in inputs}
             if len(widths) != 1:
+                each = ", ".join(f"{_name(r)} {h.shape[-1]}"
+                                 for r, h, _ in inputs)
                 raise ValueError(f"R-GCN bases need one source width per layer, got "
-                                 f"{sorted(widths)}: project the inputs to one width first "
-                                 f"(zg.train gives types without features learnable rows "
-                                 f"TrainConfig.hidden wide, embedding_dim where set: make "
-                                 f"that the features' width)")
+                                 f"{sorted(widths)} ({each}): project the inputs to one "
+                                 f"width first (zg.train gives types without features "
+                                 f"learnable rows TrainConfig.hidden wide, embedding_dim "
+                                 f"where set: make that the features' width; features of "
+                                 f"two widths need padding to one, or R-GCN without bases)")
             init = nn.initializers.glorot_uniform()
             bases = self.param("bases", init, (self.num_bases, widths.pop(), self.features))
             coef = self.param("coef", nn.initializers.lecun_normal(),

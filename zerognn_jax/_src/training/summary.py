@@ -14,7 +14,8 @@ from zerognn_jax._src.training import memory
 from zerognn_jax._src.training.evaluate import no_layerwise_form, supports_layerwise
 from zerognn_jax._src.training.records import strict
 from zerognn_jax._src.training.scan import read_ahead_limit, steps_ahead
-from zerognn_jax._src.training.tasks.base import BatchedTask
+from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes
+from zerognn_jax._src.training.tasks.typed_eval import no_typed_layer_form, typed_layerwise
 
 
 def run_notes(cfg, program, data, *, model: str | None, custom: dict, best, stopped,
@@ -28,11 +29,11 @@ def run_notes(cfg, program, data, *, model: str | None, custom: dict, best, stop
                                                         "by": stopped}}
     if custom:
         notes["custom"] = custom
-    if (cfg.eval_mode == "full" and not supports_layerwise(program.model)
-            and not isinstance(program.task, BatchedTask)):
+    missing = _no_exact_form(program) if cfg.eval_mode == "full" else None
+    if missing:
         notes["eval_mode"] = "sampled"
-        notes["eval_note"] = (f"{no_layerwise_form(program.model)}: evaluated on sampled "
-                              f"neighbourhoods (the training fanouts)")
+        notes["eval_note"] = f"{missing}: evaluated on sampled neighbourhoods (the training " \
+                             f"fanouts)"
     if cfg.eval_mode == "sampled" and not getattr(program.task, "samples_neighbours", True):
         notes["eval_mode"] = "full"  # whole graphs: no sampled form (warned at the start)
     if best is not None:
@@ -50,6 +51,17 @@ def run_notes(cfg, program, data, *, model: str | None, custom: dict, best, stop
         if cfg.engine == "scan":
             notes["read_ahead_bytes"] = read_ahead_limit(cfg.read_ahead_bytes)
     return notes
+
+
+def _no_exact_form(program) -> str | None:
+    """Why `program`'s evaluation of mode "full" runs sampled (its model has no exact
+    layer-wise form), or None where it is exact; a graph task's whole graphs have no
+    other form."""
+    if isinstance(program.task, PredictsTypes):
+        return None if typed_layerwise(program.model) else no_typed_layer_form(program.model)
+    if isinstance(program.task, BatchedTask) or supports_layerwise(program.model):
+        return None
+    return no_layerwise_form(program.model)
 
 
 def _placement_entries(program, data) -> dict:
