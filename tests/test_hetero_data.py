@@ -589,6 +589,10 @@ def test_relations_of_one_name_and_bad_dataset_fields_are_refused():
                                          r"unlabelled\), so num_classes cannot be read off "
                                          r"them: give num_classes"):
         make("h", labels=[-1, -1], train_idx=[], val_idx=[])
+    # without num_classes the bound named was int32's: [-1, 2147483648)
+    with pytest.raises(ValueError, match=r"^labels must be class ids, or -1 for an "
+                                         r"unlabelled node; found -2$"):
+        make("h", labels=[0, -2])
     with pytest.raises(ValueError, match=r"^num_classes must be a positive integer, got 1\.5$"):
         dataclasses.replace(make("h"), num_classes=1.5)
     # a wrong count of labels was named as a split id out of range

@@ -257,6 +257,9 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
         num_classes = 1 if num_classes is None else num_classes
     labels = _integers("labels", labels)
     if num_classes is None:
+        if labels.size and labels.min() < -1:  # (no class count to name: none was given)
+            raise ValueError(f"labels must be class ids, or -1 for an unlabelled node; "
+                             f"found {int(labels.min())}")
         _check_range("labels must lie in", labels, -1, MAX_CLASSES)  # (int32 storage)
         num_classes = int(labels.max(initial=-1)) + 1
         if num_classes == 0:  # (the check below would name a number nobody gave)
