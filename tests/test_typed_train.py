@@ -633,6 +633,11 @@ def test_a_users_nnx_relational_model_is_evaluated(mag, with_layer):
     on sampled neighbourhoods, as its summary says."""
     cfg = zg.TrainConfig(**{**BASE, "model": None, "hidden": 16}, epochs=1)
     model = _nnx_relational(mag, with_layer=with_layer)
+    if with_layer:  # two layers and one hop: it ran one and gave its hidden rows, which
+        # were named as outputs of the wrong width
+        with pytest.raises(ValueError, match=r"^the model's num_layers is 2 and the run "
+                                             r"samples 1 hops"):
+            zg.train(dataclasses.replace(cfg, layers=1, fanouts=(5,)), mag, model=model)
     res = zg.train(cfg, mag, model=model)
     assert res.summary["model"].endswith("WithLayers" if with_layer else ".Relational")
     assert 0 <= res.summary["test_acc"] <= 1

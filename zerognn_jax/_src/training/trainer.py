@@ -172,8 +172,11 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     if isinstance(task, BatchedTask):
         if optimizer is not None:
             check_optimizer(optimizer)
-        data, program = task.prepare_run(cfg, dataset, model=model and as_linen(model),
-                                         tx=optimizer, kernels=kernels)
+        model = model and as_linen(model)
+        if model is not None and getattr(task, "samples_neighbours", True):
+            _check_layer_count(model, cfg.layers)  # (a typed graph's module)
+        data, program = task.prepare_run(cfg, dataset, model=model, tx=optimizer,
+                                         kernels=kernels)
         return dataset, data, program
     # The graph the step samples: for gcn and gat without self-loops, each node's own
     # term once, as PyG's layers give it (add_remaining_self_loops). The dataset stays
@@ -239,13 +242,21 @@ def _model_for(cfg, task, dataset, model, dtype, edge_dim):
                           input_dropout=cfg.input_dropout, norm=cfg.norm, heads=cfg.heads,
                           dtype=dtype, edge_dim=edge_dim, init=cfg.init)
     model = as_linen(model)
+    _check_layer_count(model, cfg.layers)
+    return model
+
+
+def _check_layer_count(model, layers: int) -> None:
+    """ValueError where a user's model that offers the per-layer protocol declares
+    another `num_layers` than the `layers` hops the run samples: exact inference runs
+    `num_layers` layers, and a model handed fewer views than its layers returned a
+    hidden layer's rows (named as an output of the wrong width)."""
     count = layer_count(model)
-    if count is not None and count != cfg.layers:  # exact inference runs `count`
+    if count is not None and count != layers:
         raise ValueError(f"the model's num_layers is {count} and the run samples "
-                         f"{cfg.layers} hops (layers={cfg.layers}, one fanout each): "
+                         f"{layers} hops (layers={layers}, one fanout each): "
                          f"exact evaluation runs num_layers layers, a training step "
                          f"one per hop; make them agree")
-    return model
 
 
 def _placed(cfg, program, graph, feats, targets, placement, cache) -> tuple:
