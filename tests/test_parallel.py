@@ -168,6 +168,21 @@ def test_initialize_distributed_checks_its_flags():
         parallel.initialize_distributed(None, None, 1)
 
 
+def test_a_coordinator_port_taken_is_named_before_joining():
+    """Process 0 whose coordinator port another program listens on ended with a
+    segfault inside JAX's runtime; the port is tried first."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        with pytest.raises(ValueError, match=rf"^--coordinator 127.0.0.1:{port}: port {port} "
+                                             rf"is taken on this machine \(.*\), where "
+                                             rf"process 0 serves the run's coordinator: give "
+                                             rf"a free port$"):
+            parallel.initialize_distributed(f"127.0.0.1:{port}", 2, 0)
+    assert not jax.distributed.is_initialized()
+
+
 def test_the_cli_joins_a_run_over_a_coordinator(tmp_path):
     """`zerognn train --coordinator ...` joins JAX's distributed runtime before anything
     starts a backend: building the commands' default configs once asked JAX for its

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import signal
+import socket
 import threading
 
 import jax
@@ -79,9 +80,25 @@ def initialize_distributed(coordinator: str | None, num_processes: int | None = 
     if not host or not port.isdigit() or not 0 < int(port) < 65536:  # (JAX: IndexError)
         raise ValueError(f"--coordinator {coordinator!r} must be HOST:PORT (process 0's "
                          f"address and a free port on it, as 10.0.0.1:9000) or 'auto'")
+    if process_id == 0:
+        _require_free_port(coordinator, int(port))
     _keeping_sigterm(lambda: jax.distributed.initialize(
         coordinator, num_processes, process_id, initialization_timeout=timeout_s))
     return True
+
+
+def _require_free_port(coordinator: str, port: int) -> None:
+    """ValueError where process 0's coordinator port is taken on this machine: JAX's
+    runtime, failing to serve there, ended the process with a segfault."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (TIME_WAIT is free)
+        try:
+            probe.bind(("", port))
+        except OSError as err:
+            raise ValueError(f"--coordinator {coordinator}: port {port} is taken on this "
+                             f"machine ({err.strerror}; another run's coordinator?), where "
+                             f"process 0 serves the run's coordinator: give a free "
+                             f"port") from None
 
 
 def _keeping_sigterm(join) -> None:
