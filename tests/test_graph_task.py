@@ -542,6 +542,11 @@ def test_predict_takes_new_graphs_with_the_columns_trained_on(molecules):
                                want[[0, 8]], rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match=r"nodes must lie in \[0, 9\) \(graph ids\)"):
         zg.predict(result, [9], dataset=new)
+    # no graphs asked: rows of the trained width, whatever targets the new graphs hold
+    classes = subset(molecules, ids, targets=np.arange(9) % 3, target_kind="classes",
+                     num_classes=3)
+    assert zg.predict(result, [], dataset=classes).shape == (0, want.shape[1])
+    assert zg.predict(result, [0], dataset=classes).shape == (1, want.shape[1])
     nodes = np.asarray(new.node_features)
     wider = nodes.copy()
     wider[0, 0] = molecules.node_vocab[0]

@@ -191,7 +191,13 @@ from zerognn_jax._src.training.row_adam import RowAdamState, row_adam_init, row_
 from zerognn_jax._src.training.run_checks import IgnoredOptionWarning
 from zerognn_jax._src.training.scan import ScanEngine
 from zerognn_jax._src.training.step import EpochResult
-from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsItems, Task, TaskBatch
+from zerognn_jax._src.training.tasks.base import (
+    BatchedTask,
+    PredictsItems,
+    PredictsNewItems,
+    Task,
+    TaskBatch,
+)
 from zerognn_jax._src.training.tasks.graph import GraphTask, graph_outputs
 from zerognn_jax._src.training.tasks.link import LinkTask
 from zerognn_jax._src.training.tasks.link_metrics import average_precision, roc_auc
@@ -248,7 +254,8 @@ __all__ = [
     "collection_from_jraph", "collection_to_jraph", "collection_from_pyg",
     "collection_to_pyg", "molhiv_like", "molpcba_like", "read_ogbg", "GRAPH_MODELS",
     "CategoricalEncoder", "GraphGNN", "Graphs", "OnGraphs", "make_graph_model", "pool",
-    "GraphBatch", "GraphTables", "pack_graphs", "BatchedTask", "PredictsItems", "GraphTask",
+    "GraphBatch", "GraphTables", "pack_graphs", "BatchedTask", "PredictsItems",
+    "PredictsNewItems", "GraphTask",
     "graph_outputs",
     "TypedNodeTask", "TypedSample", "TypedLinkTask", "TypedLinkSplit", "typed_link_split",
     "OnTypesLink",

@@ -305,6 +305,9 @@ def require_dataset(value, task: str) -> None:
         hint = ("; a graph alone becomes one with its features, labels and splits: "
                 "zg.make_dataset(name, g.indptr, g.indices, features, labels, train_idx, "
                 "val_idx, test_idx, num_classes)")
+        if task == "link":  # (the split is the task's own; no node is labelled)
+            hint += (", labels all -1, the splits empty and num_classes 1 for link "
+                     "prediction alone")
     raise TypeError(f"the {task} task trains on a Dataset, got {type(value).__name__}{hint}")
 
 

@@ -364,6 +364,8 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     nodes = node_ids("nodes", nodes, n, f" ({task.item_name} ids)" if items else
                      "" if target is None else f" ({target!r} ids)")
     if items:
+        if not nodes.size:  # no rows: of the trained run's width (new targets are unread)
+            data, items_of = result.data, result.dataset
         return task.outputs_of_items(result.program, result.variables, data, items_of,
                                      nodes, batch_size=batch_size)
     predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,

@@ -10,8 +10,8 @@ first SIGINT or SIGTERM only records the signal and says so on stderr; the train
 calls `check()` between phases and after every chunk of steps, which raises
 `Interrupted` once the call in progress has returned and the device is idle. A second
 signal ends the process at once with `os._exit`, which skips the interpreter's shutdown
-and so cannot crash in it either. Outside `deferred()`, `check()` does nothing and
-signals keep their usual meaning.
+and so cannot crash in it either. Outside `deferred()` signals keep their usual
+meaning, and `check()` raises only for another process's signal (below).
 
 Several processes. In a run over several processes (`jax.distributed`), `check()` asks
 every process whether it had a signal, and all stop at that point if one did: a

@@ -463,6 +463,9 @@ def _shared_options(cfg: TrainConfig) -> dict:
     values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
               if f.name not in (*PATHS, "progress")}
     values["dataset"] = "<a path>" if reads_as_path(cfg.dataset) else cfg.dataset
+    # (whether there is one: checkpoints are written by every process together, and a
+    # stop between phases is agreed at points that only a checkpointing run reaches)
+    values["checkpoint_dir"] = "<a path>" if cfg.checkpoint_dir else None
     return values
 
 
