@@ -211,8 +211,9 @@ def _cli(*args: str, cwd) -> subprocess.Popen:
 def test_processes_given_other_options_stop_in_one_line(tmp_path):
     """Two processes of one run with another --hidden: one aborted inside gloo and the
     other printed a traceback and hung; with another --epochs, both hung at the end."""
-    run = ["train", "--epochs", "1", "--no-progress", "--layers", "1", "--fanouts", "2",
-           "--coordinator", f"127.0.0.1:{free_port()}", "--num-processes", "2"]
+    port = free_port()
+    run = ["train", "--epochs", "1", "--layers", "1", "--fanouts", "2",
+           "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
     procs = [_cli(*run, "--hidden", str(h), "--process-id", str(i), cwd=tmp_path)
              for i, h in enumerate((8, 16))]
     try:
@@ -225,6 +226,9 @@ def test_processes_given_other_options_stop_in_one_line(tmp_path):
         mine = f"--hidden {(8, 16)[i]} in process {i}"
         assert f"zerognn: error: the processes of this run were given other options: " \
                f"{mine}, other values in another; give every process the same\n" in err
+        # each said it was waiting to join (the join had waited up to 300 s in silence)
+        assert err.startswith(f"zerognn: process {i} of 2 joining the run at "
+                              f"127.0.0.1:{port}; waiting up to 300 s for every process\n")
 
 
 def test_a_bad_option_ends_a_process_before_it_joins_the_others(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from zerognn_jax.cli.flags import add_compile_cache_flag, add_config_flags, config_from_args
 
@@ -196,6 +197,11 @@ def run_train(args: argparse.Namespace) -> int:
         # precede JAX's backend, which a config naming Pallas kernels asks for (to
         # refuse them off a GPU): such a config is built once the process has joined.
         early = None if "pallas" in args.kernels else config_from_args(TrainConfig, args)
+        if (args.coordinator not in (None, "auto") and args.progress  # (a silent wait)
+                and None not in (args.process_id, args.num_processes)):
+            print(f"zerognn: process {args.process_id} of {args.num_processes} joining the "
+                  f"run at {args.coordinator}; waiting up to 300 s for every process",
+                  file=sys.stderr, flush=True)
         initialize_distributed(args.coordinator, args.num_processes, args.process_id)
         result = train(early or config_from_args(TrainConfig, args))
     if jax.process_index() == 0:
