@@ -578,6 +578,30 @@ def test_a_featureless_type_without_nodes_trains():
 
 
 
+def test_a_typed_modules_layer_of_the_homogeneous_signature_is_refused_first(mag):
+    """A typed graph's module whose `layer` took a homogeneous model's (i, h_src, h_dst,
+    view) trained every epoch, then failed in exact evaluation with a bare TypeError
+    (its training lost without a checkpoint); it is refused before training."""
+    import flax.linen as nn
+
+    class HomogeneousLayer(nn.Module):
+        num_layers: int = 2
+
+        def __call__(self, x, layers, *, train):
+            raise AssertionError("not called: refused before training")
+
+        def layer(self, i, h_src, h_dst, view, *, train):
+            raise AssertionError("not called")
+
+    cfg = zg.TrainConfig(**{**BASE, "model": None}, epochs=1)
+    with pytest.raises(ValueError, match=r"HomogeneousLayer's layer\(i, h_src, h_dst, view, "
+                                         r"\*, train\) cannot take a typed graph's layer\(i, "
+                                         r"h, layer, \*, train\) \(missing a required "
+                                         r"argument: 'view'\), which exact evaluation calls "
+                                         r"after training"):
+        zg.train(cfg, mag, model=HomogeneousLayer())
+
+
 def _nnx_relational(mag, *, with_layer: bool):
     """A relational NNX model of a user's: per layer and destination type, a dense map of
     its own rows plus one of the mean of each relation's sources; with `with_layer`, the

@@ -9,6 +9,7 @@ docs/api.md shows each.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import numbers
 import sys
 import time
@@ -97,7 +98,7 @@ from zerognn_jax._src.training.run_checks import (
 )
 from zerognn_jax._src.training.scan import read_ahead_bytes
 from zerognn_jax._src.training.summary import run_notes, run_summary
-from zerognn_jax._src.training.tasks.base import BatchedTask
+from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes
 from zerognn_jax._src.training.tasks.registry import task_class
 from zerognn_jax._src.training.user import check_optimizer, start_from, user_identity
 from zerognn_jax._src.training.user_frames import user_stacklevel
@@ -175,6 +176,8 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         model = model and as_linen(model)
         if model is not None and getattr(task, "samples_neighbours", True):
             _check_layer_count(model, cfg.layers)  # (a typed graph's module)
+        if model is not None and isinstance(task, PredictsTypes):
+            _check_typed_layer(model)
         data, program = task.prepare_run(cfg, dataset, model=model, tx=optimizer,
                                          kernels=kernels)
         return dataset, data, program
@@ -244,6 +247,28 @@ def _model_for(cfg, task, dataset, model, dtype, edge_dim):
     model = as_linen(model)
     _check_layer_count(model, cfg.layers)
     return model
+
+
+def _check_typed_layer(model) -> None:
+    """ValueError where a typed graph's module has a `layer` that cannot take the typed
+    per-layer protocol's (i, h, layer, *, train): exact evaluation calls it after the
+    last epoch, where a homogeneous model's layer(i, h_src, h_dst, view) failed with a
+    bare TypeError and the run's training was lost without a checkpoint. A wrapper that
+    takes any arguments (an NNX module's) is not checked."""
+    layer = getattr(model, "layer", None)
+    if layer is None or not callable(layer):
+        return
+    try:
+        signature = inspect.signature(layer)
+    except (TypeError, ValueError):  # (a callable Python cannot introspect)
+        return
+    try:
+        signature.bind(0, {}, None, train=False)
+    except TypeError as err:
+        raise ValueError(f"the model {model_name(model)}'s layer{signature} cannot take a "
+                         f"typed graph's layer(i, h, layer, *, train) ({err}), which exact "
+                         f"evaluation calls after training: give it that signature, or "
+                         f"remove it to evaluate on sampled neighbourhoods") from None
 
 
 def _check_layer_count(model, layers: int) -> None:
