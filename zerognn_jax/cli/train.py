@@ -187,7 +187,7 @@ def run_train(args: argparse.Namespace) -> int:
     from zerognn_jax._src.data.writes import print_line
     from zerognn_jax._src.training import interrupts
     from zerognn_jax._src.training.config import TrainConfig
-    from zerognn_jax._src.training.parallel import initialize_distributed
+    from zerognn_jax._src.training.parallel import JOIN_TIMEOUT_S, initialize_distributed
     from zerognn_jax._src.training.records import dumps
     from zerognn_jax._src.training.trainer import train
 
@@ -200,7 +200,8 @@ def run_train(args: argparse.Namespace) -> int:
         if (args.coordinator not in (None, "auto") and args.progress  # (a silent wait)
                 and None not in (args.process_id, args.num_processes)):
             print(f"zerognn: process {args.process_id} of {args.num_processes} joining the "
-                  f"run at {args.coordinator}; waiting up to 300 s for every process",
+                  f"run at {args.coordinator}; waiting up to {JOIN_TIMEOUT_S} s for every "
+                  f"process",
                   file=sys.stderr, flush=True)
         initialize_distributed(args.coordinator, args.num_processes, args.process_id)
         result = train(early or config_from_args(TrainConfig, args))

@@ -580,6 +580,8 @@ def _export_graphs(program: StepProgram, variables, data: DeviceData, batch_size
         g = jnp.minimum(jnp.searchsorted(eo[1:], slot, side="right"), batch_size - 1)
         outside = lambda e: (e < 0) | (e >= n_node[g])
         bad = (slot < eo[-1]) & (outside(given["senders"]) | outside(given["receivers"]))
+        # a node row's graph; rows past the call's nodes name none (batch_size: dropped)
+        node_graph = jnp.searchsorted(no[1:], jnp.arange(max_nodes), side="right")
         zeros = jnp.zeros(1, jnp.int32)
         lists, too_wide = (zeros,) * 4, jnp.zeros(batch_size, bool)
         if max_degree is not None:  # each node's edges listed, as GraphTables holds them
@@ -587,10 +589,8 @@ def _export_graphs(program: StepProgram, variables, data: DeviceData, batch_size
             by_r, ptr_r, deg_r = _incidence(node_row(given["receivers"]), max_nodes)
             by_s, ptr_s, deg_s = _incidence(node_row(given["senders"]), max_nodes)
             lists = (by_r, by_s, ptr_r, ptr_s)
-            node_graph = jnp.minimum(jnp.searchsorted(no[1:], jnp.arange(max_nodes),
-                                                      side="right"), batch_size - 1)
             wide = jnp.maximum(deg_r, deg_s) > max_degree
-            too_wide = jnp.zeros(batch_size, bool).at[node_graph].max(wide)
+            too_wide = jnp.zeros(batch_size, bool).at[node_graph].max(wide, mode="drop")
         # per-graph degrees are checked above; pack_graphs' own check would fail the call
         tables = GraphTables(no, eo, given["senders"], given["receivers"],
                              given.get("edge_features"), jnp.zeros(batch_size, jnp.float32),
@@ -609,7 +609,6 @@ def _export_graphs(program: StepProgram, variables, data: DeviceData, batch_size
         out, _ = program.apply_model(variables, device, gb, train=False,
                                      inputs={"graph": gb, "edges": edge_rows(tables, gb)})
         out = out[:-1].astype(jnp.float32)
-        node_graph = jnp.searchsorted(no[1:], jnp.arange(max_nodes), side="right")
         unknown = _unknown_ids(given["node_features"], task.node_vocab, node_graph,
                                batch_size)
         if edge_table is not None:

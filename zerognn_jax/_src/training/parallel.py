@@ -38,8 +38,12 @@ from zerognn_jax._src.ops.registry import Kernels
 AXIS = "data"
 
 
+JOIN_TIMEOUT_S = 300  # how long joining waits for every process of a run, by default
+
+
 def initialize_distributed(coordinator: str | None, num_processes: int | None = None,
-                           process_id: int | None = None, *, timeout_s: int = 300) -> bool:
+                           process_id: int | None = None, *,
+                           timeout_s: int = JOIN_TIMEOUT_S) -> bool:
     """Joins JAX's distributed runtime; must run before anything touches a JAX backend.
 
     Args:
