@@ -45,6 +45,11 @@ def test_the_artifact_gives_the_checkpointed_models_outputs(run, capsys, monkeyp
     assert (printed["epoch"], printed["best"]) == (0, False)  # the checkpoint served
     assert "decoder" not in printed and "node_type" not in printed
     assert printed["task"] == "node"
+    # the same description is kept beside the artifact, which reads both back
+    kept = json.loads(Path(printed["description"]).read_text())
+    assert printed["description"] == f"{out}.json"
+    assert kept == {k: v for k, v in printed.items() if k not in ("out", "description")}
+    assert zg.ExportedModel.read(out).arguments == tuple(printed["arguments"])
     call = jax.export.deserialize(out.read_bytes()).call
     p, v, d = result.program, result.variables, result.data
     seeds, valid, key = jnp.arange(16, dtype=jnp.int32), jnp.arange(16) < 10, jnp.uint32(3)
@@ -92,6 +97,14 @@ def test_an_artifact_read_back_that_is_damaged_or_misdescribed_is_one_line(tmp_p
     (tmp_path / "m.json").write_text("out: m.bin\n")
     with pytest.raises(ValueError, match="m.json is not the JSON line zerognn export prints"):
         zg.ExportedModel.read(good, tmp_path / "m.json")
+    with pytest.raises(FileNotFoundError, match=r"no description of \S+m.bin beside it "
+                                                r"\(\S+m.bin.json, which ExportedModel.save"):
+        zg.ExportedModel.read(good)
+    # save writes the pair read reads
+    assert art.save(good, {"note": 1})["note"] == 1
+    again = zg.ExportedModel.read(good)
+    assert (again.batch_size, again.arguments) == (8, art.arguments)
+    assert good.read_bytes() == blob
 
 
 def test_a_link_artifact_says_how_pairs_of_its_embeddings_are_scored(tmp_path, capsys):
@@ -157,6 +170,14 @@ def test_an_out_that_is_someone_elses_file_is_refused_before_the_restore(tmp_pat
                        f"zerognn-jax that this JAX ({jax.__version__}) reads; give a new "
                        f"path or remove it first\n")
         assert out.read_bytes() == before
+    # so is a file where the description goes, beside a new artifact
+    (tmp_path / "new.bin.json").write_text("keep me too")
+    assert main(["export", str(tmp_path / "none"), "--out", str(tmp_path / "new.bin")]) == 2
+    assert capsys.readouterr().err == (f"zerognn: error: {tmp_path / 'new.bin.json'}, where "
+                                       f"the artifact's description goes, is not one; give "
+                                       f"another --out or remove it first\n")
+    assert (tmp_path / "new.bin.json").read_text() == "keep me too"
+    assert not (tmp_path / "new.bin").exists()
     # a file too large to read for the check is refused unread
     monkeypatch.setattr(export_command, "CHECKED_BYTES", 4)
     assert main(["export", str(tmp_path / "none"), "--out", str(notes)]) == 2

@@ -10,10 +10,10 @@ artifact for serving (`zg.export_model`), read from its checkpoint folder.
 The run's configuration and dataset come from what the checkpoint records, as
 `zg.restore` loads them; a run trained on a dataset object needs that dataset again,
 saved to a file (`zg.save_npz`, `save_dir`, `save_hetero_npz`, `save_graphs`) and given
-as `--dataset FILE`. The artifact is written whole or not at all; its argument names
-are printed as one JSON object on stdout
-(`jax.export.deserialize(bytes).call(...)` takes them in that order; the artifact holds
-no names: keep the line beside it, `> model.json`), with the run's task, a typed run's
+as `--dataset FILE`. The artifact is written whole or not at all, and beside it its
+description, FILE.json, one JSON object that is also printed on stdout: its argument
+names (`jax.export.deserialize(bytes).call(...)` takes them in that order; the artifact
+holds no names; `zg.ExportedModel.read(FILE)` reads both), with the run's task, a typed run's
 `node_type` (whose rows the artifact gives), `features_row_normalized` where the run
 trained on its feature rows each divided by its sum (Planetoid's by default: the
 features a server passes must be so too), and for a link run the decoder, how it scores
@@ -33,9 +33,9 @@ from pathlib import Path
 
 import jax
 
-from zerognn_jax._src.data.writes import atomic_write, print_line, written_here
+from zerognn_jax._src.data.writes import print_line, written_here
 from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
-from zerognn_jax._src.training.export import export_model
+from zerognn_jax._src.training.export import description_path, export_model
 from zerognn_jax._src.training.inference import restore
 from zerognn_jax._src.training.lock import checkpoint_name
 from zerognn_jax._src.training.tasks.base import PredictsTypes
@@ -112,6 +112,21 @@ def _refuse_other_files(out: Path) -> None:
                      f"first")
 
 
+def _refuse_other_descriptions(out: Path) -> None:
+    """ValueError if the description's file beside `out` exists and is not an
+    artifact's description (one is replaced; anything else is someone's file)."""
+    beside = description_path(out)
+    if not os.path.lexists(beside):
+        return
+    with contextlib.suppress(OSError, ValueError):
+        if beside.is_file() and beside.stat().st_size < 2**20:
+            described = json.loads(beside.read_text())
+            if isinstance(described, dict) and {"batch_size", "arguments"} <= described.keys():
+                return
+    raise ValueError(f"{beside}, where the artifact's description goes, is not one; give "
+                     f"another --out or remove it first")
+
+
 # How a link model's decoder scores a pair (u, v) of the artifact's embeddings.
 PAIR_SCORES = {"scaled-dot": "dot(h_u, h_v) / sqrt(d)", "dot": "dot(h_u, h_v)",
                "mlp": "the trained mlp decoder's, not in the artifact"}
@@ -131,6 +146,22 @@ def _refuse_checkpoint_names(out: Path, checkpoint_dir: Path) -> None:
                          f"folder ({taken}: a resumed run may replace it); give another name")
 
 
+def _notes(args, result) -> dict:
+    """What the artifact's description says of the run beside its arguments: the epoch
+    it holds, the task, a typed run's node type, row normalisation, a link decoder."""
+    notes = {"epoch": result.summary["epoch"], "best": bool(args.best),
+             "task": result.summary["task"]}
+    if isinstance(result.program.task, PredictsTypes):  # whose rows its seeds are
+        notes["node_type"] = result.program.task.output_type(args.node_type)
+    if "features_row_normalized" in result.summary:  # (a graph task's rows are as given)
+        notes["features_row_normalized"] = result.summary["features_row_normalized"]
+    decoder = result.summary.get("decoder")
+    if decoder is not None:  # a link model's artifact gives embeddings; what scores pairs
+        notes.update(outputs="embeddings", decoder=decoder, pair_score=PAIR_SCORES[decoder],
+                     graph=LINK_GRAPH)
+    return notes
+
+
 def run_export(args) -> int:
     """Handler of `zerognn export`. SIGINT and SIGTERM are held until the checkpoint is
     read, the model lowered or the artifact written (`interrupts.deferred`; a signal in
@@ -140,7 +171,9 @@ def run_export(args) -> int:
     if not args.out.strip() or Path(args.out).is_dir():  # before the restore and lowering
         raise ValueError(f"--out must name the artifact's file, got {args.out!r}")
     _refuse_other_files(Path(args.out))
-    _refuse_checkpoint_names(Path(args.out), Path(args.checkpoint_dir))
+    _refuse_other_descriptions(Path(args.out))
+    for path in (Path(args.out), description_path(args.out)):
+        _refuse_checkpoint_names(path, Path(args.checkpoint_dir))
     platforms = None
     if args.platforms is not None:  # each named once, in the order given ("" names none)
         platforms = tuple(dict.fromkeys(p.strip() for p in args.platforms.split(",")))
@@ -159,24 +192,13 @@ def run_export(args) -> int:
                            batch_size=args.batch_size, platforms=platforms,
                            node_type=args.node_type, max_nodes=args.max_nodes,
                            max_edges=args.max_edges, max_degree=args.max_degree)
-        blob = art.serialize()
         interrupts.check("lowering the model; nothing was written")
-        with atomic_write(args.out, "the artifact") as f:
-            f.write(blob)
+        notes = _notes(args, result)
+        printed = {"out": str(args.out), **art.save(args.out, notes),
+                   "description": str(description_path(args.out))}
         interrupts.check(f"writing {args.out}")
-    printed = {"out": str(args.out), "bytes": len(blob), "batch_size": art.batch_size,
-               "arguments": list(art.arguments), "platforms": list(art.exported.platforms),
-               "epoch": result.summary["epoch"], "best": bool(args.best),
-               "task": result.summary["task"]}
-    if isinstance(result.program.task, PredictsTypes):  # whose rows its seeds are
-        printed["node_type"] = result.program.task.output_type(args.node_type)
-    if "features_row_normalized" in result.summary:  # (a graph task's rows are as given)
-        printed["features_row_normalized"] = result.summary["features_row_normalized"]
-    decoder = result.summary.get("decoder")
-    if decoder is not None:  # a link model's artifact gives embeddings; what scores pairs
-        printed.update(outputs="embeddings", decoder=decoder, pair_score=PAIR_SCORES[decoder],
-                       graph=LINK_GRAPH)
     print_line(json.dumps(printed), "the artifact's description (the artifact is written)")
+    decoder = notes.get("decoder")
     if decoder == "mlp":
         print("zerognn: warning: the artifact gives the encoder's embeddings; the trained "
               "mlp decoder that scores pairs of them is not in it (zg.score_pairs on "

@@ -32,6 +32,7 @@ from zerognn_jax._src.data.checks import at_least_one, is_int
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.hetero import HeteroGraph, relation_name
+from zerognn_jax._src.data.writes import atomic_write
 from zerognn_jax._src.ops.host_rows import host_table, is_host_resident
 from zerognn_jax._src.ops.registry import XLA
 from zerognn_jax._src.sampling.envelope import MAX_CAPACITY, PastInt32, conservative
@@ -48,6 +49,12 @@ PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's names for its lowerin
 # A layout pin (`ops.aggregate.row_major`, R-GAT's projected slots) is a custom call
 # outside jax.export's stable list; it only tells XLA's layout assignment what to do.
 _PINS = (jax.export.DisabledSafetyCheck.custom_call("LayoutConstraint"),)
+
+
+def description_path(path) -> Path:
+    """Where an artifact's description is kept: beside it, named `<path>.json`."""
+    path = Path(path)
+    return path.with_name(f"{path.name}.json")
 
 
 class ExportedModel(NamedTuple):
@@ -71,22 +78,50 @@ class ExportedModel(NamedTuple):
     batch_size: int
     arguments: tuple[str, ...] = ("indptr", "indices", "features", "seeds", "valid", "key")
 
+    def save(self, path, notes: Mapping | None = None) -> dict:
+        """Writes the artifact to `path` and its description (its size in bytes, batch
+        size, argument names and platforms, with `notes` added) as one JSON line to
+        `description_path(path)`, each file whole or not at all; `read(path)` reads
+        them back. Returns the description.
+
+        Raises:
+          WriteError: either file could not be written (an OSError naming it).
+        """
+        blob = self.serialize()
+        described = {"bytes": len(blob), "batch_size": self.batch_size,
+                     "arguments": list(self.arguments),
+                     "platforms": list(self.exported.platforms), **(notes or {})}
+        # the description is renamed into place after the artifact it describes
+        with atomic_write(description_path(path), "the artifact's description") as text, \
+                atomic_write(path, "the artifact") as f:
+            f.write(blob)
+            text.write((json.dumps(described) + "\n").encode())
+        return described
+
     @classmethod
-    def read(cls, path, description) -> ExportedModel:
-        """The artifact `zerognn export --out path` wrote, named again by the JSON line
-        that command printed (`description`: the file it was kept in, or its dict).
+    def read(cls, path, description=None) -> ExportedModel:
+        """The artifact `save` (or `zerognn export --out path`) wrote, named again by its
+        description: by default the file `description_path(path)` beside it; else the
+        JSON line the command printed (the file it was kept in, or its dict).
 
         Raises:
           ValueError: a file jax.export cannot read (truncated, or not an artifact), or
             a description that is not that line or is of another artifact, naming it.
+          FileNotFoundError: no artifact at `path`, or no description beside it.
         """
+        if description is None:
+            description = description_path(path)
+            if not description.is_file():
+                raise FileNotFoundError(f"no description of {path} beside it ({description},"
+                                        f" which ExportedModel.save and zerognn export "
+                                        f"write): give the JSON line zerognn export printed")
         if not isinstance(description, dict):
             text = Path(description).read_text()
             try:
                 description = json.loads(text)
             except ValueError:
                 raise ValueError(f"{description} is not the JSON line zerognn export "
-                                 f"prints (keep it with `> model.json`)") from None
+                                 f"prints") from None
         missing = [k for k in ("batch_size", "arguments") if k not in description]
         if missing:
             raise ValueError(f"the artifact's description has no {' or '.join(missing)}: "
