@@ -4,6 +4,7 @@ artifact against exact, learning, overflow recovery, checkpoints and the refused
 options."""
 
 import dataclasses
+import re
 import shutil
 import warnings
 
@@ -100,6 +101,64 @@ def test_split_holds_out_pairs_from_the_relation_and_its_reverse(data, relation)
     with pytest.raises(ValueError, match=r"relation \('a', 'gone', 'b'\) is not one of the "
                                          r"graph's"):
         zg.typed_link_split(graph, ("a", "gone", "b"))
+
+
+@pytest.mark.parametrize("relation", [BUYS, ("item", "similar", "item")])
+def test_a_saved_split_loads_back_over_its_graph(data, relation, tmp_path):
+    """The split file holds pairs and negatives; the graph given at load (the one split,
+    or the split's own) loses the held-out pairs again, as the split removed them."""
+    split = zg.typed_link_split(data.graph, relation, seed=3, mrr_negatives=4)
+    split.save(tmp_path / "s")  # writes s.npz
+    for graph in (data.graph, split.graph):
+        back = zg.TypedLinkSplit.load(tmp_path / "s", graph)
+        assert back.relation == split.relation
+        for name in ("train", "val", "test"):
+            want, got = getattr(split, name), getattr(back, name)
+            for a, b in (zip(dataclasses.astuple(want), dataclasses.astuple(got))
+                         if name != "train" else [(want, got)]):
+                np.testing.assert_array_equal(a, b)
+        for rel in data.graph.relations:
+            for key in ("indptr", "indices"):
+                np.testing.assert_array_equal(getattr(back.graph[rel], key),
+                                              getattr(split.graph[rel], key))
+
+
+def test_a_split_file_read_against_another_graph_or_damaged_is_one_line(data, tmp_path):
+    split = zg.typed_link_split(data.graph, BUYS, seed=1)
+    split.save(tmp_path / "s.npz")
+    at = re.escape(str(tmp_path / "s.npz"))
+    other = make_shop(401, 300, 4, per_user=8, dim=8).graph
+    with pytest.raises(ValueError, match=rf"^{at}: it was split from a graph of 400 user "
+                                         rf"nodes; this one has 401$"):
+        zg.TypedLinkSplit.load(tmp_path / "s.npz", other)
+    lone = zg.hetero_graph({"user": 400, "item": 300}, {("user", "rates", "item"): ([0], [0])})
+    with pytest.raises(ValueError, match=rf"^{at}: it splits user__buys__item, which the graph "
+                                         rf"lacks \(it has user__rates__item\)$"):
+        zg.TypedLinkSplit.load(tmp_path / "s.npz", lone)
+    with pytest.raises(TypeError, match="TypedLinkSplit.load takes a HeteroGraph as graph, "
+                                        "got HeteroDataset: pass dataset.graph"):
+        zg.TypedLinkSplit.load(tmp_path / "s.npz", data)
+    good = dict(np.load(tmp_path / "s.npz"))
+    bad = np.where(np.arange(good["test_neg"].size).reshape(-1, 2) == 1, 300,
+                   good["test_neg"])
+    np.savez(tmp_path / "bad.npz", **{**good, "test_neg": bad})
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 'bad.npz'))}: test_neg "
+                                         rf"holds item ids outside \[0, 300\): 300 "
+                                         rf"\(the first of 1\)$"):
+        zg.TypedLinkSplit.load(tmp_path / "bad.npz", data.graph)
+    # each kind of split names the other's reader
+    homogeneous = zg.random_link_split(zg.load_dataset("tiny").graph, seed=0)
+    homogeneous.save(tmp_path / "h.npz")
+    with pytest.raises(ValueError, match=r"h\.npz is not a typed link split written by "
+                                         r"TypedLinkSplit\.save: it holds a link split "
+                                         r"\(LinkSplit.save's\); read it with zg.LinkSplit.load"):
+        zg.TypedLinkSplit.load(tmp_path / "h.npz", data.graph)
+    with pytest.raises(ValueError, match=r"s\.npz is not a link split written by "
+                                         r"LinkSplit\.save: it holds a typed graph's link "
+                                         r"split \(TypedLinkSplit.save's\); read it with "
+                                         r"zg.TypedLinkSplit.load"):
+        zg.LinkSplit.load(tmp_path / "s.npz")
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
 
 
 def test_split_keeps_the_edge_features_of_kept_edges():

@@ -16,13 +16,17 @@ not taken for a reverse, and a warning says so. Edge features and weights of the
 kept stay with them. Each evaluation split gets one negative per positive (uniform
 pairs that are not pairs of the relation, none repeated, no (u, u) for one type) and,
 with `mrr_negatives`, that many negative destinations per positive. The same (graph,
-relation, fractions, seed) give the same split.
+relation, fractions, seed) give the same split. `TypedLinkSplit.save` keeps a split's
+pairs in a `.npz`, and `load` takes them back over the graph they were split from.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -30,15 +34,19 @@ from zerognn_jax._src.data.checks import check_seed
 from zerognn_jax._src.data.graph import CSRGraph, to_edge_list
 from zerognn_jax._src.data.hetero import HeteroGraph, Relation, named_relation, relation_name
 from zerognn_jax._src.data.links import (
+    EVAL_KEYS,
     SPLITS,
     EvalEdges,
     check_fractions,
     check_mrr_negatives,
     destination_negatives,
+    npz_path,
     require_graph,
     sample_non_edges,
+    split_archive,
     warn_empty_splits,
 )
+from zerognn_jax._src.data.writes import atomic_write
 
 REVERSE_PREFIX = "rev_"
 
@@ -63,6 +71,83 @@ class TypedLinkSplit:
     @property
     def ends(self) -> tuple[str, str]:
         return self.relation[0], self.relation[2]
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the split (its relation, the two ends' node counts, the training pairs
+        and the evaluation pairs with their fixed negatives; not the graph) to a `.npz`
+        (atomically; ".npz" is added to a path without it, as `np.savez` does).
+
+        Raises:
+          WriteError: the file could not be written (an OSError naming it).
+        """
+        src, _, dst = self.relation
+        counts = self.graph.num_nodes
+        meta = {"kind": "typed_link", "relation": list(self.relation),
+                "num_nodes": {src: counts[src], dst: counts[dst]}}
+        arrays = {"meta": np.array(json.dumps(meta)), "train": self.train}
+        for key in EVAL_KEYS:
+            split, part = key.split("_", 1)
+            arrays[key] = getattr(getattr(self, split), part)
+        with atomic_write(npz_path(path), "link split file") as f:
+            np.savez(f, **arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, graph: HeteroGraph) -> TypedLinkSplit:
+        """Reads a split written by `save` (at `path`, or at `path` + ".npz" as `save`
+        names it). Its message-passing graph is `graph`, the typed graph it was split
+        from (or that split's own graph), without the held-out pairs, as
+        `typed_link_split` leaves it. ValueError naming the file when it is no such
+        split, or when `graph` lacks its relation or has other node counts."""
+        require_graph("TypedLinkSplit.load", graph, HeteroGraph)
+        with split_archive(path, "typed_link", ("meta", "train", *EVAL_KEYS)) as f:
+            try:
+                relation, evals, train = _read_split(f, graph)
+            except ValueError as err:
+                where = path if Path(path).is_file() else npz_path(path)
+                raise ValueError(f"{where}: {err}") from None
+        return cls(relation, train, _message_graph(graph, relation, evals), evals["val"],
+                   evals["test"])
+
+
+def _read_split(f, graph: HeteroGraph) -> tuple[Relation, dict, np.ndarray]:
+    """(relation, {"val": EvalEdges, "test": ...}, train) of a saved split's open `.npz`,
+    each array checked against `graph` (its ends' counts, ids in range); ValueError."""
+    meta = json.loads(str(f["meta"]))
+    try:
+        relation, sizes = tuple(meta["relation"]), dict(meta["num_nodes"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"its meta entry is no split's (relation and num_nodes): "
+                         f"{str(f['meta'])[:200]}") from None
+    if relation not in graph.relations:
+        raise ValueError(f"it splits {relation_name(relation)}, which the graph lacks (it "
+                         f"has {', '.join(map(relation_name, graph.relations))})")
+    counts = graph.num_nodes
+    for end, count in sizes.items():
+        if counts[end] != count:
+            raise ValueError(f"it was split from a graph of {count} {end} nodes; this one "
+                             f"has {counts[end]}")
+    n_src, n_dst = counts[relation[0]], counts[relation[2]]
+    train = f["train"]
+    if train.ndim != 2 or train.shape[1] != 2 or not train.shape[0]:
+        raise ValueError(f"train must be a non-empty [E, 2] array, got {train.shape}")
+    evals = {s: EvalEdges(*(f[f"{s}_{k}"] for k in ("pos", "neg", "neg_dst")))
+             for s in SPLITS}
+    ends = {"train": train, **{f"{s}_{k}": getattr(evals[s], k) for s in SPLITS
+                               for k in ("pos", "neg")}}
+    for name, pairs in ends.items():
+        for column, (end, n) in enumerate(((relation[0], n_src), (relation[2], n_dst))):
+            _check_ids(name, pairs[:, column], end, n)
+    for s in SPLITS:
+        _check_ids(f"{s}_neg_dst", evals[s].neg_dst, relation[2], n_dst)
+    return relation, evals, train
+
+
+def _check_ids(name: str, ids: np.ndarray, end: str, n: int) -> None:
+    """ValueError naming `name` where `ids` hold one outside [0, n), the ids of `end`."""
+    outside = (ids < 0) | (ids >= n)
+    if outside.any():
+        raise ValueError(f"{name} holds {end} ids outside [0, {n}): {int(ids[outside][0])} "
+                         f"(the first of {int(outside.sum())})")
 
 
 def find_relation(graph: HeteroGraph, key: str | None) -> Relation:
@@ -166,20 +251,8 @@ def typed_link_split(graph: HeteroGraph, relation: Relation | str, *, val: float
     warn_empty_splits(val, test, n_val, n_test, keys.size,
                       f"distinct pairs of {relation_name(relation)}")
     as_pairs = lambda k: np.stack([k // n_dst, k % n_dst], 1).astype(np.int32)
-    held_keys = np.sort(keys_perm[:held])
-    if same:  # both directions of a held-out pair leave
-        both = as_pairs(held_keys).astype(np.int64)
-        held_keys = np.unique(np.concatenate([held_keys, both[:, 1] * n_dst + both[:, 0]]))
-    reverse = reverse_of(graph, relation)
     if held:  # (a split that holds nothing out leaves every pair in every relation)
-        _warn_unpaired(graph, relation, reverse)
-    graphs = []
-    for rel, g in graph.items():
-        if rel == relation:
-            g = _without(g, _held(relation_pairs(g), held_keys, n_dst))
-        elif rel == reverse:  # its (source, destination) is the relation's (dst, src)
-            g = _without(g, _held(relation_pairs(g)[:, ::-1], held_keys, n_dst))
-        graphs.append(g)
+        _warn_unpaired(graph, relation, reverse_of(graph, relation))
     evals = {}
     parts = {"val": keys_perm[:n_val], "test": keys_perm[n_val:held]}
     for name in SPLITS:
@@ -190,5 +263,24 @@ def typed_link_split(graph: HeteroGraph, relation: Relation | str, *, val: float
         evals[name] = EvalEdges(pos, neg, destination_negatives(rng, pos, n_dst,
                                                                 mrr_negatives))
     return TypedLinkSplit(relation, as_pairs(keys_perm[held:]),
-                          HeteroGraph(graph.node_counts, graph.relations, tuple(graphs)),
-                          evals["val"], evals["test"])
+                          _message_graph(graph, relation, evals), evals["val"], evals["test"])
+
+
+def _message_graph(graph: HeteroGraph, relation: Relation, evals: dict) -> HeteroGraph:
+    """`graph` without the positives of `evals` (val and test EvalEdges of `relation`):
+    from the relation itself and from its reverse, both directions where both ends are
+    one type (module docstring)."""
+    n_dst = graph.num_nodes[relation[2]]
+    held = np.concatenate([evals[s].pos for s in SPLITS]).astype(np.int64)
+    if relation[0] == relation[2]:  # both directions of a held-out pair leave
+        held = np.concatenate([held, held[:, ::-1]])
+    held_keys = np.unique(held[:, 0] * n_dst + held[:, 1])
+    reverse = reverse_of(graph, relation)
+    graphs = []
+    for rel, g in graph.items():
+        if rel == relation:
+            g = _without(g, _held(relation_pairs(g), held_keys, n_dst))
+        elif rel == reverse:  # its (source, destination) is the relation's (dst, src)
+            g = _without(g, _held(relation_pairs(g)[:, ::-1], held_keys, n_dst))
+        graphs.append(g)
+    return HeteroGraph(graph.node_counts, graph.relations, tuple(graphs))

@@ -43,7 +43,7 @@ from zerognn_jax._src.data.checks import check_seed, is_count
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.hetero import HeteroGraph
 from zerognn_jax._src.data.ogb import _load_text  # the gzipped-CSV reader of ogbn
-from zerognn_jax._src.data.storage import put_table, stored_table
+from zerognn_jax._src.data.storage import npz_of_another_kind, put_table, stored_table
 from zerognn_jax._src.data.tables import edge_feature_table
 from zerognn_jax._src.data.undirected import (
     canonical_pairs,
@@ -54,7 +54,9 @@ from zerognn_jax._src.data.undirected import (
 from zerognn_jax._src.data.writes import atomic_write
 
 SPLITS = ("val", "test")
-_SAVED = ("num_nodes", "train", *(f"{s}_{k}" for s in SPLITS for k in ("pos", "neg", "neg_dst")))
+# A saved split's arrays of its evaluation pairs, "val_pos" and so on
+EVAL_KEYS = tuple(f"{s}_{k}" for s in SPLITS for k in ("pos", "neg", "neg_dst"))
+_SAVED = ("num_nodes", "train", *EVAL_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +118,7 @@ class LinkSplit:
                 put_table(arrays, "train_edge_features", np.asarray(g.edge_features)[at])
             if g.weights is not None:
                 arrays["train_weights"] = np.asarray(g.weights)[at]
-        with atomic_write(_npz_path(path), "link split file") as f:
+        with atomic_write(npz_path(path), "link split file") as f:
             np.savez(f, **arrays)
 
     @classmethod
@@ -124,14 +126,14 @@ class LinkSplit:
         """Reads a split written by `save` (at `path`, or at `path` + ".npz" as `save`
         names it); the graph is rebuilt from its training edges (and their feature rows,
         and weights, when saved). ValueError naming the file when it is no such split."""
-        with _split_archive(path) as f:
+        with split_archive(path, "link", _SAVED) as f:
             try:  # the arrays checked before the graph is built of them
                 n, train = int(f["num_nodes"]), f["train"]
                 evals = {s: EvalEdges(*(f[f"{s}_{k}"] for k in ("pos", "neg", "neg_dst")))
                          for s in SPLITS}
                 _check_split(train, evals, n, sep="_")
             except ValueError as err:
-                raise ValueError(f"{_npz_path(path) if not Path(path).is_file() else path}: "
+                raise ValueError(f"{npz_path(path) if not Path(path).is_file() else path}: "
                                  f"{err}") from err
             table = stored_table(f, "train_edge_features")
             weights = f["train_weights"] if "train_weights" in f.files else None
@@ -175,29 +177,33 @@ def check_fractions(val, test) -> None:
         raise ValueError(f"need val, test >= 0 and val + test < 1, got {val}, {test}")
 
 
-def _npz_path(path: str | os.PathLike) -> Path:
+def npz_path(path: str | os.PathLike) -> Path:
     """`path` with ".npz" added where it lacks it, as `np.savez` names its file."""
     path = Path(path)
     return path if path.suffix == ".npz" else path.with_name(f"{path.name}.npz")
 
 
-def _split_archive(path: str | os.PathLike):
-    """The open `.npz` of a split `LinkSplit.save` wrote at `path` (or `path` + ".npz");
+def split_archive(path: str | os.PathLike, kind: str, keys: tuple[str, ...]):
+    """The open `.npz` of a split of `kind` ("link": `LinkSplit.save`'s, "typed_link":
+    `TypedLinkSplit.save`'s) at `path` (or `path` + ".npz"), which must hold `keys`;
     ValueError naming the file when it holds no such split (which gave a KeyError naming
-    one key, or NumPy's error of a file that is no archive)."""
+    one key, or NumPy's error of a file that is no archive), and the reader where it is
+    another file of this library."""
     path = Path(path)
-    path = path if path.is_file() else _npz_path(path)
-    wrong = f"{path} is not a link split written by LinkSplit.save"
+    path = path if path.is_file() else npz_path(path)
+    wrong = f"{path} is not a {kind.replace('_', ' ')} split written by " \
+            f"{'TypedLinkSplit' if kind == 'typed_link' else 'LinkSplit'}.save"
     try:
         f = np.load(path)
     except (ValueError, EOFError, pickle.UnpicklingError) as err:
         raise ValueError(f"{wrong}: {err}") from err
     if not isinstance(f, np.lib.npyio.NpzFile):
         raise ValueError(f"{wrong}: it holds one array, not an .npz archive")
-    missing = [k for k in _SAVED if k not in f.files]
-    if missing:
+    missing = [k for k in keys if k not in f.files]
+    other = npz_of_another_kind(f, kind)
+    if other or missing:
         f.close()
-        raise ValueError(f"{wrong}: it lacks {', '.join(missing)}")
+        raise ValueError(f"{wrong}: {other or 'it lacks ' + ', '.join(missing)}")
     return f
 
 

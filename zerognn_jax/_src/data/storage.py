@@ -276,7 +276,9 @@ def dataset_name(name) -> str:
 _NPZ_KINDS = {"homogeneous": ("a homogeneous dataset", "zg.load_dataset"),
               "hetero": ("a typed (heterogeneous) dataset", "zg.load_hetero"),
               "graphs": ("a graph collection", "zg.load_graphs_file"),
-              "link": ("a link split (LinkSplit.save's)", "zg.LinkSplit.load")}
+              "link": ("a link split (LinkSplit.save's)", "zg.LinkSplit.load"),
+              "typed_link": ("a typed graph's link split (TypedLinkSplit.save's)",
+                             "zg.TypedLinkSplit.load")}
 
 
 def open_npz(path: str | os.PathLike):
@@ -311,10 +313,10 @@ def npz_kind(npz) -> str | None:
 
 
 def _meta_kind(meta) -> str | None:
-    """"hetero" or "graphs" where the JSON object `meta` (a `.npz`'s `meta` entry or a
-    folder's meta.json) says so, else None."""
-    if isinstance(meta, dict) and meta.get("kind") == "hetero":
-        return "hetero"
+    """"hetero", "typed_link" or "graphs" where the JSON object `meta` (a `.npz`'s `meta`
+    entry or a folder's meta.json) says so, else None."""
+    if isinstance(meta, dict) and meta.get("kind") in ("hetero", "typed_link"):
+        return meta["kind"]
     if isinstance(meta, dict) and meta.get("format") == GRAPHS_FORMAT:
         return "graphs"
     return None
