@@ -8,10 +8,13 @@ from __future__ import annotations
 import importlib.util
 import pathlib
 import sys
+import warnings
 
 import numpy as np
 import pytest
 from conftest import neighbour_labelled_npz
+
+import zerognn_jax as zg
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 
@@ -175,10 +178,13 @@ def test_export_and_reload(neighbours, builtin_acc):
 def test_hetero_example_learns_and_serves(own, tmp_path):
     """Relational SAGE, or the example's own relational module, on a tiny mag-like
     beats the most common venue, and with every neighbour sampled the exported artifact
-    classifies test papers as the exact model (the own module's `layer`)."""
-    result = _load("hetero").main(["--scale", "0.002", "--epochs", "3", "--batch-size", "128",
-                                   "--fanouts=-1,-1", "--hidden", "32", "--root",
-                                   str(tmp_path), *own])
+    classifies test papers as the exact model (the own module's `layer`); the own
+    module's run is given no option of the built-in models (which were warned of)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", zg.IgnoredOptionWarning)
+        result = _load("hetero").main(["--scale", "0.002", "--epochs", "3", "--batch-size",
+                                       "128", "--fanouts=-1,-1", "--hidden", "32", "--root",
+                                       str(tmp_path), *own])
     summary = result.summary
     assert summary["model"].endswith("RelationalMean") if own else summary["model"] == "rsage"
     assert summary["eval_mode"] == "full"

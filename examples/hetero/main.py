@@ -100,13 +100,14 @@ def main(argv=None) -> zg.TrainResult:
     args = parse(argv)
     ds = zg.load_hetero_dataset("mag-like", args.root, scale=args.scale)
     fanouts = args.fanouts
-    cfg = zg.TrainConfig(dataset="mag-like", scale=args.scale, model=args.model,
-                         hidden=args.hidden, layers=len(fanouts), fanouts=fanouts,
-                         embedding_dim=args.embedding_dim, batch_size=args.batch_size,
-                         epochs=args.epochs, progress=False)
     model = None
     if args.own_model:
         model = RelationalMean(args.hidden, ds.num_classes, len(fanouts), "paper")
+    builtin = {} if args.own_model else {"model": args.model}  # (one of yours replaces it)
+    cfg = zg.TrainConfig(dataset="mag-like", scale=args.scale, hidden=args.hidden,
+                         layers=len(fanouts), fanouts=fanouts,
+                         embedding_dim=args.embedding_dim, batch_size=args.batch_size,
+                         epochs=args.epochs, progress=False, **builtin)
     result = zg.train(cfg, ds, model=model)
     result.summary["majority_share"] = majority_share(ds)
     print(f"test accuracy {result.summary['test_acc']:.3f}, most common venue "
