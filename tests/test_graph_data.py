@@ -143,6 +143,9 @@ def test_make_collection_refuses_what_a_cast_would_change(field, value, message)
      "got int32[2, 2]; one-hot rows give their classes by targets.argmax(1)"),
     (dict(targets=[[0.0], [2.0]], target_kind="binary", num_classes=0),
      "(missing); class ids take target_kind='classes' with num_classes"),
+    (dict(targets=[0, 2], target_kind="classes", num_classes=0),
+     "class targets need num_classes >= 1, got 0 (the largest class id here is 2: give "
+     "num_classes=3, or more)"),
     (dict(node_vocab=(2, 2)), "got float32 (these are whole numbers: cast them with "
                               ".astype(np.int64))"),
 ])

@@ -208,7 +208,9 @@ def _check_targets(c: GraphCollection) -> None:
                     if t.ndim == 2 and t.shape[1] > 1 else "")
             _fail(f"class targets must be int[G], got {t.dtype}{list(t.shape)}{hint}")
         if c.num_classes < 1:
-            _fail(f"class targets need num_classes >= 1, got {c.num_classes}")
+            top = f" (the largest class id here is {int(t.max())}: give num_classes=" \
+                  f"{int(t.max()) + 1}, or more)" if t.size and t.max() >= 0 else ""
+            _fail(f"class targets need num_classes >= 1, got {c.num_classes}{top}")
         bad = np.flatnonzero((t < 0) | (t >= c.num_classes))
         if bad.size:
             _fail(f"class target of graph {int(bad[0])} is {int(t[bad[0]])}, outside "
