@@ -316,8 +316,24 @@ def test_jraph_padding_graphs_are_left_out_by_the_mask():
     with pytest.raises(ValueError, match=r"targets must give a row per graph of the tuple "
                                          r"\(6\) or per real graph \(3\), got 2"):
         zg.collection_from_jraph(padded, graph_mask=mask, targets=c.targets[:2])
-    # without the mask, jraph's padding graphs are graphs like any other
-    assert zg.collection_from_jraph(padded, name="tiny").n_node.size == 6
+    # without the mask, jraph's padding graphs are graphs like any other, warned of:
+    # with graphs of no nodes after the padding nodes' graph, or with padding edges alone
+    for n_graph, n_edge in ((6, 20), (4, 20), (6, 8)):
+        padded = jraph.pad_with_graphs(zg.collection_to_jraph(c), n_node=16, n_edge=n_edge,
+                                       n_graph=n_graph)
+        which = "last graph looks" if n_graph == 4 else f"last {n_graph - 3} graphs look"
+        with pytest.warns(zg.PaddingGraphsWarning, match=f"^the GraphsTuple's {which} like "):
+            assert zg.collection_from_jraph(padded, name="tiny").n_node.size == n_graph
+    # an unpadded tuple, or one whose last graph is real, is not warned of
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", zg.PaddingGraphsWarning)
+        zg.collection_from_jraph(zg.collection_to_jraph(c), name="tiny")
+        zero = c.node_features.copy()
+        zero[5:] = 0  # the lone last node: zero rows, a zero target, no edge
+        lone = zg.collection_to_jraph(dataclasses.replace(c, node_features=zero))
+        zg.collection_from_jraph(lone._replace(globals=np.where(
+            np.arange(3)[:, None] == 2, 0.0, lone.globals)), name="tiny")
+    padded = jraph.pad_with_graphs(zg.collection_to_jraph(c), n_node=16, n_edge=20, n_graph=6)
     with pytest.raises(ValueError, match=r"graph_mask must be bool\[6\], one entry per "
                                          r"graph of the tuple, got int64\[3\]"):
         zg.collection_from_jraph(padded, graph_mask=np.ones(3, np.int64))

@@ -24,6 +24,7 @@ from zerognn_jax._src.data.graph import (
 )
 from zerognn_jax._src.data.graph_datasets import load_graphs
 from zerognn_jax._src.data.graph_interop import (
+    PaddingGraphsWarning,
     collection_from_jraph,
     collection_from_pyg,
     collection_to_jraph,
@@ -252,7 +253,8 @@ __all__ = [
     "ITEM_SEEDS", "SeedSource", "take_edge_rows",
     "GraphCollection", "make_collection", "load_graphs", "load_graphs_file", "save_graphs",
     "collection_from_jraph", "collection_to_jraph", "collection_from_pyg",
-    "collection_to_pyg", "molhiv_like", "molpcba_like", "read_ogbg", "GRAPH_MODELS",
+    "collection_to_pyg", "PaddingGraphsWarning", "molhiv_like", "molpcba_like", "read_ogbg",
+    "GRAPH_MODELS",
     "CategoricalEncoder", "GraphGNN", "Graphs", "OnGraphs", "make_graph_model", "pool",
     "GraphBatch", "GraphTables", "pack_graphs", "BatchedTask", "PredictsItems",
     "PredictsNewItems", "GraphTask",

@@ -8,6 +8,8 @@ the concatenated nodes); its `globals` carry the targets. PyG's graphs keep loca
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from zerognn_jax._src.data.graphs import GraphCollection, make_collection
@@ -85,6 +87,13 @@ def collection_from_jraph(graphs, *, name: str = "jraph", target_kind: str = "bi
               "senders": np.asarray(graphs.senders) - shift,
               "receivers": np.asarray(graphs.receivers) - shift}
     arrays = {k: None if v is None else np.asarray(v) for k, v in arrays.items()}
+    if graph_mask is None and (padding := _padding_graphs(arrays, n_node, n_edge)):
+        which = "last graph looks" if padding == 1 else f"last {padding} graphs look"
+        warnings.warn(f"the GraphsTuple's {which} like the padding of "
+                      f"jraph.pad_with_graphs (graphs of no nodes, after one of zero rows "
+                      f"whose edges join its first node to itself); they are kept as graphs "
+                      f"of the collection: pass graph_mask=jraph.get_graph_padding_mask("
+                      f"graphs) to leave them out", PaddingGraphsWarning, stacklevel=2)
     if graph_mask is not None:
         keep = np.asarray(graph_mask)
         if keep.dtype != bool or keep.shape != n_node.shape:
@@ -104,6 +113,29 @@ def collection_from_jraph(graphs, *, name: str = "jraph", target_kind: str = "bi
                            edge_features=arrays["edges"], splits=splits,
                            num_classes=num_classes, node_vocab=node_vocab,
                            edge_vocab=edge_vocab)
+
+
+class PaddingGraphsWarning(UserWarning):
+    """A GraphsTuple converted without its `graph_mask` ends as jraph pads one."""
+
+
+def _padding_graphs(arrays: dict, n_node: np.ndarray, n_edge: np.ndarray) -> int:
+    """How many graphs at the end of a tuple's `arrays` (senders and receivers local)
+    look like `jraph.pad_with_graphs`' padding: graphs of no nodes, after the graph of
+    the padding nodes, whose node rows and target row are zeros and whose edges (at
+    least one, or graphs of no nodes after it) all join its first node to itself. 0
+    where the tuple would have no graph left, or ends otherwise."""
+    empty = len(n_node) - len(np.trim_zeros(n_node, "b"))
+    last = len(n_node) - empty - 1  # the graph that would hold the padding nodes
+    if last < 1 or len(arrays["targets"]) != len(n_node):
+        return 0
+    nodes = arrays["nodes"][int(n_node[:last].sum()):]
+    edges = slice(int(n_edge[:last].sum()), int(n_edge[:last + 1].sum()))
+    loops = not (arrays["senders"][edges].any() or arrays["receivers"][edges].any())
+    zeros = not (nodes.any() or np.asarray(arrays["targets"][last]).any())
+    if zeros and loops and (n_edge[last] > 0 or empty):
+        return empty + 1
+    return empty
 
 
 def _jraph_counts(graphs) -> tuple[np.ndarray, np.ndarray]:
