@@ -18,7 +18,8 @@ table; progress lines with timestamps go to stderr:
             calibration, compile time, each epoch's time (compilation excluded), steps,
             envelope / ideal bytes, the memory plan (`check_fits`), peak device memory
   fraction  one more epoch under the profiler: the GPU execution fraction (busy time of the
-            device streams over the epoch's wall time; bench/profiling.py)
+            device streams over the epoch's wall time; bench/profiling.py); with
+            `--kernels N`, also the step's device time by phase and its N busiest kernels
   sampled   sampled inference of the test nodes (the training fanouts): time, accuracy
   mlp       the MLP baseline, same width, depth, epochs and device data: test accuracy
             (sampled evaluation; the MLP reads only the seeds' own rows)
@@ -135,6 +136,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(fraction, sampled, mlp, exact)")
     p.add_argument("--deadline", type=float, default=None,
                    help="seconds from the start; later phases are skipped, with the reason")
+    p.add_argument("--kernels", type=int, default=0,
+                   help="the fraction phase also records the step's device time by phase "
+                        "and this many of its busiest kernels (default: none)")
     p.add_argument("--out", default=None, help="append every record to this JSONL file")
     p.add_argument("--curve", action="store_true", help="the cost-vs-size curve instead")
     p.add_argument("--curve-scales", default="0.25,1,4",
@@ -232,11 +236,12 @@ def run_epochs(cfg, program, state, data, dataset, env, clock: Clock, name: str)
                    "step_ms": 1e3 * last / steps if steps else None}
 
 
-def traced_epoch(cfg, program, state, data, dataset, env, untraced_seconds):
+def traced_epoch(cfg, program, state, data, dataset, env, untraced_seconds, top: int = 0):
     """The GPU execution fraction of an epoch under the profiler (after one untraced, which
     compiles): busy time over the traced window, and over `untraced_seconds` (the last
-    timed epoch: the profiler's overhead lengthens the window, not the device's work).
-    The epochs consume `state`'s buffers."""
+    timed epoch: the profiler's overhead lengthens the window, not the device's work);
+    with `top`, the step's device time by phase and its `top` busiest kernels
+    (`profiling.step_profile`). The epochs consume `state`'s buffers."""
     runner = make_engine("scan", program, chunk_steps=cfg.chunk_steps,
                          policy=cfg.envelope_policy)
     res = runner.run_epoch(state, data, dataset.train_idx, cfg.epochs, env)  # compiles
@@ -250,11 +255,17 @@ def traced_epoch(cfg, program, state, data, dataset, env, untraced_seconds):
         if prof is None:
             return {"status": "skipped", "reason": "no device stream lines in the trace: "
                     + "; ".join(profiling.line_names(trace))[:300]}
+        kernels = {}
+        if top:  # the chunk program of the traced epoch's envelope
+            text = next(c.as_text() for (e, *_), c in runner.programs.items() if e == env)
+            kernels = profiling.step_profile(trace, text, res.steps, profiling.step_phase,
+                                             top)
+            kernels["top_kernels"] = kernels.pop("kernels")
     return {
         "gpu_fraction": prof["fraction"], "gpu_busy_seconds": prof["busy_seconds"],
         "traced_seconds": prof["window_seconds"], "untraced_seconds": untraced_seconds,
         "gpu_fraction_untraced": prof["busy_seconds"] / untraced_seconds,
-        "compile_seconds": runner.compile_seconds}
+        "compile_seconds": runner.compile_seconds, **kernels}
 
 
 def variables_of(state) -> dict:
@@ -404,7 +415,7 @@ def main_run(args, clock: Clock) -> list[dict]:
     untraced = records[-1]["epoch_seconds_last"]
     if untraced:
         run_phase(args, clock, records, "fraction", lambda: (None, traced_epoch(
-            cfg, program, state, data, dataset, env, untraced)), s)
+            cfg, program, state, data, dataset, env, untraced, args.kernels)), s)
     run_phase(args, clock, records, "sampled", lambda: (None, sampled_test(
         cfg, program, variables, data, dataset)), s)
     run_phase(args, clock, records, "mlp", lambda: (None, train_mlp(
