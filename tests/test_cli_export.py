@@ -90,6 +90,8 @@ def test_an_artifact_read_back_that_is_damaged_or_misdescribed_is_one_line(tmp_p
             zg.ExportedModel.read(tmp_path / name, described)
     with pytest.raises(FileNotFoundError):  # not "not an artifact"
         zg.ExportedModel.read(tmp_path / "gone.bin", described)
+    with pytest.raises(FileNotFoundError, match="^no artifact at "):  # not "no description"
+        zg.ExportedModel.read(tmp_path / "gone.bin")
     with pytest.raises(ValueError, match="the description names 5 arguments, the artifact "):
         zg.ExportedModel.read(good, {**described, "arguments": described["arguments"][:5]})
     with pytest.raises(ValueError, match="has no batch_size: give the JSON line"):

@@ -110,6 +110,8 @@ class ExportedModel(NamedTuple):
           FileNotFoundError: no artifact at `path`, or no description beside it.
         """
         if description is None:
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"no artifact at {path}")
             description = description_path(path)
             if not description.is_file():
                 raise FileNotFoundError(f"no description of {path} beside it ({description},"
