@@ -105,8 +105,18 @@ def test_an_artifact_read_back_that_is_damaged_or_misdescribed_is_one_line(tmp_p
     # save writes the pair read reads
     assert art.save(good, {"note": 1})["note"] == 1
     again = zg.ExportedModel.read(good)
-    assert (again.batch_size, again.arguments) == (8, art.arguments)
+    assert (again.batch_size, again.arguments, again.node_type) == (8, art.arguments, None)
     assert good.read_bytes() == blob
+    # another artifact's description, of as many arguments, is refused by its digest
+    other = zg.export_model(result.program, result.variables, result.data, batch_size=4)
+    other.save(tmp_path / "other.bin")
+    with pytest.raises(ValueError, match=rf"^the description is of another artifact than "
+                                         rf"{re.escape(str(good))} \(its sha256 differs\)"):
+        zg.ExportedModel.read(good, tmp_path / "other.bin.json")
+    # data_arguments takes the run's device data, not a dataset or a graph
+    with pytest.raises(TypeError, match="^data_arguments takes the run's DeviceData, "
+                                        "result.data .*, got Dataset$"):
+        art.data_arguments(zg.load_dataset("tiny"))
 
 
 def test_a_link_artifact_says_how_pairs_of_its_embeddings_are_scored(tmp_path, capsys):
@@ -155,6 +165,7 @@ def test_a_typed_artifact_names_the_type_whose_rows_it_gives(tmp_path, capsys):
                  "--dataset", str(saved), "--batch-size", "4"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert (printed["task"], printed["node_type"]) == ("node", "paper")
+    assert zg.ExportedModel.read(tmp_path / "m.bin").node_type == "paper"  # kept with it
 
 
 def test_an_out_that_is_someone_elses_file_is_refused_before_the_restore(tmp_path, capsys,

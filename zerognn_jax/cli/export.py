@@ -38,7 +38,6 @@ from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
 from zerognn_jax._src.training.export import description_path, export_model
 from zerognn_jax._src.training.inference import restore
 from zerognn_jax._src.training.lock import checkpoint_name
-from zerognn_jax._src.training.tasks.base import PredictsTypes
 from zerognn_jax.cli.data import load_named
 from zerognn_jax.cli.flags import add_compile_cache_flag, whole_number
 
@@ -147,12 +146,11 @@ def _refuse_checkpoint_names(out: Path, checkpoint_dir: Path) -> None:
 
 
 def _notes(args, result) -> dict:
-    """What the artifact's description says of the run beside its arguments: the epoch
-    it holds, the task, a typed run's node type, row normalisation, a link decoder."""
+    """What the artifact's description says of the run beside its arguments (and a
+    typed run's node type, `ExportedModel.node_type`): the epoch it holds, the task, row
+    normalisation, a link decoder."""
     notes = {"epoch": result.summary["epoch"], "best": bool(args.best),
              "task": result.summary["task"]}
-    if isinstance(result.program.task, PredictsTypes):  # whose rows its seeds are
-        notes["node_type"] = result.program.task.output_type(args.node_type)
     if "features_row_normalized" in result.summary:  # (a graph task's rows are as given)
         notes["features_row_normalized"] = result.summary["features_row_normalized"]
     decoder = result.summary.get("decoder")

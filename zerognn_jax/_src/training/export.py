@@ -17,6 +17,7 @@ the collection's, are what such a server sees (`export_model`, `graph_arguments`
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import warnings
 from collections.abc import Mapping
@@ -51,6 +52,12 @@ PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's names for its lowerin
 _PINS = (jax.export.DisabledSafetyCheck.custom_call("LayoutConstraint"),)
 
 
+def _node_type_told(description: dict) -> str:
+    """", one of <type> rows" where an artifact's description names its node type."""
+    told = description.get("node_type")
+    return "" if told is None else f"; it describes one of {told} rows"
+
+
 def description_path(path) -> Path:
     """Where an artifact's description is kept: beside it, named `<path>.json`."""
     path = Path(path)
@@ -72,11 +79,14 @@ class ExportedModel(NamedTuple):
         (`export_model`); a graph-level model's are (node_features, edge_features,
         senders, receivers, n_node, n_edge), without "edge_features" where the
         collection has none.
+      node_type: the type whose rows a typed graph's model gives (its seeds' type);
+        None for a graph of one type and for a graph-level model.
     """
 
     exported: jax.export.Exported
     batch_size: int
     arguments: tuple[str, ...] = ("indptr", "indices", "features", "seeds", "valid", "key")
+    node_type: str | None = None
 
     def save(self, path, notes: Mapping | None = None) -> dict:
         """Writes the artifact to `path` and its description (its size in bytes, batch
@@ -88,9 +98,11 @@ class ExportedModel(NamedTuple):
           WriteError: either file could not be written (an OSError naming it).
         """
         blob = self.serialize()
-        described = {"bytes": len(blob), "batch_size": self.batch_size,
-                     "arguments": list(self.arguments),
+        described = {"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
+                     "batch_size": self.batch_size, "arguments": list(self.arguments),
                      "platforms": list(self.exported.platforms), **(notes or {})}
+        if self.node_type is not None:
+            described["node_type"] = self.node_type
         # the description is renamed into place after the artifact it describes
         with atomic_write(description_path(path), "the artifact's description") as text, \
                 atomic_write(path, "the artifact") as f:
@@ -129,6 +141,11 @@ class ExportedModel(NamedTuple):
             raise ValueError(f"the artifact's description has no {' or '.join(missing)}: "
                              f"give the JSON line zerognn export printed")
         blob = bytearray(Path(path).read_bytes())  # (a missing file: FileNotFoundError)
+        digest = description.get("sha256")  # (lines printed before 2026-12-06 have none)
+        if digest is not None and digest != hashlib.sha256(blob).hexdigest():
+            raise ValueError(f"the description is of another artifact than {path} (its "
+                             f"sha256 differs{_node_type_told(description)}): give the line "
+                             f"its own export printed")
         try:
             exported = jax.export.deserialize(blob)
         except Exception as err:  # flatbuffers' reader: struct.error, AssertionError, ...
@@ -141,7 +158,8 @@ class ExportedModel(NamedTuple):
             raise ValueError(f"the description names {len(arguments)} arguments, the "
                              f"artifact {path} takes {len(exported.in_avals)}: they are of "
                              f"two exports")
-        return cls(exported, int(description["batch_size"]), arguments)
+        return cls(exported, int(description["batch_size"]), arguments,
+                   description.get("node_type"))
 
     def call(self, *args):
         """`exported.call(*args)`, each argument's shape and dtype checked first against
@@ -173,7 +191,9 @@ class ExportedModel(NamedTuple):
     def __repr__(self) -> str:
         # jax.export.Exported's own repr holds the whole serialized module (~290 KB for a
         # small graph model), which would flood a notebook cell
+        typed = "" if self.node_type is None else f"node_type={self.node_type!r}, "
         return (f"ExportedModel(batch_size={self.batch_size}, arguments={self.arguments}, "
+                f"{typed}"
                 f"platforms={tuple(self.exported.platforms)})")
 
     def data_arguments(self, data: DeviceData) -> tuple:
@@ -183,6 +203,9 @@ class ExportedModel(NamedTuple):
         if "n_node" in self.arguments:
             raise ValueError("a graph-level artifact takes each call's graphs whole, and "
                              "no data arrays: call it with graph_arguments(...)")
+        if not isinstance(data, DeviceData):  # (a dataset's or a graph's arrays differ)
+            raise TypeError(f"data_arguments takes the run's DeviceData, result.data (or "
+                            f"restore(...).data), got {type(data).__name__}")
         # (a run's table split over devices holds padding rows past its nodes, which the
         # artifact does not take)
         arrays = [_in_node_order(a) for a in _lookup(data, self.arguments[:-3])]
@@ -418,7 +441,8 @@ def export_model(program: StepProgram, variables, data: DeviceData, *, batch_siz
                                   platforms)
         if typed:  # a typed model's views take their kernels from the model (`OnTypes`)
             program = dataclasses.replace(program, model=program.model.clone(kernels=XLA))
-            return _export_typed(program, variables, data, batch_size, platforms, seed_type)
+            art = _export_typed(program, variables, data, batch_size, platforms, seed_type)
+            return art._replace(node_type=seed_type)
         return _export_one_type(program, variables, data, batch_size, platforms)
     except flax.errors.FlaxError as err:  # a parameter missing or of another shape
         line = str(err).strip().splitlines()[0]
