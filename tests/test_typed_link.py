@@ -131,6 +131,13 @@ def test_a_split_file_read_against_another_graph_or_damaged_is_one_line(data, tm
     with pytest.raises(ValueError, match=rf"^{at}: it was split from a graph of 400 user "
                                          rf"nodes; this one has 401$"):
         zg.TypedLinkSplit.load(tmp_path / "s.npz", other)
+    # a graph of the same counts and relations whose pairs are others
+    same_sizes = make_shop(400, 300, 4, per_user=8, dim=8, seed=5).graph
+    with pytest.raises(ValueError, match=rf"^{at}: \d+ of its {len(split.train)} training "
+                                         rf"pairs are no edges of user__buys__item in this "
+                                         rf"graph \(the first: \(\d+, \d+\)\): it was split "
+                                         rf"from another graph$"):
+        zg.TypedLinkSplit.load(tmp_path / "s.npz", same_sizes)
     lone = zg.hetero_graph({"user": 400, "item": 300}, {("user", "rates", "item"): ([0], [0])})
     with pytest.raises(ValueError, match=rf"^{at}: it splits user__buys__item, which the graph "
                                          rf"lacks \(it has user__rates__item\)$"):
@@ -175,13 +182,30 @@ def test_split_keeps_the_edge_features_of_kept_edges():
         np.testing.assert_array_equal(np.asarray(g.edge_features), pairs.astype(np.float32))
 
 
-def test_split_warns_of_an_unnamed_reverse_and_refuses_too_few_non_pairs():
+def test_split_warns_of_held_out_pairs_other_relations_keep():
+    """A reverse not named as `reverse_of` finds it, or a relation beside the predicted
+    one holding its pairs (views that include purchases), keeps held-out pairs where
+    message passing reads them: each such relation is warned of with its count."""
+    every = (np.repeat(np.arange(4), 3), np.tile(np.arange(3), 4))
     graph = zg.hetero_graph({"a": 4, "b": 3}, {
-        ("a", "r", "b"): (np.repeat(np.arange(4), 3), np.tile(np.arange(3), 4)),
-        ("b", "back", "a"): ([0, 1], [2, 3])})
-    with pytest.warns(UserWarning, match="b__back__a also joins b to a and is not taken"):
+        ("a", "r", "b"): every, ("b", "back", "a"): every[::-1], ("a", "saw", "b"): every,
+        ("a", "other", "a"): ([0, 1], [1, 2])})
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
         with pytest.raises(ValueError, match="only 0 pairs are not edges"):
             zg.typed_link_split(graph, ("a", "r", "b"), val=0.2, test=0.2)
+    told = sorted(str(w.message) for w in seen)
+    assert [t.split(" edges of ")[1].split(" ")[0] for t in told] == ["a__saw__b",
+                                                                      "b__back__a"]
+    assert all(t.startswith("link split of a__r__b: 4 edges of ") for t in told), told
+    assert all(w.filename == __file__ for w in seen)
+    # where the other relation holds none of them, or a split holds nothing out: no word
+    some = zg.hetero_graph({"a": 40, "b": 30}, {
+        ("a", "r", "b"): (np.arange(40), np.arange(40) % 30), ("a", "saw", "b"): ([0], [29])})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", zg.EmptySplitWarning)
+        zg.typed_link_split(some, ("a", "r", "b"), val=0.1, test=0.1)
     # an edgeless such relation, or a split that holds nothing out, keeps no held-out pair
     edgeless = zg.hetero_graph({"a": 4, "b": 3}, {
         ("a", "r", "b"): ([0, 0, 1, 2], [0, 1, 2, 0]), ("b", "back", "a"): ([], [])})

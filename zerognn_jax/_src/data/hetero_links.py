@@ -11,8 +11,8 @@ message-passing graph; `random_link_split` drops them too). Val and test pairs l
 the message-passing graph (one type: in both directions): from the relation itself
 and from its reverse, (dst, "rev_" + name, src) as `add_reverse_relations` names it
 (or, for a relation called "rev_<name>", the relation it reverses), where the graph
-has one; another relation from dst to src is
-not taken for a reverse, and a warning says so. Edge features and weights of the edges
+has one; another relation joining the two types keeps the held-out pairs it has as
+edges, and a warning says so. Edge features and weights of the edges
 kept stay with them. Each evaluation split gets one negative per positive (uniform
 pairs that are not pairs of the relation, none repeated, no (u, u) for one type) and,
 with `mrr_negatives`, that many negative destinations per positive. The same (graph,
@@ -105,8 +105,9 @@ class TypedLinkSplit:
             except ValueError as err:
                 where = path if Path(path).is_file() else npz_path(path)
                 raise ValueError(f"{where}: {err}") from None
-        return cls(relation, train, _message_graph(graph, relation, evals), evals["val"],
-                   evals["test"])
+        positives = {s: evals[s].pos for s in SPLITS}
+        return cls(relation, train, _message_graph(graph, relation, positives),
+                   evals["val"], evals["test"])
 
 
 def _read_split(f, graph: HeteroGraph) -> tuple[Relation, dict, np.ndarray]:
@@ -139,6 +140,17 @@ def _read_split(f, graph: HeteroGraph) -> tuple[Relation, dict, np.ndarray]:
             _check_ids(name, pairs[:, column], end, n)
     for s in SPLITS:
         _check_ids(f"{s}_neg_dst", evals[s].neg_dst, relation[2], n_dst)
+    # the training pairs are edges of the graph split and of the split's own graph alike
+    pairs = relation_pairs(graph[relation])
+    if relation[0] == relation[2]:  # unordered pairs, stored as (min, max)
+        pairs = np.sort(pairs, axis=1)
+    absent = ~np.isin(train[:, 0].astype(np.int64) * n_dst + train[:, 1],
+                      pairs[:, 0] * n_dst + pairs[:, 1])
+    if absent.any():
+        u, v = (int(x) for x in train[np.flatnonzero(absent)[0]])
+        raise ValueError(f"{int(absent.sum())} of its {len(train)} training pairs are no "
+                         f"edges of {relation_name(relation)} in this graph (the first: "
+                         f"({u}, {v})): it was split from another graph")
     return relation, evals, train
 
 
@@ -174,17 +186,29 @@ def reverse_of(graph: HeteroGraph, relation: Relation) -> Relation | None:
     return None
 
 
-def _warn_unpaired(graph: HeteroGraph, relation: Relation, reverse) -> None:
-    """Warns when a relation with edges from the predicted one's dst type to its src
-    type is not its reverse by name: held-out pairs stay in it (`reverse_of`)."""
-    others = [r for r, g in graph.items() if (r[0], r[2]) == (relation[2], relation[0])
-              and r not in (relation, reverse) and g.num_edges]
-    if others:
-        warnings.warn(f"link split of {relation_name(relation)}: "
-                      f"{', '.join(map(relation_name, others))} also joins {relation[2]} to "
-                      f"{relation[0]} and is not taken for its reverse (named "
-                      f"{REVERSE_PREFIX}{relation[1]}); held-out pairs stay in it",
-                      stacklevel=3)
+def _warn_kept(graph: HeteroGraph, relation: Relation, reverse, held_keys: np.ndarray
+               ) -> None:
+    """Warns of each relation other than `relation` and its `reverse` that joins the
+    same two types (either way) and has an edge that is a held-out pair (`held_keys`,
+    src * n_dst + dst): it stays there, where message passing reads it while the pair is
+    evaluated (a `views` relation holding every `buys` pair, say, or a reverse not named
+    as `reverse_of` finds it)."""
+    src, _, dst = relation
+    n_dst = graph.num_nodes[dst]
+    for rel, g in graph.items():
+        if rel in (relation, reverse) or {rel[0], rel[2]} != {src, dst} or not g.num_edges:
+            continue
+        pairs = relation_pairs(g)
+        # (one type: the held-out keys hold both directions already)
+        forward = (rel[0], rel[2]) == (src, dst)
+        kept = _held(pairs if forward else pairs[:, ::-1], held_keys, n_dst).sum()
+        if kept:
+            warnings.warn(f"link split of {relation_name(relation)}: {int(kept)} edges of "
+                          f"{relation_name(rel)} are held-out pairs, which stay there (only "
+                          f"the relation and its reverse, named {REVERSE_PREFIX}"
+                          f"{relation[1]}, lose them): the model reads them while it is "
+                          f"evaluated on them; remove them from {relation_name(rel)}",
+                          stacklevel=4)
 
 
 def relation_pairs(g: CSRGraph) -> np.ndarray:
@@ -251,31 +275,31 @@ def typed_link_split(graph: HeteroGraph, relation: Relation | str, *, val: float
     warn_empty_splits(val, test, n_val, n_test, keys.size,
                       f"distinct pairs of {relation_name(relation)}")
     as_pairs = lambda k: np.stack([k // n_dst, k % n_dst], 1).astype(np.int32)
-    if held:  # (a split that holds nothing out leaves every pair in every relation)
-        _warn_unpaired(graph, relation, reverse_of(graph, relation))
+    positives = {"val": as_pairs(keys_perm[:n_val]), "test": as_pairs(keys_perm[n_val:held])}
+    message = _message_graph(graph, relation, positives)  # (warns of pairs kept elsewhere)
     evals = {}
-    parts = {"val": keys_perm[:n_val], "test": keys_perm[n_val:held]}
-    for name in SPLITS:
-        pos = as_pairs(parts[name])
+    for name, pos in positives.items():
         neg = sample_non_edges(rng, pos.shape[0], n_dst, keys,
                                num_sources=None if same else n_src,
                                relation=relation_name(relation))
         evals[name] = EvalEdges(pos, neg, destination_negatives(rng, pos, n_dst,
                                                                 mrr_negatives))
-    return TypedLinkSplit(relation, as_pairs(keys_perm[held:]),
-                          _message_graph(graph, relation, evals), evals["val"], evals["test"])
+    return TypedLinkSplit(relation, as_pairs(keys_perm[held:]), message, evals["val"],
+                          evals["test"])
 
 
-def _message_graph(graph: HeteroGraph, relation: Relation, evals: dict) -> HeteroGraph:
-    """`graph` without the positives of `evals` (val and test EvalEdges of `relation`):
-    from the relation itself and from its reverse, both directions where both ends are
-    one type (module docstring)."""
+def _message_graph(graph: HeteroGraph, relation: Relation, positives: dict) -> HeteroGraph:
+    """`graph` without the held-out `positives` (int[P, 2] (src, dst) pairs of
+    `relation` by split): from the relation itself and from its reverse, both directions
+    where both ends are one type (module docstring); other relations that hold such a
+    pair are warned of (`_warn_kept`)."""
     n_dst = graph.num_nodes[relation[2]]
-    held = np.concatenate([evals[s].pos for s in SPLITS]).astype(np.int64)
+    held = np.concatenate([positives[s] for s in SPLITS]).astype(np.int64)
     if relation[0] == relation[2]:  # both directions of a held-out pair leave
         held = np.concatenate([held, held[:, ::-1]])
     held_keys = np.unique(held[:, 0] * n_dst + held[:, 1])
     reverse = reverse_of(graph, relation)
+    _warn_kept(graph, relation, reverse, held_keys)
     graphs = []
     for rel, g in graph.items():
         if rel == relation:
