@@ -582,10 +582,10 @@ def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
     `halving_batches`).
 
     `bucketed` (requests of varying sizes, `zg.predict`): a batch below `batch_size`
-    and the number of steps are rounded up to shared sizes (`bucket`: under 25 % more),
-    with empty rows and steps, so that every request size does not compile a program
-    of its own. Each node's sample is the same either way, and in any request (its id
-    draws it: `EVAL_STEP`)."""
+    and the number of steps are rounded up to shared sizes (`serving_items`: a power of
+    two, and under 25 % more), with empty rows and steps, so that every request size
+    does not compile a program of its own. Each node's sample is the same either way,
+    and in any request (its id draws it: `EVAL_STEP`)."""
     return sampled_parts(program, variables, data, [nodes], batch_size=batch_size,
                          seed=seed, bucketed=bucketed)[0]
 

@@ -477,10 +477,10 @@ def graph_outputs(program: StepProgram, variables, data: DeviceData, ids,
     """float32[len(ids), out]: the model's output rows of graphs `ids` (evaluation mode),
     `batch_size` graphs per step at capacities that fit every batch exactly.
 
-    `bucketed` (requests of varying graphs, `zg.predict`): a batch below `batch_size`,
-    the steps and the capacities are rounded up to shared sizes (`bucket`: under 25 %
-    more), so that requests share a few programs (exact capacities change with the
-    graphs picked: a new program for most requests)."""
+    `bucketed` (requests of varying graphs, `zg.predict`): a batch below `batch_size`
+    (to a power of two), the steps and the capacities (`bucket`: under 25 % more) are
+    rounded up to shared sizes, so that requests share a few programs (exact capacities
+    change with the graphs picked: a new program for most requests)."""
     ids = np.asarray(ids, np.int64)
     if ids.size == 0:
         return np.zeros((0, dataset.output_dim), np.float32)
