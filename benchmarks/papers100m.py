@@ -19,7 +19,8 @@ table; progress lines with timestamps go to stderr:
             envelope / ideal bytes, the memory plan (`check_fits`), peak device memory
   fraction  one more epoch under the profiler: the GPU execution fraction (busy time of the
             device streams over the epoch's wall time; bench/profiling.py); with
-            `--kernels N`, also the step's device time by phase and its N busiest kernels
+            `--kernels N`, also the step's device time by phase and its N busiest kernels,
+            from two more epochs compiled without command buffers (one traced)
   sampled   sampled inference of the test nodes (the training fanouts): time, accuracy
   mlp       the MLP baseline, same width, depth, epochs and device data: test accuracy
             (sampled evaluation; the MLP reads only the seeds' own rows)
@@ -77,6 +78,7 @@ from zerognn_jax._src.training.engines import make_engine
 from zerognn_jax._src.training.evaluate import layerwise_logits, sampled_logits
 from zerognn_jax._src.training.placement import available_host_bytes
 from zerognn_jax._src.training.program import init_state
+from zerognn_jax._src.training.scan import ScanEngine
 from zerognn_jax._src.training.tasks.node import accuracy
 
 # Seconds each phase may take at scale 1 on an H100 (a phase is skipped when its estimate,
@@ -255,17 +257,33 @@ def traced_epoch(cfg, program, state, data, dataset, env, untraced_seconds, top:
         if prof is None:
             return {"status": "skipped", "reason": "no device stream lines in the trace: "
                     + "; ".join(profiling.line_names(trace))[:300]}
-        kernels = {}
-        if top:  # the chunk program of the traced epoch's envelope
-            text = next(c.as_text() for (e, *_), c in runner.programs.items() if e == env)
-            kernels = profiling.step_profile(trace, text, res.steps, profiling.step_phase,
-                                             top)
-            kernels["top_kernels"] = kernels.pop("kernels")
+    kernels = _kernels(cfg, program, res.state, data, dataset, res.envelope, top) if top \
+        else {}
     return {
         "gpu_fraction": prof["fraction"], "gpu_busy_seconds": prof["busy_seconds"],
         "traced_seconds": prof["window_seconds"], "untraced_seconds": untraced_seconds,
         "gpu_fraction_untraced": prof["busy_seconds"] / untraced_seconds,
         "compile_seconds": runner.compile_seconds, **kernels}
+
+
+def _kernels(cfg, program, state, data, dataset, env, top: int) -> dict:
+    """The step's device time by phase and its `top` busiest kernels, from one more
+    epoch traced without command buffers (whose kernels a trace shows as one event
+    each), after one that compiles it (`profiling.step_profile`)."""
+    runner = ScanEngine(program, chunk_steps=cfg.chunk_steps, policy=cfg.envelope_policy,
+                        compiler_options=profiling.NO_COMMAND_BUFFERS)
+    res = runner.run_epoch(state, data, dataset.train_idx, cfg.epochs + 2, env)
+    with tempfile.TemporaryDirectory() as log_dir:
+        with profiling.traced_window(log_dir):
+            res = runner.run_epoch(res.state, data, dataset.train_idx, cfg.epochs + 3,
+                                   res.envelope)
+            jax.block_until_ready(res.state.params)
+        text = next(c.as_text() for (e, *_), c in runner.programs.items()
+                    if e == res.envelope)
+        out = profiling.step_profile(profiling.find_trace(log_dir), text, res.steps,
+                                     profiling.step_phase, top)
+    out["top_kernels"] = out.pop("kernels")
+    return {**out, "kernels_command_buffers": False}
 
 
 def variables_of(state) -> dict:
