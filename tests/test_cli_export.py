@@ -104,6 +104,10 @@ def test_an_artifact_read_back_that_is_damaged_or_misdescribed_is_one_line(tmp_p
         zg.ExportedModel.read(good)
     # save writes the pair read reads
     assert art.save(good, {"note": 1})["note"] == 1
+    with pytest.raises(ValueError, match="^notes may not set what the description says of "
+                                         "the artifact itself: batch_size, node_type$"):
+        art.save(tmp_path / "x.bin", {"batch_size": 64, "node_type": "paper"})
+    assert not (tmp_path / "x.bin").exists()
     again = zg.ExportedModel.read(good)
     assert (again.batch_size, again.arguments, again.node_type) == (8, art.arguments, None)
     assert good.read_bytes() == blob

@@ -333,6 +333,11 @@ def test_jraph_padding_graphs_are_left_out_by_the_mask():
         lone = zg.collection_to_jraph(dataclasses.replace(c, node_features=zero))
         zg.collection_from_jraph(lone._replace(globals=np.where(
             np.arange(3)[:, None] == 2, 0.0, lone.globals)), name="tiny")
+        # graphs of no nodes after a graph with rows are the collection's own
+        empty_last = zg.make_collection("e", [2, 2, 0], [1, 1, 0], [0, 1], [1, 0],
+                                        np.ones((4, 2), np.float32), [[1.0], [0.0], [0.0]],
+                                        "binary")
+        zg.collection_from_jraph(zg.collection_to_jraph(empty_last))
     padded = jraph.pad_with_graphs(zg.collection_to_jraph(c), n_node=16, n_edge=20, n_graph=6)
     with pytest.raises(ValueError, match=r"graph_mask must be bool\[6\], one entry per "
                                          r"graph of the tuple, got int64\[3\]"):

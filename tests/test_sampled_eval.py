@@ -140,6 +140,22 @@ def test_sampled_logits_halve_the_batch_the_device_cannot_hold(graph_400, all_ne
     # 400 nodes: 4 and 7 batches a call, then 13 in two calls of 8
     assert sizes == [4 * TRAIN_BATCH, 2 * TRAIN_BATCH, TRAIN_BATCH, TRAIN_BATCH]
     np.testing.assert_allclose(np.asarray(got), exact, rtol=1e-4, atol=1e-4)
+    # a served request's batch is rounded up to a power of two, but a halved batch is
+    # not rounded up again (200 had run at 256, giving back most of the halving)
+    sizes.clear()
+
+    def below_150(*args, envelope, **kwargs):
+        sizes.append(envelope.batch_size)
+        if envelope.batch_size > 150:
+            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory")
+        return run(*args, envelope=envelope, **kwargs)
+
+    monkeypatch.setattr(evaluate, "_sampled_pass", below_150)
+    with pytest.warns(UserWarning, match="at 200 seeds a batch; running again at 100"):
+        got = sampled_logits(res.program, res.variables, res.data, nodes, batch_size=600,
+                             bucketed=True)
+    assert sizes == [512, 200, 100]
+    np.testing.assert_allclose(np.asarray(got), exact, rtol=1e-4, atol=1e-4)
 
 
 def test_splits_of_different_sizes_share_one_sampled_pass(graph_400, monkeypatch):

@@ -90,10 +90,11 @@ def collection_from_jraph(graphs, *, name: str = "jraph", target_kind: str = "bi
     if graph_mask is None and (padding := _padding_graphs(arrays, n_node, n_edge)):
         which = "last graph looks" if padding == 1 else f"last {padding} graphs look"
         warnings.warn(f"the GraphsTuple's {which} like the padding of "
-                      f"jraph.pad_with_graphs (graphs of no nodes, after one of zero rows "
-                      f"whose edges join its first node to itself); they are kept as graphs "
-                      f"of the collection: pass graph_mask=jraph.get_graph_padding_mask("
-                      f"graphs) to leave them out", PaddingGraphsWarning, stacklevel=2)
+                      f"jraph.pad_with_graphs (a graph of zero rows whose edges join its "
+                      f"first node to itself, and any graphs of no nodes after it), kept as "
+                      f"graphs of the collection: if the tuple was padded so, pass "
+                      f"graph_mask=jraph.get_graph_padding_mask(graphs) to leave them out",
+                      PaddingGraphsWarning, stacklevel=2)
     if graph_mask is not None:
         keep = np.asarray(graph_mask)
         if keep.dtype != bool or keep.shape != n_node.shape:
@@ -121,10 +122,11 @@ class PaddingGraphsWarning(UserWarning):
 
 def _padding_graphs(arrays: dict, n_node: np.ndarray, n_edge: np.ndarray) -> int:
     """How many graphs at the end of a tuple's `arrays` (senders and receivers local)
-    look like `jraph.pad_with_graphs`' padding: graphs of no nodes, after the graph of
-    the padding nodes, whose node rows and target row are zeros and whose edges (at
-    least one, or graphs of no nodes after it) all join its first node to itself. 0
-    where the tuple would have no graph left, or ends otherwise."""
+    look like `jraph.pad_with_graphs`' padding: the graph of the padding nodes (jraph
+    pads with at least one), whose node rows and target row are zeros and whose edges
+    (at least one, or graphs of no nodes after it) all join its first node to itself,
+    and the graphs of no nodes after it. 0 where the tuple would have no graph left, or
+    ends otherwise (graphs of no nodes after a graph with rows are a collection's own)."""
     empty = len(n_node) - len(np.trim_zeros(n_node, "b"))
     last = len(n_node) - empty - 1  # the graph that would hold the padding nodes
     if last < 1 or len(arrays["targets"]) != len(n_node):
@@ -133,9 +135,7 @@ def _padding_graphs(arrays: dict, n_node: np.ndarray, n_edge: np.ndarray) -> int
     edges = slice(int(n_edge[:last].sum()), int(n_edge[:last + 1].sum()))
     loops = not (arrays["senders"][edges].any() or arrays["receivers"][edges].any())
     zeros = not (nodes.any() or np.asarray(arrays["targets"][last]).any())
-    if zeros and loops and (n_edge[last] > 0 or empty):
-        return empty + 1
-    return empty
+    return empty + 1 if zeros and loops and (n_edge[last] > 0 or empty) else 0
 
 
 def _jraph_counts(graphs) -> tuple[np.ndarray, np.ndarray]:

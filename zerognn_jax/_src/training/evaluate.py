@@ -556,23 +556,26 @@ def _gib(nbytes: int | None) -> str:
 
 
 def halving_batches(run, batch_size: int, what: str, items: int):
-    """`run(batch)` at `batch_size` but at most `items` (the seeds evaluated: buffers
-    follow the batch, and `--eval-batch-size 99999999999` once ran the host out of
-    memory), run again at half the batch (with a warning) while the device runs out of
-    memory: an evaluation batch of `eval_batch_size` seeds samples levels and edges in
+    """`run(batch, limit)` at `batch_size` but at most `items` (the seeds evaluated:
+    buffers follow the batch, and `--eval-batch-size 99999999999` once ran the host out
+    of memory), run again at half the batch (with a warning) while the device runs out
+    of memory: an evaluation batch of `eval_batch_size` seeds samples levels and edges in
     proportion, and a wide typed model (R-GAT over 1024-wide features) can need more
-    than the training batch left free. `run` must finish its device work (the error
-    surfaces only then). Other errors, and running out at one seed, raise."""
-    batch_size = max(1, min(batch_size, items))
+    than the training batch left free. `limit` is the most a served request's batch is
+    rounded up to (`serving_items`): `batch_size`, then the halved batch itself, which
+    rounding up would give most of the halving back. `run` must finish its device work
+    (the error surfaces only then). Other errors, and running out at one seed, raise."""
+    limit, batch_size = batch_size, max(1, min(batch_size, items))
     while True:
         try:
-            return run(batch_size)
+            return run(batch_size, limit)
         except jax.errors.JaxRuntimeError as error:
             if not is_out_of_memory(error) or batch_size == 1:
                 raise
             warnings.warn(f"{what}: the device ran out of memory at {batch_size} seeds a "
                           f"batch; running again at {batch_size // 2}", stacklevel=2)
             batch_size //= 2
+            limit = batch_size
 
 
 def sampled_logits(program: StepProgram, variables, data: DeviceData, nodes, *,
@@ -601,8 +604,8 @@ def sampled_parts(program: StepProgram, variables, data: DeviceData, parts, *,
     parts = [node_ids("nodes", nodes, data.graph.num_nodes) for nodes in parts]
     batch_size, seed = at_least_one(batch_size, "batch_size"), key_seed(seed)
 
-    def run(batch: int) -> list:
-        padded, batch, steps = padded_parts(parts, batch, batch_size, bucketed)
+    def run(batch: int, limit: int) -> list:
+        padded, batch, steps = padded_parts(parts, batch, limit, bucketed)
         env = conservative(batch, program.sampler.slots, data.graph.num_nodes)
         call = lambda chunk: _sampled_pass(program, variables, data, chunk,
                                            jnp.uint32(seed), envelope=env)

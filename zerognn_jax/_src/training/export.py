@@ -97,6 +97,11 @@ class ExportedModel(NamedTuple):
         Raises:
           WriteError: either file could not be written (an OSError naming it).
         """
+        taken = sorted(set(notes or ()) & {"bytes", "sha256", "batch_size", "arguments",
+                                           "platforms", "node_type"})
+        if taken:  # (read would take the note for the artifact's own)
+            raise ValueError(f"notes may not set what the description says of the artifact "
+                             f"itself: {', '.join(taken)}")
         blob = self.serialize()
         described = {"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
                      "batch_size": self.batch_size, "arguments": list(self.arguments),
@@ -197,8 +202,8 @@ class ExportedModel(NamedTuple):
                 f"platforms={tuple(self.exported.platforms)})")
 
     def data_arguments(self, data: DeviceData) -> tuple:
-        """The arrays of `data` (a run's `DeviceData`, or one of the same shapes) that
-        come before the seeds, in `arguments`' order: `call(*art.data_arguments(data),
+        """The arrays of `data` (a run's `DeviceData`: `result.data`) that come before
+        the seeds, in `arguments`' order: `call(*art.data_arguments(data),
         seeds, valid, key)`. A graph-level artifact takes no data (`graph_arguments`)."""
         if "n_node" in self.arguments:
             raise ValueError("a graph-level artifact takes each call's graphs whole, and "

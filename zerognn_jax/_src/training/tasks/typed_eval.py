@@ -421,8 +421,8 @@ def sampled_parts(task, program, variables, data, parts, *, batch_size: int,
     if not any(ids.size for ids in parts):
         return [np.zeros((0, program.model.model.num_classes), np.float32) for _ in parts]
 
-    def run(batch: int) -> list[np.ndarray]:
-        padded, batch, steps = padded_parts(parts, batch, batch_size, bucketed)
+    def run(batch: int, limit: int) -> list[np.ndarray]:
+        padded, batch, steps = padded_parts(parts, batch, limit, bucketed)
         key = jnp.uint32(seed)
         env = eval_envelope(task, data, padded, batch, steps, key, program.kernels,
                             served=bucketed)
