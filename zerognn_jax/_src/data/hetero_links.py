@@ -26,7 +26,6 @@ import dataclasses
 import json
 import os
 import warnings
-from pathlib import Path
 
 import numpy as np
 
@@ -42,8 +41,12 @@ from zerognn_jax._src.data.links import (
     destination_negatives,
     npz_path,
     require_graph,
+    require_ids_in,
+    require_train,
     sample_non_edges,
+    saved_evals,
     split_archive,
+    split_file,
     warn_empty_splits,
 )
 from zerognn_jax._src.data.writes import atomic_write
@@ -103,8 +106,7 @@ class TypedLinkSplit:
             try:
                 relation, evals, train = _read_split(f, graph)
             except ValueError as err:
-                where = path if Path(path).is_file() else npz_path(path)
-                raise ValueError(f"{where}: {err}") from None
+                raise ValueError(f"{split_file(path)}: {err}") from None
         positives = {s: evals[s].pos for s in SPLITS}
         return cls(relation, train, _message_graph(graph, relation, positives),
                    evals["val"], evals["test"])
@@ -129,17 +131,15 @@ def _read_split(f, graph: HeteroGraph) -> tuple[Relation, dict, np.ndarray]:
                              f"has {counts[end]}")
     n_src, n_dst = counts[relation[0]], counts[relation[2]]
     train = f["train"]
-    if train.ndim != 2 or train.shape[1] != 2 or not train.shape[0]:
-        raise ValueError(f"train must be a non-empty [E, 2] array, got {train.shape}")
-    evals = {s: EvalEdges(*(f[f"{s}_{k}"] for k in ("pos", "neg", "neg_dst")))
-             for s in SPLITS}
+    require_train(train)
+    evals = saved_evals(f)
     ends = {"train": train, **{f"{s}_{k}": getattr(evals[s], k) for s in SPLITS
                                for k in ("pos", "neg")}}
     for name, pairs in ends.items():
         for column, (end, n) in enumerate(((relation[0], n_src), (relation[2], n_dst))):
-            _check_ids(name, pairs[:, column], end, n)
+            require_ids_in(name, pairs[:, column], n, end)
     for s in SPLITS:
-        _check_ids(f"{s}_neg_dst", evals[s].neg_dst, relation[2], n_dst)
+        require_ids_in(f"{s}_neg_dst", evals[s].neg_dst, n_dst, relation[2])
     # the training pairs are edges of the graph split and of the split's own graph alike
     pairs = relation_pairs(graph[relation])
     if relation[0] == relation[2]:  # unordered pairs, stored as (min, max)
@@ -152,14 +152,6 @@ def _read_split(f, graph: HeteroGraph) -> tuple[Relation, dict, np.ndarray]:
                          f"edges of {relation_name(relation)} in this graph (the first: "
                          f"({u}, {v})): it was split from another graph")
     return relation, evals, train
-
-
-def _check_ids(name: str, ids: np.ndarray, end: str, n: int) -> None:
-    """ValueError naming `name` where `ids` hold one outside [0, n), the ids of `end`."""
-    outside = (ids < 0) | (ids >= n)
-    if outside.any():
-        raise ValueError(f"{name} holds {end} ids outside [0, {n}): {int(ids[outside][0])} "
-                         f"(the first of {int(outside.sum())})")
 
 
 def find_relation(graph: HeteroGraph, key: str | None) -> Relation:

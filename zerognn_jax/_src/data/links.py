@@ -129,12 +129,10 @@ class LinkSplit:
         with split_archive(path, "link", _SAVED) as f:
             try:  # the arrays checked before the graph is built of them
                 n, train = int(f["num_nodes"]), f["train"]
-                evals = {s: EvalEdges(*(f[f"{s}_{k}"] for k in ("pos", "neg", "neg_dst")))
-                         for s in SPLITS}
+                evals = saved_evals(f)
                 _check_split(train, evals, n, sep="_")
             except ValueError as err:
-                raise ValueError(f"{npz_path(path) if not Path(path).is_file() else path}: "
-                                 f"{err}") from err
+                raise ValueError(f"{split_file(path)}: {err}") from err
             table = stored_table(f, "train_edge_features")
             weights = f["train_weights"] if "train_weights" in f.files else None
             return cls(train, training_graph(train, n, table, weights), evals["val"],
@@ -147,13 +145,30 @@ def _check_split(train: np.ndarray, evals: dict, n: int, sep: str = ".") -> None
     wrong."""
     arrays = {"train": train, **{f"{s}{sep}{k}": getattr(evals[s], k)
                                  for s in SPLITS for k in ("pos", "neg", "neg_dst")}}
+    require_train(train)
+    for name, a in arrays.items():
+        require_ids_in(name, a, n)
+
+
+def require_train(train: np.ndarray) -> None:
+    """ValueError unless a split's training pairs `train` are a non-empty [E, 2] array."""
     if train.ndim != 2 or train.shape[1] != 2 or not train.shape[0]:
         raise ValueError(f"train must be a non-empty [E, 2] array, got {train.shape}")
-    for name, a in arrays.items():
-        if a.size and (a.min() < 0 or a.max() >= n):
-            outside = (a < 0) | (a >= n)
-            raise ValueError(f"{name} holds node ids outside [0, {n}): "
-                             f"{int(a[outside][0])} (the first of {int(outside.sum())})")
+
+
+def require_ids_in(name: str, ids: np.ndarray, n: int, what: str = "node") -> None:
+    """ValueError naming the array `name` of a split where its ids (of `what`) hold one
+    outside [0, n): the first, and how many."""
+    outside = (ids < 0) | (ids >= n)
+    if outside.any():
+        raise ValueError(f"{name} holds {what} ids outside [0, {n}): "
+                         f"{int(ids[outside][0])} (the first of {int(outside.sum())})")
+
+
+def saved_evals(f) -> dict:
+    """{"val": EvalEdges, "test": ...} of a saved split's open `.npz`."""
+    return {s: EvalEdges(*(f[f"{s}_{k}"] for k in ("pos", "neg", "neg_dst")))
+            for s in SPLITS}
 
 
 def transposed_hint(pairs: np.ndarray, holds: str = "this takes") -> str:
@@ -183,14 +198,19 @@ def npz_path(path: str | os.PathLike) -> Path:
     return path if path.suffix == ".npz" else path.with_name(f"{path.name}.npz")
 
 
+def split_file(path: str | os.PathLike) -> Path:
+    """The file a split's `load` reads: `path` where it is one, else `npz_path(path)`,
+    where its `save` wrote it."""
+    return Path(path) if Path(path).is_file() else npz_path(path)
+
+
 def split_archive(path: str | os.PathLike, kind: str, keys: tuple[str, ...]):
     """The open `.npz` of a split of `kind` ("link": `LinkSplit.save`'s, "typed_link":
     `TypedLinkSplit.save`'s) at `path` (or `path` + ".npz"), which must hold `keys`;
     ValueError naming the file when it holds no such split (which gave a KeyError naming
     one key, or NumPy's error of a file that is no archive), and the reader where it is
     another file of this library."""
-    path = Path(path)
-    path = path if path.is_file() else npz_path(path)
+    path = split_file(path)
     wrong = f"{path} is not a {kind.replace('_', ' ')} split written by " \
             f"{'TypedLinkSplit' if kind == 'typed_link' else 'LinkSplit'}.save"
     try:
