@@ -25,6 +25,7 @@ from types import SimpleNamespace
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 import zerognn_jax as zg
@@ -664,13 +665,19 @@ def flip_bits(step: Path):
 
 
 def flip_one_value_bit(step: Path):
-    """One bit in the middle of the largest data file: inside an array's stored values,
-    which the storage reads back without complaint (the checksums find it)."""
-    largest = max((f for f in (step / "state").rglob("*")
-                   if f.is_file() and f.parent.name == "d"), key=lambda f: f.stat().st_size)
-    data = bytearray(largest.read_bytes())
-    data[len(data) // 2] ^= 0x10
-    largest.write_bytes(bytes(data))
+    """One bit of the largest array's values changed, written back through the storage
+    itself, which then reads it without complaint (the checksums find it). A byte
+    flipped in a data file lands in compressed bytes or in values by the order the
+    arrays were written in, which varies from run to run."""
+    with ocp.StandardCheckpointer() as storage:
+        leaves, tree = jax.tree_util.tree_flatten(storage.restore(step / "state"))
+    largest = max(range(len(leaves)), key=lambda i: np.asarray(leaves[i]).nbytes)
+    values = np.array(leaves[largest])
+    values.reshape(-1).view(np.uint8)[values.nbytes // 2] ^= 0x10
+    leaves[largest] = values
+    shutil.rmtree(step / "state")
+    with ocp.StandardCheckpointer() as storage:
+        storage.save(step / "state", jax.tree_util.tree_unflatten(tree, leaves))
 
 
 def copy_of_the_epoch_before(step: Path):
