@@ -54,6 +54,7 @@ from zerognn_jax._src.data.hetero_storage import (
 )
 from zerognn_jax._src.data.links import (
     EmptySplitWarning,
+    EvalEdges,
     LinkSplit,
     load_ogbl,
     random_link_split,
@@ -240,7 +241,7 @@ __all__ = [
     "IgnoredOptionWarning", "Interrupted", "deferred_interrupts", "OutputsInUse", "WriteError",
     "CompileCacheWarning", "CacheWarning",
     "use_compile_cache",
-    "DotDecoder", "LinkModel", "LinkSplit", "LinkTask", "MLPDecoder", "load_ogbl",
+    "DotDecoder", "EvalEdges", "LinkModel", "LinkSplit", "LinkTask", "MLPDecoder", "load_ogbl",
     "make_decoder", "negative_pairs", "node_embeddings", "random_link_split",
     "seed_frontier",
     "EarlyStopping", "NodeTask", "as_linen", "restore", "sigmoid_cross_entropy",

@@ -36,6 +36,7 @@ HELP = dict(TRAIN_HELP, epochs="timed epochs per configuration",
 # (it evaluates nothing and writes only its own records).
 NOT_MEASURED = ("engine", "kernels", "dtype", "dedup", "task",
                 "decoder", "negatives", "negative_mode", "link_metric", "link_relation",
+                "link_split",
                 "readout", "balance_window", "graph_aggregation", "relation_fanouts",
                 "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir", "metrics_out",
                 "best_metric", "tensorboard_dir")

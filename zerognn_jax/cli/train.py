@@ -30,6 +30,9 @@ HELP = {
                         "'cites=25,20;writes=10,0' (src__name__dst or a unique name; 0 skips)",
     "link_relation": "typed datasets, task link: the relation whose pairs to predict "
                      "(src__name__dst or a unique name; optional when it is the only one)",
+    "link_split": "task link: a split file (LinkSplit.save, or TypedLinkSplit.save on a "
+                  "typed dataset) to train and evaluate on instead of the random split "
+                  "by --seed",
     "batch_size": "seeds per step and device: a step trains on batch-size x devices x "
                   "processes seeds (the summary's global_batch; at most the training "
                   "items a device gets)",

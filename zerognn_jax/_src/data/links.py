@@ -29,6 +29,7 @@ arrays only, no torch needed. A `.npz` file with the same keys may stand in for 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import os
 import pickle
@@ -61,13 +62,23 @@ _SAVED = ("num_nodes", "train", *EVAL_KEYS)
 
 @dataclasses.dataclass(frozen=True)
 class EvalEdges:
-    """One evaluation split: pos int32[P, 2], neg int32[Q, 2], neg_dst int32[P, M]."""
+    """One evaluation split: pos int32[P, 2], neg int32[Q, 2] (the negative pairs AUC,
+    AP and Hits@K score against), neg_dst int32[P, M] (M negative destinations per
+    positive, which MRR ranks it among; None: M = 0). Array-likes are taken as
+    arrays."""
 
     pos: np.ndarray
     neg: np.ndarray
-    neg_dst: np.ndarray
+    neg_dst: np.ndarray | None = None
 
     def __post_init__(self):
+        if self.neg_dst is None:
+            object.__setattr__(self, "neg_dst", np.zeros((np.shape(self.pos)[0], 0), np.int32))
+        for name in ("pos", "neg", "neg_dst"):
+            a = np.asarray(getattr(self, name))
+            if a.dtype.kind not in "iu" and a.size:
+                raise ValueError(f"{name} must hold integer node ids, got {a.dtype}")
+            object.__setattr__(self, name, a if a.size else a.astype(np.int32))
         for name in ("pos", "neg"):
             a = getattr(self, name)
             if a.ndim != 2 or a.shape[1] != 2:
@@ -225,6 +236,29 @@ def split_archive(path: str | os.PathLike, kind: str, keys: tuple[str, ...]):
         f.close()
         raise ValueError(f"{wrong}: {other or 'it lacks ' + ', '.join(missing)}")
     return f
+
+
+def split_digest(path: str | os.PathLike) -> str:
+    """"sha256:<hex>" of a saved split's arrays (names, dtypes, shapes and values, by
+    name): what a checkpoint of a run trained on it compares. The file's own bytes would
+    not do: the archive records when each array was written."""
+    digest = hashlib.sha256()
+    with np.load(split_file(path)) as f:
+        for name in sorted(f.files):
+            values = f[name]
+            digest.update(f"{name} {values.dtype.str} {values.shape}\n".encode())
+            digest.update(np.ascontiguousarray(values).tobytes())
+    return f"sha256:{digest.hexdigest()}"
+
+
+def read_split_file(path: str | os.PathLike, load):
+    """`load(path)` of a split file a run names (`TrainConfig.link_split`), refused first
+    with FileNotFoundError naming both names `split_file` tries when neither is a file."""
+    if not split_file(path).is_file():
+        also = "" if npz_path(path) == Path(path) else f" nor at {os.fspath(npz_path(path))!r}"
+        raise FileNotFoundError(f"link_split {os.fspath(path)!r}: no split file there"
+                                f"{also}; it is the split this run trains and evaluates on")
+    return load(path)
 
 
 def training_graph(train: np.ndarray, num_nodes: int, edge_features=None,

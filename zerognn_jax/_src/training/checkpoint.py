@@ -42,6 +42,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from zerognn_jax._src.data.hetero import named_relation, relation_name
+from zerognn_jax._src.data.links import split_digest
 from zerognn_jax._src.data.version import VERSION
 from zerognn_jax._src.data.writes import atomic_write, write_error
 from zerognn_jax._src.training.callbacks import best_mode
@@ -80,7 +81,7 @@ DATASET_ADDED_SINCE = ("dataset.graphs", "dataset.edges", "dataset.node_types")
 # TrainConfig fields added after checkpoints began to record their options, with what every
 # run did before the field existed: a checkpoint that does not record one resumes under
 # that value only.
-ADDED_SINCE = {"init": "flax", "link_relation": None}
+ADDED_SINCE = {"init": "flax", "link_relation": None, "link_split": None}
 
 
 
@@ -91,10 +92,14 @@ def identity(cfg, dataset_stats: dict, global_batch: int, extra: dict | None = N
     device and process), the dataset's counts (`Dataset.stats()`; its target kind and
     output width when they are not class labels) and `extra` (what the user brought:
     "model", "optimizer", "loss"; as "custom.model", ...), with the relations named by
-    `relation_fanouts` and `link_relation` written in full (`full_names`)."""
+    `relation_fanouts` and `link_relation` written in full (`full_names`), and a
+    `link_split` file by its arrays' digest (`split_digest`: the same pairs resume from
+    another path; other pairs saved at the same path do not)."""
     out = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
            if f.name not in FREE_ON_RESUME}
     out = full_names(out, relations)
+    if cfg.link_split is not None:
+        out["link_split"] = split_digest(cfg.link_split)
     out["global_batch"] = global_batch
     # a graph collection's statistics hold no directed_edges, features or classes, and
     # a graph's counts of graphs and edges (DATASET_ADDED_SINCE)
@@ -174,10 +179,11 @@ def differences(saved: dict, current: dict) -> list[str]:
 OPTIMIZER_STATE = ("['opt_state']", "['embedding_opt']")
 
 
-# Keys of an identity that name no option, with the options that set them
-# (the batch as asked: a batch larger than a device's share of the training items is
+# Keys of an identity that name no option, or not its value, with what they hold (the
+# batch as asked: a batch larger than a device's share of the training items is
 # lowered for the run, not for the comparison)
-_SHOWN = {"global_batch": "global_batch (batch_size as asked x devices x processes)"}
+_SHOWN = {"global_batch": "global_batch (batch_size as asked x devices x processes)",
+          "link_split": "link_split (the digest of its file's pairs)"}
 
 
 # What tensorstore appends to a message: its specs as JSON, ` [tensorstore_spec='{...}']`.

@@ -49,7 +49,7 @@ CHOICES = {
 # one flat flag per field, and a checkpoint's identity reads the fields by name.
 GROUPS = {
     "task": ("task", "decoder", "negatives", "negative_mode", "link_metric",
-             "link_relation"),
+             "link_relation", "link_split"),
     "data": ("dataset", "root", "scale", "normalize_features"),
     "model": ("model", "hidden", "layers", "dropout", "input_dropout", "norm", "heads",
               "dtype", "edge_features", "embedding_dim", "readout", "init"),
@@ -65,7 +65,7 @@ GROUPS = {
 }
 
 # The options that name files or folders (`dataset` when it is one).
-PATHS = ("dataset", "root", "checkpoint_dir", "metrics_out", "tensorboard_dir")
+PATHS = ("dataset", "root", "link_split", "checkpoint_dir", "metrics_out", "tensorboard_dir")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -81,7 +81,9 @@ class TrainConfig:
     sqrt(hidden), "dot" or "mlp"), `negatives` per positive, `negative_mode` and
     `link_metric` apply to it only; on a typed dataset `link_relation` names the
     relation whose pairs it predicts ("src__name__dst", a (src, name, dst) triple, or a
-    name one relation has), docs/hetero.md) or "graph" (one prediction per
+    name one relation has), docs/hetero.md; `link_split` names a split file to train
+    and evaluate on, written by `LinkSplit.save` (or `TypedLinkSplit.save` for a typed
+    dataset), instead of the random split by `seed`) or "graph" (one prediction per
     graph of a graph collection, docs/graph_tasks.md: `batch_size` counts graphs per
     step; `model` is gin, gine, gcn or one of them with "-virtual"; `readout` pools the
     nodes; fanouts do not apply; `balance_window` > 1 deals each window of that many
@@ -199,6 +201,7 @@ class TrainConfig:
     negative_mode: str = "destination"
     link_metric: str = "auc"
     link_relation: str | None = None
+    link_split: str | None = None
     # data
     dataset: str = "tiny"
     root: str | None = None

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int, key_seed, node_ids
+from zerognn_jax._src.data.links import split_file
 from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
@@ -150,9 +151,13 @@ def _restored(directory: Path, cfg, dataset, model, optimizer, loss, best: bool,
             dataset, data, program = prepare(cfg, dataset, model=model,
                                              optimizer=optimizer, loss=loss)
         except FileNotFoundError as err:
+            said = "as its checkpoint records it" if recorded else "as cfg names it"
+            if cfg.link_split is not None and not split_file(cfg.link_split).is_file():
+                raise FileNotFoundError(f"{err}; {said}: give restore the run's cfg "
+                                        f"with link_split naming where the file is "
+                                        f"now") from None
             if dataset is not None or cfg.dataset.lower() in NAMES:
                 raise  # (a named dataset's message says which root to give)
-            said = "as its checkpoint records it" if recorded else "as cfg names it"
             raise FileNotFoundError(f"{err}: the run's dataset, {said} ({cfg.dataset!r}), "
                                     f"is not there now; give the dataset (dataset=; "
                                     f"zerognn export: --dataset FILE)") from None

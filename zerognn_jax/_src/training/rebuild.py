@@ -1,9 +1,9 @@
 """What a checkpoint records to rebuild its run for inference, and the config it gives.
 
 Every checkpoint's `meta` holds, besides the run's identity (checkpoint.py), the whole
-`TrainConfig` with the dataset root, and a dataset read from a file or folder, made
-absolute (`"config"`) and whether the dataset was a `Dataset` passed to `train()`
-rather than loaded by `cfg.dataset` (`"dataset_given"`). `restore` and `predict`
+`TrainConfig` with the dataset root, a link split's file, and a dataset read from a
+file or folder, made absolute (`"config"`) and whether the dataset was a `Dataset`
+passed to `train()` rather than loaded by `cfg.dataset` (`"dataset_given"`). `restore` and `predict`
 (inference.py) rebuild the run from these without the caller's config: the dataset is
 loaded from the recorded root, not searched for under `~/.cache`. Checkpoints written
 before this record fall back to the identity's options (the dataset's name, no root).
@@ -31,11 +31,13 @@ REBUILT = {"progress": False, "checkpoint_dir": None, "metrics_out": None,
 
 
 def rebuild_record(cfg: TrainConfig, dataset, given: bool) -> dict:
-    """{"config": every option (the root, and a dataset read from a path, absolute),
+    """{"config": every option (the root, a link split's file, and a dataset read from a
+    path, absolute),
     "dataset_given": bool} of a run."""
     config = dataclasses.asdict(cfg)
-    if cfg.root is not None:
-        config["root"] = os.path.abspath(cfg.root)
+    for name in ("root", "link_split"):
+        if getattr(cfg, name) is not None:
+            config[name] = os.path.abspath(getattr(cfg, name))
     if given:  # recorded for the message that asks for it: its name, not cfg.dataset's
         config["dataset"] = dataset.name
     elif _read_from_path(cfg):  # a dataset file or folder, found then from any folder

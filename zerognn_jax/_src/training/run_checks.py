@@ -170,11 +170,15 @@ def _named(cfg, dataset) -> str:
 def check_typed_options(cfg, dataset) -> None:
     """Refuses, before training (not in `prepare`: a run restored from an older
     checkpoint may have recorded it unused), relation fanouts on a dataset without
-    relations, and a link relation outside a typed link task."""
+    relations, a link relation outside a typed link task and a link split outside a
+    link task."""
     if cfg.link_relation is not None and (cfg.task != "link" or not is_typed(dataset)):
         raise ValueError(f"link_relation (--link-relation) names the relation a typed "
                          f"dataset's link task predicts; this run trains task "
                          f"{cfg.task!r} on {_named(cfg, dataset)!r}")
+    if cfg.link_split is not None and cfg.task != "link":
+        raise ValueError(f"link_split (--link-split) {cfg.link_split!r} is a split of "
+                         f"pairs for the link task; this run trains task {cfg.task!r}")
     if cfg.relation_fanouts and not is_typed(dataset):
         fix = ("graph tasks sample no neighbours" if cfg.task == "graph"
                else "give fanouts (--fanouts)")

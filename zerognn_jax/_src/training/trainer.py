@@ -491,6 +491,7 @@ def _shared_options(cfg: TrainConfig) -> dict:
     # (whether there is one: checkpoints are written by every process together, and a
     # stop between phases is agreed at points that only a checkpointing run reaches)
     values["checkpoint_dir"] = "<a path>" if cfg.checkpoint_dir else None
+    values["link_split"] = "<a path>" if cfg.link_split else None
     return values
 
 

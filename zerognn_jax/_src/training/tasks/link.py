@@ -37,6 +37,7 @@ from zerognn_jax._src.data.links import (
     LinkSplit,
     load_ogbl,
     random_link_split,
+    read_split_file,
 )
 from zerognn_jax._src.data.loaders import load_dataset
 from zerognn_jax._src.nn.link_heads import LinkModel, make_decoder
@@ -179,7 +180,7 @@ def check_link_options(mode: str, num_negatives: int, metric: str) -> None:
 
 def check_split_metric(split, metric: str, what: str) -> None:
     """ValueError, before any training, when an evaluation split of `split` (a
-    `LinkSplit` or `TypedLinkSplit` of `what`, a dataset's name) lacks the negatives
+    `LinkSplit` or `TypedLinkSplit` of `what`: `split_source`) lacks the negatives
     `metric` ranks its positives against: MRR needs negatives per positive (OGB's
     target_node_neg), AUC and Hits@K negative pairs (OGB's edge_neg); without them AP
     and Hits@K came out as 1.0 for any model. Warns (`EmptySplitWarning`) when a split
@@ -261,7 +262,7 @@ class LinkTask:
             raise ValueError("loss= applies to node tasks; link prediction trains with "
                              "binary cross-entropy over positive and negative pairs")
         dataset, split = link_data(cfg, dataset)
-        check_split_metric(split, cfg.link_metric, dataset.name)
+        check_split_metric(split, cfg.link_metric, split_source(cfg, dataset))
         return cls(split, cfg.negatives, cfg.negative_mode, cfg.link_metric,
                    kernels=kernels or XLA), dataset
 
@@ -375,14 +376,24 @@ def evaluate_pairs(task, predictor: Predictor) -> dict:
     return out
 
 
+def split_source(cfg, dataset) -> str:
+    """Where a run's link split comes from, for messages: the file `cfg.link_split`
+    names, else the dataset it is drawn from."""
+    return f"the split file {cfg.link_split}" if cfg.link_split else dataset.name
+
+
 def link_data(cfg, dataset: Dataset | None = None) -> tuple[Dataset, LinkSplit]:
     """(dataset whose graph is the message-passing graph, LinkSplit) for a TrainConfig.
 
     "ogbl-collab" and "ogbl-citation2" read OGB's split (`cfg.root`); any other dataset
-    is loaded as for node tasks and split at random (85/5/10, seeded by `cfg.seed`; 100
-    fixed negative destinations per positive when the metric is MRR).
+    is loaded as for node tasks and split as `cfg.link_split` (a `LinkSplit.save` file)
+    gives it, else at random (85/5/10, seeded by `cfg.seed`; 100 fixed negative
+    destinations per positive when the metric is MRR).
     """
     if dataset is None and cfg.dataset in OGBL:
+        if cfg.link_split is not None:
+            raise ValueError(f"{cfg.dataset} is read with OGB's own split; link_split "
+                             f"{cfg.link_split!r} splits the other datasets")
         if cfg.root is None:
             raise ValueError(f"{cfg.dataset} is read from OGB's layout under --root")
         features, split = load_ogbl(cfg.dataset, cfg.root)
@@ -395,6 +406,13 @@ def link_data(cfg, dataset: Dataset | None = None) -> tuple[Dataset, LinkSplit]:
         dataset = load_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed,
                                log=data_log(cfg))
     require_dataset(dataset, "link")
-    split = random_link_split(dataset.graph, seed=cfg.seed,
-                              mrr_negatives=100 if cfg.link_metric == "mrr" else 0)
+    if cfg.link_split is None:
+        split = random_link_split(dataset.graph, seed=cfg.seed,
+                                  mrr_negatives=100 if cfg.link_metric == "mrr" else 0)
+    else:
+        split = read_split_file(cfg.link_split, LinkSplit.load)
+        if split.num_nodes != dataset.num_nodes:
+            raise ValueError(f"link_split {cfg.link_split!r} splits the pairs of "
+                             f"{split.num_nodes} nodes; dataset {dataset.name!r} has "
+                             f"{dataset.num_nodes}")
     return dataclasses.replace(dataset, graph=split.graph), split

@@ -40,6 +40,7 @@ from zerognn_jax._src.data.hetero_links import (
     reverse_of,
     typed_link_split,
 )
+from zerognn_jax._src.data.links import read_split_file
 from zerognn_jax._src.data.loaders import load_hetero_dataset
 from zerognn_jax._src.nn.link_heads import OnTypesLink, make_decoder
 from zerognn_jax._src.ops.registry import Kernels
@@ -61,6 +62,7 @@ from zerognn_jax._src.training.tasks.link import (
     pair_member,
     pair_weights,
     sorted_pairs,
+    split_source,
 )
 from zerognn_jax._src.training.tasks.losses import label_accuracy, sigmoid_cross_entropy
 from zerognn_jax._src.training.tasks.typed_eval import (
@@ -112,6 +114,23 @@ class _Level0:
         return seeds, seed_valid
 
 
+def _split(cfg, graph) -> TypedLinkSplit:
+    """The split of `graph` a run trains on: read from `cfg.link_split` (whose relation
+    `cfg.link_relation`, when given, must name), else drawn by `cfg.seed`."""
+    if cfg.link_split is None:
+        relation = find_relation(graph, cfg.link_relation)
+        return typed_link_split(graph, relation, seed=cfg.seed,
+                                mrr_negatives=100 if cfg.link_metric == "mrr" else 0)
+    split = read_split_file(cfg.link_split, lambda path: TypedLinkSplit.load(path, graph))
+    if cfg.link_relation is not None and \
+            find_relation(graph, cfg.link_relation) != split.relation:
+        raise ValueError(f"link_split {cfg.link_split!r} holds pairs of "
+                         f"{relation_name(split.relation)}; link_relation "
+                         f"{cfg.link_relation!r} names "
+                         f"{relation_name(find_relation(graph, cfg.link_relation))}")
+    return split
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class TypedLinkTask(TypedNodeTask):
     """Link prediction between the ends of one relation of a typed graph (`Task`,
@@ -139,8 +158,9 @@ class TypedLinkTask(TypedNodeTask):
     @classmethod
     def build(cls, cfg, dataset, *, loss=None, kernels=None):
         """The typed link task of `cfg` on `dataset` (default: `cfg.dataset` loaded),
-        a `HeteroDataset`, split on `cfg.link_relation`; the dataset comes back with
-        the message-passing graph (the held-out pairs removed)."""
+        a `HeteroDataset`, split on `cfg.link_relation` at random, or as the file
+        `cfg.link_split` says; the dataset comes back with the message-passing graph
+        (the held-out pairs removed)."""
         del kernels
         _refuse(cfg)
         if loss is not None:
@@ -152,10 +172,8 @@ class TypedLinkTask(TypedNodeTask):
         if not isinstance(dataset, HeteroDataset):
             raise TypeError(f"typed link prediction trains on a HeteroDataset, got "
                             f"{type(dataset).__name__}")
-        relation = find_relation(dataset.graph, cfg.link_relation)
-        split = typed_link_split(dataset.graph, relation, seed=cfg.seed,
-                                 mrr_negatives=100 if cfg.link_metric == "mrr" else 0)
-        check_split_metric(split, cfg.link_metric, dataset.name)
+        split = _split(cfg, dataset.graph)
+        check_split_metric(split, cfg.link_metric, split_source(cfg, dataset))
         dataset = dataclasses.replace(dataset, graph=split.graph)
         config = typed_sampler(cfg, dataset.graph)
         src, dst = split.ends
