@@ -189,6 +189,7 @@ from zerognn_jax._src.training.program import (
     init_state,
     views_for,
 )
+from zerognn_jax._src.training.recommend import recommend
 from zerognn_jax._src.training.row_adam import RowAdamState, row_adam_init, row_adam_update
 from zerognn_jax._src.training.run_checks import IgnoredOptionWarning
 from zerognn_jax._src.training.scan import ScanEngine
@@ -270,6 +271,6 @@ __all__ = [
     "prepare_typed_graph", "sample_typed", "sample_typed_step", "typed_conservative",
     "load_hetero_dataset", "HETERO_MODELS", "HeteroGNN", "OnTypes", "RelGATConv", "RGCNConv",
     "TypedLayer", "make_hetero_model", "typed_layers", "whole_graph_layer",
-    "LayerWise", "predict", "score_pairs", "LinkLoaderBatch", "LinkNeighborLoader", "roc_auc",
-    "average_precision", "HostTable", "without_self_loops",
+    "LayerWise", "predict", "recommend", "score_pairs", "LinkLoaderBatch",
+    "LinkNeighborLoader", "roc_auc", "average_precision", "HostTable", "without_self_loops",
 ]

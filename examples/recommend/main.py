@@ -7,12 +7,11 @@ purchases, the k items the model ranks first among those they have not bought.
     python examples/recommend/main.py --scale 0.002 --epochs 3       # tiny, on a CPU
 
 Prints the test AUC, then the share of those users' test purchases found in their top
-k (the default decoder's ranking, the scaled dot product: a user's embedding times
-each item's, all over one constant; with another decoder, `zg.score_pairs(result,
-pairs)` scores (user, item) pairs), beside the share a random ranking finds on average
-(k over the items left to rank; shop-like's items have no popularity skew, so the most
-bought items are no stronger baseline); returns the training result, with both shares
-in its summary.
+k (`zg.recommend`: the decoder's ranking of every item, on the device, leaving out
+what the user bought in training and validation), beside the share a random ranking
+finds on average (k over the items left to rank; shop-like's items have no popularity
+skew, so the most bought items are no stronger baseline); returns the training result,
+with both shares in its summary.
 """
 
 from __future__ import annotations
@@ -23,8 +22,6 @@ import numpy as np
 
 import zerognn_jax as zg
 from zerognn_jax.cli.flags import int_tuple, parse_args
-
-USERS_AT_ONCE = 256  # score rows held at a time: users x items float32
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -51,19 +48,6 @@ def items_of(pairs: np.ndarray, users: np.ndarray) -> list[np.ndarray]:
     return [pairs[a:b, 1] for a, b in zip(lo, hi)]
 
 
-def top_k(h_user: np.ndarray, h_item: np.ndarray, known: list[np.ndarray],
-          k: int) -> np.ndarray:
-    """int[U, k]: each user's k best items by the dot product of the embeddings,
-    leaving out its `known` items (in no particular order within the k)."""
-    out = np.empty((h_user.shape[0], k), np.int64)
-    for start in range(0, h_user.shape[0], USERS_AT_ONCE):
-        scores = h_user[start:start + USERS_AT_ONCE] @ h_item.T
-        for row, items in zip(scores, known[start:start + USERS_AT_ONCE]):
-            row[items] = -np.inf
-        out[start:start + scores.shape[0]] = np.argpartition(-scores, k, axis=1)[:, :k]
-    return out
-
-
 def main(argv=None) -> zg.TrainResult:
     args = parse(argv)
     ds = zg.load_hetero_dataset("shop-like", args.root, scale=args.scale)
@@ -81,13 +65,10 @@ def main(argv=None) -> zg.TrainResult:
     split = result.program.task.split  # the purchases trained on, validated and tested
     users = np.unique(split.test.pos[:, 0])[:args.users]
     held_out = items_of(split.test.pos, users)
-    known = [np.union1d(a, b) for a, b in zip(items_of(split.train, users),
-                                              items_of(split.val.pos, users))]
+    bought = np.concatenate([split.train, split.val.pos])  # what no ranking offers
+    known = items_of(bought, users)
     num_items = ds.graph.num_nodes["item"]
-    h_user = np.asarray(zg.predict(result, users, node_type="user"), np.float32)
-    h_item = np.asarray(zg.predict(result, np.arange(num_items), node_type="item"),
-                        np.float32)
-    ranked = top_k(h_user, h_item, known, args.k)
+    ranked, _ = zg.recommend(result, users, args.k, exclude=bought)
     found = sum(np.isin(items, row).sum() for row, items in zip(ranked, held_out))
     total = sum(items.size for items in held_out)
     chance = sum(items.size * args.k / (num_items - seen.size)

@@ -345,8 +345,8 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
         homogeneous run: none); a `dataset` given to a run whose task does not predict
         new items, or whose columns (widths, categories) are not those trained on.
     """
-    _require_result("predict", result)
-    _check_call(mode, batch_size, seed)
+    require_result("predict", result)
+    check_call(mode, batch_size, seed)
     n = result.data.graph.num_nodes
     task = result.program.task
     target = None
@@ -393,12 +393,12 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
       ValueError: a run whose task predicts no pairs, `pairs` not int[P, 2], an id out
         of range of its end, an unknown `mode`, a `batch_size` or `seed` out of range.
     """
-    _require_result("score_pairs", result)
+    require_result("score_pairs", result)
     task = result.program.task
     if not isinstance(task, ScoresPairs):
         raise ValueError(f"score_pairs scores the pairs of a link run (task 'link'); this "
                          f"run's task is {type(task).__name__}")
-    _check_call(mode, batch_size, seed)
+    check_call(mode, batch_size, seed)
     pairs = np.asarray(pairs)
     if pairs.shape == (0,):  # an empty list, which NumPy reads as float64[0]: no pairs
         pairs = np.zeros((0, 2), np.int64)
@@ -416,7 +416,7 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
                       pairs.astype(np.int64) + [0, offset])
 
 
-def _require_result(name: str, result) -> None:
+def require_result(name: str, result) -> None:
     """TypeError unless `result` is a run's `TrainResult` (a config, or the variables
     alone, read as one failed on a missing attribute)."""
     if not isinstance(result, TrainResult):
@@ -424,7 +424,7 @@ def _require_result(name: str, result) -> None:
                         f"{type(result).__name__}")
 
 
-def _check_call(mode: str, batch_size, seed) -> None:
+def check_call(mode: str, batch_size, seed) -> None:
     """The options `predict` and `score_pairs` share, checked before any work."""
     if mode not in ("full", "sampled"):
         raise ValueError(f"mode must be 'full' or 'sampled', got {mode!r}")

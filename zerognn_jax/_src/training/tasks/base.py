@@ -303,6 +303,17 @@ class ScoresPairs(Protocol):
         ...
 
 
+@runtime_checkable
+class RanksPairs(Protocol):
+    """A link task whose destinations `zg.recommend` ranks for a source: it says which
+    pairs the ranking leaves out by default."""
+
+    def known_pairs(self) -> tuple[np.ndarray, bool]:
+        """(int[Q, 2] the training pairs, whether a pair is unordered: both ends are of
+        one type, so (v, u) is the pair (u, v) and (u, u) is none)."""
+        ...
+
+
 class ItemsAreLevel0:
     """For tasks whose level 0 is the step's items themselves, one row each (training
     nodes, graphs of a collection, target nodes of a typed graph): the `Task` methods

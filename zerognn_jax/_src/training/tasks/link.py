@@ -350,6 +350,10 @@ class LinkTask:
         """(every node's embedding, 0): `ScoresPairs`, in the predictor's mode."""
         return predictor.all_outputs(), 0
 
+    def known_pairs(self) -> tuple[np.ndarray, bool]:
+        """(the training edges, True): `RanksPairs`; an edge is unordered."""
+        return self.split.train, True
+
     def evaluate(self, predictor: Predictor, dataset: Dataset) -> dict:
         """Validation and test metrics of the split from every node's embedding."""
         del dataset

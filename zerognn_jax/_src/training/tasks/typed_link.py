@@ -388,6 +388,11 @@ class TypedLinkTask(TypedNodeTask):
             return h[src], 0
         return jnp.concatenate([h[src], h[dst]]), counts[src]
 
+    def known_pairs(self) -> tuple[np.ndarray, bool]:
+        """(the training pairs, whether both ends are one type): `RanksPairs`."""
+        src, dst = self.split.ends
+        return self.split.train, src == dst
+
     def evaluate(self, predictor: Predictor, dataset) -> dict:
         """Validation and test metrics of the split's pairs, from every node's embedding
         (both end types; exact or sampled, the predictor's mode)."""

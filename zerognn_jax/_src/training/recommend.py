@@ -1,0 +1,177 @@
+"""`recommend`: each source's k best destinations by a link run's decoder.
+
+Every destination's embedding is computed once a call (`Predictor`, exact or sampled),
+then blocks of sources meet blocks of destinations on the device: the decoder scores
+each source against each destination of the block (its own score function, broadcast
+over the block: the dot decoders' products, or the MLP over the elementwise
+products), the pairs left out are set to -inf by a scatter of their positions, and
+`lax.top_k` keeps the block's best, merged with the best so far. Only [sources, k]
+comes back to the host, whatever the number of destinations.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from zerognn_jax._src.data.checks import at_least_one, node_ids, rectangular
+from zerognn_jax._src.training.evaluate import Predictor
+from zerognn_jax._src.training.inference import check_call, require_result
+from zerognn_jax._src.training.tasks.base import RanksPairs, ScoresPairs
+
+# Destinations scored at once, and floats a block's pair intermediates ([sources,
+# destinations, width] for the MLP decoder) may take; sources at once within both.
+MAX_DESTINATIONS = 1 << 16
+BLOCK_FLOATS = 1 << 25
+MAX_SOURCES = 256
+
+
+def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "full",
+              batch_size: int = 4096, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Each source's `k` best destinations by a link run's decoder score.
+
+    Args:
+      result: the `TrainResult` of a link run (`zg.train` or `zg.restore`).
+      sources: int[S] source ids (a typed run's: of its relation's source type).
+      k: destinations per source, at most the destination count.
+      exclude: the pairs never recommended: "train" (the run's training pairs), None, or
+        int[Q, 2] (source, destination) pairs of your own (e.g. the training and
+        validation pairs together, to rank for the test pairs). Where both ends are of
+        one type a pair is unordered, so (v, u) is left out with (u, v), and a source is
+        never its own destination.
+      mode, batch_size, seed: how the embeddings are computed, as `zg.predict` takes
+        them.
+
+    Returns:
+      (ids int64[S, k], scores float32[S, k]): each row's destinations by descending
+      score (the decoder's logit); where fewer than k destinations are left, the row
+      ends in id -1, score -inf.
+
+    Raises:
+      TypeError: `result` not a `TrainResult`.
+      ValueError: a run whose task ranks no pairs, ids out of range, `k` below 1 or
+        above the destination count, `exclude` of another form, or `mode`,
+        `batch_size`, `seed` as `predict` refuses them.
+    """
+    require_result("recommend", result)
+    task = result.program.task
+    if not (isinstance(task, ScoresPairs) and isinstance(task, RanksPairs)):
+        raise ValueError(f"recommend ranks the destinations of a link run (task 'link'); "
+                         f"this run's task is {type(task).__name__}")
+    check_call(mode, batch_size, seed)
+    n_src, n_dst = task.pair_counts()
+    ends = getattr(getattr(task, "split", None), "ends", None)  # a typed split's two types
+    kind = lambda end: "" if ends is None else f" ({ends[end]!r} ids)"
+    sources = node_ids("sources", sources, n_src, kind(0))
+    at_least_one(k, "k")
+    if k > n_dst:
+        raise ValueError(f"k must be at most the {n_dst} destinations{kind(1)}, got {k}")
+    known, unordered = task.known_pairs()
+    left_out = _left_out(known if isinstance(exclude, str) and exclude == "train" else exclude,
+                         unordered, n_src, n_dst, kind)
+    predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
+                          seed)
+    table, offset = task.pair_table(predictor)
+    variables = {n: v for n, v in result.variables.items() if n != "embedding"}
+    return _ranked(result.program.model, variables, table[:n_src] if offset else table,
+                   table[offset:offset + n_dst], sources, left_out, unordered, k)
+
+
+def _left_out(pairs, unordered: bool, n_src: int, n_dst: int, kind) -> np.ndarray:
+    """int64[Q', 2] the pairs to leave out (both ways round where `unordered`), sorted
+    by source; `pairs` None: none."""
+    if pairs is None:
+        return np.zeros((0, 2), np.int64)
+    if isinstance(pairs, str):
+        raise ValueError(f"exclude must be 'train', None or int[Q, 2] (source, destination) "
+                         f"pairs, got {pairs!r}")
+    pairs = rectangular("exclude", pairs)
+    if pairs.shape == (0,):
+        pairs = np.zeros((0, 2), np.int64)
+    if pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer):
+        raise ValueError(f"exclude must be 'train', None or int[Q, 2] (source, destination) "
+                         f"pairs, got {pairs.dtype}{list(pairs.shape)}")
+    node_ids("exclude's source ids", pairs[:, 0], n_src, kind(0))
+    node_ids("exclude's destination ids", pairs[:, 1], n_dst, kind(1))
+    pairs = pairs.astype(np.int64)
+    if unordered:
+        pairs = np.concatenate([pairs, pairs[:, ::-1]])
+    return pairs[np.argsort(pairs[:, 0], kind="stable")]
+
+
+def _ranked(model, variables, h_src, h_dst, sources, left_out, unordered: bool, k: int):
+    """(ids, scores) of `recommend`, block by block (module docstring)."""
+    n_dst, width = h_dst.shape
+    block = min(max(MAX_DESTINATIONS, _pow2(k)), _pow2(n_dst))  # k <= n_dst: k fit
+    rows = int(max(1, min(MAX_SOURCES, _pow2(len(sources)),
+                          BLOCK_FLOATS // (block * width))))
+    rows = 1 << (rows.bit_length() - 1)  # a power of two: few shapes compiled
+    ids = np.empty((len(sources), k), np.int64)
+    scores = np.empty((len(sources), k), np.float32)
+    for start in range(0, len(sources), rows):
+        chunk = sources[start:start + rows]
+        padded = np.zeros(rows, np.int32)
+        padded[:len(chunk)] = chunk
+        out_rows, out_cols = _chunk_pairs(chunk, left_out, unordered)
+        best = None
+        for first in range(0, n_dst, block):
+            cand = h_dst[first:first + block]
+            if cand.shape[0] < block:  # the last block, padded; its padding never ranks
+                cand = jnp.pad(cand, ((0, block - cand.shape[0]), (0, 0)))
+            best = _block_best(model, variables, h_src[padded], cand, first,
+                               min(n_dst - first, block), out_rows, out_cols, best, k=k)
+        top_scores, top_ids = (np.asarray(a)[:len(chunk)] for a in best)
+        ids[start:start + len(chunk)] = np.where(np.isneginf(top_scores), -1, top_ids)
+        scores[start:start + len(chunk)] = top_scores
+    return ids, scores
+
+
+def _chunk_pairs(chunk: np.ndarray, left_out: np.ndarray, unordered: bool):
+    """(rows, destinations) int32[L] of the pairs left out of a chunk of sources (a
+    source's own id too where `unordered`), L a power of two, padded with row -1."""
+    lo = np.searchsorted(left_out[:, 0], chunk, side="left")
+    hi = np.searchsorted(left_out[:, 0], chunk, side="right")
+    counts = hi - lo
+    rows = np.repeat(np.arange(len(chunk)), counts)
+    at = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]) if rows.size \
+        else np.zeros(0, np.int64)
+    cols = left_out[at, 1]
+    if unordered:
+        rows = np.concatenate([rows, np.arange(len(chunk))])
+        cols = np.concatenate([cols, chunk])
+    size = _pow2(max(rows.size, 1))
+    out_rows, out_cols = np.full(size, -1, np.int32), np.zeros(size, np.int32)
+    out_rows[:rows.size], out_cols[:rows.size] = rows, cols
+    return out_rows, out_cols
+
+
+@functools.partial(jax.jit, static_argnames=("model", "k"))
+def _block_best(model, variables, h_src, h_dst, first, valid, out_rows, out_cols, best,
+                *, k):
+    """(scores, ids) float32/int32[R, k] the best of `best` (None at the first block)
+    and this block's destinations (ids `first` + column, the first `valid` real),
+    the pairs (out_rows, out_cols) never among them."""
+    scores = model.apply(variables, h_src[:, None, :], h_dst[None, :, :],
+                         method="score").astype(jnp.float32)
+    cols = jnp.arange(h_dst.shape[0])
+    scores = jnp.where(cols[None, :] < valid, scores, -jnp.inf)
+    local = out_cols - first
+    inside = (out_rows >= 0) & (local >= 0) & (local < h_dst.shape[0])
+    scores = scores.at[jnp.where(inside, out_rows, scores.shape[0]), local].set(
+        -jnp.inf, mode="drop")
+    top, at = jax.lax.top_k(scores, k)
+    at = at + first
+    if best is not None:
+        both_scores = jnp.concatenate([best[0], top], axis=1)
+        both_ids = jnp.concatenate([best[1], at], axis=1)
+        top, pick = jax.lax.top_k(both_scores, k)
+        at = jnp.take_along_axis(both_ids, pick, axis=1)
+    return top, at
+
+
+def _pow2(n: int) -> int:
+    """The least power of two >= n (n >= 1)."""
+    return 1 << (int(n) - 1).bit_length()
