@@ -86,9 +86,10 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
 
     Args:
       name: "cora", "citeseer", "pubmed" (Planetoid files in `root`, default
-        ~/.cache/zerognn/planetoid); "ogbn-arxiv", "ogbn-products", "ogbn-papers100M",
-        "ogbn-proteins" (OGB's layout under `root`, required); "products-like"
-        (synthetic, node and edge counts times `scale`); "tiny" (products-like with
+        ~/.cache/zerognn-jax/planetoid, `planetoid.default_root`); "ogbn-arxiv",
+        "ogbn-products", "ogbn-papers100M", "ogbn-proteins" (OGB's layout under `root`,
+        required); "products-like" (synthetic, node and edge counts times `scale`);
+        "tiny" (products-like with
         ~5k nodes); "rmat" (R-MAT with 2**21 * scale nodes, scale rounded to a power of
         two); "proteins-like" (synthetic, ogbn-proteins' shape times `scale`, with edge
         features and 112 binary targets that need them); "papers100m-like" (synthetic,

@@ -33,6 +33,7 @@ import numpy as np
 import scipy.sparse
 from tqdm import tqdm
 
+from zerognn_jax._src.data.cache_dirs import cache_dir
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
 from zerognn_jax._src.data.graph import from_edge_list
 from zerognn_jax._src.data.storage import atomic_write
@@ -76,8 +77,11 @@ _ALLOWED_GLOBALS = {
 
 
 def default_root() -> Path:
-    """The download cache, `~/.cache/zerognn/planetoid`."""
-    return Path.home() / ".cache" / "zerognn" / "planetoid"
+    """The download cache, `cache_dir("planetoid")` (`~/.cache/zerognn-jax/planetoid`
+    without `$XDG_CACHE_HOME`); `~/.cache/zerognn/planetoid`, where versions before
+    2026-12-06 downloaded to, while it is there and the other is not."""
+    root, before = cache_dir("planetoid"), Path.home() / ".cache" / "zerognn" / "planetoid"
+    return before if before.is_dir() and not root.is_dir() else root
 
 
 def row_normalize(features: np.ndarray, *, what: str = "features",

@@ -55,6 +55,7 @@ import jax.numpy as jnp
 import jaxlib.version
 import numpy as np
 
+from zerognn_jax._src.data.cache_dirs import cache_dir
 from zerognn_jax._src.data.writes import part_prefix, remove_stale_parts
 
 _TARGET = "zerognn_host_rows"
@@ -72,8 +73,7 @@ _NUMBERS = itertools.count()
 def _cache_dir() -> Path:
     if os.environ.get("ZEROGNN_CACHE"):
         return Path(os.environ["ZEROGNN_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "zerognn-jax" / "host_rows"
+    return cache_dir("host_rows")
 
 
 def _gpu_arch() -> str | None:

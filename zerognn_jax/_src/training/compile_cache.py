@@ -18,6 +18,7 @@ import warnings
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 
+from zerognn_jax._src.data.cache_dirs import cache_dir
 from zerognn_jax._src.training.user_frames import user_stacklevel
 
 # The folder's size bound, in GiB: beyond it JAX removes the entries read least recently.
@@ -35,8 +36,7 @@ class CompileCacheWarning(UserWarning):
 
 def default_cache_dir() -> pathlib.Path:
     """`$XDG_CACHE_HOME/zerognn-jax/xla`, or `~/.cache/zerognn-jax/xla`."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(base) / "zerognn-jax" / "xla"
+    return cache_dir("xla")
 
 
 def use_compile_cache(path: str | os.PathLike | None = None, *,
