@@ -88,13 +88,13 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, scale: flo
       name: "cora", "citeseer", "pubmed" (Planetoid files in `root`, default
         ~/.cache/zerognn-jax/planetoid, `planetoid.default_root`); "ogbn-arxiv",
         "ogbn-products", "ogbn-papers100M", "ogbn-proteins" (OGB's layout under `root`,
-        required); "products-like" (synthetic, node and edge counts times `scale`);
-        "tiny" (products-like with
-        ~5k nodes); "rmat" (R-MAT with 2**21 * scale nodes, scale rounded to a power of
-        two); "proteins-like" (synthetic, ogbn-proteins' shape times `scale`, with edge
-        features and 112 binary targets that need them); "papers100m-like" (synthetic,
-        ogbn-papers100M's shape times `scale`, generated with JAX on the default
-        device); a path ending in ".npz"; or a dataset directory (`save_dir`).
+        required); "products-like" (synthetic, node and edge counts times `scale`); "tiny"
+        (products-like with ~5k nodes); "rmat" (R-MAT with 2**21 * scale nodes, scale
+        rounded to a power of two); "proteins-like" (synthetic, ogbn-proteins' shape times
+        `scale`, with edge features and 112 binary targets that need them);
+        "papers100m-like" (synthetic, ogbn-papers100M's shape times `scale`, generated
+        with JAX on the default device); a path ending in ".npz"; or a dataset directory
+        (`save_dir`).
       root: data folder. For products-like, proteins-like and rmat, where generated
         graphs are cached as `<root>/<name>-<scale>-<seed>.npz`, for papers100m-like as
         the dataset directory `<root>/papers100m-like-<scale>-<seed>/` (no caching when
