@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shutil
 
 import numpy as np
 import pytest
 from conftest import random_graph
 
 import zerognn_jax as zg
+from zerognn_jax._src.data.hetero_links import relation_pairs, reverse_of
 from zerognn_jax._src.data.shop import make_shop
 
 LINK = dict(task="link", model="sage", layers=2, fanouts=(5, 5), hidden=16, batch_size=64,
@@ -54,7 +54,8 @@ def test_a_saved_split_trains_as_the_split_it_keeps(small, tmp_path):
 
 
 def test_a_checkpoint_holds_the_split_by_its_pairs(small, tmp_path):
-    """A run resumes from a copy of its split file elsewhere; other pairs saved at the
+    """A run resumes from its pairs saved elsewhere (in another integer dtype too); other
+    pairs saved at the
     same path, or no file (the seed's split), are refused naming the digest; restore
     reads the file the run named, and a moved file is named with the way to give it."""
     split = tmp_path / "mine.npz"
@@ -63,9 +64,12 @@ def test_a_checkpoint_holds_the_split_by_its_pairs(small, tmp_path):
     cfg = zg.TrainConfig(**LINK, epochs=1, eval_mode="none", link_split=str(split),
                          checkpoint_dir=str(ckpt))
     zg.train(cfg, small)
-    moved = tmp_path / "elsewhere" / "same.npz"
+    moved = tmp_path / "elsewhere" / "same.npz"  # the same pairs, saved as int64
     moved.parent.mkdir()
-    shutil.copy(split, moved)
+    kept = zg.LinkSplit.load(split)
+    wide = [zg.EvalEdges(*(a.astype(np.int64) for a in (e.pos, e.neg, e.neg_dst)))
+            for e in (kept.val, kept.test)]
+    zg.LinkSplit(kept.train.astype(np.int64), kept.graph, *wide, kept.num_nodes).save(moved)
     resumed = zg.train(dataclasses.replace(cfg, epochs=2, link_split=str(moved)), small)
     assert resumed.summary["start_epoch"] == 1
     restored = zg.restore(str(ckpt), dataset=small, for_inference=True)  # moved's
@@ -109,6 +113,11 @@ def test_a_split_file_that_cannot_serve_is_refused_before_training(small, tmp_pa
                                          r"negatives per positive"):
         zg.train(zg.TrainConfig(**LINK, epochs=1, link_metric="mrr",
                                 link_split=str(tmp_path / "auc")), small)
+    with pytest.raises(ValueError, match=r"link_split must be a path \(left unset: none\), "
+                                         r"got ' '"):
+        zg.TrainConfig(**LINK, link_split=" ")
+    with pytest.raises(FileNotFoundError, match=r"\(a folder\): no split file there"):
+        zg.train(zg.TrainConfig(**LINK, epochs=1, link_split=str(tmp_path)), small)
     with pytest.raises(ValueError, match="ogbl-collab is read with OGB's own split"):
         zg.train(zg.TrainConfig(**LINK, epochs=1, dataset="ogbl-collab", root=str(tmp_path),
                                 link_split=str(tmp_path / "auc")))
@@ -133,6 +142,49 @@ def test_a_typed_split_file_trains_as_the_split_it_keeps(tmp_path):
                                      link_relation="similar"), shop)
 
 
+def test_a_typed_split_of_fewer_pairs_passes_messages_over_those_alone(tmp_path):
+    """A split by time trains on the older half of the purchases: the newer ones leave
+    the relation and its reverse, as held-out pairs do (they had stayed, in reach of
+    every step); the other relations keep theirs."""
+    shop = make_shop(120, 90, 3, per_user=6, dim=8, name="shop")
+    drawn = zg.typed_link_split(shop.graph, "buys", seed=0)
+    older = drawn.train[: len(drawn.train) // 2]
+    zg.TypedLinkSplit(drawn.relation, older, drawn.graph, drawn.val,
+                      drawn.test).save(tmp_path / "older")
+    graph = zg.TypedLinkSplit.load(tmp_path / "older", shop.graph).graph
+    buys = relation_pairs(graph[drawn.relation])
+    assert sorted(map(tuple, buys.tolist())) == sorted(map(tuple, older.tolist()))
+    reverse = reverse_of(shop.graph, drawn.relation)
+    assert sorted(map(tuple, relation_pairs(graph[reverse])[:, ::-1].tolist())) == \
+        sorted(map(tuple, older.tolist()))
+    similar = ("item", "similar", "item")
+    np.testing.assert_array_equal(graph[similar].indices, shop.graph[similar].indices)
+
+
+def test_a_split_built_without_edge_tables_takes_the_datasets(tmp_path):
+    """A split built over a graph of its training pairs alone keeps no edge features or
+    weights; trained on a dataset that has them, its training edges take the dataset's
+    (its edge model had found no table)."""
+    rs = np.random.default_rng(1)
+    g = random_graph(80, 300, seed=5)
+    src, dst = np.repeat(np.arange(80), np.diff(g.indptr)), np.asarray(g.indices)
+    g = zg.from_edge_list(src, dst, 80, edge_features=rs.normal(size=(len(src), 3)),
+                          weights=rs.random(len(src)).astype(np.float32))
+    ds = zg.make_dataset("ef", g.indptr, g.indices, rs.normal(size=(80, 4)),
+                         np.zeros(80, np.int32), np.arange(40), [], [], 1, weights=g.weights,
+                         edge_features=g.edge_features)
+    drew = zg.random_link_split(g, seed=0)
+    bare = zg.from_edge_list(drew.train[:, 0], drew.train[:, 1], 80, make_undirected=True)
+    zg.LinkSplit(drew.train, bare, drew.val, drew.test, 80).save(tmp_path / "bare")
+    result = zg.train(zg.TrainConfig(**{**LINK, "model": "gat"}, epochs=1, eval_mode="none",
+                                     edge_features=True, heads=2,
+                                     link_split=str(tmp_path / "bare")), ds)
+    kept = result.program.task.split.graph
+    for name in ("edge_features", "weights"):
+        np.testing.assert_array_equal(np.asarray(getattr(kept, name)),
+                                      np.asarray(getattr(drew.graph, name)))
+
+
 def test_evaluation_pairs_are_taken_as_arrays_of_node_ids():
     edges = zg.EvalEdges([[0, 1], [2, 3]], [[1, 2]])
     assert edges.pos.shape == (2, 2) and edges.neg_dst.shape == (2, 0)
@@ -140,3 +192,25 @@ def test_evaluation_pairs_are_taken_as_arrays_of_node_ids():
         zg.EvalEdges([[0.5, 1.0]], [[1, 2]])
     with pytest.raises(ValueError, match=r"neg must be \[n, 2\], got \(3,\)"):
         zg.EvalEdges([[0, 1]], [1, 2, 3])
+
+
+def test_a_split_file_without_evaluation_pairs_is_warned_of(small, tmp_path):
+    drew = zg.random_link_split(small.graph, seed=0)
+    none = zg.EvalEdges(np.zeros((0, 2), np.int32), np.zeros((0, 2), np.int32))
+    zg.LinkSplit(drew.train, drew.graph, none, none, small.num_nodes).save(tmp_path / "e")
+    with pytest.warns(zg.EmptySplitWarning, match=r"holds no val and no test pairs: the "
+                                                  r"run's metrics are null"):
+        result = zg.train(zg.TrainConfig(**LINK, epochs=1, link_split=str(tmp_path / "e")),
+                          small)
+    assert result.summary["test_auc"] is None
+
+
+def test_pairs_in_pygs_layout_and_pickles_are_named(tmp_path):
+    with pytest.raises(ValueError, match=r"pos must be \[n, 2\], got \(2, 5\) \(PyG's "
+                                         r"\[2, E\] edge_index\? an evaluation split takes"):
+        zg.EvalEdges(np.zeros((2, 5), np.int64), np.zeros((0, 2), np.int64))
+    np.save(tmp_path / "objects.npy", np.array([{"a": 1}], dtype=object))
+    with pytest.raises(ValueError, match=r"objects.npy is not a link split written by "
+                                         r"LinkSplit.save: it holds pickled objects, which "
+                                         r"no split file does$"):
+        zg.LinkSplit.load(tmp_path / "objects.npy")

@@ -97,19 +97,37 @@ class TypedLinkSplit:
     @classmethod
     def load(cls, path: str | os.PathLike, graph: HeteroGraph) -> TypedLinkSplit:
         """Reads a split written by `save` (at `path`, or at `path` + ".npz" as `save`
-        names it). Its message-passing graph is `graph`, the typed graph it was split
-        from (or that split's own graph), without the held-out pairs, as
-        `typed_link_split` leaves it. ValueError naming the file when it is no such
-        split, or when `graph` lacks its relation or has other node counts."""
+        names it). Its message-passing graph is `graph` (the typed graph it was split
+        from, or that split's own graph) whose relation and its reverse keep the
+        training pairs alone (and a one-type relation's (u, u) edges, no pairs to
+        predict), as `typed_link_split` leaves them: a split of one's own that trains on
+        fewer pairs than the graph holds (the older ones of a split by time) passes no
+        message over the others. ValueError naming the file when it is no such split,
+        or when `graph` lacks its relation or has other node counts."""
         require_graph("TypedLinkSplit.load", graph, HeteroGraph)
         with split_archive(path, "typed_link", ("meta", "train", *EVAL_KEYS)) as f:
             try:
                 relation, evals, train = _read_split(f, graph)
             except ValueError as err:
                 raise ValueError(f"{split_file(path)}: {err}") from None
-        positives = {s: evals[s].pos for s in SPLITS}
-        return cls(relation, train, _message_graph(graph, relation, positives),
+        untrained = {"val": _untrained(graph, relation, train),
+                     "test": np.zeros((0, 2), np.int64)}
+        return cls(relation, train, _message_graph(graph, relation, untrained),
                    evals["val"], evals["test"])
+
+
+def _untrained(graph: HeteroGraph, relation: Relation, train: np.ndarray) -> np.ndarray:
+    """int64[Q, 2] the pairs of `relation` in `graph` that `train` lacks (either way
+    round where both ends are one type, whose (u, u) pairs are no pairs to hold out)."""
+    n_dst = graph.num_nodes[relation[2]]
+    trained = train.astype(np.int64)
+    if relation[0] == relation[2]:
+        trained = np.concatenate([trained, trained[:, ::-1]])
+    pairs = relation_pairs(graph[relation])
+    out = ~np.isin(pairs[:, 0] * n_dst + pairs[:, 1], trained[:, 0] * n_dst + trained[:, 1])
+    if relation[0] == relation[2]:
+        out &= pairs[:, 0] != pairs[:, 1]
+    return pairs[out]
 
 
 def _read_split(f, graph: HeteroGraph) -> tuple[Relation, dict, np.ndarray]:

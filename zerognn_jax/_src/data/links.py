@@ -82,7 +82,8 @@ class EvalEdges:
         for name in ("pos", "neg"):
             a = getattr(self, name)
             if a.ndim != 2 or a.shape[1] != 2:
-                raise ValueError(f"{name} must be [n, 2], got {a.shape}")
+                raise ValueError(f"{name} must be [n, 2], got {a.shape}"
+                                 f"{transposed_hint(a, 'an evaluation split takes')}")
         if self.neg_dst.ndim != 2 or self.neg_dst.shape[0] != self.pos.shape[0]:
             raise ValueError(f"neg_dst must be [{self.pos.shape[0]}, M], got "
                              f"{self.neg_dst.shape}")
@@ -227,7 +228,9 @@ def split_archive(path: str | os.PathLike, kind: str, keys: tuple[str, ...]):
     try:
         f = np.load(path)
     except (ValueError, EOFError, pickle.UnpicklingError) as err:
-        raise ValueError(f"{wrong}: {err}") from err
+        why = ("it holds pickled objects, which no split file does" if "allow_pickle" in
+               str(err) else err)
+        raise ValueError(f"{wrong}: {why}") from err
     if not isinstance(f, np.lib.npyio.NpzFile):
         raise ValueError(f"{wrong}: it holds one array, not an .npz archive")
     missing = [k for k in keys if k not in f.files]
@@ -240,24 +243,33 @@ def split_archive(path: str | os.PathLike, kind: str, keys: tuple[str, ...]):
 
 def split_digest(path: str | os.PathLike) -> str:
     """"sha256:<hex>" of a saved split's arrays (names, dtypes, shapes and values, by
-    name): what a checkpoint of a run trained on it compares. The file's own bytes would
-    not do: the archive records when each array was written."""
+    name; integers as int64, so that the same pairs saved in another integer dtype give
+    the same digest): what a checkpoint of a run trained on it compares. The file's own
+    bytes would not do: the archive records when each array was written."""
     digest = hashlib.sha256()
     with np.load(split_file(path)) as f:
         for name in sorted(f.files):
             values = f[name]
+            if values.dtype.kind in "iu":  # ids: the same pairs in any integer dtype
+                values = values.astype(np.int64)
             digest.update(f"{name} {values.dtype.str} {values.shape}\n".encode())
             digest.update(np.ascontiguousarray(values).tobytes())
     return f"sha256:{digest.hexdigest()}"
 
 
+class SplitFileMissing(FileNotFoundError):
+    """The split file a run names (`TrainConfig.link_split`) is not there."""
+
+
 def read_split_file(path: str | os.PathLike, load):
     """`load(path)` of a split file a run names (`TrainConfig.link_split`), refused first
-    with FileNotFoundError naming both names `split_file` tries when neither is a file."""
+    (`SplitFileMissing`) naming both names `split_file` tries when neither is a file."""
     if not split_file(path).is_file():
         also = "" if npz_path(path) == Path(path) else f" nor at {os.fspath(npz_path(path))!r}"
-        raise FileNotFoundError(f"link_split {os.fspath(path)!r}: no split file there"
-                                f"{also}; it is the split this run trains and evaluates on")
+        folder = " (a folder)" if Path(path).is_dir() else ""
+        raise SplitFileMissing(f"link_split {os.fspath(path)!r}{folder}: no split file "
+                               f"there{also}; it is the split this run trains and "
+                               f"evaluates on")
     return load(path)
 
 

@@ -279,7 +279,7 @@ class TrainConfig:
                 raise ValueError(f"{name} must be one of {', '.join(options)}, got "
                                  f"{value!r}{own}")
         check_init(self.init, self.model)  # the built-in models' own rule
-        for name in ("checkpoint_dir", "metrics_out", "tensorboard_dir"):
+        for name in ("link_split", "checkpoint_dir", "metrics_out", "tensorboard_dir"):
             path = getattr(self, name)
             if path is not None and not str(path).strip():
                 raise ValueError(f"{name} must be a path (left unset: none), got {path!r}")

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int, key_seed, node_ids
-from zerognn_jax._src.data.links import split_file
+from zerognn_jax._src.data.links import SplitFileMissing
 from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.envelope import Envelope
@@ -152,10 +152,10 @@ def _restored(directory: Path, cfg, dataset, model, optimizer, loss, best: bool,
                                              optimizer=optimizer, loss=loss)
         except FileNotFoundError as err:
             said = "as its checkpoint records it" if recorded else "as cfg names it"
-            if cfg.link_split is not None and not split_file(cfg.link_split).is_file():
-                raise FileNotFoundError(f"{err}; {said}: give restore the run's cfg "
-                                        f"with link_split naming where the file is "
-                                        f"now") from None
+            if isinstance(err, SplitFileMissing):
+                raise FileNotFoundError(f"{err}; {said}: put it back there, or give "
+                                        f"restore the run's cfg with link_split naming "
+                                        f"where it is now") from None
             if dataset is not None or cfg.dataset.lower() in NAMES:
                 raise  # (a named dataset's message says which root to give)
             raise FileNotFoundError(f"{err}: the run's dataset, {said} ({cfg.dataset!r}), "

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from zerognn_jax._src.data.announce import announced, stderr_log
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.graph import without_self_loops
+from zerognn_jax._src.data.links import read_split_file, split_digest
 from zerognn_jax._src.data.loaders import is_typed, row_normalize
 from zerognn_jax._src.data.storage import reads_as_path
 from zerognn_jax._src.nn.bridge import as_linen, model_name
@@ -491,7 +492,10 @@ def _shared_options(cfg: TrainConfig) -> dict:
     # (whether there is one: checkpoints are written by every process together, and a
     # stop between phases is agreed at points that only a checkpointing run reaches)
     values["checkpoint_dir"] = "<a path>" if cfg.checkpoint_dir else None
-    values["link_split"] = "<a path>" if cfg.link_split else None
+    # a link split by its pairs (read where there are processes to compare)
+    values["link_split"] = None if cfg.link_split is None else \
+        read_split_file(cfg.link_split, split_digest) if jax.process_count() > 1 \
+        else "<a file>"
     return values
 
 

@@ -35,9 +35,11 @@ from zerognn_jax._src.data.links import (
     EmptySplitWarning,
     EvalEdges,
     LinkSplit,
+    edge_positions,
     load_ogbl,
     random_link_split,
     read_split_file,
+    training_graph,
 )
 from zerognn_jax._src.data.loaders import load_dataset
 from zerognn_jax._src.nn.link_heads import LinkModel, make_decoder
@@ -53,6 +55,7 @@ from zerognn_jax._src.sampling.negatives import (
 from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch, data_log
 from zerognn_jax._src.training.tasks.link_metrics import split_metrics
 from zerognn_jax._src.training.tasks.losses import label_accuracy, sigmoid_cross_entropy
+from zerognn_jax._src.training.user_frames import user_stacklevel
 
 LINK_METRICS = ("auc", "mrr", "hits@20", "hits@50", "hits@100")
 EVAL_SPLITS = ("val", "test")
@@ -380,6 +383,16 @@ def evaluate_pairs(task, predictor: Predictor) -> dict:
     return out
 
 
+def warn_unscored(split, cfg) -> None:
+    """Warns (`EmptySplitWarning`) when the split file `cfg.link_split` holds no
+    validation and no test pairs: every metric of the run would be null, as the random
+    split warns where its shares round down to none."""
+    if not (split.val.pos.shape[0] or split.test.pos.shape[0]):
+        warnings.warn(f"link_split {cfg.link_split!r} holds no val and no test pairs: the "
+                      f"run's metrics are null", EmptySplitWarning,
+                      stacklevel=user_stacklevel())
+
+
 def split_source(cfg, dataset) -> str:
     """Where a run's link split comes from, for messages: the file `cfg.link_split`
     names, else the dataset it is drawn from."""
@@ -419,4 +432,28 @@ def link_data(cfg, dataset: Dataset | None = None) -> tuple[Dataset, LinkSplit]:
             raise ValueError(f"link_split {cfg.link_split!r} splits the pairs of "
                              f"{split.num_nodes} nodes; dataset {dataset.name!r} has "
                              f"{dataset.num_nodes}")
+        split = _edge_tables_from(split, dataset.graph)
+        warn_unscored(split, cfg)
     return dataclasses.replace(dataset, graph=split.graph), split
+
+
+def _edge_tables_from(split: LinkSplit, graph) -> LinkSplit:
+    """`split` whose message-passing graph takes its training edges' feature rows and
+    weights from the dataset's `graph` where the split's file kept none (a split built
+    over a graph without them); as it is where a training pair is no edge of `graph`."""
+    g, pairs = split.graph, (split.train[:, 0], split.train[:, 1])
+    wanted = [name for name in ("edge_features", "weights")
+              if getattr(g, name) is None and getattr(graph, name) is not None]
+    if not wanted:
+        return split
+    try:
+        theirs = edge_positions(graph, *pairs)
+    except ValueError:
+        return split
+    ours = edge_positions(g, *pairs)  # (the training pairs are its edges)
+    rows = {name: None if getattr(source, name) is None else
+            np.asarray(getattr(source, name))[at]
+            for name in ("edge_features", "weights")
+            for source, at in [(graph, theirs) if name in wanted else (g, ours)]}
+    return dataclasses.replace(split, graph=training_graph(
+        split.train, split.num_nodes, rows["edge_features"], rows["weights"]))
