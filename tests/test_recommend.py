@@ -92,6 +92,9 @@ def test_pairs_of_ones_own_are_left_out(link_run):
     (dict(sources=[0], exclude="val"), "exclude must be 'train', None or int\\[Q, 2\\]"),
     (dict(sources=[0], exclude=[[0, 1, 2]]), r"int\[Q, 2\] \(source, destination\) pairs, "
                                              r"got int64\[1, 3\]"),
+    (dict(sources=[0], exclude=np.zeros((2, 10), np.int32)), r"int32\[2, 10\] \(PyG's "
+                                                             r"\[2, E\] edge_index\? exclude "
+                                                             r"takes \[E, 2\]"),
     (dict(sources=[0], exclude=[[0, 500]]), r"exclude's destination ids must lie in "
                                             r"\[0, 120\)"),
     (dict(sources=[0], mode="exact"), "mode must be 'full' or 'sampled', got 'exact'"),

@@ -297,12 +297,15 @@ with I.deferred():
     time.sleep(0.5)
     check("the fork")
 """, ["caught: interrupted by SIGINT after the fork"], 0, 2),  # the child's own too
-    # a second signal while the first one's handler writes its announcement exits (a lock
-    # taken there had hung the process for good)
+    # a second signal while the first one's announcement is written exits (a lock taken
+    # there had hung the process for good); sent on the first write to stderr, whichever
+    # thread writes it (the main thread's handler, or the watcher woken by the first
+    # signal, which a stalled main thread leaves to write it)
     "in the announcement": ("""
-real = os.write
+real, sent = os.write, []
 def write(fd, data):
-    if fd == 2 and threading.current_thread() is threading.main_thread():
+    if fd == 2 and not sent:
+        sent.append(fd)
         os.kill(os.getpid(), signal.SIGINT)
     return real(fd, data)
 I.os = types.SimpleNamespace(**{**vars(os), "write": write})

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.checks import at_least_one, node_ids, rectangular
+from zerognn_jax._src.data.links import transposed_hint
 from zerognn_jax._src.training.evaluate import Predictor
 from zerognn_jax._src.training.inference import check_call, require_result
 from zerognn_jax._src.training.tasks.base import RanksPairs, ScoresPairs
@@ -37,11 +38,13 @@ def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "ful
       result: the `TrainResult` of a link run (`zg.train` or `zg.restore`).
       sources: int[S] source ids (a typed run's: of its relation's source type).
       k: destinations per source, at most the destination count.
-      exclude: the pairs never recommended: "train" (the run's training pairs), None, or
-        int[Q, 2] (source, destination) pairs of your own (e.g. the training and
-        validation pairs together, to rank for the test pairs). Where both ends are of
-        one type a pair is unordered, so (v, u) is left out with (u, v), and a source is
-        never its own destination.
+      exclude: the pairs never recommended: "train" (the run's training pairs), None
+        (none of them), or int[Q, 2] (source, destination) pairs of your own, in place
+        of the training pairs: e.g. the training and validation pairs together, to rank
+        for the test pairs (`split = result.program.task.split`;
+        `np.concatenate([split.train, split.val.pos])`). Where both ends are of one type
+        a pair is unordered, so (v, u) is left out with (u, v), and a source is never
+        its own destination, whatever `exclude` says.
       mode, batch_size, seed: how the embeddings are computed, as `zg.predict` takes
         them.
 
@@ -93,7 +96,8 @@ def _left_out(pairs, unordered: bool, n_src: int, n_dst: int, kind) -> np.ndarra
         pairs = np.zeros((0, 2), np.int64)
     if pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer):
         raise ValueError(f"exclude must be 'train', None or int[Q, 2] (source, destination) "
-                         f"pairs, got {pairs.dtype}{list(pairs.shape)}")
+                         f"pairs, got {pairs.dtype}{list(pairs.shape)}"
+                         f"{transposed_hint(pairs, 'exclude takes')}")
     node_ids("exclude's source ids", pairs[:, 0], n_src, kind(0))
     node_ids("exclude's destination ids", pairs[:, 1], n_dst, kind(1))
     pairs = pairs.astype(np.int64)
@@ -105,7 +109,10 @@ def _left_out(pairs, unordered: bool, n_src: int, n_dst: int, kind) -> np.ndarra
 def _ranked(model, variables, h_src, h_dst, sources, left_out, unordered: bool, k: int):
     """(ids, scores) of `recommend`, block by block (module docstring)."""
     n_dst, width = h_dst.shape
-    block = min(max(MAX_DESTINATIONS, _pow2(k)), _pow2(n_dst))  # k <= n_dst: k fit
+    # as few blocks as MAX_DESTINATIONS allows, of even size (the last one padded a
+    # little), each at least k wide (k <= n_dst)
+    blocks = -(-n_dst // MAX_DESTINATIONS)
+    block = max(-(-n_dst // blocks), k)
     rows = int(max(1, min(MAX_SOURCES, _pow2(len(sources)),
                           BLOCK_FLOATS // (block * width))))
     rows = 1 << (rows.bit_length() - 1)  # a power of two: few shapes compiled
