@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import labelled_dataset, runs_rtol
+from conftest import runs_rtol
 
 import zerognn_jax as zg
 from zerognn_jax._src.sampling import graph_batch
@@ -573,15 +573,6 @@ def test_predict_takes_new_graphs_with_the_columns_trained_on(molecules):
                                                edge_vocab=()))
     with pytest.raises(ValueError, match="dataset must be a GraphCollection of the graphs"):
         zg.predict(result, [0], dataset=molecules.node_features)
-
-
-def test_predict_of_a_node_run_takes_no_other_dataset():
-    data = labelled_dataset("nodes", 60, 4, 2, seed=0, edges=200)
-    result = zg.train(zg.TrainConfig(epochs=0, hidden=8, layers=1, fanouts=(2,),
-                                     eval_mode="none", progress=False), data)
-    with pytest.raises(ValueError, match="^dataset gives a graph-level run new graphs to "
-                                         "predict; this run's task is 'node'"):
-        zg.predict(result, [0], dataset=data)
 
 
 def test_a_built_in_loss_must_fit_the_targets_kind():

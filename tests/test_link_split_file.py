@@ -73,6 +73,7 @@ def test_a_checkpoint_holds_the_split_by_its_pairs(small, tmp_path):
     resumed = zg.train(dataclasses.replace(cfg, epochs=2, link_split=str(moved)), small)
     assert resumed.summary["start_epoch"] == 1
     restored = zg.restore(str(ckpt), dataset=small, for_inference=True)  # moved's
+    assert restored.summary["config"]["link_split"] == str(moved)  # (absolute)
     np.testing.assert_array_equal(restored.program.task.split.train,
                                   zg.LinkSplit.load(split).train)
     digest = re.escape("link_split (the digest of its file's pairs) 'sha256:")

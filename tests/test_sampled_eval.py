@@ -144,10 +144,13 @@ def test_sampled_logits_halve_the_batch_the_device_cannot_hold(graph_400, all_ne
     # not rounded up again (200 had run at 256, giving back most of the halving)
     sizes.clear()
     most[0] = 150
-    with pytest.warns(UserWarning, match="at 200 seeds a batch; running again at 100"):
+    with pytest.warns(UserWarning, match="at 200 seeds a batch; running again at 100"
+                      ) as caught:
         got = sampled_logits(res.program, res.variables, res.data, nodes, batch_size=600,
                              bucketed=True)
     assert sizes == [512, 200, 100]
+    # the warning names the batch that ran (400 nodes, rounded up), not the one asked
+    assert "out of memory at 512 seeds a batch; running again at 200" in str(caught[0].message)
     np.testing.assert_allclose(np.asarray(got), exact, rtol=1e-4, atol=1e-4)
 
 

@@ -89,6 +89,12 @@ def ordered_items(items: jax.Array, batch_size: int) -> jax.Array:
     return jnp.concatenate([items, jnp.full((pad, *items.shape[1:]), -1, jnp.int32)])
 
 
+def served_batch(batch: int, limit: int) -> int:
+    """The batch a request's `batch` runs at (`serving_items`): below `limit`, rounded
+    up to a power of two, at most `limit`."""
+    return batch if batch >= limit else min(limit, 1 << (batch - 1).bit_length())
+
+
 def serving_items(items: jax.Array, batch: int, limit: int) -> tuple[jax.Array, int]:
     """(padded items, batch) of a request of varying size (`zg.predict`): a `batch` below
     `limit` rounded up to a power of two (under twice the request: one program an
@@ -97,8 +103,7 @@ def serving_items(items: jax.Array, batch: int, limit: int) -> tuple[jax.Array, 
     steps to sizes that requests share (`envelope.bucket`: under 25 % more), padded with
     -1 rows and empty steps, so that a new request size seldom compiles a program of
     its own."""
-    if batch < limit:
-        batch = min(limit, 1 << (batch - 1).bit_length())
+    batch = served_batch(batch, limit)
     padded = ordered_items(items, batch)
     steps = bucket(padded.shape[0] // batch)
     return jnp.pad(padded, (0, steps * batch - padded.shape[0]), constant_values=-1), batch

@@ -39,7 +39,13 @@ from zerognn_jax._src.ops.host_rows import (
 )
 from zerognn_jax._src.ops.search import count_at_most
 from zerognn_jax._src.sampling.envelope import Envelope, conservative
-from zerognn_jax._src.sampling.seeds import EVAL_EPOCH, EVAL_STEP, padded_parts, step_calls
+from zerognn_jax._src.sampling.seeds import (
+    EVAL_EPOCH,
+    EVAL_STEP,
+    padded_parts,
+    served_batch,
+    step_calls,
+)
 from zerognn_jax._src.sampling.steps import sample_step
 from zerognn_jax._src.training.memory import (
     device_free_bytes,
@@ -555,7 +561,7 @@ def _gib(nbytes: int | None) -> str:
     return "unknown" if nbytes is None else f"{nbytes / 2**30:.1f} GiB"
 
 
-def halving_batches(run, batch_size: int, what: str, items: int):
+def halving_batches(run, batch_size: int, what: str, items: int, rounded: bool = False):
     """`run(batch, limit)` at `batch_size` but at most `items` (the seeds evaluated:
     buffers follow the batch, and `--eval-batch-size 99999999999` once ran the host out
     of memory), run again at half the batch (with a warning) while the device runs out
@@ -564,7 +570,9 @@ def halving_batches(run, batch_size: int, what: str, items: int):
     than the training batch left free. `limit` is the most a served request's batch is
     rounded up to (`serving_items`): `batch_size`, then the halved batch itself, which
     rounding up would give most of the halving back. `run` must finish its device work
-    (the error surfaces only then). Other errors, and running out at one seed, raise."""
+    (the error surfaces only then). Other errors, and running out at one seed, raise.
+    `rounded`: `run` rounds a batch as served requests are (`served_batch`), which the
+    warning names."""
     limit, batch_size = batch_size, max(1, min(batch_size, items))
     while True:
         try:
@@ -572,8 +580,9 @@ def halving_batches(run, batch_size: int, what: str, items: int):
         except jax.errors.JaxRuntimeError as error:
             if not is_out_of_memory(error) or batch_size == 1:
                 raise
-            warnings.warn(f"{what}: the device ran out of memory at {batch_size} seeds a "
-                          f"batch; running again at {batch_size // 2}", stacklevel=2)
+            ran = served_batch(batch_size, limit) if rounded else batch_size
+            warnings.warn(f"{what}: the device ran out of memory at {ran} seeds a batch; "
+                          f"running again at {batch_size // 2}", stacklevel=2)
             batch_size //= 2
             limit = batch_size
 
@@ -614,7 +623,7 @@ def sampled_parts(program: StepProgram, variables, data: DeviceData, parts, *,
             for nodes, rows in zip(parts, padded)])
 
     return halving_batches(run, batch_size, "sampled evaluation",
-                           max(nodes.shape[0] for nodes in parts))
+                           max(nodes.shape[0] for nodes in parts), rounded=bucketed)
 
 
 def in_calls(call, padded, batch: int, steps: int) -> list[jax.Array]:

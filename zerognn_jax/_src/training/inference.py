@@ -31,6 +31,7 @@ from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
 from zerognn_jax._src.training.checksums import check_checksums
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.evaluate import Predictor
+from zerognn_jax._src.training.inductive import other_graph
 from zerognn_jax._src.training.program import init_state, saved_envelope
 from zerognn_jax._src.training.rebuild import NAMES, check_dataset, config_of
 from zerognn_jax._src.training.records import epoch_folder_of, runs_inside
@@ -80,8 +81,9 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
       `layerwise_logits`, or `train(..., variables=)` to fine-tune), `state` (with the
       optimizer state), `history`, `program`, `data`, `dataset`, and a `summary` of the
       checkpoint ({"checkpoint", "epoch", "best"}, "written_by": the zerognn-jax and JAX
-      versions that wrote it, None for a checkpoint older than that record, and the
-      last record's metrics).
+      versions that wrote it, None for a checkpoint older than that record, the last
+      record's metrics, and "config": the run's options, as the checkpoint records them
+      or as `cfg` gives them, on one device).
 
     Raises:
       FileNotFoundError: no checkpoint there.
@@ -196,6 +198,7 @@ def _restored(directory: Path, cfg, dataset, model, optimizer, loss, best: bool,
         summary["decoder"] = cfg.decoder
     if (normalized := row_normalizes(cfg, dataset, program.task)) is not None:
         summary["features_row_normalized"] = normalized  # what `data.features` holds
+    summary["config"] = dataclasses.asdict(cfg)  # as `train`'s summary holds it
     return TrainResult(_variables(state), history, summary, program, data, state, dataset)
 
 
@@ -333,7 +336,11 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     output row each, as its evaluation computes them (`mode` changes nothing: no
     neighbours are sampled); given `dataset`, another collection (new graphs to
     predict, with the node and edge columns trained on; its targets and splits are not
-    read), they are ids of its graphs.
+    read), they are ids of its graphs. A one-type graph's node or link run given
+    `dataset`, a `Dataset` of another graph with the feature columns trained on (its
+    labels and splits are not read), gives the rows of that graph's nodes `nodes`:
+    the model applied to a graph it never saw (inductive inference; inductive.py says
+    how the graph is prepared as the run's was).
 
     Raises:
       TypeError: `result` not a `TrainResult`.
@@ -343,7 +350,9 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
         table, kept in host memory, does not fit the device's free memory; a `node_type`
         that is not a type the run predicts (a typed link run: an end of its relation; a
         homogeneous run: none); a `dataset` given to a run whose task does not predict
-        new items, or whose columns (widths, categories) are not those trained on.
+        new items or graphs (a typed run), whose columns (widths, categories) are not
+        those trained on, or to a run that learned a row per node of its own graph
+        (`embedding_dim`).
     """
     require_result("predict", result)
     check_call(mode, batch_size, seed)
@@ -351,13 +360,18 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     task = result.program.task
     target = None
     items = isinstance(task, PredictsItems)
-    data, items_of = result.data, result.dataset
+    program, data, items_of = result.program, result.data, result.dataset
     if dataset is not None:
-        if not isinstance(task, PredictsNewItems):
-            raise ValueError(f"dataset gives a graph-level run new graphs to predict; this "
-                             f"run's task is {task.name!r}, whose ids are of the dataset it "
-                             f"trained on")
-        data, items_of = task.data_of(result.program, result.data, dataset), dataset
+        if isinstance(task, PredictsNewItems):
+            data, items_of = task.data_of(result.program, result.data, dataset), dataset
+        elif isinstance(task, (PredictsTypes, PredictsItems, BatchedTask)):
+            raise ValueError(f"dataset gives a graph-level run new graphs to predict, and "
+                             f"a one-type graph's node or link run another graph; this "
+                             f"run's task is {task.name!r}, whose ids are of the dataset "
+                             f"it trained on")
+        else:  # another graph of one type: the run's model over it
+            program, data = other_graph(result, dataset)
+            n = data.graph.num_nodes
     if items:
         n = task.num_items(items_of)
     if isinstance(task, PredictsTypes):
@@ -373,8 +387,8 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
             data, items_of = result.data, result.dataset
         return task.outputs_of_items(result.program, result.variables, data, items_of,
                                      nodes, batch_size=batch_size)
-    predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
-                          seed, bucketed=True)
+    predictor = Predictor(program, result.variables, data, mode, batch_size, seed,
+                          bucketed=True)
     if target is not None:
         return task.outputs_of(predictor, target, nodes)
     return predictor.outputs(nodes)

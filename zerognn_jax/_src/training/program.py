@@ -141,6 +141,9 @@ class StepProgram:
         summary; None for a program built by hand.
       embedding: a learnable node embedding the model reads after the features
         (embeddings.py), or None.
+      self_loops_dropped: the graph the steps sample lost its self-loops (the built-in
+        gcn and gat add each node's own term themselves): so must another graph the
+        model is applied to (`zg.predict(..., dataset=)`).
     """
 
     model: nn.Module
@@ -154,6 +157,7 @@ class StepProgram:
     layout: Layout | None = None
     embedding: NodeEmbedding | None = None
     placement: Placement | None = None
+    self_loops_dropped: bool = False
 
     def __post_init__(self):
         safe_for = getattr(self.task, "safe_for", None)  # optional (`Task`)

@@ -185,8 +185,8 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     # The graph the step samples: for gcn and gat without self-loops, each node's own
     # term once, as PyG's layers give it (add_remaining_self_loops). The dataset stays
     # as given: its statistics are the run's identity in checkpoints.
-    source = (without_self_loops(dataset.graph)
-              if model is None and cfg.model in OWN_TERM_MODELS else dataset.graph)
+    own_term = model is None and cfg.model in OWN_TERM_MODELS
+    source = without_self_loops(dataset.graph) if own_term else dataset.graph
     feats = dataset.features
     if feats.shape[1] == 0 and not cfg.embedding_dim and model is None:
         raise ValueError(f"dataset {dataset.name!r} has no feature columns (features "
@@ -232,7 +232,8 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
                  if cfg.embedding_dim else None)
     program = StepProgram(task.wrap_model(model, cfg), optimizer or make_optimizer(cfg),
                           sampler, cfg.batch_size, cfg.seed, kernels, task=task, layout=layout,
-                          embedding=embedding, placement=placement)
+                          embedding=embedding, placement=placement,
+                          self_loops_dropped=own_term)
     return dataset, *_placed(cfg, program, graph, feats, targets, placement, cache)
 
 

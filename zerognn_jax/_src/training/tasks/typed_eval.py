@@ -433,7 +433,7 @@ def sampled_parts(task, program, variables, data, parts, *, batch_size: int,
                 for ids, out in zip(parts, outs)]
 
     return halving_batches(run, batch_size, "typed sampled evaluation",
-                           max(ids.size for ids in parts))
+                           max(ids.size for ids in parts), rounded=bucketed)
 
 
 @functools.partial(jax.jit, static_argnames=("program", "task", "envelope"))

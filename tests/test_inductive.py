@@ -1,0 +1,107 @@
+"""`zg.predict(result, nodes, dataset=...)` on another graph of one node type: the run's
+model over a graph it never saw, prepared as the run prepared its own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import random_graph
+
+import zerognn_jax as zg
+from zerognn_jax._src.data.shop import make_shop
+
+BASE = dict(model="sage", layers=2, fanouts=(4, 4), hidden=16, batch_size=32, epochs=1,
+            eval_mode="none", progress=False)
+
+
+def _dataset(name, graph, features, classes=3):
+    n = graph.num_nodes
+    labels = np.arange(n) % classes
+    return zg.make_dataset(name, graph.indptr, graph.indices, features, labels,
+                           np.arange(n // 2), [], [], classes)
+
+
+def _two_parts():
+    """A graph of two parts with no edge between them (nodes 0-119 and 120-199)."""
+    a, b = random_graph(120, 500, seed=1), random_graph(80, 300, seed=2)
+    src = np.r_[np.repeat(np.arange(120), np.diff(a.indptr)),
+                120 + np.repeat(np.arange(80), np.diff(b.indptr))]
+    dst = np.r_[np.asarray(a.indices), 120 + np.asarray(b.indices)]
+    return zg.from_edge_list(src, dst, 200), a
+
+
+def test_a_part_of_the_graph_gives_its_nodes_the_rows_the_whole_did():
+    """The run's model over the first part alone (a graph it never saw as such) gives
+    that part's nodes the rows the whole graph gave them, exactly and sampled (every
+    neighbour taken); the run's own graph given as `dataset` gives its own rows."""
+    whole, part = _two_parts()
+    features = np.random.default_rng(0).normal(size=(200, 6)).astype(np.float32)
+    ds = _dataset("whole", whole, features)
+    result = zg.train(zg.TrainConfig(**BASE), ds)
+    nodes = np.arange(120)
+    own = np.asarray(zg.predict(result, nodes))
+    alone = _dataset("part", part, features[:120])
+    np.testing.assert_allclose(np.asarray(zg.predict(result, nodes, dataset=alone)), own,
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(zg.predict(result, nodes, dataset=ds)), own)
+    every = zg.train(zg.TrainConfig(**{**BASE, "fanouts": (-1, -1)}), ds)
+    sampled = np.asarray(zg.predict(every, nodes, mode="sampled"))
+    np.testing.assert_allclose(np.asarray(zg.predict(every, nodes, mode="sampled",
+                                                     dataset=alone)), sampled,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_the_graph_is_prepared_as_the_runs_was():
+    """A gcn run drops self-loops (it adds each node's own term itself) and, told to,
+    divides feature rows by their sums: the same graph given with self-loops and raw
+    rows gives the run's own rows."""
+    g = random_graph(150, 600, seed=3)
+    rows = np.random.default_rng(1).random((150, 5)).astype(np.float32)
+    src = np.r_[np.repeat(np.arange(150), np.diff(g.indptr)), np.arange(150)]
+    dst = np.r_[np.asarray(g.indices), np.arange(150)]
+    looped = zg.from_edge_list(src, dst, 150)
+    ds = _dataset("looped", looped, rows)
+    result = zg.train(zg.TrainConfig(**{**BASE, "model": "gcn"}, normalize_features=True), ds)
+    assert result.program.self_loops_dropped
+    nodes = np.arange(150)
+    np.testing.assert_array_equal(np.asarray(zg.predict(result, nodes, dataset=ds)),
+                                  np.asarray(zg.predict(result, nodes)))
+
+
+def test_a_link_runs_encoder_embeds_another_graphs_nodes():
+    """A link run's embeddings over its own message-passing graph, given as another
+    dataset, are the run's own."""
+    g = random_graph(160, 700, seed=4)
+    ds = _dataset("links", g, np.random.default_rng(2).normal(size=(160, 4)))
+    result = zg.train(zg.TrainConfig(**BASE, task="link"), ds)
+    trained = result.program.task.split.graph
+    again = _dataset("again", trained, np.asarray(ds.features))
+    nodes = np.arange(160)
+    np.testing.assert_array_equal(np.asarray(zg.predict(result, nodes, dataset=again)),
+                                  np.asarray(zg.predict(result, nodes)))
+
+
+def test_what_cannot_be_applied_to_another_graph_is_refused():
+    g = random_graph(100, 400, seed=5)
+    features = np.random.default_rng(3).normal(size=(100, 4))
+    ds = _dataset("d", g, features)
+    result = zg.train(zg.TrainConfig(**BASE), ds)
+    with pytest.raises(ValueError, match=r"the model trained on 4 feature columns; dataset "
+                                         r"'wide' has 5"):
+        zg.predict(result, [0], dataset=_dataset("wide", g, np.zeros((100, 5))))
+    with pytest.raises(ValueError, match="dataset must be a Dataset of the graph to predict"):
+        zg.predict(result, [0], dataset=g)
+    with pytest.raises(ValueError, match=r"nodes must lie in \[0, 50\)"):
+        zg.predict(result, [60], dataset=_dataset("small", random_graph(50, 100, seed=6),
+                                                  np.zeros((50, 4))))
+    embedded = zg.train(zg.TrainConfig(**BASE, embedding_dim=4), ds)
+    with pytest.raises(ValueError, match=r"learned a row per node of its own graph "
+                                         r"\(embedding_dim 4\)"):
+        zg.predict(embedded, [0], dataset=ds)
+    shop = make_shop(40, 30, 2, per_user=4, dim=4, name="shop")
+    typed = zg.train(zg.TrainConfig(task="link", model="rsage", hidden=8, layers=1,
+                                    fanouts=(3,), batch_size=32, epochs=1, eval_mode="none",
+                                    progress=False, multiple=8, link_relation="buys"), shop)
+    with pytest.raises(ValueError, match=r"this run's task is 'link', whose ids are of the "
+                                         r"dataset it trained on"):
+        zg.predict(typed, [0], node_type="user", dataset=ds)

@@ -1,0 +1,84 @@
+"""A one-type graph's node or link run applied to another graph: the program and device
+data `zg.predict(result, nodes, dataset=...)` reads (inductive inference, GraphSAGE's
+setting: a model trained on one graph gives the rows of nodes it never saw).
+
+The other graph is prepared as the run prepared its own: its self-loops dropped where
+the run's were (the built-in gcn and gat), its feature rows divided by their sums where
+the run's were, its edge features in the run's dtype where the model reads them. The
+sampler is the run's configuration resolved again for this graph (a fanout of -1 takes
+every neighbour of its largest degree), in the run's level layout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from zerognn_jax._src.data.dataset import Dataset
+from zerognn_jax._src.data.graph import without_self_loops
+from zerognn_jax._src.data.planetoid import row_normalize
+from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
+from zerognn_jax._src.training.program import DeviceData, StepProgram
+
+
+def other_graph(result, dataset) -> tuple[StepProgram, DeviceData]:
+    """(program, device data) of `result`'s run over `dataset`, a `Dataset` of a graph
+    of the same feature columns (its labels and splits are not read).
+
+    Raises:
+      ValueError: `dataset` is no `Dataset`; the run learned a row per node of its own
+        graph (`embedding_dim`), which a new graph's nodes lack; other feature columns,
+        or no edge features of the width the model reads; a result without its run's
+        config (one built by hand).
+    """
+    program, trained = result.program, result.data
+    config = result.summary.get("config") if isinstance(result.summary, dict) else None
+    if config is None:
+        raise ValueError("this result holds no config of its run (summary['config'], which "
+                         "train and restore give): another graph is prepared as it says")
+    if not isinstance(dataset, Dataset):
+        raise ValueError(f"dataset must be a Dataset of the graph to predict "
+                         f"(zg.make_dataset; its labels and splits are not read), got "
+                         f"{type(dataset).__name__}")
+    if program.embedding is not None:
+        raise ValueError(f"the run learned a row per node of its own graph (embedding_dim "
+                         f"{program.embedding.dim}), which the nodes of dataset "
+                         f"{dataset.name!r} lack: a run without embedding_dim predicts "
+                         f"other graphs")
+    columns = trained.features.shape[1]
+    if dataset.features.shape[1] != columns:
+        raise ValueError(f"the model trained on {columns} feature columns; dataset "
+                         f"{dataset.name!r} has {dataset.features.shape[1]}")
+    graph = without_self_loops(dataset.graph) if program.self_loops_dropped else dataset.graph
+    graph = graph._replace(edge_features=_edge_table(program, trained, graph, dataset.name))
+    features = dataset.features
+    if result.summary.get("features_row_normalized"):
+        features = row_normalize(features)
+    sampler = SamplerConfig(tuple(config["fanouts"]), replace=config["replace"],
+                            method=config["sampler"], edge_ids=program.sampler.edge_ids)
+    sampler = sampler.resolve(graph.max_degree())
+    if program.layout is not None:
+        sampler = program.layout.apply(sampler)
+    program = dataclasses.replace(program, sampler=sampler)
+    graph = prepare_graph(graph, sampler, what=f"dataset {dataset.name!r}'s graph")
+    table = np.asarray(features).astype(jnp.dtype(config["dtype"]), copy=False)
+    none = np.zeros((0,), np.int32)  # no targets: nothing is scored
+    if program.parallel is None:
+        return program, DeviceData(graph.to_device(), jnp.asarray(table), jnp.asarray(none))
+    return program, program.parallel.place_data(DeviceData(graph, table, none))
+
+
+def _edge_table(program: StepProgram, trained: DeviceData, graph, name: str):
+    """The other graph's edge features as the model reads them (the run's width and
+    dtype), or None where it reads none."""
+    if not program.sampler.edge_ids:
+        return None
+    want = trained.graph.edge_features
+    if graph.edge_features is None or np.shape(graph.edge_features)[1] != want.shape[1]:
+        has = ("none" if graph.edge_features is None
+               else f"{np.shape(graph.edge_features)[1]} columns")
+        raise ValueError(f"the model reads edge features of {want.shape[1]} columns; "
+                         f"dataset {name!r}'s graph has {has}")
+    return np.asarray(graph.edge_features).astype(want.dtype, copy=False)
