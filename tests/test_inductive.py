@@ -102,6 +102,27 @@ def test_what_cannot_be_applied_to_another_graph_is_refused():
     typed = zg.train(zg.TrainConfig(task="link", model="rsage", hidden=8, layers=1,
                                     fanouts=(3,), batch_size=32, epochs=1, eval_mode="none",
                                     progress=False, multiple=8, link_relation="buys"), shop)
-    with pytest.raises(ValueError, match=r"this run's task is 'link', whose ids are of the "
-                                         r"dataset it trained on"):
+    with pytest.raises(ValueError, match=r"a typed graph's 'link' run predicts the ids of "
+                                         r"the dataset it trained on"):
         zg.predict(typed, [0], node_type="user", dataset=ds)
+
+
+def test_a_weighted_samplers_run_predicts_a_graph_without_weights_exactly():
+    """Exact rows read no edge weights; sampled ones draw by them, and are refused for a
+    graph that has none."""
+    g = random_graph(100, 400, seed=7)
+    rs = np.random.default_rng(4)
+    weighted = g._replace(weights=rs.random(g.indices.shape[0]).astype(np.float32))
+    features = rs.normal(size=(100, 4))
+    ds = zg.make_dataset("w", weighted.indptr, weighted.indices, features,
+                         np.arange(100) % 3, np.arange(50), [], [], 3,
+                         weights=weighted.weights)
+    result = zg.train(zg.TrainConfig(**BASE, sampler="weighted"), ds)
+    bare = _dataset("bare", g, features)
+    nodes = np.arange(100)
+    np.testing.assert_array_equal(np.asarray(zg.predict(result, nodes, dataset=bare)),
+                                  np.asarray(zg.predict(result, nodes)))
+    with pytest.raises(ValueError, match=r"samples neighbours by edge weight \(sampler "
+                                         r"'weighted'\), and the graph of dataset 'bare' "
+                                         r"has no weights"):
+        zg.predict(result, nodes, mode="sampled", dataset=bare)

@@ -19,19 +19,22 @@ import numpy as np
 from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.graph import without_self_loops
 from zerognn_jax._src.data.planetoid import row_normalize
+from zerognn_jax._src.nn.layerwise import supports_layerwise
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 
 
-def other_graph(result, dataset) -> tuple[StepProgram, DeviceData]:
+def other_graph(result, dataset, mode: str) -> tuple[StepProgram, DeviceData]:
     """(program, device data) of `result`'s run over `dataset`, a `Dataset` of a graph
-    of the same feature columns (its labels and splits are not read).
+    of the same feature columns (its labels and splits are not read), for predictions of
+    `mode` ("full" or "sampled", as `zg.predict` takes it).
 
     Raises:
       ValueError: `dataset` is no `Dataset`; the run learned a row per node of its own
         graph (`embedding_dim`), which a new graph's nodes lack; other feature columns,
-        or no edge features of the width the model reads; a result without its run's
-        config (one built by hand).
+        or no edge features of the width the model reads; no edge weights where a run
+        of the weighted sampler samples (exact inference reads none); a result without
+        its run's config (one built by hand).
     """
     program, trained = result.program, result.data
     config = result.summary.get("config") if isinstance(result.summary, dict) else None
@@ -53,6 +56,7 @@ def other_graph(result, dataset) -> tuple[StepProgram, DeviceData]:
                          f"{dataset.name!r} has {dataset.features.shape[1]}")
     graph = without_self_loops(dataset.graph) if program.self_loops_dropped else dataset.graph
     graph = graph._replace(edge_features=_edge_table(program, trained, graph, dataset.name))
+    samples = mode == "sampled" or not supports_layerwise(program.model)
     features = dataset.features
     if result.summary.get("features_row_normalized"):
         features = row_normalize(features)
@@ -62,7 +66,14 @@ def other_graph(result, dataset) -> tuple[StepProgram, DeviceData]:
     if program.layout is not None:
         sampler = program.layout.apply(sampler)
     program = dataclasses.replace(program, sampler=sampler)
-    graph = prepare_graph(graph, sampler, what=f"dataset {dataset.name!r}'s graph")
+    if sampler.method == "weighted" and graph.weights is None:
+        if samples:
+            raise ValueError(f"the run samples neighbours by edge weight (sampler "
+                             f"'weighted'), and the graph of dataset {dataset.name!r} has "
+                             f"no weights: give it weights, or predict exactly "
+                             f"(mode='full')")
+    else:  # (exact inference samples nothing: no weights to search)
+        graph = prepare_graph(graph, sampler)
     table = np.asarray(features).astype(jnp.dtype(config["dtype"]), copy=False)
     none = np.zeros((0,), np.int32)  # no targets: nothing is scored
     if program.parallel is None:
@@ -79,6 +90,6 @@ def _edge_table(program: StepProgram, trained: DeviceData, graph, name: str):
     if graph.edge_features is None or np.shape(graph.edge_features)[1] != want.shape[1]:
         has = ("none" if graph.edge_features is None
                else f"{np.shape(graph.edge_features)[1]} columns")
-        raise ValueError(f"the model reads edge features of {want.shape[1]} columns; "
-                         f"dataset {name!r}'s graph has {has}")
+        raise ValueError(f"the model reads edge features of {want.shape[1]} columns; the "
+                         f"graph of dataset {name!r} has {has}")
     return np.asarray(graph.edge_features).astype(want.dtype, copy=False)

@@ -365,12 +365,13 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
         if isinstance(task, PredictsNewItems):
             data, items_of = task.data_of(result.program, result.data, dataset), dataset
         elif isinstance(task, (PredictsTypes, PredictsItems, BatchedTask)):
+            kind = "a typed graph's" if isinstance(task, PredictsTypes) else "this"
             raise ValueError(f"dataset gives a graph-level run new graphs to predict, and "
-                             f"a one-type graph's node or link run another graph; this "
-                             f"run's task is {task.name!r}, whose ids are of the dataset "
-                             f"it trained on")
+                             f"a one-type graph's node or link run another graph; "
+                             f"{kind} {task.name!r} run predicts the ids of the dataset it "
+                             f"trained on")
         else:  # another graph of one type: the run's model over it
-            program, data = other_graph(result, dataset)
+            program, data = other_graph(result, dataset, mode)
             n = data.graph.num_nodes
     if items:
         n = task.num_items(items_of)
