@@ -69,8 +69,9 @@ def test_the_graph_is_prepared_as_the_runs_was():
 
 
 def test_a_link_runs_encoder_embeds_another_graphs_nodes():
-    """A link run's embeddings over its own message-passing graph, given as another
-    dataset, are the run's own."""
+    """A link run's embeddings and pair scores over its own message-passing graph,
+    given as another dataset, are the run's own; pairs of another graph are of its
+    nodes."""
     g = random_graph(160, 700, seed=4)
     ds = _dataset("links", g, np.random.default_rng(2).normal(size=(160, 4)))
     result = zg.train(zg.TrainConfig(**BASE, task="link"), ds)
@@ -79,6 +80,12 @@ def test_a_link_runs_encoder_embeds_another_graphs_nodes():
     nodes = np.arange(160)
     np.testing.assert_array_equal(np.asarray(zg.predict(result, nodes, dataset=again)),
                                   np.asarray(zg.predict(result, nodes)))
+    pairs = result.program.task.split.test.pos
+    np.testing.assert_array_equal(zg.score_pairs(result, pairs, dataset=again),
+                                  zg.score_pairs(result, pairs))
+    with pytest.raises(ValueError, match=r"pairs' source ids must lie in \[0, 50\)"):
+        zg.score_pairs(result, [[60, 0]], dataset=_dataset(
+            "small", random_graph(50, 100, seed=6), np.zeros((50, 4))))
 
 
 def test_what_cannot_be_applied_to_another_graph_is_refused():
@@ -105,6 +112,9 @@ def test_what_cannot_be_applied_to_another_graph_is_refused():
     with pytest.raises(ValueError, match=r"a typed graph's 'link' run predicts the ids of "
                                          r"the dataset it trained on"):
         zg.predict(typed, [0], node_type="user", dataset=ds)
+    with pytest.raises(ValueError, match=r"a typed graph's 'link' run scores the pairs of "
+                                         r"the dataset it trained on"):
+        zg.score_pairs(typed, [[0, 0]], dataset=ds)
 
 
 def test_a_weighted_samplers_run_predicts_a_graph_without_weights_exactly():

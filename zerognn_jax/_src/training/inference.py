@@ -396,17 +396,20 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
 
 
 def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: int = 4096,
-                seed: int = 0) -> np.ndarray:
+                seed: int = 0, dataset=None) -> np.ndarray:
     """float32[P]: a link run's scores of `pairs`, int[P, 2] (source id, destination id;
     a typed run's ids of its relation's source and destination types), from a `train`
     or `restore` result: the decoder's logits (a sigmoid gives probabilities) of every
     node's embedding, computed once a call (`mode`, `batch_size` and `seed` as
-    `predict`'s: exact inference reads neither of the last two).
+    `predict`'s: exact inference reads neither of the last two). Given `dataset`,
+    another graph of one node type (as `predict` takes it), the pairs are of its nodes,
+    embedded by the run's encoder over that graph.
 
     Raises:
       TypeError: `result` not a `TrainResult`.
       ValueError: a run whose task predicts no pairs, `pairs` not int[P, 2], an id out
-        of range of its end, an unknown `mode`, a `batch_size` or `seed` out of range.
+        of range of its end, an unknown `mode`, a `batch_size` or `seed` out of range; a
+        `dataset` as `predict` refuses it, or given to a typed run.
     """
     require_result("score_pairs", result)
     task = result.program.task
@@ -421,11 +424,18 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
         raise ValueError(f"pairs must be int[P, 2] (source, destination), got "
                          f"{pairs.dtype}{list(pairs.shape)}")
     ends = getattr(getattr(task, "split", None), "ends", None)  # a typed split's two types
-    for end, (name, n) in enumerate(zip(("source", "destination"), task.pair_counts())):
+    program, data, counts = result.program, result.data, task.pair_counts()
+    if dataset is not None:
+        if isinstance(task, PredictsTypes):
+            raise ValueError(f"dataset gives a one-type graph's link run another graph; "
+                             f"a typed graph's {task.name!r} run scores the pairs of the "
+                             f"dataset it trained on")
+        program, data = other_graph(result, dataset, mode)
+        counts = (data.graph.num_nodes,) * 2
+    for end, (name, n) in enumerate(zip(("source", "destination"), counts)):
         check_ids(f"pairs' {name} ids", pairs[:, end], n,
                   "" if ends is None else f" ({ends[end]!r} ids)")
-    predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
-                          seed)
+    predictor = Predictor(program, result.variables, data, mode, batch_size, seed)
     table, offset = task.pair_table(predictor)
     return score_rows(result.program.model, result.variables, table,
                       pairs.astype(np.int64) + [0, offset])
