@@ -78,6 +78,19 @@ def test_a_link_runs_ranking_is_its_scores_ranked(link_run, monkeypatch):
 
 
 def test_pairs_of_ones_own_are_left_out(link_run):
+    split = link_run.program.task.split
+    sources = np.unique(split.val.pos)[:20]
+    named = zg.recommend(link_run, sources, k=10, exclude=("train", "val"))
+    listed = zg.recommend(link_run, sources, k=10,
+                          exclude=np.concatenate([split.train, split.val.pos]))
+    np.testing.assert_array_equal(named[0], listed[0])
+    # ranked among every node: the validation partners gone, kept by "train" alone
+    partners = unordered(split.val.pos)
+    without = zg.recommend(link_run, sources, k=120, exclude=("train", "val"))[0]
+    within = zg.recommend(link_run, sources, k=120)[0]
+    for s, out, kept in zip(sources, without, within):
+        assert not partners[int(s)] & set(out.tolist())
+        assert partners[int(s)] <= set(kept.tolist())
     ids, _ = zg.recommend(link_run, [3], k=5, exclude=None)
     drop = [[3, int(ids[0, 0])], [int(ids[0, 1]), 3]]  # one pair either way round
     again, _ = zg.recommend(link_run, [3], k=5, exclude=drop)
@@ -89,7 +102,8 @@ def test_pairs_of_ones_own_are_left_out(link_run):
     (dict(sources=[120]), r"sources must lie in \[0, 120\), found \[120, 120\]"),
     (dict(sources=[0], k=0), "k must be an integer >= 1, got 0"),
     (dict(sources=[0], k=121), "k must be at most the 120 destinations, got 121"),
-    (dict(sources=[0], exclude="val"), "exclude must be 'train', None or int\\[Q, 2\\]"),
+    (dict(sources=[0], exclude=("train", "valid")), "splits are named 'train', 'val' and "
+                                                    "'test', got 'valid'"),
     (dict(sources=[0], exclude=[[0, 1, 2]]), r"int\[Q, 2\] \(source, destination\) pairs, "
                                              r"got int64\[1, 3\]"),
     (dict(sources=[0], exclude=np.zeros((2, 10), np.int32)), r"int32\[2, 10\] \(PyG's "

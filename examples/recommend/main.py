@@ -68,7 +68,7 @@ def main(argv=None) -> zg.TrainResult:
     bought = np.concatenate([split.train, split.val.pos])  # what no ranking offers
     known = items_of(bought, users)
     num_items = ds.graph.num_nodes["item"]
-    ranked, _ = zg.recommend(result, users, args.k, exclude=bought)
+    ranked, _ = zg.recommend(result, users, args.k, exclude=("train", "val"))
     found = sum(np.isin(items, row).sum() for row, items in zip(ranked, held_out))
     total = sum(items.size for items in held_out)
     chance = sum(items.size * args.k / (num_items - seen.size)

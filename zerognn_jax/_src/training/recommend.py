@@ -38,13 +38,12 @@ def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "ful
       result: the `TrainResult` of a link run (`zg.train` or `zg.restore`).
       sources: int[S] source ids (a typed run's: of its relation's source type).
       k: destinations per source, at most the destination count.
-      exclude: the pairs never recommended: "train" (the run's training pairs), None
-        (none of them), or int[Q, 2] (source, destination) pairs of your own, in place
-        of the training pairs: e.g. the training and validation pairs together, to rank
-        for the test pairs (`split = result.program.task.split`;
-        `np.concatenate([split.train, split.val.pos])`). Where both ends are of one type
-        a pair is unordered, so (v, u) is left out with (u, v), and a source is never
-        its own destination, whatever `exclude` says.
+      exclude: the pairs never recommended: the pairs of the run's splits named,
+        "train" (its training pairs), "val", "test" (their positives) or a tuple of
+        them (("train", "val") to rank for the test pairs); None (none of them); or
+        int[Q, 2] (source, destination) pairs of your own. Where both ends are of one
+        type a pair is unordered, so (v, u) is left out with (u, v), and a source is
+        never its own destination, whatever `exclude` says.
       mode, batch_size, seed: how the embeddings are computed, as `zg.predict` takes
         them.
 
@@ -72,9 +71,10 @@ def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "ful
     at_least_one(k, "k")
     if k > n_dst:
         raise ValueError(f"k must be at most the {n_dst} destinations{kind(1)}, got {k}")
-    known, unordered = task.known_pairs()
-    left_out = _left_out(known if isinstance(exclude, str) and exclude == "train" else exclude,
-                         unordered, n_src, n_dst, kind)
+    named = _split_names(exclude)
+    known, unordered = task.known_pairs(named or ())
+    left_out = _left_out(known if named is not None else exclude, unordered, n_src, n_dst,
+                         kind)
     predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
                           seed)
     table, offset = task.pair_table(predictor)
@@ -83,20 +83,29 @@ def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "ful
                    table[offset:offset + n_dst], sources, left_out, unordered, k)
 
 
+def _split_names(exclude) -> tuple[str, ...] | None:
+    """The split names `exclude` gives ("train", or a tuple of names), None where it
+    gives pairs (or None)."""
+    if isinstance(exclude, str):
+        return (exclude,)
+    if isinstance(exclude, (tuple, list)) and exclude and \
+            all(isinstance(name, str) for name in exclude):
+        return tuple(exclude)
+    return None
+
+
 def _left_out(pairs, unordered: bool, n_src: int, n_dst: int, kind) -> np.ndarray:
     """int64[Q', 2] the pairs to leave out (both ways round where `unordered`), sorted
     by source; `pairs` None: none."""
     if pairs is None:
         return np.zeros((0, 2), np.int64)
-    if isinstance(pairs, str):
-        raise ValueError(f"exclude must be 'train', None or int[Q, 2] (source, destination) "
-                         f"pairs, got {pairs!r}")
     pairs = rectangular("exclude", pairs)
     if pairs.shape == (0,):
         pairs = np.zeros((0, 2), np.int64)
     if pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer):
-        raise ValueError(f"exclude must be 'train', None or int[Q, 2] (source, destination) "
-                         f"pairs, got {pairs.dtype}{list(pairs.shape)}"
+        raise ValueError(f"exclude must name splits ('train', 'val', 'test'), or be None "
+                         f"or int[Q, 2] (source, destination) pairs, got "
+                         f"{pairs.dtype}{list(pairs.shape)}"
                          f"{transposed_hint(pairs, 'exclude takes')}")
     node_ids("exclude's source ids", pairs[:, 0], n_src, kind(0))
     node_ids("exclude's destination ids", pairs[:, 1], n_dst, kind(1))

@@ -308,9 +308,10 @@ class RanksPairs(Protocol):
     """A link task whose destinations `zg.recommend` ranks for a source: it says which
     pairs the ranking leaves out by default."""
 
-    def known_pairs(self) -> tuple[np.ndarray, bool]:
-        """(int[Q, 2] the training pairs, whether a pair is unordered: both ends are of
-        one type, so (v, u) is the pair (u, v) and (u, u) is none)."""
+    def known_pairs(self, splits: tuple[str, ...]) -> tuple[np.ndarray, bool]:
+        """(int[Q, 2] the pairs of the named `splits`, "train", "val", "test" (the
+        training pairs, an evaluation split's positives), whether a pair is unordered:
+        both ends are of one type, so (v, u) is the pair (u, v) and (u, u) is none)."""
         ...
 
 

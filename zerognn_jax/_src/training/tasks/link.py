@@ -353,9 +353,9 @@ class LinkTask:
         """(every node's embedding, 0): `ScoresPairs`, in the predictor's mode."""
         return predictor.all_outputs(), 0
 
-    def known_pairs(self) -> tuple[np.ndarray, bool]:
-        """(the training edges, True): `RanksPairs`; an edge is unordered."""
-        return self.split.train, True
+    def known_pairs(self, splits: tuple[str, ...]) -> tuple[np.ndarray, bool]:
+        """(the pairs of `splits`, True): `RanksPairs`; an edge is unordered."""
+        return split_pairs(self.split, splits), True
 
     def evaluate(self, predictor: Predictor, dataset: Dataset) -> dict:
         """Validation and test metrics of the split from every node's embedding."""
@@ -391,6 +391,18 @@ def warn_unscored(split, cfg) -> None:
         warnings.warn(f"link_split {cfg.link_split!r} holds no val and no test pairs: the "
                       f"run's metrics are null", EmptySplitWarning,
                       stacklevel=user_stacklevel())
+
+
+def split_pairs(split, names: tuple[str, ...]) -> np.ndarray:
+    """int64[Q, 2] the pairs of the splits `names` of a `LinkSplit` or `TypedLinkSplit`:
+    "train" its training pairs, "val" and "test" their positives; ValueError naming an
+    unknown one."""
+    pairs = {"train": split.train, "val": split.val.pos, "test": split.test.pos}
+    unknown = [name for name in names if name not in pairs]
+    if unknown:
+        raise ValueError(f"splits are named 'train', 'val' and 'test', got {unknown[0]!r}")
+    return np.concatenate([np.zeros((0, 2), np.int64),
+                           *(np.asarray(pairs[n], np.int64) for n in names)])
 
 
 def split_source(cfg, dataset) -> str:

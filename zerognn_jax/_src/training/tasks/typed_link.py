@@ -62,6 +62,7 @@ from zerognn_jax._src.training.tasks.link import (
     pair_member,
     pair_weights,
     sorted_pairs,
+    split_pairs,
     split_source,
     warn_unscored,
 )
@@ -390,10 +391,10 @@ class TypedLinkTask(TypedNodeTask):
             return h[src], 0
         return jnp.concatenate([h[src], h[dst]]), counts[src]
 
-    def known_pairs(self) -> tuple[np.ndarray, bool]:
-        """(the training pairs, whether both ends are one type): `RanksPairs`."""
+    def known_pairs(self, splits: tuple[str, ...]) -> tuple[np.ndarray, bool]:
+        """(the pairs of `splits`, whether both ends are one type): `RanksPairs`."""
         src, dst = self.split.ends
-        return self.split.train, src == dst
+        return split_pairs(self.split, splits), src == dst
 
     def evaluate(self, predictor: Predictor, dataset) -> dict:
         """Validation and test metrics of the split's pairs, from every node's embedding
