@@ -9,6 +9,8 @@ from conftest import random_graph
 
 import zerognn_jax as zg
 from zerognn_jax._src.data.shop import make_shop
+from zerognn_jax._src.ops.host_rows import is_host_resident
+from zerognn_jax._src.training.inductive import other_graph
 
 BASE = dict(model="sage", layers=2, fanouts=(4, 4), hidden=16, batch_size=32, epochs=1,
             eval_mode="none", progress=False)
@@ -49,6 +51,22 @@ def test_a_part_of_the_graph_gives_its_nodes_the_rows_the_whole_did():
     np.testing.assert_allclose(np.asarray(zg.predict(every, nodes, mode="sampled",
                                                      dataset=alone)), sampled,
                                rtol=1e-5, atol=1e-6)
+    # one program a sampler: the passes compiled for a graph serve its next request
+    first, _ = other_graph(every, alone, "sampled")
+    assert other_graph(every, alone, "sampled")[0] is first
+    # (the run's own where -1 resolves as it did: the part's largest degree is the whole's)
+    assert (first is every.program) == (first.sampler == every.program.sampler)
+    spokes = np.arange(1, 60)
+    hub = zg.from_edge_list(np.r_[0, spokes], np.r_[0, 0 * spokes], 200,
+                            make_undirected=True)  # node 0 of degree 60, beside a loop
+    wide = _dataset("hub", hub, features)
+    grown, _ = other_graph(every, wide, "sampled")
+    assert grown is not every.program and other_graph(every, wide, "sampled")[0] is grown
+    # a run whose table is in host memory reads the other graph's from there too
+    host = zg.train(zg.TrainConfig(**BASE, feature_placement="host"), ds)
+    assert is_host_resident(other_graph(host, alone, "full")[1].features)
+    np.testing.assert_allclose(np.asarray(zg.predict(host, nodes, dataset=alone)),
+                               np.asarray(zg.predict(host, nodes)), rtol=1e-5, atol=1e-6)
 
 
 def test_the_graph_is_prepared_as_the_runs_was():
@@ -66,6 +84,10 @@ def test_the_graph_is_prepared_as_the_runs_was():
     nodes = np.arange(150)
     np.testing.assert_array_equal(np.asarray(zg.predict(result, nodes, dataset=ds)),
                                   np.asarray(zg.predict(result, nodes)))
+    with pytest.raises(ValueError, match=r"each divided by its sum, which needs values >= "
+                                         r"0, and the features of dataset 'negative' hold "
+                                         r"-0\.99"):
+        zg.predict(result, nodes, dataset=_dataset("negative", looped, rows - 1))
 
 
 def test_a_link_runs_encoder_embeds_another_graphs_nodes():

@@ -184,6 +184,21 @@ def test_a_split_built_without_edge_tables_takes_the_datasets(tmp_path):
     for name in ("edge_features", "weights"):
         np.testing.assert_array_equal(np.asarray(getattr(kept, name)),
                                       np.asarray(getattr(drew.graph, name)))
+    # a pair given the other way round takes its edge's rows; a pair that is no edge
+    # cannot, and a run that reads them is told which
+    turned = drew.train[:, ::-1]
+    zg.LinkSplit(turned, bare, drew.val, drew.test, 80).save(tmp_path / "turned")
+    cfg = zg.TrainConfig(**{**LINK, "model": "gat"}, epochs=1, eval_mode="none",
+                         edge_features=True, heads=2, link_split=str(tmp_path / "turned"))
+    assert zg.train(cfg, ds).program.task.split.graph.edge_features is not None
+    edges = set(zip(src.tolist(), dst.tolist()))
+    u, v = next((a, b) for a in range(80) for b in range(a + 1, 80)
+                if (a, b) not in edges and (b, a) not in edges)
+    more = np.concatenate([drew.train, [[u, v]]]).astype(np.int32)
+    zg.LinkSplit(more, bare, drew.val, drew.test, 80).save(tmp_path / "more")
+    with pytest.raises(ValueError, match=rf"its training pair \({u}, {v}\) is no edge of "
+                                         rf"dataset 'ef', whose edge_features and weights"):
+        zg.train(dataclasses.replace(cfg, link_split=str(tmp_path / "more")), ds)
 
 
 def test_evaluation_pairs_are_taken_as_arrays_of_node_ids():

@@ -199,10 +199,11 @@ def reverse_of(graph: HeteroGraph, relation: Relation) -> Relation | None:
 def _warn_kept(graph: HeteroGraph, relation: Relation, reverse, held_keys: np.ndarray
                ) -> None:
     """Warns of each relation other than `relation` and its `reverse` that joins the
-    same two types (either way) and has an edge that is a held-out pair (`held_keys`,
-    src * n_dst + dst): it stays there, where message passing reads it while the pair is
-    evaluated (a `views` relation holding every `buys` pair, say, or a reverse not named
-    as `reverse_of` finds it)."""
+    same two types (either way) and has an edge that is a pair held out of training
+    (`held_keys`, src * n_dst + dst: evaluated, or in a split file's graph but not its
+    training pairs): it stays there, where message passing reads it while the held-out
+    pairs are evaluated (a `views` relation holding every `buys` pair, say, or a reverse
+    not named as `reverse_of` finds it)."""
     src, _, dst = relation
     n_dst = graph.num_nodes[dst]
     for rel, g in graph.items():
@@ -214,11 +215,11 @@ def _warn_kept(graph: HeteroGraph, relation: Relation, reverse, held_keys: np.nd
         kept = _held(pairs if forward else pairs[:, ::-1], held_keys, n_dst).sum()
         if kept:
             warnings.warn(f"link split of {relation_name(relation)}: {int(kept)} edges of "
-                          f"{relation_name(rel)} are held-out pairs, which stay there (only "
-                          f"the relation and its reverse, named {REVERSE_PREFIX}"
-                          f"{relation[1]}, lose them): the model reads them while it is "
-                          f"evaluated on them; remove them from {relation_name(rel)}",
-                          stacklevel=4)
+                          f"{relation_name(rel)} are pairs held out of training, which stay "
+                          f"there (only the relation and its reverse, named "
+                          f"{REVERSE_PREFIX}{relation[1]}, lose them): the model reads them "
+                          f"while it is evaluated on the held-out pairs; remove them from "
+                          f"{relation_name(rel)}", stacklevel=4)
 
 
 def relation_pairs(g: CSRGraph) -> np.ndarray:

@@ -12,6 +12,7 @@ every neighbour of its largest degree), in the run's level layout.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import jax.numpy as jnp
 import numpy as np
@@ -21,6 +22,7 @@ from zerognn_jax._src.data.graph import without_self_loops
 from zerognn_jax._src.data.planetoid import row_normalize
 from zerognn_jax._src.nn.layerwise import supports_layerwise
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
+from zerognn_jax._src.training.placement import place_features
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 
 
@@ -59,13 +61,18 @@ def other_graph(result, dataset, mode: str) -> tuple[StepProgram, DeviceData]:
     samples = mode == "sampled" or not supports_layerwise(program.model)
     features = dataset.features
     if result.summary.get("features_row_normalized"):
+        lowest = float(np.min(features)) if np.size(features) else 0.0
+        if lowest < 0:
+            raise ValueError(f"the run trained on its feature rows each divided by its sum, "
+                             f"which needs values >= 0, and the features of dataset "
+                             f"{dataset.name!r} hold {lowest:g}")
         features = row_normalize(features)
     sampler = SamplerConfig(tuple(config["fanouts"]), replace=config["replace"],
                             method=config["sampler"], edge_ids=program.sampler.edge_ids)
     sampler = sampler.resolve(graph.max_degree())
     if program.layout is not None:
         sampler = program.layout.apply(sampler)
-    program = dataclasses.replace(program, sampler=sampler)
+    program = _with_sampler(program, sampler)
     if sampler.method == "weighted" and graph.weights is None:
         if samples:
             raise ValueError(f"the run samples neighbours by edge weight (sampler "
@@ -74,11 +81,34 @@ def other_graph(result, dataset, mode: str) -> tuple[StepProgram, DeviceData]:
                              f"(mode='full')")
     else:  # (exact inference samples nothing: no weights to search)
         graph = prepare_graph(graph, sampler)
-    table = np.asarray(features).astype(jnp.dtype(config["dtype"]), copy=False)
+    dtype = jnp.dtype(config["dtype"])
     none = np.zeros((0,), np.int32)  # no targets: nothing is scored
+    if program.placement is not None and program.placement.where == "host":
+        # read from host memory as the run's table is (no device cache: rows in order)
+        table = place_features(features, dtype, program.placement, announce=False)
+    else:
+        table = np.asarray(features).astype(dtype, copy=False)
+        if program.parallel is None:
+            table = jnp.asarray(table)
     if program.parallel is None:
-        return program, DeviceData(graph.to_device(), jnp.asarray(table), jnp.asarray(none))
+        return program, DeviceData(graph.to_device(), table, jnp.asarray(none))
     return program, program.parallel.place_data(DeviceData(graph, table, none))
+
+
+# The programs of a run over other graphs, one per sampler (fanouts resolved for a
+# graph's degrees): a program is a static argument compared by identity, so a new one
+# each call compiled every pass again.
+_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _with_sampler(program: StepProgram, sampler: SamplerConfig) -> StepProgram:
+    """`program` with `sampler`, the same object for the same sampler."""
+    if sampler == program.sampler:
+        return program
+    kept = _PROGRAMS.setdefault(program, {})
+    if sampler not in kept:
+        kept[sampler] = dataclasses.replace(program, sampler=sampler)
+    return kept[sampler]
 
 
 def _edge_table(program: StepProgram, trained: DeviceData, graph, name: str):

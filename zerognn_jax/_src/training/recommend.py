@@ -19,6 +19,7 @@ import numpy as np
 
 from zerognn_jax._src.data.checks import at_least_one, node_ids, rectangular
 from zerognn_jax._src.data.links import transposed_hint
+from zerognn_jax._src.nn.link_heads import MLPDecoder
 from zerognn_jax._src.training.evaluate import Predictor
 from zerognn_jax._src.training.inference import check_call, require_result
 from zerognn_jax._src.training.tasks.base import RanksPairs, ScoresPairs
@@ -122,8 +123,10 @@ def _ranked(model, variables, h_src, h_dst, sources, left_out, unordered: bool, 
     # little), each at least k wide (k <= n_dst)
     blocks = -(-n_dst // MAX_DESTINATIONS)
     block = max(-(-n_dst // blocks), k)
-    rows = int(max(1, min(MAX_SOURCES, _pow2(len(sources)),
-                          BLOCK_FLOATS // (block * width))))
+    # the MLP decoder's layers hold [sources, destinations, width]; a dot product's
+    # multiply is fused into its sum, and holds the scores alone
+    held = block * width if isinstance(getattr(model, "decoder", None), MLPDecoder) else block
+    rows = int(max(1, min(MAX_SOURCES, _pow2(len(sources)), BLOCK_FLOATS // held)))
     rows = 1 << (rows.bit_length() - 1)  # a power of two: few shapes compiled
     ids = np.empty((len(sources), k), np.int64)
     scores = np.empty((len(sources), k), np.float32)

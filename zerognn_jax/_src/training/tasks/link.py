@@ -444,28 +444,52 @@ def link_data(cfg, dataset: Dataset | None = None) -> tuple[Dataset, LinkSplit]:
             raise ValueError(f"link_split {cfg.link_split!r} splits the pairs of "
                              f"{split.num_nodes} nodes; dataset {dataset.name!r} has "
                              f"{dataset.num_nodes}")
-        split = _edge_tables_from(split, dataset.graph)
+        split = _edge_tables_from(split, dataset, cfg)
         warn_unscored(split, cfg)
     return dataclasses.replace(dataset, graph=split.graph), split
 
 
-def _edge_tables_from(split: LinkSplit, graph) -> LinkSplit:
+def _edge_tables_from(split: LinkSplit, dataset, cfg) -> LinkSplit:
     """`split` whose message-passing graph takes its training edges' feature rows and
-    weights from the dataset's `graph` where the split's file kept none (a split built
-    over a graph without them); as it is where a training pair is no edge of `graph`."""
-    g, pairs = split.graph, (split.train[:, 0], split.train[:, 1])
+    weights from the dataset's graph where the split's file kept none (a split built
+    over a graph without them), each pair's from its edge either way round. A training
+    pair that is no edge of that graph leaves the split as it is, or, where the run
+    reads edge features or draws by weight, is refused naming the pair."""
+    g, graph = split.graph, dataset.graph
     wanted = [name for name in ("edge_features", "weights")
               if getattr(g, name) is None and getattr(graph, name) is not None]
     if not wanted:
         return split
-    try:
-        theirs = edge_positions(graph, *pairs)
-    except ValueError:
+    theirs = _positions_either_way(graph, split.train)
+    if (theirs < 0).any():
+        if cfg.edge_features or cfg.sampler == "weighted":
+            u, v = split.train[int(np.argmax(theirs < 0))]
+            raise ValueError(f"link_split {cfg.link_split!r} keeps no edge features or "
+                             f"weights, and its training pair ({u}, {v}) is no edge of "
+                             f"dataset {dataset.name!r}, whose {' and '.join(wanted)} it "
+                             f"would take: save the split over the dataset's graph")
         return split
-    ours = edge_positions(g, *pairs)  # (the training pairs are its edges)
+    ours = edge_positions(g, split.train[:, 0], split.train[:, 1])  # (its own edges)
     rows = {name: None if getattr(source, name) is None else
             np.asarray(getattr(source, name))[at]
             for name in ("edge_features", "weights")
             for source, at in [(graph, theirs) if name in wanted else (g, ours)]}
     return dataclasses.replace(split, graph=training_graph(
         split.train, split.num_nodes, rows["edge_features"], rows["weights"]))
+
+
+def _positions_either_way(graph, pairs: np.ndarray) -> np.ndarray:
+    """int64[P]: the CSR position of each pair's edge u -> v of `graph`, else of v -> u,
+    else -1."""
+    n = graph.num_nodes
+    indptr, indices = np.asarray(graph.indptr), np.asarray(graph.indices)
+    keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr)) * n + indices
+    order = np.argsort(keys, kind="stable")
+    found = np.full(len(pairs), -1, np.int64)
+    for a, b in ((0, 1), (1, 0)):
+        want = pairs[:, a].astype(np.int64) * n + pairs[:, b]
+        at = np.minimum(np.searchsorted(keys[order], want), max(keys.size - 1, 0))
+        hit = (found < 0) & (keys[order][at] == want) if keys.size else np.zeros_like(found,
+                                                                                     bool)
+        found[hit] = order[at][hit]
+    return found
