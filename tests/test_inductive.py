@@ -91,9 +91,9 @@ def test_the_graph_is_prepared_as_the_runs_was():
 
 
 def test_a_link_runs_encoder_embeds_another_graphs_nodes():
-    """A link run's embeddings and pair scores over its own message-passing graph,
-    given as another dataset, are the run's own; pairs of another graph are of its
-    nodes."""
+    """A link run's embeddings, pair scores and rankings over its own message-passing
+    graph, given as another dataset, are the run's own; pairs of another graph are of
+    its nodes."""
     g = random_graph(160, 700, seed=4)
     ds = _dataset("links", g, np.random.default_rng(2).normal(size=(160, 4)))
     result = zg.train(zg.TrainConfig(**BASE, task="link"), ds)
@@ -105,6 +105,13 @@ def test_a_link_runs_encoder_embeds_another_graphs_nodes():
     pairs = result.program.task.split.test.pos
     np.testing.assert_array_equal(zg.score_pairs(result, pairs, dataset=again),
                                   zg.score_pairs(result, pairs))
+    # "train" on another graph leaves out its edges: here the training pairs again
+    for got, own in zip(zg.recommend(result, nodes[:30], 12, dataset=again),
+                        zg.recommend(result, nodes[:30], 12)):
+        np.testing.assert_array_equal(got, own)
+    with pytest.raises(ValueError, match=r"exclude names the run's splits, which another "
+                                         r"graph has not: give 'train' \(its edges\)"):
+        zg.recommend(result, [0], dataset=again, exclude=("train", "val"))
     with pytest.raises(ValueError, match=r"pairs' source ids must lie in \[0, 50\)"):
         zg.score_pairs(result, [[60, 0]], dataset=_dataset(
             "small", random_graph(50, 100, seed=6), np.zeros((50, 4))))
@@ -137,6 +144,9 @@ def test_what_cannot_be_applied_to_another_graph_is_refused():
     with pytest.raises(ValueError, match=r"a typed graph's 'link' run scores the pairs of "
                                          r"the dataset it trained on"):
         zg.score_pairs(typed, [[0, 0]], dataset=ds)
+    with pytest.raises(ValueError, match=r"a typed graph's 'link' run ranks the nodes of "
+                                         r"the dataset it trained on"):
+        zg.recommend(typed, [0], dataset=ds)
 
 
 def test_a_weighted_samplers_run_predicts_a_graph_without_weights_exactly():

@@ -18,11 +18,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.checks import at_least_one, node_ids, rectangular
+from zerognn_jax._src.data.graph import to_edge_list
 from zerognn_jax._src.data.links import transposed_hint
 from zerognn_jax._src.nn.link_heads import MLPDecoder
 from zerognn_jax._src.training.evaluate import Predictor
+from zerognn_jax._src.training.inductive import other_graph
 from zerognn_jax._src.training.inference import check_call, require_result
-from zerognn_jax._src.training.tasks.base import RanksPairs, ScoresPairs
+from zerognn_jax._src.training.tasks.base import PredictsTypes, RanksPairs, ScoresPairs
 
 # Destinations scored at once, and floats a block's pair intermediates ([sources,
 # destinations, width] for the MLP decoder) may take; sources at once within both.
@@ -32,7 +34,8 @@ MAX_SOURCES = 256
 
 
 def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "full",
-              batch_size: int = 4096, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+              batch_size: int = 4096, seed: int = 0,
+              dataset=None) -> tuple[np.ndarray, np.ndarray]:
     """Each source's `k` best destinations by a link run's decoder score.
 
     Args:
@@ -47,6 +50,9 @@ def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "ful
         never its own destination, whatever `exclude` says.
       mode, batch_size, seed: how the embeddings are computed, as `zg.predict` takes
         them.
+      dataset: another graph of one node type, as `zg.predict` takes it (a one-type
+        link run's model over it): `sources` and the destinations are its nodes, and
+        "train" in `exclude` stands for its edges (the pairs it already holds).
 
     Returns:
       (ids int64[S, k], scores float32[S, k]): each row's destinations by descending
@@ -56,8 +62,9 @@ def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "ful
     Raises:
       TypeError: `result` not a `TrainResult`.
       ValueError: a run whose task ranks no pairs, ids out of range, `k` below 1 or
-        above the destination count, `exclude` of another form, or `mode`,
-        `batch_size`, `seed` as `predict` refuses them.
+        above the destination count, `exclude` of another form ("val" or "test" with
+        `dataset`, which has no splits), or `mode`, `batch_size`, `seed`, `dataset` as
+        `predict` refuses them.
     """
     require_result("recommend", result)
     task = result.program.task
@@ -65,7 +72,14 @@ def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "ful
         raise ValueError(f"recommend ranks the destinations of a link run (task 'link'); "
                          f"this run's task is {type(task).__name__}")
     check_call(mode, batch_size, seed)
-    n_src, n_dst = task.pair_counts()
+    program, data, (n_src, n_dst) = result.program, result.data, task.pair_counts()
+    if dataset is not None:
+        if isinstance(task, PredictsTypes):
+            raise ValueError(f"dataset gives a one-type graph's link run another graph; a "
+                             f"typed graph's {task.name!r} run ranks the nodes of the "
+                             f"dataset it trained on")
+        program, data = other_graph(result, dataset, mode)
+        n_src = n_dst = data.graph.num_nodes
     ends = getattr(getattr(task, "split", None), "ends", None)  # a typed split's two types
     kind = lambda end: "" if ends is None else f" ({ends[end]!r} ids)"
     sources = node_ids("sources", sources, n_src, kind(0))
@@ -73,14 +87,20 @@ def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "ful
     if k > n_dst:
         raise ValueError(f"k must be at most the {n_dst} destinations{kind(1)}, got {k}")
     named = _split_names(exclude)
-    known, unordered = task.known_pairs(named or ())
+    if dataset is not None and named is not None:
+        if set(named) != {"train"}:
+            raise ValueError(f"exclude names the run's splits, which another graph has "
+                             f"not: give 'train' (its edges), None or pairs, got {exclude!r}")
+        rows, cols = to_edge_list(dataset.graph)
+        known, unordered = np.stack([cols, rows], 1), True
+    else:
+        known, unordered = task.known_pairs(named or ())
     left_out = _left_out(known if named is not None else exclude, unordered, n_src, n_dst,
                          kind)
-    predictor = Predictor(result.program, result.variables, result.data, mode, batch_size,
-                          seed)
+    predictor = Predictor(program, result.variables, data, mode, batch_size, seed)
     table, offset = task.pair_table(predictor)
     variables = {n: v for n, v in result.variables.items() if n != "embedding"}
-    return _ranked(result.program.model, variables, table[:n_src] if offset else table,
+    return _ranked(program.model, variables, table[:n_src] if offset else table,
                    table[offset:offset + n_dst], sources, left_out, unordered, k)
 
 
