@@ -24,6 +24,7 @@ from zerognn_jax._src.nn.layerwise import supports_layerwise
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
 from zerognn_jax._src.training.placement import place_features
 from zerognn_jax._src.training.program import DeviceData, StepProgram
+from zerognn_jax._src.training.tasks.base import PredictsTypes
 
 
 def other_graph(result, dataset, mode: str) -> tuple[StepProgram, DeviceData]:
@@ -109,6 +110,21 @@ def _with_sampler(program: StepProgram, sampler: SamplerConfig) -> StepProgram:
     if sampler not in kept:
         kept[sampler] = dataclasses.replace(program, sampler=sampler)
     return kept[sampler]
+
+
+def pairs_over(result, dataset, mode: str, does: str):
+    """(program, device data, (sources, destinations) counts) of a link run's pairs:
+    its own, or those of `dataset`, another graph (`other_graph`), where a typed run,
+    which `does` what it does to the pairs of its own dataset, is refused."""
+    task = result.program.task
+    if dataset is None:
+        return result.program, result.data, task.pair_counts()
+    if isinstance(task, PredictsTypes):
+        raise ValueError(f"dataset gives a one-type graph's link run another graph; a "
+                         f"typed graph's {task.name!r} run {does} of the dataset it "
+                         f"trained on")
+    program, data = other_graph(result, dataset, mode)
+    return program, data, (data.graph.num_nodes,) * 2
 
 
 def _edge_table(program: StepProgram, trained: DeviceData, graph, name: str):

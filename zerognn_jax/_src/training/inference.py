@@ -31,7 +31,7 @@ from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
 from zerognn_jax._src.training.checksums import check_checksums
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.evaluate import Predictor
-from zerognn_jax._src.training.inductive import other_graph
+from zerognn_jax._src.training.inductive import other_graph, pairs_over
 from zerognn_jax._src.training.program import init_state, saved_envelope
 from zerognn_jax._src.training.rebuild import NAMES, check_dataset, config_of
 from zerognn_jax._src.training.records import epoch_folder_of, runs_inside
@@ -424,14 +424,7 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
         raise ValueError(f"pairs must be int[P, 2] (source, destination), got "
                          f"{pairs.dtype}{list(pairs.shape)}")
     ends = getattr(getattr(task, "split", None), "ends", None)  # a typed split's two types
-    program, data, counts = result.program, result.data, task.pair_counts()
-    if dataset is not None:
-        if isinstance(task, PredictsTypes):
-            raise ValueError(f"dataset gives a one-type graph's link run another graph; "
-                             f"a typed graph's {task.name!r} run scores the pairs of the "
-                             f"dataset it trained on")
-        program, data = other_graph(result, dataset, mode)
-        counts = (data.graph.num_nodes,) * 2
+    program, data, counts = pairs_over(result, dataset, mode, "scores the pairs")
     for end, (name, n) in enumerate(zip(("source", "destination"), counts)):
         check_ids(f"pairs' {name} ids", pairs[:, end], n,
                   "" if ends is None else f" ({ends[end]!r} ids)")

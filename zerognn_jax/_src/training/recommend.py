@@ -22,9 +22,9 @@ from zerognn_jax._src.data.graph import to_edge_list
 from zerognn_jax._src.data.links import transposed_hint
 from zerognn_jax._src.nn.link_heads import MLPDecoder
 from zerognn_jax._src.training.evaluate import Predictor
-from zerognn_jax._src.training.inductive import other_graph
+from zerognn_jax._src.training.inductive import pairs_over
 from zerognn_jax._src.training.inference import check_call, require_result
-from zerognn_jax._src.training.tasks.base import PredictsTypes, RanksPairs, ScoresPairs
+from zerognn_jax._src.training.tasks.base import RanksPairs, ScoresPairs
 
 # Destinations scored at once, and floats a block's pair intermediates ([sources,
 # destinations, width] for the MLP decoder) may take; sources at once within both.
@@ -72,14 +72,7 @@ def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "ful
         raise ValueError(f"recommend ranks the destinations of a link run (task 'link'); "
                          f"this run's task is {type(task).__name__}")
     check_call(mode, batch_size, seed)
-    program, data, (n_src, n_dst) = result.program, result.data, task.pair_counts()
-    if dataset is not None:
-        if isinstance(task, PredictsTypes):
-            raise ValueError(f"dataset gives a one-type graph's link run another graph; a "
-                             f"typed graph's {task.name!r} run ranks the nodes of the "
-                             f"dataset it trained on")
-        program, data = other_graph(result, dataset, mode)
-        n_src = n_dst = data.graph.num_nodes
+    program, data, (n_src, n_dst) = pairs_over(result, dataset, mode, "ranks the nodes")
     ends = getattr(getattr(task, "split", None), "ends", None)  # a typed split's two types
     kind = lambda end: "" if ends is None else f" ({ends[end]!r} ids)"
     sources = node_ids("sources", sources, n_src, kind(0))
