@@ -23,6 +23,12 @@ def _dataset(name, graph, features, classes=3):
                            np.arange(n // 2), [], [], classes)
 
 
+def assert_own_rows(result, nodes, dataset):
+    """The run's rows of `nodes` over `dataset` are those of its own graph."""
+    np.testing.assert_array_equal(np.asarray(zg.predict(result, nodes, dataset=dataset)),
+                                  np.asarray(zg.predict(result, nodes)))
+
+
 def _two_parts():
     """A graph of two parts with no edge between them (nodes 0-119 and 120-199)."""
     a, b = random_graph(120, 500, seed=1), random_graph(80, 300, seed=2)
@@ -82,8 +88,7 @@ def test_the_graph_is_prepared_as_the_runs_was():
     result = zg.train(zg.TrainConfig(**{**BASE, "model": "gcn"}, normalize_features=True), ds)
     assert result.program.self_loops_dropped
     nodes = np.arange(150)
-    np.testing.assert_array_equal(np.asarray(zg.predict(result, nodes, dataset=ds)),
-                                  np.asarray(zg.predict(result, nodes)))
+    assert_own_rows(result, nodes, ds)
     with pytest.raises(ValueError, match=r"each divided by its sum, which needs values >= "
                                          r"0, and the features of dataset 'negative' hold "
                                          r"-0\.99"):
@@ -100,8 +105,7 @@ def test_a_link_runs_encoder_embeds_another_graphs_nodes():
     trained = result.program.task.split.graph
     again = _dataset("again", trained, np.asarray(ds.features))
     nodes = np.arange(160)
-    np.testing.assert_array_equal(np.asarray(zg.predict(result, nodes, dataset=again)),
-                                  np.asarray(zg.predict(result, nodes)))
+    assert_own_rows(result, nodes, again)
     pairs = result.program.task.split.test.pos
     np.testing.assert_array_equal(zg.score_pairs(result, pairs, dataset=again),
                                   zg.score_pairs(result, pairs))
@@ -162,8 +166,7 @@ def test_a_weighted_samplers_run_predicts_a_graph_without_weights_exactly():
     result = zg.train(zg.TrainConfig(**BASE, sampler="weighted"), ds)
     bare = _dataset("bare", g, features)
     nodes = np.arange(100)
-    np.testing.assert_array_equal(np.asarray(zg.predict(result, nodes, dataset=bare)),
-                                  np.asarray(zg.predict(result, nodes)))
+    assert_own_rows(result, nodes, bare)
     with pytest.raises(ValueError, match=r"samples neighbours by edge weight \(sampler "
                                          r"'weighted'\), and the graph of dataset 'bare' "
                                          r"has no weights"):

@@ -66,6 +66,8 @@ def test_a_link_runs_ranking_is_its_scores_ranked(link_run, monkeypatch):
     expected = brute_force(link_run, sources, 120, left)
     assert_top_k(ids, scores, expected)
     np.testing.assert_array_equal(ids[1], ids[2])
+    none = zg.recommend(link_run, [], k=3)  # no sources asked: no rows
+    assert none[0].shape == none[1].shape == (0, 3) and none[0].dtype == np.int64
     free = zg.recommend(link_run, sources, k=3, exclude=None)
     assert_top_k(*free, brute_force(link_run, sources, 120, {s: {s} for s in range(120)}))
     whole = zg.recommend(link_run, sources, k=120)

@@ -313,20 +313,27 @@ def undirected_edges(graph: CSRGraph) -> np.ndarray:
     return _key_pairs(_edge_keys(graph, positions=False)[0], graph.num_nodes)
 
 
-def edge_positions(graph: CSRGraph, rows, cols) -> np.ndarray:
+def edge_positions(graph: CSRGraph, rows, cols, *, either_way: bool = False) -> np.ndarray:
     """int64[P]: the CSR position of edge rows[i] -> cols[i] of `graph` (the first, if
-    repeated). Raises ValueError naming the first pair the graph lacks."""
+    repeated). Raises ValueError naming the first pair the graph lacks; with
+    `either_way`, takes the edge cols[i] -> rows[i] where that one is missing, and gives
+    -1 for a pair the graph holds neither way round."""
     n = graph.num_nodes
     indptr, indices = np.asarray(graph.indptr), np.asarray(graph.indices)
     keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr)) * n + indices
     order = np.argsort(keys, kind="stable")
-    want = np.asarray(rows, np.int64) * n + np.asarray(cols, np.int64)
-    at = np.minimum(np.searchsorted(keys[order], want), max(keys.size - 1, 0))
-    missing = np.flatnonzero(keys[order][at] != want) if keys.size else np.arange(want.size)
-    if missing.size:
+    rows, cols = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
+    found = np.full(rows.shape, -1, np.int64)
+    for a, b in ((rows, cols), (cols, rows))[:1 + either_way]:
+        want = a * n + b
+        at = np.minimum(np.searchsorted(keys[order], want), max(keys.size - 1, 0))
+        hit = (found < 0) & (keys[order][at] == want) if keys.size else found >= 0
+        found[hit] = order[at][hit]
+    missing = np.flatnonzero(found < 0)
+    if missing.size and not either_way:
         i = int(missing[0])
-        raise ValueError(f"the graph has no edge {int(want[i] // n)} -> {int(want[i] % n)}")
-    return order[at]
+        raise ValueError(f"the graph has no edge {int(rows[i])} -> {int(cols[i])}")
+    return found
 
 
 def _pair_keys(edges: np.ndarray, n: int) -> np.ndarray:

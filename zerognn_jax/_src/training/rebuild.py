@@ -32,8 +32,7 @@ REBUILT = {"progress": False, "checkpoint_dir": None, "metrics_out": None,
 
 def rebuild_record(cfg: TrainConfig, dataset, given: bool) -> dict:
     """{"config": every option (the root, a link split's file, and a dataset read from a
-    path, absolute),
-    "dataset_given": bool} of a run."""
+    path, absolute), "dataset_given": bool} of a run."""
     config = dataclasses.asdict(cfg)
     for name in ("root", "link_split"):
         if getattr(cfg, name) is not None:

@@ -141,35 +141,35 @@ def _ranked(model, variables, h_src, h_dst, sources, left_out, unordered: bool, 
     held = block * width if isinstance(getattr(model, "decoder", None), MLPDecoder) else block
     rows = int(max(1, min(MAX_SOURCES, _pow2(len(sources)), BLOCK_FLOATS // held)))
     rows = 1 << (rows.bit_length() - 1)  # a power of two: few shapes compiled
-    ids = np.empty((len(sources), k), np.int64)
-    scores = np.empty((len(sources), k), np.float32)
+    blocks = [h_dst[first:first + block] for first in range(0, n_dst, block)]
+    if blocks[-1].shape[0] < block:  # the last block, padded; its padding never ranks
+        blocks[-1] = jnp.pad(blocks[-1], ((0, block - blocks[-1].shape[0]), (0, 0)))
+    queued = [(np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))]  # (none asked)
+    # every chunk's best, read once all are queued
     for start in range(0, len(sources), rows):
         chunk = sources[start:start + rows]
         padded = np.zeros(rows, np.int32)
         padded[:len(chunk)] = chunk
         out_rows, out_cols = _chunk_pairs(chunk, left_out, unordered)
         best = None
-        for first in range(0, n_dst, block):
-            cand = h_dst[first:first + block]
-            if cand.shape[0] < block:  # the last block, padded; its padding never ranks
-                cand = jnp.pad(cand, ((0, block - cand.shape[0]), (0, 0)))
-            best = _block_best(model, variables, h_src[padded], cand, first,
-                               min(n_dst - first, block), out_rows, out_cols, best, k=k)
-        top_scores, top_ids = (np.asarray(a)[:len(chunk)] for a in best)
-        ids[start:start + len(chunk)] = np.where(np.isneginf(top_scores), -1, top_ids)
-        scores[start:start + len(chunk)] = top_scores
-    return ids, scores
+        for i, cand in enumerate(blocks):
+            best = _block_best(model, variables, h_src[padded], cand, i * block,
+                               min(n_dst - i * block, block), out_rows, out_cols, best, k=k)
+        queued.append(best)
+    scores = np.concatenate([np.asarray(s) for s, _ in queued])[:len(sources)]
+    ids = np.concatenate([np.asarray(i) for _, i in queued])[:len(sources)]
+    return np.where(np.isneginf(scores), -1, ids).astype(np.int64), scores
 
 
 def _chunk_pairs(chunk: np.ndarray, left_out: np.ndarray, unordered: bool):
     """(rows, destinations) int32[L] of the pairs left out of a chunk of sources (a
     source's own id too where `unordered`), L a power of two, padded with row -1."""
     lo = np.searchsorted(left_out[:, 0], chunk, side="left")
-    hi = np.searchsorted(left_out[:, 0], chunk, side="right")
-    counts = hi - lo
+    counts = np.searchsorted(left_out[:, 0], chunk, side="right") - lo
     rows = np.repeat(np.arange(len(chunk)), counts)
-    at = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]) if rows.size \
-        else np.zeros(0, np.int64)
+    # each source's run of left_out: its start, plus the place in the run
+    at = np.repeat(lo, counts) + np.arange(rows.size) - np.repeat(np.cumsum(counts) - counts,
+                                                                    counts)
     cols = left_out[at, 1]
     if unordered:
         rows = np.concatenate([rows, np.arange(len(chunk))])

@@ -460,7 +460,7 @@ def _edge_tables_from(split: LinkSplit, dataset, cfg) -> LinkSplit:
               if getattr(g, name) is None and getattr(graph, name) is not None]
     if not wanted:
         return split
-    theirs = _positions_either_way(graph, split.train)
+    theirs = edge_positions(graph, split.train[:, 0], split.train[:, 1], either_way=True)
     if (theirs < 0).any():
         if cfg.edge_features or cfg.sampler == "weighted":
             u, v = split.train[int(np.argmax(theirs < 0))]
@@ -476,20 +476,3 @@ def _edge_tables_from(split: LinkSplit, dataset, cfg) -> LinkSplit:
             for source, at in [(graph, theirs) if name in wanted else (g, ours)]}
     return dataclasses.replace(split, graph=training_graph(
         split.train, split.num_nodes, rows["edge_features"], rows["weights"]))
-
-
-def _positions_either_way(graph, pairs: np.ndarray) -> np.ndarray:
-    """int64[P]: the CSR position of each pair's edge u -> v of `graph`, else of v -> u,
-    else -1."""
-    n = graph.num_nodes
-    indptr, indices = np.asarray(graph.indptr), np.asarray(graph.indices)
-    keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr)) * n + indices
-    order = np.argsort(keys, kind="stable")
-    found = np.full(len(pairs), -1, np.int64)
-    for a, b in ((0, 1), (1, 0)):
-        want = pairs[:, a].astype(np.int64) * n + pairs[:, b]
-        at = np.minimum(np.searchsorted(keys[order], want), max(keys.size - 1, 0))
-        hit = (found < 0) & (keys[order][at] == want) if keys.size else np.zeros_like(found,
-                                                                                     bool)
-        found[hit] = order[at][hit]
-    return found
