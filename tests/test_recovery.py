@@ -326,11 +326,14 @@ with I.deferred():
         pass
 print("not exited")
 """, [], 130, None),
-    # a signal the process ignores (a job started with `&`) stays ignored in a block
+    # a signal the process ignores (SIGINT in a job started with `&`, SIGHUP under
+    # `nohup`) stays ignored in a block
     "ignored": ("""
-signal.signal(signal.SIGINT, signal.SIG_IGN)
+for s in (signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
 with I.deferred():
     os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGHUP)
     time.sleep(0.3)
     check("an ignored signal")
     print("ignored")
@@ -935,19 +938,26 @@ def test_a_batch_beyond_the_training_items_is_fitted_and_its_checkpoints_resume(
                        params_of(resumed))
 
 
-def test_a_signal_inside_deferred_interrupts_stops_train_after_the_epoch(dataset, tmp_path):
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGHUP"])
+def test_a_signal_inside_deferred_interrupts_stops_train_after_the_epoch(dataset, tmp_path,
+                                                                        sig):
     """The public block (`zg.deferred_interrupts`, as the command line runs `train`): a
     SIGINT sent during epoch 0 (from its callback) stops the run after that epoch, with
-    `zg.Interrupted` naming it, its checkpoint kept."""
+    `zg.Interrupted` naming it, its checkpoint kept; so does a SIGHUP (a closed
+    terminal), which had ended the process at once."""
     import zerognn_jax as zg
 
+    if not hasattr(signal, sig):
+        pytest.skip(f"no {sig} on this platform")
+    signum = getattr(signal, sig)
+
     def kill(record):
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signum)
 
     with zg.deferred_interrupts():
-        with pytest.raises(zg.Interrupted, match="interrupted by SIGINT after epoch 0") as err:
+        with pytest.raises(zg.Interrupted, match=f"interrupted by {sig} after epoch 0") as err:
             train(config(tmp_path, 3), dataset, callbacks=(kill,))
-    assert err.value.exit_code == 130
+    assert err.value.exit_code == 128 + signum
     assert Checkpointer(str(tmp_path / "ck")).all_epochs() == [0]
 
 

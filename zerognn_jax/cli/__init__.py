@@ -52,7 +52,7 @@ def main(argv=None) -> int:
 
     Exit codes: 0 done; 1 training diverged, a file could not be written or the device
     ran out of memory; 2 bad arguments or data; 128 + N stopped by signal N (130 SIGINT,
-    143 SIGTERM).
+    143 SIGTERM, 129 SIGHUP).
     """
     from zerognn_jax._src.training.interrupts import Interrupted
     from zerognn_jax._src.training.trainer import Diverged

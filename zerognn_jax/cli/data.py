@@ -116,8 +116,8 @@ def load_named(name: str, root=None, *, scale: float = 1.0, seed: int = 0,
 def run_info(args: argparse.Namespace) -> int:
     """Handler of `data info`: loads the dataset and prints its statistics. --download
     and --seed are refused where they would do nothing (the scale is checked by the
-    loaders, whose Python callers give it too). SIGINT and SIGTERM are held until the
-    dataset is loaded (and a preset's cache under --root written), as `data generate`
+    loaders, whose Python callers give it too). SIGINT, SIGTERM and SIGHUP are held until
+    the dataset is loaded (and a preset's cache under --root written), as `data generate`
     holds them; one that came while the statistics were computed is the exit's."""
     from zerognn_jax._src.training import interrupts
     from zerognn_jax._src.training.run_checks import IgnoredOptionWarning
@@ -153,9 +153,9 @@ def run_info(args: argparse.Namespace) -> int:
 def run_generate(args: argparse.Namespace) -> int:
     """Handler of `data generate`: builds the preset, writes it to --out, prints stats.
 
-    SIGINT and SIGTERM are held until the preset is built (nothing written yet) or
+    SIGINT, SIGTERM and SIGHUP are held until the preset is built (nothing written yet) or
     written (`interrupts.deferred`; a signal in the middle of NumPy's or JAX's work
-    could crash the process); `main` turns them into exit code 130 or 143."""
+    could crash the process); `main` turns them into exit code 130, 143 or 129."""
     from zerognn_jax._src.training import interrupts
 
     with interrupts.deferred():

@@ -161,7 +161,7 @@ def _notes(args, result) -> dict:
 
 
 def run_export(args) -> int:
-    """Handler of `zerognn export`. SIGINT and SIGTERM are held until the checkpoint is
+    """Handler of `zerognn export`. SIGINT, SIGTERM and SIGHUP are held until the checkpoint is
     read, the model lowered or the artifact written (`interrupts.deferred`; a signal in
     the middle of a restore's threads could crash the process)."""
     from zerognn_jax._src.training import interrupts

@@ -182,8 +182,8 @@ def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
 def run_train(args: argparse.Namespace) -> int:
     """Handler of `zerognn train`: prints the summary as one line of strict JSON.
 
-    SIGINT and SIGTERM stop the run between phases (`interrupts.deferred`); `main` turns
-    the resulting `Interrupted` into exit code 130 or 143.
+    SIGINT, SIGTERM and SIGHUP stop the run between phases (`interrupts.deferred`);
+    `main` turns the resulting `Interrupted` into exit code 130, 143 or 129.
     """
     import jax
 

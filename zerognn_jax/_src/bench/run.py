@@ -19,8 +19,8 @@ start). Each is measured the same way:
 3. one more replay under `jax.profiler`: the GPU execution fraction (profiling.py).
 
 Every record is one JSON line on stdout and in `--out`; a table ends the output. Under
-`zerognn bench` a SIGINT or SIGTERM stops the run after the measurement in progress,
-keeping the records written so far (exit code 130 or 143).
+`zerognn bench` a SIGINT, SIGTERM or SIGHUP stops the run after the measurement in
+progress, keeping the records written so far (exit code 130, 143 or 129).
 `--isolate` runs each configuration in its own process, so that its peak device
 memory is its own (`peak_scope` "config"; otherwise "process", the peak so far).
 `--check-steps`, `--phases` and `--batch-sizes` add the scan-vs-host subgraph check,
@@ -361,7 +361,7 @@ def run_child(options: BenchOptions, xla_flags: str = "",
               timeout: float | None = None) -> list[dict]:
     """Runs `options` in a fresh Python process, `xla_flags` added to XLA_FLAGS.
 
-    Returns the child's records, also those of a child that SIGINT or SIGTERM stopped
+    Returns the child's records, also those of a child that SIGINT, SIGTERM or SIGHUP stopped
     after the config in progress (a terminal's Ctrl-C reaches it with us); if it fails,
     one error record per config with the end of its stderr as the reason.
     """

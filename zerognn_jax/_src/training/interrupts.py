@@ -1,4 +1,4 @@
-"""SIGINT and SIGTERM that end a run between phases, never inside a JAX call.
+"""SIGINT, SIGTERM and SIGHUP that end a run between phases, never inside a JAX call.
 
 Why. XLA compiles on a worker thread while the main thread waits. Python's default
 SIGINT handler raises KeyboardInterrupt in the waiting thread, the process starts to
@@ -6,7 +6,7 @@ exit, and the compile still running on the worker touches a runtime that is bein
 down: the process dies with SIGSEGV seconds after printing that it was interrupted.
 
 What instead. Inside `deferred()` (the `zerognn` command wraps every run in it) the
-first SIGINT or SIGTERM only records the signal and says so on stderr; the training loop
+first SIGINT, SIGTERM or SIGHUP only records the signal and says so on stderr; the training loop
 calls `check()` between phases and after every chunk of steps, which raises
 `Interrupted` once the call in progress has returned and the device is idle. A second
 signal ends the process at once with `os._exit`, which skips the interpreter's shutdown
@@ -43,12 +43,15 @@ from collections.abc import Iterator
 import jax
 import numpy as np
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP: the terminal a run was started from closed (a dropped ssh session); where the
+# process ignores it (`nohup`), it stays ignored, as any ignored signal here
+SIGNALS = (signal.SIGINT, signal.SIGTERM, *(
+    (signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
 _received: list[int] = []  # signals seen inside `deferred()`, first one first
 
 
 class Interrupted(KeyboardInterrupt):
-    """A run stopped at a safe point after SIGINT or SIGTERM.
+    """A run stopped at a safe point after SIGINT, SIGTERM or SIGHUP.
 
     Attributes:
       signum: the signal; `exit_code` is the shell's convention, 128 + signum.
@@ -195,7 +198,7 @@ def _restore_wakeup(fd: int) -> int:
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
-    """Within the block, SIGINT and SIGTERM are recorded for `check()` (main thread only;
+    """Within the block, SIGINT, SIGTERM and SIGHUP are recorded for `check()` (main thread only;
     elsewhere, and inside another such block, it changes nothing)."""
     if threading.current_thread() is not threading.main_thread() or _current[0]:
         yield
@@ -277,7 +280,7 @@ def _from_any_process(signum: int) -> tuple[int, int | None]:
 
 def exit_on_signal(code: int) -> None:
     """For the rest of a command's process, whose work is done and whose exit status
-    is `code`: SIGINT or SIGTERM ends it at once with `code`, its output flushed first.
+    is `code`: SIGINT, SIGTERM or SIGHUP ends it at once with `code`, its output flushed first.
     Python's own handlers would make a finished run's signal a KeyboardInterrupt inside
     the interpreter's shutdown (a traceback from an exit handler, JAX's among them) or,
     for SIGTERM, a death with status 143 after the summary was printed. A signal the
