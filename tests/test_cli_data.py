@@ -209,7 +209,7 @@ def test_generate_rejects_unknown_preset(capsys):
     assert "invalid choice: 'cora'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("argv", "names"), [([], "{train,data,bench,export}"),
+@pytest.mark.parametrize(("argv", "names"), [([], "{train,data,bench,export,predict}"),
                                              (["data"], "{info,generate}")])
 def test_a_missing_command_is_named_by_its_choices(argv, names, capsys):
     """The message named argparse's destination, `data_command`."""

@@ -88,6 +88,11 @@ def test_restore_for_inference_needs_the_model_only(planetoid_root, tmp_path, ca
         "(MeanConcat); this command builds the built-in models only: export it from "
         "Python, zg.export_model on zg.restore(..., model=..., for_inference=True)\n")
     assert not out.exists()
+    assert main(["predict", cfg.checkpoint_dir, "--out", str(tmp_path / "p.npz")]) == 2
+    assert capsys.readouterr().err.endswith(
+        "built-in models only: call zg.predict from Python on zg.restore(..., model=..., "
+        "for_inference=True)\n")
+    assert not (tmp_path / "p.npz").exists()
     with pytest.raises(ValueError, match="node_type picks a node type of a typed graph's "
                                          "run; this run's graph has one type \\(its task "
                                          "'node'\\)$"):  # (it named the class, NodeTask)

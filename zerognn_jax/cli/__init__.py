@@ -1,4 +1,5 @@
-"""The `zerognn` command line: `train`, `data info`, `data generate`, `bench`, `export`."""
+"""The `zerognn` command line: `train`, `data info`, `data generate`, `bench`, `export`,
+`predict`."""
 
 from __future__ import annotations
 
@@ -21,17 +22,20 @@ from zerognn_jax.cli.flags import (
     spelled_as_flags,
     use_compile_cache_flag,
 )
+from zerognn_jax.cli.predict import add_predict_command
 from zerognn_jax.cli.train import add_train_command
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zerognn", description=__doc__, allow_abbrev=False)
     parser.add_argument("--version", action="version", version=_versions())
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,data,bench,export}")
+    sub = parser.add_subparsers(dest="command", required=True,
+                                metavar="{train,data,bench,export,predict}")
     add_train_command(sub)
     add_data_commands(sub)
     add_bench_command(sub)
     add_export_command(sub)
+    add_predict_command(sub)
     return parser
 
 
@@ -65,7 +69,7 @@ def main(argv=None) -> int:
         hint = _meant({o: o for o in top if o.startswith("--")}, given[:1],
                       _elsewhere(parser, parser))
         parser.error(f"unrecognized arguments: {given[0]}{hint}; the command comes first: "
-                     f"zerognn {{train,data,bench,export}} ...")
+                     f"zerognn {{train,data,bench,export,predict}} ...")
     args, unknown = parser.parse_known_args(given)
     if unknown:  # as parse_args would refuse them, with the flags they may have meant
         leaf = _leaf(parser, args)
@@ -116,6 +120,8 @@ LESS_TO_HOLD = {
              "(--feature-placement host)",
     "data": "a smaller --scale",
     "export": "a smaller --batch-size",
+    "predict": "a smaller --batch-size, or --mode sampled (exact inference holds every "
+               "node's rows)",
 }
 
 

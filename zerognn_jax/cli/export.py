@@ -160,6 +160,19 @@ def _notes(args, result) -> dict:
     return notes
 
 
+def restored(args, dataset, instead: str):
+    """`zg.restore` of the checkpoint `args` name (--best, --epoch) for inference; a run
+    of the user's own model is refused, saying to do `instead` from Python."""
+    try:
+        return restore(args.checkpoint_dir, best=args.best, epoch=args.epoch,
+                       dataset=dataset, for_inference=True)
+    except OwnModelNeeded as err:
+        raise ValueError(f"{args.checkpoint_dir} holds a run of a model of your own "
+                         f"({err.model}); this command builds the built-in models only: "
+                         f"{instead} on zg.restore(..., model=..., for_inference=True)"
+                         ) from None
+
+
 def run_export(args) -> int:
     """Handler of `zerognn export`. SIGINT, SIGTERM and SIGHUP are held until the checkpoint is
     read, the model lowered or the artifact written (`interrupts.deferred`; a signal in
@@ -177,14 +190,7 @@ def run_export(args) -> int:
         platforms = tuple(dict.fromkeys(p.strip() for p in args.platforms.split(",")))
     with interrupts.deferred():
         dataset = None if args.dataset is None else load_named(args.dataset)
-        try:
-            result = restore(args.checkpoint_dir, best=args.best, epoch=args.epoch,
-                             dataset=dataset, for_inference=True)
-        except OwnModelNeeded as err:
-            raise ValueError(f"{args.checkpoint_dir} holds a run of a model of your own "
-                             f"({err.model}); this command builds the built-in models "
-                             f"only: export it from Python, zg.export_model on "
-                             f"zg.restore(..., model=..., for_inference=True)") from None
+        result = restored(args, dataset, "export it from Python, zg.export_model")
         interrupts.check("reading the checkpoint; nothing was written")
         art = export_model(result.program, result.variables, result.data,
                            batch_size=args.batch_size, platforms=platforms,

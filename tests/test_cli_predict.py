@@ -1,0 +1,127 @@
+"""`zerognn predict`: a run's checkpoint gives the outputs `zg.predict`, `zg.score_pairs`
+and `zg.recommend` give, written to one .npz file; bad input ends in one line and
+writes nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+import zerognn_jax as zg
+from zerognn_jax.cli import main
+
+SMALL = dict(dataset="tiny", hidden=8, layers=2, fanouts=(4, 3), batch_size=256, epochs=1,
+             eval_mode="none", progress=False)
+
+
+@pytest.fixture(scope="module")
+def node_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("predict")
+    zg.train(zg.TrainConfig(**SMALL, checkpoint_dir=str(folder / "ck")))
+    return folder, zg.restore(str(folder / "ck"), for_inference=True)
+
+
+@pytest.fixture(scope="module")
+def link_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("predict-link")
+    zg.train(zg.TrainConfig(**SMALL, task="link", checkpoint_dir=str(folder / "ck")))
+    return folder, zg.restore(str(folder / "ck"), for_inference=True)
+
+
+def _predict(folder, *flags, out="p.npz"):
+    """(exit code, the file's arrays and meta or None) of `zerognn predict`."""
+    path = folder / out
+    code = main(["predict", str(folder / "ck"), "--out", str(path), *flags])
+    if code or not path.exists():
+        return code, None
+    with np.load(path) as saved:
+        arrays = {k: saved[k] for k in saved.files}
+    return code, {**arrays, "meta": json.loads(str(arrays["meta"]))}
+
+
+def test_a_node_runs_outputs_are_those_of_predict(node_run, capsys):
+    folder, result = node_run
+    code, got = _predict(folder)  # the test split, exact
+    assert code == 0
+    ids = np.asarray(result.dataset.test_idx)
+    np.testing.assert_array_equal(got["ids"], ids)
+    np.testing.assert_array_equal(got["outputs"], np.asarray(zg.predict(result, ids)))
+    assert got["meta"]["what"] == "outputs" and got["meta"]["epoch"] == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    classes = result.dataset.num_classes
+    assert printed["shapes"] == {"ids": [ids.size], "outputs": [ids.size, classes]}
+    # ids of a text file, sampled with a seed; the file of the last call is replaced
+    (folder / "ids.txt").write_text("4\n0\n17\n")
+    code, got = _predict(folder, "--nodes", str(folder / "ids.txt"), "--mode", "sampled",
+                         "--seed", "3", "--batch-size", "2")
+    want = zg.predict(result, [4, 0, 17], mode="sampled", seed=3, batch_size=2)
+    np.testing.assert_array_equal(got["outputs"], np.asarray(want))
+    code, got = _predict(folder, "--nodes", "all")
+    assert got["ids"].tolist() == list(range(result.dataset.graph.num_nodes))
+
+
+def test_another_graphs_nodes_are_predicted_as_predict_gives_them(node_run):
+    folder, result = node_run
+    other = zg.load_dataset("tiny", seed=1)
+    zg.save_npz(other, folder / "other.npz")
+    code, got = _predict(folder, "--graph", str(folder / "other.npz"), "--nodes", "val")
+    assert code == 0 and got["meta"]["graph"] == str(folder / "other.npz")
+    want = zg.predict(result, other.val_idx, dataset=other)
+    np.testing.assert_allclose(got["outputs"], np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
+def test_a_link_runs_pairs_and_rankings_are_those_of_score_pairs_and_recommend(link_run):
+    folder, result = link_run
+    pairs = np.array([[0, 5], [7, 2], [3, 3]])
+    np.save(folder / "pairs.npy", pairs)
+    code, got = _predict(folder, "--pairs", str(folder / "pairs.npy"))
+    assert code == 0 and got["meta"]["what"] == "scores"
+    np.testing.assert_array_equal(got["scores"], zg.score_pairs(result, pairs))
+    np.save(folder / "users.npy", np.array([1, 9]))
+    code, got = _predict(folder, "--nodes", str(folder / "users.npy"), "--top-k", "4",
+                         "--exclude", "train,val")
+    best, scores = zg.recommend(result, [1, 9], 4, exclude=("train", "val"))
+    np.testing.assert_array_equal(got["destinations"], best)
+    np.testing.assert_array_equal(got["scores"], scores)
+    code, got = _predict(folder, "--nodes", str(folder / "users.npy"))  # embeddings
+    assert got["meta"]["what"] == "embeddings" and got["outputs"].shape == (2, 8)
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--top-k", "3"], "--top-k asks a link run for pairs; .* holds a 'node' run"),
+    (["--pairs", "PAIRS", "--nodes", "all"], "--pairs scores the pairs of its file; it "
+                                             "takes neither --nodes nor --top-k"),
+    (["--exclude", "val"], "--exclude val says which pairs --top-k ranks out"),
+    (["--nodes", "MISSING"], "--nodes .*missing.txt: no such file"),
+    (["--nodes", "FLOATS"], "--nodes .* holds numbers that are not whole ids"),
+    (["--nodes", "PAIRS"], r"--nodes .* holds an array of shape \(2, 2\); expected \[n\]"),
+    (["--nodes", "BIG"], r"--nodes must lie in \[0, \d+\), found \[0, 99999999\]"),
+])
+def test_bad_requests_are_one_line_and_write_nothing(node_run, capsys, flags, message):
+    folder, _ = node_run
+    files = {"MISSING": folder / "missing.txt", "FLOATS": folder / "floats.txt",
+             "PAIRS": folder / "two.npy", "BIG": folder / "big.txt"}
+    files["FLOATS"].write_text("1.5\n2\n")
+    np.save(files["PAIRS"], np.array([[1, 2], [3, 4]]))
+    files["BIG"].write_text("0\n99999999\n")
+    argv = [str(files.get(f, f)) for f in flags]
+    code, got = _predict(folder, *argv, out="bad.npz")
+    assert code == 2 and got is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("zerognn: error: ")
+    assert re.search(message, err[0]), err[0]
+
+
+def test_a_file_of_someone_elses_is_not_replaced(node_run, capsys):
+    folder, _ = node_run
+    theirs = folder / "theirs.npz"
+    np.savez(theirs, x=np.arange(3))
+    before = theirs.read_bytes()
+    code, _ = _predict(folder, out="theirs.npz")
+    assert code == 2 and theirs.read_bytes() == before
+    assert "exists and is not a file zerognn predict wrote" in capsys.readouterr().err
+    assert main(["predict", str(folder / "ck"), "--out", str(folder / "p.txt")]) == 2
+    assert not (folder / "p.txt").exists()

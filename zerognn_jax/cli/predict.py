@@ -1,0 +1,243 @@
+"""The `zerognn predict` command: a trained run's outputs, read from its checkpoint
+folder and written to one .npz file, for the nodes (graphs) or pairs named.
+
+  zerognn predict CHECKPOINT_DIR --out FILE.npz
+                  [--nodes test|val|train|all|IDS_FILE]  (default: test; a link run: all)
+                  [--pairs PAIRS_FILE]                   (a link run: the pairs' scores)
+                  [--top-k K [--exclude train|none|train,val]]
+                                                         (a link run: --nodes' K best)
+                  [--mode full|sampled] [--batch-size N] [--seed N]
+                  [--best | --epoch N] [--node-type TYPE]
+                  [--dataset FILE] [--graph FILE] [--compile-cache DIR|none]
+
+What the file holds (NumPy's `np.load`), by what was asked:
+  nodes:  `ids` int64[n], `outputs` float32[n, ...] (a node run's logits, a link run's
+          embeddings, a graph run's rows: `zg.predict`)
+  pairs:  `pairs` int64[P, 2], `scores` float32[P] (decoder logits: `zg.score_pairs`)
+  top k:  `sources` int64[S], `destinations` int64[S, K], `scores` float32[S, K]
+          (`zg.recommend`; -1 and -inf where fewer than K are left)
+and `meta`, a JSON string: the checkpoint, its epoch, the task, what the arrays are.
+
+The run comes back as `zg.restore` gives it for inference: a run trained on a dataset
+object needs it again, saved to a file and given as `--dataset FILE` (as `zerognn
+export` takes it). `--graph FILE` is another graph's saved dataset (one node type), or
+another collection of graphs for a graph-level run: the run's model over data it never
+saw (`dataset=` of `zg.predict`). IDS_FILE is a .npy array or a text file of one id a
+line; PAIRS_FILE a .npy int[P, 2] or text of two ids a line. The file is written whole
+or not at all; an existing --out is replaced only if this command wrote it. One JSON
+line on stdout says what was written. Errors print `zerognn: error: ...` and exit with
+2, or 1 where the file could not be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from zerognn_jax._src.data.writes import atomic_write, print_line, require_npz_suffix
+from zerognn_jax._src.training.inference import predict, score_pairs
+from zerognn_jax._src.training.lock import checkpoint_name
+from zerognn_jax._src.training.recommend import recommend
+from zerognn_jax._src.training.tasks.base import PredictsItems, PredictsTypes, RanksPairs
+from zerognn_jax.cli.data import load_named
+from zerognn_jax.cli.export import restored
+from zerognn_jax.cli.flags import add_compile_cache_flag, path_text, whole_number
+
+FORMAT = "zerognn-predictions"  # `meta`'s "format": a file this command wrote
+SPLITS = ("train", "val", "test")
+
+
+def add_predict_command(subparsers) -> argparse.ArgumentParser:
+    """Adds `predict` to `subparsers` (from `add_subparsers()`); its handler returns the
+    exit code."""
+    p = subparsers.add_parser("predict", help="write a trained run's outputs for nodes, "
+                                              "graphs or pairs to a .npz file",
+                              allow_abbrev=False)
+    p.add_argument("checkpoint_dir", type=os.path.expanduser,
+                   help="the run's checkpoint folder (--checkpoint-dir)")
+    p.add_argument("--out", required=True, type=path_text, help="the .npz file to write")
+    p.add_argument("--nodes", default=None,
+                   help="train, val, test or all (the run's split, or every id), or a file "
+                        "of ids (.npy, or text of one a line); default: test, a link run's "
+                        "all")
+    p.add_argument("--pairs", type=path_text, default=None,
+                   help="a link run: a file of pairs to score (.npy int[P, 2], or text of "
+                        "two ids a line)")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="a link run: the K best destinations of each of --nodes")
+    p.add_argument("--exclude", default="train",
+                   help="with --top-k, the pairs ranked out: the run's splits named "
+                        "(train, val, test, comma-separated) or none (default: train)")
+    p.add_argument("--mode", default="full", choices=("full", "sampled"),
+                   help="exact layer-wise inference where the model offers it, or sampled "
+                        "with the training fanouts (default: full)")
+    p.add_argument("--batch-size", type=int, default=4096,
+                   help="sampled: seeds a step (default: 4096)")
+    p.add_argument("--seed", type=whole_number, default=0, help="sampled: the draws' key")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--best", action="store_true",
+                       help="the best-validation checkpoint instead of the latest")
+    which.add_argument("--epoch", type=whole_number, default=None,
+                       help="that epoch's checkpoint instead of the latest")
+    p.add_argument("--node-type", default=None,
+                   help="a typed link run: the end type of its relation whose nodes --nodes "
+                        "names")
+    p.add_argument("--dataset", type=path_text, default=None,
+                   help="the saved file of the dataset a run trained on when it was given "
+                        "to train() as an object")
+    p.add_argument("--graph", type=path_text, default=None,
+                   help="another graph's saved dataset (one node type; a graph run: "
+                        "another collection), whose nodes (graphs) are predicted")
+    add_compile_cache_flag(p)
+    p.set_defaults(handler=run_predict)
+    return p
+
+
+def run_predict(args) -> int:
+    """Handler of `zerognn predict`. SIGINT, SIGTERM and SIGHUP are held until the
+    checkpoint is read, the outputs computed or the file written (`interrupts.deferred`),
+    then stop the command with nothing written."""
+    from zerognn_jax._src.training import interrupts
+
+    out = Path(args.out)
+    _check_options(args, out)
+    with interrupts.deferred():
+        started = time.perf_counter()
+        dataset = None if args.dataset is None else load_named(args.dataset)
+        other = None if args.graph is None else load_named(args.graph)
+        interrupts.check("reading the datasets; nothing was written")
+        result = restored(args, dataset, "call zg.predict from Python")
+        interrupts.check("reading the checkpoint; nothing was written")
+        arrays, what = _outputs(args, result, other)
+        interrupts.check("computing the outputs; nothing was written")
+        meta = {"format": FORMAT, "checkpoint": str(Path(args.checkpoint_dir).resolve()),
+                "epoch": result.summary["epoch"], "task": result.summary["task"],
+                "what": what, "mode": args.mode, "graph": args.graph,
+                "node_type": args.node_type}
+        with atomic_write(out, "predictions") as f:
+            np.savez(f, **arrays, meta=np.asarray(json.dumps(meta)))
+        interrupts.check(f"writing {out}")
+    shapes = {name: list(a.shape) for name, a in arrays.items()}
+    print_line(json.dumps({"out": str(out), "what": what, "epoch": meta["epoch"],
+                           "shapes": shapes,
+                           "seconds": round(time.perf_counter() - started, 3)}),
+               "what was written (the file is written)")
+    return 0
+
+
+def _check_options(args, out: Path) -> None:
+    """ValueError for options that cannot go together or an --out that is no new or
+    predictions file, before any work."""
+    require_npz_suffix(out, "zerognn predict")
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give a file's path ending in .npz")
+    if os.path.lexists(out) and not _ours(out):
+        raise ValueError(f"--out {out} exists and is not a file zerognn predict wrote; "
+                         f"give a new path or remove it first")
+    taken = checkpoint_name(out, Path(args.checkpoint_dir))
+    if taken is not None:
+        raise ValueError(f"--out {out.resolve()} takes a name a run writes in its "
+                         f"checkpoint folder ({taken}); give another name")
+    if args.pairs is not None and (args.top_k is not None or args.nodes is not None):
+        raise ValueError("--pairs scores the pairs of its file; it takes neither --nodes "
+                         "nor --top-k")
+    if args.top_k is not None and args.top_k < 1:
+        raise ValueError(f"--top-k must be at least 1, got {args.top_k}")
+    if args.exclude != "train" and args.top_k is None:
+        raise ValueError(f"--exclude {args.exclude} says which pairs --top-k ranks out; "
+                         f"give --top-k K")
+
+
+def _ours(path: Path) -> bool:
+    """Whether `path` is a file this command wrote (its `meta` names `FORMAT`)."""
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open("meta.npy") as f:
+            return json.loads(str(np.lib.format.read_array(f))).get("format") == FORMAT
+    except (OSError, ValueError, KeyError, AttributeError, zipfile.BadZipFile):
+        return False
+
+
+def _outputs(args, result, other) -> tuple[dict, str]:
+    """(the arrays to write, what they are) for the request `args` makes of `result`."""
+    task = result.program.task
+    links = isinstance(task, RanksPairs)
+    if (args.pairs is not None or args.top_k is not None) and not links:
+        flag = "--pairs" if args.pairs is not None else "--top-k"
+        raise ValueError(f"{flag} asks a link run for pairs; {args.checkpoint_dir} holds a "
+                         f"{task.name!r} run")
+    common = dict(mode=args.mode, batch_size=args.batch_size, seed=args.seed, dataset=other)
+    if args.pairs is not None:
+        pairs = _ids_file(args.pairs, "--pairs", columns=2)
+        return {"pairs": pairs, "scores": score_pairs(result, pairs, **common)}, "scores"
+    ids = _ids(args, result, other, links)
+    if args.top_k is not None:
+        exclude = _exclude(args.exclude)
+        best, scores = recommend(result, ids, args.top_k, exclude=exclude, **common)
+        return {"sources": ids, "destinations": best, "scores": scores}, "top_k"
+    outputs = np.asarray(predict(result, ids, node_type=args.node_type, **common),
+                         np.float32)
+    return {"ids": ids, "outputs": outputs}, "embeddings" if links else "outputs"
+
+
+def _ids(args, result, other, links: bool) -> np.ndarray:
+    """int64[n]: the ids --nodes names (a split of the dataset predicted, every id, or a
+    file's)."""
+    spec = args.nodes if args.nodes is not None else "all" if links else "test"
+    if spec not in (*SPLITS, "all"):
+        return _ids_file(spec, "--nodes", columns=1)
+    data = other if other is not None else result.dataset
+    task = result.program.task
+    if spec == "all":
+        if isinstance(task, PredictsItems):
+            return np.arange(task.num_items(data), dtype=np.int64)
+        if isinstance(task, PredictsTypes):
+            count = data.graph.num_nodes[task.output_type(args.node_type)]
+        else:
+            count = data.graph.num_nodes
+        return np.arange(count, dtype=np.int64)
+    if links:
+        raise ValueError(f"--nodes {spec}: a link run's splits are pairs, not nodes; give "
+                         f"all, a file of ids, or --pairs")
+    return np.asarray(getattr(data, f"{spec}_idx"), np.int64)
+
+
+def _exclude(text: str):
+    """--exclude as `recommend` takes it: None, or a tuple of split names."""
+    names = tuple(n.strip() for n in text.split(","))
+    if names == ("none",):
+        return None
+    wrong = [n for n in names if n not in SPLITS]
+    if wrong:
+        raise ValueError(f"--exclude takes train, val, test (comma-separated) or none, "
+                         f"got {text!r}")
+    return names
+
+
+def _ids_file(path: str, flag: str, *, columns: int) -> np.ndarray:
+    """int64[n] (`columns` 1) or int64[n, 2] of a .npy file or a text file."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{flag} {path}: no such file")
+    try:
+        if path.endswith(".npy"):
+            ids = np.load(path, allow_pickle=False)
+        else:
+            ids = np.loadtxt(path, dtype=np.float64, ndmin=columns)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{flag} {path}: not a .npy array or a text file of numbers "
+                         f"({err})") from None
+    shape = "[n]" if columns == 1 else "[n, 2]"
+    if ids.ndim != columns or (columns == 2 and ids.shape[1] != 2):
+        raise ValueError(f"{flag} {path} holds an array of shape {ids.shape}; expected "
+                         f"{shape} ids")
+    if ids.dtype.kind == "f":
+        if not np.all(np.isfinite(ids)) or np.any(ids != np.round(ids)):
+            raise ValueError(f"{flag} {path} holds numbers that are not whole ids")
+    elif ids.dtype.kind not in "iu":
+        raise ValueError(f"{flag} {path} holds {ids.dtype} values, not integer ids")
+    return ids.astype(np.int64)
