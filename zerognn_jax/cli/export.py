@@ -58,12 +58,7 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=256,
                    help="seeds per call (graphs per call for a graph-level run; default: "
                         "256)")
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--best", action="store_true",
-                       help="the best-validation checkpoint instead of the latest")
-    which.add_argument("--epoch", type=whole_number, default=None,
-                       help="that epoch's checkpoint instead of the latest (one the folder "
-                            "keeps)")
+    add_checkpoint_choice(p)
     p.add_argument("--platforms", default=None,
                    help="lowering targets, comma-separated (cpu, cuda, rocm, tpu); default: this "
                         "machine's")
@@ -158,6 +153,16 @@ def _notes(args, result) -> dict:
         notes.update(outputs="embeddings", decoder=decoder, pair_score=PAIR_SCORES[decoder],
                      graph=LINK_GRAPH)
     return notes
+
+
+def add_checkpoint_choice(p: argparse.ArgumentParser) -> None:
+    """`--best` or `--epoch N`, which checkpoint of the folder `restored` reads."""
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--best", action="store_true",
+                       help="the best-validation checkpoint instead of the latest")
+    which.add_argument("--epoch", type=whole_number, default=None,
+                       help="that epoch's checkpoint instead of the latest (one the folder "
+                            "keeps)")
 
 
 def restored(args, dataset, instead: str):

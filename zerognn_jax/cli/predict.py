@@ -46,7 +46,7 @@ from zerognn_jax._src.training.lock import checkpoint_name
 from zerognn_jax._src.training.recommend import recommend
 from zerognn_jax._src.training.tasks.base import PredictsItems, PredictsTypes, RanksPairs
 from zerognn_jax.cli.data import load_named
-from zerognn_jax.cli.export import restored
+from zerognn_jax.cli.export import add_checkpoint_choice, restored
 from zerognn_jax.cli.flags import add_compile_cache_flag, path_text, whole_number
 
 FORMAT = "zerognn-predictions"  # `meta`'s "format": a file this command wrote
@@ -80,11 +80,7 @@ def add_predict_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=4096,
                    help="sampled: seeds a step (default: 4096)")
     p.add_argument("--seed", type=whole_number, default=0, help="sampled: the draws' key")
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--best", action="store_true",
-                       help="the best-validation checkpoint instead of the latest")
-    which.add_argument("--epoch", type=whole_number, default=None,
-                       help="that epoch's checkpoint instead of the latest")
+    add_checkpoint_choice(p)
     p.add_argument("--node-type", default=None,
                    help="a typed link run: the end type of its relation whose nodes --nodes "
                         "names")
