@@ -108,7 +108,7 @@ def test_bad_requests_are_one_line_and_write_nothing(node_run, capsys, flags, me
     np.save(files["PAIRS"], np.array([[1, 2], [3, 4]]))
     files["BIG"].write_text("0\n99999999\n")
     argv = [str(files.get(f, f)) for f in flags]
-    code, got = _predict(folder, *argv, out="bad.npz")
+    code, got = _predict(folder, *argv, "--no-progress", out="bad.npz")
     assert code == 2 and got is None
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("zerognn: error: ")

@@ -8,7 +8,8 @@ folder and written to one .npz file, for the nodes (graphs) or pairs named.
                                                          (a link run: --nodes' K best)
                   [--mode full|sampled] [--batch-size N] [--seed N]
                   [--best | --epoch N] [--node-type TYPE]
-                  [--dataset FILE] [--graph FILE] [--compile-cache DIR|none]
+                  [--dataset FILE] [--graph FILE] [--no-progress]
+                  [--compile-cache DIR|none]
 
 What the file holds (NumPy's `np.load`), by what was asked:
   nodes:  `ids` int64[n], `outputs` float32[n, ...] (a node run's logits, a link run's
@@ -25,8 +26,10 @@ another collection of graphs for a graph-level run: the run's model over data it
 saw (`dataset=` of `zg.predict`). IDS_FILE is a .npy array or a text file of one id a
 line; PAIRS_FILE a .npy int[P, 2] or text of two ids a line. The file is written whole
 or not at all; an existing --out is replaced only if this command wrote it. One JSON
-line on stdout says what was written. Errors print `zerognn: error: ...` and exit with
-2, or 1 where the file could not be written.
+line on stdout says what was written; a step that takes more than a second (a dataset
+built, the run restored, the outputs computed) is said on stderr, with its time.
+Errors print `zerognn: error: ...` and exit with 2, or 1 where the file could not be
+written.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from zerognn_jax._src.data.announce import announcing, stderr_log
 from zerognn_jax._src.data.writes import atomic_write, print_line, require_npz_suffix
 from zerognn_jax._src.training.inference import predict, score_pairs
 from zerognn_jax._src.training.lock import checkpoint_name
@@ -90,6 +94,9 @@ def add_predict_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--graph", type=path_text, default=None,
                    help="another graph's saved dataset (one node type; a graph run: "
                         "another collection), whose nodes (graphs) are predicted")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                   help="say on stderr what a step taking more than a second is doing "
+                        "(default: on)")
     add_compile_cache_flag(p)
     p.set_defaults(handler=run_predict)
     return p
@@ -103,14 +110,17 @@ def run_predict(args) -> int:
 
     out = Path(args.out)
     _check_options(args, out)
+    log = stderr_log(args.progress)
     with interrupts.deferred():
         started = time.perf_counter()
-        dataset = None if args.dataset is None else load_named(args.dataset)
-        other = None if args.graph is None else load_named(args.graph)
+        dataset = None if args.dataset is None else load_named(args.dataset, log=log)
+        other = None if args.graph is None else load_named(args.graph, log=log)
         interrupts.check("reading the datasets; nothing was written")
-        result = restored(args, dataset, "call zg.predict from Python")
+        with announcing(f"zerognn: {args.checkpoint_dir}", log, doing="restoring the run"):
+            result = restored(args, dataset, "call zg.predict from Python")
         interrupts.check("reading the checkpoint; nothing was written")
-        arrays, what = _outputs(args, result, other)
+        with announcing("zerognn: outputs", log, doing=f"computing ({args.mode})"):
+            arrays, what = _outputs(args, result, other)
         interrupts.check("computing the outputs; nothing was written")
         meta = {"format": FORMAT, "checkpoint": str(Path(args.checkpoint_dir).resolve()),
                 "epoch": result.summary["epoch"], "task": result.summary["task"],
