@@ -214,7 +214,7 @@ def test_a_run_whose_dataset_file_moved_is_told_to_give_it(tmp_path, capsys):
     assert main(["export", str(tmp_path / "ck"), "--out", str(out)]) == 2
     assert capsys.readouterr().err.endswith(
         f": the run's dataset, as its checkpoint records it ({str(data)!r}), is not there "
-        f"now; give the dataset (dataset=; zerognn export: --dataset FILE)\n")
+        f"now; give the dataset (dataset=; zerognn export and predict: --dataset FILE)\n")
     assert main(["export", str(tmp_path / "ck"), "--out", str(out), "--dataset",
                  str(moved)]) == 0
     assert out.exists()

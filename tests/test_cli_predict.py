@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import zerognn_jax as zg
+from zerognn_jax._src.data.shop import make_shop
 from zerognn_jax.cli import main
 
 SMALL = dict(dataset="tiny", hidden=8, layers=2, fanouts=(4, 3), batch_size=256, epochs=1,
@@ -99,14 +100,21 @@ def test_a_link_runs_pairs_and_rankings_are_those_of_score_pairs_and_recommend(l
     (["--nodes", "FLOATS"], "--nodes .* holds numbers that are not whole ids"),
     (["--nodes", "PAIRS"], r"--nodes .* holds an array of shape \(2, 2\); expected \[n\]"),
     (["--nodes", "BIG"], r"--nodes must lie in \[0, \d+\), found \[0, 99999999\]"),
+    (["--nodes", "ONE_LINE"], r"shape \(1, 2\); expected \[n\] ids"),  # not two ids
+    (["--nodes", "EMPTY"], r"--nodes .*empty.txt holds no ids"),
+    (["--nodes", "HUGE"], r"holds 9223372036854775813, past any id"),  # not wrapped
+    (["--graph", "MISSING"], r"--graph .*missing.txt: no such file or folder"),
 ])
 def test_bad_requests_are_one_line_and_write_nothing(node_run, capsys, flags, message):
     folder, _ = node_run
-    files = {"MISSING": folder / "missing.txt", "FLOATS": folder / "floats.txt",
-             "PAIRS": folder / "two.npy", "BIG": folder / "big.txt"}
+    files = {name: folder / f"{name.lower()}.{'npy' if name in ('PAIRS', 'HUGE') else 'txt'}"
+             for name in ("MISSING", "FLOATS", "PAIRS", "BIG", "ONE_LINE", "EMPTY", "HUGE")}
     files["FLOATS"].write_text("1.5\n2\n")
     np.save(files["PAIRS"], np.array([[1, 2], [3, 4]]))
     files["BIG"].write_text("0\n99999999\n")
+    files["ONE_LINE"].write_text("1 2\n")
+    files["EMPTY"].write_text("")
+    np.save(files["HUGE"], np.array([1, 2**63 + 5], np.uint64))
     argv = [str(files.get(f, f)) for f in flags]
     code, got = _predict(folder, *argv, "--no-progress", out="bad.npz")
     assert code == 2 and got is None
@@ -125,3 +133,32 @@ def test_a_file_of_someone_elses_is_not_replaced(node_run, capsys):
     assert "exists and is not a file zerognn predict wrote" in capsys.readouterr().err
     assert main(["predict", str(folder / "ck"), "--out", str(folder / "p.txt")]) == 2
     assert not (folder / "p.txt").exists()
+
+
+def test_a_typed_link_runs_top_k_ranks_for_every_source_of_its_relation(tmp_path, capsys):
+    """`--top-k` without --nodes ranks for every user (the relation's sources), not for
+    as many users as another type has nodes; --node-type is refused with it, and
+    another graph for a typed run names --graph."""
+    shop = make_shop(60, 40, 2, per_user=6, dim=8, name="shop")
+    saved = zg.save_hetero_npz(shop, tmp_path / "shop.npz")
+    zg.train(zg.TrainConfig(task="link", model="rsage", hidden=16, layers=2, fanouts=(4, 4),
+                            batch_size=64, epochs=1, eval_mode="none", progress=False,
+                            link_relation="buys", checkpoint_dir=str(tmp_path / "ck")), shop)
+    code, got = _predict(tmp_path, "--dataset", str(saved), "--top-k", "3")
+    assert code == 0 and got["sources"].tolist() == list(range(60))
+    result = zg.restore(str(tmp_path / "ck"), dataset=shop, for_inference=True)
+    best, _ = zg.recommend(result, np.arange(60), 3)
+    np.testing.assert_array_equal(got["destinations"], best)
+    assert got["meta"]["exclude"] == "train" and got["meta"]["top_k"] == 3
+    code, got = _predict(tmp_path, "--dataset", str(saved), "--nodes", "all",
+                         "--node-type", "item")  # embeddings of every item
+    assert got["outputs"].shape[0] == 40
+    capsys.readouterr()
+    code, _ = _predict(tmp_path, "--dataset", str(saved), "--top-k", "3", "--node-type",
+                       "item", "--no-progress")
+    assert code == 2 and "drop --node-type" in capsys.readouterr().err
+    code, _ = _predict(tmp_path, "--dataset", str(saved), "--graph", str(saved),
+                       "--no-progress")
+    assert code == 2 and capsys.readouterr().err.startswith(
+        f"zerognn: error: --graph {saved}: another graph is predicted by one-type node "
+        f"and link runs and graph-level runs; a typed graph's 'link' run")

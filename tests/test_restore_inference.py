@@ -143,7 +143,8 @@ def test_a_given_dataset_is_asked_for_by_name(tmp_path, capsys):
     out, saved = tmp_path / "m.bin", zg.save_npz(ds, tmp_path / "mine.npz")
     export = ["export", cfg.checkpoint_dir, "--out", str(out), "--batch-size", "8"]
     assert main(export) == 2 and not out.exists()
-    assert "(zerognn export: --dataset and the file it was saved to)" in capsys.readouterr().err
+    assert ("(zerognn export and predict: --dataset and the file it was saved to)"
+            in capsys.readouterr().err)
     assert main([*export, "--dataset", str(saved)]) == 0
     assert json.loads(capsys.readouterr().out)["bytes"] == out.stat().st_size > 0
     with pytest.raises(FileNotFoundError, match=r"no checkpoint 3 in .*ck \(it holds \[0\]\)"):

@@ -27,7 +27,9 @@ saw (`dataset=` of `zg.predict`). IDS_FILE is a .npy array or a text file of one
 line; PAIRS_FILE a .npy int[P, 2] or text of two ids a line. The file is written whole
 or not at all; an existing --out is replaced only if this command wrote it. One JSON
 line on stdout says what was written; a step that takes more than a second (a dataset
-built, the run restored, the outputs computed) is said on stderr, with its time.
+built, the run restored, the outputs computed) is said on stderr, with its time. A
+first SIGINT, SIGTERM or SIGHUP stops the command after the step in progress, a second
+at once; neither leaves a file.
 Errors print `zerognn: error: ...` and exit with 2, or 1 where the file could not be
 written.
 """
@@ -38,6 +40,7 @@ import argparse
 import json
 import os
 import time
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -75,7 +78,7 @@ def add_predict_command(subparsers) -> argparse.ArgumentParser:
                         "two ids a line)")
     p.add_argument("--top-k", type=int, default=None,
                    help="a link run: the K best destinations of each of --nodes")
-    p.add_argument("--exclude", default="train",
+    p.add_argument("--exclude", default=None,
                    help="with --top-k, the pairs ranked out: the run's splits named "
                         "(train, val, test, comma-separated) or none (default: train)")
     p.add_argument("--mode", default="full", choices=("full", "sampled"),
@@ -83,17 +86,19 @@ def add_predict_command(subparsers) -> argparse.ArgumentParser:
                         "with the training fanouts (default: full)")
     p.add_argument("--batch-size", type=int, default=4096,
                    help="sampled: seeds a step (default: 4096)")
-    p.add_argument("--seed", type=whole_number, default=0, help="sampled: the draws' key")
+    p.add_argument("--seed", type=whole_number, default=0,
+                   help="sampled: the draws' key (default: 0)")
     add_checkpoint_choice(p)
     p.add_argument("--node-type", default=None,
-                   help="a typed link run: the end type of its relation whose nodes --nodes "
-                        "names")
+                   help="a typed run: the node type whose rows --nodes names (a typed "
+                        "link run: an end of its relation)")
     p.add_argument("--dataset", type=path_text, default=None,
                    help="the saved file of the dataset a run trained on when it was given "
                         "to train() as an object")
     p.add_argument("--graph", type=path_text, default=None,
                    help="another graph's saved dataset (one node type; a graph run: "
-                        "another collection), whose nodes (graphs) are predicted")
+                        "another collection), whose nodes (graphs) are predicted; "
+                        "--nodes train, val and test name its splits")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                    help="say on stderr what a step taking more than a second is doing "
                         "(default: on)")
@@ -113,6 +118,8 @@ def run_predict(args) -> int:
     log = stderr_log(args.progress)
     with interrupts.deferred():
         started = time.perf_counter()
+        ids = _ids_file(args.nodes, "--nodes", columns=1) if _is_file(args.nodes) else None
+        pairs = None if args.pairs is None else _ids_file(args.pairs, "--pairs", columns=2)
         dataset = None if args.dataset is None else load_named(args.dataset, log=log)
         other = None if args.graph is None else load_named(args.graph, log=log)
         interrupts.check("reading the datasets; nothing was written")
@@ -120,12 +127,14 @@ def run_predict(args) -> int:
             result = restored(args, dataset, "call zg.predict from Python")
         interrupts.check("reading the checkpoint; nothing was written")
         with announcing("zerognn: outputs", log, doing=f"computing ({args.mode})"):
-            arrays, what = _outputs(args, result, other)
+            arrays, what = _outputs(args, result, other, ids, pairs)
         interrupts.check("computing the outputs; nothing was written")
         meta = {"format": FORMAT, "checkpoint": str(Path(args.checkpoint_dir).resolve()),
                 "epoch": result.summary["epoch"], "task": result.summary["task"],
-                "what": what, "mode": args.mode, "graph": args.graph,
-                "node_type": args.node_type}
+                "best": args.best, "what": what, "mode": args.mode, "seed": args.seed,
+                "batch_size": args.batch_size, "graph": args.graph,
+                "node_type": args.node_type, "nodes": args.nodes, "pairs": args.pairs,
+                "top_k": args.top_k, "exclude": args.exclude}
         with atomic_write(out, "predictions") as f:
             np.savez(f, **arrays, meta=np.asarray(json.dumps(meta)))
         interrupts.check(f"writing {out}")
@@ -155,9 +164,25 @@ def _check_options(args, out: Path) -> None:
                          "nor --top-k")
     if args.top_k is not None and args.top_k < 1:
         raise ValueError(f"--top-k must be at least 1, got {args.top_k}")
-    if args.exclude != "train" and args.top_k is None:
+    if args.exclude is not None and args.top_k is None:
         raise ValueError(f"--exclude {args.exclude} says which pairs --top-k ranks out; "
                          f"give --top-k K")
+    if args.node_type is not None and (args.pairs is not None or args.top_k is not None):
+        flag = "--pairs" if args.pairs is not None else "--top-k"
+        raise ValueError(f"--node-type {args.node_type} picks the type whose rows --nodes "
+                         f"names; {flag} takes the ids of the link relation's own ends "
+                         f"(sources, then destinations): drop --node-type")
+    for flag, path in (("--dataset", args.dataset), ("--graph", args.graph)):
+        if path is not None and not os.path.exists(path):
+            raise FileNotFoundError(f"{flag} {path}: no such file or folder")
+    if args.top_k is not None:
+        args.exclude = "train" if args.exclude is None else args.exclude
+        _exclude(args.exclude)  # (refused before any work)
+
+
+def _is_file(nodes: str | None) -> bool:
+    """Whether --nodes names a file of ids (not a split, "all" or nothing)."""
+    return nodes is not None and nodes not in (*SPLITS, "all")
 
 
 def _ours(path: Path) -> bool:
@@ -169,40 +194,52 @@ def _ours(path: Path) -> bool:
         return False
 
 
-def _outputs(args, result, other) -> tuple[dict, str]:
-    """(the arrays to write, what they are) for the request `args` makes of `result`."""
+def _outputs(args, result, other, ids, pairs) -> tuple[dict, str]:
+    """(the arrays to write, what they are) for the request `args` makes of `result`:
+    `ids` those of the --nodes file (else None), `pairs` those of --pairs (else None).
+    An error about `other` (--graph) names that flag (the functions call it dataset)."""
     task = result.program.task
     links = isinstance(task, RanksPairs)
-    if (args.pairs is not None or args.top_k is not None) and not links:
-        flag = "--pairs" if args.pairs is not None else "--top-k"
+    if (pairs is not None or args.top_k is not None) and not links:
+        flag = "--pairs" if pairs is not None else "--top-k"
         raise ValueError(f"{flag} asks a link run for pairs; {args.checkpoint_dir} holds a "
                          f"{task.name!r} run")
+    if other is not None and isinstance(task, PredictsTypes):
+        raise ValueError(f"--graph {args.graph}: another graph is predicted by one-type "
+                         f"node and link runs and graph-level runs; a typed graph's "
+                         f"{task.name!r} run predicts the nodes of the graph it trained on")
     common = dict(mode=args.mode, batch_size=args.batch_size, seed=args.seed, dataset=other)
-    if args.pairs is not None:
-        pairs = _ids_file(args.pairs, "--pairs", columns=2)
-        return {"pairs": pairs, "scores": score_pairs(result, pairs, **common)}, "scores"
-    ids = _ids(args, result, other, links)
-    if args.top_k is not None:
-        exclude = _exclude(args.exclude)
-        best, scores = recommend(result, ids, args.top_k, exclude=exclude, **common)
-        return {"sources": ids, "destinations": best, "scores": scores}, "top_k"
-    outputs = np.asarray(predict(result, ids, node_type=args.node_type, **common),
-                         np.float32)
+    try:
+        if pairs is not None:
+            return {"pairs": pairs, "scores": score_pairs(result, pairs, **common)}, "scores"
+        if ids is None:
+            ids = _split_ids(args, result, other, links)
+        if args.top_k is not None:
+            best, scores = recommend(result, ids, args.top_k,
+                                     exclude=_exclude(args.exclude), **common)
+            return {"sources": ids, "destinations": best, "scores": scores}, "top_k"
+        outputs = np.asarray(predict(result, ids, node_type=args.node_type, **common),
+                             np.float32)
+    except ValueError as err:
+        if other is None:
+            raise
+        raise ValueError(f"--graph {args.graph}: {err}") from None
     return {"ids": ids, "outputs": outputs}, "embeddings" if links else "outputs"
 
 
-def _ids(args, result, other, links: bool) -> np.ndarray:
-    """int64[n]: the ids --nodes names (a split of the dataset predicted, every id, or a
-    file's)."""
+def _split_ids(args, result, other, links: bool) -> np.ndarray:
+    """int64[n]: the ids a split name or "all" names (default: test, a link run's all):
+    of the --graph dataset if given, else of the run's; a link run's --top-k sources,
+    the ids of its relation's source end."""
     spec = args.nodes if args.nodes is not None else "all" if links else "test"
-    if spec not in (*SPLITS, "all"):
-        return _ids_file(spec, "--nodes", columns=1)
     data = other if other is not None else result.dataset
     task = result.program.task
     if spec == "all":
-        if isinstance(task, PredictsItems):
-            return np.arange(task.num_items(data), dtype=np.int64)
-        if isinstance(task, PredictsTypes):
+        if args.top_k is not None:
+            count = task.pair_counts()[0] if other is None else other.graph.num_nodes
+        elif isinstance(task, PredictsItems):
+            count = task.num_items(data)
+        elif isinstance(task, PredictsTypes):
             count = data.graph.num_nodes[task.output_type(args.node_type)]
         else:
             count = data.graph.num_nodes
@@ -226,17 +263,26 @@ def _exclude(text: str):
 
 
 def _ids_file(path: str, flag: str, *, columns: int) -> np.ndarray:
-    """int64[n] (`columns` 1) or int64[n, 2] of a .npy file or a text file."""
+    """int64[n] (`columns` 1) or int64[n, 2] of a .npy file or a text file (a line a
+    row: one id, or two)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{flag} {path}: no such file")
+    if path.endswith(".npz"):
+        raise ValueError(f"{flag} {path}: an .npz archive; give a .npy array or a text "
+                         f"file of ids")
     try:
-        if path.endswith(".npy"):
-            ids = np.load(path, allow_pickle=False)
-        else:
-            ids = np.loadtxt(path, dtype=np.float64, ndmin=columns)
-    except (OSError, ValueError) as err:
+        with warnings.catch_warnings():  # (an empty text file: refused below)
+            warnings.simplefilter("ignore")
+            if path.endswith(".npy"):
+                ids = np.load(path, allow_pickle=False)
+            else:
+                ids = np.loadtxt(path, dtype=np.float64, ndmin=2)
+                ids = ids.reshape(-1) if columns == 1 and ids.shape[1:] == (1,) else ids
+    except (OSError, ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"{flag} {path}: not a .npy array or a text file of numbers "
                          f"({err})") from None
+    if not ids.size:
+        raise ValueError(f"{flag} {path} holds no ids")
     shape = "[n]" if columns == 1 else "[n, 2]"
     if ids.ndim != columns or (columns == 2 and ids.shape[1] != 2):
         raise ValueError(f"{flag} {path} holds an array of shape {ids.shape}; expected "
@@ -246,4 +292,8 @@ def _ids_file(path: str, flag: str, *, columns: int) -> np.ndarray:
             raise ValueError(f"{flag} {path} holds numbers that are not whole ids")
     elif ids.dtype.kind not in "iu":
         raise ValueError(f"{flag} {path} holds {ids.dtype} values, not integer ids")
+    if ids.dtype.kind != "i":  # past int64 (no id of any graph) before the cast wraps it
+        farthest = ids.flat[np.argmax(np.abs(ids.astype(np.float64)))]
+        if abs(float(farthest)) >= 2**63:
+            raise ValueError(f"{flag} {path} holds {int(farthest)}, past any id")
     return ids.astype(np.int64)

@@ -162,7 +162,7 @@ def _restored(directory: Path, cfg, dataset, model, optimizer, loss, best: bool,
                 raise  # (a named dataset's message says which root to give)
             raise FileNotFoundError(f"{err}: the run's dataset, {said} ({cfg.dataset!r}), "
                                     f"is not there now; give the dataset (dataset=; "
-                                    f"zerognn export: --dataset FILE)") from None
+                                    f"zerognn export and predict: --dataset FILE)") from None
         cfg = with_model(cfg, program.task, dataset,  # as `prepare` named it
                          user_model=model is not None)
         relations = relations_of(dataset)

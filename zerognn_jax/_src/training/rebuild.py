@@ -82,5 +82,5 @@ def check_dataset(meta: dict, dataset) -> None:
         kind = "GraphCollection" if config.get("task") == "graph" else "dataset"
         raise ValueError(f"the checkpoint's run trained on a {kind} passed to train() "
                          f"(named {name!r}), which cannot be loaded by name: pass it, "
-                         f"restore(..., dataset=...) (zerognn export: --dataset and the "
-                         f"file it was saved to)")
+                         f"restore(..., dataset=...) (zerognn export and "
+                         f"predict: --dataset and the file it was saved to)")
