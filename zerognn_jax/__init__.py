@@ -70,6 +70,7 @@ from zerognn_jax._src.data.loaders import (
 )
 from zerognn_jax._src.data.molecules import molhiv_like, molpcba_like
 from zerognn_jax._src.data.ogbg import read_ogbg
+from zerognn_jax._src.data.pyg_data import dataset_from_pyg, dataset_to_pyg
 from zerognn_jax._src.data.version import VERSION
 from zerognn_jax._src.data.writes import CacheWarning, WriteError
 from zerognn_jax._src.nn.bridge import as_linen
@@ -264,6 +265,7 @@ __all__ = [
     "TypedNodeTask", "TypedSample", "TypedLinkTask", "TypedLinkSplit", "typed_link_split",
     "OnTypesLink",
     "HeteroGraph", "HeteroDataset", "add_reverse_relations", "as_hetero", "from_hetero_data",
+    "dataset_from_pyg", "dataset_to_pyg",
     "hetero_from_csr", "hetero_graph", "is_hetero_path", "load_hetero", "make_hetero_dataset",
     "save_hetero_dir", "save_hetero_npz", "to_edge_list", "to_hetero_data",
     "TypedCalibration", "TypedEnvelope", "TypedMiniBatch", "TypedSamplerConfig",

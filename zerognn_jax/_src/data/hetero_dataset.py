@@ -284,7 +284,7 @@ def make_hetero_dataset(name: str, num_nodes: Mapping[str, int], edges: Mapping,
                          targets, target_kind or "classes")
 
 
-def _numpy(value) -> np.ndarray:
+def as_numpy(value) -> np.ndarray:
     """A torch tensor (bfloat16 included: its bits) or any array as a NumPy array."""
     if hasattr(value, "detach"):
         value = value.detach().cpu()
@@ -296,31 +296,32 @@ def _numpy(value) -> np.ndarray:
     return np.asarray(value)
 
 
-def _store_has(store, key: str) -> bool:
+def store_has(store, key: str) -> bool:
     try:
         return key in store
     except TypeError:
         return getattr(store, key, None) is not None
 
 
-def _y_targets(y: np.ndarray, target_type: str, target_kind: str | None) -> dict:
-    """`make_hetero_dataset`'s target arguments for the target type's `y`: integer y gives
+def _y_targets(y: np.ndarray, who: str, target_kind: str | None) -> dict:
+    """`make_hetero_dataset`'s target arguments for the target type's `y` (`who` in
+    messages: "node type 'paper'", or a one-type graph's "the data"): integer y gives
     `labels` (y of one column: [N] or [N, 1]), floating-point y float `targets` (a 1-D y
     one column) of
     `target_kind`, which float y needs ("multilabel" or "regression") and integer y
     refuses (but for "classes")."""
     if not (np.issubdtype(y.dtype, np.floating) or y.dtype == BFLOAT16):
         if target_kind not in (None, "classes"):
-            raise ValueError(f"target_kind={target_kind!r} needs float labels (y), but node "
-                             f"type {target_type!r} has {y.dtype} y (class ids)")
+            raise ValueError(f"target_kind={target_kind!r} needs float labels (y), but "
+                             f"{who} has {y.dtype} y (class ids)")
         columns = y.reshape(y.shape[0], -1).shape[1]
         if columns != 1:
-            raise ValueError(f"node type {target_type!r} has {y.dtype} labels (y) of shape "
+            raise ValueError(f"{who} has {y.dtype} labels (y) of shape "
                              f"{y.shape}: class ids take one column; for multi-label "
                              f"targets make y float and give target_kind=\"multilabel\"")
         return {"labels": y.reshape(-1)}
     if target_kind not in TARGET_KINDS[1:]:
-        raise ValueError(f"node type {target_type!r} has {y.dtype} labels (y): give "
+        raise ValueError(f"{who} has {y.dtype} labels (y): give "
                          f"target_kind=\"multilabel\" or \"regression\" for float targets"
                          + ("" if target_kind is None else f", not {target_kind!r}")
                          + " (class ids: make y an integer tensor)")
@@ -362,54 +363,54 @@ def from_hetero_data(data, target_type: str | None = None, *, name: str = "heter
     """
     types = list(data.node_types)
     if target_type is None:
-        with_y = [t for t in types if _store_has(data[t], "y")]
+        with_y = [t for t in types if store_has(data[t], "y")]
         if len(with_y) > 1:
             raise ValueError(f"give target_type: node types with labels (y) are {with_y}")
         target_type = (with_y or types or [None])[0]
-    features = {t: _numpy(data[t].x) for t in types if _store_has(data[t], "x")}
+    features = {t: as_numpy(data[t].x) for t in types if store_has(data[t], "x")}
     counts = {t: _node_count(data[t], t, features.get(t)) for t in types}
     edges, weights, tables = {}, {}, {}
     for rel in data.edge_types:
         store = data[rel]
-        edges[tuple(rel)] = _numpy(store.edge_index)
-        if _store_has(store, "edge_weight"):
-            weights[tuple(rel)] = _numpy(store.edge_weight)
-        if _store_has(store, "edge_attr"):
-            tables[tuple(rel)] = _numpy(store.edge_attr)
+        edges[tuple(rel)] = as_numpy(store.edge_index)
+        if store_has(store, "edge_weight"):
+            weights[tuple(rel)] = as_numpy(store.edge_weight)
+        if store_has(store, "edge_attr"):
+            tables[tuple(rel)] = as_numpy(store.edge_attr)
     if target_type not in counts:
         raise ValueError(f"target_type {target_type!r} is not a node type "
                          f"({', '.join(counts)})")
     given, splits = {}, {}  # none: a graph for link prediction alone
-    if any(_store_has(data[t], "y") for t in types):
-        given, splits, num_classes = _labels_and_splits(data[target_type], target_type,
-                                                        counts[target_type], target_kind,
-                                                        num_classes)
+    if any(store_has(data[t], "y") for t in types):
+        given, splits, num_classes = labels_and_splits(
+            data[target_type], f"node type {target_type!r}", counts[target_type],
+            target_kind, num_classes)
     return make_hetero_dataset(name, counts, edges, target_type=target_type, **given,
                                **splits, num_classes=num_classes, features=features,
                                weights=weights or None, edge_features=tables or None,
                                add_reverse=add_reverse)
 
 
-def _labels_and_splits(target, target_type: str, n: int, target_kind, num_classes):
+def labels_and_splits(target, who: str, n: int, target_kind, num_classes):
     """`make_hetero_dataset`'s label (or target) and split arguments from the target
-    type's store of a `HeteroData`: its `y` and masks; and `num_classes` (the store's
-    where class ids leave it unset)."""
-    if not _store_has(target, "y"):
-        raise ValueError(f"node type {target_type!r} has no labels (y)")
-    y = _numpy(target.y)
+    type's store of a `HeteroData` (`who` in messages), or of a PyG `Data`: its `y` and
+    masks; and `num_classes` (the store's where class ids leave it unset)."""
+    if not store_has(target, "y"):
+        raise ValueError(f"{who} has no labels (y)")
+    y = as_numpy(target.y)
     if y.ndim == 0 or y.shape[0] != n:
-        raise ValueError(f"node type {target_type!r} has {n} nodes but its "
+        raise ValueError(f"{who} has {n} nodes but its "
                          f"labels (y) have shape {y.shape}: one label per node")
-    given = _y_targets(y, target_type, target_kind)
-    if num_classes is None and "labels" in given and _store_has(target, "num_classes"):
+    given = _y_targets(y, who, target_kind)
+    if num_classes is None and "labels" in given and store_has(target, "num_classes"):
         num_classes = target.num_classes
     splits = {}
     for split in SPLITS:
-        if not _store_has(target, f"{split}_mask"):
-            raise ValueError(f"node type {target_type!r} has no {split}_mask")
-        mask = _numpy(getattr(target, f"{split}_mask"))
+        if not store_has(target, f"{split}_mask"):
+            raise ValueError(f"{who} has no {split}_mask")
+        mask = as_numpy(getattr(target, f"{split}_mask"))
         if mask.dtype != np.bool_ or mask.shape != (n,):  # node ids would read as a mask
-            raise ValueError(f"{split}_mask of node type {target_type!r} must be a boolean "
+            raise ValueError(f"{split}_mask of {who} must be a boolean "
                              f"mask of shape ({n},), one entry per node; got {mask.dtype} "
                              f"of shape {mask.shape}")
         splits[f"{split}_idx"] = np.flatnonzero(mask)
