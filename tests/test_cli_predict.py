@@ -96,7 +96,8 @@ def test_a_link_runs_pairs_and_rankings_are_those_of_score_pairs_and_recommend(l
     (["--pairs", "PAIRS", "--nodes", "all"], "--pairs scores the pairs of its file; it "
                                              "takes neither --nodes nor --top-k"),
     (["--exclude", "val"], "--exclude val says which pairs --top-k ranks out"),
-    (["--nodes", "MISSING"], "--nodes .*missing.txt: no such file"),
+    (["--nodes", "MISSING"], r"--nodes .*missing.txt: no such file \(nor a split: train, "
+                             r"val, test or all\)"),
     (["--nodes", "FLOATS"], "--nodes .* holds numbers that are not whole ids"),
     (["--nodes", "PAIRS"], r"--nodes .* holds an array of shape \(2, 2\); expected \[n\]"),
     (["--nodes", "BIG"], r"--nodes must lie in \[0, \d+\), found \[0, 99999999\]"),

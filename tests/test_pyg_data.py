@@ -62,6 +62,25 @@ def test_a_datas_graph_features_labels_and_masks_are_the_datasets(weighted):
     assert zg.dataset_from_pyg(_as_data(ds, num_nodes=None)).graph.num_nodes == 40  # x's
 
 
+def test_edges_in_any_order_keep_their_rows_and_a_last_isolated_node_counts():
+    """PyG's edges come in any order: each edge's weight and edge_attr row follow it into
+    the CSR order; num_nodes past the largest id keeps isolated nodes; y [N, 1] holds
+    class ids; a 1-D edge_attr is one column."""
+    ds = _dataset(weighted=True)
+    data = _as_data(ds)
+    order = np.random.default_rng(2).permutation(data.edge_index.shape[1])
+    data.edge_index, data.edge_weight = data.edge_index[:, order], data.edge_weight[order]
+    data.edge_attr, data.y = data.edge_attr[order], ds.labels[:, None]
+    _same(ds, zg.dataset_from_pyg(data, num_classes=5))
+    data.edge_attr = data.edge_attr[:, 0]
+    back = zg.dataset_from_pyg(data, num_classes=5)
+    np.testing.assert_array_equal(back.graph.edge_features, ds.graph.edge_features[:, :1])
+    lone = _as_data(ds, num_nodes=43, x=None, y=None)
+    for split in ("train", "val", "test"):
+        delattr(lone, f"{split}_mask")
+    assert zg.dataset_from_pyg(lone).graph.num_nodes == 43
+
+
 def test_data_without_labels_or_features_is_a_graph_for_link_prediction():
     ds = _dataset()
     data = _as_data(ds, x=None)

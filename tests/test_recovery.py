@@ -326,6 +326,34 @@ with I.deferred():
         pass
 print("not exited")
 """, [], 130, None),
+    # a hang-up comes twice (the shell passes it on, the kernel sends it as the shell
+    # exits): no second signal, which had exited at once
+    "hang-up twice": ("""
+with I.deferred():
+    os.kill(os.getpid(), signal.SIGHUP)
+    os.kill(os.getpid(), signal.SIGHUP)
+    time.sleep(0.3)
+    check("a hang-up")
+""", ["caught: interrupted by SIGHUP after a hang-up"], 0, None),
+    # after a hang-up the terminal fails every write (EIO): the block's terminal streams
+    # write nowhere, so a progress bar's lines do not end the run before its safe point
+    "hung-up terminal": ("""
+import pty
+master, slave = pty.openpty()
+result = os.dup(1)  # the test's pipe
+os.dup2(slave, 1)
+os.dup2(slave, 2)
+with I.deferred():
+    os.close(master)  # the terminal is gone
+    os.kill(os.getpid(), signal.SIGHUP)
+    time.sleep(0.3)
+    for i in range(2000):
+        print("a progress line", i, flush=True)
+    try:
+        I.check("the hang-up")
+    except I.Interrupted as e:
+        os.write(result, f"caught: {e}\\n".encode())
+""", ["caught: interrupted by SIGHUP after the hang-up"], 0, None),
     # a signal the process ignores (SIGINT in a job started with `&`, SIGHUP under
     # `nohup`) stays ignored in a block
     "ignored": ("""

@@ -132,12 +132,12 @@ def run_predict(args) -> int:
         meta = {"format": FORMAT, "checkpoint": str(Path(args.checkpoint_dir).resolve()),
                 "epoch": result.summary["epoch"], "task": result.summary["task"],
                 "best": args.best, "what": what, "mode": args.mode, "seed": args.seed,
-                "batch_size": args.batch_size, "graph": args.graph,
-                "node_type": args.node_type, "nodes": args.nodes, "pairs": args.pairs,
-                "top_k": args.top_k, "exclude": args.exclude}
-        with atomic_write(out, "predictions") as f:
+                "batch_size": args.batch_size, "graph": _resolved(args.graph),
+                "node_type": args.node_type, "nodes": _nodes_named(args, what),
+                "pairs": _resolved(args.pairs), "top_k": args.top_k,
+                "exclude": args.exclude}
+        with atomic_write(out, "predictions") as f:  # (a signal now: the file is done)
             np.savez(f, **arrays, meta=np.asarray(json.dumps(meta)))
-        interrupts.check(f"writing {out}")
     shapes = {name: list(a.shape) for name, a in arrays.items()}
     print_line(json.dumps({"out": str(out), "what": what, "epoch": meta["epoch"],
                            "shapes": shapes,
@@ -178,6 +178,20 @@ def _check_options(args, out: Path) -> None:
     if args.top_k is not None:
         args.exclude = "train" if args.exclude is None else args.exclude
         _exclude(args.exclude)  # (refused before any work)
+
+
+def _resolved(path: str | None) -> str | None:
+    return None if path is None else str(Path(path).resolve())
+
+
+def _nodes_named(args, what: str) -> str | None:
+    """What --nodes named, as `meta` records it: a split, "all" or a file's absolute
+    path (None for pairs)."""
+    if what == "scores":
+        return None
+    if _is_file(args.nodes):
+        return _resolved(args.nodes)
+    return args.nodes or ("all" if what in ("embeddings", "top_k") else "test")
 
 
 def _is_file(nodes: str | None) -> bool:
@@ -266,7 +280,8 @@ def _ids_file(path: str, flag: str, *, columns: int) -> np.ndarray:
     """int64[n] (`columns` 1) or int64[n, 2] of a .npy file or a text file (a line a
     row: one id, or two)."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{flag} {path}: no such file")
+        names = " (nor a split: train, val, test or all)" if flag == "--nodes" else ""
+        raise FileNotFoundError(f"{flag} {path}: no such file{names}")
     if path.endswith(".npz"):
         raise ValueError(f"{flag} {path}: an .npz archive; give a .npy array or a text "
                          f"file of ids")

@@ -22,11 +22,11 @@ def dataset_from_pyg(data, *, name: str = "pyg", num_classes: int | None = None,
     node aggregates from the sources of its incoming edges), `num_nodes` (PyG counts
     it from `x`), `x` (none: zero feature columns, for a run of `embedding_dim`), and
     where present `edge_weight` (the weighted sampler's) and `edge_attr` (edge features,
-    row i for column i). `y` with `train_mask`, `val_mask` and `test_mask` gives the
-    labels and splits: integer `y` class ids ([N] or [N, 1]; `num_classes` defaults to
-    `data.num_classes` where set, else the largest + 1), float `y` ([N] or [N, T]) float
-    targets of `target_kind` ("multilabel" or "regression"). Without `y` the dataset
-    has no labels or splits: a graph for link prediction alone.
+    row i for column i; [E] is one column). `y` with `train_mask`, `val_mask` and
+    `test_mask` gives the labels and splits: integer `y` class ids ([N] or [N, 1];
+    `num_classes` defaults to `data.num_classes` where set, else the largest + 1), float
+    `y` ([N] or [N, T]) float targets of `target_kind` ("multilabel" or "regression").
+    Without `y` the dataset has no labels or splits: a graph for link prediction alone.
 
     Raises:
       ValueError: no `edge_index`, or a malformed one; no node count (neither
@@ -45,6 +45,8 @@ def dataset_from_pyg(data, *, name: str = "pyg", num_classes: int | None = None,
     optional = {key: as_numpy(getattr(data, field)) for key, field in (
         ("weights", "edge_weight"), ("edge_features", "edge_attr"))
         if store_has(data, field)}
+    if "edge_features" in optional and optional["edge_features"].ndim == 1:
+        optional["edge_features"] = optional["edge_features"][:, None]  # PyG's [E]: one
     graph = from_edge_index(as_numpy(data.edge_index), n, **optional)
     features = np.zeros((n, 0), np.float32) if x is None else x
     given = {"labels": np.full(n, -1, np.int32)}

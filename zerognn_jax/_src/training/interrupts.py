@@ -44,9 +44,12 @@ import jax
 import numpy as np
 
 # SIGHUP: the terminal a run was started from closed (a dropped ssh session); where the
-# process ignores it (`nohup`), it stays ignored, as any ignored signal here
-SIGNALS = (signal.SIGINT, signal.SIGTERM, *(
-    (signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
+# process ignores it (`nohup`), it stays ignored, as any ignored signal here. A hang-up
+# comes twice (the shell passes it on to its jobs, the kernel sends it as the shell
+# exits) and is no second signal; the terminal it leaves fails every write (EIO), so the
+# block's streams that were terminals are pointed at /dev/null (`_hung_up`).
+HANGUP = getattr(signal, "SIGHUP", None)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, *(() if HANGUP is None else (HANGUP,)))
 _received: list[int] = []  # signals seen inside `deferred()`, first one first
 
 
@@ -85,6 +88,19 @@ class _Block:
 
 _leaving = threading.Lock()
 _current: list[_Block | None] = [None]  # the block running; a nested one changes nothing
+_terminals: list[int] = []  # stdout and stderr where they were terminals at block entry
+
+
+def _hung_up() -> None:
+    """After a hang-up, the block's terminal streams write to /dev/null: the terminal
+    is gone, and a progress bar's or the stop's line written there would fail the run
+    with an OSError (EIO) before its next safe point. Once for the block."""
+    while _terminals:
+        fd = _terminals.pop()
+        with contextlib.suppress(OSError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
 
 
 # On a terminal, a line is said from its start, over a progress bar being drawn there
@@ -127,8 +143,11 @@ def _exit_now(signum: int) -> None:
 
 
 def _on_signal(signum, frame) -> None:
+    if signum == HANGUP:
+        _hung_up()
     if _received:
-        _exit_now(signum)
+        if signum != HANGUP:
+            _exit_now(signum)
         return
     _received.append(signum)  # first: a signal that interrupts the line below exits
     if _current[0] is not None:
@@ -179,11 +198,13 @@ def _watch(fd: int) -> None:
             if block.forward >= 0 and block.forward != _pipe[0]:
                 with contextlib.suppress(OSError):
                     os.write(block.forward, bytes([byte]))
+            if block.active and byte == HANGUP:
+                _hung_up()
             if block.active and byte in SIGNALS:
                 block.seen += 1
                 if block.seen == 1:
                     _announce(block, byte)
-                else:
+                elif byte != HANGUP:  # (a hang-up's second delivery)
                     _exit_now(byte)
 
 
@@ -220,6 +241,7 @@ def deferred() -> Iterator[None]:
         raise
     _received.clear()
     _current[0] = block
+    _terminals[:] = [fd for fd in (1, 2) if os.isatty(fd)]
     # a signal the process ignores stays ignored: a job a script starts with `&` (a
     # shell without job control ignores SIGINT for it) must not stop on the Ctrl-C
     # meant for the script
@@ -236,6 +258,7 @@ def deferred() -> Iterator[None]:
                 _restore_wakeup(ours)
         _current[0] = None
         _received.clear()
+        _terminals.clear()
         # handlers last, SIGINT's last of all: a signal pending here meets the handler
         # it would meet outside the block, with the block's state already put back
         for s in sorted(previous, key=lambda s: s == signal.SIGINT):
