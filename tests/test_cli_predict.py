@@ -89,6 +89,16 @@ def test_a_link_runs_pairs_and_rankings_are_those_of_score_pairs_and_recommend(l
     np.testing.assert_array_equal(got["scores"], scores)
     code, got = _predict(folder, "--nodes", str(folder / "users.npy"))  # embeddings
     assert got["meta"]["what"] == "embeddings" and got["outputs"].shape == (2, 8)
+    assert got["meta"]["nodes"] == str((folder / "users.npy").resolve())
+
+
+def test_a_link_runs_k_past_its_destinations_is_named_as_the_flag(link_run, capsys):
+    folder, result = link_run
+    n = result.data.graph.num_nodes
+    code, _ = _predict(folder, "--top-k", str(n + 1), "--no-progress", out="k.npz")
+    assert code == 2 and not (folder / "k.npz").exists()
+    assert capsys.readouterr().err == (f"zerognn: error: --top-k must be at most the {n} "
+                                       f"destinations, got {n + 1}\n")
 
 
 @pytest.mark.parametrize(("flags", "message"), [
@@ -134,6 +144,8 @@ def test_a_file_of_someone_elses_is_not_replaced(node_run, capsys):
     assert "exists and is not a file zerognn predict wrote" in capsys.readouterr().err
     assert main(["predict", str(folder / "ck"), "--out", str(folder / "p.txt")]) == 2
     assert not (folder / "p.txt").exists()
+    assert "--out must name a .npz file (the archive np.load reads), got" in (
+        capsys.readouterr().err)
 
 
 def test_a_typed_link_runs_top_k_ranks_for_every_source_of_its_relation(tmp_path, capsys):

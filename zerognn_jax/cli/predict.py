@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from zerognn_jax._src.data.announce import announcing, stderr_log
-from zerognn_jax._src.data.writes import atomic_write, print_line, require_npz_suffix
+from zerognn_jax._src.data.writes import atomic_write, print_line
 from zerognn_jax._src.training.inference import predict, score_pairs
 from zerognn_jax._src.training.lock import checkpoint_name
 from zerognn_jax._src.training.recommend import recommend
@@ -76,7 +76,7 @@ def add_predict_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--pairs", type=path_text, default=None,
                    help="a link run: a file of pairs to score (.npy int[P, 2], or text of "
                         "two ids a line)")
-    p.add_argument("--top-k", type=int, default=None,
+    p.add_argument("--top-k", dest="k", type=int, default=None,
                    help="a link run: the K best destinations of each of --nodes")
     p.add_argument("--exclude", default=None,
                    help="with --top-k, the pairs ranked out: the run's splits named "
@@ -134,7 +134,7 @@ def run_predict(args) -> int:
                 "best": args.best, "what": what, "mode": args.mode, "seed": args.seed,
                 "batch_size": args.batch_size, "graph": _resolved(args.graph),
                 "node_type": args.node_type, "nodes": _nodes_named(args, what),
-                "pairs": _resolved(args.pairs), "top_k": args.top_k,
+                "pairs": _resolved(args.pairs), "top_k": args.k,
                 "exclude": args.exclude}
         with atomic_write(out, "predictions") as f:  # (a signal now: the file is done)
             np.savez(f, **arrays, meta=np.asarray(json.dumps(meta)))
@@ -149,7 +149,9 @@ def run_predict(args) -> int:
 def _check_options(args, out: Path) -> None:
     """ValueError for options that cannot go together or an --out that is no new or
     predictions file, before any work."""
-    require_npz_suffix(out, "zerognn predict")
+    if out.suffix != ".npz":
+        raise ValueError(f"--out must name a .npz file (the archive np.load reads), got "
+                         f"{str(out)!r}")
     if out.is_dir():
         raise ValueError(f"--out {out} is a folder; give a file's path ending in .npz")
     if os.path.lexists(out) and not _ours(out):
@@ -159,15 +161,15 @@ def _check_options(args, out: Path) -> None:
     if taken is not None:
         raise ValueError(f"--out {out.resolve()} takes a name a run writes in its "
                          f"checkpoint folder ({taken}); give another name")
-    if args.pairs is not None and (args.top_k is not None or args.nodes is not None):
+    if args.pairs is not None and (args.k is not None or args.nodes is not None):
         raise ValueError("--pairs scores the pairs of its file; it takes neither --nodes "
                          "nor --top-k")
-    if args.top_k is not None and args.top_k < 1:
-        raise ValueError(f"--top-k must be at least 1, got {args.top_k}")
-    if args.exclude is not None and args.top_k is None:
+    if args.k is not None and args.k < 1:
+        raise ValueError(f"--top-k must be at least 1, got {args.k}")
+    if args.exclude is not None and args.k is None:
         raise ValueError(f"--exclude {args.exclude} says which pairs --top-k ranks out; "
                          f"give --top-k K")
-    if args.node_type is not None and (args.pairs is not None or args.top_k is not None):
+    if args.node_type is not None and (args.pairs is not None or args.k is not None):
         flag = "--pairs" if args.pairs is not None else "--top-k"
         raise ValueError(f"--node-type {args.node_type} picks the type whose rows --nodes "
                          f"names; {flag} takes the ids of the link relation's own ends "
@@ -175,7 +177,7 @@ def _check_options(args, out: Path) -> None:
     for flag, path in (("--dataset", args.dataset), ("--graph", args.graph)):
         if path is not None and not os.path.exists(path):
             raise FileNotFoundError(f"{flag} {path}: no such file or folder")
-    if args.top_k is not None:
+    if args.k is not None:
         args.exclude = "train" if args.exclude is None else args.exclude
         _exclude(args.exclude)  # (refused before any work)
 
@@ -214,7 +216,7 @@ def _outputs(args, result, other, ids, pairs) -> tuple[dict, str]:
     An error about `other` (--graph) names that flag (the functions call it dataset)."""
     task = result.program.task
     links = isinstance(task, RanksPairs)
-    if (pairs is not None or args.top_k is not None) and not links:
+    if (pairs is not None or args.k is not None) and not links:
         flag = "--pairs" if pairs is not None else "--top-k"
         raise ValueError(f"{flag} asks a link run for pairs; {args.checkpoint_dir} holds a "
                          f"{task.name!r} run")
@@ -228,8 +230,8 @@ def _outputs(args, result, other, ids, pairs) -> tuple[dict, str]:
             return {"pairs": pairs, "scores": score_pairs(result, pairs, **common)}, "scores"
         if ids is None:
             ids = _split_ids(args, result, other, links)
-        if args.top_k is not None:
-            best, scores = recommend(result, ids, args.top_k,
+        if args.k is not None:
+            best, scores = recommend(result, ids, args.k,
                                      exclude=_exclude(args.exclude), **common)
             return {"sources": ids, "destinations": best, "scores": scores}, "top_k"
         outputs = np.asarray(predict(result, ids, node_type=args.node_type, **common),
@@ -249,7 +251,7 @@ def _split_ids(args, result, other, links: bool) -> np.ndarray:
     data = other if other is not None else result.dataset
     task = result.program.task
     if spec == "all":
-        if args.top_k is not None:
+        if args.k is not None:
             count = task.pair_counts()[0] if other is None else other.graph.num_nodes
         elif isinstance(task, PredictsItems):
             count = task.num_items(data)
