@@ -329,6 +329,7 @@ print("not exited")
     # a hang-up comes twice (the shell passes it on, the kernel sends it as the shell
     # exits): no second signal, which had exited at once
     "hang-up twice": ("""
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # (as a terminal leaves it; nohup ignores it)
 with I.deferred():
     os.kill(os.getpid(), signal.SIGHUP)
     os.kill(os.getpid(), signal.SIGHUP)
@@ -339,6 +340,7 @@ with I.deferred():
     # write nowhere, so a progress bar's lines do not end the run before its safe point
     "hung-up terminal": ("""
 import pty
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 master, slave = pty.openpty()
 result = os.dup(1)  # the test's pipe
 os.dup2(slave, 1)
@@ -982,9 +984,14 @@ def test_a_signal_inside_deferred_interrupts_stops_train_after_the_epoch(dataset
     def kill(record):
         os.kill(os.getpid(), signum)
 
-    with zg.deferred_interrupts():
-        with pytest.raises(zg.Interrupted, match=f"interrupted by {sig} after epoch 0") as err:
-            train(config(tmp_path, 3), dataset, callbacks=(kill,))
+    before = signal.signal(signum, signal.SIG_DFL)  # (pytest under nohup ignores SIGHUP)
+    try:
+        with zg.deferred_interrupts():
+            with pytest.raises(zg.Interrupted,
+                               match=f"interrupted by {sig} after epoch 0") as err:
+                train(config(tmp_path, 3), dataset, callbacks=(kill,))
+    finally:
+        signal.signal(signum, before)
     assert err.value.exit_code == 128 + signum
     assert Checkpointer(str(tmp_path / "ck")).all_epochs() == [0]
 
