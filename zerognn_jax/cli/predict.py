@@ -28,8 +28,8 @@ line; PAIRS_FILE a .npy int[P, 2] or text of two ids a line. The file is written
 or not at all; an existing --out is replaced only if this command wrote it. One JSON
 line on stdout says what was written; a step that takes more than a second (a dataset
 built, the run restored, the outputs computed) is said on stderr, with its time. A
-first SIGINT, SIGTERM or SIGHUP stops the command after the step in progress, a second
-at once; neither leaves a file.
+first SIGINT, SIGTERM or SIGHUP stops the command after the step in progress (one
+during the write lets it finish), a second at once; no file is left half-written.
 Errors print `zerognn: error: ...` and exit with 2, or 1 where the file could not be
 written.
 """
@@ -109,8 +109,8 @@ def add_predict_command(subparsers) -> argparse.ArgumentParser:
 
 def run_predict(args) -> int:
     """Handler of `zerognn predict`. SIGINT, SIGTERM and SIGHUP are held until the
-    checkpoint is read, the outputs computed or the file written (`interrupts.deferred`),
-    then stop the command with nothing written."""
+    datasets or the checkpoint are read or the outputs computed (`interrupts.deferred`),
+    then stop the command with nothing written; one during the write lets it finish."""
     from zerognn_jax._src.training import interrupts
 
     out = Path(args.out)
