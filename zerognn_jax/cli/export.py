@@ -39,7 +39,7 @@ from zerognn_jax._src.training.export import description_path, export_model
 from zerognn_jax._src.training.inference import restore
 from zerognn_jax._src.training.lock import checkpoint_name
 from zerognn_jax.cli.data import load_named
-from zerognn_jax.cli.flags import add_compile_cache_flag, whole_number
+from zerognn_jax.cli.flags import add_compile_cache_flag, path_text, whole_number
 
 # An existing --out is read to check that it is an artifact (replaced) rather than
 # someone's file (refused) only up to this size.
@@ -58,7 +58,7 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=256,
                    help="seeds per call (graphs per call for a graph-level run; default: "
                         "256)")
-    add_checkpoint_choice(p)
+    add_checkpoint_flags(p)
     p.add_argument("--platforms", default=None,
                    help="lowering targets, comma-separated (cpu, cuda, rocm, tpu); default: this "
                         "machine's")
@@ -74,10 +74,6 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
                    help="a graph-level run sums by gathers over this many listed edges a "
                         "node (faster on a GPU for large batches; a graph past it gets NaN); "
                         "default: by scatter-adds")
-    p.add_argument("--dataset", default=None, type=os.path.expanduser,
-                   help="the saved file of the dataset a run trained on when it was given "
-                        "to train() as an object; other runs load theirs by the name they "
-                        "recorded")
     add_compile_cache_flag(p)
     p.set_defaults(handler=run_export)
     return p
@@ -155,14 +151,19 @@ def _notes(args, result) -> dict:
     return notes
 
 
-def add_checkpoint_choice(p: argparse.ArgumentParser) -> None:
-    """`--best` or `--epoch N`, which checkpoint of the folder `restored` reads."""
+def add_checkpoint_flags(p: argparse.ArgumentParser) -> None:
+    """`--best` or `--epoch N`, which checkpoint of the folder `restored` reads, and
+    `--dataset FILE`, the run's dataset where it was given to train() as an object."""
     which = p.add_mutually_exclusive_group()
     which.add_argument("--best", action="store_true",
                        help="the best-validation checkpoint instead of the latest")
     which.add_argument("--epoch", type=whole_number, default=None,
                        help="that epoch's checkpoint instead of the latest (one the folder "
                             "keeps)")
+    p.add_argument("--dataset", default=None, type=path_text,
+                   help="the saved file of the dataset a run trained on when it was given "
+                        "to train() as an object; other runs load theirs by the name they "
+                        "recorded")
 
 
 def restored(args, dataset, instead: str):

@@ -47,13 +47,13 @@ from pathlib import Path
 import numpy as np
 
 from zerognn_jax._src.data.announce import announcing, stderr_log
-from zerognn_jax._src.data.writes import atomic_write, print_line
+from zerognn_jax._src.data.writes import archive_meta, atomic_write, print_line
 from zerognn_jax._src.training.inference import predict, score_pairs
 from zerognn_jax._src.training.lock import checkpoint_name
 from zerognn_jax._src.training.recommend import recommend
 from zerognn_jax._src.training.tasks.base import PredictsItems, PredictsTypes, RanksPairs
 from zerognn_jax.cli.data import load_named
-from zerognn_jax.cli.export import add_checkpoint_choice, restored
+from zerognn_jax.cli.export import add_checkpoint_flags, restored
 from zerognn_jax.cli.flags import add_compile_cache_flag, path_text, whole_number
 
 FORMAT = "zerognn-predictions"  # `meta`'s "format": a file this command wrote
@@ -88,13 +88,10 @@ def add_predict_command(subparsers) -> argparse.ArgumentParser:
                    help="sampled: seeds a step (default: 4096)")
     p.add_argument("--seed", type=whole_number, default=0,
                    help="sampled: the draws' key (default: 0)")
-    add_checkpoint_choice(p)
+    add_checkpoint_flags(p)
     p.add_argument("--node-type", default=None,
                    help="a typed run: the node type whose rows --nodes names (a typed "
                         "link run: an end of its relation)")
-    p.add_argument("--dataset", type=path_text, default=None,
-                   help="the saved file of the dataset a run trained on when it was given "
-                        "to train() as an object")
     p.add_argument("--graph", type=path_text, default=None,
                    help="another graph's saved dataset (one node type; a graph run: "
                         "another collection), whose nodes (graphs) are predicted; "
@@ -135,7 +132,7 @@ def run_predict(args) -> int:
                 "batch_size": args.batch_size, "graph": _resolved(args.graph),
                 "node_type": args.node_type, "nodes": _nodes_named(args, what),
                 "pairs": _resolved(args.pairs), "top_k": args.k,
-                "exclude": args.exclude}
+                "exclude": None if args.k is None else args.exclude or "train"}
         with atomic_write(out, "predictions") as f:  # (a signal now: the file is done)
             np.savez(f, **arrays, meta=np.asarray(json.dumps(meta)))
     shapes = {name: list(a.shape) for name, a in arrays.items()}
@@ -177,8 +174,7 @@ def _check_options(args, out: Path) -> None:
     for flag, path in (("--dataset", args.dataset), ("--graph", args.graph)):
         if path is not None and not os.path.exists(path):
             raise FileNotFoundError(f"{flag} {path}: no such file or folder")
-    if args.k is not None:
-        args.exclude = "train" if args.exclude is None else args.exclude
+    if args.exclude is not None:
         _exclude(args.exclude)  # (refused before any work)
 
 
@@ -204,10 +200,10 @@ def _is_file(nodes: str | None) -> bool:
 def _ours(path: Path) -> bool:
     """Whether `path` is a file this command wrote (its `meta` names `FORMAT`)."""
     try:
-        with zipfile.ZipFile(path) as archive, archive.open("meta.npy") as f:
-            return json.loads(str(np.lib.format.read_array(f))).get("format") == FORMAT
-    except (OSError, ValueError, KeyError, AttributeError, zipfile.BadZipFile):
+        meta = archive_meta(path)
+    except (OSError, ValueError, zipfile.BadZipFile):
         return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT
 
 
 def _outputs(args, result, other, ids, pairs) -> tuple[dict, str]:
@@ -232,7 +228,7 @@ def _outputs(args, result, other, ids, pairs) -> tuple[dict, str]:
             ids = _split_ids(args, result, other, links)
         if args.k is not None:
             best, scores = recommend(result, ids, args.k,
-                                     exclude=_exclude(args.exclude), **common)
+                                     exclude=_exclude(args.exclude or "train"), **common)
             return {"sources": ids, "destinations": best, "scores": scores}, "top_k"
         outputs = np.asarray(predict(result, ids, node_type=args.node_type, **common),
                              np.float32)

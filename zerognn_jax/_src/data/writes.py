@@ -310,15 +310,22 @@ def written_here(path: Path) -> bool:
             return files and (path / META).is_file() and _ours(
                 json.loads((path / META).read_text()))
         with zipfile.ZipFile(path) as archive:
-            names = set(archive.namelist())
-            if "format_version.npy" in names:
+            if "format_version.npy" in archive.namelist():
                 return True
-            if "meta.npy" not in names:
-                return False
-            with archive.open("meta.npy") as f:
-                return _ours(json.loads(str(np.lib.format.read_array(f))))
+        return _ours(archive_meta(path))
     except (OSError, ValueError, zipfile.BadZipFile):
         return False
+
+
+def archive_meta(path: str | os.PathLike):
+    """The JSON value an .npz archive holds as its `meta` entry (a string array), or
+    None where it holds none. Raises OSError, ValueError or BadZipFile for a file that
+    is no such archive."""
+    with zipfile.ZipFile(path) as archive:
+        if "meta.npy" not in archive.namelist():
+            return None
+        with archive.open("meta.npy") as f:
+            return json.loads(str(np.lib.format.read_array(f)))
 
 
 def require_npz_suffix(path: str | os.PathLike, writer: str) -> None:
