@@ -115,6 +115,8 @@ def test_a_link_runs_k_past_its_destinations_is_named_as_the_flag(link_run, caps
     (["--nodes", "EMPTY"], r"--nodes .*empty.txt holds no ids"),
     (["--nodes", "HUGE"], r"holds 9223372036854775813, past any id"),  # not wrapped
     (["--graph", "MISSING"], r"--graph .*missing.txt: no such file or folder"),
+    (["--graph", "OTHER", "--top-k", "2", "--exclude", "train,val"],
+     "--exclude train,val: the graph of --graph has no val or test pairs; give train"),
 ])
 def test_bad_requests_are_one_line_and_write_nothing(node_run, capsys, flags, message):
     folder, _ = node_run
@@ -126,6 +128,8 @@ def test_bad_requests_are_one_line_and_write_nothing(node_run, capsys, flags, me
     files["ONE_LINE"].write_text("1 2\n")
     files["EMPTY"].write_text("")
     np.save(files["HUGE"], np.array([1, 2**63 + 5], np.uint64))
+    files["OTHER"] = folder / "unread.npz"  # (refused before the file is read)
+    files["OTHER"].write_bytes(b"")
     argv = [str(files.get(f, f)) for f in flags]
     code, got = _predict(folder, *argv, "--no-progress", out="bad.npz")
     assert code == 2 and got is None

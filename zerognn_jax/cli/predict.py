@@ -175,7 +175,10 @@ def _check_options(args, out: Path) -> None:
         if path is not None and not os.path.exists(path):
             raise FileNotFoundError(f"{flag} {path}: no such file or folder")
     if args.exclude is not None:
-        _exclude(args.exclude)  # (refused before any work)
+        names = _exclude(args.exclude) or ()  # (refused before any work)
+        if args.graph is not None and set(names) - {"train"}:
+            raise ValueError(f"--exclude {args.exclude}: the graph of --graph has no "
+                             f"val or test pairs; give train (its edges) or none")
 
 
 def _resolved(path: str | None) -> str | None:
