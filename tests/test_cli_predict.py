@@ -177,5 +177,5 @@ def test_a_typed_link_runs_top_k_ranks_for_every_source_of_its_relation(tmp_path
     code, _ = _predict(tmp_path, "--dataset", str(saved), "--graph", str(saved),
                        "--no-progress")
     assert code == 2 and capsys.readouterr().err.startswith(
-        f"zerognn: error: --graph {saved}: another graph is predicted by one-type node "
-        f"and link runs and graph-level runs; a typed graph's 'link' run")
+        f"zerognn: error: --graph {saved}: another graph is predicted by node runs, "
+        f"one-type link runs and graph-level runs; a typed graph's 'link' run")

@@ -21,17 +21,17 @@ and `meta`, a JSON string: the checkpoint, its epoch, the task, what the arrays 
 
 The run comes back as `zg.restore` gives it for inference: a run trained on a dataset
 object needs it again, saved to a file and given as `--dataset FILE` (as `zerognn
-export` takes it). `--graph FILE` is another graph's saved dataset (one node type), or
-another collection of graphs for a graph-level run: the run's model over data it never
-saw (`dataset=` of `zg.predict`). IDS_FILE is a .npy array or a text file of one id a
-line; PAIRS_FILE a .npy int[P, 2] or text of two ids a line. The file is written whole
-or not at all; an existing --out is replaced only if this command wrote it. One JSON
-line on stdout says what was written; a step that takes more than a second (a dataset
-built, the run restored, the outputs computed) is said on stderr, with its time. A
-first SIGINT, SIGTERM or SIGHUP stops the command after the step in progress (one
-during the write lets it finish), a second at once; no file is left half-written.
-Errors print `zerognn: error: ...` and exit with 2, or 1 where the file could not be
-written.
+export` takes it). `--graph FILE` is another graph's saved dataset (a typed node run's:
+a typed dataset of its types and relations), or another collection of graphs for a
+graph-level run: the run's model over data it never saw (`dataset=` of `zg.predict`).
+IDS_FILE is a .npy array or a text file of one id a line; PAIRS_FILE a .npy int[P, 2] or
+text of two ids a line. The file is written whole or not at all; an existing --out is
+replaced only if this command wrote it. One JSON line on stdout says what was written; a
+step that takes more than a second (a dataset built, the run restored, the outputs
+computed) is said on stderr, with its time. A first SIGINT, SIGTERM or SIGHUP stops the
+command after the step in progress (one during the write lets it finish), a second at
+once; no file is left half-written. Errors print `zerognn: error: ...` and exit with 2,
+or 1 where the file could not be written.
 """
 
 from __future__ import annotations
@@ -51,7 +51,12 @@ from zerognn_jax._src.data.writes import archive_meta, atomic_write, print_line
 from zerognn_jax._src.training.inference import predict, score_pairs
 from zerognn_jax._src.training.lock import checkpoint_name
 from zerognn_jax._src.training.recommend import recommend
-from zerognn_jax._src.training.tasks.base import PredictsItems, PredictsTypes, RanksPairs
+from zerognn_jax._src.training.tasks.base import (
+    PredictsItems,
+    PredictsOtherGraphs,
+    PredictsTypes,
+    RanksPairs,
+)
 from zerognn_jax.cli.data import load_named
 from zerognn_jax.cli.export import add_checkpoint_flags, restored
 from zerognn_jax.cli.flags import add_compile_cache_flag, path_text, whole_number
@@ -93,8 +98,9 @@ def add_predict_command(subparsers) -> argparse.ArgumentParser:
                    help="a typed run: the node type whose rows --nodes names (a typed "
                         "link run: an end of its relation)")
     p.add_argument("--graph", type=path_text, default=None,
-                   help="another graph's saved dataset (one node type; a graph run: "
-                        "another collection), whose nodes (graphs) are predicted; "
+                   help="another graph's saved dataset (a typed node run: of its "
+                        "types and relations; a graph run: another collection), whose "
+                        "nodes (graphs) are predicted; "
                         "--nodes train, val and test name its splits")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                    help="say on stderr what a step taking more than a second is doing "
@@ -219,9 +225,10 @@ def _outputs(args, result, other, ids, pairs) -> tuple[dict, str]:
         flag = "--pairs" if pairs is not None else "--top-k"
         raise ValueError(f"{flag} asks a link run for pairs; {args.checkpoint_dir} holds a "
                          f"{task.name!r} run")
-    if other is not None and isinstance(task, PredictsTypes):
-        raise ValueError(f"--graph {args.graph}: another graph is predicted by one-type "
-                         f"node and link runs and graph-level runs; a typed graph's "
+    if other is not None and isinstance(task, PredictsTypes) and \
+            not isinstance(task, PredictsOtherGraphs):
+        raise ValueError(f"--graph {args.graph}: another graph is predicted by node runs, "
+                         f"one-type link runs and graph-level runs; a typed graph's "
                          f"{task.name!r} run predicts the nodes of the graph it trained on")
     common = dict(mode=args.mode, batch_size=args.batch_size, seed=args.seed, dataset=other)
     try:

@@ -1,12 +1,15 @@
-"""A one-type graph's node or link run applied to another graph: the program and device
-data `zg.predict(result, nodes, dataset=...)` reads (inductive inference, GraphSAGE's
-setting: a model trained on one graph gives the rows of nodes it never saw).
+"""A one-type graph's node or link run, or a typed graph's node run, applied to another
+graph: the program and device data `zg.predict(result, nodes, dataset=...)` reads
+(inductive inference, GraphSAGE's setting: a model trained on one graph gives the rows
+of nodes it never saw).
 
 The other graph is prepared as the run prepared its own: its self-loops dropped where
 the run's were (the built-in gcn and gat), its feature rows divided by their sums where
 the run's were, its edge features in the run's dtype where the model reads them. The
 sampler is the run's configuration resolved again for this graph (a fanout of -1 takes
-every neighbour of its largest degree), in the run's level layout.
+every neighbour of its largest degree), in the run's level layout. A typed run's task
+does this for its graph (`PredictsOtherGraphs`), which must have the run's node types,
+relations and feature widths.
 """
 
 from __future__ import annotations
@@ -24,26 +27,31 @@ from zerognn_jax._src.nn.layerwise import supports_layerwise
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
 from zerognn_jax._src.training.placement import place_features
 from zerognn_jax._src.training.program import DeviceData, StepProgram
-from zerognn_jax._src.training.tasks.base import PredictsTypes
+from zerognn_jax._src.training.rebuild import config_of
+from zerognn_jax._src.training.tasks.base import PredictsOtherGraphs, PredictsTypes
 
 
 def other_graph(result, dataset, mode: str) -> tuple[StepProgram, DeviceData]:
     """(program, device data) of `result`'s run over `dataset`, a `Dataset` of a graph
-    of the same feature columns (its labels and splits are not read), for predictions of
-    `mode` ("full" or "sampled", as `zg.predict` takes it).
+    of the same feature columns (a typed run's: a `HeteroDataset` of its types and
+    relations; its labels and splits are not read), for predictions of `mode` ("full"
+    or "sampled", as `zg.predict` takes it).
 
     Raises:
       ValueError: `dataset` is no `Dataset`; the run learned a row per node of its own
         graph (`embedding_dim`), which a new graph's nodes lack; other feature columns,
         or no edge features of the width the model reads; no edge weights where a run
         of the weighted sampler samples (exact inference reads none); a result without
-        its run's config (one built by hand).
+        its run's config (one built by hand); for a typed run, as its task's `over`
+        refuses `dataset`.
     """
     program, trained = result.program, result.data
     config = result.summary.get("config") if isinstance(result.summary, dict) else None
     if config is None:
         raise ValueError("this result holds no config of its run (summary['config'], which "
                          "train and restore give): another graph is prepared as it says")
+    if isinstance(program.task, PredictsOtherGraphs):
+        return _other_typed_graph(program, trained, dataset, config)
     if not isinstance(dataset, Dataset):
         raise ValueError(f"dataset must be a Dataset of the graph to predict "
                          f"(zg.make_dataset; its labels and splits are not read), got "
@@ -73,7 +81,7 @@ def other_graph(result, dataset, mode: str) -> tuple[StepProgram, DeviceData]:
     sampler = sampler.resolve(graph.max_degree())
     if program.layout is not None:
         sampler = program.layout.apply(sampler)
-    program = _with_sampler(program, sampler)
+    program = _replaced(program, "sampler", sampler)
     if sampler.method == "weighted" and graph.weights is None:
         if samples:
             raise ValueError(f"the run samples neighbours by edge weight (sampler "
@@ -82,8 +90,26 @@ def other_graph(result, dataset, mode: str) -> tuple[StepProgram, DeviceData]:
                              f"(mode='full')")
     else:  # (exact inference samples nothing: no weights to search)
         graph = prepare_graph(graph, sampler)
-    dtype = jnp.dtype(config["dtype"])
-    none = np.zeros((0,), np.int32)  # no targets: nothing is scored
+    return program, _device_data(program, graph, features, jnp.dtype(config["dtype"]))
+
+
+def _other_typed_graph(program: StepProgram, trained: DeviceData, dataset,
+                       config: dict) -> tuple[StepProgram, DeviceData]:
+    """`other_graph` of a typed run: its task over `dataset` (`PredictsOtherGraphs`),
+    which prepares the graph and feature table as the run's."""
+    cfg = config_of({"config": config})
+    task = program.task.over(cfg, trained.graph, dataset)
+    graph, table = task.device_inputs(dataset, jnp.dtype(cfg.dtype),
+                                      bool(cfg.normalize_features))
+    program = _replaced(program, "task", task)
+    return program, _device_data(program, graph, table, jnp.dtype(cfg.dtype))
+
+
+def _device_data(program: StepProgram, graph, features, dtype) -> DeviceData:
+    """The other graph's `DeviceData` (no targets: nothing is scored), its feature
+    table where the run's is (on the device, or read from host memory), placed on
+    the run's mesh if it has one."""
+    none = np.zeros((0,), np.int32)
     if program.placement is not None and program.placement.where == "host":
         # read from host memory as the run's table is (no device cache: rows in order)
         table = place_features(features, dtype, program.placement, announce=False)
@@ -92,24 +118,25 @@ def other_graph(result, dataset, mode: str) -> tuple[StepProgram, DeviceData]:
         if program.parallel is None:
             table = jnp.asarray(table)
     if program.parallel is None:
-        return program, DeviceData(graph.to_device(), table, jnp.asarray(none))
-    return program, program.parallel.place_data(DeviceData(graph, table, none))
+        return DeviceData(graph.to_device(), table, jnp.asarray(none))
+    return program.parallel.place_data(DeviceData(graph, table, none))
 
 
 # The programs of a run over other graphs, one per sampler (fanouts resolved for a
-# graph's degrees): a program is a static argument compared by identity, so a new one
-# each call compiled every pass again.
+# graph's degrees) or typed task (`_other_typed_graph`): a program is a static argument
+# compared by identity, so a new one each call compiled every pass again.
 _PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _with_sampler(program: StepProgram, sampler: SamplerConfig) -> StepProgram:
-    """`program` with `sampler`, the same object for the same sampler."""
-    if sampler == program.sampler:
+def _replaced(program: StepProgram, field: str, value) -> StepProgram:
+    """`program` with `field` (its sampler, its task) `value`, the same object for the
+    same value."""
+    if getattr(program, field) is value or getattr(program, field) == value:
         return program
     kept = _PROGRAMS.setdefault(program, {})
-    if sampler not in kept:
-        kept[sampler] = dataclasses.replace(program, sampler=sampler)
-    return kept[sampler]
+    if (field, value) not in kept:
+        kept[field, value] = dataclasses.replace(program, **{field: value})
+    return kept[field, value]
 
 
 def pairs_over(result, dataset, mode: str, does: str):

@@ -39,6 +39,7 @@ from zerognn_jax._src.training.tasks.base import (
     BatchedTask,
     PredictsItems,
     PredictsNewItems,
+    PredictsOtherGraphs,
     PredictsTypes,
     ScoresPairs,
 )
@@ -340,7 +341,9 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     `dataset`, a `Dataset` of another graph with the feature columns trained on (its
     labels and splits are not read), gives the rows of that graph's nodes `nodes`:
     the model applied to a graph it never saw (inductive inference; inductive.py says
-    how the graph is prepared as the run's was).
+    how the graph is prepared as the run's was). A typed graph's node run takes a
+    `HeteroDataset` of its node types, relations and feature widths, if every type
+    it trained on had features (no learned rows).
 
     Raises:
       TypeError: `result` not a `TrainResult`.
@@ -350,9 +353,10 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
         table, kept in host memory, does not fit the device's free memory; a `node_type`
         that is not a type the run predicts (a typed link run: an end of its relation; a
         homogeneous run: none); a `dataset` given to a run whose task does not predict
-        new items or graphs (a typed run), whose columns (widths, categories) are not
-        those trained on, or to a run that learned a row per node of its own graph
-        (`embedding_dim`).
+        new items or graphs (a typed link run), whose columns (widths, categories; a
+        typed graph's types and relations) are not those trained on, or to a run that
+        learned a row per node of its own graph (`embedding_dim`; a typed run's
+        featureless types).
     """
     require_result("predict", result)
     check_call(mode, batch_size, seed)
@@ -364,15 +368,16 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     if dataset is not None:
         if isinstance(task, PredictsNewItems):
             data, items_of = task.data_of(result.program, result.data, dataset), dataset
-        elif isinstance(task, (PredictsTypes, PredictsItems, BatchedTask)):
+        elif isinstance(task, (PredictsTypes, PredictsItems, BatchedTask)) and \
+                not isinstance(task, PredictsOtherGraphs):
             kind = "a typed graph's" if isinstance(task, PredictsTypes) else "this"
             raise ValueError(f"dataset gives a graph-level run new graphs to predict, and "
-                             f"a one-type graph's node or link run another graph; "
+                             f"a node run (or a one-type graph's link run) another graph; "
                              f"{kind} {task.name!r} run predicts the ids of the dataset it "
                              f"trained on")
-        else:  # another graph of one type: the run's model over it
+        else:  # another graph of the run's types: the run's model over it
             program, data = other_graph(result, dataset, mode)
-            n = data.graph.num_nodes
+            n, task = data.graph.num_nodes, program.task
     if items:
         n = task.num_items(items_of)
     if isinstance(task, PredictsTypes):

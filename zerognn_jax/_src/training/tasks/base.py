@@ -272,6 +272,24 @@ class PredictsNewItems(Protocol):
         ...
 
 
+@runtime_checkable
+class PredictsOtherGraphs(Protocol):
+    """A typed task whose trained model also serves another typed graph of its types and
+    relations (inductive inference): `zg.predict(..., dataset=...)` asks it for itself
+    over that graph, and for the graph and feature table the step reads."""
+
+    def over(self, cfg, trained, dataset) -> PredictsOtherGraphs:
+        """The task over `dataset` for the model of run `cfg` that trained on the graph
+        `trained`; ValueError naming what `dataset` holds that the model did not train
+        on."""
+        ...
+
+    def device_inputs(self, dataset, dtype, normalize: bool) -> tuple[Any, np.ndarray]:
+        """(the graph as the step samples it, the feature table) of `dataset`, on the
+        host, in `dtype`."""
+        ...
+
+
 class SamplesSeeds(Protocol):
     """What sampled inference and `export_model` read of a typed task's view for one
     seed type (`PredictsTypes.for_seeds`; a `TypedNodeTask`)."""

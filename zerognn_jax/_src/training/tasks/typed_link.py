@@ -154,6 +154,9 @@ class TypedLinkTask(TypedNodeTask):
     name = "link"
     score_name = "pair_acc"
     metric_splits = EVAL_SPLITS  # training pairs are not scored
+    # Its split's pairs are of the graph it trained on: not a `PredictsOtherGraphs` (a
+    # protocol's method set to None is one its class does not offer).
+    over = None
 
     def __post_init__(self):
         check_link_options(self.mode, self.num_negatives, self.metric)

@@ -22,6 +22,7 @@ task does (tests).
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -29,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.hetero import HeteroGraph, named_relation
+from zerognn_jax._src.data.hetero import HeteroGraph, named_relation, relation_name
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset
 from zerognn_jax._src.data.loaders import load_hetero_dataset, row_normalize
 from zerognn_jax._src.nn.hetero import OnTypes, make_hetero_model
@@ -299,6 +300,22 @@ def typed_sampler(cfg, graph: HeteroGraph) -> TypedSamplerConfig:
                               edge_ids=bool(cfg.edge_features)).resolve(graph)
 
 
+# A task over other graphs (`TypedNodeTask.over`), one per graph shape: a task is part
+# of the program, a static argument compared by identity.
+_OVER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _same_edge_columns(rel, trained, other, name: str) -> None:
+    """ValueError unless relation `rel` of dataset `name` has edge features (`other`)
+    of the width the model read (`trained`, None where it read none)."""
+    if trained is None:
+        return
+    if other is None or np.shape(other)[1] != trained.shape[1]:
+        has = "none" if other is None else f"{np.shape(other)[1]} columns"
+        raise ValueError(f"the model reads edge features of {trained.shape[1]} columns in "
+                         f"relation {relation_name(rel)}; dataset {name!r} has {has}")
+
+
 def _typed_placement(cfg, resident: Resident, limit: int | None,
                      whole_table: bool) -> Placement:
     """`choose_placement`'s, except that "auto" keeps the device for exact evaluation
@@ -497,9 +514,7 @@ class TypedNodeTask(ItemsAreLevel0):
                 edge_dims=_edge_dims(cfg, dataset, user_model=False))
         else:
             _edge_dims(cfg, dataset, user_model=True)
-        graph = _edge_tables(prepare_typed_graph(dataset.graph, self.sampler),
-                             self.sampler.edge_ids, dtype)
-        table = self.inputs.table(dataset, dtype, bool(cfg.normalize_features))
+        graph, table = self.device_inputs(dataset, dtype, bool(cfg.normalize_features))
         mesh = make_mesh(cfg.devices)
         warn_unsplit(cfg.shard_features, mesh.size)
         whole = not getattr(model, "chunked_exact", False)  # exact evaluation's reads
@@ -522,6 +537,62 @@ class TypedNodeTask(ItemsAreLevel0):
             return program.parallel.place_data(host), program
         # device_put, not jnp.asarray: that compiles a copy on the device (two tables)
         return jax.device_put(host), program
+
+    def device_inputs(self, dataset: HeteroDataset, dtype,
+                      normalize: bool) -> tuple[HeteroGraph, np.ndarray]:
+        """(`dataset`'s graph as the step samples it, with the edge-feature tables the
+        model reads in `dtype`; the stacked feature table, rows divided by their sums
+        where `normalize`), on the host."""
+        graph = _edge_tables(prepare_typed_graph(dataset.graph, self.sampler),
+                             self.sampler.edge_ids, dtype)
+        return graph, self.inputs.table(dataset, dtype, normalize)
+
+    def over(self, cfg, trained: HeteroGraph, dataset: HeteroDataset) -> TypedNodeTask:
+        """`PredictsOtherGraphs`: this task over `dataset`, another typed graph (its
+        labels and splits are not read), for the model of run `cfg` that trained on
+        `trained`: the fanouts resolved against its degrees, its feature rows stacked by
+        its counts; the same object for the same graph shape.
+
+        Raises:
+          ValueError: `dataset` is no `HeteroDataset`; the run learned rows for nodes of
+            its own graph (featureless types, `embedding_dim`); other node types or
+            relations (or the same in another order), other feature widths, or no edge
+            features of the width the model reads.
+        """
+        if not isinstance(dataset, HeteroDataset):
+            raise ValueError(f"dataset must be a HeteroDataset of the typed graph to predict "
+                             f"(zg.make_hetero_dataset; its labels and splits are not "
+                             f"read), got {type(dataset).__name__}")
+        if self.inputs.embedded:
+            learned = ", ".join(repr(t) for t, _ in self.inputs.embedded)
+            raise ValueError(f"the run learned a row per node of its own graph for type(s) "
+                             f"{learned} (featureless, or embedding_dim), which the nodes of "
+                             f"dataset {dataset.name!r} lack: a run whose every type has "
+                             f"features and no embedding_dim predicts other graphs")
+        for what, have, got in (
+                ("node types", trained.node_types, dataset.graph.node_types),
+                ("relations", tuple(map(relation_name, trained.relations)),
+                 tuple(map(relation_name, dataset.graph.relations)))):
+            if have != got:
+                raise ValueError(f"the model trained on the {what} {', '.join(have)}; "
+                                 f"dataset {dataset.name!r} has {', '.join(got)} (the same, "
+                                 f"in the same order, are needed)")
+        inputs = TypedInputs.of(dataset)
+        if inputs.widths != self.inputs.widths:
+            has = lambda widths: ", ".join(f"{t!r} {d}" for t, d in widths)
+            raise ValueError(f"the model trained on feature columns {has(self.inputs.widths)}"
+                             f"; dataset {dataset.name!r} has {has(inputs.widths) or 'none'}")
+        if self.sampler.edge_ids:
+            for rel, g in trained.items():
+                _same_edge_columns(rel, g.edge_features, dataset.graph[rel].edge_features,
+                                   dataset.name)
+        sampler = typed_sampler(cfg, dataset.graph)
+        if (sampler, inputs) == (self.sampler, self.inputs):
+            return self
+        kept = _OVER.setdefault(self, {})
+        if (sampler, inputs) not in kept:
+            kept[sampler, inputs] = dataclasses.replace(self, sampler=sampler, inputs=inputs)
+        return kept[sampler, inputs]
 
     def _placed(self, cfg, graph, table: np.ndarray, dtype, *, whole_table: bool = True):
         """(the stacked feature table where `cfg.feature_placement` puts it, its
