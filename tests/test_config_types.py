@@ -47,7 +47,7 @@ def test_a_value_of_the_wrong_type_fails_in_one_line(name, value):
         zg.TrainConfig(**{name: value})
     message = str(err.value)
     assert "\n" not in message
-    assert f"TrainConfig.{name} must be" in message and repr(value) in message
+    assert f"TrainConfig.{name} must " in message and repr(value) in message
     assert isinstance(err.value, ValueError)  # the CLI reports ValueErrors in one line
 
 
@@ -73,6 +73,22 @@ def test_relations_given_as_triples_are_kept_as_their_names():
     with pytest.raises(ConfigTypeError, match=r"link_relation must be a str or None, got "
                                               r"\('user', 'buys'\)"):
         zg.TrainConfig(link_relation=("user", "buys"))
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (dict(fanouts={("a", "to", "b"): (5, 5)}),
+     r"^TrainConfig.fanouts must be one fanout per layer \(a typed graph's for every "
+     r"relation\), e.g. \(15, 10\); fanouts per relation go in relation_fanouts \(the "
+     r"relations it leaves out take fanouts\), got \{\('a', 'to', 'b'\): \(5, 5\)\}$"),
+    (dict(fanouts=5), r"^TrainConfig.fanouts must be one fanout per layer, e.g. \(5, 5\) "
+                      r"for 2 layers, got 5 \(int\)$"),
+    (dict(relation_fanouts={("a", "to", "b"): 4}),
+     r"^TrainConfig.relation_fanouts must give each relation one fanout per layer, e.g. "
+     r"\{'a__to__b': \(4, 4\)\} for 2 layers, got \{'a__to__b': 4\}$"),
+])
+def test_fanouts_in_other_libraries_forms_are_told_where_they_go(options, message):
+    with pytest.raises(ConfigTypeError, match=message):
+        zg.TrainConfig(**options)
 
 
 def test_paths_are_kept_as_their_text(tmp_path):
@@ -118,6 +134,9 @@ def test_asdict_stays_flat():
      r"no option 'hidden_channels' \(did you mean 'hidden'\?\); no option 'num_neighbors' "
      r"\(did you mean 'fanouts'\?\)"),
     ({"edge_dim": 8}, r"no option 'edge_dim' \(did you mean 'edge_features'\?\)"),
+    # PyG's num_neighbors of a typed graph, a dict per edge type
+    ({"num_neighbors": {("a", "to", "b"): [5]}},
+     r"no option 'num_neighbors' \(did you mean 'relation_fanouts'\?\)"),
 ])
 def test_an_unknown_option_names_the_closest_ones(options, message):
     cfg = zg.TrainConfig()

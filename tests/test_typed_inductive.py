@@ -119,7 +119,7 @@ def test_a_run_that_learned_rows_of_its_own_nodes_is_refused():
         zg.predict(result, [0], dataset=bare)
 
 
-def test_the_command_predicts_a_saved_typed_graph(run):
+def test_the_command_predicts_a_saved_typed_graph(run, capsys):
     folder, (u, i, xu, xi, labels), result = run
     other = _dataset("saved", u[::2], i[::2], xu, xi, None)
     zg.save_hetero_npz(other, folder / "other.npz")
@@ -132,4 +132,12 @@ def test_the_command_predicts_a_saved_typed_graph(run):
         ids, outputs, meta = saved["ids"], saved["outputs"], json.loads(str(saved["meta"]))
     np.testing.assert_array_equal(ids, np.arange(xi.shape[0]))
     np.testing.assert_array_equal(outputs, np.asarray(zg.predict(result, ids, dataset=other)))
-    assert meta["graph"] == str(folder / "other.npz")
+    assert meta["graph"] == str(folder / "other.npz") and meta["node_type"] == "item"
+    zg.save_npz(zg.load_dataset("tiny"), folder / "tiny.npz")
+    assert main(["predict", str(folder / "ck"), "--out", str(folder / "q.npz"), "--dataset",
+                 str(folder / "shop.npz"), "--graph", str(folder / "tiny.npz"),
+                 "--no-progress"]) == 2
+    assert capsys.readouterr().err == (f"zerognn: error: --graph {folder / 'tiny.npz'} holds "
+                                       f"a graph of one node type, and the run predicts a "
+                                       f"typed graph (node types)\n")
+    assert not (folder / "q.npz").exists()

@@ -47,6 +47,9 @@ from pathlib import Path
 import numpy as np
 
 from zerognn_jax._src.data.announce import announcing, stderr_log
+from zerognn_jax._src.data.graph_datasets import is_graph_dataset, load_graphs
+from zerognn_jax._src.data.hetero_storage import is_hetero_path
+from zerognn_jax._src.data.loaders import HETERO_NAMES, load_dataset, load_hetero_dataset
 from zerognn_jax._src.data.writes import archive_meta, atomic_write, print_line
 from zerognn_jax._src.training.inference import predict, score_pairs
 from zerognn_jax._src.training.lock import checkpoint_name
@@ -124,11 +127,12 @@ def run_predict(args) -> int:
         ids = _ids_file(args.nodes, "--nodes", columns=1) if _is_file(args.nodes) else None
         pairs = None if args.pairs is None else _ids_file(args.pairs, "--pairs", columns=2)
         dataset = None if args.dataset is None else load_named(args.dataset, log=log)
-        other = None if args.graph is None else load_named(args.graph, log=log)
-        interrupts.check("reading the datasets; nothing was written")
+        interrupts.check("reading the dataset; nothing was written")
         with announcing(f"zerognn: {args.checkpoint_dir}", log, doing="restoring the run"):
             result = restored(args, dataset, "call zg.predict from Python")
         interrupts.check("reading the checkpoint; nothing was written")
+        other = None if args.graph is None else _other_graph(args.graph, result, log)
+        interrupts.check("reading the graph of --graph; nothing was written")
         with announcing("zerognn: outputs", log, doing=f"computing ({args.mode})"):
             arrays, what = _outputs(args, result, other, ids, pairs)
         interrupts.check("computing the outputs; nothing was written")
@@ -136,7 +140,7 @@ def run_predict(args) -> int:
                 "epoch": result.summary["epoch"], "task": result.summary["task"],
                 "best": args.best, "what": what, "mode": args.mode, "seed": args.seed,
                 "batch_size": args.batch_size, "graph": _resolved(args.graph),
-                "node_type": args.node_type, "nodes": _nodes_named(args, what),
+                "node_type": _node_type(args, result, what), "nodes": _nodes_named(args, what),
                 "pairs": _resolved(args.pairs), "top_k": args.k,
                 "exclude": None if args.k is None else args.exclude or "train"}
         with atomic_write(out, "predictions") as f:  # (a signal now: the file is done)
@@ -185,6 +189,35 @@ def _check_options(args, out: Path) -> None:
         if args.graph is not None and set(names) - {"train"}:
             raise ValueError(f"--exclude {args.exclude}: the graph of --graph has no "
                              f"val or test pairs; give train (its edges) or none")
+
+
+def _other_graph(path: str, result, log):
+    """The dataset of --graph, read as the run's task reads data (a collection of graphs
+    for a graph run, a typed dataset for a typed run, else a graph of one node type);
+    ValueError where it holds data of another kind."""
+    task = result.program.task
+    run = ("graphs" if isinstance(task, PredictsItems) else
+           "typed" if isinstance(task, PredictsTypes) else "graph")
+    holds = ("graphs" if is_graph_dataset(path) else
+             "typed" if path.lower() in HETERO_NAMES or is_hetero_path(path) else "graph")
+    if holds != run:
+        raise ValueError(f"--graph {path} holds {_KINDS[holds]}, and the run predicts "
+                         f"{_KINDS[run]}")
+    return {"graphs": load_graphs, "typed": load_hetero_dataset,
+            "graph": load_dataset}[run](path, log=log)
+
+
+# What --graph holds, and what a run predicts, in messages.
+_KINDS = {"graphs": "a collection of graphs", "typed": "a typed graph (node types)",
+          "graph": "a graph of one node type"}
+
+
+def _node_type(args, result, what: str) -> str | None:
+    """The type whose rows the archive holds (a typed run's node rows), for `meta`."""
+    task = result.program.task
+    if what in ("outputs", "embeddings") and isinstance(task, PredictsTypes):
+        return task.output_type(args.node_type)
+    return args.node_type
 
 
 def _resolved(path: str | None) -> str | None:

@@ -20,7 +20,7 @@ from zerognn_jax._src.ops.registry import OPS, Kernels
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
 from zerognn_jax._src.sampling.minibatch import MAX_HOPS, SAMPLERS
 from zerognn_jax._src.sampling.negatives import NEGATIVE_MODES, check_frontier
-from zerognn_jax._src.training.config_types import check_types
+from zerognn_jax._src.training.config_types import ConfigTypeError, check_types
 from zerognn_jax._src.training.engines import ENGINES
 from zerognn_jax._src.training.tasks.base import BatchedTask
 from zerognn_jax._src.training.tasks.graph import AGGREGATIONS
@@ -266,6 +266,7 @@ class TrainConfig:
 
     def __post_init__(self):
         _relations_named(self)
+        _fanouts_of_the_right_form(self)
         check_types(self)
         for name in PATHS:  # "~/runs" is the home folder's, as a shell would read it
             value = getattr(self, name)
@@ -453,6 +454,8 @@ def _naming_unknown_options(init):
             def hint(name):
                 close = [OTHER_NAMES[name]] if name in OTHER_NAMES else \
                     difflib.get_close_matches(name, fields, n=3, cutoff=0.75)
+                if close == ["fanouts"] and isinstance(options[name], dict):
+                    close = ["relation_fanouts"]  # PyG's num_neighbors per edge type
                 return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
             raise TypeError("TrainConfig has no option " + "; no option ".join(
                 f"{name!r}{hint(name)}" for name in unknown) + "; the options are "
@@ -481,6 +484,28 @@ def _check_int32(cfg) -> None:
             if isinstance(n, int) and not isinstance(n, bool) and not -2**31 <= n < 2**31:
                 raise ValueError(f"{name} {n} is past int32 (2**31 - 1): counts and sizes "
                                  f"are int32 on the device")
+
+
+def _fanouts_of_the_right_form(cfg: TrainConfig) -> None:
+    """ConfigTypeError for the forms of fanouts other libraries take that TrainConfig
+    takes elsewhere or not at all: a dict per relation (PyG's `num_neighbors` of a
+    typed graph: `relation_fanouts`), one number for every layer, a relation's one
+    number in `relation_fanouts`."""
+    fanouts, per_relation = cfg.fanouts, cfg.relation_fanouts
+    whole = lambda n: isinstance(n, int) and not isinstance(n, bool)
+    if isinstance(fanouts, dict):
+        raise ConfigTypeError(f"TrainConfig.fanouts must be one fanout per layer (a typed "
+                              f"graph's for every relation), e.g. (15, 10); fanouts per "
+                              f"relation go in relation_fanouts (the relations it leaves "
+                              f"out take fanouts), got {fanouts!r}")
+    if whole(fanouts):
+        raise ConfigTypeError(f"TrainConfig.fanouts must be one fanout per layer, e.g. "
+                              f"{(fanouts,) * 2} for 2 layers, got {fanouts!r} (int)")
+    if isinstance(per_relation, dict) and any(whole(v) for v in per_relation.values()):
+        key, n = next((k, v) for k, v in per_relation.items() if whole(v))
+        raise ConfigTypeError(f"TrainConfig.relation_fanouts must give each relation one "
+                              f"fanout per layer, e.g. {{{key!r}: {(n,) * 2}}} for 2 layers, "
+                              f"got {per_relation!r}")
 
 
 def _relations_named(cfg: TrainConfig) -> None:
