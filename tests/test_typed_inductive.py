@@ -5,6 +5,7 @@ its own graph gives; what the model did not train on is refused by name."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -92,6 +93,8 @@ def test_a_renumbered_copy_and_a_grown_graph_give_the_rows_of_its_own_graph(run)
               r"the same order, are needed\)$"),
     ("width", r"^the model trained on feature columns 'user' 3, 'item' 2; dataset 'other' "
               r"has 'user' 5, 'item' 2$"),
+    ("target", r"^the run predicts 'item' nodes; dataset 'other' has target type 'user', "
+               r"which its split ids are of$"),
 ])
 def test_a_graph_the_model_did_not_train_on_is_refused_by_name(run, change, message):
     _, _, result = run
@@ -99,6 +102,8 @@ def test_a_graph_the_model_did_not_train_on_is_refused_by_name(run, change, mess
     parts = _shop(rs, 10, 12, labelled=False, user_width=5 if change == "width" else 3)
     other = (zg.load_dataset("tiny") if change == "homogeneous" else
              _dataset("other", *parts, relations_reversed=change == "order"))
+    if change == "target":
+        other = dataclasses.replace(other, target_type="user", labels=np.full(10, -1))
     with pytest.raises(ValueError, match=message):
         zg.predict(result, [0], dataset=other)
 
@@ -117,6 +122,27 @@ def test_a_run_that_learned_rows_of_its_own_nodes_is_refused():
                                          r"embedding_dim\), which the nodes of dataset 'bare' "
                                          r"lack"):
         zg.predict(result, [0], dataset=bare)
+
+
+def test_a_weighted_samplers_run_predicts_a_graph_without_weights_exactly():
+    """Exact rows read no weights (as a one-type run's); sampled ones are refused."""
+    rs = np.random.default_rng(5)
+    u, i, xu, xi, labels = _shop(rs, 20, 30)
+    weights = {BUYS: rs.random(u.size) + 0.1, REV: rs.random(u.size) + 0.1}
+    order = rs.permutation(30)
+    weighed = zg.make_hetero_dataset(
+        "weighed", {"user": 20, "item": 30}, {BUYS: (u, i), REV: (i, u)}, target_type="item",
+        features={"user": xu, "item": xi}, weights=weights, labels=labels,
+        train_idx=order[:20], val_idx=order[20:25], test_idx=order[25:])
+    result = zg.train(zg.TrainConfig(**CONFIG, sampler="weighted"), weighed)
+    bare = _dataset("bare", u, i, xu, xi, None)
+    np.testing.assert_array_equal(np.asarray(zg.predict(result, np.arange(30), dataset=bare)),
+                                  np.asarray(zg.predict(result, np.arange(30))))
+    with pytest.raises(ValueError, match=r"^the run samples neighbours by edge weight "
+                                         r"\(sampler 'weighted'\), and relation "
+                                         r"user__buys__item of dataset 'bare' has no weights: "
+                                         r"give it weights, or predict exactly"):
+        zg.predict(result, [0], dataset=bare, mode="sampled")
 
 
 def test_the_command_predicts_a_saved_typed_graph(run, capsys):
@@ -140,4 +166,12 @@ def test_the_command_predicts_a_saved_typed_graph(run, capsys):
     assert capsys.readouterr().err == (f"zerognn: error: --graph {folder / 'tiny.npz'} holds "
                                        f"a graph of one node type, and the run predicts a "
                                        f"typed graph (node types)\n")
+    assert not (folder / "q.npz").exists()
+    # its default split, test, of a graph without splits: refused, not an empty file
+    assert main(["predict", str(folder / "ck"), "--out", str(folder / "q.npz"), "--dataset",
+                 str(folder / "shop.npz"), "--graph", str(folder / "other.npz"),
+                 "--no-progress"]) == 2
+    assert capsys.readouterr().err == ("zerognn: error: --nodes test (the default): the "
+                                       "graph of --graph has no test nodes; give all, "
+                                       "another split or a file of ids\n")
     assert not (folder / "q.npz").exists()

@@ -264,11 +264,11 @@ def _outputs(args, result, other, ids, pairs) -> tuple[dict, str]:
                          f"one-type link runs and graph-level runs; a typed graph's "
                          f"{task.name!r} run predicts the nodes of the graph it trained on")
     common = dict(mode=args.mode, batch_size=args.batch_size, seed=args.seed, dataset=other)
+    if ids is None and pairs is None:
+        ids = _split_ids(args, result, other, links)
     try:
         if pairs is not None:
             return {"pairs": pairs, "scores": score_pairs(result, pairs, **common)}, "scores"
-        if ids is None:
-            ids = _split_ids(args, result, other, links)
         if args.k is not None:
             best, scores = recommend(result, ids, args.k,
                                      exclude=_exclude(args.exclude or "train"), **common)
@@ -302,7 +302,12 @@ def _split_ids(args, result, other, links: bool) -> np.ndarray:
     if links:
         raise ValueError(f"--nodes {spec}: a link run's splits are pairs, not nodes; give "
                          f"all, a file of ids, or --pairs")
-    return np.asarray(getattr(data, f"{spec}_idx"), np.int64)
+    ids = np.asarray(getattr(data, f"{spec}_idx"), np.int64)
+    if not ids.size:
+        whose = "the graph of --graph" if other is not None else "the run's dataset"
+        raise ValueError(f"--nodes {spec}{'' if args.nodes else ' (the default)'}: {whose} "
+                         f"has no {spec} nodes; give all, another split or a file of ids")
+    return ids
 
 
 def _exclude(text: str):

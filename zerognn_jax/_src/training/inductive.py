@@ -29,6 +29,7 @@ from zerognn_jax._src.training.placement import place_features
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.rebuild import config_of
 from zerognn_jax._src.training.tasks.base import PredictsOtherGraphs, PredictsTypes
+from zerognn_jax._src.training.tasks.typed_eval import typed_layerwise
 
 
 def other_graph(result, dataset, mode: str) -> tuple[StepProgram, DeviceData]:
@@ -51,7 +52,7 @@ def other_graph(result, dataset, mode: str) -> tuple[StepProgram, DeviceData]:
         raise ValueError("this result holds no config of its run (summary['config'], which "
                          "train and restore give): another graph is prepared as it says")
     if isinstance(program.task, PredictsOtherGraphs):
-        return _other_typed_graph(program, trained, dataset, config)
+        return _other_typed_graph(program, trained, dataset, config, mode)
     if not isinstance(dataset, Dataset):
         raise ValueError(f"dataset must be a Dataset of the graph to predict "
                          f"(zg.make_dataset; its labels and splits are not read), got "
@@ -93,14 +94,15 @@ def other_graph(result, dataset, mode: str) -> tuple[StepProgram, DeviceData]:
     return program, _device_data(program, graph, features, jnp.dtype(config["dtype"]))
 
 
-def _other_typed_graph(program: StepProgram, trained: DeviceData, dataset,
-                       config: dict) -> tuple[StepProgram, DeviceData]:
+def _other_typed_graph(program: StepProgram, trained: DeviceData, dataset, config: dict,
+                       mode: str) -> tuple[StepProgram, DeviceData]:
     """`other_graph` of a typed run: its task over `dataset` (`PredictsOtherGraphs`),
     which prepares the graph and feature table as the run's."""
     cfg = config_of({"config": config})
-    task = program.task.over(cfg, trained.graph, dataset)
+    samples = mode == "sampled" or not typed_layerwise(program.model)
+    task = program.task.over(cfg, trained.graph, dataset, samples=samples)
     graph, table = task.device_inputs(dataset, jnp.dtype(cfg.dtype),
-                                      bool(cfg.normalize_features))
+                                      bool(cfg.normalize_features), samples=samples)
     program = _replaced(program, "task", task)
     return program, _device_data(program, graph, table, jnp.dtype(cfg.dtype))
 

@@ -278,15 +278,16 @@ class PredictsOtherGraphs(Protocol):
     relations (inductive inference): `zg.predict(..., dataset=...)` asks it for itself
     over that graph, and for the graph and feature table the step reads."""
 
-    def over(self, cfg, trained, dataset) -> PredictsOtherGraphs:
+    def over(self, cfg, trained, dataset, *, samples: bool = True) -> PredictsOtherGraphs:
         """The task over `dataset` for the model of run `cfg` that trained on the graph
-        `trained`; ValueError naming what `dataset` holds that the model did not train
-        on."""
+        `trained`, to give sampled rows (`samples`) or exact ones; ValueError naming
+        what `dataset` holds that the model did not train on."""
         ...
 
-    def device_inputs(self, dataset, dtype, normalize: bool) -> tuple[Any, np.ndarray]:
-        """(the graph as the step samples it, the feature table) of `dataset`, on the
-        host, in `dtype`."""
+    def device_inputs(self, dataset, dtype, normalize: bool, *,
+                      samples: bool = True) -> tuple[Any, np.ndarray]:
+        """(the graph as the step samples it, or as exact inference reads it where it
+        `samples` nothing; the feature table) of `dataset`, on the host, in `dtype`."""
         ...
 
 

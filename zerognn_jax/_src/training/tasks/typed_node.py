@@ -538,26 +538,31 @@ class TypedNodeTask(ItemsAreLevel0):
         # device_put, not jnp.asarray: that compiles a copy on the device (two tables)
         return jax.device_put(host), program
 
-    def device_inputs(self, dataset: HeteroDataset, dtype,
-                      normalize: bool) -> tuple[HeteroGraph, np.ndarray]:
-        """(`dataset`'s graph as the step samples it, with the edge-feature tables the
-        model reads in `dtype`; the stacked feature table, rows divided by their sums
-        where `normalize`), on the host."""
-        graph = _edge_tables(prepare_typed_graph(dataset.graph, self.sampler),
-                             self.sampler.edge_ids, dtype)
+    def device_inputs(self, dataset: HeteroDataset, dtype, normalize: bool, *,
+                      samples: bool = True) -> tuple[HeteroGraph, np.ndarray]:
+        """(`dataset`'s graph as the step samples it (as exact inference reads it where
+        it `samples` nothing: a weighted sampler's tables left unbuilt), with the
+        edge-feature tables the model reads in `dtype`; the stacked feature table, rows
+        divided by their sums where `normalize`), on the host."""
+        weighed = samples or self.sampler.method != "weighted"
+        graph = prepare_typed_graph(dataset.graph, self.sampler) if weighed else dataset.graph
+        graph = _edge_tables(graph, self.sampler.edge_ids, dtype)
         return graph, self.inputs.table(dataset, dtype, normalize)
 
-    def over(self, cfg, trained: HeteroGraph, dataset: HeteroDataset) -> TypedNodeTask:
+    def over(self, cfg, trained: HeteroGraph, dataset: HeteroDataset, *,
+             samples: bool = True) -> TypedNodeTask:
         """`PredictsOtherGraphs`: this task over `dataset`, another typed graph (its
         labels and splits are not read), for the model of run `cfg` that trained on
-        `trained`: the fanouts resolved against its degrees, its feature rows stacked by
-        its counts; the same object for the same graph shape.
+        `trained`, to give rows that it `samples` (else exact ones): the fanouts
+        resolved against its degrees, its feature rows stacked by its counts; the same
+        object for the same graph shape.
 
         Raises:
           ValueError: `dataset` is no `HeteroDataset`; the run learned rows for nodes of
             its own graph (featureless types, `embedding_dim`); other node types or
-            relations (or the same in another order), other feature widths, or no edge
-            features of the width the model reads.
+            relations (or the same in another order), another target type, other
+            feature widths, no edge features of the width the model reads, or no edge
+            weights of a relation a weighted sampler draws from, for sampled rows.
         """
         if not isinstance(dataset, HeteroDataset):
             raise ValueError(f"dataset must be a HeteroDataset of the typed graph to predict "
@@ -577,6 +582,10 @@ class TypedNodeTask(ItemsAreLevel0):
                 raise ValueError(f"the model trained on the {what} {', '.join(have)}; "
                                  f"dataset {dataset.name!r} has {', '.join(got)} (the same, "
                                  f"in the same order, are needed)")
+        if dataset.target_type != self.seed_type:
+            raise ValueError(f"the run predicts {self.seed_type!r} nodes; dataset "
+                             f"{dataset.name!r} has target type {dataset.target_type!r}, "
+                             f"which its split ids are of")
         inputs = TypedInputs.of(dataset)
         if inputs.widths != self.inputs.widths:
             has = lambda widths: ", ".join(f"{t!r} {d}" for t, d in widths)
@@ -587,6 +596,14 @@ class TypedNodeTask(ItemsAreLevel0):
                 _same_edge_columns(rel, g.edge_features, dataset.graph[rel].edge_features,
                                    dataset.name)
         sampler = typed_sampler(cfg, dataset.graph)
+        if samples and sampler.method == "weighted":
+            for rel, g in dataset.graph.items():
+                drawn = any(sampler.fanout(rel, h) for h in range(sampler.num_hops))
+                if drawn and g.weights is None:
+                    raise ValueError(f"the run samples neighbours by edge weight (sampler "
+                                     f"'weighted'), and relation {relation_name(rel)} of "
+                                     f"dataset {dataset.name!r} has no weights: give it "
+                                     f"weights, or predict exactly (mode='full')")
         if (sampler, inputs) == (self.sampler, self.inputs):
             return self
         kept = _OVER.setdefault(self, {})
