@@ -155,8 +155,9 @@ def test_loaders_reject_bad_input(graph):
         zg.NeighborLoader(graph, [1, 2], fanouts=(2,), batch_size=4, key=0,
                           features={"x": np.ones((300, 2), np.float32)})
     # an integer key past int32 replayed the batches of the key 2**31 below it
-    with pytest.raises(ValueError, match=r"an integer key must lie in \[0, 2\*\*31\)"):
-        zg.NeighborLoader(graph, [1, 2], fanouts=(2,), batch_size=4, key=2**31 + 5)
+    for key in (2**31 + 5, -1):  # (a negative one was told [0, 2**32))
+        with pytest.raises(ValueError, match=r"an integer key must lie in \[0, 2\*\*31\)"):
+            zg.NeighborLoader(graph, [1, 2], fanouts=(2,), batch_size=4, key=key)
     if jax.default_backend() != "gpu":  # Pallas kernels run there
         with pytest.raises(ValueError, match="runs sample as Pallas kernels, which need an "
                                              "NVIDIA GPU"):

@@ -171,9 +171,22 @@ def test_fine_tuning_starts_from_given_variables(classes, tmp_path):
                                                   rf"resumes from it, and the variables"):
         zg.train(dataclasses.replace(held, epochs=2), classes, model=LinenSage(16, CLASSES),
                  variables=first.variables)
-    with pytest.raises(ValueError, match="do not fit the model"):
+    with pytest.raises(ValueError, match=r"^variables do not fit the model: the model has "
+                                         r"\['batch_stats'\]\['BatchNorm_0'\]\['mean'\] \[8\],"
+                                         r".* and 4 more; the variables have \['batch_stats'\]"
+                                         r"\['BatchNorm_0'\]\['mean'\] \[16\], .* and 4 more$"):
         zg.train(config(epochs=0, eval_mode="none"), classes, model=LinenSage(8, CLASSES),
                  variables=first.variables)
+    # an encoder's parameters from one's own loop, for a link run (whose model nests the
+    # encoder's under "encoder"): told where they go
+    link = config(epochs=0, eval_mode="none", task="link")
+    with pytest.raises(ValueError, match=r"\(the model's variables are all under "
+                                         r"\['encoder'\] in their collection: nest yours "
+                                         r"there\)$"):
+        zg.train(link, classes, model=LinenSage(16, CLASSES), variables=first.variables)
+    zg.train(link, classes, model=LinenSage(16, CLASSES),
+             variables={name: {"encoder": first.variables[name]}
+                        for name in ("params", "batch_stats")})
 
 
 def test_restore_without_config_uses_the_recorded_one(tmp_path):

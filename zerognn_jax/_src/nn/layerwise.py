@@ -10,7 +10,8 @@ model to say how many layers it has and how to run one of them on any rows:
 `h_src` holds the input rows of layer i for every source of `view` (float[S, d_in]),
 `h_dst` those of the R destinations (float[R, d_in]; None in a sampled forward, where
 they are the first `view.num_dst` rows of `h_src`), and `view` is an `EdgeView` (a chunk
-of the graph's edges) or an `EllView` (a sampled block): both offer the same methods.
+of the graph's edges) or an `EllView` (a sampled block): both offer the same methods,
+and `view.node_ids` / `view.dst_ids` name the sources' and destinations' nodes.
 A Linen model adds the method and a `num_layers` field or property (with
 `@nn.compact` on `layer`, its submodules named by `i`: unnamed, every call would reuse
 the same ones); an NNX module defines the same two names (nn/bridge.py forwards them);

@@ -43,6 +43,7 @@ class EllView:
     `node_ids`: int32[S], the global node id of each source row (padding rows hold
     row 0's id), for models that index tables of their own by node (a learnable
     embedding, `views[0].node_ids`); None where the view was built without them.
+    `dst_ids` gives the destinations' (the sources' first C: dst-first levels).
 
     `pin_aggregates`: positional aggregates are written out before anything reads them
     (an optimization barrier), for forward passes that are not differentiated. There,
@@ -69,6 +70,12 @@ class EllView:
     @property
     def num_dst(self) -> int:
         return self.nbr.shape[0]
+
+    @property
+    def dst_ids(self) -> jax.Array | None:
+        """int32[C]: the global node id of each destination row (None without
+        `node_ids`)."""
+        return None if self.node_ids is None else self.node_ids[:self.num_dst]
 
     @property
     def edge_mask(self) -> jax.Array:
@@ -166,6 +173,9 @@ class EdgeView:
     num_dst: int
     edge_attr: jax.Array | None = None  # [E, D], as EllView's
     node_ids: jax.Array | None = None  # int32[S], as EllView's (all nodes: 0 .. N - 1)
+    # int32[num_dst]: the destinations' global ids (a chunk's rows are not the sources'
+    # first: exact inference hands them to a layer as h_dst apart)
+    dst_ids: jax.Array | None = None
 
     @property
     def edge_mask(self) -> jax.Array:

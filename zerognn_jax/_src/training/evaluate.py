@@ -152,13 +152,15 @@ def _chunk_rows(program: StepProgram, variables, h, graph, deg, r0, *, layer: in
     src, dst, mask, degrees, first = chunk_edges(graph, r0, rows, cap)
     edge_rows = chunk_edge_rows(graph.edge_features, first, slots, mask)
     every = jnp.ones((rows,), bool)
+    dst_ids = r0 + jnp.arange(rows, dtype=jnp.int32)
     if is_host_resident(h):  # the chunk's rows read from host memory, edge by edge
-        view = EdgeView(slots, dst, mask, every, degrees, deg[src], rows, edge_rows, src)
-        h_dst = h.gather(r0 + jnp.arange(rows, dtype=jnp.int32), every)
-        return program.model.apply(model_vars, layer, h.gather(src, mask), h_dst, view,
-                                   train=False, method="layer")
+        view = EdgeView(slots, dst, mask, every, degrees, deg[src], rows, edge_rows, src,
+                        dst_ids)
+        return program.model.apply(model_vars, layer, h.gather(src, mask),
+                                   h.gather(dst_ids, every), view, train=False,
+                                   method="layer")
     node_ids = jnp.arange(graph.num_nodes, dtype=jnp.int32)  # h holds every node, in order
-    view = EdgeView(src, dst, mask, every, degrees, deg, rows, edge_rows, node_ids)
+    view = EdgeView(src, dst, mask, every, degrees, deg, rows, edge_rows, node_ids, dst_ids)
     h_dst = jax.lax.dynamic_slice(h, (r0, jnp.zeros_like(r0)), (rows, h.shape[1]))
     return program.model.apply(model_vars, layer, h, h_dst, view, train=False,
                                method="layer")

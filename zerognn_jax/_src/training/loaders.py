@@ -227,7 +227,7 @@ class DeviceLoader:
         self.sample_ahead = at_least_one(sample_ahead, "sample_ahead")
         # The run's seed as the engines take it: a non-negative int32 (its top bit dropped;
         # an integer key with it set would replay another's batches, so it is refused).
-        if isinstance(key, int | np.integer) and int(key) >= 2**31:
+        if isinstance(key, int | np.integer) and not 0 <= int(key) < 2**31:
             raise ValueError(f"an integer key must lie in [0, 2**31) (the engines' seeds are "
                              f"non-negative int32, as TrainConfig.seed), got {key}")
         self.seed = int(counter_key(key)) & 0x7FFFFFFF

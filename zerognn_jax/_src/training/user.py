@@ -8,6 +8,8 @@ checkpoint identity, so that a checkpoint of another model or loss is refused.
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -55,9 +57,7 @@ def start_from(program, state, variables: dict):
     spec = lambda tree: {jax.tree_util.keystr(p): tuple(np.shape(x))
                          for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
     if spec(want) != spec(given):
-        diff = sorted(set(spec(want).items()) ^ set(spec(given).items()))
-        raise ValueError(f"variables do not fit the model (path and shape, either side): "
-                         f"{diff[:4]}")
+        raise ValueError(_misfit(spec(want), spec(given)))
     # Copies, on the devices of the state they join (variables of a run on other
     # devices too): the engines donate the state, and the caller's arrays must survive.
     copy = lambda x, like: jnp.array(jax.device_put(x, like.sharding), like.dtype, copy=True)
@@ -70,6 +70,27 @@ def start_from(program, state, variables: dict):
         state = state._replace(embedding=copy(table, state.embedding),
                                embedding_opt=row_adam_init(state.embedding))
     return state if program.parallel is None else program.parallel.replicate(state)
+
+
+def _misfit(want: dict, given: dict) -> str:
+    """The one line that says how variables of paths and shapes `given` differ from the
+    model's `want`: up to 3 of each side's paths the other lacks (or holds in another
+    shape), and where every given path differs, that the model's nest them in a scope
+    the given ones lack (a link run's encoder: ['params']['encoder'])."""
+    def shown(side, other):
+        rows = [f"{p} {list(s)}" for p, s in sorted(side.items()) if other.get(p) != s]
+        return (", ".join(rows[:3]) + (f" and {len(rows) - 3} more" if len(rows) > 3 else "")
+                or "nothing else")
+
+    text = (f"variables do not fit the model: the model has {shown(want, given)}; the "
+            f"variables have {shown(given, want)}")
+    inner = lambda paths: [p[p.index("]") + 1:] for p in paths]  # within a collection
+    common = os.path.commonprefix(inner(want)) if len(want) > 1 else ""
+    scope = common[:common.rfind("]") + 1]
+    if scope and not any(p.startswith(scope) for p in inner(given)):
+        text += (f" (the model's variables are all under {scope} in their collection: "
+                 f"nest yours there)")
+    return text
 
 
 def _given_embedding(table, given):
