@@ -145,29 +145,22 @@ def test_a_link_encoder_without_layer_is_evaluated_sampled(dataset):
     assert zg.LinkModel(NoLayers(8), zg.DotDecoder()).num_layers is None
 
 
-class OwnTable(nn.Module):
-    """The per-layer protocol with a per-node table of its own, joined to layer 0's rows
-    by `view.node_ids` (the sources) and `view.dst_ids` (the destinations)."""
+class OwnTable(LinenLayers):
+    """`LinenLayers` with a per-node table of its own, joined to layer 0's rows by
+    `view.node_ids` (the sources) and `view.dst_ids` (the destinations)."""
 
-    num_nodes: int
-    num_layers: int = 2
+    num_nodes: int = N
 
     def setup(self):
+        super().setup()
         self.table = nn.Embed(self.num_nodes, 4)
-        self.dense = [nn.Dense(8), nn.Dense(CLASSES)]
 
     def layer(self, i, h_src, h_dst, view, *, train):
         if i == 0:
             h_src = jnp.concatenate([h_src, self.table(view.node_ids)], -1)
             if h_dst is not None:
                 h_dst = jnp.concatenate([h_dst, self.table(view.dst_ids)], -1)
-        h = mean_layer(self.dense[i], h_src, h_dst, view)
-        return h if i == self.num_layers - 1 else nn.relu(h)
-
-    def __call__(self, x, views, *, train):
-        for i, view in enumerate(views):
-            x = self.layer(i, x, None, view, train=train)
-        return x
+        return super().layer(i, h_src, h_dst, view, train=train)
 
 
 def test_a_table_of_the_models_own_reads_the_rows_of_each_chunk(dataset):
@@ -175,7 +168,7 @@ def test_a_table_of_the_models_own_reads_the_rows_of_each_chunk(dataset):
     neighbour: a chunk's destinations are not the sources' first rows (node_ids
     [:num_dst] named other nodes than its rows), `dst_ids` names them."""
     res = zg.train(config(eval_mode="none", fanouts=(-1, -1), epochs=1), dataset,
-                   model=OwnTable(N))
+                   model=OwnTable(8, CLASSES))
     whole = np.asarray(evaluate.layerwise_logits(res.program, res.variables, res.data))
     chunks = np.asarray(evaluate.layerwise_logits(res.program, res.variables, res.data,
                                                   budget_bytes=64 * 32 * 4))
