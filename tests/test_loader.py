@@ -96,9 +96,13 @@ def test_batches_sampled_ahead_are_those_sampled_one_at_a_time(graph):
     assert ahead.envelope == alone.envelope
 
 
-def test_an_epoch_of_no_full_batch_samples_nothing(graph):
-    loader = zg.NeighborLoader(graph, np.arange(5), fanouts=(2,), batch_size=8, key=0,
-                               drop_last=True, envelope="conservative")
+def test_an_epoch_of_no_full_batch_samples_nothing_and_says_so(graph):
+    with pytest.warns(UserWarning, match=r"^drop_last leaves out the last batch when it is "
+                                         r"not full, and the 5 items make no full batch of "
+                                         r"8: the loader yields none$") as caught:
+        loader = zg.NeighborLoader(graph, np.arange(5), fanouts=(2,), batch_size=8, key=0,
+                                   drop_last=True, envelope="conservative")
+    assert caught[0].filename == __file__  # the user's line
     assert len(loader) == 0 and list(loader) == [] and not loader._programs
 
 
