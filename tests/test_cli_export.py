@@ -360,6 +360,18 @@ def test_a_graph_level_run_exports_with_its_rows_per_call(tmp_path, capsys):
             (["--batch-size", "300000000"], "past int32: give --max-nodes\n")):
         assert main([*export, *extra]) == 2
         assert message in capsys.readouterr().err
+    # a warning of the library's is printed as one line in the command's words
+    from zerognn_jax.cli import _format_warning, _message_flags, build_parser
+
+    argv = [*export, "--batch-size", "2", "--max-nodes", "10", "--max-edges", "260"]
+    with pytest.warns(UserWarning) as caught:
+        assert main(argv) == 0
+    said = caught[0]
+    line = _format_warning(said.message, said.category, said.filename, said.lineno,
+                           flags=_message_flags(build_parser(), "export", argv))
+    assert re.fullmatch(r"zerognn: warning: --max-nodes 10 is below the \d+ rows of the "
+                        r"collection's largest graph: a call cannot take a graph that "
+                        r"large\n", line), line
 
 
 def test_a_batch_whose_hops_pass_int32_is_told_to_lower_the_batch_alone(run, capsys):

@@ -783,6 +783,10 @@ def test_train_names_arguments_of_the_wrong_kind():
             train(dataclasses.replace(small_config(), task=task), graph)
     with pytest.raises(TypeError, match="^the node task trains on a Dataset, got dict$"):
         train(small_config(), {"graph": graph})
+    with pytest.raises(TypeError, match=r"^the node task trains on a Dataset, got "
+                                        r"GraphCollection; a collection of graphs trains "
+                                        r"with task='graph' \(--task graph\)$"):
+        train(small_config(), zg.molhiv_like(0.001, seed=0))
     with pytest.raises(ValueError, match=r"variables hold no 'params' .*got \['x'\]"):
         train(small_config(), random_dataset(), variables={"x": 1})
     # a config's options as train's own arguments: where they go, not Python's

@@ -109,6 +109,11 @@ MAKE = dict(name="t", n_node=[3, 2], n_edge=[1, 1], senders=[0, 0], receivers=[1
     ("targets", [np.nan, 0], "class targets must be integers within int32, got nan"),
     ("targets", np.array([2.0**31], np.float32), "within int32, got 2147483648.0"),
     ("n_node", [3.0, 2.7], "n_node must be integers within int64, got 2.7"),
+    # counts of two axes were read as four graphs
+    ("n_node", [[3], [2]], "n_node must be one count per graph, int[G], got shape [2, 1]"),
+    ("targets", None, "targets are needed, a row per graph ([G] or [G, T] of 'classes'); a "
+                      "collection only to predict holds any (they are not read)"),
+    ("targets", 1, "targets must hold a row per graph ([G] or [G, T]), got one number (1)"),
     ("splits", ([0], [1]), "splits must be (train, val, test) graph ids, got 2 entries"),
     ("num_classes", 2.5, "num_classes must hold whole numbers, got 2.5"),
     # a mask was read as the ids 0 and 1 (two graphs: graph 1 trained, silently)
@@ -549,20 +554,24 @@ def test_ogbg_layout_on_a_tiny_folder(tmp_path):
         zg.read_ogbg("ogbg-molpcba", tmp_path)
 
 
-@pytest.mark.parametrize("text, tasks, want", [
-    ("0\n1\n\n", 1, [[0], [1]]),  # blank lines at the end are no graphs
-    ("0, \n1,\n", 2, [[0, "nan"], [1, "nan"]]),  # blanks are a missing label, as nothing
-    ("1,,0\n,1,\n", 3, [[1, "nan", 0], ["nan", 1, "nan"]]),
-    ("0\r\n\r\n1\r\n", 1, [[0], ["nan"], [1]]),  # a blank line inside: a missing label
-    ("", 2, np.zeros((0, 2))),
+@pytest.mark.parametrize("text, tasks, graphs, want", [
+    ("0\n1\n\n", 1, None, [[0], [1]]),  # blank lines at the end are no graphs
+    ("0, \n1,\n", 2, None, [[0, "nan"], [1, "nan"]]),  # blanks: a missing label, as nothing
+    ("1,,0\n,1,\n", 3, None, [[1, "nan", 0], ["nan", 1, "nan"]]),
+    ("0\r\n\r\n1\r\n", 1, None, [[0], ["nan"], [1]]),  # a blank line inside: missing
+    ("", 2, None, np.zeros((0, 2))),
+    # ... unless the count lists have a graph for them: a last graph of no label (its
+    # blank line went with the file's last newline, and the counts disagreed)
+    ("1\n1\n\n", 1, 3, [[1], [1], ["nan"]]),
+    ("1\n\n\n\n", 1, 2, [[1], ["nan"]]),
 ])
-def test_ogb_graph_labels_read_empty_fields_as_missing(tmp_path, text, tasks, want):
+def test_ogb_graph_labels_read_empty_fields_as_missing(tmp_path, text, tasks, graphs, want):
     from zerognn_jax._src.data.ogbg import _read_labels
 
     path = tmp_path / "graph-label.csv.gz"
     with gzip.open(path, "wt", newline="") as f:
         f.write(text)
-    got = _read_labels(path, tasks)
+    got = _read_labels(path, tasks, graphs)
     np.testing.assert_array_equal(got, np.asarray(want, np.float32).reshape(-1, tasks))
 
 

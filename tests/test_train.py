@@ -158,7 +158,13 @@ def test_default_cli_run_trains_the_embedded_graph(tmp_path):
     (["--fanouts", ""], "need one fanout per layer: 3 layers but no fanouts; give 3 "
                         "fanouts (-1: every neighbour)"),
     (["--task", "graph", "--dataset", "molhiv-like", "--model", "gin",
-      "--embedding-dim", "4"], "takes no node embedding: drop embedding_dim (--embedding-dim)"),
+      "--embedding-dim", "4"], "takes no node embedding (a learned row per node of one "
+                               "graph; a collection's nodes are each graph's own): drop "
+                               "embedding_dim (--embedding-dim)"),
+    (["--task", "graph", "--dataset", "molhiv-like", "--model", "gine", "--edge-features"],
+     "the graph task reads its graphs' edge features whenever the collection has them "
+     "(gine and the other models that take them), unasked: drop edge_features "
+     "(--edge-features)"),
     (["--batch-size", "0"], "--batch-size must be >= 1"),
     (["--kernels", "fast"], "bad kernel spec"),
     (["--dataset", "nope"], "nope"),

@@ -294,6 +294,13 @@ def float_targets(targets) -> np.ndarray:
     return narrow_to_float32("targets", t[:, None] if t.ndim == 1 else t)
 
 
+def _graph_collection() -> type:
+    """`GraphCollection` (graphs.py imports this module)."""
+    from zerognn_jax._src.data.graphs import GraphCollection
+
+    return GraphCollection
+
+
 def require_dataset(value, task: str) -> None:
     """TypeError unless `value` is a `Dataset`, what the `task` ("node", "link") trains
     on; a `CSRGraph` given alone is told how to make one of it (its attributes were
@@ -308,6 +315,8 @@ def require_dataset(value, task: str) -> None:
         if task == "link":  # (the split is the task's own; no node is labelled)
             hint += (", labels all -1, the splits empty and num_classes 1 for link "
                      "prediction alone")
+    elif isinstance(value, _graph_collection()):
+        hint = "; a collection of graphs trains with task='graph' (--task graph)"
     raise TypeError(f"the {task} task trains on a Dataset, got {type(value).__name__}{hint}")
 
 

@@ -196,10 +196,22 @@ def _check_vocab(what: str, table: np.ndarray, vocab: tuple[int, ...]) -> None:
                       f"[0, {v})")
 
 
+def _counts(name: str, counts) -> np.ndarray:
+    """int64[G]: one count per graph (a single number: one graph); ValueError for an
+    array of more axes, whose rows were read as more graphs."""
+    counts = _ints(name, counts, np.int64)
+    if counts.ndim > 1:
+        _fail(f"{name} must be one count per graph, int[G], got shape {list(counts.shape)}")
+    return counts.reshape(-1)
+
+
 def _check_targets(c: GraphCollection) -> None:
     t, g = c.targets, c.num_graphs
     if c.target_kind not in TARGET_KINDS:
         _fail(f"target_kind must be one of {', '.join(TARGET_KINDS)}, got {c.target_kind!r}")
+    if t.ndim == 0:
+        _fail(f"targets must hold a row per graph ([G] or [G, T]), got one number "
+              f"({t.item()!r})")
     if t.shape[0] != g:
         _fail(f"targets have {t.shape[0]} rows but there are {g} graphs")
     if c.target_kind == "classes":
@@ -356,8 +368,8 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
     targets may come as one column ([G, 1], as jraph's globals hold them). Floating
     features of any width (float64, float16, bfloat16) are stored as float32.
     """
-    n_node = _ints("n_node", n_node, np.int64).reshape(-1)
-    n_edge = _ints("n_edge", n_edge, np.int64).reshape(-1)
+    n_node, n_edge = (_counts(name, counts) for name, counts in (("n_node", n_node),
+                                                               ("n_edge", n_edge)))
     if n_node.shape != n_edge.shape:
         _fail(f"n_node and n_edge must list the same graphs, got {n_node.size} and "
               f"{n_edge.size} counts")
@@ -367,6 +379,9 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
     node_features = _float32("node_features", node_features)
     if edge_features is not None:
         edge_features = _float32("edge_features", edge_features)
+    if targets is None:
+        _fail(f"targets are needed, a row per graph ([G] or [G, T] of {target_kind!r}); a "
+              f"collection only to predict holds any (they are not read)")
     if target_kind == "classes":
         targets = _ints("class targets", targets, np.int32)
         if targets.ndim == 2 and targets.shape[1] == 1:  # a column (jraph's globals)

@@ -56,14 +56,18 @@ GRAPH_SPECS = {
 }
 
 
-def _read_labels(path: Path, tasks: int) -> np.ndarray:
+def _read_labels(path: Path, tasks: int, graphs: int | None = None) -> np.ndarray:
     """float32[G, tasks]; empty fields are missing labels (NaN); other text that is not
-    a number is refused, naming the file (it was read as a missing label)."""
+    a number is refused, naming the file (it was read as a missing label). Blank lines
+    at the end are no graphs, except as many as `graphs` (the count lists') still needs:
+    those are graphs of no label (a one-task file's last graph unlabelled)."""
     def parse(f) -> np.ndarray:
-        text = f.read().rstrip("\n")  # (a blank last line would be a missing label)
-        if not text:
+        lines = f.read().splitlines()
+        while len(lines) > (graphs or 0) and not lines[-1].strip():
+            lines.pop()
+        if not lines:
             return np.zeros((0, tasks), np.float32)
-        return _loadtxt(io.StringIO(_EMPTY_FIELD.sub("nan", text)), np.float32)
+        return _loadtxt(io.StringIO(_EMPTY_FIELD.sub("nan", "\n".join(lines))), np.float32)
 
     labels = read_gz(path, parse)
     if labels.shape[1] != tasks:
@@ -89,7 +93,7 @@ def read_ogbg(name: str, root: str | os.PathLike) -> GraphCollection:
     bonds = _load_text(raw / "edge.csv.gz", np.int64, columns=2)
     atoms = _load_text(raw / "node-feat.csv.gz", np.int64, columns=len(ATOM_VOCAB))
     bond_feats = _load_text(raw / "edge-feat.csv.gz", np.int64, columns=len(BOND_VOCAB))
-    labels = _read_labels(raw / "graph-label.csv.gz", spec.tasks)
+    labels = _read_labels(raw / "graph-label.csv.gz", spec.tasks, n_node.size)
     for what, rows, want in (("edge.csv.gz", bonds.shape[0], n_bond.sum()),
                              ("edge-feat.csv.gz", bond_feats.shape[0], n_bond.sum()),
                              ("node-feat.csv.gz", atoms.shape[0], n_node.sum()),

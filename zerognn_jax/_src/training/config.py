@@ -337,11 +337,14 @@ class TrainConfig:
              f"embedding_dim must be >= 0 (0: no embeddings), got {self.embedding_dim}"),
             (batched or self.model != "gine" or self.edge_features,
              "model 'gine' reads edge features: set edge_features (--edge-features)"),
-            (not batched or not (self.edge_features or self.embedding_dim),
-             f"the {self.task} task reads its graphs' own edge features and takes no node "
-             f"embedding: drop " + " and ".join(
-                 f"{n} (--{n.replace('_', '-')})" for n in ("edge_features", "embedding_dim")
-                 if getattr(self, n))),
+            (not batched or not self.edge_features,
+             f"the {self.task} task reads its graphs' edge features whenever the collection "
+             f"has them (gine and the other models that take them), unasked: drop "
+             f"edge_features (--edge-features)"),
+            (not batched or not self.embedding_dim,
+             f"the {self.task} task takes no node embedding (a learned row per node of one "
+             f"graph; a collection's nodes are each graph's own): drop embedding_dim "
+             f"(--embedding-dim)"),
             (self.model != "gat" or self.layers == 1 or self.heads < 1
              or self.hidden % self.heads == 0,
              f"GAT splits hidden over its heads: hidden {self.hidden} is not a multiple of "

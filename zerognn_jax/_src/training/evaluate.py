@@ -55,6 +55,7 @@ from zerognn_jax._src.training.memory import (
 )
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.tasks.node import NodeTask, node_task
+from zerognn_jax._src.training.user_frames import LibraryWarning
 
 # Output bytes per dispatch of a streamed layer: its segments start as soon as the host
 # buffer's pieces they write are page-locked.
@@ -353,7 +354,7 @@ def unless_out_of_memory(first, then, warning: str):
     except jax.errors.JaxRuntimeError as error:
         if not is_out_of_memory(error):
             raise
-    warnings.warn(warning, stacklevel=3)
+    warnings.warn(warning, LibraryWarning, stacklevel=3)
     return then()
 
 
@@ -584,7 +585,8 @@ def halving_batches(run, batch_size: int, what: str, items: int, rounded: bool =
                 raise
             ran = served_batch(batch_size, limit) if rounded else batch_size
             warnings.warn(f"{what}: the device ran out of memory at {ran} seeds a batch; "
-                          f"running again at {batch_size // 2}", stacklevel=2)
+                          f"running again at {batch_size // 2}", LibraryWarning,
+                          stacklevel=2)
             batch_size //= 2
             limit = batch_size
 

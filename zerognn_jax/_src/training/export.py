@@ -44,7 +44,7 @@ from zerognn_jax._src.sampling.typed_minibatch import sample_typed
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes
 from zerognn_jax._src.training.tasks.graph import edge_rows
-from zerognn_jax._src.training.user_frames import user_stacklevel
+from zerognn_jax._src.training.user_frames import LibraryWarning, user_stacklevel
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's names for its lowering targets
 # A layout pin (`ops.aggregate.row_major`, R-GAT's projected slots) is a custom call
@@ -581,7 +581,7 @@ def _graph_rows(data: DeviceData, batch_size: int, max_nodes, max_edges) -> tupl
         if given < largest:  # (it serves new graphs: a warning, not a refusal)
             warnings.warn(f"{what} {given} is below the {largest} rows of the collection's "
                           f"largest graph: a call cannot take a graph that large",
-                          stacklevel=user_stacklevel())
+                          LibraryWarning, stacklevel=user_stacklevel())
         sizes.append(int(given))
     return sizes[0], sizes[1]
 

@@ -51,7 +51,7 @@ from zerognn_jax._src.sampling.seeds import counter_key, epoch_items, ordered_it
 from zerognn_jax._src.sampling.steps import ITEM_SEEDS, sample_step
 from zerognn_jax._src.training.program import views_for
 from zerognn_jax._src.training.tasks.link import LinkTask
-from zerognn_jax._src.training.user_frames import user_stacklevel
+from zerognn_jax._src.training.user_frames import LibraryWarning, user_stacklevel
 
 # Batches sampled by one call by default (docs/loader.md, "The cost").
 SAMPLE_AHEAD = 4
@@ -239,7 +239,7 @@ class DeviceLoader:
         if self.drop_last and 0 < self.items.shape[0] < batch_size:
             warnings.warn(f"drop_last leaves out the last batch when it is not full, and "
                           f"the {self.items.shape[0]} items make no full batch of "
-                          f"{batch_size}: the loader yields none", UserWarning,
+                          f"{batch_size}: the loader yields none", LibraryWarning,
                           stacklevel=user_stacklevel())
         self._next_epoch = 0
         self._programs = {}

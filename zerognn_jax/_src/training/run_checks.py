@@ -18,7 +18,7 @@ from zerognn_jax._src.nn.models import MODELS
 from zerognn_jax._src.training.callbacks import EarlyStopping
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.tasks.registry import task_class
-from zerognn_jax._src.training.user_frames import user_stacklevel
+from zerognn_jax._src.training.user_frames import LibraryWarning, user_stacklevel
 
 
 def options_in_the_config(train):
@@ -251,7 +251,7 @@ def warn_one_graph_steps(cfg, dataset, model) -> None:
                       f"{cfg.model!r} batch-normalises a step's nodes before its mean "
                       f"readout pools them, so one graph pools to the same row whatever "
                       f"it holds and the model cannot learn; train on steps of two graphs "
-                      f"or more, or pool by sum, max or attention",
+                      f"or more, or pool by sum, max or attention", LibraryWarning,
                       stacklevel=user_stacklevel())
 
 

@@ -26,6 +26,7 @@ from zerognn_jax._src.training.tasks.losses import (
     class_accuracy,
     softmax_cross_entropy,
 )
+from zerognn_jax._src.training.user_frames import LibraryWarning
 
 SPLITS = ("train", "val", "test")
 # The built-in loss of each kind of node target (Dataset.target_kind).
@@ -159,7 +160,8 @@ def target_metrics(outputs, targets, kind: str) -> dict:
     if out.shape != t.shape:  # (they broadcast: a wrong width gave a number) a user's
         # loss may read outputs of another width (a mean and a variance): no metric then
         warnings.warn(f"outputs {list(out.shape)} and targets {list(t.shape)} differ in "
-                      f"shape: their {kind} metrics are undefined (NaN)", stacklevel=2)
+                      f"shape: their {kind} metrics are undefined (NaN)", LibraryWarning,
+                      stacklevel=2)
         names = ("mse",) if kind == "regression" else ("acc", "f1", "rocauc")
         return dict.fromkeys(names, float("nan"))
     known = ~np.isnan(t)
