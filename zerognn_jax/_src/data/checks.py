@@ -1,5 +1,5 @@
 """Checks of the plain numbers a user passes (batch sizes, counts, seeds), worded alike
-wherever they are taken."""
+wherever they are taken, and the class of the library's warnings that no other names."""
 
 from __future__ import annotations
 
@@ -8,6 +8,11 @@ import numbers
 import jax
 import numpy as np
 
+
+class LibraryWarning(UserWarning):
+    """A warning of the library's that no more particular class names (the command
+    line prints the library's warnings, found by their classes' module, as `zerognn:
+    warning: ...` with options spelled as its flags)."""
 
 def is_int(value) -> bool:
     """Whether `value` is an integer (Python's or NumPy's), a bool not counted as one."""

@@ -294,30 +294,6 @@ def float_targets(targets) -> np.ndarray:
     return narrow_to_float32("targets", t[:, None] if t.ndim == 1 else t)
 
 
-def _graph_collection() -> type:
-    """`GraphCollection` (graphs.py imports this module)."""
-    from zerognn_jax._src.data.graphs import GraphCollection
-
-    return GraphCollection
-
-
-def require_dataset(value, task: str) -> None:
-    """TypeError unless `value` is a `Dataset`, what the `task` ("node", "link") trains
-    on; a `CSRGraph` given alone is told how to make one of it (its attributes were
-    read as a dataset's: an AttributeError that named neither)."""
-    if isinstance(value, Dataset):
-        return
-    hint = ""
-    if isinstance(value, CSRGraph):
-        hint = ("; a graph alone becomes one with its features, labels and splits: "
-                "zg.make_dataset(name, g.indptr, g.indices, features, labels, train_idx, "
-                "val_idx, test_idx, num_classes)")
-        if task == "link":  # (the split is the task's own; no node is labelled)
-            hint += (", labels all -1, the splits empty and num_classes 1 for link "
-                     "prediction alone")
-    elif isinstance(value, _graph_collection()):
-        hint = "; a collection of graphs trains with task='graph' (--task graph)"
-    raise TypeError(f"the {task} task trains on a Dataset, got {type(value).__name__}{hint}")
 
 
 def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, test_idx,

@@ -29,7 +29,7 @@ import warnings
 
 import numpy as np
 
-from zerognn_jax._src.data.checks import check_seed
+from zerognn_jax._src.data.checks import LibraryWarning, check_seed
 from zerognn_jax._src.data.graph import CSRGraph, to_edge_list
 from zerognn_jax._src.data.hetero import HeteroGraph, Relation, named_relation, relation_name
 from zerognn_jax._src.data.links import (
@@ -219,7 +219,7 @@ def _warn_kept(graph: HeteroGraph, relation: Relation, reverse, held_keys: np.nd
                           f"there (only the relation and its reverse, named "
                           f"{REVERSE_PREFIX}{relation[1]}, lose them): the model reads them "
                           f"while it is evaluated on the held-out pairs; remove them from "
-                          f"{relation_name(rel)}", stacklevel=4)
+                          f"{relation_name(rel)}", LibraryWarning, stacklevel=4)
 
 
 def relation_pairs(g: CSRGraph) -> np.ndarray:

@@ -34,6 +34,7 @@ import scipy.sparse
 from tqdm import tqdm
 
 from zerognn_jax._src.data.cache_dirs import cache_dir
+from zerognn_jax._src.data.checks import LibraryWarning
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
 from zerognn_jax._src.data.graph import from_edge_list
 from zerognn_jax._src.data.storage import atomic_write
@@ -159,7 +160,8 @@ def verify(path: Path) -> None:
     """Checks `path` against its built-in SHA-256; raises ValueError on a mismatch."""
     expected = SHA256.get(path.name)
     if expected is None:
-        warnings.warn(f"no built-in checksum for {path.name}; reading it unverified", stacklevel=3)
+        warnings.warn(f"no built-in checksum for {path.name}; reading it unverified",
+                      LibraryWarning, stacklevel=3)
         return
     digest = hashlib.sha256()
     with open(path, "rb") as f:

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.checks import at_least_one, key_seed, node_ids
+from zerognn_jax._src.data.checks import LibraryWarning, at_least_one, key_seed, node_ids
 from zerognn_jax._src.data.graph import edge_ids, take_edge_rows, take_edges
 from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.nn.layerwise import layer_count, supports_layerwise
@@ -55,7 +55,6 @@ from zerognn_jax._src.training.memory import (
 )
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.tasks.node import NodeTask, node_task
-from zerognn_jax._src.training.user_frames import LibraryWarning
 
 # Output bytes per dispatch of a streamed layer: its segments start as soon as the host
 # buffer's pieces they write are page-locked.

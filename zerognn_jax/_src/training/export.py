@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.checks import at_least_one, is_int
+from zerognn_jax._src.data.checks import LibraryWarning, at_least_one, is_int
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.hetero import HeteroGraph, relation_name
@@ -44,7 +44,7 @@ from zerognn_jax._src.sampling.typed_minibatch import sample_typed
 from zerognn_jax._src.training.program import DeviceData, StepProgram
 from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes
 from zerognn_jax._src.training.tasks.graph import edge_rows
-from zerognn_jax._src.training.user_frames import LibraryWarning, user_stacklevel
+from zerognn_jax._src.training.user_frames import user_stacklevel
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's names for its lowering targets
 # A layout pin (`ops.aggregate.row_major`, R-GAT's projected slots) is a custom call

@@ -36,7 +36,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data import graph_kinds
-from zerognn_jax._src.data.checks import at_least_one, check_ids, is_int, require_ids
+from zerognn_jax._src.data.checks import (
+    LibraryWarning,
+    at_least_one,
+    check_ids,
+    is_int,
+    require_ids,
+)
 from zerognn_jax._src.data.graph import CSRGraph
 from zerognn_jax._src.data.hetero import HeteroGraph
 from zerognn_jax._src.data.links import EvalEdges, LinkSplit, transposed_hint
@@ -51,7 +57,7 @@ from zerognn_jax._src.sampling.seeds import counter_key, epoch_items, ordered_it
 from zerognn_jax._src.sampling.steps import ITEM_SEEDS, sample_step
 from zerognn_jax._src.training.program import views_for
 from zerognn_jax._src.training.tasks.link import LinkTask
-from zerognn_jax._src.training.user_frames import LibraryWarning, user_stacklevel
+from zerognn_jax._src.training.user_frames import user_stacklevel
 
 # Batches sampled by one call by default (docs/loader.md, "The cost").
 SAMPLE_AHEAD = 4

@@ -11,6 +11,7 @@ import inspect
 import os
 import warnings
 
+from zerognn_jax._src.data.checks import LibraryWarning
 from zerognn_jax._src.data.loaders import is_typed, require_known
 from zerognn_jax._src.data.storage import reads_as_path
 from zerognn_jax._src.nn.hetero import HETERO_MODELS
@@ -18,7 +19,7 @@ from zerognn_jax._src.nn.models import MODELS
 from zerognn_jax._src.training.callbacks import EarlyStopping
 from zerognn_jax._src.training.config import TrainConfig
 from zerognn_jax._src.training.tasks.registry import task_class
-from zerognn_jax._src.training.user_frames import LibraryWarning, user_stacklevel
+from zerognn_jax._src.training.user_frames import user_stacklevel
 
 
 def options_in_the_config(train):

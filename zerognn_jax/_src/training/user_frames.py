@@ -5,13 +5,6 @@ from __future__ import annotations
 import os
 import sys
 
-
-class LibraryWarning(UserWarning):
-    """A warning of the library's that no more particular class names (the command
-    line prints the library's warnings, found by their classes' module, as `zerognn:
-    warning: ...` with options spelled as its flags)."""
-
-
 # The package's folder: a warning points at the first frame outside it.
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

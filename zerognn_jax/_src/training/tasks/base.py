@@ -20,6 +20,8 @@ import numpy as np
 
 from zerognn_jax._src.data.announce import Log, stderr_log
 from zerognn_jax._src.data.dataset import Dataset
+from zerognn_jax._src.data.graph import CSRGraph
+from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.sampling.minibatch import MiniBatch
 from zerognn_jax._src.sampling.steps import ItemLevel, SeedLevel
 
@@ -354,3 +356,22 @@ def data_log(cfg) -> Log | None:
     """The `log` a task's `build` gives the loaders: stderr on the first process while
     `cfg.progress` is on, so that a run that generates its dataset says so."""
     return stderr_log(cfg.progress and jax.process_index() == 0)
+
+
+def require_dataset(value, task: str) -> None:
+    """TypeError unless `value` is a `Dataset`, what the `task` ("node", "link") trains
+    on; a `CSRGraph` given alone is told how to make one of it (its attributes were
+    read as a dataset's: an AttributeError that named neither)."""
+    if isinstance(value, Dataset):
+        return
+    hint = ""
+    if isinstance(value, CSRGraph):
+        hint = ("; a graph alone becomes one with its features, labels and splits: "
+                "zg.make_dataset(name, g.indptr, g.indices, features, labels, train_idx, "
+                "val_idx, test_idx, num_classes)")
+        if task == "link":  # (the split is the task's own; no node is labelled)
+            hint += (", labels all -1, the splits empty and num_classes 1 for link "
+                     "prediction alone")
+    elif isinstance(value, GraphCollection):
+        hint = "; a collection of graphs trains with task='graph' (--task graph)"
+    raise TypeError(f"the {task} task trains on a Dataset, got {type(value).__name__}{hint}")

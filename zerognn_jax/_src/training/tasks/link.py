@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.checks import at_least_one
-from zerognn_jax._src.data.dataset import Dataset, make_dataset, require_dataset
+from zerognn_jax._src.data.dataset import Dataset, make_dataset
 from zerognn_jax._src.data.links import (
     OGBL,
     EmptySplitWarning,
@@ -52,7 +52,7 @@ from zerognn_jax._src.sampling.negatives import (
     negative_pairs,
     seed_frontier,
 )
-from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch, data_log
+from zerognn_jax._src.training.tasks.base import Predictor, TaskBatch, data_log, require_dataset
 from zerognn_jax._src.training.tasks.link_metrics import split_metrics
 from zerognn_jax._src.training.tasks.losses import label_accuracy, sigmoid_cross_entropy
 from zerognn_jax._src.training.user_frames import user_stacklevel

@@ -16,9 +16,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.dataset import Dataset, require_dataset
+from zerognn_jax._src.data.checks import LibraryWarning
+from zerognn_jax._src.data.dataset import Dataset
 from zerognn_jax._src.data.loaders import load_dataset
-from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch, data_log
+from zerognn_jax._src.training.tasks.base import (
+    ItemsAreLevel0,
+    Predictor,
+    TaskBatch,
+    data_log,
+    require_dataset,
+)
 from zerognn_jax._src.training.tasks.link_metrics import any_nan, scored_auc
 from zerognn_jax._src.training.tasks.losses import (
     LOSSES,
@@ -26,7 +33,6 @@ from zerognn_jax._src.training.tasks.losses import (
     class_accuracy,
     softmax_cross_entropy,
 )
-from zerognn_jax._src.training.user_frames import LibraryWarning
 
 SPLITS = ("train", "val", "test")
 # The built-in loss of each kind of node target (Dataset.target_kind).
