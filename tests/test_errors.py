@@ -1202,6 +1202,15 @@ def test_a_best_metric_the_task_never_reports_fails_before_training(tmp_path, mo
     for watched in ("loss", "train_batch_acc"):  # every record's own: a callback may watch
         train(dataclasses.replace(cfg, best_metric=None, checkpoint_dir=None,
                                   metrics_out=None), callbacks=[zg.EarlyStopping(watched)])
+    # a choice by the test split is allowed, and warned of
+    with pytest.warns(UserWarning, match=r"^best_metric 'test_acc' keeps the checkpoint by "
+                                         r"the test split, whose scores then no longer "
+                                         r"estimate unseen data: choose by a val_ metric$"):
+        train(dataclasses.replace(cfg, best_metric="test_acc"))
+    with pytest.warns(UserWarning, match=r"^EarlyStopping's metric 'test_acc' stops the run "
+                                         r"by the test split"):
+        train(dataclasses.replace(cfg, best_metric=None, checkpoint_dir=None,
+                                  metrics_out=None), callbacks=[zg.EarlyStopping("test_acc")])
 
 
 def test_a_graph_collection_directory_is_readable_by_others(tmp_path):

@@ -410,7 +410,8 @@ def test_a_metric_of_an_empty_split_is_refused_before_training(tmp_path, classes
                                          r"'classes' has none .+ never keep a best checkpoint"):
         zg.train(config(tmp_path, best_metric="val_acc"), no_val)
     assert not (tmp_path / "ck").exists()
-    zg.train(config(epochs=1), no_val, callbacks=[zg.EarlyStopping("test_acc")])
+    with pytest.warns(UserWarning, match="stops the run by the test split"):
+        zg.train(config(epochs=1), no_val, callbacks=[zg.EarlyStopping("test_acc")])
 
 
 def test_one_early_stopping_serves_run_after_run(classes):

@@ -211,6 +211,12 @@ def check_metrics(cfg, task, dataset, callbacks=()) -> None:
     empty = [split for split in ("val", "test") if cfg.task in ("node", "graph")
              and getattr(dataset, f"{split}_idx", None) is not None
              and len(getattr(dataset, f"{split}_idx")) == 0]
+    for what, metric, watches in asked:
+        if metric.startswith("test_"):  # (allowed: a user may mean it, for a study)
+            chooses = "stops the run" if watches else "keeps the checkpoint"
+            warnings.warn(f"{what} {chooses} by the test split, whose scores then no longer "
+                          f"estimate unseen data: choose by a val_ metric", LibraryWarning,
+                          stacklevel=user_stacklevel())
     for what, metric, watches in asked:  # (best_metric: refused by TrainConfig)
         if watches and unevaluated and metric not in trained and metric.startswith(evaluated):
             raise ValueError(f"{what} needs evaluation, and {unevaluated} (it would never "
