@@ -179,3 +179,31 @@ def test_a_typed_link_runs_top_k_ranks_for_every_source_of_its_relation(tmp_path
     assert code == 2 and capsys.readouterr().err.startswith(
         f"zerognn: error: --graph {saved}: another graph is predicted by node runs, "
         f"one-type link runs and graph-level runs; a typed graph's 'link' run")
+
+
+def test_a_graph_runs_collection_without_a_split_is_named_as_graphs(tmp_path, capsys):
+    """A collection built to predict holds no splits: its default split, test, is
+    refused in a graph run's words (it was an empty file), and `--nodes all` predicts
+    every graph as `zg.predict` does."""
+    mol = zg.molhiv_like(0.002, seed=3)
+    zg.train(zg.TrainConfig(task="graph", model="gin", hidden=8, layers=1, batch_size=16,
+                            epochs=1, eval_mode="none", progress=False,
+                            checkpoint_dir=str(tmp_path / "ck")), mol)
+    zg.save_graphs(mol, tmp_path / "mol.npz")
+    new = zg.make_collection("new", mol.n_node[:5], mol.n_edge[:5],
+                             *(a[:mol.edge_offsets[5]] for a in (mol.senders, mol.receivers)),
+                             mol.node_features[:mol.node_offsets[5]],
+                             np.full((5, 1), np.nan, np.float32), "binary",
+                             edge_features=mol.edge_features[:mol.edge_offsets[5]],
+                             node_vocab=mol.node_vocab, edge_vocab=mol.edge_vocab)
+    zg.save_graphs(new, tmp_path / "new.npz")
+    given = ("--dataset", str(tmp_path / "mol.npz"), "--graph", str(tmp_path / "new.npz"))
+    code, _ = _predict(tmp_path, *given, "--no-progress")
+    assert code == 2 and capsys.readouterr().err == (
+        "zerognn: error: --nodes test (the default): the collection of --graph has no "
+        "test graphs; give all, another split or a file of ids\n")
+    code, got = _predict(tmp_path, *given, "--nodes", "all")
+    result = zg.restore(str(tmp_path / "ck"), dataset=mol, for_inference=True)
+    np.testing.assert_allclose(got["outputs"],
+                               np.asarray(zg.predict(result, np.arange(5), dataset=new)),
+                               rtol=1e-6, atol=1e-6)

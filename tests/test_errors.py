@@ -1202,7 +1202,10 @@ def test_a_best_metric_the_task_never_reports_fails_before_training(tmp_path, mo
     for watched in ("loss", "train_batch_acc"):  # every record's own: a callback may watch
         train(dataclasses.replace(cfg, best_metric=None, checkpoint_dir=None,
                                   metrics_out=None), callbacks=[zg.EarlyStopping(watched)])
-    # a choice by the test split is allowed, and warned of
+    # a choice by the test split is allowed, and warned of (a refused one is not warned of)
+    with warnings.catch_warnings(), pytest.raises(ValueError, match="is not a metric"):
+        warnings.simplefilter("error")
+        train(dataclasses.replace(cfg, best_metric="test_nonsense"))
     with pytest.warns(UserWarning, match=r"^best_metric 'test_acc' keeps the checkpoint by "
                                          r"the test split, whose scores then no longer "
                                          r"estimate unseen data: choose by a val_ metric$"):

@@ -189,6 +189,21 @@ def test_fine_tuning_starts_from_given_variables(classes, tmp_path):
                         for name in ("params", "batch_stats")})
 
 
+def test_a_misfit_names_a_scope_only_where_nesting_there_would_fit():
+    """A model of one submodule has its paths' common prefix as that submodule's own
+    path: variables rooted elsewhere were told to nest under it."""
+    from zerognn_jax._src.training.user import _misfit
+
+    one = {"['params']['convs_0']['linear']['bias']": (3,),
+           "['params']['convs_0']['linear']['kernel']": (16, 3)}
+    encoder = {p.replace("['params']", "['params']['encoder']"): s for p, s in one.items()}
+    assert "nest yours" not in _misfit(one, encoder)
+    assert "nest yours" not in _misfit(one, {"['params']['Dense_0']['bias']": (3,)})
+    assert _misfit(encoder, one).endswith("(the model's variables are all under "
+                                          "['encoder'] in their collection: nest yours "
+                                          "there)")
+
+
 def test_restore_without_config_uses_the_recorded_one(tmp_path):
     cfg = config(tmp_path, dataset="tiny", epochs=1, eval_mode="none")
     zg.train(cfg)

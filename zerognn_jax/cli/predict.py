@@ -304,9 +304,12 @@ def _split_ids(args, result, other, links: bool) -> np.ndarray:
                          f"all, a file of ids, or --pairs")
     ids = np.asarray(getattr(data, f"{spec}_idx"), np.int64)
     if not ids.size:
-        whose = "the graph of --graph" if other is not None else "the run's dataset"
+        graphs = isinstance(task, PredictsItems)
+        whose = ("the run's dataset" if other is None else
+                 "the collection of --graph" if graphs else "the graph of --graph")
         raise ValueError(f"--nodes {spec}{'' if args.nodes else ' (the default)'}: {whose} "
-                         f"has no {spec} nodes; give all, another split or a file of ids")
+                         f"has no {spec} {task.item_name + 's' if graphs else 'nodes'}; "
+                         f"give all, another split or a file of ids")
     return ids
 
 

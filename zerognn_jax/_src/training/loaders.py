@@ -242,13 +242,16 @@ class DeviceLoader:
         self.items = jnp.asarray(items, jnp.int32)
         self.batch_size, self.policy, self.kernels = batch_size, policy, kernels
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
-        if self.drop_last and 0 < self.items.shape[0] < batch_size:
-            warnings.warn(f"drop_last leaves out the last batch when it is not full, and "
-                          f"the {self.items.shape[0]} items make no full batch of "
-                          f"{batch_size}: the loader yields none", LibraryWarning,
-                          stacklevel=user_stacklevel())
         self._next_epoch = 0
         self._programs = {}
+
+    def _built(self) -> None:
+        """Warns, once the loader is built, where `drop_last` leaves it no batch."""
+        n = self.items.shape[0]
+        if self.drop_last and 0 < n < self.batch_size:
+            warnings.warn(f"drop_last leaves out the last batch when it is not full, and "
+                          f"the {n} items make no full batch of {self.batch_size}: the "
+                          f"loader yields none", LibraryWarning, stacklevel=user_stacklevel())
 
     def _setup(self, graph: CSRGraph, items: np.ndarray, *, fanouts, batch_size: int, key,
                envelope, sampler: str, replace: bool, dedup: bool, flat_outer: bool,
@@ -278,6 +281,7 @@ class DeviceLoader:
                              f"batch_size {batch_size} (a loader's own `.envelope`), or "
                              f"\"calibrate\"")
         self.envelope = config.fit_envelope(envelope)
+        self._built()
 
     def __len__(self) -> int:
         n, b = self.items.shape[0], self.batch_size

@@ -211,12 +211,6 @@ def check_metrics(cfg, task, dataset, callbacks=()) -> None:
     empty = [split for split in ("val", "test") if cfg.task in ("node", "graph")
              and getattr(dataset, f"{split}_idx", None) is not None
              and len(getattr(dataset, f"{split}_idx")) == 0]
-    for what, metric, watches in asked:
-        if metric.startswith("test_"):  # (allowed: a user may mean it, for a study)
-            chooses = "stops the run" if watches else "keeps the checkpoint"
-            warnings.warn(f"{what} {chooses} by the test split, whose scores then no longer "
-                          f"estimate unseen data: choose by a val_ metric", LibraryWarning,
-                          stacklevel=user_stacklevel())
     for what, metric, watches in asked:  # (best_metric: refused by TrainConfig)
         if watches and unevaluated and metric not in trained and metric.startswith(evaluated):
             raise ValueError(f"{what} needs evaluation, and {unevaluated} (it would never "
@@ -229,18 +223,21 @@ def check_metrics(cfg, task, dataset, callbacks=()) -> None:
                                  f"{_named(cfg, dataset)!r} has none (an empty {split}_idx): "
                                  f"it would never {never}; give the dataset a {split} split "
                                  f"or watch another metric")
-    if not asked or listed is None:
-        return
-    names = tuple(listed(dataset) or ())
-    if not names:
-        return
-    splits = getattr(task, "metric_splits", ("train", "val", "test"))
-    known = [f"{split}_{name}" for split in splits for name in names]
-    known += [n for n in names if n.startswith(tuple(f"{s}_" for s in splits))]  # as listed
-    for what, metric, watches in asked:
-        if metric not in known and not (watches and metric in trained):
-            raise ValueError(f"{what} is not a metric this task reports; choose one of "
-                             f"{', '.join(known + (trained if watches else []))}")
+    names = tuple(listed(dataset) or ()) if asked and listed is not None else ()
+    if names:
+        splits = getattr(task, "metric_splits", ("train", "val", "test"))
+        known = [f"{split}_{name}" for split in splits for name in names]
+        known += [n for n in names if n.startswith(tuple(f"{s}_" for s in splits))]
+        for what, metric, watches in asked:
+            if metric not in known and not (watches and metric in trained):
+                raise ValueError(f"{what} is not a metric this task reports; choose one of "
+                                 f"{', '.join(known + (trained if watches else []))}")
+    for what, metric, watches in asked:  # (allowed: a study may mean it)
+        if metric.startswith("test_"):
+            chooses = "stops the run" if watches else "keeps the checkpoint"
+            warnings.warn(f"{what} {chooses} by the test split, whose scores then no longer "
+                          f"estimate unseen data: choose by a val_ metric", LibraryWarning,
+                          stacklevel=user_stacklevel())
 
 
 def warn_one_graph_steps(cfg, dataset, model) -> None:

@@ -185,6 +185,7 @@ class _TypedLoader(DeviceLoader):
         _check_envelope(config, envelope, seed_type,
                         batch_size if seeds is None else seeds[0])
         self.envelope = fit_typed_envelope(config, envelope)
+        self._built()
 
     def _grown(self, counts: dict) -> TypedEnvelope:
         """The envelope after a sample with `counts` ({type: per-level counts})

@@ -75,8 +75,8 @@ def start_from(program, state, variables: dict):
 def _misfit(want: dict, given: dict) -> str:
     """The one line that says how variables of paths and shapes `given` differ from the
     model's `want`: up to 3 of each side's paths the other lacks (or holds in another
-    shape), and where every given path differs, that the model's nest them in a scope
-    the given ones lack (a link run's encoder: ['params']['encoder'])."""
+    shape), and the scope of the model's under which the given variables, nested, would
+    fit where there is one (a link run's encoder: ['encoder'] in each collection)."""
     def shown(side, other):
         rows = [f"{p} {list(s)}" for p, s in sorted(side.items()) if other.get(p) != s]
         return (", ".join(rows[:3]) + (f" and {len(rows) - 3} more" if len(rows) > 3 else "")
@@ -84,12 +84,14 @@ def _misfit(want: dict, given: dict) -> str:
 
     text = (f"variables do not fit the model: the model has {shown(want, given)}; the "
             f"variables have {shown(given, want)}")
-    inner = lambda paths: [p[p.index("]") + 1:] for p in paths]  # within a collection
-    common = os.path.commonprefix(inner(want)) if len(want) > 1 else ""
-    scope = common[:common.rfind("]") + 1]
-    if scope and not any(p.startswith(scope) for p in inner(given)):
-        text += (f" (the model's variables are all under {scope} in their collection: "
-                 f"nest yours there)")
+    inner = lambda tree: {p[:p.index("]") + 1] + "|" + p[p.index("]") + 1:]: s
+                          for p, s in tree.items()}  # collection|path within it
+    common = os.path.commonprefix([p.split("|")[1] for p in inner(want)])
+    for end in (i + 1 for i, c in enumerate(common) if c == "]"):  # each enclosing scope
+        nested = {p.replace("|", "|" + common[:end], 1): s for p, s in inner(given).items()}
+        if nested == inner(want):  # the given variables, nested there, fit
+            return (f"{text} (the model's variables are all under {common[:end]} in their "
+                    f"collection: nest yours there)")
     return text
 
 
