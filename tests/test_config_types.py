@@ -80,9 +80,11 @@ def test_relations_given_as_triples_are_kept_as_their_names():
      r"^TrainConfig.fanouts must be one fanout per layer \(a typed graph's for every "
      r"relation\), e.g. \(15, 10\); fanouts per relation go in relation_fanouts \(the "
      r"relations it leaves out take fanouts\), got \{\('a', 'to', 'b'\): \(5, 5\)\}$"),
-    (dict(fanouts=5), r"^TrainConfig.fanouts must be one fanout per layer, e.g. \(5, 5\) "
-                      r"for 2 layers, got 5 \(int\)$"),
-    (dict(relation_fanouts={("a", "to", "b"): 4}),
+    (dict(fanouts=5), r"^TrainConfig.fanouts must be one fanout per layer, e.g. \(5, 5, 5\) "
+                      r"for 3 layers, got 5 \(int\)$"),
+    (dict(fanouts=np.int64(5), layers=1), r"^TrainConfig.fanouts must be one fanout per "
+                                          r"layer, e.g. \(5,\) for 1 layer, got 5 \(int64\)$"),
+    (dict(relation_fanouts={("a", "to", "b"): 4}, layers=2),
      r"^TrainConfig.relation_fanouts must give each relation one fanout per layer, e.g. "
      r"\{'a__to__b': \(4, 4\)\} for 2 layers, got \{'a__to__b': 4\}$"),
 ])

@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import functools
 import math
+import numbers
 import os
 
 import jax
@@ -495,7 +496,10 @@ def _fanouts_of_the_right_form(cfg: TrainConfig) -> None:
     typed graph: `relation_fanouts`), one number for every layer, a relation's one
     number in `relation_fanouts`."""
     fanouts, per_relation = cfg.fanouts, cfg.relation_fanouts
-    whole = lambda n: isinstance(n, int) and not isinstance(n, bool)
+    whole = lambda n: isinstance(n, numbers.Integral) and not isinstance(n, bool)
+    layers = int(cfg.layers) if whole(cfg.layers) and 1 <= cfg.layers <= 8 else 2
+    each = lambda n: (int(n),) * layers
+    where = f" for {layers} layer{'s' * (layers > 1)}"
     if isinstance(fanouts, dict):
         raise ConfigTypeError(f"TrainConfig.fanouts must be one fanout per layer (a typed "
                               f"graph's for every relation), e.g. (15, 10); fanouts per "
@@ -503,12 +507,13 @@ def _fanouts_of_the_right_form(cfg: TrainConfig) -> None:
                               f"out take fanouts), got {fanouts!r}")
     if whole(fanouts):
         raise ConfigTypeError(f"TrainConfig.fanouts must be one fanout per layer, e.g. "
-                              f"{(fanouts,) * 2} for 2 layers, got {fanouts!r} (int)")
+                              f"{each(fanouts)}{where}, got {int(fanouts)} "
+                              f"({type(fanouts).__name__})")
     if isinstance(per_relation, dict) and any(whole(v) for v in per_relation.values()):
         key, n = next((k, v) for k, v in per_relation.items() if whole(v))
         raise ConfigTypeError(f"TrainConfig.relation_fanouts must give each relation one "
-                              f"fanout per layer, e.g. {{{key!r}: {(n,) * 2}}} for 2 layers, "
-                              f"got {per_relation!r}")
+                              f"fanout per layer, e.g. {{{key!r}: {each(n)}}}{where}, got "
+                              f"{per_relation!r}")
 
 
 def _relations_named(cfg: TrainConfig) -> None:
