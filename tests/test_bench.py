@@ -852,3 +852,14 @@ def test_the_samplers_script_runs_labor(tmp_path, monkeypatch, capsys):
     record = json.loads(out.read_text())
     assert record["sampler"] == "labor" and len(record["labor_span"]) == 2
     assert all(0 <= cut <= 1 for cut in record["rows_cut"])
+
+
+def test_bias_grad_forms_each_give_the_column_sum():
+    """benchmarks/bias_grad.py's forms reformulate one sum: each gives the float32 column
+    sum of the gradient (rows a block divides, and rows it does not)."""
+    bg = _benchmark_script("bias_grad")
+    for rows in (2048, 1000):
+        g = jax.random.normal(jax.random.key(rows), (rows, 16)).astype(jnp.bfloat16)
+        want = g.astype(jnp.float32).sum(0)
+        for form in ("f32", "split", "ones", "barrier"):
+            assert jnp.allclose(bg.bias_gradient(form, g), want, rtol=1e-5, atol=1e-4), form

@@ -102,13 +102,22 @@ def _add_size_options(parser: argparse.ArgumentParser) -> None:
                              "--seed (0 .. 2**31 - 1; default 0)")
 
 
+def dataset_kind(name: str) -> str:
+    """Which loader reads the dataset `name` (a name or a saved file): "graphs" (a graph
+    collection), "typed" (a typed dataset) or "graph" (a dataset of one node type)."""
+    if is_graph_dataset(name):
+        return "graphs"
+    return "typed" if name.lower() in HETERO_NAMES or is_hetero_path(name) else "graph"
+
+
 def load_named(name: str, root=None, *, scale: float = 1.0, seed: int = 0,
                download: bool = False, log=None):
-    """The dataset `name` (a name or a saved file) names, read by the loader of its kind:
-    a graph collection, a typed dataset or a node dataset (`log`: as the loaders')."""
-    if is_graph_dataset(name):
+    """The dataset `name` (a name or a saved file) names, read by the loader of its kind
+    (`dataset_kind`; `log`: as the loaders')."""
+    kind = dataset_kind(name)
+    if kind == "graphs":
         return load_graphs(name, root, scale=scale, seed=seed, log=log)
-    if name.lower() in HETERO_NAMES or is_hetero_path(name):
+    if kind == "typed":
         return load_hetero_dataset(name, root, scale=scale, seed=seed, log=log)
     return load_dataset(name, root, scale=scale, seed=seed, download=download, log=log)
 

@@ -47,9 +47,6 @@ from pathlib import Path
 import numpy as np
 
 from zerognn_jax._src.data.announce import announcing, stderr_log
-from zerognn_jax._src.data.graph_datasets import is_graph_dataset, load_graphs
-from zerognn_jax._src.data.hetero_storage import is_hetero_path
-from zerognn_jax._src.data.loaders import HETERO_NAMES, load_dataset, load_hetero_dataset
 from zerognn_jax._src.data.writes import archive_meta, atomic_write, print_line
 from zerognn_jax._src.training.inference import predict, score_pairs
 from zerognn_jax._src.training.lock import checkpoint_name
@@ -60,7 +57,7 @@ from zerognn_jax._src.training.tasks.base import (
     PredictsTypes,
     RanksPairs,
 )
-from zerognn_jax.cli.data import load_named
+from zerognn_jax.cli.data import dataset_kind, load_named
 from zerognn_jax.cli.export import add_checkpoint_flags, restored
 from zerognn_jax.cli.flags import add_compile_cache_flag, path_text, whole_number
 
@@ -198,16 +195,14 @@ def _other_graph(path: str, result, log):
     task = result.program.task
     run = ("graphs" if isinstance(task, PredictsItems) else
            "typed" if isinstance(task, PredictsTypes) else "graph")
-    holds = ("graphs" if is_graph_dataset(path) else
-             "typed" if path.lower() in HETERO_NAMES or is_hetero_path(path) else "graph")
+    holds = dataset_kind(path)
     if holds != run:
         raise ValueError(f"--graph {path} holds {_KINDS[holds]}, and the run predicts "
                          f"{_KINDS[run]}")
-    return {"graphs": load_graphs, "typed": load_hetero_dataset,
-            "graph": load_dataset}[run](path, log=log)
+    return load_named(path, log=log)
 
 
-# What --graph holds, and what a run predicts, in messages.
+# What --graph holds, and what a run predicts (`dataset_kind`'s kinds), in messages.
 _KINDS = {"graphs": "a collection of graphs", "typed": "a typed graph (node types)",
           "graph": "a graph of one node type"}
 

@@ -14,9 +14,6 @@ relations and feature widths.
 
 from __future__ import annotations
 
-import dataclasses
-import weakref
-
 import jax.numpy as jnp
 import numpy as np
 
@@ -26,7 +23,7 @@ from zerognn_jax._src.data.planetoid import row_normalize
 from zerognn_jax._src.nn.layerwise import supports_layerwise
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
 from zerognn_jax._src.training.placement import place_features
-from zerognn_jax._src.training.program import DeviceData, StepProgram
+from zerognn_jax._src.training.program import DeviceData, StepProgram, kept_replace
 from zerognn_jax._src.training.rebuild import config_of
 from zerognn_jax._src.training.tasks.base import PredictsOtherGraphs, PredictsTypes
 from zerognn_jax._src.training.tasks.typed_eval import typed_layerwise
@@ -82,7 +79,7 @@ def other_graph(result, dataset, mode: str) -> tuple[StepProgram, DeviceData]:
     sampler = sampler.resolve(graph.max_degree())
     if program.layout is not None:
         sampler = program.layout.apply(sampler)
-    program = _replaced(program, "sampler", sampler)
+    program = kept_replace(program, sampler=sampler)
     if sampler.method == "weighted" and graph.weights is None:
         if samples:
             raise ValueError(f"the run samples neighbours by edge weight (sampler "
@@ -103,7 +100,7 @@ def _other_typed_graph(program: StepProgram, trained: DeviceData, dataset, confi
     task = program.task.over(cfg, trained.graph, dataset, samples=samples)
     graph, table = task.device_inputs(dataset, jnp.dtype(cfg.dtype),
                                       bool(cfg.normalize_features), samples=samples)
-    program = _replaced(program, "task", task)
+    program = kept_replace(program, task=task)
     return program, _device_data(program, graph, table, jnp.dtype(cfg.dtype))
 
 
@@ -122,23 +119,6 @@ def _device_data(program: StepProgram, graph, features, dtype) -> DeviceData:
     if program.parallel is None:
         return DeviceData(graph.to_device(), table, jnp.asarray(none))
     return program.parallel.place_data(DeviceData(graph, table, none))
-
-
-# The programs of a run over other graphs, one per sampler (fanouts resolved for a
-# graph's degrees) or typed task (`_other_typed_graph`): a program is a static argument
-# compared by identity, so a new one each call compiled every pass again.
-_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _replaced(program: StepProgram, field: str, value) -> StepProgram:
-    """`program` with `field` (its sampler, its task) `value`, the same object for the
-    same value."""
-    if getattr(program, field) is value or getattr(program, field) == value:
-        return program
-    kept = _PROGRAMS.setdefault(program, {})
-    if (field, value) not in kept:
-        kept[field, value] = dataclasses.replace(program, **{field: value})
-    return kept[field, value]
 
 
 def pairs_over(result, dataset, mode: str, does: str):

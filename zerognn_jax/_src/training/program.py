@@ -7,6 +7,7 @@ data parallelism); the engines (scan.py, host.py) drive it and own their compile
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -240,6 +241,24 @@ class StepProgram:
         out = self.model.apply(variables, x, views, train=train, rngs=rngs, mutable=mutable,
                                **(inputs or {}))
         return out if mutable else (out, {})
+
+
+# The objects `kept_replace` made, per object they were made from.
+_KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def kept_replace(obj, **changes):
+    """`dataclasses.replace(obj, **changes)`, the same object for the same changes
+    while `obj` lives, and `obj` itself where they change nothing: a program (or a
+    task, part of one) is a static argument compared by identity, and a new one each
+    call compiled every pass again (a run's model over other graphs: inductive.py)."""
+    if all(getattr(obj, name) == value for name, value in changes.items()):
+        return obj
+    kept = _KEPT.setdefault(obj, {})
+    key = tuple(sorted(changes.items()))
+    if key not in kept:
+        kept[key] = dataclasses.replace(obj, **changes)
+    return kept[key]
 
 
 def make_optimizer(cfg) -> optax.GradientTransformation:

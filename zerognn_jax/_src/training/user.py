@@ -84,12 +84,11 @@ def _misfit(want: dict, given: dict) -> str:
 
     text = (f"variables do not fit the model: the model has {shown(want, given)}; the "
             f"variables have {shown(given, want)}")
-    inner = lambda tree: {p[:p.index("]") + 1] + "|" + p[p.index("]") + 1:]: s
-                          for p, s in tree.items()}  # collection|path within it
-    common = os.path.commonprefix([p.split("|")[1] for p in inner(want)])
+    split = lambda path: path.index("]") + 1  # the collection's key ends there
+    common = os.path.commonprefix([p[split(p):] for p in want])
     for end in (i + 1 for i, c in enumerate(common) if c == "]"):  # each enclosing scope
-        nested = {p.replace("|", "|" + common[:end], 1): s for p, s in inner(given).items()}
-        if nested == inner(want):  # the given variables, nested there, fit
+        nested = {p[:split(p)] + common[:end] + p[split(p):]: s for p, s in given.items()}
+        if nested == want:  # the given variables, nested there, fit
             return (f"{text} (the model's variables are all under {common[:end]} in their "
                     f"collection: nest yours there)")
     return text

@@ -22,7 +22,6 @@ task does (tests).
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -74,6 +73,7 @@ from zerognn_jax._src.training.program import (
     DeviceData,
     StepProgram,
     block_edge_rows,
+    kept_replace,
     make_optimizer,
 )
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch, data_log
@@ -298,11 +298,6 @@ def typed_sampler(cfg, graph: HeteroGraph) -> TypedSamplerConfig:
                               dedup=layout.dedup, flat_outer=layout.flat_outer,
                               method=cfg.sampler,
                               edge_ids=bool(cfg.edge_features)).resolve(graph)
-
-
-# A task over other graphs (`TypedNodeTask.over`), one per graph shape: a task is part
-# of the program, a static argument compared by identity.
-_OVER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _same_edge_columns(rel, trained, other, name: str) -> None:
@@ -604,12 +599,7 @@ class TypedNodeTask(ItemsAreLevel0):
                                      f"'weighted'), and relation {relation_name(rel)} of "
                                      f"dataset {dataset.name!r} has no weights: give it "
                                      f"weights, or predict exactly (mode='full')")
-        if (sampler, inputs) == (self.sampler, self.inputs):
-            return self
-        kept = _OVER.setdefault(self, {})
-        if (sampler, inputs) not in kept:
-            kept[sampler, inputs] = dataclasses.replace(self, sampler=sampler, inputs=inputs)
-        return kept[sampler, inputs]
+        return kept_replace(self, sampler=sampler, inputs=inputs)
 
     def _placed(self, cfg, graph, table: np.ndarray, dtype, *, whole_table: bool = True):
         """(the stacked feature table where `cfg.feature_placement` puts it, its
