@@ -81,6 +81,10 @@ def test_a_link_runs_pairs_and_rankings_are_those_of_score_pairs_and_recommend(l
     code, got = _predict(folder, "--pairs", str(folder / "pairs.npy"))
     assert code == 0 and got["meta"]["what"] == "scores"
     np.testing.assert_array_equal(got["scores"], zg.score_pairs(result, pairs))
+    (folder / "pairs.csv").write_text("src,dst\n0,5\n7, 2\n\n3,3\n")  # as pandas writes
+    code, csv = _predict(folder, "--pairs", str(folder / "pairs.csv"))
+    np.testing.assert_array_equal(csv["pairs"], pairs)
+    np.testing.assert_array_equal(csv["scores"], got["scores"])
     np.save(folder / "users.npy", np.array([1, 9]))
     code, got = _predict(folder, "--nodes", str(folder / "users.npy"), "--top-k", "4",
                          "--exclude", "train,val")
@@ -113,6 +117,9 @@ def test_a_link_runs_k_past_its_destinations_is_named_as_the_flag(link_run, caps
     (["--nodes", "BIG"], r"--nodes must lie in \[0, \d+\), found \[0, 99999999\]"),
     (["--nodes", "ONE_LINE"], r"shape \(1, 2\); expected \[n\] ids"),  # not two ids
     (["--nodes", "EMPTY"], r"--nodes .*empty.txt holds no ids"),
+    (["--nodes", "HEADER"], r"--nodes .*header.txt holds no ids"),
+    (["--nodes", "WORDS"], r"--nodes .*words.txt: not a .npy array or a text file of "
+                           r"numbers"),
     (["--nodes", "HUGE"], r"holds 9223372036854775813, past any id"),  # not wrapped
     (["--graph", "MISSING"], r"--graph .*missing.txt: no such file or folder"),
     (["--graph", "OTHER", "--top-k", "2", "--exclude", "train,val"],
@@ -121,12 +128,15 @@ def test_a_link_runs_k_past_its_destinations_is_named_as_the_flag(link_run, caps
 def test_bad_requests_are_one_line_and_write_nothing(node_run, capsys, flags, message):
     folder, _ = node_run
     files = {name: folder / f"{name.lower()}.{'npy' if name in ('PAIRS', 'HUGE') else 'txt'}"
-             for name in ("MISSING", "FLOATS", "PAIRS", "BIG", "ONE_LINE", "EMPTY", "HUGE")}
+             for name in ("MISSING", "FLOATS", "PAIRS", "BIG", "ONE_LINE", "EMPTY", "HUGE",
+                          "HEADER", "WORDS")}
     files["FLOATS"].write_text("1.5\n2\n")
     np.save(files["PAIRS"], np.array([[1, 2], [3, 4]]))
     files["BIG"].write_text("0\n99999999\n")
     files["ONE_LINE"].write_text("1 2\n")
     files["EMPTY"].write_text("")
+    files["HEADER"].write_text("node\n")  # a CSV's column name, and no row
+    files["WORDS"].write_text("1\ntwo\n")
     np.save(files["HUGE"], np.array([1, 2**63 + 5], np.uint64))
     files["OTHER"] = folder / "unread.npz"  # (refused before the file is read)
     files["OTHER"].write_bytes(b"")

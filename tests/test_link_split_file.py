@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 
 import numpy as np
 import pytest
 from conftest import random_graph
 
 import zerognn_jax as zg
+from zerognn_jax._src.data.checks import LibraryWarning
 from zerognn_jax._src.data.hetero_links import relation_pairs, reverse_of
 from zerognn_jax._src.data.shop import make_shop
+from zerognn_jax._src.training.tasks.link import warn_split_file
 
 LINK = dict(task="link", model="sage", layers=2, fanouts=(5, 5), hidden=16, batch_size=64,
             progress=False, chunk_steps=1)  # one step a program: the quickest compile
@@ -208,6 +211,8 @@ def test_evaluation_pairs_are_taken_as_arrays_of_node_ids():
         zg.EvalEdges([[0.5, 1.0]], [[1, 2]])
     with pytest.raises(ValueError, match=r"neg must be \[n, 2\], got \(3,\)"):
         zg.EvalEdges([[0, 1]], [1, 2, 3])
+    with pytest.raises(ValueError, match="train must hold integer node ids, got float32"):
+        zg.LinkSplit(np.array([[0.5, 1.5]], np.float32), None, edges, edges, 4)
 
 
 def test_a_split_file_without_evaluation_pairs_is_warned_of(small, tmp_path):
@@ -219,6 +224,31 @@ def test_a_split_file_without_evaluation_pairs_is_warned_of(small, tmp_path):
         result = zg.train(zg.TrainConfig(**LINK, epochs=1, link_split=str(tmp_path / "e")),
                           small)
     assert result.summary["test_auc"] is None
+
+
+def test_a_split_file_that_evaluates_training_pairs_is_warned_of(small, tmp_path):
+    """Test positives that are training pairs, given either way round, are named; a
+    typed split's pairs of two node types count in their own order alone."""
+    drew = zg.random_link_split(small.graph, seed=0)
+    test = zg.EvalEdges(np.concatenate([drew.test.pos, drew.train[:3, ::-1]]), drew.test.neg)
+    zg.LinkSplit(drew.train, drew.graph, drew.val, test, small.num_nodes).save(tmp_path / "t")
+    u, v = drew.train[0, ::-1]
+    with pytest.warns(LibraryWarning, match=rf"3 of its {len(test.pos)} test positives "
+                                               rf"are training pairs too \(the first: "
+                                               rf"\({u}, {v}\)\)"):
+        zg.train(zg.TrainConfig(**LINK, epochs=1, link_split=str(tmp_path / "t")), small)
+    shop = make_shop(40, 30, 3, per_user=4, dim=4, name="shop")
+    typed = zg.typed_link_split(shop.graph, "buys", seed=0)
+    cfg = zg.TrainConfig(task="link", link_split="f.npz")
+    pairs = set(map(tuple, typed.train.tolist()))
+    flipped = np.array([(v, u) for u, v in pairs if (v, u) not in pairs][:2])
+    backwards = dataclasses.replace(typed, test=zg.EvalEdges(flipped, typed.test.neg))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_split_file(backwards, cfg)  # (item, user) pairs are none of (user, item)'s
+    again = dataclasses.replace(typed, test=zg.EvalEdges(typed.train[:2], typed.test.neg))
+    with pytest.warns(LibraryWarning, match=r"2 of its 2 test positives"):
+        warn_split_file(again, cfg)
 
 
 def test_pairs_in_pygs_layout_and_pickles_are_named(tmp_path):

@@ -25,7 +25,8 @@ export` takes it). `--graph FILE` is another graph's saved dataset (a typed node
 a typed dataset of its types and relations), or another collection of graphs for a
 graph-level run: the run's model over data it never saw (`dataset=` of `zg.predict`).
 IDS_FILE is a .npy array or a text file of one id a line; PAIRS_FILE a .npy int[P, 2] or
-text of two ids a line. The file is written whole or not at all; an existing --out is
+text of two ids a line (a text file's numbers apart by spaces or by commas, as a CSV, whose
+first line may name its columns). The file is written whole or not at all; an existing --out is
 replaced only if this command wrote it. One JSON line on stdout says what was written; a
 step that takes more than a second (a dataset built, the run restored, the outputs
 computed) is said on stderr, with its time. A first SIGINT, SIGTERM or SIGHUP stops the
@@ -80,7 +81,7 @@ def add_predict_command(subparsers) -> argparse.ArgumentParser:
                         "all")
     p.add_argument("--pairs", type=path_text, default=None,
                    help="a link run: a file of pairs to score (.npy int[P, 2], or text of "
-                        "two ids a line)")
+                        "two ids a line, or a CSV)")
     p.add_argument("--top-k", dest="k", type=int, default=None,
                    help="a link run: the K best destinations of each of --nodes")
     p.add_argument("--exclude", default=None,
@@ -320,6 +321,21 @@ def _exclude(text: str):
     return names
 
 
+def _text_numbers(path: str) -> np.ndarray:
+    """float64[n, columns] of a text file's numbers, a row a line, apart by spaces or
+    by commas (those of its first line), that first line skipped where it names the
+    columns (a CSV's header) rather than holding numbers."""
+    with open(path, encoding="utf-8") as f:
+        lines = [line for line in f if line.strip()]
+    first = lines[0] if lines else ""
+    delimiter = "," if "," in first else None
+    try:
+        [float(x) for x in first.split(delimiter)]
+    except ValueError:
+        lines = lines[1:]
+    return np.loadtxt(lines, dtype=np.float64, ndmin=2, delimiter=delimiter)
+
+
 def _ids_file(path: str, flag: str, *, columns: int) -> np.ndarray:
     """int64[n] (`columns` 1) or int64[n, 2] of a .npy file or a text file (a line a
     row: one id, or two)."""
@@ -335,7 +351,7 @@ def _ids_file(path: str, flag: str, *, columns: int) -> np.ndarray:
             if path.endswith(".npy"):
                 ids = np.load(path, allow_pickle=False)
             else:
-                ids = np.loadtxt(path, dtype=np.float64, ndmin=2)
+                ids = _text_numbers(path)
                 ids = ids.reshape(-1) if columns == 1 and ids.shape[1:] == (1,) else ids
     except (OSError, ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"{flag} {path}: not a .npy array or a text file of numbers "

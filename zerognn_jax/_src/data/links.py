@@ -109,6 +109,7 @@ class LinkSplit:
     num_nodes: int
 
     def __post_init__(self):
+        object.__setattr__(self, "train", np.asarray(self.train))
         _check_split(self.train, {s: getattr(self, s) for s in SPLITS}, self.num_nodes)
 
     def save(self, path: str | os.PathLike) -> None:
@@ -163,9 +164,12 @@ def _check_split(train: np.ndarray, evals: dict, n: int, sep: str = ".") -> None
 
 
 def require_train(train: np.ndarray) -> None:
-    """ValueError unless a split's training pairs `train` are a non-empty [E, 2] array."""
+    """ValueError unless a split's training pairs `train` are a non-empty [E, 2] array
+    of integer node ids."""
     if train.ndim != 2 or train.shape[1] != 2 or not train.shape[0]:
         raise ValueError(f"train must be a non-empty [E, 2] array, got {train.shape}")
+    if train.dtype.kind not in "iu":
+        raise ValueError(f"train must hold integer node ids, got {train.dtype}")
 
 
 def require_ids_in(name: str, ids: np.ndarray, n: int, what: str = "node") -> None:

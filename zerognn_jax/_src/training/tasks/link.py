@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zerognn_jax._src.data.checks import at_least_one
+from zerognn_jax._src.data.checks import LibraryWarning, at_least_one
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
 from zerognn_jax._src.data.links import (
     OGBL,
@@ -383,14 +383,34 @@ def evaluate_pairs(task, predictor: Predictor) -> dict:
     return out
 
 
-def warn_unscored(split, cfg) -> None:
+def warn_split_file(split, cfg) -> None:
     """Warns (`EmptySplitWarning`) when the split file `cfg.link_split` holds no
     validation and no test pairs: every metric of the run would be null, as the random
-    split warns where its shares round down to none."""
+    split warns where its shares round down to none; and (`LibraryWarning`) when val or
+    test positives of the file are training pairs too (either way round where both ends
+    are of one type), which the model then passes messages over and fits: their metric
+    measures what it remembers, not what it predicts."""
     if not (split.val.pos.shape[0] or split.test.pos.shape[0]):
         warnings.warn(f"link_split {cfg.link_split!r} holds no val and no test pairs: the "
                       f"run's metrics are null", EmptySplitWarning,
                       stacklevel=user_stacklevel())
+    ends = getattr(split, "ends", None)  # a typed split's two types
+    trained = np.asarray(split.train, np.int64)
+    if ends is None or ends[0] == ends[1]:
+        trained = np.concatenate([trained, trained[:, ::-1]])
+    for name in ("val", "test"):
+        pos = np.asarray(getattr(split, name).pos, np.int64)
+        if not pos.shape[0]:
+            continue
+        width = int(max(trained.max(), pos.max())) + 1
+        seen = np.isin(pos[:, 0] * width + pos[:, 1], trained[:, 0] * width + trained[:, 1])
+        if seen.any():
+            u, v = pos[np.argmax(seen)]
+            warnings.warn(f"link_split {cfg.link_split!r}: {int(seen.sum())} of its "
+                          f"{pos.shape[0]} {name} positives are training pairs too (the "
+                          f"first: ({u}, {v})); the model trains on them, and their "
+                          f"{name} metric measures what it remembers", LibraryWarning,
+                          stacklevel=user_stacklevel())
 
 
 def split_pairs(split, names: tuple[str, ...]) -> np.ndarray:
@@ -445,7 +465,7 @@ def link_data(cfg, dataset: Dataset | None = None) -> tuple[Dataset, LinkSplit]:
                              f"{split.num_nodes} nodes; dataset {dataset.name!r} has "
                              f"{dataset.num_nodes}")
         split = _edge_tables_from(split, dataset, cfg)
-        warn_unscored(split, cfg)
+        warn_split_file(split, cfg)
     return dataclasses.replace(dataset, graph=split.graph), split
 
 

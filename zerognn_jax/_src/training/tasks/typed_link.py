@@ -64,7 +64,7 @@ from zerognn_jax._src.training.tasks.link import (
     sorted_pairs,
     split_pairs,
     split_source,
-    warn_unscored,
+    warn_split_file,
 )
 from zerognn_jax._src.training.tasks.losses import label_accuracy, sigmoid_cross_entropy
 from zerognn_jax._src.training.tasks.typed_eval import (
@@ -130,7 +130,7 @@ def _split(cfg, graph) -> TypedLinkSplit:
                          f"{relation_name(split.relation)}; link_relation "
                          f"{cfg.link_relation!r} names "
                          f"{relation_name(find_relation(graph, cfg.link_relation))}")
-    warn_unscored(split, cfg)
+    warn_split_file(split, cfg)
     return split
 
 
