@@ -91,6 +91,12 @@ def test_a_link_runs_pairs_and_rankings_are_those_of_score_pairs_and_recommend(l
     best, scores = zg.recommend(result, [1, 9], 4, exclude=("train", "val"))
     np.testing.assert_array_equal(got["destinations"], best)
     np.testing.assert_array_equal(got["scores"], scores)
+    (folder / "items.txt").write_text("3\n11\n0\n8\n")
+    code, got = _predict(folder, "--nodes", str(folder / "users.npy"), "--top-k", "2",
+                         "--candidates", str(folder / "items.txt"))
+    best, scores = zg.recommend(result, [1, 9], 2, candidates=[3, 11, 0, 8])
+    np.testing.assert_array_equal(got["destinations"], best)
+    assert got["meta"]["candidates"] == str((folder / "items.txt").resolve())
     code, got = _predict(folder, "--nodes", str(folder / "users.npy"))  # embeddings
     assert got["meta"]["what"] == "embeddings" and got["outputs"].shape == (2, 8)
     assert got["meta"]["nodes"] == str((folder / "users.npy").resolve())
@@ -103,6 +109,12 @@ def test_a_link_runs_k_past_its_destinations_is_named_as_the_flag(link_run, caps
     assert code == 2 and not (folder / "k.npz").exists()
     assert capsys.readouterr().err == (f"zerognn: error: --top-k must be at most the {n} "
                                        f"destinations, got {n + 1}\n")
+    (folder / "twice.txt").write_text("4\n4\n")
+    code, _ = _predict(folder, "--top-k", "1", "--candidates", str(folder / "twice.txt"),
+                       "--no-progress", out="k.npz")
+    assert code == 2 and not (folder / "k.npz").exists()
+    assert capsys.readouterr().err == ("zerognn: error: --candidates must be distinct ids; "
+                                       "4 is given 2 times\n")
 
 
 @pytest.mark.parametrize(("flags", "message"), [
@@ -110,6 +122,8 @@ def test_a_link_runs_k_past_its_destinations_is_named_as_the_flag(link_run, caps
     (["--pairs", "PAIRS", "--nodes", "all"], "--pairs scores the pairs of its file; it "
                                              "takes neither --nodes nor --top-k"),
     (["--exclude", "val"], "--exclude val says which pairs --top-k ranks out"),
+    (["--candidates", "FLOATS"], "--candidates .*floats.txt says which destinations "
+                                 "--top-k ranks; give --top-k K"),
     (["--nodes", "MISSING"], r"--nodes .*missing.txt: no such file \(nor a split: train, "
                              r"val, test or all\)"),
     (["--nodes", "FLOATS"], "--nodes .* holds numbers that are not whole ids"),

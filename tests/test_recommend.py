@@ -100,7 +100,31 @@ def test_pairs_of_ones_own_are_left_out(link_run):
     np.testing.assert_array_equal(again[0, :3], ids[0, 2:])
 
 
+def test_candidates_are_the_only_destinations_ranked(link_run, monkeypatch):
+    """Ranked among the candidates, in any order: the full ranking's scores of those
+    columns, the source itself and its training partners left out as before; k up to
+    the candidates' count, in blocks alike."""
+    sources = np.array([0, 5, 77])
+    candidates = np.array([100, 5, 3, 60, 0, 41, 17, 77, 99, 8])
+    train = unordered(link_run.program.task.split.train)
+    left = {s: train.get(s, set()) | {s} for s in range(120)}
+    expected = np.full((3, 120), -np.inf, np.float32)
+    expected[:, candidates] = brute_force(link_run, sources, 120, left)[:, candidates]
+    ids, scores = zg.recommend(link_run, sources, k=10, candidates=candidates)
+    assert_top_k(ids, scores, expected)
+    assert set(ids[ids >= 0].tolist()) <= set(candidates.tolist())
+    monkeypatch.setattr(recommend_module, "MAX_DESTINATIONS", 4)
+    blocked = zg.recommend(link_run, sources, k=3, candidates=candidates)
+    np.testing.assert_array_equal(blocked[0], ids[:, :3])
+
+
 @pytest.mark.parametrize("call, message", [
+    (dict(sources=[0], k=4, candidates=[1, 2, 3]), "k must be at most the 3 candidates, "
+                                                   "got 4"),
+    (dict(sources=[0], candidates=[1, 7, 1, 1]), "candidates must be distinct ids; 1 is "
+                                                 "given 3 times"),
+    (dict(sources=[0], candidates=[]), "candidates holds no destination id"),
+    (dict(sources=[0], candidates=[5, 120]), r"candidates must lie in \[0, 120\)"),
     (dict(sources=[120]), r"sources must lie in \[0, 120\), found \[120, 120\]"),
     (dict(sources=[0], k=0), "k must be an integer >= 1, got 0"),
     (dict(sources=[0], k=121), "k must be at most the 120 destinations, got 121"),
@@ -137,6 +161,10 @@ def test_a_typed_run_ranks_its_relations_destinations():
     ids, scores = zg.recommend(result, users, k=40)
     assert_top_k(ids, scores, expected)
     assert (ids[0] == -1).sum() == len(bought.get(0, ()))
+    items = np.array([30, 2, 9, 0, 39])  # candidates among the items, by item ids
+    among = np.full_like(expected, -np.inf)
+    among[:, items] = expected[:, items]
+    assert_top_k(*zg.recommend(result, users, k=5, candidates=items), among)
     with pytest.raises(ValueError, match=r"sources must lie in \[0, 60\) \('user' ids\)"):
         zg.recommend(result, [60])
 

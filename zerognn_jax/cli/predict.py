@@ -4,7 +4,7 @@ folder and written to one .npz file, for the nodes (graphs) or pairs named.
   zerognn predict CHECKPOINT_DIR --out FILE.npz
                   [--nodes test|val|train|all|IDS_FILE]  (default: test; a link run: all)
                   [--pairs PAIRS_FILE]                   (a link run: the pairs' scores)
-                  [--top-k K [--exclude train|none|train,val]]
+                  [--top-k K [--exclude train|none|train,val] [--candidates IDS_FILE]]
                                                          (a link run: --nodes' K best)
                   [--mode full|sampled] [--batch-size N] [--seed N]
                   [--best | --epoch N] [--node-type TYPE]
@@ -16,7 +16,8 @@ What the file holds (NumPy's `np.load`), by what was asked:
           embeddings, a graph run's rows: `zg.predict`)
   pairs:  `pairs` int64[P, 2], `scores` float32[P] (decoder logits: `zg.score_pairs`)
   top k:  `sources` int64[S], `destinations` int64[S, K], `scores` float32[S, K]
-          (`zg.recommend`; -1 and -inf where fewer than K are left)
+          (`zg.recommend`, among the --candidates file's destinations if given; -1
+          and -inf where fewer than K are left)
 and `meta`, a JSON string: the checkpoint, its epoch, the task, what the arrays are.
 
 The run comes back as `zg.restore` gives it for inference: a run trained on a dataset
@@ -87,6 +88,9 @@ def add_predict_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--exclude", default=None,
                    help="with --top-k, the pairs ranked out: the run's splits named "
                         "(train, val, test, comma-separated) or none (default: train)")
+    p.add_argument("--candidates", type=path_text, default=None,
+                   help="with --top-k, a file of the only destination ids ranked (.npy, "
+                        "or text of one a line); default: every destination")
     p.add_argument("--mode", default="full", choices=("full", "sampled"),
                    help="exact layer-wise inference where the model offers it, or sampled "
                         "with the training fanouts (default: full)")
@@ -124,6 +128,8 @@ def run_predict(args) -> int:
         started = time.perf_counter()
         ids = _ids_file(args.nodes, "--nodes", columns=1) if _is_file(args.nodes) else None
         pairs = None if args.pairs is None else _ids_file(args.pairs, "--pairs", columns=2)
+        candidates = None if args.candidates is None else _ids_file(
+            args.candidates, "--candidates", columns=1)
         dataset = None if args.dataset is None else load_named(args.dataset, log=log)
         interrupts.check("reading the dataset; nothing was written")
         with announcing(f"zerognn: {args.checkpoint_dir}", log, doing="restoring the run"):
@@ -132,7 +138,7 @@ def run_predict(args) -> int:
         other = None if args.graph is None else _other_graph(args.graph, result, log)
         interrupts.check("reading the graph of --graph; nothing was written")
         with announcing("zerognn: outputs", log, doing=f"computing ({args.mode})"):
-            arrays, what = _outputs(args, result, other, ids, pairs)
+            arrays, what = _outputs(args, result, other, ids, pairs, candidates)
         interrupts.check("computing the outputs; nothing was written")
         meta = {"format": FORMAT, "checkpoint": str(Path(args.checkpoint_dir).resolve()),
                 "epoch": result.summary["epoch"], "task": result.summary["task"],
@@ -140,7 +146,8 @@ def run_predict(args) -> int:
                 "batch_size": args.batch_size, "graph": _resolved(args.graph),
                 "node_type": _node_type(args, result, what), "nodes": _nodes_named(args, what),
                 "pairs": _resolved(args.pairs), "top_k": args.k,
-                "exclude": None if args.k is None else args.exclude or "train"}
+                "exclude": None if args.k is None else args.exclude or "train",
+                "candidates": _resolved(args.candidates)}
         with atomic_write(out, "predictions") as f:  # (a signal now: the file is done)
             np.savez(f, **arrays, meta=np.asarray(json.dumps(meta)))
     shapes = {name: list(a.shape) for name, a in arrays.items()}
@@ -171,9 +178,11 @@ def _check_options(args, out: Path) -> None:
                          "nor --top-k")
     if args.k is not None and args.k < 1:
         raise ValueError(f"--top-k must be at least 1, got {args.k}")
-    if args.exclude is not None and args.k is None:
-        raise ValueError(f"--exclude {args.exclude} says which pairs --top-k ranks out; "
-                         f"give --top-k K")
+    for flag, value, does in (("--exclude", args.exclude, "which pairs --top-k ranks out"),
+                              ("--candidates", args.candidates,
+                               "which destinations --top-k ranks")):
+        if value is not None and args.k is None:
+            raise ValueError(f"{flag} {value} says {does}; give --top-k K")
     if args.node_type is not None and (args.pairs is not None or args.k is not None):
         flag = "--pairs" if args.pairs is not None else "--top-k"
         raise ValueError(f"--node-type {args.node_type} picks the type whose rows --nodes "
@@ -244,9 +253,10 @@ def _ours(path: Path) -> bool:
     return isinstance(meta, dict) and meta.get("format") == FORMAT
 
 
-def _outputs(args, result, other, ids, pairs) -> tuple[dict, str]:
+def _outputs(args, result, other, ids, pairs, candidates) -> tuple[dict, str]:
     """(the arrays to write, what they are) for the request `args` makes of `result`:
-    `ids` those of the --nodes file (else None), `pairs` those of --pairs (else None).
+    `ids` those of the --nodes file (else None), `pairs` those of --pairs, `candidates`
+    those of --candidates (each else None).
     An error about `other` (--graph) names that flag (the functions call it dataset)."""
     task = result.program.task
     links = isinstance(task, RanksPairs)
@@ -267,7 +277,8 @@ def _outputs(args, result, other, ids, pairs) -> tuple[dict, str]:
             return {"pairs": pairs, "scores": score_pairs(result, pairs, **common)}, "scores"
         if args.k is not None:
             best, scores = recommend(result, ids, args.k,
-                                     exclude=_exclude(args.exclude or "train"), **common)
+                                     exclude=_exclude(args.exclude or "train"),
+                                     candidates=candidates, **common)
             return {"sources": ids, "destinations": best, "scores": scores}, "top_k"
         outputs = np.asarray(predict(result, ids, node_type=args.node_type, **common),
                              np.float32)

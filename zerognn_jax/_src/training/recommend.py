@@ -33,8 +33,8 @@ BLOCK_FLOATS = 1 << 25
 MAX_SOURCES = 256
 
 
-def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "full",
-              batch_size: int = 4096, seed: int = 0,
+def recommend(result, sources, k: int = 10, *, exclude="train", candidates=None,
+              mode: str = "full", batch_size: int = 4096, seed: int = 0,
               dataset=None) -> tuple[np.ndarray, np.ndarray]:
     """Each source's `k` best destinations by a link run's decoder score.
 
@@ -48,6 +48,9 @@ def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "ful
         int[Q, 2] (source, destination) pairs of your own. Where both ends are of one
         type a pair is unordered, so (v, u) is left out with (u, v), and a source is
         never its own destination, whatever `exclude` says.
+      candidates: int[C] distinct destination ids, the only ones ranked (the items of a
+        graph whose users and items share one node type, say); None: every node of
+        the destination type.
       mode, batch_size, seed: how the embeddings are computed, as `zg.predict` takes
         them.
       dataset: another graph of one node type, as `zg.predict` takes it (a one-type
@@ -62,9 +65,9 @@ def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "ful
     Raises:
       TypeError: `result` not a `TrainResult`.
       ValueError: a run whose task ranks no pairs, ids out of range, `k` below 1 or
-        above the destination count, `exclude` of another form ("val" or "test" with
-        `dataset`, which has no splits), or `mode`, `batch_size`, `seed`, `dataset` as
-        `predict` refuses them.
+        above the destination count (the candidates'), candidates given twice or none,
+        `exclude` of another form ("val" or "test" with `dataset`, which has no splits),
+        or `mode`, `batch_size`, `seed`, `dataset` as `predict` refuses them.
     """
     require_result("recommend", result)
     task = result.program.task
@@ -77,8 +80,11 @@ def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "ful
     kind = lambda end: "" if ends is None else f" ({ends[end]!r} ids)"
     sources = node_ids("sources", sources, n_src, kind(0))
     at_least_one(k, "k")
-    if k > n_dst:
-        raise ValueError(f"k must be at most the {n_dst} destinations{kind(1)}, got {k}")
+    ranked = None if candidates is None else _candidates(candidates, n_dst, kind(1))
+    if k > (n_dst if ranked is None else ranked.size):
+        raise ValueError("k must be at most the " + (
+            f"{n_dst} destinations" if ranked is None else f"{ranked.size} candidates") +
+            f"{kind(1)}, got {k}")
     named = _split_names(exclude)
     if dataset is not None and named is not None:
         if set(named) != {"train"}:
@@ -93,8 +99,31 @@ def recommend(result, sources, k: int = 10, *, exclude="train", mode: str = "ful
     predictor = Predictor(program, result.variables, data, mode, batch_size, seed)
     table, offset = task.pair_table(predictor)
     variables = {n: v for n, v in result.variables.items() if n != "embedding"}
-    return _ranked(program.model, variables, table[:n_src] if offset else table,
-                   table[offset:offset + n_dst], sources, left_out, unordered, k)
+    h_src, h_dst = table[:n_src] if offset else table, table[offset:offset + n_dst]
+    if ranked is None:
+        return _ranked(program.model, variables, h_src, h_dst, sources, left_out,
+                       sources if unordered else None, k)
+    # ranked among the candidates' rows by their places, then named by their ids
+    place = np.full(n_dst, -1, np.int64)
+    place[ranked] = np.arange(ranked.size)
+    left_out = np.stack([left_out[:, 0], place[left_out[:, 1]]], 1)
+    own = place[sources] if unordered else None
+    ids, scores = _ranked(program.model, variables, h_src, h_dst[jnp.asarray(ranked)],
+                          sources, left_out[left_out[:, 1] >= 0], own, k)
+    return np.where(ids >= 0, ranked[ids], -1), scores
+
+
+def _candidates(candidates, n_dst: int, kind: str) -> np.ndarray:
+    """int64[C] the destination ids `candidates`, checked: some, in range, distinct."""
+    ids = node_ids("candidates", candidates, n_dst, kind).astype(np.int64)
+    if not ids.size:
+        raise ValueError("candidates holds no destination id: give some, or None for all")
+    once, counts = np.unique(ids, return_counts=True)
+    if (counts > 1).any():
+        twice = np.flatnonzero(counts > 1)[0]
+        raise ValueError(f"candidates must be distinct ids; {int(once[twice])} is given "
+                         f"{int(counts[twice])} times")
+    return ids
 
 
 def _split_names(exclude) -> tuple[str, ...] | None:
@@ -129,8 +158,10 @@ def _left_out(pairs, unordered: bool, n_src: int, n_dst: int, kind) -> np.ndarra
     return pairs[np.argsort(pairs[:, 0], kind="stable")]
 
 
-def _ranked(model, variables, h_src, h_dst, sources, left_out, unordered: bool, k: int):
-    """(ids, scores) of `recommend`, block by block (module docstring)."""
+def _ranked(model, variables, h_src, h_dst, sources, left_out, own, k: int):
+    """(ids, scores) of `recommend`, block by block (module docstring); `own`: each
+    source's place among the destinations, which it never ranks (-1: none), or None
+    where no source is a destination."""
     n_dst, width = h_dst.shape
     # as few blocks as MAX_DESTINATIONS allows, of even size (the last one padded a
     # little), each at least k wide (k <= n_dst)
@@ -150,7 +181,8 @@ def _ranked(model, variables, h_src, h_dst, sources, left_out, unordered: bool, 
         chunk = sources[start:start + rows]
         padded = np.zeros(rows, np.int32)
         padded[:len(chunk)] = chunk
-        out_rows, out_cols = _chunk_pairs(chunk, left_out, unordered)
+        out_rows, out_cols = _chunk_pairs(chunk, left_out,
+                                          None if own is None else own[start:start + rows])
         best = None
         for i, cand in enumerate(blocks):
             best = _block_best(model, variables, h_src[padded], cand, i * block,
@@ -161,9 +193,10 @@ def _ranked(model, variables, h_src, h_dst, sources, left_out, unordered: bool, 
     return np.where(np.isneginf(scores), -1, ids).astype(np.int64), scores
 
 
-def _chunk_pairs(chunk: np.ndarray, left_out: np.ndarray, unordered: bool):
-    """(rows, destinations) int32[L] of the pairs left out of a chunk of sources (a
-    source's own id too where `unordered`), L a power of two, padded with row -1."""
+def _chunk_pairs(chunk: np.ndarray, left_out: np.ndarray, own: np.ndarray | None):
+    """(rows, destinations) int32[L] of the pairs left out of a chunk of sources (and
+    each source's `own` destination, where given and not -1), L a power of two, padded
+    with row -1."""
     lo = np.searchsorted(left_out[:, 0], chunk, side="left")
     counts = np.searchsorted(left_out[:, 0], chunk, side="right") - lo
     rows = np.repeat(np.arange(len(chunk)), counts)
@@ -171,9 +204,9 @@ def _chunk_pairs(chunk: np.ndarray, left_out: np.ndarray, unordered: bool):
     at = np.repeat(lo, counts) + np.arange(rows.size) - np.repeat(np.cumsum(counts) - counts,
                                                                     counts)
     cols = left_out[at, 1]
-    if unordered:
-        rows = np.concatenate([rows, np.arange(len(chunk))])
-        cols = np.concatenate([cols, chunk])
+    if own is not None:
+        mine = np.flatnonzero(own >= 0)
+        rows, cols = np.concatenate([rows, mine]), np.concatenate([cols, own[mine]])
     size = _pow2(max(rows.size, 1))
     out_rows, out_cols = np.full(size, -1, np.int32), np.zeros(size, np.int32)
     out_rows[:rows.size], out_cols[:rows.size] = rows, cols
