@@ -253,10 +253,11 @@ def test_an_epochs_folder_and_a_name_a_run_writes_are_named(run, capsys):
     assert main(["export", str(folder / "ckpt" / "0"), "--out", str(folder / "e.bin")]) == 2
     assert capsys.readouterr().err.strip().endswith(
         f"is epoch 0's checkpoint of the run folder {folder / 'ckpt'}: give "
-        f"{folder / 'ckpt'} with epoch=0 (zerognn export: --epoch 0)")
+        f"{folder / 'ckpt'} with epoch=0 (on the command line: --epoch 0)")
     assert main(["export", str(folder), "--out", str(folder / "e.bin")]) == 2  # ckpt's parent
     assert capsys.readouterr().err.strip().endswith(
-        f"(it holds []); it holds a run's checkpoint folder, {folder / 'ckpt'}: give that")
+        f"(none at all); a run's checkpoint folder is inside it, {folder / 'ckpt'}: give "
+        f"that")
     # the best checkpoint's epoch folder (ckpt/best/N) names the run and --best, not
     # "ckpt/best with epoch=N", which would have been refused too
     best = folder / "other" / "best" / "4"
@@ -264,7 +265,7 @@ def test_an_epochs_folder_and_a_name_a_run_writes_are_named(run, capsys):
     assert main(["export", str(best), "--out", str(folder / "e.bin")]) == 2
     assert capsys.readouterr().err.strip().endswith(
         f"is the best checkpoint's folder of the run folder {folder / 'other'}: give "
-        f"{folder / 'other'} with best=True (zerognn export: --best)")
+        f"{folder / 'other'} with best=True (on the command line: --best)")
     for name in ("3", "best"):
         out = folder / "ckpt" / name
         assert main(["export", str(folder / "ckpt"), "--out", str(out)]) == 2

@@ -138,7 +138,10 @@ def test_checksum_mismatch_names_file_and_digests(cora_copy):
     flip_last_byte(cora_copy / "ind.cora.graph")
     expected = planetoid.SHA256["ind.cora.graph"]
     with pytest.raises(ValueError, match=rf"checksum mismatch for .*ind\.cora\.graph: "
-                                         rf"expected sha256 {expected}, got [0-9a-f]{{64}}"):
+                                         rf"expected sha256 {expected}, got [0-9a-f]{{64}}; "
+                                         rf"the file is damaged or another: remove it and "
+                                         rf"fetch it again with `zerognn data info cora "
+                                         rf"--root .* --download`"):
         load_dataset("cora", root=cora_copy)
 
 

@@ -150,14 +150,17 @@ def load_planetoid(
             "load_dataset(..., download=True)), or point --root at a folder that holds them"
         )
     for path in paths.values():
-        verify(path)
+        verify(path, f"; the file is damaged or another: remove it and fetch it again with "
+                     f"`zerognn data info {name}{root_flag} --download` (Python: "
+                     f"load_dataset(..., download=True))")
     objs = {part: _unpickle(path) for part, path in paths.items() if part != "test.index"}
     test_index = np.loadtxt(paths["test.index"], dtype=np.int64, ndmin=1)
     return _assemble(name, objs, test_index)
 
 
-def verify(path: Path) -> None:
-    """Checks `path` against its built-in SHA-256; raises ValueError on a mismatch."""
+def verify(path: Path, hint: str = "") -> None:
+    """Checks `path` against its built-in SHA-256; raises ValueError on a mismatch, its
+    message ended by `hint`."""
     expected = SHA256.get(path.name)
     if expected is None:
         warnings.warn(f"no built-in checksum for {path.name}; reading it unverified",
@@ -167,13 +170,13 @@ def verify(path: Path) -> None:
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
-    _check_digest(path, expected, digest.hexdigest())
+    _check_digest(path, expected, digest.hexdigest(), hint)
 
 
-def _check_digest(path: Path, expected: str, actual: str) -> None:
+def _check_digest(path: Path, expected: str, actual: str, hint: str = "") -> None:
     if actual != expected:
         raise ValueError(
-            f"checksum mismatch for {path}: expected sha256 {expected}, got {actual}"
+            f"checksum mismatch for {path}: expected sha256 {expected}, got {actual}{hint}"
         )
 
 

@@ -237,8 +237,8 @@ def readable(read, directory, epoch: int):
         if not (Path(directory) / str(epoch)).exists():
             raise _gone(directory, epoch) from None
         raise ValueError(f"checkpoint {epoch} in {directory} does not read ({_short(err)}); "
-                         "pick another (restore's epoch= or best=True; zerognn export's "
-                         "--epoch or --best), or retrain") from err
+                         "pick another (epoch= or best=True; on the command line --epoch "
+                         "or --best), or retrain") from err
 
 
 def _drop_frames(err: BaseException) -> None:
@@ -470,9 +470,7 @@ class Checkpointer:
         twice a model's bytes under Adam); the others are left out of the result."""
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         with _quiet():
-            saved = ocp.StandardCheckpointer().metadata(
-                self.directory / str(epoch) / "state").item_metadata
-            saved = getattr(saved, "tree", saved)
+            saved = self._shapes(epoch)
             if parts is None:
                 abstract = jax.tree_util.tree_map(
                     lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), saved)
@@ -491,6 +489,22 @@ class Checkpointer:
                 out = reader.restore(self.directory / str(epoch) / "state",
                                      args=ocp.args.PyTreeRestore(abstract, restore_args=read))
         return {k: v for k, v in out.items() if k in parts}
+
+    def _shapes(self, epoch: int) -> dict:
+        """The tree of the arrays' shapes and dtypes that checkpoint `epoch` recorded;
+        ValueError naming the record where it does not read as one (orbax gives None
+        for a record that is no JSON, and fails on one whose keys changed)."""
+        record = self.directory / str(epoch) / "state"
+        try:
+            saved = ocp.StandardCheckpointer().metadata(record).item_metadata
+            saved = getattr(saved, "tree", saved)
+        except Exception as err:  # noqa: BLE001 - any failure to read means damaged
+            saved = f" ({_short(err)})"
+        if not isinstance(saved, dict):
+            why = saved if isinstance(saved, str) else ""
+            raise ValueError(f"the record of its arrays' shapes ({record / '_METADATA'}) "
+                             f"does not read{why}: damaged on disk")
+        return saved
 
     def check(self, epoch: int, meta: dict, ident: dict, relations=()) -> None:
         """Raises CheckpointMismatch if `meta` (of `epoch`) records another identity

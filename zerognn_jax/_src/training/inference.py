@@ -138,9 +138,11 @@ def _restored(directory: Path, cfg, dataset, model, optimizer, loss, best: bool,
             none_best = ("; no epoch was kept as best: the best metric had no value in "
                          "any epoch evaluated (null: a split without both classes, say), "
                          "or none was evaluated" if best and not ckpt.all_epochs() else "")
+            held = sorted(ckpt.all_epochs())
             raise FileNotFoundError(f"no checkpoint{'' if epoch is None else f' {epoch}'} in "
-                                    f"{directory} (it holds {sorted(ckpt.all_epochs())})"
-                                    + _epoch_folder_hint(directory) + none_best)
+                                    f"{directory} ("
+                                    + (f"it holds epochs {held}" if held else "none at all")
+                                    + ")" + _epoch_folder_hint(directory) + none_best)
         meta = readable(lambda: ckpt.read_meta(epochs[0]), directory, epochs[0])
         own = meta.get("identity", {}).get("custom.model")
         if own is not None and model is None:
@@ -228,14 +230,14 @@ def _epoch_folder_hint(directory: Path) -> str:
     found = epoch_folder_of(directory)
     if found is None:
         nested = runs_inside(directory)
-        return (f"; it holds a run's checkpoint folder, {nested[0]}: give that" if nested
-                else "")
+        return (f"; a run's checkpoint folder is inside it, {nested[0]}: give that"
+                if nested else "")
     run, best = found
     if best:
         return (f"; {directory} is the best checkpoint's folder of the run folder {run}: "
-                f"give {run} with best=True (zerognn export: --best)")
+                f"give {run} with best=True (on the command line: --best)")
     return (f"; {directory} is epoch {directory.name}'s checkpoint of the run folder {run}: "
-            f"give {run} with epoch={directory.name} (zerognn export: --epoch "
+            f"give {run} with epoch={directory.name} (on the command line: --epoch "
             f"{directory.name})")
 
 
