@@ -220,6 +220,35 @@ def test_a_run_whose_dataset_file_moved_is_told_to_give_it(tmp_path, capsys):
     assert out.exists()
 
 
+def test_an_artifact_for_another_graph_takes_its_arrays(run, capsys):
+    """--graph: the artifact takes the arrays of that graph (as `zg.over_graph` prepares
+    it), and gives the model's outputs over it; its description names the graph."""
+    folder, result = run
+    other = zg.load_dataset("tiny", seed=1)
+    saved = zg.save_npz(other, folder / "grown.npz")
+    out = folder / "grown.bin"
+    assert main(["export", str(folder / "ckpt"), "--out", str(out), "--batch-size", "16",
+                 "--graph", str(saved)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["graph"].startswith(f"the graph of {Path(saved).resolve()} as zg.over_graph")
+    p, d = zg.over_graph(result, other)
+    assert d.graph.indices.shape != result.data.graph.indices.shape  # (another graph)
+    seeds, valid, key = jnp.arange(16, dtype=jnp.int32), jnp.arange(16) < 12, jnp.uint32(5)
+    got = jax.export.deserialize(out.read_bytes()).call(
+        *zg.ExportedModel.read(out).data_arguments(d), seeds, valid, key)
+    caps = conservative(16, p.sampler.slots, d.graph.num_nodes).capacities
+    want, _, _ = p.forward(result.variables, d, seeds, valid, key, caps, train=False)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+    typed = folder / "typed.npz"
+    zg.save_hetero_npz(zg.load_hetero_dataset("mag-like", scale=0.001, seed=0), typed)
+    assert main(["export", str(folder / "ckpt"), "--out", str(folder / "t.bin"),
+                 "--graph", str(typed)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"zerognn: error: --graph {typed} holds a typed graph (node types), and the run "
+        f"predicts a graph of one node type")
+    assert not (folder / "t.bin").exists()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
     (["--platforms", "cpu,nope"], "--platforms must be among cpu, cuda, rocm, tpu; got "
@@ -358,7 +387,9 @@ def test_a_graph_level_run_exports_with_its_rows_per_call(tmp_path, capsys):
     for extra, message in (
             (["--batch-size", "3000000000", "--max-nodes", "9", "--max-edges", "9"],
              "--batch-size 3,000,000,000 is past int32: give at most 2,147,483,647"),
-            (["--batch-size", "300000000"], "past int32: give --max-nodes\n")):
+            (["--batch-size", "300000000"], "past int32: give --max-nodes\n"),
+            (["--graph", str(path)], f"--graph {path}: a graph-level run's artifact takes "
+                                     f"any collection's graphs")):
         assert main([*export, *extra]) == 2
         assert message in capsys.readouterr().err
     # a warning of the library's is printed as one line in the command's words

@@ -166,7 +166,7 @@ from zerognn_jax._src.training.evaluate import (
 )
 from zerognn_jax._src.training.export import ExportedModel, export_model, graph_arguments
 from zerognn_jax._src.training.host import HostEngine
-from zerognn_jax._src.training.inference import predict, restore, score_pairs
+from zerognn_jax._src.training.inference import over_graph, predict, restore, score_pairs
 from zerognn_jax._src.training.interrupts import Interrupted
 from zerognn_jax._src.training.interrupts import deferred as deferred_interrupts
 from zerognn_jax._src.training.loaders import (
@@ -273,6 +273,6 @@ __all__ = [
     "prepare_typed_graph", "sample_typed", "sample_typed_step", "typed_conservative",
     "load_hetero_dataset", "HETERO_MODELS", "HeteroGNN", "OnTypes", "RelGATConv", "RGCNConv",
     "TypedLayer", "make_hetero_model", "typed_layers", "whole_graph_layer",
-    "LayerWise", "predict", "recommend", "score_pairs", "LinkLoaderBatch",
+    "LayerWise", "predict", "over_graph", "recommend", "score_pairs", "LinkLoaderBatch",
     "LinkNeighborLoader", "roc_auc", "average_precision", "HostTable", "without_self_loops",
 ]

@@ -3,6 +3,7 @@ artifact for serving (`zg.export_model`), read from its checkpoint folder.
 
   zerognn export CHECKPOINT_DIR --out FILE [--batch-size N] [--best]
                  [--platforms cpu,cuda] [--node-type TYPE] [--dataset FILE]
+                 [--graph FILE]                  (the graph the artifact serves)
                  [--max-nodes N --max-edges N]   (a graph-level run's rows per call)
                  [--max-degree K]                (its sums by K listed edges a node)
                  [--compile-cache DIR|none]      (compiled programs kept between runs)
@@ -10,7 +11,10 @@ artifact for serving (`zg.export_model`), read from its checkpoint folder.
 The run's configuration and dataset come from what the checkpoint records, as
 `zg.restore` loads them; a run trained on a dataset object needs that dataset again,
 saved to a file (`zg.save_npz`, `save_dir`, `save_hetero_npz`, `save_graphs`) and given
-as `--dataset FILE`. The artifact is written whole or not at all, and beside it its
+as `--dataset FILE`. The artifact takes the arrays of the graph the run trained on;
+`--graph FILE`, another graph's saved dataset (a typed node run's: of its types and
+relations), makes it take that graph's (`zg.over_graph`: a graph grown since training,
+say). The artifact is written whole or not at all, and beside it its
 description, FILE.json, one JSON object that is also printed on stdout: its argument
 names (`jax.export.deserialize(bytes).call(...)` takes them in that order; the artifact
 holds no names; `zg.ExportedModel.read(FILE)` reads both), with the run's task, a typed run's
@@ -36,9 +40,10 @@ import jax
 from zerognn_jax._src.data.writes import print_line, written_here
 from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
 from zerognn_jax._src.training.export import description_path, export_model
-from zerognn_jax._src.training.inference import restore
+from zerognn_jax._src.training.inference import over_graph, restore
 from zerognn_jax._src.training.lock import checkpoint_name
-from zerognn_jax.cli.data import load_named
+from zerognn_jax._src.training.tasks.base import PredictsItems, PredictsTypes
+from zerognn_jax.cli.data import dataset_kind, load_named
 from zerognn_jax.cli.flags import add_compile_cache_flag, path_text, whole_number
 
 # An existing --out is read to check that it is an artifact (replaced) rather than
@@ -74,6 +79,10 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
                    help="a graph-level run sums by gathers over this many listed edges a "
                         "node (faster on a GPU for large batches; a graph past it gets NaN); "
                         "default: by scatter-adds")
+    p.add_argument("--graph", type=path_text, default=None,
+                   help="another graph's saved dataset (a typed node run: of its types "
+                        "and relations), whose arrays the artifact takes instead of the "
+                        "training graph's")
     add_compile_cache_flag(p)
     p.set_defaults(handler=run_export)
     return p
@@ -148,6 +157,10 @@ def _notes(args, result) -> dict:
     if decoder is not None:  # a link model's artifact gives embeddings; what scores pairs
         notes.update(outputs="embeddings", decoder=decoder, pair_score=PAIR_SCORES[decoder],
                      graph=LINK_GRAPH)
+    if args.graph is not None:
+        notes["graph"] = (f"the graph of {Path(args.graph).resolve()} as zg.over_graph("
+                          f"zg.restore(CHECKPOINT_DIR), dataset) prepares it, whose arrays "
+                          f"data_arguments gives")
     return notes
 
 
@@ -179,6 +192,25 @@ def restored(args, dataset, instead: str):
                          ) from None
 
 
+def other_dataset(path: str, result, log):
+    """The dataset of --graph, read as the run's task reads data (a collection of graphs
+    for a graph run, a typed dataset for a typed run, else a graph of one node type);
+    ValueError where it holds data of another kind."""
+    task = result.program.task
+    run = ("graphs" if isinstance(task, PredictsItems) else
+           "typed" if isinstance(task, PredictsTypes) else "graph")
+    holds = dataset_kind(path)
+    if holds != run:
+        raise ValueError(f"--graph {path} holds {_KINDS[holds]}, and the run predicts "
+                         f"{_KINDS[run]}")
+    return load_named(path, log=log)
+
+
+# What --graph holds, and what a run predicts (`dataset_kind`'s kinds), in messages.
+_KINDS = {"graphs": "a collection of graphs", "typed": "a typed graph (node types)",
+          "graph": "a graph of one node type"}
+
+
 def run_export(args) -> int:
     """Handler of `zerognn export`. SIGINT, SIGTERM and SIGHUP are held until the checkpoint is
     read, the model lowered or the artifact written (`interrupts.deferred`; a signal in
@@ -198,7 +230,15 @@ def run_export(args) -> int:
         dataset = None if args.dataset is None else load_named(args.dataset)
         result = restored(args, dataset, "export it from Python, zg.export_model")
         interrupts.check("reading the checkpoint; nothing was written")
-        art = export_model(result.program, result.variables, result.data,
+        program, data = result.program, result.data
+        if args.graph is not None:
+            other = other_dataset(args.graph, result, log=None)
+            try:
+                program, data = over_graph(result, other)
+            except ValueError as err:
+                raise ValueError(f"--graph {args.graph}: {err}") from None
+            interrupts.check("reading the graph of --graph; nothing was written")
+        art = export_model(program, result.variables, data,
                            batch_size=args.batch_size, platforms=platforms,
                            node_type=args.node_type, max_nodes=args.max_nodes,
                            max_edges=args.max_edges, max_degree=args.max_degree)

@@ -59,8 +59,8 @@ from zerognn_jax._src.training.tasks.base import (
     PredictsTypes,
     RanksPairs,
 )
-from zerognn_jax.cli.data import dataset_kind, load_named
-from zerognn_jax.cli.export import add_checkpoint_flags, restored
+from zerognn_jax.cli.data import load_named
+from zerognn_jax.cli.export import add_checkpoint_flags, other_dataset, restored
 from zerognn_jax.cli.flags import add_compile_cache_flag, path_text, whole_number
 
 FORMAT = "zerognn-predictions"  # `meta`'s "format": a file this command wrote
@@ -135,7 +135,7 @@ def run_predict(args) -> int:
         with announcing(f"zerognn: {args.checkpoint_dir}", log, doing="restoring the run"):
             result = restored(args, dataset, "call zg.predict from Python")
         interrupts.check("reading the checkpoint; nothing was written")
-        other = None if args.graph is None else _other_graph(args.graph, result, log)
+        other = None if args.graph is None else other_dataset(args.graph, result, log)
         interrupts.check("reading the graph of --graph; nothing was written")
         with announcing("zerognn: outputs", log, doing=f"computing ({args.mode})"):
             arrays, what = _outputs(args, result, other, ids, pairs, candidates)
@@ -196,25 +196,6 @@ def _check_options(args, out: Path) -> None:
         if args.graph is not None and set(names) - {"train"}:
             raise ValueError(f"--exclude {args.exclude}: the graph of --graph has no "
                              f"val or test pairs; give train (its edges) or none")
-
-
-def _other_graph(path: str, result, log):
-    """The dataset of --graph, read as the run's task reads data (a collection of graphs
-    for a graph run, a typed dataset for a typed run, else a graph of one node type);
-    ValueError where it holds data of another kind."""
-    task = result.program.task
-    run = ("graphs" if isinstance(task, PredictsItems) else
-           "typed" if isinstance(task, PredictsTypes) else "graph")
-    holds = dataset_kind(path)
-    if holds != run:
-        raise ValueError(f"--graph {path} holds {_KINDS[holds]}, and the run predicts "
-                         f"{_KINDS[run]}")
-    return load_named(path, log=log)
-
-
-# What --graph holds, and what a run predicts (`dataset_kind`'s kinds), in messages.
-_KINDS = {"graphs": "a collection of graphs", "typed": "a typed graph (node types)",
-          "graph": "a graph of one node type"}
 
 
 def _node_type(args, result, what: str) -> str | None:

@@ -370,14 +370,8 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     if dataset is not None:
         if isinstance(task, PredictsNewItems):
             data, items_of = task.data_of(result.program, result.data, dataset), dataset
-        elif isinstance(task, (PredictsTypes, PredictsItems, BatchedTask)) and \
-                not isinstance(task, PredictsOtherGraphs):
-            kind = "a typed graph's" if isinstance(task, PredictsTypes) else "this"
-            raise ValueError(f"dataset gives a graph-level run new graphs to predict, and "
-                             f"a node run (or a one-type graph's link run) another graph; "
-                             f"{kind} {task.name!r} run predicts the ids of the dataset it "
-                             f"trained on")
         else:  # another graph of the run's types: the run's model over it
+            _require_other_graphs(task)
             program, data = other_graph(result, dataset, mode)
             n, task = data.graph.num_nodes, program.task
     if items:
@@ -400,6 +394,40 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     if target is not None:
         return task.outputs_of(predictor, target, nodes)
     return predictor.outputs(nodes)
+
+
+def _require_other_graphs(task) -> None:
+    """ValueError unless the run of `task` applies to another graph (`dataset=`): a
+    node run, a one-type graph's link run, a typed graph's node run."""
+    if isinstance(task, (PredictsTypes, PredictsItems, BatchedTask)) and \
+            not isinstance(task, PredictsOtherGraphs):
+        kind = "a typed graph's" if isinstance(task, PredictsTypes) else "this"
+        raise ValueError(f"dataset gives a graph-level run new graphs to predict, and a "
+                         f"node run (or a one-type graph's link run) another graph; "
+                         f"{kind} {task.name!r} run predicts the ids of the dataset it "
+                         f"trained on")
+
+
+def over_graph(result: TrainResult, dataset):
+    """(program, data): `result`'s run over `dataset`, another graph as `predict` takes
+    it (`dataset=`: prepared as the run prepared its own, the fanouts resolved for its
+    degrees), sampled as the run samples. `export_model(program, result.variables,
+    data, ...)` of them serves that graph (one grown since training, say), whose arrays'
+    lengths the artifact's arguments take.
+
+    Raises:
+      TypeError: `result` not a `TrainResult`.
+      ValueError: a graph-level run (its artifact takes any graphs: `export_model`'s
+        `max_nodes` and `max_edges`), or a `dataset` as `predict` refuses it.
+    """
+    require_result("over_graph", result)
+    task = result.program.task
+    if isinstance(task, PredictsNewItems):
+        raise ValueError("a graph-level run's artifact takes any collection's graphs, "
+                         "in the rows per call export_model's max_nodes and max_edges "
+                         "give: export it as it is")
+    _require_other_graphs(task)
+    return other_graph(result, dataset, "sampled")
 
 
 def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: int = 4096,
