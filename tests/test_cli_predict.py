@@ -178,8 +178,8 @@ def test_a_file_of_someone_elses_is_not_replaced(node_run, capsys):
 
 def test_a_typed_link_runs_top_k_ranks_for_every_source_of_its_relation(tmp_path, capsys):
     """`--top-k` without --nodes ranks for every user (the relation's sources), not for
-    as many users as another type has nodes; --node-type is refused with it, and
-    another graph for a typed run names --graph."""
+    as many users as another type has nodes; --node-type is refused with it, and so is
+    a split of nodes of another graph given to a link run."""
     shop = make_shop(60, 40, 2, per_user=6, dim=8, name="shop")
     saved = zg.save_hetero_npz(shop, tmp_path / "shop.npz")
     zg.train(zg.TrainConfig(task="link", model="rsage", hidden=16, layers=2, fanouts=(4, 4),
@@ -199,10 +199,9 @@ def test_a_typed_link_runs_top_k_ranks_for_every_source_of_its_relation(tmp_path
                        "item", "--no-progress")
     assert code == 2 and "drop --node-type" in capsys.readouterr().err
     code, _ = _predict(tmp_path, "--dataset", str(saved), "--graph", str(saved),
-                       "--no-progress")
+                       "--nodes", "test", "--no-progress")
     assert code == 2 and capsys.readouterr().err.startswith(
-        f"zerognn: error: --graph {saved}: another graph is predicted by node runs, "
-        f"one-type link runs and graph-level runs; a typed graph's 'link' run")
+        "zerognn: error: --nodes test: a link run's splits are pairs, not nodes")
 
 
 def test_a_graph_runs_collection_without_a_split_is_named_as_graphs(tmp_path, capsys):

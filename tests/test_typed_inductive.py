@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import zerognn_jax as zg
+from zerognn_jax._src.data.hetero_links import relation_pairs
 from zerognn_jax.cli import main
 
 CONFIG = dict(model="rsage", hidden=8, layers=2, fanouts=(3, 3), batch_size=16, epochs=1,
@@ -175,3 +176,42 @@ def test_the_command_predicts_a_saved_typed_graph(run, capsys):
                                        "graph of --graph has no test nodes; give all, "
                                        "another split or a file of ids\n")
     assert not (folder / "q.npz").exists()
+
+
+def test_a_link_run_embeds_scores_and_ranks_a_renumbered_copy_as_its_own_graph(tmp_path,
+                                                                                capsys):
+    """A typed link run over a per-type renumbered copy of its message-passing graph:
+    the same embeddings, scores and rankings ("train": the copy's purchases, which are
+    the run's training pairs), the copy's target type not read; the command line's
+    top k equals the function's."""
+    rs = np.random.default_rng(3)
+    u, i, xu, xi, _ = _shop(rs, 30, 40, labelled=False)
+    shop = _dataset("shop", u, i, xu, xi, None)
+    result = zg.train(zg.TrainConfig(**CONFIG, task="link", link_relation="buys",
+                                     checkpoint_dir=str(tmp_path / "ck")), shop)
+    kept_u, kept_i = relation_pairs(result.dataset.graph[BUYS]).T  # the run's purchases
+    pu, pi = rs.permutation(30), rs.permutation(40)
+    inv_u, inv_i = np.argsort(pu), np.argsort(pi)
+    copy = zg.make_hetero_dataset(
+        "copy", {"user": 30, "item": 40},
+        {BUYS: (inv_u[kept_u], inv_i[kept_i]), REV: (inv_i[kept_i], inv_u[kept_u])},
+        target_type="user", features={"user": xu[pu], "item": xi[pi]})
+    users, items = np.arange(30), np.arange(40)
+    own = np.asarray(zg.predict(result, items, node_type="item"))
+    got = np.asarray(zg.predict(result, inv_i[items], node_type="item", dataset=copy))
+    np.testing.assert_allclose(got, own, rtol=1e-5, atol=1e-5)
+    pairs = np.stack([rs.integers(0, 30, 20), rs.integers(0, 40, 20)], 1)
+    np.testing.assert_allclose(
+        zg.score_pairs(result, np.stack([inv_u[pairs[:, 0]], inv_i[pairs[:, 1]]], 1),
+                       dataset=copy), zg.score_pairs(result, pairs), rtol=1e-5, atol=1e-5)
+    best, scores = zg.recommend(result, users, 5)
+    there, there_scores = zg.recommend(result, inv_u[users], 5, dataset=copy)
+    np.testing.assert_allclose(there_scores, scores, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(there, np.where(best >= 0, inv_i[best], -1))
+    saved = zg.save_hetero_npz(copy, tmp_path / "copy.npz")
+    out = tmp_path / "top.npz"
+    assert main(["predict", str(tmp_path / "ck"), "--out", str(out), "--graph", str(saved),
+                 "--top-k", "5", "--dataset", str(zg.save_hetero_npz(shop, tmp_path / "s.npz"))
+                 ]) == 0
+    with np.load(out) as written:
+        np.testing.assert_array_equal(written["destinations"][inv_u], there)  # all users

@@ -55,7 +55,6 @@ from zerognn_jax._src.training.lock import checkpoint_name
 from zerognn_jax._src.training.recommend import recommend
 from zerognn_jax._src.training.tasks.base import (
     PredictsItems,
-    PredictsOtherGraphs,
     PredictsTypes,
     RanksPairs,
 )
@@ -245,11 +244,6 @@ def _outputs(args, result, other, ids, pairs, candidates) -> tuple[dict, str]:
         flag = "--pairs" if pairs is not None else "--top-k"
         raise ValueError(f"{flag} asks a link run for pairs; {args.checkpoint_dir} holds a "
                          f"{task.name!r} run")
-    if other is not None and isinstance(task, PredictsTypes) and \
-            not isinstance(task, PredictsOtherGraphs):
-        raise ValueError(f"--graph {args.graph}: another graph is predicted by node runs, "
-                         f"one-type link runs and graph-level runs; a typed graph's "
-                         f"{task.name!r} run predicts the nodes of the graph it trained on")
     common = dict(mode=args.mode, batch_size=args.batch_size, seed=args.seed, dataset=other)
     if ids is None and pairs is None:
         ids = _split_ids(args, result, other, links)
@@ -279,7 +273,9 @@ def _split_ids(args, result, other, links: bool) -> np.ndarray:
     task = result.program.task
     if spec == "all":
         if args.k is not None:
-            count = task.pair_counts()[0] if other is None else other.graph.num_nodes
+            count = task.pair_counts()[0] if other is None else (
+                other.graph.num_nodes[task.split.ends[0]] if isinstance(task, PredictsTypes)
+                else other.graph.num_nodes)
         elif isinstance(task, PredictsItems):
             count = task.num_items(data)
         elif isinstance(task, PredictsTypes):

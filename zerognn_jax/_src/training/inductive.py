@@ -1,6 +1,6 @@
-"""A one-type graph's node or link run, or a typed graph's node run, applied to another
-graph: the program and device data `zg.predict(result, nodes, dataset=...)` reads
-(inductive inference, GraphSAGE's setting: a model trained on one graph gives the rows
+"""A node or link run applied to another graph (of one node type, or typed as its own):
+the program and device data `zg.predict(result, nodes, dataset=...)` reads (inductive
+inference, GraphSAGE's setting: a model trained on one graph gives the rows
 of nodes it never saw).
 
 The other graph is prepared as the run prepared its own: its self-loops dropped where
@@ -121,18 +121,17 @@ def _device_data(program: StepProgram, graph, features, dtype) -> DeviceData:
     return program.parallel.place_data(DeviceData(graph, table, none))
 
 
-def pairs_over(result, dataset, mode: str, does: str):
+def pairs_over(result, dataset, mode: str):
     """(program, device data, (sources, destinations) counts) of a link run's pairs:
-    its own, or those of `dataset`, another graph (`other_graph`), where a typed run,
-    which `does` what it does to the pairs of its own dataset, is refused."""
+    its own, or those of `dataset`, another graph (`other_graph`); the program's task
+    is the one that embeds them (a typed run's, over that graph)."""
     task = result.program.task
     if dataset is None:
         return result.program, result.data, task.pair_counts()
-    if isinstance(task, PredictsTypes):
-        raise ValueError(f"dataset gives a one-type graph's link run another graph; a "
-                         f"typed graph's {task.name!r} run {does} of the dataset it "
-                         f"trained on")
     program, data = other_graph(result, dataset, mode)
+    if isinstance(task, PredictsTypes):  # (a typed graph's counts, by type)
+        counts = data.graph.num_nodes
+        return program, data, tuple(counts[t] for t in task.split.ends)
     return program, data, (data.graph.num_nodes,) * 2
 
 

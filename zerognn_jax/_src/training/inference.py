@@ -343,9 +343,9 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
     `dataset`, a `Dataset` of another graph with the feature columns trained on (its
     labels and splits are not read), gives the rows of that graph's nodes `nodes`:
     the model applied to a graph it never saw (inductive inference; inductive.py says
-    how the graph is prepared as the run's was). A typed graph's node run takes a
-    `HeteroDataset` of its node types, relations and feature widths, if every type
-    it trained on had features (no learned rows).
+    how the graph is prepared as the run's was). A typed graph's node or link run
+    takes a `HeteroDataset` of its node types, relations and feature widths, if every
+    type it trained on had features (no learned rows).
 
     Raises:
       TypeError: `result` not a `TrainResult`.
@@ -354,8 +354,7 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
         a whole number in range, or exact evaluation of a typed graph whose feature
         table, kept in host memory, does not fit the device's free memory; a `node_type`
         that is not a type the run predicts (a typed link run: an end of its relation; a
-        homogeneous run: none); a `dataset` given to a run whose task does not predict
-        new items or graphs (a typed link run), whose columns (widths, categories; a
+        homogeneous run: none); a `dataset` whose columns (widths, categories; a
         typed graph's types and relations) are not those trained on, or to a run that
         learned a row per node of its own graph (`embedding_dim`; a typed run's
         featureless types).
@@ -398,14 +397,12 @@ def predict(result: TrainResult, nodes, *, mode: str = "full", batch_size: int =
 
 def _require_other_graphs(task) -> None:
     """ValueError unless the run of `task` applies to another graph (`dataset=`): a
-    node run, a one-type graph's link run, a typed graph's node run."""
+    node or link run (of a typed graph: `PredictsOtherGraphs`)."""
     if isinstance(task, (PredictsTypes, PredictsItems, BatchedTask)) and \
             not isinstance(task, PredictsOtherGraphs):
-        kind = "a typed graph's" if isinstance(task, PredictsTypes) else "this"
         raise ValueError(f"dataset gives a graph-level run new graphs to predict, and a "
-                         f"node run (or a one-type graph's link run) another graph; "
-                         f"{kind} {task.name!r} run predicts the ids of the dataset it "
-                         f"trained on")
+                         f"node or link run another graph; this {task.name!r} run "
+                         f"predicts the ids of the dataset it trained on")
 
 
 def over_graph(result: TrainResult, dataset):
@@ -459,12 +456,12 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
         raise ValueError(f"pairs must be int[P, 2] (source, destination), got "
                          f"{pairs.dtype}{list(pairs.shape)}")
     ends = getattr(getattr(task, "split", None), "ends", None)  # a typed split's two types
-    program, data, counts = pairs_over(result, dataset, mode, "scores the pairs")
+    program, data, counts = pairs_over(result, dataset, mode)
     for end, (name, n) in enumerate(zip(("source", "destination"), counts)):
         check_ids(f"pairs' {name} ids", pairs[:, end], n,
                   "" if ends is None else f" ({ends[end]!r} ids)")
     predictor = Predictor(program, result.variables, data, mode, batch_size, seed)
-    table, offset = task.pair_table(predictor)
+    table, offset = program.task.pair_table(predictor)  # (a typed run's, over `dataset`)
     return score_rows(result.program.model, result.variables, table,
                       pairs.astype(np.int64) + [0, offset])
 

@@ -18,7 +18,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.checks import at_least_one, node_ids, rectangular
-from zerognn_jax._src.data.graph import to_edge_list
 from zerognn_jax._src.data.links import transposed_hint
 from zerognn_jax._src.nn.link_heads import MLPDecoder
 from zerognn_jax._src.training.evaluate import Predictor
@@ -75,7 +74,8 @@ def recommend(result, sources, k: int = 10, *, exclude="train", candidates=None,
         raise ValueError(f"recommend ranks the destinations of a link run (task 'link'); "
                          f"this run's task is {type(task).__name__}")
     check_call(mode, batch_size, seed)
-    program, data, (n_src, n_dst) = pairs_over(result, dataset, mode, "ranks the nodes")
+    program, data, (n_src, n_dst) = pairs_over(result, dataset, mode)
+    task = program.task  # (a typed run's, over `dataset`)
     ends = getattr(getattr(task, "split", None), "ends", None)  # a typed split's two types
     kind = lambda end: "" if ends is None else f" ({ends[end]!r} ids)"
     sources = node_ids("sources", sources, n_src, kind(0))
@@ -90,8 +90,7 @@ def recommend(result, sources, k: int = 10, *, exclude="train", candidates=None,
         if set(named) != {"train"}:
             raise ValueError(f"exclude names the run's splits, which another graph has "
                              f"not: give 'train' (its edges), None or pairs, got {exclude!r}")
-        rows, cols = to_edge_list(dataset.graph)
-        known, unordered = np.stack([cols, rows], 1), True
+        known, unordered = task.graph_pairs(dataset)
     else:
         known, unordered = task.known_pairs(named or ())
     left_out = _left_out(known if named is not None else exclude, unordered, n_src, n_dst,

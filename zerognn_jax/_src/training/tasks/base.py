@@ -335,6 +335,12 @@ class RanksPairs(Protocol):
         both ends are of one type, so (v, u) is the pair (u, v) and (u, u) is none)."""
         ...
 
+    def graph_pairs(self, dataset) -> tuple[np.ndarray, bool]:
+        """(int[Q, 2] the pairs `dataset`, another graph, holds of what the run predicts
+        (a one-type graph's edges; a typed graph's relation), unordered as
+        `known_pairs`): what "train" leaves out of that graph's ranking."""
+        ...
+
 
 class ItemsAreLevel0:
     """For tasks whose level 0 is the step's items themselves, one row each (training

@@ -30,6 +30,7 @@ import numpy as np
 
 from zerognn_jax._src.data.checks import LibraryWarning, at_least_one
 from zerognn_jax._src.data.dataset import Dataset, make_dataset
+from zerognn_jax._src.data.graph import to_edge_list
 from zerognn_jax._src.data.links import (
     OGBL,
     EmptySplitWarning,
@@ -356,6 +357,12 @@ class LinkTask:
     def known_pairs(self, splits: tuple[str, ...]) -> tuple[np.ndarray, bool]:
         """(the pairs of `splits`, True): `RanksPairs`; an edge is unordered."""
         return split_pairs(self.split, splits), True
+
+    def graph_pairs(self, dataset: Dataset) -> tuple[np.ndarray, bool]:
+        """(the edges of `dataset`'s graph as (source, destination) pairs, True):
+        `RanksPairs`, what "train" leaves out of another graph's ranking."""
+        rows, cols = to_edge_list(dataset.graph)
+        return np.stack([cols, rows], 1), True
 
     def evaluate(self, predictor: Predictor, dataset: Dataset) -> dict:
         """Validation and test metrics of the split from every node's embedding."""

@@ -37,6 +37,7 @@ from zerognn_jax._src.data.hetero_dataset import HeteroDataset
 from zerognn_jax._src.data.hetero_links import (
     TypedLinkSplit,
     find_relation,
+    relation_pairs,
     reverse_of,
     typed_link_split,
 )
@@ -154,10 +155,6 @@ class TypedLinkTask(TypedNodeTask):
     name = "link"
     score_name = "pair_acc"
     metric_splits = EVAL_SPLITS  # training pairs are not scored
-    # Its split's pairs are of the graph it trained on: not a `PredictsOtherGraphs` (a
-    # protocol's method set to None is one its class does not offer).
-    over = None
-
     def __post_init__(self):
         check_link_options(self.mode, self.num_negatives, self.metric)
 
@@ -333,6 +330,16 @@ class TypedLinkTask(TypedNodeTask):
         counts = self.split.graph.num_nodes
         return tuple(counts[t] for t in self.split.ends)
 
+    def _check_target(self, dataset) -> None:
+        """(`over`: the run's seeds are its relation's ends, whatever type `dataset`
+        names its target)"""
+
+    def graph_pairs(self, dataset) -> tuple[np.ndarray, bool]:
+        """(the pairs of the relation in `dataset`'s graph, whether both ends are one
+        type): `RanksPairs`, what "train" leaves out of another graph's ranking."""
+        src, dst = self.split.ends
+        return relation_pairs(dataset.graph[self.split.relation]), src == dst
+
     @functools.cached_property
     def _end_views(self) -> dict[str, TypedNodeTask]:
         """{end type: a typed node task of that type's seeds}, built once: the jitted
@@ -384,7 +391,7 @@ class TypedLinkTask(TypedNodeTask):
         """(every end node's embedding, the sources' rows first, then the destinations'
         (one type: one block, offset 0)), in the predictor's mode: `ScoresPairs`."""
         src, dst = self.split.ends
-        counts = self.split.graph.num_nodes
+        counts = predictor.data.graph.num_nodes  # (the run's graph, or another: `over`)
         if embeds_exactly(predictor):
             h = exact_outputs(self, predictor.program, predictor.variables, predictor.data)
         else:

@@ -577,10 +577,7 @@ class TypedNodeTask(ItemsAreLevel0):
                 raise ValueError(f"the model trained on the {what} {', '.join(have)}; "
                                  f"dataset {dataset.name!r} has {', '.join(got)} (the same, "
                                  f"in the same order, are needed)")
-        if dataset.target_type != self.seed_type:
-            raise ValueError(f"the run predicts {self.seed_type!r} nodes; dataset "
-                             f"{dataset.name!r} has target type {dataset.target_type!r}, "
-                             f"which its split ids are of")
+        self._check_target(dataset)
         inputs = TypedInputs.of(dataset)
         if inputs.widths != self.inputs.widths:
             has = lambda widths: ", ".join(f"{t!r} {d}" for t, d in widths)
@@ -600,6 +597,14 @@ class TypedNodeTask(ItemsAreLevel0):
                                      f"dataset {dataset.name!r} has no weights: give it "
                                      f"weights, or predict exactly (mode='full')")
         return kept_replace(self, sampler=sampler, inputs=inputs)
+
+    def _check_target(self, dataset: HeteroDataset) -> None:
+        """ValueError unless `dataset`'s target type is the type this run predicts (the
+        type its split ids, which `--nodes test` names, are of)."""
+        if dataset.target_type != self.seed_type:
+            raise ValueError(f"the run predicts {self.seed_type!r} nodes; dataset "
+                             f"{dataset.name!r} has target type {dataset.target_type!r}, "
+                             f"which its split ids are of")
 
     def _placed(self, cfg, graph, table: np.ndarray, dtype, *, whole_table: bool = True):
         """(the stacked feature table where `cfg.feature_placement` puts it, its
