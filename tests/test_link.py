@@ -518,6 +518,16 @@ def test_mrr_and_hits_follow_ogb():
     assert m["hits@3"] == pytest.approx(2 / 3)
     assert link_metrics.hits_at_k(np.array([0.5, 0.3, 0.9]), np.array([0.1, 0.4, 0.6, 0.2]), 2) \
         == pytest.approx(2 / 3)
+    # the public forms: lists taken, shapes checked and named
+    assert zg.mrr(pos.tolist(), neg.tolist()) == m
+    assert zg.hits_at([0.5, 0.3, 0.9], [0.1, 0.4, 0.6, 0.2], 2) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match=r"^mrr: neg must be \[3, M\] scores, M >= 1 \(each "
+                                         r"positive's negatives\), got float64\[3\]$"):
+        zg.mrr(pos, neg[:, 0])
+    with pytest.raises(ValueError, match=r"^mrr: pos must be a 1-D array of scores"):
+        zg.mrr(neg, neg)
+    with pytest.raises(ValueError, match=r"^hits_at: k must be an integer >= 1, got 0$"):
+        zg.hits_at(pos, neg[0], 0)
 
 
 def test_a_split_left_empty_by_its_fraction_is_warned_of():

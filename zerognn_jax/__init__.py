@@ -204,7 +204,12 @@ from zerognn_jax._src.training.tasks.base import (
 )
 from zerognn_jax._src.training.tasks.graph import GraphTask, graph_outputs
 from zerognn_jax._src.training.tasks.link import LinkTask
-from zerognn_jax._src.training.tasks.link_metrics import average_precision, roc_auc
+from zerognn_jax._src.training.tasks.link_metrics import (
+    average_precision,
+    hits_at,
+    mrr,
+    roc_auc,
+)
 from zerognn_jax._src.training.tasks.losses import (
     sigmoid_cross_entropy,
     softmax_cross_entropy,
@@ -274,5 +279,6 @@ __all__ = [
     "load_hetero_dataset", "HETERO_MODELS", "HeteroGNN", "OnTypes", "RelGATConv", "RGCNConv",
     "TypedLayer", "make_hetero_model", "typed_layers", "whole_graph_layer",
     "LayerWise", "predict", "over_graph", "recommend", "score_pairs", "LinkLoaderBatch",
-    "LinkNeighborLoader", "roc_auc", "average_precision", "HostTable", "without_self_loops",
+    "LinkNeighborLoader", "roc_auc", "average_precision", "mrr", "hits_at", "HostTable",
+    "without_self_loops",
 ]

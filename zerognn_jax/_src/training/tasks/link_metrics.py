@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.checks import is_int
+
 SCORE_CHUNK = 1 << 16
 
 
@@ -131,6 +133,38 @@ def scored_ap(pos, neg) -> float:
     precision = tps / (last + 1)
     recall = tps / tps[-1]
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def mrr(pos, neg) -> dict:
+    """OGB's MRR protocol over scores of your own: positive i ranked among its negatives
+    `neg[i]` (ties: the mean of the optimistic and pessimistic rank); {"mrr",
+    "hits@1", "hits@3", "hits@10"}, as a link run with `link_metric="mrr"` reports.
+
+    Args:
+      pos: float[P], the positive pairs' scores.
+      neg: float[P, M], each positive's M negatives' scores (M >= 1).
+
+    Raises:
+      ValueError: arrays of other shapes (named with theirs), or no negatives.
+    """
+    first = _score_array(pos, "pos", "mrr")
+    second = np.asarray(neg)
+    if second.ndim != 2 or second.shape[0] != first.size or not second.shape[1] or not (
+            np.issubdtype(second.dtype, np.floating) or np.issubdtype(second.dtype, np.integer)):
+        raise ValueError(f"mrr: neg must be [{first.size}, M] scores, M >= 1 (each "
+                         f"positive's negatives), got {second.dtype}{list(second.shape)}")
+    return mrr_metrics(first, second.astype(np.float64))
+
+
+def hits_at(pos, neg, k: int) -> float:
+    """OGB's Hits@K over scores of your own: the fraction of the positives' scores `pos`
+    above the K-th best of the shared negatives' `neg` (1-D both; 1.0 where fewer than
+    K negatives), as a link run with `link_metric="hits@K"` reports; ValueError naming
+    arrays of other shapes or a K below 1."""
+    first, second = _scores(pos, neg, "hits_at")
+    if not is_int(k) or k < 1:
+        raise ValueError(f"hits_at: k must be an integer >= 1, got {k!r}")
+    return hits_at_k(first, second, int(k))
 
 
 def mrr_metrics(pos, neg) -> dict:
