@@ -342,6 +342,29 @@ def test_placement_checks_data_is_on_the_mesh(small_graph):
     assert program.global_batch == 8
 
 
+def test_a_mesh_of_another_form_is_refused_naming_it(small_graph):
+    """A mesh with a second axis trained on the batches of its first alone (the others
+    never): refused, as is a 1-D mesh of another axis name and a value that is no mesh;
+    a device count that is no integer is named."""
+    import optax
+
+    sampler = zg.SamplerConfig((2,)).resolve(small_graph.max_degree())
+    model = zg.make_model("sage", hidden=4, num_layers=1, num_classes=2)
+    program = zg.StepProgram(model, optax.sgd(0.1), sampler, 8, 0)
+    one = np.array(jax.devices()[:1])
+    refused = r"^mesh must be a 1-D jax.sharding.Mesh of the axis 'data', one device a " \
+              r"batch \(zg.make_mesh\(devices\)\), got "
+    for mesh, got in ((jax.sharding.Mesh(one.reshape(1, 1), ("data", "model")),
+                       r"a mesh of axes \('data', 'model'\) \(shape \{'data': 1, 'model': 1\}\)"),
+                      (jax.sharding.Mesh(one, ("batch",)), r"a mesh of axes \('batch',\)"),
+                      ("data", "str 'data'")):
+        with pytest.raises(ValueError, match=refused + got):
+            program.with_mesh(mesh)
+    with pytest.raises(ValueError, match=r"^devices must be an integer, the local devices "
+                                         r"of each process \(0: all of them\), got '2'$"):
+        zg.make_mesh("2")
+
+
 def test_data_parallel_matches_one_device(equivalence):
     ref, ref_record = load(equivalence, "ref_sgd")
     for name in ("dp4_tiny_envelope", "dp8_sharded"):

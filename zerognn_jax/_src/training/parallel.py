@@ -32,6 +32,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from zerognn_jax._src.data.checks import is_int
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import Kernels
 
@@ -144,6 +145,9 @@ def make_mesh(devices: int = 0) -> Mesh:
 
     `devices=0` takes all local devices. Every process must pass the same number.
     """
+    if not is_int(devices):
+        raise ValueError(f"devices must be an integer, the local devices of each process "
+                         f"(0: all of them), got {devices!r}")
     local = jax.local_device_count()
     if not 0 <= devices <= local:
         fake = ("; to try several on a CPU, start the process with JAX_NUM_CPU_DEVICES=N "
@@ -293,6 +297,16 @@ class DataParallel:
     mesh: Mesh
     shard_features: bool = False
     collectives: Collectives = Collectives()
+
+    def __post_init__(self):
+        # a batch a device along "data" alone: another axis would repeat batches, and
+        # the batches its size stands for would never be trained
+        if not isinstance(self.mesh, Mesh) or self.mesh.axis_names != (AXIS,):
+            got = (f"a mesh of axes {self.mesh.axis_names} (shape "
+                   f"{dict(self.mesh.shape)})" if isinstance(self.mesh, Mesh)
+                   else f"{type(self.mesh).__name__} {self.mesh!r}"[:120])
+            raise ValueError(f"mesh must be a 1-D jax.sharding.Mesh of the axis {AXIS!r}, "
+                             f"one device a batch (zg.make_mesh(devices)), got {got}")
 
     @property
     def size(self) -> int:
