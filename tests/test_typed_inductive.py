@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import assert_same_runs
 
 import zerognn_jax as zg
 from zerognn_jax._src.data.hetero_links import relation_pairs
@@ -62,7 +63,7 @@ def test_a_renumbered_copy_and_a_grown_graph_give_the_rows_of_its_own_graph(run)
     own = np.asarray(zg.predict(result, items))
     # the same graph again, given as another: the very same rows
     same = _dataset("again", u, i, xu, xi, None)
-    np.testing.assert_array_equal(np.asarray(zg.predict(result, items, dataset=same)), own)
+    assert_same_runs(zg.predict(result, items, dataset=same), own)
     # nodes of each type renumbered: node k is node pu[k] (pi[k]) of the copy
     rs = np.random.default_rng(2)
     pu, pi = rs.permutation(xu.shape[0]), rs.permutation(xi.shape[0])
@@ -137,8 +138,8 @@ def test_a_weighted_samplers_run_predicts_a_graph_without_weights_exactly():
         train_idx=order[:20], val_idx=order[20:25], test_idx=order[25:])
     result = zg.train(zg.TrainConfig(**CONFIG, sampler="weighted"), weighed)
     bare = _dataset("bare", u, i, xu, xi, None)
-    np.testing.assert_array_equal(np.asarray(zg.predict(result, np.arange(30), dataset=bare)),
-                                  np.asarray(zg.predict(result, np.arange(30))))
+    assert_same_runs(zg.predict(result, np.arange(30), dataset=bare),
+                     zg.predict(result, np.arange(30)))
     with pytest.raises(ValueError, match=r"^the run samples neighbours by edge weight "
                                          r"\(sampler 'weighted'\), and relation "
                                          r"user__buys__item of dataset 'bare' has no weights: "
@@ -158,7 +159,7 @@ def test_the_command_predicts_a_saved_typed_graph(run, capsys):
     with np.load(out) as saved:
         ids, outputs, meta = saved["ids"], saved["outputs"], json.loads(str(saved["meta"]))
     np.testing.assert_array_equal(ids, np.arange(xi.shape[0]))
-    np.testing.assert_array_equal(outputs, np.asarray(zg.predict(result, ids, dataset=other)))
+    assert_same_runs(outputs, zg.predict(result, ids, dataset=other))
     assert meta["graph"] == str(folder / "other.npz") and meta["node_type"] == "item"
     zg.save_npz(zg.load_dataset("tiny"), folder / "tiny.npz")
     assert main(["predict", str(folder / "ck"), "--out", str(folder / "q.npz"), "--dataset",
