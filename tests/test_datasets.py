@@ -805,6 +805,12 @@ def test_npz_round_trip_keeps_bfloat16_features(tmp_path):
     assert np.load(tmp_path / "v2.npz")["features"].dtype == np.dtype("V2")
     again = load_npz(tmp_path / "v2.npz")
     np.testing.assert_array_equal(again.features.view(np.uint16), ds.features.view(np.uint16))
+    # bfloat16 bits without their dtype entry (a file written by hand) were read as numbers
+    np.savez(tmp_path / "bits.npz", **raw)  # features: uint16, no features_dtype
+    with pytest.raises(ValueError, match=r"bits.npz holds an invalid dataset: features holds "
+                                         r"uint16 values and the file names no "
+                                         r"features_dtype"):
+        load_npz(tmp_path / "bits.npz")
 
 
 def test_a_later_save_removes_what_killed_writers_left(tmp_path):

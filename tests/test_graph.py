@@ -11,6 +11,7 @@ from conftest import lexsort_csr
 
 from zerognn_jax import (
     CSRGraph,
+    from_edge_index,
     from_edge_list,
     from_jraph,
     from_scipy,
@@ -396,3 +397,8 @@ def test_ids_past_int64_and_past_num_columns_are_named_as_given():
     with pytest.raises(ValueError, match=r"^dst has node id 5 at position 0, out of range for "
                                          r"num_columns=4; pass num_columns=6 or more$"):
         from_edge_list([0], [5], 3, num_columns=4)
+    # one count bounds both rows: its least value holds the larger row's ids
+    with pytest.raises(ValueError, match=r"^edge_index\[0\] has node id 4 at position 1, out "
+                                         r"of range for num_nodes=4; pass num_nodes=6 or "
+                                         r"more$"):
+        from_edge_index(np.array([[0, 4], [5, 1]]), 4)

@@ -340,6 +340,13 @@ def test_a_folder_or_file_not_written_here_is_never_replaced(tmp_path, capsys, m
         storage.save_npz(dataset, tmp_path / "run.npz")
     with pytest.raises(FileExistsError, match="exp is a folder; give a file's path"):
         storage.save_npz(dataset, exp)
+    # a format_version of one's own is no mark of a dataset (it passed for one)
+    np.savez(tmp_path / "versioned.npz", format_version=np.int64(1), precious=np.ones(3))
+    (exp / "meta.json").write_text('{"format_version": 1}')
+    with pytest.raises(FileExistsError, match="versioned.npz is a file, not a dataset archive"):
+        storage.save_npz(dataset, tmp_path / "versioned.npz")
+    with pytest.raises(FileExistsError, match="is a folder holding meta.json, weights.npy"):
+        storage.save_dir(dataset, exp)
     storage.save_npz(dataset, tmp_path / "run.npz", overwrite=True)  # the caches' way
     with pytest.raises(ValueError, match=r"save_npz writes a \.npz archive, which "
                                          r"load_dataset .+ got '.+/nosuffix'$"):

@@ -109,6 +109,10 @@ def test_float_y_gives_targets_of_the_kind_named():
     (dict(val_mask=np.arange(10)), r"^val_mask of the data must be a boolean mask of shape "
                                    r"\(40,\), one entry per node; got int64"),
     (dict(edge_index=np.zeros((3, 4), np.int64)), r"edge_index must have shape \[2, E\]"),
+    # (row 1's largest id sets the count: row 0's alone gave a count that still failed)
+    (dict(edge_index=np.array([[0, 39], [45, 1]])), r"^edge_index holds node id 45, and the "
+                                                    r"data has 40 nodes: set data.num_nodes "
+                                                    r"to 46 or more$"),
 ])
 def test_malformed_data_is_named(change, message):
     data = _as_data(_dataset())

@@ -101,10 +101,11 @@ def _as_id_array(name: str, values) -> np.ndarray:
 
 
 def _check_ids(name: str, ids: np.ndarray, num_nodes: int | None,
-               count: str | None = None) -> None:
+               count: str | None = None, least: int | None = None) -> None:
     """ValueError naming `name`, the first smallest or largest id and its position unless
     every id lies in [0, num_nodes) (None: no upper bound); for an id past the end,
-    `count` names the argument to pass larger (with the least value that holds it)."""
+    `count` names the argument to pass larger, with the least value that holds every id
+    it bounds (`least`; default: those of `ids`)."""
     if ids.size == 0:
         return
     lo, hi = int(ids.min()), int(ids.max())
@@ -113,7 +114,7 @@ def _check_ids(name: str, ids: np.ndarray, num_nodes: int | None,
         raise ValueError(f"{name} has a negative node id {lo} at position {pos}")
     if num_nodes is not None and hi >= num_nodes:
         pos = int(np.argmax(ids))
-        fix = "" if count is None else f"; pass {count}={hi + 1} or more"
+        fix = "" if count is None else f"; pass {count}={least or hi + 1} or more"
         raise ValueError(f"{name} has node id {hi} at position {pos}, out of range for "
                          f"{count or 'num_nodes'}={num_nodes}{fix}")
 
@@ -303,11 +304,14 @@ def _check_edge_index(edge_index: np.ndarray, row_of_rows: int, num_nodes,
     default `num_nodes`); a count of None bounds nothing (it is read off the ids)."""
     rows = None if num_nodes is None else _integer("num_nodes", num_nodes)
     columns = rows if num_columns is None else _integer("num_columns", num_columns)
+    ids = [_as_id_array(f"edge_index[{i}]", edge_index[i]) for i in (0, 1)]
+    # one count bounding both rows (no num_columns) must hold the larger row's ids
+    both = None if num_columns is not None else 1 + max(
+        (int(a.max()) for a in ids if a.size), default=-1)
     for i in (0, 1):
-        name = f"edge_index[{i}]"
         count = "num_nodes" if i == row_of_rows or num_columns is None else "num_columns"
-        _check_ids(name, _as_id_array(name, edge_index[i]),
-                   rows if i == row_of_rows else columns, count)
+        _check_ids(f"edge_index[{i}]", ids[i], rows if i == row_of_rows else columns, count,
+                   both)
 
 
 def validate_csr(indptr, indices, weights=None, edge_features=None, *,

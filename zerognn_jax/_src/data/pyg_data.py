@@ -47,7 +47,13 @@ def dataset_from_pyg(data, *, name: str = "pyg", num_classes: int | None = None,
         if store_has(data, field)}
     if "edge_features" in optional and optional["edge_features"].ndim == 1:
         optional["edge_features"] = optional["edge_features"][:, None]  # PyG's [E]: one
-    graph = from_edge_index(as_numpy(data.edge_index), n, **optional)
+    edge_index = as_numpy(data.edge_index)
+    if np.size(edge_index) and np.issubdtype(edge_index.dtype, np.integer) and \
+            int(edge_index.max()) >= n:  # (from_edge_index's hint names its own argument)
+        raise ValueError(f"edge_index holds node id {int(edge_index.max())}, and the data "
+                         f"has {n} nodes: set data.num_nodes to "
+                         f"{int(edge_index.max()) + 1} or more")
+    graph = from_edge_index(edge_index, n, **optional)
     features = np.zeros((n, 0), np.float32) if x is None else x
     given = {"labels": np.full(n, -1, np.int32)}
     splits = {f"{s}_idx": np.zeros(0, np.int64) for s in SPLITS}

@@ -161,6 +161,10 @@ def stored_table(arrays: dict, key: str):
     if table is None:
         return None
     kind = str(arrays.get(f"{key}_dtype", table.dtype.name))
+    if table.dtype == np.uint16 and f"{key}_dtype" not in arrays:  # (never written so)
+        raise ValueError(f"{key} holds uint16 values and the file names no {key}_dtype: "
+                         f"bfloat16 bits go with {key}_dtype 'bfloat16' (save_npz writes "
+                         f"it), numbers as float32 (or another float type)")
     if kind == "bfloat16" and table.dtype == np.uint16:
         return table.view(BFLOAT16)
     if table.dtype == np.dtype("V2") and f"{key}_dtype" not in arrays:

@@ -287,15 +287,18 @@ def parents_made(path: Path) -> Iterator[None]:
 
 
 # What marks a file or folder as a dataset this library wrote: an .npz with a
-# format_version entry (datasets, typed datasets) or a meta entry whose JSON names the
-# graph collections' format; a folder of .npy files and a meta.json that does the same.
+# format_version entry beside a graph's indptr (datasets) or a meta entry naming its kind
+# (typed datasets), or a meta entry whose JSON names the graph collections' format; a
+# folder of .npy files and a meta.json that lists its arrays with a format_version (or a
+# kind), or names the collections' format. (A format_version alone is anyone's key.)
 META = "meta.json"
 GRAPHS_FORMAT = "zerognn-graphs"
 
 
 def _ours(meta) -> bool:
-    return isinstance(meta, dict) and ("format_version" in meta
-                                       or meta.get("format") == GRAPHS_FORMAT)
+    return isinstance(meta, dict) and (
+        ("format_version" in meta and isinstance(meta.get("arrays"), dict))
+        or meta.get("format") == GRAPHS_FORMAT)
 
 
 def written_here(path: Path) -> bool:
@@ -310,9 +313,11 @@ def written_here(path: Path) -> bool:
             return files and (path / META).is_file() and _ours(
                 json.loads((path / META).read_text()))
         with zipfile.ZipFile(path) as archive:
-            if "format_version.npy" in archive.namelist():
-                return True
-        return _ours(archive_meta(path))
+            names = set(archive.namelist())
+        meta = archive_meta(path)
+        if "format_version.npy" in names:
+            return "indptr.npy" in names or (isinstance(meta, dict) and "kind" in meta)
+        return _ours(meta)
     except (OSError, ValueError, zipfile.BadZipFile):
         return False
 
