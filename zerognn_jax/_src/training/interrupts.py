@@ -31,6 +31,7 @@ read after its block ended is not counted, and a forked child's signals stay its
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import os
@@ -309,13 +310,21 @@ def exit_on_signal(code: int) -> None:
     for SIGTERM, a death with status 143 after the summary was printed. A signal the
     process ignores stays ignored. The command's entry points call it (`zerognn`,
     `python -m zerognn_jax`), from the main thread; a caller of `cli.main` in a
-    process that goes on (a notebook, a test) keeps its own handlers."""
+    process that goes on (a notebook, a test) keeps its own handlers.
+
+    Once the interpreter shuts down (its exit handlers, JAX's among them), such a signal
+    is ignored instead: no Python handler runs there, and the one Python leaves at the
+    end, the system's, ended a finished command as killed by the signal (status -2 for
+    SIGINT, after a dataset was written whole)."""
     def leave(signum, frame):
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # a closed or broken stream
                 stream.flush()
         os._exit(code)
 
-    for signum in SIGNALS:
-        if signal.getsignal(signum) is not signal.SIG_IGN:
-            signal.signal(signum, leave)
+    caught = [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+    for signum in caught:
+        signal.signal(signum, leave)
+    # (an ignored signal stays ignored through the interpreter's end: Python resets only
+    # the handlers of its own to the system's)
+    atexit.register(lambda: [signal.signal(s, signal.SIG_IGN) for s in caught])
