@@ -106,12 +106,13 @@ def test_a_link_runs_encoder_embeds_another_graphs_nodes():
     nodes = np.arange(160)
     assert_own_rows(result, nodes, again)
     pairs = result.program.task.split.test.pos
-    np.testing.assert_array_equal(zg.score_pairs(result, pairs, dataset=again),
-                                  zg.score_pairs(result, pairs))
+    assert_same_runs(zg.score_pairs(result, pairs, dataset=again),
+                     zg.score_pairs(result, pairs))
     # "train" on another graph leaves out its edges: here the training pairs again
-    for got, own in zip(zg.recommend(result, nodes[:30], 12, dataset=again),
-                        zg.recommend(result, nodes[:30], 12)):
-        np.testing.assert_array_equal(got, own)
+    (got, got_scores), (own, own_scores) = (zg.recommend(result, nodes[:30], 12, dataset=again),
+                                            zg.recommend(result, nodes[:30], 12))
+    np.testing.assert_array_equal(got, own)
+    assert_same_runs(got_scores, own_scores)
     with pytest.raises(ValueError, match=r"exclude names the run's splits, which another "
                                          r"graph has not: give 'train' \(its edges\)"):
         zg.recommend(result, [0], dataset=again, exclude=("train", "val"))
