@@ -129,7 +129,8 @@ def test_a_link_runs_k_past_its_destinations_is_named_as_the_flag(link_run, caps
                              r"val, test or all\)"),
     (["--nodes", "FLOATS"], "--nodes .* holds numbers that are not whole ids"),
     (["--nodes", "PAIRS"], r"--nodes .* holds an array of shape \(2, 2\); expected \[n\]"),
-    (["--nodes", "BIG"], r"--nodes must lie in \[0, \d+\), found \[0, 99999999\]"),
+    (["--nodes", "BIG"], r"--nodes .*big.txt: its ids must lie in \[0, \d+\), found "
+                         r"\[0, 99999999\]"),
     (["--nodes", "ONE_LINE"], r"shape \(1, 2\); expected \[n\] ids"),  # not two ids
     (["--nodes", "EMPTY"], r"--nodes .*empty.txt holds no ids"),
     (["--nodes", "HEADER"], r"--nodes .*header.txt holds no ids"),

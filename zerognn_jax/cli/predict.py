@@ -258,8 +258,11 @@ def _outputs(args, result, other, ids, pairs, candidates) -> tuple[dict, str]:
         outputs = np.asarray(predict(result, ids, node_type=args.node_type, **common),
                              np.float32)
     except ValueError as err:
+        if _is_file(args.nodes) and str(err).startswith(("nodes must", "sources must")):
+            said = str(err).split(" must", 1)[1]  # (the file that holds them named)
+            err = ValueError(f"--nodes {args.nodes}: its ids must{said}")
         if other is None:
-            raise
+            raise err from None
         raise ValueError(f"--graph {args.graph}: {err}") from None
     return {"ids": ids, "outputs": outputs}, "embeddings" if links else "outputs"
 
