@@ -86,6 +86,13 @@ def test_a_link_runs_pairs_and_rankings_are_those_of_score_pairs_and_recommend(l
     code, csv = _predict(folder, "--pairs", str(folder / "pairs.csv"))
     np.testing.assert_array_equal(csv["pairs"], pairs)
     assert_same_runs(csv["scores"], got["scores"])
+    # a byte-order mark before a first pair (Excel's UTF-8 CSV) keeps it; so does a
+    # comment line with a comma before pairs apart by spaces
+    for name, text in (("bom.csv", "\ufeff0,5\n7,2\n3,3\n"),
+                       ("noted.txt", "# user, item\n0 5\n7 2\n3 3\n")):
+        (folder / name).write_text(text, encoding="utf-8")
+        code, read = _predict(folder, "--pairs", str(folder / name))
+        np.testing.assert_array_equal(read["pairs"], pairs)
     np.save(folder / "users.npy", np.array([1, 9]))
     code, got = _predict(folder, "--nodes", str(folder / "users.npy"), "--top-k", "4",
                          "--exclude", "train,val")
@@ -136,6 +143,8 @@ def test_a_link_runs_k_past_its_destinations_is_named_as_the_flag(link_run, caps
     (["--nodes", "HEADER"], r"--nodes .*header.txt holds no ids"),
     (["--nodes", "WORDS"], r"--nodes .*words.txt: not a .npy array or a text file of "
                            r"numbers"),
+    (["--pairs", "TYPO"], r"--pairs .*typo.txt: not a .npy array or a text file of "
+                          r"numbers"),  # a first row with a typo: no header, an error
     (["--nodes", "HUGE"], r"holds 9223372036854775813, past any id"),  # not wrapped
     (["--graph", "MISSING"], r"--graph .*missing.txt: no such file or folder"),
     (["--graph", "OTHER", "--top-k", "2", "--exclude", "train,val"],
@@ -145,7 +154,7 @@ def test_bad_requests_are_one_line_and_write_nothing(node_run, capsys, flags, me
     folder, _ = node_run
     files = {name: folder / f"{name.lower()}.{'npy' if name in ('PAIRS', 'HUGE') else 'txt'}"
              for name in ("MISSING", "FLOATS", "PAIRS", "BIG", "ONE_LINE", "EMPTY", "HUGE",
-                          "HEADER", "WORDS")}
+                          "HEADER", "WORDS", "TYPO")}
     files["FLOATS"].write_text("1.5\n2\n")
     np.save(files["PAIRS"], np.array([[1, 2], [3, 4]]))
     files["BIG"].write_text("0\n99999999\n")
@@ -153,6 +162,7 @@ def test_bad_requests_are_one_line_and_write_nothing(node_run, capsys, flags, me
     files["EMPTY"].write_text("")
     files["HEADER"].write_text("node\n")  # a CSV's column name, and no row
     files["WORDS"].write_text("1\ntwo\n")
+    files["TYPO"].write_text("1,2x\n3,4\n")
     np.save(files["HUGE"], np.array([1, 2**63 + 5], np.uint64))
     files["OTHER"] = folder / "unread.npz"  # (refused before the file is read)
     files["OTHER"].write_bytes(b"")

@@ -528,6 +528,10 @@ def test_mrr_and_hits_follow_ogb():
         zg.mrr(neg, neg)
     with pytest.raises(ValueError, match=r"^hits_at: k must be an integer >= 1, got 0$"):
         zg.hits_at(pos, neg[0], 0)
+    with warnings.catch_warnings():  # no positive: nan, as roc_auc's, and no warning
+        warnings.simplefilter("error")
+        assert np.isnan(zg.hits_at([], [], 3)) and np.isnan(zg.roc_auc([], [1.0]))
+        assert all(np.isnan(v) for v in zg.mrr([], np.zeros((0, 3))).values())
 
 
 def test_a_split_left_empty_by_its_fraction_is_warned_of():

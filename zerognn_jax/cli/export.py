@@ -12,7 +12,7 @@ The run's configuration and dataset come from what the checkpoint records, as
 `zg.restore` loads them; a run trained on a dataset object needs that dataset again,
 saved to a file (`zg.save_npz`, `save_dir`, `save_hetero_npz`, `save_graphs`) and given
 as `--dataset FILE`. The artifact takes the arrays of the graph the run trained on;
-`--graph FILE`, another graph's saved dataset (a typed node run's: of its types and
+`--graph FILE`, another graph's saved dataset (a typed run's: of its types and
 relations), makes it take that graph's (`zg.over_graph`: a graph grown since training,
 say). The artifact is written whole or not at all, and beside it its
 description, FILE.json, one JSON object that is also printed on stdout: its argument
@@ -40,7 +40,7 @@ import jax
 from zerognn_jax._src.data.writes import print_line, written_here
 from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
 from zerognn_jax._src.training.export import description_path, export_model
-from zerognn_jax._src.training.inference import over_graph, restore
+from zerognn_jax._src.training.inference import ANY_GRAPHS, over_graph, restore
 from zerognn_jax._src.training.lock import checkpoint_name
 from zerognn_jax._src.training.tasks.base import PredictsItems, PredictsTypes
 from zerognn_jax.cli.data import dataset_kind, load_named
@@ -80,8 +80,8 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
                         "node (faster on a GPU for large batches; a graph past it gets NaN); "
                         "default: by scatter-adds")
     p.add_argument("--graph", type=path_text, default=None,
-                   help="another graph's saved dataset (a typed node run: of its types "
-                        "and relations), whose arrays the artifact takes instead of the "
+                   help="another graph's saved dataset (a typed run: of its types and "
+                        "relations), whose arrays the artifact takes instead of the "
                         "training graph's")
     add_compile_cache_flag(p)
     p.set_defaults(handler=run_export)
@@ -232,6 +232,8 @@ def run_export(args) -> int:
         interrupts.check("reading the checkpoint; nothing was written")
         program, data = result.program, result.data
         if args.graph is not None:
+            if isinstance(result.program.task, PredictsItems):  # (before it is read)
+                raise ValueError(f"--graph {args.graph}: {ANY_GRAPHS}")
             other = other_dataset(args.graph, result, log=None)
             try:
                 program, data = over_graph(result, other)

@@ -22,8 +22,8 @@ and `meta`, a JSON string: the checkpoint, its epoch, the task, what the arrays 
 
 The run comes back as `zg.restore` gives it for inference: a run trained on a dataset
 object needs it again, saved to a file and given as `--dataset FILE` (as `zerognn
-export` takes it). `--graph FILE` is another graph's saved dataset (a typed node run's:
-a typed dataset of its types and relations), or another collection of graphs for a
+export` takes it). `--graph FILE` is another graph's saved dataset (a typed run's: a
+typed dataset of its types and relations), or another collection of graphs for a
 graph-level run: the run's model over data it never saw (`dataset=` of `zg.predict`).
 IDS_FILE is a .npy array or a text file of one id a line; PAIRS_FILE a .npy int[P, 2] or
 text of two ids a line (a text file's numbers apart by spaces or by commas, as a CSV, whose
@@ -39,6 +39,7 @@ or 1 where the file could not be written.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import time
@@ -102,8 +103,8 @@ def add_predict_command(subparsers) -> argparse.ArgumentParser:
                    help="a typed run: the node type whose rows --nodes names (a typed "
                         "link run: an end of its relation)")
     p.add_argument("--graph", type=path_text, default=None,
-                   help="another graph's saved dataset (a typed node run: of its "
-                        "types and relations; a graph run: another collection), whose "
+                   help="another graph's saved dataset (a typed run: of its types "
+                        "and relations; a graph run: another collection), whose "
                         "nodes (graphs) are predicted; "
                         "--nodes train, val and test name its splits")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
@@ -314,17 +315,27 @@ def _exclude(text: str):
 
 def _text_numbers(path: str) -> np.ndarray:
     """float64[n, columns] of a text file's numbers, a row a line, apart by spaces or
-    by commas (those of its first line), that first line skipped where it names the
-    columns (a CSV's header) rather than holding numbers."""
-    with open(path, encoding="utf-8") as f:
-        lines = [line for line in f if line.strip()]
-    first = lines[0] if lines else ""
-    delimiter = "," if "," in first else None
+    by commas (those of its first line), read as it streams; blank lines, lines that
+    begin with "#" and a byte-order mark are skipped, and so is a first line of which
+    no field is a number (a CSV's header: one with a number is a row, and a bad one an
+    error, never dropped)."""
+    with open(path, encoding="utf-8-sig") as f:
+        lines = (line for line in f if line.strip() and not line.lstrip().startswith("#"))
+        first = next(lines, None)
+        if first is None:
+            return np.zeros((0, 0))
+        delimiter = "," if "," in first else None
+        header = not any(_is_number(field) for field in first.split(delimiter))
+        rows = lines if header else itertools.chain([first], lines)
+        return np.loadtxt(rows, dtype=np.float64, ndmin=2, delimiter=delimiter)
+
+
+def _is_number(text: str) -> bool:
     try:
-        [float(x) for x in first.split(delimiter)]
+        float(text)
     except ValueError:
-        lines = lines[1:]
-    return np.loadtxt(lines, dtype=np.float64, ndmin=2, delimiter=delimiter)
+        return False
+    return True
 
 
 def _ids_file(path: str, flag: str, *, columns: int) -> np.ndarray:

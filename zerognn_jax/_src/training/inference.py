@@ -405,6 +405,11 @@ def _require_other_graphs(task) -> None:
                          f"predicts the ids of the dataset it trained on")
 
 
+# Why `over_graph` (and `zerognn export --graph`) refuse a graph-level run.
+ANY_GRAPHS = ("a graph-level run's artifact takes any collection's graphs, in the rows "
+              "per call export_model's max_nodes and max_edges give: export it as it is")
+
+
 def over_graph(result: TrainResult, dataset):
     """(program, data): `result`'s run over `dataset`, another graph as `predict` takes
     it (`dataset=`: prepared as the run prepared its own, the fanouts resolved for its
@@ -420,9 +425,7 @@ def over_graph(result: TrainResult, dataset):
     require_result("over_graph", result)
     task = result.program.task
     if isinstance(task, PredictsNewItems):
-        raise ValueError("a graph-level run's artifact takes any collection's graphs, "
-                         "in the rows per call export_model's max_nodes and max_edges "
-                         "give: export it as it is")
+        raise ValueError(ANY_GRAPHS)
     _require_other_graphs(task)
     return other_graph(result, dataset, "sampled")
 
@@ -434,14 +437,15 @@ def score_pairs(result: TrainResult, pairs, *, mode: str = "full", batch_size: i
     or `restore` result: the decoder's logits (a sigmoid gives probabilities) of every
     node's embedding, computed once a call (`mode`, `batch_size` and `seed` as
     `predict`'s: exact inference reads neither of the last two). Given `dataset`,
-    another graph of one node type (as `predict` takes it), the pairs are of its nodes,
-    embedded by the run's encoder over that graph.
+    another graph (as `predict` takes it: of one node type, or a typed run's types and
+    relations), the pairs are of its nodes, embedded by the run's encoder over that
+    graph.
 
     Raises:
       TypeError: `result` not a `TrainResult`.
       ValueError: a run whose task predicts no pairs, `pairs` not int[P, 2], an id out
         of range of its end, an unknown `mode`, a `batch_size` or `seed` out of range; a
-        `dataset` as `predict` refuses it, or given to a typed run.
+        `dataset` as `predict` refuses it.
     """
     require_result("score_pairs", result)
     task = result.program.task

@@ -52,9 +52,10 @@ def recommend(result, sources, k: int = 10, *, exclude="train", candidates=None,
         the destination type.
       mode, batch_size, seed: how the embeddings are computed, as `zg.predict` takes
         them.
-      dataset: another graph of one node type, as `zg.predict` takes it (a one-type
-        link run's model over it): `sources` and the destinations are its nodes, and
-        "train" in `exclude` stands for its edges (the pairs it already holds).
+      dataset: another graph, as `zg.predict` takes it (of one node type, or a typed
+        run's types and relations; the run's model over it): `sources` and the
+        destinations are its nodes, and "train" in `exclude` stands for the pairs it
+        already holds (its edges; a typed graph's pairs of the relation).
 
     Returns:
       (ids int64[S, k], scores float32[S, k]): each row's destinations by descending

@@ -153,6 +153,8 @@ def mrr(pos, neg) -> dict:
             np.issubdtype(second.dtype, np.floating) or np.issubdtype(second.dtype, np.integer)):
         raise ValueError(f"mrr: neg must be [{first.size}, M] scores, M >= 1 (each "
                          f"positive's negatives), got {second.dtype}{list(second.shape)}")
+    if not first.size:  # (no positive: no rank, as roc_auc's nan)
+        return dict.fromkeys(("mrr", "hits@1", "hits@3", "hits@10"), float("nan"))
     return mrr_metrics(first, second.astype(np.float64))
 
 
@@ -164,6 +166,8 @@ def hits_at(pos, neg, k: int) -> float:
     first, second = _scores(pos, neg, "hits_at")
     if not is_int(k) or k < 1:
         raise ValueError(f"hits_at: k must be an integer >= 1, got {k!r}")
+    if not first.size:  # (no positive: no fraction, as roc_auc's nan)
+        return float("nan")
     return hits_at_k(first, second, int(k))
 
 

@@ -155,6 +155,7 @@ class TypedLinkTask(TypedNodeTask):
     name = "link"
     score_name = "pair_acc"
     metric_splits = EVAL_SPLITS  # training pairs are not scored
+
     def __post_init__(self):
         check_link_options(self.mode, self.num_negatives, self.metric)
 
