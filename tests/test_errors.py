@@ -1059,6 +1059,11 @@ def test_typed_options_on_a_graph_of_one_type_are_refused(monkeypatch, tmp_path)
     (tmp_path / "notes").write_text("x")
     with pytest.raises(ValueError, match="is a folder without the meta.json of a dataset"):
         trainer.prepare(TrainConfig(dataset=str(tmp_path / "empty"), progress=False))
+    (tmp_path / "ogbn_arxiv").mkdir()  # OGB's own folder, named where its name was meant
+    with pytest.raises(ValueError, match=rf"; an OGB folder is read by its dataset's name "
+                                         rf"under its parent: ogbn-arxiv with root "
+                                         rf"{re.escape(str(tmp_path.resolve()))} \(--root\)$"):
+        trainer.prepare(TrainConfig(dataset=str(tmp_path / "ogbn_arxiv"), progress=False))
     with pytest.raises(ValueError, match="is a file but not an .npz dataset archive"):
         trainer.prepare(TrainConfig(dataset=str(tmp_path / "notes"), progress=False))
     with pytest.raises(ValueError, match=r"unknown graph model 'sage' \(a node model, the "

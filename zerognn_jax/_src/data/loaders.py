@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -203,8 +204,12 @@ def _refuse_unknown(name: str):
     if names_a_missing_path(name):
         raise FileNotFoundError(f"dataset {name!r}: no such file or directory")
     if Path(name).is_dir():
+        folder = Path(name).resolve()
+        ogb = (f"; an OGB folder is read by its dataset's name under its parent: "
+               f"{folder.name.replace('_', '-', 1)} with root {folder.parent} (--root)"
+               if re.match(r"ogb[nlg]_", folder.name) else "")
         raise ValueError(f"dataset {name!r} is a folder without the meta.json of a dataset "
-                         "saved by zerognn-jax (save_dir, zerognn data generate)")
+                         f"saved by zerognn-jax (save_dir, zerognn data generate){ogb}")
     if Path(name).is_file():
         raise ValueError(f"dataset {name!r} is a file but not an .npz dataset archive "
                          "(save_npz, zerognn data generate)")
