@@ -1,5 +1,5 @@
-"""`zerognn data info` and `zerognn data generate`, driven through the command line's
-`main`."""
+"""`zerognn data info`, `zerognn data generate` and `zerognn data convert`, driven
+through the command line's `main`."""
 
 import json
 import os
@@ -202,6 +202,47 @@ def test_generate_rmat(tmp_path, capsys):
     assert out.is_file()
 
 
+def test_convert_writes_each_kind_in_the_other_form(tmp_path, capsys):
+    """A Planetoid dataset read by name into a memory-mapped folder and back into a file,
+    a typed .npz into a folder, a collection's folder into a .npz: each reads back as
+    the dataset read (its arrays bit for bit); the dataset itself, or someone else's
+    file, is refused as --out before anything is read."""
+    import numpy as np
+
+    if not PLANETOID.is_dir():
+        pytest.skip("no Planetoid files beside the checkout")
+    assert run(["data", "convert", "cora", "--root", str(PLANETOID), "--out",
+                str(tmp_path / "cora")]) == 0
+    assert json.loads(capsys.readouterr().out)["path"] == str(tmp_path / "cora")
+    cora, folder = zg.load_dataset("cora", root=str(PLANETOID)), zg.load_dir(tmp_path / "cora")
+    for name in ("features", "labels", "train_idx", "test_idx"):
+        np.testing.assert_array_equal(np.asarray(getattr(folder, name)),
+                                      np.asarray(getattr(cora, name)))
+    np.testing.assert_array_equal(folder.graph.indices, cora.graph.indices)
+    assert run(["data", "convert", str(tmp_path / "cora"), "--out",
+                str(tmp_path / "c.npz")]) == 0
+    assert load_npz(tmp_path / "c.npz").stats() == cora.stats()
+    typed = zg.load_hetero_dataset("mag-like", scale=0.001, seed=0)
+    zg.save_hetero_npz(typed, tmp_path / "mag.npz")
+    assert run(["data", "convert", str(tmp_path / "mag.npz"), "--out",
+                str(tmp_path / "mag")]) == 0
+    assert zg.load_hetero_dataset(str(tmp_path / "mag")).stats() == typed.stats()
+    graphs = zg.molhiv_like(0.002, seed=1)
+    zg.save_graphs(graphs, tmp_path / "mol")
+    assert run(["data", "convert", str(tmp_path / "mol"), "--out",
+                str(tmp_path / "mol.npz")]) == 0
+    assert zg.load_graphs(str(tmp_path / "mol.npz")).stats() == graphs.stats()
+    capsys.readouterr()
+    assert run(["data", "convert", str(tmp_path / "c.npz"), "--out",
+                str(tmp_path / "c.npz")]) == 2
+    assert "is the dataset read; give another path" in capsys.readouterr().err
+    (tmp_path / "notes.npz").write_text("mine")
+    assert run(["data", "convert", str(tmp_path / "c.npz"), "--out",
+                str(tmp_path / "notes.npz")]) == 2
+    assert "notes.npz is a file, not a dataset archive" in capsys.readouterr().err
+    assert (tmp_path / "notes.npz").read_text() == "mine"
+
+
 def test_generate_rejects_unknown_preset(capsys):
     with pytest.raises(SystemExit) as exit_info:
         run(["data", "generate", "cora", "--out", "x.npz"])
@@ -210,7 +251,7 @@ def test_generate_rejects_unknown_preset(capsys):
 
 
 @pytest.mark.parametrize(("argv", "names"), [([], "{train,data,bench,export,predict}"),
-                                             (["data"], "{info,generate}")])
+                                             (["data"], "{info,generate,convert}")])
 def test_a_missing_command_is_named_by_its_choices(argv, names, capsys):
     """The message named argparse's destination, `data_command`."""
     with pytest.raises(SystemExit):

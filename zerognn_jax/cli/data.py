@@ -1,9 +1,11 @@
-"""The `zerognn data ...` commands: inspect a dataset, generate a synthetic one.
+"""The `zerognn data ...` commands: inspect a dataset, generate a synthetic one, write
+one in another form.
 
   zerognn data info NAME [--root DIR] [--scale S] [--seed N] [--download]
   zerognn data generate {products-like,proteins-like,papers100m-like,rmat,mag-like,igbh-like,
                          shop-like,molhiv-like,molpcba-like} --out PATH [--scale S] [--seed N]
                         [--feature-dtype {float32,bfloat16}]
+  zerognn data convert NAME --out PATH [--root DIR] [--scale S] [--seed N]
 
 molhiv-like and molpcba-like write a graph collection (`--out` ending in .npz, else a
 directory; `zerognn train --task graph --dataset PATH` reads it). For the others
@@ -17,7 +19,12 @@ presets (mag-like, igbh-like, shop-like) write a typed .npz or dataset directory
 info` on a typed dataset (ogbn-mag, a typed preset, a typed file) lists its node types with
 their counts and feature widths and its relations with their edge counts.
 
-Both print the dataset's statistics as one JSON object on stdout. Errors print
+`data convert` reads any dataset the library reads (a name with --root, a saved .npz
+or folder, of one node type, typed, or a graph collection) and writes it by its kind's
+writer to --out: a file ending in .npz, else a directory, which is read memory-mapped
+(an OGB folder's parse, say, kept as a directory of .npy files).
+
+Each prints the dataset's statistics as one JSON object on stdout. Errors print
 `zerognn: error: ...` on stderr and give exit code 2, or 1 where the output could not be
 written (a full disk, ...: the message names the path and the errno, and no partial file
 is left).
@@ -29,6 +36,7 @@ import argparse
 import json
 import os
 import warnings
+from pathlib import Path
 
 from zerognn_jax._src.data.announce import announced, announcing, preset_label, stderr_log
 from zerognn_jax._src.data.graph_datasets import (
@@ -50,7 +58,7 @@ from zerognn_jax._src.data.loaders import (
 )
 from zerognn_jax._src.data.loaders import TYPED_PRESETS as TYPED_GENERATORS
 from zerognn_jax._src.data.planetoid import NAMES as PLANETOID_NAMES
-from zerognn_jax._src.data.storage import load_dir, reads_as_path
+from zerognn_jax._src.data.storage import load_dir, reads_as_path, save_dir
 from zerognn_jax._src.data.writes import WriteError, print_line, refuse_foreign
 from zerognn_jax.cli.flags import path_text, run_seed
 
@@ -60,14 +68,16 @@ GENERATE_PRESETS = ("products-like", "proteins-like", "papers100m-like", "rmat",
 
 
 def add_data_commands(subparsers) -> argparse.ArgumentParser:
-    """Adds `data info` and `data generate` to `subparsers` (from `add_subparsers()`).
+    """Adds `data info`, `data generate` and `data convert` to `subparsers` (from
+    `add_subparsers()`).
 
     Each leaf parser sets `handler`, a function taking the parsed namespace and returning an
     exit code.
     """
     data = subparsers.add_parser("data", help="inspect or generate datasets",
                                  allow_abbrev=False)
-    commands = data.add_subparsers(dest="data_command", required=True, metavar="{info,generate}")
+    commands = data.add_subparsers(dest="data_command", required=True,
+                                   metavar="{info,generate,convert}")
     info = commands.add_parser("info", help="print a dataset's statistics as JSON",
                                allow_abbrev=False)
     info.add_argument("name", help="one of: " + ", ".join(
@@ -91,6 +101,19 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
                                "for the others")
     _add_size_options(generate)
     generate.set_defaults(handler=run_generate)
+    convert = commands.add_parser("convert", help="write a dataset this library reads (a "
+                                                  "name, a saved file or folder) as a .npz "
+                                                  "file or a directory of .npy files",
+                                  allow_abbrev=False)
+    convert.add_argument("name", help="the dataset: a name (with --root), a saved .npz "
+                                      "or a saved folder")
+    convert.add_argument("--out", required=True, type=path_text,
+                         help="the file to write (ending in .npz) or the directory "
+                              "(memory-mapped when read)")
+    convert.add_argument("--root", default=None, type=path_text,
+                         help="data folder of datasets read by name (see docs/datasets.md)")
+    _add_size_options(convert)
+    convert.set_defaults(handler=run_convert)
     return data
 
 
@@ -225,6 +248,41 @@ def _generate(args: argparse.Namespace) -> int:
         return dataset
 
     return written(build)
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    """Handler of `data convert`: reads the dataset `args.name` as its kind's loader
+    does and writes it to --out by the writer of its kind and form (`save_npz` or
+    `save_dir`, their typed and collection twins), then prints its stats. Signals are
+    held as `data generate` holds them."""
+    from zerognn_jax._src.training import interrupts
+
+    out = args.out.rstrip("/" + os.sep)
+    if Path(out).resolve() == Path(args.name).resolve():
+        raise ValueError(f"--out {args.out} is the dataset read; give another path")
+    try:  # before reading: a foreign --out would only be refused after it
+        refuse_foreign(out, "--out", folder=not out.endswith(".npz"))
+    except OSError as err:
+        raise ValueError(str(err)) from None
+    kind, npz = dataset_kind(args.name), out.endswith(".npz")
+    writer = {"graphs": save_graphs, "typed": save_hetero_npz if npz else save_hetero_dir,
+              "graph": save_npz if npz else save_dir}[kind]
+
+    def convert():
+        dataset = load_named(args.name, args.root, scale=args.scale, seed=args.seed,
+                             log=stderr_log(True))
+        interrupts.check(f"reading {args.name}; nothing was written")
+        writer(dataset, out)
+        return {**dataset.stats(), "path": out}
+
+    with interrupts.deferred():
+        try:
+            code = _guarded_stats(convert)
+        except (ValueError, OSError):
+            interrupts.check("the command failed")
+            raise
+        interrupts.check(f"writing {out}")
+    return code
 
 
 def _feature_dtype_refusal(args: argparse.Namespace) -> str:
