@@ -397,17 +397,21 @@ def test_a_stop_at_an_epoch_left_unevaluated_evaluates_it_for_the_best_checkpoin
 
 
 @pytest.mark.parametrize("changes, why", [
-    ({"eval_mode": "none"}, "eval_mode is 'none'"),
-    ({"epochs": 3, "eval_every": 0}, "eval_every 0 evaluates the last of 3 epochs alone"),
-    ({"epochs": 3, "eval_every": 3}, "eval_every 3 evaluates the last of 3 epochs alone"),
+    ({"eval_mode": "none"}, "eval_mode is 'none' \\(it would never stop the run\\): set "
+                            "eval_mode 'full' or 'sampled'"),
+    ({"epochs": 3, "eval_every": 0}, "eval_every 0 evaluates the last of 3 epochs alone "
+                                     "\\(it would never stop the run\\): evaluate more "
+                                     "often \\(a smaller eval_every\\)"),
+    ({"epochs": 3, "eval_every": 3}, "eval_every 3 evaluates the last of 3 epochs alone "
+                                     "\\(it would never stop the run\\): evaluate more "
+                                     "often \\(a smaller eval_every\\)"),
 ])
 def test_early_stopping_on_an_evaluated_metric_without_evaluation_is_refused(classes, changes,
                                                                              why):
     """It was accepted, and could never stop the run (best_metric is refused so); with
     the last epoch alone evaluated, as with none."""
     with pytest.raises(ValueError, match=f"EarlyStopping's metric 'val_acc' needs evaluation, "
-                                         f"and {why} \\(it would never stop the run\\): "
-                                         f"evaluate more often, or watch one of loss, "
+                                         f"and {why}, or watch one of loss, "
                                          f"train_batch_acc"):
         zg.train(config(**changes), classes, callbacks=[zg.EarlyStopping("val_acc")])
 

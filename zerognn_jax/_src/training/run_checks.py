@@ -213,9 +213,10 @@ def check_metrics(cfg, task, dataset, callbacks=()) -> None:
              and len(getattr(dataset, f"{split}_idx")) == 0]
     for what, metric, watches in asked:  # (best_metric: refused by TrainConfig)
         if watches and unevaluated and metric not in trained and metric.startswith(evaluated):
+            more = ("set eval_mode 'full' or 'sampled'" if cfg.eval_mode == "none"
+                    else "evaluate more often (a smaller eval_every)")
             raise ValueError(f"{what} needs evaluation, and {unevaluated} (it would never "
-                             f"stop the run): evaluate more often, or watch one of "
-                             f"{', '.join(trained)}")
+                             f"stop the run): {more}, or watch one of {', '.join(trained)}")
         for split in empty:
             if metric.startswith(f"{split}_"):
                 never = "stop the run" if watches else "keep a best checkpoint"
