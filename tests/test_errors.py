@@ -359,7 +359,7 @@ def test_unusable_output_paths_fail_before_any_work(tmp_path, capsys, no_work, f
     # the hint had offered the flag refused: "(--out: did you mean --out?)"
     (["data", "info", "tiny", "--out", "x.npz"],
      "unrecognized arguments: --out x.npz (--out is an option of `zerognn data generate`, "
-     "`zerognn bench`, `zerognn export` and `zerognn predict`)"),
+     "`zerognn data convert`, `zerognn bench`, `zerognn export` and `zerognn predict`)"),
     # argparse had said only that a command is required
     (["--verison"], "unrecognized arguments: --verison (--verison: did you mean --version?); "
                     "the command comes first"),
