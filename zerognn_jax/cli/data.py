@@ -172,14 +172,7 @@ def run_info(args: argparse.Namespace) -> int:
         interrupts.check(f"loading {args.name}")
         return dataset
 
-    with interrupts.deferred():
-        try:
-            code = _guarded(build)
-        except (ValueError, OSError):
-            interrupts.check("the command failed")  # a signal meanwhile is the exit's
-            raise
-        interrupts.check(f"printing {args.name}'s statistics")
-    return code
+    return _held(lambda: _guarded(build), f"printing {args.name}'s statistics")
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -188,15 +181,22 @@ def run_generate(args: argparse.Namespace) -> int:
     SIGINT, SIGTERM and SIGHUP are held until the preset is built (nothing written yet) or
     written (`interrupts.deferred`; a signal in the middle of NumPy's or JAX's work
     could crash the process); `main` turns them into exit code 130, 143 or 129."""
+    return _held(lambda: _generate(args), f"writing {args.out}")
+
+
+def _held(work, done: str) -> int:
+    """`work()`'s exit code, SIGINT, SIGTERM and SIGHUP held meanwhile
+    (`interrupts.deferred`): one that came is the command's stop once `work` is `done`
+    (named so), or once it failed."""
     from zerognn_jax._src.training import interrupts
 
     with interrupts.deferred():
         try:
-            code = _generate(args)
+            code = work()
         except (ValueError, OSError):
             interrupts.check("the command failed")  # a signal meanwhile is the exit's
             raise
-        interrupts.check(f"writing {args.out}")
+        interrupts.check(done)
     return code
 
 
@@ -275,14 +275,7 @@ def run_convert(args: argparse.Namespace) -> int:
         writer(dataset, out)
         return {**dataset.stats(), "path": out}
 
-    with interrupts.deferred():
-        try:
-            code = _guarded_stats(convert)
-        except (ValueError, OSError):
-            interrupts.check("the command failed")
-            raise
-        interrupts.check(f"writing {out}")
-    return code
+    return _held(lambda: _guarded_stats(convert), f"writing {out}")
 
 
 def _feature_dtype_refusal(args: argparse.Namespace) -> str:
