@@ -72,7 +72,7 @@ def save_run(out: pathlib.Path, name: str, params, record: dict) -> None:
 
 def engine_run(devices: int, *, shard_features=False, tiny_envelope=False,
                collectives="optimised", prefetch=False, train=TRAIN, embedding=False,
-               host_features=False):
+               host_features=False, plateau=False):
     """Two epochs of SGD through the engine API, in chunks of 4 steps.
 
     `tiny_envelope` starts from capacities equal to the batch, so the first steps
@@ -81,7 +81,8 @@ def engine_run(devices: int, *, shard_features=False, tiny_envelope=False,
     `embedding` adds a 4-wide learnable node embedding (its table is returned with the
     parameters, under "embedding"). `host_features` leaves the feature table in host
     memory (`zg.HostTable`, rows laid out in reverse), read by every device, each keeping
-    the layout's first half cached.
+    the layout's first half cached. `plateau` halves the step size after each step whose
+    loss is no lower than the best (`optax.contrib.reduce_on_plateau`, given the loss).
     Returns (params, record with per-epoch losses, accuracies, sampled edges, level
     maxima, overflows and the final envelope).
     """
@@ -99,7 +100,10 @@ def engine_run(devices: int, *, shard_features=False, tiny_envelope=False,
     model = zg.make_model("sage", hidden=16, num_layers=2, num_classes=3, dropout=0.0)
     batch = GLOBAL_BATCH // devices
     emb = NodeEmbedding(4, 0.05) if embedding else None
-    program = zg.StepProgram(model, optax.sgd(0.5), sampler, batch, seed=3, embedding=emb)
+    tx = optax.sgd(0.5)
+    if plateau:
+        tx = optax.chain(tx, optax.contrib.reduce_on_plateau(factor=0.5, patience=0))
+    program = zg.StepProgram(model, tx, sampler, batch, seed=3, embedding=emb)
     if devices > 1 or shard_features:
         program = program.with_mesh(zg.make_mesh(devices), shard_features=shard_features)
         program = dataclasses.replace(program, parallel=dataclasses.replace(
@@ -200,7 +204,8 @@ def cmd_collectives(args, out: pathlib.Path) -> None:
     """Engine runs on 4 devices, against one device: the baseline collectives (per-leaf
     all-reduce, metrics summed on the devices, overflow agreed late); the overflow
     agreed early with prefetched samples from a tiny envelope (replays); and a train set
-    that leaves a partial last batch (12 seeds on 2 of 4 devices); the graph task
+    that leaves a partial last batch (12 seeds on 2 of 4 devices), with and without an
+    optimizer reading the loss; the graph task
     against one device (`graph_run`) and its built-in model through the trainer. The
     optimised collectives, and the one-device run the full train set is compared with
     ("ref_sgd"), run in `cmd_equivalence`."""
@@ -210,6 +215,8 @@ def cmd_collectives(args, out: pathlib.Path) -> None:
                                         prefetch=True, tiny_envelope=True),
         "ref_partial": dict(devices=1, train=TRAIN_PARTIAL),
         "dp4_partial": dict(devices=4, train=TRAIN_PARTIAL),
+        "ref_plateau": dict(devices=1, train=TRAIN_PARTIAL, plateau=True),
+        "dp4_plateau": dict(devices=4, train=TRAIN_PARTIAL, plateau=True),
     }
     for name, kwargs in runs.items():
         params, record = engine_run(**kwargs)

@@ -416,6 +416,19 @@ def test_partial_last_batch_weighs_every_seed_alike(collectives):
     np.testing.assert_allclose(record["accs"], ref_record["accs"], rtol=1e-6)
 
 
+def test_an_optimizer_reading_the_loss_reads_the_global_batchs(collectives):
+    """`reduce_on_plateau` halving the step size after each step that does not improve:
+    every device's optimizer state takes the loss of every device's seeds (weighted as
+    the gradient), so the run is one device's with the global batch. Each device's own
+    loss would have halved the step at other steps."""
+    ref, ref_record = load(collectives, "ref_plateau")
+    params, record = load(collectives, "dp4_plateau")
+    assert_params_close(params, ref)
+    np.testing.assert_allclose(record["losses"], ref_record["losses"], rtol=1e-5)
+    plain, _ = load(collectives, "ref_partial")
+    assert not all(np.allclose(ref[k], plain[k]) for k in ref)  # the step size changed
+
+
 def test_graph_task_on_four_devices_trains_like_one(collectives):
     """Molecules packed per device (batch 8 on each of 4, the last step partial) train as
     one device with batch 32 does, from an envelope that overflows and grows; the

@@ -184,3 +184,19 @@ def test_outputs_that_cannot_carry_a_gradient_are_named(dataset):
     with pytest.raises(ValueError, match=r"gives int32\[35\] for outputs float32\[35, 3\] .*"
                                          r"one value per row, float32\[35\]"):
         zg.train(config(), dataset, model=Width(3), loss=counted)
+
+
+def test_an_optimizer_reading_the_loss_gets_each_steps(dataset):
+    """`optax.contrib.reduce_on_plateau` takes `value=`: the step's training loss. Over
+    accumulation windows of one epoch its best value is the lowest epoch loss."""
+    train = int(np.asarray(dataset.train_idx).size)
+    batch = next(b for b in range(40, 0, -1) if train % b == 0)  # no partial last batch
+    steps = train // batch
+    tx = optax.chain(optax.adam(1e-2),
+                     optax.contrib.reduce_on_plateau(patience=1, accumulation_size=steps))
+    result = zg.train(config(epochs=3, batch_size=batch), dataset, model=Width(3),
+                      optimizer=tx)
+    losses = [r["loss"] for r in result.history]
+    plateau = result.state.opt_state[1]
+    assert int(plateau.count) == 0  # three whole windows
+    np.testing.assert_allclose(float(plateau.best_value), min(losses), rtol=1e-5)

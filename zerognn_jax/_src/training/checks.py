@@ -21,6 +21,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from zerognn_jax._src.data.checks import is_count
 from zerognn_jax._src.data.hetero import relation_name
@@ -229,8 +230,13 @@ def _check_loss(task, name: str, out, targets, rows: int) -> None:
 
 def _check_optimizer(program, state) -> None:
     tx = program.tx
+    extra = isinstance(tx, optax.GradientTransformationExtraArgs)  # as `train_step` calls it
+
+    def update(grads, opt_state, params, loss):
+        return tx.update(grads, opt_state, params, **({"value": loss} if extra else {}))
     try:
-        jax.eval_shape(tx.update, state.params, state.opt_state, state.params)
+        jax.eval_shape(update, state.params, state.opt_state, state.params,
+                       jax.ShapeDtypeStruct((), jnp.float32))
     except Exception as err:  # noqa: BLE001 - re-raised with the piece named
         raise ValueError(f"the optimizer {type(tx).__name__} fails to update the model's "
                          f"parameters ({len(jax.tree_util.tree_leaves(state.params))} arrays): "

@@ -62,10 +62,16 @@ def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch:
     dp = program.parallel
     batch_stats = new_vars.get("batch_stats", state.batch_stats)
     extra = {}
+    # An optimizer taking extra arguments gets the step's loss as `value=` (what
+    # `optax.contrib.reduce_on_plateau` reads); others ignore it (`optax.chain`'s own).
+    value = {} if not isinstance(program.tx, optax.GradientTransformationExtraArgs) \
+        else {"value": loss}
     if dp is not None:
         weight = jnp.sum(batch.weight)
-        grads, batch_stats, agreed = dp.average_update(grads, batch_stats, weight,
-                                                       mb.overflow)
+        # The loss is averaged with the gradients, so every replica's optimizer state
+        # takes the global batch's.
+        (grads, value), batch_stats, agreed = dp.average_update(
+            (grads, value), batch_stats, weight, mb.overflow)
         if agreed is not None:
             extra["overflow"] = agreed
         if emb is not None:
@@ -73,7 +79,8 @@ def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch:
     if emb is not None:
         extra["embedding_grads"] = (ids, row_grads, valid)
     with jax.named_scope("update"):
-        updates, opt_state = program.tx.update(grads, state.opt_state, state.params)
+        updates, opt_state = program.tx.update(grads, state.opt_state, state.params,
+                                               **value)
         new_state = state._replace(params=optax.apply_updates(state.params, updates),
                                    batch_stats=batch_stats, opt_state=opt_state)
     return new_state, {"loss": loss, "outputs": outputs, "targets": batch.targets,
