@@ -200,3 +200,15 @@ def test_an_optimizer_reading_the_loss_gets_each_steps(dataset):
     plateau = result.state.opt_state[1]
     assert int(plateau.count) == 0  # three whole windows
     np.testing.assert_allclose(float(plateau.best_value), min(losses), rtol=1e-5)
+    assert result.history[-1]["lr_scale"] == float(plateau.scale)
+    assert "learning_rate" not in result.history[-1]  # adam's is in no state
+
+
+def test_an_injected_learning_rate_is_recorded_each_epoch(dataset):
+    schedule = optax.linear_schedule(1e-2, 1e-3, transition_steps=6)
+    tx = optax.inject_hyperparams(optax.adam)(learning_rate=schedule)
+    result = zg.train(config(epochs=2, batch_size=40), dataset, model=Width(3),
+                      optimizer=tx)  # 120 training nodes: 3 steps an epoch
+    np.testing.assert_allclose([r["learning_rate"] for r in result.history],
+                               [schedule(2), schedule(5)], rtol=1e-6)
+    assert "lr_scale" not in result.history[0]

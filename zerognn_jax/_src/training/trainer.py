@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from tqdm.auto import tqdm
 
 from zerognn_jax._src.data.announce import announced, stderr_log
@@ -866,7 +867,7 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar, own):
               "epoch_seconds": wall - compile_s, "compile_seconds": compile_s,
               "steps": res.steps, "chunks": res.chunks, "overflows": res.overflows,
               "envelope": list(res.envelope.levels), "max_counts": list(res.max_counts),
-              "sampled_edges": res.sampled_edges}
+              "sampled_edges": res.sampled_edges, **_step_size(res.state.opt_state)}
     if res.first_nonfinite is not None:
         _diverged(cfg, epoch, res.first_nonfinite, res.steps, record, own)
     if res.steps and not bool(_finite(_checked(res.state))):  # the last update's result
@@ -875,6 +876,31 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar, own):
     bar.update(1)
     bar.set_postfix(loss=f"{res.loss:.4f}")
     return record, res.state, res.envelope
+
+
+# What an epoch's record shows of its optimizer's state, where the state holds it once:
+# record key -> (the state's field, whether a path to it is the one meant).
+STEP_SIZE = {
+    "learning_rate": ("learning_rate",  # among optax.inject_hyperparams' values
+                      lambda path: len(path) > 1
+                      and getattr(path[-2], "name", None) == "hyperparams"),
+    "lr_scale": ("scale",  # optax.contrib.reduce_on_plateau's factor
+                 lambda path: getattr(path[-1], "tuple_name", None)
+                 == "ReduceLROnPlateauState"),
+}
+
+
+def _step_size(opt_state) -> dict:
+    """The learning rate an `optax.inject_hyperparams` optimizer holds and the factor
+    `optax.contrib.reduce_on_plateau` scales the updates by, after the epoch's last
+    step, for each that the optimizer's state holds once as a number."""
+    entries = {}
+    for key, (field, meant) in STEP_SIZE.items():
+        found = [value for path, value in optax.tree_utils.tree_get_all_with_path(
+                     opt_state, field) if meant(path)]
+        if len(found) == 1 and np.ndim(found[0]) == 0:
+            entries[key] = float(found[0])
+    return entries
 
 
 def _timed_evaluation(cfg, program, state, data, dataset) -> tuple[dict, float]:
