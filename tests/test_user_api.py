@@ -543,3 +543,33 @@ def test_a_callback_that_is_a_class_or_no_callable_is_refused_before_any_work(gi
                                   r"callables, got int$")
     with pytest.raises(TypeError, match=message):
         check_callbacks(given)
+
+
+def test_patience_stops_the_run_as_an_early_stopping_callback_would(classes, tmp_path):
+    """`patience` is an `EarlyStopping` on best_metric (else val_loss) among the callbacks:
+    the run stops at the epoch the callback stops it, with the same records."""
+    cfg = config(epochs=8, lr=0.05, patience=1)
+    res = zg.train(cfg, classes)
+    by_hand = zg.train(dataclasses.replace(cfg, patience=0), classes,
+                       callbacks=[zg.EarlyStopping("val_loss", 1)])
+    assert 1 < len(res.history) < 8
+    assert res.summary["stopped_early"] == by_hand.summary["stopped_early"]
+    assert [r["val_loss"] for r in res.history] == [r["val_loss"] for r in by_hand.history]
+    ranked = config(tmp_path, epochs=8, lr=0.05, patience=1, best_metric="val_acc")
+    assert zg.train(ranked, classes).summary["stopped_early"]["by"] == "EarlyStopping"
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"patience": -1}, r"patience must be >= 0 \(0: no early stop\), got -1"),
+    ({"patience": 2, "eval_mode": "none"},
+     r"patience 2 counts evaluated epochs: eval_mode is 'none'"),
+])
+def test_a_bad_patience_is_refused(changes, message):
+    with pytest.raises(ValueError, match=message):
+        config(**changes)
+
+
+def test_patience_with_the_last_epoch_alone_evaluated_is_refused(classes):
+    with pytest.raises(ValueError, match=r"patience 3's metric 'val_loss' needs evaluation, "
+                                         r"and eval_every 0 evaluates the last of 4 epochs"):
+        zg.train(config(epochs=4, eval_every=0, patience=3), classes)

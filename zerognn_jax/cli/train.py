@@ -113,6 +113,8 @@ HELP = {
     "best_metric": "keep the checkpoint of the epoch with the best value of this evaluated "
                    "metric (val_acc, val_f1, val_mse, val_rocauc, ...; lower is better for "
                    "*_mse, *_mae and *_loss) in <checkpoint-dir>/best; needs --checkpoint-dir",
+    "patience": "stop once --best-metric (else val_loss) has not improved for this many "
+                "evaluated epochs (0: train every epoch)",
     "tensorboard_dir": "write each epoch's scalars here as TensorBoard events (needs the "
                        "tensorboard extra: pip install 'zerognn-jax[tensorboard]')",
     "task": "node (a target per node: classes, multi-label or regression) or link (link "

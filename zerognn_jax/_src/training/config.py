@@ -62,7 +62,7 @@ GROUPS = {
                "read_ahead_gib", "devices", "shard_features", "feature_placement",
                "feature_cache_gib", "host_row_order", "gemm_backend"),
     "run": ("epochs", "seed", "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir",
-            "metrics_out", "progress", "best_metric", "tensorboard_dir"),
+            "metrics_out", "progress", "best_metric", "patience", "tensorboard_dir"),
 }
 
 # The options that name files or folders (`dataset` when it is one).
@@ -191,7 +191,9 @@ class TrainConfig:
     a JSON line per epoch and then the summary; `progress` shows a bar and the run's
     announcements on stderr. `best_metric` (e.g. "val_acc", "val_f1", "val_mse"; lower is better for
     `*_mse` and `*_loss`) keeps the checkpoint of the best evaluated epoch in
-    `<checkpoint_dir>/best` (`restore(..., best=True)`). `tensorboard_dir` writes every
+    `<checkpoint_dir>/best` (`restore(..., best=True)`). `patience` (0: off) stops the run
+    once `best_metric`, else `val_loss`, has not improved for that many evaluated epochs
+    (an `EarlyStopping` joins the run's callbacks). `tensorboard_dir` writes every
     epoch's scalars there as TensorBoard events (needs the `tensorboard` extra).
     """
 
@@ -259,6 +261,7 @@ class TrainConfig:
     metrics_out: str | None = None
     progress: bool = True
     best_metric: str | None = None
+    patience: int = 0
     tensorboard_dir: str | None = None
 
     def group(self, name: str) -> dict:
@@ -368,6 +371,10 @@ class TrainConfig:
              f"best_metric {self.best_metric!r} keeps a checkpoint: set checkpoint_dir"),
             (self.best_metric is None or self.eval_mode != "none",
              f"best_metric {self.best_metric!r} needs evaluation: eval_mode is 'none'"),
+            (self.patience >= 0, f"patience must be >= 0 (0: no early stop), got "
+                                 f"{self.patience}"),
+            (not self.patience or self.eval_mode != "none",
+             f"patience {self.patience} counts evaluated epochs: eval_mode is 'none'"),
             (self.sample_ahead is None or self.sample_ahead >= 1,
              f"sample_ahead must be >= 1, got {self.sample_ahead}"),
             (self.read_ahead_gib is None or (finite(self.read_ahead_gib)

@@ -26,7 +26,7 @@ NAMES = frozenset(n.lower() for n in (*DATASET_NAMES, *HETERO_NAMES, *GRAPH_DATA
 TYPED_NAMES = frozenset(n.lower() for n in HETERO_NAMES)
 # Set when a run is rebuilt from its checkpoint: on one device, writing nothing.
 REBUILT = {"progress": False, "checkpoint_dir": None, "metrics_out": None,
-           "tensorboard_dir": None, "best_metric": None, "devices": 1,
+           "tensorboard_dir": None, "best_metric": None, "patience": 0, "devices": 1,
            "shard_features": False}
 
 

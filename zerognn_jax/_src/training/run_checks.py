@@ -188,19 +188,28 @@ def check_typed_options(cfg, dataset) -> None:
                          f"type: {fix}")
 
 
+def patience_metric(cfg) -> str:
+    """The metric `cfg.patience` stops the run by: its `best_metric`, else val_loss."""
+    return cfg.best_metric or "val_loss"
+
+
 def check_metrics(cfg, task, dataset, callbacks=()) -> None:
     """Refuses, before anything is trained or written, a `best_metric` (or an
-    `EarlyStopping` callback's metric) that the task's metrics (`metric_names`, each
-    prefixed by a split it scores, "val_acc": its `metric_splits`, else train, val and
-    test; or listed so prefixed) do not name; a plain "acc" too, which no epoch's record
-    holds. A callback may also watch the training loss ("loss") and the batches' score
-    ("train_batch_acc"). A task that does not list its metrics is not checked here."""
+    `EarlyStopping` callback's metric, or `patience_metric`) that the task's metrics
+    (`metric_names`, each prefixed by a split it scores, "val_acc": its `metric_splits`,
+    else train, val and test; or listed so prefixed) do not name; a plain "acc" too,
+    which no epoch's record holds. A callback may also watch the training loss ("loss")
+    and the batches' score ("train_batch_acc"). A task that does not list its metrics is
+    not checked here."""
     listed = getattr(task, "metric_names", None)
     # (what asks, the metric, whether it may watch every record's own entries too)
     asked = [(f"best_metric {cfg.best_metric!r}", cfg.best_metric, False)] \
         if cfg.best_metric else []
     asked += [(f"EarlyStopping's metric {cb.metric!r}", cb.metric, True) for cb in callbacks
               if isinstance(cb, EarlyStopping)]
+    if cfg.patience:
+        metric = patience_metric(cfg)
+        asked.append((f"patience {cfg.patience}'s metric {metric!r}", metric, True))
     trained = ["loss", f"train_batch_{getattr(task, 'score_name', 'acc')}"]
     evaluated = ("train_", "val_", "test_")  # (a record's own entries are not)
     # the last epoch alone is evaluated: a stop there stops nothing

@@ -44,6 +44,7 @@ from zerognn_jax._src.sampling.calibrate import choose_envelope
 from zerognn_jax._src.sampling.minibatch import SamplerConfig, prepare_graph
 from zerognn_jax._src.training import interrupts, memory
 from zerognn_jax._src.training.callbacks import (
+    EarlyStopping,
     check_callbacks,
     replay_early_stopping,
     reset_callbacks,
@@ -94,6 +95,7 @@ from zerognn_jax._src.training.run_checks import (
     check_model_choice,
     check_typed_options,
     options_in_the_config,
+    patience_metric,
     warn_one_graph_steps,
     warn_unread_options,
     warn_unread_pieces,
@@ -503,7 +505,9 @@ def _shared_options(cfg: TrainConfig) -> dict:
 
 def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
     """`train` once the run holds its output paths."""
-    user = _UserParts({}, None, check_callbacks(callbacks), variables, dataset is not None)
+    own = check_callbacks(callbacks)
+    stopper = (EarlyStopping(patience_metric(cfg), cfg.patience),) if cfg.patience else ()
+    user = _UserParts({}, None, own + stopper, variables, dataset is not None)
     dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                      loss=loss)
     asked = cfg.model
@@ -515,7 +519,7 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
         model=None if model is None else model_name(model))
     interrupts.check("loading the data")
     check_typed_options(cfg, dataset)
-    check_metrics(cfg, program.task, dataset, user.callbacks)
+    check_metrics(cfg, program.task, dataset, own)
     warn_one_graph_steps(cfg, dataset, model)
     reset_callbacks(user.callbacks)
     ckpt = None
