@@ -70,6 +70,45 @@ def test_the_artifact_gives_the_checkpointed_models_outputs(run, capsys, monkeyp
     assert (folder / "home.bin").is_file() and not (folder / "~").exists()
 
 
+def test_arrays_beside_the_artifact_serve_it_without_the_library(run, capsys):
+    """--arrays writes what the artifact takes before the seeds, keyed by argument name:
+    a server loads them with NumPy alone and gets the arrays of data_arguments."""
+    folder, result = run
+    out, arrays = folder / "served.bin", folder / "served_arrays.npz"
+    assert main(["export", str(folder / "ckpt"), "--out", str(out), "--batch-size", "8",
+                 "--arrays", str(arrays)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["arrays"] == str(arrays.resolve())
+    art = zg.ExportedModel.read(out)
+    with np.load(arrays) as held:
+        assert held.files == list(printed["arguments"][:-3])
+        for got, want in zip([held[n] for n in held.files], art.data_arguments(result.data)):
+            np.testing.assert_array_equal(got, np.asarray(want))
+        fn = jax.export.deserialize(out.read_bytes())  # as docs/api.md calls it
+        seeds, valid = np.arange(8, dtype=np.int32), np.arange(8) < 5
+        served = fn.call(*held.values(), seeds, valid, np.uint32(1))
+    np.testing.assert_array_equal(
+        np.asarray(served), np.asarray(art.call(*art.data_arguments(result.data), seeds,
+                                                valid, np.uint32(1))))
+    # an arrays file of an earlier export is replaced; anyone else's file is not
+    assert main(["export", str(folder / "ckpt"), "--out", str(out), "--batch-size", "8",
+                 "--arrays", str(arrays)]) == 0
+    capsys.readouterr()
+    theirs = folder / "theirs.npz"
+    np.savez(theirs, indptr=np.zeros(3), labels=np.zeros(3))
+    new = str(folder / "new.bin")
+    for args, message in (
+            ([new, "--arrays", str(theirs)],
+             f"--arrays {theirs} exists and is not an arrays file zerognn export wrote"),
+            ([new, "--arrays", str(folder / "a.txt")], "--arrays writes a .npz archive"),
+            ([new, "--arrays", f"{new}.json"],
+             "is where the artifact or its description goes")):
+        assert main(["export", str(folder / "ckpt"), "--out", *args]) == 2
+        assert message in capsys.readouterr().err
+    assert not os.path.lexists(new) and not os.path.lexists(f"{new}.json")
+    assert sorted(np.load(theirs).files) == ["indptr", "labels"]
+
+
 def test_an_artifact_read_back_that_is_damaged_or_misdescribed_is_one_line(tmp_path):
     """`ExportedModel.read` of a truncated or foreign file: JAX's reader failed deep in
     flatbuffers (struct.error: unpack_from requires a buffer of at least ... bytes)."""
@@ -170,6 +209,13 @@ def test_a_typed_artifact_names_the_type_whose_rows_it_gives(tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert (printed["task"], printed["node_type"]) == ("node", "paper")
     assert zg.ExportedModel.read(tmp_path / "m.bin").node_type == "paper"  # kept with it
+    assert main(["export", cfg.checkpoint_dir, "--out", str(tmp_path / "m.bin"),
+                 "--dataset", str(saved), "--batch-size", "4",
+                 "--arrays", str(tmp_path / "arrays.npz")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    with np.load(tmp_path / "arrays.npz") as held:  # per relation, then the stacked table
+        assert held.files == printed["arguments"][:-3]
+        assert "author__writes__paper.indptr" in held.files
 
 
 def test_an_out_that_is_someone_elses_file_is_refused_before_the_restore(tmp_path, capsys,
@@ -365,6 +411,7 @@ def test_a_graph_level_run_exports_with_its_rows_per_call(tmp_path, capsys):
     art = zg.ExportedModel(jax.export.deserialize(out.read_bytes()), 2,
                            tuple(printed["arguments"]))
     assert art.exported.in_avals[0].shape[0] == 120
+    assert (printed["max_nodes"], printed["max_edges"]) == (120, 260)  # a server's rows
     # read back by its printed line, as a file or as a dict
     (tmp_path / "mol.json").write_text(json.dumps(printed))
     for description in (tmp_path / "mol.json", printed):
@@ -389,7 +436,9 @@ def test_a_graph_level_run_exports_with_its_rows_per_call(tmp_path, capsys):
              "--batch-size 3,000,000,000 is past int32: give at most 2,147,483,647"),
             (["--batch-size", "300000000"], "past int32: give --max-nodes\n"),
             (["--graph", str(path)], f"--graph {path}: a graph-level run's artifact takes "
-                                     f"any collection's graphs")):
+                                     f"any collection's graphs"),
+            (["--arrays", str(tmp_path / "a.npz")], "a graph-level run's artifact takes "
+                                                    "each call's graphs whole")):
         assert main([*export, *extra]) == 2
         assert message in capsys.readouterr().err
     # a warning of the library's is printed as one line in the command's words

@@ -4,6 +4,7 @@ artifact for serving (`zg.export_model`), read from its checkpoint folder.
   zerognn export CHECKPOINT_DIR --out FILE [--batch-size N] [--best]
                  [--platforms cpu,cuda] [--node-type TYPE] [--dataset FILE]
                  [--graph FILE]                  (the graph the artifact serves)
+                 [--arrays FILE.npz]             (that graph's arrays, for a server)
                  [--max-nodes N --max-edges N]   (a graph-level run's rows per call)
                  [--max-degree K]                (its sums by K listed edges a node)
                  [--compile-cache DIR|none]      (compiled programs kept between runs)
@@ -21,7 +22,10 @@ holds no names; `zg.ExportedModel.read(FILE)` reads both), with the run's task, 
 `node_type` (whose rows the artifact gives), `features_row_normalized` where the run
 trained on its feature rows each divided by its sum (Planetoid's by default: the
 features a server passes must be so too), and for a link run the decoder, how it scores
-a pair of embeddings and which graph the artifact takes. Errors
+a pair of embeddings and which graph the artifact takes. `--arrays FILE.npz` writes the
+arrays the artifact takes before the seeds (`ExportedModel.data_arguments`), keyed by
+their argument names, so that a server without zerognn-jax reads them with `np.load`
+(a graph-level artifact takes none: each call's graphs). Errors
 print `zerognn: error: ...` on stderr and exit with 2, or 1 where the file could not be
 written.
 """
@@ -36,8 +40,14 @@ import sys
 from pathlib import Path
 
 import jax
+import numpy as np
 
-from zerognn_jax._src.data.writes import print_line, written_here
+from zerognn_jax._src.data.writes import (
+    atomic_write,
+    print_line,
+    require_npz_suffix,
+    written_here,
+)
 from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
 from zerognn_jax._src.training.export import description_path, export_model
 from zerognn_jax._src.training.inference import ANY_GRAPHS, over_graph, restore
@@ -83,6 +93,10 @@ def add_export_command(subparsers) -> argparse.ArgumentParser:
                    help="another graph's saved dataset (a typed run: of its types and "
                         "relations), whose arrays the artifact takes instead of the "
                         "training graph's")
+    p.add_argument("--arrays", type=path_text, default=None,
+                   help="also write the graph arrays the artifact takes before the seeds "
+                        "to this .npz, keyed by argument name (np.load reads them where "
+                        "zerognn-jax is not installed)")
     add_compile_cache_flag(p)
     p.set_defaults(handler=run_export)
     return p
@@ -109,6 +123,36 @@ def _refuse_other_files(out: Path) -> None:
     raise ValueError(f"--out {out} is a file, not a model exported by zerognn-jax that "
                      f"this JAX ({jax.__version__}) reads; give a new path or remove it "
                      f"first")
+
+
+def _refuse_other_arrays(path: Path) -> None:
+    """ValueError where `--arrays` names a path of another kind than this command's
+    arrays file: one is replaced, anything else (a saved dataset, say) is someone's."""
+    require_npz_suffix(path, "--arrays")
+    if not os.path.lexists(path):
+        return
+    with contextlib.suppress(Exception):  # any failure: not ours
+        with np.load(path) as held:
+            if held.files and all(map(_argument_name, held.files)):
+                return
+    raise ValueError(f"--arrays {path} exists and is not an arrays file zerognn export "
+                     f"wrote; give a new path or remove it first")
+
+
+def _argument_name(name: str) -> bool:
+    """`name` is one of the arrays an artifact takes before its seeds: the graph's, or a
+    typed graph's relation's ("<src>__<name>__<dst>.indptr", ...), or the features."""
+    graph = ("indptr", "indices", "edge_features")
+    return name in (*graph, "features") or (
+        "." in name and name.rsplit(".", 1)[1] in graph)
+
+
+def _write_arrays(path: Path, art, data) -> None:
+    """The arrays `art` takes before its seeds, for `data`, as the .npz `path`, keyed by
+    argument name; written whole or not at all."""
+    named = dict(zip(art.arguments, art.data_arguments(data)))
+    with atomic_write(path, "the artifact's arrays") as f:
+        np.savez(f, **{name: np.asarray(a) for name, a in named.items()})
 
 
 def _refuse_other_descriptions(out: Path) -> None:
@@ -221,7 +265,15 @@ def run_export(args) -> int:
         raise ValueError(f"--out must name the artifact's file, got {args.out!r}")
     _refuse_other_files(Path(args.out))
     _refuse_other_descriptions(Path(args.out))
-    for path in (Path(args.out), description_path(args.out)):
+    beside = [Path(args.out), description_path(args.out)]
+    if args.arrays is not None:
+        arrays = Path(args.arrays)
+        if arrays.resolve() in [p.resolve() for p in beside]:
+            raise ValueError(f"--arrays {args.arrays} is where the artifact or its "
+                             f"description goes; give another name")
+        _refuse_other_arrays(arrays)
+        beside.append(arrays)
+    for path in beside:
         _refuse_checkpoint_names(path, Path(args.checkpoint_dir))
     platforms = None
     if args.platforms is not None:  # each named once, in the order given ("" names none)
@@ -231,6 +283,9 @@ def run_export(args) -> int:
         result = restored(args, dataset, "export it from Python, zg.export_model")
         interrupts.check("reading the checkpoint; nothing was written")
         program, data = result.program, result.data
+        if args.arrays is not None and isinstance(program.task, PredictsItems):
+            raise ValueError(f"--arrays {args.arrays}: a graph-level run's artifact takes "
+                             f"each call's graphs whole, and no graph arrays")
         if args.graph is not None:
             if isinstance(result.program.task, PredictsItems):  # (before it is read)
                 raise ValueError(f"--graph {args.graph}: {ANY_GRAPHS}")
@@ -246,6 +301,9 @@ def run_export(args) -> int:
                            max_edges=args.max_edges, max_degree=args.max_degree)
         interrupts.check("lowering the model; nothing was written")
         notes = _notes(args, result)
+        if args.arrays is not None:  # (before the artifact: a refusal writes nothing)
+            _write_arrays(Path(args.arrays), art, data)
+            notes["arrays"] = str(Path(args.arrays).resolve())
         printed = {"out": str(args.out), **art.save(args.out, notes),
                    "description": str(description_path(args.out))}
         interrupts.check(f"writing {args.out}")

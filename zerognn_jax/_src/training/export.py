@@ -90,7 +90,8 @@ class ExportedModel(NamedTuple):
 
     def save(self, path, notes: Mapping | None = None) -> dict:
         """Writes the artifact to `path` and its description (its size in bytes, batch
-        size, argument names and platforms, with `notes` added) as one JSON line to
+        size, argument names and platforms, a graph-level artifact's node and edge rows
+        per call, with `notes` added) as one JSON line to
         `description_path(path)`, each file whole or not at all; `read(path)` reads
         them back. Returns the description.
 
@@ -98,7 +99,8 @@ class ExportedModel(NamedTuple):
           WriteError: either file could not be written (an OSError naming it).
         """
         taken = sorted(set(notes or ()) & {"bytes", "sha256", "batch_size", "arguments",
-                                           "platforms", "node_type"})
+                                           "platforms", "node_type", "max_nodes",
+                                           "max_edges"})
         if taken:  # (read would take the note for the artifact's own)
             raise ValueError(f"notes may not set what the description says of the artifact "
                              f"itself: {', '.join(taken)}")
@@ -108,6 +110,10 @@ class ExportedModel(NamedTuple):
                      "platforms": list(self.exported.platforms), **(notes or {})}
         if self.node_type is not None:
             described["node_type"] = self.node_type
+        if "n_node" in self.arguments:  # a graph-level call's rows (`graph_arguments`)
+            avals = dict(zip(self.arguments, self.exported.in_avals))
+            described.update(max_nodes=avals["node_features"].shape[0],
+                             max_edges=avals["senders"].shape[0])
         # the description is renamed into place after the artifact it describes
         with atomic_write(description_path(path), "the artifact's description") as text, \
                 atomic_write(path, "the artifact") as f:
