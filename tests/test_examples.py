@@ -6,7 +6,9 @@ accuracy within 2 points on a graph whose labels the neighbours decide."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import pathlib
+import subprocess
 import sys
 import warnings
 
@@ -208,6 +210,12 @@ def test_hetero_example_learns_and_serves(own, tmp_path):
                                       "checkpoint is restored), got 0"),
     ("custom_model", ["--nnx", "--builtin"], "not allowed with argument"),  # one was dropped
     ("link_encoder", ["--loop", "--builtin"], "not allowed with argument"),
+    # a loop of no epoch reported an untrained model's scores; -3 units failed in JAX
+    ("own_loop", ["--epochs", "-1"], "--epochs must be at least 1, got -1"),
+    ("own_loop", ["--hidden", "-3"], "--hidden must be at least 1, got -3"),
+    ("link_encoder", ["--loop", "--epochs", "0"], "--epochs must be at least 1, got 0"),
+    ("hetero", ["--own-model", "--model", "rgat"],  # (the model was dropped, unsaid)
+     "--own-model trains RelationalMean, not --model rgat: give one"),
 ])
 def test_bad_flags_stop_an_example_before_it_trains(name, argv, message, capsys):
     """They had been found after training (a raw NumPy or library error), read as another
@@ -215,6 +223,16 @@ def test_bad_flags_stop_an_example_before_it_trains(name, argv, message, capsys)
     with pytest.raises(SystemExit) as stop:
         _load(name).main(argv)
     assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_value_the_library_refuses_ends_an_example_script_in_one_line():
+    """An example run as a script ends a ValueError of the library in one line and exit
+    status 2, as `zerognn` does (a 12-line traceback before)."""
+    done = subprocess.run([sys.executable, str(EXAMPLES / "products_sage" / "main.py"),
+                           "--batch-size", "0"], capture_output=True, text=True,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=120)
+    assert (done.returncode, done.stderr) == (2, "main.py: error: batch_size must be >= 1, "
+                                                 "got 0\n")
 
 
 def test_the_graph_example_refuses_a_test_split_without_both_classes():

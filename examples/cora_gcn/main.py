@@ -9,6 +9,7 @@ import json
 import numpy as np
 
 import zerognn_jax as zg
+from zerognn_jax.cli.flags import run_main
 
 
 def main(argv=None):
@@ -33,4 +34,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -25,7 +25,7 @@ import optax
 from flax import nnx
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple, parse_args
+from zerognn_jax.cli.flags import int_tuple, parse_args, run_main
 
 
 def mean_concat(dense, h_src, h_dst, view):
@@ -127,4 +127,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

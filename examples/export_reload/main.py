@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple, parse_args
+from zerognn_jax.cli.flags import int_tuple, parse_args, run_main
 
 
 def serve(blob: bytes, graph, features, nodes, batch_size: int) -> np.ndarray:
@@ -63,4 +63,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -1,8 +1,8 @@
 """Graph-level prediction over many small graphs: GIN (or GINE, GCN, with a virtual
 node) on molhiv-like, one prediction per molecule, the whole epoch on the device.
 
-    python examples/graph/main.py                            # molhiv-like, GINE-virtual
-    python examples/graph/main.py --scale 0.03 --epochs 6 --positive-rate 0.3   # tiny
+    python examples/graph/main.py                            # molhiv-like, GINE-virtual; a GPU
+    python examples/graph/main.py --scale 0.03 --epochs 6 --positive-rate 0.3   # tiny, a CPU
 
 Prints the test ROC-AUC next to a node-count baseline's (a molecule's size alone
 ranking the test graphs), then exports the model for serving (`zg.export_model`: 8
@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 import zerognn_jax as zg
+from zerognn_jax.cli.flags import run_main
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -76,4 +77,4 @@ def serve(result: zg.TrainResult, data: zg.GraphCollection) -> list[float]:
 
 if __name__ == "__main__":
     np.set_printoptions(precision=3)
-    main()
+    run_main(main)

@@ -3,7 +3,7 @@ relational module of your own on mag-like (ogbn-mag's shape: papers, authors,
 institutions, fields), the venue of each paper, the whole epoch on the device; then the
 model exported for serving and called.
 
-    python examples/hetero/main.py                                   # mag-like, rsage
+    python examples/hetero/main.py                                   # mag-like, rsage; a GPU
     python examples/hetero/main.py --scale 0.002 --epochs 3          # tiny, on a CPU
     python examples/hetero/main.py --model rgat --embedding-dim 32   # rows for every type
     python examples/hetero/main.py --own-model                       # RelationalMean below
@@ -23,14 +23,15 @@ import jax.numpy as jnp
 import numpy as np
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple, parse_args
+from zerognn_jax.cli.flags import int_tuple, parse_args, run_main
 
 
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--scale", type=float, default=1.0, help="mag-like size factor")
     p.add_argument("--root", default=None, help="folder caching the generated graph")
-    p.add_argument("--model", default="rsage", choices=zg.HETERO_MODELS)
+    p.add_argument("--model", default=None, choices=zg.HETERO_MODELS,
+                   help="a built-in typed model (default: rsage)")
     p.add_argument("--own-model", action="store_true",
                    help="train RelationalMean (this file) instead of --model")
     p.add_argument("--fanouts", type=int_tuple, default="25,20", help="per hop, for every relation")
@@ -43,6 +44,9 @@ def parse(argv=None) -> argparse.Namespace:
     args = parse_args(p, argv)
     if args.serve < 1:  # (checked before training, which it follows)
         p.error(f"--serve must be at least 1, got {args.serve}")
+    if args.own_model and args.model is not None:
+        p.error(f"--own-model trains RelationalMean, not --model {args.model}: give one")
+    args.model = args.model or "rsage"
     return args
 
 
@@ -122,4 +126,4 @@ def main(argv=None) -> zg.TrainResult:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

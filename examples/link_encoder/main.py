@@ -27,7 +27,7 @@ import numpy as np
 import optax
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple, parse_args
+from zerognn_jax.cli.flags import int_tuple, parse_args, run_main
 
 
 class MeanEncoder(nn.Module):
@@ -56,6 +56,9 @@ def main(argv=None):
     which.add_argument("--loop", action="store_true",
                        help="your own loop over LinkNeighborLoader")
     args = parse_args(p, argv)
+    for name in ("epochs", "hidden"):  # (a loop of no epoch reports an untrained model)
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     fanouts = args.fanouts
     if args.loop:
         report = own_loop(zg.load_dataset(args.dataset, args.root), fanouts, args.hidden,
@@ -123,4 +126,4 @@ def embeddings(encoder, params, graph, features, fanouts) -> np.ndarray:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -13,7 +13,7 @@ import json
 import numpy as np
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple, parse_args
+from zerognn_jax.cli.flags import int_tuple, parse_args, run_main
 
 
 def main(argv=None):
@@ -21,7 +21,8 @@ def main(argv=None):
     p.add_argument("--dataset", default="cora", help="cora, citeseer, pubmed, or any dataset "
                    "name of `zerognn train` (tiny, a .npz file; a preset at full size: "
                    "`zerognn data generate products-like --scale 0.01 --out p.npz` writes a "
-                   "small one)")
+                   "small one; beyond Planetoid's graphs give smaller --fanouts, as every "
+                   "neighbour of hubs is slow on a CPU)")
     p.add_argument("--root", default=None, help="folder with the dataset files")
     p.add_argument("--seeds", type=int, default=1, help="independent runs (splits) to average")
     p.add_argument("--epochs", type=int, default=10)
@@ -51,4 +52,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -23,12 +23,14 @@ import tempfile
 import numpy as np
 
 import zerognn_jax as zg
+from zerognn_jax.cli.flags import run_main
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--out", default=None, help="run folder (default: a temporary one)")
+    p.add_argument("--out", default=None, help="run folder (default: a new temporary "
+                   "one, kept, its path printed as run_folder)")
     p.add_argument("--tensorboard", action="store_true", help="write TensorBoard scalars")
     args = p.parse_args(argv)
     if args.epochs < 1:  # zg.train takes 0 (evaluate only), but then keeps no best epoch
@@ -63,4 +65,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -22,7 +22,7 @@ import numpy as np
 import optax
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple, parse_args
+from zerognn_jax.cli.flags import int_tuple, parse_args, run_main
 
 
 def main(argv=None):
@@ -40,6 +40,9 @@ def main(argv=None):
                    help="per hop, for the test nodes (default: the training fanouts; -1 = all "
                         "neighbours, exact; one per layer)")
     args = parse_args(p, argv)
+    for name in ("epochs", "hidden"):  # (a loop of no epoch reports an untrained model)
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.eval_fanouts and len(args.eval_fanouts) != len(args.fanouts):
         p.error(f"--eval-fanouts needs one fanout per layer, {len(args.fanouts)} as "
                 f"--fanouts gives, got {len(args.eval_fanouts)}")
@@ -99,4 +102,4 @@ def evaluate(model, params, graph, ds, fanouts) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

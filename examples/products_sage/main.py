@@ -8,6 +8,7 @@ import argparse
 import json
 
 import zerognn_jax as zg
+from zerognn_jax.cli.flags import run_main
 
 
 def main(argv=None):
@@ -29,4 +30,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -3,7 +3,7 @@ relational SAGE encoding both types, trained to tell a user's purchases from ran
 items with the whole epoch on the device; then, for some users with held-out (test)
 purchases, the k items the model ranks first among those they have not bought.
 
-    python examples/recommend/main.py                                # shop-like, scale 1
+    python examples/recommend/main.py                                # shop-like, scale 1; a GPU
     python examples/recommend/main.py --scale 0.002 --epochs 3       # tiny, on a CPU
 
 Prints the test AUC, then the share of those users' test purchases found in their top
@@ -21,7 +21,7 @@ import argparse
 import numpy as np
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple, parse_args
+from zerognn_jax.cli.flags import int_tuple, parse_args, run_main
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -81,4 +81,4 @@ def main(argv=None) -> zg.TrainResult:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -21,7 +21,7 @@ import numpy as np
 import optax
 
 import zerognn_jax as zg
-from zerognn_jax.cli.flags import int_tuple, parse_args
+from zerognn_jax.cli.flags import int_tuple, parse_args, run_main
 
 
 def main(argv=None):
@@ -34,7 +34,8 @@ def main(argv=None):
     p.add_argument("--fanouts", type=int_tuple, default="10,5", help="per hop, seeds' hop first")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--out", default=None, help="run folder (default: a temporary one)")
+    p.add_argument("--out", default=None, help="run folder (default: a new temporary "
+                   "one, kept, its path printed as run_folder)")
     args = parse_args(p, argv)
     if args.epochs < 1:  # zg.train takes 0 (evaluate only), but then writes no checkpoint
         p.error(f"--epochs must be at least 1 (the run's checkpoint is restored), got "
@@ -67,4 +68,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -55,6 +55,18 @@ def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace
                                                  else list(argv)))
 
 
+def run_main(main) -> None:
+    """Runs an example's `main()` as its script: bad input that the library names (a
+    ValueError or FileNotFoundError, a failed download) ends the process with one line,
+    `<script>: error: <message>`, and exit status 2, as `zerognn` ends it, rather than a
+    traceback."""
+    try:
+        main()
+    except (ValueError, FileNotFoundError, ConnectionError) as err:
+        print(f"{os.path.basename(sys.argv[0])}: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
 def whole_number(text: str) -> int:
     """argparse type: an integer >= 0."""
     try:
