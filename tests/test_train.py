@@ -312,3 +312,32 @@ def test_calibration_is_announced_while_progress_is_on(capsys, monkeypatch):
     said = err.find("execution envelope: calibrating the step's buffers\n"
                     "execution envelope: done in ")
     assert 0 <= said < err.find("epochs:"), err[:300]
+
+
+def test_init_from_starts_a_run_from_another_runs_checkpoint(tmp_path, capsys, monkeypatch):
+    """`zerognn train --init-from DIR` trains on from the variables DIR's run saved (its
+    latest, or its best with --init-best), with a fresh optimizer: a run of 0 epochs
+    evaluates them to the scores of the run that saved them."""
+    from zerognn_jax import cli
+
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
+    base = ["train", "--hidden", "8", "--layers", "1", "--fanouts=-1", "--no-progress",
+            "--batch-size", "256"]
+    source = str(tmp_path / "source")
+    assert cli.main([*base, "--epochs", "2", "--checkpoint-dir", source,
+                     "--best-metric", "val_acc"]) == 0
+    trained = _summary(capsys.readouterr().out)
+    assert cli.main([*base, "--epochs", "0", "--init-from", source]) == 0
+    started = _summary(capsys.readouterr().out)
+    assert started["test_acc"] == trained["test_acc"]
+    assert cli.main([*base, "--epochs", "0"]) == 0  # (afresh: other scores)
+    assert _summary(capsys.readouterr().out)["test_acc"] != trained["test_acc"]
+    assert cli.main([*base, "--epochs", "0", "--init-from", source, "--init-best"]) == 0
+    assert _summary(capsys.readouterr().out)["val_acc"] == trained["best"]["value"]
+    for args, message in (
+            (["--init-best"], "--init-best picks the checkpoint of --init-from"),
+            (["--init-from", source, "--checkpoint-dir", source],
+             f"--init-from {source} is this run's --checkpoint-dir"),
+            (["--init-from", str(tmp_path / "none")], "none")):
+        assert cli.main([*base, "--epochs", "1", *args]) == 2
+        assert message in capsys.readouterr().err

@@ -569,6 +569,17 @@ def test_a_bad_patience_is_refused(changes, message):
         config(**changes)
 
 
+def test_patience_on_a_task_without_a_loss_among_its_metrics_watches_its_first_score(
+        classes):
+    """A link run reports val_auc and val_ap, no val_loss (refused before)."""
+    cfg = config(task="link", epochs=5, patience=1, lr=0.05)
+    res = zg.train(cfg, classes)
+    by_hand = zg.train(dataclasses.replace(cfg, patience=0), classes,
+                       callbacks=[zg.EarlyStopping("val_auc", 1)])
+    assert res.summary.get("stopped_early") == by_hand.summary.get("stopped_early")
+    assert [r["val_auc"] for r in res.history] == [r["val_auc"] for r in by_hand.history]
+
+
 def test_patience_with_the_last_epoch_alone_evaluated_is_refused(classes):
     with pytest.raises(ValueError, match=r"patience 3's metric 'val_loss' needs evaluation, "
                                          r"and eval_every 0 evaluates the last of 4 epochs"):

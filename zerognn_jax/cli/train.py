@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from zerognn_jax.cli.flags import add_compile_cache_flag, add_config_flags, config_from_args
 
@@ -113,8 +114,9 @@ HELP = {
     "best_metric": "keep the checkpoint of the epoch with the best value of this evaluated "
                    "metric (val_acc, val_f1, val_mse, val_rocauc, ...; lower is better for "
                    "*_mse, *_mae and *_loss) in <checkpoint-dir>/best; needs --checkpoint-dir",
-    "patience": "stop once --best-metric (else val_loss) has not improved for this many "
-                "evaluated epochs (0: train every epoch)",
+    "patience": "stop once --best-metric (else val_loss, or the task's first val score "
+                "where it reports no loss: val_auc for links) has not improved for this "
+                "many evaluated epochs (0: train every epoch)",
     "tensorboard_dir": "write each epoch's scalars here as TensorBoard events (needs the "
                        "tensorboard extra: pip install 'zerognn-jax[tensorboard]')",
     "task": "node (a target per node: classes, multi-label or regression) or link (link "
@@ -209,10 +211,38 @@ def run_train(args: argparse.Namespace) -> int:
                   f"process",
                   file=sys.stderr, flush=True)
         initialize_distributed(args.coordinator, args.num_processes, args.process_id)
-        result = train(early or config_from_args(TrainConfig, args))
+        cfg = early or config_from_args(TrainConfig, args)
+        result = train(cfg, variables=_initial_variables(args, cfg))
     if jax.process_index() == 0:
         print_line(dumps(result.summary), "the run's summary (the run itself finished)")
     return 0
+
+
+def _initial_variables(args: argparse.Namespace, cfg) -> dict | None:
+    """The model variables of --init-from's checkpoint (its latest epoch, or its best
+    with --init-best) for a run to start from, or None without the flag."""
+    from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
+    from zerognn_jax._src.training.inference import restore
+
+    if args.init_from is None:
+        if args.init_best:
+            raise ValueError("--init-best picks the checkpoint of --init-from: give the "
+                             "folder with --init-from")
+        return None
+    source = Path(args.init_from)
+    if cfg.checkpoint_dir is not None and source.resolve() == Path(
+            cfg.checkpoint_dir).resolve():
+        raise ValueError(f"--init-from {args.init_from} is this run's --checkpoint-dir, "
+                         f"which it resumes from anyway: leave --init-from out")
+    try:
+        back = restore(str(source), best=args.init_best, for_inference=True)
+    except OwnModelNeeded as err:
+        raise ValueError(f"--init-from {args.init_from} holds a run of a model of your own "
+                         f"({err.model}); this command builds the built-in models only: "
+                         f"start from it in Python, zg.train(..., model=..., variables="
+                         f"zg.restore(..., model=..., for_inference=True).variables)"
+                         ) from None
+    return back.variables
 
 
 def add_train_command(subparsers) -> argparse.ArgumentParser:
@@ -221,6 +251,13 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("train", help="train a GNN (default: the built-in tiny graph)",
                                    allow_abbrev=False)
     add_config_flags(parser, TrainConfig(), help=HELP, choices=CHOICES)
+    parser.add_argument("--init-from", type=os.path.expanduser, default=None,
+                        help="start from the model variables of another run's checkpoint "
+                             "folder (its latest epoch), with a fresh optimizer: a "
+                             "fine-tune of a model of the same form, on this run's data "
+                             "and options")
+    parser.add_argument("--init-best", action="store_true",
+                        help="with --init-from: its best checkpoint (--best-metric)")
     add_distributed_flags(parser)
     add_compile_cache_flag(parser)
     parser.set_defaults(handler=run_train)

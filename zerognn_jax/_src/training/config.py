@@ -192,8 +192,9 @@ class TrainConfig:
     announcements on stderr. `best_metric` (e.g. "val_acc", "val_f1", "val_mse"; lower is better for
     `*_mse` and `*_loss`) keeps the checkpoint of the best evaluated epoch in
     `<checkpoint_dir>/best` (`restore(..., best=True)`). `patience` (0: off) stops the run
-    once `best_metric`, else `val_loss`, has not improved for that many evaluated epochs
-    (an `EarlyStopping` joins the run's callbacks). `tensorboard_dir` writes every
+    once `best_metric` (else `val_loss`, or a task without a loss among its metrics: its
+    first val score, `val_auc` say) has not improved for that many evaluated epochs (an
+    `EarlyStopping` joins the run's callbacks). `tensorboard_dir` writes every
     epoch's scalars there as TensorBoard events (needs the `tensorboard` extra).
     """
 

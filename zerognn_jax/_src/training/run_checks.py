@@ -188,9 +188,15 @@ def check_typed_options(cfg, dataset) -> None:
                          f"type: {fix}")
 
 
-def patience_metric(cfg) -> str:
-    """The metric `cfg.patience` stops the run by: its `best_metric`, else val_loss."""
-    return cfg.best_metric or "val_loss"
+def patience_metric(cfg, task, dataset) -> str:
+    """The metric `cfg.patience` stops the run by: its `best_metric`, else val_loss where
+    `task` reports a loss, else the first of its metrics on the val split (val_auc for
+    link prediction, val_rocauc for binary graph targets, ...)."""
+    if cfg.best_metric:
+        return cfg.best_metric
+    listed = getattr(task, "metric_names", None)  # (a task of one's own may list none)
+    names = tuple(listed(dataset) or ()) if listed is not None else ()
+    return "val_loss" if not names or "loss" in names else f"val_{names[0]}"
 
 
 def check_metrics(cfg, task, dataset, callbacks=()) -> None:
@@ -208,7 +214,7 @@ def check_metrics(cfg, task, dataset, callbacks=()) -> None:
     asked += [(f"EarlyStopping's metric {cb.metric!r}", cb.metric, True) for cb in callbacks
               if isinstance(cb, EarlyStopping)]
     if cfg.patience:
-        metric = patience_metric(cfg)
+        metric = patience_metric(cfg, task, dataset)
         asked.append((f"patience {cfg.patience}'s metric {metric!r}", metric, True))
     trained = ["loss", f"train_batch_{getattr(task, 'score_name', 'acc')}"]
     evaluated = ("train_", "val_", "test_")  # (a record's own entries are not)

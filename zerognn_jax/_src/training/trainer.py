@@ -506,10 +506,12 @@ def _shared_options(cfg: TrainConfig) -> dict:
 def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
     """`train` once the run holds its output paths."""
     own = check_callbacks(callbacks)
-    stopper = (EarlyStopping(patience_metric(cfg), cfg.patience),) if cfg.patience else ()
-    user = _UserParts({}, None, own + stopper, variables, dataset is not None)
+    user = _UserParts({}, None, own, variables, dataset is not None)
     dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                      loss=loss)
+    if cfg.patience:
+        user = dataclasses.replace(user, callbacks=own + (EarlyStopping(
+            patience_metric(cfg, program.task, dataset), cfg.patience),))
     asked = cfg.model
     cfg = with_model(cfg, program.task, dataset, user_model=model is not None)  # as `prepare`
     warn_unread_pieces(cfg, model, optimizer, dataset, asked_model=asked)
