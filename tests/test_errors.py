@@ -195,8 +195,8 @@ def test_cli_option_errors_are_one_line(capsys):
 @pytest.mark.parametrize(("args", "message"), [
     (["--dataset", "mag-like", "--scale", "0.001", "--model", "rsage", "--layers", "2",
       "--fanouts", "5,5", "--relation-fanouts", "cites=5"],
-     "relation_fanouts['cites'] (--relation-fanouts) is (5,): one fanout per layer is "
-     "needed, and the model has 2 layers"),
+     "--relation-fanouts['cites'] is (5,): one fanout per layer is needed, and the model "
+     "has 2 layers"),
     (["--dataset", "products-like", "--scale", "0.001", "--edge-features"],
      "edge_features is set (--edge-features), and --dataset 'products-like' has no "
      "edge-feature table (CSRGraph.edge_features)"),

@@ -277,8 +277,8 @@ def relation_fanouts(cfg, graph: HeteroGraph) -> dict:
                              f"{keys[relation]!r} and {key!r}: keep one")
         keys[relation] = key
         if len(per_hop) != len(cfg.fanouts):
-            raise ValueError(f"relation_fanouts[{key!r}] (--relation-fanouts) is "
-                             f"{tuple(per_hop)}: one fanout per layer is needed, and the "
+            raise ValueError(f"relation_fanouts[{key!r}] is {tuple(per_hop)}: one "
+                             f"fanout per layer is needed, and the "
                              f"model has {len(cfg.fanouts)} "
                              f"layer{'s' if len(cfg.fanouts) != 1 else ''}")
         out[relation] = tuple(per_hop)
