@@ -90,23 +90,26 @@ def test_arrays_beside_the_artifact_serve_it_without_the_library(run, capsys):
     np.testing.assert_array_equal(
         np.asarray(served), np.asarray(art.call(*art.data_arguments(result.data), seeds,
                                                 valid, np.uint32(1))))
-    # an arrays file of an earlier export is replaced; anyone else's file is not
+    # the arrays an earlier export to --out wrote are replaced; anyone else's file is not,
+    # though it holds arrays of the same names (a graph of one's own)
     assert main(["export", str(folder / "ckpt"), "--out", str(out), "--batch-size", "8",
                  "--arrays", str(arrays)]) == 0
     capsys.readouterr()
     theirs = folder / "theirs.npz"
-    np.savez(theirs, indptr=np.zeros(3), labels=np.zeros(3))
+    np.savez(theirs, indptr=np.zeros(3), indices=np.zeros(2))
     new = str(folder / "new.bin")
     for args, message in (
-            ([new, "--arrays", str(theirs)],
-             f"--arrays {theirs} exists and is not an arrays file zerognn export wrote"),
-            ([new, "--arrays", str(folder / "a.txt")], "--arrays writes a .npz archive"),
+            ([new, "--arrays", str(theirs)], f"--arrays {theirs} exists and is not the "
+                                             f"arrays an earlier export to --out {new} wrote"),
+            ([str(out), "--arrays", str(theirs)], "is not the arrays an earlier export"),
+            ([new, "--arrays", str(folder / "a.txt")],
+             "--arrays writes a .npz archive (np.load reads it)"),
             ([new, "--arrays", f"{new}.json"],
              "is where the artifact or its description goes")):
         assert main(["export", str(folder / "ckpt"), "--out", *args]) == 2
         assert message in capsys.readouterr().err
     assert not os.path.lexists(new) and not os.path.lexists(f"{new}.json")
-    assert sorted(np.load(theirs).files) == ["indptr", "labels"]
+    assert np.load(theirs)["indptr"].shape == (3,)
 
 
 def test_an_artifact_read_back_that_is_damaged_or_misdescribed_is_one_line(tmp_path):

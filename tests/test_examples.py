@@ -231,8 +231,8 @@ def test_a_value_the_library_refuses_ends_an_example_script_in_one_line():
     done = subprocess.run([sys.executable, str(EXAMPLES / "products_sage" / "main.py"),
                            "--batch-size", "0"], capture_output=True, text=True,
                           env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=120)
-    assert (done.returncode, done.stderr) == (2, "main.py: error: batch_size must be >= 1, "
-                                                 "got 0\n")
+    assert (done.returncode, done.stderr) == (
+        2, "products_sage/main.py: error: batch_size must be >= 1, got 0\n")
 
 
 def test_the_graph_example_refuses_a_test_split_without_both_classes():

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from conftest import FAST_XLA
 
+import zerognn_jax as zg
 from zerognn_jax import TrainConfig, load_dataset, train
 
 FAULT_CHILD = pathlib.Path(__file__).with_name("_fault_child.py")
@@ -317,7 +318,9 @@ def test_calibration_is_announced_while_progress_is_on(capsys, monkeypatch):
 def test_init_from_starts_a_run_from_another_runs_checkpoint(tmp_path, capsys, monkeypatch):
     """`zerognn train --init-from DIR` trains on from the variables DIR's run saved (its
     latest, or its best with --init-best), with a fresh optimizer: a run of 0 epochs
-    evaluates them to the scores of the run that saved them."""
+    evaluates them to the scores of the run that saved them. DIR's dataset is not read
+    (a file since moved), its node embedding not carried, and the command run again
+    resumes from its own checkpoint."""
     from zerognn_jax import cli
 
     monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
@@ -338,6 +341,24 @@ def test_init_from_starts_a_run_from_another_runs_checkpoint(tmp_path, capsys, m
             (["--init-best"], "--init-best picks the checkpoint of --init-from"),
             (["--init-from", source, "--checkpoint-dir", source],
              f"--init-from {source} is this run's --checkpoint-dir"),
-            (["--init-from", str(tmp_path / "none")], "none")):
+            (["--init-from", str(tmp_path / "none")],
+             f"--init-from {tmp_path / 'none'}: no checkpoint folder {tmp_path / 'none'}"),
+            (["--init-from", source, "--layers", "2", "--fanouts=-1,-1"],
+             f"--init-from {source}: its variables do not fit the model")):
         assert cli.main([*base, "--epochs", "1", *args]) == 2
         assert message in capsys.readouterr().err
+    # a run of learnable rows on a dataset file since moved: its model starts the next
+    zg.save_npz(load_dataset("tiny"), tmp_path / "tiny.npz")
+    rows = ["--embedding-dim", "4", "--epochs", "1"]
+    assert cli.main([*base, *rows, "--dataset", str(tmp_path / "tiny.npz"),
+                     "--checkpoint-dir", str(tmp_path / "rows")]) == 0
+    (tmp_path / "tiny.npz").rename(tmp_path / "moved.npz")
+    capsys.readouterr()
+    again = [*base, *rows, "--progress", "--dataset", str(tmp_path / "moved.npz"),
+             "--init-from", str(tmp_path / "rows"), "--checkpoint-dir", str(tmp_path / "on")]
+    assert cli.main(again) == 0
+    assert "its run's node embedding (rows of its graph's nodes) is not carried over" in \
+        capsys.readouterr().err
+    assert cli.main([*again[:-4], "--epochs", "2", *again[-4:]]) == 0  # resumed: no note
+    said = capsys.readouterr()
+    assert "not carried over" not in said.err and _summary(said.out)["start_epoch"] == 1

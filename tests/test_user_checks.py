@@ -202,6 +202,11 @@ def test_an_optimizer_reading_the_loss_gets_each_steps(dataset):
     np.testing.assert_allclose(float(plateau.best_value), min(losses), rtol=1e-5)
     assert result.history[-1]["lr_scale"] == float(plateau.scale)
     assert "learning_rate" not in result.history[-1]  # adam's is in no state
+    # optax.MultiSteps is no GradientTransformationExtraArgs, and passes the value on
+    every = optax.MultiSteps(tx, every_k_schedule=1)
+    again = zg.train(config(epochs=3, batch_size=batch), dataset, model=Width(3),
+                     optimizer=every)
+    assert [r["loss"] for r in again.history] == losses
 
 
 def test_an_injected_learning_rate_is_recorded_each_epoch(dataset):

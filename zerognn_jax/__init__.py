@@ -166,7 +166,13 @@ from zerognn_jax._src.training.evaluate import (
 )
 from zerognn_jax._src.training.export import ExportedModel, export_model, graph_arguments
 from zerognn_jax._src.training.host import HostEngine
-from zerognn_jax._src.training.inference import over_graph, predict, restore, score_pairs
+from zerognn_jax._src.training.inference import (
+    over_graph,
+    predict,
+    restore,
+    saved_variables,
+    score_pairs,
+)
 from zerognn_jax._src.training.interrupts import Interrupted
 from zerognn_jax._src.training.interrupts import deferred as deferred_interrupts
 from zerognn_jax._src.training.loaders import (
@@ -251,7 +257,8 @@ __all__ = [
     "DotDecoder", "EvalEdges", "LinkModel", "LinkSplit", "LinkTask", "MLPDecoder", "load_ogbl",
     "make_decoder", "negative_pairs", "node_embeddings", "random_link_split",
     "seed_frontier",
-    "EarlyStopping", "NodeTask", "as_linen", "restore", "sigmoid_cross_entropy",
+    "EarlyStopping", "NodeTask", "as_linen", "restore", "saved_variables",
+    "sigmoid_cross_entropy",
     "softmax_cross_entropy", "squared_error", "evaluate_targets", "target_metrics",
     "RowAdamState", "row_adam_init", "row_adam_update",
     "from_networkx", "to_edge_index", "to_networkx", "to_scipy", "mean_edge_features",

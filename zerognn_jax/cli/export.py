@@ -42,12 +42,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from zerognn_jax._src.data.writes import (
-    atomic_write,
-    print_line,
-    require_npz_suffix,
-    written_here,
-)
+from zerognn_jax._src.data.writes import atomic_write, print_line, written_here
 from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
 from zerognn_jax._src.training.export import description_path, export_model
 from zerognn_jax._src.training.inference import ANY_GRAPHS, over_graph, restore
@@ -125,34 +120,35 @@ def _refuse_other_files(out: Path) -> None:
                      f"first")
 
 
-def _refuse_other_arrays(path: Path) -> None:
-    """ValueError where `--arrays` names a path of another kind than this command's
-    arrays file: one is replaced, anything else (a saved dataset, say) is someone's."""
-    require_npz_suffix(path, "--arrays")
+def _refuse_other_arrays(path: Path, out: Path) -> None:
+    """ValueError where `--arrays` names a path that is not a .npz, or a file other than
+    the arrays an earlier export to `out` wrote (its description names them): anything
+    else there (a saved graph, say) is someone's."""
+    if not str(path).endswith(".npz"):
+        raise ValueError(f"--arrays writes a .npz archive (np.load reads it): name the file "
+                         f"with .npz at the end, got {str(path)!r}")
     if not os.path.lexists(path):
         return
-    with contextlib.suppress(Exception):  # any failure: not ours
-        with np.load(path) as held:
-            if held.files and all(map(_argument_name, held.files)):
-                return
-    raise ValueError(f"--arrays {path} exists and is not an arrays file zerognn export "
-                     f"wrote; give a new path or remove it first")
+    with contextlib.suppress(OSError, ValueError):
+        described = json.loads(description_path(out).read_text())
+        if isinstance(described, dict) and described.get("arrays") == str(path.resolve()):
+            return
+    raise ValueError(f"--arrays {path} exists and is not the arrays an earlier export to "
+                     f"--out {out} wrote; give a new path or remove it first")
 
 
-def _argument_name(name: str) -> bool:
-    """`name` is one of the arrays an artifact takes before its seeds: the graph's, or a
-    typed graph's relation's ("<src>__<name>__<dst>.indptr", ...), or the features."""
-    graph = ("indptr", "indices", "edge_features")
-    return name in (*graph, "features") or (
-        "." in name and name.rsplit(".", 1)[1] in graph)
-
-
-def _write_arrays(path: Path, art, data) -> None:
-    """The arrays `art` takes before its seeds, for `data`, as the .npz `path`, keyed by
-    argument name; written whole or not at all."""
+@contextlib.contextmanager
+def _arrays_written(path: Path | None, art, data):
+    """Writes the arrays `art` takes before its seeds, for `data`, as the .npz `path`,
+    keyed by argument name, put in place as the block ends without an exception (the
+    artifact written in it) and not at all otherwise; nothing for a `path` of None."""
+    if path is None:
+        yield
+        return
     named = dict(zip(art.arguments, art.data_arguments(data)))
     with atomic_write(path, "the artifact's arrays") as f:
         np.savez(f, **{name: np.asarray(a) for name, a in named.items()})
+        yield
 
 
 def _refuse_other_descriptions(out: Path) -> None:
@@ -271,7 +267,7 @@ def run_export(args) -> int:
         if arrays.resolve() in [p.resolve() for p in beside]:
             raise ValueError(f"--arrays {args.arrays} is where the artifact or its "
                              f"description goes; give another name")
-        _refuse_other_arrays(arrays)
+        _refuse_other_arrays(arrays, Path(args.out))
         beside.append(arrays)
     for path in beside:
         _refuse_checkpoint_names(path, Path(args.checkpoint_dir))
@@ -301,11 +297,12 @@ def run_export(args) -> int:
                            max_edges=args.max_edges, max_degree=args.max_degree)
         interrupts.check("lowering the model; nothing was written")
         notes = _notes(args, result)
-        if args.arrays is not None:  # (before the artifact: a refusal writes nothing)
-            _write_arrays(Path(args.arrays), art, data)
-            notes["arrays"] = str(Path(args.arrays).resolve())
-        printed = {"out": str(args.out), **art.save(args.out, notes),
-                   "description": str(description_path(args.out))}
+        arrays = None if args.arrays is None else Path(args.arrays)
+        if arrays is not None:
+            notes["arrays"] = str(arrays.resolve())
+        with _arrays_written(arrays, art, data):  # (in place once the artifact is)
+            printed = {"out": str(args.out), **art.save(args.out, notes),
+                       "description": str(description_path(args.out))}
         interrupts.check(f"writing {args.out}")
     print_line(json.dumps(printed), "the artifact's description (the artifact is written)")
     decoder = notes.get("decoder")

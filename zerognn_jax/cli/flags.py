@@ -58,12 +58,15 @@ def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace
 def run_main(main) -> None:
     """Runs an example's `main()` as its script: bad input that the library names (a
     ValueError or FileNotFoundError, a failed download) ends the process with one line,
-    `<script>: error: <message>`, and exit status 2, as `zerognn` ends it, rather than a
-    traceback."""
+    `<folder>/<script>: error: <message>` (examples/<folder>/main.py), and exit status
+    2, as `zerognn` ends it, rather than a traceback."""
     try:
         main()
     except (ValueError, FileNotFoundError, ConnectionError) as err:
-        print(f"{os.path.basename(sys.argv[0])}: error: {err}", file=sys.stderr)
+        script = os.path.abspath(sys.argv[0])
+        named = os.path.join(os.path.basename(os.path.dirname(script)),
+                             os.path.basename(script))
+        print(f"{named}: error: {err}", file=sys.stderr)
         sys.exit(2)
 
 

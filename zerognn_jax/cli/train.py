@@ -212,17 +212,24 @@ def run_train(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
         initialize_distributed(args.coordinator, args.num_processes, args.process_id)
         cfg = early or config_from_args(TrainConfig, args)
-        result = train(cfg, variables=_initial_variables(args, cfg))
+        variables = _initial_variables(args, cfg)
+        try:
+            result = train(cfg, variables=variables)
+        except ValueError as err:  # (the library's refusals of them begin so)
+            if variables is None or not str(err).startswith("variables"):
+                raise
+            raise ValueError(f"--init-from {args.init_from}: its {err}") from None
     if jax.process_index() == 0:
         print_line(dumps(result.summary), "the run's summary (the run itself finished)")
     return 0
 
 
 def _initial_variables(args: argparse.Namespace, cfg) -> dict | None:
-    """The model variables of --init-from's checkpoint (its latest epoch, or its best
-    with --init-best) for a run to start from, or None without the flag."""
-    from zerognn_jax._src.training.checkpoint_errors import OwnModelNeeded
-    from zerognn_jax._src.training.inference import restore
+    """The model's variables (parameters and batch statistics) of --init-from's latest
+    checkpoint, or its best with --init-best, for the run to start from; None without
+    the flag, or where the run resumes from its own --checkpoint-dir instead. A node
+    embedding there (rows of that run's graph) is left out: the run's starts afresh."""
+    from zerognn_jax._src.training.inference import saved_variables
 
     if args.init_from is None:
         if args.init_best:
@@ -230,19 +237,34 @@ def _initial_variables(args: argparse.Namespace, cfg) -> dict | None:
                              "folder with --init-from")
         return None
     source = Path(args.init_from)
-    if cfg.checkpoint_dir is not None and source.resolve() == Path(
-            cfg.checkpoint_dir).resolve():
-        raise ValueError(f"--init-from {args.init_from} is this run's --checkpoint-dir, "
-                         f"which it resumes from anyway: leave --init-from out")
+    if cfg.checkpoint_dir is not None:
+        if source.resolve() == Path(cfg.checkpoint_dir).resolve():
+            raise ValueError(f"--init-from {args.init_from} is this run's --checkpoint-dir, "
+                             f"which it resumes from anyway: leave --init-from out")
+        if _resumes(cfg.checkpoint_dir):  # (the command run again: it goes on from there)
+            return None
     try:
-        back = restore(str(source), best=args.init_best, for_inference=True)
-    except OwnModelNeeded as err:
-        raise ValueError(f"--init-from {args.init_from} holds a run of a model of your own "
-                         f"({err.model}); this command builds the built-in models only: "
-                         f"start from it in Python, zg.train(..., model=..., variables="
-                         f"zg.restore(..., model=..., for_inference=True).variables)"
-                         ) from None
-    return back.variables
+        variables = saved_variables(str(source), best=args.init_best)
+    except (FileNotFoundError, ValueError) as err:
+        raise type(err)(f"--init-from {args.init_from}: {err}") from None
+    if variables.pop("embedding", None) is not None and args.progress:
+        print(f"zerognn: --init-from {args.init_from}: its run's node embedding (rows of "
+              f"its graph's nodes) is not carried over; this run's starts afresh",
+              file=sys.stderr)
+    return variables
+
+
+def _resumes(checkpoint_dir: str) -> bool:
+    """`checkpoint_dir` holds a checkpoint a run would resume from."""
+    from zerognn_jax._src.training.checkpoint import Checkpointer
+
+    if not Path(checkpoint_dir).is_dir():
+        return False
+    ckpt = Checkpointer(checkpoint_dir, create=False)
+    try:
+        return ckpt.latest_epoch() is not None
+    finally:
+        ckpt.close()
 
 
 def add_train_command(subparsers) -> argparse.ArgumentParser:
@@ -255,7 +277,8 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
                         help="start from the model variables of another run's checkpoint "
                              "folder (its latest epoch), with a fresh optimizer: a "
                              "fine-tune of a model of the same form, on this run's data "
-                             "and options")
+                             "and options (a node embedding, rows of that run's graph, "
+                             "starts afresh)")
     parser.add_argument("--init-best", action="store_true",
                         help="with --init-from: its best checkpoint (--best-metric)")
     add_distributed_flags(parser)

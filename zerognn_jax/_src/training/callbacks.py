@@ -109,7 +109,7 @@ def replay_early_stopping(callbacks: Sequence[Callable], records) -> str | None:
         for cb in callbacks:
             if isinstance(cb, EarlyStopping) and cb(dict(record)) and stop is None \
                     and i == len(records) - 1:
-                stop = type(cb).__name__
+                stop = _name(cb)
     return stop
 
 
@@ -119,5 +119,10 @@ def run_callbacks(callbacks: Sequence[Callable], record: dict) -> str | None:
     stop = None
     for cb in callbacks:
         if cb(dict(record)) and stop is None:
-            stop = getattr(cb, "__name__", None) or type(cb).__name__
+            stop = _name(cb)
     return stop
+
+
+def _name(cb: Callable) -> str:
+    """What a run's summary calls the callback that stopped it."""
+    return getattr(cb, "__name__", None) or type(cb).__name__

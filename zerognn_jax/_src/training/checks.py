@@ -21,7 +21,6 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from zerognn_jax._src.data.checks import is_count
 from zerognn_jax._src.data.hetero import relation_name
@@ -34,6 +33,7 @@ from zerognn_jax._src.training.program import (
     init_state,
     sample_batch,
 )
+from zerognn_jax._src.training.step import takes_value
 from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes
 from zerognn_jax._src.training.tasks.graph_metrics import LOSSES as GRAPH_LOSSES
 from zerognn_jax._src.training.tasks.losses import LOSSES
@@ -230,7 +230,7 @@ def _check_loss(task, name: str, out, targets, rows: int) -> None:
 
 def _check_optimizer(program, state) -> None:
     tx = program.tx
-    extra = isinstance(tx, optax.GradientTransformationExtraArgs)  # as `train_step` calls it
+    extra = takes_value(tx)  # as `train_step` calls it
 
     def update(grads, opt_state, params, loss):
         return tx.update(grads, opt_state, params, **({"value": loss} if extra else {}))

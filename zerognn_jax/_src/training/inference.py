@@ -95,7 +95,7 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
         removed while it was read by a run still training into the folder (it keeps
         its latest checkpoints; the latest, asked for by no `epoch`, is read again).
     """
-    from zerognn_jax._src.training.checkpoint import BEST, CheckpointGone
+    from zerognn_jax._src.training.checkpoint import CheckpointGone
 
     if epoch is not None and not is_int(epoch):
         raise ValueError(f"epoch must be an integer (a checkpoint's epoch), got {epoch!r}")
@@ -106,13 +106,7 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
         raise TypeError(f"dataset {dataset!r} is a name or a path: leave dataset out to "
                         f"load the one the checkpoint records, or pass the dataset object "
                         f"a run trained on")
-    checkpoint_dir = Path(checkpoint_dir).expanduser()
-    directory = checkpoint_dir / BEST if best else checkpoint_dir
-    if not checkpoint_dir.is_dir():
-        raise FileNotFoundError(f"no checkpoint folder {checkpoint_dir}")
-    if not directory.is_dir():
-        raise FileNotFoundError(f"no checkpoint folder {directory} (only a run trained with "
-                                f"best_metric, --best-metric, keeps a best checkpoint)")
+    directory = _checkpoint_folder(checkpoint_dir, best)
     if for_inference:
         optimizer, loss = None, None
     tries_left = 2
@@ -124,6 +118,58 @@ def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *
             if epoch is not None or not tries_left:
                 raise
             tries_left -= 1
+
+
+def _checkpoint_folder(checkpoint_dir, best: bool) -> Path:
+    """The folder of a run's checkpoints that `restore` reads: `checkpoint_dir`, or its
+    best/ with `best`; FileNotFoundError naming the one that is missing."""
+    from zerognn_jax._src.training.checkpoint import BEST
+
+    checkpoint_dir = Path(checkpoint_dir).expanduser()
+    directory = checkpoint_dir / BEST if best else checkpoint_dir
+    if not checkpoint_dir.is_dir():
+        raise FileNotFoundError(f"no checkpoint folder {checkpoint_dir}")
+    if not directory.is_dir():
+        raise FileNotFoundError(f"no checkpoint folder {directory} (only a run trained with "
+                                f"best_metric, --best-metric, keeps a best checkpoint)")
+    return directory
+
+
+def saved_variables(checkpoint_dir: str, *, best: bool = False) -> dict:
+    """The model variables of the latest checkpoint in `checkpoint_dir` (its best with
+    `best`), read without the run's dataset or model: {"params", "batch_stats" where the
+    model keeps any, "embedding" where the run learned a node embedding}, NumPy arrays in
+    the tree they were saved in, for `train(..., variables=)` to start a run of the same
+    model from (`zerognn train --init-from`).
+
+    Raises:
+      FileNotFoundError: no checkpoint there. ValueError: one that does not read.
+    """
+    from zerognn_jax._src.training.checkpoint import Checkpointer, readable
+
+    directory = _checkpoint_folder(checkpoint_dir, best)
+    ckpt = Checkpointer(str(directory), create=False)
+    try:
+        if not ckpt.all_epochs():
+            raise FileNotFoundError(f"no checkpoint in {directory} (none at all)"
+                                    f"{_epoch_folder_hint(directory)}")
+        epoch = max(ckpt.all_epochs())
+        meta = readable(lambda: ckpt.read_meta(epoch), directory, epoch)
+
+        def read():
+            parts = ckpt.restore_as_saved(epoch, ("params", "batch_stats", "embedding"))
+            check_checksums(epoch, parts, meta.get("checksums"))
+            return parts
+
+        saved = readable(read, ckpt.named, epoch)
+    finally:
+        ckpt.close()
+    out = {"params": saved["params"]}
+    if saved.get("batch_stats"):
+        out["batch_stats"] = saved["batch_stats"]
+    if saved.get("embedding") is not None:
+        out["embedding"] = saved["embedding"]
+    return jax.tree_util.tree_map(np.asarray, out)
 
 
 def _restored(directory: Path, cfg, dataset, model, optimizer, loss, best: bool,

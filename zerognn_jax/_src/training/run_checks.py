@@ -230,8 +230,10 @@ def check_metrics(cfg, task, dataset, callbacks=()) -> None:
         if watches and unevaluated and metric not in trained and metric.startswith(evaluated):
             more = ("set eval_mode 'full' or 'sampled'" if cfg.eval_mode == "none"
                     else "evaluate more often (a smaller eval_every)")
+            other = ("" if what.startswith("patience") else  # (best_metric's, evaluated)
+                     f", or watch one of {', '.join(trained)}")
             raise ValueError(f"{what} needs evaluation, and {unevaluated} (it would never "
-                             f"stop the run): {more}, or watch one of {', '.join(trained)}")
+                             f"stop the run): {more}{other}")
         for split in empty:
             if metric.startswith(f"{split}_"):
                 never = "stop the run" if watches else "keep a best checkpoint"

@@ -8,6 +8,7 @@ minibatch and `step_metrics` on its result, and sum an epoch with `EpochResult.o
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +20,19 @@ from zerognn_jax._src.sampling.minibatch import MiniBatch
 from zerognn_jax._src.training.program import DeviceData, StepProgram, TrainState
 from zerognn_jax._src.training.tasks.base import TaskBatch
 from zerognn_jax._src.training.tasks.losses import masked_mean
+
+
+def takes_value(tx) -> bool:
+    """The optimizer `tx`'s update takes extra keyword arguments, which `train_step`
+    gives it: `value=` the step's loss, what `optax.contrib.reduce_on_plateau` reads
+    (`optax.chain` passes it on to those that take it; `optax.MultiSteps` too)."""
+    if isinstance(tx, optax.GradientTransformationExtraArgs):
+        return True
+    try:
+        parameters = inspect.signature(tx.update).parameters.values()
+    except (TypeError, ValueError):  # (no signature to read: a builtin, say)
+        return False
+    return any(p.kind is p.VAR_KEYWORD or p.name == "value" for p in parameters)
 
 
 def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch: TaskBatch,
@@ -62,10 +76,7 @@ def train_step(program: StepProgram, state: TrainState, data: DeviceData, batch:
     dp = program.parallel
     batch_stats = new_vars.get("batch_stats", state.batch_stats)
     extra = {}
-    # An optimizer taking extra arguments gets the step's loss as `value=` (what
-    # `optax.contrib.reduce_on_plateau` reads); others ignore it (`optax.chain`'s own).
-    value = {} if not isinstance(program.tx, optax.GradientTransformationExtraArgs) \
-        else {"value": loss}
+    value = {"value": loss} if takes_value(program.tx) else {}
     if dp is not None:
         weight = jnp.sum(batch.weight)
         # The loss is averaged with the gradients, so every replica's optimizer state

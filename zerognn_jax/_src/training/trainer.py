@@ -510,8 +510,9 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
     dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                      loss=loss)
     if cfg.patience:
-        user = dataclasses.replace(user, callbacks=own + (EarlyStopping(
-            patience_metric(cfg, program.task, dataset), cfg.patience),))
+        stopper = EarlyStopping(patience_metric(cfg, program.task, dataset), cfg.patience)
+        stopper.__name__ = "patience"  # what the summary's stopped_early names
+        user = dataclasses.replace(user, callbacks=own + (stopper,))
     asked = cfg.model
     cfg = with_model(cfg, program.task, dataset, user_model=model is not None)  # as `prepare`
     warn_unread_pieces(cfg, model, optimizer, dataset, asked_model=asked)
