@@ -8,6 +8,7 @@ import dataclasses
 import struct
 import sys
 import types
+from pathlib import Path
 
 import flax.linen as nn
 import jax
@@ -589,3 +590,14 @@ def test_patience_with_the_last_epoch_alone_evaluated_is_refused(classes):
                                          r"alone \(it would never stop the run\): evaluate "
                                          r"more often \(a smaller eval_every\)$"):
         zg.train(config(epochs=4, eval_every=0, patience=3), classes)
+
+
+def test_a_checkpoint_folder_keeps_the_latest_checkpoint_keep_epochs(classes, tmp_path):
+    for keep, kept in ((3, [1, 2, 3]), (1, [3])):
+        cfg = config(tmp_path / str(keep), epochs=4, eval_mode="none", checkpoint_keep=keep)
+        zg.train(cfg, classes)
+        assert sorted(int(p.name) for p in Path(cfg.checkpoint_dir).iterdir()
+                      if p.name.isdigit()) == kept
+    with pytest.raises(ValueError, match=r"checkpoint_keep must be >= 1 \(the latest epochs "
+                                         r"a checkpoint_dir keeps\), got 0"):
+        config(checkpoint_keep=0)

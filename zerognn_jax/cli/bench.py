@@ -39,7 +39,7 @@ NOT_MEASURED = ("engine", "kernels", "dtype", "dedup", "task",
                 "link_split",
                 "readout", "balance_window", "graph_aggregation", "relation_fanouts",
                 "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir", "metrics_out",
-                "best_metric", "patience", "tensorboard_dir")
+                "best_metric", "patience", "checkpoint_keep", "tensorboard_dir")
 
 
 class _SetByConfigs(argparse.Action):

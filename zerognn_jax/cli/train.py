@@ -114,6 +114,8 @@ HELP = {
     "best_metric": "keep the checkpoint of the epoch with the best value of this evaluated "
                    "metric (val_acc, val_f1, val_mse, val_rocauc, ...; lower is better for "
                    "*_mse, *_mae and *_loss) in <checkpoint-dir>/best; needs --checkpoint-dir",
+    "checkpoint_keep": "how many of the latest epochs' checkpoints --checkpoint-dir keeps "
+                       "(older ones are removed; a --best-metric's best is kept apart)",
     "patience": "stop once --best-metric (else val_loss, or the task's first val score "
                 "where it reports no loss: val_auc for links) has not improved for this "
                 "many evaluated epochs (0: train every epoch)",

@@ -68,7 +68,8 @@ FREE_ON_RESUME = frozenset({
     "graph_aggregation", "feature_placement", "feature_cache_gib", "host_row_order",
     "chunk_steps", "engine", "envelope", "margin", "multiple", "eval_mode", "eval_every",
     "eval_batch_size", "checkpoint_dir", "metrics_out", "progress", "tensorboard_dir",
-    "best_metric", "patience", "gemm_backend", "sample_ahead", "read_ahead_gib",
+    "best_metric", "patience", "checkpoint_keep", "gemm_backend", "sample_ahead",
+    "read_ahead_gib",
 })
 DATASET_KEYS = ("name", "nodes", "directed_edges", "features", "classes", "train",
                 "graphs", "edges")

@@ -62,7 +62,8 @@ GROUPS = {
                "read_ahead_gib", "devices", "shard_features", "feature_placement",
                "feature_cache_gib", "host_row_order", "gemm_backend"),
     "run": ("epochs", "seed", "eval_mode", "eval_every", "eval_batch_size", "checkpoint_dir",
-            "metrics_out", "progress", "best_metric", "patience", "tensorboard_dir"),
+            "metrics_out", "progress", "best_metric", "patience", "checkpoint_keep",
+            "tensorboard_dir"),
 }
 
 # The options that name files or folders (`dataset` when it is one).
@@ -187,7 +188,8 @@ class TrainConfig:
     across seeds). `eval_mode` is "full" (exact layer-wise), "sampled" (the training
     fanouts) or "none"; it runs every `eval_every` epochs (0: after the last only), on
     `eval_batch_size` nodes (graphs, on a graph task) a step where it samples.
-    `checkpoint_dir` saves every epoch and resumes from its latest; `metrics_out` appends
+    `checkpoint_dir` saves every epoch, keeps the latest `checkpoint_keep`, and resumes
+    from the latest; `metrics_out` appends
     a JSON line per epoch and then the summary; `progress` shows a bar and the run's
     announcements on stderr. `best_metric` (e.g. "val_acc", "val_f1", "val_mse"; lower is better for
     `*_mse` and `*_loss`) keeps the checkpoint of the best evaluated epoch in
@@ -263,6 +265,7 @@ class TrainConfig:
     progress: bool = True
     best_metric: str | None = None
     patience: int = 0
+    checkpoint_keep: int = 2
     tensorboard_dir: str | None = None
 
     def group(self, name: str) -> dict:
@@ -372,6 +375,9 @@ class TrainConfig:
              f"best_metric {self.best_metric!r} keeps a checkpoint: set checkpoint_dir"),
             (self.best_metric is None or self.eval_mode != "none",
              f"best_metric {self.best_metric!r} needs evaluation: eval_mode is 'none'"),
+            (self.checkpoint_keep >= 1,
+             f"checkpoint_keep must be >= 1 (the latest epochs a checkpoint_dir keeps), "
+             f"got {self.checkpoint_keep}"),
             (self.patience >= 0, f"patience must be >= 0 (0: no early stop), got "
                                  f"{self.patience}"),
             (not self.patience or self.eval_mode != "none",

@@ -529,7 +529,7 @@ def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead
     if cfg.checkpoint_dir:
         from zerognn_jax._src.training.checkpoint import Checkpointer  # orbax takes ~1 s
 
-        ckpt = Checkpointer(cfg.checkpoint_dir)
+        ckpt = Checkpointer(cfg.checkpoint_dir, keep=cfg.checkpoint_keep)
     try:
         return _train(cfg, dataset, data, program, ckpt, lead, user)
     except (interrupts.Interrupted, Diverged) as err:
