@@ -1,6 +1,7 @@
 """Median epoch time of the library's default products-like run, as one JSON line.
 
     PYTHONPATH=. python3 benchmarks/default_epochs.py TAG [--dtype bfloat16] [--root DIR]
+        [--scale 1.0]
 
 `zg.train` with the defaults (SAGE 3x256, [15, 10, 5], batch 1024, the layout the
 library picks), `--epochs` epochs without evaluation; the median of the epochs after the
@@ -25,8 +26,11 @@ def main(argv=None) -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--root", default="/tmp/c", help="products-like cache folder")
     p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="products-like's size factor (0.01 for a quick run on a CPU)")
     args = p.parse_args(argv)
-    cfg = TrainConfig(dataset="products-like", root=args.root, epochs=args.epochs,
+    cfg = TrainConfig(dataset="products-like", root=args.root, scale=args.scale,
+                      epochs=args.epochs,
                       dtype=args.dtype, eval_mode="none", progress=False)
     res = train(cfg)
     times = [h["epoch_seconds"] for h in res.history]

@@ -5,7 +5,8 @@
 #   bash benchmarks/link_peers.sh [OUT_DIR]        (on the device machine, repo root)
 #
 # One split (products-like at SCALE, split by zerognn-jax's random_link_split with SEED,
-# written once to $ROOT/products-link-$SCALE-$SEED.npz by benchmarks/peers/link_data.py),
+# written once to $ROOT/products-link-$SCALE-$SEED-$METRIC.npz by
+# benchmarks/peers/link_data.py),
 # one workload: GraphSAGE-mean 3x256 (dropout 0.5), fanouts 15,10,5, 1024 positive edges
 # per step, 1 negative per positive (destination corruption), dot-product decoder,
 # binary cross-entropy, Adam lr 3e-3, the step's positive edges kept out of message

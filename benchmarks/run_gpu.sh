@@ -14,7 +14,8 @@
 # OUT_DIR (default $OUT, else bench_out) gets bench.jsonl, bench.png, bench.log and the
 # profiler traces of scan-xla, scan-cmdbuf and host-exact. Override the workload with
 # PRESET, SCALE, LAYERS, HIDDEN, FANOUTS, BATCH, SWEEP, HOST_STEPS, CHECK_STEPS, EPOCHS,
-# CONFIGS.
+# CONFIGS; the data's folder with ROOT (default .cache/zerognn), the seconds kept for step
+# 3 with RESERVE (default 170), the interpreter with PYTHON (default python3).
 set -uo pipefail
 
 OUT_DIR=${1:-${OUT:-bench_out}}
