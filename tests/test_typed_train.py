@@ -324,7 +324,7 @@ def test_a_model_of_another_target_type_is_told_what_the_batch_holds(mag):
     (dict(engine="host-exact"), "typed graphs train on the scan engine"),
     (dict(relation_fanouts={"nope": (1, 1)}), "relation_fanouts key 'nope' names no"),
     (dict(relation_fanouts={"cites": (1,)}),
-     "relation_fanouts['cites'] (--relation-fanouts) is (1,)"),
+     "relation_fanouts['cites'] is (1,)"),
     (dict(relation_fanouts={"cites": (1, 1), "paper__cites__paper": (2, 2)}),
      "relation_fanouts names paper__cites__paper twice, as 'cites' and "
      "'paper__cites__paper'"),
