@@ -155,13 +155,7 @@ def saved_variables(checkpoint_dir: str, *, best: bool = False) -> dict:
                                     f"{_epoch_folder_hint(directory)}")
         epoch = max(ckpt.all_epochs())
         meta = readable(lambda: ckpt.read_meta(epoch), directory, epoch)
-
-        def read():
-            parts = ckpt.restore_as_saved(epoch, ("params", "batch_stats", "embedding"))
-            check_checksums(epoch, parts, meta.get("checksums"))
-            return parts
-
-        saved = readable(read, ckpt.named, epoch)
+        saved = _model_parts(ckpt, epoch, meta)
     finally:
         ckpt.close()
     out = {"params": saved["params"]}
@@ -300,16 +294,10 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
     """`state` with the model variables of `epoch`, the identity compared (relations
     named by a graph of `relations`) but for `INFERENCE_FREE`, and the variables'
     shapes with the model's."""
-    from zerognn_jax._src.training.checkpoint import CheckpointMismatch, readable, state_spec
+    from zerognn_jax._src.training.checkpoint import CheckpointMismatch, state_spec
 
     ckpt.check(epoch, meta, _compared(ident, meta), relations)
-    # the model's variables and its node embedding, not the optimizers' state
-    def read():
-        parts = ckpt.restore_as_saved(epoch, ("params", "batch_stats", "embedding"))
-        check_checksums(epoch, parts, meta.get("checksums"))
-        return parts
-
-    saved = readable(read, ckpt.named, epoch)
+    saved = _model_parts(ckpt, epoch, meta)
     like = {"params": state.params, "batch_stats": state.batch_stats}
     got = _keyed_as(like, {"params": saved["params"],
                            "batch_stats": saved.get("batch_stats") or {}})
@@ -324,6 +312,19 @@ def _inference_state(ckpt, epoch: int, meta: dict, ident: dict, state, relations
     return state._replace(params=jax.tree_util.tree_map(put, got["params"], state.params),
                           batch_stats=jax.tree_util.tree_map(put, got["batch_stats"],
                                                              state.batch_stats))
+
+
+def _model_parts(ckpt, epoch: int, meta: dict) -> dict:
+    """The model's variables and its node embedding as checkpoint `epoch` saved them
+    (not the optimizer's state), their checksums compared with those `meta` records."""
+    from zerognn_jax._src.training.checkpoint import readable
+
+    def read():
+        parts = ckpt.restore_as_saved(epoch, ("params", "batch_stats", "embedding"))
+        check_checksums(epoch, parts, meta.get("checksums"))
+        return parts
+
+    return readable(read, ckpt.named, epoch)
 
 
 def _keyed_as(like, saved):

@@ -505,14 +505,15 @@ def _shared_options(cfg: TrainConfig) -> dict:
 
 def _train_held(cfg, dataset, model, optimizer, loss, variables, callbacks, lead):
     """`train` once the run holds its output paths."""
-    own = check_callbacks(callbacks)
-    user = _UserParts({}, None, own, variables, dataset is not None)
+    own, given = check_callbacks(callbacks), dataset is not None
     dataset, data, program = prepare(cfg, dataset, model=model, optimizer=optimizer,
                                      loss=loss)
+    stoppers = ()
     if cfg.patience:
         stopper = EarlyStopping(patience_metric(cfg, program.task, dataset), cfg.patience)
         stopper.__name__ = "patience"  # what the summary's stopped_early names
-        user = dataclasses.replace(user, callbacks=own + (stopper,))
+        stoppers = (stopper,)
+    user = _UserParts({}, None, own + stoppers, variables, given)
     asked = cfg.model
     cfg = with_model(cfg, program.task, dataset, user_model=model is not None)  # as `prepare`
     warn_unread_pieces(cfg, model, optimizer, dataset, asked_model=asked)
