@@ -495,6 +495,11 @@ def test_config_and_flag_of_relation_fanouts():
     with pytest.raises(argparse.ArgumentTypeError,
                        match=r"relation 'cites' is given twice in 'cites=1,1; cites=2,2'"):
         fanout_dict("cites=1,1; cites=2,2")
+    assert fanout_dict("cites=25,20;;") == {"cites": (25, 20)}  # empty entries skipped
+    with pytest.raises(argparse.ArgumentTypeError, match=r"relation 'cites' has no fanouts"):
+        fanout_dict("cites=; writes=1,1")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"entries separated by ';', got ' ; '"):
+        fanout_dict(" ; ")
 
 
 def test_a_run_over_device_memory_stops_before_compiling(mag, monkeypatch):

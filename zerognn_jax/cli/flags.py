@@ -141,7 +141,14 @@ def fanout_dict(text: str) -> dict[str, tuple[int, ...]]:
         if name.strip() in out:
             raise argparse.ArgumentTypeError(
                 f"relation {name.strip()!r} is given twice in {text!r}: give it once")
+        if not values.strip():
+            raise argparse.ArgumentTypeError(
+                f"relation {name.strip()!r} has no fanouts in {text!r}: give "
+                f"{name.strip()}=N,N,... (one number per hop)")
         out[name.strip()] = int_tuple(values)
+    if not out:
+        raise argparse.ArgumentTypeError(
+            f"expected name=N,N,... entries separated by ';', got {text!r}")
     return out
 
 

@@ -208,14 +208,15 @@ def check_metrics(cfg, task, dataset, callbacks=()) -> None:
     and the batches' score ("train_batch_acc"). A task that does not list its metrics is
     not checked here."""
     listed = getattr(task, "metric_names", None)
-    # (what asks, the metric, whether it may watch every record's own entries too)
-    asked = [(f"best_metric {cfg.best_metric!r}", cfg.best_metric, False)] \
+    # (what asks, the metric, whether it may watch every record's own entries too,
+    # whether its metric was chosen by the user: patience's follows best_metric's)
+    asked = [(f"best_metric {cfg.best_metric!r}", cfg.best_metric, False, True)] \
         if cfg.best_metric else []
-    asked += [(f"EarlyStopping's metric {cb.metric!r}", cb.metric, True) for cb in callbacks
-              if isinstance(cb, EarlyStopping)]
+    asked += [(f"EarlyStopping's metric {cb.metric!r}", cb.metric, True, True)
+              for cb in callbacks if isinstance(cb, EarlyStopping)]
     if cfg.patience:
         metric = patience_metric(cfg, task, dataset)
-        asked.append((f"patience {cfg.patience}'s metric {metric!r}", metric, True))
+        asked.append((f"patience {cfg.patience}'s metric {metric!r}", metric, True, False))
     trained = ["loss", f"train_batch_{getattr(task, 'score_name', 'acc')}"]
     evaluated = ("train_", "val_", "test_")  # (a record's own entries are not)
     # the last epoch alone is evaluated: a stop there stops nothing
@@ -226,12 +227,11 @@ def check_metrics(cfg, task, dataset, callbacks=()) -> None:
     empty = [split for split in ("val", "test") if cfg.task in ("node", "graph")
              and getattr(dataset, f"{split}_idx", None) is not None
              and len(getattr(dataset, f"{split}_idx")) == 0]
-    for what, metric, watches in asked:  # (best_metric: refused by TrainConfig)
+    for what, metric, watches, chosen in asked:  # (best_metric: refused by TrainConfig)
         if watches and unevaluated and metric not in trained and metric.startswith(evaluated):
             more = ("set eval_mode 'full' or 'sampled'" if cfg.eval_mode == "none"
                     else "evaluate more often (a smaller eval_every)")
-            other = ("" if what.startswith("patience") else  # (best_metric's, evaluated)
-                     f", or watch one of {', '.join(trained)}")
+            other = f", or watch one of {', '.join(trained)}" if chosen else ""
             raise ValueError(f"{what} needs evaluation, and {unevaluated} (it would never "
                              f"stop the run): {more}{other}")
         for split in empty:
@@ -246,11 +246,11 @@ def check_metrics(cfg, task, dataset, callbacks=()) -> None:
         splits = getattr(task, "metric_splits", ("train", "val", "test"))
         known = [f"{split}_{name}" for split in splits for name in names]
         known += [n for n in names if n.startswith(tuple(f"{s}_" for s in splits))]
-        for what, metric, watches in asked:
+        for what, metric, watches, _ in asked:
             if metric not in known and not (watches and metric in trained):
                 raise ValueError(f"{what} is not a metric this task reports; choose one of "
                                  f"{', '.join(known + (trained if watches else []))}")
-    for what, metric, watches in asked:  # (allowed: a study may mean it)
+    for what, metric, watches, _ in asked:  # (allowed: a study may mean it)
         if metric.startswith("test_"):
             chooses = "stops the run" if watches else "keeps the checkpoint"
             warnings.warn(f"{what} {chooses} by the test split, whose scores then no longer "
