@@ -104,6 +104,12 @@ def smoothed_cross_entropy(logits, labels):
     return optax.softmax_cross_entropy(logits, onehot)
 
 
+def split_scores(record):
+    """An epoch record's evaluated scores: what the summary's best names of its epoch."""
+    return {k: v for k, v in record.items() if k.startswith(("train_", "val_", "test_"))
+            and not k.startswith("train_batch_")}
+
+
 def leaves(tree):
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
 
@@ -129,6 +135,8 @@ def test_user_model_trains_resumes_and_restores(kind, classes, tmp_path):
     assert res.history[-1]["loss"] < res.history[0]["loss"]
     assert res.summary["val_acc"] > 0.5, res.summary
     assert res.summary["best"]["value"] == max(h["val_acc"] for h in res.history)
+    # the best epoch's every score, an epoch of the run before the resume's included
+    assert res.summary["best"]["scores"] == split_scores(res.history[res.summary["best"]["epoch"]])
     # The checkpoint of another model is refused.
     other = "nnx" if kind == "linen" else "linen"
     with pytest.raises(zg.CheckpointMismatch, match="model"):
@@ -294,7 +302,8 @@ def test_a_run_evaluated_before_split_losses_resumes_ranked_by_val_loss(classes,
     monkeypatch.setattr(node, "split_metrics", split_metrics)
     more = zg.train(dataclasses.replace(cfg, epochs=2, best_metric="val_loss"), classes)
     assert more.summary["best"] == {"metric": "val_loss", "epoch": 1,
-                                    "value": more.history[1]["val_loss"]}
+                                    "value": more.history[1]["val_loss"],
+                                    "scores": split_scores(more.history[1])}
 
 
 def test_regression_targets_train_and_evaluate():
@@ -386,7 +395,8 @@ def test_a_stop_at_an_epoch_left_unevaluated_evaluates_it_for_the_best_checkpoin
     res = zg.train(cfg, classes, callbacks=[lambda record: True])
     assert len(res.history) == 1 and res.summary["val_acc"] == res.history[0]["val_acc"]
     assert res.summary["best"] == {"metric": "val_acc", "epoch": 0,
-                                   "value": res.history[0]["val_acc"]}
+                                   "value": res.history[0]["val_acc"],
+                                   "scores": split_scores(res.history[0])}
     assert zg.restore(cfg.checkpoint_dir, cfg, classes, best=True).summary["epoch"] == 0
     back = zg.restore(cfg.checkpoint_dir, cfg, classes)  # the latest holds it too
     assert back.history[0]["val_acc"] == res.history[0]["val_acc"] == back.summary["val_acc"]

@@ -670,12 +670,12 @@ class BestCheckpoint:
 
     def __init__(self, checkpoint_dir: str, metric: str, history=()):
         self.metric, self.mode = metric, best_mode(metric)
-        self.value, self.epoch, self._warned = None, None, False
+        self.value, self.epoch, self.scores, self._warned = None, None, {}, False
         self._ckpt = Checkpointer(str(Path(checkpoint_dir) / BEST), best_metric=metric)
         held = self._ckpt.latest_epoch()
         for record in history:
             if held is not None and record.get("epoch") == held:
-                self._take(held, record.get(metric))
+                self._take(held, record.get(metric), record)
 
     def _better(self, value) -> bool:
         if value is None or not math.isfinite(value):
@@ -683,10 +683,16 @@ class BestCheckpoint:
         return self.value is None or (value > self.value if self.mode == "max"
                                       else value < self.value)
 
-    def _take(self, epoch, value) -> bool:
+    def _take(self, epoch, value, evaluated: dict) -> bool:
+        """Takes `epoch` as the best if its `value` is better; `scores` then holds every
+        split's score its evaluation gave (`evaluated`: the evaluation, or the epoch's
+        record, whose training figures are left out)."""
         if not self._better(value):
             return False
         self.value, self.epoch = float(value), epoch
+        self.scores = {k: v for k, v in evaluated.items()
+                       if k.startswith(("train_", "val_", "test_"))
+                       and not k.startswith("train_batch_")}
         return True
 
     def offer(self, epoch: int, evaluated: dict | None, state: dict, meta: dict) -> bool:
@@ -708,7 +714,7 @@ class BestCheckpoint:
                           f"empty split, or one class only: ROC-AUC and AP need both): "
                           f"such an epoch cannot become the best checkpoint",
                           CheckpointWarning, stacklevel=2)
-        if not self._take(epoch, value):
+        if not self._take(epoch, value, evaluated):
             return False
         self._ckpt.save(epoch, state, {**meta, "best": {"metric": self.metric,
                                                        "value": self.value}},

@@ -37,7 +37,8 @@ def run_notes(cfg, program, data, *, model: str | None, custom: dict, best, stop
     if cfg.eval_mode == "sampled" and not getattr(program.task, "samples_neighbours", True):
         notes["eval_mode"] = "full"  # whole graphs: no sampled form (warned at the start)
     if best is not None:
-        notes["best"] = {"metric": best.metric, "epoch": best.epoch, "value": best.value}
+        notes["best"] = {"metric": best.metric, "epoch": best.epoch, "value": best.value,
+                         "scores": best.scores}
     notes.update(_placement_entries(program, data))
     if row_normalized is not None:
         notes["features_row_normalized"] = row_normalized
