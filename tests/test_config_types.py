@@ -119,7 +119,10 @@ def test_groups_hold_every_field_once_in_declared_order():
     names = [f.name for f in FIELDS]
     assert [n for group in GROUPS.values() for n in group] == names
     cfg = zg.TrainConfig()
-    assert cfg.group("optimizer") == {"lr": cfg.lr, "weight_decay": cfg.weight_decay}
+    assert cfg.group("optimizer") == {"lr": cfg.lr, "weight_decay": cfg.weight_decay,
+                                      "decoupled_weight_decay": False,
+                                      "lr_schedule": "constant", "warmup_epochs": 0,
+                                      "grad_clip": 0.0}
 
 
 def test_asdict_stays_flat():

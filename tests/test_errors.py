@@ -851,10 +851,10 @@ def test_options_of_another_task_are_named_as_ignored():
     # a model without attention (sage, the model of a config naming none) has no heads
     assert "heads 2: attention heads of the models gat, rgat, ignored by model 'sage'" \
         in said
-    with pytest.warns(zg.IgnoredOptionWarning, match=r"^weight_decay 0.1: an option of the "
-                                                      r"built-in optimizer, ignored with one "
-                                                      r"of yours$") as caught:
-        train(small_config(epochs=1, weight_decay=0.1), random_dataset(),
+    with pytest.warns(zg.IgnoredOptionWarning, match=r"^weight_decay 0.1, grad_clip 1.0: "
+                                                      r"options of the built-in optimizer, "
+                                                      r"ignored with one of yours$") as caught:
+        train(small_config(epochs=1, weight_decay=0.1, grad_clip=1.0), random_dataset(),
               optimizer=optax.sgd(0.1))
     assert {w.filename for w in caught if w.category is zg.IgnoredOptionWarning} == {__file__}
     # the built-in models' options beside a model of the user's (input_dropout was

@@ -38,7 +38,14 @@ HELP = {
                   "processes seeds (the summary's global_batch; at most the training "
                   "items a device gets)",
     "lr": "Adam learning rate",
-    "weight_decay": "L2 penalty added to the gradient (as in the GCN paper)",
+    "weight_decay": "L2 penalty added to the gradient (as in the GCN paper); with "
+                    "--decoupled-weight-decay, AdamW's decay",
+    "decoupled_weight_decay": "AdamW: the weights shrink by lr x weight-decay a step, "
+                              "apart from the gradient (as PyTorch's AdamW)",
+    "lr_schedule": "constant, or cosine: the rate falls along a cosine to 0 at the last "
+                   "epoch (a resumed run keeps --epochs)",
+    "warmup_epochs": "epochs over whose steps the rate rises linearly to --lr first",
+    "grad_clip": "clip the gradient to this global norm before each update (0: none)",
     "dropout": "dropout rate on hidden activations",
     "input_dropout": "dropout rate on the raw input features (the GCN paper uses 0.5)",
     "norm": "normalisation after each hidden layer",

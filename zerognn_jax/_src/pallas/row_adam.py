@@ -24,7 +24,7 @@ TILING = Tiling(block_rows=16, block_cols=128, num_warps=4)
 
 
 def _kernel(coef_ref, ids_ref, used_ref, grads_ref, _t, _m, _v, table_ref, mu_ref, nu_ref,
-            *, r, d, rows, cols, lr, b1, b2, eps, interpret):
+            *, r, d, rows, cols, b1, b2, eps, interpret):
     i = pl.program_id(0) * rows + jnp.arange(rows, dtype=jnp.int32)
     col = pl.program_id(1) * cols + jnp.arange(cols, dtype=jnp.int32)
     live = i < r
@@ -38,14 +38,14 @@ def _kernel(coef_ref, ids_ref, used_ref, grads_ref, _t, _m, _v, table_ref, mu_re
     nu = b2 * plt.load(nu_ref.at[at], mask=mask, other=0.0) + (1.0 - b2) * (g * g)
     old = plt.load(table_ref.at[at], mask=mask, other=0).astype(jnp.float32)
     # The XLA form's expression, term by term: lr * (mu / c1) / (sqrt(nu / c2) + eps).
-    step = lr * (mu / coef_ref[0]) / (jnp.sqrt(nu / coef_ref[1]) + eps)
+    step = coef_ref[2] * (mu / coef_ref[0]) / (jnp.sqrt(nu / coef_ref[1]) + eps)
     scatter(table_ref, at, (old - step).astype(table_ref.dtype), mask, interpret=interpret)
     scatter(mu_ref, at, mu, mask, interpret=interpret)
     scatter(nu_ref, at, nu, mask, interpret=interpret)
 
 
 def row_adam_rows(table: jax.Array, mu: jax.Array, nu: jax.Array, ids: jax.Array,
-                  used: jax.Array, grads: jax.Array, count: jax.Array, *, lr: float,
+                  used: jax.Array, grads: jax.Array, count: jax.Array, *, lr,
                   b1: float, b2: float, eps: float, interpret: bool = False):
     """Pallas twin of `row_adam.row_adam_rows_reference`: (table, mu, nu) with the rows
     `ids` where `used` updated, in place."""
@@ -60,11 +60,13 @@ def row_adam_rows(table: jax.Array, mu: jax.Array, nu: jax.Array, ids: jax.Array
         raise ValueError(f"need ids [R], used [R] and grads [R, D]; got {ids.shape}, "
                          f"{used.shape}, {grads.shape} with D = {d}")
     t = count.astype(jnp.float32)
-    coef = jnp.stack([1.0 - b1**t, 1.0 - b2**t])
+    # the step size among them (a schedule's is traced); four, a power of two for Triton
+    coef = jnp.stack([1.0 - b1**t, 1.0 - b2**t, jnp.asarray(lr, jnp.float32),
+                      jnp.zeros((), jnp.float32)])
     cols = min(next_pow2(d), TILING.block_cols)
     col_tiles = cdiv(d, cols)
     rows, params = launch(TILING, r, cols, col_tiles)
-    kernel = functools.partial(_kernel, r=r, d=d, rows=rows, cols=cols, lr=lr, b1=b1, b2=b2,
+    kernel = functools.partial(_kernel, r=r, d=d, rows=rows, cols=cols, b1=b1, b2=b2,
                                eps=eps, interpret=interpret)
     shapes = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (table, mu, nu))
     return pl.pallas_call(

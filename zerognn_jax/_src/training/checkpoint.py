@@ -82,7 +82,9 @@ DATASET_ADDED_SINCE = ("dataset.graphs", "dataset.edges", "dataset.node_types")
 # TrainConfig fields added after checkpoints began to record their options, with what every
 # run did before the field existed: a checkpoint that does not record one resumes under
 # that value only.
-ADDED_SINCE = {"init": "flax", "link_relation": None, "link_split": None}
+ADDED_SINCE = {"init": "flax", "link_relation": None, "link_split": None,
+               "decoupled_weight_decay": False, "lr_schedule": "constant",
+               "warmup_epochs": 0, "grad_clip": 0.0, "schedule_epochs": None}
 
 
 
@@ -102,6 +104,8 @@ def identity(cfg, dataset_stats: dict, global_batch: int, extra: dict | None = N
     if cfg.link_split is not None:
         out["link_split"] = split_digest(cfg.link_split)
     out["global_batch"] = global_batch
+    # a cosine's length is the run's epochs: more of them on resume would bend the rest
+    out["schedule_epochs"] = cfg.epochs if cfg.lr_schedule == "cosine" else None
     # a graph collection's statistics hold no directed_edges, features or classes, and
     # a graph's counts of graphs and edges (DATASET_ADDED_SINCE)
     out.update({f"dataset.{k}": dataset_stats[k] for k in DATASET_KEYS if k in dataset_stats})
@@ -184,6 +188,7 @@ OPTIMIZER_STATE = ("['opt_state']", "['embedding_opt']")
 # batch as asked: a batch larger than a device's share of the training items is
 # lowered for the run, not for the comparison)
 _SHOWN = {"global_batch": "global_batch (batch_size as asked x devices x processes)",
+          "schedule_epochs": "epochs (the length of lr_schedule 'cosine')",
           "link_split": "link_split (the digest of its file's pairs)"}
 
 

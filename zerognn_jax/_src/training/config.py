@@ -23,6 +23,7 @@ from zerognn_jax._src.sampling.minibatch import MAX_HOPS, SAMPLERS
 from zerognn_jax._src.sampling.negatives import NEGATIVE_MODES, check_frontier
 from zerognn_jax._src.training.config_types import ConfigTypeError, check_types
 from zerognn_jax._src.training.engines import ENGINES
+from zerognn_jax._src.training.schedule import SCHEDULES
 from zerognn_jax._src.training.tasks.base import BatchedTask
 from zerognn_jax._src.training.tasks.graph import AGGREGATIONS
 from zerognn_jax._src.training.tasks.link import LINK_METRICS
@@ -43,6 +44,7 @@ CHOICES = {
     "negative_mode": NEGATIVE_MODES, "link_metric": LINK_METRICS,
     "graph_aggregation": AGGREGATIONS, "feature_placement": FEATURE_PLACEMENTS,
     "host_row_order": HOST_ROW_ORDERS, "gemm_backend": GEMM_BACKENDS,
+    "lr_schedule": SCHEDULES,
 }
 
 
@@ -57,7 +59,8 @@ GROUPS = {
     "sampler": ("fanouts", "relation_fanouts", "batch_size", "sampler", "replace", "dedup",
                 "flat_outer",
                 "envelope", "margin", "multiple", "balance_window"),
-    "optimizer": ("lr", "weight_decay"),
+    "optimizer": ("lr", "weight_decay", "decoupled_weight_decay", "lr_schedule",
+                  "warmup_epochs", "grad_clip"),
     "engine": ("engine", "kernels", "graph_aggregation", "chunk_steps", "sample_ahead",
                "read_ahead_gib", "devices", "shard_features", "feature_placement",
                "feature_cache_gib", "host_row_order", "gemm_backend"),
@@ -145,7 +148,13 @@ class TrainConfig:
     on an H100, docs/benchmarks.md; measured with XLA's Triton products, before
     `gemm_backend` "cublas" became the default).
 
-    Optimizer. Adam with `lr`, plus L2 `weight_decay` added to the gradient.
+    Optimizer. Adam with `lr`, plus L2 `weight_decay` added to the gradient, or with
+    `decoupled_weight_decay` AdamW's (the weights shrink by lr x weight_decay a step).
+    `lr_schedule` "constant" keeps `lr`; "cosine" lowers it along a cosine to 0 at the
+    last of `epochs` (resuming then needs the same epochs). `warmup_epochs` first
+    raise the rate linearly over their steps (the first step at lr / warmup steps).
+    Learnable embedding rows follow the same rate. `grad_clip` > 0 clips the gradient
+    to that global norm (over every parameter) before the update.
 
     Engine. `engine` is "scan" (a chunk of steps per program) or the host-mediated
     baseline, "host-exact" or "host-bucketed" (see host.py). `kernels` is a spec string
@@ -241,6 +250,10 @@ class TrainConfig:
     # optimizer
     lr: float = 3e-3
     weight_decay: float = 0.0
+    decoupled_weight_decay: bool = False
+    lr_schedule: str = "constant"
+    warmup_epochs: int = 0
+    grad_clip: float = 0.0
     # engine
     engine: str = "scan"
     kernels: str = "auto"
@@ -336,6 +349,17 @@ class TrainConfig:
             (self.lr > 0 and finite(self.lr), f"lr must be positive and finite, got {self.lr}"),
             (self.weight_decay >= 0 and finite(self.weight_decay),
              f"weight_decay must be >= 0 and finite, got {self.weight_decay}"),
+            (not self.decoupled_weight_decay or self.weight_decay > 0,
+             "decoupled_weight_decay applies weight_decay, which is 0: set weight_decay "
+             "(--weight-decay)"),
+            (self.warmup_epochs >= 0,
+             f"warmup_epochs must be >= 0 (0: none), got {self.warmup_epochs}"),
+            (self.lr_schedule != "cosine" or not self.epochs
+             or self.warmup_epochs < self.epochs,
+             f"lr_schedule 'cosine' decays after warmup_epochs {self.warmup_epochs}, and "
+             f"the run has {self.epochs} epochs: warm up for fewer epochs than it trains"),
+            (self.grad_clip >= 0 and finite(self.grad_clip),
+             f"grad_clip must be >= 0 and finite (0: no clipping), got {self.grad_clip}"),
             (0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}"),
             (0.0 <= self.input_dropout < 1.0,
              f"input_dropout must be in [0, 1), got {self.input_dropout}"),

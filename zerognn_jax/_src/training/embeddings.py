@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from zerognn_jax._src.ops.gather import gather_rows
 from zerognn_jax._src.ops.registry import Kernels
 from zerognn_jax._src.training.row_adam import RowAdamState, row_adam_init, row_adam_update
+from zerognn_jax._src.training.schedule import StepSize, peak_rate
 
 # The table's initial values: normal with this standard deviation, a scale comparable to
 # standardised input features.
@@ -40,19 +41,20 @@ class NodeEmbedding:
     """What a run's node embedding is; static (hashable).
 
     Attributes:
-      dim: the table's width. lr: lazy Adam's step size. dtype: the table's storage
+      dim: the table's width. lr: lazy Adam's step size (a number, or the run's
+        `schedule.StepSize`: the rows follow the parameters' rate). dtype: the table's storage
         dtype ("float32" or "bfloat16"; the moments are float32).
       apart: `join` hands the model the pair (features, embedding rows) rather than
         their concatenation (the built-in `GNN`, which aggregates them apart).
     """
 
     dim: int
-    lr: float
+    lr: float | StepSize
     dtype: str = "float32"
     apart: bool = False
 
     def __post_init__(self):
-        if self.dim < 1 or not self.lr > 0:
+        if self.dim < 1 or not peak_rate(self.lr) > 0:
             raise ValueError(f"a node embedding needs dim >= 1 and lr > 0, got dim "
                              f"{self.dim}, lr {self.lr}")
 

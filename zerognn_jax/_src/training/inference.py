@@ -58,7 +58,9 @@ from zerognn_jax._src.training.trainer import (
 from zerognn_jax._src.training.user import user_identity
 
 # Identity keys inference does not compare: they shape only how the model was trained.
-INFERENCE_FREE = ("custom.optimizer", "custom.loss", "lr", "weight_decay")
+INFERENCE_FREE = ("custom.optimizer", "custom.loss", "lr", "weight_decay",
+                  "decoupled_weight_decay", "lr_schedule", "warmup_epochs", "grad_clip",
+                  "schedule_epochs")
 
 
 def restore(checkpoint_dir: str, cfg: TrainConfig | None = None, dataset=None, *,

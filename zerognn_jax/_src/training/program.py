@@ -261,14 +261,6 @@ def kept_replace(obj, **changes):
     return kept[key]
 
 
-def make_optimizer(cfg) -> optax.GradientTransformation:
-    """The built-in optimizer of the run `cfg` (a `TrainConfig`): Adam, with L2 weight
-    decay added to the gradient (as in the GCN paper) if set."""
-    adam = optax.adam(cfg.lr)
-    return optax.chain(optax.add_decayed_weights(cfg.weight_decay), adam) \
-        if cfg.weight_decay else adam
-
-
 class TaskSample(NamedTuple):
     """One step's sample, before the model.
 

@@ -68,7 +68,8 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
       rows: int32[R] row ids; repeats allowed; one outside [0, N) touches nothing.
       grads: [R, D], the gradient of each entry of `rows`.
       valid: bool[R], entries that count (None: all); invalid ones touch nothing.
-      lr, b1, b2, eps: Adam's step size, decay rates and epsilon (as `optax.adam`).
+      lr, b1, b2, eps: Adam's step size, decay rates and epsilon (as `optax.adam`); `lr`
+        may be a schedule, called with the count of steps before this one.
       unique: the valid entries of `rows` are known to be distinct (a deduplicated
         level sampled from distinct seeds: a seed given twice stays twice in every
         level), so they are used as they are, without the merge of repeats.
@@ -104,6 +105,7 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
         g = jnp.where(_rows_mask(live, grads), grads.astype(jnp.float32), 0.0)
         uniq, inverse = jnp.unique(ids, return_inverse=True, size=r, fill_value=n)
         g = jax.ops.segment_sum(g, inverse.reshape(-1), num_segments=r)
+    rate = lr(state.count) if callable(lr) else lr
     count = state.count + jnp.asarray(taken, jnp.int32)
     kernels = given_kernels(kernels or XLA)
     update = implementation(kernels, "row_adam") or row_adam_rows_reference
@@ -111,7 +113,7 @@ def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
     width = math.prod(table.shape[1:])
     flat = lambda a: a.reshape(a.shape[0], width)
     new, mu, nu = update(flat(table), flat(state.mu), flat(state.nu), uniq, uniq < n,
-                         flat(g), count, lr=lr, b1=b1, b2=b2, eps=eps)
+                         flat(g), count, lr=rate, b1=b1, b2=b2, eps=eps)
     back = lambda a: a.reshape(table.shape)
     return back(new), RowAdamState(back(mu), back(nu), count)
 

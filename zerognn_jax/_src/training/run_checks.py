@@ -155,11 +155,14 @@ def warn_unread_pieces(cfg: TrainConfig, model, optimizer, dataset, *,
     if model is not None and unread:
         warnings.warn(f"{', '.join(unread)}: options of the built-in models, ignored with "
                       f"one of yours", IgnoredOptionWarning, stacklevel=user_stacklevel())
-    if optimizer is not None and cfg.weight_decay != TrainConfig.weight_decay:
-        # (lr also steps learnable embedding rows, which a user's optimizer leaves alone)
-        warnings.warn(f"weight_decay {cfg.weight_decay!r}: an option of the built-in "
-                      f"optimizer, ignored with one of yours", IgnoredOptionWarning,
-                      stacklevel=user_stacklevel())
+    # (lr, lr_schedule and warmup_epochs also step learnable embedding rows, which a
+    # user's optimizer leaves alone)
+    unread = [f"{n} {getattr(cfg, n)!r}"
+              for n in ("weight_decay", "decoupled_weight_decay", "grad_clip")
+              if getattr(cfg, n) != getattr(TrainConfig, n)]
+    if optimizer is not None and unread:
+        warnings.warn(f"{', '.join(unread)}: options of the built-in optimizer, ignored "
+                      f"with one of yours", IgnoredOptionWarning, stacklevel=user_stacklevel())
 
 
 def _named(cfg, dataset) -> str:

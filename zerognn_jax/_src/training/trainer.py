@@ -77,7 +77,6 @@ from zerognn_jax._src.training.placement import (
 from zerognn_jax._src.training.program import (
     DeviceData,
     StepProgram,
-    make_optimizer,
     saved_envelope,
 )
 from zerognn_jax._src.training.rebuild import rebuild_record
@@ -101,6 +100,7 @@ from zerognn_jax._src.training.run_checks import (
     warn_unread_pieces,
 )
 from zerognn_jax._src.training.scan import read_ahead_bytes
+from zerognn_jax._src.training.schedule import make_optimizer, step_size
 from zerognn_jax._src.training.summary import run_notes, run_summary
 from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes
 from zerognn_jax._src.training.tasks.registry import task_class
@@ -230,10 +230,11 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
         check_optimizer(optimizer)
     # the built-in GNN takes features and embedding rows as a pair (models.GNN); a
     # user's model, a GNN subclass included, gets their concatenation
-    embedding = (NodeEmbedding(cfg.embedding_dim, cfg.lr, cfg.dtype,
+    rate = step_size(cfg, task, dataset)
+    embedding = (NodeEmbedding(cfg.embedding_dim, rate, cfg.dtype,
                                apart=built_in and isinstance(model, GNN))
                  if cfg.embedding_dim else None)
-    program = StepProgram(task.wrap_model(model, cfg), optimizer or make_optimizer(cfg),
+    program = StepProgram(task.wrap_model(model, cfg), optimizer or make_optimizer(cfg, rate),
                           sampler, cfg.batch_size, cfg.seed, kernels, task=task, layout=layout,
                           embedding=embedding, placement=placement,
                           self_loops_dropped=own_term)

@@ -186,7 +186,7 @@ class BatchedTask(Protocol):
     def prepare_run(self, cfg, dataset, *, model, tx, kernels) -> tuple[Any, Any]:
         """(DeviceData, StepProgram) of the run `cfg` on `dataset`: `model` is the
         user's Linen model or None for the built-in `cfg.model`; `tx` the user's
-        optimizer or None for the built-in one (`program.make_optimizer`, which the
+        optimizer or None for the built-in one (`schedule.make_optimizer`, which the
         task may run in its own form: the graph task's runs over one flat vector)."""
         ...
 

@@ -60,7 +60,8 @@ from zerognn_jax._src.sampling.seeds import (
 from zerognn_jax._src.sampling.steps import ItemLevel
 from zerognn_jax._src.training.parallel import make_mesh
 from zerognn_jax._src.training.placement import Placement, warn_unused_cache
-from zerognn_jax._src.training.program import DeviceData, StepProgram, make_optimizer
+from zerognn_jax._src.training.program import DeviceData, StepProgram
+from zerognn_jax._src.training.schedule import make_optimizer, step_size
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch, data_log
 from zerognn_jax._src.training.tasks.graph_metrics import (
     DEFAULT_LOSS,
@@ -253,7 +254,7 @@ class GraphTask(ItemsAreLevel0):
             tables = tables._replace(edge_features=tables.edge_features.astype(dtype))
         graph = CSRGraph(np.zeros(dataset.num_nodes + 1, np.int32), np.zeros(0, np.int32))
         rows = np.asarray(dataset.node_features).astype(feat_dtype, copy=False)
-        tx = tx or optax.flatten(make_optimizer(cfg))
+        tx = tx or optax.flatten(make_optimizer(cfg, step_size(cfg, task, dataset)))
         placement = Placement("device", "graph tasks keep their graphs' features there")
         warn_unused_cache(cfg.feature_cache_gib, placement)
         program = StepProgram(task.wrap_model(model, cfg), tx, SamplerConfig((1,)),

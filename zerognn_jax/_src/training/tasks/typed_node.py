@@ -74,8 +74,8 @@ from zerognn_jax._src.training.program import (
     StepProgram,
     block_edge_rows,
     kept_replace,
-    make_optimizer,
 )
+from zerognn_jax._src.training.schedule import make_optimizer, step_size
 from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, TaskBatch, data_log
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
 from zerognn_jax._src.training.tasks.node import (
@@ -519,10 +519,11 @@ class TypedNodeTask(ItemsAreLevel0):
         # (`update_embedding`: are its rows distinct?), so the summary carries it.
         summary = SamplerConfig(tuple(cfg.fanouts), replace=cfg.replace, method=cfg.sampler,
                                 dedup=self.sampler.dedup, flat_outer=self.sampler.flat_outer)
+        rate = step_size(cfg, self, dataset)
         program = StepProgram(self.wrap_model(model, cfg, kernels),
-                              tx or make_optimizer(cfg), summary,
+                              tx or make_optimizer(cfg, rate), summary,
                               cfg.batch_size, cfg.seed, kernels, task=self,
-                              layout=typed_layout(cfg), embedding=self.embedding(cfg),
+                              layout=typed_layout(cfg), embedding=self.embedding(cfg, rate),
                               placement=placement)
         if mesh.size > 1 or cfg.shard_features:
             # every device holds the graph and samples its seeds; the stacked table is
@@ -647,12 +648,13 @@ class TypedNodeTask(ItemsAreLevel0):
                               degree=self.inputs.degrees(graph, sampled),
                               row_order=cfg.host_row_order), placement
 
-    def embedding(self, cfg) -> TypedEmbedding | None:
+    def embedding(self, cfg, rate=None) -> TypedEmbedding | None:
         """The embedded types' tables (`_embedding_dim` wide), trained by lazy Adam at
-        `cfg.lr` (None when every type has features and `cfg.embedding_dim` is 0)."""
+        `rate` (the run's `schedule.step_size`; None: `cfg.lr`) (None when every type
+        has features and `cfg.embedding_dim` is 0)."""
         if not self.inputs.embedded:
             return None
-        return TypedEmbedding(_embedding_dim(cfg), cfg.lr, cfg.dtype,
+        return TypedEmbedding(_embedding_dim(cfg), cfg.lr if rate is None else rate, cfg.dtype,
                               table_rows=self.inputs.embedded_rows)
 
     def sample_batch(self, program: StepProgram, data: DeviceData, perm, batch_index, epoch,
