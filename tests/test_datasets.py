@@ -662,7 +662,7 @@ def test_dataset_validation_names_the_problem(change, match):
         make_dataset(**{**tiny_arrays(), **change})
 
 
-def test_a_graph_of_no_labels_is_for_link_prediction_and_a_node_run_says_so():
+def test_a_graph_of_no_labels_is_for_link_prediction_and_a_node_run_says_so(tmp_path):
     """Every label -1 and no split: a dataset (link prediction needs neither), which a
     node run refuses by name (with a class labelled, an empty train split stays
     refused: the table above)."""
@@ -673,6 +673,17 @@ def test_a_graph_of_no_labels_is_for_link_prediction_and_a_node_run_says_so():
                                          r"task has nothing to train on \(a graph built for "
                                          r"link prediction alone trains with task 'link'\)$"):
         zg.train(zg.TrainConfig(epochs=1, progress=False, fanouts=(2,), layers=1), bare)
+    # read from a file, it is named as the run named it (its path), not by its own name
+    zg.save_npz(bare, tmp_path / "bare.npz")
+    with pytest.raises(ValueError, match=rf"^dataset '{re.escape(str(tmp_path))}/bare.npz' "
+                                         rf"labels none of its nodes"):
+        zg.train(zg.TrainConfig(dataset=str(tmp_path / "bare.npz"), epochs=1,
+                                progress=False, fanouts=(2,), layers=1))
+    empty = make_dataset("empty", np.zeros(1, np.int64), np.zeros(0, np.int64),
+                         np.zeros((0, 3)), np.zeros(0, np.int64), [], [], [], 1)
+    with pytest.raises(ValueError, match=r"^dataset 'empty' has no nodes: a node task has "
+                                         r"nothing to train on$"):
+        zg.train(zg.TrainConfig(epochs=1, progress=False, fanouts=(2,), layers=1), empty)
 
 
 def test_tables_longer_than_the_graph_are_named_before_the_splits():

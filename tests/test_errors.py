@@ -344,6 +344,18 @@ def test_unusable_output_paths_fail_before_any_work(tmp_path, capsys, no_work, f
     assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["2023", "7"]
 
 
+def test_metrics_out_naming_the_checkpoint_folder_is_refused_as_such(tmp_path, capsys,
+                                                                     no_work):
+    """The folder did not exist yet: the check made it for the checkpoints, then called
+    the metrics path "no regular file, not a regular file"."""
+    same = tmp_path / "same"
+    assert main(["train", "--no-progress", "--checkpoint-dir", str(same), "--metrics-out",
+                 str(same)]) == 2
+    assert capsys.readouterr().err == (f"zerognn: error: --metrics-out {same} is the folder "
+                                       f"--checkpoint-dir names; give a file path\n")
+    assert not same.exists()
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["train", "--fanouts", "3,,3"], "argument --fanouts: expected comma-separated "
                                      "integers, got '3,,3'"),

@@ -662,10 +662,33 @@ def test_a_field_added_since_the_checkpoint_resumes_at_what_runs_did_before(tmp_
                  identity(TrainConfig(), stats, 32))
 
 
+def test_a_checkpoint_before_the_optimizer_options_resumes_and_is_read_for_inference(
+        tmp_path):
+    """A checkpoint that predates lr_schedule and the other optimizer options resumes
+    under their defaults (and not under a schedule), and restores for inference under
+    any of them (what only trains is not compared there); `zerognn predict` of such a
+    checkpoint named the defaults as differences ("False there, absent here")."""
+    from zerognn_jax._src.training.inference import _compared
+
+    ck = Checkpointer(str(tmp_path))
+    stats = {"name": "x", "nodes": 5}
+    new = ("decoupled_weight_decay", "lr_schedule", "warmup_epochs", "grad_clip")
+    older = {k: v for k, v in identity(TrainConfig(), stats, 32).items() if k not in new}
+    now = identity(TrainConfig(), stats, 32)
+    ck.check(1, {"identity": older}, now)
+    ck.check(1, {"identity": older}, _compared(now, {"identity": older}))
+    cosine = identity(TrainConfig(lr_schedule="cosine", grad_clip=1.0), stats, 32)
+    ck.check(1, {"identity": older}, _compared(cosine, {"identity": older}))
+    with pytest.raises(CheckpointMismatch, match="lr_schedule 'constant' there, 'cosine' "
+                                                 "here; grad_clip 0.0 there, 1.0 here"):
+        ck.check(1, {"identity": older}, cosine)
+
+
 # TrainConfig's fields as of this test; a field added later must say how checkpoints
 # written before it resume (checkpoint.ADDED_SINCE, or FREE_ON_RESUME) before it joins.
 KNOWN_FIELDS = frozenset({
     "balance_window", "batch_size", "best_metric", "checkpoint_dir", "chunk_steps",
+    "decoupled_weight_decay", "grad_clip", "lr_schedule", "warmup_epochs",
     "dataset", "decoder", "dedup", "devices", "dropout", "dtype", "edge_features",
     "embedding_dim", "engine", "envelope", "epochs", "eval_batch_size", "eval_every",
     "eval_mode", "fanouts", "feature_cache_gib", "feature_placement", "flat_outer",
@@ -814,14 +837,20 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(dataset, run, four
 
 
 def test_restoring_a_checkpoint_that_records_another_epoch_is_one_line(dataset, run):
-    """A folder that holds another epoch's checkpoint was restored as its own epoch."""
+    """A folder that holds another epoch's checkpoint was restored as its own epoch.
+    Restored to train on, it was set aside as 2.corrupt and epoch 1 handed back with a
+    warning: a read changed the run's folder. Both restores refuse it, and leave it."""
     copy_of_the_epoch_before(run / "ck" / "2")
-    with pytest.raises(ValueError, match=rf"^checkpoint 2 in {re.escape(str(run / 'ck'))} does "
-                                         rf"not read \(ValueError: its record is of epoch 1: "
-                                         rf"a folder copied or renamed from another epoch's\)"):
+    refused = rf"^checkpoint 2 in {re.escape(str(run / 'ck'))} does not read \(ValueError: " \
+              rf"its record is of epoch 1: a folder copied or renamed from another epoch's\)"
+    with pytest.raises(ValueError, match=refused):
         restore(str(run / "ck"), dataset=dataset, for_inference=True)
+    with pytest.raises(ValueError, match=refused):
+        restore(str(run / "ck"), dataset=dataset)
+    assert checkpoints(run / "ck") == [1, 2] and not (run / "ck" / "2.corrupt").exists()
     assert restore(str(run / "ck"), dataset=dataset, epoch=1,
                    for_inference=True).summary["epoch"] == 1
+    assert restore(str(run / "ck"), dataset=dataset, epoch=1).summary["epoch"] == 1
 
 
 def test_a_checkpoint_of_another_format_is_refused_not_set_aside(dataset, run):

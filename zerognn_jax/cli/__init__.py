@@ -75,7 +75,8 @@ def main(argv=None) -> int:
         leaf = _leaf(parser, args)
         parser.error(f"unrecognized arguments: {' '.join(unknown)}"
                      f"{_meant(flag_names(leaf), unknown, _elsewhere(parser, leaf))}")
-    fail = functools.partial(_fail, flags=_message_flags(parser, args.command, given))
+    fail = functools.partial(_fail, flags=_message_flags(parser, args.command, given),
+                             exiting=argv is None)
     previous = warnings.formatwarning  # (put back: a process may call main more than once)
     warnings.formatwarning = functools.partial(_format_warning, flags=fail.keywords["flags"])
     try:
@@ -106,9 +107,8 @@ def main(argv=None) -> int:
                     f"it less to hold: {LESS_TO_HOLD[args.command]}", 1)
     finally:
         warnings.formatwarning = previous
-    checkpoints = sys.modules.get("zerognn_jax._src.training.checkpoint")
-    if argv is None and checkpoints is not None:  # the command's process, about to exit
-        checkpoints.quiet_until_exit()
+    if argv is None:  # the command's process, about to exit
+        _quiet_checkpoints()
     return code
 
 
@@ -192,15 +192,28 @@ def _meant(flags: dict[str, str | None], unknown, elsewhere=None) -> str:
 
 
 def _fail(err: BaseException, message: str, code: int, hint: str = "", *,
-          flags=({}, ())) -> int:
+          flags=({}, ()), exiting: bool = False) -> int:
     """Prints `zerognn: message`, with `err`'s notes and then `hint` if it has any, on one
-    line of stderr, the options it names spelled as `flags` (`_message_flags`) spell
-    them; returns `code`."""
+    line of stderr (written at once: another thread's output cannot split it), the
+    options it names spelled as `flags` (`_message_flags`) spell them; returns `code`.
+    `exiting`: the process ends after it, so a failed checkpoint read's leftovers are
+    silenced first (they may come while the line is written)."""
+    if exiting:
+        _quiet_checkpoints()
     notes = [n for n in getattr(err, "__notes__", [])
              if "JAX_TRACEBACK_FILTERING" not in n]  # JAX's word on its own traceback
     line = "; ".join([message, *notes]) + (hint if notes else "")
-    print(f"zerognn: {spelled_as_flags(line, *flags)}", file=sys.stderr)
+    sys.stderr.write(f"zerognn: {spelled_as_flags(line, *flags)}\n")
+    sys.stderr.flush()
     return code
+
+
+def _quiet_checkpoints() -> None:
+    """Silences the leftovers of orbax's reads for the rest of the process, where a
+    checkpoint was read (`checkpoint.quiet_until_exit`; once)."""
+    checkpoints = sys.modules.get("zerognn_jax._src.training.checkpoint")
+    if checkpoints is not None:
+        checkpoints.quiet_until_exit()
 
 
 _default_format = warnings.formatwarning

@@ -84,7 +84,7 @@ DATASET_ADDED_SINCE = ("dataset.graphs", "dataset.edges", "dataset.node_types")
 # that value only.
 ADDED_SINCE = {"init": "flax", "link_relation": None, "link_split": None,
                "decoupled_weight_decay": False, "lr_schedule": "constant",
-               "warmup_epochs": 0, "grad_clip": 0.0, "schedule_epochs": None}
+               "warmup_epochs": 0, "grad_clip": 0.0}
 
 
 
@@ -104,8 +104,8 @@ def identity(cfg, dataset_stats: dict, global_batch: int, extra: dict | None = N
     if cfg.link_split is not None:
         out["link_split"] = split_digest(cfg.link_split)
     out["global_batch"] = global_batch
-    # a cosine's length is the run's epochs: more of them on resume would bend the rest
-    out["schedule_epochs"] = cfg.epochs if cfg.lr_schedule == "cosine" else None
+    if cfg.lr_schedule == "cosine":  # its length is the run's epochs: more of them on
+        out["schedule_epochs"] = cfg.epochs  # resume would bend the rest of the curve
     # a graph collection's statistics hold no directed_edges, features or classes, and
     # a graph's counts of graphs and edges (DATASET_ADDED_SINCE)
     out.update({f"dataset.{k}": dataset_stats[k] for k in DATASET_KEYS if k in dataset_stats})
@@ -293,9 +293,26 @@ class _OrbaxTasks(logging.Filter):
 def quiet_until_exit() -> None:
     """Keeps `_quiet`'s filters of orbax's leftovers for the rest of the process: a command
     that failed is about to exit, and the read tasks of a damaged checkpoint may be
-    collected only then (orbax's event loop holds them), each printing its traceback."""
+    collected only then (orbax's event loop holds them), each printing its traceback;
+    or tensorstore's callbacks, reaching orbax's closed event loop from their own
+    threads, report theirs through `sys.excepthook`. Once a process."""
+    if _exiting[0]:
+        return
+    _exiting[0] = True
     logging.getLogger("asyncio").addFilter(_OrbaxTasks())
     sys.unraisablehook = _without_noise(sys.unraisablehook)
+    sys.excepthook = _without_closed_loop(sys.excepthook)
+
+
+_exiting = [False]  # (`quiet_until_exit` ran)
+
+
+def _without_closed_loop(hook):
+    """`hook` (a `sys.excepthook`) that drops "RuntimeError: Event loop is closed"."""
+    def excepthook(kind, value, tb, hook=hook):
+        if not (isinstance(value, RuntimeError) and str(value) == "Event loop is closed"):
+            hook(kind, value, tb)
+    return excepthook
 
 
 def _without_noise(hook):
@@ -536,6 +553,15 @@ class Checkpointer:
         checkpoint whose arrays have other shapes than `like`'s."""
         epochs, restored = self._first_readable(ident, like, epochs, relations)
         return None if restored is None else (epochs[0], *restored)
+
+    def restore_one(self, epoch: int, meta: dict, ident: dict, like: dict,
+                    relations=()) -> tuple[dict, dict]:
+        """(state, meta) of checkpoint `epoch` (whose record is `meta`), restored into
+        the structure and shardings of `like`: as `restore_first` of that epoch alone,
+        but one that does not read is refused (`readable`), not set aside: a restore
+        leaves the folder as it found it, where resuming a run sets aside."""
+        self._check(epoch, meta, ident, like, relations)
+        return readable(lambda: self.restore(epoch, like), self.directory, epoch)
 
     def _first_readable(self, ident: dict, like: dict | None, epochs=None, relations=()):
         if epochs is None:

@@ -225,8 +225,8 @@ def _restored(directory: Path, cfg, dataset, model, optimizer, loss, best: bool,
             last, state = epochs[0], _inference_state(ckpt, epochs[0], meta, ident, state,
                                                       relations)
         else:
-            last, restored, meta = ckpt.restore_first(epochs, ident, _saved(state),
-                                                      relations)
+            last = epochs[0]
+            restored, meta = ckpt.restore_one(last, meta, ident, _saved(state), relations)
             state = state._replace(**restored)
         history = meta.get("history", [])
         if history:  # saved before its evaluation (pending, or a stop that evaluated it)
@@ -286,9 +286,14 @@ def _epoch_folder_hint(directory: Path) -> str:
 def _compared(ident: dict, meta: dict) -> dict:
     """`ident` as inference compares it with the checkpoint's `meta`: what
     `INFERENCE_FREE` names taken from the checkpoint."""
+    from zerognn_jax._src.training.checkpoint import ADDED_SINCE
+
     saved_ident = meta.get("identity", {})
     ident = {k: v for k, v in ident.items() if k not in INFERENCE_FREE}
     ident.update({k: saved_ident[k] for k in INFERENCE_FREE if k in saved_ident})
+    # an option the checkpoint predates is compared at what runs did then (ADDED_SINCE)
+    ident.update({k: ADDED_SINCE[k] for k in INFERENCE_FREE
+                  if k in ADDED_SINCE and k not in saved_ident})
     return ident
 
 

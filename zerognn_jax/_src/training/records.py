@@ -58,6 +58,10 @@ def check_output_paths(metrics_out: str | None, checkpoint_dir: str | None) -> l
     if metrics_out and Path(metrics_out).is_dir():
         raise ValueError(f"metrics_out {metrics_out} is a directory; give a file path")
     if metrics_out and checkpoint_dir and \
+            os.path.abspath(metrics_out) == os.path.abspath(checkpoint_dir):
+        raise ValueError(f"metrics_out {metrics_out} is the folder checkpoint_dir names; "
+                         f"give a file path")
+    if metrics_out and checkpoint_dir and \
             (taken := checkpoint_name(metrics_out, checkpoint_dir)) is not None:
         raise ValueError(f"metrics_out {metrics_out} takes a name the run writes in "
                          f"checkpoint_dir ({taken}: its checkpoints would replace or remove "

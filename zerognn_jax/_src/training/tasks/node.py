@@ -75,11 +75,12 @@ class NodeTask(ItemsAreLevel0):
         """The node task of `loss` (`node_task`) on `dataset` (default: `cfg.dataset`),
         its loss checked against the dataset's targets."""
         del kernels  # a node task runs no op of its own
+        named = cfg.dataset if dataset is None else None  # (as the user named it)
         if dataset is None:
             dataset = load_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed,
                                    log=data_log(cfg))
         require_dataset(dataset, "node")
-        require_labels(dataset)
+        require_labels(dataset, named)
         task = node_task(loss, dataset)
         check_loss(task, task.output_dim(cfg, dataset), task.device_targets(dataset))
         return task, dataset
@@ -188,14 +189,19 @@ def target_metrics(outputs, targets, kind: str) -> dict:
             "rocauc": float(np.mean(aucs)) if aucs else float("nan")}
 
 
-def require_labels(dataset) -> None:
+def require_labels(dataset, named: str | None = None) -> None:
     """ValueError for a dataset (typed or not) that labels none of its target nodes and
     has no float targets: a graph for link prediction alone, which a node task would
-    train nothing on."""
+    train nothing on; or one of no nodes at all. `named`: how the run named it (a path;
+    None: its own name)."""
+    named = dataset.name if named is None else named
+    if np.asarray(dataset.labels).size == 0:
+        raise ValueError(f"dataset {named!r} has no nodes: a node task has nothing to "
+                         f"train on")
     if dataset.targets is None and not np.any(np.asarray(dataset.labels) >= 0):
         target = getattr(dataset, "target_type", None)
         nodes = "nodes" if target is None else f"{target!r} nodes"
-        raise ValueError(f"dataset {dataset.name!r} labels none of its {nodes}: a node task "
+        raise ValueError(f"dataset {named!r} labels none of its {nodes}: a node task "
                          f"has nothing to train on (a graph built for link prediction alone "
                          f"trains with task 'link')")
 

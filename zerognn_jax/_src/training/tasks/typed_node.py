@@ -393,13 +393,14 @@ class TypedNodeTask(ItemsAreLevel0):
         `load_hetero_dataset`), a `HeteroDataset`."""
         del kernels
         _refuse(cfg)
+        named = cfg.dataset if dataset is None else None  # (as the user named it)
         if dataset is None:
             dataset = load_hetero_dataset(cfg.dataset, cfg.root, scale=cfg.scale, seed=cfg.seed,
                                           log=data_log(cfg))
         if not isinstance(dataset, HeteroDataset):
             raise TypeError(f"typed node classification trains on a HeteroDataset, got "
                             f"{type(dataset).__name__}")
-        require_labels(dataset)
+        require_labels(dataset, named)
         config = typed_sampler(cfg, dataset.graph)
         plan = config.plan(dataset.target_type)
         rows = node_task(loss, dataset)
