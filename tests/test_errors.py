@@ -869,6 +869,12 @@ def test_options_of_another_task_are_named_as_ignored():
         train(small_config(epochs=1, weight_decay=0.1, grad_clip=1.0), random_dataset(),
               optimizer=optax.sgd(0.1))
     assert {w.filename for w in caught if w.category is zg.IgnoredOptionWarning} == {__file__}
+    # a schedule reaches only embedding rows then, as lr does
+    with pytest.warns(zg.IgnoredOptionWarning, match=r"^lr_schedule 'cosine', warmup_epochs 1: "
+                                                      r"with an optimizer of yours, these "
+                                                      r"step only learnable embedding rows"):
+        train(small_config(epochs=2, lr_schedule="cosine", warmup_epochs=1),
+              random_dataset(), optimizer=optax.sgd(0.1))
     # the built-in models' options beside a model of the user's (input_dropout was
     # recorded in the summary as if applied)
     mine = zg.make_model("sage", hidden=8, num_layers=2, num_classes=3)

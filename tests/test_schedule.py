@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from conftest import assert_same_runs
 
 import zerognn_jax as zg
 from zerognn_jax import Kernels, row_adam_init, row_adam_update
@@ -99,7 +100,7 @@ def test_embedding_rows_take_the_schedules_rate_at_each_step(kernels):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_a_run_records_each_epochs_last_rate_and_its_embedding_follows(tmp_path):
+def test_a_run_records_each_epochs_last_rate_and_its_embedding_follows():
     cfg = zg.TrainConfig(**BASE, lr=0.01, lr_schedule="cosine", warmup_epochs=1,
                          embedding_dim=4, grad_clip=1.0)
     res = zg.train(cfg)
@@ -110,19 +111,54 @@ def test_a_run_records_each_epochs_last_rate_and_its_embedding_follows(tmp_path)
                                rtol=1e-6)
     assert got[0] == pytest.approx(0.01) and got[2] < 1e-4
     assert res.history[-1]["loss"] < res.history[0]["loss"]
+    # the embedding's lazy Adam steps at the same rate, step for step
+    assert res.program.embedding.lr == rate
+    assert int(res.state.embedding_opt.count) == 3 * steps
 
 
-def test_a_cosine_run_resumes_with_its_epochs_and_refuses_other_epochs(tmp_path):
-    cfg = zg.TrainConfig(**{**BASE, "epochs": 2}, lr_schedule="cosine",
-                         checkpoint_dir=str(tmp_path / "ck"))
-    zg.train(cfg)
+def test_a_typed_graphs_embedded_types_follow_the_schedule():
+    """mag-like's featureless types take learnable rows: their lazy Adam gets the run's
+    rate (the typed task builds its program apart)."""
+    cfg = zg.TrainConfig(dataset="mag-like", scale=0.001, model="rsage", hidden=8, layers=2,
+                         fanouts=(2, 2), batch_size=256, epochs=2, progress=False,
+                         eval_mode="none", lr=0.01, lr_schedule="cosine")
+    res = zg.train(cfg)
+    steps = res.history[0]["steps"]
+    assert res.program.embedding.lr == StepSize(0.01, "cosine", total=2 * steps)
+    assert res.history[-1]["learning_rate"] == pytest.approx(
+        float(StepSize(0.01, "cosine", total=2 * steps)(2 * steps - 1)))
+
+
+def test_a_cosine_run_stopped_and_resumed_trains_as_one_run(tmp_path):
+    """Stopped after its first epoch (a callback) and resumed with the same options, a
+    cosine run with warmup, clipping and an embedding gives the losses, rates and
+    variables of a run never stopped; other epochs are refused (the curve would bend)."""
+    cfg = zg.TrainConfig(**BASE, lr_schedule="cosine", warmup_epochs=1, grad_clip=1.0,
+                         embedding_dim=4)
+    whole = zg.train(cfg)
+    stopped = dataclasses.replace(cfg, checkpoint_dir=str(tmp_path / "ck"))
+    assert len(zg.train(stopped, callbacks=[lambda record: True]).history) == 1
     with pytest.raises(zg.CheckpointMismatch,
-                       match=r"epochs \(the length of lr_schedule 'cosine'\) 2 there, 3 here"):
-        zg.train(dataclasses.replace(cfg, epochs=3))
-    # a constant rate takes more epochs on resume, as before
-    flat = dataclasses.replace(cfg, lr_schedule="constant", checkpoint_dir=str(tmp_path / "c"))
+                       match=r"epochs \(the length of lr_schedule 'cosine'\) 3 there, 4 here"):
+        zg.train(dataclasses.replace(stopped, epochs=4))
+    resumed = zg.train(stopped)
+    assert resumed.summary["start_epoch"] == 1
+    for key in ("loss", "learning_rate"):
+        np.testing.assert_allclose([h[key] for h in resumed.history],
+                                   [h[key] for h in whole.history], rtol=1e-6)
+    assert_same_runs((resumed.variables, resumed.state.embedding),
+                     (whole.variables, whole.state.embedding))
+
+
+def test_a_constant_rate_resumes_with_more_epochs_and_a_schedule_change_is_named(tmp_path):
+    flat = zg.TrainConfig(**{**BASE, "epochs": 2}, checkpoint_dir=str(tmp_path / "c"))
     zg.train(flat)
     assert zg.train(dataclasses.replace(flat, epochs=3)).summary["start_epoch"] == 2
+    # another schedule is named once, not with the cosine's length beside it
+    with pytest.raises(zg.CheckpointMismatch) as caught:
+        zg.train(dataclasses.replace(flat, epochs=4, lr_schedule="cosine"))
+    assert "lr_schedule 'constant' there, 'cosine' here;" in str(caught.value)
+    assert "length of lr_schedule" not in str(caught.value)
 
 
 @pytest.mark.parametrize("changes,match", [
@@ -134,6 +170,8 @@ def test_a_cosine_run_resumes_with_its_epochs_and_refuses_other_epochs(tmp_path)
     ({"grad_clip": float("inf")}, r"grad_clip must be >= 0 and finite \(0: no clipping\), "
                                   r"got inf"),
     ({"lr_schedule": "linear"}, r"lr_schedule"),
+    ({"warmup_epochs": 4}, r"warmup_epochs 4 is more than the run's 3 epochs: the rate "
+                           r"would never reach lr; warm up for 3 at most"),
 ])
 def test_optimizer_options_that_cannot_work_are_refused(changes, match):
     with pytest.raises(ValueError, match=match):

@@ -45,7 +45,8 @@ HELP = {
     "lr_schedule": "constant, or cosine: the rate falls along a cosine to 0 at the last "
                    "epoch (a resumed run keeps --epochs)",
     "warmup_epochs": "epochs over whose steps the rate rises linearly to --lr first",
-    "grad_clip": "clip the gradient to this global norm before each update (0: none)",
+    "grad_clip": "clip the model parameters' gradient to this global norm before each "
+                 "update (0: none; learnable embedding rows are not clipped)",
     "dropout": "dropout rate on hidden activations",
     "input_dropout": "dropout rate on the raw input features (the GCN paper uses 0.5)",
     "norm": "normalisation after each hidden layer",

@@ -612,6 +612,9 @@ class Checkpointer:
             saved["custom.loss"] = ident["custom.loss"]
         ident = {k: v for k, v in ident.items()
                  if k in saved or k not in DATASET_ADDED_SINCE}
+        if saved.get("lr_schedule") != ident.get("lr_schedule"):  # said by lr_schedule
+            saved.pop("schedule_epochs", None)
+            ident = {k: v for k, v in ident.items() if k != "schedule_epochs"}
         diff = differences(full_names(saved, relations), ident)
         if diff:
             raise CheckpointMismatch(

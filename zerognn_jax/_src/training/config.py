@@ -154,7 +154,8 @@ class TrainConfig:
     last of `epochs` (resuming then needs the same epochs). `warmup_epochs` first
     raise the rate linearly over their steps (the first step at lr / warmup steps).
     Learnable embedding rows follow the same rate. `grad_clip` > 0 clips the gradient
-    to that global norm (over every parameter) before the update.
+    to that global norm (over the model's parameters; learnable embedding rows, stepped
+    apart by lazy Adam, are not clipped) before the update.
 
     Engine. `engine` is "scan" (a chunk of steps per program) or the host-mediated
     baseline, "host-exact" or "host-bucketed" (see host.py). `kernels` is a spec string
@@ -354,6 +355,9 @@ class TrainConfig:
              "(--weight-decay)"),
             (self.warmup_epochs >= 0,
              f"warmup_epochs must be >= 0 (0: none), got {self.warmup_epochs}"),
+            (not self.epochs or self.warmup_epochs <= self.epochs,
+             f"warmup_epochs {self.warmup_epochs} is more than the run's {self.epochs} "
+             f"epochs: the rate would never reach lr; warm up for {self.epochs} at most"),
             (self.lr_schedule != "cosine" or not self.epochs
              or self.warmup_epochs < self.epochs,
              f"lr_schedule 'cosine' decays after warmup_epochs {self.warmup_epochs}, and "

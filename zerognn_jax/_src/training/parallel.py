@@ -140,6 +140,12 @@ def check_same_across_processes(values: dict, what: str = "options") -> None:
                          f"{here}, other values in another; give every process the same")
 
 
+def run_shards(devices: int) -> int:
+    """The devices a run of `devices` local devices each process (0: all) steps on, over
+    every process: the number its global batch is `batch_size` times."""
+    return (devices or jax.local_device_count()) * jax.process_count()
+
+
 def make_mesh(devices: int = 0) -> Mesh:
     """A 1-D mesh named "data": the first `devices` local devices of every process.
 

@@ -22,6 +22,7 @@ or its Pallas twin, which writes the rows in place.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -55,7 +56,8 @@ def row_adam_init(table: jax.Array) -> RowAdamState:
 
 
 def row_adam_update(table: jax.Array, state: RowAdamState, rows: jax.Array,
-                    grads: jax.Array, valid: jax.Array | None = None, *, lr: float,
+                    grads: jax.Array, valid: jax.Array | None = None, *,
+                    lr: float | Callable[[jax.Array], jax.Array],
                     b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                     unique: bool = False, repeats: int | None = None, taken=True,
                     kernels: Kernels | str | None = None) -> tuple[jax.Array, RowAdamState]:

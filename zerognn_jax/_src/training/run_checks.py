@@ -163,6 +163,13 @@ def warn_unread_pieces(cfg: TrainConfig, model, optimizer, dataset, *,
     if optimizer is not None and unread:
         warnings.warn(f"{', '.join(unread)}: options of the built-in optimizer, ignored "
                       f"with one of yours", IgnoredOptionWarning, stacklevel=user_stacklevel())
+    rows = [f"{n} {getattr(cfg, n)!r}" for n in ("lr_schedule", "warmup_epochs")
+            if getattr(cfg, n) != getattr(TrainConfig, n)]
+    if optimizer is not None and rows:
+        warnings.warn(f"{', '.join(rows)}: with an optimizer of yours, these step only "
+                      f"learnable embedding rows (embedding_dim, a typed graph's "
+                      f"featureless types), as lr does; put a schedule in your optimizer",
+                      IgnoredOptionWarning, stacklevel=user_stacklevel())
 
 
 def _named(cfg, dataset) -> str:

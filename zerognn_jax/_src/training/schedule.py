@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import jax
 import jax.numpy as jnp
 import optax
 
 from zerognn_jax._src.sampling.seeds import num_steps
+from zerognn_jax._src.training.parallel import run_shards
 
 SCHEDULES = ("constant", "cosine")
 
@@ -50,9 +50,7 @@ class StepSize:
 def epoch_steps(cfg, task, dataset) -> int:
     """Steps in one of the run's epochs: the task's training items over the global batch
     (`cfg.batch_size` on each of `cfg.devices` devices of every process)."""
-    devices = cfg.devices or jax.local_device_count()
-    batch = cfg.batch_size * devices * jax.process_count()
-    return num_steps(len(task.train_items(dataset)), batch)
+    return num_steps(len(task.train_items(dataset)), cfg.batch_size * run_shards(cfg.devices))
 
 
 def step_size(cfg, task, dataset) -> float | StepSize:
@@ -69,7 +67,8 @@ def make_optimizer(cfg, rate: float | StepSize | None = None) -> optax.GradientT
     """The built-in optimizer of the run `cfg` (a `TrainConfig`) at `rate` (None:
     `cfg.lr`): Adam, with L2 weight decay added to the gradient (as in the GCN paper),
     or AdamW's decoupled decay (`decoupled_weight_decay`); the gradient first clipped to
-    a global norm of `grad_clip` where set. A schedule is injected, so that the state
+    a global norm of `grad_clip` where set (the model's parameters': learnable embedding
+    rows are stepped apart, by lazy Adam, unclipped). A schedule is injected, so that the state
     holds the rate of each step (the epoch records' `learning_rate`)."""
     rate = cfg.lr if rate is None else rate
     decoupled = bool(cfg.decoupled_weight_decay and cfg.weight_decay)

@@ -65,7 +65,11 @@ from zerognn_jax._src.training.evaluate import (
 )
 from zerognn_jax._src.training.layout import choose_layout
 from zerognn_jax._src.training.lock import hold_outputs
-from zerognn_jax._src.training.parallel import check_same_across_processes, make_mesh
+from zerognn_jax._src.training.parallel import (
+    check_same_across_processes,
+    make_mesh,
+    run_shards,
+)
 from zerognn_jax._src.training.placement import (
     add_drawn_counts,
     cache_budget,
@@ -327,8 +331,7 @@ def fit_batch(cfg: TrainConfig, items) -> TrainConfig:
     `batch_size` and `global_batch` take the lowered size; the run's options (the
     summary's `config`) and its checkpoints' identity (`asked_global_batch`) keep the
     size asked."""
-    shards = (cfg.devices or jax.local_device_count()) * jax.process_count()
-    most = max(1, -(-len(items) // shards))
+    most = max(1, -(-len(items) // run_shards(cfg.devices)))
     return cfg if cfg.batch_size <= most else dataclasses.replace(cfg, batch_size=most)
 
 

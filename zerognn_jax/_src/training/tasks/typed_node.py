@@ -649,13 +649,13 @@ class TypedNodeTask(ItemsAreLevel0):
                               degree=self.inputs.degrees(graph, sampled),
                               row_order=cfg.host_row_order), placement
 
-    def embedding(self, cfg, rate=None) -> TypedEmbedding | None:
+    def embedding(self, cfg, rate) -> TypedEmbedding | None:
         """The embedded types' tables (`_embedding_dim` wide), trained by lazy Adam at
-        `rate` (the run's `schedule.step_size`; None: `cfg.lr`) (None when every type
-        has features and `cfg.embedding_dim` is 0)."""
+        `rate` (the run's `schedule.step_size`) (None when every type has features and
+        `cfg.embedding_dim` is 0)."""
         if not self.inputs.embedded:
             return None
-        return TypedEmbedding(_embedding_dim(cfg), cfg.lr if rate is None else rate, cfg.dtype,
+        return TypedEmbedding(_embedding_dim(cfg), rate, cfg.dtype,
                               table_rows=self.inputs.embedded_rows)
 
     def sample_batch(self, program: StepProgram, data: DeviceData, perm, batch_index, epoch,
