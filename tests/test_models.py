@@ -157,6 +157,42 @@ def test_default_dropout_leaves_features_whole(name):
     assert _train_eval_differ(make(2), 2)
 
 
+def test_gat_attention_dropout_drops_coefficients_only_while_training():
+    """One layer (no hidden dropout, no input dropout): training and evaluation differ
+    only through the attention's dropout; evaluation equals the model without it; the
+    kept coefficients are scaled up, so a row's output averages to the undropped one."""
+    plain = make_model("gat", hidden=8, num_layers=1, num_classes=4, heads=1)
+    dropped = make_model("gat", hidden=8, num_layers=1, num_classes=4, heads=1,
+                         attention_dropout=0.5)
+    x, views = _random_views(1, rows=(64, 128), fanout=6)
+    variables = plain.init(jax.random.PRNGKey(0), x, views, train=False)
+    want = plain.apply(variables, x, views, train=False)
+    np.testing.assert_array_equal(dropped.apply(variables, x, views, train=False), want)
+    np.testing.assert_array_equal(plain.apply(variables, x, views, train=True,
+                                              rngs={"dropout": jax.random.PRNGKey(1)}), want)
+    runs = [dropped.apply(variables, x, views, train=True,
+                          rngs={"dropout": jax.random.PRNGKey(k)}) for k in range(400)]
+    assert not np.allclose(runs[0], want) and not np.allclose(runs[0], runs[1])
+    # the mean of 400 draws: within 4 standard errors of the undropped output
+    runs = np.stack([np.asarray(r) for r in runs])
+    err = runs.std(0) / np.sqrt(len(runs))
+    assert np.all(np.abs(runs.mean(0) - np.asarray(want)) <= 4 * err + 1e-6)
+
+
+@pytest.mark.parametrize("name", ["sage", "gcn", "gat"])
+def test_elu_follows_each_hidden_layer_where_asked(name):
+    """activation "elu" replaces ReLU after the hidden layers (the output layer takes
+    none): negative hidden values reach the next layer, so the outputs differ."""
+    kw = dict(hidden=8, num_layers=2, num_classes=3, dropout=0.0)
+    relu, elu = make_model(name, **kw), make_model(name, activation="elu", **kw)
+    x, views = _random_views(2)
+    variables = relu.init(jax.random.PRNGKey(0), x, views, train=False)
+    assert not np.allclose(relu.apply(variables, x, views, train=False),
+                           elu.apply(variables, x, views, train=False))
+    with pytest.raises(ValueError, match=r"unknown activation 'tanh'; choose one of relu, elu"):
+        make_model(name, activation="tanh", **kw)
+
+
 def _dense_params(model, num_layers, width=5):
     """{name: (kernel, bias)} of every dense layer of `model`, started on inputs `width`
     wide (the layers' fan-ins follow from their kernels)."""

@@ -688,7 +688,8 @@ def test_a_checkpoint_before_the_optimizer_options_resumes_and_is_read_for_infer
 # written before it resume (checkpoint.ADDED_SINCE, or FREE_ON_RESUME) before it joins.
 KNOWN_FIELDS = frozenset({
     "balance_window", "batch_size", "best_metric", "checkpoint_dir", "chunk_steps",
-    "decoupled_weight_decay", "grad_clip", "lr_schedule", "warmup_epochs",
+    "decoupled_weight_decay", "grad_clip", "lr_schedule", "warmup_epochs", "activation",
+    "attention_dropout",
     "dataset", "decoder", "dedup", "devices", "dropout", "dtype", "edge_features",
     "embedding_dim", "engine", "envelope", "epochs", "eval_batch_size", "eval_every",
     "eval_mode", "fanouts", "feature_cache_gib", "feature_placement", "flat_outer",

@@ -50,7 +50,12 @@ HELP = {
     "dropout": "dropout rate on hidden activations",
     "input_dropout": "dropout rate on the raw input features (the GCN paper uses 0.5)",
     "norm": "normalisation after each hidden layer",
-    "heads": "attention heads of GAT's hidden layers (must divide --hidden)",
+    "heads": "attention heads of GAT's hidden layers (must divide --hidden, the heads' "
+             "features together: the GAT paper's 8 heads of 8 are --hidden 64 --heads 8)",
+    "activation": "after each hidden layer of sage, gcn, gat, gine: relu, or elu (the GAT "
+                  "paper's)",
+    "attention_dropout": "gat: dropout rate on the attention coefficients while training "
+                         "(the GAT paper's 0.6)",
     "edge_features": "give the model the sampled edges' features (gat, gine; rgat on a "
                      "typed graph; the dataset needs an edge-feature table)",
     "embedding_dim": "width of a learnable embedding per node (of every type on a typed "

@@ -147,6 +147,10 @@ class GATConv(nn.Module):
     `GATConv(edge_dim=...)` defines it: a_edge . (W_e e_ij) per head; the self term takes
     the mean of the node's edges' terms (PyG's self-loops get the mean edge feature,
     `fill_value="mean"`, and the term is linear in it).
+
+    `attention_dropout` drops attention coefficients after the softmax, the self term's
+    too, when called with `train=True` (the GAT paper's 0.6; PyG's `dropout`); it needs
+    the "dropout" rng then.
     """
 
     features: int
@@ -154,9 +158,10 @@ class GATConv(nn.Module):
     negative_slope: float = 0.2
     dtype: Any = jnp.float32
     edge_dim: int | None = None
+    attention_dropout: float = 0.0
 
     @nn.compact
-    def __call__(self, h_src, h_dst, view):
+    def __call__(self, h_src, h_dst, view, *, train: bool = False):
         h, f = self.heads, self.features // self.heads
         dense = nn.Dense(h * f, use_bias=False, dtype=self.dtype)
         z_src, z_dst = dense(h_src).reshape(-1, h, f), dense(h_dst).reshape(-1, h, f)
@@ -173,6 +178,9 @@ class GATConv(nn.Module):
         logits, self_logits = act(logits), act(self_logits)
         w_edges, w_self = view.softmax(logits, self_logits)
         w_edges, w_self = w_edges.astype(self.dtype), w_self.astype(self.dtype)
+        if train and self.attention_dropout > 0.0:
+            drop = Dropout(self.attention_dropout)
+            w_edges, w_self = (drop(w, deterministic=False) for w in (w_edges, w_self))
         out = view.weighted_sum(z_src, w_edges) + w_self[..., None] * z_dst
         bias = self.param("bias", nn.initializers.zeros, (h * f,))
         return out.reshape(-1, h * f) + bias.astype(self.dtype)
@@ -272,8 +280,12 @@ class RowBatchNorm(nn.Module):
         return y.astype(out)
 
 
+# Hidden layers' activations (GNN.activation): ReLU, or the GAT paper's ELU.
+ACTIVATIONS = {"relu": nn.relu, "elu": nn.elu}
+
+
 class GNN(nn.Module):
-    """A stack of message-passing layers with ReLU, dropout and optional norm.
+    """A stack of message-passing layers with ReLU (or ELU), dropout and optional norm.
 
     Dropout falls where PyG's and DGL's GraphSAGE examples put it: on the hidden
     activations (after each ReLU, i.e. on the input of every layer but the first).
@@ -288,6 +300,8 @@ class GNN(nn.Module):
       norm: "none", "layer" or "batch".
       edge_dim: width of the edge features GAT's attention reads (`GATConv.edge_dim`);
         None: GAT reads none. GINE always reads them.
+      activation: after each hidden layer, "relu" or "elu" (ACTIVATIONS).
+      attention_dropout: GAT's rate on its attention coefficients while training.
       dtype: the computation dtype (bfloat16 halves the bytes gathered and scattered);
         parameters stay float32 and the logits come back float32.
       param_init: how SAGE's layers start (INITS); the other convs keep their own.
@@ -305,6 +319,8 @@ class GNN(nn.Module):
     dtype: Any = jnp.float32
     edge_dim: int | None = None
     param_init: str = "flax"
+    activation: str = "relu"
+    attention_dropout: float = 0.0
 
     def setup(self):
         widths = [self.hidden] * (self.num_layers - 1) + [self.num_classes]
@@ -325,7 +341,8 @@ class GNN(nn.Module):
             return GCNConv(width, dtype=self.dtype)
         if self.conv == "gat":
             heads = 1 if last else self.heads
-            return GATConv(width, heads=heads, dtype=self.dtype, edge_dim=self.edge_dim)
+            return GATConv(width, heads=heads, dtype=self.dtype, edge_dim=self.edge_dim,
+                           attention_dropout=self.attention_dropout)
         if self.conv == "gine":
             return GINEConv(width, hidden=self.hidden, dtype=self.dtype)
         raise ValueError(f"unknown conv {self.conv!r}; choose sage, gcn, gat or gine")
@@ -345,14 +362,16 @@ class GNN(nn.Module):
                 h_dst = h_src[: view.num_dst]
             else:
                 h_dst = drop(h_dst.astype(self.dtype), deterministic=not train)
-        out = self.convs[i](h_src, h_dst, view)
+        conv = self.convs[i]
+        out = conv(h_src, h_dst, view, train=train) if isinstance(conv, GATConv) \
+            else conv(h_src, h_dst, view)
         if i == self.num_layers - 1:
             return out.astype(jnp.float32)
         if self.norm == "batch":
             out = self.norms[i](out, view.dst_valid, train=train)
         elif self.norm == "layer":
             out = self.norms[i](out)
-        return nn.relu(out)
+        return ACTIVATIONS[self.activation](out)
 
     def __call__(self, x, views: Sequence, *, train: bool):
         """`x`: the outermost level's input rows, float[S, d]; or a pair of column blocks
@@ -408,7 +427,8 @@ class MLP(nn.Module):
 def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
                dropout: float = 0.5, input_dropout: float = 0.0, norm: str = "none",
                heads: int = 4, dtype: Any = jnp.float32, edge_dim: int | None = None,
-               init: str = "flax") -> nn.Module:
+               init: str = "flax", activation: str = "relu",
+               attention_dropout: float = 0.0) -> nn.Module:
     """Builds a model by name: sage (mean), sage-max, sage-sum, gcn, gat, gine, mlp.
 
     `hidden` (the width of every hidden layer), `num_layers`, `num_classes` (the output
@@ -418,7 +438,9 @@ def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
     computation dtype; parameters float32) are `GNN`'s attributes (`MLP`'s for mlp).
     `edge_dim` is the width of the edge features the model reads (gat: in its
     attention; gine needs them; the others read none and refuse it). `init`: how the
-    dense layers of SAGE and the MLP start (INITS)."""
+    dense layers of SAGE and the MLP start (INITS). `activation` (ACTIVATIONS) follows
+    each hidden layer of the message-passing models; `attention_dropout` drops gat's
+    attention coefficients while training."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     check_init(init, name)
@@ -433,13 +455,17 @@ def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
     if name == "gine" and edge_dim is None:
         raise ValueError("model 'gine' reads edge features: give edge_dim, the width of "
                          "the graph's edge-feature table")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; choose one of "
+                         f"{', '.join(ACTIVATIONS)}")
     if name == "mlp":
         return MLP(hidden, num_layers, num_classes, dropout, input_dropout, dtype=dtype,
                    param_init=init)
     conv, _, agg = name.partition("-")
     return GNN(conv, hidden, num_layers, num_classes, aggregator=agg or "mean",
                heads=heads, dropout=dropout, norm=norm, input_dropout=input_dropout,
-               dtype=dtype, edge_dim=edge_dim, param_init=init)
+               dtype=dtype, edge_dim=edge_dim, param_init=init, activation=activation,
+               attention_dropout=attention_dropout)
 
 
 def check_init(init: str, model: str | None) -> None:

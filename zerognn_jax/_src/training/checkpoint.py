@@ -84,7 +84,8 @@ DATASET_ADDED_SINCE = ("dataset.graphs", "dataset.edges", "dataset.node_types")
 # that value only.
 ADDED_SINCE = {"init": "flax", "link_relation": None, "link_split": None,
                "decoupled_weight_decay": False, "lr_schedule": "constant",
-               "warmup_epochs": 0, "grad_clip": 0.0}
+               "warmup_epochs": 0, "grad_clip": 0.0, "activation": "relu",
+               "attention_dropout": 0.0}
 
 
 

@@ -16,7 +16,7 @@ from zerognn_jax._src.data.hetero import relation_name
 from zerognn_jax._src.nn.graph_models import GRAPH_MODELS, READOUTS
 from zerognn_jax._src.nn.hetero import HETERO_MODELS
 from zerognn_jax._src.nn.link_heads import DECODERS
-from zerognn_jax._src.nn.models import INITS, MODELS, NORMS, check_init
+from zerognn_jax._src.nn.models import ACTIVATIONS, INITS, MODELS, NORMS, check_init
 from zerognn_jax._src.ops.registry import OPS, Kernels
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
 from zerognn_jax._src.sampling.minibatch import MAX_HOPS, SAMPLERS
@@ -44,8 +44,11 @@ CHOICES = {
     "negative_mode": NEGATIVE_MODES, "link_metric": LINK_METRICS,
     "graph_aggregation": AGGREGATIONS, "feature_placement": FEATURE_PLACEMENTS,
     "host_row_order": HOST_ROW_ORDERS, "gemm_backend": GEMM_BACKENDS,
-    "lr_schedule": SCHEDULES,
+    "lr_schedule": SCHEDULES, "activation": tuple(ACTIVATIONS),
 }
+# The built-in models whose hidden layers take `activation` (typed and graph models, and
+# the MLP, keep ReLU).
+HIDDEN_ACTIVATED = tuple(m for m in MODELS if m != "mlp")
 
 
 # The parts of a run's options, in the order TrainConfig declares them; the CLI keeps
@@ -55,7 +58,8 @@ GROUPS = {
              "link_relation", "link_split"),
     "data": ("dataset", "root", "scale", "normalize_features"),
     "model": ("model", "hidden", "layers", "dropout", "input_dropout", "norm", "heads",
-              "dtype", "edge_features", "embedding_dim", "readout", "init"),
+              "dtype", "edge_features", "embedding_dim", "readout", "init", "activation",
+              "attention_dropout"),
     "sampler": ("fanouts", "relation_fanouts", "batch_size", "sampler", "replace", "dedup",
                 "flat_outer",
                 "envelope", "margin", "multiple", "balance_window"),
@@ -108,7 +112,11 @@ class TrainConfig:
     `layers` the number of message-passing layers (one fanout each), `dropout` the rate
     after each hidden layer and `input_dropout` the rate on the input features (the GCN
     paper's 0.5); `norm` ("none", "layer", "batch") normalises after each hidden layer;
-    `heads` are GAT's attention heads (they must divide `hidden`).
+    `heads` are GAT's attention heads (they must divide `hidden`: `hidden` is every head's
+    features together, the GAT paper's 8 heads of 8 are hidden 64, heads 8).
+    `activation` follows each hidden layer of sage, gcn, gat and gine: "relu" or "elu"
+    (the GAT paper's); `attention_dropout` drops gat's attention coefficients while
+    training (the GAT paper's 0.6).
     `dtype` is the model's computation dtype and
     the feature table's on the device: "float32", or "bfloat16" (half the bytes; sums
     and gradients accumulate in float32). `edge_features` gives the model the sampled
@@ -236,6 +244,8 @@ class TrainConfig:
     embedding_dim: int = 0
     readout: str = "mean"
     init: str = "flax"
+    activation: str = "relu"
+    attention_dropout: float = 0.0
     # sampler and envelope
     fanouts: tuple[int, ...] = (15, 10, 5)
     relation_fanouts: dict[str, tuple[int, ...]] | None = None
@@ -362,6 +372,16 @@ class TrainConfig:
              or self.warmup_epochs < self.epochs,
              f"lr_schedule 'cosine' decays after warmup_epochs {self.warmup_epochs}, and "
              f"the run has {self.epochs} epochs: warm up for fewer epochs than it trains"),
+            (0.0 <= self.attention_dropout < 1.0,
+             f"attention_dropout must be in [0, 1), got {self.attention_dropout}"),
+            (not self.attention_dropout or self.model == "gat",
+             f"attention_dropout drops the attention coefficients of model 'gat'; model "
+             f"{self.model!r} has none"),
+            (self.activation == "relu" or (not batched and self.model in HIDDEN_ACTIVATED),
+             f"activation {self.activation!r} applies to the models "
+             f"{', '.join(HIDDEN_ACTIVATED)}: " + (
+                 "name one (model None takes the task's and the dataset's default)"
+                 if self.model is None else f"model {self.model!r} keeps ReLU")),
             (self.grad_clip >= 0 and finite(self.grad_clip),
              f"grad_clip must be >= 0 and finite (0: no clipping), got {self.grad_clip}"),
             (0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}"),

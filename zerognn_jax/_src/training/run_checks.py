@@ -132,7 +132,7 @@ def _built_in_model_options(task: str, typed: bool) -> tuple[str, ...]:
     if task == "graph":
         return ("dropout", "readout")
     return ("dropout", "input_dropout", "heads") if typed else (
-        "dropout", "input_dropout", "norm", "heads")
+        "dropout", "input_dropout", "norm", "heads", "activation", "attention_dropout")
 
 
 def warn_unread_pieces(cfg: TrainConfig, model, optimizer, dataset, *,

@@ -253,7 +253,8 @@ def _model_for(cfg, task, dataset, model, dtype, edge_dim):
         return make_model(cfg.model, hidden=cfg.hidden, num_layers=cfg.layers,
                           num_classes=task.output_dim(cfg, dataset), dropout=cfg.dropout,
                           input_dropout=cfg.input_dropout, norm=cfg.norm, heads=cfg.heads,
-                          dtype=dtype, edge_dim=edge_dim, init=cfg.init)
+                          dtype=dtype, edge_dim=edge_dim, init=cfg.init,
+                          activation=cfg.activation, attention_dropout=cfg.attention_dropout)
     model = as_linen(model)
     _check_layer_count(model, cfg.layers)
     return model
