@@ -193,6 +193,34 @@ def test_elu_follows_each_hidden_layer_where_asked(name):
         make_model(name, activation="tanh", **kw)
 
 
+@pytest.mark.parametrize("name", ["sage", "sage-sum"])
+def test_sage_projecting_its_sources_first_computes_the_same_layer(name, monkeypatch):
+    """Wide inputs into a narrow output over many slots: the sources' rows are projected
+    by W_neigh before the mean (or sum); outputs and gradients match the concatenation's
+    to float32 rounding, from the same parameters, and the form is taken only there."""
+    from zerognn_jax._src.nn import models
+
+    model = make_model(name, hidden=4, num_layers=2, num_classes=3, dropout=0.0)
+    rs = np.random.default_rng(2)
+    x, views = _random_views(2, rows=(8, 16, 32), fanout=12)
+    x = jnp.asarray(rs.normal(size=(32, 200)).astype(np.float32))  # 200 features into 4
+    variables = model.init(jax.random.PRNGKey(0), x, views, train=False)
+    loss = lambda v: jnp.sum(jnp.sin(model.apply(v, x, views, train=False)))
+    taken = []
+    first = models.SAGEConv._projects_first
+    monkeypatch.setattr(models.SAGEConv, "_projects_first",
+                        lambda self, h, view: taken.append(first(self, h, view)) or taken[-1])
+    out, grads = model.apply(variables, x, views, train=False), jax.grad(loss)(variables)
+    assert taken[:2] == [True, False]  # layer 0 (200 -> 4 over 16 x 12 slots), not layer 1
+    monkeypatch.setattr(models.SAGEConv, "_projects_first", lambda self, h, view: False)
+    np.testing.assert_allclose(out, model.apply(variables, x, views, train=False),
+                               rtol=1e-5, atol=1e-5)
+    # (sums of 192 slots x 200 features in another order: float32 rounding at the
+    # gradients' scale)
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(jax.grad(loss)(variables))):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5 * float(np.abs(b).max()))
+
+
 def _dense_params(model, num_layers, width=5):
     """{name: (kernel, bias)} of every dense layer of `model`, started on inputs `width`
     wide (the layers' fan-ins follow from their kernels)."""

@@ -38,7 +38,8 @@ HELP = {
                   "processes seeds (the summary's global_batch; at most the training "
                   "items a device gets)",
     "lr": "Adam learning rate",
-    "weight_decay": "L2 penalty added to the gradient (as in the GCN paper); with "
+    "weight_decay": "L2 penalty on every parameter, added to the gradient (the GCN "
+                    "paper's code decays the first layer's weights alone); with "
                     "--decoupled-weight-decay, AdamW's decay",
     "decoupled_weight_decay": "AdamW: the weights shrink by lr x weight-decay a step, "
                               "apart from the gradient (as PyTorch's AdamW)",

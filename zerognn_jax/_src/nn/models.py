@@ -97,7 +97,10 @@ class SAGEConv(nn.Module):
     One matmul over the concatenation equals W_self h_i + W_neigh AGG_j h_j with W
     stacked from the two; it writes the layer's output once instead of twice, and its
     gradient needs one pass less over the output (1.18x per epoch on an H100,
-    docs/benchmarks.md).
+    docs/benchmarks.md). Where the inputs are far wider than the output and the slots
+    many (Cora's 1,433 features into 16, every neighbour of a 168-degree hub), a mean or
+    sum is taken of the sources' rows projected by W_neigh instead (the same sum,
+    linear), so the slots read `features` columns, not the input's (`_projects_first`).
     """
 
     features: int
@@ -110,10 +113,33 @@ class SAGEConv(nn.Module):
         if isinstance(h_src, tuple):  # column blocks aggregated apart (`GNN`), then joined
             agg = jnp.concatenate([self.aggregate(h, view) for h in h_src], axis=-1)
             h_dst = jnp.concatenate(h_dst, axis=-1)
+        elif self._projects_first(h_src, view):
+            return self._projected(h_src, h_dst, view)
         else:
             agg = self.aggregate(h_src, view)
         both = jnp.concatenate([h_dst, agg.astype(h_dst.dtype)], axis=-1)
         return dense(self.features, h_dst.shape[-1], self.param_init, self.dtype, "linear")(both)
+
+    def _projects_first(self, h_src, view) -> bool:
+        """Whether aggregating the sources' rows after W_neigh reads far fewer values
+        (a quarter or less) than aggregating them whole: S rows of d read once for the
+        product, then `features` per slot, against d per slot (static shapes)."""
+        if self.aggregator == "max" or h_src.ndim != 2:
+            return False
+        slots, (rows, d) = view.edge_mask.size, h_src.shape
+        return slots * d > 4 * (rows * d + slots * self.features)
+
+    def _projected(self, h_src, h_dst, view):
+        """The layer as `__call__` computes it, with W_neigh applied before the
+        aggregation: the same parameters (the "linear" Dense over [h_dst ; agg],
+        created by a call on no rows)."""
+        d = h_dst.shape[-1]
+        linear = dense(self.features, d, self.param_init, self.dtype, "linear")
+        linear(jnp.zeros((0, 2 * d), self.dtype))
+        params = linear.variables["params"]
+        kernel, bias = (params[k].astype(self.dtype) for k in ("kernel", "bias"))
+        agg = self.aggregate(jnp.dot(h_src.astype(self.dtype), kernel[d:]), view)
+        return jnp.dot(h_dst.astype(self.dtype), kernel[:d]) + agg.astype(self.dtype) + bias
 
     def aggregate(self, h_src, view):
         """AGG_j h_j over each destination's sampled neighbours, column by column."""
