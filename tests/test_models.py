@@ -221,6 +221,27 @@ def test_sage_projecting_its_sources_first_computes_the_same_layer(name, monkeyp
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5 * float(np.abs(b).max()))
 
 
+@pytest.mark.parametrize("projects", [False, True])
+def test_sage_over_sources_of_another_width_than_its_destinations(projects, monkeypatch):
+    """A typed graph's relation joins types of other widths (papers' 128 features,
+    authors' embedding rows): the projected form split its kernel at twice the
+    destinations' width and failed where the concatenation's form trained."""
+    from zerognn_jax._src.nn import models
+
+    monkeypatch.setattr(models.SAGEConv, "_projects_first", lambda self, h, view: projects)
+    conv = models.SAGEConv(8)
+    (view,), rs = _random_views(1, rows=(16, 200), fanout=64)[1], np.random.default_rng(5)
+    h_src = jnp.asarray(rs.normal(size=(200, 256)).astype(np.float32))
+    h_dst = jnp.asarray(rs.normal(size=(16, 64)).astype(np.float32))
+    variables = conv.init(jax.random.PRNGKey(0), h_src, h_dst, view)
+    assert variables["params"]["linear"]["kernel"].shape == (64 + 256, 8)
+    out = conv.apply(variables, h_src, h_dst, view)
+    kernel = variables["params"]["linear"]["kernel"]
+    agg = view.weighted_sum(h_src[:, None, :], models.mean_weights(view))[:, 0, :]
+    want = h_dst @ kernel[:64] + agg @ kernel[64:] + variables["params"]["linear"]["bias"]
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
 def _dense_params(model, num_layers, width=5):
     """{name: (kernel, bias)} of every dense layer of `model`, started on inputs `width`
     wide (the layers' fan-ins follow from their kernels)."""

@@ -131,11 +131,12 @@ class SAGEConv(nn.Module):
 
     def _projected(self, h_src, h_dst, view):
         """The layer as `__call__` computes it, with W_neigh applied before the
-        aggregation: the same parameters (the "linear" Dense over [h_dst ; agg],
-        created by a call on no rows)."""
+        aggregation: the same parameters (the "linear" Dense over [h_dst ; agg], of the
+        destinations' and the sources' widths, which differ across a typed graph's
+        relations; created by a call on no rows)."""
         d = h_dst.shape[-1]
         linear = dense(self.features, d, self.param_init, self.dtype, "linear")
-        linear(jnp.zeros((0, 2 * d), self.dtype))
+        linear(jnp.zeros((0, d + h_src.shape[-1]), self.dtype))
         params = linear.variables["params"]
         kernel, bias = (params[k].astype(self.dtype) for k in ("kernel", "bias"))
         agg = self.aggregate(jnp.dot(h_src.astype(self.dtype), kernel[d:]), view)
