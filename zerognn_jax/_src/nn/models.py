@@ -109,7 +109,8 @@ class SAGEConv(nn.Module):
     param_init: str = "flax"
 
     @nn.compact
-    def __call__(self, h_src, h_dst, view):
+    def __call__(self, h_src, h_dst, view, *, train: bool = False):
+        del train  # (the layer draws nothing at random)
         if isinstance(h_src, tuple):  # column blocks aggregated apart (`GNN`), then joined
             agg = jnp.concatenate([self.aggregate(h, view) for h in h_src], axis=-1)
             h_dst = jnp.concatenate(h_dst, axis=-1)
@@ -157,7 +158,8 @@ class GCNConv(nn.Module):
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, h_src, h_dst, view):
+    def __call__(self, h_src, h_dst, view, *, train: bool = False):
+        del train  # (the layer draws nothing at random)
         dense = nn.Dense(self.features, use_bias=False, dtype=self.dtype,
                          kernel_init=nn.initializers.glorot_uniform())
         z_src, z_dst = dense(h_src), dense(h_dst)
@@ -261,7 +263,8 @@ class GINEConv(nn.Module):
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, h_src, h_dst, view):
+    def __call__(self, h_src, h_dst, view, *, train: bool = False):
+        del train  # (the layer draws nothing at random)
         e = nn.Dense(h_src.shape[-1], dtype=self.dtype, name="edge")(view.edge_features())
         agg = view.sum_edges(nn.relu(view.src_of_edges(h_src) + e))
         eps = (self.param("eps", nn.initializers.constant(self.eps), ()) if self.train_eps
@@ -313,6 +316,9 @@ ACTIVATIONS = {"relu": nn.relu, "elu": nn.elu}
 
 class GNN(nn.Module):
     """A stack of message-passing layers with ReLU (or ELU), dropout and optional norm.
+
+    Every layer is called as `conv(h_src, h_dst, view, train=...)` (GAT drops attention
+    coefficients while training; the other convs take the flag and draw nothing).
 
     Dropout falls where PyG's and DGL's GraphSAGE examples put it: on the hidden
     activations (after each ReLU, i.e. on the input of every layer but the first).
@@ -389,9 +395,7 @@ class GNN(nn.Module):
                 h_dst = h_src[: view.num_dst]
             else:
                 h_dst = drop(h_dst.astype(self.dtype), deterministic=not train)
-        conv = self.convs[i]
-        out = conv(h_src, h_dst, view, train=train) if isinstance(conv, GATConv) \
-            else conv(h_src, h_dst, view)
+        out = self.convs[i](h_src, h_dst, view, train=train)
         if i == self.num_layers - 1:
             return out.astype(jnp.float32)
         if self.norm == "batch":

@@ -65,11 +65,11 @@ def step_size(cfg, task, dataset) -> float | StepSize:
 
 def make_optimizer(cfg, rate: float | StepSize | None = None) -> optax.GradientTransformation:
     """The built-in optimizer of the run `cfg` (a `TrainConfig`) at `rate` (None:
-    `cfg.lr`): Adam, with L2 weight decay added to the gradient (as in the GCN paper),
+    `cfg.lr`): Adam, with L2 weight decay on every parameter added to the gradient,
     or AdamW's decoupled decay (`decoupled_weight_decay`); the gradient first clipped to
     a global norm of `grad_clip` where set (the model's parameters': learnable embedding
-    rows are stepped apart, by lazy Adam, unclipped). A schedule is injected, so that the state
-    holds the rate of each step (the epoch records' `learning_rate`)."""
+    rows are stepped apart, by lazy Adam, unclipped). A schedule is injected, so that
+    the state holds the rate of each step (the epoch records' `learning_rate`)."""
     rate = cfg.lr if rate is None else rate
     decoupled = bool(cfg.decoupled_weight_decay and cfg.weight_decay)
     base = optax.adamw if decoupled else optax.adam
