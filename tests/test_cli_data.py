@@ -243,6 +243,25 @@ def test_convert_writes_each_kind_in_the_other_form(tmp_path, capsys):
     assert (tmp_path / "notes.npz").read_text() == "mine"
 
 
+def test_convert_onto_another_dataset_says_it_replaces_it(tmp_path, capsys):
+    """--out holding another dataset written here is replaced (it went without a word):
+    stderr says so before the work; a new path draws no such line."""
+    import numpy as np
+
+    arrays = dict(indptr=[0, 1, 2, 3], indices=[1, 2, 0], features=np.eye(3),
+                  labels=[0, 1, 0], train_idx=[0], val_idx=[1], test_idx=[2], num_classes=2)
+    zg.save_npz(zg.make_dataset("old", **arrays), tmp_path / "old.npz")
+    zg.save_npz(zg.make_dataset("new", **arrays), tmp_path / "new.npz")
+    assert run(["data", "convert", str(tmp_path / "new.npz"), "--out",
+                str(tmp_path / "fresh.npz")]) == 0
+    assert "replaces" not in capsys.readouterr().err
+    assert run(["data", "convert", str(tmp_path / "new.npz"), "--out",
+                str(tmp_path / "old.npz")]) == 0
+    assert (f"zerognn: --out {tmp_path / 'old.npz'} holds a dataset written before; the "
+            f"new one replaces it once written whole") in capsys.readouterr().err
+    assert load_npz(tmp_path / "old.npz").name == "new"
+
+
 def test_generate_rejects_unknown_preset(capsys):
     with pytest.raises(SystemExit) as exit_info:
         run(["data", "generate", "cora", "--out", "x.npz"])

@@ -651,6 +651,9 @@ def test_undirected_csr_checks_ids():
         (dict(test_idx=[2, 2]), r"test_idx lists node 2 more than once"),
         (dict(test_idx=[6]), r"test_idx has node ids outside \[0, 6\)"),
         (dict(labels=np.array([0, 1, 2, 0, 1, 0])), r"labels must lie in \[-1, 2\)"),
+        (dict(labels=np.array([1, 2, 2, 1, 1, 2])),
+         r"^labels must lie in \[-1, 2\), found range \[1, 2\]: they look numbered from 1; "
+         r"class ids run from 0 \(give labels - 1\), and -1 marks a node without one$"),
         (dict(labels=np.array([0, 1, 2**32, 0, 1, 0]), num_classes=2**31),
          r"labels must lie in \[-1, 2147483648\), found range \[0, 4294967296\]"),
         (dict(num_classes=2**32 + 1), r"num_classes must be at most 2\*\*31"),
@@ -684,6 +687,16 @@ def test_a_graph_of_no_labels_is_for_link_prediction_and_a_node_run_says_so(tmp_
     with pytest.raises(ValueError, match=r"^dataset 'empty' has no nodes: a node task has "
                                          r"nothing to train on$"):
         zg.train(zg.TrainConfig(epochs=1, progress=False, fanouts=(2,), layers=1), empty)
+
+
+def test_a_node_run_refuses_a_dataset_of_one_class():
+    """num_classes 1: a softmax over one class has a loss of 0 whatever the model gives
+    (a run trained at loss 0.0 and accuracy 1.0 without a word)."""
+    one = make_dataset(**{**tiny_arrays(), "name": "one", "labels": np.zeros(6, np.int64),
+                          "num_classes": 1})
+    with pytest.raises(ValueError, match=r"^dataset 'one' has one class \(num_classes 1\): a "
+                                         r"classifier over one class has a loss of 0"):
+        zg.train(zg.TrainConfig(epochs=1, progress=False, fanouts=(2,), layers=1), one)
 
 
 def test_tables_longer_than_the_graph_are_named_before_the_splits():

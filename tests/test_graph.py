@@ -285,6 +285,10 @@ def test_from_edge_list_takes_integer_counts_of_any_kind():
         ([1.0, 1e39], r"^weights overflow float32: 1e\+39 at edge 1 is past its largest "
                       r"magnitude \(3\.40282e\+38\)$"),
         (["1.5", "x"], r"^weights must be real numbers, got <U3$"),
+        # refused where the graph is built, not when a run first samples by them
+        ([0.5, -3.5], r"^weights must be non-negative \(the weighted sampler draws each "
+                      r"edge in proportion to its weight\): -3\.5 at edge 1 \(1 negative in "
+                      r"all\)$"),
     ],
 )
 def test_from_edge_list_rejects_bad_weights(weights, match):

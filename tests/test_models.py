@@ -14,6 +14,7 @@ from zerognn_jax import (
     DeviceData,
     EllView,
     Envelope,
+    GATConv,
     SamplerConfig,
     ScanEngine,
     StepProgram,
@@ -177,6 +178,46 @@ def test_gat_attention_dropout_drops_coefficients_only_while_training():
     runs = np.stack([np.asarray(r) for r in runs])
     err = runs.std(0) / np.sqrt(len(runs))
     assert np.all(np.abs(runs.mean(0) - np.asarray(want)) <= 4 * err + 1e-6)
+
+
+def test_gat_heads_averaged_are_the_mean_of_the_concatenated_heads():
+    """concat=False: every head computes all the features and the output is their mean
+    (PyG's GATConv(concat=False)); from the same parameters, the concatenated layer's
+    heads averaged give it. A head count that does not divide the features is refused
+    where the heads are concatenated (it had given a narrower output)."""
+    x, views = _random_views(1, rows=(16, 32), fanout=4)
+    averaged = GATConv(6, heads=3, concat=False)
+    variables = averaged.init(jax.random.PRNGKey(0), x, x[:16], views[0])
+    assert variables["params"]["bias"].shape == (6,)
+    out = averaged.apply(variables, x, x[:16], views[0])
+    side = GATConv(18, heads=3).apply(
+        {"params": {**variables["params"], "bias": jnp.zeros(18)}}, x, x[:16], views[0])
+    np.testing.assert_allclose(out, side.reshape(16, 3, 6).mean(1), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="heads >= 1 dividing features.*got features 7, "
+                                         "heads 2"):
+        GATConv(7, heads=2).init(jax.random.PRNGKey(0), x, x[:16], views[0])
+    assert GATConv(7, heads=2, concat=False).init(
+        jax.random.PRNGKey(0), x, x[:16], views[0])["params"]["bias"].shape == (7,)
+
+
+def test_gat_output_heads_are_averaged_into_the_classes():
+    """output_heads > 1 gives gat's output layer that many heads, averaged: the output
+    keeps num_classes columns and differs from one head's; other models refuse it."""
+    x, views = _random_views(2)
+    one = make_model("gat", hidden=8, num_layers=2, num_classes=3, heads=2)
+    many = make_model("gat", hidden=8, num_layers=2, num_classes=3, heads=2, output_heads=4)
+    params = many.init(jax.random.PRNGKey(0), x, views, train=False)
+    assert params["params"]["convs_1"]["Dense_0"]["kernel"].shape == (8, 12)
+    assert many.apply(params, x, views, train=False).shape == (8, 3)
+    assert one.init(jax.random.PRNGKey(0), x, views, train=False)["params"]["convs_1"][
+        "Dense_0"]["kernel"].shape == (8, 3)
+    with pytest.raises(ValueError, match="output_heads are the attention heads of gat's "
+                                         "output layer.*got 2 for model 'sage'"):
+        make_model("sage", hidden=8, num_layers=2, num_classes=3, output_heads=2)
+    with pytest.raises(ValueError, match="output_heads must be at least 1, got 0"):
+        TrainConfig(model="gat", output_heads=0)
+    with pytest.raises(ValueError, match="model 'gat''s output layer; model 'gcn' has"):
+        TrainConfig(model="gcn", output_heads=8)
 
 
 @pytest.mark.parametrize("name", ["sage", "gcn", "gat"])

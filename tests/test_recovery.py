@@ -690,6 +690,7 @@ KNOWN_FIELDS = frozenset({
     "balance_window", "batch_size", "best_metric", "checkpoint_dir", "chunk_steps",
     "decoupled_weight_decay", "grad_clip", "lr_schedule", "warmup_epochs", "activation",
     "attention_dropout",
+    "output_heads",
     "dataset", "decoder", "dedup", "devices", "dropout", "dtype", "edge_features",
     "embedding_dim", "engine", "envelope", "epochs", "eval_batch_size", "eval_every",
     "eval_mode", "fanouts", "feature_cache_gib", "feature_placement", "flat_outer",

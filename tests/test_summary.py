@@ -79,6 +79,8 @@ def test_a_node_summary_keeps_its_sampling_entries_and_says_why_the_table_is_the
     assert set(summary["layout"]) == {"layout", "why"} and summary["layout"]["why"]
     assert placement_of(summary) == NO_LIMIT
     assert summary["features_row_normalized"] is False
+    # the dataset given, not cfg.dataset's default "tiny", which the run never read
+    assert summary["config"]["dataset"] == summary["dataset"] == "small"
     assert as_json(summary) == summary
 
 

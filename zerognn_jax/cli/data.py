@@ -24,6 +24,9 @@ or folder, of one node type, typed, or a graph collection) and writes it by its 
 writer to --out: a file ending in .npz, else a directory, which is read memory-mapped
 (an OGB folder's parse, say, kept as a directory of .npy files).
 
+An --out that holds a dataset written by the library is replaced, once the new one is
+written whole, and stderr says so first; any other file or folder there is refused.
+
 Each prints the dataset's statistics as one JSON object on stdout. Errors print
 `zerognn: error: ...` on stderr and give exit code 2, or 1 where the output could not be
 written (a full disk, ...: the message names the path and the errno, and no partial file
@@ -215,11 +218,8 @@ def _generate(args: argparse.Namespace) -> int:
     streamed = args.preset == "papers100m-like" and not args.out.endswith(".npz")
     if args.feature_dtype is not None and not streamed and args.preset != "igbh-like":
         raise ValueError(_feature_dtype_refusal(args))
-    try:  # before generating: a foreign --out would only be refused after it
-        refuse_foreign(args.out, "--out", folder=not args.out.endswith(".npz"))
-    except OSError as err:
-        raise ValueError(str(err)) from None
     log = stderr_log(True)  # the stats go to stdout; what it is doing to stderr
+    _check_out(args.out, log)  # before generating: a foreign --out is refused only after
     what = preset_label(args.preset, args.scale, args.seed)
 
     def announced_write(write):
@@ -260,10 +260,7 @@ def run_convert(args: argparse.Namespace) -> int:
     out = args.out.rstrip("/" + os.sep)
     if Path(out).resolve() == Path(args.name).resolve():
         raise ValueError(f"--out {args.out} is the dataset read; give another path")
-    try:  # before reading: a foreign --out would only be refused after it
-        refuse_foreign(out, "--out", folder=not out.endswith(".npz"))
-    except OSError as err:
-        raise ValueError(str(err)) from None
+    _check_out(out, stderr_log(True))  # before reading (as `data generate`)
     kind, npz = dataset_kind(args.name), out.endswith(".npz")
     writer = {"graphs": save_graphs, "typed": save_hetero_npz if npz else save_hetero_dir,
               "graph": save_npz if npz else save_dir}[kind]
@@ -276,6 +273,21 @@ def run_convert(args: argparse.Namespace) -> int:
         return {**dataset.stats(), "path": out}
 
     return _held(lambda: _guarded_stats(convert), f"writing {out}")
+
+
+def _check_out(out: str, log) -> None:
+    """ValueError where --out may not be written (`refuse_foreign`: a file or folder
+    that is no dataset written here, an unwritable folder); a dataset already there is
+    replaced, which `log` says first (a run of `data convert` had replaced another
+    dataset without a word)."""
+    try:
+        refuse_foreign(out, "--out", folder=not out.endswith(".npz"))
+    except OSError as err:
+        raise ValueError(str(err)) from None
+    path = Path(out)
+    if path.is_file() or (path.is_dir() and any(path.iterdir())):
+        log(f"zerognn: --out {out} holds a dataset written before; the new one replaces "
+            f"it once written whole")
 
 
 def _feature_dtype_refusal(args: argparse.Namespace) -> str:

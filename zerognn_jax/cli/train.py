@@ -57,6 +57,8 @@ HELP = {
                   "paper's)",
     "attention_dropout": "gat: dropout rate on the attention coefficients while training "
                          "(the GAT paper's 0.6)",
+    "output_heads": "gat: attention heads of the output layer, averaged (the GAT paper's "
+                    "8 on PubMed)",
     "edge_features": "give the model the sampled edges' features (gat, gine; rgat on a "
                      "typed graph; the dataset needs an edge-feature table)",
     "embedding_dim": "width of a learnable embedding per node (of every type on a typed "

@@ -166,6 +166,18 @@ def _check_range(problem: str, values: np.ndarray, lo: int, hi: int) -> None:
                          f"[{int(values.min())}, {int(values.max())}]")
 
 
+def check_labels(labels: np.ndarray, num_classes: int) -> None:
+    """`_check_range` of class labels: ids from 0 to num_classes - 1, or -1 for a node
+    without one; labels that run from 1 to num_classes are named as numbered from 1."""
+    try:
+        _check_range("labels must lie in", labels, -1, num_classes)
+    except ValueError as err:
+        if labels.min() >= 1 and labels.max() == num_classes:
+            raise ValueError(f"{err}: they look numbered from 1; class ids run from 0 "
+                             f"(give labels - 1), and -1 marks a node without one") from None
+        raise
+
+
 def validate_dataset(ds: Dataset) -> None:
     """Raises ValueError naming the first inconsistency found in `ds`."""
     if not isinstance(ds.name, str) or not ds.name:
@@ -208,7 +220,7 @@ def validate_dataset(ds: Dataset) -> None:
     if not is_count(ds.num_classes) or ds.num_classes < 1:  # (make_dataset takes 3.0)
         raise ValueError(f"num_classes must be a positive integer, got {ds.num_classes!r}")
     check_num_classes(ds.num_classes)
-    _check_range("labels must lie in", labels, -1, ds.num_classes)
+    check_labels(labels, ds.num_classes)
     check_splits({"train": ds.train_idx, "val": ds.val_idx, "test": ds.test_idx}, n,
                  labels if ds.targets is None else None)
 
@@ -339,7 +351,7 @@ def make_dataset(name, indptr, indices, features, labels, train_idx, val_idx, te
                               ("targets have", targets, "rows")):
         if table is not None and table.ndim:
             one_per_node(what, table.shape[0], unit, graph.num_nodes)
-    _check_range("labels must lie in", labels, -1, num_classes)
+    check_labels(labels, num_classes)
     splits = {}
     for split, idx in (("train", train_idx), ("val", val_idx), ("test", test_idx)):
         splits[split] = id_array(f"{split}_idx", idx)

@@ -26,6 +26,7 @@ from zerognn_jax._src.data.dataset import (
     TARGET_KINDS,
     _check_range,
     _integers,
+    check_labels,
     check_num_classes,
     check_splits,
     check_targets,
@@ -175,7 +176,7 @@ def validate_hetero_dataset(ds: HeteroDataset) -> None:
     if not is_count(ds.num_classes) or ds.num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer, got {ds.num_classes!r}")
     check_num_classes(ds.num_classes)
-    _check_range("labels must lie in", labels, -1, ds.num_classes)
+    check_labels(labels, ds.num_classes)
     check_targets(ds.targets, ds.target_kind, n)
     check_splits({s: getattr(ds, f"{s}_idx") for s in SPLITS}, n,
                  labels if ds.targets is None else None)

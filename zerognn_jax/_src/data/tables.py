@@ -65,11 +65,19 @@ def check_weights(weights: np.ndarray) -> None:
     """ValueError naming the first edge whose weight float32 cannot hold: NaN or
     infinite ("weights contain NaN or inf (2 entries; first at edge 3)"), or finite as
     given but past float32's range, which the cast would make infinite (named with its
-    value); or weights that are not real numbers."""
+    value); or weights that are not real numbers; or a negative weight, which no draw
+    can take (a graph's weights are the weighted sampler's: a negative one was refused
+    only once a run sampled by them)."""
     if weights.dtype not in (BFLOAT16, np.bool_):  # (bools are weights 0 and 1)
         require_real("weights", weights)
     found = _nonfinite(weights.reshape(-1, 1), 0)
     if found is None:
+        negative = np.flatnonzero(weights < 0)
+        if negative.size:
+            edge = int(negative[0])
+            raise ValueError(f"weights must be non-negative (the weighted sampler draws "
+                             f"each edge in proportion to its weight): {weights[edge]} at "
+                             f"edge {edge} ({negative.size} negative in all)")
         return
     count, (edge, _), value = found
     if value is not None:

@@ -180,6 +180,11 @@ class GATConv(nn.Module):
     `attention_dropout` drops attention coefficients after the softmax, the self term's
     too, when called with `train=True` (the GAT paper's 0.6; PyG's `dropout`); it needs
     the "dropout" rng then.
+
+    `features` is the output's width. With `concat` (the default) the heads' outputs
+    are laid side by side, `features / heads` each (`heads` must divide `features`);
+    without it every head computes `features` and the output is their mean, as PyG's
+    `GATConv(concat=False)` gives and the GAT paper's output layer on PubMed takes.
     """
 
     features: int
@@ -188,10 +193,11 @@ class GATConv(nn.Module):
     dtype: Any = jnp.float32
     edge_dim: int | None = None
     attention_dropout: float = 0.0
+    concat: bool = True
 
     @nn.compact
     def __call__(self, h_src, h_dst, view, *, train: bool = False):
-        h, f = self.heads, self.features // self.heads
+        h, f = self.heads, self._head_width()
         dense = nn.Dense(h * f, use_bias=False, dtype=self.dtype)
         z_src, z_dst = dense(h_src).reshape(-1, h, f), dense(h_dst).reshape(-1, h, f)
         init = nn.initializers.lecun_normal()
@@ -211,8 +217,19 @@ class GATConv(nn.Module):
             drop = Dropout(self.attention_dropout)
             w_edges, w_self = (drop(w, deterministic=False) for w in (w_edges, w_self))
         out = view.weighted_sum(z_src, w_edges) + w_self[..., None] * z_dst
-        bias = self.param("bias", nn.initializers.zeros, (h * f,))
-        return out.reshape(-1, h * f) + bias.astype(self.dtype)
+        bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        out = out.reshape(-1, h * f) if self.concat or h == 1 else jnp.mean(out, axis=1)
+        return out + bias.astype(self.dtype)
+
+    def _head_width(self) -> int:
+        """Each head's features; ValueError for a head count that cannot give
+        `features` (it had silently given a narrower output)."""
+        if self.heads < 1 or (self.concat and self.features % self.heads):
+            raise ValueError(f"GATConv needs heads >= 1 dividing features when concat "
+                             f"(each head gets features / heads); got features "
+                             f"{self.features}, heads {self.heads} (concat=False gives "
+                             f"every head all the features and averages them)")
+        return self.features // self.heads if self.concat else self.features
 
     def _edge_terms(self, view, h: int, f: int, init):
         """Edge-shaped [..., H]: the attention term of each edge's features."""
@@ -328,7 +345,8 @@ class GNN(nn.Module):
       conv: "sage", "gcn", "gat" or "gine".
       hidden: width of every hidden layer; num_layers: number of conv layers.
       num_classes: output width.
-      aggregator: for SAGE: "mean", "sum" or "max". heads: for GAT.
+      aggregator: for SAGE: "mean", "sum" or "max". heads: GAT's hidden layers';
+        output_heads: its output layer's, averaged.
       dropout: rate on the hidden activations. input_dropout: rate on the raw features.
       norm: "none", "layer" or "batch".
       edge_dim: width of the edge features GAT's attention reads (`GATConv.edge_dim`);
@@ -354,6 +372,7 @@ class GNN(nn.Module):
     param_init: str = "flax"
     activation: str = "relu"
     attention_dropout: float = 0.0
+    output_heads: int = 1
 
     def setup(self):
         widths = [self.hidden] * (self.num_layers - 1) + [self.num_classes]
@@ -373,9 +392,9 @@ class GNN(nn.Module):
         if self.conv == "gcn":
             return GCNConv(width, dtype=self.dtype)
         if self.conv == "gat":
-            heads = 1 if last else self.heads
-            return GATConv(width, heads=heads, dtype=self.dtype, edge_dim=self.edge_dim,
-                           attention_dropout=self.attention_dropout)
+            return GATConv(width, heads=self.output_heads if last else self.heads,
+                           dtype=self.dtype, edge_dim=self.edge_dim,
+                           attention_dropout=self.attention_dropout, concat=not last)
         if self.conv == "gine":
             return GINEConv(width, hidden=self.hidden, dtype=self.dtype)
         raise ValueError(f"unknown conv {self.conv!r}; choose sage, gcn, gat or gine")
@@ -459,7 +478,7 @@ def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
                dropout: float = 0.5, input_dropout: float = 0.0, norm: str = "none",
                heads: int = 4, dtype: Any = jnp.float32, edge_dim: int | None = None,
                init: str = "flax", activation: str = "relu",
-               attention_dropout: float = 0.0) -> nn.Module:
+               attention_dropout: float = 0.0, output_heads: int = 1) -> nn.Module:
     """Builds a model by name: sage (mean), sage-max, sage-sum, gcn, gat, gine, mlp.
 
     `hidden` (the width of every hidden layer), `num_layers`, `num_classes` (the output
@@ -471,7 +490,8 @@ def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
     attention; gine needs them; the others read none and refuse it). `init`: how the
     dense layers of SAGE and the MLP start (INITS). `activation` (ACTIVATIONS) follows
     each hidden layer of the message-passing models; `attention_dropout` drops gat's
-    attention coefficients while training."""
+    attention coefficients while training; `output_heads` are gat's output layer's heads,
+    each computing every output, averaged."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     check_init(init, name)
@@ -480,6 +500,9 @@ def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
     if name == "gat" and (heads < 1 or (num_layers > 1 and hidden % heads)):
         raise ValueError(f"GAT needs heads >= 1 dividing hidden (each head gets hidden / heads "
                          f"features); got hidden {hidden}, heads {heads}")
+    if output_heads < 1 or (output_heads > 1 and name != "gat"):
+        raise ValueError(f"output_heads are the attention heads of gat's output layer (at "
+                         f"least 1); got {output_heads} for model {name!r}")
     if edge_dim is not None and name not in EDGE_MODELS:
         raise ValueError(f"model {name!r} reads no edge features (edge_dim {edge_dim}); "
                          f"those that do: {', '.join(EDGE_MODELS)}")
@@ -496,7 +519,7 @@ def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
     return GNN(conv, hidden, num_layers, num_classes, aggregator=agg or "mean",
                heads=heads, dropout=dropout, norm=norm, input_dropout=input_dropout,
                dtype=dtype, edge_dim=edge_dim, param_init=init, activation=activation,
-               attention_dropout=attention_dropout)
+               attention_dropout=attention_dropout, output_heads=output_heads)
 
 
 def check_init(init: str, model: str | None) -> None:

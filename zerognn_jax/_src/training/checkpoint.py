@@ -85,7 +85,7 @@ DATASET_ADDED_SINCE = ("dataset.graphs", "dataset.edges", "dataset.node_types")
 ADDED_SINCE = {"init": "flax", "link_relation": None, "link_split": None,
                "decoupled_weight_decay": False, "lr_schedule": "constant",
                "warmup_epochs": 0, "grad_clip": 0.0, "activation": "relu",
-               "attention_dropout": 0.0}
+               "attention_dropout": 0.0, "output_heads": 1}
 
 
 

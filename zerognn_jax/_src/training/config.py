@@ -59,7 +59,7 @@ GROUPS = {
     "data": ("dataset", "root", "scale", "normalize_features"),
     "model": ("model", "hidden", "layers", "dropout", "input_dropout", "norm", "heads",
               "dtype", "edge_features", "embedding_dim", "readout", "init", "activation",
-              "attention_dropout"),
+              "attention_dropout", "output_heads"),
     "sampler": ("fanouts", "relation_fanouts", "batch_size", "sampler", "replace", "dedup",
                 "flat_outer",
                 "envelope", "margin", "multiple", "balance_window"),
@@ -116,7 +116,8 @@ class TrainConfig:
     features together, the GAT paper's 8 heads of 8 are hidden 64, heads 8).
     `activation` follows each hidden layer of sage, gcn, gat and gine: "relu" or "elu"
     (the GAT paper's); `attention_dropout` drops gat's attention coefficients while
-    training (the GAT paper's 0.6).
+    training (the GAT paper's 0.6); `output_heads` are the heads of gat's output layer,
+    each computing every output and averaged (1 by default; the GAT paper's 8 on PubMed).
     `dtype` is the model's computation dtype and
     the feature table's on the device: "float32", or "bfloat16" (half the bytes; sums
     and gradients accumulate in float32). `edge_features` gives the model the sampled
@@ -246,6 +247,7 @@ class TrainConfig:
     init: str = "flax"
     activation: str = "relu"
     attention_dropout: float = 0.0
+    output_heads: int = 1
     # sampler and envelope
     fanouts: tuple[int, ...] = (15, 10, 5)
     relation_fanouts: dict[str, tuple[int, ...]] | None = None
@@ -376,6 +378,11 @@ class TrainConfig:
              f"attention_dropout must be in [0, 1), got {self.attention_dropout}"),
             (not self.attention_dropout or self.model == "gat",
              f"attention_dropout drops the attention coefficients of model 'gat'; model "
+             f"{self.model!r} has none"),
+            (self.output_heads >= 1,
+             f"output_heads must be at least 1, got {self.output_heads}"),
+            (self.output_heads == 1 or self.model == "gat",
+             f"output_heads are the attention heads of model 'gat''s output layer; model "
              f"{self.model!r} has none"),
             (self.activation == "relu" or (not batched and self.model in HIDDEN_ACTIVATED),
              f"activation {self.activation!r} applies to the models "

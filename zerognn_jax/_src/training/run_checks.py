@@ -132,7 +132,8 @@ def _built_in_model_options(task: str, typed: bool) -> tuple[str, ...]:
     if task == "graph":
         return ("dropout", "readout")
     return ("dropout", "input_dropout", "heads") if typed else (
-        "dropout", "input_dropout", "norm", "heads", "activation", "attention_dropout")
+        "dropout", "input_dropout", "norm", "heads", "activation", "attention_dropout",
+        "output_heads")
 
 
 def warn_unread_pieces(cfg: TrainConfig, model, optimizer, dataset, *,

@@ -84,12 +84,14 @@ def _unused_keys(program) -> tuple[str, ...]:
 
 
 def run_summary(cfg, dataset, program, state, env, cal, history, final, calibrate_seconds,
-                compile_seconds, start_epoch, notes, report) -> dict:
+                compile_seconds, start_epoch, notes, report, *, dataset_given: bool) -> dict:
     """The run's summary record. `epochs` and `median_epoch_seconds` cover every epoch
     trained, resumed runs included; `epochs_run` those trained by this process;
     `compile_seconds` and `calibrate_seconds` this process only (`start_epoch` > 0: it
     resumed from a checkpoint); `config` is every TrainConfig field of the run (lr,
-    hidden, layers, dropout, seed, ...); `fanouts`, `sampler` and `layout` appear where
+    hidden, layers, dropout, seed, ...), its `dataset` the name of the dataset given to
+    `train` where one was (as the checkpoint records it: `cfg.dataset` was not read);
+    `fanouts`, `sampler` and `layout` appear where
     they apply (`_unused_keys`); `notes` (`run_notes`) say what ran; `report`, with a
     calibration `cal`, is how its envelope compares with what it saw;
     `embedding_bytes`, with a node embedding (or a typed run's featureless types), what
@@ -113,6 +115,8 @@ def run_summary(cfg, dataset, program, state, env, cal, history, final, calibrat
                "peak_bytes_in_use": memory.device_peak_bytes(),
                "jax_version": jax.__version__, **final, **notes,
                "config": dataclasses.asdict(cfg)}
+    if dataset_given:  # (the summary had named the default "tiny" it never read)
+        summary["config"]["dataset"] = dataset.name
     for key in _unused_keys(program):
         del summary[key]
     if cal is not None:

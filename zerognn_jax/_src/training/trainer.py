@@ -254,7 +254,8 @@ def _model_for(cfg, task, dataset, model, dtype, edge_dim):
                           num_classes=task.output_dim(cfg, dataset), dropout=cfg.dropout,
                           input_dropout=cfg.input_dropout, norm=cfg.norm, heads=cfg.heads,
                           dtype=dtype, edge_dim=edge_dim, init=cfg.init,
-                          activation=cfg.activation, attention_dropout=cfg.attention_dropout)
+                          activation=cfg.activation, attention_dropout=cfg.attention_dropout,
+                          output_heads=cfg.output_heads)
     model = as_linen(model)
     _check_layer_count(model, cfg.layers)
     return model
@@ -657,7 +658,8 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
                           row_normalized=row_normalizes(cfg, dataset, program.task))
         summary = run_summary(cfg, dataset, program, state, env, cal, history, final,
                               calibrate_seconds, runner.compile_seconds, start_epoch, notes,
-                              _memory_report(cfg, dataset, program, env, cal))
+                              _memory_report(cfg, dataset, program, env, cal),
+                              dataset_given=user.dataset_given)
         log.write(summary)
     finally:
         bar.close()

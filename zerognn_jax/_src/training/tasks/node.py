@@ -192,8 +192,9 @@ def target_metrics(outputs, targets, kind: str) -> dict:
 def require_labels(dataset, named: str | None = None) -> None:
     """ValueError for a dataset (typed or not) that labels none of its target nodes and
     has no float targets: a graph for link prediction alone, which a node task would
-    train nothing on; or one of no nodes at all. `named`: how the run named it (a path;
-    None: its own name)."""
+    train nothing on; one of no nodes at all; or one of a single class, whose
+    cross-entropy is 0 whatever the model gives (it trained at a loss of 0). `named`: how
+    the run named it (a path; None: its own name)."""
     named = dataset.name if named is None else named
     if np.asarray(dataset.labels).size == 0:
         raise ValueError(f"dataset {named!r} has no nodes: a node task has nothing to "
@@ -204,6 +205,11 @@ def require_labels(dataset, named: str | None = None) -> None:
         raise ValueError(f"dataset {named!r} labels none of its {nodes}: a node task "
                          f"has nothing to train on (a graph built for link prediction alone "
                          f"trains with task 'link')")
+    if dataset.targets is None and dataset.num_classes < 2:
+        raise ValueError(f"dataset {named!r} has one class (num_classes "
+                         f"{dataset.num_classes}): a classifier over one class has a loss "
+                         f"of 0 whatever it outputs, so it would learn nothing; give the "
+                         f"labels of two classes or more (a yes/no target is num_classes 2)")
 
 
 def node_task(loss, dataset) -> NodeTask:
