@@ -851,7 +851,8 @@ def test_messages_spell_options_as_flags_only_where_they_name_them():
 
 
 def test_options_of_another_task_are_named_as_ignored():
-    cfg = small_config(epochs=1, negatives=5, decoder="mlp", readout="max", heads=2)
+    cfg = small_config(epochs=1, negatives=5, decoder="mlp", readout="max", heads=2,
+                       attention_dropout=0.5, output_heads=4)
     with pytest.warns(zg.IgnoredOptionWarning) as caught:
         train(cfg, random_dataset())
     said = [str(w.message) for w in caught]
@@ -863,6 +864,11 @@ def test_options_of_another_task_are_named_as_ignored():
     # a model without attention (sage, the model of a config naming none) has no heads
     assert "heads 2: attention heads of the models gat, rgat, ignored by model 'sage'" \
         in said
+    # gat's other options too: warned of, not refused, so one grid sweeps several models
+    assert "attention_dropout 0.5: dropout on the attention coefficients of model gat, " \
+           "ignored by model 'sage'" in said
+    assert "output_heads 4: attention heads of the output layer of model gat, ignored by " \
+           "model 'sage'" in said
     with pytest.warns(zg.IgnoredOptionWarning, match=r"^weight_decay 0.1, grad_clip 1.0: "
                                                       r"options of the built-in optimizer, "
                                                       r"ignored with one of yours$") as caught:

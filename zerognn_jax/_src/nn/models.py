@@ -491,7 +491,8 @@ def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
     dense layers of SAGE and the MLP start (INITS). `activation` (ACTIVATIONS) follows
     each hidden layer of the message-passing models; `attention_dropout` drops gat's
     attention coefficients while training; `output_heads` are gat's output layer's heads,
-    each computing every output, averaged."""
+    each computing every output, averaged (the other models, as with `heads`, read
+    neither)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     check_init(init, name)
@@ -500,9 +501,8 @@ def make_model(name: str, *, hidden: int, num_layers: int, num_classes: int,
     if name == "gat" and (heads < 1 or (num_layers > 1 and hidden % heads)):
         raise ValueError(f"GAT needs heads >= 1 dividing hidden (each head gets hidden / heads "
                          f"features); got hidden {hidden}, heads {heads}")
-    if output_heads < 1 or (output_heads > 1 and name != "gat"):
-        raise ValueError(f"output_heads are the attention heads of gat's output layer (at "
-                         f"least 1); got {output_heads} for model {name!r}")
+    if output_heads < 1:
+        raise ValueError(f"output_heads must be at least 1, got {output_heads}")
     if edge_dim is not None and name not in EDGE_MODELS:
         raise ValueError(f"model {name!r} reads no edge features (edge_dim {edge_dim}); "
                          f"those that do: {', '.join(EDGE_MODELS)}")

@@ -376,14 +376,8 @@ class TrainConfig:
              f"the run has {self.epochs} epochs: warm up for fewer epochs than it trains"),
             (0.0 <= self.attention_dropout < 1.0,
              f"attention_dropout must be in [0, 1), got {self.attention_dropout}"),
-            (not self.attention_dropout or self.model == "gat",
-             f"attention_dropout drops the attention coefficients of model 'gat'; model "
-             f"{self.model!r} has none"),
             (self.output_heads >= 1,
              f"output_heads must be at least 1, got {self.output_heads}"),
-            (self.output_heads == 1 or self.model == "gat",
-             f"output_heads are the attention heads of model 'gat''s output layer; model "
-             f"{self.model!r} has none"),
             (self.activation == "relu" or (not batched and self.model in HIDDEN_ACTIVATED),
              f"activation {self.activation!r} applies to the models "
              f"{', '.join(HIDDEN_ACTIVATED)}: " + (

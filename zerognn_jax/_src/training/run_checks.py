@@ -84,6 +84,15 @@ TASK_OPTIONS = {
 
 # the built-in models that read `heads`
 ATTENTION_MODELS = ("gat", "rgat")
+# Options only some built-in models read: (what each is, the models that read it). Set
+# for another built-in model they are warned of, not refused, so that one grid of
+# options can sweep several models.
+MODEL_ONLY_OPTIONS = {
+    "heads": (f"attention heads of the models {', '.join(ATTENTION_MODELS)}",
+              ATTENTION_MODELS),
+    "attention_dropout": ("dropout on the attention coefficients of model gat", ("gat",)),
+    "output_heads": ("attention heads of the output layer of model gat", ("gat",)),
+}
 
 
 class IgnoredOptionWarning(UserWarning):
@@ -138,16 +147,19 @@ def _built_in_model_options(task: str, typed: bool) -> tuple[str, ...]:
 
 def warn_unread_pieces(cfg: TrainConfig, model, optimizer, dataset, *,
                        asked_model: str | None = None) -> None:
-    """Warns (`IgnoredOptionWarning`, pointing at the caller of `train`) of `heads` set
-    for a built-in model without attention, of the built-in models' options set beside a
+    """Warns (`IgnoredOptionWarning`, pointing at the caller of `train`) of the options
+    of `MODEL_ONLY_OPTIONS` set for a built-in model that does not read them, of the
+    built-in models' options set beside a
     model of the user's (`asked_model`: the built-in model `cfg` named before the run
     filled it in, None if it named none), and of `weight_decay` set beside an optimizer
     of the user's, neither of which they reach."""
-    if model is None and cfg.task != "graph" and cfg.model not in ATTENTION_MODELS \
-            and cfg.heads != TrainConfig.heads:  # (a graph task warns of heads already)
-        warnings.warn(f"heads {cfg.heads!r}: attention heads of the models "
-                      f"{', '.join(ATTENTION_MODELS)}, ignored by model {cfg.model!r}",
-                      IgnoredOptionWarning, stacklevel=user_stacklevel())
+    for name, (what, readers) in MODEL_ONLY_OPTIONS.items():
+        if model is None and cfg.model not in readers \
+                and getattr(cfg, name) != getattr(TrainConfig, name) \
+                and not (name == "heads" and cfg.task == "graph"):  # (warned of already)
+            warnings.warn(f"{name} {getattr(cfg, name)!r}: {what}, ignored by model "
+                          f"{cfg.model!r}", IgnoredOptionWarning,
+                          stacklevel=user_stacklevel())
     unread = [f"{n} {getattr(cfg, n)!r}"
               for n in _built_in_model_options(cfg.task, is_typed(dataset))
               if getattr(cfg, n) != getattr(TrainConfig, n)]
