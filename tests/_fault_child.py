@@ -45,7 +45,7 @@ def _signal_in_compile(spec: str) -> None:
     sig, count = getattr(signal, name), int(more[0]) if more else 1
     held = more[1:] == ["held"]
     # The longest compilation of each phase: calibration's sampling scan, the first chunk.
-    program = {"calibration": "jit_sample_epoch_counts", "training": "jit_run"}[phase]
+    program = {"calibration": "jit__epoch_counts", "training": "jit_run"}[phase]
     compile_and_load = compiler.backend_compile_and_load
 
     def send():

@@ -17,7 +17,7 @@ from conftest import labelled_dataset
 import zerognn_jax as zg
 from zerognn_jax._src.data.hetero import as_hetero
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset
-from zerognn_jax._src.training import memory, trainer
+from zerognn_jax._src.training import memory, progress, trainer
 from zerognn_jax._src.training.memory import Resident
 from zerognn_jax._src.training.placement import choose_placement
 from zerognn_jax._src.training.tasks import typed_node
@@ -220,13 +220,34 @@ def test_an_evaluated_epoch_records_how_long_its_evaluation_took(homo, no_limit)
     assert "eval_seconds" not in quiet[0]
 
 
-def test_the_progress_bar_names_the_phases_that_show_no_steps(homo, capfd):
+def test_the_progress_bar_names_the_phases_that_show_no_steps(homo, capfd, monkeypatch):
     """The bar stood at 0 epochs through the first epoch's compilation, and showed the
     last loss through every evaluation (a typed run's exact pass, tens of seconds): it
-    says "compiling" and "evaluating" while they run (tqdm writes each state)."""
+    says "compiling" and "evaluating" while they run (tqdm writes each state; stderr
+    taken for a terminal)."""
+    monkeypatch.setattr(progress, "_is_terminal", lambda stream: True)
     zg.train(zg.TrainConfig(**{**QUICK, "epochs": 1, "eval_mode": "full",
                                "progress": True}), homo)
     err = capfd.readouterr().err
     assert "0/1 [" in err and err.index("compiling") < err.index("1/1 [")
     assert re.search(r"1/1 \[[^\]]*, loss=[0-9.]+, evaluating\]", err)
     assert re.search(r"1/1 \[[^\]]*, loss=[0-9.]+, val_acc=[0-9.]+\]\s*$", err)
+
+
+def test_progress_written_to_a_file_is_a_line_an_epoch(homo, capfd):
+    """Not on a terminal (a batch job's log), tqdm's bar was one line of carriage
+    returns, 4 states an epoch; there a run says what it does before its first epoch,
+    then each epoch once, with its final figures."""
+    zg.train(zg.TrainConfig(**{**QUICK, "epochs": 3, "eval_every": 2, "eval_mode": "full",
+                               "progress": True}), homo)
+    lines = capfd.readouterr().err.splitlines()
+    epochs = [line for line in lines if line.startswith("epochs: ")]
+    assert "\r" not in "".join(lines) and len(epochs) == 4, lines
+    assert re.fullmatch(r"epochs: 0/3 \[[0-9.]+ s\] compiling", epochs[0])
+    assert re.fullmatch(r"epochs: 1/3 \[[0-9.]+ s\] loss=[0-9.]+", epochs[1])
+    for line, n in ((epochs[2], 2), (epochs[3], 3)):  # evaluated: the second and the last
+        assert re.fullmatch(rf"epochs: {n}/3 \[[0-9.]+ s\] loss=[0-9.]+, "
+                            rf"val_acc=[0-9.e+-]+", line)
+    # a Jupyter kernel's stream says it is no terminal, and there tqdm draws its widget
+    kernel_stream = type("OutStream", (), {"__module__": "ipykernel.iostream"})()
+    assert progress._is_terminal(kernel_stream)

@@ -14,7 +14,6 @@ calibrated like every other level.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +21,7 @@ import numpy as np
 
 from zerognn_jax._src.data.checks import at_least_one, require_ids
 from zerognn_jax._src.data.graph import CSRGraph
+from zerognn_jax._src.ops.jitting import jit_per_object
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.sampling.envelope import (
     DEFAULT_POLICY,
@@ -36,15 +36,20 @@ from zerognn_jax._src.sampling.seeds import epoch_items
 from zerognn_jax._src.sampling.steps import ITEM_SEEDS, SeedSource, sample_step
 
 
-@functools.partial(jax.jit, static_argnames=("batch_size", "config", "envelope", "kernels",
-                                             "source"))
 def sample_epoch_counts(graph, perm, seed, epoch, *, batch_size, config, envelope, kernels,
                         source: SeedSource = ITEM_SEEDS):
     """Samples every step of one epoch in one scan; returns per-step statistics.
 
-    `source` (static) builds each step's level 0 from its items (module docstring).
+    `source` (static) builds each step's level 0 from its items (module docstring); the
+    scan is jitted per source, a run's task, and freed with it (`jit_per_object`).
     Returns (counts int32[steps, L + 1], edges int32[steps], overflow bool[steps]).
     """
+    return _epoch_counts(source, graph, perm, seed, epoch, batch_size=batch_size,
+                         config=config, envelope=envelope, kernels=kernels)
+
+
+@jit_per_object(static_argnames=("batch_size", "config", "envelope", "kernels"))
+def _epoch_counts(source, graph, perm, seed, epoch, *, batch_size, config, envelope, kernels):
     steps = perm.shape[0] // batch_size
 
     def body(_, step):

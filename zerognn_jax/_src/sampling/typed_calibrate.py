@@ -10,13 +10,13 @@ times the policy's margin, rounded and capped by the conservative bound.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from zerognn_jax._src.data.hetero import HeteroGraph, check_type_ids
+from zerognn_jax._src.ops.jitting import jit_per_object
 from zerognn_jax._src.ops.registry import XLA, Kernels
 from zerognn_jax._src.sampling.envelope import DEFAULT_POLICY, EnvelopePolicy
 from zerognn_jax._src.sampling.seeds import epoch_items
@@ -31,14 +31,22 @@ from zerognn_jax._src.sampling.typed_envelope import (
 from zerognn_jax._src.sampling.typed_minibatch import sample_typed_step
 
 
-@functools.partial(jax.jit, static_argnames=("batch_size", "config", "envelope", "kernels",
-                                             "level0"))
 def sample_typed_epoch_counts(graph, perm, seed, epoch, *, batch_size: int,
                               config: TypedSamplerConfig, envelope: TypedEnvelope,
                               kernels: Kernels, level0=None, key_step=None):
     """Samples every step of one epoch in one scan; returns per-step statistics:
     ({type: int32[steps, L + 1]} counts, int32[steps] edges, bool[steps] overflow).
-    `level0` and `key_step`: as `sample_typed_step` takes them."""
+    `level0` and `key_step`: as `sample_typed_step` takes them (the scan is jitted per
+    `level0`, a run's object, and freed with it: `jit_per_object`)."""
+    return _typed_epoch_counts(level0, graph, perm, seed, epoch, batch_size=batch_size,
+                               config=config, envelope=envelope, kernels=kernels,
+                               key_step=key_step)
+
+
+@jit_per_object(static_argnames=("batch_size", "config", "envelope", "kernels"))
+def _typed_epoch_counts(level0, graph, perm, seed, epoch, *, batch_size: int,
+                        config: TypedSamplerConfig, envelope: TypedEnvelope, kernels: Kernels,
+                        key_step):
     steps = perm.shape[0] // batch_size
 
     def body(_, step):

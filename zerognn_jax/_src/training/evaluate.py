@@ -37,6 +37,7 @@ from zerognn_jax._src.ops.host_rows import (
     uploaded,
     write_rows,
 )
+from zerognn_jax._src.ops.jitting import jit_per_object
 from zerognn_jax._src.ops.search import count_at_most
 from zerognn_jax._src.sampling.envelope import Envelope, conservative
 from zerognn_jax._src.sampling.seeds import (
@@ -166,7 +167,7 @@ def _chunk_rows(program: StepProgram, variables, h, graph, deg, r0, *, layer: in
                                method="layer")
 
 
-@functools.partial(jax.jit, static_argnames=("program", "layer", "plan", "length"))
+@jit_per_object(static_argnames=("layer", "plan", "length"))
 def _layer_rows(program: StepProgram, variables, h, graph, first, *, layer: int,
                 plan: ChunkPlan, length: int):
     """Layer `layer` of rows [first, first + length) (length >= plan.rows): [length, d_out],
@@ -191,7 +192,7 @@ def rows_in_chunks(chunk, rows: int, length: int) -> jax.Array:
     return jax.lax.fori_loop(0, -(-length // rows), body, out)
 
 
-@functools.partial(jax.jit, static_argnames=("program", "layer", "plan", "count"))
+@jit_per_object(static_argnames=("layer", "plan", "count"))
 def _layer_to_host(program: StepProgram, variables, h, graph, out: HostTable, j0, *,
                    layer: int, plan: ChunkPlan, count: int):
     """int32[]: rows stored by writing layer `layer` of chunks [j0, j0 + count) into the
@@ -377,7 +378,9 @@ def _layerwise_logits(program: StepProgram, variables, data: DeviceData, budget_
         lambda x: x if isinstance(x, jax.Array) else jax.device_put(x), variables)
     model = program.model
     h = source = model_inputs(program, variables, data.features)
-    widest = max(h.shape[1], getattr(model, "hidden", 0))
+    # (gat's averaged output heads gather each head's classes: wider than hidden, maybe)
+    widest = max(h.shape[1], getattr(model, "hidden", 0),
+                 getattr(model, "output_heads", 1) * getattr(model, "num_classes", 0))
     outs = _layer_outputs(program, variables, h, data) if offload else []
     nbytes = [o.size * o.dtype.itemsize for o in outs]
     # the first input takes device memory unless it is there already or read from the host
@@ -651,7 +654,7 @@ def _refuse_typed(program: StepProgram, name: str) -> None:
     raise TypeError(said + f"zg.predict(result, nodes) gives its {target!r} nodes' logits")
 
 
-@functools.partial(jax.jit, static_argnames=("program", "envelope"))
+@jit_per_object(static_argnames=("envelope",))
 def _sampled_pass(program, variables, data, padded, seed, *, envelope: Envelope):
     """The logits of each batch of `padded`. Plain jitted code outside any mesh:
     features are gathered unsplit (XLA's partitioner moves the rows of a row-sharded

@@ -140,7 +140,8 @@ def _built_in_model_options(task: str, typed: bool) -> tuple[str, ...]:
     (those no model of the task reads are `TASK_OPTIONS`' to name)."""
     if task == "graph":
         return ("dropout", "readout")
-    return ("dropout", "input_dropout", "heads") if typed else (
+    return ("dropout", "input_dropout", "heads", "attention_dropout", "output_heads") if typed \
+        else (
         "dropout", "input_dropout", "norm", "heads", "activation", "attention_dropout",
         "output_heads")
 

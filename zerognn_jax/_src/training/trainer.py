@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import numbers
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -21,7 +20,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from tqdm.auto import tqdm
 
 from zerognn_jax._src.data.announce import announced, stderr_log
 from zerognn_jax._src.data.dataset import Dataset
@@ -83,6 +81,7 @@ from zerognn_jax._src.training.program import (
     StepProgram,
     saved_envelope,
 )
+from zerognn_jax._src.training.progress import epoch_progress, phase
 from zerognn_jax._src.training.rebuild import rebuild_record
 from zerognn_jax._src.training.records import (
     MetricsLog,
@@ -596,8 +595,7 @@ def _train(cfg, dataset, data, program, ckpt, lead, user: _UserParts) -> TrainRe
         else:
             final = pending
     _say_resumed(cfg, lead, start_epoch, stopped)
-    bar = tqdm(total=cfg.epochs, initial=start_epoch, desc="epochs", unit="epoch",
-               disable=not (cfg.progress and lead), file=sys.stderr, dynamic_ncols=True)
+    bar = epoch_progress(cfg.epochs, start_epoch, cfg.progress and lead)
     try:
         for epoch in range(start_epoch, cfg.epochs):
             if stopped:  # a callback stopped the run at the epoch completed on resume
@@ -873,7 +871,7 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar, own):
             interrupts.check(f"step {done} of epoch {epoch}")
 
     if not runner.compile_seconds:  # the first epoch this process runs compiles first
-        _phase(bar, "compiling")
+        phase(bar, "compiling")
     res = runner.run_epoch(state, data, items, epoch, env, on_progress=between_chunks)
     wall = time.perf_counter() - t0
     compile_s = runner.compile_seconds - compile_before
@@ -935,7 +933,7 @@ def _evaluation_entries(evaluated: dict, seconds: float) -> dict:
 def _evaluate_epoch(cfg, program, state, data, dataset, record, bar) -> tuple[dict, dict]:
     """(the epoch's evaluation, what it added to its `record`): added in place
     (`_evaluation_entries`) and to the progress bar."""
-    _phase(bar, "evaluating")
+    phase(bar, "evaluating")
     evaluated, seconds = _timed_evaluation(cfg, program, state, data, dataset)
     added = _evaluation_entries(evaluated, seconds)
     record.update(strict(added))
@@ -943,13 +941,6 @@ def _evaluate_epoch(cfg, program, state, data, dataset, record, bar) -> tuple[di
                None)
     bar.set_postfix(loss=f"{record['loss']:.4f}", **dict([val] if val else []))
     return evaluated, added
-
-
-def _phase(bar, what: str) -> None:
-    """Shows `what` the run is doing (compiling, evaluating) after the progress bar's
-    figures until the next ones replace it: phases that take long show no steps."""
-    shown = getattr(bar, "postfix", None) or ""  # (a disabled bar has none)
-    bar.set_postfix_str(f"{shown}, {what}" if shown else what)
 
 
 def _checked(state) -> dict:

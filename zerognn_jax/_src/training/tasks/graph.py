@@ -30,6 +30,7 @@ from zerognn_jax._src.data.graph_datasets import load_graphs
 from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.data.loaders import require_graphs
 from zerognn_jax._src.nn.graph_models import OnGraphs, make_graph_model
+from zerognn_jax._src.ops.jitting import jit_per_object
 from zerognn_jax._src.sampling.calibrate import Calibration
 from zerognn_jax._src.sampling.envelope import (
     Envelope,
@@ -495,7 +496,7 @@ def graph_outputs(program: StepProgram, variables, data: DeviceData, ids,
     return np.asarray(out, np.float32).reshape(padded.shape[0], -1)[:ids.size]
 
 
-@functools.partial(jax.jit, static_argnames=("program", "caps", "batch_size"))
+@jit_per_object(static_argnames=("caps", "batch_size"))
 def _eval_pass(program: StepProgram, variables, data: DeviceData, padded, *, caps,
                batch_size: int):
     """float[steps, B, out]: one scan over the consecutive batches of `padded`."""

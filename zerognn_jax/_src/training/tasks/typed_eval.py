@@ -37,6 +37,7 @@ from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.nn.hetero import TypedLayer, join_inputs, whole_graph_layer
 from zerognn_jax._src.nn.views import EdgeView
 from zerognn_jax._src.ops.host_rows import host_table, is_host_resident, uploaded
+from zerognn_jax._src.ops.jitting import jit_per_object
 from zerognn_jax._src.sampling.envelope import EnvelopePolicy
 from zerognn_jax._src.sampling.seeds import EVAL_EPOCH, EVAL_STEP, padded_parts, step_calls
 from zerognn_jax._src.sampling.typed_calibrate import sample_typed_epoch_counts
@@ -151,7 +152,7 @@ def _table_fits(host, free: int | None) -> bool:
     return free is None or host.nbytes <= free
 
 
-@functools.partial(jax.jit, static_argnames=("program", "i"))
+@jit_per_object(static_argnames=("i",))
 def _exact_layer(program, variables, h, graph, *, i: int):
     layer = exact_layer(program.task, graph, i)
     return program.model.apply(variables, i, h, layer, train=False, method="layer")
@@ -265,8 +266,7 @@ def _host_layer_in_chunks(task, program, variables, data, table, budget: int) ->
     return out
 
 
-@functools.partial(jax.jit, static_argnames=("program", "node_type", "relations", "rows",
-                                             "caps", "length", "inputs"))
+@jit_per_object(static_argnames=("node_type", "relations", "rows", "caps", "length", "inputs"))
 def _host_chunked_rows(program, variables, features, table, graph, *, node_type: str,
                        relations: tuple, rows: int, caps: tuple, length: int, inputs):
     """[length, d_out]: layer 0 of every `node_type` row, `rows` at a time (as
@@ -343,8 +343,7 @@ def _chunk_plan(graph, node_type: str, relations: tuple, width: int, budget: int
     return {"rows": rows, "caps": caps, "length": count}
 
 
-@functools.partial(jax.jit, static_argnames=("program", "i", "node_type", "relations",
-                                             "rows", "caps", "length"))
+@jit_per_object(static_argnames=("i", "node_type", "relations", "rows", "caps", "length"))
 def _chunked_rows(program, variables, h, graph, *, i: int, node_type: str, relations: tuple,
                   rows: int, caps: tuple, length: int) -> jax.Array:
     """[length, d_out]: layer i of every `node_type` row, `rows` at a time (the last
@@ -436,7 +435,7 @@ def sampled_parts(task, program, variables, data, parts, *, batch_size: int,
                            max(ids.size for ids in parts), rounded=bucketed)
 
 
-@functools.partial(jax.jit, static_argnames=("program", "task", "envelope"))
+@jit_per_object(static_argnames=("task", "envelope"))
 def _sampled_pass(program, variables, data, padded, seed, *, task, envelope):
     """The model's outputs for each batch of `padded`, sampled as `task` samples (the
     program's task, or a typed link task's view from one end: `for_seeds`)."""
