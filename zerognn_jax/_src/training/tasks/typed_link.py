@@ -314,8 +314,11 @@ class TypedLinkTask(TypedNodeTask):
 
     def level0_source(self, batch_size: int, kernels: Kernels) -> tuple:
         """(level 0's capacities, the static callable making level 0 from a step's
-        pairs): the `seeds` calibration takes (`calibrate_typed`)."""
-        return self.seed_capacities(batch_size), _Level0(self, kernels)
+        pairs): the `seeds` calibration takes (`calibrate_typed`). The callable is one
+        object per task and kernels, kept on the task: calibration's scan is jitted per
+        callable (`jit_per_object`), so every call reuses its compilation."""
+        made = self.__dict__.setdefault("_level0", {})  # (frozen: set in place)
+        return self.seed_capacities(batch_size), made.setdefault(kernels, _Level0(self, kernels))
 
     def choose_envelope(self, program, data, dataset, cfg):
         """The typed envelope, calibrated on the steps' real level 0 (`_Level0`)."""
