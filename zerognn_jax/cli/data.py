@@ -219,7 +219,7 @@ def _generate(args: argparse.Namespace) -> int:
     if args.feature_dtype is not None and not streamed and args.preset != "igbh-like":
         raise ValueError(_feature_dtype_refusal(args))
     log = stderr_log(True)  # the stats go to stdout; what it is doing to stderr
-    _check_out(args.out, log)  # before generating: a foreign --out is refused only after
+    _check_out(args.out, log)  # before generating, not after it
     what = preset_label(args.preset, args.scale, args.seed)
 
     def announced_write(write):

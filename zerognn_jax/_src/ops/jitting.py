@@ -4,9 +4,9 @@ released with it.
 JAX's caches key a jitted function's traces and compiled programs by the function and
 its static arguments, and hold those arguments while the function lives. A module's
 function lives as long as the process, so a module-level jit given a run's program (or
-task) as a static argument kept every run's program, traces and compiled passes: a
-sweep of `zg.train` calls in one process grew by about 15 MB a call on Cora (CPU,
-2026-12-07). `jit_per_object` jits such a function once per object instead and keeps
+task) as a static argument kept every run's program, traces and compiled passes (four
+quick-start runs in one process: docs/api.md, "Compiled programs kept between runs").
+`jit_per_object` jits such a function once per object instead and keeps
 the jitted function on that object, so that all of it goes when the run's objects are
 garbage-collected (object and jitted function refer to each other: Python's cycle
 collector frees them, not the last reference's going).

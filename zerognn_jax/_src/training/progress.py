@@ -48,7 +48,7 @@ class EpochLines:
 
     def __init__(self, total: int, initial: int, stream):
         self.total, self.n, self.stream = total, initial, stream
-        self.postfix, self._pending, self._said = "", False, False
+        self.postfix, self._pending = "", False
         self._start = time.perf_counter()
 
     def update(self, n: int = 1) -> None:
@@ -64,7 +64,7 @@ class EpochLines:
 
     def set_postfix_str(self, text: str) -> None:
         self.postfix = text
-        if not self._said and not self._pending:  # a phase before the first epoch
+        if not self._pending:  # a phase before the first epoch (one is pending after)
             self._line(text)
 
     def close(self) -> None:
@@ -79,4 +79,3 @@ class EpochLines:
         seconds = time.perf_counter() - self._start
         print(f"epochs: {self.n}/{self.total} [{seconds:.1f} s] {text}".rstrip(),
               file=self.stream, flush=True)
-        self._said = self._said or self._pending

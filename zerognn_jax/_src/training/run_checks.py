@@ -140,10 +140,10 @@ def _built_in_model_options(task: str, typed: bool) -> tuple[str, ...]:
     (those no model of the task reads are `TASK_OPTIONS`' to name)."""
     if task == "graph":
         return ("dropout", "readout")
-    return ("dropout", "input_dropout", "heads", "attention_dropout", "output_heads") if typed \
-        else (
-        "dropout", "input_dropout", "norm", "heads", "activation", "attention_dropout",
-        "output_heads")
+    if typed:
+        return ("dropout", "input_dropout", "heads", "attention_dropout", "output_heads")
+    return ("dropout", "input_dropout", "norm", "heads", "activation", "attention_dropout",
+            "output_heads")
 
 
 def warn_unread_pieces(cfg: TrainConfig, model, optimizer, dataset, *,
