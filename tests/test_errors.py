@@ -642,14 +642,19 @@ def test_edgeless_graph_trains(changes):
     assert result.summary["test_acc"] > 0.5  # three classes: chance is about 1/3
 
 
-def test_featureless_nodes_need_an_embedding():
+def test_featureless_nodes_need_an_embedding(tmp_path):
     """A feature table of no columns trains only with a learnable embedding; without
-    one the run is refused before any work, naming the dataset and the option."""
+    one the run is refused before any work, naming the dataset (and the file it was
+    read from) and the option."""
     ds = random_dataset()
     bare = dataclasses.replace(ds, features=np.zeros((200, 0), np.float32))
     with pytest.raises(ValueError, match=r"^dataset 'r' has no feature columns \(features "
                                          r"\[200, 0\]\) .+ set embedding_dim "):
         train(small_config(epochs=1), bare)
+    path = zg.save_npz(bare, tmp_path / "bare.npz")
+    with pytest.raises(ValueError, match=rf"^dataset 'r' \(read from {re.escape(str(path))}\) "
+                                         r"has no feature columns "):
+        train(small_config(epochs=1, dataset=str(path)))
     losses = [h["loss"] for h in train(small_config(epochs=1, embedding_dim=4), bare).history]
     assert np.isfinite(losses).all()
 

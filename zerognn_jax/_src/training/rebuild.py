@@ -39,12 +39,12 @@ def rebuild_record(cfg: TrainConfig, dataset, given: bool) -> dict:
             config[name] = os.path.abspath(getattr(cfg, name))
     if given:  # recorded for the message that asks for it: its name, not cfg.dataset's
         config["dataset"] = dataset.name
-    elif _read_from_path(cfg):  # a dataset file or folder, found then from any folder
+    elif read_from_path(cfg):  # a dataset file or folder, found then from any folder
         config["dataset"] = os.path.abspath(cfg.dataset)
     return {"config": config, "dataset_given": bool(given)}
 
 
-def _read_from_path(cfg: TrainConfig) -> bool:
+def read_from_path(cfg: TrainConfig) -> bool:
     """Whether the run's loader reads `cfg.dataset` as a file or folder (see NAMES)."""
     name = cfg.dataset
     if not isinstance(name, str | os.PathLike) or not os.path.exists(name):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import numbers
+import os
 import time
 import warnings
 from pathlib import Path
@@ -82,7 +83,7 @@ from zerognn_jax._src.training.program import (
     saved_envelope,
 )
 from zerognn_jax._src.training.progress import epoch_progress, phase
-from zerognn_jax._src.training.rebuild import rebuild_record
+from zerognn_jax._src.training.rebuild import read_from_path, rebuild_record
 from zerognn_jax._src.training.records import (
     MetricsLog,
     TensorBoardLog,
@@ -169,6 +170,7 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     data and program.
     """
     kernels = Kernels.parse(cfg.kernels)
+    given = dataset is not None
     typed = is_typed(cfg.dataset if dataset is None else dataset)
     check_model_choice(cfg, dataset, model, typed)
     task, dataset = task_class(cfg.task, typed=typed).build(cfg, dataset, loss=loss,
@@ -195,7 +197,9 @@ def prepare(cfg: TrainConfig, dataset: Dataset | None = None, *, model=None, opt
     source = without_self_loops(dataset.graph) if own_term else dataset.graph
     feats = dataset.features
     if feats.shape[1] == 0 and not cfg.embedding_dim and model is None:
-        raise ValueError(f"dataset {dataset.name!r} has no feature columns (features "
+        read = (f" (read from {os.path.abspath(cfg.dataset)})"
+                if not given and read_from_path(cfg) else "")
+        raise ValueError(f"dataset {dataset.name!r}{read} has no feature columns (features "
                          f"{list(feats.shape)}) and the run learns no node embedding: set "
                          f"embedding_dim (--embedding-dim) or give the nodes features")
     if row_normalizes(cfg, dataset, task):
