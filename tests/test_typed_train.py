@@ -70,9 +70,13 @@ def _venue_columns(mag) -> np.ndarray:
 
 def test_multilabel_targets_of_the_target_type_learn(mag):
     """Float targets on a typed graph train through the node task's loss (binary
-    cross-entropy) and report its metrics: 4 outputs, ROC-AUC well above chance."""
-    ds = mag.with_targets(_venue_columns(mag), "multilabel")
+    cross-entropy) and report its metrics: 4 outputs, ROC-AUC well above chance. A
+    third of the entries are missing (NaN), left out of the loss and the metrics."""
+    columns = _venue_columns(mag)
+    columns[np.random.default_rng(0).random(columns.shape) < 0.3] = np.nan
+    ds = mag.with_targets(columns, "multilabel")
     result = zg.train(zg.TrainConfig(**BASE, epochs=3), ds)
+    assert result.program.task.weight is not None  # (rows weighed by their given entries)
     losses = [h["loss"] for h in result.history]
     assert losses[-1] < 0.8 * losses[0]
     assert result.program.model.model.num_classes == ds.output_dim == 4

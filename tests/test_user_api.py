@@ -246,6 +246,58 @@ def test_multilabel_targets_train_and_evaluate():
     assert res.history[-1]["loss"] < res.history[0]["loss"]
 
 
+def test_missing_targets_are_left_out_of_the_loss_and_the_metrics():
+    """NaN marks a missing entry of float node targets: the run's loss is the mean over
+    the given entries (rows weighed by their count, padding by 0), whose outputs alone
+    get a gradient; the metrics skip it; a dataset without NaN keeps the plain loss."""
+    from zerognn_jax._src.training.tasks import losses
+    from zerognn_jax._src.training.tasks.node import node_task, split_metrics
+
+    ds = multilabel_dataset()
+    plain = node_task(None, ds)  # as before: no weight
+    assert plain.loss is losses.sigmoid_cross_entropy and plain.weight is None
+    rng = np.random.default_rng(1)
+    targets = ds.targets.copy()
+    targets[rng.random(targets.shape) < 0.4] = np.nan
+    targets[0] = np.nan  # a node of no given entry weighs nothing
+    holed = ds.with_targets(targets, "multilabel")
+    task = node_task(None, holed)
+    assert task.weight is losses.row_weights and task.loss is losses.masked_sigmoid
+    items = jnp.array([0, 1, 2, 3])
+    batch = task.batch(types.SimpleNamespace(targets=jnp.asarray(targets)), items,
+                       jnp.array([True, True, True, False]), None, None)
+    known = ~np.isnan(targets[:4])
+    np.testing.assert_array_equal(batch.weight, [0, known[1].sum(), known[2].sum(), 0])
+    # the split's loss: binary cross-entropy averaged over every given entry
+    ids = np.arange(40)
+    out = rng.standard_normal((40, 4)).astype(np.float32)
+    t, given = targets[ids], ~np.isnan(targets[ids])
+    ce = np.maximum(out, 0) - out * np.nan_to_num(t) + np.log1p(np.exp(-np.abs(out)))
+    got = split_metrics(out, holed, ids, task)
+    np.testing.assert_allclose(got["loss"], ce[given].mean(), rtol=1e-5)
+    right = (out > 0) == (t > 0.5)
+    np.testing.assert_allclose(got["acc"], right[given].mean(), rtol=1e-6)
+    # a missing entry's output gets no gradient
+    grad = jax.grad(lambda o: jnp.sum(losses.masked_sigmoid(o, jnp.asarray(t))))(out)
+    assert np.all(grad[~given] == 0) and np.all(grad[given] != 0)
+    res = zg.train(config(epochs=8, eval_mode="full", lr=1e-2, dropout=0.0), holed)
+    s = res.summary
+    assert np.isfinite([h["loss"] for h in res.history]).all()
+    assert res.history[-1]["loss"] < res.history[0]["loss"]
+    assert s["val_f1"] > 0.7 and s["val_rocauc"] > 0.8, s
+
+
+def test_missing_targets_survive_storage(tmp_path):
+    """A dataset's NaN target entries are kept by .npz files and dataset folders."""
+    ds = multilabel_dataset()
+    targets = ds.targets.copy()
+    targets[::3, 1] = np.nan
+    holed = ds.with_targets(targets, "multilabel")
+    for back in (zg.load_npz(zg.save_npz(holed, tmp_path / "d.npz")),
+                 zg.load_dir(zg.save_dir(holed, tmp_path / "d"))):
+        np.testing.assert_array_equal(back.targets, targets)  # (NaN where NaN)
+
+
 def test_float_targets_with_an_empty_split_evaluate_to_null():
     """An empty validation split crashed the first evaluation of float targets (a reshape
     of 0 rows); class labels gave null already. Outputs of another width than the
@@ -330,7 +382,11 @@ def test_regression_targets_train_and_evaluate():
 
 @pytest.mark.parametrize(("targets", "kind", "message"), [
     (np.full((N, 2), 0.5), "multilabel", "must be 0 or 1"),
-    (np.full((N, 2), np.nan), "regression", "NaN or inf"),
+    (np.full((N, 2), np.inf), "regression", r"targets contain inf \(600 entries; first at row "
+                                             r"0, column 0\); mark a missing entry with NaN"),
+    (np.full((N, 2), np.nan), "regression", r"every entry of targets\[train_idx\] is missing"),
+    (np.where(np.eye(N, 2) > 0, 2.0, np.nan), "multilabel",
+     r"must be 0 or 1 \(NaN: missing\), found 2.0 at row 0, column 0"),
     (np.full(N, 1e300), "regression", r"targets overflow float32: 1e\+300 at row 0"),
     (np.zeros((N - 1, 2)), "regression", r"shape \(300, T\)"),
     (np.zeros((N, 2)), "classes", "multilabel or regression"),

@@ -25,7 +25,8 @@ import optax
 
 import zerognn_jax as zg
 from zerognn_jax._src.data.graph_datasets import PRESETS
-from zerognn_jax._src.training.tasks.graph_metrics import graph_metrics, masked_sigmoid
+from zerognn_jax._src.training.tasks.graph_metrics import graph_metrics
+from zerognn_jax._src.training.tasks.losses import masked_sigmoid
 
 
 def pad_batch(c, ids, n_cap, e_cap):

@@ -46,9 +46,10 @@ class Dataset:
       train_idx, val_idx, test_idx: int32[*], disjoint node ids; train is non-empty.
         (Labels and ids given in another integer dtype are narrowed to int32.)
       num_classes: number of classes.
-      targets: None (the targets are `labels`), or float32[N, T], finite: T binary labels
-        per node in {0, 1} ("multilabel") or T real values ("regression"). With targets,
-        `labels` are not trained on and may be -1 everywhere.
+      targets: None (the targets are `labels`), or float32[N, T]: T binary labels per
+        node in {0, 1} ("multilabel") or T real values ("regression"), NaN where an
+        entry is missing (left out of the loss and the metrics; infinities are refused).
+        With targets, `labels` are not trained on and may be -1 everywhere.
       target_kind: "classes" (targets None), "multilabel" or "regression".
     """
 
@@ -223,6 +224,7 @@ def validate_dataset(ds: Dataset) -> None:
     check_labels(labels, ds.num_classes)
     check_splits({"train": ds.train_idx, "val": ds.val_idx, "test": ds.test_idx}, n,
                  labels if ds.targets is None else None)
+    check_train_targets(ds.targets, ds.train_idx)
 
 
 def one_per_node(what: str, count: int, unit: str, n: int) -> None:
@@ -269,8 +271,8 @@ def check_splits(splits: dict, n: int, labels: np.ndarray | None) -> None:
 def check_targets(t: np.ndarray | None, kind: str, n: int) -> None:
     """Raises ValueError naming the first problem of float targets `t` of `kind` for n
     nodes: an unknown kind, targets missing for a float kind or given for "classes",
-    not float32[n, T] (T >= 1), NaN or infinite entries, multi-label values other than
-    0 and 1."""
+    not float32[n, T] (T >= 1), infinite entries, multi-label values other than 0 and 1
+    (NaN marks a missing entry), no entry at all given."""
     if kind not in TARGET_KINDS:
         raise ValueError(f"target_kind must be one of {', '.join(TARGET_KINDS)}, "
                          f"got {kind!r}")
@@ -285,15 +287,26 @@ def check_targets(t: np.ndarray | None, kind: str, n: int) -> None:
                          f"{getattr(t, 'shape', type(t).__name__)}")
     if t.dtype != np.float32:
         raise ValueError(f"targets must be float32, got {t.dtype}")
-    bad = ~np.isfinite(t)
+    bad = np.isinf(t)
     if bad.any():
         row, col = (int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"targets contain NaN or inf ({int(bad.sum())} entries; first at "
-                         f"row {row}, column {col}); give every node a finite target")
-    if kind == "multilabel" and np.any((t != 0) & (t != 1)):
-        row, col = (int(i) for i in np.argwhere((t != 0) & (t != 1))[0])
-        raise ValueError(f"multilabel targets must be 0 or 1, found {float(t[row, col])} at "
-                         f"row {row}, column {col}")
+        raise ValueError(f"targets contain inf ({int(bad.sum())} entries; first at row "
+                         f"{row}, column {col}); mark a missing entry with NaN")
+    wrong = (t != 0) & (t != 1) & ~np.isnan(t)
+    if kind == "multilabel" and np.any(wrong):
+        row, col = (int(i) for i in np.argwhere(wrong)[0])
+        raise ValueError(f"multilabel targets must be 0 or 1 (NaN: missing), found "
+                         f"{float(t[row, col])} at row {row}, column {col}")
+
+
+def check_train_targets(targets: np.ndarray | None, train_idx: np.ndarray) -> None:
+    """ValueError when float `targets` give no entry (all NaN, missing) for the nodes of
+    a non-empty `train_idx`: a run would train on nothing."""
+    if targets is None or not len(train_idx):
+        return
+    if np.isnan(targets[train_idx]).all():
+        raise ValueError(f"every entry of targets[train_idx] is missing (NaN): the "
+                         f"{len(train_idx)} training nodes give nothing to train on")
 
 
 def float_targets(targets) -> np.ndarray:
@@ -302,8 +315,14 @@ def float_targets(targets) -> np.ndarray:
     t = np.asarray(targets)
     if not (np.issubdtype(t.dtype, np.number) or t.dtype == np.bool_):
         raise ValueError(f"targets must be numeric, got {t.dtype}")
-    # a value past float32's range is named as such (the cast would make it inf)
-    return narrow_to_float32("targets", t[:, None] if t.ndim == 1 else t)
+    t = t[:, None] if t.ndim == 1 else t
+    if t.ndim == 2 and np.issubdtype(t.dtype, np.floating) and t.dtype.itemsize > 4:
+        # a finite value past float32's range is named as such (the cast would make it
+        # inf); NaN (a missing entry) and inf are `check_targets`'s
+        check_finite_rows("targets", np.where(np.isfinite(t), t, 0.0))
+        with np.errstate(over="ignore"):
+            return np.ascontiguousarray(t, dtype=np.float32)
+    return narrow_to_float32("targets", t)
 
 
 

@@ -30,6 +30,7 @@ from zerognn_jax._src.data.dataset import (
     check_num_classes,
     check_splits,
     check_targets,
+    check_train_targets,
     float_targets,
     labelled_count,
     split_sizes,
@@ -63,9 +64,10 @@ class HeteroDataset:
       num_classes: number of classes.
       node_info: {type: {column: [N_type] numeric}}, per-node data that is no model
         input (ogbn-mag: {"paper": {"year": int32[N]}}).
-      targets: None (the targets are `labels`), or float32[N_target, T], finite: T
-        binary labels per node in {0, 1} ("multilabel") or T real values ("regression");
-        `labels` are then not trained on and may be -1 everywhere.
+      targets: None (the targets are `labels`), or float32[N_target, T]: T binary
+        labels per node in {0, 1} ("multilabel") or T real values ("regression"), NaN
+        where an entry is missing; `labels` are then not trained on and may be -1
+        everywhere.
       target_kind: "classes" (targets None), "multilabel" or "regression".
     """
 
@@ -180,6 +182,7 @@ def validate_hetero_dataset(ds: HeteroDataset) -> None:
     check_targets(ds.targets, ds.target_kind, n)
     check_splits({s: getattr(ds, f"{s}_idx") for s in SPLITS}, n,
                  labels if ds.targets is None else None)
+    check_train_targets(ds.targets, ds.train_idx)
     for t, cols in ds.node_info.items():
         for col, values in cols.items():
             if t not in counts or np.shape(values) != (counts[t],):

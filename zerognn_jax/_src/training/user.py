@@ -16,8 +16,7 @@ import numpy as np
 
 from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.training.row_adam import row_adam_init
-from zerognn_jax._src.training.tasks.losses import LOSSES
-from zerognn_jax._src.training.tasks.node import DEFAULT_LOSS, NodeTask, fn_name
+from zerognn_jax._src.training.tasks.node import DEFAULT_LOSS, NodeTask, fn_name, has_missing
 
 
 def check_optimizer(optimizer) -> None:
@@ -36,7 +35,9 @@ def user_identity(model, optimizer, task: NodeTask | None, dataset) -> dict:
     if optimizer is not None:
         extra["optimizer"] = "custom"
     if task is not None:  # a kind of target without a node loss (graph tasks): any loss
-        default = LOSSES.get(DEFAULT_LOSS.get(getattr(dataset, "target_kind", "classes")))
+        kind = getattr(dataset, "target_kind", "classes")
+        default = (NodeTask.named(DEFAULT_LOSS[kind], missing=has_missing(dataset)).loss
+                   if kind in DEFAULT_LOSS else None)
         if getattr(task, "loss", default) is not default:
             extra["loss"] = fn_name(task.loss)
     return extra

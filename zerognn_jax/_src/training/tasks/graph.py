@@ -70,8 +70,8 @@ from zerognn_jax._src.training.tasks.graph_metrics import (
     METRICS,
     SCORES,
     graph_metrics,
-    row_weights,
 )
+from zerognn_jax._src.training.tasks.losses import row_weights
 
 SPLITS = ("train", "val", "test")
 # Capacities of graph batches round to at most this many slots: the sampled levels'
@@ -116,7 +116,7 @@ class GraphTask(ItemsAreLevel0):
 
     Attributes:
       loss: (outputs[rows, ...], targets[rows, ...]) -> float32[rows]; rows are graph
-        slots, weighted by their labelled entries (`graph_metrics.row_weights`).
+        slots, weighted by their labelled entries (`losses.row_weights`).
       score: the same shape of per-row score in [0, 1] (None for regression).
       kind: the collection's target kind ("binary", "classes", "regression").
       window: batches per size-balanced window (0 or 1: plain shuffled batches;

@@ -1,56 +1,21 @@
-"""Graph-level losses (per graph row, missing labels masked) and evaluation metrics:
+"""Graph-level losses (per graph row, missing labels masked: losses.py) and evaluation metrics:
 ROC-AUC and AP averaged over the tasks (OGB's molhiv and molpcba evaluators: a task
 counts when its labelled graphs hold both classes), accuracy, mean absolute error; NaN
 when an output is."""
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 
 from zerognn_jax._src.training.tasks.link_metrics import scored_ap, scored_auc
-from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
-
-
-def _labelled(targets):
-    """(bool mask of labelled entries, targets with missing entries as 0)."""
-    known = ~jnp.isnan(targets)
-    return known, jnp.where(known, targets, 0.0)
-
-
-def _row_mean(values, known) -> jax.Array:
-    values = jnp.where(known, values, 0.0).reshape(values.shape[0], -1)
-    count = known.reshape(known.shape[0], -1).sum(-1)
-    return values.sum(-1) / jnp.maximum(count, 1)
-
-
-def masked_sigmoid(logits, targets) -> jax.Array:
-    """float32[rows]: binary cross-entropy with logits over a row's labelled entries
-    (NaN targets are missing labels and count nothing)."""
-    known, t = _labelled(targets)
-    ce = optax.sigmoid_binary_cross_entropy(logits.astype(jnp.float32), t)
-    return _row_mean(ce, known)
-
-
-def masked_label_accuracy(logits, targets) -> jax.Array:
-    """float32[rows]: the fraction of a row's labelled entries the logit's sign gets right."""
-    known, t = _labelled(targets)
-    return _row_mean(((logits > 0) == (t > 0.5)).astype(jnp.float32), known)
-
-
-def masked_abs_error(outputs, targets) -> jax.Array:
-    """float32[rows]: absolute error over a row's labelled entries (regression)."""
-    known, t = _labelled(targets)
-    return _row_mean(jnp.abs(outputs.astype(jnp.float32) - t), known)
-
-
-def masked_squared_error(outputs, targets) -> jax.Array:
-    """float32[rows]: squared error over a row's labelled entries (regression)."""
-    known, t = _labelled(targets)
-    return _row_mean(jnp.square(outputs.astype(jnp.float32) - t), known)
-
+from zerognn_jax._src.training.tasks.losses import (
+    class_accuracy,
+    masked_abs_error,
+    masked_label_accuracy,
+    masked_sigmoid,
+    masked_squared_error,
+    softmax_cross_entropy,
+)
 
 # Per kind of graph target (GraphCollection.target_kind): the built-in losses, the
 # default, the per-row score reported during training, and the evaluation metrics.
@@ -59,16 +24,6 @@ LOSSES = {"sigmoid": masked_sigmoid, "cross_entropy": softmax_cross_entropy,
 DEFAULT_LOSS = {"binary": "sigmoid", "classes": "cross_entropy", "regression": "mae"}
 SCORES = {"binary": masked_label_accuracy, "classes": class_accuracy, "regression": None}
 METRICS = {"binary": ("rocauc", "ap"), "classes": ("acc",), "regression": ("mae",)}
-
-
-def row_weights(targets, valid) -> jax.Array:
-    """float32[rows]: a row's labelled entries (0 for padding rows), so that the engine's
-    weighted mean of per-row means is the mean over every labelled entry of the batch
-    (OGB's loss); 1 per real row for class targets."""
-    if jnp.issubdtype(targets.dtype, jnp.integer):
-        return valid.astype(jnp.float32)
-    known = ~jnp.isnan(targets).reshape(targets.shape[0], -1)
-    return jnp.where(valid, known.sum(-1), 0).astype(jnp.float32)
 
 
 def _per_task(outputs, targets, metric) -> float:

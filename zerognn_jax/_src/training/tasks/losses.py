@@ -1,5 +1,7 @@
 """Per-row losses and scores of the built-in tasks: functions of (outputs, targets)
-giving float32[rows], which the step averages over the real rows (`masked_mean`)."""
+giving float32[rows], which the step averages over the real rows (`masked_mean`). The
+`masked_` ones read NaN targets as missing entries (graph targets, and node targets
+that have some), whose rows the step weights by their given entries (`row_weights`)."""
 
 from __future__ import annotations
 
@@ -37,6 +39,54 @@ def label_accuracy(logits, targets) -> jax.Array:
     right (multi-label)."""
     hit = ((logits > 0) == (targets > 0.5)).astype(jnp.float32)
     return hit.reshape(hit.shape[0], -1).mean(-1)
+
+
+def _labelled(targets):
+    """(bool mask of labelled entries, targets with missing entries as 0)."""
+    known = ~jnp.isnan(targets)
+    return known, jnp.where(known, targets, 0.0)
+
+
+def _row_mean(values, known) -> jax.Array:
+    values = jnp.where(known, values, 0.0).reshape(values.shape[0], -1)
+    count = known.reshape(known.shape[0], -1).sum(-1)
+    return values.sum(-1) / jnp.maximum(count, 1)
+
+
+def masked_sigmoid(logits, targets) -> jax.Array:
+    """float32[rows]: binary cross-entropy with logits over a row's labelled entries
+    (NaN targets are missing labels and count nothing)."""
+    known, t = _labelled(targets)
+    ce = optax.sigmoid_binary_cross_entropy(logits.astype(jnp.float32), t)
+    return _row_mean(ce, known)
+
+
+def masked_label_accuracy(logits, targets) -> jax.Array:
+    """float32[rows]: the fraction of a row's labelled entries the logit's sign gets right."""
+    known, t = _labelled(targets)
+    return _row_mean(((logits > 0) == (t > 0.5)).astype(jnp.float32), known)
+
+
+def masked_abs_error(outputs, targets) -> jax.Array:
+    """float32[rows]: absolute error over a row's labelled entries (regression)."""
+    known, t = _labelled(targets)
+    return _row_mean(jnp.abs(outputs.astype(jnp.float32) - t), known)
+
+
+def masked_squared_error(outputs, targets) -> jax.Array:
+    """float32[rows]: squared error over a row's labelled entries (regression)."""
+    known, t = _labelled(targets)
+    return _row_mean(jnp.square(outputs.astype(jnp.float32) - t), known)
+
+
+def row_weights(targets, valid) -> jax.Array:
+    """float32[rows]: a row's labelled entries (0 for padding rows), so that the engine's
+    weighted mean of per-row means is the mean over every labelled entry of the batch
+    (OGB's loss); 1 per real row for class targets."""
+    if jnp.issubdtype(targets.dtype, jnp.integer):
+        return valid.astype(jnp.float32)
+    known = ~jnp.isnan(targets).reshape(targets.shape[0], -1)
+    return jnp.where(valid, known.sum(-1), 0).astype(jnp.float32)
 
 
 LOSSES = {"cross_entropy": softmax_cross_entropy, "sigmoid": sigmoid_cross_entropy,

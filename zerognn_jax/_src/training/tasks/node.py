@@ -31,6 +31,10 @@ from zerognn_jax._src.training.tasks.losses import (
     LOSSES,
     SCORES,
     class_accuracy,
+    masked_label_accuracy,
+    masked_sigmoid,
+    masked_squared_error,
+    row_weights,
     softmax_cross_entropy,
 )
 
@@ -41,6 +45,9 @@ DEFAULT_LOSS = {"classes": "cross_entropy", "multilabel": "sigmoid", "regression
 # mean over the split's nodes, as the training loss is over a step's seeds).
 METRICS = {"classes": ("acc", "loss"), "multilabel": ("acc", "f1", "rocauc", "loss"),
            "regression": ("mse", "loss")}
+# The loss and score of a built-in float loss where some targets are missing (NaN).
+MASKED = {"sigmoid": (masked_sigmoid, masked_label_accuracy), "mse": (masked_squared_error,
+                                                                       None)}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -52,10 +59,15 @@ class NodeTask(ItemsAreLevel0):
         the engine averages them over the real seeds (padding rows never count).
       score: the same shape of function giving a per-row score in [0, 1] (reported as
         accuracy), or None when it means nothing (regression).
+      weight: None (each real seed weighs 1), or (targets[rows, ...], valid
+        bool[rows]) -> float32[rows], each row's weight in that average (0 for
+        padding): float targets with missing (NaN) entries weigh a row by its given
+        entries (`row_weights`), so that the loss is the mean over the batch's entries.
     """
 
     loss: Callable = softmax_cross_entropy
     score: Callable | None = class_accuracy
+    weight: Callable | None = None
     name = "node"
     score_name = "acc"  # the fraction of rows (or of labels) the outputs get right
     dedups_seeds = False
@@ -63,10 +75,13 @@ class NodeTask(ItemsAreLevel0):
     row_normalizes_planetoid = True
 
     @classmethod
-    def named(cls, loss: str) -> NodeTask:
-        """The task of a built-in loss: "cross_entropy", "sigmoid" or "mse"."""
+    def named(cls, loss: str, *, missing: bool = False) -> NodeTask:
+        """The task of a built-in loss: "cross_entropy", "sigmoid" or "mse"; `missing`:
+        of float targets with missing (NaN) entries, which it leaves out."""
         if loss not in LOSSES:
             raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+        if missing and loss in MASKED:
+            return cls(*MASKED[loss], row_weights)
         return cls(LOSSES[loss], SCORES[loss])
 
     @classmethod
@@ -104,7 +119,7 @@ class NodeTask(ItemsAreLevel0):
         """Targets are the items' rows of `data.targets`."""
         del key
         targets = jax.tree_util.tree_map(lambda t: t[items], data.targets)
-        return TaskBatch(targets, valid.astype(jnp.float32), {}, level)
+        return TaskBatch(targets, weigh_rows(self, targets, valid), {}, level)
 
     def restrict(self, mb, batch: TaskBatch):
         """The sampled minibatch the model may read (node tasks hide nothing)."""
@@ -138,7 +153,13 @@ def split_metrics(outputs, dataset, ids, task) -> dict:
     targets = task.device_targets(dataset)[ids]
     # summed on the host in float64: the same figure whatever JAX's 64-bit mode
     rows = np.asarray(task.loss(jnp.asarray(outputs), jnp.asarray(targets)), np.float64)
-    metrics["loss"] = float(rows.mean())
+    if getattr(task, "weight", None) is None:
+        metrics["loss"] = float(rows.mean())
+    else:  # (weighed as the step weighs them)
+        weight = np.asarray(task.weight(jnp.asarray(targets), jnp.ones(len(ids), bool)),
+                            np.float64)
+        metrics["loss"] = float(np.sum(rows * weight) / np.sum(weight)) if weight.sum() \
+            else float("nan")
     return metrics
 
 
@@ -220,14 +241,20 @@ def node_task(loss, dataset) -> NodeTask:
     per-row function `(outputs[rows, ...], targets[rows, ...]) -> float32[rows]` (scored
     as the default loss is), or a `NodeTask` (a loss and a score of your own).
 
+    Float targets with missing (NaN) entries take the built-in losses and scores that
+    leave those out (`losses.masked_sigmoid`, `masked_squared_error`), each row weighed
+    by its given entries (`row_weights`); a function of your own then receives the NaN
+    entries and must leave them out itself (its rows are weighed so too).
+
     Raises:
       ValueError: a built-in loss that does not fit the dataset's targets.
       TypeError: `loss` is none of these.
     """
     kind = getattr(dataset, "target_kind", "classes")
     default = DEFAULT_LOSS[kind]
+    missing = has_missing(dataset)
     if loss is None:
-        return NodeTask.named(default)
+        return NodeTask.named(default, missing=missing)
     if isinstance(loss, NodeTask):
         return loss
     if isinstance(loss, str):
@@ -237,11 +264,27 @@ def node_task(loss, dataset) -> NodeTask:
                     else "float targets (Dataset.with_targets)")
             raise ValueError(f"loss {loss!r} needs {need}; the dataset {dataset.name!r} has "
                              f"{kind} targets, whose loss is {default!r}")
-        return NodeTask.named(loss)
+        return NodeTask.named(loss, missing=missing)
     if callable(loss):
-        return NodeTask(loss, SCORES[default])
+        default_task = NodeTask.named(default, missing=missing)
+        return NodeTask(loss, default_task.score, default_task.weight)
     raise TypeError(f"loss must be a name ({', '.join(LOSSES)}), a per-row function of "
                     f"(outputs, targets) or a NodeTask, got {type(loss).__name__}")
+
+
+def weigh_rows(task, targets, valid) -> jax.Array:
+    """float32[rows]: each row's weight in the step's mean loss by a node task's (or a
+    typed node task's) `weight`; 1 a real row, 0 padding without one."""
+    if task.weight is None:
+        return valid.astype(jnp.float32)
+    return task.weight(targets, valid)
+
+
+def has_missing(dataset) -> bool:
+    """Whether `dataset`'s float targets (None: class labels) have missing (NaN)
+    entries."""
+    targets = getattr(dataset, "targets", None)
+    return targets is not None and bool(np.isnan(targets).any())
 
 
 def check_loss(task: NodeTask, outputs: int, targets) -> None:

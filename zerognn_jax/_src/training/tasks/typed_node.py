@@ -83,6 +83,7 @@ from zerognn_jax._src.training.tasks.node import (
     node_task,
     require_labels,
     split_metrics,
+    weigh_rows,
 )
 from zerognn_jax._src.training.tasks.typed_eval import split_logits, typed_logits
 
@@ -372,7 +373,7 @@ class TypedNodeTask(ItemsAreLevel0):
       sampler: the fanouts per relation, resolved against the graph.
       seed_type: the target type; types: every type of the outermost level (plan order).
       inputs: where the types' features lie (`TypedInputs`).
-      loss, score: per-row functions, as the node task's.
+      loss, score, weight: per-row functions, as the node task's.
     """
 
     sampler: TypedSamplerConfig
@@ -381,6 +382,7 @@ class TypedNodeTask(ItemsAreLevel0):
     inputs: TypedInputs
     loss: Callable = softmax_cross_entropy
     score: Callable | None = class_accuracy
+    weight: Callable | None = None
     name = "node"
     score_name = "acc"
     dedups_seeds = False
@@ -406,7 +408,7 @@ class TypedNodeTask(ItemsAreLevel0):
         rows = node_task(loss, dataset)
         inputs = TypedInputs.of(dataset, embed_all=cfg.embedding_dim > 0)
         return cls(config, dataset.target_type, plan[-1].types, inputs, rows.loss,
-                   rows.score), dataset
+                   rows.score, rows.weight), dataset
 
     def default_model(self, dataset: HeteroDataset) -> str:
         del dataset
@@ -431,7 +433,8 @@ class TypedNodeTask(ItemsAreLevel0):
 
     def batch(self, data, items, valid, key, level) -> TaskBatch:
         del key
-        return TaskBatch(data.targets[items], valid.astype(jnp.float32), {}, level)
+        targets = data.targets[items]
+        return TaskBatch(targets, weigh_rows(self, targets, valid), {}, level)
 
     def model_inputs(self, data: DeviceData, mb: TypedMiniBatch) -> dict:
         """What `OnTypes` reads besides the rows: the minibatch, and with edge ids
