@@ -293,6 +293,7 @@ def test_missing_targets_survive_storage(tmp_path):
     targets = ds.targets.copy()
     targets[::3, 1] = np.nan
     holed = ds.with_targets(targets, "multilabel")
+    assert holed.stats()["missing_targets"] == 100 and "missing_targets" not in ds.stats()
     for back in (zg.load_npz(zg.save_npz(holed, tmp_path / "d.npz")),
                  zg.load_dir(zg.save_dir(holed, tmp_path / "d"))):
         np.testing.assert_array_equal(back.targets, targets)  # (NaN where NaN)

@@ -118,7 +118,7 @@ class Dataset:
             "directed_edges": int(g.num_edges),
             "features": int(self.features.shape[1]),
             "classes": int(self.num_classes),
-            **labelled_count(self.labels, self.target_kind),
+            **labelled_count(self.labels, self.target_kind, self.targets),
             "target_kind": self.target_kind,
             "outputs": self.output_dim,
             "train": int(self.train_idx.size),
@@ -131,11 +131,13 @@ class Dataset:
         }
 
 
-def labelled_count(labels, target_kind: str) -> dict:
-    """{"labelled": nodes whose class label is not -1} for class targets, else {}: a
-    graph kept for link prediction alone labels none and still records 1 class."""
+def labelled_count(labels, target_kind: str, targets=None) -> dict:
+    """{"labelled": nodes whose class label is not -1} for class targets (a graph kept
+    for link prediction alone labels none and still records 1 class); for float
+    `targets` {"missing_targets": their NaN entries} where there are any, else {}."""
     if target_kind != "classes":
-        return {}
+        missing = 0 if targets is None else int(np.count_nonzero(np.isnan(targets)))
+        return {"missing_targets": missing} if missing else {}
     return {"labelled": int(np.count_nonzero(np.asarray(labels) >= 0))}
 
 

@@ -136,7 +136,7 @@ class HeteroDataset:
                 "relations": self.graph.stats()["relations"],
                 "directed_edges": int(sum(self.graph.num_edges.values())),
                 "target_type": self.target_type, "classes": int(self.num_classes),
-                **labelled_count(self.labels, self.target_kind),
+                **labelled_count(self.labels, self.target_kind, self.targets),
                 "target_kind": self.target_kind, "outputs": self.output_dim,
                 **{s: int(getattr(self, f"{s}_idx").size) for s in SPLITS},
                 "bytes": int(sum(np.asarray(a).nbytes for a in arrays))}
