@@ -287,6 +287,41 @@ def test_missing_targets_are_left_out_of_the_loss_and_the_metrics():
     assert s["val_f1"] > 0.7 and s["val_rocauc"] > 0.8, s
 
 
+def test_missing_regression_targets_train_resume_and_are_refused_where_unusable(tmp_path):
+    """Regression with missing entries trains by the masked squared error, and its
+    checkpoint resumes under the same (default) loss and no other; a NodeTask of a loss
+    that reads every entry is refused, and so is a run whose training nodes have no
+    given entry. A graph collection's checkpoint identity keeps its own rule."""
+    from zerognn_jax._src.training.user import user_identity
+
+    g, x, tr, va, te = graph_arrays(2)
+    y = x[:, :2] @ np.array([[1.0, -0.5], [0.5, 2.0]], np.float32)
+    y[np.random.default_rng(0).random(y.shape) < 0.3] = np.nan
+    base = zg.make_dataset("reg", g.indptr, g.indices, x, np.zeros(N, int), tr, va, te, 1)
+    ds = base.with_targets(y, "regression")
+    cfg = config(tmp_path, epochs=1, lr=1e-2, dropout=0.0, eval_mode="full")
+    first = zg.train(cfg, ds)
+    assert np.isfinite(first.summary["val_mse"]) and np.isfinite(first.summary["val_loss"])
+    more = zg.train(dataclasses.replace(cfg, epochs=2), ds)
+    assert [h["epoch"] for h in more.history] == [0, 1]  # (resumed: its identity matched)
+    with pytest.raises(zg.CheckpointMismatch, match="loss"):
+        zg.train(dataclasses.replace(cfg, epochs=3), ds,
+                 loss=lambda out, t: jnp.nanmean(jnp.abs(out - t), -1))
+    with pytest.raises(ValueError, match=r"the loss squared_error reads every target entry, "
+                                         r"and dataset 'reg' has missing \(NaN\) ones: use "
+                                         r"masked_squared_error"):
+        zg.train(config(epochs=1), ds, loss=zg.NodeTask.named("mse"))
+    unknown = y.copy()
+    unknown[tr] = np.nan
+    with pytest.raises(ValueError, match=r"^dataset 'reg' gives no target entry for its 180 "
+                                         r"training nodes"):
+        zg.train(config(epochs=1), base.with_targets(unknown, "regression"))
+    graphs = zg.make_collection("c", [2, 2], [1, 1], [0, 0], [1, 1], np.ones((4, 3)),
+                                [[1.0], [np.nan]], "regression")
+    mse = zg.NodeTask.named("mse", missing=True)  # (the graph task's "mse" function)
+    assert user_identity(None, None, mse, graphs) == {"loss": "masked_squared_error"}
+
+
 def test_missing_targets_survive_storage(tmp_path):
     """A dataset's NaN target entries are kept by .npz files and dataset folders."""
     ds = multilabel_dataset()
@@ -385,7 +420,6 @@ def test_regression_targets_train_and_evaluate():
     (np.full((N, 2), 0.5), "multilabel", "must be 0 or 1"),
     (np.full((N, 2), np.inf), "regression", r"targets contain inf \(600 entries; first at row "
                                              r"0, column 0\); mark a missing entry with NaN"),
-    (np.full((N, 2), np.nan), "regression", r"every entry of targets\[train_idx\] is missing"),
     (np.where(np.eye(N, 2) > 0, 2.0, np.nan), "multilabel",
      r"must be 0 or 1 \(NaN: missing\), found 2.0 at row 0, column 0"),
     (np.full(N, 1e300), "regression", r"targets overflow float32: 1e\+300 at row 0"),

@@ -92,8 +92,9 @@ class Dataset:
         becomes [N, 1]), `kind` "multilabel" ({0, 1} values) or "regression".
 
         Raises:
-          ValueError: another kind, a shape that is not [N] or [N, T], non-numeric,
-            NaN or infinite values, or multi-label values other than 0 and 1.
+          ValueError: another kind, a shape that is not [N] or [N, T], non-numeric or
+            infinite values, or multi-label values other than 0 and 1 (NaN marks a
+            missing entry).
         """
         if kind not in TARGET_KINDS[1:]:
             raise ValueError(f"target kind must be multilabel or regression, got {kind!r}")
@@ -226,7 +227,6 @@ def validate_dataset(ds: Dataset) -> None:
     check_labels(labels, ds.num_classes)
     check_splits({"train": ds.train_idx, "val": ds.val_idx, "test": ds.test_idx}, n,
                  labels if ds.targets is None else None)
-    check_train_targets(ds.targets, ds.train_idx)
 
 
 def one_per_node(what: str, count: int, unit: str, n: int) -> None:
@@ -274,7 +274,7 @@ def check_targets(t: np.ndarray | None, kind: str, n: int) -> None:
     """Raises ValueError naming the first problem of float targets `t` of `kind` for n
     nodes: an unknown kind, targets missing for a float kind or given for "classes",
     not float32[n, T] (T >= 1), infinite entries, multi-label values other than 0 and 1
-    (NaN marks a missing entry), no entry at all given."""
+    (NaN marks a missing entry)."""
     if kind not in TARGET_KINDS:
         raise ValueError(f"target_kind must be one of {', '.join(TARGET_KINDS)}, "
                          f"got {kind!r}")
@@ -299,16 +299,6 @@ def check_targets(t: np.ndarray | None, kind: str, n: int) -> None:
         row, col = (int(i) for i in np.argwhere(wrong)[0])
         raise ValueError(f"multilabel targets must be 0 or 1 (NaN: missing), found "
                          f"{float(t[row, col])} at row {row}, column {col}")
-
-
-def check_train_targets(targets: np.ndarray | None, train_idx: np.ndarray) -> None:
-    """ValueError when float `targets` give no entry (all NaN, missing) for the nodes of
-    a non-empty `train_idx`: a run would train on nothing."""
-    if targets is None or not len(train_idx):
-        return
-    if np.isnan(targets[train_idx]).all():
-        raise ValueError(f"every entry of targets[train_idx] is missing (NaN): the "
-                         f"{len(train_idx)} training nodes give nothing to train on")
 
 
 def float_targets(targets) -> np.ndarray:

@@ -30,7 +30,6 @@ from zerognn_jax._src.data.dataset import (
     check_num_classes,
     check_splits,
     check_targets,
-    check_train_targets,
     float_targets,
     labelled_count,
     split_sizes,
@@ -182,7 +181,6 @@ def validate_hetero_dataset(ds: HeteroDataset) -> None:
     check_targets(ds.targets, ds.target_kind, n)
     check_splits({s: getattr(ds, f"{s}_idx") for s in SPLITS}, n,
                  labels if ds.targets is None else None)
-    check_train_targets(ds.targets, ds.train_idx)
     for t, cols in ds.node_info.items():
         for col, values in cols.items():
             if t not in counts or np.shape(values) != (counts[t],):

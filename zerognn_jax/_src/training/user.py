@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zerognn_jax._src.data.graphs import GraphCollection
 from zerognn_jax._src.nn.bridge import model_name
 from zerognn_jax._src.training.row_adam import row_adam_init
 from zerognn_jax._src.training.tasks.node import DEFAULT_LOSS, NodeTask, fn_name, has_missing
@@ -36,7 +37,9 @@ def user_identity(model, optimizer, task: NodeTask | None, dataset) -> dict:
         extra["optimizer"] = "custom"
     if task is not None:  # a kind of target without a node loss (graph tasks): any loss
         kind = getattr(dataset, "target_kind", "classes")
-        default = (NodeTask.named(DEFAULT_LOSS[kind], missing=has_missing(dataset)).loss
+        # (a graph collection's kinds share names with the node kinds: its rule as before)
+        missing = not isinstance(dataset, GraphCollection) and has_missing(dataset)
+        default = (NodeTask.named(DEFAULT_LOSS[kind], missing=missing).loss
                    if kind in DEFAULT_LOSS else None)
         if getattr(task, "loss", default) is not default:
             extra["loss"] = fn_name(task.loss)

@@ -48,6 +48,8 @@ METRICS = {"classes": ("acc", "loss"), "multilabel": ("acc", "f1", "rocauc", "lo
 # The loss and score of a built-in float loss where some targets are missing (NaN).
 MASKED = {"sigmoid": (masked_sigmoid, masked_label_accuracy), "mse": (masked_squared_error,
                                                                        None)}
+# A built-in loss that reads every entry, and the one that leaves missing ones out.
+UNMASKED = {LOSSES[name]: masked for name, (masked, _) in MASKED.items()}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -226,6 +228,11 @@ def require_labels(dataset, named: str | None = None) -> None:
         raise ValueError(f"dataset {named!r} labels none of its {nodes}: a node task "
                          f"has nothing to train on (a graph built for link prediction alone "
                          f"trains with task 'link')")
+    train = np.asarray(dataset.train_idx)
+    if dataset.targets is not None and train.size and np.isnan(dataset.targets[train]).all():
+        raise ValueError(f"dataset {named!r} gives no target entry for its {train.size} "
+                         f"training nodes (targets[train_idx] are all NaN, missing): a "
+                         f"node task has nothing to train on")
     if dataset.targets is None and dataset.num_classes < 2:
         raise ValueError(f"dataset {named!r} has one class (num_classes "
                          f"{dataset.num_classes}): a classifier over one class has a loss "
@@ -256,6 +263,11 @@ def node_task(loss, dataset) -> NodeTask:
     if loss is None:
         return NodeTask.named(default, missing=missing)
     if isinstance(loss, NodeTask):
+        if missing and loss.loss in UNMASKED:
+            raise ValueError(f"the loss {fn_name(loss.loss)} reads every target entry, and "
+                             f"dataset {dataset.name!r} has missing (NaN) ones: use "
+                             f"{fn_name(UNMASKED[loss.loss])}, which leaves them out "
+                             f"(NodeTask.named(name, missing=True))")
         return loss
     if isinstance(loss, str):
         fits = loss == "cross_entropy" if kind == "classes" else loss in ("sigmoid", "mse")
