@@ -71,11 +71,12 @@ TESTS = pathlib.Path(__file__).resolve().parent
 SHARED = TESTS.parents[1] / "shared" / "datasets"
 
 
-def _under_start_flags(module: str, timeout: float = 900) -> dict:
+def _under_start_flags(module: str, timeout: float = 900, **variables: str) -> dict:
     """`module.all_runs()` (a test module of this folder, JSON-able), computed in a child
-    process under the XLA_FLAGS the suite started with (none: XLA's defaults). The
-    module must not import this file, which would set the fast flags there too."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    process under the XLA_FLAGS the suite started with (none: XLA's defaults), with the
+    environment `variables` added. The module must not import this file, which would set
+    the fast flags there too."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | variables
     if START_XLA is not None:
         env["XLA_FLAGS"] = START_XLA
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(TESTS.parent),
@@ -257,6 +258,25 @@ def assert_same_runs(a, b):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
         else:
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=runs_rtol(),
+                                       atol=runs_rtol() * 1e-2)
+
+
+def assert_same_rankings(ids_a, scores_a, ids_b, scores_b):
+    """Top-k lists (ids[rows, k] and their scores) of two runs of one computation: equal
+    on a CPU; on a GPU the scores within `runs_rtol` and an id placed otherwise only
+    where its score ties, within that tolerance, its score in the other list (or that
+    list's last, where it fell out of it): two near-equal scores may swap."""
+    assert_same_runs(scores_a, scores_b)
+    ids_a, ids_b, scores_a, scores_b = (np.asarray(x) for x in (ids_a, ids_b, scores_a,
+                                                                 scores_b))
+    if jax.default_backend() == "cpu":
+        np.testing.assert_array_equal(ids_a, ids_b)
+        return
+    for row in range(len(ids_a)):
+        for k in np.flatnonzero(ids_a[row] != ids_b[row]):
+            there = np.flatnonzero(ids_b[row] == ids_a[row, k])
+            other = scores_b[row, there[0]] if there.size else scores_b[row, -1]
+            np.testing.assert_allclose(scores_a[row, k], other, rtol=runs_rtol(),
                                        atol=runs_rtol() * 1e-2)
 
 
