@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import gc
 import importlib.metadata
 import json
@@ -86,6 +87,14 @@ def _under_start_flags(module: str, timeout: float = 900, **variables: str) -> d
                           text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.splitlines()[-1])
+
+
+def summary_under_start_flags(cfg) -> dict:
+    """The summary of `zg.train(cfg)` (a `TrainConfig` that names its dataset and root),
+    trained in a child process under the flags the suite started with
+    (tests/_planetoid_run.py says why)."""
+    return _under_start_flags("_planetoid_run",
+                              ZEROGNN_TEST_CONFIG=json.dumps(dataclasses.asdict(cfg)))
 
 
 @pytest.fixture(scope="module")

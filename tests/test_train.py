@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import FAST_XLA, _under_start_flags, assert_same_runs
+from conftest import FAST_XLA, assert_same_runs, summary_under_start_flags
 
 import zerognn_jax as zg
 from zerognn_jax import TrainConfig, load_dataset, train
@@ -33,9 +33,8 @@ def _gcn_config(name, seed):
 def _test_accuracy(cfg: TrainConfig, planetoid_root: str) -> float:
     """The test accuracy of `cfg`'s run on its Planetoid dataset, trained in a process of
     its own under XLA's default flags (tests/_planetoid_run.py says why)."""
-    return _under_start_flags("_planetoid_run", ZEROGNN_TEST_PLANETOID=planetoid_root,
-                              ZEROGNN_TEST_CONFIG=json.dumps(dataclasses.asdict(cfg))
-                              )["test_acc"]
+    return summary_under_start_flags(dataclasses.replace(cfg, root=planetoid_root)
+                                     )["test_acc"]
 
 
 @pytest.mark.slow
