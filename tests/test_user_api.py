@@ -309,8 +309,14 @@ def test_missing_regression_targets_train_resume_and_are_refused_where_unusable(
                  loss=lambda out, t: jnp.nanmean(jnp.abs(out - t), -1))
     with pytest.raises(ValueError, match=r"the loss squared_error reads every target entry, "
                                          r"and dataset 'reg' has missing \(NaN\) ones: use "
-                                         r"masked_squared_error"):
+                                         r"zg.NodeTask.named\('mse', missing=True\)"):
         zg.train(config(epochs=1), ds, loss=zg.NodeTask.named("mse"))
+    # a loss that masks the NaN targets' terms only after computing them: a NaN gradient,
+    # whatever the learning rate, named as the targets' missing entries
+    careless = lambda out, t: jnp.where(jnp.isnan(t), 0.0, jnp.square(out - t)).sum(-1)
+    with pytest.raises(zg.Diverged, match=r"The targets have missing entries, which your "
+                                          r"loss receives as NaN"):
+        zg.train(config(epochs=1, lr=1e-8), ds, loss=careless)
     unknown = y.copy()
     unknown[tr] = np.nan
     with pytest.raises(ValueError, match=r"^dataset 'reg' gives no target entry for its 180 "
@@ -320,6 +326,24 @@ def test_missing_regression_targets_train_resume_and_are_refused_where_unusable(
                                 [[1.0], [np.nan]], "regression")
     mse = zg.NodeTask.named("mse", missing=True)  # (the graph task's "mse" function)
     assert user_identity(None, None, mse, graphs) == {"loss": "masked_squared_error"}
+
+
+def test_a_node_task_is_made_of_functions_and_its_score_fits_the_targets():
+    """A NodeTask given a built-in loss by name is refused where it is made, naming the
+    constructor that takes names (it failed in training, as "the loss str fails"); one
+    whose default score (class accuracy) fails on multi-label targets says to give it
+    another or None."""
+    with pytest.raises(TypeError, match=r"NodeTask's loss must be a function, got str "
+                                        r"'sigmoid'; a built-in loss by name is "
+                                        r"NodeTask.named\('sigmoid'\)"):
+        zg.NodeTask(loss="sigmoid")
+    with pytest.raises(TypeError, match=r"NodeTask's score must be a function or None"):
+        zg.NodeTask(score="acc")
+    mine = zg.NodeTask(loss=lambda out, t: jnp.mean(jnp.abs(out - t), -1))
+    with pytest.raises(ValueError, match=r"the score class_accuracy fails on outputs "
+                                         r"float32\[3, 4\] .+ \(give your NodeTask a score for "
+                                         r"these targets, or score=None"):
+        zg.train(config(epochs=1), multilabel_dataset(), loss=mine)
 
 
 def test_missing_targets_survive_storage(tmp_path):

@@ -107,6 +107,7 @@ from zerognn_jax._src.training.scan import read_ahead_bytes
 from zerognn_jax._src.training.schedule import make_optimizer, step_size
 from zerognn_jax._src.training.summary import run_notes, run_summary
 from zerognn_jax._src.training.tasks.base import BatchedTask, PredictsTypes
+from zerognn_jax._src.training.tasks.node import has_missing
 from zerognn_jax._src.training.tasks.registry import task_class
 from zerognn_jax._src.training.user import check_optimizer, start_from, user_identity
 from zerognn_jax._src.training.user_frames import user_stacklevel
@@ -885,9 +886,13 @@ def _train_epoch(cfg, runner, state, data, dataset, epoch, env, bar, own):
               "steps": res.steps, "chunks": res.chunks, "overflows": res.overflows,
               "envelope": list(res.envelope.levels), "max_counts": list(res.max_counts),
               "sampled_edges": res.sampled_edges, **_step_size(res.state.opt_state)}
+    finite = not res.steps or bool(_finite(_checked(res.state)))  # the last update's result
+    if "loss" in own and (res.first_nonfinite is not None or not finite) \
+            and has_missing(dataset):  # (a loss given NaN targets: the first suspect)
+        own = (*own, "missing")
     if res.first_nonfinite is not None:
         _diverged(cfg, epoch, res.first_nonfinite, res.steps, record, own)
-    if res.steps and not bool(_finite(_checked(res.state))):  # the last update's result
+    if not finite:
         _diverged(cfg, epoch, res.steps - 1, res.steps, record, own, what="state")
     record = strict(record)
     bar.update(1)
@@ -967,12 +972,18 @@ def _diverged(cfg, epoch, step, steps, record, own=(), *, what="loss"):
     """Raises Diverged at `step` of `epoch`: its loss (`what` "loss") or, "state", the
     parameters (or embedding rows) its update wrote became NaN or infinite. `own`: the
     user's pieces ("optimizer": its rate is not `cfg.lr`; "loss": the first suspect of
-    a first loss that is not finite)."""
+    a first loss that is not finite; "missing": that loss was given targets with missing
+    entries, the first suspect at any step)."""
     where = (f"the loss became NaN or infinite at epoch {epoch}, step {step} (of {steps})"
              if what == "loss" else
              f"the parameters became NaN or infinite in the update of epoch {epoch}, step "
              f"{step} (its last; every loss was finite)")
-    if what == "loss" and epoch == 0 and step == 0 and "loss" in own:
+    if "missing" in own:
+        hint = ("The targets have missing entries, which your loss receives as NaN: leave "
+                "them out of its value and of its gradient (a jnp.where after the NaN is "
+                "computed still passes a NaN gradient back; docs/api.md shows a loss that "
+                "does not)")
+    elif what == "loss" and epoch == 0 and step == 0 and "loss" in own:
         hint = ("It came before any update: check your loss on the first batch's outputs "
                 "and targets (it gave NaN or inf), then the features and targets for "
                 "extreme values")

@@ -48,8 +48,9 @@ METRICS = {"classes": ("acc", "loss"), "multilabel": ("acc", "f1", "rocauc", "lo
 # The loss and score of a built-in float loss where some targets are missing (NaN).
 MASKED = {"sigmoid": (masked_sigmoid, masked_label_accuracy), "mse": (masked_squared_error,
                                                                        None)}
-# A built-in loss that reads every entry, and the one that leaves missing ones out.
-UNMASKED = {LOSSES[name]: masked for name, (masked, _) in MASKED.items()}
+# A built-in loss that reads every entry, by the name of its task that leaves missing ones
+# out.
+UNMASKED = {LOSSES[name]: name for name in MASKED}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -71,6 +72,16 @@ class NodeTask(ItemsAreLevel0):
     score: Callable | None = class_accuracy
     weight: Callable | None = None
     name = "node"
+
+    def __post_init__(self):
+        for what in ("loss", "score", "weight"):
+            fn = getattr(self, what)
+            if not (callable(fn) or (fn is None and what != "loss")):
+                named = (f"; a built-in loss by name is NodeTask.named({fn!r})"
+                         if isinstance(fn, str) and fn in LOSSES else "")
+                raise TypeError(f"NodeTask's {what} must be a function"
+                                + (" or None" if what != "loss" else "")
+                                + f", got {type(fn).__name__} {fn!r}{named}")
     score_name = "acc"  # the fraction of rows (or of labels) the outputs get right
     dedups_seeds = False
     tree_by_default = True
@@ -266,8 +277,8 @@ def node_task(loss, dataset) -> NodeTask:
         if missing and loss.loss in UNMASKED:
             raise ValueError(f"the loss {fn_name(loss.loss)} reads every target entry, and "
                              f"dataset {dataset.name!r} has missing (NaN) ones: use "
-                             f"{fn_name(UNMASKED[loss.loss])}, which leaves them out "
-                             f"(NodeTask.named(name, missing=True))")
+                             f"zg.NodeTask.named({UNMASKED[loss.loss]!r}, missing=True), "
+                             f"whose loss leaves them out")
         return loss
     if isinstance(loss, str):
         fits = loss == "cross_entropy" if kind == "classes" else loss in ("sigmoid", "mse")
@@ -312,9 +323,11 @@ def check_loss(task: NodeTask, outputs: int, targets) -> None:
         try:
             got = jax.eval_shape(fn, out, tgt)
         except Exception as err:  # noqa: BLE001 - any failure is the user's function's
+            fix = ("" if what == "loss" else " (give your NodeTask a score for these "
+                   "targets, or score=None; it scores by class accuracy unless told)")
             raise ValueError(f"the {what} {fn_name(fn)} fails on outputs "
                              f"float32{list(out.shape)} and targets "
-                             f"{tgt.dtype}{list(tgt.shape)}: {err}") from err
+                             f"{tgt.dtype}{list(tgt.shape)}: {err}{fix}") from err
         shape = getattr(got, "shape", None)
         if shape != (rows,):
             fix = ("the engine averages over the real rows itself: drop a final .mean()"
