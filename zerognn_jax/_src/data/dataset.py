@@ -307,14 +307,9 @@ def float_targets(targets) -> np.ndarray:
     t = np.asarray(targets)
     if not (np.issubdtype(t.dtype, np.number) or t.dtype == np.bool_):
         raise ValueError(f"targets must be numeric, got {t.dtype}")
-    t = t[:, None] if t.ndim == 1 else t
-    if t.ndim == 2 and np.issubdtype(t.dtype, np.floating) and t.dtype.itemsize > 4:
-        # a finite value past float32's range is named as such (the cast would make it
-        # inf); NaN (a missing entry) and inf are `check_targets`'s
-        check_finite_rows("targets", np.where(np.isfinite(t), t, 0.0))
-        with np.errstate(over="ignore"):
-            return np.ascontiguousarray(t, dtype=np.float32)
-    return narrow_to_float32("targets", t)
+    # a finite value past float32's range is named as such (the cast would make it inf);
+    # NaN (a missing entry) and inf are `check_targets`'s
+    return narrow_to_float32("targets", t[:, None] if t.ndim == 1 else t, missing=True)
 
 
 

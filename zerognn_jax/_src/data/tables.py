@@ -131,13 +131,16 @@ def _check_edge_shape(table, num_edges: int) -> None:
                          f"{tuple(table.shape)}")
 
 
-def narrow_to_float32(what: str, table: np.ndarray, *, copy: bool = False) -> np.ndarray:
+def narrow_to_float32(what: str, table: np.ndarray, *, copy: bool = False,
+                      missing: bool = False) -> np.ndarray:
     """The real-valued `table` as float32 (`copy`: always a new array). A wider 2-D float
     table is checked first, so that a finite value past float32's range is named as such,
-    not as the inf the cast makes of it."""
+    not as the inf the cast makes of it; with `missing` (NaN marks a missing entry) only
+    such a value is refused there, NaN and inf left to the caller's checks."""
     if np.issubdtype(table.dtype, np.floating) and table.dtype.itemsize > 4 \
             and table.ndim == 2:
-        check_finite_rows(what, table)
+        check_finite_rows(what, np.where(np.isfinite(table), table, 0.0) if missing
+                          else table)
     with np.errstate(over="ignore"):  # past float32's range: inf, refused where checked
         if copy:
             return table.astype(np.float32)

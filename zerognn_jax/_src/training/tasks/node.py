@@ -72,6 +72,10 @@ class NodeTask(ItemsAreLevel0):
     score: Callable | None = class_accuracy
     weight: Callable | None = None
     name = "node"
+    score_name = "acc"  # the fraction of rows (or of labels) the outputs get right
+    dedups_seeds = False
+    tree_by_default = True
+    row_normalizes_planetoid = True
 
     def __post_init__(self):
         for what in ("loss", "score", "weight"):
@@ -82,10 +86,6 @@ class NodeTask(ItemsAreLevel0):
                 raise TypeError(f"NodeTask's {what} must be a function"
                                 + (" or None" if what != "loss" else "")
                                 + f", got {type(fn).__name__} {fn!r}{named}")
-    score_name = "acc"  # the fraction of rows (or of labels) the outputs get right
-    dedups_seeds = False
-    tree_by_default = True
-    row_normalizes_planetoid = True
 
     @classmethod
     def named(cls, loss: str, *, missing: bool = False) -> NodeTask:
@@ -132,7 +132,7 @@ class NodeTask(ItemsAreLevel0):
         """Targets are the items' rows of `data.targets`."""
         del key
         targets = jax.tree_util.tree_map(lambda t: t[items], data.targets)
-        return TaskBatch(targets, weigh_rows(self, targets, valid), {}, level)
+        return TaskBatch(targets, batch_weights(self, targets, valid), {}, level)
 
     def restrict(self, mb, batch: TaskBatch):
         """The sampled minibatch the model may read (node tasks hide nothing)."""
@@ -295,7 +295,7 @@ def node_task(loss, dataset) -> NodeTask:
                     f"(outputs, targets) or a NodeTask, got {type(loss).__name__}")
 
 
-def weigh_rows(task, targets, valid) -> jax.Array:
+def batch_weights(task, targets, valid) -> jax.Array:
     """float32[rows]: each row's weight in the step's mean loss by a node task's (or a
     typed node task's) `weight`; 1 a real row, 0 padding without one."""
     if task.weight is None:

@@ -80,10 +80,10 @@ from zerognn_jax._src.training.tasks.base import ItemsAreLevel0, Predictor, Task
 from zerognn_jax._src.training.tasks.losses import class_accuracy, softmax_cross_entropy
 from zerognn_jax._src.training.tasks.node import (
     METRICS,
+    batch_weights,
     node_task,
     require_labels,
     split_metrics,
-    weigh_rows,
 )
 from zerognn_jax._src.training.tasks.typed_eval import split_logits, typed_logits
 
@@ -434,7 +434,7 @@ class TypedNodeTask(ItemsAreLevel0):
     def batch(self, data, items, valid, key, level) -> TaskBatch:
         del key
         targets = data.targets[items]
-        return TaskBatch(targets, weigh_rows(self, targets, valid), {}, level)
+        return TaskBatch(targets, batch_weights(self, targets, valid), {}, level)
 
     def model_inputs(self, data: DeviceData, mb: TypedMiniBatch) -> dict:
         """What `OnTypes` reads besides the rows: the minibatch, and with edge ids
