@@ -19,6 +19,7 @@ from zerognn_jax._src.data.hetero import as_hetero
 from zerognn_jax._src.data.hetero_dataset import HeteroDataset
 from zerognn_jax._src.sampling.typed_envelope import TypedEnvelope
 from zerognn_jax._src.training.placement import hottest_first
+from zerognn_jax._src.training.tasks.losses import row_weights
 from zerognn_jax._src.training.tasks.typed_eval import typed_logits
 from zerognn_jax._src.training.tasks.typed_node import TypedNodeTask
 
@@ -76,7 +77,7 @@ def test_multilabel_targets_of_the_target_type_learn(mag):
     columns[np.random.default_rng(0).random(columns.shape) < 0.3] = np.nan
     ds = mag.with_targets(columns, "multilabel")
     result = zg.train(zg.TrainConfig(**BASE, epochs=3), ds)
-    assert result.program.task.weight is not None  # (rows weighed by their given entries)
+    assert result.program.task.weight is row_weights  # (rows weighed by their given entries)
     losses = [h["loss"] for h in result.history]
     assert losses[-1] < 0.8 * losses[0]
     assert result.program.model.model.num_classes == ds.output_dim == 4
