@@ -389,15 +389,15 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
     else:
         try:
             given = np.asarray(targets)
-            with np.errstate(over="ignore"):  # past float32's range: inf, named below
-                targets = (given.astype(np.float32) if given.dtype.kind in "fiub"
-                           else np.asarray(targets, np.float32))  # (its error names a value)
+            if given.dtype.kind not in "fiub":
+                given = np.asarray(targets, np.float32)  # (its error names a value)
         except (TypeError, ValueError) as err:
             _fail(f"{target_kind} targets must be numbers: {err}")
-        if given.ndim in (1, 2) and np.issubdtype(given.dtype, np.floating) \
-                and given.dtype.itemsize > 4:  # NaN marks a missing label; inf is refused
-            check_finite_rows(f"{target_kind} targets", np.nan_to_num(  # in validation
-                given.reshape(given.shape[0], -1), nan=0.0, posinf=0.0, neginf=0.0))
+        # NaN marks a missing label: only finite values past float32's range are named
+        # here, NaN and inf by the validation below
+        targets = narrow_to_float32(f"{target_kind} targets",
+                                    given[:, None] if given.ndim == 1 else given,
+                                    copy=True, missing=True)
     if target_kind != "classes" and targets.ndim == 1:
         targets = targets[:, None]
     if splits is None:
