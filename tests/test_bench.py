@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from conftest import FAST_XLA
 
@@ -23,6 +24,7 @@ from zerognn_jax._src.bench import profiling
 from zerognn_jax._src.bench import report as bench_report
 from zerognn_jax._src.bench import run as bench
 from zerognn_jax._src.bench.workload import FIELDS, VARIANTS
+from zerognn_jax._src.ops import aggregate
 
 NUMBERS = ("epoch_seconds", "compile_seconds", "warmup_seconds", "steps_per_second",
            "sampled_edges_per_second", "envelope_bytes", "ideal_bytes", "envelope_over_ideal",
@@ -864,3 +866,39 @@ def test_bias_grad_forms_each_give_the_column_sum():
         want = g.astype(jnp.float32).sum(0)
         for form in ("f32", "split", "ones", "barrier"):
             assert jnp.allclose(bg.bias_gradient(form, g), want, rtol=1e-5, atol=1e-4), form
+
+
+def test_source_gradient_forms_equal_the_library():
+    """benchmarks/source_gradient.py's packed forms compute the library's source gradient:
+    float32 `packed` bit for bit (its list, and every slot past it), `packed-rows` the
+    same sums rounded once to bfloat16; `use` swaps the weighted sum's backward and back."""
+    sg = _benchmark_script("source_gradient")
+    r = np.random.default_rng(3)
+    c, k, s, shares = 40, 4, 200, []
+    for nbr in (r.permutation(s)[:c * k].reshape(c, k), r.integers(0, 12, (c, k))):
+        nbr = nbr.astype(np.int32)
+        nbr[:, 0] = 5  # a row read by every row's first slot
+        live = r.random((c, k)) < 0.9
+        shares.append((live.sum() - np.unique(nbr[live]).size) / live.size)
+        w = jnp.asarray(r.random((c, k, 2)) * live[..., None], jnp.float32)
+        g = jnp.asarray(r.standard_normal((c, 2, 3)), jnp.float32)
+        args = (g, jnp.asarray(nbr), w, jnp.asarray(live), s)
+        want = aggregate.source_gradient(*args)
+        np.testing.assert_array_equal(np.asarray(sg.packed(*args)), np.asarray(want))
+        half = sg.packed_rows(*args, jnp.bfloat16)
+        np.testing.assert_allclose(np.asarray(half, np.float32), np.asarray(want),
+                                   rtol=2 ** -8, atol=1e-6)
+    assert shares[0] < 0.5 < shares[1]  # the packed list, then every slot
+    h = jnp.asarray(r.standard_normal((s, 2, 3)), jnp.bfloat16)
+    grad = jax.grad(lambda h: aggregate.weighted_sum_reference(h, jnp.asarray(nbr), w.astype(
+        jnp.bfloat16)).astype(jnp.float32).sum())
+    library = grad(h)
+    try:
+        sg.use("packed")
+        swapped = grad(h)
+    finally:
+        sg.use("library")
+    assert swapped.dtype == library.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(swapped, np.float32),
+                               np.asarray(library, np.float32), rtol=2 ** -7)
+    np.testing.assert_array_equal(np.asarray(grad(h)), np.asarray(library))
