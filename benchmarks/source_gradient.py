@@ -23,13 +23,16 @@ in bfloat16, its split in FILE, written by `link_data.py` if absent) and `--e2e`
 trains products-like with a 64-wide learnable embedding (in each of `--dtypes`; the
 layout the library picks for it: deduplicated levels) for `--epochs` epochs, each
 with the library's form and `packed` (`packed-rows` for bfloat16 layers) in turn,
-twice over, the XLA weighted sum's backward swapped (`use`). docs/benchmarks.md,
+twice over, the XLA weighted sum's backward swapped (`use`). `--link-forms` may name
+`packed-nocond` too: `packed` without its fallback (timing only: wrong once more than
+half the slots repeat). docs/benchmarks.md,
 "A deduplicated level's gradient with its repeated slots packed", has the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -51,22 +54,21 @@ SHAPES = (("link-level2", 47_104, 10, 337_920, 0.7),
           ("node-level3", 180_224, 5, 620_000, 0.7))
 
 
-def packed(g, nbr, weights, live, num_src: int, dtype=None):
+def packed(g, nbr, weights, live, num_src: int, dtype=None, *, fallback=True):
     """The library's source gradient with its repeated slots packed into a list of
     C x K / 2 before the scatter (every slot walked past it, in a `lax.cond`), then
     rounded to `dtype`; in a narrower `dtype`, `packed_rows` instead."""
-    if dtype is not None and jnp.dtype(dtype) != g.dtype:
-        return packed_rows(g, nbr, weights, live, num_src, dtype)
-    return _repeated_slots(g, nbr, weights, live, num_src, None)
+    narrow = None if dtype is None or jnp.dtype(dtype) == g.dtype else jnp.dtype(dtype)
+    return _repeated_slots(g, nbr, weights, live, num_src, narrow, fallback)
 
 
 def packed_rows(g, nbr, weights, live, num_src: int, dtype):
     """Each row with repeated slots sums them in a packed float32 buffer of such rows;
     every row is written once, its first slot plus that sum, in `dtype`."""
-    return _repeated_slots(g, nbr, weights, live, num_src, jnp.dtype(dtype))
+    return _repeated_slots(g, nbr, weights, live, num_src, jnp.dtype(dtype), True)
 
 
-def _repeated_slots(g, nbr, weights, live, num_src, narrow):
+def _repeated_slots(g, nbr, weights, live, num_src, narrow, fallback):
     c, k = nbr.shape
     n = c * k
     capacity = max(1, n // 2)
@@ -103,20 +105,23 @@ def _repeated_slots(g, nbr, weights, live, num_src, narrow):
         return own().at[jnp.where(repeated, target, num_src)].add(
             terms, mode="drop").astype(out)
 
+    if not fallback:  # (timing only: wrong once more than C x K / 2 slots repeat)
+        return listed()
     return jax.lax.cond(jnp.sum(repeated) <= capacity, listed, every)
 
 
 LIBRARY = aggregate.source_gradient
 
 
-def _packed_bwd(res, g):
+def _packed_bwd(res, g, fallback=True):
     """`aggregate._weighted_sum_bwd` with `packed` for the source gradient, given the
     rows' dtype (as the in-library form that was timed took it)."""
     h_src, nbr, weights = res
     acc = aggregate._accumulator(h_src.dtype)
     live = jnp.any(weights != 0, axis=-1)
     g, w = aggregate.row_major(g.astype(acc)), weights.astype(acc)
-    dh = aggregate.row_major(packed(g, nbr, w, live, h_src.shape[0], h_src.dtype))
+    dh = aggregate.row_major(packed(g, nbr, w, live, h_src.shape[0], h_src.dtype,
+                                    fallback=fallback))
     rows = aggregate.gather_live(h_src.astype(acc), nbr, live)  # [C, K, H, F]
     dw = jnp.sum(rows * g[:, None], axis=-1)
     return dh, None, dw.astype(weights.dtype)
@@ -124,7 +129,8 @@ def _packed_bwd(res, g):
 
 def use(form: str) -> None:
     """Makes the XLA weighted sum's backward compute its source gradient as `form`."""
-    bwd = aggregate._weighted_sum_bwd if form == "library" else _packed_bwd
+    bwd = {"library": aggregate._weighted_sum_bwd, "packed": _packed_bwd,
+           "packed-nocond": functools.partial(_packed_bwd, fallback=False)}[form]
     aggregate.weighted_sum_reference.defvjp(aggregate._weighted_sum_fwd, bwd)
 
 
@@ -236,6 +242,8 @@ def main(argv=None):
     p.add_argument("--scale", type=float, default=1.0, help="products-like's, for --e2e")
     p.add_argument("--link", default=None, metavar="FILE",
                    help="also time the link workload, its split in FILE (written if absent)")
+    p.add_argument("--link-forms", default="library,packed,library,packed",
+                   help="--link's forms in turn (also packed-nocond: no fallback)")
     p.add_argument("--dtypes", default="bfloat16", help="--e2e's, comma-separated")
     p.add_argument("--skip-micro", action="store_true")
     p.add_argument("--out", default=None)
@@ -247,7 +255,7 @@ def main(argv=None):
         print(f"| {r['shape']} | {r['form']} | {r['live']:,} | {r['rows']:,} | "
               f"{r['repeated']:,} | {r['max_rel_err']:.2e} | {r['us']} |")
     if a.link:
-        rows += link(a.link, ["library", "packed"] * 2)
+        rows += link(a.link, a.link_forms.split(","))
     if a.e2e:
         rows += e2e(["library", "packed"] * 2, a.epochs, a.scale, a.dtypes.split(","))
     if a.out:
