@@ -181,6 +181,8 @@ def micro(repeats: int) -> list[dict]:
             f = jax.jit(lambda g, nb, w, lv, fn=fn, s=s: fn(g, nb, w, lv, s))
             out = np.asarray(jax.block_until_ready(f(*args)).astype(jnp.float32))
             err = float(np.max(np.abs(out - ref) / (np.abs(ref) + 1e-3)))
+            if err > 2 ** -7:  # more than bfloat16's rounding of a float32 sum
+                raise SystemExit(f"{name}: {form} is off the float64 sum by {err:.2e}")
             times = []
             for _ in range(repeats):
                 t0 = time.perf_counter()

@@ -398,8 +398,6 @@ def make_collection(name: str, n_node, n_edge, senders, receivers, node_features
         targets = narrow_to_float32(f"{target_kind} targets",
                                     given[:, None] if given.ndim == 1 else given,
                                     copy=True, missing=True)
-    if target_kind != "classes" and targets.ndim == 1:
-        targets = targets[:, None]
     if splits is None:
         splits = (np.arange(n_node.size), np.zeros(0), np.zeros(0))
     if len(splits) != 3:
