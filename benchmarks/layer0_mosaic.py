@@ -19,7 +19,8 @@ def _transforms(cols, dtype):
     return (plgpu.TilingTransform((8, swizzle * 8 // bits)), plgpu.SwizzleTransform(swizzle))
 
 
-def slot_gradient(z3, x3, g, wt, seed, *, c, k, rate=RATE, bp=64, splits=32, stages=2):
+def slot_gradient(z3, x3, g, wt, seed, *, c, k, rate=RATE, bp=64, splits=32, stages=2,
+                  overlap=False):
     """(dW float32[F, H], db float32[H]) over layer 1's slot rows, one Mosaic GPU kernel.
 
     z3: layer 0's output at the slot rows, [C, K * H] (parent p's slot j in columns
@@ -29,7 +30,8 @@ def slot_gradient(z3, x3, g, wt, seed, *, c, k, rate=RATE, bp=64, splits=32, sta
     whole level). dZ = keep & (z > 0) ? g * w / (1 - rate) : 0, rounded to z's dtype,
     is built in place in shared memory and never written out. Programs over (H tile
     of 64, split of the parents); each pipelines its (parent block, slot) steps and
-    accumulates dZ^T X and dZ^T 1 with wgmma."""
+    accumulates dZ^T X and dZ^T 1 with wgmma (`overlap`: a step's products still run
+    while the next step builds its dZ, their blocks released a step later)."""
     h = z3.shape[1] // k
     f = x3.shape[1] // k
     ht = 64
@@ -72,16 +74,18 @@ def slot_gradient(z3, x3, g, wt, seed, *, c, k, rate=RATE, bp=64, splits=32, sta
                 zt = plgpu.transpose_ref(z_smem, (1, 0))
                 plgpu.wgmma(acc_ref, zt, x_smem)
                 plgpu.wgmma(accb_ref, zt, ones_smem)
-                plgpu.wgmma_wait(0)
+                plgpu.wgmma_wait(2 if overlap else 0)
 
             plgpu.emit_pipeline(
                 step,
                 grid=(per, k),
                 in_specs=[
                     plgpu.BlockSpec((bp, ht), lambda i, j: (s * per + i, j * n_ht + t),
-                                    transforms=_transforms(ht, z3.dtype)),
+                                    transforms=_transforms(ht, z3.dtype),
+                                    delay_release=int(overlap)),
                     plgpu.BlockSpec((bp, f), lambda i, j: (s * per + i, j),
-                                    transforms=_transforms(f, x3.dtype)),
+                                    transforms=_transforms(f, x3.dtype),
+                                    delay_release=int(overlap)),
                     plgpu.BlockSpec((bp, ht), lambda i, j: (s * per + i, t),
                                     transforms=_transforms(ht, g.dtype)),
                     plgpu.BlockSpec((1, bp), lambda i, j: (j, s * per + i)),
@@ -163,7 +167,7 @@ def relu_dropout_mean_forward(rate, x_self, x_slots, kernel, bias, w, mask, seed
 
 
 @functools.cache
-def relu_dropout_mean(rate: float, use_kernel: bool):
+def relu_dropout_mean(rate: float, use_kernel: bool, settings: tuple = ()):
     """(x_self, x_slots, kernel, bias, weights, mask, seed) -> (h_dst, agg) of
     `relu_dropout_mean_forward`, with a backward that gives the Dense's parameters their
     gradient through `slot_gradient` (use_kernel) or plain XLA, never writing dZ of the
@@ -195,7 +199,7 @@ def relu_dropout_mean(rate: float, use_kernel: bool):
         if use_kernel:
             dw, db = slot_gradient(z_slots.reshape(c, k * h), x_slots.reshape(c, -1),
                                    g_agg.astype(dt), (w * mask).T.astype(jnp.float32),
-                                   seed, c=c, k=k, rate=rate)
+                                   seed, c=c, k=k, rate=rate, **dict(settings))
         else:
             dw = jnp.dot(x_slots.T, dz_slots, preferred_element_type=jnp.float32)
             db = dz_slots.astype(jnp.float32).sum(0)
@@ -210,7 +214,9 @@ def relu_dropout_mean(rate: float, use_kernel: bool):
     return op
 
 
-MODE = {"form": "library"}  # "library", "xla" (the fused op, its XLA backward), "kernel"
+MODE = {"form": "library"}  # "library", "xla" (the fused op, its XLA backward), or a KERNELS key
+# slot_gradient's settings for each kernel form of the step
+KERNELS = {"kernel": {}, "kernel-overlap": dict(stages=3, overlap=True)}
 
 
 def patch_gnn():
@@ -251,7 +257,9 @@ def patch_gnn():
         p0 = self.convs[0].variables["params"]["linear"]
         seed = models.dropout_seed(self.drop_hidden.make_rng("dropout"))
         w = mean_weights(v1)[..., 0]
-        h_dst, agg = relu_dropout_mean(float(self.dropout), MODE["form"] == "kernel")(
+        h_dst, agg = relu_dropout_mean(
+            float(self.dropout), MODE["form"] in KERNELS,
+            tuple(sorted(KERNELS.get(MODE["form"], {}).items())))(
             x_self, x_slots, p0["kernel"], p0["bias"], w, v1.mask, seed)
         p1 = self.convs[1].variables["params"]["linear"]
         out = _dense(jnp.concatenate([h_dst, agg], axis=-1), p1["kernel"], p1["bias"])
@@ -266,7 +274,6 @@ def patch_gnn():
 
 def step_main(a):
     """papers100m-like's epochs with each form in turn, one process, one dataset."""
-    import gc
     import importlib.util
     import pathlib
 
@@ -282,18 +289,17 @@ def step_main(a):
     host, _ = pm._load(path)
     cfg = pm.train_config(args, str(path))
     taken = patch_gnn()
+    dataset, data, program = pm._prepared(cfg, host)
     for form in a.forms.split(","):
         MODE["form"] = form
-        jax.clear_caches()
+        jax.clear_caches()  # the step is traced again, through this form
         before = len(taken)
-        dataset, data, program = pm._prepared(cfg, host)
         state, env, rec = pm.train_sage(cfg, dataset, data, program, clock)
         print(json.dumps(dict(form=form, fused_calls=len(taken) - before,
                               epochs=rec["epoch_seconds"], step_ms=rec["step_ms"],
                               steps=rec["steps"], loss=rec["loss"],
                               compile=rec["compile_seconds"])), flush=True)
-        del dataset, data, program, state, env
-        gc.collect()
+        del state, env
 
 
 def main():
@@ -303,39 +309,34 @@ def main():
                    help="lower every configuration for CUDA and stop (any machine)")
     p.add_argument("--step", action="store_true",
                    help="papers100m-like epochs with each of --forms instead")
-    p.add_argument("--forms", default="library,kernel,xla,library,kernel")
+    p.add_argument("--forms", default="library,kernel,xla,kernel-overlap,library,kernel")
     p.add_argument("--root", default="/tmp/p")
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--skip-alone", action="store_true")
     a = p.parse_args()
     if a.step:
         step_main(a)
         return
     c, k, f, h = 16384, 10, a.features, 256
     args = inputs(c * (1 + k), c, f, h, jnp.bfloat16)
-    configs = [(64, 32, 2), (64, 32, 3), (64, 32, 4), (64, 64, 3), (128, 32, 2),
-               (128, 16, 2)]
-    if a.lower_only:
-        for bp, splits, stages in configs:
-            fn = jax.jit(functools.partial(fused, c=c, k=k, bp=bp, splits=splits,
-                                           stages=stages))
-            try:
-                text = fn.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
-                print(json.dumps(dict(bp=bp, splits=splits, stages=stages, chars=len(text))))
-            except ValueError as err:
-                print(json.dumps(dict(bp=bp, splits=splits, stages=stages,
-                                      error=str(err)[:200])))
-        return
-    print(json.dumps(dict(device=str(jax.devices()[0].device_kind), jax=jax.__version__)))
-    want, us = timed(jax.jit(functools.partial(reference, c=c, k=k)), args)
-    print(json.dumps({"form": "xla", "us": round(us, 1)}), flush=True)
-    for bp, splits, stages in configs:
-        row = dict(form="mosaic", bp=bp, splits=splits, stages=stages)
-        fn = jax.jit(functools.partial(fused, c=c, k=k, bp=bp, splits=splits, stages=stages))
+    if not a.lower_only:
+        print(json.dumps(dict(device=str(jax.devices()[0].device_kind), jax=jax.__version__)))
+        want, us = timed(jax.jit(functools.partial(reference, c=c, k=k)), args)
+        print(json.dumps({"form": "xla", "us": round(us, 1)}), flush=True)
+    configs = [(64, 32, 2, False), (64, 32, 3, True), (64, 32, 4, True), (64, 32, 3, False),
+               (64, 64, 3, True), (128, 32, 2, False)]
+    for bp, splits, stages, overlap in configs:
+        kw = dict(bp=bp, splits=splits, stages=stages, overlap=overlap)
+        row = dict(form="mosaic", **kw)
+        fn = jax.jit(functools.partial(fused, c=c, k=k, **kw))
         try:
-            got, us = timed(fn, args)
-            row.update(us=round(us, 1), rel_err=relative_error(want, got))
+            if a.lower_only:
+                row["chars"] = len(fn.trace(*args).lower(lowering_platforms=("cuda",)).as_text())
+            else:
+                got, us = timed(fn, args)
+                row.update(us=round(us, 1), rel_err=relative_error(want, got))
+                _, row["kernel_us"] = timed(jax.jit(functools.partial(
+                    mosaic_slots, c=c, k=k, **kw)), args)
         except Exception as err:  # noqa: BLE001 - a configuration that does not compile
             row["error"] = " | ".join(str(err).splitlines()[:3])[:400]
         print(json.dumps(row), flush=True)
