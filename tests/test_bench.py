@@ -909,10 +909,11 @@ def test_source_gradient_forms_equal_the_library():
     np.testing.assert_array_equal(np.asarray(grad(h)), np.asarray(library))
 
 
-def test_layer0_mosaic_op_gives_autodiffs_gradient_and_its_kernel_lowers_for_cuda():
-    """benchmarks/layer0_mosaic.py: the fused op's backward (the XLA form) gives what
-    autodiff gives through its forward (the kernel's product in float32 where autodiff
-    rounds it to bfloat16), and the Mosaic GPU kernel traces and lowers for CUDA."""
+def test_layer0_mosaic_pair_gives_autodiffs_gradient_and_its_kernel_lowers_for_cuda():
+    """benchmarks/layer0_mosaic.py: the layer pair's outputs are its plain forward's, bit
+    for bit; its backward (the XLA slot gradient) gives autodiff's gradients through that
+    forward (the weight gradient's product kept in float32 where autodiff rounds it to
+    bfloat16); the Mosaic GPU kernel traces and lowers for CUDA."""
     lm = _benchmark_script("layer0_mosaic")
     r = np.random.default_rng(5)
     c, k, f, h = 64, 3, 64, 64
@@ -928,10 +929,10 @@ def test_layer0_mosaic_op_gives_autodiffs_gradient_and_its_kernel_lowers_for_cud
         return lambda *a: sum(jnp.sum(o.astype(jnp.float32) * p)
                               for o, p in zip(fn(*a), probe))
 
-    plain = lambda *a: lm.relu_dropout_mean_forward(0.5, *a)[0]
-    fused = lm.relu_dropout_mean(0.5, False)
-    np.testing.assert_array_equal(np.asarray(fused(*args)[1], np.float32),
-                                  np.asarray(plain(*args)[1], np.float32))
+    plain = lambda *a: lm.layer_pair_forward(0.5, *a)[0]
+    fused = lm.layer_pair(0.5, False)
+    for a, b in zip(fused(*args), plain(*args)):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
     want = jax.grad(loss(plain), argnums=(0, 1, 2, 3))(*args)
     got = jax.grad(loss(fused), argnums=(0, 1, 2, 3))(*args)
     for name, a, b in zip(("x_self", "x_slots", "kernel", "bias"), want, got):
@@ -940,7 +941,7 @@ def test_layer0_mosaic_op_gives_autodiffs_gradient_and_its_kernel_lowers_for_cud
         np.testing.assert_allclose(b, a, rtol=2 ** -6, atol=2 ** -6 * np.abs(a).max(),
                                    err_msg=name)
     z = jnp.asarray(r.standard_normal((c, k * h)), jnp.bfloat16)
-    kernel = jax.jit(functools.partial(lm.slot_gradient, c=c, k=k, splits=1))
+    kernel = jax.jit(functools.partial(lm.slot_gradient, c=c, k=k, rate=0.5))
     text = kernel.trace(z, args[1].reshape(c, -1), z[:, :h], w.T, args[6]).lower(
         lowering_platforms=("cuda",)).as_text()
     assert "mosaic_gpu" in text
