@@ -224,6 +224,29 @@ def test_cli_rejects_bad_arguments(args, message, capsys, monkeypatch):
     assert message in err and ("zerognn: error:" in err or "zerognn train: error:" in err)
 
 
+def test_cli_layers_follow_the_fanouts_given_alone():
+    """`--fanouts 10,5` alone trains two layers; `--layers` given keeps its word (and a
+    mismatch is refused, above); a graph task's layers do not follow its fanouts."""
+    from zerognn_jax import cli
+    from zerognn_jax.cli.flags import config_from_args, parse_args
+
+    parser = cli.build_parser()
+
+    def config(*argv):
+        return config_from_args(TrainConfig, parse_args(parser, ["train", *argv]))
+
+    assert config("--fanouts", "10,5").layers == 2
+    assert config("--fanouts", "-1").layers == 1
+    default = config()
+    assert (default.layers, default.fanouts) == (3, (15, 10, 5))
+    assert type(default.layers) is int
+    with pytest.raises(ValueError, match="3 layers but fanouts \\(10, 5\\)"):
+        config("--layers", "3", "--fanouts", "10,5")
+    graph = config("--task", "graph", "--dataset", "molhiv-like", "--model", "gin",
+                   "--fanouts", "10,5")
+    assert graph.layers == TrainConfig().layers
+
+
 def test_cli_version_names_the_package_and_its_jax(capsys):
     import importlib.metadata
 

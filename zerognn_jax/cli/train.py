@@ -24,7 +24,8 @@ HELP = {
              "dataset, gine-virtual for a graph task whose graphs have edge features, else "
              "gin-virtual",
     "hidden": "width of every hidden layer",
-    "layers": "number of message-passing layers (one fanout each)",
+    "layers": "number of message-passing layers (one fanout each; not given, as many as "
+              "--fanouts gives)",
     "fanouts": "neighbours sampled per hop, seeds' hop first; -1 = all (--fanouts -1,-1) "
                "(on a typed dataset: per relation)",
     "relation_fanouts": "typed datasets: fanouts of named relations, e.g. "
