@@ -1,8 +1,8 @@
 """Layers 0 and 1 of a tree-layout SAGE step as one op ("the layer pair"), whose backward
 gives layer 0's weights their gradient over layer 1's slot rows by a Mosaic GPU kernel
 that never writes those rows' output gradient: alone, and inside papers100m-like's step
-(docs/benchmarks.md, "The layer pair with a Mosaic GPU kernel"; measured slower in the
-step, not in the library).
+(docs/benchmarks.md, "The layer pair: layer 0's backward as a Mosaic GPU kernel";
+slower in the step, not in the library).
 
 The kernel: a program loads a block of layer 0's output Z and input X for one slot of
 64 parents (TMA copies, pipelined), builds dZ (layer 1's gradient times the slot's
