@@ -104,11 +104,17 @@ def fused(x, h0, g_self, g_slots, live, seed, *, c: int, k: int, programs: int, 
         grid=(programs, h // ht), interpret=interpret, name="layer0_backward",
         compiler_params=plt.CompilerParams(num_warps=warps, num_stages=stages),
     )(x, h0, g_slots, live.astype(jnp.int8), jnp.reshape(seed, (1,)))
+    return with_own_rows(dw.sum(0), db.sum(0), x, h0, g_self, seed, c=c)
+
+
+def with_own_rows(dw, db, x, h0, g_self, seed, *, c: int):
+    """The slot rows' (dW, db) with layer 1's own C rows added, in one XLA product."""
+    h = h0.shape[1]
     keep = keep_mask(seed, jnp.arange(c)[:, None], jnp.arange(h)[None, :], h, RATE)
     dz = jnp.where(keep & (h0[:c] > 0), g_self.astype(jnp.float32) / (1 - RATE),
                    0).astype(x.dtype)
-    return (dw.sum(0) + jnp.dot(x[:c].T, dz, preferred_element_type=jnp.float32),
-            db.sum(0) + dz.astype(jnp.float32).sum(0))
+    return (dw + jnp.dot(x[:c].T, dz, preferred_element_type=jnp.float32),
+            db + dz.astype(jnp.float32).sum(0))
 
 
 def inputs(r: int, c: int, f: int, h: int, dtype):

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
-from layer0_backward import RATE, inputs, keep_mask, reference, relative_error, timed
+from layer0_backward import RATE, inputs, keep_mask, reference, relative_error, timed, with_own_rows
 
 FORMS = ("auto", "pair", "pair-xla")
 TILE = 64  # Z's columns a program takes, and the parents of a block
@@ -221,7 +221,7 @@ def layer_pair(rate: float, kernel: bool):
         dz_self = jnp.where(_keep(seed, c, h, 0, rate) & (z_self > 0),
                             g_self.astype(dt) / (1.0 - rate), jnp.zeros((), dt))
         dw, db = gradient(z_slots.reshape(c, k * h), x_slots.reshape(c, -1),
-                               g_agg.astype(dt), live_w.T, seed, c=c, k=k, rate=rate)
+                          g_agg.astype(dt), live_w.T, seed, c=c, k=k, rate=rate)
         dw = dw + jnp.dot(x_self.T, dz_self, preferred_element_type=jnp.float32)
         db = db + jnp.sum(dz_self.astype(jnp.float32), axis=0)
         kb = kernel.astype(dt).T
@@ -292,15 +292,10 @@ def patch_gnn() -> list:
 
 def with_kernel(x, h0, g_self, g_slots, live, seed, *, c: int, k: int):
     """`reference`'s (dW, db), the slot rows' share by the kernel."""
-    h = h0.shape[1]
     dw, db = slot_gradient(h0[c:].reshape(c, -1), x[c:].reshape(c, -1), g_slots,
                            live.reshape(c, k).T.astype(jnp.float32), seed, c=c, k=k,
                            rate=RATE)
-    keep = keep_mask(seed, jnp.arange(c)[:, None], jnp.arange(h)[None, :], h, RATE)
-    dz = jnp.where(keep & (h0[:c] > 0), g_self.astype(jnp.float32) / (1 - RATE),
-                   0).astype(x.dtype)
-    return (dw + jnp.dot(x[:c].T, dz, preferred_element_type=jnp.float32),
-            db + dz.astype(jnp.float32).sum(0))
+    return with_own_rows(dw, db, x, h0, g_self, seed, c=c)
 
 
 def alone(lower_only: bool) -> None:
