@@ -161,13 +161,9 @@ def _caster(kind: str):
 UNSET_SAID = ("default:", "unset:", "omitted:", "optional when")
 
 
-class _Default(int):
-    """An int flag's default, told apart from the same number given on the command line."""
-
-
-# A field left unset takes the length of another that was given: `--fanouts 10,5`
-# alone trains two layers (graph tasks sample no hops, so there fanouts set nothing).
-_FOLLOWS = {"layers": "fanouts"}
+class _LayersUnset(int):
+    """`--layers`' default, told apart from the same number given: without `--layers`
+    the layers are as many as `--fanouts` gives (`config_from_args`)."""
 
 
 def add_config_flags(parser: argparse.ArgumentParser, config, *, help: dict,
@@ -191,8 +187,8 @@ def add_config_flags(parser: argparse.ArgumentParser, config, *, help: dict,
             # (a help text that says what unset means already shows no "None")
             shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
             text = f"{text} (default: {shown})"
-        if field.name in _FOLLOWS and isinstance(default, int):
-            default = _Default(default)
+        if field.name == "layers":
+            default = _LayersUnset(default)
         kwargs = dict(dest=field.name, default=default, help=text)
         if kind.startswith("bool"):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
@@ -215,11 +211,11 @@ def config_from_args(config_cls, args: argparse.Namespace, **overrides):
     """
     names = {f.name for f in dataclasses.fields(config_cls)}
     values = {k: v for k, v in vars(args).items() if k in names}
-    for name, source in _FOLLOWS.items():
-        if isinstance(values.get(name), _Default):
-            given = values.get(source)
-            values[name] = (len(given) if given and values.get("task") != "graph"
-                            else int(values[name]))
+    if isinstance(values.get("layers"), _LayersUnset):
+        # (a graph task samples no hops: its fanouts set nothing)
+        fanouts = values.get("fanouts")
+        values["layers"] = (len(fanouts) if fanouts and values.get("task") != "graph"
+                            else int(values["layers"]))
     nested = {f"{key}.{f.name}" for key, value in overrides.items()
               if dataclasses.is_dataclass(value) for f in dataclasses.fields(value)}
     try:
