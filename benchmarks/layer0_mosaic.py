@@ -20,6 +20,10 @@ training configuration), then epochs of each form in turn, one process, one uplo
   auto        the library (layers 0 and 1 apart)
   pair        the layer pair, its slot gradient by the kernel
   pair-xla    the layer pair, its slot gradient in XLA
+  level       the level pair: layer 0 as the library computes it, its weight gradient by
+              the level kernel (`level_gradient`: the whole level as it lies, own rows
+              and slot rows, no split)
+  level-xla   the level pair, its weight gradient in XLA
 
     python3 benchmarks/layer0_mosaic.py                    # a GPU: alone
     python3 benchmarks/layer0_mosaic.py --step --root DIR  # a GPU: in the step
@@ -40,7 +44,9 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 from layer0_backward import RATE, inputs, keep_mask, reference, relative_error, timed, with_own_rows
 
-FORMS = ("auto", "pair", "pair-xla")
+from zerognn_jax._src.nn.models import hash_dropout
+
+FORMS = ("auto", "pair", "pair-xla", "level", "level-xla")
 TILE = 64  # Z's columns a program takes, and the parents of a block
 
 # ------------------------------------------------------------------ the kernel
@@ -58,6 +64,20 @@ def _splits(blocks: int, tiles: int) -> int:
     cores = getattr(jax.devices()[0], "core_count", 132) or 132
     return max(d for d in range(1, blocks + 1) if blocks % d == 0 and d * tiles <= max(
         cores, tiles))
+
+
+def _write_sums(acc, accb, out_smem, dw_gmem, db_gmem, s, t) -> None:
+    """A program's partial sums out through shared memory: dW^T's [TILE, F] a tile of
+    columns at a time into split s's rows of tile t, then the bias's."""
+    rows, f = pl.ds(t * TILE, TILE), acc.shape[1]
+    for q in range(f // TILE + 1):
+        plgpu.wait_smem_to_gmem(0)
+        last = q == f // TILE
+        out_smem[...] = accb if last else acc[:, q * TILE:(q + 1) * TILE]
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(out_smem, db_gmem.at[s, rows] if last else
+                                dw_gmem.at[s, rows, pl.ds(q * TILE, TILE)])
+    plgpu.wait_smem_to_gmem(0)
 
 
 def slot_gradient(z3, x3, g, wt, seed, *, c: int, k: int, rate: float, stages: int = 2):
@@ -116,15 +136,7 @@ def slot_gradient(z3, x3, g, wt, seed, *, c: int, k: int, rate: float, stages: i
             return acc_ref[...], accb_ref[...]
 
         acc, accb = pl.run_scoped(accumulate, plgpu.ACC((TILE, f)), plgpu.ACC((TILE, TILE)))
-        rows = pl.ds(t * TILE, TILE)
-        for q in range(f // TILE + 1):  # the product a tile of columns at a time, the bias
-            plgpu.wait_smem_to_gmem(0)
-            last = q == f // TILE
-            out_smem[...] = accb if last else acc[:, q * TILE:(q + 1) * TILE]
-            plgpu.commit_smem()
-            plgpu.copy_smem_to_gmem(out_smem, db_gmem.at[s, rows] if last else
-                                    dw_gmem.at[s, rows, pl.ds(q * TILE, TILE)])
-        plgpu.wait_smem_to_gmem(0)
+        _write_sums(acc, accb, out_smem, dw_gmem, db_gmem, s, t)
 
     kernel = plgpu.kernel(
         body,
@@ -139,6 +151,112 @@ def slot_gradient(z3, x3, g, wt, seed, *, c: int, k: int, rate: float, stages: i
             lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
     )
     dw_t, db_t = kernel(z3, x3, g.astype(z3.dtype), wt.astype(jnp.float32),
+                        jnp.reshape(seed, (1,)).astype(jnp.uint32))
+    return dw_t.sum(0).T, db_t.sum(0)[:, 0]
+
+
+def _source_block(u, *, c: int, k: int):
+    """For row tile u (TILE rows of the level): the TILE-row block of the gradient source
+    rows [layer 1's own rows' gradient ; its aggregate gradient] that holds the tile's
+    first source row (its others lie in that block or the next)."""
+    first = jnp.where(u * TILE < c, u * TILE, c + (u * TILE - c) // k)
+    return first // TILE
+
+
+def level_gradient(z, x, gsrc, wrow, seed, *, c: int, k: int, rate: float,
+                   stages: int = 2):
+    """(dW float32[F, H], db float32[H]) of `level_gradient_reference`'s arguments, by
+    the kernel, over the whole level in its own row order: a program takes row tiles of
+    Z [R, H] and X [R, F] as they lie (no slot rows apart), reads each tile's rows of
+    layer 1's gradient `gsrc` [2C, H] as two TILE-row blocks (`_source_block` and the
+    next), and lays them onto the tile's rows by a product with a 0/1 matrix (row r takes
+    source row r below C, C + (r - C) // K above), times `wrow` [R] (1 for the own rows,
+    the slot's mean weight, 0 where dead), through dropout's hash and ReLU'."""
+    (r, h), f = z.shape, x.shape[1]
+    if c % TILE or r % TILE or h % TILE or f % TILE:
+        raise ValueError(f"the level kernel takes C, R, H and F in multiples of {TILE}, "
+                         f"got C={c}, R={r}, H={h}, F={f}")
+    tiles, blocks = h // TILE, r // TILE
+    splits = _splits(blocks, tiles)
+    per = blocks // splits
+    scale = 1.0 / (1.0 - rate)
+
+    def body(z_gmem, x_gmem, g_gmem, w_gmem, seed_gmem, dw_gmem, db_gmem, ones_smem,
+             lo_e, hi_e, out_smem):
+        t, s = lax.axis_index("t"), lax.axis_index("s")
+        seed_v = seed_gmem[0]
+        ones_smem[...] = jnp.ones((TILE, TILE), ones_smem.dtype)
+        plgpu.commit_smem()
+
+        def step(idx, z_smem, x_smem, lo_smem, hi_smem, w_smem, acc_ref, accb_ref):
+            (i,) = idx
+            u = s * per + i
+            rows = u * TILE + plgpu.layout_cast(
+                lax.broadcasted_iota(jnp.int32, (TILE, TILE), 0), plgpu.Layout.WGMMA)
+            q = plgpu.layout_cast(lax.broadcasted_iota(jnp.int32, (TILE, TILE), 1),
+                                  plgpu.Layout.WGMMA)
+            source = jnp.where(rows < c, rows, c + (rows - c) // k)
+            source = source - _source_block(u, c=c, k=k) * TILE
+            lo_e[...] = (source == q).astype(lo_e.dtype)
+            hi_e[...] = (source == q + TILE).astype(hi_e.dtype)
+            plgpu.commit_smem()
+
+            def laid(acc_ref):  # the source rows onto the tile's rows: a 0/1 product
+                plgpu.wgmma(acc_ref, lo_e, lo_smem)
+                plgpu.wgmma(acc_ref, hi_e, hi_smem)
+                plgpu.wgmma_wait(0)
+                return acc_ref[...]
+
+            grad = pl.run_scoped(laid, plgpu.ACC((TILE, TILE)))
+            z = z_smem[...].astype(jnp.float32)
+            w = plgpu.load(w_smem.at[0], (), layout=plgpu.Layout.WGMMA.reduce(1))
+            keep = keep_mask(seed_v, rows, t * TILE + q, h, rate)
+            weight = lax.broadcast_in_dim(w, (TILE, TILE), (0,)) * scale
+            z_smem[...] = jnp.where(keep & (z > 0), grad * weight, 0.0).astype(z_smem.dtype)
+            plgpu.commit_smem()
+            dz_t = plgpu.transpose_ref(z_smem, (1, 0))
+            plgpu.wgmma(acc_ref, dz_t, x_smem)
+            plgpu.wgmma(accb_ref, dz_t, ones_smem)
+            plgpu.wgmma_wait(0)
+
+        def accumulate(acc_ref, accb_ref):
+            first = lambda i: _source_block(s * per + i, c=c, k=k)  # noqa: E731
+            plgpu.emit_pipeline(
+                lambda idx, *refs: step(idx, *refs, acc_ref, accb_ref),
+                grid=(per,),
+                in_specs=[
+                    plgpu.BlockSpec((TILE, TILE), lambda i: (s * per + i, t),
+                                    transforms=_transforms(TILE, z.dtype)),
+                    plgpu.BlockSpec((TILE, f), lambda i: (s * per + i, 0),
+                                    transforms=_transforms(f, x.dtype)),
+                    plgpu.BlockSpec((TILE, TILE), lambda i: (first(i), t),
+                                    transforms=_transforms(TILE, z.dtype)),
+                    plgpu.BlockSpec((TILE, TILE), lambda i: (
+                        jnp.minimum(first(i) + 1, 2 * c // TILE - 1), t),
+                                    transforms=_transforms(TILE, z.dtype)),
+                    plgpu.BlockSpec((1, TILE), lambda i: (s * per + i, 0)),
+                ],
+                max_concurrent_steps=stages,
+            )(z_gmem, x_gmem, g_gmem, g_gmem, w_gmem)
+            return acc_ref[...], accb_ref[...]
+
+        acc, accb = pl.run_scoped(accumulate, plgpu.ACC((TILE, f)), plgpu.ACC((TILE, TILE)))
+        _write_sums(acc, accb, out_smem, dw_gmem, db_gmem, s, t)
+
+    kernel = plgpu.kernel(
+        body,
+        out_type=(jax.ShapeDtypeStruct((splits, h, f), jnp.float32),
+                  jax.ShapeDtypeStruct((splits, h, TILE), jnp.float32)),
+        grid=(tiles, splits), grid_names=("t", "s"),
+        scratch_types=dict(
+            ones_smem=plgpu.SMEM((TILE, TILE), x.dtype, transforms=_transforms(TILE, x.dtype)),
+            lo_e=plgpu.SMEM((TILE, TILE), z.dtype, transforms=_transforms(TILE, z.dtype)),
+            hi_e=plgpu.SMEM((TILE, TILE), z.dtype, transforms=_transforms(TILE, z.dtype)),
+            out_smem=plgpu.SMEM((TILE, TILE), jnp.float32)),
+        compiler_params=plgpu.CompilerParams(
+            lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
+    )
+    dw_t, db_t = kernel(z, x, gsrc.astype(z.dtype), wrow.reshape(blocks, TILE),
                         jnp.reshape(seed, (1,)).astype(jnp.uint32))
     return dw_t.sum(0).T, db_t.sum(0)[:, 0]
 
@@ -235,6 +353,71 @@ def layer_pair(rate: float, kernel: bool):
     return op
 
 
+def _level_dz(z, gsrc, wrow, seed, *, c: int, k: int, rate: float) -> jax.Array:
+    """Layer 0's output gradient over the whole level [R, H] in z's dtype: row r takes
+    row r of `gsrc` below C, row C + (r - C) // K above, times `wrow[r]`, through
+    dropout's hash and ReLU'."""
+    r, h = z.shape
+    row = jnp.arange(r)
+    source = jnp.where(row < c, row, c + (row - c) // k)
+    g = (gsrc.astype(jnp.float32)[source] * wrow[:, None]).astype(z.dtype)
+    keep = _keep(seed, r, h, 0, rate) & (z > 0)
+    return jnp.where(keep, g / (1.0 - rate), jnp.zeros((), z.dtype))
+
+
+def level_gradient_reference(z, x, gsrc, wrow, seed, *, c: int, k: int, rate: float):
+    """(dW float32[F, H], db float32[H]) in plain JAX: layer 0's output Z [R, H] and input
+    X [R, F] over the whole level, `gsrc` [2C, H] layer 1's gradient of its own rows then
+    of its aggregate, `wrow` float32[R] each row's weight (1 for the own rows)."""
+    dz = _level_dz(z, gsrc, wrow, seed, c=c, k=k, rate=rate)
+    return (jnp.dot(x.T, dz, preferred_element_type=jnp.float32),
+            jnp.sum(dz.astype(jnp.float32), axis=0))
+
+
+def level_pair_forward(rate, x, kernel, bias, w, seed):
+    """((h_dst, agg), z) as the library's layers compute them: layer 0's Dense over the
+    whole level x [R, F], ReLU, hash dropout over the level, layer 1's destinations (the
+    first C rows) and its mean (weights `w` [C, K], 0 where dead) over its slot rows."""
+    c, k = w.shape
+    z = _dense(x, kernel, bias)
+    level = hash_dropout(jax.nn.relu(z), rate, seed)
+    rows = level[c:c * (1 + k)].reshape(c, k, -1).astype(jnp.float32)
+    agg = jnp.sum(rows * w[..., None], axis=1).astype(z.dtype)
+    return (level[:c], agg), z
+
+
+@functools.cache
+def level_pair(rate: float, kernel: bool):
+    """(x, kernel, bias, w, seed) -> (h_dst, agg) of `level_pair_forward`, whose backward
+    gives layer 0's weights their gradient by `level_gradient` (kernel) or
+    `level_gradient_reference` over the level as it lies; x's gradient apart (dropped
+    where unread)."""
+    gradient = level_gradient if kernel else level_gradient_reference
+    forward = functools.partial(level_pair_forward, rate)
+
+    @jax.custom_vjp
+    def op(x, kernel, bias, w, seed):
+        return forward(x, kernel, bias, w, seed)[0]
+
+    def fwd(x, kernel, bias, w, seed):
+        out, z = forward(x, kernel, bias, w, seed)
+        return out, (x, kernel, z, w, seed)
+
+    def bwd(res, cts):
+        x, kernel, z, w, seed = res
+        c, k = w.shape
+        gsrc = jnp.concatenate([g.astype(z.dtype) for g in cts])
+        wrow = jnp.concatenate([jnp.ones(c, jnp.float32), w.reshape(-1)])
+        dw, db = gradient(z, x, gsrc, wrow, seed, c=c, k=k, rate=rate)
+        dx = jnp.dot(_level_dz(z, gsrc, wrow, seed, c=c, k=k, rate=rate),
+                     kernel.astype(z.dtype).T)
+        return (dx.astype(x.dtype), dw.astype(kernel.dtype), db.astype(kernel.dtype),
+                jnp.zeros_like(w), None)
+
+    op.defvjp(fwd, bwd)
+    return op
+
+
 # ------------------------------------------------------------------ in the step
 
 MODE = {"form": "auto"}  # which of FORMS the patched model runs
@@ -272,13 +455,18 @@ def patch_gnn() -> list:
         c = v1.num_dst
         h_src = x.astype(self.dtype)
         agg = self.convs[0].aggregate(h_src, v0).astype(self.dtype)
-        x_self = jnp.concatenate([h_src[:c], agg[:c]], axis=-1)
-        x_slots = jnp.concatenate([h_src[c:v0.num_dst], agg[c:]], axis=-1)
         p0 = self.convs[0].variables["params"]["linear"]
         seed = models.dropout_seed(self.drop_hidden.make_rng("dropout"))
-        h_dst, agg1 = layer_pair(float(self.dropout), MODE["form"] == "pair")(
-            x_self, x_slots, p0["kernel"], p0["bias"], mean_weights(v1)[..., 0], v1.mask,
-            seed)
+        if MODE["form"].startswith("level"):
+            level = jnp.concatenate([h_src[:v0.num_dst], agg], axis=-1)
+            h_dst, agg1 = level_pair(float(self.dropout), MODE["form"] == "level")(
+                level, p0["kernel"], p0["bias"], mean_weights(v1)[..., 0], seed)
+        else:
+            x_self = jnp.concatenate([h_src[:c], agg[:c]], axis=-1)
+            x_slots = jnp.concatenate([h_src[c:v0.num_dst], agg[c:]], axis=-1)
+            h_dst, agg1 = layer_pair(float(self.dropout), MODE["form"] == "pair")(
+                x_self, x_slots, p0["kernel"], p0["bias"], mean_weights(v1)[..., 0],
+                v1.mask, seed)
         p1 = self.convs[1].variables["params"]["linear"]
         out = _dense(jnp.concatenate([h_dst, agg1], axis=-1), p1["kernel"], p1["bias"])
         h = out.astype(jnp.float32) if self.num_layers == 2 else jax.nn.relu(out)
@@ -298,20 +486,30 @@ def with_kernel(x, h0, g_self, g_slots, live, seed, *, c: int, k: int):
     return with_own_rows(dw, db, x, h0, g_self, seed, c=c)
 
 
+def with_level_kernel(x, h0, g_self, g_slots, live, seed, *, c: int, k: int):
+    """`reference`'s (dW, db) by the level kernel, the own rows included."""
+    wrow = jnp.concatenate([jnp.ones(c, jnp.float32), live.astype(jnp.float32)])
+    return level_gradient(h0, x, jnp.concatenate([g_self, g_slots]), wrow, seed, c=c, k=k,
+                          rate=RATE)
+
+
 def alone(lower_only: bool) -> None:
     c, k, f, h = 16384, 10, 256, 256
     args = inputs(c * (1 + k), c, f, h, jnp.bfloat16)
-    fn = jax.jit(functools.partial(with_kernel, c=c, k=k))
+    kernels = {"kernel": with_kernel, "level kernel": with_level_kernel}
     if lower_only:
-        text = fn.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
-        print(json.dumps({"form": "kernel", "lowered_chars": len(text)}))
+        for form, fn in kernels.items():
+            text = jax.jit(functools.partial(fn, c=c, k=k)).trace(*args).lower(
+                lowering_platforms=("cuda",)).as_text()
+            print(json.dumps({"form": form, "lowered_chars": len(text)}))
         return
     print(json.dumps(dict(device=jax.devices()[0].device_kind, jax=jax.__version__)))
     want, us = timed(jax.jit(functools.partial(reference, c=c, k=k)), args)
     print(json.dumps({"form": "xla", "us": round(us, 1)}), flush=True)
-    got, us = timed(fn, args)
-    print(json.dumps({"form": "kernel", "us": round(us, 1),
-                      "rel_err": relative_error(want, got)}), flush=True)
+    for form, fn in kernels.items():
+        got, us = timed(jax.jit(functools.partial(fn, c=c, k=k)), args)
+        print(json.dumps({"form": form, "us": round(us, 1),
+                          "rel_err": relative_error(want, got)}), flush=True)
 
 
 def in_the_step(a) -> None:
@@ -320,7 +518,8 @@ def in_the_step(a) -> None:
     pm = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pm)
     args = pm.parse_args(["--root", a.root, "--scale", str(a.scale), "--epochs",
-                          str(a.epochs), "--skip", "fraction,sampled,mlp,exact"])
+                          str(a.epochs), "--fanouts", a.fanouts,
+                          "--skip", "fraction,sampled,mlp,exact"])
     clock = pm.Clock(None)
     path, record = pm.generate(args, clock)
     print(json.dumps(record), flush=True)
@@ -355,6 +554,9 @@ def main() -> None:
     p.add_argument("--root", default="/tmp/p", help="--step: the datasets' folder")
     p.add_argument("--scale", type=float, default=1.0, help="--step: papers100m-like scale")
     p.add_argument("--epochs", type=int, default=3, help="--step: epochs per form")
+    p.add_argument("--fanouts", default="15,10,5",
+                   help="--step: comma-separated, seeds' hop first (small ones give a CPU "
+                        "run the tree layout the pair needs)")
     p.add_argument("--profile", type=int, default=0,
                    help="--step: each form's step by phase and its this many busiest kernels")
     a = p.parse_args()

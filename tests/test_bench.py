@@ -909,6 +909,12 @@ def test_source_gradient_forms_equal_the_library():
     np.testing.assert_array_equal(np.asarray(grad(h)), np.asarray(library))
 
 
+def _probed(probe):
+    """fn -> a scalar loss of fn's outputs: each one's float32 dot with its probe."""
+    return lambda fn: lambda *a: sum(jnp.sum(o.astype(jnp.float32) * p)
+                                     for o, p in zip(fn(*a), probe))
+
+
 def test_layer0_mosaic_pair_gives_autodiffs_gradient_and_its_kernel_lowers_for_cuda():
     """benchmarks/layer0_mosaic.py: the layer pair's outputs are what the library's layers
     compute apart (to bfloat16 rounding: one product there, two here); its backward (the
@@ -924,12 +930,7 @@ def test_layer0_mosaic_pair_gives_autodiffs_gradient_and_its_kernel_lowers_for_c
             jnp.asarray(r.standard_normal((c * k, f)), jnp.bfloat16),
             jnp.asarray(r.standard_normal((f, h)) * 0.1, jnp.float32),
             jnp.asarray(r.standard_normal(h) * 0.1, jnp.float32), w, mask, jnp.uint32(7))
-    probe = [jnp.asarray(r.standard_normal((c, h)), jnp.float32) for _ in range(2)]
-
-    def loss(fn):
-        return lambda *a: sum(jnp.sum(o.astype(jnp.float32) * p)
-                              for o, p in zip(fn(*a), probe))
-
+    loss = _probed([jnp.asarray(r.standard_normal((c, h)), jnp.float32) for _ in range(2)])
     plain = lambda *a: lm.layer_pair_forward(0.5, *a)[0]
     fused = lm.layer_pair(0.5, False)
     # what the library's layers compute apart: one Dense over the level, ReLU, hash
@@ -961,4 +962,45 @@ def test_layer0_mosaic_pair_gives_autodiffs_gradient_and_its_kernel_lowers_for_c
     kernel = jax.jit(functools.partial(lm.slot_gradient, c=c, k=k, rate=0.5))
     text = kernel.trace(z, args[1].reshape(c, -1), z[:, :h], w.T, args[6]).lower(
         lowering_platforms=("cuda",)).as_text()
+    assert "mosaic_gpu" in text
+
+
+def test_layer0_mosaic_level_pair_reads_the_level_as_it_lies():
+    """benchmarks/layer0_mosaic.py's level form: its reference gives layer0_backward's
+    reference gradient (own rows and slot rows laid out as the tree level holds them);
+    the op's outputs are its forward's, bit for bit, and its backward gives autodiff's
+    gradients through that forward (the weight gradient's product kept in float32); the
+    Mosaic GPU kernel over the whole level lowers for CUDA."""
+    lm = _benchmark_script("layer0_mosaic")
+    import layer0_backward as lb
+
+    c, k, f, h = 64, 3, 64, 64
+    x, z, g_self, g_slots, live, seed = lb.inputs(c * (1 + k), c, f, h, jnp.bfloat16)
+    gsrc = jnp.concatenate([g_self, g_slots])
+    wrow = jnp.concatenate([jnp.ones(c, jnp.float32), live.astype(jnp.float32)])
+    want = lb.reference(x, z, g_self, g_slots, live, seed, c=c, k=k)
+    got = lm.level_gradient_reference(z, x, gsrc, wrow, seed, c=c, k=k, rate=lb.RATE)
+    for a, b in zip(want, got):
+        assert np.abs(np.asarray(a)).max() > 0
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
+
+    r = np.random.default_rng(6)
+    mask = jnp.asarray(r.random((c, k)) < 0.7)
+    w = mask / jnp.maximum(mask.sum(1, keepdims=True), 1).astype(jnp.float32)
+    args = (x, jnp.asarray(r.standard_normal((f, h)) * 0.1, jnp.float32),
+            jnp.asarray(r.standard_normal(h) * 0.1, jnp.float32), w, jnp.uint32(7))
+    loss = _probed([jnp.asarray(r.standard_normal((c, h)), jnp.float32) for _ in range(2)])
+    plain = lambda *a: lm.level_pair_forward(0.5, *a)[0]
+    op = lm.level_pair(0.5, False)
+    for a, b in zip(plain(*args), op(*args)):
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
+    want = jax.grad(loss(plain), argnums=(0, 1, 2))(*args)
+    got = jax.grad(loss(op), argnums=(0, 1, 2))(*args)
+    for name, a, b in zip(("x", "kernel", "bias"), want, got):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        assert np.abs(a).max() > 0, name
+        np.testing.assert_allclose(b, a, rtol=2 ** -6, atol=2 ** -6 * np.abs(a).max(),
+                                   err_msg=name)
+    kernel = jax.jit(functools.partial(lm.level_gradient, c=c, k=k, rate=0.5))
+    text = kernel.trace(z, x, gsrc, wrow, seed).lower(lowering_platforms=("cuda",)).as_text()
     assert "mosaic_gpu" in text
