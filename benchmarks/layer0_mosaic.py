@@ -10,10 +10,16 @@ weight, ReLU', dropout's counter hash) in shared memory in place of Z, and accum
 dZ^T X and dZ^T 1 (the bias) with wgmma; programs over (64 of Z's columns, a split of
 the parents), partial sums added after.
 
+The level pair (docs/benchmarks.md, "The level pair"; built, not yet run on a GPU): the
+same op without the split, layer 0's product over the whole level as the library
+computes it, and a kernel (`level_gradient`) that walks the level in its own row order,
+laying layer 1's gradient rows onto each tile's rows by a 0/1 product.
+
 Alone: the whole layer-0 backward at papers100m-like's tree-layout shapes (level 2's
 180,224 rows, the first 16,384 layer 1's own, the rest its 10 slots each; 256 input and
-output columns; bfloat16), `layer0_backward.reference` against the kernel plus an XLA
-product for the own rows; checked, then timed as `layer0_backward.timed` does. In the
+output columns; bfloat16), `layer0_backward.reference` against the layer pair's kernel
+plus an XLA product for the own rows and against the level kernel (the own rows its own;
+2 and 3 pipeline stages); checked, then timed as `layer0_backward.timed` does. In the
 step (`--step`): papers100m-like generated once (benchmarks/papers100m.py's preset and
 training configuration), then epochs of each form in turn, one process, one upload:
 
@@ -486,17 +492,19 @@ def with_kernel(x, h0, g_self, g_slots, live, seed, *, c: int, k: int):
     return with_own_rows(dw, db, x, h0, g_self, seed, c=c)
 
 
-def with_level_kernel(x, h0, g_self, g_slots, live, seed, *, c: int, k: int):
+def with_level_kernel(x, h0, g_self, g_slots, live, seed, *, c: int, k: int,
+                      stages: int = 2):
     """`reference`'s (dW, db) by the level kernel, the own rows included."""
     wrow = jnp.concatenate([jnp.ones(c, jnp.float32), live.astype(jnp.float32)])
     return level_gradient(h0, x, jnp.concatenate([g_self, g_slots]), wrow, seed, c=c, k=k,
-                          rate=RATE)
+                          rate=RATE, stages=stages)
 
 
 def alone(lower_only: bool) -> None:
     c, k, f, h = 16384, 10, 256, 256
     args = inputs(c * (1 + k), c, f, h, jnp.bfloat16)
-    kernels = {"kernel": with_kernel, "level kernel": with_level_kernel}
+    kernels = {"kernel": with_kernel, "level kernel": with_level_kernel,
+               "level kernel, 3 stages": functools.partial(with_level_kernel, stages=3)}
     if lower_only:
         for form, fn in kernels.items():
             text = jax.jit(functools.partial(fn, c=c, k=k)).trace(*args).lower(
@@ -538,7 +546,8 @@ def in_the_step(a) -> None:
                               epochs=rec["epoch_seconds"], step_ms=rec["step_ms"],
                               steps=rec["steps"], loss=rec["loss"],
                               compile=rec["compile_seconds"])), flush=True)
-        if a.profile:  # two more epochs, the second traced without command buffers
+        if a.profile and form in a.profile_forms.split(","):
+            # two more epochs, the second traced without command buffers
             print(json.dumps(dict(form=form, **pm._kernels(cfg, program, state, data, dataset,
                                                            env, a.profile))), flush=True)
         del state
@@ -559,6 +568,8 @@ def main() -> None:
                         "run the tree layout the pair needs)")
     p.add_argument("--profile", type=int, default=0,
                    help="--step: each form's step by phase and its this many busiest kernels")
+    p.add_argument("--profile-forms", default=",".join(FORMS),
+                   help="--step, --profile: the forms profiled (comma-separated)")
     a = p.parse_args()
     if a.step:
         in_the_step(a)
