@@ -86,6 +86,27 @@ def _write_sums(acc, accb, out_smem, dw_gmem, db_gmem, s, t) -> None:
     plgpu.wait_smem_to_gmem(0)
 
 
+def _launch(body, operands, seed, *, splits: int, h: int, f: int, dtype,
+            tiles_e: tuple = ()):
+    """Runs a kernel `body` over (H / TILE column tiles, `splits`) programs, each writing
+    its partial dW^T and bias sums; returns their totals (dW [F, H], db [H]). Scratch:
+    a TILE x TILE block of ones (the bias's product), one of float32 for the sums out,
+    and one of `dtype` per name in `tiles_e`."""
+    tile = lambda: plgpu.SMEM((TILE, TILE), dtype, transforms=_transforms(TILE, dtype))
+    kernel = plgpu.kernel(
+        body,
+        out_type=(jax.ShapeDtypeStruct((splits, h, f), jnp.float32),
+                  jax.ShapeDtypeStruct((splits, h, TILE), jnp.float32)),
+        grid=(h // TILE, splits), grid_names=("t", "s"),
+        scratch_types=dict(ones_smem=tile(), **{name: tile() for name in tiles_e},
+                           out_smem=plgpu.SMEM((TILE, TILE), jnp.float32)),
+        compiler_params=plgpu.CompilerParams(
+            lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
+    )
+    dw_t, db_t = kernel(*operands, jnp.reshape(seed, (1,)).astype(jnp.uint32))
+    return dw_t.sum(0).T, db_t.sum(0)[:, 0]
+
+
 def slot_gradient(z3, x3, g, wt, seed, *, c: int, k: int, rate: float, stages: int = 2):
     """(dW float32[F, H], db float32[H]) of `slot_gradient_reference`'s arguments, by the
     kernel (Hopper: TMA and wgmma; JAX 0.10's CPU lowers it for CUDA but cannot run it)."""
@@ -144,21 +165,8 @@ def slot_gradient(z3, x3, g, wt, seed, *, c: int, k: int, rate: float, stages: i
         acc, accb = pl.run_scoped(accumulate, plgpu.ACC((TILE, f)), plgpu.ACC((TILE, TILE)))
         _write_sums(acc, accb, out_smem, dw_gmem, db_gmem, s, t)
 
-    kernel = plgpu.kernel(
-        body,
-        out_type=(jax.ShapeDtypeStruct((splits, h, f), jnp.float32),
-                  jax.ShapeDtypeStruct((splits, h, TILE), jnp.float32)),
-        grid=(tiles, splits), grid_names=("t", "s"),
-        scratch_types=dict(
-            ones_smem=plgpu.SMEM((TILE, TILE), x3.dtype,
-                                 transforms=_transforms(TILE, x3.dtype)),
-            out_smem=plgpu.SMEM((TILE, TILE), jnp.float32)),
-        compiler_params=plgpu.CompilerParams(
-            lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
-    )
-    dw_t, db_t = kernel(z3, x3, g.astype(z3.dtype), wt.astype(jnp.float32),
-                        jnp.reshape(seed, (1,)).astype(jnp.uint32))
-    return dw_t.sum(0).T, db_t.sum(0)[:, 0]
+    return _launch(body, (z3, x3, g.astype(z3.dtype), wt.astype(jnp.float32)), seed,
+                   splits=splits, h=h, f=f, dtype=x3.dtype)
 
 
 def _source_block(u, *, c: int, k: int):
@@ -226,7 +234,7 @@ def level_gradient(z, x, gsrc, wrow, seed, *, c: int, k: int, rate: float,
             plgpu.wgmma_wait(0)
 
         def accumulate(acc_ref, accb_ref):
-            first = lambda i: _source_block(s * per + i, c=c, k=k)  # noqa: E731
+            first = lambda i: _source_block(s * per + i, c=c, k=k)
             plgpu.emit_pipeline(
                 lambda idx, *refs: step(idx, *refs, acc_ref, accb_ref),
                 grid=(per,),
@@ -249,22 +257,8 @@ def level_gradient(z, x, gsrc, wrow, seed, *, c: int, k: int, rate: float,
         acc, accb = pl.run_scoped(accumulate, plgpu.ACC((TILE, f)), plgpu.ACC((TILE, TILE)))
         _write_sums(acc, accb, out_smem, dw_gmem, db_gmem, s, t)
 
-    kernel = plgpu.kernel(
-        body,
-        out_type=(jax.ShapeDtypeStruct((splits, h, f), jnp.float32),
-                  jax.ShapeDtypeStruct((splits, h, TILE), jnp.float32)),
-        grid=(tiles, splits), grid_names=("t", "s"),
-        scratch_types=dict(
-            ones_smem=plgpu.SMEM((TILE, TILE), x.dtype, transforms=_transforms(TILE, x.dtype)),
-            lo_e=plgpu.SMEM((TILE, TILE), z.dtype, transforms=_transforms(TILE, z.dtype)),
-            hi_e=plgpu.SMEM((TILE, TILE), z.dtype, transforms=_transforms(TILE, z.dtype)),
-            out_smem=plgpu.SMEM((TILE, TILE), jnp.float32)),
-        compiler_params=plgpu.CompilerParams(
-            lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
-    )
-    dw_t, db_t = kernel(z, x, gsrc.astype(z.dtype), wrow.reshape(blocks, TILE),
-                        jnp.reshape(seed, (1,)).astype(jnp.uint32))
-    return dw_t.sum(0).T, db_t.sum(0)[:, 0]
+    return _launch(body, (z, x, gsrc.astype(z.dtype), wrow.reshape(blocks, TILE)), seed,
+                   splits=splits, h=h, f=f, dtype=x.dtype, tiles_e=("lo_e", "hi_e"))
 
 
 # ------------------------------------------------------------- the op and its reference
